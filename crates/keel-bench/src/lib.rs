@@ -1,0 +1,1 @@
+//! Keel's benchmark harness: YCSB workloads and drivers for Keel and its peers. Filled in by the benchmark issue.

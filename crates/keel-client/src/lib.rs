@@ -1,0 +1,1 @@
+//! Keel's async Rust client. Filled in by the server issue.

@@ -1,0 +1,286 @@
+//! The leader engine's contract with its drivers (the tokio server and the simulator).
+//!
+//! A driver calls `engine.step(now, input)` and receives [`Outputs`]. It must carry the
+//! outputs out in the order written on [`Outputs`]; the simulator asserts that it does.
+
+use crate::time::{Span, Time};
+use keel_types::{
+    ClientId, Command, CommandResult, Durability, Entry, Epoch, HardState, KeelError, Limits,
+    LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta,
+};
+use serde::{Deserialize, Serialize};
+
+/// How a driver identifies a client request so it can route the reply back. Opaque to
+/// the engine, which returns it unchanged in [`ClientReply::tag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestTag(pub u64);
+
+/// A client operation as submitted to an engine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRequest {
+    /// Returned with the reply.
+    pub tag: RequestTag,
+    /// Identifies the client for write deduplication.
+    pub client: ClientId,
+    /// The client's sequence number; a retry of a write carries the same one.
+    pub request: RequestId,
+    /// The operation.
+    pub command: Command,
+    /// For writes: when to acknowledge. `None`: the keyspace default.
+    pub durability: Option<Durability>,
+    /// For reads: what the read guarantees. `None`: the keyspace default.
+    pub level: Option<ReadLevel>,
+}
+
+/// The reply to one client request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientReply {
+    /// The tag of the request answered.
+    pub tag: RequestTag,
+    /// Which node produced the result (the leader, when the request was forwarded).
+    pub served_by: NodeId,
+    /// The result, or a typed error saying whether to retry.
+    pub result: Result<CommandResult, KeelError>,
+    /// Whether serving this read required a durability round (for metrics).
+    pub durability_round: bool,
+}
+
+/// Everything a node recovered from its disk at start-up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PersistedState {
+    /// The epoch and vote.
+    pub hard_state: HardState,
+    /// The newest valid snapshot, with its bytes as produced by the engine.
+    pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// The longest valid prefix of log entries after the snapshot, in order.
+    pub entries: Vec<Entry>,
+}
+
+/// An event given to the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Time has passed; fire whatever timers are due. Drivers call this at least at
+    /// [`Outputs::wake_at`].
+    Tick,
+    /// A peer message arrived.
+    Message {
+        /// The sender.
+        from: NodeId,
+        /// The message.
+        message: Message,
+    },
+    /// A client request arrived at this node.
+    Client(ClientRequest),
+    /// Every entry up to `index` that was handed out in [`Outputs::append`] is now on
+    /// disk (fsync returned). Reported only after fsync returns (digest §7 item 7).
+    LogSynced {
+        /// The highest index now durable on this node.
+        index: LogIndex,
+    },
+    /// The snapshot handed out in [`Outputs::snapshot`] is durable.
+    SnapshotSaved {
+        /// Which snapshot.
+        meta: SnapshotMeta,
+    },
+}
+
+/// A peer-to-peer message. All carry the sender's epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Vote request.
+    RequestVote {
+        /// The candidate's epoch.
+        epoch: Epoch,
+        /// The candidate's last log entry `(epoch, index)`.
+        last_epoch: Epoch,
+        /// See `last_epoch`.
+        last_index: LogIndex,
+    },
+    /// Vote reply.
+    Vote {
+        /// The voter's epoch.
+        epoch: Epoch,
+        /// Whether the vote was granted.
+        granted: bool,
+    },
+    /// Replication, heartbeat, lease renewal and durability-round request in one.
+    Append {
+        /// The leader's epoch.
+        epoch: Epoch,
+        /// The entry before `entries` (log matching).
+        prev_epoch: Epoch,
+        /// See `prev_epoch`.
+        prev_index: LogIndex,
+        /// Entries to append (may be empty for a heartbeat).
+        entries: Vec<Entry>,
+        /// The leader's commit index (replicated on a majority).
+        commit_index: LogIndex,
+        /// The leader's durable index (ORCA: persisted and applied on the whole active
+        /// set; never decreases within an epoch).
+        durable_index: LogIndex,
+        /// Whether the receiver is in the active set (its lease is renewed by this message).
+        active: bool,
+        /// A durability round: when set, the follower must fsync everything it holds up
+        /// to at least this index before replying.
+        flush_through: Option<LogIndex>,
+        /// The leader's send time on its own clock, echoed back to anchor the lease.
+        sent_at: Time,
+    },
+    /// Reply to `Append`.
+    AppendReply {
+        /// The follower's epoch.
+        epoch: Epoch,
+        /// Whether log matching held and the entries were accepted.
+        success: bool,
+        /// The follower's last log index after handling the request (a hint on failure).
+        last_index: LogIndex,
+        /// The highest index the follower has fsynced.
+        persisted_index: LogIndex,
+        /// The highest index the follower has applied.
+        applied_index: LogIndex,
+        /// Whether the follower currently considers itself in the active set.
+        active: bool,
+        /// The `sent_at` of the `Append` answered.
+        echo_sent_at: Time,
+    },
+    /// The leader sends its snapshot to a follower too far behind.
+    InstallSnapshot {
+        /// The leader's epoch.
+        epoch: Epoch,
+        /// What the snapshot covers.
+        meta: SnapshotMeta,
+        /// The engine's encoding of the state machine.
+        data: Vec<u8>,
+    },
+    /// Reply to `InstallSnapshot`.
+    InstallSnapshotReply {
+        /// The follower's epoch.
+        epoch: Epoch,
+        /// The last index the follower now holds.
+        last_index: LogIndex,
+    },
+    /// A follower forwards a client request it may not serve to the leader.
+    Forward {
+        /// The follower's epoch.
+        epoch: Epoch,
+        /// The request, with the follower's tag.
+        request: ClientRequest,
+    },
+    /// The leader's answer to a forwarded request.
+    ForwardReply {
+        /// The leader's epoch.
+        epoch: Epoch,
+        /// The reply, carrying the follower's tag.
+        reply: ClientReply,
+    },
+}
+
+/// What the engine asks its driver to do, in the order the driver must do it:
+///
+/// 1. `hard_state`: write and fsync **before** sending any message in `messages`.
+/// 2. `truncate_after`, then `append`: apply to the log (buffered is enough) before
+///    sending `messages`; entries are never reported as persisted before step 3.
+/// 3. `sync_through`: fsync the log through at least that index, then deliver
+///    [`Input::LogSynced`]. Drivers may coalesce syncs (group commit).
+/// 4. `snapshot`: write and fsync, then deliver [`Input::SnapshotSaved`]; afterwards the
+///    log up to `meta.last_index` may be compacted.
+/// 5. `messages`: send (best effort; the network may lose them).
+/// 6. `replies`: return to clients.
+/// 7. Call [`Input::Tick`] no later than `wake_at`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outputs {
+    /// Hard state to persist synchronously before any message is sent.
+    pub hard_state: Option<HardState>,
+    /// Remove every log entry after this index (conflicting suffix).
+    pub truncate_after: Option<LogIndex>,
+    /// Entries to append to the log, in index order, contiguous with what is there.
+    pub append: Vec<Entry>,
+    /// Fsync the log through this index, then report [`Input::LogSynced`].
+    pub sync_through: Option<LogIndex>,
+    /// A snapshot to persist, with the engine's encoding of the state.
+    pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// Messages to peers.
+    pub messages: Vec<(NodeId, Message)>,
+    /// Replies to clients of this node.
+    pub replies: Vec<ClientReply>,
+    /// When the engine next needs a [`Input::Tick`].
+    pub wake_at: Option<Time>,
+}
+
+/// The leader engine's configuration. Times are on the node's own clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// This node.
+    pub node_id: NodeId,
+    /// Every member of the (static) cluster, this node included: 3, 5 or 7.
+    pub members: Vec<NodeId>,
+    /// Heartbeat interval; also the follower's mark-out timeout `mt` (ORCA §4.4.2).
+    pub heartbeat_interval: Span,
+    /// The leader's removal timeout `rt`; at least 5 × `heartbeat_interval`.
+    pub removal_timeout: Span,
+    /// Election timeout is drawn uniformly from `[min, max)` (randomness is an input).
+    pub election_timeout_min: Span,
+    /// See `election_timeout_min`.
+    pub election_timeout_max: Span,
+    /// Period of background fsync on every node.
+    pub flush_interval: Span,
+    /// Worst-case clock drift between nodes, in parts per million.
+    pub clock_drift_ppm_max: u32,
+    /// Target active-set size (a majority to all members).
+    pub active_set_target: usize,
+    /// Whether followers serve `any` and `monotonic` reads.
+    pub follower_reads: bool,
+    /// Durability of writes that do not name one.
+    pub durability_default: Durability,
+    /// Level of reads that do not name one.
+    pub read_level_default: ReadLevel,
+    /// Key and value limits.
+    pub limits: Limits,
+    /// Most entries in one `Append`.
+    pub append_entries_max: usize,
+    /// Most client requests waiting inside the engine (durability rounds, commits,
+    /// forwards); past it new requests get a retryable `Busy`.
+    pub pending_requests_max: usize,
+    /// Snapshot once the log holds this many applied entries.
+    pub snapshot_entries_threshold: u64,
+}
+
+/// A node's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Follows a leader (or waits for one).
+    Follower,
+    /// Asking for votes.
+    Candidate,
+    /// Leads its epoch.
+    Leader,
+}
+
+/// A snapshot of an engine's externally visible state, for `/status`, `keel status`
+/// and the simulator's invariant checks. Cheap to build.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node.
+    pub node_id: NodeId,
+    /// Its role.
+    pub role: Role,
+    /// Its current epoch.
+    pub epoch: Epoch,
+    /// The leader it believes in, if any.
+    pub leader: Option<NodeId>,
+    /// Last index in its log.
+    pub last_index: LogIndex,
+    /// Highest index known replicated on a majority.
+    pub commit_index: LogIndex,
+    /// Highest index known durable (ORCA durable-index).
+    pub durable_index: LogIndex,
+    /// Highest index fsynced locally.
+    pub persisted_index: LogIndex,
+    /// Highest index applied locally.
+    pub applied_index: LogIndex,
+    /// Whether this node considers itself in the active set (followers) / always true for
+    /// the leader.
+    pub active: bool,
+    /// The leader's view of the active set (empty on followers).
+    pub active_set: Vec<NodeId>,
+}

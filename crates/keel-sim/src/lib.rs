@@ -1,0 +1,1 @@
+//! Keel's deterministic simulator: one thread, virtual time, one seed.

@@ -1,0 +1,1 @@
+//! Keel's storage: segmented write-ahead log, snapshots, and the Storage trait.

@@ -1,0 +1,194 @@
+//! The operations clients ask for, and what they return.
+//!
+//! Every operation, reads included, is ordered through the leader's log (reads at `any`
+//! and reads that pass the durability check are served from applied state without a log
+//! entry; see `docs/protocol.md`). Keys and values are opaque bytes.
+
+use crate::limits::Limits;
+use crate::{KeelError, Version};
+use serde::{Deserialize, Serialize};
+
+/// A key: opaque bytes, at most [`Limits::key_bytes_max`] long.
+pub type Key = Vec<u8>;
+/// A value: opaque bytes, at most [`Limits::value_bytes_max`] long.
+pub type Value = Vec<u8>;
+
+/// One operation on the key-value state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Read one key.
+    Get {
+        /// The key read.
+        key: Key,
+    },
+    /// Set a key to a value.
+    Put {
+        /// The key written.
+        key: Key,
+        /// The new value.
+        value: Value,
+    },
+    /// Remove a key (leaves a tombstone carrying the update index).
+    Delete {
+        /// The key removed.
+        key: Key,
+    },
+    /// Set `key` to `new` only if it currently holds `expected` (`None`: absent).
+    Cas {
+        /// The key compared and written.
+        key: Key,
+        /// The value the key must hold; `None` means the key must be absent.
+        expected: Option<Value>,
+        /// The value written when the comparison holds.
+        new: Value,
+    },
+    /// Add `delta` to the key's value read as a decimal i64 (absent counts as 0).
+    Incr {
+        /// The key incremented.
+        key: Key,
+        /// The amount added; may be negative.
+        delta: i64,
+    },
+    /// Ordered range scan over `[start, end)`, at most `limit` items.
+    Scan {
+        /// The first key included.
+        start: Key,
+        /// The first key excluded; `None` scans to the end of the keyspace.
+        end: Option<Key>,
+        /// The most items returned.
+        limit: u32,
+    },
+}
+
+/// What an operation returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// A get: the value (`None`: absent or deleted) and the version of the write that
+    /// produced it (`None`: the key was never written in the surviving log).
+    Value {
+        /// The value read.
+        value: Option<Value>,
+        /// The version of the write whose value was read.
+        version: Option<Version>,
+    },
+    /// A put or delete applied at `version`.
+    Written {
+        /// The version the write created.
+        version: Version,
+    },
+    /// A cas: whether it swapped, the value it found, and the version it created (if it
+    /// swapped) or the version of the value it found (if not).
+    Cas {
+        /// Whether the comparison held and the new value was written.
+        swapped: bool,
+        /// The value found before the comparison.
+        current: Option<Value>,
+        /// The version created (swapped) or read (not swapped).
+        version: Option<Version>,
+    },
+    /// An incr: the new value, created at `version`.
+    Counter {
+        /// The value after the increment.
+        value: i64,
+        /// The version the increment created.
+        version: Version,
+    },
+    /// A scan: items in key order, each with the version that produced it.
+    Items {
+        /// `(key, value, version)` in ascending key order.
+        items: Vec<(Key, Value, Version)>,
+    },
+}
+
+impl Command {
+    /// The key an operation touches; for a scan, its start key.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Command::Get { key }
+            | Command::Put { key, .. }
+            | Command::Delete { key }
+            | Command::Cas { key, .. }
+            | Command::Incr { key, .. } => key,
+            Command::Scan { start, .. } => start,
+        }
+    }
+
+    /// Whether the operation changes state (and so must go through the log).
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Command::Get { .. } | Command::Scan { .. })
+    }
+
+    /// The operation's name as users and histories see it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Get { .. } => "get",
+            Command::Put { .. } => "put",
+            Command::Delete { .. } => "delete",
+            Command::Cas { .. } => "cas",
+            Command::Incr { .. } => "incr",
+            Command::Scan { .. } => "scan",
+        }
+    }
+
+    /// Checks the operation against the limits; the error names the limit exceeded.
+    pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
+        limits.check_key(self.key())?;
+        match self {
+            Command::Put { value, .. } => limits.check_value(value),
+            Command::Cas { expected, new, .. } => {
+                if let Some(expected) = expected {
+                    limits.check_value(expected)?;
+                }
+                limits.check_value(new)
+            }
+            Command::Scan { end, limit, .. } => {
+                if let Some(end) = end {
+                    limits.check_key(end)?;
+                }
+                if *limit == 0 || *limit > limits.scan_items_max {
+                    return Err(KeelError::InvalidArgument(format!(
+                        "scan limit {limit} outside 1..={}",
+                        limits.scan_items_max
+                    )));
+                }
+                Ok(())
+            }
+            Command::Get { .. } | Command::Delete { .. } | Command::Incr { .. } => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_refuses_oversized_keys_and_values() {
+        let limits = Limits::default();
+        let big_key = vec![b'k'; limits.key_bytes_max as usize + 1];
+        let err = Command::Get { key: big_key }.validate(&limits).unwrap_err();
+        assert!(matches!(err, KeelError::KeyTooLarge { .. }));
+        let big_value = vec![0; limits.value_bytes_max as usize + 1];
+        let err = Command::Put { key: b"k".to_vec(), value: big_value }
+            .validate(&limits)
+            .unwrap_err();
+        assert!(matches!(err, KeelError::ValueTooLarge { .. }));
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn validate_accepts_values_at_the_limit() {
+        let limits = Limits::default();
+        let key = vec![b'k'; limits.key_bytes_max as usize];
+        let value = vec![0; limits.value_bytes_max as usize];
+        assert!(Command::Put { key, value }.validate(&limits).is_ok());
+        assert!(Command::Scan { start: vec![], end: None, limit: 0 }.validate(&limits).is_err());
+    }
+
+    #[test]
+    fn writes_are_told_from_reads() {
+        assert!(Command::Incr { key: b"c".to_vec(), delta: 1 }.is_write());
+        assert!(!Command::Get { key: b"c".to_vec() }.is_write());
+        assert_eq!(Command::Delete { key: b"c".to_vec() }.name(), "delete");
+    }
+}

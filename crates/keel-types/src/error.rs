@@ -1,0 +1,80 @@
+//! Errors a client can see. Each says whether retrying (possibly elsewhere) can help.
+//! Storage failures are not here: they stop the node (see `keel-storage`).
+
+use crate::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// Result of a client-visible operation.
+pub type KeelResult<T> = Result<T, KeelError>;
+
+/// An operating error returned to a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum KeelError {
+    /// This node is not the leader; `leader` is its best guess.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The node believed to lead, if known.
+        leader: Option<NodeId>,
+    },
+    /// This follower is not in the active set and may not serve monotonic reads now.
+    #[error("not in the active set; retry later or at another node")]
+    NotActive,
+    /// A queue or limit is full; retry after a pause.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// The operation did not complete in time; its outcome is unknown for writes.
+    #[error("timed out; outcome unknown")]
+    Timeout,
+    /// The node is not accepting writes (disk full, read-only or failed fsync).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The key is longer than the configured limit.
+    #[error("key of {len} bytes exceeds the limit of {max} bytes")]
+    KeyTooLarge {
+        /// The key's length.
+        len: u64,
+        /// The limit.
+        max: u32,
+    },
+    /// The value is larger than the configured limit.
+    #[error("value of {len} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge {
+        /// The value's length.
+        len: u64,
+        /// The limit.
+        max: u32,
+    },
+    /// `incr` on a value that is not a decimal i64, or an increment that overflows.
+    #[error("value is not an integer or out of range")]
+    NotAnInteger,
+    /// A malformed or out-of-range argument.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl KeelError {
+    /// Whether the same request may succeed if retried (after a pause or elsewhere).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            KeelError::NotLeader { .. }
+                | KeelError::NotActive
+                | KeelError::Busy(_)
+                | KeelError::Timeout
+                | KeelError::Unavailable(_)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_errors_are_told_from_fatal_ones() {
+        assert!(KeelError::NotLeader { leader: Some(NodeId(2)) }.is_retryable());
+        assert!(KeelError::Busy("queue full".into()).is_retryable());
+        assert!(!KeelError::NotAnInteger.is_retryable());
+        assert!(!KeelError::InvalidArgument("x".into()).is_retryable());
+    }
+}

@@ -1,0 +1,25 @@
+//! Keel's shared vocabulary. Every other crate speaks in these types.
+//!
+//! Layout:
+//! - [`ids`]: newtypes for node ids, epochs, log indexes, versions and client ids.
+//! - [`level`]: the user-visible write durabilities and read levels.
+//! - [`command`]: the operations a client asks for and what they return.
+//! - [`limits`]: every named limit on keys, values, batches and queues.
+//! - [`log`]: log entries, hard state and snapshot metadata shared by engine and storage.
+//! - [`error`]: the typed errors a client can see, split into retryable and fatal.
+//!
+//! Nothing here does I/O, reads a clock or draws randomness.
+
+pub mod command;
+pub mod error;
+pub mod ids;
+pub mod level;
+pub mod limits;
+pub mod log;
+
+pub use command::{Command, CommandResult, Key, Value};
+pub use error::{KeelError, KeelResult};
+pub use ids::{ClientId, Epoch, LogIndex, NodeId, RequestId, Version};
+pub use level::{Durability, ReadLevel};
+pub use limits::Limits;
+pub use log::{Entry, EntryPayload, HardState, SnapshotMeta};

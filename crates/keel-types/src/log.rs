@@ -1,0 +1,62 @@
+//! What the replicated log holds, shared by the engine (which produces entries) and the
+//! storage (which persists them). The byte layout is `keel-storage`'s business
+//! (`docs/format.md`); these are the values.
+
+use crate::{ClientId, Command, Durability, Epoch, LogIndex, NodeId, RequestId, Version};
+use serde::{Deserialize, Serialize};
+
+/// One log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The epoch of the leader that appended it.
+    pub epoch: Epoch,
+    /// Its position in the log.
+    pub index: LogIndex,
+    /// What it does when applied.
+    pub payload: EntryPayload,
+}
+
+/// What an entry does when applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryPayload {
+    /// A new leader's first entry; commits earlier epochs' entries (Raft §5.4.2).
+    Noop,
+    /// A client write. `(client, request)` deduplicates retries: applying the same pair
+    /// twice returns the first result and changes nothing.
+    Write {
+        /// The writing client.
+        client: ClientId,
+        /// The client's sequence number for this request.
+        request: RequestId,
+        /// The durability the client asked for (recorded for recovery and metrics).
+        durability: Durability,
+        /// The operation; never a `Get` or `Scan`.
+        command: Command,
+    },
+}
+
+impl Entry {
+    /// The entry's version.
+    pub fn version(&self) -> Version {
+        Version { epoch: self.epoch, index: self.index }
+    }
+}
+
+/// State that must be on disk before any message that depends on it is sent: the epoch a
+/// node has seen and whom it voted for in it (ORCA digest §7 item 8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HardState {
+    /// The highest epoch this node has seen.
+    pub epoch: Epoch,
+    /// The candidate this node voted for in `epoch`, if any.
+    pub voted_for: Option<NodeId>,
+}
+
+/// Describes a snapshot: the state after applying every entry up to `last_index`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// The last entry the snapshot includes.
+    pub last_index: LogIndex,
+    /// That entry's epoch (to check log matching at the snapshot boundary).
+    pub last_epoch: Epoch,
+}
