@@ -169,9 +169,8 @@ mod tests {
         let err = Command::Get { key: big_key }.validate(&limits).unwrap_err();
         assert!(matches!(err, KeelError::KeyTooLarge { .. }));
         let big_value = vec![0; limits.value_bytes_max as usize + 1];
-        let err = Command::Put { key: b"k".to_vec(), value: big_value }
-            .validate(&limits)
-            .unwrap_err();
+        let err =
+            Command::Put { key: b"k".to_vec(), value: big_value }.validate(&limits).unwrap_err();
         assert!(matches!(err, KeelError::ValueTooLarge { .. }));
         assert!(!err.is_retryable());
     }

@@ -32,7 +32,8 @@ pub enum ReadLevel {
 
 impl Durability {
     /// Every durability, weakest first.
-    pub const ALL: [Durability; 3] = [Durability::Memory, Durability::Replicated, Durability::Durable];
+    pub const ALL: [Durability; 3] =
+        [Durability::Memory, Durability::Replicated, Durability::Durable];
 
     /// The user-visible name.
     pub fn as_str(self) -> &'static str {
@@ -73,28 +74,26 @@ pub struct UnknownName {
 impl FromStr for Durability {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Durability::ALL
-            .into_iter()
-            .find(|d| d.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownName {
+        Durability::ALL.into_iter().find(|d| d.as_str().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            UnknownName {
                 kind: "durability",
                 name: s.to_string(),
                 expected: "memory, replicated, durable",
-            })
+            }
+        })
     }
 }
 
 impl FromStr for ReadLevel {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ReadLevel::ALL
-            .into_iter()
-            .find(|l| l.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownName {
+        ReadLevel::ALL.into_iter().find(|l| l.as_str().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            UnknownName {
                 kind: "read level",
                 name: s.to_string(),
                 expected: "any, monotonic, linearizable",
-            })
+            }
+        })
     }
 }
 

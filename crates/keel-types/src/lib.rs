@@ -6,10 +6,12 @@
 //! - [`command`]: the operations a client asks for and what they return.
 //! - [`limits`]: every named limit on keys, values, batches and queues.
 //! - [`log`]: log entries, hard state and snapshot metadata shared by engine and storage.
+//! - [`codec`]: the explicit-width binary encoding of log entries and hard state (`docs/format.md`).
 //! - [`error`]: the typed errors a client can see, split into retryable and fatal.
 //!
 //! Nothing here does I/O, reads a clock or draws randomness.
 
+pub mod codec;
 pub mod command;
 pub mod error;
 pub mod ids;

@@ -1,0 +1,202 @@
+//! The small set of directory and file operations the log needs, and their real
+//! implementation over one directory of the host file system.
+//!
+//! The write-ahead log ([`crate::Wal`]) does all its I/O through [`Disk`], by file name
+//! within one directory. [`FileDisk`] maps the calls onto `std::fs`; the simulator's
+//! [`crate::SimDisk`] keeps byte images in memory and models what survives a crash. One
+//! log implementation over two disks is what makes the simulated storage recover exactly
+//! as the file storage does.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Most files [`FileDisk`] keeps open for writing at once (the active segment, the one
+/// before it until the next fsync, and a temporary file).
+pub const WRITERS_OPEN_MAX: usize = 4;
+/// Buffer size of each open writer: appends reach the kernel in chunks of this size or
+/// at the next fsync, whichever is first.
+pub const WRITER_BUFFER_BYTES: usize = 256 * 1024;
+
+/// File operations within one directory, by name. Names are plain file names (no path
+/// separators). Durability follows POSIX: data is durable after [`Disk::sync`] of the
+/// file; a creation, rename or removal is durable after [`Disk::sync_dir`].
+pub trait Disk {
+    /// The names of the files in the directory, sorted.
+    fn list(&mut self) -> io::Result<Vec<String>>;
+    /// The whole content of a file, including writes not yet synced.
+    fn read(&mut self, name: &str) -> io::Result<Vec<u8>>;
+    /// Creates an empty file, truncating any file of that name.
+    fn create(&mut self, name: &str) -> io::Result<()>;
+    /// Appends bytes at the end of an existing file; may stay buffered until `sync`.
+    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()>;
+    /// Makes every byte written to the file durable (flush, then fsync).
+    fn sync(&mut self, name: &str) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (pending appends are written first).
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()>;
+    /// Renames a file, replacing any file named `to`.
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes a file.
+    fn remove(&mut self, name: &str) -> io::Result<()>;
+    /// Makes creations, renames and removals in the directory durable.
+    fn sync_dir(&mut self) -> io::Result<()>;
+}
+
+/// [`Disk`] over a directory of the host file system.
+#[derive(Debug)]
+pub struct FileDisk {
+    dir: PathBuf,
+    /// Open buffered writers by file name; at most [`WRITERS_OPEN_MAX`].
+    writers: BTreeMap<String, BufWriter<File>>,
+}
+
+impl FileDisk {
+    /// Opens `dir`, creating it (and its parents) if missing.
+    pub fn open(dir: impl AsRef<Path>) -> io::Result<FileDisk> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir)?;
+        Ok(FileDisk { dir, writers: BTreeMap::new() })
+    }
+
+    /// The directory this disk works in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        assert!(!name.is_empty() && !name.contains(['/', '\\']), "bad file name {name:?}");
+        self.dir.join(name)
+    }
+
+    /// Flushes and closes the writer of `name`, if open.
+    fn close(&mut self, name: &str) -> io::Result<()> {
+        if let Some(mut writer) = self.writers.remove(name) {
+            writer.flush()?;
+        }
+        Ok(())
+    }
+
+    fn writer(&mut self, name: &str) -> io::Result<&mut BufWriter<File>> {
+        if !self.writers.contains_key(name) {
+            if self.writers.len() >= WRITERS_OPEN_MAX {
+                let names: Vec<String> = self.writers.keys().cloned().collect();
+                for other in names {
+                    self.close(&other)?;
+                }
+            }
+            let file = OpenOptions::new().append(true).open(self.path(name))?;
+            let writer = BufWriter::with_capacity(WRITER_BUFFER_BYTES, file);
+            self.writers.insert(name.to_string(), writer);
+        }
+        assert!(self.writers.len() <= WRITERS_OPEN_MAX);
+        Ok(self.writers.get_mut(name).expect("inserted above"))
+    }
+}
+
+impl Disk for FileDisk {
+    fn list(&mut self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for dir_entry in fs::read_dir(&self.dir)? {
+            let dir_entry = dir_entry?;
+            if !dir_entry.file_type()?.is_file() {
+                continue;
+            }
+            if let Ok(name) = dir_entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
+        self.close(name)?;
+        fs::read(self.path(name))
+    }
+
+    fn create(&mut self, name: &str) -> io::Result<()> {
+        self.close(name)?;
+        File::create(self.path(name))?;
+        Ok(())
+    }
+
+    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.writer(name)?.write_all(bytes)
+    }
+
+    fn sync(&mut self, name: &str) -> io::Result<()> {
+        match self.writers.get_mut(name) {
+            Some(writer) => {
+                writer.flush()?;
+                writer.get_ref().sync_data()
+            }
+            None => File::open(self.path(name))?.sync_data(),
+        }
+    }
+
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.close(name)?;
+        OpenOptions::new().write(true).open(self.path(name))?.set_len(len)
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        self.close(from)?;
+        self.close(to)?;
+        fs::rename(self.path(from), self.path(to))
+    }
+
+    fn remove(&mut self, name: &str) -> io::Result<()> {
+        if let Some(writer) = self.writers.remove(name) {
+            // Discard the buffer: the file is going away.
+            let _ = writer.into_parts();
+        }
+        fs::remove_file(self.path(name))
+    }
+
+    fn sync_dir(&mut self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_disk_buffers_truncates_renames_and_lists_files_only() {
+        let dir = std::env::temp_dir().join(format!("keel-storage-disk-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut disk = FileDisk::open(&dir).unwrap();
+        fs::create_dir(dir.join("not-a-file")).unwrap();
+        let names: Vec<String> = (0..WRITERS_OPEN_MAX + 2).map(|n| format!("f{n}")).collect();
+        for name in &names {
+            disk.create(name).unwrap();
+            disk.append(name, name.as_bytes()).unwrap();
+            assert!(disk.writers.len() <= WRITERS_OPEN_MAX);
+        }
+        for name in &names {
+            disk.append(name, b"+").unwrap();
+            assert_eq!(disk.read(name).unwrap(), format!("{name}+").into_bytes());
+        }
+        disk.sync("f0").unwrap();
+        disk.truncate("f0", 1).unwrap();
+        disk.append("f0", b"x").unwrap();
+        disk.rename("f0", "g").unwrap();
+        disk.remove("f1").unwrap();
+        disk.sync_dir().unwrap();
+        assert_eq!(disk.read("g").unwrap(), b"fx");
+        let listed = disk.list().unwrap();
+        assert_eq!(listed.first().map(String::as_str), Some("f2"));
+        assert!(listed.contains(&"g".to_string()) && !listed.contains(&"f1".to_string()));
+        assert!(!listed.contains(&"not-a-file".to_string()));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "bad file name")]
+    fn paths_are_not_file_names() {
+        let mut disk = FileDisk::open(std::env::temp_dir()).unwrap();
+        let _ = disk.create("../escape");
+    }
+}

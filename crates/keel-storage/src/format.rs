@@ -1,0 +1,417 @@
+//! Byte layouts of everything the storage writes, and the pure scan that recovery runs
+//! over a segment's bytes. `docs/format.md` is the prose version of this module.
+//!
+//! Layout:
+//! - file names: segments `wal-<first index, 20 digits>.log`, snapshots
+//!   `snapshot-<last index, 20 digits>.snap`, the hard state `hard-state`, temporaries
+//!   `<name>.tmp`;
+//! - segment header (24 bytes) and log records (`len u32 | crc u32 | entry`);
+//! - [`scan_segment`]: the longest valid prefix of a segment's records;
+//! - the hard-state file and the snapshot file, each with its checksums.
+//!
+//! Everything here is pure: bytes in, values out. Both the file and the simulated
+//! storage use it, so their recovery behaviour is the same by construction.
+
+use keel_types::codec::{self, put_u32, put_u64, Reader};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+
+/// Magic bytes opening a segment file.
+pub const SEGMENT_MAGIC: [u8; 4] = *b"KWAL";
+/// Segment format version.
+pub const SEGMENT_FORMAT_V1: u32 = 1;
+/// Size of a segment header: magic, version, first index, reserved, crc.
+pub const SEGMENT_HEADER_BYTES: u64 = 24;
+/// Size of a record header: payload length and crc.
+pub const RECORD_HEADER_BYTES: u64 = 8;
+/// Magic bytes opening the hard-state file.
+pub const HARD_STATE_MAGIC: [u8; 4] = *b"KHST";
+/// Hard-state file format version.
+pub const HARD_STATE_FILE_V1: u32 = 1;
+/// Largest hard-state payload the reader accepts.
+pub const HARD_STATE_PAYLOAD_BYTES_MAX: u32 = 64;
+/// Magic bytes opening a snapshot file.
+pub const SNAPSHOT_MAGIC: [u8; 4] = *b"KSNP";
+/// Snapshot file format version.
+pub const SNAPSHOT_FILE_V1: u32 = 1;
+/// Largest snapshot-meta payload the reader accepts.
+pub const SNAPSHOT_META_BYTES_MAX: u32 = 64;
+/// The hard-state file's name.
+pub const HARD_STATE_NAME: &str = "hard-state";
+/// Suffix of files being written before their atomic rename.
+pub const TEMP_SUFFIX: &str = ".tmp";
+
+const SEGMENT_PREFIX: &str = "wal-";
+const SEGMENT_SUFFIX: &str = ".log";
+const SNAPSHOT_PREFIX: &str = "snapshot-";
+const SNAPSHOT_SUFFIX: &str = ".snap";
+const INDEX_DIGITS: usize = 20;
+
+/// The name of the segment whose first entry is `first`.
+pub fn segment_name(first: LogIndex) -> String {
+    format!("{SEGMENT_PREFIX}{:0width$}{SEGMENT_SUFFIX}", first.0, width = INDEX_DIGITS)
+}
+
+/// The first index named by a segment file name, if it is one.
+pub fn parse_segment_name(name: &str) -> Option<LogIndex> {
+    parse_index(name, SEGMENT_PREFIX, SEGMENT_SUFFIX).map(LogIndex)
+}
+
+/// The name of the snapshot whose last included entry is `last`.
+pub fn snapshot_name(last: LogIndex) -> String {
+    format!("{SNAPSHOT_PREFIX}{:0width$}{SNAPSHOT_SUFFIX}", last.0, width = INDEX_DIGITS)
+}
+
+/// The last index named by a snapshot file name, if it is one.
+pub fn parse_snapshot_name(name: &str) -> Option<LogIndex> {
+    parse_index(name, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX).map(LogIndex)
+}
+
+fn parse_index(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    if digits.len() != INDEX_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The 24-byte header that opens the segment whose first entry is `first`.
+pub fn segment_header(first: LogIndex) -> Vec<u8> {
+    let mut out = Vec::with_capacity(SEGMENT_HEADER_BYTES as usize);
+    out.extend_from_slice(&SEGMENT_MAGIC);
+    put_u32(&mut out, SEGMENT_FORMAT_V1);
+    put_u64(&mut out, first.0);
+    put_u32(&mut out, 0); // reserved
+    let crc = crc32c::crc32c(&out);
+    put_u32(&mut out, crc);
+    assert_eq!(out.len() as u64, SEGMENT_HEADER_BYTES);
+    out
+}
+
+/// Checks a segment header against the first index its name promises.
+pub fn check_segment_header(bytes: &[u8], first: LogIndex) -> Result<(), String> {
+    let header = bytes.get(..SEGMENT_HEADER_BYTES as usize).ok_or("header cut short")?;
+    if header != segment_header(first).as_slice() {
+        return Err(format!("header does not match a version-1 segment starting at {first}"));
+    }
+    Ok(())
+}
+
+/// Appends one log record for `entry`; returns the record's size in bytes.
+pub fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> u64 {
+    let start = out.len();
+    out.extend_from_slice(&[0; RECORD_HEADER_BYTES as usize]);
+    codec::encode(entry, out);
+    let payload_len = u32::try_from(out.len() - start - RECORD_HEADER_BYTES as usize)
+        .expect("an entry's encoding fits a u32 (values are capped by the limits)");
+    let len_bytes = payload_len.to_le_bytes();
+    let crc = record_crc(len_bytes, &out[start + RECORD_HEADER_BYTES as usize..]);
+    out[start..start + 4].copy_from_slice(&len_bytes);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    (out.len() - start) as u64
+}
+
+fn record_crc(len_bytes: [u8; 4], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&len_bytes), payload)
+}
+
+/// Why a segment scan stopped before the end of the bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanStop {
+    /// The segment header is missing or wrong; the segment holds nothing valid.
+    BadHeader(String),
+    /// The last record is cut short (a torn write).
+    TornRecord,
+    /// A record's length is zero or past `record_bytes_max`.
+    BadLength(u32),
+    /// A record's checksum does not match.
+    BadChecksum,
+    /// A record's payload does not decode as an entry.
+    BadPayload(String),
+    /// A record holds the wrong index, or an epoch lower than its predecessor's.
+    OutOfOrder {
+        /// The index the scan expected.
+        expected: LogIndex,
+        /// The index found.
+        found: LogIndex,
+    },
+}
+
+/// The longest valid prefix of one segment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentScan {
+    /// The valid entries, in order.
+    pub entries: Vec<Entry>,
+    /// For each valid entry, the byte offset just past its record.
+    pub record_ends: Vec<u64>,
+    /// Bytes of the valid prefix (header included; 0 if the header is bad).
+    pub valid_bytes: u64,
+    /// Why the scan stopped early, if it did.
+    pub stop: Option<ScanStop>,
+}
+
+/// Scans the records of a segment named for `first`, keeping the longest valid prefix.
+///
+/// `epoch_floor` is the epoch of the entry before `first` (entries never go back in epoch).
+pub fn scan_segment(
+    bytes: &[u8],
+    first: LogIndex,
+    epoch_floor: Epoch,
+    record_bytes_max: u32,
+) -> SegmentScan {
+    let mut scan = SegmentScan::default();
+    if let Err(reason) = check_segment_header(bytes, first) {
+        scan.stop = Some(ScanStop::BadHeader(reason));
+        return scan;
+    }
+    scan.valid_bytes = SEGMENT_HEADER_BYTES;
+    let mut expected = first;
+    let mut epoch_floor = epoch_floor;
+    // Each pass consumes at least RECORD_HEADER_BYTES, so the loop is bounded by the input.
+    while scan.valid_bytes < bytes.len() as u64 {
+        let rest = &bytes[scan.valid_bytes as usize..];
+        let (entry, record_bytes) = match read_record(rest, record_bytes_max) {
+            Ok(read) => read,
+            Err(stop) => {
+                scan.stop = Some(stop);
+                break;
+            }
+        };
+        if entry.index != expected || entry.epoch < epoch_floor {
+            scan.stop = Some(ScanStop::OutOfOrder { expected, found: entry.index });
+            break;
+        }
+        scan.valid_bytes += record_bytes;
+        scan.record_ends.push(scan.valid_bytes);
+        epoch_floor = entry.epoch;
+        expected = expected.next();
+        scan.entries.push(entry);
+    }
+    assert!(scan.valid_bytes <= bytes.len() as u64);
+    assert_eq!(scan.entries.len(), scan.record_ends.len());
+    scan
+}
+
+/// Reads the record at the start of `rest`: the entry and the record's size in bytes.
+fn read_record(rest: &[u8], record_bytes_max: u32) -> Result<(Entry, u64), ScanStop> {
+    if (rest.len() as u64) < RECORD_HEADER_BYTES {
+        return Err(ScanStop::TornRecord);
+    }
+    let len_bytes: [u8; 4] = rest[..4].try_into().expect("4 bytes");
+    let len = u32::from_le_bytes(len_bytes);
+    if len == 0 || len > record_bytes_max {
+        return Err(ScanStop::BadLength(len));
+    }
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    let payload = &rest[RECORD_HEADER_BYTES as usize..];
+    let Some(payload) = payload.get(..len as usize) else {
+        return Err(ScanStop::TornRecord);
+    };
+    if record_crc(len_bytes, payload) != crc {
+        return Err(ScanStop::BadChecksum);
+    }
+    let entry = codec::decode::<Entry>(payload).map_err(|e| ScanStop::BadPayload(e.to_string()))?;
+    Ok((entry, RECORD_HEADER_BYTES + u64::from(len)))
+}
+
+/// The bytes of the hard-state file: `magic | version u32 | len u32 | payload | crc u32`,
+/// the crc covering everything before it.
+pub fn encode_hard_state_file(hard_state: &HardState) -> Vec<u8> {
+    let mut payload = Vec::new();
+    codec::encode(hard_state, &mut payload);
+    let mut out = Vec::with_capacity(payload.len() + 16);
+    out.extend_from_slice(&HARD_STATE_MAGIC);
+    put_u32(&mut out, HARD_STATE_FILE_V1);
+    put_u32(&mut out, payload.len() as u32);
+    out.extend_from_slice(&payload);
+    let crc = crc32c::crc32c(&out);
+    put_u32(&mut out, crc);
+    out
+}
+
+/// Reads the hard-state file; any damage is an error (the file is replaced atomically,
+/// so a torn hard-state file means the disk lies).
+pub fn decode_hard_state_file(bytes: &[u8]) -> Result<HardState, String> {
+    let body_len = bytes.len().checked_sub(4).ok_or("file shorter than its checksum")?;
+    let (body, crc) = bytes.split_at(body_len);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err("checksum mismatch".into());
+    }
+    let mut reader = Reader::new(body);
+    read_magic(&mut reader, HARD_STATE_MAGIC, HARD_STATE_FILE_V1)?;
+    let payload =
+        reader.bytes("hard state", HARD_STATE_PAYLOAD_BYTES_MAX).map_err(|e| e.to_string())?;
+    reader.finish().map_err(|e| e.to_string())?;
+    codec::decode(&payload).map_err(|e| e.to_string())
+}
+
+fn read_magic(reader: &mut Reader<'_>, magic: [u8; 4], version: u32) -> Result<(), String> {
+    let found = reader.take("magic", 4).map_err(|e| e.to_string())?;
+    if found != magic {
+        return Err("bad magic".into());
+    }
+    let found = reader.u32("format version").map_err(|e| e.to_string())?;
+    if found != version {
+        return Err(format!("unknown format version {found}"));
+    }
+    Ok(())
+}
+
+/// The bytes of a snapshot file:
+/// `magic | version u32 | meta_len u32 | meta | data_len u64 | header_crc u32 | data |
+/// data_crc u32`; `header_crc` covers every byte before it, `data_crc` the data alone.
+pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    let mut meta_bytes = Vec::new();
+    codec::encode(meta, &mut meta_bytes);
+    let mut out = Vec::with_capacity(data.len() + meta_bytes.len() + 32);
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    put_u32(&mut out, SNAPSHOT_FILE_V1);
+    put_u32(&mut out, meta_bytes.len() as u32);
+    out.extend_from_slice(&meta_bytes);
+    put_u64(&mut out, data.len() as u64);
+    let crc = crc32c::crc32c(&out);
+    put_u32(&mut out, crc);
+    out.extend_from_slice(data);
+    put_u32(&mut out, crc32c::crc32c(data));
+    out
+}
+
+/// Reads a snapshot file; any damage is an error. `data_bytes_max` bounds the data
+/// length, checked before allocating.
+pub fn decode_snapshot_file(
+    bytes: &[u8],
+    data_bytes_max: u64,
+) -> Result<(SnapshotMeta, Vec<u8>), String> {
+    let mut reader = Reader::new(bytes);
+    read_magic(&mut reader, SNAPSHOT_MAGIC, SNAPSHOT_FILE_V1)?;
+    let meta_bytes =
+        reader.bytes("snapshot meta", SNAPSHOT_META_BYTES_MAX).map_err(|e| e.to_string())?;
+    let data_len = reader.u64("snapshot length").map_err(|e| e.to_string())?;
+    let header_len = bytes.len() as u64 - reader.remaining();
+    let header_crc = reader.u32("header checksum").map_err(|e| e.to_string())?;
+    if crc32c::crc32c(&bytes[..header_len as usize]) != header_crc {
+        return Err("header checksum mismatch".into());
+    }
+    if data_len > data_bytes_max {
+        return Err(format!("snapshot of {data_len} bytes exceeds the limit of {data_bytes_max}"));
+    }
+    let meta: SnapshotMeta = codec::decode(&meta_bytes).map_err(|e| e.to_string())?;
+    let data = reader.take("snapshot data", data_len).map_err(|e| e.to_string())?;
+    let data_crc = reader.u32("data checksum").map_err(|e| e.to_string())?;
+    reader.finish().map_err(|e| e.to_string())?;
+    if crc32c::crc32c(data) != data_crc {
+        return Err("data checksum mismatch".into());
+    }
+    Ok((meta, data.to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_types::EntryPayload;
+
+    fn noop(epoch: u64, index: u64) -> Entry {
+        Entry { epoch: Epoch(epoch), index: LogIndex(index), payload: EntryPayload::Noop }
+    }
+
+    fn segment(first: u64, entries: &[Entry]) -> Vec<u8> {
+        let mut bytes = segment_header(LogIndex(first));
+        for entry in entries {
+            encode_record(entry, &mut bytes);
+        }
+        bytes
+    }
+
+    #[test]
+    fn names_round_trip_and_sort_by_index() {
+        assert_eq!(parse_segment_name(&segment_name(LogIndex(42))), Some(LogIndex(42)));
+        assert_eq!(parse_snapshot_name(&snapshot_name(LogIndex(7))), Some(LogIndex(7)));
+        assert!(segment_name(LogIndex(9)) < segment_name(LogIndex(10)));
+        assert_eq!(parse_segment_name("wal-12.log"), None);
+        assert_eq!(parse_segment_name(&format!("{}.tmp", segment_name(LogIndex(1)))), None);
+    }
+
+    #[test]
+    fn a_clean_segment_scans_whole() {
+        let entries = [noop(1, 5), noop(1, 6), noop(2, 7)];
+        let bytes = segment(5, &entries);
+        let scan = scan_segment(&bytes, LogIndex(5), Epoch(1), 1024);
+        assert_eq!(scan.entries, entries);
+        assert_eq!(scan.valid_bytes, bytes.len() as u64);
+        assert_eq!(scan.stop, None);
+    }
+
+    #[test]
+    fn a_cut_at_every_byte_of_the_last_record_keeps_the_prefix() {
+        let entries = [noop(1, 1), noop(1, 2)];
+        let bytes = segment(1, &entries);
+        let whole_first = scan_segment(&segment(1, &entries[..1]), LogIndex(1), Epoch(0), 1024);
+        for cut in whole_first.valid_bytes as usize..bytes.len() {
+            let scan = scan_segment(&bytes[..cut], LogIndex(1), Epoch(0), 1024);
+            assert_eq!(scan.entries, entries[..1], "cut at {cut}");
+            assert_eq!(scan.valid_bytes, whole_first.valid_bytes);
+            assert!(cut == whole_first.valid_bytes as usize || scan.stop.is_some());
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_ends_the_valid_prefix_there() {
+        let entries = [noop(1, 1), noop(1, 2), noop(1, 3)];
+        let mut bytes = segment(1, &entries);
+        let ends = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024).record_ends;
+        bytes[ends[0] as usize + 9] ^= 0x40;
+        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        assert_eq!(scan.entries, entries[..1]);
+        assert_eq!(scan.stop, Some(ScanStop::BadChecksum));
+    }
+
+    #[test]
+    fn wrong_index_lower_epoch_and_bad_header_stop_the_scan() {
+        let bytes = segment(1, &[noop(1, 1), noop(1, 3)]);
+        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        assert_eq!(scan.entries.len(), 1);
+        assert!(matches!(scan.stop, Some(ScanStop::OutOfOrder { .. })));
+        let bytes = segment(1, &[noop(2, 1), noop(1, 2)]);
+        assert_eq!(scan_segment(&bytes, LogIndex(1), Epoch(0), 1024).entries.len(), 1);
+        let scan = scan_segment(&bytes, LogIndex(2), Epoch(0), 1024);
+        assert!(matches!(scan.stop, Some(ScanStop::BadHeader(_))));
+        assert_eq!(scan.valid_bytes, 0);
+    }
+
+    #[test]
+    fn zeroed_tail_and_oversized_lengths_stop_the_scan() {
+        let mut bytes = segment(1, &[noop(1, 1)]);
+        bytes.extend_from_slice(&[0; 32]);
+        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        assert_eq!((scan.entries.len(), scan.stop), (1, Some(ScanStop::BadLength(0))));
+        let bytes = segment(1, &[noop(1, 1)]);
+        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 4);
+        assert!(matches!(scan.stop, Some(ScanStop::BadLength(_))));
+    }
+
+    #[test]
+    fn hard_state_file_round_trips_and_detects_damage() {
+        let hard_state = HardState { epoch: Epoch(4), voted_for: Some(keel_types::NodeId(2)) };
+        let bytes = encode_hard_state_file(&hard_state);
+        assert_eq!(decode_hard_state_file(&bytes), Ok(hard_state));
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1;
+            assert!(decode_hard_state_file(&damaged).is_err(), "flip at {at}");
+            assert!(decode_hard_state_file(&bytes[..at]).is_err(), "cut at {at}");
+        }
+    }
+
+    #[test]
+    fn snapshot_file_round_trips_and_detects_damage() {
+        let meta = SnapshotMeta { last_index: LogIndex(9), last_epoch: Epoch(2) };
+        let bytes = encode_snapshot_file(&meta, b"state");
+        assert_eq!(decode_snapshot_file(&bytes, 1024), Ok((meta, b"state".to_vec())));
+        assert!(decode_snapshot_file(&bytes, 4).is_err());
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1;
+            assert!(decode_snapshot_file(&damaged, 1024).is_err(), "flip at {at}");
+            assert!(decode_snapshot_file(&bytes[..at], 1024).is_err(), "cut at {at}");
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Recovery: read the directory, keep the longest valid prefix of the log, join it to
+//! the snapshot, repair the disk, rebuild the in-memory state.
+//!
+//! Steps (see `docs/format.md`, "Recovery"):
+//! 1. remove temporary files (an interrupted atomic replace);
+//! 2. read the hard state (a bad checksum is corruption: the file is replaced atomically);
+//! 3. read the newest snapshot, remove older ones;
+//! 4. scan segments in index order; the first torn or corrupt record, bad header, empty
+//!    segment or gap ends the log there;
+//! 5. join the log to the snapshot: entries at or below the snapshot are dropped; a log
+//!    that ends before the snapshot or disagrees with it at the snapshot's index is
+//!    discarded; a log that starts after `snapshot + 1` is corruption;
+//! 6. cut the tail, remove dropped segments, fsync what is kept and the directory.
+
+use crate::disk::Disk;
+use crate::error::{StorageError, StorageResult};
+use crate::format::{
+    decode_hard_state_file, decode_snapshot_file, parse_segment_name, parse_snapshot_name,
+    scan_segment, segment_name, snapshot_name, HARD_STATE_NAME, TEMP_SUFFIX,
+};
+use crate::storage::Recovered;
+use crate::wal::{LogState, Segment, Wal};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The valid prefix of the log as found on disk, before joining it to the snapshot.
+#[derive(Debug, Default)]
+struct ScannedLog {
+    segments: Vec<Segment>,
+    entries: Vec<Entry>,
+    /// A segment to cut to a length (its tail is torn or corrupt).
+    cut: Option<(LogIndex, u64)>,
+    /// Segments to remove: after the end of the valid prefix.
+    dropped: Vec<LogIndex>,
+}
+
+/// Whether the scanned log survives joining the snapshot.
+#[derive(Debug, PartialEq, Eq)]
+enum Join {
+    Keep,
+    Discard,
+}
+
+/// Decides how the log joins the snapshot (step 5).
+fn join(entries: &[Entry], snapshot: Option<SnapshotMeta>) -> Result<Join, String> {
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return Ok(Join::Keep);
+    };
+    let floor = snapshot.map_or(LogIndex::ZERO, |meta| meta.last_index);
+    if first.index > floor.next() {
+        return Err(format!("log starts at {} but the snapshot ends at {floor}", first.index));
+    }
+    let Some(meta) = snapshot else { return Ok(Join::Keep) };
+    if last.index < meta.last_index {
+        return Ok(Join::Discard);
+    }
+    if first.index <= meta.last_index {
+        let at = &entries[(meta.last_index.0 - first.index.0) as usize];
+        assert_eq!(at.index, meta.last_index);
+        if at.epoch != meta.last_epoch {
+            return Ok(Join::Discard);
+        }
+    }
+    Ok(Join::Keep)
+}
+
+impl<D: Disk> Wal<D> {
+    /// [`crate::Storage::recover`]'s implementation.
+    pub(crate) fn recover_from_disk(&mut self) -> StorageResult<Recovered> {
+        assert!(self.log.is_none(), "recover runs once, before any other call");
+        let names = self.io("list", "directory", |d| d.list())?;
+        for temp in names.iter().filter(|name| name.ends_with(TEMP_SUFFIX)) {
+            self.io("remove", temp, |d| d.remove(temp))?;
+        }
+        let hard_state = self.recover_hard_state(&names)?;
+        let snapshot = self.recover_snapshot(&names)?;
+        let meta = snapshot.as_ref().map(|(meta, _)| *meta);
+        let mut scanned = self.scan_log(&names)?;
+        let decision = match join(&scanned.entries, meta) {
+            Ok(decision) => decision,
+            Err(reason) => {
+                let name = segment_name(scanned.segments[0].first);
+                return self.fail(StorageError::Corrupt { name, reason });
+            }
+        };
+        if decision == Join::Discard {
+            scanned.dropped.extend(scanned.segments.drain(..).map(|s| s.first));
+            scanned.entries.clear();
+            scanned.cut = None;
+        }
+        self.repair(&scanned)?;
+        let entries = self.install(scanned, meta);
+        let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
+        assert!(entries.first().is_none_or(|entry| entry.index == floor.next()));
+        assert!(entries.windows(2).all(|pair| pair[1].index == pair[0].index.next()));
+        Ok(Recovered { hard_state, snapshot, entries })
+    }
+
+    fn recover_hard_state(&mut self, names: &[String]) -> StorageResult<HardState> {
+        if !names.iter().any(|name| name == HARD_STATE_NAME) {
+            return Ok(HardState::default());
+        }
+        let bytes = self.io("read", HARD_STATE_NAME, |d| d.read(HARD_STATE_NAME))?;
+        decode_hard_state_file(&bytes).or_else(|reason| {
+            self.fail(StorageError::Corrupt { name: HARD_STATE_NAME.to_string(), reason })
+        })
+    }
+
+    /// Reads the newest snapshot and removes older ones.
+    fn recover_snapshot(
+        &mut self,
+        names: &[String],
+    ) -> StorageResult<Option<(SnapshotMeta, Vec<u8>)>> {
+        let indexes: BTreeSet<LogIndex> =
+            names.iter().filter_map(|name| parse_snapshot_name(name)).collect();
+        let Some(newest) = indexes.last().copied() else { return Ok(None) };
+        let name = snapshot_name(newest);
+        let bytes = self.io("read", &name, |d| d.read(&name))?;
+        let decoded = decode_snapshot_file(&bytes, self.config_ref().snapshot_bytes_max);
+        let (meta, data) = match decoded {
+            Ok((meta, _)) if meta.last_index != newest => {
+                let reason = format!("names index {newest} but holds {}", meta.last_index);
+                return self.fail(StorageError::Corrupt { name, reason });
+            }
+            Ok(snapshot) => snapshot,
+            Err(reason) => return self.fail(StorageError::Corrupt { name, reason }),
+        };
+        for older in indexes.range(..newest) {
+            let name = snapshot_name(*older);
+            self.io("remove", &name, |d| d.remove(&name))?;
+        }
+        Ok(Some((meta, data)))
+    }
+
+    /// Scans segments in index order, keeping the longest valid prefix (step 4).
+    fn scan_log(&mut self, names: &[String]) -> StorageResult<ScannedLog> {
+        let firsts: BTreeSet<LogIndex> =
+            names.iter().filter_map(|n| parse_segment_name(n)).collect();
+        let mut scanned = ScannedLog::default();
+        let mut expected: Option<LogIndex> = None;
+        let mut epoch_floor = Epoch::default();
+        let mut stopped = false;
+        for first in firsts {
+            if stopped || expected.is_some_and(|expected| expected != first) {
+                stopped = true;
+                scanned.dropped.push(first);
+                continue;
+            }
+            let name = segment_name(first);
+            let bytes = self.io("read", &name, |d| d.read(&name))?;
+            let record_bytes_max = self.config_ref().record_bytes_max;
+            let scan = scan_segment(&bytes, first, epoch_floor, record_bytes_max);
+            stopped = scan.valid_bytes < bytes.len() as u64;
+            let Some(last) = scan.entries.last() else {
+                stopped = true; // nothing may follow an empty segment: its index is taken
+                scanned.dropped.push(first);
+                continue;
+            };
+            if stopped {
+                scanned.cut = Some((first, scan.valid_bytes));
+            }
+            epoch_floor = last.epoch;
+            expected = Some(last.index.next());
+            scanned.entries.extend(scan.entries);
+            scanned.segments.push(Segment { first, record_ends: scan.record_ends });
+            let max = self.config_ref().recovered_entries_max;
+            if scanned.entries.len() as u64 > max {
+                let len = scanned.entries.len() as u64;
+                return self.fail(StorageError::TooLarge { what: "recovered log", len, max });
+            }
+        }
+        Ok(scanned)
+    }
+
+    /// Cuts the torn tail, removes dropped segments, fsyncs what is kept (step 6).
+    fn repair(&mut self, scanned: &ScannedLog) -> StorageResult<()> {
+        if let Some((first, len)) = scanned.cut {
+            let name = segment_name(first);
+            self.io("truncate", &name, |d| d.truncate(&name, len))?;
+        }
+        for first in &scanned.dropped {
+            let name = segment_name(*first);
+            self.io("remove", &name, |d| d.remove(&name))?;
+        }
+        // Bytes read back may have been in the page cache only (a process crash): make
+        // them durable before reporting them synced.
+        for segment in &scanned.segments {
+            let name = segment.name();
+            self.io("fsync", &name, |d| d.sync(&name))?;
+        }
+        self.io("fsync", "directory", |d| d.sync_dir())
+    }
+
+    /// Builds the in-memory state; returns the entries after the snapshot.
+    fn install(&mut self, scanned: ScannedLog, meta: Option<SnapshotMeta>) -> Vec<Entry> {
+        let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
+        let mut epoch_runs = BTreeMap::new();
+        let mut run_epoch = None;
+        for entry in &scanned.entries {
+            if run_epoch != Some(entry.epoch) {
+                epoch_runs.insert(entry.index, entry.epoch);
+                run_epoch = Some(entry.epoch);
+            }
+        }
+        let (last_index, last_epoch) = match scanned.entries.last() {
+            Some(last) => (last.index, last.epoch),
+            None => (floor, meta.map_or(Epoch::default(), |meta| meta.last_epoch)),
+        };
+        assert!(last_index >= floor, "a kept log reaches the snapshot");
+        let segments = scanned.segments.into_iter().map(|s| (s.first, s)).collect();
+        self.log = Some(LogState {
+            segments,
+            epoch_runs,
+            last_index,
+            last_epoch,
+            synced_index: last_index,
+            snapshot: meta,
+            dirty: BTreeSet::new(),
+            dir_dirty: false,
+        });
+        let mut entries = scanned.entries;
+        let skip = entries.iter().take_while(|entry| entry.index <= floor).count();
+        entries.drain(..skip);
+        entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_types::EntryPayload;
+
+    fn log(first: u64, last: u64, epoch: u64) -> Vec<Entry> {
+        (first..=last)
+            .map(|i| Entry { epoch: Epoch(epoch), index: LogIndex(i), payload: EntryPayload::Noop })
+            .collect()
+    }
+
+    fn meta(index: u64, epoch: u64) -> Option<SnapshotMeta> {
+        Some(SnapshotMeta { last_index: LogIndex(index), last_epoch: Epoch(epoch) })
+    }
+
+    #[test]
+    fn join_keeps_a_log_that_matches_or_starts_right_after_the_snapshot() {
+        assert_eq!(join(&log(1, 5, 1), None), Ok(Join::Keep));
+        assert_eq!(join(&log(1, 5, 1), meta(3, 1)), Ok(Join::Keep));
+        assert_eq!(join(&log(4, 5, 1), meta(3, 1)), Ok(Join::Keep));
+        assert_eq!(join(&[], meta(3, 1)), Ok(Join::Keep));
+    }
+
+    #[test]
+    fn join_discards_a_stale_or_conflicting_log_and_refuses_a_gap() {
+        assert_eq!(join(&log(1, 2, 1), meta(3, 1)), Ok(Join::Discard));
+        assert_eq!(join(&log(1, 5, 1), meta(3, 2)), Ok(Join::Discard));
+        assert!(join(&log(5, 6, 1), meta(3, 1)).is_err());
+        assert!(join(&log(2, 6, 1), None).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! The one trait drivers persist through, and what recovery hands back.
+
+use crate::error::StorageResult;
+use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
+
+/// Everything a node recovered from its disk at start-up. The same fields as the leader
+/// engine's `PersistedState`, so a driver converts field by field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The epoch and vote (default if never saved).
+    pub hard_state: HardState,
+    /// The newest snapshot, with its bytes as the engine produced them.
+    pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// The longest valid prefix of log entries after the snapshot, contiguous, starting
+    /// at the snapshot's last index + 1 (or 1 without a snapshot).
+    pub entries: Vec<Entry>,
+}
+
+/// A node's durable state: its log, hard state and snapshot.
+///
+/// Driving order (see the engine's `Outputs`): `recover` once at start-up, then per step
+/// `save_hard_state`, `truncate_after`, `append`, `sync`, `save_snapshot`,
+/// `compact_through`, as the engine asks.
+///
+/// Failure: every error is fatal to the node and never retryable. After any failed write
+/// or fsync the storage is poisoned: that call and every later one return an error
+/// ([`crate::StorageError::Poisoned`] after the first), nothing is reported durable that
+/// was not, and the node must stop; on restart, [`Storage::recover`] on a fresh instance
+/// rebuilds a consistent state from what reached the disk. Calls that break the contract
+/// below (gaps in indexes, truncating into the snapshot, using the storage before
+/// `recover`) are programmer errors and panic.
+pub trait Storage {
+    /// Reads the disk and repairs it: removes temporary files, cuts a torn or corrupt log
+    /// tail (the longest valid prefix stays), drops log entries the snapshot replaces,
+    /// fsyncs what it keeps. Call exactly once, before any other call.
+    ///
+    /// Fails with [`crate::StorageError::Corrupt`] when damage is not a torn tail: a bad
+    /// hard-state or snapshot checksum, or a log that starts after its snapshot's end.
+    fn recover(&mut self) -> StorageResult<Recovered>;
+
+    /// Appends entries after the last one; they are written to a buffer, not durable
+    /// until [`Storage::sync`] returns. Indexes must continue the log without a gap and
+    /// epochs must not decrease (panics otherwise). An empty slice does nothing.
+    fn append(&mut self, entries: &[Entry]) -> StorageResult<()>;
+
+    /// Removes every entry after `index` (a conflicting suffix), durably: on return the
+    /// removed entries can no longer reappear after a crash. `index` at or past the last
+    /// entry does nothing; `index` below the snapshot's last index panics.
+    fn truncate_after(&mut self, index: LogIndex) -> StorageResult<()>;
+
+    /// Makes every appended entry durable (flush, fsync the segments written since the
+    /// last sync, fsync the directory if segments were created). Returns the last index,
+    /// now durable. Cheap when nothing was appended.
+    fn sync(&mut self) -> StorageResult<LogIndex>;
+
+    /// Replaces the hard state atomically and durably (temporary file, fsync, rename,
+    /// directory fsync) before returning.
+    fn save_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()>;
+
+    /// Saves a snapshot atomically and durably before returning, and deletes the older
+    /// one. If the log does not hold `meta.last_index` with epoch `meta.last_epoch`, the
+    /// whole log is discarded and the next append starts at `meta.last_index + 1`.
+    /// `meta.last_index` below the current snapshot's panics.
+    fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()>;
+
+    /// Deletes whole log segments whose entries are all at or below `index`; `index`
+    /// must not pass the saved snapshot (panics). The segment being written is kept.
+    fn compact_through(&mut self, index: LogIndex) -> StorageResult<()>;
+
+    /// The last entry's index (buffered or durable); the snapshot's last index if the
+    /// log after it is empty.
+    fn last_index(&self) -> LogIndex;
+
+    /// The highest index known durable: entries up to it survive any crash.
+    fn synced_index(&self) -> LogIndex;
+}

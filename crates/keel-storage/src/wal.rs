@@ -1,0 +1,441 @@
+//! The segmented write-ahead log over any [`Disk`]: appends, syncs, truncation,
+//! snapshots, compaction. Recovery lives in `recovery.rs`.
+//!
+//! In memory the log keeps no entries, only where each record ends (to cut a suffix) and
+//! where each epoch starts (to check a snapshot against the log). State machine of one
+//! instance: `new` → `recover` → operations; any I/O failure → poisoned (terminal).
+
+use crate::config::StorageConfig;
+use crate::disk::{Disk, FileDisk};
+use crate::error::{StorageError, StorageResult};
+use crate::format::{
+    encode_hard_state_file, encode_record, encode_snapshot_file, segment_header, segment_name,
+    snapshot_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
+};
+use crate::storage::{Recovered, Storage};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::Path;
+
+/// The write-ahead log over the host file system.
+pub type FileStorage = Wal<FileDisk>;
+
+/// One segment file: its first index and the byte offset just past each of its records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) first: LogIndex,
+    pub(crate) record_ends: Vec<u64>,
+}
+
+impl Segment {
+    pub(crate) fn name(&self) -> String {
+        segment_name(self.first)
+    }
+
+    /// The segment's size in bytes (its header, if it holds no record yet).
+    fn bytes(&self) -> u64 {
+        self.record_ends.last().copied().unwrap_or(SEGMENT_HEADER_BYTES)
+    }
+
+    /// The index of its last entry (`first - 1` when empty).
+    fn last(&self) -> LogIndex {
+        LogIndex(self.first.0 + self.record_ends.len() as u64).prev()
+    }
+
+    /// Where the record of `index` starts.
+    fn record_start(&self, index: LogIndex) -> u64 {
+        assert!(index >= self.first && index <= self.last(), "{index} not in segment");
+        let position = (index.0 - self.first.0) as usize;
+        if position == 0 {
+            SEGMENT_HEADER_BYTES
+        } else {
+            self.record_ends[position - 1]
+        }
+    }
+}
+
+/// What the log knows about itself after recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LogState {
+    /// Segments by first index; contiguous; only the last may be empty.
+    pub(crate) segments: BTreeMap<LogIndex, Segment>,
+    /// First index of each run of entries of one epoch, over the segments' entries.
+    pub(crate) epoch_runs: BTreeMap<LogIndex, Epoch>,
+    pub(crate) last_index: LogIndex,
+    pub(crate) last_epoch: Epoch,
+    pub(crate) synced_index: LogIndex,
+    pub(crate) snapshot: Option<SnapshotMeta>,
+    /// Segments with appends not yet fsynced.
+    pub(crate) dirty: BTreeSet<LogIndex>,
+    /// Whether segment files were created since the last directory fsync.
+    pub(crate) dir_dirty: bool,
+}
+
+impl LogState {
+    fn snapshot_index(&self) -> LogIndex {
+        self.snapshot.map_or(LogIndex::ZERO, |meta| meta.last_index)
+    }
+
+    /// The epoch of the entry at `index`, if the log or the snapshot knows it.
+    fn epoch_at(&self, index: LogIndex) -> Option<Epoch> {
+        if index == LogIndex::ZERO {
+            return Some(Epoch::default());
+        }
+        if let Some(meta) = self.snapshot.filter(|meta| meta.last_index == index) {
+            return Some(meta.last_epoch);
+        }
+        let first = *self.segments.first_key_value()?.0;
+        if index < first || index > self.last_index {
+            return None;
+        }
+        self.epoch_runs.range(..=index).next_back().map(|(_, epoch)| *epoch)
+    }
+}
+
+/// A segmented write-ahead log with a hard-state file and snapshot files, over a
+/// [`Disk`]. Implements [`Storage`]; see there for the contract and failure behaviour.
+#[derive(Clone, Debug)]
+pub struct Wal<D: Disk> {
+    disk: D,
+    config: StorageConfig,
+    /// `None` until `recover` ran.
+    pub(crate) log: Option<LogState>,
+    /// The first failure; once set, every call fails.
+    poison: Option<String>,
+}
+
+impl Wal<FileDisk> {
+    /// Opens (creating if needed) the storage directory `dir`. Call
+    /// [`Storage::recover`] before anything else.
+    pub fn open(dir: impl AsRef<Path>, config: StorageConfig) -> StorageResult<FileStorage> {
+        let name = dir.as_ref().display().to_string();
+        let disk =
+            FileDisk::open(dir).map_err(|source| StorageError::Io { op: "open", name, source })?;
+        Ok(Wal::new(disk, config))
+    }
+}
+
+impl<D: Disk> Wal<D> {
+    /// A log over `disk`; call [`Storage::recover`] before anything else.
+    pub fn new(disk: D, config: StorageConfig) -> Wal<D> {
+        config.assert_valid();
+        Wal { disk, config, log: None, poison: None }
+    }
+
+    /// The limits this log enforces.
+    pub fn config(&self) -> &StorageConfig {
+        &self.config
+    }
+
+    /// Whether an earlier failure poisoned the storage.
+    pub fn is_poisoned(&self) -> bool {
+        self.poison.is_some()
+    }
+
+    /// The saved snapshot's metadata, if any. Panics before `recover`.
+    pub fn snapshot_meta(&self) -> Option<SnapshotMeta> {
+        self.log().snapshot
+    }
+
+    /// How many segment files the log has now. Panics before `recover`.
+    pub fn segment_count(&self) -> usize {
+        self.log().segments.len()
+    }
+
+    pub(crate) fn disk_mut_unchecked(&mut self) -> &mut D {
+        &mut self.disk
+    }
+
+    pub(crate) fn config_ref(&self) -> &StorageConfig {
+        &self.config
+    }
+
+    /// Drops all in-memory state, as a restart does; `recover` must run next.
+    pub(crate) fn forget(&mut self) {
+        self.log = None;
+        self.poison = None;
+    }
+
+    /// Where the record of `index` sits: segment name and byte offset.
+    pub(crate) fn record_offset(&self, index: LogIndex) -> Option<(String, u64)> {
+        let (_, segment) = self.log.as_ref()?.segments.range(..=index).next_back()?;
+        (index <= segment.last()).then(|| (segment.name(), segment.record_start(index)))
+    }
+
+    pub(crate) fn log(&self) -> &LogState {
+        self.log.as_ref().expect("storage used before recover")
+    }
+
+    fn log_mut(&mut self) -> &mut LogState {
+        self.log.as_mut().expect("storage used before recover")
+    }
+
+    /// Fails if poisoned; panics if `recover` has not run.
+    fn ready(&self) -> StorageResult<()> {
+        if let Some(cause) = &self.poison {
+            return Err(StorageError::Poisoned { cause: cause.clone() });
+        }
+        assert!(self.log.is_some(), "storage used before recover");
+        Ok(())
+    }
+
+    /// Runs one disk operation; a failure poisons the storage.
+    pub(crate) fn io<T>(
+        &mut self,
+        op: &'static str,
+        name: &str,
+        run: impl FnOnce(&mut D) -> io::Result<T>,
+    ) -> StorageResult<T> {
+        if let Some(cause) = &self.poison {
+            return Err(StorageError::Poisoned { cause: cause.clone() });
+        }
+        run(&mut self.disk).map_err(|source| {
+            self.poison = Some(format!("{op} {name}: {source}"));
+            StorageError::Io { op, name: name.to_string(), source }
+        })
+    }
+
+    /// Poisons the storage with `error`.
+    pub(crate) fn fail<T>(&mut self, error: StorageError) -> StorageResult<T> {
+        self.poison = Some(error.to_string());
+        Err(error)
+    }
+
+    /// Replaces `name` atomically: temporary file, fsync, rename, directory fsync.
+    fn write_atomic(&mut self, name: &str, bytes: &[u8]) -> StorageResult<()> {
+        let temp = format!("{name}{TEMP_SUFFIX}");
+        self.io("create", &temp, |d| d.create(&temp))?;
+        self.io("write", &temp, |d| d.append(&temp, bytes))?;
+        self.io("fsync", &temp, |d| d.sync(&temp))?;
+        self.io("rename", &temp, |d| d.rename(&temp, name))?;
+        self.sync_dir()
+    }
+
+    fn sync_dir(&mut self) -> StorageResult<()> {
+        self.io("fsync", "directory", |d| d.sync_dir())?;
+        self.log_mut().dir_dirty = false;
+        Ok(())
+    }
+
+    fn create_segment(&mut self, first: LogIndex) -> StorageResult<()> {
+        let name = segment_name(first);
+        self.io("create", &name, |d| d.create(&name))?;
+        self.io("write", &name, |d| d.append(&name, &segment_header(first)))?;
+        let log = self.log_mut();
+        assert!(log.segments.last_key_value().is_none_or(|(last, _)| *last < first));
+        log.segments.insert(first, Segment { first, record_ends: Vec::new() });
+        log.dirty.insert(first);
+        log.dir_dirty = true;
+        Ok(())
+    }
+
+    /// Removes segment files; the caller fsyncs the directory.
+    fn remove_segments(&mut self, firsts: &[LogIndex]) -> StorageResult<()> {
+        for first in firsts {
+            let name = segment_name(*first);
+            self.io("remove", &name, |d| d.remove(&name))?;
+            let log = self.log_mut();
+            assert!(log.segments.remove(first).is_some(), "removing an unknown segment");
+            log.dirty.remove(first);
+        }
+        Ok(())
+    }
+
+    fn append_record(&mut self, entry: &Entry, record: &[u8]) -> StorageResult<()> {
+        let log = self.log();
+        assert_eq!(entry.index, log.last_index.next(), "appends must continue the log");
+        assert!(entry.epoch >= log.last_epoch, "epochs never decrease along the log");
+        let roll = match log.segments.last_key_value() {
+            None => true,
+            Some((_, segment)) => {
+                !segment.record_ends.is_empty()
+                    && segment.bytes() + record.len() as u64 > self.config.segment_bytes_max
+            }
+        };
+        if roll {
+            self.create_segment(entry.index)?;
+        }
+        let (first, name) = {
+            let (first, segment) = self.log().segments.last_key_value().expect("a segment");
+            (*first, segment.name())
+        };
+        self.io("write", &name, |d| d.append(&name, record))?;
+        let log = self.log_mut();
+        let segment = log.segments.get_mut(&first).expect("the active segment");
+        let end = segment.bytes() + record.len() as u64;
+        segment.record_ends.push(end);
+        if log.epoch_runs.last_key_value().map(|(_, epoch)| *epoch) != Some(entry.epoch) {
+            log.epoch_runs.insert(entry.index, entry.epoch);
+        }
+        log.last_index = entry.index;
+        log.last_epoch = entry.epoch;
+        log.dirty.insert(first);
+        Ok(())
+    }
+
+    /// Discards every segment (a snapshot replaced the log); the caller fsyncs the
+    /// directory.
+    fn discard_log(&mut self, meta: SnapshotMeta) -> StorageResult<()> {
+        let firsts: Vec<LogIndex> = self.log().segments.keys().copied().collect();
+        self.remove_segments(&firsts)?;
+        let log = self.log_mut();
+        assert!(log.segments.is_empty() && log.dirty.is_empty());
+        log.epoch_runs.clear();
+        log.last_index = meta.last_index;
+        log.last_epoch = meta.last_epoch;
+        log.synced_index = meta.last_index;
+        Ok(())
+    }
+}
+
+impl<D: Disk> Storage for Wal<D> {
+    fn recover(&mut self) -> StorageResult<Recovered> {
+        self.recover_from_disk()
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> StorageResult<()> {
+        self.ready()?;
+        let record_bytes_max = u64::from(self.config.record_bytes_max);
+        let mut record = Vec::new();
+        for entry in entries {
+            record.clear();
+            let record_bytes = encode_record(entry, &mut record);
+            let payload_bytes = record_bytes - RECORD_HEADER_BYTES;
+            if payload_bytes > record_bytes_max {
+                let what = "log record";
+                return self.fail(StorageError::TooLarge {
+                    what,
+                    len: payload_bytes,
+                    max: record_bytes_max,
+                });
+            }
+            self.append_record(entry, &record)?;
+        }
+        assert!(entries.last().is_none_or(|e| e.index == self.log().last_index));
+        Ok(())
+    }
+
+    fn truncate_after(&mut self, index: LogIndex) -> StorageResult<()> {
+        self.ready()?;
+        let log = self.log();
+        assert!(index >= log.snapshot_index(), "cannot truncate into the snapshot");
+        if index >= log.last_index {
+            return Ok(());
+        }
+        let doomed: Vec<LogIndex> = log.segments.range(index.next()..).map(|(f, _)| *f).collect();
+        let cut = log.segments.range(..=index).next_back().filter(|(_, s)| s.last() > index);
+        let cut = cut.map(|(first, segment)| {
+            let keep = (index.0 - first.0 + 1) as usize;
+            (*first, keep, segment.record_ends[keep - 1])
+        });
+        self.remove_segments(&doomed)?;
+        if let Some((first, keep, len)) = cut {
+            let name = segment_name(first);
+            self.io("truncate", &name, |d| d.truncate(&name, len))?;
+            self.io("fsync", &name, |d| d.sync(&name))?;
+            let log = self.log_mut();
+            log.segments.get_mut(&first).expect("cut segment").record_ends.truncate(keep);
+            log.dirty.remove(&first);
+        }
+        if !doomed.is_empty() {
+            self.sync_dir()?;
+        }
+        let log = self.log_mut();
+        log.epoch_runs.split_off(&index.next());
+        log.last_index = index;
+        log.synced_index = log.synced_index.min(index);
+        log.last_epoch = log.epoch_at(index).expect("the epoch of a kept entry is known");
+        assert!(log.segments.values().next_back().is_none_or(|s| s.last() == index));
+        Ok(())
+    }
+
+    fn sync(&mut self) -> StorageResult<LogIndex> {
+        self.ready()?;
+        let dirty = std::mem::take(&mut self.log_mut().dirty);
+        for first in dirty {
+            let name = segment_name(first);
+            self.io("fsync", &name, |d| d.sync(&name))?;
+        }
+        if self.log().dir_dirty {
+            self.sync_dir()?;
+        }
+        let log = self.log_mut();
+        assert!(log.dirty.is_empty() && !log.dir_dirty);
+        log.synced_index = log.last_index;
+        Ok(log.synced_index)
+    }
+
+    fn save_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
+        self.ready()?;
+        self.write_atomic(HARD_STATE_NAME, &encode_hard_state_file(hard_state))
+    }
+
+    fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()> {
+        self.ready()?;
+        let max = self.config.snapshot_bytes_max;
+        if data.len() as u64 > max {
+            let len = data.len() as u64;
+            return self.fail(StorageError::TooLarge { what: "snapshot", len, max });
+        }
+        let previous = self.log().snapshot;
+        assert!(previous.is_none_or(|p| p.last_index <= meta.last_index), "snapshot goes back");
+        self.write_atomic(&snapshot_name(meta.last_index), &encode_snapshot_file(&meta, data))?;
+        let mut removed = false;
+        if let Some(previous) = previous.filter(|p| p.last_index != meta.last_index) {
+            let name = snapshot_name(previous.last_index);
+            self.io("remove", &name, |d| d.remove(&name))?;
+            removed = true;
+        }
+        let log = self.log();
+        let joins = log.last_index >= meta.last_index
+            && log.epoch_at(meta.last_index) == Some(meta.last_epoch);
+        if !joins {
+            removed |= !log.segments.is_empty();
+            self.discard_log(meta)?;
+        }
+        let log = self.log_mut();
+        log.snapshot = Some(meta);
+        log.synced_index = log.synced_index.max(meta.last_index);
+        if removed {
+            self.sync_dir()?;
+        }
+        Ok(())
+    }
+
+    fn compact_through(&mut self, index: LogIndex) -> StorageResult<()> {
+        self.ready()?;
+        let log = self.log();
+        assert!(index <= log.snapshot_index(), "compaction may not pass the snapshot");
+        let active = log.segments.last_key_value().map(|(first, _)| *first);
+        let doomed: Vec<LogIndex> = log
+            .segments
+            .values()
+            .take_while(|s| Some(s.first) != active && s.last() <= index)
+            .map(|s| s.first)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        self.remove_segments(&doomed)?;
+        self.sync_dir()?;
+        let log = self.log_mut();
+        let first = *log.segments.first_key_value().expect("the active segment stays").0;
+        let run_start = *log.epoch_runs.range(..=first).next_back().expect("a run covers").0;
+        log.epoch_runs = log.epoch_runs.split_off(&run_start);
+        assert!(log.epoch_runs.keys().next() <= Some(&first));
+        Ok(())
+    }
+
+    fn last_index(&self) -> LogIndex {
+        self.log().last_index
+    }
+
+    fn synced_index(&self) -> LogIndex {
+        self.log().synced_index
+    }
+}
+
+#[cfg(test)]
+#[path = "wal_tests.rs"]
+mod tests;

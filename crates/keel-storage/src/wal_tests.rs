@@ -1,0 +1,380 @@
+//! Unit tests of the write-ahead log, run on the simulated disk and on real files.
+
+use crate::format::{segment_name, HARD_STATE_NAME};
+use crate::{Disk, FileStorage, SimFault, SimStorage, Storage, StorageConfig, StorageError, Wal};
+use keel_types::{
+    ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
+    RequestId, SnapshotMeta,
+};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("keel-storage-{label}-{}-{n}", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A storage a test can restart as after a process crash (the kernel keeps writes).
+trait Restart: Storage {
+    fn restart(&mut self);
+}
+
+impl Restart for SimStorage {
+    fn restart(&mut self) {
+        self.crash_process();
+    }
+}
+
+impl Restart for FileStorage {
+    fn restart(&mut self) {
+        let dir = self.disk_mut_unchecked().dir().to_path_buf();
+        let config = self.config().clone();
+        *self = Wal::open(dir, config).unwrap();
+    }
+}
+
+fn config() -> StorageConfig {
+    StorageConfig::small_segments(200)
+}
+
+fn entry(index: u64, epoch: u64) -> Entry {
+    let value = vec![b'v'; (index % 7) as usize * 5];
+    Entry {
+        epoch: Epoch(epoch),
+        index: LogIndex(index),
+        payload: EntryPayload::Write {
+            client: ClientId(index % 3),
+            request: RequestId(index),
+            durability: Durability::Memory,
+            command: Command::Put { key: format!("k{index}").into_bytes(), value },
+        },
+    }
+}
+
+fn entries(first: u64, last: u64, epoch: u64) -> Vec<Entry> {
+    (first..=last).map(|i| entry(i, epoch)).collect()
+}
+
+fn sim() -> SimStorage {
+    let mut storage = SimStorage::new_sim(config());
+    assert_eq!(storage.recover().unwrap(), Default::default());
+    storage
+}
+
+fn file(dir: &TempDir) -> FileStorage {
+    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    storage.recover().unwrap();
+    storage
+}
+
+/// Appends, syncs, truncates and snapshots, restarting in between; checks every recovery.
+fn round_trip_scenario(storage: &mut impl Restart) {
+    let hard_state = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)) };
+    storage.save_hard_state(&hard_state).unwrap();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    assert_eq!(storage.sync().unwrap(), LogIndex(30));
+    storage.restart();
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.hard_state, hard_state);
+    assert_eq!(recovered.entries, entries(1, 30, 1));
+    storage.truncate_after(LogIndex(12)).unwrap();
+    storage.append(&entries(13, 20, 2)).unwrap();
+    storage.restart();
+    let mut expected = entries(1, 12, 1);
+    expected.extend(entries(13, 20, 2));
+    assert_eq!(storage.recover().unwrap().entries, expected);
+    let meta = SnapshotMeta { last_index: LogIndex(15), last_epoch: Epoch(2) };
+    storage.save_snapshot(meta, b"state at 15").unwrap();
+    storage.compact_through(LogIndex(15)).unwrap();
+    storage.restart();
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.snapshot, Some((meta, b"state at 15".to_vec())));
+    assert_eq!(recovered.entries, entries(16, 20, 2));
+    assert_eq!(storage.last_index(), LogIndex(20));
+}
+
+#[test]
+fn round_trip_on_the_simulated_disk() {
+    round_trip_scenario(&mut sim());
+}
+
+#[test]
+fn round_trip_on_files() {
+    let dir = TempDir::new("round-trip");
+    round_trip_scenario(&mut file(&dir));
+}
+
+#[test]
+fn small_segments_roll_and_compaction_removes_covered_ones() {
+    let mut storage = sim();
+    storage.append(&entries(1, 40, 1)).unwrap();
+    storage.sync().unwrap();
+    let segments_before = storage.segment_count();
+    assert!(segments_before > 4, "200-byte segments roll often");
+    let meta = SnapshotMeta { last_index: LogIndex(30), last_epoch: Epoch(1) };
+    storage.save_snapshot(meta, b"s").unwrap();
+    storage.compact_through(LogIndex(30)).unwrap();
+    assert!(storage.segment_count() < segments_before);
+    let first_kept = *storage.log().segments.keys().next().unwrap();
+    assert!(first_kept <= LogIndex(31), "no entry after the snapshot was removed");
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(31, 40, 1));
+}
+
+#[test]
+fn a_crash_loses_exactly_the_unsynced_suffix() {
+    let mut storage = sim();
+    storage.append(&entries(1, 10, 1)).unwrap();
+    assert_eq!(storage.sync().unwrap(), LogIndex(10));
+    storage.append(&entries(11, 25, 1)).unwrap();
+    assert_eq!(storage.synced_index(), LogIndex(10));
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 10, 1));
+    assert_eq!((storage.last_index(), storage.synced_index()), (LogIndex(10), LogIndex(10)));
+    storage.append(&entries(11, 12, 2)).unwrap();
+    storage.sync().unwrap();
+    storage.crash();
+    let mut expected = entries(1, 10, 1);
+    expected.extend(entries(11, 12, 2));
+    assert_eq!(storage.recover().unwrap().entries, expected);
+}
+
+#[test]
+fn a_torn_last_record_is_cut_at_every_byte() {
+    let mut reference = sim();
+    reference.append(&entries(1, 5, 1)).unwrap();
+    reference.sync().unwrap();
+    reference.append(&[entry(6, 1)]).unwrap();
+    let (name, start) = reference.record_offset(LogIndex(6)).unwrap();
+    let full = reference.sim_disk().read(&name).unwrap().len() as u64;
+    assert!(full > start);
+    for keep in 0..=(full - start) {
+        let mut storage = reference.clone();
+        storage.crash_torn(keep);
+        let expected_last = if keep == full - start { 6 } else { 5 };
+        assert_eq!(storage.recover().unwrap().entries, entries(1, expected_last, 1), "keep {keep}");
+        storage.append(&[entry(expected_last + 1, 2)]).unwrap();
+        storage.sync().unwrap();
+        storage.crash();
+        assert_eq!(storage.recover().unwrap().entries.len() as u64, expected_last + 1);
+    }
+}
+
+#[test]
+fn a_torn_file_tail_is_cut_at_every_byte() {
+    let dir = TempDir::new("torn");
+    let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
+    storage.recover().unwrap();
+    storage.append(&entries(1, 3, 1)).unwrap();
+    storage.sync().unwrap();
+    let (name, start) = storage.record_offset(LogIndex(3)).unwrap();
+    drop(storage);
+    let path = dir.0.join(&name);
+    let image = std::fs::read(&path).unwrap();
+    for cut in start..image.len() as u64 {
+        std::fs::write(&path, &image[..cut as usize]).unwrap();
+        let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
+        assert_eq!(storage.recover().unwrap().entries, entries(1, 2, 1), "cut {cut}");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), start, "the tail is cut away");
+    }
+}
+
+#[test]
+fn a_corrupt_record_in_the_middle_ends_the_log_there() {
+    let mut storage = sim();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    storage.sync().unwrap();
+    let segments_before = storage.segment_count();
+    assert!(storage.corrupt_entry(LogIndex(9)));
+    assert!(!storage.corrupt_entry(LogIndex(99)));
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 8, 1));
+    assert!(storage.segment_count() < segments_before, "later segments are removed");
+    storage.append(&entries(9, 10, 2)).unwrap();
+    storage.sync().unwrap();
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries.len(), 10);
+}
+
+#[test]
+fn truncation_is_durable_and_crosses_segments() {
+    let mut storage = sim();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    storage.sync().unwrap();
+    let segments_before = storage.segment_count();
+    storage.truncate_after(LogIndex(4)).unwrap();
+    assert!(storage.segment_count() < segments_before);
+    assert_eq!((storage.last_index(), storage.synced_index()), (LogIndex(4), LogIndex(4)));
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 4, 1), "removed entries stay gone");
+    storage.truncate_after(LogIndex(9)).unwrap(); // past the end: nothing happens
+    storage.truncate_after(LogIndex(0)).unwrap();
+    assert_eq!(storage.segment_count(), 0);
+    storage.append(&entries(1, 3, 4)).unwrap();
+    storage.sync().unwrap();
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 3, 4));
+}
+
+#[test]
+fn truncation_at_a_segment_boundary_reuses_the_name() {
+    let mut storage = sim();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    storage.sync().unwrap();
+    let second = *storage.log().segments.keys().nth(1).unwrap();
+    storage.truncate_after(second.prev()).unwrap();
+    storage.append(&entries(second.0, second.0 + 2, 2)).unwrap();
+    storage.sync().unwrap();
+    storage.crash();
+    let recovered = storage.recover().unwrap().entries;
+    assert_eq!(recovered.len() as u64, second.0 + 2);
+    assert_eq!(recovered.last().unwrap().epoch, Epoch(2));
+}
+
+#[test]
+fn a_snapshot_past_the_log_or_disagreeing_with_it_replaces_the_log() {
+    let mut storage = sim();
+    storage.append(&entries(1, 5, 1)).unwrap();
+    storage.sync().unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(50), last_epoch: Epoch(3) };
+    storage.save_snapshot(meta, b"fifty").unwrap();
+    assert_eq!((storage.last_index(), storage.segment_count()), (LogIndex(50), 0));
+    storage.append(&entries(51, 52, 3)).unwrap();
+    storage.sync().unwrap();
+    storage.crash();
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.snapshot.unwrap().0, meta);
+    assert_eq!(recovered.entries, entries(51, 52, 3));
+    let conflicting = SnapshotMeta { last_index: LogIndex(52), last_epoch: Epoch(4) };
+    storage.save_snapshot(conflicting, b"other").unwrap();
+    assert_eq!(storage.segment_count(), 0);
+    storage.crash();
+    assert!(storage.recover().unwrap().entries.is_empty());
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_storage() {
+    let mut storage = sim();
+    storage.append(&entries(1, 3, 1)).unwrap();
+    storage.sync().unwrap();
+    storage.append(&entries(4, 6, 1)).unwrap();
+    storage.sim_disk().fail_next(SimFault::Sync);
+    assert!(matches!(storage.sync(), Err(StorageError::Io { op: "fsync", .. })));
+    assert!(storage.is_poisoned());
+    assert_eq!(storage.synced_index(), LogIndex(3), "nothing reported durable that is not");
+    let later = storage.append(&entries(7, 7, 1)).unwrap_err();
+    assert!(matches!(later, StorageError::Poisoned { .. }) && !later.is_retryable());
+    assert!(matches!(storage.sync(), Err(StorageError::Poisoned { .. })));
+    assert!(storage.save_hard_state(&HardState::default()).is_err());
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 3, 1));
+}
+
+#[test]
+fn a_failed_hard_state_write_keeps_the_old_one() {
+    let mut storage = sim();
+    let old = HardState { epoch: Epoch(1), voted_for: Some(NodeId(1)) };
+    storage.save_hard_state(&old).unwrap();
+    storage.sim_disk().fail_next(SimFault::Sync);
+    let new = HardState { epoch: Epoch(2), voted_for: Some(NodeId(3)) };
+    assert!(storage.save_hard_state(&new).is_err());
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().hard_state, old);
+    assert!(storage.sim_disk().list().unwrap().iter().all(|n| !n.ends_with(".tmp")));
+}
+
+#[test]
+fn a_damaged_hard_state_file_is_corruption() {
+    let dir = TempDir::new("hard-state");
+    let mut storage = file(&dir);
+    storage.save_hard_state(&HardState { epoch: Epoch(7), voted_for: None }).unwrap();
+    drop(storage);
+    let path = dir.0.join(HARD_STATE_NAME);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[9] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    assert!(matches!(storage.recover(), Err(StorageError::Corrupt { .. })));
+    assert!(storage.is_poisoned());
+}
+
+#[test]
+fn a_log_starting_after_its_snapshot_is_corruption() {
+    let mut storage = sim();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    storage.sync().unwrap();
+    let first_segment = segment_name(LogIndex(1));
+    storage.sim_disk().remove(&first_segment).unwrap();
+    storage.sim_disk().sync_dir().unwrap();
+    storage.crash();
+    assert!(matches!(storage.recover(), Err(StorageError::Corrupt { .. })));
+}
+
+#[test]
+fn an_oversized_record_is_refused() {
+    let mut storage = SimStorage::new_sim(StorageConfig { record_bytes_max: 40, ..config() });
+    storage.recover().unwrap();
+    storage
+        .append(&[Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop }])
+        .unwrap();
+    let err = storage.append(&[entry(2, 1)]).unwrap_err();
+    assert!(matches!(err, StorageError::TooLarge { what: "log record", .. }));
+    assert!(storage.is_poisoned());
+}
+
+#[test]
+fn an_empty_segment_left_by_a_crash_is_removed() {
+    let mut storage = sim();
+    storage.append(&entries(1, 3, 1)).unwrap();
+    storage.sync().unwrap();
+    let segments_before = storage.segment_count();
+    let name = segment_name(LogIndex(4));
+    let disk = storage.sim_disk();
+    disk.create(&name).unwrap();
+    disk.append(&name, &crate::format::segment_header(LogIndex(4))).unwrap();
+    disk.sync(&name).unwrap();
+    disk.sync_dir().unwrap();
+    storage.crash();
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 3, 1));
+    assert!(!storage.sim_disk().list().unwrap().contains(&name));
+    assert_eq!(storage.segment_count(), segments_before);
+}
+
+#[test]
+#[should_panic(expected = "storage used before recover")]
+fn use_before_recover_panics() {
+    let mut storage = SimStorage::new_sim(config());
+    let _ = storage.sync();
+}
+
+#[test]
+#[should_panic(expected = "appends must continue the log")]
+fn a_gap_in_appended_indexes_panics() {
+    let mut storage = sim();
+    storage.append(&entries(2, 3, 1)).unwrap();
+}
+
+#[test]
+#[should_panic(expected = "cannot truncate into the snapshot")]
+fn truncating_into_the_snapshot_panics() {
+    let mut storage = sim();
+    storage.append(&entries(1, 5, 1)).unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(4), last_epoch: Epoch(1) };
+    storage.save_snapshot(meta, b"").unwrap();
+    let _ = storage.truncate_after(LogIndex(3));
+}

@@ -1,0 +1,562 @@
+//! Keel's binary codec: explicit-width, little-endian, hand-written.
+//!
+//! Layout of this module:
+//! - [`encode`] / [`decode`]: the two entry points, for any type that is [`Encode`] /
+//!   [`Decode`] ([`Entry`], [`HardState`], [`SnapshotMeta`], [`Command`], ...).
+//! - [`Reader`]: a bounds-checked cursor over input bytes; every read checks what is left
+//!   before it copies or allocates, so arbitrary input never panics and never makes the
+//!   decoder allocate more than the input holds.
+//! - Writer helpers (`put_*`) append fixed-width little-endian integers and
+//!   length-prefixed byte strings.
+//!
+//! Rules: integers have explicit widths (`usize` never appears); byte strings are a `u32`
+//! length then the bytes, at most [`BYTES_LEN_MAX`]; an `Option` is a `u8` flag (0 or 1)
+//! then the value; every top-level record starts with a format version byte and every enum
+//! with a tag byte, so later versions and payload kinds can be added without ambiguity.
+//! `docs/format.md` lists the byte layouts.
+
+use crate::limits::VALUE_BYTES_CEILING;
+use crate::{
+    ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
+    RequestId, SnapshotMeta,
+};
+
+/// The longest byte string (key or value) the decoder accepts.
+pub const BYTES_LEN_MAX: u32 = VALUE_BYTES_CEILING;
+
+/// Format version byte that opens an encoded [`Entry`].
+pub const ENTRY_FORMAT_V1: u8 = 1;
+/// Format version byte that opens an encoded [`HardState`].
+pub const HARD_STATE_FORMAT_V1: u8 = 1;
+/// Format version byte that opens an encoded [`SnapshotMeta`].
+pub const SNAPSHOT_META_FORMAT_V1: u8 = 1;
+
+const PAYLOAD_NOOP: u8 = 0;
+const PAYLOAD_WRITE: u8 = 1;
+
+const COMMAND_GET: u8 = 1;
+const COMMAND_PUT: u8 = 2;
+const COMMAND_DELETE: u8 = 3;
+const COMMAND_CAS: u8 = 4;
+const COMMAND_INCR: u8 = 5;
+const COMMAND_SCAN: u8 = 6;
+
+const DURABILITY_MEMORY: u8 = 0;
+const DURABILITY_REPLICATED: u8 = 1;
+const DURABILITY_DURABLE: u8 = 2;
+
+/// Why bytes did not decode. Never retryable: the same bytes always fail the same way;
+/// the bytes are corrupt, truncated or from an unknown format version.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// The input ended before a field was complete.
+    #[error("truncated {what}: needed {needed} bytes, {remaining} left")]
+    Truncated {
+        /// The field being read.
+        what: &'static str,
+        /// Bytes the field needs.
+        needed: u64,
+        /// Bytes left in the input.
+        remaining: u64,
+    },
+    /// A tag or version byte that this version of Keel does not know.
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag {
+        /// The kind of tag (format version, payload, command, durability, option flag).
+        what: &'static str,
+        /// The byte found.
+        tag: u8,
+    },
+    /// A length prefix larger than the limit for that field.
+    #[error("{what} of {len} bytes exceeds the limit of {max} bytes")]
+    TooLong {
+        /// The field being read.
+        what: &'static str,
+        /// The length found.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Bytes left over after a complete value.
+    #[error("{count} trailing bytes after a complete value")]
+    TrailingBytes {
+        /// How many bytes were left.
+        count: u64,
+    },
+}
+
+/// A type with a binary encoding.
+pub trait Encode {
+    /// Appends the encoding of `self` to `out`.
+    fn encode_to(&self, out: &mut Vec<u8>);
+}
+
+/// A type that decodes from the binary encoding.
+pub trait Decode: Sized {
+    /// Reads one value from `reader`, leaving it just after the value.
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError>;
+}
+
+/// Appends the encoding of `value` to `out`.
+pub fn encode<T: Encode>(value: &T, out: &mut Vec<u8>) {
+    let len_before = out.len();
+    value.encode_to(out);
+    assert!(out.len() > len_before, "every encoding is at least one byte");
+}
+
+/// Decodes exactly one value from `bytes`; leftover bytes are an error.
+pub fn decode<T: Decode>(bytes: &[u8]) -> Result<T, CodecError> {
+    let mut reader = Reader::new(bytes);
+    let value = T::decode_from(&mut reader)?;
+    reader.finish()?;
+    Ok(value)
+}
+
+/// A bounds-checked cursor over input bytes.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader positioned at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes }
+    }
+
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Fails unless every byte has been read.
+    pub fn finish(&self) -> Result<(), CodecError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(CodecError::TrailingBytes { count: self.remaining() })
+        }
+    }
+
+    /// Takes the next `len` bytes, or fails without consuming anything.
+    pub fn take(&mut self, what: &'static str, len: u64) -> Result<&'a [u8], CodecError> {
+        if len > self.remaining() {
+            return Err(CodecError::Truncated { what, needed: len, remaining: self.remaining() });
+        }
+        // `len <= remaining`, which is a slice length, so it fits in usize.
+        let (head, tail) = self.bytes.split_at(len as usize);
+        self.bytes = tail;
+        debug_assert_eq!(head.len() as u64, len);
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], CodecError> {
+        let slice = self.take(what, N as u64)?;
+        let mut array = [0u8; N];
+        array.copy_from_slice(slice);
+        Ok(array)
+    }
+
+    /// Reads one byte.
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, CodecError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    /// Reads a little-endian u32.
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, CodecError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    /// Reads a little-endian u64.
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, CodecError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// Reads a little-endian i64.
+    pub fn i64(&mut self, what: &'static str) -> Result<i64, CodecError> {
+        Ok(i64::from_le_bytes(self.array(what)?))
+    }
+
+    /// Reads a `u32` length then that many bytes; the length must be at most `len_max`
+    /// and at most what is left, checked before allocating.
+    pub fn bytes(&mut self, what: &'static str, len_max: u32) -> Result<Vec<u8>, CodecError> {
+        let len = self.u32(what)?;
+        if len > len_max {
+            return Err(CodecError::TooLong { what, len: u64::from(len), max: u64::from(len_max) });
+        }
+        Ok(self.take(what, u64::from(len))?.to_vec())
+    }
+
+    /// Reads an option flag byte: 0 is absent, 1 is present, anything else is an error.
+    pub fn flag(&mut self, what: &'static str) -> Result<bool, CodecError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            tag => Err(CodecError::UnknownTag { what, tag }),
+        }
+    }
+
+    /// Reads an optional byte string (flag, then length-prefixed bytes when present).
+    pub fn option_bytes(
+        &mut self,
+        what: &'static str,
+        len_max: u32,
+    ) -> Result<Option<Vec<u8>>, CodecError> {
+        if self.flag(what)? {
+            Ok(Some(self.bytes(what, len_max)?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Appends one byte.
+pub fn put_u8(out: &mut Vec<u8>, value: u8) {
+    out.push(value);
+}
+
+/// Appends a little-endian u32.
+pub fn put_u32(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+/// Appends a little-endian u64.
+pub fn put_u64(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+/// Appends a little-endian i64.
+pub fn put_i64(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+/// Appends a `u32` length and the bytes. Panics (a programmer error) past
+/// [`BYTES_LEN_MAX`]: callers validate sizes against [`crate::Limits`] first.
+pub fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    let len = u32::try_from(bytes.len()).ok().filter(|len| *len <= BYTES_LEN_MAX);
+    let len = len.unwrap_or_else(|| panic!("byte string of {} bytes past the limit", bytes.len()));
+    put_u32(out, len);
+    out.extend_from_slice(bytes);
+}
+
+/// Appends an optional byte string (flag, then length-prefixed bytes when present).
+pub fn put_option_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(bytes) => {
+            put_u8(out, 1);
+            put_bytes(out, bytes);
+        }
+        None => put_u8(out, 0),
+    }
+}
+
+impl Encode for Durability {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        let tag = match self {
+            Durability::Memory => DURABILITY_MEMORY,
+            Durability::Replicated => DURABILITY_REPLICATED,
+            Durability::Durable => DURABILITY_DURABLE,
+        };
+        put_u8(out, tag);
+    }
+}
+
+impl Decode for Durability {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match reader.u8("durability")? {
+            DURABILITY_MEMORY => Ok(Durability::Memory),
+            DURABILITY_REPLICATED => Ok(Durability::Replicated),
+            DURABILITY_DURABLE => Ok(Durability::Durable),
+            tag => Err(CodecError::UnknownTag { what: "durability", tag }),
+        }
+    }
+}
+
+impl Encode for Command {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Command::Get { key } => {
+                put_u8(out, COMMAND_GET);
+                put_bytes(out, key);
+            }
+            Command::Put { key, value } => {
+                put_u8(out, COMMAND_PUT);
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+            Command::Delete { key } => {
+                put_u8(out, COMMAND_DELETE);
+                put_bytes(out, key);
+            }
+            Command::Cas { key, expected, new } => {
+                put_u8(out, COMMAND_CAS);
+                put_bytes(out, key);
+                put_option_bytes(out, expected.as_deref());
+                put_bytes(out, new);
+            }
+            Command::Incr { key, delta } => {
+                put_u8(out, COMMAND_INCR);
+                put_bytes(out, key);
+                put_i64(out, *delta);
+            }
+            Command::Scan { start, end, limit } => {
+                put_u8(out, COMMAND_SCAN);
+                put_bytes(out, start);
+                put_option_bytes(out, end.as_deref());
+                put_u32(out, *limit);
+            }
+        }
+    }
+}
+
+impl Decode for Command {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let tag = reader.u8("command")?;
+        let key = |r: &mut Reader<'_>| r.bytes("key", BYTES_LEN_MAX);
+        let command = match tag {
+            COMMAND_GET => Command::Get { key: key(reader)? },
+            COMMAND_PUT => {
+                Command::Put { key: key(reader)?, value: reader.bytes("value", BYTES_LEN_MAX)? }
+            }
+            COMMAND_DELETE => Command::Delete { key: key(reader)? },
+            COMMAND_CAS => Command::Cas {
+                key: key(reader)?,
+                expected: reader.option_bytes("expected value", BYTES_LEN_MAX)?,
+                new: reader.bytes("new value", BYTES_LEN_MAX)?,
+            },
+            COMMAND_INCR => Command::Incr { key: key(reader)?, delta: reader.i64("delta")? },
+            COMMAND_SCAN => Command::Scan {
+                start: key(reader)?,
+                end: reader.option_bytes("scan end", BYTES_LEN_MAX)?,
+                limit: reader.u32("scan limit")?,
+            },
+            tag => return Err(CodecError::UnknownTag { what: "command", tag }),
+        };
+        Ok(command)
+    }
+}
+
+impl Encode for EntryPayload {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        match self {
+            EntryPayload::Noop => put_u8(out, PAYLOAD_NOOP),
+            EntryPayload::Write { client, request, durability, command } => {
+                put_u8(out, PAYLOAD_WRITE);
+                put_u64(out, client.0);
+                put_u64(out, request.0);
+                durability.encode_to(out);
+                command.encode_to(out);
+            }
+        }
+    }
+}
+
+impl Decode for EntryPayload {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match reader.u8("entry payload")? {
+            PAYLOAD_NOOP => Ok(EntryPayload::Noop),
+            PAYLOAD_WRITE => Ok(EntryPayload::Write {
+                client: ClientId(reader.u64("client id")?),
+                request: RequestId(reader.u64("request id")?),
+                durability: Durability::decode_from(reader)?,
+                command: Command::decode_from(reader)?,
+            }),
+            tag => Err(CodecError::UnknownTag { what: "entry payload", tag }),
+        }
+    }
+}
+
+impl Encode for Entry {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        put_u8(out, ENTRY_FORMAT_V1);
+        put_u64(out, self.epoch.0);
+        put_u64(out, self.index.0);
+        self.payload.encode_to(out);
+    }
+}
+
+impl Decode for Entry {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let version = reader.u8("entry format version")?;
+        if version != ENTRY_FORMAT_V1 {
+            return Err(CodecError::UnknownTag { what: "entry format version", tag: version });
+        }
+        Ok(Entry {
+            epoch: Epoch(reader.u64("entry epoch")?),
+            index: LogIndex(reader.u64("entry index")?),
+            payload: EntryPayload::decode_from(reader)?,
+        })
+    }
+}
+
+impl Encode for HardState {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        put_u8(out, HARD_STATE_FORMAT_V1);
+        put_u64(out, self.epoch.0);
+        match self.voted_for {
+            Some(node) => {
+                put_u8(out, 1);
+                put_u32(out, node.0);
+            }
+            None => put_u8(out, 0),
+        }
+    }
+}
+
+impl Decode for HardState {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let version = reader.u8("hard state format version")?;
+        if version != HARD_STATE_FORMAT_V1 {
+            return Err(CodecError::UnknownTag { what: "hard state format version", tag: version });
+        }
+        let epoch = Epoch(reader.u64("hard state epoch")?);
+        let voted_for =
+            if reader.flag("vote flag")? { Some(NodeId(reader.u32("vote")?)) } else { None };
+        Ok(HardState { epoch, voted_for })
+    }
+}
+
+impl Encode for SnapshotMeta {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        put_u8(out, SNAPSHOT_META_FORMAT_V1);
+        put_u64(out, self.last_index.0);
+        put_u64(out, self.last_epoch.0);
+    }
+}
+
+impl Decode for SnapshotMeta {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let version = reader.u8("snapshot meta format version")?;
+        if version != SNAPSHOT_META_FORMAT_V1 {
+            return Err(CodecError::UnknownTag {
+                what: "snapshot meta format version",
+                tag: version,
+            });
+        }
+        Ok(SnapshotMeta {
+            last_index: LogIndex(reader.u64("snapshot last index")?),
+            last_epoch: Epoch(reader.u64("snapshot last epoch")?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_entry(command: Command) -> Entry {
+        Entry {
+            epoch: Epoch(3),
+            index: LogIndex(17),
+            payload: EntryPayload::Write {
+                client: ClientId(9),
+                request: RequestId(4),
+                durability: Durability::Replicated,
+                command,
+            },
+        }
+    }
+
+    fn round_trip<T: Encode + Decode + PartialEq + std::fmt::Debug>(value: &T) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        encode(value, &mut bytes);
+        assert_eq!(&decode::<T>(&bytes).unwrap(), value);
+        bytes
+    }
+
+    #[test]
+    fn every_command_round_trips() {
+        let commands = [
+            Command::Get { key: b"k".to_vec() },
+            Command::Put { key: b"k".to_vec(), value: b"v".to_vec() },
+            Command::Delete { key: vec![] },
+            Command::Cas { key: b"k".to_vec(), expected: None, new: b"n".to_vec() },
+            Command::Cas { key: b"k".to_vec(), expected: Some(vec![]), new: vec![] },
+            Command::Incr { key: b"c".to_vec(), delta: i64::MIN },
+            Command::Scan { start: vec![], end: Some(b"z".to_vec()), limit: u32::MAX },
+        ];
+        for command in commands {
+            round_trip(&write_entry(command));
+        }
+        round_trip(&Entry {
+            epoch: Epoch(u64::MAX),
+            index: LogIndex(1),
+            payload: EntryPayload::Noop,
+        });
+    }
+
+    #[test]
+    fn entry_layout_is_explicit_little_endian() {
+        let entry = Entry { epoch: Epoch(2), index: LogIndex(0x0102), payload: EntryPayload::Noop };
+        let bytes = round_trip(&entry);
+        let expected = [1, 2, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, PAYLOAD_NOOP];
+        assert_eq!(bytes, expected);
+        assert_ne!(bytes.len(), 0);
+    }
+
+    #[test]
+    fn hard_state_and_snapshot_meta_round_trip() {
+        round_trip(&HardState::default());
+        let bytes = round_trip(&HardState { epoch: Epoch(5), voted_for: Some(NodeId(3)) });
+        assert_eq!(bytes.len(), 1 + 8 + 1 + 4);
+        round_trip(&SnapshotMeta { last_index: LogIndex(10), last_epoch: Epoch(2) });
+    }
+
+    #[test]
+    fn unknown_tags_and_trailing_bytes_are_refused() {
+        let mut bytes = Vec::new();
+        encode(&write_entry(Command::Delete { key: b"k".to_vec() }), &mut bytes);
+        let mut versioned = bytes.clone();
+        versioned[0] = 2;
+        assert!(matches!(decode::<Entry>(&versioned), Err(CodecError::UnknownTag { tag: 2, .. })));
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert_eq!(decode::<Entry>(&trailing), Err(CodecError::TrailingBytes { count: 1 }));
+    }
+
+    #[test]
+    fn every_strict_prefix_is_truncated() {
+        let mut bytes = Vec::new();
+        let command =
+            Command::Cas { key: b"k".to_vec(), expected: Some(b"e".to_vec()), new: b"n".to_vec() };
+        encode(&write_entry(command), &mut bytes);
+        for cut in 0..bytes.len() {
+            let err = decode::<Entry>(&bytes[..cut]).unwrap_err();
+            assert!(matches!(err, CodecError::Truncated { .. }), "cut {cut}: {err}");
+        }
+    }
+
+    #[test]
+    fn huge_length_prefixes_fail_before_allocating() {
+        let mut bytes = vec![COMMAND_GET];
+        put_u32(&mut bytes, u32::MAX);
+        let err = decode::<Command>(&bytes).unwrap_err();
+        assert!(matches!(err, CodecError::TooLong { .. }));
+        let mut bytes = vec![COMMAND_GET];
+        put_u32(&mut bytes, 1000);
+        assert!(matches!(decode::<Command>(&bytes), Err(CodecError::Truncated { .. })));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A fixed xorshift stream: deterministic, and covers short and long inputs.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..20_000u64 {
+            let len = (next() % 64) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if let Some(first) = bytes.first_mut() {
+                *first = (round % 3) as u8; // often a valid version byte
+            }
+            let _ = decode::<Entry>(&bytes);
+            let _ = decode::<HardState>(&bytes);
+            let _ = decode::<SnapshotMeta>(&bytes);
+            let _ = decode::<Command>(&bytes);
+        }
+    }
+}
