@@ -73,6 +73,9 @@ pub enum Input {
     Client(ClientRequest),
     /// Every entry up to `index` that was handed out in [`Outputs::append`] is now on
     /// disk (fsync returned). Reported only after fsync returns (digest §7 item 7).
+    /// `index` describes the log as it is when the input is delivered: if the log was
+    /// truncated after the fsync began, the driver reports at most what is really on disk
+    /// (the highest index of the contiguous synced prefix), never an entry written later.
     LogSynced {
         /// The highest index now durable on this node.
         index: LogIndex,
@@ -87,6 +90,24 @@ pub enum Input {
 /// A peer-to-peer message. All carry the sender's epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
+    /// Pre-vote (asked before a real election so that a node cut off from the majority
+    /// does not raise its epoch and depose a healthy leader when it returns): "would you
+    /// vote for me in `epoch + 1`?" Changes no state at the receiver.
+    PreVote {
+        /// The asker's current epoch (it would campaign in the next one).
+        epoch: Epoch,
+        /// The asker's last log entry `(epoch, index)`.
+        last_epoch: Epoch,
+        /// See `last_epoch`.
+        last_index: LogIndex,
+    },
+    /// Reply to `PreVote`.
+    PreVoteReply {
+        /// The replier's current epoch.
+        epoch: Epoch,
+        /// Whether the replier would vote for the asker in the asker's next epoch.
+        granted: bool,
+    },
     /// Vote request.
     RequestVote {
         /// The candidate's epoch.
@@ -118,10 +139,17 @@ pub enum Message {
         /// The leader's durable index (ORCA: persisted and applied on the whole active
         /// set; never decreases within an epoch).
         durable_index: LogIndex,
-        /// Whether the receiver is in the active set (its lease is renewed by this message).
+        /// Whether the receiver is in the active set. `true` grants (renews) its lease until
+        /// `lease_anchor + mark_out_timeout` on the receiver's clock; `false` ends any
+        /// lease the receiver holds at once (a forced mark-out).
         active: bool,
-        /// A durability round: when set, the follower must fsync everything it holds up
-        /// to at least this index before replying.
+        /// The `sent_at` of the latest `AppendReply` the leader received from the receiver
+        /// (the receiver's own clock); anchors the lease granted by `active`. Meaningless
+        /// when `active` is false.
+        lease_anchor: Time,
+        /// A durability round or a `durable` write: when set, the follower fsyncs its log
+        /// at once (not at its next flush interval) and, when the fsync completes, sends an
+        /// `AppendReply` with the new persisted index.
         flush_through: Option<LogIndex>,
         /// The leader's send time on its own clock, echoed back to anchor the lease.
         sent_at: Time,
@@ -138,10 +166,18 @@ pub enum Message {
         persisted_index: LogIndex,
         /// The highest index the follower has applied.
         applied_index: LogIndex,
-        /// Whether the follower currently considers itself in the active set.
+        /// The highest index verified, in this epoch, to match the leader's log. Entries
+        /// above it may belong to an older epoch and are not counted by the leader.
+        match_index: LogIndex,
+        /// Whether the follower currently considers itself in the active set. A `false`
+        /// reply also promises that the follower ignores every lease grant anchored at or
+        /// before `sent_at` (how a mark-out is acknowledged; `docs/protocol.md` §7.9).
         active: bool,
-        /// The `sent_at` of the `Append` answered.
+        /// The `sent_at` of the newest `Append` of this epoch the follower has received.
         echo_sent_at: Time,
+        /// The follower's send time on its own clock; the leader echoes it as the next
+        /// grant's `lease_anchor`.
+        sent_at: Time,
     },
     /// The leader sends its snapshot to a follower too far behind.
     InstallSnapshot {
@@ -156,7 +192,8 @@ pub enum Message {
     InstallSnapshotReply {
         /// The follower's epoch.
         epoch: Epoch,
-        /// The last index the follower now holds.
+        /// The index through which the follower's log now matches the leader's (the
+        /// snapshot's last index when it was installed or already covered).
         last_index: LogIndex,
     },
     /// A follower forwards a client request it may not serve to the leader.
@@ -183,7 +220,10 @@ pub enum Message {
 /// 3. `sync_through`: fsync the log through at least that index, then deliver
 ///    [`Input::LogSynced`]. Drivers may coalesce syncs (group commit).
 /// 4. `snapshot`: write and fsync, then deliver [`Input::SnapshotSaved`]; afterwards the
-///    log up to `meta.last_index` may be compacted.
+///    log up to `meta.last_index` may be compacted. A snapshot installed from the leader
+///    may lie past the log's end or disagree with it: the driver then drops the whole log
+///    (this step's `truncate_after` has already removed what was not durable), and later
+///    appends continue at `meta.last_index + 1`.
 /// 5. `messages`: send (best effort; the network may lose them).
 /// 6. `replies`: return to clients.
 /// 7. Call [`Input::Tick`] no later than `wake_at`.
@@ -207,16 +247,23 @@ pub struct Outputs {
     pub wake_at: Option<Time>,
 }
 
-/// The leader engine's configuration. Times are on the node's own clock.
+/// The leader engine's configuration. Times are on the node's own clock. Build one with
+/// [`Config::new`] and check it with [`Config::validate`] (the engine does both).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
     /// This node.
     pub node_id: NodeId,
     /// Every member of the (static) cluster, this node included: 3, 5 or 7.
     pub members: Vec<NodeId>,
-    /// Heartbeat interval; also the follower's mark-out timeout `mt` (ORCA §4.4.2).
+    /// How often the leader sends `Append` (heartbeat, lease renewal) to each follower.
+    /// Several per `mark_out_timeout` so that one late message does not mark a follower
+    /// out: at most `mark_out_timeout / 3`.
     pub heartbeat_interval: Span,
-    /// The leader's removal timeout `rt`; at least 5 × `heartbeat_interval`.
+    /// The follower's mark-out timeout `mt` (ORCA §4.4.2; the paper's "heartbeat
+    /// interval", 100 ms): a follower's lease lasts `mt` past the anchor of its last grant.
+    pub mark_out_timeout: Span,
+    /// The leader's removal timeout `rt`: a follower not heard from for this long leaves
+    /// the active set. At least 5 × `mark_out_timeout` (see [`Config::validate`]).
     pub removal_timeout: Span,
     /// Election timeout is drawn uniformly from `[min, max)` (randomness is an input).
     pub election_timeout_min: Span,
@@ -238,11 +285,33 @@ pub struct Config {
     pub limits: Limits,
     /// Most entries in one `Append`.
     pub append_entries_max: usize,
+    /// Most `Append`s carrying entries in flight (unacknowledged) to one follower.
+    pub inflight_appends_max: usize,
     /// Most client requests waiting inside the engine (durability rounds, commits,
     /// forwards); past it new requests get a retryable `Busy`.
     pub pending_requests_max: usize,
-    /// Snapshot once the log holds this many applied entries.
+    /// Most log entries the leader holds above its durable index; past it new writes get
+    /// a retryable `Busy`. Bounds the undo records kept for rollback.
+    pub undurable_entries_max: u64,
+    /// Most bytes the applied state may hold (keys, values and a fixed overhead per key);
+    /// past it writes that add bytes get `Unavailable`. Bounds the snapshot, which
+    /// travels in one `InstallSnapshot` message.
+    pub state_bytes_max: u64,
+    /// Most clients whose last write result is kept for deduplication (oldest out).
+    pub dedup_clients_max: usize,
+    /// Snapshot once the durable index is this many entries past the last snapshot.
     pub snapshot_entries_threshold: u64,
+    /// A follower whose persisted index lags the leader's log by more than this many
+    /// entries ...
+    pub slow_follower_lag_max: u64,
+    /// ... for longer than this is forced out of the active set (ORCA §4.4.2).
+    pub slow_follower_timeout: Span,
+    /// How long a client request may wait inside the engine before `Timeout`.
+    pub request_timeout: Span,
+    /// For negative-control tests only: lets `removal_timeout` be shorter than the bound
+    /// [`Config::validate`] enforces, so a simulator can show the stale reads a hasty
+    /// removal causes (ORCA Fig. 5(i)). Never set it in a real deployment.
+    pub unsafe_allow_hasty_removal: bool,
 }
 
 /// A node's role.
@@ -281,6 +350,10 @@ pub struct Status {
     /// Whether this node considers itself in the active set (followers) / always true for
     /// the leader.
     pub active: bool,
-    /// The leader's view of the active set (empty on followers).
+    /// The leader's view of the active set, itself included (empty on followers).
     pub active_set: Vec<NodeId>,
+    /// The last index covered by the node's snapshot (0: none).
+    pub snapshot_index: LogIndex,
+    /// Whether the node (as leader) holds a valid leader lease.
+    pub leader_lease_valid: bool,
 }

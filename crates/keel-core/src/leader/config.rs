@@ -1,0 +1,258 @@
+//! Defaults and validation of [`Config`], and the timing bounds derived from it.
+//!
+//! The bounds (see `docs/protocol.md`, "Timers"):
+//! - `heartbeat_interval ≤ mark_out_timeout / 3`: several renewals per lease.
+//! - `removal_timeout ≥ 5 · mark_out_timeout` (ORCA's ratio): a follower the leader has
+//!   not heard from for `rt` has marked itself out on its own clock first. Safety needs
+//!   only `rt > mt · (1 + ρ)²`, which the ratio covers for any drift up to 10%.
+//! - leader lease `= election_timeout_min / (1 + ρ)² − mark_out_timeout − heartbeat_interval`,
+//!   which must be positive and at least two heartbeats: a deposed leader stops serving,
+//!   and every follower lease it granted ends, before a successor can be elected.
+
+use super::io::Config;
+use crate::time::Span;
+use keel_types::{Durability, Limits, NodeId, ReadLevel};
+
+/// Most members a cluster may have.
+pub const MEMBERS_MAX: usize = 7;
+/// Ceiling on `append_entries_max` (bounds one message).
+pub const APPEND_ENTRIES_CEILING: usize = 65_536;
+/// Ceiling on `pending_requests_max` and `dedup_clients_max` (bounds memory).
+pub const QUEUE_CEILING: usize = 1 << 20;
+/// Default ceiling on the applied state: 192 MiB, below the peer codec's 256 MiB frame
+/// so a snapshot always fits one `InstallSnapshot`.
+pub const STATE_BYTES_MAX_DEFAULT: u64 = 192 * 1024 * 1024;
+/// The ratio ORCA recommends between removal and mark-out timeouts.
+pub const REMOVAL_TO_MARK_OUT_RATIO_MIN: u64 = 5;
+
+const _: () = assert!(MEMBERS_MAX % 2 == 1);
+const _: () = assert!(REMOVAL_TO_MARK_OUT_RATIO_MIN >= 2);
+
+/// A configuration field out of range. Not retryable: fix the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {field}: {reason}")]
+pub struct ConfigError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// Why, with the bound it breaks.
+    pub reason: String,
+}
+
+fn fail(field: &'static str, reason: impl Into<String>) -> Result<(), ConfigError> {
+    Err(ConfigError { field, reason: reason.into() })
+}
+
+/// `span · (1 + ppm/10⁶)`, rounded up.
+fn stretch(span: Span, ppm: u32) -> Span {
+    let extra = (u128::from(span.0) * u128::from(ppm)).div_ceil(1_000_000);
+    Span(span.0.saturating_add(u64::try_from(extra).unwrap_or(u64::MAX)))
+}
+
+/// `span / (1 + ppm/10⁶)`, rounded down.
+fn shrink(span: Span, ppm: u32) -> Span {
+    let value = u128::from(span.0) * 1_000_000 / (1_000_000 + u128::from(ppm));
+    Span(u64::try_from(value).expect("shrinking never grows"))
+}
+
+impl Config {
+    /// The defaults for `node_id` in a cluster of `members`: mt 100 ms and rt 500 ms
+    /// (ORCA §4.6), heartbeats every 25 ms, elections after 300–600 ms, background fsync
+    /// every 200 ms, 100 ppm drift, every member in the active set, follower reads on,
+    /// `memory` writes and `monotonic` reads by default.
+    pub fn new(node_id: NodeId, members: Vec<NodeId>) -> Config {
+        let active_set_target = members.len();
+        Config {
+            node_id,
+            members,
+            heartbeat_interval: Span::from_millis(25),
+            mark_out_timeout: Span::from_millis(100),
+            removal_timeout: Span::from_millis(500),
+            election_timeout_min: Span::from_millis(300),
+            election_timeout_max: Span::from_millis(600),
+            flush_interval: Span::from_millis(200),
+            clock_drift_ppm_max: 100,
+            active_set_target,
+            follower_reads: true,
+            durability_default: Durability::Memory,
+            read_level_default: ReadLevel::Monotonic,
+            limits: Limits::default(),
+            append_entries_max: 256,
+            inflight_appends_max: 8,
+            pending_requests_max: 10_000,
+            undurable_entries_max: 100_000,
+            state_bytes_max: STATE_BYTES_MAX_DEFAULT,
+            dedup_clients_max: 10_000,
+            snapshot_entries_threshold: 10_000,
+            slow_follower_lag_max: 10_000,
+            slow_follower_timeout: Span::from_millis(1_000),
+            request_timeout: Span::from_millis(5_000),
+            unsafe_allow_hasty_removal: false,
+        }
+    }
+
+    /// A strict majority of the members.
+    pub fn majority(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+
+    /// How long a leader may serve after the newest `Append` a majority acknowledged was
+    /// sent: `election_timeout_min / (1 + ρ)² − mark_out_timeout − heartbeat_interval`
+    /// (zero if negative; [`Config::validate`] refuses that).
+    pub fn leader_lease(&self) -> Span {
+        let ppm = self.clock_drift_ppm_max;
+        let safe = shrink(shrink(self.election_timeout_min, ppm), ppm);
+        Span(safe.0.saturating_sub(self.mark_out_timeout.0 + self.heartbeat_interval.0))
+    }
+
+    /// The shortest removal timeout allowed: `5 · mt`. It is safe while it exceeds
+    /// `mt · (1 + ρ)²` (checked too, for drift bounds that make it matter).
+    pub fn removal_timeout_min(&self) -> Span {
+        let ppm = self.clock_drift_ppm_max;
+        let ratio = Span(self.mark_out_timeout.0.saturating_mul(REMOVAL_TO_MARK_OUT_RATIO_MIN));
+        let drifted = stretch(stretch(self.mark_out_timeout, ppm), ppm);
+        ratio.max(Span(drifted.0 + 1))
+    }
+
+    /// Checks every field; the error names the first one out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_members()?;
+        self.validate_timers()?;
+        self.validate_limits()
+    }
+
+    fn validate_members(&self) -> Result<(), ConfigError> {
+        let n = self.members.len();
+        if !matches!(n, 3 | 5 | 7) {
+            return fail("members", format!("need 3, 5 or 7 members, got {n}"));
+        }
+        let mut sorted = self.members.clone();
+        sorted.sort();
+        sorted.dedup();
+        if sorted.len() != n {
+            return fail("members", "duplicate member ids");
+        }
+        if !self.members.contains(&self.node_id) {
+            return fail("node_id", format!("{} is not a member", self.node_id));
+        }
+        if self.active_set_target < self.majority() || self.active_set_target > n {
+            return fail("active_set_target", format!("must be in {}..={n}", self.majority()));
+        }
+        Ok(())
+    }
+
+    fn validate_timers(&self) -> Result<(), ConfigError> {
+        if self.mark_out_timeout.0 == 0 || self.heartbeat_interval.0 == 0 {
+            return fail("mark_out_timeout", "timers must be positive");
+        }
+        if self.heartbeat_interval.0.saturating_mul(3) > self.mark_out_timeout.0 {
+            return fail("heartbeat_interval", "must be at most mark_out_timeout / 3");
+        }
+        let rt_min = self.removal_timeout_min();
+        if self.removal_timeout < rt_min && !self.unsafe_allow_hasty_removal {
+            let reason =
+                format!("must be at least 5 × mark_out_timeout = {} ms", rt_min.as_millis());
+            return fail("removal_timeout", reason);
+        }
+        if self.election_timeout_min >= self.election_timeout_max {
+            return fail("election_timeout_max", "must exceed election_timeout_min");
+        }
+        if self.leader_lease().0 < self.heartbeat_interval.0.saturating_mul(2) {
+            let reason = "election_timeout_min/(1+drift)² − mark_out_timeout − heartbeat_interval \
+                          (the leader lease) must be at least two heartbeats";
+            return fail("election_timeout_min", reason);
+        }
+        if self.clock_drift_ppm_max > 100_000 {
+            return fail("clock_drift_ppm_max", "at most 100000 (10%)");
+        }
+        if self.flush_interval.0 == 0 || self.request_timeout.0 == 0 {
+            return fail("flush_interval", "flush_interval and request_timeout must be positive");
+        }
+        if self.slow_follower_timeout.0 == 0 {
+            return fail("slow_follower_timeout", "must be positive");
+        }
+        Ok(())
+    }
+
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        if let Err(reason) = self.limits.validate() {
+            return fail("limits", reason);
+        }
+        if self.append_entries_max == 0 || self.append_entries_max > APPEND_ENTRIES_CEILING {
+            return fail("append_entries_max", format!("must be in 1..={APPEND_ENTRIES_CEILING}"));
+        }
+        if self.inflight_appends_max == 0 || self.inflight_appends_max > 1024 {
+            return fail("inflight_appends_max", "must be in 1..=1024");
+        }
+        if self.pending_requests_max == 0 || self.pending_requests_max > QUEUE_CEILING {
+            return fail("pending_requests_max", format!("must be in 1..={QUEUE_CEILING}"));
+        }
+        if self.dedup_clients_max == 0 || self.dedup_clients_max > QUEUE_CEILING {
+            return fail("dedup_clients_max", format!("must be in 1..={QUEUE_CEILING}"));
+        }
+        if self.state_bytes_max
+            < u64::from(self.limits.value_bytes_max) + u64::from(self.limits.key_bytes_max)
+        {
+            return fail("state_bytes_max", "must hold at least one largest key and value");
+        }
+        if self.undurable_entries_max == 0 {
+            return fail("undurable_entries_max", "must be positive");
+        }
+        if self.snapshot_entries_threshold == 0 {
+            return fail("snapshot_entries_threshold", "must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> Config {
+        Config::new(NodeId(1), vec![NodeId(1), NodeId(2), NodeId(3)])
+    }
+
+    #[test]
+    fn defaults_are_valid_and_lease_is_shorter_than_election() {
+        let config = three();
+        config.validate().unwrap();
+        let lease = config.leader_lease();
+        assert!(lease.0 > 0);
+        assert!(lease.0 + config.mark_out_timeout.0 < config.election_timeout_min.0);
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let mut config = three();
+        config.removal_timeout = Span::from_millis(400);
+        assert_eq!(config.validate().unwrap_err().field, "removal_timeout");
+        config.unsafe_allow_hasty_removal = true;
+        config.validate().unwrap();
+        let mut config = three();
+        config.members.push(NodeId(4));
+        assert_eq!(config.validate().unwrap_err().field, "members");
+        let mut config = three();
+        config.election_timeout_min = Span::from_millis(120);
+        config.election_timeout_max = Span::from_millis(240);
+        assert_eq!(config.validate().unwrap_err().field, "election_timeout_min");
+        let mut config = three();
+        config.heartbeat_interval = Span::from_millis(50);
+        assert_eq!(config.validate().unwrap_err().field, "heartbeat_interval");
+        let mut config = three();
+        config.active_set_target = 1;
+        assert_eq!(config.validate().unwrap_err().field, "active_set_target");
+    }
+
+    #[test]
+    fn removal_bound_is_five_mark_outs_and_drift_shortens_the_lease() {
+        let mut config = three();
+        assert_eq!(config.removal_timeout_min(), Span::from_millis(500));
+        let lease_without_drift = {
+            config.clock_drift_ppm_max = 0;
+            config.leader_lease()
+        };
+        config.clock_drift_ppm_max = 10_000;
+        assert!(config.leader_lease() < lease_without_drift);
+        assert_eq!(lease_without_drift, Span::from_millis(175));
+    }
+}

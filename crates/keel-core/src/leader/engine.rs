@@ -1,0 +1,669 @@
+//! [`LeaderEngine`]: its state, the `step` loop, timers, elections, role changes,
+//! snapshots and the read-only introspection drivers and the simulator use.
+//!
+//! Role-specific handlers live beside this file: `replication.rs` (the leader's side
+//! of Append, the active set, durable index and rounds), `follower.rs` (the follower's
+//! side of Append and InstallSnapshot, its lease) and `client.rs` (requests, reads,
+//! writes, forwarding).
+
+use super::config::ConfigError;
+use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Role, Status};
+use super::kv::Kv;
+use super::log::Log;
+use super::replication::Leading;
+use super::rng::SplitMix64;
+use crate::time::{Span, Time};
+use keel_types::{
+    Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId, SnapshotMeta, Value,
+    Version,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(super) use super::client::Origin;
+
+/// Counters for metrics and the simulator's reports. Monotonic within one incarnation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Durability rounds started by this node as leader.
+    pub durability_rounds: u64,
+    /// Reads that waited for a durability round.
+    pub reads_with_round: u64,
+    /// Requests this node forwarded to the leader.
+    pub forwarded: u64,
+    /// Elections this node started.
+    pub elections: u64,
+    /// Followers this node (as leader) removed from the active set.
+    pub removals: u64,
+    /// Entries rolled back after a log truncation.
+    pub rolled_back_entries: u64,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: u64,
+}
+
+/// The leader engine (ORCA on a Raft-style log). See the module docs and
+/// `docs/protocol.md`.
+#[derive(Debug)]
+pub struct LeaderEngine {
+    pub(super) config: Config,
+    pub(super) lease_span: Span,
+    rng: SplitMix64,
+    pub(super) now: Time,
+    pub(super) hard: HardState,
+    pub(super) role: Role,
+    pub(super) leader: Option<NodeId>,
+    pub(super) log: Log,
+    pub(super) kv: Kv,
+    /// Highest index the driver reported fsynced (clamped on truncation).
+    pub(super) log_synced: LogIndex,
+    /// Highest index this node asked the driver to fsync.
+    pub(super) sync_requested: LogIndex,
+    /// An installed snapshot not yet durable, and the log prefix kept below it.
+    pub(super) install_pending: Option<(SnapshotMeta, Vec<u8>, LogIndex)>,
+    pub(super) next_flush_at: Time,
+    /// ORCA durable index as this node knows it (never decreases).
+    pub(super) durable_index: LogIndex,
+    /// Raft commit index as this node knows it (never decreases).
+    pub(super) commit_index: LogIndex,
+    /// Follower: highest index verified, in this epoch, to match the leader's log.
+    pub(super) verified_index: LogIndex,
+    pub(super) election_deadline: Time,
+    /// When this node last heard from a live leader of its epoch (leader stickiness).
+    pub(super) leader_contact_at: Option<Time>,
+    pub(super) votes: BTreeSet<NodeId>,
+    /// Pre-votes collected while probing for an election (`None`: not probing).
+    pub(super) pre_votes: Option<BTreeSet<NodeId>>,
+    /// Follower: the lease ends at this local time.
+    pub(super) lease_until: Option<Time>,
+    /// Follower: grants anchored before this time are ignored (mark-out acknowledged).
+    pub(super) lease_floor: Option<Time>,
+    /// Follower: the newest `sent_at` of an `Append` received in this epoch.
+    pub(super) echo_sent_at: Time,
+    pub(super) leading: Option<Leading>,
+    /// Follower: requests forwarded to the leader, by tag.
+    pub(super) forwards: BTreeMap<super::io::RequestTag, super::client::Forwarded>,
+    /// The newest durable snapshot (sent to followers the log no longer reaches).
+    pub(super) snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    pub(super) snapshot_inflight: Option<(SnapshotMeta, Vec<u8>)>,
+    pub(super) counters: Counters,
+    pub(super) out: Outputs,
+}
+
+impl LeaderEngine {
+    /// Starts a node from what its disk recovered. Applies the snapshot and every
+    /// recovered entry (as followers do); the node starts as a follower outside any
+    /// active set. Panics if the snapshot bytes are corrupt (a storage failure).
+    pub fn new(
+        config: Config,
+        persisted: PersistedState,
+        seed: u64,
+        now: Time,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let (meta, mut kv) = match &persisted.snapshot {
+            Some((meta, data)) => {
+                let at = Version { epoch: meta.last_epoch, index: meta.last_index };
+                let kv = Kv::decode(data, at, config.dedup_clients_max)
+                    .unwrap_or_else(|e| panic!("corrupt snapshot at {}: {e}", meta.last_index));
+                (*meta, kv)
+            }
+            None => (SnapshotMeta::default(), Kv::new(config.dedup_clients_max)),
+        };
+        let mut log = Log::new(meta, Vec::new());
+        for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
+            kv.apply(&entry);
+            log.append(entry);
+        }
+        assert!(
+            persisted.hard_state.epoch >= log.last_epoch(),
+            "log holds an epoch newer than the hard state"
+        );
+        let mut engine = LeaderEngine {
+            lease_span: config.leader_lease(),
+            rng: SplitMix64::new(seed ^ u64::from(config.node_id.0).rotate_left(32)),
+            now,
+            hard: persisted.hard_state,
+            role: Role::Follower,
+            leader: None,
+            log_synced: log.last_index(),
+            sync_requested: log.last_index(),
+            log,
+            kv,
+            install_pending: None,
+            next_flush_at: now + config.flush_interval,
+            durable_index: meta.last_index,
+            commit_index: meta.last_index,
+            verified_index: LogIndex::ZERO,
+            election_deadline: now,
+            leader_contact_at: None,
+            votes: BTreeSet::new(),
+            pre_votes: None,
+            lease_until: None,
+            lease_floor: None,
+            echo_sent_at: Time::default(),
+            leading: None,
+            forwards: BTreeMap::new(),
+            snapshot: persisted.snapshot,
+            snapshot_inflight: None,
+            counters: Counters::default(),
+            out: Outputs::default(),
+            config,
+        };
+        // A restarted node neither votes nor accepts lease grants anchored before its
+        // boot for a while: a vote it gave or a lease it held before the crash is
+        // forgotten, and the leader lease and active-set arguments need both.
+        engine.leader_contact_at = Some(now);
+        engine.lease_floor = Some(now);
+        engine.reset_election_deadline();
+        engine.check_invariants();
+        Ok(engine)
+    }
+
+    /// Handles one input at local time `now` and says what the driver must do, in the
+    /// order written on [`Outputs`].
+    pub fn step(&mut self, now: Time, input: Input) -> Outputs {
+        assert!(now >= self.now, "the local clock went backwards: {now:?} < {:?}", self.now);
+        assert_eq!(self.out, Outputs::default(), "outputs left over from an earlier step");
+        self.now = now;
+        match input {
+            Input::Tick => {}
+            Input::Message { from, message } => self.on_message(from, message),
+            Input::Client(request) => self.on_client(Origin::Local, request),
+            Input::LogSynced { index } => self.on_log_synced(index),
+            Input::SnapshotSaved { meta } => self.on_snapshot_saved(meta),
+        }
+        self.on_timers();
+        self.after_step();
+        self.check_invariants();
+        self.out.wake_at = Some(self.wake_at());
+        std::mem::take(&mut self.out)
+    }
+
+    fn on_message(&mut self, from: NodeId, message: Message) {
+        assert_ne!(from, self.config.node_id, "a message from self");
+        if !self.config.members.contains(&from) {
+            return; // not a member: ignore (misrouted)
+        }
+        match message {
+            Message::RequestVote { epoch, last_epoch, last_index } => {
+                self.on_request_vote(from, epoch, last_epoch, last_index)
+            }
+            Message::Vote { epoch, granted } => self.on_vote(from, epoch, granted),
+            Message::PreVote { epoch, last_epoch, last_index } => {
+                self.on_pre_vote(from, epoch, last_epoch, last_index)
+            }
+            Message::PreVoteReply { epoch, granted } => {
+                self.on_pre_vote_reply(from, epoch, granted)
+            }
+            Message::Append { .. } => self.on_append(from, message),
+            Message::AppendReply { .. } => self.on_append_reply(from, message),
+            Message::InstallSnapshot { epoch, meta, data } => {
+                self.on_install_snapshot(from, epoch, meta, data)
+            }
+            Message::InstallSnapshotReply { epoch, last_index } => {
+                self.on_install_snapshot_reply(from, epoch, last_index)
+            }
+            Message::Forward { epoch, request } => self.on_forward(from, epoch, request),
+            Message::ForwardReply { epoch, reply } => self.on_forward_reply(epoch, reply),
+        }
+    }
+
+    fn on_log_synced(&mut self, index: LogIndex) {
+        let before = self.persisted_index();
+        self.log_synced = self.log_synced.max(index.min(self.log.last_index()));
+        assert!(self.persisted_index() >= before, "persisted index went backwards");
+        if self.role == Role::Follower && self.persisted_index() > before {
+            self.send_append_reply(true);
+        }
+    }
+
+    fn on_snapshot_saved(&mut self, meta: SnapshotMeta) {
+        if self.install_pending.as_ref().is_some_and(|(pending, _, _)| *pending == meta) {
+            let (meta, data, _) = self.install_pending.take().expect("checked");
+            self.log_synced = self.log_synced.max(meta.last_index);
+            self.snapshot = Some((meta, data));
+            return;
+        }
+        if let Some((inflight, data)) = self.snapshot_inflight.take() {
+            assert_eq!(inflight, meta, "a snapshot saved that was not asked for");
+            if meta.last_index > self.log.snapshot().last_index && self.install_pending.is_none() {
+                self.log.compact_through(meta);
+                self.snapshot = Some((meta, data));
+            }
+        }
+    }
+
+    /// Fires whatever timers are due (every step, so any input may serve as a tick).
+    fn on_timers(&mut self) {
+        let now = self.now;
+        if self.role != Role::Leader && now >= self.election_deadline {
+            self.start_pre_vote();
+        }
+        if self.role == Role::Leader {
+            self.leader_timers();
+        }
+        if now >= self.next_flush_at {
+            self.next_flush_at = now + self.config.flush_interval;
+            // Ask again even if asked before: a sync overtaken by a truncation may have
+            // been reported short, and asking twice costs one fsync.
+            self.sync_requested = self.sync_requested.min(self.persisted_index());
+            self.request_sync(self.log.last_index());
+        }
+        self.expire_requests();
+    }
+
+    fn after_step(&mut self) {
+        if self.role == Role::Leader {
+            self.leader_progress();
+        }
+        self.kv.forget_undo_through(self.durable_index);
+        self.maybe_snapshot();
+    }
+
+    fn wake_at(&self) -> Time {
+        let mut at = self.next_flush_at;
+        if self.role == Role::Leader {
+            if let Some(leading) = &self.leading {
+                at = at.min(leading.next_heartbeat_at);
+            }
+        } else {
+            at = at.min(self.election_deadline);
+        }
+        if let Some(until) = self.lease_until.filter(|t| *t > self.now) {
+            at = at.min(until); // so that `status().active` turns false on time
+        }
+        if let Some(deadline) = self.forwards.values().map(|f| f.deadline).min() {
+            at = at.min(deadline);
+        }
+        if let Some(deadline) = self.leading.as_ref().and_then(|l| l.deadline_min()) {
+            at = at.min(deadline);
+        }
+        at.max(self.now)
+    }
+
+    // ----- persistence helpers --------------------------------------------------------
+
+    /// Highest index durable on this node's disk (reported to the leader).
+    pub(super) fn persisted_index(&self) -> LogIndex {
+        let synced = self.log_synced.min(self.log.last_index());
+        match &self.install_pending {
+            Some((_, _, kept)) => synced.min(*kept),
+            None => synced,
+        }
+    }
+
+    /// Asks the driver to fsync through `index` unless already asked.
+    pub(super) fn request_sync(&mut self, index: LogIndex) {
+        let index = index.min(self.log.last_index());
+        if index <= self.persisted_index() || index <= self.sync_requested {
+            return;
+        }
+        self.sync_requested = index;
+        self.out.sync_through = Some(self.out.sync_through.map_or(index, |i| i.max(index)));
+    }
+
+    pub(super) fn set_hard_state(&mut self, hard: HardState) {
+        assert!(hard.epoch >= self.hard.epoch, "epoch goes backwards");
+        assert!(
+            hard.epoch > self.hard.epoch
+                || self.hard.voted_for.is_none()
+                || hard.voted_for == self.hard.voted_for
+        );
+        if hard != self.hard {
+            self.hard = hard;
+            self.out.hard_state = Some(hard);
+        }
+    }
+
+    /// Appends and applies one entry (any role); returns what applying it produced.
+    pub(super) fn append_entry(&mut self, entry: Entry) -> super::kv::Applied {
+        let applied = self.kv.apply(&entry);
+        self.log.append(entry.clone());
+        self.out.append.push(entry);
+        applied
+    }
+
+    /// Removes entries after `index` and rolls their effects back (ORCA digest §7.5).
+    pub(super) fn truncate_after(&mut self, index: LogIndex) {
+        assert!(index >= self.durable_index, "truncating durable entries at {index}");
+        assert!(
+            self.out.truncate_after.is_none() && self.out.append.is_empty(),
+            "one truncation per step, first"
+        );
+        let removed = self.log.last_index().0.saturating_sub(index.0);
+        let epoch = self.log.epoch_at(index).expect("truncation point is held");
+        self.log.truncate_after(index);
+        self.kv.rollback_after(index, epoch);
+        self.log_synced = self.log_synced.min(index);
+        self.sync_requested = self.sync_requested.min(index);
+        self.counters.rolled_back_entries += removed;
+        self.out.truncate_after = Some(index);
+    }
+
+    fn maybe_snapshot(&mut self) {
+        let base = self.log.snapshot().last_index;
+        let at = self.durable_index.min(self.kv.applied_index());
+        let due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
+        if !due || self.snapshot_inflight.is_some() || self.install_pending.is_some() {
+            return;
+        }
+        let epoch = self.log.epoch_at(at).expect("the durable entry is held");
+        let meta = SnapshotMeta { last_index: at, last_epoch: epoch };
+        let data = self.kv.encode_at(at);
+        assert!(
+            meta.last_index <= self.durable_index,
+            "snapshots are taken at or below the durable index"
+        );
+        self.out.snapshot = Some((meta, data.clone()));
+        self.snapshot_inflight = Some((meta, data));
+    }
+
+    // ----- elections ---------------------------------------------------------------
+
+    pub(super) fn reset_election_deadline(&mut self) {
+        let min = self.config.election_timeout_min.0;
+        let max = self.config.election_timeout_max.0;
+        self.election_deadline = self.now + Span(self.rng.range(min, max));
+    }
+
+    /// Whether this node heard from a live leader too recently to vote (stickiness).
+    fn leader_is_live(&self) -> bool {
+        if self.role == Role::Leader {
+            return true;
+        }
+        self.leader_contact_at.is_some_and(|at| self.now < at + self.config.election_timeout_min)
+    }
+
+    /// Asks every peer whether it would vote for this node (no state changes anywhere).
+    fn start_pre_vote(&mut self) {
+        assert_ne!(self.role, Role::Leader);
+        self.leader = None;
+        self.reset_election_deadline();
+        self.pre_votes = Some(BTreeSet::from([self.config.node_id]));
+        let request = Message::PreVote {
+            epoch: self.hard.epoch,
+            last_epoch: self.log.last_epoch(),
+            last_index: self.log.last_index(),
+        };
+        let peers: Vec<NodeId> = self.peers().collect();
+        for peer in peers {
+            self.out.messages.push((peer, request.clone()));
+        }
+    }
+
+    fn log_is_behind(&self, last_epoch: Epoch, last_index: LogIndex) -> bool {
+        (last_epoch, last_index) < (self.log.last_epoch(), self.log.last_index())
+    }
+
+    fn on_pre_vote(&mut self, from: NodeId, epoch: Epoch, last_epoch: Epoch, last_index: LogIndex) {
+        let granted = !self.leader_is_live()
+            && epoch >= self.hard.epoch
+            && !self.log_is_behind(last_epoch, last_index);
+        self.out.messages.push((from, Message::PreVoteReply { epoch: self.hard.epoch, granted }));
+    }
+
+    fn on_pre_vote_reply(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
+        if epoch > self.hard.epoch && self.role != Role::Leader {
+            self.become_follower(epoch, None);
+            return;
+        }
+        let majority = self.config.majority();
+        let Some(pre_votes) =
+            self.pre_votes.as_mut().filter(|_| granted && epoch <= self.hard.epoch)
+        else {
+            return;
+        };
+        pre_votes.insert(from);
+        if pre_votes.len() >= majority && self.role != Role::Leader {
+            self.start_election();
+        }
+    }
+
+    fn start_election(&mut self) {
+        assert_ne!(self.role, Role::Leader);
+        self.become_follower(self.hard.epoch.next(), None);
+        self.set_hard_state(HardState {
+            epoch: self.hard.epoch,
+            voted_for: Some(self.config.node_id),
+        });
+        self.role = Role::Candidate;
+        self.pre_votes = None;
+        self.reset_election_deadline();
+        self.votes.insert(self.config.node_id);
+        self.counters.elections += 1;
+        let request = Message::RequestVote {
+            epoch: self.hard.epoch,
+            last_epoch: self.log.last_epoch(),
+            last_index: self.log.last_index(),
+        };
+        let peers: Vec<NodeId> = self.peers().collect();
+        for peer in peers {
+            self.out.messages.push((peer, request.clone()));
+        }
+        assert!(self.votes.len() < self.config.majority(), "one vote never wins");
+    }
+
+    fn on_request_vote(
+        &mut self,
+        from: NodeId,
+        epoch: Epoch,
+        last_epoch: Epoch,
+        last_index: LogIndex,
+    ) {
+        if self.leader_is_live() {
+            // Stickiness: keep the epoch, refuse (ORCA §4.4.2; the leader lease needs it).
+            self.out
+                .messages
+                .push((from, Message::Vote { epoch: self.hard.epoch, granted: false }));
+            return;
+        }
+        if epoch > self.hard.epoch {
+            self.become_follower(epoch, None);
+        }
+        let up_to_date = !self.log_is_behind(last_epoch, last_index);
+        let free = self.hard.voted_for.is_none_or(|v| v == from);
+        let granted = epoch == self.hard.epoch && up_to_date && free;
+        if granted {
+            self.set_hard_state(HardState { epoch, voted_for: Some(from) });
+            self.reset_election_deadline();
+        }
+        assert!(!granted || self.hard.voted_for == Some(from));
+        self.out.messages.push((from, Message::Vote { epoch: self.hard.epoch, granted }));
+    }
+
+    fn on_vote(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
+        if epoch > self.hard.epoch {
+            self.become_follower(epoch, None);
+            return;
+        }
+        if self.role != Role::Candidate || epoch != self.hard.epoch || !granted {
+            return;
+        }
+        self.votes.insert(from);
+        if self.votes.len() >= self.config.majority() {
+            self.become_leader();
+        }
+    }
+
+    /// Moves to `epoch` as a follower of `leader` (if known), failing whatever the node
+    /// was waiting on as leader. Clears the vote only when the epoch changes.
+    pub(super) fn become_follower(&mut self, epoch: Epoch, leader: Option<NodeId>) {
+        assert!(epoch >= self.hard.epoch, "stepping back to an older epoch");
+        if self.role == Role::Leader {
+            self.step_down();
+        }
+        if epoch > self.hard.epoch {
+            self.fail_forwards();
+            self.set_hard_state(HardState { epoch, voted_for: None });
+            self.verified_index = LogIndex::ZERO;
+            self.lease_until = None;
+            self.echo_sent_at = Time::default();
+            self.leader_contact_at = None;
+        }
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.votes.clear();
+        self.pre_votes = None;
+        assert!(self.leading.is_none());
+    }
+
+    fn step_down(&mut self) {
+        let leading = self.leading.take().expect("a leader has leader state");
+        for (origin, tag, result) in leading.fail_all(self.leader) {
+            let reply = ClientReply {
+                tag,
+                served_by: self.config.node_id,
+                result,
+                durability_round: false,
+            };
+            self.reply(origin, reply);
+        }
+        self.role = Role::Follower;
+        self.leader = None;
+        self.reset_election_deadline();
+    }
+
+    /// Steps down from leadership without changing epoch (lost its majority).
+    pub(super) fn step_down_same_epoch(&mut self) {
+        self.step_down();
+        assert!(self.role == Role::Follower && self.leading.is_none());
+    }
+
+    fn become_leader(&mut self) {
+        assert_eq!(self.role, Role::Candidate);
+        self.role = Role::Leader;
+        self.leader = Some(self.config.node_id);
+        self.votes.clear();
+        self.lease_until = None;
+        let followers: Vec<NodeId> = self.peers().collect();
+        let next = self.log.last_index().next();
+        let mut leading = Leading::new(&followers, next, self.now);
+        leading.next_heartbeat_at = self.now + self.config.heartbeat_interval;
+        self.leading = Some(leading);
+        let entry = Entry { epoch: self.hard.epoch, index: next, payload: EntryPayload::Noop };
+        self.append_entry(entry);
+        self.leading.as_mut().expect("just set").noop_index = next;
+        self.broadcast_append(true);
+    }
+
+    /// Every member but this node.
+    pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.config.members.iter().copied().filter(|m| *m != self.config.node_id)
+    }
+
+    /// Whether this node, as follower, holds a valid active-set lease.
+    pub(super) fn follower_active(&self) -> bool {
+        self.role == Role::Follower && self.lease_until.is_some_and(|t| self.now < t)
+    }
+
+    // ----- invariants ----------------------------------------------------------------
+
+    fn check_invariants(&self) {
+        let last = self.log.last_index();
+        assert_eq!(self.kv.applied_index(), last, "every entry is applied as it is appended");
+        assert!(
+            self.durable_index <= last,
+            "durable index {} past the log end {last}",
+            self.durable_index
+        );
+        assert!(
+            self.durable_index >= self.log.snapshot().last_index,
+            "the snapshot is past the durable index"
+        );
+        assert!(self.persisted_index() <= last);
+        assert!(self.kv.undo_floor() <= self.durable_index.max(self.log.snapshot().last_index));
+        assert!(self.hard.epoch >= self.log.last_epoch(), "log entry from a future epoch");
+        match self.role {
+            Role::Leader => {
+                let leading = self.leading.as_ref().expect("leader state");
+                assert!(
+                    leading.active.len() + 1 >= self.config.majority(),
+                    "active set below a majority"
+                );
+                assert_eq!(self.hard.voted_for, Some(self.config.node_id));
+                assert!(self.lease_until.is_none());
+            }
+            Role::Follower | Role::Candidate => assert!(self.leading.is_none()),
+        }
+    }
+
+    // ----- introspection ---------------------------------------------------------------
+
+    /// The node's externally visible state.
+    pub fn status(&self) -> Status {
+        let active_set = match &self.leading {
+            Some(leading) => {
+                let mut set: Vec<NodeId> = leading.active.iter().copied().collect();
+                set.push(self.config.node_id);
+                set.sort();
+                set
+            }
+            None => Vec::new(),
+        };
+        Status {
+            node_id: self.config.node_id,
+            role: self.role,
+            epoch: self.hard.epoch,
+            leader: self.leader,
+            last_index: self.log.last_index(),
+            commit_index: self.commit_index,
+            durable_index: self.durable_index,
+            persisted_index: self.persisted_index(),
+            applied_index: self.kv.applied_index(),
+            active: self.role == Role::Leader || self.follower_active(),
+            active_set,
+            snapshot_index: self.log.snapshot().last_index,
+            leader_lease_valid: self.leader_lease_valid(),
+        }
+    }
+
+    /// The configuration the engine runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters for metrics.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The entry at `index`, if the log holds it (not compacted, not past the end).
+    pub fn entry(&self, index: LogIndex) -> Option<&Entry> {
+        self.log.entry(index)
+    }
+
+    /// The held entries from `from` to `to`, both inclusive.
+    pub fn log_entries(&self, from: LogIndex, to: LogIndex) -> impl Iterator<Item = &Entry> {
+        self.log.range(from, to)
+    }
+
+    /// The epoch of the entry at `index` (also known at the snapshot boundary).
+    pub fn term_at(&self, index: LogIndex) -> Option<Epoch> {
+        self.log.epoch_at(index)
+    }
+
+    /// A key's applied value and the version that set it; `None` if never written.
+    /// (`Some((None, v))` is a tombstone.)
+    pub fn read_applied(&self, key: &[u8]) -> Option<(Option<Value>, Version)> {
+        match self.kv.get(key) {
+            (value, Some(version)) => Some((value, version)),
+            (_, None) => None,
+        }
+    }
+
+    /// A deterministic digest of the applied state (at the applied index).
+    pub fn applied_digest(&self) -> u64 {
+        self.kv.applied_digest()
+    }
+
+    /// A deterministic digest of the state as of `index`, if this node can still build
+    /// it: between its undo floor (about its durable index) and its applied index. Two
+    /// nodes' digests at the same durable index must agree.
+    pub fn digest_at(&self, index: LogIndex) -> Option<u64> {
+        let reachable = index >= self.kv.undo_floor() && index <= self.kv.applied_index();
+        reachable.then(|| self.kv.digest_at(index))
+    }
+
+    pub(super) fn not_leader_error(&self) -> KeelError {
+        KeelError::NotLeader { leader: self.leader.filter(|l| *l != self.config.node_id) }
+    }
+}

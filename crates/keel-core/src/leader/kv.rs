@@ -1,0 +1,689 @@
+//! The key-value state machine every node applies log entries to.
+//!
+//! Layout:
+//! - [`Kv::apply`] executes one entry (put, delete, cas, incr, no-op), deduplicating
+//!   retried writes by `(client, request)`, and records an undo record.
+//! - [`Kv::rollback_after`] undoes entries above a truncation point (ORCA digest §7.5:
+//!   undo records are kept for every applied entry above the local durable index, which
+//!   is never truncated; [`Kv::forget_undo_through`] drops them as it advances).
+//! - Reads: [`Kv::get`], [`Kv::scan`], [`Kv::update_index`].
+//! - [`Kv::encode_at`] / [`Kv::decode`]: the snapshot format (state as of any index the
+//!   undo records still reach), and [`Kv::digest_at`], a deterministic digest of it.
+//!
+//! Deletes leave tombstones that carry the delete's version, so a key's update index
+//! survives its deletion (digest §7.13); a key never written has update index 0.
+
+use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
+use keel_types::{
+    ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
+    RequestId, Value, Version,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The state as of some index: items in key order, dedup slots in client order.
+type StateAt<'a> = (Vec<(&'a Key, &'a Item)>, Vec<(&'a ClientId, &'a DedupSlot)>);
+
+/// The outcome of a write as returned to its client.
+pub type WriteResult = Result<CommandResult, KeelError>;
+
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV01";
+/// What one key costs in a snapshot beyond its key and value bytes (lengths, version,
+/// flag), rounded up.
+pub const ITEM_OVERHEAD_BYTES: u64 = 32;
+const RESULT_BYTES_MAX: u32 = 64 * 1024 * 1024;
+
+/// A key's current value (`None`: a tombstone) and the version of the write that set it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// The value, or `None` once deleted.
+    pub value: Option<Value>,
+    /// The last write to the key.
+    pub version: Version,
+}
+
+/// The last write result remembered for one client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DedupSlot {
+    /// The client's latest applied request.
+    pub request: RequestId,
+    /// The log index of that request's entry.
+    pub index: LogIndex,
+    /// Its result, returned again to a retry.
+    pub result: WriteResult,
+}
+
+#[derive(Clone, Debug)]
+struct Undo {
+    index: LogIndex,
+    key: Option<(Key, Option<Item>)>,
+    dedup: Vec<(ClientId, Option<DedupSlot>)>,
+}
+
+/// What applying a write entry produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A no-op entry.
+    Noop,
+    /// A write executed now (or a retry answered from the dedup table).
+    Write(WriteResult),
+}
+
+/// The applied state of one node.
+#[derive(Clone, Debug)]
+pub struct Kv {
+    items: BTreeMap<Key, Item>,
+    dedup: BTreeMap<ClientId, DedupSlot>,
+    dedup_order: BTreeSet<(LogIndex, ClientId)>,
+    undo: VecDeque<Undo>,
+    undo_floor: LogIndex,
+    applied: Version,
+    dedup_clients_max: usize,
+    /// Wrapping sum of `item_hash` over `items`, kept current so that the digest of the
+    /// applied state costs O(1) (the simulator asks after every step).
+    items_hash: u64,
+    /// Bytes of keys and values held, plus [`ITEM_OVERHEAD_BYTES`] per key (bounds the
+    /// snapshot size through `Config::state_bytes_max`).
+    state_bytes: u64,
+}
+
+impl Kv {
+    /// An empty state machine (nothing applied).
+    pub fn new(dedup_clients_max: usize) -> Kv {
+        assert!(dedup_clients_max > 0);
+        Kv {
+            items: BTreeMap::new(),
+            dedup: BTreeMap::new(),
+            dedup_order: BTreeSet::new(),
+            undo: VecDeque::new(),
+            undo_floor: LogIndex::ZERO,
+            applied: Version::default(),
+            dedup_clients_max,
+            items_hash: 0,
+            state_bytes: 0,
+        }
+    }
+
+    /// The last applied entry's index.
+    pub fn applied_index(&self) -> LogIndex {
+        self.applied.index
+    }
+
+    /// The lowest index the state can be rolled back to.
+    pub fn undo_floor(&self) -> LogIndex {
+        self.undo_floor
+    }
+
+    /// How many undo records are held.
+    pub fn undo_len(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Applies the next entry; returns what a client of that entry should be told.
+    pub fn apply(&mut self, entry: &Entry) -> Applied {
+        assert_eq!(entry.index, self.applied.index.next(), "apply out of order");
+        assert!(entry.epoch >= self.applied.epoch, "apply epochs go backwards");
+        let mut undo = Undo { index: entry.index, key: None, dedup: Vec::new() };
+        let applied = match &entry.payload {
+            EntryPayload::Noop => Applied::Noop,
+            EntryPayload::Write { client, request, command, .. } => Applied::Write(
+                self.apply_write(entry.version(), *client, *request, command, &mut undo),
+            ),
+        };
+        self.applied = entry.version();
+        self.undo.push_back(undo);
+        applied
+    }
+
+    fn apply_write(
+        &mut self,
+        version: Version,
+        client: ClientId,
+        request: RequestId,
+        command: &Command,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        if let Some(slot) = self.dedup.get(&client) {
+            if slot.request == request {
+                return slot.result.clone();
+            }
+            if slot.request > request {
+                return Err(KeelError::InvalidArgument(format!(
+                    "request {} of client {} is older than its last applied request",
+                    request.0, client.0
+                )));
+            }
+        }
+        let result = self.execute(version, command, undo);
+        self.remember(
+            client,
+            DedupSlot { request, index: version.index, result: result.clone() },
+            undo,
+        );
+        result
+    }
+
+    fn execute(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
+        let current = self.items.get(command.key());
+        let current_value = current.and_then(|i| i.value.clone());
+        let (new_value, result) = match command {
+            Command::Put { value, .. } => (Some(value.clone()), CommandResult::Written { version }),
+            Command::Delete { .. } => (None, CommandResult::Written { version }),
+            Command::Cas { expected, new, .. } => {
+                if *expected != current_value {
+                    let found = current.map(|i| i.version);
+                    return Ok(CommandResult::Cas {
+                        swapped: false,
+                        current: current_value,
+                        version: found,
+                    });
+                }
+                let result = CommandResult::Cas {
+                    swapped: true,
+                    current: current_value,
+                    version: Some(version),
+                };
+                (Some(new.clone()), result)
+            }
+            Command::Incr { delta, .. } => {
+                let value = incremented(current_value.as_deref(), *delta)?;
+                (Some(value.to_string().into_bytes()), CommandResult::Counter { value, version })
+            }
+            Command::Get { .. } | Command::Scan { .. } => panic!("a read command in the log"),
+        };
+        let key = command.key().to_vec();
+        let item = Item { value: new_value, version };
+        self.account(&key, &item, true);
+        let previous = self.items.insert(key.clone(), item);
+        if let Some(previous) = &previous {
+            self.account(&key, previous, false);
+        }
+        undo.key = Some((key, previous));
+        Ok(result)
+    }
+
+    fn remember(&mut self, client: ClientId, slot: DedupSlot, undo: &mut Undo) {
+        let index = slot.index;
+        let previous = self.dedup.insert(client, slot);
+        if let Some(previous) = &previous {
+            self.dedup_order.remove(&(previous.index, client));
+        }
+        self.dedup_order.insert((index, client));
+        undo.dedup.push((client, previous));
+        if self.dedup.len() > self.dedup_clients_max {
+            let (_, oldest) = self.dedup_order.pop_first().expect("order mirrors the table");
+            let evicted = self.dedup.remove(&oldest);
+            assert!(evicted.is_some() && oldest != client, "evicted the newest client");
+            undo.dedup.push((oldest, evicted));
+        }
+        assert_eq!(self.dedup.len(), self.dedup_order.len());
+    }
+
+    /// Undoes every applied entry after `index`. Panics if that reaches below the undo
+    /// floor: entries at or below the durable index are never truncated.
+    /// `epoch` is the epoch of the entry at `index`, which becomes the applied version.
+    pub fn rollback_after(&mut self, index: LogIndex, epoch: Epoch) {
+        assert!(index >= self.undo_floor, "rollback below the durable index {}", self.undo_floor);
+        if self.applied.index <= index {
+            return;
+        }
+        while self.undo.back().is_some_and(|u| u.index > index) {
+            let undo = self.undo.pop_back().expect("checked");
+            self.restore(undo);
+        }
+        assert_eq!(self.applied.index, index, "undo records missing above {index}");
+        assert!(epoch <= self.applied.epoch, "rollback to a newer epoch");
+        self.applied.epoch = epoch;
+    }
+
+    fn restore(&mut self, undo: Undo) {
+        assert_eq!(undo.index, self.applied.index, "undo out of order");
+        if let Some((key, previous)) = undo.key {
+            if let Some(previous) = &previous {
+                self.account(&key, previous, true);
+            }
+            let current = match previous {
+                Some(item) => self.items.insert(key.clone(), item),
+                None => self.items.remove(&key),
+            };
+            let current = current.expect("the undone write left an item");
+            self.account(&key, &current, false);
+        }
+        for (client, previous) in undo.dedup.into_iter().rev() {
+            if let Some(current) = self.dedup.remove(&client) {
+                self.dedup_order.remove(&(current.index, client));
+            }
+            if let Some(previous) = previous {
+                self.dedup_order.insert((previous.index, client));
+                self.dedup.insert(client, previous);
+            }
+        }
+        let prior = self.undo.back().map(|u| u.index).unwrap_or(self.undo_floor);
+        // The epoch is set by `rollback_after` once the target is reached.
+        self.applied.index = prior;
+    }
+
+    /// Adds (or removes) an item's share of the running digest and byte count.
+    fn account(&mut self, key: &[u8], item: &Item, add: bool) {
+        let hash = item_hash(key, item);
+        let bytes = key.len() as u64
+            + item.value.as_ref().map_or(0, |v| v.len() as u64)
+            + ITEM_OVERHEAD_BYTES;
+        if add {
+            self.items_hash = self.items_hash.wrapping_add(hash);
+            self.state_bytes += bytes;
+        } else {
+            self.items_hash = self.items_hash.wrapping_sub(hash);
+            self.state_bytes =
+                self.state_bytes.checked_sub(bytes).expect("byte count mirrors the items");
+        }
+    }
+
+    /// Bytes the items take (keys, values and per-key overhead).
+    pub fn state_bytes(&self) -> u64 {
+        self.state_bytes
+    }
+
+    /// Drops undo records for entries at or below `index` (now durable: never rolled back).
+    pub fn forget_undo_through(&mut self, index: LogIndex) {
+        let index = index.min(self.applied.index);
+        while self.undo.front().is_some_and(|u| u.index <= index) {
+            self.undo.pop_front();
+        }
+        self.undo_floor = self.undo_floor.max(index);
+        assert!(self.undo.front().is_none_or(|u| u.index > self.undo_floor));
+    }
+
+    /// A key's value (`None`: absent or deleted) and the version that produced it.
+    pub fn get(&self, key: &[u8]) -> (Option<Value>, Option<Version>) {
+        match self.items.get(key) {
+            Some(item) => (item.value.clone(), Some(item.version)),
+            None => (None, None),
+        }
+    }
+
+    /// The index of the last write to `key` (tombstones included; 0 if never written).
+    pub fn update_index(&self, key: &[u8]) -> LogIndex {
+        self.items.get(key).map_or(LogIndex::ZERO, |i| i.version.index)
+    }
+
+    /// Up to `limit` live items in `[start, end)`, and the highest update index over the
+    /// keys the scan passed, tombstones included (what must be durable to serve it).
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: u32,
+    ) -> (Vec<(Key, Value, Version)>, LogIndex) {
+        let mut items = Vec::new();
+        let mut needed = LogIndex::ZERO;
+        let limit = usize::try_from(limit).expect("fits");
+        for (key, item) in self.items.range(start.to_vec()..) {
+            if end.is_some_and(|end| key.as_slice() >= end) || items.len() >= limit {
+                break;
+            }
+            needed = needed.max(item.version.index);
+            if let Some(value) = &item.value {
+                items.push((key.clone(), value.clone(), item.version));
+            }
+        }
+        assert!(items.len() <= limit);
+        (items, needed)
+    }
+
+    /// The remembered result of a client's request, if it is the client's latest.
+    pub fn dedup(&self, client: ClientId) -> Option<&DedupSlot> {
+        self.dedup.get(&client)
+    }
+
+    /// Visits the state as of `index` (between the undo floor and the applied index):
+    /// items in key order, then dedup slots in client order.
+    fn state_at(&self, index: LogIndex) -> StateAt<'_> {
+        assert!(
+            index >= self.undo_floor && index <= self.applied.index,
+            "state at {index} unreachable"
+        );
+        let mut key_overlay: BTreeMap<&Key, Option<&Item>> = BTreeMap::new();
+        let mut dedup_overlay: BTreeMap<&ClientId, Option<&DedupSlot>> = BTreeMap::new();
+        for undo in self.undo.iter().rev().take_while(|u| u.index > index) {
+            if let Some((key, previous)) = &undo.key {
+                key_overlay.insert(key, previous.as_ref());
+            }
+            for (client, previous) in undo.dedup.iter().rev() {
+                dedup_overlay.insert(client, previous.as_ref());
+            }
+        }
+        let mut items: Vec<(&Key, &Item)> = Vec::with_capacity(self.items.len());
+        let mut keys: BTreeSet<&Key> = self.items.keys().collect();
+        keys.extend(key_overlay.keys().copied());
+        for key in keys {
+            let item = match key_overlay.get(key) {
+                Some(previous) => *previous,
+                None => self.items.get(key),
+            };
+            if let Some(item) = item {
+                items.push((key, item));
+            }
+        }
+        let mut slots: Vec<(&ClientId, &DedupSlot)> = Vec::new();
+        let mut clients: BTreeSet<&ClientId> = self.dedup.keys().collect();
+        clients.extend(dedup_overlay.keys().copied());
+        for client in clients {
+            let slot = match dedup_overlay.get(client) {
+                Some(previous) => *previous,
+                None => self.dedup.get(client),
+            };
+            if let Some(slot) = slot {
+                slots.push((client, slot));
+            }
+        }
+        (items, slots)
+    }
+
+    /// The snapshot encoding of the state as of `index` (see `docs/protocol.md`).
+    pub fn encode_at(&self, index: LogIndex) -> Vec<u8> {
+        let (items, slots) = self.state_at(index);
+        let mut out = Vec::new();
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        put_u64(&mut out, index.0);
+        put_u64(&mut out, items.len() as u64);
+        for (key, item) in items {
+            put_bytes(&mut out, key);
+            put_u64(&mut out, item.version.epoch.0);
+            put_u64(&mut out, item.version.index.0);
+            match &item.value {
+                Some(value) => {
+                    put_u8(&mut out, 1);
+                    put_bytes(&mut out, value);
+                }
+                None => put_u8(&mut out, 0),
+            }
+        }
+        put_u32(&mut out, u32::try_from(slots.len()).expect("dedup table is bounded"));
+        for (client, slot) in slots {
+            put_u64(&mut out, client.0);
+            put_u64(&mut out, slot.request.0);
+            put_u64(&mut out, slot.index.0);
+            let result = serde_json::to_vec(&slot.result).expect("results serialize");
+            put_bytes(&mut out, &result);
+        }
+        out
+    }
+
+    /// Rebuilds the state a snapshot at `meta_index` describes. Corrupt bytes are a
+    /// storage failure: the caller stops the node.
+    pub fn decode(bytes: &[u8], at: Version, dedup_clients_max: usize) -> Result<Kv, String> {
+        let mut reader = Reader::new(bytes);
+        let err = |e: keel_types::codec::CodecError| e.to_string();
+        if reader.take("magic", 8).map_err(err)? != SNAPSHOT_MAGIC {
+            return Err("not a Keel state snapshot".into());
+        }
+        let index = reader.u64("index").map_err(err)?;
+        if index != at.index.0 {
+            return Err(format!("snapshot encodes index {index}, meta says {}", at.index));
+        }
+        let mut kv = Kv::new(dedup_clients_max);
+        let count = reader.u64("item count").map_err(err)?;
+        for _ in 0..count.min(reader.remaining()) {
+            let key = reader.bytes("key", u32::MAX).map_err(err)?;
+            let version =
+                Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
+            let value = reader.option_bytes("value", u32::MAX).map_err(err)?;
+            let item = Item { value, version };
+            kv.account(&key, &item, true);
+            kv.items.insert(key, item);
+        }
+        let slots = reader.u32("dedup count").map_err(err)?;
+        for _ in 0..slots {
+            let client = ClientId(reader.u64("client").map_err(err)?);
+            let request = RequestId(reader.u64("request").map_err(err)?);
+            let index = LogIndex(reader.u64("dedup index").map_err(err)?);
+            let result = reader.bytes("result", RESULT_BYTES_MAX).map_err(err)?;
+            let result: WriteResult = serde_json::from_slice(&result).map_err(|e| e.to_string())?;
+            kv.dedup_order.insert((index, client));
+            kv.dedup.insert(client, DedupSlot { request, index, result });
+        }
+        reader.finish().map_err(err)?;
+        kv.applied = at;
+        kv.undo_floor = at.index;
+        Ok(kv)
+    }
+
+    /// A deterministic 64-bit digest of the items as of `index` (FNV-1a per item, summed,
+    /// mixed with the index). Equal states at equal indexes give equal digests.
+    pub fn digest_at(&self, index: LogIndex) -> u64 {
+        if index == self.applied.index {
+            return self.applied_digest();
+        }
+        let (items, _) = self.state_at(index);
+        let sum =
+            items.iter().fold(0u64, |sum, (key, item)| sum.wrapping_add(item_hash(key, item)));
+        combine(index, sum)
+    }
+
+    /// [`Kv::digest_at`] the applied index, in O(1).
+    pub fn applied_digest(&self) -> u64 {
+        combine(self.applied.index, self.items_hash)
+    }
+
+    /// Number of keys held (tombstones included).
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no key was ever written.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+fn item_hash(key: &[u8], item: &Item) -> u64 {
+    let mut hash = Fnv::new();
+    hash.write_bytes(key);
+    hash.write_u64(item.version.epoch.0);
+    hash.write_u64(item.version.index.0);
+    match &item.value {
+        Some(value) => {
+            hash.write_u64(1);
+            hash.write_bytes(value);
+        }
+        None => hash.write_u64(0),
+    }
+    hash.0
+}
+
+fn combine(index: LogIndex, sum: u64) -> u64 {
+    let mut hash = Fnv::new();
+    hash.write_u64(index.0);
+    hash.write_u64(sum);
+    hash.0
+}
+
+fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
+    let base = match current {
+        None => 0,
+        Some(bytes) => {
+            let text = std::str::from_utf8(bytes).map_err(|_| KeelError::NotAnInteger)?;
+            text.parse::<i64>().map_err(|_| KeelError::NotAnInteger)?
+        }
+    };
+    base.checked_add(delta).ok_or(KeelError::NotAnInteger)
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        self.write_u64(bytes.len() as u64);
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        for b in value.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_types::Durability;
+
+    fn write(index: u64, client: u64, request: u64, command: Command) -> Entry {
+        Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Write {
+                client: ClientId(client),
+                request: RequestId(request),
+                durability: Durability::Memory,
+                command,
+            },
+        }
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put { key: key.into(), value: value.into() }
+    }
+
+    #[test]
+    fn operations_and_errors() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("a", "1")));
+        let r = kv.apply(&write(2, 1, 2, Command::Incr { key: "a".into(), delta: 41 }));
+        assert_eq!(
+            r,
+            Applied::Write(Ok(CommandResult::Counter { value: 42, version: Version::new(1, 2) }))
+        );
+        kv.apply(&write(3, 1, 3, put("s", "x")));
+        let r = kv.apply(&write(4, 1, 4, Command::Incr { key: "s".into(), delta: 1 }));
+        assert_eq!(r, Applied::Write(Err(KeelError::NotAnInteger)));
+        let r = kv.apply(&write(
+            5,
+            1,
+            5,
+            Command::Cas { key: "a".into(), expected: None, new: "n".into() },
+        ));
+        assert!(matches!(r, Applied::Write(Ok(CommandResult::Cas { swapped: false, .. }))));
+        kv.apply(&write(6, 1, 6, Command::Delete { key: "a".into() }));
+        assert_eq!(kv.get(b"a"), (None, Some(Version::new(1, 6))));
+        assert_eq!(kv.update_index(b"a"), LogIndex(6));
+        assert_eq!(kv.update_index(b"never"), LogIndex::ZERO);
+        let r = kv.apply(&write(7, 1, 7, Command::Incr { key: "new".into(), delta: -3 }));
+        assert!(matches!(r, Applied::Write(Ok(CommandResult::Counter { value: -3, .. }))));
+        let (items, needed) = kv.scan(b"", None, 10);
+        assert_eq!(items.len(), 2); // "new" and "s"; "a" is a tombstone
+        assert_eq!(needed, LogIndex(7));
+    }
+
+    #[test]
+    fn retried_writes_apply_once() {
+        let mut kv = Kv::new(10);
+        let first = kv.apply(&write(1, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
+        let retry = kv.apply(&write(2, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
+        assert_eq!(first, retry);
+        assert_eq!(kv.get(b"c").0, Some(b"1".to_vec()));
+        let stale = kv.apply(&write(3, 9, 0, put("c", "9")));
+        assert!(matches!(stale, Applied::Write(Err(KeelError::InvalidArgument(_)))));
+    }
+
+    #[test]
+    fn dedup_table_is_bounded_oldest_out() {
+        let mut kv = Kv::new(2);
+        for client in 1..=3 {
+            kv.apply(&write(client, client, 1, put("k", "v")));
+        }
+        assert!(kv.dedup(ClientId(1)).is_none());
+        assert!(kv.dedup(ClientId(3)).is_some());
+        kv.rollback_after(LogIndex(2), Epoch(1));
+        assert!(kv.dedup(ClientId(1)).is_some(), "rollback restores the evicted slot");
+        assert!(kv.dedup(ClientId(3)).is_none());
+    }
+
+    #[test]
+    fn rollback_restores_and_snapshot_round_trips_at_any_index() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("a", "1")));
+        kv.apply(&write(2, 1, 2, put("b", "2")));
+        let digest2 = kv.digest_at(LogIndex(2));
+        let bytes2 = kv.encode_at(LogIndex(2));
+        kv.apply(&write(3, 1, 3, put("a", "3")));
+        kv.apply(&write(4, 1, 4, Command::Delete { key: "b".into() }));
+        assert_eq!(kv.encode_at(LogIndex(2)), bytes2, "state as of 2 is reachable through undo");
+        kv.rollback_after(LogIndex(2), Epoch(1));
+        assert_eq!(kv.applied_index(), LogIndex(2));
+        assert_eq!(kv.digest_at(LogIndex(2)), digest2);
+        assert_eq!(kv.get(b"a").0, Some(b"1".to_vec()));
+        let restored = Kv::decode(&bytes2, Version::new(1, 2), 10).unwrap();
+        assert_eq!(restored.digest_at(LogIndex(2)), digest2);
+        assert_eq!(restored.dedup(ClientId(1)).unwrap().request, RequestId(2));
+        assert!(Kv::decode(&bytes2[..bytes2.len() - 1], Version::new(1, 2), 10).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "rollback below the durable index")]
+    fn rollback_below_durable_is_refused() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("a", "1")));
+        kv.apply(&write(2, 1, 2, put("a", "2")));
+        kv.forget_undo_through(LogIndex(2));
+        kv.rollback_after(LogIndex(1), Epoch(1));
+    }
+
+    fn random_entry(index: u64, op: u8, key: u8, arg: i8) -> Entry {
+        let key = vec![b'a' + key];
+        let command = match op {
+            0 => Command::Put { key, value: arg.to_string().into_bytes() },
+            1 => Command::Delete { key },
+            2 => Command::Incr { key, delta: i64::from(arg) },
+            _ => Command::Cas { key, expected: None, new: b"x".to_vec() },
+        };
+        // Few clients with repeating request ids exercise dedup and eviction too.
+        write(index, u64::from(key_client(arg)), index / 2 + 1, command)
+    }
+
+    fn key_client(arg: i8) -> u8 {
+        arg.unsigned_abs() % 4
+    }
+
+    proptest::proptest! {
+        /// Rolling back to any point equals replaying the prefix, and the state as of any
+        /// point (through undo records) encodes like the replayed prefix.
+        #[test]
+        fn rollback_equals_replaying_the_prefix(
+            ops in proptest::collection::vec((0u8..4, 0u8..4, proptest::num::i8::ANY), 1..40),
+            cut in 0usize..40,
+        ) {
+            let entries: Vec<Entry> = ops
+                .iter()
+                .enumerate()
+                .map(|(i, (op, key, arg))| random_entry(i as u64 + 1, *op, *key, *arg))
+                .collect();
+            let cut = cut.min(entries.len());
+            let mut full = Kv::new(3);
+            for entry in &entries {
+                full.apply(entry);
+            }
+            let mut prefix = Kv::new(3);
+            for entry in &entries[..cut] {
+                prefix.apply(entry);
+            }
+            let at = LogIndex(cut as u64);
+            proptest::prop_assert_eq!(full.encode_at(at), prefix.encode_at(at));
+            full.rollback_after(at, Epoch(1));
+            proptest::prop_assert_eq!(full.digest_at(at), prefix.digest_at(at));
+            proptest::prop_assert_eq!(full.encode_at(at), prefix.encode_at(at));
+            let (items, _) = prefix.state_at(at);
+            let sum = items.iter().fold(0u64, |s, (k, i)| s.wrapping_add(item_hash(k, i)));
+            proptest::prop_assert_eq!(combine(at, sum), prefix.applied_digest(), "incremental digest");
+            let decoded = Kv::decode(&prefix.encode_at(at), Version::new(1, cut as u64), 3).unwrap();
+            proptest::prop_assert_eq!(decoded.digest_at(at), prefix.digest_at(at));
+        }
+    }
+}

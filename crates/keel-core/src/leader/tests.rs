@@ -1,0 +1,1097 @@
+//! Scenario tests over a tiny in-crate cluster harness: N engines, an in-memory disk per
+//! node that honours the output contract (unsynced entries are lost on crash), and a
+//! network with fixed latency and partitionable links. Time is virtual; every wait is
+//! for a condition with a bound.
+
+use super::*;
+use crate::time::{Span, Time};
+use keel_types::{
+    ClientId, Command, CommandResult, Durability, Entry, HardState, KeelError, LogIndex, NodeId,
+    ReadLevel, RequestId, SnapshotMeta, Version,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+const MS: u64 = 1_000_000;
+
+#[derive(Default, Clone)]
+struct Disk {
+    hard: HardState,
+    snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    entries: Vec<Entry>,
+    synced: LogIndex,
+    generation: u64,
+}
+
+impl Disk {
+    fn base(&self) -> LogIndex {
+        self.snapshot.as_ref().map_or(LogIndex::ZERO, |(m, _)| m.last_index)
+    }
+    fn last(&self) -> LogIndex {
+        self.entries.last().map_or(self.base(), |e| e.index)
+    }
+    fn truncate_after(&mut self, index: LogIndex) {
+        assert!(index >= self.base(), "truncation below the snapshot");
+        self.entries.retain(|e| e.index <= index);
+        self.synced = self.synced.min(index);
+        self.generation += 1;
+    }
+    fn append(&mut self, entries: &[Entry]) {
+        for e in entries {
+            assert_eq!(e.index, self.last().next(), "append not contiguous");
+            self.entries.push(e.clone());
+        }
+    }
+    fn save_snapshot(&mut self, meta: SnapshotMeta, data: Vec<u8>) {
+        let matches =
+            self.entries.iter().any(|e| e.index == meta.last_index && e.epoch == meta.last_epoch);
+        if matches {
+            self.entries.retain(|e| e.index > meta.last_index);
+        } else {
+            self.entries.clear();
+        }
+        self.synced = self.synced.max(meta.last_index);
+        self.snapshot = Some((meta, data));
+    }
+    fn crash(&mut self) -> PersistedState {
+        let synced = self.synced;
+        self.entries.retain(|e| e.index <= synced);
+        PersistedState {
+            hard_state: self.hard,
+            snapshot: self.snapshot.clone(),
+            entries: self.entries.clone(),
+        }
+    }
+}
+
+enum Event {
+    Deliver { from: NodeId, to: NodeId, message: Message },
+    Synced { node: NodeId, incarnation: u64, index: LogIndex, generation: u64 },
+    Saved { node: NodeId, incarnation: u64, meta: SnapshotMeta },
+}
+
+struct Node {
+    engine: Option<LeaderEngine>,
+    disk: Disk,
+    incarnation: u64,
+    wake_at: Option<Time>,
+    offset: u64,
+}
+
+struct Cluster {
+    nodes: BTreeMap<NodeId, Node>,
+    config: Config,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Event>,
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    latency: u64,
+    fsync: u64,
+    /// Per-node fsync latency overriding `fsync` (a slow disk).
+    fsync_of: BTreeMap<NodeId, u64>,
+    replies: Vec<(NodeId, ClientReply)>,
+    next_tag: u64,
+    seed: u64,
+}
+
+fn ids(n: u32) -> Vec<NodeId> {
+    (1..=n).map(NodeId).collect()
+}
+
+impl Cluster {
+    fn new(n: u32, seed: u64, tweak: impl Fn(&mut Config)) -> Cluster {
+        let mut config = Config::new(NodeId(1), ids(n));
+        tweak(&mut config);
+        let mut cluster = Cluster {
+            nodes: BTreeMap::new(),
+            config,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            blocked: BTreeSet::new(),
+            latency: MS,
+            fsync: 2 * MS,
+            fsync_of: BTreeMap::new(),
+            replies: Vec::new(),
+            next_tag: 1,
+            seed,
+        };
+        for id in ids(n) {
+            let node = Node {
+                engine: None,
+                disk: Disk::default(),
+                incarnation: 0,
+                wake_at: None,
+                offset: 5_000 * MS + u64::from(id.0) * 7 * MS,
+            };
+            cluster.nodes.insert(id, node);
+            cluster.boot(id);
+        }
+        cluster
+    }
+
+    fn local(&self, id: NodeId) -> Time {
+        Time(self.now + self.nodes[&id].offset)
+    }
+
+    fn boot(&mut self, id: NodeId) {
+        let mut config = self.config.clone();
+        config.node_id = id;
+        let persisted = self.nodes.get_mut(&id).unwrap().disk.crash();
+        let now = self.local(id);
+        let seed = self.seed.wrapping_mul(31).wrapping_add(u64::from(id.0));
+        let engine = LeaderEngine::new(config, persisted, seed, now).expect("valid config");
+        let node = self.nodes.get_mut(&id).unwrap();
+        node.engine = Some(engine);
+        node.incarnation += 1;
+        node.wake_at = Some(now);
+    }
+
+    fn crash(&mut self, id: NodeId) {
+        let node = self.nodes.get_mut(&id).unwrap();
+        node.engine = None;
+        node.wake_at = None;
+        node.disk.crash();
+        node.incarnation += 1;
+    }
+
+    fn push(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), event);
+    }
+
+    fn engine(&self, id: NodeId) -> &LeaderEngine {
+        self.nodes[&id].engine.as_ref().expect("running")
+    }
+
+    fn status(&self, id: NodeId) -> Status {
+        self.engine(id).status()
+    }
+
+    fn step(&mut self, id: NodeId, input: Input) {
+        let now = self.local(id);
+        let Some(engine) = self.nodes.get_mut(&id).unwrap().engine.as_mut() else { return };
+        let out = engine.step(now, input);
+        self.carry_out(id, out);
+        self.check_global();
+    }
+
+    fn carry_out(&mut self, id: NodeId, out: Outputs) {
+        let now = self.now;
+        let (latency, fsync) =
+            (self.latency, self.fsync_of.get(&id).copied().unwrap_or(self.fsync));
+        let node = self.nodes.get_mut(&id).unwrap();
+        if let Some(hard) = out.hard_state {
+            node.disk.hard = hard;
+        }
+        if let Some(index) = out.truncate_after {
+            node.disk.truncate_after(index);
+        }
+        node.disk.append(&out.append);
+        let incarnation = node.incarnation;
+        let generation = node.disk.generation;
+        if let Some(index) = out.sync_through {
+            assert!(index <= node.disk.last(), "sync past the log end");
+            self.push(now + fsync, Event::Synced { node: id, incarnation, index, generation });
+        }
+        if let Some((meta, data)) = out.snapshot {
+            self.nodes.get_mut(&id).unwrap().disk.save_snapshot(meta, data);
+            self.push(now + fsync, Event::Saved { node: id, incarnation, meta });
+        }
+        for (to, message) in out.messages {
+            assert_ne!(to, id);
+            let hard = self.nodes[&id].disk.hard;
+            if let Message::Vote { granted: true, epoch } = &message {
+                assert_eq!(
+                    hard,
+                    HardState { epoch: *epoch, voted_for: Some(to) },
+                    "vote not persisted"
+                );
+            }
+            self.push(now + latency, Event::Deliver { from: id, to, message });
+        }
+        for reply in out.replies {
+            self.replies.push((id, reply));
+        }
+        self.nodes.get_mut(&id).unwrap().wake_at = out.wake_at;
+    }
+
+    /// Cross-node invariants: one leader per epoch; at most one valid leader lease; logs
+    /// agree on every index both nodes know to be durable.
+    fn check_global(&self) {
+        let engines: Vec<&LeaderEngine> =
+            self.nodes.values().filter_map(|n| n.engine.as_ref()).collect();
+        for (i, a) in engines.iter().enumerate() {
+            for b in &engines[i + 1..] {
+                let (sa, sb) = (a.status(), b.status());
+                let durable = sa.durable_index.min(sb.durable_index);
+                let from = sa.snapshot_index.max(sb.snapshot_index);
+                for index in (from.0..=durable.0).map(LogIndex) {
+                    assert_eq!(
+                        a.term_at(index),
+                        b.term_at(index),
+                        "durable logs disagree at {index}"
+                    );
+                }
+            }
+        }
+        let mut leaders: BTreeMap<u64, NodeId> = BTreeMap::new();
+        let mut leased = Vec::new();
+        for (id, node) in &self.nodes {
+            let Some(engine) = &node.engine else { continue };
+            let status = engine.status();
+            if status.role == Role::Leader {
+                if let Some(other) = leaders.insert(status.epoch.0, *id) {
+                    panic!("two leaders {other} and {id} in epoch {}", status.epoch.0);
+                }
+            }
+            if status.leader_lease_valid {
+                leased.push(*id);
+            }
+        }
+        assert!(leased.len() <= 1, "several valid leader leases: {leased:?}");
+    }
+
+    /// Runs events until virtual time `until_ms` past now.
+    fn run_for(&mut self, ms: u64) {
+        let until = self.now + ms * MS;
+        self.run_until(until, |_| false);
+    }
+
+    /// Runs until `cond` holds (checked after every event) or `limit_ms` pass; returns
+    /// whether it held.
+    fn run_until_cond(&mut self, limit_ms: u64, cond: impl Fn(&Cluster) -> bool) -> bool {
+        let until = self.now + limit_ms * MS;
+        self.run_until(until, cond)
+    }
+
+    fn run_until(&mut self, until: u64, cond: impl Fn(&Cluster) -> bool) -> bool {
+        for _ in 0..5_000_000 {
+            if cond(self) {
+                return true;
+            }
+            let next_event = self.queue.keys().next().map(|k| k.0);
+            let next_wake = self
+                .nodes
+                .iter()
+                .filter_map(|(id, n)| n.wake_at.map(|w| (w.0.saturating_sub(n.offset), *id)))
+                .min();
+            let event_first = match (next_event, next_wake) {
+                (Some(e), Some((w, _))) => e <= w,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return cond(self),
+            };
+            let at = if event_first { next_event.unwrap() } else { next_wake.unwrap().0 };
+            if at > until {
+                self.now = until;
+                return cond(self);
+            }
+            self.now = self.now.max(at);
+            if event_first {
+                let key = *self.queue.keys().next().unwrap();
+                let event = self.queue.remove(&key).unwrap();
+                self.handle(event);
+            } else {
+                let id = next_wake.unwrap().1;
+                self.nodes.get_mut(&id).unwrap().wake_at = None;
+                self.step(id, Input::Tick);
+            }
+        }
+        panic!("event budget exhausted");
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { from, to, message } => {
+                if self.blocked.contains(&(from, to)) {
+                    return;
+                }
+                self.step(to, Input::Message { from, message });
+            }
+            Event::Synced { node, incarnation, index, generation } => {
+                let n = self.nodes.get_mut(&node).unwrap();
+                if n.incarnation != incarnation {
+                    return;
+                }
+                if n.disk.generation == generation {
+                    n.disk.synced = n.disk.synced.max(index.min(n.disk.last()));
+                }
+                let synced = n.disk.synced;
+                self.step(node, Input::LogSynced { index: synced });
+            }
+            Event::Saved { node, incarnation, meta } => {
+                if self.nodes[&node].incarnation == incarnation {
+                    self.step(node, Input::SnapshotSaved { meta });
+                }
+            }
+        }
+    }
+
+    fn isolate(&mut self, group: &[NodeId]) {
+        let all: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for a in group {
+            for b in &all {
+                if !group.contains(b) {
+                    self.blocked.insert((*a, *b));
+                    self.blocked.insert((*b, *a));
+                }
+            }
+        }
+    }
+
+    fn heal(&mut self) {
+        self.blocked.clear();
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .filter_map(|(id, n)| n.engine.as_ref().map(|e| (*id, e.status())))
+            .filter(|(_, s)| s.role == Role::Leader && s.leader_lease_valid)
+            .max_by_key(|(_, s)| s.epoch)
+            .map(|(id, _)| id)
+    }
+
+    fn await_leader(&mut self) -> NodeId {
+        assert!(self.run_until_cond(5_000, |c| c.leader().is_some()), "no leader elected");
+        self.leader().unwrap()
+    }
+
+    fn request(
+        &mut self,
+        node: NodeId,
+        command: Command,
+        durability: Option<Durability>,
+        level: Option<ReadLevel>,
+        client: u64,
+        request: u64,
+    ) -> RequestTag {
+        let tag = RequestTag(self.next_tag);
+        self.next_tag += 1;
+        let req = ClientRequest {
+            tag,
+            client: ClientId(client),
+            request: RequestId(request),
+            command,
+            durability,
+            level,
+        };
+        self.step(node, Input::Client(req));
+        tag
+    }
+
+    fn put(&mut self, node: NodeId, key: &str, value: &str, durability: Durability) -> RequestTag {
+        let request = self.next_tag;
+        self.request(
+            node,
+            Command::Put { key: key.into(), value: value.into() },
+            Some(durability),
+            None,
+            1,
+            request,
+        )
+    }
+
+    fn get(&mut self, node: NodeId, key: &str, level: ReadLevel) -> RequestTag {
+        self.request(node, Command::Get { key: key.into() }, None, Some(level), 2, 0)
+    }
+
+    fn reply(&self, tag: RequestTag) -> Option<&ClientReply> {
+        self.replies.iter().map(|(_, r)| r).find(|r| r.tag == tag)
+    }
+
+    fn await_reply(&mut self, tag: RequestTag, limit_ms: u64) -> ClientReply {
+        assert!(self.run_until_cond(limit_ms, |c| c.reply(tag).is_some()), "no reply to {tag:?}");
+        self.reply(tag).unwrap().clone()
+    }
+
+    fn value_of(reply: &ClientReply) -> Option<Vec<u8>> {
+        match &reply.result {
+            Ok(CommandResult::Value { value, .. }) => value.clone(),
+            other => panic!("not a value: {other:?}"),
+        }
+    }
+}
+
+fn cluster3(seed: u64) -> Cluster {
+    Cluster::new(3, seed, |_| {})
+}
+
+#[test]
+fn a_leader_is_elected_and_replaced_after_a_crash() {
+    let mut c = cluster3(1);
+    let first = c.await_leader();
+    let epoch = c.status(first).epoch;
+    c.run_for(300);
+    assert_eq!(c.leader(), Some(first), "a healthy leader keeps its epoch");
+    assert_eq!(c.status(first).epoch, epoch);
+    c.crash(first);
+    let second = c.await_leader();
+    assert_ne!(second, first);
+    assert!(c.status(second).epoch > epoch);
+    c.boot(first);
+    assert!(c.run_until_cond(2_000, |c| c.status(first).leader == Some(second)));
+}
+
+#[test]
+fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
+    let config = Config::new(NodeId(1), ids(3));
+    let entry = |i| Entry {
+        epoch: keel_types::Epoch(1),
+        index: LogIndex(i),
+        payload: keel_types::EntryPayload::Noop,
+    };
+    let persisted = PersistedState {
+        hard_state: HardState { epoch: keel_types::Epoch(1), voted_for: None },
+        snapshot: None,
+        entries: vec![entry(1), entry(2)],
+    };
+    let mut engine = LeaderEngine::new(config, persisted, 3, Time(0)).unwrap();
+    let behind = Message::RequestVote {
+        epoch: keel_types::Epoch(2),
+        last_epoch: keel_types::Epoch(1),
+        last_index: LogIndex(1),
+    };
+    let boot_quiet = 300 * MS; // a restarted node does not vote for election_timeout_min
+    let out = engine.step(Time(boot_quiet), Input::Message { from: NodeId(2), message: behind });
+    assert!(out
+        .messages
+        .iter()
+        .any(|(to, m)| *to == NodeId(2) && matches!(m, Message::Vote { granted: false, .. })));
+    let level = Message::RequestVote {
+        epoch: keel_types::Epoch(2),
+        last_epoch: keel_types::Epoch(1),
+        last_index: LogIndex(2),
+    };
+    let out = engine.step(Time(boot_quiet + 1), Input::Message { from: NodeId(3), message: level });
+    assert!(out
+        .messages
+        .iter()
+        .any(|(to, m)| *to == NodeId(3) && matches!(m, Message::Vote { granted: true, .. })));
+    assert_eq!(
+        out.hard_state.unwrap().voted_for,
+        Some(NodeId(3)),
+        "the vote is persisted with the grant"
+    );
+}
+
+#[test]
+fn a_follower_that_hears_from_a_live_leader_refuses_votes() {
+    let mut c = cluster3(2);
+    let leader = c.await_leader();
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    let epoch = c.status(follower).epoch;
+    let request =
+        Message::RequestVote { epoch: epoch.next(), last_epoch: epoch, last_index: LogIndex(100) };
+    let other = c.nodes.keys().copied().find(|n| *n != leader && *n != follower).unwrap();
+    c.step(follower, Input::Message { from: other, message: request });
+    assert_eq!(c.status(follower).epoch, epoch, "stickiness: the epoch does not move");
+}
+
+#[test]
+fn each_durability_is_acknowledged_at_its_point() {
+    let mut c = cluster3(3);
+    let leader = c.await_leader();
+    c.run_for(100);
+    c.fsync = 50 * MS;
+    let start = c.now;
+    let memory = c.put(leader, "m", "1", Durability::Memory);
+    assert!(c.reply(memory).is_some(), "memory writes are acknowledged in the same step");
+    let replicated = c.put(leader, "r", "1", Durability::Replicated);
+    assert!(c.reply(replicated).is_none());
+    c.await_reply(replicated, 100);
+    assert!(c.now - start < 10 * MS, "replicated waits for a majority's memory, not fsync");
+    let start = c.now;
+    let durable = c.put(leader, "d", "1", Durability::Durable);
+    let reply = c.await_reply(durable, 500);
+    assert!(reply.result.is_ok());
+    assert!(c.now - start >= 50 * MS, "durable waits for a majority's fsync");
+}
+
+#[test]
+fn reads_at_each_level_and_forwarding() {
+    let mut c = cluster3(4);
+    let leader = c.await_leader();
+    c.run_for(100);
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.fsync = 40 * MS;
+    c.put(leader, "k", "v1", Durability::Memory);
+    c.run_for(3);
+    let any = c.get(follower, "k", ReadLevel::Any);
+    let any = c.reply(any).expect("any is served at once").clone();
+    assert_eq!(any.served_by, follower);
+    assert_eq!(Cluster::value_of(&any), Some(b"v1".to_vec()));
+    // Not yet durable: the follower forwards, the leader runs a round.
+    let mono = c.get(follower, "k", ReadLevel::Monotonic);
+    assert!(c.reply(mono).is_none());
+    let mono = c.await_reply(mono, 500);
+    assert_eq!(mono.served_by, leader);
+    assert!(mono.durability_round);
+    assert_eq!(Cluster::value_of(&mono), Some(b"v1".to_vec()));
+    // Now durable: the follower serves it itself once its durable index catches up.
+    c.run_for(100);
+    let mono = c.get(follower, "k", ReadLevel::Monotonic);
+    let mono = c.await_reply(mono, 10);
+    assert_eq!(mono.served_by, follower);
+    assert!(!mono.durability_round);
+    let lin = c.get(follower, "k", ReadLevel::Linearizable);
+    let lin = c.await_reply(lin, 100);
+    assert_eq!(lin.served_by, leader);
+    let missing = c.get(follower, "never", ReadLevel::Monotonic);
+    let missing = c.await_reply(missing, 10);
+    assert_eq!(missing.served_by, follower, "a never-written key counts as durable");
+    assert_eq!(Cluster::value_of(&missing), None);
+}
+
+#[test]
+fn concurrent_reads_share_one_durability_round() {
+    let mut c = cluster3(5);
+    let leader = c.await_leader();
+    c.run_for(100);
+    c.fsync = 30 * MS;
+    for key in ["a", "b", "c"] {
+        c.put(leader, key, "1", Durability::Memory);
+    }
+    let rounds_before = c.engine(leader).counters().durability_rounds;
+    let tags: Vec<RequestTag> =
+        ["a", "b", "c"].iter().map(|k| c.get(leader, k, ReadLevel::Monotonic)).collect();
+    for tag in &tags {
+        let reply = c.await_reply(*tag, 500);
+        assert!(reply.durability_round);
+    }
+    assert_eq!(
+        c.engine(leader).counters().durability_rounds - rounds_before,
+        1,
+        "one round for all three"
+    );
+    let again = c.get(leader, "c", ReadLevel::Monotonic);
+    assert!(!c.reply(again).expect("served at once").durability_round, "only the first read pays");
+}
+
+#[test]
+fn a_partitioned_follower_marks_itself_out_before_the_leader_removes_it() {
+    let mut c = cluster3(6);
+    let leader = c.await_leader();
+    c.run_for(300);
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    assert!(c.status(follower).active, "a healthy follower holds a lease");
+    assert_eq!(c.status(leader).active_set.len(), 3);
+    c.isolate(&[follower]);
+    let cut = c.now;
+    assert!(c.run_until_cond(1_000, |c| !c.status(follower).active));
+    let marked_out = c.now - cut;
+    assert!(c.status(leader).active_set.contains(&follower), "not removed before rt");
+    // A non-durable read at the leader waits while the removal is pending.
+    c.put(leader, "x", "1", Durability::Memory);
+    let read = c.get(leader, "x", ReadLevel::Monotonic);
+    assert!(c.run_until_cond(1_000, |c| !c.status(leader).active_set.contains(&follower)));
+    let removed = c.now - cut;
+    assert!(
+        removed >= 500 * MS && marked_out <= 100 * MS + 30 * MS,
+        "mt {marked_out} then rt {removed}"
+    );
+    let reply = c.await_reply(read, 100);
+    assert!(c.now - cut >= 500 * MS, "served only after the removal");
+    assert!(reply.durability_round);
+    // A durable read is not blocked by a pending removal: read "x" again at once.
+    let again = c.get(leader, "x", ReadLevel::Monotonic);
+    assert!(c.reply(again).is_some());
+    c.heal();
+    let ok = c.run_until_cond(2_000, |c| c.status(leader).active_set.contains(&follower));
+    assert!(ok, "re-admitted");
+    assert!(c.run_until_cond(500, |c| c.status(follower).active));
+    assert!(c.status(follower).applied_index >= c.status(leader).durable_index);
+}
+
+#[test]
+fn a_deposed_leader_in_a_minority_stops_serving_before_a_successor_is_elected() {
+    let mut c = Cluster::new(5, 7, |_| {});
+    let old = c.await_leader();
+    c.run_for(200);
+    let buddy = c.nodes.keys().copied().find(|n| *n != old).unwrap();
+    c.put(old, "k", "1", Durability::Durable);
+    c.run_for(100);
+    c.isolate(&[old, buddy]);
+    // `check_global` asserts after every step that at most one node holds a valid lease.
+    assert!(c.run_until_cond(3_000, |c| c.leader().is_some_and(|l| l != old)));
+    let new = c.leader().unwrap();
+    assert!(!c.status(old).leader_lease_valid);
+    let stale = c.get(old, "k", ReadLevel::Monotonic);
+    c.run_for(50);
+    let reply = c.reply(stale).cloned();
+    assert!(
+        reply.is_none_or(|r| r.result.is_err()),
+        "no monotonic read served by the deposed leader"
+    );
+    c.put(new, "k", "2", Durability::Durable);
+    c.heal();
+    assert!(c.run_until_cond(3_000, |c| c.status(old).leader == Some(new)));
+}
+
+#[test]
+fn a_deposed_leaders_undurable_suffix_is_rolled_back() {
+    let mut c = cluster3(8);
+    let old = c.await_leader();
+    c.run_for(200);
+    c.put(old, "k", "durable", Durability::Durable);
+    c.run_for(100);
+    c.isolate(&[old]);
+    for i in 0..5 {
+        c.put(old, "k", &format!("lost{i}"), Durability::Memory);
+    }
+    assert_eq!(
+        c.engine(old).read_applied(b"k").unwrap().0,
+        Some(b"lost4".to_vec()),
+        "applied before durable"
+    );
+    assert!(c.run_until_cond(3_000, |c| c.leader().is_some_and(|l| l != old)));
+    let new = c.leader().unwrap();
+    let tag = c.put(new, "k", "new", Durability::Durable);
+    c.await_reply(tag, 500);
+    c.heal();
+    let ok = c.run_until_cond(3_000, |c| {
+        c.engine(old).read_applied(b"k").unwrap().0 == Some(b"new".to_vec())
+    });
+    assert!(ok, "the old leader adopts the new leader's log");
+    assert!(c.engine(old).counters().rolled_back_entries >= 5);
+    assert!(c.run_until_cond(1_000, |c| c.engine(old).applied_digest()
+        == c.engine(new).applied_digest()));
+}
+
+#[test]
+fn a_restarted_cluster_recovers_what_was_durable() {
+    let mut c = cluster3(9);
+    let leader = c.await_leader();
+    c.run_for(100);
+    let tag = c.put(leader, "k", "v", Durability::Durable);
+    c.await_reply(tag, 500);
+    let tag = c.request(
+        leader,
+        Command::Incr { key: "n".into(), delta: 5 },
+        Some(Durability::Durable),
+        None,
+        3,
+        1,
+    );
+    c.await_reply(tag, 500);
+    for id in ids(3) {
+        c.crash(id);
+    }
+    for id in ids(3) {
+        c.boot(id);
+        assert!(!c.status(id).active, "a restarted node is outside any active set");
+    }
+    let leader = c.await_leader();
+    let read = c.get(leader, "k", ReadLevel::Linearizable);
+    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(b"v".to_vec()));
+    let read = c.get(leader, "n", ReadLevel::Monotonic);
+    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(b"5".to_vec()));
+}
+
+#[test]
+fn a_lagging_follower_is_caught_up_by_snapshot() {
+    let mut c = Cluster::new(3, 10, |config| {
+        config.snapshot_entries_threshold = 20;
+        config.append_entries_max = 8;
+    });
+    let leader = c.await_leader();
+    c.run_for(100);
+    let lagging = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.isolate(&[lagging]);
+    c.run_for(600); // removed from the active set, so the durable index moves on
+    for i in 0..60 {
+        c.put(leader, &format!("k{i}"), "v", Durability::Memory);
+        c.run_for(5);
+    }
+    assert!(c.run_until_cond(1_000, |c| c.status(leader).snapshot_index >= LogIndex(20)));
+    c.heal();
+    assert!(c.run_until_cond(3_000, |c| c.engine(lagging).counters().snapshots_installed >= 1));
+    assert!(c.run_until_cond(3_000, |c| {
+        c.status(lagging).last_index == c.status(leader).last_index
+            && c.engine(lagging).applied_digest() == c.engine(leader).applied_digest()
+    }));
+    // A restart from the installed snapshot rebuilds the same state.
+    c.run_for(300);
+    c.crash(lagging);
+    c.boot(lagging);
+    assert!(c.run_until_cond(3_000, |c| c.engine(lagging).applied_digest()
+        == c.engine(leader).applied_digest()));
+}
+
+#[test]
+fn a_retried_write_is_applied_once() {
+    let mut c = cluster3(11);
+    let leader = c.await_leader();
+    c.run_for(100);
+    let incr = Command::Incr { key: "n".into(), delta: 1 };
+    let first = c.request(leader, incr.clone(), Some(Durability::Replicated), None, 7, 1);
+    let first = c.await_reply(first, 100);
+    let retry = c.request(leader, incr, Some(Durability::Replicated), None, 7, 1);
+    let retry = c.await_reply(retry, 100);
+    assert_eq!(first.result, retry.result);
+    assert_eq!(c.engine(leader).read_applied(b"n").unwrap().0, Some(b"1".to_vec()));
+}
+
+#[test]
+fn limits_are_enforced_with_clear_errors() {
+    let mut c = Cluster::new(3, 12, |config| {
+        config.limits.key_bytes_max = 8;
+        config.pending_requests_max = 2;
+        config.undurable_entries_max = 50;
+    });
+    let leader = c.await_leader();
+    c.run_for(100);
+    let tag = c.put(leader, "a-very-long-key", "v", Durability::Memory);
+    assert!(matches!(c.reply(tag).unwrap().result, Err(KeelError::KeyTooLarge { .. })));
+    let tag = c.request(
+        leader,
+        Command::Incr { key: "s".into(), delta: 1 },
+        Some(Durability::Memory),
+        None,
+        5,
+        1,
+    );
+    assert!(c.reply(tag).unwrap().result.is_ok());
+    c.put(leader, "s", "text", Durability::Memory);
+    let tag = c.request(
+        leader,
+        Command::Incr { key: "s".into(), delta: 1 },
+        Some(Durability::Memory),
+        None,
+        5,
+        2,
+    );
+    assert_eq!(c.reply(tag).unwrap().result, Err(KeelError::NotAnInteger));
+    c.fsync = 100 * MS;
+    c.put(leader, "p", "1", Durability::Durable);
+    c.put(leader, "q", "1", Durability::Durable);
+    let busy = c.put(leader, "r", "1", Durability::Durable);
+    let busy = c.reply(busy).unwrap();
+    assert!(
+        matches!(busy.result, Err(KeelError::Busy(_)))
+            && busy.result.as_ref().unwrap_err().is_retryable()
+    );
+    c.run_for(500);
+    let mut saw_busy = false;
+    for i in 0..60 {
+        let tag = c.put(leader, &format!("b{i}"), "v", Durability::Memory);
+        saw_busy |= matches!(c.reply(tag).unwrap().result, Err(KeelError::Busy(_)));
+    }
+    assert!(saw_busy, "undurable_entries_max bounds the backlog");
+    let mut c = Cluster::new(3, 19, |config| {
+        config.limits.value_bytes_max = 1000;
+        config.state_bytes_max = 4000;
+    });
+    let leader = c.await_leader();
+    c.run_for(100);
+    let big = "x".repeat(900);
+    let results: Vec<_> =
+        (0..6).map(|i| c.put(leader, &format!("k{i}"), &big, Durability::Memory)).collect();
+    let full = c.reply(results[5]).unwrap();
+    assert!(
+        matches!(full.result, Err(KeelError::Unavailable(_))),
+        "state_bytes_max bounds the state"
+    );
+    let delete = c.request(leader, Command::Delete { key: "k0".into() }, None, None, 9, 1);
+    assert!(c.reply(delete).unwrap().result.is_ok(), "deletes are always accepted");
+}
+
+#[test]
+fn scans_are_ordered_and_make_what_they_return_durable() {
+    let mut c = cluster3(13);
+    let leader = c.await_leader();
+    c.run_for(100);
+    for key in ["b", "a", "c", "d"] {
+        c.put(leader, key, key, Durability::Memory);
+    }
+    c.request(leader, Command::Delete { key: "c".into() }, Some(Durability::Memory), None, 1, 999);
+    let scan = Command::Scan { start: "a".into(), end: Some("d".into()), limit: 10 };
+    let tag = c.request(leader, scan, None, Some(ReadLevel::Monotonic), 2, 0);
+    let reply = c.await_reply(tag, 500);
+    assert!(reply.durability_round);
+    let Ok(CommandResult::Items { items }) = reply.result else { panic!("not items") };
+    let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_slice()).collect();
+    assert_eq!(keys, vec![b"a".as_slice(), b"b".as_slice()]);
+}
+
+/// A request in flight in the randomized test: its tag, the `(key, value)` of a durable
+/// write (checked after the run), and the key.
+type Pending = (RequestTag, Option<(Vec<u8>, Vec<u8>)>, Vec<u8>);
+
+/// A small randomized run: random partitions, crashes and restarts while clients write
+/// and read at `monotonic` on every node. Checks cross-client monotonic reads (no read
+/// returns a version older than one any earlier read returned) and that acknowledged
+/// `durable` writes survive.
+#[test]
+fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
+    let mut total_reads = 0;
+    for seed in 0..24u64 {
+        let mut rng = super::rng::SplitMix64::new(seed);
+        let mut c = Cluster::new(5, seed, |_| {});
+        c.await_leader();
+        let mut newest_read: BTreeMap<Vec<u8>, Version> = BTreeMap::new();
+        let mut acked_durable: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut request = 1u64;
+        let mut reads_served = 0u32;
+        for round in 0..80u64 {
+            let node = NodeId(rng.range(1, 6) as u32);
+            let key = format!("k{}", rng.range(0, 4)).into_bytes();
+            if c.nodes[&node].engine.is_some() {
+                if rng.range(0, 2) == 0 {
+                    let value = format!("v{round}").into_bytes();
+                    let durability = Durability::ALL[rng.range(0, 3) as usize];
+                    let cmd = Command::Put { key: key.clone(), value: value.clone() };
+                    let tag = c.request(node, cmd, Some(durability), None, seed * 100 + 1, request);
+                    request += 1;
+                    let track = (durability == Durability::Durable).then(|| (key.clone(), value));
+                    pending.push((tag, track, key));
+                } else {
+                    let tag = c.request(
+                        node,
+                        Command::Get { key: key.clone() },
+                        None,
+                        Some(ReadLevel::Monotonic),
+                        2,
+                        0,
+                    );
+                    pending.push((tag, None, key));
+                }
+            }
+            match rng.range(0, 16) {
+                0 => {
+                    let a = NodeId(rng.range(1, 6) as u32);
+                    let b = NodeId(rng.range(1, 6) as u32);
+                    c.isolate(&[a, b]);
+                }
+                1 => c.heal(),
+                3 if rng.range(0, 3) == 0 => {
+                    for id in ids(5) {
+                        if c.nodes[&id].engine.is_some() {
+                            c.crash(id);
+                        }
+                        c.boot(id);
+                    }
+                }
+                2 => {
+                    let victim = NodeId(rng.range(1, 6) as u32);
+                    if c.nodes[&victim].engine.is_some() {
+                        c.crash(victim);
+                    } else {
+                        c.boot(victim);
+                    }
+                }
+                _ => {}
+            }
+            c.run_for(rng.range(5, 120));
+            pending.retain(|(tag, track, key)| {
+                let Some(reply) = c.reply(*tag) else { return true };
+                match (&reply.result, track) {
+                    (Ok(CommandResult::Value { version: Some(v), .. }), _) => {
+                        let newest = newest_read.entry(key.clone()).or_default();
+                        assert!(*v >= *newest, "seed {seed}: read {v} after {newest} of {key:?}");
+                        *newest = *v;
+                        reads_served += 1;
+                    }
+                    (Ok(CommandResult::Written { .. }), Some(kv)) => acked_durable.push(kv.clone()),
+                    _ => {}
+                }
+                false
+            });
+        }
+        eprintln!(
+            "seed {seed}: {reads_served} reads served, {} durable writes acknowledged",
+            acked_durable.len()
+        );
+        total_reads += reads_served;
+        c.heal();
+        for id in ids(5) {
+            if c.nodes[&id].engine.is_none() {
+                c.boot(id);
+            }
+        }
+        let leader = c.await_leader();
+        c.run_for(500);
+        for (key, _) in &acked_durable {
+            assert!(
+                c.engine(leader).read_applied(key).is_some(),
+                "seed {seed}: a durable write was lost"
+            );
+        }
+        for (key, read) in &newest_read {
+            let now = c.engine(leader).read_applied(key).map(|(_, v)| v).unwrap_or_default();
+            assert!(
+                now >= *read,
+                "seed {seed}: {key:?} read at {read} but the survivor holds {now}"
+            );
+        }
+    }
+    assert!(total_reads >= 100, "the run exercised reads: {total_reads}");
+}
+
+#[test]
+fn a_slow_follower_is_forced_out_and_readmitted_when_it_catches_up() {
+    let mut c = Cluster::new(3, 14, |config| {
+        config.slow_follower_lag_max = 5;
+        config.slow_follower_timeout = Span::from_millis(100);
+        config.flush_interval = Span::from_millis(20);
+    });
+    let leader = c.await_leader();
+    c.run_for(200);
+    let slow = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.fsync_of.insert(slow, 400 * MS);
+    for i in 0..20 {
+        c.put(leader, &format!("k{i}"), "v", Durability::Memory);
+        c.run_for(10);
+    }
+    assert!(
+        c.run_until_cond(2_000, |c| !c.status(leader).active_set.contains(&slow)),
+        "forced out"
+    );
+    assert!(!c.status(slow).active, "it acknowledged the mark-out first");
+    assert_eq!(c.engine(leader).counters().removals, 1);
+    c.fsync_of.remove(&slow);
+    assert!(
+        c.run_until_cond(3_000, |c| c.status(leader).active_set.contains(&slow)),
+        "re-admitted"
+    );
+}
+
+/// The negative control for ORCA Fig. 5(i): with a removal timeout shorter than the
+/// mark-out timeout (allowed only by `unsafe_allow_hasty_removal`), the leader drops a
+/// partitioned follower while it still holds its lease, and the follower serves an older
+/// value than a client has already read. With the safe configuration the same script
+/// does not produce the stale read.
+#[test]
+fn hasty_removal_exposes_a_stale_read_and_the_safe_timeout_does_not() {
+    for hasty in [true, false] {
+        let mut c = Cluster::new(3, 15, |config| {
+            if hasty {
+                config.unsafe_allow_hasty_removal = true;
+                config.removal_timeout = Span::from_millis(40);
+            }
+        });
+        let leader = c.await_leader();
+        c.run_for(200);
+        let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+        let tag = c.put(leader, "a", "a1", Durability::Durable);
+        c.await_reply(tag, 500);
+        c.run_for(100);
+        assert!(
+            c.status(follower).durable_index
+                >= c.engine(follower).read_applied(b"a").unwrap().1.index
+        );
+        c.isolate(&[follower]);
+        c.put(leader, "a", "a2", Durability::Memory);
+        let newer = c.get(leader, "a", ReadLevel::Monotonic);
+        let newer = c.await_reply(newer, 1_000);
+        assert_eq!(Cluster::value_of(&newer), Some(b"a2".to_vec()));
+        let stale = c.get(follower, "a", ReadLevel::Monotonic);
+        let stale = c.reply(stale).cloned();
+        let served_a1 = stale
+            .is_some_and(|r| r.result.is_ok() && Cluster::value_of(&r) == Some(b"a1".to_vec()));
+        assert_eq!(served_a1, hasty, "hasty={hasty}: a stale read after a2 was read");
+    }
+}
+
+#[test]
+fn forwards_to_a_deposed_leader_are_answered_when_the_epoch_changes() {
+    let mut c = cluster3(16);
+    let old = c.await_leader();
+    c.run_for(200);
+    let follower = c.nodes.keys().copied().find(|n| *n != old).unwrap();
+    c.isolate(&[old]);
+    let write = c.put(follower, "k", "v", Durability::Memory);
+    let read = c.get(follower, "k", ReadLevel::Linearizable);
+    assert!(c.reply(write).is_none() && c.reply(read).is_none(), "forwarded to the old leader");
+    let start = c.now;
+    assert!(c.run_until_cond(3_000, |c| c.leader().is_some_and(|l| l != old)));
+    let write = c.await_reply(write, 100);
+    let read = c.await_reply(read, 100);
+    assert!(c.now - start < 2_000 * MS, "answered at the epoch change, not at request_timeout");
+    assert_eq!(write.result, Err(KeelError::Timeout), "a forwarded write's outcome is unknown");
+    assert!(matches!(read.result, Err(KeelError::NotLeader { .. })));
+    assert!(write.result.unwrap_err().is_retryable());
+}
+
+#[test]
+fn the_active_set_is_capped_at_its_target() {
+    let mut c = Cluster::new(5, 17, |config| config.active_set_target = 4);
+    let leader = c.await_leader();
+    assert!(c.run_until_cond(2_000, |c| c.status(leader).active_set.len() == 4), "ORCA's 4 of 5");
+    c.run_for(500);
+    assert_eq!(c.status(leader).active_set.len(), 4, "stays capped");
+    let outside =
+        c.nodes.keys().copied().find(|n| !c.status(leader).active_set.contains(n)).unwrap();
+    assert!(!c.status(outside).active, "the follower outside holds no lease");
+    c.put(leader, "k", "v", Durability::Memory);
+    let read = c.get(outside, "k", ReadLevel::Monotonic);
+    assert_eq!(c.await_reply(read, 500).served_by, leader, "a non-member forwards");
+}
+
+/// ORCA Fig. 1(i): a write held in memory by a majority, read by a client, then a crash
+/// of a majority member and an election among nodes that never saw it. With CAD the read
+/// made the write durable on the whole active set first, so it survives.
+#[test]
+fn figure_1i_a_read_write_survives_a_crash_and_an_election_without_it() {
+    let mut c = Cluster::new(5, 18, |_| {});
+    let leader = c.await_leader();
+    c.run_for(200);
+    let others: Vec<NodeId> = c.nodes.keys().copied().filter(|n| *n != leader).collect();
+    let (s2, s3, slow) = (others[0], others[1], [others[2], others[3]]);
+    c.isolate(&slow);
+    let tag = c.put(leader, "b", "b", Durability::Replicated);
+    c.await_reply(tag, 200);
+    let read = c.get(leader, "b", ReadLevel::Monotonic);
+    let read = c.await_reply(read, 2_000);
+    assert_eq!(Cluster::value_of(&read), Some(b"b".to_vec()));
+    assert!(read.durability_round);
+    // The leader and S3 crash; S2, S3 and the two slow nodes must elect someone with b.
+    c.crash(leader);
+    c.crash(s3);
+    c.heal();
+    c.boot(s3);
+    let new = c.await_leader();
+    assert_ne!(new, leader);
+    let again = c.get(new, "b", ReadLevel::Linearizable);
+    assert_eq!(Cluster::value_of(&c.await_reply(again, 2_000)), Some(b"b".to_vec()));
+    assert!(c.engine(s2).read_applied(b"b").is_some());
+}
+
+#[test]
+fn a_follower_whose_clock_restarted_lower_rejoins_safely() {
+    let mut c = cluster3(20);
+    let leader = c.await_leader();
+    c.run_for(300);
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    assert!(c.status(follower).active);
+    c.crash(follower);
+    // A machine reboot: the follower's clock now reads far less than before the crash.
+    c.nodes.get_mut(&follower).unwrap().offset = 0;
+    c.now += 10 * MS;
+    c.boot(follower);
+    assert!(!c.status(follower).active);
+    assert!(c.run_until_cond(2_000, |c| c.status(follower).active), "leases are granted again");
+    let tag = c.put(leader, "k", "v", Durability::Memory);
+    c.await_reply(tag, 10);
+    let read = c.get(leader, "k", ReadLevel::Monotonic);
+    assert!(c.await_reply(read, 1_000).durability_round);
+    assert!(c.run_until_cond(1_000, |c| c.status(follower).durable_index
+        >= c.status(leader).durable_index));
+}
+
+#[test]
+fn a_returning_partitioned_follower_does_not_depose_the_leader() {
+    let mut c = cluster3(21);
+    let leader = c.await_leader();
+    c.run_for(200);
+    let epoch = c.status(leader).epoch;
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.isolate(&[follower]);
+    c.run_for(2_000);
+    assert_eq!(c.status(follower).epoch, epoch, "pre-votes fail without a majority: no new epoch");
+    c.heal();
+    assert!(c.run_until_cond(1_000, |c| c.status(follower).active));
+    assert_eq!(c.leader(), Some(leader));
+    assert_eq!(c.status(leader).epoch, epoch);
+}

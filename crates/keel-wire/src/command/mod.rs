@@ -1,0 +1,339 @@
+//! Client commands: from a decoded request (an array of bulk strings) to a typed
+//! [`ClientCommand`], or a [`CommandError`] worded as Redis words it.
+//!
+//! Layout:
+//! - this file: [`ClientCommand`] and its parts, [`Operations`] (what a data command
+//!   asks of the engine), [`CommandError`] and the limits.
+//! - `parse`: one parser per command name, and [`parse()`] / [`parse_frame()`].
+//!
+//! Command names and option words are case-insensitive. Keel's options are extra words
+//! after the Redis arguments (`GET k LEVEL monotonic`, `SET k v DURABILITY durable`), so
+//! Redis clients work unchanged for the commands they know. `docs/wire.md` has the table.
+//!
+//! Spelling of special arguments:
+//! - `KEEL.CAS key expected new`: `expected` is `-nil` when the key must be absent. An
+//!   argument starting with `--` stands for itself less its first `-` (`--nil` is the
+//!   value `-nil`, `---x` is `--x`); any other argument is the value itself.
+//! - `KEEL.SCAN start end`: `end` is `+inf` to scan to the end of the keyspace; an
+//!   argument starting with `++` stands for itself less its first `+`.
+
+mod parse;
+
+pub use parse::{parse, parse_frame};
+
+use crate::resp::{Frame, Protocol};
+use keel_types::level::UnknownName;
+use keel_types::{Command, Durability, KeelError, Key, ReadLevel, Value};
+
+/// Items a `KEEL.SCAN` returns when it names no `COUNT`.
+pub const SCAN_COUNT_DEFAULT: u32 = 10;
+/// Longest command name shown back in an "unknown command" error, in bytes (as Redis).
+pub const ERROR_NAME_BYTES_MAX: usize = 128;
+/// Most bytes of arguments shown back in an "unknown command" error (as Redis).
+pub const ERROR_ARGS_BYTES_MAX: usize = 128;
+
+/// A parsed client request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCommand {
+    /// `PING [message]`: `+PONG`, or the message as a bulk string.
+    Ping {
+        /// The message to echo, if any.
+        message: Option<Vec<u8>>,
+    },
+    /// `ECHO message`.
+    Echo {
+        /// The message to echo.
+        message: Vec<u8>,
+    },
+    /// `HELLO [protover [AUTH username password] [SETNAME name]]`.
+    Hello {
+        /// The protocol asked for; `None` keeps the current one.
+        protocol: Option<Protocol>,
+        /// `(username, password)` if given.
+        auth: Option<(Vec<u8>, Vec<u8>)>,
+        /// The connection's new name, if given.
+        client_name: Option<Vec<u8>>,
+    },
+    /// `GET key [LEVEL level] [WITHVERSION]`.
+    Get {
+        /// The key read.
+        key: Key,
+        /// The read level; `None`: the keyspace default.
+        level: Option<ReadLevel>,
+        /// Whether the reply carries the version read.
+        with_version: bool,
+    },
+    /// `SET key value [DURABILITY durability] [WITHVERSION]`.
+    Set {
+        /// The key written.
+        key: Key,
+        /// The value written.
+        value: Value,
+        /// When to acknowledge; `None`: the keyspace default.
+        durability: Option<Durability>,
+        /// Whether the reply carries the version created.
+        with_version: bool,
+    },
+    /// `DEL key [key ...]`: the number of keys that existed.
+    Del {
+        /// The keys removed, at least one.
+        keys: Vec<Key>,
+    },
+    /// `EXISTS key [key ...]`: how many of the keys exist (repeats count again).
+    Exists {
+        /// The keys checked, at least one.
+        keys: Vec<Key>,
+    },
+    /// `INCR`, `INCRBY`, `DECR`, `DECRBY`: add `delta` to the key's integer value.
+    Incr {
+        /// The key changed.
+        key: Key,
+        /// The amount added (negative for the DECR forms).
+        delta: i64,
+    },
+    /// `MGET key [key ...] [LEVEL level]`. `LEVEL` is an option only when it is the
+    /// second-to-last word and at least one key precedes it.
+    MGet {
+        /// The keys read, at least one.
+        keys: Vec<Key>,
+        /// The read level; `None`: the keyspace default.
+        level: Option<ReadLevel>,
+    },
+    /// `KEEL.CAS key expected|-nil new [DURABILITY durability]`.
+    Cas {
+        /// The key compared and written.
+        key: Key,
+        /// The value the key must hold; `None` (spelled `-nil`): the key must be absent.
+        expected: Option<Value>,
+        /// The value written if the comparison holds.
+        new: Value,
+        /// When to acknowledge; `None`: the keyspace default.
+        durability: Option<Durability>,
+    },
+    /// `KEEL.SCAN start end|+inf [COUNT n] [LEVEL level]`: keys in `[start, end)`.
+    Scan {
+        /// The first key included.
+        start: Key,
+        /// The first key excluded; `None` (spelled `+inf`): to the end.
+        end: Option<Key>,
+        /// The most items returned, in `1..=Limits::scan_items_max`.
+        count: u32,
+        /// The read level; `None`: the keyspace default.
+        level: Option<ReadLevel>,
+    },
+    /// `KEEL.STATUS`: this node's view of the cluster.
+    Status,
+    /// `INFO [section ...]`: server information, as Redis's `INFO`.
+    Info {
+        /// The sections asked for, lowercased; empty: the default sections.
+        sections: Vec<String>,
+    },
+    /// `CLIENT subcommand ...`.
+    Client(ClientSubcommand),
+    /// `COMMAND [COUNT | DOCS ... | INFO ...]`: what `redis-cli` asks at start-up.
+    Command(CommandQuery),
+    /// `CONFIG GET parameter ...`: answered with no parameters (what `redis-benchmark`
+    /// asks at start-up).
+    ConfigGet {
+        /// The parameters asked for.
+        parameters: Vec<Vec<u8>>,
+    },
+    /// `SELECT 0`: Keel has one database; any other index is refused while parsing.
+    Select,
+    /// `QUIT`: reply `+OK` and close.
+    Quit,
+}
+
+/// The `CLIENT` subcommands Keel tells apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientSubcommand {
+    /// `CLIENT SETNAME name`.
+    SetName(Vec<u8>),
+    /// `CLIENT GETNAME`.
+    GetName,
+    /// `CLIENT ID`.
+    Id,
+    /// `CLIENT SETINFO attribute value` (sent by client libraries; answered `+OK`).
+    SetInfo {
+        /// `LIB-NAME` or `LIB-VER`, lowercased.
+        attribute: String,
+        /// Its value.
+        value: Vec<u8>,
+    },
+    /// Any other subcommand, lowercased; answered `+OK` (harmless for Keel).
+    Other(String),
+}
+
+/// The `COMMAND` forms Keel answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandQuery {
+    /// Bare `COMMAND`: the table of commands.
+    All,
+    /// `COMMAND COUNT`.
+    Count,
+    /// `COMMAND DOCS [name ...]`.
+    Docs(Vec<Vec<u8>>),
+    /// `COMMAND INFO [name ...]`.
+    Info(Vec<Vec<u8>>),
+}
+
+/// What a data command asks of the engine: one operation per key, and its options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operations {
+    /// The operations, in the order their results make up the reply (`DEL a b`: two
+    /// deletes; `MGET a b` and `EXISTS a b`: two gets).
+    pub commands: Vec<Command>,
+    /// The read level asked for (reads only).
+    pub level: Option<ReadLevel>,
+    /// The durability asked for (writes only).
+    pub durability: Option<Durability>,
+    /// Whether the reply carries versions.
+    pub with_version: bool,
+}
+
+impl ClientCommand {
+    /// The engine operations of a data command (`GET`, `SET`, `DEL`, `EXISTS`, `INCR`
+    /// and friends, `MGET`, `KEEL.CAS`, `KEEL.SCAN`); any other command comes back as
+    /// `Err(self)` for the server to answer itself.
+    pub fn into_operations(self) -> Result<Operations, ClientCommand> {
+        let reads =
+            |commands, level| Operations { commands, level, durability: None, with_version: false };
+        let writes = |commands, durability| Operations {
+            commands,
+            level: None,
+            durability,
+            with_version: false,
+        };
+        let operations = match self {
+            ClientCommand::Get { key, level, with_version } => {
+                Operations { with_version, ..reads(vec![Command::Get { key }], level) }
+            }
+            ClientCommand::Set { key, value, durability, with_version } => {
+                Operations { with_version, ..writes(vec![Command::Put { key, value }], durability) }
+            }
+            ClientCommand::Del { keys } => {
+                writes(keys.into_iter().map(|key| Command::Delete { key }).collect(), None)
+            }
+            ClientCommand::Exists { keys } | ClientCommand::MGet { keys, level: None } => {
+                reads(keys.into_iter().map(|key| Command::Get { key }).collect(), None)
+            }
+            ClientCommand::MGet { keys, level } => {
+                reads(keys.into_iter().map(|key| Command::Get { key }).collect(), level)
+            }
+            ClientCommand::Incr { key, delta } => writes(vec![Command::Incr { key, delta }], None),
+            ClientCommand::Cas { key, expected, new, durability } => {
+                writes(vec![Command::Cas { key, expected, new }], durability)
+            }
+            ClientCommand::Scan { start, end, count, level } => {
+                reads(vec![Command::Scan { start, end, limit: count }], level)
+            }
+            other => return Err(other),
+        };
+        assert!(!operations.commands.is_empty(), "a data command has at least one operation");
+        debug_assert!(operations.level.is_none() || operations.durability.is_none());
+        Ok(operations)
+    }
+
+    /// The command's name in lowercase, as metrics and errors show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientCommand::Ping { .. } => "ping",
+            ClientCommand::Echo { .. } => "echo",
+            ClientCommand::Hello { .. } => "hello",
+            ClientCommand::Get { .. } => "get",
+            ClientCommand::Set { .. } => "set",
+            ClientCommand::Del { .. } => "del",
+            ClientCommand::Exists { .. } => "exists",
+            ClientCommand::Incr { .. } => "incr",
+            ClientCommand::MGet { .. } => "mget",
+            ClientCommand::Cas { .. } => "keel.cas",
+            ClientCommand::Scan { .. } => "keel.scan",
+            ClientCommand::Status => "keel.status",
+            ClientCommand::Info { .. } => "info",
+            ClientCommand::Client(_) => "client",
+            ClientCommand::Command(_) => "command",
+            ClientCommand::ConfigGet { .. } => "config",
+            ClientCommand::Select => "select",
+            ClientCommand::Quit => "quit",
+        }
+    }
+}
+
+/// A request Keel refuses. The `Display` text is the whole error line after `-`, its
+/// first word the error kind; none of these is retryable (the same request fails the
+/// same way), and none closes the connection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// An empty request (the decoder skips these; a direct caller may not).
+    #[error("ERR empty command")]
+    Empty,
+    /// A request element that is not a bulk string.
+    #[error("ERR Protocol error: expected an array of bulk strings")]
+    NotBulkStrings,
+    /// A command name Keel does not know.
+    #[error("ERR unknown command '{name}', with args beginning with: {args}")]
+    UnknownCommand {
+        /// The name as sent (at most [`ERROR_NAME_BYTES_MAX`] bytes).
+        name: String,
+        /// The first arguments, each quoted and followed by a space.
+        args: String,
+    },
+    /// The wrong number of arguments for a command.
+    #[error("ERR wrong number of arguments for '{name}' command")]
+    WrongArity {
+        /// The command's lowercase name (`client|setname` for subcommands).
+        name: String,
+    },
+    /// An option or argument in the wrong place.
+    #[error("ERR syntax error")]
+    Syntax,
+    /// An argument that should be an integer (or a count) and is not.
+    #[error("ERR value is not an integer or out of range")]
+    NotAnInteger,
+    /// `DECRBY key -9223372036854775808`.
+    #[error("ERR decrement would overflow")]
+    DecrementOverflow,
+    /// A Redis option Keel does not support, named.
+    #[error("ERR {command} option '{option}' is not supported by Keel")]
+    UnsupportedOption {
+        /// The command (uppercase).
+        command: &'static str,
+        /// The option as sent.
+        option: String,
+    },
+    /// A read level or durability that is not one of Keel's.
+    #[error("ERR {0}")]
+    UnknownName(UnknownName),
+    /// `SELECT` of any database but 0.
+    #[error("ERR DB index is out of range")]
+    DbIndexOutOfRange,
+    /// `HELLO` with a version that is not a number.
+    #[error("ERR Protocol version is not an integer or out of range")]
+    ProtocolVersionNotInteger,
+    /// `HELLO` with a version other than 2 or 3.
+    #[error("NOPROTO unsupported protocol version")]
+    UnsupportedProtocol,
+    /// A `HELLO` option that is not `AUTH` or `SETNAME`, or lacks its arguments.
+    #[error("ERR Syntax error in HELLO option '{0}'")]
+    HelloOption(String),
+    /// A subcommand Keel does not know.
+    #[error("ERR unknown subcommand '{subcommand}'. Try {command} HELP.")]
+    UnknownSubcommand {
+        /// The command (uppercase).
+        command: &'static str,
+        /// The subcommand as sent.
+        subcommand: String,
+    },
+    /// An argument outside Keel's limits (key or value too large, scan count).
+    #[error("ERR {0}")]
+    Invalid(KeelError),
+}
+
+impl CommandError {
+    /// The error frame the server replies with.
+    pub fn reply_frame(&self) -> Frame {
+        let text = self.to_string();
+        debug_assert!(text.split(' ').next().is_some_and(|kind| !kind.is_empty()));
+        Frame::Error(text.into_bytes())
+    }
+}

@@ -1,0 +1,380 @@
+//! One parser per command. Each checks the argument count first (Redis's arity error),
+//! then options left to right; keys and values are checked against [`Limits`].
+
+use super::{
+    ClientCommand, ClientSubcommand, CommandError, CommandQuery, ERROR_ARGS_BYTES_MAX,
+    ERROR_NAME_BYTES_MAX, SCAN_COUNT_DEFAULT,
+};
+use crate::num::parse_i64;
+use crate::resp::{Frame, Protocol};
+use keel_types::{Durability, Key, Limits, ReadLevel, Value};
+
+/// Longest command name Keel knows (`keel.status`); longer names are unknown.
+const NAME_BYTES_MAX: usize = 16;
+
+/// The words of one request after its name, consumed front to back.
+type Words = std::vec::IntoIter<Vec<u8>>;
+
+/// Parses a decoded request frame: an array of bulk strings.
+pub fn parse_frame(frame: Frame, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    let Frame::Array(items) = frame else {
+        return Err(CommandError::NotBulkStrings);
+    };
+    let words = items
+        .into_iter()
+        .map(|item| match item {
+            Frame::Bulk(bytes) => Ok(bytes),
+            _ => Err(CommandError::NotBulkStrings),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    parse(words, limits)
+}
+
+/// Parses a request given as its words, the command name first.
+pub fn parse(words: Vec<Vec<u8>>, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    let Some(raw_name) = words.first() else {
+        return Err(CommandError::Empty);
+    };
+    let name = if raw_name.len() <= NAME_BYTES_MAX { lowercase(raw_name) } else { String::new() };
+    let count = words.len() - 1;
+    let mut rest = words.into_iter();
+    let raw_name = rest.next().expect("the name is there");
+    let parsed = match name.as_str() {
+        "ping" => ping(rest, count),
+        "echo" => echo(rest, count),
+        "hello" => hello(rest),
+        "get" => get(rest, count, limits),
+        "set" => set(rest, count, limits),
+        "del" => keys("del", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
+        "exists" => keys("exists", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
+        "incr" | "decr" | "incrby" | "decrby" => incr(&name, rest, count, limits),
+        "mget" => mget(rest, count, limits),
+        "keel.cas" => cas(rest, count, limits),
+        "keel.scan" => scan(rest, count, limits),
+        "keel.status" => exactly("keel.status", count, 0).map(|()| ClientCommand::Status),
+        "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
+        "client" => client(rest, count),
+        "command" => command(rest),
+        "config" => config(rest, count),
+        "select" => select(rest, count),
+        "quit" => Ok(ClientCommand::Quit),
+        _ => Err(unknown_command(&raw_name, rest.as_slice())),
+    };
+    debug_assert!(parsed.is_err() || !name.is_empty(), "only known names parse");
+    parsed
+}
+
+/// Lowercases ASCII; other bytes become U+FFFD (a name with them is unknown anyway).
+fn lowercase(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).to_ascii_lowercase()
+}
+
+/// Redis's "unknown command" error: the name and the first arguments, quoted.
+fn unknown_command(raw_name: &[u8], args: &[Vec<u8>]) -> CommandError {
+    let name_len = raw_name.len().min(ERROR_NAME_BYTES_MAX);
+    let name = String::from_utf8_lossy(&raw_name[..name_len]).into_owned();
+    let mut shown = String::new();
+    for arg in args {
+        if shown.len() >= ERROR_ARGS_BYTES_MAX {
+            break;
+        }
+        let room = ERROR_ARGS_BYTES_MAX - shown.len();
+        let arg = String::from_utf8_lossy(&arg[..arg.len().min(room)]).into_owned();
+        shown.push_str(&format!("'{arg}' "));
+    }
+    debug_assert!(shown.len() <= ERROR_ARGS_BYTES_MAX * 2 + args.len() * 3);
+    CommandError::UnknownCommand { name, args: shown }
+}
+
+fn arity(name: &str) -> CommandError {
+    CommandError::WrongArity { name: name.to_string() }
+}
+
+/// Refuses anything but `expected` arguments.
+fn exactly(name: &str, count: usize, expected: usize) -> Result<(), CommandError> {
+    if count == expected {
+        Ok(())
+    } else {
+        Err(arity(name))
+    }
+}
+
+/// Refuses fewer than `min` arguments.
+fn at_least(name: &str, count: usize, min: usize) -> Result<(), CommandError> {
+    if count >= min {
+        Ok(())
+    } else {
+        Err(arity(name))
+    }
+}
+
+/// The next word; callers have checked the count, so a missing one is a syntax error.
+fn next(words: &mut Words) -> Result<Vec<u8>, CommandError> {
+    words.next().ok_or(CommandError::Syntax)
+}
+
+fn key(bytes: Vec<u8>, limits: &Limits) -> Result<Key, CommandError> {
+    limits.check_key(&bytes).map_err(CommandError::Invalid)?;
+    Ok(bytes)
+}
+
+fn value(bytes: Vec<u8>, limits: &Limits) -> Result<Value, CommandError> {
+    limits.check_value(&bytes).map_err(CommandError::Invalid)?;
+    Ok(bytes)
+}
+
+fn integer(bytes: &[u8]) -> Result<i64, CommandError> {
+    parse_i64(bytes).ok_or(CommandError::NotAnInteger)
+}
+
+fn read_level(word: &[u8]) -> Result<ReadLevel, CommandError> {
+    String::from_utf8_lossy(word).parse().map_err(CommandError::UnknownName)
+}
+
+fn durability(word: &[u8]) -> Result<Durability, CommandError> {
+    String::from_utf8_lossy(word).parse().map_err(CommandError::UnknownName)
+}
+
+fn is(word: &[u8], option: &str) -> bool {
+    word.eq_ignore_ascii_case(option.as_bytes())
+}
+
+fn ping(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    if count > 1 {
+        return Err(arity("ping"));
+    }
+    Ok(ClientCommand::Ping { message: words.next() })
+}
+
+fn echo(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    exactly("echo", count, 1)?;
+    Ok(ClientCommand::Echo { message: next(&mut words)? })
+}
+
+fn hello(mut words: Words) -> Result<ClientCommand, CommandError> {
+    let mut command = ClientCommand::Hello { protocol: None, auth: None, client_name: None };
+    let Some(version) = words.next() else {
+        return Ok(command);
+    };
+    let protocol = match parse_i64(&version) {
+        None => return Err(CommandError::ProtocolVersionNotInteger),
+        Some(2) => Protocol::Resp2,
+        Some(3) => Protocol::Resp3,
+        Some(_) => return Err(CommandError::UnsupportedProtocol),
+    };
+    let ClientCommand::Hello { protocol: p, auth, client_name } = &mut command else {
+        unreachable!("built above")
+    };
+    *p = Some(protocol);
+    // Each pass consumes at least one word, so the loop is bounded by the request.
+    while let Some(option) = words.next() {
+        let missing = || CommandError::HelloOption(String::from_utf8_lossy(&option).into_owned());
+        if is(&option, "auth") {
+            let user = words.next().ok_or_else(missing)?;
+            let password = words.next().ok_or_else(missing)?;
+            *auth = Some((user, password));
+        } else if is(&option, "setname") {
+            *client_name = Some(words.next().ok_or_else(missing)?);
+        } else {
+            return Err(missing());
+        }
+    }
+    Ok(command)
+}
+
+fn get(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("get", count, 1)?;
+    let key = key(next(&mut words)?, limits)?;
+    let (mut level, mut with_version) = (None, false);
+    while let Some(option) = words.next() {
+        if is(&option, "level") {
+            level = Some(read_level(&next(&mut words)?)?);
+        } else if is(&option, "withversion") {
+            with_version = true;
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Get { key, level, with_version })
+}
+
+/// Redis `SET` options Keel refuses by name rather than as a syntax error.
+const SET_OPTIONS_UNSUPPORTED: [&str; 8] =
+    ["ex", "px", "exat", "pxat", "nx", "xx", "get", "keepttl"];
+
+fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("set", count, 2)?;
+    let key = key(next(&mut words)?, limits)?;
+    let value = value(next(&mut words)?, limits)?;
+    let (mut durability_asked, mut with_version) = (None, false);
+    while let Some(option) = words.next() {
+        if is(&option, "durability") {
+            durability_asked = Some(durability(&next(&mut words)?)?);
+        } else if is(&option, "withversion") {
+            with_version = true;
+        } else if SET_OPTIONS_UNSUPPORTED.iter().any(|name| is(&option, name)) {
+            let option = String::from_utf8_lossy(&option).to_ascii_uppercase();
+            return Err(CommandError::UnsupportedOption { command: "SET", option });
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Set { key, value, durability: durability_asked, with_version })
+}
+
+fn keys(name: &str, words: Words, count: usize, limits: &Limits) -> Result<Vec<Key>, CommandError> {
+    at_least(name, count, 1)?;
+    let keys = words.map(|word| key(word, limits)).collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(keys.len(), count);
+    Ok(keys)
+}
+
+fn incr(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    let by = name.ends_with("by");
+    exactly(name, count, if by { 2 } else { 1 })?;
+    let key = key(next(&mut words)?, limits)?;
+    let amount = if by { integer(&next(&mut words)?)? } else { 1 };
+    let delta = if name.starts_with("decr") {
+        amount.checked_neg().ok_or(CommandError::DecrementOverflow)?
+    } else {
+        amount
+    };
+    Ok(ClientCommand::Incr { key, delta })
+}
+
+fn mget(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("mget", count, 1)?;
+    let mut words: Vec<Vec<u8>> = words.collect();
+    let mut level = None;
+    if words.len() >= 3 && is(&words[words.len() - 2], "level") {
+        let word = words.pop().expect("at least three words");
+        level = Some(read_level(&word)?);
+        words.pop();
+    }
+    let keys = words.into_iter().map(|word| key(word, limits)).collect::<Result<Vec<_>, _>>()?;
+    debug_assert!(!keys.is_empty());
+    Ok(ClientCommand::MGet { keys, level })
+}
+
+/// Reads an argument that may be a sentinel (`-nil`, `+inf`): `None` for the sentinel,
+/// the argument less its first byte when it starts with the escape (`--`, `++`).
+fn sentinel(word: Vec<u8>, sentinel: &[u8], escape: &[u8]) -> Option<Vec<u8>> {
+    if word == sentinel {
+        None
+    } else if word.starts_with(escape) {
+        Some(word[1..].to_vec())
+    } else {
+        Some(word)
+    }
+}
+
+fn cas(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("keel.cas", count, 3)?;
+    let key = key(next(&mut words)?, limits)?;
+    let expected = match sentinel(next(&mut words)?, b"-nil", b"--") {
+        Some(bytes) => Some(value(bytes, limits)?),
+        None => None,
+    };
+    let new = value(next(&mut words)?, limits)?;
+    let mut durability_asked = None;
+    while let Some(option) = words.next() {
+        if !is(&option, "durability") {
+            return Err(CommandError::Syntax);
+        }
+        durability_asked = Some(durability(&next(&mut words)?)?);
+    }
+    Ok(ClientCommand::Cas { key, expected, new, durability: durability_asked })
+}
+
+fn scan(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("keel.scan", count, 2)?;
+    let start = key(next(&mut words)?, limits)?;
+    let end = match sentinel(next(&mut words)?, b"+inf", b"++") {
+        Some(bytes) => Some(key(bytes, limits)?),
+        None => None,
+    };
+    let (mut items, mut level) = (SCAN_COUNT_DEFAULT, None);
+    while let Some(option) = words.next() {
+        if is(&option, "count") {
+            let asked = integer(&next(&mut words)?)?;
+            items = u32::try_from(asked).map_err(|_| CommandError::NotAnInteger)?;
+        } else if is(&option, "level") {
+            level = Some(read_level(&next(&mut words)?)?);
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    let command = keel_types::Command::Scan { start, end, limit: items };
+    command.validate(limits).map_err(CommandError::Invalid)?;
+    let keel_types::Command::Scan { start, end, limit } = command else {
+        unreachable!("built above")
+    };
+    Ok(ClientCommand::Scan { start, end, count: limit, level })
+}
+
+fn client(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    at_least("client", count, 1)?;
+    let subcommand = lowercase(&next(&mut words)?);
+    let parsed = match subcommand.as_str() {
+        "setname" => {
+            exactly("client|setname", count, 2)?;
+            ClientSubcommand::SetName(next(&mut words)?)
+        }
+        "getname" => {
+            exactly("client|getname", count, 1)?;
+            ClientSubcommand::GetName
+        }
+        "id" => {
+            exactly("client|id", count, 1)?;
+            ClientSubcommand::Id
+        }
+        "setinfo" => {
+            exactly("client|setinfo", count, 3)?;
+            let attribute = lowercase(&next(&mut words)?);
+            ClientSubcommand::SetInfo { attribute, value: next(&mut words)? }
+        }
+        _ => ClientSubcommand::Other(subcommand),
+    };
+    Ok(ClientCommand::Client(parsed))
+}
+
+fn command(mut words: Words) -> Result<ClientCommand, CommandError> {
+    let Some(subcommand) = words.next() else {
+        return Ok(ClientCommand::Command(CommandQuery::All));
+    };
+    let query = match lowercase(&subcommand).as_str() {
+        "count" if words.len() == 0 => CommandQuery::Count,
+        "count" => return Err(arity("command|count")),
+        "docs" => CommandQuery::Docs(words.collect()),
+        "info" => CommandQuery::Info(words.collect()),
+        _ => {
+            let subcommand = String::from_utf8_lossy(&subcommand).into_owned();
+            return Err(CommandError::UnknownSubcommand { command: "COMMAND", subcommand });
+        }
+    };
+    Ok(ClientCommand::Command(query))
+}
+
+fn config(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    at_least("config", count, 1)?;
+    let subcommand = next(&mut words)?;
+    if !is(&subcommand, "get") {
+        let subcommand = String::from_utf8_lossy(&subcommand).into_owned();
+        return Err(CommandError::UnknownSubcommand { command: "CONFIG", subcommand });
+    }
+    at_least("config|get", count, 2)?;
+    Ok(ClientCommand::ConfigGet { parameters: words.collect() })
+}
+
+fn select(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    exactly("select", count, 1)?;
+    match integer(&next(&mut words)?)? {
+        0 => Ok(ClientCommand::Select),
+        _ => Err(CommandError::DbIndexOutOfRange),
+    }
+}

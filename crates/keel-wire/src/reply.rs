@@ -1,0 +1,197 @@
+//! How Keel's errors and results look on a RESP connection.
+//!
+//! Every [`KeelError`] becomes an error line whose first word is a stable prefix telling
+//! the client what to do:
+//!
+//! | prefix | errors | retry? |
+//! |---|---|---|
+//! | `BUSY` | a queue or limit is full | yes, after a pause |
+//! | `TIMEOUT` | no answer in time; a write's outcome is unknown | yes, if idempotent |
+//! | `NOTLEADER` | this node is not the leader (rare: nodes forward) | yes, elsewhere |
+//! | `NOTACTIVE` | this follower may not serve monotonic reads now | yes, later or elsewhere |
+//! | `UNAVAILABLE` | the node accepts no writes (disk full, failed fsync) | yes, elsewhere |
+//! | `ERR` | anything the same request would hit again | no |
+//!
+//! [`error_from_line`] reads such a line back (for Keel's own client).
+
+use crate::resp::Frame;
+use keel_types::{CommandResult, KeelError, NodeId, Version};
+
+/// The stable first word of the error line for `error`.
+pub fn error_prefix(error: &KeelError) -> &'static str {
+    match error {
+        KeelError::Busy(_) => "BUSY",
+        KeelError::Timeout => "TIMEOUT",
+        KeelError::NotLeader { .. } => "NOTLEADER",
+        KeelError::NotActive => "NOTACTIVE",
+        KeelError::Unavailable(_) => "UNAVAILABLE",
+        KeelError::KeyTooLarge { .. }
+        | KeelError::ValueTooLarge { .. }
+        | KeelError::NotAnInteger
+        | KeelError::InvalidArgument(_) => "ERR",
+    }
+}
+
+/// The whole error line for `error`, without the leading `-`.
+pub fn error_text(error: &KeelError) -> String {
+    let prefix = error_prefix(error);
+    let text = match error {
+        KeelError::Busy(why) | KeelError::Unavailable(why) => format!("{prefix} {why}"),
+        KeelError::NotLeader { leader: Some(leader) } => {
+            format!("{prefix} not the leader; the leader is {leader}")
+        }
+        KeelError::NotLeader { leader: None } => {
+            format!("{prefix} not the leader; the leader is unknown")
+        }
+        other => format!("{prefix} {other}"),
+    };
+    debug_assert!(text.starts_with(prefix) && (prefix == "ERR") != error.is_retryable());
+    text
+}
+
+/// The error frame for `error`.
+pub fn error_frame(error: &KeelError) -> Frame {
+    Frame::Error(error_text(error).into_bytes())
+}
+
+/// Reads an error line written by [`error_text`] back into a [`KeelError`]. Lines with
+/// the `ERR` prefix or an unknown one become [`KeelError::InvalidArgument`] holding the
+/// text after the prefix, except the integer error, which keeps its kind.
+pub fn error_from_line(line: &[u8]) -> KeelError {
+    let line = String::from_utf8_lossy(line);
+    let (prefix, rest) = line.split_once(' ').unwrap_or((&line, ""));
+    match prefix {
+        "BUSY" => KeelError::Busy(rest.to_string()),
+        "TIMEOUT" => KeelError::Timeout,
+        "NOTACTIVE" => KeelError::NotActive,
+        "UNAVAILABLE" => KeelError::Unavailable(rest.to_string()),
+        "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
+        _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
+        _ => KeelError::InvalidArgument(rest.to_string()),
+    }
+}
+
+/// The node named at the end of a `NOTLEADER` line (`... the leader is n2`).
+fn leader_in(text: &str) -> Option<NodeId> {
+    let word = text.rsplit(' ').next()?;
+    word.strip_prefix('n')?.parse().ok().map(NodeId)
+}
+
+/// A version as Keel replies with it: the bulk string `epoch.index` (`2.17`).
+pub fn version_frame(version: Version) -> Frame {
+    Frame::Bulk(version.to_string().into_bytes())
+}
+
+/// A value as `GET` replies with it: a bulk string, or null when absent.
+pub fn value_frame(value: Option<&[u8]>) -> Frame {
+    match value {
+        Some(bytes) => Frame::Bulk(bytes.to_vec()),
+        None => Frame::Null,
+    }
+}
+
+/// A `WITHVERSION` reply: a two-element array of the plain reply and the version
+/// (null when the key was never written).
+pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
+    let version = version.map_or(Frame::Null, version_frame);
+    Frame::Array(vec![reply, version])
+}
+
+/// The reply for a command's result:
+///
+/// | result | reply | with `with_version` |
+/// |---|---|---|
+/// | value (get) | bulk string or null | `[value, version]` |
+/// | written (set, del) | `+OK` | `[OK, version]` |
+/// | counter (incr) | integer | `[integer, version]` |
+/// | cas | `[swapped (boolean), current value or null, version or null]` | the same |
+/// | items (scan) | array of `[key, value, version]` | the same |
+///
+/// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
+pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
+    let (reply, version) = match result {
+        CommandResult::Value { value, version } => (value_frame(value.as_deref()), *version),
+        CommandResult::Written { version } => (Frame::ok(), Some(*version)),
+        CommandResult::Counter { value, version } => (Frame::Integer(*value), Some(*version)),
+        CommandResult::Cas { swapped, current, version } => {
+            let version = version.map_or(Frame::Null, version_frame);
+            return Frame::Array(vec![
+                Frame::Boolean(*swapped),
+                value_frame(current.as_deref()),
+                version,
+            ]);
+        }
+        CommandResult::Items { items } => {
+            let item = |(key, value, version): &(Vec<u8>, Vec<u8>, Version)| {
+                Frame::Array(vec![
+                    Frame::bulk(key.clone()),
+                    Frame::bulk(value.clone()),
+                    version_frame(*version),
+                ])
+            };
+            return Frame::Array(items.iter().map(item).collect());
+        }
+    };
+    if with_version {
+        with_version_frame(reply, version)
+    } else {
+        reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_has_its_prefix_and_reads_back() {
+        let errors = [
+            KeelError::Busy("queue full".into()),
+            KeelError::Timeout,
+            KeelError::NotLeader { leader: Some(NodeId(2)) },
+            KeelError::NotLeader { leader: None },
+            KeelError::NotActive,
+            KeelError::Unavailable("disk full".into()),
+            KeelError::NotAnInteger,
+        ];
+        for error in errors {
+            let text = error_text(&error);
+            assert_eq!(error_from_line(text.as_bytes()), error, "{text}");
+        }
+        assert_eq!(
+            error_text(&KeelError::NotAnInteger),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(error_text(&KeelError::Busy("queue full".into())), "BUSY queue full");
+    }
+
+    #[test]
+    fn fatal_errors_read_back_as_invalid_arguments() {
+        let error = KeelError::KeyTooLarge { len: 2000, max: 1024 };
+        let text = error_text(&error);
+        assert!(text.starts_with("ERR key of 2000 bytes"));
+        assert!(!error_from_line(text.as_bytes()).is_retryable());
+    }
+
+    #[test]
+    fn results_have_one_reply_shape_each() {
+        let version = Version::new(1, 5);
+        let written = CommandResult::Written { version };
+        assert_eq!(result_frame(&written, false), Frame::ok());
+        let expected = Frame::Array(vec![Frame::ok(), Frame::bulk("1.5")]);
+        assert_eq!(result_frame(&written, true), expected);
+        let cas = CommandResult::Cas { swapped: false, current: None, version: None };
+        let expected = Frame::Array(vec![Frame::Boolean(false), Frame::Null, Frame::Null]);
+        assert_eq!(result_frame(&cas, true), expected);
+        let items = CommandResult::Items { items: vec![(b"k".to_vec(), b"v".to_vec(), version)] };
+        let row = Frame::Array(vec![Frame::bulk("k"), Frame::bulk("v"), Frame::bulk("1.5")]);
+        assert_eq!(result_frame(&items, false), Frame::Array(vec![row]));
+    }
+
+    #[test]
+    fn versions_are_epoch_dot_index() {
+        assert_eq!(version_frame(Version::new(2, 17)), Frame::bulk("2.17"));
+        let reply = with_version_frame(value_frame(None), None);
+        assert_eq!(reply, Frame::Array(vec![Frame::Null, Frame::Null]));
+    }
+}

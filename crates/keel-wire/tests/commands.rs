@@ -1,0 +1,283 @@
+//! Black-box command tests: request bytes in, a typed command or the exact error line out.
+
+use keel_types::{Durability, KeelError, Limits, ReadLevel};
+use keel_wire::command::{parse_frame, ClientSubcommand, CommandQuery};
+use keel_wire::resp::encode::to_bytes;
+use keel_wire::{ClientCommand, DecodeMode, Decoder, Protocol, RespLimits};
+
+/// Decodes one request (RESP or inline) and parses it.
+fn parse_bytes(bytes: &[u8]) -> Result<ClientCommand, String> {
+    let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::default());
+    let (frame, used) = decoder.decode(bytes).expect("well-formed").expect("complete");
+    assert_eq!(used, bytes.len());
+    parse_frame(frame, &Limits::default()).map_err(|err| {
+        // The error line as the client sees it, for both protocol versions.
+        let line = to_bytes(&err.reply_frame(), Protocol::Resp2);
+        assert_eq!(line, to_bytes(&err.reply_frame(), Protocol::Resp3));
+        String::from_utf8(line).unwrap()
+    })
+}
+
+/// Parses an inline request line.
+fn parse(line: &str) -> Result<ClientCommand, String> {
+    parse_bytes(format!("{line}\r\n").as_bytes())
+}
+
+fn error(line: &str) -> String {
+    parse(line).expect_err("refused")
+}
+
+#[test]
+fn get_and_set_take_keel_options() {
+    let bytes =
+        b"*5\r\n$3\r\nGET\r\n$1\r\nk\r\n$5\r\nLEVEL\r\n$9\r\nmonotonic\r\n$11\r\nWITHVERSION\r\n";
+    let expected = ClientCommand::Get {
+        key: b"k".to_vec(),
+        level: Some(ReadLevel::Monotonic),
+        with_version: true,
+    };
+    assert_eq!(parse_bytes(bytes), Ok(expected));
+    assert_eq!(
+        parse("get k"),
+        Ok(ClientCommand::Get { key: b"k".to_vec(), level: None, with_version: false })
+    );
+    let set = ClientCommand::Set {
+        key: b"k".to_vec(),
+        value: b"v w".to_vec(),
+        durability: Some(Durability::Durable),
+        with_version: false,
+    };
+    assert_eq!(parse("SeT k \"v w\" durability DURABLE"), Ok(set));
+}
+
+#[test]
+fn redis_set_options_are_refused_by_name() {
+    assert_eq!(error("SET k v EX 10"), "-ERR SET option 'EX' is not supported by Keel\r\n");
+    assert_eq!(error("SET k v nx"), "-ERR SET option 'NX' is not supported by Keel\r\n");
+    for option in ["PX 1", "EXAT 1", "PXAT 1", "XX", "GET", "KEEPTTL"] {
+        assert!(
+            error(&format!("SET k v {option}")).contains("is not supported by Keel"),
+            "{option}"
+        );
+    }
+    assert_eq!(error("SET k v BOGUS"), "-ERR syntax error\r\n");
+}
+
+#[test]
+fn arity_errors_are_worded_as_redis() {
+    assert_eq!(error("GET"), "-ERR wrong number of arguments for 'get' command\r\n");
+    assert_eq!(error("set k"), "-ERR wrong number of arguments for 'set' command\r\n");
+    assert_eq!(error("incr a b"), "-ERR wrong number of arguments for 'incr' command\r\n");
+    assert_eq!(error("DEL"), "-ERR wrong number of arguments for 'del' command\r\n");
+    assert_eq!(
+        error("client setname"),
+        "-ERR wrong number of arguments for 'client|setname' command\r\n"
+    );
+    assert_eq!(error("KEEL.CAS k v"), "-ERR wrong number of arguments for 'keel.cas' command\r\n");
+}
+
+#[test]
+fn unknown_commands_echo_their_first_arguments() {
+    assert_eq!(error("FOO"), "-ERR unknown command 'FOO', with args beginning with: \r\n");
+    assert_eq!(
+        error("foo a b"),
+        "-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n"
+    );
+    let long = "x".repeat(300);
+    let line = error(&format!("{long} {long}"));
+    let cut = "x".repeat(128);
+    assert_eq!(
+        line,
+        format!("-ERR unknown command '{cut}', with args beginning with: '{cut}' \r\n")
+    );
+}
+
+#[test]
+fn levels_and_durabilities_must_be_known() {
+    assert_eq!(
+        error("GET k LEVEL x"),
+        "-ERR unknown read level 'x' (expected one of: any, monotonic, linearizable)\r\n"
+    );
+    assert_eq!(
+        error("SET k v DURABILITY fsync"),
+        "-ERR unknown durability 'fsync' (expected one of: memory, replicated, durable)\r\n"
+    );
+    assert_eq!(error("GET k LEVEL"), "-ERR syntax error\r\n");
+}
+
+#[test]
+fn counters_accept_strict_integers() {
+    let incr = |delta| Ok(ClientCommand::Incr { key: b"c".to_vec(), delta });
+    assert_eq!(parse("INCR c"), incr(1));
+    assert_eq!(parse("decr c"), incr(-1));
+    assert_eq!(parse("INCRBY c -5"), incr(-5));
+    assert_eq!(parse("DECRBY c 9223372036854775807"), incr(-i64::MAX));
+    assert_eq!(error("INCRBY c 1.5"), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(error("INCRBY c 01"), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(error("DECRBY c -9223372036854775808"), "-ERR decrement would overflow\r\n");
+}
+
+#[test]
+fn multi_key_commands() {
+    let keys = |names: &[&str]| names.iter().map(|k| k.as_bytes().to_vec()).collect::<Vec<_>>();
+    assert_eq!(parse("DEL a b"), Ok(ClientCommand::Del { keys: keys(&["a", "b"]) }));
+    assert_eq!(parse("EXISTS a a"), Ok(ClientCommand::Exists { keys: keys(&["a", "a"]) }));
+    let mget = |names: &[&str], level| Ok(ClientCommand::MGet { keys: keys(names), level });
+    assert_eq!(parse("MGET a b LEVEL any"), mget(&["a", "b"], Some(ReadLevel::Any)));
+    assert_eq!(parse("MGET a level linearizable"), mget(&["a"], Some(ReadLevel::Linearizable)));
+    assert_eq!(
+        parse("MGET level any"),
+        mget(&["level", "any"], None),
+        "LEVEL needs a key before it"
+    );
+    assert_eq!(parse("MGET a"), mget(&["a"], None));
+}
+
+#[test]
+fn cas_spells_absent_as_minus_nil() {
+    let cas = |expected: Option<&str>, durability| {
+        Ok(ClientCommand::Cas {
+            key: b"k".to_vec(),
+            expected: expected.map(|e| e.as_bytes().to_vec()),
+            new: b"n".to_vec(),
+            durability,
+        })
+    };
+    assert_eq!(parse("KEEL.CAS k -nil n"), cas(None, None));
+    assert_eq!(
+        parse("keel.cas k old n DURABILITY replicated"),
+        cas(Some("old"), Some(Durability::Replicated))
+    );
+    assert_eq!(parse("KEEL.CAS k --nil n"), cas(Some("-nil"), None), "escaped sentinel");
+    assert_eq!(parse("KEEL.CAS k ---x n"), cas(Some("--x"), None));
+    assert_eq!(parse("KEEL.CAS k -5 n"), cas(Some("-5"), None));
+    assert_eq!(parse("KEEL.CAS k \"\" n"), cas(Some(""), None), "empty is a value, not absent");
+    assert_eq!(error("KEEL.CAS k a n WITHVERSION"), "-ERR syntax error\r\n");
+}
+
+#[test]
+fn scan_takes_a_range_a_count_and_a_level() {
+    let scan = |end: Option<&str>, count, level| {
+        Ok(ClientCommand::Scan {
+            start: b"a".to_vec(),
+            end: end.map(|e| e.as_bytes().to_vec()),
+            count,
+            level,
+        })
+    };
+    assert_eq!(parse("KEEL.SCAN a +inf"), scan(None, 10, None));
+    assert_eq!(
+        parse("KEEL.SCAN a z COUNT 100 LEVEL monotonic"),
+        scan(Some("z"), 100, Some(ReadLevel::Monotonic))
+    );
+    assert_eq!(parse("KEEL.SCAN a ++inf"), scan(Some("+inf"), 10, None));
+    assert_eq!(error("KEEL.SCAN a z COUNT -1"), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(
+        error("KEEL.SCAN a z COUNT 0"),
+        "-ERR invalid argument: scan limit 0 outside 1..=10000\r\n"
+    );
+    assert_eq!(
+        error("KEEL.SCAN a z COUNT 10001").len(),
+        "-ERR invalid argument: scan limit 10001 outside 1..=10000\r\n".len()
+    );
+}
+
+#[test]
+fn keys_and_values_are_checked_against_limits() {
+    let key = "k".repeat(1025);
+    assert_eq!(
+        error(&format!("GET {key}")),
+        "-ERR key of 1025 bytes exceeds the limit of 1024 bytes\r\n"
+    );
+    let limits = Limits { value_bytes_max: 2, ..Limits::default() };
+    let words = vec![b"SET".to_vec(), b"k".to_vec(), b"abc".to_vec()];
+    let err = keel_wire::command::parse(words, &limits).unwrap_err();
+    assert!(matches!(
+        err,
+        keel_wire::CommandError::Invalid(KeelError::ValueTooLarge { len: 3, max: 2 })
+    ));
+}
+
+#[test]
+fn handshake_commands_for_redis_tools() {
+    assert_eq!(parse("PING"), Ok(ClientCommand::Ping { message: None }));
+    assert_eq!(parse("ping hi"), Ok(ClientCommand::Ping { message: Some(b"hi".to_vec()) }));
+    assert_eq!(parse("ECHO x"), Ok(ClientCommand::Echo { message: b"x".to_vec() }));
+    assert_eq!(parse("COMMAND"), Ok(ClientCommand::Command(CommandQuery::All)));
+    assert_eq!(parse("command count"), Ok(ClientCommand::Command(CommandQuery::Count)));
+    assert_eq!(parse("COMMAND DOCS"), Ok(ClientCommand::Command(CommandQuery::Docs(vec![]))));
+    assert_eq!(error("COMMAND FOO"), "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n");
+    assert_eq!(
+        parse("CONFIG GET save"),
+        Ok(ClientCommand::ConfigGet { parameters: vec![b"save".to_vec()] })
+    );
+    assert_eq!(parse("SELECT 0"), Ok(ClientCommand::Select));
+    assert_eq!(error("SELECT 1"), "-ERR DB index is out of range\r\n");
+    assert_eq!(parse("INFO Server"), Ok(ClientCommand::Info { sections: vec!["server".into()] }));
+    assert_eq!(parse("KEEL.STATUS"), Ok(ClientCommand::Status));
+    assert_eq!(parse("QUIT"), Ok(ClientCommand::Quit));
+}
+
+#[test]
+fn client_subcommands() {
+    let client = |sub| Ok(ClientCommand::Client(sub));
+    assert_eq!(parse("CLIENT SETNAME app"), client(ClientSubcommand::SetName(b"app".to_vec())));
+    assert_eq!(parse("client getname"), client(ClientSubcommand::GetName));
+    assert_eq!(parse("CLIENT ID"), client(ClientSubcommand::Id));
+    let setinfo =
+        ClientSubcommand::SetInfo { attribute: "lib-name".into(), value: b"redis-py".to_vec() };
+    assert_eq!(parse("CLIENT SETINFO LIB-NAME redis-py"), client(setinfo));
+    assert_eq!(parse("CLIENT NO-EVICT on"), client(ClientSubcommand::Other("no-evict".into())));
+}
+
+#[test]
+fn hello_negotiates_the_protocol() {
+    let hello = |protocol, auth: Option<(&str, &str)>, name: Option<&str>| {
+        Ok(ClientCommand::Hello {
+            protocol,
+            auth: auth.map(|(u, p)| (u.as_bytes().to_vec(), p.as_bytes().to_vec())),
+            client_name: name.map(|n| n.as_bytes().to_vec()),
+        })
+    };
+    assert_eq!(parse("HELLO"), hello(None, None, None));
+    assert_eq!(parse("HELLO 3"), hello(Some(Protocol::Resp3), None, None));
+    assert_eq!(
+        parse("HELLO 2 AUTH default secret SETNAME app"),
+        hello(Some(Protocol::Resp2), Some(("default", "secret")), Some("app"))
+    );
+    assert_eq!(error("HELLO 4"), "-NOPROTO unsupported protocol version\r\n");
+    assert_eq!(error("HELLO x"), "-ERR Protocol version is not an integer or out of range\r\n");
+    assert_eq!(error("HELLO 3 AUTH u"), "-ERR Syntax error in HELLO option 'AUTH'\r\n");
+}
+
+#[test]
+fn requests_must_be_bulk_strings() {
+    let frame = keel_wire::Frame::Array(vec![keel_wire::Frame::Integer(1)]);
+    let err = parse_frame(frame, &Limits::default()).unwrap_err();
+    assert_eq!(err, keel_wire::CommandError::NotBulkStrings);
+    let err = keel_wire::command::parse(vec![], &Limits::default()).unwrap_err();
+    assert_eq!(err, keel_wire::CommandError::Empty);
+}
+
+#[test]
+fn data_commands_become_engine_operations() {
+    use keel_types::Command;
+    let ops = parse("DEL a b").unwrap().into_operations().unwrap();
+    let deletes =
+        vec![Command::Delete { key: b"a".to_vec() }, Command::Delete { key: b"b".to_vec() }];
+    assert_eq!(ops.commands, deletes);
+    let ops = parse("SET k v DURABILITY memory WITHVERSION").unwrap().into_operations().unwrap();
+    assert_eq!(ops.commands, [Command::Put { key: b"k".to_vec(), value: b"v".to_vec() }]);
+    assert_eq!(
+        (ops.durability, ops.level, ops.with_version),
+        (Some(Durability::Memory), None, true)
+    );
+    let ops = parse("MGET a LEVEL any").unwrap().into_operations().unwrap();
+    assert_eq!((ops.commands.len(), ops.level), (1, Some(ReadLevel::Any)));
+    let ops = parse("KEEL.SCAN a +inf COUNT 5").unwrap().into_operations().unwrap();
+    assert_eq!(ops.commands, [Command::Scan { start: b"a".to_vec(), end: None, limit: 5 }]);
+    assert_eq!(
+        parse("PING").unwrap().into_operations(),
+        Err(ClientCommand::Ping { message: None })
+    );
+}
