@@ -1,1 +1,26 @@
-//! Keel's benchmark harness: YCSB workloads and drivers for Keel and its peers. Filled in by the benchmark issue.
+//! Keel's benchmark harness: YCSB's core workloads, drivers for Keel and its peers
+//! (Redis, etcd), three-node clusters on loopback, and reports.
+//!
+//! Layout:
+//! - [`rng`], [`generator`], [`workload`]: YCSB's generators and workloads A–F and W,
+//!   deterministic given a seed (pure; unit-tested for their distributions).
+//! - [`driver`]: one async trait over every system; RESP (Keel, Redis) and HTTP (etcd).
+//! - [`cluster`], [`systems`]: starting and stopping each system's cluster, and the
+//!   named configurations (`cad`, `immediate`, `linearizable`, ...).
+//! - [`runner`]: load phase, closed-loop and open-loop run phases, HdrHistogram latency.
+//! - [`report`], [`progress`]: JSON lines, Markdown tables, the progress bar.
+//! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`.
+//!
+//! Benchmarks measure; only the deterministic parts are tested.
+
+pub mod cli;
+pub mod cluster;
+pub mod driver;
+pub mod generator;
+pub mod progress;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod suite;
+pub mod systems;
+pub mod workload;

@@ -1,5 +1,24 @@
 //! Keel's history format and consistency checkers.
 //!
 //! Layout:
-//! - [`history`]: the Keel history format (versioned JSON Lines, `docs/history-format.md`).
+//! - [`history`]: the Keel history format (versioned JSON Lines, `docs/history-format.md`),
+//!   its writer for recorders and its streaming reader.
+//! - [`jepsen`]: readers for Jepsen's etcd register logs and kv EDN logs.
+//! - [`model`]: the sequential models (`register`, `kv`, `keel`) and the op shape checked.
+//! - [`linearizability`]: the per-key WGL/Lowe search with memoization and a budget.
+//! - [`keel`]: turns a Keel history into the ops the linearizability check uses.
+//! - [`monotonic`]: the cross-client monotonic-reads checker over reads and survivors.
+//! - [`generate`]: deterministic generator of valid Keel histories (tests, benchmark).
+//! - [`cli`]: `keel check` (arguments, verdict lines, exit codes, `--bench`).
+//! - [`error`]: input errors naming file and line.
+//!
+//! Checkers are pure: no I/O, no clock, no randomness; only [`cli`] reads files and times.
+pub mod cli;
+pub mod error;
+pub mod generate;
 pub mod history;
+pub mod jepsen;
+pub mod keel;
+pub mod linearizability;
+pub mod model;
+pub mod monotonic;

@@ -1,1 +1,48 @@
-//! Keel's deterministic simulator: one thread, virtual time, one seed.
+//! Keel's deterministic simulator: a whole cluster in one thread, on virtual time, from
+//! one seed. See `docs/simulation.md` for the fault model, the invariants and what each
+//! protects, the scenarios and the paper's tables.
+//!
+//! ```no_run
+//! use keel_core::leader::LeaderEngine;
+//! use keel_sim::scenario::{run_general, GeneralConfig};
+//!
+//! let report = run_general::<LeaderEngine>(&GeneralConfig::new(42));
+//! assert!(report.passed(), "{:?}\nreplay: {}", report.violations, report.replay());
+//! ```
+//!
+//! Layout:
+//! - [`rng`]: the splitmix64 generator every random choice comes from.
+//! - [`clock`]: node clocks that drift within the engine's stated bound.
+//! - [`net`]: the network model (latency, loss, duplication, reordering, partitions).
+//! - [`disk`]: the disk model (unsynced writes lost on crash, torn tails).
+//! - [`engine`]: the trait an engine implements to be driven ([`engine::SimEngine`]).
+//! - [`world`]: the event loop that drives engines and asserts their output contract.
+//! - [`invariants`]: invariants checked during a run.
+//! - [`clients`], [`history`], [`survivors`]: simulated clients, the history they
+//!   record, the per-key oracle, and the final log's surviving writes.
+//! - [`nemesis`]: the fault schedule.
+//! - [`scenario`]: randomized scenarios (`general`).
+//! - [`driver`]: synchronous requests over a world, for scripted scenarios.
+//! - [`table3`], [`table4`]: the ORCA paper's experiments.
+//! - [`bench`]: measurements, not tests.
+//! - [`toy`]: a deliberately simple engine used to test the simulator itself.
+//! - [`cli`]: `keel sim`.
+
+pub mod bench;
+pub mod cli;
+pub mod clients;
+pub mod clock;
+pub mod disk;
+pub mod driver;
+pub mod engine;
+pub mod history;
+pub mod invariants;
+pub mod nemesis;
+pub mod net;
+pub mod rng;
+pub mod scenario;
+pub mod survivors;
+pub mod table3;
+pub mod table4;
+pub mod toy;
+pub mod world;

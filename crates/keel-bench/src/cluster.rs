@@ -1,0 +1,307 @@
+//! Three-node clusters of each system on loopback, started and stopped by the benchmark.
+//!
+//! Every cluster lives in a fresh temporary directory on free ports. Keel runs through
+//! `keel_server::local::LocalCluster`. Peers run as children of a small `sh` guard that
+//! holds the child's standard input: when the benchmark exits, even by SIGKILL, the pipe
+//! closes, the guard's `cat` returns and it kills the server, so no process outlives a run.
+//!
+//! Configurations (also in docs/benchmarks.md):
+//! - Redis 7: one primary and two replicas (`replicaof`), `appendonly yes`,
+//!   `appendfsync always|everysec`, no RDB snapshots.
+//! - etcd 3.4: three members, default snapshot and heartbeat settings, fsync on commit.
+
+use crate::driver::http::HttpConn;
+use crate::driver::resp::RespConn;
+use crate::driver::DriverError;
+use keel_server::local::LocalCluster;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a cluster may take to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause between two readiness polls.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a stopping peer may take before it is killed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Nodes in every benchmark cluster.
+pub const NODES: usize = 3;
+
+/// Why a cluster did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A process could not be started or a directory written; not retryable.
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        /// What was being started.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The cluster did not become ready in time; retryable, see the logs in `dir`.
+    #[error("{what} not ready after {READY_TIMEOUT:?}; logs in {dir}")]
+    NotReady {
+        /// Which system.
+        what: String,
+        /// Its directory.
+        dir: String,
+    },
+}
+
+/// A free loopback port now (the kernel picks it; it may be taken again before use).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A fresh temporary directory for one cluster.
+pub fn temp_dir(system: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    std::env::temp_dir().join(format!("keel-bench-{system}-{}-{nanos}", std::process::id()))
+}
+
+/// Peer server processes, each under its guard; stopped on drop.
+#[derive(Debug)]
+pub struct Guarded {
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl Guarded {
+    fn spawn(&mut self, program: &str, args: &[String], log: &Path) -> Result<(), ClusterError> {
+        let what = format!("{program} ({})", log.display());
+        let wrap = |source| ClusterError::Spawn { what: what.clone(), source };
+        let log_file = std::fs::File::create(log).map_err(wrap)?;
+        let err_file = log_file.try_clone().map_err(wrap)?;
+        // `$0` is the program, `$@` its arguments; the guard kills it when stdin closes.
+        let script = "\"$0\" \"$@\" & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; wait $pid";
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(log_file)
+            .stderr(err_file)
+            .spawn()
+            .map_err(wrap)?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// Stops every process: closes each guard's stdin, waits, kills what remains.
+    pub fn stop(&mut self) {
+        for child in &mut self.children {
+            drop(child.stdin.take());
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        for child in &mut self.children {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running three-node Redis deployment: `addrs[0]` the primary.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// Client addresses, primary first.
+    pub addrs: Vec<SocketAddr>,
+    _processes: Guarded,
+}
+
+/// Starts a Redis primary and two replicas; `fsync_always`: `appendfsync always`.
+pub async fn start_redis(fsync_always: bool) -> Result<RedisCluster, ClusterError> {
+    let dir = temp_dir("redis");
+    let spawn_err = |source| ClusterError::Spawn { what: "redis dirs".into(), source };
+    let mut processes = Guarded { children: Vec::new(), dir: dir.clone() };
+    let mut addrs = Vec::new();
+    for i in 0..NODES {
+        let node_dir = dir.join(format!("n{}", i + 1));
+        std::fs::create_dir_all(&node_dir).map_err(spawn_err)?;
+        let port = free_port().map_err(spawn_err)?;
+        let mut args: Vec<String> = [
+            "--port", &port.to_string(), "--bind", "127.0.0.1", "--dir",
+            &node_dir.to_string_lossy(), "--save", "", "--appendonly", "yes",
+            "--appendfsync", if fsync_always { "always" } else { "everysec" },
+            "--protected-mode", "no", "--daemonize", "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(primary) = addrs.first() {
+            let primary: &SocketAddr = primary;
+            args.extend(["--replicaof".into(), "127.0.0.1".into(), primary.port().to_string()]);
+        }
+        processes.spawn("redis-server", &args, &dir.join(format!("n{}.log", i + 1)))?;
+        addrs.push(loopback(port));
+    }
+    let ready = wait_until(|| redis_ready(addrs.clone())).await;
+    if !ready {
+        return Err(ClusterError::NotReady { what: "redis".into(), dir: dir.display().to_string() });
+    }
+    Ok(RedisCluster { addrs, _processes: processes })
+}
+
+async fn redis_ready(addrs: Vec<SocketAddr>) -> bool {
+    let info = |addr| async move {
+        let mut conn = RespConn::connect(addr).await?;
+        let reply = conn.call(&[b"INFO", b"replication"]).await?;
+        Ok::<String, DriverError>(format!("{reply:?}"))
+    };
+    let Ok(primary) = info(addrs[0]).await else { return false };
+    if !primary.contains(&format!("connected_slaves:{}", NODES - 1)) {
+        return false;
+    }
+    for addr in &addrs[1..] {
+        match info(*addr).await {
+            Ok(text) if text.contains("master_link_status:up") => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+async fn wait_until<F, Fut>(mut ready: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while Instant::now() < deadline {
+        if ready().await {
+            return true;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    false
+}
+
+/// A running three-member etcd cluster.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    /// Client (gateway) addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// Index of the leader when the cluster became ready.
+    pub leader: usize,
+    _processes: Guarded,
+}
+
+/// Starts three etcd members.
+pub async fn start_etcd() -> Result<EtcdCluster, ClusterError> {
+    let dir = temp_dir("etcd");
+    let spawn_err = |source| ClusterError::Spawn { what: "etcd dirs".into(), source };
+    std::fs::create_dir_all(&dir).map_err(spawn_err)?;
+    let mut processes = Guarded { children: Vec::new(), dir: dir.clone() };
+    let ports: Vec<(u16, u16)> = (0..NODES)
+        .map(|_| Ok((free_port()?, free_port()?)))
+        .collect::<std::io::Result<_>>()
+        .map_err(spawn_err)?;
+    let initial: Vec<String> =
+        ports.iter().enumerate().map(|(i, (_, p))| format!("n{}=http://127.0.0.1:{p}", i + 1)).collect();
+    for (i, (client, peer)) in ports.iter().enumerate() {
+        let name = format!("n{}", i + 1);
+        let args: Vec<String> = vec![
+            "--name".into(), name.clone(),
+            "--data-dir".into(), dir.join(&name).to_string_lossy().into_owned(),
+            "--listen-client-urls".into(), format!("http://127.0.0.1:{client}"),
+            "--advertise-client-urls".into(), format!("http://127.0.0.1:{client}"),
+            "--listen-peer-urls".into(), format!("http://127.0.0.1:{peer}"),
+            "--initial-advertise-peer-urls".into(), format!("http://127.0.0.1:{peer}"),
+            "--initial-cluster".into(), initial.join(","),
+            "--initial-cluster-state".into(), "new".into(),
+            "--initial-cluster-token".into(), "keel-bench".into(),
+        ];
+        processes.spawn("etcd", &args, &dir.join(format!("{name}.log")))?;
+    }
+    let addrs: Vec<SocketAddr> = ports.iter().map(|(c, _)| loopback(*c)).collect();
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(leader) = etcd_leader(&addrs).await {
+            return Ok(EtcdCluster { addrs, leader, _processes: processes });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    Err(ClusterError::NotReady { what: "etcd".into(), dir: dir.display().to_string() })
+}
+
+/// The index of the member every member names as leader, if they agree.
+async fn etcd_leader(addrs: &[SocketAddr]) -> Option<usize> {
+    let mut ids = Vec::new();
+    let mut leader_id = None;
+    for addr in addrs {
+        let mut conn = HttpConn::connect(*addr).await.ok()?;
+        let response = conn.post_json("/v3/maintenance/status", "{}").await.ok()?;
+        let status: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+        let member = status.get("header")?.get("member_id")?.as_str()?.to_string();
+        let leader = status.get("leader")?.as_str()?.to_string();
+        if leader_id.as_ref().is_some_and(|l| *l != leader) {
+            return None;
+        }
+        leader_id = Some(leader);
+        ids.push(member);
+    }
+    let leader_id = leader_id?;
+    ids.iter().position(|id| *id == leader_id)
+}
+
+/// A running Keel cluster and its leader.
+#[derive(Debug)]
+pub struct KeelCluster {
+    /// The nodes' client addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// The nodes' HTTP addresses (for `/metrics`).
+    pub http_addrs: Vec<SocketAddr>,
+    /// Index of the leader.
+    pub leader: usize,
+    cluster: LocalCluster,
+}
+
+impl Drop for KeelCluster {
+    fn drop(&mut self) {
+        self.cluster.stop();
+        let _ = std::fs::remove_dir_all(self.cluster.dir());
+    }
+}
+
+/// Starts a three-node Keel cluster from the binary `exe` and waits for its leader.
+pub fn start_keel(exe: &Path) -> Result<KeelCluster, ClusterError> {
+    let dir = temp_dir("keel");
+    let cluster = LocalCluster::start(exe, NODES as u32, &dir, None, |_| {})
+        .map_err(|source| ClusterError::Spawn { what: "keel".into(), source })?;
+    let Some(leader) = cluster.wait_for_leader(READY_TIMEOUT) else {
+        return Err(ClusterError::NotReady { what: "keel".into(), dir: dir.display().to_string() });
+    };
+    let addrs = cluster.client_addrs();
+    let http_addrs = cluster.configs.iter().filter_map(|c| c.http_addr).collect();
+    Ok(KeelCluster { addrs, http_addrs, leader, cluster })
+}
+
+/// The sum over `addrs` of the counter `name` in each node's `/metrics`.
+pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
+    let mut sum = 0;
+    for addr in addrs {
+        let mut conn = HttpConn::connect(*addr).await.ok()?;
+        let response = conn.get("/metrics").await.ok()?;
+        let text = String::from_utf8_lossy(&response.body);
+        sum += crate::report::prometheus_value(&text, name)?;
+    }
+    Some(sum)
+}

@@ -1,0 +1,277 @@
+//! The load phase and the run phase: closed loop (N clients, each waits for its reply)
+//! or open loop (a target rate; latency measured from each operation's intended start,
+//! which corrects for coordinated omission).
+//!
+//! Each client is a tokio task with its own connection(s) and [`ClientStream`]; the
+//! first `warmup` of the run is executed but not recorded. Benchmarks measure; nothing
+//! here asserts on time.
+
+use crate::driver::http::{EtcdDriver, EtcdOptions};
+use crate::driver::resp::{KeelDriver, KeelOptions, RedisDriver, RedisOptions};
+use crate::driver::{AnyDriver, Driver, DriverError};
+use crate::workload::{insert_counter, key_name, ClientStream, Operation, WorkloadSpec};
+use hdrhistogram::Histogram;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most clients one run may have.
+pub const CLIENTS_MAX: usize = 1024;
+/// Connections the load phase uses.
+pub const LOAD_CLIENTS: usize = 16;
+/// Highest latency the histograms hold, in microseconds (one minute).
+pub const LATENCY_US_MAX: u64 = 60_000_000;
+/// Most reconnect attempts after a failed request before a client gives up.
+pub const RECONNECTS_MAX: u32 = 100;
+
+/// Where a client connects and how.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A Keel cluster.
+    Keel {
+        /// Client addresses.
+        nodes: Vec<SocketAddr>,
+        /// Index of the leader.
+        leader: usize,
+        /// Levels and read placement.
+        options: KeelOptions,
+    },
+    /// A Redis primary (first) and replicas.
+    Redis {
+        /// Client addresses, primary first.
+        nodes: Vec<SocketAddr>,
+        /// Replication and read placement.
+        options: RedisOptions,
+    },
+    /// An etcd cluster.
+    Etcd {
+        /// Gateway addresses.
+        nodes: Vec<SocketAddr>,
+        /// Index of the leader.
+        leader: usize,
+        /// Read kind and placement.
+        options: EtcdOptions,
+    },
+}
+
+impl Target {
+    /// Connects client `client`.
+    pub async fn connect(&self, client: usize) -> Result<AnyDriver, DriverError> {
+        Ok(match self {
+            Target::Keel { nodes, leader, options } => {
+                AnyDriver::Keel(KeelDriver::connect(nodes, *leader, client, options.clone()).await?)
+            }
+            Target::Redis { nodes, options } => {
+                AnyDriver::Redis(RedisDriver::connect(nodes, client, options.clone()).await?)
+            }
+            Target::Etcd { nodes, leader, options } => {
+                AnyDriver::Etcd(EtcdDriver::connect(nodes, *leader, client, options.clone()).await?)
+            }
+        })
+    }
+}
+
+/// How one run phase is driven.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Executed but not recorded, at the start.
+    pub warmup: Duration,
+    /// Recorded, after the warm-up.
+    pub duration: Duration,
+    /// Open loop at this many operations per second over all clients; `None`: closed loop.
+    pub target_ops_s: Option<f64>,
+    /// Fixes every client's operation stream.
+    pub seed: u64,
+}
+
+/// What a run phase measured.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Latency of every successful recorded operation, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// Successful recorded operations.
+    pub ops: u64,
+    /// Failed recorded operations.
+    pub errors: u64,
+    /// Reads issued over the whole phase (warm-up included), read-modify-writes included.
+    pub reads_total: u64,
+    /// The recorded span.
+    pub elapsed: Duration,
+    /// The first error message seen, if any.
+    pub first_error: Option<String>,
+}
+
+impl RunOutcome {
+    /// Successful operations per second over the recorded span.
+    pub fn throughput_ops_s(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 { self.ops as f64 / secs } else { 0.0 }
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
+}
+
+/// Loads `spec.record_count` records with [`LOAD_CLIENTS`] connections.
+pub async fn load(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(), DriverError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..LOAD_CLIENTS {
+        let (target, next) = (target.clone(), next.clone());
+        let spec = Arc::new(spec.clone());
+        tasks.spawn(async move {
+            let mut driver = target.connect(client).await?;
+            let counter = insert_counter(&spec);
+            let record_count = spec.record_count;
+            let mut stream = ClientStream::new(spec, seed, client as u64, counter);
+            // Bounded: the shared counter hands out each of `record_count` numbers once.
+            loop {
+                let keynum = next.fetch_add(1, Ordering::Relaxed);
+                if keynum >= record_count {
+                    return Ok::<(), DriverError>(());
+                }
+                let value = stream.value();
+                driver.write(key_name(keynum).as_bytes(), &value).await?;
+            }
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result.expect("load task panicked")?;
+    }
+    Ok(())
+}
+
+/// Executes one operation; `reads` counts the reads it issued.
+async fn execute(driver: &mut AnyDriver, op: &Operation, reads: &mut u64) -> Result<(), DriverError> {
+    match op {
+        Operation::Read { key } => {
+            *reads += 1;
+            driver.read(key.as_bytes()).await.map(|_| ())
+        }
+        Operation::Update { key, value } | Operation::Insert { key, value, .. } => {
+            driver.write(key.as_bytes(), value).await
+        }
+        Operation::Scan { start, count } => driver.scan(start.as_bytes(), *count).await.map(|_| ()),
+        Operation::ReadModifyWrite { key, value } => {
+            *reads += 1;
+            driver.read(key.as_bytes()).await?;
+            driver.write(key.as_bytes(), value).await
+        }
+    }
+}
+
+struct ClientResult {
+    latency_us: Histogram<u64>,
+    ops: u64,
+    errors: u64,
+    reads: u64,
+    first_error: Option<String>,
+}
+
+async fn client_loop(
+    target: Target,
+    mut stream: ClientStream,
+    client: usize,
+    start: Instant,
+    config: RunConfig,
+) -> Result<ClientResult, DriverError> {
+    let measure_from = start + config.warmup;
+    let end = measure_from + config.duration;
+    let interval = config.target_ops_s.map(|rate| Duration::from_secs_f64(config.clients as f64 / rate));
+    let mut driver = target.connect(client).await?;
+    let mut result = ClientResult { latency_us: new_histogram(), ops: 0, errors: 0, reads: 0, first_error: None };
+    let (mut sent, mut reconnects) = (0u32, 0u32);
+    // Bounded by `end`: each pass takes one operation's time or sleeps towards `end`.
+    loop {
+        let intended = match interval {
+            // Clients start spread over one interval so they do not fire together.
+            Some(step) => start + step.mul_f64(f64::from(sent) + client as f64 / config.clients as f64),
+            None => Instant::now(),
+        };
+        if intended >= end || Instant::now() >= end {
+            return Ok(result);
+        }
+        tokio::time::sleep_until(intended.into()).await;
+        sent = sent.saturating_add(1);
+        let op = match stream.next_operation() {
+            Ok(op) => op,
+            Err(_) => {
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        let outcome = execute(&mut driver, &op, &mut result.reads).await;
+        let done = Instant::now();
+        if let (Ok(()), Operation::Insert { keynum, .. }) = (&outcome, &op) {
+            stream.acknowledge(*keynum);
+        }
+        let recorded = intended >= measure_from;
+        match outcome {
+            Ok(()) if recorded => {
+                let us = done.duration_since(intended).as_micros().clamp(1, u128::from(LATENCY_US_MAX));
+                result.latency_us.record(us as u64).expect("latency within bounds");
+                result.ops += 1;
+            }
+            Ok(()) => {}
+            Err(e) => {
+                if recorded {
+                    result.errors += 1;
+                }
+                if result.first_error.is_none() {
+                    result.first_error = Some(e.to_string());
+                }
+                if matches!(e, DriverError::Unsupported(_)) {
+                    return Err(e);
+                }
+                if e.needs_reconnect() {
+                    reconnects += 1;
+                    if reconnects > RECONNECTS_MAX {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if let Ok(d) = target.connect(client).await {
+                        driver = d;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs the run phase of `spec` against `target`.
+pub async fn run(target: &Target, spec: &WorkloadSpec, config: &RunConfig) -> Result<RunOutcome, DriverError> {
+    assert!(config.clients >= 1 && config.clients <= CLIENTS_MAX, "clients in 1..={CLIENTS_MAX}");
+    assert!(config.target_ops_s.is_none_or(|r| r > 0.0), "a target rate must be positive");
+    let spec = Arc::new(spec.clone());
+    let counter = insert_counter(&spec);
+    // Connections and streams are made before the clock starts.
+    let start = Instant::now() + Duration::from_millis(200);
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..config.clients {
+        let stream = ClientStream::new(spec.clone(), config.seed, client as u64, counter.clone());
+        tasks.spawn(client_loop(target.clone(), stream, client, start, config.clone()));
+    }
+    let mut outcome = RunOutcome {
+        latency_us: new_histogram(),
+        ops: 0,
+        errors: 0,
+        reads_total: 0,
+        elapsed: config.duration,
+        first_error: None,
+    };
+    while let Some(joined) = tasks.join_next().await {
+        let client = joined.expect("client task panicked")?;
+        outcome.latency_us.add(&client.latency_us).expect("same histogram bounds");
+        outcome.ops += client.ops;
+        outcome.errors += client.errors;
+        outcome.reads_total += client.reads;
+        if outcome.first_error.is_none() {
+            outcome.first_error = client.first_error;
+        }
+    }
+    Ok(outcome)
+}

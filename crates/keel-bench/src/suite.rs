@@ -1,0 +1,239 @@
+//! Suites: `orca` (the ORCA paper's Table 2 and Figure 10 side by side with the peers),
+//! `scale` (1..128 closed-loop clients on YCSB A and B), `geo` (needs a per-link latency
+//! matrix in the server; refused until it exists).
+//!
+//! Each suite prints its records as they complete, then writes
+//! `<out>/<suite>-<unix time>.jsonl` and `.md` (the table plus ratios).
+
+use crate::cli::{execute, Plan, SuiteArgs};
+use crate::report::{markdown_header, markdown_row, RunRecord};
+use crate::systems::System;
+use crate::workload::WorkloadName;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Clients in the orca suite (the paper's 10).
+pub const ORCA_CLIENTS: usize = 10;
+/// Client counts of the scale suite.
+pub const SCALE_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+fn plan(system: System, config: &str, all: bool, workload: WorkloadName, clients: &[usize]) -> Plan {
+    Plan {
+        system,
+        config: config.into(),
+        reads_everywhere: all,
+        workload,
+        clients: clients.to_vec(),
+        target_ops_s: None,
+    }
+}
+
+/// The orca suite's plans: Table 2 (leader reads) and Figure 10 (reads at all nodes).
+pub fn orca_plans(systems: &[System], workloads: &[WorkloadName]) -> Vec<Plan> {
+    let clients = [ORCA_CLIENTS];
+    let configs: [(System, &str, bool); 11] = [
+        (System::Keel, "immediate", false),
+        (System::Keel, "eventual", false),
+        (System::Keel, "cad", false),
+        (System::Keel, "weak", true),
+        (System::Keel, "cad", true),
+        (System::Redis, "immediate", false),
+        (System::Redis, "eventual", false),
+        (System::Redis, "eventual", true),
+        (System::Etcd, "linearizable", false),
+        (System::Etcd, "serializable", true),
+        (System::Zookeeper, "strong-zk", false),
+    ];
+    let mut plans = Vec::new();
+    for &workload in workloads {
+        for (system, config, all) in configs {
+            if systems.contains(&system) {
+                plans.push(plan(system, config, all, workload, &clients));
+            }
+        }
+        if systems.contains(&System::Zookeeper) {
+            plans.push(plan(System::Zookeeper, "weak-zk", true, workload, &clients));
+        }
+    }
+    plans
+}
+
+/// The scale suite's plans.
+pub fn scale_plans(systems: &[System], workloads: &[WorkloadName]) -> Vec<Plan> {
+    let configs: [(System, &str, bool); 5] = [
+        (System::Keel, "strong", false),
+        (System::Keel, "cad", true),
+        (System::Redis, "eventual", false),
+        (System::Etcd, "linearizable", false),
+        (System::Zookeeper, "strong-zk", false),
+    ];
+    let mut plans = Vec::new();
+    for &workload in workloads {
+        for (system, config, all) in configs {
+            if systems.contains(&system) {
+                plans.push(plan(system, config, all, workload, &SCALE_CLIENTS));
+            }
+        }
+    }
+    plans
+}
+
+/// The throughput of the record matching `(system, config, reads, workload, clients)`.
+fn throughput(records: &[RunRecord], key: (&str, &str, &str, &str, usize)) -> Option<f64> {
+    records
+        .iter()
+        .find(|r| (r.system.as_str(), r.config.as_str(), r.reads.as_str(), r.workload.as_str(), r.clients) == key)
+        .map(|r| r.throughput_ops_s)
+}
+
+/// `(system, config, reads)` of one row.
+type RunKey = (&'static str, &'static str, &'static str);
+
+/// The ratios the orca suite reports, per workload: name → value.
+pub fn orca_ratios(records: &[RunRecord]) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let pairs: [(&str, RunKey, RunKey); 6] = [
+        ("keel cad / keel immediate (leader reads)", ("keel", "cad", "leader"), ("keel", "immediate", "leader")),
+        ("keel eventual / keel immediate (leader reads)", ("keel", "eventual", "leader"), ("keel", "immediate", "leader")),
+        ("keel cad / keel eventual (leader reads)", ("keel", "cad", "leader"), ("keel", "eventual", "leader")),
+        ("keel cad (all) / keel weak (all)", ("keel", "cad", "all"), ("keel", "weak", "all")),
+        ("keel immediate / etcd linearizable", ("keel", "immediate", "leader"), ("etcd", "linearizable", "leader")),
+        ("keel cad (all) / redis eventual (all)", ("keel", "cad", "all"), ("redis", "eventual", "all")),
+    ];
+    let mut table = BTreeMap::new();
+    let workloads: std::collections::BTreeSet<&str> = records.iter().map(|r| r.workload.as_str()).collect();
+    for workload in workloads {
+        let mut row = BTreeMap::new();
+        for (name, (s1, c1, r1), (s2, c2, r2)) in pairs {
+            let top = throughput(records, (s1, c1, r1, workload, ORCA_CLIENTS));
+            let bottom = throughput(records, (s2, c2, r2, workload, ORCA_CLIENTS));
+            if let (Some(top), Some(bottom)) = (top, bottom) {
+                if bottom > 0.0 {
+                    row.insert(name.to_string(), (top / bottom * 100.0).round() / 100.0);
+                }
+            }
+        }
+        table.insert(workload.to_string(), row);
+    }
+    table
+}
+
+fn markdown(name: &str, command: &str, records: &[RunRecord]) -> String {
+    let mut out = format!("# keel bench suite {name}\n\nCommand: `{command}`\n\n");
+    let _ = writeln!(out, "{}", markdown_header());
+    for record in records {
+        let _ = writeln!(out, "{}", markdown_row(record));
+    }
+    if name == "orca" {
+        let _ = writeln!(out, "\n## Throughput ratios ({ORCA_CLIENTS} clients)\n\n| workload | ratio | value |\n|---|---|---:|");
+        for (workload, row) in orca_ratios(records) {
+            for (ratio, value) in row {
+                let _ = writeln!(out, "| {workload} | {ratio} | {value:.2}x |");
+            }
+        }
+    }
+    out
+}
+
+fn write_results(out: &Path, name: &str, records: &[RunRecord]) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let jsonl: String = records.iter().map(|r| r.to_json_line() + "\n").collect();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let base = out.join(format!("{name}-{stamp}"));
+    std::fs::write(base.with_extension("jsonl"), jsonl).map_err(|e| e.to_string())?;
+    std::fs::write(base.with_extension("md"), markdown(name, &command, records)).map_err(|e| e.to_string())?;
+    eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
+    Ok(())
+}
+
+/// Runs `keel bench suite`.
+pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
+    let systems: Vec<System> = args.systems.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let default_workloads = match args.name.as_str() {
+        "orca" => "a,b,d,f",
+        "scale" => "a,b",
+        "geo" => {
+            return Err("the geo suite needs a per-link latency matrix in the server's peer \
+                        transport (keel-server has none yet); see docs/benchmarks.md"
+                .into())
+        }
+        other => return Err(format!("unknown suite {other:?}: expected orca, geo or scale")),
+    };
+    let workloads: Vec<WorkloadName> = args
+        .workloads
+        .as_deref()
+        .unwrap_or(default_workloads)
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    if systems.contains(&System::Zookeeper) {
+        eprintln!("keel bench: zookeeper has no driver in this build; its rows are skipped");
+    }
+    let plans = match args.name.as_str() {
+        "orca" => orca_plans(&systems, &workloads),
+        _ => scale_plans(&systems, &workloads),
+    };
+    let mut records = Vec::new();
+    execute(&plans, &args.common, exe, Some(&mut records))?;
+    if !args.common.json && args.name == "orca" {
+        println!("{}", markdown("orca", "", &records).split("## Throughput").nth(1).map_or(String::new(), |s| format!("## Throughput{s}")));
+    }
+    write_results(&args.common.out, &args.name, &records)?;
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(system: &str, config: &str, reads: &str, workload: &str, tput: f64) -> RunRecord {
+        RunRecord {
+            system: system.into(),
+            config: config.into(),
+            reads: reads.into(),
+            workload: workload.into(),
+            clients: ORCA_CLIENTS,
+            target_ops_s: None,
+            records: 1000,
+            duration_s: 10.0,
+            ops: 0,
+            errors: 0,
+            throughput_ops_s: tput,
+            mean_us: 0.0,
+            p50_us: 0,
+            p90_us: 0,
+            p99_us: 0,
+            p999_us: 0,
+            max_us: 0,
+            reads_with_durability_round_pct: None,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn orca_plans_cover_table2_and_figure10() {
+        let plans = orca_plans(&[System::Keel], &[WorkloadName::A, WorkloadName::B]);
+        assert_eq!(plans.len(), 10);
+        assert!(plans.iter().any(|p| p.config == "cad" && p.reads_everywhere));
+        assert!(plans.iter().all(|p| p.clients == vec![ORCA_CLIENTS]));
+        assert!(scale_plans(&[System::Redis], &[WorkloadName::A])[0].clients.contains(&128));
+    }
+
+    #[test]
+    fn ratios_divide_the_matching_throughputs() {
+        let records = vec![
+            record("keel", "cad", "leader", "a", 300.0),
+            record("keel", "immediate", "leader", "a", 100.0),
+            record("keel", "eventual", "leader", "a", 310.0),
+        ];
+        let ratios = orca_ratios(&records);
+        assert_eq!(ratios["a"]["keel cad / keel immediate (leader reads)"], 3.0);
+        assert_eq!(ratios["a"]["keel cad / keel eventual (leader reads)"], 0.97);
+        assert!(!ratios["a"].contains_key("keel immediate / etcd linearizable"));
+        let md = markdown("orca", "keel bench suite orca", &records);
+        assert!(md.contains("| a | keel cad / keel immediate (leader reads) | 3.00x |"));
+    }
+}

@@ -1,0 +1,121 @@
+//! `keel check` end to end through `cli::run` and `cli::check_file`: verdicts, exit codes
+//! and input errors.
+
+use clap::Parser;
+use keel_check::cli::{check_file, run, CheckArgs};
+use keel_check::generate::{keel_history, Shape};
+use keel_check::history::write_history;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
+fn args(words: &[&str]) -> CheckArgs {
+    let mut all = vec!["check"];
+    all.extend_from_slice(words);
+    Cli::try_parse_from(all).expect("valid flags").args
+}
+
+/// A file under the target's temporary folder, unique per test name.
+fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("keel-check-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("write temp file");
+    path
+}
+
+fn code(c: ExitCode) -> String {
+    format!("{c:?}")
+}
+
+const LINEARIZABLE: &str = "INFO  jepsen.util - 0\t:invoke\t:write\t1\n\
+                            INFO  jepsen.util - 0\t:ok\t:write\t1\n\
+                            INFO  jepsen.util - 1\t:invoke\t:read\tnil\n\
+                            INFO  jepsen.util - 1\t:ok\t:read\t1\n";
+const NOT_LINEARIZABLE: &str = "INFO  jepsen.util - 0\t:invoke\t:write\t1\n\
+                                INFO  jepsen.util - 0\t:ok\t:write\t1\n\
+                                INFO  jepsen.util - 1\t:invoke\t:read\tnil\n\
+                                INFO  jepsen.util - 1\t:ok\t:read\tnil\n";
+
+#[test]
+fn exit_codes_follow_the_verdicts() {
+    let good = temp_file("good.log", LINEARIZABLE.as_bytes());
+    let bad = temp_file("bad.log", NOT_LINEARIZABLE.as_bytes());
+    let broken = temp_file("broken.log", b"INFO  jepsen.util - 0\t:invoke\t:read\tnil\nnonsense\n");
+    let flags = ["--model", "register", "--format", "jepsen-register"];
+    let with = |files: &[&PathBuf]| {
+        let mut words: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        words.extend(files.iter().map(|p| p.display().to_string()));
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        code(run(&args(&refs)))
+    };
+    assert_eq!(with(&[&good]), code(ExitCode::from(0)));
+    assert_eq!(with(&[&good, &bad]), code(ExitCode::from(1)));
+    assert_eq!(with(&[&bad, &broken]), code(ExitCode::from(2)));
+    let absent = good.with_file_name("absent.log");
+    assert_eq!(with(&[&absent]), code(ExitCode::from(2)));
+}
+
+#[test]
+fn malformed_input_names_file_and_line() {
+    let broken =
+        temp_file("broken2.log", b"INFO  jepsen.util - 0\t:invoke\t:read\tnil\nnonsense\n");
+    let a = args(&["--model", "register", "--format", "jepsen-register", "x"]);
+    let e = check_file(&a, &broken).unwrap_err();
+    assert_eq!(e.line, 2);
+    assert_eq!(e.file, broken.display().to_string());
+}
+
+#[test]
+fn bad_flag_combinations_exit_2() {
+    let good = temp_file("good3.log", LINEARIZABLE.as_bytes());
+    let file = good.display().to_string();
+    let monotonic_jepsen = args(&["--format", "jepsen-register", "--property", "monotonic", &file]);
+    assert_eq!(code(run(&monotonic_jepsen)), code(ExitCode::from(2)));
+    let no_model = args(&["--format", "jepsen-register", &file]);
+    assert_eq!(code(run(&no_model)), code(ExitCode::from(2)));
+    let cas = temp_file(
+        "cas.log",
+        b"INFO  jepsen.util - 0\t:invoke\t:cas\t[1 2]\nINFO  jepsen.util - 0\t:fail\t:cas\t[1 2]\n",
+    );
+    let cas = cas.display().to_string();
+    let wrong_model = args(&["--model", "kv", "--format", "jepsen-register", &cas]);
+    assert_eq!(code(run(&wrong_model)), code(ExitCode::from(2)), "the kv model has no cas");
+    let right_model = args(&["--model", "register", "--format", "jepsen-register", &cas]);
+    assert_eq!(code(run(&right_model)), code(ExitCode::from(0)));
+}
+
+#[test]
+fn keel_histories_check_both_properties() {
+    let history = keel_history(&Shape { ops: 500, ..Shape::default() });
+    let path = temp_file("h.jsonl", &write_history(Vec::new(), &history).unwrap());
+    let file = path.display().to_string();
+    let lin = check_file(&args(&["--model", "keel", "--format", "keel", &file]), &path).unwrap();
+    assert_eq!(lin.verdict, "linearizable");
+    let mono =
+        check_file(&args(&["--format", "keel", "--property", "monotonic", &file]), &path).unwrap();
+    assert_eq!(mono.verdict, "ok");
+    assert_eq!(mono.ops, 500);
+}
+
+#[test]
+fn a_tiny_budget_gives_unknown_and_exit_2() {
+    let history = keel_history(&Shape { ops: 500, keys: 1, ..Shape::default() });
+    let path = temp_file("h2.jsonl", &write_history(Vec::new(), &history).unwrap());
+    let a = args(&[
+        "--model",
+        "keel",
+        "--format",
+        "keel",
+        "--budget",
+        "5",
+        &path.display().to_string(),
+    ]);
+    assert_eq!(check_file(&a, &path).unwrap().verdict, "unknown");
+    assert_eq!(code(run(&a)), code(ExitCode::from(2)));
+}

@@ -1,0 +1,360 @@
+//! [`Client`]: connection pools to every node, and [`Session`]: one logical client that
+//! issues one operation at a time with its own deduplication id.
+//!
+//! Retries: an operation is retried (after a backoff that doubles, at most
+//! `attempts_max` times) on a retryable error (`BUSY`, `NOTLEADER`, `NOTACTIVE`,
+//! `TIMEOUT`, `UNAVAILABLE`) and on a lost or timed-out connection, moving to the next
+//! node on connection failures and redirections. Every attempt of a write carries the
+//! same `KEEL.REQ <client> <seq>`, so the engine applies it at most once. A session
+//! numbers its writes in order and never has two in flight: the engine refuses a request
+//! older than the client's last applied one.
+
+use crate::conn::{ConnError, Connection};
+use crate::error::ClientError;
+use keel_types::{Durability, ReadLevel, Version};
+use keel_wire::resp::Frame;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Most connections kept per node.
+pub const CONNECTIONS_PER_NODE_MAX: usize = 64;
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Every node's client address (any node serves any command).
+    pub nodes: Vec<SocketAddr>,
+    /// Connections per node (sessions share them, pipelined).
+    pub connections_per_node: usize,
+    /// How long one attempt may take.
+    pub attempt_timeout: Duration,
+    /// Most attempts per operation.
+    pub attempts_max: u32,
+    /// First retry delay (doubles per attempt, capped at 1 s).
+    pub backoff: Duration,
+    /// Read level when an operation names none (`None`: the server's default).
+    pub read_level: Option<ReadLevel>,
+    /// Durability when an operation names none (`None`: the server's default).
+    pub durability: Option<Durability>,
+}
+
+impl ClientConfig {
+    /// Defaults for `nodes`: 2 connections per node, 2 s per attempt, 8 attempts.
+    pub fn new(nodes: Vec<SocketAddr>) -> ClientConfig {
+        ClientConfig {
+            nodes,
+            connections_per_node: 2,
+            attempt_timeout: Duration::from_secs(2),
+            attempts_max: 8,
+            backoff: Duration::from_millis(20),
+            read_level: None,
+            durability: None,
+        }
+    }
+}
+
+/// What a read returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadResult {
+    /// The value (`None`: absent).
+    pub value: Option<Vec<u8>>,
+    /// The version of the write that produced it (`None`: never written).
+    pub version: Option<Version>,
+    /// The node that answered (an index into [`ClientConfig::nodes`]).
+    pub node: usize,
+}
+
+/// What a write returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteResult {
+    /// The version created.
+    pub version: Option<Version>,
+    /// The node that answered.
+    pub node: usize,
+}
+
+/// What a compare-and-set returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasResult {
+    /// Whether it swapped.
+    pub swapped: bool,
+    /// The value found.
+    pub current: Option<Vec<u8>>,
+    /// The version created (swapped) or found.
+    pub version: Option<Version>,
+    /// The node that answered.
+    pub node: usize,
+}
+
+/// Connection pools to a cluster. Cheap to share (`Arc`).
+#[derive(Debug)]
+pub struct Client {
+    config: ClientConfig,
+    pools: Vec<Mutex<Vec<Connection>>>,
+    round_robin: AtomicUsize,
+    /// The node that answered last without redirecting: tried first.
+    preferred: AtomicUsize,
+    ids: AtomicU64,
+}
+
+impl Client {
+    /// A client for `config.nodes` (connects lazily).
+    pub fn new(config: ClientConfig) -> Arc<Client> {
+        assert!(!config.nodes.is_empty(), "a client needs at least one node");
+        assert!(config.attempts_max >= 1 && config.connections_per_node >= 1);
+        let pools = config.nodes.iter().map(|_| Mutex::new(Vec::new())).collect();
+        let base = crate::fresh_id() & ((1 << 62) - 1) & !0xFFFF;
+        Arc::new(Client {
+            config,
+            pools,
+            round_robin: AtomicUsize::new(0),
+            preferred: AtomicUsize::new(0),
+            ids: AtomicU64::new(base.max(1 << 16)),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// A new session with a fresh client id.
+    pub fn session(self: &Arc<Client>) -> Session {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        Session { client: self.clone(), id, seq: 0 }
+    }
+
+    async fn connection(&self, node: usize) -> Result<Connection, ConnError> {
+        let pick = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut pool = self.pools[node].lock().expect("pool lock");
+            pool.retain(|c| !c.is_closed());
+            let want = self.config.connections_per_node.min(CONNECTIONS_PER_NODE_MAX);
+            if pool.len() >= want {
+                return Ok(pool[pick % pool.len()].clone());
+            }
+        }
+        let conn =
+            Connection::connect(self.config.nodes[node], self.config.attempt_timeout).await?;
+        self.pools[node].lock().expect("pool lock").push(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends `words` to `node` once; an error frame becomes a [`keel_types::KeelError`].
+    pub async fn call_node(&self, node: usize, words: &[&[u8]]) -> Result<Frame, ClientError> {
+        let conn = self.connection(node).await.map_err(ClientError::Connection)?;
+        match conn.call(words, self.config.attempt_timeout).await {
+            Ok(Frame::Error(line)) => {
+                Err(ClientError::Keel(keel_wire::reply::error_from_line(&line)))
+            }
+            Ok(frame) => Ok(frame),
+            Err(e) => Err(ClientError::Connection(e)),
+        }
+    }
+
+    /// Sends `words` with retries; returns the frame and the node that answered.
+    pub async fn call(&self, words: &[&[u8]]) -> Result<(Frame, usize), ClientError> {
+        let mut node = self.preferred.load(Ordering::Relaxed) % self.config.nodes.len();
+        let mut backoff = self.config.backoff;
+        let mut last = None;
+        for attempt in 0..self.config.attempts_max {
+            if attempt > 0 {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            match self.call_node(node, words).await {
+                Ok(frame) => {
+                    self.preferred.store(node, Ordering::Relaxed);
+                    return Ok((frame, node));
+                }
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => {
+                    if e.moves_on() {
+                        node = (node + 1) % self.config.nodes.len();
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(ClientError::Exhausted {
+            attempts: self.config.attempts_max,
+            last: Box::new(last.expect("tried")),
+        })
+    }
+}
+
+/// One logical client: operations one at a time, writes deduplicated by
+/// `(id, sequence number)` across retries.
+#[derive(Debug)]
+pub struct Session {
+    client: Arc<Client>,
+    id: u64,
+    seq: u64,
+}
+
+fn version_of(frame: &Frame) -> Option<Version> {
+    let Frame::Bulk(bytes) = frame else { return None };
+    let text = std::str::from_utf8(bytes).ok()?;
+    let (epoch, index) = text.split_once('.')?;
+    Some(Version::new(epoch.parse().ok()?, index.parse().ok()?))
+}
+
+fn value_of(frame: &Frame) -> Result<Option<Vec<u8>>, ClientError> {
+    match frame {
+        Frame::Bulk(bytes) => Ok(Some(bytes.clone())),
+        Frame::Null | Frame::NullArray => Ok(None),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+fn pair(frame: Frame) -> Result<(Frame, Frame), ClientError> {
+    match frame {
+        Frame::Array(mut items) if items.len() == 2 => {
+            let second = items.pop().expect("two");
+            Ok((items.pop().expect("two"), second))
+        }
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+impl Session {
+    /// This session's client id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The client this session uses.
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
+    fn next_seq(&mut self) -> Vec<u8> {
+        self.seq += 1;
+        self.seq.to_string().into_bytes()
+    }
+
+    /// Reads `key` at `level` (or the configured default).
+    pub async fn get(
+        &mut self,
+        key: &[u8],
+        level: Option<ReadLevel>,
+    ) -> Result<ReadResult, ClientError> {
+        let level = level.or(self.client.config.read_level);
+        let mut words: Vec<&[u8]> = vec![b"GET", key];
+        if let Some(level) = level {
+            words.extend([b"LEVEL".as_slice(), level.as_str().as_bytes()]);
+        }
+        words.push(b"WITHVERSION");
+        let (frame, node) = self.client.call(&words).await?;
+        let (value, version) = pair(frame)?;
+        Ok(ReadResult { value: value_of(&value)?, version: version_of(&version), node })
+    }
+
+    /// Writes `key = value` with `durability` (or the configured default).
+    pub async fn put(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        durability: Option<Durability>,
+    ) -> Result<WriteResult, ClientError> {
+        let durability = durability.or(self.client.config.durability);
+        let id = self.id.to_string().into_bytes();
+        let seq = self.next_seq();
+        let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", &id, &seq, b"SET", key, value];
+        if let Some(d) = durability {
+            words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
+        }
+        words.push(b"WITHVERSION");
+        let (frame, node) = self.client.call(&words).await?;
+        let (_, version) = pair(frame)?;
+        Ok(WriteResult { version: version_of(&version), node })
+    }
+
+    /// Deletes `key` (the server's default durability).
+    pub async fn delete(&mut self, key: &[u8]) -> Result<bool, ClientError> {
+        let id = self.id.to_string().into_bytes();
+        let seq = self.next_seq();
+        let (frame, _) = self.client.call(&[b"KEEL.REQ", &id, &seq, b"DEL", key]).await?;
+        Ok(matches!(frame, Frame::Integer(n) if n > 0))
+    }
+
+    /// Sets `key` to `new` if it holds `expected` (`None`: absent).
+    pub async fn cas(
+        &mut self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+        durability: Option<Durability>,
+    ) -> Result<CasResult, ClientError> {
+        let durability = durability.or(self.client.config.durability);
+        let id = self.id.to_string().into_bytes();
+        let seq = self.next_seq();
+        let expected = escape_cas(expected);
+        let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", &id, &seq, b"KEEL.CAS", key, &expected, new];
+        if let Some(d) = durability {
+            words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
+        }
+        let (frame, node) = self.client.call(&words).await?;
+        match frame {
+            Frame::Array(items) if items.len() == 3 => Ok(CasResult {
+                swapped: matches!(items[0], Frame::Integer(1)),
+                current: value_of(&items[1])?,
+                version: version_of(&items[2]),
+                node,
+            }),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Adds `delta` to the integer at `key`; returns the new value.
+    pub async fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
+        let id = self.id.to_string().into_bytes();
+        let seq = self.next_seq();
+        let delta = delta.to_string().into_bytes();
+        let (frame, _) =
+            self.client.call(&[b"KEEL.REQ", &id, &seq, b"INCRBY", key, &delta]).await?;
+        match frame {
+            Frame::Integer(n) => Ok(n),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+/// `KEEL.CAS`'s spelling of the expected value: `-nil` for absent; a value starting
+/// with `-` gets one more `-` in front.
+pub fn escape_cas(expected: Option<&[u8]>) -> Vec<u8> {
+    match expected {
+        None => b"-nil".to_vec(),
+        Some(v) if v.starts_with(b"-") => [b"-".as_slice(), v].concat(),
+        Some(v) => v.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_from_epoch_dot_index() {
+        assert_eq!(version_of(&Frame::bulk("2.17")), Some(Version::new(2, 17)));
+        assert_eq!(version_of(&Frame::Null), None);
+        assert_eq!(version_of(&Frame::bulk("x")), None);
+    }
+
+    #[test]
+    fn cas_expected_values_are_escaped() {
+        assert_eq!(escape_cas(None), b"-nil");
+        assert_eq!(escape_cas(Some(b"-nil")), b"--nil");
+        assert_eq!(escape_cas(Some(b"v")), b"v");
+    }
+
+    #[test]
+    fn sessions_get_distinct_ids() {
+        let client = Client::new(ClientConfig::new(vec!["127.0.0.1:1".parse().unwrap()]));
+        let (a, b) = (client.session(), client.session());
+        assert_ne!(a.id(), b.id());
+        assert!(a.id() > 0 && a.id() < 1 << 63);
+    }
+}

@@ -1,0 +1,158 @@
+//! One pipelined RESP connection to one node.
+//!
+//! Two tasks own the socket: the writer takes requests from a bounded queue, registers
+//! each reply slot with the reader *before* writing its bytes, and writes whatever is
+//! queued in one go; the reader decodes replies and fills the slots in order. Many
+//! callers share one connection; each waits only for its own reply. When the socket
+//! fails, every waiting caller gets [`ConnError::Closed`] and the connection is dead
+//! ([`Connection::is_closed`]); the pool opens a new one.
+
+use keel_wire::resp::{DecodeMode, Decoder, Frame, RespLimits};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Most requests queued or unanswered on one connection.
+pub const INFLIGHT_MAX: usize = 1024;
+/// Bytes read from the socket at a time.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Why a call on a connection failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
+    /// The connection could not be opened.
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The connection closed before the reply came (the request may have run).
+    #[error("connection closed")]
+    Closed,
+    /// No reply within the timeout (the request may have run).
+    #[error("timed out")]
+    Timeout,
+}
+
+type Slot = oneshot::Sender<Frame>;
+
+/// A pipelined connection; cheap to clone (clones share the socket).
+#[derive(Clone, Debug)]
+pub struct Connection {
+    requests: mpsc::Sender<(Vec<u8>, Slot)>,
+}
+
+impl Connection {
+    /// Opens a connection to `addr` within `timeout`.
+    pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Connection, ConnError> {
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(ConnError::Connect { addr, reason: e.to_string() }),
+            Err(_) => return Err(ConnError::Connect { addr, reason: "timed out".into() }),
+        };
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let (requests, queue) = mpsc::channel(INFLIGHT_MAX);
+        let (slots_tx, slots_rx) = mpsc::channel(INFLIGHT_MAX);
+        tokio::spawn(write_requests(writer, queue, slots_tx));
+        tokio::spawn(read_replies(reader, slots_rx));
+        Ok(Connection { requests })
+    }
+
+    /// Whether the connection has failed (calls on it fail at once).
+    pub fn is_closed(&self) -> bool {
+        self.requests.is_closed()
+    }
+
+    /// Sends one request (its words) and waits at most `timeout` for the reply.
+    pub async fn call(&self, words: &[&[u8]], timeout: Duration) -> Result<Frame, ConnError> {
+        let (slot, reply) = oneshot::channel();
+        let bytes = encode_request(words);
+        let work = async {
+            self.requests.send((bytes, slot)).await.map_err(|_| ConnError::Closed)?;
+            reply.await.map_err(|_| ConnError::Closed)
+        };
+        tokio::time::timeout(timeout, work).await.unwrap_or(Err(ConnError::Timeout))
+    }
+}
+
+/// A request as a RESP array of bulk strings.
+pub fn encode_request(words: &[&[u8]]) -> Vec<u8> {
+    assert!(!words.is_empty(), "a request has a command name");
+    let mut out = Vec::with_capacity(16 + words.iter().map(|w| w.len() + 16).sum::<usize>());
+    out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+    for word in words {
+        out.extend_from_slice(format!("${}\r\n", word.len()).as_bytes());
+        out.extend_from_slice(word);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+async fn write_requests(
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut queue: mpsc::Receiver<(Vec<u8>, Slot)>,
+    slots: mpsc::Sender<Slot>,
+) {
+    let mut batch = Vec::with_capacity(64);
+    let mut out = Vec::new();
+    loop {
+        if queue.recv_many(&mut batch, 64).await == 0 {
+            return;
+        }
+        out.clear();
+        for (bytes, slot) in batch.drain(..) {
+            // The slot goes to the reader before the bytes leave, so no reply can
+            // arrive for a request the reader does not know about.
+            if slots.send(slot).await.is_err() {
+                return;
+            }
+            out.extend_from_slice(&bytes);
+        }
+        if writer.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_replies(mut reader: tokio::net::tcp::OwnedReadHalf, mut slots: mpsc::Receiver<Slot>) {
+    let mut decoder = Decoder::new(DecodeMode::Reply, RespLimits::default());
+    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let Ok(n) = reader.read(&mut chunk).await else { return };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut start = 0;
+        loop {
+            match decoder.decode(&buf[start..]) {
+                Ok(Some((frame, used))) => {
+                    start += used;
+                    let Some(slot) = slots.recv().await else { return };
+                    let _ = slot.send(frame);
+                }
+                Ok(None) => break,
+                Err(_) => return, // the stream is out of step: drop the connection
+            }
+        }
+        buf.drain(..start);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_arrays_of_bulk_strings() {
+        let bytes = encode_request(&[b"GET", b"k"]);
+        assert_eq!(bytes, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+        assert_ne!(encode_request(&[b"PING"]), b"PING\r\n");
+    }
+}

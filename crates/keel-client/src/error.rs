@@ -1,0 +1,75 @@
+//! The client's one error type; [`ClientError::is_retryable`] tells whether trying again
+//! can help.
+
+use crate::conn::ConnError;
+use keel_types::KeelError;
+
+/// Why an operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error.
+    #[error("{0}")]
+    Keel(KeelError),
+    /// The connection failed or timed out; a write's outcome is unknown.
+    #[error("connection: {0}")]
+    Connection(ConnError),
+    /// The server's reply did not have the expected shape.
+    #[error("unexpected reply: {0}")]
+    Unexpected(String),
+    /// Every attempt failed; the last failure is kept.
+    #[error("gave up after {attempts} attempts: {last}")]
+    Exhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: Box<ClientError>,
+    },
+}
+
+impl ClientError {
+    /// Whether the same operation may succeed if retried.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Keel(e) => e.is_retryable(),
+            ClientError::Connection(_) => true,
+            ClientError::Unexpected(_) => false,
+            ClientError::Exhausted { last, .. } => last.is_retryable(),
+        }
+    }
+
+    /// Whether a retry should go to another node (the connection failed, or this node
+    /// may not serve the request now).
+    pub fn moves_on(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Connection(_)
+                | ClientError::Keel(
+                    KeelError::NotLeader { .. } | KeelError::NotActive | KeelError::Unavailable(_)
+                )
+        )
+    }
+
+    /// Whether a write that failed this way may still have taken effect.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            ClientError::Connection(ConnError::Connect { .. }) => false,
+            ClientError::Connection(_) | ClientError::Keel(KeelError::Timeout) => true,
+            ClientError::Keel(_) | ClientError::Unexpected(_) => false,
+            ClientError::Exhausted { .. } => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_and_unknown_are_told_apart() {
+        assert!(ClientError::Keel(KeelError::Busy("q".into())).is_retryable());
+        assert!(!ClientError::Keel(KeelError::NotAnInteger).is_retryable());
+        assert!(ClientError::Connection(ConnError::Timeout).outcome_unknown());
+        assert!(!ClientError::Keel(KeelError::Busy("q".into())).outcome_unknown());
+        assert!(ClientError::Keel(KeelError::NotActive).moves_on());
+    }
+}

@@ -1,0 +1,329 @@
+//! Recording histories in the keel-check format (`docs/history-format.md`).
+//!
+//! A [`Recorder`] collects operations from any number of sessions (one operation at a
+//! time each), timed on one monotonic clock. [`Recording`] wraps a session and records
+//! each operation with its outcome: `ok`, `fail` (definitely not applied: a refused
+//! request, or a cas that did not swap), or `unknown` (a write that may have taken
+//! effect: a lost connection or a timeout). After the run, [`fetch_survivors`] reads a
+//! node's log with `KEEL.LOG` and replays it into `survivor` records.
+
+use crate::client::{Client, Session};
+use crate::error::ClientError;
+use keel_check::history::{HistoryWriter, Op, OpKind, Outcome, Survivor};
+use keel_types::{ClientId, Command, Durability, Entry, EntryPayload, ReadLevel, RequestId};
+use keel_wire::resp::Frame;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Most operations one recorder keeps (a bound on memory for long runs).
+pub const RECORDED_OPS_MAX: usize = 5_000_000;
+/// Entries fetched per `KEEL.LOG` call.
+pub const LOG_PAGE_ENTRIES: u32 = 1024;
+/// Most log pages fetched for survivors (with [`LOG_PAGE_ENTRIES`]: 16 M entries).
+pub const LOG_PAGES_MAX: u64 = 16 * 1024;
+
+/// Collects operations.
+#[derive(Debug)]
+pub struct Recorder {
+    origin: Instant,
+    ops: Mutex<Vec<Op>>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder { origin: Instant::now(), ops: Mutex::new(Vec::new()) }
+    }
+}
+
+impl Recorder {
+    /// Nanoseconds since the recorder started.
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).expect("runs are shorter than 584 years")
+    }
+
+    /// Adds an operation (its id is assigned here). Past [`RECORDED_OPS_MAX`] operations
+    /// are counted out and the history is marked incomplete by returning `false`.
+    pub fn record(&self, mut op: Op) -> bool {
+        let mut ops = self.ops.lock().expect("recorder lock");
+        if ops.len() >= RECORDED_OPS_MAX {
+            return false;
+        }
+        op.id = ops.len() as u64;
+        if let Some(complete) = op.complete_ns {
+            assert!(complete >= op.invoke_ns, "an op completes after it is invoked");
+        }
+        ops.push(op);
+        true
+    }
+
+    /// A copy of the operations so far.
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops.lock().expect("recorder lock").clone()
+    }
+
+    /// Writes the history (operations, then `survivors`) to `path`.
+    pub fn write(&self, path: &Path, survivors: &[Survivor]) -> std::io::Result<()> {
+        let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let mut writer = HistoryWriter::new(file)?;
+        for op in self.ops.lock().expect("recorder lock").iter() {
+            writer.op(op)?;
+        }
+        for survivor in survivors {
+            writer.survivor(survivor)?;
+        }
+        writer.finish()?;
+        Ok(())
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A session whose operations are recorded.
+#[derive(Debug)]
+pub struct Recording<'r> {
+    /// The session.
+    pub session: Session,
+    /// Where operations go.
+    pub recorder: &'r Recorder,
+}
+
+impl Recording<'_> {
+    fn op(&self, kind: OpKind, invoke_ns: u64, outcome: Outcome, node: Option<usize>) -> Op {
+        let complete_ns = (outcome != Outcome::Unknown).then(|| self.recorder.now_ns());
+        Op {
+            id: 0,
+            client: self.session.id(),
+            kind,
+            invoke_ns,
+            complete_ns,
+            outcome,
+            node: node.map(|n| n as u32 + 1),
+            version: None,
+        }
+    }
+
+    fn failure(error: &ClientError) -> Outcome {
+        if error.outcome_unknown() {
+            Outcome::Unknown
+        } else {
+            Outcome::Fail
+        }
+    }
+
+    /// A recorded read.
+    pub async fn get(
+        &mut self,
+        key: &str,
+        level: ReadLevel,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        let invoke = self.recorder.now_ns();
+        let result = self.session.get(key.as_bytes(), Some(level)).await;
+        let kind = |result: Option<String>| OpKind::Get { key: key.to_string(), level, result };
+        let op = match &result {
+            Ok(read) => Op {
+                version: read.version,
+                ..self.op(
+                    kind(read.value.as_deref().map(text)),
+                    invoke,
+                    Outcome::Ok,
+                    Some(read.node),
+                )
+            },
+            Err(_) => self.op(kind(None), invoke, Outcome::Fail, None),
+        };
+        self.recorder.record(op);
+        result.map(|r| r.value)
+    }
+
+    /// A recorded write.
+    pub async fn put(
+        &mut self,
+        key: &str,
+        value: &str,
+        durability: Durability,
+    ) -> Result<(), ClientError> {
+        let invoke = self.recorder.now_ns();
+        let result = self.session.put(key.as_bytes(), value.as_bytes(), Some(durability)).await;
+        let kind = OpKind::Put { key: key.to_string(), value: value.to_string(), durability };
+        let op = match &result {
+            Ok(w) => Op { version: w.version, ..self.op(kind, invoke, Outcome::Ok, Some(w.node)) },
+            Err(e) => self.op(kind, invoke, Self::failure(e), None),
+        };
+        self.recorder.record(op);
+        result.map(|_| ())
+    }
+
+    /// A recorded compare-and-set.
+    pub async fn cas(
+        &mut self,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+        durability: Durability,
+    ) -> Result<bool, ClientError> {
+        let invoke = self.recorder.now_ns();
+        let result = self
+            .session
+            .cas(key.as_bytes(), expected.map(str::as_bytes), value.as_bytes(), Some(durability))
+            .await;
+        let kind = OpKind::Cas {
+            key: key.to_string(),
+            expected: expected.map(str::to_string),
+            value: value.to_string(),
+            durability,
+        };
+        let op = match &result {
+            Ok(c) => {
+                let outcome = if c.swapped { Outcome::Ok } else { Outcome::Fail };
+                let version = if c.swapped { c.version } else { None };
+                Op { version, ..self.op(kind, invoke, outcome, Some(c.node)) }
+            }
+            Err(e) => self.op(kind, invoke, Self::failure(e), None),
+        };
+        self.recorder.record(op);
+        result.map(|c| c.swapped)
+    }
+}
+
+/// Reads node `node`'s whole log with `KEEL.LOG` and returns the writes that took
+/// effect. Fails if the node has compacted part of its log into a snapshot (the
+/// survivors of the compacted prefix are no longer known).
+pub async fn fetch_survivors(client: &Client, node: usize) -> Result<Vec<Survivor>, ClientError> {
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut from = 1u64;
+    for _ in 0..LOG_PAGES_MAX {
+        let from_text = from.to_string().into_bytes();
+        let count = LOG_PAGE_ENTRIES.to_string().into_bytes();
+        let frame = client.call_node(node, &[b"KEEL.LOG", &from_text, &count]).await?;
+        let Frame::Array(items) = frame else {
+            return Err(ClientError::Unexpected("KEEL.LOG reply is not an array".into()));
+        };
+        let mut items = items.into_iter();
+        if !matches!(items.next(), Some(Frame::Integer(0))) {
+            return Err(ClientError::Unexpected("the log was compacted; survivors unknown".into()));
+        }
+        let before = entries.len();
+        for item in items {
+            let Frame::Bulk(json) = item else {
+                return Err(ClientError::Unexpected("KEEL.LOG entry is not a bulk string".into()));
+            };
+            let entry: Entry = serde_json::from_slice(&json)
+                .map_err(|e| ClientError::Unexpected(e.to_string()))?;
+            entries.push(entry);
+        }
+        if entries.len() == before {
+            return Ok(survivors(&entries));
+        }
+        from += (entries.len() - before) as u64;
+    }
+    Err(ClientError::Unexpected("log longer than the survivor fetch allows".into()))
+}
+
+/// Replays a log (in order) and returns each write that took effect with the value it
+/// left, in log order. A retried write (same client and request) takes effect once.
+pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
+    let mut state: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut applied: BTreeSet<(ClientId, RequestId)> = BTreeSet::new();
+    let mut out = Vec::new();
+    for pair in entries.windows(2) {
+        assert!(pair[0].index < pair[1].index, "a log is in index order");
+    }
+    for entry in entries {
+        let EntryPayload::Write { client, request, command, .. } = &entry.payload else { continue };
+        if !applied.insert((*client, *request)) {
+            continue;
+        }
+        let effect = match command {
+            Command::Put { key, value } => Some((key.clone(), Some(value.clone()))),
+            Command::Delete { key } => Some((key.clone(), None)),
+            Command::Cas { key, expected, new } => {
+                (state.get(key) == expected.as_ref()).then(|| (key.clone(), Some(new.clone())))
+            }
+            Command::Incr { key, delta } => {
+                let current = state
+                    .get(key)
+                    .map_or(Some(0), |v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
+                current
+                    .and_then(|c| c.checked_add(*delta))
+                    .map(|n| (key.clone(), Some(n.to_string().into_bytes())))
+            }
+            Command::Get { .. } | Command::Scan { .. } => None,
+        };
+        let Some((key, value)) = effect else { continue };
+        match &value {
+            Some(v) => state.insert(key.clone(), v.clone()),
+            None => state.remove(&key),
+        };
+        out.push(Survivor {
+            version: entry.version(),
+            key: text(&key),
+            value: value.as_deref().map(text),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_types::{Epoch, LogIndex};
+
+    fn write(index: u64, client: u64, request: u64, command: Command) -> Entry {
+        let payload = EntryPayload::Write {
+            client: ClientId(client),
+            request: RequestId(request),
+            durability: Durability::Memory,
+            command,
+        };
+        Entry { epoch: Epoch(1), index: LogIndex(index), payload }
+    }
+
+    #[test]
+    fn replay_keeps_writes_that_took_effect_once() {
+        let k = || b"k".to_vec();
+        let log = vec![
+            Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop },
+            write(2, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }),
+            write(3, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }),
+            write(
+                4,
+                2,
+                1,
+                Command::Cas { key: k(), expected: Some(b"x".to_vec()), new: b"b".to_vec() },
+            ),
+            write(
+                5,
+                2,
+                2,
+                Command::Cas { key: k(), expected: Some(b"a".to_vec()), new: b"c".to_vec() },
+            ),
+            write(6, 3, 1, Command::Delete { key: k() }),
+        ];
+        let got: Vec<(u64, Option<String>)> =
+            survivors(&log).into_iter().map(|s| (s.version.index.0, s.value)).collect();
+        assert_eq!(got, vec![(2, Some("a".into())), (5, Some("c".into())), (6, None)]);
+    }
+
+    #[test]
+    fn recorder_assigns_ids_in_order() {
+        let recorder = Recorder::default();
+        let op = Op {
+            id: 99,
+            client: 1,
+            kind: OpKind::Get { key: "k".into(), level: ReadLevel::Any, result: None },
+            invoke_ns: 1,
+            complete_ns: Some(2),
+            outcome: Outcome::Ok,
+            node: None,
+            version: None,
+        };
+        assert!(recorder.record(op.clone()));
+        assert!(recorder.record(op));
+        let ids: Vec<u64> = recorder.ops().iter().map(|o| o.id).collect();
+        assert_eq!(ids, vec![0, 1]);
+    }
+}

@@ -1,0 +1,194 @@
+//! A mixed, recorded workload over every durability and read level, and the checks its
+//! history must pass. `keel demo` and the black-box tests run it.
+//!
+//! Keys come in two families so that each promise can be checked:
+//! - `d<i>`: written only `durable` (puts and cas): linearizable reads of them must be
+//!   linearizable, whatever crashes happen;
+//! - `m<i>`: written `memory` or `replicated`: those writes may be lost in a crash
+//!   (acknowledged before they were durable), so only monotonic reads are checked.
+//!
+//! Reads of both families use every level. Checks: cross-client monotonic reads (rules
+//! (a) and (b) of `keel_check::monotonic`) on the whole history, and linearizability
+//! (`keel_check::linearizability`, model `keel`) on the `d` keys.
+
+use crate::client::Client;
+use crate::history::{Recorder, Recording};
+use keel_check::history::{KeelHistory, Op, OpKind, Survivor};
+use keel_check::linearizability::{self, Verdict};
+use keel_check::model::Model;
+use keel_types::{Durability, ReadLevel};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most sessions one workload runs.
+pub const SESSIONS_MAX: usize = 256;
+/// Pause after a failed operation, so a session does not spin against a node that is down.
+pub const ERROR_PAUSE: Duration = Duration::from_millis(20);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Concurrent sessions.
+    pub sessions: usize,
+    /// Keys per family (`d0..`, `m0..`).
+    pub keys: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// Seeds each session's choices.
+    pub seed: u64,
+}
+
+/// Shared progress and stop flag.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Operations finished.
+    pub ops: AtomicU64,
+    /// Operations that failed or timed out.
+    pub errors: AtomicU64,
+    /// Set to stop early (Ctrl-C).
+    pub stop: AtomicBool,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "a choice among none");
+        self.next() % n
+    }
+}
+
+/// Runs the workload against `client`, recording into `recorder`.
+pub async fn run(
+    client: Arc<Client>,
+    recorder: Arc<Recorder>,
+    config: WorkloadConfig,
+    progress: Arc<Progress>,
+) {
+    assert!(
+        config.sessions >= 1 && config.sessions <= SESSIONS_MAX,
+        "sessions in 1..={SESSIONS_MAX}"
+    );
+    assert!(config.keys >= 1, "at least one key per family");
+    let deadline = Instant::now() + config.duration;
+    let mut tasks = Vec::with_capacity(config.sessions);
+    for s in 0..config.sessions {
+        let (client, recorder, progress, config) =
+            (client.clone(), recorder.clone(), progress.clone(), config.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(config.seed ^ (s as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407));
+            let mut rec = Recording { session: client.session(), recorder: &recorder };
+            let mut n = 0u64;
+            while Instant::now() < deadline && !progress.stop.load(Ordering::Relaxed) {
+                n += 1;
+                let ok = one_op(&mut rec, &mut rng, config.keys as u64, n).await;
+                progress.ops.fetch_add(1, Ordering::Relaxed);
+                if !ok {
+                    progress.errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a workload session panicked");
+    }
+}
+
+/// One random operation; `false` if it failed.
+async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, keys: u64, n: u64) -> bool {
+    let durable_family = rng.below(2) == 0;
+    let key = format!("{}{}", if durable_family { 'd' } else { 'm' }, rng.below(keys));
+    let value = format!("{}-{n}", rec.session.id() % 100_000);
+    let choice = rng.below(10);
+    if choice < 6 {
+        let level = ReadLevel::ALL[rng.below(3) as usize];
+        return rec.get(&key, level).await.is_ok();
+    }
+    if durable_family {
+        if choice == 9 {
+            let expected = rec.get(&key, ReadLevel::Linearizable).await.ok().flatten();
+            let expected = expected.map(|v| String::from_utf8_lossy(&v).into_owned());
+            return rec.cas(&key, expected.as_deref(), &value, Durability::Durable).await.is_ok();
+        }
+        return rec.put(&key, &value, Durability::Durable).await.is_ok();
+    }
+    let durability = if rng.below(2) == 0 { Durability::Memory } else { Durability::Replicated };
+    rec.put(&key, &value, durability).await.is_ok()
+}
+
+/// The verdicts on a recorded run.
+#[derive(Debug)]
+pub struct Verdicts {
+    /// Cross-client monotonic reads over the whole history.
+    pub monotonic: keel_check::monotonic::Report,
+    /// Linearizability of the `d` keys.
+    pub linearizable: linearizability::Report,
+}
+
+impl Verdicts {
+    /// Whether every promise held (an `unknown` linearizability verdict does not count
+    /// as holding).
+    pub fn hold(&self) -> bool {
+        self.monotonic.violations_total == 0
+            && matches!(self.linearizable.verdict, Verdict::Linearizable)
+    }
+
+    /// Violations found: monotonic ones plus one per non-linearizable history.
+    pub fn violations(&self) -> usize {
+        let lin = usize::from(matches!(self.linearizable.verdict, Verdict::NotLinearizable(_)));
+        self.monotonic.violations_total + lin
+    }
+}
+
+/// Checks `ops` against `survivors`.
+pub fn check(ops: &[Op], survivors: &[Survivor]) -> Verdicts {
+    let history = KeelHistory { ops: ops.to_vec(), survivors: survivors.to_vec() };
+    let monotonic = keel_check::monotonic::check(&history);
+    let durable: Vec<Op> =
+        ops.iter().filter(|op| op.kind.key().starts_with('d')).cloned().collect();
+    let lin_ops = keel_check::keel::lin_ops(&durable);
+    let linearizable =
+        linearizability::check(Model::Keel, &lin_ops, linearizability::Config::default());
+    Verdicts { monotonic, linearizable }
+}
+
+/// The latency label of an op: `get/monotonic`, `put/durable`, ...
+pub fn label(op: &Op) -> String {
+    match &op.kind {
+        OpKind::Get { level, .. } => format!("get/{level}"),
+        OpKind::Put { durability, .. } => format!("put/{durability}"),
+        OpKind::Cas { durability, .. } => format!("cas/{durability}"),
+        OpKind::Delete { durability, .. } => format!("delete/{durability}"),
+        OpKind::Incr { durability, .. } => format!("incr/{durability}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_choices_stay_in_range_and_vary() {
+        let mut rng = Rng(1);
+        let draws: Vec<u64> = (0..100).map(|_| rng.below(3)).collect();
+        assert!(draws.iter().all(|d| *d < 3));
+        assert!(draws.contains(&0) && draws.contains(&2));
+    }
+
+    #[test]
+    fn an_empty_history_holds() {
+        let verdicts = check(&[], &[]);
+        assert!(verdicts.hold());
+        assert_eq!(verdicts.violations(), 0);
+    }
+}

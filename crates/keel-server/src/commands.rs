@@ -1,0 +1,567 @@
+//! From one decoded request to its reply: parsing (`keel_wire::command`), the
+//! server-side `KEEL.REQ` and `KEEL.LOG` commands, submitting to the engine, and the
+//! reply frames.
+//!
+//! Server-side commands (not in `keel_wire`):
+//! - `KEEL.REQ <client> <seq> <command ...>`: runs a single-key command with the given
+//!   deduplication pair instead of the connection's. A retried write carries the same
+//!   pair and is applied at most once. `<client>` must be non-zero; it is a u63.
+//! - `KEEL.LOG <from> <count>`: up to `count` log entries from index `from`, each a bulk
+//!   string of JSON (for recording which writes survived), preceded by the snapshot's
+//!   last index as an integer: `[snapshot_index, entry, entry, ...]`.
+//!
+//! Reply shapes of Keel's commands:
+//! - `GET k WITHVERSION` / `SET k v WITHVERSION`: `[reply, "epoch.index" | null]`;
+//! - `KEEL.CAS`: `[swapped (1|0), current value | null, "epoch.index" | null]`;
+//! - `KEEL.SCAN`: an array of `[key, value, "epoch.index"]`;
+//! - `KEEL.STATUS`: a bulk string of JSON (the `/status` document).
+
+use crate::driver::{NodeHandle, Submit};
+use keel_core::leader::ClientReply;
+use keel_types::{
+    ClientId, Command, CommandResult, KeelError, Limits, LogIndex, ReadLevel, RequestId,
+};
+use keel_wire::command::{ClientSubcommand, CommandQuery};
+use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
+use keel_wire::resp::{Frame, Protocol};
+use keel_wire::ClientCommand;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// How long a status or log query may wait for room in the engine's queue.
+pub const QUERY_WAIT: Duration = Duration::from_secs(2);
+/// The server name `HELLO` and `INFO` report.
+pub const SERVER_NAME: &str = "keel";
+
+/// A reply still being computed.
+pub type ReplyFuture = Pin<Box<dyn Future<Output = Frame> + Send>>;
+
+/// One reply in a connection's queue, in request order.
+pub struct Pending {
+    /// The protocol to encode it in (the one in force when the request was read).
+    pub protocol: Protocol,
+    /// Whether the connection closes after this reply.
+    pub close: bool,
+    body: Body,
+}
+
+enum Body {
+    Ready(Frame),
+    Later(ReplyFuture),
+}
+
+impl Pending {
+    /// A reply known at once.
+    pub fn ready(frame: Frame, protocol: Protocol) -> Pending {
+        Pending { protocol, close: false, body: Body::Ready(frame) }
+    }
+
+    fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
+        Pending { protocol, close: false, body: Body::Later(future) }
+    }
+
+    /// The same reply, closing the connection after it.
+    pub fn closing(mut self) -> Pending {
+        self.close = true;
+        self
+    }
+
+    /// Waits for the reply frame.
+    pub async fn resolve(self) -> Frame {
+        match self.body {
+            Body::Ready(frame) => frame,
+            Body::Later(future) => future.await,
+        }
+    }
+}
+
+/// One connection's state.
+#[derive(Debug)]
+pub struct Conn {
+    /// The protocol replies are written in.
+    pub protocol: Protocol,
+    client: ClientId,
+    seq_next: u64,
+    name: Option<Vec<u8>>,
+    node: NodeHandle,
+    limits: Limits,
+}
+
+impl Conn {
+    /// A fresh connection with client id `client_id` (random, from the accept loop).
+    pub fn new(client_id: u64, node: NodeHandle, limits: Limits) -> Conn {
+        Conn {
+            protocol: Protocol::Resp2,
+            client: ClientId(client_id.max(1)),
+            seq_next: 1,
+            name: None,
+            node,
+            limits,
+        }
+    }
+
+    fn next_pair(&mut self) -> (ClientId, RequestId) {
+        let seq = self.seq_next;
+        self.seq_next += 1;
+        (self.client, RequestId(seq))
+    }
+}
+
+/// Turns one decoded request into its reply.
+pub fn handle(conn: &mut Conn, frame: Frame) -> Pending {
+    let words = match request_words(frame) {
+        Ok(words) => words,
+        Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),
+    };
+    let first = words.first().map(|w| w.to_ascii_lowercase()).unwrap_or_default();
+    match first.as_slice() {
+        b"keel.req" => keel_req(conn, words),
+        b"keel.log" => keel_log(conn, &words),
+        _ => match keel_wire::command::parse(words, &conn.limits) {
+            Ok(command) => {
+                let pair = conn.next_pair();
+                dispatch(conn, command, pair)
+            }
+            Err(e) => Pending::ready(e.reply_frame(), conn.protocol),
+        },
+    }
+}
+
+fn request_words(frame: Frame) -> Result<Vec<Vec<u8>>, String> {
+    let Frame::Array(items) = frame else {
+        return Err("ERR Protocol error: expected an array of bulk strings".into());
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Frame::Bulk(bytes) => Ok(bytes),
+            _ => Err("ERR Protocol error: expected an array of bulk strings".into()),
+        })
+        .collect()
+}
+
+fn parse_u64(word: &[u8]) -> Option<u64> {
+    std::str::from_utf8(word).ok()?.parse().ok()
+}
+
+fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
+    let protocol = conn.protocol;
+    if words.len() < 4 {
+        return Pending::ready(
+            Frame::error("ERR wrong number of arguments for 'keel.req' command"),
+            protocol,
+        );
+    }
+    let client = parse_u64(&words[1]).filter(|c| *c != 0 && *c < 1 << 63);
+    let seq = parse_u64(&words[2]).filter(|s| *s != 0);
+    let (Some(client), Some(seq)) = (client, seq) else {
+        return Pending::ready(
+            Frame::error("ERR KEEL.REQ client and seq must be positive integers"),
+            protocol,
+        );
+    };
+    let rest = words.split_off(3);
+    let command = match keel_wire::command::parse(rest, &conn.limits) {
+        Ok(command) => command,
+        Err(e) => return Pending::ready(e.reply_frame(), protocol),
+    };
+    let single_key = matches!(
+        &command,
+        ClientCommand::Get { .. }
+            | ClientCommand::Set { .. }
+            | ClientCommand::Incr { .. }
+            | ClientCommand::Cas { .. }
+            | ClientCommand::Scan { .. }
+    ) || matches!(&command, ClientCommand::Del { keys } if keys.len() == 1);
+    if !single_key {
+        return Pending::ready(Frame::error("ERR KEEL.REQ takes one single-key command"), protocol);
+    }
+    dispatch(conn, command, (ClientId(client), RequestId(seq)))
+}
+
+fn keel_log(conn: &Conn, words: &[Vec<u8>]) -> Pending {
+    let protocol = conn.protocol;
+    let (Some(from), Some(count)) =
+        (words.get(1).and_then(|w| parse_u64(w)), words.get(2).and_then(|w| parse_u64(w)))
+    else {
+        return Pending::ready(Frame::error("ERR usage: KEEL.LOG <from> <count>"), protocol);
+    };
+    if words.len() != 3 {
+        return Pending::ready(
+            Frame::error("ERR wrong number of arguments for 'keel.log' command"),
+            protocol,
+        );
+    }
+    let node = conn.node.clone();
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
+    Pending::later(
+        Box::pin(async move {
+            match node.log(LogIndex(from), count, QUERY_WAIT).await {
+                Ok(page) => {
+                    let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
+                    for entry in &page.entries {
+                        let json = serde_json::to_vec(entry).expect("entries serialize");
+                        items.push(Frame::Bulk(json));
+                    }
+                    Frame::Array(items)
+                }
+                Err(e) => error_frame(&e),
+            }
+        }),
+        protocol,
+    )
+}
+
+/// Runs a parsed command with the deduplication pair `pair`.
+fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)) -> Pending {
+    let protocol = conn.protocol;
+    let node = conn.node.clone();
+    let submit = |command: Command| Submit {
+        client: pair.0,
+        request: pair.1,
+        command,
+        durability: None,
+        level: None,
+    };
+    let later = |future: ReplyFuture| Pending::later(future, protocol);
+    match command {
+        ClientCommand::Get { key, level, with_version } => {
+            let s = Submit { level, ..submit(Command::Get { key }) };
+            later(Box::pin(async move { get_reply(node.submit(s).await, with_version) }))
+        }
+        ClientCommand::Set { key, value, durability, with_version } => {
+            let s = Submit { durability, ..submit(Command::Put { key, value }) };
+            later(Box::pin(async move { set_reply(node.submit(s).await, with_version) }))
+        }
+        ClientCommand::Incr { key, delta } => {
+            let s = submit(Command::Incr { key, delta });
+            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+        }
+        ClientCommand::Cas { key, expected, new, durability } => {
+            let s = Submit { durability, ..submit(Command::Cas { key, expected, new }) };
+            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+        }
+        ClientCommand::Scan { start, end, count, level } => {
+            let s = Submit { level, ..submit(Command::Scan { start, end, limit: count }) };
+            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+        }
+        ClientCommand::Del { keys } => {
+            let subs = multi(conn, pair, keys);
+            later(Box::pin(del(node, subs)))
+        }
+        ClientCommand::Exists { keys } => {
+            let subs = multi(conn, pair, keys);
+            later(Box::pin(exists(node, subs, None)))
+        }
+        ClientCommand::MGet { keys, level } => {
+            let subs = multi(conn, pair, keys);
+            later(Box::pin(mget(node, subs, level)))
+        }
+        other => admin(conn, other),
+    }
+}
+
+/// One `(client, request, key)` per key: the first key takes `pair`, the rest fresh
+/// sequence numbers of the connection.
+fn multi(
+    conn: &mut Conn,
+    pair: (ClientId, RequestId),
+    keys: Vec<Vec<u8>>,
+) -> Vec<(ClientId, RequestId, Vec<u8>)> {
+    let mut out = Vec::with_capacity(keys.len());
+    for (i, key) in keys.into_iter().enumerate() {
+        let (client, request) = if i == 0 { pair } else { conn.next_pair() };
+        out.push((client, request, key));
+    }
+    out
+}
+
+fn get_submit(
+    client: ClientId,
+    request: RequestId,
+    key: Vec<u8>,
+    level: Option<ReadLevel>,
+) -> Submit {
+    Submit { client, request, command: Command::Get { key }, durability: None, level }
+}
+
+/// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it.
+/// The count is advisory under concurrent writers; the deletes are not.
+async fn del(node: NodeHandle, keys: Vec<(ClientId, RequestId, Vec<u8>)>) -> Frame {
+    let mut existed = 0;
+    for (client, request, key) in keys {
+        let read = get_submit(client, request, key.clone(), Some(ReadLevel::Any));
+        // The read shares the delete's pair: reads never enter the dedup table.
+        if let Ok(ClientReply { result: Ok(CommandResult::Value { value: Some(_), .. }), .. }) =
+            node.submit(read).await
+        {
+            existed += 1;
+        }
+        let delete = Submit {
+            client,
+            request,
+            command: Command::Delete { key },
+            durability: None,
+            level: None,
+        };
+        if let Err(e) = node.submit(delete).await.and_then(|r| r.result) {
+            return error_frame(&e);
+        }
+    }
+    Frame::Integer(existed)
+}
+
+async fn exists(
+    node: NodeHandle,
+    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    level: Option<ReadLevel>,
+) -> Frame {
+    let mut count = 0;
+    for (client, request, key) in keys {
+        match node.submit(get_submit(client, request, key, level)).await.and_then(|r| r.result) {
+            Ok(CommandResult::Value { value: Some(_), .. }) => count += 1,
+            Ok(_) => {}
+            Err(e) => return error_frame(&e),
+        }
+    }
+    Frame::Integer(count)
+}
+
+async fn mget(
+    node: NodeHandle,
+    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    level: Option<ReadLevel>,
+) -> Frame {
+    let mut items = Vec::with_capacity(keys.len());
+    for (client, request, key) in keys {
+        match node.submit(get_submit(client, request, key, level)).await.and_then(|r| r.result) {
+            Ok(CommandResult::Value { value, .. }) => items.push(value_frame(value.as_deref())),
+            Ok(other) => panic!("a get answered {other:?}"),
+            Err(e) => return error_frame(&e),
+        }
+    }
+    Frame::Array(items)
+}
+
+fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Value { value, version }) => {
+            let frame = value_frame(value.as_deref());
+            if with_version {
+                with_version_frame(frame, version)
+            } else {
+                frame
+            }
+        }
+        Ok(other) => panic!("a get answered {other:?}"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Written { version }) => {
+            if with_version {
+                with_version_frame(Frame::ok(), Some(version))
+            } else {
+                Frame::ok()
+            }
+        }
+        Ok(other) => panic!("a put answered {other:?}"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// The reply of `INCR`, `KEEL.CAS`, `KEEL.SCAN` (and any result, by its kind).
+fn result_reply(reply: Result<ClientReply, KeelError>) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Counter { value, .. }) => Frame::Integer(value),
+        Ok(CommandResult::Cas { swapped, current, version }) => Frame::Array(vec![
+            Frame::Integer(i64::from(swapped)),
+            value_frame(current.as_deref()),
+            version.map_or(Frame::Null, version_frame),
+        ]),
+        Ok(CommandResult::Items { items }) => Frame::Array(
+            items
+                .into_iter()
+                .map(|(k, v, version)| {
+                    Frame::Array(vec![Frame::Bulk(k), Frame::Bulk(v), version_frame(version)])
+                })
+                .collect(),
+        ),
+        Ok(CommandResult::Written { .. }) => Frame::ok(),
+        Ok(CommandResult::Value { value, .. }) => value_frame(value.as_deref()),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// Connection and introspection commands.
+fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
+    let protocol = conn.protocol;
+    let ready = |frame: Frame| Pending::ready(frame, protocol);
+    match command {
+        ClientCommand::Ping { message: None } => ready(Frame::simple("PONG")),
+        ClientCommand::Ping { message: Some(m) } | ClientCommand::Echo { message: m } => {
+            ready(Frame::Bulk(m))
+        }
+        ClientCommand::Hello { protocol: asked, client_name, .. } => {
+            if let Some(asked) = asked {
+                conn.protocol = asked;
+            }
+            if client_name.is_some() {
+                conn.name = client_name;
+            }
+            Pending::ready(hello_frame(conn), conn.protocol)
+        }
+        ClientCommand::Status => {
+            let node = conn.node.clone();
+            Pending::later(Box::pin(async move { status_frame(&node).await }), protocol)
+        }
+        ClientCommand::Info { .. } => {
+            let node = conn.node.clone();
+            Pending::later(Box::pin(async move { info_frame(&node).await }), protocol)
+        }
+        ClientCommand::Client(sub) => ready(client_frame(conn, sub)),
+        ClientCommand::Command(query) => ready(match query {
+            CommandQuery::All => Frame::Array(Vec::new()),
+            CommandQuery::Count => Frame::Integer(0),
+            CommandQuery::Docs(_) => Frame::Map(Vec::new()),
+            CommandQuery::Info(names) => {
+                Frame::Array(names.iter().map(|_| Frame::NullArray).collect())
+            }
+        }),
+        ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
+        ClientCommand::Select => ready(Frame::ok()),
+        ClientCommand::Quit => ready(Frame::ok()).closing(),
+        data => unreachable!("data command {} reached admin", data.name()),
+    }
+}
+
+fn hello_frame(conn: &Conn) -> Frame {
+    let pair = |k: &str, v: Frame| (Frame::bulk(k), v);
+    Frame::Map(vec![
+        pair("server", Frame::bulk(SERVER_NAME)),
+        pair("version", Frame::bulk(env!("CARGO_PKG_VERSION"))),
+        pair("proto", Frame::Integer(i64::from(conn.protocol.version()))),
+        pair("id", Frame::Integer(conn.client.0 as i64)),
+        pair("mode", Frame::bulk("cluster")),
+        pair("role", Frame::bulk("master")),
+        pair("modules", Frame::Array(Vec::new())),
+    ])
+}
+
+fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
+    match sub {
+        ClientSubcommand::SetName(name) => {
+            conn.name = Some(name);
+            Frame::ok()
+        }
+        ClientSubcommand::GetName => conn.name.clone().map_or(Frame::Null, Frame::Bulk),
+        ClientSubcommand::Id => Frame::Integer(conn.client.0 as i64),
+        ClientSubcommand::SetInfo { .. } | ClientSubcommand::Other(_) => Frame::ok(),
+    }
+}
+
+async fn status_frame(node: &NodeHandle) -> Frame {
+    match node.report(QUERY_WAIT).await {
+        Ok(report) => Frame::Bulk(crate::http::status_json(node.node_id, &report).into_bytes()),
+        Err(e) => error_frame(&e),
+    }
+}
+
+async fn info_frame(node: &NodeHandle) -> Frame {
+    match node.report(QUERY_WAIT).await {
+        Ok(report) => {
+            let s = &report.status;
+            let role = if s.role == keel_core::leader::Role::Leader { "master" } else { "slave" };
+            let text = format!(
+                "# Server\r\nredis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\n\r\n# Replication\r\nrole:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
+                env!("CARGO_PKG_VERSION"),
+                node.node_id.0,
+                s.epoch.0,
+                s.leader.map_or(0, |l| l.0),
+                s.durable_index.0,
+                s.applied_index.0,
+            );
+            Frame::Bulk(text.into_bytes())
+        }
+        Err(e) => error_frame(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Event;
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+
+    fn conn() -> (Conn, mpsc::Receiver<Event>) {
+        let (events, rx) = mpsc::channel(8);
+        let node = NodeHandle {
+            events,
+            metrics: Arc::new(crate::metrics::Metrics::default()),
+            node_id: keel_types::NodeId(1),
+        };
+        (Conn::new(42, node, Limits::default()), rx)
+    }
+
+    fn words(ws: &[&str]) -> Frame {
+        Frame::Array(ws.iter().map(|w| Frame::bulk(w.as_bytes())).collect())
+    }
+
+    fn ready_text(pending: Pending) -> String {
+        match pending.body {
+            Body::Ready(Frame::Error(text)) => String::from_utf8(text).unwrap(),
+            Body::Ready(other) => format!("{other:?}"),
+            Body::Later(_) => "later".into(),
+        }
+    }
+
+    async fn submitted(rx: &mut mpsc::Receiver<Event>) -> Submit {
+        match rx.recv().await.expect("a request was submitted") {
+            Event::Client { submit, .. } => submit,
+            other => panic!("not a client request: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn keel_req_carries_the_given_pair_and_plain_requests_number_themselves() {
+        let (mut c, mut rx) = conn();
+        let pending = handle(&mut c, words(&["KEEL.REQ", "7", "3", "SET", "k", "v"]));
+        let writer = tokio::spawn(pending.resolve());
+        let s = submitted(&mut rx).await;
+        assert_eq!((s.client, s.request), (ClientId(7), RequestId(3)));
+        writer.abort();
+        let first = tokio::spawn(handle(&mut c, words(&["GET", "k"])).resolve());
+        let second = tokio::spawn(handle(&mut c, words(&["GET", "k"])).resolve());
+        let a = submitted(&mut rx).await;
+        let b = submitted(&mut rx).await;
+        assert_eq!(a.client, ClientId(42));
+        assert!(b.request > a.request, "sequence numbers increase");
+        first.abort();
+        second.abort();
+    }
+
+    #[test]
+    fn keel_req_refuses_bad_pairs_and_multi_key_commands() {
+        let (mut c, _rx) = conn();
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "0", "1", "SET", "k", "v"])));
+        assert!(text.starts_with("ERR KEEL.REQ client and seq"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1", "1", "DEL", "a", "b"])));
+        assert!(text.contains("one single-key command"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1"])));
+        assert!(text.contains("wrong number of arguments"), "{text}");
+    }
+
+    #[test]
+    fn hello_switches_the_protocol_for_its_own_reply() {
+        let (mut c, _rx) = conn();
+        let pending = handle(&mut c, words(&["HELLO", "3"]));
+        assert_eq!(pending.protocol, Protocol::Resp3);
+        assert_eq!(c.protocol, Protocol::Resp3);
+        let quit = handle(&mut c, words(&["QUIT"]));
+        assert!(quit.close, "QUIT closes after its reply");
+    }
+}

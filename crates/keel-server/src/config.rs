@@ -1,0 +1,336 @@
+//! The server's configuration: a TOML file, overridden by command-line flags, validated
+//! with errors that name the field.
+//!
+//! ```toml
+//! node_id = 1
+//! data_dir = "/var/lib/keel/n1"
+//! client_addr = "127.0.0.1:7379"
+//! http_addr = "127.0.0.1:7579"
+//!
+//! [[members]]
+//! id = 1
+//! peer_addr = "127.0.0.1:7479"
+//! [[members]]
+//! id = 2
+//! peer_addr = "127.0.0.1:7480"
+//! [[members]]
+//! id = 3
+//! peer_addr = "127.0.0.1:7481"
+//!
+//! [engine]
+//! durability_default = "memory"
+//! read_level_default = "monotonic"
+//! ```
+//!
+//! `docs/operations.md` lists every field with its default.
+
+use keel_core::leader::Config as EngineConfig;
+use keel_core::time::Span;
+use keel_types::{Durability, Limits, NodeId, ReadLevel};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Default most open client connections.
+pub const CONNECTIONS_MAX_DEFAULT: u32 = 1024;
+/// Default most events waiting for the engine (client requests and peer messages).
+pub const INPUT_QUEUE_MAX_DEFAULT: u32 = 16_384;
+/// Default most messages queued for one peer; more are dropped (the protocol retries).
+pub const PEER_QUEUE_MAX_DEFAULT: u32 = 8_192;
+/// Default most messages in one peer frame.
+pub const PEER_BATCH_MAX_DEFAULT: u32 = 512;
+/// Default most pipelined requests one connection may have unanswered.
+pub const PIPELINE_DEPTH_MAX_DEFAULT: u32 = 1024;
+/// Ceiling on every configured queue length.
+pub const QUEUE_CEILING: u32 = 1 << 20;
+
+const _: () = assert!(INPUT_QUEUE_MAX_DEFAULT <= QUEUE_CEILING);
+const _: () = assert!(PEER_BATCH_MAX_DEFAULT <= PEER_QUEUE_MAX_DEFAULT);
+
+/// A configuration the server refuses; names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the field and line).
+        message: String,
+    },
+    /// A field is missing or out of range.
+    #[error("config field `{field}`: {reason}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.to_string(), reason: reason.into() }
+}
+
+/// One cluster member and where its peers reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// Its node id (stable across restarts).
+    pub id: u32,
+    /// Its peer-to-peer listen address.
+    pub peer_addr: SocketAddr,
+}
+
+/// Engine settings a server exposes (milliseconds for times). Missing fields take the
+/// engine's defaults (`keel_core::leader::Config::new`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Durability of writes that name none.
+    pub durability_default: Option<Durability>,
+    /// Level of reads that name none.
+    pub read_level_default: Option<ReadLevel>,
+    /// Leader heartbeat period.
+    pub heartbeat_interval_ms: Option<u64>,
+    /// Follower mark-out timeout.
+    pub mark_out_timeout_ms: Option<u64>,
+    /// Leader's removal timeout.
+    pub removal_timeout_ms: Option<u64>,
+    /// Lower bound of the election timeout.
+    pub election_timeout_min_ms: Option<u64>,
+    /// Upper bound of the election timeout.
+    pub election_timeout_max_ms: Option<u64>,
+    /// Background fsync period.
+    pub flush_interval_ms: Option<u64>,
+    /// How long a request may wait inside the engine.
+    pub request_timeout_ms: Option<u64>,
+    /// Whether followers serve `any` and `monotonic` reads.
+    pub follower_reads: Option<bool>,
+    /// Longest key.
+    pub key_bytes_max: Option<u32>,
+    /// Largest value.
+    pub value_bytes_max: Option<u32>,
+    /// Snapshot after this many durable entries.
+    pub snapshot_entries_threshold: Option<u64>,
+    /// Most requests waiting inside the engine.
+    pub pending_requests_max: Option<usize>,
+}
+
+/// The whole server configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// This node's id; must be one of `members`.
+    pub node_id: u32,
+    /// Directory of the write-ahead log, hard state and snapshots.
+    pub data_dir: PathBuf,
+    /// Where clients connect (RESP2/RESP3).
+    pub client_addr: SocketAddr,
+    /// Where `/metrics` and `/status` are served; `None`: no HTTP endpoint.
+    #[serde(default)]
+    pub http_addr: Option<SocketAddr>,
+    /// Every member, this node included: 3, 5 or 7.
+    pub members: Vec<Member>,
+    /// Most open client connections; more are refused with `-BUSY`.
+    #[serde(default = "connections_max_default")]
+    pub connections_max: u32,
+    /// Most events waiting for the engine; past it requests get `-BUSY`.
+    #[serde(default = "input_queue_max_default")]
+    pub input_queue_max: u32,
+    /// Most messages queued per peer; past it messages are dropped.
+    #[serde(default = "peer_queue_max_default")]
+    pub peer_queue_max: u32,
+    /// Most messages per peer frame.
+    #[serde(default = "peer_batch_max_default")]
+    pub peer_batch_max: u32,
+    /// Most unanswered pipelined requests per connection (reading pauses past it).
+    #[serde(default = "pipeline_depth_max_default")]
+    pub pipeline_depth_max: u32,
+    /// Engine settings.
+    #[serde(default)]
+    pub engine: EngineSettings,
+}
+
+fn connections_max_default() -> u32 {
+    CONNECTIONS_MAX_DEFAULT
+}
+fn input_queue_max_default() -> u32 {
+    INPUT_QUEUE_MAX_DEFAULT
+}
+fn peer_queue_max_default() -> u32 {
+    PEER_QUEUE_MAX_DEFAULT
+}
+fn peer_batch_max_default() -> u32 {
+    PEER_BATCH_MAX_DEFAULT
+}
+fn pipeline_depth_max_default() -> u32 {
+    PIPELINE_DEPTH_MAX_DEFAULT
+}
+
+/// The addresses of node `id` (1-based) in a local cluster laid out from `base_port`:
+/// clients at `base_port + id - 1`, peers 100 higher, HTTP 200 higher.
+pub fn local_addrs(base_port: u16, id: u32) -> (SocketAddr, SocketAddr, SocketAddr) {
+    assert!((1..=7).contains(&id), "local clusters have ids 1..=7");
+    let port = |offset: u32| -> SocketAddr {
+        let p = u32::from(base_port) + offset + id - 1;
+        let p = u16::try_from(p).expect("base port leaves room for 3 × 100 ports");
+        SocketAddr::from(([127, 0, 0, 1], p))
+    };
+    (port(0), port(100), port(200))
+}
+
+impl ServerConfig {
+    /// The configuration of node `id` of a local `nodes`-node cluster (see
+    /// [`local_addrs`]), its data under `dir/n<id>`.
+    pub fn local(nodes: u32, id: u32, base_port: u16, dir: &Path) -> ServerConfig {
+        assert!(id >= 1 && id <= nodes, "node {id} outside 1..={nodes}");
+        let members =
+            (1..=nodes).map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1 }).collect();
+        let (client_addr, _, http_addr) = local_addrs(base_port, id);
+        ServerConfig {
+            node_id: id,
+            data_dir: dir.join(format!("n{id}")),
+            client_addr,
+            http_addr: Some(http_addr),
+            members,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            input_queue_max: INPUT_QUEUE_MAX_DEFAULT,
+            peer_queue_max: PEER_QUEUE_MAX_DEFAULT,
+            peer_batch_max: PEER_BATCH_MAX_DEFAULT,
+            pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
+            engine: EngineSettings::default(),
+        }
+    }
+
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => {
+                ConfigError::Parse { path: path.to_path_buf(), message }
+            }
+            other => other,
+        })
+    }
+
+    /// Parses TOML text (the path in errors is empty).
+    pub fn from_toml(text: &str) -> Result<ServerConfig, ConfigError> {
+        toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: PathBuf::new(), message: e.to_string() })
+    }
+
+    /// The configuration as TOML (what `keel up` writes for each node).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a server config always serializes")
+    }
+
+    /// This node's peer address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        let me = self.members.iter().find(|m| m.id == self.node_id);
+        me.expect("validated: node_id is a member").peer_addr
+    }
+
+    /// Checks every field, then the engine configuration it produces.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.members.iter().all(|m| m.id != self.node_id) {
+            return Err(invalid("node_id", format!("{} is not in members", self.node_id)));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        let queues = [
+            ("connections_max", self.connections_max),
+            ("input_queue_max", self.input_queue_max),
+            ("peer_queue_max", self.peer_queue_max),
+            ("peer_batch_max", self.peer_batch_max),
+            ("pipeline_depth_max", self.pipeline_depth_max),
+        ];
+        for (field, value) in queues {
+            if value == 0 || value > QUEUE_CEILING {
+                return Err(invalid(field, format!("must be in 1..={QUEUE_CEILING}")));
+            }
+        }
+        let mut addrs: Vec<SocketAddr> = self.members.iter().map(|m| m.peer_addr).collect();
+        addrs.sort();
+        addrs.dedup();
+        if addrs.len() != self.members.len() {
+            return Err(invalid("members", "two members share a peer_addr"));
+        }
+        self.engine_config()?;
+        Ok(())
+    }
+
+    /// The engine configuration, validated by the engine's own rules.
+    pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
+        let members = self.members.iter().map(|m| NodeId(m.id)).collect();
+        let mut config = EngineConfig::new(NodeId(self.node_id), members);
+        let e = &self.engine;
+        let ms = |v: Option<u64>, d: Span| v.map_or(d, Span::from_millis);
+        config.heartbeat_interval = ms(e.heartbeat_interval_ms, config.heartbeat_interval);
+        config.mark_out_timeout = ms(e.mark_out_timeout_ms, config.mark_out_timeout);
+        config.removal_timeout = ms(e.removal_timeout_ms, config.removal_timeout);
+        config.election_timeout_min = ms(e.election_timeout_min_ms, config.election_timeout_min);
+        config.election_timeout_max = ms(e.election_timeout_max_ms, config.election_timeout_max);
+        config.flush_interval = ms(e.flush_interval_ms, config.flush_interval);
+        config.request_timeout = ms(e.request_timeout_ms, config.request_timeout);
+        config.durability_default = e.durability_default.unwrap_or(config.durability_default);
+        config.read_level_default = e.read_level_default.unwrap_or(config.read_level_default);
+        config.follower_reads = e.follower_reads.unwrap_or(config.follower_reads);
+        config.limits = Limits {
+            key_bytes_max: e.key_bytes_max.unwrap_or(config.limits.key_bytes_max),
+            value_bytes_max: e.value_bytes_max.unwrap_or(config.limits.value_bytes_max),
+            ..config.limits
+        };
+        config.snapshot_entries_threshold =
+            e.snapshot_entries_threshold.unwrap_or(config.snapshot_entries_threshold);
+        config.pending_requests_max = e.pending_requests_max.unwrap_or(config.pending_requests_max);
+        config.validate().map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_config_round_trips_through_toml_and_validates() {
+        let config = ServerConfig::local(3, 2, 7379, Path::new("/tmp/keel"));
+        config.validate().unwrap();
+        let back = ServerConfig::from_toml(&config.to_toml()).unwrap();
+        assert_eq!(back, config);
+        assert_eq!(config.peer_addr().port(), 7480);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        config.node_id = 9;
+        assert!(config.validate().unwrap_err().to_string().contains("`node_id`"));
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        config.peer_queue_max = 0;
+        assert!(config.validate().unwrap_err().to_string().contains("`peer_queue_max`"));
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        config.engine.heartbeat_interval_ms = Some(1000);
+        let text = config.validate().unwrap_err().to_string();
+        assert!(text.contains("engine.heartbeat_interval"), "{text}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        let text = format!("{}\nbogus = 1\n", config.to_toml());
+        let err = ServerConfig::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+    }
+}

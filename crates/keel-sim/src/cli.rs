@@ -1,0 +1,213 @@
+//! `keel sim`: run scenarios by seed, reproduce the ORCA paper's Tables 3 and 4, and
+//! measure the simulator. Every run prints the one-line command that replays it.
+
+use crate::disk::HardStateMode;
+use crate::scenario::{run_general, GeneralConfig, RunReport};
+use clap::{Args, Subcommand};
+use keel_core::leader::LeaderEngine;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Most seeds one invocation runs.
+pub const SEEDS_MAX: u64 = 10_000_000;
+
+/// `keel sim` arguments.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+/// The `keel sim` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Run seeds of a randomized scenario with every fault on and check every invariant.
+    Run(RunArgs),
+    /// Reproduce ORCA Table 3: crash/recover sequences with a delayed node.
+    Table3(crate::table3::Table3Args),
+    /// Reproduce ORCA Table 4: location tracking and a Retwis-like app under faults.
+    Table4(crate::table4::Table4Args),
+    /// Report engine throughput without I/O and simulated seeds per second.
+    Bench(BenchArgs),
+}
+
+/// `keel sim run` arguments.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The scenario: `general` (all durabilities, read levels and faults).
+    #[arg(long, default_value = "general")]
+    pub scenario: String,
+    /// How many seeds to run, starting at `--seed`.
+    #[arg(long)]
+    pub seeds: Option<u64>,
+    /// The (first) seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// One JSON object per seed instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the history of a single-seed run to this file (Keel history format).
+    #[arg(long)]
+    pub history: Option<std::path::PathBuf>,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Negative control: buffer the hard state instead of fsyncing it.
+    #[arg(long)]
+    pub skip_hard_state_sync: bool,
+    /// Negative control: the engine removes followers before they mark out (implies
+    /// `--partitioned-reads`).
+    #[arg(long)]
+    pub hasty_removal: bool,
+    /// Aim the run at partitioned followers: `memory` writes, `monotonic` reads,
+    /// partitions only (the positive control of `--hasty-removal`).
+    #[arg(long)]
+    pub partitioned_reads: bool,
+}
+
+/// `keel sim bench` arguments.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Operations to drive through the in-process cluster.
+    #[arg(long, default_value_t = 200_000)]
+    pub ops: u64,
+    /// Seeds of the general scenario to time.
+    #[arg(long, default_value_t = 50)]
+    pub seeds: u64,
+    /// One JSON object per measurement.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `keel sim`; exit 0 when everything held, 1 when something failed, 2 on bad input.
+pub fn run(args: &SimArgs) -> ExitCode {
+    match &args.command {
+        SimCommand::Run(run) => run_seeds(run),
+        SimCommand::Table3(t) => crate::table3::run_cli(t),
+        SimCommand::Table4(t) => crate::table4::run_cli(t),
+        SimCommand::Bench(b) => crate::bench::run_cli(b),
+    }
+}
+
+fn run_seeds(args: &RunArgs) -> ExitCode {
+    if args.scenario != "general" {
+        eprintln!("unknown scenario '{}' (expected: general)", args.scenario);
+        return ExitCode::from(2);
+    }
+    let count = args.seeds.unwrap_or(1);
+    if count == 0 || count > SEEDS_MAX {
+        eprintln!("--seeds must be in 1..={SEEDS_MAX}");
+        return ExitCode::from(2);
+    }
+    let single = args.seeds.is_none();
+    let base = |seed| {
+        let mut config = GeneralConfig::new(seed);
+        config.keep_history = single && args.history.is_some();
+        if args.skip_hard_state_sync {
+            config.hard_state_mode = HardStateMode::SkipSync;
+        }
+        config.hasty_removal = args.hasty_removal;
+        config.partitioned_reads = args.hasty_removal || args.partitioned_reads;
+        config
+    };
+    if !single {
+        // Panics are reported per seed; the default hook's backtraces would bury them.
+        std::panic::set_hook(Box::new(|_| {}));
+    }
+    let started = std::time::Instant::now();
+    let threads =
+        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let failures = for_each_seed(args.seed, count, threads, base, |report| {
+        print_report(report, args.json, single)
+    });
+    if let (true, Some(path)) = (single, &args.history) {
+        if let Err(e) = write_history(path, args.seed, base(args.seed)) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if !args.json {
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{count} seeds, {failures} failed, {secs:.1}s ({:.1} seeds/s)",
+            count as f64 / secs.max(1e-9)
+        );
+    }
+    if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn write_history(path: &std::path::Path, seed: u64, config: GeneralConfig) -> std::io::Result<()> {
+    let report = run_general::<LeaderEngine>(&config);
+    let history = report.history.unwrap_or_default();
+    std::fs::write(path, crate::history::to_jsonl(&history))?;
+    eprintln!("history of seed {seed} written to {}", path.display());
+    Ok(())
+}
+
+/// Runs seeds `first..first+count` on `threads` workers; `emit` sees each report (in
+/// completion order). Returns how many failed.
+pub fn for_each_seed(
+    first: u64,
+    count: u64,
+    threads: usize,
+    config: impl Fn(u64) -> GeneralConfig + Sync,
+    emit: impl Fn(&RunReport) + Sync,
+) -> u64 {
+    let next = AtomicU64::new(0);
+    let failures = AtomicU64::new(0);
+    let out = Mutex::new(());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, 64) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                let report = run_general::<LeaderEngine>(&config(first.wrapping_add(i)));
+                if !report.passed() {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+                let _guard = out.lock().unwrap_or_else(|e| e.into_inner());
+                emit(&report);
+            });
+        }
+    });
+    failures.into_inner()
+}
+
+fn print_report(report: &RunReport, json: bool, verbose: bool) {
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        let mut value = serde_json::to_value(report).expect("reports serialize");
+        value["replay"] = serde_json::Value::String(report.replay());
+        value["passed"] = serde_json::Value::Bool(report.passed());
+        let _ = writeln!(stdout, "{value}");
+        return;
+    }
+    if verbose {
+        for fault in &report.faults {
+            let _ = writeln!(stdout, "  fault {fault}");
+        }
+    }
+    let status = if report.passed() { "ok  " } else { "FAIL" };
+    let _ = writeln!(
+        stdout,
+        "{status} seed {} ops={} ok={} unknown={} crashes={} events={} virtual={}ms converged={} lin={}",
+        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.events, report.virtual_ms, report.converged,
+        report.linearizability
+    );
+    for v in &report.violations {
+        let _ = writeln!(stdout, "     violation: {v}");
+    }
+    if let Some(panic) = &report.panic {
+        let _ = writeln!(stdout, "     panic: {panic}");
+    }
+    let _ = writeln!(stdout, "     replay: {}", report.replay());
+}

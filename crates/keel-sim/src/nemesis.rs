@@ -1,0 +1,194 @@
+//! The nemesis: a schedule of faults drawn from the seed. Each fault starts at a random
+//! time and ends after a random duration: crash then restart (restart recovers from the
+//! disk, losing unsynced writes), pause (a stalled process whose events wait), slow disk
+//! (fsync latency multiplied), and network partitions (a node isolated, a majority/
+//! minority split, or a one-way cut). Clock drift is static per node (see `clock`).
+
+use crate::clients::{timer_id, TIMER_CLASS_SHIFT, TIMER_NEMESIS};
+use crate::engine::SimEngine;
+use crate::rng::Rng;
+use crate::world::World;
+use keel_types::NodeId;
+use std::collections::BTreeMap;
+
+/// Most fault endings pending at once.
+pub const PENDING_MAX: usize = 64;
+
+/// Which faults the nemesis may inject, and how often.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NemesisConfig {
+    /// Crash and restart nodes.
+    pub crash: bool,
+    /// Pause nodes.
+    pub pause: bool,
+    /// Partition the network.
+    pub partition: bool,
+    /// Slow disks down.
+    pub slow_disk: bool,
+    /// Gap between fault starts, uniform in `[gap_ns_min, gap_ns_max)`.
+    pub gap_ns_min: u64,
+    /// See `gap_ns_min`.
+    pub gap_ns_max: u64,
+    /// Fault durations, uniform in `[duration_ns_min, duration_ns_max)`.
+    pub duration_ns_min: u64,
+    /// See `duration_ns_min`.
+    pub duration_ns_max: u64,
+}
+
+impl NemesisConfig {
+    /// Every fault on, about one fault start every 50–400 ms lasting 20–800 ms.
+    pub fn all() -> NemesisConfig {
+        NemesisConfig {
+            crash: true,
+            pause: true,
+            partition: true,
+            slow_disk: true,
+            gap_ns_min: 50_000_000,
+            gap_ns_max: 400_000_000,
+            duration_ns_min: 20_000_000,
+            duration_ns_max: 800_000_000,
+        }
+    }
+}
+
+/// A fault's ending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Restart(NodeId),
+    Heal,
+}
+
+/// The fault schedule of one run.
+pub struct Nemesis {
+    config: NemesisConfig,
+    rng: Rng,
+    pending: BTreeMap<u64, Ending>,
+    next_id: u64,
+    stopped: bool,
+    /// Log of injected faults, for the run report.
+    pub log: Vec<String>,
+}
+
+/// Payload of the timer that starts the next fault.
+const NEXT_FAULT: u64 = 0;
+/// Most entries kept in the fault log.
+const LOG_MAX: usize = 10_000;
+
+impl Nemesis {
+    /// A nemesis with its own PRNG stream.
+    pub fn new(config: NemesisConfig, rng: Rng) -> Nemesis {
+        assert!(
+            config.gap_ns_max > config.gap_ns_min
+                && config.duration_ns_max > config.duration_ns_min
+        );
+        Nemesis {
+            config,
+            rng,
+            pending: BTreeMap::new(),
+            next_id: 1,
+            stopped: false,
+            log: Vec::new(),
+        }
+    }
+
+    /// Schedules the first fault.
+    pub fn start<E: SimEngine>(&mut self, world: &mut World<E>) {
+        let at = world.now_ns() + self.rng.range(self.config.gap_ns_min, self.config.gap_ns_max);
+        world.set_timer(at, timer_id(TIMER_NEMESIS, NEXT_FAULT));
+    }
+
+    /// Handles a nemesis timer; false if the id is not the nemesis's.
+    pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, id: u64) -> bool {
+        if id >> TIMER_CLASS_SHIFT != TIMER_NEMESIS {
+            return false;
+        }
+        let payload = id & ((1 << TIMER_CLASS_SHIFT) - 1);
+        if payload == NEXT_FAULT {
+            if !self.stopped {
+                self.inject(world);
+                self.start(world);
+            }
+        } else if let Some(ending) = self.pending.remove(&payload) {
+            match ending {
+                Ending::Restart(node) => world.restart(node),
+                Ending::Heal => world.net.heal(),
+            }
+        }
+        true
+    }
+
+    /// Stops injecting and ends every fault now: heal, restart, unpause.
+    pub fn heal_all<E: SimEngine>(&mut self, world: &mut World<E>) {
+        self.stopped = true;
+        self.pending.clear();
+        world.net.heal();
+        for node in world.node_ids() {
+            world.unpause(node);
+            world.slow_disk(node, 1, 0);
+            world.restart(node);
+        }
+    }
+
+    fn note(&mut self, at_ns: u64, what: String) {
+        if self.log.len() < LOG_MAX {
+            self.log.push(format!("{:.3}s {what}", at_ns as f64 / 1e9));
+        }
+    }
+
+    fn inject<E: SimEngine>(&mut self, world: &mut World<E>) {
+        let nodes = world.node_ids();
+        let node = nodes[self.rng.index(nodes.len())];
+        let now = world.now_ns();
+        let until = now + self.rng.range(self.config.duration_ns_min, self.config.duration_ns_max);
+        let c = &self.config;
+        let kinds: Vec<u8> = [(c.crash, 0u8), (c.pause, 1), (c.partition, 2), (c.slow_disk, 3)]
+            .into_iter()
+            .filter_map(|(on, k)| on.then_some(k))
+            .collect();
+        if kinds.is_empty() || self.pending.len() >= PENDING_MAX {
+            return;
+        }
+        match kinds[self.rng.index(kinds.len())] {
+            0 => {
+                world.crash(node);
+                self.end_at(world, until, Ending::Restart(node));
+                self.note(now, format!("crash {node} until {:.3}s", until as f64 / 1e9));
+            }
+            1 => {
+                world.pause(node, until);
+                self.note(now, format!("pause {node} until {:.3}s", until as f64 / 1e9));
+            }
+            2 => self.partition(world, &nodes, until),
+            _ => {
+                let factor = self.rng.range(5, 100);
+                world.slow_disk(node, factor, until);
+                self.note(now, format!("slow disk {node} x{factor}"));
+            }
+        }
+    }
+
+    fn partition<E: SimEngine>(&mut self, world: &mut World<E>, nodes: &[NodeId], until: u64) {
+        let mut shuffled = nodes.to_vec();
+        for i in (1..shuffled.len()).rev() {
+            shuffled.swap(i, self.rng.index(i + 1));
+        }
+        let split = 1 + self.rng.index(nodes.len() / 2);
+        let (minority, majority) = shuffled.split_at(split);
+        let now = world.now_ns();
+        if self.rng.chance(300_000) {
+            world.net.cut_one_way(majority, minority);
+            self.note(now, format!("one-way cut {majority:?} -> {minority:?}"));
+        } else {
+            world.net.partition(minority, majority);
+            self.note(now, format!("partition {minority:?} | {majority:?}"));
+        }
+        self.end_at(world, until, Ending::Heal);
+    }
+
+    fn end_at<E: SimEngine>(&mut self, world: &mut World<E>, at_ns: u64, ending: Ending) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending.insert(id, ending);
+        world.set_timer(at_ns, timer_id(TIMER_NEMESIS, id));
+    }
+}

@@ -1,0 +1,212 @@
+//! The network model: per-link latency, loss, duplication, reordering (from latency
+//! jitter) and partitions, including asymmetric ones. Every draw comes from the
+//! network's own PRNG stream, so one seed gives one schedule of deliveries.
+
+use crate::rng::Rng;
+use keel_types::NodeId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How the network behaves, drawn once per run from the seed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Shortest base one-way latency of a link.
+    pub latency_ns_min: u64,
+    /// Longest base one-way latency of a link (exclusive).
+    pub latency_ns_max: u64,
+    /// Extra random delay per message, uniform in `[0, jitter_ns_max)`; reorders messages.
+    pub jitter_ns_max: u64,
+    /// Probability that a message is lost, in parts per million.
+    pub loss_ppm: u32,
+    /// Probability that a message is delivered twice, in parts per million.
+    pub duplicate_ppm: u32,
+    /// Most messages in flight at once; past it new messages are dropped (a full queue).
+    pub messages_in_flight_max: usize,
+}
+
+impl NetConfig {
+    /// A perfect network: zero latency, no loss, no duplication.
+    pub fn perfect() -> NetConfig {
+        NetConfig {
+            latency_ns_min: 0,
+            latency_ns_max: 1,
+            jitter_ns_max: 1,
+            loss_ppm: 0,
+            duplicate_ppm: 0,
+            messages_in_flight_max: 100_000,
+        }
+    }
+
+    /// A LAN-like network with the given loss and duplication.
+    pub fn lan(loss_ppm: u32, duplicate_ppm: u32) -> NetConfig {
+        NetConfig {
+            latency_ns_min: 100_000,
+            latency_ns_max: 1_000_000,
+            jitter_ns_max: 500_000,
+            loss_ppm,
+            duplicate_ppm,
+            messages_in_flight_max: 100_000,
+        }
+    }
+}
+
+/// Counters for the run report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Messages handed to the network.
+    pub sent: u64,
+    /// Messages lost by the loss model or a full queue.
+    pub dropped: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Messages discarded because their link was cut when they arrived.
+    pub partitioned: u64,
+}
+
+/// The simulated network between nodes.
+#[derive(Clone, Debug)]
+pub struct Network {
+    config: NetConfig,
+    rng: Rng,
+    /// Base latency of each directed link, drawn on first use.
+    link_latency_ns: BTreeMap<(NodeId, NodeId), u64>,
+    /// Directed links that are cut: `(from, to)`.
+    cut: BTreeSet<(NodeId, NodeId)>,
+    in_flight: usize,
+    /// Counters.
+    pub stats: NetStats,
+}
+
+impl Network {
+    /// A network with its own PRNG stream.
+    pub fn new(config: NetConfig, rng: Rng) -> Network {
+        assert!(config.latency_ns_max > config.latency_ns_min, "empty latency range");
+        assert!(config.jitter_ns_max > 0, "jitter range must be non-empty");
+        Network {
+            config,
+            rng,
+            link_latency_ns: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            in_flight: 0,
+            stats: NetStats::default(),
+        }
+    }
+
+    /// Decides the fate of one message sent `from` → `to`: returns the delays after which
+    /// copies arrive (none: lost; two: duplicated). The caller schedules the deliveries
+    /// and calls [`Network::arrived`] once per copy.
+    pub fn send(&mut self, from: NodeId, to: NodeId) -> Vec<u64> {
+        assert_ne!(from, to, "a node does not message itself");
+        self.stats.sent += 1;
+        if self.in_flight >= self.config.messages_in_flight_max
+            || self.rng.chance(self.config.loss_ppm)
+        {
+            self.stats.dropped += 1;
+            return Vec::new();
+        }
+        let copies = if self.rng.chance(self.config.duplicate_ppm) { 2 } else { 1 };
+        self.stats.duplicated += copies - 1;
+        let base = self.link_latency(from, to);
+        let delays: Vec<u64> =
+            (0..copies).map(|_| base + self.rng.range(0, self.config.jitter_ns_max)).collect();
+        self.in_flight += delays.len();
+        delays
+    }
+
+    /// A copy reached the far end; whether it may be delivered (its link is not cut).
+    pub fn arrived(&mut self, from: NodeId, to: NodeId) -> bool {
+        assert!(self.in_flight > 0, "arrival without a message in flight");
+        self.in_flight -= 1;
+        if self.cut.contains(&(from, to)) {
+            self.stats.partitioned += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Cuts every link from a node of `from` to a node of `to` (one direction only).
+    pub fn cut_one_way(&mut self, from: &[NodeId], to: &[NodeId]) {
+        for a in from {
+            for b in to {
+                if a != b {
+                    self.cut.insert((*a, *b));
+                }
+            }
+        }
+    }
+
+    /// Cuts both directions between the two groups.
+    pub fn partition(&mut self, side_a: &[NodeId], side_b: &[NodeId]) {
+        self.cut_one_way(side_a, side_b);
+        self.cut_one_way(side_b, side_a);
+    }
+
+    /// Isolates `node` from every node in `all`, both ways.
+    pub fn isolate(&mut self, node: NodeId, all: &[NodeId]) {
+        self.partition(&[node], all);
+    }
+
+    /// Restores every link.
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Whether the directed link is cut now.
+    pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.cut.contains(&(from, to))
+    }
+
+    /// Messages in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn link_latency(&mut self, from: NodeId, to: NodeId) -> u64 {
+        let (low, high) = (self.config.latency_ns_min, self.config.latency_ns_max);
+        let rng = &mut self.rng;
+        *self.link_latency_ns.entry((from, to)).or_insert_with(|| rng.range(low, high))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lossy_network_loses_and_duplicates_some_messages() {
+        let mut net = Network::new(NetConfig::lan(200_000, 200_000), Rng::new(9));
+        let mut copies = 0;
+        for _ in 0..1000 {
+            let delays = net.send(NodeId(1), NodeId(2));
+            for d in &delays {
+                assert!(*d >= 100_000 && *d < 1_500_000);
+            }
+            copies += delays.len();
+        }
+        assert!(net.stats.dropped > 100 && net.stats.duplicated > 100);
+        assert_eq!(net.in_flight(), copies);
+    }
+
+    #[test]
+    fn one_way_cut_blocks_only_its_direction_until_healed() {
+        let mut net = Network::new(NetConfig::perfect(), Rng::new(1));
+        net.cut_one_way(&[NodeId(1)], &[NodeId(2)]);
+        assert_eq!(net.send(NodeId(1), NodeId(2)).len(), 1);
+        assert!(!net.arrived(NodeId(1), NodeId(2)));
+        assert_eq!(net.send(NodeId(2), NodeId(1)).len(), 1);
+        assert!(net.arrived(NodeId(2), NodeId(1)));
+        net.heal();
+        assert!(!net.is_cut(NodeId(1), NodeId(2)));
+        assert_eq!(net.stats.partitioned, 1);
+    }
+
+    #[test]
+    fn full_queue_drops_new_messages() {
+        let mut config = NetConfig::perfect();
+        config.messages_in_flight_max = 2;
+        let mut net = Network::new(config, Rng::new(1));
+        assert_eq!(net.send(NodeId(1), NodeId(2)).len(), 1);
+        assert_eq!(net.send(NodeId(1), NodeId(2)).len(), 1);
+        assert!(net.send(NodeId(1), NodeId(2)).is_empty());
+        assert_eq!(net.stats.dropped, 1);
+    }
+}

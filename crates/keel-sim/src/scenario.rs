@@ -1,0 +1,396 @@
+//! Randomized scenarios: one seed builds a cluster, a workload and a fault schedule,
+//! runs them, heals everything, lets the cluster converge, and checks the history.
+//!
+//! The `general` scenario mixes every durability and read level and turns every fault
+//! on. Its phases:
+//! 1. **load**: clients run for [`GeneralConfig::load_ns`] while the nemesis injects faults;
+//! 2. **heal**: every fault ends, clients stop issuing;
+//! 3. **converge**: the run waits (bounded by [`CONVERGE_NS_MAX`]) until one leader holds
+//!    a log every node has applied and that is durable;
+//! 4. **check**: survivors are computed from the final leader's log; reads at
+//!    `monotonic`/`linearizable` and acknowledged `durable` writes must be in it.
+
+use crate::clients::{Clients, WorkloadConfig};
+use crate::disk::HardStateMode;
+use crate::engine::SimEngine;
+use crate::history::{check_survival, KeelHistory, Outcome};
+use crate::invariants::Violation;
+use crate::nemesis::{Nemesis, NemesisConfig};
+use crate::net::NetConfig;
+use crate::rng::Rng;
+use crate::survivors::survivors;
+use crate::world::{Notice, World, WorldConfig};
+use keel_check::linearizability::{Config as LinConfig, Verdict};
+use keel_check::model::Model;
+use keel_core::leader::Config;
+use keel_core::time::Span;
+use keel_types::{Durability, NodeId, ReadLevel, Version};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Longest the converge phase may take (virtual time) before the run fails for
+/// liveness.
+pub const CONVERGE_NS_MAX: u64 = 30_000_000_000;
+/// Search budget of the linearizability check per key; past it the verdict is
+/// `unknown`, which a run does not count as a failure.
+pub const LIN_BUDGET_STEPS: u64 = 200_000;
+/// How often the converge phase looks at the cluster.
+const CONVERGE_POLL_NS: u64 = 20_000_000;
+
+/// Knobs of one general-scenario run (everything else derives from the seed).
+#[derive(Clone, Debug)]
+pub struct GeneralConfig {
+    /// The seed.
+    pub seed: u64,
+    /// How long clients issue operations (virtual time).
+    pub load_ns: u64,
+    /// Whether the nemesis injects faults.
+    pub faults: bool,
+    /// How the driver persists hard state (`SkipSync` is a negative control).
+    pub hard_state_mode: HardStateMode,
+    /// Negative control: let the engine remove followers before they mark out.
+    pub hasty_removal: bool,
+    /// Whether to keep the history in the report.
+    pub keep_history: bool,
+    /// A narrower run aimed at partitioned followers: `memory` writes, `monotonic`
+    /// reads, partitions as the only fault (used with and without `hasty_removal`).
+    pub partitioned_reads: bool,
+}
+
+impl GeneralConfig {
+    /// The default general run for `seed`.
+    pub fn new(seed: u64) -> GeneralConfig {
+        GeneralConfig {
+            seed,
+            load_ns: 5_000_000_000,
+            faults: true,
+            hard_state_mode: HardStateMode::Sync,
+            hasty_removal: false,
+            keep_history: false,
+            partitioned_reads: false,
+        }
+    }
+}
+
+/// What one seed's run found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunReport {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants, first first.
+    pub violations: Vec<String>,
+    /// A panic inside the engine or the driver (a failed assertion), if any.
+    pub panic: Option<String>,
+    /// Operations recorded.
+    pub ops: usize,
+    /// Operations that completed `ok`.
+    pub ok: usize,
+    /// Operations with unknown outcome.
+    pub unknown: usize,
+    /// Events processed.
+    pub events: u64,
+    /// Virtual time simulated, ms.
+    pub virtual_ms: u64,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// Whether the cluster converged after healing.
+    pub converged: bool,
+    /// The linearizability checker's verdict on the `d*` keys (`unknown`: out of budget).
+    pub linearizability: String,
+    /// The recorded history (when asked for).
+    #[serde(skip)]
+    pub history: Option<KeelHistory>,
+    /// The faults injected.
+    #[serde(skip)]
+    pub faults: Vec<String>,
+}
+
+impl RunReport {
+    /// Whether the run found nothing wrong.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.panic.is_none()
+    }
+
+    /// The command that replays this run.
+    pub fn replay(&self) -> String {
+        format!("keel sim run --scenario {} --seed {}", self.scenario, self.seed)
+    }
+}
+
+/// The engine configuration a run uses for a cluster of `nodes`.
+pub fn engine_config(nodes: u32) -> Config {
+    let members: Vec<NodeId> = (1..=nodes).map(NodeId).collect();
+    let mut config = Config::new(NodeId(1), members);
+    config.snapshot_entries_threshold = 200;
+    config
+}
+
+/// The world a seed builds: size, network, disks and clocks all drawn from `rng`.
+pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfig {
+    let nodes = if rng.chance(400_000) { 3 } else { 5 };
+    let latency_ns_min = rng.range(50_000, 500_000);
+    let net = NetConfig {
+        latency_ns_min,
+        latency_ns_max: latency_ns_min + rng.range(1, 3_000_000),
+        jitter_ns_max: rng.range(1, 2_000_000),
+        loss_ppm: rng.range(0, 30_000) as u32,
+        duplicate_ppm: rng.range(0, 20_000) as u32,
+        messages_in_flight_max: 20_000,
+    };
+    let fsync_ns_min = rng.range(50_000, 2_000_000);
+    WorldConfig {
+        engine: engine_config(nodes),
+        nodes,
+        net,
+        client_latency_ns: rng.range(50_000, 500_000),
+        fsync_ns_min,
+        fsync_ns_max: fsync_ns_min + rng.range(1, 5_000_000),
+        clock_offset_ns_max: 1_000_000_000_000,
+        hard_state_mode,
+        torn_tail: rng.chance(500_000),
+        events_max: 200_000,
+        crash_after_vote_ppm: 0,
+    }
+}
+
+/// The general scenario's workload.
+pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
+    WorkloadConfig {
+        clients: rng.range(2, 8) as u32,
+        keys_per_class: rng.range(1, 4) as u32,
+        op_timeout_ns: 1_000_000_000,
+        think_ns_max: rng.range(1_000_000, 20_000_000),
+        read_ppm: rng.range(300_000, 800_000) as u32,
+        durabilities: Durability::ALL.to_vec(),
+        levels: ReadLevel::ALL.to_vec(),
+    }
+}
+
+/// Runs one seed of the general scenario, catching panics into the report.
+pub fn run_general<E: SimEngine>(config: &GeneralConfig) -> RunReport {
+    let mut report =
+        RunReport { scenario: "general".into(), seed: config.seed, ..RunReport::default() };
+    let mut world: Option<World<E>> = None;
+    let outcome =
+        catch_unwind(AssertUnwindSafe(|| general_body::<E>(config, &mut report, &mut world)));
+    if let Err(panic) = outcome {
+        report.panic = Some(panic_text(panic.as_ref()));
+        if let Some(world) = &world {
+            // Where the run stood when it panicked, for the report line.
+            report.events = world.stats.events;
+            report.virtual_ms = world.now_ns() / 1_000_000;
+            report.crashes = world.stats.crashes;
+        }
+    }
+    report
+}
+
+/// The text of a caught panic.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "panic without a message".into())
+}
+
+fn general_body<E: SimEngine>(
+    config: &GeneralConfig,
+    report: &mut RunReport,
+    slot: &mut Option<World<E>>,
+) {
+    let mut rng = Rng::new(config.seed);
+    let mut world_config = world_config(&mut rng, config.hard_state_mode);
+    if config.hasty_removal {
+        make_removal_hasty(&mut world_config.engine);
+    }
+    if config.hard_state_mode == HardStateMode::SkipSync {
+        // Make the skipped fsync matter: voters crash right after voting, often.
+        world_config.crash_after_vote_ppm = 1_000_000;
+    }
+    let world: &mut World<E> = slot.insert(World::new(world_config, rng.next_u64()));
+    let mut workload = general_workload(&mut rng);
+    let mut faults = NemesisConfig::all();
+    if config.partitioned_reads {
+        // Aim at the hole hasty removal opens: partitioned followers serving reads.
+        workload.levels = vec![ReadLevel::Monotonic];
+        workload.durabilities = vec![Durability::Memory];
+        faults = NemesisConfig { crash: false, pause: false, slow_disk: false, ..faults };
+    }
+    let mut clients = Clients::new(workload, rng.fork());
+    let mut nemesis = Nemesis::new(faults, rng.fork());
+    clients.start(world);
+    if config.faults {
+        nemesis.start(world);
+    }
+    run_phase(world, &mut clients, &mut nemesis, config.load_ns);
+    nemesis.heal_all(world);
+    clients.stop();
+    let converged = converge(world, &mut clients, &mut nemesis);
+    finish(world, &clients, converged, config.keep_history, report);
+    report.faults = std::mem::take(&mut nemesis.log);
+}
+
+/// Negative-control configuration: the leader removes followers well before they can
+/// have marked themselves out (the engine's clearly named unsafe test flag).
+pub fn make_removal_hasty(config: &mut Config) {
+    config.unsafe_allow_hasty_removal = true;
+    config.removal_timeout = Span(config.mark_out_timeout.0 / 4);
+}
+
+/// Runs events until `until_ns` past now, or until the first violation.
+fn run_phase<E: SimEngine>(
+    world: &mut World<E>,
+    clients: &mut Clients,
+    nemesis: &mut Nemesis,
+    span_ns: u64,
+) {
+    let end = world.now_ns() + span_ns;
+    while world.next_event_ns().is_some_and(|t| t <= end) && world.violations().is_empty() {
+        let Some(notice) = world.step() else { continue };
+        let handled = clients.handle(world, &notice)
+            || matches!(notice, Notice::Timer { id } if nemesis.handle(world, id));
+        assert!(handled, "notice nobody handles: {notice:?}");
+    }
+    world.advance_to(end);
+}
+
+/// Waits for the cluster to converge after healing; false if it does not in time.
+fn converge<E: SimEngine>(
+    world: &mut World<E>,
+    clients: &mut Clients,
+    nemesis: &mut Nemesis,
+) -> bool {
+    let deadline = world.now_ns() + CONVERGE_NS_MAX;
+    while world.now_ns() < deadline && world.violations().is_empty() {
+        run_phase(world, clients, nemesis, CONVERGE_POLL_NS);
+        if clients.in_flight() == 0 && converged(world) {
+            return true;
+        }
+    }
+    false
+}
+
+/// One leader whose whole log is durable and applied by every node.
+pub fn converged<E: SimEngine>(world: &World<E>) -> bool {
+    let Some(leader) = world.leader() else { return false };
+    let Some(lead) = world.status(leader) else { return false };
+    lead.durable_index == lead.last_index
+        && world.node_ids().into_iter().all(|id| {
+            world.status(id).is_some_and(|s| {
+                s.epoch == lead.epoch
+                    && s.last_index == lead.last_index
+                    && s.applied_index == lead.last_index
+            })
+        })
+}
+
+/// The end-of-run checkers of `keel-check`: cross-client monotonic reads on the whole
+/// history, linearizability on the keys written only `durable` (`d*`).
+pub fn check_history<E: SimEngine>(world: &mut World<E>, history: &KeelHistory) -> &'static str {
+    let monotonic = keel_check::monotonic::check(history);
+    if let Some(first) = monotonic.violations.first() {
+        let detail = format!("{} violations; first: {}", monotonic.violations_total, first.message);
+        world.violate("monotonic-checker", detail);
+    }
+    let durable_keys: Vec<_> =
+        history.ops.iter().filter(|op| op.kind.key().starts_with('d')).cloned().collect();
+    let ops = keel_check::keel::lin_ops(&durable_keys);
+    let report = keel_check::linearizability::check(
+        Model::Keel,
+        &ops,
+        LinConfig { budget_steps: LIN_BUDGET_STEPS },
+    );
+    let verdict = report.verdict.name();
+    if let Verdict::NotLinearizable(counterexample) = report.verdict {
+        world.violate("linearizability-checker", counterexample.to_string());
+    }
+    verdict
+}
+
+fn finish<E: SimEngine>(
+    world: &mut World<E>,
+    clients: &Clients,
+    converged: bool,
+    keep: bool,
+    report: &mut RunReport,
+) {
+    if !converged && world.violations().is_empty() {
+        let states: Vec<String> = world
+            .node_ids()
+            .into_iter()
+            .map(|id| match world.status(id) {
+                Some(s) => format!(
+                    "{id}:{:?}/e{}/last{}/applied{}/durable{}/persisted{}/active{}",
+                    s.role,
+                    s.epoch.0,
+                    s.last_index.0,
+                    s.applied_index.0,
+                    s.durable_index.0,
+                    s.persisted_index.0,
+                    s.active
+                ),
+                None => format!("{id}:down"),
+            })
+            .collect();
+        let detail =
+            format!("no durable, fully applied leader after healing: {}", states.join(" "));
+        world.violate("no-convergence", detail);
+    }
+    let mut history = KeelHistory { ops: clients.ops.clone(), survivors: Vec::new() };
+    if let Some(leader) = world.leader().filter(|_| converged) {
+        let entries = world.checker().entries(leader);
+        let versions: BTreeSet<Version> = entries.iter().map(|e| e.version()).collect();
+        for (kind, detail) in check_survival(&clients.ops, &versions) {
+            world.violate(kind, detail);
+        }
+        history.survivors = survivors(&entries);
+        report.linearizability = check_history(world, &history).to_string();
+    }
+    report.violations = world.violations().iter().map(Violation::to_string).collect();
+    report.ops = history.ops.len();
+    report.ok = history.ops.iter().filter(|o| o.outcome == Outcome::Ok).count();
+    report.unknown = history.ops.iter().filter(|o| o.outcome == Outcome::Unknown).count();
+    report.events = world.stats.events;
+    report.virtual_ms = world.now_ns() / 1_000_000;
+    report.crashes = world.stats.crashes;
+    report.converged = converged;
+    if keep {
+        report.history = Some(history);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toy::ToyEngine;
+
+    #[test]
+    fn fault_free_toy_runs_are_clean_and_deterministic() {
+        for seed in 0..5 {
+            let mut config = GeneralConfig::new(seed);
+            config.faults = false;
+            config.load_ns = 300_000_000;
+            let a = run_general::<ToyEngine>(&config);
+            assert!(a.passed(), "seed {seed}: {:?} {:?}", a.violations, a.panic);
+            assert!(a.ok > 10 && a.converged, "seed {seed}: {a:?}");
+            let b = run_general::<ToyEngine>(&config);
+            assert_eq!((a.events, a.ops, a.ok), (b.events, b.ops, b.ok));
+        }
+    }
+
+    #[test]
+    fn crashes_make_the_toy_lose_what_was_read_and_the_simulator_notices() {
+        let found = (0..100).find(|seed| {
+            let mut config = GeneralConfig::new(*seed);
+            config.load_ns = 1_000_000_000;
+            let report = run_general::<ToyEngine>(&config);
+            assert!(report.panic.is_none(), "seed {seed}: {:?}", report.panic);
+            !report.violations.is_empty()
+        });
+        assert!(found.is_some(), "no seed exposed the toy engine's data loss");
+    }
+}

@@ -1,0 +1,298 @@
+//! A deliberately simple engine used to test the simulator itself: node 1 leads epoch 1
+//! forever (no elections), acknowledges `memory` writes at once and every other write
+//! once a majority has fsynced it, applies on append, and serves reads from its applied
+//! state. Followers refuse clients with `NotLeader`.
+//!
+//! It keeps the driver's contract (hard state before messages, `LogSynced` after
+//! fsync), so a fault-free run is clean; under crashes it loses acknowledged `memory`
+//! writes it has served to readers, which the simulator's checkers must catch.
+
+use crate::engine::SimEngine;
+use keel_core::leader::{
+    ClientReply, ClientRequest, Config, Input, Message, Outputs, PersistedState, Role, Status,
+};
+use keel_core::time::{Span, Time};
+use keel_types::{
+    Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex,
+    NodeId, Version,
+};
+use std::collections::BTreeMap;
+
+/// Heartbeat and replication period of the toy leader.
+const HEARTBEAT: Span = Span::from_millis(10);
+/// Most entries in one toy `Append`.
+const APPEND_MAX: usize = 64;
+/// The toy's fixed epoch.
+const EPOCH: Epoch = Epoch(1);
+/// The toy's fixed leader.
+const LEADER: NodeId = NodeId(1);
+
+/// The toy engine.
+pub struct ToyEngine {
+    config: Config,
+    log: Vec<Entry>,
+    persisted: LogIndex,
+    commit: LogIndex,
+    hard_state_written: bool,
+    kv: BTreeMap<Vec<u8>, (Option<Vec<u8>>, Version)>,
+    follower_persisted: BTreeMap<NodeId, LogIndex>,
+    follower_last: BTreeMap<NodeId, LogIndex>,
+    waiting: Vec<(LogIndex, ClientRequest, CommandResult)>,
+}
+
+impl ToyEngine {
+    fn last(&self) -> LogIndex {
+        LogIndex(self.log.len() as u64)
+    }
+
+    fn is_leader(&self) -> bool {
+        self.config.node_id == LEADER
+    }
+
+    fn apply(&mut self, command: &Command, version: Version) -> CommandResult {
+        match command {
+            Command::Put { key, value } => {
+                self.kv.insert(key.clone(), (Some(value.clone()), version));
+            }
+            Command::Delete { key } => {
+                self.kv.insert(key.clone(), (None, version)); // a tombstone
+            }
+            Command::Incr { key, delta } => {
+                let current = self
+                    .kv
+                    .get(key)
+                    .and_then(|(v, _)| v.as_ref())
+                    .and_then(|v| String::from_utf8_lossy(v).parse::<i64>().ok());
+                let value = current.unwrap_or(0) + delta;
+                self.kv.insert(key.clone(), (Some(value.to_string().into_bytes()), version));
+                return CommandResult::Counter { value, version };
+            }
+            Command::Cas { key, expected, new } => {
+                let current = self.kv.get(key).and_then(|(v, _)| v.clone());
+                if current != *expected {
+                    let found = self.kv.get(key).map(|(_, v)| *v);
+                    return CommandResult::Cas { swapped: false, current, version: found };
+                }
+                self.kv.insert(key.clone(), (Some(new.clone()), version));
+                return CommandResult::Cas { swapped: true, current, version: Some(version) };
+            }
+            Command::Get { .. } | Command::Scan { .. } => unreachable!("reads are not logged"),
+        }
+        CommandResult::Written { version }
+    }
+
+    fn client(&mut self, request: ClientRequest, out: &mut Outputs) {
+        let node = self.config.node_id;
+        let reply = |result| ClientReply {
+            tag: request.tag,
+            served_by: node,
+            result,
+            durability_round: false,
+        };
+        if !self.is_leader() {
+            out.replies.push(reply(Err(KeelError::NotLeader { leader: Some(LEADER) })));
+            return;
+        }
+        let result = match &request.command {
+            Command::Get { key } => {
+                let (value, version) =
+                    self.kv.get(key).cloned().map_or((None, None), |(v, ver)| (v, Some(ver)));
+                Ok(CommandResult::Value { value, version })
+            }
+            Command::Scan { .. } => Ok(CommandResult::Items { items: Vec::new() }),
+            command => {
+                let index = self.last().next();
+                let durability = request.durability.unwrap_or(Durability::Memory);
+                let entry = Entry {
+                    epoch: EPOCH,
+                    index,
+                    payload: EntryPayload::Write {
+                        client: request.client,
+                        request: request.request,
+                        durability,
+                        command: command.clone(),
+                    },
+                };
+                self.log.push(entry.clone());
+                out.append.push(entry);
+                let result = self.apply(&command.clone(), Version { epoch: EPOCH, index });
+                if durability != Durability::Memory {
+                    self.waiting.push((index, request, result));
+                    return;
+                }
+                Ok(result)
+            }
+        };
+        out.replies.push(reply(result));
+    }
+
+    fn replicate(&self, now: Time, out: &mut Outputs) {
+        for &to in self.config.members.iter().filter(|m| **m != LEADER) {
+            let from = self.follower_last.get(&to).copied().unwrap_or_default();
+            let from = from.min(self.last());
+            let entries: Vec<Entry> =
+                self.log.iter().skip(from.0 as usize).take(APPEND_MAX).cloned().collect();
+            let prev_epoch = if from.0 == 0 { Epoch(0) } else { EPOCH };
+            out.messages.push((
+                to,
+                Message::Append {
+                    epoch: EPOCH,
+                    prev_epoch,
+                    prev_index: from,
+                    entries,
+                    commit_index: self.commit,
+                    durable_index: self.commit,
+                    active: true,
+                    lease_anchor: now,
+                    flush_through: None,
+                    sent_at: now,
+                },
+            ));
+        }
+    }
+
+    fn advance_commit(&mut self, out: &mut Outputs) {
+        let mut persisted: Vec<LogIndex> = self.follower_persisted.values().copied().collect();
+        persisted.push(self.persisted);
+        persisted.resize(self.config.members.len().max(persisted.len()), LogIndex::ZERO);
+        persisted.sort_unstable_by(|a, b| b.cmp(a));
+        let majority = self.config.members.len() / 2 + 1;
+        self.commit = self.commit.max(persisted[majority - 1].min(self.last()));
+        let commit = self.commit;
+        let node = self.config.node_id;
+        let (done, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.waiting).into_iter().partition(|(i, _, _)| *i <= commit);
+        self.waiting = waiting;
+        for (_, request, result) in done {
+            out.replies.push(ClientReply {
+                tag: request.tag,
+                served_by: node,
+                result: Ok(result),
+                durability_round: false,
+            });
+        }
+    }
+
+    fn on_append(
+        &mut self,
+        prev_index: LogIndex,
+        entries: Vec<Entry>,
+        sent_at: Time,
+        out: &mut Outputs,
+    ) {
+        if prev_index <= self.last() {
+            for entry in entries {
+                let i = entry.index.0 as usize;
+                if i <= self.log.len() {
+                    if self.log[i - 1] == entry {
+                        continue;
+                    }
+                    self.log.truncate(i - 1);
+                    self.persisted = self.persisted.min(self.last());
+                    out.truncate_after =
+                        Some(out.truncate_after.map_or(self.last(), |t| t.min(self.last())));
+                    out.append.retain(|e| (e.index.0 as usize) < i);
+                }
+                self.log.push(entry.clone());
+                out.append.push(entry);
+            }
+            out.sync_through = Some(self.last());
+        }
+        out.messages.push((LEADER, self.append_reply(sent_at)));
+    }
+
+    fn append_reply(&self, echo_sent_at: Time) -> Message {
+        Message::AppendReply {
+            epoch: EPOCH,
+            success: true,
+            last_index: self.last(),
+            persisted_index: self.persisted,
+            applied_index: self.last(),
+            match_index: self.last(),
+            active: true,
+            echo_sent_at,
+            sent_at: echo_sent_at,
+        }
+    }
+}
+
+impl SimEngine for ToyEngine {
+    fn boot(config: Config, persisted: PersistedState, _seed: u64, _now: Time) -> Self {
+        let mut engine = ToyEngine {
+            config,
+            log: persisted.entries,
+            persisted: LogIndex::ZERO,
+            commit: LogIndex::ZERO,
+            hard_state_written: persisted.hard_state.epoch == EPOCH,
+            kv: BTreeMap::new(),
+            follower_persisted: BTreeMap::new(),
+            follower_last: BTreeMap::new(),
+            waiting: Vec::new(),
+        };
+        engine.persisted = engine.last();
+        for entry in engine.log.clone() {
+            if let EntryPayload::Write { command, .. } = &entry.payload {
+                engine.apply(command, entry.version());
+            }
+        }
+        engine
+    }
+
+    fn step(&mut self, now: Time, input: Input) -> Outputs {
+        let mut out = Outputs::default();
+        if !self.hard_state_written {
+            let voted_for = self.is_leader().then_some(LEADER);
+            out.hard_state = Some(HardState { epoch: EPOCH, voted_for });
+            self.hard_state_written = true;
+        }
+        match input {
+            Input::Tick if self.is_leader() => {
+                // The leader fsyncs lazily, once per heartbeat (its writes are at risk).
+                if self.persisted < self.last() {
+                    out.sync_through = Some(self.last());
+                }
+                self.replicate(now, &mut out);
+                out.wake_at = Some(now + HEARTBEAT);
+            }
+            Input::Tick | Input::SnapshotSaved { .. } => {}
+            Input::Client(request) => self.client(request, &mut out),
+            Input::LogSynced { index } => {
+                self.persisted = self.persisted.max(index.min(self.last()));
+                if self.is_leader() {
+                    self.advance_commit(&mut out);
+                }
+            }
+            Input::Message { from, message } => match message {
+                Message::Append { prev_index, entries, sent_at, .. } if !self.is_leader() => {
+                    self.on_append(prev_index, entries, sent_at, &mut out);
+                }
+                Message::AppendReply { last_index, persisted_index, .. } if self.is_leader() => {
+                    self.follower_last.insert(from, last_index);
+                    let p = self.follower_persisted.entry(from).or_default();
+                    *p = (*p).max(persisted_index);
+                    self.advance_commit(&mut out);
+                }
+                _ => {}
+            },
+        }
+        out
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            node_id: self.config.node_id,
+            role: if self.is_leader() { Role::Leader } else { Role::Follower },
+            epoch: EPOCH,
+            leader: Some(LEADER),
+            last_index: self.last(),
+            commit_index: self.commit,
+            durable_index: if self.is_leader() { self.commit } else { LogIndex::ZERO },
+            persisted_index: self.persisted,
+            applied_index: self.last(),
+            active: true,
+            active_set: Vec::new(),
+            snapshot_index: LogIndex::ZERO,
+            leader_lease_valid: self.is_leader(),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The general scenario against the real leader engine: every durability and read
+//! level, every fault. Seeds that once failed are pinned here as regressions.
+
+use keel_core::leader::LeaderEngine;
+use keel_sim::scenario::{run_general, GeneralConfig};
+
+fn assert_seed_passes(seed: u64) {
+    let report = run_general::<LeaderEngine>(&GeneralConfig::new(seed));
+    assert!(
+        report.passed(),
+        "seed {seed} failed: {:?} {:?}\nreplay: {}",
+        report.violations,
+        report.panic,
+        report.replay()
+    );
+    assert!(report.converged, "seed {seed} did not converge");
+}
+
+#[test]
+fn fault_free_runs_are_clean_and_busy() {
+    for seed in 0..3 {
+        let mut config = GeneralConfig::new(seed);
+        config.faults = false;
+        config.load_ns = 500_000_000;
+        let report = run_general::<LeaderEngine>(&config);
+        assert!(report.passed(), "seed {seed}: {:?} {:?}", report.violations, report.panic);
+        assert!(report.converged && report.ok > 10, "seed {seed}: {report:?}");
+        assert_eq!(report.crashes, 0);
+    }
+}
+
+#[test]
+fn first_seeds_with_every_fault_pass() {
+    for seed in 0..100 {
+        assert_seed_passes(seed);
+    }
+}
+
+#[test]
+fn one_seed_replays_identically() {
+    let a = run_general::<LeaderEngine>(&GeneralConfig::new(11));
+    let b = run_general::<LeaderEngine>(&GeneralConfig::new(11));
+    assert_eq!(
+        (a.events, a.ops, a.ok, a.unknown, a.crashes),
+        (b.events, b.ops, b.ok, b.unknown, b.crashes)
+    );
+    assert_eq!(a.violations, b.violations);
+}
+
+/// Seeds that exposed simulator bugs: a tick deferred by a pause was dropped, so nodes
+/// stopped flushing and never converged (69, 77, 159); a sync request covered by a
+/// snapshot installed in the same step was flagged as a contract breach (115157, 115241);
+/// a deposed leader still unaware of its successor was held to the successor's durable
+/// prefix (208980).
+#[test]
+fn pinned_seeds_pass() {
+    for seed in [69, 77, 159, 115157, 115241, 208980] {
+        assert_seed_passes(seed);
+    }
+}
+
+/// Seeds on which the engine panics with "durable beyond the leader's own disk": a
+/// follower that is not in the active set adopts a durable index above its own fsynced
+/// index and then wins an election. Ignored until the engine is fixed; run with
+/// `cargo test --release -p keel-sim --test general -- --ignored`.
+#[test]
+#[ignore = "engine: durable index adopted beyond the new leader's own disk"]
+fn pinned_engine_seeds_pass() {
+    for seed in [102391, 110721, 208284, 208922, 213640, 214501] {
+        assert_seed_passes(seed);
+    }
+}
+
+#[test]
+fn recorded_history_is_valid_keel_format_and_passes_the_checkers() {
+    let mut config = GeneralConfig::new(3);
+    config.keep_history = true;
+    let report = run_general::<LeaderEngine>(&config);
+    assert!(report.passed(), "{:?}", report.violations);
+    let history = report.history.expect("kept");
+    assert!(!history.ops.is_empty() && !history.survivors.is_empty());
+    let bytes = keel_sim::history::to_jsonl(&history);
+    let parsed =
+        keel_check::history::parse_history(bytes.as_slice(), "seed-3").expect("valid history");
+    assert_eq!(parsed.ops.len(), history.ops.len());
+    assert_eq!(parsed.survivors, history.survivors);
+    assert_eq!(keel_check::monotonic::check(&parsed).verdict(), "ok");
+}

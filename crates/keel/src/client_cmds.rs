@@ -1,0 +1,227 @@
+//! `keel get|set|del|cas|status`: one operation against a running cluster.
+
+use anyhow::bail;
+use keel_client::{Client, ClientConfig};
+use keel_types::{Durability, ReadLevel};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+/// Where to connect and how.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// A node's client address (any node serves any command).
+    #[arg(long, default_value = "127.0.0.1:7379")]
+    pub node: SocketAddr,
+}
+
+/// `keel get KEY`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GetArgs {
+    /// The key.
+    pub key: String,
+    /// Read level: any, monotonic, linearizable (default: the server's).
+    #[arg(long)]
+    pub level: Option<ReadLevel>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `keel set KEY VALUE`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SetArgs {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+    /// Durability: memory, replicated, durable (default: the server's).
+    #[arg(long)]
+    pub durability: Option<Durability>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `keel del KEY`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DelArgs {
+    /// The key.
+    pub key: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `keel cas KEY EXPECTED NEW`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CasArgs {
+    /// The key.
+    pub key: String,
+    /// The value the key must hold; `--absent` instead for "must not exist".
+    #[arg(required_unless_present = "absent")]
+    pub expected: Option<String>,
+    /// The new value.
+    #[arg(long)]
+    pub new: String,
+    /// The key must be absent.
+    #[arg(long)]
+    pub absent: bool,
+    /// Durability: memory, replicated, durable.
+    #[arg(long)]
+    pub durability: Option<Durability>,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `keel status`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusArgs {
+    /// Client addresses of the nodes to ask (default: a local 3-node `keel up` cluster).
+    #[arg(long = "node", default_values = ["127.0.0.1:7379", "127.0.0.1:7380", "127.0.0.1:7381"])]
+    pub nodes: Vec<SocketAddr>,
+    /// Print the raw JSON of each node instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    match runtime.block_on(body) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keel: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn client(target: &Target) -> std::sync::Arc<Client> {
+    Client::new(ClientConfig::new(vec![target.node]))
+}
+
+fn show(value: Option<&[u8]>) -> String {
+    value.map_or("(nil)".to_string(), |v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Runs `keel get`.
+pub fn get(args: &GetArgs) -> ExitCode {
+    run(async {
+        let read = client(&args.target).session().get(args.key.as_bytes(), args.level).await?;
+        let version = read.version.map_or("-".to_string(), |v| v.to_string());
+        println!("{}\t(version {version})", show(read.value.as_deref()));
+        Ok(())
+    })
+}
+
+/// Runs `keel set`.
+pub fn set(args: &SetArgs) -> ExitCode {
+    run(async {
+        let mut session = client(&args.target).session();
+        let written =
+            session.put(args.key.as_bytes(), args.value.as_bytes(), args.durability).await?;
+        println!("OK\t(version {})", written.version.map_or("-".to_string(), |v| v.to_string()));
+        Ok(())
+    })
+}
+
+/// Runs `keel del`.
+pub fn del(args: &DelArgs) -> ExitCode {
+    run(async {
+        let existed = client(&args.target).session().delete(args.key.as_bytes()).await?;
+        println!("{}", if existed { "deleted" } else { "absent" });
+        Ok(())
+    })
+}
+
+/// Runs `keel cas`.
+pub fn cas(args: &CasArgs) -> ExitCode {
+    run(async {
+        if args.absent && args.expected.is_some() {
+            bail!("give EXPECTED or --absent, not both");
+        }
+        let expected = args.expected.as_deref().map(str::as_bytes);
+        let mut session = client(&args.target).session();
+        let result = session
+            .cas(args.key.as_bytes(), expected, args.new.as_bytes(), args.durability)
+            .await?;
+        let version = result.version.map_or("-".to_string(), |v| v.to_string());
+        if result.swapped {
+            println!("swapped\t(version {version})");
+        } else {
+            println!("not swapped: found {}\t(version {version})", show(result.current.as_deref()));
+        }
+        Ok(())
+    })
+}
+
+/// Runs `keel status`.
+pub fn status(args: &StatusArgs) -> ExitCode {
+    let mut rows = Vec::new();
+    for addr in &args.nodes {
+        rows.push((addr, keel_server::local::status_at(*addr)));
+    }
+    if args.json {
+        for (addr, doc) in &rows {
+            println!("{addr}\t{}", doc.as_ref().map_or("unreachable".into(), |d| d.to_string()));
+        }
+        return ExitCode::SUCCESS;
+    }
+    match print_status(&rows) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keel status: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) -> anyhow::Result<()> {
+    let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
+    let leader_doc = rows.iter().filter_map(|(_, d)| d.as_ref()).find(|d| d["role"] == "leader");
+    match leader_doc {
+        Some(d) => println!(
+            "leader n{}  epoch {}  commit {}  durable {}  active set {}",
+            get(d, "node_id"),
+            get(d, "epoch"),
+            get(d, "commit_index"),
+            get(d, "durable_index"),
+            get(d, "active_set"),
+        ),
+        None => println!("no leader reachable"),
+    }
+    println!(
+        "{:<22} {:<5} {:<10} {:>6} {:>10} {:>10} {:>10} {:>7}",
+        "node", "id", "role", "epoch", "persisted", "applied", "durable", "active"
+    );
+    let mut reachable = 0;
+    for (addr, doc) in rows {
+        let Some(d) = doc else {
+            println!("{addr:<22} unreachable");
+            continue;
+        };
+        reachable += 1;
+        println!(
+            "{addr:<22} {:<5} {:<10} {:>6} {:>10} {:>10} {:>10} {:>7}",
+            get(d, "node_id"),
+            d["role"].as_str().unwrap_or("-"),
+            get(d, "epoch"),
+            get(d, "persisted_index"),
+            get(d, "applied_index"),
+            get(d, "durable_index"),
+            get(d, "active"),
+        );
+    }
+    if reachable == 0 {
+        bail!("no node answered");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_values_show_as_nil() {
+        assert_eq!(show(None), "(nil)");
+        assert_eq!(show(Some(b"v")), "v");
+    }
+}

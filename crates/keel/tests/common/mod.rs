@@ -1,0 +1,70 @@
+//! Shared by the black-box tests: a local cluster of real `keel server` processes in a
+//! fresh directory, and bounded waits.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use keel_server::local::LocalCluster;
+use keel_server::ServerConfig;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Generous: the machine may be loaded (2 cores, parallel builds).
+pub const LEADER_WAIT: Duration = Duration::from_secs(60);
+/// How long to wait for nodes to converge after faults.
+pub const CONVERGE_WAIT: Duration = Duration::from_secs(60);
+
+/// A fresh directory for one test's cluster.
+pub fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "keel-test-{name}-{}-{}",
+        std::process::id(),
+        keel_client::fresh_id() % 1_000_000
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Starts a 3-node cluster of the built binary, waits for a leader; returns it and the
+/// leader's index.
+pub fn cluster(name: &str, tweak: impl Fn(&mut ServerConfig)) -> (LocalCluster, usize) {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_keel"));
+    let dir = test_dir(name);
+    let cluster = LocalCluster::start(&exe, 3, &dir, None, tweak).expect("the cluster starts");
+    let Some(leader) = cluster.wait_for_leader(LEADER_WAIT) else {
+        dump_logs(&cluster);
+        panic!("no leader within {LEADER_WAIT:?}");
+    };
+    (cluster, leader)
+}
+
+/// Prints the tail of every node's log (for a failing test).
+pub fn dump_logs(cluster: &LocalCluster) {
+    for i in 0..cluster.configs.len() {
+        let text = std::fs::read_to_string(cluster.log_path(i)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("--- n{} log (last 30 lines) ---", i + 1);
+        for line in &lines[lines.len().saturating_sub(30)..] {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
+/// Stops the cluster and removes its directory (kept when the test failed before this).
+pub fn finish(mut cluster: LocalCluster) {
+    cluster.stop();
+    let dir = cluster.dir().to_path_buf();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Side by side: redis-benchmark (50 clients, -t set,get) against a local 3-node Keel
+# cluster (server defaults: writes `memory`, reads `monotonic`) and against one Redis
+# server (no persistence: --save '' --appendonly no), in one run.
+#
+# Usage: scripts/bench-redis.sh [REQUESTS]    (default 100000 per test)
+# Needs: redis-benchmark and redis-server (apt-get install redis-tools redis-server).
+# A benchmark, not a test: it prints figures and asserts nothing.
+set -euo pipefail
+
+requests="${1:-100000}"
+clients=50
+keel_port="${KEEL_BENCH_PORT:-27379}"
+redis_port="${REDIS_BENCH_PORT:-26379}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+keel="${KEEL_BIN:-$root/target/release/keel}"
+
+for tool in redis-benchmark redis-server redis-cli; do
+    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install redis-tools redis-server" >&2; exit 2; }
+done
+if [[ ! -x "$keel" ]]; then
+    (cd "$root" && cargo build --release -p keel)
+fi
+
+dir="$(mktemp -d)"
+keel_pid=""
+redis_pid=""
+cleanup() {
+    [[ -n "$keel_pid" ]] && kill -INT "$keel_pid" 2>/dev/null && wait "$keel_pid" 2>/dev/null || true
+    [[ -n "$redis_pid" ]] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+wait_ping() { # port
+    for _ in $(seq 1 300); do
+        [[ "$(redis-cli -p "$1" PING 2>/dev/null)" == "PONG" ]] && return 0
+        sleep 0.1
+    done
+    echo "no answer on port $1" >&2
+    return 1
+}
+
+wait_write() { # port: until the cluster has a leader and takes a write
+    for _ in $(seq 1 300); do
+        [[ "$(redis-cli -p "$1" SET bench:warmup 1 2>/dev/null)" == "OK" ]] && return 0
+        sleep 0.1
+    done
+    echo "the cluster on port $1 never took a write" >&2
+    return 1
+}
+
+bench() { # port: the summary line of each test (progress lines dropped)
+    redis-benchmark -p "$1" -c "$clients" -n "$requests" -t set,get -q 2>&1 | tr '\r' '\n' | grep 'requests per second'
+}
+
+echo "== Keel: 3 nodes on loopback, redis-benchmark against n1 (port $keel_port)"
+"$keel" up --dir "$dir/keel" --base-port "$keel_port" >"$dir/keel-up.log" 2>&1 &
+keel_pid=$!
+wait_ping "$keel_port"
+wait_write "$keel_port"
+bench "$keel_port"
+kill -INT "$keel_pid"; wait "$keel_pid" || true; keel_pid=""
+
+echo "== Redis $(redis-server --version | sed -E 's/.*v=([0-9.]+).*/\1/'): one server (port $redis_port)"
+redis-server --port "$redis_port" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
+redis_pid=$!
+wait_ping "$redis_port"
+bench "$redis_port"
