@@ -59,12 +59,11 @@ fn pinned_seeds_pass() {
     }
 }
 
-/// Seeds on which the engine panics with "durable beyond the leader's own disk": a
-/// follower that is not in the active set adopts a durable index above its own fsynced
-/// index and then wins an election. Ignored until the engine is fixed; run with
-/// `cargo test --release -p keel-sim --test general -- --ignored`.
+/// Seeds on which the engine used to panic with "durable beyond the leader's own disk": a
+/// follower outside the active set adopted a durable index above its own fsynced index and
+/// then won an election. The new leader now keeps that index, fsyncs its log at once and
+/// serves reads above its own disk only after the fsync (docs/protocol.md §12 item 17).
 #[test]
-#[ignore = "engine: durable index adopted beyond the new leader's own disk"]
 fn pinned_engine_seeds_pass() {
     for seed in [102391, 110721, 208284, 208922, 213640, 214501] {
         assert_seed_passes(seed);

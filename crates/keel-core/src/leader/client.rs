@@ -4,7 +4,7 @@
 //! | level | at the leader | at a follower |
 //! |---|---|---|
 //! | `any` | applied state, at once | applied state, at once (if `follower_reads`) |
-//! | `monotonic` | lease; then serve if `update_index ≤ durable_index`, else a round | serve if active and `update_index ≤` its durable index, else forward |
+//! | `monotonic` | lease; then serve if `update_index ≤` the read point (`min(durable, persisted)`), wait for the own fsync if only `≤ durable_index`, else a round | serve if active and `update_index ≤` its read point, else forward |
 //! | `linearizable` | lease and the epoch's no-op committed; then as `monotonic` | forward |
 
 use super::engine::LeaderEngine;
@@ -89,7 +89,7 @@ impl LeaderEngine {
                 if self.config.follower_reads && origin == Origin::Local =>
             {
                 let (result, needed) = self.execute_read(&request.command);
-                if self.follower_active() && needed <= self.durable_index {
+                if self.follower_active() && needed <= self.read_point() {
                     self.reply_result(origin, request.tag, Ok(result), false);
                 } else {
                     self.forward(origin, request);
@@ -258,11 +258,18 @@ impl LeaderEngine {
                 continue;
             }
             let (result, needed) = self.execute_read(&read.request.command);
-            if needed <= self.durable_index {
+            if needed <= self.read_point() {
                 if read.round {
                     self.counters.reads_with_round += 1;
                 }
                 self.reply_result(read.origin, read.request.tag, Ok(result), read.round);
+                continue;
+            }
+            if needed <= self.durable_index {
+                // Durable on the active set, not yet on this new leader's own disk: wait
+                // for the fsync asked for on election (asked again here, idempotently).
+                self.request_sync(needed);
+                waiting.push(read);
                 continue;
             }
             read.round = true;

@@ -291,6 +291,21 @@ impl LeaderEngine {
         }
     }
 
+    /// Highest index this node may serve a `monotonic` read at: durable on the active set
+    /// **and** on this node's own disk.
+    ///
+    /// The durable index a node learned from a leader may lie above its own persisted
+    /// index when it was not in that leader's active set: the entries are durable on that
+    /// set (a majority, so in every later leader's log), but not yet here. Such a node, as
+    /// a new leader, fsyncs its log at once (`become_leader`) and serves only up to this
+    /// point meanwhile, so that what it serves is on every active member's disk, its own
+    /// included (ORCA §4.5; `docs/protocol.md` §12 item 17).
+    pub(super) fn read_point(&self) -> LogIndex {
+        let point = self.durable_index.min(self.persisted_index());
+        assert!(point <= self.durable_index && point <= self.log.last_index());
+        point
+    }
+
     /// Asks the driver to fsync through `index` unless already asked.
     pub(super) fn request_sync(&mut self, index: LogIndex) {
         let index = index.min(self.log.last_index());
@@ -542,6 +557,10 @@ impl LeaderEngine {
         let entry = Entry { epoch: self.hard.epoch, index: next, payload: EntryPayload::Noop };
         self.append_entry(entry);
         self.leading.as_mut().expect("just set").noop_index = next;
+        // An inherited durable index may lie above this node's own disk (learned outside
+        // the active set): fsync the whole log at once, no-op included (§12 item 17).
+        self.request_sync(next);
+        assert!(self.sync_requested >= self.durable_index || self.persisted_index() >= next);
         self.broadcast_append(true);
     }
 

@@ -315,9 +315,10 @@ pub struct Config {
 }
 
 /// A node's role.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
-    /// Follows a leader (or waits for one).
+    /// Follows a leader (or waits for one). Every node starts as one.
+    #[default]
     Follower,
     /// Asking for votes.
     Candidate,
@@ -326,7 +327,8 @@ pub enum Role {
 }
 
 /// A snapshot of an engine's externally visible state, for `/status`, `keel status`
-/// and the simulator's invariant checks. Cheap to build.
+/// and the simulator's invariant checks. Cheap to build. `Status::default()` (node 0, a
+/// follower of epoch 0 with empty indexes) lets tests set only the fields they check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     /// This node.
@@ -356,4 +358,26 @@ pub struct Status {
     pub snapshot_index: LogIndex,
     /// Whether the node (as leader) holds a valid leader lease.
     pub leader_lease_valid: bool,
+}
+
+impl Default for Status {
+    /// Node 0 (a placeholder id), a follower of epoch 0 knowing no leader, with
+    /// every index 0 and no lease.
+    fn default() -> Status {
+        Status {
+            node_id: NodeId(0),
+            role: Role::Follower,
+            epoch: Epoch::default(),
+            leader: None,
+            last_index: LogIndex::ZERO,
+            commit_index: LogIndex::ZERO,
+            durable_index: LogIndex::ZERO,
+            persisted_index: LogIndex::ZERO,
+            applied_index: LogIndex::ZERO,
+            active: false,
+            active_set: Vec::new(),
+            snapshot_index: LogIndex::ZERO,
+            leader_lease_valid: false,
+        }
+    }
 }

@@ -506,9 +506,14 @@ impl LeaderEngine {
         self.leading_mut().persisted_majority = pm;
         self.durable_index = self.advance_in_epoch(self.durable_index, durable_point);
         assert!(self.durable_index >= before, "the durable index never decreases");
+        // The leader advances the durable index only to its own persisted index; above
+        // it may lie only a durable index inherited from an earlier epoch (durable on
+        // that leader's active set), which this node is already fsyncing (§12 item 17).
+        let inherited = self.log.epoch_at(self.durable_index).is_none_or(|e| e < self.hard.epoch);
         assert!(
-            self.durable_index <= self.persisted_index(),
-            "durable beyond the leader's own disk"
+            self.durable_index <= self.persisted_index()
+                || (inherited && self.sync_requested >= self.durable_index),
+            "durable beyond the leader's own disk and not inherited or not being fsynced"
         );
         self.admit_followers();
         self.finish_round();

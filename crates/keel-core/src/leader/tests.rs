@@ -6,8 +6,8 @@
 use super::*;
 use crate::time::{Span, Time};
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, Entry, HardState, KeelError, LogIndex, NodeId,
-    ReadLevel, RequestId, SnapshotMeta, Version,
+    ClientId, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError,
+    LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1094,4 +1094,93 @@ fn a_returning_partitioned_follower_does_not_depose_the_leader() {
     assert!(c.run_until_cond(1_000, |c| c.status(follower).active));
     assert_eq!(c.leader(), Some(leader));
     assert_eq!(c.status(leader).epoch, epoch);
+}
+
+/// A node outside the active set learns a durable index above what it has fsynced, then
+/// wins an election before its fsync completes (found by the simulator, seed 102391).
+/// The inherited durable index stays (it is durable on the old active set), the new leader
+/// fsyncs its log at once, and it serves a `monotonic` read above its own disk only after
+/// that fsync returns. Before the fix the engine panicked on election ("durable beyond
+/// the leader's own disk").
+#[test]
+fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_its_disk() {
+    let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
+    let config = Config::new(n1, ids(3));
+    let mut engine = LeaderEngine::new(config, PersistedState::default(), 7, Time(0)).unwrap();
+    let e1 = Epoch(1);
+    let write = |index: u64, key: &str| Entry {
+        epoch: e1,
+        index: LogIndex(index),
+        payload: EntryPayload::Write {
+            client: ClientId(9),
+            request: RequestId(index),
+            durability: Durability::Memory,
+            command: Command::Put { key: key.into(), value: "v".into() },
+        },
+    };
+    // Leader 2 of epoch 1 sends entries 1..=2 with durable index 2; node 1 is not granted a
+    // lease (outside the active set) and its fsync never returns before the election.
+    let append = Message::Append {
+        epoch: e1,
+        prev_epoch: Epoch(0),
+        prev_index: LogIndex::ZERO,
+        entries: vec![write(1, "a"), write(2, "k")],
+        commit_index: LogIndex(2),
+        durable_index: LogIndex(2),
+        active: false,
+        lease_anchor: Time(0),
+        flush_through: None,
+        sent_at: Time(MS),
+    };
+    engine.step(Time(MS), Input::Message { from: n2, message: append });
+    let status = engine.status();
+    assert_eq!((status.durable_index, status.persisted_index), (LogIndex(2), LogIndex::ZERO));
+
+    // Leader 2 falls silent: node 1 probes, then campaigns, and node 3 votes for it.
+    let mut now = Time(2_000 * MS);
+    let out = engine.step(now, Input::Tick);
+    assert!(out.messages.iter().any(|(_, m)| matches!(m, Message::PreVote { .. })));
+    let grant = Message::PreVoteReply { epoch: e1, granted: true };
+    engine.step(now, Input::Message { from: n3, message: grant });
+    let vote = Message::Vote { epoch: Epoch(2), granted: true };
+    let out = engine.step(now, Input::Message { from: n3, message: vote });
+    let status = engine.status();
+    assert_eq!(status.role, Role::Leader, "node 1 won epoch 2");
+    assert_eq!(status.durable_index, LogIndex(2), "the inherited durable index is kept");
+    assert!(status.persisted_index < status.durable_index, "the situation under test");
+    assert!(out.sync_through.is_some_and(|i| i >= LogIndex(3)), "fsyncs its log at once");
+
+    // Node 3 acknowledges the new leader (lease), then a monotonic read of `k` (written at
+    // 2, durable but not on this disk) must wait for the leader's own fsync.
+    let sent_at = now;
+    now = now + Span::from_millis(1);
+    let reply = Message::AppendReply {
+        epoch: Epoch(2),
+        success: true,
+        last_index: LogIndex(2),
+        persisted_index: LogIndex(2),
+        applied_index: LogIndex(2),
+        match_index: LogIndex(2),
+        active: false,
+        echo_sent_at: sent_at,
+        sent_at: Time(5 * MS),
+    };
+    engine.step(now, Input::Message { from: n3, message: reply });
+    assert!(engine.status().leader_lease_valid);
+    let read = ClientRequest {
+        tag: RequestTag(1),
+        client: ClientId(4),
+        request: RequestId(0),
+        command: Command::Get { key: "k".into() },
+        durability: None,
+        level: Some(ReadLevel::Monotonic),
+    };
+    let out = engine.step(now, Input::Client(read));
+    assert!(out.replies.is_empty(), "served above the leader's own persisted index");
+    assert_eq!(engine.counters().durability_rounds, 0, "already durable: no round");
+    now = now + Span::from_millis(1);
+    let out = engine.step(now, Input::LogSynced { index: LogIndex(3) });
+    let reply = out.replies.iter().find(|r| r.tag == RequestTag(1)).expect("served after fsync");
+    assert_eq!(Cluster::value_of(reply), Some(b"v".to_vec()));
+    assert!(engine.status().persisted_index >= engine.status().durable_index);
 }
