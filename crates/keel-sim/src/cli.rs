@@ -3,6 +3,7 @@
 
 use crate::disk::HardStateMode;
 use crate::scenario::{run_general, GeneralConfig, RunReport};
+use crate::world::Corruption;
 use clap::{Args, Subcommand};
 use keel_core::leader::LeaderEngine;
 use std::io::Write;
@@ -66,6 +67,11 @@ pub struct RunArgs {
     /// partitions only (the positive control of `--hasty-removal`).
     #[arg(long)]
     pub partitioned_reads: bool,
+    /// Opt-in fault: a crash may flip a bit in the crashing node's last fsynced records
+    /// (at most once per run). `guarded`: only when a majority of the other nodes hold
+    /// those entries (must pass); `unguarded`: whatever they hold (may lose writes).
+    #[arg(long, value_parser = ["guarded", "unguarded"])]
+    pub corrupt: Option<String>,
 }
 
 /// `keel sim bench` arguments.
@@ -111,6 +117,11 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         }
         config.hasty_removal = args.hasty_removal;
         config.partitioned_reads = args.hasty_removal || args.partitioned_reads;
+        config.corruption = match args.corrupt.as_deref() {
+            Some("guarded") => Corruption::Guarded,
+            Some("unguarded") => Corruption::Unguarded,
+            _ => Corruption::Off,
+        };
         config
     };
     if !single {

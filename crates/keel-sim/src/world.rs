@@ -49,6 +49,26 @@ pub struct WorldConfig {
     pub crash_after_vote_ppm: u32,
 }
 
+/// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Corruption {
+    /// No corruption (the default: every fsynced byte survives).
+    #[default]
+    Off,
+    /// At most once per run, corrupt the tail of a crashing node's fsynced log, and only
+    /// when a majority of the other nodes durably hold those entries (so no copy a
+    /// quorum relies on is lost). The protocol must tolerate this.
+    Guarded,
+    /// At most once per run, corrupt the tail of a crashing node's fsynced log whatever
+    /// the others hold. Outside the fault model: it may lose acknowledged writes.
+    Unguarded,
+}
+
+/// Chance (ppm) that a crash corrupts fsynced records, while corruption is armed.
+pub const CORRUPT_PER_CRASH_PPM: u32 = 250_000;
+/// Most fsynced entries at the log's tail one corruption may cost.
+pub const CORRUPT_DEPTH_MAX: u64 = 8;
+
 /// Something the world reports to whoever drives it (clients, scenarios).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
@@ -140,6 +160,10 @@ pub struct World<E> {
     pub stats: WorldStats,
     /// Print every step's input and outputs to stderr (for replaying a failing seed).
     pub trace: bool,
+    /// Whether crashes may corrupt fsynced records (off unless a scenario arms it).
+    pub corruption: Corruption,
+    /// The corruption injected so far, if any: `(node, first lost index)`.
+    pub corrupted: Option<(NodeId, LogIndex)>,
 }
 
 impl<E: SimEngine> World<E> {
@@ -186,6 +210,8 @@ impl<E: SimEngine> World<E> {
             next_tag: 1,
             stats: WorldStats::default(),
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
+            corruption: Corruption::Off,
+            corrupted: None,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -473,7 +499,7 @@ impl<E: SimEngine> World<E> {
     fn save_snapshot(&mut self, node: NodeId, meta: SnapshotMeta, data: Vec<u8>) {
         // The snapshot reaches the disk at once; the engine learns of it after an fsync.
         let n = &mut self.nodes[Self::slot(node)];
-        n.disk.save_snapshot(meta, data);
+        n.disk.save_snapshot(meta, &data);
         let done = self.now_ns + n.fsync_ns;
         let incarnation = n.incarnation;
         self.checker.reset_to_snapshot(node, meta);
@@ -562,10 +588,12 @@ impl<E: SimEngine> World<E> {
     /// it are dropped. No effect on a node already down.
     pub fn crash(&mut self, node: NodeId) {
         let torn_tail = self.config.torn_tail;
-        let n = &mut self.nodes[Self::slot(node)];
-        if n.engine.take().is_none() {
+        if !self.is_up(node) {
             return;
         }
+        self.maybe_corrupt(node);
+        let n = &mut self.nodes[Self::slot(node)];
+        n.engine = None;
         n.incarnation += 1;
         n.tick_at_ns = None;
         n.pending_tags.clear();
@@ -574,6 +602,46 @@ impl<E: SimEngine> World<E> {
         let entries = n.recovered.entries.clone();
         self.checker.recover(node, snapshot, &entries);
         self.stats.crashes += 1;
+    }
+
+    /// With corruption armed and none injected yet, sometimes flips a bit in one of the
+    /// last fsynced records of `node` (still running), so its recovery cuts the log there.
+    fn maybe_corrupt(&mut self, node: NodeId) {
+        if self.corruption == Corruption::Off || self.corrupted.is_some() {
+            return;
+        }
+        let n = &mut self.nodes[Self::slot(node)];
+        let synced = n.disk.synced_index();
+        if synced == LogIndex::ZERO || !n.rng.chance(CORRUPT_PER_CRASH_PPM) {
+            return;
+        }
+        let depth = n.rng.range(0, CORRUPT_DEPTH_MAX.min(synced.0));
+        let index = LogIndex(synced.0 - depth);
+        if self.corruption == Corruption::Guarded && !self.held_by_majority_of_others(node, synced)
+        {
+            return;
+        }
+        if self.nodes[Self::slot(node)].disk.corrupt_entry(index) {
+            self.corrupted = Some((node, index));
+        }
+    }
+
+    /// Whether, not counting `node`, a majority of the cluster durably holds `node`'s
+    /// entry at `index` (hence, by log matching, its whole log through `index`).
+    fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> bool {
+        let epoch = self.checker.log(node).epoch_at(index);
+        assert!(epoch.is_some(), "{node} has synced {index} but its model lacks it");
+        let holders = self
+            .node_ids()
+            .into_iter()
+            .filter(|&m| m != node)
+            .filter(|&m| {
+                self.node(m).disk.synced_index() >= index
+                    && self.checker.log(m).epoch_at(index) == epoch
+            })
+            .count();
+        debug_assert!(holders < self.config.nodes as usize);
+        holders > self.config.nodes as usize / 2
     }
 
     /// Restarts a crashed node from what its disk kept. No effect on a running node.
