@@ -29,10 +29,23 @@ fn fault_free_runs_are_clean_and_busy() {
     }
 }
 
+/// Seeds of the general scenario every test run covers (the CI floor is 2,000).
+const GENERAL_SEEDS: u64 = 2_000;
+
 #[test]
 fn first_seeds_with_every_fault_pass() {
-    for seed in 0..100 {
-        assert_seed_passes(seed);
+    // Seeds are independent runs: spread them over the cores, each thread taking every
+    // `threads`-th seed, so the sweep costs wall time / cores.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let workers: Vec<_> = (0..threads)
+        .map(|first| {
+            std::thread::spawn(move || {
+                (first..GENERAL_SEEDS).step_by(threads as usize).for_each(assert_seed_passes)
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a seed failed; its replay line is printed above");
     }
 }
 
