@@ -68,6 +68,11 @@ pub struct CommonArgs {
 pub enum SuiteCommand {
     /// Suites reproducing the ORCA paper's evaluation.
     Suite(SuiteArgs),
+    /// Rewrites the Markdown table, ratios and PNG plots of a saved `.jsonl` file.
+    Report {
+        /// The JSON-lines file a suite wrote.
+        file: PathBuf,
+    },
 }
 
 /// Flags of `keel bench suite`.
@@ -123,6 +128,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     let exe = std::env::current_exe().expect("the running binary has a path");
     let result = match &args.suite {
         Some(SuiteCommand::Suite(suite)) => crate::suite::run(suite, &exe),
+        Some(SuiteCommand::Report { file }) => crate::suite::report(file).map(|()| Vec::new()),
         None => single(args).and_then(|plans| execute(&plans, &args.common, &exe, None)),
     };
     match result {
@@ -198,11 +204,15 @@ pub fn execute(
     Ok(records)
 }
 
-async fn execute_plan(plan: &Plan, common: &CommonArgs, exe: &std::path::Path) -> Result<Vec<RunRecord>, String> {
+async fn execute_plan(
+    plan: &Plan,
+    common: &CommonArgs,
+    exe: &std::path::Path,
+) -> Result<Vec<RunRecord>, String> {
     let mut spec = WorkloadSpec::core(plan.workload, common.records, common.records);
     spec.operation_count = common.records;
-    if spec.scans() && plan.system == System::Redis {
-        return Err("skipped: Redis has no ordered range reads (YCSB E)".into());
+    if spec.scans() && matches!(plan.system, System::Redis | System::Zookeeper) {
+        return Err("skipped: no ordered range reads (YCSB E), as in the ORCA paper".into());
     }
     eprintln!(
         "keel bench: starting {} ({}, reads at {})",
@@ -213,7 +223,11 @@ async fn execute_plan(plan: &Plan, common: &CommonArgs, exe: &std::path::Path) -
     let (running, target) = systems::start(plan.system, &plan.config, plan.reads_everywhere, exe)
         .await
         .map_err(|e| e.to_string())?;
-    eprintln!("keel bench: loading {} records for workload {}", spec.record_count, plan.workload.letter());
+    eprintln!(
+        "keel bench: loading {} records for workload {}",
+        spec.record_count,
+        plan.workload.letter()
+    );
     runner::load(&target, &spec, common.seed).await.map_err(|e| format!("load failed: {e}"))?;
     let label = RunLabel {
         system: plan.system.name().into(),
@@ -248,7 +262,8 @@ async fn measure(
     let http = running.keel_http_addrs();
     let metric = "keel_reads_with_durability_round_total";
     let rounds_before = crate::cluster::metric_sum(&http, metric).await;
-    let progress = crate::progress::Progress::start(config.warmup + config.duration, label, config.clients);
+    let progress =
+        crate::progress::Progress::start(config.warmup + config.duration, label, config.clients);
     let outcome = runner::run(target, spec, config).await.map_err(|e| format!("run failed: {e}"));
     progress.finish();
     let outcome = outcome?;
@@ -256,6 +271,7 @@ async fn measure(
         eprintln!("keel bench: first error of the run: {error}");
     }
     let mut record = RunRecord::new(label, config.clients, config.target_ops_s, &outcome);
+    record.server_rss_kib_max = crate::cluster::rss_kib_under(running.dir()).into_iter().max();
     if !http.is_empty() {
         let rounds_after = crate::cluster::metric_sum(&http, metric).await;
         if let (Some(before), Some(after)) = (rounds_before, rounds_after) {
@@ -282,8 +298,18 @@ mod tests {
     #[test]
     fn single_run_flags_parse_into_plans() {
         let w = Wrapper::try_parse_from([
-            "keel", "--system", "redis", "--config", "eventual", "--workloads", "a,b", "--clients", "1,10",
-            "--reads", "all", "--json",
+            "keel",
+            "--system",
+            "redis",
+            "--config",
+            "eventual",
+            "--workloads",
+            "a,b",
+            "--clients",
+            "1,10",
+            "--reads",
+            "all",
+            "--json",
         ])
         .unwrap();
         let plans = single(&w.args).unwrap();
@@ -304,8 +330,16 @@ mod tests {
 
     #[test]
     fn suite_subcommand_parses() {
-        let w = Wrapper::try_parse_from(["keel", "suite", "orca", "--systems", "keel,redis", "--duration", "5"])
-            .unwrap();
+        let w = Wrapper::try_parse_from([
+            "keel",
+            "suite",
+            "orca",
+            "--systems",
+            "keel,redis",
+            "--duration",
+            "5",
+        ])
+        .unwrap();
         let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
         assert_eq!(suite.name, "orca");
         assert_eq!(suite.common.duration, 5);

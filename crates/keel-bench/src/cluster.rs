@@ -14,6 +14,7 @@ use crate::driver::http::HttpConn;
 use crate::driver::resp::RespConn;
 use crate::driver::DriverError;
 use keel_server::local::LocalCluster;
+use keel_wire::Frame;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,8 +24,8 @@ use std::time::{Duration, Instant};
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between two readiness polls.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a stopping peer may take before it is killed.
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping peer's guard may take (its own grace period is five seconds).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Nodes in every benchmark cluster.
 pub const NODES: usize = 3;
 
@@ -71,6 +72,8 @@ pub fn temp_dir(system: &str) -> PathBuf {
 pub struct Guarded {
     children: Vec<Child>,
     dir: PathBuf,
+    /// Keep `dir` (and its logs) after stopping: set when the cluster failed to start.
+    keep_dir: bool,
 }
 
 impl Guarded {
@@ -79,8 +82,11 @@ impl Guarded {
         let wrap = |source| ClusterError::Spawn { what: what.clone(), source };
         let log_file = std::fs::File::create(log).map_err(wrap)?;
         let err_file = log_file.try_clone().map_err(wrap)?;
-        // `$0` is the program, `$@` its arguments; the guard kills it when stdin closes.
-        let script = "\"$0\" \"$@\" & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; wait $pid";
+        // `$0` is the program, `$@` its arguments. When stdin closes the guard sends
+        // SIGTERM, waits up to five seconds, then SIGKILL: the server never outlives it.
+        let script = "\"$0\" \"$@\" & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; \
+                      for i in $(seq 50); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; \
+                      kill -9 $pid 2>/dev/null; wait $pid";
         let child = Command::new("sh")
             .arg("-c")
             .arg(script)
@@ -93,6 +99,11 @@ impl Guarded {
             .map_err(wrap)?;
         self.children.push(child);
         Ok(())
+    }
+
+    /// The directory holding the processes' data and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Stops every process: closes each guard's stdin, waits, kills what remains.
@@ -115,7 +126,9 @@ impl Guarded {
 impl Drop for Guarded {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -124,24 +137,43 @@ impl Drop for Guarded {
 pub struct RedisCluster {
     /// Client addresses, primary first.
     pub addrs: Vec<SocketAddr>,
-    _processes: Guarded,
+    processes: Guarded,
+}
+
+impl RedisCluster {
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.processes.dir()
+    }
 }
 
 /// Starts a Redis primary and two replicas; `fsync_always`: `appendfsync always`.
 pub async fn start_redis(fsync_always: bool) -> Result<RedisCluster, ClusterError> {
     let dir = temp_dir("redis");
     let spawn_err = |source| ClusterError::Spawn { what: "redis dirs".into(), source };
-    let mut processes = Guarded { children: Vec::new(), dir: dir.clone() };
+    let mut processes = Guarded { children: Vec::new(), dir: dir.clone(), keep_dir: false };
     let mut addrs = Vec::new();
     for i in 0..NODES {
         let node_dir = dir.join(format!("n{}", i + 1));
         std::fs::create_dir_all(&node_dir).map_err(spawn_err)?;
         let port = free_port().map_err(spawn_err)?;
         let mut args: Vec<String> = [
-            "--port", &port.to_string(), "--bind", "127.0.0.1", "--dir",
-            &node_dir.to_string_lossy(), "--save", "", "--appendonly", "yes",
-            "--appendfsync", if fsync_always { "always" } else { "everysec" },
-            "--protected-mode", "no", "--daemonize", "no",
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &node_dir.to_string_lossy(),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            if fsync_always { "always" } else { "everysec" },
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -155,16 +187,22 @@ pub async fn start_redis(fsync_always: bool) -> Result<RedisCluster, ClusterErro
     }
     let ready = wait_until(|| redis_ready(addrs.clone())).await;
     if !ready {
-        return Err(ClusterError::NotReady { what: "redis".into(), dir: dir.display().to_string() });
+        processes.keep_dir = true;
+        return Err(ClusterError::NotReady {
+            what: "redis".into(),
+            dir: dir.display().to_string(),
+        });
     }
-    Ok(RedisCluster { addrs, _processes: processes })
+    Ok(RedisCluster { addrs, processes })
 }
 
 async fn redis_ready(addrs: Vec<SocketAddr>) -> bool {
     let info = |addr| async move {
         let mut conn = RespConn::connect(addr).await?;
-        let reply = conn.call(&[b"INFO", b"replication"]).await?;
-        Ok::<String, DriverError>(format!("{reply:?}"))
+        match conn.call(&[b"INFO", b"replication"]).await? {
+            Frame::Bulk(text) => Ok(String::from_utf8_lossy(&text).into_owned()),
+            other => Err(DriverError::Protocol(format!("INFO replied {other:?}"))),
+        }
     };
     let Ok(primary) = info(addrs[0]).await else { return false };
     if !primary.contains(&format!("connected_slaves:{}", NODES - 1)) {
@@ -201,7 +239,14 @@ pub struct EtcdCluster {
     pub addrs: Vec<SocketAddr>,
     /// Index of the leader when the cluster became ready.
     pub leader: usize,
-    _processes: Guarded,
+    processes: Guarded,
+}
+
+impl EtcdCluster {
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.processes.dir()
+    }
 }
 
 /// Starts three etcd members.
@@ -209,25 +254,37 @@ pub async fn start_etcd() -> Result<EtcdCluster, ClusterError> {
     let dir = temp_dir("etcd");
     let spawn_err = |source| ClusterError::Spawn { what: "etcd dirs".into(), source };
     std::fs::create_dir_all(&dir).map_err(spawn_err)?;
-    let mut processes = Guarded { children: Vec::new(), dir: dir.clone() };
+    let mut processes = Guarded { children: Vec::new(), dir: dir.clone(), keep_dir: false };
     let ports: Vec<(u16, u16)> = (0..NODES)
         .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<std::io::Result<_>>()
         .map_err(spawn_err)?;
-    let initial: Vec<String> =
-        ports.iter().enumerate().map(|(i, (_, p))| format!("n{}=http://127.0.0.1:{p}", i + 1)).collect();
+    let initial: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, p))| format!("n{}=http://127.0.0.1:{p}", i + 1))
+        .collect();
     for (i, (client, peer)) in ports.iter().enumerate() {
         let name = format!("n{}", i + 1);
         let args: Vec<String> = vec![
-            "--name".into(), name.clone(),
-            "--data-dir".into(), dir.join(&name).to_string_lossy().into_owned(),
-            "--listen-client-urls".into(), format!("http://127.0.0.1:{client}"),
-            "--advertise-client-urls".into(), format!("http://127.0.0.1:{client}"),
-            "--listen-peer-urls".into(), format!("http://127.0.0.1:{peer}"),
-            "--initial-advertise-peer-urls".into(), format!("http://127.0.0.1:{peer}"),
-            "--initial-cluster".into(), initial.join(","),
-            "--initial-cluster-state".into(), "new".into(),
-            "--initial-cluster-token".into(), "keel-bench".into(),
+            "--name".into(),
+            name.clone(),
+            "--data-dir".into(),
+            dir.join(&name).to_string_lossy().into_owned(),
+            "--listen-client-urls".into(),
+            format!("http://127.0.0.1:{client}"),
+            "--advertise-client-urls".into(),
+            format!("http://127.0.0.1:{client}"),
+            "--listen-peer-urls".into(),
+            format!("http://127.0.0.1:{peer}"),
+            "--initial-advertise-peer-urls".into(),
+            format!("http://127.0.0.1:{peer}"),
+            "--initial-cluster".into(),
+            initial.join(","),
+            "--initial-cluster-state".into(),
+            "new".into(),
+            "--initial-cluster-token".into(),
+            "keel-bench".into(),
         ];
         processes.spawn("etcd", &args, &dir.join(format!("{name}.log")))?;
     }
@@ -235,10 +292,11 @@ pub async fn start_etcd() -> Result<EtcdCluster, ClusterError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     while Instant::now() < deadline {
         if let Some(leader) = etcd_leader(&addrs).await {
-            return Ok(EtcdCluster { addrs, leader, _processes: processes });
+            return Ok(EtcdCluster { addrs, leader, processes });
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
+    processes.keep_dir = true;
     Err(ClusterError::NotReady { what: "etcd".into(), dir: dir.display().to_string() })
 }
 
@@ -274,6 +332,13 @@ pub struct KeelCluster {
     cluster: LocalCluster,
 }
 
+impl KeelCluster {
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.cluster.dir()
+    }
+}
+
 impl Drop for KeelCluster {
     fn drop(&mut self) {
         self.cluster.stop();
@@ -294,6 +359,32 @@ pub fn start_keel(exe: &Path) -> Result<KeelCluster, ClusterError> {
     Ok(KeelCluster { addrs, http_addrs, leader, cluster })
 }
 
+/// Most `/proc` entries scanned when looking for a cluster's processes.
+pub const PROC_ENTRIES_MAX: usize = 1 << 20;
+
+/// The resident memory, in KiB, of each server process whose command line names `dir`
+/// (every cluster's processes carry their temporary directory in their arguments; the
+/// `sh` guards are left out). Linux only; empty elsewhere.
+pub fn rss_kib_under(dir: &Path) -> Vec<u64> {
+    let needle = dir.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut sizes = Vec::new();
+    for entry in entries.take(PROC_ENTRIES_MAX).flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(&needle) || cmdline.starts_with("sh ") {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(path.join("status")) else { continue };
+        let rss = status.lines().find_map(|line| {
+            line.strip_prefix("VmRSS:")?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+        });
+        sizes.extend(rss);
+    }
+    sizes
+}
+
 /// The sum over `addrs` of the counter `name` in each node's `/metrics`.
 pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
     let mut sum = 0;
@@ -304,4 +395,93 @@ pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
         sum += crate::report::prometheus_value(&text, name)?;
     }
     Some(sum)
+}
+
+/// Where the Debian package puts ZooKeeper's jar (its manifest names its dependencies).
+pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+/// A running three-server ZooKeeper ensemble.
+#[derive(Debug)]
+pub struct ZkCluster {
+    /// Client addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// Index of the leader when the ensemble became ready.
+    pub leader: usize,
+    processes: Guarded,
+}
+
+impl ZkCluster {
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.processes.dir()
+    }
+}
+
+/// Starts three ZooKeeper servers; `force_sync`: fsync the transaction log before acking.
+pub async fn start_zookeeper(force_sync: bool) -> Result<ZkCluster, ClusterError> {
+    let dir = temp_dir("zookeeper");
+    let spawn_err = |source| ClusterError::Spawn { what: "zookeeper dirs".into(), source };
+    let mut processes = Guarded { children: Vec::new(), dir: dir.clone(), keep_dir: false };
+    let ports: Vec<(u16, u16, u16)> = (0..NODES)
+        .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+        .collect::<std::io::Result<_>>()
+        .map_err(spawn_err)?;
+    let servers: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, quorum, election))| {
+            format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+        })
+        .collect();
+    for (i, (client, _, _)) in ports.iter().enumerate() {
+        let node_dir = dir.join(format!("n{}", i + 1));
+        std::fs::create_dir_all(&node_dir).map_err(spawn_err)?;
+        std::fs::write(node_dir.join("myid"), format!("{}\n", i + 1)).map_err(spawn_err)?;
+        let config = format!(
+            "tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client}\n\
+             clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=srvr\nmaxClientCnxns=0\n{servers}",
+            node_dir.display()
+        );
+        let config_path = dir.join(format!("n{}.cfg", i + 1));
+        std::fs::write(&config_path, config).map_err(spawn_err)?;
+        let args: Vec<String> = vec![
+            "-Xmx1g".into(),
+            format!("-Dzookeeper.forceSync={}", if force_sync { "yes" } else { "no" }),
+            "-cp".into(),
+            ZOOKEEPER_JAR.into(),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
+            config_path.to_string_lossy().into_owned(),
+        ];
+        processes.spawn("java", &args, &dir.join(format!("n{}.log", i + 1)))?;
+    }
+    let addrs: Vec<SocketAddr> = ports.iter().map(|(c, _, _)| loopback(*c)).collect();
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(leader) = zk_leader(&addrs).await {
+            return Ok(ZkCluster { addrs, leader, processes });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    processes.keep_dir = true;
+    Err(ClusterError::NotReady { what: "zookeeper".into(), dir: dir.display().to_string() })
+}
+
+/// The index of the leader once every server reports a mode.
+async fn zk_leader(addrs: &[SocketAddr]) -> Option<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut leader = None;
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream.write_all(b"srvr").await.ok()?;
+        let mut text = String::new();
+        let read = stream.read_to_string(&mut text);
+        tokio::time::timeout(Duration::from_secs(1), read).await.ok()?.ok()?;
+        if text.contains("Mode: leader") {
+            leader = Some(i);
+        } else if !text.contains("Mode: follower") {
+            return None;
+        }
+    }
+    leader
 }

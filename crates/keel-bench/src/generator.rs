@@ -149,8 +149,7 @@ impl Zipfian {
         if uz < 1.0 + 0.5f64.powf(self.theta) {
             return self.base + 1;
         }
-        let offset =
-            (item_count as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        let offset = (item_count as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
         self.base + offset.min(item_count - 1)
     }
 }
@@ -252,7 +251,11 @@ impl AcknowledgedCounter {
     /// Counting from `start`: numbers below `start` count as loaded (`start >= 1`).
     pub fn new(start: u64) -> AcknowledgedCounter {
         assert!(start >= 1, "the counter needs at least one loaded record");
-        AcknowledgedCounter { next: start, limit: start - 1, window: vec![false; ACK_WINDOW_MAX as usize] }
+        AcknowledgedCounter {
+            next: start,
+            limit: start - 1,
+            window: vec![false; ACK_WINDOW_MAX as usize],
+        }
     }
 
     /// The next insert key number.
@@ -390,7 +393,8 @@ mod tests {
     fn acknowledged_counter_advances_only_over_contiguous_acks() {
         let mut counter = AcknowledgedCounter::new(10);
         assert_eq!(counter.last(), 9);
-        let (a, b, c) = (counter.hand_out().unwrap(), counter.hand_out().unwrap(), counter.hand_out().unwrap());
+        let (a, b, c) =
+            (counter.hand_out().unwrap(), counter.hand_out().unwrap(), counter.hand_out().unwrap());
         assert_eq!((a, b, c), (10, 11, 12));
         counter.acknowledge(b);
         assert_eq!(counter.last(), 9, "11 done but 10 not: last must not move");

@@ -1,5 +1,5 @@
 //! Keel's benchmark harness: YCSB's core workloads, drivers for Keel and its peers
-//! (Redis, etcd), three-node clusters on loopback, and reports.
+//! (Redis, etcd, ZooKeeper), three-node clusters on loopback, and reports.
 //!
 //! Layout:
 //! - [`rng`], [`generator`], [`workload`]: YCSB's generators and workloads A–F and W,
@@ -8,7 +8,8 @@
 //! - [`cluster`], [`systems`]: starting and stopping each system's cluster, and the
 //!   named configurations (`cad`, `immediate`, `linearizable`, ...).
 //! - [`runner`]: load phase, closed-loop and open-loop run phases, HdrHistogram latency.
-//! - [`report`], [`progress`]: JSON lines, Markdown tables, the progress bar.
+//! - [`report`], [`plot`], [`progress`]: JSON lines, Markdown tables, PNG plots, the
+//!   progress bar.
 //! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`.
 //!
 //! Benchmarks measure; only the deterministic parts are tested.
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod cluster;
 pub mod driver;
 pub mod generator;
+pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod rng;

@@ -2,10 +2,10 @@
 //! and the small Prometheus text parser used to read Keel's counters.
 
 use crate::runner::RunOutcome;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One run's result: the fields of `keel bench --json`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunRecord {
     /// `keel`, `redis`, `etcd` or `zookeeper`.
     pub system: String,
@@ -42,7 +42,11 @@ pub struct RunRecord {
     /// Largest latency.
     pub max_us: u64,
     /// Keel: percent of reads that started a durability round; `None` elsewhere.
+    #[serde(default)]
     pub reads_with_durability_round_pct: Option<f64>,
+    /// Largest resident memory of one server process at the end of the run, in KiB.
+    #[serde(default)]
+    pub server_rss_kib_max: Option<u64>,
     /// The seed of the operation streams.
     pub seed: u64,
 }
@@ -66,7 +70,12 @@ pub struct RunLabel {
 
 impl RunRecord {
     /// The record of `outcome` under `label`.
-    pub fn new(label: &RunLabel, clients: usize, target: Option<f64>, outcome: &RunOutcome) -> RunRecord {
+    pub fn new(
+        label: &RunLabel,
+        clients: usize,
+        target: Option<f64>,
+        outcome: &RunOutcome,
+    ) -> RunRecord {
         let h = &outcome.latency_us;
         let q = |quantile: f64| if h.is_empty() { 0 } else { h.value_at_quantile(quantile) };
         RunRecord {
@@ -88,6 +97,7 @@ impl RunRecord {
             p999_us: q(0.999),
             max_us: if h.is_empty() { 0 } else { h.max() },
             reads_with_durability_round_pct: None,
+            server_rss_kib_max: None,
             seed: label.seed,
         }
     }
@@ -111,22 +121,30 @@ pub fn markdown_header() -> String {
 
 /// One Markdown table row.
 pub fn markdown_row(r: &RunRecord) -> String {
-    let rounds = r.reads_with_durability_round_pct.map_or("—".to_string(), |p| format!("{p:.2}%"));
+    let rounds =
+        r.reads_with_durability_round_pct.map_or("—".to_string(), |p| format!("{p:.2}%"));
     format!(
         "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-        r.system, r.config, r.reads, r.workload, r.clients, r.throughput_ops_s, r.p50_us, r.p99_us,
-        r.p999_us, r.errors, rounds
+        r.system,
+        r.config,
+        r.reads,
+        r.workload,
+        r.clients,
+        r.throughput_ops_s,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.errors,
+        rounds
     )
 }
 
 /// The value of an unlabelled counter or gauge `name` in Prometheus text.
 pub fn prometheus_value(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (metric, value) = line.split_once(' ')?;
-            (metric == name).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
-        })
+    text.lines().filter(|line| !line.starts_with('#')).find_map(|line| {
+        let (metric, value) = line.split_once(' ')?;
+        (metric == name).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
+    })
 }
 
 #[cfg(test)]
@@ -139,7 +157,14 @@ mod tests {
         for us in 1..=1000u64 {
             h.record(us).unwrap();
         }
-        RunOutcome { latency_us: h, ops: 1000, errors: 2, reads_total: 500, elapsed: Duration::from_secs(10), first_error: None }
+        RunOutcome {
+            latency_us: h,
+            ops: 1000,
+            errors: 2,
+            reads_total: 500,
+            elapsed: Duration::from_secs(10),
+            first_error: None,
+        }
     }
 
     fn label() -> RunLabel {
@@ -159,8 +184,20 @@ mod tests {
         let line = record.to_json_line();
         assert!(!line.contains('\n'));
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-        for field in ["system", "config", "workload", "clients", "ops", "throughput_ops_s", "p50_us",
-            "p90_us", "p99_us", "p999_us", "max_us", "errors"] {
+        for field in [
+            "system",
+            "config",
+            "workload",
+            "clients",
+            "ops",
+            "throughput_ops_s",
+            "p50_us",
+            "p90_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "errors",
+        ] {
             assert!(value.get(field).is_some(), "missing {field}");
         }
         assert_eq!(value["throughput_ops_s"], 100.0);

@@ -21,7 +21,8 @@ impl Rng {
     /// A stream fixed by `seed`; two streams with the same seed are equal.
     pub fn new(seed: u64) -> Rng {
         let mut x = seed;
-        let state = [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)];
+        let state =
+            [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)];
         assert!(state.iter().any(|w| *w != 0), "xoshiro needs a non-zero state");
         Rng { state }
     }

@@ -8,6 +8,7 @@
 
 use crate::driver::http::{EtcdDriver, EtcdOptions};
 use crate::driver::resp::{KeelDriver, KeelOptions, RedisDriver, RedisOptions};
+use crate::driver::zk::{ZkDriver, ZkOptions};
 use crate::driver::{AnyDriver, Driver, DriverError};
 use crate::workload::{insert_counter, key_name, ClientStream, Operation, WorkloadSpec};
 use hdrhistogram::Histogram;
@@ -53,6 +54,15 @@ pub enum Target {
         /// Read kind and placement.
         options: EtcdOptions,
     },
+    /// A ZooKeeper ensemble.
+    Zk {
+        /// Client addresses.
+        nodes: Vec<SocketAddr>,
+        /// Index of the leader.
+        leader: usize,
+        /// Read kind and placement.
+        options: ZkOptions,
+    },
 }
 
 impl Target {
@@ -67,6 +77,9 @@ impl Target {
             }
             Target::Etcd { nodes, leader, options } => {
                 AnyDriver::Etcd(EtcdDriver::connect(nodes, *leader, client, options.clone()).await?)
+            }
+            Target::Zk { nodes, leader, options } => {
+                AnyDriver::Zk(ZkDriver::connect(nodes, *leader, client, options.clone()).await?)
             }
         })
     }
@@ -108,7 +121,11 @@ impl RunOutcome {
     /// Successful operations per second over the recorded span.
     pub fn throughput_ops_s(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
-        if secs > 0.0 { self.ops as f64 / secs } else { 0.0 }
+        if secs > 0.0 {
+            self.ops as f64 / secs
+        } else {
+            0.0
+        }
     }
 }
 
@@ -146,7 +163,11 @@ pub async fn load(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(),
 }
 
 /// Executes one operation; `reads` counts the reads it issued.
-async fn execute(driver: &mut AnyDriver, op: &Operation, reads: &mut u64) -> Result<(), DriverError> {
+async fn execute(
+    driver: &mut AnyDriver,
+    op: &Operation,
+    reads: &mut u64,
+) -> Result<(), DriverError> {
     match op {
         Operation::Read { key } => {
             *reads += 1;
@@ -172,6 +193,37 @@ struct ClientResult {
     first_error: Option<String>,
 }
 
+impl ClientResult {
+    /// Counts one operation that was meant to start at `intended` and ended at `done`;
+    /// only `recorded` (post-warm-up) ones enter the histogram. Returns the error, if any.
+    fn record(
+        &mut self,
+        outcome: Result<(), DriverError>,
+        intended: Instant,
+        done: Instant,
+        recorded: bool,
+    ) -> Result<(), DriverError> {
+        debug_assert!(done >= intended, "an operation ended before its scheduled start");
+        match outcome {
+            Ok(()) if recorded => {
+                let us = done.duration_since(intended).as_micros();
+                let us = us.clamp(1, u128::from(LATENCY_US_MAX)) as u64;
+                self.latency_us.record(us).expect("latency within the histogram's bounds");
+                self.ops += 1;
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.errors += u64::from(recorded);
+                if self.first_error.is_none() {
+                    self.first_error = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
 async fn client_loop(
     target: Target,
     mut stream: ClientStream,
@@ -181,21 +233,32 @@ async fn client_loop(
 ) -> Result<ClientResult, DriverError> {
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
-    let interval = config.target_ops_s.map(|rate| Duration::from_secs_f64(config.clients as f64 / rate));
+    let interval =
+        config.target_ops_s.map(|rate| Duration::from_secs_f64(config.clients as f64 / rate));
     let mut driver = target.connect(client).await?;
-    let mut result = ClientResult { latency_us: new_histogram(), ops: 0, errors: 0, reads: 0, first_error: None };
+    let mut result = ClientResult {
+        latency_us: new_histogram(),
+        ops: 0,
+        errors: 0,
+        reads: 0,
+        first_error: None,
+    };
     let (mut sent, mut reconnects) = (0u32, 0u32);
     // Bounded by `end`: each pass takes one operation's time or sleeps towards `end`.
     loop {
         let intended = match interval {
             // Clients start spread over one interval so they do not fire together.
-            Some(step) => start + step.mul_f64(f64::from(sent) + client as f64 / config.clients as f64),
+            Some(step) => {
+                start + step.mul_f64(f64::from(sent) + client as f64 / config.clients as f64)
+            }
             None => Instant::now(),
         };
         if intended >= end || Instant::now() >= end {
             return Ok(result);
         }
-        tokio::time::sleep_until(intended.into()).await;
+        if interval.is_some() {
+            tokio::time::sleep_until(intended.into()).await;
+        }
         sent = sent.saturating_add(1);
         let op = match stream.next_operation() {
             Ok(op) => op,
@@ -209,41 +272,32 @@ async fn client_loop(
         if let (Ok(()), Operation::Insert { keynum, .. }) = (&outcome, &op) {
             stream.acknowledge(*keynum);
         }
-        let recorded = intended >= measure_from;
-        match outcome {
-            Ok(()) if recorded => {
-                let us = done.duration_since(intended).as_micros().clamp(1, u128::from(LATENCY_US_MAX));
-                result.latency_us.record(us as u64).expect("latency within bounds");
-                result.ops += 1;
+        let Err(e) = result.record(outcome, intended, done, intended >= measure_from) else {
+            continue;
+        };
+        if matches!(e, DriverError::Unsupported(_)) {
+            return Err(e);
+        }
+        if e.needs_reconnect() {
+            reconnects += 1;
+            if reconnects > RECONNECTS_MAX {
+                return Err(e);
             }
-            Ok(()) => {}
-            Err(e) => {
-                if recorded {
-                    result.errors += 1;
-                }
-                if result.first_error.is_none() {
-                    result.first_error = Some(e.to_string());
-                }
-                if matches!(e, DriverError::Unsupported(_)) {
-                    return Err(e);
-                }
-                if e.needs_reconnect() {
-                    reconnects += 1;
-                    if reconnects > RECONNECTS_MAX {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    if let Ok(d) = target.connect(client).await {
-                        driver = d;
-                    }
-                }
+            // A short back-off so a restarting server is not hammered.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if let Ok(d) = target.connect(client).await {
+                driver = d;
             }
         }
     }
 }
 
 /// Runs the run phase of `spec` against `target`.
-pub async fn run(target: &Target, spec: &WorkloadSpec, config: &RunConfig) -> Result<RunOutcome, DriverError> {
+pub async fn run(
+    target: &Target,
+    spec: &WorkloadSpec,
+    config: &RunConfig,
+) -> Result<RunOutcome, DriverError> {
     assert!(config.clients >= 1 && config.clients <= CLIENTS_MAX, "clients in 1..={CLIENTS_MAX}");
     assert!(config.target_ops_s.is_none_or(|r| r > 0.0), "a target rate must be positive");
     let spec = Arc::new(spec.clone());

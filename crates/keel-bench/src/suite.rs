@@ -18,7 +18,13 @@ pub const ORCA_CLIENTS: usize = 10;
 /// Client counts of the scale suite.
 pub const SCALE_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
-fn plan(system: System, config: &str, all: bool, workload: WorkloadName, clients: &[usize]) -> Plan {
+fn plan(
+    system: System,
+    config: &str,
+    all: bool,
+    workload: WorkloadName,
+    clients: &[usize],
+) -> Plan {
     Plan {
         system,
         config: config.into(),
@@ -83,7 +89,10 @@ pub fn scale_plans(systems: &[System], workloads: &[WorkloadName]) -> Vec<Plan> 
 fn throughput(records: &[RunRecord], key: (&str, &str, &str, &str, usize)) -> Option<f64> {
     records
         .iter()
-        .find(|r| (r.system.as_str(), r.config.as_str(), r.reads.as_str(), r.workload.as_str(), r.clients) == key)
+        .find(|r| {
+            (r.system.as_str(), r.config.as_str(), r.reads.as_str(), r.workload.as_str(), r.clients)
+                == key
+        })
         .map(|r| r.throughput_ops_s)
 }
 
@@ -92,16 +101,43 @@ type RunKey = (&'static str, &'static str, &'static str);
 
 /// The ratios the orca suite reports, per workload: name → value.
 pub fn orca_ratios(records: &[RunRecord]) -> BTreeMap<String, BTreeMap<String, f64>> {
-    let pairs: [(&str, RunKey, RunKey); 6] = [
-        ("keel cad / keel immediate (leader reads)", ("keel", "cad", "leader"), ("keel", "immediate", "leader")),
-        ("keel eventual / keel immediate (leader reads)", ("keel", "eventual", "leader"), ("keel", "immediate", "leader")),
-        ("keel cad / keel eventual (leader reads)", ("keel", "cad", "leader"), ("keel", "eventual", "leader")),
+    let pairs: [(&str, RunKey, RunKey); 8] = [
+        (
+            "keel cad / keel immediate (leader reads)",
+            ("keel", "cad", "leader"),
+            ("keel", "immediate", "leader"),
+        ),
+        (
+            "keel eventual / keel immediate (leader reads)",
+            ("keel", "eventual", "leader"),
+            ("keel", "immediate", "leader"),
+        ),
+        (
+            "keel cad / keel eventual (leader reads)",
+            ("keel", "cad", "leader"),
+            ("keel", "eventual", "leader"),
+        ),
         ("keel cad (all) / keel weak (all)", ("keel", "cad", "all"), ("keel", "weak", "all")),
-        ("keel immediate / etcd linearizable", ("keel", "immediate", "leader"), ("etcd", "linearizable", "leader")),
-        ("keel cad (all) / redis eventual (all)", ("keel", "cad", "all"), ("redis", "eventual", "all")),
+        (
+            "keel immediate / etcd linearizable",
+            ("keel", "immediate", "leader"),
+            ("etcd", "linearizable", "leader"),
+        ),
+        (
+            "keel cad (all) / redis eventual (all)",
+            ("keel", "cad", "all"),
+            ("redis", "eventual", "all"),
+        ),
+        ("keel cad (all) / weak-zk (all)", ("keel", "cad", "all"), ("zookeeper", "weak-zk", "all")),
+        (
+            "keel strong / strong-zk (leader)",
+            ("keel", "immediate", "leader"),
+            ("zookeeper", "strong-zk", "leader"),
+        ),
     ];
     let mut table = BTreeMap::new();
-    let workloads: std::collections::BTreeSet<&str> = records.iter().map(|r| r.workload.as_str()).collect();
+    let workloads: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.workload.as_str()).collect();
     for workload in workloads {
         let mut row = BTreeMap::new();
         for (name, (s1, c1, r1), (s2, c2, r2)) in pairs {
@@ -135,6 +171,110 @@ fn markdown(name: &str, command: &str, records: &[RunRecord]) -> String {
     out
 }
 
+/// Color names of [`crate::plot::PALETTE`], for the legends.
+const COLOR_NAMES: [&str; crate::plot::SERIES_MAX] = [
+    "blue",
+    "orange",
+    "green",
+    "red",
+    "purple",
+    "brown",
+    "pink",
+    "grey",
+    "olive",
+    "cyan",
+    "black",
+    "light green",
+];
+
+/// Per workload: a percentile plot (every run) and, for several client counts, a p99 vs
+/// throughput plot (one curve per configuration). Returns `(file name, PNG, legend)`.
+pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
+    let mut out = Vec::new();
+    let workloads: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.workload.as_str()).collect();
+    for workload in workloads {
+        let runs: Vec<&RunRecord> = records.iter().filter(|r| r.workload == workload).collect();
+        let mut configs: Vec<(String, Vec<&RunRecord>)> = Vec::new();
+        for run in &runs {
+            let name = format!("{} {} ({} reads)", run.system, run.config, run.reads);
+            match configs.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, list)) => list.push(run),
+                None => configs.push((name, vec![run])),
+            }
+        }
+        configs.truncate(crate::plot::SERIES_MAX);
+        let legend = |names: Vec<String>| -> Vec<String> {
+            names.into_iter().zip(COLOR_NAMES).map(|(n, c)| format!("{c}: {n}")).collect()
+        };
+        let percentile_series: Vec<Vec<(f64, f64)>> = configs
+            .iter()
+            .map(|(_, list)| {
+                let r = list.last().expect("a configuration has a run");
+                [r.p50_us, r.p90_us, r.p99_us, r.p999_us, r.max_us]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i as f64, *v as f64))
+                    .collect()
+            })
+            .collect();
+        let labels = ["50", "90", "99", "99.9", "100"];
+        let canvas = crate::plot::line_plot(&percentile_series, true, Some(&labels));
+        let names: Vec<String> = configs
+            .iter()
+            .map(|(n, list)| format!("{n}, {} clients", list.last().map_or(0, |r| r.clients)))
+            .collect();
+        out.push((format!("latency-percentiles-{workload}.png"), canvas.to_png(), legend(names)));
+        if configs.iter().any(|(_, list)| list.len() > 1) {
+            let curves: Vec<Vec<(f64, f64)>> = configs
+                .iter()
+                .map(|(_, list)| {
+                    list.iter().map(|r| (r.throughput_ops_s, r.p99_us as f64)).collect()
+                })
+                .collect();
+            let canvas = crate::plot::line_plot(&curves, true, None);
+            let names = configs.iter().map(|(n, _)| n.clone()).collect();
+            out.push((format!("p99-vs-throughput-{workload}.png"), canvas.to_png(), legend(names)));
+        }
+    }
+    out
+}
+
+/// `keel bench report FILE.jsonl`: the Markdown table, ratios and plots of saved records,
+/// written beside the file as `FILE.md` and `FILE-*.png`.
+pub fn report(file: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let records: Vec<RunRecord> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", file.display())))
+        .collect::<Result<_, _>>()?;
+    let stem = file.file_stem().map_or("results".into(), |s| s.to_string_lossy().into_owned());
+    let name = stem.split('-').next().unwrap_or("orca").to_string();
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    write_files(dir, &stem, &name, &command, &records)
+}
+
+fn write_files(
+    out: &Path,
+    stem: &str,
+    name: &str,
+    command: &str,
+    records: &[RunRecord],
+) -> Result<(), String> {
+    let mut md = markdown(name, command, records);
+    let _ = writeln!(md, "\n## Plots\n\nY axes are logarithmic latency in microseconds.");
+    for (file, png, legend) in plots(records) {
+        let file = format!("{stem}-{file}");
+        std::fs::write(out.join(&file), png).map_err(|e| e.to_string())?;
+        let _ = writeln!(md, "\n![{file}]({file})\n\n{}", legend.join("; "));
+    }
+    std::fs::write(out.join(format!("{stem}.md")), md).map_err(|e| e.to_string())?;
+    eprintln!("keel bench: wrote {}", out.join(format!("{stem}.md")).display());
+    Ok(())
+}
+
 fn write_results(out: &Path, name: &str, records: &[RunRecord]) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let stamp = std::time::SystemTime::now()
@@ -144,7 +284,7 @@ fn write_results(out: &Path, name: &str, records: &[RunRecord]) -> Result<(), St
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let base = out.join(format!("{name}-{stamp}"));
     std::fs::write(base.with_extension("jsonl"), jsonl).map_err(|e| e.to_string())?;
-    std::fs::write(base.with_extension("md"), markdown(name, &command, records)).map_err(|e| e.to_string())?;
+    write_files(out, &format!("{name}-{stamp}"), name, &command, records)?;
     eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
     Ok(())
 }
@@ -169,9 +309,6 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    if systems.contains(&System::Zookeeper) {
-        eprintln!("keel bench: zookeeper has no driver in this build; its rows are skipped");
-    }
     let plans = match args.name.as_str() {
         "orca" => orca_plans(&systems, &workloads),
         _ => scale_plans(&systems, &workloads),
@@ -179,7 +316,13 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
     let mut records = Vec::new();
     execute(&plans, &args.common, exe, Some(&mut records))?;
     if !args.common.json && args.name == "orca" {
-        println!("{}", markdown("orca", "", &records).split("## Throughput").nth(1).map_or(String::new(), |s| format!("## Throughput{s}")));
+        println!(
+            "{}",
+            markdown("orca", "", &records)
+                .split("## Throughput")
+                .nth(1)
+                .map_or(String::new(), |s| format!("## Throughput{s}"))
+        );
     }
     write_results(&args.common.out, &args.name, &records)?;
     Ok(records)
@@ -209,6 +352,7 @@ mod tests {
             p999_us: 0,
             max_us: 0,
             reads_with_durability_round_pct: None,
+            server_rss_kib_max: None,
             seed: 1,
         }
     }
@@ -235,5 +379,20 @@ mod tests {
         assert!(!ratios["a"].contains_key("keel immediate / etcd linearizable"));
         let md = markdown("orca", "keel bench suite orca", &records);
         assert!(md.contains("| a | keel cad / keel immediate (leader reads) | 3.00x |"));
+    }
+
+    #[test]
+    fn plots_per_workload_and_curves_only_with_several_client_counts() {
+        let mut records = vec![record("keel", "cad", "all", "a", 100.0)];
+        assert_eq!(plots(&records).len(), 1);
+        let mut more = record("keel", "cad", "all", "a", 200.0);
+        more.clients = 64;
+        records.push(more);
+        records.push(record("etcd", "linearizable", "leader", "b", 50.0));
+        let files: Vec<String> = plots(&records).into_iter().map(|(f, _, _)| f).collect();
+        assert_eq!(
+            files,
+            ["latency-percentiles-a.png", "p99-vs-throughput-a.png", "latency-percentiles-b.png"]
+        );
     }
 }

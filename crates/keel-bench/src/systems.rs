@@ -11,12 +11,15 @@
 //! | redis | `eventual` | `appendfsync everysec` | `GET` |
 //! | etcd | `linearizable` | put (fsync on commit) | linearizable range |
 //! | etcd | `serializable` | put | serializable range |
+//! | zookeeper | `strong-zk` | `forceSync=yes` | `sync` then `getData` |
+//! | zookeeper | `weak-zk` | `forceSync=no` | `getData` at the connected server |
 //!
 //! Reads go to the leader (primary), or with `all` to node `client % 3`.
 
-use crate::cluster::{self, ClusterError, EtcdCluster, KeelCluster, RedisCluster};
+use crate::cluster::{self, ClusterError, EtcdCluster, KeelCluster, RedisCluster, ZkCluster};
 use crate::driver::http::EtcdOptions;
 use crate::driver::resp::{KeelOptions, RedisOptions};
+use crate::driver::zk::ZkOptions;
 use crate::runner::Target;
 use std::path::Path;
 
@@ -29,7 +32,7 @@ pub enum System {
     Redis,
     /// etcd 3.4.
     Etcd,
-    /// ZooKeeper 3.8 (no driver yet).
+    /// ZooKeeper 3.8.
     Zookeeper,
 }
 
@@ -47,7 +50,15 @@ impl System {
     /// The configuration names this system knows.
     pub fn configs(self) -> &'static [&'static str] {
         match self {
-            System::Keel => &["immediate", "strong", "eventual", "weak", "cad", "cad-replicated", "eventual-replicated"],
+            System::Keel => &[
+                "immediate",
+                "strong",
+                "eventual",
+                "weak",
+                "cad",
+                "cad-replicated",
+                "eventual-replicated",
+            ],
             System::Redis => &["immediate", "eventual"],
             System::Etcd => &["linearizable", "serializable"],
             System::Zookeeper => &["strong-zk", "weak-zk"],
@@ -63,7 +74,9 @@ impl std::str::FromStr for System {
             "redis" => Ok(System::Redis),
             "etcd" => Ok(System::Etcd),
             "zookeeper" | "zk" => Ok(System::Zookeeper),
-            other => Err(format!("unknown system {other:?}: expected keel, redis, etcd or zookeeper")),
+            other => {
+                Err(format!("unknown system {other:?}: expected keel, redis, etcd or zookeeper"))
+            }
         }
     }
 }
@@ -111,9 +124,21 @@ pub enum Running {
     Redis(RedisCluster),
     /// etcd.
     Etcd(EtcdCluster),
+    /// ZooKeeper.
+    Zk(ZkCluster),
 }
 
 impl Running {
+    /// The cluster's directory (its processes name it in their arguments).
+    pub fn dir(&self) -> &Path {
+        match self {
+            Running::Keel(k) => k.dir(),
+            Running::Redis(r) => r.dir(),
+            Running::Etcd(e) => e.dir(),
+            Running::Zk(z) => z.dir(),
+        }
+    }
+
     /// Keel's HTTP addresses, for its counters; empty for peers.
     pub fn keel_http_addrs(&self) -> Vec<std::net::SocketAddr> {
         match self {
@@ -144,12 +169,14 @@ pub async fn start(
     }
     match system {
         System::Keel => {
-            let options = keel_options(config, reads_everywhere).ok_or_else(|| unknown(system, config))?;
+            let options =
+                keel_options(config, reads_everywhere).ok_or_else(|| unknown(system, config))?;
             let exe = keel_exe.to_path_buf();
             let cluster = tokio::task::spawn_blocking(move || cluster::start_keel(&exe))
                 .await
                 .expect("cluster start task")?;
-            let target = Target::Keel { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
+            let target =
+                Target::Keel { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
             Ok((Running::Keel(cluster), target))
         }
         System::Redis => {
@@ -163,10 +190,18 @@ pub async fn start(
         System::Etcd => {
             let cluster = cluster::start_etcd().await?;
             let options = EtcdOptions { serializable: config == "serializable", reads_everywhere };
-            let target = Target::Etcd { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
+            let target =
+                Target::Etcd { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
             Ok((Running::Etcd(cluster), target))
         }
-        System::Zookeeper => Err(SetupError::Unsupported("zookeeper")),
+        System::Zookeeper => {
+            let strong = config == "strong-zk";
+            let cluster = cluster::start_zookeeper(strong).await?;
+            let options = ZkOptions { sync_reads: strong, reads_everywhere };
+            let target =
+                Target::Zk { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
+            Ok((Running::Zk(cluster), target))
+        }
     }
 }
 

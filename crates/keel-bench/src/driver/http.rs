@@ -63,7 +63,8 @@ enum BodyKind {
 
 /// Status and body framing from a header block.
 fn parse_head(head: &[u8]) -> Result<(u16, BodyKind), DriverError> {
-    let text = std::str::from_utf8(head).map_err(|_| DriverError::Protocol("non-UTF-8 head".into()))?;
+    let text =
+        std::str::from_utf8(head).map_err(|_| DriverError::Protocol("non-UTF-8 head".into()))?;
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
     let status = status_line
@@ -95,7 +96,9 @@ pub fn dechunk(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, DriverError> {
     let mut pos = 0;
     // Bounded: each pass consumes a chunk header, and the buffer is finite.
     loop {
-        let Some(line_len) = buf[pos..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let Some(line_len) = buf[pos..].windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
         let line = std::str::from_utf8(&buf[pos..pos + line_len]).unwrap_or("");
         let size_text = line.split(';').next().unwrap_or("").trim();
         let size = usize::from_str_radix(size_text, 16)
@@ -227,7 +230,8 @@ impl EtcdDriver {
         assert!(leader < nodes.len());
         let writer = HttpConn::connect(nodes[leader]).await?;
         let read_at = if options.reads_everywhere { client % nodes.len() } else { leader };
-        let reader = if read_at == leader { None } else { Some(HttpConn::connect(nodes[read_at]).await?) };
+        let reader =
+            if read_at == leader { None } else { Some(HttpConn::connect(nodes[read_at]).await?) };
         Ok(EtcdDriver { writer, reader, options })
     }
 
@@ -247,8 +251,11 @@ fn count_kvs(body: &[u8]) -> u64 {
 
 impl Driver for EtcdDriver {
     async fn read(&mut self, key: &[u8]) -> Result<bool, DriverError> {
-        let body =
-            format!("{{\"key\":\"{}\",\"serializable\":{}}}", base64(key), self.options.serializable);
+        let body = format!(
+            "{{\"key\":\"{}\",\"serializable\":{}}}",
+            base64(key),
+            self.options.serializable
+        );
         let conn = self.reader.as_mut().unwrap_or(&mut self.writer);
         let response = EtcdDriver::check(conn.post_json("/v3/kv/range", &body).await?)?;
         Ok(count_kvs(&response) > 0)
@@ -279,7 +286,8 @@ mod tests {
 
     #[test]
     fn base64_matches_rfc4648_vectors() {
-        let cases = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")];
+        let cases =
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")];
         for (input, want) in cases {
             assert_eq!(base64(input.as_bytes()), want);
         }

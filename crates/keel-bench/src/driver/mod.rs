@@ -1,11 +1,13 @@
 //! Drivers: one async trait, [`Driver`], over every system a benchmark can target.
 //!
 //! Layout: [`resp`] holds a RESP connection (over `keel_wire`'s codec) and the Keel and
-//! Redis drivers built on it; [`http`] a minimal HTTP/1.1 client and the etcd driver.
+//! Redis drivers built on it; [`http`] a minimal HTTP/1.1 client and the etcd driver;
+//! [`zk`] a minimal jute client and the ZooKeeper driver.
 //! [`AnyDriver`] dispatches over them without boxing, so the runner is one generic loop.
 
 pub mod http;
 pub mod resp;
+pub mod zk;
 
 use std::future::Future;
 
@@ -68,6 +70,8 @@ pub enum AnyDriver {
     Redis(resp::RedisDriver),
     /// etcd over its v3 JSON gateway.
     Etcd(http::EtcdDriver),
+    /// ZooKeeper over jute.
+    Zk(zk::ZkDriver),
 }
 
 impl Driver for AnyDriver {
@@ -76,6 +80,7 @@ impl Driver for AnyDriver {
             AnyDriver::Keel(d) => d.read(key).await,
             AnyDriver::Redis(d) => d.read(key).await,
             AnyDriver::Etcd(d) => d.read(key).await,
+            AnyDriver::Zk(d) => d.read(key).await,
         }
     }
 
@@ -84,6 +89,7 @@ impl Driver for AnyDriver {
             AnyDriver::Keel(d) => d.write(key, value).await,
             AnyDriver::Redis(d) => d.write(key, value).await,
             AnyDriver::Etcd(d) => d.write(key, value).await,
+            AnyDriver::Zk(d) => d.write(key, value).await,
         }
     }
 
@@ -92,6 +98,7 @@ impl Driver for AnyDriver {
             AnyDriver::Keel(d) => d.scan(start, count).await,
             AnyDriver::Redis(d) => d.scan(start, count).await,
             AnyDriver::Etcd(d) => d.scan(start, count).await,
+            AnyDriver::Zk(d) => d.scan(start, count).await,
         }
     }
 }

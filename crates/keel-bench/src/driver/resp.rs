@@ -30,7 +30,8 @@ impl RespConn {
             .await
             .map_err(|_| DriverError::Timeout)??;
         stream.set_nodelay(true)?;
-        let limits = RespLimits { frame_bytes_max: REPLY_BYTES_MAX as u64, ..RespLimits::default() };
+        let limits =
+            RespLimits { frame_bytes_max: REPLY_BYTES_MAX as u64, ..RespLimits::default() };
         Ok(RespConn {
             addr,
             stream,
@@ -66,8 +67,10 @@ impl RespConn {
         self.stream.write_all(&self.write_buf).await?;
         // Bounded: each pass reads at least one byte and the reply is at most REPLY_BYTES_MAX.
         loop {
-            let decoded =
-                self.decoder.decode(&self.read_buf).map_err(|e| DriverError::Protocol(e.to_string()))?;
+            let decoded = self
+                .decoder
+                .decode(&self.read_buf)
+                .map_err(|e| DriverError::Protocol(e.to_string()))?;
             if let Some((frame, consumed)) = decoded {
                 self.read_buf.drain(..consumed);
                 return Ok(frame);
@@ -139,7 +142,8 @@ impl Driver for KeelDriver {
         let level = self.options.read_level.as_bytes();
         let count = count.to_string();
         let conn = self.reader.as_mut().unwrap_or(&mut self.leader);
-        let args: [&[u8]; 7] = [b"KEEL.SCAN", start, b"+inf", b"COUNT", count.as_bytes(), b"LEVEL", level];
+        let args: [&[u8]; 7] =
+            [b"KEEL.SCAN", start, b"+inf", b"COUNT", count.as_bytes(), b"LEVEL", level];
         match conn.call(&args).await? {
             Frame::Array(items) | Frame::Set(items) => Ok(items.len() as u64),
             Frame::Map(pairs) => Ok(pairs.len() as u64),
@@ -175,7 +179,8 @@ impl RedisDriver {
         assert!(!nodes.is_empty(), "a Redis deployment has a primary");
         let primary = RespConn::connect(nodes[0]).await?;
         let read_at = if options.reads_everywhere { client % nodes.len() } else { 0 };
-        let reader = if read_at == 0 { None } else { Some(RespConn::connect(nodes[read_at]).await?) };
+        let reader =
+            if read_at == 0 { None } else { Some(RespConn::connect(nodes[read_at]).await?) };
         Ok(RedisDriver { primary, reader, options })
     }
 }
