@@ -1,6 +1,7 @@
-//! `keel bench`: one run (`keel bench --system keel --config cad --workload a`) or a
+//! `keel bench`: one run (`keel bench --system keel --config cad --workloads a`) or a
 //! suite (`keel bench suite orca|geo|scale`). Prints a Markdown table, or JSON lines
-//! with `--json`; suites also write `results/<suite>-<time>.jsonl` and `.md`.
+//! with `--json`; suites also write `results/<suite>-<time>.jsonl`, `.md` and PNG plots,
+//! which `keel bench report FILE.jsonl` redraws.
 
 use crate::report::{markdown_header, markdown_row, RunLabel, RunRecord};
 use crate::runner::{self, RunConfig};
@@ -271,7 +272,7 @@ async fn measure(
         eprintln!("keel bench: first error of the run: {error}");
     }
     let mut record = RunRecord::new(label, config.clients, config.target_ops_s, &outcome);
-    record.server_rss_kib_max = crate::cluster::rss_kib_under(running.dir()).into_iter().max();
+    record.server_rss_kib_max = running.server_rss_kib().into_iter().max();
     if !http.is_empty() {
         let rounds_after = crate::cluster::metric_sum(&http, metric).await;
         if let (Some(before), Some(after)) = (rounds_before, rounds_after) {

@@ -106,6 +106,18 @@ impl Guarded {
         &self.dir
     }
 
+    /// The resident memory, in KiB, of each server (the children of the guards).
+    pub fn server_rss_kib(&self) -> Vec<u64> {
+        let mut sizes = Vec::new();
+        for child in &self.children {
+            let guard = child.id();
+            let path = format!("/proc/{guard}/task/{guard}/children");
+            let children = std::fs::read_to_string(path).unwrap_or_default();
+            sizes.extend(children.split_whitespace().filter_map(|p| rss_kib(p.parse().ok()?)));
+        }
+        sizes
+    }
+
     /// Stops every process: closes each guard's stdin, waits, kills what remains.
     pub fn stop(&mut self) {
         for child in &mut self.children {
@@ -144,6 +156,11 @@ impl RedisCluster {
     /// The cluster's directory.
     pub fn dir(&self) -> &Path {
         self.processes.dir()
+    }
+
+    /// Each server's resident memory, in KiB.
+    pub fn server_rss_kib(&self) -> Vec<u64> {
+        self.processes.server_rss_kib()
     }
 }
 
@@ -246,6 +263,11 @@ impl EtcdCluster {
     /// The cluster's directory.
     pub fn dir(&self) -> &Path {
         self.processes.dir()
+    }
+
+    /// Each server's resident memory, in KiB.
+    pub fn server_rss_kib(&self) -> Vec<u64> {
+        self.processes.server_rss_kib()
     }
 }
 
@@ -385,6 +407,14 @@ pub fn rss_kib_under(dir: &Path) -> Vec<u64> {
     sizes
 }
 
+/// The resident memory, in KiB, of process `pid` (Linux `/proc`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix("VmRSS:")?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+    })
+}
+
 /// The sum over `addrs` of the counter `name` in each node's `/metrics`.
 pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
     let mut sum = 0;
@@ -414,6 +444,11 @@ impl ZkCluster {
     /// The cluster's directory.
     pub fn dir(&self) -> &Path {
         self.processes.dir()
+    }
+
+    /// Each server's resident memory, in KiB.
+    pub fn server_rss_kib(&self) -> Vec<u64> {
+        self.processes.server_rss_kib()
     }
 }
 

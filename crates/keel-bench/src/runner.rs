@@ -23,6 +23,8 @@ pub const CLIENTS_MAX: usize = 1024;
 pub const LOAD_CLIENTS: usize = 16;
 /// Highest latency the histograms hold, in microseconds (one minute).
 pub const LATENCY_US_MAX: u64 = 60_000_000;
+/// Most attempts at one load-phase write (a leader election takes a few).
+pub const LOAD_RETRIES_MAX: u32 = 100;
 /// Most reconnect attempts after a failed request before a client gives up.
 pub const RECONNECTS_MAX: u32 = 100;
 
@@ -152,7 +154,14 @@ pub async fn load(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(),
                     return Ok::<(), DriverError>(());
                 }
                 let value = stream.value();
-                driver.write(key_name(keynum).as_bytes(), &value).await?;
+                write_with_retries(
+                    &target,
+                    client,
+                    &mut driver,
+                    key_name(keynum).as_bytes(),
+                    &value,
+                )
+                .await?;
             }
         });
     }
@@ -160,6 +169,35 @@ pub async fn load(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(),
         result.expect("load task panicked")?;
     }
     Ok(())
+}
+
+/// Writes one record of the load phase, retrying (with a short back-off and, after a
+/// broken connection, a new one) while a leader is elected, at most [`LOAD_RETRIES_MAX`]
+/// times.
+async fn write_with_retries(
+    target: &Target,
+    client: usize,
+    driver: &mut AnyDriver,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), DriverError> {
+    let mut attempt = 0;
+    loop {
+        let error = match driver.write(key, value).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        attempt += 1;
+        if attempt >= LOAD_RETRIES_MAX || matches!(error, DriverError::Unsupported(_)) {
+            return Err(error);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if error.needs_reconnect() {
+            if let Ok(d) = target.connect(client).await {
+                *driver = d;
+            }
+        }
+    }
 }
 
 /// Executes one operation; `reads` counts the reads it issued.

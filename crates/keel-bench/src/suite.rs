@@ -252,7 +252,12 @@ pub fn report(file: &Path) -> Result<(), String> {
     let stem = file.file_stem().map_or("results".into(), |s| s.to_string_lossy().into_owned());
     let name = stem.split('-').next().unwrap_or("orca").to_string();
     let dir = file.parent().unwrap_or(Path::new("."));
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // Keep the command that produced the records, if an earlier table names it.
+    let previous = std::fs::read_to_string(dir.join(format!("{stem}.md"))).unwrap_or_default();
+    let command = previous
+        .lines()
+        .find_map(|l| l.strip_prefix("Command: `")?.strip_suffix('`').map(str::to_string))
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
     write_files(dir, &stem, &name, &command, &records)
 }
 

@@ -139,6 +139,16 @@ impl Running {
         }
     }
 
+    /// Each server process's resident memory, in KiB.
+    pub fn server_rss_kib(&self) -> Vec<u64> {
+        match self {
+            Running::Keel(k) => cluster::rss_kib_under(k.dir()),
+            Running::Redis(r) => r.server_rss_kib(),
+            Running::Etcd(e) => e.server_rss_kib(),
+            Running::Zk(z) => z.server_rss_kib(),
+        }
+    }
+
     /// Keel's HTTP addresses, for its counters; empty for peers.
     pub fn keel_http_addrs(&self) -> Vec<std::net::SocketAddr> {
         match self {
