@@ -13,36 +13,8 @@ use crate::model::{Action, LinOp, Model};
 use keel_types::{Durability, ReadLevel, Version};
 use std::collections::BTreeMap;
 
-/// A small deterministic PRNG (splitmix64).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0, "below(0)");
-        self.next_u64() % n
-    }
-
-    /// True with probability `percent`/100.
-    pub fn percent(&mut self, percent: u32) -> bool {
-        self.below(100) < u64::from(percent)
-    }
-}
+/// The generator histories are drawn from (Keel's splitmix64; the seed is an input).
+pub use keel_types::rng::SplitMix64 as Rng;
 
 /// The shape of a generated history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,7 +106,7 @@ fn random_action(model: Model, state: &Option<String>, n: usize, rng: &mut Rng) 
         (Model::Keel, 40..=49) => Action::Delete,
         (Model::Keel, 50..=64) => Action::Incr { delta: rng.below(5) as i64 - 2, result: None },
         (Model::Register | Model::Keel, 65..=84) => {
-            let expected = if rng.percent(50) {
+            let expected = if rng.chance(50 * 10_000) {
                 state.clone()
             } else {
                 Some(rng.below(n as u64 + 1).to_string())
@@ -190,9 +162,9 @@ pub fn lin_history(model: Model, shape: &Shape) -> Vec<LinOp> {
         let mut action = random_action(model, state, n, &mut rng);
         let slot = schedule.next(&mut rng);
         let is_read = matches!(action, Action::Read { .. });
-        if !is_read && rng.percent(shape.unknown_percent) {
+        if !is_read && rng.chance(shape.unknown_percent * 10_000) {
             schedule.abandon(slot);
-            if rng.percent(50) {
+            if rng.chance(50 * 10_000) {
                 execute(&mut action.clone(), state);
             }
             clear_result(&mut action);
@@ -251,13 +223,13 @@ pub fn keel_history(shape: &Shape) -> KeelHistory {
         let mut action = random_action(Model::Keel, state, n, &mut rng);
         let slot = schedule.next(&mut rng);
         let is_read = matches!(action, Action::Read { .. });
-        let unknown = !is_read && rng.percent(shape.unknown_percent);
+        let unknown = !is_read && rng.chance(shape.unknown_percent * 10_000);
         let mut outcome = Outcome::Ok;
         let mut complete_ns = None;
         if unknown {
             schedule.abandon(slot);
             outcome = Outcome::Unknown;
-            if rng.percent(50) && takes_effect(&mut action.clone(), state) {
+            if rng.chance(50 * 10_000) && takes_effect(&mut action.clone(), state) {
                 *version = Some(next_version(&history));
                 history.survivors.push(Survivor {
                     version: version.expect("set"),

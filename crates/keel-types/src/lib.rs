@@ -7,6 +7,7 @@
 //! - [`limits`]: every named limit on keys, values, batches and queues.
 //! - [`log`]: log entries, hard state and snapshot metadata shared by engine and storage.
 //! - [`codec`]: the explicit-width binary encoding of log entries and hard state (`docs/format.md`).
+//! - [`rng`]: the deterministic PRNG every seeded component draws from.
 //! - [`error`]: the typed errors a client can see, split into retryable and fatal.
 //!
 //! Nothing here does I/O, reads a clock or draws randomness.
@@ -18,6 +19,7 @@ pub mod ids;
 pub mod level;
 pub mod limits;
 pub mod log;
+pub mod rng;
 
 pub use command::{Command, CommandResult, Key, Value};
 pub use error::{KeelError, KeelResult};

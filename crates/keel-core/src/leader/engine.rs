@@ -11,8 +11,8 @@ use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Ro
 use super::kv::Kv;
 use super::log::Log;
 use super::replication::Leading;
-use super::rng::SplitMix64;
 use crate::time::{Span, Time};
+use keel_types::rng::SplitMix64;
 use keel_types::{
     Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId, SnapshotMeta, Value,
     Version,

@@ -13,7 +13,6 @@
 //! - `client`: requests, reads at each level, writes, forwarding.
 //! - [`kv`]: the key-value state machine with undo records and its snapshot format.
 //! - [`log`]: the in-memory log.
-//! - [`rng`]: the seeded PRNG for election timeouts.
 //!
 //! Driving loop (the server and the simulator both do this):
 //!
@@ -41,7 +40,6 @@ pub mod io;
 pub mod kv;
 pub mod log;
 mod replication;
-pub mod rng;
 #[cfg(test)]
 mod tests;
 

@@ -826,7 +826,7 @@ type Pending = (RequestTag, Option<(Vec<u8>, Vec<u8>)>, Vec<u8>);
 fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
     let mut total_reads = 0;
     for seed in 0..24u64 {
-        let mut rng = super::rng::SplitMix64::new(seed);
+        let mut rng = keel_types::rng::SplitMix64::new(seed);
         let mut c = Cluster::new(5, seed, |_| {});
         c.await_leader();
         let mut newest_read: BTreeMap<Vec<u8>, Version> = BTreeMap::new();
