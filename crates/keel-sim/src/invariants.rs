@@ -242,17 +242,18 @@ impl Checker {
         durable_index: LogIndex,
         at_ns: u64,
     ) {
-        let log = self.log(node).clone();
-        if durable_index > log.last_index() {
+        if durable_index > self.log(node).last_index() {
             let detail = format!("leader {node} publishes durable {durable_index} beyond its log");
             self.violate("durable-beyond-log", at_ns, detail);
             return;
         }
+        // Borrow the log, don't copy it: this runs on every step of every leader.
         let from = self.durable_chain.len() as u64 + 1;
-        for i in from..=durable_index.0 {
-            let chain = log.chain_at(LogIndex(i)).expect("checked against last index");
-            self.durable_chain.push(chain);
-        }
+        let log = self.log(node);
+        let chains: Vec<u64> = (from..=durable_index.0)
+            .map(|i| log.chain_at(LogIndex(i)).expect("checked against last index"))
+            .collect();
+        self.durable_chain.extend(chains);
         if durable_index.0 >= from {
             self.durable_marks.push((epoch, durable_index));
         }

@@ -162,7 +162,7 @@ impl<D: Disk> Wal<D> {
             epoch_floor = last.epoch;
             expected = Some(last.index.next());
             scanned.entries.extend(scan.entries);
-            scanned.segments.push(Segment { first, record_ends: scan.record_ends });
+            scanned.segments.push(Segment::new(first, scan.record_ends));
             let max = self.config_ref().recovered_entries_max;
             if scanned.entries.len() as u64 > max {
                 let len = scanned.entries.len() as u64;

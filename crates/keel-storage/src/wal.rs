@@ -26,11 +26,19 @@ pub type FileStorage = Wal<FileDisk>;
 pub(crate) struct Segment {
     pub(crate) first: LogIndex,
     pub(crate) record_ends: Vec<u64>,
+    /// The file name, formatted once: every append names the file it writes to.
+    name: String,
 }
 
 impl Segment {
+    /// A segment whose first entry is `first`, with its records ending at `record_ends`.
+    pub(crate) fn new(first: LogIndex, record_ends: Vec<u64>) -> Segment {
+        Segment { first, record_ends, name: segment_name(first) }
+    }
+
     pub(crate) fn name(&self) -> String {
-        segment_name(self.first)
+        debug_assert_eq!(self.name, segment_name(self.first));
+        self.name.clone()
     }
 
     /// The segment's size in bytes (its header, if it holds no record yet).
@@ -224,7 +232,7 @@ impl<D: Disk> Wal<D> {
         self.io("write", &name, |d| d.append(&name, &segment_header(first)))?;
         let log = self.log_mut();
         assert!(log.segments.last_key_value().is_none_or(|(last, _)| *last < first));
-        log.segments.insert(first, Segment { first, record_ends: Vec::new() });
+        log.segments.insert(first, Segment::new(first, Vec::new()));
         log.dirty.insert(first);
         log.dir_dirty = true;
         Ok(())
