@@ -10,7 +10,8 @@
 //! - [`runner`]: load phase, closed-loop and open-loop run phases, HdrHistogram latency.
 //! - [`report`], [`plot`], [`progress`]: JSON lines, Markdown tables, PNG plots, the
 //!   progress bar.
-//! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`.
+//! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`; [`geo`]: the
+//!   geo suite (five nodes in three emulated sites, latency CDFs).
 //!
 //! Benchmarks measure; only the deterministic parts are tested.
 
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod cluster;
 pub mod driver;
 pub mod generator;
+pub mod geo;
 pub mod plot;
 pub mod progress;
 pub mod report;

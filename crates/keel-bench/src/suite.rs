@@ -1,6 +1,6 @@
 //! Suites: `orca` (the ORCA paper's Table 2 and Figure 10 side by side with the peers),
-//! `scale` (1..128 closed-loop clients on YCSB A and B), `geo` (needs a per-link latency
-//! matrix in the server; refused until it exists).
+//! `scale` (1..128 closed-loop clients on YCSB A and B), `geo` (five nodes in three
+//! emulated sites; see [`crate::geo`]).
 //!
 //! Each suite prints its records as they complete, then writes
 //! `<out>/<suite>-<unix time>.jsonl` and `.md` (the table plus ratios).
@@ -300,11 +300,7 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
     let default_workloads = match args.name.as_str() {
         "orca" => "a,b,d,f",
         "scale" => "a,b",
-        "geo" => {
-            return Err("the geo suite needs a per-link latency matrix in the server's peer \
-                        transport (keel-server has none yet); see docs/benchmarks.md"
-                .into())
-        }
+        "geo" => return crate::geo::run(args, exe).map(|()| Vec::new()),
         other => return Err(format!("unknown suite {other:?}: expected orca, geo or scale")),
     };
     let workloads: Vec<WorkloadName> = args

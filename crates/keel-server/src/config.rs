@@ -22,12 +22,21 @@
 //! read_level_default = "monotonic"
 //! ```
 //!
+//! A test-only section, off by default, delays this node's outbound peer messages to
+//! emulate a wide-area network (the geo benchmark uses it):
+//!
+//! ```toml
+//! [geo]
+//! peer_delay_ms = { "2" = 17, "3" = 1 }   # one-way delay to member 2 and member 3
+//! ```
+//!
 //! `docs/operations.md` lists every field with its default.
 
 use keel_core::leader::Config as EngineConfig;
 use keel_core::time::Span;
 use keel_types::{Durability, Limits, NodeId, ReadLevel};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -43,6 +52,8 @@ pub const PEER_BATCH_MAX_DEFAULT: u32 = 512;
 pub const PIPELINE_DEPTH_MAX_DEFAULT: u32 = 1024;
 /// Ceiling on every configured queue length.
 pub const QUEUE_CEILING: u32 = 1 << 20;
+/// Longest emulated one-way peer delay (`geo.peer_delay_ms`).
+pub const PEER_DELAY_MS_MAX: u64 = 10_000;
 
 const _: () = assert!(INPUT_QUEUE_MAX_DEFAULT <= QUEUE_CEILING);
 const _: () = assert!(PEER_BATCH_MAX_DEFAULT <= PEER_QUEUE_MAX_DEFAULT);
@@ -125,6 +136,24 @@ pub struct EngineSettings {
     pub pending_requests_max: Option<usize>,
 }
 
+/// Test-only wide-area emulation, off by default (an empty map delays nothing).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoSettings {
+    /// One-way delay in milliseconds of every message from this node to the member
+    /// whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named get none.
+    /// Each message leaves no earlier than its enqueue time plus this delay, in order.
+    #[serde(default)]
+    pub peer_delay_ms: BTreeMap<String, u64>,
+}
+
+impl GeoSettings {
+    /// Whether no delay is configured (the default; the section is then not written).
+    pub fn is_off(&self) -> bool {
+        self.peer_delay_ms.values().all(|&ms| ms == 0)
+    }
+}
+
 /// The whole server configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -158,6 +187,9 @@ pub struct ServerConfig {
     /// Engine settings.
     #[serde(default)]
     pub engine: EngineSettings,
+    /// Test-only wide-area emulation (off by default).
+    #[serde(default, skip_serializing_if = "GeoSettings::is_off")]
+    pub geo: GeoSettings,
 }
 
 fn connections_max_default() -> u32 {
@@ -208,6 +240,7 @@ impl ServerConfig {
             peer_batch_max: PEER_BATCH_MAX_DEFAULT,
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
             engine: EngineSettings::default(),
+            geo: GeoSettings::default(),
         }
     }
 
@@ -266,8 +299,33 @@ impl ServerConfig {
         if addrs.len() != self.members.len() {
             return Err(invalid("members", "two members share a peer_addr"));
         }
+        self.validate_geo()?;
         self.engine_config()?;
         Ok(())
+    }
+
+    /// Checks `geo.peer_delay_ms`: keys are other members' ids, delays at most
+    /// [`PEER_DELAY_MS_MAX`].
+    fn validate_geo(&self) -> Result<(), ConfigError> {
+        for (key, &ms) in &self.geo.peer_delay_ms {
+            let field = format!("geo.peer_delay_ms.{key}");
+            let id: u32 = key.parse().map_err(|_| invalid(&field, "key is not a member id"))?;
+            if id == self.node_id || self.members.iter().all(|m| m.id != id) {
+                return Err(invalid(&field, format!("{id} is not another member")));
+            }
+            if ms > PEER_DELAY_MS_MAX {
+                return Err(invalid(&field, format!("must be at most {PEER_DELAY_MS_MAX} ms")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The one-way delay of messages from this node to member `to` (zero unless
+    /// `geo.peer_delay_ms` names it).
+    pub fn peer_delay(&self, to: u32) -> std::time::Duration {
+        let ms = self.geo.peer_delay_ms.get(&to.to_string()).copied().unwrap_or(0);
+        assert!(ms <= PEER_DELAY_MS_MAX, "validated: delays are bounded");
+        std::time::Duration::from_millis(ms)
     }
 
     /// The engine configuration, validated by the engine's own rules.
@@ -324,6 +382,26 @@ mod tests {
         config.engine.heartbeat_interval_ms = Some(1000);
         let text = config.validate().unwrap_err().to_string();
         assert!(text.contains("engine.heartbeat_interval"), "{text}");
+    }
+
+    #[test]
+    fn geo_delays_parse_validate_and_default_off() {
+        let config = ServerConfig::local(5, 1, 7379, Path::new("/tmp/keel"));
+        assert!(config.geo.is_off());
+        assert!(!config.to_toml().contains("geo"), "off by default, not written");
+        let text =
+            format!("{}\n[geo]\npeer_delay_ms = {{ \"2\" = 1, \"3\" = 17 }}\n", config.to_toml());
+        let config = ServerConfig::from_toml(&text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.peer_delay(3), std::time::Duration::from_millis(17));
+        assert_eq!(config.peer_delay(4), std::time::Duration::ZERO);
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+        for (key, ms) in [("3", PEER_DELAY_MS_MAX + 1), ("1", 5), ("9", 5), ("x", 5)] {
+            let mut bad = config.clone();
+            bad.geo.peer_delay_ms.insert(key.to_string(), ms);
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("`geo.peer_delay_ms.{key}`")), "{err}");
+        }
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
             member.peer_addr,
             rx,
             batch,
+            config.peer_delay(member.id),
             metrics.clone(),
         ));
     }

@@ -7,7 +7,11 @@
 //! - batching: the sender takes every message waiting (at most `peer_batch_max`) and
 //!   writes them as one frame, so a busy link pipelines without waiting for replies;
 //! - reconnect with exponential backoff and jitter ([`BACKOFF_MIN`]..[`BACKOFF_MAX`]);
-//!   messages queued while the link is down are dropped: they are stale by then.
+//!   messages queued while the link is down are dropped: they are stale by then;
+//! - a test-only one-way delay per link (`[geo] peer_delay_ms`, off by default): a
+//!   [`DelayLine`] stamps each message when the sender takes it from the queue and
+//!   releases it no earlier than stamp + delay, in order, holding at most
+//!   `peer_queue_max` messages (more are dropped, as when the queue is full).
 //!
 //! Inbound: each frame is checked (length limit, checksum, addressed to this node) and
 //! its messages go to the engine loop, dropped when its queue is full. A malformed frame
@@ -18,6 +22,7 @@ use crate::metrics::Metrics;
 use keel_core::leader::Message;
 use keel_types::NodeId;
 use keel_wire::peer::{decode_frame, encode_frame, PeerFrame, PeerLimits};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// First reconnect delay.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(20);
@@ -61,16 +67,76 @@ impl Jitter {
     }
 }
 
-/// Sends the messages queued for `to` to its address, forever (until the queue closes).
+/// A FIFO that holds each item until its stamp plus a fixed delay: the emulated one-way
+/// latency of a link. Pure: time is passed in. Release order is push order, because
+/// stamps never go backwards and the delay is the same for every item.
+#[derive(Debug)]
+pub struct DelayLine<T> {
+    delay: Duration,
+    held: VecDeque<(Instant, T)>,
+    held_max: usize,
+}
+
+impl<T> DelayLine<T> {
+    /// A line delaying by `delay` and holding at most `held_max` items.
+    pub fn new(delay: Duration, held_max: usize) -> DelayLine<T> {
+        assert!(held_max >= 1, "a delay line holds at least one item");
+        DelayLine { delay, held: VecDeque::new(), held_max }
+    }
+
+    /// Holds `item`, stamped `now`; gives it back when the line is full (drop it).
+    pub fn push(&mut self, now: Instant, item: T) -> Result<(), T> {
+        if self.held.len() >= self.held_max {
+            return Err(item);
+        }
+        let last = self.held.back().map(|(stamp, _)| *stamp);
+        let now = last.map_or(now, |last| last.max(now)); // stamps never go backwards
+        self.held.push_back((now, item));
+        assert!(self.held.len() <= self.held_max);
+        Ok(())
+    }
+
+    /// When the oldest held item is due, if any item is held.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.held.front().map(|(stamp, _)| *stamp + self.delay)
+    }
+
+    /// Moves into `out`, in order, up to `count_max` items due at `now`.
+    pub fn take_due(&mut self, now: Instant, count_max: usize, out: &mut Vec<T>) {
+        let before = out.len();
+        while out.len() - before < count_max && self.next_due().is_some_and(|due| due <= now) {
+            let (_, item) = self.held.pop_front().expect("next_due saw it");
+            out.push(item);
+        }
+        assert!(out.len() - before <= count_max);
+    }
+
+    /// How many items are held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether no item is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+/// Sends the messages queued for `to` to its address, forever (until the queue closes),
+/// each no earlier than `delay` after the sender took it from the queue.
+#[allow(clippy::too_many_arguments)] // each is a distinct setting of the link
 pub async fn sender(
     me: NodeId,
     to: NodeId,
     addr: SocketAddr,
     mut queue: mpsc::Receiver<Message>,
     batch_max: usize,
+    delay: Duration,
     metrics: Arc<Metrics>,
 ) {
     assert!(batch_max >= 1, "a frame carries at least one message");
+    let held_max = queue.max_capacity();
+    let mut line = DelayLine::new(delay, held_max);
     let limits = PeerLimits::default();
     let mut jitter =
         Jitter::new(u64::from(me.0) << 32 | u64::from(to.0) ^ std::process::id() as u64);
@@ -91,49 +157,110 @@ pub async fn sender(
         let _ = stream.set_nodelay(true);
         tracing::debug!(%to, %addr, "peer link up");
         backoff = BACKOFF_MIN;
-        if !send_frames(me, to, stream, &mut queue, batch_max, &limits, &metrics).await {
+        let link = Link { me, to, batch_max, limits: &limits, metrics: &metrics };
+        let open = if delay.is_zero() {
+            send_frames(&link, stream, &mut queue).await
+        } else {
+            send_delayed(&link, stream, &mut queue, &mut line).await
+        };
+        if !open {
             return; // the queue closed: the node is stopping
         }
+        line = DelayLine::new(delay, held_max); // what was held is stale now
         tracing::debug!(%to, "peer link down; reconnecting");
     }
 }
 
-/// Writes batches until the connection fails (`true`) or the queue closes (`false`).
-async fn send_frames(
+/// What a sender needs to write frames to one peer.
+struct Link<'a> {
     me: NodeId,
     to: NodeId,
+    batch_max: usize,
+    limits: &'a PeerLimits,
+    metrics: &'a Metrics,
+}
+
+/// Writes batches until the connection fails (`true`) or the queue closes (`false`).
+async fn send_frames(
+    link: &Link<'_>,
     mut stream: TcpStream,
     queue: &mut mpsc::Receiver<Message>,
-    batch_max: usize,
-    limits: &PeerLimits,
-    metrics: &Metrics,
 ) -> bool {
     let mut buf = Vec::new();
-    let mut batch = Vec::with_capacity(batch_max);
+    let mut batch = Vec::with_capacity(link.batch_max);
     loop {
-        if queue.recv_many(&mut batch, batch_max).await == 0 {
+        if queue.recv_many(&mut batch, link.batch_max).await == 0 {
             return false;
         }
-        buf.clear();
-        let count = batch.len() as u64;
-        let frame = PeerFrame::Link { from: me, to, messages: std::mem::take(&mut batch) };
-        if let Err(e) = encode_frame(&frame, limits, &mut buf) {
-            // Too large as one frame: send each message alone (a snapshot may be big).
-            tracing::debug!(%e, "splitting a peer batch");
-            let PeerFrame::Link { messages, .. } = frame else { unreachable!("built above") };
-            for message in messages {
-                let single = PeerFrame::Link { from: me, to, messages: vec![message] };
-                if encode_frame(&single, limits, &mut buf).is_err() {
-                    metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        if stream.write_all(&buf).await.is_err() {
-            metrics.peer_dropped.fetch_add(count, Ordering::Relaxed);
+        if !write_batch(link, &mut stream, &mut batch, &mut buf).await {
             return true;
         }
-        metrics.peer_sent.fetch_add(count, Ordering::Relaxed);
     }
+}
+
+/// As [`send_frames`], but each message waits in `line` until it is due.
+async fn send_delayed(
+    link: &Link<'_>,
+    mut stream: TcpStream,
+    queue: &mut mpsc::Receiver<Message>,
+    line: &mut DelayLine<Message>,
+) -> bool {
+    let mut buf = Vec::new();
+    let mut incoming = Vec::with_capacity(link.batch_max);
+    let mut batch = Vec::with_capacity(link.batch_max);
+    loop {
+        let due = line.next_due();
+        tokio::select! {
+            count = queue.recv_many(&mut incoming, link.batch_max) => {
+                if count == 0 {
+                    return false;
+                }
+                let now = Instant::now();
+                for message in incoming.drain(..) {
+                    if line.push(now, message).is_err() {
+                        link.metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+        }
+        line.take_due(Instant::now(), link.batch_max, &mut batch);
+        if !batch.is_empty() && !write_batch(link, &mut stream, &mut batch, &mut buf).await {
+            return true;
+        }
+    }
+}
+
+/// Writes `batch` (emptied) as one frame, or one frame per message when too large;
+/// `false` when the connection failed.
+async fn write_batch(
+    link: &Link<'_>,
+    stream: &mut TcpStream,
+    batch: &mut Vec<Message>,
+    buf: &mut Vec<u8>,
+) -> bool {
+    assert!(!batch.is_empty() && batch.len() <= link.batch_max);
+    let (me, to, metrics) = (link.me, link.to, link.metrics);
+    buf.clear();
+    let count = batch.len() as u64;
+    let frame = PeerFrame::Link { from: me, to, messages: std::mem::take(batch) };
+    if let Err(e) = encode_frame(&frame, link.limits, buf) {
+        // Too large as one frame: send each message alone (a snapshot may be big).
+        tracing::debug!(%e, "splitting a peer batch");
+        let PeerFrame::Link { messages, .. } = frame else { unreachable!("built above") };
+        for message in messages {
+            let single = PeerFrame::Link { from: me, to, messages: vec![message] };
+            if encode_frame(&single, link.limits, buf).is_err() {
+                metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if stream.write_all(buf).await.is_err() {
+        metrics.peer_dropped.fetch_add(count, Ordering::Relaxed);
+        return false;
+    }
+    metrics.peer_sent.fetch_add(count, Ordering::Relaxed);
+    true
 }
 
 fn drop_queued(queue: &mut mpsc::Receiver<Message>, metrics: &Metrics) {
@@ -220,5 +347,30 @@ mod tests {
             assert!(d >= Duration::from_millis(100) && d < Duration::from_millis(150));
         }
         assert_ne!(Jitter::new(1).next_u64(), Jitter::new(2).next_u64());
+    }
+
+    #[test]
+    fn delay_line_holds_each_item_for_the_delay_in_order_and_bounded() {
+        let base = Instant::now(); // only offsets from it matter
+        let ms = Duration::from_millis;
+        let mut line = DelayLine::new(ms(17), 3);
+        assert_eq!(line.next_due(), None);
+        line.push(base, 'a').unwrap();
+        line.push(base + ms(5), 'b').unwrap();
+        line.push(base + ms(2), 'c').unwrap(); // an earlier stamp cannot overtake 'b'
+        assert_eq!(line.push(base + ms(6), 'd'), Err('d'), "full: dropped");
+        assert_eq!(line.next_due(), Some(base + ms(17)));
+        let mut out = Vec::new();
+        line.take_due(base + ms(16), 10, &mut out);
+        assert!(out.is_empty(), "nothing leaves before stamp + delay");
+        line.take_due(base + ms(17), 10, &mut out);
+        assert_eq!(out, ['a']);
+        line.take_due(base + ms(30), 1, &mut out);
+        assert_eq!(out, ['a', 'b'], "count_max bounds one take");
+        assert_eq!(line.len(), 1);
+        assert_eq!(line.next_due(), Some(base + ms(22)), "'c' restamped at 'b''s time");
+        line.take_due(base + ms(22), 10, &mut out);
+        assert_eq!(out, ['a', 'b', 'c']);
+        assert!(line.is_empty());
     }
 }
