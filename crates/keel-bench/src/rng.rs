@@ -9,20 +9,11 @@ pub struct Rng {
     state: [u64; 4],
 }
 
-fn splitmix64(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 impl Rng {
     /// A stream fixed by `seed`; two streams with the same seed are equal.
     pub fn new(seed: u64) -> Rng {
-        let mut x = seed;
-        let state =
-            [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)];
+        let mut seeder = keel_types::rng::SplitMix64::new(seed);
+        let state = [seeder.next_u64(), seeder.next_u64(), seeder.next_u64(), seeder.next_u64()];
         assert!(state.iter().any(|w| *w != 0), "xoshiro needs a non-zero state");
         Rng { state }
     }

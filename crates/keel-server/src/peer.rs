@@ -20,6 +20,7 @@
 use crate::driver::Event;
 use crate::metrics::Metrics;
 use keel_core::leader::Message;
+use keel_types::rng::SplitMix64;
 use keel_types::NodeId;
 use keel_wire::peer::{decode_frame, encode_frame, PeerFrame, PeerLimits};
 use std::collections::VecDeque;
@@ -41,28 +42,25 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A tiny PRNG for jitter (SplitMix64): jitter needs spread, not quality.
+/// Randomness for reconnect jitter and connection ids: Keel's splitmix64, seeded by the
+/// caller. Jitter needs spread, not quality.
 #[derive(Debug)]
-pub struct Jitter(u64);
+pub struct Jitter(SplitMix64);
 
 impl Jitter {
     /// Seeded from `seed`.
     pub fn new(seed: u64) -> Jitter {
-        Jitter(seed)
+        Jitter(SplitMix64::new(seed))
     }
 
     /// The next pseudo-random number.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// `base` stretched by a random factor in `[1, 1.5)`.
     pub fn spread(&mut self, base: Duration) -> Duration {
-        let extra = base.as_micros() as u64 * (self.next_u64() % 500) / 1000;
+        let extra = base.as_micros() as u64 * self.0.below(500) / 1000;
         base + Duration::from_micros(extra)
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONNECTIONS_MAX: u32 = 6;
 
@@ -62,16 +62,12 @@ fn req(words: &[&[u8]]) -> Vec<u8> {
 
 /// Retries a write until the cluster serves it (the first may meet a leader change).
 fn settle(addr: SocketAddr) {
-    let deadline = Instant::now() + common::LEADER_WAIT;
-    loop {
+    let accepted = common::wait_until(common::LEADER_WAIT, || {
         let mut c = Conn::open(addr);
         c.send(&req(&[b"SET", b"warm", b"up"]));
-        if c.line() == "+OK\r\n" {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the cluster never accepted a write");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        c.line() == "+OK\r\n"
+    });
+    assert!(accepted, "the cluster never accepted a write");
 }
 
 #[test]

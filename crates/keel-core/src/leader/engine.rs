@@ -399,9 +399,15 @@ impl LeaderEngine {
             last_epoch: self.log.last_epoch(),
             last_index: self.log.last_index(),
         };
+        self.broadcast(&request);
+    }
+
+    /// Sends `message` to every other member, in member order.
+    fn broadcast(&mut self, message: &Message) {
         let peers: Vec<NodeId> = self.peers().collect();
+        assert!(!peers.contains(&self.config.node_id), "a node never messages itself");
         for peer in peers {
-            self.out.messages.push((peer, request.clone()));
+            self.out.messages.push((peer, message.clone()));
         }
     }
 
@@ -450,10 +456,7 @@ impl LeaderEngine {
             last_epoch: self.log.last_epoch(),
             last_index: self.log.last_index(),
         };
-        let peers: Vec<NodeId> = self.peers().collect();
-        for peer in peers {
-            self.out.messages.push((peer, request.clone()));
-        }
+        self.broadcast(&request);
         assert!(self.votes.len() < self.config.majority(), "one vote never wins");
     }
 
