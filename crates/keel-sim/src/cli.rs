@@ -38,7 +38,8 @@ pub enum SimCommand {
 /// `keel sim run` arguments.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The scenario: `general` (all durabilities, read levels and faults).
+    /// The scenario: `general` (all durabilities, read levels and faults) or `wide-area`
+    /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -99,8 +100,8 @@ pub fn run(args: &SimArgs) -> ExitCode {
 }
 
 fn run_seeds(args: &RunArgs) -> ExitCode {
-    if args.scenario != "general" {
-        eprintln!("unknown scenario '{}' (expected: general)", args.scenario);
+    if args.scenario != "general" && args.scenario != "wide-area" {
+        eprintln!("unknown scenario '{}' (expected: general or wide-area)", args.scenario);
         return ExitCode::from(2);
     }
     let count = args.seeds.unwrap_or(1);
@@ -110,7 +111,11 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     let single = args.seeds.is_none();
     let base = |seed| {
-        let mut config = GeneralConfig::new(seed);
+        let mut config = if args.scenario == "wide-area" {
+            GeneralConfig::wide_area(seed)
+        } else {
+            GeneralConfig::new(seed)
+        };
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

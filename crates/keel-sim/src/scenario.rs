@@ -32,6 +32,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Longest the converge phase may take (virtual time) before the run fails for
 /// liveness.
 pub const CONVERGE_NS_MAX: u64 = 30_000_000_000;
+/// Longest, after converging, until every follower holds an active-set lease again
+/// (re-admission and the first grant take a few heartbeats and round trips).
+pub const LEASES_NS_MAX: u64 = 5_000_000_000;
 /// Search budget of the linearizability check per key; past it the verdict is
 /// `unknown`, which fails the run (`linearizability-unknown`).
 pub const LIN_BUDGET_STEPS: u64 = 200_000;
@@ -59,6 +62,12 @@ pub struct GeneralConfig {
     /// Bit rot of fsynced records on a crashing node (off by default; see
     /// `docs/simulation.md`).
     pub corruption: Corruption,
+    /// The `wide-area` scenario: one-way peer latencies of 10 to 40 ms, so round trips
+    /// exceed the heartbeat interval, with the engine timeouts a WAN deployment uses.
+    pub wide_area: bool,
+    /// Negative control: followers acknowledge mark-outs nobody asked for (the engine's
+    /// `unsafe_release_unasked`), so over a WAN they never hold leases.
+    pub release_unasked: bool,
 }
 
 impl GeneralConfig {
@@ -73,6 +82,23 @@ impl GeneralConfig {
             keep_history: false,
             partitioned_reads: false,
             corruption: Corruption::Off,
+            wide_area: false,
+            release_unasked: false,
+        }
+    }
+
+    /// The default `wide-area` run for `seed`: three times the load phase, since WAN
+    /// timeouts make everything (elections, mark-outs, faults) slower.
+    pub fn wide_area(seed: u64) -> GeneralConfig {
+        GeneralConfig { load_ns: 15_000_000_000, wide_area: true, ..GeneralConfig::new(seed) }
+    }
+
+    /// The scenario's name, as `keel sim run --scenario` takes it.
+    pub fn scenario(&self) -> &'static str {
+        if self.wide_area {
+            "wide-area"
+        } else {
+            "general"
         }
     }
 }
@@ -176,7 +202,7 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
 /// Runs one seed of the general scenario, catching panics into the report.
 pub fn run_general<E: SimEngine>(config: &GeneralConfig) -> RunReport {
     let mut report =
-        RunReport { scenario: "general".into(), seed: config.seed, ..RunReport::default() };
+        RunReport { scenario: config.scenario().into(), seed: config.seed, ..RunReport::default() };
     let mut world: Option<World<E>> = None;
     let outcome =
         catch_unwind(AssertUnwindSafe(|| general_body::<E>(config, &mut report, &mut world)));
@@ -208,9 +234,13 @@ fn general_body<E: SimEngine>(
 ) {
     let mut rng = Rng::new(config.seed);
     let mut world_config = world_config(&mut rng, config.hard_state_mode);
+    if config.wide_area {
+        make_wide_area(&mut world_config, &mut rng);
+    }
     if config.hasty_removal {
         make_removal_hasty(&mut world_config.engine);
     }
+    world_config.engine.unsafe_release_unasked = config.release_unasked;
     if config.hard_state_mode == HardStateMode::SkipSync {
         // Make the skipped fsync matter: voters crash right after voting, often.
         world_config.crash_after_vote_ppm = 1_000_000;
@@ -225,6 +255,14 @@ fn general_body<E: SimEngine>(
         workload.durabilities = vec![Durability::Memory];
         faults = NemesisConfig { crash: false, pause: false, slow_disk: false, ..faults };
     }
+    if config.wide_area {
+        // Faults and client patience on the scale of WAN elections (1 to 2 s).
+        faults.gap_ns_min *= 5;
+        faults.gap_ns_max *= 5;
+        faults.duration_ns_min *= 3;
+        faults.duration_ns_max *= 3;
+        workload.op_timeout_ns *= 3;
+    }
     let mut clients = Clients::new(workload, rng.fork());
     let mut nemesis = Nemesis::new(faults, rng.fork());
     clients.start(world);
@@ -235,10 +273,64 @@ fn general_body<E: SimEngine>(
     nemesis.heal_all(world);
     clients.stop();
     let converged = converge(world, &mut clients, &mut nemesis);
+    if converged && !config.hasty_removal {
+        await_leases(world, &mut clients, &mut nemesis);
+    }
     finish(world, &clients, converged, config.keep_history, report);
     report.faults = std::mem::take(&mut nemesis.log);
     if let Some((node, index)) = world.corrupted {
         report.faults.push(format!("corrupt {node} from fsynced entry {index}"));
+    }
+}
+
+/// The `wide-area` world: peer round trips of 20 to 80 ms (above the 25 ms heartbeat
+/// interval, so every lease grant echoes a reply at least one heartbeat old), and the
+/// engine timeouts `keel bench suite geo` uses.
+pub fn make_wide_area(world: &mut WorldConfig, rng: &mut Rng) {
+    let latency_ns_min = rng.range(10_000_000, 30_000_000);
+    world.net.latency_ns_min = latency_ns_min;
+    world.net.latency_ns_max = latency_ns_min + rng.range(1, 10_000_000);
+    world.net.jitter_ns_max = rng.range(1, 5_000_000);
+    let engine = &mut world.engine;
+    engine.mark_out_timeout = Span::from_millis(300);
+    engine.removal_timeout = Span::from_millis(1_500);
+    engine.election_timeout_min = Span::from_millis(1_000);
+    engine.election_timeout_max = Span::from_millis(2_000);
+}
+
+/// After healing, every follower must hold an active-set lease again within
+/// [`LEASES_NS_MAX`]: a healthy node left out of the set for good (or never granted a
+/// lease it accepts) is a liveness failure, `lease-liveness`.
+fn await_leases<E: SimEngine>(world: &mut World<E>, clients: &mut Clients, nemesis: &mut Nemesis) {
+    let all_active = |world: &World<E>| {
+        let leader = world.leader();
+        world
+            .node_ids()
+            .into_iter()
+            .filter(|id| Some(*id) != leader)
+            .all(|id| world.status(id).is_some_and(|s| s.active))
+    };
+    let deadline = world.now_ns() + LEASES_NS_MAX;
+    while world.now_ns() < deadline && world.violations().is_empty() {
+        if all_active(world) {
+            return;
+        }
+        run_phase(world, clients, nemesis, CONVERGE_POLL_NS);
+    }
+    if world.violations().is_empty() {
+        let inactive: Vec<String> = world
+            .node_ids()
+            .into_iter()
+            .filter(|id| Some(*id) != world.leader())
+            .filter(|id| !world.status(*id).is_some_and(|s| s.active))
+            .map(|id| id.to_string())
+            .collect();
+        let detail = format!(
+            "followers {} hold no lease {} ms after converging",
+            inactive.join(","),
+            LEASES_NS_MAX / 1_000_000
+        );
+        world.violate("lease-liveness", detail);
     }
 }
 

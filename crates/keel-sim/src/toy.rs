@@ -9,7 +9,8 @@
 
 use crate::engine::SimEngine;
 use keel_core::leader::{
-    ClientReply, ClientRequest, Config, Input, Message, Outputs, PersistedState, Role, Status,
+    ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, Role,
+    Status,
 };
 use keel_core::time::{Span, Time};
 use keel_types::{
@@ -142,8 +143,7 @@ impl ToyEngine {
                     entries,
                     commit_index: self.commit,
                     durable_index: self.commit,
-                    active: true,
-                    lease_anchor: now,
+                    lease: Lease::Granted { anchor: now },
                     flush_through: None,
                     sent_at: now,
                 },
@@ -209,7 +209,7 @@ impl ToyEngine {
             persisted_index: self.persisted,
             applied_index: self.last(),
             match_index: self.last(),
-            active: true,
+            released: false,
             echo_sent_at,
             sent_at: echo_sent_at,
         }

@@ -98,3 +98,31 @@ fn recorded_history_is_valid_keel_format_and_passes_the_checkers() {
     assert_eq!(parsed.survivors, history.survivors);
     assert_eq!(keel_check::monotonic::check(&parsed).verdict(), "ok");
 }
+
+/// Seeds of the wide-area scenario every test run covers: peer round trips of 20 to 80 ms,
+/// longer than the heartbeat interval (a lease grant always echoes an old reply).
+const WIDE_AREA_SEEDS: u64 = 500;
+
+#[test]
+fn wide_area_seeds_with_every_fault_pass() {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let workers: Vec<_> = (0..threads)
+        .map(|first| {
+            std::thread::spawn(move || {
+                for seed in (first..WIDE_AREA_SEEDS).step_by(threads as usize) {
+                    let report = run_general::<LeaderEngine>(&GeneralConfig::wide_area(seed));
+                    assert!(
+                        report.passed() && report.converged,
+                        "seed {seed}: {:?} {:?}\nreplay: {}",
+                        report.violations,
+                        report.panic,
+                        report.replay()
+                    );
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a seed failed; its replay line is printed above");
+    }
+}

@@ -54,6 +54,22 @@ fn hasty_removal_lets_partitioned_followers_serve_old_data() {
 }
 
 #[test]
+fn followers_releasing_leases_unasked_are_left_without_leases_over_a_wan() {
+    // The engine's unsafe test flag: a follower without a lease acknowledges a mark-out on
+    // every reply, so once round trips exceed the heartbeat interval each grant it gets is
+    // anchored below its floor and it never holds a lease (a liveness failure).
+    let found = (0..SEEDS_MAX).find_map(|seed| {
+        let mut config = GeneralConfig::wide_area(seed);
+        config.release_unasked = true;
+        let report = run_general::<LeaderEngine>(&config);
+        (!report.passed()).then_some((seed, report.violations, report.panic))
+    });
+    let (seed, violations, panic) = found.expect("followers without leases went unnoticed");
+    assert!(panic.is_none(), "seed {seed}: {panic:?}");
+    assert!(violations.iter().any(|v| v.contains("lease-liveness")), "seed {seed}: {violations:?}");
+}
+
+#[test]
 fn the_same_aimed_runs_with_safe_removal_are_clean() {
     for seed in 0..30 {
         let mut config = GeneralConfig::new(seed);

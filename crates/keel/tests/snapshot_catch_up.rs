@@ -43,7 +43,12 @@ fn a_restarted_follower_catches_up_past_compacted_logs() {
     assert!(caught_up, "the restarted follower did not catch up");
     let installed =
         cluster.status(follower).and_then(|s| s["counters"]["snapshots_installed"].as_u64());
-    assert_eq!(installed, Some(1), "the follower caught up by installing the leader's snapshot");
+    // At least one: the leader may take and compact past a newer snapshot (its snapshot
+    // saves run in the background) while the follower is installing the first.
+    assert!(
+        installed.is_some_and(|n| n >= 1),
+        "the follower caught up by installing the leader's snapshot: {installed:?}"
+    );
     let direct = Client::new(ClientConfig::new(vec![cluster.client_addrs()[follower]]));
     let read = runtime.block_on(async {
         direct.session().get(b"k0", Some(ReadLevel::Any)).await.expect("a read")

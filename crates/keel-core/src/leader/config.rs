@@ -87,6 +87,7 @@ impl Config {
             slow_follower_timeout: Span::from_millis(1_000),
             request_timeout: Span::from_millis(5_000),
             unsafe_allow_hasty_removal: false,
+            unsafe_release_unasked: false,
         }
     }
 

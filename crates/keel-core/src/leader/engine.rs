@@ -76,6 +76,8 @@ pub struct LeaderEngine {
     pub(super) lease_until: Option<Time>,
     /// Follower: grants anchored before this time are ignored (mark-out acknowledged).
     pub(super) lease_floor: Option<Time>,
+    /// Follower: the latest `Append` asked for a forced mark-out (`Lease::MarkOut`).
+    pub(super) mark_out_asked: bool,
     /// Follower: the newest `sent_at` of an `Append` received in this epoch.
     pub(super) echo_sent_at: Time,
     pub(super) leading: Option<Leading>,
@@ -139,6 +141,7 @@ impl LeaderEngine {
             pre_votes: None,
             lease_until: None,
             lease_floor: None,
+            mark_out_asked: false,
             echo_sent_at: Time::default(),
             leading: None,
             forwards: BTreeMap::new(),
@@ -514,6 +517,7 @@ impl LeaderEngine {
             self.set_hard_state(HardState { epoch, voted_for: None });
             self.verified_index = LogIndex::ZERO;
             self.lease_until = None;
+            self.mark_out_asked = false;
             self.echo_sent_at = Time::default();
             self.leader_contact_at = None;
         }

@@ -3,7 +3,7 @@
 //! (digest §7.6), the active-set lease, flush requests, and snapshot installation.
 
 use super::engine::LeaderEngine;
-use super::io::{Message, Role};
+use super::io::{Lease, Message, Role};
 use super::kv::Kv;
 use super::log::Log;
 use crate::time::Time;
@@ -31,8 +31,7 @@ impl LeaderEngine {
             entries,
             commit_index,
             durable_index,
-            active,
-            lease_anchor,
+            lease,
             flush_through,
             sent_at,
         } = message
@@ -44,8 +43,9 @@ impl LeaderEngine {
         }
         self.heard_from_leader(from, epoch);
         self.echo_sent_at = self.echo_sent_at.max(sent_at);
-        if !active {
-            self.lease_until = None; // forced mark-out, or not (yet) in the active set
+        self.mark_out_asked = lease == Lease::MarkOut;
+        if !matches!(lease, Lease::Granted { .. }) {
+            self.lease_until = None; // forced mark-out, or not (yet) granted
         }
         let Some(matched) = self.match_and_append(prev_epoch, prev_index, entries) else {
             return self.send_append_reply(false);
@@ -55,8 +55,8 @@ impl LeaderEngine {
         assert!(verified <= self.log.last_index());
         self.durable_index = self.durable_index.max(durable_index.min(verified));
         self.commit_index = self.commit_index.max(commit_index.min(verified));
-        if active {
-            self.accept_grant(lease_anchor);
+        if let Lease::Granted { anchor } = lease {
+            self.accept_grant(anchor);
         }
         if let Some(through) = flush_through {
             if through > self.persisted_index() {
@@ -121,9 +121,13 @@ impl LeaderEngine {
     }
 
     fn send_append_reply_to(&mut self, to: NodeId, success: bool) {
-        let active = self.follower_active();
-        if !active {
-            // Acknowledges a mark-out: grants anchored before now are ignored from here on.
+        // Acknowledges a forced mark-out: grants anchored before now are ignored from here
+        // on. Only when asked: raising the floor on every reply of a follower without a
+        // lease would reject every grant once the round trip exceeds the heartbeat interval
+        // (each grant echoes a reply at least a round trip old).
+        let asked = self.mark_out_asked || self.config.unsafe_release_unasked;
+        let released = asked && !self.follower_active();
+        if released {
             self.lease_floor = Some(self.now);
             self.lease_until = None;
         }
@@ -139,7 +143,7 @@ impl LeaderEngine {
             persisted_index: self.persisted_index(),
             applied_index: self.kv.applied_index(),
             match_index: self.verified_index,
-            active,
+            released,
             echo_sent_at: self.echo_sent_at,
             sent_at: self.now,
         };

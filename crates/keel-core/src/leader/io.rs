@@ -87,6 +87,24 @@ pub enum Input {
     },
 }
 
+/// What an `Append` says of the receiver's active-set lease (`docs/protocol.md` §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lease {
+    /// Grants (renews) the lease until `anchor + mark_out_timeout` on the receiver's clock.
+    /// `anchor` is the `sent_at` of the latest `AppendReply` the leader received from the
+    /// receiver (the receiver's own clock), so a delayed grant cannot stretch the lease.
+    Granted {
+        /// The anchor, on the receiver's clock.
+        anchor: Time,
+    },
+    /// No grant: the receiver is outside the active set, has not applied the durable
+    /// index, or the leader lacks its own lease. Ends any lease the receiver holds.
+    Withheld,
+    /// A forced mark-out: ends any lease the receiver holds, and asks it to promise, with a
+    /// `released` reply, to ignore every grant anchored before that reply.
+    MarkOut,
+}
+
 /// A peer-to-peer message. All carry the sender's epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
@@ -139,14 +157,9 @@ pub enum Message {
         /// The leader's durable index (ORCA: persisted and applied on the whole active
         /// set; never decreases within an epoch).
         durable_index: LogIndex,
-        /// Whether the receiver is in the active set. `true` grants (renews) its lease until
-        /// `lease_anchor + mark_out_timeout` on the receiver's clock; `false` ends any
-        /// lease the receiver holds at once (a forced mark-out).
-        active: bool,
-        /// The `sent_at` of the latest `AppendReply` the leader received from the receiver
-        /// (the receiver's own clock); anchors the lease granted by `active`. Meaningless
-        /// when `active` is false.
-        lease_anchor: Time,
+        /// The receiver's active-set lease: granted (renewed), withheld, or a forced
+        /// mark-out the receiver must acknowledge.
+        lease: Lease,
         /// A durability round or a `durable` write: when set, the follower fsyncs its log
         /// at once (not at its next flush interval) and, when the fsync completes, sends an
         /// `AppendReply` with the new persisted index.
@@ -169,10 +182,9 @@ pub enum Message {
         /// The highest index verified, in this epoch, to match the leader's log. Entries
         /// above it may belong to an older epoch and are not counted by the leader.
         match_index: LogIndex,
-        /// Whether the follower currently considers itself in the active set. A `false`
-        /// reply also promises that the follower ignores every lease grant anchored at or
-        /// before `sent_at` (how a mark-out is acknowledged; `docs/protocol.md` §7.9).
-        active: bool,
+        /// Acknowledges a forced mark-out ([`Lease::MarkOut`]): the follower holds no lease
+        /// and ignores every lease grant anchored before `sent_at` (`docs/protocol.md` §8).
+        released: bool,
         /// The `sent_at` of the newest `Append` of this epoch the follower has received.
         echo_sent_at: Time,
         /// The follower's send time on its own clock; the leader echoes it as the next
@@ -312,6 +324,11 @@ pub struct Config {
     /// [`Config::validate`] enforces, so a simulator can show the stale reads a hasty
     /// removal causes (ORCA Fig. 5(i)). Never set it in a real deployment.
     pub unsafe_allow_hasty_removal: bool,
+    /// For negative-control tests only: a follower without a lease acknowledges a
+    /// mark-out on every reply, asked or not (raising its lease floor each time), so that
+    /// over round trips longer than the heartbeat interval it never accepts a grant. Shows
+    /// that the simulator's lease-liveness check catches followers left without leases.
+    pub unsafe_release_unasked: bool,
 }
 
 /// A node's role.

@@ -9,7 +9,7 @@
 
 use super::client::Origin;
 use super::engine::LeaderEngine;
-use super::io::{ClientRequest, Message, RequestTag, Role};
+use super::io::{ClientRequest, Lease, Message, RequestTag, Role};
 use super::kv::WriteResult;
 use crate::time::Time;
 use keel_types::{Durability, Epoch, KeelError, LogIndex, NodeId};
@@ -302,17 +302,18 @@ impl LeaderEngine {
         }
     }
 
-    /// Whether `follower` gets a lease grant now, and its anchor.
-    fn grant_for(&self, follower: NodeId) -> Option<Time> {
+    /// What the next `Append` to `follower` says of its lease.
+    fn lease_for(&self, follower: NodeId) -> Lease {
         let leading = self.leading();
         let p = &leading.progress[&follower];
-        let eligible = leading.active.contains(&follower)
-            && !p.marking_out
-            && p.acked_point >= self.durable_index;
-        if eligible && self.leader_lease_valid() {
-            p.reply_anchor
-        } else {
-            None
+        let member = leading.active.contains(&follower);
+        if member && p.marking_out {
+            return Lease::MarkOut;
+        }
+        let eligible = member && p.acked_point >= self.durable_index;
+        match p.reply_anchor {
+            Some(anchor) if eligible && self.leader_lease_valid() => Lease::Granted { anchor },
+            _ => Lease::Withheld,
         }
     }
 
@@ -343,7 +344,7 @@ impl LeaderEngine {
             p.next.prev()
         };
         let prev_epoch = self.log.epoch_at(prev_index).expect("prev entry is held");
-        let grant = self.grant_for(to);
+        let lease = self.lease_for(to);
         let in_set = self.leading().active.contains(&to);
         let round = self.leading().round.filter(|_| in_set);
         let writes = Some(self.leading().flush_for_writes).filter(|i| *i > p.persisted_point);
@@ -353,7 +354,7 @@ impl LeaderEngine {
             progress.next = last_entry.index.next();
             progress.inflight += 1;
         }
-        if let Some(anchor) = grant {
+        if let Lease::Granted { anchor } = lease {
             progress.granted_anchor =
                 Some(progress.granted_anchor.map_or(anchor, |g| g.max(anchor)));
         }
@@ -364,8 +365,7 @@ impl LeaderEngine {
             entries,
             commit_index: self.commit_index,
             durable_index: self.durable_index,
-            active: grant.is_some(),
-            lease_anchor: grant.unwrap_or_default(),
+            lease,
             flush_through,
             sent_at: self.now,
         };
@@ -396,7 +396,7 @@ impl LeaderEngine {
             persisted_index,
             applied_index,
             match_index,
-            active,
+            released,
             echo_sent_at,
             sent_at,
         } = message
@@ -437,7 +437,7 @@ impl LeaderEngine {
         }
         // Safe in any arrival order: the follower ignores grants anchored before `sent_at`,
         // and every grant sent so far was anchored at or before `granted_anchor`.
-        let acknowledged_out = !active && p.granted_anchor.is_none_or(|g| sent_at > g);
+        let acknowledged_out = released && p.granted_anchor.is_none_or(|g| sent_at > g);
         if acknowledged_out && p.marking_out {
             self.remove_from_active_set(from);
         }

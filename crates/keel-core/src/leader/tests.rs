@@ -1127,8 +1127,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
         entries: vec![write(1, "a"), write(2, "k")],
         commit_index: LogIndex(2),
         durable_index: LogIndex(2),
-        active: false,
-        lease_anchor: Time(0),
+        lease: Lease::Withheld,
         flush_through: None,
         sent_at: Time(MS),
     };
@@ -1161,7 +1160,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
         persisted_index: LogIndex(2),
         applied_index: LogIndex(2),
         match_index: LogIndex(2),
-        active: false,
+        released: false,
         echo_sent_at: sent_at,
         sent_at: Time(5 * MS),
     };
@@ -1183,4 +1182,52 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
     let reply = out.replies.iter().find(|r| r.tag == RequestTag(1)).expect("served after fsync");
     assert_eq!(Cluster::value_of(reply), Some(b"v".to_vec()));
     assert!(engine.status().persisted_index >= engine.status().durable_index);
+}
+
+/// Leases over round trips longer than the heartbeat interval (the geo setting): every
+/// grant echoes a reply at least one round trip old, so a follower must not raise its lease
+/// floor on replies nobody asked it to acknowledge. Followers become active and serve
+/// monotonic reads locally, and a forced mark-out is still acknowledged and completed.
+#[test]
+fn leases_hold_and_mark_outs_complete_when_the_round_trip_exceeds_the_heartbeat() {
+    let mut c = Cluster::new(3, 21, |config| {
+        config.mark_out_timeout = Span::from_millis(300);
+        config.removal_timeout = Span::from_millis(1_500);
+        config.election_timeout_min = Span::from_millis(1_000);
+        config.election_timeout_max = Span::from_millis(2_000);
+        config.slow_follower_lag_max = 5;
+        config.slow_follower_timeout = Span::from_millis(200);
+    });
+    c.latency = 20 * MS; // a 40 ms round trip against a 25 ms heartbeat interval
+    assert!(c.config.heartbeat_interval.0 < 2 * c.latency);
+    let leader = c.await_leader();
+    let tag = c.put(leader, "k", "v", Durability::Memory);
+    c.await_reply(tag, 1_000);
+    let followers: Vec<NodeId> = c.nodes.keys().copied().filter(|n| *n != leader).collect();
+    assert!(
+        c.run_until_cond(1_000, |c| followers.iter().all(|f| c.status(*f).active)),
+        "followers never accepted a lease"
+    );
+    c.run_for(500); // past the background flush: `k` is durable, no round needed
+    for follower in &followers {
+        let tag = c.get(*follower, "k", ReadLevel::Monotonic);
+        let reply = c.await_reply(tag, 10);
+        assert_eq!(reply.served_by, *follower, "served locally, not forwarded");
+        assert_eq!(Cluster::value_of(&reply), Some(b"v".to_vec()));
+    }
+
+    // A follower with a slow disk is marked out; it keeps answering heartbeats, so only its
+    // acknowledgement (not the removal timeout) can take it out of the set.
+    let slow = followers[0];
+    c.fsync_of.insert(slow, 5_000 * MS);
+    for i in 0..20 {
+        c.put(leader, &format!("s{i}"), "v", Durability::Memory);
+        c.run_for(10);
+    }
+    assert!(
+        c.run_until_cond(1_000, |c| !c.status(leader).active_set.contains(&slow)),
+        "the mark-out was never acknowledged"
+    );
+    assert!(!c.status(slow).active, "it dropped its lease before the leader removed it");
+    assert!(c.status(followers[1]).active, "the other follower kept its lease");
 }

@@ -11,7 +11,7 @@
 //! Entries, commands, durabilities and snapshot metadata use `keel_types::codec`.
 
 use super::{PeerError, PeerLimits, TEXT_BYTES_MAX};
-use keel_core::leader::{ClientReply, ClientRequest, Message, RequestTag};
+use keel_core::leader::{ClientReply, ClientRequest, Lease, Message, RequestTag};
 use keel_core::time::Time;
 use keel_types::codec::{
     put_i64, put_option_bytes, put_u32, put_u64, put_u8, CodecError, Decode, Encode, Reader,
@@ -71,6 +71,30 @@ fn put_blob(out: &mut Vec<u8>, bytes: &[u8]) {
 
 fn put_flag(out: &mut Vec<u8>, value: bool) {
     put_u8(out, u8::from(value));
+}
+
+const LEASE_WITHHELD: u8 = 0;
+const LEASE_GRANTED: u8 = 1;
+const LEASE_MARK_OUT: u8 = 2;
+
+fn put_lease(out: &mut Vec<u8>, lease: Lease) {
+    match lease {
+        Lease::Withheld => put_u8(out, LEASE_WITHHELD),
+        Lease::Granted { anchor } => {
+            put_u8(out, LEASE_GRANTED);
+            put_u64(out, anchor.0);
+        }
+        Lease::MarkOut => put_u8(out, LEASE_MARK_OUT),
+    }
+}
+
+fn read_lease(reader: &mut Reader<'_>) -> Result<Lease, PeerError> {
+    Ok(match reader.u8("lease")? {
+        LEASE_WITHHELD => Lease::Withheld,
+        LEASE_GRANTED => Lease::Granted { anchor: Time(reader.u64("lease anchor")?) },
+        LEASE_MARK_OUT => Lease::MarkOut,
+        tag => return Err(CodecError::UnknownTag { what: "lease", tag }.into()),
+    })
 }
 
 fn put_version(out: &mut Vec<u8>, version: Version) {
@@ -171,8 +195,7 @@ fn put_append(out: &mut Vec<u8>, message: &Message) {
         entries,
         commit_index,
         durable_index,
-        active,
-        lease_anchor,
+        lease,
         flush_through,
         sent_at,
     } = message
@@ -187,8 +210,7 @@ fn put_append(out: &mut Vec<u8>, message: &Message) {
     entries.iter().for_each(|entry| entry.encode_to(out));
     put_u64(out, commit_index.0);
     put_u64(out, durable_index.0);
-    put_flag(out, *active);
-    put_u64(out, lease_anchor.0);
+    put_lease(out, *lease);
     put_flag(out, flush_through.is_some());
     if let Some(index) = flush_through {
         put_u64(out, index.0);
@@ -204,7 +226,7 @@ fn put_append_reply(out: &mut Vec<u8>, message: &Message) {
         persisted_index,
         applied_index,
         match_index,
-        active,
+        released,
         echo_sent_at,
         sent_at,
     } = message
@@ -217,7 +239,7 @@ fn put_append_reply(out: &mut Vec<u8>, message: &Message) {
     for index in [last_index, persisted_index, applied_index, match_index] {
         put_u64(out, index.0);
     }
-    put_flag(out, *active);
+    put_flag(out, *released);
     put_u64(out, echo_sent_at.0);
     put_u64(out, sent_at.0);
 }
@@ -279,8 +301,7 @@ fn read_append(reader: &mut Reader<'_>, limits: &PeerLimits) -> Result<Message, 
         entries,
         commit_index: LogIndex(reader.u64("commit index")?),
         durable_index: LogIndex(reader.u64("durable index")?),
-        active: reader.flag("active")?,
-        lease_anchor: Time(reader.u64("lease anchor")?),
+        lease: read_lease(reader)?,
         flush_through: if reader.flag("flush flag")? {
             Some(LogIndex(reader.u64("flush through")?))
         } else {
@@ -298,7 +319,7 @@ fn read_append_reply(reader: &mut Reader<'_>) -> Result<Message, PeerError> {
         persisted_index: LogIndex(reader.u64("persisted index")?),
         applied_index: LogIndex(reader.u64("applied index")?),
         match_index: LogIndex(reader.u64("match index")?),
-        active: reader.flag("active")?,
+        released: reader.flag("released")?,
         echo_sent_at: Time(reader.u64("echo sent at")?),
         sent_at: Time(reader.u64("sent at")?),
     })
@@ -629,11 +650,16 @@ pub(crate) mod strategies {
     }
 
     fn append() -> impl Strategy<Value = Message> {
-        (any::<[u64; 8]>(), vec(entry(), 0..3), any::<bool>(), option::of(any::<u64>())).prop_map(
+        let lease = prop_oneof![
+            Just(Lease::Withheld),
+            any::<u64>().prop_map(|anchor| Lease::Granted { anchor: Time(anchor) }),
+            Just(Lease::MarkOut),
+        ];
+        (any::<[u64; 8]>(), vec(entry(), 0..3), lease, option::of(any::<u64>())).prop_map(
             |(
-                [epoch, prev_epoch, prev_index, commit, durable, anchor, sent, _],
+                [epoch, prev_epoch, prev_index, commit, durable, sent, _, _],
                 entries,
-                active,
+                lease,
                 flush,
             )| {
                 Message::Append {
@@ -643,8 +669,7 @@ pub(crate) mod strategies {
                     entries,
                     commit_index: LogIndex(commit),
                     durable_index: LogIndex(durable),
-                    active,
-                    lease_anchor: Time(anchor),
+                    lease,
                     flush_through: flush.map(LogIndex),
                     sent_at: Time(sent),
                 }
@@ -654,7 +679,7 @@ pub(crate) mod strategies {
 
     fn append_reply() -> impl Strategy<Value = Message> {
         (any::<[u64; 7]>(), any::<[bool; 2]>()).prop_map(
-            |([epoch, last, persisted, applied, matched, echo, sent], [success, active])| {
+            |([epoch, last, persisted, applied, matched, echo, sent], [success, released])| {
                 Message::AppendReply {
                     epoch: Epoch(epoch),
                     success,
@@ -662,7 +687,7 @@ pub(crate) mod strategies {
                     persisted_index: LogIndex(persisted),
                     applied_index: LogIndex(applied),
                     match_index: LogIndex(matched),
-                    active,
+                    released,
                     echo_sent_at: Time(echo),
                     sent_at: Time(sent),
                 }
@@ -770,6 +795,20 @@ mod tests {
         let items = CommandResult::Items { items: vec![(vec![], vec![], Version::default())] };
         put_result(&mut bytes, &items);
         assert_eq!(bytes.len() as u64, 1 + 4 + SCAN_ITEM_BYTES_MIN);
+    }
+
+    #[test]
+    fn an_unknown_lease_tag_is_refused() {
+        let mut bytes = vec![TAG_APPEND];
+        for _ in 0..3 {
+            put_u64(&mut bytes, 1);
+        }
+        put_u32(&mut bytes, 0);
+        put_u64(&mut bytes, 1); // commit index
+        put_u64(&mut bytes, 1); // durable index
+        put_u8(&mut bytes, 7);
+        let err = read_message(&mut Reader::new(&bytes), &PeerLimits::default()).unwrap_err();
+        assert!(matches!(err, PeerError::Codec(CodecError::UnknownTag { what: "lease", tag: 7 })));
     }
 
     #[test]
