@@ -260,19 +260,29 @@ fn read_magic(reader: &mut Reader<'_>, magic: [u8; 4], version: u32) -> Result<(
 /// `magic | version u32 | meta_len u32 | meta | data_len u64 | header_crc u32 | data |
 /// data_crc u32`; `header_crc` covers every byte before it, `data_crc` the data alone.
 pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    let (header, trailer) = snapshot_file_frame(meta, data);
+    let mut out = Vec::with_capacity(header.len() + data.len() + trailer.len());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(data);
+    out.extend_from_slice(&trailer);
+    out
+}
+
+/// The bytes a snapshot file puts around its data: the header (through `header_crc`) and
+/// the trailer (`data_crc`). Header, data and trailer written in turn are the bytes of
+/// [`encode_snapshot_file`], without a second copy of the data in memory.
+pub fn snapshot_file_frame(meta: &SnapshotMeta, data: &[u8]) -> (Vec<u8>, [u8; 4]) {
     let mut meta_bytes = Vec::new();
     codec::encode(meta, &mut meta_bytes);
-    let mut out = Vec::with_capacity(data.len() + meta_bytes.len() + 32);
-    out.extend_from_slice(&SNAPSHOT_MAGIC);
-    put_u32(&mut out, SNAPSHOT_FILE_V1);
-    put_u32(&mut out, meta_bytes.len() as u32);
-    out.extend_from_slice(&meta_bytes);
-    put_u64(&mut out, data.len() as u64);
-    let crc = crc32c::crc32c(&out);
-    put_u32(&mut out, crc);
-    out.extend_from_slice(data);
-    put_u32(&mut out, crc32c::crc32c(data));
-    out
+    let mut header = Vec::with_capacity(meta_bytes.len() + 32);
+    header.extend_from_slice(&SNAPSHOT_MAGIC);
+    put_u32(&mut header, SNAPSHOT_FILE_V1);
+    put_u32(&mut header, meta_bytes.len() as u32);
+    header.extend_from_slice(&meta_bytes);
+    put_u64(&mut header, data.len() as u64);
+    let crc = crc32c::crc32c(&header);
+    put_u32(&mut header, crc);
+    (header, crc32c::crc32c(data).to_le_bytes())
 }
 
 /// Reads a snapshot file; any damage is an error. `data_bytes_max` bounds the data
@@ -399,6 +409,14 @@ mod tests {
             assert!(decode_hard_state_file(&damaged).is_err(), "flip at {at}");
             assert!(decode_hard_state_file(&bytes[..at]).is_err(), "cut at {at}");
         }
+    }
+
+    #[test]
+    fn snapshot_file_frame_around_the_data_is_the_file() {
+        let meta = SnapshotMeta { last_index: LogIndex(7), last_epoch: Epoch(3) };
+        let data = b"the state".as_slice();
+        let (header, trailer) = snapshot_file_frame(&meta, data);
+        assert_eq!([&header[..], data, &trailer[..]].concat(), encode_snapshot_file(&meta, data));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::config::StorageConfig;
 use crate::disk::{Disk, FileDisk};
 use crate::error::{StorageError, StorageResult};
 use crate::format::{
-    encode_hard_state_file, encode_record, encode_snapshot_file, segment_header, segment_name,
+    encode_hard_state_file, encode_record, segment_header, segment_name, snapshot_file_frame,
     snapshot_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
 use crate::storage::{Recovered, Storage};
@@ -211,10 +211,13 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Replaces `name` atomically: temporary file, fsync, rename, directory fsync.
-    fn write_atomic(&mut self, name: &str, bytes: &[u8]) -> StorageResult<()> {
+    /// Writes `parts` in turn to a temporary file, syncs it and renames it to `name`.
+    fn write_atomic(&mut self, name: &str, parts: &[&[u8]]) -> StorageResult<()> {
         let temp = format!("{name}{TEMP_SUFFIX}");
         self.io("create", &temp, |d| d.create(&temp))?;
-        self.io("write", &temp, |d| d.append(&temp, bytes))?;
+        for bytes in parts {
+            self.io("write", &temp, |d| d.append(&temp, bytes))?;
+        }
         self.io("fsync", &temp, |d| d.sync(&temp))?;
         self.io("rename", &temp, |d| d.rename(&temp, name))?;
         self.sync_dir()
@@ -376,7 +379,7 @@ impl<D: Disk> Storage for Wal<D> {
 
     fn save_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
         self.ready()?;
-        self.write_atomic(HARD_STATE_NAME, &encode_hard_state_file(hard_state))
+        self.write_atomic(HARD_STATE_NAME, &[&encode_hard_state_file(hard_state)])
     }
 
     fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()> {
@@ -388,7 +391,9 @@ impl<D: Disk> Storage for Wal<D> {
         }
         let previous = self.log().snapshot;
         assert!(previous.is_none_or(|p| p.last_index <= meta.last_index), "snapshot goes back");
-        self.write_atomic(&snapshot_name(meta.last_index), &encode_snapshot_file(&meta, data))?;
+        // Header, data and trailer go out in turn: the data is not copied into a file image.
+        let (header, trailer) = snapshot_file_frame(&meta, data);
+        self.write_atomic(&snapshot_name(meta.last_index), &[&header, data, &trailer])?;
         let mut removed = false;
         if let Some(previous) = previous.filter(|p| p.last_index != meta.last_index) {
             let name = snapshot_name(previous.last_index);

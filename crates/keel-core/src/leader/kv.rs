@@ -20,8 +20,9 @@ use keel_types::{
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// The state as of some index: items in key order, dedup slots in client order.
-type StateAt<'a> = (Vec<(&'a Key, &'a Item)>, Vec<(&'a ClientId, &'a DedupSlot)>);
+/// The keys whose item differs as of some index below the applied one: the item they
+/// had then (`None`: absent), from the undo records.
+type KeyOverlay<'a> = BTreeMap<&'a Key, Option<&'a Item>>;
 
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
@@ -335,14 +336,16 @@ impl Kv {
         self.dedup.get(&client)
     }
 
-    /// Visits the state as of `index` (between the undo floor and the applied index):
-    /// items in key order, then dedup slots in client order.
-    fn state_at(&self, index: LogIndex) -> StateAt<'_> {
+    /// The state as of `index` (between the undo floor and the applied index), as the
+    /// undo records overlay it on the applied state: the items that differ (keys in
+    /// order), and the dedup slots in client order. Costs O(entries undone) plus the
+    /// dedup table, never a copy of the key index.
+    fn overlay_at(&self, index: LogIndex) -> (KeyOverlay<'_>, Vec<(&ClientId, &DedupSlot)>) {
         assert!(
             index >= self.undo_floor && index <= self.applied.index,
             "state at {index} unreachable"
         );
-        let mut key_overlay: BTreeMap<&Key, Option<&Item>> = BTreeMap::new();
+        let mut key_overlay: KeyOverlay<'_> = BTreeMap::new();
         let mut dedup_overlay: BTreeMap<&ClientId, Option<&DedupSlot>> = BTreeMap::new();
         for undo in self.undo.iter().rev().take_while(|u| u.index > index) {
             if let Some((key, previous)) = &undo.key {
@@ -350,18 +353,6 @@ impl Kv {
             }
             for (client, previous) in undo.dedup.iter().rev() {
                 dedup_overlay.insert(client, previous.as_ref());
-            }
-        }
-        let mut items: Vec<(&Key, &Item)> = Vec::with_capacity(self.items.len());
-        let mut keys: BTreeSet<&Key> = self.items.keys().collect();
-        keys.extend(key_overlay.keys().copied());
-        for key in keys {
-            let item = match key_overlay.get(key) {
-                Some(previous) => *previous,
-                None => self.items.get(key),
-            };
-            if let Some(item) = item {
-                items.push((key, item));
             }
         }
         let mut slots: Vec<(&ClientId, &DedupSlot)> = Vec::new();
@@ -376,17 +367,61 @@ impl Kv {
                 slots.push((client, slot));
             }
         }
-        (items, slots)
+        (key_overlay, slots)
     }
 
-    /// The snapshot encoding of the state as of `index` (see `docs/protocol.md`).
+    /// Visits the items as of the state `overlay` describes, in key order: a merge of the
+    /// applied items with the overlay (an overlay entry replaces or hides the applied one).
+    fn visit_items_at<'a>(
+        &'a self,
+        overlay: &KeyOverlay<'a>,
+        mut visit: impl FnMut(&'a Key, &'a Item),
+    ) {
+        let mut applied = self.items.iter().peekable();
+        let mut overlay = overlay.iter().peekable();
+        loop {
+            let take_applied = match (applied.peek(), overlay.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((a, _)), Some((o, _))) => a < *o,
+            };
+            if take_applied {
+                let (key, item) = applied.next().expect("peeked");
+                visit(key, item);
+            } else {
+                let (key, previous) = overlay.next().expect("peeked");
+                if applied.peek().is_some_and(|(a, _)| a == key) {
+                    applied.next();
+                }
+                if let Some(item) = previous {
+                    visit(key, item);
+                }
+            }
+        }
+    }
+
+    /// The snapshot encoding of the state as of `index` (see `docs/protocol.md`). The
+    /// buffer is sized exactly before it is written: a snapshot is as large as the state,
+    /// so growing it by doubling would copy it and hold up to twice its size.
     pub fn encode_at(&self, index: LogIndex) -> Vec<u8> {
-        let (items, slots) = self.state_at(index);
-        let mut out = Vec::new();
+        let (overlay, slots) = self.overlay_at(index);
+        let results: Vec<Vec<u8>> = slots
+            .iter()
+            .map(|(_, slot)| serde_json::to_vec(&slot.result).expect("results serialize"))
+            .collect();
+        let mut count = 0u64;
+        let mut len = SNAPSHOT_MAGIC.len() + 8 + 8 + 4;
+        self.visit_items_at(&overlay, |key, item| {
+            count += 1;
+            len += encoded_item_bytes(key, item);
+        });
+        len += results.iter().map(|r| 8 + 8 + 8 + 4 + r.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(len);
         out.extend_from_slice(SNAPSHOT_MAGIC);
         put_u64(&mut out, index.0);
-        put_u64(&mut out, items.len() as u64);
-        for (key, item) in items {
+        put_u64(&mut out, count);
+        self.visit_items_at(&overlay, |key, item| {
             put_bytes(&mut out, key);
             put_u64(&mut out, item.version.epoch.0);
             put_u64(&mut out, item.version.index.0);
@@ -397,15 +432,15 @@ impl Kv {
                 }
                 None => put_u8(&mut out, 0),
             }
-        }
+        });
         put_u32(&mut out, u32::try_from(slots.len()).expect("dedup table is bounded"));
-        for (client, slot) in slots {
+        for ((client, slot), result) in slots.iter().zip(&results) {
             put_u64(&mut out, client.0);
             put_u64(&mut out, slot.request.0);
             put_u64(&mut out, slot.index.0);
-            let result = serde_json::to_vec(&slot.result).expect("results serialize");
-            put_bytes(&mut out, &result);
+            put_bytes(&mut out, result);
         }
+        debug_assert_eq!(out.len(), len, "the snapshot size is computed exactly");
         out
     }
 
@@ -454,9 +489,9 @@ impl Kv {
         if index == self.applied.index {
             return self.applied_digest();
         }
-        let (items, _) = self.state_at(index);
-        let sum =
-            items.iter().fold(0u64, |sum, (key, item)| sum.wrapping_add(item_hash(key, item)));
+        let (overlay, _) = self.overlay_at(index);
+        let mut sum = 0u64;
+        self.visit_items_at(&overlay, |key, item| sum = sum.wrapping_add(item_hash(key, item)));
         combine(index, sum)
     }
 
@@ -474,6 +509,12 @@ impl Kv {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
+}
+
+/// What one item takes in the snapshot encoding: key (length-prefixed), version, flag and
+/// value (length-prefixed) if live.
+fn encoded_item_bytes(key: &[u8], item: &Item) -> usize {
+    4 + key.len() + 8 + 8 + 1 + item.value.as_ref().map_or(0, |v| 4 + v.len())
 }
 
 fn item_hash(key: &[u8], item: &Item) -> u64 {
@@ -627,6 +668,25 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_buffer_is_sized_exactly_at_any_reachable_index() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("b", "1")));
+        kv.apply(&write(2, 2, 1, put("d", "2")));
+        kv.apply(&write(3, 1, 2, put("a", "3"))); // a key the state as of 2 lacks
+        kv.apply(&write(4, 2, 2, Command::Delete { key: "d".into() }));
+        kv.apply(&write(5, 1, 3, put("c", "5")));
+        for index in 0..=5 {
+            let bytes = kv.encode_at(LogIndex(index));
+            assert_eq!(bytes.capacity(), bytes.len(), "no slack at {index}");
+        }
+        let (items, _) = Kv::decode(&kv.encode_at(LogIndex(2)), Version::new(1, 2), 10)
+            .unwrap()
+            .scan(b"", None, 10);
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_slice()).collect();
+        assert_eq!(keys, [b"b".as_slice(), b"d".as_slice()]);
+    }
+
+    #[test]
     #[should_panic(expected = "rollback below the durable index")]
     fn rollback_below_durable_is_refused() {
         let mut kv = Kv::new(10);
@@ -679,8 +739,9 @@ mod tests {
             full.rollback_after(at, Epoch(1));
             proptest::prop_assert_eq!(full.digest_at(at), prefix.digest_at(at));
             proptest::prop_assert_eq!(full.encode_at(at), prefix.encode_at(at));
-            let (items, _) = prefix.state_at(at);
-            let sum = items.iter().fold(0u64, |s, (k, i)| s.wrapping_add(item_hash(k, i)));
+            let (overlay, _) = prefix.overlay_at(at);
+            let mut sum = 0u64;
+            prefix.visit_items_at(&overlay, |k, i| sum = sum.wrapping_add(item_hash(k, i)));
             proptest::prop_assert_eq!(combine(at, sum), prefix.applied_digest(), "incremental digest");
             let decoded = Kv::decode(&prefix.encode_at(at), Version::new(1, cut as u64), 3).unwrap();
             proptest::prop_assert_eq!(decoded.digest_at(at), prefix.digest_at(at));
