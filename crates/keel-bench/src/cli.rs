@@ -62,6 +62,11 @@ pub struct CommonArgs {
     /// Where suites write their results.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
+    /// Keel only, test emulation: every Keel node waits this many microseconds after each
+    /// log fsync (`[storage] emulated_fsync_delay_us`), as on a disk whose fsync costs
+    /// that much more. 0 (the default): the disk as it is. Other systems are unaffected.
+    #[arg(long, default_value_t = 0)]
+    pub emulated_fsync_us: u64,
 }
 
 /// `keel bench suite ...`.
@@ -84,7 +89,8 @@ pub struct SuiteArgs {
     /// Systems to include, comma-separated.
     #[arg(long, default_value = "keel,etcd,zookeeper,redis")]
     pub systems: String,
-    /// Workloads, comma-separated; default: the suite's own (orca: a,b,d,f; scale: a,b).
+    /// Workloads, comma-separated; default: the suite's own (orca: a,b,d,f; scale: a,b;
+    /// geo: read-only,write-only,mixed-read-heavy,mixed-write-heavy).
     #[arg(long)]
     pub workloads: Option<String>,
     /// Common run flags.
@@ -221,9 +227,11 @@ async fn execute_plan(
         plan.config,
         if plan.reads_everywhere { "all" } else { "leader" }
     );
-    let (running, target) = systems::start(plan.system, &plan.config, plan.reads_everywhere, exe)
-        .await
-        .map_err(|e| e.to_string())?;
+    let keel = systems::KeelSettings { emulated_fsync_us: common.emulated_fsync_us };
+    let (running, target) =
+        systems::start(plan.system, &plan.config, plan.reads_everywhere, exe, &keel)
+            .await
+            .map_err(|e| e.to_string())?;
     eprintln!(
         "keel bench: loading {} records for workload {}",
         spec.record_count,
@@ -236,6 +244,8 @@ async fn execute_plan(
         reads: if plan.reads_everywhere { "all" } else { "leader" }.into(),
         workload: plan.workload.letter().into(),
         records: spec.record_count,
+        emulated_fsync_us: Some(common.emulated_fsync_us)
+            .filter(|us| *us > 0 && plan.system == System::Keel),
         seed: common.seed,
     };
     let mut records = Vec::new();
@@ -344,5 +354,10 @@ mod tests {
         let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
         assert_eq!(suite.name, "orca");
         assert_eq!(suite.common.duration, 5);
+        assert_eq!(suite.common.emulated_fsync_us, 0, "off by default");
+        let w = Wrapper::try_parse_from(["keel", "suite", "orca", "--emulated-fsync-us", "1500"])
+            .unwrap();
+        let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
+        assert_eq!(suite.common.emulated_fsync_us, 1500);
     }
 }

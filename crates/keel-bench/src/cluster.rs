@@ -368,10 +368,18 @@ impl Drop for KeelCluster {
     }
 }
 
-/// Starts a three-node Keel cluster from the binary `exe` and waits for its leader.
-pub fn start_keel(exe: &Path) -> Result<KeelCluster, ClusterError> {
+/// Starts a three-node Keel cluster from the binary `exe` with `settings` and waits for
+/// its leader.
+pub fn start_keel(
+    exe: &Path,
+    settings: &crate::systems::KeelSettings,
+) -> Result<KeelCluster, ClusterError> {
     let dir = temp_dir("keel");
-    let cluster = LocalCluster::start(exe, NODES as u32, &dir, None, |_| {})
+    let fsync_us = settings.emulated_fsync_us;
+    let tweak = |config: &mut keel_server::config::ServerConfig| {
+        config.storage.emulated_fsync_delay_us = fsync_us;
+    };
+    let cluster = LocalCluster::start(exe, NODES as u32, &dir, None, tweak)
         .map_err(|source| ClusterError::Spawn { what: "keel".into(), source })?;
     let Some(leader) = cluster.wait_for_leader(READY_TIMEOUT) else {
         return Err(ClusterError::NotReady { what: "keel".into(), dir: dir.display().to_string() });

@@ -9,12 +9,17 @@
 //! plus the measured time from sending the request to its reply.
 //! Reads go to the nearest node (to the leader for `strong`); writes go to the leader.
 //!
+//! Workloads ([`WORKLOADS`]): read-only, write-only, and two mixes (the paper's
+//! Figure 12(c), (d), whose mixes it does not state): 95% reads and 5% writes, and
+//! 50/50. In a mix each operation is drawn from the client's seeded stream
+//! ([`is_write`]); reads and writes are recorded apart as well as together.
+//!
 //! Layout: [`Topology`] (pure: sites, delays, origins), [`run`] (clusters, clients,
-//! histograms), [`markdown`] and [`cdf_points`] (the report).
+//! histograms), [`markdown`], [`cdf_points`] and [`report`] (the report and its plots).
 
 use crate::cli::SuiteArgs;
 use crate::driver::resp::RespConn;
-use crate::plot::{line_plot, PALETTE};
+use crate::plot::{Plot, Series};
 use crate::rng::Rng;
 use hdrhistogram::Histogram;
 use keel_server::local::LocalCluster;
@@ -50,6 +55,43 @@ pub const CONFIGS: [(&str, &str, &str, bool); 3] = [
     ("weak", "memory", "any", false),
     ("cad", "memory", "monotonic", false),
 ];
+/// Workloads, in run order: name, percent of operations that are writes, title.
+pub const WORKLOADS: [(&str, u64, &str); 4] = [
+    ("read-only", 0, "read-only"),
+    ("write-only", 100, "write-only"),
+    ("mixed-read-heavy", 5, "mixed, 95% reads / 5% writes"),
+    ("mixed-write-heavy", 50, "mixed, 50% reads / 50% writes"),
+];
+/// Operation kinds a record may cover: reads, writes, or both (a mix's total).
+pub const OPS: [&str; 3] = ["all", "read", "write"];
+
+/// The workloads `--workloads` names (comma-separated; `None`: all four), in run order.
+pub fn select_workloads(arg: Option<&str>) -> Result<Vec<(&'static str, u64)>, String> {
+    let Some(arg) = arg else { return Ok(WORKLOADS.iter().map(|w| (w.0, w.1)).collect()) };
+    let mut names = Vec::new();
+    for name in arg.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !WORKLOADS.iter().any(|w| w.0 == name) {
+            let known: Vec<&str> = WORKLOADS.iter().map(|w| w.0).collect();
+            return Err(format!("unknown geo workload {name:?}: expected {}", known.join(", ")));
+        }
+        names.push(name);
+    }
+    if names.is_empty() {
+        return Err("--workloads names no geo workload".into());
+    }
+    Ok(WORKLOADS.iter().filter(|w| names.contains(&w.0)).map(|w| (w.0, w.1)).collect())
+}
+
+/// Whether the next operation of a stream with `write_pct` percent writes is a write.
+/// Pure workloads (0 and 100) draw nothing from `rng`.
+pub fn is_write(rng: &mut Rng, write_pct: u64) -> bool {
+    match write_pct {
+        0 => false,
+        100.. => true,
+        pct => rng.below(100) < pct,
+    }
+}
+
 /// Follower lease past its last grant: the default 100 ms leaves a lease granted over a
 /// 34 ms round trip little time, so the suite uses a WAN-sized one.
 pub const MARK_OUT_TIMEOUT_MS: u64 = 300;
@@ -109,15 +151,19 @@ impl Topology {
     }
 }
 
-/// One measured group: a configuration, a workload and an origin.
-#[derive(Clone, Debug, serde::Serialize)]
+/// One measured group: a configuration, a workload, an origin and an operation kind.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GeoRecord {
     /// `strong`, `weak` or `cad`.
     pub config: String,
-    /// `read-only` or `write-only`.
+    /// One of [`WORKLOADS`].
     pub workload: String,
     /// Where the issuing clients live (one of [`ORIGINS`]).
     pub origin: String,
+    /// `read`, `write` or (a mix's total) `all`; empty in files written before the mixes,
+    /// which [`report`] reads as the pure workload's kind.
+    #[serde(default)]
+    pub op: String,
     /// Operations recorded.
     pub ops: u64,
     /// Operations that failed.
@@ -153,7 +199,7 @@ struct ClientJob {
     client: usize,
     addrs: Vec<SocketAddr>,
     leader: usize,
-    write: bool,
+    write_pct: u64,
     durability: &'static str,
     level: &'static str,
     reads_at_leader: bool,
@@ -162,14 +208,30 @@ struct ClientJob {
     seed: u64,
 }
 
-/// One closed-loop client; returns its histogram and error count.
-async fn client(job: ClientJob) -> (Histogram<u64>, u64) {
-    let node =
-        if job.write || job.reads_at_leader { job.leader } else { Topology::home(job.client) };
-    let rtt = Topology::client_rtt(job.client, node);
-    let mut h = histogram();
-    let mut errors = 0u64;
-    let Ok(mut conn) = RespConn::connect(job.addrs[node]).await else { return (h, 1) };
+/// What one client measured.
+struct ClientResult {
+    reads: Histogram<u64>,
+    writes: Histogram<u64>,
+    errors: u64,
+}
+
+/// A connection to one node, opened on first use and again after a broken one.
+struct Link {
+    addr: SocketAddr,
+    rtt: Duration,
+    conn: Option<RespConn>,
+}
+
+/// One closed-loop client.
+async fn client(job: ClientJob) -> ClientResult {
+    let read_node = if job.reads_at_leader { job.leader } else { Topology::home(job.client) };
+    let link = |node: usize| Link {
+        addr: job.addrs[node],
+        rtt: Topology::client_rtt(job.client, node),
+        conn: None,
+    };
+    let (mut read_link, mut write_link) = (link(read_node), link(job.leader));
+    let mut out = ClientResult { reads: histogram(), writes: histogram(), errors: 0 };
     let mut rng = Rng::new(job.seed ^ job.client as u64);
     let value = vec![b'v'; VALUE_BYTES];
     let ops_max = u64::MAX; // bounded by time: `until`
@@ -179,11 +241,23 @@ async fn client(job: ClientJob) -> (Histogram<u64>, u64) {
             break;
         }
         let key = format!("geo{}", rng.below(KEYS));
-        tokio::time::sleep(rtt).await; // the emulated network, before sending
-        // Charged at its nominal length: tokio's timer rounds a 2 ms sleep up to about 3 ms,
-        // an artefact of the emulator, not of the system measured.
+        let write = is_write(&mut rng, job.write_pct);
+        let link = if write { &mut write_link } else { &mut read_link };
+        let conn = match &mut link.conn {
+            Some(conn) => conn,
+            None => match RespConn::connect(link.addr).await {
+                Ok(conn) => link.conn.insert(conn),
+                Err(_) => {
+                    out.errors += 1;
+                    break;
+                }
+            },
+        };
+        tokio::time::sleep(link.rtt).await; // the emulated network, before sending
+                                            // Charged at its nominal length: tokio's timer rounds a 2 ms sleep up to about 3 ms,
+                                            // an artefact of the emulator, not of the system measured.
         let sent = Instant::now();
-        let reply = if job.write {
+        let reply = if write {
             conn.call(&[b"SET", key.as_bytes(), &value, b"DURABILITY", job.durability.as_bytes()])
                 .await
         } else {
@@ -193,19 +267,19 @@ async fn client(job: ClientJob) -> (Histogram<u64>, u64) {
             continue;
         }
         match reply {
-            Ok(_) => h.saturating_record((rtt + sent.elapsed()).as_micros() as u64),
+            Ok(_) => {
+                let h = if write { &mut out.writes } else { &mut out.reads };
+                h.saturating_record((link.rtt + sent.elapsed()).as_micros() as u64);
+            }
             Err(e) => {
-                errors += 1;
+                out.errors += 1;
                 if e.needs_reconnect() {
-                    match RespConn::connect(job.addrs[node]).await {
-                        Ok(c) => conn = c,
-                        Err(_) => break,
-                    }
+                    link.conn = None; // reopened before the next operation on this link
                 }
             }
         }
     }
-    (h, errors)
+    out
 }
 
 async fn load(addr: SocketAddr, durability: &str) -> Result<(), String> {
@@ -220,10 +294,53 @@ async fn load(addr: SocketAddr, durability: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs one configuration on a fresh cluster: read-only, then write-only.
+/// The records of one workload's client results: per origin, reads and writes apart
+/// and, in a mix, together. Errors count towards `all` (a pure workload's only kind).
+/// `leader` is the leader's node index.
+fn group(
+    config: &str,
+    workload: &str,
+    write_pct: u64,
+    leader: usize,
+    results: &[ClientResult],
+) -> Vec<GeoRecord> {
+    let mut records = Vec::new();
+    for origin in ORIGINS {
+        let mut by_op: BTreeMap<&str, Histogram<u64>> =
+            OPS.iter().map(|op| (*op, histogram())).collect();
+        let mut errors = 0;
+        let mut clients = 0;
+        for (c, result) in results.iter().enumerate() {
+            if Topology::origin(c, leader) == origin {
+                clients += 1;
+                errors += result.errors;
+                for (op, h) in [("read", &result.reads), ("write", &result.writes)] {
+                    by_op.get_mut(op).expect("an op").add(h).expect("same bounds");
+                    by_op.get_mut("all").expect("all").add(h).expect("same bounds");
+                }
+            }
+        }
+        if clients == 0 {
+            continue; // no client beside such a node: the leader's site has one node
+        }
+        let ops: &[&str] = match write_pct {
+            0 => &["read"],
+            100.. => &["write"],
+            _ => &OPS,
+        };
+        for &op in ops {
+            let op_errors = if op == "all" || ops.len() == 1 { errors } else { 0 };
+            records.push(record(config, workload, origin, op, &by_op[op], op_errors));
+        }
+    }
+    records
+}
+
+/// Runs one configuration on a fresh cluster, each of `workloads` in turn.
 fn run_config(
     exe: &Path,
     config: (&'static str, &'static str, &'static str, bool),
+    workloads: &[(&'static str, u64)],
     args: &SuiteArgs,
 ) -> Result<Vec<GeoRecord>, String> {
     let (name, durability, level, reads_at_leader) = config;
@@ -242,7 +359,7 @@ fn run_config(
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(load(addrs[leader], "memory"))?; // fsynced in the background, during warm-up
     let mut records = Vec::new();
-    for (workload, write) in [("read-only", false), ("write-only", true)] {
+    for &(workload, write_pct) in workloads {
         let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
         let until = record_from + Duration::from_secs(args.common.duration);
         let jobs: Vec<ClientJob> = (0..CLIENTS)
@@ -250,7 +367,7 @@ fn run_config(
                 client,
                 addrs: addrs.clone(),
                 leader,
-                write,
+                write_pct,
                 durability,
                 level,
                 reads_at_leader,
@@ -267,19 +384,7 @@ fn run_config(
             }
             out
         });
-        for origin in ORIGINS {
-            let mut h = histogram();
-            let mut errors = 0;
-            for (c, (ch, e)) in results.iter().enumerate() {
-                if Topology::origin(c, leader) == origin {
-                    h.add(ch).expect("same bounds");
-                    errors += e;
-                }
-            }
-            if !h.is_empty() || errors > 0 {
-                records.push(record(name, workload, origin, &h, errors)); // a group may be empty
-            }
-        }
+        records.extend(group(name, workload, write_pct, leader, &results));
         eprintln!("keel bench geo: {name} {workload} done (leader n{})", leader + 1);
     }
     drop(cluster);
@@ -291,6 +396,7 @@ fn record(
     config: &str,
     workload: &str,
     origin: &str,
+    op: &str,
     h: &Histogram<u64>,
     errors: u64,
 ) -> GeoRecord {
@@ -298,6 +404,7 @@ fn record(
         config: config.into(),
         workload: workload.into(),
         origin: origin.into(),
+        op: op.into(),
         ops: h.len(),
         errors,
         p50_us: h.value_at_quantile(0.5),
@@ -309,28 +416,71 @@ fn record(
     }
 }
 
-/// Median latency of `config`'s `workload` from `origin`, if measured.
-fn median(records: &[GeoRecord], config: &str, workload: &str, origin: &str) -> Option<u64> {
+/// The record of `config`'s `op`s in `workload` from `origin`, if it measured any.
+fn find<'a>(
+    records: &'a [GeoRecord],
+    config: &str,
+    workload: &str,
+    op: &str,
+    origin: &str,
+) -> Option<&'a GeoRecord> {
     records
         .iter()
-        .find(|r| r.config == config && r.workload == workload && r.origin == origin)
-        .map(|r| r.p50_us)
+        .find(|r| r.config == config && r.workload == workload && r.op == op && r.origin == origin)
+        .filter(|r| r.ops > 0)
 }
 
-/// The Markdown report: a percentile table and the paper's ratios.
+/// Median latency of `config`'s `op`s in `workload` from `origin`, if measured.
+fn median(
+    records: &[GeoRecord],
+    config: &str,
+    workload: &str,
+    op: &str,
+    origin: &str,
+) -> Option<u64> {
+    find(records, config, workload, op, origin).map(|r| r.p50_us)
+}
+
+/// `top / bottom` as `12.3x`, or `n/a`.
+fn ratio(top: Option<u64>, bottom: Option<u64>) -> String {
+    match (top, bottom) {
+        (Some(t), Some(b)) if b > 0 => format!("{:.1}x", t as f64 / b as f64),
+        _ => "n/a".into(),
+    }
+}
+
+/// The workloads of `records`, in run order.
+fn workloads_of(records: &[GeoRecord]) -> Vec<&'static str> {
+    WORKLOADS.iter().map(|w| w.0).filter(|w| records.iter().any(|r| r.workload == *w)).collect()
+}
+
+/// The Markdown report: a percentile table, the paper's ratios, and how reads in the
+/// mixes compare with reads alone.
 pub fn markdown(records: &[GeoRecord], command: &str) -> String {
     let mut md = String::from("# Geo (ORCA §5.2.3)\n\n");
     let _ = writeln!(md, "Command: `{command}`\n");
-    md.push_str("| config | workload | origin | ops | errors | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    let mixes: Vec<String> = WORKLOADS
+        .iter()
+        .filter(|w| w.1 > 0 && w.1 < 100)
+        .map(|w| format!("`{}`: {}", w.0, w.2))
+        .collect();
+    let _ = writeln!(
+        md,
+        "Workloads: {}. In a mix, `op` is `read`, `write` or `all` (both); errors count \
+         under `all`.\n",
+        mixes.join("; ")
+    );
+    md.push_str("| config | workload | origin | op | ops | errors | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     let ms = |us: u64| us as f64 / 1000.0;
     for r in records {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             r.config,
             r.workload,
             r.origin,
+            r.op,
             r.ops,
             r.errors,
             ms(r.p50_us),
@@ -340,63 +490,154 @@ pub fn markdown(records: &[GeoRecord], command: &str) -> String {
             ms(r.max_us)
         );
     }
-    md.push_str("\n## Median ratios (strong / other)\n\n| workload | origin | strong / weak | strong / cad |\n|---|---|---|---|\n");
-    for workload in ["read-only", "write-only"] {
-        for origin in ORIGINS {
-            let strong = median(records, "strong", workload, origin);
-            let ratio = |other: &str| match (strong, median(records, other, workload, origin)) {
-                (Some(s), Some(o)) if o > 0 => format!("{:.1}x", s as f64 / o as f64),
-                _ => "n/a".into(),
-            };
-            let _ =
-                writeln!(md, "| {workload} | {origin} | {} | {} |", ratio("weak"), ratio("cad"));
+    md.push_str("\n## Median ratios (strong / other)\n\n| workload | op | origin | strong / weak | strong / cad |\n|---|---|---|---|---|\n");
+    for workload in workloads_of(records) {
+        for op in OPS {
+            if !records.iter().any(|r| r.workload == workload && r.op == op) {
+                continue;
+            }
+            for origin in ORIGINS {
+                let m = |config: &str| median(records, config, workload, op, origin);
+                let (weak, cad) = (ratio(m("strong"), m("weak")), ratio(m("strong"), m("cad")));
+                if weak == "n/a" && cad == "n/a" {
+                    continue; // no such origin in this run (the leader's site has one node)
+                }
+                let _ = writeln!(md, "| {workload} | {op} | {origin} | {weak} | {cad} |");
+            }
+        }
+    }
+    let mixed: Vec<&str> = workloads_of(records)
+        .into_iter()
+        .filter(|w| records.iter().any(|r| r.workload == *w && r.op == "all"))
+        .collect();
+    if !mixed.is_empty() && records.iter().any(|r| r.workload == "read-only") {
+        md.push_str(
+            "\n## Reads beside writes (read latency in the mix / in read-only)\n\n\
+             | config | origin | workload | p50 | p90 | p99 |\n|---|---|---|---|---|---|\n",
+        );
+        for (config, ..) in CONFIGS {
+            for origin in ORIGINS {
+                let Some(alone) = find(records, config, "read-only", "read", origin) else {
+                    continue;
+                };
+                for workload in &mixed {
+                    let Some(mix) = find(records, config, workload, "read", origin) else {
+                        continue;
+                    };
+                    let q = |f: fn(&GeoRecord) -> u64| ratio(Some(f(mix)), Some(f(alone)));
+                    let (p50, p90, p99) = (q(|r| r.p50_us), q(|r| r.p90_us), q(|r| r.p99_us));
+                    let _ = writeln!(
+                        md,
+                        "| {config} | {origin} | {workload} | {p50} | {p90} | {p99} |"
+                    );
+                }
+            }
         }
     }
     md
 }
 
-/// A CDF plot of `workload`: one series per configuration and origin, x in ms.
-fn cdf_png(records: &[GeoRecord], workload: &str) -> (Vec<u8>, String) {
-    let mut series = Vec::new();
-    let mut legend = String::new();
-    for r in records.iter().filter(|r| r.workload == workload) {
-        let color = PALETTE[series.len()];
-        let _ =
-            writeln!(legend, "- rgb{color:?}: {} from clients beside the {}", r.config, r.origin);
-        series.push(r.cdf.iter().map(|&(us, f)| (us as f64 / 1000.0, f)).collect());
+/// The CDF plot of `workload` (every operation of a mix together): one series per
+/// configuration and origin, x in ms.
+pub fn cdf_plot(records: &[GeoRecord], workload: &str) -> Plot {
+    let title = WORKLOADS.iter().find(|w| w.0 == workload).map_or(workload, |w| w.2);
+    let series = records
+        .iter()
+        .filter(|r| r.workload == workload && (r.op == "all" || !is_mixed(workload)) && r.ops > 0)
+        .map(|r| Series {
+            name: format!("{}, {}", r.config, r.origin),
+            points: r.cdf.iter().map(|&(us, f)| (us as f64 / 1000.0, f)).collect(),
+        })
+        .take(crate::plot::SERIES_MAX)
+        .collect();
+    Plot {
+        title: format!("Geo, {title}: latency CDF by config and client origin"),
+        x_title: "latency (ms)".into(),
+        y_title: "cumulative fraction".into(),
+        log_y: false,
+        x_labels: None,
+        series,
     }
-    (line_plot(&series, false, None).to_png(), legend)
 }
 
-/// Runs `keel bench suite geo`: every configuration, then writes
-/// `<out>/geo-<time>.{jsonl,md}` and a CDF PNG per workload.
+fn is_mixed(workload: &str) -> bool {
+    WORKLOADS.iter().any(|w| w.0 == workload && w.1 > 0 && w.1 < 100)
+}
+
+/// Writes `<dir>/<stem>.md` and a CDF PNG per workload; returns the Markdown.
+fn write_report(
+    dir: &Path,
+    stem: &str,
+    records: &[GeoRecord],
+    command: &str,
+) -> Result<String, String> {
+    let mut md = markdown(records, command);
+    for workload in workloads_of(records) {
+        let png = cdf_plot(records, workload).draw().to_png();
+        let file = format!("{stem}-cdf-{workload}.png");
+        std::fs::write(dir.join(&file), png).map_err(|e| e.to_string())?;
+        let what = if is_mixed(workload) { "reads and writes together; " } else { "" };
+        let _ = write!(
+            md,
+            "\n## CDF, {workload}\n\n![{workload}]({file})\n\nx: latency (ms), y: cumulative \
+             fraction ({what}the legend in the plot names each configuration and client origin).\n"
+        );
+    }
+    std::fs::write(dir.join(format!("{stem}.md")), &md).map_err(|e| e.to_string())?;
+    Ok(md)
+}
+
+/// Runs `keel bench suite geo`: every configuration on the workloads `--workloads` names
+/// (default: all four), then writes `<out>/geo-<time>.{jsonl,md}` and a CDF PNG per
+/// workload.
 pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
+    let workloads = select_workloads(args.workloads.as_deref())?;
     let mut records = Vec::new();
     for config in CONFIGS {
-        records.extend(run_config(exe, config, args)?);
+        records.extend(run_config(exe, config, &workloads, args)?);
     }
     let out = &args.common.out;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let base = out.join(format!("geo-{stamp}"));
+    let stem = format!("geo-{stamp}");
     let jsonl: String = records
         .iter()
         .map(|r| serde_json::to_string(r).expect("a record serializes") + "\n")
         .collect();
-    std::fs::write(base.with_extension("jsonl"), jsonl).map_err(|e| e.to_string())?;
+    std::fs::write(out.join(format!("{stem}.jsonl")), jsonl).map_err(|e| e.to_string())?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let mut md = markdown(&records, &command);
-    for workload in ["read-only", "write-only"] {
-        let (png, legend) = cdf_png(&records, workload);
-        let file = format!("geo-{stamp}-cdf-{workload}.png");
-        std::fs::write(out.join(&file), png).map_err(|e| e.to_string())?;
-        let _ = write!(md, "\n## CDF, {workload}\n\n![{workload}]({file})\n\nx: latency (ms), y: cumulative fraction from 0 to 1 (tick labels are rounded to whole numbers).\n\n{legend}");
-    }
-    std::fs::write(base.with_extension("md"), &md).map_err(|e| e.to_string())?;
+    let md = write_report(out, &stem, &records, &command)?;
     print!("{md}");
-    eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
+    eprintln!("keel bench: wrote {}.jsonl and .md", out.join(&stem).display());
+    Ok(())
+}
+
+/// Reads a geo `.jsonl`; records written before the mixes get their pure workload's `op`.
+pub fn parse_records(text: &str) -> Result<Vec<GeoRecord>, String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut r: GeoRecord = serde_json::from_str(l).map_err(|e| e.to_string())?;
+            if r.op.is_empty() {
+                r.op = if r.workload == "write-only" { "write" } else { "read" }.into();
+            }
+            Ok(r)
+        })
+        .collect()
+}
+
+/// `keel bench report geo-*.jsonl`: rewrites the Markdown and the CDF PNGs beside the
+/// file, keeping the command an earlier Markdown names.
+pub fn report(file: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let records = parse_records(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let stem = file.file_stem().map_or("geo".into(), |s| s.to_string_lossy().into_owned());
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let command = crate::suite::recorded_command(dir, &stem);
+    write_report(dir, &stem, &records, &command)?;
+    eprintln!("keel bench: wrote {}", dir.join(format!("{stem}.md")).display());
     Ok(())
 }
 
@@ -434,10 +675,103 @@ mod tests {
         assert_eq!(cdf.len(), 101);
         assert!(cdf[0].0 >= 34_900 && cdf[0].0 <= cdf[50].0 && cdf[100].1 == 1.0);
         let records = vec![
-            record("strong", "read-only", "follower-other-site", &slow, 0),
-            record("cad", "read-only", "follower-other-site", &fast, 0),
+            record("strong", "read-only", "follower-other-site", "read", &slow, 0),
+            record("cad", "read-only", "follower-other-site", "read", &fast, 0),
         ];
         let md = markdown(&records, "keel bench suite geo");
-        assert!(md.contains("| read-only | follower-other-site | n/a | 17.1x |"), "{md}");
+        assert!(md.contains("| read-only | read | follower-other-site | n/a | 17.1x |"), "{md}");
+        assert!(!md.contains("Reads beside writes"), "no mix, no mix table");
+    }
+
+    #[test]
+    fn workloads_are_selected_by_name_in_run_order() {
+        let all = select_workloads(None).unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[2], ("mixed-read-heavy", 5));
+        let two = select_workloads(Some("mixed-write-heavy,read-only")).unwrap();
+        assert_eq!(two, [("read-only", 0), ("mixed-write-heavy", 50)]);
+        assert!(select_workloads(Some("a")).unwrap_err().contains("mixed-read-heavy"));
+        assert!(select_workloads(Some(",")).is_err());
+    }
+
+    #[test]
+    fn mixes_draw_their_share_of_writes_and_pure_workloads_draw_nothing() {
+        for (pct, lo, hi) in [(5u64, 400, 600), (50, 4_800, 5_200)] {
+            let mut rng = Rng::new(7);
+            let writes = (0..10_000).filter(|_| is_write(&mut rng, pct)).count();
+            assert!((lo..=hi).contains(&writes), "{pct}%: {writes} writes in 10000");
+        }
+        let (mut a, mut b) = (Rng::new(3), Rng::new(3));
+        assert!(!is_write(&mut a, 0) && is_write(&mut a, 100));
+        assert_eq!(a.next_u64(), b.next_u64(), "a pure workload keeps the key stream");
+    }
+
+    fn result(read_us: u64, write_us: u64, errors: u64) -> ClientResult {
+        let (mut reads, mut writes) = (histogram(), histogram());
+        reads.record(read_us).unwrap();
+        writes.record(write_us).unwrap();
+        ClientResult { reads, writes, errors }
+    }
+
+    #[test]
+    fn a_mix_is_split_by_origin_and_by_operation() {
+        // Leader n3 (index 2): five clients beside it, five beside n4 (its site), the
+        // other fourteen beside n1, n2 and n5 in other sites.
+        let results: Vec<ClientResult> = (0..CLIENTS)
+            .map(|c| match Topology::origin(c, 2) {
+                "leader" => result(2_000, 40_000, 0),
+                "follower-leader-site" => result(3_000, 41_000, 1),
+                _ => result(4_000, 75_000, 0),
+            })
+            .collect();
+        let records = group("strong", "mixed-write-heavy", 50, 2, &results);
+        assert_eq!(records.len(), ORIGINS.len() * OPS.len());
+        let find = |origin: &str, op: &str| {
+            records.iter().find(|r| r.origin == origin && r.op == op).expect("a record")
+        };
+        let leader = find("leader", "read");
+        assert_eq!((leader.ops, leader.p50_us / 100), (5, 20));
+        let far = find("follower-other-site", "all");
+        assert_eq!(far.ops, 2 * 14, "fourteen clients, a read and a write each");
+        assert_eq!(find("follower-other-site", "write").p50_us / 1000, 75);
+        assert_eq!(find("follower-leader-site", "all").errors, 5);
+        assert_eq!(find("follower-leader-site", "read").errors, 0);
+        // A pure workload keeps one kind; the lone node's site has no second origin.
+        let pure = group("cad", "read-only", 0, 4, &results);
+        assert_eq!(pure.iter().map(|r| r.op.as_str()).collect::<Vec<_>>(), ["read", "read"]);
+    }
+
+    #[test]
+    fn the_report_compares_reads_in_a_mix_with_reads_alone() {
+        let h = |us: u64| {
+            let mut h = histogram();
+            h.record(us).unwrap();
+            h
+        };
+        let leader = "leader";
+        let records = vec![
+            record("strong", "read-only", leader, "read", &h(2_000), 0),
+            record("strong", "mixed-read-heavy", leader, "all", &h(6_000), 0),
+            record("strong", "mixed-read-heavy", leader, "read", &h(5_000), 0),
+            record("strong", "mixed-read-heavy", leader, "write", &h(40_000), 0),
+            record("cad", "mixed-read-heavy", leader, "read", &h(2_500), 0),
+        ];
+        let md = markdown(&records, "keel bench suite geo");
+        assert!(md.contains("| mixed-read-heavy | read | leader | n/a | 2.0x |"), "{md}");
+        assert!(md.contains("| strong | leader | mixed-read-heavy | 2.5x | 2.5x | 2.5x |"), "{md}");
+        assert!(!md.contains("| cad | leader |"), "cad has no read-only run: {md}");
+        assert!(!md.contains("follower-leader-site"), "no such origin, no rows: {md}");
+        let plot = cdf_plot(&records, "mixed-read-heavy");
+        let names: Vec<&str> = plot.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["strong, leader"], "a mix's CDF plots all operations");
+        assert!(plot.title.contains("95% reads"));
+    }
+
+    #[test]
+    fn files_from_before_the_mixes_read_as_pure_workloads() {
+        let line = r#"{"config":"weak","workload":"write-only","origin":"leader","ops":1,
+            "errors":0,"p50_us":1,"p90_us":1,"p99_us":1,"p999_us":1,"max_us":1,"cdf":[[1,1.0]]}"#;
+        let records = parse_records(&line.replace('\n', "")).unwrap();
+        assert_eq!(records[0].op, "write");
     }
 }

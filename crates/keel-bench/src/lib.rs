@@ -18,6 +18,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod driver;
+pub mod font;
 pub mod generator;
 pub mod geo;
 pub mod plot;

@@ -47,6 +47,9 @@ pub struct RunRecord {
     /// Largest resident memory of one server process at the end of the run, in KiB.
     #[serde(default)]
     pub server_rss_kib_max: Option<u64>,
+    /// Keel: the emulated delay added to each log fsync (`--emulated-fsync-us`), when on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated_fsync_us: Option<u64>,
     /// The seed of the operation streams.
     pub seed: u64,
 }
@@ -64,6 +67,8 @@ pub struct RunLabel {
     pub workload: String,
     /// Records loaded.
     pub records: u64,
+    /// Keel: the emulated fsync delay, when on.
+    pub emulated_fsync_us: Option<u64>,
     /// Seed.
     pub seed: u64,
 }
@@ -98,6 +103,7 @@ impl RunRecord {
             max_us: if h.is_empty() { 0 } else { h.max() },
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
+            emulated_fsync_us: label.emulated_fsync_us,
             seed: label.seed,
         }
     }
@@ -174,6 +180,7 @@ mod tests {
             reads: "leader".into(),
             workload: "a".into(),
             records: 1000,
+            emulated_fsync_us: None,
             seed: 1,
         }
     }

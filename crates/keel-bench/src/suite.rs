@@ -187,6 +187,15 @@ const COLOR_NAMES: [&str; crate::plot::SERIES_MAX] = [
     "light green",
 ];
 
+/// Series named by `names`, in order.
+fn named(names: &[String], points: Vec<Vec<(f64, f64)>>) -> Vec<crate::plot::Series> {
+    names
+        .iter()
+        .zip(points)
+        .map(|(n, p)| crate::plot::Series { name: n.clone(), points: p })
+        .collect()
+}
+
 /// Per workload: a percentile plot (every run) and, for several client counts, a p99 vs
 /// throughput plot (one curve per configuration). Returns `(file name, PNG, legend)`.
 pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
@@ -219,11 +228,19 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
             })
             .collect();
         let labels = ["50", "90", "99", "99.9", "100"];
-        let canvas = crate::plot::line_plot(&percentile_series, true, Some(&labels));
         let names: Vec<String> = configs
             .iter()
             .map(|(n, list)| format!("{n}, {} clients", list.last().map_or(0, |r| r.clients)))
             .collect();
+        let canvas = crate::plot::Plot {
+            title: format!("YCSB {}: latency percentiles", workload.to_uppercase()),
+            x_title: "percentile".into(),
+            y_title: "latency (µs)".into(),
+            log_y: true,
+            x_labels: Some(labels.map(String::from).to_vec()),
+            series: named(&names, percentile_series),
+        }
+        .draw();
         out.push((format!("latency-percentiles-{workload}.png"), canvas.to_png(), legend(names)));
         if configs.iter().any(|(_, list)| list.len() > 1) {
             let curves: Vec<Vec<(f64, f64)>> = configs
@@ -232,8 +249,16 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
                     list.iter().map(|r| (r.throughput_ops_s, r.p99_us as f64)).collect()
                 })
                 .collect();
-            let canvas = crate::plot::line_plot(&curves, true, None);
-            let names = configs.iter().map(|(n, _)| n.clone()).collect();
+            let names: Vec<String> = configs.iter().map(|(n, _)| n.clone()).collect();
+            let canvas = crate::plot::Plot {
+                title: format!("YCSB {}: p99 latency against throughput", workload.to_uppercase()),
+                x_title: "throughput (ops/s)".into(),
+                y_title: "p99 latency (µs)".into(),
+                log_y: true,
+                x_labels: None,
+                series: named(&names, curves),
+            }
+            .draw();
             out.push((format!("p99-vs-throughput-{workload}.png"), canvas.to_png(), legend(names)));
         }
     }
@@ -243,6 +268,9 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
 /// `keel bench report FILE.jsonl`: the Markdown table, ratios and plots of saved records,
 /// written beside the file as `FILE.md` and `FILE-*.png`.
 pub fn report(file: &Path) -> Result<(), String> {
+    if file.file_name().is_some_and(|n| n.to_string_lossy().starts_with("geo-")) {
+        return crate::geo::report(file);
+    }
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let records: Vec<RunRecord> = text
         .lines()
@@ -252,13 +280,18 @@ pub fn report(file: &Path) -> Result<(), String> {
     let stem = file.file_stem().map_or("results".into(), |s| s.to_string_lossy().into_owned());
     let name = stem.split('-').next().unwrap_or("orca").to_string();
     let dir = file.parent().unwrap_or(Path::new("."));
-    // Keep the command that produced the records, if an earlier table names it.
+    let command = recorded_command(dir, &stem);
+    write_files(dir, &stem, &name, &command, &records)
+}
+
+/// The command an earlier `<dir>/<stem>.md` names as having produced its records (so a
+/// redrawn report keeps it), or else this process's command line.
+pub(crate) fn recorded_command(dir: &Path, stem: &str) -> String {
     let previous = std::fs::read_to_string(dir.join(format!("{stem}.md"))).unwrap_or_default();
-    let command = previous
+    previous
         .lines()
         .find_map(|l| l.strip_prefix("Command: `")?.strip_suffix('`').map(str::to_string))
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
-    write_files(dir, &stem, &name, &command, &records)
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "))
 }
 
 fn write_files(
@@ -354,6 +387,7 @@ mod tests {
             max_us: 0,
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
+            emulated_fsync_us: None,
             seed: 1,
         }
     }

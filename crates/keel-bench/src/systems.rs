@@ -166,13 +166,21 @@ fn unknown(system: System, config: &str) -> SetupError {
     }
 }
 
+/// Server settings of Keel clusters beyond the configuration name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeelSettings {
+    /// Test emulation: microseconds added to every log fsync (0: none).
+    pub emulated_fsync_us: u64,
+}
+
 /// Starts a cluster of `system` for `config` and returns how clients reach it.
-/// `keel_exe`: the `keel` binary Keel's nodes run.
+/// `keel_exe`: the `keel` binary Keel's nodes run; `keel`: their server settings.
 pub async fn start(
     system: System,
     config: &str,
     reads_everywhere: bool,
     keel_exe: &Path,
+    keel: &KeelSettings,
 ) -> Result<(Running, Target), SetupError> {
     if !system.configs().contains(&config) {
         return Err(unknown(system, config));
@@ -182,7 +190,8 @@ pub async fn start(
             let options =
                 keel_options(config, reads_everywhere).ok_or_else(|| unknown(system, config))?;
             let exe = keel_exe.to_path_buf();
-            let cluster = tokio::task::spawn_blocking(move || cluster::start_keel(&exe))
+            let settings = *keel;
+            let cluster = tokio::task::spawn_blocking(move || cluster::start_keel(&exe, &settings))
                 .await
                 .expect("cluster start task")?;
             let target =

@@ -30,6 +30,14 @@
 //! peer_delay_ms = { "2" = 17, "3" = 1 }   # one-way delay to member 2 and member 3
 //! ```
 //!
+//! Another, also off by default, adds a fixed delay to every log fsync, to emulate a disk
+//! whose fsync costs more than this one's (the orca benchmark's `--emulated-fsync-us`):
+//!
+//! ```toml
+//! [storage]
+//! emulated_fsync_delay_us = 1500
+//! ```
+//!
 //! `docs/operations.md` lists every field with its default.
 
 use keel_core::leader::Config as EngineConfig;
@@ -54,6 +62,8 @@ pub const PIPELINE_DEPTH_MAX_DEFAULT: u32 = 1024;
 pub const QUEUE_CEILING: u32 = 1 << 20;
 /// Longest emulated one-way peer delay (`geo.peer_delay_ms`).
 pub const PEER_DELAY_MS_MAX: u64 = 10_000;
+/// Longest emulated extra fsync time (`storage.emulated_fsync_delay_us`).
+pub const EMULATED_FSYNC_DELAY_US_MAX: u64 = 1_000_000;
 
 const _: () = assert!(INPUT_QUEUE_MAX_DEFAULT <= QUEUE_CEILING);
 const _: () = assert!(PEER_BATCH_MAX_DEFAULT <= PEER_QUEUE_MAX_DEFAULT);
@@ -154,6 +164,23 @@ impl GeoSettings {
     }
 }
 
+/// Test-only disk emulation (off by default; never for production).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    /// Extra time, in microseconds, the storage thread waits after every log fsync before
+    /// reporting it, as if the disk's fsync took that much longer (0: none).
+    #[serde(default)]
+    pub emulated_fsync_delay_us: u64,
+}
+
+impl StorageSettings {
+    /// Whether no emulation is configured (the default; the section is then not written).
+    pub fn is_off(&self) -> bool {
+        self.emulated_fsync_delay_us == 0
+    }
+}
+
 /// The whole server configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +217,9 @@ pub struct ServerConfig {
     /// Test-only wide-area emulation (off by default).
     #[serde(default, skip_serializing_if = "GeoSettings::is_off")]
     pub geo: GeoSettings,
+    /// Test-only disk emulation (off by default).
+    #[serde(default, skip_serializing_if = "StorageSettings::is_off")]
+    pub storage: StorageSettings,
 }
 
 fn connections_max_default() -> u32 {
@@ -241,6 +271,7 @@ impl ServerConfig {
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
+            storage: StorageSettings::default(),
         }
     }
 
@@ -300,6 +331,12 @@ impl ServerConfig {
             return Err(invalid("members", "two members share a peer_addr"));
         }
         self.validate_geo()?;
+        if self.storage.emulated_fsync_delay_us > EMULATED_FSYNC_DELAY_US_MAX {
+            return Err(invalid(
+                "storage.emulated_fsync_delay_us",
+                format!("must be at most {EMULATED_FSYNC_DELAY_US_MAX}"),
+            ));
+        }
         self.engine_config()?;
         Ok(())
     }
@@ -318,6 +355,12 @@ impl ServerConfig {
             }
         }
         Ok(())
+    }
+
+    /// The extra time added to every log fsync (zero unless
+    /// `storage.emulated_fsync_delay_us` is set).
+    pub fn emulated_fsync_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.storage.emulated_fsync_delay_us)
     }
 
     /// The one-way delay of messages from this node to member `to` (zero unless
@@ -382,6 +425,23 @@ mod tests {
         config.engine.heartbeat_interval_ms = Some(1000);
         let text = config.validate().unwrap_err().to_string();
         assert!(text.contains("engine.heartbeat_interval"), "{text}");
+    }
+
+    #[test]
+    fn emulated_fsync_delay_parses_validates_and_defaults_off() {
+        let config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        assert!(config.storage.is_off());
+        assert_eq!(config.emulated_fsync_delay(), std::time::Duration::ZERO);
+        assert!(!config.to_toml().contains("storage"), "off by default, not written");
+        let text = format!("{}\n[storage]\nemulated_fsync_delay_us = 1500\n", config.to_toml());
+        let config = ServerConfig::from_toml(&text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.emulated_fsync_delay(), std::time::Duration::from_micros(1500));
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+        let mut bad = config.clone();
+        bad.storage.emulated_fsync_delay_us = EMULATED_FSYNC_DELAY_US_MAX + 1;
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("`storage.emulated_fsync_delay_us`"), "{err}");
     }
 
     #[test]

@@ -312,7 +312,7 @@ impl Driver {
             self.queue(StorageOp::Append(out.append)).await?;
         }
         if out.sync_through.is_some() {
-            self.queue(StorageOp::Sync).await?;
+            self.queue(StorageOp::Sync(Instant::now())).await?;
         }
         if let Some((meta, data)) = out.snapshot {
             self.queue(StorageOp::Snapshot(meta, data)).await?;
@@ -343,7 +343,11 @@ impl Driver {
                 Ok(_) => "ok",
                 Err(e) => keel_wire::reply::error_prefix(e),
             };
-            self.metrics.record(waiting.label, outcome, waiting.started.elapsed().as_secs_f64());
+            let seconds = waiting.started.elapsed().as_secs_f64();
+            self.metrics.record(waiting.label, outcome, seconds);
+            if reply.durability_round {
+                self.metrics.round_read_seconds.observe(seconds);
+            }
             let _ = waiting.reply.send(reply);
         }
     }

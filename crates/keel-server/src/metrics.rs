@@ -80,6 +80,10 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<OpLabel, HistogramState>>,
     /// Fsync latency on the storage thread.
     pub fsync_seconds: Histogram,
+    /// From the engine asking for an fsync to that fsync's end (queueing included).
+    pub sync_wait_seconds: Histogram,
+    /// Latency inside the node of reads that waited for a durability round.
+    pub round_read_seconds: Histogram,
     /// Peer messages handed to a connection.
     pub peer_sent: AtomicU64,
     /// Peer messages received and given to the engine.
@@ -134,6 +138,24 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE keel_fsync_duration_seconds histogram");
         let fsync = self.fsync_seconds.inner.lock().expect("metrics lock").clone();
         fsync.render(out, "keel_fsync_duration_seconds", "");
+        let histograms = [
+            (
+                "keel_sync_wait_duration_seconds",
+                "From an fsync asked for to its end, queueing behind other disk work included.",
+                &self.sync_wait_seconds,
+            ),
+            (
+                "keel_round_read_duration_seconds",
+                "Latency inside the node of reads that waited for a durability round.",
+                &self.round_read_seconds,
+            ),
+        ];
+        for (name, help, histogram) in histograms {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            let state = histogram.inner.lock().expect("metrics lock").clone();
+            state.render(out, name, "");
+        }
         let counters = [
             ("keel_peer_messages_sent_total", "counter", &self.peer_sent),
             ("keel_peer_messages_received_total", "counter", &self.peer_received),

@@ -54,11 +54,13 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let metrics = Arc::new(Metrics::default());
     let dir = config.data_dir.clone();
     let storage_metrics = metrics.clone();
-    let (recovered, storage) =
-        tokio::task::spawn_blocking(move || crate::storage::start(&dir, storage_metrics))
-            .await
-            .map_err(|e| NodeError::Startup(e.to_string()))?
-            .map_err(NodeError::Startup)?;
+    let fsync_delay = config.emulated_fsync_delay();
+    let (recovered, storage) = tokio::task::spawn_blocking(move || {
+        crate::storage::start(&dir, storage_metrics, fsync_delay)
+    })
+    .await
+    .map_err(|e| NodeError::Startup(e.to_string()))?
+    .map_err(NodeError::Startup)?;
     tracing::info!(node = %me, entries = recovered.entries.len(), epoch = recovered.hard_state.epoch.0, "recovered");
     let persisted = PersistedState {
         hard_state: recovered.hard_state,

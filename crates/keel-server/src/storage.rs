@@ -17,7 +17,7 @@ use keel_storage::{FileStorage, Recovered, Storage, StorageConfig};
 use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Most operations carried out between two fsyncs.
@@ -41,8 +41,9 @@ pub enum StorageOp {
     TruncateAfter(LogIndex),
     /// Append entries (buffered).
     Append(Vec<Entry>),
-    /// Fsync the log (coalesced with every other sync in the batch).
-    Sync,
+    /// Fsync the log (coalesced with every other sync in the batch); carries when it was
+    /// asked for, for the `keel_sync_wait_duration_seconds` histogram.
+    Sync(Instant),
     /// Save a snapshot durably, report it, then compact the log below it.
     Snapshot(SnapshotMeta, Vec<u8>),
 }
@@ -71,13 +72,18 @@ pub struct StorageHandle {
 }
 
 /// Opens the storage in `dir`, recovers it (blocking: call before the runtime serves),
-/// and starts the storage thread.
-pub fn start(dir: &Path, metrics: Arc<Metrics>) -> Result<(Recovered, StorageHandle), String> {
+/// and starts the storage thread. `fsync_delay`: test-only extra time per log fsync
+/// (`[storage] emulated_fsync_delay_us`; zero in production).
+pub fn start(
+    dir: &Path,
+    metrics: Arc<Metrics>,
+    fsync_delay: Duration,
+) -> Result<(Recovered, StorageHandle), String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create data_dir {}: {e}", dir.display()))?;
     let storage = FileStorage::open(dir, StorageConfig::default())
         .map_err(|e| format!("cannot open storage in {}: {e}", dir.display()))?;
-    start_with(storage, metrics)
+    start_with(storage, metrics, fsync_delay)
 }
 
 /// Recovers `storage` and starts the storage thread over it (any [`Storage`]: the file
@@ -85,14 +91,21 @@ pub fn start(dir: &Path, metrics: Arc<Metrics>) -> Result<(Recovered, StorageHan
 pub fn start_with<S: Storage + Send + 'static>(
     mut storage: S,
     metrics: Arc<Metrics>,
+    fsync_delay: Duration,
 ) -> Result<(Recovered, StorageHandle), String> {
     let recovered = storage.recover().map_err(|e| format!("recovery failed: {e}"))?;
     let (ops_tx, ops_rx) = mpsc::channel(STORAGE_QUEUE_MAX);
     let (synced_tx, synced_rx) = watch::channel(Synced { index: storage.synced_index(), seq: 0 });
     let (snap_tx, snap_rx) = mpsc::unbounded_channel();
     let (fatal_tx, fatal_rx) = watch::channel(None);
-    let thread =
-        StorageThread { storage, ops: ops_rx, synced: synced_tx, snapshots: snap_tx, metrics };
+    let thread = StorageThread {
+        storage,
+        ops: ops_rx,
+        synced: synced_tx,
+        snapshots: snap_tx,
+        metrics,
+        fsync_delay,
+    };
     std::thread::Builder::new()
         .name("keel-storage".into())
         .spawn(move || thread.run(fatal_tx))
@@ -108,6 +121,8 @@ struct StorageThread<S> {
     synced: watch::Sender<Synced>,
     snapshots: mpsc::UnboundedSender<SnapshotMeta>,
     metrics: Arc<Metrics>,
+    /// Test-only emulation of a slower disk: slept after every log fsync.
+    fsync_delay: Duration,
 }
 
 impl<S: Storage> StorageThread<S> {
@@ -135,7 +150,7 @@ impl<S: Storage> StorageThread<S> {
 
     /// Carries out `batch` in order, then fsyncs once if any operation asked for it.
     fn carry_out(&mut self, batch: &mut Vec<(u64, StorageOp)>) -> Result<(), String> {
-        let mut sync_wanted = false;
+        let mut sync_wanted: Option<Instant> = None;
         let mut seq_last = 0;
         for (seq, op) in batch.drain(..) {
             assert!(seq > seq_last, "operations arrive in sequence order");
@@ -151,14 +166,22 @@ impl<S: Storage> StorageThread<S> {
                 StorageOp::Append(entries) => {
                     self.storage.append(&entries).map_err(|e| e.to_string())?;
                 }
-                StorageOp::Sync => sync_wanted = true,
+                StorageOp::Sync(asked) => {
+                    sync_wanted = Some(sync_wanted.map_or(asked, |a| a.min(asked)));
+                }
                 StorageOp::Snapshot(meta, data) => self.save_snapshot(meta, &data)?,
             }
         }
-        if sync_wanted {
+        if let Some(asked) = sync_wanted {
             let started = Instant::now();
             let index = self.storage.sync().map_err(|e| format!("fsync failed: {e}"))?;
+            if !self.fsync_delay.is_zero() {
+                std::thread::sleep(self.fsync_delay); // emulation only: see `start`
+            }
             self.metrics.fsync_seconds.observe(started.elapsed().as_secs_f64());
+            // From the oldest request of the batch to its fsync's end: the fsync itself plus
+            // whatever it queued behind (an fsync in progress, appends, a snapshot).
+            self.metrics.sync_wait_seconds.observe(asked.elapsed().as_secs_f64());
             let before = *self.synced.borrow();
             assert!(seq_last > before.seq, "sync results advance");
             self.synced.send_replace(Synced { index, seq: seq_last });
@@ -222,12 +245,13 @@ mod tests {
     #[test]
     fn syncs_are_coalesced_and_reported_with_the_last_sequence_number() {
         let storage = SimStorage::new_sim(StorageConfig::default());
-        let (_, mut handle) = start_with(storage, Arc::new(Metrics::default())).unwrap();
+        let (_, mut handle) =
+            start_with(storage, Arc::new(Metrics::default()), Duration::ZERO).unwrap();
         let ops = [
             StorageOp::Append(vec![entry(1)]),
-            StorageOp::Sync,
+            StorageOp::Sync(Instant::now()),
             StorageOp::Append(vec![entry(2)]),
-            StorageOp::Sync,
+            StorageOp::Sync(Instant::now()),
         ];
         for (seq, op) in ops.into_iter().enumerate() {
             handle.ops.blocking_send((seq as u64 + 1, op)).unwrap();
@@ -244,9 +268,10 @@ mod tests {
     #[test]
     fn a_failed_fsync_is_fatal_and_nothing_more_is_reported() {
         let storage = FailingSync(SimStorage::new_sim(StorageConfig::default()));
-        let (_, mut handle) = start_with(storage, Arc::new(Metrics::default())).unwrap();
+        let (_, mut handle) =
+            start_with(storage, Arc::new(Metrics::default()), Duration::ZERO).unwrap();
         handle.ops.blocking_send((1, StorageOp::Append(vec![entry(1)]))).unwrap();
-        handle.ops.blocking_send((2, StorageOp::Sync)).unwrap();
+        handle.ops.blocking_send((2, StorageOp::Sync(Instant::now()))).unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         while handle.fatal.borrow_and_update().is_none() {
             assert!(Instant::now() < deadline, "the failure was never reported");
