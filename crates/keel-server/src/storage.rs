@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn syncs_are_coalesced_and_reported_with_the_last_sequence_number() {
         let storage = SimStorage::new_sim(StorageConfig::default());
-        let (_, mut handle) =
+        let (_, handle) =
             start_with(storage, Arc::new(Metrics::default()), Duration::ZERO).unwrap();
         let ops = [
             StorageOp::Append(vec![entry(1)]),
@@ -256,27 +256,28 @@ mod tests {
         for (seq, op) in ops.into_iter().enumerate() {
             handle.ops.blocking_send((seq as u64 + 1, op)).unwrap();
         }
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while handle.synced.borrow_and_update().seq < 4 {
-            assert!(Instant::now() < deadline, "the storage thread never synced");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        poll_until("the storage thread never synced", || handle.synced.borrow().seq >= 4);
         assert_eq!(*handle.synced.borrow(), Synced { index: LogIndex(2), seq: 4 });
         assert!(handle.fatal.borrow().is_none());
+    }
+
+    /// Polls `condition` every 5 ms; fails the test with `what` after 10 s.
+    fn poll_until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !condition() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     #[test]
     fn a_failed_fsync_is_fatal_and_nothing_more_is_reported() {
         let storage = FailingSync(SimStorage::new_sim(StorageConfig::default()));
-        let (_, mut handle) =
+        let (_, handle) =
             start_with(storage, Arc::new(Metrics::default()), Duration::ZERO).unwrap();
         handle.ops.blocking_send((1, StorageOp::Append(vec![entry(1)]))).unwrap();
         handle.ops.blocking_send((2, StorageOp::Sync(Instant::now()))).unwrap();
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while handle.fatal.borrow_and_update().is_none() {
-            assert!(Instant::now() < deadline, "the failure was never reported");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        poll_until("the failure was never reported", || handle.fatal.borrow().is_some());
         let reason = handle.fatal.borrow().clone().unwrap();
         assert!(reason.contains("fsync failed"), "{reason}");
         assert_eq!(handle.synced.borrow().index, LogIndex(0), "nothing is reported durable");
