@@ -19,7 +19,10 @@
 //! 3. fsync: queued; the storage thread coalesces them and publishes the synced index,
 //!    which the loop reports as `LogSynced`, clamped below any truncation queued after
 //!    the fsync's last operation;
-//! 4. snapshot: queued; reported as `SnapshotSaved` once durable;
+//! 4. snapshot: one installed from the leader is queued; one this node took is written
+//!    and synced on a blocking task of its own (the log's appends and fsyncs go on), then
+//!    queued to be renamed into place; either is reported as `SnapshotSaved` once
+//!    durable;
 //! 5. messages: handed to the per-peer queues (dropped when full);
 //! 6. replies: sent back to the connections.
 
@@ -43,6 +46,21 @@ pub const LOG_PAGE_ENTRIES_MAX: u32 = 1024;
 /// Most truncations remembered for clamping fsync reports (older ones are covered by any
 /// later fsync, so they are dropped first).
 pub const TRUNCATIONS_TRACKED_MAX: usize = 1024;
+
+/// A step (engine plus carrying out its outputs) this long is logged as a warning: a
+/// third of the default heartbeat-to-election margin.
+pub const SLOW_STEP: Duration = Duration::from_millis(100);
+
+/// The kind of an input, for logs.
+fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Tick => "tick",
+        Input::Message { .. } => "message",
+        Input::Client(_) => "client",
+        Input::LogSynced { .. } => "log synced",
+        Input::SnapshotSaved { .. } => "snapshot saved",
+    }
+}
 
 /// The host's monotonic clock (`CLOCK_MONOTONIC`), continuous across restarts of the
 /// process (not across reboots, which outlast every lease).
@@ -205,7 +223,12 @@ impl Driver {
                     self.on_synced(synced).await?;
                 }
                 Some(meta) = self.storage.snapshots.recv() => {
+                    tracing::info!(index = meta.last_index.0, "snapshot saved");
                     self.step(Input::SnapshotSaved { meta }).await?;
+                }
+                Some(prepared) = self.storage.prepared.recv() => {
+                    let (meta, len) = prepared?;
+                    self.queue(StorageOp::AdoptSnapshot(meta, len)).await?;
                 }
                 event = events.recv() => match event {
                     Some(event) => self.on_event(event).await?,
@@ -265,8 +288,21 @@ impl Driver {
 
     async fn step(&mut self, input: Input) -> Result<(), String> {
         let now = self.now();
+        let started = Instant::now();
+        let what = input_name(&input);
         let out = self.engine.step(now, input);
+        let stepped = started.elapsed();
         let result = self.carry_out(out).await;
+        let total = started.elapsed();
+        if total >= SLOW_STEP {
+            // Long enough to cost leases or an election: say where the time went.
+            tracing::warn!(
+                input = what,
+                engine_ms = stepped.as_millis() as u64,
+                outputs_ms = (total - stepped).as_millis() as u64,
+                "slow engine step"
+            );
+        }
         self.log_role_change();
         result
     }
@@ -315,7 +351,22 @@ impl Driver {
             self.queue(StorageOp::Sync(Instant::now())).await?;
         }
         if let Some((meta, data)) = out.snapshot {
-            self.queue(StorageOp::Snapshot(meta, data)).await?;
+            tracing::info!(
+                index = meta.last_index.0,
+                bytes = data.len(),
+                installed = out.snapshot_installed,
+                "saving a snapshot"
+            );
+            // A snapshot this node took is written off the storage thread; one installed
+            // from the leader is saved in order, before the appends that follow it.
+            let inline = if out.snapshot_installed {
+                Some((meta, data))
+            } else {
+                self.storage.prepare_snapshot(meta, data)
+            };
+            if let Some((meta, data)) = inline {
+                self.queue(StorageOp::Snapshot(meta, data)).await?;
+            }
         }
         self.send_messages(out.messages);
         self.send_replies(out.replies);

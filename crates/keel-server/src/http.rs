@@ -38,6 +38,8 @@ pub fn status_json(node_id: NodeId, report: &NodeReport) -> String {
             "elections": c.elections,
             "removals": c.removals,
             "snapshots_installed": c.snapshots_installed,
+            "snapshots_taken": c.snapshots_taken,
+            "snapshot_chunks_received": c.snapshot_chunks_received,
         }),
     );
     doc.to_string()

@@ -204,6 +204,8 @@ pub fn render_engine(out: &mut String, status: &Status, counters: &Counters) {
         ("keel_active_set_removals_total", counters.removals),
         ("keel_rolled_back_entries_total", counters.rolled_back_entries),
         ("keel_snapshots_installed_total", counters.snapshots_installed),
+        ("keel_snapshots_taken_total", counters.snapshots_taken),
+        ("keel_snapshot_chunks_received_total", counters.snapshot_chunks_received),
     ];
     for (name, value) in totals {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {value}");

@@ -55,8 +55,9 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let dir = config.data_dir.clone();
     let storage_metrics = metrics.clone();
     let fsync_delay = config.emulated_fsync_delay();
+    let snapshot_bytes_max = crate::storage::snapshot_bytes_max(engine_config.state_bytes_max);
     let (recovered, storage) = tokio::task::spawn_blocking(move || {
-        crate::storage::start(&dir, storage_metrics, fsync_delay)
+        crate::storage::start(&dir, storage_metrics, fsync_delay, snapshot_bytes_max)
     })
     .await
     .map_err(|e| NodeError::Startup(e.to_string()))?

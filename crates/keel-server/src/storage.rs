@@ -13,9 +13,10 @@
 //! channel and stops; the node then stops accepting requests and exits non-zero.
 
 use crate::metrics::Metrics;
-use keel_storage::{FileStorage, Recovered, Storage, StorageConfig};
+use keel_core::leader::SnapshotBytes;
+use keel_storage::{FileDisk, FileStorage, Recovered, Storage, StorageConfig};
 use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -45,8 +46,15 @@ pub enum StorageOp {
     /// asked for, for the `keel_sync_wait_duration_seconds` histogram.
     Sync(Instant),
     /// Save a snapshot durably, report it, then compact the log below it.
-    Snapshot(SnapshotMeta, Vec<u8>),
+    Snapshot(SnapshotMeta, SnapshotBytes),
+    /// Put in place a snapshot file written off this thread
+    /// ([`StorageHandle::prepare_snapshot`]) of that many data bytes; then as `Snapshot`.
+    AdoptSnapshot(SnapshotMeta, u64),
 }
+
+/// A snapshot written and synced under its temporary name off the storage thread, with
+/// its data length, or why that failed.
+pub type Prepared = Result<(SnapshotMeta, u64), String>;
 
 /// The newest fsync result: the log is durable through `index` as of the operation with
 /// sequence number `seq` (every operation up to it was carried out before the fsync).
@@ -69,6 +77,44 @@ pub struct StorageHandle {
     pub snapshots: mpsc::UnboundedReceiver<SnapshotMeta>,
     /// Set once the storage failed: the reason.
     pub fatal: watch::Receiver<Option<String>>,
+    /// Snapshots written by [`StorageHandle::prepare_snapshot`], in completion order.
+    pub prepared: mpsc::UnboundedReceiver<Prepared>,
+    prepared_tx: mpsc::UnboundedSender<Prepared>,
+    /// The directory snapshot files are written to off the storage thread (`None`: a
+    /// storage that saves them on its thread only, as the simulated one in tests).
+    prepare_dir: Option<PathBuf>,
+}
+
+impl StorageHandle {
+    /// Starts writing a snapshot this node took (one inside its durable log) on a blocking
+    /// task of its own, so that the log's appends and fsyncs do not queue behind a file
+    /// as large as the state; [`StorageHandle::prepared`] yields it once synced, to be
+    /// queued as [`StorageOp::AdoptSnapshot`]. Call inside the runtime. Returns the
+    /// snapshot back if this storage saves snapshots on its thread only.
+    pub fn prepare_snapshot(
+        &self,
+        meta: SnapshotMeta,
+        data: SnapshotBytes,
+    ) -> Option<(SnapshotMeta, SnapshotBytes)> {
+        let Some(dir) = self.prepare_dir.clone() else { return Some((meta, data)) };
+        let done = self.prepared_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let written = FileDisk::open(&dir)
+                .and_then(|mut disk| keel_storage::wal::prepare_snapshot(&mut disk, meta, &data));
+            let result = written
+                .map(|()| (meta, data.len() as u64))
+                .map_err(|e| format!("cannot write the snapshot at {}: {e}", meta.last_index));
+            let _ = done.send(result);
+        });
+        None
+    }
+}
+
+/// The largest snapshot file a node with a state of at most `state_bytes_max` writes or
+/// accepts at recovery: the items take at most `state_bytes_max`; the rest is room for
+/// the dedup table.
+pub fn snapshot_bytes_max(state_bytes_max: u64) -> u64 {
+    state_bytes_max.saturating_mul(2).saturating_add(256 << 20)
 }
 
 /// Opens the storage in `dir`, recovers it (blocking: call before the runtime serves),
@@ -78,12 +124,16 @@ pub fn start(
     dir: &Path,
     metrics: Arc<Metrics>,
     fsync_delay: Duration,
+    snapshot_bytes_max: u64,
 ) -> Result<(Recovered, StorageHandle), String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create data_dir {}: {e}", dir.display()))?;
-    let storage = FileStorage::open(dir, StorageConfig::default())
+    let config = StorageConfig { snapshot_bytes_max, ..StorageConfig::default() };
+    let storage = FileStorage::open(dir, config)
         .map_err(|e| format!("cannot open storage in {}: {e}", dir.display()))?;
-    start_with(storage, metrics, fsync_delay)
+    let (recovered, mut handle) = start_with(storage, metrics, fsync_delay)?;
+    handle.prepare_dir = Some(dir.to_path_buf());
+    Ok((recovered, handle))
 }
 
 /// Recovers `storage` and starts the storage thread over it (any [`Storage`]: the file
@@ -110,8 +160,16 @@ pub fn start_with<S: Storage + Send + 'static>(
         .name("keel-storage".into())
         .spawn(move || thread.run(fatal_tx))
         .map_err(|e| format!("cannot start the storage thread: {e}"))?;
-    let handle =
-        StorageHandle { ops: ops_tx, synced: synced_rx, snapshots: snap_rx, fatal: fatal_rx };
+    let (prepared_tx, prepared) = mpsc::unbounded_channel();
+    let handle = StorageHandle {
+        ops: ops_tx,
+        synced: synced_rx,
+        snapshots: snap_rx,
+        fatal: fatal_rx,
+        prepared,
+        prepared_tx,
+        prepare_dir: None,
+    };
     Ok((recovered, handle))
 }
 
@@ -170,6 +228,7 @@ impl<S: Storage> StorageThread<S> {
                     sync_wanted = Some(sync_wanted.map_or(asked, |a| a.min(asked)));
                 }
                 StorageOp::Snapshot(meta, data) => self.save_snapshot(meta, &data)?,
+                StorageOp::AdoptSnapshot(meta, len) => self.adopt_snapshot(meta, len)?,
             }
         }
         if let Some(asked) = sync_wanted {
@@ -191,9 +250,20 @@ impl<S: Storage> StorageThread<S> {
 
     fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> Result<(), String> {
         self.storage.save_snapshot(meta, data).map_err(|e| e.to_string())?;
-        let _ = self.snapshots.send(meta);
-        self.storage.compact_through(meta.last_index).map_err(|e| e.to_string())?;
+        self.saved(meta)
+    }
+
+    fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> Result<(), String> {
+        if self.storage.adopt_snapshot(meta, len).map_err(|e| e.to_string())? {
+            self.saved(meta)?;
+        }
         Ok(())
+    }
+
+    /// Reports a saved snapshot and compacts the log below it.
+    fn saved(&mut self, meta: SnapshotMeta) -> Result<(), String> {
+        let _ = self.snapshots.send(meta);
+        self.storage.compact_through(meta.last_index).map_err(|e| e.to_string())
     }
 }
 
@@ -220,6 +290,9 @@ mod tests {
         }
         fn sync(&mut self) -> StorageResult<LogIndex> {
             self.0.sync()
+        }
+        fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<bool> {
+            self.0.adopt_snapshot(meta, len)
         }
         fn save_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
             self.0.save_hard_state(hard_state)

@@ -155,6 +155,9 @@ pub fn engine_config(nodes: u32) -> Config {
     let members: Vec<NodeId> = (1..=nodes).map(NodeId).collect();
     let mut config = Config::new(NodeId(1), members);
     config.snapshot_entries_threshold = 200;
+    // Small slices and chunks: snapshots are encoded over many steps while writes, rollbacks
+    // and installs go on, and installs take many chunks through loss and reordering.
+    config.snapshot_chunk_bytes = 512;
     config
 }
 

@@ -15,7 +15,8 @@ use crate::invariants::{Checker, Violation};
 use crate::net::{NetConfig, Network};
 use crate::rng::Rng;
 use keel_core::leader::{
-    ClientReply, ClientRequest, Config, Input, Message, Outputs, PersistedState, RequestTag, Status,
+    ClientReply, ClientRequest, Config, Input, Message, Outputs, PersistedState, RequestTag,
+    SnapshotBytes, Status,
 };
 use keel_core::time::Time;
 use keel_types::{Epoch, HardState, LogIndex, NodeId, SnapshotMeta};
@@ -496,7 +497,7 @@ impl<E: SimEngine> World<E> {
         self.push(done, Event::Synced { node, incarnation, index });
     }
 
-    fn save_snapshot(&mut self, node: NodeId, meta: SnapshotMeta, data: Vec<u8>) {
+    fn save_snapshot(&mut self, node: NodeId, meta: SnapshotMeta, data: SnapshotBytes) {
         // The snapshot reaches the disk at once; the engine learns of it after an fsync.
         let n = &mut self.nodes[Self::slot(node)];
         n.disk.save_snapshot(meta, &data);

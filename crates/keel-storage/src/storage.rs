@@ -63,6 +63,13 @@ pub trait Storage {
     /// `meta.last_index` below the current snapshot's panics.
     fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()>;
 
+    /// [`Storage::save_snapshot`] in two steps: [`crate::wal::prepare_snapshot`] wrote and
+    /// synced the file of `meta` (`len` data bytes) under its temporary name, off this
+    /// storage's thread; this puts it in place and does the rest, and returns `true`. If a
+    /// snapshot past `meta` was saved meanwhile, it removes the file instead and returns
+    /// `false`. Fails (and poisons the storage) if that file is missing.
+    fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<bool>;
+
     /// Deletes whole log segments whose entries are all at or below `index`; `index`
     /// must not pass the saved snapshot (panics). The segment being written is kept.
     fn compact_through(&mut self, index: LogIndex) -> StorageResult<()>;

@@ -165,6 +165,18 @@ impl<D: Disk> Wal<D> {
         self.poison = None;
     }
 
+    /// Refuses a snapshot larger than the limit (poisoning the storage) and panics on one
+    /// older than the saved one.
+    fn check_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<()> {
+        let max = self.config.snapshot_bytes_max;
+        if len > max {
+            return self.fail(StorageError::TooLarge { what: "snapshot", len, max });
+        }
+        let previous = self.log().snapshot;
+        assert!(previous.is_none_or(|p| p.last_index <= meta.last_index), "snapshot goes back");
+        Ok(())
+    }
+
     /// Where the record of `index` sits: segment name and byte offset.
     pub(crate) fn record_offset(&self, index: LogIndex) -> Option<(String, u64)> {
         let (_, segment) = self.log.as_ref()?.segments.range(..=index).next_back()?;
@@ -214,11 +226,7 @@ impl<D: Disk> Wal<D> {
     /// Writes `parts` in turn to a temporary file, syncs it and renames it to `name`.
     fn write_atomic(&mut self, name: &str, parts: &[&[u8]]) -> StorageResult<()> {
         let temp = format!("{name}{TEMP_SUFFIX}");
-        self.io("create", &temp, |d| d.create(&temp))?;
-        for bytes in parts {
-            self.io("write", &temp, |d| d.append(&temp, bytes))?;
-        }
-        self.io("fsync", &temp, |d| d.sync(&temp))?;
+        self.io("write", &temp, |d| write_synced(d, &temp, parts))?;
         self.io("rename", &temp, |d| d.rename(&temp, name))?;
         self.sync_dir()
     }
@@ -299,6 +307,40 @@ impl<D: Disk> Wal<D> {
         Ok(())
     }
 }
+
+/// Writes `parts` in turn to a new file `name` and syncs it.
+fn write_synced(disk: &mut impl Disk, name: &str, parts: &[&[u8]]) -> io::Result<()> {
+    disk.create(name)?;
+    for bytes in parts {
+        disk.append(name, bytes)?;
+    }
+    disk.sync(name)
+}
+
+/// The first half of saving a snapshot in two steps: writes the snapshot file for `meta`
+/// under its temporary name and syncs it. Run it on a [`crate::FileDisk`] of its own over
+/// the storage's directory, on any thread, while the log goes on being written; then
+/// [`Storage::adopt_snapshot`] puts the file in place. A crash in between leaves a
+/// temporary file, which recovery removes. Header, data and trailer go out in turn: the
+/// data is not copied into a file image. The data is synced every
+/// [`SNAPSHOT_SYNC_BYTES`] as it is written, so that the disk never holds a large state's
+/// worth of dirty pages at once: on a file system that orders data before its journal
+/// commits (ext4), a log fsync would otherwise wait for all of them.
+pub fn prepare_snapshot(disk: &mut impl Disk, meta: SnapshotMeta, data: &[u8]) -> io::Result<()> {
+    let (header, trailer) = snapshot_file_frame(&meta, data);
+    let temp = format!("{}{TEMP_SUFFIX}", snapshot_name(meta.last_index));
+    disk.create(&temp)?;
+    disk.append(&temp, &header)?;
+    for part in data.chunks(SNAPSHOT_SYNC_BYTES) {
+        disk.append(&temp, part)?;
+        disk.sync(&temp)?;
+    }
+    disk.append(&temp, &trailer)?;
+    disk.sync(&temp)
+}
+
+/// How many snapshot bytes [`prepare_snapshot`] writes between two syncs.
+pub const SNAPSHOT_SYNC_BYTES: usize = 8 << 20;
 
 impl<D: Disk> Storage for Wal<D> {
     fn recover(&mut self) -> StorageResult<Recovered> {
@@ -384,16 +426,26 @@ impl<D: Disk> Storage for Wal<D> {
 
     fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()> {
         self.ready()?;
-        let max = self.config.snapshot_bytes_max;
-        if data.len() as u64 > max {
-            let len = data.len() as u64;
-            return self.fail(StorageError::TooLarge { what: "snapshot", len, max });
-        }
+        self.check_snapshot(meta, data.len() as u64)?;
+        let temp = format!("{}{TEMP_SUFFIX}", snapshot_name(meta.last_index));
+        self.io("write", &temp, |d| prepare_snapshot(d, meta, data))?;
+        let adopted = self.adopt_snapshot(meta, data.len() as u64)?;
+        assert!(adopted, "checked not to go back");
+        Ok(())
+    }
+
+    fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<bool> {
+        self.ready()?;
         let previous = self.log().snapshot;
-        assert!(previous.is_none_or(|p| p.last_index <= meta.last_index), "snapshot goes back");
-        // Header, data and trailer go out in turn: the data is not copied into a file image.
-        let (header, trailer) = snapshot_file_frame(&meta, data);
-        self.write_atomic(&snapshot_name(meta.last_index), &[&header, data, &trailer])?;
+        let name = snapshot_name(meta.last_index);
+        let temp = format!("{name}{TEMP_SUFFIX}");
+        if previous.is_some_and(|p| p.last_index > meta.last_index) {
+            self.io("remove", &temp, |d| d.remove(&temp))?;
+            return Ok(false);
+        }
+        self.check_snapshot(meta, len)?;
+        self.io("rename", &temp, |d| d.rename(&temp, &name))?;
+        self.sync_dir()?;
         let mut removed = false;
         if let Some(previous) = previous.filter(|p| p.last_index != meta.last_index) {
             let name = snapshot_name(previous.last_index);
@@ -413,7 +465,7 @@ impl<D: Disk> Storage for Wal<D> {
         if removed {
             self.sync_dir()?;
         }
-        Ok(())
+        Ok(true)
     }
 
     fn compact_through(&mut self, index: LogIndex) -> StorageResult<()> {

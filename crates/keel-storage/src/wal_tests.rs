@@ -378,3 +378,42 @@ fn truncating_into_the_snapshot_panics() {
     storage.save_snapshot(meta, b"").unwrap();
     let _ = storage.truncate_after(LogIndex(3));
 }
+
+#[test]
+fn a_snapshot_prepared_on_another_disk_handle_is_adopted_while_the_log_goes_on() {
+    let dir = TempDir::new("adopt");
+    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    storage.recover().unwrap();
+    storage.append(&entries(1, 20, 1)).unwrap();
+    storage.sync().unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(15), last_epoch: Epoch(1) };
+    let missing = SnapshotMeta { last_index: LogIndex(16), last_epoch: Epoch(1) };
+    // Written and synced through a handle of its own (another thread, in a server) ...
+    let writer = std::thread::spawn({
+        let dir = dir.0.clone();
+        move || {
+            let mut disk = crate::FileDisk::open(dir).unwrap();
+            crate::wal::prepare_snapshot(&mut disk, meta, b"state at 15").unwrap();
+        }
+    });
+    writer.join().unwrap();
+    // ... while the log goes on; a restart before adoption would not see it.
+    storage.append(&entries(21, 25, 1)).unwrap();
+    storage.sync().unwrap();
+    assert!(storage.adopt_snapshot(meta, 11).unwrap());
+    storage.compact_through(LogIndex(15)).unwrap();
+    // One overtaken by a newer snapshot is dropped, not adopted.
+    let older = SnapshotMeta { last_index: LogIndex(12), last_epoch: Epoch(1) };
+    let mut disk = crate::FileDisk::open(&dir.0).unwrap();
+    crate::wal::prepare_snapshot(&mut disk, older, b"state at 12").unwrap();
+    assert!(!storage.adopt_snapshot(older, 11).unwrap());
+    assert!(!dir.0.join("snapshot-00000000000000000012.snap.tmp").exists());
+    drop(storage);
+    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.snapshot, Some((meta, b"state at 15".to_vec())));
+    assert_eq!(recovered.entries, entries(16, 25, 1));
+    // Adopting a snapshot nobody prepared fails and poisons the storage.
+    assert!(matches!(storage.adopt_snapshot(missing, 11), Err(StorageError::Io { .. })));
+    assert!(storage.is_poisoned());
+}

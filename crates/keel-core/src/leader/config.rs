@@ -19,9 +19,10 @@ pub const MEMBERS_MAX: usize = 7;
 pub const APPEND_ENTRIES_CEILING: usize = 65_536;
 /// Ceiling on `pending_requests_max` and `dedup_clients_max` (bounds memory).
 pub const QUEUE_CEILING: usize = 1 << 20;
-/// Default ceiling on the applied state: 192 MiB, below the peer codec's 256 MiB frame
-/// so a snapshot always fits one `InstallSnapshot`.
-pub const STATE_BYTES_MAX_DEFAULT: u64 = 192 * 1024 * 1024;
+/// Default ceiling on the applied state: 2 GiB (a node holds up to about three times it).
+pub const STATE_BYTES_MAX_DEFAULT: u64 = 2 << 30;
+/// Ceiling on `snapshot_chunk_bytes`: a chunk travels in one peer frame.
+pub const SNAPSHOT_CHUNK_BYTES_CEILING: u64 = 64 << 20;
 /// The ratio ORCA recommends between removal and mark-out timeouts.
 pub const REMOVAL_TO_MARK_OUT_RATIO_MIN: u64 = 5;
 
@@ -83,6 +84,8 @@ impl Config {
             state_bytes_max: STATE_BYTES_MAX_DEFAULT,
             dedup_clients_max: 10_000,
             snapshot_entries_threshold: 10_000,
+            snapshot_log_percent: 50,
+            snapshot_chunk_bytes: 1 << 20,
             slow_follower_lag_max: 10_000,
             slow_follower_timeout: Span::from_millis(1_000),
             request_timeout: Span::from_millis(5_000),
@@ -197,6 +200,15 @@ impl Config {
         }
         if self.undurable_entries_max == 0 {
             return fail("undurable_entries_max", "must be positive");
+        }
+        if self.snapshot_chunk_bytes == 0
+            || self.snapshot_chunk_bytes > SNAPSHOT_CHUNK_BYTES_CEILING
+        {
+            let ceiling = SNAPSHOT_CHUNK_BYTES_CEILING;
+            return fail("snapshot_chunk_bytes", format!("must be in 1..={ceiling}"));
+        }
+        if self.snapshot_log_percent > 10_000 {
+            return fail("snapshot_log_percent", "must be at most 10000");
         }
         if self.snapshot_entries_threshold == 0 {
             return fail("snapshot_entries_threshold", "must be positive");

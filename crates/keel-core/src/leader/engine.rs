@@ -7,7 +7,9 @@
 //! writes, forwarding).
 
 use super::config::ConfigError;
-use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Role, Status};
+use super::io::{
+    ClientReply, Config, Input, Message, Outputs, PersistedState, Role, SnapshotBytes, Status,
+};
 use super::kv::Kv;
 use super::log::Log;
 use super::replication::Leading;
@@ -18,6 +20,7 @@ use keel_types::{
     Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub(super) use super::client::Origin;
 
@@ -38,6 +41,10 @@ pub struct Counters {
     pub rolled_back_entries: u64,
     /// Snapshots installed from a leader.
     pub snapshots_installed: u64,
+    /// Snapshots this node encoded and handed to its driver to save.
+    pub snapshots_taken: u64,
+    /// `InstallSnapshot` chunks this node accepted.
+    pub snapshot_chunks_received: u64,
 }
 
 /// The leader engine (ORCA on a Raft-style log). See the module docs and
@@ -58,7 +65,9 @@ pub struct LeaderEngine {
     /// Highest index this node asked the driver to fsync.
     pub(super) sync_requested: LogIndex,
     /// An installed snapshot not yet durable, and the log prefix kept below it.
-    pub(super) install_pending: Option<(SnapshotMeta, Vec<u8>, LogIndex)>,
+    pub(super) install_pending: Option<(SnapshotMeta, SnapshotBytes, LogIndex)>,
+    /// Follower: the snapshot being received from the leader, the bytes so far.
+    pub(super) receiving: Option<(SnapshotMeta, Vec<u8>)>,
     pub(super) next_flush_at: Time,
     /// ORCA durable index as this node knows it (never decreases).
     pub(super) durable_index: LogIndex,
@@ -84,8 +93,11 @@ pub struct LeaderEngine {
     /// Follower: requests forwarded to the leader, by tag.
     pub(super) forwards: BTreeMap<super::io::RequestTag, super::client::Forwarded>,
     /// The newest durable snapshot (sent to followers the log no longer reaches).
-    pub(super) snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    pub(super) snapshot_inflight: Option<(SnapshotMeta, Vec<u8>)>,
+    pub(super) snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
+    /// A snapshot being encoded, a slice per step (`Kv::continue_snapshot`).
+    pub(super) snapshot_building: Option<(SnapshotMeta, Vec<u8>)>,
+    /// A snapshot handed to the driver, not yet saved.
+    pub(super) snapshot_inflight: Option<(SnapshotMeta, SnapshotBytes)>,
     pub(super) counters: Counters,
     pub(super) out: Outputs,
 }
@@ -131,6 +143,7 @@ impl LeaderEngine {
             log,
             kv,
             install_pending: None,
+            receiving: None,
             next_flush_at: now + config.flush_interval,
             durable_index: meta.last_index,
             commit_index: meta.last_index,
@@ -145,7 +158,8 @@ impl LeaderEngine {
             echo_sent_at: Time::default(),
             leading: None,
             forwards: BTreeMap::new(),
-            snapshot: persisted.snapshot,
+            snapshot: persisted.snapshot.map(|(meta, data)| (meta, Arc::new(data))),
+            snapshot_building: None,
             snapshot_inflight: None,
             counters: Counters::default(),
             out: Outputs::default(),
@@ -199,11 +213,11 @@ impl LeaderEngine {
             }
             Message::Append { .. } => self.on_append(from, message),
             Message::AppendReply { .. } => self.on_append_reply(from, message),
-            Message::InstallSnapshot { epoch, meta, data } => {
-                self.on_install_snapshot(from, epoch, meta, data)
+            Message::InstallSnapshot { epoch, meta, offset, total, data } => {
+                self.on_install_snapshot(from, epoch, meta, offset, total, data)
             }
-            Message::InstallSnapshotReply { epoch, last_index } => {
-                self.on_install_snapshot_reply(from, epoch, last_index)
+            Message::InstallSnapshotReply { epoch, last_index, received } => {
+                self.on_install_snapshot_reply(from, epoch, last_index, received)
             }
             Message::Forward { epoch, request } => self.on_forward(from, epoch, request),
             Message::ForwardReply { epoch, reply } => self.on_forward_reply(epoch, reply),
@@ -357,22 +371,48 @@ impl LeaderEngine {
         self.out.truncate_after = Some(index);
     }
 
+    /// Starts a snapshot when one is due, and encodes the next slice of the one being
+    /// taken; a complete one goes to the driver to save. A snapshot is due once the
+    /// durable index is `snapshot_entries_threshold` entries past the last one and the
+    /// log holds `snapshot_log_percent` of the state's bytes.
     fn maybe_snapshot(&mut self) {
-        let base = self.log.snapshot().last_index;
-        let at = self.durable_index.min(self.kv.applied_index());
-        let due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
-        if !due || self.snapshot_inflight.is_some() || self.install_pending.is_some() {
-            return;
+        if self.snapshot_building.is_none() {
+            let base = self.log.snapshot().last_index;
+            let at = self.durable_index.min(self.kv.applied_index());
+            let entries_due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
+            let bytes_due = u128::from(self.log.bytes()) * 100
+                >= u128::from(self.kv.state_bytes()) * u128::from(self.config.snapshot_log_percent);
+            if !entries_due
+                || !bytes_due
+                || self.snapshot_inflight.is_some()
+                || self.install_pending.is_some()
+            {
+                return;
+            }
+            let epoch = self.log.epoch_at(at).expect("the durable entry is held");
+            let meta = SnapshotMeta { last_index: at, last_epoch: epoch };
+            // Reserved, not touched: pages the encoding never reaches are never resident.
+            let mut data = Vec::with_capacity(
+                usize::try_from(self.kv.state_bytes()).expect("fits") + (1 << 16),
+            );
+            data.extend_from_slice(&self.kv.begin_snapshot(at));
+            self.snapshot_building = Some((meta, data));
         }
-        let epoch = self.log.epoch_at(at).expect("the durable entry is held");
-        let meta = SnapshotMeta { last_index: at, last_epoch: epoch };
-        let data = self.kv.encode_at(at);
+        let (meta, mut data) = self.snapshot_building.take().expect("checked");
+        assert_eq!(self.kv.snapshot_in_progress(), Some(meta.last_index));
         assert!(
             meta.last_index <= self.durable_index,
             "snapshots are taken at or below the durable index"
         );
-        self.out.snapshot = Some((meta, data.clone()));
+        let budget = usize::try_from(self.config.snapshot_chunk_bytes).expect("fits");
+        if !self.kv.continue_snapshot(budget, &mut data) {
+            self.snapshot_building = Some((meta, data));
+            return;
+        }
+        let data = Arc::new(data);
+        self.out.snapshot = Some((meta, Arc::clone(&data)));
         self.snapshot_inflight = Some((meta, data));
+        self.counters.snapshots_taken += 1;
     }
 
     // ----- elections ---------------------------------------------------------------
@@ -555,6 +595,7 @@ impl LeaderEngine {
         self.role = Role::Leader;
         self.leader = Some(self.config.node_id);
         self.votes.clear();
+        self.receiving = None;
         self.lease_until = None;
         let followers: Vec<NodeId> = self.peers().collect();
         let next = self.log.last_index().next();

@@ -8,6 +8,7 @@ use super::kv::Kv;
 use super::log::Log;
 use crate::time::Time;
 use keel_types::{Entry, Epoch, LogIndex, NodeId, SnapshotMeta, Version};
+use std::sync::Arc;
 
 impl LeaderEngine {
     /// Accepts `from` as the leader of `epoch` (already checked ≥ ours).
@@ -156,17 +157,23 @@ impl LeaderEngine {
         self.durable_index.max(self.verified_index).max(self.log.snapshot().last_index)
     }
 
+    /// A chunk of the leader's snapshot: kept if it continues the bytes held (a chunk at
+    /// offset 0 starts a new snapshot), installed once all `total` bytes are held. The
+    /// reply says how far the follower got.
     pub(super) fn on_install_snapshot(
         &mut self,
         from: NodeId,
         epoch: Epoch,
         meta: SnapshotMeta,
+        offset: u64,
+        total: u64,
         data: Vec<u8>,
     ) {
         if epoch < self.hard.epoch {
             let reply = Message::InstallSnapshotReply {
                 epoch: self.hard.epoch,
                 last_index: LogIndex::ZERO,
+                received: 0,
             };
             return self.out.messages.push((from, reply));
         }
@@ -174,15 +181,36 @@ impl LeaderEngine {
         let s = meta.last_index;
         let covered =
             s <= self.log.snapshot().last_index || self.log.epoch_at(s) == Some(meta.last_epoch);
+        let mut received = 0;
         if covered {
             self.verified_index = self.verified_index.max(s);
+            self.receiving = None;
+            received = total;
         } else if self.install_pending.is_none() {
-            self.install(meta, data);
-            self.verified_index = s;
+            if offset == 0 && self.receiving.as_ref().is_none_or(|(m, _)| *m != meta) {
+                self.receiving = Some((meta, Vec::new()));
+            }
+            if let Some((held_meta, held)) = &mut self.receiving {
+                if *held_meta == meta {
+                    let fits =
+                        offset.checked_add(data.len() as u64).is_some_and(|end| end <= total);
+                    if offset == held.len() as u64 && fits {
+                        held.extend_from_slice(&data);
+                        self.counters.snapshot_chunks_received += 1;
+                    }
+                    received = held.len() as u64;
+                }
+            }
+            if received == total && total > 0 {
+                let (meta, data) = self.receiving.take().expect("held");
+                self.install(meta, data);
+                self.verified_index = s;
+            }
         }
         let reply = Message::InstallSnapshotReply {
             epoch: self.hard.epoch,
             last_index: self.verified_index.min(s),
+            received,
         };
         self.out.messages.push((from, reply));
     }
@@ -205,9 +233,12 @@ impl LeaderEngine {
         self.sync_requested = self.sync_requested.min(kept);
         self.durable_index = meta.last_index;
         self.commit_index = self.commit_index.max(meta.last_index);
-        self.install_pending = Some((meta, data.clone(), kept));
+        let data = Arc::new(data);
+        self.install_pending = Some((meta, Arc::clone(&data), kept));
+        self.snapshot_building = None;
         self.snapshot_inflight = None;
         self.out.snapshot = Some((meta, data));
+        self.out.snapshot_installed = true;
         self.counters.snapshots_installed += 1;
         assert_eq!(self.kv.applied_index(), self.log.last_index());
     }

@@ -9,6 +9,7 @@ use keel_types::{
     LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// How a driver identifies a client request so it can route the reply back. Opaque to
 /// the engine, which returns it unchanged in [`ClientReply::tag`].
@@ -55,6 +56,9 @@ pub struct PersistedState {
     /// The longest valid prefix of log entries after the snapshot, in order.
     pub entries: Vec<Entry>,
 }
+
+/// A snapshot's encoding, shared between the engine and its driver without a copy.
+pub type SnapshotBytes = Arc<Vec<u8>>;
 
 /// An event given to the engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,13 +195,18 @@ pub enum Message {
         /// grant's `lease_anchor`.
         sent_at: Time,
     },
-    /// The leader sends its snapshot to a follower too far behind.
+    /// The leader sends its snapshot to a follower too far behind, one chunk at a time
+    /// (the next chunk once the previous one is acknowledged).
     InstallSnapshot {
         /// The leader's epoch.
         epoch: Epoch,
         /// What the snapshot covers.
         meta: SnapshotMeta,
-        /// The engine's encoding of the state machine.
+        /// Where `data` starts in the snapshot's encoding.
+        offset: u64,
+        /// The length of the whole encoding.
+        total: u64,
+        /// Up to `snapshot_chunk_bytes` bytes of the engine's encoding of the state machine, from `offset`.
         data: Vec<u8>,
     },
     /// Reply to `InstallSnapshot`.
@@ -207,6 +216,9 @@ pub enum Message {
         /// The index through which the follower's log now matches the leader's (the
         /// snapshot's last index when it was installed or already covered).
         last_index: LogIndex,
+        /// How many bytes of the snapshot being received the follower holds, in order
+        /// from the start (where the leader continues).
+        received: u64,
     },
     /// A follower forwards a client request it may not serve to the leader.
     Forward {
@@ -233,9 +245,12 @@ pub enum Message {
 ///    [`Input::LogSynced`]. Drivers may coalesce syncs (group commit).
 /// 4. `snapshot`: write and fsync, then deliver [`Input::SnapshotSaved`]; afterwards the
 ///    log up to `meta.last_index` may be compacted. A snapshot installed from the leader
-///    may lie past the log's end or disagree with it: the driver then drops the whole log
-///    (this step's `truncate_after` has already removed what was not durable), and later
-///    appends continue at `meta.last_index + 1`.
+///    (`snapshot_installed`) may lie past the log's end or disagree with it: the driver
+///    then drops the whole log (this step's `truncate_after` has already removed what was
+///    not durable), and later appends continue at `meta.last_index + 1`, so it must be
+///    saved before them. A snapshot the engine took lies inside the durable log: the
+///    driver may write it while later log operations go on, and put it in place whenever
+///    it is written; if an installed one overtook it meanwhile, it is dropped unsaved.
 /// 5. `messages`: send (best effort; the network may lose them).
 /// 6. `replies`: return to clients.
 /// 7. Call [`Input::Tick`] no later than `wake_at`.
@@ -249,8 +264,11 @@ pub struct Outputs {
     pub append: Vec<Entry>,
     /// Fsync the log through this index, then report [`Input::LogSynced`].
     pub sync_through: Option<LogIndex>,
-    /// A snapshot to persist, with the engine's encoding of the state.
-    pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// A snapshot to persist, with the engine's encoding of the state (shared with the
+    /// engine, which keeps it to send to followers).
+    pub snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
+    /// Whether `snapshot` was installed from the leader (saved before any later append).
+    pub snapshot_installed: bool,
     /// Messages to peers.
     pub messages: Vec<(NodeId, Message)>,
     /// Replies to clients of this node.
@@ -306,13 +324,19 @@ pub struct Config {
     /// a retryable `Busy`. Bounds the undo records kept for rollback.
     pub undurable_entries_max: u64,
     /// Most bytes the applied state may hold (keys, values and a fixed overhead per key);
-    /// past it writes that add bytes get `Unavailable`. Bounds the snapshot, which
-    /// travels in one `InstallSnapshot` message.
+    /// past it writes that add bytes get `Unavailable`. A node holds about three times
+    /// this at most: the state, its newest snapshot, and the log since that snapshot.
     pub state_bytes_max: u64,
     /// Most clients whose last write result is kept for deduplication (oldest out).
     pub dedup_clients_max: usize,
-    /// Snapshot once the durable index is this many entries past the last snapshot.
+    /// Snapshot once the durable index is this many entries past the last snapshot ...
     pub snapshot_entries_threshold: u64,
+    /// ... and the log since it holds at least this percentage of the state's bytes (a
+    /// large state is not encoded again for a small log).
+    pub snapshot_log_percent: u64,
+    /// Bytes of snapshot encoded per engine step (a snapshot is taken a slice at a time
+    /// while the node goes on serving), and the size of one `InstallSnapshot` chunk.
+    pub snapshot_chunk_bytes: u64,
     /// A follower whose persisted index lags the leader's log by more than this many
     /// entries ...
     pub slow_follower_lag_max: u64,

@@ -9,6 +9,10 @@
 //! - Reads: [`Kv::get`], [`Kv::scan`], [`Kv::update_index`].
 //! - [`Kv::encode_at`] / [`Kv::decode`]: the snapshot format (state as of any index the
 //!   undo records still reach), and [`Kv::digest_at`], a deterministic digest of it.
+//! - [`Kv::begin_snapshot`] / [`Kv::continue_snapshot`]: the same encoding produced a
+//!   slice at a time while writes go on (copy-on-write: before a key not yet encoded
+//!   changes, its item as of the snapshot index is saved), so that a large state never
+//!   stalls one engine step.
 //!
 //! Deletes leave tombstones that carry the delete's version, so a key's update index
 //! survives its deletion (digest §7.13); a key never written has update index 0.
@@ -19,6 +23,7 @@ use keel_types::{
     RequestId, Value, Version,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 
 /// The keys whose item differs as of some index below the applied one: the item they
 /// had then (`None`: absent), from the undo records.
@@ -69,6 +74,22 @@ pub enum Applied {
     Write(WriteResult),
 }
 
+/// A snapshot being encoded a slice at a time (see [`Kv::begin_snapshot`]).
+#[derive(Clone, Debug)]
+struct SnapshotCursor {
+    /// The index the snapshot describes.
+    at: LogIndex,
+    /// Every key up to and including this one is encoded (`None`: none yet).
+    done_through: Option<Key>,
+    /// The items as of `at` of keys changed since and not yet encoded (`None`: the key
+    /// was absent at `at`). Replace or hide the applied item of the same key.
+    saved: BTreeMap<Key, Option<Item>>,
+    /// Items still to encode (the header announced the total).
+    remaining: u64,
+    /// The dedup section as of `at`, encoded when the snapshot began.
+    tail: Vec<u8>,
+}
+
 /// The applied state of one node.
 #[derive(Clone, Debug)]
 pub struct Kv {
@@ -85,6 +106,8 @@ pub struct Kv {
     /// Bytes of keys and values held, plus [`ITEM_OVERHEAD_BYTES`] per key (bounds the
     /// snapshot size through `Config::state_bytes_max`).
     state_bytes: u64,
+    /// A snapshot being encoded, if any.
+    snapshot: Option<SnapshotCursor>,
 }
 
 impl Kv {
@@ -101,6 +124,7 @@ impl Kv {
             dedup_clients_max,
             items_hash: 0,
             state_bytes: 0,
+            snapshot: None,
         }
     }
 
@@ -193,6 +217,7 @@ impl Kv {
         };
         let key = command.key().to_vec();
         let item = Item { value: new_value, version };
+        self.before_change(&key);
         self.account(&key, &item, true);
         let previous = self.items.insert(key.clone(), item);
         if let Some(previous) = &previous {
@@ -239,6 +264,7 @@ impl Kv {
     fn restore(&mut self, undo: Undo) {
         assert_eq!(undo.index, self.applied.index, "undo out of order");
         if let Some((key, previous)) = undo.key {
+            self.before_change(&key);
             if let Some(previous) = &previous {
                 self.account(&key, previous, true);
             }
@@ -261,6 +287,17 @@ impl Kv {
         let prior = self.undo.back().map(|u| u.index).unwrap_or(self.undo_floor);
         // The epoch is set by `rollback_after` once the target is reached.
         self.applied.index = prior;
+    }
+
+    /// Called before `key`'s item changes: a snapshot being encoded that has not reached
+    /// the key yet keeps its item as of the snapshot index (once; later changes do not
+    /// alter what the key was then).
+    fn before_change(&mut self, key: &Key) {
+        let Some(cursor) = &mut self.snapshot else { return };
+        let pending = cursor.done_through.as_ref().is_none_or(|done| key > done);
+        if pending && !cursor.saved.contains_key(key) {
+            cursor.saved.insert(key.clone(), self.items.get(key).cloned());
+        }
     }
 
     /// Adds (or removes) an item's share of the running digest and byte count.
@@ -401,47 +438,83 @@ impl Kv {
         }
     }
 
-    /// The snapshot encoding of the state as of `index` (see `docs/protocol.md`). The
-    /// buffer is sized exactly before it is written: a snapshot is as large as the state,
-    /// so growing it by doubling would copy it and hold up to twice its size.
+    /// The snapshot encoding of the state as of `index` (see `docs/protocol.md`), in one
+    /// go. The buffer is sized exactly before it is written: a snapshot is as large as the
+    /// state, so growing it by doubling would copy it and hold up to twice its size.
     pub fn encode_at(&self, index: LogIndex) -> Vec<u8> {
-        let (overlay, slots) = self.overlay_at(index);
-        let results: Vec<Vec<u8>> = slots
-            .iter()
-            .map(|(_, slot)| serde_json::to_vec(&slot.result).expect("results serialize"))
-            .collect();
-        let mut count = 0u64;
-        let mut len = SNAPSHOT_MAGIC.len() + 8 + 8 + 4;
-        self.visit_items_at(&overlay, |key, item| {
-            count += 1;
-            len += encoded_item_bytes(key, item);
-        });
-        len += results.iter().map(|r| 8 + 8 + 8 + 4 + r.len()).sum::<usize>();
+        let (mut cursor, header) = self.snapshot_cursor(index);
+        let (overlay, _) = self.overlay_at(index);
+        let mut len = header.len() + cursor.tail.len();
+        self.visit_items_at(&overlay, |key, item| len += encoded_item_bytes(key, item));
         let mut out = Vec::with_capacity(len);
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        put_u64(&mut out, index.0);
-        put_u64(&mut out, count);
-        self.visit_items_at(&overlay, |key, item| {
-            put_bytes(&mut out, key);
-            put_u64(&mut out, item.version.epoch.0);
-            put_u64(&mut out, item.version.index.0);
-            match &item.value {
-                Some(value) => {
-                    put_u8(&mut out, 1);
-                    put_bytes(&mut out, value);
-                }
-                None => put_u8(&mut out, 0),
-            }
-        });
-        put_u32(&mut out, u32::try_from(slots.len()).expect("dedup table is bounded"));
-        for ((client, slot), result) in slots.iter().zip(&results) {
-            put_u64(&mut out, client.0);
-            put_u64(&mut out, slot.request.0);
-            put_u64(&mut out, slot.index.0);
-            put_bytes(&mut out, result);
-        }
+        out.extend_from_slice(&header);
+        let done = advance_snapshot(&self.items, &mut cursor, usize::MAX, &mut out);
+        assert!(done, "an unbounded slice encodes everything");
         debug_assert_eq!(out.len(), len, "the snapshot size is computed exactly");
         out
+    }
+
+    /// Starts encoding the state as of `index` (between the undo floor and the applied
+    /// index) a slice at a time; returns the header. Writes may be applied and rolled back
+    /// (never below `index`) while it runs. Replaces a snapshot already in progress.
+    pub fn begin_snapshot(&mut self, index: LogIndex) -> Vec<u8> {
+        let (cursor, header) = self.snapshot_cursor(index);
+        self.snapshot = Some(cursor);
+        header
+    }
+
+    /// Appends the next slice of the snapshot in progress to `out`: items until at least
+    /// `budget` bytes were added or the items run out, then the dedup section. Returns
+    /// whether the snapshot is complete (it is then no longer in progress). Panics if
+    /// none is in progress.
+    pub fn continue_snapshot(&mut self, budget: usize, out: &mut Vec<u8>) -> bool {
+        let mut cursor = self.snapshot.take().expect("a snapshot in progress");
+        let done = advance_snapshot(&self.items, &mut cursor, budget, out);
+        if !done {
+            self.snapshot = Some(cursor);
+        }
+        done
+    }
+
+    /// The index of the snapshot being encoded, if any.
+    pub fn snapshot_in_progress(&self) -> Option<LogIndex> {
+        self.snapshot.as_ref().map(|c| c.at)
+    }
+
+    /// Abandons the snapshot in progress, if any.
+    pub fn abort_snapshot(&mut self) {
+        self.snapshot = None;
+    }
+
+    /// A cursor over the state as of `index`, and the snapshot header (magic, index and
+    /// item count). Costs O(entries above `index`) plus the dedup table.
+    fn snapshot_cursor(&self, index: LogIndex) -> (SnapshotCursor, Vec<u8>) {
+        let (overlay, slots) = self.overlay_at(index);
+        let mut count = self.items.len() as u64;
+        for (key, then) in &overlay {
+            let now = self.items.contains_key(*key);
+            match (then.is_some(), now) {
+                (true, false) => count += 1,
+                (false, true) => count -= 1,
+                _ => {}
+            }
+        }
+        let mut tail = Vec::new();
+        put_u32(&mut tail, u32::try_from(slots.len()).expect("dedup table is bounded"));
+        for (client, slot) in &slots {
+            put_u64(&mut tail, client.0);
+            put_u64(&mut tail, slot.request.0);
+            put_u64(&mut tail, slot.index.0);
+            put_bytes(&mut tail, &serde_json::to_vec(&slot.result).expect("results serialize"));
+        }
+        let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 16);
+        header.extend_from_slice(SNAPSHOT_MAGIC);
+        put_u64(&mut header, index.0);
+        put_u64(&mut header, count);
+        let saved = overlay.into_iter().map(|(k, then)| (k.clone(), then.cloned())).collect();
+        let cursor =
+            SnapshotCursor { at: index, done_through: None, saved, remaining: count, tail };
+        (cursor, header)
     }
 
     /// Rebuilds the state a snapshot at `meta_index` describes. Corrupt bytes are a
@@ -508,6 +581,78 @@ impl Kv {
     /// Whether no key was ever written.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+}
+
+/// Encodes the cursor's next items (the applied ones merged with those it saved) until
+/// at least `budget` bytes were added or none are left; then the dedup section. Returns
+/// whether the snapshot is complete.
+fn advance_snapshot(
+    items: &BTreeMap<Key, Item>,
+    cursor: &mut SnapshotCursor,
+    budget: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    let start = out.len();
+    let lower = match &cursor.done_through {
+        Some(key) => Bound::Excluded(key.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let range = (lower, Bound::Unbounded);
+    let mut applied = items.range::<[u8], _>(range).peekable();
+    let mut saved = cursor.saved.range::<[u8], _>(range).peekable();
+    let mut last: Option<&Key> = None;
+    let mut written = 0u64;
+    while out.len() - start < budget {
+        let take_applied = match (applied.peek(), saved.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((a, _)), Some((s, _))) => a < s,
+        };
+        let (key, item) = if take_applied {
+            let (key, item) = applied.next().expect("peeked");
+            (key, Some(item))
+        } else {
+            let (key, then) = saved.next().expect("peeked");
+            if applied.peek().is_some_and(|(a, _)| *a == key) {
+                applied.next();
+            }
+            (key, then.as_ref())
+        };
+        last = Some(key);
+        if let Some(item) = item {
+            encode_item(out, key, item);
+            written += 1;
+        }
+    }
+    let finished = applied.peek().is_none() && saved.peek().is_none();
+    let last = last.cloned();
+    cursor.remaining = cursor.remaining.checked_sub(written).expect("more items than announced");
+    if let Some(last) = last {
+        while cursor.saved.first_key_value().is_some_and(|(k, _)| *k <= last) {
+            cursor.saved.pop_first();
+        }
+        cursor.done_through = Some(last);
+    }
+    if !finished {
+        return false;
+    }
+    assert_eq!(cursor.remaining, 0, "fewer items than announced");
+    out.extend_from_slice(&cursor.tail);
+    true
+}
+
+fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
+    put_bytes(out, key);
+    put_u64(out, item.version.epoch.0);
+    put_u64(out, item.version.index.0);
+    match &item.value {
+        Some(value) => {
+            put_u8(out, 1);
+            put_bytes(out, value);
+        }
+        None => put_u8(out, 0),
     }
 }
 
@@ -687,6 +832,24 @@ mod tests {
     }
 
     #[test]
+    fn a_sliced_snapshot_keeps_what_keys_were_when_it_began() {
+        let mut kv = Kv::new(10);
+        for (index, key) in ["a", "b", "c", "d"].iter().enumerate() {
+            kv.apply(&write(index as u64 + 1, 1, index as u64 + 1, put(key, "old")));
+        }
+        let expected = kv.encode_at(LogIndex(4));
+        let mut out = kv.begin_snapshot(LogIndex(4));
+        assert!(!kv.continue_snapshot(1, &mut out), "one item per slice");
+        kv.apply(&write(5, 1, 5, put("c", "new"))); // not yet encoded: saved first
+        kv.apply(&write(6, 1, 6, Command::Delete { key: "d".into() }));
+        kv.apply(&write(7, 1, 7, put("bb", "new"))); // a new key, absent at 4
+        kv.apply(&write(8, 1, 8, put("a", "new"))); // already encoded
+        while !kv.continue_snapshot(1, &mut out) {}
+        assert_eq!(out, expected);
+        assert_eq!(kv.get(b"c").0, Some(b"new".to_vec()), "the live state moved on");
+    }
+
+    #[test]
     #[should_panic(expected = "rollback below the durable index")]
     fn rollback_below_durable_is_refused() {
         let mut kv = Kv::new(10);
@@ -745,6 +908,63 @@ mod tests {
             proptest::prop_assert_eq!(combine(at, sum), prefix.applied_digest(), "incremental digest");
             let decoded = Kv::decode(&prefix.encode_at(at), Version::new(1, cut as u64), 3).unwrap();
             proptest::prop_assert_eq!(decoded.digest_at(at), prefix.digest_at(at));
+        }
+
+        /// A snapshot encoded a slice at a time, while later writes are applied and
+        /// rolled back between slices, equals the state as of its index encoded at once.
+        #[test]
+        fn sliced_snapshot_equals_the_state_when_it_began(
+            ops in proptest::collection::vec((0u8..4, 0u8..6, proptest::num::i8::ANY), 1..60),
+            at in 0usize..60,
+            budget in 1usize..64,
+            steps in proptest::collection::vec((0u8..3, 1u8..5), 0..30),
+        ) {
+            let entries: Vec<Entry> = ops
+                .iter()
+                .enumerate()
+                .map(|(i, (op, key, arg))| random_entry(i as u64 + 1, *op, *key, *arg))
+                .collect();
+            let at = at.min(entries.len());
+            let mut kv = Kv::new(3);
+            let (before, after) = entries.split_at(at);
+            let mut later = after.iter();
+            for entry in before {
+                kv.apply(entry);
+            }
+            // Some entries past the snapshot index are applied before it begins.
+            for entry in later.by_ref().take(3) {
+                kv.apply(entry);
+            }
+            let at = LogIndex(at as u64);
+            let expected = kv.encode_at(at);
+            let mut out = kv.begin_snapshot(at);
+            let mut steps = steps.into_iter();
+            loop {
+                if kv.continue_snapshot(budget, &mut out) {
+                    break;
+                }
+                match steps.next() {
+                    Some((0, n)) => {
+                        for entry in later.by_ref().take(usize::from(n)) {
+                            kv.apply(entry);
+                        }
+                    }
+                    Some((1, n)) => {
+                        let back = kv.applied_index().0.saturating_sub(u64::from(n)).max(at.0);
+                        kv.rollback_after(LogIndex(back), Epoch(1));
+                        // Replaying what was rolled back keeps the entry stream contiguous.
+                        let replay: Vec<&Entry> =
+                            entries.iter().filter(|e| e.index.0 > back).take(usize::from(n)).collect();
+                        for entry in replay {
+                            kv.apply(entry);
+                        }
+                        later = entries[usize::try_from(kv.applied_index().0).unwrap()..].iter();
+                    }
+                    _ => {}
+                }
+            }
+            proptest::prop_assert_eq!(kv.snapshot_in_progress(), None);
+            proptest::prop_assert_eq!(out, expected);
         }
     }
 }

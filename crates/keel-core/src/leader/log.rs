@@ -2,7 +2,7 @@
 //! The driver holds the persistent copy; this one serves replication, log matching and
 //! the simulator's introspection.
 
-use keel_types::{Entry, Epoch, LogIndex, SnapshotMeta};
+use keel_types::{Command, Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
 use std::collections::VecDeque;
 
 /// Entries `snapshot.last_index + 1 ..= last_index`, contiguous.
@@ -10,12 +10,26 @@ use std::collections::VecDeque;
 pub struct Log {
     snapshot: SnapshotMeta,
     entries: VecDeque<Entry>,
+    /// [`entry_bytes`] summed over `entries`.
+    bytes: u64,
+}
+
+/// About what one entry takes: its key and value bytes and a fixed overhead.
+fn entry_bytes(entry: &Entry) -> u64 {
+    const OVERHEAD: u64 = 64;
+    let EntryPayload::Write { command, .. } = &entry.payload else { return OVERHEAD };
+    let value = match command {
+        Command::Put { value, .. } => value.len(),
+        Command::Cas { expected, new, .. } => expected.as_ref().map_or(0, Vec::len) + new.len(),
+        _ => 0,
+    };
+    OVERHEAD + (command.key().len() + value) as u64
 }
 
 impl Log {
     /// A log that starts after `snapshot` and holds `entries` (contiguous after it).
     pub fn new(snapshot: SnapshotMeta, entries: Vec<Entry>) -> Log {
-        let mut log = Log { snapshot, entries: VecDeque::new() };
+        let mut log = Log { snapshot, entries: VecDeque::new(), bytes: 0 };
         for entry in entries {
             log.append(entry);
         }
@@ -71,6 +85,7 @@ impl Log {
     pub fn append(&mut self, entry: Entry) {
         assert_eq!(entry.index, self.last_index().next(), "log append not contiguous");
         assert!(entry.epoch >= self.last_epoch(), "log epochs go backwards");
+        self.bytes += entry_bytes(&entry);
         self.entries.push_back(entry);
     }
 
@@ -78,6 +93,9 @@ impl Log {
     pub fn truncate_after(&mut self, index: LogIndex) {
         assert!(index >= self.snapshot.last_index, "truncation below the snapshot");
         let keep = usize::try_from(index.0 - self.snapshot.last_index.0).expect("fits");
+        for removed in self.entries.range(keep.min(self.entries.len())..) {
+            self.bytes -= entry_bytes(removed);
+        }
         self.entries.truncate(keep);
         assert!(self.last_index() <= index);
     }
@@ -89,12 +107,20 @@ impl Log {
         if self.epoch_at(meta.last_index) == Some(meta.last_epoch) {
             let drop =
                 usize::try_from(meta.last_index.0 - self.snapshot.last_index.0).expect("fits");
-            self.entries.drain(..drop);
+            for dropped in self.entries.drain(..drop) {
+                self.bytes -= entry_bytes(&dropped);
+            }
         } else {
             self.entries.clear();
+            self.bytes = 0;
         }
         self.snapshot = meta;
         assert!(self.last_index() >= meta.last_index);
+    }
+
+    /// About how many bytes the entries held take (keys, values, a fixed overhead each).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// How many entries are held.

@@ -48,5 +48,5 @@ pub use config::ConfigError;
 pub use engine::{Counters, LeaderEngine};
 pub use io::{
     ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, RequestTag,
-    Role, Status,
+    Role, SnapshotBytes, Status,
 };

@@ -12,7 +12,7 @@ use super::engine::LeaderEngine;
 use super::io::{ClientRequest, Lease, Message, RequestTag, Role};
 use super::kv::WriteResult;
 use crate::time::Time;
-use keel_types::{Durability, Epoch, KeelError, LogIndex, NodeId};
+use keel_types::{Durability, Epoch, KeelError, LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the leader knows about one follower.
@@ -40,8 +40,10 @@ pub(super) struct Progress {
     pub marking_out: bool,
     /// Since when the follower's persisted index lags too far.
     pub lagging_since: Option<Time>,
-    /// When a snapshot was last sent (rate limit).
+    /// When a snapshot chunk was last sent (resent after `mark_out_timeout` unanswered).
     pub snapshot_sent_at: Option<Time>,
+    /// The snapshot being sent and the offset the follower acknowledged holding.
+    pub snapshot_sending: Option<(SnapshotMeta, u64)>,
     /// When `match_index` last advanced (or sending last restarted from it).
     pub progress_at: Time,
 }
@@ -101,6 +103,7 @@ impl Leading {
             marking_out: false,
             lagging_since: None,
             snapshot_sent_at: None,
+            snapshot_sending: None,
             progress_at: now,
         };
         Leading {
@@ -372,9 +375,12 @@ impl LeaderEngine {
         self.out.messages.push((to, message));
     }
 
+    /// Sends the next chunk of the newest snapshot to `to`, from the offset it last
+    /// acknowledged (one chunk in flight; resent if unanswered for `mark_out_timeout`).
     fn send_snapshot(&mut self, to: NodeId) {
         let now = self.now;
         let resend_after = self.config.mark_out_timeout;
+        let chunk = self.config.snapshot_chunk_bytes;
         let Some((meta, data)) = self.snapshot.clone() else {
             return; // compacted only after a snapshot is durable, so one exists
         };
@@ -382,10 +388,19 @@ impl LeaderEngine {
         if p.snapshot_sent_at.is_some_and(|at| now < at + resend_after) {
             return;
         }
+        let total = data.len() as u64;
+        let offset = match p.snapshot_sending {
+            Some((sending, offset)) if sending == meta && offset < total => offset,
+            _ => 0,
+        };
+        p.snapshot_sending = Some((meta, offset));
         p.snapshot_sent_at = Some(now);
-        self.out
-            .messages
-            .push((to, Message::InstallSnapshot { epoch: self.hard.epoch, meta, data }));
+        let end = total.min(offset + chunk);
+        let range = usize::try_from(offset).expect("fits")..usize::try_from(end).expect("fits");
+        let data = data[range].to_vec();
+        let message =
+            Message::InstallSnapshot { epoch: self.hard.epoch, meta, offset, total, data };
+        self.out.messages.push((to, message));
     }
 
     pub(super) fn on_append_reply(&mut self, from: NodeId, message: Message) {
@@ -449,6 +464,7 @@ impl LeaderEngine {
         from: NodeId,
         epoch: Epoch,
         last_index: LogIndex,
+        received: u64,
     ) {
         if epoch > self.hard.epoch {
             self.become_follower(epoch, None);
@@ -458,12 +474,28 @@ impl LeaderEngine {
             return;
         }
         let now = self.now;
+        let sending = self.snapshot.as_ref().map(|(meta, _)| *meta);
         let p = self.leading_mut().progress.get_mut(&from).expect("a member");
         p.last_heard = Some(now);
+        if let Some(meta) = sending.filter(|meta| last_index < meta.last_index) {
+            // Still receiving: continue from what the follower holds, at once if it got
+            // further (a reply that shows no progress waits for the resend timer).
+            let acked = match p.snapshot_sending {
+                Some((m, offset)) if m == meta => offset,
+                _ => 0,
+            };
+            p.snapshot_sending = Some((meta, received));
+            if received > acked {
+                p.snapshot_sent_at = None;
+                self.send_snapshot(from);
+            }
+            return;
+        }
         p.match_index = p.match_index.max(last_index);
         p.next = p.next.max(last_index.next());
         p.inflight = 0;
         p.snapshot_sent_at = None;
+        p.snapshot_sending = None;
         self.send_append(from, true);
     }
 

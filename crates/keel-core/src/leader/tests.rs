@@ -194,7 +194,7 @@ impl Cluster {
             self.push(now + fsync, Event::Synced { node: id, incarnation, index, generation });
         }
         if let Some((meta, data)) = out.snapshot {
-            self.nodes.get_mut(&id).unwrap().disk.save_snapshot(meta, data);
+            self.nodes.get_mut(&id).unwrap().disk.save_snapshot(meta, data.to_vec());
             self.push(now + fsync, Event::Saved { node: id, incarnation, meta });
         }
         for (to, message) in out.messages {
@@ -690,9 +690,24 @@ fn a_restarted_cluster_recovers_what_was_durable() {
 
 #[test]
 fn a_lagging_follower_is_caught_up_by_snapshot() {
+    let chunks = catch_up_by_snapshot(1 << 20);
+    assert!(chunks >= 1, "one chunk per snapshot: {chunks}");
+}
+
+#[test]
+fn a_snapshot_taken_in_slices_is_sent_in_chunks() {
+    let chunks = catch_up_by_snapshot(64);
+    assert!(chunks > 10, "a snapshot of 60 keys in 64-byte chunks: {chunks}");
+}
+
+/// Isolates a follower while the leader writes and snapshots, heals it, and checks that
+/// it catches up by installing a snapshot sent in chunks of `chunk_bytes`. Returns how
+/// many chunks the follower accepted.
+fn catch_up_by_snapshot(chunk_bytes: u64) -> u64 {
     let mut c = Cluster::new(3, 10, |config| {
         config.snapshot_entries_threshold = 20;
         config.append_entries_max = 8;
+        config.snapshot_chunk_bytes = chunk_bytes;
     });
     let leader = c.await_leader();
     c.run_for(100);
@@ -710,12 +725,15 @@ fn a_lagging_follower_is_caught_up_by_snapshot() {
         c.status(lagging).last_index == c.status(leader).last_index
             && c.engine(lagging).applied_digest() == c.engine(leader).applied_digest()
     }));
+    let chunks = c.engine(lagging).counters().snapshot_chunks_received;
     // A restart from the installed snapshot rebuilds the same state.
     c.run_for(300);
     c.crash(lagging);
     c.boot(lagging);
     assert!(c.run_until_cond(3_000, |c| c.engine(lagging).applied_digest()
         == c.engine(leader).applied_digest()));
+    assert!(c.engine(leader).counters().snapshots_taken >= 1);
+    chunks
 }
 
 #[test]

@@ -163,16 +163,19 @@ pub(super) fn put_message(out: &mut Vec<u8>, message: &Message) {
         }
         Message::Append { .. } => put_append(out, message),
         Message::AppendReply { .. } => put_append_reply(out, message),
-        Message::InstallSnapshot { epoch, meta, data } => {
+        Message::InstallSnapshot { epoch, meta, offset, total, data } => {
             put_u8(out, TAG_INSTALL_SNAPSHOT);
             put_u64(out, epoch.0);
             meta.encode_to(out);
+            put_u64(out, *offset);
+            put_u64(out, *total);
             put_blob(out, data);
         }
-        Message::InstallSnapshotReply { epoch, last_index } => {
+        Message::InstallSnapshotReply { epoch, last_index, received } => {
             put_u8(out, TAG_INSTALL_SNAPSHOT_REPLY);
             put_u64(out, epoch.0);
             put_u64(out, last_index.0);
+            put_u64(out, *received);
         }
         Message::Forward { epoch, request } => {
             put_u8(out, TAG_FORWARD);
@@ -270,11 +273,14 @@ pub(super) fn read_message(
         TAG_INSTALL_SNAPSHOT => Message::InstallSnapshot {
             epoch: epoch(reader)?,
             meta: SnapshotMeta::decode_from(reader)?,
+            offset: reader.u64("snapshot offset")?,
+            total: reader.u64("snapshot length")?,
             data: reader.bytes("snapshot data", u32::MAX)?,
         },
         TAG_INSTALL_SNAPSHOT_REPLY => Message::InstallSnapshotReply {
             epoch: epoch(reader)?,
             last_index: LogIndex(reader.u64("last index")?),
+            received: reader.u64("snapshot bytes received")?,
         },
         TAG_FORWARD => Message::Forward { epoch: epoch(reader)?, request: read_request(reader)? },
         TAG_FORWARD_REPLY => {
@@ -714,14 +720,19 @@ pub(crate) mod strategies {
                 .prop_map(|(e, granted)| Message::Vote { epoch: Epoch(e), granted }),
             append(),
             append_reply(),
-            (any::<[u64; 3]>(), bytes()).prop_map(|([e, li, le], data)| Message::InstallSnapshot {
-                epoch: Epoch(e),
-                meta: SnapshotMeta { last_index: LogIndex(li), last_epoch: Epoch(le) },
-                data,
+            (any::<[u64; 5]>(), bytes()).prop_map(|([e, li, le, offset, total], data)| {
+                Message::InstallSnapshot {
+                    epoch: Epoch(e),
+                    meta: SnapshotMeta { last_index: LogIndex(li), last_epoch: Epoch(le) },
+                    offset,
+                    total,
+                    data,
+                }
             }),
-            any::<[u64; 2]>().prop_map(|[e, li]| Message::InstallSnapshotReply {
+            any::<[u64; 3]>().prop_map(|[e, li, received]| Message::InstallSnapshotReply {
                 epoch: Epoch(e),
                 last_index: LogIndex(li),
+                received,
             }),
             (any::<u64>(), request())
                 .prop_map(|(e, request)| Message::Forward { epoch: Epoch(e), request }),

@@ -350,8 +350,14 @@ mod tests {
     #[test]
     fn oversized_frames_are_refused_on_both_sides() {
         let limits = PeerLimits { frame_bytes_max: 16, ..PeerLimits::default() };
-        let messages =
-            vec![Message::InstallSnapshotReply { epoch: Epoch(1), last_index: LogIndex(9) }; 2];
+        let messages = vec![
+            Message::InstallSnapshotReply {
+                epoch: Epoch(1),
+                last_index: LogIndex(9),
+                received: 0
+            };
+            2
+        ];
         let frame = PeerFrame::Link { from: NodeId(1), to: NodeId(2), messages };
         let mut bytes = vec![0xAA];
         let err = encode_frame(&frame, &limits, &mut bytes).unwrap_err();
