@@ -144,8 +144,10 @@ pub struct EngineSettings {
     pub snapshot_entries_threshold: Option<u64>,
     /// ... once the log since the last snapshot holds this percentage of the state's bytes.
     pub snapshot_log_percent: Option<u64>,
-    /// Snapshot bytes encoded per engine step, and the size of one snapshot chunk sent.
+    /// Snapshot bytes encoded in one slice, and the size of one snapshot chunk sent.
     pub snapshot_chunk_bytes: Option<u64>,
+    /// At most one snapshot slice per this many milliseconds.
+    pub snapshot_slice_interval_ms: Option<u64>,
     /// Most bytes the state may hold (keys, values, 32 per key); writes past it fail.
     pub state_bytes_max: Option<u64>,
     /// Most requests waiting inside the engine.
@@ -403,6 +405,8 @@ impl ServerConfig {
         config.snapshot_log_percent = e.snapshot_log_percent.unwrap_or(config.snapshot_log_percent);
         config.snapshot_chunk_bytes = e.snapshot_chunk_bytes.unwrap_or(config.snapshot_chunk_bytes);
         config.state_bytes_max = e.state_bytes_max.unwrap_or(config.state_bytes_max);
+        config.snapshot_slice_interval =
+            ms(e.snapshot_slice_interval_ms, config.snapshot_slice_interval);
         config.pending_requests_max = e.pending_requests_max.unwrap_or(config.pending_requests_max);
         config.validate().map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
         Ok(config)

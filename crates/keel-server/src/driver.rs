@@ -1,9 +1,11 @@
 //! The engine loop: one task owns the [`LeaderEngine`] and steps it, one input at a
 //! time, carrying out each step's outputs in the order `Outputs` prescribes.
 //!
-//! Inputs arrive on one bounded channel ([`Event`]): client requests (refused with a
-//! retryable `BUSY` when it is full), peer messages (dropped when it is full: the protocol
-//! tolerates loss) and queries (`/status`, `/metrics`, `KEEL.LOG`). Storage completions
+//! Inputs arrive on two bounded channels of [`Event`]s: peer messages (dropped when it is
+//! full: the protocol tolerates loss), always taken first so that a backlog of clients
+//! cannot delay the heartbeats and acknowledgements that keep a leader; and client
+//! requests (refused with a retryable `BUSY` when it is full) and queries (`/status`,
+//! `/metrics`, `KEEL.LOG`). Storage completions
 //! arrive on their own channels (a `watch` of the newest fsync and the snapshots saved),
 //! and the timer fires at the engine's `wake_at`.
 //!
@@ -199,10 +201,12 @@ impl Driver {
     }
 
     /// Runs until `shutdown` is set or `events` closes (`Ok`), or the storage fails
-    /// (`Err` with the reason: the node must stop and exit non-zero).
+    /// (`Err` with the reason: the node must stop and exit non-zero). `peer_events`
+    /// (peer messages) are taken before `events` (client requests and queries).
     pub async fn run(
         mut self,
         mut events: mpsc::Receiver<Event>,
+        mut peer_events: mpsc::Receiver<Event>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), String> {
         self.step(Input::Tick).await?;
@@ -230,11 +234,20 @@ impl Driver {
                     let (meta, len) = prepared?;
                     self.queue(StorageOp::AdoptSnapshot(meta, len)).await?;
                 }
+                Some(event) = peer_events.recv() => self.on_event(event).await?,
                 event = events.recv() => match event {
                     Some(event) => self.on_event(event).await?,
                     None => return Ok(()),
                 },
-                () = tokio::time::sleep_until(deadline.into()) => self.step(Input::Tick).await?,
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    let late = Instant::now().saturating_duration_since(deadline);
+                    if late >= SLOW_STEP {
+                        // The loop was not scheduled in time (an overloaded host, or a
+                        // runtime thread blocked): timers, heartbeats and leases slip.
+                        tracing::warn!(late_ms = late.as_millis() as u64, "engine timer fired late");
+                    }
+                    self.step(Input::Tick).await?
+                }
             }
         }
     }
@@ -349,6 +362,11 @@ impl Driver {
         }
         if out.sync_through.is_some() {
             self.queue(StorageOp::Sync(Instant::now())).await?;
+        }
+        if !out.release.is_empty() {
+            // Freeing an encoding as large as the state takes a while: not on this loop.
+            let release = out.release;
+            tokio::task::spawn_blocking(move || drop(release));
         }
         if let Some((meta, data)) = out.snapshot {
             tracing::info!(

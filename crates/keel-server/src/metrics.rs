@@ -189,6 +189,7 @@ pub fn render_engine(out: &mut String, status: &Status, counters: &Counters) {
         ("keel_persisted_index", status.persisted_index.0),
         ("keel_applied_index", status.applied_index.0),
         ("keel_snapshot_index", status.snapshot_index.0),
+        ("keel_snapshot_held_bytes", status.snapshot_held_bytes),
         ("keel_active_set_size", status.active_set.len() as u64),
         ("keel_active", u64::from(status.active)),
         ("keel_leader_lease_valid", u64::from(status.leader_lease_valid)),

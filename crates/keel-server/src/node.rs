@@ -84,6 +84,9 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         None => None,
     };
     let (events_tx, events_rx) = mpsc::channel::<Event>(config.input_queue_max as usize);
+    // Peer messages have a queue of their own, served first: a backlog of client requests
+    // must not hold back the heartbeats and acknowledgements that keep the leader.
+    let (peer_events_tx, peer_events_rx) = mpsc::channel::<Event>(config.input_queue_max as usize);
     let mut peers = BTreeMap::new();
     for member in config.members.iter().filter(|m| m.id != me.0) {
         let (tx, rx) = mpsc::channel(config.peer_queue_max as usize);
@@ -103,7 +106,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     tokio::spawn(crate::peer::listener(
         me,
         peer_listener,
-        events_tx.clone(),
+        peer_events_tx,
         members,
         metrics.clone(),
     ));
@@ -122,7 +125,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     tracing::info!(node = %me, clients = %config.client_addr, peers = %config.peer_addr(),
         http = ?config.http_addr, "serving");
     let driver = Driver::new(engine, storage, peers, metrics);
-    let result = driver.run(events_rx, shutdown).await.map_err(NodeError::Storage);
+    let result = driver.run(events_rx, peer_events_rx, shutdown).await.map_err(NodeError::Storage);
     tracing::info!(node = %me, ok = result.is_ok(), "stopped");
     result
 }

@@ -361,6 +361,7 @@ mod tests {
             active: true,
             active_set: vec![],
             snapshot_index: LogIndex(0),
+            snapshot_held_bytes: 0,
             leader_lease_valid: false,
         }
     }

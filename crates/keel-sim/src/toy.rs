@@ -292,6 +292,7 @@ impl SimEngine for ToyEngine {
             active: true,
             active_set: Vec::new(),
             snapshot_index: LogIndex::ZERO,
+            snapshot_held_bytes: 0,
             leader_lease_valid: self.is_leader(),
         }
     }

@@ -86,6 +86,7 @@ impl Config {
             snapshot_entries_threshold: 10_000,
             snapshot_log_percent: 50,
             snapshot_chunk_bytes: 1 << 20,
+            snapshot_slice_interval: Span::from_millis(4),
             slow_follower_lag_max: 10_000,
             slow_follower_timeout: Span::from_millis(1_000),
             request_timeout: Span::from_millis(5_000),

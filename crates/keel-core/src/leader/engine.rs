@@ -8,7 +8,8 @@
 
 use super::config::ConfigError;
 use super::io::{
-    ClientReply, Config, Input, Message, Outputs, PersistedState, Role, SnapshotBytes, Status,
+    ClientReply, Config, Input, Message, Outputs, PersistedState, Release, Role, SnapshotBytes,
+    Status,
 };
 use super::kv::Kv;
 use super::log::Log;
@@ -92,10 +93,13 @@ pub struct LeaderEngine {
     pub(super) leading: Option<Leading>,
     /// Follower: requests forwarded to the leader, by tag.
     pub(super) forwards: BTreeMap<super::io::RequestTag, super::client::Forwarded>,
-    /// The newest durable snapshot (sent to followers the log no longer reaches).
+    /// The newest durable snapshot's encoding, held only while a follower the log no
+    /// longer reaches needs it (one is taken when such a follower appears).
     pub(super) snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
-    /// A snapshot being encoded, a slice per step (`Kv::continue_snapshot`).
+    /// A snapshot being encoded, a slice per step (`Kv::continue_snapshot`) ...
     pub(super) snapshot_building: Option<(SnapshotMeta, Vec<u8>)>,
+    /// ... at most one slice per `snapshot_slice_interval`: not before this time.
+    pub(super) next_slice_at: Time,
     /// A snapshot handed to the driver, not yet saved.
     pub(super) snapshot_inflight: Option<(SnapshotMeta, SnapshotBytes)>,
     pub(super) counters: Counters,
@@ -158,8 +162,9 @@ impl LeaderEngine {
             echo_sent_at: Time::default(),
             leading: None,
             forwards: BTreeMap::new(),
-            snapshot: persisted.snapshot.map(|(meta, data)| (meta, Arc::new(data))),
+            snapshot: None,
             snapshot_building: None,
+            next_slice_at: now,
             snapshot_inflight: None,
             counters: Counters::default(),
             out: Outputs::default(),
@@ -237,16 +242,28 @@ impl LeaderEngine {
         if self.install_pending.as_ref().is_some_and(|(pending, _, _)| *pending == meta) {
             let (meta, data, _) = self.install_pending.take().expect("checked");
             self.log_synced = self.log_synced.max(meta.last_index);
-            self.snapshot = Some((meta, data));
+            self.out.release.push(Release::Snapshot(data)); // a follower sends no snapshots
             return;
         }
         if let Some((inflight, data)) = self.snapshot_inflight.take() {
             assert_eq!(inflight, meta, "a snapshot saved that was not asked for");
-            if meta.last_index > self.log.snapshot().last_index && self.install_pending.is_none() {
-                self.log.compact_through(meta);
-                self.snapshot = Some((meta, data));
+            if meta.last_index >= self.log.snapshot().last_index && self.install_pending.is_none() {
+                let compacted = self.log.compact_through(meta);
+                self.out.release.push(Release::Entries(compacted));
+                if let Some((_, held)) = self.snapshot.replace((meta, data)) {
+                    self.out.release.push(Release::Snapshot(held));
+                }
+            } else {
+                self.out.release.push(Release::Snapshot(data));
             }
         }
+    }
+
+    /// Whether a follower needs a snapshot: this node leads and its log no longer reaches
+    /// the follower's next index.
+    fn snapshot_wanted(&self) -> bool {
+        let base = self.log.snapshot().last_index;
+        self.leading.as_ref().is_some_and(|l| l.progress.values().any(|p| p.next <= base))
     }
 
     /// Fires whatever timers are due (every step, so any input may serve as a tick).
@@ -273,6 +290,11 @@ impl LeaderEngine {
             self.leader_progress();
         }
         self.kv.forget_undo_through(self.durable_index);
+        // An encoding as large as the state is held only while a follower needs it.
+        if self.snapshot.is_some() && !self.snapshot_wanted() {
+            let (_, held) = self.snapshot.take().expect("checked");
+            self.out.release.push(Release::Snapshot(held));
+        }
         self.maybe_snapshot();
     }
 
@@ -293,6 +315,9 @@ impl LeaderEngine {
         }
         if let Some(deadline) = self.leading.as_ref().and_then(|l| l.deadline_min()) {
             at = at.min(deadline);
+        }
+        if self.snapshot_building.is_some() {
+            at = at.min(self.next_slice_at);
         }
         at.max(self.now)
     }
@@ -382,8 +407,9 @@ impl LeaderEngine {
             let entries_due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
             let bytes_due = u128::from(self.log.bytes()) * 100
                 >= u128::from(self.kv.state_bytes()) * u128::from(self.config.snapshot_log_percent);
-            if !entries_due
-                || !bytes_due
+            // A follower needs one and none is held: take one now, whatever its size.
+            let wanted = self.snapshot.is_none() && self.snapshot_wanted();
+            if !(entries_due && bytes_due || wanted)
                 || self.snapshot_inflight.is_some()
                 || self.install_pending.is_some()
             {
@@ -398,6 +424,13 @@ impl LeaderEngine {
             data.extend_from_slice(&self.kv.begin_snapshot(at));
             self.snapshot_building = Some((meta, data));
         }
+        if self.now < self.next_slice_at {
+            return;
+        }
+        // Paced in time, not per step: under load a node takes thousands of steps a
+        // second, and encoding a slice in each would stall its replies to the leader
+        // behind the whole encoding.
+        self.next_slice_at = self.now + self.config.snapshot_slice_interval;
         let (meta, mut data) = self.snapshot_building.take().expect("checked");
         assert_eq!(self.kv.snapshot_in_progress(), Some(meta.last_index));
         assert!(
@@ -679,6 +712,7 @@ impl LeaderEngine {
             active: self.role == Role::Leader || self.follower_active(),
             active_set,
             snapshot_index: self.log.snapshot().last_index,
+            snapshot_held_bytes: self.snapshot.as_ref().map_or(0, |(_, data)| data.len() as u64),
             leader_lease_valid: self.leader_lease_valid(),
         }
     }

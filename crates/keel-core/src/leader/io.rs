@@ -9,6 +9,7 @@ use keel_types::{
     LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// How a driver identifies a client request so it can route the reply back. Opaque to
@@ -59,6 +60,15 @@ pub struct PersistedState {
 
 /// A snapshot's encoding, shared between the engine and its driver without a copy.
 pub type SnapshotBytes = Arc<Vec<u8>>;
+
+/// Something large the engine let go of (see [`Outputs::release`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// A snapshot encoding (the last reference, unless the driver still holds one).
+    Snapshot(SnapshotBytes),
+    /// Log entries a snapshot now covers.
+    Entries(VecDeque<Entry>),
+}
 
 /// An event given to the engine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,6 +279,10 @@ pub struct Outputs {
     pub snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
     /// Whether `snapshot` was installed from the leader (saved before any later append).
     pub snapshot_installed: bool,
+    /// Memory the engine no longer holds: snapshot encodings and compacted log entries.
+    /// Freeing it can take as long as the state is large, which a driver may do off its
+    /// loop (or simply drop it).
+    pub release: Vec<Release>,
     /// Messages to peers.
     pub messages: Vec<(NodeId, Message)>,
     /// Replies to clients of this node.
@@ -334,9 +348,12 @@ pub struct Config {
     /// ... and the log since it holds at least this percentage of the state's bytes (a
     /// large state is not encoded again for a small log).
     pub snapshot_log_percent: u64,
-    /// Bytes of snapshot encoded per engine step (a snapshot is taken a slice at a time
+    /// Bytes of snapshot encoded in one slice (a snapshot is taken a slice at a time
     /// while the node goes on serving), and the size of one `InstallSnapshot` chunk.
     pub snapshot_chunk_bytes: u64,
+    /// At most one slice per this interval (so that encoding takes a bounded share of
+    /// the node's time: a 1 MiB slice costs about a millisecond).
+    pub snapshot_slice_interval: Span,
     /// A follower whose persisted index lags the leader's log by more than this many
     /// entries ...
     pub slow_follower_lag_max: u64,
@@ -397,6 +414,9 @@ pub struct Status {
     pub active_set: Vec<NodeId>,
     /// The last index covered by the node's snapshot (0: none).
     pub snapshot_index: LogIndex,
+    /// Bytes of snapshot encoding the node holds to send to followers (0 unless one
+    /// needs it).
+    pub snapshot_held_bytes: u64,
     /// Whether the node (as leader) holds a valid leader lease.
     pub leader_lease_valid: bool,
 }
@@ -418,6 +438,7 @@ impl Default for Status {
             active: false,
             active_set: Vec::new(),
             snapshot_index: LogIndex::ZERO,
+            snapshot_held_bytes: 0,
             leader_lease_valid: false,
         }
     }

@@ -100,22 +100,26 @@ impl Log {
         assert!(self.last_index() <= index);
     }
 
-    /// Drops entries up to `meta.last_index`, which the new snapshot covers. If the log
-    /// does not reach the snapshot, or disagrees with it, every entry is dropped.
-    pub fn compact_through(&mut self, meta: SnapshotMeta) {
+    /// Drops entries up to `meta.last_index`, which the new snapshot covers, and returns
+    /// them (the caller may free them elsewhere: they can be as large as the state). If
+    /// the log does not reach the snapshot, or disagrees with it, every entry is dropped.
+    pub fn compact_through(&mut self, meta: SnapshotMeta) -> VecDeque<Entry> {
         assert!(meta.last_index >= self.snapshot.last_index, "snapshot goes backwards");
-        if self.epoch_at(meta.last_index) == Some(meta.last_epoch) {
+        let dropped = if self.epoch_at(meta.last_index) == Some(meta.last_epoch) {
             let drop =
                 usize::try_from(meta.last_index.0 - self.snapshot.last_index.0).expect("fits");
-            for dropped in self.entries.drain(..drop) {
-                self.bytes -= entry_bytes(&dropped);
-            }
+            // Keeps the (short) tail, moves the head out whole: no per-entry work here.
+            let kept = self.entries.split_off(drop);
+            let dropped = std::mem::replace(&mut self.entries, kept);
+            self.bytes = self.entries.iter().map(entry_bytes).sum();
+            dropped
         } else {
-            self.entries.clear();
             self.bytes = 0;
-        }
+            std::mem::take(&mut self.entries)
+        };
         self.snapshot = meta;
         assert!(self.last_index() >= meta.last_index);
+        dropped
     }
 
     /// About how many bytes the entries held take (keys, values, a fixed overhead each).

@@ -47,6 +47,6 @@ pub use client::Origin;
 pub use config::ConfigError;
 pub use engine::{Counters, LeaderEngine};
 pub use io::{
-    ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, RequestTag,
-    Role, SnapshotBytes, Status,
+    ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, Release,
+    RequestTag, Role, SnapshotBytes, Status,
 };

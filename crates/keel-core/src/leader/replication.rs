@@ -382,7 +382,7 @@ impl LeaderEngine {
         let resend_after = self.config.mark_out_timeout;
         let chunk = self.config.snapshot_chunk_bytes;
         let Some((meta, data)) = self.snapshot.clone() else {
-            return; // compacted only after a snapshot is durable, so one exists
+            return; // none held: one is being taken (`maybe_snapshot`)
         };
         let p = self.leading_mut().progress.get_mut(&to).expect("a member");
         if p.snapshot_sent_at.is_some_and(|at| now < at + resend_after) {
