@@ -129,6 +129,8 @@ pub enum Event {
         submit: Submit,
         /// The reply's destination.
         reply: oneshot::Sender<ClientReply>,
+        /// When the request entered the input queue.
+        queued_at: Instant,
     },
     /// A message from a peer.
     Peer {
@@ -266,11 +268,12 @@ impl Driver {
 
     async fn on_event(&mut self, event: Event) -> Result<(), String> {
         match event {
-            Event::Client { submit, reply } => {
+            Event::Client { submit, reply, queued_at } => {
                 let tag = RequestTag(self.tag_next);
                 self.tag_next += 1;
                 let label = submit.label();
-                self.waiting.insert(tag, Waiting { reply, started: Instant::now(), label });
+                self.metrics.input_wait_seconds.observe(queued_at.elapsed().as_secs_f64());
+                self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
                 let request = ClientRequest {
                     tag,
                     client: submit.client,
@@ -451,7 +454,8 @@ impl NodeHandle {
     /// `Busy`; a stopping node is `Unavailable`.
     pub async fn submit(&self, submit: Submit) -> Result<ClientReply, KeelError> {
         let (reply, answer) = oneshot::channel();
-        if let Err(e) = self.events.try_send(Event::Client { submit, reply }) {
+        let event = Event::Client { submit, reply, queued_at: Instant::now() };
+        if let Err(e) = self.events.try_send(event) {
             return Err(match e {
                 mpsc::error::TrySendError::Full(_) => {
                     self.metrics.busy_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub sync_wait_seconds: Histogram,
     /// Latency inside the node of reads that waited for a durability round.
     pub round_read_seconds: Histogram,
+    /// From a client request entering the engine's input queue to the loop taking it.
+    pub input_wait_seconds: Histogram,
     /// Peer messages handed to a connection.
     pub peer_sent: AtomicU64,
     /// Peer messages received and given to the engine.
@@ -125,7 +127,7 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP keel_request_duration_seconds Client request latency inside the node."
+            "# HELP keel_request_duration_seconds Client request latency inside the node, from the input queue to the reply."
         );
         let _ = writeln!(out, "# TYPE keel_request_duration_seconds histogram");
         let latency = self.latency.lock().expect("metrics lock").clone();
@@ -148,6 +150,11 @@ impl Metrics {
                 "keel_round_read_duration_seconds",
                 "Latency inside the node of reads that waited for a durability round.",
                 &self.round_read_seconds,
+            ),
+            (
+                "keel_input_wait_duration_seconds",
+                "From a client request entering the engine's input queue to the loop taking it.",
+                &self.input_wait_seconds,
             ),
         ];
         for (name, help, histogram) in histograms {
