@@ -96,7 +96,7 @@ pub struct LeaderEngine {
     /// The newest durable snapshot's encoding, held only while a follower the log no
     /// longer reaches needs it (one is taken when such a follower appears).
     pub(super) snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
-    /// A snapshot being encoded, a slice per step (`Kv::continue_snapshot`) ...
+    /// A snapshot being encoded, a slice at a time (`Kv::continue_snapshot`) ...
     pub(super) snapshot_building: Option<(SnapshotMeta, Vec<u8>)>,
     /// ... at most one slice per `snapshot_slice_interval`: not before this time.
     pub(super) next_slice_at: Time,
