@@ -291,11 +291,12 @@ impl LeaderEngine {
         }
         self.kv.forget_undo_through(self.durable_index);
         // An encoding as large as the state is held only while a follower needs it.
-        if self.snapshot.is_some() && !self.snapshot_wanted() {
+        let wanted = self.snapshot_wanted();
+        if self.snapshot.is_some() && !wanted {
             let (_, held) = self.snapshot.take().expect("checked");
             self.out.release.push(Release::Snapshot(held));
         }
-        self.maybe_snapshot();
+        self.maybe_snapshot(wanted);
     }
 
     fn wake_at(&self) -> Time {
@@ -399,8 +400,9 @@ impl LeaderEngine {
     /// Starts a snapshot when one is due, and encodes the next slice of the one being
     /// taken; a complete one goes to the driver to save. A snapshot is due once the
     /// durable index is `snapshot_entries_threshold` entries past the last one and the
-    /// log holds `snapshot_log_percent` of the state's bytes.
-    fn maybe_snapshot(&mut self) {
+    /// log holds `snapshot_log_percent` of the state's bytes, or at once when a follower
+    /// needs one (`wanted`) and none is held.
+    fn maybe_snapshot(&mut self, wanted: bool) {
         if self.snapshot_building.is_none() {
             let base = self.log.snapshot().last_index;
             let at = self.durable_index.min(self.kv.applied_index());
@@ -408,7 +410,7 @@ impl LeaderEngine {
             let bytes_due = u128::from(self.log.bytes()) * 100
                 >= u128::from(self.kv.state_bytes()) * u128::from(self.config.snapshot_log_percent);
             // A follower needs one and none is held: take one now, whatever its size.
-            let wanted = self.snapshot.is_none() && self.snapshot_wanted();
+            let wanted = wanted && self.snapshot.is_none();
             if !(entries_due && bytes_due || wanted)
                 || self.snapshot_inflight.is_some()
                 || self.install_pending.is_some()
