@@ -13,7 +13,15 @@ pub const SCAN_ITEMS_MAX_DEFAULT: u32 = 10_000;
 /// Hard ceiling on any configured value size: a log record must fit a u32 length.
 pub const VALUE_BYTES_CEILING: u32 = 64 * 1024 * 1024;
 
+/// Highest epoch a node adopts or persists: a peer message naming a higher one is refused,
+/// so that no input can bring an epoch near overflow (one election a millisecond would
+/// take 146 million years to reach it).
+pub const EPOCH_MAX: u64 = 1 << 62;
+/// Highest log index a node accepts in a message or on disk (same reasoning).
+pub const LOG_INDEX_MAX: u64 = 1 << 62;
+
 const _: () = assert!(KEY_BYTES_MAX_DEFAULT <= VALUE_BYTES_CEILING);
+const _: () = assert!(EPOCH_MAX < u64::MAX / 2 && LOG_INDEX_MAX < u64::MAX / 2);
 const _: () = assert!(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_CEILING);
 
 /// The configurable limits on what a client may send.

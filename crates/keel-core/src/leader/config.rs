@@ -29,15 +29,7 @@ pub const REMOVAL_TO_MARK_OUT_RATIO_MIN: u64 = 5;
 const _: () = assert!(MEMBERS_MAX % 2 == 1);
 const _: () = assert!(REMOVAL_TO_MARK_OUT_RATIO_MIN >= 2);
 
-/// A configuration field out of range. Not retryable: fix the configuration.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration: {field}: {reason}")]
-pub struct ConfigError {
-    /// The field at fault.
-    pub field: &'static str,
-    /// Why, with the bound it breaks.
-    pub reason: String,
-}
+pub use crate::engine::ConfigError;
 
 fn fail(field: &'static str, reason: impl Into<String>) -> Result<(), ConfigError> {
     Err(ConfigError { field, reason: reason.into() })

@@ -1,29 +1,34 @@
-//! [`LeaderEngine`]: its state, the `step` loop, timers, elections, role changes,
-//! snapshots and the read-only introspection drivers and the simulator use.
+//! [`LeaderEngine`]: the shared [`Core`] and one role's state, the `step` loop, message
+//! dispatch with the validation gate, role changes, timers, invariants and the read-only
+//! introspection drivers and the simulator use.
 //!
-//! Role-specific handlers live beside this file: `replication.rs` (the leader's side
-//! of Append, the active set, durable index and rounds), `follower.rs` (the follower's
-//! side of Append and InstallSnapshot, its lease) and `client.rs` (requests, reads,
-//! writes, forwarding).
+//! ```text
+//!             ┌──────────── higher epoch, or a leader of its epoch ────────────┐
+//!             ▼                                                                │
+//!   Follower(Following) ──pre-vote majority──► Candidate(Campaign) ──votes──► Leader(Leading)
+//!             ▲                                                                │
+//!             └──────────────── lost its majority (same epoch) ◄───────────────┘
+//! ```
+//!
+//! A role's state is created fresh when the role is entered and dropped when it is left:
+//! nothing of a follower's lease or forwards survives into candidacy, nothing of a
+//! leader's progress into following.
 
-use super::config::ConfigError;
-use super::io::{
-    ClientReply, Config, Input, Message, Outputs, PersistedState, Release, Role, SnapshotBytes,
-    Status,
-};
+use super::candidate::Campaign;
+use super::core::{Core, Election, Origin, Snapshots};
+use super::follower::{self, AppendArgs, Following};
+use super::gate;
+use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Role, Status};
 use super::kv::Kv;
+use super::leading::{AppendReplyArgs, Leadership, Leading};
 use super::log::Log;
-use super::replication::Leading;
-use crate::time::{Span, Time};
+use crate::engine::{BootError, Rejection};
+use crate::time::Time;
 use keel_types::rng::SplitMix64;
 use keel_types::{
     Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId, SnapshotMeta, Value,
     Version,
 };
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-
-pub(super) use super::client::Origin;
 
 /// Counters for metrics and the simulator's reports. Monotonic within one incarnation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,82 +51,52 @@ pub struct Counters {
     pub snapshots_taken: u64,
     /// `InstallSnapshot` chunks this node accepted.
     pub snapshot_chunks_received: u64,
+    /// Peer messages the validation gate dropped.
+    pub messages_rejected: u64,
+    /// Writes at the leader that timed out before their durability point.
+    pub writes_timed_out: u64,
+}
+
+/// The role a node plays now, with that role's state.
+#[derive(Debug)]
+pub(super) enum RoleState {
+    /// Follows a leader (or waits for one). Every node starts as one.
+    Follower(Following),
+    /// Asking for votes.
+    Candidate(Campaign),
+    /// Leads its epoch.
+    Leader(Box<Leading>),
 }
 
 /// The leader engine (ORCA on a Raft-style log). See the module docs and
 /// `docs/protocol.md`.
 #[derive(Debug)]
 pub struct LeaderEngine {
-    pub(super) config: Config,
-    pub(super) lease_span: Span,
-    rng: SplitMix64,
-    pub(super) now: Time,
-    pub(super) hard: HardState,
-    pub(super) role: Role,
-    pub(super) leader: Option<NodeId>,
-    pub(super) log: Log,
-    pub(super) kv: Kv,
-    /// Highest index the driver reported fsynced (clamped on truncation).
-    pub(super) log_synced: LogIndex,
-    /// Highest index this node asked the driver to fsync.
-    pub(super) sync_requested: LogIndex,
-    /// An installed snapshot not yet durable, and the log prefix kept below it.
-    pub(super) install_pending: Option<(SnapshotMeta, SnapshotBytes, LogIndex)>,
-    /// Follower: the snapshot being received from the leader, the bytes so far.
-    pub(super) receiving: Option<(SnapshotMeta, Vec<u8>)>,
-    pub(super) next_flush_at: Time,
-    /// ORCA durable index as this node knows it (never decreases).
-    pub(super) durable_index: LogIndex,
-    /// Raft commit index as this node knows it (never decreases).
-    pub(super) commit_index: LogIndex,
-    /// Follower: highest index verified, in this epoch, to match the leader's log.
-    pub(super) verified_index: LogIndex,
-    pub(super) election_deadline: Time,
-    /// When this node last heard from a live leader of its epoch (leader stickiness).
-    pub(super) leader_contact_at: Option<Time>,
-    pub(super) votes: BTreeSet<NodeId>,
-    /// Pre-votes collected while probing for an election (`None`: not probing).
-    pub(super) pre_votes: Option<BTreeSet<NodeId>>,
-    /// Follower: the lease ends at this local time.
-    pub(super) lease_until: Option<Time>,
-    /// Follower: grants anchored before this time are ignored (mark-out acknowledged).
-    pub(super) lease_floor: Option<Time>,
-    /// Follower: the latest `Append` asked for a forced mark-out (`Lease::MarkOut`).
-    pub(super) mark_out_asked: bool,
-    /// Follower: the newest `sent_at` of an `Append` received in this epoch.
-    pub(super) echo_sent_at: Time,
-    pub(super) leading: Option<Leading>,
-    /// Follower: requests forwarded to the leader, by tag.
-    pub(super) forwards: BTreeMap<super::io::RequestTag, super::client::Forwarded>,
-    /// The newest durable snapshot's encoding, held only while a follower the log no
-    /// longer reaches needs it (one is taken when such a follower appears).
-    pub(super) snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
-    /// A snapshot being encoded, a slice at a time (`Kv::continue_snapshot`) ...
-    pub(super) snapshot_building: Option<(SnapshotMeta, Vec<u8>)>,
-    /// ... at most one slice per `snapshot_slice_interval`: not before this time.
-    pub(super) next_slice_at: Time,
-    /// A snapshot handed to the driver, not yet saved.
-    pub(super) snapshot_inflight: Option<(SnapshotMeta, SnapshotBytes)>,
-    pub(super) counters: Counters,
-    pub(super) out: Outputs,
+    pub(super) core: Core,
+    pub(super) role: RoleState,
 }
 
 impl LeaderEngine {
     /// Starts a node from what its disk recovered. Applies the snapshot and every
     /// recovered entry (as followers do); the node starts as a follower outside any
-    /// active set. Panics if the snapshot bytes are corrupt (a storage failure).
+    /// active set. Fails on an invalid configuration, or on persisted state the engine
+    /// cannot have written (a snapshot that does not decode, entries out of order, epochs
+    /// out of range): the node must not start on it.
     pub fn new(
         config: Config,
         persisted: PersistedState,
         seed: u64,
         now: Time,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, BootError> {
         config.validate()?;
+        gate::check_persisted(&persisted).map_err(BootError::Persisted)?;
         let (meta, mut kv) = match &persisted.snapshot {
             Some((meta, data)) => {
                 let at = Version { epoch: meta.last_epoch, index: meta.last_index };
-                let kv = Kv::decode(data, at, config.dedup_clients_max)
-                    .unwrap_or_else(|e| panic!("corrupt snapshot at {}: {e}", meta.last_index));
+                let kv = Kv::decode(data, at, config.dedup_clients_max).map_err(|e| {
+                    let index = meta.last_index;
+                    BootError::Persisted(format!("the snapshot at {index} does not decode: {e}"))
+                })?;
                 (*meta, kv)
             }
             None => (SnapshotMeta::default(), Kv::new(config.dedup_clients_max)),
@@ -131,51 +106,31 @@ impl LeaderEngine {
             kv.apply(&entry);
             log.append(entry);
         }
-        assert!(
-            persisted.hard_state.epoch >= log.last_epoch(),
-            "log holds an epoch newer than the hard state"
-        );
-        let mut engine = LeaderEngine {
+        let core = Core {
             lease_span: config.leader_lease(),
             rng: SplitMix64::new(seed ^ u64::from(config.node_id.0).rotate_left(32)),
             now,
             hard: persisted.hard_state,
-            role: Role::Follower,
-            leader: None,
             log_synced: log.last_index(),
             sync_requested: log.last_index(),
             log,
             kv,
             install_pending: None,
-            receiving: None,
             next_flush_at: now + config.flush_interval,
             durable_index: meta.last_index,
             commit_index: meta.last_index,
-            verified_index: LogIndex::ZERO,
-            election_deadline: now,
-            leader_contact_at: None,
-            votes: BTreeSet::new(),
-            pre_votes: None,
-            lease_until: None,
-            lease_floor: None,
-            mark_out_asked: false,
-            echo_sent_at: Time::default(),
-            leading: None,
-            forwards: BTreeMap::new(),
-            snapshot: None,
-            snapshot_building: None,
-            next_slice_at: now,
-            snapshot_inflight: None,
+            // A restarted node neither votes nor accepts lease grants anchored before its
+            // boot for a while: a vote it gave or a lease it held before the crash is
+            // forgotten, and the leader lease and active-set arguments need both.
+            election: Election { deadline: now, contact_at: Some(now), pre_votes: None },
+            lease_floor: Some(now),
+            snapshots: Snapshots { next_slice_at: now, ..Snapshots::default() },
             counters: Counters::default(),
             out: Outputs::default(),
             config,
         };
-        // A restarted node neither votes nor accepts lease grants anchored before its
-        // boot for a while: a vote it gave or a lease it held before the crash is
-        // forgotten, and the leader lease and active-set arguments need both.
-        engine.leader_contact_at = Some(now);
-        engine.lease_floor = Some(now);
-        engine.reset_election_deadline();
+        let mut engine = LeaderEngine { core, role: RoleState::Follower(Following::default()) };
+        engine.core.reset_election_deadline();
         engine.check_invariants();
         Ok(engine)
     }
@@ -183,27 +138,38 @@ impl LeaderEngine {
     /// Handles one input at local time `now` and says what the driver must do, in the
     /// order written on [`Outputs`].
     pub fn step(&mut self, now: Time, input: Input) -> Outputs {
-        assert!(now >= self.now, "the local clock went backwards: {now:?} < {:?}", self.now);
-        assert_eq!(self.out, Outputs::default(), "outputs left over from an earlier step");
-        self.now = now;
+        assert!(
+            now >= self.core.now,
+            "the local clock went backwards: {now:?} < {:?}",
+            self.core.now
+        );
+        assert!(self.core.out.is_empty(), "outputs left over from an earlier step");
+        self.core.now = now;
         match input {
             Input::Tick => {}
             Input::Message { from, message } => self.on_message(from, message),
             Input::Client(request) => self.on_client(Origin::Local, request),
             Input::LogSynced { index } => self.on_log_synced(index),
-            Input::SnapshotSaved { meta } => self.on_snapshot_saved(meta),
+            Input::SnapshotSaved { meta } => self.core.on_snapshot_saved(meta),
         }
         self.on_timers();
         self.after_step();
         self.check_invariants();
-        self.out.wake_at = Some(self.wake_at());
-        std::mem::take(&mut self.out)
+        self.core.out.wake_at = Some(self.wake_at());
+        let rejected = self.core.out.rejected.len() as u64;
+        self.core.counters.messages_rejected += rejected;
+        std::mem::take(&mut self.core.out)
     }
 
+    /// The validation gate, then dispatch by message kind. Each handler either changes
+    /// roles first (a higher epoch, a leader heard from) or runs in the role it finds.
     fn on_message(&mut self, from: NodeId, message: Message) {
-        assert_ne!(from, self.config.node_id, "a message from self");
-        if !self.config.members.contains(&from) {
-            return; // not a member: ignore (misrouted)
+        assert_ne!(from, self.core.config.node_id, "a message from self");
+        if !self.core.config.members.contains(&from) {
+            return self.core.reject(from, "sender is not a member");
+        }
+        if let Err(reason) = gate::check(&message) {
+            return self.core.reject(from, reason);
         }
         match message {
             Message::RequestVote { epoch, last_epoch, last_index } => {
@@ -222,532 +188,444 @@ impl LeaderEngine {
                 self.on_install_snapshot(from, epoch, meta, offset, total, data)
             }
             Message::InstallSnapshotReply { epoch, last_index, received } => {
-                self.on_install_snapshot_reply(from, epoch, last_index, received)
+                if self.adopt_epoch_or_ignore(epoch) {
+                    if let RoleState::Leader(leading) = &mut self.role {
+                        leading.on_install_snapshot_reply(
+                            &mut self.core,
+                            from,
+                            last_index,
+                            received,
+                        );
+                    }
+                }
             }
             Message::Forward { epoch, request } => self.on_forward(from, epoch, request),
-            Message::ForwardReply { epoch, reply } => self.on_forward_reply(epoch, reply),
-        }
-    }
-
-    fn on_log_synced(&mut self, index: LogIndex) {
-        let before = self.persisted_index();
-        self.log_synced = self.log_synced.max(index.min(self.log.last_index()));
-        assert!(self.persisted_index() >= before, "persisted index went backwards");
-        if self.role == Role::Follower && self.persisted_index() > before {
-            self.send_append_reply(true);
-        }
-    }
-
-    fn on_snapshot_saved(&mut self, meta: SnapshotMeta) {
-        if self.install_pending.as_ref().is_some_and(|(pending, _, _)| *pending == meta) {
-            let (meta, data, _) = self.install_pending.take().expect("checked");
-            self.log_synced = self.log_synced.max(meta.last_index);
-            self.out.release.push(Release::Snapshot(data)); // a follower sends no snapshots
-            return;
-        }
-        if let Some((inflight, data)) = self.snapshot_inflight.take() {
-            assert_eq!(inflight, meta, "a snapshot saved that was not asked for");
-            if meta.last_index >= self.log.snapshot().last_index && self.install_pending.is_none() {
-                let compacted = self.log.compact_through(meta);
-                self.out.release.push(Release::Entries(compacted));
-                if let Some((_, held)) = self.snapshot.replace((meta, data)) {
-                    self.out.release.push(Release::Snapshot(held));
+            Message::ForwardReply { epoch: _, reply } => {
+                if let RoleState::Follower(following) = &mut self.role {
+                    following.on_forward_reply(&mut self.core, reply);
                 }
-            } else {
-                self.out.release.push(Release::Snapshot(data));
             }
         }
     }
 
-    /// Whether a follower needs a snapshot: this node leads and its log no longer reaches
-    /// the follower's next index.
-    fn snapshot_wanted(&self) -> bool {
-        let base = self.log.snapshot().last_index;
-        self.leading.as_ref().is_some_and(|l| l.progress.values().any(|p| p.next <= base))
-    }
-
-    /// Fires whatever timers are due (every step, so any input may serve as a tick).
-    fn on_timers(&mut self) {
-        let now = self.now;
-        if self.role != Role::Leader && now >= self.election_deadline {
-            self.start_pre_vote();
-        }
-        if self.role == Role::Leader {
-            self.leader_timers();
-        }
-        if now >= self.next_flush_at {
-            self.next_flush_at = now + self.config.flush_interval;
-            // Ask again even if asked before: a sync overtaken by a truncation may have
-            // been reported short, and asking twice costs one fsync.
-            self.sync_requested = self.sync_requested.min(self.persisted_index());
-            self.request_sync(self.log.last_index());
-        }
-        self.expire_requests();
-    }
-
-    fn after_step(&mut self) {
-        if self.role == Role::Leader {
-            self.leader_progress();
-        }
-        self.kv.forget_undo_through(self.durable_index);
-        // An encoding as large as the state is held only while a follower needs it.
-        let wanted = self.snapshot_wanted();
-        if self.snapshot.is_some() && !wanted {
-            let (_, held) = self.snapshot.take().expect("checked");
-            self.out.release.push(Release::Snapshot(held));
-        }
-        self.maybe_snapshot(wanted);
-    }
-
-    fn wake_at(&self) -> Time {
-        let mut at = self.next_flush_at;
-        if self.role == Role::Leader {
-            if let Some(leading) = &self.leading {
-                at = at.min(leading.next_heartbeat_at);
-            }
-        } else {
-            at = at.min(self.election_deadline);
-        }
-        if let Some(until) = self.lease_until.filter(|t| *t > self.now) {
-            at = at.min(until); // so that `status().active` turns false on time
-        }
-        if let Some(deadline) = self.forwards.values().map(|f| f.deadline).min() {
-            at = at.min(deadline);
-        }
-        if let Some(deadline) = self.leading.as_ref().and_then(|l| l.deadline_min()) {
-            at = at.min(deadline);
-        }
-        if self.snapshot_building.is_some() {
-            at = at.min(self.next_slice_at);
-        }
-        at.max(self.now)
-    }
-
-    // ----- persistence helpers --------------------------------------------------------
-
-    /// Highest index durable on this node's disk (reported to the leader).
-    pub(super) fn persisted_index(&self) -> LogIndex {
-        let synced = self.log_synced.min(self.log.last_index());
-        match &self.install_pending {
-            Some((_, _, kept)) => synced.min(*kept),
-            None => synced,
-        }
-    }
-
-    /// Highest index this node may serve a `monotonic` read at: durable on the active set
-    /// **and** on this node's own disk.
-    ///
-    /// The durable index a node learned from a leader may lie above its own persisted
-    /// index when it was not in that leader's active set: the entries are durable on that
-    /// set (a majority, so in every later leader's log), but not yet here. Such a node, as
-    /// a new leader, fsyncs its log at once (`become_leader`) and serves only up to this
-    /// point meanwhile, so that what it serves is on every active member's disk, its own
-    /// included (ORCA §4.5; `docs/protocol.md` §12 item 17).
-    pub(super) fn read_point(&self) -> LogIndex {
-        let point = self.durable_index.min(self.persisted_index());
-        assert!(point <= self.durable_index && point <= self.log.last_index());
-        point
-    }
-
-    /// Asks the driver to fsync through `index` unless already asked.
-    pub(super) fn request_sync(&mut self, index: LogIndex) {
-        let index = index.min(self.log.last_index());
-        if index <= self.persisted_index() || index <= self.sync_requested {
-            return;
-        }
-        self.sync_requested = index;
-        self.out.sync_through = Some(self.out.sync_through.map_or(index, |i| i.max(index)));
-    }
-
-    pub(super) fn set_hard_state(&mut self, hard: HardState) {
-        assert!(hard.epoch >= self.hard.epoch, "epoch goes backwards");
-        assert!(
-            hard.epoch > self.hard.epoch
-                || self.hard.voted_for.is_none()
-                || hard.voted_for == self.hard.voted_for
-        );
-        if hard != self.hard {
-            self.hard = hard;
-            self.out.hard_state = Some(hard);
-        }
-    }
-
-    /// Appends and applies one entry (any role); returns what applying it produced.
-    pub(super) fn append_entry(&mut self, entry: Entry) -> super::kv::Applied {
-        let applied = self.kv.apply(&entry);
-        self.log.append(entry.clone());
-        self.out.append.push(entry);
-        applied
-    }
-
-    /// Removes entries after `index` and rolls their effects back (ORCA digest §7.5).
-    pub(super) fn truncate_after(&mut self, index: LogIndex) {
-        assert!(index >= self.durable_index, "truncating durable entries at {index}");
-        assert!(
-            self.out.truncate_after.is_none() && self.out.append.is_empty(),
-            "one truncation per step, first"
-        );
-        let removed = self.log.last_index().0.saturating_sub(index.0);
-        let epoch = self.log.epoch_at(index).expect("truncation point is held");
-        self.log.truncate_after(index);
-        self.kv.rollback_after(index, epoch);
-        self.log_synced = self.log_synced.min(index);
-        self.sync_requested = self.sync_requested.min(index);
-        self.counters.rolled_back_entries += removed;
-        self.out.truncate_after = Some(index);
-    }
-
-    /// Starts a snapshot when one is due, and encodes the next slice of the one being
-    /// taken; a complete one goes to the driver to save. A snapshot is due once the
-    /// durable index is `snapshot_entries_threshold` entries past the last one and the
-    /// log holds `snapshot_log_percent` of the state's bytes, or at once when a follower
-    /// needs one (`wanted`) and none is held.
-    fn maybe_snapshot(&mut self, wanted: bool) {
-        if self.snapshot_building.is_none() {
-            let base = self.log.snapshot().last_index;
-            let at = self.durable_index.min(self.kv.applied_index());
-            let entries_due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
-            let bytes_due = u128::from(self.log.bytes()) * 100
-                >= u128::from(self.kv.state_bytes()) * u128::from(self.config.snapshot_log_percent);
-            // A follower needs one and none is held: take one now, whatever its size.
-            let wanted = wanted && self.snapshot.is_none();
-            if !(entries_due && bytes_due || wanted)
-                || self.snapshot_inflight.is_some()
-                || self.install_pending.is_some()
-            {
-                return;
-            }
-            let epoch = self.log.epoch_at(at).expect("the durable entry is held");
-            let meta = SnapshotMeta { last_index: at, last_epoch: epoch };
-            // Reserved, not touched: pages the encoding never reaches are never resident.
-            let mut data = Vec::with_capacity(
-                usize::try_from(self.kv.state_bytes()).expect("fits") + (1 << 16),
-            );
-            data.extend_from_slice(&self.kv.begin_snapshot(at));
-            self.snapshot_building = Some((meta, data));
-        }
-        if self.now < self.next_slice_at {
-            return;
-        }
-        // Paced in time, not per step: under load a node takes thousands of steps a
-        // second, and encoding a slice in each would stall its replies to the leader
-        // behind the whole encoding.
-        self.next_slice_at = self.now + self.config.snapshot_slice_interval;
-        let (meta, mut data) = self.snapshot_building.take().expect("checked");
-        assert_eq!(self.kv.snapshot_in_progress(), Some(meta.last_index));
-        assert!(
-            meta.last_index <= self.durable_index,
-            "snapshots are taken at or below the durable index"
-        );
-        let budget = usize::try_from(self.config.snapshot_chunk_bytes).expect("fits");
-        if !self.kv.continue_snapshot(budget, &mut data) {
-            self.snapshot_building = Some((meta, data));
-            return;
-        }
-        let data = Arc::new(data);
-        self.out.snapshot = Some((meta, Arc::clone(&data)));
-        self.snapshot_inflight = Some((meta, data));
-        self.counters.snapshots_taken += 1;
-    }
-
-    // ----- elections ---------------------------------------------------------------
-
-    pub(super) fn reset_election_deadline(&mut self) {
-        let min = self.config.election_timeout_min.0;
-        let max = self.config.election_timeout_max.0;
-        self.election_deadline = self.now + Span(self.rng.range(min, max));
-    }
-
-    /// Whether this node heard from a live leader too recently to vote (stickiness).
-    fn leader_is_live(&self) -> bool {
-        if self.role == Role::Leader {
-            return true;
-        }
-        self.leader_contact_at.is_some_and(|at| self.now < at + self.config.election_timeout_min)
-    }
-
-    /// Asks every peer whether it would vote for this node (no state changes anywhere).
-    fn start_pre_vote(&mut self) {
-        assert_ne!(self.role, Role::Leader);
-        self.leader = None;
-        self.reset_election_deadline();
-        self.pre_votes = Some(BTreeSet::from([self.config.node_id]));
-        let request = Message::PreVote {
-            epoch: self.hard.epoch,
-            last_epoch: self.log.last_epoch(),
-            last_index: self.log.last_index(),
-        };
-        self.broadcast(&request);
-    }
-
-    /// Sends `message` to every other member, in member order.
-    fn broadcast(&mut self, message: &Message) {
-        let peers: Vec<NodeId> = self.peers().collect();
-        assert!(!peers.contains(&self.config.node_id), "a node never messages itself");
-        for peer in peers {
-            self.out.messages.push((peer, message.clone()));
-        }
-    }
-
-    fn log_is_behind(&self, last_epoch: Epoch, last_index: LogIndex) -> bool {
-        (last_epoch, last_index) < (self.log.last_epoch(), self.log.last_index())
-    }
-
-    fn on_pre_vote(&mut self, from: NodeId, epoch: Epoch, last_epoch: Epoch, last_index: LogIndex) {
-        let granted = !self.leader_is_live()
-            && epoch >= self.hard.epoch
-            && !self.log_is_behind(last_epoch, last_index);
-        self.out.messages.push((from, Message::PreVoteReply { epoch: self.hard.epoch, granted }));
-    }
-
-    fn on_pre_vote_reply(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
-        if epoch > self.hard.epoch && self.role != Role::Leader {
+    /// For replies to a leader: a higher epoch deposes this node (`false`); an older one
+    /// is ignored (`false`); this epoch's go on to the leader's handler (`true`).
+    fn adopt_epoch_or_ignore(&mut self, epoch: Epoch) -> bool {
+        if epoch > self.core.hard.epoch {
             self.become_follower(epoch, None);
-            return;
+            return false;
         }
-        let majority = self.config.majority();
-        let Some(pre_votes) =
-            self.pre_votes.as_mut().filter(|_| granted && epoch <= self.hard.epoch)
+        epoch == self.core.hard.epoch && matches!(self.role, RoleState::Leader(_))
+    }
+
+    fn on_append(&mut self, from: NodeId, message: Message) {
+        let Message::Append {
+            epoch,
+            prev_epoch,
+            prev_index,
+            entries,
+            commit_index,
+            durable_index,
+            lease,
+            flush_through,
+            sent_at,
+        } = message
         else {
-            return;
+            unreachable!("dispatched on the variant")
         };
-        pre_votes.insert(from);
-        if pre_votes.len() >= majority && self.role != Role::Leader {
-            self.start_election();
+        if epoch < self.core.hard.epoch {
+            // Tells a stale leader our epoch.
+            let following = match &mut self.role {
+                RoleState::Follower(following) => Some(following),
+                _ => None,
+            };
+            return follower::send_append_reply(&mut self.core, following, from, false);
+        }
+        if let Err(reason) = self.leader_of_epoch_may_be(from, epoch) {
+            return self.core.reject(from, reason);
+        }
+        if let Err(reason) = gate::check_entries_against_log(&self.core, prev_index, &entries) {
+            return self.core.reject(from, reason);
+        }
+        self.heard_from_leader(from, epoch);
+        let RoleState::Follower(following) = &mut self.role else {
+            unreachable!("heard_from_leader made this node a follower")
+        };
+        let append = AppendArgs {
+            prev_epoch,
+            prev_index,
+            entries,
+            commit_index,
+            durable_index,
+            lease,
+            flush_through,
+            sent_at,
+        };
+        following.on_append(&mut self.core, append);
+    }
+
+    /// Whether `from` may be the leader of `epoch` (at least this node's epoch): not when
+    /// this node leads that epoch, nor when it already follows another leader of it
+    /// (one leader per epoch).
+    fn leader_of_epoch_may_be(&self, from: NodeId, epoch: Epoch) -> Result<(), &'static str> {
+        if epoch > self.core.hard.epoch {
+            return Ok(());
+        }
+        match &self.role {
+            RoleState::Leader(_) => Err("a second leader of this node's epoch"),
+            RoleState::Follower(f) if f.leader.is_some_and(|l| l != from) => {
+                Err("a second leader of this node's epoch")
+            }
+            _ => Ok(()),
         }
     }
 
-    fn start_election(&mut self) {
-        assert_ne!(self.role, Role::Leader);
-        self.become_follower(self.hard.epoch.next(), None);
-        self.set_hard_state(HardState {
-            epoch: self.hard.epoch,
-            voted_for: Some(self.config.node_id),
-        });
-        self.role = Role::Candidate;
-        self.pre_votes = None;
-        self.reset_election_deadline();
-        self.votes.insert(self.config.node_id);
-        self.counters.elections += 1;
-        let request = Message::RequestVote {
-            epoch: self.hard.epoch,
-            last_epoch: self.log.last_epoch(),
-            last_index: self.log.last_index(),
+    fn on_append_reply(&mut self, from: NodeId, message: Message) {
+        let Message::AppendReply {
+            epoch,
+            success,
+            last_index,
+            persisted_index,
+            applied_index,
+            match_index,
+            released,
+            echo_sent_at,
+            sent_at,
+        } = message
+        else {
+            unreachable!("dispatched on the variant")
         };
-        self.broadcast(&request);
-        assert!(self.votes.len() < self.config.majority(), "one vote never wins");
+        if !self.adopt_epoch_or_ignore(epoch) {
+            return;
+        }
+        let RoleState::Leader(leading) = &mut self.role else { unreachable!("checked") };
+        let reply = AppendReplyArgs {
+            success,
+            last_index,
+            persisted_index,
+            applied_index,
+            match_index,
+            released,
+            echo_sent_at,
+            sent_at,
+        };
+        leading.on_append_reply(&mut self.core, from, reply);
     }
 
-    fn on_request_vote(
+    fn on_install_snapshot(
         &mut self,
         from: NodeId,
         epoch: Epoch,
-        last_epoch: Epoch,
-        last_index: LogIndex,
+        meta: SnapshotMeta,
+        offset: u64,
+        total: u64,
+        data: Vec<u8>,
     ) {
-        if self.leader_is_live() {
-            // Stickiness: keep the epoch, refuse (ORCA §4.4.2; the leader lease needs it).
-            self.out
-                .messages
-                .push((from, Message::Vote { epoch: self.hard.epoch, granted: false }));
-            return;
+        if epoch < self.core.hard.epoch {
+            let reply = Message::InstallSnapshotReply {
+                epoch: self.core.hard.epoch,
+                last_index: LogIndex::ZERO,
+                received: 0,
+            };
+            return self.core.out.messages.push((from, reply));
         }
-        if epoch > self.hard.epoch {
-            self.become_follower(epoch, None);
+        if let Err(reason) = self.leader_of_epoch_may_be(from, epoch) {
+            return self.core.reject(from, reason);
         }
-        let up_to_date = !self.log_is_behind(last_epoch, last_index);
-        let free = self.hard.voted_for.is_none_or(|v| v == from);
-        let granted = epoch == self.hard.epoch && up_to_date && free;
-        if granted {
-            self.set_hard_state(HardState { epoch, voted_for: Some(from) });
-            self.reset_election_deadline();
+        if total > self.core.snapshot_bytes_max() {
+            return self.core.reject(from, "snapshot larger than this node's state may be");
         }
-        assert!(!granted || self.hard.voted_for == Some(from));
-        self.out.messages.push((from, Message::Vote { epoch: self.hard.epoch, granted }));
+        self.heard_from_leader(from, epoch);
+        let RoleState::Follower(following) = &mut self.role else {
+            unreachable!("heard_from_leader made this node a follower")
+        };
+        following.on_install_snapshot(&mut self.core, from, meta, offset, total, data);
     }
 
-    fn on_vote(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
-        if epoch > self.hard.epoch {
-            self.become_follower(epoch, None);
-            return;
+    /// Accepts `from` as the leader of `epoch` (already checked ≥ ours).
+    fn heard_from_leader(&mut self, from: NodeId, epoch: Epoch) {
+        assert!(epoch >= self.core.hard.epoch);
+        let follower = matches!(self.role, RoleState::Follower(_));
+        if epoch > self.core.hard.epoch || !follower {
+            let leading = matches!(self.role, RoleState::Leader(_));
+            assert!(!leading || epoch > self.core.hard.epoch, "two leaders in {epoch}");
+            self.become_follower(epoch, Some(from));
         }
-        if self.role != Role::Candidate || epoch != self.hard.epoch || !granted {
-            return;
-        }
-        self.votes.insert(from);
-        if self.votes.len() >= self.config.majority() {
-            self.become_leader();
+        let RoleState::Follower(following) = &mut self.role else {
+            unreachable!("just became a follower")
+        };
+        following.leader = Some(from);
+        let core = &mut self.core;
+        core.election.pre_votes = None;
+        core.election.contact_at = Some(core.now);
+        core.reset_election_deadline();
+    }
+
+    fn on_log_synced(&mut self, index: LogIndex) {
+        let advanced = self.core.on_log_synced(index);
+        if let (true, RoleState::Follower(following)) = (advanced, &mut self.role) {
+            following.send_reply(&mut self.core, true);
         }
     }
+
+    // ----- role changes ---------------------------------------------------------------
 
     /// Moves to `epoch` as a follower of `leader` (if known), failing whatever the node
     /// was waiting on as leader. Clears the vote only when the epoch changes.
     pub(super) fn become_follower(&mut self, epoch: Epoch, leader: Option<NodeId>) {
-        assert!(epoch >= self.hard.epoch, "stepping back to an older epoch");
-        if self.role == Role::Leader {
+        assert!(epoch >= self.core.hard.epoch, "stepping back to an older epoch");
+        if matches!(self.role, RoleState::Leader(_)) {
             self.step_down();
         }
-        if epoch > self.hard.epoch {
-            self.fail_forwards();
-            self.set_hard_state(HardState { epoch, voted_for: None });
-            self.verified_index = LogIndex::ZERO;
-            self.lease_until = None;
-            self.mark_out_asked = false;
-            self.echo_sent_at = Time::default();
-            self.leader_contact_at = None;
+        if epoch > self.core.hard.epoch {
+            if let RoleState::Follower(following) = &mut self.role {
+                following.fail_forwards(&mut self.core);
+            }
+            self.core.set_hard_state(HardState { epoch, voted_for: None });
+            self.core.election.contact_at = None;
+            self.role = RoleState::Follower(Following::default());
+        } else if !matches!(self.role, RoleState::Follower(_)) {
+            self.role = RoleState::Follower(Following::default());
         }
-        self.role = Role::Follower;
-        self.leader = leader;
-        self.votes.clear();
-        self.pre_votes = None;
-        assert!(self.leading.is_none());
+        let RoleState::Follower(following) = &mut self.role else { unreachable!("set above") };
+        following.leader = leader;
+        self.core.election.pre_votes = None;
     }
 
+    /// Leaves leadership: every waiting request is failed, the node follows nobody.
     fn step_down(&mut self) {
-        let leading = self.leading.take().expect("a leader has leader state");
-        for (origin, tag, result) in leading.fail_all(self.leader) {
+        let RoleState::Leader(leading) =
+            std::mem::replace(&mut self.role, RoleState::Follower(Following::default()))
+        else {
+            panic!("stepping down without leading")
+        };
+        for (origin, tag, result) in leading.fail_all() {
             let reply = ClientReply {
                 tag,
-                served_by: self.config.node_id,
+                served_by: self.core.config.node_id,
                 result,
                 durability_round: false,
             };
-            self.reply(origin, reply);
+            self.core.reply(origin, reply);
         }
-        self.role = Role::Follower;
-        self.leader = None;
-        self.reset_election_deadline();
+        self.core.reset_election_deadline();
     }
 
-    /// Steps down from leadership without changing epoch (lost its majority).
-    pub(super) fn step_down_same_epoch(&mut self) {
-        self.step_down();
-        assert!(self.role == Role::Follower && self.leading.is_none());
-    }
-
-    fn become_leader(&mut self) {
-        assert_eq!(self.role, Role::Candidate);
-        self.role = Role::Leader;
-        self.leader = Some(self.config.node_id);
-        self.votes.clear();
-        self.receiving = None;
-        self.lease_until = None;
-        let followers: Vec<NodeId> = self.peers().collect();
-        let next = self.log.last_index().next();
-        let mut leading = Leading::new(&followers, next, self.now);
-        leading.next_heartbeat_at = self.now + self.config.heartbeat_interval;
-        self.leading = Some(leading);
-        let entry = Entry { epoch: self.hard.epoch, index: next, payload: EntryPayload::Noop };
-        self.append_entry(entry);
-        self.leading.as_mut().expect("just set").noop_index = next;
+    pub(super) fn become_leader(&mut self) {
+        assert!(matches!(self.role, RoleState::Candidate(_)));
+        let core = &mut self.core;
+        let followers: Vec<NodeId> = core.peers().collect();
+        let next = core.log.last_index().next();
+        let mut leading = Leading::new(&followers, next, core.now);
+        leading.next_heartbeat_at = core.now + core.config.heartbeat_interval;
+        let entry = Entry { epoch: core.hard.epoch, index: next, payload: EntryPayload::Noop };
+        core.append_entry(entry);
+        leading.noop_index = next;
         // An inherited durable index may lie above this node's own disk (learned outside
         // the active set): fsync the whole log at once, no-op included (§12 item 17).
-        self.request_sync(next);
-        assert!(self.sync_requested >= self.durable_index || self.persisted_index() >= next);
-        self.broadcast_append(true);
+        core.request_sync(next);
+        assert!(core.sync_requested >= core.durable_index || core.persisted_index() >= next);
+        leading.broadcast_append(core, true);
+        self.role = RoleState::Leader(Box::new(leading));
     }
 
-    /// Every member but this node.
-    pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.config.members.iter().copied().filter(|m| *m != self.config.node_id)
+    // ----- timers and the end of a step ---------------------------------------------
+
+    /// Fires whatever timers are due (every step, so any input may serve as a tick).
+    fn on_timers(&mut self) {
+        let now = self.core.now;
+        let leading = matches!(self.role, RoleState::Leader(_));
+        if !leading && now >= self.core.election.deadline {
+            self.start_pre_vote();
+        }
+        if let RoleState::Leader(leading) = &mut self.role {
+            if leading.on_timers(&mut self.core) == Leadership::Lost {
+                self.step_down();
+            }
+        }
+        self.core.flush_if_due();
+        self.expire_requests();
     }
 
-    /// Whether this node, as follower, holds a valid active-set lease.
-    pub(super) fn follower_active(&self) -> bool {
-        self.role == Role::Follower && self.lease_until.is_some_and(|t| self.now < t)
+    fn expire_requests(&mut self) {
+        match &mut self.role {
+            RoleState::Follower(following) => following.expire_forwards(&mut self.core),
+            RoleState::Leader(leading) => leading.expire_requests(&mut self.core),
+            RoleState::Candidate(_) => {}
+        }
+    }
+
+    fn after_step(&mut self) {
+        if let RoleState::Leader(leading) = &mut self.role {
+            leading.on_progress(&mut self.core);
+        }
+        let core = &mut self.core;
+        core.kv.forget_undo_through(core.durable_index);
+        // An encoding as large as the state is held only while a follower needs it.
+        let wanted = match &self.role {
+            RoleState::Leader(leading) => leading.snapshot_wanted(core),
+            _ => false,
+        };
+        core.release_unwanted_snapshot(wanted);
+        core.maybe_snapshot(wanted);
+    }
+
+    fn wake_at(&self) -> Time {
+        let core = &self.core;
+        let mut at = core.next_flush_at;
+        match &self.role {
+            RoleState::Leader(leading) => {
+                at = at.min(leading.next_heartbeat_at);
+                if let Some(deadline) = leading.deadline_min() {
+                    at = at.min(deadline);
+                }
+            }
+            RoleState::Follower(following) => {
+                at = at.min(core.election.deadline);
+                if let Some(until) = following.lease_until.filter(|t| *t > core.now) {
+                    at = at.min(until); // so that `status().active` turns false on time
+                }
+                if let Some(deadline) = following.deadline_min() {
+                    at = at.min(deadline);
+                }
+            }
+            RoleState::Candidate(_) => at = at.min(core.election.deadline),
+        }
+        if core.snapshots.building.is_some() {
+            at = at.min(core.snapshots.next_slice_at);
+        }
+        at.max(core.now)
     }
 
     // ----- invariants ----------------------------------------------------------------
 
     fn check_invariants(&self) {
-        let last = self.log.last_index();
-        assert_eq!(self.kv.applied_index(), last, "every entry is applied as it is appended");
+        let core = &self.core;
+        let last = core.log.last_index();
+        assert_eq!(core.kv.applied_index(), last, "every entry is applied as it is appended");
         assert!(
-            self.durable_index <= last,
+            core.durable_index <= last,
             "durable index {} past the log end {last}",
-            self.durable_index
+            core.durable_index
         );
         assert!(
-            self.durable_index >= self.log.snapshot().last_index,
+            core.durable_index >= core.log.snapshot().last_index,
             "the snapshot is past the durable index"
         );
-        assert!(self.persisted_index() <= last);
-        assert!(self.kv.undo_floor() <= self.durable_index.max(self.log.snapshot().last_index));
-        assert!(self.hard.epoch >= self.log.last_epoch(), "log entry from a future epoch");
-        match self.role {
-            Role::Leader => {
-                let leading = self.leading.as_ref().expect("leader state");
+        assert!(core.persisted_index() <= last);
+        assert!(core.kv.undo_floor() <= core.durable_index.max(core.log.snapshot().last_index));
+        assert!(core.hard.epoch >= core.log.last_epoch(), "log entry from a future epoch");
+        match &self.role {
+            RoleState::Leader(leading) => {
                 assert!(
-                    leading.active.len() + 1 >= self.config.majority(),
+                    leading.active.len() + 1 >= core.config.majority(),
                     "active set below a majority"
                 );
-                assert_eq!(self.hard.voted_for, Some(self.config.node_id));
-                assert!(self.lease_until.is_none());
+                assert_eq!(core.hard.voted_for, Some(core.config.node_id));
             }
-            Role::Follower | Role::Candidate => assert!(self.leading.is_none()),
+            RoleState::Candidate(campaign) => {
+                assert_eq!(core.hard.voted_for, Some(core.config.node_id));
+                assert!(campaign.votes.contains(&core.config.node_id));
+            }
+            RoleState::Follower(following) => {
+                assert!(following.verified_index <= last, "verified past the log end");
+                assert_ne!(following.leader, Some(core.config.node_id), "following itself");
+            }
         }
     }
 
     // ----- introspection ---------------------------------------------------------------
 
+    /// The node's role.
+    pub fn role_kind(&self) -> Role {
+        match self.role {
+            RoleState::Follower(_) => Role::Follower,
+            RoleState::Candidate(_) => Role::Candidate,
+            RoleState::Leader(_) => Role::Leader,
+        }
+    }
+
+    /// The leader this node believes in (itself when it leads).
+    pub fn leader(&self) -> Option<NodeId> {
+        match &self.role {
+            RoleState::Follower(following) => following.leader,
+            RoleState::Candidate(_) => None,
+            RoleState::Leader(_) => Some(self.core.config.node_id),
+        }
+    }
+
+    /// Whether this node, as follower, holds a valid active-set lease.
+    pub fn follower_active(&self) -> bool {
+        match &self.role {
+            RoleState::Follower(following) => following.active(&self.core),
+            _ => false,
+        }
+    }
+
+    /// Whether this node leads and a majority acknowledged it recently enough that no
+    /// other leader can exist yet (see `Config::leader_lease`).
+    pub fn leader_lease_valid(&self) -> bool {
+        match &self.role {
+            RoleState::Leader(leading) => leading.lease_valid(&self.core),
+            _ => false,
+        }
+    }
+
     /// The node's externally visible state.
     pub fn status(&self) -> Status {
-        let active_set = match &self.leading {
-            Some(leading) => {
-                let mut set: Vec<NodeId> = leading.active.iter().copied().collect();
-                set.push(self.config.node_id);
-                set.sort();
-                set
-            }
-            None => Vec::new(),
+        let core = &self.core;
+        let active_set = match &self.role {
+            RoleState::Leader(leading) => leading.active_set(core),
+            _ => Vec::new(),
         };
+        let role = self.role_kind();
         Status {
-            node_id: self.config.node_id,
-            role: self.role,
-            epoch: self.hard.epoch,
-            leader: self.leader,
-            last_index: self.log.last_index(),
-            commit_index: self.commit_index,
-            durable_index: self.durable_index,
-            persisted_index: self.persisted_index(),
-            applied_index: self.kv.applied_index(),
-            active: self.role == Role::Leader || self.follower_active(),
+            node_id: core.config.node_id,
+            role,
+            epoch: core.hard.epoch,
+            leader: self.leader(),
+            last_index: core.log.last_index(),
+            commit_index: core.commit_index,
+            durable_index: core.durable_index,
+            persisted_index: core.persisted_index(),
+            applied_index: core.kv.applied_index(),
+            active: role == Role::Leader || self.follower_active(),
             active_set,
-            snapshot_index: self.log.snapshot().last_index,
-            snapshot_held_bytes: self.snapshot.as_ref().map_or(0, |(_, data)| data.len() as u64),
+            snapshot_index: core.log.snapshot().last_index,
+            snapshot_held_bytes: core.snapshots.held.as_ref().map_or(0, |(_, d)| d.len() as u64),
             leader_lease_valid: self.leader_lease_valid(),
         }
     }
 
     /// The configuration the engine runs with.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.core.config
     }
 
     /// Counters for metrics.
     pub fn counters(&self) -> Counters {
-        self.counters
+        self.core.counters
     }
 
     /// The entry at `index`, if the log holds it (not compacted, not past the end).
     pub fn entry(&self, index: LogIndex) -> Option<&Entry> {
-        self.log.entry(index)
+        self.core.log.entry(index)
     }
 
     /// The held entries from `from` to `to`, both inclusive.
     pub fn log_entries(&self, from: LogIndex, to: LogIndex) -> impl Iterator<Item = &Entry> {
-        self.log.range(from, to)
+        self.core.log.range(from, to)
     }
 
     /// The epoch of the entry at `index` (also known at the snapshot boundary).
     pub fn term_at(&self, index: LogIndex) -> Option<Epoch> {
-        self.log.epoch_at(index)
+        self.core.log.epoch_at(index)
     }
 
     /// A key's applied value and the version that set it; `None` if never written.
     /// (`Some((None, v))` is a tombstone.)
     pub fn read_applied(&self, key: &[u8]) -> Option<(Option<Value>, Version)> {
-        match self.kv.get(key) {
+        match self.core.kv.get(key) {
             (value, Some(version)) => Some((value, version)),
             (_, None) => None,
         }
@@ -755,18 +633,86 @@ impl LeaderEngine {
 
     /// A deterministic digest of the applied state (at the applied index).
     pub fn applied_digest(&self) -> u64 {
-        self.kv.applied_digest()
+        self.core.kv.applied_digest()
     }
 
     /// A deterministic digest of the state as of `index`, if this node can still build
     /// it: between its undo floor (about its durable index) and its applied index. Two
     /// nodes' digests at the same durable index must agree.
     pub fn digest_at(&self, index: LogIndex) -> Option<u64> {
-        let reachable = index >= self.kv.undo_floor() && index <= self.kv.applied_index();
-        reachable.then(|| self.kv.digest_at(index))
+        let kv = &self.core.kv;
+        let reachable = index >= kv.undo_floor() && index <= kv.applied_index();
+        reachable.then(|| kv.digest_at(index))
     }
 
+    /// The error a request gets at a node that cannot serve it and knows no other leader.
     pub(super) fn not_leader_error(&self) -> KeelError {
-        KeelError::NotLeader { leader: self.leader.filter(|l| *l != self.config.node_id) }
+        KeelError::NotLeader { leader: self.leader().filter(|l| *l != self.core.config.node_id) }
+    }
+}
+
+impl Core {
+    /// Drops a peer message that broke the protocol's rules, saying why.
+    pub(super) fn reject(&mut self, from: NodeId, reason: &'static str) {
+        self.out.rejected.push(Rejection { from, reason });
+    }
+
+    /// The largest snapshot encoding this node accepts: every item of a state at its
+    /// limit, and room for the dedup table.
+    pub(super) fn snapshot_bytes_max(&self) -> u64 {
+        self.config.state_bytes_max.saturating_mul(2).saturating_add(256 << 20)
+    }
+}
+
+impl crate::engine::Engine for LeaderEngine {
+    const KIND: crate::engine::EngineKind = crate::engine::EngineKind::Orca;
+    type Config = Config;
+    type Message = Message;
+    type Request = super::io::ClientRequest;
+    type Reply = ClientReply;
+    type Status = Status;
+
+    fn boot(
+        config: Config,
+        persisted: PersistedState,
+        seed: u64,
+        now: Time,
+    ) -> Result<Self, BootError> {
+        LeaderEngine::new(config, persisted, seed, now)
+    }
+
+    fn step(&mut self, now: Time, input: Input) -> Outputs {
+        LeaderEngine::step(self, now, input)
+    }
+
+    fn check_message(message: &Message) -> Result<(), &'static str> {
+        gate::check(message)
+    }
+
+    fn node_id(&self) -> NodeId {
+        self.core.config.node_id
+    }
+
+    fn status(&self) -> Status {
+        LeaderEngine::status(self)
+    }
+
+    fn role(&self) -> crate::engine::RoleView {
+        crate::engine::RoleView {
+            role: self.role_kind().name(),
+            leader: self.leader(),
+            epoch: self.core.hard.epoch.0,
+        }
+    }
+
+    fn report(&self) -> crate::engine::Report {
+        super::report::report(&self.status(), &self.core.counters)
+    }
+
+    fn log_page(&self, from: LogIndex, count: usize) -> (Vec<Entry>, LogIndex) {
+        let count = u64::try_from(count.max(1)).unwrap_or(u64::MAX);
+        let to = LogIndex(from.0.saturating_add(count - 1));
+        let entries = self.core.log.range(from, to).cloned().collect();
+        (entries, self.core.log.snapshot().last_index)
     }
 }

@@ -1,245 +1,330 @@
-//! The follower's side: log matching with conflicting-suffix truncation and rollback,
-//! honouring the leader's commit and durable indexes only up to the verified prefix
-//! (digest §7.6), the active-set lease, flush requests, and snapshot installation.
+//! The follower role: [`Following`], its state, and its handlers: log matching with
+//! conflicting-suffix truncation and rollback, honouring the leader's commit and durable
+//! indexes only up to the verified prefix (`docs/protocol.md` §7), the active-set lease,
+//! flush requests, snapshot chunks and their installation, and requests forwarded to the
+//! leader.
+//!
+//! Every handler here runs after the engine made this node a follower of the sender's
+//! epoch (`LeaderEngine::heard_from_leader`), and borrows the [`Core`] and this role's
+//! state only.
 
-use super::engine::LeaderEngine;
-use super::io::{Lease, Message, Role};
-use super::kv::Kv;
-use super::log::Log;
+use super::core::{Core, Origin};
+use super::io::{ClientRequest, Lease, Message, RequestTag};
+use crate::engine::ClientReply;
 use crate::time::Time;
-use keel_types::{Entry, Epoch, LogIndex, NodeId, SnapshotMeta, Version};
-use std::sync::Arc;
+use keel_types::{Entry, Epoch, KeelError, LogIndex, NodeId, SnapshotMeta};
+use std::collections::BTreeMap;
 
-impl LeaderEngine {
-    /// Accepts `from` as the leader of `epoch` (already checked ≥ ours).
-    fn heard_from_leader(&mut self, from: NodeId, epoch: Epoch) {
-        assert!(epoch >= self.hard.epoch);
-        if epoch > self.hard.epoch || self.role != Role::Follower {
-            assert!(self.role != Role::Leader || epoch > self.hard.epoch, "two leaders in {epoch}");
-            self.become_follower(epoch, Some(from));
-        }
-        self.leader = Some(from);
-        self.pre_votes = None;
-        self.leader_contact_at = Some(self.now);
-        self.reset_election_deadline();
+/// A request this follower forwarded to the leader and still waits on.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Forwarded {
+    /// When to give up with `Timeout`.
+    pub deadline: Time,
+    /// Writes that fail have an unknown outcome; reads just did not happen.
+    pub is_write: bool,
+}
+
+/// A follower's state; a fresh one at every epoch and every change of role.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Following {
+    /// The leader of this epoch, once heard from.
+    pub leader: Option<NodeId>,
+    /// The highest index verified, in this epoch, to match the leader's log.
+    pub verified_index: LogIndex,
+    /// The active-set lease ends at this local time.
+    pub lease_until: Option<Time>,
+    /// The latest `Append` asked for a forced mark-out (`Lease::MarkOut`).
+    pub mark_out_asked: bool,
+    /// The newest `sent_at` of an `Append` received in this epoch.
+    pub echo_sent_at: Time,
+    /// Requests forwarded to the leader, by tag.
+    pub forwards: BTreeMap<RequestTag, Forwarded>,
+    /// The leader's snapshot being received, the bytes so far.
+    pub receiving: Option<(SnapshotMeta, Vec<u8>)>,
+}
+
+/// The fields of an `Append`, taken apart by the engine's dispatch.
+pub(super) struct AppendArgs {
+    pub prev_epoch: Epoch,
+    pub prev_index: LogIndex,
+    pub entries: Vec<Entry>,
+    pub commit_index: LogIndex,
+    pub durable_index: LogIndex,
+    pub lease: Lease,
+    pub flush_through: Option<LogIndex>,
+    pub sent_at: Time,
+}
+
+impl Following {
+    /// Whether this follower holds a valid active-set lease now.
+    pub fn active(&self, core: &Core) -> bool {
+        self.lease_until.is_some_and(|t| core.now < t)
     }
 
-    pub(super) fn on_append(&mut self, from: NodeId, message: Message) {
-        let Message::Append {
-            epoch,
-            prev_epoch,
-            prev_index,
-            entries,
-            commit_index,
-            durable_index,
-            lease,
-            flush_through,
-            sent_at,
-        } = message
-        else {
-            unreachable!("dispatched on the variant")
-        };
-        if epoch < self.hard.epoch {
-            return self.send_append_reply_to(from, false); // tells a stale leader our epoch
-        }
-        self.heard_from_leader(from, epoch);
-        self.echo_sent_at = self.echo_sent_at.max(sent_at);
-        self.mark_out_asked = lease == Lease::MarkOut;
-        if !matches!(lease, Lease::Granted { .. }) {
+    /// An `Append` from the leader of this epoch.
+    pub fn on_append(&mut self, core: &mut Core, append: AppendArgs) {
+        self.echo_sent_at = self.echo_sent_at.max(append.sent_at);
+        self.mark_out_asked = append.lease == Lease::MarkOut;
+        if !matches!(append.lease, Lease::Granted { .. }) {
             self.lease_until = None; // forced mark-out, or not (yet) granted
         }
-        let Some(matched) = self.match_and_append(prev_epoch, prev_index, entries) else {
-            return self.send_append_reply(false);
+        let Some(matched) =
+            match_and_append(core, append.prev_epoch, append.prev_index, append.entries)
+        else {
+            return self.send_reply(core, false);
         };
         self.verified_index = self.verified_index.max(matched);
         let verified = self.verified_index;
-        assert!(verified <= self.log.last_index());
-        self.durable_index = self.durable_index.max(durable_index.min(verified));
-        self.commit_index = self.commit_index.max(commit_index.min(verified));
-        if let Lease::Granted { anchor } = lease {
-            self.accept_grant(anchor);
+        assert!(verified <= core.log.last_index());
+        core.durable_index = core.durable_index.max(append.durable_index.min(verified));
+        core.commit_index = core.commit_index.max(append.commit_index.min(verified));
+        if let Lease::Granted { anchor } = append.lease {
+            self.accept_grant(core, anchor);
         }
-        if let Some(through) = flush_through {
-            if through > self.persisted_index() {
-                self.request_sync(self.log.last_index());
+        if let Some(through) = append.flush_through {
+            if through > core.persisted_index() {
+                core.request_sync(core.log.last_index());
             }
         }
-        self.send_append_reply(true);
-    }
-
-    /// Log matching: returns the highest index now known to match the leader's log, or
-    /// `None` if `prev` does not match.
-    fn match_and_append(
-        &mut self,
-        prev_epoch: Epoch,
-        prev_index: LogIndex,
-        entries: Vec<Entry>,
-    ) -> Option<LogIndex> {
-        let snapshot = self.log.snapshot();
-        let matched_end = LogIndex(prev_index.0 + entries.len() as u64);
-        let (prev_epoch, prev_index, entries) = if prev_index < snapshot.last_index {
-            // Entries up to our snapshot are durable, hence the leader's too; skip them.
-            let rest = entries.into_iter().filter(|e| e.index > snapshot.last_index).collect();
-            (snapshot.last_epoch, snapshot.last_index, rest)
-        } else {
-            (prev_epoch, prev_index, entries)
-        };
-        if self.log.epoch_at(prev_index) != Some(prev_epoch) {
-            return None;
-        }
-        for entry in entries {
-            assert!(entry.epoch >= prev_epoch, "leader's entries go back in epoch");
-            match self.log.epoch_at(entry.index) {
-                Some(epoch) if epoch == entry.epoch => continue,
-                Some(_) => self.truncate_after(entry.index.prev()),
-                None => {}
-            }
-            self.append_entry(entry);
-        }
-        let matched = matched_end.max(prev_index);
-        assert!(matched <= self.log.last_index());
-        Some(matched)
+        self.send_reply(core, true);
     }
 
     /// Renews the lease from a grant anchored at `anchor` (this node's clock), unless a
-    /// mark-out was acknowledged after it (ORCA digest §7.9).
-    fn accept_grant(&mut self, anchor: Time) {
+    /// mark-out was acknowledged after it (`docs/protocol.md` §8).
+    fn accept_grant(&mut self, core: &Core, anchor: Time) {
         // An anchor from the future cannot be one of this incarnation's replies (a
         // driver whose clock restarted): never trust it.
-        if self.lease_floor.is_some_and(|floor| anchor < floor) || anchor > self.now {
+        if core.lease_floor.is_some_and(|floor| anchor < floor) || anchor > core.now {
             return;
         }
-        let until = anchor + self.config.mark_out_timeout;
+        let until = anchor + core.config.mark_out_timeout;
         self.lease_until = Some(self.lease_until.map_or(until, |t| t.max(until)));
-        assert!(self.lease_until.is_some_and(|t| t <= self.now + self.config.mark_out_timeout));
+        assert!(self.lease_until.is_some_and(|t| t <= core.now + core.config.mark_out_timeout));
     }
 
     /// Replies to the current leader (after an Append, or unsolicited after an fsync).
-    pub(super) fn send_append_reply(&mut self, success: bool) {
-        if let Some(leader) = self.leader.filter(|l| *l != self.config.node_id) {
-            self.send_append_reply_to(leader, success);
+    pub fn send_reply(&mut self, core: &mut Core, success: bool) {
+        if let Some(leader) = self.leader.filter(|l| *l != core.config.node_id) {
+            send_append_reply(core, Some(self), leader, success);
         }
-    }
-
-    fn send_append_reply_to(&mut self, to: NodeId, success: bool) {
-        // Acknowledges a forced mark-out: grants anchored before now are ignored from here
-        // on. Only when asked: raising the floor on every reply of a follower without a
-        // lease would reject every grant once the round trip exceeds the heartbeat interval
-        // (each grant echoes a reply at least a round trip old).
-        let asked = self.mark_out_asked || self.config.unsafe_release_unasked;
-        let released = asked && !self.follower_active();
-        if released {
-            self.lease_floor = Some(self.now);
-            self.lease_until = None;
-        }
-        let hint = self.log.last_index().min(if success {
-            self.log.last_index()
-        } else {
-            self.mismatch_hint()
-        });
-        let reply = Message::AppendReply {
-            epoch: self.hard.epoch,
-            success,
-            last_index: hint,
-            persisted_index: self.persisted_index(),
-            applied_index: self.kv.applied_index(),
-            match_index: self.verified_index,
-            released,
-            echo_sent_at: self.echo_sent_at,
-            sent_at: self.now,
-        };
-        self.out.messages.push((to, reply));
-    }
-
-    /// Where the leader should resume after a mismatch: our durable index (never in
-    /// conflict) or the verified prefix, whichever is higher, capped by the log end.
-    fn mismatch_hint(&self) -> LogIndex {
-        self.durable_index.max(self.verified_index).max(self.log.snapshot().last_index)
     }
 
     /// A chunk of the leader's snapshot: kept if it continues the bytes held (a chunk at
     /// offset 0 starts a new snapshot), installed once all `total` bytes are held. The
-    /// reply says how far the follower got.
-    pub(super) fn on_install_snapshot(
+    /// reply says how far the follower got. A snapshot that conflicts with the durable
+    /// prefix or does not decode is dropped with a reason.
+    pub fn on_install_snapshot(
         &mut self,
+        core: &mut Core,
         from: NodeId,
-        epoch: Epoch,
         meta: SnapshotMeta,
         offset: u64,
         total: u64,
         data: Vec<u8>,
     ) {
-        if epoch < self.hard.epoch {
-            let reply = Message::InstallSnapshotReply {
-                epoch: self.hard.epoch,
-                last_index: LogIndex::ZERO,
-                received: 0,
-            };
-            return self.out.messages.push((from, reply));
-        }
-        self.heard_from_leader(from, epoch);
         let s = meta.last_index;
         let covered =
-            s <= self.log.snapshot().last_index || self.log.epoch_at(s) == Some(meta.last_epoch);
+            s <= core.log.snapshot().last_index || core.log.epoch_at(s) == Some(meta.last_epoch);
+        if !covered && s <= core.durable_index {
+            // The durable prefix is in every later leader's log: a snapshot that disagrees
+            // with it is not from a leader.
+            return core.reject(from, "snapshot conflicts with the durable prefix");
+        }
         let mut received = 0;
         if covered {
             self.verified_index = self.verified_index.max(s);
             self.receiving = None;
             received = total;
-        } else if self.install_pending.is_none() {
-            if offset == 0 && self.receiving.as_ref().is_none_or(|(m, _)| *m != meta) {
-                self.receiving = Some((meta, Vec::new()));
-            }
-            if let Some((held_meta, held)) = &mut self.receiving {
-                if *held_meta == meta {
-                    let fits =
-                        offset.checked_add(data.len() as u64).is_some_and(|end| end <= total);
-                    if offset == held.len() as u64 && fits {
-                        held.extend_from_slice(&data);
-                        self.counters.snapshot_chunks_received += 1;
-                    }
-                    received = held.len() as u64;
-                }
-            }
+        } else if core.install_pending.is_none() {
+            received = self.receive_chunk(core, meta, offset, total, data);
             if received == total && total > 0 {
                 let (meta, data) = self.receiving.take().expect("held");
-                self.install(meta, data);
-                self.verified_index = s;
+                match core.decode_snapshot(meta, data.as_slice()) {
+                    Ok(kv) => {
+                        core.install(meta, data, kv);
+                        self.verified_index = s;
+                    }
+                    Err(_) => {
+                        core.reject(from, "snapshot does not decode");
+                        received = 0;
+                    }
+                }
             }
         }
         let reply = Message::InstallSnapshotReply {
-            epoch: self.hard.epoch,
+            epoch: core.hard.epoch,
             last_index: self.verified_index.min(s),
             received,
         };
-        self.out.messages.push((from, reply));
+        core.out.messages.push((from, reply));
     }
 
-    /// Replaces the state with a leader's snapshot (taken at or below its durable index,
-    /// so never rolled back). Keeps the durable log prefix on disk until it is saved.
-    fn install(&mut self, meta: SnapshotMeta, data: Vec<u8>) {
-        assert!(meta.last_index > self.durable_index, "installing a snapshot we already cover");
-        let at = Version { epoch: meta.last_epoch, index: meta.last_index };
-        let kv = Kv::decode(&data, at, self.config.dedup_clients_max).unwrap_or_else(|e| {
-            panic!("leader sent a corrupt snapshot at {}: {e}", meta.last_index)
-        });
-        let kept = self.durable_index.max(self.log.snapshot().last_index);
-        if self.log.last_index() > kept {
-            self.truncate_after(kept);
+    /// Keeps a snapshot chunk if it continues the bytes held (a chunk at offset 0 starts
+    /// a new snapshot); returns how many bytes of `meta`'s encoding are held now.
+    fn receive_chunk(
+        &mut self,
+        core: &mut Core,
+        meta: SnapshotMeta,
+        offset: u64,
+        total: u64,
+        data: Vec<u8>,
+    ) -> u64 {
+        if offset == 0 && self.receiving.as_ref().is_none_or(|(m, _)| *m != meta) {
+            self.receiving = Some((meta, Vec::new()));
         }
-        self.kv = kv;
-        self.log = Log::new(meta, Vec::new());
-        self.log_synced = self.log_synced.min(kept);
-        self.sync_requested = self.sync_requested.min(kept);
-        self.durable_index = meta.last_index;
-        self.commit_index = self.commit_index.max(meta.last_index);
-        let data = Arc::new(data);
-        self.install_pending = Some((meta, Arc::clone(&data), kept));
-        self.snapshot_building = None;
-        self.snapshot_inflight = None;
-        self.out.snapshot = Some((meta, data));
-        self.out.snapshot_installed = true;
-        self.counters.snapshots_installed += 1;
-        assert_eq!(self.kv.applied_index(), self.log.last_index());
+        let Some((held_meta, held)) = &mut self.receiving else { return 0 };
+        if *held_meta != meta {
+            return 0;
+        }
+        let fits = offset.checked_add(data.len() as u64).is_some_and(|end| end <= total);
+        if offset == held.len() as u64 && fits {
+            held.extend_from_slice(&data);
+            core.counters.snapshot_chunks_received += 1;
+        }
+        held.len() as u64
     }
+
+    // ----- forwarding ---------------------------------------------------------------
+
+    /// Sends a request this node may not serve to the leader, or fails it when no leader
+    /// is known.
+    pub fn forward(&mut self, core: &mut Core, origin: Origin, request: ClientRequest) {
+        let leader = self.leader.filter(|l| *l != core.config.node_id);
+        match (origin, leader) {
+            (Origin::Local, Some(leader)) => {
+                if self.forwards.contains_key(&request.tag) {
+                    let error = KeelError::InvalidArgument("request tag already pending".into());
+                    return core.reply_result(origin, request.tag, Err(error), false);
+                }
+                let deadline = core.now + core.config.request_timeout;
+                let is_write = request.command.is_write();
+                self.forwards.insert(request.tag, Forwarded { deadline, is_write });
+                core.counters.forwarded += 1;
+                let message = Message::Forward { epoch: core.hard.epoch, request };
+                core.out.messages.push((leader, message));
+            }
+            _ => {
+                let error = KeelError::NotLeader { leader };
+                core.reply_result(origin, request.tag, Err(error), false);
+            }
+        }
+    }
+
+    /// The leader answered a forwarded request.
+    pub fn on_forward_reply(&mut self, core: &mut Core, reply: ClientReply) {
+        if self.forwards.remove(&reply.tag).is_some() {
+            core.out.replies.push(reply);
+        }
+    }
+
+    /// Answers every forwarded request at once: the leader they went to is deposed.
+    /// Writes get `Timeout` (outcome unknown), reads `NotLeader`.
+    pub fn fail_forwards(&mut self, core: &mut Core) {
+        let forwards = std::mem::take(&mut self.forwards);
+        for (tag, forwarded) in forwards {
+            let error = if forwarded.is_write {
+                KeelError::Timeout
+            } else {
+                KeelError::NotLeader { leader: None }
+            };
+            core.reply_result(Origin::Local, tag, Err(error), false);
+        }
+        assert!(self.forwards.is_empty());
+    }
+
+    /// Times out forwarded requests past their deadline.
+    pub fn expire_forwards(&mut self, core: &mut Core) {
+        let now = core.now;
+        let expired: Vec<RequestTag> =
+            self.forwards.iter().filter(|(_, f)| now >= f.deadline).map(|(t, _)| *t).collect();
+        for tag in expired {
+            self.forwards.remove(&tag);
+            core.reply_result(Origin::Local, tag, Err(KeelError::Timeout), false);
+        }
+    }
+
+    /// The earliest deadline of a forwarded request.
+    pub fn deadline_min(&self) -> Option<Time> {
+        self.forwards.values().map(|f| f.deadline).min()
+    }
+}
+
+/// Log matching: returns the highest index now known to match the leader's log, or
+/// `None` if `prev` does not match.
+fn match_and_append(
+    core: &mut Core,
+    prev_epoch: Epoch,
+    prev_index: LogIndex,
+    entries: Vec<Entry>,
+) -> Option<LogIndex> {
+    let snapshot = core.log.snapshot();
+    let matched_end = LogIndex(prev_index.0 + entries.len() as u64);
+    let (prev_epoch, prev_index, entries) = if prev_index < snapshot.last_index {
+        // Entries up to our snapshot are durable, hence the leader's too; skip them.
+        let rest = entries.into_iter().filter(|e| e.index > snapshot.last_index).collect();
+        (snapshot.last_epoch, snapshot.last_index, rest)
+    } else {
+        (prev_epoch, prev_index, entries)
+    };
+    if core.log.epoch_at(prev_index) != Some(prev_epoch) {
+        return None;
+    }
+    for entry in entries {
+        assert!(entry.epoch >= prev_epoch, "leader's entries go back in epoch");
+        match core.log.epoch_at(entry.index) {
+            Some(epoch) if epoch == entry.epoch => continue,
+            Some(_) => core.truncate_after(entry.index.prev()),
+            None => {}
+        }
+        core.append_entry(entry);
+    }
+    let matched = matched_end.max(prev_index);
+    assert!(matched <= core.log.last_index());
+    Some(matched)
+}
+
+/// Sends an `AppendReply` to `to`: a follower's (with its state), or any role's answer to
+/// an `Append` of a stale epoch (`follower` is `None`: nothing verified, no lease).
+pub(super) fn send_append_reply(
+    core: &mut Core,
+    follower: Option<&mut Following>,
+    to: NodeId,
+    success: bool,
+) {
+    let (verified, echo, asked, active) = match &follower {
+        Some(f) => (f.verified_index, f.echo_sent_at, f.mark_out_asked, f.active(core)),
+        None => (LogIndex::ZERO, Time::default(), false, false),
+    };
+    // Acknowledges a forced mark-out: grants anchored before now are ignored from here
+    // on. Only when asked: raising the floor on every reply of a follower without a
+    // lease would reject every grant once the round trip exceeds the heartbeat interval
+    // (each grant echoes a reply at least a round trip old).
+    let asked = asked || core.config.unsafe_release_unasked;
+    let released = asked && !active;
+    if released {
+        core.lease_floor = Some(core.now);
+        if let Some(f) = follower {
+            f.lease_until = None;
+        }
+    }
+    let last = core.log.last_index();
+    // Where the leader should resume after a mismatch: our durable index (never in
+    // conflict) or the verified prefix, whichever is higher, capped by the log end.
+    let hint = if success {
+        last
+    } else {
+        core.durable_index.max(verified).max(core.log.snapshot().last_index).min(last)
+    };
+    let reply = Message::AppendReply {
+        epoch: core.hard.epoch,
+        success,
+        last_index: hint,
+        persisted_index: core.persisted_index(),
+        applied_index: core.kv.applied_index(),
+        match_index: verified,
+        released,
+        echo_sent_at: echo,
+        sent_at: core.now,
+    };
+    core.out.messages.push((to, reply));
 }

@@ -1,105 +1,20 @@
-//! The leader engine's contract with its drivers (the tokio server and the simulator).
-//!
-//! A driver calls `engine.step(now, input)` and receives [`Outputs`]. It must carry the
-//! outputs out in the order written on [`Outputs`]; the simulator asserts that it does.
+//! The leader engine's types: its peer [`Message`]s, its [`Config`], its [`Status`],
+//! and its instances of the engine contract's [`Input`] and [`Outputs`] (see
+//! `crate::engine` for the ordering contract every driver carries out).
 
 use crate::time::{Span, Time};
-use keel_types::{
-    ClientId, Command, CommandResult, Durability, Entry, Epoch, HardState, KeelError, Limits,
-    LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta,
-};
+use keel_types::{Durability, Entry, Epoch, Limits, LogIndex, NodeId, ReadLevel, SnapshotMeta};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
-use std::sync::Arc;
 
-/// How a driver identifies a client request so it can route the reply back. Opaque to
-/// the engine, which returns it unchanged in [`ClientReply::tag`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct RequestTag(pub u64);
+pub use crate::engine::{
+    ClientReply, ClientRequest, PersistedState, Release, RequestTag, SnapshotBytes,
+};
 
-/// A client operation as submitted to an engine.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientRequest {
-    /// Returned with the reply.
-    pub tag: RequestTag,
-    /// Identifies the client for write deduplication.
-    pub client: ClientId,
-    /// The client's sequence number; a retry of a write carries the same one.
-    pub request: RequestId,
-    /// The operation.
-    pub command: Command,
-    /// For writes: when to acknowledge. `None`: the keyspace default.
-    pub durability: Option<Durability>,
-    /// For reads: what the read guarantees. `None`: the keyspace default.
-    pub level: Option<ReadLevel>,
-}
+/// An event given to the leader engine.
+pub type Input = crate::engine::Input<Message, ClientRequest>;
 
-/// The reply to one client request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientReply {
-    /// The tag of the request answered.
-    pub tag: RequestTag,
-    /// Which node produced the result (the leader, when the request was forwarded).
-    pub served_by: NodeId,
-    /// The result, or a typed error saying whether to retry.
-    pub result: Result<CommandResult, KeelError>,
-    /// Whether serving this read required a durability round (for metrics).
-    pub durability_round: bool,
-}
-
-/// Everything a node recovered from its disk at start-up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PersistedState {
-    /// The epoch and vote.
-    pub hard_state: HardState,
-    /// The newest valid snapshot, with its bytes as produced by the engine.
-    pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    /// The longest valid prefix of log entries after the snapshot, in order.
-    pub entries: Vec<Entry>,
-}
-
-/// A snapshot's encoding, shared between the engine and its driver without a copy.
-pub type SnapshotBytes = Arc<Vec<u8>>;
-
-/// Something large the engine let go of (see [`Outputs::release`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Release {
-    /// A snapshot encoding (the last reference, unless the driver still holds one).
-    Snapshot(SnapshotBytes),
-    /// Log entries a snapshot now covers.
-    Entries(VecDeque<Entry>),
-}
-
-/// An event given to the engine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input {
-    /// Time has passed; fire whatever timers are due. Drivers call this at least at
-    /// [`Outputs::wake_at`].
-    Tick,
-    /// A peer message arrived.
-    Message {
-        /// The sender.
-        from: NodeId,
-        /// The message.
-        message: Message,
-    },
-    /// A client request arrived at this node.
-    Client(ClientRequest),
-    /// Every entry up to `index` that was handed out in [`Outputs::append`] is now on
-    /// disk (fsync returned). Reported only after fsync returns (digest §7 item 7).
-    /// `index` describes the log as it is when the input is delivered: if the log was
-    /// truncated after the fsync began, the driver reports at most what is really on disk
-    /// (the highest index of the contiguous synced prefix), never an entry written later.
-    LogSynced {
-        /// The highest index now durable on this node.
-        index: LogIndex,
-    },
-    /// The snapshot handed out in [`Outputs::snapshot`] is durable.
-    SnapshotSaved {
-        /// Which snapshot.
-        meta: SnapshotMeta,
-    },
-}
+/// What the leader engine asks its driver to do (see [`crate::engine::Outputs`]).
+pub type Outputs = crate::engine::Outputs<Message, ClientReply>;
 
 /// What an `Append` says of the receiver's active-set lease (`docs/protocol.md` §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,51 +159,6 @@ pub enum Message {
         /// The reply, carrying the follower's tag.
         reply: ClientReply,
     },
-}
-
-/// What the engine asks its driver to do, in the order the driver must do it:
-///
-/// 1. `hard_state`: write and fsync **before** sending any message in `messages`.
-/// 2. `truncate_after`, then `append`: apply to the log (buffered is enough) before
-///    sending `messages`; entries are never reported as persisted before step 3.
-/// 3. `sync_through`: fsync the log through at least that index, then deliver
-///    [`Input::LogSynced`]. Drivers may coalesce syncs (group commit).
-/// 4. `snapshot`: write and fsync, then deliver [`Input::SnapshotSaved`]; afterwards the
-///    log up to `meta.last_index` may be compacted. A snapshot installed from the leader
-///    (`snapshot_installed`) may lie past the log's end or disagree with it: the driver
-///    then drops the whole log (this step's `truncate_after` has already removed what was
-///    not durable), and later appends continue at `meta.last_index + 1`, so it must be
-///    saved before them. A snapshot the engine took lies inside the durable log: the
-///    driver may write it while later log operations go on, and put it in place whenever
-///    it is written; if an installed one overtook it meanwhile, it is dropped unsaved.
-/// 5. `messages`: send (best effort; the network may lose them).
-/// 6. `replies`: return to clients.
-/// 7. Call [`Input::Tick`] no later than `wake_at`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Outputs {
-    /// Hard state to persist synchronously before any message is sent.
-    pub hard_state: Option<HardState>,
-    /// Remove every log entry after this index (conflicting suffix).
-    pub truncate_after: Option<LogIndex>,
-    /// Entries to append to the log, in index order, contiguous with what is there.
-    pub append: Vec<Entry>,
-    /// Fsync the log through this index, then report [`Input::LogSynced`].
-    pub sync_through: Option<LogIndex>,
-    /// A snapshot to persist, with the engine's encoding of the state (shared with the
-    /// engine, which keeps it to send to followers).
-    pub snapshot: Option<(SnapshotMeta, SnapshotBytes)>,
-    /// Whether `snapshot` was installed from the leader (saved before any later append).
-    pub snapshot_installed: bool,
-    /// Memory the engine no longer holds: snapshot encodings and compacted log entries.
-    /// Freeing it can take as long as the state is large, which a driver may do off its
-    /// loop (or simply drop it).
-    pub release: Vec<Release>,
-    /// Messages to peers.
-    pub messages: Vec<(NodeId, Message)>,
-    /// Replies to clients of this node.
-    pub replies: Vec<ClientReply>,
-    /// When the engine next needs a [`Input::Tick`].
-    pub wake_at: Option<Time>,
 }
 
 /// The leader engine's configuration. Times are on the node's own clock. Build one with

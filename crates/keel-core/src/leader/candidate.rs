@@ -1,0 +1,158 @@
+//! Elections: the candidate role ([`Campaign`]), the pre-vote probe that precedes it, and
+//! the voter's rules (leader stickiness, up-to-date logs, one vote per epoch).
+//!
+//! ```text
+//!   follower ──election timeout──► pre-vote probe ──majority would vote──► candidate (epoch+1)
+//!      ▲                                                                       │
+//!      └──── hears a leader of its epoch or a higher epoch ◄────── majority of votes: leader
+//! ```
+//!
+//! These handlers change roles, so they are the engine's; the candidate's own state is
+//! only the votes it collected.
+
+use super::core::Core;
+use super::engine::{LeaderEngine, RoleState};
+use super::io::Message;
+use keel_types::{Epoch, HardState, LogIndex, NodeId};
+use std::collections::BTreeSet;
+
+/// A candidate's state: the votes collected in its epoch (its own included).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Campaign {
+    pub votes: BTreeSet<NodeId>,
+}
+
+impl Campaign {
+    /// Counts a vote; returns whether it makes a majority.
+    fn count(&mut self, core: &Core, from: NodeId) -> bool {
+        self.votes.insert(from);
+        self.votes.len() >= core.config.majority()
+    }
+}
+
+impl LeaderEngine {
+    /// Whether this node heard from a live leader too recently to vote (stickiness).
+    pub(super) fn leader_is_live(&self) -> bool {
+        if matches!(self.role, RoleState::Leader(_)) {
+            return true;
+        }
+        let core = &self.core;
+        core.election.contact_at.is_some_and(|at| core.now < at + core.config.election_timeout_min)
+    }
+
+    /// Asks every peer whether it would vote for this node (no state changes anywhere).
+    pub(super) fn start_pre_vote(&mut self) {
+        assert!(!matches!(self.role, RoleState::Leader(_)));
+        if let RoleState::Follower(following) = &mut self.role {
+            following.leader = None;
+        }
+        let core = &mut self.core;
+        core.reset_election_deadline();
+        core.election.pre_votes = Some(BTreeSet::from([core.config.node_id]));
+        let request = Message::PreVote {
+            epoch: core.hard.epoch,
+            last_epoch: core.log.last_epoch(),
+            last_index: core.log.last_index(),
+        };
+        core.broadcast(&request);
+    }
+
+    pub(super) fn on_pre_vote(
+        &mut self,
+        from: NodeId,
+        epoch: Epoch,
+        last_epoch: Epoch,
+        last_index: LogIndex,
+    ) {
+        let core = &self.core;
+        let granted = !self.leader_is_live()
+            && epoch >= core.hard.epoch
+            && !core.log_is_behind(last_epoch, last_index);
+        let reply = Message::PreVoteReply { epoch: self.core.hard.epoch, granted };
+        self.core.out.messages.push((from, reply));
+    }
+
+    pub(super) fn on_pre_vote_reply(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
+        let leading = matches!(self.role, RoleState::Leader(_));
+        if epoch > self.core.hard.epoch && !leading {
+            self.become_follower(epoch, None);
+            return;
+        }
+        let majority = self.core.config.majority();
+        let ours = epoch <= self.core.hard.epoch;
+        let Some(pre_votes) = self.core.election.pre_votes.as_mut().filter(|_| granted && ours)
+        else {
+            return;
+        };
+        pre_votes.insert(from);
+        if pre_votes.len() >= majority && !leading {
+            self.start_election();
+        }
+    }
+
+    /// Moves to the next epoch as a candidate, votes for itself and asks for votes.
+    fn start_election(&mut self) {
+        assert!(!matches!(self.role, RoleState::Leader(_)));
+        let next = self.core.hard.epoch.next();
+        self.become_follower(next, None);
+        let core = &mut self.core;
+        core.set_hard_state(HardState {
+            epoch: core.hard.epoch,
+            voted_for: Some(core.config.node_id),
+        });
+        core.election.pre_votes = None;
+        core.reset_election_deadline();
+        core.counters.elections += 1;
+        let campaign = Campaign { votes: BTreeSet::from([core.config.node_id]) };
+        assert!(campaign.votes.len() < core.config.majority(), "one vote never wins");
+        self.role = RoleState::Candidate(campaign);
+        let request = Message::RequestVote {
+            epoch: core.hard.epoch,
+            last_epoch: core.log.last_epoch(),
+            last_index: core.log.last_index(),
+        };
+        core.broadcast(&request);
+    }
+
+    pub(super) fn on_request_vote(
+        &mut self,
+        from: NodeId,
+        epoch: Epoch,
+        last_epoch: Epoch,
+        last_index: LogIndex,
+    ) {
+        if self.leader_is_live() {
+            // Stickiness: keep the epoch, refuse (ORCA §4.4.2; the leader lease needs it).
+            let reply = Message::Vote { epoch: self.core.hard.epoch, granted: false };
+            self.core.out.messages.push((from, reply));
+            return;
+        }
+        if epoch > self.core.hard.epoch {
+            self.become_follower(epoch, None);
+        }
+        let core = &mut self.core;
+        let up_to_date = !core.log_is_behind(last_epoch, last_index);
+        let free = core.hard.voted_for.is_none_or(|v| v == from);
+        let granted = epoch == core.hard.epoch && up_to_date && free;
+        if granted {
+            core.set_hard_state(HardState { epoch, voted_for: Some(from) });
+            core.reset_election_deadline();
+        }
+        assert!(!granted || core.hard.voted_for == Some(from));
+        core.out.messages.push((from, Message::Vote { epoch: core.hard.epoch, granted }));
+    }
+
+    pub(super) fn on_vote(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
+        if epoch > self.core.hard.epoch {
+            self.become_follower(epoch, None);
+            return;
+        }
+        let RoleState::Candidate(campaign) = &mut self.role else { return };
+        if epoch != self.core.hard.epoch || !granted {
+            return;
+        }
+        if campaign.count(&self.core, from) {
+            self.become_leader();
+        }
+    }
+}

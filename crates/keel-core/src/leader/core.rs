@@ -1,0 +1,372 @@
+//! [`Core`]: the state every role shares (configuration, clock, hard state, log, state
+//! machine, local indexes, snapshots, election timer, counters, the step's outputs) and
+//! the helpers every role calls: persistence requests, snapshot taking, replies.
+//!
+//! Role state lives beside it (`follower.rs`, `candidate.rs`, `leading/`); a handler
+//! borrows the [`Core`] and its own role's state, never another role's.
+
+use super::engine::Counters;
+use super::io::{ClientReply, Config, Message, Outputs};
+use super::kv::Kv;
+use super::log::Log;
+use crate::engine::{Release, SnapshotBytes};
+use crate::time::{Span, Time};
+use keel_types::rng::SplitMix64;
+use keel_types::{
+    Command, CommandResult, Entry, Epoch, HardState, LogIndex, NodeId, SnapshotMeta, Version,
+};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Where a request came from, so its reply goes back the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A client of this node.
+    Local,
+    /// A client of `NodeId`, forwarded here.
+    Forwarded(NodeId),
+}
+
+/// The election timer and what elections remember between roles.
+#[derive(Clone, Debug)]
+pub(super) struct Election {
+    /// When a follower or candidate next probes for an election.
+    pub deadline: Time,
+    /// When this node last heard from a live leader of its epoch (leader stickiness);
+    /// cleared when the epoch changes.
+    pub contact_at: Option<Time>,
+    /// Pre-votes collected while probing for an election (`None`: not probing).
+    pub pre_votes: Option<BTreeSet<NodeId>>,
+}
+
+/// Snapshots this node takes and holds.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Snapshots {
+    /// The newest durable snapshot's encoding, held only while a follower the log no
+    /// longer reaches needs it (one is taken when such a follower appears).
+    pub held: Option<(SnapshotMeta, SnapshotBytes)>,
+    /// A snapshot being encoded, a slice at a time (`Kv::continue_snapshot`) ...
+    pub building: Option<(SnapshotMeta, Vec<u8>)>,
+    /// ... at most one slice per `snapshot_slice_interval`: not before this time.
+    pub next_slice_at: Time,
+    /// A snapshot handed to the driver, not yet saved.
+    pub inflight: Option<(SnapshotMeta, SnapshotBytes)>,
+}
+
+/// State shared by every role.
+#[derive(Debug)]
+pub(super) struct Core {
+    pub config: Config,
+    /// The leader lease derived from the configuration (`Config::leader_lease`).
+    pub lease_span: Span,
+    pub rng: SplitMix64,
+    pub now: Time,
+    pub hard: HardState,
+    pub log: Log,
+    pub kv: Kv,
+    /// Highest index the driver reported fsynced (clamped on truncation).
+    pub log_synced: LogIndex,
+    /// Highest index this node asked the driver to fsync.
+    pub sync_requested: LogIndex,
+    /// An installed snapshot not yet durable, and the log prefix kept below it.
+    pub install_pending: Option<(SnapshotMeta, SnapshotBytes, LogIndex)>,
+    pub next_flush_at: Time,
+    /// ORCA durable index as this node knows it (never decreases).
+    pub durable_index: LogIndex,
+    /// Raft commit index as this node knows it (never decreases).
+    pub commit_index: LogIndex,
+    pub election: Election,
+    /// Lease grants anchored before this time (on this node's clock) are ignored: set at
+    /// boot and whenever this node acknowledges a mark-out. Outlives roles and epochs.
+    pub lease_floor: Option<Time>,
+    pub snapshots: Snapshots,
+    pub counters: Counters,
+    pub out: Outputs,
+}
+
+impl Core {
+    /// Every member but this node.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.config.members.iter().copied().filter(|m| *m != self.config.node_id)
+    }
+
+    /// Sends `message` to every other member, in member order.
+    pub fn broadcast(&mut self, message: &Message) {
+        let peers: Vec<NodeId> = self.peers().collect();
+        assert!(!peers.contains(&self.config.node_id), "a node never messages itself");
+        for peer in peers {
+            self.out.messages.push((peer, message.clone()));
+        }
+    }
+
+    pub fn reset_election_deadline(&mut self) {
+        let min = self.config.election_timeout_min.0;
+        let max = self.config.election_timeout_max.0;
+        self.election.deadline = self.now + Span(self.rng.range(min, max));
+    }
+
+    /// Whether `(last_epoch, last_index)` is behind this node's log.
+    pub fn log_is_behind(&self, last_epoch: Epoch, last_index: LogIndex) -> bool {
+        (last_epoch, last_index) < (self.log.last_epoch(), self.log.last_index())
+    }
+
+    // ----- replies ------------------------------------------------------------------
+
+    /// Sends a reply to a local client or back to the forwarding node.
+    pub fn reply(&mut self, origin: Origin, reply: ClientReply) {
+        match origin {
+            Origin::Local => self.out.replies.push(reply),
+            Origin::Forwarded(node) => {
+                let message = Message::ForwardReply { epoch: self.hard.epoch, reply };
+                self.out.messages.push((node, message));
+            }
+        }
+    }
+
+    pub fn reply_result(
+        &mut self,
+        origin: Origin,
+        tag: super::io::RequestTag,
+        result: super::kv::WriteResult,
+        durability_round: bool,
+    ) {
+        let reply = ClientReply { tag, served_by: self.config.node_id, result, durability_round };
+        self.reply(origin, reply);
+    }
+
+    /// Executes a read on applied state; returns the result and the index that must be
+    /// durable before it may be served at `monotonic` or above.
+    pub fn execute_read(&self, command: &Command) -> (CommandResult, LogIndex) {
+        match command {
+            Command::Get { key } => {
+                let (value, version) = self.kv.get(key);
+                (CommandResult::Value { value, version }, self.kv.update_index(key))
+            }
+            Command::Scan { start, end, limit } => {
+                let (items, needed) = self.kv.scan(start, end.as_deref(), *limit);
+                (CommandResult::Items { items }, needed)
+            }
+            _ => panic!("execute_read on a write"),
+        }
+    }
+
+    // ----- persistence --------------------------------------------------------------
+
+    /// Highest index durable on this node's disk (reported to the leader).
+    pub fn persisted_index(&self) -> LogIndex {
+        let synced = self.log_synced.min(self.log.last_index());
+        match &self.install_pending {
+            Some((_, _, kept)) => synced.min(*kept),
+            None => synced,
+        }
+    }
+
+    /// Highest index this node may serve a `monotonic` read at: durable on the active set
+    /// **and** on this node's own disk.
+    ///
+    /// The durable index a node learned from a leader may lie above its own persisted
+    /// index when it was not in that leader's active set: the entries are durable on that
+    /// set (a majority, so in every later leader's log), but not yet here. Such a node, as
+    /// a new leader, fsyncs its log at once (`become_leader`) and serves only up to this
+    /// point meanwhile, so that what it serves is on every active member's disk, its own
+    /// included (ORCA §4.5; `docs/protocol.md` §12 item 17).
+    pub fn read_point(&self) -> LogIndex {
+        let point = self.durable_index.min(self.persisted_index());
+        assert!(point <= self.durable_index && point <= self.log.last_index());
+        point
+    }
+
+    /// Asks the driver to fsync through `index` unless already asked.
+    pub fn request_sync(&mut self, index: LogIndex) {
+        let index = index.min(self.log.last_index());
+        if index <= self.persisted_index() || index <= self.sync_requested {
+            return;
+        }
+        self.sync_requested = index;
+        self.out.sync_through = Some(self.out.sync_through.map_or(index, |i| i.max(index)));
+    }
+
+    pub fn set_hard_state(&mut self, hard: HardState) {
+        assert!(hard.epoch >= self.hard.epoch, "epoch goes backwards");
+        assert!(
+            hard.epoch > self.hard.epoch
+                || self.hard.voted_for.is_none()
+                || hard.voted_for == self.hard.voted_for
+        );
+        if hard != self.hard {
+            self.hard = hard;
+            self.out.hard_state = Some(hard);
+        }
+    }
+
+    /// Appends and applies one entry (any role); returns what applying it produced.
+    pub fn append_entry(&mut self, entry: Entry) -> super::kv::Applied {
+        let applied = self.kv.apply(&entry);
+        self.log.append(entry.clone());
+        self.out.append.push(entry);
+        applied
+    }
+
+    /// Removes entries after `index` and rolls their effects back (undo records reach
+    /// every entry above the durable index, which is never truncated).
+    pub fn truncate_after(&mut self, index: LogIndex) {
+        assert!(index >= self.durable_index, "truncating durable entries at {index}");
+        assert!(
+            self.out.truncate_after.is_none() && self.out.append.is_empty(),
+            "one truncation per step, first"
+        );
+        let removed = self.log.last_index().0.saturating_sub(index.0);
+        let epoch = self.log.epoch_at(index).expect("truncation point is held");
+        self.log.truncate_after(index);
+        self.kv.rollback_after(index, epoch);
+        self.log_synced = self.log_synced.min(index);
+        self.sync_requested = self.sync_requested.min(index);
+        self.counters.rolled_back_entries += removed;
+        self.out.truncate_after = Some(index);
+    }
+
+    /// The background flush: every `flush_interval`, fsync whatever the log holds.
+    pub fn flush_if_due(&mut self) {
+        if self.now < self.next_flush_at {
+            return;
+        }
+        self.next_flush_at = self.now + self.config.flush_interval;
+        // Ask again even if asked before: a sync overtaken by a truncation may have
+        // been reported short, and asking twice costs one fsync.
+        self.sync_requested = self.sync_requested.min(self.persisted_index());
+        self.request_sync(self.log.last_index());
+    }
+
+    /// The driver fsynced the log through `index` (clamped to the log as it is now).
+    /// Returns whether the persisted index advanced.
+    pub fn on_log_synced(&mut self, index: LogIndex) -> bool {
+        let before = self.persisted_index();
+        self.log_synced = self.log_synced.max(index.min(self.log.last_index()));
+        assert!(self.persisted_index() >= before, "persisted index went backwards");
+        self.persisted_index() > before
+    }
+
+    // ----- snapshots ----------------------------------------------------------------
+
+    /// A snapshot this node handed out is durable: an installed one ends the install; a
+    /// taken one compacts the log and is held (to send) in place of the older one.
+    pub fn on_snapshot_saved(&mut self, meta: SnapshotMeta) {
+        if self.install_pending.as_ref().is_some_and(|(pending, _, _)| *pending == meta) {
+            let (meta, data, _) = self.install_pending.take().expect("checked");
+            self.log_synced = self.log_synced.max(meta.last_index);
+            self.out.release.push(Release::Snapshot(data)); // a follower sends no snapshots
+            return;
+        }
+        if let Some((inflight, data)) = self.snapshots.inflight.take() {
+            assert_eq!(inflight, meta, "a snapshot saved that was not asked for");
+            if meta.last_index >= self.log.snapshot().last_index && self.install_pending.is_none() {
+                let compacted = self.log.compact_through(meta);
+                self.out.release.push(Release::Entries(compacted));
+                if let Some((_, held)) = self.snapshots.held.replace((meta, data)) {
+                    self.out.release.push(Release::Snapshot(held));
+                }
+            } else {
+                self.out.release.push(Release::Snapshot(data));
+            }
+        }
+    }
+
+    /// Lets go of the held encoding when no follower needs it (`wanted` is false).
+    pub fn release_unwanted_snapshot(&mut self, wanted: bool) {
+        if self.snapshots.held.is_some() && !wanted {
+            let (_, held) = self.snapshots.held.take().expect("checked");
+            self.out.release.push(Release::Snapshot(held));
+        }
+    }
+
+    /// Starts a snapshot when one is due, and encodes the next slice of the one being
+    /// taken; a complete one goes to the driver to save. A snapshot is due once the
+    /// durable index is `snapshot_entries_threshold` entries past the last one and the
+    /// log holds `snapshot_log_percent` of the state's bytes, or at once when a follower
+    /// needs one (`wanted`) and none is held.
+    pub fn maybe_snapshot(&mut self, wanted: bool) {
+        if self.snapshots.building.is_none() && !self.begin_snapshot_if_due(wanted) {
+            return;
+        }
+        if self.now < self.snapshots.next_slice_at {
+            return;
+        }
+        // Paced in time, not per step: under load a node takes thousands of steps a
+        // second, and encoding a slice in each would stall its replies to the leader
+        // behind the whole encoding.
+        self.snapshots.next_slice_at = self.now + self.config.snapshot_slice_interval;
+        let (meta, mut data) = self.snapshots.building.take().expect("checked");
+        assert_eq!(self.kv.snapshot_in_progress(), Some(meta.last_index));
+        assert!(
+            meta.last_index <= self.durable_index,
+            "snapshots are taken at or below the durable index"
+        );
+        let budget = usize::try_from(self.config.snapshot_chunk_bytes).expect("fits");
+        if !self.kv.continue_snapshot(budget, &mut data) {
+            self.snapshots.building = Some((meta, data));
+            return;
+        }
+        let data = Arc::new(data);
+        self.out.snapshot = Some((meta, Arc::clone(&data)));
+        self.snapshots.inflight = Some((meta, data));
+        self.counters.snapshots_taken += 1;
+    }
+
+    /// Begins encoding a snapshot at the durable index when one is due; returns whether
+    /// one is being built now.
+    fn begin_snapshot_if_due(&mut self, wanted: bool) -> bool {
+        let base = self.log.snapshot().last_index;
+        let at = self.durable_index.min(self.kv.applied_index());
+        let entries_due = at.0.saturating_sub(base.0) >= self.config.snapshot_entries_threshold;
+        let bytes_due = u128::from(self.log.bytes()) * 100
+            >= u128::from(self.kv.state_bytes()) * u128::from(self.config.snapshot_log_percent);
+        // A follower needs one and none is held: take one now, whatever its size.
+        let wanted = wanted && self.snapshots.held.is_none();
+        if !(entries_due && bytes_due || wanted)
+            || self.snapshots.inflight.is_some()
+            || self.install_pending.is_some()
+        {
+            return false;
+        }
+        let epoch = self.log.epoch_at(at).expect("the durable entry is held");
+        let meta = SnapshotMeta { last_index: at, last_epoch: epoch };
+        // Reserved, not touched: pages the encoding never reaches are never resident.
+        let mut data =
+            Vec::with_capacity(usize::try_from(self.kv.state_bytes()).expect("fits") + (1 << 16));
+        data.extend_from_slice(&self.kv.begin_snapshot(at));
+        self.snapshots.building = Some((meta, data));
+        true
+    }
+
+    /// Replaces the state with a leader's snapshot (taken at or below its durable index,
+    /// so never rolled back), already decoded into `kv`. Keeps the durable log prefix on
+    /// disk until the snapshot is saved.
+    pub fn install(&mut self, meta: SnapshotMeta, data: Vec<u8>, kv: Kv) {
+        assert!(meta.last_index > self.durable_index, "installing a snapshot we already cover");
+        assert_eq!(kv.applied_index(), meta.last_index, "the state is as of the snapshot");
+        let kept = self.durable_index.max(self.log.snapshot().last_index);
+        if self.log.last_index() > kept {
+            self.truncate_after(kept);
+        }
+        self.kv = kv;
+        self.log = Log::new(meta, Vec::new());
+        self.log_synced = self.log_synced.min(kept);
+        self.sync_requested = self.sync_requested.min(kept);
+        self.durable_index = meta.last_index;
+        self.commit_index = self.commit_index.max(meta.last_index);
+        let data = Arc::new(data);
+        self.install_pending = Some((meta, Arc::clone(&data), kept));
+        self.snapshots.building = None;
+        self.snapshots.inflight = None;
+        self.out.snapshot = Some((meta, data));
+        self.out.snapshot_installed = true;
+        self.counters.snapshots_installed += 1;
+        assert_eq!(self.kv.applied_index(), self.log.last_index());
+    }
+
+    /// Decodes a snapshot's bytes as of `meta`, for installing.
+    pub fn decode_snapshot(&self, meta: SnapshotMeta, data: &[u8]) -> Result<Kv, String> {
+        let at = Version { epoch: meta.last_epoch, index: meta.last_index };
+        Kv::decode(data, at, self.config.dedup_clients_max)
+    }
+}

@@ -1,0 +1,321 @@
+//! The leader role: [`Leading`], its state, and its handlers.
+//!
+//! Per follower the leader keeps a [`Progress`]; the active set is the followers in
+//! [`Leading::active`] plus the leader. A follower is granted a lease (`Lease::Granted`)
+//! only while it is in the set, has persisted and applied the durable index, is not being
+//! marked out, and the leader holds its own lease.
+//!
+//! Layout:
+//! - this file: the state, the leader lease, the leader's timers and the active set;
+//! - `replication`: `Append`s and snapshot chunks to followers, their replies, and the
+//!   commit, persisted-majority and durable indexes;
+//! - `requests`: writes and reads at the leader, durability rounds, deadlines.
+//!
+//! Every handler borrows the [`Core`] and this role's state only; one that ends the
+//! leadership says so in its return value and the engine steps down.
+
+mod replication;
+mod requests;
+
+pub(super) use replication::AppendReplyArgs;
+
+use super::core::{Core, Origin};
+use super::io::{ClientRequest, RequestTag};
+use super::kv::WriteResult;
+use crate::time::Time;
+use keel_types::{Durability, KeelError, LogIndex, NodeId, SnapshotMeta};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the leader knows about one follower.
+#[derive(Clone, Debug)]
+pub(super) struct Progress {
+    /// The next index to send.
+    pub next: LogIndex,
+    /// Highest index known to match the leader's log.
+    pub match_index: LogIndex,
+    /// Appends carrying entries not yet answered.
+    pub inflight: usize,
+    /// When (leader clock) the follower last answered.
+    pub last_heard: Option<Time>,
+    /// The newest leader `sent_at` the follower echoed (for the leader lease).
+    pub acked_sent_at: Option<Time>,
+    /// The newest follower `sent_at` received (follower clock; the next lease anchor).
+    pub reply_anchor: Option<Time>,
+    /// The newest anchor granted to the follower.
+    pub granted_anchor: Option<Time>,
+    /// max over replies of min(persisted, applied, match): durable-index contribution.
+    pub acked_point: LogIndex,
+    /// max over replies of min(persisted, match): `durable` write acknowledgements.
+    pub persisted_point: LogIndex,
+    /// The leader stopped granting and waits for the follower to acknowledge.
+    pub marking_out: bool,
+    /// Since when the follower's persisted index lags too far.
+    pub lagging_since: Option<Time>,
+    /// When a snapshot chunk was last sent (resent after `mark_out_timeout` unanswered).
+    pub snapshot_sent_at: Option<Time>,
+    /// The snapshot being sent and the offset the follower acknowledged holding.
+    pub snapshot_sending: Option<(SnapshotMeta, u64)>,
+    /// When `match_index` last advanced (or sending last restarted from it).
+    pub progress_at: Time,
+}
+
+/// A write waiting for its acknowledgement point.
+#[derive(Clone, Debug)]
+pub(super) struct PendingWrite {
+    pub origin: Origin,
+    pub tag: RequestTag,
+    pub index: LogIndex,
+    pub durability: Durability,
+    pub result: WriteResult,
+    /// When to give up with `Timeout` (the write stays in the log; a retry with the same
+    /// `(client, request)` is answered from it).
+    pub deadline: Time,
+}
+
+/// A read waiting for the lease, the no-op, or a durability round.
+#[derive(Clone, Debug)]
+pub(super) struct PendingRead {
+    pub origin: Origin,
+    pub request: ClientRequest,
+    pub deadline: Time,
+    pub round: bool,
+}
+
+/// Leader-only state, dropped on stepping down.
+#[derive(Clone, Debug)]
+pub(super) struct Leading {
+    pub progress: BTreeMap<NodeId, Progress>,
+    /// Followers in the active set (the leader is always in it).
+    pub active: BTreeSet<NodeId>,
+    /// This epoch's no-op.
+    pub noop_index: LogIndex,
+    pub next_heartbeat_at: Time,
+    pub writes: Vec<PendingWrite>,
+    pub reads: Vec<PendingRead>,
+    /// The log tail a durability round in flight makes durable.
+    pub round: Option<LogIndex>,
+    /// Highest current-epoch index persisted on a majority.
+    pub persisted_majority: LogIndex,
+    /// Highest index a waiting `durable` write needs fsynced (asked of every follower).
+    pub flush_for_writes: LogIndex,
+    /// When this node became leader.
+    pub since: Time,
+}
+
+/// Whether the leader keeps leading after its timers ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Leadership {
+    /// Still leading.
+    Kept,
+    /// No majority heard from within an election timeout: step down (same epoch).
+    Lost,
+}
+
+impl Leading {
+    /// Leader state for a new leader whose no-op goes at `next`.
+    pub fn new(followers: &[NodeId], next: LogIndex, now: Time) -> Leading {
+        let progress = Progress {
+            next,
+            match_index: LogIndex::ZERO,
+            inflight: 0,
+            last_heard: None,
+            acked_sent_at: None,
+            reply_anchor: None,
+            granted_anchor: None,
+            acked_point: LogIndex::ZERO,
+            persisted_point: LogIndex::ZERO,
+            marking_out: false,
+            lagging_since: None,
+            snapshot_sent_at: None,
+            snapshot_sending: None,
+            progress_at: now,
+        };
+        Leading {
+            progress: followers.iter().map(|f| (*f, progress.clone())).collect(),
+            // ORCA §4.4.2: start with every member; non-responders leave after rt.
+            active: followers.iter().copied().collect(),
+            noop_index: next,
+            next_heartbeat_at: now,
+            writes: Vec::new(),
+            reads: Vec::new(),
+            round: None,
+            persisted_majority: LogIndex::ZERO,
+            flush_for_writes: LogIndex::ZERO,
+            since: now,
+        }
+    }
+
+    /// The earliest deadline of a waiting request.
+    pub fn deadline_min(&self) -> Option<Time> {
+        let reads = self.reads.iter().map(|r| r.deadline);
+        reads.chain(self.writes.iter().map(|w| w.deadline)).min()
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.writes.len() + self.reads.len()
+    }
+
+    /// Every waiting request with the error its client gets when leadership ends:
+    /// writes have an unknown outcome, reads did nothing.
+    pub fn fail_all(self) -> Vec<(Origin, RequestTag, WriteResult)> {
+        let writes = self.writes.into_iter().map(|w| (w.origin, w.tag, Err(KeelError::Timeout)));
+        let reads = self
+            .reads
+            .into_iter()
+            .map(|r| (r.origin, r.request.tag, Err(KeelError::NotLeader { leader: None })));
+        writes.chain(reads).collect()
+    }
+
+    /// Whether a follower needs a snapshot: the log no longer reaches its next index.
+    pub fn snapshot_wanted(&self, core: &Core) -> bool {
+        let base = core.log.snapshot().last_index;
+        self.progress.values().any(|p| p.next <= base)
+    }
+
+    /// The leader-clock time from which the leader lease runs: the newest `sent_at` a
+    /// majority (this node counting as `now`) has acknowledged.
+    fn lease_start(&self, core: &Core) -> Option<Time> {
+        let mut times: Vec<Time> = self.progress.values().filter_map(|p| p.acked_sent_at).collect();
+        times.push(core.now);
+        times.sort_by(|a, b| b.cmp(a));
+        times.get(core.config.majority() - 1).copied()
+    }
+
+    /// Whether a majority acknowledged this leader recently enough that no other leader
+    /// can exist yet (see `Config::leader_lease`).
+    pub fn lease_valid(&self, core: &Core) -> bool {
+        self.lease_start(core).is_some_and(|start| core.now < start + core.lease_span)
+    }
+
+    /// Fires the leader's timers: quorum loss, removals, mark-outs, heartbeats.
+    pub fn on_timers(&mut self, core: &mut Core) -> Leadership {
+        let now = core.now;
+        let since = self.since;
+        let quorum_lost = match self.lease_start(core) {
+            Some(start) => now >= start + core.config.election_timeout_min,
+            None => now >= since + core.config.election_timeout_min,
+        };
+        if quorum_lost && now >= since + core.config.election_timeout_min {
+            return Leadership::Lost;
+        }
+        self.remove_silent_followers(core);
+        self.mark_out_slow_followers(core);
+        if now >= self.next_heartbeat_at {
+            self.next_heartbeat_at = now + core.config.heartbeat_interval;
+            self.rewind_stalled_followers(core);
+            self.broadcast_append(core, true);
+        }
+        Leadership::Kept
+    }
+
+    /// Entries sent but not acknowledged within `mark_out_timeout` were lost (or the
+    /// follower lost them in a crash): send again from the last known match.
+    fn rewind_stalled_followers(&mut self, core: &Core) {
+        let now = core.now;
+        let patience = core.config.mark_out_timeout;
+        for p in self.progress.values_mut() {
+            if p.next > p.match_index.next() && now >= p.progress_at + patience {
+                p.next = p.match_index.next();
+                p.inflight = 0;
+                p.progress_at = now;
+            }
+            assert!(p.next > p.match_index || p.next == LogIndex(1));
+        }
+    }
+
+    /// Removes followers not heard from for `removal_timeout` (never below a majority).
+    fn remove_silent_followers(&mut self, core: &mut Core) {
+        let now = core.now;
+        let rt = core.config.removal_timeout;
+        let silent: Vec<NodeId> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|f| {
+                let heard = self.progress[f].last_heard.unwrap_or(self.since);
+                now >= heard + rt
+            })
+            .collect();
+        for follower in silent {
+            self.remove_from_active_set(core, follower);
+        }
+    }
+
+    pub fn remove_from_active_set(&mut self, core: &mut Core, follower: NodeId) {
+        let majority = core.config.majority();
+        if self.active.len() < majority || !self.active.contains(&follower) {
+            return; // never below a majority (the leader counts itself)
+        }
+        self.active.remove(&follower);
+        let progress = self.progress.get_mut(&follower).expect("a member");
+        progress.marking_out = false;
+        assert!(self.active.len() + 1 >= majority);
+        core.counters.removals += 1;
+    }
+
+    /// Forced mark-out (ORCA §4.4.2): a follower whose persisted index lags the log by
+    /// more than `slow_follower_lag_max` for `slow_follower_timeout`, or one past the
+    /// active-set target. The leader stops granting; removal follows the follower's
+    /// acknowledgement (a `released` reply sent after the last grant) or `rt`.
+    fn mark_out_slow_followers(&mut self, core: &Core) {
+        let now = core.now;
+        let last = core.log.last_index();
+        let lag_max = core.config.slow_follower_lag_max;
+        let timeout = core.config.slow_follower_timeout;
+        let target = core.config.active_set_target;
+        for (id, p) in self.progress.iter_mut() {
+            let lagging = last.0.saturating_sub(p.persisted_point.0) > lag_max;
+            p.lagging_since = if lagging { Some(p.lagging_since.unwrap_or(now)) } else { None };
+            let slow = p.lagging_since.is_some_and(|since| now >= since + timeout);
+            if slow && self.active.contains(id) {
+                p.marking_out = true;
+            }
+        }
+        // Past the target: mark out the members furthest behind first.
+        let mut staying: Vec<(LogIndex, NodeId)> = self
+            .active
+            .iter()
+            .filter(|f| !self.progress[f].marking_out)
+            .map(|f| (self.progress[f].acked_point, *f))
+            .collect();
+        staying.sort();
+        let excess = (staying.len() + 1).saturating_sub(target);
+        for (_, id) in staying.into_iter().take(excess) {
+            self.progress.get_mut(&id).expect("a member").marking_out = true;
+        }
+        let members = 1 + self.active.iter().filter(|f| !self.progress[f].marking_out).count();
+        assert!(members <= target.max(1), "more members kept than the target");
+    }
+
+    /// Admits followers that have persisted and applied the durable index (ORCA §4.4.2
+    /// re-admission), are not slow, and answered within `mark_out_timeout`, up to the
+    /// target size.
+    fn admit_followers(&mut self, core: &Core) {
+        let now = core.now;
+        let durable = core.durable_index;
+        let recent = core.config.mark_out_timeout;
+        let target = core.config.active_set_target;
+        for (id, p) in self.progress.iter_mut() {
+            if self.active.len() + 1 >= target {
+                break;
+            }
+            let heard = p.last_heard.is_some_and(|t| now < t + recent);
+            if !self.active.contains(id)
+                && heard
+                && p.acked_point >= durable
+                && p.lagging_since.is_none()
+            {
+                assert!(!p.marking_out);
+                self.active.insert(*id);
+            }
+        }
+    }
+
+    /// The active set, this node included, in id order.
+    pub fn active_set(&self, core: &Core) -> Vec<NodeId> {
+        let mut set: Vec<NodeId> = self.active.iter().copied().collect();
+        set.push(core.config.node_id);
+        set.sort();
+        set
+    }
+}

@@ -1,0 +1,136 @@
+//! The leader engine's status document and metrics, as `/status`, `KEEL.STATUS` and
+//! `/metrics` show them.
+
+use super::engine::Counters;
+use super::io::{Role, Status};
+use crate::engine::{Metric, MetricKind, Report};
+
+impl Role {
+    /// The role's name in reports and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+        }
+    }
+}
+
+const fn gauge(name: &'static str, help: &'static str, value: u64) -> Metric {
+    Metric { name, help, kind: MetricKind::Gauge, label: None, value }
+}
+
+const fn counter(name: &'static str, help: &'static str, value: u64) -> Metric {
+    Metric { name, help, kind: MetricKind::Counter, label: None, value }
+}
+
+/// The status document (the `Status` fields, the role in lowercase, the counters) and
+/// the metrics of one leader engine.
+pub fn report(status: &Status, c: &Counters) -> Report {
+    let mut doc = serde_json::to_value(status).expect("status serializes");
+    let object = doc.as_object_mut().expect("a struct serializes to an object");
+    object.insert("role".into(), status.role.name().into());
+    object.insert(
+        "counters".into(),
+        serde_json::json!({
+            "durability_rounds": c.durability_rounds,
+            "reads_with_round": c.reads_with_round,
+            "forwarded": c.forwarded,
+            "elections": c.elections,
+            "removals": c.removals,
+            "rolled_back_entries": c.rolled_back_entries,
+            "snapshots_installed": c.snapshots_installed,
+            "snapshots_taken": c.snapshots_taken,
+            "snapshot_chunks_received": c.snapshot_chunks_received,
+            "messages_rejected": c.messages_rejected,
+            "writes_timed_out": c.writes_timed_out,
+        }),
+    );
+    let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
+        .into_iter()
+        .map(|role| Metric {
+            label: Some(("role", role.name())),
+            ..gauge("keel_role", "1 for the role this node plays.", u64::from(role == status.role))
+        })
+        .collect();
+    metrics.extend([
+        gauge("keel_epoch", "The current epoch.", status.epoch.0),
+        gauge("keel_last_index", "The last log index.", status.last_index.0),
+        gauge(
+            "keel_commit_index",
+            "Highest index known replicated on a majority.",
+            status.commit_index.0,
+        ),
+        gauge(
+            "keel_durable_index",
+            "Highest index known durable on the active set.",
+            status.durable_index.0,
+        ),
+        gauge("keel_persisted_index", "Highest index fsynced locally.", status.persisted_index.0),
+        gauge("keel_applied_index", "Highest index applied locally.", status.applied_index.0),
+        gauge(
+            "keel_snapshot_index",
+            "The last index the snapshot covers.",
+            status.snapshot_index.0,
+        ),
+        gauge(
+            "keel_snapshot_held_bytes",
+            "Snapshot bytes held to send to followers.",
+            status.snapshot_held_bytes,
+        ),
+        gauge(
+            "keel_active_set_size",
+            "The leader's active set, itself included.",
+            status.active_set.len() as u64,
+        ),
+        gauge(
+            "keel_active",
+            "1 while this node may serve monotonic reads.",
+            u64::from(status.active),
+        ),
+        gauge(
+            "keel_leader_lease_valid",
+            "1 while this node leads under a valid lease.",
+            u64::from(status.leader_lease_valid),
+        ),
+        counter(
+            "keel_durability_rounds_total",
+            "Durability rounds started as leader.",
+            c.durability_rounds,
+        ),
+        counter(
+            "keel_reads_with_durability_round_total",
+            "Reads that waited for a durability round.",
+            c.reads_with_round,
+        ),
+        counter("keel_forwarded_total", "Requests forwarded to the leader.", c.forwarded),
+        counter("keel_elections_total", "Elections started.", c.elections),
+        counter(
+            "keel_active_set_removals_total",
+            "Followers removed from the active set.",
+            c.removals,
+        ),
+        counter(
+            "keel_rolled_back_entries_total",
+            "Entries rolled back after a truncation.",
+            c.rolled_back_entries,
+        ),
+        counter(
+            "keel_snapshots_installed_total",
+            "Snapshots installed from a leader.",
+            c.snapshots_installed,
+        ),
+        counter("keel_snapshots_taken_total", "Snapshots taken and saved.", c.snapshots_taken),
+        counter(
+            "keel_snapshot_chunks_received_total",
+            "Snapshot chunks accepted.",
+            c.snapshot_chunks_received,
+        ),
+        counter(
+            "keel_write_timeouts_total",
+            "Writes at the leader that timed out before their durability point.",
+            c.writes_timed_out,
+        ),
+    ]);
+    Report { status: doc, metrics }
+}
