@@ -173,6 +173,18 @@ impl OpKind {
         }
     }
 
+    /// Gives the operation another key (a simulator's combined history names each
+    /// keyspace's keys apart).
+    pub fn rename_key(&mut self, to: String) {
+        match self {
+            OpKind::Get { key, .. }
+            | OpKind::Put { key, .. }
+            | OpKind::Delete { key, .. }
+            | OpKind::Cas { key, .. }
+            | OpKind::Incr { key, .. } => *key = to,
+        }
+    }
+
     /// The operation's name as written in the format.
     pub fn name(&self) -> &'static str {
         match self {

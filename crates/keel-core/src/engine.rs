@@ -346,8 +346,6 @@ pub struct Report {
 /// assert_eq!(out.messages.len(), 2, "pre-vote requests to both peers");
 /// ```
 pub trait Engine: Sized + Send + 'static {
-    /// Which kind this is.
-    const KIND: EngineKind;
     /// Its configuration (this node, the members, timers, limits, defaults).
     type Config: Clone + fmt::Debug + Send + Sync + 'static;
     /// What its nodes send each other.

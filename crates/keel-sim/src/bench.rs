@@ -30,6 +30,8 @@ pub fn engine_throughput(ops: u64) -> f64 {
         torn_tail: false,
         events_max: 1_000_000,
         crash_after_vote_ppm: 0,
+        keyspaces: 1,
+        unsafe_skip_truncation_clamp: false,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));
     let leader =

@@ -38,8 +38,9 @@ pub enum SimCommand {
 /// `keel sim run` arguments.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The scenario: `general` (all durabilities, read levels and faults) or `wide-area`
-    /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts).
+    /// The scenario: `general` (all durabilities, read levels and faults), `wide-area`
+    /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts) or
+    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -73,6 +74,10 @@ pub struct RunArgs {
     /// those entries (must pass); `unguarded`: whatever they hold (may lose writes).
     #[arg(long, value_parser = ["guarded", "unguarded"])]
     pub corrupt: Option<String>,
+    /// Negative control: the effect executor reports each fsync without clamping it below
+    /// the truncations queued after it.
+    #[arg(long)]
+    pub no_truncation_clamp: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -100,8 +105,11 @@ pub fn run(args: &SimArgs) -> ExitCode {
 }
 
 fn run_seeds(args: &RunArgs) -> ExitCode {
-    if args.scenario != "general" && args.scenario != "wide-area" {
-        eprintln!("unknown scenario '{}' (expected: general or wide-area)", args.scenario);
+    if GeneralConfig::named(&args.scenario, 0).is_none() {
+        eprintln!(
+            "unknown scenario '{}' (expected: general, wide-area or keyspaces)",
+            args.scenario
+        );
         return ExitCode::from(2);
     }
     let count = args.seeds.unwrap_or(1);
@@ -111,11 +119,8 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     let single = args.seeds.is_none();
     let base = |seed| {
-        let mut config = if args.scenario == "wide-area" {
-            GeneralConfig::wide_area(seed)
-        } else {
-            GeneralConfig::new(seed)
-        };
+        let mut config = GeneralConfig::named(&args.scenario, seed).expect("checked above");
+        config.skip_truncation_clamp = args.no_truncation_clamp;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

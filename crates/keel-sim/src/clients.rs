@@ -7,15 +7,18 @@
 //! Keys come in three classes so each checker gets the histories it is valid on:
 //! `d*` keys are written only `durable` (linearizability of `linearizable` reads),
 //! `m*` keys with every durability (monotonic reads), `c*` keys are counters (`incr`).
+//!
+//! With several keyspaces, each operation goes to a keyspace drawn at random, under the
+//! same key names in every keyspace. Each keyspace has its own history and oracle (their
+//! versions are independent), and every value written names its keyspace, so a read that
+//! returns another keyspace's value is caught at once (`keyspace-isolation`).
 
 use crate::engine::SimEngine;
 use crate::history::{durability_of, Finding, Op, OpKind, Oracle, Outcome, OPS_MAX};
 use crate::rng::Rng;
-use crate::world::{Notice, World};
+use crate::world::{Keyspace, Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag};
-use keel_types::{
-    ClientId, Command, CommandResult, Durability, KeelError, NodeId, ReadLevel, RequestId,
-};
+use keel_types::{ClientId, Command, CommandResult, Durability, KeelError, ReadLevel, RequestId};
 use std::collections::BTreeMap;
 
 /// Timer ids carry their owner in the bits above this shift.
@@ -61,10 +64,13 @@ pub struct WorkloadConfig {
     pub durabilities: Vec<Durability>,
     /// Levels reads choose from.
     pub levels: Vec<ReadLevel>,
+    /// Keyspaces operations spread over (uniformly).
+    pub keyspaces: u32,
 }
 
 struct Inflight {
     op: Op,
+    keyspace: Keyspace,
     tag: RequestTag,
     recorded: bool,
 }
@@ -73,23 +79,29 @@ struct Inflight {
 struct ClientState {
     next_request: u64,
     inflight: Option<Inflight>,
-    /// The last value this client saw per key (cas arguments).
-    last_seen: BTreeMap<String, Option<String>>,
+    /// The last value this client saw per keyspace and key (cas arguments).
+    last_seen: BTreeMap<(Keyspace, String), Option<String>>,
 }
 
-/// Every client of a run, its history and its oracle.
+/// One keyspace's history and what checks it as it grows.
+#[derive(Default)]
+struct KeyspaceState {
+    /// Completed operations, in completion order.
+    ops: Vec<Op>,
+    oracle: Oracle,
+    /// Per `d*` key slot: its generation (which key name is current) and how many writes
+    /// on that key ended `unknown`.
+    durable_keys: Vec<(u32, u32)>,
+}
+
+/// Every client of a run, its histories and their oracles.
 pub struct Clients {
     config: WorkloadConfig,
     rng: Rng,
     clients: Vec<ClientState>,
     by_tag: BTreeMap<RequestTag, usize>,
-    /// Completed operations, in completion order.
-    pub ops: Vec<Op>,
-    oracle: Oracle,
-    /// Per `d*` key slot: its generation (which key name is current) and how many writes
-    /// on that key ended `unknown`.
-    durable_keys: Vec<(u32, u32)>,
-    /// What the oracle found.
+    keyspaces: Vec<KeyspaceState>,
+    /// What the oracles found.
     pub findings: Vec<Finding>,
     next_op_id: u64,
     stopped: bool,
@@ -101,20 +113,51 @@ impl Clients {
         assert!((1..=CLIENTS_MAX).contains(&config.clients), "{} clients", config.clients);
         assert!(!config.durabilities.is_empty() && !config.levels.is_empty());
         assert!((1..=KEYS_PER_CLASS_MAX).contains(&config.keys_per_class.max(1)));
+        assert!(config.keyspaces >= 1, "clients need a keyspace");
         let clients = (0..config.clients).map(|_| ClientState::default()).collect();
-        let durable_keys = vec![(0, 0); config.keys_per_class.max(1) as usize];
+        let keyspaces = (0..config.keyspaces)
+            .map(|_| KeyspaceState {
+                durable_keys: vec![(0, 0); config.keys_per_class.max(1) as usize],
+                ..KeyspaceState::default()
+            })
+            .collect();
         Clients {
-            durable_keys,
             config,
             rng,
             clients,
             by_tag: BTreeMap::new(),
-            ops: Vec::new(),
-            oracle: Oracle::default(),
+            keyspaces,
             findings: Vec::new(),
             next_op_id: 0,
             stopped: false,
         }
+    }
+
+    /// Keyspace `ks`'s completed operations, in completion order.
+    pub fn history(&self, ks: Keyspace) -> &[Op] {
+        &self.keyspaces[ks as usize].ops
+    }
+
+    /// Completed operations over every keyspace.
+    pub fn ops_total(&self) -> usize {
+        self.keyspaces.iter().map(|k| k.ops.len()).sum()
+    }
+
+    /// Every keyspace's operations, keyspace by keyspace; with several keyspaces each key
+    /// carries its keyspace (`m0@2`), for a history file a person reads.
+    pub fn combined_history(&self) -> Vec<Op> {
+        let several = self.keyspaces.len() > 1;
+        let mut all = Vec::with_capacity(self.ops_total());
+        for (ks, state) in self.keyspaces.iter().enumerate() {
+            for op in &state.ops {
+                let mut op = op.clone();
+                if several {
+                    op.kind.rename_key(format!("{}@{ks}", op.kind.key()));
+                }
+                all.push(op);
+            }
+        }
+        all
     }
 
     /// Schedules every client's first operation.
@@ -142,7 +185,7 @@ impl Clients {
     /// Handles a notice meant for clients; returns false if it is not theirs.
     pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
         match notice {
-            Notice::Reply { node, reply } => self.on_reply(world, *node, reply),
+            Notice::Reply { reply, .. } => self.on_reply(world, reply),
             Notice::Timer { id } => match id >> TIMER_CLASS_SHIFT {
                 TIMER_CLIENT_WAKE => {
                     self.on_wake(world, (id & ((1 << TIMER_CLASS_SHIFT) - 1)) as usize)
@@ -157,13 +200,18 @@ impl Clients {
     }
 
     fn on_wake<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
-        if self.stopped || self.ops.len() >= OPS_MAX {
+        if self.stopped || self.ops_total() >= OPS_MAX {
             return;
         }
         assert!(self.clients[c].inflight.is_none(), "client {c} woke with an op in flight");
         let nodes = world.node_ids();
         let node = nodes[self.rng.index(nodes.len())];
-        let (kind, command, recorded) = self.next_operation(c);
+        let ks = if self.config.keyspaces > 1 {
+            self.rng.index(self.config.keyspaces as usize) as Keyspace
+        } else {
+            0
+        };
+        let (kind, command, recorded) = self.next_operation(c, ks);
         let state = &mut self.clients[c];
         state.next_request += 1;
         let request = ClientRequest {
@@ -177,7 +225,7 @@ impl Clients {
             },
             command,
         };
-        let tag = world.submit(node, request);
+        let tag = world.submit_to(node, ks, request);
         let op = Op {
             id: self.next_op_id,
             client: c as u64 + 1,
@@ -192,15 +240,16 @@ impl Clients {
         world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
         self.next_op_id += 1;
         self.by_tag.insert(tag, c);
-        self.clients[c].inflight = Some(Inflight { op, tag, recorded });
+        self.clients[c].inflight = Some(Inflight { op, keyspace: ks, tag, recorded });
     }
 
-    /// Draws the next operation: its history form, its command, whether it is recorded.
-    fn next_operation(&mut self, c: usize) -> (OpKind, Command, bool) {
+    /// Draws the next operation in keyspace `ks`: its history form, its command, whether
+    /// it is recorded.
+    fn next_operation(&mut self, c: usize, ks: Keyspace) -> (OpKind, Command, bool) {
         let class = self.rng.index(3);
         let slot = self.rng.range(0, u64::from(self.config.keys_per_class.max(1))) as usize;
         let key = match class {
-            0 => durable_key_name(slot, self.durable_keys[slot].0),
+            0 => durable_key_name(slot, self.keyspaces[ks as usize].durable_keys[slot].0),
             _ => format!("{}{slot}", ["d", "m", "c"][class]),
         };
         let request = self.clients[c].next_request + 1;
@@ -224,14 +273,19 @@ impl Clients {
             let command = Command::Incr { key: key.clone().into_bytes(), delta };
             return (OpKind::Incr { key, delta, durability, result: None }, command, true);
         }
-        let value = format!("c{}r{request}", c + 1);
+        let value = if self.config.keyspaces > 1 {
+            format!("c{}r{request}k{ks}", c + 1)
+        } else {
+            format!("c{}r{request}", c + 1)
+        };
         match self.rng.index(4) {
             0 => {
                 let command = Command::Delete { key: key.clone().into_bytes() };
                 (OpKind::Delete { key, durability }, command, true)
             }
             1 => {
-                let expected = self.clients[c].last_seen.get(&key).cloned().flatten();
+                let seen = self.clients[c].last_seen.get(&(ks, key.clone()));
+                let expected = seen.cloned().flatten();
                 let command = Command::Cas {
                     key: key.clone().into_bytes(),
                     expected: expected.clone().map(String::into_bytes),
@@ -249,24 +303,56 @@ impl Clients {
         }
     }
 
-    fn on_reply<E: SimEngine>(&mut self, world: &mut World<E>, node: NodeId, reply: &ClientReply) {
+    fn on_reply<E: SimEngine>(&mut self, world: &mut World<E>, reply: &ClientReply) {
         let Some(c) = self.by_tag.remove(&reply.tag) else {
             return; // the client gave up on it already
         };
         let inflight =
             self.clients[c].inflight.take().expect("a tagged client has an op in flight");
         assert_eq!(inflight.tag, reply.tag, "reply routed to the wrong client");
+        let ks = inflight.keyspace;
         let mut op = inflight.op;
         op.complete_ns = Some(world.now_ns());
         op.node = Some(reply.served_by.0);
-        let _ = node;
-        self.fill_result(c, &mut op, &reply.result);
+        self.fill_result(c, ks, &mut op, &reply.result);
+        self.check_isolation(world, ks, &reply.result);
         if inflight.recorded {
-            self.record(world, op);
+            self.record(world, ks, op);
         } else if let Ok(CommandResult::Items { items }) = &reply.result {
-            self.check_scan(world, &op, items);
+            self.check_scan(world, ks, &op, items);
         }
         self.schedule_wake(world, c);
+    }
+
+    /// With several keyspaces every value names the keyspace it was written in: a read
+    /// in `ks` that returns another keyspace's value breaks isolation.
+    fn check_isolation<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        ks: Keyspace,
+        result: &Result<CommandResult, KeelError>,
+    ) {
+        if self.config.keyspaces == 1 {
+            return;
+        }
+        let values: Vec<&[u8]> = match result {
+            Ok(CommandResult::Value { value: Some(value), .. }) => vec![value.as_slice()],
+            Ok(CommandResult::Items { items }) => {
+                items.iter().map(|(_, v, _)| v.as_slice()).collect()
+            }
+            Ok(CommandResult::Cas { current: Some(value), .. }) => vec![value.as_slice()],
+            _ => Vec::new(),
+        };
+        let suffix = format!("k{ks}");
+        for value in values {
+            let text = String::from_utf8_lossy(value);
+            // Counters hold numbers, written by `incr`: they carry no keyspace.
+            if text.parse::<i64>().is_err() && !text.ends_with(&suffix) {
+                let detail = format!("a read in keyspace {ks} returned {text:?}");
+                world.violate("keyspace-isolation", detail.clone());
+                self.findings.push(("keyspace-isolation", detail));
+            }
+        }
     }
 
     /// Scans are not in the history (its format has no scan op); the oracle checks
@@ -274,6 +360,7 @@ impl Clients {
     fn check_scan<E: SimEngine>(
         &mut self,
         world: &mut World<E>,
+        ks: Keyspace,
         scan: &Op,
         items: &[(Vec<u8>, Vec<u8>, keel_types::Version)],
     ) {
@@ -281,14 +368,21 @@ impl Clients {
         for (key, value, version) in items {
             let key = String::from_utf8_lossy(key);
             let value = Some(String::from_utf8_lossy(value).into_owned());
-            for (kind, detail) in self.oracle.check_scan_item(scan, &key, value, *version) {
+            let oracle = &self.keyspaces[ks as usize].oracle;
+            for (kind, detail) in oracle.check_scan_item(scan, &key, value, *version) {
                 world.violate(kind, format!("scan: {detail}"));
                 self.findings.push((kind, detail));
             }
         }
     }
 
-    fn fill_result(&mut self, c: usize, op: &mut Op, result: &Result<CommandResult, KeelError>) {
+    fn fill_result(
+        &mut self,
+        c: usize,
+        ks: Keyspace,
+        op: &mut Op,
+        result: &Result<CommandResult, KeelError>,
+    ) {
         let key = op.kind.key().to_string();
         let text =
             |v: &Option<Vec<u8>>| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
@@ -296,7 +390,7 @@ impl Clients {
             (Ok(CommandResult::Value { value, version }), OpKind::Get { result, .. }) => {
                 *result = text(value);
                 op.version = *version;
-                self.clients[c].last_seen.insert(key, text(value));
+                self.clients[c].last_seen.insert((ks, key), text(value));
                 Outcome::Ok
             }
             (Ok(CommandResult::Items { .. }), OpKind::Get { .. }) => Outcome::Ok,
@@ -310,7 +404,7 @@ impl Clients {
             (Ok(CommandResult::Cas { swapped, current, version }), OpKind::Cas { value, .. }) => {
                 op.version = *version;
                 let seen = if *swapped { Some(value.clone()) } else { text(current) };
-                self.clients[c].last_seen.insert(key, seen);
+                self.clients[c].last_seen.insert((ks, key), seen);
                 if *swapped {
                     Outcome::Ok
                 } else {
@@ -343,34 +437,37 @@ impl Clients {
         self.by_tag.remove(&inflight.tag);
         if inflight.recorded {
             debug_assert_eq!(inflight.op.outcome, Outcome::Unknown);
-            self.record(world, inflight.op);
+            self.record(world, inflight.keyspace, inflight.op);
         }
         self.schedule_wake(world, c);
     }
 
-    fn record<E: SimEngine>(&mut self, world: &mut World<E>, op: Op) {
+    fn record<E: SimEngine>(&mut self, world: &mut World<E>, ks: Keyspace, op: Op) {
         if op.outcome == Outcome::Unknown && !matches!(op.kind, OpKind::Get { .. }) {
-            self.count_unknown_write(op.kind.key());
+            self.count_unknown_write(ks, op.kind.key());
         }
-        for (kind, detail) in self.oracle.complete(&op) {
+        let state = &mut self.keyspaces[ks as usize];
+        for (kind, detail) in state.oracle.complete(&op) {
+            let detail =
+                if self.config.keyspaces > 1 { format!("keyspace {ks}: {detail}") } else { detail };
             world.violate(kind, detail.clone());
             self.findings.push((kind, detail));
         }
-        self.ops.push(op);
+        state.ops.push(op);
     }
 }
 
 impl Clients {
     /// Counts an unknown write on `key`; a `d*` key that reached
     /// [`UNKNOWN_WRITES_PER_KEY_MAX`] is retired and its slot moves to a fresh key.
-    fn count_unknown_write(&mut self, key: &str) {
-        let slot = self
-            .durable_keys
+    fn count_unknown_write(&mut self, ks: Keyspace, key: &str) {
+        let durable_keys = &mut self.keyspaces[ks as usize].durable_keys;
+        let slot = durable_keys
             .iter()
             .enumerate()
             .position(|(slot, (generation, _))| durable_key_name(slot, *generation) == key);
         let Some(slot) = slot else { return }; // not a `d*` key, or an already retired one
-        let (generation, unknown) = &mut self.durable_keys[slot];
+        let (generation, unknown) = &mut durable_keys[slot];
         *unknown += 1;
         assert!(*unknown <= UNKNOWN_WRITES_PER_KEY_MAX, "a full key was not retired");
         if *unknown == UNKNOWN_WRITES_PER_KEY_MAX {
@@ -402,6 +499,7 @@ mod tests {
             read_ppm: 500_000,
             durabilities: Durability::ALL.to_vec(),
             levels: ReadLevel::ALL.to_vec(),
+            keyspaces: 1,
         }
     }
 
@@ -410,16 +508,17 @@ mod tests {
         let mut clients = Clients::new(workload(), Rng::new(1));
         assert_eq!(durable_key_name(1, 0), "d1");
         for _ in 0..UNKNOWN_WRITES_PER_KEY_MAX - 1 {
-            clients.count_unknown_write("d1");
+            clients.count_unknown_write(0, "d1");
         }
-        assert_eq!(clients.durable_keys[1], (0, UNKNOWN_WRITES_PER_KEY_MAX - 1));
-        clients.count_unknown_write("d1");
-        assert_eq!(clients.durable_keys[1], (1, 0));
+        let keys = |clients: &Clients| clients.keyspaces[0].durable_keys.clone();
+        assert_eq!(keys(&clients)[1], (0, UNKNOWN_WRITES_PER_KEY_MAX - 1));
+        clients.count_unknown_write(0, "d1");
+        assert_eq!(keys(&clients)[1], (1, 0));
         // The retired name and other classes no longer count.
-        clients.count_unknown_write("d1");
-        clients.count_unknown_write("m1");
-        assert_eq!(clients.durable_keys, vec![(0, 0), (1, 0)]);
-        clients.count_unknown_write("d1g1");
-        assert_eq!(clients.durable_keys[1], (1, 1));
+        clients.count_unknown_write(0, "d1");
+        clients.count_unknown_write(0, "m1");
+        assert_eq!(keys(&clients), vec![(0, 0), (1, 0)]);
+        clients.count_unknown_write(0, "d1g1");
+        assert_eq!(keys(&clients)[1], (1, 1));
     }
 }

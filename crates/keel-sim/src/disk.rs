@@ -1,12 +1,15 @@
-//! One node's disk: the real write-ahead log ([`keel_storage::SimStorage`], the same code
-//! as the file storage over an in-memory disk with exact power-loss semantics), plus what
-//! the simulator models around it.
+//! One keyspace's disk on one node: the real write-ahead log ([`keel_storage::SimStorage`],
+//! the same code as the file storage over an in-memory disk with exact power-loss
+//! semantics), plus what the simulator models around it. It implements
+//! [`keel_storage::Storage`], so the effect executor's worker runs on it exactly as it
+//! runs on files in a server.
 //!
-//! The storage is instantaneous; fsync latency and slow disks are modelled by the world,
-//! which delays the engine's `LogSynced` input. A crash is a power loss (`crash`: every
-//! byte not fsynced is lost) or, when the world allows torn tails, sometimes a torn one
-//! (`crash_torn`: a prefix of each file's unsynced appends survives and recovery cuts it
-//! at the first bad record). A restart runs the storage's own recovery.
+//! The storage is instantaneous; fsync latency and slow disks are modelled by the
+//! executor's `VirtualDisk`, which spaces batches and their completions in virtual time.
+//! A crash is a power loss (`crash`: every byte not fsynced is lost) or, when the world
+//! allows torn tails, sometimes a torn one (a prefix of each file's unsynced appends
+//! survives and recovery cuts it at the first bad record). A restart runs the storage's
+//! own recovery.
 //!
 //! A driver mode, [`HardStateMode::SkipSync`], models a bug: the hard state (epoch and
 //! vote) is buffered here instead of being saved, so a crash before the next log fsync
@@ -16,9 +19,10 @@
 //! so any error is a bug and panics.
 
 use crate::rng::Rng;
-use keel_core::leader::PersistedState;
-use keel_storage::{SimStorage, Storage, StorageConfig};
-use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
+use keel_core::engine::PersistedState;
+use keel_storage::{Recovered, SimStorage, Storage, StorageConfig, StorageResult};
+use keel_types::{Entry, Epoch, HardState, LogIndex, NodeId, SnapshotMeta};
+use std::collections::BTreeSet;
 
 /// Segment size of a simulated log: small, so runs roll over segments and compact them.
 pub const SEGMENT_BYTES_SIM: u64 = 16 * 1024;
@@ -35,7 +39,7 @@ pub enum HardStateMode {
     SkipSync,
 }
 
-/// One node's simulated disk.
+/// One keyspace's simulated disk on one node.
 pub struct SimDisk {
     storage: SimStorage,
     /// The hard state last saved to the storage (what a restart recovers).
@@ -43,6 +47,11 @@ pub struct SimDisk {
     /// A hard state held back by [`HardStateMode::SkipSync`].
     hard_state_buffered: Option<HardState>,
     mode: HardStateMode,
+    /// Every vote the driver ever saved, `(epoch, candidate)`: a vote's message may leave
+    /// only once its hard state has been saved, even if a later one has replaced it since.
+    /// (A vote the [`HardStateMode::SkipSync`] bug only buffered counts as saved: the
+    /// driver believes it is; the invariants must catch what that costs.)
+    votes_saved: BTreeSet<(Epoch, NodeId)>,
 }
 
 impl std::fmt::Debug for SimDisk {
@@ -56,7 +65,7 @@ impl std::fmt::Debug for SimDisk {
     }
 }
 
-fn fatal<T>(result: keel_storage::StorageResult<T>, what: &str) -> T {
+fn fatal<T>(result: StorageResult<T>, what: &str) -> T {
     match result {
         Ok(value) => value,
         Err(e) => panic!("simulated storage failed to {what}: {e}"),
@@ -69,7 +78,18 @@ impl SimDisk {
         let mut storage = SimStorage::new_sim(StorageConfig::small_segments(SEGMENT_BYTES_SIM));
         let recovered = fatal(storage.recover(), "recover an empty disk");
         assert!(recovered.entries.is_empty() && recovered.snapshot.is_none());
-        SimDisk { storage, hard_state_saved: recovered.hard_state, hard_state_buffered: None, mode }
+        SimDisk {
+            storage,
+            hard_state_saved: recovered.hard_state,
+            hard_state_buffered: None,
+            mode,
+            votes_saved: BTreeSet::new(),
+        }
+    }
+
+    /// Whether a vote for `candidate` in `epoch` has been saved at some point.
+    pub fn vote_saved(&self, epoch: Epoch, candidate: NodeId) -> bool {
+        self.votes_saved.contains(&(epoch, candidate))
     }
 
     /// The hard state as the running node last wrote it.
@@ -77,68 +97,10 @@ impl SimDisk {
         self.hard_state_buffered.unwrap_or(self.hard_state_saved)
     }
 
-    /// Writes the hard state durably (or buffers it, if the mode skips the fsync).
-    pub fn write_hard_state(&mut self, hard_state: HardState) {
-        assert!(hard_state.epoch >= self.hard_state().epoch, "hard state epoch went backwards");
-        match self.mode {
-            HardStateMode::Sync => self.save_hard_state(hard_state),
-            HardStateMode::SkipSync => self.hard_state_buffered = Some(hard_state),
-        }
-    }
-
-    fn save_hard_state(&mut self, hard_state: HardState) {
-        fatal(self.storage.save_hard_state(&hard_state), "save the hard state");
-        self.hard_state_saved = hard_state;
-    }
-
-    /// The index of the last entry on disk (buffered or synced).
-    pub fn last_index(&self) -> LogIndex {
-        self.storage.last_index()
-    }
-
-    /// Highest index fsynced.
-    pub fn synced_index(&self) -> LogIndex {
-        self.storage.synced_index()
-    }
-
-    /// Removes every entry after `index`, durably. Truncating below the snapshot panics.
-    pub fn truncate_after(&mut self, index: LogIndex) {
-        fatal(self.storage.truncate_after(index), "truncate the log");
-        assert!(self.last_index() <= index, "entries after {index} survived the truncation");
-        assert!(self.synced_index() <= self.last_index(), "synced past the log's end");
-    }
-
-    /// Appends entries contiguous with the log (the storage panics on a gap).
-    pub fn append(&mut self, entries: &[Entry]) {
-        let Some(last) = entries.last() else { return };
-        fatal(self.storage.append(entries), "append");
-        assert_eq!(self.last_index(), last.index, "append did not end at its last entry");
-    }
-
-    /// Fsyncs the log and returns the index the engine may be told is durable: `index`,
-    /// clipped to the log (a truncation since the request may have shortened it). The
-    /// storage makes every appended entry durable, which may be more than asked. A hard
-    /// state buffered by [`HardStateMode::SkipSync`] is saved with it (as if both lived
-    /// in one file), so the skip loses only votes cast since the last log fsync.
-    pub fn sync(&mut self, index: LogIndex) -> LogIndex {
-        if let Some(hard_state) = self.hard_state_buffered.take() {
-            self.save_hard_state(hard_state);
-        }
-        let durable = fatal(self.storage.sync(), "fsync the log");
-        assert_eq!(durable, self.synced_index(), "sync returns the synced index");
-        index.min(durable)
-    }
-
-    /// Saves a snapshot durably and compacts the log up to it. A snapshot beyond or in
-    /// conflict with the log (installed from the leader) replaces the whole log.
-    pub fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) {
-        let beyond = meta.last_index > self.last_index();
-        fatal(self.storage.save_snapshot(meta, data), "save a snapshot");
-        fatal(self.storage.compact_through(meta.last_index), "compact the log");
-        if beyond {
-            assert_eq!(self.last_index(), meta.last_index, "a snapshot past the log drops it");
-        }
-        assert!(self.synced_index() >= meta.last_index, "a saved snapshot is durable");
+    /// The in-memory disk under the log, for what a driver writes beside it (a snapshot
+    /// prepared under its temporary name, as a server does on another thread).
+    pub fn raw(&mut self) -> &mut keel_storage::SimDisk {
+        self.storage.sim_disk()
     }
 
     /// Flips a bit in the record of `index`, which must be fsynced (bit rot of data the
@@ -172,6 +134,70 @@ impl SimDisk {
             entries: recovered.entries,
         }
     }
+
+    fn save_hard_state_now(&mut self, hard_state: HardState) -> StorageResult<()> {
+        self.storage.save_hard_state(&hard_state)?;
+        self.hard_state_saved = hard_state;
+        Ok(())
+    }
+}
+
+impl Storage for SimDisk {
+    fn recover(&mut self) -> StorageResult<Recovered> {
+        self.storage.recover()
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> StorageResult<()> {
+        self.storage.append(entries)
+    }
+
+    fn truncate_after(&mut self, index: LogIndex) -> StorageResult<()> {
+        self.storage.truncate_after(index)
+    }
+
+    /// A hard state buffered by [`HardStateMode::SkipSync`] is saved with the log's
+    /// fsync (as if both lived in one file), so the skip loses only votes cast since
+    /// the last log fsync.
+    fn sync(&mut self) -> StorageResult<LogIndex> {
+        if let Some(hard_state) = self.hard_state_buffered.take() {
+            self.save_hard_state_now(hard_state)?;
+        }
+        self.storage.sync()
+    }
+
+    fn save_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
+        assert!(hard_state.epoch >= self.hard_state().epoch, "hard state epoch went backwards");
+        if let Some(candidate) = hard_state.voted_for {
+            self.votes_saved.insert((hard_state.epoch, candidate));
+        }
+        match self.mode {
+            HardStateMode::Sync => self.save_hard_state_now(*hard_state),
+            HardStateMode::SkipSync => {
+                self.hard_state_buffered = Some(*hard_state);
+                Ok(())
+            }
+        }
+    }
+
+    fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()> {
+        self.storage.save_snapshot(meta, data)
+    }
+
+    fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<bool> {
+        self.storage.adopt_snapshot(meta, len)
+    }
+
+    fn compact_through(&mut self, index: LogIndex) -> StorageResult<()> {
+        self.storage.compact_through(index)
+    }
+
+    fn last_index(&self) -> LogIndex {
+        self.storage.last_index()
+    }
+
+    fn synced_index(&self) -> LogIndex {
+        self.storage.synced_index()
+    }
 }
 
 #[cfg(test)]
@@ -186,9 +212,9 @@ mod tests {
     #[test]
     fn crash_loses_unsynced_entries_and_keeps_synced_ones() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        disk.append(&[entry(1, 1), entry(1, 2)]);
-        assert_eq!(disk.sync(LogIndex(2)), LogIndex(2));
-        disk.append(&[entry(1, 3)]);
+        disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
+        assert_eq!(disk.sync().unwrap(), LogIndex(2));
+        disk.append(&[entry(1, 3)]).unwrap();
         let recovered = disk.crash(&mut Rng::new(1), false);
         assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2)]);
         assert_eq!(disk.last_index(), LogIndex(2));
@@ -199,9 +225,9 @@ mod tests {
         let mut torn = 0;
         for seed in 0..40 {
             let mut disk = SimDisk::new(HardStateMode::Sync);
-            disk.append(&[entry(1, 1)]);
-            disk.sync(LogIndex(1));
-            disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]);
+            disk.append(&[entry(1, 1)]).unwrap();
+            disk.sync().unwrap();
+            disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]).unwrap();
             let recovered = disk.crash(&mut Rng::new(seed), true);
             let n = recovered.entries.len();
             assert!((1..=4).contains(&n));
@@ -215,10 +241,10 @@ mod tests {
     fn skipped_hard_state_sync_forgets_the_vote() {
         let vote = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)) };
         let mut honest = SimDisk::new(HardStateMode::Sync);
-        honest.write_hard_state(vote);
+        honest.save_hard_state(&vote).unwrap();
         assert_eq!(honest.crash(&mut Rng::new(1), false).hard_state, vote);
         let mut buggy = SimDisk::new(HardStateMode::SkipSync);
-        buggy.write_hard_state(vote);
+        buggy.save_hard_state(&vote).unwrap();
         assert_eq!(buggy.hard_state(), vote);
         assert_eq!(buggy.crash(&mut Rng::new(1), false).hard_state, HardState::default());
     }
@@ -227,17 +253,20 @@ mod tests {
     #[should_panic(expected = "")]
     fn gap_in_append_is_a_contract_breach() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        disk.append(&[entry(1, 2)]);
+        disk.append(&[entry(1, 2)]).unwrap();
     }
 
     #[test]
     fn snapshot_compacts_or_replaces_the_log() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
-        disk.sync(LogIndex(3));
-        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(2), last_epoch: Epoch(1) }, b"s");
+        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
+        disk.sync().unwrap();
+        let first = SnapshotMeta { last_index: LogIndex(2), last_epoch: Epoch(1) };
+        disk.save_snapshot(first, b"s").unwrap();
+        disk.compact_through(LogIndex(2)).unwrap();
         assert_eq!(disk.last_index(), LogIndex(3));
-        disk.save_snapshot(SnapshotMeta { last_index: LogIndex(9), last_epoch: Epoch(2) }, b"t");
+        let second = SnapshotMeta { last_index: LogIndex(9), last_epoch: Epoch(2) };
+        disk.save_snapshot(second, b"t").unwrap();
         assert_eq!(disk.last_index(), LogIndex(9));
         assert_eq!(disk.synced_index(), LogIndex(9));
         let recovered = disk.crash(&mut Rng::new(3), false);
@@ -251,8 +280,8 @@ mod tests {
     #[test]
     fn a_corrupt_synced_entry_cuts_the_log_there() {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]);
-        disk.sync(LogIndex(3));
+        disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
+        disk.sync().unwrap();
         assert!(disk.corrupt_entry(LogIndex(2)));
         let recovered = disk.crash(&mut Rng::new(1), false);
         assert_eq!(recovered.entries, vec![entry(1, 1)]);

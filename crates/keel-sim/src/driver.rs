@@ -13,7 +13,7 @@ use keel_types::{
 pub const POLL_NS: u64 = 5_000_000;
 
 /// Scripted access to a simulated cluster.
-pub struct Driver<E> {
+pub struct Driver<E: SimEngine> {
     /// The cluster.
     pub world: World<E>,
     next_request: u64,

@@ -1,22 +1,41 @@
-//! What the simulator needs from a protocol engine: the contract of
-//! `keel_core::leader` (boot from persisted state, `step(now, input) -> Outputs`,
-//! `status()`), behind a trait so the driver is written once for every engine.
+//! What the simulator needs from an engine beyond the engine interface
+//! (`keel_core::engine::Engine`): a configuration per node from a template, the facts its
+//! contract checks read off a message, and optionally a digest of the applied state.
+//!
+//! The simulator drives any engine whose clients speak the front door's requests and
+//! replies and whose status is the leader engine's (its invariant checks read roles,
+//! epochs and indexes); the Kite and geo engines will bring checks of their own.
 
-use keel_core::leader::{Config, Input, Outputs, PersistedState, Status};
-use keel_core::time::Time;
+use keel_core::engine::{ClientReply, ClientRequest, Engine};
+use keel_core::leader::{Config, Message, Status};
+use keel_types::{Entry, Epoch, LogIndex, NodeId};
+
+/// What the contract checks read off a message before it is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageFacts<'a> {
+    /// The sender's epoch, which must be durable before the message leaves.
+    pub epoch: Epoch,
+    /// A vote granted in `epoch` (the vote must be durable).
+    pub grants_vote: bool,
+    /// A vote request in `epoch` (the candidate's own vote must be durable).
+    pub asks_vote: bool,
+    /// An index the sender claims is on its disk.
+    pub claims_persisted: Option<LogIndex>,
+    /// Log entries carried (each must be in the sender's log).
+    pub entries: &'a [Entry],
+}
 
 /// An engine the simulator can drive.
-pub trait SimEngine {
-    /// Starts a node from what its disk recovered; `seed` feeds its randomness.
-    fn boot(config: Config, persisted: PersistedState, seed: u64, now: Time) -> Self
-    where
-        Self: Sized;
+pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status = Status> {
+    /// The configuration of `node` in a cluster of `members`, from a template.
+    fn configure(template: &Self::Config, node: NodeId, members: Vec<NodeId>) -> Self::Config;
 
-    /// Handles one input at local time `now` and says what the driver must do.
-    fn step(&mut self, now: Time, input: Input) -> Outputs;
+    /// The facts the contract checks need.
+    fn facts(message: &Self::Message) -> MessageFacts<'_>;
 
-    /// The engine's externally visible state.
-    fn status(&self) -> Status;
+    /// The clock drift between two nodes, in parts per million, the engine tolerates
+    /// (the world keeps its clocks within it).
+    fn drift_bound_ppm(config: &Self::Config) -> u32;
 
     /// A digest of the applied state at `status().applied_index`, when the engine
     /// offers one (used by the applied-agreement invariant).
@@ -25,18 +44,62 @@ pub trait SimEngine {
     }
 }
 
+/// The configuration of `node` among `members`, from a leader-engine template.
+pub fn configure_leader(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
+    let mut config = template.clone();
+    config.node_id = node;
+    config.members = members;
+    config
+}
+
+/// The facts of a leader-engine message.
+pub fn leader_facts(message: &Message) -> MessageFacts<'_> {
+    let mut facts = MessageFacts {
+        epoch: message_epoch(message),
+        grants_vote: false,
+        asks_vote: false,
+        claims_persisted: None,
+        entries: &[],
+    };
+    match message {
+        Message::Vote { granted, .. } => facts.grants_vote = *granted,
+        Message::RequestVote { .. } => facts.asks_vote = true,
+        Message::AppendReply { persisted_index, .. } => {
+            facts.claims_persisted = Some(*persisted_index)
+        }
+        Message::Append { entries, .. } => facts.entries = entries,
+        _ => {}
+    }
+    facts
+}
+
+/// The sender's epoch carried by every leader-engine message.
+pub fn message_epoch(message: &Message) -> Epoch {
+    match message {
+        Message::RequestVote { epoch, .. }
+        | Message::Vote { epoch, .. }
+        | Message::PreVote { epoch, .. }
+        | Message::PreVoteReply { epoch, .. }
+        | Message::Append { epoch, .. }
+        | Message::AppendReply { epoch, .. }
+        | Message::InstallSnapshot { epoch, .. }
+        | Message::InstallSnapshotReply { epoch, .. }
+        | Message::Forward { epoch, .. }
+        | Message::ForwardReply { epoch, .. } => *epoch,
+    }
+}
+
 impl SimEngine for keel_core::leader::LeaderEngine {
-    fn boot(config: Config, persisted: PersistedState, seed: u64, now: Time) -> Self {
-        keel_core::leader::LeaderEngine::new(config, persisted, seed, now)
-            .expect("the simulator builds valid configurations")
+    fn configure(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
+        configure_leader(template, node, members)
     }
 
-    fn step(&mut self, now: Time, input: Input) -> Outputs {
-        keel_core::leader::LeaderEngine::step(self, now, input)
+    fn facts(message: &Message) -> MessageFacts<'_> {
+        leader_facts(message)
     }
 
-    fn status(&self) -> Status {
-        keel_core::leader::LeaderEngine::status(self)
+    fn drift_bound_ppm(config: &Config) -> u32 {
+        config.clock_drift_ppm_max.min(100_000)
     }
 
     fn applied_digest(&self) -> Option<u64> {

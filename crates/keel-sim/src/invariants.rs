@@ -98,6 +98,11 @@ impl Checker {
         &self.violations
     }
 
+    /// Takes the violations found so far (the world gathers every keyspace's).
+    pub fn take_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.violations)
+    }
+
     /// A node's log model.
     pub fn log(&self, node: NodeId) -> &LogModel {
         static EMPTY: LogModel = LogModel { positions: Vec::new() };

@@ -19,7 +19,7 @@ use crate::nemesis::{Nemesis, NemesisConfig};
 use crate::net::NetConfig;
 use crate::rng::Rng;
 use crate::survivors::survivors;
-use crate::world::{Corruption, Notice, World, WorldConfig};
+use crate::world::{Corruption, Keyspace, Notice, World, WorldConfig};
 use keel_check::linearizability::{Config as LinConfig, Verdict};
 use keel_check::model::Model;
 use keel_core::leader::Config;
@@ -68,6 +68,12 @@ pub struct GeneralConfig {
     /// Negative control: followers acknowledge mark-outs nobody asked for (the engine's
     /// `unsafe_release_unasked`), so over a WAN they never hold leases.
     pub release_unasked: bool,
+    /// Keyspaces the cluster hosts (each an engine instance on every node); the
+    /// `keyspaces` scenario draws 2 to 4 from the seed.
+    pub keyspaces: u32,
+    /// Negative control: the effect executor reports fsyncs without clamping them below
+    /// the truncations queued after them.
+    pub skip_truncation_clamp: bool,
 }
 
 impl GeneralConfig {
@@ -84,6 +90,8 @@ impl GeneralConfig {
             corruption: Corruption::Off,
             wide_area: false,
             release_unasked: false,
+            keyspaces: 1,
+            skip_truncation_clamp: false,
         }
     }
 
@@ -93,10 +101,29 @@ impl GeneralConfig {
         GeneralConfig { load_ns: 15_000_000_000, wide_area: true, ..GeneralConfig::new(seed) }
     }
 
+    /// The `keyspaces` run for `seed`: the general scenario on 2 to 4 keyspaces at once
+    /// (drawn from the seed), sharing nodes, disks' fault schedule and network.
+    pub fn keyspaces(seed: u64) -> GeneralConfig {
+        let keyspaces = 2 + (Rng::new(seed ^ 0x6b73).next_u64() % 3) as u32;
+        GeneralConfig { keyspaces, ..GeneralConfig::new(seed) }
+    }
+
+    /// The config for a scenario by name: `general`, `wide-area` or `keyspaces`.
+    pub fn named(scenario: &str, seed: u64) -> Option<GeneralConfig> {
+        match scenario {
+            "general" => Some(GeneralConfig::new(seed)),
+            "wide-area" => Some(GeneralConfig::wide_area(seed)),
+            "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
+            _ => None,
+        }
+    }
+
     /// The scenario's name, as `keel sim run --scenario` takes it.
     pub fn scenario(&self) -> &'static str {
         if self.wide_area {
             "wide-area"
+        } else if self.keyspaces > 1 {
+            "keyspaces"
         } else {
             "general"
         }
@@ -148,6 +175,11 @@ impl RunReport {
     pub fn replay(&self) -> String {
         format!("keel sim run --scenario {} --seed {}", self.scenario, self.seed)
     }
+
+    /// Whether any violation is of `kind`.
+    pub fn found(&self, kind: &str) -> bool {
+        self.violations.iter().any(|v| v.starts_with(kind))
+    }
 }
 
 /// The engine configuration a run uses for a cluster of `nodes`.
@@ -186,6 +218,8 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         torn_tail: rng.chance(500_000),
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        keyspaces: 1,
+        unsafe_skip_truncation_clamp: false,
     }
 }
 
@@ -199,11 +233,12 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
         read_ppm: rng.range(300_000, 800_000) as u32,
         durabilities: Durability::ALL.to_vec(),
         levels: ReadLevel::ALL.to_vec(),
+        keyspaces: 1,
     }
 }
 
 /// Runs one seed of the general scenario, catching panics into the report.
-pub fn run_general<E: SimEngine>(config: &GeneralConfig) -> RunReport {
+pub fn run_general<E: SimEngine<Config = Config>>(config: &GeneralConfig) -> RunReport {
     let mut report =
         RunReport { scenario: config.scenario().into(), seed: config.seed, ..RunReport::default() };
     let mut world: Option<World<E>> = None;
@@ -230,7 +265,7 @@ pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic without a message".into())
 }
 
-fn general_body<E: SimEngine>(
+fn general_body<E: SimEngine<Config = Config>>(
     config: &GeneralConfig,
     report: &mut RunReport,
     slot: &mut Option<World<E>>,
@@ -244,6 +279,8 @@ fn general_body<E: SimEngine>(
         make_removal_hasty(&mut world_config.engine);
     }
     world_config.engine.unsafe_release_unasked = config.release_unasked;
+    world_config.keyspaces = config.keyspaces;
+    world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
     if config.hard_state_mode == HardStateMode::SkipSync {
         // Make the skipped fsync matter: voters crash right after voting, often.
         world_config.crash_after_vote_ppm = 1_000_000;
@@ -251,6 +288,7 @@ fn general_body<E: SimEngine>(
     let world: &mut World<E> = slot.insert(World::new(world_config, rng.next_u64()));
     world.corruption = config.corruption;
     let mut workload = general_workload(&mut rng);
+    workload.keyspaces = config.keyspaces;
     let mut faults = NemesisConfig::all();
     if config.partitioned_reads {
         // Aim at the hole hasty removal opens: partitioned followers serving reads.
@@ -305,29 +343,31 @@ pub fn make_wide_area(world: &mut WorldConfig, rng: &mut Rng) {
 /// [`LEASES_NS_MAX`]: a healthy node left out of the set for good (or never granted a
 /// lease it accepts) is a liveness failure, `lease-liveness`.
 fn await_leases<E: SimEngine>(world: &mut World<E>, clients: &mut Clients, nemesis: &mut Nemesis) {
-    let all_active = |world: &World<E>| {
-        let leader = world.leader();
-        world
-            .node_ids()
-            .into_iter()
-            .filter(|id| Some(*id) != leader)
-            .all(|id| world.status(id).is_some_and(|s| s.active))
+    let inactive = |world: &World<E>| -> Vec<String> {
+        let mut inactive = Vec::new();
+        for ks in 0..world.keyspaces() {
+            let leader = world.leader_in(ks);
+            for id in world.node_ids().into_iter().filter(|id| Some(*id) != leader) {
+                if !world.status_in(id, ks).is_some_and(|s| s.active) {
+                    inactive.push(if world.keyspaces() > 1 {
+                        format!("{id}/{ks}")
+                    } else {
+                        id.to_string()
+                    });
+                }
+            }
+        }
+        inactive
     };
     let deadline = world.now_ns() + LEASES_NS_MAX;
     while world.now_ns() < deadline && world.violations().is_empty() {
-        if all_active(world) {
+        if inactive(world).is_empty() {
             return;
         }
         run_phase(world, clients, nemesis, CONVERGE_POLL_NS);
     }
     if world.violations().is_empty() {
-        let inactive: Vec<String> = world
-            .node_ids()
-            .into_iter()
-            .filter(|id| Some(*id) != world.leader())
-            .filter(|id| !world.status(*id).is_some_and(|s| s.active))
-            .map(|id| id.to_string())
-            .collect();
+        let inactive = inactive(world);
         let detail = format!(
             "followers {} hold no lease {} ms after converging",
             inactive.join(","),
@@ -377,13 +417,18 @@ fn converge<E: SimEngine>(
     false
 }
 
-/// One leader whose whole log is durable and applied by every node.
+/// In every keyspace, one leader whose whole log is durable and applied by every node.
 pub fn converged<E: SimEngine>(world: &World<E>) -> bool {
-    let Some(leader) = world.leader() else { return false };
-    let Some(lead) = world.status(leader) else { return false };
+    (0..world.keyspaces()).all(|ks| converged_in(world, ks))
+}
+
+/// One leader of keyspace `ks` whose whole log is durable and applied by every node.
+pub fn converged_in<E: SimEngine>(world: &World<E>, ks: Keyspace) -> bool {
+    let Some(leader) = world.leader_in(ks) else { return false };
+    let Some(lead) = world.status_in(leader, ks) else { return false };
     lead.durable_index == lead.last_index
         && world.node_ids().into_iter().all(|id| {
-            world.status(id).is_some_and(|s| {
+            world.status_in(id, ks).is_some_and(|s| {
                 s.epoch == lead.epoch
                     && s.last_index == lead.last_index
                     && s.applied_index == lead.last_index
@@ -432,10 +477,11 @@ fn finish<E: SimEngine>(
     report: &mut RunReport,
 ) {
     if !converged && world.violations().is_empty() {
+        let unconverged = (0..world.keyspaces()).find(|ks| !converged_in(world, *ks)).unwrap_or(0);
         let states: Vec<String> = world
             .node_ids()
             .into_iter()
-            .map(|id| match world.status(id) {
+            .map(|id| match world.status_in(id, unconverged) {
                 Some(s) => format!(
                     "{id}:{:?}/e{}/last{}/applied{}/durable{}/persisted{}/active{}",
                     s.role,
@@ -449,30 +495,52 @@ fn finish<E: SimEngine>(
                 None => format!("{id}:down"),
             })
             .collect();
-        let detail =
-            format!("no durable, fully applied leader after healing: {}", states.join(" "));
+        let detail = format!(
+            "no durable, fully applied leader of keyspace {unconverged} after healing: {}",
+            states.join(" ")
+        );
         world.violate("no-convergence", detail);
     }
-    let mut history = KeelHistory { ops: clients.ops.clone(), survivors: Vec::new() };
-    if let Some(leader) = world.leader().filter(|_| converged) {
-        let entries = world.checker().entries(leader);
-        let versions: BTreeSet<Version> = entries.iter().map(|e| e.version()).collect();
-        for (kind, detail) in check_survival(&clients.ops, &versions) {
-            world.violate(kind, detail);
+    let mut verdicts = Vec::new();
+    let mut kept = None;
+    for ks in 0..world.keyspaces() {
+        let mut history = KeelHistory { ops: clients.history(ks).to_vec(), survivors: Vec::new() };
+        if let Some(leader) = world.leader_in(ks).filter(|_| converged) {
+            let entries = world.checker_of(ks).entries(leader);
+            let versions: BTreeSet<Version> = entries.iter().map(|e| e.version()).collect();
+            for (kind, detail) in check_survival(&history.ops, &versions) {
+                world.violate(kind, format!("keyspace {ks}: {detail}"));
+            }
+            history.survivors = survivors(&entries);
+            verdicts.push(check_history(world, &history));
         }
-        history.survivors = survivors(&entries);
-        report.linearizability = check_history(world, &history).to_string();
+        if ks == 0 {
+            kept = Some(history);
+        }
     }
+    // The weakest verdict over the keyspaces stands for the run.
+    report.linearizability = verdicts
+        .iter()
+        .copied()
+        .find(|v| *v != "linearizable")
+        .or(verdicts.first().copied())
+        .unwrap_or_default()
+        .to_string();
     report.violations = world.violations().iter().map(Violation::to_string).collect();
-    report.ops = history.ops.len();
-    report.ok = history.ops.iter().filter(|o| o.outcome == Outcome::Ok).count();
-    report.unknown = history.ops.iter().filter(|o| o.outcome == Outcome::Unknown).count();
+    let all = clients.combined_history();
+    report.ops = all.len();
+    report.ok = all.iter().filter(|o| o.outcome == Outcome::Ok).count();
+    report.unknown = all.iter().filter(|o| o.outcome == Outcome::Unknown).count();
     report.events = world.stats.events;
     report.virtual_ms = world.now_ns() / 1_000_000;
     report.crashes = world.stats.crashes;
     report.converged = converged;
     if keep {
-        report.history = Some(history);
+        report.history = if world.keyspaces() > 1 {
+            Some(KeelHistory { ops: all, survivors: Vec::new() })
+        } else {
+            kept
+        };
     }
 }
 

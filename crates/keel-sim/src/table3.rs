@@ -182,6 +182,8 @@ pub fn table3_world(rng: &mut Rng) -> WorldConfig {
         torn_tail: false,
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        keyspaces: 1,
+        unsafe_skip_truncation_clamp: false,
     }
 }
 

@@ -8,6 +8,7 @@
 //! writes it has served to readers, which the simulator's checkers must catch.
 
 use crate::engine::SimEngine;
+use keel_core::engine::{BootError, Engine, Report, RoleView};
 use keel_core::leader::{
     ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, Role,
     Status,
@@ -217,7 +218,32 @@ impl ToyEngine {
 }
 
 impl SimEngine for ToyEngine {
-    fn boot(config: Config, persisted: PersistedState, _seed: u64, _now: Time) -> Self {
+    fn configure(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
+        crate::engine::configure_leader(template, node, members)
+    }
+
+    fn facts(message: &Message) -> crate::engine::MessageFacts<'_> {
+        crate::engine::leader_facts(message)
+    }
+
+    fn drift_bound_ppm(config: &Config) -> u32 {
+        config.clock_drift_ppm_max.min(100_000)
+    }
+}
+
+impl Engine for ToyEngine {
+    type Config = Config;
+    type Message = Message;
+    type Request = ClientRequest;
+    type Reply = ClientReply;
+    type Status = Status;
+
+    fn boot(
+        config: Config,
+        persisted: PersistedState,
+        _seed: u64,
+        _now: Time,
+    ) -> Result<Self, BootError> {
         let mut engine = ToyEngine {
             config,
             log: persisted.entries,
@@ -235,7 +261,25 @@ impl SimEngine for ToyEngine {
                 engine.apply(command, entry.version());
             }
         }
-        engine
+        Ok(engine)
+    }
+
+    fn check_message(_message: &Message) -> Result<(), &'static str> {
+        Ok(()) // the toy trusts its peers
+    }
+
+    fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    fn role(&self) -> RoleView {
+        let role = if self.is_leader() { "leader" } else { "follower" };
+        RoleView { role, leader: Some(LEADER), epoch: EPOCH.0 }
+    }
+
+    fn report(&self) -> Report {
+        let status = serde_json::to_value(self.status()).expect("status serializes");
+        Report { status, metrics: Vec::new() }
     }
 
     fn step(&mut self, now: Time, input: Input) -> Outputs {

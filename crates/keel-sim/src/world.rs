@@ -1,12 +1,20 @@
 //! The simulated cluster: one thread, virtual time in nanoseconds, an event queue keyed
-//! by `(time, sequence)`, nodes that each own an engine, a disk and a clock, and a
-//! network between them. The driver carries out each step's [`Outputs`] in the order
-//! the contract on `Outputs` prescribes and checks the contract as it goes.
+//! by `(time, sequence)`, nodes that each own a clock and, per keyspace, a replica (an
+//! engine, the effect executor's front, and a disk the executor's worker runs on in
+//! virtual time), and a network between nodes that carries every keyspace's messages.
+//!
+//! Outputs are carried out by `keel_exec`, the code the server runs: hard state durable
+//! before messages (held behind a barrier), log writes in order with group commit,
+//! fsync reports clamped below later truncations, snapshots taken by a node written off
+//! the log's queue and adopted, installed ones saved in order. The world adds the
+//! checks only a simulator can make: every message's epoch, vote and persisted claim is
+//! on disk when it leaves, every reply answers a pending request, and the invariant
+//! [`Checker`] of each keyspace sees every log write and every step's status.
 //!
 //! Layout of one event's handling: pop the earliest event, advance virtual time, defer
-//! it if its node is paused, step the node's engine with the matching [`Input`], carry
-//! out the outputs ([`World::carry_out`]), then hand the engine's status to the
-//! invariant [`Checker`].
+//! it if its node is paused, step the replica's engine with the matching input, hand the
+//! outputs to the front, submit its operations to the disk, send what may leave, then
+//! observe the engine's status.
 
 use crate::clock::NodeClock;
 use crate::disk::{HardStateMode, SimDisk};
@@ -14,21 +22,31 @@ use crate::engine::SimEngine;
 use crate::invariants::{Checker, Violation};
 use crate::net::{NetConfig, Network};
 use crate::rng::Rng;
-use keel_core::leader::{
-    ClientReply, ClientRequest, Config, Input, Message, Outputs, PersistedState, RequestTag,
-    SnapshotBytes, Status,
-};
+use keel_core::engine::{Input, Outputs, PersistedState};
+use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
-use keel_types::{Epoch, HardState, LogIndex, NodeId, SnapshotMeta};
+use keel_exec::{Completion, Front, VirtualDisk};
+use keel_types::{LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Most messages a replica holds behind an unsynced hard state.
+pub const HELD_MESSAGES_MAX: usize = 4096;
+/// Most keyspaces one simulated cluster hosts.
+pub const KEYSPACES_MAX: u32 = 8;
+
+/// A keyspace's index in the world (its id in a server's configuration).
+pub type Keyspace = u32;
 
 /// How a simulated cluster is built. Every random choice still comes from the seed.
 #[derive(Clone, Debug)]
-pub struct WorldConfig {
+pub struct WorldConfig<C = Config> {
     /// The engine configuration; `node_id` and `members` are filled in per node.
-    pub engine: Config,
+    pub engine: C,
     /// Cluster size.
     pub nodes: u32,
+    /// Keyspaces, each an engine instance with its own disk on every node.
+    pub keyspaces: u32,
     /// The network between nodes.
     pub net: NetConfig,
     /// One-way latency between a client and any node.
@@ -48,6 +66,9 @@ pub struct WorldConfig {
     /// Targeted fault for negative controls: probability (ppm) that a node crashes right
     /// after granting a vote, restarting 1–50 ms later. Zero in normal runs.
     pub crash_after_vote_ppm: u32,
+    /// Negative control: the executor reports fsyncs without clamping them below the
+    /// truncations that followed (`Front::unsafe_skip_truncation_clamp`).
+    pub unsafe_skip_truncation_clamp: bool,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -77,6 +98,8 @@ pub enum Notice {
     Reply {
         /// The node the client had contacted.
         node: NodeId,
+        /// The keyspace the request was for.
+        keyspace: Keyspace,
         /// The reply.
         reply: ClientReply,
     },
@@ -88,26 +111,61 @@ pub enum Notice {
 }
 
 #[derive(Clone, Debug)]
-enum Event {
-    Deliver { from: NodeId, to: NodeId, message: Message, arrived: bool },
-    Tick { node: NodeId, incarnation: u64 },
-    Synced { node: NodeId, incarnation: u64, index: LogIndex },
-    SnapshotSaved { node: NodeId, incarnation: u64, meta: SnapshotMeta },
-    Request { node: NodeId, request: ClientRequest },
-    Reply { node: NodeId, reply: ClientReply },
-    Timer { id: u64 },
-    Crash { node: NodeId, restart_at_ns: u64 },
-    Restart { node: NodeId },
+enum Event<M> {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        ks: Keyspace,
+        message: M,
+        arrived: bool,
+    },
+    Tick {
+        node: NodeId,
+        ks: Keyspace,
+        incarnation: u64,
+    },
+    Disk {
+        node: NodeId,
+        ks: Keyspace,
+        incarnation: u64,
+    },
+    Prepared {
+        node: NodeId,
+        ks: Keyspace,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        data: Arc<Vec<u8>>,
+    },
+    Request {
+        node: NodeId,
+        ks: Keyspace,
+        request: ClientRequest,
+    },
+    Reply {
+        node: NodeId,
+        ks: Keyspace,
+        reply: ClientReply,
+    },
+    Timer {
+        id: u64,
+    },
+    Crash {
+        node: NodeId,
+        restart_at_ns: u64,
+    },
+    Restart {
+        node: NodeId,
+    },
 }
 
-impl Event {
+impl<M> Event<M> {
     /// The node whose pause defers this event, if any.
     fn node(&self) -> Option<NodeId> {
         match self {
             Event::Deliver { to, .. } => Some(*to),
             Event::Tick { node, .. }
-            | Event::Synced { node, .. }
-            | Event::SnapshotSaved { node, .. }
+            | Event::Disk { node, .. }
+            | Event::Prepared { node, .. }
             | Event::Request { node, .. } => Some(*node),
             Event::Reply { .. }
             | Event::Timer { .. }
@@ -117,19 +175,25 @@ impl Event {
     }
 }
 
-struct Node<E> {
+/// One keyspace's replica on one node.
+struct Replica<E: SimEngine> {
     engine: Option<E>,
-    disk: SimDisk,
+    front: Front<E::Message, ClientReply>,
+    disk: VirtualDisk<SimDisk>,
+    recovered: PersistedState,
+    tick_at_ns: Option<u64>,
+    disk_at_ns: Option<u64>,
+    pending_tags: BTreeSet<RequestTag>,
+}
+
+struct Node<E: SimEngine> {
+    replicas: Vec<Replica<E>>,
     clock: NodeClock,
     incarnation: u64,
-    recovered: PersistedState,
     paused_until_ns: u64,
     fsync_ns: u64,
     disk_slow_factor: u64,
     disk_slow_until_ns: u64,
-    sync_done_ns_last: u64,
-    tick_at_ns: Option<u64>,
-    pending_tags: BTreeSet<RequestTag>,
     rng: Rng,
 }
 
@@ -144,18 +208,21 @@ pub struct WorldStats {
     pub crashes: u64,
     /// Events deferred by a pause.
     pub deferred: u64,
+    /// Snapshots taken and adopted through the executor's off-worker path.
+    pub snapshots_prepared: u64,
 }
 
 /// The simulated cluster.
-pub struct World<E> {
-    config: WorldConfig,
+pub struct World<E: SimEngine> {
+    config: WorldConfig<E::Config>,
     now_ns: u64,
     seq: u64,
-    events: BTreeMap<(u64, u64), Event>,
+    events: BTreeMap<(u64, u64), Event<E::Message>>,
     nodes: Vec<Node<E>>,
     /// The network between nodes.
     pub net: Network,
-    checker: Checker,
+    checkers: Vec<Checker>,
+    violations: Vec<Violation>,
     next_tag: u64,
     /// Counters.
     pub stats: WorldStats,
@@ -163,51 +230,50 @@ pub struct World<E> {
     pub trace: bool,
     /// Whether crashes may corrupt fsynced records (off unless a scenario arms it).
     pub corruption: Corruption,
-    /// The corruption injected so far, if any: `(node, first lost index)`.
+    /// The corruption injected so far, if any: `(node, first lost index)` in keyspace 0.
     pub corrupted: Option<(NodeId, LogIndex)>,
 }
 
 impl<E: SimEngine> World<E> {
     /// Builds and boots a cluster; every parameter not in `config` derives from `seed`.
-    pub fn new(config: WorldConfig, seed: u64) -> World<E> {
+    pub fn new(config: WorldConfig<E::Config>, seed: u64) -> World<E> {
         assert!((1..=9).contains(&config.nodes), "cluster of {} nodes", config.nodes);
+        assert!((1..=KEYSPACES_MAX).contains(&config.keyspaces), "{} keyspaces", config.keyspaces);
         assert!(config.fsync_ns_max > config.fsync_ns_min, "empty fsync latency range");
         let mut rng = Rng::new(seed);
         let net = Network::new(config.net.clone(), rng.fork());
-        // The engine's bound is on drift between any two nodes, so each node drifts by at
-        // most half of it from virtual time.
-        let drift_max = i64::from(config.engine.clock_drift_ppm_max.min(100_000) / 2);
-        debug_assert!(drift_max <= i64::from(crate::clock::DRIFT_PPM_LIMIT));
+        let drift_bound = E::drift_bound_ppm(&config.engine);
         let mut nodes = Vec::new();
         for _ in 0..config.nodes {
             let mut node_rng = rng.fork();
             let offset = node_rng.range(0, config.clock_offset_ns_max.max(1));
+            // The engine's bound is on drift between any two nodes, so each node drifts
+            // by at most half of it from virtual time.
+            let drift_max = i64::from(drift_bound / 2);
+            debug_assert!(drift_max <= i64::from(crate::clock::DRIFT_PPM_LIMIT));
             let drift = node_rng.range(0, 2 * drift_max as u64 + 1) as i64 - drift_max;
             let fsync_ns = node_rng.range(config.fsync_ns_min, config.fsync_ns_max);
+            let replicas = (0..config.keyspaces).map(|_| Self::fresh_replica(&config)).collect();
             nodes.push(Node {
-                engine: None,
-                disk: SimDisk::new(config.hard_state_mode),
+                replicas,
                 clock: NodeClock::new(offset, drift as i32),
                 incarnation: 0,
-                recovered: PersistedState::default(),
                 paused_until_ns: 0,
                 fsync_ns,
                 disk_slow_factor: 1,
                 disk_slow_until_ns: 0,
-                sync_done_ns_last: 0,
-                tick_at_ns: None,
-                pending_tags: BTreeSet::new(),
                 rng: node_rng,
             });
         }
         let mut world = World {
+            checkers: (0..config.keyspaces).map(|_| Checker::new()).collect(),
             config,
             now_ns: 0,
             seq: 0,
             events: BTreeMap::new(),
             nodes,
             net,
-            checker: Checker::new(),
+            violations: Vec::new(),
             next_tag: 1,
             stats: WorldStats::default(),
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
@@ -220,6 +286,24 @@ impl<E: SimEngine> World<E> {
         world
     }
 
+    fn fresh_replica(config: &WorldConfig<E::Config>) -> Replica<E> {
+        let front = Front::new(HELD_MESSAGES_MAX);
+        let front = if config.unsafe_skip_truncation_clamp {
+            front.unsafe_skip_truncation_clamp()
+        } else {
+            front
+        };
+        Replica {
+            engine: None,
+            front,
+            disk: VirtualDisk::new(SimDisk::new(config.hard_state_mode)),
+            recovered: PersistedState::default(),
+            tick_at_ns: None,
+            disk_at_ns: None,
+            pending_tags: BTreeSet::new(),
+        }
+    }
+
     /// Virtual time now, in nanoseconds.
     pub fn now_ns(&self) -> u64 {
         self.now_ns
@@ -230,49 +314,87 @@ impl<E: SimEngine> World<E> {
         (1..=self.config.nodes).map(NodeId).collect()
     }
 
-    /// The invariant checker (violations, log models).
-    pub fn checker(&self) -> &Checker {
-        &self.checker
+    /// How many keyspaces the cluster hosts.
+    pub fn keyspaces(&self) -> Keyspace {
+        self.config.keyspaces
     }
 
-    /// Violations found so far.
+    /// Keyspace 0's invariant checker (log models, the durable prefix).
+    pub fn checker(&self) -> &Checker {
+        &self.checkers[0]
+    }
+
+    /// A keyspace's invariant checker.
+    pub fn checker_of(&self, ks: Keyspace) -> &Checker {
+        &self.checkers[ks as usize]
+    }
+
+    /// Violations found so far, first first (every keyspace's).
     pub fn violations(&self) -> &[Violation] {
-        self.checker.violations()
+        &self.violations
     }
 
     /// Records a violation found outside the world (by clients or checkers).
     pub fn violate(&mut self, kind: &'static str, detail: String) {
-        let now = self.now_ns;
-        self.checker.violate(kind, now, detail);
+        if self.violations.len() < crate::invariants::VIOLATIONS_MAX {
+            self.violations.push(Violation { kind, at_ns: self.now_ns, detail });
+        }
     }
 
-    /// A running node's status; `None` while it is crashed.
+    /// Moves what keyspace `ks`'s checker found into the run's violations.
+    fn collect(&mut self, ks: Keyspace) {
+        for violation in self.checkers[ks as usize].take_violations() {
+            if self.violations.len() < crate::invariants::VIOLATIONS_MAX {
+                self.violations.push(violation);
+            }
+        }
+    }
+
+    /// A running node's status in keyspace 0; `None` while it is crashed.
     pub fn status(&self, node: NodeId) -> Option<Status> {
-        self.node(node).engine.as_ref().map(SimEngine::status)
+        self.status_in(node, 0)
+    }
+
+    /// A running node's status in keyspace `ks`.
+    pub fn status_in(&self, node: NodeId, ks: Keyspace) -> Option<Status> {
+        self.replica(node, ks).engine.as_ref().map(|e| e.status())
     }
 
     /// Whether the node is running (not crashed).
     pub fn is_up(&self, node: NodeId) -> bool {
-        self.node(node).engine.is_some()
+        self.replica(node, 0).engine.is_some()
     }
 
-    /// The running leader with the highest epoch, if any.
+    /// The running leader of keyspace 0 with the highest epoch, if any.
     pub fn leader(&self) -> Option<NodeId> {
+        self.leader_in(0)
+    }
+
+    /// The running leader of keyspace `ks` with the highest epoch, if any.
+    pub fn leader_in(&self, ks: Keyspace) -> Option<NodeId> {
         self.node_ids()
             .into_iter()
-            .filter_map(|id| self.status(id))
+            .filter_map(|id| self.status_in(id, ks))
             .filter(|s| s.role == keel_core::leader::Role::Leader)
             .max_by_key(|s| s.epoch)
             .map(|s| s.node_id)
     }
 
-    /// The node's engine, while it runs (for scenario-specific introspection).
+    /// The node's keyspace-0 engine, while it runs (for scenario-specific introspection).
     pub fn engine(&self, node: NodeId) -> Option<&E> {
-        self.node(node).engine.as_ref()
+        self.replica(node, 0).engine.as_ref()
     }
 
     fn node(&self, node: NodeId) -> &Node<E> {
         &self.nodes[Self::slot(node)]
+    }
+
+    fn replica(&self, node: NodeId, ks: Keyspace) -> &Replica<E> {
+        &self.node(node).replicas[ks as usize]
+    }
+
+    fn replica_mut(&mut self, node: NodeId, ks: Keyspace) -> &mut Replica<E> {
+        &mut self.nodes[Self::slot(node)].replicas[ks as usize]
     }
 
     fn slot(node: NodeId) -> usize {
@@ -280,7 +402,7 @@ impl<E: SimEngine> World<E> {
         (node.0 - 1) as usize
     }
 
-    fn push(&mut self, at_ns: u64, event: Event) {
+    fn push(&mut self, at_ns: u64, event: Event<E::Message>) {
         assert!(at_ns >= self.now_ns, "event scheduled in the past");
         if self.events.len() >= self.config.events_max {
             self.violate("event-queue-full", format!("{} events queued", self.events.len()));
@@ -295,14 +417,26 @@ impl<E: SimEngine> World<E> {
         self.push(at_ns.max(self.now_ns), Event::Timer { id });
     }
 
-    /// Sends a client request to `node`; the reply comes back as a [`Notice::Reply`]
-    /// carrying the returned tag (the node may be down: then no reply ever comes).
-    pub fn submit(&mut self, node: NodeId, mut request: ClientRequest) -> RequestTag {
+    /// Sends a client request to `node` for keyspace 0 (see [`World::submit_to`]).
+    pub fn submit(&mut self, node: NodeId, request: ClientRequest) -> RequestTag {
+        self.submit_to(node, 0, request)
+    }
+
+    /// Sends a client request to `node` for keyspace `ks`; the reply comes back as a
+    /// [`Notice::Reply`] carrying the returned tag (the node may be down: then no reply
+    /// ever comes).
+    pub fn submit_to(
+        &mut self,
+        node: NodeId,
+        ks: Keyspace,
+        mut request: ClientRequest,
+    ) -> RequestTag {
+        assert!(ks < self.config.keyspaces, "keyspace {ks} of {}", self.config.keyspaces);
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
         request.tag = tag;
         let at = self.now_ns + self.config.client_latency_ns;
-        self.push(at, Event::Request { node, request });
+        self.push(at, Event::Request { node, ks, request });
         tag
     }
 
@@ -323,11 +457,11 @@ impl<E: SimEngine> World<E> {
             if paused_until > at_ns {
                 self.stats.deferred += 1;
                 let event = match event {
-                    Event::Deliver { from, to, message, arrived: false } => {
+                    Event::Deliver { from, to, ks, message, arrived: false } => {
                         if !self.net.arrived(from, to) {
                             return None;
                         }
-                        Event::Deliver { from, to, message, arrived: true }
+                        Event::Deliver { from, to, ks, message, arrived: true }
                     }
                     other => other,
                 };
@@ -360,27 +494,27 @@ impl<E: SimEngine> World<E> {
         self.now_ns = self.now_ns.max(at_ns);
     }
 
-    fn dispatch(&mut self, event: Event) -> Option<Notice> {
+    fn dispatch(&mut self, event: Event<E::Message>) -> Option<Notice> {
         match event {
-            Event::Deliver { from, to, message, arrived } => {
+            Event::Deliver { from, to, ks, message, arrived } => {
                 if arrived || self.net.arrived(from, to) {
-                    self.step_node(to, Input::Message { from, message });
+                    self.step_replica(to, ks, Input::Message { from, message });
                 }
             }
-            Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
-            Event::Synced { node, incarnation, index } => self.on_synced(node, incarnation, index),
-            Event::SnapshotSaved { node, incarnation, meta } => {
-                if self.node(node).incarnation == incarnation {
-                    self.step_node(node, Input::SnapshotSaved { meta });
-                }
+            Event::Tick { node, ks, incarnation } => self.on_tick(node, ks, incarnation),
+            Event::Disk { node, ks, incarnation } => self.on_disk(node, ks, incarnation),
+            Event::Prepared { node, ks, incarnation, meta, data } => {
+                self.on_prepared(node, ks, incarnation, meta, &data)
             }
-            Event::Request { node, request } => {
+            Event::Request { node, ks, request } => {
                 if self.is_up(node) {
-                    self.nodes[Self::slot(node)].pending_tags.insert(request.tag);
-                    self.step_node(node, Input::Client(request));
+                    self.replica_mut(node, ks).pending_tags.insert(request.tag);
+                    self.step_replica(node, ks, Input::Client(request));
                 }
             }
-            Event::Reply { node, reply } => return Some(Notice::Reply { node, reply }),
+            Event::Reply { node, ks, reply } => {
+                return Some(Notice::Reply { node, keyspace: ks, reply })
+            }
             Event::Timer { id } => return Some(Notice::Timer { id }),
             Event::Crash { node, restart_at_ns } => {
                 self.crash(node);
@@ -391,127 +525,209 @@ impl<E: SimEngine> World<E> {
         None
     }
 
-    fn on_tick(&mut self, node: NodeId, incarnation: u64) {
-        let n = &self.nodes[Self::slot(node)];
+    fn on_tick(&mut self, node: NodeId, ks: Keyspace, incarnation: u64) {
+        let now = self.now_ns;
+        let current = self.node(node).incarnation == incarnation;
+        let replica = self.replica_mut(node, ks);
         // A tick deferred by a pause fires later than planned; one planned later than now
         // belongs to a newer schedule, and this one was superseded.
-        if n.incarnation != incarnation || n.tick_at_ns.is_none_or(|t| t > self.now_ns) {
+        if !current || replica.tick_at_ns.is_none_or(|t| t > now) {
             return;
         }
-        self.nodes[Self::slot(node)].tick_at_ns = None;
-        self.step_node(node, Input::Tick);
+        replica.tick_at_ns = None;
+        self.step_replica(node, ks, Input::Tick);
     }
 
-    fn on_synced(&mut self, node: NodeId, incarnation: u64, index: LogIndex) {
-        let n = &mut self.nodes[Self::slot(node)];
-        if n.incarnation != incarnation || n.engine.is_none() {
-            return;
-        }
-        let synced = n.disk.sync(index);
-        self.step_node(node, Input::LogSynced { index: synced });
+    /// The fsync time of a node's disk now (slowed while a slow-disk fault lasts).
+    fn fsync_cost(&self, node: NodeId) -> u64 {
+        let n = self.node(node);
+        let factor = if n.disk_slow_until_ns > self.now_ns { n.disk_slow_factor } else { 1 };
+        n.fsync_ns * factor
     }
 
-    /// Steps a running node's engine with one input and carries out the outputs.
-    fn step_node(&mut self, node: NodeId, input: Input) {
-        let slot = Self::slot(node);
+    /// The disk finished something: each completion goes through the front, which
+    /// releases held messages and gives the engine its input.
+    fn on_disk(&mut self, node: NodeId, ks: Keyspace, incarnation: u64) {
         let now = self.now_ns;
-        let n = &mut self.nodes[slot];
-        let local = n.clock.local(now);
-        let Some(engine) = n.engine.as_mut() else {
+        if self.node(node).incarnation != incarnation {
+            return;
+        }
+        let cost = self.fsync_cost(node);
+        let replica = self.replica_mut(node, ks);
+        if replica.disk_at_ns.is_none_or(|t| t > now) {
+            return; // superseded by an earlier schedule
+        }
+        replica.disk_at_ns = None;
+        let completions = match replica.disk.poll(now, cost) {
+            Ok(completions) => completions,
+            Err(e) => panic!("simulated storage failed: {e}"),
+        };
+        for completion in completions {
+            self.complete(node, ks, completion);
+        }
+        self.schedule_disk(node, ks);
+    }
+
+    fn complete(&mut self, node: NodeId, ks: Keyspace, completion: Completion) {
+        let replica = self.replica_mut(node, ks);
+        if replica.engine.is_none() {
+            return;
+        }
+        let done = replica.front.complete(completion);
+        self.release(node, ks, done.messages, done.replies);
+        if let Some(input) = done.input {
+            self.step_replica(node, ks, input.into_input());
+        }
+    }
+
+    /// A snapshot this node took is written and synced under its temporary name (as a
+    /// server writes it on a task of its own): queue its adoption.
+    fn on_prepared(
+        &mut self,
+        node: NodeId,
+        ks: Keyspace,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        data: &[u8],
+    ) {
+        if self.node(node).incarnation != incarnation {
+            return; // the crash lost the writing task
+        }
+        let now = self.now_ns;
+        let cost = self.fsync_cost(node);
+        let replica = self.replica_mut(node, ks);
+        if let Err(e) =
+            keel_storage::wal::prepare_snapshot(replica.disk.storage_mut().raw(), meta, data)
+        {
+            panic!("simulated disk failed to write a snapshot: {e}");
+        }
+        let op = replica.front.prepared(meta, data.len() as u64);
+        if let Err(e) = replica.disk.submit([op], now, cost) {
+            panic!("simulated storage failed: {e}");
+        }
+        self.stats.snapshots_prepared += 1;
+        self.schedule_disk(node, ks);
+    }
+
+    fn schedule_disk(&mut self, node: NodeId, ks: Keyspace) {
+        let incarnation = self.node(node).incarnation;
+        let replica = self.replica_mut(node, ks);
+        let Some(at) = replica.disk.next_due_ns() else { return };
+        if replica.disk_at_ns.is_some_and(|t| t <= at) {
+            return; // an earlier poll is already due
+        }
+        replica.disk_at_ns = Some(at);
+        let at = at.max(self.now_ns);
+        self.push(at, Event::Disk { node, ks, incarnation });
+    }
+
+    /// Steps a running replica's engine with one input and carries out the outputs.
+    fn step_replica(
+        &mut self,
+        node: NodeId,
+        ks: Keyspace,
+        input: Input<E::Message, ClientRequest>,
+    ) {
+        let now = self.now_ns;
+        let local = self.node(node).clock.local(now);
+        let trace = self.trace;
+        let replica = self.replica_mut(node, ks);
+        let Some(engine) = replica.engine.as_mut() else {
             return; // crashed: the input is lost
         };
-        let trace = self.trace.then(|| format!("{now:>12} {node} <- {input:?}"));
+        let line = trace.then(|| format!("{now:>12} {node}/{ks} <- {input:?}"));
         let outputs = engine.step(local, input);
-        if let Some(line) = trace {
-            eprintln!("{line}\n{:>12} {node} -> {outputs:?}", "");
+        if let Some(line) = line {
+            eprintln!("{line}\n{:>12} {node}/{ks} -> {outputs:?}", "");
         }
         self.stats.steps += 1;
-        self.carry_out(node, outputs);
-        self.observe(node);
+        self.carry_out(node, ks, outputs);
+        self.observe(node, ks);
     }
 
-    fn observe(&mut self, node: NodeId) {
-        let n = &self.nodes[Self::slot(node)];
-        let Some(engine) = n.engine.as_ref() else { return };
+    fn observe(&mut self, node: NodeId, ks: Keyspace) {
+        let replica = self.replica(node, ks);
+        let Some(engine) = replica.engine.as_ref() else { return };
         let status = engine.status();
         let digest = engine.applied_digest();
-        let synced = n.disk.synced_index();
+        let synced = keel_storage::Storage::synced_index(replica.disk.storage());
         assert_eq!(status.node_id, node, "engine reports another node's id");
         if status.persisted_index > synced {
-            let detail =
-                format!("{node} reports persisted {} > fsynced {synced}", status.persisted_index);
+            let detail = format!(
+                "{node}/{ks} reports persisted {} > fsynced {synced}",
+                status.persisted_index
+            );
             self.violate("contract-persisted", detail);
         }
         let now = self.now_ns;
-        self.checker.observe(&status, digest, now);
+        self.checkers[ks as usize].observe(&status, digest, now);
+        self.collect(ks);
     }
 
-    /// Carries out one step's outputs in the contract's order (see [`Outputs`]).
-    fn carry_out(&mut self, node: NodeId, out: Outputs) {
-        let slot = Self::slot(node);
+    /// Carries out one step's outputs through the executor (see the module docs).
+    fn carry_out(&mut self, node: NodeId, ks: Keyspace, out: Outputs<E::Message, ClientReply>) {
         let now = self.now_ns;
-        if let Some(hard_state) = out.hard_state {
-            self.nodes[slot].disk.write_hard_state(hard_state);
-        }
+        let checker = &mut self.checkers[ks as usize];
         if let Some(index) = out.truncate_after {
-            self.nodes[slot].disk.truncate_after(index);
-            self.checker.truncate(node, index);
+            checker.truncate(node, index);
         }
-        self.nodes[slot].disk.append(&out.append);
         for entry in &out.append {
-            self.checker.append(node, entry, now);
+            checker.append(node, entry, now);
         }
-        if let Some(index) = out.sync_through {
-            // A snapshot in the same outputs may cover the index (an installed snapshot).
-            let covered = out.snapshot.as_ref().is_some_and(|(meta, _)| meta.last_index >= index);
-            self.request_sync(node, index, covered);
+        if let (Some((meta, _)), true) = (&out.snapshot, out.snapshot_installed) {
+            checker.reset_to_snapshot(node, *meta);
         }
-        if let Some((meta, data)) = out.snapshot {
-            self.save_snapshot(node, meta, data);
+        self.collect(ks);
+        for rejection in &out.rejected {
+            // Every message here was written by an engine: a rejection is a gate that
+            // refuses valid traffic, or an engine that breaks its own rules.
+            let detail = format!(
+                "{node}/{ks} rejected a message from {}: {}",
+                rejection.from, rejection.reason
+            );
+            self.violate("gate-rejection", detail);
         }
-        for (to, message) in out.messages {
-            self.send(node, to, message);
+        for (_, message) in &out.messages {
+            self.check_written(node, ks, message);
         }
-        for reply in out.replies {
-            self.reply(node, reply);
+        let cost = self.fsync_cost(node);
+        let incarnation = self.node(node).incarnation;
+        let replica = self.replica_mut(node, ks);
+        let effects = replica.front.carry_out(out);
+        if let Err(e) = replica.disk.submit(effects.ops, now, cost) {
+            panic!("simulated storage failed: {e}");
         }
-        if let Some(wake_at) = out.wake_at {
-            self.schedule_tick(node, wake_at);
+        if let Some((meta, data)) = effects.prepare {
+            // Written and synced off the log's queue, in about one fsync's time.
+            self.push(now + cost, Event::Prepared { node, ks, incarnation, meta, data });
+        }
+        drop(effects.release);
+        self.schedule_disk(node, ks);
+        self.release(node, ks, effects.messages, effects.replies);
+        if let Some(wake_at) = effects.wake_at {
+            self.schedule_tick(node, ks, wake_at);
         }
     }
 
-    fn request_sync(&mut self, node: NodeId, index: LogIndex, covered_by_snapshot: bool) {
-        let now = self.now_ns;
-        let n = &mut self.nodes[Self::slot(node)];
-        if index > n.disk.last_index() && !covered_by_snapshot {
-            let detail =
-                format!("{node} asks to sync {index} beyond its log {}", n.disk.last_index());
-            self.violate("contract-sync", detail);
-            return;
+    /// Sends messages and returns replies the front let go.
+    fn release(
+        &mut self,
+        node: NodeId,
+        ks: Keyspace,
+        messages: Vec<(NodeId, E::Message)>,
+        replies: Vec<ClientReply>,
+    ) {
+        for (to, message) in messages {
+            self.send(node, ks, to, message);
         }
-        let factor = if n.disk_slow_until_ns > now { n.disk_slow_factor } else { 1 };
-        // Fsyncs complete in order: one disk, one queue.
-        let done = (now + n.fsync_ns * factor).max(n.sync_done_ns_last);
-        n.sync_done_ns_last = done;
-        let incarnation = n.incarnation;
-        self.push(done, Event::Synced { node, incarnation, index });
+        for reply in replies {
+            self.reply(node, ks, reply);
+        }
     }
 
-    fn save_snapshot(&mut self, node: NodeId, meta: SnapshotMeta, data: SnapshotBytes) {
-        // The snapshot reaches the disk at once; the engine learns of it after an fsync.
-        let n = &mut self.nodes[Self::slot(node)];
-        n.disk.save_snapshot(meta, &data);
-        let done = self.now_ns + n.fsync_ns;
-        let incarnation = n.incarnation;
-        self.checker.reset_to_snapshot(node, meta);
-        self.push(done, Event::SnapshotSaved { node, incarnation, meta });
-    }
-
-    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
-        self.check_message(from, to, &message);
-        if matches!(message, Message::Vote { granted: true, .. })
-            && self.config.crash_after_vote_ppm > 0
-        {
+    fn send(&mut self, from: NodeId, ks: Keyspace, to: NodeId, message: E::Message) {
+        self.check_sent(from, ks, to, &message);
+        if E::facts(&message).grants_vote && self.config.crash_after_vote_ppm > 0 {
             let rng = &mut self.nodes[Self::slot(from)].rng;
             if rng.chance(self.config.crash_after_vote_ppm) {
                 let restart_at_ns = self.now_ns + rng.range(1_000_000, 50_000_000);
@@ -520,99 +736,125 @@ impl<E: SimEngine> World<E> {
         }
         for delay in self.net.send(from, to) {
             let at = self.now_ns + delay;
-            self.push(at, Event::Deliver { from, to, message: message.clone(), arrived: false });
+            let message = message.clone();
+            self.push(at, Event::Deliver { from, to, ks, message, arrived: false });
         }
     }
 
-    /// The contract's message-side checks: state a message depends on is on disk.
-    fn check_message(&mut self, from: NodeId, to: NodeId, message: &Message) {
-        let n = &self.nodes[Self::slot(from)];
-        let hard = n.disk.hard_state();
-        let synced = n.disk.synced_index();
-        let epoch = message_epoch(message);
+    /// The contract's checks on a message as its engine writes it: what it claims is on
+    /// disk is (its persisted index is fsynced) and the entries it carries are in the
+    /// sender's log. Checked when written, not when sent: a message held behind a hard
+    /// state may leave after a later truncation, as a delayed one may arrive after it.
+    fn check_written(&mut self, from: NodeId, ks: Keyspace, message: &E::Message) {
+        let disk = self.replica(from, ks).disk.storage();
+        let synced = keel_storage::Storage::synced_index(disk);
+        let facts = E::facts(message);
         let mut breaches = Vec::new();
-        if epoch > hard.epoch {
-            breaches
-                .push(format!("{from} sends in epoch {epoch} but persisted only {}", hard.epoch));
+        if let Some(persisted) = facts.claims_persisted.filter(|p| *p > synced) {
+            breaches.push(format!("{from} claims persisted {persisted} > fsynced {synced}"));
         }
-        match message {
-            Message::Vote { epoch, granted: true } => {
-                let expected = HardState { epoch: *epoch, voted_for: Some(to) };
-                if hard != expected {
-                    breaches.push(format!("{from} grants {to} a vote without persisting it"));
-                }
-            }
-            Message::RequestVote { epoch, .. }
-                if hard.voted_for != Some(from) || hard.epoch != *epoch =>
-            {
-                breaches.push(format!("{from} campaigns without persisting its own vote"));
-            }
-            Message::AppendReply { persisted_index, .. } if *persisted_index > synced => {
-                breaches
-                    .push(format!("{from} claims persisted {persisted_index} > fsynced {synced}"));
-            }
-            Message::Append { entries, .. } => {
-                let log = self.checker.log(from);
-                if let Some(e) = entries.iter().find(|e| log.epoch_at(e.index) != Some(e.epoch)) {
-                    breaches.push(format!("{from} sends entry {} not in its log", e.version()));
-                }
-            }
-            _ => {}
+        let log = self.checkers[ks as usize].log(from);
+        if let Some(e) = facts.entries.iter().find(|e| log.epoch_at(e.index) != Some(e.epoch)) {
+            breaches.push(format!("{from} sends entry {} not in its log", e.version()));
         }
         for detail in breaches {
-            self.violate("contract-message", detail);
+            self.violate("contract-message", format!("keyspace {ks}: {detail}"));
         }
     }
 
-    fn reply(&mut self, node: NodeId, reply: ClientReply) {
-        if !self.nodes[Self::slot(node)].pending_tags.remove(&reply.tag) {
-            self.violate("contract-reply", format!("{node} answers unknown tag {:?}", reply.tag));
+    /// The contract's checks on a message as it leaves: the hard state it depends on (its
+    /// epoch, a vote it grants or asks for) is on disk.
+    fn check_sent(&mut self, from: NodeId, ks: Keyspace, to: NodeId, message: &E::Message) {
+        let disk = self.replica(from, ks).disk.storage();
+        let hard = disk.hard_state();
+        let facts = E::facts(message);
+        let mut breaches = Vec::new();
+        if facts.epoch > hard.epoch {
+            breaches.push(format!(
+                "{from} sends in epoch {} but persisted only {}",
+                facts.epoch, hard.epoch
+            ));
+        }
+        // Saves are in order: a vote saved once was durable before whatever replaced it.
+        if facts.grants_vote && !disk.vote_saved(facts.epoch, to) {
+            breaches.push(format!("{from} grants {to} a vote without persisting it"));
+        }
+        if facts.asks_vote && !disk.vote_saved(facts.epoch, from) {
+            breaches.push(format!("{from} campaigns without persisting its own vote"));
+        }
+        for detail in breaches {
+            self.violate("contract-message", format!("keyspace {ks}: {detail}"));
+        }
+    }
+
+    fn reply(&mut self, node: NodeId, ks: Keyspace, reply: ClientReply) {
+        if !self.replica_mut(node, ks).pending_tags.remove(&reply.tag) {
+            self.violate(
+                "contract-reply",
+                format!("{node}/{ks} answers unknown tag {:?}", reply.tag),
+            );
             return;
         }
         let at = self.now_ns + self.config.client_latency_ns;
-        self.push(at, Event::Reply { node, reply });
+        self.push(at, Event::Reply { node, ks, reply });
     }
 
-    fn schedule_tick(&mut self, node: NodeId, wake_at: Time) {
+    fn schedule_tick(&mut self, node: NodeId, ks: Keyspace, wake_at: Time) {
         let now = self.now_ns;
         let n = &mut self.nodes[Self::slot(node)];
         let at = n.clock.virtual_at(wake_at).max(now);
-        if n.tick_at_ns.is_some_and(|t| t <= at) {
+        let incarnation = n.incarnation;
+        let replica = &mut n.replicas[ks as usize];
+        if replica.tick_at_ns.is_some_and(|t| t <= at) {
             return; // an earlier tick is already due
         }
-        n.tick_at_ns = Some(at);
-        let incarnation = n.incarnation;
-        self.push(at, Event::Tick { node, incarnation });
+        replica.tick_at_ns = Some(at);
+        self.push(at, Event::Tick { node, ks, incarnation });
     }
 
-    /// Crashes a node: volatile state and unsynced writes are lost; in-flight inputs to
-    /// it are dropped. No effect on a node already down.
+    /// Crashes a node (every keyspace): volatile state, queued disk work and unsynced
+    /// writes are lost; in-flight inputs to it are dropped. No effect on a node already
+    /// down.
     pub fn crash(&mut self, node: NodeId) {
         let torn_tail = self.config.torn_tail;
         if !self.is_up(node) {
             return;
         }
         self.maybe_corrupt(node);
+        let fresh_front = || {
+            let front = Front::new(HELD_MESSAGES_MAX);
+            if self.config.unsafe_skip_truncation_clamp {
+                front.unsafe_skip_truncation_clamp()
+            } else {
+                front
+            }
+        };
+        let fronts: Vec<_> = (0..self.config.keyspaces).map(|_| fresh_front()).collect();
         let n = &mut self.nodes[Self::slot(node)];
-        n.engine = None;
         n.incarnation += 1;
-        n.tick_at_ns = None;
-        n.pending_tags.clear();
-        n.recovered = n.disk.crash(&mut n.rng, torn_tail);
-        let snapshot = n.recovered.snapshot.as_ref().map(|(m, _)| *m);
-        let entries = n.recovered.entries.clone();
-        self.checker.recover(node, snapshot, &entries);
+        for (ks, (replica, front)) in n.replicas.iter_mut().zip(fronts).enumerate() {
+            replica.engine = None;
+            replica.front = front;
+            replica.tick_at_ns = None;
+            replica.disk_at_ns = None;
+            replica.pending_tags.clear();
+            replica.disk.crash();
+            replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail);
+            let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
+            self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);
+        }
         self.stats.crashes += 1;
     }
 
     /// With corruption armed and none injected yet, sometimes flips a bit in one of the
-    /// last fsynced records of `node` (still running), so its recovery cuts the log there.
+    /// last fsynced records of `node` (still running) in keyspace 0, so its recovery cuts
+    /// the log there.
     fn maybe_corrupt(&mut self, node: NodeId) {
         if self.corruption == Corruption::Off || self.corrupted.is_some() {
             return;
         }
         let n = &mut self.nodes[Self::slot(node)];
-        let synced = n.disk.synced_index();
+        let synced = keel_storage::Storage::synced_index(n.replicas[0].disk.storage());
         if synced == LogIndex::ZERO || !n.rng.chance(CORRUPT_PER_CRASH_PPM) {
             return;
         }
@@ -622,43 +864,52 @@ impl<E: SimEngine> World<E> {
         {
             return;
         }
-        if self.nodes[Self::slot(node)].disk.corrupt_entry(index) {
+        let disk = self.nodes[Self::slot(node)].replicas[0].disk.storage_mut();
+        if disk.corrupt_entry(index) {
             self.corrupted = Some((node, index));
         }
     }
 
     /// Whether, not counting `node`, a majority of the cluster durably holds `node`'s
-    /// entry at `index` (hence, by log matching, its whole log through `index`).
+    /// keyspace-0 entry at `index` (hence, by log matching, its whole log through it).
     fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> bool {
-        let epoch = self.checker.log(node).epoch_at(index);
+        let checker = &self.checkers[0];
+        let epoch = checker.log(node).epoch_at(index);
         assert!(epoch.is_some(), "{node} has synced {index} but its model lacks it");
         let holders = self
             .node_ids()
             .into_iter()
             .filter(|&m| m != node)
             .filter(|&m| {
-                self.node(m).disk.synced_index() >= index
-                    && self.checker.log(m).epoch_at(index) == epoch
+                let synced = keel_storage::Storage::synced_index(self.replica(m, 0).disk.storage());
+                synced >= index && checker.log(m).epoch_at(index) == epoch
             })
             .count();
         debug_assert!(holders < self.config.nodes as usize);
         holders > self.config.nodes as usize / 2
     }
 
-    /// Restarts a crashed node from what its disk kept. No effect on a running node.
+    /// Restarts a crashed node (every keyspace) from what its disks kept. No effect on a
+    /// running node.
     pub fn restart(&mut self, node: NodeId) {
-        let now = self.now_ns;
-        let mut config = self.config.engine.clone();
-        config.node_id = node;
-        config.members = self.node_ids();
-        let n = &mut self.nodes[Self::slot(node)];
-        if n.engine.is_some() {
+        if self.is_up(node) {
             return;
         }
-        let seed = n.rng.next_u64();
-        let persisted = std::mem::take(&mut n.recovered);
-        n.engine = Some(E::boot(config, persisted, seed, n.clock.local(now)));
-        self.step_node(node, Input::Tick);
+        let now = self.now_ns;
+        let members = self.node_ids();
+        for ks in 0..self.config.keyspaces {
+            let config = E::configure(&self.config.engine, node, members.clone());
+            let n = &mut self.nodes[Self::slot(node)];
+            let seed = n.rng.next_u64();
+            let local = n.clock.local(now);
+            let replica = &mut n.replicas[ks as usize];
+            let persisted = std::mem::take(&mut replica.recovered);
+            match E::boot(config, persisted, seed, local) {
+                Ok(engine) => replica.engine = Some(engine),
+                Err(e) => panic!("{node}/{ks} cannot restart: {e}"),
+            }
+            self.step_replica(node, ks, Input::Tick);
+        }
     }
 
     /// Pauses a node (a stalled process) until `until_ns`: its events wait.
@@ -695,21 +946,5 @@ impl<E: SimEngine> World<E> {
     /// The fsync latency of a node's disk when not slowed.
     pub fn fsync_ns(&self, node: NodeId) -> u64 {
         self.node(node).fsync_ns
-    }
-}
-
-/// The sender's epoch carried by every peer message.
-pub fn message_epoch(message: &Message) -> Epoch {
-    match message {
-        Message::RequestVote { epoch, .. }
-        | Message::Vote { epoch, .. }
-        | Message::PreVote { epoch, .. }
-        | Message::PreVoteReply { epoch, .. }
-        | Message::Append { epoch, .. }
-        | Message::AppendReply { epoch, .. }
-        | Message::InstallSnapshot { epoch, .. }
-        | Message::InstallSnapshotReply { epoch, .. }
-        | Message::Forward { epoch, .. }
-        | Message::ForwardReply { epoch, .. } => *epoch,
     }
 }

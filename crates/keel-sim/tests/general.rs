@@ -32,21 +32,35 @@ fn fault_free_runs_are_clean_and_busy() {
 /// Seeds of the general scenario every test run covers (the CI floor is 2,000).
 const GENERAL_SEEDS: u64 = 2_000;
 
-#[test]
-fn first_seeds_with_every_fault_pass() {
-    // Seeds are independent runs: spread them over the cores, each thread taking every
-    // `threads`-th seed, so the sweep costs wall time / cores.
+/// Runs seeds `0..count` of the scenario `make` builds, spread over the cores (each
+/// thread takes every `threads`-th seed, so the sweep costs wall time / cores); every
+/// seed must pass and converge.
+fn sweep(count: u64, make: fn(u64) -> GeneralConfig) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let workers: Vec<_> = (0..threads)
         .map(|first| {
             std::thread::spawn(move || {
-                (first..GENERAL_SEEDS).step_by(threads as usize).for_each(assert_seed_passes)
+                for seed in (first..count).step_by(threads as usize) {
+                    let report = run_general::<LeaderEngine>(&make(seed));
+                    assert!(
+                        report.passed() && report.converged,
+                        "seed {seed}: {:?} {:?}\nreplay: {}",
+                        report.violations,
+                        report.panic,
+                        report.replay()
+                    );
+                }
             })
         })
         .collect();
     for worker in workers {
         worker.join().expect("a seed failed; its replay line is printed above");
     }
+}
+
+#[test]
+fn first_seeds_with_every_fault_pass() {
+    sweep(GENERAL_SEEDS, GeneralConfig::new);
 }
 
 #[test]
@@ -105,24 +119,14 @@ const WIDE_AREA_SEEDS: u64 = 500;
 
 #[test]
 fn wide_area_seeds_with_every_fault_pass() {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    let workers: Vec<_> = (0..threads)
-        .map(|first| {
-            std::thread::spawn(move || {
-                for seed in (first..WIDE_AREA_SEEDS).step_by(threads as usize) {
-                    let report = run_general::<LeaderEngine>(&GeneralConfig::wide_area(seed));
-                    assert!(
-                        report.passed() && report.converged,
-                        "seed {seed}: {:?} {:?}\nreplay: {}",
-                        report.violations,
-                        report.panic,
-                        report.replay()
-                    );
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.join().expect("a seed failed; its replay line is printed above");
-    }
+    sweep(WIDE_AREA_SEEDS, GeneralConfig::wide_area);
+}
+
+/// Seeds of the keyspaces scenario every test run covers: 2 to 4 keyspaces on one
+/// cluster, each checked on its own, with values that name their keyspace.
+const KEYSPACES_SEEDS: u64 = 300;
+
+#[test]
+fn several_keyspaces_at_once_with_every_fault_pass() {
+    sweep(KEYSPACES_SEEDS, GeneralConfig::keyspaces);
 }

@@ -9,7 +9,14 @@ use keel_sim::scenario::{run_general, GeneralConfig};
 const SEEDS_MAX: u64 = 200;
 
 fn first_failing_seed(configure: impl Fn(&mut GeneralConfig)) -> Option<(u64, Vec<String>)> {
-    (0..SEEDS_MAX).find_map(|seed| {
+    first_failing_seed_within(SEEDS_MAX, configure)
+}
+
+fn first_failing_seed_within(
+    seeds: u64,
+    configure: impl Fn(&mut GeneralConfig),
+) -> Option<(u64, Vec<String>)> {
+    (0..seeds).find_map(|seed| {
         let mut config = GeneralConfig::new(seed);
         configure(&mut config);
         let report = run_general::<LeaderEngine>(&config);
@@ -77,4 +84,20 @@ fn the_same_aimed_runs_with_safe_removal_are_clean() {
         let report = run_general::<LeaderEngine>(&config);
         assert!(report.passed(), "seed {seed}: {:?} {:?}", report.violations, report.panic);
     }
+}
+
+#[test]
+fn reporting_fsyncs_unclamped_lets_a_node_claim_entries_a_truncation_removed() {
+    // The effect executor's rule that only a server used to apply: an fsync reports the
+    // log's last index when it ran; a truncation queued after it may have replaced those
+    // entries with ones not yet on disk. Without the clamp, a follower reports them
+    // persisted. (The general sweep runs the same seeds with the clamp, clean.)
+    let found = first_failing_seed_within(2 * SEEDS_MAX, |c| c.skip_truncation_clamp = true);
+    let (seed, violations) = found.expect("unclamped fsync reports went unnoticed");
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.contains("claims persisted") || v.contains("contract-persisted")),
+        "seed {seed}: {violations:?}"
+    );
 }

@@ -665,7 +665,6 @@ impl Core {
 }
 
 impl crate::engine::Engine for LeaderEngine {
-    const KIND: crate::engine::EngineKind = crate::engine::EngineKind::Orca;
     type Config = Config;
     type Message = Message;
     type Request = super::io::ClientRequest;

@@ -35,8 +35,6 @@ pub mod kv;
 mod leading;
 pub mod log;
 mod report;
-#[cfg(test)]
-mod tests;
 
 pub use self::core::Origin;
 pub use config::ConfigError;

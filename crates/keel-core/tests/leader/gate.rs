@@ -5,7 +5,7 @@
 //! running cluster. No engine may panic, then or while the cluster goes on.
 
 use super::*;
-use crate::leader::kv::Kv;
+use keel_core::leader::kv::Kv;
 use keel_types::limits::EPOCH_MAX;
 use keel_types::{EntryPayload, Epoch, SnapshotMeta};
 use proptest::collection::vec;
@@ -310,7 +310,7 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
         let now = c.local(to);
         let engine = c.nodes.get_mut(&to).unwrap().engine.as_mut().unwrap();
         let out = engine.step(now, Input::Message { from, message });
-        assert_eq!(out.rejected, vec![crate::engine::Rejection { from, reason }]);
+        assert_eq!(out.rejected, vec![keel_core::engine::Rejection { from, reason }]);
     }
     // Stateful: a reply matching past the leader's log, one echoing the future.
     let now = c.local(leader);
@@ -326,7 +326,7 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
             *last_index = last;
         }
         let out = engine.step(now, Input::Message { from: follower, message });
-        assert_eq!(out.rejected, vec![crate::engine::Rejection { from: follower, reason }]);
+        assert_eq!(out.rejected, vec![keel_core::engine::Rejection { from: follower, reason }]);
     }
     assert_eq!(c.engine(leader).counters().messages_rejected, rejected_before + 2);
     assert_eq!(c.engine(leader).role_kind(), Role::Leader, "rejections change nothing");

@@ -1,84 +1,41 @@
-//! Scenario tests over a tiny in-crate cluster harness: N engines, an in-memory disk per
-//! node that honours the output contract (unsynced entries are lost on crash), and a
-//! network with fixed latency and partitionable links. Time is virtual; every wait is
-//! for a condition with a bound.
+//! Scenario tests of the leader engine over a small cluster harness: N engines, each
+//! driven through the effect executor (`keel_exec::Front`) onto a virtual-time disk over
+//! the real write-ahead log on a simulated disk (`keel_exec::VirtualDisk<SimStorage>`),
+//! as the simulator and the server drive them, and a network with fixed latency and
+//! partitionable links. Time is virtual; every wait is for a condition with a bound.
 
-use super::*;
-use crate::time::{Span, Time};
+use keel_core::leader::*;
+use keel_core::time::{Span, Time};
+use keel_exec::{Completion, Front, VirtualDisk};
+use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError,
-    LogIndex, NodeId, ReadLevel, RequestId, SnapshotMeta, Version,
+    LogIndex, NodeId, ReadLevel, RequestId, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
+mod gate;
+
 const MS: u64 = 1_000_000;
-
-#[derive(Default, Clone)]
-struct Disk {
-    hard: HardState,
-    snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    entries: Vec<Entry>,
-    synced: LogIndex,
-    generation: u64,
-}
-
-impl Disk {
-    fn base(&self) -> LogIndex {
-        self.snapshot.as_ref().map_or(LogIndex::ZERO, |(m, _)| m.last_index)
-    }
-    fn last(&self) -> LogIndex {
-        self.entries.last().map_or(self.base(), |e| e.index)
-    }
-    fn truncate_after(&mut self, index: LogIndex) {
-        assert!(index >= self.base(), "truncation below the snapshot");
-        self.entries.retain(|e| e.index <= index);
-        self.synced = self.synced.min(index);
-        self.generation += 1;
-    }
-    fn append(&mut self, entries: &[Entry]) {
-        for e in entries {
-            assert_eq!(e.index, self.last().next(), "append not contiguous");
-            self.entries.push(e.clone());
-        }
-    }
-    fn save_snapshot(&mut self, meta: SnapshotMeta, data: Vec<u8>) {
-        // A snapshot taken again at the same point (to send it) keeps the log after it.
-        let matches = self.snapshot.as_ref().is_some_and(|(m, _)| *m == meta)
-            || self
-                .entries
-                .iter()
-                .any(|e| e.index == meta.last_index && e.epoch == meta.last_epoch);
-        if matches {
-            self.entries.retain(|e| e.index > meta.last_index);
-        } else {
-            self.entries.clear();
-        }
-        self.synced = self.synced.max(meta.last_index);
-        self.snapshot = Some((meta, data));
-    }
-    fn crash(&mut self) -> PersistedState {
-        let synced = self.synced;
-        self.entries.retain(|e| e.index <= synced);
-        PersistedState {
-            hard_state: self.hard,
-            snapshot: self.snapshot.clone(),
-            entries: self.entries.clone(),
-        }
-    }
-}
 
 enum Event {
     Deliver { from: NodeId, to: NodeId, message: Message },
-    Synced { node: NodeId, incarnation: u64, index: LogIndex, generation: u64 },
-    Saved { node: NodeId, incarnation: u64, meta: SnapshotMeta },
+    Disk { node: NodeId, incarnation: u64 },
+    Prepared { node: NodeId, incarnation: u64, meta: keel_types::SnapshotMeta, data: SnapshotBytes },
 }
 
 struct Node {
     engine: Option<LeaderEngine>,
-    disk: Disk,
+    front: Front<Message, ClientReply>,
+    disk: VirtualDisk<SimStorage>,
     incarnation: u64,
     wake_at: Option<Time>,
     offset: u64,
+}
+
+/// A blank disk; `Cluster::boot` recovers it.
+fn fresh_disk() -> VirtualDisk<SimStorage> {
+    VirtualDisk::new(SimStorage::new_sim(StorageConfig::small_segments(64 * 1024)))
 }
 
 struct Cluster {
@@ -126,7 +83,8 @@ impl Cluster {
         for id in ids(n) {
             let node = Node {
                 engine: None,
-                disk: Disk::default(),
+                front: Front::new(4096),
+                disk: fresh_disk(),
                 incarnation: 0,
                 wake_at: None,
                 offset: 5_000 * MS + u64::from(id.0) * 7 * MS,
@@ -141,24 +99,37 @@ impl Cluster {
         Time(self.now + self.nodes[&id].offset)
     }
 
+    fn fsync_of(&self, id: NodeId) -> u64 {
+        self.fsync_of.get(&id).copied().unwrap_or(self.fsync)
+    }
+
+    /// Starts a crashed (or new) node from what its disk recovers.
     fn boot(&mut self, id: NodeId) {
         let mut config = self.config.clone();
         config.node_id = id;
-        let persisted = self.nodes.get_mut(&id).unwrap().disk.crash();
         let now = self.local(id);
         let seed = self.seed.wrapping_mul(31).wrapping_add(u64::from(id.0));
-        let engine = LeaderEngine::new(config, persisted, seed, now).expect("valid config");
         let node = self.nodes.get_mut(&id).unwrap();
+        let recovered = node.disk.storage_mut().recover().expect("the simulated WAL recovers");
+        let persisted = PersistedState {
+            hard_state: recovered.hard_state,
+            snapshot: recovered.snapshot,
+            entries: recovered.entries,
+        };
+        let engine = LeaderEngine::new(config, persisted, seed, now).expect("valid config");
         node.engine = Some(engine);
         node.incarnation += 1;
         node.wake_at = Some(now);
     }
 
+    /// A power loss: the engine, queued disk work and every unsynced write are lost.
     fn crash(&mut self, id: NodeId) {
         let node = self.nodes.get_mut(&id).unwrap();
         node.engine = None;
         node.wake_at = None;
+        node.front = Front::new(4096);
         node.disk.crash();
+        node.disk.storage_mut().crash();
         node.incarnation += 1;
     }
 
@@ -187,42 +158,36 @@ impl Cluster {
 
     fn carry_out(&mut self, id: NodeId, out: Outputs) {
         let now = self.now;
-        let (latency, fsync) =
-            (self.latency, self.fsync_of.get(&id).copied().unwrap_or(self.fsync));
+        let fsync = self.fsync_of(id);
         let node = self.nodes.get_mut(&id).unwrap();
-        if let Some(hard) = out.hard_state {
-            node.disk.hard = hard;
-        }
-        if let Some(index) = out.truncate_after {
-            node.disk.truncate_after(index);
-        }
-        node.disk.append(&out.append);
+        let effects = node.front.carry_out(out);
+        node.disk.submit(effects.ops, now, fsync).expect("the simulated WAL does not fail");
         let incarnation = node.incarnation;
-        let generation = node.disk.generation;
-        if let Some(index) = out.sync_through {
-            assert!(index <= node.disk.last(), "sync past the log end");
-            self.push(now + fsync, Event::Synced { node: id, incarnation, index, generation });
+        node.wake_at = effects.wake_at;
+        if let Some((meta, data)) = effects.prepare {
+            self.push(now + fsync, Event::Prepared { node: id, incarnation, meta, data });
         }
-        if let Some((meta, data)) = out.snapshot {
-            self.nodes.get_mut(&id).unwrap().disk.save_snapshot(meta, data.to_vec());
-            self.push(now + fsync, Event::Saved { node: id, incarnation, meta });
-        }
-        for (to, message) in out.messages {
+        self.schedule_disk(id);
+        self.release(id, effects.messages, effects.replies);
+    }
+
+    fn release(&mut self, id: NodeId, messages: Vec<(NodeId, Message)>, replies: Vec<ClientReply>) {
+        let now = self.now;
+        for (to, message) in messages {
             assert_ne!(to, id);
-            let hard = self.nodes[&id].disk.hard;
-            if let Message::Vote { granted: true, epoch } = &message {
-                assert_eq!(
-                    hard,
-                    HardState { epoch: *epoch, voted_for: Some(to) },
-                    "vote not persisted"
-                );
-            }
-            self.push(now + latency, Event::Deliver { from: id, to, message });
+            self.push(now + self.latency, Event::Deliver { from: id, to, message });
         }
-        for reply in out.replies {
+        for reply in replies {
             self.replies.push((id, reply));
         }
-        self.nodes.get_mut(&id).unwrap().wake_at = out.wake_at;
+    }
+
+    fn schedule_disk(&mut self, id: NodeId) {
+        let node = &self.nodes[&id];
+        if let Some(at) = node.disk.next_due_ns() {
+            let incarnation = node.incarnation;
+            self.push(at.max(self.now), Event::Disk { node: id, incarnation });
+        }
     }
 
     /// Cross-node invariants: one leader per epoch; at most one valid leader lease; logs
@@ -318,22 +283,43 @@ impl Cluster {
                 }
                 self.step(to, Input::Message { from, message });
             }
-            Event::Synced { node, incarnation, index, generation } => {
-                let n = self.nodes.get_mut(&node).unwrap();
-                if n.incarnation != incarnation {
+            Event::Disk { node, incarnation } => {
+                if self.nodes[&node].incarnation != incarnation {
                     return;
                 }
-                if n.disk.generation == generation {
-                    n.disk.synced = n.disk.synced.max(index.min(n.disk.last()));
+                let fsync = self.fsync_of(node);
+                let now = self.now;
+                let n = self.nodes.get_mut(&node).unwrap();
+                let completions = n.disk.poll(now, fsync).expect("the simulated WAL does not fail");
+                for completion in completions {
+                    self.complete(node, completion);
                 }
-                let synced = n.disk.synced;
-                self.step(node, Input::LogSynced { index: synced });
+                self.schedule_disk(node);
             }
-            Event::Saved { node, incarnation, meta } => {
-                if self.nodes[&node].incarnation == incarnation {
-                    self.step(node, Input::SnapshotSaved { meta });
+            Event::Prepared { node, incarnation, meta, data } => {
+                if self.nodes[&node].incarnation != incarnation {
+                    return;
                 }
+                let (now, fsync) = (self.now, self.fsync_of(node));
+                let n = self.nodes.get_mut(&node).unwrap();
+                keel_storage::wal::prepare_snapshot(n.disk.storage_mut().sim_disk(), meta, &data)
+                    .expect("the simulated disk does not fail");
+                let op = n.front.prepared(meta, data.len() as u64);
+                n.disk.submit([op], now, fsync).expect("the simulated WAL does not fail");
+                self.schedule_disk(node);
             }
+        }
+    }
+
+    fn complete(&mut self, id: NodeId, completion: Completion) {
+        let n = self.nodes.get_mut(&id).unwrap();
+        if n.engine.is_none() {
+            return;
+        }
+        let done = n.front.complete(completion);
+        self.release(id, done.messages, done.replies);
+        if let Some(input) = done.input {
+            self.step(id, input.into_input());
         }
     }
 
@@ -738,8 +724,11 @@ fn catch_up_by_snapshot(chunk_bytes: u64) -> u64 {
             && c.engine(lagging).applied_digest() == c.engine(leader).applied_digest()
     }));
     let chunks = c.engine(lagging).counters().snapshot_chunks_received;
-    // Nobody needs it any more: no node holds an encoding.
-    assert!(c.nodes.keys().all(|n| c.status(*n).snapshot_held_bytes == 0));
+    // Nobody needs it any more: no node holds an encoding once the leader hears of the
+    // install.
+    assert!(
+        c.run_until_cond(1_000, |c| c.nodes.keys().all(|n| c.status(*n).snapshot_held_bytes == 0))
+    );
     // A restart from the installed snapshot rebuilds the same state.
     c.run_for(300);
     c.crash(lagging);
@@ -1288,5 +1277,3 @@ fn leases_hold_and_mark_outs_complete_when_the_round_trip_exceeds_the_heartbeat(
     assert!(!c.status(slow).active, "it dropped its lease before the leader removed it");
     assert!(c.status(followers[1]).active, "the other follower kept its lease");
 }
-
-mod gate;
