@@ -14,12 +14,18 @@
 //! - `GET k WITHVERSION` / `SET k v WITHVERSION`: `[reply, "epoch.index" | null]`;
 //! - `KEEL.CAS`: `[swapped (1|0), current value | null, "epoch.index" | null]`;
 //! - `KEEL.SCAN`: an array of `[key, value, "epoch.index"]`;
-//! - `KEEL.STATUS`: a bulk string of JSON (the `/status` document).
+//! - `KEEL.STATUS`: a bulk string of JSON (the connection's keyspace's entry of the
+//!   `/status` document);
+//! - `KEEL.KEYSPACES`: an array of `[id, name, engine]`, one per keyspace.
+//!
+//! Keyspaces: a connection starts in keyspace 0; `SELECT n` moves it to keyspace `n`
+//! (Redis's `-ERR DB index is out of range` if the node does not host it), and every
+//! later command of the connection goes there.
 
-use crate::driver::{NodeHandle, Submit};
-use keel_core::leader::ClientReply;
+use crate::driver::{KeyspaceHandle, Keyspaces, Submit};
+use keel_core::engine::ClientReply;
 use keel_types::{
-    ClientId, Command, CommandResult, KeelError, Limits, LogIndex, ReadLevel, RequestId,
+    ClientId, Command, CommandResult, KeelError, KeyspaceId, Limits, LogIndex, ReadLevel, RequestId,
 };
 use keel_wire::command::{ClientSubcommand, CommandQuery};
 use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
@@ -27,6 +33,7 @@ use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a status or log query may wait for room in the engine's queue.
@@ -84,21 +91,30 @@ pub struct Conn {
     client: ClientId,
     seq_next: u64,
     name: Option<Vec<u8>>,
-    node: NodeHandle,
+    keyspaces: Arc<Keyspaces>,
+    /// The keyspace `SELECT` chose (keyspace 0 at first).
+    node: KeyspaceHandle,
     limits: Limits,
 }
 
 impl Conn {
-    /// A fresh connection with client id `client_id` (random, from the accept loop).
-    pub fn new(client_id: u64, node: NodeHandle, limits: Limits) -> Conn {
+    /// A fresh connection with client id `client_id` (random, from the accept loop), in
+    /// keyspace 0.
+    pub fn new(client_id: u64, keyspaces: Arc<Keyspaces>, limits: Limits) -> Conn {
         Conn {
             protocol: Protocol::Resp2,
             client: ClientId(client_id.max(1)),
             seq_next: 1,
             name: None,
-            node,
+            node: keyspaces.first().clone(),
+            keyspaces,
             limits,
         }
+    }
+
+    /// The keyspace the connection's commands go to.
+    pub fn keyspace(&self) -> KeyspaceId {
+        self.node.id
     }
 
     fn next_pair(&mut self) -> (ClientId, RequestId) {
@@ -288,7 +304,7 @@ fn get_submit(
 
 /// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it.
 /// The count is advisory under concurrent writers; the deletes are not.
-async fn del(node: NodeHandle, keys: Vec<(ClientId, RequestId, Vec<u8>)>) -> Frame {
+async fn del(node: KeyspaceHandle, keys: Vec<(ClientId, RequestId, Vec<u8>)>) -> Frame {
     let mut existed = 0;
     for (client, request, key) in keys {
         let read = get_submit(client, request, key.clone(), Some(ReadLevel::Any));
@@ -313,7 +329,7 @@ async fn del(node: NodeHandle, keys: Vec<(ClientId, RequestId, Vec<u8>)>) -> Fra
 }
 
 async fn exists(
-    node: NodeHandle,
+    node: KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
 ) -> Frame {
@@ -329,7 +345,7 @@ async fn exists(
 }
 
 async fn mget(
-    node: NodeHandle,
+    node: KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
 ) -> Frame {
@@ -418,6 +434,7 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             let node = conn.node.clone();
             Pending::later(Box::pin(async move { status_frame(&node).await }), protocol)
         }
+        ClientCommand::Keyspaces => ready(keyspaces_frame(&conn.keyspaces)),
         ClientCommand::Info { .. } => {
             let node = conn.node.clone();
             Pending::later(Box::pin(async move { info_frame(&node).await }), protocol)
@@ -432,7 +449,13 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             }
         }),
         ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
-        ClientCommand::Select => ready(Frame::ok()),
+        ClientCommand::Select { index } => match conn.keyspaces.get(KeyspaceId(index)) {
+            Some(handle) => {
+                conn.node = handle.clone();
+                ready(Frame::ok())
+            }
+            None => ready(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
+        },
         ClientCommand::Quit => ready(Frame::ok()).closing(),
         data => unreachable!("data command {} reached admin", data.name()),
     }
@@ -463,26 +486,47 @@ fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
     }
 }
 
-async fn status_frame(node: &NodeHandle) -> Frame {
+async fn status_frame(node: &KeyspaceHandle) -> Frame {
     match node.report(QUERY_WAIT).await {
-        Ok(report) => Frame::Bulk(crate::http::status_json(node.node_id, &report).into_bytes()),
+        Ok(report) => {
+            let doc = crate::http::keyspace_status(node, &report);
+            Frame::Bulk(doc.to_string().into_bytes())
+        }
         Err(e) => error_frame(&e),
     }
 }
 
-async fn info_frame(node: &NodeHandle) -> Frame {
+/// `KEEL.KEYSPACES`: `[id, name, engine]` per keyspace, by id.
+fn keyspaces_frame(keyspaces: &Keyspaces) -> Frame {
+    let rows = keyspaces.iter().map(|k| {
+        Frame::Array(vec![
+            Frame::Integer(i64::from(k.id.0)),
+            Frame::bulk(k.name.as_bytes()),
+            Frame::bulk(k.kind.name()),
+        ])
+    });
+    Frame::Array(rows.collect())
+}
+
+async fn info_frame(node: &KeyspaceHandle) -> Frame {
     match node.report(QUERY_WAIT).await {
         Ok(report) => {
             let s = &report.status;
-            let role = if s.role == keel_core::leader::Role::Leader { "master" } else { "slave" };
+            let field = |name: &str| s.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+            let role = if s.get("role").and_then(|v| v.as_str()) == Some("leader") {
+                "master"
+            } else {
+                "slave"
+            };
             let text = format!(
-                "# Server\r\nredis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\n\r\n# Replication\r\nrole:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
+                "# Server\r\nredis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\nkeel_keyspace:{}\r\n\r\n# Replication\r\nrole:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
                 env!("CARGO_PKG_VERSION"),
                 node.node_id.0,
-                s.epoch.0,
-                s.leader.map_or(0, |l| l.0),
-                s.durable_index.0,
-                s.applied_index.0,
+                node.id.0,
+                field("epoch"),
+                field("leader"),
+                field("durable_index"),
+                field("applied_index"),
             );
             Frame::Bulk(text.into_bytes())
         }
@@ -494,17 +538,25 @@ async fn info_frame(node: &NodeHandle) -> Frame {
 mod tests {
     use super::*;
     use crate::driver::Event;
-    use std::sync::Arc;
     use tokio::sync::mpsc;
 
     fn conn() -> (Conn, mpsc::Receiver<Event>) {
         let (events, rx) = mpsc::channel(8);
-        let node = NodeHandle {
+        let handle = |id: u32, events| KeyspaceHandle {
+            id: KeyspaceId(id),
+            name: format!("ks{id}"),
+            kind: keel_core::engine::EngineKind::Orca,
             events,
-            metrics: Arc::new(crate::metrics::Metrics::default()),
+            metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
             node_id: keel_types::NodeId(1),
         };
-        (Conn::new(42, node, Limits::default()), rx)
+        let (other, _) = mpsc::channel(8);
+        let keyspaces = Keyspaces::new(
+            vec![handle(0, events), handle(2, other)],
+            Arc::new(crate::metrics::Metrics::default()),
+            keel_types::NodeId(1),
+        );
+        (Conn::new(42, Arc::new(keyspaces), Limits::default()), rx)
     }
 
     fn words(ws: &[&str]) -> Frame {
@@ -553,6 +605,19 @@ mod tests {
         assert!(text.contains("one single-key command"), "{text}");
         let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1"])));
         assert!(text.contains("wrong number of arguments"), "{text}");
+    }
+
+    #[test]
+    fn select_moves_the_connection_to_a_hosted_keyspace_only() {
+        let (mut c, _rx) = conn();
+        assert_eq!(c.keyspace(), KeyspaceId(0));
+        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])));
+        assert_eq!(text, "ERR DB index is out of range");
+        assert_eq!(c.keyspace(), KeyspaceId(0));
+        assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "2"]))), "Simple([79, 75])");
+        assert_eq!(c.keyspace(), KeyspaceId(2));
+        let listed = ready_text(handle(&mut c, words(&["KEEL.KEYSPACES"])));
+        assert!(listed.contains("Integer(2)"), "{listed}");
     }
 
     #[test]

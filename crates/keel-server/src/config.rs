@@ -20,6 +20,20 @@
 //! [engine]
 //! durability_default = "memory"
 //! read_level_default = "monotonic"
+//!
+//! # Optional: several keyspaces, each an engine instance with its own log, storage
+//! # directory, defaults and leader. Without this section there is one ORCA keyspace 0,
+//! # stored in `data_dir` itself (so older configurations and data keep working).
+//! [[keyspaces]]
+//! id = 0
+//! name = "default"
+//! engine = "orca"
+//! [[keyspaces]]
+//! id = 1
+//! name = "sessions"
+//! engine = "orca"
+//! durability_default = "durable"
+//! read_level_default = "linearizable"
 //! ```
 //!
 //! A test-only section, off by default, delays this node's outbound peer messages to
@@ -40,9 +54,10 @@
 //!
 //! `docs/operations.md` lists every field with its default.
 
+use keel_core::engine::EngineKind;
 use keel_core::leader::Config as EngineConfig;
 use keel_core::time::Span;
-use keel_types::{Durability, Limits, NodeId, ReadLevel};
+use keel_types::{Durability, KeyspaceId, Limits, NodeId, ReadLevel};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -64,6 +79,12 @@ pub const QUEUE_CEILING: u32 = 1 << 20;
 pub const PEER_DELAY_MS_MAX: u64 = 10_000;
 /// Longest emulated extra fsync time (`storage.emulated_fsync_delay_us`).
 pub const EMULATED_FSYNC_DELAY_US_MAX: u64 = 1_000_000;
+/// Most keyspaces one node hosts (each has an engine loop, a storage thread and files).
+pub const KEYSPACES_MAX: usize = 64;
+/// Highest keyspace id (what `SELECT` takes; Redis clients use small numbers).
+pub const KEYSPACE_ID_MAX: u32 = 1023;
+/// Longest keyspace name.
+pub const KEYSPACE_NAME_BYTES_MAX: usize = 64;
 
 const _: () = assert!(INPUT_QUEUE_MAX_DEFAULT <= QUEUE_CEILING);
 const _: () = assert!(PEER_BATCH_MAX_DEFAULT <= PEER_QUEUE_MAX_DEFAULT);
@@ -154,6 +175,64 @@ pub struct EngineSettings {
     pub pending_requests_max: Option<usize>,
 }
 
+/// One keyspace: `[[keyspaces]]` in `keel.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyspaceSettings {
+    /// Its id (what `SELECT` and `--keyspace` take); 0 must exist.
+    pub id: u32,
+    /// Its name (letters, digits, `-` and `_`), shown in `/status` and `keel status`.
+    pub name: String,
+    /// The engine kind it runs.
+    #[serde(default = "engine_kind_default")]
+    pub engine: EngineKind,
+    /// Durability of writes that name none (default: `[engine] durability_default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability_default: Option<Durability>,
+    /// Level of reads that name none (default: `[engine] read_level_default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_level_default: Option<ReadLevel>,
+    /// The member that should lead it (default: with several keyspaces, keyspace `k`
+    /// prefers the `k mod n`-th member in id order, spreading leaders; with one, none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_leader: Option<u32>,
+}
+
+fn engine_kind_default() -> EngineKind {
+    EngineKind::Orca
+}
+
+impl KeyspaceSettings {
+    /// Keyspace `id` of kind ORCA with the node's defaults (what `keel up --keyspaces`
+    /// writes): keyspace 0 is named `default`, the others `ks<id>`.
+    pub fn orca(id: u32) -> KeyspaceSettings {
+        let name = if id == 0 { "default".to_string() } else { format!("ks{id}") };
+        KeyspaceSettings {
+            id,
+            name,
+            engine: EngineKind::Orca,
+            durability_default: None,
+            read_level_default: None,
+            preferred_leader: None,
+        }
+    }
+}
+
+/// A keyspace as a node runs it: its settings resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyspaceSpec {
+    /// Its id.
+    pub id: KeyspaceId,
+    /// Its name.
+    pub name: String,
+    /// Its engine kind.
+    pub engine: EngineKind,
+    /// Where its log, hard state and snapshots live.
+    pub data_dir: PathBuf,
+    /// The engine configuration (for ORCA).
+    pub config: EngineConfig,
+}
+
 /// Test-only wide-area emulation, off by default (an empty map delays nothing).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,6 +307,9 @@ pub struct ServerConfig {
     /// Test-only disk emulation (off by default).
     #[serde(default, skip_serializing_if = "StorageSettings::is_off")]
     pub storage: StorageSettings,
+    /// The keyspaces; empty: one ORCA keyspace 0 in `data_dir`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keyspaces: Vec<KeyspaceSettings>,
 }
 
 fn connections_max_default() -> u32 {
@@ -280,6 +362,7 @@ impl ServerConfig {
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
             storage: StorageSettings::default(),
+            keyspaces: Vec::new(),
         }
     }
 
@@ -339,14 +422,94 @@ impl ServerConfig {
             return Err(invalid("members", "two members share a peer_addr"));
         }
         self.validate_geo()?;
+        self.validate_keyspaces()?;
         if self.storage.emulated_fsync_delay_us > EMULATED_FSYNC_DELAY_US_MAX {
             return Err(invalid(
                 "storage.emulated_fsync_delay_us",
                 format!("must be at most {EMULATED_FSYNC_DELAY_US_MAX}"),
             ));
         }
-        self.engine_config()?;
+        self.keyspace_specs()?;
         Ok(())
+    }
+
+    /// Checks `keyspaces`: at most [`KEYSPACES_MAX`], ids unique, at most
+    /// [`KEYSPACE_ID_MAX`], 0 among them; names unique and well formed; preferred leaders
+    /// are members.
+    fn validate_keyspaces(&self) -> Result<(), ConfigError> {
+        if self.keyspaces.is_empty() {
+            return Ok(());
+        }
+        if self.keyspaces.len() > KEYSPACES_MAX {
+            return Err(invalid("keyspaces", format!("at most {KEYSPACES_MAX}")));
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
+        for ks in &self.keyspaces {
+            let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
+            if ks.id > KEYSPACE_ID_MAX {
+                return Err(invalid(&field("id"), format!("must be at most {KEYSPACE_ID_MAX}")));
+            }
+            if !ids.insert(ks.id) {
+                return Err(invalid(&field("id"), "two keyspaces share this id"));
+            }
+            let well_formed = !ks.name.is_empty()
+                && ks.name.len() <= KEYSPACE_NAME_BYTES_MAX
+                && ks.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !well_formed {
+                let reason = format!("1 to {KEYSPACE_NAME_BYTES_MAX} letters, digits, '-' or '_'");
+                return Err(invalid(&field("name"), reason));
+            }
+            if !names.insert(ks.name.as_str()) {
+                return Err(invalid(&field("name"), "two keyspaces share this name"));
+            }
+            if ks.preferred_leader.is_some_and(|p| self.members.iter().all(|m| m.id != p)) {
+                return Err(invalid(&field("preferred_leader"), "not a member"));
+            }
+        }
+        if !ids.contains(&0) {
+            return Err(invalid("keyspaces", "keyspace 0 must exist (connections start there)"));
+        }
+        Ok(())
+    }
+
+    /// The keyspaces this node runs, resolved: ids, kinds, storage directories (keyspace
+    /// 0 in `data_dir` itself, keyspace `k` in `data_dir/keyspace-k`) and engine
+    /// configurations (the `[engine]` settings with each keyspace's defaults, and leaders
+    /// spread over the members when there are several keyspaces).
+    pub fn keyspace_specs(&self) -> Result<Vec<KeyspaceSpec>, ConfigError> {
+        let settings = if self.keyspaces.is_empty() {
+            vec![KeyspaceSettings::orca(0)]
+        } else {
+            self.keyspaces.clone()
+        };
+        let several = settings.len() > 1;
+        let mut members: Vec<u32> = self.members.iter().map(|m| m.id).collect();
+        members.sort_unstable();
+        let mut specs = Vec::with_capacity(settings.len());
+        for ks in settings {
+            let mut config = self.engine_config()?;
+            let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
+            config.durability_default = ks.durability_default.unwrap_or(config.durability_default);
+            config.read_level_default = ks.read_level_default.unwrap_or(config.read_level_default);
+            let spread = several.then(|| members[ks.id as usize % members.len()]);
+            config.preferred_leader = ks.preferred_leader.or(spread).map(NodeId);
+            config.validate().map_err(|e| invalid(&field(e.field), e.reason.clone()))?;
+            let data_dir = if ks.id == 0 {
+                self.data_dir.clone()
+            } else {
+                self.data_dir.join(format!("keyspace-{}", ks.id))
+            };
+            specs.push(KeyspaceSpec {
+                id: KeyspaceId(ks.id),
+                name: ks.name,
+                engine: ks.engine,
+                data_dir,
+                config,
+            });
+        }
+        specs.sort_by_key(|s| s.id);
+        Ok(specs)
     }
 
     /// Checks `geo.peer_delay_ms`: keys are other members' ids, delays at most
@@ -475,6 +638,61 @@ mod tests {
             let err = bad.validate().unwrap_err().to_string();
             assert!(err.contains(&format!("`geo.peer_delay_ms.{key}`")), "{err}");
         }
+    }
+
+    #[test]
+    fn keyspaces_resolve_with_their_defaults_directories_and_spread_leaders() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        let specs = config.keyspace_specs().unwrap();
+        assert_eq!(specs.len(), 1, "without the section: one keyspace");
+        assert_eq!(specs[0].data_dir, Path::new("/tmp/keel/n1"), "keyspace 0 keeps the old place");
+        assert_eq!(specs[0].config.preferred_leader, None, "one keyspace prefers no leader");
+        let text = format!(
+            "{}\n[[keyspaces]]\nid = 0\nname = \"default\"\n[[keyspaces]]\nid = 2\nname = \"sessions\"\n\
+             durability_default = \"durable\"\n[[keyspaces]]\nid = 1\nname = \"ks1\"\nengine = \"orca\"\n",
+            config.to_toml()
+        );
+        config = ServerConfig::from_toml(&text).unwrap();
+        config.validate().unwrap();
+        let specs = config.keyspace_specs().unwrap();
+        let ids: Vec<u32> = specs.iter().map(|s| s.id.0).collect();
+        assert_eq!(ids, [0, 1, 2]);
+        assert_eq!(specs[2].data_dir, Path::new("/tmp/keel/n1/keyspace-2"));
+        assert_eq!(specs[2].config.durability_default, Durability::Durable);
+        assert_eq!(specs[1].config.durability_default, Durability::Memory);
+        let leaders: Vec<Option<NodeId>> =
+            specs.iter().map(|s| s.config.preferred_leader).collect();
+        assert_eq!(leaders, [Some(NodeId(1)), Some(NodeId(2)), Some(NodeId(3))]);
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+    }
+
+    #[test]
+    fn bad_keyspaces_are_refused_naming_the_field() {
+        let base = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        let cases: [(Vec<KeyspaceSettings>, &str); 4] = [
+            (vec![KeyspaceSettings::orca(1)], "`keyspaces`"),
+            (vec![KeyspaceSettings::orca(0), KeyspaceSettings::orca(0)], "`keyspaces.0.id`"),
+            (
+                vec![
+                    KeyspaceSettings::orca(0),
+                    KeyspaceSettings { name: "a b".into(), ..KeyspaceSettings::orca(3) },
+                ],
+                "`keyspaces.3.name`",
+            ),
+            (
+                vec![KeyspaceSettings { preferred_leader: Some(9), ..KeyspaceSettings::orca(0) }],
+                "`keyspaces.0.preferred_leader`",
+            ),
+        ];
+        for (keyspaces, field) in cases {
+            let mut config = base.clone();
+            config.keyspaces = keyspaces;
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+        }
+        let text =
+            format!("{}\n[[keyspaces]]\nid = 0\nname = \"x\"\nengine = \"raft\"\n", base.to_toml());
+        assert!(ServerConfig::from_toml(&text).is_err(), "an unknown engine kind is refused");
     }
 
     #[test]

@@ -1,68 +1,53 @@
-//! The engine loop: one task owns the [`LeaderEngine`] and steps it, one input at a
-//! time, carrying out each step's outputs in the order `Outputs` prescribes.
+//! A keyspace's engine loop: one task owns the keyspace's engine and steps it, one input
+//! at a time, and carries out each step's outputs through the effect executor's front
+//! (`keel_exec::Front`), the same code the simulator runs.
 //!
-//! Inputs arrive on two bounded channels of [`Event`]s: peer messages (dropped when it is
-//! full: the protocol tolerates loss), always taken first so that a backlog of clients
-//! cannot delay the heartbeats and acknowledgements that keep a leader; and client
-//! requests (refused with a retryable `BUSY` when it is full) and queries (`/status`,
-//! `/metrics`, `KEEL.LOG`). Storage completions
-//! arrive on their own channels (a `watch` of the newest fsync and the snapshots saved),
-//! and the timer fires at the engine's `wake_at`.
+//! Inputs arrive on two bounded channels: peer messages (decoded and checked by the
+//! gate's stateless half on the connection's task; dropped when the channel is full: the
+//! protocol tolerates loss), always taken first so that a backlog of clients cannot
+//! delay the heartbeats and acknowledgements that keep a leader; and client requests
+//! (refused with a retryable `BUSY` when it is full) and queries (`/status`, `/metrics`,
+//! `KEEL.LOG`). Storage completions arrive from the keyspace's storage thread, snapshots
+//! written off it from their tasks, and the timer fires at the engine's `wake_at`.
 //!
 //! Time: the engine sees `Time` as the host's `CLOCK_MONOTONIC` in nanoseconds (the
 //! driver reads the clock; the engine never does). Not "since the process started":
 //! peers echo this node's send times back to it as lease anchors, and an anchor from
 //! before a restart must not look like the future to the restarted node.
 //!
-//! Ordering contract, as carried out here:
-//! 1. hard state: sent to the storage thread, and the loop waits until it is durable;
-//! 2. truncate and append: queued to the storage thread in order (a queued write is as
-//!    good as a buffered one: it is lost on a crash and never reported synced);
-//! 3. fsync: queued; the storage thread coalesces them and publishes the synced index,
-//!    which the loop reports as `LogSynced`, clamped below any truncation queued after
-//!    the fsync's last operation;
-//! 4. snapshot: one installed from the leader is queued; one this node took is written
-//!    and synced on a blocking task of its own (the log's appends and fsyncs go on), then
-//!    queued to be renamed into place; either is reported as `SnapshotSaved` once
-//!    durable;
-//! 5. messages: handed to the per-peer queues (dropped when full);
-//! 6. replies: sent back to the connections.
+//! What the front decides and this loop carries out (see `keel_exec::front`):
+//! 1. storage operations go to the storage thread in order; the loop never waits for
+//!    the disk (messages that depend on a hard state wait in the front instead);
+//! 2. a snapshot this node took is written on a blocking task, then adopted in order;
+//! 3. messages go to the per-peer queues (dropped when full), replies to connections;
+//! 4. memory the engine let go of is freed on a blocking task;
+//! 5. messages the engine's gate dropped are counted and logged at a bounded rate.
 
-use crate::metrics::{Metrics, OpLabel};
-use crate::storage::{StorageHandle, StorageOp, Synced};
-use keel_core::leader::{
-    ClientReply, ClientRequest, Counters, Input, LeaderEngine, Message, Outputs, RequestTag, Role,
-    Status,
-};
+use crate::metrics::{KeyspaceMetrics, Metrics, OpLabel};
+use crate::peer::PeerQueues;
+use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
+use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, Outputs, Report, RoleView};
 use keel_core::time::Time;
+use keel_exec::{Completion, DiskInput, Front, StorageOp};
 use keel_types::{
-    ClientId, Command, Durability, Entry, Epoch, KeelError, LogIndex, NodeId, ReadLevel, RequestId,
+    ClientId, Command, Durability, Entry, KeelError, KeyspaceId, LogIndex, NodeId, ReadLevel,
+    RequestId,
 };
-use std::collections::{BTreeMap, VecDeque};
+use keel_wire::peer::{Outgoing, PeerMessage};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Most entries one `KEEL.LOG` page returns.
 pub const LOG_PAGE_ENTRIES_MAX: u32 = 1024;
-/// Most truncations remembered for clamping fsync reports (older ones are covered by any
-/// later fsync, so they are dropped first).
-pub const TRUNCATIONS_TRACKED_MAX: usize = 1024;
 
 /// A step (engine plus carrying out its outputs) this long is logged as a warning: a
 /// third of the default heartbeat-to-election margin.
 pub const SLOW_STEP: Duration = Duration::from_millis(100);
 
-/// The kind of an input, for logs.
-fn input_name(input: &Input) -> &'static str {
-    match input {
-        Input::Tick => "tick",
-        Input::Message { .. } => "message",
-        Input::Client(_) => "client",
-        Input::LogSynced { .. } => "log synced",
-        Input::SnapshotSaved { .. } => "snapshot saved",
-    }
-}
+/// Most messages held behind a hard state not yet durable (one fsync's worth of steps).
+pub const HELD_MESSAGES_MAX: usize = STORAGE_QUEUE_MAX;
 
 /// The host's monotonic clock (`CLOCK_MONOTONIC`), continuous across restarts of the
 /// process (not across reboots, which outlast every lease).
@@ -102,15 +87,6 @@ impl Submit {
     }
 }
 
-/// The engine's externally visible state, as `/status` and `KEEL.STATUS` show it.
-#[derive(Clone, Debug)]
-pub struct NodeReport {
-    /// The engine's status.
-    pub status: Status,
-    /// The engine's counters.
-    pub counters: Counters,
-}
-
 /// One page of the log, for `KEEL.LOG`.
 #[derive(Clone, Debug)]
 pub struct LogPage {
@@ -120,7 +96,7 @@ pub struct LogPage {
     pub snapshot_index: LogIndex,
 }
 
-/// An input for the engine loop.
+/// An input for a keyspace's engine loop from connections and the HTTP endpoint.
 #[derive(Debug)]
 pub enum Event {
     /// A client request and where to send its reply.
@@ -132,15 +108,8 @@ pub enum Event {
         /// When the request entered the input queue.
         queued_at: Instant,
     },
-    /// A message from a peer.
-    Peer {
-        /// The sender.
-        from: NodeId,
-        /// The message.
-        message: Message,
-    },
-    /// A status query.
-    Status(oneshot::Sender<NodeReport>),
+    /// A status query: the engine's report.
+    Report(oneshot::Sender<Report>),
     /// A log query: `count` entries from `from`.
     Log {
         /// The first index wanted.
@@ -152,6 +121,15 @@ pub enum Event {
     },
 }
 
+/// A peer message for one keyspace, decoded and past the gate's stateless half.
+#[derive(Debug)]
+pub struct PeerEvent<M> {
+    /// The sender.
+    pub from: NodeId,
+    /// The message.
+    pub message: M,
+}
+
 /// A request inside the engine, waiting for its reply.
 struct Waiting {
     reply: oneshot::Sender<ClientReply>,
@@ -159,56 +137,61 @@ struct Waiting {
     label: OpLabel,
 }
 
-/// The engine loop's state.
-pub struct Driver {
-    engine: LeaderEngine,
-    tag_next: u64,
-    waiting: BTreeMap<RequestTag, Waiting>,
-    storage: StorageHandle,
-    seq_next: u64,
-    /// Truncations queued, `(seq, index)`, oldest first.
-    truncations: VecDeque<(u64, LogIndex)>,
-    peers: BTreeMap<NodeId, mpsc::Sender<Message>>,
-    metrics: Arc<Metrics>,
-    wake_at: Option<Time>,
-    /// The role, epoch and leader last logged (role changes are logged once each).
-    seen: (Role, Epoch, Option<NodeId>),
+/// The channels and counters a keyspace's loop talks through.
+pub struct Wiring {
+    /// This keyspace.
+    pub keyspace: KeyspaceId,
+    /// The keyspace's storage thread.
+    pub storage: StorageHandle,
+    /// The per-peer send queues, shared by every keyspace of the node.
+    pub peers: Arc<PeerQueues>,
+    /// The keyspace's metrics.
+    pub metrics: Arc<KeyspaceMetrics>,
+    /// The node's metrics (peer traffic, rejections).
+    pub node_metrics: Arc<Metrics>,
 }
 
-impl Driver {
-    /// A driver for `engine` (created at [`monotonic_now`]).
-    pub fn new(
-        engine: LeaderEngine,
-        storage: StorageHandle,
-        peers: BTreeMap<NodeId, mpsc::Sender<Message>>,
-        metrics: Arc<Metrics>,
-    ) -> Driver {
-        assert!(!peers.contains_key(&engine.config().node_id), "no queue to itself");
+/// A keyspace's engine loop.
+pub struct Driver<E: Engine> {
+    engine: E,
+    front: Front<E::Message, E::Reply>,
+    wiring: Wiring,
+    tag_next: u64,
+    waiting: BTreeMap<keel_core::engine::RequestTag, Waiting>,
+    wake_at: Option<Time>,
+    /// When the oldest log sync not yet reported was asked for (for the sync-wait
+    /// histogram).
+    sync_asked: Option<Instant>,
+    /// The role last logged (role changes are logged once each).
+    seen: Option<RoleView>,
+}
+
+impl<E: Engine> Driver<E>
+where
+    E::Message: PeerMessage + Send + Sync,
+{
+    /// A loop for `engine` (booted at [`monotonic_now`]).
+    pub fn new(engine: E, wiring: Wiring) -> Driver<E> {
+        assert!(!wiring.peers.contains(engine.node_id()), "no queue to itself");
         Driver {
             engine,
+            front: Front::new(HELD_MESSAGES_MAX),
+            wiring,
             tag_next: 1,
             waiting: BTreeMap::new(),
-            storage,
-            seq_next: 1,
-            truncations: VecDeque::new(),
-            peers,
-            metrics,
             wake_at: None,
-            seen: (Role::Follower, Epoch(0), None),
+            sync_asked: None,
+            seen: None,
         }
     }
 
-    fn now(&self) -> Time {
-        monotonic_now()
-    }
-
     /// Runs until `shutdown` is set or `events` closes (`Ok`), or the storage fails
-    /// (`Err` with the reason: the node must stop and exit non-zero). `peer_events`
-    /// (peer messages) are taken before `events` (client requests and queries).
+    /// (`Err` with the reason: the node must stop and exit non-zero). `peer_events` are
+    /// taken before `events`.
     pub async fn run(
         mut self,
         mut events: mpsc::Receiver<Event>,
-        mut peer_events: mpsc::Receiver<Event>,
+        mut peer_events: mpsc::Receiver<PeerEvent<E::Message>>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), String> {
         self.step(Input::Tick).await?;
@@ -217,26 +200,25 @@ impl Driver {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(()),
-                changed = self.storage.fatal.changed() => {
-                    let reason = self.storage.fatal.borrow().clone();
+                changed = self.wiring.storage.fatal.changed() => {
+                    let reason = self.wiring.storage.fatal.borrow().clone();
                     return Err(reason.unwrap_or_else(|| format!("storage thread ended: {changed:?}")));
                 }
-                changed = self.storage.synced.changed() => {
-                    if changed.is_err() {
+                completion = self.wiring.storage.completions.recv() => {
+                    let Some(first) = completion else {
                         return Err("the storage thread ended".into());
-                    }
-                    let synced = *self.storage.synced.borrow_and_update();
-                    self.on_synced(synced).await?;
+                    };
+                    self.on_completions(first).await?;
                 }
-                Some(meta) = self.storage.snapshots.recv() => {
-                    tracing::info!(index = meta.last_index.0, "snapshot saved");
-                    self.step(Input::SnapshotSaved { meta }).await?;
-                }
-                Some(prepared) = self.storage.prepared.recv() => {
+                Some(prepared) = self.wiring.storage.prepared.recv() => {
                     let (meta, len) = prepared?;
-                    self.queue(StorageOp::AdoptSnapshot(meta, len)).await?;
+                    let op = self.front.prepared(meta, len);
+                    self.queue(op).await?;
                 }
-                Some(event) = peer_events.recv() => self.on_event(event).await?,
+                Some(event) = peer_events.recv() => {
+                    let input = Input::Message { from: event.from, message: event.message };
+                    self.step(input).await?;
+                }
                 event = events.recv() => match event {
                     Some(event) => self.on_event(event).await?,
                     None => return Ok(()),
@@ -246,7 +228,7 @@ impl Driver {
                     if late >= SLOW_STEP {
                         // The loop was not scheduled in time (an overloaded host, or a
                         // runtime thread blocked): timers, heartbeats and leases slip.
-                        tracing::warn!(late_ms = late.as_millis() as u64, "engine timer fired late");
+                        tracing::warn!(keyspace = %self.wiring.keyspace, late_ms = late.as_millis() as u64, "engine timer fired late");
                     }
                     self.step(Input::Tick).await?
                 }
@@ -256,23 +238,50 @@ impl Driver {
 
     fn deadline(&self) -> Instant {
         // Without a wake-up asked for, tick anyway every second (harmless, bounded).
-        let now = self.now();
+        let now = monotonic_now();
         let at = self.wake_at.unwrap_or(Time(now.0 + 1_000_000_000));
         Instant::now() + Duration::from_nanos((at - now).0)
     }
 
-    async fn on_synced(&mut self, synced: Synced) -> Result<(), String> {
-        let index = clamp_synced(&mut self.truncations, synced);
-        self.step(Input::LogSynced { index }).await
+    /// Takes every completion waiting (the first one given) and hands each to the front;
+    /// of several fsync reports in a row only the last reaches the engine (it covers the
+    /// others).
+    async fn on_completions(&mut self, first: Completion) -> Result<(), String> {
+        let mut completions = vec![first];
+        while let Ok(more) = self.wiring.storage.completions.try_recv() {
+            completions.push(more);
+        }
+        for (i, completion) in completions.iter().enumerate() {
+            let superseded = matches!(completion, Completion::Synced { .. })
+                && matches!(completions.get(i + 1), Some(Completion::Synced { .. }));
+            if matches!(completion, Completion::Synced { .. }) {
+                if let Some(asked) = self.sync_asked.take() {
+                    self.wiring.metrics.sync_wait_seconds.observe(asked.elapsed().as_secs_f64());
+                }
+            }
+            let done = self.front.complete(*completion);
+            self.send_messages(done.messages);
+            self.send_replies(done.replies);
+            match done.input {
+                Some(DiskInput::LogSynced(_)) if superseded => {}
+                Some(DiskInput::SnapshotSaved(meta)) => {
+                    tracing::info!(keyspace = %self.wiring.keyspace, index = meta.last_index.0, "snapshot saved");
+                    self.step(Input::SnapshotSaved { meta }).await?;
+                }
+                Some(input) => self.step(input.into_input()).await?,
+                None => {}
+            }
+        }
+        Ok(())
     }
 
     async fn on_event(&mut self, event: Event) -> Result<(), String> {
         match event {
             Event::Client { submit, reply, queued_at } => {
-                let tag = RequestTag(self.tag_next);
+                let tag = keel_core::engine::RequestTag(self.tag_next);
                 self.tag_next += 1;
                 let label = submit.label();
-                self.metrics.input_wait_seconds.observe(queued_at.elapsed().as_secs_f64());
+                self.wiring.metrics.input_wait_seconds.observe(queued_at.elapsed().as_secs_f64());
                 self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
                 let request = ClientRequest {
                     tag,
@@ -282,28 +291,23 @@ impl Driver {
                     durability: submit.durability,
                     level: submit.level,
                 };
-                self.step(Input::Client(request)).await
+                self.step(Input::Client(E::Request::from(request))).await
             }
-            Event::Peer { from, message } => self.step(Input::Message { from, message }).await,
-            Event::Status(reply) => {
-                let report =
-                    NodeReport { status: self.engine.status(), counters: self.engine.counters() };
-                let _ = reply.send(report);
+            Event::Report(reply) => {
+                let _ = reply.send(self.engine.report());
                 Ok(())
             }
             Event::Log { from, count, reply } => {
-                let count = count.clamp(1, LOG_PAGE_ENTRIES_MAX);
-                let to = LogIndex(from.0.saturating_add(u64::from(count) - 1));
-                let entries: Vec<Entry> = self.engine.log_entries(from, to).cloned().collect();
-                let snapshot_index = self.engine.status().snapshot_index;
+                let count = count.clamp(1, LOG_PAGE_ENTRIES_MAX) as usize;
+                let (entries, snapshot_index) = self.engine.log_page(from, count);
                 let _ = reply.send(LogPage { entries, snapshot_index });
                 Ok(())
             }
         }
     }
 
-    async fn step(&mut self, input: Input) -> Result<(), String> {
-        let now = self.now();
+    async fn step(&mut self, input: Input<E::Message, E::Request>) -> Result<(), String> {
+        let now = monotonic_now();
         let started = Instant::now();
         let what = input_name(&input);
         let out = self.engine.step(now, input);
@@ -313,6 +317,7 @@ impl Driver {
         if total >= SLOW_STEP {
             // Long enough to cost leases or an election: say where the time went.
             tracing::warn!(
+                keyspace = %self.wiring.keyspace,
                 input = what,
                 engine_ms = stepped.as_millis() as u64,
                 outputs_ms = (total - stepped).as_millis() as u64,
@@ -324,88 +329,71 @@ impl Driver {
     }
 
     fn log_role_change(&mut self) {
-        let status = self.engine.status();
-        let now = (status.role, status.epoch, status.leader);
-        if now != self.seen {
-            assert!(status.epoch >= self.seen.1, "epochs never go back");
-            tracing::info!(role = ?status.role, epoch = status.epoch.0, leader = ?status.leader.map(|l| l.0),
-                active_set = ?status.active_set, "role change");
-            self.seen = now;
+        let now = self.engine.role();
+        if self.seen != Some(now) {
+            assert!(self.seen.is_none_or(|seen| now.epoch >= seen.epoch), "epochs never go back");
+            tracing::info!(keyspace = %self.wiring.keyspace, role = now.role, epoch = now.epoch,
+                leader = ?now.leader.map(|l| l.0), "role change");
+            self.seen = Some(now);
         }
     }
 
-    async fn queue(&mut self, op: StorageOp) -> Result<(), String> {
-        let seq = self.seq_next;
-        self.seq_next += 1;
-        if let StorageOp::TruncateAfter(index) = &op {
-            if self.truncations.len() == TRUNCATIONS_TRACKED_MAX {
-                // Keep the lowest clamp: fold the oldest into the next one.
-                let (_, oldest) = self.truncations.pop_front().expect("full");
-                let next = self.truncations.front_mut().expect("max is above one");
-                next.1 = next.1.min(oldest);
+    async fn queue(&mut self, op: (u64, StorageOp)) -> Result<(), String> {
+        if matches!(op.1, StorageOp::Sync) {
+            self.sync_asked.get_or_insert_with(Instant::now);
+        }
+        let ops = &self.wiring.storage.ops;
+        ops.send(op).await.map_err(|_| "the storage thread ended".to_string())
+    }
+
+    /// Carries out one step's outputs through the front.
+    async fn carry_out(&mut self, out: Outputs<E::Message, E::Reply>) -> Result<(), String> {
+        let keyspace = self.wiring.keyspace;
+        if let Some((meta, data)) = &out.snapshot {
+            tracing::info!(%keyspace, index = meta.last_index.0, bytes = data.len(),
+                installed = out.snapshot_installed, "saving a snapshot");
+        }
+        let effects = self.front.carry_out(out);
+        for rejection in &effects.rejected {
+            self.wiring.node_metrics.rejected(keyspace, rejection.from, rejection.reason);
+        }
+        for op in effects.ops {
+            self.queue(op).await?;
+        }
+        if let Some((meta, data)) = effects.prepare {
+            // A snapshot this node took is written off the storage thread; the front
+            // queues its adoption once it is written.
+            if self.wiring.storage.prepare_snapshot(meta, data).is_some() {
+                return Err("this storage cannot write a snapshot off its thread".into());
             }
-            self.truncations.push_back((seq, *index));
         }
-        self.storage.ops.send((seq, op)).await.map_err(|_| "the storage thread ended".to_string())
-    }
-
-    /// Carries out one step's outputs in the contract's order.
-    async fn carry_out(&mut self, out: Outputs) -> Result<(), String> {
-        if let Some(hard_state) = out.hard_state {
-            let (done, durable) = oneshot::channel();
-            self.queue(StorageOp::HardState { hard_state, done }).await?;
-            // Rule 1: no message leaves before the hard state is on disk.
-            durable.await.map_err(|_| "storage failed while saving the hard state".to_string())?;
-        }
-        if let Some(index) = out.truncate_after {
-            self.queue(StorageOp::TruncateAfter(index)).await?;
-        }
-        if !out.append.is_empty() {
-            self.queue(StorageOp::Append(out.append)).await?;
-        }
-        if out.sync_through.is_some() {
-            self.queue(StorageOp::Sync(Instant::now())).await?;
-        }
-        if !out.release.is_empty() {
+        if !effects.release.is_empty() {
             // Freeing an encoding as large as the state takes a while: not on this loop.
-            let release = out.release;
+            let release = effects.release;
             tokio::task::spawn_blocking(move || drop(release));
         }
-        if let Some((meta, data)) = out.snapshot {
-            tracing::info!(
-                index = meta.last_index.0,
-                bytes = data.len(),
-                installed = out.snapshot_installed,
-                "saving a snapshot"
-            );
-            // A snapshot this node took is written off the storage thread; one installed
-            // from the leader is saved in order, before the appends that follow it.
-            let inline = if out.snapshot_installed {
-                Some((meta, data))
-            } else {
-                self.storage.prepare_snapshot(meta, data)
-            };
-            if let Some((meta, data)) = inline {
-                self.queue(StorageOp::Snapshot(meta, data)).await?;
-            }
-        }
-        self.send_messages(out.messages);
-        self.send_replies(out.replies);
-        self.wake_at = out.wake_at;
+        self.send_messages(effects.messages);
+        self.send_replies(effects.replies);
+        self.wake_at = effects.wake_at;
         Ok(())
     }
 
-    fn send_messages(&mut self, messages: Vec<(NodeId, Message)>) {
+    fn send_messages(&mut self, messages: Vec<(NodeId, E::Message)>) {
+        let keyspace = self.wiring.keyspace;
         for (to, message) in messages {
-            let queue = self.peers.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
-            if queue.try_send(message).is_err() {
-                self.metrics.peer_dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let outgoing = Outgoing { keyspace, message: Box::new(message) };
+            if !self.wiring.peers.send(to, outgoing) {
+                self.wiring
+                    .node_metrics
+                    .peer_dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }
 
-    fn send_replies(&mut self, replies: Vec<ClientReply>) {
+    fn send_replies(&mut self, replies: Vec<E::Reply>) {
         for reply in replies {
+            let reply: ClientReply = reply.into();
             let Some(waiting) = self.waiting.remove(&reply.tag) else {
                 // A reply to a request whose client gave up is still counted by the engine.
                 tracing::debug!(tag = reply.tag.0, "reply for an unknown tag");
@@ -416,40 +404,44 @@ impl Driver {
                 Err(e) => keel_wire::reply::error_prefix(e),
             };
             let seconds = waiting.started.elapsed().as_secs_f64();
-            self.metrics.record(waiting.label, outcome, seconds);
+            self.wiring.metrics.record(waiting.label, outcome, seconds);
             if reply.durability_round {
-                self.metrics.round_read_seconds.observe(seconds);
+                self.wiring.metrics.round_read_seconds.observe(seconds);
             }
             let _ = waiting.reply.send(reply);
         }
     }
 }
 
-/// The index to report as synced: `synced.index`, clamped below every truncation queued
-/// after the fsync's last operation (it may have removed entries the fsync covered; the
-/// entries that replace them are not on disk yet). Forgets truncations the fsync covers.
-pub fn clamp_synced(truncations: &mut VecDeque<(u64, LogIndex)>, synced: Synced) -> LogIndex {
-    while truncations.front().is_some_and(|(seq, _)| *seq <= synced.seq) {
-        truncations.pop_front();
+/// The kind of an input, for logs.
+fn input_name<M, Q>(input: &Input<M, Q>) -> &'static str {
+    match input {
+        Input::Tick => "tick",
+        Input::Message { .. } => "message",
+        Input::Client(_) => "client",
+        Input::LogSynced { .. } => "log synced",
+        Input::SnapshotSaved { .. } => "snapshot saved",
     }
-    let clamp = truncations.iter().map(|(_, index)| *index).min();
-    let index = clamp.map_or(synced.index, |c| c.min(synced.index));
-    assert!(index <= synced.index, "never report more than was synced");
-    index
 }
 
-/// What connections and the HTTP endpoint hold to talk to the engine loop.
+/// What connections and the HTTP endpoint hold to talk to one keyspace's engine loop.
 #[derive(Clone, Debug)]
-pub struct NodeHandle {
+pub struct KeyspaceHandle {
+    /// The keyspace.
+    pub id: KeyspaceId,
+    /// Its name.
+    pub name: String,
+    /// Its engine kind.
+    pub kind: keel_core::engine::EngineKind,
     /// The engine loop's input.
     pub events: mpsc::Sender<Event>,
-    /// The node's metrics.
-    pub metrics: Arc<Metrics>,
+    /// The keyspace's metrics.
+    pub metrics: Arc<KeyspaceMetrics>,
     /// This node.
     pub node_id: NodeId,
 }
 
-impl NodeHandle {
+impl KeyspaceHandle {
     /// Submits a request and waits for its reply. A full input queue is a retryable
     /// `Busy`; a stopping node is `Unavailable`.
     pub async fn submit(&self, submit: Submit) -> Result<ClientReply, KeelError> {
@@ -469,10 +461,10 @@ impl NodeHandle {
         answer.await.map_err(|_| KeelError::Unavailable("node stopping".into()))
     }
 
-    /// The engine's status and counters (waits for room in the queue, at most `wait`).
-    pub async fn report(&self, wait: Duration) -> Result<NodeReport, KeelError> {
+    /// The engine's report (waits for room in the queue, at most `wait`).
+    pub async fn report(&self, wait: Duration) -> Result<Report, KeelError> {
         let (reply, answer) = oneshot::channel();
-        self.query(Event::Status(reply), wait).await?;
+        self.query(Event::Report(reply), wait).await?;
         answer.await.map_err(|_| KeelError::Unavailable("node stopping".into()))
     }
 
@@ -497,23 +489,48 @@ impl NodeHandle {
     }
 }
 
+/// Every keyspace a node hosts, by id. Shared by connections and the HTTP endpoint.
+#[derive(Clone, Debug)]
+pub struct Keyspaces {
+    by_id: BTreeMap<KeyspaceId, KeyspaceHandle>,
+    /// The node's own metrics.
+    pub node_metrics: Arc<Metrics>,
+    /// This node.
+    pub node_id: NodeId,
+}
+
+impl Keyspaces {
+    /// The keyspaces, keyspace 0 among them.
+    pub fn new(
+        handles: Vec<KeyspaceHandle>,
+        node_metrics: Arc<Metrics>,
+        node_id: NodeId,
+    ) -> Keyspaces {
+        let by_id: BTreeMap<KeyspaceId, KeyspaceHandle> =
+            handles.into_iter().map(|h| (h.id, h)).collect();
+        assert!(by_id.contains_key(&KeyspaceId(0)), "keyspace 0 always exists");
+        Keyspaces { by_id, node_metrics, node_id }
+    }
+
+    /// The keyspace `id`, if this node hosts it.
+    pub fn get(&self, id: KeyspaceId) -> Option<&KeyspaceHandle> {
+        self.by_id.get(&id)
+    }
+
+    /// Keyspace 0, where every connection starts.
+    pub fn first(&self) -> &KeyspaceHandle {
+        &self.by_id[&KeyspaceId(0)]
+    }
+
+    /// Every keyspace, by id.
+    pub fn iter(&self) -> impl Iterator<Item = &KeyspaceHandle> {
+        self.by_id.values()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn synced_index_is_clamped_below_later_truncations_only() {
-        let mut truncations: VecDeque<(u64, LogIndex)> =
-            [(3, LogIndex(5)), (8, LogIndex(7))].into();
-        // The fsync ran after op 4: the truncation at op 3 is on disk, the one at 8 is not.
-        let index = clamp_synced(&mut truncations, Synced { index: LogIndex(10), seq: 4 });
-        assert_eq!(index, LogIndex(7));
-        assert_eq!(truncations.len(), 1);
-        // A later fsync covers everything.
-        let index = clamp_synced(&mut truncations, Synced { index: LogIndex(9), seq: 9 });
-        assert_eq!(index, LogIndex(9));
-        assert!(truncations.is_empty());
-    }
 
     #[test]
     fn submit_labels_name_the_level_or_durability() {

@@ -1,11 +1,11 @@
-//! A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text format) and
-//! `GET /status` (JSON). One request per connection (`Connection: close`), headers at
+//! A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text format, every keyspace's
+//! metrics labelled with its id) and `GET /status` (JSON: the node and each keyspace). One request per connection (`Connection: close`), headers at
 //! most [`REQUEST_BYTES_MAX`], answered within [`REQUEST_TIMEOUT`]; enough for Prometheus
 //! and `curl`, with no HTTP library.
 
-use crate::driver::{NodeHandle, NodeReport};
-use keel_core::leader::Role;
-use keel_types::NodeId;
+use crate::driver::{KeyspaceHandle, Keyspaces};
+use crate::metrics::KeyspaceView;
+use keel_core::engine::Report;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -15,51 +15,59 @@ pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
 /// How long a request may take to arrive and be answered.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The JSON `/status` and `KEEL.STATUS` return: the engine's `Status` fields (role in
-/// lowercase), the server version and the engine's counters.
-pub fn status_json(node_id: NodeId, report: &NodeReport) -> String {
-    let role = match report.status.role {
-        Role::Leader => "leader",
-        Role::Follower => "follower",
-        Role::Candidate => "candidate",
-    };
-    let mut doc = serde_json::to_value(&report.status).expect("status serializes");
-    let c = &report.counters;
-    let object = doc.as_object_mut().expect("a struct serializes to an object");
-    assert_eq!(object.get("node_id").and_then(|v| v.as_u64()), Some(u64::from(node_id.0)));
-    object.insert("role".into(), role.into());
+/// One keyspace's status document, as `KEEL.STATUS` returns it and `/status` lists it:
+/// the engine's report with the keyspace's id, name and engine kind and the server's
+/// version.
+pub fn keyspace_status(handle: &KeyspaceHandle, report: &Report) -> serde_json::Value {
+    let mut doc = report.status.clone();
+    let object = doc.as_object_mut().expect("an engine's status is an object");
+    object.insert("keyspace".into(), handle.id.0.into());
+    object.insert("keyspace_name".into(), handle.name.clone().into());
+    object.insert("engine".into(), handle.kind.name().into());
+    object.insert("node_id".into(), handle.node_id.0.into());
     object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-    object.insert(
-        "counters".into(),
-        serde_json::json!({
-            "durability_rounds": c.durability_rounds,
-            "reads_with_round": c.reads_with_round,
-            "forwarded": c.forwarded,
-            "elections": c.elections,
-            "removals": c.removals,
-            "snapshots_installed": c.snapshots_installed,
-            "snapshots_taken": c.snapshots_taken,
-            "snapshot_chunks_received": c.snapshot_chunks_received,
-        }),
-    );
+    doc
+}
+
+/// Every keyspace's report, by id (waits for each loop at most `wait`).
+async fn reports(
+    keyspaces: &Keyspaces,
+    wait: Duration,
+) -> Result<Vec<(KeyspaceHandle, Report)>, keel_types::KeelError> {
+    let mut all = Vec::new();
+    for handle in keyspaces.iter() {
+        let report = handle.report(wait).await?;
+        all.push((handle.clone(), report));
+    }
+    Ok(all)
+}
+
+/// The `/status` document: the node, and each keyspace's status.
+pub fn node_status(keyspaces: &Keyspaces, reports: &[(KeyspaceHandle, Report)]) -> String {
+    let docs: Vec<serde_json::Value> = reports.iter().map(|(h, r)| keyspace_status(h, r)).collect();
+    let doc = serde_json::json!({
+        "node_id": keyspaces.node_id.0,
+        "version": env!("CARGO_PKG_VERSION"),
+        "keyspaces": docs,
+    });
     doc.to_string()
 }
 
 /// Serves HTTP requests forever.
-pub async fn serve(listener: TcpListener, node: NodeHandle) {
+pub async fn serve(listener: TcpListener, keyspaces: std::sync::Arc<Keyspaces>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await;
             continue;
         };
-        let node = node.clone();
+        let keyspaces = keyspaces.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &node)).await;
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &keyspaces)).await;
         });
     }
 }
 
-async fn answer(mut stream: TcpStream, node: &NodeHandle) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, keyspaces: &Keyspaces) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -76,23 +84,28 @@ async fn answer(mut stream: TcpStream, node: &NodeHandle) -> std::io::Result<()>
     if method != "GET" {
         return respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET only\n").await;
     }
-    let report = node.report(REQUEST_TIMEOUT / 2).await;
-    match (path, report) {
-        ("/metrics", Ok(report)) => {
-            let mut body = String::new();
-            node.metrics.render(&mut body);
-            crate::metrics::render_engine(&mut body, &report.status, &report.counters);
-            respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body).await
-        }
-        ("/status", Ok(report)) => {
-            let body = status_json(node.node_id, &report) + "\n";
-            respond(&mut stream, "200 OK", "application/json", &body).await
-        }
-        ("/metrics" | "/status", Err(e)) => {
-            respond(&mut stream, "503 Service Unavailable", "text/plain", &format!("{e}\n")).await
-        }
-        _ => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics or /status\n").await,
+    if path != "/metrics" && path != "/status" {
+        return respond(&mut stream, "404 Not Found", "text/plain", "try /metrics or /status\n")
+            .await;
     }
+    let reports = match reports(keyspaces, REQUEST_TIMEOUT / 2).await {
+        Ok(reports) => reports,
+        Err(e) => {
+            let body = format!("{e}\n");
+            return respond(&mut stream, "503 Service Unavailable", "text/plain", &body).await;
+        }
+    };
+    if path == "/status" {
+        let body = node_status(keyspaces, &reports) + "\n";
+        return respond(&mut stream, "200 OK", "application/json", &body).await;
+    }
+    let views: Vec<KeyspaceView<'_>> = reports
+        .iter()
+        .map(|(handle, report)| KeyspaceView { id: handle.id, metrics: &handle.metrics, report })
+        .collect();
+    let mut body = String::new();
+    crate::metrics::render(&mut body, &keyspaces.node_metrics, &views);
+    respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body).await
 }
 
 async fn respond(

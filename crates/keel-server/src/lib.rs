@@ -32,4 +32,4 @@ pub mod resp;
 pub mod storage;
 
 pub use config::ServerConfig;
-pub use driver::NodeHandle;
+pub use driver::{KeyspaceHandle, Keyspaces};

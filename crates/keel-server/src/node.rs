@@ -1,14 +1,24 @@
-//! Starting and stopping one node: recover the storage, start the engine loop, bind the
-//! peer, client and HTTP listeners, run until told to stop or until the storage fails.
+//! Starting and stopping one node: for each keyspace recover its storage, boot its engine
+//! and start its engine loop; bind the peer, client and HTTP listeners; run until told to
+//! stop or until a keyspace's storage fails.
+//!
+//! Tasks and threads of a node with `k` keyspaces: `k` engine loops (tasks, so several
+//! keyspaces use several cores), `k` storage threads, one sender task per peer and one
+//! receiver task per inbound peer connection (every keyspace's messages share them), the
+//! client and HTTP listeners and a pair of tasks per client connection.
 
-use crate::config::ServerConfig;
-use crate::driver::{Driver, Event, NodeHandle};
-use crate::metrics::Metrics;
-use crate::peer::Jitter;
+use crate::config::{KeyspaceSpec, ServerConfig};
+use crate::driver::{monotonic_now, Driver, KeyspaceHandle, Keyspaces, Wiring};
+use crate::metrics::{KeyspaceMetrics, Metrics};
+use crate::peer::{Inbox, Inboxes, Jitter, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
-use keel_core::leader::{LeaderEngine, PersistedState};
+use keel_core::engine::{Engine, EngineKind, PersistedState};
+use keel_core::leader::LeaderEngine;
 use keel_types::NodeId;
+use keel_wire::peer::{PeerLimits, PeerMessage};
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
@@ -20,7 +30,8 @@ pub enum NodeError {
     /// The configuration is invalid (fix it; not retryable).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The node could not start (a port in use, an unreadable data directory).
+    /// The node could not start (a port in use, an unreadable data directory, persisted
+    /// state the engine refuses).
     #[error("startup failed: {0}")]
     Startup(String),
     /// The storage failed: the node stopped to protect the data (restart it to recover).
@@ -46,32 +57,45 @@ pub fn fresh_seed() -> u64 {
     Jitter::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
 }
 
+/// A keyspace's engine loop, ready to run.
+type Loop = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// What starting one keyspace produced.
+struct Started {
+    handle: KeyspaceHandle,
+    inbox: Box<dyn Inbox>,
+    run: Loop,
+}
+
+/// What every keyspace of a node shares.
+struct Shared<'a> {
+    config: &'a ServerConfig,
+    peers: Arc<PeerQueues>,
+    node_metrics: Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+}
+
 /// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a tokio runtime.
 pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     config.validate()?;
-    let engine_config = config.engine_config()?;
+    let specs = config.keyspace_specs()?;
     let me = NodeId(config.node_id);
-    let metrics = Arc::new(Metrics::default());
-    let dir = config.data_dir.clone();
-    let storage_metrics = metrics.clone();
-    let fsync_delay = config.emulated_fsync_delay();
-    let snapshot_bytes_max = crate::storage::snapshot_bytes_max(engine_config.state_bytes_max);
-    let (recovered, storage) = tokio::task::spawn_blocking(move || {
-        crate::storage::start(&dir, storage_metrics, fsync_delay, snapshot_bytes_max)
-    })
-    .await
-    .map_err(|e| NodeError::Startup(e.to_string()))?
-    .map_err(NodeError::Startup)?;
-    tracing::info!(node = %me, entries = recovered.entries.len(), epoch = recovered.hard_state.epoch.0, "recovered");
-    let persisted = PersistedState {
-        hard_state: recovered.hard_state,
-        snapshot: recovered.snapshot,
-        entries: recovered.entries,
-    };
-    let seed = fresh_seed();
-    let engine =
-        LeaderEngine::new(engine_config.clone(), persisted, seed, crate::driver::monotonic_now())
-            .map_err(|e| NodeError::Startup(e.to_string()))?;
+    let node_metrics = Arc::new(Metrics::default());
+    let peers = Arc::new(start_peer_senders(&config, me, &node_metrics));
+    let shared = Shared { config: &config, peers, node_metrics: node_metrics.clone(), shutdown };
+    let mut handles = Vec::new();
+    let mut inboxes: Inboxes = BTreeMap::new();
+    let mut loops = Vec::new();
+    for spec in specs {
+        let started = match spec.engine {
+            EngineKind::Orca => {
+                start_keyspace::<LeaderEngine>(spec.clone(), spec.config.clone(), &shared).await?
+            }
+        };
+        inboxes.insert(spec.id, started.inbox);
+        handles.push(started.handle);
+        loops.push(started.run);
+    }
     let bind = |addr| async move {
         TcpListener::bind(addr)
             .await
@@ -83,49 +107,124 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
-    let (events_tx, events_rx) = mpsc::channel::<Event>(config.input_queue_max as usize);
-    // Peer messages have a queue of their own, served first: a backlog of client requests
-    // must not hold back the heartbeats and acknowledgements that keep the leader.
-    let (peer_events_tx, peer_events_rx) = mpsc::channel::<Event>(config.input_queue_max as usize);
-    let mut peers = BTreeMap::new();
+    let members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
+    let inboxes = Arc::new(inboxes);
+    tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, node_metrics.clone()));
+    let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
+    let limits = shared_limits(&config)?;
+    let door = Arc::new(FrontDoor {
+        keyspaces: keyspaces.clone(),
+        limits,
+        pipeline_depth_max: config.pipeline_depth_max as usize,
+        slots: Arc::new(Semaphore::new(config.connections_max as usize)),
+        id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
+    });
+    tokio::spawn(crate::resp::serve(client_listener, door));
+    if let Some(listener) = http_listener {
+        tokio::spawn(crate::http::serve(listener, keyspaces.clone()));
+    }
+    tracing::info!(node = %me, clients = %config.client_addr, peers = %config.peer_addr(),
+        http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
+    let result = run_loops(loops).await.map_err(NodeError::Storage);
+    tracing::info!(node = %me, ok = result.is_ok(), "stopped");
+    result
+}
+
+/// Runs every keyspace's loop until all stop (`Ok`) or one fails (its error).
+async fn run_loops(loops: Vec<Loop>) -> Result<(), String> {
+    let mut set = tokio::task::JoinSet::new();
+    for run in loops {
+        set.spawn(run);
+    }
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(reason),
+            Err(e) => return Err(format!("an engine loop ended abnormally: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The key and value limits the front door parses with: every keyspace's engine takes
+/// them from the node's `[engine]` settings.
+fn shared_limits(config: &ServerConfig) -> Result<keel_types::Limits, NodeError> {
+    Ok(config.engine_config()?.limits)
+}
+
+/// One bounded send queue and sender task per other member.
+fn start_peer_senders(config: &ServerConfig, me: NodeId, metrics: &Arc<Metrics>) -> PeerQueues {
+    let mut queues = BTreeMap::new();
     for member in config.members.iter().filter(|m| m.id != me.0) {
         let (tx, rx) = mpsc::channel(config.peer_queue_max as usize);
-        peers.insert(NodeId(member.id), tx);
-        let batch = config.peer_batch_max as usize;
+        queues.insert(NodeId(member.id), tx);
         tokio::spawn(crate::peer::sender(
             me,
             NodeId(member.id),
             member.peer_addr,
             rx,
-            batch,
+            config.peer_batch_max as usize,
             config.peer_delay(member.id),
             metrics.clone(),
         ));
     }
-    let members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
-    tokio::spawn(crate::peer::listener(
-        me,
-        peer_listener,
-        peer_events_tx,
-        members,
-        metrics.clone(),
-    ));
-    let node = NodeHandle { events: events_tx, metrics: metrics.clone(), node_id: me };
-    let door = Arc::new(FrontDoor {
-        node: node.clone(),
-        limits: engine_config.limits.clone(),
-        pipeline_depth_max: config.pipeline_depth_max as usize,
-        slots: Arc::new(Semaphore::new(config.connections_max as usize)),
-        id_seed: std::sync::Mutex::new(Jitter::new(seed.rotate_left(17))),
-    });
-    tokio::spawn(crate::resp::serve(client_listener, door));
-    if let Some(listener) = http_listener {
-        tokio::spawn(crate::http::serve(listener, node.clone()));
-    }
-    tracing::info!(node = %me, clients = %config.client_addr, peers = %config.peer_addr(),
-        http = ?config.http_addr, "serving");
-    let driver = Driver::new(engine, storage, peers, metrics);
-    let result = driver.run(events_rx, peer_events_rx, shutdown).await.map_err(NodeError::Storage);
-    tracing::info!(node = %me, ok = result.is_ok(), "stopped");
-    result
+    PeerQueues::new(queues)
+}
+
+/// Recovers a keyspace's storage, boots its engine of kind `E`, and builds its loop,
+/// handle and inbox.
+async fn start_keyspace<E: Engine>(
+    spec: KeyspaceSpec,
+    engine_config: E::Config,
+    shared: &Shared<'_>,
+) -> Result<Started, NodeError>
+where
+    E::Message: PeerMessage + Send + Sync,
+{
+    let config = shared.config;
+    let metrics = Arc::new(KeyspaceMetrics::default());
+    let dir = spec.data_dir.clone();
+    let storage_metrics = metrics.clone();
+    let fsync_delay = config.emulated_fsync_delay();
+    let snapshot_bytes_max = crate::storage::snapshot_bytes_max(spec.config.state_bytes_max);
+    let (recovered, storage) = tokio::task::spawn_blocking(move || {
+        crate::storage::start(&dir, storage_metrics, fsync_delay, snapshot_bytes_max)
+    })
+    .await
+    .map_err(|e| NodeError::Startup(e.to_string()))?
+    .map_err(NodeError::Startup)?;
+    tracing::info!(keyspace = %spec.id, name = %spec.name, engine = %spec.engine,
+        entries = recovered.entries.len(), epoch = recovered.hard_state.epoch.0, "recovered");
+    let persisted = PersistedState {
+        hard_state: recovered.hard_state,
+        snapshot: recovered.snapshot,
+        entries: recovered.entries,
+    };
+    let engine = E::boot(engine_config, persisted, fresh_seed(), monotonic_now())
+        .map_err(|e| NodeError::Startup(format!("keyspace {}: {e}", spec.id)))?;
+    let queue_max = config.input_queue_max as usize;
+    let (events_tx, events_rx) = mpsc::channel(queue_max);
+    // Peer messages have a queue of their own, served first: a backlog of client requests
+    // must not hold back the heartbeats and acknowledgements that keep the leader.
+    let (peer_tx, peer_rx) = mpsc::channel(queue_max);
+    let inbox: Box<dyn Inbox> =
+        Box::new(TypedInbox::<E> { queue: peer_tx, limits: PeerLimits::default() });
+    let handle = KeyspaceHandle {
+        id: spec.id,
+        name: spec.name.clone(),
+        kind: spec.engine,
+        events: events_tx,
+        metrics: metrics.clone(),
+        node_id: NodeId(config.node_id),
+    };
+    let wiring = Wiring {
+        keyspace: spec.id,
+        storage,
+        peers: shared.peers.clone(),
+        metrics,
+        node_metrics: shared.node_metrics.clone(),
+    };
+    let driver = Driver::new(engine, wiring);
+    let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
+    Ok(Started { handle, inbox, run })
 }

@@ -1,9 +1,13 @@
-//! Peer transport: engine messages over TCP in `keel_wire::peer` frames.
+//! Peer transport: every keyspace's engine messages over TCP in `keel_wire::peer`
+//! frames, each message in an envelope naming its keyspace.
 //!
 //! Each node keeps one outbound connection per peer (it writes, never reads) and accepts
-//! one inbound connection from each peer (it reads, never writes). Outbound:
-//! - a bounded queue per peer ([`crate::config::ServerConfig::peer_queue_max`]); the engine
-//!   loop drops a message when the queue is full (the protocol retries what was lost);
+//! one inbound connection from each peer (it reads, never writes); every keyspace shares
+//! them. Outbound:
+//! - a bounded queue per peer ([`crate::config::ServerConfig::peer_queue_max`]) shared by
+//!   the keyspaces' engine loops ([`PeerQueues`]); a loop drops a message when the queue
+//!   is full (the protocol retries what was lost); the sender task encodes each message
+//!   with its engine's codec, off the loops;
 //! - batching: the sender takes every message waiting (at most `peer_batch_max`) and
 //!   writes them as one frame, so a busy link pipelines without waiting for replies;
 //! - reconnect with exponential backoff and jitter ([`BACKOFF_MIN`]..[`BACKOFF_MAX`]);
@@ -13,17 +17,20 @@
 //!   releases it no earlier than stamp + delay, in order, holding at most
 //!   `peer_queue_max` messages (more are dropped, as when the queue is full).
 //!
-//! Inbound: each frame is checked (length limit, checksum, addressed to this node) and
-//! its messages go to the engine loop, dropped when its queue is full. A malformed frame
-//! closes the connection; the peer reconnects.
+//! Inbound: each frame is checked (length limit, checksum, addressed to this node, from a
+//! member) and each envelope goes to its keyspace's [`Inbox`], which decodes it with the
+//! keyspace's engine codec, runs the validation gate's stateless half and queues it for
+//! the engine loop (dropped when its queue is full). A message that does not decode,
+//! fails the gate or names a keyspace this node does not host is dropped and counted
+//! with its reason; a malformed frame closes the connection and the peer reconnects.
 
-use crate::driver::Event;
+use crate::driver::PeerEvent;
 use crate::metrics::Metrics;
-use keel_core::leader::Message;
+use keel_core::engine::Engine;
 use keel_types::rng::SplitMix64;
-use keel_types::NodeId;
-use keel_wire::peer::{decode_frame, encode_frame, PeerFrame, PeerLimits};
-use std::collections::VecDeque;
+use keel_types::{KeyspaceId, NodeId};
+use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -120,6 +127,78 @@ impl<T> DelayLine<T> {
     }
 }
 
+/// The send queue of every other member, shared by the node's keyspaces.
+#[derive(Debug, Default)]
+pub struct PeerQueues {
+    queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>,
+}
+
+impl PeerQueues {
+    /// Queues for the given peers.
+    pub fn new(queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>) -> PeerQueues {
+        PeerQueues { queues }
+    }
+
+    /// Whether `node` has a queue (a node has none to itself).
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.queues.contains_key(&node)
+    }
+
+    /// Queues a message for `to`; `false` when the queue is full or closed (dropped).
+    /// Panics on a non-member: engines only address members.
+    pub fn send(&self, to: NodeId, outgoing: Outgoing) -> bool {
+        let queue = self.queues.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        queue.try_send(outgoing).is_ok()
+    }
+}
+
+/// What became of one message handed to an [`Inbox`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Queued for the engine loop.
+    Queued,
+    /// The loop's queue was full: dropped.
+    Full,
+    /// Dropped: the message breaks a rule (named).
+    Rejected(&'static str),
+}
+
+/// Where one keyspace's peer messages go.
+pub trait Inbox: Send + Sync {
+    /// Decodes `bytes` with the keyspace's engine codec, checks the result with the
+    /// gate's stateless half, and queues it for the engine loop.
+    fn deliver(&self, from: NodeId, bytes: &[u8]) -> Delivery;
+}
+
+/// The inbox of a keyspace running engine kind `E`.
+pub struct TypedInbox<E: Engine> {
+    /// The engine loop's peer queue.
+    pub queue: mpsc::Sender<PeerEvent<E::Message>>,
+    /// The limits the codec checks.
+    pub limits: PeerLimits,
+}
+
+impl<E: Engine> Inbox for TypedInbox<E>
+where
+    E::Message: PeerMessage + Send + Sync,
+{
+    fn deliver(&self, from: NodeId, bytes: &[u8]) -> Delivery {
+        let Ok(message) = E::Message::decode(bytes, &self.limits) else {
+            return Delivery::Rejected("message does not decode");
+        };
+        if let Err(reason) = E::check_message(&message) {
+            return Delivery::Rejected(reason);
+        }
+        match self.queue.try_send(PeerEvent { from, message }) {
+            Ok(()) => Delivery::Queued,
+            Err(_) => Delivery::Full,
+        }
+    }
+}
+
+/// Every keyspace's inbox, by id.
+pub type Inboxes = BTreeMap<KeyspaceId, Box<dyn Inbox>>;
+
 /// Sends the messages queued for `to` to its address, forever (until the queue closes),
 /// each no earlier than `delay` after the sender took it from the queue.
 #[allow(clippy::too_many_arguments)] // each is a distinct setting of the link
@@ -127,7 +206,7 @@ pub async fn sender(
     me: NodeId,
     to: NodeId,
     addr: SocketAddr,
-    mut queue: mpsc::Receiver<Message>,
+    mut queue: mpsc::Receiver<Outgoing>,
     batch_max: usize,
     delay: Duration,
     metrics: Arc<Metrics>,
@@ -182,7 +261,7 @@ struct Link<'a> {
 async fn send_frames(
     link: &Link<'_>,
     mut stream: TcpStream,
-    queue: &mut mpsc::Receiver<Message>,
+    queue: &mut mpsc::Receiver<Outgoing>,
 ) -> bool {
     let mut buf = Vec::new();
     let mut batch = Vec::with_capacity(link.batch_max);
@@ -200,8 +279,8 @@ async fn send_frames(
 async fn send_delayed(
     link: &Link<'_>,
     mut stream: TcpStream,
-    queue: &mut mpsc::Receiver<Message>,
-    line: &mut DelayLine<Message>,
+    queue: &mut mpsc::Receiver<Outgoing>,
+    line: &mut DelayLine<Outgoing>,
 ) -> bool {
     let mut buf = Vec::new();
     let mut incoming = Vec::with_capacity(link.batch_max);
@@ -234,25 +313,25 @@ async fn send_delayed(
 async fn write_batch(
     link: &Link<'_>,
     stream: &mut TcpStream,
-    batch: &mut Vec<Message>,
+    batch: &mut Vec<Outgoing>,
     buf: &mut Vec<u8>,
 ) -> bool {
     assert!(!batch.is_empty() && batch.len() <= link.batch_max);
     let (me, to, metrics) = (link.me, link.to, link.metrics);
     buf.clear();
     let count = batch.len() as u64;
-    let frame = PeerFrame::Link { from: me, to, messages: std::mem::take(batch) };
+    let frame = PeerFrame { from: me, to, messages: batch };
     if let Err(e) = encode_frame(&frame, link.limits, buf) {
-        // Too large as one frame: send each message alone (a snapshot may be big).
+        // Too large as one frame: send each message alone (a snapshot chunk may be big).
         tracing::debug!(%e, "splitting a peer batch");
-        let PeerFrame::Link { messages, .. } = frame else { unreachable!("built above") };
-        for message in messages {
-            let single = PeerFrame::Link { from: me, to, messages: vec![message] };
+        for message in batch.iter() {
+            let single = PeerFrame { from: me, to, messages: std::slice::from_ref(message) };
             if encode_frame(&single, link.limits, buf).is_err() {
                 metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
+    batch.clear();
     if stream.write_all(buf).await.is_err() {
         metrics.peer_dropped.fetch_add(count, Ordering::Relaxed);
         return false;
@@ -261,7 +340,7 @@ async fn write_batch(
     true
 }
 
-fn drop_queued(queue: &mut mpsc::Receiver<Message>, metrics: &Metrics) {
+fn drop_queued(queue: &mut mpsc::Receiver<Outgoing>, metrics: &Metrics) {
     let mut dropped = 0;
     while queue.try_recv().is_ok() {
         dropped += 1;
@@ -269,11 +348,11 @@ fn drop_queued(queue: &mut mpsc::Receiver<Message>, metrics: &Metrics) {
     metrics.peer_dropped.fetch_add(dropped, Ordering::Relaxed);
 }
 
-/// Accepts peer connections and feeds their messages to the engine loop.
+/// Accepts peer connections and feeds their messages to the keyspaces' engine loops.
 pub async fn listener(
     me: NodeId,
     listener: TcpListener,
-    events: mpsc::Sender<Event>,
+    inboxes: Arc<Inboxes>,
     members: Vec<NodeId>,
     metrics: Arc<Metrics>,
 ) {
@@ -283,11 +362,11 @@ pub async fn listener(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let events = events.clone();
+        let inboxes = inboxes.clone();
         let members = members.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            if let Err(reason) = receive(me, stream, &events, &members, &metrics).await {
+            if let Err(reason) = receive(me, stream, &inboxes, &members, &metrics).await {
                 tracing::warn!(%from_addr, %reason, "closing peer connection");
             }
         });
@@ -297,7 +376,7 @@ pub async fn listener(
 async fn receive(
     me: NodeId,
     mut stream: TcpStream,
-    events: &mpsc::Sender<Event>,
+    inboxes: &Inboxes,
     members: &[NodeId],
     metrics: &Metrics,
 ) -> Result<(), String> {
@@ -315,22 +394,32 @@ async fn receive(
             decode_frame(&buf[start..], &limits).map_err(|e| e.to_string())?
         {
             start += used;
-            let PeerFrame::Link { from, to, messages } = frame else {
-                return Err("a batch frame on a peer link".into());
-            };
+            let (from, to) = (frame.from, frame.to);
             if to != me || !members.contains(&from) || from == me {
                 return Err(format!("frame from {from} to {to} on {me}'s link"));
             }
-            for message in messages {
-                if events.try_send(Event::Peer { from, message }).is_err() {
-                    metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    metrics.peer_received.fetch_add(1, Ordering::Relaxed);
-                }
+            for (keyspace, bytes) in frame.envelopes {
+                route(inboxes, metrics, from, keyspace, bytes);
             }
         }
         buf.drain(..start);
     }
+}
+
+/// Hands one envelope to its keyspace's inbox and counts what became of it.
+fn route(inboxes: &Inboxes, metrics: &Metrics, from: NodeId, keyspace: KeyspaceId, bytes: &[u8]) {
+    let delivery = match inboxes.get(&keyspace) {
+        Some(inbox) => inbox.deliver(from, bytes),
+        None => Delivery::Rejected("a keyspace this node does not host"),
+    };
+    match delivery {
+        Delivery::Queued => metrics.peer_received.fetch_add(1, Ordering::Relaxed),
+        Delivery::Full => metrics.peer_dropped.fetch_add(1, Ordering::Relaxed),
+        Delivery::Rejected(reason) => {
+            metrics.rejected(keyspace, from, reason);
+            0
+        }
+    };
 }
 
 #[cfg(test)]

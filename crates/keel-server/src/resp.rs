@@ -16,7 +16,7 @@
 //! another connection carries the same pair (see [`crate::commands`]).
 
 use crate::commands::{self, Conn, Pending};
-use crate::driver::NodeHandle;
+use crate::driver::Keyspaces;
 use keel_types::Limits;
 use keel_wire::resp::{encode, DecodeMode, Decoder, Frame, Protocol, RespLimits};
 use std::sync::atomic::Ordering;
@@ -34,8 +34,8 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 /// What every connection shares.
 #[derive(Debug)]
 pub struct FrontDoor {
-    /// The engine loop.
-    pub node: NodeHandle,
+    /// The keyspaces (each connection starts in keyspace 0; `SELECT` moves it).
+    pub keyspaces: Arc<Keyspaces>,
     /// Key and value limits (checked while parsing).
     pub limits: Limits,
     /// Most unanswered requests per connection.
@@ -57,14 +57,15 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>) {
         let door = door.clone();
         tokio::spawn(async move {
             let Ok(slot) = door.slots.clone().try_acquire_owned() else {
-                door.node.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+                door.keyspaces.node_metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
                 let mut stream = stream;
                 let _ = stream.write_all(b"-BUSY too many connections\r\n").await;
                 return;
             };
-            door.node.metrics.connections_active.fetch_add(1, Ordering::Relaxed);
+            let metrics = &door.keyspaces.node_metrics;
+            metrics.connections_active.fetch_add(1, Ordering::Relaxed);
             connection(stream, &door).await;
-            door.node.metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
+            metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
         });
     }
@@ -75,7 +76,7 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
     let write_task = tokio::spawn(write_replies(writer, pending));
     let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
-    let mut conn = Conn::new(client_id, door.node.clone(), door.limits.clone());
+    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone());
     let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];

@@ -32,6 +32,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
         crash_after_vote_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
+        spread_leaders: false,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));
     let leader =

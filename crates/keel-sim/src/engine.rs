@@ -27,8 +27,16 @@ pub struct MessageFacts<'a> {
 
 /// An engine the simulator can drive.
 pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status = Status> {
-    /// The configuration of `node` in a cluster of `members`, from a template.
-    fn configure(template: &Self::Config, node: NodeId, members: Vec<NodeId>) -> Self::Config;
+    /// The configuration of `node` in a cluster of `members`, for keyspace `keyspace`,
+    /// from a template. With `spread_leaders`, each keyspace prefers another leader (as
+    /// a server spreads them).
+    fn configure(
+        template: &Self::Config,
+        node: NodeId,
+        members: Vec<NodeId>,
+        keyspace: u32,
+        spread_leaders: bool,
+    ) -> Self::Config;
 
     /// The facts the contract checks need.
     fn facts(message: &Self::Message) -> MessageFacts<'_>;
@@ -44,10 +52,21 @@ pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status
     }
 }
 
-/// The configuration of `node` among `members`, from a leader-engine template.
-pub fn configure_leader(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
+/// The configuration of `node` among `members` for `keyspace`, from a leader-engine
+/// template; with `spread_leaders`, keyspace `k` prefers member `k mod n` as a server's
+/// keyspaces do.
+pub fn configure_leader(
+    template: &Config,
+    node: NodeId,
+    members: Vec<NodeId>,
+    keyspace: u32,
+    spread_leaders: bool,
+) -> Config {
     let mut config = template.clone();
     config.node_id = node;
+    if spread_leaders {
+        config.preferred_leader = Some(members[keyspace as usize % members.len()]);
+    }
     config.members = members;
     config
 }
@@ -90,8 +109,14 @@ pub fn message_epoch(message: &Message) -> Epoch {
 }
 
 impl SimEngine for keel_core::leader::LeaderEngine {
-    fn configure(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
-        configure_leader(template, node, members)
+    fn configure(
+        template: &Config,
+        node: NodeId,
+        members: Vec<NodeId>,
+        keyspace: u32,
+        spread_leaders: bool,
+    ) -> Config {
+        configure_leader(template, node, members, keyspace, spread_leaders)
     }
 
     fn facts(message: &Message) -> MessageFacts<'_> {

@@ -220,6 +220,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         crash_after_vote_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
+        spread_leaders: false,
     }
 }
 
@@ -280,6 +281,7 @@ fn general_body<E: SimEngine<Config = Config>>(
     }
     world_config.engine.unsafe_release_unasked = config.release_unasked;
     world_config.keyspaces = config.keyspaces;
+    world_config.spread_leaders = config.keyspaces > 1;
     world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
     if config.hard_state_mode == HardStateMode::SkipSync {
         // Make the skipped fsync matter: voters crash right after voting, often.

@@ -184,6 +184,7 @@ pub fn table3_world(rng: &mut Rng) -> WorldConfig {
         crash_after_vote_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
+        spread_leaders: false,
     }
 }
 

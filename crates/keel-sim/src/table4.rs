@@ -152,6 +152,7 @@ fn table4_world() -> WorldConfig {
         crash_after_vote_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
+        spread_leaders: false,
     }
 }
 

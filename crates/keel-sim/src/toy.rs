@@ -218,8 +218,14 @@ impl ToyEngine {
 }
 
 impl SimEngine for ToyEngine {
-    fn configure(template: &Config, node: NodeId, members: Vec<NodeId>) -> Config {
-        crate::engine::configure_leader(template, node, members)
+    fn configure(
+        template: &Config,
+        node: NodeId,
+        members: Vec<NodeId>,
+        keyspace: u32,
+        _spread_leaders: bool,
+    ) -> Config {
+        crate::engine::configure_leader(template, node, members, keyspace, false)
     }
 
     fn facts(message: &Message) -> crate::engine::MessageFacts<'_> {

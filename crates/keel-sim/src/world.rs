@@ -69,6 +69,8 @@ pub struct WorldConfig<C = Config> {
     /// Negative control: the executor reports fsyncs without clamping them below the
     /// truncations that followed (`Front::unsafe_skip_truncation_clamp`).
     pub unsafe_skip_truncation_clamp: bool,
+    /// Whether each keyspace prefers another leader, as a server's keyspaces do.
+    pub spread_leaders: bool,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -898,7 +900,8 @@ impl<E: SimEngine> World<E> {
         let now = self.now_ns;
         let members = self.node_ids();
         for ks in 0..self.config.keyspaces {
-            let config = E::configure(&self.config.engine, node, members.clone());
+            let spread = self.config.spread_leaders;
+            let config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
             let n = &mut self.nodes[Self::slot(node)];
             let seed = n.rng.next_u64();
             let local = n.clock.local(now);

@@ -30,6 +30,7 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         crash_after_vote_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
+        spread_leaders: false,
     };
     Driver::new(World::new(config, 7))
 }

@@ -39,6 +39,20 @@ pub struct Version {
     pub index: LogIndex,
 }
 
+/// A keyspace's identity within a cluster: what `SELECT n` picks and what peer frames
+/// carry with each message. Keyspace 0 always exists.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct KeyspaceId(pub u32);
+
+impl fmt::Display for KeyspaceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ks{}", self.0)
+    }
+}
+
 /// A client's identity, used with [`RequestId`] to deduplicate retried writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

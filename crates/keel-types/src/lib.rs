@@ -1,7 +1,8 @@
 //! Keel's shared vocabulary. Every other crate speaks in these types.
 //!
 //! Layout:
-//! - [`ids`]: newtypes for node ids, epochs, log indexes, versions and client ids.
+//! - [`ids`]: newtypes for node ids, keyspace ids, epochs, log indexes, versions and
+//!   client ids.
 //! - [`level`]: the user-visible write durabilities and read levels.
 //! - [`command`]: the operations a client asks for and what they return.
 //! - [`limits`]: every named limit on keys, values, batches and queues.
@@ -23,7 +24,7 @@ pub mod rng;
 
 pub use command::{Command, CommandResult, Key, Value};
 pub use error::{KeelError, KeelResult};
-pub use ids::{ClientId, Epoch, LogIndex, NodeId, RequestId, Version};
+pub use ids::{ClientId, Epoch, KeyspaceId, LogIndex, NodeId, RequestId, Version};
 pub use level::{Durability, ReadLevel};
 pub use limits::Limits;
 pub use log::{Entry, EntryPayload, HardState, SnapshotMeta};

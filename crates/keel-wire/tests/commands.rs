@@ -211,8 +211,10 @@ fn handshake_commands_for_redis_tools() {
         parse("CONFIG GET save"),
         Ok(ClientCommand::ConfigGet { parameters: vec![b"save".to_vec()] })
     );
-    assert_eq!(parse("SELECT 0"), Ok(ClientCommand::Select));
-    assert_eq!(error("SELECT 1"), "-ERR DB index is out of range\r\n");
+    assert_eq!(parse("SELECT 0"), Ok(ClientCommand::Select { index: 0 }));
+    assert_eq!(parse("SELECT 7"), Ok(ClientCommand::Select { index: 7 }));
+    assert_eq!(error("SELECT -1"), "-ERR DB index is out of range\r\n");
+    assert_eq!(parse("KEEL.KEYSPACES"), Ok(ClientCommand::Keyspaces));
     assert_eq!(parse("INFO Server"), Ok(ClientCommand::Info { sections: vec!["server".into()] }));
     assert_eq!(parse("KEEL.STATUS"), Ok(ClientCommand::Status));
     assert_eq!(parse("QUIT"), Ok(ClientCommand::Quit));

@@ -65,6 +65,7 @@ impl Config {
             flush_interval: Span::from_millis(200),
             clock_drift_ppm_max: 100,
             active_set_target,
+            preferred_leader: None,
             follower_reads: true,
             durability_default: Durability::Memory,
             read_level_default: ReadLevel::Monotonic,
@@ -85,6 +86,22 @@ impl Config {
             unsafe_allow_hasty_removal: false,
             unsafe_release_unasked: false,
         }
+    }
+
+    /// The range this node draws election timeouts from (nanoseconds, `[low, high)`):
+    /// the whole range, or a preferred leader's early quarter, or the late half for the
+    /// others while a leader is preferred. Every draw is at least `election_timeout_min`,
+    /// which the leader lease is computed from.
+    pub fn election_timeout_range(&self) -> (u64, u64) {
+        let (min, max) = (self.election_timeout_min.0, self.election_timeout_max.0);
+        let span = max - min;
+        let range = match self.preferred_leader {
+            None => (min, max),
+            Some(p) if p == self.node_id => (min, min + (span / 4).max(1)),
+            Some(_) => (min + span / 2, max),
+        };
+        assert!(range.0 >= min && range.0 < range.1 && range.1 <= max);
+        range
     }
 
     /// A strict majority of the members.
@@ -130,6 +147,9 @@ impl Config {
         }
         if !self.members.contains(&self.node_id) {
             return fail("node_id", format!("{} is not a member", self.node_id));
+        }
+        if self.preferred_leader.is_some_and(|p| !self.members.contains(&p)) {
+            return fail("preferred_leader", "must be a member");
         }
         if self.active_set_target < self.majority() || self.active_set_target > n {
             return fail("active_set_target", format!("must be in {}..={n}", self.majority()));
@@ -247,6 +267,18 @@ mod tests {
         let mut config = three();
         config.active_set_target = 1;
         assert_eq!(config.validate().unwrap_err().field, "active_set_target");
+    }
+
+    #[test]
+    fn a_preferred_leader_draws_early_and_the_others_late() {
+        let mut config = three();
+        assert_eq!(config.election_timeout_range(), (300_000_000, 600_000_000));
+        config.preferred_leader = Some(NodeId(1));
+        assert_eq!(config.election_timeout_range(), (300_000_000, 375_000_000));
+        config.node_id = NodeId(2);
+        assert_eq!(config.election_timeout_range(), (450_000_000, 600_000_000));
+        config.preferred_leader = Some(NodeId(9));
+        assert_eq!(config.validate().unwrap_err().field, "preferred_leader");
     }
 
     #[test]

@@ -100,9 +100,8 @@ impl Core {
     }
 
     pub fn reset_election_deadline(&mut self) {
-        let min = self.config.election_timeout_min.0;
-        let max = self.config.election_timeout_max.0;
-        self.election.deadline = self.now + Span(self.rng.range(min, max));
+        let (low, high) = self.config.election_timeout_range();
+        self.election.deadline = self.now + Span(self.rng.range(low, high));
     }
 
     /// Whether `(last_epoch, last_index)` is behind this node's log.

@@ -121,7 +121,7 @@ pub enum ClientCommand {
         /// The read level; `None`: the keyspace default.
         level: Option<ReadLevel>,
     },
-    /// `KEEL.STATUS`: this node's view of the cluster.
+    /// `KEEL.STATUS`: this node's view of the cluster, in the connection's keyspace.
     Status,
     /// `INFO [section ...]`: server information, as Redis's `INFO`.
     Info {
@@ -138,8 +138,14 @@ pub enum ClientCommand {
         /// The parameters asked for.
         parameters: Vec<Vec<u8>>,
     },
-    /// `SELECT 0`: Keel has one database; any other index is refused while parsing.
-    Select,
+    /// `SELECT index`: the connection's keyspace from now on (a keyspace the node does
+    /// not host is refused by the server with Redis's error).
+    Select {
+        /// The keyspace id.
+        index: u32,
+    },
+    /// `KEEL.KEYSPACES`: the keyspaces this node hosts, `[id, name, engine]` each.
+    Keyspaces,
     /// `QUIT`: reply `+OK` and close.
     Quit,
 }
@@ -253,7 +259,8 @@ impl ClientCommand {
             ClientCommand::Client(_) => "client",
             ClientCommand::Command(_) => "command",
             ClientCommand::ConfigGet { .. } => "config",
-            ClientCommand::Select => "select",
+            ClientCommand::Select { .. } => "select",
+            ClientCommand::Keyspaces => "keel.keyspaces",
             ClientCommand::Quit => "quit",
         }
     }

@@ -52,6 +52,7 @@ pub fn parse(words: Vec<Vec<u8>>, limits: &Limits) -> Result<ClientCommand, Comm
         "keel.cas" => cas(rest, count, limits),
         "keel.scan" => scan(rest, count, limits),
         "keel.status" => exactly("keel.status", count, 0).map(|()| ClientCommand::Status),
+        "keel.keyspaces" => exactly("keel.keyspaces", count, 0).map(|()| ClientCommand::Keyspaces),
         "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
         "client" => client(rest, count),
         "command" => command(rest),
@@ -373,8 +374,7 @@ fn config(mut words: Words, count: usize) -> Result<ClientCommand, CommandError>
 
 fn select(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
     exactly("select", count, 1)?;
-    match integer(&next(&mut words)?)? {
-        0 => Ok(ClientCommand::Select),
-        _ => Err(CommandError::DbIndexOutOfRange),
-    }
+    let index = integer(&next(&mut words)?)?;
+    let index = u32::try_from(index).map_err(|_| CommandError::DbIndexOutOfRange)?;
+    Ok(ClientCommand::Select { index })
 }

@@ -33,8 +33,6 @@ const TAG_FORWARD_REPLY: u8 = 8;
 const TAG_PRE_VOTE: u8 = 9;
 const TAG_PRE_VOTE_REPLY: u8 = 10;
 
-/// Fewest bytes a message takes (`Vote`: tag, epoch, flag).
-pub(super) const MESSAGE_BYTES_MIN: u64 = 1 + 8 + 1;
 /// Fewest bytes a log entry takes (format, epoch, index, payload tag).
 const ENTRY_BYTES_MIN: u64 = 1 + 8 + 8 + 1;
 /// Fewest bytes a scan item takes (two empty byte strings and a version).
@@ -245,6 +243,19 @@ fn put_append_reply(out: &mut Vec<u8>, message: &Message) {
     put_flag(out, *released);
     put_u64(out, echo_sent_at.0);
     put_u64(out, sent_at.0);
+}
+
+impl super::PeerMessage for Message {
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_message(out, self);
+    }
+
+    fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
+        let mut reader = Reader::new(bytes);
+        let message = read_message(&mut reader, limits)?;
+        reader.finish()?;
+        Ok(message)
+    }
 }
 
 /// Reads one message.
@@ -750,7 +761,7 @@ mod tests {
     fn round_trip(message: &Message) -> Message {
         let mut bytes = Vec::new();
         put_message(&mut bytes, message);
-        assert!(bytes.len() as u64 >= MESSAGE_BYTES_MIN, "the count check relies on it");
+        assert!(!bytes.is_empty(), "an envelope's message takes at least one byte");
         let mut reader = Reader::new(&bytes);
         let decoded = read_message(&mut reader, &PeerLimits::default()).unwrap();
         reader.finish().unwrap();
@@ -795,9 +806,6 @@ mod tests {
     #[test]
     fn minimum_sizes_are_the_smallest_encodings() {
         let mut bytes = Vec::new();
-        put_message(&mut bytes, &Message::Vote { epoch: Epoch(0), granted: false });
-        assert_eq!(bytes.len() as u64, MESSAGE_BYTES_MIN);
-        bytes.clear();
         let noop =
             Entry { epoch: Epoch(0), index: LogIndex(0), payload: keel_types::EntryPayload::Noop };
         noop.encode_to(&mut bytes);
