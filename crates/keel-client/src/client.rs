@@ -38,6 +38,8 @@ pub struct ClientConfig {
     pub read_level: Option<ReadLevel>,
     /// Durability when an operation names none (`None`: the server's default).
     pub durability: Option<Durability>,
+    /// The keyspace every operation goes to (each connection sends `SELECT` first).
+    pub keyspace: u32,
 }
 
 impl ClientConfig {
@@ -51,6 +53,7 @@ impl ClientConfig {
             backoff: Duration::from_millis(20),
             read_level: None,
             durability: None,
+            keyspace: 0,
         }
     }
 }
@@ -136,8 +139,17 @@ impl Client {
                 return Ok(pool[pick % pool.len()].clone());
             }
         }
-        let conn =
-            Connection::connect(self.config.nodes[node], self.config.attempt_timeout).await?;
+        let addr = self.config.nodes[node];
+        let conn = Connection::connect(addr, self.config.attempt_timeout).await?;
+        if self.config.keyspace != 0 {
+            // Pipelined in order: every later call on this connection goes to the keyspace.
+            let index = self.config.keyspace.to_string();
+            let words: [&[u8]; 2] = [b"SELECT", index.as_bytes()];
+            if let Frame::Error(line) = conn.call(&words, self.config.attempt_timeout).await? {
+                let reason = String::from_utf8_lossy(&line).into_owned();
+                return Err(ConnError::Connect { addr, reason });
+            }
+        }
         self.pools[node].lock().expect("pool lock").push(conn.clone());
         Ok(conn)
     }

@@ -8,6 +8,7 @@
 //! Dropping a [`LocalCluster`] kills what is still running.
 
 use crate::config::{local_addrs, ServerConfig};
+use keel_wire::Frame;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -171,17 +172,31 @@ impl LocalCluster {
         }
     }
 
-    /// The `KEEL.STATUS` document of node index `i`, if it answers within a second.
+    /// The `KEEL.STATUS` document of node index `i` in keyspace 0, if it answers within a
+    /// second.
     pub fn status(&self, i: usize) -> Option<serde_json::Value> {
         status_at(self.configs[i].client_addr)
     }
 
-    /// The index of the node every running node agrees leads, once one holds a valid
-    /// lease; waits at most `timeout`.
+    /// The ids of the keyspaces every node hosts.
+    pub fn keyspace_ids(&self) -> Vec<u32> {
+        match self.configs[0].keyspaces.as_slice() {
+            [] => vec![0],
+            keyspaces => keyspaces.iter().map(|k| k.id).collect(),
+        }
+    }
+
+    /// The index of the node every running node agrees leads keyspace 0, once one holds
+    /// a valid lease; waits at most `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> Option<usize> {
+        self.wait_for_leader_in(0, timeout)
+    }
+
+    /// As [`LocalCluster::wait_for_leader`], for keyspace `keyspace`.
+    pub fn wait_for_leader_in(&self, keyspace: u32, timeout: Duration) -> Option<usize> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Some(leader) = self.agreed_leader() {
+            if let Some(leader) = self.agreed_leader(keyspace) {
                 return Some(leader);
             }
             std::thread::sleep(POLL_INTERVAL);
@@ -189,10 +204,11 @@ impl LocalCluster {
         None
     }
 
-    fn agreed_leader(&self) -> Option<usize> {
+    fn agreed_leader(&self, keyspace: u32) -> Option<usize> {
+        let status = |i: usize| status_in(self.configs[i].client_addr, keyspace);
         let mut leader = None;
         for i in (0..self.configs.len()).filter(|i| self.is_running(*i)) {
-            let status = self.status(i)?;
+            let status = status(i)?;
             let says = status.get("leader")?.as_u64()? as usize;
             if leader.is_some_and(|l| l != says) {
                 return None;
@@ -200,7 +216,7 @@ impl LocalCluster {
             leader = Some(says);
         }
         let index = leader?.checked_sub(1)?;
-        let status = self.status(index)?;
+        let status = status(index)?;
         let valid = status.get("leader_lease_valid")?.as_bool()?;
         (valid && status.get("role")?.as_str()? == "leader").then_some(index)
     }
@@ -214,31 +230,99 @@ impl Drop for LocalCluster {
     }
 }
 
-/// Asks `addr` for `KEEL.STATUS` over a plain blocking socket (one second at most).
-pub fn status_at(addr: SocketAddr) -> Option<serde_json::Value> {
-    let timeout = Duration::from_secs(1);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
-    stream.set_read_timeout(Some(timeout)).ok()?;
-    stream.write_all(b"*1\r\n$11\r\nKEEL.STATUS\r\n").ok()?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 4096];
-    // `$<len>\r\n<json>\r\n`: read until the whole bulk string is in.
-    loop {
-        let n = stream.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        reply.extend_from_slice(&chunk[..n]);
-        if reply.first() != Some(&b'$') {
-            return None;
-        }
-        let header_end = reply.windows(2).position(|w| w == b"\r\n")?;
-        let len: usize = std::str::from_utf8(&reply[1..header_end]).ok()?.parse().ok()?;
-        if reply.len() >= header_end + 2 + len {
-            return serde_json::from_slice(&reply[header_end + 2..header_end + 2 + len]).ok();
-        }
-        if reply.len() > 1 << 20 {
-            return None;
+/// How long each blocking status query may take.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A blocking RESP connection for status queries (`keel status`, `keel up`, tests).
+struct StatusConn {
+    stream: TcpStream,
+    decoder: keel_wire::Decoder,
+    buf: Vec<u8>,
+}
+
+impl StatusConn {
+    fn open(addr: SocketAddr) -> Option<StatusConn> {
+        let stream = TcpStream::connect_timeout(&addr, STATUS_TIMEOUT).ok()?;
+        stream.set_read_timeout(Some(STATUS_TIMEOUT)).ok()?;
+        stream.set_write_timeout(Some(STATUS_TIMEOUT)).ok()?;
+        let limits = keel_wire::RespLimits { frame_bytes_max: 1 << 20, ..Default::default() };
+        let decoder = keel_wire::Decoder::new(keel_wire::DecodeMode::Reply, limits);
+        Some(StatusConn { stream, decoder, buf: Vec::new() })
+    }
+
+    /// Sends one command and reads its reply (an error reply is `None`).
+    fn call(&mut self, words: &[&str]) -> Option<Frame> {
+        let frame = Frame::Array(words.iter().map(|w| Frame::bulk(w.as_bytes())).collect());
+        let mut bytes = Vec::new();
+        keel_wire::resp::encode(&frame, keel_wire::Protocol::Resp2, &mut bytes);
+        self.stream.write_all(&bytes).ok()?;
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((reply, used)) = self.decoder.decode(&self.buf).ok()? {
+                self.buf.drain(..used);
+                return (!matches!(reply, Frame::Error(_))).then_some(reply);
+            }
+            let n = self.stream.read(&mut chunk).ok()?;
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
+
+    /// `KEEL.STATUS` in the connection's keyspace, parsed.
+    fn status(&mut self) -> Option<serde_json::Value> {
+        match self.call(&["KEEL.STATUS"])? {
+            Frame::Bulk(json) => serde_json::from_slice(&json).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// One keyspace as `KEEL.KEYSPACES` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyspaceEntry {
+    /// Its id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Its engine kind.
+    pub engine: String,
+}
+
+/// Asks `addr` for `KEEL.STATUS` of keyspace 0 over a plain blocking socket (one second
+/// at most per call).
+pub fn status_at(addr: SocketAddr) -> Option<serde_json::Value> {
+    StatusConn::open(addr)?.status()
+}
+
+/// The keyspaces `addr` hosts (`KEEL.KEYSPACES`).
+pub fn keyspaces_at(addr: SocketAddr) -> Option<Vec<KeyspaceEntry>> {
+    let Frame::Array(rows) = StatusConn::open(addr)?.call(&["KEEL.KEYSPACES"])? else {
+        return None;
+    };
+    let text = |f: &Frame| match f {
+        Frame::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    rows.iter()
+        .map(|row| match row {
+            Frame::Array(cells) => match cells.as_slice() {
+                [Frame::Integer(id), name, engine] => Some(KeyspaceEntry {
+                    id: u32::try_from(*id).ok()?,
+                    name: text(name)?,
+                    engine: text(engine)?,
+                }),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// `KEEL.STATUS` of keyspace `keyspace` at `addr` (`SELECT` first).
+pub fn status_in(addr: SocketAddr, keyspace: u32) -> Option<serde_json::Value> {
+    let mut conn = StatusConn::open(addr)?;
+    conn.call(&["SELECT", &keyspace.to_string()])?;
+    conn.status()
 }

@@ -1,5 +1,6 @@
 //! `keel up`: a local cluster in the foreground until Ctrl-C.
 
+use keel_server::config::KeyspaceSettings;
 use keel_server::local::LocalCluster;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ pub struct UpArgs {
     /// Client ports are BASE.., peer ports BASE+100.., HTTP ports BASE+200...
     #[arg(long, default_value_t = 7379)]
     pub base_port: u16,
+    /// Number of ORCA keyspaces (0 to N-1; `SELECT n` or `redis-cli -n n` picks one),
+    /// their leaders spread over the nodes.
+    #[arg(long, default_value_t = 1)]
+    pub keyspaces: u32,
 }
 
 /// Runs `keel up`.
@@ -28,13 +33,23 @@ pub fn run(args: &UpArgs) -> ExitCode {
         eprintln!("keel up: --nodes must be 3, 5 or 7");
         return ExitCode::from(2);
     }
+    if args.keyspaces == 0 || args.keyspaces as usize > keel_server::config::KEYSPACES_MAX {
+        eprintln!("keel up: --keyspaces must be in 1..={}", keel_server::config::KEYSPACES_MAX);
+        return ExitCode::from(2);
+    }
     let (dir, temporary) = match &args.dir {
         Some(dir) => (dir.clone(), false),
         None => (std::env::temp_dir().join(format!("keel-up-{}", std::process::id())), true),
     };
     let exe = std::env::current_exe().expect("the running binary has a path");
+    let keyspaces = args.keyspaces;
+    let tweak = move |config: &mut keel_server::ServerConfig| {
+        if keyspaces > 1 {
+            config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
+        }
+    };
     let mut cluster =
-        match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), |_| {}) {
+        match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), tweak) {
             Ok(cluster) => cluster,
             Err(e) => {
                 eprintln!("keel up: cannot start the cluster: {e}");
@@ -50,9 +65,20 @@ pub fn run(args: &UpArgs) -> ExitCode {
 }
 
 fn serve(cluster: &mut LocalCluster) -> ExitCode {
-    match cluster.wait_for_leader(LEADER_WAIT) {
-        Some(leader) => println!("keel: cluster up, leader n{}", leader + 1),
-        None => println!("keel: no leader yet; see the node logs"),
+    let ids = cluster.keyspace_ids();
+    if ids.len() == 1 {
+        match cluster.wait_for_leader(LEADER_WAIT) {
+            Some(leader) => println!("keel: cluster up, leader n{}", leader + 1),
+            None => println!("keel: no leader yet; see the node logs"),
+        }
+    } else {
+        println!("keel: cluster up with {} keyspaces", ids.len());
+        for id in ids {
+            match cluster.wait_for_leader_in(id, LEADER_WAIT) {
+                Some(leader) => println!("  keyspace {id}: leader n{}   (redis-cli -n {id})", leader + 1),
+                None => println!("  keyspace {id}: no leader yet; see the node logs"),
+            }
+        }
     }
     for (i, config) in cluster.configs.iter().enumerate() {
         let http = config.http_addr.map_or(String::new(), |a| format!("  http://{a}/status"));

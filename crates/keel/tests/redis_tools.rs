@@ -4,49 +4,30 @@
 
 mod common;
 
-use std::process::Command;
-
-fn tool(name: &str) -> Option<&'static str> {
-    let found = Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success());
-    if found {
-        return Some(if name == "redis-cli" { "redis-cli" } else { "redis-benchmark" });
-    }
-    let required = std::env::var("KEEL_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "{name} is not installed and KEEL_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
-    );
-    eprintln!("skipping: {name} is not installed");
-    None
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().expect("the tool runs");
-    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn redis_cli_and_redis_benchmark_work_unmodified() {
-    let (Some(cli), Some(bench)) = (tool("redis-cli"), tool("redis-benchmark")) else { return };
+    let (Some(cli), Some(bench)) = (common::tool("redis-cli"), common::tool("redis-benchmark"))
+    else {
+        return;
+    };
     let (cluster, _) = common::cluster("redis-tools", |_| {});
     let port = cluster.client_addrs()[1].port().to_string();
     // The first write may meet a leader change: retry it within a bound.
     let accepted = common::wait_until(common::LEADER_WAIT, || {
-        run(cli, &["-p", &port, "SET", "greeting", "hello"]).trim() == "OK"
+        common::run(cli, &["-p", &port, "SET", "greeting", "hello"]).trim() == "OK"
     });
     assert!(accepted, "the cluster never accepted a write");
-    assert_eq!(run(cli, &["-p", &port, "GET", "greeting"]).trim(), "hello");
+    assert_eq!(common::run(cli, &["-p", &port, "GET", "greeting"]).trim(), "hello");
     assert_eq!(
-        run(cli, &["-3", "-p", &port, "GET", "greeting", "LEVEL", "linearizable"]).trim(),
+        common::run(cli, &["-3", "-p", &port, "GET", "greeting", "LEVEL", "linearizable"]).trim(),
         "hello"
     );
-    assert_eq!(run(cli, &["-p", &port, "SET", "c", "1", "DURABILITY", "durable"]).trim(), "OK");
-    assert_eq!(run(cli, &["-p", &port, "INCR", "c"]).trim(), "2");
-    assert_eq!(run(cli, &["-p", &port, "PING"]).trim(), "PONG");
-    let status = run(cli, &["-p", &port, "KEEL.STATUS"]);
+    assert_eq!(common::run(cli, &["-p", &port, "SET", "c", "1", "DURABILITY", "durable"]).trim(), "OK");
+    assert_eq!(common::run(cli, &["-p", &port, "INCR", "c"]).trim(), "2");
+    assert_eq!(common::run(cli, &["-p", &port, "PING"]).trim(), "PONG");
+    let status = common::run(cli, &["-p", &port, "KEEL.STATUS"]);
     assert!(status.contains("durable_index"), "{status}");
-    let out = run(bench, &["-p", &port, "-t", "set,get", "-n", "2000", "-q"]);
+    let out = common::run(bench, &["-p", &port, "-t", "set,get", "-n", "2000", "-q"]);
     assert!(out.contains("SET:") && out.contains("GET:"), "{out}");
     assert!(!out.contains("Error"), "{out}");
     common::finish(cluster);

@@ -104,6 +104,18 @@ impl Config {
         range
     }
 
+    /// The range of the first election timeout after boot: as
+    /// [`Config::election_timeout_range`], except that while another member is preferred
+    /// this node waits `[max, max + span/2)`, so that the preferred one wins the first
+    /// election even when the members' processes start a little apart.
+    pub fn election_timeout_range_at_boot(&self) -> (u64, u64) {
+        let (min, max) = (self.election_timeout_min.0, self.election_timeout_max.0);
+        match self.preferred_leader {
+            Some(p) if p != self.node_id => (max, max + ((max - min) / 2).max(1)),
+            _ => self.election_timeout_range(),
+        }
+    }
+
     /// A strict majority of the members.
     pub fn majority(&self) -> usize {
         self.members.len() / 2 + 1
@@ -277,6 +289,7 @@ mod tests {
         assert_eq!(config.election_timeout_range(), (300_000_000, 375_000_000));
         config.node_id = NodeId(2);
         assert_eq!(config.election_timeout_range(), (450_000_000, 600_000_000));
+        assert_eq!(config.election_timeout_range_at_boot(), (600_000_000, 750_000_000));
         config.preferred_leader = Some(NodeId(9));
         assert_eq!(config.validate().unwrap_err().field, "preferred_leader");
     }

@@ -104,6 +104,12 @@ impl Core {
         self.election.deadline = self.now + Span(self.rng.range(low, high));
     }
 
+    /// The first election deadline after boot (see `Config::election_timeout_range_at_boot`).
+    pub fn reset_election_deadline_at_boot(&mut self) {
+        let (low, high) = self.config.election_timeout_range_at_boot();
+        self.election.deadline = self.now + Span(self.rng.range(low, high));
+    }
+
     /// Whether `(last_epoch, last_index)` is behind this node's log.
     pub fn log_is_behind(&self, last_epoch: Epoch, last_index: LogIndex) -> bool {
         (last_epoch, last_index) < (self.log.last_epoch(), self.log.last_index())

@@ -130,7 +130,7 @@ impl LeaderEngine {
             config,
         };
         let mut engine = LeaderEngine { core, role: RoleState::Follower(Following::default()) };
-        engine.core.reset_election_deadline();
+        engine.core.reset_election_deadline_at_boot();
         engine.check_invariants();
         Ok(engine)
     }

@@ -68,3 +68,30 @@ pub fn finish(mut cluster: LocalCluster) {
     drop(cluster);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The redis tool `name` if installed; `None` (skip) otherwise, unless
+/// `KEEL_REQUIRE_REDIS_TOOLS=1`, which makes its absence a failure (CI sets it after
+/// installing `redis-tools`).
+pub fn tool(name: &'static str) -> Option<&'static str> {
+    let found = std::process::Command::new(name)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(name);
+    }
+    let required = std::env::var("KEEL_REQUIRE_REDIS_TOOLS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{name} is not installed and KEEL_REQUIRE_REDIS_TOOLS=1 (apt-get install redis-tools)"
+    );
+    eprintln!("skipping: {name} is not installed");
+    None
+}
+
+/// Runs `program` with `args`; its standard output (it must succeed).
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program).args(args).output().expect("the tool runs");
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
