@@ -67,6 +67,11 @@ pub struct CommonArgs {
     /// that much more. 0 (the default): the disk as it is. Other systems are unaffected.
     #[arg(long, default_value_t = 0)]
     pub emulated_fsync_us: u64,
+    /// Keel only: the cluster hosts this many ORCA keyspaces (leaders spread over the
+    /// nodes), every record is loaded into each, and client `i` works in keyspace
+    /// `i mod N`. Other systems are unaffected.
+    #[arg(long, default_value_t = 1)]
+    pub keyspaces: u32,
 }
 
 /// `keel bench suite ...`.
@@ -113,6 +118,8 @@ pub struct Plan {
     pub clients: Vec<usize>,
     /// Open-loop rate, if any.
     pub target_ops_s: Option<f64>,
+    /// Keel: the keyspaces the cluster hosts and the clients spread over.
+    pub keyspaces: u32,
 }
 
 fn parse_list<T: std::str::FromStr<Err = String>>(text: &str) -> Result<Vec<T>, String> {
@@ -133,6 +140,15 @@ fn parse_clients(text: &str) -> Result<Vec<usize>, String> {
 /// Runs `keel bench`. `keel_exe`: the binary Keel nodes run (normally this one).
 pub fn run(args: &BenchArgs) -> ExitCode {
     let exe = std::env::current_exe().expect("the running binary has a path");
+    let keyspaces_max = keel_server::config::KEYSPACES_MAX as u32;
+    let common = match &args.suite {
+        Some(SuiteCommand::Suite(suite)) => &suite.common,
+        _ => &args.common,
+    };
+    if common.keyspaces == 0 || common.keyspaces > keyspaces_max {
+        eprintln!("keel bench: --keyspaces must be in 1..={keyspaces_max}");
+        return ExitCode::from(2);
+    }
     let result = match &args.suite {
         Some(SuiteCommand::Suite(suite)) => crate::suite::run(suite, &exe),
         Some(SuiteCommand::Report { file }) => crate::suite::report(file).map(|()| Vec::new()),
@@ -165,6 +181,7 @@ fn single(args: &BenchArgs) -> Result<Vec<Plan>, String> {
             workload,
             clients: clients.clone(),
             target_ops_s: args.target_ops_s,
+            keyspaces: args.common.keyspaces,
         })
         .collect())
 }
@@ -222,12 +239,16 @@ async fn execute_plan(
         return Err("skipped: no ordered range reads (YCSB E), as in the ORCA paper".into());
     }
     eprintln!(
-        "keel bench: starting {} ({}, reads at {})",
+        "keel bench: starting {} ({}, reads at {}{})",
         plan.system.name(),
         plan.config,
-        if plan.reads_everywhere { "all" } else { "leader" }
+        if plan.reads_everywhere { "all" } else { "leader" },
+        if plan.keyspaces > 1 { format!(", {} keyspaces", plan.keyspaces) } else { String::new() }
     );
-    let keel = systems::KeelSettings { emulated_fsync_us: common.emulated_fsync_us };
+    let keel = systems::KeelSettings {
+        emulated_fsync_us: common.emulated_fsync_us,
+        keyspaces: plan.keyspaces,
+    };
     let (running, target) =
         systems::start(plan.system, &plan.config, plan.reads_everywhere, exe, &keel)
             .await
@@ -246,6 +267,7 @@ async fn execute_plan(
         records: spec.record_count,
         emulated_fsync_us: Some(common.emulated_fsync_us)
             .filter(|us| *us > 0 && plan.system == System::Keel),
+        keyspaces: Some(plan.keyspaces).filter(|k| *k > 1 && plan.system == System::Keel),
         seed: common.seed,
     };
     let mut records = Vec::new();

@@ -342,15 +342,15 @@ async fn etcd_leader(addrs: &[SocketAddr]) -> Option<usize> {
     ids.iter().position(|id| *id == leader_id)
 }
 
-/// A running Keel cluster and its leader.
+/// A running Keel cluster and its leaders.
 #[derive(Debug)]
 pub struct KeelCluster {
     /// The nodes' client addresses.
     pub addrs: Vec<SocketAddr>,
     /// The nodes' HTTP addresses (for `/metrics`).
     pub http_addrs: Vec<SocketAddr>,
-    /// Index of the leader.
-    pub leader: usize,
+    /// Each keyspace and the index of its leader.
+    pub leaders: Vec<(u32, usize)>,
     cluster: LocalCluster,
 }
 
@@ -376,17 +376,27 @@ pub fn start_keel(
 ) -> Result<KeelCluster, ClusterError> {
     let dir = temp_dir("keel");
     let fsync_us = settings.emulated_fsync_us;
+    let keyspaces = settings.keyspaces.max(1);
     let tweak = |config: &mut keel_server::config::ServerConfig| {
         config.storage.emulated_fsync_delay_us = fsync_us;
+        if keyspaces > 1 {
+            config.keyspaces =
+                (0..keyspaces).map(keel_server::config::KeyspaceSettings::orca).collect();
+        }
     };
     let cluster = LocalCluster::start(exe, NODES as u32, &dir, None, tweak)
         .map_err(|source| ClusterError::Spawn { what: "keel".into(), source })?;
-    let Some(leader) = cluster.wait_for_leader(READY_TIMEOUT) else {
-        return Err(ClusterError::NotReady { what: "keel".into(), dir: dir.display().to_string() });
-    };
+    let mut leaders = Vec::new();
+    for keyspace in cluster.keyspace_ids() {
+        let Some(leader) = cluster.wait_for_leader_in(keyspace, READY_TIMEOUT) else {
+            let dir = dir.display().to_string();
+            return Err(ClusterError::NotReady { what: "keel".into(), dir });
+        };
+        leaders.push((keyspace, leader));
+    }
     let addrs = cluster.client_addrs();
     let http_addrs = cluster.configs.iter().filter_map(|c| c.http_addr).collect();
-    Ok(KeelCluster { addrs, http_addrs, leader, cluster })
+    Ok(KeelCluster { addrs, http_addrs, leaders, cluster })
 }
 
 /// Most `/proc` entries scanned when looking for a cluster's processes.
@@ -430,7 +440,7 @@ pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
         let mut conn = HttpConn::connect(*addr).await.ok()?;
         let response = conn.get("/metrics").await.ok()?;
         let text = String::from_utf8_lossy(&response.body);
-        sum += crate::report::prometheus_value(&text, name)?;
+        sum += crate::report::prometheus_sum(&text, name)?;
     }
     Some(sum)
 }

@@ -50,6 +50,9 @@ pub struct RunRecord {
     /// Keel: the emulated delay added to each log fsync (`--emulated-fsync-us`), when on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulated_fsync_us: Option<u64>,
+    /// Keel: the keyspaces the clients spread over (`--keyspaces`), when more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyspaces: Option<u32>,
     /// The seed of the operation streams.
     pub seed: u64,
 }
@@ -69,6 +72,8 @@ pub struct RunLabel {
     pub records: u64,
     /// Keel: the emulated fsync delay, when on.
     pub emulated_fsync_us: Option<u64>,
+    /// Keel: the keyspaces, when more than one.
+    pub keyspaces: Option<u32>,
     /// Seed.
     pub seed: u64,
 }
@@ -104,6 +109,7 @@ impl RunRecord {
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
             emulated_fsync_us: label.emulated_fsync_us,
+            keyspaces: label.keyspaces,
             seed: label.seed,
         }
     }
@@ -129,9 +135,13 @@ pub fn markdown_header() -> String {
 pub fn markdown_row(r: &RunRecord) -> String {
     let rounds =
         r.reads_with_durability_round_pct.map_or("—".to_string(), |p| format!("{p:.2}%"));
+    let system = match r.keyspaces {
+        Some(k) => format!("{} ({k} keyspaces)", r.system),
+        None => r.system.clone(),
+    };
     format!(
         "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-        r.system,
+        system,
         r.config,
         r.reads,
         r.workload,
@@ -145,12 +155,19 @@ pub fn markdown_row(r: &RunRecord) -> String {
     )
 }
 
-/// The value of an unlabelled counter or gauge `name` in Prometheus text.
-pub fn prometheus_value(text: &str, name: &str) -> Option<u64> {
-    text.lines().filter(|line| !line.starts_with('#')).find_map(|line| {
-        let (metric, value) = line.split_once(' ')?;
-        (metric == name).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
-    })
+/// The sum of counter or gauge `name` over its label sets (a node's keyspaces) in
+/// Prometheus text; `None` if the text has no sample of it.
+pub fn prometheus_sum(text: &str, name: &str) -> Option<u64> {
+    let samples: Vec<u64> = text
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (metric, value) = line.rsplit_once(' ')?;
+            let base = metric.split('{').next()?;
+            (base == name).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
+        })
+        .collect();
+    (!samples.is_empty()).then(|| samples.iter().sum())
 }
 
 #[cfg(test)]
@@ -181,6 +198,7 @@ mod tests {
             workload: "a".into(),
             records: 1000,
             emulated_fsync_us: None,
+            keyspaces: None,
             seed: 1,
         }
     }
@@ -225,11 +243,16 @@ mod tests {
     }
 
     #[test]
-    fn prometheus_values_are_found_by_exact_name() {
-        let text = "# TYPE keel_durability_rounds_total counter\nkeel_durability_rounds_total 7\n\
-                    keel_reads_with_durability_round_total 3\nkeel_requests_total{op=\"get\"} 9\n";
-        assert_eq!(prometheus_value(text, "keel_reads_with_durability_round_total"), Some(3));
-        assert_eq!(prometheus_value(text, "keel_durability_rounds_total"), Some(7));
-        assert_eq!(prometheus_value(text, "keel_requests_total"), None);
+    fn prometheus_values_are_found_by_exact_name_and_summed_over_labels() {
+        let text = "# TYPE keel_durability_rounds_total counter\nkeel_durability_rounds_total{keyspace=\"0\"} 7\n\
+                    keel_durability_rounds_total{keyspace=\"1\"} 2\n\
+                    keel_reads_with_durability_round_total 3\nkeel_requests_total_x{op=\"get\"} 9\n";
+        assert_eq!(prometheus_sum(text, "keel_reads_with_durability_round_total"), Some(3));
+        assert_eq!(
+            prometheus_sum(text, "keel_durability_rounds_total"),
+            Some(9),
+            "summed over keyspaces"
+        );
+        assert_eq!(prometheus_sum(text, "keel_requests_total"), None);
     }
 }

@@ -35,8 +35,9 @@ pub enum Target {
     Keel {
         /// Client addresses.
         nodes: Vec<SocketAddr>,
-        /// Index of the leader.
-        leader: usize,
+        /// Each keyspace the clients use and the index of its leader; client `i` works
+        /// in the `i mod len`-th.
+        keyspaces: Vec<(u32, usize)>,
         /// Levels and read placement.
         options: KeelOptions,
     },
@@ -71,8 +72,12 @@ impl Target {
     /// Connects client `client`.
     pub async fn connect(&self, client: usize) -> Result<AnyDriver, DriverError> {
         Ok(match self {
-            Target::Keel { nodes, leader, options } => {
-                AnyDriver::Keel(KeelDriver::connect(nodes, *leader, client, options.clone()).await?)
+            Target::Keel { nodes, keyspaces, options } => {
+                let (keyspace, leader) = keyspaces[client % keyspaces.len()];
+                let options = options.clone();
+                AnyDriver::Keel(
+                    KeelDriver::connect(nodes, keyspace, leader, client, options).await?,
+                )
             }
             Target::Redis { nodes, options } => {
                 AnyDriver::Redis(RedisDriver::connect(nodes, client, options.clone()).await?)
@@ -135,8 +140,32 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
 }
 
-/// Loads `spec.record_count` records with [`LOAD_CLIENTS`] connections.
+/// The target once per keyspace (a Keel cluster with several), so that every keyspace
+/// is loaded with every record; any other target as it is.
+fn per_keyspace(target: &Target) -> Vec<Target> {
+    match target {
+        Target::Keel { nodes, keyspaces, options } if keyspaces.len() > 1 => keyspaces
+            .iter()
+            .map(|one| Target::Keel {
+                nodes: nodes.clone(),
+                keyspaces: vec![*one],
+                options: options.clone(),
+            })
+            .collect(),
+        other => vec![other.clone()],
+    }
+}
+
+/// Loads `spec.record_count` records with [`LOAD_CLIENTS`] connections (into every
+/// keyspace of a Keel cluster with several).
 pub async fn load(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(), DriverError> {
+    for part in per_keyspace(target) {
+        load_one(&part, spec, seed).await?;
+    }
+    Ok(())
+}
+
+async fn load_one(target: &Target, spec: &WorkloadSpec, seed: u64) -> Result<(), DriverError> {
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for client in 0..LOAD_CLIENTS {

@@ -1,6 +1,7 @@
 //! Suites: `orca` (the ORCA paper's Table 2 and Figure 10 side by side with the peers),
 //! `scale` (1..128 closed-loop clients on YCSB A and B), `geo` (five nodes in three
-//! emulated sites; see [`crate::geo`]).
+//! emulated sites; see [`crate::geo`]), `keyspaces` (Keel with one keyspace against
+//! several, the same clients spread over them).
 //!
 //! Each suite prints its records as they complete, then writes
 //! `<out>/<suite>-<unix time>.jsonl` and `.md` (the table plus ratios).
@@ -17,6 +18,10 @@ use std::path::Path;
 pub const ORCA_CLIENTS: usize = 10;
 /// Client counts of the scale suite.
 pub const SCALE_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Clients of the keyspaces suite (with 3 keyspaces, 10 in each).
+pub const KEYSPACES_CLIENTS: usize = 30;
+/// The keyspace counts the keyspaces suite compares.
+pub const KEYSPACE_COUNTS: [u32; 2] = [1, 3];
 
 fn plan(
     system: System,
@@ -32,7 +37,49 @@ fn plan(
         workload,
         clients: clients.to_vec(),
         target_ops_s: None,
+        keyspaces: 1,
     }
+}
+
+/// The keyspaces suite's plans: per workload, `cad` and `immediate` with leader reads on
+/// one keyspace and on three, [`KEYSPACES_CLIENTS`] clients spread over the keyspaces.
+pub fn keyspaces_plans(workloads: &[WorkloadName]) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    for &workload in workloads {
+        for config in ["cad", "immediate"] {
+            for keyspaces in KEYSPACE_COUNTS {
+                let clients = [KEYSPACES_CLIENTS];
+                plans.push(Plan {
+                    keyspaces,
+                    ..plan(System::Keel, config, false, workload, &clients)
+                });
+            }
+        }
+    }
+    plans
+}
+
+/// The keyspaces suite's ratios, per workload: config → throughput with three keyspaces
+/// over throughput with one.
+pub fn keyspaces_ratios(records: &[RunRecord]) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut table: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for one in records.iter().filter(|r| r.keyspaces.is_none()) {
+        let several = records.iter().find(|r| {
+            r.keyspaces.is_some()
+                && (r.config.as_str(), r.reads.as_str(), r.workload.as_str(), r.clients)
+                    == (one.config.as_str(), one.reads.as_str(), one.workload.as_str(), one.clients)
+        });
+        let Some(several) = several.filter(|_| one.throughput_ops_s > 0.0) else { continue };
+        let name = format!(
+            "keel {} ({} reads): {} keyspaces / 1",
+            one.config,
+            one.reads,
+            several.keyspaces.unwrap_or(1)
+        );
+        let ratio = (several.throughput_ops_s / one.throughput_ops_s * 100.0).round() / 100.0;
+        table.entry(one.workload.clone()).or_default().insert(name, ratio);
+    }
+    table
 }
 
 /// The orca suite's plans: Table 2 (leader reads) and Figure 10 (reads at all nodes).
@@ -160,9 +207,14 @@ fn markdown(name: &str, command: &str, records: &[RunRecord]) -> String {
     for record in records {
         let _ = writeln!(out, "{}", markdown_row(record));
     }
-    if name == "orca" {
-        let _ = writeln!(out, "\n## Throughput ratios ({ORCA_CLIENTS} clients)\n\n| workload | ratio | value |\n|---|---|---:|");
-        for (workload, row) in orca_ratios(records) {
+    let ratios = match name {
+        "orca" => Some((orca_ratios(records), ORCA_CLIENTS)),
+        "keyspaces" => Some((keyspaces_ratios(records), KEYSPACES_CLIENTS)),
+        _ => None,
+    };
+    if let Some((ratios, clients)) = ratios {
+        let _ = writeln!(out, "\n## Throughput ratios ({clients} clients)\n\n| workload | ratio | value |\n|---|---|---:|");
+        for (workload, row) in ratios {
             for (ratio, value) in row {
                 let _ = writeln!(out, "| {workload} | {ratio} | {value:.2}x |");
             }
@@ -206,7 +258,8 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
         let runs: Vec<&RunRecord> = records.iter().filter(|r| r.workload == workload).collect();
         let mut configs: Vec<(String, Vec<&RunRecord>)> = Vec::new();
         for run in &runs {
-            let name = format!("{} {} ({} reads)", run.system, run.config, run.reads);
+            let keyspaces = run.keyspaces.map_or(String::new(), |k| format!(", {k} keyspaces"));
+            let name = format!("{} {} ({} reads{keyspaces})", run.system, run.config, run.reads);
             match configs.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, list)) => list.push(run),
                 None => configs.push((name, vec![run])),
@@ -332,9 +385,11 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
     let systems: Vec<System> = args.systems.split(',').map(str::parse).collect::<Result<_, _>>()?;
     let default_workloads = match args.name.as_str() {
         "orca" => "a,b,d,f",
-        "scale" => "a,b",
+        "scale" | "keyspaces" => "a,b",
         "geo" => return crate::geo::run(args, exe).map(|()| Vec::new()),
-        other => return Err(format!("unknown suite {other:?}: expected orca, geo or scale")),
+        other => {
+            return Err(format!("unknown suite {other:?}: expected orca, geo, scale or keyspaces"))
+        }
     };
     let workloads: Vec<WorkloadName> = args
         .workloads
@@ -343,16 +398,20 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let plans = match args.name.as_str() {
+    let mut plans = match args.name.as_str() {
         "orca" => orca_plans(&systems, &workloads),
+        "keyspaces" => keyspaces_plans(&workloads),
         _ => scale_plans(&systems, &workloads),
     };
+    if args.name != "keyspaces" {
+        plans.iter_mut().for_each(|p| p.keyspaces = args.common.keyspaces);
+    }
     let mut records = Vec::new();
     execute(&plans, &args.common, exe, Some(&mut records))?;
-    if !args.common.json && args.name == "orca" {
+    if !args.common.json && (args.name == "orca" || args.name == "keyspaces") {
         println!(
             "{}",
-            markdown("orca", "", &records)
+            markdown(&args.name, "", &records)
                 .split("## Throughput")
                 .nth(1)
                 .map_or(String::new(), |s| format!("## Throughput{s}"))
@@ -388,6 +447,7 @@ mod tests {
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
             emulated_fsync_us: None,
+            keyspaces: None,
             seed: 1,
         }
     }
@@ -414,6 +474,23 @@ mod tests {
         assert!(!ratios["a"].contains_key("keel immediate / etcd linearizable"));
         let md = markdown("orca", "keel bench suite orca", &records);
         assert!(md.contains("| a | keel cad / keel immediate (leader reads) | 3.00x |"));
+    }
+
+    #[test]
+    fn the_keyspaces_suite_compares_three_keyspaces_with_one() {
+        let plans = keyspaces_plans(&[WorkloadName::A]);
+        assert_eq!(plans.len(), 4);
+        assert!(plans.iter().all(|p| p.clients == vec![KEYSPACES_CLIENTS] && !p.reads_everywhere));
+        let mut one = record("keel", "cad", "leader", "a", 100.0);
+        one.clients = KEYSPACES_CLIENTS;
+        let mut three = record("keel", "cad", "leader", "a", 150.0);
+        three.clients = KEYSPACES_CLIENTS;
+        three.keyspaces = Some(3);
+        let ratios = keyspaces_ratios(&[one.clone(), three.clone()]);
+        assert_eq!(ratios["a"]["keel cad (leader reads): 3 keyspaces / 1"], 1.5);
+        let md = markdown("keyspaces", "keel bench suite keyspaces", &[one, three]);
+        assert!(md.contains("| keel (3 keyspaces) | cad |"), "{md}");
+        assert!(md.contains("3 keyspaces / 1 | 1.50x |"), "{md}");
     }
 
     #[test]

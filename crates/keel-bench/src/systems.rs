@@ -171,6 +171,8 @@ fn unknown(system: System, config: &str) -> SetupError {
 pub struct KeelSettings {
     /// Test emulation: microseconds added to every log fsync (0: none).
     pub emulated_fsync_us: u64,
+    /// ORCA keyspaces the cluster hosts (clients spread over them).
+    pub keyspaces: u32,
 }
 
 /// Starts a cluster of `system` for `config` and returns how clients reach it.
@@ -194,8 +196,11 @@ pub async fn start(
             let cluster = tokio::task::spawn_blocking(move || cluster::start_keel(&exe, &settings))
                 .await
                 .expect("cluster start task")?;
-            let target =
-                Target::Keel { nodes: cluster.addrs.clone(), leader: cluster.leader, options };
+            let target = Target::Keel {
+                nodes: cluster.addrs.clone(),
+                keyspaces: cluster.leaders.clone(),
+                options,
+            };
             Ok((Running::Keel(cluster), target))
         }
         System::Redis => {

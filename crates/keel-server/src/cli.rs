@@ -126,8 +126,11 @@ pub fn main(args: &ServerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Each keyspace's engine loop is a task: as many workers as cores, so that several
+    // keyspaces use several cores.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("the tokio runtime starts");

@@ -1,23 +1,31 @@
-//! Keel's server: the tokio runtime that drives the leader engine over real sockets and
-//! files.
+//! Keel's server: the tokio runtime that hosts a node's keyspaces (each an engine of some
+//! kind) over real sockets and files, carrying out every engine's outputs through the
+//! effect executor (`keel-exec`).
 //!
 //! Layout:
-//! - [`config`]: [`ServerConfig`], read from TOML and flags, validated field by field.
-//! - [`node`]: [`node::run`]: recover, start every task, run until stopped or failed.
-//! - [`driver`]: the engine loop (one task owns the engine) and [`NodeHandle`], how
-//!   connections submit requests to it.
-//! - [`storage`]: the storage thread (ordered disk work, group-commit fsync).
-//! - [`peer`]: peer links: batched frames, bounded queues, reconnect with backoff.
+//! - [`config`]: [`ServerConfig`], read from TOML and flags, validated field by field;
+//!   the keyspaces it resolves to.
+//! - [`node`]: [`node::run`]: per keyspace recover, boot and start the loop; shared peer
+//!   links; run until stopped or failed.
+//! - [`driver`]: a keyspace's engine loop (one task owns the engine and the executor's
+//!   front), [`KeyspaceHandle`] (how connections submit requests to it) and
+//!   [`Keyspaces`].
+//! - [`storage`]: a keyspace's storage thread (the executor's worker over the files,
+//!   group-commit fsync).
+//! - [`peer`]: peer links shared by the keyspaces: batched frames of keyspace envelopes,
+//!   bounded queues, reconnect with backoff; per-keyspace inboxes that decode and gate.
 //! - [`resp`]: the client front door (RESP2/RESP3, pipelining, connection limit).
-//! - [`commands`]: one request to one reply; `KEEL.REQ` and `KEEL.LOG`.
+//! - [`commands`]: one request to one reply; `SELECT`, `KEEL.REQ`, `KEEL.LOG`,
+//!   `KEEL.KEYSPACES`.
 //! - [`http`]: `/metrics` and `/status`.
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`local`]: a local cluster of `keel server` processes (`keel up`, `keel demo`, tests).
 //! - [`cli`]: `keel server`'s flags, logging, signals and exit codes.
 //!
-//! Threads: the tokio runtime (two workers) runs the engine loop, the listeners and one
-//! pair of tasks per connection; the storage thread blocks in fsync so that no worker
-//! does. `docs/operations.md` is the operator's guide.
+//! Threads: the tokio runtime (a worker per core, at least two) runs every keyspace's
+//! engine loop, the peer senders and receivers, the listeners and a pair of tasks per
+//! connection; each keyspace's storage thread blocks in fsync so that no worker does.
+//! `docs/operations.md` is the operator's guide.
 
 pub mod cli;
 pub mod commands;

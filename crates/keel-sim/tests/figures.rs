@@ -1,4 +1,4 @@
-//! Scripted replays of the ORCA paper's figures (digest §2, §3): the weak
+//! Scripted replays of the ORCA paper's figures (its §2 and §3): the weak
 //! configurations show each anomaly; `monotonic` reads (CAD with the active set) do not.
 //! A read result is `(value, version)`; an anomaly is a read that returns an older
 //! version than a read that completed before it.

@@ -43,7 +43,7 @@ impl Entry {
 }
 
 /// State that must be on disk before any message that depends on it is sent: the epoch a
-/// node has seen and whom it voted for in it (ORCA digest §7 item 8).
+/// node has seen and whom it voted for in it (`docs/protocol.md` §12 item 8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HardState {
     /// The highest epoch this node has seen.

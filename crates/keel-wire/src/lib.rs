@@ -7,8 +7,9 @@
 //! - [`command`]: from a decoded request to a typed [`command::ClientCommand`], with
 //!   Redis-style errors, and from a data command to engine operations.
 //! - [`reply`]: how Keel's errors and results look as RESP frames.
-//! - [`peer`]: the length-prefixed, CRC32C-checked frames peers exchange, carrying
-//!   `keel_core::leader::Message`s.
+//! - [`peer`]: the length-prefixed, CRC32C-checked frames peers exchange, carrying every
+//!   keyspace's engine messages in envelopes, and the encoding of each engine kind's
+//!   messages ([`peer::PeerMessage`]; the leader engine's today).
 //!
 //! Every decoder here checks each length against a named limit before allocating for
 //! it, and returns a typed error on malformed input; none panics on any input.

@@ -8,7 +8,7 @@
 //! | `BUSY` | a queue or limit is full | yes, after a pause |
 //! | `TIMEOUT` | no answer in time; a write's outcome is unknown | yes, if idempotent |
 //! | `NOTLEADER` | this node is not the leader (rare: nodes forward) | yes, elsewhere |
-//! | `NOTACTIVE` | this follower may not serve monotonic reads now | yes, later or elsewhere |
+//! | `NOTACTIVE` | reserved: no node sends it today | yes, later or elsewhere |
 //! | `UNAVAILABLE` | the node accepts no writes (disk full, failed fsync) | yes, elsewhere |
 //! | `ERR` | anything the same request would hit again | no |
 //!

@@ -178,7 +178,11 @@ pub fn status(args: &StatusArgs) -> ExitCode {
                 .flatten()
                 .map(|(_, doc)| doc.clone().unwrap_or(serde_json::Value::Null))
                 .collect();
-            let line = if view.is_some() { serde_json::Value::Array(docs).to_string() } else { "unreachable".into() };
+            let line = if view.is_some() {
+                serde_json::Value::Array(docs).to_string()
+            } else {
+                "unreachable".into()
+            };
             println!("{addr}\t{line}");
         }
         return ExitCode::SUCCESS;

@@ -48,14 +48,14 @@ pub fn run(args: &UpArgs) -> ExitCode {
             config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
         }
     };
-    let mut cluster =
-        match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), tweak) {
-            Ok(cluster) => cluster,
-            Err(e) => {
-                eprintln!("keel up: cannot start the cluster: {e}");
-                return ExitCode::from(1);
-            }
-        };
+    let mut cluster = match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), tweak)
+    {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            eprintln!("keel up: cannot start the cluster: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let code = serve(&mut cluster);
     cluster.stop();
     if temporary {
@@ -75,7 +75,9 @@ fn serve(cluster: &mut LocalCluster) -> ExitCode {
         println!("keel: cluster up with {} keyspaces", ids.len());
         for id in ids {
             match cluster.wait_for_leader_in(id, LEADER_WAIT) {
-                Some(leader) => println!("  keyspace {id}: leader n{}   (redis-cli -n {id})", leader + 1),
+                Some(leader) => {
+                    println!("  keyspace {id}: leader n{}   (redis-cli -n {id})", leader + 1)
+                }
                 None => println!("  keyspace {id}: no leader yet; see the node logs"),
             }
         }

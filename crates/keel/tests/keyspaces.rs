@@ -64,7 +64,8 @@ fn three_keyspaces_are_served_isolated_and_led_by_different_nodes() {
         // `redis-cli -n` sends SELECT: as the user of the issue would type it.
         let port = addrs[0].port().to_string();
         let cli = |args: &[&str]| {
-            let full: Vec<&str> = ["-p", port.as_str()].iter().copied().chain(args.iter().copied()).collect();
+            let full: Vec<&str> =
+                ["-p", port.as_str()].iter().copied().chain(args.iter().copied()).collect();
             common::run(cli, &full).trim().to_string()
         };
         assert_eq!(cli(&["-n", "2", "SET", "redis", "cli"]), "OK");
@@ -103,7 +104,10 @@ fn a_forged_vote_with_an_epoch_past_the_limit_is_dropped_and_counted() {
     let target = cluster.configs[0].clone();
     let before = status_in(target.client_addr, 0).expect("node 1 answers");
     let epoch = before["epoch"].as_u64().unwrap();
-    forge(target.peer_addr(), keel_core::leader::Message::Vote { epoch: Epoch(u64::MAX), granted: true });
+    forge(
+        target.peer_addr(),
+        keel_core::leader::Message::Vote { epoch: Epoch(u64::MAX), granted: true },
+    );
     let http = target.http_addr.expect("local clusters serve HTTP");
     let counted = common::wait_until(common::CONVERGE_WAIT, || {
         scrape(http).contains(

@@ -22,7 +22,10 @@ fn redis_cli_and_redis_benchmark_work_unmodified() {
         common::run(cli, &["-3", "-p", &port, "GET", "greeting", "LEVEL", "linearizable"]).trim(),
         "hello"
     );
-    assert_eq!(common::run(cli, &["-p", &port, "SET", "c", "1", "DURABILITY", "durable"]).trim(), "OK");
+    assert_eq!(
+        common::run(cli, &["-p", &port, "SET", "c", "1", "DURABILITY", "durable"]).trim(),
+        "OK"
+    );
     assert_eq!(common::run(cli, &["-p", &port, "INCR", "c"]).trim(), "2");
     assert_eq!(common::run(cli, &["-p", &port, "PING"]).trim(), "PONG");
     let status = common::run(cli, &["-p", &port, "KEEL.STATUS"]);

@@ -46,6 +46,14 @@ impl RespConn {
         self.addr
     }
 
+    /// Moves the connection to keyspace `keyspace` (`SELECT`); 0 needs nothing.
+    pub async fn select(&mut self, keyspace: u32) -> Result<(), DriverError> {
+        if keyspace != 0 {
+            self.call(&[b"SELECT", keyspace.to_string().as_bytes()]).await?;
+        }
+        Ok(())
+    }
+
     /// Sends one command and waits for its reply; an error reply becomes `Server`.
     pub async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, DriverError> {
         assert!(!args.is_empty(), "a command needs a name");
@@ -108,18 +116,26 @@ pub struct KeelDriver {
 }
 
 impl KeelDriver {
-    /// Connects client `client` to a cluster whose nodes are `nodes`, leader at `leader`.
+    /// Connects client `client` to keyspace `keyspace` of a cluster whose nodes are
+    /// `nodes`, the keyspace's leader at `leader`.
     pub async fn connect(
         nodes: &[SocketAddr],
+        keyspace: u32,
         leader: usize,
         client: usize,
         options: KeelOptions,
     ) -> Result<KeelDriver, DriverError> {
         assert!(leader < nodes.len(), "leader index out of range");
-        let conn = RespConn::connect(nodes[leader]).await?;
+        let mut conn = RespConn::connect(nodes[leader]).await?;
+        conn.select(keyspace).await?;
         let read_at = if options.reads_everywhere { client % nodes.len() } else { leader };
-        let reader =
-            if read_at == leader { None } else { Some(RespConn::connect(nodes[read_at]).await?) };
+        let reader = if read_at == leader {
+            None
+        } else {
+            let mut reader = RespConn::connect(nodes[read_at]).await?;
+            reader.select(keyspace).await?;
+            Some(reader)
+        };
         Ok(KeelDriver { leader: conn, reader, options })
     }
 }

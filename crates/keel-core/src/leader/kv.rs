@@ -3,7 +3,7 @@
 //! Layout:
 //! - [`Kv::apply`] executes one entry (put, delete, cas, incr, no-op), deduplicating
 //!   retried writes by `(client, request)`, and records an undo record.
-//! - [`Kv::rollback_after`] undoes entries above a truncation point (ORCA digest §7.5:
+//! - [`Kv::rollback_after`] undoes entries above a truncation point (`docs/protocol.md` §12 item 5:
 //!   undo records are kept for every applied entry above the local durable index, which
 //!   is never truncated; [`Kv::forget_undo_through`] drops them as it advances).
 //! - Reads: [`Kv::get`], [`Kv::scan`], [`Kv::update_index`].
@@ -15,7 +15,7 @@
 //!   stalls one engine step.
 //!
 //! Deletes leave tombstones that carry the delete's version, so a key's update index
-//! survives its deletion (digest §7.13); a key never written has update index 0.
+//! survives its deletion (`docs/protocol.md` §12 item 13); a key never written has update index 0.
 
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
