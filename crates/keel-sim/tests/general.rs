@@ -122,6 +122,22 @@ fn wide_area_seeds_with_every_fault_pass() {
     sweep(WIDE_AREA_SEEDS, GeneralConfig::wide_area);
 }
 
+/// Wide-area seeds that found engine bugs: a late, reordered rejection raised a follower's
+/// match index above the index its leader had backed off to, tripping the leader's
+/// progress assertion (504138).
+#[test]
+fn pinned_wide_area_seeds_pass() {
+    for seed in [504138] {
+        let report = run_general::<LeaderEngine>(&GeneralConfig::wide_area(seed));
+        assert!(
+            report.passed() && report.converged,
+            "seed {seed}: {:?} {:?}",
+            report.violations,
+            report.panic
+        );
+    }
+}
+
 /// Seeds of the keyspaces scenario every test run covers: 2 to 4 keyspaces on one
 /// cluster, each checked on its own, with values that name their keyspace.
 const KEYSPACES_SEEDS: u64 = 300;

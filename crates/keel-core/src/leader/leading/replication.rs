@@ -157,11 +157,16 @@ impl Leading {
         } else {
             // The follower lacks `prev`: back off to its hint (it may have lost unsynced
             // entries in a crash, so `match_index` may go down too; a reordered old
-            // rejection costs only a resend).
+            // rejection costs only a resend). What it verified in this epoch matches:
+            // never resume at or below it (a late rejection carrying a verified index
+            // above an earlier back-off would leave `next` below `match_index`; wide-area
+            // seed 504138).
             p.next = reply.last_index.next().min(p.next).max(LogIndex(1));
             p.match_index = p.match_index.min(reply.last_index);
+            p.next = p.next.max(p.match_index.next());
             p.inflight = 0;
         }
+        assert!(p.next > p.match_index, "resuming at or below the verified prefix");
         // Safe in any arrival order: the follower ignores grants anchored before `sent_at`,
         // and every grant sent so far was anchored at or before `granted_anchor`.
         let acknowledged_out = reply.released && p.granted_anchor.is_none_or(|g| reply.sent_at > g);
