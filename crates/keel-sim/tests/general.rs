@@ -127,7 +127,8 @@ fn wide_area_seeds_with_every_fault_pass() {
 /// progress assertion (504138).
 #[test]
 fn pinned_wide_area_seeds_pass() {
-    for seed in [504138] {
+    let seeds: &[u64] = &[504138];
+    for &seed in seeds {
         let report = run_general::<LeaderEngine>(&GeneralConfig::wide_area(seed));
         assert!(
             report.passed() && report.converged,
