@@ -16,11 +16,11 @@
 
 use super::candidate::Campaign;
 use super::core::{Core, Election, Origin, Snapshots};
-use super::follower::{self, AppendArgs, Following};
+use super::follower::{self, Following};
 use super::gate;
 use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Role, Status};
 use super::kv::Kv;
-use super::leading::{AppendReplyArgs, Leadership, Leading};
+use super::leading::{Leadership, Leading};
 use super::log::Log;
 use crate::engine::{BootError, Rejection};
 use crate::time::Time;
@@ -219,20 +219,10 @@ impl LeaderEngine {
     }
 
     fn on_append(&mut self, from: NodeId, message: Message) {
-        let Message::Append {
-            epoch,
-            prev_epoch,
-            prev_index,
-            entries,
-            commit_index,
-            durable_index,
-            lease,
-            flush_through,
-            sent_at,
-        } = message
-        else {
+        let Message::Append { epoch, prev_index, entries, .. } = &message else {
             unreachable!("dispatched on the variant")
         };
+        let epoch = *epoch;
         if epoch < self.core.hard.epoch {
             // Tells a stale leader our epoch.
             let following = match &mut self.role {
@@ -244,24 +234,14 @@ impl LeaderEngine {
         if let Err(reason) = self.leader_of_epoch_may_be(from, epoch) {
             return self.core.reject(from, reason);
         }
-        if let Err(reason) = gate::check_entries_against_log(&self.core, prev_index, &entries) {
+        if let Err(reason) = gate::check_entries_against_log(&self.core, *prev_index, entries) {
             return self.core.reject(from, reason);
         }
         self.heard_from_leader(from, epoch);
         let RoleState::Follower(following) = &mut self.role else {
             unreachable!("heard_from_leader made this node a follower")
         };
-        let append = AppendArgs {
-            prev_epoch,
-            prev_index,
-            entries,
-            commit_index,
-            durable_index,
-            lease,
-            flush_through,
-            sent_at,
-        };
-        following.on_append(&mut self.core, append);
+        following.on_append(&mut self.core, message);
     }
 
     /// Whether `from` may be the leader of `epoch` (at least this node's epoch): not when
@@ -281,35 +261,14 @@ impl LeaderEngine {
     }
 
     fn on_append_reply(&mut self, from: NodeId, message: Message) {
-        let Message::AppendReply {
-            epoch,
-            success,
-            last_index,
-            persisted_index,
-            applied_index,
-            match_index,
-            released,
-            echo_sent_at,
-            sent_at,
-        } = message
-        else {
+        let Message::AppendReply { epoch, .. } = message else {
             unreachable!("dispatched on the variant")
         };
         if !self.adopt_epoch_or_ignore(epoch) {
             return;
         }
         let RoleState::Leader(leading) = &mut self.role else { unreachable!("checked") };
-        let reply = AppendReplyArgs {
-            success,
-            last_index,
-            persisted_index,
-            applied_index,
-            match_index,
-            released,
-            echo_sent_at,
-            sent_at,
-        };
-        leading.on_append_reply(&mut self.core, from, reply);
+        leading.on_append_reply(&mut self.core, from, message);
     }
 
     fn on_install_snapshot(

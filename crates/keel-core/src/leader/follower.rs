@@ -43,18 +43,6 @@ pub(super) struct Following {
     pub receiving: Option<(SnapshotMeta, Vec<u8>)>,
 }
 
-/// The fields of an `Append`, taken apart by the engine's dispatch.
-pub(super) struct AppendArgs {
-    pub prev_epoch: Epoch,
-    pub prev_index: LogIndex,
-    pub entries: Vec<Entry>,
-    pub commit_index: LogIndex,
-    pub durable_index: LogIndex,
-    pub lease: Lease,
-    pub flush_through: Option<LogIndex>,
-    pub sent_at: Time,
-}
-
 impl Following {
     /// Whether this follower holds a valid active-set lease now.
     pub fn active(&self, core: &Core) -> bool {
@@ -62,26 +50,38 @@ impl Following {
     }
 
     /// An `Append` from the leader of this epoch.
-    pub fn on_append(&mut self, core: &mut Core, append: AppendArgs) {
-        self.echo_sent_at = self.echo_sent_at.max(append.sent_at);
-        self.mark_out_asked = append.lease == Lease::MarkOut;
-        if !matches!(append.lease, Lease::Granted { .. }) {
+    pub fn on_append(&mut self, core: &mut Core, append: Message) {
+        let Message::Append {
+            epoch: _,
+            prev_epoch,
+            prev_index,
+            entries,
+            commit_index,
+            durable_index,
+            lease,
+            flush_through,
+            sent_at,
+        } = append
+        else {
+            unreachable!("dispatched on the variant")
+        };
+        self.echo_sent_at = self.echo_sent_at.max(sent_at);
+        self.mark_out_asked = lease == Lease::MarkOut;
+        if !matches!(lease, Lease::Granted { .. }) {
             self.lease_until = None; // forced mark-out, or not (yet) granted
         }
-        let Some(matched) =
-            match_and_append(core, append.prev_epoch, append.prev_index, append.entries)
-        else {
+        let Some(matched) = match_and_append(core, prev_epoch, prev_index, entries) else {
             return self.send_reply(core, false);
         };
         self.verified_index = self.verified_index.max(matched);
         let verified = self.verified_index;
         assert!(verified <= core.log.last_index());
-        core.durable_index = core.durable_index.max(append.durable_index.min(verified));
-        core.commit_index = core.commit_index.max(append.commit_index.min(verified));
-        if let Lease::Granted { anchor } = append.lease {
+        core.durable_index = core.durable_index.max(durable_index.min(verified));
+        core.commit_index = core.commit_index.max(commit_index.min(verified));
+        if let Lease::Granted { anchor } = lease {
             self.accept_grant(core, anchor);
         }
-        if let Some(through) = append.flush_through {
+        if let Some(through) = flush_through {
             if through > core.persisted_index() {
                 core.request_sync(core.log.last_index());
             }

@@ -17,8 +17,6 @@
 mod replication;
 mod requests;
 
-pub(super) use replication::AppendReplyArgs;
-
 use super::core::{Core, Origin};
 use super::io::{ClientRequest, RequestTag};
 use super::kv::WriteResult;

@@ -7,18 +7,6 @@ use crate::leader::core::Core;
 use crate::leader::io::{Lease, Message};
 use keel_types::{Epoch, LogIndex, NodeId};
 
-/// The fields of an `AppendReply`, taken apart by the engine's dispatch.
-pub(in crate::leader) struct AppendReplyArgs {
-    pub success: bool,
-    pub last_index: LogIndex,
-    pub persisted_index: LogIndex,
-    pub applied_index: LogIndex,
-    pub match_index: LogIndex,
-    pub released: bool,
-    pub echo_sent_at: crate::time::Time,
-    pub sent_at: crate::time::Time,
-}
-
 impl Leading {
     pub fn broadcast_append(&mut self, core: &mut Core, heartbeat: bool) {
         let peers: Vec<NodeId> = core.peers().collect();
@@ -125,33 +113,44 @@ impl Leading {
     }
 
     /// A follower's reply to an `Append` of this epoch.
-    pub fn on_append_reply(&mut self, core: &mut Core, from: NodeId, reply: AppendReplyArgs) {
+    pub fn on_append_reply(&mut self, core: &mut Core, from: NodeId, reply: Message) {
+        let Message::AppendReply {
+            epoch: _,
+            success,
+            last_index,
+            persisted_index,
+            applied_index,
+            match_index,
+            released,
+            echo_sent_at,
+            sent_at,
+        } = reply
+        else {
+            unreachable!("dispatched on the variant")
+        };
         // The gate: a follower matches at most what this leader sent it (the log only
         // grows within an epoch), and echoes only send times this leader has reached.
-        if reply.match_index > core.log.last_index() {
+        if match_index > core.log.last_index() {
             return core.reject(from, "append reply matches past the leader's log");
         }
-        if reply.echo_sent_at > core.now {
+        if echo_sent_at > core.now {
             return core.reject(from, "append reply echoes a send time from the future");
         }
         let now = core.now;
         let p = self.progress.get_mut(&from).expect("a member");
         p.last_heard = Some(now);
-        let echo = reply.echo_sent_at;
-        p.acked_sent_at = Some(p.acked_sent_at.map_or(echo, |t| t.max(echo)));
+        p.acked_sent_at = Some(p.acked_sent_at.map_or(echo_sent_at, |t| t.max(echo_sent_at)));
         // The anchor of the next grant: the latest reply to arrive. A reordered older
         // one only shortens the lease it grants, and a follower whose clock restarted
         // lower (a machine reboot) is granted leases again at once.
-        p.reply_anchor = Some(reply.sent_at);
-        if reply.match_index > p.match_index {
-            p.match_index = reply.match_index;
+        p.reply_anchor = Some(sent_at);
+        if match_index > p.match_index {
+            p.match_index = match_index;
             p.progress_at = now;
         }
-        let persisted = reply.persisted_index;
-        p.acked_point =
-            p.acked_point.max(persisted.min(reply.applied_index).min(reply.match_index));
-        p.persisted_point = p.persisted_point.max(persisted.min(reply.match_index));
-        if reply.success {
+        p.acked_point = p.acked_point.max(persisted_index.min(applied_index).min(match_index));
+        p.persisted_point = p.persisted_point.max(persisted_index.min(match_index));
+        if success {
             p.inflight = p.inflight.saturating_sub(1);
             p.next = p.next.max(p.match_index.next());
         } else {
@@ -161,15 +160,15 @@ impl Leading {
             // never resume at or below it (a late rejection carrying a verified index
             // above an earlier back-off would leave `next` below `match_index`; wide-area
             // seed 504138).
-            p.next = reply.last_index.next().min(p.next).max(LogIndex(1));
-            p.match_index = p.match_index.min(reply.last_index);
+            p.next = last_index.next().min(p.next).max(LogIndex(1));
+            p.match_index = p.match_index.min(last_index);
             p.next = p.next.max(p.match_index.next());
             p.inflight = 0;
         }
         assert!(p.next > p.match_index, "resuming at or below the verified prefix");
         // Safe in any arrival order: the follower ignores grants anchored before `sent_at`,
         // and every grant sent so far was anchored at or before `granted_anchor`.
-        let acknowledged_out = reply.released && p.granted_anchor.is_none_or(|g| reply.sent_at > g);
+        let acknowledged_out = released && p.granted_anchor.is_none_or(|g| sent_at > g);
         if acknowledged_out && p.marking_out {
             self.remove_from_active_set(core, from);
         }
