@@ -5,7 +5,6 @@
 //! Role state lives beside it (`follower.rs`, `candidate.rs`, `leading/`); a handler
 //! borrows the [`Core`] and its own role's state, never another role's.
 
-use super::engine::Counters;
 use super::io::{ClientReply, Config, Message, Outputs};
 use super::kv::Kv;
 use super::log::Log;
@@ -25,6 +24,33 @@ pub enum Origin {
     Local,
     /// A client of `NodeId`, forwarded here.
     Forwarded(NodeId),
+}
+
+/// Counters for metrics and the simulator's reports. Monotonic within one incarnation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Durability rounds started by this node as leader.
+    pub durability_rounds: u64,
+    /// Reads that waited for a durability round.
+    pub reads_with_round: u64,
+    /// Requests this node forwarded to the leader.
+    pub forwarded: u64,
+    /// Elections this node started.
+    pub elections: u64,
+    /// Followers this node (as leader) removed from the active set.
+    pub removals: u64,
+    /// Entries rolled back after a log truncation.
+    pub rolled_back_entries: u64,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: u64,
+    /// Snapshots this node encoded and handed to its driver to save.
+    pub snapshots_taken: u64,
+    /// `InstallSnapshot` chunks this node accepted.
+    pub snapshot_chunks_received: u64,
+    /// Peer messages the validation gate dropped.
+    pub messages_rejected: u64,
+    /// Writes at the leader that timed out before their durability point.
+    pub writes_timed_out: u64,
 }
 
 /// The election timer and what elections remember between roles.

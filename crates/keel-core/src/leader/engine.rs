@@ -15,7 +15,7 @@
 //! leader's progress into following.
 
 use super::candidate::Campaign;
-use super::core::{Core, Election, Origin, Snapshots};
+use super::core::{Core, Counters, Election, Origin, Snapshots};
 use super::follower::{self, Following};
 use super::gate;
 use super::io::{ClientReply, Config, Input, Message, Outputs, PersistedState, Role, Status};
@@ -29,33 +29,6 @@ use keel_types::{
     Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId, SnapshotMeta, Value,
     Version,
 };
-
-/// Counters for metrics and the simulator's reports. Monotonic within one incarnation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Durability rounds started by this node as leader.
-    pub durability_rounds: u64,
-    /// Reads that waited for a durability round.
-    pub reads_with_round: u64,
-    /// Requests this node forwarded to the leader.
-    pub forwarded: u64,
-    /// Elections this node started.
-    pub elections: u64,
-    /// Followers this node (as leader) removed from the active set.
-    pub removals: u64,
-    /// Entries rolled back after a log truncation.
-    pub rolled_back_entries: u64,
-    /// Snapshots installed from a leader.
-    pub snapshots_installed: u64,
-    /// Snapshots this node encoded and handed to its driver to save.
-    pub snapshots_taken: u64,
-    /// `InstallSnapshot` chunks this node accepted.
-    pub snapshot_chunks_received: u64,
-    /// Peer messages the validation gate dropped.
-    pub messages_rejected: u64,
-    /// Writes at the leader that timed out before their durability point.
-    pub writes_timed_out: u64,
-}
 
 /// The role a node plays now, with that role's state.
 #[derive(Debug)]

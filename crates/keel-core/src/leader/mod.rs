@@ -36,9 +36,10 @@ mod leading;
 pub mod log;
 mod report;
 
+pub use self::core::Counters;
 pub use self::core::Origin;
 pub use config::ConfigError;
-pub use engine::{Counters, LeaderEngine};
+pub use engine::LeaderEngine;
 pub use io::{
     ClientReply, ClientRequest, Config, Input, Lease, Message, Outputs, PersistedState, Release,
     RequestTag, Role, SnapshotBytes, Status,

@@ -1,7 +1,7 @@
 //! The leader engine's status document and metrics, as `/status`, `KEEL.STATUS` and
 //! `/metrics` show them.
 
-use super::engine::Counters;
+use super::core::Counters;
 use super::io::{Role, Status};
 use crate::engine::{Metric, MetricKind, Report};
 
