@@ -45,6 +45,9 @@ pub struct Effects<M, R> {
     pub replies: Vec<R>,
     /// Peer messages the gate dropped (count and log them).
     pub rejected: Vec<Rejection>,
+    /// Messages dropped because more than `held_messages_max` waited behind an unsynced
+    /// hard state (count them as a congested link's drops).
+    pub messages_dropped: u64,
     /// When to tick the engine next.
     pub wake_at: Option<Time>,
 }
@@ -136,7 +139,7 @@ impl<M, R> Front<M, R> {
                 prepare = Some((meta, data));
             }
         }
-        let (messages, replies) = self.hold_or_pass(out.messages, out.replies);
+        let (messages, replies, messages_dropped) = self.hold_or_pass(out.messages, out.replies);
         assert!(ops.windows(2).all(|w| w[0].0 < w[1].0), "operations are numbered in order");
         Effects {
             ops,
@@ -145,25 +148,28 @@ impl<M, R> Front<M, R> {
             messages,
             replies,
             rejected: out.rejected,
+            messages_dropped,
             wake_at: out.wake_at,
         }
     }
 
-    /// Messages and replies leave now unless a hard state is not yet durable.
+    /// Messages and replies leave now unless a hard state is not yet durable; returns
+    /// them with how many messages were dropped for want of room behind the barrier.
     fn hold_or_pass(
         &mut self,
         messages: Vec<(NodeId, M)>,
         replies: Vec<R>,
-    ) -> (Vec<(NodeId, M)>, Vec<R>) {
+    ) -> (Vec<(NodeId, M)>, Vec<R>, u64) {
         if self.barrier.is_none() {
             assert!(self.held_messages.is_empty() && self.held_replies.is_empty());
-            return (messages, replies);
+            return (messages, replies, 0);
         }
         let room = self.held_messages_max.saturating_sub(self.held_messages.len());
+        let dropped = messages.len().saturating_sub(room) as u64;
         self.held_messages.extend(messages.into_iter().take(room));
         self.held_replies.extend(replies);
         assert!(self.held_messages.len() <= self.held_messages_max);
-        (Vec::new(), Vec::new())
+        (Vec::new(), Vec::new(), dropped)
     }
 
     fn track_truncation(&mut self, seq: u64, index: LogIndex) {
@@ -269,6 +275,22 @@ mod tests {
         let mut free = outputs();
         free.messages = vec![(NodeId(2), "heartbeat")];
         assert_eq!(front.carry_out(free).messages.len(), 1, "no barrier: sent at once");
+    }
+
+    #[test]
+    fn messages_past_the_bound_behind_a_barrier_are_dropped_and_counted() {
+        let mut front = TestFront::new(2);
+        let mut out = outputs();
+        out.hard_state = Some(HardState { epoch: Epoch(2), voted_for: None });
+        out.messages = vec![(NodeId(2), "a"), (NodeId(3), "b"), (NodeId(2), "c")];
+        let fx = front.carry_out(out);
+        assert_eq!(fx.messages_dropped, 1);
+        let seq = fx.ops[0].0;
+        let mut later = outputs();
+        later.messages = vec![(NodeId(3), "d")];
+        assert_eq!(front.carry_out(later).messages_dropped, 1, "still full");
+        let done = front.complete(Completion::HardStateSaved { seq });
+        assert_eq!(done.messages, vec![(NodeId(2), "a"), (NodeId(3), "b")], "the first kept");
     }
 
     #[test]

@@ -372,6 +372,10 @@ where
             let release = effects.release;
             tokio::task::spawn_blocking(move || drop(release));
         }
+        if effects.messages_dropped > 0 {
+            let dropped = &self.wiring.node_metrics.peer_dropped;
+            dropped.fetch_add(effects.messages_dropped, std::sync::atomic::Ordering::Relaxed);
+        }
         self.send_messages(effects.messages);
         self.send_replies(effects.replies);
         self.wake_at = effects.wake_at;

@@ -207,7 +207,10 @@ impl LeaderEngine {
         if let Err(reason) = self.leader_of_epoch_may_be(from, epoch) {
             return self.core.reject(from, reason);
         }
-        if let Err(reason) = gate::check_entries_against_log(&self.core, *prev_index, entries) {
+        let floor = self.conflict_floor(epoch);
+        if let Err(reason) =
+            gate::check_entries_against_log(&self.core, floor, *prev_index, entries)
+        {
             return self.core.reject(from, reason);
         }
         self.heard_from_leader(from, epoch);
@@ -215,6 +218,17 @@ impl LeaderEngine {
             unreachable!("heard_from_leader made this node a follower")
         };
         following.on_append(&mut self.core, message);
+    }
+
+    /// The highest index below which the leader of `epoch` may not replace this node's
+    /// log: the durable index, or, following that epoch's leader already, the prefix
+    /// verified to match its log.
+    fn conflict_floor(&self, epoch: Epoch) -> LogIndex {
+        let verified = match &self.role {
+            RoleState::Follower(f) if epoch == self.core.hard.epoch => f.verified_index,
+            _ => LogIndex::ZERO,
+        };
+        self.core.durable_index.max(verified)
     }
 
     /// Whether `from` may be the leader of `epoch` (at least this node's epoch): not when
@@ -266,6 +280,10 @@ impl LeaderEngine {
         }
         if total > self.core.snapshot_bytes_max() {
             return self.core.reject(from, "snapshot larger than this node's state may be");
+        }
+        let floor = self.conflict_floor(epoch);
+        if let Err(reason) = gate::check_snapshot_against_log(&self.core, floor, &meta) {
+            return self.core.reject(from, reason);
         }
         self.heard_from_leader(from, epoch);
         let RoleState::Follower(following) = &mut self.role else {

@@ -125,11 +125,8 @@ impl Following {
         let s = meta.last_index;
         let covered =
             s <= core.log.snapshot().last_index || core.log.epoch_at(s) == Some(meta.last_epoch);
-        if !covered && s <= core.durable_index {
-            // The durable prefix is in every later leader's log: a snapshot that disagrees
-            // with it is not from a leader.
-            return core.reject(from, "snapshot conflicts with the durable prefix");
-        }
+        // The engine's gate rejected a snapshot that conflicts with the durable or verified
+        // prefix (`gate::check_snapshot_against_log`).
         let mut received = 0;
         if covered {
             self.verified_index = self.verified_index.max(s);

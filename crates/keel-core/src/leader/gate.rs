@@ -7,10 +7,13 @@
 //!   entries contiguous after `prev`, their epochs non-decreasing and no newer than the
 //!   sender's, only writes in log entries, snapshot chunks inside their snapshot.
 //! - stateful rules, where the state is: an `Append`'s entries may not conflict with the
-//!   durable prefix ([`check_entries_against_log`]); only one leader per epoch; a
+//!   durable prefix, nor with the prefix verified in the same epoch, nor go back past the
+//!   snapshot's epoch ([`check_entries_against_log`]); only one leader per epoch; a
 //!   follower's reply may not match past the leader's log or echo a send time from the
-//!   future (`leading/replication.rs`); a snapshot may not conflict with the durable
-//!   prefix and must decode (`follower.rs`).
+//!   future (`leading/replication.rs`); a snapshot may not conflict with the same
+//!   prefixes ([`check_snapshot_against_log`]). These run before the message counts as
+//!   contact from a leader. A snapshot that does not decode once whole is discarded later
+//!   (`follower.rs`), after its chunks were accepted from the epoch's leader.
 //!
 //! A message that fails is dropped and reported in `Outputs::rejected`; the engine's
 //! state is untouched. [`check_persisted`] applies the same rules to what a node
@@ -20,7 +23,7 @@
 use super::core::Core;
 use super::io::{Message, PersistedState};
 use keel_types::limits::{EPOCH_MAX, LOG_INDEX_MAX};
-use keel_types::{Entry, EntryPayload, Epoch, LogIndex};
+use keel_types::{Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
 
 fn epoch_ok(epoch: Epoch) -> bool {
     epoch.0 <= EPOCH_MAX
@@ -152,25 +155,47 @@ fn check_entries<'a>(
     Ok(())
 }
 
-/// An `Append`'s entries against this node's log: none may replace an entry at or below
-/// the durable index (the durable prefix is in every later leader's log).
+/// An `Append`'s entries against this node's log. None may replace an entry at or below
+/// `floor`: the durable index (the durable prefix is in every later leader's log) or, for
+/// a follower of the `Append`'s own epoch, the prefix already verified to match that
+/// epoch's leader (one leader per epoch, whose log only grows). None above the snapshot
+/// may be older than the snapshot's last entry (a log's epochs never go back).
 pub(super) fn check_entries_against_log(
     core: &Core,
+    floor: LogIndex,
     prev_index: LogIndex,
     entries: &[Entry],
 ) -> Result<(), &'static str> {
-    let base = core.log.snapshot().last_index;
-    let durable = core.durable_index;
-    if entries.is_empty() || prev_index >= durable {
+    let base = core.log.snapshot();
+    if entries.iter().any(|e| e.index > base.last_index && e.epoch < base.last_epoch) {
+        return Err("entries older than the snapshot");
+    }
+    if entries.is_empty() || prev_index >= floor {
         return Ok(());
     }
     let conflicts = entries
         .iter()
-        .take_while(|e| e.index <= durable)
-        .filter(|e| e.index > base)
+        .take_while(|e| e.index <= floor)
+        .filter(|e| e.index > base.last_index)
         .any(|e| core.log.epoch_at(e.index).is_some_and(|held| held != e.epoch));
     if conflicts {
-        return Err("entries conflict with the durable prefix");
+        return Err("entries conflict with the durable or verified prefix");
+    }
+    Ok(())
+}
+
+/// A snapshot against this node's log: one whose last entry is at or below `floor` (see
+/// [`check_entries_against_log`]) must agree with the log there.
+pub(super) fn check_snapshot_against_log(
+    core: &Core,
+    floor: LogIndex,
+    meta: &SnapshotMeta,
+) -> Result<(), &'static str> {
+    let s = meta.last_index;
+    let covered =
+        s <= core.log.snapshot().last_index || core.log.epoch_at(s) == Some(meta.last_epoch);
+    if !covered && s <= floor {
+        return Err("snapshot conflicts with the durable or verified prefix");
     }
     Ok(())
 }

@@ -218,7 +218,9 @@ pub struct Config {
     /// past it writes that add bytes get `Unavailable`. A node holds about three times
     /// this at most: the state, its newest snapshot, and the log since that snapshot.
     pub state_bytes_max: u64,
-    /// Most clients whose last write result is kept for deduplication (oldest out).
+    /// Most clients whose last write result is kept for deduplication (oldest out). The
+    /// same on every member: which retry is deduplicated is part of the replicated state,
+    /// and a snapshot with more slots than a node keeps does not decode there.
     pub dedup_clients_max: usize,
     /// Snapshot once the durable index is this many entries past the last snapshot ...
     pub snapshot_entries_threshold: u64,

@@ -536,17 +536,35 @@ impl Kv {
             let version =
                 Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
             let value = reader.option_bytes("value", u32::MAX).map_err(err)?;
+            if version.index > at.index
+                || version.epoch > at.epoch
+                || version.index == LogIndex::ZERO
+            {
+                return Err(format!("an item's version {version:?} is outside the snapshot"));
+            }
+            if kv.items.last_key_value().is_some_and(|(last, _)| *last >= key) {
+                return Err("items are not in strictly increasing key order".into());
+            }
             let item = Item { value, version };
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }
         let slots = reader.u32("dedup count").map_err(err)?;
+        if slots as usize > dedup_clients_max {
+            return Err(format!("{slots} dedup slots, more than the {dedup_clients_max} kept"));
+        }
         for _ in 0..slots {
             let client = ClientId(reader.u64("client").map_err(err)?);
             let request = RequestId(reader.u64("request").map_err(err)?);
             let index = LogIndex(reader.u64("dedup index").map_err(err)?);
             let result = reader.bytes("result", RESULT_BYTES_MAX).map_err(err)?;
             let result: WriteResult = serde_json::from_slice(&result).map_err(|e| e.to_string())?;
+            if index > at.index || index == LogIndex::ZERO {
+                return Err(format!("a dedup slot at {index} is outside the snapshot"));
+            }
+            if kv.dedup.contains_key(&client) {
+                return Err(format!("client {} has two dedup slots", client.0));
+            }
             kv.dedup_order.insert((index, client));
             kv.dedup.insert(client, DedupSlot { request, index, result });
         }
@@ -790,6 +808,53 @@ mod tests {
         kv.rollback_after(LogIndex(2), Epoch(1));
         assert!(kv.dedup(ClientId(1)).is_some(), "rollback restores the evicted slot");
         assert!(kv.dedup(ClientId(3)).is_none());
+    }
+
+    /// A snapshot encoding at index 5 written by hand: `items` as (key, index) and dedup
+    /// slots as (client, index).
+    fn forged(items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
+        let mut out = SNAPSHOT_MAGIC.to_vec();
+        put_u64(&mut out, 5);
+        put_u64(&mut out, items.len() as u64);
+        for (key, index) in items {
+            put_bytes(&mut out, key.as_bytes());
+            put_u64(&mut out, 1);
+            put_u64(&mut out, *index);
+            keel_types::codec::put_option_bytes(&mut out, Some(b"v"));
+        }
+        put_u32(&mut out, slots.len() as u32);
+        for (client, index) in slots {
+            put_u64(&mut out, *client);
+            put_u64(&mut out, 1);
+            put_u64(&mut out, *index);
+            let result: WriteResult =
+                Ok(CommandResult::Written { version: Version::new(1, *index) });
+            put_bytes(&mut out, &serde_json::to_vec(&result).unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn a_snapshot_the_state_machine_cannot_have_written_does_not_decode() {
+        let at = Version::new(1, 5);
+        let decode = |bytes: Vec<u8>| Kv::decode(&bytes, at, 2).map(|_| ());
+        assert_eq!(decode(forged(&[("a", 1), ("b", 5)], &[(1, 2), (2, 5)])), Ok(()));
+        let broken = [
+            forged(&[("b", 1), ("a", 2)], &[]),
+            forged(&[("a", 1), ("a", 2)], &[]),
+            forged(&[("a", 6)], &[]),
+            forged(&[("a", 0)], &[]),
+            forged(&[], &[(1, 6)]),
+            forged(&[], &[(1, 2), (1, 3)]),
+            forged(&[], &[(1, 2), (2, 3), (3, 4)]),
+        ];
+        for bytes in broken {
+            assert!(decode(bytes).is_err());
+        }
+        let newer = Version::new(2, 1);
+        let mut bytes = forged(&[("a", 1)], &[]);
+        bytes[8 + 8 + 8 + 4 + 1..][..8].copy_from_slice(&newer.epoch.0.to_le_bytes());
+        assert!(decode(bytes).is_err(), "an item from an epoch after the snapshot's");
     }
 
     #[test]

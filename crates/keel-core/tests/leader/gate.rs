@@ -332,3 +332,99 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
     assert_eq!(c.engine(leader).role_kind(), Role::Leader, "rejections change nothing");
     assert_eq!(c.status(leader).epoch, epoch);
 }
+
+fn noop(epoch: Epoch, index: u64) -> Entry {
+    Entry { epoch, index: LogIndex(index), payload: EntryPayload::Noop }
+}
+
+fn forged_append(epoch: Epoch, prev: (Epoch, LogIndex), entries: Vec<Entry>) -> Message {
+    Message::Append {
+        epoch,
+        prev_epoch: prev.0,
+        prev_index: prev.1,
+        entries,
+        commit_index: LogIndex::ZERO,
+        durable_index: LogIndex::ZERO,
+        lease: Lease::Withheld,
+        flush_through: None,
+        sent_at: Time(0),
+    }
+}
+
+/// Steps `to` with a message from `from` at its current time; returns what it rejected.
+fn deliver(c: &mut Cluster, to: NodeId, from: NodeId, message: Message) -> Vec<&'static str> {
+    let now = c.local(to);
+    let engine = c.nodes.get_mut(&to).unwrap().engine.as_mut().unwrap();
+    let out = engine.step(now, Input::Message { from, message });
+    out.rejected.into_iter().map(|r| r.reason).collect()
+}
+
+#[test]
+fn entries_replacing_the_verified_prefix_of_the_same_epoch_are_rejected() {
+    // The prefix verified against this epoch's leader may lie above the durable index;
+    // an append that truncated it used to leave the follower having verified more than
+    // its log holds (an engine assertion).
+    let (mut c, follower) = prepared(1, 1);
+    let leader = c.leader().expect("the prepared cluster has a leader");
+    assert_ne!(leader, follower);
+    let status = c.status(follower);
+    let (old, last) = (status.epoch, status.last_index);
+    let next = Epoch(old.0 + 1);
+    let grow = forged_append(
+        next,
+        (old, last),
+        vec![noop(old, last.0 + 1), noop(next, last.0 + 2), noop(next, last.0 + 3)],
+    );
+    assert_eq!(deliver(&mut c, follower, leader, grow), Vec::<&str>::new());
+    assert_eq!(c.status(follower).last_index, LogIndex(last.0 + 3));
+    assert!(c.status(follower).durable_index < LogIndex(last.0 + 2), "above the durable index");
+    let shrink =
+        forged_append(next, (old, last), vec![noop(old, last.0 + 1), noop(old, last.0 + 2)]);
+    let rejected = deliver(&mut c, follower, leader, shrink);
+    assert_eq!(rejected, vec!["entries conflict with the durable or verified prefix"]);
+    assert_eq!(c.status(follower).last_index, LogIndex(last.0 + 3), "nothing truncated");
+    // From a new epoch's leader, the same entries may replace what is not durable.
+    let newer = Epoch(next.0 + 1);
+    let replace =
+        forged_append(newer, (old, last), vec![noop(old, last.0 + 1), noop(old, last.0 + 2)]);
+    assert_eq!(deliver(&mut c, follower, leader, replace), Vec::<&str>::new());
+    assert_eq!(c.status(follower).last_index, LogIndex(last.0 + 2));
+}
+
+#[test]
+fn entries_above_the_snapshot_older_than_it_are_rejected() {
+    let (mut c, follower) = prepared(1, 1);
+    let leader = c.leader().expect("the prepared cluster has a leader");
+    assert_ne!(leader, follower);
+    let status = c.status(follower);
+    let base = status.snapshot_index;
+    assert!(base > LogIndex::ZERO, "the prepared cluster took a snapshot");
+    let entries = (1..=base.0 + 1).map(|i| noop(Epoch(0), i)).collect();
+    let append = forged_append(status.epoch, (Epoch(0), LogIndex::ZERO), entries);
+    assert_eq!(deliver(&mut c, follower, leader, append), vec!["entries older than the snapshot"]);
+    assert_eq!(c.status(follower).last_index, status.last_index);
+}
+
+#[test]
+fn a_snapshot_conflicting_with_the_verified_prefix_is_rejected_before_contact() {
+    let (mut c, follower) = prepared(1, 1);
+    let leader = c.leader().expect("the prepared cluster has a leader");
+    assert_ne!(leader, follower);
+    let status = c.status(follower);
+    let (old, last) = (status.epoch, status.last_index);
+    let next = Epoch(old.0 + 1);
+    let grow =
+        forged_append(next, (old, last), vec![noop(next, last.0 + 1), noop(next, last.0 + 2)]);
+    assert_eq!(deliver(&mut c, follower, leader, grow), Vec::<&str>::new());
+    let data = snapshot_data(last.0 + 1);
+    let meta = SnapshotMeta { last_index: LogIndex(last.0 + 1), last_epoch: old };
+    let snapshot =
+        Message::InstallSnapshot { epoch: next, meta, offset: 0, total: data.len() as u64, data };
+    // From a third node claiming the same epoch: a second leader of it.
+    let third = c.nodes.keys().copied().find(|n| *n != leader && *n != follower).unwrap();
+    let rejected = deliver(&mut c, follower, third, snapshot.clone());
+    assert_eq!(rejected, vec!["a second leader of this node's epoch"]);
+    let rejected = deliver(&mut c, follower, leader, snapshot);
+    assert_eq!(rejected, vec!["snapshot conflicts with the durable or verified prefix"]);
+    assert_eq!(c.status(follower).last_index, LogIndex(last.0 + 2), "nothing replaced");
+}
