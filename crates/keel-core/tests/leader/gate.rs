@@ -351,6 +351,14 @@ fn forged_append(epoch: Epoch, prev: (Epoch, LogIndex), entries: Vec<Entry>) -> 
     }
 }
 
+/// A prepared cluster's follower (which took a snapshot) and its leader.
+fn follower_and_leader() -> (Cluster, NodeId, NodeId) {
+    let (c, follower) = prepared(1, 1);
+    let leader = c.leader().expect("the prepared cluster has a leader");
+    assert_ne!(leader, follower);
+    (c, follower, leader)
+}
+
 /// Steps `to` with a message from `from` at its current time; returns what it rejected.
 fn deliver(c: &mut Cluster, to: NodeId, from: NodeId, message: Message) -> Vec<&'static str> {
     let now = c.local(to);
@@ -364,9 +372,7 @@ fn entries_replacing_the_verified_prefix_of_the_same_epoch_are_rejected() {
     // The prefix verified against this epoch's leader may lie above the durable index;
     // an append that truncated it used to leave the follower having verified more than
     // its log holds (an engine assertion).
-    let (mut c, follower) = prepared(1, 1);
-    let leader = c.leader().expect("the prepared cluster has a leader");
-    assert_ne!(leader, follower);
+    let (mut c, follower, leader) = follower_and_leader();
     let status = c.status(follower);
     let (old, last) = (status.epoch, status.last_index);
     let next = Epoch(old.0 + 1);
@@ -393,9 +399,7 @@ fn entries_replacing_the_verified_prefix_of_the_same_epoch_are_rejected() {
 
 #[test]
 fn entries_above_the_snapshot_older_than_it_are_rejected() {
-    let (mut c, follower) = prepared(1, 1);
-    let leader = c.leader().expect("the prepared cluster has a leader");
-    assert_ne!(leader, follower);
+    let (mut c, follower, leader) = follower_and_leader();
     let status = c.status(follower);
     let base = status.snapshot_index;
     assert!(base > LogIndex::ZERO, "the prepared cluster took a snapshot");
@@ -407,9 +411,7 @@ fn entries_above_the_snapshot_older_than_it_are_rejected() {
 
 #[test]
 fn a_snapshot_conflicting_with_the_verified_prefix_is_rejected_before_contact() {
-    let (mut c, follower) = prepared(1, 1);
-    let leader = c.leader().expect("the prepared cluster has a leader");
-    assert_ne!(leader, follower);
+    let (mut c, follower, leader) = follower_and_leader();
     let status = c.status(follower);
     let (old, last) = (status.epoch, status.last_index);
     let next = Epoch(old.0 + 1);
