@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Side by side: redis-benchmark (50 clients, -t set,get) against a local 3-node Keel
 # cluster (server defaults: writes `memory`, reads `monotonic`) and against one Redis
-# server (no persistence: --save '' --appendonly no), in one run.
+# server (no persistence: --save '' --appendonly no), in one run, each without
+# pipelining and with `-P 16` (16 requests in flight per connection).
 #
 # Usage: scripts/bench-redis.sh [REQUESTS]    (default 100000 per test)
+# PIPELINES="1 16" (the default) sets the pipeline depths run.
 # Needs: redis-benchmark and redis-server (apt-get install redis-tools redis-server).
 # A benchmark, not a test: it prints figures and asserts nothing.
 set -euo pipefail
@@ -50,8 +52,13 @@ wait_write() { # port: until the cluster has a leader and takes a write
     return 1
 }
 
-bench() { # port: the summary line of each test (progress lines dropped)
-    redis-benchmark -p "$1" -c "$clients" -n "$requests" -t set,get -q 2>&1 | tr '\r' '\n' | grep 'requests per second'
+pipelines="${PIPELINES:-1 16}"
+
+bench() { # port: the summary line of each test at each depth (progress lines dropped)
+    for depth in $pipelines; do
+        redis-benchmark -p "$1" -c "$clients" -n "$requests" -P "$depth" -t set,get -q 2>&1 \
+            | tr '\r' '\n' | grep 'requests per second' | sed "s/^/-P $depth /"
+    done
 }
 
 echo "== Keel: 3 nodes on loopback, redis-benchmark against n1 (port $keel_port)"

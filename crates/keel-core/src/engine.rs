@@ -175,6 +175,10 @@ pub enum Input<M, Q> {
     },
     /// A client request arrived at this node.
     Client(Q),
+    /// Several client requests that arrived together, handled in order in one step: as
+    /// if each came in its own [`Input::Client`], but the end-of-step work (replication,
+    /// answering what became answerable, timers) runs once for all of them.
+    Clients(Vec<Q>),
     /// Every entry up to `index` that was handed out in [`Outputs::append`] is now on
     /// disk (fsync returned). Reported only after fsync returns. `index` describes the
     /// log as it is when the input is delivered: if the log was truncated after the fsync

@@ -35,6 +35,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// How long a status or log query may wait for room in the engine's queue.
 pub const QUERY_WAIT: Duration = Duration::from_secs(2);
@@ -95,12 +96,33 @@ pub struct Conn {
     /// The keyspace `SELECT` chose (keyspace 0 at first).
     node: KeyspaceHandle,
     limits: Limits,
+    /// Replies the connection's writer has resolved so far (every reply, in order).
+    resolved: watch::Receiver<u64>,
+    /// Replies queued so far: the position of the next request.
+    queued: u64,
+    /// The kind and position of the last request sent to an engine.
+    last_sent: Option<(Kind, u64)>,
+}
+
+/// What may run concurrently within one connection's pipeline: requests of one kind
+/// reach the engine in order without waiting for each other; a request of another kind
+/// waits until every request before it has been answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Write(KeyspaceId),
+    Read(KeyspaceId, Option<ReadLevel>),
 }
 
 impl Conn {
     /// A fresh connection with client id `client_id` (random, from the accept loop), in
     /// keyspace 0.
-    pub fn new(client_id: u64, keyspaces: Arc<Keyspaces>, limits: Limits) -> Conn {
+    /// `resolved` counts the replies the connection's writer has resolved.
+    pub fn new(
+        client_id: u64,
+        keyspaces: Arc<Keyspaces>,
+        limits: Limits,
+        resolved: watch::Receiver<u64>,
+    ) -> Conn {
         Conn {
             protocol: Protocol::Resp2,
             client: ClientId(client_id.max(1)),
@@ -109,7 +131,30 @@ impl Conn {
             node: keyspaces.first().clone(),
             keyspaces,
             limits,
+            resolved,
+            queued: 0,
+            last_sent: None,
         }
+    }
+
+    /// Counts a reply queued for the writer.
+    pub fn queued_one(&mut self) {
+        self.queued += 1;
+    }
+
+    /// Waits, before a request of `kind` goes to an engine, until every earlier request
+    /// is answered if the last one sent was of another kind: so a pipeline's replies are
+    /// those of its commands run one after another (a read sees the writes before it and
+    /// none after it), while runs of one kind are sent at once.
+    async fn order(&mut self, kind: Kind) {
+        let position = self.queued;
+        if let Some((last, at)) = self.last_sent {
+            if last != kind {
+                // The writer stops only with the connection, and then nothing is sent.
+                let _ = self.resolved.wait_for(|resolved| *resolved > at).await;
+            }
+        }
+        self.last_sent = Some((kind, position));
     }
 
     /// The keyspace the connection's commands go to.
@@ -124,20 +169,21 @@ impl Conn {
     }
 }
 
-/// Turns one decoded request into its reply.
-pub fn handle(conn: &mut Conn, frame: Frame) -> Pending {
+/// Turns one decoded request into its reply; a request for an engine is sent to it before
+/// this returns (after the earlier requests it must follow are answered).
+pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     let words = match request_words(frame) {
         Ok(words) => words,
         Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),
     };
     let first = words.first().map(|w| w.to_ascii_lowercase()).unwrap_or_default();
     match first.as_slice() {
-        b"keel.req" => keel_req(conn, words),
+        b"keel.req" => keel_req(conn, words).await,
         b"keel.log" => keel_log(conn, &words),
         _ => match keel_wire::command::parse(words, &conn.limits) {
             Ok(command) => {
                 let pair = conn.next_pair();
-                dispatch(conn, command, pair)
+                dispatch(conn, command, pair).await
             }
             Err(e) => Pending::ready(e.reply_frame(), conn.protocol),
         },
@@ -161,7 +207,7 @@ fn parse_u64(word: &[u8]) -> Option<u64> {
     std::str::from_utf8(word).ok()?.parse().ok()
 }
 
-fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
+async fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
     let protocol = conn.protocol;
     if words.len() < 4 {
         return Pending::ready(
@@ -193,7 +239,7 @@ fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
     if !single_key {
         return Pending::ready(Frame::error("ERR KEEL.REQ takes one single-key command"), protocol);
     }
-    dispatch(conn, command, (ClientId(client), RequestId(seq)))
+    dispatch(conn, command, (ClientId(client), RequestId(seq))).await
 }
 
 fn keel_log(conn: &Conn, words: &[Vec<u8>]) -> Pending {
@@ -229,9 +275,23 @@ fn keel_log(conn: &Conn, words: &[Vec<u8>]) -> Pending {
     )
 }
 
-/// Runs a parsed command with the deduplication pair `pair`.
-fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)) -> Pending {
+/// Runs a parsed command with the deduplication pair `pair`: sends it to the engine now
+/// and returns the future of its reply.
+async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)) -> Pending {
     let protocol = conn.protocol;
+    let ks = conn.node.id;
+    let kind = match &command {
+        ClientCommand::Get { level, .. }
+        | ClientCommand::Scan { level, .. }
+        | ClientCommand::MGet { level, .. } => Kind::Read(ks, *level),
+        ClientCommand::Exists { .. } => Kind::Read(ks, None),
+        ClientCommand::Set { .. }
+        | ClientCommand::Incr { .. }
+        | ClientCommand::Cas { .. }
+        | ClientCommand::Del { .. } => Kind::Write(ks),
+        other => return admin(conn, other.clone()),
+    };
+    conn.order(kind).await;
     let node = conn.node.clone();
     let submit = |command: Command| Submit {
         client: pair.0,
@@ -243,38 +303,40 @@ fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)
     let later = |future: ReplyFuture| Pending::later(future, protocol);
     match command {
         ClientCommand::Get { key, level, with_version } => {
-            let s = Submit { level, ..submit(Command::Get { key }) };
-            later(Box::pin(async move { get_reply(node.submit(s).await, with_version) }))
+            let sent = node.send(Submit { level, ..submit(Command::Get { key }) });
+            later(Box::pin(async move { get_reply(sent.answer().await, with_version) }))
         }
         ClientCommand::Set { key, value, durability, with_version } => {
-            let s = Submit { durability, ..submit(Command::Put { key, value }) };
-            later(Box::pin(async move { set_reply(node.submit(s).await, with_version) }))
+            let sent = node.send(Submit { durability, ..submit(Command::Put { key, value }) });
+            later(Box::pin(async move { set_reply(sent.answer().await, with_version) }))
         }
         ClientCommand::Incr { key, delta } => {
-            let s = submit(Command::Incr { key, delta });
-            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+            let sent = node.send(submit(Command::Incr { key, delta }));
+            later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Cas { key, expected, new, durability } => {
-            let s = Submit { durability, ..submit(Command::Cas { key, expected, new }) };
-            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+            let sent =
+                node.send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
+            later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Scan { start, end, count, level } => {
-            let s = Submit { level, ..submit(Command::Scan { start, end, limit: count }) };
-            later(Box::pin(async move { result_reply(node.submit(s).await) }))
+            let sent =
+                node.send(Submit { level, ..submit(Command::Scan { start, end, limit: count }) });
+            later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Del { keys } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(del(node, subs)))
+            later(Box::pin(del(&node, subs)))
         }
         ClientCommand::Exists { keys } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(exists(node, subs, None)))
+            later(Box::pin(exists(&node, subs, None)))
         }
         ClientCommand::MGet { keys, level } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(mget(node, subs, level)))
+            later(Box::pin(mget(&node, subs, level)))
         }
-        other => admin(conn, other),
+        _ => unreachable!("admin commands returned above"),
     }
 }
 
@@ -302,62 +364,89 @@ fn get_submit(
     Submit { client, request, command: Command::Get { key }, durability: None, level }
 }
 
-/// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it.
-/// The count is advisory under concurrent writers; the deletes are not.
-async fn del(node: KeyspaceHandle, keys: Vec<(ClientId, RequestId, Vec<u8>)>) -> Frame {
-    let mut existed = 0;
+/// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it;
+/// every read and delete is sent at once, in that order. The count is advisory under
+/// concurrent writers; the deletes are not.
+fn del(
+    node: &KeyspaceHandle,
+    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+) -> impl Future<Output = Frame> + Send + 'static {
+    let mut sent = Vec::with_capacity(keys.len());
     for (client, request, key) in keys {
-        let read = get_submit(client, request, key.clone(), Some(ReadLevel::Any));
         // The read shares the delete's pair: reads never enter the dedup table.
-        if let Ok(ClientReply { result: Ok(CommandResult::Value { value: Some(_), .. }), .. }) =
-            node.submit(read).await
-        {
-            existed += 1;
+        let read = node.send(get_submit(client, request, key.clone(), Some(ReadLevel::Any)));
+        let command = Command::Delete { key };
+        let delete = node.send(Submit { client, request, command, durability: None, level: None });
+        sent.push((read, delete));
+    }
+    async move {
+        let mut existed = 0;
+        let mut failed = None;
+        for (read, delete) in sent {
+            if let Ok(ClientReply {
+                result: Ok(CommandResult::Value { value: Some(_), .. }), ..
+            }) = read.answer().await
+            {
+                existed += 1;
+            }
+            if let Err(e) = delete.answer().await.and_then(|r| r.result) {
+                failed.get_or_insert(e);
+            }
         }
-        let delete = Submit {
-            client,
-            request,
-            command: Command::Delete { key },
-            durability: None,
-            level: None,
-        };
-        if let Err(e) = node.submit(delete).await.and_then(|r| r.result) {
-            return error_frame(&e);
+        match failed {
+            Some(e) => error_frame(&e),
+            None => Frame::Integer(existed),
         }
     }
-    Frame::Integer(existed)
 }
 
-async fn exists(
-    node: KeyspaceHandle,
+/// Sends a get per key at once; their replies in key order.
+fn gets(
+    node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
-) -> Frame {
-    let mut count = 0;
-    for (client, request, key) in keys {
-        match node.submit(get_submit(client, request, key, level)).await.and_then(|r| r.result) {
-            Ok(CommandResult::Value { value: Some(_), .. }) => count += 1,
-            Ok(_) => {}
-            Err(e) => return error_frame(&e),
-        }
-    }
-    Frame::Integer(count)
+) -> Vec<crate::driver::Sent> {
+    keys.into_iter()
+        .map(|(client, request, key)| node.send(get_submit(client, request, key, level)))
+        .collect()
 }
 
-async fn mget(
-    node: KeyspaceHandle,
+fn exists(
+    node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
-) -> Frame {
-    let mut items = Vec::with_capacity(keys.len());
-    for (client, request, key) in keys {
-        match node.submit(get_submit(client, request, key, level)).await.and_then(|r| r.result) {
-            Ok(CommandResult::Value { value, .. }) => items.push(value_frame(value.as_deref())),
-            Ok(other) => panic!("a get answered {other:?}"),
-            Err(e) => return error_frame(&e),
+) -> impl Future<Output = Frame> + Send + 'static {
+    let sent = gets(node, keys, level);
+    async move {
+        let mut count = 0;
+        for one in sent {
+            match one.answer().await.and_then(|r| r.result) {
+                Ok(CommandResult::Value { value: Some(_), .. }) => count += 1,
+                Ok(_) => {}
+                Err(e) => return error_frame(&e),
+            }
         }
+        Frame::Integer(count)
     }
-    Frame::Array(items)
+}
+
+fn mget(
+    node: &KeyspaceHandle,
+    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    level: Option<ReadLevel>,
+) -> impl Future<Output = Frame> + Send + 'static {
+    let sent = gets(node, keys, level);
+    async move {
+        let mut items = Vec::with_capacity(sent.len());
+        for one in sent {
+            match one.answer().await.and_then(|r| r.result) {
+                Ok(CommandResult::Value { value, .. }) => items.push(value_frame(value.as_deref())),
+                Ok(other) => panic!("a get answered {other:?}"),
+                Err(e) => return error_frame(&e),
+            }
+        }
+        Frame::Array(items)
+    }
 }
 
 fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
@@ -540,7 +629,7 @@ mod tests {
     use crate::driver::Event;
     use tokio::sync::mpsc;
 
-    fn conn() -> (Conn, mpsc::Receiver<Event>) {
+    fn conn() -> (Conn, mpsc::Receiver<Event>, watch::Sender<u64>) {
         let (events, rx) = mpsc::channel(8);
         let handle = |id: u32, events| KeyspaceHandle {
             id: KeyspaceId(id),
@@ -556,7 +645,8 @@ mod tests {
             Arc::new(crate::metrics::Metrics::default()),
             keel_types::NodeId(1),
         );
-        (Conn::new(42, Arc::new(keyspaces), Limits::default()), rx)
+        let (resolved, resolved_rx) = watch::channel(0);
+        (Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved_rx), rx, resolved)
     }
 
     fn words(ws: &[&str]) -> Frame {
@@ -580,14 +670,15 @@ mod tests {
 
     #[tokio::test]
     async fn keel_req_carries_the_given_pair_and_plain_requests_number_themselves() {
-        let (mut c, mut rx) = conn();
-        let pending = handle(&mut c, words(&["KEEL.REQ", "7", "3", "SET", "k", "v"]));
+        let (mut c, mut rx, _resolved) = conn();
+        let pending = handle(&mut c, words(&["KEEL.REQ", "7", "3", "SET", "k", "v"])).await;
         let writer = tokio::spawn(pending.resolve());
         let s = submitted(&mut rx).await;
         assert_eq!((s.client, s.request), (ClientId(7), RequestId(3)));
         writer.abort();
-        let first = tokio::spawn(handle(&mut c, words(&["GET", "k"])).resolve());
-        let second = tokio::spawn(handle(&mut c, words(&["GET", "k"])).resolve());
+        _resolved.send_replace(1); // the SET was answered: the GETs need not wait
+        let first = tokio::spawn(handle(&mut c, words(&["GET", "k"])).await.resolve());
+        let second = tokio::spawn(handle(&mut c, words(&["GET", "k"])).await.resolve());
         let a = submitted(&mut rx).await;
         let b = submitted(&mut rx).await;
         assert_eq!(a.client, ClientId(42));
@@ -596,37 +687,74 @@ mod tests {
         second.abort();
     }
 
-    #[test]
-    fn keel_req_refuses_bad_pairs_and_multi_key_commands() {
-        let (mut c, _rx) = conn();
-        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "0", "1", "SET", "k", "v"])));
+    #[tokio::test]
+    async fn a_pipeline_reaches_the_engine_whole_and_a_read_after_writes_waits_for_them() {
+        let (mut c, mut rx, resolved) = conn();
+        for key in ["a", "b"] {
+            let pending = handle(&mut c, words(&["SET", key, "v"])).await;
+            c.queued_one();
+            drop(pending);
+        }
+        let (a, b) = (submitted(&mut rx).await, submitted(&mut rx).await);
+        assert!(a.command.is_write() && b.command.is_write(), "both writes sent unanswered");
+        let mut get = Box::pin(handle(&mut c, words(&["GET", "a"])));
+        let early = futures_poll(&mut get).await;
+        assert!(early.is_none(), "a read after unanswered writes waits");
+        assert!(rx.try_recv().is_err(), "and is not sent");
+        resolved.send_replace(1);
+        assert!(futures_poll(&mut get).await.is_none(), "the second write is not answered yet");
+        resolved.send_replace(2);
+        let _pending = get.await;
+        assert!(
+            !submitted(&mut rx).await.command.is_write(),
+            "the read is sent once both are answered"
+        );
+    }
+
+    /// Polls `future` once (after letting other tasks run): `Some` if it finished.
+    async fn futures_poll<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+        tokio::task::yield_now().await;
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match Pin::new(future).poll(&mut cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn keel_req_refuses_bad_pairs_and_multi_key_commands() {
+        let (mut c, _rx, _resolved) = conn();
+        let text =
+            ready_text(handle(&mut c, words(&["KEEL.REQ", "0", "1", "SET", "k", "v"])).await);
         assert!(text.starts_with("ERR KEEL.REQ client and seq"), "{text}");
-        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1", "1", "DEL", "a", "b"])));
+        let text =
+            ready_text(handle(&mut c, words(&["KEEL.REQ", "1", "1", "DEL", "a", "b"])).await);
         assert!(text.contains("one single-key command"), "{text}");
-        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1"])));
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "1"])).await);
         assert!(text.contains("wrong number of arguments"), "{text}");
     }
 
-    #[test]
-    fn select_moves_the_connection_to_a_hosted_keyspace_only() {
-        let (mut c, _rx) = conn();
+    #[tokio::test]
+    async fn select_moves_the_connection_to_a_hosted_keyspace_only() {
+        let (mut c, _rx, _resolved) = conn();
         assert_eq!(c.keyspace(), KeyspaceId(0));
-        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])));
+        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])).await);
         assert_eq!(text, "ERR DB index is out of range");
         assert_eq!(c.keyspace(), KeyspaceId(0));
-        assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "2"]))), "Simple([79, 75])");
+        assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "2"])).await), "Simple([79, 75])");
         assert_eq!(c.keyspace(), KeyspaceId(2));
-        let listed = ready_text(handle(&mut c, words(&["KEEL.KEYSPACES"])));
+        let listed = ready_text(handle(&mut c, words(&["KEEL.KEYSPACES"])).await);
         assert!(listed.contains("Integer(2)"), "{listed}");
     }
 
-    #[test]
-    fn hello_switches_the_protocol_for_its_own_reply() {
-        let (mut c, _rx) = conn();
-        let pending = handle(&mut c, words(&["HELLO", "3"]));
+    #[tokio::test]
+    async fn hello_switches_the_protocol_for_its_own_reply() {
+        let (mut c, _rx, _resolved) = conn();
+        let pending = handle(&mut c, words(&["HELLO", "3"])).await;
         assert_eq!(pending.protocol, Protocol::Resp3);
         assert_eq!(c.protocol, Protocol::Resp3);
-        let quit = handle(&mut c, words(&["QUIT"]));
+        let quit = handle(&mut c, words(&["QUIT"])).await;
         assert!(quit.close, "QUIT closes after its reply");
     }
 }

@@ -39,6 +39,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// Most client requests one engine step takes (those queued when the loop gets to
+/// them): enough to amortize a step's fixed work over a pipelined burst, few enough that
+/// one step stays short.
+pub const CLIENT_BATCH_MAX: usize = 256;
+
 /// Most entries one `KEEL.LOG` page returns.
 pub const LOG_PAGE_ENTRIES_MAX: u32 = 1024;
 
@@ -220,7 +225,7 @@ where
                     self.step(input).await?;
                 }
                 event = events.recv() => match event {
-                    Some(event) => self.on_event(event).await?,
+                    Some(event) => self.on_events(event, &mut events).await?,
                     None => return Ok(()),
                 },
                 () = tokio::time::sleep_until(deadline.into()) => {
@@ -275,24 +280,67 @@ where
         Ok(())
     }
 
-    async fn on_event(&mut self, event: Event) -> Result<(), String> {
-        match event {
-            Event::Client { submit, reply, queued_at } => {
-                let tag = keel_core::engine::RequestTag(self.tag_next);
-                self.tag_next += 1;
-                let label = submit.label();
-                self.wiring.metrics.input_wait_seconds.observe(queued_at.elapsed().as_secs_f64());
-                self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
-                let request = ClientRequest {
-                    tag,
-                    client: submit.client,
-                    request: submit.request,
-                    command: submit.command,
-                    durability: submit.durability,
-                    level: submit.level,
-                };
-                self.step(Input::Client(E::Request::from(request))).await
+    /// Takes `first` and the client requests queued behind it (at most
+    /// [`CLIENT_BATCH_MAX`]) into one engine step; a query ends the batch and runs after
+    /// it.
+    async fn on_events(
+        &mut self,
+        first: Event,
+        events: &mut mpsc::Receiver<Event>,
+    ) -> Result<(), String> {
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(event) = next.take() {
+            match event {
+                Event::Client { submit, reply, queued_at } => {
+                    batch.push(self.admit(submit, reply, queued_at));
+                    if batch.len() < CLIENT_BATCH_MAX {
+                        next = events.try_recv().ok();
+                    }
+                }
+                query => {
+                    self.step_clients(std::mem::take(&mut batch)).await?;
+                    return self.on_query(query);
+                }
             }
+        }
+        self.step_clients(batch).await
+    }
+
+    /// Gives a client request its tag and remembers where its reply goes.
+    fn admit(
+        &mut self,
+        submit: Submit,
+        reply: oneshot::Sender<ClientReply>,
+        queued_at: Instant,
+    ) -> E::Request {
+        let tag = keel_core::engine::RequestTag(self.tag_next);
+        self.tag_next += 1;
+        let label = submit.label();
+        self.wiring.metrics.input_wait_seconds.observe(queued_at.elapsed().as_secs_f64());
+        self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
+        let request = ClientRequest {
+            tag,
+            client: submit.client,
+            request: submit.request,
+            command: submit.command,
+            durability: submit.durability,
+            level: submit.level,
+        };
+        E::Request::from(request)
+    }
+
+    async fn step_clients(&mut self, mut batch: Vec<E::Request>) -> Result<(), String> {
+        match batch.len() {
+            0 => Ok(()),
+            1 => self.step(Input::Client(batch.pop().expect("one"))).await,
+            _ => self.step(Input::Clients(batch)).await,
+        }
+    }
+
+    fn on_query(&mut self, event: Event) -> Result<(), String> {
+        match event {
+            Event::Client { .. } => unreachable!("client requests are batched"),
             Event::Report(reply) => {
                 let _ = reply.send(self.engine.report());
                 Ok(())
@@ -423,6 +471,7 @@ fn input_name<M, Q>(input: &Input<M, Q>) -> &'static str {
         Input::Tick => "tick",
         Input::Message { .. } => "message",
         Input::Client(_) => "client",
+        Input::Clients(_) => "clients",
         Input::LogSynced { .. } => "log synced",
         Input::SnapshotSaved { .. } => "snapshot saved",
     }
@@ -449,20 +498,24 @@ impl KeyspaceHandle {
     /// Submits a request and waits for its reply. A full input queue is a retryable
     /// `Busy`; a stopping node is `Unavailable`.
     pub async fn submit(&self, submit: Submit) -> Result<ClientReply, KeelError> {
+        self.send(submit).answer().await
+    }
+
+    /// Puts a request in the engine loop's queue now (requests sent one after another
+    /// reach the engine in that order) and returns where its reply will arrive.
+    pub fn send(&self, submit: Submit) -> Sent {
         let (reply, answer) = oneshot::channel();
         let event = Event::Client { submit, reply, queued_at: Instant::now() };
-        if let Err(e) = self.events.try_send(event) {
-            return Err(match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    self.metrics.busy_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    KeelError::Busy("input queue full".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    KeelError::Unavailable("node stopping".into())
-                }
-            });
+        match self.events.try_send(event) {
+            Ok(()) => Sent(Ok(answer)),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.metrics.busy_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Sent(Err(KeelError::Busy("input queue full".into())))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Sent(Err(KeelError::Unavailable("node stopping".into())))
+            }
         }
-        answer.await.map_err(|_| KeelError::Unavailable("node stopping".into()))
     }
 
     /// The engine's report (waits for room in the queue, at most `wait`).
@@ -490,6 +543,17 @@ impl KeyspaceHandle {
             Ok(Err(_)) => Err(KeelError::Unavailable("node stopping".into())),
             Err(_) => Err(KeelError::Busy("input queue full".into())),
         }
+    }
+}
+
+/// A request in an engine loop's queue (or refused at its door).
+#[derive(Debug)]
+pub struct Sent(Result<oneshot::Receiver<ClientReply>, KeelError>);
+
+impl Sent {
+    /// Waits for the reply.
+    pub async fn answer(self) -> Result<ClientReply, KeelError> {
+        self.0?.await.map_err(|_| KeelError::Unavailable("node stopping".into()))
     }
 }
 

@@ -2,7 +2,12 @@
 //!
 //! One connection is two tasks. The reader decodes requests and turns each into a
 //! [`Pending`] reply (a frame already known, or a future waiting on the engine) and queues
-//! it, at most `pipeline_depth_max` deep (reading pauses past it). The writer resolves the
+//! it, at most `pipeline_depth_max` deep (reading pauses past it). A request for an engine
+//! is sent to the keyspace's engine loop as soon as it is decoded, so a pipeline reaches
+//! the engine whole and one step takes it in a batch; only a request of another kind than
+//! the one before it (a read after writes, a write after reads, another read level or
+//! keyspace) first waits until everything before it is answered, so that a pipeline's
+//! replies are those of its commands run one after another. The writer resolves the
 //! queue front to back, so pipelined requests are answered in order, and flushes when the
 //! queue runs dry, so a pipeline's replies leave in few writes.
 //!
@@ -24,7 +29,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Bytes read from a client socket at a time.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -74,9 +79,10 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>) {
 async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
-    let write_task = tokio::spawn(write_replies(writer, pending));
+    let (resolved, resolved_rx) = watch::channel(0u64);
+    let write_task = tokio::spawn(write_replies(writer, pending, resolved));
     let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
-    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone());
+    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone(), resolved_rx);
     let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -91,11 +97,12 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
                 Ok(None) => break,
                 Ok(Some((frame, used))) => {
                     start += used;
-                    let reply = commands::handle(&mut conn, frame);
+                    let reply = commands::handle(&mut conn, frame).await;
                     let close = reply.close;
                     if queue.send(reply).await.is_err() || close {
                         break 'read;
                     }
+                    conn.queued_one();
                 }
                 Err(e) => {
                     let reply = Pending::ready(e.reply_frame(), conn.protocol).closing();
@@ -111,7 +118,11 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
 }
 
 /// Resolves replies in order and writes them, flushing when no reply is ready.
-async fn write_replies(mut writer: OwnedWriteHalf, mut pending: mpsc::Receiver<Pending>) {
+async fn write_replies(
+    mut writer: OwnedWriteHalf,
+    mut pending: mpsc::Receiver<Pending>,
+    resolved: watch::Sender<u64>,
+) {
     let mut out = Vec::with_capacity(WRITE_BUFFER_BYTES_MAX);
     loop {
         let next = match pending.try_recv() {
@@ -131,6 +142,7 @@ async fn write_replies(mut writer: OwnedWriteHalf, mut pending: mpsc::Receiver<P
         let protocol: Protocol = next.protocol;
         let close = next.close;
         let frame: Frame = next.resolve().await;
+        resolved.send_modify(|n| *n += 1);
         encode(&frame, protocol, &mut out);
         if close {
             break;

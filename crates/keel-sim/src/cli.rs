@@ -220,8 +220,8 @@ fn print_report(report: &RunReport, json: bool, verbose: bool) {
     let status = if report.passed() { "ok  " } else { "FAIL" };
     let _ = writeln!(
         stdout,
-        "{status} seed {} ops={} ok={} unknown={} crashes={} events={} virtual={}ms converged={} lin={}",
-        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.events, report.virtual_ms, report.converged,
+        "{status} seed {} ops={} ok={} unknown={} crashes={} batches={} events={} virtual={}ms converged={} lin={}",
+        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.client_batches, report.events, report.virtual_ms, report.converged,
         report.linearizability
     );
     for v in &report.violations {

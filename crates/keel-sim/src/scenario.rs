@@ -153,6 +153,8 @@ pub struct RunReport {
     pub virtual_ms: u64,
     /// Crashes injected.
     pub crashes: u64,
+    /// Engine steps that took several client requests at once.
+    pub client_batches: u64,
     /// Whether the cluster converged after healing.
     pub converged: bool,
     /// The linearizability checker's verdict on the `d*` keys (`unknown`: out of budget).
@@ -252,6 +254,7 @@ pub fn run_general<E: SimEngine<Config = Config>>(config: &GeneralConfig) -> Run
             report.events = world.stats.events;
             report.virtual_ms = world.now_ns() / 1_000_000;
             report.crashes = world.stats.crashes;
+            report.client_batches = world.stats.client_batches;
         }
     }
     report
@@ -536,6 +539,7 @@ fn finish<E: SimEngine>(
     report.events = world.stats.events;
     report.virtual_ms = world.now_ns() / 1_000_000;
     report.crashes = world.stats.crashes;
+    report.client_batches = world.stats.client_batches;
     report.converged = converged;
     if keep {
         report.history = if world.keyspaces() > 1 {

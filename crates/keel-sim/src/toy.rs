@@ -306,6 +306,11 @@ impl Engine for ToyEngine {
             }
             Input::Tick | Input::SnapshotSaved { .. } => {}
             Input::Client(request) => self.client(request, &mut out),
+            Input::Clients(requests) => {
+                for request in requests {
+                    self.client(request, &mut out);
+                }
+            }
             Input::LogSynced { index } => {
                 self.persisted = self.persisted.max(index.min(self.last()));
                 if self.is_leader() {

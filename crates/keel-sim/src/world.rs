@@ -212,6 +212,10 @@ pub struct WorldStats {
     pub deferred: u64,
     /// Snapshots taken and adopted through the executor's off-worker path.
     pub snapshots_prepared: u64,
+    /// Steps that took several client requests at once ([`Input::Clients`]): requests
+    /// that reach a node at the same instant, one after another, as a driver batches
+    /// what waits in its input queue.
+    pub client_batches: u64,
 }
 
 /// The simulated cluster.
@@ -509,9 +513,27 @@ impl<E: SimEngine> World<E> {
                 self.on_prepared(node, ks, incarnation, meta, &data)
             }
             Event::Request { node, ks, request } => {
+                let mut requests = vec![request];
+                while let Some(entry) = self.events.first_entry() {
+                    let same = entry.key().0 == self.now_ns
+                        && matches!(entry.get(), Event::Request { node: n, ks: k, .. } if *n == node && *k == ks);
+                    if !same {
+                        break;
+                    }
+                    let Event::Request { request, .. } = entry.remove() else { unreachable!() };
+                    self.stats.events += 1;
+                    requests.push(request);
+                }
                 if self.is_up(node) {
-                    self.replica_mut(node, ks).pending_tags.insert(request.tag);
-                    self.step_replica(node, ks, Input::Client(request));
+                    let replica = self.replica_mut(node, ks);
+                    replica.pending_tags.extend(requests.iter().map(|r| r.tag));
+                    let input = if requests.len() == 1 {
+                        Input::Client(requests.pop().expect("one"))
+                    } else {
+                        self.stats.client_batches += 1;
+                        Input::Clients(requests)
+                    };
+                    self.step_replica(node, ks, input);
                 }
             }
             Event::Reply { node, ks, reply } => {

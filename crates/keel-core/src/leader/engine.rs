@@ -122,6 +122,11 @@ impl LeaderEngine {
             Input::Tick => {}
             Input::Message { from, message } => self.on_message(from, message),
             Input::Client(request) => self.on_client(Origin::Local, request),
+            Input::Clients(requests) => {
+                for request in requests {
+                    self.on_client(Origin::Local, request);
+                }
+            }
             Input::LogSynced { index } => self.on_log_synced(index),
             Input::SnapshotSaved { meta } => self.core.on_snapshot_saved(meta),
         }

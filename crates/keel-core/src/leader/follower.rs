@@ -13,7 +13,7 @@ use super::io::{ClientRequest, Lease, Message, RequestTag};
 use crate::engine::ClientReply;
 use crate::time::Time;
 use keel_types::{Entry, Epoch, KeelError, LogIndex, NodeId, SnapshotMeta};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A request this follower forwarded to the leader and still waits on.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +39,8 @@ pub(super) struct Following {
     pub echo_sent_at: Time,
     /// Requests forwarded to the leader, by tag.
     pub forwards: BTreeMap<RequestTag, Forwarded>,
+    /// The same requests by deadline (a step touches only those that expire).
+    pub forward_deadlines: BTreeSet<(Time, RequestTag)>,
     /// The leader's snapshot being received, the bytes so far.
     pub receiving: Option<(SnapshotMeta, Vec<u8>)>,
 }
@@ -196,6 +198,7 @@ impl Following {
                 let deadline = core.now + core.config.request_timeout;
                 let is_write = request.command.is_write();
                 self.forwards.insert(request.tag, Forwarded { deadline, is_write });
+                self.forward_deadlines.insert((deadline, request.tag));
                 core.counters.forwarded += 1;
                 let message = Message::Forward { epoch: core.hard.epoch, request };
                 core.out.messages.push((leader, message));
@@ -209,7 +212,8 @@ impl Following {
 
     /// The leader answered a forwarded request.
     pub fn on_forward_reply(&mut self, core: &mut Core, reply: ClientReply) {
-        if self.forwards.remove(&reply.tag).is_some() {
+        if let Some(forwarded) = self.forwards.remove(&reply.tag) {
+            self.forward_deadlines.remove(&(forwarded.deadline, reply.tag));
             core.out.replies.push(reply);
         }
     }
@@ -218,6 +222,7 @@ impl Following {
     /// Writes get `Timeout` (outcome unknown), reads `NotLeader`.
     pub fn fail_forwards(&mut self, core: &mut Core) {
         let forwards = std::mem::take(&mut self.forwards);
+        self.forward_deadlines.clear();
         for (tag, forwarded) in forwards {
             let error = if forwarded.is_write {
                 KeelError::Timeout
@@ -232,9 +237,11 @@ impl Following {
     /// Times out forwarded requests past their deadline.
     pub fn expire_forwards(&mut self, core: &mut Core) {
         let now = core.now;
-        let expired: Vec<RequestTag> =
-            self.forwards.iter().filter(|(_, f)| now >= f.deadline).map(|(t, _)| *t).collect();
-        for tag in expired {
+        while let Some(&(deadline, tag)) = self.forward_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.forward_deadlines.remove(&(deadline, tag));
             self.forwards.remove(&tag);
             core.reply_result(Origin::Local, tag, Err(KeelError::Timeout), false);
         }
@@ -242,7 +249,7 @@ impl Following {
 
     /// The earliest deadline of a forwarded request.
     pub fn deadline_min(&self) -> Option<Time> {
-        self.forwards.values().map(|f| f.deadline).min()
+        self.forward_deadlines.first().map(|(t, _)| *t)
     }
 }
 

@@ -16,12 +16,14 @@
 
 mod replication;
 mod requests;
+mod waitlist;
 
+use self::waitlist::Waitlist;
 use super::core::{Core, Origin};
 use super::io::{ClientRequest, RequestTag};
 use super::kv::WriteResult;
 use crate::time::Time;
-use keel_types::{Durability, KeelError, LogIndex, NodeId, SnapshotMeta};
+use keel_types::{KeelError, LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the leader knows about one follower.
@@ -57,17 +59,14 @@ pub(super) struct Progress {
     pub progress_at: Time,
 }
 
-/// A write waiting for its acknowledgement point.
+/// A write waiting for its acknowledgement point (the index of its [`Waitlist`]). At
+/// its deadline it is answered `Timeout`: the write stays in the log, and a retry with the
+/// same `(client, request)` is answered from it.
 #[derive(Clone, Debug)]
 pub(super) struct PendingWrite {
     pub origin: Origin,
     pub tag: RequestTag,
-    pub index: LogIndex,
-    pub durability: Durability,
     pub result: WriteResult,
-    /// When to give up with `Timeout` (the write stays in the log; a retry with the same
-    /// `(client, request)` is answered from it).
-    pub deadline: Time,
 }
 
 /// A read waiting for the lease, the no-op, or a durability round.
@@ -75,7 +74,7 @@ pub(super) struct PendingWrite {
 pub(super) struct PendingRead {
     pub origin: Origin,
     pub request: ClientRequest,
-    pub deadline: Time,
+    /// Whether it waited for a durability round (for metrics).
     pub round: bool,
 }
 
@@ -88,8 +87,20 @@ pub(super) struct Leading {
     /// This epoch's no-op.
     pub noop_index: LogIndex,
     pub next_heartbeat_at: Time,
-    pub writes: Vec<PendingWrite>,
-    pub reads: Vec<PendingRead>,
+    /// `replicated` writes, by the index the commit index must reach.
+    pub writes_replicated: Waitlist<PendingWrite>,
+    /// `durable` writes, by the index a majority must have persisted.
+    pub writes_durable: Waitlist<PendingWrite>,
+    /// Reads not yet executed: waiting for the leader lease, by the index the commit
+    /// index must reach first (this epoch's no-op for `linearizable` reads, else 0).
+    pub reads_unplaced: Waitlist<PendingRead>,
+    /// Reads executed, by the update index the read point must reach.
+    pub reads_placed: Waitlist<PendingRead>,
+    /// Entries were appended in this step and are not yet sent (one broadcast per step).
+    pub append_due: bool,
+    /// The leader lease's start, cached for the step it was computed in (see
+    /// [`Leading::lease_start`]); cleared whenever an acknowledgement changes it.
+    pub lease_cache: std::cell::Cell<Option<(Time, Option<Time>)>>,
     /// The log tail a durability round in flight makes durable.
     pub round: Option<LogIndex>,
     /// Highest current-epoch index persisted on a majority.
@@ -134,8 +145,12 @@ impl Leading {
             active: followers.iter().copied().collect(),
             noop_index: next,
             next_heartbeat_at: now,
-            writes: Vec::new(),
-            reads: Vec::new(),
+            writes_replicated: Waitlist::default(),
+            writes_durable: Waitlist::default(),
+            reads_unplaced: Waitlist::default(),
+            reads_placed: Waitlist::default(),
+            append_due: false,
+            lease_cache: std::cell::Cell::new(None),
             round: None,
             persisted_majority: LogIndex::ZERO,
             flush_for_writes: LogIndex::ZERO,
@@ -145,22 +160,32 @@ impl Leading {
 
     /// The earliest deadline of a waiting request.
     pub fn deadline_min(&self) -> Option<Time> {
-        let reads = self.reads.iter().map(|r| r.deadline);
-        reads.chain(self.writes.iter().map(|w| w.deadline)).min()
+        [
+            self.writes_replicated.deadline_min(),
+            self.writes_durable.deadline_min(),
+            self.reads_unplaced.deadline_min(),
+            self.reads_placed.deadline_min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn pending_len(&self) -> usize {
-        self.writes.len() + self.reads.len()
+        self.writes_replicated.len()
+            + self.writes_durable.len()
+            + self.reads_unplaced.len()
+            + self.reads_placed.len()
     }
 
     /// Every waiting request with the error its client gets when leadership ends:
     /// writes have an unknown outcome, reads did nothing.
     pub fn fail_all(self) -> Vec<(Origin, RequestTag, WriteResult)> {
-        let writes = self.writes.into_iter().map(|w| (w.origin, w.tag, Err(KeelError::Timeout)));
-        let reads = self
-            .reads
-            .into_iter()
-            .map(|r| (r.origin, r.request.tag, Err(KeelError::NotLeader { leader: None })));
+        let writes = self.writes_replicated.into_items().chain(self.writes_durable.into_items());
+        let writes = writes.map(|w| (w.origin, w.tag, Err(KeelError::Timeout)));
+        let reads = self.reads_unplaced.into_items().chain(self.reads_placed.into_items());
+        let reads =
+            reads.map(|r| (r.origin, r.request.tag, Err(KeelError::NotLeader { leader: None })));
         writes.chain(reads).collect()
     }
 
@@ -171,12 +196,20 @@ impl Leading {
     }
 
     /// The leader-clock time from which the leader lease runs: the newest `sent_at` a
-    /// majority (this node counting as `now`) has acknowledged.
+    /// majority (this node counting as `now`) has acknowledged. Computed once per step
+    /// and per change of the acknowledgements (every `Append` asks).
     fn lease_start(&self, core: &Core) -> Option<Time> {
+        if let Some((at, start)) = self.lease_cache.get() {
+            if at == core.now {
+                return start;
+            }
+        }
         let mut times: Vec<Time> = self.progress.values().filter_map(|p| p.acked_sent_at).collect();
         times.push(core.now);
         times.sort_by(|a, b| b.cmp(a));
-        times.get(core.config.majority() - 1).copied()
+        let start = times.get(core.config.majority() - 1).copied();
+        self.lease_cache.set(Some((core.now, start)));
+        start
     }
 
     /// Whether a majority acknowledged this leader recently enough that no other leader

@@ -140,6 +140,7 @@ impl Leading {
         let p = self.progress.get_mut(&from).expect("a member");
         p.last_heard = Some(now);
         p.acked_sent_at = Some(p.acked_sent_at.map_or(echo_sent_at, |t| t.max(echo_sent_at)));
+        self.lease_cache.set(None);
         // The anchor of the next grant: the latest reply to arrive. A reordered older
         // one only shortens the lease it grants, and a follower whose clock restarted
         // lower (a machine reboot) is granted leases again at once.
@@ -222,6 +223,9 @@ impl Leading {
     /// Recomputes the commit, persisted-majority and durable indexes, admits followers,
     /// finishes and starts durability rounds, and answers whatever became answerable.
     pub fn on_progress(&mut self, core: &mut Core) {
+        if std::mem::take(&mut self.append_due) {
+            self.broadcast_append(core, false);
+        }
         let majority = core.config.majority();
         let mut matches: Vec<LogIndex> = self.progress.values().map(|p| p.match_index).collect();
         matches.push(core.log.last_index());

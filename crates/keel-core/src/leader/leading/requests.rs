@@ -51,7 +51,8 @@ impl Leading {
             core.request_sync(index);
             self.flush_for_writes = self.flush_for_writes.max(index);
         }
-        self.broadcast_append(core, false);
+        // Sent at the end of the step, with every other entry the step appended.
+        self.append_due = true;
         self.await_write(core, origin, request.tag, index, durability, result);
     }
 
@@ -69,7 +70,12 @@ impl Leading {
             return core.reply_result(origin, tag, result, false);
         }
         let deadline = core.now + core.config.request_timeout;
-        self.writes.push(PendingWrite { origin, tag, index, durability, result, deadline });
+        let write = PendingWrite { origin, tag, result };
+        match durability {
+            Durability::Memory => unreachable!("answered above"),
+            Durability::Replicated => self.writes_replicated.push(index, deadline, write),
+            Durability::Durable => self.writes_durable.push(index, deadline, write),
+        }
     }
 
     /// A read: `any` at once; other levels wait in `answer_reads` at the end of the step.
@@ -80,21 +86,18 @@ impl Leading {
             return core.reply_result(origin, request.tag, Ok(result), false);
         }
         let deadline = core.now + core.config.request_timeout;
-        self.reads.push(PendingRead { origin, request, deadline, round: false });
+        // Executed once the lease holds (and, for `linearizable`, this epoch's no-op is
+        // committed), at the end of the step at the earliest.
+        let after = if level == ReadLevel::Linearizable { self.noop_index } else { LogIndex::ZERO };
+        self.reads_unplaced.push(after, deadline, PendingRead { origin, request, round: false });
     }
 
-    /// Acknowledges writes whose durability point has been reached.
+    /// Acknowledges writes whose durability point has been reached (only those: the
+    /// waiting writes are indexed by their point).
     pub(super) fn answer_writes(&mut self, core: &mut Core) {
-        let commit = core.commit_index;
-        let persisted_majority = self.persisted_majority;
-        let (ready, waiting): (Vec<PendingWrite>, Vec<PendingWrite>) =
-            std::mem::take(&mut self.writes).into_iter().partition(|w| match w.durability {
-                Durability::Memory => true,
-                Durability::Replicated => w.index <= commit,
-                Durability::Durable => w.index <= persisted_majority,
-            });
-        self.writes = waiting;
-        for write in ready {
+        let replicated = self.writes_replicated.pop_through(core.commit_index);
+        let durable = self.writes_durable.pop_through(self.persisted_majority);
+        for (_, write) in replicated.into_iter().chain(durable) {
             let reply = ClientReply {
                 tag: write.tag,
                 served_by: core.config.node_id,
@@ -105,44 +108,41 @@ impl Leading {
         }
     }
 
-    /// Serves every waiting read that may be served now; starts a round for those that
-    /// need one. Re-checks each read's update index at serve time.
+    /// Serves every waiting read that may be served now and starts the round or the
+    /// fsync the others need. Touches only reads that became servable: reads wait
+    /// unexecuted for the lease (and the no-op), then by the update index they need at
+    /// the read point. A read is executed again when it is served: a newer write to its
+    /// key may since have raised what it needs.
     pub(super) fn answer_reads(&mut self, core: &mut Core) {
-        let lease = self.lease_valid(core);
-        let noop_committed = core.commit_index >= self.noop_index;
-        let reads = std::mem::take(&mut self.reads);
-        let mut waiting = Vec::new();
-        let mut round_needed = None;
-        let round_in_flight = self.round;
-        for mut read in reads {
-            let level = read.request.level.unwrap_or(core.config.read_level_default);
-            if !lease || (level == ReadLevel::Linearizable && !noop_committed) {
-                waiting.push(read);
-                continue;
-            }
+        if !self.lease_valid(core) {
+            return;
+        }
+        let read_point = core.read_point();
+        let arrived = self.reads_unplaced.pop_through(core.commit_index);
+        let due = self.reads_placed.pop_through(read_point);
+        for (deadline, mut read) in arrived.into_iter().chain(due) {
             let (result, needed) = core.execute_read(&read.request.command);
-            if needed <= core.read_point() {
+            if needed <= read_point {
                 if read.round {
                     core.counters.reads_with_round += 1;
                 }
                 core.reply_result(read.origin, read.request.tag, Ok(result), read.round);
                 continue;
             }
-            if needed <= core.durable_index {
-                // Durable on the active set, not yet on this new leader's own disk: wait
-                // for the fsync asked for on election (asked again here, idempotently).
-                core.request_sync(needed);
-                waiting.push(read);
-                continue;
-            }
-            read.round = true;
-            if round_in_flight.is_none_or(|target| target < needed) {
-                round_needed = Some(round_needed.map_or(needed, |n: LogIndex| n.max(needed)));
-            }
-            waiting.push(read);
+            read.round |= needed > core.durable_index;
+            self.reads_placed.push(needed, deadline, read);
         }
-        self.reads = waiting;
-        if let Some(needed) = round_needed {
+        let Some(needed) = self.reads_placed.index_max() else { return };
+        if needed <= read_point {
+            return;
+        }
+        // Durable on the active set, not yet on this new leader's own disk: wait for the
+        // fsync asked for on election (asked again here, idempotently).
+        let own = needed.min(core.durable_index);
+        if own > read_point {
+            core.request_sync(own);
+        }
+        if needed > core.durable_index && self.round.is_none_or(|target| target < needed) {
             self.ensure_round(core, needed);
         }
     }
@@ -152,19 +152,15 @@ impl Leading {
     /// `(client, request)` and is answered from the dedup table, never applied twice).
     pub fn expire_requests(&mut self, core: &mut Core) {
         let now = core.now;
-        if self.writes.iter().any(|w| now >= w.deadline) {
-            let (expired, waiting): (Vec<PendingWrite>, Vec<PendingWrite>) =
-                std::mem::take(&mut self.writes).into_iter().partition(|w| now >= w.deadline);
-            self.writes = waiting;
-            for write in expired {
-                core.counters.writes_timed_out += 1;
-                core.reply_result(write.origin, write.tag, Err(KeelError::Timeout), false);
-            }
+        let mut writes = self.writes_replicated.pop_expired(now);
+        writes.extend(self.writes_durable.pop_expired(now));
+        for write in writes {
+            core.counters.writes_timed_out += 1;
+            core.reply_result(write.origin, write.tag, Err(KeelError::Timeout), false);
         }
-        let (expired, waiting): (Vec<PendingRead>, Vec<PendingRead>) =
-            std::mem::take(&mut self.reads).into_iter().partition(|r| now >= r.deadline);
-        self.reads = waiting;
-        for read in expired {
+        let mut reads = self.reads_unplaced.pop_expired(now);
+        reads.extend(self.reads_placed.pop_expired(now));
+        for read in reads {
             core.reply_result(read.origin, read.request.tag, Err(KeelError::Timeout), read.round);
         }
     }
