@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Side by side: redis-benchmark (50 clients, -t set,get) against a local 3-node Keel
-# cluster (server defaults: writes `memory`, reads `monotonic`) and against one Redis
+# Side by side: redis-benchmark (50 clients, -t set,get) against the leader of a local
+# 3-node Keel cluster (server defaults: writes `memory`, reads `monotonic`) and against one Redis
 # server (no persistence: --save '' --appendonly no), in one run, each without
 # pipelining and with `-P 16` (16 requests in flight per connection).
 #
@@ -61,12 +61,18 @@ bench() { # port: the summary line of each test at each depth (progress lines dr
     done
 }
 
-echo "== Keel: 3 nodes on loopback, redis-benchmark against n1 (port $keel_port)"
 "$keel" up --dir "$dir/keel" --base-port "$keel_port" >"$dir/keel-up.log" 2>&1 &
 keel_pid=$!
 wait_ping "$keel_port"
 wait_write "$keel_port"
-bench "$keel_port"
+# Against the leader, where a client of a leader-based store sends its writes (node N
+# listens on base port + N - 1); TARGET=follower aims at a follower instead.
+leader="$(redis-cli -p "$keel_port" KEEL.STATUS | sed -E 's/.*"leader":([0-9]+).*/\1/')"
+node="$leader"
+if [[ "${TARGET:-leader}" == "follower" ]]; then node=$(( leader % 3 + 1 )); fi
+port=$(( keel_port + node - 1 ))
+echo "== Keel: 3 nodes on loopback, redis-benchmark against n$node (port $port; the leader is n$leader)"
+bench "$port"
 kill -INT "$keel_pid"; wait "$keel_pid" || true; keel_pid=""
 
 echo "== Redis $(redis-server --version | sed -E 's/.*v=([0-9.]+).*/\1/'): one server (port $redis_port)"

@@ -1,6 +1,9 @@
-//! A keyspace's engine loop: one task owns the keyspace's engine and steps it, one input
-//! at a time, and carries out each step's outputs through the effect executor's front
-//! (`keel_exec::Front`), the same code the simulator runs.
+//! A keyspace's engine loop: one task owns the keyspace's engine and steps it, and
+//! carries out each step's outputs through the effect executor's front
+//! (`keel_exec::Front`), the same code the simulator runs. Client requests waiting in the
+//! input queue are taken together, up to [`CLIENT_BATCH_MAX`], into one step
+//! (`Input::Clients`): one step's fixed work (replication, answering what became
+//! answerable, timers) is then paid once per burst, not once per request.
 //!
 //! Inputs arrive on two bounded channels: peer messages (decoded and checked by the
 //! gate's stateless half on the connection's task; dropped when the channel is full: the
