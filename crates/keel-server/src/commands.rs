@@ -400,15 +400,26 @@ fn del(
     }
 }
 
-/// Sends a get per key at once; their replies in key order.
-fn gets(
+/// Sends a get per key at once; the values in key order, or the first error.
+fn values(
     node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
-) -> Vec<crate::driver::Sent> {
-    keys.into_iter()
+) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KeelError>> + Send + 'static {
+    let sent: Vec<_> = keys
+        .into_iter()
         .map(|(client, request, key)| node.send(get_submit(client, request, key, level)))
-        .collect()
+        .collect();
+    async move {
+        let mut values = Vec::with_capacity(sent.len());
+        for one in sent {
+            match one.answer().await.and_then(|r| r.result)? {
+                CommandResult::Value { value, .. } => values.push(value),
+                other => panic!("a get answered {other:?}"),
+            }
+        }
+        Ok(values)
+    }
 }
 
 fn exists(
@@ -416,17 +427,12 @@ fn exists(
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
 ) -> impl Future<Output = Frame> + Send + 'static {
-    let sent = gets(node, keys, level);
+    let values = values(node, keys, level);
     async move {
-        let mut count = 0;
-        for one in sent {
-            match one.answer().await.and_then(|r| r.result) {
-                Ok(CommandResult::Value { value: Some(_), .. }) => count += 1,
-                Ok(_) => {}
-                Err(e) => return error_frame(&e),
-            }
+        match values.await {
+            Ok(values) => Frame::Integer(values.iter().filter(|v| v.is_some()).count() as i64),
+            Err(e) => error_frame(&e),
         }
-        Frame::Integer(count)
     }
 }
 
@@ -435,17 +441,12 @@ fn mget(
     keys: Vec<(ClientId, RequestId, Vec<u8>)>,
     level: Option<ReadLevel>,
 ) -> impl Future<Output = Frame> + Send + 'static {
-    let sent = gets(node, keys, level);
+    let values = values(node, keys, level);
     async move {
-        let mut items = Vec::with_capacity(sent.len());
-        for one in sent {
-            match one.answer().await.and_then(|r| r.result) {
-                Ok(CommandResult::Value { value, .. }) => items.push(value_frame(value.as_deref())),
-                Ok(other) => panic!("a get answered {other:?}"),
-                Err(e) => return error_frame(&e),
-            }
+        match values.await {
+            Ok(values) => Frame::Array(values.iter().map(|v| value_frame(v.as_deref())).collect()),
+            Err(e) => error_frame(&e),
         }
-        Frame::Array(items)
     }
 }
 
