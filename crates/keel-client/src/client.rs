@@ -215,7 +215,7 @@ fn version_of(frame: &Frame) -> Option<Version> {
 
 fn value_of(frame: &Frame) -> Result<Option<Vec<u8>>, ClientError> {
     match frame {
-        Frame::Bulk(bytes) => Ok(Some(bytes.clone())),
+        Frame::Bulk(bytes) => Ok(Some(bytes.to_vec())),
         Frame::Null | Frame::NullArray => Ok(None),
         other => Err(ClientError::Unexpected(format!("{other:?}"))),
     }

@@ -226,7 +226,7 @@ pub async fn fetch_survivors(client: &Client, node: usize) -> Result<Vec<Survivo
 /// Replays a log (in order) and returns each write that took effect with the value it
 /// left, in log order. A retried write (same client and request) takes effect once.
 pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
-    let mut state: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut state: BTreeMap<keel_types::Key, keel_types::Value> = BTreeMap::new();
     let mut applied: BTreeSet<(ClientId, RequestId)> = BTreeSet::new();
     let mut out = Vec::new();
     for pair in entries.windows(2) {
@@ -249,7 +249,7 @@ pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
                     .map_or(Some(0), |v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
                 current
                     .and_then(|c| c.checked_add(*delta))
-                    .map(|n| (key.clone(), Some(n.to_string().into_bytes())))
+                    .map(|n| (key.clone(), Some(n.to_string().into())))
             }
             Command::Get { .. } | Command::Scan { .. } => None,
         };
@@ -287,21 +287,29 @@ mod tests {
         let k = || b"k".to_vec();
         let log = vec![
             Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop },
-            write(2, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }),
-            write(3, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }),
+            write(2, 1, 1, Command::Put { key: k().into(), value: b"a".to_vec().into() }),
+            write(3, 1, 1, Command::Put { key: k().into(), value: b"a".to_vec().into() }),
             write(
                 4,
                 2,
                 1,
-                Command::Cas { key: k(), expected: Some(b"x".to_vec()), new: b"b".to_vec() },
+                Command::Cas {
+                    key: k().into(),
+                    expected: Some(b"x".to_vec().into()),
+                    new: b"b".to_vec().into(),
+                },
             ),
             write(
                 5,
                 2,
                 2,
-                Command::Cas { key: k(), expected: Some(b"a".to_vec()), new: b"c".to_vec() },
+                Command::Cas {
+                    key: k().into(),
+                    expected: Some(b"a".to_vec().into()),
+                    new: b"c".to_vec().into(),
+                },
             ),
-            write(6, 3, 1, Command::Delete { key: k() }),
+            write(6, 3, 1, Command::Delete { key: k().into() }),
         ];
         let got: Vec<(u64, Option<String>)> =
             survivors(&log).into_iter().map(|s| (s.version.index.0, s.value)).collect();

@@ -92,11 +92,14 @@ fn main() {
             let key = format!("k{i}").into_bytes();
             let write = ClientRequest {
                 durability: Some(Durability::Replicated),
-                ..request(1_000_000 + i, Command::Put { key: key.clone(), value: vec![1; 16] })
+                ..request(
+                    1_000_000 + i,
+                    Command::Put { key: key.clone().into(), value: vec![1; 16].into() },
+                )
             };
             now.0 += 100;
             answered += engine.step(now, Input::Client(write)).replies.len();
-            let get = Command::Get { key };
+            let get = Command::Get { key: key.into() };
             let read =
                 ClientRequest { level: Some(ReadLevel::Monotonic), ..request(2_000_000 + i, get) };
             answered += engine.step(now, Input::Client(read)).replies.len();
@@ -120,14 +123,17 @@ fn main() {
             };
         let tick = time(&mut engine, &|_, _| Input::Tick);
         let read = time(&mut engine, &|i, _| {
-            let get = Command::Get { key: b"k0".to_vec() };
+            let get = Command::Get { key: b"k0".to_vec().into() };
             Input::Client(ClientRequest {
                 level: Some(ReadLevel::Any),
                 ..request(3_000_000 + i, get)
             })
         });
         let write = time(&mut engine, &|i, _| {
-            let put = Command::Put { key: format!("w{i}").into_bytes(), value: vec![2; 16] };
+            let put = Command::Put {
+                key: format!("w{i}").into_bytes().into(),
+                value: vec![2; 16].into(),
+            };
             Input::Client(ClientRequest {
                 durability: Some(Durability::Memory),
                 ..request(4_000_000 + i, put)

@@ -23,6 +23,7 @@
 //! later command of the connection goes there.
 
 use crate::driver::{KeyspaceHandle, Keyspaces, Submit};
+use bytes::Bytes;
 use keel_core::engine::ClientReply;
 use keel_types::{
     ClientId, Command, CommandResult, KeelError, KeyspaceId, Limits, LogIndex, ReadLevel, RequestId,
@@ -91,7 +92,7 @@ pub struct Conn {
     pub protocol: Protocol,
     client: ClientId,
     seq_next: u64,
-    name: Option<Vec<u8>>,
+    name: Option<Bytes>,
     keyspaces: Arc<Keyspaces>,
     /// The keyspace `SELECT` chose (keyspace 0 at first).
     node: KeyspaceHandle,
@@ -176,10 +177,10 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
         Ok(words) => words,
         Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),
     };
-    let first = words.first().map(|w| w.to_ascii_lowercase()).unwrap_or_default();
-    match first.as_slice() {
-        b"keel.req" => keel_req(conn, words).await,
-        b"keel.log" => keel_log(conn, &words),
+    let first = words.first().map_or(&[][..], |w| &w[..]);
+    match first {
+        w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
+        w if w.eq_ignore_ascii_case(b"keel.log") => keel_log(conn, &words),
         _ => match keel_wire::command::parse(words, &conn.limits) {
             Ok(command) => {
                 let pair = conn.next_pair();
@@ -190,7 +191,7 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     }
 }
 
-fn request_words(frame: Frame) -> Result<Vec<Vec<u8>>, String> {
+fn request_words(frame: Frame) -> Result<Vec<Bytes>, String> {
     let Frame::Array(items) = frame else {
         return Err("ERR Protocol error: expected an array of bulk strings".into());
     };
@@ -207,7 +208,7 @@ fn parse_u64(word: &[u8]) -> Option<u64> {
     std::str::from_utf8(word).ok()?.parse().ok()
 }
 
-async fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
+async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
     let protocol = conn.protocol;
     if words.len() < 4 {
         return Pending::ready(
@@ -242,7 +243,7 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Vec<u8>>) -> Pending {
     dispatch(conn, command, (ClientId(client), RequestId(seq))).await
 }
 
-fn keel_log(conn: &Conn, words: &[Vec<u8>]) -> Pending {
+fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
     let protocol = conn.protocol;
     let (Some(from), Some(count)) =
         (words.get(1).and_then(|w| parse_u64(w)), words.get(2).and_then(|w| parse_u64(w)))
@@ -264,7 +265,7 @@ fn keel_log(conn: &Conn, words: &[Vec<u8>]) -> Pending {
                     let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
                     for entry in &page.entries {
                         let json = serde_json::to_vec(entry).expect("entries serialize");
-                        items.push(Frame::Bulk(json));
+                        items.push(Frame::Bulk(json.into()));
                     }
                     Frame::Array(items)
                 }
@@ -345,8 +346,8 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
 fn multi(
     conn: &mut Conn,
     pair: (ClientId, RequestId),
-    keys: Vec<Vec<u8>>,
-) -> Vec<(ClientId, RequestId, Vec<u8>)> {
+    keys: Vec<Bytes>,
+) -> Vec<(ClientId, RequestId, Bytes)> {
     let mut out = Vec::with_capacity(keys.len());
     for (i, key) in keys.into_iter().enumerate() {
         let (client, request) = if i == 0 { pair } else { conn.next_pair() };
@@ -358,7 +359,7 @@ fn multi(
 fn get_submit(
     client: ClientId,
     request: RequestId,
-    key: Vec<u8>,
+    key: Bytes,
     level: Option<ReadLevel>,
 ) -> Submit {
     Submit { client, request, command: Command::Get { key }, durability: None, level }
@@ -369,7 +370,7 @@ fn get_submit(
 /// concurrent writers; the deletes are not.
 fn del(
     node: &KeyspaceHandle,
-    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
 ) -> impl Future<Output = Frame> + Send + 'static {
     let mut sent = Vec::with_capacity(keys.len());
     for (client, request, key) in keys {
@@ -403,9 +404,9 @@ fn del(
 /// Sends a get per key at once; the values in key order, or the first error.
 fn values(
     node: &KeyspaceHandle,
-    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
-) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KeelError>> + Send + 'static {
+) -> impl Future<Output = Result<Vec<Option<Bytes>>, KeelError>> + Send + 'static {
     let sent: Vec<_> = keys
         .into_iter()
         .map(|(client, request, key)| node.send(get_submit(client, request, key, level)))
@@ -424,7 +425,7 @@ fn values(
 
 fn exists(
     node: &KeyspaceHandle,
-    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
 ) -> impl Future<Output = Frame> + Send + 'static {
     let values = values(node, keys, level);
@@ -438,13 +439,13 @@ fn exists(
 
 fn mget(
     node: &KeyspaceHandle,
-    keys: Vec<(ClientId, RequestId, Vec<u8>)>,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
 ) -> impl Future<Output = Frame> + Send + 'static {
     let values = values(node, keys, level);
     async move {
         match values.await {
-            Ok(values) => Frame::Array(values.iter().map(|v| value_frame(v.as_deref())).collect()),
+            Ok(values) => Frame::Array(values.iter().map(|v| value_frame(v.as_ref())).collect()),
             Err(e) => error_frame(&e),
         }
     }
@@ -453,7 +454,7 @@ fn mget(
 fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
     match reply.and_then(|r| r.result) {
         Ok(CommandResult::Value { value, version }) => {
-            let frame = value_frame(value.as_deref());
+            let frame = value_frame(value.as_ref());
             if with_version {
                 with_version_frame(frame, version)
             } else {
@@ -485,7 +486,7 @@ fn result_reply(reply: Result<ClientReply, KeelError>) -> Frame {
         Ok(CommandResult::Counter { value, .. }) => Frame::Integer(value),
         Ok(CommandResult::Cas { swapped, current, version }) => Frame::Array(vec![
             Frame::Integer(i64::from(swapped)),
-            value_frame(current.as_deref()),
+            value_frame(current.as_ref()),
             version.map_or(Frame::Null, version_frame),
         ]),
         Ok(CommandResult::Items { items }) => Frame::Array(
@@ -497,7 +498,7 @@ fn result_reply(reply: Result<ClientReply, KeelError>) -> Frame {
                 .collect(),
         ),
         Ok(CommandResult::Written { .. }) => Frame::ok(),
-        Ok(CommandResult::Value { value, .. }) => value_frame(value.as_deref()),
+        Ok(CommandResult::Value { value, .. }) => value_frame(value.as_ref()),
         Err(e) => error_frame(&e),
     }
 }
@@ -580,7 +581,7 @@ async fn status_frame(node: &KeyspaceHandle) -> Frame {
     match node.report(QUERY_WAIT).await {
         Ok(report) => {
             let doc = crate::http::keyspace_status(node, &report);
-            Frame::Bulk(doc.to_string().into_bytes())
+            Frame::Bulk(doc.to_string().into_bytes().into())
         }
         Err(e) => error_frame(&e),
     }
@@ -618,7 +619,7 @@ async fn info_frame(node: &KeyspaceHandle) -> Frame {
                 field("durable_index"),
                 field("applied_index"),
             );
-            Frame::Bulk(text.into_bytes())
+            Frame::Bulk(text.into_bytes().into())
         }
         Err(e) => error_frame(&e),
     }

@@ -608,13 +608,13 @@ mod tests {
         let get = Submit {
             client: ClientId(1),
             request: RequestId(1),
-            command: Command::Get { key: b"k".to_vec() },
+            command: Command::Get { key: b"k".to_vec().into() },
             durability: None,
             level: Some(ReadLevel::Linearizable),
         };
         assert_eq!(get.label(), OpLabel { op: "get", class: "linearizable" });
         let put = Submit {
-            command: Command::Put { key: b"k".to_vec(), value: vec![] },
+            command: Command::Put { key: b"k".to_vec().into(), value: vec![].into() },
             level: None,
             ..get
         };

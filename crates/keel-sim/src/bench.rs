@@ -45,8 +45,8 @@ pub fn engine_throughput(ops: u64) -> f64 {
             client: ClientId(n % OUTSTANDING + 1),
             request: RequestId(n + 1),
             command: Command::Put {
-                key: format!("k{}", n % 1024).into_bytes(),
-                value: b"value".to_vec(),
+                key: format!("k{}", n % 1024).into_bytes().into(),
+                value: b"value".to_vec().into(),
             },
             durability: Some(Durability::Memory),
             level: None,

@@ -256,11 +256,14 @@ impl Clients {
         if self.rng.chance(self.config.read_ppm) {
             let level = self.config.levels[self.rng.index(self.config.levels.len())];
             if self.rng.chance(20_000) {
-                let scan =
-                    Command::Scan { start: key.clone().into_bytes(), end: None, limit: SCAN_LIMIT };
+                let scan = Command::Scan {
+                    start: key.clone().into_bytes().into(),
+                    end: None,
+                    limit: SCAN_LIMIT,
+                };
                 return (OpKind::Get { key, level, result: None }, scan, false);
             }
-            let command = Command::Get { key: key.clone().into_bytes() };
+            let command = Command::Get { key: key.clone().into_bytes().into() };
             return (OpKind::Get { key, level, result: None }, command, true);
         }
         let durability = if class == 0 {
@@ -270,7 +273,7 @@ impl Clients {
         };
         if class == 2 {
             let delta = self.rng.range(1, 6) as i64;
-            let command = Command::Incr { key: key.clone().into_bytes(), delta };
+            let command = Command::Incr { key: key.clone().into_bytes().into(), delta };
             return (OpKind::Incr { key, delta, durability, result: None }, command, true);
         }
         let value = if self.config.keyspaces > 1 {
@@ -280,23 +283,23 @@ impl Clients {
         };
         match self.rng.index(4) {
             0 => {
-                let command = Command::Delete { key: key.clone().into_bytes() };
+                let command = Command::Delete { key: key.clone().into_bytes().into() };
                 (OpKind::Delete { key, durability }, command, true)
             }
             1 => {
                 let seen = self.clients[c].last_seen.get(&(ks, key.clone()));
                 let expected = seen.cloned().flatten();
                 let command = Command::Cas {
-                    key: key.clone().into_bytes(),
-                    expected: expected.clone().map(String::into_bytes),
-                    new: value.clone().into_bytes(),
+                    key: key.clone().into_bytes().into(),
+                    expected: expected.clone().map(Into::into),
+                    new: value.clone().into_bytes().into(),
                 };
                 (OpKind::Cas { key, expected, value, durability }, command, true)
             }
             _ => {
                 let command = Command::Put {
-                    key: key.clone().into_bytes(),
-                    value: value.clone().into_bytes(),
+                    key: key.clone().into_bytes().into(),
+                    value: value.clone().into_bytes().into(),
                 };
                 (OpKind::Put { key, value, durability }, command, true)
             }
@@ -336,11 +339,11 @@ impl Clients {
             return;
         }
         let values: Vec<&[u8]> = match result {
-            Ok(CommandResult::Value { value: Some(value), .. }) => vec![value.as_slice()],
+            Ok(CommandResult::Value { value: Some(value), .. }) => vec![value.as_ref()],
             Ok(CommandResult::Items { items }) => {
-                items.iter().map(|(_, v, _)| v.as_slice()).collect()
+                items.iter().map(|(_, v, _)| v.as_ref()).collect()
             }
-            Ok(CommandResult::Cas { current: Some(value), .. }) => vec![value.as_slice()],
+            Ok(CommandResult::Cas { current: Some(value), .. }) => vec![value.as_ref()],
             _ => Vec::new(),
         };
         let suffix = format!("k{ks}");
@@ -362,7 +365,7 @@ impl Clients {
         world: &mut World<E>,
         ks: Keyspace,
         scan: &Op,
-        items: &[(Vec<u8>, Vec<u8>, keel_types::Version)],
+        items: &[(keel_types::Key, keel_types::Value, keel_types::Version)],
     ) {
         assert!(items.len() <= SCAN_LIMIT as usize, "a scan returned more than its limit");
         for (key, value, version) in items {
@@ -384,8 +387,9 @@ impl Clients {
         result: &Result<CommandResult, KeelError>,
     ) {
         let key = op.kind.key().to_string();
-        let text =
-            |v: &Option<Vec<u8>>| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+        let text = |v: &Option<keel_types::Value>| {
+            v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+        };
         op.outcome = match (result, &mut op.kind) {
             (Ok(CommandResult::Value { value, version }), OpKind::Get { result, .. }) => {
                 *result = text(value);

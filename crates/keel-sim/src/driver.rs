@@ -6,7 +6,8 @@ use crate::engine::SimEngine;
 use crate::world::{Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag, Role};
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, KeelError, NodeId, ReadLevel, RequestId, Version,
+    ClientId, Command, CommandResult, Durability, KeelError, Key, NodeId, ReadLevel, RequestId,
+    Value, Version,
 };
 
 /// Polling period while waiting for a condition.
@@ -73,7 +74,10 @@ impl<E: SimEngine> Driver<E> {
         durability: Durability,
         timeout_ns: u64,
     ) -> Option<Version> {
-        let command = Command::Put { key: key.into(), value: value.into() };
+        let command = Command::Put {
+            key: Key::copy_from_slice(key.as_bytes()),
+            value: Value::copy_from_slice(value.as_bytes()),
+        };
         match self.request(1, node, command, Some(durability), None, timeout_ns)?.result {
             Ok(CommandResult::Written { version }) => Some(version),
             _ => None,
@@ -89,7 +93,7 @@ impl<E: SimEngine> Driver<E> {
         level: ReadLevel,
         timeout_ns: u64,
     ) -> Result<ReadResult, KeelError> {
-        let command = Command::Get { key: key.into() };
+        let command = Command::Get { key: Key::copy_from_slice(key.as_bytes()) };
         let reply = self
             .request(2, node, command, None, Some(level), timeout_ns)
             .ok_or(KeelError::Timeout)?;

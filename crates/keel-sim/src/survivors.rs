@@ -3,13 +3,13 @@
 //! history's `survivor` records.
 
 use crate::history::Survivor;
-use keel_types::{ClientId, Command, Entry, EntryPayload, RequestId, Version};
+use keel_types::{ClientId, Command, Entry, EntryPayload, Key, RequestId, Value, Version};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Replays `entries` (a log, in order) and returns every write that took effect, with
 /// the value it left, in log order.
 pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
-    let mut state: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut state: BTreeMap<Key, Value> = BTreeMap::new();
     let mut seen: BTreeSet<(ClientId, RequestId)> = BTreeSet::new();
     let mut out = Vec::new();
     let mut last = Version::default();
@@ -34,10 +34,7 @@ pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
 }
 
 /// Applies one write; returns the key and the value it left if it took effect.
-fn apply(
-    state: &mut BTreeMap<Vec<u8>, Vec<u8>>,
-    command: &Command,
-) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Option<Value>)> {
     match command {
         Command::Put { key, value } => {
             state.insert(key.clone(), value.clone());
@@ -60,8 +57,8 @@ fn apply(
                 Some(bytes) => std::str::from_utf8(bytes).ok()?.parse::<i64>().ok()?,
             };
             let value = current.checked_add(*delta)?.to_string().into_bytes();
-            state.insert(key.clone(), value.clone());
-            Some((key.clone(), Some(value)))
+            state.insert(key.clone(), value.clone().into());
+            Some((key.clone(), Some(value.into())))
         }
         Command::Get { .. } | Command::Scan { .. } => None,
     }
@@ -90,22 +87,30 @@ mod tests {
         let k = || b"k".to_vec();
         let log = vec![
             Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop },
-            write(2, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }),
-            write(3, 1, 1, Command::Put { key: k(), value: b"a".to_vec() }), // retry
+            write(2, 1, 1, Command::Put { key: k().into(), value: b"a".to_vec().into() }),
+            write(3, 1, 1, Command::Put { key: k().into(), value: b"a".to_vec().into() }), // retry
             write(
                 4,
                 2,
                 1,
-                Command::Cas { key: k(), expected: Some(b"x".to_vec()), new: b"b".to_vec() },
+                Command::Cas {
+                    key: k().into(),
+                    expected: Some(b"x".to_vec().into()),
+                    new: b"b".to_vec().into(),
+                },
             ),
             write(
                 5,
                 2,
                 2,
-                Command::Cas { key: k(), expected: Some(b"a".to_vec()), new: b"c".to_vec() },
+                Command::Cas {
+                    key: k().into(),
+                    expected: Some(b"a".to_vec().into()),
+                    new: b"c".to_vec().into(),
+                },
             ),
-            write(6, 3, 1, Command::Incr { key: b"n".to_vec(), delta: 2 }),
-            write(7, 3, 2, Command::Delete { key: k() }),
+            write(6, 3, 1, Command::Incr { key: b"n".to_vec().into(), delta: 2 }),
+            write(7, 3, 2, Command::Delete { key: k().into() }),
         ];
         let out = survivors(&log);
         let summary: Vec<(u64, &str, Option<&str>)> =

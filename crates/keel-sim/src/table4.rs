@@ -182,9 +182,12 @@ impl Run {
         let command = if write {
             self.writes_per_client[client as usize] += 1;
             let value = client * 1_000_000 + self.writes_per_client[client as usize];
-            Command::Put { key: key.clone().into_bytes(), value: value.to_string().into_bytes() }
+            Command::Put {
+                key: key.clone().into_bytes().into(),
+                value: value.to_string().into_bytes().into(),
+            }
         } else {
-            Command::Get { key: key.clone().into_bytes() }
+            Command::Get { key: key.clone().into_bytes().into() }
         };
         self.next_request += 1;
         let nodes = self.world.node_ids();

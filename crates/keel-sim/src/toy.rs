@@ -15,8 +15,8 @@ use keel_core::leader::{
 };
 use keel_core::time::{Span, Time};
 use keel_types::{
-    Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex,
-    NodeId, Version,
+    Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError, Key,
+    LogIndex, NodeId, Value, Version,
 };
 use std::collections::BTreeMap;
 
@@ -36,7 +36,7 @@ pub struct ToyEngine {
     persisted: LogIndex,
     commit: LogIndex,
     hard_state_written: bool,
-    kv: BTreeMap<Vec<u8>, (Option<Vec<u8>>, Version)>,
+    kv: BTreeMap<Key, (Option<Value>, Version)>,
     follower_persisted: BTreeMap<NodeId, LogIndex>,
     follower_last: BTreeMap<NodeId, LogIndex>,
     waiting: Vec<(LogIndex, ClientRequest, CommandResult)>,
@@ -66,7 +66,7 @@ impl ToyEngine {
                     .and_then(|(v, _)| v.as_ref())
                     .and_then(|v| String::from_utf8_lossy(v).parse::<i64>().ok());
                 let value = current.unwrap_or(0) + delta;
-                self.kv.insert(key.clone(), (Some(value.to_string().into_bytes()), version));
+                self.kv.insert(key.clone(), (Some(value.to_string().into()), version));
                 return CommandResult::Counter { value, version };
             }
             Command::Cas { key, expected, new } => {

@@ -239,9 +239,9 @@ pub fn decode_hard_state_file(bytes: &[u8]) -> Result<HardState, String> {
     let mut reader = Reader::new(body);
     read_magic(&mut reader, HARD_STATE_MAGIC, HARD_STATE_FILE_V1)?;
     let payload =
-        reader.bytes("hard state", HARD_STATE_PAYLOAD_BYTES_MAX).map_err(|e| e.to_string())?;
+        reader.slice("hard state", HARD_STATE_PAYLOAD_BYTES_MAX).map_err(|e| e.to_string())?;
     reader.finish().map_err(|e| e.to_string())?;
-    codec::decode(&payload).map_err(|e| e.to_string())
+    codec::decode(payload).map_err(|e| e.to_string())
 }
 
 fn read_magic(reader: &mut Reader<'_>, magic: [u8; 4], version: u32) -> Result<(), String> {
@@ -294,7 +294,7 @@ pub fn decode_snapshot_file(
     let mut reader = Reader::new(bytes);
     read_magic(&mut reader, SNAPSHOT_MAGIC, SNAPSHOT_FILE_V1)?;
     let meta_bytes =
-        reader.bytes("snapshot meta", SNAPSHOT_META_BYTES_MAX).map_err(|e| e.to_string())?;
+        reader.slice("snapshot meta", SNAPSHOT_META_BYTES_MAX).map_err(|e| e.to_string())?;
     let data_len = reader.u64("snapshot length").map_err(|e| e.to_string())?;
     let header_len = bytes.len() as u64 - reader.remaining();
     let header_crc = reader.u32("header checksum").map_err(|e| e.to_string())?;
@@ -304,7 +304,7 @@ pub fn decode_snapshot_file(
     if data_len > data_bytes_max {
         return Err(format!("snapshot of {data_len} bytes exceeds the limit of {data_bytes_max}"));
     }
-    let meta: SnapshotMeta = codec::decode(&meta_bytes).map_err(|e| e.to_string())?;
+    let meta: SnapshotMeta = codec::decode(meta_bytes).map_err(|e| e.to_string())?;
     let data = reader.take("snapshot data", data_len).map_err(|e| e.to_string())?;
     let data_crc = reader.u32("data checksum").map_err(|e| e.to_string())?;
     reader.finish().map_err(|e| e.to_string())?;

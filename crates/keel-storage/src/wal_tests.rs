@@ -61,7 +61,10 @@ fn entry(index: u64, epoch: u64) -> Entry {
             client: ClientId(index % 3),
             request: RequestId(index),
             durability: Durability::Memory,
-            command: Command::Put { key: format!("k{index}").into_bytes(), value },
+            command: Command::Put {
+                key: format!("k{index}").into_bytes().into(),
+                value: value.into(),
+            },
         },
     }
 }

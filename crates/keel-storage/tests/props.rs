@@ -19,14 +19,21 @@ fn bytes(len_max: usize) -> impl Strategy<Value = Vec<u8>> {
 
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        bytes(16).prop_map(|key| Command::Get { key }),
-        (bytes(16), bytes(64)).prop_map(|(key, value)| Command::Put { key, value }),
-        bytes(16).prop_map(|key| Command::Delete { key }),
-        (bytes(16), proptest::option::of(bytes(32)), bytes(32))
-            .prop_map(|(key, expected, new)| Command::Cas { key, expected, new }),
-        (bytes(16), any::<i64>()).prop_map(|(key, delta)| Command::Incr { key, delta }),
-        (bytes(16), proptest::option::of(bytes(16)), any::<u32>())
-            .prop_map(|(start, end, limit)| Command::Scan { start, end, limit }),
+        bytes(16).prop_map(|key| Command::Get { key: key.into() }),
+        (bytes(16), bytes(64))
+            .prop_map(|(key, value)| Command::Put { key: key.into(), value: value.into() }),
+        bytes(16).prop_map(|key| Command::Delete { key: key.into() }),
+        (bytes(16), proptest::option::of(bytes(32)), bytes(32)).prop_map(|(key, expected, new)| {
+            Command::Cas { key: key.into(), expected: expected.map(Into::into), new: new.into() }
+        }),
+        (bytes(16), any::<i64>()).prop_map(|(key, delta)| Command::Incr { key: key.into(), delta }),
+        (bytes(16), proptest::option::of(bytes(16)), any::<u32>()).prop_map(
+            |(start, end, limit)| Command::Scan {
+                start: start.into(),
+                end: end.map(Into::into),
+                limit
+            }
+        ),
     ]
 }
 
@@ -175,8 +182,8 @@ fn value_entry(index: LogIndex, epoch: Epoch, value_bytes: usize) -> Entry {
             request: RequestId(index.0),
             durability: Durability::Durable,
             command: Command::Put {
-                key: index.0.to_le_bytes().to_vec(),
-                value: vec![7; value_bytes],
+                key: index.0.to_le_bytes().to_vec().into(),
+                value: vec![7; value_bytes].into(),
             },
         },
     }

@@ -179,12 +179,23 @@ impl<'a> Reader<'a> {
 
     /// Reads a `u32` length then that many bytes; the length must be at most `len_max`
     /// and at most what is left, checked before allocating.
-    pub fn bytes(&mut self, what: &'static str, len_max: u32) -> Result<Vec<u8>, CodecError> {
+    pub fn slice(&mut self, what: &'static str, len_max: u32) -> Result<&'a [u8], CodecError> {
         let len = self.u32(what)?;
         if len > len_max {
             return Err(CodecError::TooLong { what, len: u64::from(len), max: u64::from(len_max) });
         }
-        Ok(self.take(what, u64::from(len))?.to_vec())
+        self.take(what, u64::from(len))
+    }
+
+    /// [`Reader::slice`], copied once into a buffer of its own, exactly sized (so that a
+    /// key or value kept in the log or the state machine never holds a frame alive).
+    pub fn bytes(&mut self, what: &'static str, len_max: u32) -> Result<bytes::Bytes, CodecError> {
+        Ok(bytes::Bytes::copy_from_slice(self.slice(what, len_max)?))
+    }
+
+    /// [`Reader::slice`], copied into a `Vec`.
+    pub fn bytes_vec(&mut self, what: &'static str, len_max: u32) -> Result<Vec<u8>, CodecError> {
+        Ok(self.slice(what, len_max)?.to_vec())
     }
 
     /// Reads an option flag byte: 0 is absent, 1 is present, anything else is an error.
@@ -201,7 +212,7 @@ impl<'a> Reader<'a> {
         &mut self,
         what: &'static str,
         len_max: u32,
-    ) -> Result<Option<Vec<u8>>, CodecError> {
+    ) -> Result<Option<bytes::Bytes>, CodecError> {
         if self.flag(what)? {
             Ok(Some(self.bytes(what, len_max)?))
         } else {
@@ -467,13 +478,21 @@ mod tests {
     #[test]
     fn every_command_round_trips() {
         let commands = [
-            Command::Get { key: b"k".to_vec() },
-            Command::Put { key: b"k".to_vec(), value: b"v".to_vec() },
-            Command::Delete { key: vec![] },
-            Command::Cas { key: b"k".to_vec(), expected: None, new: b"n".to_vec() },
-            Command::Cas { key: b"k".to_vec(), expected: Some(vec![]), new: vec![] },
-            Command::Incr { key: b"c".to_vec(), delta: i64::MIN },
-            Command::Scan { start: vec![], end: Some(b"z".to_vec()), limit: u32::MAX },
+            Command::Get { key: b"k".to_vec().into() },
+            Command::Put { key: b"k".to_vec().into(), value: b"v".to_vec().into() },
+            Command::Delete { key: vec![].into() },
+            Command::Cas { key: b"k".to_vec().into(), expected: None, new: b"n".to_vec().into() },
+            Command::Cas {
+                key: b"k".to_vec().into(),
+                expected: Some(vec![].into()),
+                new: vec![].into(),
+            },
+            Command::Incr { key: b"c".to_vec().into(), delta: i64::MIN },
+            Command::Scan {
+                start: vec![].into(),
+                end: Some(b"z".to_vec().into()),
+                limit: u32::MAX,
+            },
         ];
         for command in commands {
             round_trip(&write_entry(command));
@@ -505,7 +524,7 @@ mod tests {
     #[test]
     fn unknown_tags_and_trailing_bytes_are_refused() {
         let mut bytes = Vec::new();
-        encode(&write_entry(Command::Delete { key: b"k".to_vec() }), &mut bytes);
+        encode(&write_entry(Command::Delete { key: b"k".to_vec().into() }), &mut bytes);
         let mut versioned = bytes.clone();
         versioned[0] = 2;
         assert!(matches!(decode::<Entry>(&versioned), Err(CodecError::UnknownTag { tag: 2, .. })));
@@ -517,8 +536,11 @@ mod tests {
     #[test]
     fn every_strict_prefix_is_truncated() {
         let mut bytes = Vec::new();
-        let command =
-            Command::Cas { key: b"k".to_vec(), expected: Some(b"e".to_vec()), new: b"n".to_vec() };
+        let command = Command::Cas {
+            key: b"k".to_vec().into(),
+            expected: Some(b"e".to_vec().into()),
+            new: b"n".to_vec().into(),
+        };
         encode(&write_entry(command), &mut bytes);
         for cut in 0..bytes.len() {
             let err = decode::<Entry>(&bytes[..cut]).unwrap_err();

@@ -8,10 +8,12 @@ use crate::limits::Limits;
 use crate::{KeelError, Version};
 use serde::{Deserialize, Serialize};
 
-/// A key: opaque bytes, at most [`Limits::key_bytes_max`] long.
-pub type Key = Vec<u8>;
-/// A value: opaque bytes, at most [`Limits::value_bytes_max`] long.
-pub type Value = Vec<u8>;
+/// A key: opaque bytes, at most [`Limits::key_bytes_max`] long. Shared: cloning a key
+/// (into the log, the state machine, a follower's batch or a reply) counts a reference
+/// and copies nothing.
+pub type Key = bytes::Bytes;
+/// A value: opaque bytes, at most [`Limits::value_bytes_max`] long; shared like [`Key`].
+pub type Value = bytes::Bytes;
 
 /// One operation on the key-value state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,7 +104,7 @@ pub enum CommandResult {
 
 impl Command {
     /// The key an operation touches; for a scan, its start key.
-    pub fn key(&self) -> &[u8] {
+    pub fn key(&self) -> &Key {
         match self {
             Command::Get { key }
             | Command::Put { key, .. }
@@ -166,11 +168,12 @@ mod tests {
     fn validate_refuses_oversized_keys_and_values() {
         let limits = Limits::default();
         let big_key = vec![b'k'; limits.key_bytes_max as usize + 1];
-        let err = Command::Get { key: big_key }.validate(&limits).unwrap_err();
+        let err = Command::Get { key: big_key.into() }.validate(&limits).unwrap_err();
         assert!(matches!(err, KeelError::KeyTooLarge { .. }));
         let big_value = vec![0; limits.value_bytes_max as usize + 1];
-        let err =
-            Command::Put { key: b"k".to_vec(), value: big_value }.validate(&limits).unwrap_err();
+        let err = Command::Put { key: b"k".to_vec().into(), value: big_value.into() }
+            .validate(&limits)
+            .unwrap_err();
         assert!(matches!(err, KeelError::ValueTooLarge { .. }));
         assert!(!err.is_retryable());
     }
@@ -180,14 +183,16 @@ mod tests {
         let limits = Limits::default();
         let key = vec![b'k'; limits.key_bytes_max as usize];
         let value = vec![0; limits.value_bytes_max as usize];
-        assert!(Command::Put { key, value }.validate(&limits).is_ok());
-        assert!(Command::Scan { start: vec![], end: None, limit: 0 }.validate(&limits).is_err());
+        assert!(Command::Put { key: key.into(), value: value.into() }.validate(&limits).is_ok());
+        assert!(Command::Scan { start: vec![].into(), end: None, limit: 0 }
+            .validate(&limits)
+            .is_err());
     }
 
     #[test]
     fn writes_are_told_from_reads() {
-        assert!(Command::Incr { key: b"c".to_vec(), delta: 1 }.is_write());
-        assert!(!Command::Get { key: b"c".to_vec() }.is_write());
-        assert_eq!(Command::Delete { key: b"c".to_vec() }.name(), "delete");
+        assert!(Command::Incr { key: b"c".to_vec().into(), delta: 1 }.is_write());
+        assert!(!Command::Get { key: b"c".to_vec().into() }.is_write());
+        assert_eq!(Command::Delete { key: b"c".to_vec().into() }.name(), "delete");
     }
 }

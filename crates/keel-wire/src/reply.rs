@@ -15,7 +15,7 @@
 //! [`error_from_line`] reads such a line back (for Keel's own client).
 
 use crate::resp::Frame;
-use keel_types::{CommandResult, KeelError, NodeId, Version};
+use keel_types::{CommandResult, KeelError, Key, NodeId, Value, Version};
 
 /// The stable first word of the error line for `error`.
 pub fn error_prefix(error: &KeelError) -> &'static str {
@@ -79,13 +79,14 @@ fn leader_in(text: &str) -> Option<NodeId> {
 
 /// A version as Keel replies with it: the bulk string `epoch.index` (`2.17`).
 pub fn version_frame(version: Version) -> Frame {
-    Frame::Bulk(version.to_string().into_bytes())
+    Frame::bulk(version.to_string())
 }
 
-/// A value as `GET` replies with it: a bulk string, or null when absent.
-pub fn value_frame(value: Option<&[u8]>) -> Frame {
+/// A value as `GET` replies with it: a bulk string (sharing the value's bytes), or null
+/// when absent.
+pub fn value_frame(value: Option<&Value>) -> Frame {
     match value {
-        Some(bytes) => Frame::Bulk(bytes.to_vec()),
+        Some(bytes) => Frame::Bulk(bytes.clone()),
         None => Frame::Null,
     }
 }
@@ -110,19 +111,19 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 /// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
     let (reply, version) = match result {
-        CommandResult::Value { value, version } => (value_frame(value.as_deref()), *version),
+        CommandResult::Value { value, version } => (value_frame(value.as_ref()), *version),
         CommandResult::Written { version } => (Frame::ok(), Some(*version)),
         CommandResult::Counter { value, version } => (Frame::Integer(*value), Some(*version)),
         CommandResult::Cas { swapped, current, version } => {
             let version = version.map_or(Frame::Null, version_frame);
             return Frame::Array(vec![
                 Frame::Boolean(*swapped),
-                value_frame(current.as_deref()),
+                value_frame(current.as_ref()),
                 version,
             ]);
         }
         CommandResult::Items { items } => {
-            let item = |(key, value, version): &(Vec<u8>, Vec<u8>, Version)| {
+            let item = |(key, value, version): &(Key, Value, Version)| {
                 Frame::Array(vec![
                     Frame::bulk(key.clone()),
                     Frame::bulk(value.clone()),
@@ -183,7 +184,9 @@ mod tests {
         let cas = CommandResult::Cas { swapped: false, current: None, version: None };
         let expected = Frame::Array(vec![Frame::Boolean(false), Frame::Null, Frame::Null]);
         assert_eq!(result_frame(&cas, true), expected);
-        let items = CommandResult::Items { items: vec![(b"k".to_vec(), b"v".to_vec(), version)] };
+        let items = CommandResult::Items {
+            items: vec![(b"k".to_vec().into(), b"v".to_vec().into(), version)],
+        };
         let row = Frame::Array(vec![Frame::bulk("k"), Frame::bulk("v"), Frame::bulk("1.5")]);
         assert_eq!(result_frame(&items, false), Frame::Array(vec![row]));
     }

@@ -1,5 +1,6 @@
 //! Black-box command tests: request bytes in, a typed command or the exact error line out.
 
+use bytes::Bytes;
 use keel_types::{Durability, KeelError, Limits, ReadLevel};
 use keel_wire::command::{parse_frame, ClientSubcommand, CommandQuery};
 use keel_wire::resp::encode::to_bytes;
@@ -32,18 +33,18 @@ fn get_and_set_take_keel_options() {
     let bytes =
         b"*5\r\n$3\r\nGET\r\n$1\r\nk\r\n$5\r\nLEVEL\r\n$9\r\nmonotonic\r\n$11\r\nWITHVERSION\r\n";
     let expected = ClientCommand::Get {
-        key: b"k".to_vec(),
+        key: b"k".to_vec().into(),
         level: Some(ReadLevel::Monotonic),
         with_version: true,
     };
     assert_eq!(parse_bytes(bytes), Ok(expected));
     assert_eq!(
         parse("get k"),
-        Ok(ClientCommand::Get { key: b"k".to_vec(), level: None, with_version: false })
+        Ok(ClientCommand::Get { key: b"k".to_vec().into(), level: None, with_version: false })
     );
     let set = ClientCommand::Set {
-        key: b"k".to_vec(),
-        value: b"v w".to_vec(),
+        key: b"k".to_vec().into(),
+        value: b"v w".to_vec().into(),
         durability: Some(Durability::Durable),
         with_version: false,
     };
@@ -107,7 +108,7 @@ fn levels_and_durabilities_must_be_known() {
 
 #[test]
 fn counters_accept_strict_integers() {
-    let incr = |delta| Ok(ClientCommand::Incr { key: b"c".to_vec(), delta });
+    let incr = |delta| Ok(ClientCommand::Incr { key: b"c".to_vec().into(), delta });
     assert_eq!(parse("INCR c"), incr(1));
     assert_eq!(parse("decr c"), incr(-1));
     assert_eq!(parse("INCRBY c -5"), incr(-5));
@@ -119,7 +120,9 @@ fn counters_accept_strict_integers() {
 
 #[test]
 fn multi_key_commands() {
-    let keys = |names: &[&str]| names.iter().map(|k| k.as_bytes().to_vec()).collect::<Vec<_>>();
+    let keys = |names: &[&str]| {
+        names.iter().map(|k| Bytes::copy_from_slice(k.as_bytes())).collect::<Vec<_>>()
+    };
     assert_eq!(parse("DEL a b"), Ok(ClientCommand::Del { keys: keys(&["a", "b"]) }));
     assert_eq!(parse("EXISTS a a"), Ok(ClientCommand::Exists { keys: keys(&["a", "a"]) }));
     let mget = |names: &[&str], level| Ok(ClientCommand::MGet { keys: keys(names), level });
@@ -137,9 +140,9 @@ fn multi_key_commands() {
 fn cas_spells_absent_as_minus_nil() {
     let cas = |expected: Option<&str>, durability| {
         Ok(ClientCommand::Cas {
-            key: b"k".to_vec(),
-            expected: expected.map(|e| e.as_bytes().to_vec()),
-            new: b"n".to_vec(),
+            key: b"k".to_vec().into(),
+            expected: expected.map(|e| Bytes::copy_from_slice(e.as_bytes())),
+            new: b"n".to_vec().into(),
             durability,
         })
     };
@@ -159,8 +162,8 @@ fn cas_spells_absent_as_minus_nil() {
 fn scan_takes_a_range_a_count_and_a_level() {
     let scan = |end: Option<&str>, count, level| {
         Ok(ClientCommand::Scan {
-            start: b"a".to_vec(),
-            end: end.map(|e| e.as_bytes().to_vec()),
+            start: b"a".to_vec().into(),
+            end: end.map(|e| Bytes::copy_from_slice(e.as_bytes())),
             count,
             level,
         })
@@ -190,7 +193,8 @@ fn keys_and_values_are_checked_against_limits() {
         "-ERR key of 1025 bytes exceeds the limit of 1024 bytes\r\n"
     );
     let limits = Limits { value_bytes_max: 2, ..Limits::default() };
-    let words = vec![b"SET".to_vec(), b"k".to_vec(), b"abc".to_vec()];
+    let words =
+        vec![Bytes::from_static(b"SET"), Bytes::from_static(b"k"), Bytes::from_static(b"abc")];
     let err = keel_wire::command::parse(words, &limits).unwrap_err();
     assert!(matches!(
         err,
@@ -201,15 +205,15 @@ fn keys_and_values_are_checked_against_limits() {
 #[test]
 fn handshake_commands_for_redis_tools() {
     assert_eq!(parse("PING"), Ok(ClientCommand::Ping { message: None }));
-    assert_eq!(parse("ping hi"), Ok(ClientCommand::Ping { message: Some(b"hi".to_vec()) }));
-    assert_eq!(parse("ECHO x"), Ok(ClientCommand::Echo { message: b"x".to_vec() }));
+    assert_eq!(parse("ping hi"), Ok(ClientCommand::Ping { message: Some(b"hi".to_vec().into()) }));
+    assert_eq!(parse("ECHO x"), Ok(ClientCommand::Echo { message: b"x".to_vec().into() }));
     assert_eq!(parse("COMMAND"), Ok(ClientCommand::Command(CommandQuery::All)));
     assert_eq!(parse("command count"), Ok(ClientCommand::Command(CommandQuery::Count)));
     assert_eq!(parse("COMMAND DOCS"), Ok(ClientCommand::Command(CommandQuery::Docs(vec![]))));
     assert_eq!(error("COMMAND FOO"), "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n");
     assert_eq!(
         parse("CONFIG GET save"),
-        Ok(ClientCommand::ConfigGet { parameters: vec![b"save".to_vec()] })
+        Ok(ClientCommand::ConfigGet { parameters: vec![b"save".to_vec().into()] })
     );
     assert_eq!(parse("SELECT 0"), Ok(ClientCommand::Select { index: 0 }));
     assert_eq!(parse("SELECT 7"), Ok(ClientCommand::Select { index: 7 }));
@@ -223,11 +227,16 @@ fn handshake_commands_for_redis_tools() {
 #[test]
 fn client_subcommands() {
     let client = |sub| Ok(ClientCommand::Client(sub));
-    assert_eq!(parse("CLIENT SETNAME app"), client(ClientSubcommand::SetName(b"app".to_vec())));
+    assert_eq!(
+        parse("CLIENT SETNAME app"),
+        client(ClientSubcommand::SetName(b"app".to_vec().into()))
+    );
     assert_eq!(parse("client getname"), client(ClientSubcommand::GetName));
     assert_eq!(parse("CLIENT ID"), client(ClientSubcommand::Id));
-    let setinfo =
-        ClientSubcommand::SetInfo { attribute: "lib-name".into(), value: b"redis-py".to_vec() };
+    let setinfo = ClientSubcommand::SetInfo {
+        attribute: "lib-name".into(),
+        value: b"redis-py".to_vec().into(),
+    };
     assert_eq!(parse("CLIENT SETINFO LIB-NAME redis-py"), client(setinfo));
     assert_eq!(parse("CLIENT NO-EVICT on"), client(ClientSubcommand::Other("no-evict".into())));
 }
@@ -237,8 +246,10 @@ fn hello_negotiates_the_protocol() {
     let hello = |protocol, auth: Option<(&str, &str)>, name: Option<&str>| {
         Ok(ClientCommand::Hello {
             protocol,
-            auth: auth.map(|(u, p)| (u.as_bytes().to_vec(), p.as_bytes().to_vec())),
-            client_name: name.map(|n| n.as_bytes().to_vec()),
+            auth: auth.map(|(u, p)| {
+                (Bytes::copy_from_slice(u.as_bytes()), Bytes::copy_from_slice(p.as_bytes()))
+            }),
+            client_name: name.map(|n| Bytes::copy_from_slice(n.as_bytes())),
         })
     };
     assert_eq!(parse("HELLO"), hello(None, None, None));
@@ -265,11 +276,16 @@ fn requests_must_be_bulk_strings() {
 fn data_commands_become_engine_operations() {
     use keel_types::Command;
     let ops = parse("DEL a b").unwrap().into_operations().unwrap();
-    let deletes =
-        vec![Command::Delete { key: b"a".to_vec() }, Command::Delete { key: b"b".to_vec() }];
+    let deletes = vec![
+        Command::Delete { key: b"a".to_vec().into() },
+        Command::Delete { key: b"b".to_vec().into() },
+    ];
     assert_eq!(ops.commands, deletes);
     let ops = parse("SET k v DURABILITY memory WITHVERSION").unwrap().into_operations().unwrap();
-    assert_eq!(ops.commands, [Command::Put { key: b"k".to_vec(), value: b"v".to_vec() }]);
+    assert_eq!(
+        ops.commands,
+        [Command::Put { key: b"k".to_vec().into(), value: b"v".to_vec().into() }]
+    );
     assert_eq!(
         (ops.durability, ops.level, ops.with_version),
         (Some(Durability::Memory), None, true)
@@ -277,7 +293,7 @@ fn data_commands_become_engine_operations() {
     let ops = parse("MGET a LEVEL any").unwrap().into_operations().unwrap();
     assert_eq!((ops.commands.len(), ops.level), (1, Some(ReadLevel::Any)));
     let ops = parse("KEEL.SCAN a +inf COUNT 5").unwrap().into_operations().unwrap();
-    assert_eq!(ops.commands, [Command::Scan { start: b"a".to_vec(), end: None, limit: 5 }]);
+    assert_eq!(ops.commands, [Command::Scan { start: b"a".to_vec().into(), end: None, limit: 5 }]);
     assert_eq!(
         parse("PING").unwrap().into_operations(),
         Err(ClientCommand::Ping { message: None })

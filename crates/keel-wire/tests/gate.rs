@@ -25,7 +25,7 @@ fn corpus() -> Vec<Message> {
             client: ClientId(1),
             request: RequestId(1),
             durability: Durability::Memory,
-            command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() },
+            command: Command::Put { key: b"k".to_vec().into(), value: b"v".to_vec().into() },
         },
     };
     let noop = Entry { epoch: Epoch(2), index: LogIndex(1), payload: EntryPayload::Noop };

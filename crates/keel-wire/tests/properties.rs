@@ -22,7 +22,7 @@ fn leaf() -> impl Strategy<Value = Frame> {
         line().prop_map(Frame::Simple),
         line().prop_map(Frame::Error),
         any::<i64>().prop_map(Frame::Integer),
-        blob().prop_map(Frame::Bulk),
+        blob().prop_map(|b| Frame::Bulk(b.into())),
         Just(Frame::Null),
         any::<bool>().prop_map(Frame::Boolean),
         any::<f64>()
@@ -56,12 +56,12 @@ fn downgrade(frame: &Frame) -> Frame {
     let all = |items: &[Frame]| items.iter().map(downgrade).collect();
     match frame {
         Frame::Boolean(value) => Frame::Integer(i64::from(*value)),
-        Frame::Double(value) => Frame::Bulk(format!("{value}").into_bytes()),
-        Frame::BigNumber(digits) => Frame::Bulk(digits.clone()),
+        Frame::Double(value) => Frame::Bulk(format!("{value}").into_bytes().into()),
+        Frame::BigNumber(digits) => Frame::Bulk(digits.clone().into()),
         Frame::BulkError(text) => Frame::Error(
             text.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }).collect(),
         ),
-        Frame::Verbatim { text, .. } => Frame::Bulk(text.clone()),
+        Frame::Verbatim { text, .. } => Frame::Bulk(text.clone().into()),
         Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => Frame::Array(all(items)),
         Frame::Map(pairs) => {
             Frame::Array(pairs.iter().flat_map(|(k, v)| [downgrade(k), downgrade(v)]).collect())
@@ -102,7 +102,7 @@ proptest! {
 
     #[test]
     fn requests_decode_and_parse_at_any_split(words in vec(blob(), 1..5), cut in any::<prop::sample::Index>()) {
-        let frame = Frame::Array(words.iter().cloned().map(Frame::Bulk).collect());
+        let frame = Frame::Array(words.iter().cloned().map(|w| Frame::Bulk(w.into())).collect());
         let bytes = to_bytes(&frame, Protocol::Resp2);
         let cut = cut.index(bytes.len());
         let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::default());
@@ -143,7 +143,7 @@ proptest! {
     ) {
         let mut words = vec![name.as_bytes().to_vec()];
         words.extend(args);
-        if let Err(err) = parse(words, &Limits::default()) {
+        if let Err(err) = parse(words.into_iter().map(Into::into).collect(), &Limits::default()) {
             let line = to_bytes(&err.reply_frame(), Protocol::Resp2);
             prop_assert!(line.starts_with(b"-") && line.ends_with(b"\r\n"));
             prop_assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);

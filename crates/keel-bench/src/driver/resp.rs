@@ -57,7 +57,7 @@ impl RespConn {
     /// Sends one command and waits for its reply; an error reply becomes `Server`.
     pub async fn call(&mut self, args: &[&[u8]]) -> Result<Frame, DriverError> {
         assert!(!args.is_empty(), "a command needs a name");
-        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(a.to_vec())).collect());
+        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(a.to_vec().into())).collect());
         self.write_buf.clear();
         encode(&frame, Protocol::Resp2, &mut self.write_buf);
         let reply = tokio::time::timeout(REQUEST_TIMEOUT, self.round_trip())

@@ -234,7 +234,7 @@ mod tests {
     }
 
     fn put(epoch: u64, index: u64) -> Entry {
-        write(epoch, index, Command::Put { key: b"k".to_vec(), value: b"v".to_vec() })
+        write(epoch, index, Command::Put { key: b"k".to_vec().into(), value: b"v".to_vec().into() })
     }
 
     fn append(epoch: u64, prev: (u64, u64), entries: Vec<Entry>) -> Message {
@@ -259,7 +259,7 @@ mod tests {
             (append(3, (2, 4), vec![put(1, 5)]), "entry epochs go back or past the sender's epoch"),
             (append(3, (2, 4), vec![put(4, 5)]), "entry epochs go back or past the sender's epoch"),
             (
-                append(3, (2, 4), vec![write(3, 5, Command::Get { key: b"k".to_vec() })]),
+                append(3, (2, 4), vec![write(3, 5, Command::Get { key: b"k".to_vec().into() })]),
                 "a read inside a log entry",
             ),
             (append(u64::MAX, (2, 4), vec![]), "epoch out of range"),

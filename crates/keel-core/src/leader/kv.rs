@@ -211,11 +211,11 @@ impl Kv {
             }
             Command::Incr { delta, .. } => {
                 let value = incremented(current_value.as_deref(), *delta)?;
-                (Some(value.to_string().into_bytes()), CommandResult::Counter { value, version })
+                (Some(value.to_string().into()), CommandResult::Counter { value, version })
             }
             Command::Get { .. } | Command::Scan { .. } => panic!("a read command in the log"),
         };
-        let key = command.key().to_vec();
+        let key = command.key().clone();
         let item = Item { value: new_value, version };
         self.before_change(&key);
         self.account(&key, &item, true);
@@ -355,8 +355,8 @@ impl Kv {
         let mut items = Vec::new();
         let mut needed = LogIndex::ZERO;
         let limit = usize::try_from(limit).expect("fits");
-        for (key, item) in self.items.range(start.to_vec()..) {
-            if end.is_some_and(|end| key.as_slice() >= end) || items.len() >= limit {
+        for (key, item) in self.items.range::<[u8], _>((Bound::Included(start), Bound::Unbounded)) {
+            if end.is_some_and(|end| &key[..] >= end) || items.len() >= limit {
                 break;
             }
             needed = needed.max(item.version.index);
@@ -613,7 +613,7 @@ fn advance_snapshot(
 ) -> bool {
     let start = out.len();
     let lower = match &cursor.done_through {
-        Some(key) => Bound::Excluded(key.as_slice()),
+        Some(key) => Bound::Excluded(&key[..]),
         None => Bound::Unbounded,
     };
     let range = (lower, Bound::Unbounded);
@@ -753,7 +753,8 @@ mod tests {
     }
 
     fn put(key: &str, value: &str) -> Command {
-        Command::Put { key: key.into(), value: value.into() }
+        let (key, value) = (key.as_bytes(), value.as_bytes());
+        Command::Put { key: Key::copy_from_slice(key), value: Value::copy_from_slice(value) }
     }
 
     #[test]
@@ -792,7 +793,7 @@ mod tests {
         let first = kv.apply(&write(1, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
         let retry = kv.apply(&write(2, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
         assert_eq!(first, retry);
-        assert_eq!(kv.get(b"c").0, Some(b"1".to_vec()));
+        assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"1")));
         let stale = kv.apply(&write(3, 9, 0, put("c", "9")));
         assert!(matches!(stale, Applied::Write(Err(KeelError::InvalidArgument(_)))));
     }
@@ -870,7 +871,7 @@ mod tests {
         kv.rollback_after(LogIndex(2), Epoch(1));
         assert_eq!(kv.applied_index(), LogIndex(2));
         assert_eq!(kv.digest_at(LogIndex(2)), digest2);
-        assert_eq!(kv.get(b"a").0, Some(b"1".to_vec()));
+        assert_eq!(kv.get(b"a").0, Some(Value::from_static(b"1")));
         let restored = Kv::decode(&bytes2, Version::new(1, 2), 10).unwrap();
         assert_eq!(restored.digest_at(LogIndex(2)), digest2);
         assert_eq!(restored.dedup(ClientId(1)).unwrap().request, RequestId(2));
@@ -892,7 +893,7 @@ mod tests {
         let (items, _) = Kv::decode(&kv.encode_at(LogIndex(2)), Version::new(1, 2), 10)
             .unwrap()
             .scan(b"", None, 10);
-        let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_slice()).collect();
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| &k[..]).collect();
         assert_eq!(keys, [b"b".as_slice(), b"d".as_slice()]);
     }
 
@@ -911,7 +912,7 @@ mod tests {
         kv.apply(&write(8, 1, 8, put("a", "new"))); // already encoded
         while !kv.continue_snapshot(1, &mut out) {}
         assert_eq!(out, expected);
-        assert_eq!(kv.get(b"c").0, Some(b"new".to_vec()), "the live state moved on");
+        assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"new")), "the live state moved on");
     }
 
     #[test]
@@ -927,10 +928,10 @@ mod tests {
     fn random_entry(index: u64, op: u8, key: u8, arg: i8) -> Entry {
         let key = vec![b'a' + key];
         let command = match op {
-            0 => Command::Put { key, value: arg.to_string().into_bytes() },
-            1 => Command::Delete { key },
-            2 => Command::Incr { key, delta: i64::from(arg) },
-            _ => Command::Cas { key, expected: None, new: b"x".to_vec() },
+            0 => Command::Put { key: key.into(), value: arg.to_string().into_bytes().into() },
+            1 => Command::Delete { key: key.into() },
+            2 => Command::Incr { key: key.into(), delta: i64::from(arg) },
+            _ => Command::Cas { key: key.into(), expected: None, new: b"x".to_vec().into() },
         };
         // Few clients with repeating request ids exercise dedup and eviction too.
         write(index, u64::from(key_client(arg)), index / 2 + 1, command)

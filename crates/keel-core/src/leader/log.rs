@@ -20,7 +20,7 @@ fn entry_bytes(entry: &Entry) -> u64 {
     let EntryPayload::Write { command, .. } = &entry.payload else { return OVERHEAD };
     let value = match command {
         Command::Put { value, .. } => value.len(),
-        Command::Cas { expected, new, .. } => expected.as_ref().map_or(0, Vec::len) + new.len(),
+        Command::Cas { expected, new, .. } => expected.as_ref().map_or(0, |v| v.len()) + new.len(),
         _ => 0,
     };
     OVERHEAD + (command.key().len() + value) as u64

@@ -40,13 +40,23 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
 
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        (key(), vec(any::<u8>(), 0..8)).prop_map(|(key, value)| Command::Put { key, value }),
-        key().prop_map(|key| Command::Delete { key }),
-        (key(), any::<i64>()).prop_map(|(key, delta)| Command::Incr { key, delta }),
-        (key(), proptest::option::of(vec(any::<u8>(), 0..4)), vec(any::<u8>(), 0..4))
-            .prop_map(|(key, expected, new)| Command::Cas { key, expected, new }),
-        key().prop_map(|key| Command::Get { key }),
-        (key(), any::<u32>()).prop_map(|(start, limit)| Command::Scan { start, end: None, limit }),
+        (key(), vec(any::<u8>(), 0..8))
+            .prop_map(|(key, value)| Command::Put { key: key.into(), value: value.into() }),
+        key().prop_map(|key| Command::Delete { key: key.into() }),
+        (key(), any::<i64>()).prop_map(|(key, delta)| Command::Incr { key: key.into(), delta }),
+        (key(), proptest::option::of(vec(any::<u8>(), 0..4)), vec(any::<u8>(), 0..4)).prop_map(
+            |(key, expected, new)| Command::Cas {
+                key: key.into(),
+                expected: expected.map(Into::into),
+                new: new.into()
+            }
+        ),
+        key().prop_map(|key| Command::Get { key: key.into() }),
+        (key(), any::<u32>()).prop_map(|(start, limit)| Command::Scan {
+            start: start.into(),
+            end: None,
+            limit
+        }),
     ]
 }
 
@@ -293,7 +303,7 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
                         client: ClientId(1),
                         request: RequestId(1),
                         durability: Durability::Memory,
-                        command: Command::Get { key: b"k".to_vec() },
+                        command: Command::Get { key: b"k".to_vec().into() },
                     },
                 }],
                 commit_index: last,

@@ -10,7 +10,7 @@ use keel_exec::{Completion, Front, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError,
-    LogIndex, NodeId, ReadLevel, RequestId, Version,
+    Key, LogIndex, NodeId, ReadLevel, RequestId, Value, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -380,7 +380,10 @@ impl Cluster {
         let request = self.next_tag;
         self.request(
             node,
-            Command::Put { key: key.into(), value: value.into() },
+            Command::Put {
+                key: Key::copy_from_slice(key.as_bytes()),
+                value: Value::copy_from_slice(value.as_bytes()),
+            },
             Some(durability),
             None,
             1,
@@ -389,7 +392,14 @@ impl Cluster {
     }
 
     fn get(&mut self, node: NodeId, key: &str, level: ReadLevel) -> RequestTag {
-        self.request(node, Command::Get { key: key.into() }, None, Some(level), 2, 0)
+        self.request(
+            node,
+            Command::Get { key: Key::copy_from_slice(key.as_bytes()) },
+            None,
+            Some(level),
+            2,
+            0,
+        )
     }
 
     fn reply(&self, tag: RequestTag) -> Option<&ClientReply> {
@@ -401,7 +411,7 @@ impl Cluster {
         self.reply(tag).unwrap().clone()
     }
 
-    fn value_of(reply: &ClientReply) -> Option<Vec<u8>> {
+    fn value_of(reply: &ClientReply) -> Option<Value> {
         match &reply.result {
             Ok(CommandResult::Value { value, .. }) => value.clone(),
             other => panic!("not a value: {other:?}"),
@@ -516,14 +526,14 @@ fn reads_at_each_level_and_forwarding() {
     let any = c.get(follower, "k", ReadLevel::Any);
     let any = c.reply(any).expect("any is served at once").clone();
     assert_eq!(any.served_by, follower);
-    assert_eq!(Cluster::value_of(&any), Some(b"v1".to_vec()));
+    assert_eq!(Cluster::value_of(&any), Some(Value::from_static(b"v1")));
     // Not yet durable: the follower forwards, the leader runs a round.
     let mono = c.get(follower, "k", ReadLevel::Monotonic);
     assert!(c.reply(mono).is_none());
     let mono = c.await_reply(mono, 500);
     assert_eq!(mono.served_by, leader);
     assert!(mono.durability_round);
-    assert_eq!(Cluster::value_of(&mono), Some(b"v1".to_vec()));
+    assert_eq!(Cluster::value_of(&mono), Some(Value::from_static(b"v1")));
     // Now durable: the follower serves it itself once its durable index catches up.
     c.run_for(100);
     let mono = c.get(follower, "k", ReadLevel::Monotonic);
@@ -637,7 +647,7 @@ fn a_deposed_leaders_undurable_suffix_is_rolled_back() {
     }
     assert_eq!(
         c.engine(old).read_applied(b"k").unwrap().0,
-        Some(b"lost4".to_vec()),
+        Some(Value::from_static(b"lost4")),
         "applied before durable"
     );
     assert!(c.run_until_cond(3_000, |c| c.leader().is_some_and(|l| l != old)));
@@ -646,7 +656,7 @@ fn a_deposed_leaders_undurable_suffix_is_rolled_back() {
     c.await_reply(tag, 500);
     c.heal();
     let ok = c.run_until_cond(3_000, |c| {
-        c.engine(old).read_applied(b"k").unwrap().0 == Some(b"new".to_vec())
+        c.engine(old).read_applied(b"k").unwrap().0 == Some(b"new".to_vec().into())
     });
     assert!(ok, "the old leader adopts the new leader's log");
     assert!(c.engine(old).counters().rolled_back_entries >= 5);
@@ -679,9 +689,9 @@ fn a_restarted_cluster_recovers_what_was_durable() {
     }
     let leader = c.await_leader();
     let read = c.get(leader, "k", ReadLevel::Linearizable);
-    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(b"v".to_vec()));
+    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(Value::from_static(b"v")));
     let read = c.get(leader, "n", ReadLevel::Monotonic);
-    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(b"5".to_vec()));
+    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(Value::from_static(b"5")));
 }
 
 #[test]
@@ -750,7 +760,7 @@ fn a_retried_write_is_applied_once() {
     let retry = c.request(leader, incr, Some(Durability::Replicated), None, 7, 1);
     let retry = c.await_reply(retry, 100);
     assert_eq!(first.result, retry.result);
-    assert_eq!(c.engine(leader).read_applied(b"n").unwrap().0, Some(b"1".to_vec()));
+    assert_eq!(c.engine(leader).read_applied(b"n").unwrap().0, Some(Value::from_static(b"1")));
 }
 
 #[test]
@@ -775,7 +785,7 @@ fn a_write_that_waits_too_long_times_out_and_its_retry_is_answered_once() {
     let retry = c.request(leader, incr, Some(Durability::Durable), None, 7, 1);
     let retry = c.await_reply(retry, 1_000);
     assert!(matches!(retry.result, Ok(CommandResult::Counter { value: 1, .. })), "{retry:?}");
-    assert_eq!(c.engine(leader).read_applied(b"n").unwrap().0, Some(b"1".to_vec()));
+    assert_eq!(c.engine(leader).read_applied(b"n").unwrap().0, Some(Value::from_static(b"1")));
 }
 
 #[test]
@@ -856,7 +866,7 @@ fn scans_are_ordered_and_make_what_they_return_durable() {
     let reply = c.await_reply(tag, 500);
     assert!(reply.durability_round);
     let Ok(CommandResult::Items { items }) = reply.result else { panic!("not items") };
-    let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_slice()).collect();
+    let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| &k[..]).collect();
     assert_eq!(keys, vec![b"a".as_slice(), b"b".as_slice()]);
 }
 
@@ -887,7 +897,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
                 if rng.range(0, 2) == 0 {
                     let value = format!("v{round}").into_bytes();
                     let durability = Durability::ALL[rng.range(0, 3) as usize];
-                    let cmd = Command::Put { key: key.clone(), value: value.clone() };
+                    let cmd = Command::Put { key: key.clone().into(), value: value.clone().into() };
                     let tag = c.request(node, cmd, Some(durability), None, seed * 100 + 1, request);
                     request += 1;
                     let track = (durability == Durability::Durable).then(|| (key.clone(), value));
@@ -895,7 +905,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
                 } else {
                     let tag = c.request(
                         node,
-                        Command::Get { key: key.clone() },
+                        Command::Get { key: key.clone().into() },
                         None,
                         Some(ReadLevel::Monotonic),
                         2,
@@ -1031,11 +1041,12 @@ fn hasty_removal_exposes_a_stale_read_and_the_safe_timeout_does_not() {
         c.put(leader, "a", "a2", Durability::Memory);
         let newer = c.get(leader, "a", ReadLevel::Monotonic);
         let newer = c.await_reply(newer, 1_000);
-        assert_eq!(Cluster::value_of(&newer), Some(b"a2".to_vec()));
+        assert_eq!(Cluster::value_of(&newer), Some(Value::from_static(b"a2")));
         let stale = c.get(follower, "a", ReadLevel::Monotonic);
         let stale = c.reply(stale).cloned();
-        let served_a1 = stale
-            .is_some_and(|r| r.result.is_ok() && Cluster::value_of(&r) == Some(b"a1".to_vec()));
+        let served_a1 = stale.is_some_and(|r| {
+            r.result.is_ok() && Cluster::value_of(&r) == Some(Value::from_static(b"a1"))
+        });
         assert_eq!(served_a1, hasty, "hasty={hasty}: a stale read after a2 was read");
     }
 }
@@ -1090,7 +1101,7 @@ fn figure_1i_a_read_write_survives_a_crash_and_an_election_without_it() {
     c.await_reply(tag, 200);
     let read = c.get(leader, "b", ReadLevel::Monotonic);
     let read = c.await_reply(read, 2_000);
-    assert_eq!(Cluster::value_of(&read), Some(b"b".to_vec()));
+    assert_eq!(Cluster::value_of(&read), Some(Value::from_static(b"b")));
     assert!(read.durability_round);
     // The leader and S3 crash; S2, S3 and the two slow nodes must elect someone with b.
     c.crash(leader);
@@ -1100,7 +1111,7 @@ fn figure_1i_a_read_write_survives_a_crash_and_an_election_without_it() {
     let new = c.await_leader();
     assert_ne!(new, leader);
     let again = c.get(new, "b", ReadLevel::Linearizable);
-    assert_eq!(Cluster::value_of(&c.await_reply(again, 2_000)), Some(b"b".to_vec()));
+    assert_eq!(Cluster::value_of(&c.await_reply(again, 2_000)), Some(Value::from_static(b"b")));
     assert!(c.engine(s2).read_applied(b"b").is_some());
 }
 
@@ -1161,7 +1172,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
             client: ClientId(9),
             request: RequestId(index),
             durability: Durability::Memory,
-            command: Command::Put { key: key.into(), value: "v".into() },
+            command: Command::Put { key: Key::copy_from_slice(key.as_bytes()), value: "v".into() },
         },
     };
     // Leader 2 of epoch 1 sends entries 1..=2 with durable index 2; node 1 is not granted a
@@ -1226,7 +1237,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
     now = now + Span::from_millis(1);
     let out = engine.step(now, Input::LogSynced { index: LogIndex(3) });
     let reply = out.replies.iter().find(|r| r.tag == RequestTag(1)).expect("served after fsync");
-    assert_eq!(Cluster::value_of(reply), Some(b"v".to_vec()));
+    assert_eq!(Cluster::value_of(reply), Some(Value::from_static(b"v")));
     assert!(engine.status().persisted_index >= engine.status().durable_index);
 }
 
@@ -1259,7 +1270,7 @@ fn leases_hold_and_mark_outs_complete_when_the_round_trip_exceeds_the_heartbeat(
         let tag = c.get(*follower, "k", ReadLevel::Monotonic);
         let reply = c.await_reply(tag, 10);
         assert_eq!(reply.served_by, *follower, "served locally, not forwarded");
-        assert_eq!(Cluster::value_of(&reply), Some(b"v".to_vec()));
+        assert_eq!(Cluster::value_of(&reply), Some(Value::from_static(b"v")));
     }
 
     // A follower with a slow disk is marked out; it keeps answering heartbeats, so only its

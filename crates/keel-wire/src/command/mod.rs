@@ -22,6 +22,7 @@ mod parse;
 pub use parse::{parse, parse_frame};
 
 use crate::resp::{Frame, Protocol};
+use bytes::Bytes;
 use keel_types::level::UnknownName;
 use keel_types::{Command, Durability, KeelError, Key, ReadLevel, Value};
 
@@ -38,21 +39,21 @@ pub enum ClientCommand {
     /// `PING [message]`: `+PONG`, or the message as a bulk string.
     Ping {
         /// The message to echo, if any.
-        message: Option<Vec<u8>>,
+        message: Option<Bytes>,
     },
     /// `ECHO message`.
     Echo {
         /// The message to echo.
-        message: Vec<u8>,
+        message: Bytes,
     },
     /// `HELLO [protover [AUTH username password] [SETNAME name]]`.
     Hello {
         /// The protocol asked for; `None` keeps the current one.
         protocol: Option<Protocol>,
         /// `(username, password)` if given.
-        auth: Option<(Vec<u8>, Vec<u8>)>,
+        auth: Option<(Bytes, Bytes)>,
         /// The connection's new name, if given.
-        client_name: Option<Vec<u8>>,
+        client_name: Option<Bytes>,
     },
     /// `GET key [LEVEL level] [WITHVERSION]`.
     Get {
@@ -136,7 +137,7 @@ pub enum ClientCommand {
     /// asks at start-up).
     ConfigGet {
         /// The parameters asked for.
-        parameters: Vec<Vec<u8>>,
+        parameters: Vec<Bytes>,
     },
     /// `SELECT index`: the connection's keyspace from now on (a keyspace the node does
     /// not host is refused by the server with Redis's error).
@@ -154,7 +155,7 @@ pub enum ClientCommand {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientSubcommand {
     /// `CLIENT SETNAME name`.
-    SetName(Vec<u8>),
+    SetName(Bytes),
     /// `CLIENT GETNAME`.
     GetName,
     /// `CLIENT ID`.
@@ -164,7 +165,7 @@ pub enum ClientSubcommand {
         /// `LIB-NAME` or `LIB-VER`, lowercased.
         attribute: String,
         /// Its value.
-        value: Vec<u8>,
+        value: Bytes,
     },
     /// Any other subcommand, lowercased; answered `+OK` (harmless for Keel).
     Other(String),
@@ -178,9 +179,9 @@ pub enum CommandQuery {
     /// `COMMAND COUNT`.
     Count,
     /// `COMMAND DOCS [name ...]`.
-    Docs(Vec<Vec<u8>>),
+    Docs(Vec<Bytes>),
     /// `COMMAND INFO [name ...]`.
-    Info(Vec<Vec<u8>>),
+    Info(Vec<Bytes>),
 }
 
 /// What a data command asks of the engine: one operation per key, and its options.

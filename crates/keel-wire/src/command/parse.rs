@@ -7,13 +7,14 @@ use super::{
 };
 use crate::num::parse_i64;
 use crate::resp::{Frame, Protocol};
+use bytes::Bytes;
 use keel_types::{Durability, Key, Limits, ReadLevel, Value};
 
 /// Longest command name Keel knows (`keel.status`); longer names are unknown.
 const NAME_BYTES_MAX: usize = 16;
 
 /// The words of one request after its name, consumed front to back.
-type Words = std::vec::IntoIter<Vec<u8>>;
+type Words = std::vec::IntoIter<Bytes>;
 
 /// Parses a decoded request frame: an array of bulk strings.
 pub fn parse_frame(frame: Frame, limits: &Limits) -> Result<ClientCommand, CommandError> {
@@ -31,7 +32,7 @@ pub fn parse_frame(frame: Frame, limits: &Limits) -> Result<ClientCommand, Comma
 }
 
 /// Parses a request given as its words, the command name first.
-pub fn parse(words: Vec<Vec<u8>>, limits: &Limits) -> Result<ClientCommand, CommandError> {
+pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, CommandError> {
     let Some(raw_name) = words.first() else {
         return Err(CommandError::Empty);
     };
@@ -71,7 +72,7 @@ fn lowercase(bytes: &[u8]) -> String {
 }
 
 /// Redis's "unknown command" error: the name and the first arguments, quoted.
-fn unknown_command(raw_name: &[u8], args: &[Vec<u8>]) -> CommandError {
+fn unknown_command(raw_name: &[u8], args: &[Bytes]) -> CommandError {
     let name_len = raw_name.len().min(ERROR_NAME_BYTES_MAX);
     let name = String::from_utf8_lossy(&raw_name[..name_len]).into_owned();
     let mut shown = String::new();
@@ -110,16 +111,16 @@ fn at_least(name: &str, count: usize, min: usize) -> Result<(), CommandError> {
 }
 
 /// The next word; callers have checked the count, so a missing one is a syntax error.
-fn next(words: &mut Words) -> Result<Vec<u8>, CommandError> {
+fn next(words: &mut Words) -> Result<Bytes, CommandError> {
     words.next().ok_or(CommandError::Syntax)
 }
 
-fn key(bytes: Vec<u8>, limits: &Limits) -> Result<Key, CommandError> {
+fn key(bytes: Bytes, limits: &Limits) -> Result<Key, CommandError> {
     limits.check_key(&bytes).map_err(CommandError::Invalid)?;
     Ok(bytes)
 }
 
-fn value(bytes: Vec<u8>, limits: &Limits) -> Result<Value, CommandError> {
+fn value(bytes: Bytes, limits: &Limits) -> Result<Value, CommandError> {
     limits.check_value(&bytes).map_err(CommandError::Invalid)?;
     Ok(bytes)
 }
@@ -250,7 +251,7 @@ fn incr(
 
 fn mget(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
     at_least("mget", count, 1)?;
-    let mut words: Vec<Vec<u8>> = words.collect();
+    let mut words: Vec<Bytes> = words.collect();
     let mut level = None;
     if words.len() >= 3 && is(&words[words.len() - 2], "level") {
         let word = words.pop().expect("at least three words");
@@ -264,11 +265,11 @@ fn mget(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, Co
 
 /// Reads an argument that may be a sentinel (`-nil`, `+inf`): `None` for the sentinel,
 /// the argument less its first byte when it starts with the escape (`--`, `++`).
-fn sentinel(word: Vec<u8>, sentinel: &[u8], escape: &[u8]) -> Option<Vec<u8>> {
+fn sentinel(word: Bytes, sentinel: &[u8], escape: &[u8]) -> Option<Bytes> {
     if word == sentinel {
         None
     } else if word.starts_with(escape) {
-        Some(word[1..].to_vec())
+        Some(word.slice(1..))
     } else {
         Some(word)
     }

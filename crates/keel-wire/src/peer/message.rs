@@ -130,7 +130,7 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
 }
 
 fn read_text(reader: &mut Reader<'_>, what: &'static str) -> Result<String, PeerError> {
-    let bytes = reader.bytes(what, TEXT_BYTES_MAX)?;
+    let bytes = reader.bytes_vec(what, TEXT_BYTES_MAX)?;
     String::from_utf8(bytes).map_err(|_| PeerError::InvalidUtf8(what))
 }
 
@@ -286,7 +286,7 @@ pub(super) fn read_message(
             meta: SnapshotMeta::decode_from(reader)?,
             offset: reader.u64("snapshot offset")?,
             total: reader.u64("snapshot length")?,
-            data: reader.bytes("snapshot data", u32::MAX)?,
+            data: reader.bytes_vec("snapshot data", u32::MAX)?,
         },
         TAG_INSTALL_SNAPSHOT_REPLY => Message::InstallSnapshotReply {
             epoch: epoch(reader)?,
@@ -549,8 +549,8 @@ pub(crate) mod strategies {
     use proptest::option;
     use proptest::prelude::*;
 
-    fn bytes() -> impl Strategy<Value = Vec<u8>> {
-        vec(any::<u8>(), 0..8)
+    fn bytes() -> impl Strategy<Value = bytes::Bytes> {
+        vec(any::<u8>(), 0..8).prop_map(bytes::Bytes::from)
     }
 
     fn version() -> impl Strategy<Value = Version> {
@@ -737,7 +737,7 @@ pub(crate) mod strategies {
                     meta: SnapshotMeta { last_index: LogIndex(li), last_epoch: Epoch(le) },
                     offset,
                     total,
-                    data,
+                    data: data.to_vec(),
                 }
             }),
             any::<[u64; 3]>().prop_map(|[e, li, received]| Message::InstallSnapshotReply {
@@ -811,7 +811,9 @@ mod tests {
         noop.encode_to(&mut bytes);
         assert_eq!(bytes.len() as u64, ENTRY_BYTES_MIN);
         bytes.clear();
-        let items = CommandResult::Items { items: vec![(vec![], vec![], Version::default())] };
+        let items = CommandResult::Items {
+            items: vec![(vec![].into(), vec![].into(), Version::default())],
+        };
         put_result(&mut bytes, &items);
         assert_eq!(bytes.len() as u64, 1 + 4 + SCAN_ITEM_BYTES_MIN);
     }

@@ -261,12 +261,14 @@ impl Decoder {
         if &buf[data_end..end] != b"\r\n" {
             return Err(ProtocolError::MissingCrlf);
         }
-        let data = buf[after..data_end].to_vec();
-        debug_assert_eq!(data.len() as u64, len, "copied exactly what the header announced");
+        let data = &buf[after..data_end];
+        debug_assert_eq!(data.len() as u64, len, "exactly what the header announced");
+        // Copied once, exactly sized: a value kept in the log or the state machine never
+        // holds a read buffer alive.
         let frame = match type_byte {
-            b'$' => Frame::Bulk(data),
-            b'!' => Frame::BulkError(data),
-            _ => verbatim(data)?,
+            b'$' => Frame::Bulk(bytes::Bytes::copy_from_slice(data)),
+            b'!' => Frame::BulkError(data.to_vec()),
+            _ => verbatim(data.to_vec())?,
         };
         Ok(Some((Element::Done(frame), end)))
     }
@@ -293,7 +295,7 @@ impl Decoder {
         if words.is_empty() {
             return Ok(Some((Element::Skip, after)));
         }
-        let frame = Frame::Array(words.into_iter().map(Frame::Bulk).collect());
+        let frame = Frame::Array(words.into_iter().map(|w| Frame::Bulk(w.into())).collect());
         Ok(Some((Element::Done(frame), after)))
     }
 }

@@ -55,8 +55,9 @@ pub enum Frame {
     Error(Vec<u8>),
     /// `:42\r\n`: a signed 64-bit integer.
     Integer(i64),
-    /// `$3\r\nfoo\r\n`: a binary-safe string.
-    Bulk(Vec<u8>),
+    /// `$3\r\nfoo\r\n`: a binary-safe string (shared: a key or value goes from the
+    /// request frame into the command, and from the state machine into a reply, uncopied).
+    Bulk(bytes::Bytes),
     /// RESP3 `_\r\n`; RESP2 writes the null bulk string `$-1\r\n`. Both decode to this.
     Null,
     /// RESP2's null array `*-1\r\n`; RESP3 writes `_\r\n` (which decodes to [`Frame::Null`]).
@@ -106,9 +107,10 @@ impl Frame {
         Frame::Error(text.as_bytes().to_vec())
     }
 
-    /// A bulk string from bytes.
-    pub fn bulk(bytes: impl Into<Vec<u8>>) -> Frame {
-        Frame::Bulk(bytes.into())
+    /// A bulk string, copied from `bytes` (a [`Frame::Bulk`] made from a `Bytes` it is
+    /// given shares it instead).
+    pub fn bulk(bytes: impl AsRef<[u8]>) -> Frame {
+        Frame::Bulk(bytes::Bytes::copy_from_slice(bytes.as_ref()))
     }
 
     /// `+OK`.
