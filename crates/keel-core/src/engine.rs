@@ -397,6 +397,15 @@ pub trait Engine: Sized + Send + 'static {
     /// The status document and metrics.
     fn report(&self) -> Report;
 
+    /// The reply `request` would get at once, alone in a step at local time `now`, if it is
+    /// a read the engine answers without waiting (`None` otherwise: the driver steps it).
+    /// Changes nothing; drivers call it between steps, off the engine loop, with `now` no
+    /// earlier than the last step's. Engines without such reads return `None`.
+    fn read_now(&self, request: &Self::Request, now: Time) -> Option<Self::Reply> {
+        let _ = (request, now);
+        None
+    }
+
     /// Up to `count` log entries from `from` (none below the snapshot), and the index the
     /// newest snapshot covers; engines without a log return none.
     fn log_page(&self, from: LogIndex, count: usize) -> (Vec<Entry>, LogIndex) {

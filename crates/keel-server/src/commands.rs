@@ -34,9 +34,9 @@ use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// How long a status or log query may wait for room in the engine's queue.
 pub const QUERY_WAIT: Duration = Duration::from_secs(2);
@@ -85,6 +85,41 @@ impl Pending {
     }
 }
 
+/// How many replies a connection's writer has resolved, for its reader to wait on (one
+/// waiter: the reader; an atomic and a permit per reply, no lock).
+#[derive(Debug, Default)]
+pub struct Resolved {
+    count: AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Resolved {
+    /// One more reply resolved.
+    pub fn one_more(&self) {
+        self.count.fetch_add(1, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// The writer stopped: nothing will be resolved any more, and no one need wait.
+    pub fn stopped(&self) {
+        self.count.store(u64::MAX, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Replies resolved so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Waits until the reply at position `at` (from 0) is resolved.
+    pub async fn wait_past(&self, at: u64) {
+        // A permit left by `one_more` before this waits makes `notified` return at once.
+        while self.count() <= at {
+            self.notify.notified().await;
+        }
+    }
+}
+
 /// One connection's state.
 #[derive(Debug)]
 pub struct Conn {
@@ -98,11 +133,14 @@ pub struct Conn {
     node: KeyspaceHandle,
     limits: Limits,
     /// Replies the connection's writer has resolved so far (every reply, in order).
-    resolved: watch::Receiver<u64>,
+    resolved: Arc<Resolved>,
     /// Replies queued so far: the position of the next request.
     queued: u64,
     /// The kind and position of the last request sent to an engine.
     last_sent: Option<(Kind, u64)>,
+    /// The position of the last request that went through an engine loop (not answered
+    /// off it).
+    last_looped: Option<u64>,
 }
 
 /// What may run concurrently within one connection's pipeline: requests of one kind
@@ -122,7 +160,7 @@ impl Conn {
         client_id: u64,
         keyspaces: Arc<Keyspaces>,
         limits: Limits,
-        resolved: watch::Receiver<u64>,
+        resolved: Arc<Resolved>,
     ) -> Conn {
         Conn {
             protocol: Protocol::Resp2,
@@ -135,6 +173,7 @@ impl Conn {
             resolved,
             queued: 0,
             last_sent: None,
+            last_looped: None,
         }
     }
 
@@ -152,10 +191,18 @@ impl Conn {
         if let Some((last, at)) = self.last_sent {
             if last != kind {
                 // The writer stops only with the connection, and then nothing is sent.
-                let _ = self.resolved.wait_for(|resolved| *resolved > at).await;
+                self.resolved.wait_past(at).await;
             }
         }
         self.last_sent = Some((kind, position));
+    }
+
+    /// Whether a read may be answered off the engine loop: every earlier request that
+    /// went through a loop is answered. A read answered at once must not overtake one
+    /// still waiting in the loop (a read waiting for a durability round is executed when
+    /// served, and a pipeline's replies reflect its commands in order).
+    fn loop_idle(&self) -> bool {
+        self.last_looped.is_none_or(|at| self.resolved.count() > at)
     }
 
     /// The keyspace the connection's commands go to.
@@ -293,7 +340,8 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         other => return admin(conn, other.clone()),
     };
     conn.order(kind).await;
-    let node = conn.node.clone();
+    let loop_idle = conn.loop_idle();
+    let looped_before = conn.last_looped.replace(conn.queued);
     let submit = |command: Command| Submit {
         client: pair.0,
         request: pair.1,
@@ -304,38 +352,48 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
     let later = |future: ReplyFuture| Pending::later(future, protocol);
     match command {
         ClientCommand::Get { key, level, with_version } => {
-            let sent = node.send(Submit { level, ..submit(Command::Get { key }) });
+            let submit = Submit { level, ..submit(Command::Get { key }) };
+            if let Some(reply) = loop_idle.then(|| conn.node.read_now(&submit)).flatten() {
+                conn.last_looped = looped_before;
+                return Pending::ready(get_reply(Ok(reply), with_version), protocol);
+            }
+            let sent = conn.node.send(submit);
             later(Box::pin(async move { get_reply(sent.answer().await, with_version) }))
         }
         ClientCommand::Set { key, value, durability, with_version } => {
-            let sent = node.send(Submit { durability, ..submit(Command::Put { key, value }) });
+            let sent = conn.node.send(Submit { durability, ..submit(Command::Put { key, value }) });
             later(Box::pin(async move { set_reply(sent.answer().await, with_version) }))
         }
         ClientCommand::Incr { key, delta } => {
-            let sent = node.send(submit(Command::Incr { key, delta }));
+            let sent = conn.node.send(submit(Command::Incr { key, delta }));
             later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Cas { key, expected, new, durability } => {
-            let sent =
-                node.send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
+            let sent = conn
+                .node
+                .send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
             later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Scan { start, end, count, level } => {
-            let sent =
-                node.send(Submit { level, ..submit(Command::Scan { start, end, limit: count }) });
+            let sent = conn
+                .node
+                .send(Submit { level, ..submit(Command::Scan { start, end, limit: count }) });
             later(Box::pin(async move { result_reply(sent.answer().await) }))
         }
         ClientCommand::Del { keys } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(del(&node, subs)))
+            let node = &conn.node;
+            later(Box::pin(del(node, subs)))
         }
         ClientCommand::Exists { keys } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(exists(&node, subs, None)))
+            let node = &conn.node;
+            later(Box::pin(exists(node, subs, None)))
         }
         ClientCommand::MGet { keys, level } => {
             let subs = multi(conn, pair, keys);
-            later(Box::pin(mget(&node, subs, level)))
+            let node = &conn.node;
+            later(Box::pin(mget(node, subs, level)))
         }
         _ => unreachable!("admin commands returned above"),
     }
@@ -631,13 +689,14 @@ mod tests {
     use crate::driver::Event;
     use tokio::sync::mpsc;
 
-    fn conn() -> (Conn, mpsc::Receiver<Event>, watch::Sender<u64>) {
+    fn conn() -> (Conn, mpsc::Receiver<Event>, Arc<Resolved>) {
         let (events, rx) = mpsc::channel(8);
         let handle = |id: u32, events| KeyspaceHandle {
             id: KeyspaceId(id),
             name: format!("ks{id}"),
             kind: keel_core::engine::EngineKind::Orca,
             events,
+            view: None,
             metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
             node_id: keel_types::NodeId(1),
         };
@@ -647,8 +706,8 @@ mod tests {
             Arc::new(crate::metrics::Metrics::default()),
             keel_types::NodeId(1),
         );
-        let (resolved, resolved_rx) = watch::channel(0);
-        (Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved_rx), rx, resolved)
+        let resolved = Arc::new(Resolved::default());
+        (Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved.clone()), rx, resolved)
     }
 
     fn words(ws: &[&str]) -> Frame {
@@ -678,7 +737,7 @@ mod tests {
         let s = submitted(&mut rx).await;
         assert_eq!((s.client, s.request), (ClientId(7), RequestId(3)));
         writer.abort();
-        _resolved.send_replace(1); // the SET was answered: the GETs need not wait
+        _resolved.one_more(); // the SET was answered: the GETs need not wait
         let first = tokio::spawn(handle(&mut c, words(&["GET", "k"])).await.resolve());
         let second = tokio::spawn(handle(&mut c, words(&["GET", "k"])).await.resolve());
         let a = submitted(&mut rx).await;
@@ -703,9 +762,9 @@ mod tests {
         let early = futures_poll(&mut get).await;
         assert!(early.is_none(), "a read after unanswered writes waits");
         assert!(rx.try_recv().is_err(), "and is not sent");
-        resolved.send_replace(1);
+        resolved.one_more();
         assert!(futures_poll(&mut get).await.is_none(), "the second write is not answered yet");
-        resolved.send_replace(2);
+        resolved.one_more();
         let _pending = get.await;
         assert!(
             !submitted(&mut rx).await.command.is_write(),

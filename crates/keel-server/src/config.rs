@@ -298,6 +298,10 @@ pub struct ServerConfig {
     /// Most unanswered pipelined requests per connection (reading pauses past it).
     #[serde(default = "pipeline_depth_max_default")]
     pub pipeline_depth_max: u32,
+    /// Whether connections answer reads that need no step themselves, off the engine
+    /// loop (`docs/protocol.md` §7); `false` sends every request through the loop.
+    #[serde(default = "reads_off_loop_default")]
+    pub reads_off_loop: bool,
     /// Engine settings.
     #[serde(default)]
     pub engine: EngineSettings,
@@ -315,6 +319,10 @@ pub struct ServerConfig {
 fn connections_max_default() -> u32 {
     CONNECTIONS_MAX_DEFAULT
 }
+fn reads_off_loop_default() -> bool {
+    true
+}
+
 fn input_queue_max_default() -> u32 {
     INPUT_QUEUE_MAX_DEFAULT
 }
@@ -359,6 +367,7 @@ impl ServerConfig {
             peer_queue_max: PEER_QUEUE_MAX_DEFAULT,
             peer_batch_max: PEER_BATCH_MAX_DEFAULT,
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
+            reads_off_loop: true,
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
             storage: StorageSettings::default(),

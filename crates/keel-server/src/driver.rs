@@ -25,6 +25,13 @@
 //! 3. messages go to the per-peer queues (dropped when full), replies to connections;
 //! 4. memory the engine let go of is freed on a blocking task;
 //! 5. messages the engine's gate dropped are counted and logged at a bounded rate.
+//!
+//! Reads off the loop: the loop holds its engine in an [`EngineView`] and write-locks it
+//! only to step it. Between steps a connection may read-lock it (without waiting: a
+//! step under way sends the read to the loop) and ask the engine for a reply it would
+//! give at once ([`Engine::read_now`]): a `GET` whose key is durable is then answered on
+//! the connection's task, with no hop through the loop. Closed while the front holds
+//! replies behind a hard state not yet durable (as it would hold that read's reply).
 
 use crate::metrics::{KeyspaceMetrics, Metrics, OpLabel};
 use crate::peer::PeerQueues;
@@ -38,7 +45,8 @@ use keel_types::{
 };
 use keel_wire::peer::{Outgoing, PeerMessage};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -159,9 +167,45 @@ pub struct Wiring {
     pub node_metrics: Arc<Metrics>,
 }
 
+/// A keyspace's engine as the loop and the connections share it: the loop write-locks
+/// it to step it; connections read-lock it between steps to serve reads that need no
+/// step ([`ReadView`]).
+pub struct EngineView<E> {
+    engine: RwLock<E>,
+    /// Whether reads may be served off the loop now: not while the front holds replies
+    /// behind a hard state not yet durable. Written by the loop under the write lock
+    /// when it closes, read by connections under the read lock.
+    open: AtomicBool,
+}
+
+/// Reads served off the engine loop, whatever the engine kind.
+pub trait ReadView: Send + Sync + std::fmt::Debug {
+    /// The reply `request` gets at once, if the engine would answer it without waiting
+    /// and no step is under way; `None` sends it to the loop.
+    fn read_now(&self, request: &ClientRequest) -> Option<ClientReply>;
+}
+
+impl<E: Engine + Sync> ReadView for EngineView<E> {
+    fn read_now(&self, request: &ClientRequest) -> Option<ClientReply> {
+        let engine = self.engine.try_read().ok()?;
+        if !self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        // Read after the lock is taken: no earlier than the last step's time.
+        let now = monotonic_now();
+        engine.read_now(&E::Request::from(request.clone()), now).map(Into::into)
+    }
+}
+
+impl<E> std::fmt::Debug for EngineView<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineView").field("open", &self.open).finish_non_exhaustive()
+    }
+}
+
 /// A keyspace's engine loop.
 pub struct Driver<E: Engine> {
-    engine: E,
+    view: Arc<EngineView<E>>,
     front: Front<E::Message, E::Reply>,
     wiring: Wiring,
     tag_next: u64,
@@ -181,8 +225,10 @@ where
     /// A loop for `engine` (booted at [`monotonic_now`]).
     pub fn new(engine: E, wiring: Wiring) -> Driver<E> {
         assert!(!wiring.peers.contains(engine.node_id()), "no queue to itself");
+        let view =
+            Arc::new(EngineView { engine: RwLock::new(engine), open: AtomicBool::new(true) });
         Driver {
-            engine,
+            view,
             front: Front::new(HELD_MESSAGES_MAX),
             wiring,
             tag_next: 1,
@@ -244,6 +290,23 @@ where
         }
     }
 
+    /// The engine, read-locked (the loop is its only writer, so this never waits).
+    fn engine(&self) -> std::sync::RwLockReadGuard<'_, E> {
+        self.view.engine.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What connections hold to read this keyspace off the loop.
+    pub fn view(&self) -> Arc<EngineView<E>> {
+        self.view.clone()
+    }
+
+    /// Opens reads off the loop again once the front holds nothing behind a hard state.
+    fn reopen_view(&self) {
+        if !self.front.holding() && !self.view.open.load(Ordering::Relaxed) {
+            self.view.open.store(true, Ordering::Release);
+        }
+    }
+
     fn deadline(&self) -> Instant {
         // Without a wake-up asked for, tick anyway every second (harmless, bounded).
         let now = monotonic_now();
@@ -268,6 +331,7 @@ where
                 }
             }
             let done = self.front.complete(*completion);
+            self.reopen_view();
             self.send_messages(done.messages);
             self.send_replies(done.replies);
             match done.input {
@@ -345,12 +409,12 @@ where
         match event {
             Event::Client { .. } => unreachable!("client requests are batched"),
             Event::Report(reply) => {
-                let _ = reply.send(self.engine.report());
+                let _ = reply.send(self.engine().report());
                 Ok(())
             }
             Event::Log { from, count, reply } => {
                 let count = count.clamp(1, LOG_PAGE_ENTRIES_MAX) as usize;
-                let (entries, snapshot_index) = self.engine.log_page(from, count);
+                let (entries, snapshot_index) = self.engine().log_page(from, count);
                 let _ = reply.send(LogPage { entries, snapshot_index });
                 Ok(())
             }
@@ -361,7 +425,15 @@ where
         let now = monotonic_now();
         let started = Instant::now();
         let what = input_name(&input);
-        let out = self.engine.step(now, input);
+        let out = {
+            let mut engine = self.view.engine.write().unwrap_or_else(PoisonError::into_inner);
+            let out = engine.step(now, input);
+            if out.hard_state.is_some() {
+                // Its replies wait for the disk: so do reads off the loop, from now on.
+                self.view.open.store(false, Ordering::Release);
+            }
+            out
+        };
         let stepped = started.elapsed();
         let result = self.carry_out(out).await;
         let total = started.elapsed();
@@ -380,7 +452,7 @@ where
     }
 
     fn log_role_change(&mut self) {
-        let now = self.engine.role();
+        let now = self.engine().role();
         if self.seen != Some(now) {
             assert!(self.seen.is_none_or(|seen| now.epoch >= seen.epoch), "epochs never go back");
             tracing::info!(keyspace = %self.wiring.keyspace, role = now.role, epoch = now.epoch,
@@ -491,6 +563,8 @@ pub struct KeyspaceHandle {
     pub kind: keel_core::engine::EngineKind,
     /// The engine loop's input.
     pub events: mpsc::Sender<Event>,
+    /// The engine, for reads served off the loop (`None`: every request goes to the loop).
+    pub view: Option<Arc<dyn ReadView>>,
     /// The keyspace's metrics.
     pub metrics: Arc<KeyspaceMetrics>,
     /// This node.
@@ -502,6 +576,25 @@ impl KeyspaceHandle {
     /// `Busy`; a stopping node is `Unavailable`.
     pub async fn submit(&self, submit: Submit) -> Result<ClientReply, KeelError> {
         self.send(submit).answer().await
+    }
+
+    /// The reply to `submit` if the engine answers it at once and no step is under way
+    /// (a `GET` of a durable key), served here, off the loop; `None`: send it.
+    pub fn read_now(&self, submit: &Submit) -> Option<ClientReply> {
+        let view = self.view.as_ref()?;
+        let started = Instant::now();
+        let request = ClientRequest {
+            tag: keel_core::engine::RequestTag(0),
+            client: submit.client,
+            request: submit.request,
+            command: submit.command.clone(),
+            durability: submit.durability,
+            level: submit.level,
+        };
+        let reply = view.read_now(&request)?;
+        self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.record(submit.label(), "ok", started.elapsed().as_secs_f64());
+        Some(reply)
     }
 
     /// Puts a request in the engine loop's queue now (requests sent one after another

@@ -98,6 +98,8 @@ pub struct KeyspaceMetrics {
     pub input_wait_seconds: Histogram,
     /// Requests refused with `BUSY` because the engine's input queue was full.
     pub busy_refusals: AtomicU64,
+    /// Reads answered off the engine loop (`docs/protocol.md` §7).
+    pub reads_off_loop: AtomicU64,
 }
 
 impl KeyspaceMetrics {
@@ -218,6 +220,16 @@ pub fn render(out: &mut String, node: &Metrics, keyspaces: &[KeyspaceView<'_>]) 
     for ks in keyspaces {
         let value = ks.metrics.busy_refusals.load(Ordering::Relaxed);
         let _ = writeln!(out, "keel_busy_refusals_total{{keyspace=\"{}\"}} {value}", ks.id.0);
+    }
+    family(
+        out,
+        "keel_reads_off_loop_total",
+        "Reads answered by the connection between engine steps, off the engine loop.",
+        "counter",
+    );
+    for ks in keyspaces {
+        let value = ks.metrics.reads_off_loop.load(Ordering::Relaxed);
+        let _ = writeln!(out, "keel_reads_off_loop_total{{keyspace=\"{}\"}} {value}", ks.id.0);
     }
     render_engines(out, keyspaces);
     render_node(out, node);

@@ -173,7 +173,7 @@ fn start_peer_senders(config: &ServerConfig, me: NodeId, metrics: &Arc<Metrics>)
 
 /// Recovers a keyspace's storage, boots its engine of kind `E`, and builds its loop,
 /// handle and inbox.
-async fn start_keyspace<E: Engine>(
+async fn start_keyspace<E: Engine + Sync>(
     spec: KeyspaceSpec,
     engine_config: E::Config,
     shared: &Shared<'_>,
@@ -209,22 +209,24 @@ where
     let (peer_tx, peer_rx) = mpsc::channel(queue_max);
     let inbox: Box<dyn Inbox> =
         Box::new(TypedInbox::<E> { queue: peer_tx, limits: PeerLimits::default() });
+    let wiring = Wiring {
+        keyspace: spec.id,
+        storage,
+        peers: shared.peers.clone(),
+        metrics: metrics.clone(),
+        node_metrics: shared.node_metrics.clone(),
+    };
+    let driver = Driver::new(engine, wiring);
+    let view: Arc<dyn crate::driver::ReadView> = driver.view();
     let handle = KeyspaceHandle {
         id: spec.id,
         name: spec.name.clone(),
         kind: spec.engine,
         events: events_tx,
-        metrics: metrics.clone(),
+        view: config.reads_off_loop.then_some(view),
+        metrics,
         node_id: NodeId(config.node_id),
     };
-    let wiring = Wiring {
-        keyspace: spec.id,
-        storage,
-        peers: shared.peers.clone(),
-        metrics,
-        node_metrics: shared.node_metrics.clone(),
-    };
-    let driver = Driver::new(engine, wiring);
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
     Ok(Started { handle, inbox, run })
 }

@@ -20,7 +20,7 @@
 //! Keel client instead sends `KEEL.REQ <client> <seq> <command ...>` so that a retry on
 //! another connection carries the same pair (see [`crate::commands`]).
 
-use crate::commands::{self, Conn, Pending};
+use crate::commands::{self, Conn, Pending, Resolved};
 use crate::driver::Keyspaces;
 use keel_types::Limits;
 use keel_wire::resp::{encode, DecodeMode, Decoder, Frame, Protocol, RespLimits};
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 /// Bytes read from a client socket at a time.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -79,10 +79,10 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>) {
 async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
-    let (resolved, resolved_rx) = watch::channel(0u64);
-    let write_task = tokio::spawn(write_replies(writer, pending, resolved));
+    let resolved = Arc::new(Resolved::default());
+    let write_task = tokio::spawn(write_replies(writer, pending, resolved.clone()));
     let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
-    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone(), resolved_rx);
+    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone(), resolved);
     let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -121,8 +121,15 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
 async fn write_replies(
     mut writer: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Pending>,
-    resolved: watch::Sender<u64>,
+    resolved: Arc<Resolved>,
 ) {
+    struct Stopped(Arc<Resolved>);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.stopped();
+        }
+    }
+    let resolved = Stopped(resolved);
     let mut out = Vec::with_capacity(WRITE_BUFFER_BYTES_MAX);
     loop {
         let next = match pending.try_recv() {
@@ -142,7 +149,7 @@ async fn write_replies(
         let protocol: Protocol = next.protocol;
         let close = next.close;
         let frame: Frame = next.resolve().await;
-        resolved.send_modify(|n| *n += 1);
+        resolved.0.one_more();
         encode(&frame, protocol, &mut out);
         if close {
             break;

@@ -33,6 +33,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
+        reads_off_loop_ppm: 0,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));
     let leader =

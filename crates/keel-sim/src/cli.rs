@@ -78,6 +78,10 @@ pub struct RunArgs {
     /// the truncations queued after it.
     #[arg(long)]
     pub no_truncation_clamp: bool,
+    /// Negative control: every read is offered off the engine loop, which serves it
+    /// without the read-point check (data not yet durable on the active set).
+    #[arg(long)]
+    pub unchecked_view_reads: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -121,6 +125,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     let base = |seed| {
         let mut config = GeneralConfig::named(&args.scenario, seed).expect("checked above");
         config.skip_truncation_clamp = args.no_truncation_clamp;
+        config.unchecked_view_reads = args.unchecked_view_reads;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;
@@ -220,8 +225,8 @@ fn print_report(report: &RunReport, json: bool, verbose: bool) {
     let status = if report.passed() { "ok  " } else { "FAIL" };
     let _ = writeln!(
         stdout,
-        "{status} seed {} ops={} ok={} unknown={} crashes={} batches={} events={} virtual={}ms converged={} lin={}",
-        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.client_batches, report.events, report.virtual_ms, report.converged,
+        "{status} seed {} ops={} ok={} unknown={} crashes={} batches={} off-loop={} events={} virtual={}ms converged={} lin={}",
+        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.client_batches, report.reads_off_loop, report.events, report.virtual_ms, report.converged,
         report.linearizability
     );
     for v in &report.violations {

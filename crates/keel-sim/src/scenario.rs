@@ -74,6 +74,9 @@ pub struct GeneralConfig {
     /// Negative control: the effect executor reports fsyncs without clamping them below
     /// the truncations queued after them.
     pub skip_truncation_clamp: bool,
+    /// Negative control: every read is offered off the loop, where the engine skips the
+    /// read-point check (`unsafe_view_reads_unchecked`).
+    pub unchecked_view_reads: bool,
 }
 
 impl GeneralConfig {
@@ -92,6 +95,7 @@ impl GeneralConfig {
             release_unasked: false,
             keyspaces: 1,
             skip_truncation_clamp: false,
+            unchecked_view_reads: false,
         }
     }
 
@@ -155,6 +159,8 @@ pub struct RunReport {
     pub crashes: u64,
     /// Engine steps that took several client requests at once.
     pub client_batches: u64,
+    /// Reads answered off the loop (between steps).
+    pub reads_off_loop: u64,
     /// Whether the cluster converged after healing.
     pub converged: bool,
     /// The linearizability checker's verdict on the `d*` keys (`unknown`: out of budget).
@@ -223,6 +229,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
+        reads_off_loop_ppm: 500_000,
     }
 }
 
@@ -255,6 +262,7 @@ pub fn run_general<E: SimEngine<Config = Config>>(config: &GeneralConfig) -> Run
             report.virtual_ms = world.now_ns() / 1_000_000;
             report.crashes = world.stats.crashes;
             report.client_batches = world.stats.client_batches;
+            report.reads_off_loop = world.stats.reads_off_loop;
         }
     }
     report
@@ -286,6 +294,10 @@ fn general_body<E: SimEngine<Config = Config>>(
     world_config.keyspaces = config.keyspaces;
     world_config.spread_leaders = config.keyspaces > 1;
     world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
+    if config.unchecked_view_reads {
+        world_config.reads_off_loop_ppm = 1_000_000;
+        world_config.engine.unsafe_view_reads_unchecked = true;
+    }
     if config.hard_state_mode == HardStateMode::SkipSync {
         // Make the skipped fsync matter: voters crash right after voting, often.
         world_config.crash_after_vote_ppm = 1_000_000;
@@ -540,6 +552,7 @@ fn finish<E: SimEngine>(
     report.virtual_ms = world.now_ns() / 1_000_000;
     report.crashes = world.stats.crashes;
     report.client_batches = world.stats.client_batches;
+    report.reads_off_loop = world.stats.reads_off_loop;
     report.converged = converged;
     if keep {
         report.history = if world.keyspaces() > 1 {
@@ -601,7 +614,7 @@ mod tests {
 
     #[test]
     fn unguarded_bit_rot_can_lose_acknowledged_data_and_the_simulator_notices() {
-        let found = (0..400).find(|seed| !corrupted_run(*seed, Corruption::Unguarded).passed());
+        let found = (0..2000).find(|seed| !corrupted_run(*seed, Corruption::Unguarded).passed());
         assert!(found.is_some(), "no seed lost data to unguarded corruption");
     }
 }

@@ -185,6 +185,7 @@ pub fn table3_world(rng: &mut Rng) -> WorldConfig {
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
+        reads_off_loop_ppm: 0,
     }
 }
 

@@ -153,6 +153,7 @@ fn table4_world() -> WorldConfig {
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
+        reads_off_loop_ppm: 0,
     }
 }
 

@@ -71,6 +71,11 @@ pub struct WorldConfig<C = Config> {
     pub unsafe_skip_truncation_clamp: bool,
     /// Whether each keyspace prefers another leader, as a server's keyspaces do.
     pub spread_leaders: bool,
+    /// Share (ppm) of client requests a node first offers to its engine's
+    /// [`Engine::read_now`](keel_core::engine::Engine::read_now) between steps, as a
+    /// server's connections do with reads off the loop (not while the executor holds
+    /// replies behind a hard state); the rest, and those it declines, are stepped.
+    pub reads_off_loop_ppm: u32,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -216,6 +221,8 @@ pub struct WorldStats {
     /// that reach a node at the same instant, one after another, as a driver batches
     /// what waits in its input queue.
     pub client_batches: u64,
+    /// Reads answered off the loop ([`WorldConfig::reads_off_loop_ppm`]).
+    pub reads_off_loop: u64,
 }
 
 /// The simulated cluster.
@@ -525,6 +532,10 @@ impl<E: SimEngine> World<E> {
                     requests.push(request);
                 }
                 if self.is_up(node) {
+                    requests.retain(|request| !self.read_off_loop(node, ks, request));
+                    if requests.is_empty() {
+                        return None;
+                    }
                     let replica = self.replica_mut(node, ks);
                     replica.pending_tags.extend(requests.iter().map(|r| r.tag));
                     let input = if requests.len() == 1 {
@@ -809,6 +820,33 @@ impl<E: SimEngine> World<E> {
         for detail in breaches {
             self.violate("contract-message", format!("keyspace {ks}: {detail}"));
         }
+    }
+
+    /// Offers `request` to the engine between steps, as a server's connection does
+    /// (drawn at [`WorldConfig::reads_off_loop_ppm`]); whether it was answered.
+    fn read_off_loop(&mut self, node: NodeId, ks: Keyspace, request: &ClientRequest) -> bool {
+        let ppm = self.config.reads_off_loop_ppm;
+        if ppm == 0 || request.command.is_write() {
+            return false;
+        }
+        let local = self.node(node).clock.local(self.now_ns);
+        if !self.nodes[Self::slot(node)].rng.chance(ppm) {
+            return false;
+        }
+        let replica = self.replica(node, ks);
+        if replica.front.holding() {
+            return false;
+        }
+        let Some(reply) = replica.engine.as_ref().and_then(|e| e.read_now(request, local)) else {
+            return false;
+        };
+        if self.trace {
+            eprintln!("{:>12} {node}/{ks} off the loop: {request:?} -> {reply:?}", self.now_ns);
+        }
+        self.stats.reads_off_loop += 1;
+        self.replica_mut(node, ks).pending_tags.insert(request.tag);
+        self.reply(node, ks, ClientReply { tag: request.tag, ..reply });
+        true
     }
 
     fn reply(&mut self, node: NodeId, ks: Keyspace, reply: ClientReply) {

@@ -31,6 +31,7 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
+        reads_off_loop_ppm: 0,
     };
     Driver::new(World::new(config, 7))
 }

@@ -90,14 +90,6 @@ fn forge(addr: std::net::SocketAddr, message: keel_core::leader::Message) {
     let _ = stream.read_to_end(&mut rest);
 }
 
-fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).expect("the HTTP port accepts");
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
 #[test]
 fn a_forged_vote_with_an_epoch_past_the_limit_is_dropped_and_counted() {
     let (cluster, _) = common::cluster("forged", |_| {});
@@ -110,7 +102,7 @@ fn a_forged_vote_with_an_epoch_past_the_limit_is_dropped_and_counted() {
     );
     let http = target.http_addr.expect("local clusters serve HTTP");
     let counted = common::wait_until(common::CONVERGE_WAIT, || {
-        scrape(http).contains(
+        common::scrape(http).contains(
             "keel_peer_messages_rejected_total{keyspace=\"0\",reason=\"epoch out of range\"} 1",
         )
     });

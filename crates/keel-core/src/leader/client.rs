@@ -11,10 +11,57 @@
 
 use super::core::Origin;
 use super::engine::{LeaderEngine, RoleState};
-use super::io::ClientRequest;
+use super::io::{ClientReply, ClientRequest};
+use crate::time::Time;
 use keel_types::{Epoch, KeelError, NodeId, ReadLevel};
 
 impl LeaderEngine {
+    /// A read this node would answer at once from its applied state if it arrived, alone,
+    /// in a step at local time `now`; `None` for anything else (writes, reads that wait
+    /// for the lease, the no-op or a durability round, reads to forward, and invalid
+    /// requests, whose error the step gives). Changes nothing: drivers call it off the
+    /// engine loop, between steps (`docs/protocol.md` §7, reads off the loop).
+    ///
+    /// The same rules as [`LeaderEngine::on_client`] and `answer_reads`: `any` at once
+    /// (a follower only if `follower_reads`); `monotonic` at the leader under its lease,
+    /// at an active follower (if `follower_reads`), when the key's update index is at or
+    /// below the read point; `linearizable` at the leader under its lease once this
+    /// epoch's no-op is committed, likewise.
+    pub fn read_now(&self, request: &ClientRequest, now: Time) -> Option<ClientReply> {
+        let core = &self.core;
+        let now = now.max(core.now);
+        if request.command.is_write() || request.command.validate(&core.config.limits).is_err() {
+            return None;
+        }
+        let level = request.level.unwrap_or(core.config.read_level_default);
+        let may_serve = match (&self.role, level) {
+            (RoleState::Leader(_), ReadLevel::Any) => true,
+            (RoleState::Leader(leading), ReadLevel::Monotonic) => leading.lease_valid_at(core, now),
+            (RoleState::Leader(leading), ReadLevel::Linearizable) => {
+                leading.noop_index <= core.commit_index && leading.lease_valid_at(core, now)
+            }
+            (_, ReadLevel::Any) => core.config.follower_reads,
+            (RoleState::Follower(following), ReadLevel::Monotonic) => {
+                core.config.follower_reads && following.active_at(now)
+            }
+            _ => false,
+        };
+        if !may_serve {
+            return None;
+        }
+        let (result, needed) = core.execute_read(&request.command);
+        let checked = level != ReadLevel::Any && !core.config.unsafe_view_reads_unchecked;
+        if checked && needed > core.read_point() {
+            return None;
+        }
+        Some(ClientReply {
+            tag: request.tag,
+            served_by: core.config.node_id,
+            result: Ok(result),
+            durability_round: false,
+        })
+    }
+
     fn pending_len(&self) -> usize {
         match &self.role {
             RoleState::Follower(following) => following.forwards.len(),

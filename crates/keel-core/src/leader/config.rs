@@ -85,6 +85,7 @@ impl Config {
             request_timeout: Span::from_millis(5_000),
             unsafe_allow_hasty_removal: false,
             unsafe_release_unasked: false,
+            unsafe_view_reads_unchecked: false,
         }
     }
 

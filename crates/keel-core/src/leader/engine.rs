@@ -647,6 +647,10 @@ impl crate::engine::Engine for LeaderEngine {
         self.core.config.node_id
     }
 
+    fn read_now(&self, request: &super::io::ClientRequest, now: Time) -> Option<ClientReply> {
+        LeaderEngine::read_now(self, request, now)
+    }
+
     fn status(&self) -> Status {
         LeaderEngine::status(self)
     }

@@ -48,7 +48,12 @@ pub(super) struct Following {
 impl Following {
     /// Whether this follower holds a valid active-set lease now.
     pub fn active(&self, core: &Core) -> bool {
-        self.lease_until.is_some_and(|t| core.now < t)
+        self.active_at(core.now)
+    }
+
+    /// Whether this follower holds a valid active-set lease at local time `now`.
+    pub fn active_at(&self, now: Time) -> bool {
+        self.lease_until.is_some_and(|t| now < t)
     }
 
     /// An `Append` from the leader of this epoch.

@@ -249,6 +249,11 @@ pub struct Config {
     /// over round trips longer than the heartbeat interval it never accepts a grant. Shows
     /// that the simulator's lease-liveness check catches followers left without leases.
     pub unsafe_release_unasked: bool,
+    /// For negative-control tests only: reads off the engine loop
+    /// ([`super::LeaderEngine::read_now`]) skip the read-point check and serve data not
+    /// yet durable on the active set. Shows that the simulator's checkers catch reads of
+    /// state a crash can lose.
+    pub unsafe_view_reads_unchecked: bool,
 }
 
 /// A node's role.

@@ -95,3 +95,18 @@ pub fn run(program: &str, args: &[&str]) -> String {
     assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The `/metrics` page of the node whose HTTP endpoint is `addr`.
+pub fn scrape(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the HTTP port accepts");
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// The value of the sample `name` (labels included, as written) on a `/metrics` page.
+pub fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}

@@ -19,6 +19,7 @@ mod requests;
 mod waitlist;
 
 use self::waitlist::Waitlist;
+use super::config::MEMBERS_MAX;
 use super::core::{Core, Origin};
 use super::io::{ClientRequest, RequestTag};
 use super::kv::WriteResult;
@@ -98,9 +99,6 @@ pub(super) struct Leading {
     pub reads_placed: Waitlist<PendingRead>,
     /// Entries were appended in this step and are not yet sent (one broadcast per step).
     pub append_due: bool,
-    /// The leader lease's start, cached for the step it was computed in (see
-    /// [`Leading::lease_start`]); cleared whenever an acknowledgement changes it.
-    pub lease_cache: std::cell::Cell<Option<(Time, Option<Time>)>>,
     /// The log tail a durability round in flight makes durable.
     pub round: Option<LogIndex>,
     /// Highest current-epoch index persisted on a majority.
@@ -150,7 +148,6 @@ impl Leading {
             reads_unplaced: Waitlist::default(),
             reads_placed: Waitlist::default(),
             append_due: false,
-            lease_cache: std::cell::Cell::new(None),
             round: None,
             persisted_majority: LogIndex::ZERO,
             flush_for_writes: LogIndex::ZERO,
@@ -195,34 +192,38 @@ impl Leading {
         self.progress.values().any(|p| p.next <= base)
     }
 
-    /// The leader-clock time from which the leader lease runs: the newest `sent_at` a
-    /// majority (this node counting as `now`) has acknowledged. Computed once per step
-    /// and per change of the acknowledgements (every `Append` asks).
-    fn lease_start(&self, core: &Core) -> Option<Time> {
-        if let Some((at, start)) = self.lease_cache.get() {
-            if at == core.now {
-                return start;
-            }
+    /// The leader-clock time from which the leader lease runs at `now`: the newest
+    /// `sent_at` a majority (this node counting as `now`) has acknowledged. On the stack
+    /// (at most [`MEMBERS_MAX`] times), so asking every `Append` costs no allocation.
+    fn lease_start(&self, core: &Core, now: Time) -> Option<Time> {
+        let mut times = [Time(0); MEMBERS_MAX];
+        let mut len = 0;
+        for at in std::iter::once(now).chain(self.progress.values().filter_map(|p| p.acked_sent_at))
+        {
+            times[len] = at;
+            len += 1;
         }
-        let mut times: Vec<Time> = self.progress.values().filter_map(|p| p.acked_sent_at).collect();
-        times.push(core.now);
-        times.sort_by(|a, b| b.cmp(a));
-        let start = times.get(core.config.majority() - 1).copied();
-        self.lease_cache.set(Some((core.now, start)));
-        start
+        let times = &mut times[..len];
+        times.sort_unstable_by(|a, b| b.cmp(a));
+        times.get(core.config.majority() - 1).copied()
     }
 
     /// Whether a majority acknowledged this leader recently enough that no other leader
     /// can exist yet (see `Config::leader_lease`).
     pub fn lease_valid(&self, core: &Core) -> bool {
-        self.lease_start(core).is_some_and(|start| core.now < start + core.lease_span)
+        self.lease_valid_at(core, core.now)
+    }
+
+    /// [`Leading::lease_valid`] at local time `now` (not before the last step's).
+    pub fn lease_valid_at(&self, core: &Core, now: Time) -> bool {
+        self.lease_start(core, now).is_some_and(|start| now < start + core.lease_span)
     }
 
     /// Fires the leader's timers: quorum loss, removals, mark-outs, heartbeats.
     pub fn on_timers(&mut self, core: &mut Core) -> Leadership {
         let now = core.now;
         let since = self.since;
-        let quorum_lost = match self.lease_start(core) {
+        let quorum_lost = match self.lease_start(core, now) {
             Some(start) => now >= start + core.config.election_timeout_min,
             None => now >= since + core.config.election_timeout_min,
         };

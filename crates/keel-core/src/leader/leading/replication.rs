@@ -140,7 +140,6 @@ impl Leading {
         let p = self.progress.get_mut(&from).expect("a member");
         p.last_heard = Some(now);
         p.acked_sent_at = Some(p.acked_sent_at.map_or(echo_sent_at, |t| t.max(echo_sent_at)));
-        self.lease_cache.set(None);
         // The anchor of the next grant: the latest reply to arrive. A reordered older
         // one only shortens the lease it grants, and a follower whose clock restarted
         // lower (a machine reboot) is granted leases again at once.
