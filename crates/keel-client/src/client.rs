@@ -26,7 +26,9 @@ pub const CONNECTIONS_PER_NODE_MAX: usize = 64;
 pub struct ClientConfig {
     /// Every node's client address (any node serves any command).
     pub nodes: Vec<SocketAddr>,
-    /// Connections per node (sessions share them, pipelined).
+    /// Most connections per node. Sessions share them, pipelined; a call takes an idle
+    /// one, opens another while fewer are open, and else the one with the fewest calls
+    /// in flight (replies come back in order, so a call behind a slow one waits for it).
     pub connections_per_node: usize,
     /// How long one attempt may take.
     pub attempt_timeout: Duration,
@@ -43,11 +45,11 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults for `nodes`: 2 connections per node, 2 s per attempt, 8 attempts.
+    /// Defaults for `nodes`: up to 8 connections per node, 2 s per attempt, 8 attempts.
     pub fn new(nodes: Vec<SocketAddr>) -> ClientConfig {
         ClientConfig {
             nodes,
-            connections_per_node: 2,
+            connections_per_node: 8,
             attempt_timeout: Duration::from_secs(2),
             attempts_max: 8,
             backoff: Duration::from_millis(20),
@@ -134,9 +136,16 @@ impl Client {
         {
             let mut pool = self.pools[node].lock().expect("pool lock");
             pool.retain(|c| !c.is_closed());
-            let want = self.config.connections_per_node.min(CONNECTIONS_PER_NODE_MAX);
-            if pool.len() >= want {
-                return Ok(pool[pick % pool.len()].clone());
+            let most = self.config.connections_per_node.min(CONNECTIONS_PER_NODE_MAX);
+            // Idle first (from a rotating start, so idle connections share the load).
+            let n = pool.len();
+            let idle = (0..n).map(|i| &pool[(pick + i) % n]).find(|c| c.in_flight() == 0);
+            if let Some(conn) = idle {
+                return Ok(conn.clone());
+            }
+            if n >= most {
+                let least = pool.iter().min_by_key(|c| c.in_flight()).expect("at least one");
+                return Ok(least.clone());
             }
         }
         let addr = self.config.nodes[node];
@@ -368,5 +377,56 @@ mod tests {
         let (a, b) = (client.session(), client.session());
         assert_ne!(a.id(), b.id());
         assert!(a.id() > 0 && a.id() < 1 << 63);
+    }
+
+    /// A server that answers `+PONG` to every request except those naming `HANG`, which
+    /// it never answers (and, RESP being in order, nothing after them on that connection).
+    async fn hanging_server() -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let mut hung = false;
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        hung |= buf[..n].windows(4).any(|w| w == b"HANG");
+                        if !hung && stream.write_all(b"+PONG\r\n").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_call_does_not_wait_behind_a_slow_call_of_another_session() {
+        let addr = hanging_server().await;
+        let mut config = ClientConfig::new(vec![addr]);
+        config.connections_per_node = 2;
+        config.attempt_timeout = Duration::from_secs(30);
+        let client = Client::new(config);
+        // A slow call (a read waiting for a durability round, say) holds one connection.
+        let slow = {
+            let client = client.clone();
+            tokio::spawn(async move { client.call_node(0, &[b"HANG"]).await })
+        };
+        while client.pools[0].lock().unwrap().iter().all(|c| c.in_flight() == 0) {
+            tokio::task::yield_now().await;
+        }
+        // Every later call takes the idle connection, never the one behind the slow call.
+        for _ in 0..4 {
+            let quick = client.call_node(0, &[b"PING"]);
+            let reply = tokio::time::timeout(Duration::from_secs(5), quick).await;
+            assert!(matches!(reply, Ok(Ok(Frame::Simple(_)))), "{reply:?}");
+        }
+        assert_eq!(client.pools[0].lock().unwrap().len(), 2);
+        slow.abort();
     }
 }

@@ -9,6 +9,8 @@
 
 use keel_wire::resp::{DecodeMode, Decoder, Frame, RespLimits};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -44,6 +46,24 @@ type Slot = oneshot::Sender<Frame>;
 #[derive(Clone, Debug)]
 pub struct Connection {
     requests: mpsc::Sender<(Vec<u8>, Slot)>,
+    /// Calls sent or waiting to be, not yet answered (or given up on).
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a call in flight on its connection for as long as it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn new(count: &'a AtomicUsize) -> InFlight<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Connection {
@@ -60,7 +80,13 @@ impl Connection {
         let (slots_tx, slots_rx) = mpsc::channel(INFLIGHT_MAX);
         tokio::spawn(write_requests(writer, queue, slots_tx));
         tokio::spawn(read_replies(reader, slots_rx));
-        Ok(Connection { requests })
+        Ok(Connection { requests, in_flight: Arc::new(AtomicUsize::new(0)) })
+    }
+
+    /// Calls on this connection not yet answered: a reply waits behind every earlier
+    /// one (RESP answers in order), so the pool prefers a connection with none.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Whether the connection has failed (calls on it fail at once).
@@ -70,6 +96,7 @@ impl Connection {
 
     /// Sends one request (its words) and waits at most `timeout` for the reply.
     pub async fn call(&self, words: &[&[u8]], timeout: Duration) -> Result<Frame, ConnError> {
+        let _counted = InFlight::new(&self.in_flight);
         let (slot, reply) = oneshot::channel();
         let bytes = encode_request(words);
         let work = async {
