@@ -1,19 +1,37 @@
-//! A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text format, every keyspace's
-//! metrics labelled with its id) and `GET /status` (JSON: the node and each keyspace). One request per connection (`Connection: close`), headers at
-//! most [`REQUEST_BYTES_MAX`], answered within [`REQUEST_TIMEOUT`]; enough for Prometheus
-//! and `curl`, with no HTTP library.
+//! The HTTP endpoint, on hyper: `GET /metrics` (Prometheus text format, every keyspace's
+//! metrics labelled with its id) and `GET /status` (JSON: the node and each keyspace);
+//! 404 for other paths, 405 for other methods.
+//!
+//! Bounds, for a port that may face a network: at most [`CONNECTIONS_MAX`] connections at
+//! once (more wait in the kernel's backlog), a request's head at most
+//! [`REQUEST_BYTES_MAX`] and within [`HEADER_TIMEOUT`] (a slow client is cut off), a
+//! connection at most [`CONNECTION_TIMEOUT`] in all; keep-alive is allowed within it.
+//! [`answer`] maps one request to one response, so a layer (a bearer token, TLS around
+//! the stream) can wrap it without touching the routes.
 
 use crate::driver::{KeyspaceHandle, Keyspaces};
 use crate::metrics::KeyspaceView;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use keel_core::engine::Report;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
-/// Most bytes of one request (request line and headers).
+/// Most bytes of one request's head (request line and headers) hyper buffers.
 pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
-/// How long a request may take to arrive and be answered.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request's head may take to arrive.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may stay open, whatever it does.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most connections served at once.
+pub const CONNECTIONS_MAX: usize = 64;
+/// How long a page may wait for the engines' reports.
+const REPORT_WAIT: Duration = Duration::from_millis(2500);
 
 /// One keyspace's status document, as `KEEL.STATUS` returns it and `/status` lists it:
 /// the engine's report with the keyspace's id, name and engine kind and the server's
@@ -53,51 +71,75 @@ pub fn node_status(keyspaces: &Keyspaces, reports: &[(KeyspaceHandle, Report)]) 
     doc.to_string()
 }
 
-/// Serves HTTP requests forever.
-pub async fn serve(listener: TcpListener, keyspaces: std::sync::Arc<Keyspaces>) {
+/// The endpoint's bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// Most connections at once.
+    pub connections_max: usize,
+    /// How long a request's head may take to arrive.
+    pub header_timeout: Duration,
+    /// How long one connection may stay open.
+    pub connection_timeout: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds {
+            connections_max: CONNECTIONS_MAX,
+            header_timeout: HEADER_TIMEOUT,
+            connection_timeout: CONNECTION_TIMEOUT,
+        }
+    }
+}
+
+/// Serves HTTP requests until the listener fails for good, within the default bounds.
+pub async fn serve(listener: TcpListener, keyspaces: Arc<Keyspaces>) {
+    serve_within(listener, keyspaces, Bounds::default()).await;
+}
+
+/// Serves HTTP requests within `bounds`.
+pub async fn serve_within(listener: TcpListener, keyspaces: Arc<Keyspaces>, bounds: Bounds) {
+    let slots = Arc::new(Semaphore::new(bounds.connections_max));
     loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await;
             continue;
         };
         let keyspaces = keyspaces.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &keyspaces)).await;
+            let service = hyper::service::service_fn(move |request| {
+                let keyspaces = keyspaces.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(request, &keyspaces).await) }
+            });
+            let mut http1 = hyper::server::conn::http1::Builder::new();
+            http1
+                .timer(TokioTimer::new())
+                .header_read_timeout(bounds.header_timeout)
+                .max_buf_size(REQUEST_BYTES_MAX);
+            let connection = http1.serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(bounds.connection_timeout, connection).await;
+            drop(permit);
         });
     }
 }
 
-async fn answer(mut stream: TcpStream, keyspaces: &Keyspaces) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 || buf.len() + n > REQUEST_BYTES_MAX {
-            return respond(&mut stream, "400 Bad Request", "text/plain", "bad request\n").await;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == b'\r').unwrap_or(0)])
-        .into_owned();
-    let mut parts = line.split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return respond(&mut stream, "405 Method Not Allowed", "text/plain", "GET only\n").await;
-    }
+/// The response to one request.
+pub async fn answer(request: Request<Incoming>, keyspaces: &Keyspaces) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
     if path != "/metrics" && path != "/status" {
-        return respond(&mut stream, "404 Not Found", "text/plain", "try /metrics or /status\n")
-            .await;
+        return respond(StatusCode::NOT_FOUND, "text/plain", "try /metrics or /status\n".into());
     }
-    let reports = match reports(keyspaces, REQUEST_TIMEOUT / 2).await {
+    if request.method() != Method::GET {
+        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into());
+    }
+    let reports = match reports(keyspaces, REPORT_WAIT).await {
         Ok(reports) => reports,
-        Err(e) => {
-            let body = format!("{e}\n");
-            return respond(&mut stream, "503 Service Unavailable", "text/plain", &body).await;
-        }
+        Err(e) => return respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{e}\n")),
     };
     if path == "/status" {
         let body = node_status(keyspaces, &reports) + "\n";
-        return respond(&mut stream, "200 OK", "application/json", &body).await;
+        return respond(StatusCode::OK, "application/json", body);
     }
     let views: Vec<KeyspaceView<'_>> = reports
         .iter()
@@ -105,20 +147,124 @@ async fn answer(mut stream: TcpStream, keyspaces: &Keyspaces) -> std::io::Result
         .collect();
     let mut body = String::new();
     crate::metrics::render(&mut body, &keyspaces.node_metrics, &views);
-    respond(&mut stream, "200 OK", "text/plain; version=0.0.4", &body).await
+    respond(StatusCode::OK, "text/plain; version=0.0.4", body)
 }
 
-async fn respond(
-    stream: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &str,
-) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let value = hyper::header::HeaderValue::from_static(content_type);
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = hyper::header::HeaderValue::from_static("GET");
+        response.headers_mut().insert(hyper::header::ALLOW, allow);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Event;
+    use keel_core::engine::EngineKind;
+    use keel_types::{KeyspaceId, NodeId};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::mpsc;
+
+    /// An endpoint over one keyspace whose "engine" answers every report at once.
+    async fn endpoint(bounds: Bounds) -> std::net::SocketAddr {
+        let (events, mut rx) = mpsc::channel(8);
+        tokio::spawn(async move {
+            while let Some(event) = rx.recv().await {
+                if let Event::Report(reply) = event {
+                    let status = serde_json::json!({ "role": "leader" });
+                    let _ = reply.send(Report { status, metrics: Vec::new() });
+                }
+            }
+        });
+        let handle = KeyspaceHandle {
+            id: KeyspaceId(0),
+            name: "default".into(),
+            kind: EngineKind::Orca,
+            events,
+            view: None,
+            metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
+            node_id: NodeId(1),
+        };
+        let node_metrics = Arc::new(crate::metrics::Metrics::default());
+        let keyspaces = Arc::new(Keyspaces::new(vec![handle], node_metrics, NodeId(1)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_within(listener, keyspaces, bounds));
+        addr
+    }
+
+    /// Sends `request` and reads until the server closes (or 5 s pass).
+    async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out));
+        let _ = read.await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn get(path: &str) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes()
+    }
+
+    #[tokio::test]
+    async fn routes_answer_with_their_status_codes() {
+        let addr = endpoint(Bounds::default()).await;
+        let status = exchange(addr, &get("/status")).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert!(status.contains("application/json") && status.contains("\"role\":\"leader\""));
+        let metrics = exchange(addr, &get("/metrics")).await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(metrics.contains("keel_busy_refusals_total{keyspace=\"0\"} 0"), "{metrics}");
+        let missing = exchange(addr, &get("/nope")).await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let post =
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        let refused = exchange(addr, post).await;
+        assert!(refused.starts_with("HTTP/1.1 405"), "{refused}");
+        assert!(refused.to_ascii_lowercase().contains("allow: get"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_is_refused() {
+        let addr = endpoint(Bounds::default()).await;
+        let mut request = b"GET /status HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+        request.extend(std::iter::repeat_n(b'a', 2 * REQUEST_BYTES_MAX));
+        request.extend_from_slice(b"\r\n\r\n");
+        let reply = exchange(addr, &request).await;
+        assert!(reply.is_empty() || reply.starts_with("HTTP/1.1 431"), "{reply}");
+        assert!(!reply.contains("200 OK"));
+    }
+
+    #[tokio::test]
+    async fn a_slow_client_is_cut_off() {
+        let bounds = Bounds { header_timeout: Duration::from_millis(200), ..Bounds::default() };
+        let addr = endpoint(bounds).await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"GET /status HTTP/1.1\r\nHost:").await.unwrap();
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out));
+        assert!(read.await.is_ok(), "the connection was not closed");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(!String::from_utf8_lossy(&out).contains("200 OK"));
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_limit_wait() {
+        let bounds = Bounds { connections_max: 1, ..Bounds::default() };
+        let addr = endpoint(bounds).await;
+        let _held = TcpStream::connect(addr).await.unwrap(); // takes the only slot
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let request = get("/status");
+        let waiting = tokio::time::timeout(Duration::from_millis(300), exchange(addr, &request));
+        assert!(waiting.await.is_err(), "a second connection was served at once");
+    }
 }
