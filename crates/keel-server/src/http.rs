@@ -147,7 +147,7 @@ pub async fn answer(request: Request<Incoming>, keyspaces: &Keyspaces) -> Respon
         .collect();
     let mut body = String::new();
     crate::metrics::render(&mut body, &keyspaces.node_metrics, &views);
-    respond(StatusCode::OK, "text/plain; version=0.0.4", body)
+    respond(StatusCode::OK, crate::metrics::CONTENT_TYPE, body)
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {

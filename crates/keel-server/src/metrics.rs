@@ -1,4 +1,5 @@
-//! The node's metrics, rendered in the Prometheus text format by `/metrics`.
+//! The node's metrics, rendered by `/metrics` in the OpenMetrics text format (which
+//! Prometheus reads) through `prometheus-client`'s encoder.
 //!
 //! Two scopes: [`Metrics`] for the node (connections, peer links, messages the validation
 //! gate dropped) and [`KeyspaceMetrics`] for each keyspace (requests, latencies, fsyncs),
@@ -9,8 +10,11 @@
 
 use keel_core::engine::{MetricKind, Report};
 use keel_types::{KeyspaceId, NodeId};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,21 +47,6 @@ impl HistogramState {
         self.buckets[i.unwrap_or(LATENCY_BUCKETS_SECONDS.len())] += 1;
         self.sum += seconds;
         self.count += 1;
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS_SECONDS.iter().enumerate() {
-            cumulative += self.buckets[i];
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.buckets[LATENCY_BUCKETS_SECONDS.len()];
-        assert_eq!(cumulative, self.count, "every observation is in one bucket");
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}");
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
     }
 }
 
@@ -175,171 +164,243 @@ pub struct KeyspaceView<'a> {
 /// Picks one histogram of a keyspace's metrics.
 type HistogramOf = fn(&KeyspaceMetrics) -> &Histogram;
 
-fn family(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+/// The `/metrics` page's content type (OpenMetrics text, which Prometheus reads).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Renders the node's metrics and every keyspace's, each family once.
+/// Renders the node's metrics and every keyspace's, each family once, in the OpenMetrics
+/// text format (`prometheus-client`'s encoder: names, escaping, `_total` suffixes,
+/// cumulative buckets, the closing `# EOF`).
 pub fn render(out: &mut String, node: &Metrics, keyspaces: &[KeyspaceView<'_>]) {
-    render_requests(out, keyspaces);
-    let histograms: [(&str, &str, HistogramOf); 4] = [
-        ("keel_fsync_duration_seconds", "Log fsync latency (group commit).", |m| &m.fsync_seconds),
-        (
-            "keel_sync_wait_duration_seconds",
-            "From an fsync asked for to its end, queueing behind other disk work included.",
-            |m| &m.sync_wait_seconds,
-        ),
-        (
-            "keel_round_read_duration_seconds",
-            "Latency inside the node of reads that waited for a durability round.",
-            |m| &m.round_read_seconds,
-        ),
-        (
-            "keel_input_wait_duration_seconds",
-            "From a client request entering the engine's input queue to the loop taking it.",
-            |m| &m.input_wait_seconds,
-        ),
-    ];
-    for (name, help, histogram) in histograms {
-        family(out, name, help, "histogram");
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Page::of(node, keyspaces)));
+    prometheus_client::encoding::text::encode(out, &registry).expect("writing to a String");
+}
+
+/// One sample: its labels (the keyspace's first) and value.
+type Labels = Vec<(&'static str, String)>;
+
+/// An engine metric's help, kind and samples over the keyspaces.
+type EngineFamily = (&'static str, MetricKind, Vec<(Labels, u64)>);
+
+/// One family as scraped: name (without a counter's `_total`), help, type, samples.
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Counter(Vec<(Labels, u64)>),
+    Gauge(Vec<(Labels, u64)>),
+    Histogram(Vec<(Labels, HistogramState)>),
+}
+
+/// Everything one scrape shows, copied out of the live metrics (so the encoder holds no
+/// lock).
+#[derive(Debug)]
+struct Page {
+    families: Vec<Family>,
+}
+
+fn keyspace_label(id: KeyspaceId) -> Labels {
+    vec![("keyspace", id.0.to_string())]
+}
+
+/// A counter's name without the `_total` the encoder adds back.
+fn counter_name(name: &'static str) -> &'static str {
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+impl Page {
+    fn of(node: &Metrics, keyspaces: &[KeyspaceView<'_>]) -> Page {
+        let mut families = Vec::new();
+        let (mut requests, mut latency) = (Vec::new(), Vec::new());
         for ks in keyspaces {
-            histogram(ks.metrics).snapshot().render(
-                out,
-                name,
-                &format!("keyspace=\"{}\"", ks.id.0),
-            );
+            for ((label, outcome), n) in ks.metrics.requests.lock().expect("metrics lock").iter() {
+                let mut labels = keyspace_label(ks.id);
+                labels.extend([
+                    ("op", label.op.to_string()),
+                    ("class", label.class.to_string()),
+                    ("outcome", outcome.to_string()),
+                ]);
+                requests.push((labels, *n));
+            }
+            for (label, h) in ks.metrics.latency.lock().expect("metrics lock").iter() {
+                let mut labels = keyspace_label(ks.id);
+                labels.extend([("op", label.op.to_string()), ("class", label.class.to_string())]);
+                latency.push((labels, h.clone()));
+            }
         }
-    }
-    family(
-        out,
-        "keel_busy_refusals_total",
-        "Requests refused with BUSY: the input queue was full.",
-        "counter",
-    );
-    for ks in keyspaces {
-        let value = ks.metrics.busy_refusals.load(Ordering::Relaxed);
-        let _ = writeln!(out, "keel_busy_refusals_total{{keyspace=\"{}\"}} {value}", ks.id.0);
-    }
-    family(
-        out,
-        "keel_reads_off_loop_total",
-        "Reads answered by the connection between engine steps, off the engine loop.",
-        "counter",
-    );
-    for ks in keyspaces {
-        let value = ks.metrics.reads_off_loop.load(Ordering::Relaxed);
-        let _ = writeln!(out, "keel_reads_off_loop_total{{keyspace=\"{}\"}} {value}", ks.id.0);
-    }
-    render_engines(out, keyspaces);
-    render_node(out, node);
-}
-
-fn render_requests(out: &mut String, keyspaces: &[KeyspaceView<'_>]) {
-    family(
-        out,
-        "keel_requests_total",
-        "Client requests finished, by op, level or durability, and outcome.",
-        "counter",
-    );
-    for ks in keyspaces {
-        for ((label, outcome), n) in ks.metrics.requests.lock().expect("metrics lock").iter() {
-            let _ = writeln!(
-                out,
-                "keel_requests_total{{keyspace=\"{}\",op=\"{}\",class=\"{}\",outcome=\"{outcome}\"}} {n}",
-                ks.id.0, label.op, label.class
-            );
+        families.push(Family {
+            name: "keel_requests",
+            help: "Client requests finished, by op, level or durability, and outcome.",
+            kind: Kind::Counter(requests),
+        });
+        families.push(Family {
+            name: "keel_request_duration_seconds",
+            help: "Client request latency inside the node, from the input queue to the reply.",
+            kind: Kind::Histogram(latency),
+        });
+        let histograms: [(&'static str, &'static str, HistogramOf); 4] = [
+            ("keel_fsync_duration_seconds", "Log fsync latency (group commit).", |m| {
+                &m.fsync_seconds
+            }),
+            (
+                "keel_sync_wait_duration_seconds",
+                "From an fsync asked for to its end, queueing behind other disk work included.",
+                |m| &m.sync_wait_seconds,
+            ),
+            (
+                "keel_round_read_duration_seconds",
+                "Latency inside the node of reads that waited for a durability round.",
+                |m| &m.round_read_seconds,
+            ),
+            (
+                "keel_input_wait_duration_seconds",
+                "From a client request entering the engine's input queue to the loop taking it.",
+                |m| &m.input_wait_seconds,
+            ),
+        ];
+        for (name, help, histogram) in histograms {
+            let samples = keyspaces
+                .iter()
+                .map(|ks| (keyspace_label(ks.id), histogram(ks.metrics).snapshot()))
+                .collect();
+            families.push(Family { name, help, kind: Kind::Histogram(samples) });
         }
-    }
-    let name = "keel_request_duration_seconds";
-    family(
-        out,
-        name,
-        "Client request latency inside the node, from the input queue to the reply.",
-        "histogram",
-    );
-    for ks in keyspaces {
-        let latency = ks.metrics.latency.lock().expect("metrics lock").clone();
-        for (label, h) in &latency {
-            let labels =
-                format!("keyspace=\"{}\",op=\"{}\",class=\"{}\"", ks.id.0, label.op, label.class);
-            h.render(out, name, &labels);
-        }
-    }
-}
-
-/// Every keyspace's engine metrics, grouped by family.
-fn render_engines(out: &mut String, keyspaces: &[KeyspaceView<'_>]) {
-    let mut families: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut heads: BTreeMap<&str, (&str, MetricKind)> = BTreeMap::new();
-    for ks in keyspaces {
-        for metric in &ks.report.metrics {
-            heads.entry(metric.name).or_insert((metric.help, metric.kind));
-            let extra = metric.label.map_or(String::new(), |(k, v)| format!(",{k}=\"{v}\""));
-            let line =
-                format!("{}{{keyspace=\"{}\"{extra}}} {}", metric.name, ks.id.0, metric.value);
-            families.entry(metric.name).or_default().push(line);
-        }
-    }
-    for (name, lines) in families {
-        let (help, kind) = heads[name];
-        let kind = match kind {
-            MetricKind::Counter => "counter",
-            MetricKind::Gauge => "gauge",
+        let per_keyspace = |value: fn(&KeyspaceMetrics) -> &AtomicU64| {
+            keyspaces
+                .iter()
+                .map(|ks| (keyspace_label(ks.id), value(ks.metrics).load(Ordering::Relaxed)))
+                .collect()
         };
-        family(out, name, help, kind);
-        for line in lines {
-            let _ = writeln!(out, "{line}");
+        families.push(Family {
+            name: "keel_busy_refusals",
+            help: "Requests refused with BUSY: the input queue was full.",
+            kind: Kind::Counter(per_keyspace(|m| &m.busy_refusals)),
+        });
+        families.push(Family {
+            name: "keel_reads_off_loop",
+            help: "Reads answered by the connection between engine steps, off the engine loop.",
+            kind: Kind::Counter(per_keyspace(|m| &m.reads_off_loop)),
+        });
+        Self::engines(&mut families, keyspaces);
+        Self::node(&mut families, node);
+        Page { families }
+    }
+
+    /// Every keyspace's engine metrics, grouped by family in name order.
+    fn engines(families: &mut Vec<Family>, keyspaces: &[KeyspaceView<'_>]) {
+        let mut grouped: BTreeMap<&'static str, EngineFamily> = BTreeMap::new();
+        for ks in keyspaces {
+            for metric in &ks.report.metrics {
+                let mut labels = keyspace_label(ks.id);
+                labels.extend(metric.label.map(|(k, v)| (k, v.to_string())));
+                let entry =
+                    grouped.entry(metric.name).or_insert((metric.help, metric.kind, vec![]));
+                entry.2.push((labels, metric.value));
+            }
         }
+        for (name, (help, kind, samples)) in grouped {
+            let kind = match kind {
+                MetricKind::Counter => Kind::Counter(samples),
+                MetricKind::Gauge => Kind::Gauge(samples),
+            };
+            let name = if matches!(kind, Kind::Counter(_)) { counter_name(name) } else { name };
+            families.push(Family { name, help, kind });
+        }
+    }
+
+    fn node(families: &mut Vec<Family>, node: &Metrics) {
+        let none = Labels::new;
+        let load = |v: &AtomicU64| vec![(none(), v.load(Ordering::Relaxed))];
+        families.push(Family {
+            name: "keel_peer_messages_sent",
+            help: "Peer messages handed to a connection.",
+            kind: Kind::Counter(load(&node.peer_sent)),
+        });
+        families.push(Family {
+            name: "keel_peer_messages_received",
+            help: "Peer messages given to an engine.",
+            kind: Kind::Counter(load(&node.peer_received)),
+        });
+        families.push(Family {
+            name: "keel_peer_messages_dropped",
+            help: "Peer messages dropped (full queue, broken link).",
+            kind: Kind::Counter(load(&node.peer_dropped)),
+        });
+        families.push(Family {
+            name: "keel_connections_active",
+            help: "Client connections open now.",
+            kind: Kind::Gauge(load(&node.connections_active)),
+        });
+        families.push(Family {
+            name: "keel_connections_refused",
+            help: "Client connections refused (over connections_max).",
+            kind: Kind::Counter(load(&node.connections_refused)),
+        });
+        let rejected = node.rejected.lock().expect("metrics lock");
+        let samples = rejected
+            .iter()
+            .map(|((keyspace, reason), n)| {
+                let mut labels = keyspace_label(*keyspace);
+                labels.push(("reason", reason.to_string()));
+                (labels, *n)
+            })
+            .collect();
+        families.push(Family {
+            name: "keel_peer_messages_rejected",
+            help: "Peer messages the validation gate dropped, by keyspace and reason.",
+            kind: Kind::Counter(samples),
+        });
     }
 }
 
-fn render_node(out: &mut String, node: &Metrics) {
-    let counters = [
-        (
-            "keel_peer_messages_sent_total",
-            "counter",
-            "Peer messages handed to a connection.",
-            &node.peer_sent,
-        ),
-        (
-            "keel_peer_messages_received_total",
-            "counter",
-            "Peer messages given to an engine.",
-            &node.peer_received,
-        ),
-        (
-            "keel_peer_messages_dropped_total",
-            "counter",
-            "Peer messages dropped (full queue, broken link).",
-            &node.peer_dropped,
-        ),
-        (
-            "keel_connections_active",
-            "gauge",
-            "Client connections open now.",
-            &node.connections_active,
-        ),
-        (
-            "keel_connections_refused_total",
-            "counter",
-            "Client connections refused (over connections_max).",
-            &node.connections_refused,
-        ),
-    ];
-    for (name, kind, help, value) in counters {
-        family(out, name, help, kind);
-        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-    }
-    let name = "keel_peer_messages_rejected_total";
-    family(
-        out,
-        name,
-        "Peer messages the validation gate dropped, by keyspace and reason.",
-        "counter",
-    );
-    for ((keyspace, reason), n) in node.rejected.lock().expect("metrics lock").iter() {
-        let _ = writeln!(out, "{name}{{keyspace=\"{}\",reason=\"{reason}\"}} {n}", keyspace.0);
+impl prometheus_client::collector::Collector for Page {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for family in &self.families {
+            let kind = match family.kind {
+                Kind::Counter(_) => MetricType::Counter,
+                Kind::Gauge(_) => MetricType::Gauge,
+                Kind::Histogram(_) => MetricType::Histogram,
+            };
+            let mut metric = encoder.encode_descriptor(family.name, family.help, None, kind)?;
+            match &family.kind {
+                // A node-wide value: one sample, no labels (not even `{}`).
+                Kind::Counter(samples) if samples.len() == 1 && samples[0].0.is_empty() => {
+                    ConstCounter::new(samples[0].1).encode(metric)?;
+                }
+                Kind::Gauge(samples) if samples.len() == 1 && samples[0].0.is_empty() => {
+                    ConstGauge::new(i64::try_from(samples[0].1).unwrap_or(i64::MAX))
+                        .encode(metric)?;
+                }
+                Kind::Counter(samples) => {
+                    for (labels, value) in samples {
+                        let counter = ConstCounter::new(*value);
+                        counter.encode(metric.encode_family(labels)?)?;
+                    }
+                }
+                Kind::Gauge(samples) => {
+                    for (labels, value) in samples {
+                        let gauge = ConstGauge::new(i64::try_from(*value).unwrap_or(i64::MAX));
+                        gauge.encode(metric.encode_family(labels)?)?;
+                    }
+                }
+                Kind::Histogram(samples) => {
+                    for (labels, h) in samples {
+                        let mut buckets: Vec<(f64, u64)> =
+                            LATENCY_BUCKETS_SECONDS.iter().copied().zip(h.buckets).collect();
+                        buckets.push((f64::MAX, h.buckets[LATENCY_BUCKETS_SECONDS.len()]));
+                        metric
+                            .encode_family(labels)?
+                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -361,9 +422,32 @@ mod tests {
         assert!(out.contains(
             "keel_requests_total{keyspace=\"2\",op=\"get\",class=\"monotonic\",outcome=\"ok\"} 2"
         ));
-        assert!(out.contains("le=\"0.00025\"} 1"), "{out}");
-        assert!(out.contains("le=\"+Inf\"} 2"));
-        assert!(!out.contains("le=\"0.0001\"} 1"));
+        let bucket = |le: &str| {
+            format!("_bucket{{le=\"{le}\",keyspace=\"2\",op=\"get\",class=\"monotonic\"}}")
+        };
+        assert!(out.contains(&format!("{} 0\n", bucket("0.0001"))), "{out}");
+        assert!(out.contains(&format!("{} 1\n", bucket("0.00025"))), "{out}");
+        assert!(out.contains(&format!("{} 1\n", bucket("5.0"))), "{out}");
+        assert!(out.contains(&format!("{} 2\n", bucket("+Inf"))), "{out}");
+        assert!(out.contains(
+            "keel_request_duration_seconds_count{keyspace=\"2\",op=\"get\",class=\"monotonic\"} 2"
+        ));
+        assert!(out.ends_with("# EOF\n"), "{out}");
+    }
+
+    #[test]
+    fn node_counters_and_rejections_are_rendered() {
+        let node = Metrics::default();
+        node.peer_sent.fetch_add(7, Ordering::Relaxed);
+        node.rejected(KeyspaceId(0), NodeId(2), "epoch out of range");
+        let mut out = String::new();
+        render(&mut out, &node, &[]);
+        assert!(out.contains("# TYPE keel_peer_messages_sent counter\n"), "{out}");
+        assert!(out.contains("keel_peer_messages_sent_total 7\n"), "{out}");
+        assert!(out.contains(
+            "keel_peer_messages_rejected_total{keyspace=\"0\",reason=\"epoch out of range\"} 1\n"
+        ));
+        assert!(out.contains("keel_connections_active 0\n"), "{out}");
     }
 
     #[test]
