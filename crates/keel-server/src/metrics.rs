@@ -314,33 +314,43 @@ impl Page {
     }
 
     fn node(families: &mut Vec<Family>, node: &Metrics) {
-        let none = Labels::new;
-        let load = |v: &AtomicU64| vec![(none(), v.load(Ordering::Relaxed))];
-        families.push(Family {
-            name: "keel_peer_messages_sent",
-            help: "Peer messages handed to a connection.",
-            kind: Kind::Counter(load(&node.peer_sent)),
-        });
-        families.push(Family {
-            name: "keel_peer_messages_received",
-            help: "Peer messages given to an engine.",
-            kind: Kind::Counter(load(&node.peer_received)),
-        });
-        families.push(Family {
-            name: "keel_peer_messages_dropped",
-            help: "Peer messages dropped (full queue, broken link).",
-            kind: Kind::Counter(load(&node.peer_dropped)),
-        });
-        families.push(Family {
-            name: "keel_connections_active",
-            help: "Client connections open now.",
-            kind: Kind::Gauge(load(&node.connections_active)),
-        });
-        families.push(Family {
-            name: "keel_connections_refused",
-            help: "Client connections refused (over connections_max).",
-            kind: Kind::Counter(load(&node.connections_refused)),
-        });
+        let values: [(&'static str, &'static str, bool, &AtomicU64); 5] = [
+            (
+                "keel_peer_messages_sent",
+                "Peer messages handed to a connection.",
+                true,
+                &node.peer_sent,
+            ),
+            (
+                "keel_peer_messages_received",
+                "Peer messages given to an engine.",
+                true,
+                &node.peer_received,
+            ),
+            (
+                "keel_peer_messages_dropped",
+                "Peer messages dropped (full queue, broken link).",
+                true,
+                &node.peer_dropped,
+            ),
+            (
+                "keel_connections_active",
+                "Client connections open now.",
+                false,
+                &node.connections_active,
+            ),
+            (
+                "keel_connections_refused",
+                "Client connections refused (over connections_max).",
+                true,
+                &node.connections_refused,
+            ),
+        ];
+        for (name, help, counter, value) in values {
+            let sample = vec![(Labels::new(), value.load(Ordering::Relaxed))];
+            let kind = if counter { Kind::Counter(sample) } else { Kind::Gauge(sample) };
+            families.push(Family { name, help, kind });
+        }
         let rejected = node.rejected.lock().expect("metrics lock");
         let samples = rejected
             .iter()
