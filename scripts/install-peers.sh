@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the peer systems `keel bench` compares against, from Debian packages:
-# etcd-server (3.4), zookeeper (3.8), redis-server and redis-tools (7.0).
+# etcd-server (3.4), zookeeper (3.8), redis-server and redis-tools (7.0), and
+# protobuf-compiler (protoc, to build keel with `--features etcd`).
 # Idempotent: packages already installed are left alone; the system services the
 # packages start are stopped and disabled, since `keel bench` runs its own clusters
 # in temporary directories on free loopback ports.
 set -euo pipefail
 
-packages=(etcd-server etcd-client zookeeper redis-server redis-tools)
+packages=(etcd-server etcd-client zookeeper redis-server redis-tools protobuf-compiler)
 services=(etcd zookeeper redis-server)
 
 sudo_cmd=()

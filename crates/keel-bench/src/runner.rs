@@ -6,7 +6,7 @@
 //! first `warmup` of the run is executed but not recorded. Benchmarks measure; nothing
 //! here asserts on time.
 
-use crate::driver::http::{EtcdDriver, EtcdOptions};
+use crate::driver::etcd::{EtcdDriver, EtcdOptions};
 use crate::driver::resp::{KeelDriver, KeelOptions, RedisDriver, RedisOptions};
 use crate::driver::zk::{ZkDriver, ZkOptions};
 use crate::driver::{AnyDriver, Driver, DriverError};

@@ -17,7 +17,7 @@
 //! Reads go to the leader (primary), or with `all` to node `client % 3`.
 
 use crate::cluster::{self, ClusterError, EtcdCluster, KeelCluster, RedisCluster, ZkCluster};
-use crate::driver::http::EtcdOptions;
+use crate::driver::etcd::EtcdOptions;
 use crate::driver::resp::{KeelOptions, RedisOptions};
 use crate::driver::zk::ZkOptions;
 use crate::runner::Target;

@@ -1,9 +1,8 @@
-//! A minimal HTTP/1.1 client (keep-alive, `Content-Length` and chunked bodies) on tokio,
-//! and the etcd driver over etcd's v3 JSON gateway (`/v3/kv/put`, `/v3/kv/range`).
-//!
-//! etcd's gateway takes keys and values in base64; [`base64`] encodes them.
+//! A minimal HTTP/1.1 client (keep-alive, `Content-Length` and chunked bodies) on tokio:
+//! how the benchmark reads a Keel node's `/metrics` and asks etcd's gateway which member
+//! leads (`cluster.rs`); requests are measured through the drivers, never through it.
 
-use super::{Driver, DriverError, REPLY_BYTES_MAX, REQUEST_TIMEOUT};
+use super::{DriverError, REPLY_BYTES_MAX, REQUEST_TIMEOUT};
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -11,25 +10,6 @@ use tokio::net::TcpStream;
 /// Longest header block a response may have, in bytes.
 pub const HEADER_BYTES_MAX: usize = 16 * 1024;
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding.
-pub fn base64(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64[((n >> (18 - 6 * i)) & 0x3F) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    debug_assert_eq!(out.len() % 4, 0);
-    out
-}
 
 /// A keep-alive HTTP/1.1 connection.
 #[derive(Debug)]
@@ -202,97 +182,9 @@ impl HttpConn {
     }
 }
 
-/// etcd: linearizable or serializable reads, at the leader or spread.
-#[derive(Clone, Debug)]
-pub struct EtcdOptions {
-    /// Serializable (local) reads rather than linearizable ones.
-    pub serializable: bool,
-    /// Reads spread over every node (client `i` reads at node `i % n`).
-    pub reads_everywhere: bool,
-}
-
-/// An etcd client over the JSON gateway.
-#[derive(Debug)]
-pub struct EtcdDriver {
-    writer: HttpConn,
-    reader: Option<HttpConn>,
-    options: EtcdOptions,
-}
-
-impl EtcdDriver {
-    /// Connects client `client`; writes go to `nodes[leader]`.
-    pub async fn connect(
-        nodes: &[SocketAddr],
-        leader: usize,
-        client: usize,
-        options: EtcdOptions,
-    ) -> Result<EtcdDriver, DriverError> {
-        assert!(leader < nodes.len());
-        let writer = HttpConn::connect(nodes[leader]).await?;
-        let read_at = if options.reads_everywhere { client % nodes.len() } else { leader };
-        let reader =
-            if read_at == leader { None } else { Some(HttpConn::connect(nodes[read_at]).await?) };
-        Ok(EtcdDriver { writer, reader, options })
-    }
-
-    fn check(response: Response) -> Result<Vec<u8>, DriverError> {
-        if response.status != 200 {
-            let text = String::from_utf8_lossy(&response.body).into_owned();
-            return Err(DriverError::Server(format!("HTTP {}: {text}", response.status)));
-        }
-        Ok(response.body)
-    }
-}
-
-/// How many `"key":` fields a range response body holds (one per returned pair).
-fn count_kvs(body: &[u8]) -> u64 {
-    body.windows(6).filter(|w| w == b"\"key\":").count() as u64
-}
-
-impl Driver for EtcdDriver {
-    async fn read(&mut self, key: &[u8]) -> Result<bool, DriverError> {
-        let body = format!(
-            "{{\"key\":\"{}\",\"serializable\":{}}}",
-            base64(key),
-            self.options.serializable
-        );
-        let conn = self.reader.as_mut().unwrap_or(&mut self.writer);
-        let response = EtcdDriver::check(conn.post_json("/v3/kv/range", &body).await?)?;
-        Ok(count_kvs(&response) > 0)
-    }
-
-    async fn write(&mut self, key: &[u8], value: &[u8]) -> Result<(), DriverError> {
-        let body = format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", base64(key), base64(value));
-        EtcdDriver::check(self.writer.post_json("/v3/kv/put", &body).await?)?;
-        Ok(())
-    }
-
-    async fn scan(&mut self, start: &[u8], count: u64) -> Result<u64, DriverError> {
-        // range_end "\0": every key at or after `start`.
-        let body = format!(
-            "{{\"key\":\"{}\",\"range_end\":\"AA==\",\"limit\":{count},\"serializable\":{}}}",
-            base64(start),
-            self.options.serializable
-        );
-        let conn = self.reader.as_mut().unwrap_or(&mut self.writer);
-        let response = EtcdDriver::check(conn.post_json("/v3/kv/range", &body).await?)?;
-        Ok(count_kvs(&response))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        let cases =
-            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")];
-        for (input, want) in cases {
-            assert_eq!(base64(input.as_bytes()), want);
-        }
-        assert_eq!(base64(&[0]), "AA==");
-    }
 
     #[test]
     fn heads_and_chunked_bodies_parse() {
@@ -307,12 +199,5 @@ mod tests {
         assert_eq!(&body[consumed..], b"rest");
         assert_eq!(dechunk(b"4\r\nWi").unwrap(), None);
         assert_eq!(header_end(b"HTTP/1.1 200 OK\r\n\r\nx"), Some(19));
-    }
-
-    #[test]
-    fn range_replies_count_their_pairs() {
-        let body = br#"{"header":{},"kvs":[{"key":"YQ==","value":"Yg=="},{"key":"Yw==","value":"ZA=="}],"count":"2"}"#;
-        assert_eq!(count_kvs(body), 2);
-        assert_eq!(count_kvs(br#"{"header":{"cluster_id":"1"}}"#), 0);
     }
 }
