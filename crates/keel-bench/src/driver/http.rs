@@ -10,7 +10,6 @@ use tokio::net::TcpStream;
 /// Longest header block a response may have, in bytes.
 pub const HEADER_BYTES_MAX: usize = 16 * 1024;
 
-
 /// A keep-alive HTTP/1.1 connection.
 #[derive(Debug)]
 pub struct HttpConn {
