@@ -27,12 +27,17 @@ pub const LABEL_SETS_MAX: usize = 256;
 /// At most one warning per rejection reason per this long (the counter counts them all).
 pub const REJECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// A Prometheus histogram with fixed buckets.
+/// A Prometheus histogram with fixed buckets, in atomics: recording takes no lock (it is
+/// on every request's path, from every connection task).
 #[derive(Debug, Default)]
 pub struct Histogram {
-    inner: Mutex<HistogramState>,
+    /// Count per bucket of [`LATENCY_BUCKETS_SECONDS`], then `+Inf`; not cumulative.
+    buckets: [AtomicU64; LATENCY_BUCKETS_SECONDS.len() + 1],
+    /// The sum of the observations, in nanoseconds.
+    sum_nanos: AtomicU64,
 }
 
+/// A histogram as one scrape shows it.
 #[derive(Debug, Default, Clone)]
 struct HistogramState {
     /// Count per bucket of [`LATENCY_BUCKETS_SECONDS`], then `+Inf`; not cumulative.
@@ -41,23 +46,41 @@ struct HistogramState {
     count: u64,
 }
 
-impl HistogramState {
-    fn observe(&mut self, seconds: f64) {
-        let i = LATENCY_BUCKETS_SECONDS.iter().position(|b| seconds <= *b);
-        self.buckets[i.unwrap_or(LATENCY_BUCKETS_SECONDS.len())] += 1;
-        self.sum += seconds;
-        self.count += 1;
-    }
-}
-
 impl Histogram {
     /// Records one observation in seconds.
     pub fn observe(&self, seconds: f64) {
-        self.inner.lock().expect("metrics lock").observe(seconds);
+        let i = LATENCY_BUCKETS_SECONDS.iter().position(|b| seconds <= *b);
+        self.buckets[i.unwrap_or(LATENCY_BUCKETS_SECONDS.len())].fetch_add(1, Ordering::Relaxed);
+        let nanos = (seconds.max(0.0) * 1e9) as u64;
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> HistogramState {
-        self.inner.lock().expect("metrics lock").clone()
+        let buckets = std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed));
+        // The count is the buckets' sum, so the two always agree within one scrape.
+        let count = buckets.iter().sum();
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        HistogramState { buckets, sum, count }
+    }
+}
+
+/// The commands and classes a request's labels take, in the order of [`RequestSlots`].
+const OPS: [&str; 6] = ["get", "put", "delete", "cas", "incr", "scan"];
+const CLASSES: [&str; 7] =
+    ["default", "any", "monotonic", "linearizable", "memory", "replicated", "durable"];
+
+/// Per `(op, class)`: successful requests and latency, in atomics (the common path).
+#[derive(Debug, Default)]
+struct RequestSlots {
+    ok: [[AtomicU64; CLASSES.len()]; OPS.len()],
+    latency: [[Histogram; CLASSES.len()]; OPS.len()],
+}
+
+impl RequestSlots {
+    fn slot(label: OpLabel) -> Option<(usize, usize)> {
+        let op = OPS.iter().position(|o| *o == label.op)?;
+        let class = CLASSES.iter().position(|c| *c == label.class)?;
+        Some((op, class))
     }
 }
 
@@ -73,10 +96,13 @@ pub struct OpLabel {
 /// One keyspace's metrics.
 #[derive(Debug, Default)]
 pub struct KeyspaceMetrics {
-    /// Requests by label and outcome (`ok` or the error prefix).
+    /// Successful requests and latency by label (labels of known ops and classes).
+    slots: RequestSlots,
+    /// Requests by label and outcome when not counted in `slots` (errors, by their
+    /// prefix; labels outside the known ops and classes).
     requests: Mutex<BTreeMap<(OpLabel, &'static str), u64>>,
-    /// Latency by label.
-    latency: Mutex<BTreeMap<OpLabel, HistogramState>>,
+    /// Latency by label, for labels outside the known ops and classes.
+    latency: Mutex<BTreeMap<OpLabel, Histogram>>,
     /// Fsync latency on the storage thread.
     pub fsync_seconds: Histogram,
     /// From the engine asking for an fsync to that fsync's end (queueing included).
@@ -94,11 +120,22 @@ pub struct KeyspaceMetrics {
 impl KeyspaceMetrics {
     /// Records a finished request.
     pub fn record(&self, label: OpLabel, outcome: &'static str, seconds: f64) {
+        let slot = RequestSlots::slot(label);
+        if let Some((op, class)) = slot {
+            self.slots.latency[op][class].observe(seconds);
+            if outcome == "ok" {
+                self.slots.ok[op][class].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
         let mut requests = self.requests.lock().expect("metrics lock");
         if requests.len() < LABEL_SETS_MAX || requests.contains_key(&(label, outcome)) {
             *requests.entry((label, outcome)).or_default() += 1;
         }
         drop(requests);
+        if slot.is_some() {
+            return;
+        }
         let mut latency = self.latency.lock().expect("metrics lock");
         if latency.len() < LABEL_SETS_MAX || latency.contains_key(&label) {
             latency.entry(label).or_default().observe(seconds);
@@ -218,6 +255,24 @@ impl Page {
         let mut families = Vec::new();
         let (mut requests, mut latency) = (Vec::new(), Vec::new());
         for ks in keyspaces {
+            let slots = &ks.metrics.slots;
+            for (op, class) in (0..OPS.len()).flat_map(|o| (0..CLASSES.len()).map(move |c| (o, c)))
+            {
+                let label = [("op", OPS[op].to_string()), ("class", CLASSES[class].to_string())];
+                let ok = slots.ok[op][class].load(Ordering::Relaxed);
+                if ok > 0 {
+                    let mut labels = keyspace_label(ks.id);
+                    labels.extend(label.clone());
+                    labels.push(("outcome", "ok".to_string()));
+                    requests.push((labels, ok));
+                }
+                let h = slots.latency[op][class].snapshot();
+                if h.count > 0 {
+                    let mut labels = keyspace_label(ks.id);
+                    labels.extend(label);
+                    latency.push((labels, h));
+                }
+            }
             for ((label, outcome), n) in ks.metrics.requests.lock().expect("metrics lock").iter() {
                 let mut labels = keyspace_label(ks.id);
                 labels.extend([
@@ -230,7 +285,7 @@ impl Page {
             for (label, h) in ks.metrics.latency.lock().expect("metrics lock").iter() {
                 let mut labels = keyspace_label(ks.id);
                 labels.extend([("op", label.op.to_string()), ("class", label.class.to_string())]);
-                latency.push((labels, h.clone()));
+                latency.push((labels, h.snapshot()));
             }
         }
         families.push(Family {
@@ -443,6 +498,31 @@ mod tests {
             "keel_request_duration_seconds_count{keyspace=\"2\",op=\"get\",class=\"monotonic\"} 2"
         ));
         assert!(out.ends_with("# EOF\n"), "{out}");
+    }
+
+    #[test]
+    fn errors_are_counted_by_outcome_and_timed_with_the_rest() {
+        let metrics = KeyspaceMetrics::default();
+        let label = OpLabel { op: "put", class: "durable" };
+        metrics.record(label, "ok", 0.001);
+        metrics.record(label, "TIMEOUT", 2.0);
+        metrics.record(OpLabel { op: "put", class: "odd" }, "ok", 0.001);
+        let report = Report { status: serde_json::json!({}), metrics: Vec::new() };
+        let mut out = String::new();
+        let views = [KeyspaceView { id: KeyspaceId(0), metrics: &metrics, report: &report }];
+        render(&mut out, &Metrics::default(), &views);
+        let count = |class: &str, outcome: &str| {
+            format!("keel_requests_total{{keyspace=\"0\",op=\"put\",class=\"{class}\",outcome=\"{outcome}\"}} 1\n")
+        };
+        assert!(out.contains(&count("durable", "ok")), "{out}");
+        assert!(out.contains(&count("durable", "TIMEOUT")), "{out}");
+        assert!(out.contains(&count("odd", "ok")), "a label outside the table: {out}");
+        assert!(out.contains(
+            "keel_request_duration_seconds_count{keyspace=\"0\",op=\"put\",class=\"durable\"} 2\n"
+        ));
+        assert!(out.contains(
+            "keel_request_duration_seconds_sum{keyspace=\"0\",op=\"put\",class=\"durable\"} 2.001\n"
+        ), "{out}");
     }
 
     #[test]
