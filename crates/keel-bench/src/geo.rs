@@ -573,7 +573,7 @@ fn write_report(
 ) -> Result<String, String> {
     let mut md = markdown(records, command);
     for workload in workloads_of(records) {
-        let png = cdf_plot(records, workload).draw().to_png();
+        let png = cdf_plot(records, workload).to_png();
         let file = format!("{stem}-cdf-{workload}.png");
         std::fs::write(dir.join(&file), png).map_err(|e| e.to_string())?;
         let what = if is_mixed(workload) { "reads and writes together; " } else { "" };

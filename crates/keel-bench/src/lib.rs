@@ -18,7 +18,6 @@
 pub mod cli;
 pub mod cluster;
 pub mod driver;
-pub mod font;
 pub mod generator;
 pub mod geo;
 pub mod plot;

@@ -292,8 +292,7 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
             log_y: true,
             x_labels: Some(labels.map(String::from).to_vec()),
             series: named(&names, percentile_series),
-        }
-        .draw();
+        };
         out.push((format!("latency-percentiles-{workload}.png"), canvas.to_png(), legend(names)));
         if configs.iter().any(|(_, list)| list.len() > 1) {
             let curves: Vec<Vec<(f64, f64)>> = configs
@@ -310,8 +309,7 @@ pub fn plots(records: &[RunRecord]) -> Vec<(String, Vec<u8>, Vec<String>)> {
                 log_y: true,
                 x_labels: None,
                 series: named(&names, curves),
-            }
-            .draw();
+            };
             out.push((format!("p99-vs-throughput-{workload}.png"), canvas.to_png(), legend(names)));
         }
     }
