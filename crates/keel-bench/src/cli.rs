@@ -295,6 +295,14 @@ async fn measure(
     let http = running.keel_http_addrs();
     let metric = "keel_reads_with_durability_round_total";
     let rounds_before = crate::cluster::metric_sum(&http, metric).await;
+    // Printed per run, summed over the nodes, per 100 reads issued (warm-up included):
+    // where the reads went and how many fsyncs they cost.
+    let shares =
+        ["keel_forwarded_total", "keel_reads_off_loop_total", "keel_fsync_duration_seconds_count"];
+    let mut shares_before = Vec::new();
+    for name in shares {
+        shares_before.push(crate::cluster::metric_sum(&http, name).await);
+    }
     let progress =
         crate::progress::Progress::start(config.warmup + config.duration, label, config.clients);
     let outcome = runner::run(target, spec, config).await.map_err(|e| format!("run failed: {e}"));
@@ -307,6 +315,13 @@ async fn measure(
     record.server_rss_kib_max = running.server_rss_kib().into_iter().max();
     if !http.is_empty() {
         let rounds_after = crate::cluster::metric_sum(&http, metric).await;
+        for (name, before) in shares.iter().zip(shares_before) {
+            let after = crate::cluster::metric_sum(&http, name).await;
+            if let (Some(before), Some(after), true) = (before, after, outcome.reads_total > 0) {
+                let pct = after.saturating_sub(before) as f64 * 100.0 / outcome.reads_total as f64;
+                eprintln!("keel bench: {name}: {pct:.2} per 100 reads issued");
+            }
+        }
         if let (Some(before), Some(after)) = (rounds_before, rounds_after) {
             if outcome.reads_total > 0 {
                 let pct = after.saturating_sub(before) as f64 * 100.0 / outcome.reads_total as f64;
