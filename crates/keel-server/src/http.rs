@@ -1,5 +1,6 @@
-//! The HTTP endpoint, on hyper: `GET /metrics` (Prometheus text format, every keyspace's
-//! metrics labelled with its id) and `GET /status` (JSON: the node and each keyspace);
+//! The HTTP endpoint, on hyper: `GET /metrics` (OpenMetrics text, which Prometheus reads;
+//! every keyspace's metrics labelled with its id) and `GET /status` (JSON: the node and
+//! each keyspace);
 //! 404 for other paths, 405 for other methods.
 //!
 //! Bounds, for a port that may face a network: at most [`CONNECTIONS_MAX`] connections at
