@@ -36,11 +36,22 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
     let Some(raw_name) = words.first() else {
         return Err(CommandError::Empty);
     };
-    let name = if raw_name.len() <= NAME_BYTES_MAX { lowercase(raw_name) } else { String::new() };
+    // Lowercased on the stack: every request's name goes through here.
+    let mut name_buf = [0u8; NAME_BYTES_MAX];
+    let name: &str = match name_buf.get_mut(..raw_name.len()) {
+        Some(buf) => {
+            for (lower, byte) in buf.iter_mut().zip(raw_name.iter()) {
+                *lower = byte.to_ascii_lowercase();
+            }
+            // A name with other bytes than UTF-8 is unknown, as one too long is.
+            std::str::from_utf8(buf).unwrap_or("")
+        }
+        None => "",
+    };
     let count = words.len() - 1;
     let mut rest = words.into_iter();
     let raw_name = rest.next().expect("the name is there");
-    let parsed = match name.as_str() {
+    let parsed = match name {
         "ping" => ping(rest, count),
         "echo" => echo(rest, count),
         "hello" => hello(rest),
@@ -48,7 +59,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "set" => set(rest, count, limits),
         "del" => keys("del", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
         "exists" => keys("exists", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
-        "incr" | "decr" | "incrby" | "decrby" => incr(&name, rest, count, limits),
+        "incr" | "decr" | "incrby" | "decrby" => incr(name, rest, count, limits),
         "mget" => mget(rest, count, limits),
         "keel.cas" => cas(rest, count, limits),
         "keel.scan" => scan(rest, count, limits),
