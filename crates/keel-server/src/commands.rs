@@ -22,7 +22,7 @@
 //! (Redis's `-ERR DB index is out of range` if the node does not host it), and every
 //! later command of the connection goes there.
 
-use crate::driver::{KeyspaceHandle, Keyspaces, Submit};
+use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
 use keel_types::{
@@ -58,7 +58,13 @@ pub struct Pending {
 enum Body {
     Ready(Frame),
     Later(ReplyFuture),
+    /// One engine reply, turned into its frame when it comes (no boxed future: the common
+    /// case of a single-key request).
+    Engine(Sent, Finish),
 }
+
+/// How an engine reply becomes a frame: the function and its `WITHVERSION` flag.
+type Finish = (fn(Result<ClientReply, KeelError>, bool) -> Frame, bool);
 
 impl Pending {
     /// A reply known at once.
@@ -68,6 +74,10 @@ impl Pending {
 
     fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
         Pending { protocol, close: false, body: Body::Later(future) }
+    }
+
+    fn engine(sent: Sent, finish: Finish, protocol: Protocol) -> Pending {
+        Pending { protocol, close: false, body: Body::Engine(sent, finish) }
     }
 
     /// The same reply, closing the connection after it.
@@ -81,6 +91,7 @@ impl Pending {
         match self.body {
             Body::Ready(frame) => frame,
             Body::Later(future) => future.await,
+            Body::Engine(sent, (finish, flag)) => finish(sent.answer().await, flag),
         }
     }
 }
@@ -358,27 +369,27 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
                 return Pending::ready(get_reply(Ok(reply), with_version), protocol);
             }
             let sent = conn.node.send(submit);
-            later(Box::pin(async move { get_reply(sent.answer().await, with_version) }))
+            Pending::engine(sent, (get_reply, with_version), protocol)
         }
         ClientCommand::Set { key, value, durability, with_version } => {
             let sent = conn.node.send(Submit { durability, ..submit(Command::Put { key, value }) });
-            later(Box::pin(async move { set_reply(sent.answer().await, with_version) }))
+            Pending::engine(sent, (set_reply, with_version), protocol)
         }
         ClientCommand::Incr { key, delta } => {
             let sent = conn.node.send(submit(Command::Incr { key, delta }));
-            later(Box::pin(async move { result_reply(sent.answer().await) }))
+            Pending::engine(sent, (result_reply, false), protocol)
         }
         ClientCommand::Cas { key, expected, new, durability } => {
             let sent = conn
                 .node
                 .send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
-            later(Box::pin(async move { result_reply(sent.answer().await) }))
+            Pending::engine(sent, (result_reply, false), protocol)
         }
         ClientCommand::Scan { start, end, count, level } => {
             let sent = conn
                 .node
                 .send(Submit { level, ..submit(Command::Scan { start, end, limit: count }) });
-            later(Box::pin(async move { result_reply(sent.answer().await) }))
+            Pending::engine(sent, (result_reply, false), protocol)
         }
         ClientCommand::Del { keys } => {
             let subs = multi(conn, pair, keys);
@@ -539,7 +550,7 @@ fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
 }
 
 /// The reply of `INCR`, `KEEL.CAS`, `KEEL.SCAN` (and any result, by its kind).
-fn result_reply(reply: Result<ClientReply, KeelError>) -> Frame {
+fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
     match reply.and_then(|r| r.result) {
         Ok(CommandResult::Counter { value, .. }) => Frame::Integer(value),
         Ok(CommandResult::Cas { swapped, current, version }) => Frame::Array(vec![
@@ -718,7 +729,7 @@ mod tests {
         match pending.body {
             Body::Ready(Frame::Error(text)) => String::from_utf8(text).unwrap(),
             Body::Ready(other) => format!("{other:?}"),
-            Body::Later(_) => "later".into(),
+            Body::Later(_) | Body::Engine(..) => "later".into(),
         }
     }
 
