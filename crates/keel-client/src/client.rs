@@ -320,7 +320,7 @@ impl Session {
         let (frame, node) = self.client.call(&words).await?;
         match frame {
             Frame::Array(items) if items.len() == 3 => Ok(CasResult {
-                swapped: matches!(items[0], Frame::Integer(1)),
+                swapped: matches!(items[0], Frame::Integer(1) | Frame::Boolean(true)),
                 current: value_of(&items[1])?,
                 version: version_of(&items[2]),
                 node,

@@ -554,7 +554,7 @@ fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
     match reply.and_then(|r| r.result) {
         Ok(CommandResult::Counter { value, .. }) => Frame::Integer(value),
         Ok(CommandResult::Cas { swapped, current, version }) => Frame::Array(vec![
-            Frame::Integer(i64::from(swapped)),
+            Frame::Boolean(swapped),
             value_frame(current.as_ref()),
             version.map_or(Frame::Null, version_frame),
         ]),

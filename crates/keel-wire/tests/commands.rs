@@ -159,6 +159,22 @@ fn cas_spells_absent_as_minus_nil() {
 }
 
 #[test]
+fn an_option_given_twice_is_a_syntax_error() {
+    for line in [
+        "GET a WITHVERSION WITHVERSION",
+        "GET a LEVEL any LEVEL monotonic",
+        "SET a v WITHVERSION WITHVERSION",
+        "SET a v DURABILITY memory DURABILITY durable",
+        "KEEL.CAS k a n DURABILITY memory DURABILITY memory",
+        "KEEL.SCAN a +inf COUNT 2 COUNT 3",
+        "KEEL.SCAN a +inf LEVEL any LEVEL any",
+    ] {
+        assert_eq!(error(line), "-ERR syntax error\r\n", "{line}");
+    }
+    assert!(parse("GET a LEVEL any WITHVERSION").is_ok(), "each once is fine");
+}
+
+#[test]
 fn scan_takes_a_range_a_count_and_a_level() {
     let scan = |end: Option<&str>, count, level| {
         Ok(ClientCommand::Scan {

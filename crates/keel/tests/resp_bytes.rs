@@ -127,6 +127,12 @@ fn resp_bytes_in_bytes_out() {
     let _modules = c.line();
     c.send(&req(&[b"GET", b"absent-key"]));
     c.expect(b"_\r\n");
+    // ... and KEEL.CAS says whether it swapped as a boolean (`:1` above under RESP2).
+    c.send(&req(&[b"KEEL.CAS", b"k", b"v3", b"v4"]));
+    assert_eq!(c.line(), "*3\r\n");
+    c.expect(b"#t\r\n$2\r\nv3\r\n");
+    let _version = c.line();
+    let _version = c.line();
 
     // Malformed RESP: an error, then the connection closes; the node carries on.
     let mut bad = Conn::open(addr);

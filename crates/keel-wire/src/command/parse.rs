@@ -103,6 +103,15 @@ fn arity(name: &str) -> CommandError {
     CommandError::WrongArity { name: name.to_string() }
 }
 
+/// Refuses an option given twice (`GET k WITHVERSION WITHVERSION`), as a syntax error.
+fn once(seen: bool) -> Result<(), CommandError> {
+    if seen {
+        Err(CommandError::Syntax)
+    } else {
+        Ok(())
+    }
+}
+
 /// Refuses anything but `expected` arguments.
 fn exactly(name: &str, count: usize, expected: usize) -> Result<(), CommandError> {
     if count == expected {
@@ -201,8 +210,10 @@ fn get(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
     let (mut level, mut with_version) = (None, false);
     while let Some(option) = words.next() {
         if is(&option, "level") {
+            once(level.is_some())?;
             level = Some(read_level(&next(&mut words)?)?);
         } else if is(&option, "withversion") {
+            once(with_version)?;
             with_version = true;
         } else {
             return Err(CommandError::Syntax);
@@ -222,8 +233,10 @@ fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
     let (mut durability_asked, mut with_version) = (None, false);
     while let Some(option) = words.next() {
         if is(&option, "durability") {
+            once(durability_asked.is_some())?;
             durability_asked = Some(durability(&next(&mut words)?)?);
         } else if is(&option, "withversion") {
+            once(with_version)?;
             with_version = true;
         } else if SET_OPTIONS_UNSUPPORTED.iter().any(|name| is(&option, name)) {
             let option = String::from_utf8_lossy(&option).to_ascii_uppercase();
@@ -299,6 +312,7 @@ fn cas(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         if !is(&option, "durability") {
             return Err(CommandError::Syntax);
         }
+        once(durability_asked.is_some())?;
         durability_asked = Some(durability(&next(&mut words)?)?);
     }
     Ok(ClientCommand::Cas { key, expected, new, durability: durability_asked })
@@ -311,12 +325,15 @@ fn scan(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand
         Some(bytes) => Some(key(bytes, limits)?),
         None => None,
     };
-    let (mut items, mut level) = (SCAN_COUNT_DEFAULT, None);
+    let (mut items, mut level, mut counted) = (SCAN_COUNT_DEFAULT, None, false);
     while let Some(option) = words.next() {
         if is(&option, "count") {
+            once(counted)?;
+            counted = true;
             let asked = integer(&next(&mut words)?)?;
             items = u32::try_from(asked).map_err(|_| CommandError::NotAnInteger)?;
         } else if is(&option, "level") {
+            once(level.is_some())?;
             level = Some(read_level(&next(&mut words)?)?);
         } else {
             return Err(CommandError::Syntax);
