@@ -634,6 +634,9 @@ fn hello_frame(conn: &Conn) -> Frame {
     ])
 }
 
+/// Most characters of an unknown subcommand quoted back in its error.
+const ERROR_NAME_CHARS_MAX: usize = 64;
+
 fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
     match sub {
         ClientSubcommand::SetName(name) => {
@@ -642,7 +645,13 @@ fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
         }
         ClientSubcommand::GetName => conn.name.clone().map_or(Frame::Null, Frame::Bulk),
         ClientSubcommand::Id => Frame::Integer(conn.client.0 as i64),
-        ClientSubcommand::SetInfo { .. } | ClientSubcommand::Other(_) => Frame::ok(),
+        ClientSubcommand::SetInfo { .. } => Frame::ok(),
+        // Not pretended: `CLIENT LIST`, `KILL` and the rest are refused as Redis refuses
+        // a subcommand it does not know.
+        ClientSubcommand::Other(sub) => {
+            let shown: String = sub.chars().take(ERROR_NAME_CHARS_MAX).collect();
+            Frame::error(&format!("ERR unknown subcommand '{shown}'. Try CLIENT HELP."))
+        }
     }
 }
 
@@ -738,6 +747,18 @@ mod tests {
             Event::Client { submit, .. } => submit,
             other => panic!("not a client request: {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn client_subcommands_keel_does_not_have_are_refused_not_pretended() {
+        let (mut c, _rx, _resolved) = conn();
+        for sub in ["LIST", "KILL", "NO-EVICT"] {
+            let text = ready_text(handle(&mut c, words(&["CLIENT", sub])).await);
+            let want = format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", sub.to_lowercase());
+            assert_eq!(text, want);
+        }
+        let ok = ready_text(handle(&mut c, words(&["CLIENT", "SETINFO", "LIB-NAME", "x"])).await);
+        assert_eq!(ok, format!("{:?}", Frame::ok()), "what client libraries send at start");
     }
 
     #[tokio::test]

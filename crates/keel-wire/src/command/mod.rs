@@ -167,7 +167,7 @@ pub enum ClientSubcommand {
         /// Its value.
         value: Bytes,
     },
-    /// Any other subcommand, lowercased; answered `+OK` (harmless for Keel).
+    /// Any other subcommand, lowercased; refused with Redis's unknown-subcommand error.
     Other(String),
 }
 
