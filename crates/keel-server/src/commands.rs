@@ -595,9 +595,9 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             Pending::later(Box::pin(async move { status_frame(&node).await }), protocol)
         }
         ClientCommand::Keyspaces => ready(keyspaces_frame(&conn.keyspaces)),
-        ClientCommand::Info { .. } => {
+        ClientCommand::Info { sections } => {
             let node = conn.node.clone();
-            Pending::later(Box::pin(async move { info_frame(&node).await }), protocol)
+            Pending::later(Box::pin(async move { info_frame(&node, &sections).await }), protocol)
         }
         ClientCommand::Client(sub) => ready(client_frame(conn, sub)),
         ClientCommand::Command(query) => ready(match query {
@@ -677,7 +677,20 @@ fn keyspaces_frame(keyspaces: &Keyspaces) -> Frame {
     Frame::Array(rows.collect())
 }
 
-async fn info_frame(node: &KeyspaceHandle) -> Frame {
+/// The sections of an `INFO` reply asked for (none, `all`, `everything` or `default`: every
+/// section; names Keel does not have: nothing, as Redis answers them).
+fn info_text(asked: &[String], sections: &[(&str, String)]) -> String {
+    let every = asked.is_empty()
+        || asked.iter().any(|a| matches!(a.as_str(), "all" | "everything" | "default"));
+    let chosen: Vec<String> = sections
+        .iter()
+        .filter(|(name, _)| every || asked.iter().any(|a| a == &name.to_ascii_lowercase()))
+        .map(|(name, body)| format!("# {name}\r\n{body}"))
+        .collect();
+    chosen.join("\r\n")
+}
+
+async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
     match node.report(QUERY_WAIT).await {
         Ok(report) => {
             let s = &report.status;
@@ -687,17 +700,21 @@ async fn info_frame(node: &KeyspaceHandle) -> Frame {
             } else {
                 "slave"
             };
-            let text = format!(
-                "# Server\r\nredis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\nkeel_keyspace:{}\r\n\r\n# Replication\r\nrole:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
+            let server = format!(
+                "redis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\nkeel_keyspace:{}\r\n",
                 env!("CARGO_PKG_VERSION"),
                 node.node_id.0,
                 node.id.0,
+            );
+            let replication = format!(
+                "role:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
                 field("epoch"),
                 field("leader"),
                 field("durable_index"),
                 field("applied_index"),
             );
-            Frame::Bulk(text.into_bytes().into())
+            let sections = [("Server", server), ("Replication", replication)];
+            Frame::bulk(info_text(asked, &sections))
         }
         Err(e) => error_frame(&e),
     }
@@ -747,6 +764,21 @@ mod tests {
             Event::Client { submit, .. } => submit,
             other => panic!("not a client request: {other:?}"),
         }
+    }
+
+    #[test]
+    fn info_answers_the_sections_asked_for() {
+        let sections = [("Server", "a:1\r\n".to_string()), ("Replication", "b:2\r\n".to_string())];
+        let ask = |names: &[&str]| {
+            let asked: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            info_text(&asked, &sections)
+        };
+        let every = "# Server\r\na:1\r\n\r\n# Replication\r\nb:2\r\n";
+        assert_eq!(ask(&[]), every);
+        assert_eq!(ask(&["all"]), every);
+        assert_eq!(ask(&["replication"]), "# Replication\r\nb:2\r\n");
+        assert_eq!(ask(&["server", "replication"]), every);
+        assert_eq!(ask(&["keyspace"]), "", "a section Keel does not have: nothing");
     }
 
     #[tokio::test]
