@@ -7,11 +7,18 @@ use keel_types::{Durability, ReadLevel};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+/// A `host:port` as given (a name is looked up once, the first address kept).
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let mut addrs = text.to_socket_addrs().map_err(|e| format!("{text}: {e}"))?;
+    addrs.next().ok_or_else(|| format!("{text}: no address"))
+}
+
 /// Where to connect and how.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Target {
-    /// A node's client address (any node serves any command).
-    #[arg(long, default_value = "127.0.0.1:7379")]
+    /// A node's client address, `host:port` (any node serves any command).
+    #[arg(long, default_value = "127.0.0.1:7379", value_parser = resolve)]
     pub node: SocketAddr,
     /// The keyspace (what `SELECT` takes).
     #[arg(long, default_value_t = 0)]
@@ -78,7 +85,7 @@ pub struct CasArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct StatusArgs {
     /// Client addresses of the nodes to ask (default: a local 3-node `keel up` cluster).
-    #[arg(long = "node", default_values = ["127.0.0.1:7379", "127.0.0.1:7380", "127.0.0.1:7381"])]
+    #[arg(long = "node", default_values = ["127.0.0.1:7379", "127.0.0.1:7380", "127.0.0.1:7381"], value_parser = resolve)]
     pub nodes: Vec<SocketAddr>,
     /// Print each node's keyspaces' JSON documents instead of tables.
     #[arg(long)]
@@ -261,5 +268,13 @@ mod tests {
     fn absent_values_show_as_nil() {
         assert_eq!(show(None), "(nil)");
         assert_eq!(show(Some(b"v")), "v");
+    }
+
+    #[test]
+    fn nodes_may_be_named_by_host() {
+        let addr = resolve("localhost:7379").expect("localhost resolves");
+        assert!(addr.ip().is_loopback() && addr.port() == 7379, "{addr}");
+        assert_eq!(resolve("127.0.0.1:7380").unwrap().port(), 7380);
+        assert!(resolve("no-port").is_err());
     }
 }
