@@ -63,7 +63,22 @@ impl LocalCluster {
         assert!(matches!(nodes, 3 | 5 | 7), "clusters have 3, 5 or 7 nodes");
         std::fs::create_dir_all(dir)?;
         let base = match base_port {
-            Some(base) => base,
+            Some(base) => {
+                // A port already taken (another cluster on the same ports) would let the
+                // wait for a leader reach that cluster: refuse before starting anything.
+                for id in 1..=nodes {
+                    let (a, b, c) = local_addrs(base, id);
+                    for addr in [a, b, c] {
+                        if let Err(e) = TcpListener::bind(addr) {
+                            return Err(std::io::Error::new(
+                                e.kind(),
+                                format!("{addr} is not free ({e}): is another cluster on these ports? (--base-port)"),
+                            ));
+                        }
+                    }
+                }
+                base
+            }
             None => free_base_port(nodes).ok_or_else(|| std::io::Error::other("no free ports"))?,
         };
         let configs: Vec<ServerConfig> = (1..=nodes)
@@ -325,4 +340,21 @@ pub fn status_in(addr: SocketAddr, keyspace: u32) -> Option<serde_json::Value> {
     let mut conn = StatusConn::open(addr)?;
     conn.call(&["SELECT", &keyspace.to_string()])?;
     conn.status()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_on_taken_ports_is_refused_before_anything_starts() {
+        let base = free_base_port(3).expect("a free block");
+        let (client, _, _) = local_addrs(base, 2);
+        let _taken = TcpListener::bind(client).expect("the port is free");
+        let dir = std::env::temp_dir().join(format!("keel-local-taken-{}", std::process::id()));
+        let err = LocalCluster::start(Path::new("/nonexistent"), 3, &dir, Some(base), |_| {})
+            .expect_err("a taken port is refused");
+        assert!(err.to_string().contains(&format!("{client} is not free")), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
