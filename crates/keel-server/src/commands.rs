@@ -152,6 +152,8 @@ pub struct Conn {
     /// The position of the last request that went through an engine loop (not answered
     /// off it).
     last_looped: Option<u64>,
+    /// After a `MULTI`: every command is refused until `EXEC` or `DISCARD`.
+    refusing_transaction: bool,
 }
 
 /// What may run concurrently within one connection's pipeline: requests of one kind
@@ -185,6 +187,7 @@ impl Conn {
             queued: 0,
             last_sent: None,
             last_looped: None,
+            refusing_transaction: false,
         }
     }
 
@@ -228,6 +231,41 @@ impl Conn {
     }
 }
 
+/// Keel has no transactions yet. A client that sends `MULTI`, commands, `EXEC` (a Redis
+/// transaction) must not see half of them applied: `MULTI` is refused, and so is every
+/// command after it until `EXEC` (refused as Redis refuses a transaction with an error) or
+/// `DISCARD`. `None`: the request is not concerned.
+fn transaction_guard(conn: &mut Conn, name: &[u8]) -> Option<&'static str> {
+    let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+    if conn.refusing_transaction {
+        if is("exec") {
+            conn.refusing_transaction = false;
+            return Some("EXECABORT Transaction discarded because of previous errors.");
+        }
+        if is("discard") {
+            conn.refusing_transaction = false;
+            return Some("ERR Keel has no transactions: the commands since MULTI were refused");
+        }
+        if is("multi") {
+            return Some("ERR MULTI calls can not be nested");
+        }
+        return Some(
+            "ERR refused: inside a MULTI, which Keel does not support (EXEC or DISCARD ends it)",
+        );
+    }
+    if is("multi") {
+        conn.refusing_transaction = true;
+        return Some("ERR MULTI is not supported: every command up to EXEC or DISCARD is refused");
+    }
+    if is("exec") {
+        return Some("ERR EXEC without MULTI");
+    }
+    if is("discard") {
+        return Some("ERR DISCARD without MULTI");
+    }
+    None
+}
+
 /// Turns one decoded request into its reply; a request for an engine is sent to it before
 /// this returns (after the earlier requests it must follow are answered).
 pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
@@ -236,6 +274,9 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
         Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),
     };
     let first = words.first().map_or(&[][..], |w| &w[..]);
+    if let Some(refusal) = transaction_guard(conn, first) {
+        return Pending::ready(Frame::error(refusal), conn.protocol);
+    }
     match first {
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
         w if w.eq_ignore_ascii_case(b"keel.log") => keel_log(conn, &words),
@@ -764,6 +805,28 @@ mod tests {
             Event::Client { submit, .. } => submit,
             other => panic!("not a client request: {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_transaction_applies_none_of_its_commands() {
+        let (mut c, mut rx, _resolved) = conn();
+        let text = ready_text(handle(&mut c, words(&["MULTI"])).await);
+        assert!(text.starts_with("ERR MULTI is not supported"), "{text}");
+        for ws in [&["SET", "k", "v"][..], &["INCR", "n"], &["GET", "k"]] {
+            let text = ready_text(handle(&mut c, words(ws)).await);
+            assert!(text.starts_with("ERR refused: inside a MULTI"), "{ws:?}: {text}");
+        }
+        let text = ready_text(handle(&mut c, words(&["exec"])).await);
+        assert!(text.starts_with("EXECABORT"), "{text}");
+        assert!(rx.try_recv().is_err(), "nothing of the transaction reached the engine");
+        let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
+        assert_eq!(text, "ERR EXEC without MULTI");
+        let _later = handle(&mut c, words(&["SET", "k", "v"])).await;
+        assert!(rx.try_recv().is_ok(), "after EXEC, commands run again");
+        let text = ready_text(handle(&mut c, words(&["MULTI"])).await);
+        assert!(text.starts_with("ERR MULTI"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["DISCARD"])).await);
+        assert!(text.starts_with("ERR Keel has no transactions"), "{text}");
     }
 
     #[test]
