@@ -57,6 +57,9 @@ pub const CLIENT_BATCH_MAX: usize = 256;
 
 /// Most entries one `KEEL.LOG` page returns.
 pub const LOG_PAGE_ENTRIES_MAX: u32 = 1024;
+/// Most key and value bytes one `KEEL.LOG` page carries (at least one entry goes out, so a
+/// reader always moves on); the reply, in JSON, is a few times larger.
+pub const LOG_PAGE_BYTES_MAX: usize = 4 << 20;
 
 /// A step (engine plus carrying out its outputs) this long is logged as a warning: a
 /// third of the default heartbeat-to-election margin.
@@ -414,7 +417,8 @@ where
             }
             Event::Log { from, count, reply } => {
                 let count = count.clamp(1, LOG_PAGE_ENTRIES_MAX) as usize;
-                let (entries, snapshot_index) = self.engine().log_page(from, count);
+                let (mut entries, snapshot_index) = self.engine().log_page(from, count);
+                entries.truncate(page_within_budget(&entries));
                 let _ = reply.send(LogPage { entries, snapshot_index });
                 Ok(())
             }
@@ -538,6 +542,26 @@ where
             let _ = waiting.reply.send(reply);
         }
     }
+}
+
+/// How many of `entries`, from the first, fit in [`LOG_PAGE_BYTES_MAX`] (at least one).
+fn page_within_budget(entries: &[Entry]) -> usize {
+    let mut bytes = 0usize;
+    for (i, entry) in entries.iter().enumerate() {
+        if let keel_types::EntryPayload::Write { command, .. } = &entry.payload {
+            bytes += match command {
+                Command::Put { key, value } => key.len() + value.len(),
+                Command::Cas { key, expected, new } => {
+                    key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
+                }
+                other => other.key().len(),
+            };
+        }
+        if bytes > LOG_PAGE_BYTES_MAX && i > 0 {
+            return i;
+        }
+    }
+    entries.len()
 }
 
 /// The kind of an input, for logs.
@@ -694,6 +718,28 @@ impl Keyspaces {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_log_page_stops_at_its_byte_budget_but_never_at_zero_entries() {
+        use keel_types::{ClientId, EntryPayload, Epoch, RequestId};
+        let write = |index: u64, bytes: usize| Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Write {
+                client: ClientId(1),
+                request: RequestId(index),
+                durability: Durability::Memory,
+                command: Command::Put { key: "k".into(), value: vec![0; bytes].into() },
+            },
+        };
+        let big = LOG_PAGE_BYTES_MAX / 2;
+        let entries: Vec<Entry> = (1..=4).map(|i| write(i, big)).collect();
+        assert_eq!(page_within_budget(&entries), 1, "two halves and two keys exceed it");
+        let huge = vec![write(1, 2 * LOG_PAGE_BYTES_MAX), write(2, 1)];
+        assert_eq!(page_within_budget(&huge), 1, "one entry over budget still goes out");
+        let small: Vec<Entry> = (1..=100).map(|i| write(i, 10)).collect();
+        assert_eq!(page_within_budget(&small), 100);
+    }
     use super::*;
 
     #[test]
