@@ -57,6 +57,47 @@ pub fn fresh_seed() -> u64 {
     Jitter::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
 }
 
+/// File descriptors a node keeps beyond one per client connection: listeners, the
+/// runtime, logs, snapshots being written and read, and slack.
+pub const DESCRIPTORS_RESERVED: u64 = 256;
+
+/// File descriptors `config` may need at once: every client connection it admits, peer
+/// links both ways, and each keyspace's log segments and snapshot files.
+pub fn descriptors_needed(config: &ServerConfig) -> u64 {
+    let keyspaces = config.keyspaces.len().max(1) as u64;
+    u64::from(config.connections_max)
+        + 4 * config.members.len() as u64
+        + 16 * keyspaces
+        + DESCRIPTORS_RESERVED
+}
+
+/// Raises the soft limit on open files to what `config` needs, or refuses a
+/// configuration the hard limit cannot meet (naming `connections_max`): a node that runs
+/// out of descriptors stops accepting clients and fails its next snapshot.
+fn ensure_descriptors(config: &ServerConfig) -> Result<(), NodeError> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
+    let needed = descriptors_needed(config);
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
+        .map_err(|e| NodeError::Startup(format!("cannot read the open-files limit: {e}")))?;
+    if soft >= needed {
+        return Ok(());
+    }
+    if hard != RLIM_INFINITY && hard < needed {
+        let reason = format!(
+            "{} connections need about {needed} file descriptors, and this process may open at most {hard} (ulimit -Hn): lower connections_max or raise the limit",
+            config.connections_max
+        );
+        return Err(NodeError::Config(crate::config::ConfigError::Invalid {
+            field: "connections_max".into(),
+            reason,
+        }));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, needed, hard)
+        .map_err(|e| NodeError::Startup(format!("cannot raise the open-files limit: {e}")))?;
+    tracing::info!(from = soft, to = needed, "raised the open-files limit");
+    Ok(())
+}
+
 /// A keyspace's engine loop, ready to run.
 type Loop = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
@@ -78,6 +119,7 @@ struct Shared<'a> {
 /// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a tokio runtime.
 pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     config.validate()?;
+    ensure_descriptors(&config)?;
     let specs = config.keyspace_specs()?;
     let me = NodeId(config.node_id);
     let node_metrics = Arc::new(Metrics::default());
@@ -229,4 +271,30 @@ where
     };
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
     Ok(Started { handle, inbox, run })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_limit_the_descriptor_limit_cannot_meet_is_refused_by_name() {
+        use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+        let dir = std::env::temp_dir().join(format!("keel-fd-limit-{}", std::process::id()));
+        let mut config = ServerConfig::local(3, 1, 20_000, &dir);
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        config.connections_max = u32::MAX;
+        let result = ensure_descriptors(&config);
+        if hard == RLIM_INFINITY {
+            assert!(result.is_ok(), "no hard limit: the soft one is raised");
+        } else {
+            let err = result.expect_err("more descriptors than the hard limit allows");
+            let text = err.to_string();
+            assert!(text.contains("connections_max") && text.contains("ulimit"), "{text}");
+            assert_eq!(err.exit_code(), 1, "a configuration error");
+        }
+        config.connections_max = 16;
+        assert!(ensure_descriptors(&config).is_ok(), "a small limit fits");
+        assert!(descriptors_needed(&config) >= 16 + DESCRIPTORS_RESERVED);
+    }
 }
