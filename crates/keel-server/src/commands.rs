@@ -231,6 +231,9 @@ impl Conn {
     }
 }
 
+/// The reply to any attempt to authenticate: Keel has no users yet.
+const NO_AUTHENTICATION: &str = "ERR AUTH called without any password configured for the default user. Keel has no authentication yet";
+
 /// Keel has no transactions yet. A client that sends `MULTI`, commands, `EXEC` (a Redis
 /// transaction) must not see half of them applied: `MULTI` is refused, and so is every
 /// command after it until `EXEC` (refused as Redis refuses a transaction with an error) or
@@ -276,6 +279,9 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     let first = words.first().map_or(&[][..], |w| &w[..]);
     if let Some(refusal) = transaction_guard(conn, first) {
         return Pending::ready(Frame::error(refusal), conn.protocol);
+    }
+    if first.eq_ignore_ascii_case(b"auth") {
+        return Pending::ready(Frame::error(NO_AUTHENTICATION), conn.protocol);
     }
     match first {
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
@@ -622,6 +628,11 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
         ClientCommand::Ping { message: Some(m) } | ClientCommand::Echo { message: m } => {
             ready(Frame::Bulk(m))
         }
+        ClientCommand::Hello { auth: Some(_), .. } => {
+            // No user is configured: a password cannot be checked, so it is not accepted
+            // (as Redis answers AUTH when no password is set), and nothing changes.
+            Pending::ready(Frame::error(NO_AUTHENTICATION), protocol)
+        }
         ClientCommand::Hello { protocol: asked, client_name, .. } => {
             if let Some(asked) = asked {
                 conn.protocol = asked;
@@ -805,6 +816,22 @@ mod tests {
             Event::Client { submit, .. } => submit,
             other => panic!("not a client request: {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn authentication_is_not_pretended() {
+        let (mut c, _rx, _resolved) = conn();
+        for ws in [
+            &["AUTH", "secret"][..],
+            &["AUTH", "user", "secret"],
+            &["HELLO", "3", "AUTH", "u", "p"],
+        ] {
+            let text = ready_text(handle(&mut c, words(ws)).await);
+            assert!(text.starts_with("ERR AUTH called without any password"), "{ws:?}: {text}");
+        }
+        assert_eq!(c.protocol, Protocol::Resp2, "a refused HELLO changes nothing");
+        let hello = handle(&mut c, words(&["HELLO", "3"])).await;
+        assert!(matches!(hello.body, Body::Ready(Frame::Map(_))), "HELLO without AUTH works");
     }
 
     #[tokio::test]
