@@ -298,6 +298,14 @@ pub struct ServerConfig {
     /// Most unanswered pipelined requests per connection (reading pauses past it).
     #[serde(default = "pipeline_depth_max_default")]
     pub pipeline_depth_max: u32,
+    /// A client connection holding part of a request for this long is closed (ms; a
+    /// request that never completes must not hold a connection slot).
+    #[serde(default = "partial_request_timeout_ms_default")]
+    pub partial_request_timeout_ms: u64,
+    /// A client connection that sends nothing for this long is closed (ms; 0: never, as
+    /// Redis's `timeout 0`).
+    #[serde(default)]
+    pub client_idle_timeout_ms: u64,
     /// Whether connections answer reads that need no step themselves, off the engine
     /// loop (`docs/protocol.md` §7); `false` sends every request through the loop.
     #[serde(default = "reads_off_loop_default")]
@@ -319,6 +327,10 @@ pub struct ServerConfig {
 fn connections_max_default() -> u32 {
     CONNECTIONS_MAX_DEFAULT
 }
+fn partial_request_timeout_ms_default() -> u64 {
+    10_000
+}
+
 fn reads_off_loop_default() -> bool {
     true
 }
@@ -367,6 +379,8 @@ impl ServerConfig {
             peer_queue_max: PEER_QUEUE_MAX_DEFAULT,
             peer_batch_max: PEER_BATCH_MAX_DEFAULT,
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
+            partial_request_timeout_ms: partial_request_timeout_ms_default(),
+            client_idle_timeout_ms: 0,
             reads_off_loop: true,
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
@@ -423,6 +437,9 @@ impl ServerConfig {
             if value == 0 || value > QUEUE_CEILING {
                 return Err(invalid(field, format!("must be in 1..={QUEUE_CEILING}")));
             }
+        }
+        if self.partial_request_timeout_ms < 100 {
+            return Err(invalid("partial_request_timeout_ms", "must be at least 100"));
         }
         let mut addrs: Vec<SocketAddr> = self.members.iter().map(|m| m.peer_addr).collect();
         addrs.sort();

@@ -158,6 +158,11 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         keyspaces: keyspaces.clone(),
         limits,
         pipeline_depth_max: config.pipeline_depth_max as usize,
+        partial_request_timeout: std::time::Duration::from_millis(
+            config.partial_request_timeout_ms,
+        ),
+        idle_timeout: (config.client_idle_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(config.client_idle_timeout_ms)),
         slots: Arc::new(Semaphore::new(config.connections_max as usize)),
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
     });

@@ -45,6 +45,10 @@ pub struct FrontDoor {
     pub limits: Limits,
     /// Most unanswered requests per connection.
     pub pipeline_depth_max: usize,
+    /// How long a connection may hold part of a request.
+    pub partial_request_timeout: std::time::Duration,
+    /// How long a connection may send nothing (`None`: forever).
+    pub idle_timeout: Option<std::time::Duration>,
     /// Free connection slots (`connections_max` in all).
     pub slots: Arc<Semaphore>,
     /// Seeds client ids.
@@ -86,7 +90,22 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
     let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    'read: while let Ok(n) = reader.read(&mut chunk).await {
+    'read: loop {
+        // Part of a request waits at most `partial_request_timeout`; a connection with
+        // nothing pending, `idle_timeout`.
+        let wait =
+            if buf.is_empty() { door.idle_timeout } else { Some(door.partial_request_timeout) };
+        let read = reader.read(&mut chunk);
+        let n = match wait {
+            Some(wait) => match tokio::time::timeout(wait, read).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) | Err(_) => break,
+            },
+            None => match read.await {
+                Ok(n) => n,
+                Err(_) => break,
+            },
+        };
         if n == 0 {
             break;
         }
