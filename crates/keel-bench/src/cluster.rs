@@ -10,9 +10,11 @@
 //!   `appendfsync always|everysec`, no RDB snapshots.
 //! - etcd 3.4: three members, default snapshot and heartbeat settings, fsync on commit.
 
-use crate::driver::http::HttpConn;
 use crate::driver::resp::RespConn;
-use crate::driver::DriverError;
+use crate::driver::{DriverError, REPLY_BYTES_MAX, REQUEST_TIMEOUT};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use keel_server::local::LocalCluster;
 use keel_wire::Frame;
 use std::net::{SocketAddr, TcpListener};
@@ -252,7 +254,7 @@ where
 /// A running three-member etcd cluster.
 #[derive(Debug)]
 pub struct EtcdCluster {
-    /// Client (gateway) addresses.
+    /// Client (gRPC) addresses.
     pub addrs: Vec<SocketAddr>,
     /// Index of the leader when the cluster became ready.
     pub leader: usize,
@@ -271,7 +273,9 @@ impl EtcdCluster {
     }
 }
 
-/// Starts three etcd members.
+/// Starts three etcd members and waits until they agree on a leader (asked over gRPC,
+/// so a build without the `etcd` feature never sees them agree: `systems::start` refuses
+/// etcd in such a build before coming here).
 pub async fn start_etcd() -> Result<EtcdCluster, ClusterError> {
     let dir = temp_dir("etcd");
     let spawn_err = |source| ClusterError::Spawn { what: "etcd dirs".into(), source };
@@ -313,33 +317,13 @@ pub async fn start_etcd() -> Result<EtcdCluster, ClusterError> {
     let addrs: Vec<SocketAddr> = ports.iter().map(|(c, _)| loopback(*c)).collect();
     let deadline = Instant::now() + READY_TIMEOUT;
     while Instant::now() < deadline {
-        if let Some(leader) = etcd_leader(&addrs).await {
+        if let Some(leader) = crate::driver::etcd::leader(&addrs).await {
             return Ok(EtcdCluster { addrs, leader, processes });
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
     processes.keep_dir = true;
     Err(ClusterError::NotReady { what: "etcd".into(), dir: dir.display().to_string() })
-}
-
-/// The index of the member every member names as leader, if they agree.
-async fn etcd_leader(addrs: &[SocketAddr]) -> Option<usize> {
-    let mut ids = Vec::new();
-    let mut leader_id = None;
-    for addr in addrs {
-        let mut conn = HttpConn::connect(*addr).await.ok()?;
-        let response = conn.post_json("/v3/maintenance/status", "{}").await.ok()?;
-        let status: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
-        let member = status.get("header")?.get("member_id")?.as_str()?.to_string();
-        let leader = status.get("leader")?.as_str()?.to_string();
-        if leader_id.as_ref().is_some_and(|l| *l != leader) {
-            return None;
-        }
-        leader_id = Some(leader);
-        ids.push(member);
-    }
-    let leader_id = leader_id?;
-    ids.iter().position(|id| *id == leader_id)
 }
 
 /// A running Keel cluster and its leaders.
@@ -437,12 +421,37 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 pub async fn metric_sum(addrs: &[SocketAddr], name: &str) -> Option<u64> {
     let mut sum = 0;
     for addr in addrs {
-        let mut conn = HttpConn::connect(*addr).await.ok()?;
-        let response = conn.get("/metrics").await.ok()?;
-        let text = String::from_utf8_lossy(&response.body);
-        sum += crate::report::prometheus_sum(&text, name)?;
+        let page = http_get(*addr, "/metrics").await.ok()?;
+        sum += crate::report::prometheus_sum(&String::from_utf8_lossy(&page), name)?;
     }
     Some(sum)
+}
+
+/// The body of `GET path` at `addr` (hyper's HTTP/1 client, one connection a request),
+/// within [`REQUEST_TIMEOUT`] and [`REPLY_BYTES_MAX`]; a status other than 200 is an error.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<Bytes, DriverError> {
+    let exchange = async {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(protocol)?;
+        // The connection does the socket I/O; it ends when `sender` is dropped.
+        tokio::spawn(connection);
+        let request = hyper::Request::get(path)
+            .header(hyper::header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(protocol)?;
+        let response = sender.send_request(request).await.map_err(protocol)?;
+        if response.status() != hyper::StatusCode::OK {
+            return Err(DriverError::Server(format!("GET {path}: {}", response.status())));
+        }
+        let body = Limited::new(response.into_body(), REPLY_BYTES_MAX);
+        Ok(body.collect().await.map_err(protocol)?.to_bytes())
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange).await.map_err(|_| DriverError::Timeout)?
+}
+
+fn protocol(error: impl std::fmt::Display) -> DriverError {
+    DriverError::Protocol(error.to_string())
 }
 
 /// Where the Debian package puts ZooKeeper's jar (its manifest names its dependencies).
@@ -537,4 +546,45 @@ async fn zk_leader(addrs: &[SocketAddr]) -> Option<usize> {
         }
     }
     leader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server on loopback that answers one connection with `reply` (whatever is asked).
+    async fn answering(reply: &'static [u8]) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            stream.write_all(reply).await.unwrap();
+            let _ = stream.shutdown().await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn scrapes_read_chunked_pages_and_sum_a_counter() {
+        let page = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            25\r\nkeel_forwarded_total{keyspace=\"0\"} 4\n\r\n\
+            25\r\nkeel_forwarded_total{keyspace=\"1\"} 5\n\r\n0\r\n\r\n";
+        let addr = answering(page).await;
+        let body = http_get(addr, "/metrics").await.expect("a page");
+        assert_eq!(body.len(), 74, "{body:?}");
+        let addr = answering(page).await;
+        assert_eq!(metric_sum(&[addr], "keel_forwarded_total").await, Some(9));
+    }
+
+    #[tokio::test]
+    async fn a_scrape_answered_with_another_status_fails() {
+        let addr = answering(b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno\n").await;
+        let error = http_get(addr, "/metrics").await.expect_err("404 is no page");
+        assert!(matches!(error, DriverError::Server(ref m) if m.contains("404")), "{error}");
+        let addr = answering(b"garbage\r\n\r\n").await;
+        assert!(matches!(http_get(addr, "/metrics").await, Err(DriverError::Protocol(_))));
+    }
 }

@@ -4,7 +4,8 @@
 //! Layout:
 //! - [`rng`], [`generator`], [`workload`]: YCSB's generators and workloads A–F and W,
 //!   deterministic given a seed (pure; unit-tested for their distributions).
-//! - [`driver`]: one async trait over every system; RESP (Keel, Redis) and HTTP (etcd).
+//! - [`driver`]: one async trait over every system; RESP (Keel, Redis), gRPC (etcd) and
+//!   jute (ZooKeeper).
 //! - [`cluster`], [`systems`]: starting and stopping each system's cluster, and the
 //!   named configurations (`cad`, `immediate`, `linearizable`, ...).
 //! - [`runner`]: load phase, closed-loop and open-loop run phases, HdrHistogram latency.

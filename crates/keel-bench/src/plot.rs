@@ -430,11 +430,18 @@ mod tests {
             .filter(|&(x, y)| rgb[(y * w + x) * 3] < 128)
             .count();
         assert!(ink > 20, "title ink: {ink}");
+        // The PNG decodes to the same pixels: its size, 8-bit RGB, both series' colours.
         let png = plot.to_png();
-        let decoder = png::Decoder::new(std::io::Cursor::new(png));
-        let reader = decoder.read_info().expect("a PNG");
-        let info = reader.info();
-        assert_eq!((info.width as usize, info.height as usize), PLOT_SIZE);
+        let mut reader = png::Decoder::new(std::io::Cursor::new(png)).read_info().expect("a PNG");
+        let mut decoded = vec![0; reader.output_buffer_size()];
+        let frame = reader.next_frame(&mut decoded).expect("its pixels decode");
+        assert_eq!((frame.width as usize, frame.height as usize), PLOT_SIZE);
+        assert_eq!(
+            (frame.color_type, frame.bit_depth),
+            (png::ColorType::Rgb, png::BitDepth::Eight)
+        );
+        decoded.truncate(frame.buffer_size());
+        assert_eq!(decoded, rgb, "the PNG holds what was drawn");
         assert_eq!(Plot::default().draw().0.len(), w * h * 3, "an empty plot still draws");
     }
 }

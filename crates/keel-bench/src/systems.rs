@@ -212,6 +212,11 @@ pub async fn start(
             Ok((Running::Redis(cluster), target))
         }
         System::Etcd => {
+            if !cfg!(feature = "etcd") {
+                return Err(SetupError::Unsupported(
+                    "etcd (build keel with --features etcd, which needs protoc)",
+                ));
+            }
             let cluster = cluster::start_etcd().await?;
             let options = EtcdOptions { serializable: config == "serializable", reads_everywhere };
             let target =

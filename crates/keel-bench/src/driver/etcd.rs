@@ -1,9 +1,12 @@
 //! The etcd driver over etcd's native gRPC API (`etcd-client`), as etcd's users run it:
 //! puts at the leader, linearizable or serializable ranges at the leader or spread.
 //!
+//! [`leader`] asks each member, over the same API, which member leads (how the benchmark
+//! waits for a new cluster and finds where writes go).
+//!
 //! Built with the `etcd` feature (`cargo build --release -p keel --features etcd`; the
 //! gRPC client's build needs `protoc`). Without it, connecting fails with
-//! [`DriverError::Unsupported`] saying how to build it.
+//! [`DriverError::Unsupported`] saying how to build it, and [`leader`] finds none.
 
 #[cfg(not(feature = "etcd"))]
 use super::DriverError;
@@ -44,6 +47,13 @@ impl EtcdDriver {
             "this keel was built without the etcd driver: cargo build --release -p keel --features etcd (needs protoc)",
         ))
     }
+}
+
+/// The index in `members` of the member every member names as leader: `None` until they
+/// agree (and always in a build without the `etcd` feature).
+#[cfg(not(feature = "etcd"))]
+pub async fn leader(_members: &[SocketAddr]) -> Option<usize> {
+    None
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -101,9 +111,32 @@ async fn bounded<T>(
 }
 
 #[cfg(feature = "etcd")]
+async fn client(addr: SocketAddr) -> Result<Client, DriverError> {
+    bounded(Client::connect([format!("http://{addr}")], None)).await
+}
+
+#[cfg(feature = "etcd")]
 async fn connect(addr: SocketAddr) -> Result<KvClient, DriverError> {
-    let endpoint = format!("http://{addr}");
-    Ok(bounded(Client::connect([endpoint], None)).await?.kv_client())
+    Ok(client(addr).await?.kv_client())
+}
+
+/// The index in `members` of the member every member names as leader (each asked with
+/// the maintenance API's `Status`): `None` until they agree.
+#[cfg(feature = "etcd")]
+pub async fn leader(members: &[SocketAddr]) -> Option<usize> {
+    let mut ids = Vec::with_capacity(members.len());
+    let mut leader_id = None;
+    for addr in members {
+        let status = bounded(client(*addr).await.ok()?.status()).await.ok()?;
+        let leader = status.leader();
+        if leader == 0 || leader_id.is_some_and(|l| l != leader) {
+            return None;
+        }
+        leader_id = Some(leader);
+        ids.push(status.header()?.member_id());
+    }
+    let leader_id = leader_id?;
+    ids.iter().position(|id| *id == leader_id)
 }
 
 #[cfg(feature = "etcd")]

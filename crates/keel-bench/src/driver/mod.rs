@@ -1,13 +1,11 @@
 //! Drivers: one async trait, [`Driver`], over every system a benchmark can target.
 //!
 //! Layout: [`resp`] holds a RESP connection (over `keel_wire`'s codec) and the Keel and
-//! Redis drivers built on it; [`etcd`] the etcd driver on etcd's gRPC API; [`http`] a
-//! minimal HTTP/1.1 client for scrapes;
+//! Redis drivers built on it; [`etcd`] the etcd driver on etcd's gRPC API (`etcd-client`);
 //! [`zk`] a minimal jute client and the ZooKeeper driver.
 //! [`AnyDriver`] dispatches over them without boxing, so the runner is one generic loop.
 
 pub mod etcd;
-pub mod http;
 pub mod resp;
 pub mod zk;
 
@@ -70,7 +68,7 @@ pub enum AnyDriver {
     Keel(resp::KeelDriver),
     /// Redis over RESP.
     Redis(resp::RedisDriver),
-    /// etcd over its v3 JSON gateway.
+    /// etcd over its gRPC API.
     Etcd(etcd::EtcdDriver),
     /// ZooKeeper over jute.
     Zk(zk::ZkDriver),
