@@ -26,7 +26,8 @@ use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
 use keel_types::{
-    ClientId, Command, CommandResult, KeelError, KeyspaceId, Limits, LogIndex, ReadLevel, RequestId,
+    ClientId, Command, CommandResult, KeelError, KeyspaceId, Limits, LogIndex, ReadLevel,
+    RequestId, Value,
 };
 use keel_wire::command::{ClientSubcommand, CommandQuery};
 use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
@@ -446,12 +447,12 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         ClientCommand::Exists { keys } => {
             let subs = multi(conn, pair, keys);
             let node = &conn.node;
-            later(Box::pin(exists(node, subs, None)))
+            later(Box::pin(values_reply(node, subs, None, exists_frame)))
         }
         ClientCommand::MGet { keys, level } => {
             let subs = multi(conn, pair, keys);
             let node = &conn.node;
-            later(Box::pin(mget(node, subs, level)))
+            later(Box::pin(values_reply(node, subs, level, mget_frame)))
         }
         _ => unreachable!("admin commands returned above"),
     }
@@ -532,39 +533,40 @@ fn values(
         for one in sent {
             match one.answer().await.and_then(|r| r.result)? {
                 CommandResult::Value { value, .. } => values.push(value),
-                other => panic!("a get answered {other:?}"),
+                // A reply of another kind (a peer's forwarded answer that breaks the
+                // protocol) is refused, not trusted.
+                other => {
+                    let kind = format!("a get was answered with {other:?}");
+                    return Err(KeelError::Unavailable(kind));
+                }
             }
         }
         Ok(values)
     }
 }
 
-fn exists(
+/// `EXISTS` and `MGET`: a get per key, sent at once, and `frame` of their values.
+fn values_reply(
     node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
+    frame: fn(&[Option<Value>]) -> Frame,
 ) -> impl Future<Output = Frame> + Send + 'static {
     let values = values(node, keys, level);
     async move {
         match values.await {
-            Ok(values) => Frame::Integer(values.iter().filter(|v| v.is_some()).count() as i64),
+            Ok(values) => frame(&values),
             Err(e) => error_frame(&e),
         }
     }
 }
 
-fn mget(
-    node: &KeyspaceHandle,
-    keys: Vec<(ClientId, RequestId, Bytes)>,
-    level: Option<ReadLevel>,
-) -> impl Future<Output = Frame> + Send + 'static {
-    let values = values(node, keys, level);
-    async move {
-        match values.await {
-            Ok(values) => Frame::Array(values.iter().map(|v| value_frame(v.as_ref())).collect()),
-            Err(e) => error_frame(&e),
-        }
-    }
+fn exists_frame(values: &[Option<Value>]) -> Frame {
+    Frame::Integer(values.iter().filter(|v| v.is_some()).count() as i64)
+}
+
+fn mget_frame(values: &[Option<Value>]) -> Frame {
+    Frame::Array(values.iter().map(|v| value_frame(v.as_ref())).collect())
 }
 
 fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {

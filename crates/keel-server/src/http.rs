@@ -262,8 +262,19 @@ mod tests {
     async fn connections_past_the_limit_wait() {
         let bounds = Bounds { connections_max: 1, ..Bounds::default() };
         let addr = endpoint(bounds).await;
-        let _held = TcpStream::connect(addr).await.unwrap(); // takes the only slot
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The only slot, taken for sure: a kept-alive connection that was answered once.
+        let mut held = TcpStream::connect(addr).await.unwrap();
+        held.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut seen = Vec::new();
+        let answered = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut chunk = [0u8; 512];
+            while !String::from_utf8_lossy(&seen).contains("200 OK") {
+                let n = held.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "the held connection was closed");
+                seen.extend_from_slice(&chunk[..n]);
+            }
+        });
+        assert!(answered.await.is_ok(), "the first connection is served");
         let request = get("/status");
         let waiting = tokio::time::timeout(Duration::from_millis(300), exchange(addr, &request));
         assert!(waiting.await.is_err(), "a second connection was served at once");
