@@ -569,6 +569,12 @@ fn mget_frame(values: &[Option<Value>]) -> Frame {
     Frame::Array(values.iter().map(|v| value_frame(v.as_ref())).collect())
 }
 
+/// A reply of another kind than the request's (only a forwarded answer from a peer that
+/// breaks the protocol can be one): an error for the client, never a panic.
+fn mismatched(op: &str, _result: &CommandResult) -> Frame {
+    Frame::error(&format!("ERR internal: a {op} was answered with another kind of result"))
+}
+
 fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
     match reply.and_then(|r| r.result) {
         Ok(CommandResult::Value { value, version }) => {
@@ -579,7 +585,7 @@ fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
                 frame
             }
         }
-        Ok(other) => panic!("a get answered {other:?}"),
+        Ok(other) => mismatched("get", &other),
         Err(e) => error_frame(&e),
     }
 }
@@ -593,7 +599,7 @@ fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
                 Frame::ok()
             }
         }
-        Ok(other) => panic!("a put answered {other:?}"),
+        Ok(other) => mismatched("put", &other),
         Err(e) => error_frame(&e),
     }
 }
