@@ -571,7 +571,7 @@ fn mget_frame(values: &[Option<Value>]) -> Frame {
 
 /// A reply of another kind than the request's (only a forwarded answer from a peer that
 /// breaks the protocol can be one): an error for the client, never a panic.
-fn mismatched(op: &str, _result: &CommandResult) -> Frame {
+fn mismatched(op: &str) -> Frame {
     Frame::error(&format!("ERR internal: a {op} was answered with another kind of result"))
 }
 
@@ -585,7 +585,7 @@ fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
                 frame
             }
         }
-        Ok(other) => mismatched("get", &other),
+        Ok(_) => mismatched("get"),
         Err(e) => error_frame(&e),
     }
 }
@@ -599,7 +599,7 @@ fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
                 Frame::ok()
             }
         }
-        Ok(other) => mismatched("put", &other),
+        Ok(_) => mismatched("put"),
         Err(e) => error_frame(&e),
     }
 }
