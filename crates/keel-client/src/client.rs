@@ -42,6 +42,8 @@ pub struct ClientConfig {
     pub durability: Option<Durability>,
     /// The keyspace every operation goes to (each connection sends `SELECT` first).
     pub keyspace: u32,
+    /// `(user, password)`: each connection sends `AUTH` first (nodes with `[[users]]`).
+    pub credentials: Option<(String, String)>,
 }
 
 impl ClientConfig {
@@ -56,6 +58,7 @@ impl ClientConfig {
             read_level: None,
             durability: None,
             keyspace: 0,
+            credentials: None,
         }
     }
 }
@@ -150,6 +153,13 @@ impl Client {
         }
         let addr = self.config.nodes[node];
         let conn = Connection::connect(addr, self.config.attempt_timeout).await?;
+        if let Some((user, password)) = &self.config.credentials {
+            let words: [&[u8]; 3] = [b"AUTH", user.as_bytes(), password.as_bytes()];
+            if let Frame::Error(line) = conn.call(&words, self.config.attempt_timeout).await? {
+                let reason = String::from_utf8_lossy(&line).into_owned();
+                return Err(ConnError::Connect { addr, reason });
+            }
+        }
         if self.config.keyspace != 0 {
             // Pipelined in order: every later call on this connection goes to the keyspace.
             let index = self.config.keyspace.to_string();

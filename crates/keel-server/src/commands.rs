@@ -22,6 +22,7 @@
 //! (Redis's `-ERR DB index is out of range` if the node does not host it), and every
 //! later command of the connection goes there.
 
+use crate::acl::{category, Category, User, Users};
 use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
@@ -155,6 +156,10 @@ pub struct Conn {
     last_looped: Option<u64>,
     /// After a `MULTI`: every command is refused until `EXEC` or `DISCARD`.
     refusing_transaction: bool,
+    /// The configured users (none: no authentication, protected mode).
+    users: Arc<Users>,
+    /// The user this connection authenticated as.
+    user: Option<Arc<User>>,
 }
 
 /// What may run concurrently within one connection's pipeline: requests of one kind
@@ -175,8 +180,11 @@ impl Conn {
         keyspaces: Arc<Keyspaces>,
         limits: Limits,
         resolved: Arc<Resolved>,
+        users: Arc<Users>,
     ) -> Conn {
         Conn {
+            users,
+            user: None,
             protocol: Protocol::Resp2,
             client: ClientId(client_id.max(1)),
             seq_next: 1,
@@ -232,8 +240,68 @@ impl Conn {
     }
 }
 
-/// The reply to any attempt to authenticate: Keel has no users yet.
-const NO_AUTHENTICATION: &str = "ERR AUTH called without any password configured for the default user. Keel has no authentication yet";
+/// The reply to an attempt to authenticate on a node without users.
+const NO_AUTHENTICATION: &str = "ERR AUTH called without any password configured for the default user. Are you sure your configuration is correct?";
+/// The reply to a command before authentication, on a node with users.
+const NOAUTH: &str = "NOAUTH Authentication required.";
+/// The reply to a failed authentication.
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// `AUTH [user] password`.
+fn auth(conn: &mut Conn, words: &[Bytes]) -> Pending {
+    let protocol = conn.protocol;
+    let (name, password) = match words {
+        [_, password] => (crate::acl::DEFAULT_USER.as_bytes(), password),
+        [_, name, password] => (&name[..], password),
+        _ => {
+            let text = "ERR wrong number of arguments for 'auth' command";
+            return Pending::ready(Frame::error(text), protocol);
+        }
+    };
+    if !conn.users.required() {
+        return Pending::ready(Frame::error(NO_AUTHENTICATION), protocol);
+    }
+    match conn.users.authenticate(name, password) {
+        Some(user) => {
+            conn.user = Some(user);
+            Pending::ready(Frame::ok(), protocol)
+        }
+        None => Pending::ready(Frame::error(WRONGPASS), protocol),
+    }
+}
+
+/// `ACL WHOAMI` (the only `ACL` subcommand Keel answers; users live in the configuration).
+fn acl(conn: &Conn, words: &[Bytes]) -> Pending {
+    let protocol = conn.protocol;
+    match words {
+        [_, sub] if sub.eq_ignore_ascii_case(b"whoami") => {
+            let name = conn.user.as_ref().map_or(crate::acl::DEFAULT_USER, |u| u.name.as_str());
+            Pending::ready(Frame::bulk(name), protocol)
+        }
+        _ => Pending::ready(
+            Frame::error("ERR unknown ACL subcommand: Keel answers ACL WHOAMI; users are configured in [[users]]"),
+            protocol,
+        ),
+    }
+}
+
+/// Whether the connection may run a command of `category` in its keyspace; the refusal.
+fn permitted(conn: &Conn, category: Option<Category>) -> Result<(), Frame> {
+    let (Some(user), Some(category)) = (&conn.user, category) else { return Ok(()) };
+    if user.may(category, conn.keyspace()) {
+        return Ok(());
+    }
+    let what = match category {
+        Category::Read => "read",
+        Category::Write => "write",
+        Category::Admin => "admin",
+    };
+    Err(Frame::error(&format!(
+        "NOPERM User {} has no permissions to run {what} commands in keyspace {}",
+        user.name,
+        conn.keyspace().0
+    )))
+}
 
 /// Keel has no transactions yet. A client that sends `MULTI`, commands, `EXEC` (a Redis
 /// transaction) must not see half of them applied: `MULTI` is refused, and so is every
@@ -278,15 +346,23 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
         Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),
     };
     let first = words.first().map_or(&[][..], |w| &w[..]);
+    if first.eq_ignore_ascii_case(b"auth") {
+        return auth(conn, &words);
+    }
+    let before_auth = [&b"hello"[..], b"quit"].iter().any(|w| first.eq_ignore_ascii_case(w));
+    if conn.users.required() && conn.user.is_none() && !before_auth {
+        return Pending::ready(Frame::error(NOAUTH), conn.protocol);
+    }
     if let Some(refusal) = transaction_guard(conn, first) {
         return Pending::ready(Frame::error(refusal), conn.protocol);
     }
-    if first.eq_ignore_ascii_case(b"auth") {
-        return Pending::ready(Frame::error(NO_AUTHENTICATION), conn.protocol);
-    }
     match first {
+        w if w.eq_ignore_ascii_case(b"acl") => acl(conn, &words),
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
-        w if w.eq_ignore_ascii_case(b"keel.log") => keel_log(conn, &words),
+        w if w.eq_ignore_ascii_case(b"keel.log") => match permitted(conn, Some(Category::Admin)) {
+            Ok(()) => keel_log(conn, &words),
+            Err(refusal) => Pending::ready(refusal, conn.protocol),
+        },
         _ => match keel_wire::command::parse(words, &conn.limits) {
             Ok(command) => {
                 let pair = conn.next_pair();
@@ -346,7 +422,10 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
     if !single_key {
         return Pending::ready(Frame::error("ERR KEEL.REQ takes one single-key command"), protocol);
     }
-    dispatch(conn, command, (ClientId(client), RequestId(seq))).await
+    // An authenticated user's ids are its own: derived from its name, so that no other
+    // user can advance or replay them.
+    let client = conn.user.as_ref().map_or(ClientId(client), |user| user.client_id(client));
+    dispatch(conn, command, (client, RequestId(seq))).await
 }
 
 fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
@@ -386,6 +465,9 @@ fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
 /// and returns the future of its reply.
 async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)) -> Pending {
     let protocol = conn.protocol;
+    if let Err(refusal) = permitted(conn, category(&command)) {
+        return Pending::ready(refusal, protocol);
+    }
     let ks = conn.node.id;
     let kind = match &command {
         ClientCommand::Get { level, .. }
@@ -636,12 +718,22 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
         ClientCommand::Ping { message: Some(m) } | ClientCommand::Echo { message: m } => {
             ready(Frame::Bulk(m))
         }
-        ClientCommand::Hello { auth: Some(_), .. } => {
-            // No user is configured: a password cannot be checked, so it is not accepted
-            // (as Redis answers AUTH when no password is set), and nothing changes.
-            Pending::ready(Frame::error(NO_AUTHENTICATION), protocol)
-        }
-        ClientCommand::Hello { protocol: asked, client_name, .. } => {
+        ClientCommand::Hello { protocol: asked, client_name, auth } => {
+            match auth {
+                // No user is configured: a password cannot be checked, so it is not
+                // accepted (as Redis answers AUTH when no password is set).
+                Some(_) if !conn.users.required() => {
+                    return ready(Frame::error(NO_AUTHENTICATION));
+                }
+                Some((name, password)) => match conn.users.authenticate(&name, &password) {
+                    Some(user) => conn.user = Some(user),
+                    None => return ready(Frame::error(WRONGPASS)),
+                },
+                None if conn.users.required() && conn.user.is_none() => {
+                    return ready(Frame::error(NOAUTH));
+                }
+                None => {}
+            }
             if let Some(asked) = asked {
                 conn.protocol = asked;
             }
@@ -669,6 +761,12 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             }
         }),
         ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
+        ClientCommand::Select { index }
+            if conn.user.as_ref().is_some_and(|u| !u.may_use(KeyspaceId(index))) =>
+        {
+            let text = format!("NOPERM this user has no permissions to use keyspace {index}");
+            ready(Frame::error(&text))
+        }
         ClientCommand::Select { index } => match conn.keyspaces.get(KeyspaceId(index)) {
             Some(handle) => {
                 conn.node = handle.clone();
@@ -804,7 +902,12 @@ mod tests {
             keel_types::NodeId(1),
         );
         let resolved = Arc::new(Resolved::default());
-        (Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved.clone()), rx, resolved)
+        let users = Arc::new(Users::default());
+        (
+            Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved.clone(), users),
+            rx,
+            resolved,
+        )
     }
 
     fn words(ws: &[&str]) -> Frame {

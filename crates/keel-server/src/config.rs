@@ -167,6 +167,8 @@ pub struct EngineSettings {
     pub snapshot_log_percent: Option<u64>,
     /// Snapshot bytes encoded in one slice, and the size of one snapshot chunk sent.
     pub snapshot_chunk_bytes: Option<u64>,
+    /// Most bytes of entries in one `Append` (past the first entry).
+    pub append_bytes_max: Option<u64>,
     /// At most one snapshot slice per this many milliseconds.
     pub snapshot_slice_interval_ms: Option<u64>,
     /// Most bytes the state may hold (keys, values, 32 per key); writes past it fail.
@@ -306,10 +308,44 @@ pub struct ServerConfig {
     /// Redis's `timeout 0`).
     #[serde(default)]
     pub client_idle_timeout_ms: u64,
+    /// A client connection whose replies cannot be written (the client does not read
+    /// them) for this long is closed (ms).
+    #[serde(default = "client_output_timeout_ms_default")]
+    pub client_output_timeout_ms: u64,
+    /// Bytes all client connections' request buffers may hold together past 16 KiB each
+    /// (large requests, whole or partial); a connection that would go past it is answered
+    /// with an error and closed.
+    #[serde(default = "client_request_buffers_bytes_max_default")]
+    pub client_request_buffers_bytes_max: u64,
+    /// Bytes of values in replies another node served (requests forwarded to the
+    /// leader) this node may hold together until their clients read them; a reply that
+    /// would go past it is answered with `BUSY` instead.
+    #[serde(default = "forwarded_replies_bytes_max_default")]
+    pub forwarded_replies_bytes_max: u64,
     /// Whether connections answer reads that need no step themselves, off the engine
     /// loop (`docs/protocol.md` §7); `false` sends every request through the loop.
     #[serde(default = "reads_off_loop_default")]
     pub reads_off_loop: bool,
+    /// A file holding the cluster secret: the same bytes on every member (at least 16
+    /// after trimming surrounding whitespace), readable by its owner only. Every peer
+    /// link opens with a handshake in which both nodes prove they know it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Runs without `cluster_secret_file` although a member's peer address is not a
+    /// loopback address: anyone who reaches a peer port can then act as a member.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_unauthenticated_peers: bool,
+    /// How long a peer link's handshake may take (ms).
+    #[serde(default = "peer_handshake_timeout_ms_default")]
+    pub peer_handshake_timeout_ms: u64,
+    /// A peer link that carries nothing for this long is closed (ms); senders keep idle
+    /// links open with empty frames at a quarter of it.
+    #[serde(default = "peer_idle_timeout_ms_default")]
+    pub peer_idle_timeout_ms: u64,
+    /// Most inbound peer connections in their handshake at once; more are closed as
+    /// they arrive.
+    #[serde(default = "peer_pending_max_default")]
+    pub peer_pending_max: u32,
     /// Engine settings.
     #[serde(default)]
     pub engine: EngineSettings,
@@ -319,11 +355,43 @@ pub struct ServerConfig {
     /// Test-only disk emulation (off by default).
     #[serde(default, skip_serializing_if = "StorageSettings::is_off")]
     pub storage: StorageSettings,
+    /// Without any `[[users]]`, serve only clients connecting from a loopback address
+    /// (Redis's protected mode); `false` serves anyone who reaches `client_addr`.
+    #[serde(default = "protected_mode_default")]
+    pub protected_mode: bool,
+    /// The users clients authenticate as (`AUTH`, `HELLO ... AUTH`); none: clients do not
+    /// authenticate (and `protected_mode` applies).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<crate::acl::UserSettings>,
     /// The keyspaces; empty: one ORCA keyspace 0 in `data_dir`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keyspaces: Vec<KeyspaceSettings>,
 }
 
+fn client_request_buffers_bytes_max_default() -> u64 {
+    256 << 20
+}
+fn forwarded_replies_bytes_max_default() -> u64 {
+    256 << 20
+}
+fn client_output_timeout_ms_default() -> u64 {
+    60_000
+}
+fn protected_mode_default() -> bool {
+    true
+}
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+fn peer_handshake_timeout_ms_default() -> u64 {
+    2_000
+}
+fn peer_idle_timeout_ms_default() -> u64 {
+    30_000
+}
+fn peer_pending_max_default() -> u32 {
+    16
+}
 fn connections_max_default() -> u32 {
     CONNECTIONS_MAX_DEFAULT
 }
@@ -381,7 +449,17 @@ impl ServerConfig {
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
             partial_request_timeout_ms: partial_request_timeout_ms_default(),
             client_idle_timeout_ms: 0,
+            client_output_timeout_ms: client_output_timeout_ms_default(),
+            client_request_buffers_bytes_max: client_request_buffers_bytes_max_default(),
+            forwarded_replies_bytes_max: forwarded_replies_bytes_max_default(),
             reads_off_loop: true,
+            protected_mode: true,
+            users: Vec::new(),
+            cluster_secret_file: None,
+            allow_unauthenticated_peers: false,
+            peer_handshake_timeout_ms: peer_handshake_timeout_ms_default(),
+            peer_idle_timeout_ms: peer_idle_timeout_ms_default(),
+            peer_pending_max: peer_pending_max_default(),
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
             storage: StorageSettings::default(),
@@ -438,6 +516,11 @@ impl ServerConfig {
                 return Err(invalid(field, format!("must be in 1..={QUEUE_CEILING}")));
             }
         }
+        self.validate_peer_security()?;
+        crate::acl::Users::new(&self.users).map_err(|reason| invalid("users", reason))?;
+        if self.client_output_timeout_ms < 100 {
+            return Err(invalid("client_output_timeout_ms", "must be at least 100"));
+        }
         if self.partial_request_timeout_ms < 100 {
             return Err(invalid("partial_request_timeout_ms", "must be at least 100"));
         }
@@ -456,7 +539,73 @@ impl ServerConfig {
             ));
         }
         self.keyspace_specs()?;
+        let limits = self.engine_config()?.limits;
+        let request_max = keel_wire::resp::RespLimits::for_server(&limits).frame_bytes_max;
+        if self.client_request_buffers_bytes_max < request_max {
+            let reason = format!("must hold at least one largest request ({request_max} bytes)");
+            return Err(invalid("client_request_buffers_bytes_max", reason));
+        }
+        let value_max = u64::from(limits.value_bytes_max);
+        if self.forwarded_replies_bytes_max < value_max {
+            let reason = format!("must hold at least one largest value ({value_max} bytes)");
+            return Err(invalid("forwarded_replies_bytes_max", reason));
+        }
         Ok(())
+    }
+
+    /// Checks the peer links' security settings: a secret wherever a peer port is
+    /// reachable from another host (unless explicitly waived), and bounded timeouts.
+    fn validate_peer_security(&self) -> Result<(), ConfigError> {
+        let exposed = self.members.iter().any(|m| !m.peer_addr.ip().is_loopback());
+        if exposed && self.cluster_secret_file.is_none() && !self.allow_unauthenticated_peers {
+            return Err(invalid(
+                "cluster_secret_file",
+                "required when a member's peer_addr is not a loopback address (or set \
+                 allow_unauthenticated_peers = true to accept any peer)",
+            ));
+        }
+        if !(100..=60_000).contains(&self.peer_handshake_timeout_ms) {
+            return Err(invalid("peer_handshake_timeout_ms", "must be in 100..=60000"));
+        }
+        if !(1_000..=3_600_000).contains(&self.peer_idle_timeout_ms) {
+            return Err(invalid("peer_idle_timeout_ms", "must be in 1000..=3600000"));
+        }
+        if self.peer_pending_max == 0 || self.peer_pending_max > 1024 {
+            return Err(invalid("peer_pending_max", "must be in 1..=1024"));
+        }
+        Ok(())
+    }
+
+    /// Reads the cluster secret (`None` when none is configured). Refuses a file that
+    /// others may read, or whose secret is shorter than
+    /// [`crate::handshake::SECRET_BYTES_MIN`] or longer than
+    /// [`crate::handshake::SECRET_BYTES_MAX`].
+    pub fn cluster_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        use crate::handshake::{SECRET_BYTES_MAX, SECRET_BYTES_MIN};
+        let Some(path) = &self.cluster_secret_file else { return Ok(None) };
+        let field = "cluster_secret_file";
+        let meta = std::fs::metadata(path)
+            .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+        if meta.len() > SECRET_BYTES_MAX as u64 * 2 {
+            return Err(invalid(field, format!("{} is too large for a secret", path.display())));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.permissions().mode() & 0o077 != 0 {
+                let reason = format!("{} is readable by others (chmod 600 it)", path.display());
+                return Err(invalid(field, reason));
+            }
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+        let secret = bytes.trim_ascii();
+        if secret.len() < SECRET_BYTES_MIN || secret.len() > SECRET_BYTES_MAX {
+            let reason =
+                format!("the secret must have {SECRET_BYTES_MIN} to {SECRET_BYTES_MAX} bytes");
+            return Err(invalid(field, reason));
+        }
+        Ok(Some(secret.to_vec()))
     }
 
     /// Checks `keyspaces`: at most [`KEYSPACES_MAX`], ids unique, at most
@@ -593,6 +742,7 @@ impl ServerConfig {
             e.snapshot_entries_threshold.unwrap_or(config.snapshot_entries_threshold);
         config.snapshot_log_percent = e.snapshot_log_percent.unwrap_or(config.snapshot_log_percent);
         config.snapshot_chunk_bytes = e.snapshot_chunk_bytes.unwrap_or(config.snapshot_chunk_bytes);
+        config.append_bytes_max = e.append_bytes_max.unwrap_or(config.append_bytes_max);
         config.state_bytes_max = e.state_bytes_max.unwrap_or(config.state_bytes_max);
         config.snapshot_slice_interval =
             ms(e.snapshot_slice_interval_ms, config.snapshot_slice_interval);

@@ -168,6 +168,11 @@ pub struct Wiring {
     pub metrics: Arc<KeyspaceMetrics>,
     /// The node's metrics (peer traffic, rejections).
     pub node_metrics: Arc<Metrics>,
+    /// This node.
+    pub node_id: NodeId,
+    /// What the values of replies the leader served may hold on this node until their
+    /// clients read them (`forwarded_replies_bytes_max`, shared by every keyspace).
+    pub forwarded_replies: Arc<crate::budget::ByteBudget>,
 }
 
 /// A keyspace's engine as the loop and the connections share it: the loop write-locks
@@ -511,13 +516,24 @@ where
 
     fn send_messages(&mut self, messages: Vec<(NodeId, E::Message)>) {
         let keyspace = self.wiring.keyspace;
+        let metrics = &self.wiring.node_metrics;
         for (to, message) in messages {
-            let outgoing = Outgoing { keyspace, message: Box::new(message) };
-            if !self.wiring.peers.send(to, outgoing) {
-                self.wiring
-                    .node_metrics
-                    .peer_dropped
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let bulk = message.bulk_bytes();
+            let message: Box<dyn keel_wire::peer::PeerEncode> = if bulk == 0 {
+                Box::new(message)
+            } else if let Some(hold) = self.wiring.peers.hold_bulk(to, bulk) {
+                Box::new(crate::peer::WithBulk { message, hold })
+            } else {
+                // The link holds all the client values it may: send a short refusal in
+                // place of this one, so that heartbeats are not held back behind them.
+                metrics.peer_bulk_shed.fetch_add(1, Ordering::Relaxed);
+                match message.shed() {
+                    Some(stand_in) => Box::new(stand_in),
+                    None => continue,
+                }
+            };
+            if !self.wiring.peers.send(to, Outgoing { keyspace, message }) {
+                metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -539,8 +555,34 @@ where
             if reply.durability_round {
                 self.wiring.metrics.round_read_seconds.observe(seconds);
             }
-            let _ = waiting.reply.send(reply);
+            let _ = waiting.reply.send(self.hold_forwarded(reply));
         }
+    }
+
+    /// A reply another node served (a request this follower forwarded) carries a copy of
+    /// its value, which this node holds until the client reads it: charged to the
+    /// forwarded replies' budget, or answered `BUSY` when the budget is spent (clients that
+    /// do not read their replies cannot make the node hold more). A reply served here
+    /// shares the store's value and costs nothing.
+    fn hold_forwarded(&self, mut reply: ClientReply) -> ClientReply {
+        if reply.served_by == self.wiring.node_id {
+            return reply;
+        }
+        let value = match &mut reply.result {
+            Ok(keel_types::CommandResult::Value { value: Some(value), .. })
+            | Ok(keel_types::CommandResult::Cas { current: Some(value), .. }) => value,
+            _ => return reply,
+        };
+        match crate::budget::charge(&self.wiring.forwarded_replies, value) {
+            Some(held) => *value = held,
+            None => {
+                self.wiring.node_metrics.forwarded_replies_refused.fetch_add(1, Ordering::Relaxed);
+                reply.result = Err(KeelError::Busy(
+                    "replies from the leader waiting for their clients to read them hold forwarded_replies_bytes_max".into(),
+                ));
+            }
+        }
+        reply
     }
 }
 

@@ -3,6 +3,8 @@
 //! effect executor (`keel-exec`).
 //!
 //! Layout:
+//! - [`acl`]: client users, password hashes, permissions by command category and
+//!   keyspace, per-user deduplication ids.
 //! - [`config`]: [`ServerConfig`], read from TOML and flags, validated field by field;
 //!   the keyspaces it resolves to.
 //! - [`node`]: [`node::run`]: per keyspace recover, boot and start the loop; shared peer
@@ -12,6 +14,7 @@
 //!   [`Keyspaces`].
 //! - [`storage`]: a keyspace's storage thread (the executor's worker over the files,
 //!   group-commit fsync).
+//! - [`handshake`]: the peer handshake (mutual proof of the cluster secret).
 //! - [`peer`]: peer links shared by the keyspaces: batched frames of keyspace envelopes,
 //!   bounded queues, reconnect with backoff; per-keyspace inboxes that decode and gate.
 //! - [`resp`]: the client front door (RESP2/RESP3, pipelining, connection limit).
@@ -27,10 +30,13 @@
 //! connection; each keyspace's storage thread blocks in fsync so that no worker does.
 //! `docs/operations.md` is the operator's guide.
 
+pub mod acl;
+pub mod budget;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod driver;
+pub mod handshake;
 pub mod http;
 pub mod local;
 pub mod metrics;

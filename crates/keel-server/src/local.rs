@@ -30,6 +30,9 @@ pub struct LocalCluster {
     /// Each node's configuration (node `i + 1` at index `i`).
     pub configs: Vec<ServerConfig>,
     children: Vec<Option<Child>>,
+    /// The user and password the cluster's own status queries authenticate with, when
+    /// its configuration has `[[users]]`.
+    pub credentials: Option<(String, String)>,
 }
 
 /// A base port whose whole block (clients, peers, HTTP for `nodes` nodes) is free now,
@@ -48,6 +51,26 @@ pub fn free_base_port(nodes: u32) -> Option<u16> {
         }
     }
     None
+}
+
+/// The cluster secret of a local cluster in `dir`: `dir/cluster.secret`, created (64
+/// random hex digits, readable by its owner only) unless a restart finds it there.
+pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    let path = dir.join("cluster.secret");
+    if path.exists() {
+        return Ok(path);
+    }
+    let hex: String = crate::handshake::nonce().iter().map(|byte| format!("{byte:02x}")).collect();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&path)?;
+    file.write_all(hex.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()?;
+    Ok(path)
 }
 
 impl LocalCluster {
@@ -81,9 +104,11 @@ impl LocalCluster {
             }
             None => free_base_port(nodes).ok_or_else(|| std::io::Error::other("no free ports"))?,
         };
+        let secret = ensure_cluster_secret(dir)?;
         let configs: Vec<ServerConfig> = (1..=nodes)
             .map(|id| {
                 let mut config = ServerConfig::local(nodes, id, base, dir);
+                config.cluster_secret_file = Some(secret.clone());
                 tweak(&mut config);
                 config
             })
@@ -93,6 +118,7 @@ impl LocalCluster {
             dir: dir.to_path_buf(),
             configs,
             children: Vec::new(),
+            credentials: None,
         };
         for i in 0..nodes as usize {
             let path = cluster.config_path(i);
@@ -137,6 +163,11 @@ impl LocalCluster {
     /// Every node's client address.
     pub fn client_addrs(&self) -> Vec<SocketAddr> {
         self.configs.iter().map(|c| c.client_addr).collect()
+    }
+
+    /// The process id of node index `i`, if running.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.children[i].as_ref().map(|child| child.id())
     }
 
     /// Whether node index `i` is running (as far as this cluster started it).
@@ -190,7 +221,7 @@ impl LocalCluster {
     /// The `KEEL.STATUS` document of node index `i` in keyspace 0, if it answers within a
     /// second.
     pub fn status(&self, i: usize) -> Option<serde_json::Value> {
-        status_at(self.configs[i].client_addr)
+        status_in_as(self.configs[i].client_addr, 0, self.credentials.as_ref())
     }
 
     /// The ids of the keyspaces every node hosts.
@@ -220,7 +251,8 @@ impl LocalCluster {
     }
 
     fn agreed_leader(&self, keyspace: u32) -> Option<usize> {
-        let status = |i: usize| status_in(self.configs[i].client_addr, keyspace);
+        let creds = self.credentials.as_ref();
+        let status = |i: usize| status_in_as(self.configs[i].client_addr, keyspace, creds);
         let mut leader = None;
         for i in (0..self.configs.len()).filter(|i| self.is_running(*i)) {
             let status = status(i)?;
@@ -337,7 +369,19 @@ pub fn keyspaces_at(addr: SocketAddr) -> Option<Vec<KeyspaceEntry>> {
 
 /// `KEEL.STATUS` of keyspace `keyspace` at `addr` (`SELECT` first).
 pub fn status_in(addr: SocketAddr, keyspace: u32) -> Option<serde_json::Value> {
+    status_in_as(addr, keyspace, None)
+}
+
+/// As [`status_in`], authenticating first as `credentials` (user, password) if given.
+pub fn status_in_as(
+    addr: SocketAddr,
+    keyspace: u32,
+    credentials: Option<&(String, String)>,
+) -> Option<serde_json::Value> {
     let mut conn = StatusConn::open(addr)?;
+    if let Some((user, password)) = credentials {
+        conn.call(&["AUTH", user, password])?;
+    }
     conn.call(&["SELECT", &keyspace.to_string()])?;
     conn.status()
 }

@@ -143,6 +143,75 @@ impl KeyspaceMetrics {
     }
 }
 
+/// Why a peer connection was closed or refused (`keel_peer_connections_closed_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkClosed {
+    /// Its first bytes were not a Keel peer handshake.
+    NotAHandshake,
+    /// Another handshake version.
+    HandshakeVersion,
+    /// The hello named another receiver or a sender that is not a member.
+    WrongNodes,
+    /// A MAC did not verify: the other side does not know the cluster secret.
+    BadProof,
+    /// The connection failed during the handshake.
+    HandshakeIo,
+    /// The handshake took longer than `peer_handshake_timeout_ms`.
+    HandshakeTimeout,
+    /// Refused on arrival: `peer_pending_max` connections were in their handshake.
+    TooManyPending,
+    /// A newer authenticated connection from the same member replaced it.
+    Replaced,
+    /// Nothing arrived for `peer_idle_timeout_ms`.
+    Idle,
+    /// A frame broke the framing rules (length, checksum, addresses).
+    BadFrame,
+}
+
+impl LinkClosed {
+    /// Every reason, in the order of the metric's samples.
+    pub const ALL: [LinkClosed; 10] = [
+        LinkClosed::NotAHandshake,
+        LinkClosed::HandshakeVersion,
+        LinkClosed::WrongNodes,
+        LinkClosed::BadProof,
+        LinkClosed::HandshakeIo,
+        LinkClosed::HandshakeTimeout,
+        LinkClosed::TooManyPending,
+        LinkClosed::Replaced,
+        LinkClosed::Idle,
+        LinkClosed::BadFrame,
+    ];
+
+    /// The reason's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkClosed::NotAHandshake => "not a handshake",
+            LinkClosed::HandshakeVersion => "handshake version",
+            LinkClosed::WrongNodes => "wrong nodes",
+            LinkClosed::BadProof => "bad proof",
+            LinkClosed::HandshakeIo => "handshake io",
+            LinkClosed::HandshakeTimeout => "handshake timeout",
+            LinkClosed::TooManyPending => "too many pending",
+            LinkClosed::Replaced => "replaced",
+            LinkClosed::Idle => "idle",
+            LinkClosed::BadFrame => "bad frame",
+        }
+    }
+}
+
+impl From<crate::handshake::HandshakeError> for LinkClosed {
+    fn from(e: crate::handshake::HandshakeError) -> Self {
+        use crate::handshake::HandshakeError as E;
+        match e {
+            E::NotAHandshake => LinkClosed::NotAHandshake,
+            E::Version => LinkClosed::HandshakeVersion,
+            E::WrongNodes => LinkClosed::WrongNodes,
+            E::BadProof => LinkClosed::BadProof,
+        }
+    }
+}
+
 /// The node's own metrics (beyond any keyspace).
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -156,6 +225,16 @@ pub struct Metrics {
     pub connections_active: AtomicU64,
     /// Client connections refused (over `connections_max`).
     pub connections_refused: AtomicU64,
+    /// Client connections closed because the request buffer budget was spent.
+    pub request_budget_refused: AtomicU64,
+    /// Replies from the leader answered `BUSY` instead: the forwarded replies' budget
+    /// was spent.
+    pub forwarded_replies_refused: AtomicU64,
+    /// Peer messages carrying client values not queued (or sent as a short error reply
+    /// instead): the link already held its bulk allowance.
+    pub peer_bulk_shed: AtomicU64,
+    /// Peer connections closed or refused, by [`LinkClosed`] reason.
+    links_closed: [AtomicU64; LinkClosed::ALL.len()],
     /// Peer messages the validation gate dropped, by keyspace and reason.
     rejected: Mutex<BTreeMap<(KeyspaceId, &'static str), u64>>,
     /// When each reason was last logged.
@@ -179,6 +258,16 @@ impl Metrics {
             drop(logged);
             tracing::warn!(%keyspace, %from, reason, "peer message dropped by the validation gate");
         }
+    }
+
+    /// Counts a peer connection closed or refused for `why`.
+    pub fn link_closed(&self, why: LinkClosed) {
+        self.links_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many peer connections were closed or refused for `why`.
+    pub fn links_closed_count(&self, why: LinkClosed) -> u64 {
+        self.links_closed[why as usize].load(Ordering::Relaxed)
     }
 
     /// How many messages the gate dropped for `reason` in `keyspace` (for tests).
@@ -369,7 +458,7 @@ impl Page {
     }
 
     fn node(families: &mut Vec<Family>, node: &Metrics) {
-        let values: [(&'static str, &'static str, bool, &AtomicU64); 5] = [
+        let values: [(&'static str, &'static str, bool, &AtomicU64); 8] = [
             (
                 "keel_peer_messages_sent",
                 "Peer messages handed to a connection.",
@@ -400,6 +489,24 @@ impl Page {
                 true,
                 &node.connections_refused,
             ),
+            (
+                "keel_request_budget_refused",
+                "Client connections closed: the request buffers of all connections were full.",
+                true,
+                &node.request_budget_refused,
+            ),
+            (
+                "keel_forwarded_replies_refused",
+                "Replies from the leader answered BUSY: the values held for clients reached forwarded_replies_bytes_max.",
+                true,
+                &node.forwarded_replies_refused,
+            ),
+            (
+                "keel_peer_bulk_shed",
+                "Peer messages carrying client values shed (an error reply sent instead, or dropped): the link's bulk allowance was full.",
+                true,
+                &node.peer_bulk_shed,
+            ),
         ];
         for (name, help, counter, value) in values {
             let sample = vec![(Labels::new(), value.load(Ordering::Relaxed))];
@@ -415,6 +522,18 @@ impl Page {
                 (labels, *n)
             })
             .collect();
+        let closed = LinkClosed::ALL
+            .iter()
+            .map(|why| {
+                let labels = vec![("reason", why.as_str().to_string())];
+                (labels, node.links_closed_count(*why))
+            })
+            .collect();
+        families.push(Family {
+            name: "keel_peer_connections_closed",
+            help: "Peer connections closed or refused, by reason.",
+            kind: Kind::Counter(closed),
+        });
         families.push(Family {
             name: "keel_peer_messages_rejected",
             help: "Peer messages the validation gate dropped, by keyspace and reason.",

@@ -6,11 +6,20 @@
 //! keyspaces use several cores), `k` storage threads, one sender task per peer and one
 //! receiver task per inbound peer connection (every keyspace's messages share them), the
 //! client and HTTP listeners and a pair of tasks per client connection.
+//!
+//! The engine loops and the peer links run on a runtime of their own (the *control*
+//! runtime, threads `keel-control`), apart from the client connections and the HTTP
+//! endpoint: a burst of client work (hundreds of connections writing large replies) keeps
+//! the client runtime's threads busy, and on a shared runtime the loops' heartbeats and
+//! acknowledgements would wait behind it for longer than an election timeout, so that a
+//! loaded leader would be deposed. Apart, the operating system schedules the control
+//! threads as soon as they have work.
 
 use crate::config::{KeyspaceSpec, ServerConfig};
 use crate::driver::{monotonic_now, Driver, KeyspaceHandle, Keyspaces, Wiring};
+use crate::handshake::ClusterKey;
 use crate::metrics::{KeyspaceMetrics, Metrics};
-use crate::peer::{Inbox, Inboxes, Jitter, PeerQueues, TypedInbox};
+use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
 use keel_core::engine::{Engine, EngineKind, PersistedState};
 use keel_core::leader::LeaderEngine;
@@ -112,19 +121,70 @@ struct Started {
 struct Shared<'a> {
     config: &'a ServerConfig,
     peers: Arc<PeerQueues>,
+    limits: PeerLimits,
     node_metrics: Arc<Metrics>,
+    forwarded_replies: Arc<crate::budget::ByteBudget>,
     shutdown: watch::Receiver<bool>,
 }
 
-/// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a tokio runtime.
-pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+/// Peer frames no larger than this are accepted whatever the configuration: room for a
+/// forwarded reply (a scan's values), which the engine's own bound does not cover.
+const PEER_FRAME_BYTES_FLOOR: u64 = 64 << 20;
+
+/// The peer links' settings: the cluster key, the frame limit (the largest message any
+/// keyspace's configuration can send, at least [`PEER_FRAME_BYTES_FLOOR`]) and the
+/// handshake, idle and pending bounds.
+fn link_settings(
+    config: &ServerConfig,
+    specs: &[crate::config::KeyspaceSpec],
+) -> Result<LinkSettings, NodeError> {
+    let key = match config.cluster_secret()? {
+        Some(secret) => ClusterKey::new(&secret),
+        None => ClusterKey::none(),
+    };
+    let largest = specs.iter().map(|spec| spec.config.peer_message_bytes_max()).max();
+    let frame = largest.unwrap_or(0).max(PEER_FRAME_BYTES_FLOOR);
+    let limits = PeerLimits {
+        frame_bytes_max: u32::try_from(frame).unwrap_or(u32::MAX),
+        ..PeerLimits::default()
+    };
+    let ms = std::time::Duration::from_millis;
+    Ok(LinkSettings {
+        key,
+        limits,
+        handshake_timeout: ms(config.peer_handshake_timeout_ms),
+        idle_timeout: ms(config.peer_idle_timeout_ms),
+        pending_max: config.peer_pending_max as usize,
+    })
+}
+
+/// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a tokio runtime
+/// (the one client connections run on); the engine loops and peer links run on `control`.
+pub async fn run(
+    config: ServerConfig,
+    shutdown: watch::Receiver<bool>,
+    control: tokio::runtime::Handle,
+) -> Result<(), NodeError> {
     config.validate()?;
     ensure_descriptors(&config)?;
     let specs = config.keyspace_specs()?;
     let me = NodeId(config.node_id);
     let node_metrics = Arc::new(Metrics::default());
-    let peers = Arc::new(start_peer_senders(&config, me, &node_metrics));
-    let shared = Shared { config: &config, peers, node_metrics: node_metrics.clone(), shutdown };
+    let links = Arc::new(link_settings(&config, &specs)?);
+    if !links.key.is_secret() {
+        tracing::warn!("no cluster_secret_file: peer links are not authenticated");
+    }
+    let peers = Arc::new(start_peer_senders(&config, me, &links, &node_metrics, &control));
+    let shared = Shared {
+        config: &config,
+        peers,
+        limits: links.limits.clone(),
+        node_metrics: node_metrics.clone(),
+        forwarded_replies: Arc::new(crate::budget::ByteBudget::new(
+            usize::try_from(config.forwarded_replies_bytes_max).unwrap_or(usize::MAX),
+        )),
+        shutdown,
+    };
     let mut handles = Vec::new();
     let mut inboxes: Inboxes = BTreeMap::new();
     let mut loops = Vec::new();
@@ -151,16 +211,40 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     };
     let members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
     let inboxes = Arc::new(inboxes);
-    tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, node_metrics.clone()));
+    let metrics = node_metrics.clone();
+    let member_ips =
+        config.members.iter().filter(|m| m.id != me.0).map(|m| m.peer_addr.ip()).collect();
+    control.spawn(crate::peer::listener(
+        me,
+        peer_listener,
+        inboxes,
+        members,
+        member_ips,
+        links,
+        metrics,
+    ));
     let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
     let limits = shared_limits(&config)?;
+    let users = Arc::new(crate::acl::Users::new(&config.users).map_err(|reason| {
+        NodeError::Config(crate::config::ConfigError::Invalid { field: "users".into(), reason })
+    })?);
+    let loopback_only = config.protected_mode && !users.required();
+    if loopback_only && !config.client_addr.ip().is_loopback() {
+        tracing::warn!("protected mode: no [[users]], so only loopback clients are served");
+    }
     let door = Arc::new(FrontDoor {
+        users,
+        loopback_only,
         keyspaces: keyspaces.clone(),
         limits,
         pipeline_depth_max: config.pipeline_depth_max as usize,
         partial_request_timeout: std::time::Duration::from_millis(
             config.partial_request_timeout_ms,
         ),
+        output_timeout: std::time::Duration::from_millis(config.client_output_timeout_ms),
+        request_buffers: Arc::new(crate::budget::ByteBudget::new(
+            usize::try_from(config.client_request_buffers_bytes_max).unwrap_or(usize::MAX),
+        )),
         idle_timeout: (config.client_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(config.client_idle_timeout_ms)),
         slots: Arc::new(Semaphore::new(config.connections_max as usize)),
@@ -172,7 +256,11 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     }
     tracing::info!(node = %me, clients = %config.client_addr, peers = %config.peer_addr(),
         http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
-    let result = run_loops(loops).await.map_err(NodeError::Storage);
+    let result = control
+        .spawn(run_loops(loops))
+        .await
+        .unwrap_or_else(|e| Err(format!("the engine loops ended abnormally: {e}")))
+        .map_err(NodeError::Storage);
     tracing::info!(node = %me, ok = result.is_ok(), "stopped");
     result
 }
@@ -200,18 +288,25 @@ fn shared_limits(config: &ServerConfig) -> Result<keel_types::Limits, NodeError>
 }
 
 /// One bounded send queue and sender task per other member.
-fn start_peer_senders(config: &ServerConfig, me: NodeId, metrics: &Arc<Metrics>) -> PeerQueues {
+fn start_peer_senders(
+    config: &ServerConfig,
+    me: NodeId,
+    links: &Arc<LinkSettings>,
+    metrics: &Arc<Metrics>,
+    control: &tokio::runtime::Handle,
+) -> PeerQueues {
     let mut queues = BTreeMap::new();
     for member in config.members.iter().filter(|m| m.id != me.0) {
         let (tx, rx) = mpsc::channel(config.peer_queue_max as usize);
         queues.insert(NodeId(member.id), tx);
-        tokio::spawn(crate::peer::sender(
+        control.spawn(crate::peer::sender(
             me,
             NodeId(member.id),
             member.peer_addr,
             rx,
             config.peer_batch_max as usize,
             config.peer_delay(member.id),
+            links.clone(),
             metrics.clone(),
         ));
     }
@@ -255,13 +350,15 @@ where
     // must not hold back the heartbeats and acknowledgements that keep the leader.
     let (peer_tx, peer_rx) = mpsc::channel(queue_max);
     let inbox: Box<dyn Inbox> =
-        Box::new(TypedInbox::<E> { queue: peer_tx, limits: PeerLimits::default() });
+        Box::new(TypedInbox::<E> { queue: peer_tx, limits: shared.limits.clone() });
     let wiring = Wiring {
         keyspace: spec.id,
         storage,
         peers: shared.peers.clone(),
         metrics: metrics.clone(),
         node_metrics: shared.node_metrics.clone(),
+        node_id: NodeId(config.node_id),
+        forwarded_replies: shared.forwarded_replies.clone(),
     };
     let driver = Driver::new(engine, wiring);
     let view: Arc<dyn crate::driver::ReadView> = driver.view();

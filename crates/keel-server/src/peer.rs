@@ -17,27 +17,43 @@
 //!   releases it no earlier than stamp + delay, in order, holding at most
 //!   `peer_queue_max` messages (more are dropped, as when the queue is full).
 //!
-//! Inbound: each frame is checked (length limit, checksum, addressed to this node, from a
-//! member) and each envelope goes to its keyspace's [`Inbox`], which decodes it with the
-//! keyspace's engine codec, runs the validation gate's stateless half and queues it for
-//! the engine loop (dropped when its queue is full). A message that does not decode,
-//! fails the gate or names a keyspace this node does not host is dropped and counted
-//! with its reason; a malformed frame closes the connection and the peer reconnects.
+//! Every connection opens with the handshake of [`crate::handshake`]: the dialer proves
+//! it is the member it names and knows the cluster secret, the acceptor proves the same
+//! back, all within [`LinkSettings::handshake_timeout`]. Until then the acceptor reads
+//! nothing but the handshake's fixed-size messages, and it holds at most
+//! [`LinkSettings::pending_max`] such connections at once (more are closed as they
+//! arrive, so a flood of idle connections cannot use up descriptors); connections from a
+//! member's configured address have two slots per member of their own, so that an
+//! outsider holding every shared slot does not keep a member from reconnecting. Once authenticated,
+//! a member has one inbound connection: a newer one replaces it. A link that carries
+//! nothing for [`LinkSettings::idle_timeout`] is closed; senders keep idle links open
+//! with empty frames at a quarter of it.
+//!
+//! Inbound: each frame is checked (length limit, checksum, addressed to this node, from
+//! the member that authenticated) and each envelope goes to its keyspace's [`Inbox`],
+//! which decodes it with the keyspace's engine codec, runs the validation gate's
+//! stateless half and queues it for the engine loop (dropped when its queue is full). A
+//! message that does not decode, fails the gate or names a keyspace this node does not
+//! host is dropped and counted with its reason; a malformed frame closes the connection
+//! and the peer reconnects. The frame limit is the largest message the configuration
+//! can send ([`LinkSettings::limits`]), not a fixed 256 MiB.
 
 use crate::driver::PeerEvent;
-use crate::metrics::Metrics;
+use crate::handshake::{self, Acceptor, ClusterKey, Dialer, HandshakeError};
+use crate::metrics::{LinkClosed, Metrics};
 use keel_core::engine::Engine;
 use keel_types::rng::SplitMix64;
 use keel_types::{KeyspaceId, NodeId};
 use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 /// First reconnect delay.
@@ -48,6 +64,28 @@ pub const BACKOFF_MAX: Duration = Duration::from_millis(1000);
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How peer links are secured and bounded; shared by the senders and the listener.
+#[derive(Debug)]
+pub struct LinkSettings {
+    /// The cluster secret's key (or the public key of a cluster without one).
+    pub key: ClusterKey,
+    /// The frame limits, for sending (split past them) and receiving (close past them).
+    pub limits: PeerLimits,
+    /// How long a whole handshake may take, on either side.
+    pub handshake_timeout: Duration,
+    /// A link that carries nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most inbound connections still in their handshake.
+    pub pending_max: usize,
+}
+
+impl LinkSettings {
+    /// How often a sender writes an empty frame on a link with nothing else to carry.
+    pub fn keepalive(&self) -> Duration {
+        self.idle_timeout / 4
+    }
+}
 
 /// Randomness for reconnect jitter and connection ids: Keel's splitmix64, seeded by the
 /// caller. Jitter needs spread, not quality.
@@ -131,12 +169,20 @@ impl<T> DelayLine<T> {
 #[derive(Debug, Default)]
 pub struct PeerQueues {
     queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>,
+    /// Bytes of client values queued for each peer ([`PeerMessage::bulk_bytes`]).
+    bulk: BTreeMap<NodeId, Arc<AtomicUsize>>,
 }
+
+/// Client values a link queues at most (more when one value alone is larger): about
+/// 70 ms of a 1 Gbit/s link, so that a heartbeat queued behind them is not late by an
+/// election timeout, however many forwarded reads of large values are answered at once.
+pub const PEER_BULK_QUEUED_BYTES_MAX: usize = 8 << 20;
 
 impl PeerQueues {
     /// Queues for the given peers.
     pub fn new(queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>) -> PeerQueues {
-        PeerQueues { queues }
+        let bulk = queues.keys().map(|&to| (to, Arc::new(AtomicUsize::new(0)))).collect();
+        PeerQueues { queues, bulk }
     }
 
     /// Whether `node` has a queue (a node has none to itself).
@@ -149,6 +195,45 @@ impl PeerQueues {
     pub fn send(&self, to: NodeId, outgoing: Outgoing) -> bool {
         let queue = self.queues.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
         queue.try_send(outgoing).is_ok()
+    }
+
+    /// A hold on `bytes` of `to`'s bulk allowance, given back when dropped (with the
+    /// message it travels with, once written or dropped); `None` when the link already
+    /// holds [`PEER_BULK_QUEUED_BYTES_MAX`] (one value alone always fits).
+    pub fn hold_bulk(&self, to: NodeId, bytes: usize) -> Option<BulkHold> {
+        let gauge = self.bulk.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        gauge
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held == 0 || held + bytes <= PEER_BULK_QUEUED_BYTES_MAX).then_some(held + bytes)
+            })
+            .ok()?;
+        Some(BulkHold { bytes, gauge: gauge.clone() })
+    }
+}
+
+/// Part of a link's bulk allowance, held by one queued message.
+pub struct BulkHold {
+    bytes: usize,
+    gauge: Arc<AtomicUsize>,
+}
+
+impl Drop for BulkHold {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// A message queued with its hold on the link's bulk allowance.
+pub struct WithBulk<M> {
+    /// The message.
+    pub message: M,
+    /// Its hold, given back when the message is dropped.
+    pub hold: BulkHold,
+}
+
+impl<M: PeerMessage + Send + Sync> keel_wire::peer::PeerEncode for WithBulk<M> {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        self.message.encode(out);
     }
 }
 
@@ -209,19 +294,45 @@ pub async fn sender(
     mut queue: mpsc::Receiver<Outgoing>,
     batch_max: usize,
     delay: Duration,
+    settings: Arc<LinkSettings>,
     metrics: Arc<Metrics>,
 ) {
     assert!(batch_max >= 1, "a frame carries at least one message");
     let held_max = queue.max_capacity();
     let mut line = DelayLine::new(delay, held_max);
-    let limits = PeerLimits::default();
     let mut jitter =
         Jitter::new(u64::from(me.0) << 32 | u64::from(to.0) ^ std::process::id() as u64);
     let mut backoff = BACKOFF_MIN;
     loop {
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            _ => {
+        let connected = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
+        {
+            Ok(Ok(mut stream)) => {
+                let _ = stream.set_nodelay(true);
+                let dialed = dial(&settings.key, me, to, &mut stream);
+                match tokio::time::timeout(settings.handshake_timeout, dialed).await {
+                    Ok(Ok(())) => Some(stream),
+                    Ok(Err(DialError::Io(e))) => {
+                        metrics.link_closed(LinkClosed::HandshakeIo);
+                        tracing::debug!(%to, %addr, reason = %e, "peer handshake broke off");
+                        None
+                    }
+                    Ok(Err(DialError::Handshake(e))) => {
+                        // The acceptor does not know our secret (or is not a Keel peer).
+                        metrics.link_closed(LinkClosed::from(e));
+                        tracing::warn!(%to, %addr, reason = %e, "peer handshake failed");
+                        None
+                    }
+                    Err(_) => {
+                        metrics.link_closed(LinkClosed::HandshakeTimeout);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let stream = match connected {
+            Some(stream) => stream,
+            None => {
                 drop_queued(&mut queue, &metrics);
                 if queue.is_closed() {
                     return;
@@ -231,10 +342,9 @@ pub async fn sender(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         tracing::debug!(%to, %addr, "peer link up");
         backoff = BACKOFF_MIN;
-        let link = Link { me, to, batch_max, limits: &limits, metrics: &metrics };
+        let link = Link { me, to, batch_max, settings: &settings, metrics: &metrics };
         let open = if delay.is_zero() {
             send_frames(&link, stream, &mut queue).await
         } else {
@@ -248,12 +358,56 @@ pub async fn sender(
     }
 }
 
+/// The dialer's half of the handshake on a fresh connection (the caller bounds its time).
+async fn dial(
+    key: &ClusterKey,
+    me: NodeId,
+    to: NodeId,
+    stream: &mut TcpStream,
+) -> Result<(), DialError> {
+    let (dialer, hello) = Dialer::new(key, me, to, handshake::nonce());
+    stream.write_all(&hello).await?;
+    let mut challenge = [0u8; handshake::CHALLENGE_BYTES];
+    stream.read_exact(&mut challenge).await?;
+    let proof = dialer.answer(&challenge)?;
+    stream.write_all(&proof).await?;
+    Ok(())
+}
+
+/// Why dialing a peer failed after the connection was made.
+#[derive(Debug)]
+enum DialError {
+    Io(std::io::Error),
+    Handshake(HandshakeError),
+}
+
+impl From<std::io::Error> for DialError {
+    fn from(e: std::io::Error) -> Self {
+        DialError::Io(e)
+    }
+}
+
+impl From<HandshakeError> for DialError {
+    fn from(e: HandshakeError) -> Self {
+        DialError::Handshake(e)
+    }
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Io(e) => write!(f, "{e}"),
+            DialError::Handshake(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// What a sender needs to write frames to one peer.
 struct Link<'a> {
     me: NodeId,
     to: NodeId,
     batch_max: usize,
-    limits: &'a PeerLimits,
+    settings: &'a LinkSettings,
     metrics: &'a Metrics,
 }
 
@@ -265,14 +419,33 @@ async fn send_frames(
 ) -> bool {
     let mut buf = Vec::new();
     let mut batch = Vec::with_capacity(link.batch_max);
+    let keepalive = link.settings.keepalive();
     loop {
-        if queue.recv_many(&mut batch, link.batch_max).await == 0 {
-            return false;
-        }
-        if !write_batch(link, &mut stream, &mut batch, &mut buf).await {
-            return true;
+        tokio::select! {
+            count = queue.recv_many(&mut batch, link.batch_max) => {
+                if count == 0 {
+                    return false;
+                }
+                if !write_batch(link, &mut stream, &mut batch, &mut buf).await {
+                    return true;
+                }
+            }
+            () = tokio::time::sleep(keepalive) => {
+                if !write_keepalive(link, &mut stream, &mut buf).await {
+                    return true;
+                }
+            }
         }
     }
+}
+
+/// Writes an empty frame, so that the receiver does not close an idle link; `false`
+/// when the connection failed.
+async fn write_keepalive(link: &Link<'_>, stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    buf.clear();
+    let frame = PeerFrame { from: link.me, to: link.to, messages: &[] };
+    encode_frame(&frame, &link.settings.limits, buf).expect("an empty frame fits");
+    stream.write_all(buf).await.is_ok()
 }
 
 /// As [`send_frames`], but each message waits in `line` until it is due.
@@ -285,8 +458,10 @@ async fn send_delayed(
     let mut buf = Vec::new();
     let mut incoming = Vec::with_capacity(link.batch_max);
     let mut batch = Vec::with_capacity(link.batch_max);
+    let mut last_write = Instant::now();
     loop {
         let due = line.next_due();
+        let keepalive_at = last_write + link.settings.keepalive();
         tokio::select! {
             count = queue.recv_many(&mut incoming, link.batch_max) => {
                 if count == 0 {
@@ -300,10 +475,19 @@ async fn send_delayed(
                 }
             }
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+            () = tokio::time::sleep_until(keepalive_at) => {
+                if !write_keepalive(link, &mut stream, &mut buf).await {
+                    return true;
+                }
+                last_write = Instant::now();
+            }
         }
         line.take_due(Instant::now(), link.batch_max, &mut batch);
-        if !batch.is_empty() && !write_batch(link, &mut stream, &mut batch, &mut buf).await {
-            return true;
+        if !batch.is_empty() {
+            if !write_batch(link, &mut stream, &mut batch, &mut buf).await {
+                return true;
+            }
+            last_write = Instant::now();
         }
     }
 }
@@ -317,16 +501,16 @@ async fn write_batch(
     buf: &mut Vec<u8>,
 ) -> bool {
     assert!(!batch.is_empty() && batch.len() <= link.batch_max);
-    let (me, to, metrics) = (link.me, link.to, link.metrics);
+    let (me, to, metrics, limits) = (link.me, link.to, link.metrics, &link.settings.limits);
     buf.clear();
     let count = batch.len() as u64;
     let frame = PeerFrame { from: me, to, messages: batch };
-    if let Err(e) = encode_frame(&frame, link.limits, buf) {
+    if let Err(e) = encode_frame(&frame, limits, buf) {
         // Too large as one frame: send each message alone (a snapshot chunk may be big).
         tracing::debug!(%e, "splitting a peer batch");
         for message in batch.iter() {
             let single = PeerFrame { from: me, to, messages: std::slice::from_ref(message) };
-            if encode_frame(&single, link.limits, buf).is_err() {
+            if encode_frame(&single, limits, buf).is_err() {
                 metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -348,61 +532,171 @@ fn drop_queued(queue: &mut mpsc::Receiver<Outgoing>, metrics: &Metrics) {
     metrics.peer_dropped.fetch_add(dropped, Ordering::Relaxed);
 }
 
+/// The one authenticated inbound connection of each member: a newer one aborts the
+/// older (a peer that reconnects after a network fault must not wait for the dead
+/// connection to time out, and no member may hold more than one).
+#[derive(Debug, Default)]
+struct Inbound {
+    by_member: Mutex<BTreeMap<NodeId, (u64, AbortHandle)>>,
+}
+
+impl Inbound {
+    /// Makes `task` the connection of `from`, aborting the one it replaces.
+    fn adopt(&self, from: NodeId, id: u64, task: AbortHandle, metrics: &Metrics) {
+        let old = self.by_member.lock().expect("inbound lock").insert(from, (id, task));
+        if let Some((_, old)) = old {
+            tracing::info!(%from, "a newer connection from this member replaces its link");
+            old.abort();
+            metrics.link_closed(LinkClosed::Replaced);
+        }
+    }
+
+    /// Forgets connection `id` of `from` if it is still the current one.
+    fn forget(&self, from: NodeId, id: u64) {
+        let mut by_member = self.by_member.lock().expect("inbound lock");
+        if by_member.get(&from).is_some_and(|(current, _)| *current == id) {
+            by_member.remove(&from);
+        }
+    }
+}
+
+/// What an inbound connection task needs.
+struct Accepting {
+    me: NodeId,
+    inboxes: Arc<Inboxes>,
+    members: Vec<NodeId>,
+    settings: Arc<LinkSettings>,
+    metrics: Arc<Metrics>,
+    inbound: Inbound,
+}
+
 /// Accepts peer connections and feeds their messages to the keyspaces' engine loops.
+#[allow(clippy::too_many_arguments)] // each is a distinct part of the listener's setting
 pub async fn listener(
     me: NodeId,
     listener: TcpListener,
     inboxes: Arc<Inboxes>,
     members: Vec<NodeId>,
+    member_ips: Vec<std::net::IpAddr>,
+    settings: Arc<LinkSettings>,
     metrics: Arc<Metrics>,
 ) {
+    let pending = Arc::new(Semaphore::new(settings.pending_max));
+    // Slots only the members' configured addresses may take.
+    let reserved = Arc::new(Semaphore::new(2 * member_ips.len().max(1)));
+    let accepting = Arc::new(Accepting {
+        me,
+        inboxes,
+        members,
+        settings,
+        metrics,
+        inbound: Inbound::default(),
+    });
+    let mut next_id = 0u64;
     loop {
         let Ok((stream, from_addr)) = listener.accept().await else {
             tokio::time::sleep(BACKOFF_MIN).await; // out of descriptors: pause, retry
             continue;
         };
+        let permit = if member_ips.contains(&from_addr.ip()) {
+            reserved.clone().try_acquire_owned().or_else(|_| pending.clone().try_acquire_owned())
+        } else {
+            pending.clone().try_acquire_owned()
+        };
+        let Ok(permit) = permit else {
+            accepting.metrics.link_closed(LinkClosed::TooManyPending);
+            drop(stream); // closed at once: unauthenticated connections hold nothing
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let inboxes = inboxes.clone();
-        let members = members.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            if let Err(reason) = receive(me, stream, &inboxes, &members, &metrics).await {
-                tracing::warn!(%from_addr, %reason, "closing peer connection");
+        next_id += 1;
+        let (id, accepting) = (next_id, accepting.clone());
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<AbortHandle>();
+        let task = tokio::spawn(async move {
+            let Ok(own) = ready_rx.await else { return };
+            let shake = accept(&accepting, stream);
+            let (from, stream) =
+                match tokio::time::timeout(accepting.settings.handshake_timeout, shake).await {
+                    Ok(Ok(done)) => done,
+                    Ok(Err(reason)) => {
+                        accepting.metrics.link_closed(reason);
+                        tracing::debug!(%from_addr, reason = reason.as_str(), "peer refused");
+                        return;
+                    }
+                    Err(_) => {
+                        accepting.metrics.link_closed(LinkClosed::HandshakeTimeout);
+                        return;
+                    }
+                };
+            drop(permit);
+            accepting.inbound.adopt(from, id, own, &accepting.metrics);
+            let result = receive(&accepting, from, stream).await;
+            accepting.inbound.forget(from, id);
+            if let Err(reason) = result {
+                tracing::warn!(%from_addr, %from, %reason, "closing peer connection");
             }
         });
+        let _ = ready_tx.send(task.abort_handle());
     }
 }
 
-async fn receive(
-    me: NodeId,
+/// The acceptor's half of the handshake: the member that proved itself.
+async fn accept(
+    accepting: &Accepting,
     mut stream: TcpStream,
-    inboxes: &Inboxes,
-    members: &[NodeId],
-    metrics: &Metrics,
-) -> Result<(), String> {
-    let limits = PeerLimits::default();
+) -> Result<(NodeId, TcpStream), LinkClosed> {
+    let io = |_| LinkClosed::HandshakeIo;
+    let mut hello = [0u8; handshake::HELLO_BYTES];
+    stream.read_exact(&mut hello[..8]).await.map_err(io)?;
+    if !handshake::opens_hello(hello[..8].try_into().expect("8 bytes")) {
+        return Err(LinkClosed::NotAHandshake);
+    }
+    stream.read_exact(&mut hello[8..]).await.map_err(io)?;
+    let (me, members, key) = (accepting.me, &accepting.members, &accepting.settings.key);
+    let (acceptor, challenge) = Acceptor::new(key, me, members, &hello, handshake::nonce())?;
+    stream.write_all(&challenge).await.map_err(io)?;
+    let mut proof = [0u8; handshake::PROOF_BYTES];
+    stream.read_exact(&mut proof).await.map_err(io)?;
+    Ok((acceptor.finish(&proof)?, stream))
+}
+
+/// Reads frames from authenticated member `from` until the connection closes, breaks a
+/// rule or stays idle past the limit.
+async fn receive(accepting: &Accepting, from: NodeId, mut stream: TcpStream) -> Result<(), String> {
+    let (me, settings, metrics) = (accepting.me, &accepting.settings, &accepting.metrics);
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
-        let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        let read = tokio::time::timeout(settings.idle_timeout, stream.read(&mut chunk)).await;
+        let Ok(read) = read else {
+            metrics.link_closed(LinkClosed::Idle);
+            return Err("idle past peer_idle_timeout_ms".into());
+        };
+        let n = read.map_err(|e| e.to_string())?;
         if n == 0 {
             return Ok(());
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut start = 0;
         while let Some((frame, used)) =
-            decode_frame(&buf[start..], &limits).map_err(|e| e.to_string())?
+            decode_frame(&buf[start..], &settings.limits).map_err(|e| {
+                metrics.link_closed(LinkClosed::BadFrame);
+                e.to_string()
+            })?
         {
             start += used;
-            let (from, to) = (frame.from, frame.to);
-            if to != me || !members.contains(&from) || from == me {
-                return Err(format!("frame from {from} to {to} on {me}'s link"));
+            if frame.to != me || frame.from != from {
+                metrics.link_closed(LinkClosed::BadFrame);
+                return Err(format!("frame from {} to {} on {from}'s link", frame.from, frame.to));
             }
             for (keyspace, bytes) in frame.envelopes {
-                route(inboxes, metrics, from, keyspace, bytes);
+                route(&accepting.inboxes, metrics, from, keyspace, bytes);
             }
         }
         buf.drain(..start);
+        if buf.capacity() > 4 * READ_CHUNK_BYTES && buf.len() < READ_CHUNK_BYTES {
+            buf.shrink_to(READ_CHUNK_BYTES); // a large frame passed: give its memory back
+        }
     }
 }
 

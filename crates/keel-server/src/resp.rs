@@ -16,14 +16,24 @@
 //! `-ERR Protocol error: ...` and the connection closes. Over `connections_max`, a new
 //! connection gets `-BUSY` and is closed; a full engine queue answers `-BUSY`.
 //!
+//! Memory and time: the reader holds at most one partial request (bounded by the RESP
+//! limits) and pauses past `pipeline_depth_max` unanswered requests. The writer copies
+//! no large value: a bulk string of 16 KiB or more is written from the shared bytes it
+//! came in (`encode_shared`), so its buffer stays near [`WRITE_BUFFER_BYTES_MAX`] however
+//! large a reply is, and both buffers shrink back after a large request or reply. A client
+//! that stops reading its replies stops being read (the pipeline fills) and, once a write
+//! makes no progress for `client_output_timeout_ms`, is disconnected.
+//!
 //! Deduplication: each connection has a random client id and numbers its requests; the
 //! Keel client instead sends `KEEL.REQ <client> <seq> <command ...>` so that a retry on
 //! another connection carries the same pair (see [`crate::commands`]).
 
+use crate::budget::ByteBudget;
 use crate::commands::{self, Conn, Pending, Resolved};
 use crate::driver::Keyspaces;
+use bytes::Bytes;
 use keel_types::Limits;
-use keel_wire::resp::{encode, DecodeMode, Decoder, Frame, Protocol, RespLimits};
+use keel_wire::resp::{encode_shared, DecodeMode, Decoder, Frame, Protocol, RespLimits};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,19 +59,73 @@ pub struct FrontDoor {
     pub partial_request_timeout: std::time::Duration,
     /// How long a connection may send nothing (`None`: forever).
     pub idle_timeout: Option<std::time::Duration>,
+    /// How long a write to a client may make no progress before it is disconnected.
+    pub output_timeout: std::time::Duration,
+    /// The users clients authenticate as (none: no authentication).
+    pub users: Arc<crate::acl::Users>,
+    /// Serve loopback clients only (protected mode: no users configured).
+    pub loopback_only: bool,
+    /// Bytes every connection's request buffer may hold together past its first
+    /// [`READ_CHUNK_BYTES`] (`client_request_buffers_bytes_max`).
+    pub request_buffers: Arc<ByteBudget>,
     /// Free connection slots (`connections_max` in all).
     pub slots: Arc<Semaphore>,
     /// Seeds client ids.
     pub id_seed: std::sync::Mutex<crate::peer::Jitter>,
 }
 
+/// What one connection holds of the request buffers' budget (a connection growing its
+/// buffer for a large request reserves the growth; one that cannot is answered with an
+/// error and closed); gives it back when dropped.
+struct Reserved<'a> {
+    budget: &'a ByteBudget,
+    bytes: usize,
+}
+
+impl Reserved<'_> {
+    /// Holds what a buffer of `capacity` needs; `false` when the budget cannot cover it.
+    fn cover(&mut self, capacity: usize) -> bool {
+        let need = capacity.saturating_sub(READ_CHUNK_BYTES);
+        if need > self.bytes {
+            if !self.budget.take(need - self.bytes) {
+                return false;
+            }
+        } else {
+            self.budget.give(self.bytes - need);
+        }
+        self.bytes = need;
+        true
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.budget.give(self.bytes);
+    }
+}
+
+/// The refusal of a non-loopback client in protected mode.
+const PROTECTED_MODE: &str = "-DENIED Keel is running in protected mode because no users are configured: only clients on loopback are served. Configure [[users]] (docs/security.md) or set protected_mode = false.\r\n";
+
 /// Accepts client connections forever.
 pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, from)) = listener.accept().await else {
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await; // out of descriptors
             continue;
         };
+        if door.loopback_only && !from.ip().is_loopback() {
+            door.keyspaces.node_metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_secs(1),
+                    stream.write_all(PROTECTED_MODE.as_bytes()),
+                )
+                .await;
+            });
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let door = door.clone();
         tokio::spawn(async move {
@@ -84,30 +148,54 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
     let (mut reader, writer) = stream.into_split();
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
     let resolved = Arc::new(Resolved::default());
-    let write_task = tokio::spawn(write_replies(writer, pending, resolved.clone()));
+    let write_task =
+        tokio::spawn(write_replies(writer, pending, resolved.clone(), door.output_timeout));
     let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
-    let mut conn = Conn::new(client_id, door.keyspaces.clone(), door.limits.clone(), resolved);
+    let (keyspaces, limits, users) =
+        (door.keyspaces.clone(), door.limits.clone(), door.users.clone());
+    let mut conn = Conn::new(client_id, keyspaces, limits, resolved, users);
     let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut reserved = Reserved { budget: &door.request_buffers, bytes: 0 };
     'read: loop {
         // Part of a request waits at most `partial_request_timeout`; a connection with
         // nothing pending, `idle_timeout`.
         let wait =
             if buf.is_empty() { door.idle_timeout } else { Some(door.partial_request_timeout) };
-        let read = reader.read(&mut chunk);
+        let read = async {
+            // The writer gave up on the client: stop reading too.
+            tokio::select! {
+                read = reader.read(&mut chunk) => read.ok(),
+                () = queue.closed() => None,
+            }
+        };
         let n = match wait {
             Some(wait) => match tokio::time::timeout(wait, read).await {
-                Ok(Ok(n)) => n,
-                Ok(Err(_)) | Err(_) => break,
+                Ok(Some(n)) => n,
+                Ok(None) | Err(_) => break,
             },
             None => match read.await {
-                Ok(n) => n,
-                Err(_) => break,
+                Some(n) => n,
+                None => break,
             },
         };
         if n == 0 {
             break;
+        }
+        let needed = buf.len() + n;
+        if needed > buf.capacity() {
+            // Reserve from the budget before growing, so that it bounds what is held.
+            let target = needed.max(buf.capacity() * 2);
+            if !reserved.cover(target) {
+                let metrics = &door.keyspaces.node_metrics;
+                metrics.request_budget_refused.fetch_add(1, Ordering::Relaxed);
+                let text = "ERR request buffers of all connections are full; retry later";
+                let refusal = Pending::ready(Frame::error(text), conn.protocol).closing();
+                let _ = queue.send(refusal).await;
+                break;
+            }
+            buf.reserve_exact(target - buf.len());
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut start = 0;
@@ -131,9 +219,71 @@ async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
             }
         }
         buf.drain(..start);
+        if buf.capacity() > 4 * READ_CHUNK_BYTES && buf.len() <= READ_CHUNK_BYTES {
+            buf.shrink_to(READ_CHUNK_BYTES); // a large request passed: give its memory back
+            let _ = reserved.cover(buf.capacity()); // gives back: cannot fail
+        }
     }
     drop(queue);
     let _ = write_task.await;
+}
+
+/// Replies encoded and not yet written: bytes of their own, and the large values they
+/// share with the store, each due at an offset of those bytes.
+struct Output {
+    own: Vec<u8>,
+    shared: Vec<(usize, Bytes)>,
+    shared_bytes: usize,
+    /// How long a write may make no progress.
+    stall: std::time::Duration,
+}
+
+impl Output {
+    fn len(&self) -> usize {
+        self.own.len() + self.shared_bytes
+    }
+
+    fn push(&mut self, frame: &Frame, protocol: Protocol) {
+        let before = self.shared.len();
+        encode_shared(frame, protocol, &mut self.own, &mut self.shared);
+        self.shared_bytes += self.shared[before..].iter().map(|(_, b)| b.len()).sum::<usize>();
+    }
+
+    /// Writes everything; `false` when the connection failed or stalled.
+    async fn flush(&mut self, writer: &mut OwnedWriteHalf) -> bool {
+        let mut at = 0;
+        let mut ok = true;
+        for (offset, bytes) in &self.shared {
+            ok = ok
+                && write_within(writer, &self.own[at..*offset], self.stall).await
+                && write_within(writer, bytes, self.stall).await;
+            at = *offset;
+        }
+        ok = ok && write_within(writer, &self.own[at..], self.stall).await;
+        self.own.clear();
+        self.shared.clear();
+        self.shared_bytes = 0;
+        if self.own.capacity() > 2 * WRITE_BUFFER_BYTES_MAX {
+            self.own.shrink_to(WRITE_BUFFER_BYTES_MAX);
+        }
+        ok
+    }
+}
+
+/// Writes `bytes` whole; `false` when the connection failed or no byte could be written
+/// for `stall` (a client that does not read its replies).
+async fn write_within(
+    writer: &mut OwnedWriteHalf,
+    mut bytes: &[u8],
+    stall: std::time::Duration,
+) -> bool {
+    while !bytes.is_empty() {
+        match tokio::time::timeout(stall, writer.write(bytes)).await {
+            Ok(Ok(n)) if n > 0 => bytes = &bytes[n..],
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Resolves replies in order and writes them, flushing when no reply is ready.
@@ -141,6 +291,7 @@ async fn write_replies(
     mut writer: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Pending>,
     resolved: Arc<Resolved>,
+    stall: std::time::Duration,
 ) {
     struct Stopped(Arc<Resolved>);
     impl Drop for Stopped {
@@ -149,15 +300,19 @@ async fn write_replies(
         }
     }
     let resolved = Stopped(resolved);
-    let mut out = Vec::with_capacity(WRITE_BUFFER_BYTES_MAX);
+    let mut out = Output {
+        own: Vec::with_capacity(WRITE_BUFFER_BYTES_MAX),
+        shared: Vec::new(),
+        shared_bytes: 0,
+        stall,
+    };
     loop {
         let next = match pending.try_recv() {
             Ok(next) => next,
             Err(mpsc::error::TryRecvError::Empty) => {
-                if !out.is_empty() && writer.write_all(&out).await.is_err() {
+                if out.len() > 0 && !out.flush(&mut writer).await {
                     return;
                 }
-                out.clear();
                 match pending.recv().await {
                     Some(next) => next,
                     None => return,
@@ -169,17 +324,14 @@ async fn write_replies(
         let close = next.close;
         let frame: Frame = next.resolve().await;
         resolved.0.one_more();
-        encode(&frame, protocol, &mut out);
+        out.push(&frame, protocol);
         if close {
             break;
         }
-        if out.len() >= WRITE_BUFFER_BYTES_MAX {
-            if writer.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+        if out.len() >= WRITE_BUFFER_BYTES_MAX && !out.flush(&mut writer).await {
+            return;
         }
     }
-    let _ = writer.write_all(&out).await;
+    let _ = out.flush(&mut writer).await;
     let _ = writer.shutdown().await;
 }

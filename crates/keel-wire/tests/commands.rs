@@ -94,6 +94,19 @@ fn unknown_commands_echo_their_first_arguments() {
 }
 
 #[test]
+fn unknown_commands_with_invalid_utf8_arguments_echo_a_bounded_text() {
+    // Found by the `resp_request` fuzz target: each invalid byte shows as a 3-byte U+FFFD,
+    // which once let the echoed arguments grow to three times their bound.
+    let args = vec![Bytes::from(vec![0xff; 400]), Bytes::from(vec![0xff; 400])];
+    let mut words = vec![Bytes::from_static(b"]\r")];
+    words.extend(args);
+    let err = keel_wire::command::parse(words, &Limits::default()).unwrap_err();
+    let keel_wire::CommandError::UnknownCommand { args, .. } = err else { panic!("{err:?}") };
+    assert!(args.len() <= 128 + 3 + 3, "{} bytes echoed", args.len());
+    assert!(args.starts_with("'\u{fffd}"));
+}
+
+#[test]
 fn levels_and_durabilities_must_be_known() {
     assert_eq!(
         error("GET k LEVEL x"),

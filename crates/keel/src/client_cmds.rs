@@ -23,6 +23,10 @@ pub struct Target {
     /// The keyspace (what `SELECT` takes).
     #[arg(long, default_value_t = 0)]
     pub keyspace: u32,
+    /// The user to authenticate as (nodes with `[[users]]`); the password is read from
+    /// the environment variable `KEEL_PASSWORD`.
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 /// `keel get KEY`.
@@ -107,6 +111,10 @@ fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode 
 fn client(target: &Target) -> std::sync::Arc<Client> {
     let mut config = ClientConfig::new(vec![target.node]);
     config.keyspace = target.keyspace;
+    if let Some(user) = &target.user {
+        let password = std::env::var("KEEL_PASSWORD").unwrap_or_default();
+        config.credentials = Some((user.clone(), password));
+    }
     Client::new(config)
 }
 

@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod client_cmds;
 mod demo;
 mod up;
@@ -39,6 +42,34 @@ enum Command {
     Status(client_cmds::StatusArgs),
     /// Run YCSB workloads against Keel, Redis or etcd clusters; `bench suite orca|scale`.
     Bench(keel_bench::cli::BenchArgs),
+    /// Hash a password (read from standard input) for a `[[users]]` entry.
+    Passwd(PasswdArgs),
+}
+
+/// `keel passwd`.
+#[derive(clap::Args)]
+struct PasswdArgs {
+    /// PBKDF2 iterations (each AUTH costs them).
+    #[arg(long, default_value_t = keel_server::acl::ITERATIONS_DEFAULT)]
+    iterations: u32,
+}
+
+fn passwd(args: &PasswdArgs) -> ExitCode {
+    use keel_server::acl::{hash_password, ITERATIONS_MAX, ITERATIONS_MIN};
+    if !(ITERATIONS_MIN..=ITERATIONS_MAX).contains(&args.iterations) {
+        eprintln!("keel passwd: --iterations must be in {ITERATIONS_MIN}..={ITERATIONS_MAX}");
+        return ExitCode::from(2);
+    }
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err()
+        || line.trim_end_matches(['\r', '\n']).is_empty()
+    {
+        eprintln!("keel passwd: give the password on standard input (one line)");
+        return ExitCode::from(2);
+    }
+    let password = line.trim_end_matches(['\r', '\n']);
+    println!("{}", hash_password(password.as_bytes(), args.iterations));
+    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
@@ -46,7 +77,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => keel_check::cli::run(&args),
         Command::Sim(args) => keel_sim::cli::run(&args),
-        Command::Server(args) => keel_server::cli::main(&args),
+        Command::Server(args) => {
+            let _ = tikv_jemalloc_ctl::background_thread::write(true);
+            keel_server::cli::main(&args)
+        }
         Command::Up(args) => up::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Get(args) => client_cmds::get(&args),
@@ -55,5 +89,6 @@ fn main() -> ExitCode {
         Command::Cas(args) => client_cmds::cas(&args),
         Command::Status(args) => client_cmds::status(&args),
         Command::Bench(args) => keel_bench::cli::run(&args),
+        Command::Passwd(args) => passwd(&args),
     }
 }

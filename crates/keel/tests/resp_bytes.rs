@@ -5,50 +5,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
 const CONNECTIONS_MAX: u32 = 6;
 
-struct Conn(TcpStream);
-
-impl Conn {
-    fn open(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Conn(stream)
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.0.write_all(bytes).unwrap();
-    }
-
-    /// Reads exactly `expected.len()` bytes and compares.
-    fn expect(&mut self, expected: &[u8]) {
-        let mut got = vec![0u8; expected.len()];
-        self.0
-            .read_exact(&mut got)
-            .unwrap_or_else(|e| panic!("reading {:?}: {e}", String::from_utf8_lossy(expected)));
-        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(expected));
-    }
-
-    /// Reads one line (through `\r\n`).
-    fn line(&mut self) -> String {
-        let mut line = Vec::new();
-        let mut byte = [0u8; 1];
-        while !line.ends_with(b"\r\n") {
-            self.0.read_exact(&mut byte).expect("a reply line");
-            line.push(byte[0]);
-        }
-        String::from_utf8_lossy(&line).into_owned()
-    }
-
-    fn closed(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        matches!(self.0.read(&mut byte), Ok(0) | Err(_))
-    }
-}
+use common::Conn;
 
 fn req(words: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", words.len()).into_bytes();
@@ -88,6 +49,17 @@ fn resp_bytes_in_bytes_out() {
     pipeline.extend(req(&[b"GET", b"absent-key"]));
     c.send(&pipeline);
     c.expect(b"+OK\r\n$2\r\nv1\r\n$-1\r\n");
+
+    // Deduplication: a retry of (client, request) is answered from the first; the same
+    // pair with another command is refused and applies nothing.
+    c.send(&req(&[b"KEEL.REQ", b"77", b"1", b"INCRBY", b"dedup", b"5"]));
+    c.expect(b":5\r\n");
+    c.send(&req(&[b"KEEL.REQ", b"77", b"1", b"INCRBY", b"dedup", b"5"]));
+    c.expect(b":5\r\n");
+    c.send(&req(&[b"KEEL.REQ", b"77", b"1", b"INCRBY", b"dedup", b"6"]));
+    assert!(c.line().contains("already used for another command"));
+    c.send(&req(&[b"GET", b"dedup", b"LEVEL", b"linearizable"]));
+    c.expect(b"$1\r\n5\r\n");
 
     // Keel options.
     c.send(&req(&[b"SET", b"k", b"v2", b"DURABILITY", b"durable"]));

@@ -72,9 +72,13 @@ impl LeaderEngine {
         self.core.out.messages.push((from, reply));
     }
 
+    /// As [`Self::on_vote`]: only a node that is asking for pre-votes acts on a reply.
     pub(super) fn on_pre_vote_reply(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
         let leading = matches!(self.role, RoleState::Leader(_));
-        if epoch > self.core.hard.epoch && !leading {
+        if self.core.election.pre_votes.is_none() || leading {
+            return;
+        }
+        if epoch > self.core.hard.epoch {
             self.become_follower(epoch, None);
             return;
         }
@@ -85,7 +89,7 @@ impl LeaderEngine {
             return;
         };
         pre_votes.insert(from);
-        if pre_votes.len() >= majority && !leading {
+        if pre_votes.len() >= majority {
             self.start_election();
         }
     }
@@ -142,7 +146,14 @@ impl LeaderEngine {
         core.out.messages.push((from, Message::Vote { epoch: core.hard.epoch, granted }));
     }
 
+    /// A vote answers this node's own campaign: only a candidate acts on one. Anyone else
+    /// ignores it, whatever its epoch, so that a vote nobody asked for (late, or forged by
+    /// a member) cannot depose a leader; a real higher epoch still arrives with the next
+    /// append reply or vote request.
     pub(super) fn on_vote(&mut self, from: NodeId, epoch: Epoch, granted: bool) {
+        if !matches!(self.role, RoleState::Candidate(_)) {
+            return;
+        }
         if epoch > self.core.hard.epoch {
             self.become_follower(epoch, None);
             return;

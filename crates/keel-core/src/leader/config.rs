@@ -21,6 +21,12 @@ pub const APPEND_ENTRIES_CEILING: usize = 65_536;
 pub const QUEUE_CEILING: usize = 1 << 20;
 /// Default ceiling on the applied state: 2 GiB (a node holds up to about three times it).
 pub const STATE_BYTES_MAX_DEFAULT: u64 = 2 << 30;
+/// Default most bytes of entries in one `Append`.
+pub const APPEND_BYTES_MAX_DEFAULT: u64 = 8 << 20;
+/// Ceiling on `append_bytes_max` (an `Append` travels in one peer frame).
+pub const APPEND_BYTES_CEILING: u64 = 64 << 20;
+/// Room in a peer message for everything but its entries or snapshot data.
+pub const PEER_MESSAGE_OVERHEAD_BYTES: u64 = 64 << 10;
 /// Ceiling on `snapshot_chunk_bytes`: a chunk travels in one peer frame.
 pub const SNAPSHOT_CHUNK_BYTES_CEILING: u64 = 64 << 20;
 /// The ratio ORCA recommends between removal and mark-out timeouts.
@@ -71,6 +77,7 @@ impl Config {
             read_level_default: ReadLevel::Monotonic,
             limits: Limits::default(),
             append_entries_max: 256,
+            append_bytes_max: APPEND_BYTES_MAX_DEFAULT,
             inflight_appends_max: 8,
             pending_requests_max: 10_000,
             undurable_entries_max: 100_000,
@@ -115,6 +122,17 @@ impl Config {
             Some(p) if p != self.node_id => (max, max + ((max - min) / 2).max(1)),
             _ => self.election_timeout_range(),
         }
+    }
+
+    /// The largest peer message this configuration can send: a snapshot chunk, or an
+    /// `Append` of `append_bytes_max` bytes plus one largest entry (a compare-and-set
+    /// carries two values), each with room for its other fields. A receiver need not
+    /// accept larger frames.
+    pub fn peer_message_bytes_max(&self) -> u64 {
+        let entry =
+            256 + u64::from(self.limits.key_bytes_max) + 2 * u64::from(self.limits.value_bytes_max);
+        let append = self.append_bytes_max + entry;
+        self.snapshot_chunk_bytes.max(append) + PEER_MESSAGE_OVERHEAD_BYTES
     }
 
     /// A strict majority of the members.
@@ -209,6 +227,9 @@ impl Config {
         }
         if self.append_entries_max == 0 || self.append_entries_max > APPEND_ENTRIES_CEILING {
             return fail("append_entries_max", format!("must be in 1..={APPEND_ENTRIES_CEILING}"));
+        }
+        if self.append_bytes_max == 0 || self.append_bytes_max > APPEND_BYTES_CEILING {
+            return fail("append_bytes_max", format!("must be in 1..={APPEND_BYTES_CEILING}"));
         }
         if self.inflight_appends_max == 0 || self.inflight_appends_max > 1024 {
             return fail("inflight_appends_max", "must be in 1..=1024");

@@ -206,6 +206,9 @@ pub struct Config {
     pub limits: Limits,
     /// Most entries in one `Append`.
     pub append_entries_max: usize,
+    /// Most bytes of entries in one `Append` (about: keys, values and a fixed overhead
+    /// each), past the first entry: with `append_entries_max` it bounds a peer message.
+    pub append_bytes_max: u64,
     /// Most `Append`s carrying entries in flight (unacknowledged) to one follower.
     pub inflight_appends_max: usize,
     /// Most client requests waiting inside the engine (durability rounds, commits,

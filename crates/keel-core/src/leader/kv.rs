@@ -32,7 +32,10 @@ type KeyOverlay<'a> = BTreeMap<&'a Key, Option<&'a Item>>;
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV01";
+/// The snapshot format written: v2 carries each dedup slot's command digest.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV02";
+/// The first format, still read: dedup slots without a command digest.
+const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"KEELKV01";
 /// What one key costs in a snapshot beyond its key and value bytes (lengths, version,
 /// flag), rounded up.
 pub const ITEM_OVERHEAD_BYTES: u64 = 32;
@@ -56,6 +59,27 @@ pub struct DedupSlot {
     pub index: LogIndex,
     /// Its result, returned again to a retry.
     pub result: WriteResult,
+    /// [`command_digest`] of its command: a retry must carry the same command (`None`:
+    /// unknown, from a snapshot of the first format).
+    pub digest: Option<u64>,
+}
+
+/// A deterministic 64-bit digest (FNV-1a) of a command's log encoding: two commands
+/// with the same digest are, for deduplication's purpose, the same command.
+pub fn command_digest(command: &Command) -> u64 {
+    let mut bytes = Vec::with_capacity(64);
+    keel_types::codec::Encode::encode_to(command, &mut bytes);
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The error for a request id reused with another command.
+pub fn reused_request(client: ClientId, request: RequestId) -> KeelError {
+    KeelError::InvalidArgument(format!(
+        "request {} of client {} was already used for another command",
+        request.0, client.0
+    ))
 }
 
 #[derive(Clone, Debug)]
@@ -167,8 +191,12 @@ impl Kv {
         command: &Command,
         undo: &mut Undo,
     ) -> WriteResult {
+        let digest = command_digest(command);
         if let Some(slot) = self.dedup.get(&client) {
             if slot.request == request {
+                if slot.digest.is_some_and(|d| d != digest) {
+                    return Err(reused_request(client, request));
+                }
                 return slot.result.clone();
             }
             if slot.request > request {
@@ -181,7 +209,12 @@ impl Kv {
         let result = self.execute(version, command, undo);
         self.remember(
             client,
-            DedupSlot { request, index: version.index, result: result.clone() },
+            DedupSlot {
+                request,
+                index: version.index,
+                result: result.clone(),
+                digest: Some(digest),
+            },
             undo,
         );
         result
@@ -506,6 +539,13 @@ impl Kv {
             put_u64(&mut tail, slot.request.0);
             put_u64(&mut tail, slot.index.0);
             put_bytes(&mut tail, &serde_json::to_vec(&slot.result).expect("results serialize"));
+            match slot.digest {
+                Some(digest) => {
+                    put_u8(&mut tail, 1);
+                    put_u64(&mut tail, digest);
+                }
+                None => put_u8(&mut tail, 0),
+            }
         }
         let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 16);
         header.extend_from_slice(SNAPSHOT_MAGIC);
@@ -522,9 +562,14 @@ impl Kv {
     pub fn decode(bytes: &[u8], at: Version, dedup_clients_max: usize) -> Result<Kv, String> {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
-        if reader.take("magic", 8).map_err(err)? != SNAPSHOT_MAGIC {
+        let magic = reader.take("magic", 8).map_err(err)?;
+        let with_digests = if magic == SNAPSHOT_MAGIC {
+            true
+        } else if magic == SNAPSHOT_MAGIC_V1 {
+            false
+        } else {
             return Err("not a Keel state snapshot".into());
-        }
+        };
         let index = reader.u64("index").map_err(err)?;
         if index != at.index.0 {
             return Err(format!("snapshot encodes index {index}, meta says {}", at.index));
@@ -559,6 +604,14 @@ impl Kv {
             let index = LogIndex(reader.u64("dedup index").map_err(err)?);
             let result = reader.bytes("result", RESULT_BYTES_MAX).map_err(err)?;
             let result: WriteResult = serde_json::from_slice(&result).map_err(|e| e.to_string())?;
+            let digest = match with_digests {
+                false => None,
+                true => match reader.u8("digest flag").map_err(err)? {
+                    0 => None,
+                    1 => Some(reader.u64("digest").map_err(err)?),
+                    tag => return Err(format!("digest flag {tag}")),
+                },
+            };
             if index > at.index || index == LogIndex::ZERO {
                 return Err(format!("a dedup slot at {index} is outside the snapshot"));
             }
@@ -566,7 +619,7 @@ impl Kv {
                 return Err(format!("client {} has two dedup slots", client.0));
             }
             kv.dedup_order.insert((index, client));
-            kv.dedup.insert(client, DedupSlot { request, index, result });
+            kv.dedup.insert(client, DedupSlot { request, index, result, digest });
         }
         reader.finish().map_err(err)?;
         kv.applied = at;
@@ -814,7 +867,12 @@ mod tests {
     /// A snapshot encoding at index 5 written by hand: `items` as (key, index) and dedup
     /// slots as (client, index).
     fn forged(items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
-        let mut out = SNAPSHOT_MAGIC.to_vec();
+        forged_in(SNAPSHOT_MAGIC, items, slots)
+    }
+
+    /// As [`forged`], in the format `magic` names (v1: slots without digests).
+    fn forged_in(magic: &[u8; 8], items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
+        let mut out = magic.to_vec();
         put_u64(&mut out, 5);
         put_u64(&mut out, items.len() as u64);
         for (key, index) in items {
@@ -831,8 +889,29 @@ mod tests {
             let result: WriteResult =
                 Ok(CommandResult::Written { version: Version::new(1, *index) });
             put_bytes(&mut out, &serde_json::to_vec(&result).unwrap());
+            if magic == SNAPSHOT_MAGIC {
+                put_u8(&mut out, 0);
+            }
         }
         out
+    }
+
+    #[test]
+    fn a_request_id_reused_for_another_command_is_refused_and_a_retry_is_answered() {
+        let mut kv = Kv::new(10);
+        let first = kv.apply(&write(1, 7, 1, put("a", "1")));
+        let Applied::Write(first) = first else { panic!("a write") };
+        let Applied::Write(retry) = kv.apply(&write(2, 7, 1, put("a", "1"))) else { panic!() };
+        assert_eq!(retry, first, "the same command again: the first result");
+        let Applied::Write(other) = kv.apply(&write(3, 7, 1, put("a", "2"))) else { panic!() };
+        assert_eq!(other, Err(reused_request(ClientId(7), RequestId(1))));
+        assert_eq!(kv.get(b"a").0, Some(Value::from_static(b"1")), "nothing applied");
+        // The digest survives a snapshot, and a first-format snapshot still decodes.
+        let restored = Kv::decode(&kv.encode_at(LogIndex(3)), Version::new(1, 3), 10).unwrap();
+        assert!(restored.dedup(ClientId(7)).unwrap().digest.is_some());
+        let v1 = forged_in(SNAPSHOT_MAGIC_V1, &[("a", 1)], &[(1, 2)]);
+        let old = Kv::decode(&v1, Version::new(1, 5), 2).expect("the first format decodes");
+        assert_eq!(old.dedup(ClientId(1)).unwrap().digest, None);
     }
 
     #[test]

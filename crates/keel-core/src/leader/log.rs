@@ -15,7 +15,8 @@ pub struct Log {
 }
 
 /// About what one entry takes: its key and value bytes and a fixed overhead.
-fn entry_bytes(entry: &Entry) -> u64 {
+/// About how many bytes `entry` takes: its key and values and a fixed overhead.
+pub(crate) fn entry_bytes(entry: &Entry) -> u64 {
     const OVERHEAD: u64 = 64;
     let EntryPayload::Write { command, .. } = &entry.payload else { return OVERHEAD };
     let value = match command {

@@ -55,6 +55,8 @@ struct Cluster {
     /// Whether every step checks the cross-node invariants (off where forged messages
     /// are fed on purpose: they may break what only authentication protects).
     check: bool,
+    /// Entries and value bytes of the largest `Append` sent, by value bytes.
+    largest_append: (usize, usize),
 }
 
 fn ids(n: u32) -> Vec<NodeId> {
@@ -79,6 +81,7 @@ impl Cluster {
             next_tag: 1,
             seed,
             check: true,
+            largest_append: (0, 0),
         };
         for id in ids(n) {
             let node = Node {
@@ -175,6 +178,16 @@ impl Cluster {
         let now = self.now;
         for (to, message) in messages {
             assert_ne!(to, id);
+            if let Message::Append { entries, .. } = &message {
+                let bytes = entries.iter().map(|e| match &e.payload {
+                    EntryPayload::Write { command: Command::Put { value, .. }, .. } => value.len(),
+                    _ => 0,
+                });
+                let sized = (entries.len(), bytes.sum::<usize>());
+                if sized.1 > self.largest_append.1 {
+                    self.largest_append = sized;
+                }
+            }
             self.push(now + self.latency, Event::Deliver { from: id, to, message });
         }
         for reply in replies {
@@ -495,6 +508,28 @@ fn a_follower_that_hears_from_a_live_leader_refuses_votes() {
 }
 
 #[test]
+fn votes_nobody_asked_for_change_nothing() {
+    // A member's forged (or late) `Vote` or `PreVoteReply` of a far higher epoch, sent to
+    // the leader and to a follower, neither deposes the leader nor moves any epoch.
+    let mut c = cluster3(5);
+    let leader = c.await_leader();
+    let epoch = c.status(leader).epoch;
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    let other = c.nodes.keys().copied().find(|n| *n != leader && *n != follower).unwrap();
+    let high = Epoch(epoch.0 + 1000);
+    for to in [leader, follower] {
+        for message in [
+            Message::Vote { epoch: high, granted: true },
+            Message::PreVoteReply { epoch: high, granted: true },
+        ] {
+            c.step(to, Input::Message { from: other, message });
+            assert_eq!(c.status(to).epoch, epoch, "{to}: the epoch does not move");
+        }
+    }
+    assert_eq!(c.status(leader).role, Role::Leader, "the leader keeps leading");
+}
+
+#[test]
 fn each_durability_is_acknowledged_at_its_point() {
     let mut c = cluster3(3);
     let leader = c.await_leader();
@@ -747,6 +782,29 @@ fn catch_up_by_snapshot(chunk_bytes: u64) -> u64 {
         == c.engine(leader).applied_digest()));
     assert!(c.engine(leader).counters().snapshots_taken >= 1);
     chunks
+}
+
+#[test]
+fn appends_hold_at_most_their_byte_budget_and_a_lagging_follower_still_catches_up() {
+    // 1 KiB values, a budget of about four of them: an `Append` carries at most five
+    // (the budget, then one that does not fit is left for the next), never all 40.
+    let mut c = Cluster::new(3, 12, |config| config.append_bytes_max = 4 * 1024);
+    let leader = c.await_leader();
+    c.run_for(100);
+    let lagging = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.isolate(&[lagging]);
+    let value = "v".repeat(1024);
+    for i in 0..40 {
+        c.put(leader, &format!("k{i}"), &value, Durability::Memory);
+    }
+    c.run_for(50);
+    c.heal();
+    assert!(c.run_until_cond(3_000, |c| {
+        c.status(lagging).last_index == c.status(leader).last_index
+            && c.engine(lagging).applied_digest() == c.engine(leader).applied_digest()
+    }));
+    let (entries, bytes) = c.largest_append;
+    assert!(entries >= 2 && bytes <= 4 * 1024, "largest append: {entries} entries, {bytes} B");
 }
 
 #[test]

@@ -92,8 +92,15 @@ fn unknown_command(raw_name: &[u8], args: &[Bytes]) -> CommandError {
             break;
         }
         let room = ERROR_ARGS_BYTES_MAX - shown.len();
-        let arg = String::from_utf8_lossy(&arg[..arg.len().min(room)]).into_owned();
-        shown.push_str(&format!("'{arg}' "));
+        // Each invalid byte becomes a 3-byte U+FFFD: cut the text, not only the bytes.
+        let text = String::from_utf8_lossy(&arg[..arg.len().min(room)]);
+        let mut end = text.len().min(room);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.push('\'');
+        shown.push_str(&text[..end]);
+        shown.push_str("' ");
     }
     debug_assert!(shown.len() <= ERROR_ARGS_BYTES_MAX * 2 + args.len() * 3);
     CommandError::UnknownCommand { name, args: shown }

@@ -256,6 +256,24 @@ impl super::PeerMessage for Message {
         reader.finish()?;
         Ok(message)
     }
+
+    fn bulk_bytes(&self) -> usize {
+        match self {
+            Message::ForwardReply { reply, .. } => match &reply.result {
+                Ok(CommandResult::Value { value: Some(value), .. })
+                | Ok(CommandResult::Cas { current: Some(value), .. }) => value.len(),
+                _ => 0,
+            },
+            _ => 0,
+        }
+    }
+
+    fn shed(&self) -> Option<Message> {
+        let Message::ForwardReply { epoch, reply } = self else { return None };
+        let error = KeelError::Busy("the link from the leader to this node is saturated".into());
+        let reply = ClientReply { result: Err(error), ..reply.clone() };
+        Some(Message::ForwardReply { epoch: *epoch, reply })
+    }
 }
 
 /// Reads one message.

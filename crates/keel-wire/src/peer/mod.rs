@@ -61,6 +61,18 @@ pub trait PeerMessage: Sized {
     fn encode(&self, out: &mut Vec<u8>);
     /// Decodes one message from exactly `bytes` (trailing bytes are an error).
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Self, PeerError>;
+    /// Bytes of client values the message carries that no protocol step waits on (the
+    /// value in the reply to a forwarded request): a link may refuse to queue more of
+    /// these than it can send soon, so that they do not hold back the messages that keep
+    /// the cluster live. 0 (the default): a protocol message, always queued.
+    fn bulk_bytes(&self) -> usize {
+        0
+    }
+    /// What to send instead when a link refuses this message's bulk (a short error
+    /// reply to the same request); `None`: nothing (the waiting side times out).
+    fn shed(&self) -> Option<Self> {
+        None
+    }
 }
 
 /// The object-safe half of [`PeerMessage`], for queues that carry several engine kinds.

@@ -7,15 +7,50 @@
 //! and errors) have `\r` and `\n` replaced by spaces so a reply can never break framing.
 
 use super::{Frame, Protocol};
+use bytes::Bytes;
+
+/// Bulk strings at least this long are not copied by [`encode_shared`].
+pub const SHARED_BULK_BYTES_MIN: usize = 16 * 1024;
 
 /// Appends `frame`, written for a connection speaking `protocol`, to `out`.
 pub fn encode(frame: &Frame, protocol: Protocol, out: &mut Vec<u8>) {
+    encode_with(frame, protocol, out, None);
+}
+
+/// As [`encode`], except that the body of each bulk string of at least
+/// [`SHARED_BULK_BYTES_MIN`] bytes is not copied into `out`: it is pushed on `shared` as
+/// `(offset, bytes)`, meaning that `bytes` go at `offset` of `out` (offsets ascend). The
+/// encoding is `out` with each shared body spliced in at its offset. A writer sends the
+/// pieces in turn, so that a reply of large values costs no copy of them and its buffer
+/// stays small whatever the reply's size.
+pub fn encode_shared(
+    frame: &Frame,
+    protocol: Protocol,
+    out: &mut Vec<u8>,
+    shared: &mut Vec<(usize, Bytes)>,
+) {
+    encode_with(frame, protocol, out, Some(shared));
+}
+
+fn encode_with(
+    frame: &Frame,
+    protocol: Protocol,
+    out: &mut Vec<u8>,
+    mut shared: Option<&mut Vec<(usize, Bytes)>>,
+) {
     let len_before = out.len();
     let mut stack: Vec<&Frame> = vec![frame];
     // Each pass pops one frame and pushes only its children, so the loop runs once per
     // frame in the tree.
     while let Some(frame) = stack.pop() {
-        encode_one(frame, protocol, out, &mut stack);
+        match (frame, shared.as_deref_mut()) {
+            (Frame::Bulk(bytes), Some(shared)) if bytes.len() >= SHARED_BULK_BYTES_MIN => {
+                header(out, b'$', bytes.len() as i128);
+                shared.push((out.len(), bytes.clone()));
+                out.extend_from_slice(b"\r\n");
+            }
+            _ => encode_one(frame, protocol, out, &mut stack),
+        }
     }
     assert!(out.len() >= len_before + 3, "every frame is at least a type byte and CRLF");
 }
@@ -137,6 +172,31 @@ mod tests {
         let bytes = to_bytes(&Frame::error("ERR a\r\nb"), Protocol::Resp2);
         assert_eq!(bytes, b"-ERR a  b\r\n");
         assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+
+    #[test]
+    fn shared_bodies_spliced_back_give_the_same_bytes() {
+        let big = Bytes::from(vec![b'x'; SHARED_BULK_BYTES_MIN]);
+        let frame = Frame::Array(vec![
+            Frame::Bulk(big.clone()),
+            Frame::Bulk(Bytes::from_static(b"small")),
+            Frame::Map(vec![(Frame::Bulk(big.clone()), Frame::Integer(7))]),
+        ]);
+        for protocol in [Protocol::Resp2, Protocol::Resp3] {
+            let (mut out, mut shared) = (Vec::new(), Vec::new());
+            encode_shared(&frame, protocol, &mut out, &mut shared);
+            assert_eq!(shared.len(), 2, "only the large bodies are shared");
+            assert!(out.len() < 100, "and not copied");
+            let mut spliced = Vec::new();
+            let mut at = 0;
+            for (offset, bytes) in &shared {
+                spliced.extend_from_slice(&out[at..*offset]);
+                spliced.extend_from_slice(bytes);
+                at = *offset;
+            }
+            spliced.extend_from_slice(&out[at..]);
+            assert_eq!(spliced, to_bytes(&frame, protocol));
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod encode;
 mod inline;
 
 pub use decode::{DecodeMode, Decoder};
-pub use encode::encode;
+pub use encode::{encode, encode_shared};
 
 /// Default largest bulk string: 512 MiB, as Redis's `proto-max-bulk-len`.
 pub const BULK_BYTES_MAX_DEFAULT: u64 = 512 * 1024 * 1024;

@@ -5,6 +5,7 @@
 
 use keel_server::local::LocalCluster;
 use keel_server::ServerConfig;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -24,12 +25,16 @@ pub fn test_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Starts a 3-node cluster of the built binary in a fresh directory, without waiting.
+pub fn start(name: &str, tweak: impl Fn(&mut ServerConfig)) -> LocalCluster {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_keel"));
+    LocalCluster::start(&exe, 3, &test_dir(name), None, tweak).expect("the cluster starts")
+}
+
 /// Starts a 3-node cluster of the built binary, waits for a leader; returns it and the
 /// leader's index.
 pub fn cluster(name: &str, tweak: impl Fn(&mut ServerConfig)) -> (LocalCluster, usize) {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_keel"));
-    let dir = test_dir(name);
-    let cluster = LocalCluster::start(&exe, 3, &dir, None, tweak).expect("the cluster starts");
+    let cluster = start(name, tweak);
     let Some(leader) = cluster.wait_for_leader(LEADER_WAIT) else {
         dump_logs(&cluster);
         panic!("no leader within {LEADER_WAIT:?}");
@@ -109,4 +114,77 @@ pub fn scrape(addr: std::net::SocketAddr) -> String {
 /// The value of the sample `name` (labels included, as written) on a `/metrics` page.
 pub fn sample(page: &str, name: &str) -> Option<f64> {
     page.lines().find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}
+
+/// Whether a fresh connection to `addr` answers `PING` with `PONG` within 5 s.
+pub fn serves(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return false };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// A raw RESP connection for the black-box tests: bytes in, lines out.
+pub struct Conn(pub std::net::TcpStream);
+
+impl Conn {
+    /// Connects (5 s) with a 20 s read timeout.
+    pub fn open(addr: std::net::SocketAddr) -> Conn {
+        let stream = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+            .expect("connect");
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        Conn(stream)
+    }
+
+    /// Writes `bytes`.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.0.write_all(bytes).unwrap();
+    }
+
+    /// Reads exactly `expected.len()` bytes and compares.
+    pub fn expect(&mut self, expected: &[u8]) {
+        let mut got = vec![0u8; expected.len()];
+        self.0
+            .read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("reading {:?}: {e}", String::from_utf8_lossy(expected)));
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(expected));
+    }
+
+    /// Reads one line (through `\r\n`).
+    pub fn line(&mut self) -> String {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            self.0.read_exact(&mut byte).expect("a reply line");
+            line.push(byte[0]);
+        }
+        String::from_utf8_lossy(&line).into_owned()
+    }
+
+    /// Whether the server closed the connection.
+    pub fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.0.read(&mut byte), Ok(0) | Err(_))
+    }
+
+    /// Sends one command and reads the first line of its reply, without its CRLF.
+    pub fn call(&mut self, words: &[&str]) -> String {
+        let mut out = format!("*{}\r\n", words.len()).into_bytes();
+        for w in words {
+            out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+        }
+        self.send(&out);
+        self.line().trim_end_matches("\r\n").to_string()
+    }
+}
+
+/// A local address other than loopback, if the machine has one.
+pub fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("10.255.255.255:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }

@@ -41,7 +41,17 @@ impl Leading {
         let window_open = p.inflight < core.config.inflight_appends_max;
         let entries: Vec<_> = if window_open && p.next <= last {
             let to_index = LogIndex(p.next.0 + core.config.append_entries_max as u64 - 1).min(last);
-            core.log.range(p.next, to_index).cloned().collect()
+            let mut budget = core.config.append_bytes_max;
+            let mut entries = Vec::new();
+            for entry in core.log.range(p.next, to_index) {
+                let size = crate::leader::log::entry_bytes(entry);
+                if !entries.is_empty() && size > budget {
+                    break; // the first entry always goes, whatever its size
+                }
+                budget = budget.saturating_sub(size);
+                entries.push(entry.clone());
+            }
+            entries
         } else {
             Vec::new()
         };

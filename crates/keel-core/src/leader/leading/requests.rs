@@ -11,7 +11,9 @@
 use super::{Leading, PendingRead, PendingWrite};
 use crate::leader::core::{Core, Origin};
 use crate::leader::io::{ClientReply, ClientRequest, RequestTag};
-use crate::leader::kv::{Applied, WriteResult, ITEM_OVERHEAD_BYTES};
+use crate::leader::kv::{
+    command_digest, reused_request, Applied, WriteResult, ITEM_OVERHEAD_BYTES,
+};
 use keel_types::{Command, Durability, Entry, EntryPayload, KeelError, LogIndex, ReadLevel};
 
 impl Leading {
@@ -21,6 +23,10 @@ impl Leading {
         let durability = request.durability.unwrap_or(core.config.durability_default);
         if let Some(slot) = core.kv.dedup(request.client) {
             if slot.request == request.request {
+                if slot.digest.is_some_and(|d| d != command_digest(&request.command)) {
+                    let error = reused_request(request.client, request.request);
+                    return core.reply_result(origin, request.tag, Err(error), false);
+                }
                 // A retry of an applied write: answer it once its entry reaches the point.
                 let (index, result) = (slot.index, slot.result.clone());
                 return self.await_write(core, origin, request.tag, index, durability, result);
