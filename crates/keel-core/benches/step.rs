@@ -78,6 +78,7 @@ fn request(tag: u64, command: Command) -> ClientRequest {
         command,
         durability: None,
         level: None,
+        after: keel_types::LogIndex::ZERO,
     }
 }
 

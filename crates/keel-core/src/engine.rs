@@ -112,6 +112,12 @@ pub struct ClientRequest {
     pub durability: Option<Durability>,
     /// For reads: what the read guarantees. `None`: the keyspace default.
     pub level: Option<ReadLevel>,
+    /// For reads: the client's session floor, the log index of the latest write it was
+    /// answered for (`LogIndex::ZERO`: none). A follower answers the read itself only
+    /// once it has applied that far, and forwards it to the leader before, so that a
+    /// client reads its own writes wherever it reads.
+    #[serde(default)]
+    pub after: LogIndex,
 }
 
 /// The reply to one client request, as the front door turns it into bytes.

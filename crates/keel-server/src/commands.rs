@@ -34,6 +34,7 @@ use keel_wire::command::{ClientSubcommand, CommandQuery};
 use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
 use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,8 +62,24 @@ enum Body {
     Ready(Frame),
     Later(ReplyFuture),
     /// One engine reply, turned into its frame when it comes (no boxed future: the common
-    /// case of a single-key request).
-    Engine(Sent, Finish),
+    /// case of a single-key request); a write's version advances its connection's floor.
+    Engine(Sent, Finish, Option<Floor>),
+}
+
+/// Where a write's reply advances its connection's session floor in its keyspace.
+pub struct Floor {
+    resolved: Arc<Resolved>,
+    keyspace: KeyspaceId,
+}
+
+impl Floor {
+    /// Advances the floor to the version a write `answer` carries, if any.
+    fn note(&self, answer: &Result<ClientReply, KeelError>) {
+        let written = answer.as_ref().ok().and_then(|r| r.result.as_ref().ok());
+        if let Some(version) = written.and_then(CommandResult::written_version) {
+            self.resolved.advance(self.keyspace, version.index);
+        }
+    }
 }
 
 /// How an engine reply becomes a frame: the function and its `WITHVERSION` flag.
@@ -79,7 +96,12 @@ impl Pending {
     }
 
     fn engine(sent: Sent, finish: Finish, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Engine(sent, finish) }
+        Pending { protocol, close: false, body: Body::Engine(sent, finish, None) }
+    }
+
+    /// A write's reply, whose version advances the connection's session `floor`.
+    fn write(sent: Sent, finish: Finish, protocol: Protocol, floor: Floor) -> Pending {
+        Pending { protocol, close: false, body: Body::Engine(sent, finish, Some(floor)) }
     }
 
     /// The same reply, closing the connection after it.
@@ -93,7 +115,13 @@ impl Pending {
         match self.body {
             Body::Ready(frame) => frame,
             Body::Later(future) => future.await,
-            Body::Engine(sent, (finish, flag)) => finish(sent.answer().await, flag),
+            Body::Engine(sent, (finish, flag), floor) => {
+                let answer = sent.answer().await;
+                if let Some(floor) = floor {
+                    floor.note(&answer);
+                }
+                finish(answer, flag)
+            }
         }
     }
 }
@@ -104,6 +132,11 @@ impl Pending {
 pub struct Resolved {
     count: AtomicU64,
     notify: tokio::sync::Notify,
+    /// Per keyspace, the log index of the latest write answered on this connection: the
+    /// session floor its reads carry (`Submit::after`), so that they see its writes even
+    /// at a follower that has not applied them yet. Advanced by the writer before it
+    /// counts the write's reply resolved, so a read sent after waiting for it sees it.
+    floors: std::sync::Mutex<BTreeMap<KeyspaceId, LogIndex>>,
 }
 
 impl Resolved {
@@ -117,6 +150,19 @@ impl Resolved {
     pub fn stopped(&self) {
         self.count.store(u64::MAX, Ordering::Release);
         self.notify.notify_one();
+    }
+
+    /// Raises the session floor of `keyspace` to `index`.
+    pub fn advance(&self, keyspace: KeyspaceId, index: LogIndex) {
+        let mut floors = self.floors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let floor = floors.entry(keyspace).or_insert(LogIndex::ZERO);
+        *floor = (*floor).max(index);
+    }
+
+    /// The session floor of `keyspace`.
+    pub fn floor(&self, keyspace: KeyspaceId) -> LogIndex {
+        let floors = self.floors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        floors.get(&keyspace).copied().unwrap_or(LogIndex::ZERO)
     }
 
     /// Replies resolved so far.
@@ -483,12 +529,16 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
     conn.order(kind).await;
     let loop_idle = conn.loop_idle();
     let looped_before = conn.last_looped.replace(conn.queued);
+    // After `order`: every write before this request on the connection is answered.
+    let after = conn.resolved.floor(ks);
+    let floor = || Floor { resolved: conn.resolved.clone(), keyspace: ks };
     let submit = |command: Command| Submit {
         client: pair.0,
         request: pair.1,
         command,
         durability: None,
         level: None,
+        after,
     };
     let later = |future: ReplyFuture| Pending::later(future, protocol);
     match command {
@@ -503,17 +553,17 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         }
         ClientCommand::Set { key, value, durability, with_version } => {
             let sent = conn.node.send(Submit { durability, ..submit(Command::Put { key, value }) });
-            Pending::engine(sent, (set_reply, with_version), protocol)
+            Pending::write(sent, (set_reply, with_version), protocol, floor())
         }
         ClientCommand::Incr { key, delta } => {
             let sent = conn.node.send(submit(Command::Incr { key, delta }));
-            Pending::engine(sent, (result_reply, false), protocol)
+            Pending::write(sent, (result_reply, false), protocol, floor())
         }
         ClientCommand::Cas { key, expected, new, durability } => {
             let sent = conn
                 .node
                 .send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
-            Pending::engine(sent, (result_reply, false), protocol)
+            Pending::write(sent, (result_reply, false), protocol, floor())
         }
         ClientCommand::Scan { start, end, count, level } => {
             let sent = conn
@@ -522,19 +572,19 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
             Pending::engine(sent, (result_reply, false), protocol)
         }
         ClientCommand::Del { keys } => {
+            let floor = floor();
             let subs = multi(conn, pair, keys);
-            let node = &conn.node;
-            later(Box::pin(del(node, subs)))
+            later(Box::pin(del(&conn.node, subs, after, floor)))
         }
         ClientCommand::Exists { keys } => {
             let subs = multi(conn, pair, keys);
             let node = &conn.node;
-            later(Box::pin(values_reply(node, subs, None, exists_frame)))
+            later(Box::pin(values_reply(node, subs, None, after, exists_frame)))
         }
         ClientCommand::MGet { keys, level } => {
             let subs = multi(conn, pair, keys);
             let node = &conn.node;
-            later(Box::pin(values_reply(node, subs, level, mget_frame)))
+            later(Box::pin(values_reply(node, subs, level, after, mget_frame)))
         }
         _ => unreachable!("admin commands returned above"),
     }
@@ -560,8 +610,9 @@ fn get_submit(
     request: RequestId,
     key: Bytes,
     level: Option<ReadLevel>,
+    after: LogIndex,
 ) -> Submit {
-    Submit { client, request, command: Command::Get { key }, durability: None, level }
+    Submit { client, request, command: Command::Get { key }, durability: None, level, after }
 }
 
 /// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it;
@@ -570,13 +621,17 @@ fn get_submit(
 fn del(
     node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Bytes)>,
+    after: LogIndex,
+    floor: Floor,
 ) -> impl Future<Output = Frame> + Send + 'static {
     let mut sent = Vec::with_capacity(keys.len());
     for (client, request, key) in keys {
         // The read shares the delete's pair: reads never enter the dedup table.
-        let read = node.send(get_submit(client, request, key.clone(), Some(ReadLevel::Any)));
+        let any = Some(ReadLevel::Any);
+        let read = node.send(get_submit(client, request, key.clone(), any, after));
         let command = Command::Delete { key };
-        let delete = node.send(Submit { client, request, command, durability: None, level: None });
+        let level = None;
+        let delete = node.send(Submit { client, request, command, durability: None, level, after });
         sent.push((read, delete));
     }
     async move {
@@ -589,7 +644,9 @@ fn del(
             {
                 existed += 1;
             }
-            if let Err(e) = delete.answer().await.and_then(|r| r.result) {
+            let answer = delete.answer().await;
+            floor.note(&answer);
+            if let Err(e) = answer.and_then(|r| r.result) {
                 failed.get_or_insert(e);
             }
         }
@@ -605,10 +662,11 @@ fn values(
     node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
+    after: LogIndex,
 ) -> impl Future<Output = Result<Vec<Option<Bytes>>, KeelError>> + Send + 'static {
     let sent: Vec<_> = keys
         .into_iter()
-        .map(|(client, request, key)| node.send(get_submit(client, request, key, level)))
+        .map(|(client, request, key)| node.send(get_submit(client, request, key, level, after)))
         .collect();
     async move {
         let mut values = Vec::with_capacity(sent.len());
@@ -632,9 +690,10 @@ fn values_reply(
     node: &KeyspaceHandle,
     keys: Vec<(ClientId, RequestId, Bytes)>,
     level: Option<ReadLevel>,
+    after: LogIndex,
     frame: fn(&[Option<Value>]) -> Frame,
 ) -> impl Future<Output = Frame> + Send + 'static {
-    let values = values(node, keys, level);
+    let values = values(node, keys, level, after);
     async move {
         match values.await {
             Ok(values) => frame(&values),

@@ -331,6 +331,23 @@ pub struct ServerConfig {
     /// link opens with a handshake in which both nodes prove they know it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_secret_file: Option<PathBuf>,
+    /// Also serves clients over TLS on this address (as Redis's `tls-port`); needs
+    /// `tls_cert_file` and `tls_key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_tls_addr: Option<SocketAddr>,
+    /// The certificate chain (PEM) `client_tls_addr` presents, its own certificate first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`, readable by its owner only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
+    /// When set, clients of `client_tls_addr` must present a certificate signed by this
+    /// authority (PEM): mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Serve `client_addr` (plain TCP); `false` serves clients over TLS only.
+    #[serde(default = "client_plaintext_default", skip_serializing_if = "is_true")]
+    pub client_plaintext: bool,
     /// Runs without `cluster_secret_file` although a member's peer address is not a
     /// loopback address: anyone who reaches a peer port can then act as a member.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -368,6 +385,12 @@ pub struct ServerConfig {
     pub keyspaces: Vec<KeyspaceSettings>,
 }
 
+fn client_plaintext_default() -> bool {
+    true
+}
+fn is_true(value: &bool) -> bool {
+    *value
+}
 fn client_request_buffers_bytes_max_default() -> u64 {
     256 << 20
 }
@@ -456,6 +479,11 @@ impl ServerConfig {
             protected_mode: true,
             users: Vec::new(),
             cluster_secret_file: None,
+            client_tls_addr: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            client_plaintext: true,
             allow_unauthenticated_peers: false,
             peer_handshake_timeout_ms: peer_handshake_timeout_ms_default(),
             peer_idle_timeout_ms: peer_idle_timeout_ms_default(),
@@ -545,6 +573,7 @@ impl ServerConfig {
             let reason = format!("must hold at least one largest request ({request_max} bytes)");
             return Err(invalid("client_request_buffers_bytes_max", reason));
         }
+        self.validate_tls()?;
         let value_max = u64::from(limits.value_bytes_max);
         if self.forwarded_replies_bytes_max < value_max {
             let reason = format!("must hold at least one largest value ({value_max} bytes)");
@@ -574,6 +603,45 @@ impl ServerConfig {
             return Err(invalid("peer_pending_max", "must be in 1..=1024"));
         }
         Ok(())
+    }
+
+    /// Checks that the TLS settings go together (the files themselves are read when the
+    /// node starts, [`ServerConfig::tls_acceptor`]).
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let files = self.tls_cert_file.is_some() || self.tls_key_file.is_some();
+        match self.client_tls_addr {
+            Some(addr) => {
+                if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
+                    let reason = "needs tls_cert_file and tls_key_file";
+                    return Err(invalid("client_tls_addr", reason));
+                }
+                let others = [Some(self.client_addr), Some(self.peer_addr()), self.http_addr];
+                if others.contains(&Some(addr)) {
+                    return Err(invalid("client_tls_addr", "is another listener's address"));
+                }
+            }
+            None if files || self.tls_client_ca_file.is_some() => {
+                let reason = "TLS files are set but client_tls_addr is not";
+                return Err(invalid("client_tls_addr", reason));
+            }
+            None if !self.client_plaintext => {
+                let reason = "client_plaintext = false needs client_tls_addr";
+                return Err(invalid("client_plaintext", reason));
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// The acceptor for `client_tls_addr` (`None` when TLS is not configured); an error
+    /// names the file at fault.
+    pub fn tls_acceptor(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, ConfigError> {
+        let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) else {
+            return Ok(None);
+        };
+        let files =
+            crate::tls::TlsFiles { cert, key, client_ca: self.tls_client_ca_file.as_deref() };
+        crate::tls::acceptor(&files).map(Some).map_err(|reason| invalid("tls", reason))
     }
 
     /// Reads the cluster secret (`None` when none is configured). Refuses a file that

@@ -92,6 +92,8 @@ pub struct Submit {
     pub durability: Option<Durability>,
     /// For reads: what the read guarantees.
     pub level: Option<ReadLevel>,
+    /// For reads: the connection's session floor (`ClientRequest::after`).
+    pub after: LogIndex,
 }
 
 impl Submit {
@@ -401,6 +403,7 @@ where
             command: submit.command,
             durability: submit.durability,
             level: submit.level,
+            after: submit.after,
         };
         E::Request::from(request)
     }
@@ -656,6 +659,7 @@ impl KeyspaceHandle {
             command: submit.command.clone(),
             durability: submit.durability,
             level: submit.level,
+            after: submit.after,
         };
         let reply = view.read_now(&request)?;
         self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -792,6 +796,7 @@ mod tests {
             command: Command::Get { key: b"k".to_vec().into() },
             durability: None,
             level: Some(ReadLevel::Linearizable),
+            after: LogIndex::ZERO,
         };
         assert_eq!(get.label(), OpLabel { op: "get", class: "linearizable" });
         let put = Submit {

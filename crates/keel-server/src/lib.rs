@@ -44,6 +44,7 @@ pub mod node;
 pub mod peer;
 pub mod resp;
 pub mod storage;
+pub mod tls;
 
 pub use config::ServerConfig;
 pub use driver::{KeyspaceHandle, Keyspaces};

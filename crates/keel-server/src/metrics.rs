@@ -233,6 +233,8 @@ pub struct Metrics {
     /// Peer messages carrying client values not queued (or sent as a short error reply
     /// instead): the link already held its bulk allowance.
     pub peer_bulk_shed: AtomicU64,
+    /// Client TLS handshakes that failed or took too long.
+    pub tls_handshakes_failed: AtomicU64,
     /// Peer connections closed or refused, by [`LinkClosed`] reason.
     links_closed: [AtomicU64; LinkClosed::ALL.len()],
     /// Peer messages the validation gate dropped, by keyspace and reason.
@@ -458,7 +460,7 @@ impl Page {
     }
 
     fn node(families: &mut Vec<Family>, node: &Metrics) {
-        let values: [(&'static str, &'static str, bool, &AtomicU64); 8] = [
+        let values: [(&'static str, &'static str, bool, &AtomicU64); 9] = [
             (
                 "keel_peer_messages_sent",
                 "Peer messages handed to a connection.",
@@ -506,6 +508,12 @@ impl Page {
                 "Peer messages carrying client values shed (an error reply sent instead, or dropped): the link's bulk allowance was full.",
                 true,
                 &node.peer_bulk_shed,
+            ),
+            (
+                "keel_tls_handshakes_failed",
+                "Client TLS handshakes that failed (no common protocol, a certificate refused) or did not finish within partial_request_timeout_ms.",
+                true,
+                &node.tls_handshakes_failed,
             ),
         ];
         for (name, help, counter, value) in values {

@@ -171,6 +171,7 @@ pub async fn run(
     let me = NodeId(config.node_id);
     let node_metrics = Arc::new(Metrics::default());
     let links = Arc::new(link_settings(&config, &specs)?);
+    let tls = config.tls_acceptor()?;
     if !links.key.is_secret() {
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
@@ -204,7 +205,14 @@ pub async fn run(
             .map_err(|e| NodeError::Startup(format!("cannot listen on {addr}: {e}")))
     };
     let peer_listener = bind(config.peer_addr()).await?;
-    let client_listener = bind(config.client_addr).await?;
+    let client_listener = match config.client_plaintext {
+        true => Some(bind(config.client_addr).await?),
+        false => None,
+    };
+    let tls_listener = match (config.client_tls_addr, &tls) {
+        (Some(addr), Some(_)) => Some(bind(addr).await?),
+        _ => None,
+    };
     let http_listener = match config.http_addr {
         Some(addr) => Some(bind(addr).await?),
         None => None,
@@ -250,11 +258,16 @@ pub async fn run(
         slots: Arc::new(Semaphore::new(config.connections_max as usize)),
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
     });
-    tokio::spawn(crate::resp::serve(client_listener, door));
+    if let Some(listener) = client_listener {
+        tokio::spawn(crate::resp::serve(listener, door.clone(), None));
+    }
+    if let Some(listener) = tls_listener {
+        tokio::spawn(crate::resp::serve(listener, door, tls));
+    }
     if let Some(listener) = http_listener {
         tokio::spawn(crate::http::serve(listener, keyspaces.clone()));
     }
-    tracing::info!(node = %me, clients = %config.client_addr, peers = %config.peer_addr(),
+    tracing::info!(node = %me, clients = ?config.client_plaintext.then_some(config.client_addr), tls = ?config.client_tls_addr, peers = %config.peer_addr(),
         http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
     let result = control
         .spawn(run_loops(loops))

@@ -36,10 +36,10 @@ use keel_types::Limits;
 use keel_wire::resp::{encode_shared, DecodeMode, Decoder, Frame, Protocol, RespLimits};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 /// Bytes read from a client socket at a time.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -107,45 +107,90 @@ impl Drop for Reserved<'_> {
 /// The refusal of a non-loopback client in protected mode.
 const PROTECTED_MODE: &str = "-DENIED Keel is running in protected mode because no users are configured: only clients on loopback are served. Configure [[users]] (docs/security.md) or set protected_mode = false.\r\n";
 
-/// Accepts client connections forever.
-pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>) {
+/// Accepts client connections forever; over TLS when `tls` is given (`client_tls_addr`).
+pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsAcceptor>) {
     loop {
         let Ok((stream, from)) = listener.accept().await else {
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await; // out of descriptors
             continue;
         };
-        if door.loopback_only && !from.ip().is_loopback() {
-            door.keyspaces.node_metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                let mut stream = stream;
-                let _ = tokio::time::timeout(
-                    std::time::Duration::from_secs(1),
-                    stream.write_all(PROTECTED_MODE.as_bytes()),
-                )
-                .await;
-            });
-            continue;
-        }
         let _ = stream.set_nodelay(true);
-        let door = door.clone();
+        let (door, tls) = (door.clone(), tls.clone());
         tokio::spawn(async move {
+            let loopback = from.ip().is_loopback();
+            let metrics = &door.keyspaces.node_metrics;
+            // A slot first, so that handshakes in progress count against
+            // `connections_max` too.
             let Ok(slot) = door.slots.clone().try_acquire_owned() else {
-                door.keyspaces.node_metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
-                let mut stream = stream;
-                let _ = stream.write_all(b"-BUSY too many connections\r\n").await;
+                metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+                if tls.is_none() {
+                    let mut stream = stream;
+                    let _ = tokio::time::timeout(
+                        REFUSAL_WRITE_TIMEOUT,
+                        stream.write_all(b"-BUSY too many connections\r\n"),
+                    )
+                    .await;
+                }
                 return;
             };
-            let metrics = &door.keyspaces.node_metrics;
-            metrics.connections_active.fetch_add(1, Ordering::Relaxed);
-            connection(stream, &door).await;
-            metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
+            match tls {
+                None => {
+                    let (reader, writer) = stream.into_split();
+                    admit(reader, writer, loopback, &door).await;
+                }
+                Some(acceptor) => {
+                    // A client that does not finish its handshake in time is cut off.
+                    let handshake = acceptor.accept(stream);
+                    match tokio::time::timeout(door.partial_request_timeout, handshake).await {
+                        Ok(Ok(stream)) => {
+                            let (reader, writer) = tokio::io::split(stream);
+                            admit(reader, writer, loopback, &door).await;
+                        }
+                        Ok(Err(e)) => {
+                            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%from, reason = %e, "client TLS handshake failed");
+                        }
+                        Err(_) => {
+                            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
             drop(slot);
         });
     }
 }
 
-async fn connection(stream: TcpStream, door: &Arc<FrontDoor>) {
-    let (mut reader, writer) = stream.into_split();
+/// How long the one-line refusal of a connection may take to write.
+const REFUSAL_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves one accepted connection (its TLS handshake done), or refuses it in protected
+/// mode.
+async fn admit<R, W>(reader: R, mut writer: W, loopback: bool, door: &Arc<FrontDoor>)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let metrics = &door.keyspaces.node_metrics;
+    if door.loopback_only && !loopback {
+        metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+        let refusal = async {
+            writer.write_all(PROTECTED_MODE.as_bytes()).await?;
+            writer.flush().await
+        };
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, refusal).await;
+        return;
+    }
+    metrics.connections_active.fetch_add(1, Ordering::Relaxed);
+    connection(reader, writer, door).await;
+    metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn connection<R, W>(mut reader: R, writer: W, door: &Arc<FrontDoor>)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
     let resolved = Arc::new(Resolved::default());
     let write_task =
@@ -250,7 +295,7 @@ impl Output {
     }
 
     /// Writes everything; `false` when the connection failed or stalled.
-    async fn flush(&mut self, writer: &mut OwnedWriteHalf) -> bool {
+    async fn flush<W: AsyncWrite + Unpin>(&mut self, writer: &mut W) -> bool {
         let mut at = 0;
         let mut ok = true;
         for (offset, bytes) in &self.shared {
@@ -260,6 +305,8 @@ impl Output {
             at = *offset;
         }
         ok = ok && write_within(writer, &self.own[at..], self.stall).await;
+        // A TLS stream may hold the last record until flushed (TCP: nothing to do).
+        ok = ok && matches!(tokio::time::timeout(self.stall, writer.flush()).await, Ok(Ok(())));
         self.own.clear();
         self.shared.clear();
         self.shared_bytes = 0;
@@ -272,8 +319,8 @@ impl Output {
 
 /// Writes `bytes` whole; `false` when the connection failed or no byte could be written
 /// for `stall` (a client that does not read its replies).
-async fn write_within(
-    writer: &mut OwnedWriteHalf,
+async fn write_within<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     mut bytes: &[u8],
     stall: std::time::Duration,
 ) -> bool {
@@ -287,8 +334,8 @@ async fn write_within(
 }
 
 /// Resolves replies in order and writes them, flushing when no reply is ready.
-async fn write_replies(
-    mut writer: OwnedWriteHalf,
+async fn write_replies<W: AsyncWrite + Unpin>(
+    mut writer: W,
     mut pending: mpsc::Receiver<Pending>,
     resolved: Arc<Resolved>,
     stall: std::time::Duration,

@@ -18,7 +18,9 @@ use crate::history::{durability_of, Finding, Op, OpKind, Oracle, Outcome, OPS_MA
 use crate::rng::Rng;
 use crate::world::{Keyspace, Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag};
-use keel_types::{ClientId, Command, CommandResult, Durability, KeelError, ReadLevel, RequestId};
+use keel_types::{
+    ClientId, Command, CommandResult, Durability, KeelError, LogIndex, ReadLevel, RequestId,
+};
 use std::collections::BTreeMap;
 
 /// Timer ids carry their owner in the bits above this shift.
@@ -81,6 +83,9 @@ struct ClientState {
     inflight: Option<Inflight>,
     /// The last value this client saw per keyspace and key (cas arguments).
     last_seen: BTreeMap<(Keyspace, String), Option<String>>,
+    /// Per keyspace, the index of the latest write this client was answered for: its
+    /// reads' session floor (`ClientRequest::after`).
+    floor: BTreeMap<Keyspace, LogIndex>,
 }
 
 /// One keyspace's history and what checks it as it grows.
@@ -224,6 +229,7 @@ impl Clients {
                 _ => None,
             },
             command,
+            after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
         };
         let tag = world.submit_to(node, ks, request);
         let op = Op {
@@ -314,6 +320,10 @@ impl Clients {
             self.clients[c].inflight.take().expect("a tagged client has an op in flight");
         assert_eq!(inflight.tag, reply.tag, "reply routed to the wrong client");
         let ks = inflight.keyspace;
+        if let Some(version) = reply.result.as_ref().ok().and_then(|r| r.written_version()) {
+            let floor = self.clients[c].floor.entry(ks).or_insert(LogIndex::ZERO);
+            *floor = (*floor).max(version.index);
+        }
         let mut op = inflight.op;
         op.complete_ns = Some(world.now_ns());
         op.node = Some(reply.served_by.0);

@@ -48,6 +48,7 @@ impl<E: SimEngine> Driver<E> {
             command,
             durability,
             level,
+            after: keel_types::LogIndex::ZERO,
         };
         let tag = self.world.submit(node, request);
         let deadline = self.world.now_ns() + timeout_ns;

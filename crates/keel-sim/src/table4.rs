@@ -200,6 +200,7 @@ impl Run {
             command,
             durability: write.then_some(self.durability),
             level: (!write).then_some(self.level),
+            after: keel_types::LogIndex::ZERO,
         };
         let tag = self.world.submit(node, request);
         let invoke_ns = self.world.now_ns();

@@ -102,6 +102,20 @@ pub enum CommandResult {
     },
 }
 
+impl CommandResult {
+    /// The version a write created (`None` for reads and for a cas that did not swap):
+    /// what a client's session floor advances to.
+    pub fn written_version(&self) -> Option<Version> {
+        match self {
+            CommandResult::Written { version } | CommandResult::Counter { version, .. } => {
+                Some(*version)
+            }
+            CommandResult::Cas { swapped: true, version, .. } => *version,
+            _ => None,
+        }
+    }
+}
+
 impl Command {
     /// The key an operation touches; for a scan, its start key.
     pub fn key(&self) -> &Key {

@@ -24,7 +24,8 @@ impl LeaderEngine {
     ///
     /// The same rules as [`LeaderEngine::on_client`] and `answer_reads`: `any` at once
     /// (a follower only if `follower_reads`); `monotonic` at the leader under its lease,
-    /// at an active follower (if `follower_reads`), when the key's update index is at or
+    /// at an active follower (if `follower_reads`); a follower only once it has applied
+    /// the request's session floor (`after`); when the key's update index is at or
     /// below the read point; `linearizable` at the leader under its lease once this
     /// epoch's no-op is committed, likewise.
     pub fn read_now(&self, request: &ClientRequest, now: Time) -> Option<ClientReply> {
@@ -34,15 +35,17 @@ impl LeaderEngine {
             return None;
         }
         let level = request.level.unwrap_or(core.config.read_level_default);
+        // Elsewhere than at the leader, not before the client's own writes are applied.
+        let caught_up = core.kv.applied_index() >= request.after;
         let may_serve = match (&self.role, level) {
             (RoleState::Leader(_), ReadLevel::Any) => true,
             (RoleState::Leader(leading), ReadLevel::Monotonic) => leading.lease_valid_at(core, now),
             (RoleState::Leader(leading), ReadLevel::Linearizable) => {
                 leading.noop_index <= core.commit_index && leading.lease_valid_at(core, now)
             }
-            (_, ReadLevel::Any) => core.config.follower_reads,
+            (_, ReadLevel::Any) => core.config.follower_reads && caught_up,
             (RoleState::Follower(following), ReadLevel::Monotonic) => {
-                core.config.follower_reads && following.active_at(now)
+                core.config.follower_reads && following.active_at(now) && caught_up
             }
             _ => false,
         };
@@ -82,7 +85,11 @@ impl LeaderEngine {
             return core.reply_result(origin, request.tag, Err(error), false);
         }
         let level = request.level.unwrap_or(core.config.read_level_default);
-        let local_reads = core.config.follower_reads && origin == Origin::Local;
+        // A follower reads for its own clients only, once it has applied the client's
+        // own writes (its session floor); else the leader answers.
+        let local_reads = core.config.follower_reads
+            && origin == Origin::Local
+            && core.kv.applied_index() >= request.after;
         let is_write = request.command.is_write();
         match &mut self.role {
             RoleState::Leader(leading) if is_write => leading.write(core, origin, request),

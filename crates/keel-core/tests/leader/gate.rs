@@ -142,6 +142,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             command,
             durability: Some(Durability::Durable),
             level: Some(ReadLevel::Linearizable),
+            after: LogIndex(tag % 7),
         },
     )
 }

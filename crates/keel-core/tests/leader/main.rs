@@ -57,6 +57,8 @@ struct Cluster {
     check: bool,
     /// Entries and value bytes of the largest `Append` sent, by value bytes.
     largest_append: (usize, usize),
+    /// The session floor requests carry (`ClientRequest::after`).
+    after: LogIndex,
 }
 
 fn ids(n: u32) -> Vec<NodeId> {
@@ -82,6 +84,7 @@ impl Cluster {
             seed,
             check: true,
             largest_append: (0, 0),
+            after: LogIndex::ZERO,
         };
         for id in ids(n) {
             let node = Node {
@@ -384,6 +387,7 @@ impl Cluster {
             command,
             durability,
             level,
+            after: self.after,
         };
         self.step(node, Input::Client(req));
         tag
@@ -434,6 +438,53 @@ impl Cluster {
 
 fn cluster3(seed: u64) -> Cluster {
     Cluster::new(3, seed, |_| {})
+}
+
+#[test]
+fn a_follower_behind_a_clients_own_write_sends_its_read_to_the_leader() {
+    let mut c = cluster3(41);
+    assert!(c.run_until_cond(5_000, |c| c.leader().is_some()), "a leader");
+    let leader = c.leader().unwrap();
+    let follower = *c.nodes.keys().find(|&&n| n != leader).unwrap();
+    // The follower hears nothing from the leader: it will not have the write.
+    c.blocked.insert((leader, follower));
+    let put = c.put(leader, "k", "mine", Durability::Memory);
+    let written = match c.await_reply(put, 1_000).result {
+        Ok(CommandResult::Written { version }) => version,
+        other => panic!("not written: {other:?}"),
+    };
+    // Without a floor the follower answers from its own state, which lacks the write
+    // (what a client reading its own write there saw before the floor).
+    let stale = c.get(follower, "k", ReadLevel::Any);
+    let reply = c.reply(stale).expect("answered at once, locally").clone();
+    assert_eq!((reply.served_by, Cluster::value_of(&reply)), (follower, None));
+    // Off the loop likewise: without the floor at once, with it not at all.
+    let mut request = ClientRequest {
+        tag: RequestTag(999),
+        client: ClientId(2),
+        request: RequestId(0),
+        command: Command::Get { key: "k".into() },
+        durability: None,
+        level: Some(ReadLevel::Any),
+        after: LogIndex::ZERO,
+    };
+    let now = c.local(follower);
+    assert!(c.engine(follower).read_now(&request, now).is_some());
+    request.after = written.index;
+    assert!(c.engine(follower).read_now(&request, now).is_none());
+    // With the client's floor the follower may not answer it: the read goes to the leader.
+    c.after = written.index;
+    let own = c.get(follower, "k", ReadLevel::Any);
+    assert!(c.reply(own).is_none(), "not answered from a state without the write");
+    c.blocked.clear();
+    let reply = c.await_reply(own, 1_000);
+    assert_eq!((reply.served_by, Cluster::value_of(&reply)), (leader, Some("mine".into())));
+    // Once the follower has applied the write, it answers such reads itself again.
+    let applied = |c: &Cluster| c.engine(follower).status().applied_index >= written.index;
+    assert!(c.run_until_cond(1_000, applied), "the follower catches up");
+    let local = c.get(follower, "k", ReadLevel::Any);
+    let reply = c.await_reply(local, 1_000);
+    assert_eq!((reply.served_by, Cluster::value_of(&reply)), (follower, Some("mine".into())));
 }
 
 #[test]
@@ -1288,6 +1339,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
         command: Command::Get { key: "k".into() },
         durability: None,
         level: Some(ReadLevel::Monotonic),
+        after: LogIndex::ZERO,
     };
     let out = engine.step(now, Input::Client(read));
     assert!(out.replies.is_empty(), "served above the leader's own persisted index");

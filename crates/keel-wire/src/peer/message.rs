@@ -361,7 +361,7 @@ fn read_append_reply(reader: &mut Reader<'_>) -> Result<Message, PeerError> {
 }
 
 fn put_request(out: &mut Vec<u8>, request: &ClientRequest) {
-    let ClientRequest { tag, client, request, command, durability, level } = request;
+    let ClientRequest { tag, client, request, command, durability, level, after } = request;
     put_u64(out, tag.0);
     put_u64(out, client.0);
     put_u64(out, request.0);
@@ -374,6 +374,7 @@ fn put_request(out: &mut Vec<u8>, request: &ClientRequest) {
     if let Some(level) = level {
         put_u8(out, level_tag(*level));
     }
+    put_u64(out, after.0);
 }
 
 fn read_request(reader: &mut Reader<'_>) -> Result<ClientRequest, PeerError> {
@@ -388,6 +389,7 @@ fn read_request(reader: &mut Reader<'_>) -> Result<ClientRequest, PeerError> {
             None
         },
         level: if reader.flag("level flag")? { Some(read_level(reader)?) } else { None },
+        after: LogIndex(reader.u64("session floor")?),
     })
 }
 
@@ -626,14 +628,15 @@ pub(crate) mod strategies {
             Just(ReadLevel::Monotonic),
             Just(ReadLevel::Linearizable)
         ];
-        (any::<[u64; 3]>(), command(), option::of(durability()), option::of(level)).prop_map(
-            |([tag, client, request], command, durability, level)| ClientRequest {
+        (any::<[u64; 4]>(), command(), option::of(durability()), option::of(level)).prop_map(
+            |([tag, client, request, after], command, durability, level)| ClientRequest {
                 tag: RequestTag(tag),
                 client: ClientId(client),
                 request: RequestId(request),
                 command,
                 durability,
                 level,
+                after: LogIndex(after),
             },
         )
     }
