@@ -348,6 +348,15 @@ pub struct ServerConfig {
     /// Serve `client_addr` (plain TCP); `false` serves clients over TLS only.
     #[serde(default = "client_plaintext_default", skip_serializing_if = "is_true")]
     pub client_plaintext: bool,
+    /// A file holding the bearer token `/metrics` and `/status` then require
+    /// (`Authorization: Bearer <token>`; 16 to 4096 bytes after trimming, readable by its
+    /// owner only). Required when `http_addr` is not a loopback address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_token_file: Option<PathBuf>,
+    /// Serve `/metrics` and `/status` over HTTPS with `tls_cert_file` and `tls_key_file`.
+    /// Required when `http_addr` is not a loopback address.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub http_tls: bool,
     /// Runs without `cluster_secret_file` although a member's peer address is not a
     /// loopback address: anyone who reaches a peer port can then act as a member.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -383,6 +392,34 @@ pub struct ServerConfig {
     /// The keyspaces; empty: one ORCA keyspace 0 in `data_dir`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keyspaces: Vec<KeyspaceSettings>,
+}
+
+/// Reads a secret from `path` (the `field`'s file): readable by its owner only, and
+/// [`crate::handshake::SECRET_BYTES_MIN`] to [`crate::handshake::SECRET_BYTES_MAX`] bytes
+/// once surrounding whitespace is trimmed.
+fn read_secret_file(field: &str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    use crate::handshake::{SECRET_BYTES_MAX, SECRET_BYTES_MIN};
+    let meta = std::fs::metadata(path)
+        .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+    if meta.len() > SECRET_BYTES_MAX as u64 * 2 {
+        return Err(invalid(field, format!("{} is too large for a secret", path.display())));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            let reason = format!("{} is readable by others (chmod 600 it)", path.display());
+            return Err(invalid(field, reason));
+        }
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+    let secret = bytes.trim_ascii();
+    if secret.len() < SECRET_BYTES_MIN || secret.len() > SECRET_BYTES_MAX {
+        let reason = format!("the secret must have {SECRET_BYTES_MIN} to {SECRET_BYTES_MAX} bytes");
+        return Err(invalid(field, reason));
+    }
+    Ok(secret.to_vec())
 }
 
 fn client_plaintext_default() -> bool {
@@ -484,6 +521,8 @@ impl ServerConfig {
             tls_key_file: None,
             tls_client_ca_file: None,
             client_plaintext: true,
+            http_token_file: None,
+            http_tls: false,
             allow_unauthenticated_peers: false,
             peer_handshake_timeout_ms: peer_handshake_timeout_ms_default(),
             peer_idle_timeout_ms: peer_idle_timeout_ms_default(),
@@ -605,30 +644,44 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// Checks that the TLS settings go together (the files themselves are read when the
-    /// node starts, [`ServerConfig::tls_acceptor`]).
+    /// Checks that the TLS and HTTP access settings go together (the files themselves
+    /// are read when the node starts, [`ServerConfig::tls_acceptor`]).
     fn validate_tls(&self) -> Result<(), ConfigError> {
-        let files = self.tls_cert_file.is_some() || self.tls_key_file.is_some();
-        match self.client_tls_addr {
-            Some(addr) => {
-                if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
-                    let reason = "needs tls_cert_file and tls_key_file";
-                    return Err(invalid("client_tls_addr", reason));
-                }
-                let others = [Some(self.client_addr), Some(self.peer_addr()), self.http_addr];
-                if others.contains(&Some(addr)) {
-                    return Err(invalid("client_tls_addr", "is another listener's address"));
-                }
+        let files = self.tls_cert_file.is_some() && self.tls_key_file.is_some();
+        if let Some(addr) = self.client_tls_addr {
+            if !files {
+                return Err(invalid("client_tls_addr", "needs tls_cert_file and tls_key_file"));
             }
-            None if files || self.tls_client_ca_file.is_some() => {
-                let reason = "TLS files are set but client_tls_addr is not";
-                return Err(invalid("client_tls_addr", reason));
+            let others = [Some(self.client_addr), Some(self.peer_addr()), self.http_addr];
+            if others.contains(&Some(addr)) {
+                return Err(invalid("client_tls_addr", "is another listener's address"));
             }
-            None if !self.client_plaintext => {
-                let reason = "client_plaintext = false needs client_tls_addr";
-                return Err(invalid("client_plaintext", reason));
+        }
+        if self.http_tls && !files {
+            return Err(invalid("http_tls", "needs tls_cert_file and tls_key_file"));
+        }
+        let any_file = self.tls_cert_file.is_some()
+            || self.tls_key_file.is_some()
+            || self.tls_client_ca_file.is_some();
+        if any_file && self.client_tls_addr.is_none() && !self.http_tls {
+            let reason = "TLS files are set but neither client_tls_addr nor http_tls is";
+            return Err(invalid("client_tls_addr", reason));
+        }
+        if self.tls_client_ca_file.is_some() && self.client_tls_addr.is_none() {
+            return Err(invalid("tls_client_ca_file", "needs client_tls_addr"));
+        }
+        if !self.client_plaintext && self.client_tls_addr.is_none() {
+            let reason = "client_plaintext = false needs client_tls_addr";
+            return Err(invalid("client_plaintext", reason));
+        }
+        if let Some(addr) = self.http_addr {
+            let guarded = self.http_tls && self.http_token_file.is_some();
+            if !(addr.ip().is_loopback() || guarded) {
+                let reason = format!(
+                    "{addr} is not a loopback address: /metrics and /status then need http_tls and http_token_file"
+                );
+                return Err(invalid("http_addr", reason));
             }
-            None => {}
         }
         Ok(())
     }
@@ -636,12 +689,36 @@ impl ServerConfig {
     /// The acceptor for `client_tls_addr` (`None` when TLS is not configured); an error
     /// names the file at fault.
     pub fn tls_acceptor(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, ConfigError> {
+        self.acceptor(self.tls_client_ca_file.as_deref())
+    }
+
+    /// The acceptor for HTTPS on `http_addr` (`None` without `http_tls`): the same
+    /// certificate, no client certificates (the token authenticates).
+    pub fn http_tls_acceptor(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, ConfigError> {
+        if !self.http_tls {
+            return Ok(None);
+        }
+        self.acceptor(None)
+    }
+
+    fn acceptor(
+        &self,
+        client_ca: Option<&std::path::Path>,
+    ) -> Result<Option<tokio_rustls::TlsAcceptor>, ConfigError> {
         let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) else {
             return Ok(None);
         };
-        let files =
-            crate::tls::TlsFiles { cert, key, client_ca: self.tls_client_ca_file.as_deref() };
+        let files = crate::tls::TlsFiles { cert, key, client_ca };
         crate::tls::acceptor(&files).map(Some).map_err(|reason| invalid("tls", reason))
+    }
+
+    /// Reads the HTTP bearer token (`None` when none is configured), with the rules of
+    /// the cluster secret.
+    pub fn http_token(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        match &self.http_token_file {
+            None => Ok(None),
+            Some(path) => read_secret_file("http_token_file", path).map(Some),
+        }
     }
 
     /// Reads the cluster secret (`None` when none is configured). Refuses a file that
@@ -649,31 +726,10 @@ impl ServerConfig {
     /// [`crate::handshake::SECRET_BYTES_MIN`] or longer than
     /// [`crate::handshake::SECRET_BYTES_MAX`].
     pub fn cluster_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
-        use crate::handshake::{SECRET_BYTES_MAX, SECRET_BYTES_MIN};
-        let Some(path) = &self.cluster_secret_file else { return Ok(None) };
-        let field = "cluster_secret_file";
-        let meta = std::fs::metadata(path)
-            .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
-        if meta.len() > SECRET_BYTES_MAX as u64 * 2 {
-            return Err(invalid(field, format!("{} is too large for a secret", path.display())));
+        match &self.cluster_secret_file {
+            None => Ok(None),
+            Some(path) => read_secret_file("cluster_secret_file", path).map(Some),
         }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.permissions().mode() & 0o077 != 0 {
-                let reason = format!("{} is readable by others (chmod 600 it)", path.display());
-                return Err(invalid(field, reason));
-            }
-        }
-        let bytes = std::fs::read(path)
-            .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
-        let secret = bytes.trim_ascii();
-        if secret.len() < SECRET_BYTES_MIN || secret.len() > SECRET_BYTES_MAX {
-            let reason =
-                format!("the secret must have {SECRET_BYTES_MIN} to {SECRET_BYTES_MAX} bytes");
-            return Err(invalid(field, reason));
-        }
-        Ok(Some(secret.to_vec()))
     }
 
     /// Checks `keyspaces`: at most [`KEYSPACES_MAX`], ids unique, at most
@@ -831,6 +887,36 @@ mod tests {
         let back = ServerConfig::from_toml(&config.to_toml()).unwrap();
         assert_eq!(back, config);
         assert_eq!(config.peer_addr().port(), 7480);
+    }
+
+    #[test]
+    fn tls_and_http_access_settings_go_together() {
+        let base = || ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        let field = |config: &ServerConfig| config.validate().unwrap_err().to_string();
+        let mut config = base();
+        config.http_addr = Some("0.0.0.0:7579".parse().unwrap());
+        assert!(field(&config).contains("`http_addr`"), "{}", field(&config));
+        config.http_tls = true;
+        assert!(field(&config).contains("`http_tls`"), "{}", field(&config));
+        config.tls_cert_file = Some("/etc/keel/node.pem".into());
+        config.tls_key_file = Some("/etc/keel/node.key".into());
+        assert!(field(&config).contains("`http_addr`"), "no token yet: {}", field(&config));
+        config.http_token_file = Some("/etc/keel/http.token".into());
+        config.validate().unwrap();
+        let mut config = base();
+        config.tls_cert_file = Some("/etc/keel/node.pem".into());
+        config.tls_key_file = Some("/etc/keel/node.key".into());
+        assert!(field(&config).contains("neither client_tls_addr nor http_tls"));
+        config.client_tls_addr = Some(config.client_addr);
+        assert!(field(&config).contains("another listener's address"));
+        config.client_tls_addr = Some("127.0.0.1:7679".parse().unwrap());
+        config.client_plaintext = false;
+        config.validate().unwrap();
+        let mut config = base();
+        config.client_plaintext = false;
+        assert!(field(&config).contains("`client_plaintext`"));
+        let back = ServerConfig::from_toml(&base().to_toml()).unwrap();
+        assert!(back.client_plaintext && !back.http_tls);
     }
 
     #[test]

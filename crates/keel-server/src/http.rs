@@ -7,8 +7,9 @@
 //! once (more wait in the kernel's backlog), a request's head at most
 //! [`REQUEST_BYTES_MAX`] and within [`HEADER_TIMEOUT`] (a slow client is cut off), a
 //! connection at most [`CONNECTION_TIMEOUT`] in all; keep-alive is allowed within it.
-//! [`answer`] maps one request to one response, so a layer (a bearer token, TLS around
-//! the stream) can wrap it without touching the routes.
+//! [`Access`] guards it for a port that faces a network: a bearer token every request must
+//! carry (`http_token_file`, else 401) and TLS around the stream (`http_tls`); a node
+//! refuses to start with a non-loopback `http_addr` without both.
 
 use crate::driver::{KeyspaceHandle, Keyspaces};
 use crate::metrics::KeyspaceView;
@@ -18,10 +19,12 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use keel_core::engine::Report;
+use ring::hmac;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 /// Most bytes of one request's head (request line and headers) hyper buffers.
 pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
@@ -93,13 +96,51 @@ impl Default for Bounds {
     }
 }
 
-/// Serves HTTP requests until the listener fails for good, within the default bounds.
-pub async fn serve(listener: TcpListener, keyspaces: Arc<Keyspaces>) {
-    serve_within(listener, keyspaces, Bounds::default()).await;
+/// Who may read the endpoint.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// The bearer token's key and tag: a request's token is checked in constant time by
+    /// verifying the tag over it.
+    token: Option<Arc<(hmac::Key, hmac::Tag)>>,
+    /// TLS around every connection.
+    tls: Option<TlsAcceptor>,
 }
 
-/// Serves HTTP requests within `bounds`.
-pub async fn serve_within(listener: TcpListener, keyspaces: Arc<Keyspaces>, bounds: Bounds) {
+impl Access {
+    /// Requests must carry `token` (if given) and connections speak TLS (if `tls`).
+    pub fn new(token: Option<&[u8]>, tls: Option<TlsAcceptor>) -> Access {
+        let token = token.map(|token| {
+            let key = hmac::Key::generate(hmac::HMAC_SHA256, &ring::rand::SystemRandom::new())
+                .expect("the system random generator works");
+            let tag = hmac::sign(&key, token);
+            Arc::new((key, tag))
+        });
+        Access { token, tls }
+    }
+
+    /// Whether `request` may be answered: no token configured, or it carries the token.
+    fn admits<B>(&self, request: &Request<B>) -> bool {
+        let Some(token) = &self.token else { return true };
+        let given = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
+        given.is_some_and(|given| hmac::verify(&token.0, given, token.1.as_ref()).is_ok())
+    }
+}
+
+/// Serves HTTP requests until the listener fails for good, within the default bounds.
+pub async fn serve(listener: TcpListener, keyspaces: Arc<Keyspaces>, access: Access) {
+    serve_within(listener, keyspaces, Bounds::default(), access).await;
+}
+
+/// Serves HTTP requests within `bounds`, to whom `access` admits.
+pub async fn serve_within(
+    listener: TcpListener,
+    keyspaces: Arc<Keyspaces>,
+    bounds: Bounds,
+    access: Access,
+) {
     let slots = Arc::new(Semaphore::new(bounds.connections_max));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
@@ -107,26 +148,60 @@ pub async fn serve_within(listener: TcpListener, keyspaces: Arc<Keyspaces>, boun
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await;
             continue;
         };
-        let keyspaces = keyspaces.clone();
+        let (keyspaces, access) = (keyspaces.clone(), access.clone());
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let keyspaces = keyspaces.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(request, &keyspaces).await) }
-            });
-            let mut http1 = hyper::server::conn::http1::Builder::new();
-            http1
-                .timer(TokioTimer::new())
-                .header_read_timeout(bounds.header_timeout)
-                .max_buf_size(REQUEST_BYTES_MAX);
-            let connection = http1.serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(bounds.connection_timeout, connection).await;
+            let within = bounds.connection_timeout;
+            match access.tls.clone() {
+                None => {
+                    let connection = connection(TokioIo::new(stream), keyspaces, access, bounds);
+                    let _ = tokio::time::timeout(within, connection).await;
+                }
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(stream);
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(bounds.header_timeout, handshake).await
+                    {
+                        let connection =
+                            connection(TokioIo::new(stream), keyspaces, access, bounds);
+                        let _ = tokio::time::timeout(within, connection).await;
+                    }
+                }
+            }
             drop(permit);
         });
     }
 }
 
+/// Serves one connection's requests.
+async fn connection<I>(io: I, keyspaces: Arc<Keyspaces>, access: Access, bounds: Bounds)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let (keyspaces, access) = (keyspaces.clone(), access.clone());
+        async move { Ok::<_, std::convert::Infallible>(answer(request, &keyspaces, &access).await) }
+    });
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(bounds.header_timeout)
+        .max_buf_size(REQUEST_BYTES_MAX);
+    let _ = http1.serve_connection(io, service).await;
+}
+
 /// The response to one request.
-pub async fn answer(request: Request<Incoming>, keyspaces: &Keyspaces) -> Response<Full<Bytes>> {
+pub async fn answer(
+    request: Request<Incoming>,
+    keyspaces: &Keyspaces,
+    access: &Access,
+) -> Response<Full<Bytes>> {
+    if !access.admits(&request) {
+        let mut response =
+            respond(StatusCode::UNAUTHORIZED, "text/plain", "a bearer token is required\n".into());
+        let challenge = hyper::header::HeaderValue::from_static("Bearer");
+        response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
+        return response;
+    }
     let path = request.uri().path();
     if path != "/metrics" && path != "/status" {
         return respond(StatusCode::NOT_FOUND, "text/plain", "try /metrics or /status\n".into());
@@ -175,6 +250,10 @@ mod tests {
 
     /// An endpoint over one keyspace whose "engine" answers every report at once.
     async fn endpoint(bounds: Bounds) -> std::net::SocketAddr {
+        endpoint_with(bounds, Access::default()).await
+    }
+
+    async fn endpoint_with(bounds: Bounds, access: Access) -> std::net::SocketAddr {
         let (events, mut rx) = mpsc::channel(8);
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
@@ -197,7 +276,7 @@ mod tests {
         let keyspaces = Arc::new(Keyspaces::new(vec![handle], node_metrics, NodeId(1)));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(serve_within(listener, keyspaces, bounds));
+        tokio::spawn(serve_within(listener, keyspaces, bounds, access));
         addr
     }
 
@@ -231,6 +310,25 @@ mod tests {
         let refused = exchange(addr, post).await;
         assert!(refused.starts_with("HTTP/1.1 405"), "{refused}");
         assert!(refused.to_ascii_lowercase().contains("allow: get"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn with_a_token_only_requests_that_carry_it_are_answered() {
+        let token = b"0123456789abcdef-token";
+        let addr = endpoint_with(Bounds::default(), Access::new(Some(token), None)).await;
+        let bare = exchange(addr, &get("/status")).await;
+        assert!(bare.starts_with("HTTP/1.1 401"), "{bare}");
+        assert!(bare.to_ascii_lowercase().contains("www-authenticate: bearer"), "{bare}");
+        let with = |value: &str| {
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {value}\r\nConnection: close\r\n\r\n")
+                .into_bytes()
+        };
+        let wrong = exchange(addr, &with("Bearer 0123456789abcdef-tokeN")).await;
+        assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+        let basic = exchange(addr, &with("Basic 0123456789abcdef-token")).await;
+        assert!(basic.starts_with("HTTP/1.1 401"), "{basic}");
+        let right = exchange(addr, &with("Bearer 0123456789abcdef-token")).await;
+        assert!(right.starts_with("HTTP/1.1 200"), "{right}");
     }
 
     #[tokio::test]

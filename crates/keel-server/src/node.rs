@@ -172,6 +172,8 @@ pub async fn run(
     let node_metrics = Arc::new(Metrics::default());
     let links = Arc::new(link_settings(&config, &specs)?);
     let tls = config.tls_acceptor()?;
+    let http_access =
+        crate::http::Access::new(config.http_token()?.as_deref(), config.http_tls_acceptor()?);
     if !links.key.is_secret() {
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
@@ -265,7 +267,7 @@ pub async fn run(
         tokio::spawn(crate::resp::serve(listener, door, tls));
     }
     if let Some(listener) = http_listener {
-        tokio::spawn(crate::http::serve(listener, keyspaces.clone()));
+        tokio::spawn(crate::http::serve(listener, keyspaces.clone(), http_access));
     }
     tracing::info!(node = %me, clients = ?config.client_plaintext.then_some(config.client_addr), tls = ?config.client_tls_addr, peers = %config.peer_addr(),
         http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");

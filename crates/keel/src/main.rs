@@ -8,6 +8,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod client_cmds;
 mod demo;
+mod secure;
 mod up;
 
 /// Keel: a replicated key-value store where every operation chooses its consistency.

@@ -1,5 +1,6 @@
 //! `keel up`: a local cluster in the foreground until Ctrl-C.
 
+use keel_server::acl::Category;
 use keel_server::config::KeyspaceSettings;
 use keel_server::local::LocalCluster;
 use std::path::PathBuf;
@@ -25,7 +26,15 @@ pub struct UpArgs {
     /// their leaders spread over the nodes.
     #[arg(long, default_value_t = 1)]
     pub keyspaces: u32,
+    /// Clients authenticate as `admin` (password in <dir>/admin.password) and may connect
+    /// over TLS (ports BASE+300..; authority <dir>/tls/ca.pem); `/metrics` and `/status`
+    /// over HTTPS with the token in <dir>/http.token. Made on first start, kept with --dir.
+    #[arg(long)]
+    pub secure: bool,
 }
+
+/// How far above a node's client port its TLS port is (`keel up --secure`).
+pub const TLS_PORT_OFFSET: u16 = 300;
 
 /// Runs `keel up`.
 pub fn run(args: &UpArgs) -> ExitCode {
@@ -42,10 +51,40 @@ pub fn run(args: &UpArgs) -> ExitCode {
         None => (std::env::temp_dir().join(format!("keel-up-{}", std::process::id())), true),
     };
     let exe = std::env::current_exe().expect("the running binary has a path");
+    let secure = match args.secure.then(|| crate::secure::prepare(&dir)).transpose() {
+        Ok(secure) => secure,
+        Err(e) => {
+            eprintln!("keel up: --secure: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let admin = secure.as_ref().map(|s| {
+        let hash = keel_server::acl::hash_password(
+            s.password.as_bytes(),
+            keel_server::acl::ITERATIONS_DEFAULT,
+        );
+        keel_server::acl::UserSettings {
+            name: "admin".into(),
+            password_hash: hash,
+            permissions: vec![Category::Read, Category::Write, Category::Admin],
+            keyspaces: None,
+        }
+    });
     let keyspaces = args.keyspaces;
+    let files = secure.clone();
     let tweak = move |config: &mut keel_server::ServerConfig| {
         if keyspaces > 1 {
             config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
+        }
+        if let (Some(secure), Some(admin)) = (&files, &admin) {
+            let client = config.client_addr;
+            let tls = std::net::SocketAddr::new(client.ip(), client.port() + TLS_PORT_OFFSET);
+            config.users = vec![admin.clone()];
+            config.client_tls_addr = Some(tls);
+            config.tls_cert_file = Some(secure.cert.clone());
+            config.tls_key_file = Some(secure.key.clone());
+            config.http_tls = true;
+            config.http_token_file = Some(secure.token_file.clone());
         }
     };
     let mut cluster = match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), tweak)
@@ -56,7 +95,10 @@ pub fn run(args: &UpArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = serve(&mut cluster);
+    if let Some(secure) = &secure {
+        cluster.credentials = Some(("admin".into(), secure.password.clone()));
+    }
+    let code = serve(&mut cluster, secure.as_ref());
     cluster.stop();
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
@@ -64,7 +106,7 @@ pub fn run(args: &UpArgs) -> ExitCode {
     code
 }
 
-fn serve(cluster: &mut LocalCluster) -> ExitCode {
+fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> ExitCode {
     let ids = cluster.keyspace_ids();
     if ids.len() == 1 {
         match cluster.wait_for_leader(LEADER_WAIT) {
@@ -83,13 +125,36 @@ fn serve(cluster: &mut LocalCluster) -> ExitCode {
         }
     }
     for (i, config) in cluster.configs.iter().enumerate() {
-        let http = config.http_addr.map_or(String::new(), |a| format!("  http://{a}/status"));
-        println!(
-            "  n{}: redis-cli -p {}{http}   log: {}",
-            i + 1,
-            config.client_addr.port(),
-            cluster.log_path(i).display()
-        );
+        let log = cluster.log_path(i);
+        match (secure, config.client_tls_addr) {
+            (Some(secure), Some(tls)) => {
+                let http = config.http_addr.map_or(String::new(), |a| {
+                    format!(
+                        "\n      curl --cacert {} -H \"Authorization: Bearer $(cat {})\" https://{a}/status",
+                        secure.ca.display(),
+                        secure.token_file.display()
+                    )
+                });
+                println!(
+                    "  n{}: redis-cli --tls --cacert {} -p {} --user admin --pass $(cat {})   log: {}{http}",
+                    i + 1,
+                    secure.ca.display(),
+                    tls.port(),
+                    secure.password_file.display(),
+                    log.display()
+                );
+            }
+            _ => {
+                let http =
+                    config.http_addr.map_or(String::new(), |a| format!("  http://{a}/status"));
+                println!(
+                    "  n{}: redis-cli -p {}{http}   log: {}",
+                    i + 1,
+                    config.client_addr.port(),
+                    log.display()
+                );
+            }
+        }
     }
     println!("Ctrl-C stops the cluster.");
     let runtime =

@@ -1,0 +1,126 @@
+//! `keel up --secure`: `redis-cli --tls` with the admin password is served, without one it
+//! gets `NOAUTH`, with a wrong one `WRONGPASS`; `/status` over HTTPS answers only with the
+//! bearer token. Skipped without `redis-cli`, unless `KEEL_REQUIRE_REDIS_TOOLS=1`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `redis-cli --tls` against `port` with `args`: its output, then its error (a warning
+/// about passwords on the command line, or why it failed), trimmed.
+fn cli(tool: &str, ca: &Path, port: u16, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(["--tls", "--cacert"])
+        .arg(ca)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    format!(
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+    .trim()
+    .to_string()
+}
+
+/// `GET /status` over HTTPS, trusting `ca`, with `token` if given: the response.
+fn https_status(ca: &Path, port: u16, token: Option<&str>) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut stream = rustls::Stream::new(&mut tls, &mut tcp);
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request =
+        format!("GET /status HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[test]
+fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https() {
+    let Some(tool) = common::tool("redis-cli") else { return };
+    let dir = common::test_dir("up-secure");
+    let base = keel_server::local::free_base_port(3).expect("a free block of ports");
+    let mut up = Up(Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["up", "--secure", "--base-port", &base.to_string(), "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("keel up starts"));
+    let mut lines = BufReader::new(up.0.stdout.take().unwrap()).lines();
+    let mut printed = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    assert!(printed.contains("cluster up, leader"), "{printed}");
+    assert!(printed.contains("redis-cli --tls --cacert"), "{printed}");
+    let ca = dir.join("tls/ca.pem");
+    let password = std::fs::read_to_string(dir.join("admin.password")).unwrap();
+    let password = password.trim();
+    let token = std::fs::read_to_string(dir.join("http.token")).unwrap();
+    let port = base + 300;
+    let admin = ["--user", "admin", "--pass", password];
+    let set = [&admin[..], &["SET", "greeting", "secure"]].concat();
+    assert!(
+        common::wait_until(common::LEADER_WAIT, || cli(tool, &ca, port, &set).starts_with("OK")),
+        "the admin's write over TLS: {}",
+        cli(tool, &ca, port, &set)
+    );
+    let get = [&admin[..], &["GET", "greeting"]].concat();
+    assert!(cli(tool, &ca, port, &get).starts_with("secure"), "{}", cli(tool, &ca, port, &get));
+    let anonymous = cli(tool, &ca, port, &["GET", "greeting"]);
+    assert!(anonymous.contains("NOAUTH"), "{anonymous}");
+    let wrong = cli(tool, &ca, port, &["--user", "admin", "--pass", "not-it", "GET", "greeting"]);
+    assert!(wrong.contains("WRONGPASS"), "{wrong}");
+    let http = base + 200;
+    let with = https_status(&ca, http, Some(token.trim()));
+    assert!(with.starts_with("HTTP/1.1 200") && with.contains("keyspaces"), "{with}");
+    let without = https_status(&ca, http, None);
+    assert!(without.starts_with("HTTP/1.1 401"), "{without}");
+    drop(up);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `keel up`, stopped with Ctrl-C (SIGINT) when dropped, killed if that takes too long.
+struct Up(std::process::Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let stopped = common::wait_until(Duration::from_secs(30), || {
+            self.0.try_wait().ok().flatten().is_some()
+        });
+        if !stopped {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
