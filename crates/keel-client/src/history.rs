@@ -227,6 +227,8 @@ pub async fn fetch_survivors(client: &Client, node: usize) -> Result<Vec<Survivo
 /// left, in log order. A retried write (same client and request) takes effect once.
 pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
     let mut state: BTreeMap<keel_types::Key, keel_types::Value> = BTreeMap::new();
+    // The version of each key's last write, deletes included (what `WATCH` compares).
+    let mut versions: BTreeMap<keel_types::Key, keel_types::Version> = BTreeMap::new();
     let mut applied: BTreeSet<(ClientId, RequestId)> = BTreeSet::new();
     let mut out = Vec::new();
     for pair in entries.windows(2) {
@@ -237,34 +239,80 @@ pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
         if !applied.insert((*client, *request)) {
             continue;
         }
-        let effect = match command {
-            Command::Put { key, value } => Some((key.clone(), Some(value.clone()))),
-            Command::Delete { key } => Some((key.clone(), None)),
-            Command::Cas { key, expected, new } => {
-                (state.get(key) == expected.as_ref()).then(|| (key.clone(), Some(new.clone())))
+        let effects = match command {
+            Command::Multi { ops, watch } => {
+                if watch.iter().any(|(key, seen)| versions.get(key) != seen.as_ref()) {
+                    continue; // a watched key changed: nothing applied
+                }
+                // All or none: on a copy, kept only if every operation succeeds.
+                let mut scratch = state.clone();
+                let mut effects = Vec::new();
+                let mut failed = false;
+                for op in ops {
+                    match effect(&scratch, op) {
+                        Ok(Some((key, value))) => {
+                            match &value {
+                                Some(v) => scratch.insert(key.clone(), v.clone()),
+                                None => scratch.remove(&key),
+                            };
+                            effects.push((key, value));
+                        }
+                        Ok(None) => {}
+                        Err(()) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if failed {
+                    continue;
+                }
+                effects
             }
-            Command::Incr { key, delta } => {
-                let current = state
-                    .get(key)
-                    .map_or(Some(0), |v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
-                current
-                    .and_then(|c| c.checked_add(*delta))
-                    .map(|n| (key.clone(), Some(n.to_string().into())))
-            }
-            Command::Get { .. } | Command::Scan { .. } => None,
+            single => match effect(&state, single) {
+                Ok(Some(one)) => vec![one],
+                Ok(None) | Err(()) => continue,
+            },
         };
-        let Some((key, value)) = effect else { continue };
-        match &value {
-            Some(v) => state.insert(key.clone(), v.clone()),
-            None => state.remove(&key),
-        };
-        out.push(Survivor {
-            version: entry.version(),
-            key: text(&key),
-            value: value.as_deref().map(text),
-        });
+        for (key, value) in effects {
+            match &value {
+                Some(v) => state.insert(key.clone(), v.clone()),
+                None => state.remove(&key),
+            };
+            versions.insert(key.clone(), entry.version());
+            out.push(Survivor {
+                version: entry.version(),
+                key: text(&key),
+                value: value.as_deref().map(text),
+            });
+        }
     }
     out
+}
+
+/// The key a single-key write changes and the value it leaves (`None`: deleted) in
+/// `state`; `Ok(None)`: no change (a read, a cas that did not swap); `Err`: it fails (an
+/// incr of a non-integer or past the i64 range).
+#[allow(clippy::type_complexity)]
+fn effect(
+    state: &BTreeMap<keel_types::Key, keel_types::Value>,
+    command: &Command,
+) -> Result<Option<(keel_types::Key, Option<keel_types::Value>)>, ()> {
+    Ok(match command {
+        Command::Put { key, value } => Some((key.clone(), Some(value.clone()))),
+        Command::Delete { key } => Some((key.clone(), None)),
+        Command::Cas { key, expected, new } => {
+            (state.get(key) == expected.as_ref()).then(|| (key.clone(), Some(new.clone())))
+        }
+        Command::Incr { key, delta } => {
+            let current = state
+                .get(key)
+                .map_or(Some(0), |v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
+            let n = current.and_then(|c| c.checked_add(*delta)).ok_or(())?;
+            Some((key.clone(), Some(n.to_string().into())))
+        }
+        Command::Get { .. } | Command::Scan { .. } | Command::Multi { .. } => None,
+    })
 }
 
 #[cfg(test)]

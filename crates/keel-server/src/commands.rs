@@ -27,8 +27,8 @@ use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
 use keel_types::{
-    ClientId, Command, CommandResult, KeelError, KeyspaceId, Limits, LogIndex, ReadLevel,
-    RequestId, Value,
+    ClientId, Command, CommandResult, Durability, KeelError, Key, KeyspaceId, Limits, LogIndex,
+    ReadLevel, RequestId, Value, Version,
 };
 use keel_wire::command::{ClientSubcommand, CommandQuery};
 use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
@@ -200,8 +200,10 @@ pub struct Conn {
     /// The position of the last request that went through an engine loop (not answered
     /// off it).
     last_looped: Option<u64>,
-    /// After a `MULTI`: every command is refused until `EXEC` or `DISCARD`.
-    refusing_transaction: bool,
+    /// Inside `MULTI`: the commands queued for `EXEC`.
+    transaction: Option<Transaction>,
+    /// What `WATCH` read, for the next `EXEC` (filled as its reads are answered).
+    watched: Arc<std::sync::Mutex<Watched>>,
     /// The configured users (none: no authentication, protected mode).
     users: Arc<Users>,
     /// The user this connection authenticated as.
@@ -242,7 +244,8 @@ impl Conn {
             queued: 0,
             last_sent: None,
             last_looped: None,
-            refusing_transaction: false,
+            transaction: None,
+            watched: Arc::default(),
         }
     }
 
@@ -349,41 +352,6 @@ fn permitted(conn: &Conn, category: Option<Category>) -> Result<(), Frame> {
     )))
 }
 
-/// Keel has no transactions yet. A client that sends `MULTI`, commands, `EXEC` (a Redis
-/// transaction) must not see half of them applied: `MULTI` is refused, and so is every
-/// command after it until `EXEC` (refused as Redis refuses a transaction with an error) or
-/// `DISCARD`. `None`: the request is not concerned.
-fn transaction_guard(conn: &mut Conn, name: &[u8]) -> Option<&'static str> {
-    let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
-    if conn.refusing_transaction {
-        if is("exec") {
-            conn.refusing_transaction = false;
-            return Some("EXECABORT Transaction discarded because of previous errors.");
-        }
-        if is("discard") {
-            conn.refusing_transaction = false;
-            return Some("ERR Keel has no transactions: the commands since MULTI were refused");
-        }
-        if is("multi") {
-            return Some("ERR MULTI calls can not be nested");
-        }
-        return Some(
-            "ERR refused: inside a MULTI, which Keel does not support (EXEC or DISCARD ends it)",
-        );
-    }
-    if is("multi") {
-        conn.refusing_transaction = true;
-        return Some("ERR MULTI is not supported: every command up to EXEC or DISCARD is refused");
-    }
-    if is("exec") {
-        return Some("ERR EXEC without MULTI");
-    }
-    if is("discard") {
-        return Some("ERR DISCARD without MULTI");
-    }
-    None
-}
-
 /// Turns one decoded request into its reply; a request for an engine is sent to it before
 /// this returns (after the earlier requests it must follow are answered).
 pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
@@ -399,9 +367,11 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     if conn.users.required() && conn.user.is_none() && !before_auth {
         return Pending::ready(Frame::error(NOAUTH), conn.protocol);
     }
-    if let Some(refusal) = transaction_guard(conn, first) {
-        return Pending::ready(Frame::error(refusal), conn.protocol);
-    }
+    let words = match transaction(conn, words).await {
+        Ok(reply) => return reply,
+        Err(words) => words,
+    };
+    let first = words.first().map_or(&[][..], |w| &w[..]);
     match first {
         w if w.eq_ignore_ascii_case(b"acl") => acl(conn, &words),
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
@@ -764,6 +734,7 @@ fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
         ),
         Ok(CommandResult::Written { .. }) => Frame::ok(),
         Ok(CommandResult::Value { value, .. }) => value_frame(value.as_ref()),
+        Ok(CommandResult::Multi { .. }) => mismatched("command"),
         Err(e) => error_frame(&e),
     }
 }
@@ -1005,25 +976,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_transaction_applies_none_of_its_commands() {
+    async fn a_transaction_is_queued_and_sent_as_one_command_or_not_at_all() {
         let (mut c, mut rx, _resolved) = conn();
-        let text = ready_text(handle(&mut c, words(&["MULTI"])).await);
-        assert!(text.starts_with("ERR MULTI is not supported"), "{text}");
-        for ws in [&["SET", "k", "v"][..], &["INCR", "n"], &["GET", "k"]] {
-            let text = ready_text(handle(&mut c, words(ws)).await);
-            assert!(text.starts_with("ERR refused: inside a MULTI"), "{ws:?}: {text}");
+        let simple = |text: &str| format!("{:?}", Frame::Simple(text.as_bytes().to_vec()));
+        let (ok, queued) = (simple("OK"), simple("QUEUED"));
+        assert_eq!(ready_text(handle(&mut c, words(&["MULTI"])).await), ok);
+        for ws in [&["SET", "k", "v"][..], &["INCR", "n"], &["GET", "k"], &["DEL", "a", "b"]] {
+            assert_eq!(ready_text(handle(&mut c, words(ws)).await), queued, "{ws:?}");
         }
-        let text = ready_text(handle(&mut c, words(&["exec"])).await);
-        assert!(text.starts_with("EXECABORT"), "{text}");
-        assert!(rx.try_recv().is_err(), "nothing of the transaction reached the engine");
-        let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
-        assert_eq!(text, "ERR EXEC without MULTI");
-        let _later = handle(&mut c, words(&["SET", "k", "v"])).await;
-        assert!(rx.try_recv().is_ok(), "after EXEC, commands run again");
+        assert!(rx.try_recv().is_err(), "nothing reaches the engine before EXEC");
         let text = ready_text(handle(&mut c, words(&["MULTI"])).await);
-        assert!(text.starts_with("ERR MULTI"), "{text}");
+        assert_eq!(text, "ERR MULTI calls can not be nested");
+        let _exec = handle(&mut c, words(&["exec"])).await;
+        match rx.try_recv() {
+            Ok(crate::driver::Event::Client { submit, .. }) => match submit.command {
+                Command::Multi { ops, watch } => {
+                    let names: Vec<&str> = ops.iter().map(Command::name).collect();
+                    assert_eq!(names, ["put", "incr", "get", "get", "delete", "get", "delete"]);
+                    assert!(watch.is_empty());
+                }
+                other => panic!("not a transaction: {other:?}"),
+            },
+            _ => panic!("EXEC sends one request"),
+        }
+        assert!(rx.try_recv().is_err(), "and only one");
+        // A refused command discards the whole transaction at EXEC.
+        assert_eq!(ready_text(handle(&mut c, words(&["MULTI"])).await), ok);
+        assert_eq!(ready_text(handle(&mut c, words(&["SET", "k", "v"])).await), queued);
+        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])).await);
+        assert!(text.starts_with("ERR SELECT is not allowed inside MULTI"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["NOSUCH"])).await);
+        assert!(text.starts_with("ERR unknown command"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
+        assert!(text.starts_with("EXECABORT"), "{text}");
+        assert!(rx.try_recv().is_err(), "nothing of it reached the engine");
+        assert_eq!(ready_text(handle(&mut c, words(&["EXEC"])).await), "ERR EXEC without MULTI");
+        assert_eq!(ready_text(handle(&mut c, words(&["MULTI"])).await), ok);
+        assert_eq!(ready_text(handle(&mut c, words(&["DISCARD"])).await), ok);
         let text = ready_text(handle(&mut c, words(&["DISCARD"])).await);
-        assert!(text.starts_with("ERR Keel has no transactions"), "{text}");
+        assert_eq!(text, "ERR DISCARD without MULTI");
+        let _later = handle(&mut c, words(&["SET", "k", "v"])).await;
+        assert!(rx.try_recv().is_ok(), "after DISCARD, commands run again");
     }
 
     #[test]
@@ -1142,4 +1135,324 @@ mod tests {
         let quit = handle(&mut c, words(&["QUIT"])).await;
         assert!(quit.close, "QUIT closes after its reply");
     }
+}
+
+// ----- transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH -----------------------------
+
+/// The commands queued since `MULTI`, and whether one was refused (then `EXEC` aborts, as
+/// Redis's `EXECABORT`).
+#[derive(Debug, Default)]
+struct Transaction {
+    commands: Vec<ClientCommand>,
+    refused: bool,
+}
+
+/// The keys `WATCH` read and the versions it found; `failed` when a read failed (then
+/// `EXEC` aborts, since nothing says the keys are unchanged).
+#[derive(Debug, Default)]
+pub struct Watched {
+    keyspace: Option<KeyspaceId>,
+    keys: Vec<(Key, Option<Version>)>,
+    failed: bool,
+}
+
+/// `MULTI` ... `EXEC` as one log entry: the queued commands become one
+/// [`Command::Multi`] whose operations apply in order, all or none, and not at all if a
+/// key `WATCH` read has another version by then. `Err(words)`: the request is not a
+/// transaction's concern.
+async fn transaction(conn: &mut Conn, words: Vec<Bytes>) -> Result<Pending, Vec<Bytes>> {
+    let protocol = conn.protocol;
+    let first = words.first().map_or(&[][..], |w| &w[..]);
+    let is = |word: &str| first.eq_ignore_ascii_case(word.as_bytes());
+    let ready = |frame: Frame| Ok(Pending::ready(frame, protocol));
+    if conn.transaction.is_some() {
+        if is("exec") {
+            let queued = conn.transaction.take().expect("checked");
+            return Ok(exec(conn, queued).await);
+        }
+        if is("discard") {
+            conn.transaction = None;
+            unwatch(conn);
+            return ready(Frame::ok());
+        }
+        let tx = conn.transaction.as_mut().expect("checked");
+        if is("multi") {
+            return ready(Frame::error("ERR MULTI calls can not be nested"));
+        }
+        if is("watch") {
+            return ready(Frame::error("ERR WATCH inside MULTI is not allowed"));
+        }
+        let name = String::from_utf8_lossy(first).to_ascii_uppercase();
+        let command = match keel_wire::command::parse(words, &conn.limits) {
+            Ok(command) => command,
+            Err(e) => {
+                tx.refused = true;
+                return ready(e.reply_frame());
+            }
+        };
+        let allowed = matches!(
+            command,
+            ClientCommand::Get { .. }
+                | ClientCommand::MGet { .. }
+                | ClientCommand::Exists { .. }
+                | ClientCommand::Set { .. }
+                | ClientCommand::Del { .. }
+                | ClientCommand::Incr { .. }
+                | ClientCommand::Cas { .. }
+        );
+        if !allowed {
+            tx.refused = true;
+            let text = format!(
+                "ERR {name} is not allowed inside MULTI (Keel's transactions read and write keys)"
+            );
+            return ready(Frame::error(&text));
+        }
+        if let Err(refusal) = permitted(conn, category(&command)) {
+            conn.transaction.as_mut().expect("checked").refused = true;
+            return ready(refusal);
+        }
+        conn.transaction.as_mut().expect("checked").commands.push(command);
+        return ready(Frame::Simple(b"QUEUED".to_vec()));
+    }
+    if is("multi") {
+        conn.transaction = Some(Transaction::default());
+        return ready(Frame::ok());
+    }
+    if is("exec") {
+        return ready(Frame::error("ERR EXEC without MULTI"));
+    }
+    if is("discard") {
+        return ready(Frame::error("ERR DISCARD without MULTI"));
+    }
+    if is("unwatch") {
+        unwatch(conn);
+        return ready(Frame::ok());
+    }
+    if is("watch") {
+        return Ok(watch(conn, words).await);
+    }
+    Err(words)
+}
+
+fn unwatch(conn: &mut Conn) {
+    *conn.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Watched::default();
+}
+
+/// `WATCH key [key ...]`: reads each key's version at `linearizable` (the leader's latest),
+/// for `EXEC` to compare. The versions are recorded when the reads are answered, which
+/// `EXEC` (a write) waits for.
+async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
+    let protocol = conn.protocol;
+    if words.len() < 2 {
+        return Pending::ready(
+            Frame::error("ERR wrong number of arguments for 'watch' command"),
+            protocol,
+        );
+    }
+    if let Err(refusal) = permitted(conn, Some(Category::Read)) {
+        return Pending::ready(refusal, protocol);
+    }
+    let ks = conn.node.id;
+    let level = Some(ReadLevel::Linearizable);
+    conn.order(Kind::Read(ks, level)).await;
+    conn.last_looped = Some(conn.queued);
+    let after = conn.resolved.floor(ks);
+    let keys: Vec<Bytes> = words.into_iter().skip(1).collect();
+    let sent: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (client, request) = conn.next_pair();
+            (key.clone(), conn.node.send(get_submit(client, request, key.clone(), level, after)))
+        })
+        .collect();
+    let watched = conn.watched.clone();
+    Pending::later(
+        Box::pin(async move {
+            let mut found = Vec::with_capacity(sent.len());
+            let mut failed = None;
+            for (key, one) in sent {
+                match one.answer().await.and_then(|r| r.result) {
+                    Ok(CommandResult::Value { version, .. }) => found.push((key, version)),
+                    Ok(_) => {
+                        failed = Some(KeelError::Unavailable("a watch read another kind".into()))
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            }
+            let mut watched = watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if watched.keyspace.is_some_and(|other| other != ks) {
+                watched.failed = true; // keys of two keyspaces: no transaction can hold both
+            }
+            watched.keyspace = Some(ks);
+            watched.keys.extend(found);
+            match failed {
+                Some(e) => {
+                    watched.failed = true;
+                    error_frame(&e)
+                }
+                None => Frame::ok(),
+            }
+        }),
+        protocol,
+    )
+}
+
+/// How one queued command's reply is made from its operations' results.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// `GET`: the value (with its version if asked).
+    Value { with_version: bool },
+    /// `SET`: `OK` (with the version if asked).
+    Written { with_version: bool },
+    /// `INCR`: the integer.
+    Counter,
+    /// `KEEL.CAS`: `[swapped, current, version]`.
+    Cas,
+    /// `DEL` of `n` keys (a read and a delete each): how many existed.
+    Del(usize),
+    /// `EXISTS` of `n` keys: how many exist.
+    Exists(usize),
+    /// `MGET` of `n` keys: their values.
+    MGet(usize),
+}
+
+impl Shape {
+    /// How many operations the command took.
+    fn ops(self) -> usize {
+        match self {
+            Shape::Del(n) => 2 * n,
+            Shape::Exists(n) | Shape::MGet(n) => n,
+            _ => 1,
+        }
+    }
+
+    /// The command's reply from its operations' results.
+    fn frame(self, results: &[CommandResult]) -> Frame {
+        let value = |r: &CommandResult| match r {
+            CommandResult::Value { value, .. } => value.clone(),
+            _ => None,
+        };
+        match self {
+            Shape::Value { with_version } | Shape::Written { with_version } => {
+                keel_wire::reply::result_frame(&results[0], with_version)
+            }
+            Shape::Counter | Shape::Cas => keel_wire::reply::result_frame(&results[0], false),
+            Shape::Del(_) => Frame::Integer(
+                results.iter().step_by(2).filter(|r| value(r).is_some()).count() as i64,
+            ),
+            Shape::Exists(_) => {
+                Frame::Integer(results.iter().filter(|r| value(r).is_some()).count() as i64)
+            }
+            Shape::MGet(_) => {
+                Frame::Array(results.iter().map(|r| value_frame(value(r).as_ref())).collect())
+            }
+        }
+    }
+}
+
+/// `EXEC`: the queued commands as one transaction, sent as one write with the strongest
+/// durability any of them asked for.
+async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
+    let protocol = conn.protocol;
+    let ks = conn.node.id;
+    // After the watch reads: `EXEC` is a write, so `order` waits for them.
+    conn.order(Kind::Write(ks)).await;
+    conn.last_looped = Some(conn.queued);
+    let watched = std::mem::take(
+        &mut *conn.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    if queued.refused {
+        let text = "EXECABORT Transaction discarded because of previous errors.";
+        return Pending::ready(Frame::error(text), protocol);
+    }
+    if watched.failed || watched.keyspace.is_some_and(|other| other != ks) {
+        return Pending::ready(Frame::NullArray, protocol); // as if a watched key changed
+    }
+    if queued.commands.is_empty() {
+        return Pending::ready(Frame::Array(Vec::new()), protocol);
+    }
+    let mut ops = Vec::new();
+    let mut shapes = Vec::with_capacity(queued.commands.len());
+    let mut durability: Option<Durability> = None;
+    let mut strongest = |d: Option<Durability>| {
+        durability = match (durability, d) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    for command in queued.commands {
+        let shape = match command {
+            ClientCommand::Get { key, with_version, .. } => {
+                ops.push(Command::Get { key });
+                Shape::Value { with_version }
+            }
+            ClientCommand::Set { key, value, durability, with_version } => {
+                strongest(durability);
+                ops.push(Command::Put { key, value });
+                Shape::Written { with_version }
+            }
+            ClientCommand::Incr { key, delta } => {
+                ops.push(Command::Incr { key, delta });
+                Shape::Counter
+            }
+            ClientCommand::Cas { key, expected, new, durability } => {
+                strongest(durability);
+                ops.push(Command::Cas { key, expected, new });
+                Shape::Cas
+            }
+            ClientCommand::Del { keys } => {
+                let n = keys.len();
+                for key in keys {
+                    ops.push(Command::Get { key: key.clone() });
+                    ops.push(Command::Delete { key });
+                }
+                Shape::Del(n)
+            }
+            ClientCommand::Exists { keys } => {
+                let n = keys.len();
+                ops.extend(keys.into_iter().map(|key| Command::Get { key }));
+                Shape::Exists(n)
+            }
+            ClientCommand::MGet { keys, .. } => {
+                let n = keys.len();
+                ops.extend(keys.into_iter().map(|key| Command::Get { key }));
+                Shape::MGet(n)
+            }
+            other => unreachable!("refused when queued: {other:?}"),
+        };
+        shapes.push(shape);
+    }
+    let command = Command::Multi { ops, watch: watched.keys };
+    if let Err(e) = command.validate(&conn.limits) {
+        return Pending::ready(error_frame(&e), protocol);
+    }
+    let (client, request) = conn.next_pair();
+    let after = conn.resolved.floor(ks);
+    let submit = Submit { client, request, command, durability, level: None, after };
+    let sent = conn.node.send(submit);
+    let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
+    Pending::later(
+        Box::pin(async move {
+            let answer = sent.answer().await;
+            floor.note(&answer);
+            match answer.and_then(|r| r.result) {
+                Ok(CommandResult::Multi { results: Some(results) }) => {
+                    let mut frames = Vec::with_capacity(shapes.len());
+                    let mut at = 0;
+                    for shape in shapes {
+                        let Some(part) = results.get(at..at + shape.ops()) else {
+                            return mismatched("transaction");
+                        };
+                        frames.push(shape.frame(part));
+                        at += shape.ops();
+                    }
+                    Frame::Array(frames)
+                }
+                Ok(CommandResult::Multi { results: None }) => Frame::NullArray,
+                Ok(_) => mismatched("transaction"),
+                Err(e) => error_frame(&e),
+            }
+        }),
+        protocol,
+    )
 }

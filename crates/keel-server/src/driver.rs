@@ -594,13 +594,7 @@ fn page_within_budget(entries: &[Entry]) -> usize {
     let mut bytes = 0usize;
     for (i, entry) in entries.iter().enumerate() {
         if let keel_types::EntryPayload::Write { command, .. } = &entry.payload {
-            bytes += match command {
-                Command::Put { key, value } => key.len() + value.len(),
-                Command::Cas { key, expected, new } => {
-                    key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
-                }
-                other => other.key().len(),
-            };
+            bytes += command.payload_bytes();
         }
         if bytes > LOG_PAGE_BYTES_MAX && i > 0 {
             return i;

@@ -61,6 +61,7 @@ fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Op
             Some((key.clone(), Some(value.into())))
         }
         Command::Get { .. } | Command::Scan { .. } => None,
+        Command::Multi { .. } => unreachable!("the simulator's clients send no transactions"),
     }
 }
 

@@ -16,6 +16,7 @@
 //! `docs/format.md` lists the byte layouts.
 
 use crate::limits::VALUE_BYTES_CEILING;
+use crate::Version;
 use crate::{
     ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
     RequestId, SnapshotMeta,
@@ -40,6 +41,7 @@ const COMMAND_DELETE: u8 = 3;
 const COMMAND_CAS: u8 = 4;
 const COMMAND_INCR: u8 = 5;
 const COMMAND_SCAN: u8 = 6;
+const COMMAND_MULTI: u8 = 7;
 
 const DURABILITY_MEMORY: u8 = 0;
 const DURABILITY_REPLICATED: u8 = 1;
@@ -316,8 +318,68 @@ impl Encode for Command {
                 put_option_bytes(out, end.as_deref());
                 put_u32(out, *limit);
             }
+            Command::Multi { ops, watch } => {
+                put_u8(out, COMMAND_MULTI);
+                put_u32(out, ops.len() as u32);
+                for op in ops {
+                    op.encode_to(out);
+                }
+                put_u32(out, watch.len() as u32);
+                for (key, version) in watch {
+                    put_bytes(out, key);
+                    put_u8(out, u8::from(version.is_some()));
+                    if let Some(version) = version {
+                        put_u64(out, version.epoch.0);
+                        put_u64(out, version.index.0);
+                    }
+                }
+            }
         }
     }
+}
+
+/// Decodes a transaction's body: its operations (single-key, never another transaction)
+/// and watched keys, each count checked against [`crate::MULTI_OPS_MAX`] before anything
+/// is reserved for it.
+fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
+    let count = |r: &mut Reader<'_>, what: &'static str| -> Result<usize, CodecError> {
+        let n = r.u32(what)? as usize;
+        if n > crate::MULTI_OPS_MAX {
+            return Err(CodecError::TooLong {
+                what,
+                len: n as u64,
+                max: crate::MULTI_OPS_MAX as u64,
+            });
+        }
+        Ok(n)
+    };
+    let n = count(reader, "transaction operations")?;
+    let mut ops = Vec::with_capacity(n.min(reader.remaining() as usize));
+    for _ in 0..n {
+        let op = Command::decode_from(reader)?;
+        if matches!(op, Command::Multi { .. }) {
+            return Err(CodecError::UnknownTag {
+                what: "operation in a transaction",
+                tag: COMMAND_MULTI,
+            });
+        }
+        ops.push(op);
+    }
+    let n = count(reader, "watched keys")?;
+    let mut watch = Vec::with_capacity(n.min(reader.remaining() as usize));
+    for _ in 0..n {
+        let key = reader.bytes("watched key", BYTES_LEN_MAX)?;
+        let version = if reader.flag("watched version flag")? {
+            Some(Version {
+                epoch: Epoch(reader.u64("watched epoch")?),
+                index: LogIndex(reader.u64("watched index")?),
+            })
+        } else {
+            None
+        };
+        watch.push((key, version));
+    }
+    Ok(Command::Multi { ops, watch })
 }
 
 impl Decode for Command {
@@ -341,6 +403,7 @@ impl Decode for Command {
                 end: reader.option_bytes("scan end", BYTES_LEN_MAX)?,
                 limit: reader.u32("scan limit")?,
             },
+            COMMAND_MULTI => decode_multi(reader)?,
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)

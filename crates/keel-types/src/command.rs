@@ -60,7 +60,23 @@ pub enum Command {
         /// The most items returned.
         limit: u32,
     },
+    /// A transaction (`MULTI` ... `EXEC`): `ops` applied in order as one log entry, all of
+    /// them or, if one fails, none; none either when a `watch`ed key no longer has the
+    /// version given (`WATCH`).
+    Multi {
+        /// `Get`, `Put`, `Delete`, `Cas` and `Incr`, at most [`MULTI_OPS_MAX`].
+        ops: Vec<Command>,
+        /// Keys and the version each must still have (`None`: never written), at most
+        /// [`MULTI_OPS_MAX`].
+        watch: Vec<(Key, Option<Version>)>,
+    },
 }
+
+/// Most operations, and most watched keys, in one transaction.
+pub const MULTI_OPS_MAX: usize = 1024;
+
+/// The key of a transaction as a whole (it has many).
+static NO_KEY: Key = Key::from_static(b"");
 
 /// What an operation returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +103,12 @@ pub enum CommandResult {
         current: Option<Value>,
         /// The version created (swapped) or read (not swapped).
         version: Option<Version>,
+    },
+    /// A transaction: each operation's result in order, or `None` when a watched key had
+    /// changed and nothing was applied.
+    Multi {
+        /// The results, one per operation.
+        results: Option<Vec<CommandResult>>,
     },
     /// An incr: the new value, created at `version`.
     Counter {
@@ -117,7 +139,8 @@ impl CommandResult {
 }
 
 impl Command {
-    /// The key an operation touches; for a scan, its start key.
+    /// The key an operation touches; for a scan, its start key; for a transaction, the
+    /// empty key (its operations name theirs).
     pub fn key(&self) -> &Key {
         match self {
             Command::Get { key }
@@ -126,6 +149,22 @@ impl Command {
             | Command::Cas { key, .. }
             | Command::Incr { key, .. } => key,
             Command::Scan { start, .. } => start,
+            Command::Multi { .. } => &NO_KEY,
+        }
+    }
+
+    /// Bytes of keys and values the operation carries (what it may add to the state).
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Command::Put { key, value } => key.len() + value.len(),
+            Command::Cas { key, expected, new } => {
+                key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
+            }
+            Command::Multi { ops, watch } => {
+                ops.iter().map(Command::payload_bytes).sum::<usize>()
+                    + watch.iter().map(|(key, _)| key.len()).sum::<usize>()
+            }
+            other => other.key().len(),
         }
     }
 
@@ -143,6 +182,7 @@ impl Command {
             Command::Cas { .. } => "cas",
             Command::Incr { .. } => "incr",
             Command::Scan { .. } => "scan",
+            Command::Multi { .. } => "multi",
         }
     }
 
@@ -150,6 +190,31 @@ impl Command {
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
         limits.check_key(self.key())?;
         match self {
+            Command::Multi { ops, watch } => {
+                let invalid = |reason: String| Err(KeelError::InvalidArgument(reason));
+                if ops.is_empty() || ops.len() > MULTI_OPS_MAX || watch.len() > MULTI_OPS_MAX {
+                    return invalid(format!(
+                        "a transaction has 1 to {MULTI_OPS_MAX} operations and at most {MULTI_OPS_MAX} watched keys"
+                    ));
+                }
+                for op in ops {
+                    if matches!(op, Command::Multi { .. } | Command::Scan { .. }) {
+                        return invalid(format!("a {} inside a transaction", op.name()));
+                    }
+                    op.validate(limits)?;
+                }
+                for (key, _) in watch {
+                    limits.check_key(key)?;
+                }
+                let bytes = self.payload_bytes() as u64;
+                if bytes > u64::from(limits.value_bytes_max) {
+                    return Err(KeelError::ValueTooLarge {
+                        len: bytes,
+                        max: limits.value_bytes_max,
+                    });
+                }
+                Ok(())
+            }
             Command::Put { value, .. } => limits.check_value(value),
             Command::Cas { expected, new, .. } => {
                 if let Some(expected) = expected {

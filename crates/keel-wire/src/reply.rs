@@ -107,6 +107,7 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 /// | counter (incr) | integer | `[integer, version]` |
 /// | cas | `[swapped (boolean), current value or null, version or null]` | the same |
 /// | items (scan) | array of `[key, value, version]` | the same |
+/// | multi (exec) | array of each operation's reply, or null when a watched key changed | the same |
 ///
 /// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
@@ -131,6 +132,14 @@ pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
                 ])
             };
             return Frame::Array(items.iter().map(item).collect());
+        }
+        CommandResult::Multi { results } => {
+            return match results {
+                Some(results) => Frame::Array(
+                    results.iter().map(|result| result_frame(result, with_version)).collect(),
+                ),
+                None => Frame::NullArray,
+            };
         }
     };
     if with_version {

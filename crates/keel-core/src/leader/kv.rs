@@ -85,7 +85,9 @@ pub fn reused_request(client: ClientId, request: RequestId) -> KeelError {
 #[derive(Clone, Debug)]
 struct Undo {
     index: LogIndex,
-    key: Option<(Key, Option<Item>)>,
+    /// Each key the entry changed and what it held before, in the order of the changes
+    /// (one for a single write; a transaction's, which may change a key twice).
+    keys: Vec<(Key, Option<Item>)>,
     dedup: Vec<(ClientId, Option<DedupSlot>)>,
 }
 
@@ -171,7 +173,7 @@ impl Kv {
     pub fn apply(&mut self, entry: &Entry) -> Applied {
         assert_eq!(entry.index, self.applied.index.next(), "apply out of order");
         assert!(entry.epoch >= self.applied.epoch, "apply epochs go backwards");
-        let mut undo = Undo { index: entry.index, key: None, dedup: Vec::new() };
+        let mut undo = Undo { index: entry.index, keys: Vec::new(), dedup: Vec::new() };
         let applied = match &entry.payload {
             EntryPayload::Noop => Applied::Noop,
             EntryPayload::Write { client, request, command, .. } => Applied::Write(
@@ -221,6 +223,9 @@ impl Kv {
     }
 
     fn execute(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
+        if let Command::Multi { ops, watch } = command {
+            return self.execute_multi(version, ops, watch, undo);
+        }
         let current = self.items.get(command.key());
         let current_value = current.and_then(|i| i.value.clone());
         let (new_value, result) = match command {
@@ -247,6 +252,7 @@ impl Kv {
                 (Some(value.to_string().into()), CommandResult::Counter { value, version })
             }
             Command::Get { .. } | Command::Scan { .. } => panic!("a read command in the log"),
+            Command::Multi { .. } => unreachable!("executed above"),
         };
         let key = command.key().clone();
         let item = Item { value: new_value, version };
@@ -256,8 +262,59 @@ impl Kv {
         if let Some(previous) = &previous {
             self.account(&key, previous, false);
         }
-        undo.key = Some((key, previous));
+        undo.keys.push((key, previous));
         Ok(result)
+    }
+
+    /// A transaction: nothing if a watched key's version changed; else every operation
+    /// in order at the entry's version, reads seeing the writes before them, and if one
+    /// fails, the changes of those before it undone and its error returned (all or none).
+    fn execute_multi(
+        &mut self,
+        version: Version,
+        ops: &[Command],
+        watch: &[(Key, Option<Version>)],
+        undo: &mut Undo,
+    ) -> WriteResult {
+        if watch.iter().any(|(key, seen)| self.items.get(key).map(|i| i.version) != *seen) {
+            return Ok(CommandResult::Multi { results: None });
+        }
+        let start = undo.keys.len();
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let result = match op {
+                Command::Get { key } => {
+                    let (value, version) = self.get(key);
+                    Ok(CommandResult::Value { value, version })
+                }
+                write => self.execute(version, write, undo),
+            };
+            match result {
+                Ok(result) => results.push(result),
+                Err(error) => {
+                    let done: Vec<_> = undo.keys.drain(start..).collect();
+                    for (key, previous) in done.into_iter().rev() {
+                        self.put_back(key, previous);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(CommandResult::Multi { results: Some(results) })
+    }
+
+    /// Puts `previous` back as `key`'s item (`None`: removes it), undoing one change.
+    fn put_back(&mut self, key: Key, previous: Option<Item>) {
+        self.before_change(&key);
+        if let Some(previous) = &previous {
+            self.account(&key, previous, true);
+        }
+        let current = match previous {
+            Some(item) => self.items.insert(key.clone(), item),
+            None => self.items.remove(&key),
+        };
+        let current = current.expect("the undone write left an item");
+        self.account(&key, &current, false);
     }
 
     fn remember(&mut self, client: ClientId, slot: DedupSlot, undo: &mut Undo) {
@@ -296,17 +353,8 @@ impl Kv {
 
     fn restore(&mut self, undo: Undo) {
         assert_eq!(undo.index, self.applied.index, "undo out of order");
-        if let Some((key, previous)) = undo.key {
-            self.before_change(&key);
-            if let Some(previous) = &previous {
-                self.account(&key, previous, true);
-            }
-            let current = match previous {
-                Some(item) => self.items.insert(key.clone(), item),
-                None => self.items.remove(&key),
-            };
-            let current = current.expect("the undone write left an item");
-            self.account(&key, &current, false);
+        for (key, previous) in undo.keys.into_iter().rev() {
+            self.put_back(key, previous);
         }
         for (client, previous) in undo.dedup.into_iter().rev() {
             if let Some(current) = self.dedup.remove(&client) {
@@ -418,7 +466,7 @@ impl Kv {
         let mut key_overlay: KeyOverlay<'_> = BTreeMap::new();
         let mut dedup_overlay: BTreeMap<&ClientId, Option<&DedupSlot>> = BTreeMap::new();
         for undo in self.undo.iter().rev().take_while(|u| u.index > index) {
-            if let Some((key, previous)) = &undo.key {
+            for (key, previous) in undo.keys.iter().rev() {
                 key_overlay.insert(key, previous.as_ref());
             }
             for (client, previous) in undo.dedup.iter().rev() {
@@ -841,6 +889,82 @@ mod tests {
     }
 
     #[test]
+    fn transactions_apply_all_or_nothing_and_a_changed_watched_key_aborts_them() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("n", "1")));
+        kv.apply(&write(2, 1, 2, put("s", "text")));
+        let multi =
+            |ops: Vec<Command>, watch: Vec<(Key, Option<Version>)>| Command::Multi { ops, watch };
+        // Applied in order, reads seeing the writes before them.
+        let r = kv.apply(&write(
+            3,
+            1,
+            3,
+            multi(
+                vec![
+                    put("a", "x"),
+                    Command::Incr { key: "n".into(), delta: 1 },
+                    Command::Get { key: "a".into() },
+                ],
+                vec![],
+            ),
+        ));
+        let v3 = Version::new(1, 3);
+        assert_eq!(
+            r,
+            Applied::Write(Ok(CommandResult::Multi {
+                results: Some(vec![
+                    CommandResult::Written { version: v3 },
+                    CommandResult::Counter { value: 2, version: v3 },
+                    CommandResult::Value { value: Some("x".into()), version: Some(v3) },
+                ])
+            }))
+        );
+        // One failing operation undoes those before it: nothing applied.
+        let before = kv.digest_at(LogIndex(3));
+        let r = kv.apply(&write(
+            4,
+            1,
+            4,
+            multi(
+                vec![
+                    put("a", "y"),
+                    Command::Delete { key: "n".into() },
+                    Command::Incr { key: "s".into(), delta: 1 },
+                ],
+                vec![],
+            ),
+        ));
+        assert_eq!(r, Applied::Write(Err(KeelError::NotAnInteger)));
+        assert_eq!(kv.get(b"a").0, Some(Value::from_static(b"x")));
+        assert_eq!(kv.get(b"n").0, Some(Value::from_static(b"2")));
+        assert_eq!(
+            kv.state_bytes(),
+            Kv::decode(&kv.encode_at(LogIndex(4)), Version::new(1, 4), 10).unwrap().state_bytes()
+        );
+        // A watched key whose version changed aborts it; an unchanged one lets it apply.
+        let r = kv.apply(&write(
+            5,
+            1,
+            5,
+            multi(vec![put("a", "z")], vec![("a".into(), Some(Version::new(1, 1)))]),
+        ));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Multi { results: None })));
+        assert_eq!(kv.get(b"a").0, Some(Value::from_static(b"x")));
+        let r = kv.apply(&write(
+            6,
+            1,
+            6,
+            multi(vec![put("a", "z")], vec![("a".into(), Some(v3)), ("never".into(), None)]),
+        ));
+        assert!(matches!(r, Applied::Write(Ok(CommandResult::Multi { results: Some(_) }))));
+        // Rolled back as one entry.
+        kv.rollback_after(LogIndex(3), Epoch(1));
+        assert_eq!(kv.digest_at(LogIndex(3)), before);
+        assert_eq!(kv.get(b"a").0, Some(Value::from_static(b"x")));
+    }
+
+    #[test]
     fn retried_writes_apply_once() {
         let mut kv = Kv::new(10);
         let first = kv.apply(&write(1, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
@@ -1010,7 +1134,31 @@ mod tests {
             0 => Command::Put { key: key.into(), value: arg.to_string().into_bytes().into() },
             1 => Command::Delete { key: key.into() },
             2 => Command::Incr { key: key.into(), delta: i64::from(arg) },
-            _ => Command::Cas { key: key.into(), expected: None, new: b"x".to_vec().into() },
+            3 => Command::Cas { key: key.into(), expected: None, new: b"x".to_vec().into() },
+            // Transactions: several keys, a key twice, an incr that may fail (a key holding
+            // "x" from a cas) and so undo the rest, a watch that may abort it all.
+            4 => {
+                let other = vec![b'a' + (key[0] - b'a' + 1) % 4];
+                Command::Multi {
+                    ops: vec![
+                        Command::Put { key: key.clone().into(), value: b"m".to_vec().into() },
+                        Command::Incr { key: other.clone().into(), delta: i64::from(arg) },
+                        Command::Get { key: other.into() },
+                        Command::Delete { key: key.into() },
+                    ],
+                    watch: Vec::new(),
+                }
+            }
+            _ => Command::Multi {
+                ops: vec![
+                    Command::Put {
+                        key: key.clone().into(),
+                        value: arg.to_string().into_bytes().into(),
+                    },
+                    Command::Put { key: key.clone().into(), value: b"again".to_vec().into() },
+                ],
+                watch: vec![(key.into(), None)],
+            },
         };
         // Few clients with repeating request ids exercise dedup and eviction too.
         write(index, u64::from(key_client(arg)), index / 2 + 1, command)
@@ -1025,7 +1173,7 @@ mod tests {
         /// point (through undo records) encodes like the replayed prefix.
         #[test]
         fn rollback_equals_replaying_the_prefix(
-            ops in proptest::collection::vec((0u8..4, 0u8..4, proptest::num::i8::ANY), 1..40),
+            ops in proptest::collection::vec((0u8..6, 0u8..4, proptest::num::i8::ANY), 1..40),
             cut in 0usize..40,
         ) {
             let entries: Vec<Entry> = ops
@@ -1059,7 +1207,7 @@ mod tests {
         /// rolled back between slices, equals the state as of its index encoded at once.
         #[test]
         fn sliced_snapshot_equals_the_state_when_it_began(
-            ops in proptest::collection::vec((0u8..4, 0u8..6, proptest::num::i8::ANY), 1..60),
+            ops in proptest::collection::vec((0u8..6, 0u8..6, proptest::num::i8::ANY), 1..60),
             at in 0usize..60,
             budget in 1usize..64,
             steps in proptest::collection::vec((0u8..3, 1u8..5), 0..30),

@@ -2,7 +2,7 @@
 //! The driver holds the persistent copy; this one serves replication, log matching and
 //! the simulator's introspection.
 
-use keel_types::{Command, Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
+use keel_types::{Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
 use std::collections::VecDeque;
 
 /// Entries `snapshot.last_index + 1 ..= last_index`, contiguous.
@@ -19,12 +19,7 @@ pub struct Log {
 pub(crate) fn entry_bytes(entry: &Entry) -> u64 {
     const OVERHEAD: u64 = 64;
     let EntryPayload::Write { command, .. } = &entry.payload else { return OVERHEAD };
-    let value = match command {
-        Command::Put { value, .. } => value.len(),
-        Command::Cas { expected, new, .. } => expected.as_ref().map_or(0, |v| v.len()) + new.len(),
-        _ => 0,
-    };
-    OVERHEAD + (command.key().len() + value) as u64
+    OVERHEAD + command.payload_bytes() as u64
 }
 
 impl Log {

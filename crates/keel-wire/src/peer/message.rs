@@ -466,7 +466,36 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
                 put_version(out, *version);
             }
         }
+        CommandResult::Multi { results } => {
+            put_u8(out, 6);
+            put_flag(out, results.is_some());
+            if let Some(results) = results {
+                put_u32(out, results.len() as u32);
+                for result in results {
+                    put_result(out, result);
+                }
+            }
+        }
     }
+}
+
+/// A transaction's results: at most `MULTI_OPS_MAX`, none of them a transaction's.
+fn read_multi_results(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
+    if !reader.flag("transaction applied")? {
+        return Ok(CommandResult::Multi { results: None });
+    }
+    let count = count(reader, "transaction results", keel_types::MULTI_OPS_MAX as u32, 1)?;
+    let mut results = Vec::with_capacity(count);
+    for _ in 0..count {
+        match read_result(reader)? {
+            CommandResult::Multi { .. } => {
+                let tag = 6;
+                return Err(CodecError::UnknownTag { what: "result in a transaction", tag }.into());
+            }
+            result => results.push(result),
+        }
+    }
+    Ok(CommandResult::Multi { results: Some(results) })
 }
 
 fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
@@ -494,6 +523,7 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
             }
             CommandResult::Items { items }
         }
+        6 => read_multi_results(reader)?,
         tag => return Err(CodecError::UnknownTag { what: "command result", tag }.into()),
     };
     Ok(result)
@@ -578,6 +608,15 @@ pub(crate) mod strategies {
     }
 
     fn command() -> impl Strategy<Value = Command> {
+        let watched = (bytes(), option::of(version()));
+        prop_oneof![
+            4 => single_command(),
+            1 => (vec(single_command(), 1..4), vec(watched, 0..3))
+                .prop_map(|(ops, watch)| Command::Multi { ops, watch }),
+        ]
+    }
+
+    fn single_command() -> impl Strategy<Value = Command> {
         prop_oneof![
             bytes().prop_map(|key| Command::Get { key }),
             (bytes(), bytes()).prop_map(|(key, value)| Command::Put { key, value }),
@@ -660,7 +699,7 @@ pub(crate) mod strategies {
         ]
     }
 
-    fn result() -> impl Strategy<Value = CommandResult> {
+    fn single_result() -> impl Strategy<Value = CommandResult> {
         prop_oneof![
             (option::of(bytes()), option::of(version()))
                 .prop_map(|(value, version)| CommandResult::Value { value, version }),
@@ -672,6 +711,14 @@ pub(crate) mod strategies {
                 .prop_map(|(value, version)| CommandResult::Counter { value, version }),
             vec((bytes(), bytes(), version()), 0..3)
                 .prop_map(|items| CommandResult::Items { items }),
+        ]
+    }
+
+    fn result() -> impl Strategy<Value = CommandResult> {
+        prop_oneof![
+            4 => single_result(),
+            1 => option::of(vec(single_result(), 1..4))
+                .prop_map(|results| CommandResult::Multi { results }),
         ]
     }
 

@@ -180,6 +180,7 @@ fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
             (key.len() + value.len()) as u64
         }
         Command::Incr { key, .. } => key.len() as u64 + 20,
+        Command::Multi { ops, .. } => ops.iter().map(|op| op.payload_bytes() as u64 + 20).sum(),
         _ => 0,
     };
     if grows > 0
