@@ -44,6 +44,8 @@ pub struct ClientConfig {
     pub keyspace: u32,
     /// `(user, password)`: each connection sends `AUTH` first (nodes with `[[users]]`).
     pub credentials: Option<(String, String)>,
+    /// TLS to every node (`nodes` are then their `client_tls_addr`s).
+    pub tls: Option<crate::ClientTls>,
 }
 
 impl ClientConfig {
@@ -59,6 +61,7 @@ impl ClientConfig {
             durability: None,
             keyspace: 0,
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -152,7 +155,8 @@ impl Client {
             }
         }
         let addr = self.config.nodes[node];
-        let conn = Connection::connect(addr, self.config.attempt_timeout).await?;
+        let conn = Connection::connect(addr, self.config.attempt_timeout, self.config.tls.as_ref())
+            .await?;
         if let Some((user, password)) = &self.config.credentials {
             let words: [&[u8]; 3] = [b"AUTH", user.as_bytes(), password.as_bytes()];
             if let Frame::Error(line) = conn.call(&words, self.config.attempt_timeout).await? {

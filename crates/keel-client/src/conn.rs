@@ -5,14 +5,16 @@
 //! queued in one go; the reader decodes replies and fills the slots in order. Many
 //! callers share one connection; each waits only for its own reply. When the socket
 //! fails, every waiting caller gets [`ConnError::Closed`] and the connection is dead
-//! ([`Connection::is_closed`]); the pool opens a new one.
+//! ([`Connection::is_closed`]); the pool opens a new one. Over TLS ([`ClientTls`]) the
+//! handshake completes within the connect timeout, and the two tasks share the stream.
 
+use crate::tls::ClientTls;
 use keel_wire::resp::{DecodeMode, Decoder, Frame, RespLimits};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -67,20 +69,40 @@ impl Drop for InFlight<'_> {
 }
 
 impl Connection {
-    /// Opens a connection to `addr` within `timeout`.
-    pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Connection, ConnError> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(ConnError::Connect { addr, reason: e.to_string() }),
-            Err(_) => return Err(ConnError::Connect { addr, reason: "timed out".into() }),
+    /// Opens a connection to `addr` within `timeout`, over TLS when `tls` is given (the
+    /// handshake within the same timeout).
+    pub async fn connect(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> Result<Connection, ConnError> {
+        let failed = |reason: String| ConnError::Connect { addr, reason };
+        let open = async {
+            let stream = TcpStream::connect(addr).await.map_err(|e| failed(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            let (requests, queue) = mpsc::channel(INFLIGHT_MAX);
+            let (slots_tx, slots_rx) = mpsc::channel(INFLIGHT_MAX);
+            match tls {
+                None => {
+                    let (reader, writer) = stream.into_split();
+                    tokio::spawn(write_requests(writer, queue, slots_tx));
+                    tokio::spawn(read_replies(reader, slots_rx));
+                }
+                Some(tls) => {
+                    let stream = tls
+                        .handshake(stream)
+                        .await
+                        .map_err(|e| failed(format!("TLS handshake: {e}")))?;
+                    let (reader, writer) = tokio::io::split(stream);
+                    tokio::spawn(write_requests(writer, queue, slots_tx));
+                    tokio::spawn(read_replies(reader, slots_rx));
+                }
+            }
+            Ok(Connection { requests, in_flight: Arc::new(AtomicUsize::new(0)) })
         };
-        let _ = stream.set_nodelay(true);
-        let (reader, writer) = stream.into_split();
-        let (requests, queue) = mpsc::channel(INFLIGHT_MAX);
-        let (slots_tx, slots_rx) = mpsc::channel(INFLIGHT_MAX);
-        tokio::spawn(write_requests(writer, queue, slots_tx));
-        tokio::spawn(read_replies(reader, slots_rx));
-        Ok(Connection { requests, in_flight: Arc::new(AtomicUsize::new(0)) })
+        tokio::time::timeout(timeout, open)
+            .await
+            .unwrap_or_else(|_| Err(failed("timed out".into())))
     }
 
     /// Calls on this connection not yet answered: a reply waits behind every earlier
@@ -121,7 +143,7 @@ pub fn encode_request(words: &[&[u8]]) -> Vec<u8> {
 }
 
 async fn write_requests(
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut writer: impl AsyncWrite + Unpin,
     mut queue: mpsc::Receiver<(Vec<u8>, Slot)>,
     slots: mpsc::Sender<Slot>,
 ) {
@@ -140,13 +162,13 @@ async fn write_requests(
             }
             out.extend_from_slice(&bytes);
         }
-        if writer.write_all(&out).await.is_err() {
+        if writer.write_all(&out).await.is_err() || writer.flush().await.is_err() {
             return;
         }
     }
 }
 
-async fn read_replies(mut reader: tokio::net::tcp::OwnedReadHalf, mut slots: mpsc::Receiver<Slot>) {
+async fn read_replies(mut reader: impl AsyncRead + Unpin, mut slots: mpsc::Receiver<Slot>) {
     let mut decoder = Decoder::new(DecodeMode::Reply, RespLimits::default());
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];

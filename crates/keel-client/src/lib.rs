@@ -6,6 +6,8 @@
 //!   retryable errors) and [`Session`] (one logical client: operations one at a time,
 //!   writes deduplicated with `KEEL.REQ <client> <seq>` so a retry is applied at most
 //!   once).
+//! - [`tls`]: [`ClientTls`], TLS to nodes' `client_tls_addr` (a cluster CA, optionally a
+//!   client certificate).
 //! - [`error`]: [`ClientError`], which says whether to retry and whether a failed write
 //!   may still have taken effect.
 //! - [`history`]: recording histories in the keel-check format, and the survivors of a
@@ -31,10 +33,12 @@ pub mod client;
 pub mod conn;
 pub mod error;
 pub mod history;
+pub mod tls;
 pub mod workload;
 
 pub use client::{CasResult, Client, ClientConfig, ReadResult, Session, WriteResult};
 pub use error::ClientError;
+pub use tls::ClientTls;
 
 /// A fresh 64-bit id: wall-clock nanoseconds mixed with the process id (SplitMix64).
 pub fn fresh_id() -> u64 {

@@ -8,7 +8,7 @@ use std::ops::{Add, Sub};
 /// Different nodes' readings are not comparable; drift between them is bounded by
 /// [`crate::leader::Config::clock_drift_ppm_max`]. Readings never go backwards while an
 /// engine runs (it asserts so). Across a restart they may start over (a machine reboot
-/// resets `CLOCK_MONOTONIC`): the engine trusts no lease anchor from the future and
+/// resets the server's `CLOCK_BOOTTIME`): the engine trusts no lease anchor from the future and
 /// anchors grants at the latest reply, so safety does not depend on it.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,

@@ -13,10 +13,12 @@
 //! `KEEL.LOG`). Storage completions arrive from the keyspace's storage thread, snapshots
 //! written off it from their tasks, and the timer fires at the engine's `wake_at`.
 //!
-//! Time: the engine sees `Time` as the host's `CLOCK_MONOTONIC` in nanoseconds (the
+//! Time: the engine sees `Time` as the host's `CLOCK_BOOTTIME` in nanoseconds (the
 //! driver reads the clock; the engine never does). Not "since the process started":
 //! peers echo this node's send times back to it as lease anchors, and an anchor from
-//! before a restart must not look like the future to the restarted node.
+//! before a restart must not look like the future to the restarted node. Not
+//! `CLOCK_MONOTONIC`, which stops while the host is suspended: a leader suspended past
+//! its lease would wake believing it still held it (`docs/protocol.md` §4).
 //!
 //! What the front decides and this loop carries out (see `keel_exec::front`):
 //! 1. storage operations go to the storage thread in order; the loop never waits for
@@ -68,11 +70,12 @@ pub const SLOW_STEP: Duration = Duration::from_millis(100);
 /// Most messages held behind a hard state not yet durable (one fsync's worth of steps).
 pub const HELD_MESSAGES_MAX: usize = STORAGE_QUEUE_MAX;
 
-/// The host's monotonic clock (`CLOCK_MONOTONIC`), continuous across restarts of the
-/// process (not across reboots, which outlast every lease).
+/// The host's clock since boot (`CLOCK_BOOTTIME`): monotonic, running while the host is
+/// suspended, continuous across restarts of the process (not across reboots, which
+/// outlast every lease).
 pub fn monotonic_now() -> Time {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is readable");
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME is readable");
     let nanos = u64::try_from(ts.tv_sec()).expect("non-negative") * 1_000_000_000
         + u64::try_from(ts.tv_nsec()).expect("non-negative");
     assert!(nanos > 0, "the monotonic clock has started");

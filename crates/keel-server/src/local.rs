@@ -345,7 +345,12 @@ pub fn status_at(addr: SocketAddr) -> Option<serde_json::Value> {
 
 /// The keyspaces `addr` hosts (`KEEL.KEYSPACES`).
 pub fn keyspaces_at(addr: SocketAddr) -> Option<Vec<KeyspaceEntry>> {
-    let Frame::Array(rows) = StatusConn::open(addr)?.call(&["KEEL.KEYSPACES"])? else {
+    keyspace_entries(&StatusConn::open(addr)?.call(&["KEEL.KEYSPACES"])?)
+}
+
+/// The keyspaces a `KEEL.KEYSPACES` reply lists (`None`: not such a reply).
+pub fn keyspace_entries(reply: &Frame) -> Option<Vec<KeyspaceEntry>> {
+    let Frame::Array(rows) = reply else {
         return None;
     };
     let text = |f: &Frame| match f {

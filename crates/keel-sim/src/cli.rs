@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// without the read-point check (data not yet durable on the active set).
     #[arg(long)]
     pub unchecked_view_reads: bool,
+    /// Negative control: a node that moves to a higher epoch forgets when it last heard
+    /// a leader, so a late reply can free its vote while that leader's lease runs.
+    #[arg(long)]
+    pub forget_leader_contact: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -126,6 +130,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         let mut config = GeneralConfig::named(&args.scenario, seed).expect("checked above");
         config.skip_truncation_clamp = args.no_truncation_clamp;
         config.unchecked_view_reads = args.unchecked_view_reads;
+        config.forget_leader_contact = args.forget_leader_contact;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;
@@ -225,8 +230,8 @@ fn print_report(report: &RunReport, json: bool, verbose: bool) {
     let status = if report.passed() { "ok  " } else { "FAIL" };
     let _ = writeln!(
         stdout,
-        "{status} seed {} ops={} ok={} unknown={} crashes={} batches={} off-loop={} events={} virtual={}ms converged={} lin={}",
-        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.client_batches, report.reads_off_loop, report.events, report.virtual_ms, report.converged,
+        "{status} seed {} ops={} ok={} unknown={} crashes={} batches={} off-loop={} stalled={} events={} virtual={}ms converged={} lin={}",
+        report.seed, report.ops, report.ok, report.unknown, report.crashes, report.client_batches, report.reads_off_loop, report.stalled, report.events, report.virtual_ms, report.converged,
         report.linearizability
     );
     for v in &report.violations {

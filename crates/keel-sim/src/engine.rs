@@ -50,6 +50,13 @@ pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status
     fn applied_digest(&self) -> Option<u64> {
         None
     }
+
+    /// Whether the engine, stepped at local time `now`, would hold a valid leader lease
+    /// (engines without leases: never). The world checks that at most one node of a
+    /// keyspace does at any moment.
+    fn leader_lease_valid_at(&self, _now: keel_core::time::Time) -> bool {
+        false
+    }
 }
 
 /// The configuration of `node` among `members` for `keyspace`, from a leader-engine
@@ -129,5 +136,9 @@ impl SimEngine for keel_core::leader::LeaderEngine {
 
     fn applied_digest(&self) -> Option<u64> {
         Some(keel_core::leader::LeaderEngine::applied_digest(self))
+    }
+
+    fn leader_lease_valid_at(&self, now: keel_core::time::Time) -> bool {
+        keel_core::leader::LeaderEngine::leader_lease_valid_at(self, now)
     }
 }

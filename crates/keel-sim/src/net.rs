@@ -21,7 +21,17 @@ pub struct NetConfig {
     pub duplicate_ppm: u32,
     /// Most messages in flight at once; past it new messages are dropped (a full queue).
     pub messages_in_flight_max: usize,
+    /// Probability that a message stalls, in parts per million: it arrives
+    /// [`STALL_NS_MIN`] to `stall_ns_max` late, as behind a TCP retransmission timeout or
+    /// a paused sender, while later messages on the link overtake it.
+    pub stall_ppm: u32,
+    /// The longest stall.
+    pub stall_ns_max: u64,
 }
+
+/// The shortest stall of a stalled message (100 ms: a retransmission timeout, far past
+/// every latency and jitter the models draw).
+pub const STALL_NS_MIN: u64 = 100_000_000;
 
 impl NetConfig {
     /// A perfect network: zero latency, no loss, no duplication.
@@ -33,6 +43,8 @@ impl NetConfig {
             loss_ppm: 0,
             duplicate_ppm: 0,
             messages_in_flight_max: 100_000,
+            stall_ppm: 0,
+            stall_ns_max: STALL_NS_MIN + 1,
         }
     }
 
@@ -45,6 +57,8 @@ impl NetConfig {
             loss_ppm,
             duplicate_ppm,
             messages_in_flight_max: 100_000,
+            stall_ppm: 0,
+            stall_ns_max: STALL_NS_MIN + 1,
         }
     }
 }
@@ -60,6 +74,8 @@ pub struct NetStats {
     pub duplicated: u64,
     /// Messages discarded because their link was cut when they arrived.
     pub partitioned: u64,
+    /// Messages that stalled (arrived at least [`STALL_NS_MIN`] late).
+    pub stalled: u64,
 }
 
 /// The simulated network between nodes.
@@ -81,6 +97,7 @@ impl Network {
     pub fn new(config: NetConfig, rng: Rng) -> Network {
         assert!(config.latency_ns_max > config.latency_ns_min, "empty latency range");
         assert!(config.jitter_ns_max > 0, "jitter range must be non-empty");
+        assert!(config.stall_ns_max > STALL_NS_MIN, "empty stall range");
         Network {
             config,
             rng,
@@ -106,8 +123,13 @@ impl Network {
         let copies = if self.rng.chance(self.config.duplicate_ppm) { 2 } else { 1 };
         self.stats.duplicated += copies - 1;
         let base = self.link_latency(from, to);
-        let delays: Vec<u64> =
+        let mut delays: Vec<u64> =
             (0..copies).map(|_| base + self.rng.range(0, self.config.jitter_ns_max)).collect();
+        // Drawn only where stalls are on, so runs without them keep their schedules.
+        if self.config.stall_ppm > 0 && self.rng.chance(self.config.stall_ppm) {
+            delays[0] += self.rng.range(STALL_NS_MIN, self.config.stall_ns_max);
+            self.stats.stalled += 1;
+        }
         self.in_flight += delays.len();
         delays
     }

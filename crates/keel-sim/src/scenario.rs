@@ -77,6 +77,9 @@ pub struct GeneralConfig {
     /// Negative control: every read is offered off the loop, where the engine skips the
     /// read-point check (`unsafe_view_reads_unchecked`).
     pub unchecked_view_reads: bool,
+    /// Negative control: a node moving to a higher epoch forgets when it last heard a
+    /// leader (the engine's `unsafe_forget_leader_contact`).
+    pub forget_leader_contact: bool,
 }
 
 impl GeneralConfig {
@@ -96,6 +99,7 @@ impl GeneralConfig {
             keyspaces: 1,
             skip_truncation_clamp: false,
             unchecked_view_reads: false,
+            forget_leader_contact: false,
         }
     }
 
@@ -161,6 +165,8 @@ pub struct RunReport {
     pub client_batches: u64,
     /// Reads answered off the loop (between steps).
     pub reads_off_loop: u64,
+    /// Messages that stalled (`NetConfig::stall_ppm`).
+    pub stalled: u64,
     /// Whether the cluster converged after healing.
     pub converged: bool,
     /// The linearizability checker's verdict on the `d*` keys (`unknown`: out of budget).
@@ -212,6 +218,8 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         loss_ppm: rng.range(0, 30_000) as u32,
         duplicate_ppm: rng.range(0, 20_000) as u32,
         messages_in_flight_max: 20_000,
+        stall_ppm: 0,
+        stall_ns_max: crate::net::STALL_NS_MIN + 1,
     };
     let fsync_ns_min = rng.range(50_000, 2_000_000);
     WorldConfig {
@@ -230,6 +238,21 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
         reads_off_loop_ppm: 500_000,
+    }
+}
+
+/// Seeds in this many per million stall some of their messages.
+pub const STALL_SEEDS_PPM: u32 = 500_000;
+
+/// Message stalls (`NetConfig::stall_ppm`) for half of all seeds: up to 2% of messages
+/// arrive 100 ms to 1.5 s late (a retransmission timeout, a paused sender), while later
+/// ones overtake them. Drawn from a generator of their own, so the rest of a seed's
+/// world is what it was before stalls existed.
+fn add_stalls(world: &mut WorldConfig, seed: u64) {
+    let mut rng = Rng::new(seed ^ 0x57A1_1ED0_0000_0001);
+    if rng.chance(STALL_SEEDS_PPM) {
+        world.net.stall_ppm = rng.range(1_000, 20_000) as u32;
+        world.net.stall_ns_max = rng.range(150_000_000, 1_500_000_000);
     }
 }
 
@@ -291,6 +314,8 @@ fn general_body<E: SimEngine<Config = Config>>(
         make_removal_hasty(&mut world_config.engine);
     }
     world_config.engine.unsafe_release_unasked = config.release_unasked;
+    world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
+    add_stalls(&mut world_config, config.seed);
     world_config.keyspaces = config.keyspaces;
     world_config.spread_leaders = config.keyspaces > 1;
     world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
@@ -553,6 +578,7 @@ fn finish<E: SimEngine>(
     report.crashes = world.stats.crashes;
     report.client_batches = world.stats.client_batches;
     report.reads_off_loop = world.stats.reads_off_loop;
+    report.stalled = world.net.stats.stalled;
     report.converged = converged;
     if keep {
         report.history = if world.keyspaces() > 1 {

@@ -141,6 +141,8 @@ fn table4_world() -> WorldConfig {
             loss_ppm: 0,
             duplicate_ppm: 0,
             messages_in_flight_max: 20_000,
+            stall_ppm: 0,
+            stall_ns_max: crate::net::STALL_NS_MIN + 1,
         },
         client_latency_ns: 500_000,
         fsync_ns_min: 500_000,

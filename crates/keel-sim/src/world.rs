@@ -697,6 +697,27 @@ impl<E: SimEngine> World<E> {
         let now = self.now_ns;
         self.checkers[ks as usize].observe(&status, digest, now);
         self.collect(ks);
+        self.check_one_lease(ks);
+    }
+
+    /// At most one node of keyspace `ks` holds a valid leader lease now, each judged on
+    /// its own clock (`docs/protocol.md` §4): two would let both serve reads without a
+    /// round, one of them stale.
+    fn check_one_lease(&mut self, ks: Keyspace) {
+        let now = self.now_ns;
+        let leased: Vec<NodeId> = self
+            .node_ids()
+            .into_iter()
+            .filter(|id| {
+                let local = self.node(*id).clock.local(now);
+                let engine = self.replica(*id, ks).engine.as_ref();
+                engine.is_some_and(|e| e.leader_lease_valid_at(local))
+            })
+            .collect();
+        if leased.len() > 1 {
+            let detail = format!("keyspace {ks}: {leased:?} hold valid leader leases at once");
+            self.violate("one-leader-lease", detail);
+        }
     }
 
     /// Carries out one step's outputs through the executor (see the module docs).

@@ -67,7 +67,10 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "UNAVAILABLE" => KeelError::Unavailable(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
-        _ => KeelError::InvalidArgument(rest.to_string()),
+        "ERR" => KeelError::InvalidArgument(rest.to_string()),
+        // Another code (NOAUTH, WRONGPASS, NOPERM, EXECABORT, ...) says what went wrong:
+        // kept with the text.
+        _ => KeelError::InvalidArgument(line.to_string()),
     }
 }
 
@@ -181,6 +184,10 @@ mod tests {
         let text = error_text(&error);
         assert!(text.starts_with("ERR key of 2000 bytes"));
         assert!(!error_from_line(text.as_bytes()).is_retryable());
+        // Other codes keep their code, which is what says what went wrong.
+        let noauth = error_from_line(b"NOAUTH Authentication required.");
+        assert_eq!(noauth, KeelError::InvalidArgument("NOAUTH Authentication required.".into()));
+        assert!(!noauth.is_retryable());
     }
 
     #[test]

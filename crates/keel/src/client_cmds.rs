@@ -1,17 +1,72 @@
 //! `keel get|set|del|cas|status`: one operation against a running cluster.
 
 use anyhow::bail;
-use keel_client::{Client, ClientConfig};
-use keel_server::local::{keyspaces_at, status_in, KeyspaceEntry};
+use keel_client::{Client, ClientConfig, ClientTls};
+use keel_server::local::{keyspace_entries, KeyspaceEntry};
 use keel_types::{Durability, ReadLevel};
+use keel_wire::resp::Frame;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-/// A `host:port` as given (a name is looked up once, the first address kept).
-fn resolve(text: &str) -> Result<SocketAddr, String> {
+/// A node's address as given (`host:port`) and what it resolved to (a name is looked
+/// up once, the first address kept).
+#[derive(Clone, Debug)]
+pub struct NodeAddr {
+    /// The host part as given (the name TLS checks the node's certificate against).
+    pub host: String,
+    /// The address.
+    pub addr: SocketAddr,
+}
+
+fn resolve(text: &str) -> Result<NodeAddr, String> {
     use std::net::ToSocketAddrs;
     let mut addrs = text.to_socket_addrs().map_err(|e| format!("{text}: {e}"))?;
-    addrs.next().ok_or_else(|| format!("{text}: no address"))
+    let addr = addrs.next().ok_or_else(|| format!("{text}: no address"))?;
+    let host = text.rsplit_once(':').map_or(text, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    Ok(NodeAddr { host, addr })
+}
+
+/// How to authenticate and whether to use TLS.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Access {
+    /// The user to authenticate as (nodes with `[[users]]`); the password is read from
+    /// the environment variable `KEEL_PASSWORD`.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Connect over TLS (to a node's `client_tls_addr`), trusting the certificate
+    /// authority in this PEM file (`keel up --secure`: `<dir>/tls/ca.pem`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the node's certificate must carry (default: the host of `--node`).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_name: Option<String>,
+    /// A client certificate chain (PEM) to present, for nodes that require one.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl Access {
+    /// A client configuration for `node` in `keyspace` with these credentials and TLS.
+    fn config(&self, node: &NodeAddr, keyspace: u32) -> anyhow::Result<ClientConfig> {
+        let mut config = ClientConfig::new(vec![node.addr]);
+        config.keyspace = keyspace;
+        if let Some(user) = &self.user {
+            let password = std::env::var("KEEL_PASSWORD").unwrap_or_default();
+            config.credentials = Some((user.clone(), password));
+        }
+        if let Some(ca) = &self.tls_ca {
+            let name = self.tls_name.as_deref().unwrap_or(&node.host);
+            let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+            config.tls = Some(ClientTls::new(ca, name, identity).map_err(anyhow::Error::msg)?);
+        }
+        Ok(config)
+    }
 }
 
 /// Where to connect and how.
@@ -19,14 +74,12 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
 pub struct Target {
     /// A node's client address, `host:port` (any node serves any command).
     #[arg(long, default_value = "127.0.0.1:7379", value_parser = resolve)]
-    pub node: SocketAddr,
+    pub node: NodeAddr,
     /// The keyspace (what `SELECT` takes).
     #[arg(long, default_value_t = 0)]
     pub keyspace: u32,
-    /// The user to authenticate as (nodes with `[[users]]`); the password is read from
-    /// the environment variable `KEEL_PASSWORD`.
-    #[arg(long)]
-    pub user: Option<String>,
+    #[command(flatten)]
+    access: Access,
 }
 
 /// `keel get KEY`.
@@ -90,10 +143,12 @@ pub struct CasArgs {
 pub struct StatusArgs {
     /// Client addresses of the nodes to ask (default: a local 3-node `keel up` cluster).
     #[arg(long = "node", default_values = ["127.0.0.1:7379", "127.0.0.1:7380", "127.0.0.1:7381"], value_parser = resolve)]
-    pub nodes: Vec<SocketAddr>,
+    pub nodes: Vec<NodeAddr>,
     /// Print each node's keyspaces' JSON documents instead of tables.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    access: Access,
 }
 
 fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
@@ -108,14 +163,8 @@ fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode 
     }
 }
 
-fn client(target: &Target) -> std::sync::Arc<Client> {
-    let mut config = ClientConfig::new(vec![target.node]);
-    config.keyspace = target.keyspace;
-    if let Some(user) = &target.user {
-        let password = std::env::var("KEEL_PASSWORD").unwrap_or_default();
-        config.credentials = Some((user.clone(), password));
-    }
-    Client::new(config)
+fn client(target: &Target) -> anyhow::Result<std::sync::Arc<Client>> {
+    Ok(Client::new(target.access.config(&target.node, target.keyspace)?))
 }
 
 fn show(value: Option<&[u8]>) -> String {
@@ -125,7 +174,7 @@ fn show(value: Option<&[u8]>) -> String {
 /// Runs `keel get`.
 pub fn get(args: &GetArgs) -> ExitCode {
     run(async {
-        let read = client(&args.target).session().get(args.key.as_bytes(), args.level).await?;
+        let read = client(&args.target)?.session().get(args.key.as_bytes(), args.level).await?;
         let version = read.version.map_or("-".to_string(), |v| v.to_string());
         println!("{}\t(version {version})", show(read.value.as_deref()));
         Ok(())
@@ -135,7 +184,7 @@ pub fn get(args: &GetArgs) -> ExitCode {
 /// Runs `keel set`.
 pub fn set(args: &SetArgs) -> ExitCode {
     run(async {
-        let mut session = client(&args.target).session();
+        let mut session = client(&args.target)?.session();
         let written =
             session.put(args.key.as_bytes(), args.value.as_bytes(), args.durability).await?;
         println!("OK\t(version {})", written.version.map_or("-".to_string(), |v| v.to_string()));
@@ -146,7 +195,7 @@ pub fn set(args: &SetArgs) -> ExitCode {
 /// Runs `keel del`.
 pub fn del(args: &DelArgs) -> ExitCode {
     run(async {
-        let existed = client(&args.target).session().delete(args.key.as_bytes()).await?;
+        let existed = client(&args.target)?.session().delete(args.key.as_bytes()).await?;
         println!("{}", if existed { "deleted" } else { "absent" });
         Ok(())
     })
@@ -159,7 +208,7 @@ pub fn cas(args: &CasArgs) -> ExitCode {
             bail!("give EXPECTED or --absent, not both");
         }
         let expected = args.expected.as_deref().map(str::as_bytes);
-        let mut session = client(&args.target).session();
+        let mut session = client(&args.target)?.session();
         let result = session
             .cas(args.key.as_bytes(), expected, args.new.as_bytes(), args.durability)
             .await?;
@@ -177,15 +226,49 @@ pub fn cas(args: &CasArgs) -> ExitCode {
 /// when it did not answer.
 type NodeView = Option<Vec<(KeyspaceEntry, Option<serde_json::Value>)>>;
 
-fn node_view(addr: SocketAddr) -> NodeView {
-    let keyspaces = keyspaces_at(addr)?;
-    Some(keyspaces.into_iter().map(|k| (k.clone(), status_in(addr, k.id))).collect())
+/// How long each status query may take.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Asks `node` once, in `keyspace`, for the reply to `words` (an error reply is `None`).
+async fn ask(access: &Access, node: &NodeAddr, keyspace: u32, words: &[&[u8]]) -> Option<Frame> {
+    let mut config = access.config(node, keyspace).ok()?;
+    config.attempts_max = 1;
+    config.attempt_timeout = STATUS_TIMEOUT;
+    config.connections_per_node = 1;
+    Client::new(config).call_node(0, words).await.ok()
+}
+
+async fn node_view(access: &Access, node: &NodeAddr) -> NodeView {
+    let keyspaces = keyspace_entries(&ask(access, node, 0, &[b"KEEL.KEYSPACES"]).await?)?;
+    let mut view = Vec::with_capacity(keyspaces.len());
+    for keyspace in keyspaces {
+        let doc = match ask(access, node, keyspace.id, &[b"KEEL.STATUS"]).await {
+            Some(Frame::Bulk(json)) => serde_json::from_slice(&json).ok(),
+            _ => None,
+        };
+        view.push((keyspace, doc));
+    }
+    Some(view)
 }
 
 /// Runs `keel status`.
 pub fn status(args: &StatusArgs) -> ExitCode {
-    let views: Vec<(&SocketAddr, NodeView)> =
-        args.nodes.iter().map(|addr| (addr, node_view(*addr))).collect();
+    if let Some(node) = args.nodes.first() {
+        // Settings that cannot work (an unreadable CA file, say) are said once, up front.
+        if let Err(e) = args.access.config(node, 0) {
+            eprintln!("keel status: {e:#}");
+            return ExitCode::from(1);
+        }
+    }
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let views: Vec<(&SocketAddr, NodeView)> = runtime.block_on(async {
+        let mut views = Vec::with_capacity(args.nodes.len());
+        for node in &args.nodes {
+            views.push((&node.addr, node_view(&args.access, node).await));
+        }
+        views
+    });
     if args.json {
         for (addr, view) in &views {
             let docs: Vec<serde_json::Value> = view
@@ -280,9 +363,12 @@ mod tests {
 
     #[test]
     fn nodes_may_be_named_by_host() {
-        let addr = resolve("localhost:7379").expect("localhost resolves");
-        assert!(addr.ip().is_loopback() && addr.port() == 7379, "{addr}");
-        assert_eq!(resolve("127.0.0.1:7380").unwrap().port(), 7380);
+        let node = resolve("localhost:7379").expect("localhost resolves");
+        assert!(node.addr.ip().is_loopback() && node.addr.port() == 7379, "{node:?}");
+        assert_eq!(node.host, "localhost");
+        let node = resolve("127.0.0.1:7380").unwrap();
+        assert_eq!((node.addr.port(), node.host.as_str()), (7380, "127.0.0.1"));
+        assert_eq!(resolve("[::1]:7381").unwrap().host, "::1");
         assert!(resolve("no-port").is_err());
     }
 }

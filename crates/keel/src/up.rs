@@ -156,6 +156,16 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
             }
         }
     }
+    if let (Some(secure), Some(tls)) =
+        (secure, cluster.configs.first().and_then(|c| c.client_tls_addr))
+    {
+        println!(
+            "  keel's own commands: KEEL_PASSWORD=$(cat {}) keel status --user admin --tls-ca {} --node localhost:{}",
+            secure.password_file.display(),
+            secure.ca.display(),
+            tls.port()
+        );
+    }
     println!("Ctrl-C stops the cluster.");
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");

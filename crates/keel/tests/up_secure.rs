@@ -1,6 +1,8 @@
 //! `keel up --secure`: `redis-cli --tls` with the admin password is served, without one it
 //! gets `NOAUTH`, with a wrong one `WRONGPASS`; `/status` over HTTPS answers only with the
-//! bearer token. Skipped without `redis-cli`, unless `KEEL_REQUIRE_REDIS_TOOLS=1`.
+//! bearer token; keel's own commands reach it over TLS with `--tls-ca` and `--user`, and
+//! fail without either or with an authority that did not sign the nodes' certificate.
+//! Skipped without `redis-cli`, unless `KEEL_REQUIRE_REDIS_TOOLS=1`.
 
 mod common;
 
@@ -105,6 +107,41 @@ fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https()
     assert!(with.starts_with("HTTP/1.1 200") && with.contains("keyspaces"), "{with}");
     let without = https_status(&ca, http, None);
     assert!(without.starts_with("HTTP/1.1 401"), "{without}");
+
+    // keel's own client: TLS trusting the cluster's CA, the admin's password.
+    let node = format!("localhost:{port}");
+    let keel = |args: &[&str], ca: Option<&Path>, pass: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+        command.args(args).args(["--node", &node]);
+        if let Some(ca) = ca {
+            command.arg("--tls-ca").arg(ca);
+        }
+        if let Some(pass) = pass {
+            command.args(["--user", "admin"]).env("KEEL_PASSWORD", pass);
+        }
+        let out = command.output().expect("keel runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = keel(&["set", "from-keel", "over-tls"], Some(&ca), Some(password));
+    assert!(ok && text.starts_with("OK"), "keel set over TLS: {text}");
+    let (ok, text) = keel(&["get", "greeting"], Some(&ca), Some(password));
+    assert!(ok && text.starts_with("secure"), "keel get over TLS: {text}");
+    let (ok, text) = keel(&["status"], Some(&ca), Some(password));
+    let answered = text.contains(&format!("127.0.0.1:{port}")) && !text.contains("unreachable");
+    assert!(ok && answered && text.contains("epoch"), "keel status over TLS: {text}");
+    let (ok, text) = keel(&["get", "greeting"], Some(&ca), None);
+    assert!(!ok && text.contains("NOAUTH"), "without a password: {text}");
+    let (ok, text) = keel(&["get", "greeting"], None, Some(password));
+    assert!(!ok, "plain RESP to the TLS port: {text}");
+    // The node's own certificate is no authority: the handshake must fail.
+    let (ok, text) = keel(&["get", "greeting"], Some(&dir.join("tls/node.pem")), Some(password));
+    assert!(!ok && text.contains("TLS handshake"), "an authority that signed nothing: {text}");
+
     drop(up);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -93,6 +93,7 @@ impl Config {
             unsafe_allow_hasty_removal: false,
             unsafe_release_unasked: false,
             unsafe_view_reads_unchecked: false,
+            unsafe_forget_leader_contact: false,
         }
     }
 

@@ -327,6 +327,11 @@ impl LeaderEngine {
 
     /// Moves to `epoch` as a follower of `leader` (if known), failing whatever the node
     /// was waiting on as leader. Clears the vote only when the epoch changes.
+    ///
+    /// The time of the last contact with a leader is kept across the epoch change: it is
+    /// a promise made to that leader (its lease counts on this node refusing votes until
+    /// `election_timeout_min` after it), and a higher epoch can arrive in a late reply or
+    /// forward without any leader of it having been heard (`docs/protocol.md` §4).
     pub(super) fn become_follower(&mut self, epoch: Epoch, leader: Option<NodeId>) {
         assert!(epoch >= self.core.hard.epoch, "stepping back to an older epoch");
         if matches!(self.role, RoleState::Leader(_)) {
@@ -337,7 +342,9 @@ impl LeaderEngine {
                 following.fail_forwards(&mut self.core);
             }
             self.core.set_hard_state(HardState { epoch, voted_for: None });
-            self.core.election.contact_at = None;
+            if self.core.config.unsafe_forget_leader_contact {
+                self.core.election.contact_at = None;
+            }
             self.role = RoleState::Follower(Following::default());
         } else if !matches!(self.role, RoleState::Follower(_)) {
             self.role = RoleState::Follower(Following::default());
@@ -520,8 +527,17 @@ impl LeaderEngine {
     /// Whether this node leads and a majority acknowledged it recently enough that no
     /// other leader can exist yet (see `Config::leader_lease`).
     pub fn leader_lease_valid(&self) -> bool {
+        self.leader_lease_valid_at(self.core.now)
+    }
+
+    /// [`Self::leader_lease_valid`] at local time `now` (not before the last step's): what
+    /// the node would answer if it stepped now. The simulator checks it on every node at
+    /// once.
+    pub fn leader_lease_valid_at(&self, now: Time) -> bool {
         match &self.role {
-            RoleState::Leader(leading) => leading.lease_valid(&self.core),
+            RoleState::Leader(leading) => {
+                leading.lease_valid_at(&self.core, now.max(self.core.now))
+            }
             _ => false,
         }
     }

@@ -257,6 +257,11 @@ pub struct Config {
     /// yet durable on the active set. Shows that the simulator's checkers catch reads of
     /// state a crash can lose.
     pub unsafe_view_reads_unchecked: bool,
+    /// For negative-control tests only: moving to a higher epoch forgets when a leader was
+    /// last heard (as Keel once did), so a late reply of a higher epoch frees a follower
+    /// to vote while the leader it just acknowledged still holds its lease. Shows that the
+    /// simulator's one-lease invariant catches two leader leases at once.
+    pub unsafe_forget_leader_contact: bool,
 }
 
 /// A node's role.

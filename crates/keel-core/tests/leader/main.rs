@@ -558,6 +558,94 @@ fn a_follower_that_hears_from_a_live_leader_refuses_votes() {
     assert_eq!(c.status(follower).epoch, epoch, "stickiness: the epoch does not move");
 }
 
+/// Blocks both directions between every node of `a` and every node of `b`.
+fn cut(c: &mut Cluster, a: &[NodeId], b: &[NodeId]) {
+    for x in a {
+        for y in b {
+            c.blocked.insert((*x, *y));
+            c.blocked.insert((*y, *x));
+        }
+    }
+}
+
+#[test]
+fn a_higher_epoch_from_a_reply_does_not_free_a_followers_vote_early() {
+    late_higher_epoch_scenario(false);
+}
+
+#[test]
+fn forgetting_the_leader_contact_on_a_new_epoch_gives_two_leader_leases() {
+    // Negative control: with the old behaviour the same schedule ends with two leaders
+    // holding valid leases, which the harness's invariant check catches.
+    let outcome = std::panic::catch_unwind(|| late_higher_epoch_scenario(true));
+    let panic = outcome.expect_err("the old behaviour must break the one-lease invariant");
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(text.contains("several valid leader leases"), "{text}");
+}
+
+fn late_higher_epoch_scenario(forget_contact: bool) {
+    // Five nodes, leader L. C and W lose L and A; V reaches everyone. V acknowledges L's
+    // heartbeats, so L's lease counts on V's promise not to vote for election_timeout_min.
+    // Then a late reply of a higher epoch reaches V and C (an `AppendReply` to an `Append`
+    // each sent in an old leadership, answered by a node that has since moved on), and V's
+    // answers to L are held back. V must still refuse to help elect C until its promise
+    // to L runs out; otherwise C leads with a valid lease while L's is still valid (the
+    // invariant `check_global` asserts after every step). Long timeouts make L's lease
+    // outlast C's election timeout.
+    let mut c = Cluster::new(5, 11, |config| {
+        config.election_timeout_min = Span::from_millis(2_000);
+        config.election_timeout_max = Span::from_millis(2_100);
+        config.unsafe_forget_leader_contact = forget_contact;
+    });
+    let leader = c.await_leader();
+    let others: Vec<NodeId> = c.nodes.keys().copied().filter(|n| *n != leader).collect();
+    let (v, a, cand, w) = (others[0], others[1], others[2], others[3]);
+    c.run_for(50);
+    cut(&mut c, &[cand, w], &[leader, a]);
+    c.run_for(1_900);
+    let epoch = c.status(leader).epoch;
+    assert_eq!(c.status(leader).role, Role::Leader);
+    assert!(c.status(leader).leader_lease_valid, "the leader holds its lease through V and A");
+    let late = |epoch: Epoch| Message::AppendReply {
+        epoch,
+        success: false,
+        last_index: LogIndex::ZERO,
+        persisted_index: LogIndex::ZERO,
+        applied_index: LogIndex::ZERO,
+        match_index: LogIndex::ZERO,
+        released: false,
+        echo_sent_at: Time(0),
+        sent_at: Time(0),
+    };
+    c.blocked.insert((v, leader));
+    c.step(v, Input::Message { from: w, message: late(epoch.next()) });
+    c.step(cand, Input::Message { from: w, message: late(epoch.next()) });
+    assert_eq!(c.status(v).epoch, epoch.next(), "a reply of a higher epoch moves V's epoch");
+    // C's election timeout comes while L's lease still runs.
+    c.run_for(600);
+    let leaders: Vec<(NodeId, Status)> = c
+        .nodes
+        .keys()
+        .map(|id| (*id, c.status(*id)))
+        .filter(|(_, s)| s.role == Role::Leader)
+        .collect();
+    assert!(
+        leaders.iter().all(|(id, _)| *id == leader),
+        "no second leader while V's promise to L holds: {:?}",
+        leaders.iter().map(|(id, s)| (*id, s.epoch)).collect::<Vec<_>>()
+    );
+    // Once the promise runs out, C is elected with V's and W's votes.
+    c.run_for(3_000);
+    assert!(
+        c.nodes.keys().any(|id| *id != leader && c.status(*id).role == Role::Leader),
+        "C's side elects a leader once L's lease has run out"
+    );
+}
+
 #[test]
 fn votes_nobody_asked_for_change_nothing() {
     // A member's forged (or late) `Vote` or `PreVoteReply` of a far higher epoch, sent to
