@@ -2,10 +2,11 @@
 //! measure the simulator. Every run prints the one-line command that replays it.
 
 use crate::disk::HardStateMode;
-use crate::scenario::{run_general, GeneralConfig, RunReport};
+use crate::scenario::{run_general, GeneralConfig, RunReport, COVERAGE_GOALS};
 use crate::world::Corruption;
 use clap::{Args, Subcommand};
 use keel_core::leader::LeaderEngine;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,10 @@ pub struct RunArgs {
     /// a leader, so a late reply can free its vote while that leader's lease runs.
     #[arg(long)]
     pub forget_leader_contact: bool,
+    /// After the sweep, print the share of seeds that reached each rare path and fault
+    /// kind, against the shares the default scenario must reach.
+    #[arg(long)]
+    pub coverage: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -151,8 +156,16 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     let started = std::time::Instant::now();
     let threads =
         args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let seeds_reaching: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
     let failures = for_each_seed(args.seed, count, threads, base, |report| {
-        print_report(report, args.json, single)
+        let mut reaching = seeds_reaching.lock().unwrap_or_else(|e| e.into_inner());
+        for path in report.reached.keys() {
+            *reaching.entry(path.clone()).or_default() += 1;
+        }
+        drop(reaching);
+        if !args.coverage || !report.passed() {
+            print_report(report, args.json, single)
+        }
     });
     if let (true, Some(path)) = (single, &args.history) {
         if let Err(e) = write_history(path, args.seed, base(args.seed)) {
@@ -167,10 +180,36 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
             count as f64 / secs.max(1e-9)
         );
     }
+    if args.coverage {
+        let reaching = seeds_reaching.into_inner().unwrap_or_else(|e| e.into_inner());
+        print_coverage(&reaching, count);
+    }
     if failures == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// The share of `count` seeds that reached each path, beside the goal for it.
+fn print_coverage(reaching: &BTreeMap<String, u64>, count: u64) {
+    println!("{:<22} {:>8} {:>7} {:>6}", "path", "seeds", "share", "goal");
+    let mut names: Vec<&str> = COVERAGE_GOALS.iter().map(|(name, _)| *name).collect();
+    for name in reaching.keys() {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let seeds = reaching.get(name).copied().unwrap_or(0);
+        let share = 100.0 * seeds as f64 / count as f64;
+        let goal = COVERAGE_GOALS.iter().find(|(n, _)| *n == name).map(|(_, g)| *g);
+        let (goal, mark) = match goal {
+            Some(g) if share < f64::from(g) => (format!("{g}%"), "  below"),
+            Some(g) => (format!("{g}%"), ""),
+            None => ("-".to_string(), ""),
+        };
+        println!("{name:<22} {seeds:>8} {share:>6.1}% {goal:>6}{mark}");
     }
 }
 

@@ -57,6 +57,12 @@ pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status
     fn leader_lease_valid_at(&self, _now: keel_core::time::Time) -> bool {
         false
     }
+
+    /// How often this incarnation took each rare path the coverage report counts
+    /// (`keel sim run --coverage`), by name.
+    fn path_counts(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// The configuration of `node` among `members` for `keyspace`, from a leader-engine
@@ -140,5 +146,22 @@ impl SimEngine for keel_core::leader::LeaderEngine {
 
     fn leader_lease_valid_at(&self, now: keel_core::time::Time) -> bool {
         keel_core::leader::LeaderEngine::leader_lease_valid_at(self, now)
+    }
+
+    fn path_counts(&self) -> Vec<(&'static str, u64)> {
+        let c = self.counters();
+        vec![
+            ("election", c.elections),
+            ("durability-round", c.durability_rounds),
+            ("forwarded", c.forwarded),
+            ("snapshot-taken", c.snapshots_taken),
+            ("snapshot-installed", c.snapshots_installed),
+            ("mark-out", c.forced_mark_outs),
+            ("released", c.released_removals),
+            ("removal", c.removals),
+            ("rollback", c.rolled_back_entries),
+            ("write-timeout", c.writes_timed_out),
+            ("retry-deduplicated", c.retries_deduplicated),
+        ]
     }
 }

@@ -245,6 +245,8 @@ pub struct World<E: SimEngine> {
     pub corruption: Corruption,
     /// The corruption injected so far, if any: `(node, first lost index)` in keyspace 0.
     pub corrupted: Option<(NodeId, LogIndex)>,
+    /// Rare paths taken by engines that have since crashed (see [`World::path_counts`]).
+    paths_of_crashed: BTreeMap<&'static str, u64>,
 }
 
 impl<E: SimEngine> World<E> {
@@ -292,6 +294,7 @@ impl<E: SimEngine> World<E> {
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             corruption: Corruption::Off,
             corrupted: None,
+            paths_of_crashed: BTreeMap::new(),
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -700,6 +703,20 @@ impl<E: SimEngine> World<E> {
         self.check_one_lease(ks);
     }
 
+    /// How often every engine of the run, crashed ones included, took each rare path its
+    /// kind counts ([`SimEngine::path_counts`]).
+    pub fn path_counts(&self) -> BTreeMap<&'static str, u64> {
+        let mut paths = self.paths_of_crashed.clone();
+        for node in &self.nodes {
+            for replica in &node.replicas {
+                for (path, count) in replica.engine.iter().flat_map(|e| e.path_counts()) {
+                    *paths.entry(path).or_default() += count;
+                }
+            }
+        }
+        paths
+    }
+
     /// At most one node of keyspace `ks` holds a valid leader lease now, each judged on
     /// its own clock (`docs/protocol.md` §4): two would let both serve reads without a
     /// round, one of them stale.
@@ -913,6 +930,11 @@ impl<E: SimEngine> World<E> {
             }
         };
         let fronts: Vec<_> = (0..self.config.keyspaces).map(|_| fresh_front()).collect();
+        for replica in &self.nodes[Self::slot(node)].replicas {
+            for (path, count) in replica.engine.iter().flat_map(|e| e.path_counts()) {
+                *self.paths_of_crashed.entry(path).or_default() += count;
+            }
+        }
         let n = &mut self.nodes[Self::slot(node)];
         n.incarnation += 1;
         for (ks, (replica, front)) in n.replicas.iter_mut().zip(fronts).enumerate() {

@@ -2,7 +2,8 @@
 //! level, every fault. Seeds that once failed are pinned here as regressions.
 
 use keel_core::leader::LeaderEngine;
-use keel_sim::scenario::{run_general, GeneralConfig};
+use keel_sim::scenario::{run_general, GeneralConfig, COVERAGE_GOALS};
+use std::collections::BTreeMap;
 
 fn assert_seed_passes(seed: u64) {
     let report = run_general::<LeaderEngine>(&GeneralConfig::new(seed));
@@ -34,12 +35,13 @@ const GENERAL_SEEDS: u64 = 2_000;
 
 /// Runs seeds `0..count` of the scenario `make` builds, spread over the cores (each
 /// thread takes every `threads`-th seed, so the sweep costs wall time / cores); every
-/// seed must pass and converge.
-fn sweep(count: u64, make: fn(u64) -> GeneralConfig) {
+/// seed must pass and converge. Returns how many seeds reached each path.
+fn sweep(count: u64, make: fn(u64) -> GeneralConfig) -> BTreeMap<String, u64> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let workers: Vec<_> = (0..threads)
         .map(|first| {
             std::thread::spawn(move || {
+                let mut reaching: BTreeMap<String, u64> = BTreeMap::new();
                 for seed in (first..count).step_by(threads as usize) {
                     let report = run_general::<LeaderEngine>(&make(seed));
                     assert!(
@@ -49,18 +51,41 @@ fn sweep(count: u64, make: fn(u64) -> GeneralConfig) {
                         report.panic,
                         report.replay()
                     );
+                    for path in report.reached.keys() {
+                        *reaching.entry(path.clone()).or_default() += 1;
+                    }
                 }
+                reaching
             })
         })
         .collect();
+    let mut reaching = BTreeMap::new();
     for worker in workers {
-        worker.join().expect("a seed failed; its replay line is printed above");
+        for (path, seeds) in worker.join().expect("a seed failed; its replay line is printed above")
+        {
+            *reaching.entry(path).or_default() += seeds;
+        }
     }
+    reaching
+}
+
+/// Every path of [`COVERAGE_GOALS`] was reached by at least its share of `count` seeds.
+fn assert_coverage(reaching: &BTreeMap<String, u64>, count: u64, scenario: &str) {
+    let short: Vec<String> = COVERAGE_GOALS
+        .iter()
+        .filter_map(|(path, goal)| {
+            let seeds = reaching.get(*path).copied().unwrap_or(0);
+            (seeds * 100 < u64::from(*goal) * count)
+                .then(|| format!("{path}: {seeds} of {count} seeds, goal {goal}%"))
+        })
+        .collect();
+    assert!(short.is_empty(), "{scenario} seeds miss coverage goals: {short:?}");
 }
 
 #[test]
 fn first_seeds_with_every_fault_pass() {
-    sweep(GENERAL_SEEDS, GeneralConfig::new);
+    let reaching = sweep(GENERAL_SEEDS, GeneralConfig::new);
+    assert_coverage(&reaching, GENERAL_SEEDS, "general");
 }
 
 #[test]
@@ -119,7 +144,8 @@ const WIDE_AREA_SEEDS: u64 = 500;
 
 #[test]
 fn wide_area_seeds_with_every_fault_pass() {
-    sweep(WIDE_AREA_SEEDS, GeneralConfig::wide_area);
+    let reaching = sweep(WIDE_AREA_SEEDS, GeneralConfig::wide_area);
+    assert_coverage(&reaching, WIDE_AREA_SEEDS, "wide-area");
 }
 
 /// Wide-area seeds that found engine bugs: a late, reordered rejection raised a follower's

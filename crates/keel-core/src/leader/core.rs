@@ -51,6 +51,15 @@ pub struct Counters {
     pub messages_rejected: u64,
     /// Writes at the leader that timed out before their durability point.
     pub writes_timed_out: u64,
+    /// Active-set members this node (as leader) began to mark out (slow, or past the
+    /// active-set target): `Lease::MarkOut` goes to them.
+    pub forced_mark_outs: u64,
+    /// Removals that followed a follower's acknowledgement of a mark-out (`released`),
+    /// rather than its silence for the removal timeout.
+    pub released_removals: u64,
+    /// Writes answered from the deduplication table (a retry of a request already
+    /// applied).
+    pub retries_deduplicated: u64,
 }
 
 /// The election timer and what elections remember between roles.

@@ -44,6 +44,9 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "snapshot_chunks_received": c.snapshot_chunks_received,
             "messages_rejected": c.messages_rejected,
             "writes_timed_out": c.writes_timed_out,
+            "forced_mark_outs": c.forced_mark_outs,
+            "released_removals": c.released_removals,
+            "retries_deduplicated": c.retries_deduplicated,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -130,6 +133,21 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_write_timeouts_total",
             "Writes at the leader that timed out before their durability point.",
             c.writes_timed_out,
+        ),
+        counter(
+            "keel_forced_mark_outs_total",
+            "Active-set members this leader began to mark out (slow or past the target).",
+            c.forced_mark_outs,
+        ),
+        counter(
+            "keel_released_removals_total",
+            "Removals after a follower acknowledged its mark-out.",
+            c.released_removals,
+        ),
+        counter(
+            "keel_retries_deduplicated_total",
+            "Write retries answered from the deduplication table.",
+            c.retries_deduplicated,
         ),
     ]);
     Report { status: doc, metrics }

@@ -1210,6 +1210,37 @@ fn a_slow_follower_is_forced_out_and_readmitted_when_it_catches_up() {
     );
 }
 
+#[test]
+fn a_slow_member_of_a_bare_majority_active_set_gets_its_lease_back() {
+    // Three nodes, an active set of two (the leader and one follower): the follower cannot
+    // be removed (the set would fall below a majority), so marking it out when it is slow
+    // must not last. It used to: the mark-out stayed forever and the follower never held
+    // a lease again (found by `keel sim run` with an active-set target of a majority).
+    let mut c = Cluster::new(3, 15, |config| {
+        config.active_set_target = 2;
+        config.slow_follower_lag_max = 5;
+        config.slow_follower_timeout = Span::from_millis(100);
+        config.flush_interval = Span::from_millis(20);
+    });
+    let leader = c.await_leader();
+    c.run_for(300);
+    let member = c.status(leader).active_set.iter().copied().find(|n| *n != leader);
+    let member = member.expect("the active set holds one follower");
+    assert!(c.status(member).active, "the member holds a lease");
+    c.fsync_of.insert(member, 400 * MS);
+    for i in 0..20 {
+        c.put(leader, &format!("k{i}"), "v", Durability::Memory);
+        c.run_for(10);
+    }
+    c.run_for(500);
+    assert!(c.status(leader).active_set.contains(&member), "never removed below a majority");
+    c.fsync_of.remove(&member);
+    assert!(
+        c.run_until_cond(3_000, |c| c.status(member).active),
+        "the member holds a lease again once it has caught up"
+    );
+}
+
 /// The negative control for ORCA Fig. 5(i): with a removal timeout shorter than the
 /// mark-out timeout (allowed only by `unsafe_allow_hasty_removal`), the leader drops a
 /// partitioned follower while it still holds its lease, and the follower serves an older

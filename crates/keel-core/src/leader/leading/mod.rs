@@ -231,7 +231,7 @@ impl Leading {
             return Leadership::Lost;
         }
         self.remove_silent_followers(core);
-        self.mark_out_slow_followers(core);
+        core.counters.forced_mark_outs += self.mark_out_slow_followers(core);
         if now >= self.next_heartbeat_at {
             self.next_heartbeat_at = now + core.config.heartbeat_interval;
             self.rewind_stalled_followers(core);
@@ -289,7 +289,12 @@ impl Leading {
     /// more than `slow_follower_lag_max` for `slow_follower_timeout`, or one past the
     /// active-set target. The leader stops granting; removal follows the follower's
     /// acknowledgement (a `released` reply sent after the last grant) or `rt`.
-    fn mark_out_slow_followers(&mut self, core: &Core) {
+    /// Returns how many members it began to mark out.
+    fn mark_out_slow_followers(&mut self, core: &Core) -> u64 {
+        let marking = |leading: &Leading| {
+            leading.active.iter().filter(|f| leading.progress[f].marking_out).count() as u64
+        };
+        let before = marking(self);
         let now = core.now;
         let last = core.log.last_index();
         let lag_max = core.config.slow_follower_lag_max;
@@ -315,8 +320,31 @@ impl Leading {
         for (_, id) in staying.into_iter().take(excess) {
             self.progress.get_mut(&id).expect("a member").marking_out = true;
         }
-        let members = 1 + self.active.iter().filter(|f| !self.progress[f].marking_out).count();
+        // A member is marked out only to be removed, and removals stop at a majority: if
+        // the members kept (the leader counting itself) fall short of one, the most
+        // caught-up of those being marked out stay, and go on getting leases. Otherwise
+        // a slow member of a majority-sized active set would be refused leases for good
+        // (found by the simulator with an active-set target of a bare majority).
+        let majority = core.config.majority();
+        let kept = |leading: &Leading| {
+            1 + leading.active.iter().filter(|f| !leading.progress[f].marking_out).count()
+        };
+        if kept(self) < majority {
+            let mut leaving: Vec<(LogIndex, NodeId)> = self
+                .active
+                .iter()
+                .filter(|f| self.progress[f].marking_out)
+                .map(|f| (self.progress[f].acked_point, *f))
+                .collect();
+            leaving.sort();
+            while kept(self) < majority {
+                let (_, id) = leaving.pop().expect("the active set holds a majority");
+                self.progress.get_mut(&id).expect("a member").marking_out = false;
+            }
+        }
+        let members = kept(self);
         assert!(members <= target.max(1), "more members kept than the target");
+        marking(self).saturating_sub(before)
     }
 
     /// Admits followers that have persisted and applied the durable index (ORCA §4.4.2

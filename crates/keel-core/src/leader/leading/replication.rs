@@ -180,6 +180,7 @@ impl Leading {
         // and every grant sent so far was anchored at or before `granted_anchor`.
         let acknowledged_out = released && p.granted_anchor.is_none_or(|g| sent_at > g);
         if acknowledged_out && p.marking_out {
+            core.counters.released_removals += 1;
             self.remove_from_active_set(core, from);
         }
         self.send_append(core, from, false);

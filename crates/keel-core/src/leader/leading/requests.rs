@@ -29,6 +29,7 @@ impl Leading {
                 }
                 // A retry of an applied write: answer it once its entry reaches the point.
                 let (index, result) = (slot.index, slot.result.clone());
+                core.counters.retries_deduplicated += 1;
                 return self.await_write(core, origin, request.tag, index, durability, result);
             }
             if slot.request > request.request {
