@@ -34,6 +34,10 @@ pub fn engine_throughput(ops: u64) -> f64 {
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
         reads_off_loop_ppm: 0,
+        process_crash_ppm: 0,
+        clock_reboot_ppm: 0,
+        drift_change_ppm: 0,
+        fault_seed: 0,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));
     let leader =

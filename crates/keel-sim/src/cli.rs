@@ -91,6 +91,11 @@ pub struct RunArgs {
     /// kind, against the shares the default scenario must reach.
     #[arg(long)]
     pub coverage: bool,
+    /// Let power losses reboot the host's clock (a new reading and rate); off by default
+    /// until the engine handles a follower whose clock restarted lower (see
+    /// docs/simulation.md).
+    #[arg(long)]
+    pub clock_reboots: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -136,6 +141,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.skip_truncation_clamp = args.no_truncation_clamp;
         config.unchecked_view_reads = args.unchecked_view_reads;
         config.forget_leader_contact = args.forget_leader_contact;
+        config.clock_reboots = args.clock_reboots;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

@@ -113,11 +113,19 @@ impl SimDisk {
     /// The crash: everything not fsynced is lost, except that with `torn_tail` a random
     /// prefix of each file's unsynced bytes may survive. Runs recovery and returns what
     /// a restart boots from.
-    pub fn crash(&mut self, rng: &mut Rng, torn_tail: bool) -> PersistedState {
+    ///
+    /// With `keep_cache` it is a process crash instead: the kernel keeps every write,
+    /// synced or not (recovery fsyncs what it keeps before reporting it synced), and only
+    /// what the process held is lost (a hard state the skip mode buffered).
+    pub fn crash(&mut self, rng: &mut Rng, torn_tail: bool, keep_cache: bool) -> PersistedState {
         // A torn tail never outlives a buffered hard state: the skip mode forgets votes,
-        // it does not keep entries of an epoch whose hard state it lost.
+        // it does not keep entries of an epoch whose hard state it lost. Nor does a kept
+        // cache: it would keep entries of an epoch whose vote the process never wrote.
+        let keep_cache = keep_cache && self.hard_state_buffered.is_none();
         let tearable = torn_tail && self.hard_state_buffered.is_none() && rng.chance(500_000);
-        if tearable {
+        if keep_cache {
+            self.storage.crash_process();
+        } else if tearable {
             self.storage.crash_torn(rng.range(1, TORN_BYTES_MAX + 1));
         } else {
             self.storage.crash();
@@ -215,9 +223,22 @@ mod tests {
         disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
         assert_eq!(disk.sync().unwrap(), LogIndex(2));
         disk.append(&[entry(1, 3)]).unwrap();
-        let recovered = disk.crash(&mut Rng::new(1), false);
+        let recovered = disk.crash(&mut Rng::new(1), false, false);
         assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2)]);
         assert_eq!(disk.last_index(), LogIndex(2));
+    }
+
+    #[test]
+    fn a_process_crash_keeps_unsynced_entries_and_recovery_syncs_them() {
+        let mut disk = SimDisk::new(HardStateMode::Sync);
+        disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
+        assert_eq!(disk.sync().unwrap(), LogIndex(2));
+        disk.append(&[entry(1, 3)]).unwrap();
+        let recovered = disk.crash(&mut Rng::new(1), false, true);
+        assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2), entry(1, 3)]);
+        // What recovery kept is durable: a power loss now loses none of it.
+        let recovered = disk.crash(&mut Rng::new(1), false, false);
+        assert_eq!(recovered.entries.len(), 3);
     }
 
     #[test]
@@ -228,7 +249,7 @@ mod tests {
             disk.append(&[entry(1, 1)]).unwrap();
             disk.sync().unwrap();
             disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]).unwrap();
-            let recovered = disk.crash(&mut Rng::new(seed), true);
+            let recovered = disk.crash(&mut Rng::new(seed), true, false);
             let n = recovered.entries.len();
             assert!((1..=4).contains(&n));
             assert_eq!(recovered.entries, (1..=n as u64).map(|i| entry(1, i)).collect::<Vec<_>>());
@@ -242,11 +263,11 @@ mod tests {
         let vote = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)) };
         let mut honest = SimDisk::new(HardStateMode::Sync);
         honest.save_hard_state(&vote).unwrap();
-        assert_eq!(honest.crash(&mut Rng::new(1), false).hard_state, vote);
+        assert_eq!(honest.crash(&mut Rng::new(1), false, false).hard_state, vote);
         let mut buggy = SimDisk::new(HardStateMode::SkipSync);
         buggy.save_hard_state(&vote).unwrap();
         assert_eq!(buggy.hard_state(), vote);
-        assert_eq!(buggy.crash(&mut Rng::new(1), false).hard_state, HardState::default());
+        assert_eq!(buggy.crash(&mut Rng::new(1), false, false).hard_state, HardState::default());
     }
 
     #[test]
@@ -269,7 +290,7 @@ mod tests {
         disk.save_snapshot(second, b"t").unwrap();
         assert_eq!(disk.last_index(), LogIndex(9));
         assert_eq!(disk.synced_index(), LogIndex(9));
-        let recovered = disk.crash(&mut Rng::new(3), false);
+        let recovered = disk.crash(&mut Rng::new(3), false, false);
         assert!(recovered.entries.is_empty());
         assert_eq!(
             recovered.snapshot.map(|(m, d)| (m.last_index, d)),
@@ -283,7 +304,7 @@ mod tests {
         disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
         disk.sync().unwrap();
         assert!(disk.corrupt_entry(LogIndex(2)));
-        let recovered = disk.crash(&mut Rng::new(1), false);
+        let recovered = disk.crash(&mut Rng::new(1), false, false);
         assert_eq!(recovered.entries, vec![entry(1, 1)]);
     }
 }

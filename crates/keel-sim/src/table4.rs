@@ -156,6 +156,10 @@ fn table4_world() -> WorldConfig {
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
         reads_off_loop_ppm: 0,
+        process_crash_ppm: 0,
+        clock_reboot_ppm: 0,
+        drift_change_ppm: 0,
+        fault_seed: 0,
     }
 }
 

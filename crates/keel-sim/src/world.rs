@@ -76,6 +76,17 @@ pub struct WorldConfig<C = Config> {
     /// server's connections do with reads off the loop (not while the executor holds
     /// replies behind a hard state); the rest, and those it declines, are stepped.
     pub reads_off_loop_ppm: u32,
+    /// Of the crashes, the share (parts per million) that are process crashes: the kernel
+    /// keeps every write, synced or not, where the rest are power losses.
+    pub process_crash_ppm: u32,
+    /// Of the power losses, the share (ppm) that also reboot the host: its clock starts
+    /// over from a new reading (lower or higher) and a new rate within the bound.
+    pub clock_reboot_ppm: u32,
+    /// The chance (ppm), at each crash, that a running node's clock is slowed to another
+    /// rate within the bound (drift that changes during a run).
+    pub drift_change_ppm: u32,
+    /// Seeds the generator behind the three faults above, apart from every other draw.
+    pub fault_seed: u64,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -223,6 +234,12 @@ pub struct WorldStats {
     pub client_batches: u64,
     /// Reads answered off the loop ([`WorldConfig::reads_off_loop_ppm`]).
     pub reads_off_loop: u64,
+    /// Crashes that kept every write ([`WorldConfig::process_crash_ppm`]).
+    pub process_crashes: u64,
+    /// Power losses that rebooted the host's clock ([`WorldConfig::clock_reboot_ppm`]).
+    pub clock_reboots: u64,
+    /// Clocks slowed during the run ([`WorldConfig::drift_change_ppm`]).
+    pub drift_changes: u64,
 }
 
 /// The simulated cluster.
@@ -247,6 +264,8 @@ pub struct World<E: SimEngine> {
     pub corrupted: Option<(NodeId, LogIndex)>,
     /// Rare paths taken by engines that have since crashed (see [`World::path_counts`]).
     paths_of_crashed: BTreeMap<&'static str, u64>,
+    /// Draws for process crashes, reboots and drift changes ([`WorldConfig::fault_seed`]).
+    fault_rng: Rng,
 }
 
 impl<E: SimEngine> World<E> {
@@ -280,6 +299,7 @@ impl<E: SimEngine> World<E> {
                 rng: node_rng,
             });
         }
+        let fault_rng = Rng::new(config.fault_seed);
         let mut world = World {
             checkers: (0..config.keyspaces).map(|_| Checker::new()).collect(),
             config,
@@ -295,6 +315,7 @@ impl<E: SimEngine> World<E> {
             corruption: Corruption::Off,
             corrupted: None,
             paths_of_crashed: BTreeMap::new(),
+            fault_rng,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -930,6 +951,9 @@ impl<E: SimEngine> World<E> {
             }
         };
         let fronts: Vec<_> = (0..self.config.keyspaces).map(|_| fresh_front()).collect();
+        let keep_cache = self.fault_rng.chance(self.config.process_crash_ppm);
+        let reboot = !keep_cache && self.fault_rng.chance(self.config.clock_reboot_ppm);
+        self.change_clocks(node, reboot);
         for replica in &self.nodes[Self::slot(node)].replicas {
             for (path, count) in replica.engine.iter().flat_map(|e| e.path_counts()) {
                 *self.paths_of_crashed.entry(path).or_default() += count;
@@ -944,11 +968,43 @@ impl<E: SimEngine> World<E> {
             replica.disk_at_ns = None;
             replica.pending_tags.clear();
             replica.disk.crash();
-            replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail);
+            replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail, keep_cache);
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
             self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);
         }
         self.stats.crashes += 1;
+        self.stats.process_crashes += u64::from(keep_cache);
+    }
+
+    /// At a crash of `node`: with `reboot`, its clock starts over at a new reading and
+    /// rate; and, by chance, another running node's clock is slowed. Both stay within
+    /// the drift bound the engine states.
+    fn change_clocks(&mut self, node: NodeId, reboot: bool) {
+        let drift_max = i64::from(E::drift_bound_ppm(&self.config.engine) / 2);
+        if reboot {
+            // `local(now) = offset + now·(1 + drift)`: a fresh offset makes the reading
+            // after the reboot anything from far below to far above the one before.
+            let offset = self.fault_rng.range(0, self.config.clock_offset_ns_max.max(1));
+            let drift = self.fault_rng.range(0, 2 * drift_max as u64 + 1) as i64 - drift_max;
+            let n = &mut self.nodes[Self::slot(node)];
+            n.clock = NodeClock::new(offset, drift as i32);
+            self.stats.clock_reboots += 1;
+        }
+        if self.fault_rng.chance(self.config.drift_change_ppm) {
+            let running: Vec<NodeId> =
+                self.node_ids().into_iter().filter(|id| *id != node && self.is_up(*id)).collect();
+            if running.is_empty() {
+                return;
+            }
+            let other = running[self.fault_rng.index(running.len())];
+            let current = i64::from(self.nodes[Self::slot(other)].clock.drift_ppm);
+            if current <= -drift_max {
+                return;
+            }
+            let slower = -drift_max + self.fault_rng.range(0, (current + drift_max) as u64) as i64;
+            self.slow_clock(other, slower as i32);
+            self.stats.drift_changes += 1;
+        }
     }
 
     /// With corruption armed and none injected yet, sometimes flips a bit in one of the

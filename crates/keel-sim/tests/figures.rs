@@ -32,6 +32,10 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
         reads_off_loop_ppm: 0,
+        process_crash_ppm: 0,
+        clock_reboot_ppm: 0,
+        drift_change_ppm: 0,
+        fault_seed: 0,
     };
     Driver::new(World::new(config, 7))
 }
