@@ -68,13 +68,26 @@ pub struct WorkloadConfig {
     pub levels: Vec<ReadLevel>,
     /// Keyspaces operations spread over (uniformly).
     pub keyspaces: u32,
+    /// The chance (ppm), each time a write reaches its deadline, that the client retries
+    /// it with the same (client, request) pair at another node instead of giving up, at
+    /// most [`RETRIES_MAX`] times; the op completes with whichever reply comes first.
+    pub retry_ppm: u32,
+    /// Seeds the retry draws, apart from the clients' other draws.
+    pub retry_seed: u64,
 }
+
+/// Most retries of one write.
+pub const RETRIES_MAX: u32 = 3;
 
 struct Inflight {
     op: Op,
     keyspace: Keyspace,
-    tag: RequestTag,
+    /// Every attempt's tag (the first, then each retry's).
+    tags: Vec<RequestTag>,
     recorded: bool,
+    /// The request as first sent, for retries (writes only).
+    request: Option<ClientRequest>,
+    retries: u32,
 }
 
 #[derive(Default)]
@@ -103,6 +116,10 @@ struct KeyspaceState {
 pub struct Clients {
     config: WorkloadConfig,
     rng: Rng,
+    /// Retry draws ([`WorkloadConfig::retry_seed`]).
+    retry_rng: Rng,
+    /// Writes retried with the same pair.
+    pub retries: u64,
     clients: Vec<ClientState>,
     by_tag: BTreeMap<RequestTag, usize>,
     keyspaces: Vec<KeyspaceState>,
@@ -127,6 +144,8 @@ impl Clients {
             })
             .collect();
         Clients {
+            retry_rng: Rng::new(config.retry_seed),
+            retries: 0,
             config,
             rng,
             clients,
@@ -231,6 +250,8 @@ impl Clients {
             command,
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
         };
+        let write = !matches!(kind, OpKind::Get { .. });
+        let retained = write.then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
         let op = Op {
             id: self.next_op_id,
@@ -246,7 +267,14 @@ impl Clients {
         world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
         self.next_op_id += 1;
         self.by_tag.insert(tag, c);
-        self.clients[c].inflight = Some(Inflight { op, keyspace: ks, tag, recorded });
+        self.clients[c].inflight = Some(Inflight {
+            op,
+            keyspace: ks,
+            tags: vec![tag],
+            recorded,
+            request: retained,
+            retries: 0,
+        });
     }
 
     /// Draws the next operation in keyspace `ks`: its history form, its command, whether
@@ -318,7 +346,10 @@ impl Clients {
         };
         let inflight =
             self.clients[c].inflight.take().expect("a tagged client has an op in flight");
-        assert_eq!(inflight.tag, reply.tag, "reply routed to the wrong client");
+        assert!(inflight.tags.contains(&reply.tag), "reply routed to the wrong client");
+        for tag in &inflight.tags {
+            self.by_tag.remove(tag);
+        }
         let ks = inflight.keyspace;
         if let Some(version) = reply.result.as_ref().ok().and_then(|r| r.written_version()) {
             let floor = self.clients[c].floor.entry(ks).or_insert(LogIndex::ZERO);
@@ -447,8 +478,28 @@ impl Clients {
         else {
             return; // completed in time
         };
-        let inflight = self.clients[c].inflight.take().expect("found above");
-        self.by_tag.remove(&inflight.tag);
+        let mut inflight = self.clients[c].inflight.take().expect("found above");
+        let retry = !self.stopped
+            && inflight.retries < RETRIES_MAX
+            && self.retry_rng.chance(self.config.retry_ppm);
+        if let (true, Some(request)) = (retry, inflight.request.clone()) {
+            // Again, with the same pair, at another node: the engine must not apply it
+            // twice, and the op completes with whichever attempt answers first.
+            let nodes = world.node_ids();
+            let node = nodes[self.retry_rng.index(nodes.len())];
+            let tag = world.submit_to(node, inflight.keyspace, request);
+            self.by_tag.insert(tag, c);
+            inflight.tags.push(tag);
+            inflight.retries += 1;
+            self.retries += 1;
+            let deadline = world.now_ns() + self.config.op_timeout_ns;
+            world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, op_id));
+            self.clients[c].inflight = Some(inflight);
+            return;
+        }
+        for tag in &inflight.tags {
+            self.by_tag.remove(tag);
+        }
         if inflight.recorded {
             debug_assert_eq!(inflight.op.outcome, Outcome::Unknown);
             self.record(world, inflight.keyspace, inflight.op);
@@ -506,6 +557,8 @@ mod tests {
 
     fn workload() -> WorkloadConfig {
         WorkloadConfig {
+            retry_ppm: 0,
+            retry_seed: 0,
             clients: 2,
             keys_per_class: 2,
             op_timeout_ns: 1_000_000,

@@ -209,6 +209,7 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     ("fault:process-crash", 20),
     ("fault:drift-change", 20),
     ("reads-off-loop", 20),
+    ("client-retry", 20),
 ];
 
 impl RunReport {
@@ -353,6 +354,8 @@ fn add_crash_kinds(world: &mut WorldConfig, seed: u64, clock_reboots: bool) {
 /// The general scenario's workload.
 pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
     WorkloadConfig {
+        retry_ppm: 0,
+        retry_seed: 0,
         clients: rng.range(2, 8) as u32,
         keys_per_class: rng.range(1, 4) as u32,
         op_timeout_ns: 1_000_000_000,
@@ -428,6 +431,10 @@ fn general_body<E: SimEngine<Config = Config>>(
     world.corruption = config.corruption;
     let mut workload = general_workload(&mut rng);
     workload.keyspaces = config.keyspaces;
+    // Half of the writes that reach their deadline are retried with the same pair at
+    // another node (drawn apart, so the rest of the seed is unchanged).
+    workload.retry_ppm = 500_000;
+    workload.retry_seed = config.seed ^ 0x2E72_1E50_0000_0004;
     let mut faults = NemesisConfig::all();
     if config.partitioned_reads {
         // Aim at the hole hasty removal opens: partitioned followers serving reads.
@@ -462,11 +469,15 @@ fn general_body<E: SimEngine<Config = Config>>(
     if let Some((node, index)) = world.corrupted {
         report.faults.push(format!("corrupt {node} from fsynced entry {index}"));
     }
-    report.reached = reached(world, report);
+    report.reached = reached(world, report, clients.retries);
 }
 
 /// The rare paths the run's engines took and the faults injected, counted by name.
-fn reached<E: SimEngine>(world: &World<E>, report: &RunReport) -> BTreeMap<String, u64> {
+fn reached<E: SimEngine>(
+    world: &World<E>,
+    report: &RunReport,
+    client_retries: u64,
+) -> BTreeMap<String, u64> {
     let mut reached: BTreeMap<String, u64> =
         world.path_counts().into_iter().map(|(path, n)| (path.to_string(), n)).collect();
     const KINDS: [(&str, &str); 6] = [
@@ -490,6 +501,7 @@ fn reached<E: SimEngine>(world: &World<E>, report: &RunReport) -> BTreeMap<Strin
     reached.insert("fault:clock-reboot".into(), world.stats.clock_reboots);
     reached.insert("fault:drift-change".into(), world.stats.drift_changes);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
+    reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);
     reached
 }
