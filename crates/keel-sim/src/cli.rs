@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// docs/simulation.md).
     #[arg(long)]
     pub clock_reboots: bool,
+    /// Negative control: writes skip the deduplication table, so a retried or duplicated
+    /// write is applied twice.
+    #[arg(long)]
+    pub skip_dedup: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -142,6 +146,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.unchecked_view_reads = args.unchecked_view_reads;
         config.forget_leader_contact = args.forget_leader_contact;
         config.clock_reboots = args.clock_reboots;
+        config.skip_dedup = args.skip_dedup;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

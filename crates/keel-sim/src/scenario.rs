@@ -82,6 +82,9 @@ pub struct GeneralConfig {
     pub forget_leader_contact: bool,
     /// Power losses may reboot the host's clock (off by default: see `add_crash_kinds`).
     pub clock_reboots: bool,
+    /// Negative control: writes skip the deduplication table (the engine's
+    /// `unsafe_skip_dedup`), so retries and duplicated forwards apply twice.
+    pub skip_dedup: bool,
 }
 
 impl GeneralConfig {
@@ -103,6 +106,7 @@ impl GeneralConfig {
             unchecked_view_reads: false,
             forget_leader_contact: false,
             clock_reboots: false,
+            skip_dedup: false,
         }
     }
 
@@ -413,6 +417,7 @@ fn general_body<E: SimEngine<Config = Config>>(
     }
     world_config.engine.unsafe_release_unasked = config.release_unasked;
     world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
+    world_config.engine.unsafe_skip_dedup = config.skip_dedup;
     add_stalls(&mut world_config, config.seed);
     add_crash_kinds(&mut world_config, config.seed, config.clock_reboots);
     let active_set_target = world_config.engine.active_set_target;

@@ -131,3 +131,13 @@ fn reads_off_the_loop_are_reached_and_clean() {
         assert!(report.reads_off_loop > 0, "seed {seed}: no read was answered off the loop");
     }
 }
+
+#[test]
+fn writes_that_skip_deduplication_are_applied_twice_and_the_checkers_notice() {
+    // The engine's unsafe test flag: retries (the clients retry timed-out writes with the
+    // same pair) and duplicated forwards are applied again. About a quarter of seeds fail,
+    // nearly all through the monotonic-reads checker.
+    let found = first_failing_seed(|c| c.skip_dedup = true);
+    let (seed, violations) = found.expect("writes applied twice went unnoticed");
+    assert!(violations.iter().any(|v| v.contains("checker")), "seed {seed}: {violations:?}");
+}

@@ -94,6 +94,7 @@ impl Config {
             unsafe_release_unasked: false,
             unsafe_view_reads_unchecked: false,
             unsafe_forget_leader_contact: false,
+            unsafe_skip_dedup: false,
         }
     }
 

@@ -407,6 +407,8 @@ impl Core {
     /// Decodes a snapshot's bytes as of `meta`, for installing.
     pub fn decode_snapshot(&self, meta: SnapshotMeta, data: &[u8]) -> Result<Kv, String> {
         let at = Version { epoch: meta.last_epoch, index: meta.last_index };
-        Kv::decode(data, at, self.config.dedup_clients_max)
+        let mut kv = Kv::decode(data, at, self.config.dedup_clients_max)?;
+        kv.unsafe_skip_dedup = self.config.unsafe_skip_dedup;
+        Ok(kv)
     }
 }

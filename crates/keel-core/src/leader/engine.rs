@@ -74,6 +74,7 @@ impl LeaderEngine {
             }
             None => (SnapshotMeta::default(), Kv::new(config.dedup_clients_max)),
         };
+        kv.unsafe_skip_dedup = config.unsafe_skip_dedup;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
             kv.apply(&entry);

@@ -262,6 +262,10 @@ pub struct Config {
     /// to vote while the leader it just acknowledged still holds its lease. Shows that the
     /// simulator's one-lease invariant catches two leader leases at once.
     pub unsafe_forget_leader_contact: bool,
+    /// For negative-control tests only: writes skip the deduplication table, so a retry
+    /// or a duplicated forward is applied again. Shows that the simulator's checkers
+    /// catch a write applied twice.
+    pub unsafe_skip_dedup: bool,
 }
 
 /// A node's role.

@@ -134,6 +134,9 @@ pub struct Kv {
     state_bytes: u64,
     /// A snapshot being encoded, if any.
     snapshot: Option<SnapshotCursor>,
+    /// For negative-control tests only (`Config::unsafe_skip_dedup`): apply every write
+    /// entry, retries included.
+    pub unsafe_skip_dedup: bool,
 }
 
 impl Kv {
@@ -151,6 +154,7 @@ impl Kv {
             items_hash: 0,
             state_bytes: 0,
             snapshot: None,
+            unsafe_skip_dedup: false,
         }
     }
 
@@ -194,7 +198,8 @@ impl Kv {
         undo: &mut Undo,
     ) -> WriteResult {
         let digest = command_digest(command);
-        if let Some(slot) = self.dedup.get(&client) {
+        let dedup = self.dedup.get(&client).filter(|_| !self.unsafe_skip_dedup);
+        if let Some(slot) = dedup {
             if slot.request == request {
                 if slot.digest.is_some_and(|d| d != digest) {
                     return Err(reused_request(client, request));

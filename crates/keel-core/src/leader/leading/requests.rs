@@ -21,7 +21,8 @@ impl Leading {
     /// retry, else appended and acknowledged at its durability point.
     pub fn write(&mut self, core: &mut Core, origin: Origin, request: ClientRequest) {
         let durability = request.durability.unwrap_or(core.config.durability_default);
-        if let Some(slot) = core.kv.dedup(request.client) {
+        let skip = core.config.unsafe_skip_dedup;
+        if let Some(slot) = core.kv.dedup(request.client).filter(|_| !skip) {
             if slot.request == request.request {
                 if slot.digest.is_some_and(|d| d != command_digest(&request.command)) {
                     let error = reused_request(request.client, request.request);
