@@ -242,6 +242,11 @@ pub struct WorldStats {
     pub drift_changes: u64,
 }
 
+/// A clock rate uniform in `[-drift_max, drift_max]` ppm.
+fn draw_drift(rng: &mut Rng, drift_max: i64) -> i64 {
+    rng.range(0, 2 * drift_max as u64 + 1) as i64 - drift_max
+}
+
 /// The simulated cluster.
 pub struct World<E: SimEngine> {
     config: WorldConfig<E::Config>,
@@ -285,7 +290,7 @@ impl<E: SimEngine> World<E> {
             // by at most half of it from virtual time.
             let drift_max = i64::from(drift_bound / 2);
             debug_assert!(drift_max <= i64::from(crate::clock::DRIFT_PPM_LIMIT));
-            let drift = node_rng.range(0, 2 * drift_max as u64 + 1) as i64 - drift_max;
+            let drift = draw_drift(&mut node_rng, drift_max);
             let fsync_ns = node_rng.range(config.fsync_ns_min, config.fsync_ns_max);
             let replicas = (0..config.keyspaces).map(|_| Self::fresh_replica(&config)).collect();
             nodes.push(Node {
@@ -985,7 +990,7 @@ impl<E: SimEngine> World<E> {
             // `local(now) = offset + now·(1 + drift)`: a fresh offset makes the reading
             // after the reboot anything from far below to far above the one before.
             let offset = self.fault_rng.range(0, self.config.clock_offset_ns_max.max(1));
-            let drift = self.fault_rng.range(0, 2 * drift_max as u64 + 1) as i64 - drift_max;
+            let drift = draw_drift(&mut self.fault_rng, drift_max);
             let n = &mut self.nodes[Self::slot(node)];
             n.clock = NodeClock::new(offset, drift as i32);
             self.stats.clock_reboots += 1;

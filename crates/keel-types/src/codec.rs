@@ -356,12 +356,17 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
     let n = count(reader, "transaction operations")?;
     let mut ops = Vec::with_capacity(n.min(reader.remaining() as usize));
     for _ in 0..n {
+        // A transaction holds single-key operations only: no transaction inside it, and
+        // no scan (the server never queues one, and the state machine executes only
+        // gets and writes inside a transaction).
         let op = Command::decode_from(reader)?;
-        if matches!(op, Command::Multi { .. }) {
-            return Err(CodecError::UnknownTag {
-                what: "operation in a transaction",
-                tag: COMMAND_MULTI,
-            });
+        let refused = match op {
+            Command::Multi { .. } => Some(COMMAND_MULTI),
+            Command::Scan { .. } => Some(COMMAND_SCAN),
+            _ => None,
+        };
+        if let Some(tag) = refused {
+            return Err(CodecError::UnknownTag { what: "operation in a transaction", tag });
         }
         ops.push(op);
     }
@@ -565,6 +570,21 @@ mod tests {
             index: LogIndex(1),
             payload: EntryPayload::Noop,
         });
+    }
+
+    #[test]
+    fn a_transaction_holding_a_scan_or_a_transaction_is_refused() {
+        let scan = Command::Scan { start: vec![].into(), end: None, limit: 1 };
+        let get = Command::Get { key: b"k".to_vec().into() };
+        let nested = Command::Multi { ops: vec![get.clone()], watch: Vec::new() };
+        for inner in [scan, nested] {
+            let mut bytes = Vec::new();
+            let multi = Command::Multi { ops: vec![get.clone(), inner], watch: Vec::new() };
+            encode(&write_entry(multi), &mut bytes);
+            let refused = decode::<Entry>(&bytes);
+            assert!(matches!(refused, Err(CodecError::UnknownTag { .. })), "{refused:?}");
+        }
+        round_trip(&write_entry(Command::Multi { ops: vec![get], watch: Vec::new() }));
     }
 
     #[test]

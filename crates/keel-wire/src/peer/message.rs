@@ -611,9 +611,15 @@ pub(crate) mod strategies {
         let watched = (bytes(), option::of(version()));
         prop_oneof![
             4 => single_command(),
-            1 => (vec(single_command(), 1..4), vec(watched, 0..3))
+            1 => (vec(transaction_op(), 1..4), vec(watched, 0..3))
                 .prop_map(|(ops, watch)| Command::Multi { ops, watch }),
         ]
+    }
+
+    /// What a transaction may hold: any single-key command, no scan.
+    fn transaction_op() -> impl Strategy<Value = Command> {
+        single_command()
+            .prop_filter("no scan in a transaction", |c| !matches!(c, Command::Scan { .. }))
     }
 
     fn single_command() -> impl Strategy<Value = Command> {
