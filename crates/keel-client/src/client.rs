@@ -8,10 +8,17 @@
 //! same `KEEL.REQ <client> <seq>`, so the engine applies it at most once. A session
 //! numbers its writes in order and never has two in flight: the engine refuses a request
 //! older than the client's last applied one.
+//!
+//! Before its first write a [`Session`] opens a server session (`KEEL.SESSION`) and
+//! writes under its id. If the cluster has forgotten it (`SESSIONEXPIRED`: idle while
+//! `dedup_clients_max` other clients wrote), a write refused at its first attempt is sent
+//! again under a new session; one refused after an earlier attempt fails with
+//! [`keel_types::KeelError::SessionExpired`], its outcome unknown, and is never applied
+//! twice.
 
 use crate::conn::{ConnError, Connection};
 use crate::error::ClientError;
-use keel_types::{Durability, ReadLevel, Version};
+use keel_types::{ClientId, Durability, KeelError, ReadLevel, Version};
 use keel_wire::resp::Frame;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -134,7 +141,7 @@ impl Client {
     /// A new session with a fresh client id.
     pub fn session(self: &Arc<Client>) -> Session {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        Session { client: self.clone(), id, seq: 0 }
+        Session { client: self.clone(), id, seq: 0, server_session: None }
     }
 
     async fn connection(&self, node: usize) -> Result<Connection, ConnError> {
@@ -191,6 +198,11 @@ impl Client {
 
     /// Sends `words` with retries; returns the frame and the node that answered.
     pub async fn call(&self, words: &[&[u8]]) -> Result<(Frame, usize), ClientError> {
+        self.call_counted(words).await.0
+    }
+
+    /// As [`Client::call`], with the number of attempts made.
+    async fn call_counted(&self, words: &[&[u8]]) -> (Result<(Frame, usize), ClientError>, u32) {
         let mut node = self.preferred.load(Ordering::Relaxed) % self.config.nodes.len();
         let mut backoff = self.config.backoff;
         let mut last = None;
@@ -202,9 +214,9 @@ impl Client {
             match self.call_node(node, words).await {
                 Ok(frame) => {
                     self.preferred.store(node, Ordering::Relaxed);
-                    return Ok((frame, node));
+                    return (Ok((frame, node)), attempt + 1);
                 }
-                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) if !e.is_retryable() => return (Err(e), attempt + 1),
                 Err(e) => {
                     if e.moves_on() {
                         node = (node + 1) % self.config.nodes.len();
@@ -213,10 +225,8 @@ impl Client {
                 }
             }
         }
-        Err(ClientError::Exhausted {
-            attempts: self.config.attempts_max,
-            last: Box::new(last.expect("tried")),
-        })
+        let attempts = self.config.attempts_max;
+        (Err(ClientError::Exhausted { attempts, last: Box::new(last.expect("tried")) }), attempts)
     }
 }
 
@@ -227,6 +237,8 @@ pub struct Session {
     client: Arc<Client>,
     id: u64,
     seq: u64,
+    /// The server session its writes go under (`KEEL.SESSION`), once opened.
+    server_session: Option<u64>,
 }
 
 fn version_of(frame: &Frame) -> Option<Version> {
@@ -255,7 +267,8 @@ fn pair(frame: Frame) -> Result<(Frame, Frame), ClientError> {
 }
 
 impl Session {
-    /// This session's client id.
+    /// This session's local id (names it in histories; its writes go under
+    /// [`Session::server_session`]).
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -265,9 +278,51 @@ impl Session {
         &self.client
     }
 
-    fn next_seq(&mut self) -> Vec<u8> {
-        self.seq += 1;
-        self.seq.to_string().into_bytes()
+    /// The server session its writes go under, if one is open.
+    pub fn server_session(&self) -> Option<u64> {
+        self.server_session
+    }
+
+    /// Opens a server session (`KEEL.SESSION`) and numbers writes from 1 in it.
+    async fn open(&mut self) -> Result<u64, ClientError> {
+        let (frame, _) = self.client.call(&[b"KEEL.SESSION"]).await?;
+        let id = match &frame {
+            Frame::Bulk(bytes) => std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok()),
+            _ => None,
+        };
+        let id = id
+            .filter(|id| ClientId(*id).is_session())
+            .ok_or_else(|| ClientError::Unexpected(format!("{frame:?}")))?;
+        self.server_session = Some(id);
+        self.seq = 0;
+        Ok(id)
+    }
+
+    /// Sends `KEEL.REQ <session> <seq> command...` with retries, under a server session
+    /// (opened first if need be); see the module doc for `SESSIONEXPIRED`.
+    async fn write(&mut self, command: &[&[u8]]) -> Result<(Frame, usize), ClientError> {
+        let mut reopened = false;
+        loop {
+            let session = match self.server_session {
+                Some(id) => id,
+                None => self.open().await?,
+            };
+            self.seq += 1;
+            let (id, seq) = (session.to_string(), self.seq.to_string());
+            let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", id.as_bytes(), seq.as_bytes()];
+            words.extend_from_slice(command);
+            let (result, attempts) = self.client.call_counted(&words).await;
+            if result == Err(ClientError::Keel(KeelError::SessionExpired)) {
+                self.server_session = None;
+                // Refused at its first attempt, this request was never applied: it may be
+                // sent again under a new session.
+                if attempts == 1 && !reopened {
+                    reopened = true;
+                    continue;
+                }
+            }
+            return result;
+        }
     }
 
     /// Reads `key` at `level` (or the configured default).
@@ -295,23 +350,19 @@ impl Session {
         durability: Option<Durability>,
     ) -> Result<WriteResult, ClientError> {
         let durability = durability.or(self.client.config.durability);
-        let id = self.id.to_string().into_bytes();
-        let seq = self.next_seq();
-        let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", &id, &seq, b"SET", key, value];
+        let mut words: Vec<&[u8]> = vec![b"SET", key, value];
         if let Some(d) = durability {
             words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
         }
         words.push(b"WITHVERSION");
-        let (frame, node) = self.client.call(&words).await?;
+        let (frame, node) = self.write(&words).await?;
         let (_, version) = pair(frame)?;
         Ok(WriteResult { version: version_of(&version), node })
     }
 
     /// Deletes `key` (the server's default durability).
     pub async fn delete(&mut self, key: &[u8]) -> Result<bool, ClientError> {
-        let id = self.id.to_string().into_bytes();
-        let seq = self.next_seq();
-        let (frame, _) = self.client.call(&[b"KEEL.REQ", &id, &seq, b"DEL", key]).await?;
+        let (frame, _) = self.write(&[b"DEL", key]).await?;
         Ok(matches!(frame, Frame::Integer(n) if n > 0))
     }
 
@@ -324,14 +375,12 @@ impl Session {
         durability: Option<Durability>,
     ) -> Result<CasResult, ClientError> {
         let durability = durability.or(self.client.config.durability);
-        let id = self.id.to_string().into_bytes();
-        let seq = self.next_seq();
         let expected = escape_cas(expected);
-        let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", &id, &seq, b"KEEL.CAS", key, &expected, new];
+        let mut words: Vec<&[u8]> = vec![b"KEEL.CAS", key, &expected, new];
         if let Some(d) = durability {
             words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
         }
-        let (frame, node) = self.client.call(&words).await?;
+        let (frame, node) = self.write(&words).await?;
         match frame {
             Frame::Array(items) if items.len() == 3 => Ok(CasResult {
                 swapped: matches!(items[0], Frame::Integer(1) | Frame::Boolean(true)),
@@ -345,11 +394,8 @@ impl Session {
 
     /// Adds `delta` to the integer at `key`; returns the new value.
     pub async fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
-        let id = self.id.to_string().into_bytes();
-        let seq = self.next_seq();
         let delta = delta.to_string().into_bytes();
-        let (frame, _) =
-            self.client.call(&[b"KEEL.REQ", &id, &seq, b"INCRBY", key, &delta]).await?;
+        let (frame, _) = self.write(&[b"INCRBY", key, &delta]).await?;
         match frame {
             Frame::Integer(n) => Ok(n),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),

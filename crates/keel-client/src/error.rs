@@ -53,7 +53,8 @@ impl ClientError {
     pub fn outcome_unknown(&self) -> bool {
         match self {
             ClientError::Connection(ConnError::Connect { .. }) => false,
-            ClientError::Connection(_) | ClientError::Keel(KeelError::Timeout) => true,
+            ClientError::Connection(_)
+            | ClientError::Keel(KeelError::Timeout | KeelError::SessionExpired) => true,
             ClientError::Keel(_) | ClientError::Unexpected(_) => false,
             ClientError::Exhausted { .. } => true,
         }

@@ -311,7 +311,10 @@ fn effect(
             let n = current.and_then(|c| c.checked_add(*delta)).ok_or(())?;
             Some((key.clone(), Some(n.to_string().into())))
         }
-        Command::Get { .. } | Command::Scan { .. } | Command::Multi { .. } => None,
+        Command::Get { .. }
+        | Command::Scan { .. }
+        | Command::Multi { .. }
+        | Command::OpenSession => None,
     })
 }
 

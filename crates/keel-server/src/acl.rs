@@ -173,7 +173,10 @@ impl User {
         context.update(&id.to_le_bytes());
         let out = context.finish();
         let raw = u64::from_le_bytes(out.as_ref()[..8].try_into().expect("8 bytes"));
-        ClientId((raw >> 1).max(1)) // positive, below 2^63, as KEEL.REQ ids
+        // Positive, in the namespace `id` is in: below 2^63 for a plain id, with
+        // `ClientId::SESSION_BIT` for a session's.
+        let session = id & ClientId::SESSION_BIT;
+        ClientId(((raw >> 1) | session).max(1))
     }
 }
 
@@ -288,5 +291,8 @@ mod tests {
         assert_ne!(a.client_id(7), b.client_id(7), "another user's id 7 is another id");
         assert_ne!(a.client_id(7), a.client_id(8));
         assert!(a.client_id(7).0 < 1 << 63 && a.client_id(7).0 > 0);
+        let session = ClientId::SESSION_BIT | 7;
+        assert!(a.client_id(session).is_session(), "a session's id stays a session's");
+        assert_ne!(a.client_id(session), b.client_id(session));
     }
 }

@@ -5,7 +5,12 @@
 //! Server-side commands (not in `keel_wire`):
 //! - `KEEL.REQ <client> <seq> <command ...>`: runs a single-key command with the given
 //!   deduplication pair instead of the connection's. A retried write carries the same
-//!   pair and is applied at most once. `<client>` must be non-zero; it is a u63.
+//!   pair and is applied at most once. `<client>` is a non-zero u64: below 2^63 a plain
+//!   id (taken for a new client once the deduplication table forgets it), else a session
+//!   from `KEEL.SESSION`.
+//! - `KEEL.SESSION`: opens a deduplication session and answers its id, for `KEEL.REQ`:
+//!   a retry of a session's request is never applied twice; once the table has forgotten
+//!   the session, its requests get `-SESSIONEXPIRED` instead.
 //! - `KEEL.LOG <from> <count>`: up to `count` log entries from index `from`, each a bulk
 //!   string of JSON (for recording which writes survived), preceded by the snapshot's
 //!   last index as an integer: `[snapshot_index, entry, entry, ...]`.
@@ -375,6 +380,7 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     match first {
         w if w.eq_ignore_ascii_case(b"acl") => acl(conn, &words),
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
+        w if w.eq_ignore_ascii_case(b"keel.session") => keel_session(conn, &words).await,
         w if w.eq_ignore_ascii_case(b"keel.log") => match permitted(conn, Some(Category::Admin)) {
             Ok(()) => keel_log(conn, &words),
             Err(refusal) => Pending::ready(refusal, conn.protocol),
@@ -414,7 +420,7 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
             protocol,
         );
     }
-    let client = parse_u64(&words[1]).filter(|c| *c != 0 && *c < 1 << 63);
+    let client = parse_u64(&words[1]).filter(|c| *c != 0 && *c != ClientId::SESSION_BIT);
     let seq = parse_u64(&words[2]).filter(|s| *s != 0);
     let (Some(client), Some(seq)) = (client, seq) else {
         return Pending::ready(
@@ -442,6 +448,48 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
     // user can advance or replay them.
     let client = conn.user.as_ref().map_or(ClientId(client), |user| user.client_id(client));
     dispatch(conn, command, (client, RequestId(seq))).await
+}
+
+/// `KEEL.SESSION`: opens a deduplication session in the connection's keyspace and
+/// answers its id (a bulk string: a u64 with `ClientId::SESSION_BIT` set) for
+/// `KEEL.REQ`. The id is drawn at random; for an authenticated user the engine sees it
+/// mapped, as every `KEEL.REQ` id.
+async fn keel_session(conn: &mut Conn, words: &[Bytes]) -> Pending {
+    use ring::rand::SecureRandom;
+    let protocol = conn.protocol;
+    if words.len() != 1 {
+        return Pending::ready(
+            Frame::error("ERR wrong number of arguments for 'keel.session' command"),
+            protocol,
+        );
+    }
+    if let Err(refusal) = permitted(conn, Some(Category::Write)) {
+        return Pending::ready(refusal, protocol);
+    }
+    let mut nonce = [0u8; 8];
+    if ring::rand::SystemRandom::new().fill(&mut nonce).is_err() {
+        return Pending::ready(Frame::error("ERR no random id available"), protocol);
+    }
+    let raw = u64::from_le_bytes(nonce) | ClientId::SESSION_BIT;
+    let client = conn.user.as_ref().map_or(ClientId(raw), |user| user.client_id(raw));
+    let ks = conn.node.id;
+    conn.order(Kind::Write(ks)).await;
+    conn.last_looped = Some(conn.queued);
+    let sent = conn.node.send(Submit {
+        client,
+        request: RequestId(0),
+        command: Command::OpenSession,
+        durability: None,
+        level: None,
+        after: conn.resolved.floor(ks),
+    });
+    let reply = async move {
+        match sent.answer().await.and_then(|r| r.result) {
+            Ok(_) => Frame::bulk(raw.to_string()),
+            Err(e) => error_frame(&e),
+        }
+    };
+    Pending::later(Box::pin(reply), protocol)
 }
 
 fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {

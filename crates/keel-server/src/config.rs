@@ -155,6 +155,9 @@ pub struct EngineSettings {
     pub flush_interval_ms: Option<u64>,
     /// How long a request may wait inside the engine.
     pub request_timeout_ms: Option<u64>,
+    /// Clients (and sessions) the deduplication table keeps, the least recently written
+    /// leaving first.
+    pub dedup_clients_max: Option<usize>,
     /// Whether followers serve `any` and `monotonic` reads.
     pub follower_reads: Option<bool>,
     /// Longest key.
@@ -854,6 +857,7 @@ impl ServerConfig {
         config.election_timeout_max = ms(e.election_timeout_max_ms, config.election_timeout_max);
         config.flush_interval = ms(e.flush_interval_ms, config.flush_interval);
         config.request_timeout = ms(e.request_timeout_ms, config.request_timeout);
+        config.dedup_clients_max = e.dedup_clients_max.unwrap_or(config.dedup_clients_max);
         config.durability_default = e.durability_default.unwrap_or(config.durability_default);
         config.read_level_default = e.read_level_default.unwrap_or(config.read_level_default);
         config.follower_reads = e.follower_reads.unwrap_or(config.follower_reads);

@@ -91,15 +91,18 @@ pub struct RunArgs {
     /// kind, against the shares the default scenario must reach.
     #[arg(long)]
     pub coverage: bool,
-    /// Let power losses reboot the host's clock (a new reading and rate); off by default
-    /// until the engine handles a follower whose clock restarted lower (see
-    /// docs/simulation.md).
+    /// Power losses never reboot the host's clock (by default a third of them do: a new
+    /// reading and rate).
     #[arg(long)]
-    pub clock_reboots: bool,
+    pub no_clock_reboots: bool,
     /// Negative control: writes skip the deduplication table, so a retried or duplicated
     /// write is applied twice.
     #[arg(long)]
     pub skip_dedup: bool,
+    /// Negative control: a session the deduplication table forgot is taken for a new
+    /// one, so a retry after its eviction is applied twice.
+    #[arg(long)]
+    pub accept_expired_sessions: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -145,8 +148,9 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.skip_truncation_clamp = args.no_truncation_clamp;
         config.unchecked_view_reads = args.unchecked_view_reads;
         config.forget_leader_contact = args.forget_leader_contact;
-        config.clock_reboots = args.clock_reboots;
+        config.clock_reboots = !args.no_clock_reboots;
         config.skip_dedup = args.skip_dedup;
+        config.accept_expired_sessions = args.accept_expired_sessions;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

@@ -74,6 +74,10 @@ pub struct WorkloadConfig {
     pub retry_ppm: u32,
     /// Seeds the retry draws, apart from the clients' other draws.
     pub retry_seed: u64,
+    /// Writes go under deduplication sessions (`ClientId::SESSION_BIT`), one per client
+    /// and keyspace, opened with `Command::OpenSession` before the first write and again
+    /// after the engine answers `SessionExpired`; such a write is recorded `unknown`.
+    pub sessions: bool,
 }
 
 /// Most retries of one write.
@@ -88,6 +92,8 @@ struct Inflight {
     /// The request as first sent, for retries (writes only).
     request: Option<ClientRequest>,
     retries: u32,
+    /// For an attempt to open a session (not an operation): the session's id.
+    opening: Option<ClientId>,
 }
 
 #[derive(Default)]
@@ -99,6 +105,10 @@ struct ClientState {
     /// Per keyspace, the index of the latest write this client was answered for: its
     /// reads' session floor (`ClientRequest::after`).
     floor: BTreeMap<Keyspace, LogIndex>,
+    /// Per keyspace, the open session its writes go under ([`WorkloadConfig::sessions`]).
+    sessions: BTreeMap<Keyspace, ClientId>,
+    /// Sessions this client has tried to open (each gets a new id).
+    sessions_opened: u64,
 }
 
 /// One keyspace's history and what checks it as it grows.
@@ -236,12 +246,29 @@ impl Clients {
             0
         };
         let (kind, command, recorded) = self.next_operation(c, ks);
+        let write = !matches!(kind, OpKind::Get { .. });
         let state = &mut self.clients[c];
         state.next_request += 1;
+        let mut client = ClientId(c as u64 + 1);
+        let mut opening = None;
+        if self.config.sessions && write {
+            match state.sessions.get(&ks) {
+                Some(session) => client = *session,
+                None => {
+                    // Open a session first; the drawn write is dropped.
+                    state.sessions_opened += 1;
+                    let id =
+                        ClientId(ClientId::SESSION_BIT | state.sessions_opened << 8 | client.0);
+                    opening = Some(id);
+                    client = id;
+                }
+            }
+        }
+        let command = if opening.is_some() { Command::OpenSession } else { command };
         let request = ClientRequest {
             tag: RequestTag(0),
-            client: ClientId(c as u64 + 1),
-            request: RequestId(state.next_request),
+            client,
+            request: RequestId(if opening.is_some() { 0 } else { state.next_request }),
             durability: durability_of(&kind),
             level: match &kind {
                 OpKind::Get { level, .. } => Some(*level),
@@ -250,8 +277,7 @@ impl Clients {
             command,
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
         };
-        let write = !matches!(kind, OpKind::Get { .. });
-        let retained = write.then(|| request.clone());
+        let retained = (write && opening.is_none()).then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
         let op = Op {
             id: self.next_op_id,
@@ -271,9 +297,10 @@ impl Clients {
             op,
             keyspace: ks,
             tags: vec![tag],
-            recorded,
+            recorded: recorded && opening.is_none(),
             request: retained,
             retries: 0,
+            opening,
         });
     }
 
@@ -351,6 +378,15 @@ impl Clients {
             self.by_tag.remove(tag);
         }
         let ks = inflight.keyspace;
+        if let Some(session) = inflight.opening {
+            if reply.result.is_ok() {
+                self.clients[c].sessions.insert(ks, session);
+            }
+            return self.schedule_wake(world, c);
+        }
+        if reply.result == Err(KeelError::SessionExpired) {
+            self.clients[c].sessions.remove(&ks);
+        }
         if let Some(version) = reply.result.as_ref().ok().and_then(|r| r.written_version()) {
             let floor = self.clients[c].floor.entry(ks).or_insert(LogIndex::ZERO);
             *floor = (*floor).max(version.index);
@@ -462,7 +498,9 @@ impl Clients {
                 Outcome::Ok
             }
             (Ok(other), kind) => panic!("result {other:?} does not answer {kind:?}"),
-            (Err(KeelError::Timeout), _) => Outcome::Unknown,
+            // A session the table forgot: an earlier attempt (or a duplicated forward)
+            // may have been applied.
+            (Err(KeelError::Timeout | KeelError::SessionExpired), _) => Outcome::Unknown,
             (Err(e), OpKind::Get { .. }) if e.is_retryable() => Outcome::Fail,
             (Err(e), _) if e.is_retryable() => Outcome::Unknown,
             (Err(_), _) => Outcome::Fail,
@@ -559,6 +597,7 @@ mod tests {
         WorkloadConfig {
             retry_ppm: 0,
             retry_seed: 0,
+            sessions: false,
             clients: 2,
             keys_per_class: 2,
             op_timeout_ns: 1_000_000,

@@ -143,6 +143,19 @@ impl SimDisk {
         }
     }
 
+    /// Saves a hard state buffered by [`HardStateMode::SkipSync`] before anything else
+    /// becomes durable (a log fsync, a snapshot), as if they all lived in one file: the
+    /// skip loses only votes cast since, never an epoch that durable entries or a
+    /// snapshot already carry. It stays buffered until saved, so that if saving fails
+    /// (an injected storage error) the crash that follows still loses it.
+    fn save_buffered_hard_state(&mut self) -> StorageResult<()> {
+        if let Some(hard_state) = self.hard_state_buffered {
+            self.save_hard_state_now(hard_state)?;
+            self.hard_state_buffered = None;
+        }
+        Ok(())
+    }
+
     fn save_hard_state_now(&mut self, hard_state: HardState) -> StorageResult<()> {
         self.storage.save_hard_state(&hard_state)?;
         self.hard_state_saved = hard_state;
@@ -167,9 +180,7 @@ impl Storage for SimDisk {
     /// fsync (as if both lived in one file), so the skip loses only votes cast since
     /// the last log fsync.
     fn sync(&mut self) -> StorageResult<LogIndex> {
-        if let Some(hard_state) = self.hard_state_buffered.take() {
-            self.save_hard_state_now(hard_state)?;
-        }
+        self.save_buffered_hard_state()?;
         self.storage.sync()
     }
 
@@ -188,10 +199,12 @@ impl Storage for SimDisk {
     }
 
     fn save_snapshot(&mut self, meta: SnapshotMeta, data: &[u8]) -> StorageResult<()> {
+        self.save_buffered_hard_state()?;
         self.storage.save_snapshot(meta, data)
     }
 
     fn adopt_snapshot(&mut self, meta: SnapshotMeta, len: u64) -> StorageResult<bool> {
+        self.save_buffered_hard_state()?;
         self.storage.adopt_snapshot(meta, len)
     }
 

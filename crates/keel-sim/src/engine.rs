@@ -162,6 +162,7 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("rollback", c.rolled_back_entries),
             ("write-timeout", c.writes_timed_out),
             ("retry-deduplicated", c.retries_deduplicated),
+            ("session-expired", c.sessions_expired),
         ]
     }
 }

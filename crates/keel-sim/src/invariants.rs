@@ -341,6 +341,7 @@ fn command_hash(command: &Command) -> u64 {
             let e = end.as_deref().map_or(0, bytes_hash);
             mix(mix(mix(15, bytes_hash(start)), e), u64::from(*limit))
         }
+        Command::OpenSession => 17,
         Command::Multi { ops, watch } => {
             let ops = ops.iter().fold(16, |h, op| mix(h, command_hash(op)));
             watch.iter().fold(ops, |h, (key, version)| {

@@ -80,11 +80,15 @@ pub struct GeneralConfig {
     /// Negative control: a node moving to a higher epoch forgets when it last heard a
     /// leader (the engine's `unsafe_forget_leader_contact`).
     pub forget_leader_contact: bool,
-    /// Power losses may reboot the host's clock (off by default: see `add_crash_kinds`).
+    /// Power losses may reboot the host's clock (on by default).
     pub clock_reboots: bool,
     /// Negative control: writes skip the deduplication table (the engine's
     /// `unsafe_skip_dedup`), so retries and duplicated forwards apply twice.
     pub skip_dedup: bool,
+    /// Negative control: a session the deduplication table forgot is taken for a new one
+    /// (the engine's `unsafe_accept_expired_sessions`), so a retry after its eviction
+    /// applies again.
+    pub accept_expired_sessions: bool,
 }
 
 impl GeneralConfig {
@@ -105,8 +109,9 @@ impl GeneralConfig {
             skip_truncation_clamp: false,
             unchecked_view_reads: false,
             forget_leader_contact: false,
-            clock_reboots: false,
+            clock_reboots: true,
             skip_dedup: false,
+            accept_expired_sessions: false,
         }
     }
 
@@ -214,6 +219,9 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     ("fault:drift-change", 20),
     ("reads-off-loop", 20),
     ("client-retry", 20),
+    ("session-expired", 20),
+    ("fault:storage-error", 20),
+    ("fault:crash-after-fsync", 20),
 ];
 
 impl RunReport {
@@ -324,6 +332,22 @@ fn add_variety(world: &mut WorldConfig, seed: u64) -> Vec<String> {
     chosen.into_iter().map(|c| format!("variety: {c}")).collect()
 }
 
+/// Seeds in this many per million write under deduplication sessions.
+pub const SESSION_SEEDS_PPM: u32 = 400_000;
+
+/// Deduplication sessions for a share of seeds ([`SESSION_SEEDS_PPM`]): clients write
+/// under sessions, and the deduplication table keeps only 1 to 4 clients, fewer than most
+/// runs have, so sessions are forgotten while their writes wait for retries and are
+/// refused (`SessionExpired`) rather than applied twice. Drawn apart like the stalls.
+fn add_sessions(world: &mut WorldConfig, seed: u64) -> bool {
+    let mut rng = Rng::new(seed ^ 0x5E55_1011_0000_0005);
+    if !rng.chance(SESSION_SEEDS_PPM) {
+        return false;
+    }
+    world.engine.dedup_clients_max = rng.range(1, 5) as usize;
+    true
+}
+
 /// Seeds in this many per million stall some of their messages.
 pub const STALL_SEEDS_PPM: u32 = 500_000;
 
@@ -340,14 +364,9 @@ fn add_stalls(world: &mut WorldConfig, seed: u64) {
 }
 
 /// Crashes of other kinds, drawn apart like the stalls: a third of crashes are process
-/// crashes that keep every write (the rest power losses); with `clock_reboots`, a third
-/// of power losses reboot the host's clock; each crash has a one-in-four chance to slow
-/// another node's clock within the drift bound.
-///
-/// Clock reboots are off by default: they found that a follower whose clock restarted
-/// lower is never removed after acknowledging a mark-out (the leader compares its reply's
-/// send time with a grant anchored on the clock before the reboot), which leaves it
-/// without a lease for good; `keel sim run --clock-reboots` shows it (`docs/simulation.md`).
+/// crashes that keep every write (the rest power losses); with `clock_reboots` (the
+/// default), a third of power losses reboot the host's clock; each crash has a
+/// one-in-four chance to slow another node's clock within the drift bound.
 fn add_crash_kinds(world: &mut WorldConfig, seed: u64, clock_reboots: bool) {
     world.process_crash_ppm = 333_333;
     world.clock_reboot_ppm = if clock_reboots { 333_333 } else { 0 };
@@ -360,6 +379,7 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
     WorkloadConfig {
         retry_ppm: 0,
         retry_seed: 0,
+        sessions: false,
         clients: rng.range(2, 8) as u32,
         keys_per_class: rng.range(1, 4) as u32,
         op_timeout_ns: 1_000_000_000,
@@ -418,6 +438,8 @@ fn general_body<E: SimEngine<Config = Config>>(
     world_config.engine.unsafe_release_unasked = config.release_unasked;
     world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
     world_config.engine.unsafe_skip_dedup = config.skip_dedup;
+    world_config.engine.unsafe_accept_expired_sessions = config.accept_expired_sessions;
+    let sessions = add_sessions(&mut world_config, config.seed);
     add_stalls(&mut world_config, config.seed);
     add_crash_kinds(&mut world_config, config.seed, config.clock_reboots);
     let active_set_target = world_config.engine.active_set_target;
@@ -434,12 +456,16 @@ fn general_body<E: SimEngine<Config = Config>>(
     }
     let world: &mut World<E> = slot.insert(World::new(world_config, rng.next_u64()));
     world.corruption = config.corruption;
+    if config.faults && !config.partitioned_reads {
+        world.add_storage_faults(config.seed ^ 0x5709_A6E0_0000_0006, config.load_ns);
+    }
     let mut workload = general_workload(&mut rng);
     workload.keyspaces = config.keyspaces;
     // Half of the writes that reach their deadline are retried with the same pair at
     // another node (drawn apart, so the rest of the seed is unchanged).
     workload.retry_ppm = 500_000;
     workload.retry_seed = config.seed ^ 0x2E72_1E50_0000_0004;
+    workload.sessions = sessions;
     let mut faults = NemesisConfig::all();
     if config.partitioned_reads {
         // Aim at the hole hasty removal opens: partitioned followers serving reads.
@@ -505,6 +531,8 @@ fn reached<E: SimEngine>(
     reached.insert("fault:process-crash".into(), world.stats.process_crashes);
     reached.insert("fault:clock-reboot".into(), world.stats.clock_reboots);
     reached.insert("fault:drift-change".into(), world.stats.drift_changes);
+    reached.insert("fault:storage-error".into(), world.stats.storage_errors);
+    reached.insert("fault:crash-after-fsync".into(), world.stats.crashes_after_fsync);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
     reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);

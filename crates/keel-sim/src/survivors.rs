@@ -60,7 +60,7 @@ fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Op
             state.insert(key.clone(), value.clone().into());
             Some((key.clone(), Some(value.into())))
         }
-        Command::Get { .. } | Command::Scan { .. } => None,
+        Command::Get { .. } | Command::Scan { .. } | Command::OpenSession => None,
         Command::Multi { .. } => unreachable!("the simulator's clients send no transactions"),
     }
 }

@@ -79,6 +79,7 @@ impl ToyEngine {
                 return CommandResult::Cas { swapped: true, current, version: Some(version) };
             }
             Command::Get { .. } | Command::Scan { .. } => unreachable!("reads are not logged"),
+            Command::OpenSession => {}
             Command::Multi { .. } => unreachable!("the toy engine runs no transactions"),
         }
         CommandResult::Written { version }

@@ -26,6 +26,7 @@ use keel_core::engine::{Input, Outputs, PersistedState};
 use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
 use keel_exec::{Completion, Front, VirtualDisk};
+use keel_storage::SimFault;
 use keel_types::{LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -174,6 +175,12 @@ enum Event<M> {
     Restart {
         node: NodeId,
     },
+    /// Arms an I/O error for the next write (or fsync) of a node's storage.
+    StorageFault {
+        node: NodeId,
+        ks: Keyspace,
+        sync: bool,
+    },
 }
 
 impl<M> Event<M> {
@@ -188,7 +195,8 @@ impl<M> Event<M> {
             Event::Reply { .. }
             | Event::Timer { .. }
             | Event::Crash { .. }
-            | Event::Restart { .. } => None,
+            | Event::Restart { .. }
+            | Event::StorageFault { .. } => None,
         }
     }
 }
@@ -240,6 +248,11 @@ pub struct WorldStats {
     pub clock_reboots: u64,
     /// Clocks slowed during the run ([`WorldConfig::drift_change_ppm`]).
     pub drift_changes: u64,
+    /// Nodes stopped by a storage write or fsync error ([`World::add_storage_faults`]).
+    pub storage_errors: u64,
+    /// Crashes between an fsync completing and the engine learning of it
+    /// ([`World::add_storage_faults`]).
+    pub crashes_after_fsync: u64,
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -271,6 +284,11 @@ pub struct World<E: SimEngine> {
     paths_of_crashed: BTreeMap<&'static str, u64>,
     /// Draws for process crashes, reboots and drift changes ([`WorldConfig::fault_seed`]).
     fault_rng: Rng,
+    /// Draws for storage errors and crashes after an fsync ([`World::add_storage_faults`]).
+    storage_rng: Rng,
+    /// Crashes after an fsync still to inject, and their chance (ppm) per fsync.
+    crashes_after_fsync_left: u32,
+    crash_after_fsync_ppm: u32,
 }
 
 impl<E: SimEngine> World<E> {
@@ -321,6 +339,9 @@ impl<E: SimEngine> World<E> {
             corrupted: None,
             paths_of_crashed: BTreeMap::new(),
             fault_rng,
+            storage_rng: Rng::new(0),
+            crashes_after_fsync_left: 0,
+            crash_after_fsync_ppm: 0,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -585,8 +606,56 @@ impl<E: SimEngine> World<E> {
                 self.push(restart_at_ns, Event::Restart { node });
             }
             Event::Restart { node } => self.restart(node),
+            Event::StorageFault { node, ks, sync } => {
+                if self.is_up(node) {
+                    let kind = if sync { SimFault::Sync } else { SimFault::Write };
+                    self.replica_mut(node, ks).disk.storage_mut().raw().fail_next(kind);
+                }
+            }
         }
         None
+    }
+
+    /// Storage faults for a share of seeds, drawn from `seed` alone: in half of them, one
+    /// to three I/O errors (a write or an fsync, at random times before `until_ns`, on
+    /// random nodes and keyspaces), each stopping its node as a server stops (exit code 4)
+    /// and restarting it 20 to 300 ms later; in half, one or two crashes right after an
+    /// fsync completes, before the engine learns of it (each fsync has a 0.5% chance
+    /// until they are spent).
+    pub fn add_storage_faults(&mut self, seed: u64, until_ns: u64) {
+        let mut rng = Rng::new(seed);
+        if rng.chance(500_000) {
+            let nodes = self.node_ids();
+            for _ in 0..rng.range(1, 4) {
+                let at = rng.range(self.now_ns, until_ns.max(self.now_ns + 1));
+                let node = nodes[rng.index(nodes.len())];
+                let ks = rng.index(self.config.keyspaces as usize) as Keyspace;
+                let sync = rng.chance(500_000);
+                self.push(at, Event::StorageFault { node, ks, sync });
+            }
+        }
+        if rng.chance(500_000) {
+            self.crashes_after_fsync_left = rng.range(1, 3) as u32;
+            self.crash_after_fsync_ppm = 5_000;
+        }
+        self.storage_rng = rng;
+    }
+
+    /// A storage operation of `node` failed: the node stops at once, as a server does
+    /// (nothing more is sent or answered; what was not fsynced may be lost), and comes
+    /// back 20 to 300 ms later.
+    fn storage_failed(&mut self, node: NodeId, what: &str) {
+        if self.trace {
+            eprintln!("{}ns {node} stops: storage failed: {what}", self.now_ns);
+        }
+        self.stats.storage_errors += 1;
+        self.stop_and_restart(node);
+    }
+
+    fn stop_and_restart(&mut self, node: NodeId) {
+        let restart_at = self.now_ns + self.storage_rng.range(20_000_000, 300_000_000);
+        self.crash(node);
+        self.push(restart_at, Event::Restart { node });
     }
 
     fn on_tick(&mut self, node: NodeId, ks: Keyspace, incarnation: u64) {
@@ -624,8 +693,18 @@ impl<E: SimEngine> World<E> {
         replica.disk_at_ns = None;
         let completions = match replica.disk.poll(now, cost) {
             Ok(completions) => completions,
-            Err(e) => panic!("simulated storage failed: {e}"),
+            Err(e) => return self.storage_failed(node, &e.to_string()),
         };
+        let synced = completions.iter().any(|c| matches!(c, Completion::Synced { .. }));
+        if synced
+            && self.crashes_after_fsync_left > 0
+            && self.storage_rng.chance(self.crash_after_fsync_ppm)
+        {
+            // The fsync returned; the process dies before the engine hears of it.
+            self.crashes_after_fsync_left -= 1;
+            self.stats.crashes_after_fsync += 1;
+            return self.stop_and_restart(node);
+        }
         for completion in completions {
             self.complete(node, ks, completion);
         }
@@ -663,11 +742,11 @@ impl<E: SimEngine> World<E> {
         if let Err(e) =
             keel_storage::wal::prepare_snapshot(replica.disk.storage_mut().raw(), meta, data)
         {
-            panic!("simulated disk failed to write a snapshot: {e}");
+            return self.storage_failed(node, &format!("writing a snapshot: {e}"));
         }
         let op = replica.front.prepared(meta, data.len() as u64);
         if let Err(e) = replica.disk.submit([op], now, cost) {
-            panic!("simulated storage failed: {e}");
+            return self.storage_failed(node, &e.to_string());
         }
         self.stats.snapshots_prepared += 1;
         self.schedule_disk(node, ks);
@@ -794,7 +873,8 @@ impl<E: SimEngine> World<E> {
         let replica = self.replica_mut(node, ks);
         let effects = replica.front.carry_out(out);
         if let Err(e) = replica.disk.submit(effects.ops, now, cost) {
-            panic!("simulated storage failed: {e}");
+            // Nothing of this step leaves the node: it stops before sending it.
+            return self.storage_failed(node, &e.to_string());
         }
         if let Some((meta, data)) = effects.prepare {
             // Written and synced off the log's queue, in about one fsync's time.

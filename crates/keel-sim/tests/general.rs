@@ -122,6 +122,18 @@ fn pinned_engine_seeds_pass() {
     }
 }
 
+/// Seeds that found engine bugs through the faults added with deduplication sessions:
+/// a follower whose clock restarted lower was never removed after its mark-out (general
+/// 9404171 and 9405523 fail without the removal `rt` after the last grant), and a restarted leader granted a lease to a follower that
+/// lacked a durable write (keyspaces 9820328, a non-monotonic read).
+#[test]
+fn pinned_clock_and_storage_seeds_pass() {
+    assert_seed_passes(9_404_171);
+    assert_seed_passes(9_405_523);
+    let report = run_general::<LeaderEngine>(&GeneralConfig::keyspaces(9_820_328));
+    assert!(report.passed(), "{:?} {:?}", report.violations, report.panic);
+}
+
 #[test]
 fn recorded_history_is_valid_keel_format_and_passes_the_checkers() {
     let mut config = GeneralConfig::new(3);

@@ -42,6 +42,7 @@ const COMMAND_CAS: u8 = 4;
 const COMMAND_INCR: u8 = 5;
 const COMMAND_SCAN: u8 = 6;
 const COMMAND_MULTI: u8 = 7;
+const COMMAND_OPEN_SESSION: u8 = 8;
 
 const DURABILITY_MEMORY: u8 = 0;
 const DURABILITY_REPLICATED: u8 = 1;
@@ -334,6 +335,7 @@ impl Encode for Command {
                     }
                 }
             }
+            Command::OpenSession => put_u8(out, COMMAND_OPEN_SESSION),
         }
     }
 }
@@ -363,6 +365,7 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
         let refused = match op {
             Command::Multi { .. } => Some(COMMAND_MULTI),
             Command::Scan { .. } => Some(COMMAND_SCAN),
+            Command::OpenSession => Some(COMMAND_OPEN_SESSION),
             _ => None,
         };
         if let Some(tag) = refused {
@@ -409,6 +412,7 @@ impl Decode for Command {
                 limit: reader.u32("scan limit")?,
             },
             COMMAND_MULTI => decode_multi(reader)?,
+            COMMAND_OPEN_SESSION => Command::OpenSession,
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)

@@ -70,6 +70,10 @@ pub enum Command {
         /// [`MULTI_OPS_MAX`].
         watch: Vec<(Key, Option<Version>)>,
     },
+    /// Opens the session named by the entry's client id (one with
+    /// [`crate::ClientId::SESSION_BIT`]): changes no key, and gives the session a slot in the
+    /// deduplication table. Applying it again changes nothing.
+    OpenSession,
 }
 
 /// Most operations, and most watched keys, in one transaction.
@@ -149,7 +153,7 @@ impl Command {
             | Command::Cas { key, .. }
             | Command::Incr { key, .. } => key,
             Command::Scan { start, .. } => start,
-            Command::Multi { .. } => &NO_KEY,
+            Command::Multi { .. } | Command::OpenSession => &NO_KEY,
         }
     }
 
@@ -183,6 +187,7 @@ impl Command {
             Command::Incr { .. } => "incr",
             Command::Scan { .. } => "scan",
             Command::Multi { .. } => "multi",
+            Command::OpenSession => "open-session",
         }
     }
 
@@ -198,7 +203,10 @@ impl Command {
                     ));
                 }
                 for op in ops {
-                    if matches!(op, Command::Multi { .. } | Command::Scan { .. }) {
+                    if matches!(
+                        op,
+                        Command::Multi { .. } | Command::Scan { .. } | Command::OpenSession
+                    ) {
                         return invalid(format!("a {} inside a transaction", op.name()));
                     }
                     op.validate(limits)?;
@@ -216,6 +224,7 @@ impl Command {
                 Ok(())
             }
             Command::Put { value, .. } => limits.check_value(value),
+            Command::OpenSession => Ok(()),
             Command::Cas { expected, new, .. } => {
                 if let Some(expected) = expected {
                     limits.check_value(expected)?;

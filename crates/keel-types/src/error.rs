@@ -50,6 +50,12 @@ pub enum KeelError {
     /// A malformed or out-of-range argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A request of a session the deduplication table no longer holds (it was idle while
+    /// `dedup_clients_max` other clients wrote): refused, since an earlier attempt may have
+    /// been applied. Open a new session; the outcome of the request's earlier attempts is
+    /// unknown.
+    #[error("session expired; open a new session (earlier attempts' outcome unknown)")]
+    SessionExpired,
 }
 
 impl KeelError {

@@ -54,9 +54,25 @@ impl fmt::Display for KeyspaceId {
 }
 
 /// A client's identity, used with [`RequestId`] to deduplicate retried writes.
+///
+/// Ids with [`ClientId::SESSION_BIT`] set name *sessions*: opened by a
+/// [`crate::Command::OpenSession`] entry, and refused with
+/// [`crate::KeelError::SessionExpired`] once the deduplication table no longer holds them,
+/// so that a retry is never applied twice. Ids below it are best-effort: a client the
+/// table has forgotten is taken for a new one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ClientId(pub u64);
+
+impl ClientId {
+    /// The bit that marks a session id.
+    pub const SESSION_BIT: u64 = 1 << 63;
+
+    /// Whether this id names a session (opened explicitly, refused once forgotten).
+    pub fn is_session(self) -> bool {
+        self.0 & Self::SESSION_BIT != 0
+    }
+}
 
 /// A client's per-request sequence number; strictly increasing per client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -25,6 +25,7 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
         KeelError::NotLeader { .. } => "NOTLEADER",
         KeelError::NotActive => "NOTACTIVE",
         KeelError::Unavailable(_) => "UNAVAILABLE",
+        KeelError::SessionExpired => "SESSIONEXPIRED",
         KeelError::KeyTooLarge { .. }
         | KeelError::ValueTooLarge { .. }
         | KeelError::NotAnInteger
@@ -45,7 +46,8 @@ pub fn error_text(error: &KeelError) -> String {
         }
         other => format!("{prefix} {other}"),
     };
-    debug_assert!(text.starts_with(prefix) && (prefix == "ERR") != error.is_retryable());
+    let fatal = prefix == "ERR" || prefix == "SESSIONEXPIRED";
+    debug_assert!(text.starts_with(prefix) && fatal != error.is_retryable());
     text
 }
 
@@ -65,6 +67,7 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "TIMEOUT" => KeelError::Timeout,
         "NOTACTIVE" => KeelError::NotActive,
         "UNAVAILABLE" => KeelError::Unavailable(rest.to_string()),
+        "SESSIONEXPIRED" => KeelError::SessionExpired,
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
         "ERR" => KeelError::InvalidArgument(rest.to_string()),
@@ -166,6 +169,7 @@ mod tests {
             KeelError::NotActive,
             KeelError::Unavailable("disk full".into()),
             KeelError::NotAnInteger,
+            KeelError::SessionExpired,
         ];
         for error in errors {
             let text = error_text(&error);

@@ -95,6 +95,7 @@ impl Config {
             unsafe_view_reads_unchecked: false,
             unsafe_forget_leader_contact: false,
             unsafe_skip_dedup: false,
+            unsafe_accept_expired_sessions: false,
         }
     }
 

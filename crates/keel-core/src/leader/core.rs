@@ -60,6 +60,9 @@ pub struct Counters {
     /// Writes answered from the deduplication table (a retry of a request already
     /// applied).
     pub retries_deduplicated: u64,
+    /// Writes refused because their session was no longer in the deduplication table
+    /// (`KeelError::SessionExpired`).
+    pub sessions_expired: u64,
 }
 
 /// The election timer and what elections remember between roles.
@@ -409,6 +412,7 @@ impl Core {
         let at = Version { epoch: meta.last_epoch, index: meta.last_index };
         let mut kv = Kv::decode(data, at, self.config.dedup_clients_max)?;
         kv.unsafe_skip_dedup = self.config.unsafe_skip_dedup;
+        kv.unsafe_accept_expired_sessions = self.config.unsafe_accept_expired_sessions;
         Ok(kv)
     }
 }

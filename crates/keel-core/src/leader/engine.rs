@@ -75,6 +75,7 @@ impl LeaderEngine {
             None => (SnapshotMeta::default(), Kv::new(config.dedup_clients_max)),
         };
         kv.unsafe_skip_dedup = config.unsafe_skip_dedup;
+        kv.unsafe_accept_expired_sessions = config.unsafe_accept_expired_sessions;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
             kv.apply(&entry);

@@ -266,6 +266,10 @@ pub struct Config {
     /// or a duplicated forward is applied again. Shows that the simulator's checkers
     /// catch a write applied twice.
     pub unsafe_skip_dedup: bool,
+    /// For negative-control tests only: a session the deduplication table has forgotten
+    /// is taken for a new one, so a retry after its eviction is applied again. Shows that
+    /// the simulator's checkers catch what session expiry prevents.
+    pub unsafe_accept_expired_sessions: bool,
 }
 
 /// A node's role.

@@ -137,6 +137,9 @@ pub struct Kv {
     /// For negative-control tests only (`Config::unsafe_skip_dedup`): apply every write
     /// entry, retries included.
     pub unsafe_skip_dedup: bool,
+    /// For negative-control tests only (`Config::unsafe_accept_expired_sessions`): a
+    /// session the table no longer holds is taken for a new one, as a plain client is.
+    pub unsafe_accept_expired_sessions: bool,
 }
 
 impl Kv {
@@ -155,6 +158,7 @@ impl Kv {
             state_bytes: 0,
             snapshot: None,
             unsafe_skip_dedup: false,
+            unsafe_accept_expired_sessions: false,
         }
     }
 
@@ -197,6 +201,7 @@ impl Kv {
         command: &Command,
         undo: &mut Undo,
     ) -> WriteResult {
+        self.session_open(client, command)?;
         let digest = command_digest(command);
         let dedup = self.dedup.get(&client).filter(|_| !self.unsafe_skip_dedup);
         if let Some(slot) = dedup {
@@ -227,9 +232,27 @@ impl Kv {
         result
     }
 
+    /// Refuses a request of a session the table does not hold, unless it opens one: the
+    /// session was forgotten (or never opened), so an earlier attempt of this request may
+    /// have been applied and must not be applied again. The leader asks before appending,
+    /// and every replica again when applying.
+    pub fn session_open(&self, client: ClientId, command: &Command) -> Result<(), KeelError> {
+        let expired = client.is_session()
+            && !matches!(command, Command::OpenSession)
+            && !self.dedup.contains_key(&client)
+            && !self.unsafe_accept_expired_sessions;
+        if expired {
+            Err(KeelError::SessionExpired)
+        } else {
+            Ok(())
+        }
+    }
+
     fn execute(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
-        if let Command::Multi { ops, watch } = command {
-            return self.execute_multi(version, ops, watch, undo);
+        match command {
+            Command::Multi { ops, watch } => return self.execute_multi(version, ops, watch, undo),
+            Command::OpenSession => return Ok(CommandResult::Written { version }),
+            _ => {}
         }
         let current = self.items.get(command.key());
         let current_value = current.and_then(|i| i.value.clone());
@@ -257,7 +280,7 @@ impl Kv {
                 (Some(value.to_string().into()), CommandResult::Counter { value, version })
             }
             Command::Get { .. } | Command::Scan { .. } => panic!("a read command in the log"),
-            Command::Multi { .. } => unreachable!("executed above"),
+            Command::Multi { .. } | Command::OpenSession => unreachable!("executed above"),
         };
         let key = command.key().clone();
         let item = Item { value: new_value, version };
@@ -991,6 +1014,63 @@ mod tests {
         kv.rollback_after(LogIndex(2), Epoch(1));
         assert!(kv.dedup(ClientId(1)).is_some(), "rollback restores the evicted slot");
         assert!(kv.dedup(ClientId(3)).is_none());
+    }
+
+    #[test]
+    fn a_session_forgotten_by_the_table_is_refused_not_applied_again() {
+        const S: u64 = ClientId::SESSION_BIT | 7;
+        let incr = || Command::Incr { key: "c".into(), delta: 1 };
+        let mut kv = Kv::new(2);
+        // Before it is opened, a session's write is refused and changes nothing.
+        let early = kv.apply(&write(1, S, 1, incr()));
+        assert_eq!(early, Applied::Write(Err(KeelError::SessionExpired)));
+        assert_eq!(kv.get(b"c").0, None);
+        assert!(kv.dedup(ClientId(S)).is_none());
+        let opened = kv.apply(&write(2, S, 0, Command::OpenSession));
+        assert!(matches!(opened, Applied::Write(Ok(CommandResult::Written { .. }))));
+        let first = kv.apply(&write(3, S, 1, incr()));
+        assert_eq!(kv.apply(&write(4, S, 1, incr())), first, "a retry in the window");
+        assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"1")));
+        // Two other clients write: the session leaves the table (oldest out).
+        kv.apply(&write(5, 1, 1, put("k", "v")));
+        kv.apply(&write(6, 2, 1, put("k", "w")));
+        assert!(kv.dedup(ClientId(S)).is_none());
+        let late = kv.apply(&write(7, S, 1, incr()));
+        assert_eq!(late, Applied::Write(Err(KeelError::SessionExpired)), "a retry after it");
+        let next = kv.apply(&write(8, S, 2, incr()));
+        assert_eq!(next, Applied::Write(Err(KeelError::SessionExpired)), "and a new request");
+        assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"1")), "applied once");
+        assert!(kv.dedup(ClientId(S)).is_none(), "a refusal does not reopen it");
+        // A plain client the table forgot is taken for a new one: its retry applies again.
+        kv.apply(&write(9, 3, 1, put("p", "1")));
+        kv.apply(&write(10, 4, 1, put("k", "x")));
+        kv.apply(&write(11, 5, 1, put("k", "y")));
+        kv.apply(&write(12, 6, 1, put("p", "2")));
+        assert!(kv.dedup(ClientId(3)).is_none());
+        let again = kv.apply(&write(13, 3, 1, put("p", "1")));
+        assert!(matches!(again, Applied::Write(Ok(_))));
+        assert_eq!(kv.get(b"p").0, Some(Value::from_static(b"1")));
+        // Rolled back past the eviction, the session is held again.
+        let mut kv = Kv::new(1);
+        kv.apply(&write(1, S, 0, Command::OpenSession));
+        kv.apply(&write(2, 1, 1, put("k", "v")));
+        assert_eq!(kv.session_open(ClientId(S), &incr()), Err(KeelError::SessionExpired));
+        kv.rollback_after(LogIndex(1), Epoch(1));
+        assert_eq!(kv.session_open(ClientId(S), &incr()), Ok(()));
+    }
+
+    #[test]
+    fn accepting_expired_sessions_applies_a_late_retry_twice() {
+        // The negative control's mechanism (`Config::unsafe_accept_expired_sessions`).
+        const S: u64 = ClientId::SESSION_BIT | 7;
+        let incr = || Command::Incr { key: "c".into(), delta: 1 };
+        let mut kv = Kv::new(1);
+        kv.unsafe_accept_expired_sessions = true;
+        kv.apply(&write(1, S, 0, Command::OpenSession));
+        kv.apply(&write(2, S, 1, incr()));
+        kv.apply(&write(3, 1, 1, put("k", "v")));
+        kv.apply(&write(4, S, 1, incr()));
+        assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"2")));
     }
 
     /// A snapshot encoding at index 5 written by hand: `items` as (key, index) and dedup

@@ -47,6 +47,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "forced_mark_outs": c.forced_mark_outs,
             "released_removals": c.released_removals,
             "retries_deduplicated": c.retries_deduplicated,
+            "sessions_expired": c.sessions_expired,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -148,6 +149,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_retries_deduplicated_total",
             "Write retries answered from the deduplication table.",
             c.retries_deduplicated,
+        ),
+        counter(
+            "keel_sessions_expired_total",
+            "Writes refused because the deduplication table no longer held their session.",
+            c.sessions_expired,
         ),
     ]);
     Report { status: doc, metrics }

@@ -59,6 +59,8 @@ struct Cluster {
     largest_append: (usize, usize),
     /// The session floor requests carry (`ClientRequest::after`).
     after: LogIndex,
+    /// Nodes to which every `Append` carrying entries is lost (bare heartbeats pass).
+    entries_lost_to: BTreeSet<NodeId>,
 }
 
 fn ids(n: u32) -> Vec<NodeId> {
@@ -85,6 +87,7 @@ impl Cluster {
             check: true,
             largest_append: (0, 0),
             after: LogIndex::ZERO,
+            entries_lost_to: BTreeSet::new(),
         };
         for id in ids(n) {
             let node = Node {
@@ -182,6 +185,9 @@ impl Cluster {
         for (to, message) in messages {
             assert_ne!(to, id);
             if let Message::Append { entries, .. } = &message {
+                if !entries.is_empty() && self.entries_lost_to.contains(&to) {
+                    continue;
+                }
                 let bytes = entries.iter().map(|e| match &e.payload {
                     EntryPayload::Write { command: Command::Put { value, .. }, .. } => value.len(),
                     _ => 0,
@@ -1516,4 +1522,47 @@ fn leases_hold_and_mark_outs_complete_when_the_round_trip_exceeds_the_heartbeat(
     );
     assert!(!c.status(slow).active, "it dropped its lease before the leader removed it");
     assert!(c.status(followers[1]).active, "the other follower kept its lease");
+}
+
+#[test]
+fn a_new_leader_grants_no_lease_to_a_follower_that_lacks_a_durable_write() {
+    // A follower cut off while a write became durable, and a leader that restarted (its
+    // durable index back at its snapshot's) and won the next election: the leader used to
+    // grant the follower a lease on its first reply, before it held the write, and the
+    // follower served `monotonic` reads without it (keyspaces seed 9820328). Now a grant
+    // waits until the follower has persisted and applied the new epoch's no-op.
+    let mut c = Cluster::new(3, 21, |_| {});
+    let leader = c.await_leader();
+    c.run_for(200);
+    let others: Vec<NodeId> = c.nodes.keys().copied().filter(|n| *n != leader).collect();
+    let (cut, keeper) = (others[0], others[1]);
+    c.isolate(&[cut]);
+    c.run_for(800);
+    assert!(!c.status(leader).active_set.contains(&cut), "the cut follower left the set");
+    let tag = c.put(leader, "a", "1", Durability::Durable);
+    let reply = c.await_reply(tag, 1_000);
+    assert!(reply.result.is_ok(), "{reply:?}");
+    c.crash(leader);
+    c.crash(keeper);
+    c.boot(keeper);
+    // The new leader's entries to the follower are lost for a while (a stalled
+    // connection), while its heartbeats pass.
+    c.entries_lost_to.insert(cut);
+    c.heal();
+    let mut leased_without_it = 0;
+    for _ in 0..3_000 {
+        c.run_for(1);
+        if c.status(cut).active && c.engine(cut).read_applied(b"a").is_none() {
+            leased_without_it += 1;
+        }
+        if c.now > 2_600 * MS {
+            c.entries_lost_to.clear();
+        }
+        if c.leader() == Some(keeper) && c.status(cut).active && c.now > 2_600 * MS {
+            break;
+        }
+    }
+    assert_eq!(c.leader(), Some(keeper), "the node holding the write leads");
+    assert!(c.status(cut).active, "the follower gets its lease once it has caught up");
+    assert_eq!(leased_without_it, 0, "ms the follower held a lease without the durable write");
 }

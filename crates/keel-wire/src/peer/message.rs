@@ -558,6 +558,7 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_u8(out, 9);
             put_text(out, why);
         }
+        KeelError::SessionExpired => put_u8(out, 10),
     }
 }
 
@@ -583,6 +584,7 @@ fn read_error(reader: &mut Reader<'_>) -> Result<KeelError, PeerError> {
         },
         8 => KeelError::NotAnInteger,
         9 => KeelError::InvalidArgument(read_text(reader, "invalid argument")?),
+        10 => KeelError::SessionExpired,
         tag => return Err(CodecError::UnknownTag { what: "error", tag }.into()),
     };
     Ok(error)
@@ -702,6 +704,7 @@ pub(crate) mod strategies {
                 .prop_map(|(len, max)| KeelError::ValueTooLarge { len, max }),
             Just(KeelError::NotAnInteger),
             text().prop_map(KeelError::InvalidArgument),
+            Just(KeelError::SessionExpired),
         ]
     }
 

@@ -44,6 +44,8 @@ pub(super) struct Progress {
     pub reply_anchor: Option<Time>,
     /// The newest anchor granted to the follower.
     pub granted_anchor: Option<Time>,
+    /// When (leader clock) the last grant was sent to the follower.
+    pub granted_at: Option<Time>,
     /// max over replies of min(persisted, applied, match): durable-index contribution.
     pub acked_point: LogIndex,
     /// max over replies of min(persisted, match): `durable` write acknowledgements.
@@ -129,6 +131,7 @@ impl Leading {
             acked_sent_at: None,
             reply_anchor: None,
             granted_anchor: None,
+            granted_at: None,
             acked_point: LogIndex::ZERO,
             persisted_point: LogIndex::ZERO,
             marking_out: false,
@@ -255,7 +258,15 @@ impl Leading {
         }
     }
 
-    /// Removes followers not heard from for `removal_timeout` (never below a majority).
+    /// Removes followers not heard from for `removal_timeout`, and followers being marked
+    /// out that were last granted a lease `removal_timeout` ago (never below a majority).
+    ///
+    /// The second rule needs nothing from the follower's clock: a grant's anchor is the
+    /// send time of a reply the leader had already received, so every lease the follower
+    /// draws from the grants sent by `granted_at` ends, on the drift bound, before
+    /// `granted_at + rt`; a member being marked out gets no further grant. It removes a
+    /// follower whose `released` reply never counts, such as one whose clock restarted
+    /// lower (its replies' `sent_at` stay below the anchor granted before the reboot).
     fn remove_silent_followers(&mut self, core: &mut Core) {
         let now = core.now;
         let rt = core.config.removal_timeout;
@@ -264,8 +275,10 @@ impl Leading {
             .iter()
             .copied()
             .filter(|f| {
-                let heard = self.progress[f].last_heard.unwrap_or(self.since);
-                now >= heard + rt
+                let p = &self.progress[f];
+                let heard = p.last_heard.unwrap_or(self.since);
+                let granted = p.granted_at.unwrap_or(self.since);
+                now >= heard + rt || (p.marking_out && now >= granted + rt)
             })
             .collect();
         for follower in silent {

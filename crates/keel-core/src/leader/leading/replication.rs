@@ -22,7 +22,13 @@ impl Leading {
         if member && p.marking_out {
             return Lease::MarkOut;
         }
-        let eligible = member && p.acked_point >= core.durable_index;
+        // Only a follower holding every durable entry may serve `monotonic` reads. The
+        // leader's own durable index can lag the true one (learned late from the previous
+        // leader, or reset to the snapshot by a restart), but its log holds every entry
+        // durable in an earlier epoch: a follower that persisted and applied this epoch's
+        // no-op holds them too (keyspaces seed 9820328: a restarted leader granted a lease
+        // to a follower that lacked a durable write, which it then read as absent).
+        let eligible = member && p.acked_point >= core.durable_index.max(self.noop_index);
         match p.reply_anchor {
             Some(anchor) if eligible && self.lease_valid(core) => Lease::Granted { anchor },
             _ => Lease::Withheld,
@@ -79,6 +85,7 @@ impl Leading {
         if let Lease::Granted { anchor } = lease {
             progress.granted_anchor =
                 Some(progress.granted_anchor.map_or(anchor, |g| g.max(anchor)));
+            progress.granted_at = Some(core.now);
         }
         let message = Message::Append {
             epoch: core.hard.epoch,

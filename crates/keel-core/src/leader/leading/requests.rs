@@ -21,6 +21,10 @@ impl Leading {
     /// retry, else appended and acknowledged at its durability point.
     pub fn write(&mut self, core: &mut Core, origin: Origin, request: ClientRequest) {
         let durability = request.durability.unwrap_or(core.config.durability_default);
+        if let Err(error) = core.kv.session_open(request.client, &request.command) {
+            core.counters.sessions_expired += 1;
+            return core.reply_result(origin, request.tag, Err(error), false);
+        }
         let skip = core.config.unsafe_skip_dedup;
         if let Some(slot) = core.kv.dedup(request.client).filter(|_| !skip) {
             if slot.request == request.request {
