@@ -15,6 +15,7 @@
 //! Checkers are pure: no I/O, no clock, no randomness; only [`cli`] reads files and times.
 pub mod cli;
 pub mod error;
+pub mod fasthash;
 pub mod generate;
 pub mod history;
 pub mod jepsen;

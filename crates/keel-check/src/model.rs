@@ -14,6 +14,7 @@
 //! | `kv`       | `""`          | read (get), write (put), append   |
 //! | `keel`     | absent        | read, write, delete, cas, incr    |
 
+use crate::fasthash::FastHash;
 use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
@@ -153,11 +154,45 @@ impl Val {
 pub const VALUES_MAX: usize = 1 << 30;
 
 /// Interned values. Index 0 is "absent".
+///
+/// A value an append builds is kept as its base value and the appended text until its
+/// text is asked for, so an append costs O(1) rather than a copy of the whole value: each
+/// value carries a polynomial hash and the length of its text, computed from its base's,
+/// and two values are the same value exactly when their texts are (a hash match is
+/// confirmed by comparing texts, so a collision costs time, never a wrong verdict).
 #[derive(Debug)]
 pub struct Values {
-    /// Shared with `ids`, so each value's text is stored once.
-    texts: Vec<Rc<str>>,
-    ids: HashMap<Rc<str>, Val>,
+    reprs: Vec<Repr>,
+    /// Per value: the hash and length of its text.
+    sigs: Vec<(u64, usize)>,
+    /// The latest value with each hash and length of text ...
+    ids: HashMap<(u64, usize), Val, FastHash>,
+    /// ... and per value, the one before it with the same (`NO_VAL`: none).
+    same_sig: Vec<Val>,
+    /// Texts built for values held as appends.
+    built: HashMap<Val, Rc<str>, FastHash>,
+}
+
+/// Ends a chain of [`Values::same_sig`].
+const NO_VAL: Val = Val(u32::MAX);
+
+/// How a value is held.
+#[derive(Clone, Debug)]
+enum Repr {
+    /// Its text.
+    Text(Rc<str>),
+    /// A base value and the text appended to it.
+    Append(Val, Rc<str>),
+}
+
+/// The multiplier of the polynomial hash of a value's text.
+const HASH_BASE: u64 = 0x0000_0100_0000_01b3;
+
+/// The hash of `text` and `HASH_BASE` to the power of its length.
+fn text_hash(text: &str) -> (u64, u64) {
+    text.bytes().fold((0, 1), |(hash, power), byte| {
+        (hash.wrapping_mul(HASH_BASE).wrapping_add(u64::from(byte)), power.wrapping_mul(HASH_BASE))
+    })
 }
 
 impl Default for Values {
@@ -169,20 +204,94 @@ impl Default for Values {
 impl Values {
     /// An interner holding only "absent".
     pub fn new() -> Values {
-        Values { texts: vec![Rc::from("")], ids: HashMap::new() }
+        Values {
+            reprs: vec![Repr::Text(Rc::from(""))],
+            sigs: vec![(0, 0)],
+            ids: HashMap::default(),
+            same_sig: vec![NO_VAL],
+            built: HashMap::default(),
+        }
+    }
+
+    fn push(&mut self, repr: Repr, sig: (u64, usize)) -> Val {
+        assert!(self.reprs.len() < VALUES_MAX, "more than {VALUES_MAX} distinct values");
+        let val = Val(u32::try_from(self.reprs.len()).expect("VALUES_MAX fits u32"));
+        self.reprs.push(repr);
+        self.sigs.push(sig);
+        let before = self.ids.insert(sig, val).unwrap_or(NO_VAL);
+        self.same_sig.push(before);
+        val
+    }
+
+    /// The values whose text has hash and length `sig`, newest first.
+    fn with_sig(&self, sig: (u64, usize)) -> Vec<Val> {
+        let mut out = Vec::new();
+        let mut at = self.ids.get(&sig).copied().unwrap_or(NO_VAL);
+        while at != NO_VAL {
+            out.push(at);
+            at = self.same_sig[at.0 as usize];
+        }
+        out
     }
 
     /// The id of `text`, interning it if new.
     pub fn intern(&mut self, text: &str) -> Val {
-        if let Some(val) = self.ids.get(text) {
-            return *val;
+        let sig = (text_hash(text).0, text.len());
+        for val in self.with_sig(sig) {
+            if self.text(val).as_deref() == Some(text) {
+                return val;
+            }
         }
-        assert!(self.texts.len() < VALUES_MAX, "more than {VALUES_MAX} distinct values");
-        let val = Val(u32::try_from(self.texts.len()).expect("VALUES_MAX fits u32"));
-        let shared: Rc<str> = Rc::from(text);
-        self.texts.push(Rc::clone(&shared));
-        self.ids.insert(shared, val);
-        val
+        self.push(Repr::Text(Rc::from(text)), sig)
+    }
+
+    /// The id of `base` with `suffix` appended; `suffix_hash` is [`text_hash`] of it.
+    fn append(&mut self, base: Val, suffix: &Rc<str>, suffix_hash: (u64, u64)) -> Val {
+        let (hash, len) = self.sigs[base.0 as usize];
+        let sig =
+            (hash.wrapping_mul(suffix_hash.1).wrapping_add(suffix_hash.0), len + suffix.len());
+        let mut at = self.ids.get(&sig).copied().unwrap_or(NO_VAL);
+        while at != NO_VAL {
+            if self.equals_append(at, base, suffix) {
+                return at;
+            }
+            at = self.same_sig[at.0 as usize];
+        }
+        self.push(Repr::Append(base, Rc::clone(suffix)), sig)
+    }
+
+    /// Whether value `val`'s text is `base`'s text followed by `suffix`: at once when
+    /// `val` was built that way, else by comparing texts.
+    fn equals_append(&mut self, val: Val, base: Val, suffix: &Rc<str>) -> bool {
+        if let Repr::Append(b, s) = &self.reprs[val.0 as usize] {
+            if *b == base && (Rc::ptr_eq(s, suffix) || **s == **suffix) {
+                return true;
+            }
+        }
+        let (Some(whole), Some(base)) = (self.text(val), self.text(base)) else { return false };
+        whole.len() == base.len() + suffix.len()
+            && whole.starts_with(&*base)
+            && whole.ends_with(&**suffix)
+    }
+
+    /// The hash and length of a value's text ([`Values::prefix_hashes`] of it ends
+    /// with the hash).
+    pub fn sig(&self, val: Val) -> (u64, usize) {
+        self.sigs[val.0 as usize]
+    }
+
+    /// The hash of each prefix of a value's text, by length (`len + 1` entries): value
+    /// `v` may be a prefix of it only if `prefix_hashes[len(v)]` is `v`'s hash.
+    pub fn prefix_hashes(&mut self, val: Val) -> Vec<u64> {
+        let text = self.text(val).unwrap_or_else(|| Rc::from(""));
+        let mut out = Vec::with_capacity(text.len() + 1);
+        out.push(0);
+        let mut hash = 0u64;
+        for byte in text.bytes() {
+            hash = hash.wrapping_mul(HASH_BASE).wrapping_add(u64::from(byte));
+            out.push(hash);
+        }
+        out
     }
 
     /// The id of an optional value.
@@ -190,16 +299,38 @@ impl Values {
         text.map_or(Val::ABSENT, |t| self.intern(t))
     }
 
-    /// The text of a value (`None`: absent).
-    pub fn text(&self, val: Val) -> Option<&str> {
+    /// The text of a value (`None`: absent), built and kept the first time it is asked
+    /// for.
+    pub fn text(&mut self, val: Val) -> Option<Rc<str>> {
         if val == Val::ABSENT {
             return None;
         }
-        Some(&self.texts[val.0 as usize])
+        let mut chain = Vec::new();
+        let mut at = val;
+        let root = loop {
+            if let Some(text) = self.built.get(&at) {
+                break Rc::clone(text);
+            }
+            match &self.reprs[at.0 as usize] {
+                Repr::Text(text) => break Rc::clone(text),
+                Repr::Append(base, suffix) => {
+                    chain.push((at, Rc::clone(suffix)));
+                    at = *base;
+                }
+            }
+        };
+        let mut text = root.to_string();
+        let mut last = root;
+        for (built, suffix) in chain.into_iter().rev() {
+            text.push_str(&suffix);
+            last = Rc::from(text.as_str());
+            self.built.insert(built, Rc::clone(&last));
+        }
+        Some(last)
     }
 
     /// A value for messages: quoted text, or `absent`.
-    pub fn show(&self, val: Val) -> String {
+    pub fn show(&mut self, val: Val) -> String {
         match self.text(val) {
             None => "absent".to_string(),
             Some(t) => format!("{t:?}"),
@@ -223,8 +354,8 @@ pub enum Step {
         /// Known outcome, if any.
         swapped: Option<bool>,
     },
-    /// Appends text.
-    Append(String),
+    /// Appends text (with its [`text_hash`]).
+    Append(Rc<str>, (u64, u64)),
     /// Adds to an integer.
     Incr {
         /// Amount.
@@ -246,7 +377,7 @@ impl Step {
                 value: values.intern(value),
                 swapped: *swapped,
             },
-            Action::Append { suffix } => Step::Append(suffix.clone()),
+            Action::Append { suffix } => Step::Append(Rc::from(suffix.as_str()), text_hash(suffix)),
             Action::Incr { delta, result } => Step::Incr { delta: *delta, result: *result },
         }
     }
@@ -265,10 +396,9 @@ impl Step {
                     None => Some(if holds { *value } else { state }),
                 }
             }
-            Step::Append(suffix) => {
-                let mut text = values.text(state).unwrap_or("").to_string();
-                text.push_str(suffix);
-                Some(values.intern(&text))
+            Step::Append(suffix, hash) => {
+                let base = if state == Val::ABSENT { values.intern("") } else { state };
+                Some(values.append(base, suffix, *hash))
             }
             Step::Incr { delta, result } => {
                 let base = match values.text(state) {
@@ -325,7 +455,7 @@ mod tests {
         let mut values = Values::new();
         let state = values.intern_option(state);
         let step = Step::compile(&action, &mut values);
-        step.apply(state, &mut values).map(|v| values.text(v).map(str::to_string))
+        step.apply(state, &mut values).map(|v| values.text(v).map(|t| t.to_string()))
     }
 
     #[test]
