@@ -163,6 +163,7 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("write-timeout", c.writes_timed_out),
             ("retry-deduplicated", c.retries_deduplicated),
             ("session-expired", c.sessions_expired),
+            ("lease-expired", c.leases_expired),
         ]
     }
 }

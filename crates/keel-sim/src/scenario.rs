@@ -220,6 +220,7 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     ("reads-off-loop", 20),
     ("client-retry", 20),
     ("session-expired", 20),
+    ("lease-expired", 50),
     ("fault:storage-error", 20),
     ("fault:crash-after-fsync", 20),
 ];

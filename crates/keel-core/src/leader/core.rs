@@ -63,6 +63,8 @@ pub struct Counters {
     /// Writes refused because their session was no longer in the deduplication table
     /// (`KeelError::SessionExpired`).
     pub sessions_expired: u64,
+    /// Active-set leases this node held as a follower that ran out without renewal.
+    pub leases_expired: u64,
 }
 
 /// The election timer and what elections remember between roles.

@@ -399,6 +399,13 @@ impl LeaderEngine {
     fn on_timers(&mut self) {
         let now = self.core.now;
         let leading = matches!(self.role, RoleState::Leader(_));
+        if let RoleState::Follower(following) = &mut self.role {
+            // Counted, and forgotten (no reader looks at an expired lease).
+            if following.lease_until.is_some_and(|until| until <= now) {
+                following.lease_until = None;
+                self.core.counters.leases_expired += 1;
+            }
+        }
         if !leading && now >= self.core.election.deadline {
             self.start_pre_vote();
         }

@@ -48,6 +48,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "released_removals": c.released_removals,
             "retries_deduplicated": c.retries_deduplicated,
             "sessions_expired": c.sessions_expired,
+            "leases_expired": c.leases_expired,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -154,6 +155,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_sessions_expired_total",
             "Writes refused because the deduplication table no longer held their session.",
             c.sessions_expired,
+        ),
+        counter(
+            "keel_leases_expired_total",
+            "Active-set leases held as a follower that ran out without renewal.",
+            c.leases_expired,
         ),
     ]);
     Report { status: doc, metrics }
