@@ -343,6 +343,8 @@ struct Search<'a> {
     /// For the kv model: per op, the prefix hashes of the value a completed read saw
     /// (see [`Search::dead`]).
     read_prefixes: Vec<Option<Vec<u64>>>,
+    /// [`Search::dead`]'s list of puts, kept between calls (no allocation per step).
+    puts: Vec<Val>,
 }
 
 /// Which operations are linearized: completed ones and unknown-outcome ones apart (ops
@@ -479,6 +481,22 @@ fn medium(words: &[u64]) -> Medium {
     out
 }
 
+/// Adds unknown-outcome set `u` under `key` of an inline explored map; false if a kept
+/// set subsumes it.
+fn insert_inline<T: Bits + Eq + std::hash::Hash>(
+    map: &mut HashMap<(T, u32), Antichain<T>, FastHash>,
+    key: (T, u32),
+    u: T,
+) -> bool {
+    match map.entry(key) {
+        Entry::Vacant(slot) => {
+            slot.insert(Antichain::One(u));
+            true
+        }
+        Entry::Occupied(mut slot) => slot.get_mut().insert(u),
+    }
+}
+
 /// The search nodes already explored, with subsumption.
 ///
 /// A node is (completed ops linearized, unknown-outcome ops linearized, state). Node
@@ -514,24 +532,11 @@ impl Explored {
             return self.plain_medium.insert((medium(complete), state.0));
         }
         if complete.len() <= 2 && unknown.len() <= 2 {
-            let u = small(unknown);
-            return match self.small.entry((small(complete), state.0)) {
-                Entry::Vacant(slot) => {
-                    slot.insert(Antichain::One(u));
-                    true
-                }
-                Entry::Occupied(mut slot) => slot.get_mut().insert(u),
-            };
+            return insert_inline(&mut self.small, (small(complete), state.0), small(unknown));
         }
         if complete.len() <= MEDIUM_WORDS && unknown.len() <= MEDIUM_WORDS {
-            let u = medium(unknown);
-            return match self.medium.entry((medium(complete), state.0)) {
-                Entry::Vacant(slot) => {
-                    slot.insert(Antichain::One(u));
-                    true
-                }
-                Entry::Occupied(mut slot) => slot.get_mut().insert(u),
-            };
+            let key = (medium(complete), state.0);
+            return insert_inline(&mut self.medium, key, medium(unknown));
         }
         self.scratch.clear();
         self.scratch.extend_from_slice(complete);
@@ -572,6 +577,7 @@ impl<'a> Search<'a> {
             tail,
             transitions: HashMap::default(),
             read_prefixes: Vec::new(),
+            puts: Vec::new(),
         };
         if model == Model::Kv {
             for op in 0..search.ops.len() {
@@ -810,12 +816,19 @@ impl<'a> Search<'a> {
     /// that is a put. When neither holds (by polynomial hashes of prefixes: a match proves
     /// nothing, a mismatch proves the texts differ) no linearization goes through this
     /// node. The test looks at the first [`DEAD_READS_MAX`] completions.
-    fn dead(&self, op: usize, state: Val) -> bool {
+    fn dead(&mut self, op: usize, state: Val) -> bool {
         if self.read_prefixes.is_empty() {
             return false;
         }
+        let mut puts = std::mem::take(&mut self.puts);
+        puts.clear();
+        let dead = self.dead_with(op, state, &mut puts);
+        self.puts = puts;
+        dead
+    }
+
+    fn dead_with(&self, op: usize, state: Val, puts: &mut Vec<Val>) -> bool {
         let own = self.completion_of(op);
-        let mut puts: Vec<Val> = Vec::new();
         let mut completions = 0;
         let mut node = self.next[HEAD as usize];
         while node != self.tail && completions < DEAD_READS_MAX {

@@ -223,24 +223,15 @@ impl Values {
         val
     }
 
-    /// The values whose text has hash and length `sig`, newest first.
-    fn with_sig(&self, sig: (u64, usize)) -> Vec<Val> {
-        let mut out = Vec::new();
-        let mut at = self.ids.get(&sig).copied().unwrap_or(NO_VAL);
-        while at != NO_VAL {
-            out.push(at);
-            at = self.same_sig[at.0 as usize];
-        }
-        out
-    }
-
     /// The id of `text`, interning it if new.
     pub fn intern(&mut self, text: &str) -> Val {
         let sig = (text_hash(text).0, text.len());
-        for val in self.with_sig(sig) {
-            if self.text(val).as_deref() == Some(text) {
-                return val;
+        let mut at = self.ids.get(&sig).copied().unwrap_or(NO_VAL);
+        while at != NO_VAL {
+            if self.text(at).as_deref() == Some(text) {
+                return at;
             }
+            at = self.same_sig[at.0 as usize];
         }
         self.push(Repr::Text(Rc::from(text)), sig)
     }
