@@ -465,6 +465,75 @@ mod tests {
         addr
     }
 
+    /// A server that opens sessions (`KEEL.SESSION` answers a session id) and answers
+    /// the `n`-th `KEEL.REQ` it receives with `req_replies[n]`; it records what it was
+    /// sent, one command name per request.
+    async fn scripted_server(
+        req_replies: Vec<&'static str>,
+    ) -> (SocketAddr, Arc<Mutex<Vec<&'static str>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (log, replies) = (log.clone(), req_replies.clone());
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        // One request per read: the client sends one and waits.
+                        let request = &buf[..n];
+                        let reply = if request.windows(12).any(|w| w == b"KEEL.SESSION") {
+                            log.lock().unwrap().push("KEEL.SESSION");
+                            let id = ((1u64 << 63) + 7).to_string();
+                            format!("${}\r\n{id}\r\n", id.len())
+                        } else {
+                            let mut log = log.lock().unwrap();
+                            log.push("KEEL.REQ");
+                            let n = log.iter().filter(|w| **w == "KEEL.REQ").count();
+                            replies.get(n - 1).copied().unwrap_or("+OK").to_string()
+                        };
+                        if stream.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_after_an_earlier_attempt_is_not_sent_again() {
+        // The first attempt timed out (it may have been applied); its retry finds the
+        // session expired: the outcome is unknown, and a new session must not apply it.
+        let (addr, seen) =
+            scripted_server(vec!["-TIMEOUT timed out\r\n", "-SESSIONEXPIRED expired\r\n"]).await;
+        let mut config = ClientConfig::new(vec![addr]);
+        config.backoff = Duration::from_millis(1);
+        let client = Client::new(config);
+        let mut session = client.session();
+        let result = session.delete(b"k").await;
+        assert_eq!(result, Err(ClientError::Keel(KeelError::SessionExpired)));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, ["KEEL.SESSION", "KEEL.REQ", "KEEL.REQ"], "not sent a third time");
+        assert_eq!(session.server_session(), None, "the next write opens a new session");
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_at_its_first_attempt_is_sent_again_under_a_new_session() {
+        let (addr, seen) = scripted_server(vec!["-SESSIONEXPIRED expired\r\n", ":1\r\n"]).await;
+        let client = Client::new(ClientConfig::new(vec![addr]));
+        let mut session = client.session();
+        assert_eq!(session.delete(b"k").await, Ok(true));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, ["KEEL.SESSION", "KEEL.REQ", "KEEL.SESSION", "KEEL.REQ"]);
+    }
+
     #[tokio::test]
     async fn a_call_does_not_wait_behind_a_slow_call_of_another_session() {
         let addr = hanging_server().await;

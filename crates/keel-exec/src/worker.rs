@@ -144,7 +144,14 @@ mod tests {
     fn a_batch_is_carried_out_in_order_and_synced_once() {
         let mut worker = Worker::new(recovered());
         let batch = vec![
-            (1, StorageOp::HardState(HardState { epoch: Epoch(1), voted_for: None })),
+            (
+                1,
+                StorageOp::HardState(HardState {
+                    epoch: Epoch(1),
+                    voted_for: None,
+                    repair_floor: None,
+                }),
+            ),
             (2, StorageOp::Append(vec![entry(1)])),
             (3, StorageOp::Sync),
             (4, StorageOp::Append(vec![entry(2)])),

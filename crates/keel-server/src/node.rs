@@ -352,6 +352,16 @@ where
     .map_err(NodeError::Startup)?;
     tracing::info!(keyspace = %spec.id, name = %spec.name, engine = %spec.engine,
         entries = recovered.entries.len(), epoch = recovered.hard_state.epoch.0, "recovered");
+    if let Some(damage) = &recovered.damage {
+        tracing::error!(keyspace = %spec.id, at = damage.at.0, through = damage.through.index.0,
+            reason = %damage.reason,
+            "damaged log records cut at recovery; repairing from the leader");
+    }
+    if let Some(floor) = recovered.hard_state.repair_floor {
+        tracing::warn!(keyspace = %spec.id, floor_epoch = floor.epoch.0, floor_index = floor.index.0,
+            "until the log is durable again through the repair floor, this node votes as if \
+             it held it and does not campaign");
+    }
     let persisted = PersistedState {
         hard_state: recovered.hard_state,
         snapshot: recovered.snapshot,

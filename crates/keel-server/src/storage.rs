@@ -248,7 +248,11 @@ mod tests {
         let storage = SimStorage::new_sim(StorageConfig::default());
         let (_, mut handle) = start_with(storage, metrics(), Duration::ZERO).unwrap();
         let ops = [
-            StorageOp::HardState(HardState { epoch: Epoch(1), voted_for: None }),
+            StorageOp::HardState(HardState {
+                epoch: Epoch(1),
+                voted_for: None,
+                repair_floor: None,
+            }),
             StorageOp::Append(vec![entry(1)]),
             StorageOp::Sync,
             StorageOp::Append(vec![entry(2)]),

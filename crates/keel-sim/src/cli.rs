@@ -103,6 +103,13 @@ pub struct RunArgs {
     /// one, so a retry after its eviction is applied twice.
     #[arg(long)]
     pub accept_expired_sessions: bool,
+    /// Negative control: nodes ignore the repair floor recovery sets when it cuts
+    /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
+    #[arg(long)]
+    pub ignore_repair_floor: bool,
+    /// Chance, in parts per million, that a partition isolates the leader.
+    #[arg(long, default_value_t = 0)]
+    pub aim_leader_ppm: u32,
 }
 
 /// `keel sim bench` arguments.
@@ -151,6 +158,8 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.clock_reboots = !args.no_clock_reboots;
         config.skip_dedup = args.skip_dedup;
         config.accept_expired_sessions = args.accept_expired_sessions;
+        config.ignore_repair_floor = args.ignore_repair_floor;
+        config.aim_leader_ppm = args.aim_leader_ppm;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;
@@ -208,7 +217,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
 
 /// The share of `count` seeds that reached each path, beside the goal for it.
 fn print_coverage(reaching: &BTreeMap<String, u64>, count: u64) {
-    println!("{:<22} {:>8} {:>7} {:>6}", "path", "seeds", "share", "goal");
+    println!("{:<30} {:>8} {:>7} {:>6}", "path", "seeds", "share", "goal");
     let mut names: Vec<&str> = COVERAGE_GOALS.iter().map(|(name, _)| *name).collect();
     for name in reaching.keys() {
         if !names.contains(&name.as_str()) {
@@ -224,7 +233,7 @@ fn print_coverage(reaching: &BTreeMap<String, u64>, count: u64) {
             Some(g) => (format!("{g}%"), ""),
             None => ("-".to_string(), ""),
         };
-        println!("{name:<22} {seeds:>8} {share:>6.1}% {goal:>6}{mark}");
+        println!("{name:<30} {seeds:>8} {share:>6.1}% {goal:>6}{mark}");
     }
 }
 

@@ -164,6 +164,8 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("retry-deduplicated", c.retries_deduplicated),
             ("session-expired", c.sessions_expired),
             ("lease-expired", c.leases_expired),
+            ("campaign-withheld", c.campaigns_withheld),
+            ("log-repaired", c.logs_repaired),
         ]
     }
 }

@@ -84,6 +84,11 @@ pub struct Checker {
     durable_marks: Vec<(Epoch, LogIndex)>,
     /// Applied-state digests per index of the durable prefix.
     applied_digest: BTreeMap<LogIndex, (u64, NodeId)>,
+    /// The nodes whose last status said leader, with their epoch.
+    leading: BTreeMap<NodeId, Epoch>,
+    /// How often each invariant's precondition held (what makes its check more than
+    /// vacuous), by coverage name.
+    preconditions: BTreeMap<&'static str, u64>,
     violations: Vec<Violation>,
 }
 
@@ -96,6 +101,27 @@ impl Checker {
     /// Violations found so far, first first.
     pub fn violations(&self) -> &[Violation] {
         &self.violations
+    }
+
+    /// How often each invariant's precondition held, by coverage name:
+    /// - `inv:divergent-logs`: two logs held different entries at one index (what log
+    ///   matching is about);
+    /// - `inv:two-leaders-at-once`: two nodes said leader at once, in different epochs
+    ///   (one per epoch is checked; the world checks that one lease at most is valid);
+    /// - `inv:new-leader-over-durable`: a leader was checked against a durable prefix an
+    ///   earlier epoch published;
+    /// - `inv:applied-compared`: two nodes' applied states were compared at one index.
+    pub fn preconditions(&self) -> &BTreeMap<&'static str, u64> {
+        &self.preconditions
+    }
+
+    /// The nodes whose last status said leader, with their epoch.
+    pub fn leading(&self) -> &BTreeMap<NodeId, Epoch> {
+        &self.leading
+    }
+
+    fn reached(&mut self, precondition: &'static str) {
+        *self.preconditions.entry(precondition).or_default() += 1;
     }
 
     /// Takes the violations found so far (the world gathers every keyspace's).
@@ -160,6 +186,10 @@ impl Checker {
             Some(_) => {}
             None => {
                 self.known.insert(key, Known { chain, prev_epoch, entry: entry.clone() });
+                let at_index = (entry.index, Epoch(0))..=(entry.index, Epoch(u64::MAX));
+                if self.known.range(at_index).nth(1).is_some() {
+                    self.reached("inv:divergent-logs");
+                }
             }
         }
     }
@@ -167,6 +197,7 @@ impl Checker {
     /// A node's log became what a restart recovered: `entries` after an optional snapshot.
     pub fn recover(&mut self, node: NodeId, snapshot: Option<SnapshotMeta>, entries: &[Entry]) {
         self.logs.insert(node, LogModel::default());
+        self.leading.remove(&node);
         if let Some(meta) = snapshot {
             self.reset_to_snapshot(node, meta);
         }
@@ -201,9 +232,15 @@ impl Checker {
     pub fn observe(&mut self, status: &Status, digest: Option<u64>, at_ns: u64) {
         let node = status.node_id;
         if status.role == Role::Leader {
+            self.leading.insert(node, status.epoch);
+            if self.leading.len() > 1 {
+                self.reached("inv:two-leaders-at-once");
+            }
             self.check_one_leader(node, status.epoch, at_ns);
             self.check_leader_holds_durable_prefix(node, status.epoch, at_ns);
             self.extend_durable_prefix(node, status.epoch, status.durable_index, at_ns);
+        } else {
+            self.leading.remove(&node);
         }
         self.check_durable_index(node, status.durable_index, at_ns);
         if let Some(digest) = digest {
@@ -221,15 +258,13 @@ impl Checker {
 
     fn check_leader_holds_durable_prefix(&mut self, node: NodeId, epoch: Epoch, at_ns: u64) {
         // Everything published durable in this epoch or an earlier one must be held.
-        let durable = self
-            .durable_marks
-            .iter()
-            .filter(|(e, _)| *e <= epoch)
-            .map(|(_, i)| *i)
-            .max()
-            .unwrap_or(LogIndex::ZERO);
+        let marks = self.durable_marks.iter().filter(|(e, _)| *e <= epoch);
+        let durable = marks.clone().map(|(_, i)| *i).max().unwrap_or(LogIndex::ZERO);
         if durable == LogIndex::ZERO {
             return;
+        }
+        if marks.clone().any(|(e, _)| *e < epoch) {
+            self.reached("inv:new-leader-over-durable");
         }
         debug_assert!(durable <= self.durable_index());
         let expected = self.durable_chain[usize::try_from(durable.0 - 1).expect("fits")];
@@ -291,6 +326,9 @@ impl Checker {
             return;
         }
         let (first, by) = *self.applied_digest.entry(applied).or_insert((digest, node));
+        if by != node {
+            self.reached("inv:applied-compared");
+        }
         if first != digest {
             let detail = format!("{node} and {by} applied different states at {applied}");
             self.violate("applied-agreement", at_ns, detail);
@@ -376,6 +414,7 @@ mod tests {
             snapshot_index: LogIndex(0),
             snapshot_held_bytes: 0,
             leader_lease_valid: false,
+            repair_floor: None,
         }
     }
 

@@ -33,6 +33,12 @@ pub struct NemesisConfig {
     pub duration_ns_min: u64,
     /// See `duration_ns_min`.
     pub duration_ns_max: u64,
+    /// Chance (ppm) that a partition puts the leader on its minority side (isolating the
+    /// leader, as Jepsen's partition-leader nemesis does), drawn on a generator of its
+    /// own (`aim_seed`) so that the other draws of a seed stay the same.
+    pub aim_leader_ppm: u32,
+    /// Seed of the aiming generator.
+    pub aim_seed: u64,
 }
 
 impl NemesisConfig {
@@ -47,6 +53,8 @@ impl NemesisConfig {
             gap_ns_max: 400_000_000,
             duration_ns_min: 20_000_000,
             duration_ns_max: 800_000_000,
+            aim_leader_ppm: 0,
+            aim_seed: 0,
         }
     }
 }
@@ -65,8 +73,12 @@ pub struct Nemesis {
     pending: BTreeMap<u64, Ending>,
     next_id: u64,
     stopped: bool,
-    /// Log of injected faults, for the run report.
+    /// Log of injected faults, for the run report (the first [`LOG_MAX`]).
     pub log: Vec<String>,
+    /// Faults injected, by coverage name (`fault:crash`, ...), however long the log.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Decides which partitions isolate the leader (`NemesisConfig::aim_leader_ppm`).
+    aim: Rng,
 }
 
 /// Payload of the timer that starts the next fault.
@@ -81,6 +93,7 @@ impl Nemesis {
             config.gap_ns_max > config.gap_ns_min
                 && config.duration_ns_max > config.duration_ns_min
         );
+        let aim = Rng::new(config.aim_seed);
         Nemesis {
             config,
             rng,
@@ -88,6 +101,8 @@ impl Nemesis {
             next_id: 1,
             stopped: false,
             log: Vec::new(),
+            counts: BTreeMap::new(),
+            aim,
         }
     }
 
@@ -129,7 +144,8 @@ impl Nemesis {
         }
     }
 
-    fn note(&mut self, at_ns: u64, what: String) {
+    fn note(&mut self, at_ns: u64, kind: &'static str, what: String) {
+        *self.counts.entry(kind).or_default() += 1;
         if self.log.len() < LOG_MAX {
             self.log.push(format!("{:.3}s {what}", at_ns as f64 / 1e9));
         }
@@ -152,17 +168,25 @@ impl Nemesis {
             0 => {
                 world.crash(node);
                 self.end_at(world, until, Ending::Restart(node));
-                self.note(now, format!("crash {node} until {:.3}s", until as f64 / 1e9));
+                self.note(
+                    now,
+                    "fault:crash",
+                    format!("crash {node} until {:.3}s", until as f64 / 1e9),
+                );
             }
             1 => {
                 world.pause(node, until);
-                self.note(now, format!("pause {node} until {:.3}s", until as f64 / 1e9));
+                self.note(
+                    now,
+                    "fault:pause",
+                    format!("pause {node} until {:.3}s", until as f64 / 1e9),
+                );
             }
             2 => self.partition(world, &nodes, until),
             _ => {
                 let factor = self.rng.range(5, 100);
                 world.slow_disk(node, factor, until);
-                self.note(now, format!("slow disk {node} x{factor}"));
+                self.note(now, "fault:slow-disk", format!("slow disk {node} x{factor}"));
             }
         }
     }
@@ -173,14 +197,23 @@ impl Nemesis {
             shuffled.swap(i, self.rng.index(i + 1));
         }
         let split = 1 + self.rng.index(nodes.len() / 2);
+        let aimed = self.config.aim_leader_ppm > 0 && self.aim.chance(self.config.aim_leader_ppm);
+        if let Some(leader) = world.leader().filter(|_| aimed) {
+            let at = shuffled.iter().position(|n| *n == leader).expect("the leader is a node");
+            if at >= split {
+                shuffled.swap(0, at);
+            }
+            *self.counts.entry("fault:leader-isolated").or_default() += 1;
+        }
         let (minority, majority) = shuffled.split_at(split);
         let now = world.now_ns();
         if self.rng.chance(300_000) {
             world.net.cut_one_way(majority, minority);
-            self.note(now, format!("one-way cut {majority:?} -> {minority:?}"));
+            let what = format!("one-way cut {majority:?} -> {minority:?}");
+            self.note(now, "fault:one-way-cut", what);
         } else {
             world.net.partition(minority, majority);
-            self.note(now, format!("partition {minority:?} | {majority:?}"));
+            self.note(now, "fault:partition", format!("partition {minority:?} | {majority:?}"));
         }
         self.end_at(world, until, Ending::Heal);
     }

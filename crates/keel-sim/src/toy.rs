@@ -294,7 +294,7 @@ impl Engine for ToyEngine {
         let mut out = Outputs::default();
         if !self.hard_state_written {
             let voted_for = self.is_leader().then_some(LEADER);
-            out.hard_state = Some(HardState { epoch: EPOCH, voted_for });
+            out.hard_state = Some(HardState { epoch: EPOCH, voted_for, repair_floor: None });
             self.hard_state_written = true;
         }
         match input {
@@ -351,6 +351,7 @@ impl Engine for ToyEngine {
             snapshot_index: LogIndex::ZERO,
             snapshot_held_bytes: 0,
             leader_lease_valid: self.is_leader(),
+            repair_floor: None,
         }
     }
 }

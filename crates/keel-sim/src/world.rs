@@ -280,6 +280,9 @@ pub struct World<E: SimEngine> {
     pub corruption: Corruption,
     /// The corruption injected so far, if any: `(node, first lost index)` in keyspace 0.
     pub corrupted: Option<(NodeId, LogIndex)>,
+    /// Checks of the one-lease invariant that found a valid lease while another node
+    /// said it led (the check's precondition).
+    lease_beside_other_leader: u64,
     /// Rare paths taken by engines that have since crashed (see [`World::path_counts`]).
     paths_of_crashed: BTreeMap<&'static str, u64>,
     /// Draws for process crashes, reboots and drift changes ([`WorldConfig::fault_seed`]).
@@ -337,6 +340,7 @@ impl<E: SimEngine> World<E> {
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             corruption: Corruption::Off,
             corrupted: None,
+            lease_beside_other_leader: 0,
             paths_of_crashed: BTreeMap::new(),
             fault_rng,
             storage_rng: Rng::new(0),
@@ -808,6 +812,20 @@ impl<E: SimEngine> World<E> {
         self.check_one_lease(ks);
     }
 
+    /// How often each invariant's precondition held, over every keyspace (see
+    /// [`Checker::preconditions`]), and `inv:lease-beside-other-leader`: a valid leader
+    /// lease while another node said it led (what the one-lease check is about).
+    pub fn preconditions(&self) -> BTreeMap<&'static str, u64> {
+        let mut counts = BTreeMap::new();
+        for checker in &self.checkers {
+            for (name, count) in checker.preconditions() {
+                *counts.entry(*name).or_default() += count;
+            }
+        }
+        counts.insert("inv:lease-beside-other-leader", self.lease_beside_other_leader);
+        counts
+    }
+
     /// How often every engine of the run, crashed ones included, took each rare path its
     /// kind counts ([`SimEngine::path_counts`]).
     pub fn path_counts(&self) -> BTreeMap<&'static str, u64> {
@@ -839,6 +857,11 @@ impl<E: SimEngine> World<E> {
         if leased.len() > 1 {
             let detail = format!("keyspace {ks}: {leased:?} hold valid leader leases at once");
             self.violate("one-leader-lease", detail);
+        }
+        // The check's precondition: a lease is valid while another node says it leads.
+        let leading = self.checkers[ks as usize].leading();
+        if leased.iter().any(|held| leading.keys().any(|other| other != held)) {
+            self.lease_beside_other_leader += 1;
         }
     }
 

@@ -13,16 +13,22 @@
 //! storage use it, so their recovery behaviour is the same by construction.
 
 use keel_types::codec::{self, put_u32, put_u64, Reader};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
 
 /// Magic bytes opening a segment file.
 pub const SEGMENT_MAGIC: [u8; 4] = *b"KWAL";
-/// Segment format version.
+/// Segment format version 1: records only.
 pub const SEGMENT_FORMAT_V1: u32 = 1;
+/// Segment format version 2 (written since): records and seals.
+pub const SEGMENT_FORMAT_V2: u32 = 2;
 /// Size of a segment header: magic, version, first index, reserved, crc.
 pub const SEGMENT_HEADER_BYTES: u64 = 24;
 /// Size of a record header: payload length and crc.
 pub const RECORD_HEADER_BYTES: u64 = 8;
+/// The length field that marks a seal instead of a record.
+pub const SEAL_LEN: u32 = u32::MAX;
+/// Size of a seal: the marker, a crc, and the epoch and index of the entry it follows.
+pub const SEAL_BYTES: u64 = RECORD_HEADER_BYTES + 16;
 /// Magic bytes opening the hard-state file.
 pub const HARD_STATE_MAGIC: [u8; 4] = *b"KHST";
 /// Hard-state file format version.
@@ -76,9 +82,13 @@ fn parse_index(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
 
 /// The 24-byte header that opens the segment whose first entry is `first`.
 pub fn segment_header(first: LogIndex) -> Vec<u8> {
+    segment_header_of(SEGMENT_FORMAT_V2, first)
+}
+
+fn segment_header_of(format: u32, first: LogIndex) -> Vec<u8> {
     let mut out = Vec::with_capacity(SEGMENT_HEADER_BYTES as usize);
     out.extend_from_slice(&SEGMENT_MAGIC);
-    put_u32(&mut out, SEGMENT_FORMAT_V1);
+    put_u32(&mut out, format);
     put_u64(&mut out, first.0);
     put_u32(&mut out, 0); // reserved
     let crc = crc32c::crc32c(&out);
@@ -90,10 +100,36 @@ pub fn segment_header(first: LogIndex) -> Vec<u8> {
 /// Checks a segment header against the first index its name promises.
 pub fn check_segment_header(bytes: &[u8], first: LogIndex) -> Result<(), String> {
     let header = bytes.get(..SEGMENT_HEADER_BYTES as usize).ok_or("header cut short")?;
-    if header != segment_header(first).as_slice() {
-        return Err(format!("header does not match a version-1 segment starting at {first}"));
+    let known = [SEGMENT_FORMAT_V2, SEGMENT_FORMAT_V1];
+    if !known.iter().any(|format| header == segment_header_of(*format, first).as_slice()) {
+        return Err(format!("header does not match a version-1 or 2 segment starting at {first}"));
     }
     Ok(())
+}
+
+/// The seal written after the last record of a batch, just before its fsync: it names
+/// that record's entry. A record whose checksum fails but that a later seal or record
+/// follows was written whole and synced, then damaged: corruption, not a torn write.
+pub fn encode_seal(last: Version) -> [u8; SEAL_BYTES as usize] {
+    let mut out = [0u8; SEAL_BYTES as usize];
+    out[..4].copy_from_slice(&SEAL_LEN.to_le_bytes());
+    out[8..16].copy_from_slice(&last.epoch.0.to_le_bytes());
+    out[16..24].copy_from_slice(&last.index.0.to_le_bytes());
+    let crc = record_crc(SEAL_LEN.to_le_bytes(), &out[8..]);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Reads the seal at the start of `rest`: the entry it names.
+fn read_seal(rest: &[u8]) -> Result<Version, ScanStop> {
+    let Some(seal) = rest.get(..SEAL_BYTES as usize) else { return Err(ScanStop::TornRecord) };
+    let crc = u32::from_le_bytes(seal[4..8].try_into().expect("4 bytes"));
+    if record_crc(SEAL_LEN.to_le_bytes(), &seal[8..]) != crc {
+        return Err(ScanStop::BadChecksum);
+    }
+    let epoch = Epoch(u64::from_le_bytes(seal[8..16].try_into().expect("8 bytes")));
+    let index = LogIndex(u64::from_le_bytes(seal[16..24].try_into().expect("8 bytes")));
+    Ok(Version { epoch, index })
 }
 
 /// Appends one log record for `entry`; returns the record's size in bytes.
@@ -169,6 +205,20 @@ pub fn scan_segment(
     // Each pass consumes at least RECORD_HEADER_BYTES, so the loop is bounded by the input.
     while scan.valid_bytes < bytes.len() as u64 {
         let rest = &bytes[scan.valid_bytes as usize..];
+        if rest.get(..4) == Some(&SEAL_LEN.to_le_bytes()[..]) {
+            let names = Version { epoch: epoch_floor, index: expected.prev() };
+            match read_seal(rest) {
+                Ok(sealed) if sealed == names && expected > first => {
+                    scan.valid_bytes += SEAL_BYTES;
+                    continue;
+                }
+                Ok(sealed) => {
+                    scan.stop = Some(ScanStop::OutOfOrder { expected, found: sealed.index });
+                }
+                Err(stop) => scan.stop = Some(stop),
+            }
+            break;
+        }
         let (entry, record_bytes) = match read_record(rest, record_bytes_max) {
             Ok(read) => read,
             Err(stop) => {
@@ -211,6 +261,33 @@ fn read_record(rest: &[u8], record_bytes_max: u32) -> Result<(Entry, u64), ScanS
     }
     let entry = codec::decode::<Entry>(payload).map_err(|e| ScanStop::BadPayload(e.to_string()))?;
     Ok((entry, RECORD_HEADER_BYTES + u64::from(len)))
+}
+
+/// The greatest entry that intact records or seals name in `bytes` from `offset` on,
+/// skipping damaged records by their length while it is plausible: what the log held
+/// past a damaged record (`None` if nothing intact follows it).
+pub fn versions_past(bytes: &[u8], offset: u64, record_bytes_max: u32) -> Option<Version> {
+    let mut best = None;
+    let mut offset = offset;
+    // Each pass moves on by at least RECORD_HEADER_BYTES, so the loop is bounded.
+    while let Some(rest) = bytes.get(offset as usize..) {
+        let Some(len_bytes) = rest.get(..4) else { break };
+        let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes"));
+        let size = match len {
+            SEAL_LEN => SEAL_BYTES,
+            0 => break,
+            len if len > record_bytes_max => break,
+            len => RECORD_HEADER_BYTES + u64::from(len),
+        };
+        let Some(item) = rest.get(..size as usize) else { break };
+        let found = match len {
+            SEAL_LEN => read_seal(item).ok(),
+            _ => read_record(item, record_bytes_max).ok().map(|(entry, _)| entry.version()),
+        };
+        best = best.max(found);
+        offset += size;
+    }
+    best
 }
 
 /// The bytes of the hard-state file: `magic | version u32 | len u32 | payload | crc u32`,
@@ -400,7 +477,11 @@ mod tests {
 
     #[test]
     fn hard_state_file_round_trips_and_detects_damage() {
-        let hard_state = HardState { epoch: Epoch(4), voted_for: Some(keel_types::NodeId(2)) };
+        let hard_state = HardState {
+            epoch: Epoch(4),
+            voted_for: Some(keel_types::NodeId(2)),
+            repair_floor: None,
+        };
         let bytes = encode_hard_state_file(&hard_state);
         assert_eq!(decode_hard_state_file(&bytes), Ok(hard_state));
         for at in 0..bytes.len() {

@@ -26,7 +26,7 @@
 //! let mut storage = SimStorage::new_sim(StorageConfig::default());
 //! let recovered = storage.recover().unwrap();
 //! assert!(recovered.entries.is_empty());
-//! storage.save_hard_state(&HardState { epoch: Epoch(1), voted_for: None }).unwrap();
+//! storage.save_hard_state(&HardState { epoch: Epoch(1), voted_for: None, repair_floor: None }).unwrap();
 //! let entry = Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop };
 //! storage.append(&[entry.clone()]).unwrap();
 //! assert_eq!(storage.sync().unwrap(), LogIndex(1)); // now report LogSynced { index: 1 }
@@ -47,5 +47,5 @@ pub use config::StorageConfig;
 pub use disk::{Disk, FileDisk};
 pub use error::{StorageError, StorageResult};
 pub use sim::{SimDisk, SimFault, SimStorage};
-pub use storage::{Recovered, Storage};
+pub use storage::{LogDamage, Recovered, Storage};
 pub use wal::{FileStorage, Wal};

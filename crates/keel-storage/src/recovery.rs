@@ -6,7 +6,9 @@
 //! 2. read the hard state (a bad checksum is corruption: the file is replaced atomically);
 //! 3. read the newest snapshot, remove older ones;
 //! 4. scan segments in index order; the first torn or corrupt record, bad header, empty
-//!    segment or gap ends the log there;
+//!    segment or gap ends the log there; if intact records or seals lie past a bad record
+//!    in its segment, it was written whole and synced, then damaged: the greatest entry
+//!    they name becomes the hard state's repair floor, saved before anything is cut;
 //! 5. join the log to the snapshot: entries at or below the snapshot are dropped; a log
 //!    that ends before the snapshot or disagrees with it at the snapshot's index is
 //!    discarded; a log that starts after `snapshot + 1` is corruption;
@@ -15,12 +17,13 @@
 use crate::disk::Disk;
 use crate::error::{StorageError, StorageResult};
 use crate::format::{
-    decode_hard_state_file, decode_snapshot_file, parse_segment_name, parse_snapshot_name,
-    scan_segment, segment_name, snapshot_name, HARD_STATE_NAME, TEMP_SUFFIX,
+    decode_hard_state_file, decode_snapshot_file, encode_hard_state_file, parse_segment_name,
+    parse_snapshot_name, scan_segment, segment_name, snapshot_name, versions_past, HARD_STATE_NAME,
+    SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
-use crate::storage::Recovered;
-use crate::wal::{LogState, Segment, Wal};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+use crate::storage::{LogDamage, Recovered};
+use crate::wal::{write_synced, LogState, Segment, Wal};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The valid prefix of the log as found on disk, before joining it to the snapshot.
@@ -32,6 +35,21 @@ struct ScannedLog {
     cut: Option<(LogIndex, u64)>,
     /// Segments to remove: after the end of the valid prefix.
     dropped: Vec<LogIndex>,
+    /// Where a bad record ended the valid prefix: the first index lacking, and why.
+    stop: Option<(LogIndex, String)>,
+    /// The greatest entry intact records or seals past that stop name, in its segment.
+    past: Option<Version>,
+    /// The greatest entry intact records or seals of later segments name.
+    later: Option<Version>,
+}
+
+impl ScannedLog {
+    /// Damage, not a torn tail: something intact follows the bad record.
+    fn damage(&self) -> Option<LogDamage> {
+        let (at, reason) = self.stop.clone()?;
+        let past = self.past.filter(|past| past.index >= at)?;
+        Some(LogDamage { at, through: past.max(self.later.unwrap_or(past)), reason })
+    }
 }
 
 /// Whether the scanned log survives joining the snapshot.
@@ -72,10 +90,19 @@ impl<D: Disk> Wal<D> {
         for temp in names.iter().filter(|name| name.ends_with(TEMP_SUFFIX)) {
             self.io("remove", temp, |d| d.remove(temp))?;
         }
-        let hard_state = self.recover_hard_state(&names)?;
+        let mut hard_state = self.recover_hard_state(&names)?;
         let snapshot = self.recover_snapshot(&names)?;
         let meta = snapshot.as_ref().map(|(meta, _)| *meta);
         let mut scanned = self.scan_log(&names)?;
+        let damage = scanned.damage();
+        let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
+        if let Some(damage) = damage.as_ref().filter(|damage| damage.through.index > floor) {
+            // The promise first: once the floor is durable, the cut below may happen.
+            if hard_state.repair_floor.is_none_or(|old| old < damage.through) {
+                hard_state.repair_floor = Some(damage.through);
+                self.save_recovered_hard_state(&hard_state)?;
+            }
+        }
         let decision = match join(&scanned.entries, meta) {
             Ok(decision) => decision,
             Err(reason) => {
@@ -93,7 +120,16 @@ impl<D: Disk> Wal<D> {
         let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
         assert!(entries.first().is_none_or(|entry| entry.index == floor.next()));
         assert!(entries.windows(2).all(|pair| pair[1].index == pair[0].index.next()));
-        Ok(Recovered { hard_state, snapshot, entries })
+        Ok(Recovered { hard_state, snapshot, entries, damage })
+    }
+
+    /// Replaces the hard state during recovery (before the log state exists).
+    fn save_recovered_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
+        let temp = format!("{HARD_STATE_NAME}{TEMP_SUFFIX}");
+        let bytes = encode_hard_state_file(hard_state);
+        self.io("write", &temp, |d| write_synced(d, &temp, &[&bytes]))?;
+        self.io("rename", &temp, |d| d.rename(&temp, HARD_STATE_NAME))?;
+        self.io("fsync", "directory", |d| d.sync_dir())
     }
 
     fn recover_hard_state(&mut self, names: &[String]) -> StorageResult<HardState> {
@@ -140,17 +176,38 @@ impl<D: Disk> Wal<D> {
         let mut expected: Option<LogIndex> = None;
         let mut epoch_floor = Epoch::default();
         let mut stopped = false;
+        let record_bytes_max = self.config_ref().record_bytes_max;
         for first in firsts {
             if stopped || expected.is_some_and(|expected| expected != first) {
+                // Later segments prove no damage (a crash can keep a later file's unsynced
+                // writes and lose an earlier one's, and a truncation fsyncs only the
+                // segment it cuts; so each segment is sealed when it rolls). But once the
+                // damaged segment proves it, what they hold may have been acknowledged
+                // too: the floor covers it.
+                if scanned.stop.is_some() {
+                    let name = segment_name(first);
+                    let bytes = self.io("read", &name, |d| d.read(&name))?;
+                    let past = versions_past(&bytes, SEGMENT_HEADER_BYTES, record_bytes_max);
+                    scanned.later = scanned.later.max(past);
+                }
                 stopped = true;
                 scanned.dropped.push(first);
                 continue;
             }
             let name = segment_name(first);
             let bytes = self.io("read", &name, |d| d.read(&name))?;
-            let record_bytes_max = self.config_ref().record_bytes_max;
             let scan = scan_segment(&bytes, first, epoch_floor, record_bytes_max);
             stopped = scan.valid_bytes < bytes.len() as u64;
+            if stopped {
+                let at = scan.entries.last().map_or(first, |last| last.index.next());
+                let reason = format!("{name} at byte {}: {:?}", scan.valid_bytes, scan.stop);
+                scanned.stop = Some((at, reason));
+                // Within one file, writes reach the disk in order up to the first one
+                // lost (a torn tail keeps a prefix): what is intact past a bad record
+                // was written after it, and synced with or after it.
+                let from = scan.valid_bytes.max(SEGMENT_HEADER_BYTES);
+                scanned.past = versions_past(&bytes, from, record_bytes_max);
+            }
             let Some(last) = scan.entries.last() else {
                 stopped = true; // nothing may follow an empty segment: its index is taken
                 scanned.dropped.push(first);
@@ -162,7 +219,7 @@ impl<D: Disk> Wal<D> {
             epoch_floor = last.epoch;
             expected = Some(last.index.next());
             scanned.entries.extend(scan.entries);
-            scanned.segments.push(Segment::new(first, scan.record_ends));
+            scanned.segments.push(Segment::new(first, scan.record_ends, scan.valid_bytes));
             let max = self.config_ref().recovered_entries_max;
             if scanned.entries.len() as u64 > max {
                 let len = scanned.entries.len() as u64;
@@ -217,6 +274,7 @@ impl<D: Disk> Wal<D> {
             snapshot: meta,
             dirty: BTreeSet::new(),
             dir_dirty: false,
+            unsealed: true,
         });
         let mut entries = scanned.entries;
         let skip = entries.iter().take_while(|entry| entry.index <= floor).count();

@@ -1,7 +1,7 @@
 //! The one trait drivers persist through, and what recovery hands back.
 
 use crate::error::StorageResult;
-use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
+use keel_types::{Entry, HardState, LogIndex, SnapshotMeta, Version};
 
 /// Everything a node recovered from its disk at start-up. The same fields as the leader
 /// engine's `PersistedState`, so a driver converts field by field.
@@ -14,6 +14,22 @@ pub struct Recovered {
     /// The longest valid prefix of log entries after the snapshot, contiguous, starting
     /// at the snapshot's last index + 1 (or 1 without a snapshot).
     pub entries: Vec<Entry>,
+    /// Damage found inside the log, if recovery cut it before records that had been
+    /// written whole (not a torn tail). `hard_state.repair_floor` then holds the promise
+    /// the cut entries carried, unless the snapshot covers them.
+    pub damage: Option<LogDamage>,
+}
+
+/// Records recovery found damaged inside the log: intact records or seals follow the
+/// first bad one, so it was written whole and synced before it was damaged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogDamage {
+    /// The first index the recovered log lacks.
+    pub at: LogIndex,
+    /// The greatest entry that intact records or seals past the damage name.
+    pub through: Version,
+    /// Where and what the damage is.
+    pub reason: String,
 }
 
 /// A node's durable state: its log, hard state and snapshot.
@@ -34,7 +50,11 @@ pub trait Storage {
     /// tail (the longest valid prefix stays), drops log entries the snapshot replaces,
     /// fsyncs what it keeps. Call exactly once, before any other call.
     ///
-    /// Fails with [`crate::StorageError::Corrupt`] when damage is not a torn tail: a bad
+    /// A log damaged inside what was synced (intact records or seals follow a bad record)
+    /// is cut too, but first the hard state gets a repair floor, saved durably, and
+    /// [`Recovered::damage`] says where (`docs/format.md`, "Seals and damage").
+    ///
+    /// Fails with [`crate::StorageError::Corrupt`] when damage cannot be cut away: a bad
     /// hard-state or snapshot checksum, or a log that starts after its snapshot's end.
     fn recover(&mut self) -> StorageResult<Recovered>;
 

@@ -9,11 +9,12 @@ use crate::config::StorageConfig;
 use crate::disk::{Disk, FileDisk};
 use crate::error::{StorageError, StorageResult};
 use crate::format::{
-    encode_hard_state_file, encode_record, segment_header, segment_name, snapshot_file_frame,
-    snapshot_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
+    encode_hard_state_file, encode_record, encode_seal, segment_header, segment_name,
+    snapshot_file_frame, snapshot_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEAL_BYTES,
+    SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
 use crate::storage::{Recovered, Storage};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta};
+use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::Path;
@@ -21,19 +22,23 @@ use std::path::Path;
 /// The write-ahead log over the host file system.
 pub type FileStorage = Wal<FileDisk>;
 
-/// One segment file: its first index and the byte offset just past each of its records.
+/// One segment file: its first index, the byte offset just past each of its records, and
+/// its length (records and the seals between them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Segment {
     pub(crate) first: LogIndex,
     pub(crate) record_ends: Vec<u64>,
+    pub(crate) len: u64,
     /// The file name, formatted once: every append names the file it writes to.
     name: String,
 }
 
 impl Segment {
-    /// A segment whose first entry is `first`, with its records ending at `record_ends`.
-    pub(crate) fn new(first: LogIndex, record_ends: Vec<u64>) -> Segment {
-        Segment { first, record_ends, name: segment_name(first) }
+    /// A segment whose first entry is `first`, with its records ending at `record_ends`,
+    /// `len` bytes long.
+    pub(crate) fn new(first: LogIndex, record_ends: Vec<u64>, len: u64) -> Segment {
+        assert!(record_ends.last().is_none_or(|end| *end <= len));
+        Segment { first, record_ends, len, name: segment_name(first) }
     }
 
     pub(crate) fn name(&self) -> String {
@@ -43,7 +48,7 @@ impl Segment {
 
     /// The segment's size in bytes (its header, if it holds no record yet).
     fn bytes(&self) -> u64 {
-        self.record_ends.last().copied().unwrap_or(SEGMENT_HEADER_BYTES)
+        self.len
     }
 
     /// The index of its last entry (`first - 1` when empty).
@@ -78,6 +83,8 @@ pub(crate) struct LogState {
     pub(crate) dirty: BTreeSet<LogIndex>,
     /// Whether segment files were created since the last directory fsync.
     pub(crate) dir_dirty: bool,
+    /// Whether the last record may lack a seal after it (`sync` writes one).
+    pub(crate) unsealed: bool,
 }
 
 impl LogState {
@@ -243,7 +250,7 @@ impl<D: Disk> Wal<D> {
         self.io("write", &name, |d| d.append(&name, &segment_header(first)))?;
         let log = self.log_mut();
         assert!(log.segments.last_key_value().is_none_or(|(last, _)| *last < first));
-        log.segments.insert(first, Segment::new(first, Vec::new()));
+        log.segments.insert(first, Segment::new(first, Vec::new(), SEGMENT_HEADER_BYTES));
         log.dirty.insert(first);
         log.dir_dirty = true;
         Ok(())
@@ -273,6 +280,8 @@ impl<D: Disk> Wal<D> {
             }
         };
         if roll {
+            // The full segment's last record gets its seal in its own file.
+            self.seal()?;
             self.create_segment(entry.index)?;
         }
         let (first, name) = {
@@ -284,12 +293,33 @@ impl<D: Disk> Wal<D> {
         let segment = log.segments.get_mut(&first).expect("the active segment");
         let end = segment.bytes() + record.len() as u64;
         segment.record_ends.push(end);
+        segment.len = end;
+        log.unsealed = true;
         if log.epoch_runs.last_key_value().map(|(_, epoch)| *epoch) != Some(entry.epoch) {
             log.epoch_runs.insert(entry.index, entry.epoch);
         }
         log.last_index = entry.index;
         log.last_epoch = entry.epoch;
         log.dirty.insert(first);
+        Ok(())
+    }
+
+    /// Writes a seal after the last record if it has none yet (`docs/format.md`): it goes
+    /// to disk with the records in the same fsync, and lets recovery tell a damaged
+    /// record from a torn one.
+    fn seal(&mut self) -> StorageResult<()> {
+        let log = self.log();
+        let Some((first, segment)) = log.segments.last_key_value() else { return Ok(()) };
+        if !log.unsealed || segment.record_ends.is_empty() {
+            return Ok(());
+        }
+        let (first, name) = (*first, segment.name());
+        let seal = encode_seal(Version { epoch: log.last_epoch, index: log.last_index });
+        self.io("write", &name, |d| d.append(&name, &seal))?;
+        let log = self.log_mut();
+        log.segments.get_mut(&first).expect("the active segment").len += SEAL_BYTES;
+        log.dirty.insert(first);
+        log.unsealed = false;
         Ok(())
     }
 
@@ -309,7 +339,7 @@ impl<D: Disk> Wal<D> {
 }
 
 /// Writes `parts` in turn to a new file `name` and syncs it.
-fn write_synced(disk: &mut impl Disk, name: &str, parts: &[&[u8]]) -> io::Result<()> {
+pub(crate) fn write_synced(disk: &mut impl Disk, name: &str, parts: &[&[u8]]) -> io::Result<()> {
     disk.create(name)?;
     for bytes in parts {
         disk.append(name, bytes)?;
@@ -388,8 +418,11 @@ impl<D: Disk> Storage for Wal<D> {
             self.io("truncate", &name, |d| d.truncate(&name, len))?;
             self.io("fsync", &name, |d| d.sync(&name))?;
             let log = self.log_mut();
-            log.segments.get_mut(&first).expect("cut segment").record_ends.truncate(keep);
+            let segment = log.segments.get_mut(&first).expect("cut segment");
+            segment.record_ends.truncate(keep);
+            segment.len = len;
             log.dirty.remove(&first);
+            log.unsealed = true;
         }
         if !doomed.is_empty() {
             self.sync_dir()?;
@@ -405,6 +438,7 @@ impl<D: Disk> Storage for Wal<D> {
 
     fn sync(&mut self) -> StorageResult<LogIndex> {
         self.ready()?;
+        self.seal()?;
         let dirty = std::mem::take(&mut self.log_mut().dirty);
         for first in dirty {
             let name = segment_name(first);

@@ -1,10 +1,10 @@
 //! Unit tests of the write-ahead log, run on the simulated disk and on real files.
 
-use crate::format::{segment_name, HARD_STATE_NAME};
+use crate::format::{segment_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEAL_BYTES};
 use crate::{Disk, FileStorage, SimFault, SimStorage, Storage, StorageConfig, StorageError, Wal};
 use keel_types::{
     ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
-    RequestId, SnapshotMeta,
+    RequestId, SnapshotMeta, Version,
 };
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,7 @@ fn file(dir: &TempDir) -> FileStorage {
 
 /// Appends, syncs, truncates and snapshots, restarting in between; checks every recovery.
 fn round_trip_scenario(storage: &mut impl Restart) {
-    let hard_state = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)) };
+    let hard_state = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)), repair_floor: None };
     storage.save_hard_state(&hard_state).unwrap();
     storage.append(&entries(1, 30, 1)).unwrap();
     assert_eq!(storage.sync().unwrap(), LogIndex(30));
@@ -159,12 +159,17 @@ fn a_crash_loses_exactly_the_unsynced_suffix() {
 
 #[test]
 fn a_torn_last_record_is_cut_at_every_byte() {
-    let mut reference = sim();
+    // One segment, so that the torn record's file is durable (its name was synced).
+    let mut reference = SimStorage::new_sim(StorageConfig::small_segments(4096));
+    reference.recover().unwrap();
     reference.append(&entries(1, 5, 1)).unwrap();
     reference.sync().unwrap();
     reference.append(&[entry(6, 1)]).unwrap();
-    let (name, start) = reference.record_offset(LogIndex(6)).unwrap();
+    assert_eq!(reference.segment_count(), 1);
+    let (name, _) = reference.record_offset(LogIndex(6)).unwrap();
     let full = reference.sim_disk().read(&name).unwrap().len() as u64;
+    // Record 6 starts after record 5's seal: the unsynced bytes are record 6 alone.
+    let start = reference.sim_disk().durable_bytes(&name).len() as u64;
     assert!(full > start);
     for keep in 0..=(full - start) {
         let mut storage = reference.clone();
@@ -178,6 +183,13 @@ fn a_torn_last_record_is_cut_at_every_byte() {
     }
 }
 
+/// The record starting at `start` in `image`: its length field and where it ends.
+fn storage_record_end(image: &[u8], start: u64) -> (u32, u64) {
+    let at = start as usize;
+    let len = u32::from_le_bytes(image[at..at + 4].try_into().unwrap());
+    (len, start + RECORD_HEADER_BYTES + u64::from(len))
+}
+
 #[test]
 fn a_torn_file_tail_is_cut_at_every_byte() {
     let dir = TempDir::new("torn");
@@ -189,11 +201,17 @@ fn a_torn_file_tail_is_cut_at_every_byte() {
     drop(storage);
     let path = dir.0.join(&name);
     let image = std::fs::read(&path).unwrap();
+    let (_, end) = storage_record_end(&image, start);
+    assert_eq!(image.len() as u64, end + SEAL_BYTES, "record 3, then its seal");
     for cut in start..image.len() as u64 {
         std::fs::write(&path, &image[..cut as usize]).unwrap();
         let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
-        assert_eq!(storage.recover().unwrap().entries, entries(1, 2, 1), "cut {cut}");
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), start, "the tail is cut away");
+        let recovered = storage.recover().unwrap();
+        // A cut inside record 3 tears it; a cut inside its seal tears only the seal.
+        let (last, len) = if cut < end { (2, start) } else { (3, end) };
+        assert_eq!(recovered.entries, entries(1, last, 1), "cut {cut}");
+        assert_eq!(recovered.damage, None, "a torn tail is not damage");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len, "the tail is cut away");
     }
 }
 
@@ -206,12 +224,53 @@ fn a_corrupt_record_in_the_middle_ends_the_log_there() {
     assert!(storage.corrupt_entry(LogIndex(9)));
     assert!(!storage.corrupt_entry(LogIndex(99)));
     storage.crash();
-    assert_eq!(storage.recover().unwrap().entries, entries(1, 8, 1));
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.entries, entries(1, 8, 1));
+    let floor = Version { epoch: Epoch(1), index: LogIndex(30) };
+    let damage = recovered.damage.expect("intact records follow the bad one: damage");
+    assert_eq!((damage.at, damage.through), (LogIndex(9), floor));
+    assert_eq!(recovered.hard_state.repair_floor, Some(floor), "the promise is kept");
     assert!(storage.segment_count() < segments_before, "later segments are removed");
     storage.append(&entries(9, 10, 2)).unwrap();
     storage.sync().unwrap();
     storage.crash();
-    assert_eq!(storage.recover().unwrap().entries.len(), 10);
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.entries.len(), 10);
+    assert_eq!(recovered.damage, None);
+    assert_eq!(recovered.hard_state.repair_floor, Some(floor), "the floor outlives the cut");
+}
+
+#[test]
+fn a_corrupt_last_record_is_told_from_a_torn_one_by_its_seal() {
+    for last in 1..=6 {
+        let mut storage = sim();
+        storage.append(&entries(1, last, 1)).unwrap();
+        storage.sync().unwrap();
+        assert!(storage.corrupt_entry(LogIndex(last)));
+        storage.crash();
+        let recovered = storage.recover().unwrap();
+        assert_eq!(recovered.entries, entries(1, last - 1, 1));
+        let floor = Version { epoch: Epoch(1), index: LogIndex(last) };
+        assert_eq!(recovered.damage.map(|d| d.through), Some(floor), "last {last}");
+        assert_eq!(recovered.hard_state.repair_floor, Some(floor));
+    }
+}
+
+#[test]
+fn damage_the_snapshot_covers_sets_no_floor() {
+    let mut storage = sim();
+    storage.append(&entries(1, 30, 1)).unwrap();
+    storage.sync().unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(30), last_epoch: Epoch(1) };
+    storage.save_snapshot(meta, b"state").unwrap();
+    if !storage.corrupt_entry(LogIndex(29)) {
+        return; // compacted away: nothing to damage
+    }
+    storage.crash();
+    let recovered = storage.recover().unwrap();
+    assert!(recovered.damage.is_some());
+    assert_eq!(recovered.hard_state.repair_floor, None, "the snapshot holds those entries");
+    assert_eq!(recovered.entries, Vec::new());
 }
 
 #[test]
@@ -291,10 +350,10 @@ fn a_failed_fsync_poisons_the_storage() {
 #[test]
 fn a_failed_hard_state_write_keeps_the_old_one() {
     let mut storage = sim();
-    let old = HardState { epoch: Epoch(1), voted_for: Some(NodeId(1)) };
+    let old = HardState { epoch: Epoch(1), voted_for: Some(NodeId(1)), repair_floor: None };
     storage.save_hard_state(&old).unwrap();
     storage.sim_disk().fail_next(SimFault::Sync);
-    let new = HardState { epoch: Epoch(2), voted_for: Some(NodeId(3)) };
+    let new = HardState { epoch: Epoch(2), voted_for: Some(NodeId(3)), repair_floor: None };
     assert!(storage.save_hard_state(&new).is_err());
     storage.crash();
     assert_eq!(storage.recover().unwrap().hard_state, old);
@@ -305,7 +364,9 @@ fn a_failed_hard_state_write_keeps_the_old_one() {
 fn a_damaged_hard_state_file_is_corruption() {
     let dir = TempDir::new("hard-state");
     let mut storage = file(&dir);
-    storage.save_hard_state(&HardState { epoch: Epoch(7), voted_for: None }).unwrap();
+    storage
+        .save_hard_state(&HardState { epoch: Epoch(7), voted_for: None, repair_floor: None })
+        .unwrap();
     drop(storage);
     let path = dir.0.join(HARD_STATE_NAME);
     let mut bytes = std::fs::read(&path).unwrap();

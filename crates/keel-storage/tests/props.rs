@@ -70,7 +70,7 @@ proptest! {
     fn hard_state_and_snapshot_meta_round_trip(
         epoch in any::<u64>(), vote in proptest::option::of(any::<u32>()), index in any::<u64>()
     ) {
-        let hard_state = HardState { epoch: Epoch(epoch), voted_for: vote.map(NodeId) };
+        let hard_state = HardState { epoch: Epoch(epoch), voted_for: vote.map(NodeId), repair_floor: None };
         let mut out = Vec::new();
         encode(&hard_state, &mut out);
         prop_assert_eq!(decode::<HardState>(&out), Ok(hard_state));
@@ -233,7 +233,8 @@ impl<S: Storage> Subject<S> {
                 model.synced_index = index;
             }
             Op::HardState { vote } => {
-                model.hard_state = HardState { epoch, voted_for: Some(NodeId(vote)) };
+                model.hard_state =
+                    HardState { epoch, voted_for: Some(NodeId(vote)), repair_floor: None };
                 self.storage.save_hard_state(&model.hard_state).unwrap();
             }
             Op::Crash { torn_bytes } => {

@@ -29,6 +29,9 @@ pub const BYTES_LEN_MAX: u32 = VALUE_BYTES_CEILING;
 pub const ENTRY_FORMAT_V1: u8 = 1;
 /// Format version byte that opens an encoded [`HardState`].
 pub const HARD_STATE_FORMAT_V1: u8 = 1;
+/// Format version of a [`HardState`] with a repair floor (written only when it has one,
+/// so a hard state without one keeps the version-1 bytes).
+pub const HARD_STATE_FORMAT_V2: u8 = 2;
 /// Format version byte that opens an encoded [`SnapshotMeta`].
 pub const SNAPSHOT_META_FORMAT_V1: u8 = 1;
 
@@ -474,7 +477,11 @@ impl Decode for Entry {
 
 impl Encode for HardState {
     fn encode_to(&self, out: &mut Vec<u8>) {
-        put_u8(out, HARD_STATE_FORMAT_V1);
+        let version = match self.repair_floor {
+            None => HARD_STATE_FORMAT_V1,
+            Some(_) => HARD_STATE_FORMAT_V2,
+        };
+        put_u8(out, version);
         put_u64(out, self.epoch.0);
         match self.voted_for {
             Some(node) => {
@@ -483,19 +490,30 @@ impl Encode for HardState {
             }
             None => put_u8(out, 0),
         }
+        if let Some(floor) = self.repair_floor {
+            put_u64(out, floor.epoch.0);
+            put_u64(out, floor.index.0);
+        }
     }
 }
 
 impl Decode for HardState {
     fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
         let version = reader.u8("hard state format version")?;
-        if version != HARD_STATE_FORMAT_V1 {
+        if version != HARD_STATE_FORMAT_V1 && version != HARD_STATE_FORMAT_V2 {
             return Err(CodecError::UnknownTag { what: "hard state format version", tag: version });
         }
         let epoch = Epoch(reader.u64("hard state epoch")?);
         let voted_for =
             if reader.flag("vote flag")? { Some(NodeId(reader.u32("vote")?)) } else { None };
-        Ok(HardState { epoch, voted_for })
+        let repair_floor = if version == HARD_STATE_FORMAT_V2 {
+            let floor_epoch = Epoch(reader.u64("repair floor epoch")?);
+            let floor_index = LogIndex(reader.u64("repair floor index")?);
+            Some(Version { epoch: floor_epoch, index: floor_index })
+        } else {
+            None
+        };
+        Ok(HardState { epoch, voted_for, repair_floor })
     }
 }
 
@@ -603,8 +621,17 @@ mod tests {
     #[test]
     fn hard_state_and_snapshot_meta_round_trip() {
         round_trip(&HardState::default());
-        let bytes = round_trip(&HardState { epoch: Epoch(5), voted_for: Some(NodeId(3)) });
+        let bytes = round_trip(&HardState {
+            epoch: Epoch(5),
+            voted_for: Some(NodeId(3)),
+            repair_floor: None,
+        });
         assert_eq!(bytes.len(), 1 + 8 + 1 + 4);
+        assert_eq!(bytes[0], HARD_STATE_FORMAT_V1, "no floor: the version-1 bytes");
+        let floor = Some(Version { epoch: Epoch(4), index: LogIndex(17) });
+        let bytes =
+            round_trip(&HardState { epoch: Epoch(5), voted_for: None, repair_floor: floor });
+        assert_eq!((bytes[0], bytes.len()), (HARD_STATE_FORMAT_V2, 1 + 8 + 1 + 16));
         round_trip(&SnapshotMeta { last_index: LogIndex(10), last_epoch: Epoch(2) });
     }
 

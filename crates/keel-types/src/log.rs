@@ -50,6 +50,13 @@ pub struct HardState {
     pub epoch: Epoch,
     /// The candidate this node voted for in `epoch`, if any.
     pub voted_for: Option<NodeId>,
+    /// Set when recovery found damaged records inside the log (corruption, not a torn
+    /// tail) and had to cut the log before them: the last entry the log held before the
+    /// damage, as far as the disk still shows it. Until the log is durable again through
+    /// that index (repaired from a leader), the node votes as if it still held those
+    /// entries and never campaigns (`docs/protocol.md` §12 item 18).
+    #[serde(default)]
+    pub repair_floor: Option<Version>,
 }
 
 /// Describes a snapshot: the state after applying every entry up to `last_index`.

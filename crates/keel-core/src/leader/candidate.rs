@@ -103,6 +103,7 @@ impl LeaderEngine {
         core.set_hard_state(HardState {
             epoch: core.hard.epoch,
             voted_for: Some(core.config.node_id),
+            ..core.hard
         });
         core.election.pre_votes = None;
         core.reset_election_deadline();
@@ -139,7 +140,7 @@ impl LeaderEngine {
         let free = core.hard.voted_for.is_none_or(|v| v == from);
         let granted = epoch == core.hard.epoch && up_to_date && free;
         if granted {
-            core.set_hard_state(HardState { epoch, voted_for: Some(from) });
+            core.set_hard_state(HardState { epoch, voted_for: Some(from), ..core.hard });
             core.reset_election_deadline();
         }
         assert!(!granted || core.hard.voted_for == Some(from));

@@ -96,6 +96,7 @@ impl Config {
             unsafe_forget_leader_contact: false,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
+            unsafe_ignore_repair_floor: false,
         }
     }
 

@@ -65,6 +65,11 @@ pub struct Counters {
     pub sessions_expired: u64,
     /// Active-set leases this node held as a follower that ran out without renewal.
     pub leases_expired: u64,
+    /// Election timeouts at which this node did not campaign because its log is below
+    /// its repair floor (damaged records cut at recovery, not yet re-replicated).
+    pub campaigns_withheld: u64,
+    /// Repair floors cleared: the log became durable again through the floor.
+    pub logs_repaired: u64,
 }
 
 /// The election timer and what elections remember between roles.
@@ -151,8 +156,25 @@ impl Core {
     }
 
     /// Whether `(last_epoch, last_index)` is behind this node's log.
+    ///
+    /// A node with a repair floor compares against the floor when it lies above its log:
+    /// it votes as if it still held the entries that recovery had to cut (it may have
+    /// acknowledged them), so no candidate that lacks them wins its vote.
     pub fn log_is_behind(&self, last_epoch: Epoch, last_index: LogIndex) -> bool {
-        (last_epoch, last_index) < (self.log.last_epoch(), self.log.last_index())
+        let own = Version { epoch: self.log.last_epoch(), index: self.log.last_index() };
+        let floor = self.hard.repair_floor.filter(|_| !self.config.unsafe_ignore_repair_floor);
+        let own = floor.map_or(own, |floor| own.max(floor));
+        Version { epoch: last_epoch, index: last_index } < own
+    }
+
+    /// Clears the repair floor once the log is durable through it again: the entries up
+    /// to the floor's index now come from a leader (appends or a snapshot), fsynced.
+    pub fn clear_repair_floor_if_repaired(&mut self) {
+        let Some(floor) = self.hard.repair_floor else { return };
+        if self.persisted_index() >= floor.index {
+            self.set_hard_state(HardState { repair_floor: None, ..self.hard });
+            self.counters.logs_repaired += 1;
+        }
     }
 
     // ----- replies ------------------------------------------------------------------

@@ -343,7 +343,7 @@ impl LeaderEngine {
             if let RoleState::Follower(following) = &mut self.role {
                 following.fail_forwards(&mut self.core);
             }
-            self.core.set_hard_state(HardState { epoch, voted_for: None });
+            self.core.set_hard_state(HardState { epoch, voted_for: None, ..self.core.hard });
             if self.core.config.unsafe_forget_leader_contact {
                 self.core.election.contact_at = None;
             }
@@ -406,8 +406,17 @@ impl LeaderEngine {
                 self.core.counters.leases_expired += 1;
             }
         }
+        self.core.clear_repair_floor_if_repaired();
         if !leading && now >= self.core.election.deadline {
-            self.start_pre_vote();
+            if self.core.hard.repair_floor.is_some() && !self.core.config.unsafe_ignore_repair_floor
+            {
+                // A log cut below what this node may have acknowledged must not lead:
+                // wait for a leader to re-replicate it (`docs/protocol.md` §12 item 18).
+                self.core.reset_election_deadline();
+                self.core.counters.campaigns_withheld += 1;
+            } else {
+                self.start_pre_vote();
+            }
         }
         if let RoleState::Leader(leading) = &mut self.role {
             if leading.on_timers(&mut self.core) == Leadership::Lost {
@@ -574,6 +583,7 @@ impl LeaderEngine {
             snapshot_index: core.log.snapshot().last_index,
             snapshot_held_bytes: core.snapshots.held.as_ref().map_or(0, |(_, d)| d.len() as u64),
             leader_lease_valid: self.leader_lease_valid(),
+            repair_floor: self.core.hard.repair_floor,
         }
     }
 

@@ -3,7 +3,9 @@
 //! `crate::engine` for the ordering contract every driver carries out).
 
 use crate::time::{Span, Time};
-use keel_types::{Durability, Entry, Epoch, Limits, LogIndex, NodeId, ReadLevel, SnapshotMeta};
+use keel_types::{
+    Durability, Entry, Epoch, Limits, LogIndex, NodeId, ReadLevel, SnapshotMeta, Version,
+};
 use serde::{Deserialize, Serialize};
 
 pub use crate::engine::{
@@ -270,6 +272,10 @@ pub struct Config {
     /// is taken for a new one, so a retry after its eviction is applied again. Shows that
     /// the simulator's checkers catch what session expiry prevents.
     pub unsafe_accept_expired_sessions: bool,
+    /// For negative-control tests only: the repair floor is ignored (a node whose
+    /// recovery cut damaged records votes by its cut log and campaigns). Shows that the
+    /// simulator catches the acknowledged writes damage then loses.
+    pub unsafe_ignore_repair_floor: bool,
 }
 
 /// A node's role.
@@ -319,6 +325,9 @@ pub struct Status {
     pub snapshot_held_bytes: u64,
     /// Whether the node (as leader) holds a valid leader lease.
     pub leader_lease_valid: bool,
+    /// The repair floor, while recovery's cut of damaged records is not yet repaired:
+    /// the node votes as if its log reached it and does not campaign.
+    pub repair_floor: Option<Version>,
 }
 
 impl Default for Status {
@@ -340,6 +349,7 @@ impl Default for Status {
             snapshot_index: LogIndex::ZERO,
             snapshot_held_bytes: 0,
             leader_lease_valid: false,
+            repair_floor: None,
         }
     }
 }

@@ -49,6 +49,8 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "retries_deduplicated": c.retries_deduplicated,
             "sessions_expired": c.sessions_expired,
             "leases_expired": c.leases_expired,
+            "campaigns_withheld": c.campaigns_withheld,
+            "logs_repaired": c.logs_repaired,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -160,6 +162,16 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_leases_expired_total",
             "Active-set leases held as a follower that ran out without renewal.",
             c.leases_expired,
+        ),
+        counter(
+            "keel_campaigns_withheld_total",
+            "Election timeouts without a campaign: the log is below its repair floor.",
+            c.campaigns_withheld,
+        ),
+        counter(
+            "keel_logs_repaired_total",
+            "Repair floors cleared: the log is durable again past the damage recovery cut.",
+            c.logs_repaired,
         ),
     ]);
     Report { status: doc, metrics }

@@ -518,7 +518,7 @@ fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
         payload: keel_types::EntryPayload::Noop,
     };
     let persisted = PersistedState {
-        hard_state: HardState { epoch: keel_types::Epoch(1), voted_for: None },
+        hard_state: HardState { epoch: keel_types::Epoch(1), voted_for: None, repair_floor: None },
         snapshot: None,
         entries: vec![entry(1), entry(2)],
     };
@@ -549,6 +549,69 @@ fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
         Some(NodeId(3)),
         "the vote is persisted with the grant"
     );
+}
+
+#[test]
+fn a_node_below_its_repair_floor_votes_by_the_floor_withholds_campaigns_and_clears_it() {
+    // Recovery cut damaged records 3..=5 (epoch 1): the floor keeps what they promised.
+    let epoch = Epoch;
+    let entry = |i| Entry { epoch: epoch(1), index: LogIndex(i), payload: EntryPayload::Noop };
+    let floor = Version { epoch: epoch(1), index: LogIndex(5) };
+    let persisted = PersistedState {
+        hard_state: HardState { epoch: epoch(1), voted_for: None, repair_floor: Some(floor) },
+        snapshot: None,
+        entries: vec![entry(1), entry(2)],
+    };
+    let config = Config::new(NodeId(1), ids(3));
+    let mut engine = LeaderEngine::new(config.clone(), persisted, 3, Time(0)).unwrap();
+    assert_eq!(engine.status().repair_floor, Some(floor));
+    let vote = |last_index| Message::RequestVote {
+        epoch: epoch(2),
+        last_epoch: epoch(1),
+        last_index: LogIndex(last_index),
+    };
+    let granted = |out: &Outputs, to: NodeId| {
+        out.messages
+            .iter()
+            .any(|(t, m)| *t == to && matches!(m, Message::Vote { granted: true, .. }))
+    };
+    // Level with the cut log, below the floor: refused.
+    let mut now = 300 * MS;
+    let out = engine.step(Time(now), Input::Message { from: NodeId(2), message: vote(2) });
+    assert!(!granted(&out, NodeId(2)), "a candidate lacking the cut entries won a vote");
+    // At the floor: granted.
+    now += 1;
+    let out = engine.step(Time(now), Input::Message { from: NodeId(3), message: vote(5) });
+    assert!(granted(&out, NodeId(3)));
+    assert_eq!(out.hard_state.unwrap().repair_floor, Some(floor), "a vote keeps the floor");
+    // Election timeouts pass without a campaign.
+    for _ in 0..10 {
+        now += 500 * MS;
+        let out = engine.step(Time(now), Input::Tick);
+        assert!(out.messages.iter().all(|(_, m)| !matches!(m, Message::PreVote { .. })));
+    }
+    assert!(engine.counters().campaigns_withheld > 0);
+    // The leader of epoch 2 re-replicates 3..=5; once they are fsynced the floor goes.
+    now += 1;
+    let append = Message::Append {
+        epoch: epoch(2),
+        prev_index: LogIndex(2),
+        prev_epoch: epoch(1),
+        entries: vec![entry(3), entry(4), Entry { epoch: epoch(2), ..entry(5) }],
+        commit_index: LogIndex(2),
+        durable_index: LogIndex(2),
+        lease: Lease::Withheld,
+        flush_through: None,
+        sent_at: Time(now),
+    };
+    let out = engine.step(Time(now), Input::Message { from: NodeId(3), message: append });
+    assert_eq!(out.append.len(), 3);
+    assert_eq!(engine.status().repair_floor, Some(floor), "not before the fsync");
+    now += 1;
+    let out = engine.step(Time(now), Input::LogSynced { index: LogIndex(5) });
+    assert_eq!(out.hard_state.and_then(|h| h.repair_floor), None);
+    assert_eq!(engine.status().repair_floor, None);
+    assert_eq!(engine.counters().logs_repaired, 1);
 }
 
 #[test]
