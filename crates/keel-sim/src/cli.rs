@@ -40,8 +40,9 @@ pub enum SimCommand {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The scenario: `general` (all durabilities, read levels and faults), `wide-area`
-    /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts) or
-    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once).
+    /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
+    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once) or `lease-race`
+    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -139,7 +140,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
 fn run_seeds(args: &RunArgs) -> ExitCode {
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area or keyspaces)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces or lease-race)",
             args.scenario
         );
         return ExitCode::from(2);

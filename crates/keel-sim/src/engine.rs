@@ -166,6 +166,7 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("lease-expired", c.leases_expired),
             ("campaign-withheld", c.campaigns_withheld),
             ("log-repaired", c.logs_repaired),
+            ("epoch-raised-under-live-leader", c.epochs_raised_under_live_leader),
         ]
     }
 }

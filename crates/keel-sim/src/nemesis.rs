@@ -39,6 +39,9 @@ pub struct NemesisConfig {
     pub aim_leader_ppm: u32,
     /// Seed of the aiming generator.
     pub aim_seed: u64,
+    /// Chance (ppm), drawn on the aiming generator, that a partition is a *bridge*: two
+    /// sides cut from each other and one node that reaches both (Jepsen's bridge).
+    pub bridge_ppm: u32,
 }
 
 impl NemesisConfig {
@@ -55,6 +58,7 @@ impl NemesisConfig {
             duration_ns_max: 800_000_000,
             aim_leader_ppm: 0,
             aim_seed: 0,
+            bridge_ppm: 0,
         }
     }
 }
@@ -197,6 +201,17 @@ impl Nemesis {
             shuffled.swap(i, self.rng.index(i + 1));
         }
         let split = 1 + self.rng.index(nodes.len() / 2);
+        let now = world.now_ns();
+        if nodes.len() >= 3 && self.config.bridge_ppm > 0 && self.aim.chance(self.config.bridge_ppm)
+        {
+            // shuffled[0] bridges; the rest splits in two halves cut from each other.
+            let (bridge, rest) = shuffled.split_first().expect("three nodes or more");
+            let (a, b) = rest.split_at(rest.len() / 2);
+            world.net.partition(a, b);
+            self.note(now, "fault:bridge", format!("bridge {bridge} between {a:?} | {b:?}"));
+            self.end_at(world, until, Ending::Heal);
+            return;
+        }
         let aimed = self.config.aim_leader_ppm > 0 && self.aim.chance(self.config.aim_leader_ppm);
         if let Some(leader) = world.leader().filter(|_| aimed) {
             let at = shuffled.iter().position(|n| *n == leader).expect("the leader is a node");
@@ -206,7 +221,6 @@ impl Nemesis {
             *self.counts.entry("fault:leader-isolated").or_default() += 1;
         }
         let (minority, majority) = shuffled.split_at(split);
-        let now = world.now_ns();
         if self.rng.chance(300_000) {
             world.net.cut_one_way(majority, minority);
             let what = format!("one-way cut {majority:?} -> {minority:?}");

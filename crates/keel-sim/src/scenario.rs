@@ -95,6 +95,11 @@ pub struct GeneralConfig {
     pub ignore_repair_floor: bool,
     /// Chance (ppm) that a partition isolates the leader (`NemesisConfig::aim_leader_ppm`).
     pub aim_leader_ppm: u32,
+    /// The `lease-race` scenario: aimed at two leader leases at once. Five nodes, most
+    /// partitions bridges (a node that reaches both halves), a third of the others
+    /// isolating the leader, and one message in twenty stalled for up to 3 s, so that a
+    /// former leader's `Append` reaches a node of a newer epoch long after it was sent.
+    pub lease_race: bool,
 }
 
 impl GeneralConfig {
@@ -120,7 +125,13 @@ impl GeneralConfig {
             accept_expired_sessions: false,
             ignore_repair_floor: false,
             aim_leader_ppm: 0,
+            lease_race: false,
         }
+    }
+
+    /// The `lease-race` run for `seed` (see [`GeneralConfig::lease_race`]).
+    pub fn lease_race(seed: u64) -> GeneralConfig {
+        GeneralConfig { lease_race: true, ..GeneralConfig::new(seed) }
     }
 
     /// The default `wide-area` run for `seed`: three times the load phase, since WAN
@@ -142,6 +153,7 @@ impl GeneralConfig {
             "general" => Some(GeneralConfig::new(seed)),
             "wide-area" => Some(GeneralConfig::wide_area(seed)),
             "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
+            "lease-race" => Some(GeneralConfig::lease_race(seed)),
             _ => None,
         }
     }
@@ -150,6 +162,8 @@ impl GeneralConfig {
     pub fn scenario(&self) -> &'static str {
         if self.wide_area {
             "wide-area"
+        } else if self.lease_race {
+            "lease-race"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -448,6 +462,10 @@ fn general_body<E: SimEngine<Config = Config>>(
     let mut rng = Rng::new(config.seed);
     let mut world_config = world_config(&mut rng, config.hard_state_mode);
     let variety = add_variety(&mut world_config, config.seed);
+    if config.lease_race && world_config.nodes != 5 {
+        world_config.nodes = 5;
+        world_config.engine = engine_config(5);
+    }
     if config.wide_area {
         make_wide_area(&mut world_config, &mut rng);
     }
@@ -461,6 +479,10 @@ fn general_body<E: SimEngine<Config = Config>>(
     world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
     let sessions = add_sessions(&mut world_config, config.seed);
     add_stalls(&mut world_config, config.seed);
+    if config.lease_race {
+        world_config.net.stall_ppm = 50_000;
+        world_config.net.stall_ns_max = 3_000_000_000;
+    }
     add_crash_kinds(&mut world_config, config.seed, config.clock_reboots);
     let active_set_target = world_config.engine.active_set_target;
     world_config.keyspaces = config.keyspaces;
@@ -488,6 +510,10 @@ fn general_body<E: SimEngine<Config = Config>>(
     workload.sessions = sessions;
     let mut faults = NemesisConfig::all();
     faults.aim_leader_ppm = config.aim_leader_ppm;
+    if config.lease_race {
+        faults.bridge_ppm = 700_000;
+        faults.aim_leader_ppm = 333_333;
+    }
     faults.aim_seed = config.seed ^ 0xA1_3ED0_0000_0005;
     if config.partitioned_reads {
         // Aim at the hole hasty removal opens: partitioned followers serving reads.

@@ -340,6 +340,12 @@ impl LeaderEngine {
             self.step_down();
         }
         if epoch > self.core.hard.epoch {
+            let following = matches!(self.role, RoleState::Follower(_));
+            if following && leader.is_none() && self.leader_is_live() {
+                // A higher epoch from a reply or forward while a live leader's lease may
+                // still count on this node: the case the kept contact is for.
+                self.core.counters.epochs_raised_under_live_leader += 1;
+            }
             if let RoleState::Follower(following) = &mut self.role {
                 following.fail_forwards(&mut self.core);
             }

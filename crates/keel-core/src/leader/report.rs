@@ -51,6 +51,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "leases_expired": c.leases_expired,
             "campaigns_withheld": c.campaigns_withheld,
             "logs_repaired": c.logs_repaired,
+            "epochs_raised_under_live_leader": c.epochs_raised_under_live_leader,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -172,6 +173,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_logs_repaired_total",
             "Repair floors cleared: the log is durable again past the damage recovery cut.",
             c.logs_repaired,
+        ),
+        counter(
+            "keel_epochs_raised_under_live_leader_total",
+            "Higher epochs learned from a reply or forward while a live leader's lease counted on this node.",
+            c.epochs_raised_under_live_leader,
         ),
     ]);
     Report { status: doc, metrics }
