@@ -42,6 +42,10 @@ pub struct NemesisConfig {
     /// Chance (ppm), drawn on the aiming generator, that a partition is a *bridge*: two
     /// sides cut from each other and one node that reaches both (Jepsen's bridge).
     pub bridge_ppm: u32,
+    /// Chance (ppm), drawn on the aiming generator, that a fault start also stalls one
+    /// directed link for 100 ms to 2 s: what is sent on it meanwhile arrives after, in
+    /// order (a TCP connection waiting out a retransmission timeout).
+    pub link_stall_ppm: u32,
 }
 
 impl NemesisConfig {
@@ -59,6 +63,7 @@ impl NemesisConfig {
             aim_leader_ppm: 0,
             aim_seed: 0,
             bridge_ppm: 0,
+            link_stall_ppm: 0,
         }
     }
 }
@@ -157,6 +162,19 @@ impl Nemesis {
 
     fn inject<E: SimEngine>(&mut self, world: &mut World<E>) {
         let nodes = world.node_ids();
+        if self.config.link_stall_ppm > 0 && self.aim.chance(self.config.link_stall_ppm) {
+            let from = nodes[self.aim.index(nodes.len())];
+            let others: Vec<NodeId> = nodes.iter().copied().filter(|n| *n != from).collect();
+            let to = others[self.aim.index(others.len())];
+            let now = world.now_ns();
+            let until = now + self.aim.range(100_000_000, 2_000_000_000);
+            world.net.stall_link(from, to, until);
+            self.note(
+                now,
+                "fault:link-stall",
+                format!("stall {from} -> {to} until {:.3}s", until as f64 / 1e9),
+            );
+        }
         let node = nodes[self.rng.index(nodes.len())];
         let now = world.now_ns();
         let until = now + self.rng.range(self.config.duration_ns_min, self.config.duration_ns_max);

@@ -87,6 +87,10 @@ pub struct Network {
     link_latency_ns: BTreeMap<(NodeId, NodeId), u64>,
     /// Directed links that are cut: `(from, to)`.
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Directed links that are stalled, and until when (virtual ns): what is sent on them
+    /// meanwhile arrives only after, in order (a TCP connection waiting out a
+    /// retransmission timeout).
+    stalled_links: BTreeMap<(NodeId, NodeId), u64>,
     in_flight: usize,
     /// Counters.
     pub stats: NetStats,
@@ -103,6 +107,7 @@ impl Network {
             rng,
             link_latency_ns: BTreeMap::new(),
             cut: BTreeSet::new(),
+            stalled_links: BTreeMap::new(),
             in_flight: 0,
             stats: NetStats::default(),
         }
@@ -167,9 +172,20 @@ impl Network {
         self.partition(&[node], all);
     }
 
-    /// Restores every link.
+    /// Restores every link (stalled links run out by themselves).
     pub fn heal(&mut self) {
         self.cut.clear();
+    }
+
+    /// Stalls the directed link until `until_ns`.
+    pub fn stall_link(&mut self, from: NodeId, to: NodeId, until_ns: u64) {
+        let until = self.stalled_links.entry((from, to)).or_default();
+        *until = (*until).max(until_ns);
+    }
+
+    /// Until when the directed link is stalled, if it is at `now_ns`.
+    pub fn link_stalled_until(&self, from: NodeId, to: NodeId, now_ns: u64) -> Option<u64> {
+        self.stalled_links.get(&(from, to)).copied().filter(|until| *until > now_ns)
     }
 
     /// Whether the directed link is cut now.
@@ -192,6 +208,19 @@ impl Network {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stalled_link_holds_one_direction_until_its_end() {
+        let mut net = Network::new(NetConfig::perfect(), Rng::new(1));
+        let (a, b) = (NodeId(1), NodeId(2));
+        net.stall_link(a, b, 500);
+        net.stall_link(a, b, 300); // a shorter stall does not cut the longer one short
+        assert_eq!(net.link_stalled_until(a, b, 100), Some(500));
+        assert_eq!(net.link_stalled_until(b, a, 100), None, "the other direction flows");
+        assert_eq!(net.link_stalled_until(a, b, 500), None, "over at its end");
+        net.heal();
+        assert_eq!(net.link_stalled_until(a, b, 100), Some(500), "healing ends cuts only");
+    }
 
     #[test]
     fn lossy_network_loses_and_duplicates_some_messages() {

@@ -512,6 +512,7 @@ fn general_body<E: SimEngine<Config = Config>>(
     faults.aim_leader_ppm = config.aim_leader_ppm;
     if config.lease_race {
         faults.bridge_ppm = 700_000;
+        faults.link_stall_ppm = 600_000;
         faults.aim_leader_ppm = 333_333;
     }
     faults.aim_seed = config.seed ^ 0xA1_3ED0_0000_0005;

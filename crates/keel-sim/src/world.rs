@@ -936,8 +936,9 @@ impl<E: SimEngine> World<E> {
                 self.push(self.now_ns, Event::Crash { node: from, restart_at_ns });
             }
         }
+        let stalled_until = self.net.link_stalled_until(from, to, self.now_ns);
         for delay in self.net.send(from, to) {
-            let at = self.now_ns + delay;
+            let at = stalled_until.map_or(self.now_ns, |until| until) + delay;
             let message = message.clone();
             self.push(at, Event::Deliver { from, to, ks, message, arrived: false });
         }

@@ -96,6 +96,7 @@ fn lease_race_seeds_pass_and_reach_the_kept_contact() {
     let reaching = sweep(count, GeneralConfig::lease_race);
     let seeds = |path: &str| reaching.get(path).copied().unwrap_or(0);
     assert!(seeds("fault:bridge") * 100 >= 80 * count, "{reaching:?}");
+    assert!(seeds("fault:link-stall") * 100 >= 80 * count, "{reaching:?}");
     assert!(seeds("epoch-raised-under-live-leader") > 0, "{reaching:?}");
 }
 
