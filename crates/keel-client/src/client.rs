@@ -144,6 +144,52 @@ impl Client {
         Session { client: self.clone(), id, seq: 0, server_session: None }
     }
 
+    /// Reads `key` as a [`Correctable`]: one view per level of `levels`, weakest first
+    /// (duplicates dropped; an empty list means every level), the strongest closing it.
+    /// Returns at once; the reads run in a task of their own, one after the other, each a
+    /// plain `GET ... LEVEL l` (a client-side binding: each view is its own request, so a
+    /// stronger view is asked for only after the weaker one came back).
+    pub fn invoke_get(
+        self: &Arc<Client>,
+        key: &[u8],
+        levels: &[ReadLevel],
+    ) -> crate::Correctable<Option<Vec<u8>>> {
+        let (correctable, resolver) = crate::correctable();
+        let mut levels = if levels.is_empty() { ReadLevel::ALL.to_vec() } else { levels.to_vec() };
+        levels.sort();
+        levels.dedup();
+        let (client, key) = (self.clone(), key.to_vec());
+        tokio::spawn(async move {
+            let last = levels.len() - 1;
+            for (i, level) in levels.into_iter().enumerate() {
+                let words: [&[u8]; 5] =
+                    [b"GET", &key, b"LEVEL", level.as_str().as_bytes(), b"WITHVERSION"];
+                let read = client.call(&words).await.and_then(|(frame, _)| {
+                    let (value, version) = pair(frame)?;
+                    Ok(crate::View {
+                        level,
+                        value: value_of(&value)?,
+                        version: version_of(&version),
+                    })
+                });
+                match read {
+                    Ok(view) if i == last => {
+                        resolver.close(view);
+                        return;
+                    }
+                    Ok(view) => {
+                        resolver.update(view);
+                    }
+                    Err(error) => {
+                        resolver.fail(error);
+                        return;
+                    }
+                }
+            }
+        });
+        correctable
+    }
+
     async fn connection(&self, node: usize) -> Result<Connection, ConnError> {
         let pick = self.round_robin.fetch_add(1, Ordering::Relaxed);
         {

@@ -6,6 +6,9 @@
 //!   retryable errors) and [`Session`] (one logical client: operations one at a time,
 //!   writes deduplicated with `KEEL.REQ <client> <seq>` so a retry is applied at most
 //!   once).
+//! - [`correctable`]: [`Correctable`], one operation's views of increasing strength (a
+//!   fast preliminary one, then the final one), with callbacks, a stream of views and
+//!   speculation; [`Client::invoke_get`] reads a key that way.
 //! - [`tls`]: [`ClientTls`], TLS to nodes' `client_tls_addr` (a cluster CA, optionally a
 //!   client certificate).
 //! - [`error`]: [`ClientError`], which says whether to retry and whether a failed write
@@ -31,12 +34,14 @@
 
 pub mod client;
 pub mod conn;
+pub mod correctable;
 pub mod error;
 pub mod history;
 pub mod tls;
 pub mod workload;
 
 pub use client::{CasResult, Client, ClientConfig, ReadResult, Session, WriteResult};
+pub use correctable::{correctable, Correctable, Resolver, State, View, Views};
 pub use error::ClientError;
 pub use tls::ClientTls;
 
