@@ -36,7 +36,7 @@ use keel_types::{
     ReadLevel, RequestId, Value, Version,
 };
 use keel_wire::command::{ClientSubcommand, CommandQuery};
-use keel_wire::reply::{error_frame, value_frame, version_frame, with_version_frame};
+use keel_wire::reply::{error_frame, error_text, value_frame, version_frame, with_version_frame};
 use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
 use std::collections::BTreeMap;
@@ -45,6 +45,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// How long a status or log query may wait for room in the engine's queue.
 pub const QUERY_WAIT: Duration = Duration::from_secs(2);
@@ -66,6 +67,8 @@ pub struct Pending {
 enum Body {
     Ready(Frame),
     Later(ReplyFuture),
+    /// `KEEL.INVOKE`: preliminary views to push as they come, then the final reply.
+    Views(mpsc::Receiver<View>),
     /// One engine reply, turned into its frame when it comes (no boxed future: the common
     /// case of a single-key request); a write's version advances its connection's floor.
     Engine(Sent, Finish, Option<Floor>),
@@ -109,6 +112,18 @@ impl Pending {
         Pending { protocol, close: false, body: Body::Engine(sent, finish, Some(floor)) }
     }
 
+    /// The views of a `KEEL.INVOKE`, if this is one: the writer pushes each preliminary
+    /// view as it comes and takes the final one as the reply (the body is left empty).
+    pub fn take_views(&mut self) -> Option<mpsc::Receiver<View>> {
+        match std::mem::replace(&mut self.body, Body::Ready(Frame::Null)) {
+            Body::Views(views) => Some(views),
+            other => {
+                self.body = other;
+                None
+            }
+        }
+    }
+
     /// The same reply, closing the connection after it.
     pub fn closing(mut self) -> Pending {
         self.close = true;
@@ -120,6 +135,14 @@ impl Pending {
         match self.body {
             Body::Ready(frame) => frame,
             Body::Later(future) => future.await,
+            Body::Views(mut views) => loop {
+                // Not through the writer (which relays pushes): only the final one counts.
+                match views.recv().await {
+                    Some(View::Final(frame)) => break frame,
+                    Some(View::Push(_)) => continue,
+                    None => break Frame::error(INVOKE_ENDED),
+                }
+            },
             Body::Engine(sent, (finish, flag), floor) => {
                 let answer = sent.answer().await;
                 if let Some(floor) = floor {
@@ -381,6 +404,7 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
         w if w.eq_ignore_ascii_case(b"acl") => acl(conn, &words),
         w if w.eq_ignore_ascii_case(b"keel.req") => keel_req(conn, words).await,
         w if w.eq_ignore_ascii_case(b"keel.session") => keel_session(conn, &words).await,
+        w if w.eq_ignore_ascii_case(b"keel.invoke") => keel_invoke(conn, words).await,
         w if w.eq_ignore_ascii_case(b"keel.log") => match permitted(conn, Some(Category::Admin)) {
             Ok(()) => keel_log(conn, &words),
             Err(refusal) => Pending::ready(refusal, conn.protocol),
@@ -490,6 +514,141 @@ async fn keel_session(conn: &mut Conn, words: &[Bytes]) -> Pending {
         }
     };
     Pending::later(Box::pin(reply), protocol)
+}
+
+/// One view of a `KEEL.INVOKE`, for the connection's writer.
+#[derive(Debug)]
+pub enum View {
+    /// A preliminary view: a RESP3 push frame, written at once.
+    Push(Frame),
+    /// The final view: the command's reply.
+    Final(Frame),
+}
+
+/// The reply when an invocation's views stop without a final one (the node stopping).
+pub const INVOKE_ENDED: &str = "UNAVAILABLE the invocation ended without a final view";
+
+/// `KEEL.INVOKE GET <key> [LEVELS <level> ...] [NOCONFIRM] [WITHVERSION]`: a read as a
+/// Correctable (`docs/correctables.md`). The node reads `key` at each level, weakest
+/// first, one after the other: each view but the last goes out at once as a RESP3 push
+/// `["invoke", tag, level, value, version]` (`tag`: the request's sequence number on the
+/// connection), and the last is the ordinary reply of `GET` (with `WITHVERSION`, of
+/// `GET ... WITHVERSION`). A view equal to the one before it (value and version) carries
+/// `+SAME` instead of the value, unless `NOCONFIRM`; RESP2 connections get the final
+/// reply only, whole.
+async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
+    let protocol = conn.protocol;
+    let invocation = match parse_invoke(&words, &conn.limits) {
+        Ok(invocation) => invocation,
+        Err(text) => return Pending::ready(Frame::error(&text), protocol),
+    };
+    if let Err(refusal) = permitted(conn, Some(Category::Read)) {
+        return Pending::ready(refusal, protocol);
+    }
+    let ks = conn.node.id;
+    let strongest = *invocation.levels.last().expect("at least one level");
+    conn.order(Kind::Read(ks, Some(strongest))).await;
+    let after = conn.resolved.floor(ks);
+    let pairs: Vec<(ClientId, RequestId)> =
+        invocation.levels.iter().map(|_| conn.next_pair()).collect();
+    let tag = pairs[0].1 .0;
+    let (tx, rx) = mpsc::channel(invocation.levels.len());
+    let node = conn.node.clone();
+    tokio::spawn(async move {
+        let resp3 = protocol == Protocol::Resp3;
+        let mut previous: Option<(Option<Value>, Option<Version>)> = None;
+        let last = invocation.levels.len() - 1;
+        for (i, (level, (client, request))) in invocation.levels.iter().zip(pairs).enumerate() {
+            let submit = get_submit(client, request, invocation.key.clone(), Some(*level), after);
+            let answer = match node.read_now(&submit) {
+                Some(reply) => Ok(reply),
+                None => node.send(submit).answer().await,
+            };
+            let (value, version) = match answer.and_then(|reply| reply.result) {
+                Ok(CommandResult::Value { value, version }) => (value, version),
+                Ok(_) => {
+                    let _ = tx.send(View::Final(mismatched("get"))).await;
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx.send(View::Final(error_frame(&e))).await;
+                    return;
+                }
+            };
+            let same = invocation.confirm
+                && resp3
+                && previous.as_ref().is_some_and(|p| p.0 == value && p.1 == version);
+            let value_or_same =
+                if same { Frame::Simple(b"SAME".to_vec()) } else { value_frame(value.as_ref()) };
+            let view = if i == last {
+                let frame = if invocation.with_version {
+                    with_version_frame(value_or_same, version)
+                } else {
+                    value_or_same
+                };
+                View::Final(frame)
+            } else if resp3 {
+                View::Push(Frame::Push(vec![
+                    Frame::bulk("invoke"),
+                    Frame::Integer(i64::try_from(tag).unwrap_or(i64::MAX)),
+                    Frame::bulk(level.as_str()),
+                    value_or_same,
+                    version.map_or(Frame::Null, version_frame),
+                ]))
+            } else {
+                previous = Some((value, version));
+                continue;
+            };
+            previous = Some((value, version));
+            if tx.send(view).await.is_err() {
+                return; // the connection went away
+            }
+        }
+    });
+    Pending { protocol, close: false, body: Body::Views(rx) }
+}
+
+/// What a `KEEL.INVOKE` asks for.
+#[derive(Debug, PartialEq, Eq)]
+struct Invocation {
+    key: Bytes,
+    /// Weakest first, without repeats; never empty.
+    levels: Vec<ReadLevel>,
+    confirm: bool,
+    with_version: bool,
+}
+
+fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> {
+    let usage = "ERR usage: KEEL.INVOKE GET <key> [LEVELS <level> ...] [NOCONFIRM] [WITHVERSION]";
+    let (Some(command), Some(key)) = (words.get(1), words.get(2)) else {
+        return Err(usage.into());
+    };
+    if !command.eq_ignore_ascii_case(b"get") {
+        return Err("ERR KEEL.INVOKE supports GET only".into());
+    }
+    limits.check_key(key).map_err(|e| error_text(&e))?;
+    let mut invocation =
+        Invocation { key: key.clone(), levels: Vec::new(), confirm: true, with_version: false };
+    let mut in_levels = false;
+    for word in &words[3..] {
+        let text = std::str::from_utf8(word).map_err(|_| usage.to_string())?;
+        match text.to_ascii_lowercase().as_str() {
+            "levels" => in_levels = true,
+            "noconfirm" => (invocation.confirm, in_levels) = (false, false),
+            "withversion" => (invocation.with_version, in_levels) = (true, false),
+            name if in_levels => {
+                let level = name.parse::<ReadLevel>().map_err(|e| format!("ERR {e}"))?;
+                invocation.levels.push(level);
+            }
+            _ => return Err(usage.into()),
+        }
+    }
+    if invocation.levels.is_empty() {
+        invocation.levels = ReadLevel::ALL.to_vec();
+    }
+    invocation.levels.sort();
+    invocation.levels.dedup();
+    Ok(invocation)
 }
 
 fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
@@ -996,8 +1155,43 @@ mod tests {
         match pending.body {
             Body::Ready(Frame::Error(text)) => String::from_utf8(text).unwrap(),
             Body::Ready(other) => format!("{other:?}"),
-            Body::Later(_) | Body::Engine(..) => "later".into(),
+            Body::Later(_) | Body::Engine(..) | Body::Views(_) => "later".into(),
         }
+    }
+
+    #[test]
+    fn invocations_parse_with_levels_sorted_and_options_anywhere() {
+        let parse = |ws: &[&str]| {
+            let words: Vec<Bytes> = ws.iter().map(|w| Bytes::from(w.to_string())).collect();
+            parse_invoke(&words, &Limits::default())
+        };
+        let all = parse(&["KEEL.INVOKE", "get", "k"]).unwrap();
+        assert_eq!(
+            (all.levels, all.confirm, all.with_version),
+            (ReadLevel::ALL.to_vec(), true, false)
+        );
+        let some = parse(&[
+            "KEEL.INVOKE",
+            "GET",
+            "k",
+            "LEVELS",
+            "linearizable",
+            "any",
+            "any",
+            "NOCONFIRM",
+        ]);
+        let some = some.unwrap();
+        assert_eq!(some.levels, [ReadLevel::Any, ReadLevel::Linearizable]);
+        assert!(!some.confirm);
+        let late =
+            parse(&["KEEL.INVOKE", "GET", "k", "WITHVERSION", "LEVELS", "monotonic"]).unwrap();
+        assert_eq!((late.levels, late.with_version), (vec![ReadLevel::Monotonic], true));
+        assert!(parse(&["KEEL.INVOKE", "GET"]).is_err());
+        assert!(parse(&["KEEL.INVOKE", "SET", "k", "v"]).is_err());
+        assert!(parse(&["KEEL.INVOKE", "GET", "k", "any"]).is_err(), "a level without LEVELS");
+        assert!(parse(&["KEEL.INVOKE", "GET", "k", "LEVELS", "strong"]).is_err());
+        let long = "k".repeat(Limits::default().key_bytes_max as usize + 1);
+        assert!(parse(&["KEEL.INVOKE", "GET", &long]).is_err());
     }
 
     async fn submitted(rx: &mut mpsc::Receiver<Event>) -> Submit {

@@ -334,6 +334,29 @@ async fn write_within<W: AsyncWrite + Unpin>(
 }
 
 /// Resolves replies in order and writes them, flushing when no reply is ready.
+/// Writes a `KEEL.INVOKE`'s preliminary views as they come, each flushed at once (the
+/// point is to show them before the final one), and returns the final reply; `None` if
+/// the client went away.
+async fn relay_views<W: AsyncWrite + Unpin>(
+    mut views: mpsc::Receiver<commands::View>,
+    out: &mut Output,
+    writer: &mut W,
+    protocol: Protocol,
+) -> Option<Frame> {
+    loop {
+        match views.recv().await {
+            Some(commands::View::Push(frame)) => {
+                out.push(&frame, protocol);
+                if !out.flush(writer).await {
+                    return None;
+                }
+            }
+            Some(commands::View::Final(frame)) => return Some(frame),
+            None => return Some(Frame::error(commands::INVOKE_ENDED)),
+        }
+    }
+}
+
 async fn write_replies<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut pending: mpsc::Receiver<Pending>,
@@ -369,7 +392,14 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         };
         let protocol: Protocol = next.protocol;
         let close = next.close;
-        let frame: Frame = next.resolve().await;
+        let mut next = next;
+        let frame: Frame = match next.take_views() {
+            Some(views) => match relay_views(views, &mut out, &mut writer, protocol).await {
+                Some(frame) => frame,
+                None => return,
+            },
+            None => next.resolve().await,
+        };
         resolved.0.one_more();
         out.push(&frame, protocol);
         if close {

@@ -1,6 +1,7 @@
-//! Correctables through keel-client against real `keel server` processes: a read invoked
-//! at several levels returns one view per level, weakest first, the strongest closing
-//! it, and no view is older than the one before it.
+//! Correctables against real `keel server` processes: `KEEL.INVOKE` on the wire (RESP3
+//! pushes for the preliminary views, then the ordinary reply; RESP2 gets the reply only),
+//! and keel-client's `invoke_get`: one view per level, weakest first, the strongest
+//! closing it, no view older than the one before it.
 
 mod common;
 
@@ -40,5 +41,85 @@ fn a_read_invoked_at_every_level_gives_a_view_per_level_in_order() {
         assert_eq!((final_view.level, final_view.value), (ReadLevel::Linearizable, Some(2)));
         assert_eq!(read.preliminary().len(), 1);
     });
+    common::finish(cluster);
+}
+
+/// Reads one whole RESP frame as compact text: `"x"` for strings, `nil`, `42`, `[a b]`
+/// for arrays, `>[a b]` for pushes, `%[k v]` for maps.
+fn frame(conn: &mut Conn, first: Option<String>) -> String {
+    let line = first.unwrap_or_else(|| conn.line().trim_end_matches("\r\n").to_string());
+    let (kind, rest) = line.split_at(1);
+    match kind {
+        "+" | "-" => format!("{kind}{rest}"),
+        ":" => rest.to_string(),
+        "_" => "nil".into(),
+        "$" if rest == "-1" => "nil".into(),
+        "$" => format!("\"{}\"", conn.line().trim_end_matches("\r\n")),
+        "*" | ">" | "%" => {
+            let n: usize = rest.parse().expect("a length");
+            let items = if kind == "%" { 2 * n } else { n };
+            let parts: Vec<String> = (0..items).map(|_| frame(conn, None)).collect();
+            let open = match kind {
+                "*" => "",
+                other => other,
+            };
+            format!("{open}[{}]", parts.join(" "))
+        }
+        other => panic!("unexpected frame kind {other}: {line}"),
+    }
+}
+
+/// Sends `words`; returns the whole reply and every push frame before it.
+fn invoke(conn: &mut Conn, words: &[&str]) -> (Vec<String>, String) {
+    let first = conn.call(words);
+    let mut pushes = Vec::new();
+    let mut next = first;
+    loop {
+        let whole = frame(conn, Some(next));
+        if !whole.starts_with(">[") {
+            return (pushes, whole);
+        }
+        pushes.push(whole);
+        next = conn.line().trim_end_matches("\r\n").to_string();
+    }
+}
+
+#[test]
+fn keel_invoke_pushes_preliminary_views_then_replies_with_the_final_one() {
+    let (cluster, _) = common::cluster("invoke", |_| {});
+    // A follower: its `any` view is local, its stronger views go to the leader.
+    let mut conn = Conn::open(cluster.client_addrs()[1]);
+    let settled = common::wait_until(common::LEADER_WAIT, || {
+        conn.call(&["SET", "i:k", "v1", "DURABILITY", "durable"]) == "+OK"
+    });
+    assert!(settled, "the cluster never accepted a write");
+
+    // RESP2: no pushes, the final reply whole.
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:k"]);
+    assert_eq!((pushes.len(), reply.as_str()), (0, "\"v1\""));
+
+    let hello = conn.call(&["HELLO", "3"]);
+    frame(&mut conn, Some(hello));
+    let (pushes, reply) = invoke(
+        &mut conn,
+        &["KEEL.INVOKE", "GET", "i:k", "LEVELS", "linearizable", "any", "monotonic"],
+    );
+    assert_eq!(pushes.len(), 2, "{pushes:?}");
+    assert!(pushes[0].starts_with(">[\"invoke\" ") && pushes[0].contains("\"any\" \"v1\""));
+    // The same value and version again: a confirmation instead of the value.
+    assert!(pushes[1].contains("\"monotonic\" +SAME"), "{pushes:?}");
+    assert_eq!(reply, "+SAME");
+    let (pushes, reply) = invoke(
+        &mut conn,
+        &["KEEL.INVOKE", "GET", "i:k", "LEVELS", "any", "linearizable", "NOCONFIRM", "WITHVERSION"],
+    );
+    assert_eq!(pushes.len(), 1);
+    assert!(reply.starts_with("[\"v1\" \""), "the value itself, with its version: {reply}");
+    let (_, missing) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:none", "LEVELS", "any"]);
+    assert_eq!(missing, "nil", "one level: no push, the reply");
+    let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "SET", "i:k", "v2"]);
+    assert!(refused.starts_with("-ERR KEEL.INVOKE supports GET"), "{refused}");
+    let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:k", "LEVELS", "strong"]);
+    assert!(refused.starts_with("-ERR"), "{refused}");
     common::finish(cluster);
 }
