@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! keel check --model register|kv|keel --format jepsen-register|jepsen-kv|keel
-//!            [--property linearizable|monotonic] [--budget STEPS] [--json] FILE...
+//!            [--property linearizable|monotonic|views] [--budget STEPS] [--json] FILE...
 //! keel check --bench [--shared-dir DIR] [--runs N]
 //! ```
 //!
@@ -23,7 +23,7 @@ mod bench;
 use crate::error::InputError;
 use crate::linearizability::{self, Verdict, BUDGET_STEPS_DEFAULT};
 use crate::model::{LinOp, Model};
-use crate::{history, jepsen, keel, monotonic};
+use crate::{history, jepsen, keel, monotonic, views};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,8 +46,12 @@ pub enum Format {
 pub enum Property {
     /// Linearizability against `--model`, key by key.
     Linearizable,
-    /// Cross-client monotonic reads over reads and survivors (`--format keel` only).
+    /// Cross-client monotonic reads over reads and survivors (`--format keel` only);
+    /// each preliminary view of a read counts as a read of its own.
     Monotonic,
+    /// The views of reads invoked as Correctables: in level order, no final view older
+    /// than a `monotonic` one, and each view's level checked (`--format keel` only).
+    Views,
 }
 
 /// Flags of `keel check`.
@@ -162,8 +166,8 @@ fn validate(args: &CheckArgs) -> Result<(), String> {
         Property::Linearizable if args.model.is_none() => {
             Err("--model is required for --property linearizable".to_string())
         }
-        Property::Monotonic if format != Format::Keel => {
-            Err("--property monotonic needs --format keel".to_string())
+        Property::Monotonic | Property::Views if format != Format::Keel => {
+            Err("--property monotonic and views need --format keel".to_string())
         }
         _ => Ok(()),
     }
@@ -178,7 +182,11 @@ pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputErro
     let reader = std::io::BufReader::new(file);
     if args.property == Property::Monotonic {
         let history = history::parse_history(reader, &name)?;
-        return Ok(monotonic_result(&history));
+        return Ok(monotonic_result(&views::expand(&history)));
+    }
+    if args.property == Property::Views {
+        let history = history::parse_history(reader, &name)?;
+        return Ok(views_result(&history));
     }
     let model = args.model.expect("validated: --model given");
     let ops = match format {
@@ -226,6 +234,39 @@ fn counterexample_json(c: &linearizability::Counterexample) -> serde_json::Value
         "state": c.state,
         "stuck": c.stuck.iter().map(|(op, why)| json!({"op": op.to_string(), "why": why})).collect::<Vec<_>>(),
     })
+}
+
+/// Checks the views of `history`'s invoked reads: the order and freshness rules, and
+/// the monotonic-reads checker over every view as a read.
+pub fn views_result(history: &history::KeelHistory) -> FileResult {
+    let report = views::check(history);
+    let monotonic = monotonic_result(&views::expand(history));
+    let holds = report.violations_total == 0 && monotonic.holds == Some(true);
+    let mut human = String::new();
+    for violation in &report.violations {
+        human.push_str(violation);
+        human.push('\n');
+    }
+    human.push_str(&monotonic.human);
+    let details = if holds {
+        serde_json::Value::Null
+    } else {
+        json!({
+            "invocations": report.invocations,
+            "views": report.views,
+            "violations_total": report.violations_total,
+            "violations": report.violations,
+            "monotonic": monotonic.details,
+        })
+    };
+    FileResult {
+        verdict: if holds { "ok" } else { "violation" },
+        holds: Some(holds),
+        ops: history.ops.len(),
+        steps: 0,
+        details,
+        human,
+    }
 }
 
 /// Checks cross-client monotonic reads of `history`.

@@ -264,6 +264,7 @@ pub fn keel_history(shape: &Shape) -> KeelHistory {
             outcome,
             node: Some(rng.below(3) as u32 + 1),
             version: op_version,
+            views: Vec::new(),
         });
     }
     history.ops.sort_by_key(|op| (op.invoke_ns, op.id));

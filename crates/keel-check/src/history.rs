@@ -74,7 +74,30 @@ pub struct Op {
     /// never written). For writes: the version created.
     #[serde(default)]
     pub version: Option<Version>,
+    /// For a read invoked as a Correctable: its preliminary views, in the order they
+    /// came; the op's own `level`, `result` and `version` are the final view
+    /// (`docs/correctables.md`). Empty for every other op.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub views: Vec<View>,
 }
+
+/// A preliminary view of a read (see [`Op::views`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    /// The level it satisfies.
+    pub level: ReadLevel,
+    /// The value it showed (`None`: absent).
+    #[serde(default)]
+    pub result: Option<String>,
+    /// The version of the write it showed (`None`: the key was never written).
+    #[serde(default)]
+    pub version: Option<Version>,
+    /// When it reached the client, on the recorder's clock.
+    pub at_ns: u64,
+}
+
+/// Most preliminary views one op may carry (one per level below the strongest).
+pub const VIEWS_MAX: usize = 2;
 
 /// The operation and its operation-specific arguments and results.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,6 +358,15 @@ impl<R: BufRead> HistoryReader<R> {
         }
         if !self.op_ids.insert(op.id) {
             return Err(self.lines.error(format!("duplicate op id {}", op.id)));
+        }
+        if !op.views.is_empty() && !matches!(op.kind, OpKind::Get { .. }) {
+            return Err(self.lines.error(format!("op {} has views but is not a get", op.id)));
+        }
+        if op.views.len() > VIEWS_MAX {
+            let n = op.views.len();
+            return Err(self
+                .lines
+                .error(format!("op {} has {n} views; at most {VIEWS_MAX}", op.id)));
         }
         match (op.outcome, op.complete_ns) {
             (Outcome::Ok | Outcome::Fail, None) => {

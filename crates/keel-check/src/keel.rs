@@ -77,6 +77,7 @@ mod tests {
             outcome,
             node: None,
             version: None,
+            views: Vec::new(),
         }
     }
 

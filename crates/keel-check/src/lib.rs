@@ -8,6 +8,8 @@
 //! - [`linearizability`]: the per-key WGL/Lowe search with memoization and a budget.
 //! - [`keel`]: turns a Keel history into the ops the linearizability check uses.
 //! - [`monotonic`]: the cross-client monotonic-reads checker over reads and survivors.
+//! - [`views`]: the rules for the views of reads invoked as Correctables, and the
+//!   expansion that lets the other checkers judge each view as a read.
 //! - [`generate`]: deterministic generator of valid Keel histories (tests, benchmark).
 //! - [`cli`]: `keel check` (arguments, verdict lines, exit codes, `--bench`).
 //! - [`error`]: input errors naming file and line.
@@ -23,3 +25,4 @@ pub mod keel;
 pub mod linearizability;
 pub mod model;
 pub mod monotonic;
+pub mod views;

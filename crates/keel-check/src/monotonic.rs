@@ -273,6 +273,7 @@ mod tests {
             outcome: Outcome::Ok,
             node: None,
             version: version.map(|i| Version::new(1, i)),
+            views: Vec::new(),
         }
     }
 

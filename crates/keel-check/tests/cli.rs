@@ -119,3 +119,35 @@ fn a_tiny_budget_gives_unknown_and_exit_2() {
     assert_eq!(check_file(&a, &path).unwrap().verdict, "unknown");
     assert_eq!(code(run(&a)), code(ExitCode::from(2)));
 }
+
+/// A Keel history: a durable write of `v2`, then a read invoked at `any`, `monotonic`
+/// and `linearizable` whose monotonic view shows `v2` and whose final view shows
+/// `final_index` (1: the older write, a stale final view).
+fn invoked_history(final_index: u64) -> String {
+    let header = r#"{"type":"header","format":"keel-history","version":1}"#;
+    let w1 = r#"{"type":"op","id":0,"client":1,"op":"put","key":"k","value":"v1","durability":"durable","invoke_ns":0,"complete_ns":5,"outcome":"ok","version":{"epoch":1,"index":1}}"#;
+    let w2 = r#"{"type":"op","id":1,"client":1,"op":"put","key":"k","value":"v2","durability":"durable","invoke_ns":10,"complete_ns":15,"outcome":"ok","version":{"epoch":1,"index":2}}"#;
+    let read = format!(
+        r#"{{"type":"op","id":2,"client":2,"op":"get","key":"k","level":"linearizable","invoke_ns":20,"complete_ns":40,"outcome":"ok","result":"v{final_index}","version":{{"epoch":1,"index":{final_index}}},"views":[{{"level":"any","result":"v1","version":{{"epoch":1,"index":1}},"at_ns":25}},{{"level":"monotonic","result":"v2","version":{{"epoch":1,"index":2}},"at_ns":30}}]}}"#
+    );
+    let s1 = r#"{"type":"survivor","version":{"epoch":1,"index":1},"key":"k","value":"v1"}"#;
+    let s2 = r#"{"type":"survivor","version":{"epoch":1,"index":2},"key":"k","value":"v2"}"#;
+    [header, w1, w2, &read, s1, s2].join("\n") + "\n"
+}
+
+#[test]
+fn views_are_checked_and_a_stale_final_view_exits_1() {
+    let good = temp_file("views-good.jsonl", invoked_history(2).as_bytes());
+    let stale = temp_file("views-stale.jsonl", invoked_history(1).as_bytes());
+    for (path, verdict) in [(&good, "ok"), (&stale, "violation")] {
+        let file = path.display().to_string();
+        let result =
+            check_file(&args(&["--format", "keel", "--property", "views", &file]), path).unwrap();
+        assert_eq!(result.verdict, verdict, "{}", result.human);
+    }
+    let file = stale.display().to_string();
+    let views = args(&["--format", "keel", "--property", "views", &file]);
+    assert_eq!(code(run(&views)), code(ExitCode::from(1)), "negative control: exit 1");
+    let jepsen = args(&["--format", "jepsen-register", "--property", "views", &file]);
+    assert_eq!(code(run(&jepsen)), code(ExitCode::from(2)));
+}

@@ -103,6 +103,7 @@ impl Recording<'_> {
             outcome,
             node: node.map(|n| n as u32 + 1),
             version: None,
+            views: Vec::new(),
         }
     }
 
@@ -379,6 +380,7 @@ mod tests {
             outcome: Outcome::Ok,
             node: None,
             version: None,
+            views: Vec::new(),
         };
         assert!(recorder.record(op.clone()));
         assert!(recorder.record(op));

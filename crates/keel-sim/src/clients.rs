@@ -288,6 +288,7 @@ impl Clients {
             outcome: Outcome::Unknown,
             node: Some(node.0),
             version: None,
+            views: Vec::new(),
         };
         let deadline = world.now_ns() + self.config.op_timeout_ns;
         world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));

@@ -214,6 +214,7 @@ mod tests {
             outcome: Outcome::Ok,
             node: Some(1),
             version: v,
+            views: Vec::new(),
         }
     }
 
@@ -227,6 +228,7 @@ mod tests {
             outcome: Outcome::Ok,
             node: Some(1),
             version: Some(v),
+            views: Vec::new(),
         }
     }
 
