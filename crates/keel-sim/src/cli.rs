@@ -41,8 +41,9 @@ pub enum SimCommand {
 pub struct RunArgs {
     /// The scenario: `general` (all durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
-    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once) or `lease-race`
-    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases).
+    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
+    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases) or
+    /// `correctables` (half the stronger reads invoked as Correctables, views checked).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -111,6 +112,10 @@ pub struct RunArgs {
     /// Chance, in parts per million, that a partition isolates the leader.
     #[arg(long, default_value_t = 0)]
     pub aim_leader_ppm: u32,
+    /// Negative control (with `--scenario correctables`): an invoked read records its
+    /// first preliminary view as its final one, so the final view can be stale.
+    #[arg(long)]
+    pub stale_final_view: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -140,7 +145,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
 fn run_seeds(args: &RunArgs) -> ExitCode {
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces or lease-race)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race or correctables)",
             args.scenario
         );
         return ExitCode::from(2);
@@ -161,6 +166,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.ignore_repair_floor = args.ignore_repair_floor;
         config.aim_leader_ppm = args.aim_leader_ppm;
+        config.stale_final_view = args.stale_final_view;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {
             config.hard_state_mode = HardStateMode::SkipSync;

@@ -17,9 +17,10 @@ use crate::engine::SimEngine;
 use crate::history::{durability_of, Finding, Op, OpKind, Oracle, Outcome, OPS_MAX};
 use crate::rng::Rng;
 use crate::world::{Keyspace, Notice, World};
+use keel_check::history::View;
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag};
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, KeelError, LogIndex, ReadLevel, RequestId,
+    ClientId, Command, CommandResult, Durability, KeelError, LogIndex, NodeId, ReadLevel, RequestId,
 };
 use std::collections::BTreeMap;
 
@@ -78,6 +79,17 @@ pub struct WorkloadConfig {
     /// and keyspace, opened with `Command::OpenSession` before the first write and again
     /// after the engine answers `SessionExpired`; such a write is recorded `unknown`.
     pub sessions: bool,
+    /// The chance (ppm) that a read at `monotonic` or `linearizable` is invoked as a
+    /// Correctable: read at every level up to its own, weakest first, one after the
+    /// other at the same node, each weaker answer recorded as a preliminary view
+    /// (`Op::views`), as `KEEL.INVOKE` does.
+    pub invoke_ppm: u32,
+    /// Seeds the invocation draws, apart from the clients' other draws.
+    pub invoke_seed: u64,
+    /// Negative control: an invoked read's final view is recorded as its first
+    /// preliminary view (a binding that never coordinated), so the final view can be
+    /// stale; the views and monotonic checkers must catch it.
+    pub unsafe_stale_final_view: bool,
 }
 
 /// Most retries of one write.
@@ -94,6 +106,9 @@ struct Inflight {
     retries: u32,
     /// For an attempt to open a session (not an operation): the session's id.
     opening: Option<ClientId>,
+    /// For a read invoked as a Correctable: the level being read now, the stronger ones
+    /// still to read, and the node that serves them all.
+    invocation: Option<(ReadLevel, Vec<ReadLevel>, NodeId)>,
 }
 
 #[derive(Default)]
@@ -128,8 +143,12 @@ pub struct Clients {
     rng: Rng,
     /// Retry draws ([`WorkloadConfig::retry_seed`]).
     retry_rng: Rng,
+    /// Invocation draws ([`WorkloadConfig::invoke_seed`]).
+    invoke_rng: Rng,
     /// Writes retried with the same pair.
     pub retries: u64,
+    /// Reads invoked as Correctables that completed with at least one preliminary view.
+    pub invocations: u64,
     clients: Vec<ClientState>,
     by_tag: BTreeMap<RequestTag, usize>,
     keyspaces: Vec<KeyspaceState>,
@@ -155,7 +174,9 @@ impl Clients {
             .collect();
         Clients {
             retry_rng: Rng::new(config.retry_seed),
+            invoke_rng: Rng::new(config.invoke_seed),
             retries: 0,
+            invocations: 0,
             config,
             rng,
             clients,
@@ -265,13 +286,27 @@ impl Clients {
             }
         }
         let command = if opening.is_some() { Command::OpenSession } else { command };
+        let invocation = match &kind {
+            OpKind::Get { level, .. }
+                if recorded
+                    && *level > ReadLevel::Any
+                    && self.config.invoke_ppm > 0
+                    && self.invoke_rng.chance(self.config.invoke_ppm) =>
+            {
+                let stronger =
+                    ReadLevel::ALL.into_iter().filter(|l| l > &ReadLevel::Any && l <= level);
+                Some((ReadLevel::Any, stronger.collect::<Vec<_>>(), node))
+            }
+            _ => None,
+        };
         let request = ClientRequest {
             tag: RequestTag(0),
             client,
             request: RequestId(if opening.is_some() { 0 } else { state.next_request }),
             durability: durability_of(&kind),
-            level: match &kind {
-                OpKind::Get { level, .. } => Some(*level),
+            level: match (&kind, &invocation) {
+                (_, Some((first, _, _))) => Some(*first),
+                (OpKind::Get { level, .. }, None) => Some(*level),
                 _ => None,
             },
             command,
@@ -302,6 +337,7 @@ impl Clients {
             request: retained,
             retries: 0,
             opening,
+            invocation,
         });
     }
 
@@ -379,6 +415,41 @@ impl Clients {
             self.by_tag.remove(tag);
         }
         let ks = inflight.keyspace;
+        let mut inflight = inflight;
+        if let Some((level, mut stronger, node)) = inflight.invocation.take() {
+            if let (Ok(CommandResult::Value { value, version }), false) =
+                (&reply.result, stronger.is_empty())
+            {
+                // A preliminary view: record it, read the next level at the same node.
+                let text = value.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+                let at_ns = world.now_ns();
+                inflight.op.views.push(View {
+                    level,
+                    result: text,
+                    version: version.to_owned(),
+                    at_ns,
+                });
+                let next = stronger.remove(0);
+                let after = self.clients[c].floor.get(&ks).copied().unwrap_or(LogIndex::ZERO);
+                let request = ClientRequest {
+                    tag: RequestTag(0),
+                    client: ClientId(c as u64 + 1),
+                    request: RequestId(self.clients[c].next_request),
+                    durability: None,
+                    level: Some(next),
+                    command: Command::Get {
+                        key: inflight.op.kind.key().as_bytes().to_vec().into(),
+                    },
+                    after,
+                };
+                let tag = world.submit_to(node, ks, request);
+                self.by_tag.insert(tag, c);
+                inflight.tags.push(tag);
+                inflight.invocation = Some((next, stronger, node));
+                self.clients[c].inflight = Some(inflight);
+                return;
+            }
+        }
         if let Some(session) = inflight.opening {
             if reply.result.is_ok() {
                 self.clients[c].sessions.insert(ks, session);
@@ -396,6 +467,16 @@ impl Clients {
         op.complete_ns = Some(world.now_ns());
         op.node = Some(reply.served_by.0);
         self.fill_result(c, ks, &mut op, &reply.result);
+        if let (Some(first), Outcome::Ok) = (op.views.first(), op.outcome) {
+            self.invocations += 1;
+            if self.config.unsafe_stale_final_view {
+                let (result, version) = (first.result.clone(), first.version);
+                if let OpKind::Get { result: final_result, .. } = &mut op.kind {
+                    *final_result = result;
+                }
+                op.version = version;
+            }
+        }
         self.check_isolation(world, ks, &reply.result);
         if inflight.recorded {
             self.record(world, ks, op);
@@ -607,6 +688,9 @@ mod tests {
             durabilities: Durability::ALL.to_vec(),
             levels: ReadLevel::ALL.to_vec(),
             keyspaces: 1,
+            invoke_ppm: 0,
+            invoke_seed: 0,
+            unsafe_stale_final_view: false,
         }
     }
 

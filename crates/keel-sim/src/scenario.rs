@@ -95,6 +95,13 @@ pub struct GeneralConfig {
     pub ignore_repair_floor: bool,
     /// Chance (ppm) that a partition isolates the leader (`NemesisConfig::aim_leader_ppm`).
     pub aim_leader_ppm: u32,
+    /// The `correctables` scenario: half the reads at `monotonic` or `linearizable` are
+    /// invoked as Correctables (read at every level up to theirs, weakest first), and the
+    /// views checker runs on every seed.
+    pub correctables: bool,
+    /// Negative control for `correctables`: invoked reads record their first preliminary
+    /// view as their final one (`WorkloadConfig::unsafe_stale_final_view`).
+    pub stale_final_view: bool,
     /// The `lease-race` scenario: aimed at two leader leases at once. Five nodes, most
     /// partitions bridges (a node that reaches both halves), a third of the others
     /// isolating the leader, and one message in twenty stalled for up to 3 s, so that a
@@ -126,7 +133,14 @@ impl GeneralConfig {
             ignore_repair_floor: false,
             aim_leader_ppm: 0,
             lease_race: false,
+            correctables: false,
+            stale_final_view: false,
         }
+    }
+
+    /// The `correctables` run for `seed` (see [`GeneralConfig::correctables`]).
+    pub fn correctables(seed: u64) -> GeneralConfig {
+        GeneralConfig { correctables: true, ..GeneralConfig::new(seed) }
     }
 
     /// The `lease-race` run for `seed` (see [`GeneralConfig::lease_race`]).
@@ -154,6 +168,7 @@ impl GeneralConfig {
             "wide-area" => Some(GeneralConfig::wide_area(seed)),
             "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
+            "correctables" => Some(GeneralConfig::correctables(seed)),
             _ => None,
         }
     }
@@ -164,6 +179,8 @@ impl GeneralConfig {
             "wide-area"
         } else if self.lease_race {
             "lease-race"
+        } else if self.correctables {
+            "correctables"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -421,6 +438,9 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
         durabilities: Durability::ALL.to_vec(),
         levels: ReadLevel::ALL.to_vec(),
         keyspaces: 1,
+        invoke_ppm: 0,
+        invoke_seed: 0,
+        unsafe_stale_final_view: false,
     }
 }
 
@@ -508,6 +528,11 @@ fn general_body<E: SimEngine<Config = Config>>(
     workload.retry_ppm = 500_000;
     workload.retry_seed = config.seed ^ 0x2E72_1E50_0000_0004;
     workload.sessions = sessions;
+    if config.correctables {
+        workload.invoke_ppm = 500_000;
+        workload.invoke_seed = config.seed ^ 0xC0_44EC_7AB1_0000;
+        workload.unsafe_stale_final_view = config.stale_final_view;
+    }
     let mut faults = NemesisConfig::all();
     faults.aim_leader_ppm = config.aim_leader_ppm;
     if config.lease_race {
@@ -550,6 +575,8 @@ fn general_body<E: SimEngine<Config = Config>>(
         report.faults.push(format!("corrupt {node} from fsynced entry {index}"));
     }
     report.reached = reached(world, &nemesis, clients.retries);
+    report.reached.insert("invocation".into(), clients.invocations);
+    report.reached.retain(|_, n| *n > 0);
 }
 
 /// The rare paths the run's engines took and the faults injected, counted by name.
@@ -713,9 +740,22 @@ pub fn converged_in<E: SimEngine>(world: &World<E>, ks: Keyspace) -> bool {
 }
 
 /// The end-of-run checkers of `keel-check`: cross-client monotonic reads on the whole
-/// history, linearizability on the keys written only `durable` (`d*`).
+/// history (each preliminary view of an invoked read as a read of its own), the views
+/// checker, linearizability on the keys written only `durable` (`d*`).
 pub fn check_history<E: SimEngine>(world: &mut World<E>, history: &KeelHistory) -> &'static str {
-    let monotonic = keel_check::monotonic::check(history);
+    let views = keel_check::views::check(history);
+    if let Some(first) = views.violations.first() {
+        let detail = format!("{} violations; first: {first}", views.violations_total);
+        world.violate("views-checker", detail);
+    }
+    let expanded;
+    let with_views = if history.ops.iter().any(|op| !op.views.is_empty()) {
+        expanded = keel_check::views::expand(history);
+        &expanded
+    } else {
+        history
+    };
+    let monotonic = keel_check::monotonic::check(with_views);
     if let Some(first) = monotonic.violations.first() {
         let detail = format!("{} violations; first: {}", monotonic.violations_total, first.message);
         world.violate("monotonic-checker", detail);

@@ -101,6 +101,16 @@ fn lease_race_seeds_pass_and_reach_the_kept_contact() {
 }
 
 #[test]
+fn correctables_seeds_pass_with_their_views_checked() {
+    // Half the stronger reads invoked as Correctables, under every fault; the views
+    // checker and the monotonic checker (over every view) run on each seed.
+    let count = 300;
+    let reaching = sweep(count, GeneralConfig::correctables);
+    let invoked = reaching.get("invocation").copied().unwrap_or(0);
+    assert!(invoked * 100 >= 90 * count, "{invoked} of {count} seeds invoked a read");
+}
+
+#[test]
 fn one_seed_replays_identically() {
     let a = run_general::<LeaderEngine>(&GeneralConfig::new(11));
     let b = run_general::<LeaderEngine>(&GeneralConfig::new(11));

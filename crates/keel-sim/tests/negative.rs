@@ -155,3 +155,21 @@ fn writes_that_skip_deduplication_are_applied_twice_and_the_checkers_notice() {
     let (seed, violations) = found.expect("writes applied twice went unnoticed");
     assert!(violations.iter().any(|v| v.contains("checker")), "seed {seed}: {violations:?}");
 }
+
+#[test]
+fn a_stale_final_view_of_an_invoked_read_is_caught() {
+    // The `correctables` scenario's negative control: an invoked read records its first
+    // (`any`) view as its final one, as a binding that never coordinated would. About a
+    // third of seeds fail, through the views checker's freshness rule or the
+    // monotonic-reads checker; the same seed passes honestly.
+    let found = first_failing_seed(|c| {
+        c.correctables = true;
+        c.stale_final_view = true;
+    });
+    let (seed, violations) = found.expect("stale final views went unnoticed");
+    let caught = violations.iter().any(|v| v.contains("views-checker") || v.contains("monotonic"));
+    assert!(caught, "seed {seed}: {violations:?}");
+    let report = run_general::<LeaderEngine>(&GeneralConfig::correctables(seed));
+    assert!(report.passed(), "seed {seed} fails honestly: {:?}", report.violations);
+    assert!(report.reached.contains_key("invocation"), "seed {seed} invoked nothing");
+}
