@@ -111,6 +111,8 @@ pub struct CasResult {
 pub struct Client {
     config: ClientConfig,
     pools: Vec<Mutex<Vec<Connection>>>,
+    /// RESP3 connections (`HELLO 3`), for `KEEL.INVOKE`'s push frames.
+    resp3_pools: Vec<Mutex<Vec<Connection>>>,
     round_robin: AtomicUsize,
     /// The node that answered last without redirecting: tried first.
     preferred: AtomicUsize,
@@ -123,10 +125,12 @@ impl Client {
         assert!(!config.nodes.is_empty(), "a client needs at least one node");
         assert!(config.attempts_max >= 1 && config.connections_per_node >= 1);
         let pools = config.nodes.iter().map(|_| Mutex::new(Vec::new())).collect();
+        let resp3_pools = config.nodes.iter().map(|_| Mutex::new(Vec::new())).collect();
         let base = crate::fresh_id() & ((1 << 62) - 1) & !0xFFFF;
         Arc::new(Client {
             config,
             pools,
+            resp3_pools,
             round_robin: AtomicUsize::new(0),
             preferred: AtomicUsize::new(0),
             ids: AtomicU64::new(base.max(1 << 16)),
@@ -155,9 +159,7 @@ impl Client {
         levels: &[ReadLevel],
     ) -> crate::Correctable<Option<Vec<u8>>> {
         let (correctable, resolver) = crate::correctable();
-        let mut levels = if levels.is_empty() { ReadLevel::ALL.to_vec() } else { levels.to_vec() };
-        levels.sort();
-        levels.dedup();
+        let levels = invoked_levels(levels);
         let (client, key) = (self.clone(), key.to_vec());
         tokio::spawn(async move {
             let last = levels.len() - 1;
@@ -191,9 +193,15 @@ impl Client {
     }
 
     async fn connection(&self, node: usize) -> Result<Connection, ConnError> {
+        self.connection_in(node, false).await
+    }
+
+    /// A connection to `node` from the RESP3 pool (`resp3`) or the plain one.
+    async fn connection_in(&self, node: usize, resp3: bool) -> Result<Connection, ConnError> {
+        let pools = if resp3 { &self.resp3_pools } else { &self.pools };
         let pick = self.round_robin.fetch_add(1, Ordering::Relaxed);
         {
-            let mut pool = self.pools[node].lock().expect("pool lock");
+            let mut pool = pools[node].lock().expect("pool lock");
             pool.retain(|c| !c.is_closed());
             let most = self.config.connections_per_node.min(CONNECTIONS_PER_NODE_MAX);
             // Idle first (from a rotating start, so idle connections share the load).
@@ -208,8 +216,12 @@ impl Client {
             }
         }
         let addr = self.config.nodes[node];
-        let conn = Connection::connect(addr, self.config.attempt_timeout, self.config.tls.as_ref())
-            .await?;
+        let (timeout, tls) = (self.config.attempt_timeout, self.config.tls.as_ref());
+        let conn = if resp3 {
+            Connection::connect_resp3(addr, timeout, tls).await?
+        } else {
+            Connection::connect(addr, timeout, tls).await?
+        };
         if let Some((user, password)) = &self.config.credentials {
             let words: [&[u8]; 3] = [b"AUTH", user.as_bytes(), password.as_bytes()];
             if let Frame::Error(line) = conn.call(&words, self.config.attempt_timeout).await? {
@@ -226,8 +238,82 @@ impl Client {
                 return Err(ConnError::Connect { addr, reason });
             }
         }
-        self.pools[node].lock().expect("pool lock").push(conn.clone());
+        pools[node].lock().expect("pool lock").push(conn.clone());
         Ok(conn)
+    }
+
+    /// Reads `key` as a [`crate::Correctable`] with one request, `KEEL.INVOKE` over RESP3:
+    /// the node pushes each preliminary view as soon as it has read it and answers with
+    /// the final one, confirmations (`+SAME`) standing for a value equal to the previous
+    /// view's. Levels as [`Client::invoke_get`]. Returns at once; one attempt, at the node
+    /// that last answered (an error fails the Correctable, after any preliminary views).
+    pub fn invoke(
+        self: &Arc<Client>,
+        key: &[u8],
+        levels: &[ReadLevel],
+    ) -> crate::Correctable<Option<Vec<u8>>> {
+        let (correctable, resolver) = crate::correctable();
+        let levels = invoked_levels(levels);
+        let (client, key) = (self.clone(), key.to_vec());
+        tokio::spawn(async move {
+            let node = client.preferred.load(Ordering::Relaxed) % client.config.nodes.len();
+            let conn = match client.connection_in(node, true).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    resolver.fail(ClientError::Connection(e));
+                    return;
+                }
+            };
+            let mut words: Vec<&[u8]> = vec![b"KEEL.INVOKE", b"GET", &key, b"LEVELS"];
+            words.extend(levels.iter().map(|level| level.as_str().as_bytes()));
+            words.push(b"WITHVERSION");
+            let (pushes_tx, mut pushes) = tokio::sync::mpsc::channel(levels.len().max(1));
+            let call = conn.call_with_pushes(&words, client.config.attempt_timeout, pushes_tx);
+            tokio::pin!(call);
+            let mut previous: Option<Option<Vec<u8>>> = None;
+            let reply = loop {
+                tokio::select! {
+                    biased;
+                    Some(push) = pushes.recv() => match preliminary_view(push, &previous) {
+                        Some(view) => {
+                            previous = Some(view.value.clone());
+                            resolver.update(view);
+                        }
+                        None => {
+                            let what = "a malformed KEEL.INVOKE push".to_string();
+                            resolver.fail(ClientError::Unexpected(what));
+                            return;
+                        }
+                    },
+                    reply = &mut call => break reply,
+                }
+            };
+            // Pushes written before the reply but not yet taken.
+            while let Ok(push) = pushes.try_recv() {
+                if let Some(view) = preliminary_view(push, &previous) {
+                    previous = Some(view.value.clone());
+                    resolver.update(view);
+                }
+            }
+            let level = *levels.last().expect("at least one level");
+            match reply {
+                Ok(Frame::Error(line)) => {
+                    resolver.fail(ClientError::Keel(keel_wire::reply::error_from_line(&line)));
+                }
+                Ok(frame) => match final_view(frame, level, &previous) {
+                    Ok(view) => {
+                        resolver.close(view);
+                    }
+                    Err(e) => {
+                        resolver.fail(e);
+                    }
+                },
+                Err(e) => {
+                    resolver.fail(ClientError::Connection(e));
+                }
+            }
+        });
+        correctable
     }
 
     /// Sends `words` to `node` once; an error frame becomes a [`keel_types::KeelError`].
@@ -285,6 +371,54 @@ pub struct Session {
     seq: u64,
     /// The server session its writes go under (`KEEL.SESSION`), once opened.
     server_session: Option<u64>,
+}
+
+/// The levels an invocation reads: weakest first, each once; every level if none given.
+fn invoked_levels(levels: &[ReadLevel]) -> Vec<ReadLevel> {
+    let mut levels = if levels.is_empty() { ReadLevel::ALL.to_vec() } else { levels.to_vec() };
+    levels.sort();
+    levels.dedup();
+    levels
+}
+
+/// A `KEEL.INVOKE` push `["invoke", tag, level, value or +SAME, version]` as a view;
+/// `+SAME` stands for the `previous` view's value.
+fn preliminary_view(
+    push: Frame,
+    previous: &Option<Option<Vec<u8>>>,
+) -> Option<crate::View<Option<Vec<u8>>>> {
+    let Frame::Push(items) = push else { return None };
+    let [kind, _tag, level, value, version] = <[Frame; 5]>::try_from(items).ok()?;
+    if kind != Frame::bulk("invoke") {
+        return None;
+    }
+    let Frame::Bulk(level) = level else { return None };
+    let level: ReadLevel = std::str::from_utf8(&level).ok()?.parse().ok()?;
+    let value = same_or_value(&value, previous).ok()?;
+    Some(crate::View { level, value, version: version_of(&version) })
+}
+
+/// The final view from `KEEL.INVOKE ... WITHVERSION`'s reply `[value or +SAME, version]`.
+fn final_view(
+    frame: Frame,
+    level: ReadLevel,
+    previous: &Option<Option<Vec<u8>>>,
+) -> Result<crate::View<Option<Vec<u8>>>, ClientError> {
+    let (value, version) = pair(frame)?;
+    let value = same_or_value(&value, previous)?;
+    Ok(crate::View { level, value, version: version_of(&version) })
+}
+
+/// A view's value: `+SAME` means the previous view's.
+fn same_or_value(
+    frame: &Frame,
+    previous: &Option<Option<Vec<u8>>>,
+) -> Result<Option<Vec<u8>>, ClientError> {
+    match (frame, previous) {
+        (Frame::Simple(word), Some(previous)) if word == b"SAME" => Ok(previous.clone()),
+        (Frame::Simple(_), _) => Err(ClientError::Unexpected(format!("{frame:?}"))),
+        _ => value_of(frame),
+    }
 }
 
 fn version_of(frame: &Frame) -> Option<Version> {
@@ -468,6 +602,43 @@ mod tests {
         assert_eq!(version_of(&Frame::bulk("2.17")), Some(Version::new(2, 17)));
         assert_eq!(version_of(&Frame::Null), None);
         assert_eq!(version_of(&Frame::bulk("x")), None);
+    }
+
+    #[test]
+    fn invoke_pushes_and_replies_parse_and_malformed_ones_are_refused() {
+        let push = |items: Vec<Frame>| Frame::Push(items);
+        let good = push(vec![
+            Frame::bulk("invoke"),
+            Frame::Integer(4),
+            Frame::bulk("any"),
+            Frame::bulk("v"),
+            Frame::bulk("1.2"),
+        ]);
+        let view = preliminary_view(good, &None).expect("a view");
+        assert_eq!((view.level, view.value.as_deref()), (ReadLevel::Any, Some(&b"v"[..])));
+        assert_eq!(view.version, Some(Version::new(1, 2)));
+        let same = |level: &str| {
+            push(vec![
+                Frame::bulk("invoke"),
+                Frame::Integer(4),
+                Frame::bulk(level),
+                Frame::Simple(b"SAME".to_vec()),
+                Frame::Null,
+            ])
+        };
+        let previous = Some(Some(b"v".to_vec()));
+        assert_eq!(
+            preliminary_view(same("monotonic"), &previous).unwrap().value,
+            Some(b"v".to_vec())
+        );
+        assert!(preliminary_view(same("monotonic"), &None).is_none(), "SAME with nothing before");
+        assert!(preliminary_view(same("strong"), &previous).is_none(), "an unknown level");
+        assert!(preliminary_view(push(vec![Frame::bulk("invoke")]), &previous).is_none());
+        assert!(preliminary_view(Frame::bulk("x"), &previous).is_none());
+        let reply = Frame::Array(vec![Frame::Simple(b"SAME".to_vec()), Frame::bulk("1.2")]);
+        let last = final_view(reply, ReadLevel::Linearizable, &previous).unwrap();
+        assert_eq!((last.value, last.version), (Some(b"v".to_vec()), Some(Version::new(1, 2))));
+        assert!(final_view(Frame::Integer(1), ReadLevel::Linearizable, &previous).is_err());
     }
 
     #[test]

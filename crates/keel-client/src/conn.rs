@@ -7,6 +7,11 @@
 //! fails, every waiting caller gets [`ConnError::Closed`] and the connection is dead
 //! ([`Connection::is_closed`]); the pool opens a new one. Over TLS ([`ClientTls`]) the
 //! handshake completes within the connect timeout, and the two tasks share the stream.
+//!
+//! RESP3 push frames (`KEEL.INVOKE`'s preliminary views) are not replies: the server
+//! writes a request's pushes right before its reply, so the reader hands each push to the
+//! request whose reply comes next, if it asked for them ([`Connection::call_with_pushes`]),
+//! and drops it otherwise.
 
 use crate::tls::ClientTls;
 use keel_wire::resp::{DecodeMode, Decoder, Frame, RespLimits};
@@ -42,7 +47,11 @@ pub enum ConnError {
     Timeout,
 }
 
-type Slot = oneshot::Sender<Frame>;
+/// Where a request's reply goes, and its push frames if it wants them.
+struct Slot {
+    reply: oneshot::Sender<Frame>,
+    pushes: Option<mpsc::Sender<Frame>>,
+}
 
 /// A pipelined connection; cheap to clone (clones share the socket).
 #[derive(Clone, Debug)]
@@ -118,8 +127,47 @@ impl Connection {
 
     /// Sends one request (its words) and waits at most `timeout` for the reply.
     pub async fn call(&self, words: &[&[u8]], timeout: Duration) -> Result<Frame, ConnError> {
+        self.call_slot(words, timeout, None).await
+    }
+
+    /// As [`Connection::call`], handing the push frames that come before the reply to
+    /// `pushes` as they arrive (a RESP3 connection: see [`Connection::connect_resp3`]).
+    /// Pushes that find `pushes` full are dropped: a server cannot make the client hold
+    /// more than its capacity.
+    pub async fn call_with_pushes(
+        &self,
+        words: &[&[u8]],
+        timeout: Duration,
+        pushes: mpsc::Sender<Frame>,
+    ) -> Result<Frame, ConnError> {
+        self.call_slot(words, timeout, Some(pushes)).await
+    }
+
+    /// Opens a connection as [`Connection::connect`] does and switches it to RESP3
+    /// (`HELLO 3`) before anything else, within the same timeout.
+    pub async fn connect_resp3(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> Result<Connection, ConnError> {
+        let connection = Connection::connect(addr, timeout, tls).await?;
+        match connection.call(&[b"HELLO", b"3"], timeout).await? {
+            Frame::Map(_) => Ok(connection),
+            other => {
+                Err(ConnError::Connect { addr, reason: format!("HELLO 3 answered {other:?}") })
+            }
+        }
+    }
+
+    async fn call_slot(
+        &self,
+        words: &[&[u8]],
+        timeout: Duration,
+        pushes: Option<mpsc::Sender<Frame>>,
+    ) -> Result<Frame, ConnError> {
         let _counted = InFlight::new(&self.in_flight);
-        let (slot, reply) = oneshot::channel();
+        let (reply_tx, reply) = oneshot::channel();
+        let slot = Slot { reply: reply_tx, pushes };
         let bytes = encode_request(words);
         let work = async {
             self.requests.send((bytes, slot)).await.map_err(|_| ConnError::Closed)?;
@@ -172,6 +220,8 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, mut slots: mpsc::Recei
     let mut decoder = Decoder::new(DecodeMode::Reply, RespLimits::default());
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // The request whose reply comes next, once a frame has come for it.
+    let mut front: Option<Slot> = None;
     loop {
         let Ok(n) = reader.read(&mut chunk).await else { return };
         if n == 0 {
@@ -183,8 +233,20 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, mut slots: mpsc::Recei
             match decoder.decode(&buf[start..]) {
                 Ok(Some((frame, used))) => {
                     start += used;
-                    let Some(slot) = slots.recv().await else { return };
-                    let _ = slot.send(frame);
+                    if front.is_none() {
+                        let Some(slot) = slots.recv().await else { return };
+                        front = Some(slot);
+                    }
+                    if let Frame::Push(_) = frame {
+                        // For the request whose reply comes next; dropped if unasked.
+                        let pushes = front.as_ref().and_then(|slot| slot.pushes.as_ref());
+                        if let Some(pushes) = pushes {
+                            let _ = pushes.try_send(frame);
+                        }
+                        continue;
+                    }
+                    let slot = front.take().expect("taken above");
+                    let _ = slot.reply.send(frame);
                 }
                 Ok(None) => break,
                 Err(_) => return, // the stream is out of step: drop the connection

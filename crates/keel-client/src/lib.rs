@@ -8,7 +8,8 @@
 //!   once).
 //! - [`correctable`]: [`Correctable`], one operation's views of increasing strength (a
 //!   fast preliminary one, then the final one), with callbacks, a stream of views and
-//!   speculation; [`Client::invoke_get`] reads a key that way.
+//!   speculation; [`Client::invoke`] reads a key that way with one request
+//!   (`KEEL.INVOKE`), [`Client::invoke_get`] with one request per level.
 //! - [`tls`]: [`ClientTls`], TLS to nodes' `client_tls_addr` (a cluster CA, optionally a
 //!   client certificate).
 //! - [`error`]: [`ClientError`], which says whether to retry and whether a failed write

@@ -40,6 +40,21 @@ fn a_read_invoked_at_every_level_gives_a_view_per_level_in_order() {
         let final_view = derived.final_view().await.expect("a final view");
         assert_eq!((final_view.level, final_view.value), (ReadLevel::Linearizable, Some(2)));
         assert_eq!(read.preliminary().len(), 1);
+
+        // One request (`KEEL.INVOKE` over RESP3): the same views, confirmations rebuilt.
+        let invoked = client.invoke(b"c:k", &[]);
+        let mut views = invoked.views();
+        let mut seen = Vec::new();
+        while let Some(view) = views.next().await {
+            seen.push(view.expect("every view of a healthy cluster"));
+        }
+        let levels: Vec<ReadLevel> = seen.iter().map(|v| v.level).collect();
+        assert_eq!(levels, ReadLevel::ALL, "one view per level, weakest first");
+        assert!(seen.iter().all(|v| v.value.as_deref() == Some(&b"v1"[..])), "{seen:?}");
+        assert!(seen.iter().all(|v| v.version == seen[0].version), "{seen:?}");
+        let absent = client.invoke(b"c:none", &[ReadLevel::Any, ReadLevel::Monotonic]);
+        let final_view = absent.final_view().await.expect("a final view");
+        assert_eq!((final_view.level, final_view.value), (ReadLevel::Monotonic, None));
     });
     common::finish(cluster);
 }
