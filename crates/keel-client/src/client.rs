@@ -242,6 +242,16 @@ impl Client {
         Ok(conn)
     }
 
+    /// [`Client::invoke`] at `any` alone: a Correctable that closes with one weak view.
+    pub fn invoke_weak(self: &Arc<Client>, key: &[u8]) -> crate::Correctable<Option<Vec<u8>>> {
+        self.invoke(key, &[ReadLevel::Any])
+    }
+
+    /// [`Client::invoke`] at `linearizable` alone: one strong view, no preliminary one.
+    pub fn invoke_strong(self: &Arc<Client>, key: &[u8]) -> crate::Correctable<Option<Vec<u8>>> {
+        self.invoke(key, &[ReadLevel::Linearizable])
+    }
+
     /// Reads `key` as a [`crate::Correctable`] with one request, `KEEL.INVOKE` over RESP3:
     /// the node pushes each preliminary view as soon as it has read it and answers with
     /// the final one, confirmations (`+SAME`) standing for a value equal to the previous

@@ -52,6 +52,13 @@ fn a_read_invoked_at_every_level_gives_a_view_per_level_in_order() {
         assert_eq!(levels, ReadLevel::ALL, "one view per level, weakest first");
         assert!(seen.iter().all(|v| v.value.as_deref() == Some(&b"v1"[..])), "{seen:?}");
         assert!(seen.iter().all(|v| v.version == seen[0].version), "{seen:?}");
+        for (read, level) in [
+            (client.invoke_weak(b"c:k"), ReadLevel::Any),
+            (client.invoke_strong(b"c:k"), ReadLevel::Linearizable),
+        ] {
+            let view = read.final_view().await.expect("a final view");
+            assert_eq!((view.level, read.preliminary().len()), (level, 0), "one view only");
+        }
         let absent = client.invoke(b"c:none", &[ReadLevel::Any, ReadLevel::Monotonic]);
         let final_view = absent.final_view().await.expect("a final view");
         assert_eq!((final_view.level, final_view.value), (ReadLevel::Monotonic, None));
