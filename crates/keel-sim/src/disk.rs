@@ -106,8 +106,14 @@ impl SimDisk {
     /// Flips a bit in the record of `index`, which must be fsynced (bit rot of data the
     /// node already reported durable). Returns whether the log held that record.
     pub fn corrupt_entry(&mut self, index: LogIndex) -> bool {
+        self.corrupt_record_byte(index, keel_storage::format::RECORD_HEADER_BYTES + 1)
+    }
+
+    /// As [`Self::corrupt_entry`], flipping a bit of byte `byte` of the record (0 to 3:
+    /// its length field, 4 to 7: its checksum, 8 on: its payload).
+    pub fn corrupt_record_byte(&mut self, index: LogIndex, byte: u64) -> bool {
         assert!(index <= self.synced_index(), "corrupting an entry that is not durable");
-        self.storage.corrupt_entry(index)
+        self.storage.corrupt_record_byte(index, byte)
     }
 
     /// The crash: everything not fsynced is lost, except that with `torn_tail` a random

@@ -1134,8 +1134,10 @@ impl<E: SimEngine> World<E> {
         {
             return;
         }
+        // A byte of the record's header (its length field or checksum) or of its payload.
+        let byte = self.nodes[Self::slot(node)].rng.range(0, 16);
         let disk = self.nodes[Self::slot(node)].replicas[0].disk.storage_mut();
-        if disk.corrupt_entry(index) {
+        if disk.corrupt_record_byte(index, byte) {
             self.corrupted = Some((node, index));
         }
     }

@@ -120,6 +120,14 @@ pub fn encode_seal(last: Version) -> [u8; SEAL_BYTES as usize] {
     out
 }
 
+/// Whether the bytes after a damaged seal at the start of `rest` hold the record the
+/// scan expects next (so the seal can be stepped over).
+fn seal_skippable(rest: &[u8], expected: LogIndex, epoch_floor: Epoch, max: u32) -> bool {
+    let Some(after) = rest.get(SEAL_BYTES as usize..) else { return false };
+    read_record(after, max)
+        .is_ok_and(|(entry, _)| entry.index == expected && entry.epoch >= epoch_floor)
+}
+
 /// Reads the seal at the start of `rest`: the entry it names.
 fn read_seal(rest: &[u8]) -> Result<Version, ScanStop> {
     let Some(seal) = rest.get(..SEAL_BYTES as usize) else { return Err(ScanStop::TornRecord) };
@@ -212,6 +220,11 @@ pub fn scan_segment(
                     scan.valid_bytes += SEAL_BYTES;
                     continue;
                 }
+                // A damaged seal costs no entry when the record it precedes is intact.
+                Err(_) if seal_skippable(rest, expected, epoch_floor, record_bytes_max) => {
+                    scan.valid_bytes += SEAL_BYTES;
+                    continue;
+                }
                 Ok(sealed) => {
                     scan.stop = Some(ScanStop::OutOfOrder { expected, found: sealed.index });
                 }
@@ -263,11 +276,32 @@ fn read_record(rest: &[u8], record_bytes_max: u32) -> Result<(Entry, u64), ScanS
     Ok((entry, RECORD_HEADER_BYTES + u64::from(len)))
 }
 
+/// Where the record of `index` starts in the segment `bytes` named for `first`, stepping
+/// over seals (`None` if the segment does not hold it intact).
+pub fn record_start(bytes: &[u8], first: LogIndex, index: LogIndex) -> Option<u64> {
+    let mut offset = SEGMENT_HEADER_BYTES;
+    let mut at = first;
+    while let Some(rest) = bytes.get(offset as usize..).filter(|rest| rest.len() >= 8) {
+        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
+        if len == SEAL_LEN {
+            offset += SEAL_BYTES;
+            continue;
+        }
+        if at == index {
+            return Some(offset);
+        }
+        offset += RECORD_HEADER_BYTES + u64::from(len);
+        at = at.next();
+    }
+    None
+}
+
 /// The greatest entry that intact records or seals name in `bytes` from `offset` on,
 /// skipping damaged records by their length while it is plausible: what the log held
 /// past a damaged record (`None` if nothing intact follows it).
 pub fn versions_past(bytes: &[u8], offset: u64, record_bytes_max: u32) -> Option<Version> {
     let mut best = None;
+    let from = offset;
     let mut offset = offset;
     // Each pass moves on by at least RECORD_HEADER_BYTES, so the loop is bounded.
     while let Some(rest) = bytes.get(offset as usize..) {
@@ -286,6 +320,21 @@ pub fn versions_past(bytes: &[u8], offset: u64, record_bytes_max: u32) -> Option
         };
         best = best.max(found);
         offset += size;
+    }
+    // A damaged length field misleads the walk above: look for seals at every offset
+    // past the bad record too (each synced batch ends with one; a seal is found by its
+    // marker and checked by its checksum, so this costs one pass over the bytes).
+    let start = from as usize;
+    let marker = SEAL_LEN.to_le_bytes();
+    let mut at = start;
+    while let Some(found) =
+        bytes.get(at..).and_then(|rest| rest.windows(4).position(|w| w == marker))
+    {
+        at += found;
+        if let Ok(seal) = read_seal(&bytes[at..]) {
+            best = best.max(Some(seal));
+        }
+        at += 1;
     }
     best
 }

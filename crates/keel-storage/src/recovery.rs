@@ -17,9 +17,9 @@
 use crate::disk::Disk;
 use crate::error::{StorageError, StorageResult};
 use crate::format::{
-    decode_hard_state_file, decode_snapshot_file, encode_hard_state_file, parse_segment_name,
-    parse_snapshot_name, scan_segment, segment_name, snapshot_name, versions_past, HARD_STATE_NAME,
-    SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
+    decode_hard_state_file, decode_snapshot_file, encode_hard_state_file, encode_seal,
+    parse_segment_name, parse_snapshot_name, scan_segment, segment_name, snapshot_name,
+    versions_past, HARD_STATE_NAME, SEAL_BYTES, SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
 use crate::storage::{LogDamage, Recovered};
 use crate::wal::{write_synced, LogState, Segment, Wal};
@@ -115,7 +115,7 @@ impl<D: Disk> Wal<D> {
             scanned.entries.clear();
             scanned.cut = None;
         }
-        self.repair(&scanned)?;
+        self.repair(&mut scanned)?;
         let entries = self.install(scanned, meta);
         let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
         assert!(entries.first().is_none_or(|entry| entry.index == floor.next()));
@@ -230,10 +230,19 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Cuts the torn tail, removes dropped segments, fsyncs what is kept (step 6).
-    fn repair(&mut self, scanned: &ScannedLog) -> StorageResult<()> {
+    fn repair(&mut self, scanned: &mut ScannedLog) -> StorageResult<()> {
         if let Some((first, len)) = scanned.cut {
             let name = segment_name(first);
             self.io("truncate", &name, |d| d.truncate(&name, len))?;
+        }
+        // What is kept is reported synced once fsynced below, so seal its last record in
+        // the same fsync (it may have had none: a torn tail cut, or unsynced records a
+        // process crash kept): damage to it later is then told from a torn write.
+        if let (Some(segment), Some(last)) = (scanned.segments.last_mut(), scanned.entries.last()) {
+            let name = segment.name();
+            let seal = encode_seal(last.version());
+            self.io("write", &name, |d| d.append(&name, &seal))?;
+            segment.len += SEAL_BYTES;
         }
         for first in &scanned.dropped {
             let name = segment_name(*first);

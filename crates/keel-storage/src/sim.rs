@@ -275,9 +275,16 @@ impl Wal<SimDisk> {
     /// Flips a bit inside the record of entry `index` (bit rot; the record's checksum no
     /// longer matches). Returns false if the log does not hold that entry.
     pub fn corrupt_entry(&mut self, index: keel_types::LogIndex) -> bool {
+        self.corrupt_record_byte(index, RECORD_HEADER_BYTES + 1)
+    }
+
+    /// Flips a bit in byte `byte` of the record of entry `index` (0 to 3: its length
+    /// field, 4 to 7: its checksum, 8 on: its payload). Returns false if the log does not
+    /// hold that entry.
+    pub fn corrupt_record_byte(&mut self, index: keel_types::LogIndex, byte: u64) -> bool {
         let Some((name, offset)) = self.record_offset(index) else { return false };
         assert!(offset >= SEGMENT_HEADER_BYTES);
-        self.disk_mut_unchecked().corrupt(&name, offset + RECORD_HEADER_BYTES + 1)
+        self.disk_mut_unchecked().corrupt(&name, offset + byte)
     }
 
     /// The simulated disk, to arm faults or inspect it.

@@ -211,7 +211,8 @@ fn a_torn_file_tail_is_cut_at_every_byte() {
         let (last, len) = if cut < end { (2, start) } else { (3, end) };
         assert_eq!(recovered.entries, entries(1, last, 1), "cut {cut}");
         assert_eq!(recovered.damage, None, "a torn tail is not damage");
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), len, "the tail is cut away");
+        let kept = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(kept, len + SEAL_BYTES, "the tail is cut away and what is kept sealed");
     }
 }
 
@@ -254,6 +255,46 @@ fn a_corrupt_last_record_is_told_from_a_torn_one_by_its_seal() {
         assert_eq!(recovered.damage.map(|d| d.through), Some(floor), "last {last}");
         assert_eq!(recovered.hard_state.repair_floor, Some(floor));
     }
+}
+
+#[test]
+fn damage_to_a_length_field_or_checksum_is_found_by_the_seals_after_it() {
+    // One segment, several synced batches; each byte of each header field of a record
+    // in the middle, and of the first record after a seal.
+    for index in [3u64, 4] {
+        for byte in 0..8 {
+            let mut storage = SimStorage::new_sim(StorageConfig::small_segments(1 << 20));
+            storage.recover().unwrap();
+            for batch in [(1, 3), (4, 6), (7, 9)] {
+                storage.append(&entries(batch.0, batch.1, 1)).unwrap();
+                storage.sync().unwrap();
+            }
+            assert!(storage.corrupt_record_byte(LogIndex(index), byte));
+            storage.crash();
+            let recovered = storage.recover().unwrap();
+            assert_eq!(recovered.entries, entries(1, index - 1, 1), "index {index} byte {byte}");
+            let damage = recovered.damage.unwrap_or_else(|| panic!("index {index} byte {byte}"));
+            assert_eq!(damage.at, LogIndex(index));
+            assert_eq!(damage.through, Version { epoch: Epoch(1), index: LogIndex(9) });
+        }
+    }
+}
+
+#[test]
+fn a_damaged_seal_before_an_intact_record_costs_nothing() {
+    let mut storage = SimStorage::new_sim(StorageConfig::small_segments(1 << 20));
+    storage.recover().unwrap();
+    storage.append(&entries(1, 3, 1)).unwrap();
+    storage.sync().unwrap();
+    storage.append(&entries(4, 6, 1)).unwrap();
+    storage.sync().unwrap();
+    // The seal after record 3 sits just before record 4.
+    let (name, start) = storage.record_offset(LogIndex(4)).unwrap();
+    assert!(storage.sim_disk().corrupt(&name, start - 4), "a byte of the seal");
+    storage.crash();
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.entries, entries(1, 6, 1), "nothing is cut");
+    assert_eq!((recovered.damage, recovered.hard_state.repair_floor), (None, None));
 }
 
 #[test]
