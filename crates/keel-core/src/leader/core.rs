@@ -171,11 +171,17 @@ impl Core {
         Version { epoch: last_epoch, index: last_index } < own
     }
 
-    /// Clears the repair floor once the log is durable through it again: the entries up
-    /// to the floor's index now come from a leader (appends or a snapshot), fsynced.
+    /// Clears the repair floor once the durable log is at least as up to date as the
+    /// floor (Raft's order: epoch, then index): through the floor's index again, or
+    /// holding an entry of a later epoch, which only a leader elected after the damaged
+    /// entries could have sent. Either way the log now says at least what the floor did,
+    /// and came from a leader (appends or a snapshot), fsynced.
     pub fn clear_repair_floor_if_repaired(&mut self) {
         let Some(floor) = self.hard.repair_floor else { return };
-        if self.persisted_index() >= floor.index {
+        let persisted = self.persisted_index();
+        let epoch = self.log.epoch_at(persisted).unwrap_or_default();
+        let durable = Version { epoch, index: persisted };
+        if durable >= floor || persisted >= floor.index {
             self.set_hard_state(HardState { repair_floor: None, ..self.hard });
             self.counters.logs_repaired += 1;
         }

@@ -615,6 +615,36 @@ fn a_node_below_its_repair_floor_votes_by_the_floor_withholds_campaigns_and_clea
 }
 
 #[test]
+fn a_durable_entry_of_a_later_epoch_clears_the_repair_floor_before_its_index() {
+    // The floor names (1, 9); a leader of epoch 2 sends entries 3 and 4 of its epoch.
+    let epoch = Epoch;
+    let entry = |i, e| Entry { epoch: epoch(e), index: LogIndex(i), payload: EntryPayload::Noop };
+    let floor = Version { epoch: epoch(1), index: LogIndex(9) };
+    let persisted = PersistedState {
+        hard_state: HardState { epoch: epoch(1), voted_for: None, repair_floor: Some(floor) },
+        snapshot: None,
+        entries: vec![entry(1, 1), entry(2, 1)],
+    };
+    let mut engine =
+        LeaderEngine::new(Config::new(NodeId(1), ids(3)), persisted, 3, Time(0)).unwrap();
+    let append = Message::Append {
+        epoch: epoch(2),
+        prev_index: LogIndex(2),
+        prev_epoch: epoch(1),
+        entries: vec![entry(3, 2), entry(4, 2)],
+        commit_index: LogIndex(2),
+        durable_index: LogIndex(2),
+        lease: Lease::Withheld,
+        flush_through: None,
+        sent_at: Time(300 * MS),
+    };
+    engine.step(Time(300 * MS), Input::Message { from: NodeId(3), message: append });
+    assert_eq!(engine.status().repair_floor, Some(floor), "not before the fsync");
+    let out = engine.step(Time(300 * MS + 1), Input::LogSynced { index: LogIndex(4) });
+    assert_eq!(out.hard_state.and_then(|h| h.repair_floor), None, "(2, 4) is past (1, 9)");
+}
+
+#[test]
 fn a_follower_that_hears_from_a_live_leader_refuses_votes() {
     let mut c = cluster3(2);
     let leader = c.await_leader();
