@@ -558,7 +558,10 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
         let resp3 = protocol == Protocol::Resp3;
         let mut previous: Option<(Option<Value>, Option<Version>)> = None;
         let last = invocation.levels.len() - 1;
-        for (i, (level, (client, request))) in invocation.levels.iter().zip(pairs).enumerate() {
+        // RESP2 cannot receive the preliminary views: read only the final one.
+        let first = if resp3 { 0 } else { last };
+        let views = invocation.levels.iter().zip(pairs).enumerate().skip(first);
+        for (i, (level, (client, request))) in views {
             let submit = get_submit(client, request, invocation.key.clone(), Some(*level), after);
             let answer = match node.read_now(&submit) {
                 Some(reply) => Ok(reply),
@@ -587,7 +590,7 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
                     value_or_same
                 };
                 View::Final(frame)
-            } else if resp3 {
+            } else {
                 View::Push(Frame::Push(vec![
                     Frame::bulk("invoke"),
                     Frame::Integer(i64::try_from(tag).unwrap_or(i64::MAX)),
@@ -595,9 +598,6 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
                     value_or_same,
                     version.map_or(Frame::Null, version_frame),
                 ]))
-            } else {
-                previous = Some((value, version));
-                continue;
             };
             previous = Some((value, version));
             if tx.send(view).await.is_err() {
