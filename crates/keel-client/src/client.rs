@@ -262,68 +262,140 @@ impl Client {
         key: &[u8],
         levels: &[ReadLevel],
     ) -> crate::Correctable<Option<Vec<u8>>> {
-        let (correctable, resolver) = crate::correctable();
         let levels = invoked_levels(levels);
-        let (client, key) = (self.clone(), key.to_vec());
+        let mut words: Vec<Vec<u8>> = vec![b"KEEL.INVOKE".to_vec(), b"GET".to_vec(), key.to_vec()];
+        words.push(b"LEVELS".to_vec());
+        words.extend(levels.iter().map(|level| level.as_str().as_bytes().to_vec()));
+        let last = *levels.last().expect("at least one level");
+        self.invoke_words(words, levels.len(), last, value_of, false)
+    }
+
+    /// Dequeues from `queue` as a [`crate::Correctable`] (`KEEL.INVOKE DEQUEUE`): a
+    /// preliminary view per level of `levels` (none given: `any`), each the dequeue
+    /// simulated on the queue as the contacted node reads it at that level, then the
+    /// final view, the dequeue ordered through the log (labelled `linearizable`). `None`:
+    /// the queue was (or looked) empty. One attempt, as [`Client::invoke`]: an error
+    /// fails the Correctable, and the dequeue may or may not have taken effect.
+    pub fn invoke_dequeue(
+        self: &Arc<Client>,
+        queue: &[u8],
+        levels: &[ReadLevel],
+        durability: Option<Durability>,
+    ) -> crate::Correctable<Option<QueueItem>> {
+        let words = queue_invocation(b"DEQUEUE", queue, None, levels, durability);
+        let levels = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        self.invoke_words(words, levels, ReadLevel::Linearizable, queue_item_of, false)
+    }
+
+    /// Enqueues `value` as a [`crate::Correctable`] (`KEEL.INVOKE ENQUEUE`): preliminary
+    /// views predict `(seq, length)` from the contacted node's queue, the final one is
+    /// the enqueue's. As [`Client::invoke_dequeue`] otherwise.
+    pub fn invoke_enqueue(
+        self: &Arc<Client>,
+        queue: &[u8],
+        value: &[u8],
+        levels: &[ReadLevel],
+        durability: Option<Durability>,
+    ) -> crate::Correctable<(u64, u64)> {
+        let words = queue_invocation(b"ENQUEUE", queue, Some(value), levels, durability);
+        let levels = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        self.invoke_words(words, levels, ReadLevel::Linearizable, enqueued_of, false)
+    }
+
+    /// Runs `words` (a `KEEL.INVOKE` without `WITHVERSION`) on the RESP3 pool and turns
+    /// its pushes and reply into views with `parse`; `pushes` bounds the preliminary
+    /// views taken, `last` labels the final view. With `retry` (an invocation named by a
+    /// deduplication pair, so never applied twice), a failed attempt that may be retried
+    /// is sent again, to another node when the error says so.
+    fn invoke_words<T: Clone + PartialEq + Send + 'static>(
+        self: &Arc<Client>,
+        mut words: Vec<Vec<u8>>,
+        pushes: usize,
+        last: ReadLevel,
+        parse: fn(&Frame) -> Result<T, ClientError>,
+        retry: bool,
+    ) -> crate::Correctable<T> {
+        let (correctable, resolver) = crate::correctable();
+        words.push(b"WITHVERSION".to_vec());
+        let client = self.clone();
         tokio::spawn(async move {
-            let node = client.preferred.load(Ordering::Relaxed) % client.config.nodes.len();
-            let conn = match client.connection_in(node, true).await {
-                Ok(conn) => conn,
-                Err(e) => {
-                    resolver.fail(ClientError::Connection(e));
-                    return;
+            let mut node = client.preferred.load(Ordering::Relaxed) % client.config.nodes.len();
+            let attempts = if retry { client.config.attempts_max.max(1) } else { 1 };
+            let mut backoff = client.config.backoff;
+            let mut failed = None;
+            for attempt in 0..attempts {
+                if attempt > 0 {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
-            };
-            let mut words: Vec<&[u8]> = vec![b"KEEL.INVOKE", b"GET", &key, b"LEVELS"];
-            words.extend(levels.iter().map(|level| level.as_str().as_bytes()));
-            words.push(b"WITHVERSION");
-            let (pushes_tx, mut pushes) = tokio::sync::mpsc::channel(levels.len().max(1));
-            let call = conn.call_with_pushes(&words, client.config.attempt_timeout, pushes_tx);
-            tokio::pin!(call);
-            let mut previous: Option<Option<Vec<u8>>> = None;
-            let reply = loop {
-                tokio::select! {
-                    biased;
-                    Some(push) = pushes.recv() => match preliminary_view(push, &previous) {
-                        Some(view) => {
-                            previous = Some(view.value.clone());
-                            resolver.update(view);
-                        }
-                        None => {
-                            let what = "a malformed KEEL.INVOKE push".to_string();
-                            resolver.fail(ClientError::Unexpected(what));
-                            return;
-                        }
-                    },
-                    reply = &mut call => break reply,
-                }
-            };
-            // Pushes written before the reply but not yet taken.
-            while let Ok(push) = pushes.try_recv() {
-                if let Some(view) = preliminary_view(push, &previous) {
-                    previous = Some(view.value.clone());
-                    resolver.update(view);
-                }
-            }
-            let level = *levels.last().expect("at least one level");
-            match reply {
-                Ok(Frame::Error(line)) => {
-                    resolver.fail(ClientError::Keel(keel_wire::reply::error_from_line(&line)));
-                }
-                Ok(frame) => match final_view(frame, level, &previous) {
+                let outcome =
+                    client.invoke_attempt(node, &words, pushes, last, parse, &resolver).await;
+                match outcome {
                     Ok(view) => {
+                        client.preferred.store(node, Ordering::Relaxed);
                         resolver.close(view);
+                        return;
+                    }
+                    Err(e) if attempts > 1 && e.is_retryable() => {
+                        if e.moves_on() {
+                            node = (node + 1) % client.config.nodes.len();
+                        }
+                        failed = Some(e);
                     }
                     Err(e) => {
                         resolver.fail(e);
+                        return;
                     }
-                },
-                Err(e) => {
-                    resolver.fail(ClientError::Connection(e));
                 }
             }
+            let last = Box::new(failed.expect("an attempt failed"));
+            resolver.fail(ClientError::Exhausted { attempts, last });
         });
         correctable
+    }
+
+    /// One attempt of an invocation at `node`: its preliminary views go to `resolver` as
+    /// they come; returns the final view.
+    async fn invoke_attempt<T: Clone + PartialEq + Send + 'static>(
+        &self,
+        node: usize,
+        words: &[Vec<u8>],
+        pushes: usize,
+        last: ReadLevel,
+        parse: fn(&Frame) -> Result<T, ClientError>,
+        resolver: &crate::Resolver<T>,
+    ) -> Result<crate::View<T>, ClientError> {
+        let conn = self.connection_in(node, true).await.map_err(ClientError::Connection)?;
+        let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let (pushes_tx, mut pushes) = tokio::sync::mpsc::channel(pushes.max(1));
+        let call = conn.call_with_pushes(&words, self.config.attempt_timeout, pushes_tx);
+        tokio::pin!(call);
+        // What `+SAME` stands for: the previous view of this attempt.
+        let mut previous: Option<T> = None;
+        let malformed = || ClientError::Unexpected("a malformed KEEL.INVOKE push".into());
+        let reply = loop {
+            tokio::select! {
+                biased;
+                Some(push) = pushes.recv() => {
+                    let view = preliminary_view(push, &previous, parse).ok_or_else(malformed)?;
+                    previous = Some(view.value.clone());
+                    // A retry's views may repeat a level already shown: refused, counted.
+                    resolver.update(view);
+                }
+                reply = &mut call => break reply,
+            }
+        };
+        // Pushes written before the reply but not yet taken.
+        while let Ok(push) = pushes.try_recv() {
+            if let Some(view) = preliminary_view(push, &previous, parse) {
+                previous = Some(view.value.clone());
+                resolver.update(view);
+            }
+        }
+        match reply.map_err(ClientError::Connection)? {
+            Frame::Error(line) => Err(ClientError::Keel(keel_wire::reply::error_from_line(&line))),
+            frame => final_view(frame, last, &previous, parse),
+        }
     }
 
     /// Sends `words` to `node` once; an error frame becomes a [`keel_types::KeelError`].
@@ -393,10 +465,11 @@ fn invoked_levels(levels: &[ReadLevel]) -> Vec<ReadLevel> {
 
 /// A `KEEL.INVOKE` push `["invoke", tag, level, value or +SAME, version]` as a view;
 /// `+SAME` stands for the `previous` view's value.
-fn preliminary_view(
+fn preliminary_view<T: Clone>(
     push: Frame,
-    previous: &Option<Option<Vec<u8>>>,
-) -> Option<crate::View<Option<Vec<u8>>>> {
+    previous: &Option<T>,
+    parse: fn(&Frame) -> Result<T, ClientError>,
+) -> Option<crate::View<T>> {
     let Frame::Push(items) = push else { return None };
     let [kind, _tag, level, value, version] = <[Frame; 5]>::try_from(items).ok()?;
     if kind != Frame::bulk("invoke") {
@@ -404,30 +477,97 @@ fn preliminary_view(
     }
     let Frame::Bulk(level) = level else { return None };
     let level: ReadLevel = std::str::from_utf8(&level).ok()?.parse().ok()?;
-    let value = same_or_value(&value, previous).ok()?;
+    let value = same_or_value(&value, previous, parse).ok()?;
     Some(crate::View { level, value, version: version_of(&version) })
 }
 
 /// The final view from `KEEL.INVOKE ... WITHVERSION`'s reply `[value or +SAME, version]`.
-fn final_view(
+fn final_view<T: Clone>(
     frame: Frame,
     level: ReadLevel,
-    previous: &Option<Option<Vec<u8>>>,
-) -> Result<crate::View<Option<Vec<u8>>>, ClientError> {
+    previous: &Option<T>,
+    parse: fn(&Frame) -> Result<T, ClientError>,
+) -> Result<crate::View<T>, ClientError> {
     let (value, version) = pair(frame)?;
-    let value = same_or_value(&value, previous)?;
+    let value = same_or_value(&value, previous, parse)?;
     Ok(crate::View { level, value, version: version_of(&version) })
 }
 
 /// A view's value: `+SAME` means the previous view's.
-fn same_or_value(
+fn same_or_value<T: Clone>(
     frame: &Frame,
-    previous: &Option<Option<Vec<u8>>>,
-) -> Result<Option<Vec<u8>>, ClientError> {
+    previous: &Option<T>,
+    parse: fn(&Frame) -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
     match (frame, previous) {
         (Frame::Simple(word), Some(previous)) if word == b"SAME" => Ok(previous.clone()),
         (Frame::Simple(_), _) => Err(ClientError::Unexpected(format!("{frame:?}"))),
-        _ => value_of(frame),
+        _ => parse(frame),
+    }
+}
+
+/// The words of a queue operation's `KEEL.INVOKE` (without `WITHVERSION`).
+fn queue_invocation(
+    op: &[u8],
+    queue: &[u8],
+    value: Option<&[u8]>,
+    levels: &[ReadLevel],
+    durability: Option<Durability>,
+) -> Vec<Vec<u8>> {
+    let mut words = vec![b"KEEL.INVOKE".to_vec(), op.to_vec(), queue.to_vec()];
+    words.extend(value.map(<[u8]>::to_vec));
+    if !levels.is_empty() {
+        words.push(b"LEVELS".to_vec());
+        words.extend(invoked_levels(levels).iter().map(|l| l.as_str().as_bytes().to_vec()));
+    }
+    if let Some(durability) = durability {
+        words.push(b"DURABILITY".to_vec());
+        words.push(durability.as_str().as_bytes().to_vec());
+    }
+    words
+}
+
+/// An element a dequeue removed (or would remove).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueItem {
+    /// Its sequence number in the queue (the first element enqueued has 1).
+    pub seq: u64,
+    /// The element.
+    pub value: Vec<u8>,
+    /// Elements left after it.
+    pub remaining: u64,
+}
+
+fn count_of(frame: &Frame) -> Result<u64, ClientError> {
+    match frame {
+        Frame::Integer(n) => u64::try_from(*n).map_err(|_| ClientError::Unexpected(format!("{n}"))),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+/// A dequeue's reply: `[seq, value, remaining]`, or null for an empty queue.
+fn queue_item_of(frame: &Frame) -> Result<Option<QueueItem>, ClientError> {
+    match frame {
+        Frame::Null | Frame::NullArray => Ok(None),
+        Frame::Array(items) if items.len() == 3 => {
+            let Frame::Bulk(value) = &items[1] else {
+                return Err(ClientError::Unexpected(format!("{frame:?}")));
+            };
+            Ok(Some(QueueItem {
+                seq: count_of(&items[0])?,
+                value: value.to_vec(),
+                remaining: count_of(&items[2])?,
+            }))
+        }
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+/// An enqueue's reply: `[seq, length]`.
+fn enqueued_of(frame: &Frame) -> Result<(u64, u64), ClientError> {
+    match frame {
+        Frame::Array(items) if items.len() == 2 => Ok((count_of(&items[0])?, count_of(&items[1])?)),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
     }
 }
 
@@ -582,6 +722,61 @@ impl Session {
         }
     }
 
+    /// Appends `value` to `queue` (deduplicated across retries); returns the element's
+    /// sequence number and the queue's length after it.
+    pub async fn enqueue(
+        &mut self,
+        queue: &[u8],
+        value: &[u8],
+        durability: Option<Durability>,
+    ) -> Result<(u64, u64), ClientError> {
+        let durability = durability.or(self.client.config.durability);
+        let mut words: Vec<&[u8]> = vec![b"KEEL.ENQUEUE", queue, value];
+        if let Some(d) = durability {
+            words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
+        }
+        let (frame, _) = self.write(&words).await?;
+        enqueued_of(&frame)
+    }
+
+    /// Removes `queue`'s head (deduplicated across retries: a retried dequeue never takes
+    /// a second element); `None` when the queue is empty.
+    pub async fn dequeue(
+        &mut self,
+        queue: &[u8],
+        durability: Option<Durability>,
+    ) -> Result<Option<QueueItem>, ClientError> {
+        let durability = durability.or(self.client.config.durability);
+        let mut words: Vec<&[u8]> = vec![b"KEEL.DEQUEUE", queue];
+        if let Some(d) = durability {
+            words.extend([b"DURABILITY".as_slice(), d.as_str().as_bytes()]);
+        }
+        let (frame, _) = self.write(&words).await?;
+        queue_item_of(&frame)
+    }
+
+    /// [`Client::invoke_dequeue`] under this session's deduplication: the dequeue is named
+    /// by the session and a sequence number (`KEEL.INVOKE ... REQ`), so a failed attempt is
+    /// retried (at another node if need be) without ever taking a second element.
+    /// Opens the server session first if none is open.
+    pub async fn invoke_dequeue(
+        &mut self,
+        queue: &[u8],
+        levels: &[ReadLevel],
+        durability: Option<Durability>,
+    ) -> Result<crate::Correctable<Option<QueueItem>>, ClientError> {
+        let session = match self.server_session {
+            Some(id) => id,
+            None => self.open().await?,
+        };
+        self.seq += 1;
+        let durability = durability.or(self.client.config.durability);
+        let mut words = queue_invocation(b"DEQUEUE", queue, None, levels, durability);
+        words.extend([b"REQ".to_vec(), session.to_string().into(), self.seq.to_string().into()]);
+        let pushes = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        Ok(self.client.invoke_words(words, pushes, ReadLevel::Linearizable, queue_item_of, true))
+    }
+
     /// Adds `delta` to the integer at `key`; returns the new value.
     pub async fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
         let delta = delta.to_string().into_bytes();
@@ -624,7 +819,7 @@ mod tests {
             Frame::bulk("v"),
             Frame::bulk("1.2"),
         ]);
-        let view = preliminary_view(good, &None).expect("a view");
+        let view = preliminary_view(good, &None, value_of).expect("a view");
         assert_eq!((view.level, view.value.as_deref()), (ReadLevel::Any, Some(&b"v"[..])));
         assert_eq!(view.version, Some(Version::new(1, 2)));
         let same = |level: &str| {
@@ -638,17 +833,52 @@ mod tests {
         };
         let previous = Some(Some(b"v".to_vec()));
         assert_eq!(
-            preliminary_view(same("monotonic"), &previous).unwrap().value,
+            preliminary_view(same("monotonic"), &previous, value_of).unwrap().value,
             Some(b"v".to_vec())
         );
-        assert!(preliminary_view(same("monotonic"), &None).is_none(), "SAME with nothing before");
-        assert!(preliminary_view(same("strong"), &previous).is_none(), "an unknown level");
-        assert!(preliminary_view(push(vec![Frame::bulk("invoke")]), &previous).is_none());
-        assert!(preliminary_view(Frame::bulk("x"), &previous).is_none());
+        assert!(
+            preliminary_view(same("monotonic"), &None, value_of).is_none(),
+            "SAME with nothing before"
+        );
+        assert!(
+            preliminary_view(same("strong"), &previous, value_of).is_none(),
+            "an unknown level"
+        );
+        assert!(preliminary_view(push(vec![Frame::bulk("invoke")]), &previous, value_of).is_none());
+        assert!(preliminary_view(Frame::bulk("x"), &previous, value_of).is_none());
         let reply = Frame::Array(vec![Frame::Simple(b"SAME".to_vec()), Frame::bulk("1.2")]);
-        let last = final_view(reply, ReadLevel::Linearizable, &previous).unwrap();
+        let last = final_view(reply, ReadLevel::Linearizable, &previous, value_of).unwrap();
         assert_eq!((last.value, last.version), (Some(b"v".to_vec()), Some(Version::new(1, 2))));
-        assert!(final_view(Frame::Integer(1), ReadLevel::Linearizable, &previous).is_err());
+        assert!(
+            final_view(Frame::Integer(1), ReadLevel::Linearizable, &previous, value_of).is_err()
+        );
+    }
+
+    #[test]
+    fn queue_replies_parse_and_malformed_ones_are_refused() {
+        let item = Frame::Array(vec![Frame::Integer(7), Frame::bulk("t"), Frame::Integer(3)]);
+        let expected = QueueItem { seq: 7, value: b"t".to_vec(), remaining: 3 };
+        assert_eq!(queue_item_of(&item).unwrap(), Some(expected.clone()));
+        assert_eq!(queue_item_of(&Frame::Null).unwrap(), None);
+        assert!(queue_item_of(&Frame::Array(vec![
+            Frame::Integer(-1),
+            Frame::bulk("t"),
+            Frame::Integer(0)
+        ]))
+        .is_err());
+        assert!(queue_item_of(&Frame::bulk("t")).is_err());
+        assert_eq!(
+            enqueued_of(&Frame::Array(vec![Frame::Integer(4), Frame::Integer(1)])).unwrap(),
+            (4, 1)
+        );
+        assert!(enqueued_of(&Frame::Integer(4)).is_err());
+        // A confirmation of a dequeue's preliminary view rebuilds the element.
+        let reply = Frame::Array(vec![Frame::Simple(b"SAME".to_vec()), Frame::bulk("2.9")]);
+        let previous = Some(Some(expected.clone()));
+        let last = final_view(reply, ReadLevel::Linearizable, &previous, queue_item_of).unwrap();
+        assert_eq!(last.value, Some(expected));
+        let words = queue_invocation(b"DEQUEUE", b"q", None, &[], Some(Durability::Durable));
+        assert_eq!(words, [&b"KEEL.INVOKE"[..], b"DEQUEUE", b"q", b"DURABILITY", b"durable"]);
     }
 
     #[test]

@@ -312,10 +312,14 @@ fn effect(
             let n = current.and_then(|c| c.checked_add(*delta)).ok_or(())?;
             Some((key.clone(), Some(n.to_string().into())))
         }
+        // Queues are not keys: their elements survive or not as the queue's own order.
         Command::Get { .. }
         | Command::Scan { .. }
         | Command::Multi { .. }
-        | Command::OpenSession => None,
+        | Command::OpenSession
+        | Command::Enqueue { .. }
+        | Command::Dequeue { .. }
+        | Command::QueuePeek { .. } => None,
     })
 }
 

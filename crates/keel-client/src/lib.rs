@@ -41,7 +41,7 @@ pub mod history;
 pub mod tls;
 pub mod workload;
 
-pub use client::{CasResult, Client, ClientConfig, ReadResult, Session, WriteResult};
+pub use client::{CasResult, Client, ClientConfig, QueueItem, ReadResult, Session, WriteResult};
 pub use correctable::{correctable, Correctable, Resolver, State, View, Views};
 pub use error::ClientError;
 pub use tls::ClientTls;

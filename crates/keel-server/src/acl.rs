@@ -33,7 +33,8 @@ pub const DEFAULT_USER: &str = "default";
 pub enum Category {
     /// Reads of keys (`GET`, `MGET`, `EXISTS`, `KEEL.SCAN`).
     Read,
-    /// Writes of keys (`SET`, `DEL`, `INCR` and kin, `KEEL.CAS`).
+    /// Writes of keys (`SET`, `DEL`, `INCR` and kin, `KEEL.CAS`) and queues
+    /// (`KEEL.ENQUEUE`, `KEEL.DEQUEUE`).
     Write,
     /// What shows or changes the node itself (`KEEL.LOG`, `CLIENT KILL`).
     Admin,
@@ -46,11 +47,14 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         ClientCommand::Get { .. }
         | ClientCommand::MGet { .. }
         | ClientCommand::Exists { .. }
-        | ClientCommand::Scan { .. } => Some(Category::Read),
+        | ClientCommand::Scan { .. }
+        | ClientCommand::QueuePeek { .. } => Some(Category::Read),
         ClientCommand::Set { .. }
         | ClientCommand::Del { .. }
         | ClientCommand::Incr { .. }
-        | ClientCommand::Cas { .. } => Some(Category::Write),
+        | ClientCommand::Cas { .. }
+        | ClientCommand::Enqueue { .. }
+        | ClientCommand::Dequeue { .. } => Some(Category::Write),
         _ => None,
     }
 }

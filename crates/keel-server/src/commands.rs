@@ -464,6 +464,9 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
             | ClientCommand::Incr { .. }
             | ClientCommand::Cas { .. }
             | ClientCommand::Scan { .. }
+            | ClientCommand::Enqueue { .. }
+            | ClientCommand::Dequeue { .. }
+            | ClientCommand::QueuePeek { .. }
     ) || matches!(&command, ClientCommand::Del { keys } if keys.len() == 1);
     if !single_key {
         return Pending::ready(Frame::error("ERR KEEL.REQ takes one single-key command"), protocol);
@@ -536,106 +539,291 @@ pub const INVOKE_ENDED: &str = "UNAVAILABLE the invocation ended without a final
 /// `GET ... WITHVERSION`). A view equal to the one before it (value and version) carries
 /// `+SAME` instead of the value, unless `NOCONFIRM`; RESP2 connections get the final
 /// reply only, whole.
+///
+/// `KEEL.INVOKE DEQUEUE <queue> [LEVELS <level> ...] [DURABILITY d] [NOCONFIRM]
+/// [WITHVERSION]` and `KEEL.INVOKE ENQUEUE <queue> <value> ...`: a queue operation as a
+/// Correctable. `LEVELS any` (the default; no other level is taken) gives a preliminary
+/// view: the operation simulated on the queue as this node holds it (`KEEL.QPEEK`), shaped as
+/// the operation's reply (`[seq, value, remaining]` or null; `[seq, length]`). The final
+/// view is the operation itself, ordered through the log, labelled `linearizable`; its
+/// `+SAME` stands for a view equal to the last preliminary one (versions aside: the
+/// operation's entry is always newer than what it read).
 async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let protocol = conn.protocol;
     let invocation = match parse_invoke(&words, &conn.limits) {
         Ok(invocation) => invocation,
         Err(text) => return Pending::ready(Frame::error(&text), protocol),
     };
-    if let Err(refusal) = permitted(conn, Some(Category::Read)) {
+    let category = match invocation.op {
+        InvokeOp::Get => Category::Read,
+        InvokeOp::Dequeue | InvokeOp::Enqueue(_) => Category::Write,
+    };
+    if let Err(refusal) = permitted(conn, Some(category)) {
         return Pending::ready(refusal, protocol);
     }
     let ks = conn.node.id;
     let strongest = *invocation.levels.last().expect("at least one level");
-    conn.order(Kind::Read(ks, Some(strongest))).await;
-    let after = conn.resolved.floor(ks);
-    let pairs: Vec<(ClientId, RequestId)> =
-        invocation.levels.iter().map(|_| conn.next_pair()).collect();
-    let tag = pairs[0].1 .0;
-    let (tx, rx) = mpsc::channel(invocation.levels.len());
-    let node = conn.node.clone();
-    tokio::spawn(async move {
-        let resp3 = protocol == Protocol::Resp3;
-        let mut previous: Option<(Option<Value>, Option<Version>)> = None;
-        let last = invocation.levels.len() - 1;
-        // RESP2 cannot receive the preliminary views: read only the final one.
-        let first = if resp3 { 0 } else { last };
-        let views = invocation.levels.iter().zip(pairs).enumerate().skip(first);
-        for (i, (level, (client, request))) in views {
-            let submit = get_submit(client, request, invocation.key.clone(), Some(*level), after);
-            let answer = match node.read_now(&submit) {
-                Some(reply) => Ok(reply),
-                None => node.send(submit).answer().await,
-            };
-            let (value, version) = match answer.and_then(|reply| reply.result) {
-                Ok(CommandResult::Value { value, version }) => (value, version),
-                Ok(_) => {
-                    let _ = tx.send(View::Final(mismatched("get"))).await;
-                    return;
-                }
-                Err(e) => {
-                    let _ = tx.send(View::Final(error_frame(&e))).await;
-                    return;
-                }
-            };
-            let same = invocation.confirm
-                && resp3
-                && previous.as_ref().is_some_and(|p| p.0 == value && p.1 == version);
-            let value_or_same =
-                if same { Frame::Simple(b"SAME".to_vec()) } else { value_frame(value.as_ref()) };
-            let view = if i == last {
-                let frame = if invocation.with_version {
-                    with_version_frame(value_or_same, version)
-                } else {
-                    value_or_same
-                };
-                View::Final(frame)
-            } else {
-                View::Push(Frame::Push(vec![
-                    Frame::bulk("invoke"),
-                    Frame::Integer(i64::try_from(tag).unwrap_or(i64::MAX)),
-                    Frame::bulk(level.as_str()),
-                    value_or_same,
-                    version.map_or(Frame::Null, version_frame),
-                ]))
-            };
-            previous = Some((value, version));
-            if tx.send(view).await.is_err() {
-                return; // the connection went away
-            }
+    match invocation.op {
+        InvokeOp::Get => conn.order(Kind::Read(ks, Some(strongest))).await,
+        _ => {
+            conn.order(Kind::Write(ks)).await;
+            conn.last_looped = Some(conn.queued);
         }
+    }
+    let after = conn.resolved.floor(ks);
+    let count = invocation.levels.len() + usize::from(invocation.op != InvokeOp::Get);
+    // RESP2 cannot receive the preliminary views: only the final step runs.
+    let first = if protocol == Protocol::Resp3 { 0 } else { count - 1 };
+    let mut steps = Vec::with_capacity(count - first);
+    let mut tag = None;
+    for i in first..count {
+        let is_final = i == count - 1;
+        let (client, request) = match invocation.req {
+            // As `KEEL.REQ`: an authenticated user's ids are its own.
+            Some((client, seq)) if is_final => {
+                let client = conn.user.as_ref().map_or(ClientId(client), |u| u.client_id(client));
+                (client, RequestId(seq))
+            }
+            _ => conn.next_pair(),
+        };
+        tag.get_or_insert(request.0);
+        let level = invocation.levels.get(i).copied();
+        let queue = || invocation.key.clone();
+        let (command, durability) = match (&invocation.op, is_final) {
+            (InvokeOp::Get, _) => (Command::Get { key: invocation.key.clone() }, None),
+            (_, false) => (Command::QueuePeek { queue: queue() }, None),
+            (InvokeOp::Dequeue, true) => {
+                (Command::Dequeue { queue: queue() }, invocation.durability)
+            }
+            (InvokeOp::Enqueue(value), true) => {
+                (Command::Enqueue { queue: queue(), value: value.clone() }, invocation.durability)
+            }
+        };
+        let submit = Submit { client, request, command, durability, level, after };
+        steps.push(match invocation.op {
+            // A read's levels are asked one after the other, each once the one before
+            // it is answered.
+            InvokeOp::Get => Step::Later(submit),
+            // A queue operation's steps are all sent now, in order: its write keeps its
+            // place among the connection's writes (a later request's write must not reach
+            // the log first), and the views read the queue before the write.
+            _ => {
+                match (!submit.command.is_write()).then(|| conn.node.read_now(&submit)).flatten() {
+                    Some(reply) => Step::Ready(reply),
+                    None => Step::Sent(conn.node.send(submit)),
+                }
+            }
+        });
+    }
+    let tag = tag.expect("at least one step");
+    let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
+    let (tx, rx) = mpsc::channel(steps.len());
+    let node = conn.node.clone();
+    let first_level = first;
+    tokio::spawn(async move {
+        invoke_views(node, invocation, steps, first_level, tag, protocol, floor, tx).await;
     });
     Pending { protocol, close: false, body: Body::Views(rx) }
+}
+
+/// One step of an invocation: its request, still to send, or sent.
+enum Step {
+    Later(Submit),
+    Ready(ClientReply),
+    Sent(Sent),
+}
+
+/// Produces an invocation's views, one per step, in order, into `tx`; the step at
+/// position `i` reads at `invocation.levels[first + i]` (the final step of a queue
+/// operation has none).
+#[allow(clippy::too_many_arguments)]
+async fn invoke_views(
+    node: KeyspaceHandle,
+    invocation: Invocation,
+    steps: Vec<Step>,
+    first: usize,
+    tag: u64,
+    protocol: Protocol,
+    floor: Floor,
+    tx: mpsc::Sender<View>,
+) {
+    let resp3 = protocol == Protocol::Resp3;
+    let last = steps.len() - 1;
+    let mut previous: Option<(Frame, Option<Version>)> = None;
+    for (i, step) in steps.into_iter().enumerate() {
+        let is_final = i == last;
+        let level = invocation.levels.get(first + i).copied();
+        let answer = match step {
+            Step::Later(submit) => match node.read_now(&submit) {
+                Some(reply) => Ok(reply),
+                None => node.send(submit).answer().await,
+            },
+            Step::Ready(reply) => Ok(reply),
+            Step::Sent(sent) => sent.answer().await,
+        };
+        if is_final && invocation.op != InvokeOp::Get {
+            floor.note(&answer);
+        }
+        let viewed = match answer.and_then(|reply| reply.result) {
+            Ok(result) => invoke_view(&invocation.op, result),
+            Err(e) => Err(error_frame(&e)),
+        };
+        let (value, version) = match viewed {
+            Ok(view) => view,
+            // A queue operation's write is already sent: a preliminary view that failed
+            // is left out, and the final view still tells how the operation ended.
+            Err(_) if !is_final && invocation.op != InvokeOp::Get => continue,
+            Err(frame) => {
+                let _ = tx.send(View::Final(frame)).await;
+                return;
+            }
+        };
+        // A GET's view is the same when value and version are; a queue operation's final
+        // view is always at a newer version than what its preliminary ones read.
+        let same = invocation.confirm
+            && resp3
+            && previous.as_ref().is_some_and(|p| {
+                p.0 == value && (p.1 == version || invocation.op != InvokeOp::Get)
+            });
+        let shown = if same { Frame::Simple(b"SAME".to_vec()) } else { value.clone() };
+        let view = if is_final {
+            View::Final(if invocation.with_version {
+                with_version_frame(shown, version)
+            } else {
+                shown
+            })
+        } else {
+            let level = level.expect("a preliminary view has a level");
+            View::Push(Frame::Push(vec![
+                Frame::bulk("invoke"),
+                Frame::Integer(i64::try_from(tag).unwrap_or(i64::MAX)),
+                Frame::bulk(level.as_str()),
+                shown,
+                version.map_or(Frame::Null, version_frame),
+            ]))
+        };
+        previous = Some((value, version));
+        if tx.send(view).await.is_err() {
+            return; // the connection went away
+        }
+    }
+}
+
+/// One step's result as a view: the frame the operation's reply would carry, and its
+/// version; a result of another kind becomes an error frame.
+fn invoke_view(op: &InvokeOp, result: CommandResult) -> Result<(Frame, Option<Version>), Frame> {
+    let count = |n: u64| Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    match (op, result) {
+        (InvokeOp::Get, CommandResult::Value { value, version }) => {
+            Ok((value_frame(value.as_ref()), version))
+        }
+        // What a dequeue applied to the queue as read would return.
+        (InvokeOp::Dequeue, CommandResult::Queue { head, length, version, .. }) => {
+            let frame = match head {
+                Some((seq, value)) => Frame::Array(vec![
+                    count(seq),
+                    Frame::Bulk(value),
+                    count(length.saturating_sub(1)),
+                ]),
+                None => Frame::Null,
+            };
+            Ok((frame, version))
+        }
+        // What an enqueue applied to the queue as read would return.
+        (InvokeOp::Enqueue(_), CommandResult::Queue { length, next, version, .. }) => {
+            Ok((Frame::Array(vec![count(next), count(length + 1)]), version))
+        }
+        (_, result @ (CommandResult::Dequeued { .. } | CommandResult::Enqueued { .. })) => {
+            let version = result.written_version();
+            Ok((keel_wire::reply::result_frame(&result, false), version))
+        }
+        (InvokeOp::Get, _) => Err(mismatched("get")),
+        (_, _) => Err(mismatched("queue operation")),
+    }
+}
+
+/// The operation a `KEEL.INVOKE` runs.
+#[derive(Debug, PartialEq, Eq)]
+enum InvokeOp {
+    Get,
+    Dequeue,
+    /// With the element enqueued.
+    Enqueue(Bytes),
 }
 
 /// What a `KEEL.INVOKE` asks for.
 #[derive(Debug, PartialEq, Eq)]
 struct Invocation {
+    op: InvokeOp,
+    /// The key read, or the queue's name.
     key: Bytes,
-    /// Weakest first, without repeats; never empty.
+    /// Weakest first, without repeats; never empty. For a queue operation: the levels
+    /// of its preliminary views (its final view is the operation itself).
     levels: Vec<ReadLevel>,
     confirm: bool,
     with_version: bool,
+    /// A queue operation's durability (`None`: the keyspace default).
+    durability: Option<Durability>,
+    /// A queue operation's deduplication pair, as `KEEL.REQ` names it (`REQ <client>
+    /// <seq>`): a retry of the invocation with the same pair is answered from the
+    /// deduplication table, never applied twice.
+    req: Option<(u64, u64)>,
 }
 
 fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> {
-    let usage = "ERR usage: KEEL.INVOKE GET <key> [LEVELS <level> ...] [NOCONFIRM] [WITHVERSION]";
+    let usage = "ERR usage: KEEL.INVOKE GET <key> | DEQUEUE <queue> | ENQUEUE <queue> <value> \
+                 [LEVELS <level> ...] [DURABILITY <d>] [REQ <client> <seq>] [NOCONFIRM] [WITHVERSION]";
     let (Some(command), Some(key)) = (words.get(1), words.get(2)) else {
         return Err(usage.into());
     };
-    if !command.eq_ignore_ascii_case(b"get") {
-        return Err("ERR KEEL.INVOKE supports GET only".into());
-    }
+    let (op, options) = if command.eq_ignore_ascii_case(b"get") {
+        (InvokeOp::Get, 3)
+    } else if command.eq_ignore_ascii_case(b"dequeue") {
+        (InvokeOp::Dequeue, 3)
+    } else if command.eq_ignore_ascii_case(b"enqueue") {
+        let value = words.get(3).ok_or_else(|| usage.to_string())?;
+        limits.check_value(value).map_err(|e| error_text(&e))?;
+        (InvokeOp::Enqueue(value.clone()), 4)
+    } else {
+        return Err("ERR KEEL.INVOKE supports GET, DEQUEUE and ENQUEUE".into());
+    };
     limits.check_key(key).map_err(|e| error_text(&e))?;
-    let mut invocation =
-        Invocation { key: key.clone(), levels: Vec::new(), confirm: true, with_version: false };
+    let mut invocation = Invocation {
+        op,
+        key: key.clone(),
+        levels: Vec::new(),
+        confirm: true,
+        with_version: false,
+        durability: None,
+        req: None,
+    };
     let mut in_levels = false;
-    for word in &words[3..] {
+    let mut words = words[options..].iter();
+    while let Some(word) = words.next() {
         let text = std::str::from_utf8(word).map_err(|_| usage.to_string())?;
         match text.to_ascii_lowercase().as_str() {
             "levels" => in_levels = true,
             "noconfirm" => (invocation.confirm, in_levels) = (false, false),
             "withversion" => (invocation.with_version, in_levels) = (true, false),
+            "durability" if invocation.op != InvokeOp::Get => {
+                in_levels = false;
+                let word = words.next().ok_or_else(|| usage.to_string())?;
+                let name = std::str::from_utf8(word).map_err(|_| usage.to_string())?;
+                let durability = name.parse::<Durability>().map_err(|e| format!("ERR {e}"))?;
+                invocation.durability = Some(durability);
+            }
+            "req" if invocation.op != InvokeOp::Get => {
+                in_levels = false;
+                let mut number = || words.next().and_then(|w| parse_u64(w));
+                let client = number().filter(|c| *c != 0 && *c != ClientId::SESSION_BIT);
+                let seq = number().filter(|s| *s != 0);
+                let (Some(client), Some(seq)) = (client, seq) else {
+                    return Err(
+                        "ERR KEEL.INVOKE REQ client and seq must be positive integers".into()
+                    );
+                };
+                invocation.req = Some((client, seq));
+            }
             name if in_levels => {
                 let level = name.parse::<ReadLevel>().map_err(|e| format!("ERR {e}"))?;
                 invocation.levels.push(level);
@@ -643,8 +831,17 @@ fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> 
             _ => return Err(usage.into()),
         }
     }
+    // A queue operation's write is sent with its views' reads: a read that waits (for a
+    // durability round, or the leader) could see the operation's own effect. Its views
+    // are the local replica's, as the paper's peek at the closest replica.
+    if invocation.op != InvokeOp::Get && invocation.levels.iter().any(|l| *l != ReadLevel::Any) {
+        return Err("ERR a queue operation's preliminary views are read at level any".into());
+    }
     if invocation.levels.is_empty() {
-        invocation.levels = ReadLevel::ALL.to_vec();
+        invocation.levels = match invocation.op {
+            InvokeOp::Get => ReadLevel::ALL.to_vec(),
+            _ => vec![ReadLevel::Any],
+        };
     }
     invocation.levels.sort();
     invocation.levels.dedup();
@@ -695,12 +892,15 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
     let kind = match &command {
         ClientCommand::Get { level, .. }
         | ClientCommand::Scan { level, .. }
-        | ClientCommand::MGet { level, .. } => Kind::Read(ks, *level),
+        | ClientCommand::MGet { level, .. }
+        | ClientCommand::QueuePeek { level, .. } => Kind::Read(ks, *level),
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. }
-        | ClientCommand::Del { .. } => Kind::Write(ks),
+        | ClientCommand::Del { .. }
+        | ClientCommand::Enqueue { .. }
+        | ClientCommand::Dequeue { .. } => Kind::Write(ks),
         other => return admin(conn, other.clone()),
     };
     conn.order(kind).await;
@@ -746,6 +946,19 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
             let sent = conn
                 .node
                 .send(Submit { level, ..submit(Command::Scan { start, end, limit: count }) });
+            Pending::engine(sent, (result_reply, false), protocol)
+        }
+        ClientCommand::Enqueue { queue, value, durability } => {
+            let sent =
+                conn.node.send(Submit { durability, ..submit(Command::Enqueue { queue, value }) });
+            Pending::write(sent, (result_reply, false), protocol, floor())
+        }
+        ClientCommand::Dequeue { queue, durability } => {
+            let sent = conn.node.send(Submit { durability, ..submit(Command::Dequeue { queue }) });
+            Pending::write(sent, (result_reply, false), protocol, floor())
+        }
+        ClientCommand::QueuePeek { queue, level } => {
+            let sent = conn.node.send(Submit { level, ..submit(Command::QueuePeek { queue }) });
             Pending::engine(sent, (result_reply, false), protocol)
         }
         ClientCommand::Del { keys } => {
@@ -922,7 +1135,8 @@ fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
     }
 }
 
-/// The reply of `INCR`, `KEEL.CAS`, `KEEL.SCAN` (and any result, by its kind).
+/// The reply of `INCR`, `KEEL.CAS`, `KEEL.SCAN`, the queue commands (and any result,
+/// by its kind).
 fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
     match reply.and_then(|r| r.result) {
         Ok(CommandResult::Counter { value, .. }) => Frame::Integer(value),
@@ -941,6 +1155,11 @@ fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
         ),
         Ok(CommandResult::Written { .. }) => Frame::ok(),
         Ok(CommandResult::Value { value, .. }) => value_frame(value.as_ref()),
+        Ok(
+            result @ (CommandResult::Enqueued { .. }
+            | CommandResult::Dequeued { .. }
+            | CommandResult::Queue { .. }),
+        ) => keel_wire::reply::result_frame(&result, false),
         Ok(CommandResult::Multi { .. }) => mismatched("command"),
         Err(e) => error_frame(&e),
     }

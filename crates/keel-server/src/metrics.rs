@@ -65,7 +65,8 @@ impl Histogram {
 }
 
 /// The commands and classes a request's labels take, in the order of [`RequestSlots`].
-const OPS: [&str; 6] = ["get", "put", "delete", "cas", "incr", "scan"];
+const OPS: [&str; 9] =
+    ["get", "put", "delete", "cas", "incr", "scan", "enqueue", "dequeue", "queue-peek"];
 const CLASSES: [&str; 7] =
     ["default", "any", "monotonic", "linearizable", "memory", "replicated", "durable"];
 

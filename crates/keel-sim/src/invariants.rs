@@ -380,6 +380,9 @@ fn command_hash(command: &Command) -> u64 {
             mix(mix(mix(15, bytes_hash(start)), e), u64::from(*limit))
         }
         Command::OpenSession => 17,
+        Command::Enqueue { queue, value } => mix(mix(18, bytes_hash(queue)), bytes_hash(value)),
+        Command::Dequeue { queue } => mix(19, bytes_hash(queue)),
+        Command::QueuePeek { queue } => mix(20, bytes_hash(queue)),
         Command::Multi { ops, watch } => {
             let ops = ops.iter().fold(16, |h, op| mix(h, command_hash(op)));
             watch.iter().fold(ops, |h, (key, version)| {

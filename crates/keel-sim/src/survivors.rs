@@ -60,7 +60,13 @@ fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Op
             state.insert(key.clone(), value.clone().into());
             Some((key.clone(), Some(value.into())))
         }
-        Command::Get { .. } | Command::Scan { .. } | Command::OpenSession => None,
+        // Queues are checked by their own checker (`queues.rs`), not as keys.
+        Command::Get { .. }
+        | Command::Scan { .. }
+        | Command::OpenSession
+        | Command::Enqueue { .. }
+        | Command::Dequeue { .. }
+        | Command::QueuePeek { .. } => None,
         Command::Multi { .. } => unreachable!("the simulator's clients send no transactions"),
     }
 }

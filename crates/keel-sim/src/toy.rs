@@ -78,7 +78,12 @@ impl ToyEngine {
                 self.kv.insert(key.clone(), (Some(new.clone()), version));
                 return CommandResult::Cas { swapped: true, current, version: Some(version) };
             }
-            Command::Get { .. } | Command::Scan { .. } => unreachable!("reads are not logged"),
+            Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. } => {
+                unreachable!("reads are not logged")
+            }
+            Command::Enqueue { .. } | Command::Dequeue { .. } => {
+                unreachable!("the toy engine runs no queues")
+            }
             Command::OpenSession => {}
             Command::Multi { .. } => unreachable!("the toy engine runs no transactions"),
         }

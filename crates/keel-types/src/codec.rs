@@ -46,6 +46,9 @@ const COMMAND_INCR: u8 = 5;
 const COMMAND_SCAN: u8 = 6;
 const COMMAND_MULTI: u8 = 7;
 const COMMAND_OPEN_SESSION: u8 = 8;
+const COMMAND_ENQUEUE: u8 = 9;
+const COMMAND_DEQUEUE: u8 = 10;
+const COMMAND_QUEUE_PEEK: u8 = 11;
 
 const DURABILITY_MEMORY: u8 = 0;
 const DURABILITY_REPLICATED: u8 = 1;
@@ -339,6 +342,19 @@ impl Encode for Command {
                 }
             }
             Command::OpenSession => put_u8(out, COMMAND_OPEN_SESSION),
+            Command::Enqueue { queue, value } => {
+                put_u8(out, COMMAND_ENQUEUE);
+                put_bytes(out, queue);
+                put_bytes(out, value);
+            }
+            Command::Dequeue { queue } => {
+                put_u8(out, COMMAND_DEQUEUE);
+                put_bytes(out, queue);
+            }
+            Command::QueuePeek { queue } => {
+                put_u8(out, COMMAND_QUEUE_PEEK);
+                put_bytes(out, queue);
+            }
         }
     }
 }
@@ -369,6 +385,9 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
             Command::Multi { .. } => Some(COMMAND_MULTI),
             Command::Scan { .. } => Some(COMMAND_SCAN),
             Command::OpenSession => Some(COMMAND_OPEN_SESSION),
+            Command::Enqueue { .. } => Some(COMMAND_ENQUEUE),
+            Command::Dequeue { .. } => Some(COMMAND_DEQUEUE),
+            Command::QueuePeek { .. } => Some(COMMAND_QUEUE_PEEK),
             _ => None,
         };
         if let Some(tag) = refused {
@@ -416,6 +435,14 @@ impl Decode for Command {
             },
             COMMAND_MULTI => decode_multi(reader)?,
             COMMAND_OPEN_SESSION => Command::OpenSession,
+            COMMAND_ENQUEUE => Command::Enqueue {
+                queue: reader.bytes("queue", BYTES_LEN_MAX)?,
+                value: reader.bytes("value", BYTES_LEN_MAX)?,
+            },
+            COMMAND_DEQUEUE => Command::Dequeue { queue: reader.bytes("queue", BYTES_LEN_MAX)? },
+            COMMAND_QUEUE_PEEK => {
+                Command::QueuePeek { queue: reader.bytes("queue", BYTES_LEN_MAX)? }
+            }
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)

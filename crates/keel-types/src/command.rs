@@ -74,6 +74,40 @@ pub enum Command {
     /// [`crate::ClientId::SESSION_BIT`]): changes no key, and gives the session a slot in the
     /// deduplication table. Applying it again changes nothing.
     OpenSession,
+    /// Appends `value` to the tail of `queue` (a replicated FIFO queue, created by its
+    /// first enqueue); the element gets the queue's next sequence number.
+    Enqueue {
+        /// The queue's name (a key of its own namespace: queues and keys never collide).
+        queue: Key,
+        /// The element appended.
+        value: Value,
+    },
+    /// Removes the element at the head of `queue`, if any.
+    Dequeue {
+        /// The queue's name.
+        queue: Key,
+    },
+    /// Reads `queue`'s head, length and next sequence number without changing it: what a
+    /// dequeue or an enqueue applied now would return (a read).
+    QueuePeek {
+        /// The queue's name.
+        queue: Key,
+    },
+}
+
+/// The first bytes of every key the state machine keeps for itself (a queue's elements
+/// and its head and tail): no client key may begin with them, so queues and keys never
+/// collide, and scans step over them.
+pub const RESERVED_KEY_PREFIX: &[u8] = b"\xff\xffkeel\x00";
+
+/// Refuses a client key in the reserved range ([`RESERVED_KEY_PREFIX`]).
+pub fn check_not_reserved(key: &[u8]) -> Result<(), KeelError> {
+    if key.starts_with(RESERVED_KEY_PREFIX) {
+        return Err(KeelError::InvalidArgument(
+            "keys beginning with \\xff\\xffkeel\\x00 are reserved for queues".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Most operations, and most watched keys, in one transaction.
@@ -121,6 +155,36 @@ pub enum CommandResult {
         /// The version the increment created.
         version: Version,
     },
+    /// An enqueue: the element's sequence number and the queue's length after it.
+    Enqueued {
+        /// The sequence number the element got (the first element of a queue gets 1).
+        seq: u64,
+        /// Elements in the queue after the enqueue.
+        length: u64,
+        /// The version the enqueue created.
+        version: Version,
+    },
+    /// A dequeue: the element removed with its sequence number (`None`: the queue was
+    /// empty) and how many elements remain.
+    Dequeued {
+        /// The removed element's sequence number and value.
+        head: Option<(u64, Value)>,
+        /// Elements left in the queue.
+        remaining: u64,
+        /// The version of the dequeue's entry.
+        version: Version,
+    },
+    /// A queue's state as read (`QueuePeek`): its head, length and next sequence number.
+    Queue {
+        /// The head element's sequence number and value (`None`: empty).
+        head: Option<(u64, Value)>,
+        /// Elements in the queue.
+        length: u64,
+        /// The sequence number the next enqueue gets.
+        next: u64,
+        /// The version of the last operation on the queue (`None`: never used).
+        version: Option<Version>,
+    },
     /// A scan: items in key order, each with the version that produced it.
     Items {
         /// `(key, value, version)` in ascending key order.
@@ -133,9 +197,10 @@ impl CommandResult {
     /// what a client's session floor advances to.
     pub fn written_version(&self) -> Option<Version> {
         match self {
-            CommandResult::Written { version } | CommandResult::Counter { version, .. } => {
-                Some(*version)
-            }
+            CommandResult::Written { version }
+            | CommandResult::Counter { version, .. }
+            | CommandResult::Enqueued { version, .. }
+            | CommandResult::Dequeued { version, .. } => Some(*version),
             CommandResult::Cas { swapped: true, version, .. } => *version,
             _ => None,
         }
@@ -152,6 +217,9 @@ impl Command {
             | Command::Delete { key }
             | Command::Cas { key, .. }
             | Command::Incr { key, .. } => key,
+            Command::Enqueue { queue, .. }
+            | Command::Dequeue { queue }
+            | Command::QueuePeek { queue } => queue,
             Command::Scan { start, .. } => start,
             Command::Multi { .. } | Command::OpenSession => &NO_KEY,
         }
@@ -161,6 +229,7 @@ impl Command {
     pub fn payload_bytes(&self) -> usize {
         match self {
             Command::Put { key, value } => key.len() + value.len(),
+            Command::Enqueue { queue, value } => queue.len() + value.len(),
             Command::Cas { key, expected, new } => {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
             }
@@ -174,7 +243,7 @@ impl Command {
 
     /// Whether the operation changes state (and so must go through the log).
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Get { .. } | Command::Scan { .. })
+        !matches!(self, Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. })
     }
 
     /// The operation's name as users and histories see it.
@@ -188,12 +257,25 @@ impl Command {
             Command::Scan { .. } => "scan",
             Command::Multi { .. } => "multi",
             Command::OpenSession => "open-session",
+            Command::Enqueue { .. } => "enqueue",
+            Command::Dequeue { .. } => "dequeue",
+            Command::QueuePeek { .. } => "queue-peek",
         }
     }
 
     /// Checks the operation against the limits; the error names the limit exceeded.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
         limits.check_key(self.key())?;
+        if matches!(
+            self,
+            Command::Get { .. }
+                | Command::Put { .. }
+                | Command::Delete { .. }
+                | Command::Cas { .. }
+                | Command::Incr { .. }
+        ) {
+            check_not_reserved(self.key())?;
+        }
         match self {
             Command::Multi { ops, watch } => {
                 let invalid = |reason: String| Err(KeelError::InvalidArgument(reason));
@@ -205,7 +287,12 @@ impl Command {
                 for op in ops {
                     if matches!(
                         op,
-                        Command::Multi { .. } | Command::Scan { .. } | Command::OpenSession
+                        Command::Multi { .. }
+                            | Command::Scan { .. }
+                            | Command::OpenSession
+                            | Command::Enqueue { .. }
+                            | Command::Dequeue { .. }
+                            | Command::QueuePeek { .. }
                     ) {
                         return invalid(format!("a {} inside a transaction", op.name()));
                     }
@@ -213,6 +300,7 @@ impl Command {
                 }
                 for (key, _) in watch {
                     limits.check_key(key)?;
+                    check_not_reserved(key)?;
                 }
                 let bytes = self.payload_bytes() as u64;
                 if bytes > u64::from(limits.value_bytes_max) {
@@ -223,7 +311,9 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::Put { value, .. } => limits.check_value(value),
+            Command::Put { value, .. } | Command::Enqueue { value, .. } => {
+                limits.check_value(value)
+            }
             Command::OpenSession => Ok(()),
             Command::Cas { expected, new, .. } => {
                 if let Some(expected) = expected {
@@ -243,7 +333,11 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::Get { .. } | Command::Delete { .. } | Command::Incr { .. } => Ok(()),
+            Command::Get { .. }
+            | Command::Delete { .. }
+            | Command::Incr { .. }
+            | Command::Dequeue { .. }
+            | Command::QueuePeek { .. } => Ok(()),
         }
     }
 }

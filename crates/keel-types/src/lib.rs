@@ -22,7 +22,9 @@ pub mod limits;
 pub mod log;
 pub mod rng;
 
-pub use command::{Command, CommandResult, Key, Value, MULTI_OPS_MAX};
+pub use command::{
+    check_not_reserved, Command, CommandResult, Key, Value, MULTI_OPS_MAX, RESERVED_KEY_PREFIX,
+};
 pub use error::{KeelError, KeelResult};
 pub use ids::{ClientId, Epoch, KeyspaceId, LogIndex, NodeId, RequestId, Version};
 pub use level::{Durability, ReadLevel};

@@ -97,6 +97,11 @@ pub fn value_frame(value: Option<&Value>) -> Frame {
     }
 }
 
+/// A count or sequence number as a RESP integer (saturating: they never reach 2^63).
+fn integer(n: u64) -> Frame {
+    Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
 /// A `WITHVERSION` reply: a two-element array of the plain reply and the version
 /// (null when the key was never written).
 pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
@@ -114,6 +119,9 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 /// | cas | `[swapped (boolean), current value or null, version or null]` | the same |
 /// | items (scan) | array of `[key, value, version]` | the same |
 /// | multi (exec) | array of each operation's reply, or null when a watched key changed | the same |
+/// | enqueued | `[seq, length]` | `[[seq, length], version]` |
+/// | dequeued | `[seq, value, remaining]`, or null when the queue was empty | `[reply, version]` |
+/// | queue (peek) | `[head seq or null, head value or null, length, next seq]` | `[reply, version or null]` |
 ///
 /// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
@@ -121,6 +129,27 @@ pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
         CommandResult::Value { value, version } => (value_frame(value.as_ref()), *version),
         CommandResult::Written { version } => (Frame::ok(), Some(*version)),
         CommandResult::Counter { value, version } => (Frame::Integer(*value), Some(*version)),
+        CommandResult::Enqueued { seq, length, version } => {
+            (Frame::Array(vec![integer(*seq), integer(*length)]), Some(*version))
+        }
+        CommandResult::Dequeued { head, remaining, version } => {
+            let reply = match head {
+                Some((seq, value)) => Frame::Array(vec![
+                    integer(*seq),
+                    Frame::Bulk(value.clone()),
+                    integer(*remaining),
+                ]),
+                None => Frame::Null,
+            };
+            (reply, Some(*version))
+        }
+        CommandResult::Queue { head, length, next, version } => {
+            let (seq, value) = match head {
+                Some((seq, value)) => (integer(*seq), Frame::Bulk(value.clone())),
+                None => (Frame::Null, Frame::Null),
+            };
+            (Frame::Array(vec![seq, value, integer(*length), integer(*next)]), *version)
+        }
         CommandResult::Cas { swapped, current, version } => {
             let version = version.map_or(Frame::Null, version_frame);
             return Frame::Array(vec![

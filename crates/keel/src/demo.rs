@@ -133,7 +133,8 @@ fn addrs(cluster: &LocalCluster) -> String {
     cluster.client_addrs().iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
-async fn wait_leader(cluster: &LocalCluster) -> Option<usize> {
+/// Waits up to [`LEADER_WAIT`] for a leader; its index.
+pub(crate) async fn wait_leader(cluster: &LocalCluster) -> Option<usize> {
     let deadline = Instant::now() + LEADER_WAIT;
     while Instant::now() < deadline {
         if let Some(leader) = cluster.wait_for_leader(Duration::from_millis(1)) {

@@ -8,6 +8,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod client_cmds;
 mod demo;
+mod example;
 mod secure;
 mod up;
 
@@ -31,6 +32,8 @@ enum Command {
     Up(up::UpArgs),
     /// Start a local cluster, run a checked workload with a crash, print what each level did.
     Demo(demo::DemoArgs),
+    /// Run one of the Correctables paper's applications (`example tickets`).
+    Example(example::ExampleArgs),
     /// Read a key.
     Get(client_cmds::GetArgs),
     /// Write a key.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         }
         Command::Up(args) => up::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Example(args) => example::run(&args),
         Command::Get(args) => client_cmds::get(&args),
         Command::Set(args) => client_cmds::set(&args),
         Command::Del(args) => client_cmds::del(&args),

@@ -140,8 +140,71 @@ fn keel_invoke_pushes_preliminary_views_then_replies_with_the_final_one() {
     let (_, missing) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:none", "LEVELS", "any"]);
     assert_eq!(missing, "nil", "one level: no push, the reply");
     let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "SET", "i:k", "v2"]);
-    assert!(refused.starts_with("-ERR KEEL.INVOKE supports GET"), "{refused}");
+    assert!(refused.starts_with("-ERR KEEL.INVOKE supports GET, DEQUEUE"), "{refused}");
     let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:k", "LEVELS", "strong"]);
     assert!(refused.starts_with("-ERR"), "{refused}");
+    common::finish(cluster);
+}
+
+#[test]
+fn a_replicated_queue_is_fifo_and_its_operations_can_be_invoked() {
+    let (cluster, _) = common::cluster("queue", |_| {});
+    let mut conn = Conn::open(cluster.client_addrs()[1]);
+    let settled =
+        common::wait_until(common::LEADER_WAIT, || conn.call(&["SET", "q:ready", "1"]) == "+OK");
+    assert!(settled, "the cluster never accepted a write");
+    // RESP2, at a follower: plain commands, and an invocation's final reply only.
+    assert_eq!(invoke(&mut conn, &["KEEL.ENQUEUE", "q", "a"]).1, "[1 1]");
+    assert_eq!(invoke(&mut conn, &["KEEL.ENQUEUE", "q", "b"]).1, "[2 2]");
+    let peek = invoke(&mut conn, &["KEEL.QPEEK", "q", "LEVEL", "linearizable"]).1;
+    assert_eq!(peek, "[1 \"a\" 2 3]");
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "DEQUEUE", "q"]);
+    assert_eq!((pushes.len(), reply.as_str()), (0, "[1 \"a\" 1]"));
+    // Queues are not keys: scans do not see them, and the reserved range is refused.
+    let scanned = invoke(&mut conn, &["KEEL.SCAN", "", "+inf"]).1;
+    assert!(scanned.starts_with("[[\"q:ready\" \"1\" ") && scanned.matches('[').count() == 2);
+    let reserved = invoke(&mut conn, &["SET", "\u{ff}", "v"]).1;
+    assert_eq!(reserved, "+OK", "a key that only starts like the reserved range is a key");
+    let hello = conn.call(&["HELLO", "3"]);
+    frame(&mut conn, Some(hello));
+    let strong = ["KEEL.INVOKE", "DEQUEUE", "q", "LEVELS", "any", "linearizable"];
+    let (_, refused) = invoke(&mut conn, &strong);
+    assert!(refused.starts_with("-ERR a queue operation's preliminary views"), "{refused}");
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "DEQUEUE", "q", "LEVELS", "any"]);
+    assert_eq!(pushes.len(), 1, "{pushes:?}");
+    assert!(pushes[0].contains("\"any\" [2 \"b\" 0]"), "{pushes:?}");
+    assert_eq!(reply, "+SAME", "the dequeue took what the view showed");
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "DEQUEUE", "q", "NOCONFIRM"]);
+    assert!(pushes[0].contains("\"any\" nil"), "{pushes:?}");
+    assert_eq!(reply, "nil", "empty");
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "ENQUEUE", "q", "c"]);
+    assert!(pushes[0].contains("\"any\" [3 1]"), "the predicted sequence number: {pushes:?}");
+    assert_eq!(reply, "+SAME");
+    // Named by a pair, a retried invocation is answered from the deduplication table.
+    let named = ["KEEL.INVOKE", "DEQUEUE", "q", "REQ", "77", "1", "NOCONFIRM"];
+    let (_, first) = invoke(&mut conn, &named);
+    let (_, again) = invoke(&mut conn, &named);
+    assert_eq!(first, "[3 \"c\" 0]");
+    assert_eq!(again, first, "the same element, not the next");
+
+    // keel-client: sessions, and Correctables of queue operations.
+    let client = Client::new(ClientConfig::new(cluster.client_addrs().to_vec()));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut session = client.session();
+        assert_eq!(session.enqueue(b"cq", b"x", None).await.unwrap(), (1, 1));
+        let enqueued = client.invoke_enqueue(b"cq", b"y", &[], None);
+        let view = enqueued.final_view().await.expect("a final view");
+        assert_eq!((view.level, view.value), (ReadLevel::Linearizable, (2, 2)));
+        let dequeued = client.invoke_dequeue(b"cq", &[ReadLevel::Any], None);
+        let view = dequeued.final_view().await.expect("a final view");
+        let x = keel_client::QueueItem { seq: 1, value: b"x".to_vec(), remaining: 1 };
+        assert_eq!(view.value, Some(x.clone()));
+        assert_eq!(dequeued.preliminary().len(), 1);
+        let named = session.invoke_dequeue(b"cq", &[], None).await.expect("a session");
+        let view = named.final_view().await.expect("a final view");
+        assert_eq!(view.value.map(|item| item.value), Some(b"y".to_vec()));
+        assert_eq!(session.dequeue(b"cq", None).await.unwrap(), None);
+    });
     common::finish(cluster);
 }

@@ -223,6 +223,7 @@ impl Core {
                 let (items, needed) = self.kv.scan(start, end.as_deref(), *limit);
                 (CommandResult::Items { items }, needed)
             }
+            Command::QueuePeek { queue } => self.kv.queue_peek(queue),
             _ => panic!("execute_read on a write"),
         }
     }

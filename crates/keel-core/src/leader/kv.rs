@@ -20,7 +20,7 @@
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
-    RequestId, Value, Version,
+    RequestId, Value, Version, RESERVED_KEY_PREFIX,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -28,6 +28,50 @@ use std::ops::Bound;
 /// The keys whose item differs as of some index below the applied one: the item they
 /// had then (`None`: absent), from the undo records.
 type KeyOverlay<'a> = BTreeMap<&'a Key, Option<&'a Item>>;
+
+/// A queue's bounds, kept under its meta key: elements `head..next` are present.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct QueueMeta {
+    head: u64,
+    next: u64,
+}
+
+impl QueueMeta {
+    fn len(self) -> u64 {
+        self.next - self.head
+    }
+
+    fn encode(self) -> Value {
+        let mut bytes = Vec::with_capacity(16);
+        bytes.extend_from_slice(&self.head.to_be_bytes());
+        bytes.extend_from_slice(&self.next.to_be_bytes());
+        bytes.into()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<QueueMeta> {
+        let head = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+        let next = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+        (bytes.len() == 16 && head >= 1 && head <= next).then_some(QueueMeta { head, next })
+    }
+}
+
+/// The key a queue's bounds live under: the reserved prefix, the name's length and the
+/// name (so that no two queues' keys interleave, and a queue's element keys follow it).
+fn queue_meta_key(queue: &[u8]) -> Key {
+    let mut key = Vec::with_capacity(RESERVED_KEY_PREFIX.len() + 4 + queue.len() + 8);
+    key.extend_from_slice(RESERVED_KEY_PREFIX);
+    key.extend_from_slice(&u32::try_from(queue.len()).unwrap_or(u32::MAX).to_be_bytes());
+    key.extend_from_slice(queue);
+    key.into()
+}
+
+/// The key of a queue's element `seq`: its meta key and the sequence number, big-endian
+/// (so elements sort in queue order).
+fn queue_item_key(queue: &[u8], seq: u64) -> Key {
+    let mut key = queue_meta_key(queue).to_vec();
+    key.extend_from_slice(&seq.to_be_bytes());
+    key.into()
+}
 
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
@@ -252,6 +296,10 @@ impl Kv {
         match command {
             Command::Multi { ops, watch } => return self.execute_multi(version, ops, watch, undo),
             Command::OpenSession => return Ok(CommandResult::Written { version }),
+            Command::Enqueue { queue, value } => {
+                return Ok(self.enqueue(version, queue, value, undo));
+            }
+            Command::Dequeue { queue } => return self.dequeue(version, queue, undo),
             _ => {}
         }
         let current = self.items.get(command.key());
@@ -279,19 +327,106 @@ impl Kv {
                 let value = incremented(current_value.as_deref(), *delta)?;
                 (Some(value.to_string().into()), CommandResult::Counter { value, version })
             }
-            Command::Get { .. } | Command::Scan { .. } => panic!("a read command in the log"),
-            Command::Multi { .. } | Command::OpenSession => unreachable!("executed above"),
+            Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. } => {
+                panic!("a read command in the log")
+            }
+            Command::Multi { .. }
+            | Command::OpenSession
+            | Command::Enqueue { .. }
+            | Command::Dequeue { .. } => unreachable!("executed above"),
         };
-        let key = command.key().clone();
         let item = Item { value: new_value, version };
+        self.change(command.key().clone(), Some(item), undo);
+        Ok(result)
+    }
+
+    /// Sets `key`'s item (`None`: removes the key, leaving no tombstone), recording
+    /// what it held for the undo record.
+    fn change(&mut self, key: Key, item: Option<Item>, undo: &mut Undo) {
         self.before_change(&key);
-        self.account(&key, &item, true);
-        let previous = self.items.insert(key.clone(), item);
+        if let Some(item) = &item {
+            self.account(&key, item, true);
+        }
+        let previous = match item {
+            Some(item) => self.items.insert(key.clone(), item),
+            None => self.items.remove(&key),
+        };
         if let Some(previous) = &previous {
             self.account(&key, previous, false);
         }
         undo.keys.push((key, previous));
-        Ok(result)
+    }
+
+    /// A queue's head and next sequence numbers, from its meta key (a queue never used
+    /// starts at 1). A meta value of the wrong shape (only a damaged snapshot could hold
+    /// one) reads as an empty queue at 1.
+    fn queue_meta(&self, queue: &[u8]) -> QueueMeta {
+        let item = self.items.get(&queue_meta_key(queue)[..]);
+        let value = item.and_then(|item| item.value.as_deref());
+        value.and_then(QueueMeta::decode).unwrap_or(QueueMeta { head: 1, next: 1 })
+    }
+
+    fn set_queue_meta(&mut self, queue: &[u8], meta: QueueMeta, version: Version, undo: &mut Undo) {
+        let item = Item { value: Some(meta.encode()), version };
+        self.change(queue_meta_key(queue), Some(item), undo);
+    }
+
+    fn enqueue(
+        &mut self,
+        version: Version,
+        queue: &[u8],
+        value: &Value,
+        undo: &mut Undo,
+    ) -> CommandResult {
+        let meta = self.queue_meta(queue);
+        let seq = meta.next;
+        let item = Item { value: Some(value.clone()), version };
+        self.change(queue_item_key(queue, seq), Some(item), undo);
+        let meta = QueueMeta { head: meta.head, next: seq.saturating_add(1) };
+        self.set_queue_meta(queue, meta, version, undo);
+        CommandResult::Enqueued { seq, length: meta.len(), version }
+    }
+
+    /// Removes the head element (its key goes without a tombstone: a queue's reads go
+    /// through its meta key, whose version is that of the queue's last operation).
+    fn dequeue(&mut self, version: Version, queue: &[u8], undo: &mut Undo) -> WriteResult {
+        let meta = self.queue_meta(queue);
+        if meta.len() == 0 {
+            return Ok(CommandResult::Dequeued { head: None, remaining: 0, version });
+        }
+        let key = queue_item_key(queue, meta.head);
+        let Some(value) = self.items.get(&key).and_then(|item| item.value.clone()) else {
+            return Err(KeelError::InvalidArgument(format!(
+                "queue state damaged: element {} missing",
+                meta.head
+            )));
+        };
+        self.change(key, None, undo);
+        let after = QueueMeta { head: meta.head + 1, next: meta.next };
+        self.set_queue_meta(queue, after, version, undo);
+        Ok(CommandResult::Dequeued {
+            head: Some((meta.head, value)),
+            remaining: after.len(),
+            version,
+        })
+    }
+
+    /// A queue's head, length and next sequence number, and the index that must be
+    /// durable to serve them (its last operation's).
+    pub fn queue_peek(&self, queue: &[u8]) -> (CommandResult, LogIndex) {
+        let meta = self.queue_meta(queue);
+        let meta_item = self.items.get(&queue_meta_key(queue)[..]);
+        let version = meta_item.map(|item| item.version);
+        let head = match meta.len() {
+            0 => None,
+            _ => self
+                .items
+                .get(&queue_item_key(queue, meta.head)[..])
+                .and_then(|item| item.value.clone())
+                .map(|value| (meta.head, value)),
+        };
+        let result = CommandResult::Queue { head, length: meta.len(), next: meta.next, version };
+        (result, version.map_or(LogIndex::ZERO, |v| v.index))
     }
 
     /// A transaction: nothing if a watched key's version changed; else every operation
@@ -341,8 +476,10 @@ impl Kv {
             Some(item) => self.items.insert(key.clone(), item),
             None => self.items.remove(&key),
         };
-        let current = current.expect("the undone write left an item");
-        self.account(&key, &current, false);
+        // Absent when the change undone removed the key (a dequeued element).
+        if let Some(current) = current {
+            self.account(&key, &current, false);
+        }
     }
 
     fn remember(&mut self, client: ClientId, slot: DedupSlot, undo: &mut Undo) {
@@ -464,9 +601,18 @@ impl Kv {
         let mut items = Vec::new();
         let mut needed = LogIndex::ZERO;
         let limit = usize::try_from(limit).expect("fits");
-        for (key, item) in self.items.range::<[u8], _>((Bound::Included(start), Bound::Unbounded)) {
+        // The first key past the reserved range (queues' keys, never scanned).
+        let mut past_reserved = RESERVED_KEY_PREFIX.to_vec();
+        *past_reserved.last_mut().expect("a prefix") += 1;
+        let mut range = self.items.range::<[u8], _>((Bound::Included(start), Bound::Unbounded));
+        while let Some((key, item)) = range.next() {
             if end.is_some_and(|end| &key[..] >= end) || items.len() >= limit {
                 break;
+            }
+            if key.starts_with(RESERVED_KEY_PREFIX) {
+                let from = Bound::Included(&past_reserved[..]);
+                range = self.items.range::<[u8], _>((from, Bound::Unbounded));
+                continue;
             }
             needed = needed.max(item.version.index);
             if let Some(value) = &item.value {
@@ -1001,6 +1147,73 @@ mod tests {
         assert_eq!(kv.get(b"c").0, Some(Value::from_static(b"1")));
         let stale = kv.apply(&write(3, 9, 0, put("c", "9")));
         assert!(matches!(stale, Applied::Write(Err(KeelError::InvalidArgument(_)))));
+    }
+
+    #[test]
+    fn a_queue_is_fifo_through_dequeues_rollback_and_snapshots_and_hidden_from_scans() {
+        let enqueue = |v: &str| Command::Enqueue { queue: "q".into(), value: v.to_string().into() };
+        let dequeue = || Command::Dequeue { queue: "q".into() };
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("a", "1")));
+        let first = kv.apply(&write(2, 1, 2, enqueue("x")));
+        let v2 = Version::new(1, 2);
+        assert_eq!(
+            first,
+            Applied::Write(Ok(CommandResult::Enqueued { seq: 1, length: 1, version: v2 }))
+        );
+        kv.apply(&write(3, 1, 3, enqueue("y")));
+        let (peek, needed) = kv.queue_peek(b"q");
+        let head = Some((1, Value::from_static(b"x")));
+        let v3 = Some(Version::new(1, 3));
+        assert_eq!(peek, CommandResult::Queue { head, length: 2, next: 3, version: v3 });
+        assert_eq!(needed, LogIndex(3));
+        // A scan sees the keys only; a retried dequeue takes one element.
+        let (items, _) = kv.scan(b"", None, 100);
+        assert_eq!(items.iter().map(|i| &i.0[..]).collect::<Vec<_>>(), [b"a"]);
+        let bytes_before = kv.state_bytes();
+        let taken = kv.apply(&write(4, 2, 1, dequeue()));
+        assert_eq!(kv.apply(&write(5, 2, 1, dequeue())), taken, "a retry applies once");
+        let x = Some((1, Value::from_static(b"x")));
+        let v4 = Version::new(1, 4);
+        assert_eq!(
+            taken,
+            Applied::Write(Ok(CommandResult::Dequeued { head: x, remaining: 1, version: v4 }))
+        );
+        assert!(kv.state_bytes() < bytes_before, "a dequeued element leaves no tombstone");
+        // A snapshot taken now, and a rollback to before the dequeue.
+        let snapshot = kv.encode_at(LogIndex(5));
+        let digest = kv.digest_at(LogIndex(5));
+        kv.rollback_after(LogIndex(3), Epoch(1));
+        assert_eq!(kv.queue_peek(b"q").0, peek, "rolled back, x is at the head again");
+        let mut restored = Kv::decode(&snapshot, Version::new(1, 5), 10).unwrap();
+        assert_eq!(restored.digest_at(LogIndex(5)), digest);
+        let y = restored.apply(&write(6, 3, 1, dequeue()));
+        let y_head = Some((2, Value::from_static(b"y")));
+        let v6 = Version::new(1, 6);
+        assert_eq!(
+            y,
+            Applied::Write(Ok(CommandResult::Dequeued { head: y_head, remaining: 0, version: v6 }))
+        );
+        let empty = restored.apply(&write(7, 3, 2, dequeue()));
+        let v7 = Version::new(1, 7);
+        assert_eq!(
+            empty,
+            Applied::Write(Ok(CommandResult::Dequeued { head: None, remaining: 0, version: v7 }))
+        );
+        // Sequence numbers go on after the queue empties.
+        let next = restored.apply(&write(8, 3, 3, enqueue("z")));
+        let v8 = Version::new(1, 8);
+        assert_eq!(
+            next,
+            Applied::Write(Ok(CommandResult::Enqueued { seq: 3, length: 1, version: v8 }))
+        );
+        // Client keys may not enter the reserved range.
+        let reserved = put("\u{0}", "v");
+        assert!(reserved.validate(&keel_types::Limits::default()).is_ok());
+        let mut key = RESERVED_KEY_PREFIX.to_vec();
+        key.push(b'q');
+        let reserved = Command::Put { key: key.into(), value: "v".into() };
+        assert!(reserved.validate(&keel_types::Limits::default()).is_err());
     }
 
     #[test]

@@ -122,6 +122,32 @@ pub enum ClientCommand {
         /// The read level; `None`: the keyspace default.
         level: Option<ReadLevel>,
     },
+    /// `KEEL.ENQUEUE queue value [DURABILITY durability]`: appends to a replicated FIFO
+    /// queue; `[seq, length]`.
+    Enqueue {
+        /// The queue's name.
+        queue: Key,
+        /// The element appended.
+        value: Value,
+        /// When to acknowledge; `None`: the keyspace default.
+        durability: Option<Durability>,
+    },
+    /// `KEEL.DEQUEUE queue [DURABILITY durability]`: removes the head;
+    /// `[seq, value, remaining]`, or null when the queue is empty.
+    Dequeue {
+        /// The queue's name.
+        queue: Key,
+        /// When to acknowledge; `None`: the keyspace default.
+        durability: Option<Durability>,
+    },
+    /// `KEEL.QPEEK queue [LEVEL level]`: the queue's head, length and next sequence
+    /// number, `[seq, value, length, next]` (seq and value null when empty).
+    QueuePeek {
+        /// The queue's name.
+        queue: Key,
+        /// The read level; `None`: the keyspace default.
+        level: Option<ReadLevel>,
+    },
     /// `KEEL.STATUS`: this node's view of the cluster, in the connection's keyspace.
     Status,
     /// `INFO [section ...]`: server information, as Redis's `INFO`.
@@ -234,6 +260,15 @@ impl ClientCommand {
             ClientCommand::Scan { start, end, count, level } => {
                 reads(vec![Command::Scan { start, end, limit: count }], level)
             }
+            ClientCommand::Enqueue { queue, value, durability } => {
+                writes(vec![Command::Enqueue { queue, value }], durability)
+            }
+            ClientCommand::Dequeue { queue, durability } => {
+                writes(vec![Command::Dequeue { queue }], durability)
+            }
+            ClientCommand::QueuePeek { queue, level } => {
+                reads(vec![Command::QueuePeek { queue }], level)
+            }
             other => return Err(other),
         };
         assert!(!operations.commands.is_empty(), "a data command has at least one operation");
@@ -255,6 +290,9 @@ impl ClientCommand {
             ClientCommand::MGet { .. } => "mget",
             ClientCommand::Cas { .. } => "keel.cas",
             ClientCommand::Scan { .. } => "keel.scan",
+            ClientCommand::Enqueue { .. } => "keel.enqueue",
+            ClientCommand::Dequeue { .. } => "keel.dequeue",
+            ClientCommand::QueuePeek { .. } => "keel.qpeek",
             ClientCommand::Status => "keel.status",
             ClientCommand::Info { .. } => "info",
             ClientCommand::Client(_) => "client",

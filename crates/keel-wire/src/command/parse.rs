@@ -63,6 +63,9 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "mget" => mget(rest, count, limits),
         "keel.cas" => cas(rest, count, limits),
         "keel.scan" => scan(rest, count, limits),
+        "keel.enqueue" => enqueue(rest, count, limits),
+        "keel.dequeue" => dequeue(rest, count, limits),
+        "keel.qpeek" => queue_peek(rest, count, limits),
         "keel.status" => exactly("keel.status", count, 0).map(|()| ClientCommand::Status),
         "keel.keyspaces" => exactly("keel.keyspaces", count, 0).map(|()| ClientCommand::Keyspaces),
         "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
@@ -314,15 +317,51 @@ fn cas(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         None => None,
     };
     let new = value(next(&mut words)?, limits)?;
-    let mut durability_asked = None;
+    Ok(ClientCommand::Cas { key, expected, new, durability: durability_option(words)? })
+}
+
+/// `[DURABILITY d]`, the only option of `KEEL.CAS` and the queue writes.
+fn durability_option(mut words: Words) -> Result<Option<Durability>, CommandError> {
+    let mut asked = None;
     while let Some(option) = words.next() {
         if !is(&option, "durability") {
             return Err(CommandError::Syntax);
         }
-        once(durability_asked.is_some())?;
-        durability_asked = Some(durability(&next(&mut words)?)?);
+        once(asked.is_some())?;
+        asked = Some(durability(&next(&mut words)?)?);
     }
-    Ok(ClientCommand::Cas { key, expected, new, durability: durability_asked })
+    Ok(asked)
+}
+
+fn enqueue(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("keel.enqueue", count, 2)?;
+    let queue = key(next(&mut words)?, limits)?;
+    let value = value(next(&mut words)?, limits)?;
+    Ok(ClientCommand::Enqueue { queue, value, durability: durability_option(words)? })
+}
+
+fn dequeue(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("keel.dequeue", count, 1)?;
+    let queue = key(next(&mut words)?, limits)?;
+    Ok(ClientCommand::Dequeue { queue, durability: durability_option(words)? })
+}
+
+fn queue_peek(
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    at_least("keel.qpeek", count, 1)?;
+    let queue = key(next(&mut words)?, limits)?;
+    let mut level = None;
+    while let Some(option) = words.next() {
+        if !is(&option, "level") {
+            return Err(CommandError::Syntax);
+        }
+        once(level.is_some())?;
+        level = Some(read_level(&next(&mut words)?)?);
+    }
+    Ok(ClientCommand::QueuePeek { queue, level })
 }
 
 fn scan(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {

@@ -466,6 +466,25 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
                 put_version(out, *version);
             }
         }
+        CommandResult::Enqueued { seq, length, version } => {
+            put_u8(out, 7);
+            put_u64(out, *seq);
+            put_u64(out, *length);
+            put_version(out, *version);
+        }
+        CommandResult::Dequeued { head, remaining, version } => {
+            put_u8(out, 8);
+            put_queue_head(out, head.as_ref());
+            put_u64(out, *remaining);
+            put_version(out, *version);
+        }
+        CommandResult::Queue { head, length, next, version } => {
+            put_u8(out, 9);
+            put_queue_head(out, head.as_ref());
+            put_u64(out, *length);
+            put_u64(out, *next);
+            put_option_version(out, *version);
+        }
         CommandResult::Multi { results } => {
             put_u8(out, 6);
             put_flag(out, results.is_some());
@@ -477,6 +496,21 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
             }
         }
     }
+}
+
+fn put_queue_head(out: &mut Vec<u8>, head: Option<&(u64, keel_types::Value)>) {
+    put_flag(out, head.is_some());
+    if let Some((seq, value)) = head {
+        put_u64(out, *seq);
+        keel_types::codec::put_bytes(out, value);
+    }
+}
+
+fn read_queue_head(reader: &mut Reader<'_>) -> Result<Option<(u64, keel_types::Value)>, PeerError> {
+    if !reader.flag("queue head flag")? {
+        return Ok(None);
+    }
+    Ok(Some((reader.u64("queue head sequence")?, reader.bytes("queue head", BYTES_LEN_MAX)?)))
 }
 
 /// A transaction's results: at most `MULTI_OPS_MAX`, none of them a transaction's.
@@ -524,6 +558,22 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
             CommandResult::Items { items }
         }
         6 => read_multi_results(reader)?,
+        7 => CommandResult::Enqueued {
+            seq: reader.u64("enqueued sequence")?,
+            length: reader.u64("queue length")?,
+            version: read_version(reader)?,
+        },
+        8 => CommandResult::Dequeued {
+            head: read_queue_head(reader)?,
+            remaining: reader.u64("queue remaining")?,
+            version: read_version(reader)?,
+        },
+        9 => CommandResult::Queue {
+            head: read_queue_head(reader)?,
+            length: reader.u64("queue length")?,
+            next: reader.u64("queue next")?,
+            version: read_option_version(reader)?,
+        },
         tag => return Err(CodecError::UnknownTag { what: "command result", tag }.into()),
     };
     Ok(result)
@@ -620,8 +670,15 @@ pub(crate) mod strategies {
 
     /// What a transaction may hold: any single-key command, no scan.
     fn transaction_op() -> impl Strategy<Value = Command> {
-        single_command()
-            .prop_filter("no scan in a transaction", |c| !matches!(c, Command::Scan { .. }))
+        single_command().prop_filter("no scan or queue operation in a transaction", |c| {
+            !matches!(
+                c,
+                Command::Scan { .. }
+                    | Command::Enqueue { .. }
+                    | Command::Dequeue { .. }
+                    | Command::QueuePeek { .. }
+            )
+        })
     }
 
     fn single_command() -> impl Strategy<Value = Command> {
@@ -637,6 +694,9 @@ pub(crate) mod strategies {
             (bytes(), any::<i64>()).prop_map(|(key, delta)| Command::Incr { key, delta }),
             (bytes(), option::of(bytes()), any::<u32>())
                 .prop_map(|(start, end, limit)| Command::Scan { start, end, limit }),
+            (bytes(), bytes()).prop_map(|(queue, value)| Command::Enqueue { queue, value }),
+            bytes().prop_map(|queue| Command::Dequeue { queue }),
+            bytes().prop_map(|queue| Command::QueuePeek { queue }),
         ]
     }
 
@@ -720,6 +780,19 @@ pub(crate) mod strategies {
                 .prop_map(|(value, version)| CommandResult::Counter { value, version }),
             vec((bytes(), bytes(), version()), 0..3)
                 .prop_map(|items| CommandResult::Items { items }),
+            (any::<u64>(), any::<u64>(), version()).prop_map(|(seq, length, version)| {
+                CommandResult::Enqueued { seq, length, version }
+            }),
+            (option::of((any::<u64>(), bytes())), any::<u64>(), version()).prop_map(
+                |(head, remaining, version)| CommandResult::Dequeued { head, remaining, version }
+            ),
+            (option::of((any::<u64>(), bytes())), any::<[u64; 2]>(), option::of(version()))
+                .prop_map(|(head, [length, next], version)| CommandResult::Queue {
+                    head,
+                    length,
+                    next,
+                    version
+                }),
         ]
     }
 

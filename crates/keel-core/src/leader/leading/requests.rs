@@ -186,6 +186,9 @@ fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
             (key.len() + value.len()) as u64
         }
         Command::Incr { key, .. } => key.len() as u64 + 20,
+        // The element's key (reserved prefix, name, sequence) and value, and the meta
+        // key of a new queue.
+        Command::Enqueue { queue, value } => 2 * queue.len() as u64 + value.len() as u64 + 64,
         Command::Multi { ops, .. } => ops.iter().map(|op| op.payload_bytes() as u64 + 20).sum(),
         _ => 0,
     };
