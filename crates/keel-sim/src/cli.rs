@@ -42,8 +42,9 @@ pub struct RunArgs {
     /// The scenario: `general` (all durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
-    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases) or
-    /// `correctables` (half the stronger reads invoked as Correctables, views checked).
+    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),
+    /// `correctables` (half the stronger reads invoked as Correctables, views checked) or
+    /// `tickets` (ticket selling on a replicated queue beside the general workload).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -145,7 +146,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
 fn run_seeds(args: &RunArgs) -> ExitCode {
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race or correctables)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, correctables or tickets)",
             args.scenario
         );
         return ExitCode::from(2);

@@ -156,6 +156,8 @@ pub struct Clients {
     pub findings: Vec<Finding>,
     next_op_id: u64,
     stopped: bool,
+    /// The `tickets` scenario's organizer and retailers, beside the clients above.
+    pub tickets: Option<crate::tickets::Tickets>,
 }
 
 impl Clients {
@@ -185,6 +187,7 @@ impl Clients {
             findings: Vec::new(),
             next_op_id: 0,
             stopped: false,
+            tickets: None,
         }
     }
 
@@ -220,16 +223,23 @@ impl Clients {
         for c in 0..self.clients.len() {
             self.schedule_wake(world, c);
         }
+        if let Some(tickets) = &mut self.tickets {
+            tickets.start(world);
+        }
     }
 
     /// No new operations after this; those in flight still complete or time out.
     pub fn stop(&mut self) {
         self.stopped = true;
+        if let Some(tickets) = &mut self.tickets {
+            tickets.stop();
+        }
     }
 
     /// Operations still in flight.
     pub fn in_flight(&self) -> usize {
         self.clients.iter().filter(|c| c.inflight.is_some()).count()
+            + self.tickets.as_ref().map_or(0, |t| t.in_flight())
     }
 
     fn schedule_wake<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
@@ -239,6 +249,9 @@ impl Clients {
 
     /// Handles a notice meant for clients; returns false if it is not theirs.
     pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
+        if self.tickets.as_mut().is_some_and(|t| t.handle(world, notice)) {
+            return true;
+        }
         match notice {
             Notice::Reply { reply, .. } => self.on_reply(world, reply),
             Notice::Timer { id } => match id >> TIMER_CLASS_SHIFT {

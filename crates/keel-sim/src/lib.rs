@@ -45,5 +45,6 @@ pub mod scenario;
 pub mod survivors;
 pub mod table3;
 pub mod table4;
+pub mod tickets;
 pub mod toy;
 pub mod world;

@@ -107,6 +107,9 @@ pub struct GeneralConfig {
     /// isolating the leader, and one message in twenty stalled for up to 3 s, so that a
     /// former leader's `Append` reaches a node of a newer epoch long after it was sent.
     pub lease_race: bool,
+    /// The `tickets` scenario: beside the general workload, the Correctables paper's
+    /// ticket selling on a replicated queue (`tickets.rs`), its queue checked.
+    pub tickets: bool,
 }
 
 impl GeneralConfig {
@@ -135,7 +138,13 @@ impl GeneralConfig {
             lease_race: false,
             correctables: false,
             stale_final_view: false,
+            tickets: false,
         }
+    }
+
+    /// The `tickets` run for `seed` (see [`GeneralConfig::tickets`]).
+    pub fn tickets(seed: u64) -> GeneralConfig {
+        GeneralConfig { tickets: true, ..GeneralConfig::new(seed) }
     }
 
     /// The `correctables` run for `seed` (see [`GeneralConfig::correctables`]).
@@ -169,6 +178,7 @@ impl GeneralConfig {
             "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
             "correctables" => Some(GeneralConfig::correctables(seed)),
+            "tickets" => Some(GeneralConfig::tickets(seed)),
             _ => None,
         }
     }
@@ -181,6 +191,8 @@ impl GeneralConfig {
             "lease-race"
         } else if self.correctables {
             "correctables"
+        } else if self.tickets {
+            "tickets"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -555,7 +567,20 @@ fn general_body<E: SimEngine<Config = Config>>(
         faults.duration_ns_max *= 3;
         workload.op_timeout_ns *= 3;
     }
+    let op_timeout_ns = workload.op_timeout_ns;
     let mut clients = Clients::new(workload, rng.fork());
+    if config.tickets {
+        // Drawn apart, so the rest of the seed's world is the general scenario's.
+        let mut draw = Rng::new(config.seed ^ 0x71C4_E750_0000_0007);
+        let sale = crate::tickets::TicketsConfig {
+            tickets: draw.range(30, 150) as u32,
+            retailers: draw.range(2, 6) as u32,
+            threshold: draw.range(3, 21),
+            attempt_timeout_ns: op_timeout_ns,
+            seed: draw.next_u64(),
+        };
+        clients.tickets = Some(crate::tickets::Tickets::new(sale, 0));
+    }
     let mut nemesis = Nemesis::new(faults, rng.fork());
     clients.start(world);
     if config.faults {
@@ -576,6 +601,11 @@ fn general_body<E: SimEngine<Config = Config>>(
     }
     report.reached = reached(world, &nemesis, clients.retries);
     report.reached.insert("invocation".into(), clients.invocations);
+    if let Some(tickets) = &clients.tickets {
+        for (path, n) in tickets.reached() {
+            report.reached.insert(path.into(), n);
+        }
+    }
     report.reached.retain(|_, n| *n > 0);
 }
 

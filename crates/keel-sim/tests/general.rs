@@ -111,6 +111,18 @@ fn correctables_seeds_pass_with_their_views_checked() {
 }
 
 #[test]
+fn tickets_seeds_sell_under_faults_and_never_oversell() {
+    // The Correctables paper's ticket selling on the replicated queue, beside the general
+    // workload, under every fault: the queue checks (`tickets.rs`) run on every seed.
+    let count = 1_000;
+    let reaching = sweep(count, GeneralConfig::tickets);
+    let seeds = |path: &str| reaching.get(path).copied().unwrap_or(0);
+    assert!(seeds("ticket-sold") * 100 >= 90 * count, "{reaching:?}");
+    assert!(seeds("ticket-sold-on-preliminary") * 100 >= 30 * count, "{reaching:?}");
+    assert!(seeds("queue-found-empty") * 100 >= 50 * count, "{reaching:?}");
+}
+
+#[test]
 fn one_seed_replays_identically() {
     let a = run_general::<LeaderEngine>(&GeneralConfig::new(11));
     let b = run_general::<LeaderEngine>(&GeneralConfig::new(11));

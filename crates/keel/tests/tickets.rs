@@ -26,6 +26,7 @@ fn assert_sold_out_once(report: &serde_json::Value) {
     let on_preliminary = report["sold_on_preliminary"].as_u64().unwrap();
     assert!(on_preliminary >= 400, "the guard band alone waits for the final view: {report}");
     assert!(report["revoked"].as_u64().unwrap() <= 4, "one per retailer at most: {report}");
+    assert_eq!(report["revoked_sales"], 0, "no sale inside the guard band: {report}");
 }
 
 #[test]
