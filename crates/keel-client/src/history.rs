@@ -140,6 +140,66 @@ impl Recording<'_> {
         result.map(|r| r.value)
     }
 
+    /// A recorded read invoked as a Correctable (`Client::invoke`, one `KEEL.INVOKE`):
+    /// one view per level of `levels`, weakest first; recorded as a read at the final
+    /// view's level whose `views` are the preliminary ones, each timed when it arrived.
+    /// Returns the final view's value.
+    pub async fn invoke(
+        &mut self,
+        key: &str,
+        levels: &[ReadLevel],
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        let invoke_ns = self.recorder.now_ns();
+        let invocation = self.session.client().invoke(key.as_bytes(), levels);
+        let mut stream = invocation.views();
+        let mut views = Vec::new();
+        let mut closing = None;
+        while let Some(view) = stream.next().await {
+            match view {
+                Ok(view) if closing.is_none() => {
+                    let at_ns = self.recorder.now_ns();
+                    let result = view.value.as_deref().map(text);
+                    views.push((
+                        keel_check::history::View {
+                            level: view.level,
+                            result,
+                            version: view.version,
+                            at_ns,
+                        },
+                        view.value,
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => closing = Some(e),
+            }
+        }
+        let level = match (&closing, views.last()) {
+            (None, Some((last, _))) => last.level,
+            _ => *levels.iter().max().unwrap_or(&ReadLevel::Linearizable),
+        };
+        let kind = |result: Option<String>| OpKind::Get { key: key.to_string(), level, result };
+        let (op, result) = match closing {
+            Some(error) => {
+                // Failed after its preliminary views: a read with no effect; the views
+                // stay on record (each was a read the node served).
+                let mut op = self.op(kind(None), invoke_ns, Outcome::Fail, None);
+                op.views = views.into_iter().map(|(view, _)| view).collect();
+                op.views.retain(|view| view.level < level);
+                (op, Err(error))
+            }
+            None => {
+                let (last, value) = views.pop().expect("a final view");
+                let mut op = self.op(kind(last.result.clone()), invoke_ns, Outcome::Ok, None);
+                op.complete_ns = Some(last.at_ns.max(invoke_ns));
+                op.version = last.version;
+                op.views = views.into_iter().map(|(view, _)| view).collect();
+                (op, Ok(value))
+            }
+        };
+        self.recorder.record(op);
+        result
+    }
+
     /// A recorded write.
     pub async fn put(
         &mut self,

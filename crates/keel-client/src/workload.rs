@@ -7,9 +7,12 @@
 //! - `m<i>`: written `memory` or `replicated`: those writes may be lost in a crash
 //!   (acknowledged before they were durable), so only monotonic reads are checked.
 //!
-//! Reads of both families use every level. Checks: cross-client monotonic reads (rules
-//! (a) and (b) of `keel_check::monotonic`) on the whole history, and linearizability
-//! (`keel_check::linearizability`, model `keel`) on the `d` keys.
+//! Reads of both families use every level; a third of the reads at `monotonic` or
+//! `linearizable` are invoked as Correctables (`KEEL.INVOKE`, a view per level). Checks:
+//! cross-client monotonic reads (rules (a) and (b) of `keel_check::monotonic`) on the
+//! whole history with every preliminary view as a read of its own, the views' order and
+//! freshness (`keel_check::views`), and linearizability (`keel_check::linearizability`,
+//! model `keel`) on the `d` keys.
 
 use crate::client::Client;
 use crate::history::{Recorder, Recording};
@@ -112,6 +115,12 @@ async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, keys: u64, n: u64) -> bo
     let choice = rng.below(10);
     if choice < 6 {
         let level = ReadLevel::ALL[rng.below(3) as usize];
+        if level > ReadLevel::Any && rng.below(3) == 0 {
+            // A third of the stronger reads as Correctables: every level up to this one.
+            let levels: Vec<ReadLevel> =
+                ReadLevel::ALL.into_iter().filter(|l| *l <= level).collect();
+            return rec.invoke(&key, &levels).await.is_ok();
+        }
         return rec.get(&key, level).await.is_ok();
     }
     if durable_family {
@@ -129,8 +138,10 @@ async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, keys: u64, n: u64) -> bo
 /// The verdicts on a recorded run.
 #[derive(Debug)]
 pub struct Verdicts {
-    /// Cross-client monotonic reads over the whole history.
+    /// Cross-client monotonic reads over the whole history (views as reads).
     pub monotonic: keel_check::monotonic::Report,
+    /// The invoked reads' views: order and freshness.
+    pub views: keel_check::views::Report,
     /// Linearizability of the `d` keys.
     pub linearizable: linearizability::Report,
 }
@@ -140,26 +151,28 @@ impl Verdicts {
     /// as holding).
     pub fn hold(&self) -> bool {
         self.monotonic.violations_total == 0
+            && self.views.violations_total == 0
             && matches!(self.linearizable.verdict, Verdict::Linearizable)
     }
 
     /// Violations found: monotonic ones plus one per non-linearizable history.
     pub fn violations(&self) -> usize {
         let lin = usize::from(matches!(self.linearizable.verdict, Verdict::NotLinearizable(_)));
-        self.monotonic.violations_total + lin
+        self.monotonic.violations_total + self.views.violations_total + lin
     }
 }
 
 /// Checks `ops` against `survivors`.
 pub fn check(ops: &[Op], survivors: &[Survivor]) -> Verdicts {
     let history = KeelHistory { ops: ops.to_vec(), survivors: survivors.to_vec() };
-    let monotonic = keel_check::monotonic::check(&history);
+    let views = keel_check::views::check(&history);
+    let monotonic = keel_check::monotonic::check(&keel_check::views::expand(&history));
     let durable: Vec<Op> =
         ops.iter().filter(|op| op.kind.key().starts_with('d')).cloned().collect();
     let lin_ops = keel_check::keel::lin_ops(&durable);
     let linearizable =
         linearizability::check(Model::Keel, &lin_ops, linearizability::Config::default());
-    Verdicts { monotonic, linearizable }
+    Verdicts { monotonic, views, linearizable }
 }
 
 /// The latency label of an op: `get/monotonic`, `put/durable`, ...

@@ -654,10 +654,15 @@ async fn invoke_views(
         let is_final = i == last;
         let level = invocation.levels.get(first + i).copied();
         let answer = match step {
-            Step::Later(submit) => match node.read_now(&submit) {
-                Some(reply) => Ok(reply),
-                None => node.send(submit).answer().await,
-            },
+            Step::Later(mut submit) => {
+                if is_final && node.unsafe_stale_invoke {
+                    submit.level = Some(ReadLevel::Any);
+                }
+                match node.read_now(&submit) {
+                    Some(reply) => Ok(reply),
+                    None => node.send(submit).answer().await,
+                }
+            }
             Step::Ready(reply) => Ok(reply),
             Step::Sent(sent) => sent.answer().await,
         };
@@ -1350,6 +1355,7 @@ mod tests {
             view: None,
             metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
             node_id: keel_types::NodeId(1),
+            unsafe_stale_invoke: false,
         };
         let (other, _) = mpsc::channel(8);
         let keyspaces = Keyspaces::new(

@@ -273,6 +273,25 @@ impl StorageSettings {
     }
 }
 
+/// Test-only behaviours that break a promise on purpose, for negative controls (off by
+/// default; a node with one on logs it as an error at start).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestingSettings {
+    /// `KEEL.INVOKE GET`'s final view is read at `any` on the contacted node, without
+    /// coordinating, yet labelled with the strongest level asked for: histories recorded
+    /// against it must fail `keel check`.
+    #[serde(default)]
+    pub unsafe_stale_invoke: bool,
+}
+
+impl TestingSettings {
+    /// Whether nothing is on (the default; the section is then not written).
+    pub fn is_off(&self) -> bool {
+        !self.unsafe_stale_invoke
+    }
+}
+
 /// The whole server configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -384,6 +403,9 @@ pub struct ServerConfig {
     /// Test-only disk emulation (off by default).
     #[serde(default, skip_serializing_if = "StorageSettings::is_off")]
     pub storage: StorageSettings,
+    /// Test-only broken behaviours for negative controls (off by default).
+    #[serde(default, skip_serializing_if = "TestingSettings::is_off")]
+    pub testing: TestingSettings,
     /// Without any `[[users]]`, serve only clients connecting from a loopback address
     /// (Redis's protected mode); `false` serves anyone who reaches `client_addr`.
     #[serde(default = "protected_mode_default")]
@@ -533,6 +555,7 @@ impl ServerConfig {
             engine: EngineSettings::default(),
             geo: GeoSettings::default(),
             storage: StorageSettings::default(),
+            testing: TestingSettings::default(),
             keyspaces: Vec::new(),
         }
     }

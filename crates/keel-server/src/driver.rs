@@ -635,6 +635,10 @@ pub struct KeyspaceHandle {
     pub metrics: Arc<KeyspaceMetrics>,
     /// This node.
     pub node_id: NodeId,
+    /// Negative control only (`[testing] unsafe_stale_invoke`): a `KEEL.INVOKE GET`'s
+    /// final view is read at `any`, from this node's state, yet labelled with the
+    /// strongest level asked for (a binding that never coordinated).
+    pub unsafe_stale_invoke: bool,
 }
 
 impl KeyspaceHandle {

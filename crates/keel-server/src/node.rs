@@ -174,6 +174,11 @@ pub async fn run(
     let tls = config.tls_acceptor()?;
     let http_access =
         crate::http::Access::new(config.http_token()?.as_deref(), config.http_tls_acceptor()?);
+    if config.testing.unsafe_stale_invoke {
+        tracing::error!(
+            "[testing] unsafe_stale_invoke is on: KEEL.INVOKE final views are NOT coordinated (negative-control mode, never for real use)"
+        );
+    }
     if !links.key.is_secret() {
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
@@ -395,6 +400,7 @@ where
         view: config.reads_off_loop.then_some(view),
         metrics,
         node_id: NodeId(config.node_id),
+        unsafe_stale_invoke: config.testing.unsafe_stale_invoke,
     };
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
     Ok(Started { handle, inbox, run })

@@ -238,6 +238,17 @@ fn print_table(ops: &[Op], rounds: u64, verdicts: &Verdicts) {
     for v in &m.violations {
         println!("  {}: {}", v.rule.name(), v.message);
     }
+    let v = &verdicts.views;
+    println!(
+        "views of invoked reads ({} reads, {} preliminary views): {} ({} violations)",
+        v.invocations,
+        v.views,
+        v.verdict(),
+        v.violations_total
+    );
+    for violation in &v.violations {
+        println!("  {violation}");
+    }
     let l = &verdicts.linearizable;
     println!("linearizability of durable keys ({} ops): {}", l.ops, l.verdict.name());
 }

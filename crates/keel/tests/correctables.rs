@@ -208,3 +208,82 @@ fn a_replicated_queue_is_fifo_and_its_operations_can_be_invoked() {
     });
     common::finish(cluster);
 }
+
+/// Records, against a cluster whose node 3 hears its peers `DELAY_MS` late, durable
+/// writes at the leader and reads invoked at node 3 (`any`, then `linearizable`); writes
+/// the history to a file and returns `keel check`'s exit code on it (linearizability of
+/// the `d` key, and the views with the monotonic-reads checker).
+fn invoked_reads_at_a_lagging_node(broken: bool) -> (i32, i32) {
+    const DELAY_MS: u64 = 1_000;
+    let name = if broken { "invoke-broken" } else { "invoke-honest" };
+    let (cluster, _) = common::cluster(name, |c| {
+        c.testing.unsafe_stale_invoke = broken;
+        if c.node_id != 3 {
+            c.geo.peer_delay_ms.insert("3".into(), DELAY_MS);
+        }
+    });
+    // Node 3 may win the first election (its own messages are not late); it cannot keep
+    // a lease on replies a second old, and one of the others takes over.
+    let mut leader = None;
+    common::wait_until(common::LEADER_WAIT, || {
+        leader = cluster.wait_for_leader(std::time::Duration::from_millis(100)).filter(|l| *l < 2);
+        leader.is_some()
+    });
+    let leader = leader.expect("node 1 or 2 leads");
+    let addrs = cluster.client_addrs().to_vec();
+    let mut config = ClientConfig::new(addrs[..2].to_vec());
+    config.attempt_timeout = std::time::Duration::from_secs(10);
+    let writer = Client::new(config.clone());
+    let reader = Client::new(ClientConfig { nodes: vec![addrs[2]], ..config });
+    let recorder = keel_client::history::Recorder::default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let survivors = runtime.block_on(async {
+        let mut w =
+            keel_client::history::Recording { session: writer.session(), recorder: &recorder };
+        let mut r =
+            keel_client::history::Recording { session: reader.session(), recorder: &recorder };
+        for i in 0..3 {
+            let value = format!("v{i}");
+            let mut wrote = false;
+            for _ in 0..50 {
+                if w.put("d0", &value, Durability::Durable).await.is_ok() {
+                    wrote = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            assert!(wrote, "the majority without node 3 never took a durable write");
+            // Another client's strong read of it, over before the invocation begins.
+            w.get("d0", ReadLevel::Linearizable).await.expect("a strong read at the leader");
+            r.invoke("d0", &[ReadLevel::Any, ReadLevel::Linearizable]).await.expect("a final view");
+        }
+        // The writes that took effect, from the leader's log (the monotonic checker
+        // judges reads against them).
+        keel_client::history::fetch_survivors(&writer, leader).await.expect("the leader's log")
+    });
+    let history = cluster.dir().join("history.jsonl");
+    recorder.write(&history, &survivors).expect("the history is written");
+    let check = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["check", "--model", "keel", "--format", "keel"])
+            .args(extra)
+            .arg(&history)
+            .status()
+            .expect("keel check runs")
+            .code()
+            .expect("an exit code")
+    };
+    let codes = (check(&[]), check(&["--property", "views"]));
+    common::finish(cluster);
+    codes
+}
+
+#[test]
+fn a_server_whose_final_views_never_coordinate_fails_keel_check_and_an_honest_one_passes() {
+    // The negative control through real processes: `[testing] unsafe_stale_invoke` reads
+    // the final view at `any` on the contacted node, which hears the leader a second
+    // late, and labels it `linearizable`: the recorded history breaks linearizability and
+    // cross-client monotonic reads. The same schedule against an honest server passes.
+    assert_eq!(invoked_reads_at_a_lagging_node(true), (1, 1), "the stale final views are caught");
+    assert_eq!(invoked_reads_at_a_lagging_node(false), (0, 0), "an honest server passes");
+}
