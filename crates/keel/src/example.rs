@@ -39,6 +39,9 @@ pub enum Example {
     /// Retailers sell tickets from a replicated queue, acting on preliminary views while
     /// many remain; never oversell.
     Tickets(TicketsArgs),
+    /// Ad serving: a profile's ad references read as a Correctable, the ads fetched on
+    /// the preliminary view (speculation), against a strong-only baseline.
+    Ads(crate::example_ads::AdsArgs),
 }
 
 /// Flags of `keel example tickets`.
@@ -80,6 +83,7 @@ pub fn run(args: &ExampleArgs) -> ExitCode {
         .build()
         .expect("runtime");
     match &args.example {
+        Example::Ads(args) => crate::example_ads::run(&runtime, args),
         Example::Tickets(args) => match runtime.block_on(tickets(args)) {
             Ok(report) => {
                 if args.json {
@@ -284,7 +288,7 @@ impl TicketsReport {
     }
 }
 
-fn median(mut values: Vec<u64>) -> Option<u64> {
+pub(crate) fn median(mut values: Vec<u64>) -> Option<u64> {
     values.sort_unstable();
     values.get(values.len() / 2).copied()
 }

@@ -9,6 +9,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod client_cmds;
 mod demo;
 mod example;
+mod example_ads;
 mod secure;
 mod up;
 
@@ -32,7 +33,7 @@ enum Command {
     Up(up::UpArgs),
     /// Start a local cluster, run a checked workload with a crash, print what each level did.
     Demo(demo::DemoArgs),
-    /// Run one of the Correctables paper's applications (`example tickets`).
+    /// Run one of the Correctables paper's applications (`example tickets`, `example ads`).
     Example(example::ExampleArgs),
     /// Read a key.
     Get(client_cmds::GetArgs),
