@@ -89,7 +89,8 @@ pub enum SuiteCommand {
 /// Flags of `keel bench suite`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SuiteArgs {
-    /// orca (Table 2 and Figure 10), geo, or scale (1..128 clients on A and B).
+    /// orca (Table 2 and Figure 10), geo, scale (1..128 clients on A and B), keyspaces,
+    /// or correctables (preliminary and final views, bandwidth, divergence).
     pub name: String,
     /// Systems to include, comma-separated.
     #[arg(long, default_value = "keel,etcd,zookeeper,redis")]

@@ -587,6 +587,26 @@ fn write_report(
     Ok(md)
 }
 
+/// Writes `records` to `<out>/<prefix>-<unix time>.jsonl`, one JSON object a line;
+/// returns the file's stem and the command line that ran (for the report).
+pub fn write_jsonl<R: serde::Serialize>(
+    out: &Path,
+    prefix: &str,
+    records: &[R],
+) -> Result<(String, String), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let stem = format!("{prefix}-{stamp}");
+    let jsonl: String = records
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("a record serializes") + "\n")
+        .collect();
+    std::fs::write(out.join(format!("{stem}.jsonl")), jsonl).map_err(|e| e.to_string())?;
+    Ok((stem, std::env::args().collect::<Vec<_>>().join(" ")))
+}
+
 /// Runs `keel bench suite geo`: every configuration on the workloads `--workloads` names
 /// (default: all four), then writes `<out>/geo-<time>.{jsonl,md}` and a CDF PNG per
 /// workload.
@@ -597,17 +617,7 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
         records.extend(run_config(exe, config, &workloads, args)?);
     }
     let out = &args.common.out;
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let stem = format!("geo-{stamp}");
-    let jsonl: String = records
-        .iter()
-        .map(|r| serde_json::to_string(r).expect("a record serializes") + "\n")
-        .collect();
-    std::fs::write(out.join(format!("{stem}.jsonl")), jsonl).map_err(|e| e.to_string())?;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let (stem, command) = write_jsonl(out, "geo", &records)?;
     let md = write_report(out, &stem, &records, &command)?;
     print!("{md}");
     eprintln!("keel bench: wrote {}.jsonl and .md", out.join(&stem).display());

@@ -18,6 +18,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod correctables;
 pub mod driver;
 pub mod generator;
 pub mod geo;

@@ -385,6 +385,7 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         "orca" => "a,b,d,f",
         "scale" | "keyspaces" => "a,b",
         "geo" => return crate::geo::run(args, exe).map(|()| Vec::new()),
+        "correctables" => return crate::correctables::run(args, exe).map(|()| Vec::new()),
         other => {
             return Err(format!("unknown suite {other:?}: expected orca, geo, scale or keyspaces"))
         }

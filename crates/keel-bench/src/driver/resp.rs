@@ -13,6 +13,21 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// What one command exchanged on a RESP3 connection ([`RespConn::call_with_pushes`]).
+#[derive(Debug)]
+pub struct Exchange {
+    /// The push frames before the reply, each with when it arrived (since the send).
+    pub pushes: Vec<(Frame, std::time::Duration)>,
+    /// The reply.
+    pub reply: Frame,
+    /// When the reply arrived (since the send).
+    pub reply_at: std::time::Duration,
+    /// Bytes of the request.
+    pub bytes_out: u64,
+    /// Bytes of the pushes and the reply.
+    pub bytes_in: u64,
+}
+
 /// One RESP2 connection.
 #[derive(Debug)]
 pub struct RespConn {
@@ -71,9 +86,45 @@ impl RespConn {
         }
     }
 
-    async fn round_trip(&mut self) -> Result<Frame, DriverError> {
+    /// Sends one command on a RESP3 connection (after `HELLO 3`) and reads every frame up
+    /// to its reply: the pushes before it (each with the time it arrived, from the send)
+    /// and the reply; with the bytes sent and received for it.
+    pub async fn call_with_pushes(&mut self, args: &[&[u8]]) -> Result<Exchange, DriverError> {
+        assert!(!args.is_empty(), "a command needs a name");
+        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(a.to_vec().into())).collect());
+        self.write_buf.clear();
+        encode(&frame, Protocol::Resp2, &mut self.write_buf);
+        let sent = std::time::Instant::now();
+        let bytes_out = self.write_buf.len() as u64;
         self.stream.write_all(&self.write_buf).await?;
-        // Bounded: each pass reads at least one byte and the reply is at most REPLY_BYTES_MAX.
+        let mut exchange = Exchange {
+            pushes: Vec::new(),
+            reply: Frame::Null,
+            reply_at: Default::default(),
+            bytes_out,
+            bytes_in: 0,
+        };
+        loop {
+            let (frame, consumed) = tokio::time::timeout(REQUEST_TIMEOUT, self.next_frame())
+                .await
+                .map_err(|_| DriverError::Timeout)??;
+            exchange.bytes_in += consumed as u64;
+            match frame {
+                Frame::Push(items) => exchange.pushes.push((Frame::Push(items), sent.elapsed())),
+                Frame::Error(text) | Frame::BulkError(text) => {
+                    return Err(DriverError::Server(String::from_utf8_lossy(&text).into_owned()))
+                }
+                reply => {
+                    exchange.reply = reply;
+                    exchange.reply_at = sent.elapsed();
+                    return Ok(exchange);
+                }
+            }
+        }
+    }
+
+    /// The next whole frame and the bytes it took.
+    async fn next_frame(&mut self) -> Result<(Frame, usize), DriverError> {
         loop {
             let decoded = self
                 .decoder
@@ -81,7 +132,7 @@ impl RespConn {
                 .map_err(|e| DriverError::Protocol(e.to_string()))?;
             if let Some((frame, consumed)) = decoded {
                 self.read_buf.drain(..consumed);
-                return Ok(frame);
+                return Ok((frame, consumed));
             }
             if self.read_buf.len() > REPLY_BYTES_MAX {
                 return Err(DriverError::Protocol("reply too large".into()));
@@ -93,6 +144,12 @@ impl RespConn {
             }
             self.read_buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    async fn round_trip(&mut self) -> Result<Frame, DriverError> {
+        self.stream.write_all(&self.write_buf).await?;
+        // Bounded: each pass reads at least one byte and the reply is at most REPLY_BYTES_MAX.
+        Ok(self.next_frame().await?.0)
     }
 }
 
