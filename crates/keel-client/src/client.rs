@@ -270,6 +270,24 @@ impl Client {
         self.invoke_words(words, levels.len(), last, value_of, false)
     }
 
+    /// Reads `keys` as one [`crate::Correctable`] (`KEEL.INVOKE MGET`): a view per level
+    /// (weakest first; none given: every level), each the keys' values in order read at
+    /// that level. As [`Client::invoke`] otherwise.
+    pub fn invoke_mget(
+        self: &Arc<Client>,
+        keys: &[&[u8]],
+        levels: &[ReadLevel],
+    ) -> crate::Correctable<Vec<Option<Vec<u8>>>> {
+        let levels = invoked_levels(levels);
+        let mut words: Vec<Vec<u8>> =
+            vec![b"KEEL.INVOKE".to_vec(), b"MGET".to_vec(), keys.len().to_string().into_bytes()];
+        words.extend(keys.iter().map(|key| key.to_vec()));
+        words.push(b"LEVELS".to_vec());
+        words.extend(levels.iter().map(|level| level.as_str().as_bytes().to_vec()));
+        let last = *levels.last().expect("at least one level");
+        self.invoke_words(words, levels.len(), last, values_of, false)
+    }
+
     /// Dequeues from `queue` as a [`crate::Correctable`] (`KEEL.INVOKE DEQUEUE`): a
     /// preliminary view per level of `levels` (none given: `any`), each the dequeue
     /// simulated on the queue as the contacted node reads it at that level, then the
@@ -541,6 +559,14 @@ pub struct QueueItem {
 fn count_of(frame: &Frame) -> Result<u64, ClientError> {
     match frame {
         Frame::Integer(n) => u64::try_from(*n).map_err(|_| ClientError::Unexpected(format!("{n}"))),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+/// An `MGET` reply: the values in key order.
+fn values_of(frame: &Frame) -> Result<Vec<Option<Vec<u8>>>, ClientError> {
+    match frame {
+        Frame::Array(items) => items.iter().map(value_of).collect(),
         other => Err(ClientError::Unexpected(format!("{other:?}"))),
     }
 }

@@ -514,6 +514,38 @@ mod tests {
     }
 
     #[test]
+    fn speculation_refuted_without_an_abort_function_reruns_and_an_error_aborts() {
+        // No abort work (`|_| {}`): the refuted result is dropped, `f` runs on the final.
+        let (c, r) = correctable::<String>();
+        let runs = Arc::new(Mutex::new(0));
+        let counted = runs.clone();
+        let derived = c.speculate(
+            move |v: &String| {
+                *counted.lock().unwrap() += 1;
+                v.len()
+            },
+            |_| {},
+        );
+        r.update(view(Any, "ab"));
+        r.close(view(Linearizable, "abc"));
+        let closed = derived.shared.lock().closed.clone().expect("closed");
+        assert_eq!((closed.expect("final").value, *runs.lock().unwrap()), (3, 2));
+        // An error after a speculation: the speculative result is aborted, the derived
+        // Correctable fails.
+        let (c, r) = correctable::<String>();
+        let aborted = Arc::new(Mutex::new(Vec::new()));
+        let seen = aborted.clone();
+        let derived = c.speculate(
+            |v: &String| v.clone(),
+            move |u: &String| seen.lock().unwrap().push(u.clone()),
+        );
+        r.update(view(Any, "x"));
+        r.fail(ClientError::Unexpected("gone".into()));
+        assert_eq!(*aborted.lock().unwrap(), ["x"]);
+        assert_eq!(derived.state(), State::Error);
+    }
+
+    #[test]
     fn identical_views_do_not_rerun_a_speculation() {
         let (calls, result) = speculation(&["x", "x"], "x");
         assert_eq!(calls, ["f(x)"]);

@@ -554,24 +554,20 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
         Ok(invocation) => invocation,
         Err(text) => return Pending::ready(Frame::error(&text), protocol),
     };
-    let category = match invocation.op {
-        InvokeOp::Get => Category::Read,
-        InvokeOp::Dequeue | InvokeOp::Enqueue(_) => Category::Write,
-    };
+    let category = if invocation.op.is_read() { Category::Read } else { Category::Write };
     if let Err(refusal) = permitted(conn, Some(category)) {
         return Pending::ready(refusal, protocol);
     }
     let ks = conn.node.id;
-    let strongest = *invocation.levels.last().expect("at least one level");
-    match invocation.op {
-        InvokeOp::Get => conn.order(Kind::Read(ks, Some(strongest))).await,
-        _ => {
-            conn.order(Kind::Write(ks)).await;
-            conn.last_looped = Some(conn.queued);
-        }
+    if invocation.op.is_read() {
+        let strongest = invocation.levels.last().copied();
+        conn.order(Kind::Read(ks, strongest)).await;
+    } else {
+        conn.order(Kind::Write(ks)).await;
+        conn.last_looped = Some(conn.queued);
     }
     let after = conn.resolved.floor(ks);
-    let count = invocation.levels.len() + usize::from(invocation.op != InvokeOp::Get);
+    let count = invocation.levels.len() + usize::from(!invocation.op.is_read());
     // RESP2 cannot receive the preliminary views: only the final step runs.
     let first = if protocol == Protocol::Resp3 { 0 } else { count - 1 };
     let mut steps = Vec::with_capacity(count - first);
@@ -589,8 +585,21 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
         tag.get_or_insert(request.0);
         let level = invocation.levels.get(i).copied();
         let queue = || invocation.key.clone();
+        if let InvokeOp::MGet(keys) = &invocation.op {
+            let submits = keys
+                .iter()
+                .map(|key| get_submit(client, request, key.clone(), level, after))
+                .collect();
+            steps.push(Step::Keys(submits));
+            continue;
+        }
         let (command, durability) = match (&invocation.op, is_final) {
             (InvokeOp::Get, _) => (Command::Get { key: invocation.key.clone() }, None),
+            (InvokeOp::Set(value), _) => {
+                let command = Command::Put { key: invocation.key.clone(), value: value.clone() };
+                (command, invocation.durability)
+            }
+            (InvokeOp::MGet(_), _) => unreachable!("stepped above"),
             (_, false) => (Command::QueuePeek { queue: queue() }, None),
             (InvokeOp::Dequeue, true) => {
                 (Command::Dequeue { queue: queue() }, invocation.durability)
@@ -629,8 +638,42 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
 /// One step of an invocation: its request, still to send, or sent.
 enum Step {
     Later(Submit),
+    /// An `MGET` view: a get per key, all at one level, sent when the step comes.
+    Keys(Vec<Submit>),
     Ready(ClientReply),
     Sent(Sent),
+}
+
+/// Reads of one `MGET` view: sent together, the values in key order and the greatest
+/// version among them.
+async fn keys_view(
+    node: &KeyspaceHandle,
+    submits: Vec<Submit>,
+) -> Result<(Frame, Option<Version>), Frame> {
+    let mut sent = Vec::with_capacity(submits.len());
+    for submit in submits {
+        sent.push(match node.read_now(&submit) {
+            Some(reply) => Step::Ready(reply),
+            None => Step::Sent(node.send(submit)),
+        });
+    }
+    let (mut values, mut newest) = (Vec::with_capacity(sent.len()), None);
+    for step in sent {
+        let answer = match step {
+            Step::Ready(reply) => Ok(reply),
+            Step::Sent(sent) => sent.answer().await,
+            Step::Later(_) | Step::Keys(_) => unreachable!("sent above"),
+        };
+        match answer.and_then(|reply| reply.result) {
+            Ok(CommandResult::Value { value, version }) => {
+                values.push(value_frame(value.as_ref()));
+                newest = newest.max(version);
+            }
+            Ok(_) => return Err(mismatched("get")),
+            Err(e) => return Err(error_frame(&e)),
+        }
+    }
+    Ok((Frame::Array(values), newest))
 }
 
 /// Produces an invocation's views, one per step, in order, into `tx`; the step at
@@ -654,30 +697,42 @@ async fn invoke_views(
         let is_final = i == last;
         let level = invocation.levels.get(first + i).copied();
         let answer = match step {
+            Step::Keys(mut submits) => {
+                if is_final && node.unsafe_stale_invoke {
+                    submits.iter_mut().for_each(|s| s.level = Some(ReadLevel::Any));
+                }
+                Err(keys_view(&node, submits).await)
+            }
             Step::Later(mut submit) => {
                 if is_final && node.unsafe_stale_invoke {
                     submit.level = Some(ReadLevel::Any);
                 }
-                match node.read_now(&submit) {
+                Ok(match node.read_now(&submit) {
                     Some(reply) => Ok(reply),
                     None => node.send(submit).answer().await,
+                })
+            }
+            Step::Ready(reply) => Ok(Ok(reply)),
+            Step::Sent(sent) => Ok(sent.answer().await),
+        };
+        // `Err`: an `MGET` view, already made.
+        let viewed = match answer {
+            Err(view) => view,
+            Ok(answer) => {
+                if is_final && !invocation.op.is_read() {
+                    floor.note(&answer);
+                }
+                match answer.and_then(|reply| reply.result) {
+                    Ok(result) => invoke_view(&invocation.op, result),
+                    Err(e) => Err(error_frame(&e)),
                 }
             }
-            Step::Ready(reply) => Ok(reply),
-            Step::Sent(sent) => sent.answer().await,
-        };
-        if is_final && invocation.op != InvokeOp::Get {
-            floor.note(&answer);
-        }
-        let viewed = match answer.and_then(|reply| reply.result) {
-            Ok(result) => invoke_view(&invocation.op, result),
-            Err(e) => Err(error_frame(&e)),
         };
         let (value, version) = match viewed {
             Ok(view) => view,
             // A queue operation's write is already sent: a preliminary view that failed
             // is left out, and the final view still tells how the operation ended.
-            Err(_) if !is_final && invocation.op != InvokeOp::Get => continue,
+            Err(_) if !is_final && !invocation.op.is_read() => continue,
             Err(frame) => {
                 let _ = tx.send(View::Final(frame)).await;
                 return;
@@ -687,9 +742,9 @@ async fn invoke_views(
         // view is always at a newer version than what its preliminary ones read.
         let same = invocation.confirm
             && resp3
-            && previous.as_ref().is_some_and(|p| {
-                p.0 == value && (p.1 == version || invocation.op != InvokeOp::Get)
-            });
+            && previous
+                .as_ref()
+                .is_some_and(|p| p.0 == value && (p.1 == version || !invocation.op.is_read()));
         let shown = if same { Frame::Simple(b"SAME".to_vec()) } else { value.clone() };
         let view = if is_final {
             View::Final(if invocation.with_version {
@@ -738,11 +793,13 @@ fn invoke_view(op: &InvokeOp, result: CommandResult) -> Result<(Frame, Option<Ve
         (InvokeOp::Enqueue(_), CommandResult::Queue { length, next, version, .. }) => {
             Ok((Frame::Array(vec![count(next), count(length + 1)]), version))
         }
+        (InvokeOp::Set(_), CommandResult::Written { version }) => Ok((Frame::ok(), Some(version))),
         (_, result @ (CommandResult::Dequeued { .. } | CommandResult::Enqueued { .. })) => {
             let version = result.written_version();
             Ok((keel_wire::reply::result_frame(&result, false), version))
         }
-        (InvokeOp::Get, _) => Err(mismatched("get")),
+        (InvokeOp::Get | InvokeOp::MGet(_), _) => Err(mismatched("get")),
+        (InvokeOp::Set(_), _) => Err(mismatched("set")),
         (_, _) => Err(mismatched("queue operation")),
     }
 }
@@ -751,9 +808,20 @@ fn invoke_view(op: &InvokeOp, result: CommandResult) -> Result<(Frame, Option<Ve
 #[derive(Debug, PartialEq, Eq)]
 enum InvokeOp {
     Get,
+    /// With every key read, in order.
+    MGet(Vec<Bytes>),
+    /// A write: one final view, its reply. With the value written.
+    Set(Bytes),
     Dequeue,
     /// With the element enqueued.
     Enqueue(Bytes),
+}
+
+impl InvokeOp {
+    /// Reads: a view per level, each read one after the other.
+    fn is_read(&self) -> bool {
+        matches!(self, InvokeOp::Get | InvokeOp::MGet(_))
+    }
 }
 
 /// What a `KEEL.INVOKE` asks for.
@@ -776,13 +844,29 @@ struct Invocation {
 }
 
 fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> {
-    let usage = "ERR usage: KEEL.INVOKE GET <key> | DEQUEUE <queue> | ENQUEUE <queue> <value> \
+    let usage = "ERR usage: KEEL.INVOKE GET <key> | MGET <numkeys> <key> ... | SET <key> <value> \
+                 | DEQUEUE <queue> | ENQUEUE <queue> <value> \
                  [LEVELS <level> ...] [DURABILITY <d>] [REQ <client> <seq>] [NOCONFIRM] [WITHVERSION]";
     let (Some(command), Some(key)) = (words.get(1), words.get(2)) else {
         return Err(usage.into());
     };
     let (op, options) = if command.eq_ignore_ascii_case(b"get") {
         (InvokeOp::Get, 3)
+    } else if command.eq_ignore_ascii_case(b"mget") {
+        let count = parse_u64(key)
+            .filter(|n| (1..=keel_types::MULTI_OPS_MAX as u64).contains(n))
+            .ok_or_else(|| {
+            format!("ERR KEEL.INVOKE MGET takes 1 to {} keys", keel_types::MULTI_OPS_MAX)
+        })?;
+        let keys = words.get(3..3 + count as usize).ok_or_else(|| usage.to_string())?;
+        for key in keys {
+            limits.check_key(key).map_err(|e| error_text(&e))?;
+        }
+        (InvokeOp::MGet(keys.to_vec()), 3 + count as usize)
+    } else if command.eq_ignore_ascii_case(b"set") {
+        let value = words.get(3).ok_or_else(|| usage.to_string())?;
+        limits.check_value(value).map_err(|e| error_text(&e))?;
+        (InvokeOp::Set(value.clone()), 4)
     } else if command.eq_ignore_ascii_case(b"dequeue") {
         (InvokeOp::Dequeue, 3)
     } else if command.eq_ignore_ascii_case(b"enqueue") {
@@ -790,12 +874,18 @@ fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> 
         limits.check_value(value).map_err(|e| error_text(&e))?;
         (InvokeOp::Enqueue(value.clone()), 4)
     } else {
-        return Err("ERR KEEL.INVOKE supports GET, DEQUEUE and ENQUEUE".into());
+        return Err("ERR KEEL.INVOKE supports GET, MGET, SET, DEQUEUE and ENQUEUE".into());
     };
-    limits.check_key(key).map_err(|e| error_text(&e))?;
+    let key = match &op {
+        InvokeOp::MGet(keys) => keys[0].clone(),
+        _ => {
+            limits.check_key(key).map_err(|e| error_text(&e))?;
+            key.clone()
+        }
+    };
     let mut invocation = Invocation {
         op,
-        key: key.clone(),
+        key,
         levels: Vec::new(),
         confirm: true,
         with_version: false,
@@ -810,14 +900,14 @@ fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> 
             "levels" => in_levels = true,
             "noconfirm" => (invocation.confirm, in_levels) = (false, false),
             "withversion" => (invocation.with_version, in_levels) = (true, false),
-            "durability" if invocation.op != InvokeOp::Get => {
+            "durability" if !invocation.op.is_read() => {
                 in_levels = false;
                 let word = words.next().ok_or_else(|| usage.to_string())?;
                 let name = std::str::from_utf8(word).map_err(|_| usage.to_string())?;
                 let durability = name.parse::<Durability>().map_err(|e| format!("ERR {e}"))?;
                 invocation.durability = Some(durability);
             }
-            "req" if invocation.op != InvokeOp::Get => {
+            "req" if !invocation.op.is_read() => {
                 in_levels = false;
                 let mut number = || words.next().and_then(|w| parse_u64(w));
                 let client = number().filter(|c| *c != 0 && *c != ClientId::SESSION_BIT);
@@ -839,13 +929,18 @@ fn parse_invoke(words: &[Bytes], limits: &Limits) -> Result<Invocation, String> 
     // A queue operation's write is sent with its views' reads: a read that waits (for a
     // durability round, or the leader) could see the operation's own effect. Its views
     // are the local replica's, as the paper's peek at the closest replica.
-    if invocation.op != InvokeOp::Get && invocation.levels.iter().any(|l| *l != ReadLevel::Any) {
+    let queue = matches!(invocation.op, InvokeOp::Dequeue | InvokeOp::Enqueue(_));
+    if queue && invocation.levels.iter().any(|l| *l != ReadLevel::Any) {
         return Err("ERR a queue operation's preliminary views are read at level any".into());
+    }
+    if matches!(invocation.op, InvokeOp::Set(_)) && !invocation.levels.is_empty() {
+        return Err("ERR a write answers with one final view: no LEVELS".into());
     }
     if invocation.levels.is_empty() {
         invocation.levels = match invocation.op {
-            InvokeOp::Get => ReadLevel::ALL.to_vec(),
-            _ => vec![ReadLevel::Any],
+            InvokeOp::Get | InvokeOp::MGet(_) => ReadLevel::ALL.to_vec(),
+            InvokeOp::Set(_) => Vec::new(),
+            InvokeOp::Dequeue | InvokeOp::Enqueue(_) => vec![ReadLevel::Any],
         };
     }
     invocation.levels.sort();
@@ -1412,7 +1507,17 @@ mod tests {
             parse(&["KEEL.INVOKE", "GET", "k", "WITHVERSION", "LEVELS", "monotonic"]).unwrap();
         assert_eq!((late.levels, late.with_version), (vec![ReadLevel::Monotonic], true));
         assert!(parse(&["KEEL.INVOKE", "GET"]).is_err());
-        assert!(parse(&["KEEL.INVOKE", "SET", "k", "v"]).is_err());
+        assert!(parse(&["KEEL.INVOKE", "DEL", "k"]).is_err());
+        let set = parse(&["KEEL.INVOKE", "SET", "k", "v", "DURABILITY", "durable"]).unwrap();
+        assert_eq!((set.levels.len(), set.durability), (0, Some(Durability::Durable)));
+        assert!(parse(&["KEEL.INVOKE", "SET", "k", "v", "LEVELS", "any"]).is_err());
+        let mget = parse(&["KEEL.INVOKE", "MGET", "2", "levels", "b", "LEVELS", "any"]).unwrap();
+        let keys = vec![Bytes::from("levels"), Bytes::from("b")];
+        assert_eq!((mget.op, mget.levels), (InvokeOp::MGet(keys), vec![ReadLevel::Any]));
+        assert!(parse(&["KEEL.INVOKE", "MGET", "3", "a", "b"]).is_err(), "fewer keys than said");
+        assert!(parse(&["KEEL.INVOKE", "MGET", "0"]).is_err());
+        assert!(parse(&["KEEL.INVOKE", "DEQUEUE", "q", "LEVELS", "monotonic"]).is_err());
+        assert!(parse(&["KEEL.INVOKE", "GET", "k", "DURABILITY", "durable"]).is_err());
         assert!(parse(&["KEEL.INVOKE", "GET", "k", "any"]).is_err(), "a level without LEVELS");
         assert!(parse(&["KEEL.INVOKE", "GET", "k", "LEVELS", "strong"]).is_err());
         let long = "k".repeat(Limits::default().key_bytes_max as usize + 1);

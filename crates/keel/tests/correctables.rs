@@ -59,6 +59,11 @@ fn a_read_invoked_at_every_level_gives_a_view_per_level_in_order() {
             let view = read.final_view().await.expect("a final view");
             assert_eq!((view.level, read.preliminary().len()), (level, 0), "one view only");
         }
+        let keys: [&[u8]; 2] = [b"c:k", b"c:none"];
+        let many = client.invoke_mget(&keys, &[ReadLevel::Any, ReadLevel::Linearizable]);
+        let view = many.final_view().await.expect("a final view");
+        assert_eq!(view.value, vec![Some(b"v1".to_vec()), None]);
+        assert_eq!((view.level, many.preliminary().len()), (ReadLevel::Linearizable, 1));
         let absent = client.invoke(b"c:none", &[ReadLevel::Any, ReadLevel::Monotonic]);
         let final_view = absent.final_view().await.expect("a final view");
         assert_eq!((final_view.level, final_view.value), (ReadLevel::Monotonic, None));
@@ -139,8 +144,21 @@ fn keel_invoke_pushes_preliminary_views_then_replies_with_the_final_one() {
     assert!(reply.starts_with("[\"v1\" \""), "the value itself, with its version: {reply}");
     let (_, missing) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:none", "LEVELS", "any"]);
     assert_eq!(missing, "nil", "one level: no push, the reply");
-    let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "SET", "i:k", "v2"]);
-    assert!(refused.starts_with("-ERR KEEL.INVOKE supports GET, DEQUEUE"), "{refused}");
+    // MGET: a view per level, the values in key order.
+    let (pushes, reply) = invoke(
+        &mut conn,
+        &["KEEL.INVOKE", "MGET", "2", "i:k", "i:none", "LEVELS", "any", "linearizable"],
+    );
+    assert_eq!(pushes.len(), 1, "{pushes:?}");
+    assert!(pushes[0].contains("\"any\" [\"v1\" nil]"), "{pushes:?}");
+    assert_eq!(reply, "+SAME");
+    // A write: one final view, its reply; no preliminary view, no levels.
+    let (pushes, reply) = invoke(&mut conn, &["KEEL.INVOKE", "SET", "i:w", "v2"]);
+    assert_eq!((pushes.len(), reply.as_str()), (0, "+OK"));
+    let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "SET", "i:w", "v3", "LEVELS", "any"]);
+    assert!(refused.starts_with("-ERR a write answers with one final view"), "{refused}");
+    let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "DEL", "i:k"]);
+    assert!(refused.starts_with("-ERR KEEL.INVOKE supports GET, MGET, SET"), "{refused}");
     let (_, refused) = invoke(&mut conn, &["KEEL.INVOKE", "GET", "i:k", "LEVELS", "strong"]);
     assert!(refused.starts_with("-ERR"), "{refused}");
     common::finish(cluster);
