@@ -19,7 +19,17 @@
 //! read latency of the preliminary and the final view (or of the one reply), the share of
 //! invocations whose preliminary view differs from the final one (divergence), bytes per
 //! operation on the wire (requests and every frame of their replies, updates included),
-//! and throughput. Results go to `<out>/correctables-<stamp>.{jsonl,md}`.
+//! and throughput.
+//!
+//! Then ad serving (§6.3.1), [`CLIENTS`] clients for `--duration` seconds per mode:
+//! [`AD_PROFILES`] profiles each naming [`AD_REFS`] of [`AD_ADS`] ads, one profile's
+//! references changed every [`AD_UPDATE_EVERY`]. `speculative`: the references invoked
+//! (`any`, `linearizable`) and the ads fetched (`MGET ... LEVEL linearizable`, on a second
+//! connection) as soon as the preliminary view arrives, refetched if the final view
+//! differs; `strong-only`: the references at `linearizable`, then the ads. Recorded:
+//! request latency, requests per second, refetches (misspeculations) and bytes per request.
+//!
+//! Results go to `<out>/correctables-<stamp>.{jsonl,md}`.
 
 use crate::cli::SuiteArgs;
 use crate::driver::resp::RespConn;
@@ -54,6 +64,17 @@ pub const WORKLOADS: [(&str, u64); 2] = [("a", 50), ("b", 5)];
 pub const DISTRIBUTIONS: [&str; 2] = ["zipfian", "latest"];
 /// Read modes, in run order.
 pub const MODES: [&str; 4] = ["invoke", "invoke-noconfirm", "strong", "weak"];
+
+/// Profiles of the ad-serving runs.
+pub const AD_PROFILES: u64 = 100;
+/// Ads of the ad-serving runs.
+pub const AD_ADS: u64 = 1000;
+/// Ads each profile names.
+pub const AD_REFS: u64 = 5;
+/// How often one profile's references change during the ad-serving runs.
+pub const AD_UPDATE_EVERY: Duration = Duration::from_millis(20);
+/// Ad-serving modes.
+pub const AD_MODES: [&str; 2] = ["speculative", "strong-only"];
 
 /// One run's figures.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -212,6 +233,150 @@ async fn load(addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
+/// Profile `p`'s references in generation `g`.
+fn ad_refs(p: u64, g: u64) -> String {
+    (0..AD_REFS)
+        .map(|k| {
+            let mut z = (p << 32 ^ g << 8 ^ k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z ^= z >> 29;
+            format!("ad{}", z % AD_ADS)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `MGET` of the ads a reference list names, at `linearizable`.
+fn ads_request(refs: &[u8]) -> Vec<Vec<u8>> {
+    let mut words = vec![b"MGET".to_vec()];
+    words.extend(refs.split(|b| *b == b',').map(<[u8]>::to_vec));
+    words.extend([b"LEVEL".to_vec(), b"linearizable".to_vec()]);
+    words
+}
+
+fn as_words(words: &[Vec<u8>]) -> Vec<&[u8]> {
+    words.iter().map(Vec::as_slice).collect()
+}
+
+/// One ad request in `mode`: its bytes and whether the speculation was refetched.
+async fn serve_ads(
+    refs_conn: &mut RespConn,
+    ads_conn: &mut RespConn,
+    profile: &[u8],
+    mode: &str,
+) -> Result<(u64, bool), crate::driver::DriverError> {
+    let bad = |f: &Frame| crate::driver::DriverError::Protocol(format!("unexpected {f:?}"));
+    let bulk = |f: &Frame| match f {
+        Frame::Bulk(b) => Some(b.to_vec()),
+        _ => None,
+    };
+    if mode == "strong-only" {
+        let exchange =
+            refs_conn.call_with_pushes(&[b"GET", profile, b"LEVEL", b"linearizable"]).await?;
+        let refs = bulk(&exchange.reply).ok_or_else(|| bad(&exchange.reply))?;
+        let ads = ads_conn.call_with_pushes(&as_words(&ads_request(&refs))).await?;
+        return Ok((exchange.bytes_out + exchange.bytes_in + ads.bytes_out + ads.bytes_in, false));
+    }
+    let mut bytes = refs_conn
+        .send(&[b"KEEL.INVOKE", b"GET", profile, b"LEVELS", b"any", b"linearizable"])
+        .await?;
+    let (first, n) = refs_conn.recv().await?;
+    bytes += n;
+    let (speculated, final_frame) = match first {
+        Frame::Push(items) => {
+            let refs =
+                items.get(3).and_then(bulk).ok_or_else(|| bad(&Frame::Push(items.clone())))?;
+            bytes += ads_conn.send(&as_words(&ads_request(&refs))).await?;
+            let (last, n) = refs_conn.recv().await?;
+            bytes += n;
+            (Some(refs), last)
+        }
+        reply => (None, reply),
+    };
+    if let Some(refs) = &speculated {
+        let (_, n) = ads_conn.recv().await?;
+        bytes += n;
+        let confirmed = matches!(&final_frame, Frame::Simple(w) if w == b"SAME")
+            || bulk(&final_frame).as_ref() == Some(refs);
+        if confirmed {
+            return Ok((bytes, false));
+        }
+    }
+    let refs = bulk(&final_frame).ok_or_else(|| bad(&final_frame))?;
+    let ads = ads_conn.call_with_pushes(&as_words(&ads_request(&refs))).await?;
+    Ok((bytes + ads.bytes_out + ads.bytes_in, speculated.is_some()))
+}
+
+async fn ads_client(
+    addr: SocketAddr,
+    mode: &'static str,
+    record_from: Instant,
+    until: Instant,
+    seed: u64,
+) -> Result<Tally, String> {
+    let mut refs_conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+    refs_conn.call(&[b"HELLO", b"3"]).await.map_err(|e| e.to_string())?;
+    let mut ads_conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+    let mut rng = Rng::new(seed);
+    let mut tally = Tally::default();
+    while Instant::now() < until {
+        let recording = Instant::now() >= record_from;
+        let profile = format!("p{}", rng.below(AD_PROFILES));
+        let started = Instant::now();
+        match serve_ads(&mut refs_conn, &mut ads_conn, profile.as_bytes(), mode).await {
+            Ok((bytes, refetched)) if recording => {
+                tally.ops += 1;
+                tally.reads += 1;
+                tally.bytes += bytes;
+                tally.invocations += u64::from(mode == "speculative");
+                tally.diverged += u64::from(refetched);
+                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                tally.first.push(micros);
+                tally.last.push(micros);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                tally.errors += u64::from(recording);
+                // A connection out of step with its replies is replaced.
+                refs_conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+                refs_conn.call(&[b"HELLO", b"3"]).await.map_err(|e| e.to_string())?;
+                ads_conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(tally)
+}
+
+/// Loads the profiles and ads through `addr`.
+async fn load_ads(addr: SocketAddr) -> Result<(), String> {
+    let mut conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+    let ad = vec![b'a'; VALUE_BYTES];
+    for j in 0..AD_ADS {
+        let key = format!("ad{j}");
+        conn.call(&[b"SET", key.as_bytes(), &ad]).await.map_err(|e| format!("load: {e}"))?;
+    }
+    for p in 0..AD_PROFILES {
+        let key = format!("p{p}");
+        conn.call(&[b"SET", key.as_bytes(), ad_refs(p, 0).as_bytes()])
+            .await
+            .map_err(|e| format!("load: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Changes one profile's references every [`AD_UPDATE_EVERY`] until `until`.
+async fn update_profiles(addr: SocketAddr, until: Instant) -> Result<(), String> {
+    let mut conn = RespConn::connect(addr).await.map_err(|e| e.to_string())?;
+    let mut generation = 0;
+    while Instant::now() < until {
+        generation += 1;
+        let p = generation % AD_PROFILES;
+        let key = format!("p{p}");
+        let _ = conn.call(&[b"SET", key.as_bytes(), ad_refs(p, generation).as_bytes()]).await;
+        tokio::time::sleep(AD_UPDATE_EVERY).await;
+    }
+    Ok(())
+}
+
 /// Runs the suite and writes its report.
 pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
     let dir = crate::cluster::temp_dir("keel-correctables");
@@ -232,8 +397,14 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
     let follower = addrs[(leader + 1) % addrs.len()];
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(load(addrs[leader]))?;
+    // `--workloads`: any of `a`, `b`, `ads` (default: all three).
+    let chosen = args.workloads.clone().unwrap_or_else(|| "a,b,ads".into());
+    let chosen: Vec<&str> = chosen.split(',').map(str::trim).collect();
+    if let Some(unknown) = chosen.iter().find(|w| !["a", "b", "ads"].contains(w)) {
+        return Err(format!("unknown workload {unknown:?} (expected a, b or ads)"));
+    }
     let mut records = Vec::new();
-    for workload in WORKLOADS {
+    for workload in WORKLOADS.into_iter().filter(|(name, _)| chosen.contains(name)) {
         for distribution in DISTRIBUTIONS {
             for mode in MODES {
                 let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
@@ -269,6 +440,34 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
                 records.push(record);
             }
         }
+    }
+    if chosen.contains(&"ads") {
+        runtime.block_on(load_ads(addrs[leader]))?;
+    }
+    for mode in AD_MODES.into_iter().filter(|_| chosen.contains(&"ads")) {
+        let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
+        let until = record_from + Duration::from_secs(args.common.duration);
+        let tallies = runtime.block_on(async {
+            let updater = tokio::spawn(update_profiles(follower, until));
+            let tasks: Vec<_> = (0..CLIENTS)
+                .map(|c| {
+                    let seed = args.common.seed ^ (c as u64 + 1) << 24;
+                    tokio::spawn(ads_client(follower, mode, record_from, until, seed))
+                })
+                .collect();
+            let mut tallies = Vec::new();
+            for task in tasks {
+                tallies.push(task.await.map_err(|e| e.to_string())??);
+            }
+            updater.await.map_err(|e| e.to_string())??;
+            Ok::<_, String>(tallies)
+        })?;
+        let record = record("ads", "uniform", mode, &tallies, args.common.duration);
+        eprintln!(
+            "keel bench correctables: ads {}: {:.0} requests/s, p50 {:.1} ms, p99 {:.1} ms, refetched {:.2}%, {:.0} B/request",
+            record.mode, record.ops_s, record.final_p50_ms, record.final_p99_ms, record.divergence_pct, record.bytes_per_op
+        );
+        records.push(record);
     }
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
@@ -330,7 +529,7 @@ pub fn markdown(records: &[Record], command: &str) -> String {
         "| workload | keys | mode | ops/s | first view p50 / p99 ms | final view p50 / p99 ms | divergence | bytes/op | vs strong | errors |"
     );
     let _ = writeln!(md, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for r in records {
+    for r in records.iter().filter(|r| r.workload != "ads") {
         let strong = records.iter().find(|s| {
             s.workload == r.workload && s.distribution == r.distribution && s.mode == "strong"
         });
@@ -358,6 +557,37 @@ pub fn markdown(records: &[Record], command: &str) -> String {
             overhead,
             r.errors
         );
+    }
+    let ads: Vec<&Record> = records.iter().filter(|r| r.workload == "ads").collect();
+    if !ads.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nAd serving ({AD_PROFILES} profiles of {AD_REFS} references to {AD_ADS} ads, one profile changed every {} ms; {CLIENTS} clients beside the follower):\n",
+            AD_UPDATE_EVERY.as_millis()
+        );
+        let _ = writeln!(
+            md,
+            "| mode | requests/s | latency p50 / p99 ms | refetched | bytes/request | errors |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+        for r in ads {
+            let refetched = if r.mode == "speculative" {
+                format!("{:.2}%", r.divergence_pct)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {:.1} / {:.1} | {} | {:.0} | {} |",
+                r.mode,
+                r.ops_s,
+                r.final_p50_ms,
+                r.final_p99_ms,
+                refetched,
+                r.bytes_per_op,
+                r.errors
+            );
+        }
     }
     md
 }

@@ -123,6 +123,31 @@ impl RespConn {
         }
     }
 
+    /// Sends one command without waiting for its reply (read it with [`RespConn::recv`]);
+    /// returns the bytes sent.
+    pub async fn send(&mut self, args: &[&[u8]]) -> Result<u64, DriverError> {
+        assert!(!args.is_empty(), "a command needs a name");
+        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(a.to_vec().into())).collect());
+        self.write_buf.clear();
+        encode(&frame, Protocol::Resp2, &mut self.write_buf);
+        self.stream.write_all(&self.write_buf).await?;
+        Ok(self.write_buf.len() as u64)
+    }
+
+    /// The next frame the server sends (a push or a reply) and its bytes; an error reply
+    /// becomes `Server`.
+    pub async fn recv(&mut self) -> Result<(Frame, u64), DriverError> {
+        let (frame, bytes) = tokio::time::timeout(REQUEST_TIMEOUT, self.next_frame())
+            .await
+            .map_err(|_| DriverError::Timeout)??;
+        match frame {
+            Frame::Error(text) | Frame::BulkError(text) => {
+                Err(DriverError::Server(String::from_utf8_lossy(&text).into_owned()))
+            }
+            other => Ok((other, bytes as u64)),
+        }
+    }
+
     /// The next whole frame and the bytes it took.
     async fn next_frame(&mut self) -> Result<(Frame, usize), DriverError> {
         loop {
