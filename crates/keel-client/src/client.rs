@@ -922,6 +922,33 @@ mod tests {
         assert!(a.id() > 0 && a.id() < 1 << 63);
     }
 
+    #[tokio::test]
+    async fn an_invocation_returns_before_any_reply_and_fails_when_none_comes() {
+        // A server that accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let mut config = ClientConfig::new(vec![addr]);
+        config.attempt_timeout = Duration::from_millis(200);
+        let client = Client::new(config);
+        let read = client.invoke(b"k", &[ReadLevel::Any, ReadLevel::Linearizable]);
+        let dequeue = client.invoke_dequeue(b"q", &[], None);
+        assert_eq!(
+            (read.state(), dequeue.state()),
+            (crate::State::Updating, crate::State::Updating)
+        );
+        // Still open on return: the call did not wait for the attempt (which fails).
+        assert!(read.preliminary().is_empty(), "returned before any storage reply");
+        assert!(read.final_view().await.is_err(), "an attempt that never answers fails");
+        assert!(dequeue.final_view().await.is_err());
+        assert_eq!(read.state(), crate::State::Error);
+    }
+
     /// A server that answers `+PONG` to every request except those naming `HANG`, which
     /// it never answers (and, RESP being in order, nothing after them on that connection).
     async fn hanging_server() -> SocketAddr {

@@ -627,10 +627,34 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let tag = tag.expect("at least one step");
     let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
     let (tx, rx) = mpsc::channel(steps.len());
+    let last = steps.len() - 1;
+    let resp3 = protocol == Protocol::Resp3;
+    let mut views = Views { invocation, tag, first, resp3, previous: None };
+    // A read's first view, when the node can answer it at once (off the loop), is made
+    // here and handed to the writer directly, with no hop through a task.
+    let mut done = 0;
+    if views.invocation.op == InvokeOp::Get && last > 0 {
+        if let Some(Step::Later(submit)) = steps.first() {
+            if let Some(reply) = conn.node.read_now(submit) {
+                let viewed = match reply.result {
+                    Ok(result) => invoke_view(&views.invocation.op, result),
+                    Err(e) => Err(error_frame(&e)),
+                };
+                if let Some(view) = views.make(0, false, viewed) {
+                    let ends = matches!(view, View::Final(_));
+                    let _ = tx.try_send(view);
+                    if ends {
+                        return Pending { protocol, close: false, body: Body::Views(rx) };
+                    }
+                }
+                steps.remove(0);
+                done = 1;
+            }
+        }
+    }
     let node = conn.node.clone();
-    let first_level = first;
     tokio::spawn(async move {
-        invoke_views(node, invocation, steps, first_level, tag, protocol, floor, tx).await;
+        invoke_views(node, views, steps, done, last, floor, tx).await;
     });
     Pending { protocol, close: false, body: Body::Views(rx) }
 }
@@ -676,26 +700,81 @@ async fn keys_view(
     Ok((Frame::Array(values), newest))
 }
 
-/// Produces an invocation's views, one per step, in order, into `tx`; the step at
-/// position `i` reads at `invocation.levels[first + i]` (the final step of a queue
-/// operation has none).
-#[allow(clippy::too_many_arguments)]
+/// Turns an invocation's step results into the views the connection writes: pushes for
+/// the preliminary ones, the reply for the final one, confirmations in place of values
+/// equal to the view before.
+struct Views {
+    invocation: Invocation,
+    /// The request's tag in its pushes.
+    tag: u64,
+    /// The level of step `i` is `invocation.levels[first + i]`.
+    first: usize,
+    resp3: bool,
+    /// The last view made: its value and version.
+    previous: Option<(Frame, Option<Version>)>,
+}
+
+impl Views {
+    /// The view of step `i` (`None`: left out, a queue operation's failed preliminary
+    /// view), or the final view an error ends the invocation with.
+    fn make(
+        &mut self,
+        i: usize,
+        is_final: bool,
+        viewed: Result<(Frame, Option<Version>), Frame>,
+    ) -> Option<View> {
+        let op = &self.invocation.op;
+        let (value, version) = match viewed {
+            Ok(view) => view,
+            // A queue operation's write is already sent: a preliminary view that failed
+            // is left out, and the final view still tells how the operation ended.
+            Err(_) if !is_final && !op.is_read() => return None,
+            Err(frame) => return Some(View::Final(frame)),
+        };
+        // A read's view is the same when value and version are; a queue operation's final
+        // view is always at a newer version than what its preliminary ones read.
+        let same = self.invocation.confirm
+            && self.resp3
+            && self
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.0 == value && (p.1 == version || !op.is_read()));
+        let shown = if same { Frame::Simple(b"SAME".to_vec()) } else { value.clone() };
+        let view = if is_final {
+            View::Final(if self.invocation.with_version {
+                with_version_frame(shown, version)
+            } else {
+                shown
+            })
+        } else {
+            let level =
+                self.invocation.levels.get(self.first + i).expect("a preliminary view has a level");
+            View::Push(Frame::Push(vec![
+                Frame::bulk("invoke"),
+                Frame::Integer(i64::try_from(self.tag).unwrap_or(i64::MAX)),
+                Frame::bulk(level.as_str()),
+                shown,
+                version.map_or(Frame::Null, version_frame),
+            ]))
+        };
+        self.previous = Some((value, version));
+        Some(view)
+    }
+}
+
+/// Produces the views of `steps` (the invocation's steps from `done` on), in order, into
+/// `tx`.
 async fn invoke_views(
     node: KeyspaceHandle,
-    invocation: Invocation,
+    mut views: Views,
     steps: Vec<Step>,
-    first: usize,
-    tag: u64,
-    protocol: Protocol,
+    done: usize,
+    last: usize,
     floor: Floor,
     tx: mpsc::Sender<View>,
 ) {
-    let resp3 = protocol == Protocol::Resp3;
-    let last = steps.len() - 1;
-    let mut previous: Option<(Frame, Option<Version>)> = None;
-    for (i, step) in steps.into_iter().enumerate() {
+    for (i, step) in steps.into_iter().enumerate().map(|(i, s)| (i + done, s)) {
         let is_final = i == last;
-        let level = invocation.levels.get(first + i).copied();
         let answer = match step {
             Step::Keys(mut submits) => {
                 if is_final && node.unsafe_stale_invoke {
@@ -719,52 +798,19 @@ async fn invoke_views(
         let viewed = match answer {
             Err(view) => view,
             Ok(answer) => {
-                if is_final && !invocation.op.is_read() {
+                if is_final && !views.invocation.op.is_read() {
                     floor.note(&answer);
                 }
                 match answer.and_then(|reply| reply.result) {
-                    Ok(result) => invoke_view(&invocation.op, result),
+                    Ok(result) => invoke_view(&views.invocation.op, result),
                     Err(e) => Err(error_frame(&e)),
                 }
             }
         };
-        let (value, version) = match viewed {
-            Ok(view) => view,
-            // A queue operation's write is already sent: a preliminary view that failed
-            // is left out, and the final view still tells how the operation ended.
-            Err(_) if !is_final && !invocation.op.is_read() => continue,
-            Err(frame) => {
-                let _ = tx.send(View::Final(frame)).await;
-                return;
-            }
-        };
-        // A GET's view is the same when value and version are; a queue operation's final
-        // view is always at a newer version than what its preliminary ones read.
-        let same = invocation.confirm
-            && resp3
-            && previous
-                .as_ref()
-                .is_some_and(|p| p.0 == value && (p.1 == version || !invocation.op.is_read()));
-        let shown = if same { Frame::Simple(b"SAME".to_vec()) } else { value.clone() };
-        let view = if is_final {
-            View::Final(if invocation.with_version {
-                with_version_frame(shown, version)
-            } else {
-                shown
-            })
-        } else {
-            let level = level.expect("a preliminary view has a level");
-            View::Push(Frame::Push(vec![
-                Frame::bulk("invoke"),
-                Frame::Integer(i64::try_from(tag).unwrap_or(i64::MAX)),
-                Frame::bulk(level.as_str()),
-                shown,
-                version.map_or(Frame::Null, version_frame),
-            ]))
-        };
-        previous = Some((value, version));
-        if tx.send(view).await.is_err() {
-            return; // the connection went away
+        let Some(view) = views.make(i, is_final, viewed) else { continue };
+        let ends = matches!(view, View::Final(_));
+        if tx.send(view).await.is_err() || ends {
+            return; // the connection went away, or the invocation ended
         }
     }
 }
