@@ -301,7 +301,7 @@ impl Client {
         durability: Option<Durability>,
     ) -> crate::Correctable<Option<QueueItem>> {
         let words = queue_invocation(b"DEQUEUE", queue, None, levels, durability);
-        let levels = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        let levels = queue_views(levels);
         self.invoke_words(words, levels, ReadLevel::Linearizable, queue_item_of, false)
     }
 
@@ -316,7 +316,7 @@ impl Client {
         durability: Option<Durability>,
     ) -> crate::Correctable<(u64, u64)> {
         let words = queue_invocation(b"ENQUEUE", queue, Some(value), levels, durability);
-        let levels = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        let levels = queue_views(levels);
         self.invoke_words(words, levels, ReadLevel::Linearizable, enqueued_of, false)
     }
 
@@ -521,6 +521,16 @@ fn same_or_value<T: Clone>(
         (Frame::Simple(word), Some(previous)) if word == b"SAME" => Ok(previous.clone()),
         (Frame::Simple(_), _) => Err(ClientError::Unexpected(format!("{frame:?}"))),
         _ => parse(frame),
+    }
+}
+
+/// How many preliminary views a queue operation's invocation at `levels` gives (none
+/// given: one, at `any`).
+fn queue_views(levels: &[ReadLevel]) -> usize {
+    if levels.is_empty() {
+        1
+    } else {
+        invoked_levels(levels).len()
     }
 }
 
@@ -799,7 +809,7 @@ impl Session {
         let durability = durability.or(self.client.config.durability);
         let mut words = queue_invocation(b"DEQUEUE", queue, None, levels, durability);
         words.extend([b"REQ".to_vec(), session.to_string().into(), self.seq.to_string().into()]);
-        let pushes = if levels.is_empty() { 1 } else { invoked_levels(levels).len() };
+        let pushes = queue_views(levels);
         Ok(self.client.invoke_words(words, pushes, ReadLevel::Linearizable, queue_item_of, true))
     }
 

@@ -775,33 +775,32 @@ async fn invoke_views(
 ) {
     for (i, step) in steps.into_iter().enumerate().map(|(i, s)| (i + done, s)) {
         let is_final = i == last;
-        let answer = match step {
+        let viewed = match step {
             Step::Keys(mut submits) => {
                 if is_final && node.unsafe_stale_invoke {
                     submits.iter_mut().for_each(|s| s.level = Some(ReadLevel::Any));
                 }
-                Err(keys_view(&node, submits).await)
+                keys_view(&node, submits).await
             }
-            Step::Later(mut submit) => {
-                if is_final && node.unsafe_stale_invoke {
-                    submit.level = Some(ReadLevel::Any);
-                }
-                Ok(match node.read_now(&submit) {
-                    Some(reply) => Ok(reply),
-                    None => node.send(submit).answer().await,
-                })
-            }
-            Step::Ready(reply) => Ok(Ok(reply)),
-            Step::Sent(sent) => Ok(sent.answer().await),
-        };
-        // `Err`: an `MGET` view, already made.
-        let viewed = match answer {
-            Err(view) => view,
-            Ok(answer) => {
+            one => {
+                let reply = match one {
+                    Step::Later(mut submit) => {
+                        if is_final && node.unsafe_stale_invoke {
+                            submit.level = Some(ReadLevel::Any);
+                        }
+                        match node.read_now(&submit) {
+                            Some(reply) => Ok(reply),
+                            None => node.send(submit).answer().await,
+                        }
+                    }
+                    Step::Ready(reply) => Ok(reply),
+                    Step::Sent(sent) => sent.answer().await,
+                    Step::Keys(_) => unreachable!("matched above"),
+                };
                 if is_final && !views.invocation.op.is_read() {
-                    floor.note(&answer);
+                    floor.note(&reply);
                 }
-                match answer.and_then(|reply| reply.result) {
+                match reply.and_then(|reply| reply.result) {
                     Ok(result) => invoke_view(&views.invocation.op, result),
                     Err(e) => Err(error_frame(&e)),
                 }

@@ -99,6 +99,9 @@ pub enum Command {
 /// and its head and tail): no client key may begin with them, so queues and keys never
 /// collide, and scans step over them.
 pub const RESERVED_KEY_PREFIX: &[u8] = b"\xff\xffkeel\x00";
+/// The first key past the reserved range: [`RESERVED_KEY_PREFIX`] with its last byte
+/// one higher.
+pub const RESERVED_KEY_END: &[u8] = b"\xff\xffkeel\x01";
 
 /// Refuses a client key in the reserved range ([`RESERVED_KEY_PREFIX`]).
 pub fn check_not_reserved(key: &[u8]) -> Result<(), KeelError> {
@@ -345,6 +348,13 @@ impl Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reserved_range_ends_where_its_prefix_does() {
+        let mut end = RESERVED_KEY_PREFIX.to_vec();
+        *end.last_mut().unwrap() += 1;
+        assert_eq!(end, RESERVED_KEY_END);
+    }
 
     #[test]
     fn validate_refuses_oversized_keys_and_values() {

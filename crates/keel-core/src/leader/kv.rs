@@ -20,7 +20,7 @@
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
-    RequestId, Value, Version, RESERVED_KEY_PREFIX,
+    RequestId, Value, Version, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -46,6 +46,12 @@ impl QueueMeta {
         bytes.extend_from_slice(&self.head.to_be_bytes());
         bytes.extend_from_slice(&self.next.to_be_bytes());
         bytes.into()
+    }
+
+    /// The bounds a meta value holds; a queue never used (or a value of the wrong shape,
+    /// which only a damaged snapshot could hold) starts at 1.
+    fn of(value: Option<&[u8]>) -> QueueMeta {
+        value.and_then(QueueMeta::decode).unwrap_or(QueueMeta { head: 1, next: 1 })
     }
 
     fn decode(bytes: &[u8]) -> Option<QueueMeta> {
@@ -362,8 +368,7 @@ impl Kv {
     /// one) reads as an empty queue at 1.
     fn queue_meta(&self, queue: &[u8]) -> QueueMeta {
         let item = self.items.get(&queue_meta_key(queue)[..]);
-        let value = item.and_then(|item| item.value.as_deref());
-        value.and_then(QueueMeta::decode).unwrap_or(QueueMeta { head: 1, next: 1 })
+        QueueMeta::of(item.and_then(|item| item.value.as_deref()))
     }
 
     fn set_queue_meta(&mut self, queue: &[u8], meta: QueueMeta, version: Version, undo: &mut Undo) {
@@ -414,8 +419,8 @@ impl Kv {
     /// A queue's head, length and next sequence number, and the index that must be
     /// durable to serve them (its last operation's).
     pub fn queue_peek(&self, queue: &[u8]) -> (CommandResult, LogIndex) {
-        let meta = self.queue_meta(queue);
         let meta_item = self.items.get(&queue_meta_key(queue)[..]);
+        let meta = QueueMeta::of(meta_item.and_then(|item| item.value.as_deref()));
         let version = meta_item.map(|item| item.version);
         let head = match meta.len() {
             0 => None,
@@ -601,16 +606,14 @@ impl Kv {
         let mut items = Vec::new();
         let mut needed = LogIndex::ZERO;
         let limit = usize::try_from(limit).expect("fits");
-        // The first key past the reserved range (queues' keys, never scanned).
-        let mut past_reserved = RESERVED_KEY_PREFIX.to_vec();
-        *past_reserved.last_mut().expect("a prefix") += 1;
         let mut range = self.items.range::<[u8], _>((Bound::Included(start), Bound::Unbounded));
         while let Some((key, item)) = range.next() {
             if end.is_some_and(|end| &key[..] >= end) || items.len() >= limit {
                 break;
             }
             if key.starts_with(RESERVED_KEY_PREFIX) {
-                let from = Bound::Included(&past_reserved[..]);
+                // Queues' keys are never scanned: on past them.
+                let from = Bound::Included(RESERVED_KEY_END);
                 range = self.items.range::<[u8], _>((from, Bound::Unbounded));
                 continue;
             }
