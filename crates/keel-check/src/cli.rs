@@ -4,8 +4,13 @@
 //! ```text
 //! keel check --model register|kv|keel --format jepsen-register|jepsen-kv|keel
 //!            [--property linearizable|monotonic|views] [--budget STEPS] [--json] FILE...
+//! keel check [--model rc] [--format keel-rc] [--json] FILE...
 //! keel check --bench [--shared-dir DIR] [--runs N]
 //! ```
+//!
+//! `--model rc` checks release consistency (RC_Lin, [`crate::rc`]) on `keel-rc`
+//! histories; either flag implies the other, and with neither `--model` nor `--format`
+//! the file must be a `keel-rc` history (its header line says so).
 //!
 //! Output: `FILE<TAB>VERDICT<TAB>MILLISECONDS` per file on stdout (verdict `linearizable`,
 //! `not-linearizable`, `ok`, `violation` or `unknown`; milliseconds rounded to an integer),
@@ -23,7 +28,7 @@ mod bench;
 use crate::error::InputError;
 use crate::linearizability::{self, Verdict, BUDGET_STEPS_DEFAULT};
 use crate::model::{LinOp, Model};
-use crate::{history, jepsen, keel, monotonic, views};
+use crate::{history, jepsen, keel, monotonic, rc, views};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,6 +44,34 @@ pub enum Format {
     JepsenKv,
     /// Keel histories (JSON Lines, `docs/history-format.md`).
     Keel,
+    /// Release-consistency histories (JSON Lines, header `{"format":"keel-rc",...}`), for
+    /// `--model rc`.
+    KeelRc,
+}
+
+/// What `--model` names: a sequential model for linearizability, or release consistency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckModel {
+    /// read / write / cas; starts absent (Jepsen's etcd register).
+    Register,
+    /// get / put / append; starts `""` (Jepsen's kv test).
+    Kv,
+    /// Keel: get / put / delete / cas / incr; starts absent; incr on absent counts from 0.
+    Keel,
+    /// Release consistency (RC_Lin, Kite's model) over `keel-rc` histories.
+    Rc,
+}
+
+impl CheckModel {
+    /// The sequential model, for every choice but `rc`.
+    pub fn sequential(self) -> Option<Model> {
+        match self {
+            CheckModel::Register => Some(Model::Register),
+            CheckModel::Kv => Some(Model::Kv),
+            CheckModel::Keel => Some(Model::Keel),
+            CheckModel::Rc => None,
+        }
+    }
 }
 
 /// The properties `keel check` checks.
@@ -57,10 +90,12 @@ pub enum Property {
 /// Flags of `keel check`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The sequential model (needed for `--property linearizable`).
+    /// The sequential model (needed for `--property linearizable`), or `rc` for release
+    /// consistency.
     #[arg(long, value_enum)]
-    pub model: Option<Model>,
-    /// The format of the files.
+    pub model: Option<CheckModel>,
+    /// The format of the files (`keel-rc` goes with `--model rc`, and is assumed when
+    /// neither flag is given).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// What to check.
@@ -154,8 +189,26 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The format and model `args` ask for, defaults applied: `--model rc` and `--format
+/// keel-rc` imply each other, and with neither flag the files are `keel-rc` histories
+/// (the reader checks their header).
+fn resolve(args: &CheckArgs) -> Result<(Format, Option<CheckModel>), String> {
+    match (args.format, args.model) {
+        (None | Some(Format::KeelRc), None | Some(CheckModel::Rc)) => {
+            Ok((Format::KeelRc, Some(CheckModel::Rc)))
+        }
+        (None, Some(_)) => Err("--format is required".to_string()),
+        (Some(Format::KeelRc), Some(model)) => Err(format!(
+            "--format keel-rc is checked with --model rc, not --model {}",
+            model.sequential().map_or("rc", Model::as_str)
+        )),
+        (Some(_), Some(CheckModel::Rc)) => Err("--model rc needs --format keel-rc".to_string()),
+        (Some(format), model) => Ok((format, model)),
+    }
+}
+
 fn validate(args: &CheckArgs) -> Result<(), String> {
-    let Some(format) = args.format else { return Err("--format is required".to_string()) };
+    let (format, model) = resolve(args)?;
     if args.files.is_empty() {
         return Err("no FILE given".to_string());
     }
@@ -163,7 +216,7 @@ fn validate(args: &CheckArgs) -> Result<(), String> {
         return Err("--budget must be at least 1".to_string());
     }
     match args.property {
-        Property::Linearizable if args.model.is_none() => {
+        Property::Linearizable if model.is_none() => {
             Err("--model is required for --property linearizable".to_string())
         }
         Property::Monotonic | Property::Views if format != Format::Keel => {
@@ -175,7 +228,7 @@ fn validate(args: &CheckArgs) -> Result<(), String> {
 
 /// Reads and checks one file as `args` say (no printing). Arguments must be valid.
 pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputError> {
-    let format = args.format.expect("validated: --format given");
+    let (format, model) = resolve(args).expect("validated: flags resolve");
     let name = path.display().to_string();
     let file = std::fs::File::open(path)
         .map_err(|e| InputError::new(&name, 0, format!("cannot open: {e}")))?;
@@ -188,13 +241,58 @@ pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputErro
         let history = history::parse_history(reader, &name)?;
         return Ok(views_result(&history));
     }
-    let model = args.model.expect("validated: --model given");
+    let Some(model) = model.expect("validated: --model given").sequential() else {
+        return Ok(rc_result(&rc::parse_jsonl(reader, &name)?));
+    };
     let ops = match format {
         Format::JepsenRegister => jepsen::parse_register_log(reader, &name)?,
         Format::JepsenKv => jepsen::parse_kv_log(reader, &name)?,
         Format::Keel => keel::lin_ops(&history::parse_history(reader, &name)?.ops),
+        Format::KeelRc => unreachable!("validated: keel-rc goes with --model rc"),
     };
     lin_result(model, &ops, args.budget, &name)
+}
+
+/// Checks `ops` for release consistency (RC_Lin, [`crate::rc`]).
+pub fn rc_result(ops: &[rc::RcOp]) -> FileResult {
+    let verdict = rc::check(ops);
+    let holds = verdict.holds();
+    let mut human = String::new();
+    let details = if holds {
+        serde_json::Value::Null
+    } else {
+        human.push_str(&format!(
+            "{} violation(s) of release consistency (RC_Lin) in {} ops ({} synchronization)\n",
+            verdict.violation_count, verdict.ops, verdict.sync_ops
+        ));
+        for violation in &verdict.violations {
+            human.push_str(&format!("{violation}\n"));
+        }
+        if verdict.violation_count > verdict.violations.len() {
+            human.push_str(&format!(
+                "... and {} more\n",
+                verdict.violation_count - verdict.violations.len()
+            ));
+        }
+        json!({
+            "ops": verdict.ops,
+            "sync_ops": verdict.sync_ops,
+            "violations_total": verdict.violation_count,
+            "violations": verdict.violations.iter().map(|v| json!({
+                "rule": v.rule,
+                "message": v.message,
+                "ops": v.ops,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    FileResult {
+        verdict: verdict.verdict(),
+        holds: Some(holds),
+        ops: verdict.ops,
+        steps: 0,
+        details,
+        human,
+    }
 }
 
 /// Checks `ops` for linearizability under `model`.

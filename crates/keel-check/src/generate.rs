@@ -7,9 +7,12 @@
 //! survivors). Every history generated is linearizable and satisfies cross-client
 //! monotonic reads by construction: the operations take effect in order at their
 //! linearization points, and every write that took effect survives.
+//! [`rc_history`] makes release-consistency histories ([`crate::rc`]) the same way: one
+//! global state, each op applied at its point, so every rule holds.
 
 use crate::history::{KeelHistory, Op, OpKind, Outcome, Survivor};
 use crate::model::{Action, LinOp, Model};
+use crate::rc::{RcKind, RcOp, Stamp};
 use keel_types::{Durability, ReadLevel, Version};
 use std::collections::BTreeMap;
 
@@ -289,6 +292,105 @@ fn keel_kind(key: &str, action: Action, rng: &mut Rng) -> OpKind {
         Action::Incr { delta, result } => OpKind::Incr { key, delta, durability, result },
         Action::Append { .. } => unreachable!("the keel model has no append"),
     }
+}
+
+/// A valid release-consistency history (`keel-rc`): relaxed reads and writes, acquires,
+/// releases, FAA and CAS (strong and weak) over `shape.keys` keys, `shape.clients`
+/// sessions on 5 machines. Each op takes effect on one global state at its point inside
+/// its window, so it is linearizable, hence RC_Lin. Writes get stamps `(version + 1,
+/// machine, 0)`, RMWs `(version, writer, rmw + 1)` of the key's current stamp.
+/// `shape.unknown_percent` of ops get no reply; half of those take effect, and half of
+/// the writes and releases among them leave `wrote` null (a read attributes them by
+/// their unique value).
+pub fn rc_history(shape: &Shape) -> Vec<RcOp> {
+    assert!(shape.keys > 0 && shape.clients > 0, "a history needs keys and sessions");
+    let mut rng = Rng::new(shape.seed);
+    let mut schedule = Schedule::new(shape.clients, shape.window_max);
+    let mut state: Vec<(Stamp, Option<u64>)> = vec![(Stamp::ZERO, None); shape.keys];
+    let mut seqs = vec![0u64; shape.clients];
+    let mut ops = Vec::with_capacity(shape.ops);
+    for n in 0..shape.ops as u64 {
+        let slot = schedule.next(&mut rng);
+        let session = slot.client;
+        let machine = (session % 5) as u32;
+        let key = rng.index(shape.keys);
+        let kind = match rng.below(100) {
+            0..=24 => RcKind::Read,
+            25..=44 => RcKind::Write,
+            45..=59 => RcKind::Acquire,
+            60..=74 => RcKind::Release,
+            75..=86 => RcKind::Faa,
+            _ => RcKind::Cas,
+        };
+        let (current, value) = state[key];
+        let write_stamp =
+            Stamp { version: current.version + 1, writer: u64::from(machine), rmw: 0 };
+        let rmw_stamp = Stamp { rmw: current.rmw + 1, ..current };
+        let mut op = RcOp {
+            id: n,
+            session,
+            machine,
+            seq: seqs[session as usize],
+            kind,
+            key: key as u64,
+            invoke: slot.invoke,
+            complete: None,
+            read: None,
+            wrote: None,
+            arg: None,
+            expected: None,
+            strong: false,
+        };
+        seqs[session as usize] += 1;
+        let mut write = None;
+        match kind {
+            RcKind::Read | RcKind::Acquire => {}
+            RcKind::Write | RcKind::Release => {
+                let v = (1 << 40) + n;
+                op.arg = Some(v);
+                write = Some((write_stamp, v));
+            }
+            RcKind::Faa => {
+                let delta = rng.below(5);
+                op.arg = Some(delta);
+                write = Some((rmw_stamp, value.unwrap_or(0).wrapping_add(delta)));
+            }
+            RcKind::Cas => {
+                let new = (2 << 40) + n;
+                op.arg = Some(new);
+                op.strong = rng.below(2) == 0;
+                op.expected = match rng.below(4) {
+                    0 | 1 => value,
+                    2 => None,
+                    _ => Some(rng.below(4)),
+                };
+                if op.expected == value {
+                    write = Some((rmw_stamp, new));
+                }
+            }
+        }
+        if rng.chance(shape.unknown_percent * 10_000) {
+            schedule.abandon(slot);
+            if let Some((stamp, v)) = write.filter(|_| rng.below(2) == 0) {
+                state[key] = (stamp, Some(v));
+                let blind = matches!(kind, RcKind::Write | RcKind::Release);
+                if !blind || rng.below(2) == 0 {
+                    op.wrote = Some((stamp, v));
+                }
+            }
+        } else {
+            op.complete = Some(schedule.complete(slot, &mut rng));
+            if kind.reads() {
+                op.read = Some((current, value));
+            }
+            if let Some((stamp, v)) = write {
+                state[key] = (stamp, Some(v));
+                op.wrote = Some((stamp, v));
+            }
+        }
+        ops.push(op);
+    }
+    ops
 }
 
 #[cfg(test)]

@@ -10,6 +10,9 @@
 //! - [`monotonic`]: the cross-client monotonic-reads checker over reads and survivors.
 //! - [`views`]: the rules for the views of reads invoked as Correctables, and the
 //!   expansion that lets the other checkers judge each view as a read.
+//! - [`rc`]: release consistency (RC_Lin, Kite's model): the `keel-rc` history format and
+//!   its checker (happens-before, load value, RMW atomicity, per-key coherence,
+//!   linearizability and one order of synchronization ops).
 //! - [`generate`]: deterministic generator of valid Keel histories (tests, benchmark).
 //! - [`cli`]: `keel check` (arguments, verdict lines, exit codes, `--bench`).
 //! - [`error`]: input errors naming file and line.
@@ -25,4 +28,5 @@ pub mod keel;
 pub mod linearizability;
 pub mod model;
 pub mod monotonic;
+pub mod rc;
 pub mod views;

@@ -151,3 +151,83 @@ fn views_are_checked_and_a_stale_final_view_exits_1() {
     let jepsen = args(&["--format", "jepsen-register", "--property", "views", &file]);
     assert_eq!(code(run(&jepsen)), code(ExitCode::from(2)));
 }
+
+/// A `keel-rc` history of message passing: S1 writes x and releases f; S2 acquires f
+/// and reads x (`x_stamp` 0: the initial value, a stale read).
+fn rc_history_text(x_stamp: u64) -> String {
+    let stamp = |v: u64, w: u64| format!(r#"{{"version":{v},"writer":{w},"rmw":0}}"#);
+    let x_read = if x_stamp == 0 { "null".to_string() } else { "1".to_string() };
+    let lines = [
+        keel_check::rc::HEADER.to_string(),
+        format!(
+            r#"{{"id":0,"session":1,"machine":0,"seq":0,"kind":"write","key":1,"invoke":0,"complete":1,"wrote":[{},1],"arg":1}}"#,
+            stamp(1, 0)
+        ),
+        format!(
+            r#"{{"id":1,"session":1,"machine":0,"seq":1,"kind":"release","key":2,"invoke":2,"complete":3,"wrote":[{},1],"arg":1}}"#,
+            stamp(1, 0)
+        ),
+        format!(
+            r#"{{"id":2,"session":2,"machine":1,"seq":0,"kind":"acquire","key":2,"invoke":4,"complete":5,"read":[{},1]}}"#,
+            stamp(1, 0)
+        ),
+        format!(
+            r#"{{"id":3,"session":2,"machine":1,"seq":1,"kind":"read","key":1,"invoke":6,"complete":7,"read":[{},{x_read}]}}"#,
+            stamp(x_stamp, 0)
+        ),
+    ];
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn rc_histories_exit_0_1_2() {
+    let good = temp_file("rc-good.jsonl", rc_history_text(1).as_bytes());
+    let stale = temp_file("rc-stale.jsonl", rc_history_text(0).as_bytes());
+    let broken = temp_file(
+        "rc-broken.jsonl",
+        format!("{}\n{{\"id\":0}}\n", keel_check::rc::HEADER).as_bytes(),
+    );
+    let (good_s, stale_s, broken_s) =
+        (good.display().to_string(), stale.display().to_string(), broken.display().to_string());
+    for flags in [
+        &["--model", "rc"][..],
+        &["--format", "keel-rc"],
+        &["--model", "rc", "--format", "keel-rc"],
+        &[],
+    ] {
+        let with = |file: &str| {
+            let mut words = flags.to_vec();
+            words.push(file);
+            args(&words)
+        };
+        assert_eq!(code(run(&with(&good_s))), code(ExitCode::from(0)), "{flags:?}");
+        assert_eq!(code(run(&with(&stale_s))), code(ExitCode::from(1)), "{flags:?}");
+        assert_eq!(code(run(&with(&broken_s))), code(ExitCode::from(2)), "{flags:?}");
+    }
+    let result = check_file(&args(&["--model", "rc", &stale_s]), &stale).unwrap();
+    assert_eq!((result.verdict, result.holds, result.ops), ("violation", Some(false), 4));
+    assert!(result.human.contains("stale-read"), "{}", result.human);
+    assert_eq!(result.details["violations"][0]["rule"], "stale-read");
+    assert_eq!(result.details["violations"][0]["ops"], serde_json::json!([0, 1, 2, 3]));
+    let e = check_file(&args(&["--model", "rc", &broken_s]), &broken).unwrap_err();
+    assert_eq!((e.file.as_str(), e.line), (broken_s.as_str(), 2));
+}
+
+#[test]
+fn rc_flags_must_agree() {
+    let good = temp_file("rc-good2.jsonl", rc_history_text(1).as_bytes());
+    let file = good.display().to_string();
+    for words in [
+        &["--model", "rc", "--format", "keel", &file][..],
+        &["--model", "keel", "--format", "keel-rc", &file],
+        &["--model", "rc", "--property", "monotonic", &file],
+        &["--model", "keel", &file],
+    ] {
+        assert_eq!(code(run(&args(words))), code(ExitCode::from(2)), "{words:?}");
+    }
+    // A Keel history given with no flags is not a keel-rc history: input error, exit 2.
+    let history = keel_history(&Shape { ops: 20, ..Shape::default() });
+    let keel = temp_file("not-rc.jsonl", &write_history(Vec::new(), &history).unwrap());
+    let e = check_file(&args(&[&keel.display().to_string()]), &keel).unwrap_err();
+    assert!(e.message.contains("keel-history"), "{}", e.message);
+}

@@ -11,8 +11,10 @@
 //!   contract between an engine and its drivers.
 //! - [`time`]: the virtual time type engines are given.
 //! - [`leader`]: the leader engine (ORCA: consistency-aware durability, active set,
-//!   cross-client monotonic reads). Kite and geo engines will sit beside it.
+//!   cross-client monotonic reads).
+//! - [`kite`]: the Kite engine (release consistency on a leaderless store).
 
 pub mod engine;
+pub mod kite;
 pub mod leader;
 pub mod time;

@@ -39,7 +39,12 @@ pub enum SimCommand {
 /// `keel sim run` arguments.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The scenario: `general` (all durabilities, read levels and faults), `wide-area`
+    /// The engine: `orca` (the leader engine) or `kite`.
+    #[arg(long, default_value = "orca", value_parser = ["orca", "kite"])]
+    pub engine: String,
+    /// The scenario. With `--engine kite`: `general`, `litmus` (the paper's litmus tests
+    /// L1 to L12 under random delays and loss) or `faults` (its fault scenarios F1 to
+    /// F12, scripted). With the leader engine: `general` (all durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
     /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),
@@ -113,6 +118,14 @@ pub struct RunArgs {
     /// Chance, in parts per million, that a partition isolates the leader.
     #[arg(long, default_value_t = 0)]
     pub aim_leader_ppm: u32,
+    /// Negative control (`--engine kite`): a release that times out goes on without the
+    /// slow release, so a node that missed a write is never told.
+    #[arg(long)]
+    pub no_slow_path: bool,
+    /// Negative control (`--engine kite`): an out-of-epoch access puts its key in the
+    /// machine's current epoch, not the one it started in.
+    #[arg(long)]
+    pub no_epoch_snapshot: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]
@@ -144,6 +157,9 @@ pub fn run(args: &SimArgs) -> ExitCode {
 }
 
 fn run_seeds(args: &RunArgs) -> ExitCode {
+    if args.engine == "kite" {
+        return crate::kite::cli::run_seeds(args);
+    }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
             "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, correctables or tickets)",

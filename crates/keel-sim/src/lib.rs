@@ -26,6 +26,7 @@
 //! - [`driver`]: synchronous requests over a world, for scripted scenarios.
 //! - [`table3`], [`table4`]: the ORCA paper's experiments.
 //! - [`bench`]: measurements, not tests.
+//! - [`kite`]: the Kite engine's world, recorder, scenarios and `--engine kite`.
 //! - [`toy`]: a deliberately simple engine used to test the simulator itself.
 //! - [`cli`]: `keel sim`.
 
@@ -38,6 +39,7 @@ pub mod driver;
 pub mod engine;
 pub mod history;
 pub mod invariants;
+pub mod kite;
 pub mod nemesis;
 pub mod net;
 pub mod rng;

@@ -1,0 +1,1643 @@
+//! [`KiteEngine`]: one Kite node. Replica handlers (what a node does with a peer's
+//! request), rounds (a broadcast waiting for answers, sent again to whoever has not
+//! answered), and sessions (one operation in progress at a time, each a small state
+//! machine over its rounds).
+
+// `Result<KiteResult, Phase>` says "done, with this result" or "still going, in this
+// phase": the `Err` side is the operation's state moved back into its session, not an
+// error travelling up, so its size is not a cost.
+#![allow(clippy::result_large_err)]
+
+use super::types::{
+    Ballot, Bit, Config, Counters, KiteOp, KiteReply, KiteRequest, KiteResult, Message, RmwId,
+    RmwOutcome, RmwRecord, RoundId, Stamp, Status, SKIPPED_MAX,
+};
+use crate::engine::{BootError, Input, Outputs, Rejection};
+use crate::time::{Span, Time};
+use keel_types::rng::SplitMix64;
+use keel_types::{KeelError, Key, NodeId, Value};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The read-modify-write that made a value (its id and outcome), when one did.
+type Maker = Option<Box<(RmwId, RmwOutcome)>>;
+
+/// The most acquire ids a transient bit keeps (older ones are forgotten, which keeps the
+/// bit transient: safe, and costs at most one more slow acquire).
+const TRANSIENT_IDS_MAX: usize = 64;
+/// A write waiting for every node's acknowledgement is sent again after the
+/// retransmission pace times 2^min(sends, this): up to 64 times the pace.
+const WRITE_BACKOFF_SHIFT_MAX: u32 = 6;
+
+/// One key at this replica.
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    value: Option<Value>,
+    stamp: Stamp,
+    /// The key's epoch: the fast path serves it iff it equals the machine epoch.
+    epoch: u64,
+    promised: Ballot,
+    accepted: Option<(Ballot, RmwRecord)>,
+    /// The read-modify-write whose commit made `value`, if one did.
+    made_by: Option<Box<(RmwId, RmwOutcome)>>,
+}
+
+/// A broadcast waiting for answers.
+#[derive(Clone, Debug)]
+struct Round {
+    msg: Message,
+    /// Members (by index) that have not answered.
+    pending: u64,
+    replies: Vec<(NodeId, Message)>,
+    next_send: Time,
+    sends: u32,
+    session: u64,
+    /// A write the session's next release needs acknowledged by every node.
+    tracked: bool,
+}
+
+/// A release's (or read-modify-write's) wait for the session's earlier writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Barrier {
+    /// Waiting for every node's acknowledgements until the deadline.
+    Waiting { deadline: Time },
+    /// Timed out: waiting for a quorum's acknowledgements, then the slow release.
+    Slow { delinquent: Vec<NodeId>, round: Option<RoundId> },
+    /// The value may become visible.
+    Done,
+}
+
+#[derive(Clone, Debug)]
+enum RmwStage {
+    Proposing {
+        round: RoundId,
+    },
+    /// A retry waits for its back-off.
+    Backoff {
+        until: Time,
+    },
+    Accepting {
+        round: RoundId,
+        record: RmwRecord,
+        mine: bool,
+    },
+    /// A compare-and-swap that failed, writing back the value it read.
+    WriteBack {
+        round: RoundId,
+        read: Option<Value>,
+        read_stamp: Stamp,
+        made_by: Maker,
+    },
+    Committing {
+        round: RoundId,
+        record: RmwRecord,
+        mine: bool,
+    },
+    /// Waiting for the barrier before accepting its own record.
+    Ready {
+        record: RmwRecord,
+    },
+}
+
+/// The operation a session has in progress.
+#[derive(Clone, Debug)]
+enum Phase {
+    SlowRead {
+        key: Key,
+        snapshot: u64,
+        round: RoundId,
+    },
+    SlowWrite {
+        key: Key,
+        value: Value,
+        snapshot: u64,
+        round: RoundId,
+    },
+    Acquire {
+        key: Key,
+        snapshot: u64,
+        id: u64,
+        round: RoundId,
+        write_back: Option<(RoundId, Option<Value>, Stamp, Maker)>,
+        delinquent: bool,
+    },
+    Release {
+        key: Key,
+        value: Value,
+        round: RoundId,
+        version: Option<u64>,
+        barrier: Barrier,
+        value_round: Option<(RoundId, Stamp)>,
+    },
+    Rmw {
+        op: KiteOp,
+        seq: u64,
+        id: u64,
+        ballot: Ballot,
+        stage: RmwStage,
+        barrier: Barrier,
+        delinquent: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Active {
+    tag: crate::engine::RequestTag,
+    phase: Phase,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Session {
+    queue: VecDeque<KiteRequest>,
+    active: Option<Active>,
+    seq: u64,
+    /// Rounds of writes not yet acknowledged by every node.
+    tracked: Vec<RoundId>,
+}
+
+/// A Kite node: release consistency on a leaderless, fully replicated, in-memory store.
+#[derive(Debug)]
+pub struct KiteEngine {
+    config: Config,
+    writer: u64,
+    quorum: usize,
+    epoch: u64,
+    keys: BTreeMap<Key, Slot>,
+    bits: BTreeMap<NodeId, Bit>,
+    /// The latest committed read-modify-write of each (node, session), with its key.
+    outcomes: BTreeMap<(u32, u64), (Key, RmwOutcome)>,
+    sessions: BTreeMap<u64, Session>,
+    rounds: BTreeMap<RoundId, Round>,
+    next_round: RoundId,
+    next_acquire: u64,
+    /// The highest ballot round this node proposed.
+    last_round: u64,
+    rng: SplitMix64,
+    counters: Counters,
+    now: Time,
+    out: Outputs<Message, KiteReply>,
+}
+
+impl KiteEngine {
+    /// Starts a node with an empty store at local time `now`. A node of a later
+    /// incarnation (one that lost its memory) starts with every key out of its epoch, so
+    /// that nothing is served from the fast path before it was read from a quorum.
+    pub fn boot(config: Config, seed: u64, now: Time) -> Result<KiteEngine, BootError> {
+        config.validate()?;
+        let n = config.members.len();
+        let bits = config.members.iter().map(|&m| (m, Bit::Clear)).collect();
+        Ok(KiteEngine {
+            writer: Stamp::writer_of(config.node, config.incarnation),
+            quorum: n / 2 + 1,
+            epoch: u64::from(config.incarnation > 0),
+            keys: BTreeMap::new(),
+            bits,
+            outcomes: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            rounds: BTreeMap::new(),
+            next_round: 1,
+            next_acquire: 1,
+            last_round: 0,
+            rng: SplitMix64::new(seed),
+            counters: Counters::default(),
+            now,
+            out: Outputs::default(),
+            config,
+        })
+    }
+
+    /// This node.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The typed status.
+    pub fn status(&self) -> Status {
+        Status {
+            node: self.config.node,
+            epoch: self.epoch,
+            keys: self.keys.len(),
+            keys_in_epoch: self.keys.values().filter(|s| s.epoch == self.epoch).count(),
+            sessions: self.sessions.len(),
+            bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// The local copy of `key`: its value and stamp (for tests and the simulator's
+    /// convergence check).
+    pub fn local(&self, key: &[u8]) -> (Option<Value>, Stamp) {
+        self.keys.get(key).map_or((None, Stamp::ZERO), |s| (s.value.clone(), s.stamp))
+    }
+
+    /// Every key held, with its value and stamp, in key order.
+    pub fn contents(&self) -> Vec<(Key, Option<Value>, Stamp)> {
+        self.keys.iter().map(|(k, s)| (k.clone(), s.value.clone(), s.stamp)).collect()
+    }
+
+    /// Whether this replica holds an accepted read-modify-write of `key` it has not seen
+    /// committed.
+    pub fn accepted_rmw(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some_and(|s| s.accepted.is_some())
+    }
+
+    /// Whether a relaxed access to `key` would take the fast path now.
+    pub fn in_epoch(&self, key: &[u8]) -> bool {
+        self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
+    }
+
+    /// Handles one input at local time `now`.
+    pub fn step(
+        &mut self,
+        now: Time,
+        input: Input<Message, KiteRequest>,
+    ) -> Outputs<Message, KiteReply> {
+        assert!(now >= self.now, "time went backwards: {:?} after {:?}", now, self.now);
+        self.now = now;
+        let mut touched: Vec<u64> = Vec::new();
+        match input {
+            Input::Tick => {
+                self.resend_due();
+                touched.extend(self.sessions.keys().copied());
+            }
+            Input::Message { from, message } => {
+                if let Some(session) = self.on_message(from, message) {
+                    touched.push(session);
+                }
+            }
+            Input::Client(request) => touched.push(self.admit(request)),
+            Input::Clients(requests) => {
+                for request in requests {
+                    touched.push(self.admit(request));
+                }
+            }
+            Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for session in touched {
+            self.advance(session);
+        }
+        self.out.wake_at = self.next_wake();
+        std::mem::take(&mut self.out)
+    }
+
+    /// The stateless half of the validation gate.
+    pub fn check_message(message: &Message) -> Result<(), &'static str> {
+        let record_ok = |r: &RmwRecord| r.stamp == r.read_stamp.next_rmw();
+        match message {
+            Message::SlowRelease { delinquent, .. } if delinquent.len() > 63 => {
+                Err("delinquent set larger than any cluster")
+            }
+            Message::Accept { record, .. } if !record_ok(record) => {
+                Err("read-modify-write not right after its base")
+            }
+            Message::Promise { accepted: Some((_, record)), .. } if !record_ok(record) => {
+                Err("read-modify-write not right after its base")
+            }
+            Message::Write { stamp, .. } if *stamp == Stamp::ZERO => Err("write with no stamp"),
+            _ => Ok(()),
+        }
+    }
+
+    // ----- admission and sessions -----
+
+    fn admit(&mut self, request: KiteRequest) -> u64 {
+        let session = request.session;
+        if let Err(err) = self.check_request(&request.op) {
+            self.reply(&request, Err(err));
+            return session;
+        }
+        if !self.sessions.contains_key(&session) && self.sessions.len() >= self.config.sessions_max
+        {
+            let err = KeelError::Busy(format!("{} sessions open", self.sessions.len()));
+            self.reply(&request, Err(err));
+            return session;
+        }
+        let queue_max = self.config.session_queue_max;
+        let s = self.sessions.entry(session).or_default();
+        if s.queue.len() >= queue_max {
+            let err = KeelError::Busy(format!("{} requests waiting in the session", s.queue.len()));
+            self.reply(&request, Err(err));
+            return session;
+        }
+        s.queue.push_back(request);
+        session
+    }
+
+    fn check_request(&self, op: &KiteOp) -> Result<(), KeelError> {
+        let limits = &self.config.limits;
+        limits.check_key(op.key())?;
+        match op {
+            KiteOp::Write { value, .. } | KiteOp::Release { value, .. } => {
+                limits.check_value(value)
+            }
+            KiteOp::Cas { expected, new, .. } => {
+                if let Some(e) = expected {
+                    limits.check_value(e)?;
+                }
+                limits.check_value(new)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn reply(&mut self, request: &KiteRequest, result: Result<KiteResult, KeelError>) {
+        self.out.replies.push(KiteReply { tag: request.tag, session: request.session, result });
+    }
+
+    /// Runs a session as far as it goes: the operation in progress, then queued ones.
+    fn advance(&mut self, session: u64) {
+        loop {
+            let Some(s) = self.sessions.get_mut(&session) else { return };
+            if let Some(active) = s.active.take() {
+                match self.progress(session, active.phase) {
+                    Ok(result) => {
+                        self.out.replies.push(KiteReply {
+                            tag: active.tag,
+                            session,
+                            result: Ok(result),
+                        });
+                    }
+                    Err(phase) => {
+                        let s = self.sessions.get_mut(&session).expect("session exists");
+                        s.active = Some(Active { tag: active.tag, phase });
+                        return;
+                    }
+                }
+                continue;
+            }
+            let Some(request) = s.queue.pop_front() else { return };
+            s.seq += 1;
+            let seq = s.seq;
+            match self.start(session, seq, request.op.clone()) {
+                Ok(result) => self.reply(&request, Ok(result)),
+                Err(phase) => {
+                    let s = self.sessions.get_mut(&session).expect("session exists");
+                    s.active = Some(Active { tag: request.tag, phase });
+                }
+            }
+        }
+    }
+
+    /// Starts an operation: its result at once (fast path), or the phase that will make it.
+    fn start(&mut self, session: u64, seq: u64, op: KiteOp) -> Result<KiteResult, Phase> {
+        let snapshot = self.epoch;
+        match op {
+            KiteOp::Read { key } => {
+                if self.in_epoch(&key) {
+                    self.counters.reads_fast += 1;
+                    let (value, stamp) = self.local(&key);
+                    return Ok(KiteResult::Value { value, stamp });
+                }
+                self.counters.reads_slow += 1;
+                let round = self.broadcast(
+                    session,
+                    Message::Read { round: 0, key: key.clone(), query: None },
+                    false,
+                );
+                Err(Phase::SlowRead { key, snapshot, round })
+            }
+            KiteOp::Write { key, value } => {
+                if self.in_epoch(&key) {
+                    self.counters.writes_fast += 1;
+                    let version = self.local(&key).1.version;
+                    let stamp = Stamp::next_write(version, self.writer);
+                    self.write_tracked(session, key, value, stamp, None);
+                    return Ok(KiteResult::Written { stamp });
+                }
+                self.counters.writes_slow += 1;
+                let round = self.broadcast(
+                    session,
+                    Message::Read { round: 0, key: key.clone(), query: None },
+                    false,
+                );
+                Err(Phase::SlowWrite { key, value, snapshot, round })
+            }
+            KiteOp::Acquire { key } => {
+                let id = self.new_acquire();
+                let round = self.broadcast(
+                    session,
+                    Message::Read { round: 0, key: key.clone(), query: Some(id) },
+                    false,
+                );
+                Err(Phase::Acquire {
+                    key,
+                    snapshot,
+                    id,
+                    round,
+                    write_back: None,
+                    delinquent: false,
+                })
+            }
+            KiteOp::Release { key, value } => {
+                // The first round (stamps from a quorum) overlaps the barrier's wait.
+                let round = self.broadcast(
+                    session,
+                    Message::Read { round: 0, key: key.clone(), query: None },
+                    false,
+                );
+                let barrier = self.new_barrier();
+                Err(Phase::Release { key, value, round, version: None, barrier, value_round: None })
+            }
+            KiteOp::Faa { .. } | KiteOp::Cas { .. } => {
+                if let KiteOp::Cas { key, expected, strong: false, .. } = &op {
+                    let (value, stamp) = self.local(key);
+                    if self.in_epoch(key) && value != *expected {
+                        self.counters.cas_local_failures += 1;
+                        return Ok(KiteResult::Rmw {
+                            read: value,
+                            read_stamp: stamp,
+                            wrote: None,
+                            local: true,
+                        });
+                    }
+                }
+                let id = self.new_acquire();
+                let barrier = self.new_barrier();
+                let ballot = self.next_ballot(op.key(), Ballot::default());
+                let round = self.propose(session, op.key().clone(), ballot, id);
+                Err(Phase::Rmw {
+                    op,
+                    seq,
+                    id,
+                    ballot,
+                    stage: RmwStage::Proposing { round },
+                    barrier,
+                    delinquent: false,
+                })
+            }
+        }
+    }
+
+    fn new_acquire(&mut self) -> u64 {
+        self.next_acquire += 1;
+        self.next_acquire - 1
+    }
+
+    fn new_barrier(&self) -> Barrier {
+        Barrier::Waiting { deadline: self.now + self.config.release_timeout }
+    }
+
+    /// Moves an operation on. `Ok`: it completed with this result; `Err`: still going.
+    fn progress(&mut self, session: u64, phase: Phase) -> Result<KiteResult, Phase> {
+        match phase {
+            Phase::SlowRead { key, snapshot, round } => {
+                let Some((value, stamp, _, _, made_by)) = self.quorum_read(round) else {
+                    return Err(Phase::SlowRead { key, snapshot, round });
+                };
+                self.close(round);
+                self.apply(&key, value, stamp, made_by);
+                self.settle_epoch(&key, snapshot);
+                let (value, stamp) = self.local(&key);
+                Ok(KiteResult::Value { value, stamp })
+            }
+            Phase::SlowWrite { key, value, snapshot, round } => {
+                let Some((_, seen, _, _, _)) = self.quorum_read(round) else {
+                    return Err(Phase::SlowWrite { key, value, snapshot, round });
+                };
+                self.close(round);
+                let version = seen.version.max(self.local(&key).1.version);
+                let stamp = Stamp::next_write(version, self.writer);
+                self.write_tracked(session, key.clone(), value, stamp, None);
+                self.settle_epoch(&key, snapshot);
+                Ok(KiteResult::Written { stamp })
+            }
+            Phase::Acquire { key, snapshot, id, round, write_back, mut delinquent } => {
+                match write_back {
+                    None => {
+                        let Some((value, stamp, seen_by, flagged, made_by)) =
+                            self.quorum_read(round)
+                        else {
+                            return Err(Phase::Acquire {
+                                key,
+                                snapshot,
+                                id,
+                                round,
+                                write_back,
+                                delinquent,
+                            });
+                        };
+                        self.close(round);
+                        delinquent |= flagged;
+                        if seen_by < self.quorum {
+                            // Not yet seen by a quorum: write it back, asking again, so the
+                            // answers come after the value was visible (the delinquent set
+                            // of the release it may come from has reached a quorum).
+                            self.counters.write_backs += 1;
+                            let rmw = made_by.clone().map(|m| *m);
+                            let msg = Message::Write {
+                                round: 0,
+                                key: key.clone(),
+                                value: value.clone().unwrap_or_default(),
+                                stamp,
+                                rmw,
+                                applied: Vec::new(),
+                                query: Some(id),
+                            };
+                            let wb = self.broadcast(session, msg, false);
+                            return Err(Phase::Acquire {
+                                key,
+                                snapshot,
+                                id,
+                                round,
+                                write_back: Some((wb, value, stamp, made_by)),
+                                delinquent,
+                            });
+                        }
+                        let everywhere = seen_by == self.config.members.len();
+                        Ok(self.finish_acquire(
+                            session,
+                            &key,
+                            snapshot,
+                            id,
+                            delinquent,
+                            (value, stamp, made_by),
+                            everywhere,
+                        ))
+                    }
+                    Some((wb, value, stamp, made_by)) => {
+                        let Some(flagged) = self.quorum_acks(wb) else {
+                            return Err(Phase::Acquire {
+                                key,
+                                snapshot,
+                                id,
+                                round,
+                                write_back: Some((wb, value, stamp, made_by)),
+                                delinquent,
+                            });
+                        };
+                        self.close(wb);
+                        delinquent |= flagged;
+                        Ok(self.finish_acquire(
+                            session,
+                            &key,
+                            snapshot,
+                            id,
+                            delinquent,
+                            (value, stamp, made_by),
+                            false,
+                        ))
+                    }
+                }
+            }
+            Phase::Release { key, value, round, mut version, mut barrier, value_round } => {
+                if let Some((vr, stamp)) = value_round {
+                    if self.written(vr) {
+                        return Ok(KiteResult::Written { stamp });
+                    }
+                    return Err(Phase::Release {
+                        key,
+                        value,
+                        round,
+                        version,
+                        barrier,
+                        value_round,
+                    });
+                }
+                if version.is_none() {
+                    if let Some((_, seen, _, _, _)) = self.quorum_read(round) {
+                        self.close(round);
+                        version = Some(seen.version);
+                    }
+                }
+                self.barrier_progress(session, &mut barrier, true);
+                match (version, &barrier) {
+                    (Some(v), Barrier::Done) => {
+                        let v = v.max(self.local(&key).1.version);
+                        let stamp = Stamp::next_write(v, self.writer);
+                        let vr =
+                            self.write_tracked(session, key.clone(), value.clone(), stamp, None);
+                        let phase = Phase::Release {
+                            key,
+                            value,
+                            round,
+                            version,
+                            barrier,
+                            value_round: Some((vr, stamp)),
+                        };
+                        self.progress(session, phase)
+                    }
+                    _ => Err(Phase::Release { key, value, round, version, barrier, value_round }),
+                }
+            }
+            Phase::Rmw { op, seq, id, ballot, stage, mut barrier, delinquent } => {
+                self.barrier_progress(session, &mut barrier, false);
+                self.rmw_progress(session, op, seq, id, ballot, stage, barrier, delinquent)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_acquire(
+        &mut self,
+        session: u64,
+        key: &Key,
+        snapshot: u64,
+        id: u64,
+        delinquent: bool,
+        read: (Option<Value>, Stamp, Maker),
+        everywhere: bool,
+    ) -> KiteResult {
+        let (value, stamp, made_by) = read;
+        self.apply(key, value.clone(), stamp, made_by.clone());
+        if !everywhere {
+            self.spread_acquired(session, key, &value, stamp, made_by);
+        }
+        self.acquired(id, delinquent);
+        self.settle_epoch(key, snapshot);
+        KiteResult::Value { value, stamp }
+    }
+
+    /// What an acquire read may be held by only a quorum (a release's value round, a
+    /// write-back, an RMW's commit wait for no more). The session sends it on to every
+    /// node as its own write, so its next release covers it: a chain Rel x → Acq x →
+    /// Rel f → Acq f on a node that missed x then finds that node delinquent, and its
+    /// relaxed read of x goes to a quorum (not in the paper, whose lemmas cover only the
+    /// writes before a release, not the release's own value).
+    fn spread_acquired(
+        &mut self,
+        session: u64,
+        key: &Key,
+        value: &Option<Value>,
+        stamp: Stamp,
+        made_by: Maker,
+    ) {
+        if let (Some(value), true) = (value, stamp != Stamp::ZERO) {
+            self.write_tracked(session, key.clone(), value.clone(), stamp, made_by.map(|m| *m));
+        }
+    }
+
+    /// The end of an acquire (or a read-modify-write's acquire half): a delinquent node
+    /// raises its epoch first, then asks for its bits to be reset.
+    fn acquired(&mut self, id: u64, delinquent: bool) {
+        if delinquent {
+            self.counters.acquires_slow += 1;
+            self.epoch += 1;
+            self.send_all(Message::ResetBit { acquire: id });
+        } else {
+            self.counters.acquires_fast += 1;
+        }
+    }
+
+    /// An out-of-epoch access that read a quorum puts its key in the epoch it started in.
+    fn settle_epoch(&mut self, key: &Key, snapshot: u64) {
+        let epoch = if self.config.unsafe_no_epoch_snapshot { self.epoch } else { snapshot };
+        let slot = self.keys.entry(key.clone()).or_default();
+        slot.epoch = slot.epoch.max(epoch);
+    }
+
+    /// The release barrier: every earlier write of the session acknowledged by every
+    /// node, or, after the time-out, by a quorum and the slow release done.
+    fn barrier_progress(&mut self, session: u64, barrier: &mut Barrier, release: bool) {
+        let tracked = self.sessions.get(&session).map(|s| s.tracked.clone()).unwrap_or_default();
+        if let Barrier::Waiting { deadline } = *barrier {
+            let all = (1u64 << self.config.members.len()) - 1;
+            let missing: u64 = tracked
+                .iter()
+                .filter_map(|r| self.rounds.get(r))
+                .fold(0, |m, r| m | (r.pending & all));
+            if missing == 0 {
+                self.untrack_all(session);
+                if release {
+                    self.counters.releases_fast += 1;
+                }
+                *barrier = Barrier::Done;
+                return;
+            }
+            if self.now < deadline {
+                return;
+            }
+            let delinquent = self.members_of(missing);
+            *barrier = Barrier::Slow { delinquent, round: None };
+        }
+        if let Barrier::Slow { delinquent, round } = barrier {
+            match round {
+                None => {
+                    let all_quorum = tracked.iter().all(|r| self.acks(*r) >= self.quorum);
+                    if !all_quorum {
+                        return;
+                    }
+                    if self.config.unsafe_no_slow_path {
+                        self.untrack_all(session);
+                        *barrier = Barrier::Done;
+                        return;
+                    }
+                    let msg = Message::SlowRelease { round: 0, delinquent: delinquent.clone() };
+                    *round = Some(self.broadcast(session, msg, false));
+                    self.barrier_progress(session, barrier, release);
+                }
+                Some(r) => {
+                    let r = *r;
+                    if self.acks(r) >= self.quorum {
+                        self.close(r);
+                        self.untrack_all(session);
+                        if release {
+                            self.counters.releases_slow += 1;
+                        }
+                        *barrier = Barrier::Done;
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rmw_progress(
+        &mut self,
+        session: u64,
+        op: KiteOp,
+        seq: u64,
+        id: u64,
+        mut ballot: Ballot,
+        stage: RmwStage,
+        barrier: Barrier,
+        mut delinquent: bool,
+    ) -> Result<KiteResult, Phase> {
+        let key = op.key().clone();
+        let me = RmwId { node: self.config.node.0, session, seq };
+        let pending = |stage, ballot, barrier, delinquent| {
+            Err(Phase::Rmw { op: op.clone(), seq, id, ballot, stage, barrier, delinquent })
+        };
+        match stage {
+            RmwStage::Backoff { until } => {
+                if self.now < until {
+                    return pending(RmwStage::Backoff { until }, ballot, barrier, delinquent);
+                }
+                let round = self.propose(session, key, ballot, id);
+                self.rmw_progress(
+                    session,
+                    op,
+                    seq,
+                    id,
+                    ballot,
+                    RmwStage::Proposing { round },
+                    barrier,
+                    delinquent,
+                )
+            }
+            RmwStage::Proposing { round } => {
+                let Some(r) = self.rounds.get(&round) else { unreachable!("open round") };
+                let mut ok = Vec::new();
+                let mut nacks = 0;
+                let mut highest = ballot;
+                for (_, m) in &r.replies {
+                    if let Message::Promise { ok: granted, promised, .. } = m {
+                        highest = highest.max(*promised);
+                        if *granted {
+                            ok.push(m.clone());
+                        } else {
+                            nacks += 1;
+                        }
+                    }
+                }
+                if ok.len() < self.quorum {
+                    // A nack means a higher ballot is out: start over above it rather
+                    // than wait for nodes that may be down.
+                    if nacks > 0 {
+                        self.close(round);
+                        return self.rmw_retry(op, seq, id, highest, barrier, delinquent);
+                    }
+                    return pending(RmwStage::Proposing { round }, ballot, barrier, delinquent);
+                }
+                self.close(round);
+                // The newest value in the quorum, who made it, and how many hold it.
+                let mut base: (Option<Value>, Stamp, Maker) = (None, Stamp::ZERO, None);
+                for m in &ok {
+                    let Message::Promise { value, stamp, made_by, delinquent: flagged, .. } = m
+                    else {
+                        continue;
+                    };
+                    delinquent |= *flagged;
+                    if *stamp > base.1 {
+                        base = (value.clone(), *stamp, made_by.clone());
+                    }
+                }
+                // The highest-ballot record any replica of the quorum accepted. As in
+                // CASPaxos, it is adopted as applied: a record chosen earlier is this one
+                // or one it builds on (a later proposer saw it), so no other record of its
+                // slot can have been chosen. When the quorum holds a newer value (a blind
+                // write covered it), it is applied before that value.
+                let mut adopted: Option<(Ballot, RmwRecord)> = None;
+                let mut done: Option<RmwOutcome> = None;
+                let mut seen_by = 0;
+                for m in &ok {
+                    let Message::Promise { accepted, stamp, outcome, made_by, .. } = m else {
+                        continue;
+                    };
+                    seen_by += usize::from(*stamp == base.1);
+                    // Our request is done if a replica recorded its outcome or holds the
+                    // value it made.
+                    if let Some(o) = outcome.as_ref().filter(|o| o.seq == seq) {
+                        done = Some(o.clone());
+                    }
+                    if let Some(made) = made_by.as_ref().filter(|m| m.0 == me) {
+                        done = Some(made.1.clone());
+                    }
+                    if let Some((b, rec)) = accepted {
+                        if adopted.as_ref().is_none_or(|(bb, _)| b > bb) {
+                            adopted = Some((*b, rec.clone()));
+                        }
+                    }
+                }
+                let adopted = adopted.map(|(_, r)| r);
+                if let Some(o) = done {
+                    // Committed, by us or a helper. Commit it again as this session's own
+                    // write: the session's next release must find it acknowledged by
+                    // every node, and the helper may have reached fewer than a quorum.
+                    let record = RmwRecord {
+                        id: me,
+                        value: o.value.clone(),
+                        stamp: o.stamp,
+                        read: o.read.clone(),
+                        read_stamp: o.read_stamp,
+                        base: None,
+                        skipped: Vec::new(),
+                    };
+                    let msg = Message::Write {
+                        round: 0,
+                        key,
+                        value: o.value.clone(),
+                        stamp: o.stamp,
+                        rmw: Some((me, o)),
+                        applied: Vec::new(),
+                        query: None,
+                    };
+                    let round = self.broadcast(session, msg, true);
+                    self.sessions.get_mut(&session).expect("session").tracked.push(round);
+                    return self.rmw_progress(
+                        session,
+                        op,
+                        seq,
+                        id,
+                        ballot,
+                        RmwStage::Committing { round, record, mine: true },
+                        barrier,
+                        delinquent,
+                    );
+                }
+                // Another's record newer than every value in the quorum: finish it first
+                // (accepted at our ballot, its acceptors record what it builds on; then
+                // committed, every replica of a quorum records it done), then start over.
+                // One covered by a newer value is carried along as applied before it,
+                // with what it built on (unless the value is its own).
+                let mut skipped = Vec::new();
+                if let Some(a) = adopted {
+                    let known = base.2.as_ref().is_some_and(|m| m.0 == a.id);
+                    let carries_ours = a.base.as_ref().is_some_and(|b| b.0 == me)
+                        || a.skipped.iter().any(|(i, _)| *i == me);
+                    if a.id == me || carries_ours || a.stamp > base.1 {
+                        // Our own record, one that carries ours, or another's newer than
+                        // every value in the quorum: finish it (accepted again at our
+                        // ballot, then committed; a newer value in place keeps it, applied
+                        // before). Ours is then done, never built a second time.
+                        let mine = a.id == me;
+                        let round = self.accept(session, key, ballot, a.clone(), id);
+                        let stage = RmwStage::Accepting { round, record: a, mine };
+                        return self.rmw_progress(
+                            session, op, seq, id, ballot, stage, barrier, delinquent,
+                        );
+                    }
+                    if !known {
+                        skipped.push((a.id, outcome_of(&a)));
+                        skipped.extend(a.base.as_deref().cloned());
+                        skipped.extend(a.skipped.iter().cloned());
+                        skipped.truncate(SKIPPED_MAX);
+                    }
+                }
+                let (read, read_stamp, made_by) = base;
+                let new = match &op {
+                    KiteOp::Faa { delta, .. } => match faa(read.as_ref(), *delta) {
+                        Ok(v) => Some(v),
+                        Err(err) => {
+                            // Not a number: fails as an acquire that read it.
+                            let _ = err;
+                            None
+                        }
+                    },
+                    KiteOp::Cas { expected, new, .. } => (read == *expected).then(|| new.clone()),
+                    _ => unreachable!("a read-modify-write"),
+                };
+                match new {
+                    Some(value) => {
+                        let record = RmwRecord {
+                            id: me,
+                            value,
+                            stamp: read_stamp.next_rmw(),
+                            read,
+                            read_stamp,
+                            base: made_by,
+                            skipped,
+                        };
+                        self.rmw_progress(
+                            session,
+                            op,
+                            seq,
+                            id,
+                            ballot,
+                            RmwStage::Ready { record },
+                            barrier,
+                            delinquent,
+                        )
+                    }
+                    None if seen_by >= self.quorum => {
+                        self.apply(&key, read.clone(), read_stamp, made_by.clone());
+                        if seen_by < self.config.members.len() {
+                            self.spread_acquired(session, &key, &read, read_stamp, made_by);
+                        }
+                        self.acquired(id, delinquent);
+                        self.counters.rmws += 1;
+                        Ok(self.rmw_failed(&op, read, read_stamp))
+                    }
+                    None => {
+                        self.counters.write_backs += 1;
+                        let rmw = made_by.clone().map(|m| *m);
+                        let msg = Message::Write {
+                            round: 0,
+                            key,
+                            value: read.clone().unwrap_or_default(),
+                            stamp: read_stamp,
+                            rmw,
+                            applied: Vec::new(),
+                            query: Some(id),
+                        };
+                        let round = self.broadcast(session, msg, false);
+                        self.rmw_progress(
+                            session,
+                            op,
+                            seq,
+                            id,
+                            ballot,
+                            RmwStage::WriteBack { round, read, read_stamp, made_by },
+                            barrier,
+                            delinquent,
+                        )
+                    }
+                }
+            }
+            RmwStage::WriteBack { round, read, read_stamp, made_by } => {
+                let Some(flagged) = self.quorum_acks(round) else {
+                    return pending(
+                        RmwStage::WriteBack { round, read, read_stamp, made_by },
+                        ballot,
+                        barrier,
+                        delinquent,
+                    );
+                };
+                self.close(round);
+                delinquent |= flagged;
+                self.apply(&key, read.clone(), read_stamp, made_by.clone());
+                self.spread_acquired(session, &key, &read, read_stamp, made_by);
+                self.acquired(id, delinquent);
+                self.counters.rmws += 1;
+                Ok(self.rmw_failed(&op, read, read_stamp))
+            }
+            RmwStage::Ready { record } => {
+                if barrier != Barrier::Done {
+                    return pending(RmwStage::Ready { record }, ballot, barrier, delinquent);
+                }
+                let round = self.accept(session, key, ballot, record.clone(), id);
+                self.rmw_progress(
+                    session,
+                    op,
+                    seq,
+                    id,
+                    ballot,
+                    RmwStage::Accepting { round, record, mine: true },
+                    barrier,
+                    delinquent,
+                )
+            }
+            RmwStage::Accepting { round, record, mine } => {
+                let Some(r) = self.rounds.get(&round) else { unreachable!("open round") };
+                let mut oks = 0;
+                let mut nacks = 0;
+                let mut highest = ballot;
+                for (_, m) in &r.replies {
+                    if let Message::Accepted { ok, promised, delinquent: flagged, .. } = m {
+                        highest = highest.max(*promised);
+                        if *ok {
+                            oks += 1;
+                            delinquent |= *flagged;
+                        } else {
+                            nacks += 1;
+                        }
+                    }
+                }
+                if oks >= self.quorum {
+                    self.close(round);
+                    let outcome = RmwOutcome {
+                        seq: record.id.seq,
+                        read: record.read.clone(),
+                        read_stamp: record.read_stamp,
+                        value: record.value.clone(),
+                        stamp: record.stamp,
+                    };
+                    // The commit also declares what the record built on done: that value
+                    // may be held, so far, by the one replica its proposer read it from.
+                    let mut applied = record.skipped.clone();
+                    applied.extend(record.base.as_deref().cloned());
+                    let msg = Message::Write {
+                        round: 0,
+                        key,
+                        value: record.value.clone(),
+                        stamp: record.stamp,
+                        rmw: Some((record.id, outcome)),
+                        applied,
+                        query: None,
+                    };
+                    let round = if mine {
+                        let round = self.broadcast(session, msg, true);
+                        self.sessions.get_mut(&session).expect("session").tracked.push(round);
+                        round
+                    } else {
+                        self.broadcast(session, msg, false)
+                    };
+                    return self.rmw_progress(
+                        session,
+                        op,
+                        seq,
+                        id,
+                        ballot,
+                        RmwStage::Committing { round, record, mine },
+                        barrier,
+                        delinquent,
+                    );
+                }
+                if nacks > 0 {
+                    self.close(round);
+                    return self.rmw_retry(op, seq, id, highest, barrier, delinquent);
+                }
+                pending(RmwStage::Accepting { round, record, mine }, ballot, barrier, delinquent)
+            }
+            RmwStage::Committing { round, record, mine } => {
+                if !self.written(round) {
+                    return pending(
+                        RmwStage::Committing { round, record, mine },
+                        ballot,
+                        barrier,
+                        delinquent,
+                    );
+                }
+                if !mine {
+                    self.close(round);
+                    self.counters.rmw_helped += 1;
+                    ballot = self.next_ballot(&key, ballot);
+                    let round = self.propose(session, key, ballot, id);
+                    return self.rmw_progress(
+                        session,
+                        op,
+                        seq,
+                        id,
+                        ballot,
+                        RmwStage::Proposing { round },
+                        barrier,
+                        delinquent,
+                    );
+                }
+                self.acquired(id, delinquent);
+                self.counters.rmws += 1;
+                Ok(KiteResult::Rmw {
+                    read: record.read,
+                    read_stamp: record.read_stamp,
+                    wrote: Some(record.stamp),
+                    local: false,
+                })
+            }
+        }
+    }
+
+    fn rmw_failed(&self, op: &KiteOp, read: Option<Value>, read_stamp: Stamp) -> KiteResult {
+        let _ = op;
+        KiteResult::Rmw { read, read_stamp, wrote: None, local: false }
+    }
+
+    fn rmw_retry(
+        &mut self,
+        op: KiteOp,
+        seq: u64,
+        id: u64,
+        highest: Ballot,
+        barrier: Barrier,
+        delinquent: bool,
+    ) -> Result<KiteResult, Phase> {
+        self.counters.rmw_retries += 1;
+        let ballot = self.next_ballot(op.key(), highest);
+        let backoff = self.rng.below(self.config.retransmit.0.max(2) / 2 + 1);
+        let until = self.now + Span(backoff);
+        Err(Phase::Rmw {
+            op,
+            seq,
+            id,
+            ballot,
+            stage: RmwStage::Backoff { until },
+            barrier,
+            delinquent,
+        })
+    }
+
+    /// A ballot above `above` and above what this replica promised, never one this node
+    /// used before (two sessions of one node may propose on one key at once).
+    fn next_ballot(&mut self, key: &[u8], above: Ballot) -> Ballot {
+        let promised = self.keys.get(key).map_or(Ballot::default(), |s| s.promised);
+        let round = above.round.max(promised.round).max(self.last_round).saturating_add(1);
+        self.last_round = round;
+        Ballot { round, proposer: self.writer }
+    }
+
+    fn propose(&mut self, session: u64, key: Key, ballot: Ballot, id: u64) -> RoundId {
+        self.broadcast(
+            session,
+            Message::Propose { round: 0, key, ballot, session, query: Some(id) },
+            false,
+        )
+    }
+
+    fn accept(
+        &mut self,
+        session: u64,
+        key: Key,
+        ballot: Ballot,
+        record: RmwRecord,
+        id: u64,
+    ) -> RoundId {
+        self.broadcast(
+            session,
+            Message::Accept { round: 0, key, ballot, record, query: Some(id) },
+            false,
+        )
+    }
+
+    /// A write applied here and sent to all, tracked for the session's next release.
+    fn write_tracked(
+        &mut self,
+        session: u64,
+        key: Key,
+        value: Value,
+        stamp: Stamp,
+        rmw: Option<(RmwId, RmwOutcome)>,
+    ) -> RoundId {
+        let msg =
+            Message::Write { round: 0, key, value, stamp, rmw, applied: Vec::new(), query: None };
+        let round = self.broadcast(session, msg, true);
+        self.sessions.get_mut(&session).expect("session").tracked.push(round);
+        round
+    }
+
+    fn untrack_all(&mut self, session: u64) {
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        for round in std::mem::take(&mut s.tracked) {
+            self.rounds.remove(&round);
+        }
+    }
+
+    // ----- rounds -----
+
+    fn index_of(&self, node: NodeId) -> Option<usize> {
+        self.config.members.iter().position(|&m| m == node)
+    }
+
+    fn members_of(&self, mask: u64) -> Vec<NodeId> {
+        self.config
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, &m)| m)
+            .collect()
+    }
+
+    /// Sends `msg` (its round field filled in) to every member, this node first (handled
+    /// at once), and opens a round for the answers.
+    fn broadcast(&mut self, session: u64, mut msg: Message, tracked: bool) -> RoundId {
+        let id = self.next_round;
+        self.next_round += 1;
+        set_round(&mut msg, id);
+        let n = self.config.members.len();
+        let round = Round {
+            msg: msg.clone(),
+            pending: (1u64 << n) - 1,
+            replies: Vec::new(),
+            next_send: self.now + self.config.retransmit,
+            sends: 1,
+            session,
+            tracked,
+        };
+        self.rounds.insert(id, round);
+        let me = self.config.node;
+        if let Some(reply) = self.serve(me, msg.clone()) {
+            self.record_reply(me, reply);
+        }
+        for &peer in &self.config.members {
+            if peer != me {
+                self.out.messages.push((peer, msg.clone()));
+            }
+        }
+        id
+    }
+
+    fn send_all(&mut self, msg: Message) {
+        let me = self.config.node;
+        let _ = self.serve(me, msg.clone());
+        for &peer in &self.config.members {
+            if peer != me {
+                self.out.messages.push((peer, msg.clone()));
+            }
+        }
+    }
+
+    fn close(&mut self, round: RoundId) {
+        self.rounds.remove(&round);
+    }
+
+    fn acks(&self, round: RoundId) -> usize {
+        self.rounds.get(&round).map_or(0, |r| r.replies.len())
+    }
+
+    /// Whether a write's round has a quorum's acknowledgements. A tracked round is
+    /// removed once every node acknowledged it, so a missing round counts as written.
+    fn written(&self, round: RoundId) -> bool {
+        self.rounds.get(&round).is_none_or(|r| r.replies.len() >= self.quorum)
+    }
+
+    /// A quorum's acknowledgements, with whether any deemed this node delinquent.
+    fn quorum_acks(&self, round: RoundId) -> Option<bool> {
+        let r = self.rounds.get(&round)?;
+        if r.replies.len() < self.quorum {
+            return None;
+        }
+        Some(r.replies.iter().any(|(_, m)| matches!(m, Message::WriteAck { delinquent: true, .. })))
+    }
+
+    /// A quorum's read replies: the newest value and stamp, how many replies had that
+    /// stamp, and whether any deemed this node delinquent.
+    fn quorum_read(&self, round: RoundId) -> Option<(Option<Value>, Stamp, usize, bool, Maker)> {
+        let r = self.rounds.get(&round)?;
+        if r.replies.len() < self.quorum {
+            return None;
+        }
+        let mut best: (Option<Value>, Stamp, Maker) = (None, Stamp::ZERO, None);
+        let mut flagged = false;
+        for (_, m) in &r.replies {
+            if let Message::ReadReply { value, stamp, delinquent, made_by, .. } = m {
+                flagged |= *delinquent;
+                if *stamp > best.1 || (*stamp == best.1 && best.2.is_none()) {
+                    best = (value.clone(), *stamp, made_by.clone());
+                }
+            }
+        }
+        let seen_by = r
+            .replies
+            .iter()
+            .filter(|(_, m)| matches!(m, Message::ReadReply { stamp, .. } if *stamp == best.1))
+            .count();
+        Some((best.0, best.1, seen_by, flagged, best.2))
+    }
+
+    fn record_reply(&mut self, from: NodeId, reply: Message) -> Option<u64> {
+        let round_id = reply_round(&reply)?;
+        let index = self.index_of(from)?;
+        let all = (1u64 << self.config.members.len()) - 1;
+        let r = self.rounds.get_mut(&round_id)?;
+        if r.pending & (1 << index) == 0 {
+            return None;
+        }
+        if !reply_matches(&r.msg, &reply) {
+            return None;
+        }
+        r.pending &= !(1 << index);
+        r.replies.push((from, reply));
+        let session = r.session;
+        if r.tracked && r.pending & all == 0 {
+            // Acknowledged by every node: the next release need not wait for it.
+            self.rounds.remove(&round_id);
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.tracked.retain(|&t| t != round_id);
+            }
+        }
+        Some(session)
+    }
+
+    fn resend_due(&mut self) {
+        let now = self.now;
+        let retransmit = self.config.retransmit;
+        let mut sends = Vec::new();
+        for r in self.rounds.values_mut() {
+            if r.pending == 0 || r.next_send > now {
+                continue;
+            }
+            r.sends += 1;
+            // Quorum rounds resend at a fixed pace; writes waiting for every node back
+            // off (a node down for long costs little), up to `WRITE_BACKOFF_MAX` times the pace.
+            let factor = if r.tracked { 1u64 << r.sends.min(WRITE_BACKOFF_SHIFT_MAX) } else { 1 };
+            r.next_send = now + Span(retransmit.0.saturating_mul(factor));
+            sends.push((r.pending, r.msg.clone()));
+        }
+        for (pending, msg) in sends {
+            for peer in self.members_of(pending) {
+                if peer != self.config.node {
+                    self.counters.retransmits += 1;
+                    self.out.messages.push((peer, msg.clone()));
+                }
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Option<Time> {
+        let mut wake: Option<Time> = None;
+        let mut at = |t: Time| wake = Some(wake.map_or(t, |w: Time| w.min(t)));
+        for r in self.rounds.values() {
+            if r.pending != 0 {
+                at(r.next_send);
+            }
+        }
+        for s in self.sessions.values() {
+            match &s.active {
+                Some(Active {
+                    phase: Phase::Release { barrier: Barrier::Waiting { deadline }, .. },
+                    ..
+                })
+                | Some(Active {
+                    phase: Phase::Rmw { barrier: Barrier::Waiting { deadline }, .. },
+                    ..
+                }) => at(*deadline),
+                _ => {}
+            }
+            if let Some(Active {
+                phase: Phase::Rmw { stage: RmwStage::Backoff { until }, .. },
+                ..
+            }) = &s.active
+            {
+                at(*until);
+            }
+        }
+        wake
+    }
+
+    // ----- the replica: peer messages -----
+
+    fn on_message(&mut self, from: NodeId, message: Message) -> Option<u64> {
+        if self.index_of(from).is_none() || from == self.config.node {
+            self.reject(from, "sender is not a peer");
+            return None;
+        }
+        if let Err(reason) = Self::check_message(&message).and_then(|()| self.check_state(&message))
+        {
+            self.reject(from, reason);
+            return None;
+        }
+        if reply_round(&message).is_some() {
+            return self.record_reply(from, message);
+        }
+        if let Some(reply) = self.serve(from, message) {
+            self.out.messages.push((from, reply));
+        }
+        None
+    }
+
+    fn reject(&mut self, from: NodeId, reason: &'static str) {
+        self.counters.rejected += 1;
+        self.out.rejected.push(Rejection { from, reason });
+    }
+
+    /// The half of the gate that needs the configuration: sizes and members.
+    fn check_state(&self, message: &Message) -> Result<(), &'static str> {
+        let limits = &self.config.limits;
+        // Read-modify-writes of a never-written key build on the initial stamp (writer 0).
+        let member =
+            |writer: u64| writer == 0 || self.index_of(NodeId((writer >> 32) as u32)).is_some();
+        let sized = |key: &[u8], value: Option<&Value>| {
+            limits.check_key(key).map_err(|_| "key too large")?;
+            value.map_or(Ok(()), |v| limits.check_value(v).map_err(|_| "value too large"))
+        };
+        match message {
+            Message::Write { key, value, stamp, .. } => {
+                sized(key, Some(value))?;
+                if !member(stamp.writer) || (stamp.writer == 0 && stamp.version != 0) {
+                    return Err("stamp of a non-member");
+                }
+            }
+            Message::Read { key, .. } | Message::Propose { key, .. } => sized(key, None)?,
+            Message::Accept { key, record, ballot, .. } => {
+                sized(key, Some(&record.value))?;
+                if !member(ballot.proposer) || ballot.proposer == 0 {
+                    return Err("ballot of a non-member");
+                }
+            }
+            Message::SlowRelease { delinquent, .. }
+                if delinquent.iter().any(|d| self.index_of(*d).is_none()) =>
+            {
+                return Err("delinquent set names a non-member");
+            }
+            Message::ReadReply { value, .. } | Message::Promise { value, .. } => {
+                if let Some(v) = value {
+                    limits.check_value(v).map_err(|_| "value too large")?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Answers the delinquency query of `from`'s acquire `id`.
+    fn query(&mut self, from: NodeId, id: Option<u64>) -> bool {
+        let Some(id) = id else { return false };
+        let Some(bit) = self.bits.get_mut(&from) else { return false };
+        match bit {
+            Bit::Clear => false,
+            Bit::Set => {
+                *bit = Bit::Transient(vec![id]);
+                true
+            }
+            Bit::Transient(ids) => {
+                if !ids.contains(&id) {
+                    if ids.len() >= TRANSIENT_IDS_MAX {
+                        ids.remove(0);
+                    }
+                    ids.push(id);
+                }
+                true
+            }
+        }
+    }
+
+    fn apply(&mut self, key: &Key, value: Option<Value>, stamp: Stamp, made_by: Maker) {
+        let slot = self.keys.entry(key.clone()).or_default();
+        if stamp > slot.stamp {
+            slot.value = value;
+            slot.stamp = stamp;
+            slot.made_by = made_by;
+        } else if stamp == slot.stamp && slot.made_by.is_none() {
+            slot.made_by = made_by;
+        }
+    }
+
+    /// Remembers that `id` was committed on `key` (the latest per session).
+    fn record_outcome(&mut self, key: &Key, id: RmwId, outcome: RmwOutcome) {
+        let entry = self
+            .outcomes
+            .entry((id.node, id.session))
+            .or_insert_with(|| (key.clone(), outcome.clone()));
+        if outcome.seq >= entry.1.seq {
+            *entry = (key.clone(), outcome);
+        }
+    }
+
+    /// What this node does with a peer's (or its own) request; `None` for messages that
+    /// are not answered.
+    fn serve(&mut self, from: NodeId, message: Message) -> Option<Message> {
+        match message {
+            Message::Write { round, key, value, stamp, rmw, applied, query } => {
+                let slot = self.keys.entry(key.clone()).or_default();
+                if stamp > slot.stamp {
+                    slot.value = Some(value);
+                    slot.stamp = stamp;
+                    slot.made_by = rmw.clone().map(Box::new);
+                } else if stamp == slot.stamp && slot.made_by.is_none() {
+                    slot.made_by = rmw.clone().map(Box::new);
+                }
+                // An accepted record stays: a later proposer ignores it once its quorum
+                // holds a value at least as new, and until then it is evidence that the
+                // request may have been chosen.
+                for (id, outcome) in rmw.into_iter().chain(applied) {
+                    self.record_outcome(&key, id, outcome);
+                }
+                let delinquent = self.query(from, query);
+                Some(Message::WriteAck { round, delinquent })
+            }
+            Message::Read { round, key, query } => {
+                let delinquent = self.query(from, query);
+                let slot = self.keys.get(&key);
+                let (value, stamp) =
+                    slot.map_or((None, Stamp::ZERO), |s| (s.value.clone(), s.stamp));
+                let made_by = slot.and_then(|s| s.made_by.clone());
+                Some(Message::ReadReply { round, value, stamp, made_by, delinquent })
+            }
+            Message::SlowRelease { round, delinquent } => {
+                for node in delinquent {
+                    if node == self.config.node {
+                        self.counters.self_delinquent += 1;
+                    }
+                    self.bits.insert(node, Bit::Set);
+                }
+                Some(Message::SlowReleaseAck { round })
+            }
+            Message::ResetBit { acquire } => {
+                if let Some(bit) = self.bits.get_mut(&from) {
+                    if matches!(bit, Bit::Transient(ids) if ids.contains(&acquire)) {
+                        *bit = Bit::Clear;
+                        self.counters.resets += 1;
+                    }
+                }
+                None
+            }
+            Message::Propose { round, key, ballot, session, query } => {
+                let delinquent = self.query(from, query);
+                let outcome = self
+                    .outcomes
+                    .get(&(from.0, session))
+                    .filter(|(k, _)| *k == key)
+                    .map(|(_, o)| o.clone());
+                let slot = self.keys.entry(key).or_default();
+                let ok = ballot > slot.promised;
+                if ok {
+                    slot.promised = ballot;
+                }
+                Some(Message::Promise {
+                    round,
+                    ok,
+                    promised: slot.promised,
+                    accepted: slot.accepted.clone(),
+                    value: slot.value.clone(),
+                    stamp: slot.stamp,
+                    outcome,
+                    made_by: slot.made_by.clone(),
+                    delinquent,
+                })
+            }
+            Message::Accept { round, key, ballot, record, query } => {
+                let slot = self.keys.entry(key.clone()).or_default();
+                let again =
+                    slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
+                let ok = ballot >= slot.promised || again;
+                if ok && !again {
+                    slot.promised = ballot;
+                    slot.accepted = Some((ballot, record));
+                }
+                let promised = slot.promised;
+
+                let delinquent = if ok { self.query(from, query) } else { false };
+                Some(Message::Accepted { round, ok, promised, delinquent })
+            }
+            Message::WriteAck { .. }
+            | Message::ReadReply { .. }
+            | Message::SlowReleaseAck { .. }
+            | Message::Promise { .. }
+            | Message::Accepted { .. } => None,
+        }
+    }
+}
+
+/// What a read-modify-write's record returns, once applied.
+fn outcome_of(record: &RmwRecord) -> RmwOutcome {
+    RmwOutcome {
+        seq: record.id.seq,
+        read: record.read.clone(),
+        read_stamp: record.read_stamp,
+        value: record.value.clone(),
+        stamp: record.stamp,
+    }
+}
+
+/// FAA on a decimal i64 value (absent: 0).
+fn faa(value: Option<&Value>, delta: i64) -> Result<Value, KeelError> {
+    let current = match value {
+        None => 0,
+        Some(v) => std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or(KeelError::NotAnInteger)?,
+    };
+    let next = current.checked_add(delta).ok_or(KeelError::NotAnInteger)?;
+    Ok(Value::from(next.to_string()))
+}
+
+fn set_round(msg: &mut Message, id: RoundId) {
+    match msg {
+        Message::Write { round, .. }
+        | Message::Read { round, .. }
+        | Message::SlowRelease { round, .. }
+        | Message::Propose { round, .. }
+        | Message::Accept { round, .. } => *round = id,
+        _ => {}
+    }
+}
+
+/// The round a reply answers (`None` for requests).
+fn reply_round(msg: &Message) -> Option<RoundId> {
+    match msg {
+        Message::WriteAck { round, .. }
+        | Message::ReadReply { round, .. }
+        | Message::SlowReleaseAck { round }
+        | Message::Promise { round, .. }
+        | Message::Accepted { round, .. } => Some(*round),
+        _ => None,
+    }
+}
+
+/// Whether `reply` is the kind of answer `request` gets (a forged reply of another kind
+/// is ignored).
+fn reply_matches(request: &Message, reply: &Message) -> bool {
+    matches!(
+        (request, reply),
+        (Message::Write { .. }, Message::WriteAck { .. })
+            | (Message::Read { .. }, Message::ReadReply { .. })
+            | (Message::SlowRelease { .. }, Message::SlowReleaseAck { .. })
+            | (Message::Propose { .. }, Message::Promise { .. })
+            | (Message::Accept { .. }, Message::Accepted { .. })
+    )
+}

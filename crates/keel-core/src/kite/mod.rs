@@ -1,0 +1,28 @@
+//! The Kite engine: release consistency (relaxed accesses, releases, acquires and
+//! read-modify-writes) on a leaderless, fully replicated, in-memory store, after
+//! Gavrielatos et al., "Kite: Efficient and Available Release Consistency for the
+//! Datacenter" (PPoPP 2020). See `docs/kite.md` for the model users get, the protocol,
+//! restarts and how each of the paper's open points is resolved.
+//!
+//! Layout:
+//! - [`types`]: stamps and ballots, operations and results, messages, configuration and
+//!   status.
+//! - `engine`: [`KiteEngine`]: the replica's handlers, rounds with retransmission, and
+//!   sessions running one operation at a time (the Eventual Store fast path, ABD for
+//!   releases and acquires, per-key leaderless Paxos for read-modify-writes, the release
+//!   and acquire barriers with the delinquency bits and epochs).
+//!
+//! Like the leader engine it is a deterministic state machine driven by
+//! [`crate::engine::Input`]s; it asks for no disk work, only messages, replies and
+//! wake-ups.
+
+mod engine;
+#[cfg(test)]
+mod tests;
+pub mod types;
+
+pub use engine::KiteEngine;
+pub use types::{
+    Ballot, Bit, Config, Counters, KiteOp, KiteReply, KiteRequest, KiteResult, Message, RmwId,
+    RmwOutcome, RmwRecord, Stamp, Status,
+};

@@ -1,0 +1,281 @@
+//! Engine tests on a hand-driven network: every message is delivered in order unless a
+//! test drops it. The simulator (`keel sim run --engine kite`) runs the same engine under
+//! random faults; these pin single mechanisms.
+
+use super::*;
+use crate::engine::{Input, RequestTag};
+use crate::time::{Span, Time};
+use keel_types::{Key, NodeId, Value};
+use std::collections::VecDeque;
+
+/// Which messages a test loses: `(from, to, message) -> lost?`.
+type DropRule = Box<dyn FnMut(NodeId, NodeId, &Message) -> bool>;
+
+struct Net {
+    nodes: Vec<KiteEngine>,
+    queue: VecDeque<(NodeId, NodeId, Message)>,
+    replies: Vec<KiteReply>,
+    now: Time,
+    drop: DropRule,
+    next_tag: u64,
+}
+
+fn k(s: &str) -> Key {
+    Key::from(s.to_string())
+}
+fn v(s: &str) -> Value {
+    Value::from(s.to_string())
+}
+
+impl Net {
+    fn new(n: u32, tweak: impl Fn(&mut Config)) -> Net {
+        let members: Vec<NodeId> = (1..=n).map(NodeId).collect();
+        let nodes = members
+            .iter()
+            .map(|&m| {
+                let mut c = Config::new(m, members.clone());
+                c.release_timeout = Span::from_millis(1);
+                tweak(&mut c);
+                KiteEngine::boot(c, u64::from(m.0), Time(0)).unwrap()
+            })
+            .collect();
+        Net {
+            nodes,
+            queue: VecDeque::new(),
+            replies: Vec::new(),
+            now: Time(0),
+            drop: Box::new(|_, _, _| false),
+            next_tag: 1,
+        }
+    }
+
+    fn node(&mut self, id: u32) -> &mut KiteEngine {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    fn step(&mut self, id: u32, input: Input<Message, KiteRequest>) {
+        let now = self.now;
+        let out = self.node(id).step(now, input);
+        assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+        self.replies.extend(out.replies);
+        for (to, m) in out.messages {
+            if !(self.drop)(NodeId(id), to, &m) {
+                self.queue.push_back((NodeId(id), to, m));
+            }
+        }
+    }
+
+    /// Delivers messages until none are left, ticking every node each millisecond of
+    /// virtual time while something waits on a timer, for at most `ms`.
+    fn settle(&mut self, ms: u64) {
+        let end = self.now + Span::from_millis(ms);
+        loop {
+            while let Some((from, to, message)) = self.queue.pop_front() {
+                self.step(to.0, Input::Message { from, message });
+            }
+            if self.now >= end {
+                return;
+            }
+            self.now = self.now + Span::from_millis(1);
+            for id in 1..=self.nodes.len() as u32 {
+                self.step(id, Input::Tick);
+            }
+        }
+    }
+
+    fn call(&mut self, id: u32, session: u64, op: KiteOp) -> KiteResult {
+        let tag = RequestTag(self.next_tag);
+        self.next_tag += 1;
+        self.step(id, Input::Client(KiteRequest { tag, session, op }));
+        for _ in 0..2_000 {
+            if let Some(i) = self.replies.iter().position(|r| r.tag == tag) {
+                return self.replies.remove(i).result.expect("ok");
+            }
+            self.settle(1);
+        }
+        panic!("no reply to request {}", tag.0);
+    }
+}
+
+fn value_of(r: &KiteResult) -> Option<Value> {
+    match r {
+        KiteResult::Value { value, .. } => value.clone(),
+        KiteResult::Rmw { read, .. } => read.clone(),
+        other => panic!("not a read: {other:?}"),
+    }
+}
+
+#[test]
+fn a_relaxed_write_reaches_every_replica_and_reads_are_local() {
+    let mut net = Net::new(3, |_| {});
+    net.call(1, 1, KiteOp::Write { key: k("x"), value: v("1") });
+    net.settle(5);
+    for id in 1..=3 {
+        assert_eq!(net.node(id).local(b"x").0, Some(v("1")));
+    }
+    let r = net.call(2, 2, KiteOp::Read { key: k("x") });
+    assert_eq!(value_of(&r), Some(v("1")));
+    assert_eq!(net.node(2).status().counters.reads_fast, 1);
+}
+
+#[test]
+fn a_lost_write_makes_the_release_slow_and_the_reader_leaves_the_fast_path() {
+    // F1 by hand: A's write of x never reaches B.
+    let mut net = Net::new(3, |_| {});
+    net.drop = Box::new(|from, to, m| {
+        from == NodeId(1)
+            && to == NodeId(2)
+            && matches!(m, Message::Write { key, .. } if key == &k("x"))
+    });
+    net.call(1, 1, KiteOp::Write { key: k("x"), value: v("1") });
+    net.call(1, 1, KiteOp::Release { key: k("f"), value: v("1") });
+    assert_eq!(net.node(1).status().counters.releases_slow, 1);
+    assert_eq!(net.node(2).local(b"x").0, None, "B missed the write");
+    let r = net.call(2, 2, KiteOp::Acquire { key: k("f") });
+    assert_eq!(value_of(&r), Some(v("1")));
+    assert_eq!(net.node(2).status().epoch, 1, "the delinquent acquire raised B's epoch");
+    let r = net.call(2, 2, KiteOp::Read { key: k("x") });
+    assert_eq!(value_of(&r), Some(v("1")), "the slow read found the write at a quorum");
+    net.call(2, 2, KiteOp::Read { key: k("x") });
+    let c = net.node(2).status().counters;
+    assert_eq!((c.reads_slow, c.reads_fast), (1, 1), "slow once, then back in epoch");
+    net.settle(5);
+    let bits = net.node(1).status().bits;
+    assert!(bits.iter().all(|(_, b)| *b == Bit::Clear), "the reset cleared A's bit: {bits:?}");
+}
+
+#[test]
+fn without_the_slow_path_the_reader_misses_the_write() {
+    // The negative control of the test above.
+    let mut net = Net::new(3, |c| c.unsafe_no_slow_path = true);
+    net.drop = Box::new(|from, to, m| {
+        from == NodeId(1)
+            && to == NodeId(2)
+            && matches!(m, Message::Write { key, .. } if key == &k("x"))
+    });
+    net.call(1, 1, KiteOp::Write { key: k("x"), value: v("1") });
+    net.call(1, 1, KiteOp::Release { key: k("f"), value: v("1") });
+    net.call(2, 2, KiteOp::Acquire { key: k("f") });
+    let r = net.call(2, 2, KiteOp::Read { key: k("x") });
+    assert_eq!(value_of(&r), None, "stale: the release never told B");
+}
+
+#[test]
+fn faas_from_every_node_count_exactly_and_one_cas_from_absent_wins() {
+    let mut net = Net::new(5, |_| {});
+    for round in 0..4 {
+        for id in 1..=5 {
+            net.call(id, u64::from(id), KiteOp::Faa { key: k("c"), delta: 1 });
+            let _ = round;
+        }
+    }
+    let r = net.call(3, 9, KiteOp::Acquire { key: k("c") });
+    assert_eq!(value_of(&r), Some(v("20")));
+    let mut winners = 0;
+    for id in 1..=5 {
+        let r = net.call(
+            id,
+            100 + u64::from(id),
+            KiteOp::Cas { key: k("lock"), expected: None, new: v(&format!("n{id}")), strong: true },
+        );
+        if matches!(r, KiteResult::Rmw { wrote: Some(_), .. }) {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+#[test]
+fn a_weak_cas_fails_locally_and_a_strong_one_asks_a_quorum() {
+    let mut net = Net::new(3, |_| {});
+    net.call(1, 1, KiteOp::Release { key: k("x"), value: v("a") });
+    net.settle(5);
+    let r = net.call(
+        2,
+        2,
+        KiteOp::Cas { key: k("x"), expected: Some(v("b")), new: v("c"), strong: false },
+    );
+    assert!(matches!(r, KiteResult::Rmw { wrote: None, local: true, .. }), "{r:?}");
+    let r = net.call(
+        2,
+        2,
+        KiteOp::Cas { key: k("x"), expected: Some(v("b")), new: v("c"), strong: true },
+    );
+    assert!(matches!(r, KiteResult::Rmw { wrote: None, local: false, .. }), "{r:?}");
+    let r = net.call(
+        2,
+        2,
+        KiteOp::Cas { key: k("x"), expected: Some(v("a")), new: v("c"), strong: false },
+    );
+    assert!(matches!(r, KiteResult::Rmw { wrote: Some(_), .. }), "{r:?}");
+    let r = net.call(3, 3, KiteOp::Acquire { key: k("x") });
+    assert_eq!(value_of(&r), Some(v("c")));
+}
+
+#[test]
+fn a_restarted_incarnation_starts_out_of_epoch_with_fresh_stamps() {
+    let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+    let mut c = Config::new(NodeId(2), members);
+    c.incarnation = 3;
+    let e = KiteEngine::boot(c, 1, Time(0)).unwrap();
+    assert!(!e.in_epoch(b"anything"));
+    assert_ne!(Stamp::writer_of(NodeId(2), 3), Stamp::writer_of(NodeId(2), 0));
+}
+
+#[test]
+fn the_gate_drops_forged_messages_with_a_reason() {
+    let mut net = Net::new(3, |_| {});
+    let forged = Message::Accept {
+        round: 1,
+        key: k("x"),
+        ballot: Ballot { round: 1, proposer: 2 << 32 },
+        record: RmwRecord {
+            id: RmwId::default(),
+            value: v("1"),
+            stamp: Stamp { version: 9, writer: 1 << 32, rmw: 0 },
+            read: None,
+            read_stamp: Stamp::ZERO,
+            base: None,
+            skipped: vec![],
+        },
+        query: None,
+    };
+    let out = net.node(1).step(Time(0), Input::Message { from: NodeId(2), message: forged });
+    assert_eq!(out.rejected.len(), 1);
+    let stranger = Message::ResetBit { acquire: 1 };
+    let out = net.node(1).step(Time(0), Input::Message { from: NodeId(9), message: stranger });
+    assert_eq!(out.rejected[0].reason, "sender is not a peer");
+    let huge = Message::Write {
+        round: 1,
+        key: Key::from(vec![0u8; 5_000]),
+        value: v("1"),
+        stamp: Stamp { version: 1, writer: 2 << 32, rmw: 0 },
+        rmw: None,
+        applied: vec![],
+        query: None,
+    };
+    let out = net.node(1).step(Time(0), Input::Message { from: NodeId(2), message: huge });
+    assert_eq!(out.rejected[0].reason, "key too large");
+    assert!(net.node(1).status().keys == 0, "nothing applied");
+}
+
+#[test]
+fn a_session_completes_in_order_and_refuses_past_its_queue_bound() {
+    let mut net = Net::new(3, |c| c.session_queue_max = 2);
+    let reqs: Vec<KiteRequest> = (0..4)
+        .map(|i| KiteRequest {
+            tag: RequestTag(100 + i),
+            session: 1,
+            op: KiteOp::Acquire { key: k("x") },
+        })
+        .collect();
+    net.step(1, Input::Clients(reqs));
+    net.settle(20);
+    let tags: Vec<(u64, bool)> = net.replies.iter().map(|r| (r.tag.0, r.result.is_ok())).collect();
+    assert!(
+        tags.contains(&(102, false)) && tags.contains(&(103, false)),
+        "past the bound: {tags:?}"
+    );
+    let ok: Vec<u64> = tags.iter().filter(|(_, ok)| *ok).map(|(t, _)| *t).collect();
+    assert_eq!(ok, vec![100, 101], "completed in session order");
+}

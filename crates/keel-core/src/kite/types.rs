@@ -1,0 +1,540 @@
+//! The Kite engine's types: stamps and ballots, client operations and results, peer
+//! messages, configuration and status.
+
+use crate::engine::RequestTag;
+use crate::time::Span;
+use keel_types::{KeelError, Key, NodeId, Value};
+use serde::{Deserialize, Serialize};
+
+/// A write's place in its key's total order: the paper's carstamp, a Lamport clock
+/// ⟨version, writer⟩ extended with the number of read-modify-writes serialized after the
+/// write that clock names. Compared lexicographically (version, writer, rmw).
+///
+/// `writer` names the node that created the clock: its id in the high 32 bits and its
+/// incarnation in the low 32, so that a restarted node never reuses a clock its earlier
+/// incarnation may have handed out.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Stamp {
+    /// The Lamport version.
+    pub version: u64,
+    /// The creating node and incarnation (`node << 32 | incarnation`).
+    pub writer: u64,
+    /// Read-modify-writes serialized after the write ⟨version, writer⟩ names.
+    pub rmw: u64,
+}
+
+impl Stamp {
+    /// Every key's initial value (absent) carries this stamp.
+    pub const ZERO: Stamp = Stamp { version: 0, writer: 0, rmw: 0 };
+
+    /// The writer id of `node` in incarnation `incarnation`.
+    pub fn writer_of(node: NodeId, incarnation: u32) -> u64 {
+        (u64::from(node.0) << 32) | u64::from(incarnation)
+    }
+
+    /// A fresh write's stamp, ordered after `after`, created by `writer`.
+    pub fn next_write(after: u64, writer: u64) -> Stamp {
+        Stamp { version: after.saturating_add(1), writer, rmw: 0 }
+    }
+
+    /// The stamp of a read-modify-write serialized right after the write stamped `self`.
+    pub fn next_rmw(self) -> Stamp {
+        Stamp { rmw: self.rmw.saturating_add(1), ..self }
+    }
+}
+
+/// A Paxos ballot for one key's read-modify-writes: a round and the proposing node.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Ballot {
+    /// The round. A node never proposes two ballots with the same round.
+    pub round: u64,
+    /// The proposer's writer id (node and incarnation, as in [`Stamp::writer`]): breaks
+    /// ties, and keeps a restarted node's ballots apart from its earlier life's.
+    pub proposer: u64,
+}
+
+/// Names a read-modify-write for exactly-once execution: the node that took the request,
+/// the session and the request's place in it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct RmwId {
+    /// The node whose session issued it.
+    pub node: u32,
+    /// The session.
+    pub session: u64,
+    /// The request's sequence number within the session.
+    pub seq: u64,
+}
+
+/// The most records one record carries as applied before it.
+pub const SKIPPED_MAX: usize = 16;
+
+/// A read-modify-write accepted by a replica: what a later proposer must help finish.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RmwRecord {
+    /// Which request.
+    pub id: RmwId,
+    /// The value it writes.
+    pub value: Value,
+    /// The stamp it writes (its base's stamp, `next_rmw`).
+    pub stamp: Stamp,
+    /// The value it read (its base), returned to its client.
+    pub read: Option<Value>,
+    /// The stamp of the value it read.
+    pub read_stamp: Stamp,
+    /// The read-modify-write that made the value it read, if one did, with its outcome:
+    /// acceptors record it, so that a proposer that lost track of that request finds it
+    /// done even after later writes covered it.
+    pub base: Option<Box<(RmwId, RmwOutcome)>>,
+    /// Records declared applied with this one: an accepted record its proposer found
+    /// covered by a newer value, with what that record built on and carried (at most
+    /// [`SKIPPED_MAX`]). The commit makes every receiver record them done.
+    pub skipped: Vec<(RmwId, RmwOutcome)>,
+}
+
+/// What a committed read-modify-write returned, kept per session by every replica so a
+/// proposer that lost track of its own request learns it was done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RmwOutcome {
+    /// The request's sequence number in its session.
+    pub seq: u64,
+    /// The value read.
+    pub read: Option<Value>,
+    /// The stamp read.
+    pub read_stamp: Stamp,
+    /// The value written.
+    pub value: Value,
+    /// The stamp written.
+    pub stamp: Stamp,
+}
+
+/// One operation of a session (the paper's Table 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KiteOp {
+    /// A relaxed read: local when the key is in-epoch.
+    Read {
+        /// The key.
+        key: Key,
+    },
+    /// A relaxed write: applied locally and broadcast; completes at once.
+    Write {
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Value,
+    },
+    /// An acquire read (ABD, with the delinquency query).
+    Acquire {
+        /// The key.
+        key: Key,
+    },
+    /// A release write (the release barrier, then ABD).
+    Release {
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Value,
+    },
+    /// Fetch-and-add on a decimal i64 (absent counts as 0): a read-modify-write.
+    Faa {
+        /// The key.
+        key: Key,
+        /// The amount added.
+        delta: i64,
+    },
+    /// Compare-and-swap: a read-modify-write when the comparison holds. A weak one that
+    /// fails against the local copy completes at once as a relaxed read would.
+    Cas {
+        /// The key.
+        key: Key,
+        /// The value required (`None`: absent).
+        expected: Option<Value>,
+        /// The value written when it holds.
+        new: Value,
+        /// Strong: always compares at a quorum. Weak: may fail locally.
+        strong: bool,
+    },
+}
+
+impl KiteOp {
+    /// The key the operation touches.
+    pub fn key(&self) -> &Key {
+        match self {
+            KiteOp::Read { key }
+            | KiteOp::Write { key, .. }
+            | KiteOp::Acquire { key }
+            | KiteOp::Release { key, .. }
+            | KiteOp::Faa { key, .. }
+            | KiteOp::Cas { key, .. } => key,
+        }
+    }
+
+    /// The operation's name, as reports and errors show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KiteOp::Read { .. } => "read",
+            KiteOp::Write { .. } => "write",
+            KiteOp::Acquire { .. } => "acquire",
+            KiteOp::Release { .. } => "release",
+            KiteOp::Faa { .. } => "faa",
+            KiteOp::Cas { strong: true, .. } => "cas-strong",
+            KiteOp::Cas { strong: false, .. } => "cas-weak",
+        }
+    }
+}
+
+/// A client request to a Kite keyspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KiteRequest {
+    /// Returned with the reply.
+    pub tag: RequestTag,
+    /// The session (a connection); requests of one session complete in the order given.
+    pub session: u64,
+    /// The operation.
+    pub op: KiteOp,
+}
+
+/// What an operation returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KiteResult {
+    /// A read or acquire: the value and the stamp of the write that made it.
+    Value {
+        /// The value (`None`: absent).
+        value: Option<Value>,
+        /// Its stamp ([`Stamp::ZERO`]: never written).
+        stamp: Stamp,
+    },
+    /// A write or release, at this stamp.
+    Written {
+        /// The stamp created.
+        stamp: Stamp,
+    },
+    /// A read-modify-write: what it read and, if it wrote, what it created.
+    Rmw {
+        /// The value read.
+        read: Option<Value>,
+        /// The stamp read.
+        read_stamp: Stamp,
+        /// The stamp written (`None`: a compare-and-swap whose comparison failed).
+        wrote: Option<Stamp>,
+        /// Whether the read happened only at this node (a weak compare-and-swap that
+        /// failed locally: a relaxed read, no barrier).
+        local: bool,
+    },
+}
+
+/// The reply to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KiteReply {
+    /// The request's tag.
+    pub tag: RequestTag,
+    /// The request's session.
+    pub session: u64,
+    /// The result or a typed error.
+    pub result: Result<KiteResult, KeelError>,
+}
+
+/// Identifies one round of one operation at its origin (the sender of the request
+/// message): replies carry it back.
+pub type RoundId = u64;
+
+/// What Kite nodes send each other. Every request names a round; replies echo it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// A write to apply if its stamp is newer: a relaxed write, a release's value round,
+    /// an acquire's write-back, a read-modify-write's commit (`rmw` set).
+    Write {
+        /// The round.
+        round: RoundId,
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Value,
+        /// Its stamp.
+        stamp: Stamp,
+        /// A read-modify-write's commit: its id and outcome.
+        rmw: Option<(RmwId, RmwOutcome)>,
+        /// With a commit: records its proposer declared applied before it (covered by
+        /// a newer value), now chosen with it: every receiver records them done.
+        applied: Vec<(RmwId, RmwOutcome)>,
+        /// An acquire's delinquency query: the acquire's id.
+        query: Option<u64>,
+    },
+    /// Acknowledges a write; `delinquent` answers the query.
+    WriteAck {
+        /// The round.
+        round: RoundId,
+        /// Whether the sender deems the query's node delinquent.
+        delinquent: bool,
+    },
+    /// Asks for a key's value and stamp (acquires, out-of-epoch reads, the first round of
+    /// releases and out-of-epoch writes).
+    Read {
+        /// The round.
+        round: RoundId,
+        /// The key.
+        key: Key,
+        /// An acquire's delinquency query.
+        query: Option<u64>,
+    },
+    /// A key's value and stamp.
+    ReadReply {
+        /// The round.
+        round: RoundId,
+        /// The value.
+        value: Option<Value>,
+        /// Its stamp.
+        stamp: Stamp,
+        /// The read-modify-write that made the value, if one did.
+        made_by: Option<Box<(RmwId, RmwOutcome)>>,
+        /// The query's answer.
+        delinquent: bool,
+    },
+    /// A slow release: the sender's release found these nodes slow; mark them delinquent.
+    SlowRelease {
+        /// The round.
+        round: RoundId,
+        /// The delinquent nodes.
+        delinquent: Vec<NodeId>,
+    },
+    /// Acknowledges a slow release.
+    SlowReleaseAck {
+        /// The round.
+        round: RoundId,
+    },
+    /// The sender's acquire `acquire` bumped its epoch: clear its bit if that acquire
+    /// moved it to transient. Best effort, never acknowledged.
+    ResetBit {
+        /// The acquire's id.
+        acquire: u64,
+    },
+    /// Paxos phase 1 for one key.
+    Propose {
+        /// The round.
+        round: RoundId,
+        /// The key.
+        key: Key,
+        /// The ballot.
+        ballot: Ballot,
+        /// The proposing session (for its committed outcome).
+        session: u64,
+        /// The delinquency query.
+        query: Option<u64>,
+    },
+    /// Phase 1's answer.
+    Promise {
+        /// The round.
+        round: RoundId,
+        /// Whether the ballot was promised.
+        ok: bool,
+        /// The highest ballot the sender has promised.
+        promised: Ballot,
+        /// The read-modify-write the sender accepted and has not seen committed.
+        accepted: Option<(Ballot, RmwRecord)>,
+        /// The sender's value.
+        value: Option<Value>,
+        /// Its stamp.
+        stamp: Stamp,
+        /// The proposing session's latest committed read-modify-write on the key.
+        outcome: Option<RmwOutcome>,
+        /// The read-modify-write that made the sender's value, if one did.
+        made_by: Option<Box<(RmwId, RmwOutcome)>>,
+        /// The query's answer.
+        delinquent: bool,
+    },
+    /// Paxos phase 2.
+    Accept {
+        /// The round.
+        round: RoundId,
+        /// The key.
+        key: Key,
+        /// The ballot.
+        ballot: Ballot,
+        /// The read-modify-write.
+        record: RmwRecord,
+        /// The delinquency query.
+        query: Option<u64>,
+    },
+    /// Phase 2's answer.
+    Accepted {
+        /// The round.
+        round: RoundId,
+        /// Whether the sender accepted.
+        ok: bool,
+        /// The highest ballot the sender has promised.
+        promised: Ballot,
+        /// The query's answer.
+        delinquent: bool,
+    },
+}
+
+impl Message {
+    /// The message's kind, for reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Write { .. } => "write",
+            Message::WriteAck { .. } => "write-ack",
+            Message::Read { .. } => "read",
+            Message::ReadReply { .. } => "read-reply",
+            Message::SlowRelease { .. } => "slow-release",
+            Message::SlowReleaseAck { .. } => "slow-release-ack",
+            Message::ResetBit { .. } => "reset-bit",
+            Message::Propose { .. } => "propose",
+            Message::Promise { .. } => "promise",
+            Message::Accept { .. } => "accept",
+            Message::Accepted { .. } => "accepted",
+        }
+    }
+}
+
+/// A Kite node's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// This node.
+    pub node: NodeId,
+    /// Every member, this node included (3 to 9; majority quorums).
+    pub members: Vec<NodeId>,
+    /// This node's incarnation: a new one after every restart that lost memory.
+    pub incarnation: u32,
+    /// How long a release waits for every node's acknowledgements of the session's
+    /// earlier writes before it takes the slow path.
+    pub release_timeout: Span,
+    /// How long a round waits before it sends its request again to the nodes that have
+    /// not answered.
+    pub retransmit: Span,
+    /// The most sessions a node keeps; a request of a new session beyond it is refused.
+    pub sessions_max: usize,
+    /// The most requests waiting in one session.
+    pub session_queue_max: usize,
+    /// Limits on keys and values.
+    pub limits: keel_types::Limits,
+    /// Negative control: a release that times out goes on without the slow release (no
+    /// delinquent set is broadcast). Unsafe; for tests and `keel sim` only.
+    pub unsafe_no_slow_path: bool,
+    /// Negative control: an out-of-epoch access puts its key back in the machine's
+    /// current epoch, not the epoch it started in. Unsafe; for tests and `keel sim` only.
+    pub unsafe_no_epoch_snapshot: bool,
+}
+
+impl Config {
+    /// Defaults for `node` in a cluster of `members`.
+    pub fn new(node: NodeId, members: Vec<NodeId>) -> Config {
+        Config {
+            node,
+            members,
+            incarnation: 0,
+            release_timeout: Span::from_millis(5),
+            retransmit: Span::from_millis(20),
+            sessions_max: 10_000,
+            session_queue_max: 1_000,
+            limits: keel_types::Limits::default(),
+            unsafe_no_slow_path: false,
+            unsafe_no_epoch_snapshot: false,
+        }
+    }
+
+    /// Checks ranges: 1 to 63 members with no duplicates, this node among them, positive
+    /// timers and bounds.
+    pub fn validate(&self) -> Result<(), crate::engine::ConfigError> {
+        use crate::engine::ConfigError;
+        let err = |field, reason: &str| Err(ConfigError { field, reason: reason.to_string() });
+        let mut sorted = self.members.clone();
+        sorted.sort();
+        sorted.dedup();
+        if sorted.len() != self.members.len() {
+            return err("members", "duplicate member");
+        }
+        if self.members.is_empty() || self.members.len() > 63 {
+            return err("members", "between 1 and 63 members");
+        }
+        if !self.members.contains(&self.node) {
+            return err("node", "this node is not a member");
+        }
+        if self.release_timeout.0 == 0 {
+            return err("release_timeout", "must be positive");
+        }
+        if self.retransmit.0 == 0 {
+            return err("retransmit", "must be positive");
+        }
+        if self.sessions_max == 0 || self.session_queue_max == 0 {
+            return err("sessions_max", "session bounds must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// A delinquency bit: what this node knows of one node's missed writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bit {
+    /// Up to date (as far as this node knows).
+    #[default]
+    Clear,
+    /// A release found the node slow: its next acquire must leave the fast path.
+    Set,
+    /// Reported to these acquires of the node; cleared only by a reset naming one of
+    /// them (a slow release sets it back to [`Bit::Set`]).
+    Transient(Vec<u64>),
+}
+
+/// A Kite node's externally visible state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// This node.
+    pub node: NodeId,
+    /// The machine epoch.
+    pub epoch: u64,
+    /// Keys held.
+    pub keys: usize,
+    /// Keys whose epoch is the machine's (fast path).
+    pub keys_in_epoch: usize,
+    /// Sessions open.
+    pub sessions: usize,
+    /// The delinquency bits, by node.
+    pub bits: Vec<(NodeId, Bit)>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+/// What a Kite node has done, for metrics and the simulator's coverage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Relaxed reads served locally.
+    pub reads_fast: u64,
+    /// Relaxed reads that read a quorum (out-of-epoch key).
+    pub reads_slow: u64,
+    /// Relaxed writes on the fast path.
+    pub writes_fast: u64,
+    /// Relaxed writes that read stamps from a quorum first (out-of-epoch key).
+    pub writes_slow: u64,
+    /// Releases that found every earlier write acknowledged by all.
+    pub releases_fast: u64,
+    /// Releases that timed out and broadcast a delinquent set.
+    pub releases_slow: u64,
+    /// Acquires (and read-modify-writes) no replica deemed delinquent.
+    pub acquires_fast: u64,
+    /// Acquires that found this node delinquent and raised its epoch.
+    pub acquires_slow: u64,
+    /// Acquires that needed the write-back round.
+    pub write_backs: u64,
+    /// Read-modify-writes completed.
+    pub rmws: u64,
+    /// Paxos rounds started again (a nack or a helped record).
+    pub rmw_retries: u64,
+    /// Accepted read-modify-writes of others this node finished.
+    pub rmw_helped: u64,
+    /// Weak compare-and-swaps that failed locally.
+    pub cas_local_failures: u64,
+    /// Requests sent again after the retransmission timer.
+    pub retransmits: u64,
+    /// Slow releases received that named this node.
+    pub self_delinquent: u64,
+    /// Reset-bit messages that cleared a bit.
+    pub resets: u64,
+    /// Peer messages dropped by the validation gate.
+    pub rejected: u64,
+}

@@ -1,0 +1,17 @@
+//! The Kite engine in the simulator: its own world (no disks: Kite keeps its store in
+//! memory), a recorder of `keel-rc` histories, the randomized `general` scenario, and
+//! the paper's litmus tests and fault scenarios, scripted.
+//!
+//! - [`world`]: the cluster on virtual time, the network, sleeps, crashes, scripted drops.
+//! - [`recorder`]: sessions' requests and replies as a history for `keel_check::rc`.
+//! - [`scenario`]: the `general` scenario.
+//! - [`script`]: scripted sessions.
+//! - [`litmus`]: `litmus` (L1 to L11) and `faults` (F1, F5 to F12, with L12).
+//! - [`cli`]: `keel sim run --engine kite`.
+
+pub mod cli;
+pub mod litmus;
+pub mod recorder;
+pub mod scenario;
+pub mod script;
+pub mod world;

@@ -1,0 +1,194 @@
+//! Records what simulated Kite sessions asked and were told, as a `keel-rc` history
+//! (`keel_check::rc`), and gives each scripted step its result.
+
+use super::world::KiteWorld;
+use keel_check::rc::{RcKind, RcOp, Stamp as RcStamp};
+use keel_core::engine::RequestTag;
+use keel_core::kite::{KiteOp, KiteReply, KiteResult, RmwId, RmwOutcome, Stamp};
+use keel_types::{Key, NodeId, Value};
+use std::collections::BTreeMap;
+
+/// The key named `n` in simulated histories.
+pub fn key(n: u64) -> Key {
+    Key::from(format!("k{n}"))
+}
+
+/// The number of a key made by [`key`].
+pub fn key_number(key: &[u8]) -> u64 {
+    std::str::from_utf8(key)
+        .ok()
+        .and_then(|s| s.strip_prefix('k'))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// A value as simulated sessions write it (a decimal number).
+pub fn value(v: u64) -> Value {
+    Value::from(v.to_string())
+}
+
+/// The number a value holds (`u64::MAX` for anything else, which no session writes).
+pub fn number(v: &Value) -> u64 {
+    std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)
+}
+
+fn stamp(s: Stamp) -> RcStamp {
+    RcStamp { version: s.version, writer: s.writer, rmw: s.rmw }
+}
+
+/// One step's outcome as a scripted scenario reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The value read (reads, acquires, read-modify-writes): `None` absent.
+    pub read: Option<u64>,
+    /// The stamp read.
+    pub read_stamp: Stamp,
+    /// The stamp written, if anything was.
+    pub wrote: Option<Stamp>,
+    /// The value written, if anything was.
+    pub written: Option<u64>,
+}
+
+/// The history being recorded.
+#[derive(Default)]
+pub struct Recorder {
+    ops: Vec<RcOp>,
+    failed: Vec<bool>,
+    by_tag: BTreeMap<RequestTag, usize>,
+    seqs: BTreeMap<u64, u64>,
+    machines: BTreeMap<u64, NodeId>,
+}
+
+impl Recorder {
+    /// An empty history.
+    pub fn new() -> Recorder {
+        Recorder::default()
+    }
+
+    /// Submits `op` in `session` at `node` and records its invocation.
+    pub fn submit(
+        &mut self,
+        world: &mut KiteWorld,
+        node: NodeId,
+        session: u64,
+        op: KiteOp,
+    ) -> RequestTag {
+        let tag = world.submit(node, session, op.clone());
+        let seq = self.seqs.entry(session).or_default();
+        *seq += 1;
+        self.machines.insert(session, node);
+        let (kind, arg, expected, strong) = match &op {
+            KiteOp::Read { .. } => (RcKind::Read, None, None, false),
+            KiteOp::Write { value, .. } => (RcKind::Write, Some(number(value)), None, false),
+            KiteOp::Acquire { .. } => (RcKind::Acquire, None, None, false),
+            KiteOp::Release { value, .. } => (RcKind::Release, Some(number(value)), None, false),
+            KiteOp::Faa { delta, .. } => (RcKind::Faa, Some(*delta as u64), None, false),
+            KiteOp::Cas { expected, new, strong, .. } => {
+                (RcKind::Cas, Some(number(new)), expected.as_ref().map(number), *strong)
+            }
+        };
+        self.by_tag.insert(tag, self.ops.len());
+        self.ops.push(RcOp {
+            id: self.ops.len() as u64,
+            session,
+            machine: node.0,
+            seq: *seq,
+            kind,
+            key: key_number(op.key()),
+            invoke: world.now(),
+            complete: None,
+            read: None,
+            wrote: None,
+            arg,
+            expected,
+            strong,
+        });
+        self.failed.push(false);
+        tag
+    }
+
+    /// Records a reply delivered at global time `at`; returns what the step saw (`None`
+    /// for an error, which Kite returns only for requests it never started).
+    pub fn complete(&mut self, at: u64, reply: &KiteReply) -> Option<Seen> {
+        let index = *self.by_tag.get(&reply.tag)?;
+        let op = &mut self.ops[index];
+        op.complete = Some(at);
+        let result = match &reply.result {
+            Ok(r) => r,
+            Err(_) => {
+                self.failed[index] = true;
+                return None;
+            }
+        };
+        let read_value = |v: &Option<Value>| v.as_ref().map(number);
+        match result {
+            KiteResult::Value { value, stamp: s } => {
+                op.read = Some((stamp(*s), read_value(value)));
+                Some(Seen { read: read_value(value), read_stamp: *s, wrote: None, written: None })
+            }
+            KiteResult::Written { stamp: s } => {
+                op.wrote = Some((stamp(*s), op.arg.unwrap_or_default()));
+                Some(Seen { read: None, read_stamp: Stamp::ZERO, wrote: Some(*s), written: op.arg })
+            }
+            KiteResult::Rmw { read, read_stamp, wrote, local } => {
+                let read_number = read_value(read);
+                let mut written = None;
+                op.read = Some((stamp(*read_stamp), read_number));
+                if *local {
+                    // A weak compare-and-swap that failed locally is a relaxed read.
+                    op.kind = RcKind::Read;
+                    op.arg = None;
+                    op.expected = None;
+                } else if let Some(w) = wrote {
+                    let value_written = match op.kind {
+                        RcKind::Faa => read_number.unwrap_or(0).wrapping_add(op.arg.unwrap_or(0)),
+                        _ => op.arg.unwrap_or_default(),
+                    };
+                    op.wrote = Some((stamp(*w), value_written));
+                    written = Some(value_written);
+                }
+                Some(Seen { read: read_number, read_stamp: *read_stamp, wrote: *wrote, written })
+            }
+        }
+    }
+
+    /// The key a request touches.
+    pub fn key_of(&self, tag: RequestTag) -> Option<u64> {
+        self.by_tag.get(&tag).map(|&i| self.ops[i].key)
+    }
+
+    /// Fills in what read-modify-writes left without a reply wrote, when some node
+    /// committed them (`commits`: by request id; the engine numbers a session's requests
+    /// from 1 in the order it took them, as the recorder does).
+    pub fn settle_rmws(&mut self, commits: &BTreeMap<RmwId, RmwOutcome>) {
+        for (op, failed) in self.ops.iter_mut().zip(&self.failed) {
+            if *failed || op.complete.is_some() || !matches!(op.kind, RcKind::Faa | RcKind::Cas) {
+                continue;
+            }
+            let id = RmwId { node: op.machine, session: op.session, seq: op.seq };
+            if let Some(outcome) = commits.get(&id) {
+                op.wrote = Some((stamp(outcome.stamp), number(&outcome.value)));
+            }
+        }
+    }
+
+    /// The session a request belongs to.
+    pub fn session_of(&self, tag: RequestTag) -> Option<u64> {
+        self.by_tag.get(&tag).map(|&i| self.ops[i].session)
+    }
+
+    /// The history: every request that was started (refused ones left out).
+    pub fn history(&self) -> Vec<RcOp> {
+        self.ops.iter().zip(&self.failed).filter(|(_, f)| !**f).map(|(op, _)| op.clone()).collect()
+    }
+
+    /// Completed operations.
+    pub fn completed(&self) -> usize {
+        self.ops.iter().zip(&self.failed).filter(|(op, f)| !**f && op.complete.is_some()).count()
+    }
+
+    /// Started operations.
+    pub fn started(&self) -> usize {
+        self.failed.iter().filter(|f| !**f).count()
+    }
+}

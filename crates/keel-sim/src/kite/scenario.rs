@@ -1,0 +1,422 @@
+//! `keel sim run --engine kite --scenario general`: sessions on every node issue random
+//! relaxed accesses, releases, acquires, FAAs and CASes (some sessions several at once)
+//! while the network drops, delays and stalls messages, links are cut, nodes sleep, and
+//! a minority crashes for good. At the end the faults heal, the cluster quiesces, and
+//! every live node acquires and then reads every key. Checked: the whole history against
+//! release consistency (`keel_check::rc`), the final reads against every write completed
+//! by a live node (convergence), and that no node dropped a message of another as
+//! malformed.
+
+use super::recorder::{key, value, Recorder};
+use super::world::{KiteWorld, NetConfig};
+use crate::rng::Rng;
+use keel_core::kite::{Config, KiteOp, Stamp};
+use keel_core::time::Span;
+use keel_types::NodeId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Keys written by relaxed writes, releases and CASes.
+pub const DATA_KEYS: u64 = 6;
+/// Keys only FAAs write (counters).
+pub const COUNTER_KEYS: u64 = 2;
+
+/// What one run is.
+#[derive(Clone, Debug)]
+pub struct KiteRunConfig {
+    /// The seed everything is drawn from.
+    pub seed: u64,
+    /// The scenario's name (for the replay line).
+    pub scenario: String,
+    /// Negative control: releases never take the slow path.
+    pub no_slow_path: bool,
+    /// Negative control: out-of-epoch accesses settle their key in the current epoch.
+    pub no_epoch_snapshot: bool,
+    /// Keep the history in the report.
+    pub keep_history: bool,
+}
+
+impl KiteRunConfig {
+    /// The general scenario for `seed`.
+    pub fn new(seed: u64) -> KiteRunConfig {
+        KiteRunConfig {
+            seed,
+            scenario: "general".into(),
+            no_slow_path: false,
+            no_epoch_snapshot: false,
+            keep_history: false,
+        }
+    }
+
+    /// The command that replays this run.
+    pub fn replay(&self) -> String {
+        let mut line =
+            format!("keel sim run --engine kite --scenario {} --seed {}", self.scenario, self.seed);
+        if self.no_slow_path {
+            line.push_str(" --no-slow-path");
+        }
+        if self.no_epoch_snapshot {
+            line.push_str(" --no-epoch-snapshot");
+        }
+        line
+    }
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KiteReport {
+    /// The seed.
+    pub seed: u64,
+    /// The scenario.
+    pub scenario: String,
+    /// Nodes.
+    pub nodes: u32,
+    /// Operations started.
+    pub ops: usize,
+    /// Operations completed.
+    pub ok: usize,
+    /// Synchronization operations (acquires, releases, RMWs) in the history.
+    pub sync_ops: usize,
+    /// Faults injected, in order.
+    pub faults: Vec<String>,
+    /// Violations found (empty: passed).
+    pub violations: Vec<String>,
+    /// Paths reached: a name and how often.
+    pub reached: BTreeMap<String, u64>,
+    /// Virtual time run, ms.
+    pub virtual_ms: u64,
+    /// The command that replays the run.
+    pub replay: String,
+    /// A panic's message, if the run panicked.
+    pub panic: Option<String>,
+    /// The history, when asked for.
+    #[serde(skip)]
+    pub history: Option<Vec<keel_check::rc::RcOp>>,
+}
+
+impl KiteReport {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.panic.is_none()
+    }
+}
+
+/// A configuration template with the run's unsafe switches.
+pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
+    let mut template = Config::new(NodeId(1), vec![NodeId(1)]);
+    template.release_timeout = release_timeout;
+    template.retransmit = Span::from_millis(10);
+    template.unsafe_no_slow_path = config.no_slow_path;
+    template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
+    template
+}
+
+/// Runs one seed of the general scenario, catching panics as failures.
+pub fn run_general(config: &KiteRunConfig) -> KiteReport {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| general(config))) {
+        Ok(report) => report,
+        Err(panic) => KiteReport {
+            seed: config.seed,
+            scenario: config.scenario.clone(),
+            replay: config.replay(),
+            panic: Some(panic_message(&panic)),
+            ..KiteReport::default()
+        },
+    }
+}
+
+/// A panic payload's text.
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+struct SimSession {
+    id: u64,
+    node: NodeId,
+    depth: usize,
+    outstanding: usize,
+    next_at: u64,
+    /// The last value this session saw of each data key (a CAS expects it).
+    seen: BTreeMap<u64, Option<u64>>,
+}
+
+#[derive(Clone, Debug)]
+enum Fault {
+    Pause { node: NodeId, ms: u64 },
+    Isolate { node: NodeId, ms: u64 },
+    OneWay { from: NodeId, to: NodeId, ms: u64 },
+    Crash { node: NodeId },
+}
+
+const STEP_NS: u64 = 200_000;
+const MS: u64 = 1_000_000;
+
+fn general(config: &KiteRunConfig) -> KiteReport {
+    let mut rng = Rng::new(config.seed ^ 0x6b69_7465_5f67_656e);
+    let n: u32 = if rng.below(10) < 7 { 3 } else { 5 };
+    let timeout = match rng.below(4) {
+        0 => Span(1_000),
+        1 => Span::from_micros(500),
+        2 => Span::from_millis(2),
+        _ => Span::from_millis(20),
+    };
+    let net = NetConfig {
+        delay_min: 50_000,
+        delay_max: [300_000, 1_000_000, 3_000_000][rng.below(3) as usize],
+        drop_ppm: [0, 1_000, 10_000, 50_000][rng.below(4) as usize],
+        stall_ppm: if rng.below(3) == 0 { 2_000 } else { 0 },
+        stall_max: 300 * MS,
+    };
+    let duration = (800 + rng.below(1_200)) * MS;
+    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
+    let members = world.members();
+
+    // The fault schedule: 2 to 6 faults, crashes of at most a minority.
+    let mut schedule: Vec<(u64, Fault)> = Vec::new();
+    let mut crashes = 0;
+    for _ in 0..rng.range(2, 7) {
+        let at = rng.below(duration * 3 / 4);
+        let node = members[rng.below(members.len() as u64) as usize];
+        let fault = match rng.below(10) {
+            0..=3 => Fault::Pause { node, ms: rng.range(20, 600) },
+            4..=6 => Fault::Isolate { node, ms: rng.range(50, 800) },
+            7 | 8 => {
+                let to = members[rng.below(members.len() as u64) as usize];
+                if to == node {
+                    continue;
+                }
+                Fault::OneWay { from: node, to, ms: rng.range(50, 800) }
+            }
+            _ => {
+                if crashes >= (n - 1) / 2 {
+                    continue;
+                }
+                crashes += 1;
+                Fault::Crash { node }
+            }
+        };
+        schedule.push((at, fault));
+    }
+    schedule.sort_by_key(|(at, _)| *at);
+    let mut heals: Vec<u64> = Vec::new();
+
+    let session_count = rng.range(u64::from(n), u64::from(n) * 3 + 1);
+    let mut sessions: Vec<SimSession> = (0..session_count)
+        .map(|i| SimSession {
+            id: i + 1,
+            node: members[(i % u64::from(n)) as usize],
+            depth: if rng.below(3) == 0 { 3 } else { 1 },
+            outstanding: 0,
+            next_at: 0,
+            seen: BTreeMap::new(),
+        })
+        .collect();
+    let mut recorder = Recorder::new();
+    let mut next_value: u64 = 1 << 40;
+    let mut report = KiteReport {
+        seed: config.seed,
+        scenario: config.scenario.clone(),
+        nodes: n,
+        replay: config.replay(),
+        ..KiteReport::default()
+    };
+
+    let mut t = 0;
+    let mut faults = schedule.into_iter().peekable();
+    while t < duration {
+        t += STEP_NS;
+        while faults.peek().is_some_and(|(at, _)| *at <= t) {
+            let (_, fault) = faults.next().expect("peeked");
+            report.faults.push(format!("{:.1}ms {fault:?}", t as f64 / MS as f64));
+            match fault {
+                Fault::Pause { node, ms } => {
+                    *report.reached.entry("fault:pause".into()).or_default() += 1;
+                    world.pause(node, t + ms * MS);
+                }
+                Fault::Isolate { node, ms } => {
+                    *report.reached.entry("fault:isolate".into()).or_default() += 1;
+                    world.isolate(node);
+                    heals.push(t + ms * MS);
+                }
+                Fault::OneWay { from, to, ms } => {
+                    *report.reached.entry("fault:one-way".into()).or_default() += 1;
+                    world.cut(from, to);
+                    heals.push(t + ms * MS);
+                }
+                Fault::Crash { node } => {
+                    *report.reached.entry("fault:crash".into()).or_default() += 1;
+                    world.crash(node);
+                }
+            }
+        }
+        if heals.iter().any(|&h| h <= t) {
+            heals.retain(|&h| h > t);
+            if heals.is_empty() {
+                world.heal();
+            }
+        }
+        world.run_until(t);
+        for (at, _, reply) in world.take_replies() {
+            let session = recorder.session_of(reply.tag);
+            let k = recorder.key_of(reply.tag);
+            let seen = recorder.complete(at, &reply);
+            if let Some(s) = sessions.iter_mut().find(|s| Some(s.id) == session) {
+                s.outstanding -= 1;
+                // Remember what the session saw of the key, for its next CAS.
+                if let (Some(seen), Some(k)) = (seen, k) {
+                    s.seen.insert(k, seen.written.or(seen.read));
+                }
+            }
+        }
+        for s in sessions.iter_mut() {
+            if s.outstanding >= s.depth || s.next_at > t || world.engine(s.node).is_none() {
+                continue;
+            }
+            let op = random_op(&mut rng, s, &mut next_value);
+            recorder.submit(&mut world, s.node, s.id, op);
+            s.outstanding += 1;
+            s.next_at = t + rng.below(2 * MS);
+        }
+    }
+
+    // Heal and quiesce: no new requests, the network reliable again.
+    world.heal();
+    world.net.drop_ppm = 0;
+    world.net.stall_ppm = 0;
+    let quiet = duration + 4_000 * MS;
+    world.run_until(quiet);
+    for (at, _, reply) in world.take_replies() {
+        recorder.complete(at, &reply);
+    }
+
+    // Every live node acquires, then reads every key.
+    let live = world.live();
+    let mut finals: Vec<(NodeId, u64, keel_core::engine::RequestTag)> = Vec::new();
+    for (i, &node) in live.iter().enumerate() {
+        let session = 10_000 + i as u64;
+        recorder.submit(
+            &mut world,
+            node,
+            session,
+            KiteOp::Acquire { key: key(DATA_KEYS + COUNTER_KEYS) },
+        );
+        for k in 0..DATA_KEYS + COUNTER_KEYS {
+            let tag = recorder.submit(&mut world, node, session, KiteOp::Read { key: key(k) });
+            finals.push((node, k, tag));
+        }
+    }
+    world.run_until(quiet + 2_000 * MS);
+    let mut final_reads: BTreeMap<keel_core::engine::RequestTag, Stamp> = BTreeMap::new();
+    for (at, _, reply) in world.take_replies() {
+        if let Some(seen) = recorder.complete(at, &reply) {
+            final_reads.insert(reply.tag, seen.read_stamp);
+        }
+    }
+    report.virtual_ms = world.now() / MS;
+
+    // Convergence: a final read is at least every write a live node's session completed.
+    recorder.settle_rmws(&world.commits);
+    let history = recorder.history();
+    let mut newest: BTreeMap<u64, keel_check::rc::Stamp> = BTreeMap::new();
+    for op in &history {
+        if op.complete.is_none() || !live.contains(&NodeId(op.machine)) {
+            continue;
+        }
+        if let Some((s, _)) = op.wrote {
+            let e = newest.entry(op.key).or_default();
+            *e = (*e).max(s);
+        }
+    }
+    for (node, k, tag) in &finals {
+        let Some(got) = final_reads.get(tag) else {
+            report
+                .violations
+                .push(format!("convergence: final read of k{k} at node {} never answered", node.0));
+            continue;
+        };
+        let got = keel_check::rc::Stamp { version: got.version, writer: got.writer, rmw: got.rmw };
+        if let Some(want) = newest.get(k) {
+            if got < *want {
+                report.violations.push(format!("convergence: node {} reads k{k} at {got:?} after an acquire, older than the completed write {want:?}", node.0));
+            }
+        }
+    }
+    for (node, reason) in &world.rejections {
+        report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
+    }
+
+    let verdict = keel_check::rc::check(&history);
+    report.ops = recorder.started();
+    report.ok = recorder.completed();
+    report.sync_ops = verdict.sync_ops;
+    for v in verdict.violations.iter() {
+        report.violations.push(format!("rc {}: {} (ops {:?})", v.rule, v.message, v.ops));
+    }
+    if verdict.violation_count > verdict.violations.len() {
+        report.violations.push(format!(
+            "rc: {} more violations",
+            verdict.violation_count - verdict.violations.len()
+        ));
+    }
+    reached(&world, &mut report);
+    if config.keep_history {
+        report.history = Some(history);
+    }
+    report
+}
+
+fn random_op(rng: &mut Rng, s: &mut SimSession, next_value: &mut u64) -> KiteOp {
+    let data = |rng: &mut Rng| rng.below(DATA_KEYS);
+    let any = |rng: &mut Rng| rng.below(DATA_KEYS + COUNTER_KEYS);
+    let mut fresh = || {
+        *next_value += 1;
+        value(*next_value)
+    };
+    match rng.below(100) {
+        0..=34 => KiteOp::Read { key: key(any(rng)) },
+        35..=54 => KiteOp::Write { key: key(data(rng)), value: fresh() },
+        55..=64 => KiteOp::Acquire { key: key(any(rng)) },
+        65..=74 => KiteOp::Release { key: key(data(rng)), value: fresh() },
+        75..=86 => KiteOp::Faa {
+            key: key(DATA_KEYS + rng.below(COUNTER_KEYS)),
+            delta: rng.range(1, 4) as i64,
+        },
+        _ => {
+            let k = data(rng);
+            let expected = s.seen.get(&k).copied().flatten().map(value);
+            KiteOp::Cas { key: key(k), expected, new: fresh(), strong: rng.below(2) == 0 }
+        }
+    }
+}
+
+/// Adds the engines' counters (summed over live nodes) and the network's to `reached`.
+pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
+    let mut add = |name: &str, v: u64| {
+        if v > 0 {
+            *report.reached.entry(name.to_string()).or_default() += v;
+        }
+    };
+    for node in world.live() {
+        let c = world.engine(node).expect("live").status().counters;
+        add("read-slow", c.reads_slow);
+        add("write-slow", c.writes_slow);
+        add("release-fast", c.releases_fast);
+        add("release-slow", c.releases_slow);
+        add("acquire-slow", c.acquires_slow);
+        add("write-back", c.write_backs);
+        add("rmw", c.rmws);
+        add("rmw-retry", c.rmw_retries);
+        add("rmw-helped", c.rmw_helped);
+        add("cas-local-failure", c.cas_local_failures);
+        add("self-delinquent", c.self_delinquent);
+        add("reset-bit", c.resets);
+        add("retransmit", c.retransmits);
+    }
+    add("net:dropped", world.counters.dropped);
+    add("net:stalled", world.counters.stalled);
+    add("net:cut", world.counters.cut);
+}

@@ -1,0 +1,435 @@
+//! A cluster of Kite engines on virtual time: a network that delays, drops, stalls and
+//! cuts links, nodes that sleep (the paper's failure study) or crash for good, clocks
+//! that drift, and a hook that lets a scripted scenario drop chosen messages.
+//!
+//! Kite keeps nothing on disk, so the world has no disks: a node is an engine, a clock
+//! and its pause state.
+
+use crate::rng::Rng;
+use keel_core::engine::{Input, RequestTag};
+use keel_core::kite::{
+    Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome,
+};
+use keel_core::time::Time;
+use keel_types::NodeId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a scripted rule does with one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// The network's ordinary treatment.
+    Pass,
+    /// Lost.
+    Drop,
+    /// Held back this many ns more than usual.
+    Delay(u64),
+}
+
+/// A scripted rule: `(from, to, message) -> fate`.
+pub type DropRule = Box<dyn FnMut(NodeId, NodeId, &Message) -> Fate>;
+
+/// How the network behaves.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// Shortest one-way delay, ns.
+    pub delay_min: u64,
+    /// Longest ordinary one-way delay, ns.
+    pub delay_max: u64,
+    /// Chance a message is lost, parts per million.
+    pub drop_ppm: u32,
+    /// Chance a message is held back long (a retransmission stall), ppm.
+    pub stall_ppm: u32,
+    /// The longest such stall, ns.
+    pub stall_max: u64,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig { delay_min: 50_000, delay_max: 400_000, drop_ppm: 0, stall_ppm: 0, stall_max: 0 }
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver {
+        to: NodeId,
+        from: NodeId,
+        message: Box<Message>,
+    },
+    Wake {
+        node: NodeId,
+    },
+    Client {
+        node: NodeId,
+        request: KiteRequest,
+    },
+    Pause {
+        node: NodeId,
+        until: u64,
+    },
+    /// A sleeping node's wake-up: it handles what waited for it, in arrival order.
+    Resume {
+        node: NodeId,
+    },
+}
+
+struct SimNode {
+    engine: Option<KiteEngine>,
+    /// Local clock: `offset + global * (1e6 + drift_ppm) / 1e6`.
+    offset: u64,
+    drift_ppm: i64,
+    paused_until: u64,
+    wake: Option<u64>,
+    /// What arrived while it slept, in order.
+    deferred: std::collections::VecDeque<Event>,
+    resume_scheduled: bool,
+}
+
+/// What the network did, for reports and coverage.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct NetCounters {
+    /// Messages sent.
+    pub sent: u64,
+    /// Lost by chance.
+    pub dropped: u64,
+    /// Lost to a cut link or a crashed receiver.
+    pub cut: u64,
+    /// Dropped by a scripted rule.
+    pub scripted: u64,
+    /// Held back long.
+    pub stalled: u64,
+}
+
+/// The cluster.
+pub struct KiteWorld {
+    now: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Event>,
+    nodes: BTreeMap<NodeId, SimNode>,
+    rng: Rng,
+    /// The network's behaviour (may change during a run).
+    pub net: NetConfig,
+    cuts: BTreeSet<(NodeId, NodeId)>,
+    drop_rule: Option<DropRule>,
+    replies: Vec<(u64, NodeId, KiteReply)>,
+    next_tag: u64,
+    /// What the network did.
+    pub counters: NetCounters,
+    /// Rejections reported by engines (must stay empty: nodes never send malformed
+    /// messages).
+    pub rejections: Vec<(NodeId, &'static str)>,
+    /// Every read-modify-write some node committed (a commit is sent only once the
+    /// record was chosen), by request: what a request whose node crashed before it could
+    /// answer did, for the history.
+    pub commits: BTreeMap<RmwId, RmwOutcome>,
+}
+
+impl KiteWorld {
+    /// A cluster of nodes 1..=n booted with `template` (its `node` and `members` are set
+    /// per node), clocks drifting within `drift_ppm_max`.
+    pub fn new(
+        n: u32,
+        template: &Config,
+        seed: u64,
+        net: NetConfig,
+        drift_ppm_max: u32,
+    ) -> KiteWorld {
+        let mut rng = Rng::new(seed);
+        let members: Vec<NodeId> = (1..=n).map(NodeId).collect();
+        let mut nodes = BTreeMap::new();
+        for &node in &members {
+            let mut config = template.clone();
+            config.node = node;
+            config.members = members.clone();
+            let engine = KiteEngine::boot(config, rng.next_u64(), Time(0)).expect("valid config");
+            let drift = if drift_ppm_max == 0 {
+                0
+            } else {
+                rng.range(0, u64::from(drift_ppm_max) * 2 + 1) as i64 - i64::from(drift_ppm_max)
+            };
+            nodes.insert(
+                node,
+                SimNode {
+                    engine: Some(engine),
+                    offset: rng.below(1_000_000_000),
+                    drift_ppm: drift,
+                    paused_until: 0,
+                    wake: None,
+                    deferred: Default::default(),
+                    resume_scheduled: false,
+                },
+            );
+        }
+        KiteWorld {
+            now: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            nodes,
+            rng,
+            net,
+            cuts: BTreeSet::new(),
+            drop_rule: None,
+            replies: Vec::new(),
+            next_tag: 1,
+            counters: NetCounters::default(),
+            rejections: Vec::new(),
+            commits: BTreeMap::new(),
+        }
+    }
+
+    /// Global virtual time, ns.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The members.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// The nodes not crashed.
+    pub fn live(&self) -> Vec<NodeId> {
+        self.nodes.iter().filter(|(_, n)| n.engine.is_some()).map(|(&id, _)| id).collect()
+    }
+
+    /// A node's engine (`None`: crashed).
+    pub fn engine(&self, node: NodeId) -> Option<&KiteEngine> {
+        self.nodes.get(&node).and_then(|n| n.engine.as_ref())
+    }
+
+    /// A draw from the world's generator.
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// Installs (or removes) a scripted drop rule.
+    pub fn set_drop_rule(&mut self, rule: Option<DropRule>) {
+        self.drop_rule = rule;
+    }
+
+    /// Cuts the directed link `from -> to`.
+    pub fn cut(&mut self, from: NodeId, to: NodeId) {
+        self.cuts.insert((from, to));
+    }
+
+    /// Cuts every link between `node` and the others, both ways.
+    pub fn isolate(&mut self, node: NodeId) {
+        for other in self.members() {
+            if other != node {
+                self.cut(node, other);
+                self.cut(other, node);
+            }
+        }
+    }
+
+    /// Restores every link.
+    pub fn heal(&mut self) {
+        self.cuts.clear();
+    }
+
+    /// Puts `node` to sleep until `until` (global ns): it handles nothing meanwhile; what
+    /// arrives waits for it.
+    pub fn pause(&mut self, node: NodeId, until: u64) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.paused_until = n.paused_until.max(until);
+        }
+    }
+
+    /// Puts `node` to sleep from `at` until `until` (global ns).
+    pub fn pause_later(&mut self, node: NodeId, at: u64, until: u64) {
+        self.schedule(at.max(self.now), Event::Pause { node, until });
+    }
+
+    /// Whether `node` sleeps now.
+    pub fn paused(&self, node: NodeId) -> bool {
+        self.nodes.get(&node).is_some_and(|n| n.paused_until > self.now)
+    }
+
+    /// Crashes `node` for good (crash-stop): its memory and pending work are gone.
+    pub fn crash(&mut self, node: NodeId) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.engine = None;
+        }
+    }
+
+    /// Submits `op` in `session` at `node` now; returns the tag its reply will carry.
+    pub fn submit(&mut self, node: NodeId, session: u64, op: KiteOp) -> RequestTag {
+        let tag = RequestTag(self.next_tag);
+        self.next_tag += 1;
+        let request = KiteRequest { tag, session, op };
+        self.schedule(self.now, Event::Client { node, request });
+        tag
+    }
+
+    /// Replies delivered so far (global time, node, reply), emptied.
+    pub fn take_replies(&mut self) -> Vec<(u64, NodeId, KiteReply)> {
+        std::mem::take(&mut self.replies)
+    }
+
+    /// Runs events up to global time `until` (inclusive).
+    pub fn run_until(&mut self, until: u64) {
+        while let Some((&(at, seq), _)) = self.events.first_key_value() {
+            if at > until {
+                break;
+            }
+            let event = self.events.remove(&(at, seq)).expect("present");
+            self.now = at;
+            self.handle(event);
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Runs until `done` holds (checked after each event) or `until` passes; whether it held.
+    pub fn run_while(&mut self, until: u64, mut done: impl FnMut(&KiteWorld) -> bool) -> bool {
+        while let Some((&(at, seq), _)) = self.events.first_key_value() {
+            if done(self) {
+                return true;
+            }
+            if at > until {
+                break;
+            }
+            let event = self.events.remove(&(at, seq)).expect("present");
+            self.now = at;
+            self.handle(event);
+        }
+        self.now = self.now.max(until);
+        done(self)
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.events.insert((at, self.seq), event);
+    }
+
+    fn local(&self, node: &SimNode) -> Time {
+        let drifted = (i128::from(self.now) * i128::from(1_000_000 + node.drift_ppm)) / 1_000_000;
+        Time(node.offset + drifted as u64)
+    }
+
+    /// The first global time at which `node`'s local clock reads at least `local`.
+    fn global_of(node: &SimNode, local: Time) -> u64 {
+        let since = local.0.saturating_sub(node.offset);
+        let rate = i128::from(1_000_000 + node.drift_ppm);
+        ((i128::from(since) * 1_000_000 + rate - 1) / rate) as u64
+    }
+
+    fn handle(&mut self, event: Event) {
+        let node = match &event {
+            Event::Deliver { to, .. } => *to,
+            Event::Wake { node } | Event::Client { node, .. } => *node,
+            Event::Pause { node, until } => {
+                self.pause(*node, *until);
+                return;
+            }
+            Event::Resume { node } => {
+                let node = *node;
+                let Some(n) = self.nodes.get_mut(&node) else { return };
+                n.resume_scheduled = false;
+                if n.paused_until > self.now {
+                    let at = n.paused_until;
+                    n.resume_scheduled = true;
+                    self.schedule(at, Event::Resume { node });
+                    return;
+                }
+                let waiting = std::mem::take(&mut n.deferred);
+                for event in waiting {
+                    self.handle(event);
+                }
+                return;
+            }
+        };
+        let Some(n) = self.nodes.get(&node) else { return };
+        if n.engine.is_none() {
+            if let Event::Deliver { .. } = event {
+                self.counters.cut += 1;
+            }
+            return;
+        }
+        if n.paused_until > self.now || !n.deferred.is_empty() {
+            // Asleep (or still handing over what waited): everything waits until it
+            // wakes, in arrival order, as on a TCP connection.
+            let at = n.paused_until;
+            let n = self.nodes.get_mut(&node).expect("node");
+            n.deferred.push_back(event);
+            if !n.resume_scheduled {
+                n.resume_scheduled = true;
+                self.schedule(at.max(self.now), Event::Resume { node });
+            }
+            return;
+        }
+        let input = match event {
+            Event::Deliver { from, message, .. } => Input::Message { from, message: *message },
+            Event::Wake { .. } => {
+                let n = self.nodes.get_mut(&node).expect("node");
+                if n.wake.is_some_and(|w| w > self.now) {
+                    return;
+                }
+                n.wake = None;
+                Input::Tick
+            }
+            Event::Client { request, .. } => Input::Client(request),
+            Event::Pause { .. } | Event::Resume { .. } => return,
+        };
+        self.step(node, input);
+    }
+
+    fn step(&mut self, node: NodeId, input: Input<Message, KiteRequest>) {
+        let n = self.nodes.get(&node).expect("node");
+        let local = self.local(n);
+        let n = self.nodes.get_mut(&node).expect("node");
+        let engine = n.engine.as_mut().expect("live");
+        let out = engine.step(local, input);
+        for r in &out.rejected {
+            self.rejections.push((node, r.reason));
+        }
+        if let Some(wake) = out.wake_at {
+            let at = Self::global_of(n, wake).max(self.now);
+            if n.wake.is_none_or(|w| at < w || w <= self.now) {
+                n.wake = Some(at);
+                self.schedule(at, Event::Wake { node });
+            }
+        }
+        for reply in out.replies {
+            self.replies.push((self.now, node, reply));
+        }
+        for (to, message) in out.messages {
+            self.send(node, to, message);
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+        self.counters.sent += 1;
+        if let Message::Write { rmw: Some(commit), applied, .. } = &message {
+            for (id, outcome) in std::iter::once(commit).chain(applied) {
+                self.commits.entry(*id).or_insert_with(|| outcome.clone());
+            }
+        }
+        let mut extra = 0;
+        if let Some(rule) = self.drop_rule.as_mut() {
+            match rule(from, to, &message) {
+                Fate::Pass => {}
+                Fate::Drop => {
+                    self.counters.scripted += 1;
+                    return;
+                }
+                Fate::Delay(ns) => extra = ns,
+            }
+        }
+        if self.cuts.contains(&(from, to)) {
+            self.counters.cut += 1;
+            return;
+        }
+        if self.net.drop_ppm > 0 && self.rng.below(1_000_000) < u64::from(self.net.drop_ppm) {
+            self.counters.dropped += 1;
+            return;
+        }
+        let mut delay =
+            self.rng.range(self.net.delay_min, self.net.delay_max.max(self.net.delay_min + 1));
+        if self.net.stall_ppm > 0 && self.rng.below(1_000_000) < u64::from(self.net.stall_ppm) {
+            self.counters.stalled += 1;
+            delay += self.rng.below(self.net.stall_max.max(1));
+        }
+        let at = self.now + delay + extra;
+        self.schedule(at, Event::Deliver { to, from, message: Box::new(message) });
+    }
+}
