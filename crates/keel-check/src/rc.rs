@@ -20,7 +20,9 @@
 //!   (`complete` null) that some read observed. An op without a reply that nobody read
 //!   may never have taken effect and is left out of every order. A read of a stamp that no
 //!   op recorded is *attributed* to an op without a reply (Write or Release, `wrote`
-//!   null) on the key whose `arg` is the value read; the op then has that stamp.
+//!   null) on the key whose `arg` is the value read, or, when the stamp is an RMW's
+//!   (`rmw` > 0), to an FAA or CAS without a reply on the key (a CAS only if its new value
+//!   is the value read); the op then has that stamp.
 //! - *Rank*: a write's place in its key's order of effective writes (1, 2, ...; 0 is the
 //!   initial value). A read's rank is the rank of the write it read.
 //! - *hb* (happens-before, §5.1 of the paper) is the transitive closure of:
@@ -2196,6 +2198,35 @@ mod tests {
         };
         assert_ok(ops(false));
         assert_rejected(ops(true), rule::STALE_READ);
+    }
+
+    #[test]
+    fn an_incomplete_rmw_is_attributed_from_a_read_of_its_stamp() {
+        // S1's FAA has no reply; S2 reads the RMW stamp it made (version 0, rmw 1).
+        let incomplete = RcOp {
+            complete: None,
+            read: None,
+            wrote: None,
+            ..faa(1, X, 2, (Stamp::ZERO, None), (rmw_st(0, 0, 1), 2), 0)
+        };
+        assert_ok(vec![incomplete.clone(), get(Read, 2, X, Some(2), rmw_st(0, 0, 1), 2)]);
+        // A CAS without a reply is attributed only when the value read is its new value.
+        let cas_incomplete = RcOp {
+            complete: None,
+            read: None,
+            wrote: None,
+            ..cas(1, X, None, 7, (Stamp::ZERO, None), None, 0)
+        };
+        assert_ok(vec![cas_incomplete.clone(), get(Read, 2, X, Some(7), rmw_st(0, 0, 1), 2)]);
+        assert_rejected(
+            vec![cas_incomplete, get(Read, 2, X, Some(8), rmw_st(0, 0, 1), 2)],
+            rule::PHANTOM_READ,
+        );
+        // A plain write's stamp (rmw 0) is never taken for an RMW's.
+        assert_rejected(
+            vec![incomplete, get(Read, 2, X, Some(2), st(4, 4), 2)],
+            rule::PHANTOM_READ,
+        );
     }
 
     #[test]

@@ -43,8 +43,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "orca", value_parser = ["orca", "kite"])]
     pub engine: String,
     /// The scenario. With `--engine kite`: `general`, `litmus` (the paper's litmus tests
-    /// L1 to L12 under random delays and loss) or `faults` (its fault scenarios F1 to
-    /// F12, scripted). With the leader engine: `general` (all durabilities, read levels and faults), `wide-area`
+    /// L1 to L11 under random delays and loss) or `faults` (its fault scenarios F1 and F5
+    /// to F12 with L12, and F13, scripted). With the leader engine: `general` (all
+    /// durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
     /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),

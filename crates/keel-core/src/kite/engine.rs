@@ -18,8 +18,18 @@ use keel_types::rng::SplitMix64;
 use keel_types::{KeelError, Key, NodeId, Value};
 use std::collections::{BTreeMap, VecDeque};
 
+/// The replicas that deemed an acquire's node delinquent, each with the generation of
+/// its bit it answered with: the acquire's resets name it, so that a reset never clears a
+/// bit a later slow release set (or a query that arrived after the acquire ended moved).
+type Flags = BTreeMap<NodeId, u64>;
+
 /// The read-modify-write that made a value (its id and outcome), when one did.
 type Maker = Option<Box<(RmwId, RmwOutcome)>>;
+
+/// The most writes a session keeps waiting for every node's acknowledgement; its next
+/// write first runs a barrier that settles them (acknowledged by all, or by a quorum and
+/// the rest named delinquent), which bounds the memory a session holds.
+const TRACKED_MAX: usize = 1_024;
 
 /// The most acquire ids a transient bit keeps (older ones are forgotten, which keeps the
 /// bit transient: safe, and costs at most one more slow acquire).
@@ -98,8 +108,10 @@ enum RmwStage {
     },
 }
 
-/// The operation a session has in progress.
+/// The operation a session has in progress. One per session, so the size of its largest
+/// variant (a read-modify-write's) costs little.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)]
 enum Phase {
     SlowRead {
         key: Key,
@@ -118,7 +130,7 @@ enum Phase {
         id: u64,
         round: RoundId,
         write_back: Option<(RoundId, Option<Value>, Stamp, Maker)>,
-        delinquent: bool,
+        delinquent: Flags,
     },
     Release {
         key: Key,
@@ -135,7 +147,14 @@ enum Phase {
         ballot: Ballot,
         stage: RmwStage,
         barrier: Barrier,
-        delinquent: bool,
+        delinquent: Flags,
+    },
+    /// A write of a session that holds [`TRACKED_MAX`] writes not yet acknowledged by
+    /// every node waits for a barrier (a release without a value) that settles them.
+    Flush {
+        op: KiteOp,
+        seq: u64,
+        barrier: Barrier,
     },
 }
 
@@ -163,8 +182,10 @@ pub struct KiteEngine {
     epoch: u64,
     keys: BTreeMap<Key, Slot>,
     bits: BTreeMap<NodeId, Bit>,
+    /// Per node: how many slow releases named it here (its bit's generation).
+    gens: BTreeMap<NodeId, u64>,
     /// The latest committed read-modify-write of each (node, session), with its key.
-    outcomes: BTreeMap<(u32, u64), (Key, RmwOutcome)>,
+    outcomes: BTreeMap<(u64, u64), (Key, RmwOutcome)>,
     sessions: BTreeMap<u64, Session>,
     rounds: BTreeMap<RoundId, Round>,
     next_round: RoundId,
@@ -191,11 +212,13 @@ impl KiteEngine {
             epoch: u64::from(config.incarnation > 0),
             keys: BTreeMap::new(),
             bits,
+            gens: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             sessions: BTreeMap::new(),
             rounds: BTreeMap::new(),
             next_round: 1,
-            next_acquire: 1,
+            // Acquire ids of a later incarnation never match an earlier life's.
+            next_acquire: (u64::from(config.incarnation) << 32) + 1,
             last_round: 0,
             rng: SplitMix64::new(seed),
             counters: Counters::default(),
@@ -402,6 +425,16 @@ impl KiteEngine {
                 );
                 Err(Phase::SlowRead { key, snapshot, round })
             }
+            KiteOp::Write { .. }
+            | KiteOp::Release { .. }
+            | KiteOp::Acquire { .. }
+            | KiteOp::Faa { .. }
+            | KiteOp::Cas { .. }
+                if self.sessions.get(&session).is_some_and(|s| s.tracked.len() >= TRACKED_MAX) =>
+            {
+                self.counters.flushes += 1;
+                Err(Phase::Flush { op, seq, barrier: self.new_barrier() })
+            }
             KiteOp::Write { key, value } => {
                 if self.in_epoch(&key) {
                     self.counters.writes_fast += 1;
@@ -431,7 +464,7 @@ impl KiteEngine {
                     id,
                     round,
                     write_back: None,
-                    delinquent: false,
+                    delinquent: Flags::new(),
                 })
             }
             KiteOp::Release { key, value } => {
@@ -468,7 +501,7 @@ impl KiteEngine {
                     ballot,
                     stage: RmwStage::Proposing { round },
                     barrier,
-                    delinquent: false,
+                    delinquent: Flags::new(),
                 })
             }
         }
@@ -523,7 +556,7 @@ impl KiteEngine {
                             });
                         };
                         self.close(round);
-                        delinquent |= flagged;
+                        delinquent.extend(flagged);
                         if seen_by < self.quorum {
                             // Not yet seen by a quorum: write it back, asking again, so the
                             // answers come after the value was visible (the delinquent set
@@ -572,7 +605,7 @@ impl KiteEngine {
                             });
                         };
                         self.close(wb);
-                        delinquent |= flagged;
+                        delinquent.extend(flagged);
                         Ok(self.finish_acquire(
                             session,
                             &key,
@@ -625,6 +658,13 @@ impl KiteEngine {
                     _ => Err(Phase::Release { key, value, round, version, barrier, value_round }),
                 }
             }
+            Phase::Flush { op, seq, mut barrier } => {
+                self.barrier_progress(session, &mut barrier, false);
+                if barrier != Barrier::Done {
+                    return Err(Phase::Flush { op, seq, barrier });
+                }
+                self.start(session, seq, op)
+            }
             Phase::Rmw { op, seq, id, ballot, stage, mut barrier, delinquent } => {
                 self.barrier_progress(session, &mut barrier, false);
                 self.rmw_progress(session, op, seq, id, ballot, stage, barrier, delinquent)
@@ -639,7 +679,7 @@ impl KiteEngine {
         key: &Key,
         snapshot: u64,
         id: u64,
-        delinquent: bool,
+        delinquent: Flags,
         read: (Option<Value>, Stamp, Maker),
         everywhere: bool,
     ) -> KiteResult {
@@ -674,11 +714,20 @@ impl KiteEngine {
 
     /// The end of an acquire (or a read-modify-write's acquire half): a delinquent node
     /// raises its epoch first, then asks for its bits to be reset.
-    fn acquired(&mut self, id: u64, delinquent: bool) {
-        if delinquent {
+    fn acquired(&mut self, id: u64, delinquent: Flags) {
+        if !delinquent.is_empty() {
             self.counters.acquires_slow += 1;
             self.epoch += 1;
-            self.send_all(Message::ResetBit { acquire: id });
+            // Each replica that answered "delinquent" gets a reset naming the generation
+            // it answered with; one whose answer came too late keeps its bit transient.
+            for (node, gen) in delinquent {
+                let msg = Message::ResetBit { acquire: id, gen };
+                if node == self.config.node {
+                    let _ = self.serve(node, msg);
+                } else {
+                    self.out.messages.push((node, msg));
+                }
+            }
         } else {
             self.counters.acquires_fast += 1;
         }
@@ -756,10 +805,10 @@ impl KiteEngine {
         mut ballot: Ballot,
         stage: RmwStage,
         barrier: Barrier,
-        mut delinquent: bool,
+        mut delinquent: Flags,
     ) -> Result<KiteResult, Phase> {
         let key = op.key().clone();
-        let me = RmwId { node: self.config.node.0, session, seq };
+        let me = RmwId { node: self.writer, session, seq };
         let pending = |stage, ballot, barrier, delinquent| {
             Err(Phase::Rmw { op: op.clone(), seq, id, ballot, stage, barrier, delinquent })
         };
@@ -785,10 +834,13 @@ impl KiteEngine {
                 let mut ok = Vec::new();
                 let mut nacks = 0;
                 let mut highest = ballot;
-                for (_, m) in &r.replies {
-                    if let Message::Promise { ok: granted, promised, .. } = m {
+                for (from, m) in &r.replies {
+                    if let Message::Promise { ok: granted, promised, delinquent: flagged, .. } = m {
                         highest = highest.max(*promised);
                         if *granted {
+                            if let Some(gen) = flagged {
+                                delinquent.insert(*from, *gen);
+                            }
                             ok.push(m.clone());
                         } else {
                             nacks += 1;
@@ -808,11 +860,9 @@ impl KiteEngine {
                 // The newest value in the quorum, who made it, and how many hold it.
                 let mut base: (Option<Value>, Stamp, Maker) = (None, Stamp::ZERO, None);
                 for m in &ok {
-                    let Message::Promise { value, stamp, made_by, delinquent: flagged, .. } = m
-                    else {
+                    let Message::Promise { value, stamp, made_by, .. } = m else {
                         continue;
                     };
-                    delinquent |= *flagged;
                     if *stamp > base.1 {
                         base = (value.clone(), *stamp, made_by.clone());
                     }
@@ -951,7 +1001,7 @@ impl KiteEngine {
                         }
                         self.acquired(id, delinquent);
                         self.counters.rmws += 1;
-                        Ok(self.rmw_failed(&op, read, read_stamp))
+                        Ok(self.rmw_failed(&barrier, read, read_stamp))
                     }
                     None => {
                         self.counters.write_backs += 1;
@@ -989,12 +1039,12 @@ impl KiteEngine {
                     );
                 };
                 self.close(round);
-                delinquent |= flagged;
+                delinquent.extend(flagged);
                 self.apply(&key, read.clone(), read_stamp, made_by.clone());
                 self.spread_acquired(session, &key, &read, read_stamp, made_by);
                 self.acquired(id, delinquent);
                 self.counters.rmws += 1;
-                Ok(self.rmw_failed(&op, read, read_stamp))
+                Ok(self.rmw_failed(&barrier, read, read_stamp))
             }
             RmwStage::Ready { record } => {
                 if barrier != Barrier::Done {
@@ -1017,17 +1067,21 @@ impl KiteEngine {
                 let mut oks = 0;
                 let mut nacks = 0;
                 let mut highest = ballot;
-                for (_, m) in &r.replies {
+                let mut flags = Flags::new();
+                for (from, m) in &r.replies {
                     if let Message::Accepted { ok, promised, delinquent: flagged, .. } = m {
                         highest = highest.max(*promised);
                         if *ok {
                             oks += 1;
-                            delinquent |= *flagged;
+                            if let Some(gen) = flagged {
+                                flags.insert(*from, *gen);
+                            }
                         } else {
                             nacks += 1;
                         }
                     }
                 }
+                delinquent.extend(flags);
                 if oks >= self.quorum {
                     self.close(round);
                     let outcome = RmwOutcome {
@@ -1111,8 +1165,18 @@ impl KiteEngine {
         }
     }
 
-    fn rmw_failed(&self, op: &KiteOp, read: Option<Value>, read_stamp: Stamp) -> KiteResult {
-        let _ = op;
+    /// A compare-and-swap (or an FAA on a value that is not a number) that wrote nothing:
+    /// an acquire, whose release barrier is dropped unfinished (its slow release round,
+    /// if one is out, closed).
+    fn rmw_failed(
+        &mut self,
+        barrier: &Barrier,
+        read: Option<Value>,
+        read_stamp: Stamp,
+    ) -> KiteResult {
+        if let Barrier::Slow { round: Some(r), .. } = barrier {
+            self.close(*r);
+        }
         KiteResult::Rmw { read, read_stamp, wrote: None, local: false }
     }
 
@@ -1123,7 +1187,7 @@ impl KiteEngine {
         id: u64,
         highest: Ballot,
         barrier: Barrier,
-        delinquent: bool,
+        delinquent: Flags,
     ) -> Result<KiteResult, Phase> {
         self.counters.rmw_retries += 1;
         let ballot = self.next_ballot(op.key(), highest);
@@ -1240,16 +1304,6 @@ impl KiteEngine {
         id
     }
 
-    fn send_all(&mut self, msg: Message) {
-        let me = self.config.node;
-        let _ = self.serve(me, msg.clone());
-        for &peer in &self.config.members {
-            if peer != me {
-                self.out.messages.push((peer, msg.clone()));
-            }
-        }
-    }
-
     fn close(&mut self, round: RoundId) {
         self.rounds.remove(&round);
     }
@@ -1264,27 +1318,37 @@ impl KiteEngine {
         self.rounds.get(&round).is_none_or(|r| r.replies.len() >= self.quorum)
     }
 
-    /// A quorum's acknowledgements, with whether any deemed this node delinquent.
-    fn quorum_acks(&self, round: RoundId) -> Option<bool> {
+    /// A quorum's acknowledgements, with the replicas that deemed this node delinquent.
+    fn quorum_acks(&self, round: RoundId) -> Option<Flags> {
         let r = self.rounds.get(&round)?;
         if r.replies.len() < self.quorum {
             return None;
         }
-        Some(r.replies.iter().any(|(_, m)| matches!(m, Message::WriteAck { delinquent: true, .. })))
+        Some(
+            r.replies
+                .iter()
+                .filter_map(|(from, m)| match m {
+                    Message::WriteAck { delinquent: Some(gen), .. } => Some((*from, *gen)),
+                    _ => None,
+                })
+                .collect(),
+        )
     }
 
     /// A quorum's read replies: the newest value and stamp, how many replies had that
     /// stamp, and whether any deemed this node delinquent.
-    fn quorum_read(&self, round: RoundId) -> Option<(Option<Value>, Stamp, usize, bool, Maker)> {
+    fn quorum_read(&self, round: RoundId) -> Option<(Option<Value>, Stamp, usize, Flags, Maker)> {
         let r = self.rounds.get(&round)?;
         if r.replies.len() < self.quorum {
             return None;
         }
         let mut best: (Option<Value>, Stamp, Maker) = (None, Stamp::ZERO, None);
-        let mut flagged = false;
-        for (_, m) in &r.replies {
+        let mut flagged = Flags::new();
+        for (from, m) in &r.replies {
             if let Message::ReadReply { value, stamp, delinquent, made_by, .. } = m {
-                flagged |= *delinquent;
+                if let Some(gen) = delinquent {
+                    flagged.insert(*from, *gen);
+                }
                 if *stamp > best.1 || (*stamp == best.1 && best.2.is_none()) {
                     best = (value.clone(), *stamp, made_by.clone());
                 }
@@ -1364,6 +1428,10 @@ impl KiteEngine {
                 | Some(Active {
                     phase: Phase::Rmw { barrier: Barrier::Waiting { deadline }, .. },
                     ..
+                })
+                | Some(Active {
+                    phase: Phase::Flush { barrier: Barrier::Waiting { deadline }, .. },
+                    ..
                 }) => at(*deadline),
                 _ => {}
             }
@@ -1407,36 +1475,116 @@ impl KiteEngine {
     /// The half of the gate that needs the configuration: sizes and members.
     fn check_state(&self, message: &Message) -> Result<(), &'static str> {
         let limits = &self.config.limits;
-        // Read-modify-writes of a never-written key build on the initial stamp (writer 0).
-        let member =
-            |writer: u64| writer == 0 || self.index_of(NodeId((writer >> 32) as u32)).is_some();
+        let member = |writer: u64| self.index_of(NodeId((writer >> 32) as u32)).is_some();
+        // A stamp names a member, or is the initial one (writer 0, version 0), which
+        // read-modify-writes of a never-written key build on.
+        // Versions, rounds and read-modify-write counts far below where they would
+        // saturate: a peer's huge value would otherwise pin this node's next ones at the
+        // ceiling, and make them collide.
+        const COUNTER_MAX: u64 = 1 << 62;
+        let stamp_ok = |s: &Stamp| {
+            if s.version >= COUNTER_MAX || s.rmw >= COUNTER_MAX {
+                return Err("counter out of range");
+            }
+            if (s.writer == 0 && s.version == 0) || member(s.writer) {
+                Ok(())
+            } else {
+                Err("stamp of a non-member")
+            }
+        };
+        let id_ok =
+            |i: &RmwId| if member(i.node) { Ok(()) } else { Err("request of a non-member") };
+        let outcome_ok = |o: &RmwOutcome| -> Result<(), &'static str> {
+            stamp_ok(&o.stamp)?;
+            limits.check_value(&o.value).map_err(|_| "value too large")?;
+            if let Some(v) = &o.read {
+                limits.check_value(v).map_err(|_| "value too large")?;
+            }
+            Ok(())
+        };
+        let record_ok = |r: &RmwRecord| -> Result<(), &'static str> {
+            stamp_ok(&r.stamp)?;
+            limits.check_value(&r.value).map_err(|_| "value too large")?;
+            if let Some(v) = &r.read {
+                limits.check_value(v).map_err(|_| "value too large")?;
+            }
+            if r.skipped.len() > SKIPPED_MAX {
+                return Err("too many records carried");
+            }
+            id_ok(&r.id)?;
+            for (i, o) in r.skipped.iter().chain(r.base.iter().map(|b| &**b)) {
+                id_ok(i)?;
+                outcome_ok(o)?;
+            }
+            Ok(())
+        };
+        let ballot_ok = |b: &Ballot| match (member(b.proposer), b.round < COUNTER_MAX) {
+            (false, _) => Err("ballot of a non-member"),
+            (true, false) => Err("counter out of range"),
+            (true, true) => Ok(()),
+        };
         let sized = |key: &[u8], value: Option<&Value>| {
             limits.check_key(key).map_err(|_| "key too large")?;
             value.map_or(Ok(()), |v| limits.check_value(v).map_err(|_| "value too large"))
         };
         match message {
-            Message::Write { key, value, stamp, .. } => {
+            Message::Write { key, value, stamp, rmw, applied, .. } => {
                 sized(key, Some(value))?;
-                if !member(stamp.writer) || (stamp.writer == 0 && stamp.version != 0) {
-                    return Err("stamp of a non-member");
+                stamp_ok(stamp)?;
+                if applied.len() > SKIPPED_MAX + 1 {
+                    return Err("too many records carried");
+                }
+                for (i, o) in rmw.iter().chain(applied) {
+                    id_ok(i)?;
+                    outcome_ok(o)?;
                 }
             }
-            Message::Read { key, .. } | Message::Propose { key, .. } => sized(key, None)?,
+            Message::Read { key, .. } => sized(key, None)?,
+            Message::Propose { key, ballot, .. } => {
+                sized(key, None)?;
+                ballot_ok(ballot)?;
+            }
             Message::Accept { key, record, ballot, .. } => {
-                sized(key, Some(&record.value))?;
-                if !member(ballot.proposer) || ballot.proposer == 0 {
-                    return Err("ballot of a non-member");
-                }
+                sized(key, None)?;
+                ballot_ok(ballot)?;
+                record_ok(record)?;
             }
             Message::SlowRelease { delinquent, .. }
                 if delinquent.iter().any(|d| self.index_of(*d).is_none()) =>
             {
                 return Err("delinquent set names a non-member");
             }
-            Message::ReadReply { value, .. } | Message::Promise { value, .. } => {
+            Message::ReadReply { value, stamp, made_by, .. } => {
                 if let Some(v) = value {
                     limits.check_value(v).map_err(|_| "value too large")?;
                 }
+                stamp_ok(stamp)?;
+                if let Some(m) = made_by {
+                    id_ok(&m.0)?;
+                    outcome_ok(&m.1)?;
+                }
+            }
+            Message::Promise { value, stamp, accepted, promised, outcome, made_by, .. } => {
+                if let Some(v) = value {
+                    limits.check_value(v).map_err(|_| "value too large")?;
+                }
+                stamp_ok(stamp)?;
+                for o in outcome.iter().chain(made_by.iter().map(|m| &m.1)) {
+                    outcome_ok(o)?;
+                }
+                if let Some(m) = made_by {
+                    id_ok(&m.0)?;
+                }
+                if *promised != Ballot::default() {
+                    ballot_ok(promised)?;
+                }
+                if let Some((b, r)) = accepted {
+                    ballot_ok(b)?;
+                    record_ok(r)?;
+                }
+            }
+            Message::Accepted { promised, .. } if *promised != Ballot::default() => {
+                ballot_ok(promised)?
             }
             _ => {}
         }
@@ -1444,14 +1592,16 @@ impl KiteEngine {
     }
 
     /// Answers the delinquency query of `from`'s acquire `id`.
-    fn query(&mut self, from: NodeId, id: Option<u64>) -> bool {
-        let Some(id) = id else { return false };
-        let Some(bit) = self.bits.get_mut(&from) else { return false };
+    /// `Some(generation)` when delinquent.
+    fn query(&mut self, from: NodeId, id: Option<u64>) -> Option<u64> {
+        let id = id?;
+        let gen = self.gens.get(&from).copied().unwrap_or(0);
+        let bit = self.bits.get_mut(&from)?;
         match bit {
-            Bit::Clear => false,
+            Bit::Clear => None,
             Bit::Set => {
                 *bit = Bit::Transient(vec![id]);
-                true
+                Some(gen)
             }
             Bit::Transient(ids) => {
                 if !ids.contains(&id) {
@@ -1460,7 +1610,7 @@ impl KiteEngine {
                     }
                     ids.push(id);
                 }
-                true
+                Some(gen)
             }
         }
     }
@@ -1523,12 +1673,16 @@ impl KiteEngine {
                         self.counters.self_delinquent += 1;
                     }
                     self.bits.insert(node, Bit::Set);
+                    let gen = self.gens.entry(node).or_default();
+                    *gen = gen.saturating_add(1);
                 }
                 Some(Message::SlowReleaseAck { round })
             }
-            Message::ResetBit { acquire } => {
+            Message::ResetBit { acquire, gen } => {
+                let current = self.gens.get(&from).copied().unwrap_or(0);
                 if let Some(bit) = self.bits.get_mut(&from) {
-                    if matches!(bit, Bit::Transient(ids) if ids.contains(&acquire)) {
+                    let named = matches!(bit, Bit::Transient(ids) if ids.contains(&acquire));
+                    if named && gen == current {
                         *bit = Bit::Clear;
                         self.counters.resets += 1;
                     }
@@ -1539,7 +1693,7 @@ impl KiteEngine {
                 let delinquent = self.query(from, query);
                 let outcome = self
                     .outcomes
-                    .get(&(from.0, session))
+                    .get(&(ballot.proposer, session))
                     .filter(|(k, _)| *k == key)
                     .map(|(_, o)| o.clone());
                 let slot = self.keys.entry(key).or_default();
@@ -1564,13 +1718,22 @@ impl KiteEngine {
                 let again =
                     slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
                 let ok = ballot >= slot.promised || again;
+                let base = record.base.clone();
                 if ok && !again {
                     slot.promised = ballot;
                     slot.accepted = Some((ballot, record));
                 }
                 let promised = slot.promised;
-
-                let delinquent = if ok { self.query(from, query) } else { false };
+                if ok {
+                    // The record builds on a committed read-modify-write: committed means
+                    // chosen, so remember it done here too (its commit may so far have
+                    // reached only the replica the proposer read it from).
+                    if let Some(base) = base {
+                        let (id, outcome) = *base;
+                        self.record_outcome(&key, id, outcome);
+                    }
+                }
+                let delinquent = if ok { self.query(from, query) } else { None };
                 Some(Message::Accepted { round, ok, promised, delinquent })
             }
             Message::WriteAck { .. }

@@ -242,7 +242,7 @@ fn the_gate_drops_forged_messages_with_a_reason() {
     };
     let out = net.node(1).step(Time(0), Input::Message { from: NodeId(2), message: forged });
     assert_eq!(out.rejected.len(), 1);
-    let stranger = Message::ResetBit { acquire: 1 };
+    let stranger = Message::ResetBit { acquire: 1, gen: 0 };
     let out = net.node(1).step(Time(0), Input::Message { from: NodeId(9), message: stranger });
     assert_eq!(out.rejected[0].reason, "sender is not a peer");
     let huge = Message::Write {
@@ -278,4 +278,148 @@ fn a_session_completes_in_order_and_refuses_past_its_queue_bound() {
     );
     let ok: Vec<u64> = tags.iter().filter(|(_, ok)| *ok).map(|(t, _)| *t).collect();
     assert_eq!(ok, vec![100, 101], "completed in session order");
+}
+
+#[test]
+fn a_session_past_its_unacknowledged_writes_bound_settles_them_with_a_barrier() {
+    // Node 3 never hears anything: every write of node 1 stays unacknowledged by it.
+    let mut net = Net::new(3, |_| {});
+    net.drop = Box::new(|_, to, _| to == NodeId(3));
+    for i in 0..1_100u32 {
+        net.call(1, 1, KiteOp::Write { key: k("x"), value: v(&i.to_string()) });
+    }
+    let c = net.node(1).status().counters;
+    assert_eq!(c.flushes, 1, "one barrier at the bound, then room again");
+    assert!(net.node(1).status().bits.iter().any(|(n, b)| *n == NodeId(3) && *b == Bit::Set));
+}
+
+mod hostile {
+    //! Any message from a member, however it breaks the protocol, never panics a node:
+    //! it is applied, answered, ignored or dropped by the gate with a reason.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stamp() -> impl Strategy<Value = Stamp> {
+        (
+            any::<u64>(),
+            prop_oneof![Just(0u64), Just(1u64 << 32), Just(2u64 << 32), any::<u64>()],
+            any::<u64>(),
+        )
+            .prop_map(|(version, writer, rmw)| Stamp { version, writer, rmw })
+    }
+
+    fn bytes() -> impl Strategy<Value = Value> {
+        prop::collection::vec(any::<u8>(), 0..8).prop_map(Value::from)
+    }
+
+    fn record() -> impl Strategy<Value = RmwRecord> {
+        (any::<u32>(), any::<u64>(), any::<u64>(), bytes(), stamp(), prop::option::of(bytes()))
+            .prop_map(|(node, session, seq, value, read_stamp, read)| RmwRecord {
+                id: RmwId { node: u64::from(node), session, seq },
+                value,
+                stamp: read_stamp.next_rmw(),
+                read,
+                read_stamp,
+                base: None,
+                skipped: vec![],
+            })
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        let key = prop_oneof![Just(k("x")), Just(k("y")), bytes()];
+        let ballot = (any::<u64>(), prop_oneof![Just(1u64 << 32), Just(3u64 << 32), any::<u64>()])
+            .prop_map(|(round, proposer)| Ballot { round, proposer });
+        prop_oneof![
+            (any::<u64>(), key.clone(), bytes(), stamp(), prop::option::of(any::<u64>())).prop_map(
+                |(round, key, value, stamp, query)| Message::Write {
+                    round,
+                    key,
+                    value,
+                    stamp,
+                    rmw: None,
+                    applied: vec![],
+                    query
+                }
+            ),
+            (any::<u64>(), prop::option::of(any::<u64>()))
+                .prop_map(|(round, delinquent)| Message::WriteAck { round, delinquent }),
+            (any::<u64>(), key.clone(), prop::option::of(any::<u64>()))
+                .prop_map(|(round, key, query)| Message::Read { round, key, query }),
+            (any::<u64>(), prop::option::of(bytes()), stamp(), prop::option::of(any::<u64>()))
+                .prop_map(|(round, value, stamp, delinquent)| {
+                    Message::ReadReply { round, value, stamp, made_by: None, delinquent }
+                }),
+            (any::<u64>(), prop::collection::vec(any::<u32>().prop_map(NodeId), 0..70))
+                .prop_map(|(round, delinquent)| Message::SlowRelease { round, delinquent }),
+            any::<u64>().prop_map(|round| Message::SlowReleaseAck { round }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(acquire, gen)| Message::ResetBit { acquire, gen }),
+            (
+                any::<u64>(),
+                key.clone(),
+                ballot.clone(),
+                any::<u64>(),
+                prop::option::of(any::<u64>())
+            )
+                .prop_map(|(round, key, ballot, session, query)| Message::Propose {
+                    round,
+                    key,
+                    ballot,
+                    session,
+                    query
+                }),
+            (
+                any::<u64>(),
+                any::<bool>(),
+                ballot.clone(),
+                prop::option::of((ballot.clone(), record())),
+                stamp()
+            )
+                .prop_map(|(round, ok, promised, accepted, stamp)| Message::Promise {
+                    round,
+                    ok,
+                    promised,
+                    accepted,
+                    value: None,
+                    stamp,
+                    outcome: None,
+                    made_by: None,
+                    delinquent: None,
+                }),
+            (any::<u64>(), key, ballot.clone(), record(), prop::option::of(any::<u64>())).prop_map(
+                |(round, key, ballot, record, query)| Message::Accept {
+                    round,
+                    key,
+                    ballot,
+                    record,
+                    query
+                }
+            ),
+            (any::<u64>(), any::<bool>(), ballot).prop_map(|(round, ok, promised)| {
+                Message::Accepted { round, ok, promised, delinquent: Some(0) }
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn forged_messages_never_panic_a_node(
+            forged in prop::collection::vec((1u32..=3, message()), 1..60),
+        ) {
+            let mut net = Net::new(3, |_| {});
+            // Real work in flight, so forged replies can meet open rounds.
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(1), session: 1, op: KiteOp::Release { key: k("x"), value: v("1") } }));
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(2), session: 2, op: KiteOp::Faa { key: k("y"), delta: 1 } }));
+            for (from, message) in forged {
+                if from == 1 {
+                    continue;
+                }
+                let now = net.now;
+                let _ = net.node(1).step(now, Input::Message { from: NodeId(from), message });
+            }
+            net.settle(30);
+            let _ = net.node(1).status();
+        }
+    }
 }

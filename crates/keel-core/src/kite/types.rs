@@ -63,8 +63,9 @@ pub struct Ballot {
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 pub struct RmwId {
-    /// The node whose session issued it.
-    pub node: u32,
+    /// The node whose session issued it, as its writer id (node and incarnation, as in
+    /// [`Stamp::writer`]): a restarted node's requests never match its earlier life's.
+    pub node: u64,
     /// The session.
     pub session: u64,
     /// The request's sequence number within the session.
@@ -269,8 +270,9 @@ pub enum Message {
     WriteAck {
         /// The round.
         round: RoundId,
-        /// Whether the sender deems the query's node delinquent.
-        delinquent: bool,
+        /// The query's answer: when the sender deems the asker delinquent, the
+        /// generation of its bit (how many slow releases named the asker there).
+        delinquent: Option<u64>,
     },
     /// Asks for a key's value and stamp (acquires, out-of-epoch reads, the first round of
     /// releases and out-of-epoch writes).
@@ -292,8 +294,8 @@ pub enum Message {
         stamp: Stamp,
         /// The read-modify-write that made the value, if one did.
         made_by: Option<Box<(RmwId, RmwOutcome)>>,
-        /// The query's answer.
-        delinquent: bool,
+        /// The query's answer (the bit's generation when delinquent).
+        delinquent: Option<u64>,
     },
     /// A slow release: the sender's release found these nodes slow; mark them delinquent.
     SlowRelease {
@@ -308,10 +310,14 @@ pub enum Message {
         round: RoundId,
     },
     /// The sender's acquire `acquire` bumped its epoch: clear its bit if that acquire
-    /// moved it to transient. Best effort, never acknowledged.
+    /// moved it to transient and no slow release named the sender since (`gen` is the
+    /// generation the receiver answered that acquire with). Best effort, never
+    /// acknowledged.
     ResetBit {
         /// The acquire's id.
         acquire: u64,
+        /// The generation of the receiver's bit the acquire was answered with.
+        gen: u64,
     },
     /// Paxos phase 1 for one key.
     Propose {
@@ -344,8 +350,8 @@ pub enum Message {
         outcome: Option<RmwOutcome>,
         /// The read-modify-write that made the sender's value, if one did.
         made_by: Option<Box<(RmwId, RmwOutcome)>>,
-        /// The query's answer.
-        delinquent: bool,
+        /// The query's answer (the bit's generation when delinquent).
+        delinquent: Option<u64>,
     },
     /// Paxos phase 2.
     Accept {
@@ -368,8 +374,8 @@ pub enum Message {
         ok: bool,
         /// The highest ballot the sender has promised.
         promised: Ballot,
-        /// The query's answer.
-        delinquent: bool,
+        /// The query's answer (the bit's generation when delinquent).
+        delinquent: Option<u64>,
     },
 }
 
@@ -535,6 +541,9 @@ pub struct Counters {
     pub self_delinquent: u64,
     /// Reset-bit messages that cleared a bit.
     pub resets: u64,
+    /// Writes that first ran a barrier because their session held too many writes not
+    /// yet acknowledged by every node.
+    pub flushes: u64,
     /// Peer messages dropped by the validation gate.
     pub rejected: u64,
 }

@@ -1,5 +1,5 @@
 //! The paper's litmus tests (digest §5.2: L1 to L11; L12 runs with the faults, where a
-//! node really is on the slow path) and fault scenarios (§5.3: F1 and F5 to F12; F2 to
+//! node really is on the slow path) and fault scenarios (§5.3: F1 and F5 to F12, and F13 found in review; F2 to
 //! F4 are what the `general` scenario's sleeps, crashes and partitions do), scripted on
 //! sessions on different nodes. Every run's history also goes through the release
 //! consistency checker.
@@ -354,12 +354,12 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
     }
 }
 
-/// `--scenario faults`: F1 (with L12), F5 to F12, each on a fresh cluster.
+/// `--scenario faults`: F1 (with L12), F5 to F13 (F13 from review, not in the paper), each on a fresh cluster.
 pub fn run_faults(config: &KiteRunConfig) -> KiteReport {
     guarded(config, |report| {
         let mut rng = Rng::new(config.seed ^ 0x6661_756c_7473);
         type Scenario = fn(&KiteRunConfig, &mut Rng, &mut KiteReport);
-        let scenarios: [(&str, Scenario); 9] = [
+        let scenarios: [(&str, Scenario); 10] = [
             ("F1", f1),
             ("F5", f5),
             ("F6", f6),
@@ -369,6 +369,7 @@ pub fn run_faults(config: &KiteRunConfig) -> KiteReport {
             ("F10", f10),
             ("F11", f11),
             ("F12", f12),
+            ("F13", f13),
         ];
         for (name, scenario) in scenarios {
             *report.reached.entry(format!("scenario:{name}")).or_default() += 1;
@@ -831,4 +832,77 @@ fn f12(config: &KiteRunConfig, rng: &mut Rng, report: &mut KiteReport) {
     let helped: u64 = [b, c].iter().map(|&n| counters(&world, n).rmw_helped).sum();
     expect(report, "F12", helped >= 1, "nobody finished A's accepted FAA".into());
     finish(report, &world, &mut recorder, "F12");
+}
+
+/// F13 (found in review): an acquire's query that reaches a replica only after the
+/// acquire ended must not let the acquire's reset clear a bit a later slow release set.
+/// C's acquire finishes on {C, A}; its query to B is late, and so would be its reset. In
+/// between, A's release names C at B. When the late query reaches B the bit goes
+/// transient; C's next acquire (on {C, B}) must still find C delinquent, so its read of x
+/// goes to a quorum.
+fn f13(config: &KiteRunConfig, rng: &mut Rng, report: &mut KiteReport) {
+    let mut world = cluster(config, rng, 3, Span::from_millis(2));
+    let (a, b, c) = (NodeId(1), NodeId(2), NodeId(3));
+    let (x, y, h, f) = (1, 2, 3, 4);
+    let phase = Rc::new(Cell::new(0u8));
+    let p = phase.clone();
+    world.set_drop_rule(Some(Box::new(move |from, to, m| {
+        match p.get() {
+            // Setup: A's write of y misses C, and A's slow release naming C misses B.
+            0 => {
+                if from == a && to == c && is_write_to(m, y) {
+                    return Fate::Drop;
+                }
+                if to == b && matches!(m, Message::SlowRelease { .. }) {
+                    return Fate::Drop;
+                }
+            }
+            // C's first acquire: its query to B and its reset to B are late.
+            1 => {
+                if from == c && to == b && matches!(m, Message::Read { .. }) {
+                    return Fate::Delay(300 * MS);
+                }
+            }
+            // A's write of x and everything else from A to C are lost.
+            _ => {
+                if from == a && to == c {
+                    return Fate::Drop;
+                }
+            }
+        }
+        if from == c && to == b && matches!(m, Message::ResetBit { .. }) {
+            return Fate::Delay(400 * MS);
+        }
+        Fate::Pass
+    })));
+    let mut recorder = Recorder::new();
+    let setup = vec![Program { node: a, session: 1, steps: vec![w(y, 11), rel(h, 12)] }];
+    run(&mut world, &mut recorder, setup, 1_000 * MS);
+    world.run_until(world.now() + 50 * MS);
+    phase.set(1);
+    let p2 = phase.clone();
+    let programs = vec![
+        Program {
+            node: c,
+            session: 2,
+            steps: vec![
+                await_acq(h, 12),
+                r(x),
+                Step::Call(Box::new(move |_| p2.set(2))),
+                Step::Pause(450 * MS),
+                await_acq(f, 14),
+                r(x),
+            ],
+        },
+        Program { node: a, session: 3, steps: vec![Step::Pause(20 * MS), w(x, 13), rel(f, 14)] },
+    ];
+    let (res, finished) = run(&mut world, &mut recorder, programs, 3_000 * MS);
+    expect(report, "F13", finished, "did not finish".into());
+    expect(
+        report,
+        "F13",
+        read(&res, 0, 5) == Some(13),
+        format!("C read x={:?} after acquiring the release that followed it", read(&res, 0, 5)),
+    );
+    finish(report, &world, &mut recorder, "F13");
 }

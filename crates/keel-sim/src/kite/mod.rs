@@ -6,7 +6,7 @@
 //! - [`recorder`]: sessions' requests and replies as a history for `keel_check::rc`.
 //! - [`scenario`]: the `general` scenario.
 //! - [`script`]: scripted sessions.
-//! - [`litmus`]: `litmus` (L1 to L11) and `faults` (F1, F5 to F12, with L12).
+//! - [`litmus`]: `litmus` (L1 to L11) and `faults` (F1, F5 to F13, with L12).
 //! - [`cli`]: `keel sim run --engine kite`.
 
 pub mod cli;

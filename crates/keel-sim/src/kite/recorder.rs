@@ -165,7 +165,7 @@ impl Recorder {
             if *failed || op.complete.is_some() || !matches!(op.kind, RcKind::Faa | RcKind::Cas) {
                 continue;
             }
-            let id = RmwId { node: op.machine, session: op.session, seq: op.seq };
+            let id = RmwId { node: u64::from(op.machine) << 32, session: op.session, seq: op.seq };
             if let Some(outcome) = commits.get(&id) {
                 op.wrote = Some((stamp(outcome.stamp), number(&outcome.value)));
             }

@@ -415,6 +415,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("self-delinquent", c.self_delinquent);
         add("reset-bit", c.resets);
         add("retransmit", c.retransmits);
+        add("flush", c.flushes);
     }
     add("net:dropped", world.counters.dropped);
     add("net:stalled", world.counters.stalled);
