@@ -127,6 +127,10 @@ pub struct RunArgs {
     /// machine's current epoch, not the one it started in.
     #[arg(long)]
     pub no_epoch_snapshot: bool,
+    /// Negative control (`--engine kite`): the paper's reset-bit, sent to every node and
+    /// naming only the acquire (caught by the `faults` scenario's F13).
+    #[arg(long)]
+    pub paper_reset: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

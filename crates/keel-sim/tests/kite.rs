@@ -145,3 +145,19 @@ fn without_the_epoch_snapshot_f7_reads_stale() {
         );
     }
 }
+
+#[test]
+fn with_the_papers_reset_f13_reads_stale() {
+    for r in sweep("faults", 0, 5, |c| c.paper_reset = true) {
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("F13: C read x=None")),
+            "{:?}",
+            r.violations
+        );
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("F13: rc stale-read")),
+            "{:?}",
+            r.violations
+        );
+    }
+}

@@ -720,7 +720,12 @@ impl KiteEngine {
             self.epoch += 1;
             // Each replica that answered "delinquent" gets a reset naming the generation
             // it answered with; one whose answer came too late keeps its bit transient.
-            for (node, gen) in delinquent {
+            let resets: Vec<(NodeId, u64)> = if self.config.unsafe_paper_reset {
+                self.config.members.iter().map(|&n| (n, u64::MAX)).collect()
+            } else {
+                delinquent.into_iter().collect()
+            };
+            for (node, gen) in resets {
                 let msg = Message::ResetBit { acquire: id, gen };
                 if node == self.config.node {
                     let _ = self.serve(node, msg);
@@ -1682,7 +1687,8 @@ impl KiteEngine {
                 let current = self.gens.get(&from).copied().unwrap_or(0);
                 if let Some(bit) = self.bits.get_mut(&from) {
                     let named = matches!(bit, Bit::Transient(ids) if ids.contains(&acquire));
-                    if named && gen == current {
+                    let paper = self.config.unsafe_paper_reset && gen == u64::MAX;
+                    if named && (gen == current || paper) {
                         *bit = Bit::Clear;
                         self.counters.resets += 1;
                     }

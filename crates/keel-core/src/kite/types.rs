@@ -425,6 +425,10 @@ pub struct Config {
     /// Negative control: an out-of-epoch access puts its key back in the machine's
     /// current epoch, not the epoch it started in. Unsafe; for tests and `keel sim` only.
     pub unsafe_no_epoch_snapshot: bool,
+    /// Negative control: the paper's reset, sent to every node and naming only the
+    /// acquire, so a query that arrives after the acquire ended lets it erase a later
+    /// slow release. Unsafe; for tests and `keel sim` only.
+    pub unsafe_paper_reset: bool,
 }
 
 impl Config {
@@ -441,6 +445,7 @@ impl Config {
             limits: keel_types::Limits::default(),
             unsafe_no_slow_path: false,
             unsafe_no_epoch_snapshot: false,
+            unsafe_paper_reset: false,
         }
     }
 

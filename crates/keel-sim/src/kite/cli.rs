@@ -37,6 +37,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         scenario: args.scenario.clone(),
         no_slow_path: args.no_slow_path,
         no_epoch_snapshot: args.no_epoch_snapshot,
+        paper_reset: args.paper_reset,
         keep_history: single && args.history.is_some(),
     };
     if !single {

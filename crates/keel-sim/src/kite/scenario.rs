@@ -32,6 +32,8 @@ pub struct KiteRunConfig {
     pub no_slow_path: bool,
     /// Negative control: out-of-epoch accesses settle their key in the current epoch.
     pub no_epoch_snapshot: bool,
+    /// Negative control: the paper's reset (to every node, naming only the acquire).
+    pub paper_reset: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -44,6 +46,7 @@ impl KiteRunConfig {
             scenario: "general".into(),
             no_slow_path: false,
             no_epoch_snapshot: false,
+            paper_reset: false,
             keep_history: false,
         }
     }
@@ -57,6 +60,9 @@ impl KiteRunConfig {
         }
         if self.no_epoch_snapshot {
             line.push_str(" --no-epoch-snapshot");
+        }
+        if self.paper_reset {
+            line.push_str(" --paper-reset");
         }
         line
     }
@@ -108,6 +114,7 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.retransmit = Span::from_millis(10);
     template.unsafe_no_slow_path = config.no_slow_path;
     template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
+    template.unsafe_paper_reset = config.paper_reset;
     template
 }
 
