@@ -87,7 +87,9 @@ fn forged_votes_huge_frames_and_idle_floods_do_not_move_the_leader() {
         assert!(closed_within(&mut stream, Duration::from_secs(5)), "refused before any frame");
     }
     let not_handshakes = "keel_peer_connections_closed_total{reason=\"not a handshake\"}";
-    assert!(metric(&cluster, leader, not_handshakes) >= 2.0);
+    // The node counts a refusal after it closes the socket: wait for the count.
+    assert!(common::wait_until(common::CONVERGE_WAIT, || metric(&cluster, leader, not_handshakes)
+        >= 2.0));
 
     // 2. From a member that knows the secret: the gate refuses the impossible epoch, and a
     // vote nobody asked for is ignored whatever its epoch. Both on one link, then a
@@ -122,8 +124,9 @@ fn forged_votes_huge_frames_and_idle_floods_do_not_move_the_leader() {
     let _ = insider.write_all(&header);
     let _ = insider.write_all(&vec![0u8; 1 << 20]);
     assert!(closed_within(&mut insider, Duration::from_secs(5)), "a frame over the limit");
+    let bad_frame = "keel_peer_connections_closed_total{reason=\"bad frame\"}";
     assert!(
-        metric(&cluster, leader, "keel_peer_connections_closed_total{reason=\"bad frame\"}") >= 1.0
+        common::wait_until(common::CONVERGE_WAIT, || metric(&cluster, leader, bad_frame) >= 1.0)
     );
 
     // 4. 600 idle connections: all but `peer_pending_max` are closed on arrival, those
@@ -136,9 +139,9 @@ fn forged_votes_huge_frames_and_idle_floods_do_not_move_the_leader() {
         assert!(closed_within(&mut stream, Duration::from_secs(10)), "every idle one is closed");
     }
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let too_many = "keel_peer_connections_closed_total{reason=\"too many pending\"}";
     assert!(
-        metric(&cluster, leader, "keel_peer_connections_closed_total{reason=\"too many pending\"}")
-            >= 500.0
+        common::wait_until(common::CONVERGE_WAIT, || metric(&cluster, leader, too_many) >= 500.0)
     );
 
     // After all of it: the same leader in the same epoch, every node up and serving, and
