@@ -923,7 +923,6 @@ impl KiteEngine {
                         query: None,
                     };
                     let round = self.broadcast(session, msg, true);
-                    self.sessions.get_mut(&session).expect("session").tracked.push(round);
                     return self.rmw_progress(
                         session,
                         op,
@@ -1109,13 +1108,8 @@ impl KiteEngine {
                         applied,
                         query: None,
                     };
-                    let round = if mine {
-                        let round = self.broadcast(session, msg, true);
-                        self.sessions.get_mut(&session).expect("session").tracked.push(round);
-                        round
-                    } else {
-                        self.broadcast(session, msg, false)
-                    };
+                    // Our own commit is tracked for the session's next release.
+                    let round = self.broadcast(session, msg, mine);
                     return self.rmw_progress(
                         session,
                         op,
@@ -1252,9 +1246,7 @@ impl KiteEngine {
     ) -> RoundId {
         let msg =
             Message::Write { round: 0, key, value, stamp, rmw, applied: Vec::new(), query: None };
-        let round = self.broadcast(session, msg, true);
-        self.sessions.get_mut(&session).expect("session").tracked.push(round);
-        round
+        self.broadcast(session, msg, true)
     }
 
     fn untrack_all(&mut self, session: u64) {
@@ -1297,6 +1289,12 @@ impl KiteEngine {
             tracked,
         };
         self.rounds.insert(id, round);
+        if tracked {
+            // The session's next release waits for it (until every node acknowledged).
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.tracked.push(id);
+            }
+        }
         let me = self.config.node;
         if let Some(reply) = self.serve(me, msg.clone()) {
             self.record_reply(me, reply);

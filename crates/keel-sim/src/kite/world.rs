@@ -268,15 +268,7 @@ impl KiteWorld {
 
     /// Runs events up to global time `until` (inclusive).
     pub fn run_until(&mut self, until: u64) {
-        while let Some((&(at, seq), _)) = self.events.first_key_value() {
-            if at > until {
-                break;
-            }
-            let event = self.events.remove(&(at, seq)).expect("present");
-            self.now = at;
-            self.handle(event);
-        }
-        self.now = self.now.max(until);
+        self.run_while(until, |_| false);
     }
 
     /// Runs until `done` holds (checked after each event) or `until` passes; whether it held.
