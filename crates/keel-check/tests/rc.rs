@@ -112,6 +112,6 @@ fn a_history_of_100_000_ops_on_300_keys_checks_in_seconds() {
         verdict.ops, verdict.sync_ops, shape.keys, elapsed
     );
     assert!(verdict.holds(), "{:#?}", verdict.violations);
-    // Generous: tests build with opt-level 1 and may share the machine.
-    assert!(elapsed.as_secs() < 30, "took {elapsed:?}");
+    // The time is printed, not asserted: tests make no timing claims (the figure in
+    // docs/checkers.md comes from a release build on an idle machine).
 }
