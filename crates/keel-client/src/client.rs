@@ -144,8 +144,12 @@ impl Client {
 
     /// A new session with a fresh client id.
     pub fn session(self: &Arc<Client>) -> Session {
-        let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        Session { client: self.clone(), id, seq: 0, server_session: None }
+        Session { client: self.clone(), id: self.fresh_session_id(), seq: 0, server_session: None }
+    }
+
+    /// A client id no other session of this client has.
+    pub(crate) fn fresh_session_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Reads `key` as a [`Correctable`]: one view per level of `levels`, weakest first

@@ -10,6 +10,8 @@
 //!   fast preliminary one, then the final one), with callbacks, a stream of views and
 //!   speculation; [`Client::invoke`] reads a key that way with one request
 //!   (`KEEL.INVOKE`), [`Client::invoke_get`] with one request per level.
+//! - [`kite`]: [`KiteSession`] and [`BlockingKiteSession`], sessions of a Kite keyspace
+//!   (relaxed reads and writes, acquires, releases, FAA, CAS), each pinned to one node.
 //! - [`tls`]: [`ClientTls`], TLS to nodes' `client_tls_addr` (a cluster CA, optionally a
 //!   client certificate).
 //! - [`error`]: [`ClientError`], which says whether to retry and whether a failed write
@@ -38,12 +40,14 @@ pub mod conn;
 pub mod correctable;
 pub mod error;
 pub mod history;
+pub mod kite;
 pub mod tls;
 pub mod workload;
 
 pub use client::{CasResult, Client, ClientConfig, QueueItem, ReadResult, Session, WriteResult};
 pub use correctable::{correctable, Correctable, Resolver, State, View, Views};
 pub use error::ClientError;
+pub use kite::{BlockingKiteSession, KiteSession};
 pub use tls::ClientTls;
 
 /// A fresh 64-bit id: wall-clock nanoseconds mixed with the process id (SplitMix64).

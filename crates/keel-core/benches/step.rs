@@ -79,6 +79,7 @@ fn request(tag: u64, command: Command) -> ClientRequest {
         durability: None,
         level: None,
         after: keel_types::LogIndex::ZERO,
+        mode: Default::default(),
     }
 }
 

@@ -36,16 +36,53 @@ pub enum EngineKind {
     /// The leader engine: consistency-aware durability with cross-client monotonic reads
     /// (ORCA), on a replicated log.
     Orca,
+    /// Release consistency on a leaderless in-memory store (Kite): relaxed accesses,
+    /// releases, acquires and read-modify-writes.
+    Kite,
 }
 
 impl EngineKind {
     /// Every kind this build knows, in the order `keel.toml` documents them.
-    pub const ALL: [EngineKind; 1] = [EngineKind::Orca];
+    pub const ALL: [EngineKind; 2] = [EngineKind::Orca, EngineKind::Kite];
 
     /// The name used in configuration and reports.
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Orca => "orca",
+            EngineKind::Kite => "kite",
+        }
+    }
+}
+
+/// How a request synchronizes, for engines of release consistency (Kite): a plain access
+/// is relaxed there; the others name the barrier or the strength asked. Engines without
+/// these notions take only [`OpMode::Plain`] (the front door refuses the others before
+/// they reach such an engine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpMode {
+    /// No barrier asked (a relaxed access in Kite; a compare-and-swap there is strong).
+    #[default]
+    Plain,
+    /// A read with acquire semantics (`GET k ACQUIRE`).
+    Acquire,
+    /// A write with release semantics (`SET k v RELEASE`).
+    Release,
+    /// A compare-and-swap that may fail against the local copy (`KEEL.CAS ... WEAK`).
+    Weak,
+    /// A compare-and-swap that always compares at a quorum (`KEEL.CAS ... STRONG`).
+    Strong,
+}
+
+impl OpMode {
+    /// The option word that asks for it (`""` for [`OpMode::Plain`]).
+    pub fn word(self) -> &'static str {
+        match self {
+            OpMode::Plain => "",
+            OpMode::Acquire => "ACQUIRE",
+            OpMode::Release => "RELEASE",
+            OpMode::Weak => "WEAK",
+            OpMode::Strong => "STRONG",
         }
     }
 }
@@ -118,6 +155,10 @@ pub struct ClientRequest {
     /// client reads its own writes wherever it reads.
     #[serde(default)]
     pub after: LogIndex,
+    /// The synchronization asked (Kite keyspaces); [`OpMode::Plain`] elsewhere. Not carried
+    /// between nodes: only engines that never forward take anything else.
+    #[serde(default)]
+    pub mode: OpMode,
 }
 
 /// The reply to one client request, as the front door turns it into bytes.
@@ -322,6 +363,18 @@ pub struct Metric {
     pub label: Option<(&'static str, &'static str)>,
     /// The value.
     pub value: u64,
+}
+
+impl Metric {
+    /// A counter without a label.
+    pub const fn counter(name: &'static str, help: &'static str, value: u64) -> Metric {
+        Metric { name, help, kind: MetricKind::Counter, label: None, value }
+    }
+
+    /// A gauge without a label.
+    pub const fn gauge(name: &'static str, help: &'static str, value: u64) -> Metric {
+        Metric { name, help, kind: MetricKind::Gauge, label: None, value }
+    }
 }
 
 /// An engine's externally visible state, as `/status`, `KEEL.STATUS` and `/metrics`

@@ -30,7 +30,7 @@
 use crate::acl::{category, Category, User, Users};
 use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
 use bytes::Bytes;
-use keel_core::engine::ClientReply;
+use keel_core::engine::{ClientReply, EngineKind, OpMode};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, KeelError, Key, KeyspaceId, Limits, LogIndex,
     ReadLevel, RequestId, Value, Version,
@@ -395,6 +395,18 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     if conn.users.required() && conn.user.is_none() && !before_auth {
         return Pending::ready(Frame::error(NOAUTH), conn.protocol);
     }
+    if conn.node.kind == EngineKind::Kite {
+        let orca_only =
+            ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log"];
+        if let Some(name) = orca_only.iter().find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
+            let text = format!(
+                "ERR {} has no meaning in a kite keyspace (keyspace {} runs kite)",
+                name.to_ascii_uppercase(),
+                conn.node.id.0
+            );
+            return Pending::ready(Frame::error(&text), conn.protocol);
+        }
+    }
     let words = match transaction(conn, words).await {
         Ok(reply) => return reply,
         Err(words) => words,
@@ -509,6 +521,7 @@ async fn keel_session(conn: &mut Conn, words: &[Bytes]) -> Pending {
         durability: None,
         level: None,
         after: conn.resolved.floor(ks),
+        mode: OpMode::Plain,
     });
     let reply = async move {
         match sent.answer().await.and_then(|r| r.result) {
@@ -608,7 +621,8 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
                 (Command::Enqueue { queue: queue(), value: value.clone() }, invocation.durability)
             }
         };
-        let submit = Submit { client, request, command, durability, level, after };
+        let submit =
+            Submit { client, request, command, durability, level, after, mode: OpMode::Plain };
         steps.push(match invocation.op {
             // A read's levels are asked one after the other, each once the one before
             // it is answered.
@@ -1034,7 +1048,22 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         return Pending::ready(refusal, protocol);
     }
     let ks = conn.node.id;
+    if let Err(refusal) = engine_permits(conn.node.kind, ks, &command) {
+        return Pending::ready(Frame::error(&refusal), protocol);
+    }
+    let mode = command.mode();
     let kind = match &command {
+        // A Kite session orders its requests itself: every one is sent at once.
+        ClientCommand::Get { .. }
+        | ClientCommand::Set { .. }
+        | ClientCommand::Incr { .. }
+        | ClientCommand::Cas { .. }
+        | ClientCommand::Exists { .. }
+        | ClientCommand::MGet { .. }
+            if conn.node.kind == EngineKind::Kite =>
+        {
+            Kind::Write(ks)
+        }
         ClientCommand::Get { level, .. }
         | ClientCommand::Scan { level, .. }
         | ClientCommand::MGet { level, .. }
@@ -1061,10 +1090,11 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         durability: None,
         level: None,
         after,
+        mode,
     };
     let later = |future: ReplyFuture| Pending::later(future, protocol);
     match command {
-        ClientCommand::Get { key, level, with_version } => {
+        ClientCommand::Get { key, level, with_version, .. } => {
             let submit = Submit { level, ..submit(Command::Get { key }) };
             if let Some(reply) = loop_idle.then(|| conn.node.read_now(&submit)).flatten() {
                 conn.last_looped = looped_before;
@@ -1073,15 +1103,24 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
             let sent = conn.node.send(submit);
             Pending::engine(sent, (get_reply, with_version), protocol)
         }
-        ClientCommand::Set { key, value, durability, with_version } => {
+        ClientCommand::Set { key, value, durability, with_version, .. } => {
             let sent = conn.node.send(Submit { durability, ..submit(Command::Put { key, value }) });
             Pending::write(sent, (set_reply, with_version), protocol, floor())
         }
-        ClientCommand::Incr { key, delta } => {
+        ClientCommand::Incr { key, delta, fetch: false } => {
             let sent = conn.node.send(submit(Command::Incr { key, delta }));
             Pending::write(sent, (result_reply, false), protocol, floor())
         }
-        ClientCommand::Cas { key, expected, new, durability } => {
+        ClientCommand::Incr { key, delta, fetch: true } => {
+            let sent = conn.node.send(submit(Command::Incr { key, delta }));
+            let floor = floor();
+            later(Box::pin(async move {
+                let answer = sent.answer().await;
+                floor.note(&answer);
+                faa_reply(answer, delta)
+            }))
+        }
+        ClientCommand::Cas { key, expected, new, durability, .. } => {
             let sent = conn
                 .node
                 .send(Submit { durability, ..submit(Command::Cas { key, expected, new }) });
@@ -1147,7 +1186,67 @@ fn get_submit(
     level: Option<ReadLevel>,
     after: LogIndex,
 ) -> Submit {
-    Submit { client, request, command: Command::Get { key }, durability: None, level, after }
+    let command = Command::Get { key };
+    Submit { client, request, command, durability: None, level, after, mode: OpMode::Plain }
+}
+
+/// Whether a keyspace of engine `kind` gives `command` a meaning; `Err` is the error
+/// text, naming the engine. Kite keyspaces take single-key reads, writes and
+/// read-modify-writes with their barriers (and `EXISTS`, `MGET` as relaxed reads); ORCA
+/// keyspaces refuse the barriers and strengths, which only Kite defines.
+fn engine_permits(kind: EngineKind, ks: KeyspaceId, command: &ClientCommand) -> Result<(), String> {
+    let name = command.name().to_ascii_uppercase();
+    let runs = format!("(keyspace {} runs {kind})", ks.0);
+    match kind {
+        EngineKind::Orca => match command.mode() {
+            OpMode::Plain => Ok(()),
+            mode => Err(format!("ERR {} needs a kite keyspace {runs}", mode.word())),
+        },
+        EngineKind::Kite => {
+            let option = match command {
+                ClientCommand::Get { level: Some(_), .. }
+                | ClientCommand::MGet { level: Some(_), .. } => Some("LEVEL"),
+                ClientCommand::Get { with_version: true, .. }
+                | ClientCommand::Set { with_version: true, .. } => Some("WITHVERSION"),
+                ClientCommand::Set { durability: Some(_), .. }
+                | ClientCommand::Cas { durability: Some(_), .. } => Some("DURABILITY"),
+                _ => None,
+            };
+            if let Some(option) = option {
+                return Err(format!(
+                    "ERR {option} has no meaning in a kite keyspace {runs}: use ACQUIRE, RELEASE, WEAK or STRONG"
+                ));
+            }
+            match command {
+                ClientCommand::Get { .. }
+                | ClientCommand::Set { .. }
+                | ClientCommand::Incr { .. }
+                | ClientCommand::Cas { .. }
+                | ClientCommand::Exists { .. }
+                | ClientCommand::MGet { .. } => Ok(()),
+                ClientCommand::Del { .. }
+                | ClientCommand::Scan { .. }
+                | ClientCommand::Enqueue { .. }
+                | ClientCommand::Dequeue { .. }
+                | ClientCommand::QueuePeek { .. } => {
+                    Err(format!("ERR {name} has no meaning in a kite keyspace {runs}"))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// `KEEL.FAA`: the value before the addition (the engine answers the value after it).
+fn faa_reply(reply: Result<ClientReply, KeelError>, delta: i64) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Counter { value, .. }) => match value.checked_sub(delta) {
+            Some(before) => Frame::Integer(before),
+            None => mismatched("fetch-and-add"),
+        },
+        Ok(_) => mismatched("fetch-and-add"),
+        Err(e) => error_frame(&e),
+    }
 }
 
 /// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it;
@@ -1165,8 +1264,9 @@ fn del(
         let any = Some(ReadLevel::Any);
         let read = node.send(get_submit(client, request, key.clone(), any, after));
         let command = Command::Delete { key };
-        let level = None;
-        let delete = node.send(Submit { client, request, command, durability: None, level, after });
+        let (level, mode) = (None, OpMode::Plain);
+        let delete =
+            node.send(Submit { client, request, command, durability: None, level, after, mode });
         sent.push((read, delete));
     }
     async move {
@@ -1814,9 +1914,9 @@ async fn transaction(conn: &mut Conn, words: Vec<Bytes>) -> Result<Pending, Vec<
                 | ClientCommand::Exists { .. }
                 | ClientCommand::Set { .. }
                 | ClientCommand::Del { .. }
-                | ClientCommand::Incr { .. }
+                | ClientCommand::Incr { fetch: false, .. }
                 | ClientCommand::Cas { .. }
-        );
+        ) && command.mode() == OpMode::Plain;
         if !allowed {
             tx.refused = true;
             let text = format!(
@@ -2003,16 +2103,16 @@ async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
                 ops.push(Command::Get { key });
                 Shape::Value { with_version }
             }
-            ClientCommand::Set { key, value, durability, with_version } => {
+            ClientCommand::Set { key, value, durability, with_version, .. } => {
                 strongest(durability);
                 ops.push(Command::Put { key, value });
                 Shape::Written { with_version }
             }
-            ClientCommand::Incr { key, delta } => {
+            ClientCommand::Incr { key, delta, .. } => {
                 ops.push(Command::Incr { key, delta });
                 Shape::Counter
             }
-            ClientCommand::Cas { key, expected, new, durability } => {
+            ClientCommand::Cas { key, expected, new, durability, .. } => {
                 strongest(durability);
                 ops.push(Command::Cas { key, expected, new });
                 Shape::Cas
@@ -2045,7 +2145,8 @@ async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
     }
     let (client, request) = conn.next_pair();
     let after = conn.resolved.floor(ks);
-    let submit = Submit { client, request, command, durability, level: None, after };
+    let mode = OpMode::Plain;
+    let submit = Submit { client, request, command, durability, level: None, after, mode };
     let sent = conn.node.send(submit);
     let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
     Pending::later(

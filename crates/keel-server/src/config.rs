@@ -223,6 +223,20 @@ impl KeyspaceSettings {
     }
 }
 
+impl KeyspaceSettings {
+    /// Keyspace `id` of kind Kite, named `kite` (what `keel up --kite` adds).
+    pub fn kite(id: u32) -> KeyspaceSettings {
+        KeyspaceSettings {
+            id,
+            name: "kite".to_string(),
+            engine: EngineKind::Kite,
+            durability_default: None,
+            read_level_default: None,
+            preferred_leader: None,
+        }
+    }
+}
+
 /// A keyspace as a node runs it: its settings resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeyspaceSpec {
@@ -236,6 +250,47 @@ pub struct KeyspaceSpec {
     pub data_dir: PathBuf,
     /// The engine configuration (for ORCA).
     pub config: EngineConfig,
+}
+
+/// `[kite]`: the timers and bounds of Kite keyspaces (`docs/kite.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KiteSettings {
+    /// How long a release waits for every node's acknowledgements of its session's
+    /// earlier writes before it takes the slow path (1 to 60,000 ms).
+    pub release_timeout_ms: u64,
+    /// How long a round waits for answers before it asks again (1 to 60,000 ms).
+    pub retransmit_ms: u64,
+    /// The most sessions (connections) a node keeps per Kite keyspace.
+    pub sessions_max: u32,
+}
+
+impl Default for KiteSettings {
+    fn default() -> Self {
+        KiteSettings { release_timeout_ms: 10, retransmit_ms: 100, sessions_max: 10_000 }
+    }
+}
+
+impl KiteSettings {
+    /// Whether every setting is the default (the section is then not written).
+    pub fn is_default(&self) -> bool {
+        *self == KiteSettings::default()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (field, ms) in [
+            ("kite.release_timeout_ms", self.release_timeout_ms),
+            ("kite.retransmit_ms", self.retransmit_ms),
+        ] {
+            if !(1..=60_000).contains(&ms) {
+                return Err(invalid(field, "must be between 1 and 60000 ms"));
+            }
+        }
+        if self.sessions_max == 0 {
+            return Err(invalid("kite.sessions_max", "must be positive"));
+        }
+        Ok(())
+    }
 }
 
 /// Test-only wide-area emulation, off by default (an empty map delays nothing).
@@ -397,6 +452,9 @@ pub struct ServerConfig {
     /// Engine settings.
     #[serde(default)]
     pub engine: EngineSettings,
+    /// Settings of Kite keyspaces (`engine = "kite"`).
+    #[serde(default, skip_serializing_if = "KiteSettings::is_default")]
+    pub kite: KiteSettings,
     /// Test-only wide-area emulation (off by default).
     #[serde(default, skip_serializing_if = "GeoSettings::is_off")]
     pub geo: GeoSettings,
@@ -553,6 +611,7 @@ impl ServerConfig {
             peer_idle_timeout_ms: peer_idle_timeout_ms_default(),
             peer_pending_max: peer_pending_max_default(),
             engine: EngineSettings::default(),
+            kite: KiteSettings::default(),
             geo: GeoSettings::default(),
             storage: StorageSettings::default(),
             testing: TestingSettings::default(),
@@ -815,6 +874,18 @@ impl ServerConfig {
         for ks in settings {
             let mut config = self.engine_config()?;
             let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
+            if ks.engine == EngineKind::Kite {
+                self.kite.validate()?;
+                let leader_only = [
+                    ("durability_default", ks.durability_default.is_some()),
+                    ("read_level_default", ks.read_level_default.is_some()),
+                    ("preferred_leader", ks.preferred_leader.is_some()),
+                ];
+                if let Some((name, _)) = leader_only.iter().find(|(_, set)| *set) {
+                    let reason = "has no meaning for engine \"kite\" (leaderless; each operation names its barrier)";
+                    return Err(invalid(&field(name), reason));
+                }
+            }
             config.durability_default = ks.durability_default.unwrap_or(config.durability_default);
             config.read_level_default = ks.read_level_default.unwrap_or(config.read_level_default);
             let spread = several.then(|| members[ks.id as usize % members.len()]);

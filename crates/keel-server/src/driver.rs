@@ -97,6 +97,8 @@ pub struct Submit {
     pub level: Option<ReadLevel>,
     /// For reads: the connection's session floor (`ClientRequest::after`).
     pub after: LogIndex,
+    /// The synchronization asked (Kite keyspaces; `ClientRequest::mode`).
+    pub mode: keel_core::engine::OpMode,
 }
 
 impl Submit {
@@ -407,6 +409,7 @@ where
             durability: submit.durability,
             level: submit.level,
             after: submit.after,
+            mode: submit.mode,
         };
         E::Request::from(request)
     }
@@ -661,6 +664,7 @@ impl KeyspaceHandle {
             durability: submit.durability,
             level: submit.level,
             after: submit.after,
+            mode: submit.mode,
         };
         let reply = view.read_now(&request)?;
         self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -798,6 +802,7 @@ mod tests {
             durability: None,
             level: Some(ReadLevel::Linearizable),
             after: LogIndex::ZERO,
+            mode: Default::default(),
         };
         assert_eq!(get.label(), OpLabel { op: "get", class: "linearizable" });
         let put = Submit {

@@ -238,6 +238,32 @@ impl LocalCluster {
         self.wait_for_leader_in(0, timeout)
     }
 
+    /// Whether keyspace `keyspace` runs the Kite engine (as the first node is configured).
+    pub fn is_kite(&self, keyspace: u32) -> bool {
+        self.configs[0]
+            .keyspaces
+            .iter()
+            .any(|k| k.id == keyspace && k.engine == keel_core::engine::EngineKind::Kite)
+    }
+
+    /// Waits until every running node serves Kite keyspace `keyspace` (none is still
+    /// rejoining); whether they all did within `timeout`.
+    pub fn wait_for_kite(&self, keyspace: u32, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let creds = self.credentials.as_ref();
+        while Instant::now() < deadline {
+            let ready = (0..self.configs.len()).filter(|i| self.is_running(*i)).all(|i| {
+                status_in_as(self.configs[i].client_addr, keyspace, creds)
+                    .is_some_and(|s| s.get("role").and_then(|r| r.as_str()) == Some("replica"))
+            });
+            if ready {
+                return true;
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        false
+    }
+
     /// As [`LocalCluster::wait_for_leader`], for keyspace `keyspace`.
     pub fn wait_for_leader_in(&self, keyspace: u32, timeout: Duration) -> Option<usize> {
         let deadline = Instant::now() + timeout;

@@ -22,6 +22,7 @@ use crate::metrics::{KeyspaceMetrics, Metrics};
 use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
 use keel_core::engine::{Engine, EngineKind, PersistedState};
+use keel_core::kite::KiteEngine;
 use keel_core::leader::LeaderEngine;
 use keel_types::NodeId;
 use keel_wire::peer::{PeerLimits, PeerMessage};
@@ -201,6 +202,10 @@ pub async fn run(
             EngineKind::Orca => {
                 start_keyspace::<LeaderEngine>(spec.clone(), spec.config.clone(), &shared).await?
             }
+            EngineKind::Kite => {
+                let kite = kite_config(&config, &spec);
+                start_keyspace::<KiteEngine>(spec.clone(), kite, &shared).await?
+            }
         };
         inboxes.insert(spec.id, started.inbox);
         handles.push(started.handle);
@@ -283,6 +288,20 @@ pub async fn run(
         .map_err(NodeError::Storage);
     tracing::info!(node = %me, ok = result.is_ok(), "stopped");
     result
+}
+
+/// The Kite engine's configuration for keyspace `spec` on this node: the members, the
+/// node's key and value limits and its Kite timers. Every boot is a new incarnation that
+/// rejoins (the engine reads its last incarnation from the keyspace's hard state).
+fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::Config {
+    let mut members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
+    members.sort_unstable();
+    let mut kite = keel_core::kite::Config::new(NodeId(config.node_id), members);
+    kite.limits = spec.config.limits.clone();
+    kite.release_timeout = keel_core::time::Span::from_millis(config.kite.release_timeout_ms);
+    kite.retransmit = keel_core::time::Span::from_millis(config.kite.retransmit_ms);
+    kite.sessions_max = config.kite.sessions_max as usize;
+    kite
 }
 
 /// Runs every keyspace's loop until all stop (`Ok`) or one fails (its error).

@@ -56,6 +56,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
             durability: Some(Durability::Memory),
             level: None,
             after: keel_types::LogIndex::ZERO,
+            mode: Default::default(),
         };
         world.submit(leader, request);
     };

@@ -131,6 +131,10 @@ pub struct RunArgs {
     /// naming only the acquire (caught by the `faults` scenario's F13).
     #[arg(long)]
     pub paper_reset: bool,
+    /// Negative control (`--engine kite`): a restarted node serves at once with an empty
+    /// memory, without rejoining (caught by the `faults` scenario's F14).
+    #[arg(long)]
+    pub no_rejoin: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

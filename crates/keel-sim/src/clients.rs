@@ -324,6 +324,7 @@ impl Clients {
             },
             command,
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
+            mode: Default::default(),
         };
         let retained = (write && opening.is_none()).then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
@@ -454,6 +455,7 @@ impl Clients {
                         key: inflight.op.kind.key().as_bytes().to_vec().into(),
                     },
                     after,
+                    mode: Default::default(),
                 };
                 let tag = world.submit_to(node, ks, request);
                 self.by_tag.insert(tag, c);

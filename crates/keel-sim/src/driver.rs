@@ -49,6 +49,7 @@ impl<E: SimEngine> Driver<E> {
             durability,
             level,
             after: keel_types::LogIndex::ZERO,
+            mode: Default::default(),
         };
         let tag = self.world.submit(node, request);
         let deadline = self.world.now_ns() + timeout_ns;

@@ -207,6 +207,7 @@ impl Run {
             durability: write.then_some(self.durability),
             level: (!write).then_some(self.level),
             after: keel_types::LogIndex::ZERO,
+            mode: Default::default(),
         };
         let tag = self.world.submit(node, request);
         let invoke_ns = self.world.now_ns();

@@ -280,6 +280,7 @@ impl Tickets {
             level: None,
             command,
             after: LogIndex::ZERO,
+            mode: Default::default(),
         };
         let nodes = world.node_ids();
         let node = nodes[self.rng.index(nodes.len())];
@@ -295,6 +296,7 @@ impl Tickets {
                 level: Some(ReadLevel::Any),
                 command: Command::QueuePeek { queue: QUEUE.into() },
                 after: LogIndex::ZERO,
+                mode: Default::default(),
             };
             let tag = world.submit_to(node, self.keyspace, read);
             self.by_tag.insert(tag, actor);

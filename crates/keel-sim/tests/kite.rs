@@ -49,6 +49,8 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "reset-bit",
         "retransmit",
         "fault:crash",
+        "fault:restart",
+        "rejoin",
         "fault:pause",
         "fault:isolate",
         "fault:one-way",
@@ -156,6 +158,18 @@ fn with_the_papers_reset_f13_reads_stale() {
         );
         assert!(
             r.violations.iter().any(|v| v.starts_with("F13: rc stale-read")),
+            "{:?}",
+            r.violations
+        );
+    }
+}
+
+#[test]
+fn without_the_rejoin_a_restarted_node_vouches_for_what_it_forgot() {
+    // F14 fails on every seed: the acquire on {B, new C} misses A's release.
+    for r in sweep("faults", 0, 5, |c| c.no_rejoin = true) {
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("F14: B acquired x=None")),
             "{:?}",
             r.violations
         );

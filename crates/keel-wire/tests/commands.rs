@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use keel_types::{Durability, KeelError, Limits, ReadLevel};
-use keel_wire::command::{parse_frame, ClientSubcommand, CommandQuery};
+use keel_wire::command::{parse_frame, ClientSubcommand, CommandQuery, OpMode};
 use keel_wire::resp::encode::to_bytes;
 use keel_wire::{ClientCommand, DecodeMode, Decoder, Protocol, RespLimits};
 
@@ -36,19 +36,57 @@ fn get_and_set_take_keel_options() {
         key: b"k".to_vec().into(),
         level: Some(ReadLevel::Monotonic),
         with_version: true,
+        mode: OpMode::Plain,
     };
     assert_eq!(parse_bytes(bytes), Ok(expected));
     assert_eq!(
         parse("get k"),
-        Ok(ClientCommand::Get { key: b"k".to_vec().into(), level: None, with_version: false })
+        Ok(ClientCommand::Get {
+            key: b"k".to_vec().into(),
+            level: None,
+            with_version: false,
+            mode: OpMode::Plain
+        })
     );
     let set = ClientCommand::Set {
         key: b"k".to_vec().into(),
         value: b"v w".to_vec().into(),
         durability: Some(Durability::Durable),
         with_version: false,
+        mode: OpMode::Plain,
     };
     assert_eq!(parse("SeT k \"v w\" durability DURABLE"), Ok(set));
+}
+
+#[test]
+fn kite_barriers_and_strengths_are_option_words_and_faa_fetches() {
+    let key: Bytes = b"k".to_vec().into();
+    let get = parse("GET k acquire").unwrap();
+    assert_eq!(
+        get,
+        ClientCommand::Get {
+            key: key.clone(),
+            level: None,
+            with_version: false,
+            mode: OpMode::Acquire
+        }
+    );
+    let set = parse("set k v RELEASE").unwrap();
+    assert_eq!(set.mode(), OpMode::Release);
+    assert_eq!(parse("KEEL.CAS k -nil n WEAK").unwrap().mode(), OpMode::Weak);
+    assert_eq!(parse("KEEL.CAS k -nil n strong DURABILITY memory").unwrap().mode(), OpMode::Strong);
+    assert_eq!(
+        parse("keel.faa k -3"),
+        Ok(ClientCommand::Incr { key: key.clone(), delta: -3, fetch: true })
+    );
+    assert_eq!(parse("keel.faa k -3").unwrap().name(), "keel.faa");
+    for twice in ["GET k ACQUIRE ACQUIRE", "SET k v RELEASE RELEASE", "KEEL.CAS k a b WEAK STRONG"]
+    {
+        assert_eq!(error(twice), "-ERR syntax error\r\n", "{twice}");
+    }
+    assert!(error("KEEL.FAA k").contains("wrong number of arguments"));
+    assert!(error("KEEL.FAA k x").contains("not an integer"));
+    assert_eq!(error("GET k RELEASE"), "-ERR syntax error\r\n");
 }
 
 #[test]
@@ -121,7 +159,7 @@ fn levels_and_durabilities_must_be_known() {
 
 #[test]
 fn counters_accept_strict_integers() {
-    let incr = |delta| Ok(ClientCommand::Incr { key: b"c".to_vec().into(), delta });
+    let incr = |delta| Ok(ClientCommand::Incr { key: b"c".to_vec().into(), delta, fetch: false });
     assert_eq!(parse("INCR c"), incr(1));
     assert_eq!(parse("decr c"), incr(-1));
     assert_eq!(parse("INCRBY c -5"), incr(-5));
@@ -157,6 +195,7 @@ fn cas_spells_absent_as_minus_nil() {
             expected: expected.map(|e| Bytes::copy_from_slice(e.as_bytes())),
             new: b"n".to_vec().into(),
             durability,
+            mode: OpMode::Plain,
         })
     };
     assert_eq!(parse("KEEL.CAS k -nil n"), cas(None, None));

@@ -1,4 +1,7 @@
-//! `keel get|set|del|cas|status`: one operation against a running cluster.
+//! `keel get|set|del|cas|faa|status`: one operation against a running cluster. In a Kite
+//! keyspace (found by asking the node), `get`, `set`, `cas` and `faa` run as one
+//! operation of a Kite session on that node; `--acquire`, `--release`, `--weak` and
+//! `--strong` name its barrier or strength.
 
 use anyhow::bail;
 use keel_client::{Client, ClientConfig, ClientTls};
@@ -88,8 +91,12 @@ pub struct GetArgs {
     /// The key.
     pub key: String,
     /// Read level: any, monotonic, linearizable (default: the server's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "acquire")]
     pub level: Option<ReadLevel>,
+    /// An acquire (Kite keyspaces): linearizable, and later reads see what came before
+    /// the release it reads.
+    #[arg(long)]
+    pub acquire: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -102,8 +109,23 @@ pub struct SetArgs {
     /// The value.
     pub value: String,
     /// Durability: memory, replicated, durable (default: the server's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "release")]
     pub durability: Option<Durability>,
+    /// A release (Kite keyspaces).
+    #[arg(long)]
+    pub release: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `keel faa KEY DELTA`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FaaArgs {
+    /// The key (a decimal i64; absent counts as 0).
+    pub key: String,
+    /// The amount added (may be negative).
+    #[arg(allow_hyphen_values = true)]
+    pub delta: i64,
     #[command(flatten)]
     target: Target,
 }
@@ -134,6 +156,10 @@ pub struct CasArgs {
     /// Durability: memory, replicated, durable.
     #[arg(long)]
     pub durability: Option<Durability>,
+    /// A weak compare-and-swap (Kite keyspaces): may fail against the node's copy
+    /// without a barrier. Kite's default is strong.
+    #[arg(long, conflicts_with = "durability")]
+    pub weak: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -167,6 +193,18 @@ fn client(target: &Target) -> anyhow::Result<std::sync::Arc<Client>> {
     Ok(Client::new(target.access.config(&target.node, target.keyspace)?))
 }
 
+/// A Kite session on the target's node, if its keyspace runs Kite (`None`: another
+/// engine, or a node that does not list its keyspaces).
+async fn kite_session(target: &Target) -> anyhow::Result<Option<keel_client::KiteSession>> {
+    let client = client(target)?;
+    let listed = client.call_node(0, &[b"KEEL.KEYSPACES"]).await.ok();
+    let kite = listed
+        .as_ref()
+        .and_then(keyspace_entries)
+        .is_some_and(|all| all.iter().any(|k| k.id == target.keyspace && k.engine == "kite"));
+    Ok(kite.then(|| client.kite_session(0)))
+}
+
 fn show(value: Option<&[u8]>) -> String {
     value.map_or("(nil)".to_string(), |v| String::from_utf8_lossy(v).into_owned())
 }
@@ -174,6 +212,16 @@ fn show(value: Option<&[u8]>) -> String {
 /// Runs `keel get`.
 pub fn get(args: &GetArgs) -> ExitCode {
     run(async {
+        if let Some(mut kite) = kite_session(&args.target).await? {
+            let key = args.key.as_bytes();
+            let value =
+                if args.acquire { kite.acquire(key).await? } else { kite.read(key).await? };
+            println!("{}", show(value.as_deref()));
+            return Ok(());
+        }
+        if args.acquire {
+            bail!("--acquire needs a kite keyspace (keyspace {} is not one)", args.target.keyspace);
+        }
         let read = client(&args.target)?.session().get(args.key.as_bytes(), args.level).await?;
         let version = read.version.map_or("-".to_string(), |v| v.to_string());
         println!("{}\t(version {version})", show(read.value.as_deref()));
@@ -184,6 +232,18 @@ pub fn get(args: &GetArgs) -> ExitCode {
 /// Runs `keel set`.
 pub fn set(args: &SetArgs) -> ExitCode {
     run(async {
+        if let Some(mut kite) = kite_session(&args.target).await? {
+            let (key, value) = (args.key.as_bytes(), args.value.as_bytes());
+            match args.release {
+                true => kite.release(key, value).await?,
+                false => kite.write(key, value).await?,
+            }
+            println!("OK");
+            return Ok(());
+        }
+        if args.release {
+            bail!("--release needs a kite keyspace (keyspace {} is not one)", args.target.keyspace);
+        }
         let mut session = client(&args.target)?.session();
         let written =
             session.put(args.key.as_bytes(), args.value.as_bytes(), args.durability).await?;
@@ -208,6 +268,18 @@ pub fn cas(args: &CasArgs) -> ExitCode {
             bail!("give EXPECTED or --absent, not both");
         }
         let expected = args.expected.as_deref().map(str::as_bytes);
+        if let Some(mut kite) = kite_session(&args.target).await? {
+            let result =
+                kite.cas(args.key.as_bytes(), expected, args.new.as_bytes(), !args.weak).await?;
+            match result.swapped {
+                true => println!("swapped"),
+                false => println!("not swapped: found {}", show(result.current.as_deref())),
+            }
+            return Ok(());
+        }
+        if args.weak {
+            bail!("--weak needs a kite keyspace (keyspace {} is not one)", args.target.keyspace);
+        }
         let mut session = client(&args.target)?.session();
         let result = session
             .cas(args.key.as_bytes(), expected, args.new.as_bytes(), args.durability)
@@ -218,6 +290,23 @@ pub fn cas(args: &CasArgs) -> ExitCode {
         } else {
             println!("not swapped: found {}\t(version {version})", show(result.current.as_deref()));
         }
+        Ok(())
+    })
+}
+
+/// Runs `keel faa`: prints the value before the addition.
+pub fn faa(args: &FaaArgs) -> ExitCode {
+    run(async {
+        let before = match kite_session(&args.target).await? {
+            Some(mut kite) => kite.faa(args.key.as_bytes(), args.delta).await?,
+            None => {
+                // ORCA: an increment deduplicated across retries, the value before derived.
+                let after =
+                    client(&args.target)?.session().incr(args.key.as_bytes(), args.delta).await?;
+                after - args.delta
+            }
+        };
+        println!("{before}");
         Ok(())
     })
 }
@@ -317,6 +406,10 @@ pub fn status(args: &StatusArgs) -> ExitCode {
 
 fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
     let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
+    if rows.iter().filter_map(|(_, d)| d.as_ref()).any(|d| d["engine"] == "kite") {
+        print_kite_status(rows);
+        return;
+    }
     let leader_doc = rows.iter().filter_map(|(_, d)| d.as_ref()).find(|d| d["role"] == "leader");
     match leader_doc {
         Some(d) => println!(
@@ -347,6 +440,41 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
             get(d, "applied_index"),
             get(d, "durable_index"),
             get(d, "active"),
+        );
+    }
+}
+
+/// A Kite keyspace's table: leaderless; each node's epoch, incarnation, keys (in epoch),
+/// sessions and the nodes it deems delinquent.
+fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
+    let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
+    println!("leaderless (kite)");
+    println!(
+        "{:<22} {:<5} {:<10} {:>6} {:>12} {:>8} {:>9} {:>9}  delinquent",
+        "node", "id", "role", "epoch", "incarnation", "keys", "in epoch", "sessions"
+    );
+    for (addr, doc) in rows {
+        let Some(d) = doc else {
+            println!("{addr:<22} unreachable");
+            continue;
+        };
+        let delinquent: Vec<String> = d["bits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b[1] != "Clear")
+            .map(|b| format!("n{}", b[0]))
+            .collect();
+        println!(
+            "{addr:<22} {:<5} {:<10} {:>6} {:>12} {:>8} {:>9} {:>9}  {}",
+            get(d, "node_id"),
+            d["role"].as_str().unwrap_or("-"),
+            get(d, "epoch"),
+            get(d, "incarnation"),
+            get(d, "keys"),
+            get(d, "keys_in_epoch"),
+            get(d, "sessions"),
+            if delinquent.is_empty() { "-".to_string() } else { delinquent.join(",") },
         );
     }
 }

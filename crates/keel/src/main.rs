@@ -43,6 +43,8 @@ enum Command {
     Del(client_cmds::DelArgs),
     /// Compare-and-set a key.
     Cas(client_cmds::CasArgs),
+    /// Fetch-and-add: add to a key's integer, print the value before.
+    Faa(client_cmds::FaaArgs),
     /// Show each node's role, epoch and indexes.
     Status(client_cmds::StatusArgs),
     /// Run YCSB workloads against Keel, Redis or etcd clusters; `bench suite orca|scale`.
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Set(args) => client_cmds::set(&args),
         Command::Del(args) => client_cmds::del(&args),
         Command::Cas(args) => client_cmds::cas(&args),
+        Command::Faa(args) => client_cmds::faa(&args),
         Command::Status(args) => client_cmds::status(&args),
         Command::Bench(args) => keel_bench::cli::run(&args),
         Command::Passwd(args) => passwd(&args),

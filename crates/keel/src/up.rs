@@ -26,6 +26,10 @@ pub struct UpArgs {
     /// their leaders spread over the nodes.
     #[arg(long, default_value_t = 1)]
     pub keyspaces: u32,
+    /// Also host a Kite keyspace (release consistency, leaderless) with the next id
+    /// (`redis-cli -n <id>`; `GET k ACQUIRE`, `SET k v RELEASE`, `KEEL.FAA`, `KEEL.CAS`).
+    #[arg(long)]
+    pub kite: bool,
     /// Clients authenticate as `admin` (password in <dir>/admin.password) and may connect
     /// over TLS (ports BASE+300..; authority <dir>/tls/ca.pem); `/metrics` and `/status`
     /// over HTTPS with the token in <dir>/http.token. Made on first start, kept with --dir.
@@ -70,11 +74,14 @@ pub fn run(args: &UpArgs) -> ExitCode {
             keyspaces: None,
         }
     });
-    let keyspaces = args.keyspaces;
+    let (keyspaces, kite) = (args.keyspaces, args.kite);
     let files = secure.clone();
     let tweak = move |config: &mut keel_server::ServerConfig| {
-        if keyspaces > 1 {
+        if keyspaces > 1 || kite {
             config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
+        }
+        if kite {
+            config.keyspaces.push(KeyspaceSettings::kite(keyspaces));
         }
         if let (Some(secure), Some(admin)) = (&files, &admin) {
             let client = config.client_addr;
@@ -116,6 +123,13 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
     } else {
         println!("keel: cluster up with {} keyspaces", ids.len());
         for id in ids {
+            if cluster.is_kite(id) {
+                match cluster.wait_for_kite(id, LEADER_WAIT) {
+                    true => println!("  keyspace {id}: kite, leaderless   (redis-cli -n {id})"),
+                    false => println!("  keyspace {id}: kite, still rejoining; see the node logs"),
+                }
+                continue;
+            }
             match cluster.wait_for_leader_in(id, LEADER_WAIT) {
                 Some(leader) => {
                     println!("  keyspace {id}: leader n{}   (redis-cli -n {id})", leader + 1)

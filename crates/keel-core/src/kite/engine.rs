@@ -9,14 +9,17 @@
 #![allow(clippy::result_large_err)]
 
 use super::types::{
-    Ballot, Bit, Config, Counters, KiteOp, KiteReply, KiteRequest, KiteResult, Message, RmwId,
-    RmwOutcome, RmwRecord, RoundId, Stamp, Status, SKIPPED_MAX,
+    Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Message,
+    RmwId, RmwOutcome, RmwRecord, RoundId, SlotImage, Stamp, Status, PAGE_ITEMS_MAX, SKIPPED_MAX,
 };
 use crate::engine::{BootError, Input, Outputs, Rejection};
 use crate::time::{Span, Time};
 use keel_types::rng::SplitMix64;
 use keel_types::{KeelError, Key, NodeId, Value};
 use std::collections::{BTreeMap, VecDeque};
+
+mod rejoin;
+use rejoin::Rejoin;
 
 /// The replicas that deemed an acquire's node delinquent, each with the generation of
 /// its bit it answered with: the acquire's resets name it, so that a reset never clears a
@@ -161,6 +164,7 @@ enum Phase {
 #[derive(Clone, Debug)]
 struct Active {
     tag: crate::engine::RequestTag,
+    form: super::types::ReplyForm,
     phase: Phase,
 }
 
@@ -168,9 +172,17 @@ struct Active {
 struct Session {
     queue: VecDeque<KiteRequest>,
     active: Option<Active>,
-    seq: u64,
     /// Rounds of writes not yet acknowledged by every node.
     tracked: Vec<RoundId>,
+}
+
+impl Session {
+    /// Whether the session holds nothing: no request, no write its next release would
+    /// wait for. Such a session is forgotten; coming back it starts as a new one, which
+    /// is the same thing.
+    fn idle(&self) -> bool {
+        self.active.is_none() && self.queue.is_empty() && self.tracked.is_empty()
+    }
 }
 
 /// A Kite node: release consistency on a leaderless, fully replicated, in-memory store.
@@ -187,6 +199,8 @@ pub struct KiteEngine {
     /// The latest committed read-modify-write of each (node, session), with its key.
     outcomes: BTreeMap<(u64, u64), (Key, RmwOutcome)>,
     sessions: BTreeMap<u64, Session>,
+    /// The last request number given (node-wide; read-modify-write ids carry it).
+    next_seq: u64,
     rounds: BTreeMap<RoundId, Round>,
     next_round: RoundId,
     next_acquire: u64,
@@ -196,6 +210,10 @@ pub struct KiteEngine {
     counters: Counters,
     now: Time,
     out: Outputs<Message, KiteReply>,
+    /// While rejoining after a restart: whose state has been read.
+    rejoin: Option<Rejoin>,
+    /// The incarnation to make durable before the first message (server drivers).
+    hard_state: Option<keel_types::HardState>,
 }
 
 impl KiteEngine {
@@ -215,6 +233,7 @@ impl KiteEngine {
             gens: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            next_seq: 0,
             rounds: BTreeMap::new(),
             next_round: 1,
             // Acquire ids of a later incarnation never match an earlier life's.
@@ -224,8 +243,16 @@ impl KiteEngine {
             counters: Counters::default(),
             now,
             out: Outputs::default(),
+            rejoin: None,
+            hard_state: None,
             config,
-        })
+        }
+        .start_rejoin())
+    }
+
+    /// Asks that `hard_state` (the incarnation) be made durable before any message.
+    pub(super) fn persist_first(&mut self, hard_state: keel_types::HardState) {
+        self.hard_state = Some(hard_state);
     }
 
     /// This node.
@@ -243,9 +270,12 @@ impl KiteEngine {
         Status {
             node: self.config.node,
             epoch: self.epoch,
+            incarnation: self.config.incarnation,
+            rejoining: self.rejoin.is_some(),
             keys: self.keys.len(),
             keys_in_epoch: self.keys.values().filter(|s| s.epoch == self.epoch).count(),
             sessions: self.sessions.len(),
+            outcomes: self.outcomes.len(),
             bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
             counters: self.counters.clone(),
         }
@@ -268,6 +298,50 @@ impl KiteEngine {
         self.keys.get(key).is_some_and(|s| s.accepted.is_some())
     }
 
+    /// The reply a relaxed read would get at once, alone in a step: when it is a relaxed
+    /// read of a key in its epoch, its session has nothing before it, and the node is not
+    /// rejoining (`None` otherwise). Changes nothing.
+    pub fn read_now(&self, request: &KiteRequest) -> Option<KiteReply> {
+        let KiteOp::Read { key } = &request.op else { return None };
+        let idle = self
+            .sessions
+            .get(&request.session)
+            .is_none_or(|s| s.active.is_none() && s.queue.is_empty());
+        if self.rejoin.is_some() || !idle || !self.in_epoch(key) {
+            return None;
+        }
+        if self.config.limits.check_key(key).is_err()
+            || matches!(request.form, super::types::ReplyForm::Refused(_))
+        {
+            return None;
+        }
+        let (value, stamp) = self.local(key);
+        Some(KiteReply {
+            tag: request.tag,
+            session: request.session,
+            served_by: self.config.node,
+            form: request.form.clone(),
+            result: Ok(KiteResult::Value { value, stamp }),
+        })
+    }
+
+    /// The read-modify-writes in progress, by request tag, with the id each goes by (for
+    /// the simulator, which matches a request left without a reply to its commit).
+    pub fn rmws_in_progress(&self) -> Vec<(crate::engine::RequestTag, RmwId)> {
+        let mut out = Vec::new();
+        for (&session, s) in &self.sessions {
+            if let Some(Active {
+                tag,
+                phase: Phase::Rmw { seq, .. } | Phase::Flush { seq, .. },
+                ..
+            }) = &s.active
+            {
+                out.push((*tag, RmwId { node: self.writer, session, seq: *seq }));
+            }
+        }
+        out
+    }
+
     /// Whether a relaxed access to `key` would take the fast path now.
     pub fn in_epoch(&self, key: &[u8]) -> bool {
         self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
@@ -281,10 +355,14 @@ impl KiteEngine {
     ) -> Outputs<Message, KiteReply> {
         assert!(now >= self.now, "time went backwards: {:?} after {:?}", now, self.now);
         self.now = now;
+        self.out.hard_state = self.hard_state.take();
         let mut touched: Vec<u64> = Vec::new();
+        let rejoining = self.rejoin.is_some();
         match input {
             Input::Tick => {
                 self.resend_due();
+                self.rejoin_resend_due();
+                self.finish_rejoin_if_complete();
                 touched.extend(self.sessions.keys().copied());
             }
             Input::Message { from, message } => {
@@ -299,6 +377,10 @@ impl KiteEngine {
                 }
             }
             Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        if rejoining && self.rejoin.is_none() {
+            // Rejoined in this step: every session held back may start.
+            touched.extend(self.sessions.keys().copied());
         }
         touched.sort_unstable();
         touched.dedup();
@@ -331,6 +413,11 @@ impl KiteEngine {
 
     fn admit(&mut self, request: KiteRequest) -> u64 {
         let session = request.session;
+        if let super::types::ReplyForm::Refused(reason) = &request.form {
+            let err = KeelError::InvalidArgument(reason.clone());
+            self.reply(&request, Err(err));
+            return session;
+        }
         if let Err(err) = self.check_request(&request.op) {
             self.reply(&request, Err(err));
             return session;
@@ -370,11 +457,21 @@ impl KiteEngine {
     }
 
     fn reply(&mut self, request: &KiteRequest, result: Result<KiteResult, KeelError>) {
-        self.out.replies.push(KiteReply { tag: request.tag, session: request.session, result });
+        self.out.replies.push(KiteReply {
+            tag: request.tag,
+            session: request.session,
+            served_by: self.config.node,
+            form: request.form.clone(),
+            result,
+        });
     }
 
     /// Runs a session as far as it goes: the operation in progress, then queued ones.
+    /// A rejoining node starts nothing (its requests wait in their sessions).
     fn advance(&mut self, session: u64) {
+        if self.rejoin.is_some() {
+            return;
+        }
         loop {
             let Some(s) = self.sessions.get_mut(&session) else { return };
             if let Some(active) = s.active.take() {
@@ -383,25 +480,34 @@ impl KiteEngine {
                         self.out.replies.push(KiteReply {
                             tag: active.tag,
                             session,
+                            served_by: self.config.node,
+                            form: active.form,
                             result: Ok(result),
                         });
                     }
                     Err(phase) => {
                         let s = self.sessions.get_mut(&session).expect("session exists");
-                        s.active = Some(Active { tag: active.tag, phase });
+                        s.active = Some(Active { tag: active.tag, form: active.form, phase });
                         return;
                     }
                 }
                 continue;
             }
-            let Some(request) = s.queue.pop_front() else { return };
-            s.seq += 1;
-            let seq = s.seq;
+            let Some(request) = s.queue.pop_front() else {
+                if s.idle() {
+                    self.sessions.remove(&session);
+                }
+                return;
+            };
+            // Numbered node-wide, so a session forgotten and begun again never reuses a
+            // read-modify-write's id.
+            self.next_seq += 1;
+            let seq = self.next_seq;
             match self.start(session, seq, request.op.clone()) {
                 Ok(result) => self.reply(&request, Ok(result)),
                 Err(phase) => {
                     let s = self.sessions.get_mut(&session).expect("session exists");
-                    s.active = Some(Active { tag: request.tag, phase });
+                    s.active = Some(Active { tag: request.tag, form: request.form, phase });
                 }
             }
         }
@@ -1417,6 +1523,9 @@ impl KiteEngine {
     fn next_wake(&self) -> Option<Time> {
         let mut wake: Option<Time> = None;
         let mut at = |t: Time| wake = Some(wake.map_or(t, |w: Time| w.min(t)));
+        if let Some(t) = self.rejoin_wake() {
+            at(t);
+        }
         for r in self.rounds.values() {
             if r.pending != 0 {
                 at(r.next_send);
@@ -1463,6 +1572,22 @@ impl KiteEngine {
         }
         if reply_round(&message).is_some() {
             return self.record_reply(from, message);
+        }
+        match message {
+            Message::StateRequest { rejoin, after } => {
+                let page = self.state_page(rejoin, after);
+                self.out.messages.push((from, page));
+                return None;
+            }
+            Message::StatePage { .. } => {
+                self.on_state_page(from, message);
+                return None;
+            }
+            _ => {}
+        }
+        if self.rejoin.is_some() && !self.answers_while_rejoining(&message) {
+            self.counters.unanswered_rejoining += 1;
+            return None;
         }
         if let Some(reply) = self.serve(from, message) {
             self.out.messages.push((from, reply));
@@ -1588,6 +1713,46 @@ impl KiteEngine {
             }
             Message::Accepted { promised, .. } if *promised != Ballot::default() => {
                 ballot_ok(promised)?
+            }
+            Message::StateRequest { after: Cursor::Key(key), .. } => sized(key, None)?,
+            Message::StatePage { after, slots, outcomes, bits, next, .. } => {
+                if slots.len() + outcomes.len() > PAGE_ITEMS_MAX || bits.len() > 63 {
+                    return Err("state page too large");
+                }
+                for cursor in std::iter::once(after).chain(next.iter()) {
+                    if let Cursor::Key(key) = cursor {
+                        sized(key, None)?;
+                    }
+                }
+                for s in slots {
+                    sized(&s.key, s.value.as_ref())?;
+                    stamp_ok(&s.stamp)?;
+                    if s.promised != Ballot::default() {
+                        ballot_ok(&s.promised)?;
+                    }
+                    if let Some((b, r)) = &s.accepted {
+                        ballot_ok(b)?;
+                        record_ok(r)?;
+                        if r.stamp != r.read_stamp.next_rmw() {
+                            return Err("read-modify-write not right after its base");
+                        }
+                    }
+                    if let Some(m) = &s.made_by {
+                        id_ok(&m.0)?;
+                        outcome_ok(&m.1)?;
+                    }
+                }
+                for (id, key, o) in outcomes {
+                    sized(key, None)?;
+                    id_ok(id)?;
+                    outcome_ok(o)?;
+                }
+                if bits
+                    .iter()
+                    .any(|(node, _, gen)| self.index_of(*node).is_none() || *gen >= COUNTER_MAX)
+                {
+                    return Err("bit of a non-member");
+                }
             }
             _ => {}
         }
@@ -1744,7 +1909,9 @@ impl KiteEngine {
             | Message::ReadReply { .. }
             | Message::SlowReleaseAck { .. }
             | Message::Promise { .. }
-            | Message::Accepted { .. } => None,
+            | Message::Accepted { .. }
+            | Message::StateRequest { .. }
+            | Message::StatePage { .. } => None,
         }
     }
 }

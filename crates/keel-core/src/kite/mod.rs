@@ -7,6 +7,8 @@
 //! Layout:
 //! - [`types`]: stamps and ballots, operations and results, messages, configuration and
 //!   status.
+//! - `adapter`: the platform's `Engine` interface: front-door requests and replies, the
+//!   incarnation kept on disk, the report.
 //! - `engine`: [`KiteEngine`]: the replica's handlers, rounds with retransmission, and
 //!   sessions running one operation at a time (the Eventual Store fast path, ABD for
 //!   releases and acquires, per-key leaderless Paxos for read-modify-writes, the release
@@ -16,6 +18,7 @@
 //! [`crate::engine::Input`]s; it asks for no disk work, only messages, replies and
 //! wake-ups.
 
+mod adapter;
 mod engine;
 #[cfg(test)]
 mod tests;
@@ -23,6 +26,6 @@ pub mod types;
 
 pub use engine::KiteEngine;
 pub use types::{
-    Ballot, Bit, Config, Counters, KiteOp, KiteReply, KiteRequest, KiteResult, Message, RmwId,
-    RmwOutcome, RmwRecord, Stamp, Status,
+    Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Message,
+    ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status,
 };

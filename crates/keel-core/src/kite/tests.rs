@@ -86,7 +86,7 @@ impl Net {
     fn call(&mut self, id: u32, session: u64, op: KiteOp) -> KiteResult {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        self.step(id, Input::Client(KiteRequest { tag, session, op }));
+        self.step(id, Input::Client(KiteRequest { tag, session, op, form: Default::default() }));
         for _ in 0..2_000 {
             if let Some(i) = self.replies.iter().position(|r| r.tag == tag) {
                 return self.replies.remove(i).result.expect("ok");
@@ -267,6 +267,7 @@ fn a_session_completes_in_order_and_refuses_past_its_queue_bound() {
             tag: RequestTag(100 + i),
             session: 1,
             op: KiteOp::Acquire { key: k("x") },
+            form: Default::default(),
         })
         .collect();
     net.step(1, Input::Clients(reqs));
@@ -409,8 +410,8 @@ mod hostile {
         ) {
             let mut net = Net::new(3, |_| {});
             // Real work in flight, so forged replies can meet open rounds.
-            net.step(1, Input::Client(KiteRequest { tag: RequestTag(1), session: 1, op: KiteOp::Release { key: k("x"), value: v("1") } }));
-            net.step(1, Input::Client(KiteRequest { tag: RequestTag(2), session: 2, op: KiteOp::Faa { key: k("y"), delta: 1 } }));
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(1), session: 1, op: KiteOp::Release { key: k("x"), value: v("1") }, form: Default::default() }));
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(2), session: 2, op: KiteOp::Faa { key: k("y"), delta: 1 }, form: Default::default() }));
             for (from, message) in forged {
                 if from == 1 {
                     continue;
@@ -421,5 +422,144 @@ mod hostile {
             net.settle(30);
             let _ = net.node(1).status();
         }
+    }
+}
+
+#[test]
+fn a_restarted_node_rejoins_over_several_pages_and_serves_only_then() {
+    // Enough keys and committed read-modify-writes that the state spans several pages.
+    let mut net = Net::new(3, |_| {});
+    let keys = super::types::PAGE_ITEMS_MAX * 2 + 7;
+    for i in 0..keys {
+        net.call(1, 1, KiteOp::Write { key: k(&format!("k{i:04}")), value: v(&i.to_string()) });
+    }
+    for s in 0..(super::types::PAGE_ITEMS_MAX as u64 + 3) {
+        net.call(2, 100 + s, KiteOp::Faa { key: k("counter"), delta: 1 });
+    }
+    net.call(1, 1, KiteOp::Release { key: k("flag"), value: v("done") });
+    net.settle(20);
+    // Node 3 restarts with an empty memory: a new incarnation that rejoins.
+    let mut config = net.node(3).config().clone();
+    config.incarnation = 1;
+    config.rejoin = true;
+    net.nodes[2] = KiteEngine::boot(config, 99, net.now).unwrap();
+    assert!(net.node(3).status().rejoining);
+    // A request that arrives while it rejoins waits; so does a quorum request to it.
+    let tag = RequestTag(9_999);
+    net.step(
+        3,
+        Input::Client(KiteRequest {
+            tag,
+            session: 7,
+            op: KiteOp::Read { key: k("k0003") },
+            form: Default::default(),
+        }),
+    );
+    assert!(net.replies.iter().all(|r| r.tag != tag), "no answer while rejoining");
+    net.step(
+        3,
+        Input::Message {
+            from: NodeId(1),
+            message: Message::Read { round: 1, key: k("x"), query: None },
+        },
+    );
+    net.settle(50);
+    let status = net.node(3).status();
+    assert!(!status.rejoining);
+    assert!(
+        status.counters.rejoin_pages >= 4,
+        "several pages per peer: {}",
+        status.counters.rejoin_pages
+    );
+    assert_eq!(status.counters.unanswered_rejoining, 1);
+    assert_eq!(status.keys, keys + 2, "every key came back");
+    assert_eq!(status.keys_in_epoch, 1, "only the key read since (from a quorum) is in epoch");
+    let answered = net.replies.iter().find(|r| r.tag == tag).expect("served once rejoined");
+    assert_eq!(value_of(answered.result.as_ref().unwrap()), Some(v("3")));
+    for id in 1..=2 {
+        assert_eq!(net.node(3).local(b"counter"), net.node(id).local(b"counter"));
+    }
+    assert_eq!(
+        net.node(3).status().outcomes,
+        net.node(1).status().outcomes,
+        "committed outcomes came back"
+    );
+    // The new incarnation's own read-modify-writes build on what it rejoined with.
+    let r = net.call(3, 8, KiteOp::Faa { key: k("counter"), delta: 1 });
+    assert_eq!(value_of(&r), Some(v(&(super::types::PAGE_ITEMS_MAX + 3).to_string())));
+}
+
+#[test]
+fn a_cluster_that_boots_rejoining_everywhere_starts_empty() {
+    // Every node rejoining answers "rejoining too", which counts: a new cluster starts.
+    let mut net = Net::new(3, |c| {
+        c.rejoin = true;
+        c.incarnation = 1;
+    });
+    for id in 1..=3 {
+        net.step(id, Input::Tick);
+    }
+    net.settle(10);
+    for id in 1..=3 {
+        assert!(!net.node(id).status().rejoining, "node {id} rejoined");
+    }
+    let r = net.call(2, 1, KiteOp::Acquire { key: k("x") });
+    assert_eq!(value_of(&r), None);
+}
+
+#[test]
+fn two_nodes_restarting_together_do_not_vouch_for_each_other() {
+    // A release reaches only {3, 4, 5} (a quorum of five). Nodes 4 and 5 restart together:
+    // each must read three nodes that kept their memory ({1, 2, 3}), not count the other.
+    let mut net = Net::new(5, |_| {});
+    net.drop = Box::new(|from, to, _| from == NodeId(3) && (to == NodeId(1) || to == NodeId(2)));
+    net.call(3, 1, KiteOp::Release { key: k("x"), value: v("released") });
+    net.settle(5);
+    // Node 3's first pages are lost: a rejoin that counted the other restarted node would
+    // finish on {1, 2, and the other} before node 3 answers again.
+    let mut lost = 0;
+    net.drop = Box::new(move |from, _, m| {
+        let first = from == NodeId(3) && matches!(m, Message::StatePage { .. }) && lost < 2;
+        lost += usize::from(first);
+        first
+    });
+    net.queue.clear();
+    for id in [4, 5] {
+        let mut config = net.node(id).config().clone();
+        config.incarnation = 1;
+        config.rejoin = true;
+        net.nodes[id as usize - 1] = KiteEngine::boot(config, u64::from(id), net.now).unwrap();
+    }
+    for id in [4, 5] {
+        net.step(id, Input::Tick);
+    }
+    net.settle(20);
+    for id in [4, 5] {
+        assert!(!net.node(id).status().rejoining, "node {id} rejoined");
+        assert_eq!(net.node(id).local(b"x").0, Some(v("released")), "node {id} read node 3");
+    }
+    // Node 3 and node 5 gone: node 1's acquire on {1, 2, 4} must still see the release.
+    net.drop =
+        Box::new(|from, to, _| [from, to].iter().any(|n| *n == NodeId(3) || *n == NodeId(5)));
+    let r = net.call(1, 2, KiteOp::Acquire { key: k("x") });
+    assert_eq!(value_of(&r), Some(v("released")));
+}
+
+#[test]
+fn a_majority_without_memory_rejoins_after_the_grace_even_with_a_node_gone() {
+    // Nodes 1 and 2 of three restart together; node 3 is gone for good.
+    let mut net = Net::new(3, |c| {
+        c.rejoin = true;
+        c.incarnation = 1;
+    });
+    net.drop = Box::new(|from, to, _| from == NodeId(3) || to == NodeId(3));
+    for id in 1..=2 {
+        net.step(id, Input::Tick);
+    }
+    net.settle(5);
+    assert!(net.node(1).status().rejoining, "waits for node 3 a while");
+    net.settle(30 * 20);
+    for id in 1..=2 {
+        assert!(!net.node(id).status().rejoining, "node {id} rejoined after the grace");
     }
 }

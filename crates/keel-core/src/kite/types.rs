@@ -189,6 +189,28 @@ impl KiteOp {
     }
 }
 
+/// How a reply is shown to the front door (which command asked), or why the request is
+/// refused before it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ReplyForm {
+    /// As the engine's own result (the simulator and tests).
+    #[default]
+    Native,
+    /// A get: the value.
+    Value,
+    /// A set: written.
+    Written,
+    /// An increment by `delta`: the value after it.
+    Counter {
+        /// The amount added.
+        delta: i64,
+    },
+    /// A compare-and-swap: whether it swapped, and the value found.
+    Cas,
+    /// Refused before running, with the reason (a command this engine has no meaning for).
+    Refused(String),
+}
+
 /// A client request to a Kite keyspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KiteRequest {
@@ -198,6 +220,8 @@ pub struct KiteRequest {
     pub session: u64,
     /// The operation.
     pub op: KiteOp,
+    /// How the reply is shown, or why the request is refused.
+    pub form: ReplyForm,
 }
 
 /// What an operation returned.
@@ -236,6 +260,10 @@ pub struct KiteReply {
     pub tag: RequestTag,
     /// The request's session.
     pub session: u64,
+    /// The node that answered.
+    pub served_by: NodeId,
+    /// The request's form.
+    pub form: ReplyForm,
     /// The result or a typed error.
     pub result: Result<KiteResult, KeelError>,
 }
@@ -377,7 +405,64 @@ pub enum Message {
         /// The query's answer (the bit's generation when delinquent).
         delinquent: Option<u64>,
     },
+    /// A rejoining node (a new incarnation) asks for the sender's state from `after` on.
+    StateRequest {
+        /// The rejoin (the asker's incarnation's writer id); the page echoes it.
+        rejoin: u64,
+        /// Where the page starts.
+        after: Cursor,
+    },
+    /// One page of a node's state, in cursor order: keys, then committed outcomes.
+    StatePage {
+        /// The rejoin asked for.
+        rejoin: u64,
+        /// The cursor asked for (a page answers one request).
+        after: Cursor,
+        /// The sender is rejoining itself: it has nothing to vouch for (and the rest of the
+        /// page is empty).
+        rejoining: bool,
+        /// Keys, in key order after the cursor.
+        slots: Vec<SlotImage>,
+        /// Committed read-modify-writes, in (node, session) order after the cursor.
+        outcomes: Vec<(RmwId, Key, RmwOutcome)>,
+        /// With the first page: the sender's delinquency bits, as (node, set or transient,
+        /// generation).
+        bits: Vec<(NodeId, bool, u64)>,
+        /// Where the next page starts; `None`: this was the last.
+        next: Option<Cursor>,
+    },
 }
+
+/// Where a page of a node's state starts.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Cursor {
+    /// The first page.
+    Start,
+    /// Keys after this one.
+    Key(Key),
+    /// Keys are done; outcomes after this (node, session).
+    Outcome(u64, u64),
+}
+
+/// One key as a node holds it, for a rejoining node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotImage {
+    /// The key.
+    pub key: Key,
+    /// Its value.
+    pub value: Option<Value>,
+    /// Its stamp.
+    pub stamp: Stamp,
+    /// The highest ballot promised on it.
+    pub promised: Ballot,
+    /// The read-modify-write accepted on it and not seen committed.
+    pub accepted: Option<(Ballot, RmwRecord)>,
+    /// The read-modify-write that made its value, if one did.
+    pub made_by: Option<Box<(RmwId, RmwOutcome)>>,
+}
+
+/// The most keys and outcomes one state page carries.
+pub const PAGE_ITEMS_MAX: usize = 256;
 
 impl Message {
     /// The message's kind, for reports.
@@ -394,6 +479,8 @@ impl Message {
             Message::Promise { .. } => "promise",
             Message::Accept { .. } => "accept",
             Message::Accepted { .. } => "accepted",
+            Message::StateRequest { .. } => "state-request",
+            Message::StatePage { .. } => "state-page",
         }
     }
 }
@@ -419,6 +506,14 @@ pub struct Config {
     pub session_queue_max: usize,
     /// Limits on keys and values.
     pub limits: keel_types::Limits,
+    /// Boot by reading the state of enough other nodes that every quorum this node's
+    /// earlier incarnations took part in is covered, before serving a client or answering
+    /// a quorum request: what a node that lost its memory does (`docs/kite.md`, Restarts).
+    /// Off only for the first boot of a whole new cluster in the simulator.
+    pub rejoin: bool,
+    /// Negative control: a rejoining node serves and answers at once, as if it had not
+    /// lost its memory. Unsafe; for tests and `keel sim` only.
+    pub unsafe_no_rejoin: bool,
     /// Negative control: a release that times out goes on without the slow release (no
     /// delinquent set is broadcast). Unsafe; for tests and `keel sim` only.
     pub unsafe_no_slow_path: bool,
@@ -443,6 +538,8 @@ impl Config {
             sessions_max: 10_000,
             session_queue_max: 1_000,
             limits: keel_types::Limits::default(),
+            rejoin: false,
+            unsafe_no_rejoin: false,
             unsafe_no_slow_path: false,
             unsafe_no_epoch_snapshot: false,
             unsafe_paper_reset: false,
@@ -499,12 +596,18 @@ pub struct Status {
     pub node: NodeId,
     /// The machine epoch.
     pub epoch: u64,
+    /// The incarnation.
+    pub incarnation: u32,
+    /// Still reading the other nodes' state after a restart (serves no client yet).
+    pub rejoining: bool,
     /// Keys held.
     pub keys: usize,
     /// Keys whose epoch is the machine's (fast path).
     pub keys_in_epoch: usize,
     /// Sessions open.
     pub sessions: usize,
+    /// Committed read-modify-write outcomes kept (one per session that made one).
+    pub outcomes: usize,
     /// The delinquency bits, by node.
     pub bits: Vec<(NodeId, Bit)>,
     /// Counters.
@@ -551,4 +654,10 @@ pub struct Counters {
     pub flushes: u64,
     /// Peer messages dropped by the validation gate.
     pub rejected: u64,
+    /// State pages merged while rejoining.
+    pub rejoin_pages: u64,
+    /// Rejoins completed (0 or 1 per incarnation).
+    pub rejoins: u64,
+    /// Requests a rejoining node left unanswered (quorum requests it cannot vouch for).
+    pub unanswered_rejoining: u64,
 }

@@ -3,7 +3,7 @@
 
 use super::core::Counters;
 use super::io::{Role, Status};
-use crate::engine::{Metric, MetricKind, Report};
+use crate::engine::{Metric, Report};
 
 impl Role {
     /// The role's name in reports and metric labels.
@@ -14,14 +14,6 @@ impl Role {
             Role::Candidate => "candidate",
         }
     }
-}
-
-const fn gauge(name: &'static str, help: &'static str, value: u64) -> Metric {
-    Metric { name, help, kind: MetricKind::Gauge, label: None, value }
-}
-
-const fn counter(name: &'static str, help: &'static str, value: u64) -> Metric {
-    Metric { name, help, kind: MetricKind::Counter, label: None, value }
 }
 
 /// The status document (the `Status` fields, the role in lowercase, the counters) and
@@ -58,123 +50,127 @@ pub fn report(status: &Status, c: &Counters) -> Report {
         .into_iter()
         .map(|role| Metric {
             label: Some(("role", role.name())),
-            ..gauge("keel_role", "1 for the role this node plays.", u64::from(role == status.role))
+            ..Metric::gauge(
+                "keel_role",
+                "1 for the role this node plays.",
+                u64::from(role == status.role),
+            )
         })
         .collect();
     metrics.extend([
-        gauge("keel_epoch", "The current epoch.", status.epoch.0),
-        gauge("keel_last_index", "The last log index.", status.last_index.0),
-        gauge(
+        Metric::gauge("keel_epoch", "The current epoch.", status.epoch.0),
+        Metric::gauge("keel_last_index", "The last log index.", status.last_index.0),
+        Metric::gauge(
             "keel_commit_index",
             "Highest index known replicated on a majority.",
             status.commit_index.0,
         ),
-        gauge(
+        Metric::gauge(
             "keel_durable_index",
             "Highest index known durable on the active set.",
             status.durable_index.0,
         ),
-        gauge("keel_persisted_index", "Highest index fsynced locally.", status.persisted_index.0),
-        gauge("keel_applied_index", "Highest index applied locally.", status.applied_index.0),
-        gauge(
+        Metric::gauge("keel_persisted_index", "Highest index fsynced locally.", status.persisted_index.0),
+        Metric::gauge("keel_applied_index", "Highest index applied locally.", status.applied_index.0),
+        Metric::gauge(
             "keel_snapshot_index",
             "The last index the snapshot covers.",
             status.snapshot_index.0,
         ),
-        gauge(
+        Metric::gauge(
             "keel_snapshot_held_bytes",
             "Snapshot bytes held to send to followers.",
             status.snapshot_held_bytes,
         ),
-        gauge(
+        Metric::gauge(
             "keel_active_set_size",
             "The leader's active set, itself included.",
             status.active_set.len() as u64,
         ),
-        gauge(
+        Metric::gauge(
             "keel_active",
             "1 while this node may serve monotonic reads.",
             u64::from(status.active),
         ),
-        gauge(
+        Metric::gauge(
             "keel_leader_lease_valid",
             "1 while this node leads under a valid lease.",
             u64::from(status.leader_lease_valid),
         ),
-        counter(
+        Metric::counter(
             "keel_durability_rounds_total",
             "Durability rounds started as leader.",
             c.durability_rounds,
         ),
-        counter(
+        Metric::counter(
             "keel_reads_with_durability_round_total",
             "Reads that waited for a durability round.",
             c.reads_with_round,
         ),
-        counter("keel_forwarded_total", "Requests forwarded to the leader.", c.forwarded),
-        counter("keel_elections_total", "Elections started.", c.elections),
-        counter(
+        Metric::counter("keel_forwarded_total", "Requests forwarded to the leader.", c.forwarded),
+        Metric::counter("keel_elections_total", "Elections started.", c.elections),
+        Metric::counter(
             "keel_active_set_removals_total",
             "Followers removed from the active set.",
             c.removals,
         ),
-        counter(
+        Metric::counter(
             "keel_rolled_back_entries_total",
             "Entries rolled back after a truncation.",
             c.rolled_back_entries,
         ),
-        counter(
+        Metric::counter(
             "keel_snapshots_installed_total",
             "Snapshots installed from a leader.",
             c.snapshots_installed,
         ),
-        counter("keel_snapshots_taken_total", "Snapshots taken and saved.", c.snapshots_taken),
-        counter(
+        Metric::counter("keel_snapshots_taken_total", "Snapshots taken and saved.", c.snapshots_taken),
+        Metric::counter(
             "keel_snapshot_chunks_received_total",
             "Snapshot chunks accepted.",
             c.snapshot_chunks_received,
         ),
-        counter(
+        Metric::counter(
             "keel_write_timeouts_total",
             "Writes at the leader that timed out before their durability point.",
             c.writes_timed_out,
         ),
-        counter(
+        Metric::counter(
             "keel_forced_mark_outs_total",
             "Active-set members this leader began to mark out (slow or past the target).",
             c.forced_mark_outs,
         ),
-        counter(
+        Metric::counter(
             "keel_released_removals_total",
             "Removals after a follower acknowledged its mark-out.",
             c.released_removals,
         ),
-        counter(
+        Metric::counter(
             "keel_retries_deduplicated_total",
             "Write retries answered from the deduplication table.",
             c.retries_deduplicated,
         ),
-        counter(
+        Metric::counter(
             "keel_sessions_expired_total",
             "Writes refused because the deduplication table no longer held their session.",
             c.sessions_expired,
         ),
-        counter(
+        Metric::counter(
             "keel_leases_expired_total",
             "Active-set leases held as a follower that ran out without renewal.",
             c.leases_expired,
         ),
-        counter(
+        Metric::counter(
             "keel_campaigns_withheld_total",
             "Election timeouts without a campaign: the log is below its repair floor.",
             c.campaigns_withheld,
         ),
-        counter(
+        Metric::counter(
             "keel_logs_repaired_total",
             "Repair floors cleared: the log is durable again past the damage recovery cut.",
             c.logs_repaired,
         ),
-        counter(
+        Metric::counter(
             "keel_epochs_raised_under_live_leader_total",
             "Higher epochs learned from a reply or forward while a live leader's lease counted on this node.",
             c.epochs_raised_under_live_leader,

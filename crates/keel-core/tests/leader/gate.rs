@@ -143,6 +143,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             durability: Some(Durability::Durable),
             level: Some(ReadLevel::Linearizable),
             after: LogIndex(tag % 7),
+            mode: Default::default(),
         },
     )
 }

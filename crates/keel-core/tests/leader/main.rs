@@ -394,6 +394,7 @@ impl Cluster {
             durability,
             level,
             after: self.after,
+            mode: Default::default(),
         };
         self.step(node, Input::Client(req));
         tag
@@ -473,6 +474,7 @@ fn a_follower_behind_a_clients_own_write_sends_its_read_to_the_leader() {
         durability: None,
         level: Some(ReadLevel::Any),
         after: LogIndex::ZERO,
+        mode: Default::default(),
     };
     let now = c.local(follower);
     assert!(c.engine(follower).read_now(&request, now).is_some());
@@ -1558,6 +1560,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
         durability: None,
         level: Some(ReadLevel::Monotonic),
         after: LogIndex::ZERO,
+        mode: Default::default(),
     };
     let out = engine.step(now, Input::Client(read));
     assert!(out.replies.is_empty(), "served above the leader's own persisted index");

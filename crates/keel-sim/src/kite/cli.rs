@@ -38,6 +38,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         no_slow_path: args.no_slow_path,
         no_epoch_snapshot: args.no_epoch_snapshot,
         paper_reset: args.paper_reset,
+        no_rejoin: args.no_rejoin,
         keep_history: single && args.history.is_some(),
     };
     if !single {

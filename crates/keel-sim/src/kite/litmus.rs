@@ -63,7 +63,7 @@ fn guarded(config: &KiteRunConfig, f: impl FnOnce(&mut KiteReport)) -> KiteRepor
 
 /// Checks a history and adds what the run reached.
 fn finish(report: &mut KiteReport, world: &KiteWorld, recorder: &mut Recorder, label: &str) {
-    recorder.settle_rmws(&world.commits);
+    recorder.settle_rmws(&world.commits, &world.rmw_ids);
     let history = recorder.history();
     let verdict = keel_check::rc::check(&history);
     report.ops += recorder.started();
@@ -354,12 +354,13 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
     }
 }
 
-/// `--scenario faults`: F1 (with L12), F5 to F13 (F13 from review, not in the paper), each on a fresh cluster.
+/// `--scenario faults`: F1 (with L12), F5 to F13 (F13 from review, not in the paper), and
+/// F14 (a restart: Keel's nodes restart, the paper's crash-stop), each on a fresh cluster.
 pub fn run_faults(config: &KiteRunConfig) -> KiteReport {
     guarded(config, |report| {
         let mut rng = Rng::new(config.seed ^ 0x6661_756c_7473);
         type Scenario = fn(&KiteRunConfig, &mut Rng, &mut KiteReport);
-        let scenarios: [(&str, Scenario); 10] = [
+        let scenarios: [(&str, Scenario); 11] = [
             ("F1", f1),
             ("F5", f5),
             ("F6", f6),
@@ -370,6 +371,7 @@ pub fn run_faults(config: &KiteRunConfig) -> KiteReport {
             ("F11", f11),
             ("F12", f12),
             ("F13", f13),
+            ("F14", f14),
         ];
         for (name, scenario) in scenarios {
             *report.reached.entry(format!("scenario:{name}")).or_default() += 1;
@@ -905,4 +907,46 @@ fn f13(config: &KiteRunConfig, rng: &mut Rng, report: &mut KiteReport) {
         format!("C read x={:?} after acquiring the release that followed it", read(&res, 0, 5)),
     );
     finish(report, &world, &mut recorder, "F13");
+}
+
+/// F14 (restarts, not in the paper): a node that lost its memory must not vouch for what
+/// its earlier incarnation acknowledged. A's release of x reaches only A and C (B hears
+/// nothing from A). C restarts with an empty memory and rejoins; then A is cut off, and
+/// B's acquire of x can only use B and the new C. It must read A's release, which only
+/// C's rejoin (reading A before A was cut off) brought back.
+fn f14(config: &KiteRunConfig, rng: &mut Rng, report: &mut KiteReport) {
+    let mut world = cluster(config, rng, 3, Span::from_millis(2));
+    let (a, b, c) = (NodeId(1), NodeId(2), NodeId(3));
+    let x = 1;
+    let phase = Rc::new(Cell::new(0u8));
+    let p = phase.clone();
+    world.set_drop_rule(Some(Box::new(move |from, to, _| match p.get() {
+        0 if from == a && to == b => Fate::Drop,
+        2 if from == a || to == a => Fate::Drop,
+        _ => Fate::Pass,
+    })));
+    let mut recorder = Recorder::new();
+    let setup = vec![Program { node: a, session: 1, steps: vec![rel(x, 21)] }];
+    let (_, released) = run(&mut world, &mut recorder, setup, 1_000 * MS);
+    expect(report, "F14", released, "A's release did not complete on {A, C}".into());
+    world.crash(c);
+    world.run_until(world.now() + 5 * MS);
+    world.restart(c);
+    phase.set(1);
+    let rejoined = world.run_while(world.now() + 2_000 * MS, |w| {
+        w.engine(c).is_some_and(|e| !e.status().rejoining)
+    });
+    expect(report, "F14", rejoined, "the restarted node never rejoined".into());
+    phase.set(2);
+    let programs = vec![Program { node: b, session: 2, steps: vec![acq(x)] }];
+    let (res, finished) = run(&mut world, &mut recorder, programs, 2_000 * MS);
+    expect(report, "F14", finished, "B's acquire did not finish on {B, C}".into());
+    expect(
+        report,
+        "F14",
+        read(&res, 0, 0) == Some(21),
+        format!("B acquired x={:?} after A's release of 21 completed", read(&res, 0, 0)),
+    );
+    world.set_drop_rule(None);
+    finish(report, &world, &mut recorder, "F14");
 }

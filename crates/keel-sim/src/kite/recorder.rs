@@ -158,15 +158,19 @@ impl Recorder {
     }
 
     /// Fills in what read-modify-writes left without a reply wrote, when some node
-    /// committed them (`commits`: by request id; the engine numbers a session's requests
-    /// from 1 in the order it took them, as the recorder does).
-    pub fn settle_rmws(&mut self, commits: &BTreeMap<RmwId, RmwOutcome>) {
-        for (op, failed) in self.ops.iter_mut().zip(&self.failed) {
-            if *failed || op.complete.is_some() || !matches!(op.kind, RcKind::Faa | RcKind::Cas) {
+    /// committed them (`commits`: by request id; `ids`: the id each request went by, by
+    /// tag, as its engine numbered it).
+    pub fn settle_rmws(
+        &mut self,
+        commits: &BTreeMap<RmwId, RmwOutcome>,
+        ids: &BTreeMap<RequestTag, RmwId>,
+    ) {
+        for (&tag, &index) in &self.by_tag {
+            let (op, failed) = (&mut self.ops[index], self.failed[index]);
+            if failed || op.complete.is_some() || !matches!(op.kind, RcKind::Faa | RcKind::Cas) {
                 continue;
             }
-            let id = RmwId { node: u64::from(op.machine) << 32, session: op.session, seq: op.seq };
-            if let Some(outcome) = commits.get(&id) {
+            if let Some(outcome) = ids.get(&tag).and_then(|id| commits.get(id)) {
                 op.wrote = Some((stamp(outcome.stamp), number(&outcome.value)));
             }
         }

@@ -34,6 +34,8 @@ pub struct KiteRunConfig {
     pub no_epoch_snapshot: bool,
     /// Negative control: the paper's reset (to every node, naming only the acquire).
     pub paper_reset: bool,
+    /// Negative control: a restarted node serves at once, without rejoining.
+    pub no_rejoin: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -47,6 +49,7 @@ impl KiteRunConfig {
             no_slow_path: false,
             no_epoch_snapshot: false,
             paper_reset: false,
+            no_rejoin: false,
             keep_history: false,
         }
     }
@@ -63,6 +66,9 @@ impl KiteRunConfig {
         }
         if self.paper_reset {
             line.push_str(" --paper-reset");
+        }
+        if self.no_rejoin {
+            line.push_str(" --no-rejoin");
         }
         line
     }
@@ -115,6 +121,7 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.unsafe_no_slow_path = config.no_slow_path;
     template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
     template.unsafe_paper_reset = config.paper_reset;
+    template.unsafe_no_rejoin = config.no_rejoin;
     template
 }
 
@@ -153,10 +160,27 @@ struct SimSession {
 
 #[derive(Clone, Debug)]
 enum Fault {
-    Pause { node: NodeId, ms: u64 },
-    Isolate { node: NodeId, ms: u64 },
-    OneWay { from: NodeId, to: NodeId, ms: u64 },
-    Crash { node: NodeId },
+    Pause {
+        node: NodeId,
+        ms: u64,
+    },
+    Isolate {
+        node: NodeId,
+        ms: u64,
+    },
+    OneWay {
+        from: NodeId,
+        to: NodeId,
+        ms: u64,
+    },
+    Crash {
+        node: NodeId,
+    },
+    /// Crash, then boot a new incarnation after `ms` that rejoins.
+    Restart {
+        node: NodeId,
+        ms: u64,
+    },
 }
 
 const STEP_NS: u64 = 200_000;
@@ -182,13 +206,23 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     let members = world.members();
 
-    // The fault schedule: 2 to 6 faults, crashes of at most a minority.
+    // The fault schedule: 2 to 6 faults; crashes and restarts of at most a minority in
+    // all (so a majority never loses its memory at once), each node at most once.
     let mut schedule: Vec<(u64, Fault)> = Vec::new();
     let mut crashes = 0;
+    let mut crashed: Vec<NodeId> = Vec::new();
     for _ in 0..rng.range(2, 7) {
         let at = rng.below(duration * 3 / 4);
         let node = members[rng.below(members.len() as u64) as usize];
-        let fault = match rng.below(10) {
+        let fault = match rng.below(12) {
+            9 | 10 => {
+                if crashes >= (n - 1) / 2 || crashed.contains(&node) {
+                    continue;
+                }
+                crashes += 1;
+                crashed.push(node);
+                Fault::Restart { node, ms: rng.range(1, 300) }
+            }
             0..=3 => Fault::Pause { node, ms: rng.range(20, 600) },
             4..=6 => Fault::Isolate { node, ms: rng.range(50, 800) },
             7 | 8 => {
@@ -199,10 +233,11 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 Fault::OneWay { from: node, to, ms: rng.range(50, 800) }
             }
             _ => {
-                if crashes >= (n - 1) / 2 {
+                if crashes >= (n - 1) / 2 || crashed.contains(&node) {
                     continue;
                 }
                 crashes += 1;
+                crashed.push(node);
                 Fault::Crash { node }
             }
         };
@@ -210,6 +245,11 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     }
     schedule.sort_by_key(|(at, _)| *at);
     let mut heals: Vec<u64> = Vec::new();
+    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
+    // Sessions of a node that crashed: their operations may be lost (a relaxed write
+    // completes before it leaves its node), so convergence does not count them.
+    let mut dead_sessions: Vec<u64> = Vec::new();
+    let mut next_session = 1_000;
 
     let session_count = rng.range(u64::from(n), u64::from(n) * 3 + 1);
     let mut sessions: Vec<SimSession> = (0..session_count)
@@ -257,9 +297,27 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 Fault::Crash { node } => {
                     *report.reached.entry("fault:crash".into()).or_default() += 1;
                     world.crash(node);
+                    dead_sessions.extend(sessions.iter().filter(|s| s.node == node).map(|s| s.id));
+                }
+                Fault::Restart { node, ms } => {
+                    *report.reached.entry("fault:restart".into()).or_default() += 1;
+                    world.crash(node);
+                    restarts.push((t + ms * MS, node));
+                    // Its clients' connections broke: they come back as new sessions.
+                    for s in sessions.iter_mut().filter(|s| s.node == node) {
+                        dead_sessions.push(s.id);
+                        next_session += 1;
+                        s.id = next_session;
+                        s.outstanding = 0;
+                        s.seen.clear();
+                    }
                 }
             }
         }
+        for &(_, node) in restarts.iter().filter(|(at, _)| *at <= t) {
+            world.restart(node);
+        }
+        restarts.retain(|(at, _)| *at > t);
         if heals.iter().any(|&h| h <= t) {
             heals.retain(|&h| h > t);
             if heals.is_empty() {
@@ -326,11 +384,14 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     report.virtual_ms = world.now() / MS;
 
     // Convergence: a final read is at least every write a live node's session completed.
-    recorder.settle_rmws(&world.commits);
+    recorder.settle_rmws(&world.commits, &world.rmw_ids);
     let history = recorder.history();
     let mut newest: BTreeMap<u64, keel_check::rc::Stamp> = BTreeMap::new();
     for op in &history {
-        if op.complete.is_none() || !live.contains(&NodeId(op.machine)) {
+        if op.complete.is_none()
+            || !live.contains(&NodeId(op.machine))
+            || dead_sessions.contains(&op.session)
+        {
             continue;
         }
         if let Some((s, _)) = op.wrote {
@@ -421,6 +482,8 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("cas-local-failure", c.cas_local_failures);
         add("self-delinquent", c.self_delinquent);
         add("reset-bit", c.resets);
+        add("rejoin", c.rejoins);
+        add("rejoin-unanswered", c.unanswered_rejoining);
         add("retransmit", c.retransmits);
         add("flush", c.flushes);
     }

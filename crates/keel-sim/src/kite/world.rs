@@ -122,6 +122,13 @@ pub struct KiteWorld {
     /// record was chosen), by request: what a request whose node crashed before it could
     /// answer did, for the history.
     pub commits: BTreeMap<RmwId, RmwOutcome>,
+    /// The id each read-modify-write request went by, once started.
+    pub rmw_ids: BTreeMap<RequestTag, RmwId>,
+    /// What every node booted with (restarts boot a later incarnation of it).
+    template: Config,
+    incarnations: BTreeMap<NodeId, u32>,
+    /// Restarts so far.
+    pub restarts: u64,
 }
 
 impl KiteWorld {
@@ -174,6 +181,10 @@ impl KiteWorld {
             counters: NetCounters::default(),
             rejections: Vec::new(),
             commits: BTreeMap::new(),
+            rmw_ids: BTreeMap::new(),
+            template: template.clone(),
+            incarnations: BTreeMap::new(),
+            restarts: 0,
         }
     }
 
@@ -252,11 +263,39 @@ impl KiteWorld {
         }
     }
 
+    /// Boots a crashed `node` again as its next incarnation, which rejoins: it has lost
+    /// its memory, and reads its peers' state before it serves (`docs/kite.md`,
+    /// Restarts). Messages already in flight to it arrive at the new incarnation.
+    pub fn restart(&mut self, node: NodeId) {
+        let members = self.members();
+        let incarnation = self.incarnations.entry(node).or_insert(0);
+        *incarnation += 1;
+        let mut config = self.template.clone();
+        config.node = node;
+        config.members = members;
+        config.incarnation = *incarnation;
+        config.rejoin = true;
+        let seed = self.rng.next_u64();
+        let Some(n) = self.nodes.get(&node) else { return };
+        if n.engine.is_some() {
+            return;
+        }
+        let local = self.local(n);
+        let engine = KiteEngine::boot(config, seed, local).expect("valid config");
+        let n = self.nodes.get_mut(&node).expect("node");
+        n.engine = Some(engine);
+        n.paused_until = 0;
+        n.deferred.clear();
+        n.wake = Some(self.now);
+        self.restarts += 1;
+        self.schedule(self.now, Event::Wake { node });
+    }
+
     /// Submits `op` in `session` at `node` now; returns the tag its reply will carry.
     pub fn submit(&mut self, node: NodeId, session: u64, op: KiteOp) -> RequestTag {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        let request = KiteRequest { tag, session, op };
+        let request = KiteRequest { tag, session, op, form: Default::default() };
         self.schedule(self.now, Event::Client { node, request });
         tag
     }
@@ -371,6 +410,9 @@ impl KiteWorld {
         let n = self.nodes.get_mut(&node).expect("node");
         let engine = n.engine.as_mut().expect("live");
         let out = engine.step(local, input);
+        for (tag, id) in engine.rmws_in_progress() {
+            self.rmw_ids.insert(tag, id);
+        }
         for r in &out.rejected {
             self.rejections.push((node, r.reason));
         }

@@ -23,6 +23,7 @@ pub use parse::{parse, parse_frame};
 
 use crate::resp::{Frame, Protocol};
 use bytes::Bytes;
+pub use keel_core::engine::OpMode;
 use keel_types::level::UnknownName;
 use keel_types::{Command, Durability, KeelError, Key, ReadLevel, Value};
 
@@ -55,7 +56,7 @@ pub enum ClientCommand {
         /// The connection's new name, if given.
         client_name: Option<Bytes>,
     },
-    /// `GET key [LEVEL level] [WITHVERSION]`.
+    /// `GET key [LEVEL level] [WITHVERSION] [ACQUIRE]`.
     Get {
         /// The key read.
         key: Key,
@@ -63,8 +64,10 @@ pub enum ClientCommand {
         level: Option<ReadLevel>,
         /// Whether the reply carries the version read.
         with_version: bool,
+        /// [`OpMode::Acquire`] with `ACQUIRE` (Kite keyspaces), else plain.
+        mode: OpMode,
     },
-    /// `SET key value [DURABILITY durability] [WITHVERSION]`.
+    /// `SET key value [DURABILITY durability] [WITHVERSION] [RELEASE]`.
     Set {
         /// The key written.
         key: Key,
@@ -74,6 +77,8 @@ pub enum ClientCommand {
         durability: Option<Durability>,
         /// Whether the reply carries the version created.
         with_version: bool,
+        /// [`OpMode::Release`] with `RELEASE` (Kite keyspaces), else plain.
+        mode: OpMode,
     },
     /// `DEL key [key ...]`: the number of keys that existed.
     Del {
@@ -85,12 +90,15 @@ pub enum ClientCommand {
         /// The keys checked, at least one.
         keys: Vec<Key>,
     },
-    /// `INCR`, `INCRBY`, `DECR`, `DECRBY`: add `delta` to the key's integer value.
+    /// `INCR`, `INCRBY`, `DECR`, `DECRBY`: add `delta` to the key's integer value;
+    /// `KEEL.FAA key delta`: the same, answering the value before.
     Incr {
         /// The key changed.
         key: Key,
         /// The amount added (negative for the DECR forms).
         delta: i64,
+        /// `KEEL.FAA`: the reply is the value before the addition.
+        fetch: bool,
     },
     /// `MGET key [key ...] [LEVEL level]`. `LEVEL` is an option only when it is the
     /// second-to-last word and at least one key precedes it.
@@ -100,7 +108,7 @@ pub enum ClientCommand {
         /// The read level; `None`: the keyspace default.
         level: Option<ReadLevel>,
     },
-    /// `KEEL.CAS key expected|-nil new [DURABILITY durability]`.
+    /// `KEEL.CAS key expected|-nil new [DURABILITY durability] [WEAK|STRONG]`.
     Cas {
         /// The key compared and written.
         key: Key,
@@ -110,6 +118,8 @@ pub enum ClientCommand {
         new: Value,
         /// When to acknowledge; `None`: the keyspace default.
         durability: Option<Durability>,
+        /// [`OpMode::Weak`] or [`OpMode::Strong`] when named (Kite keyspaces), else plain.
+        mode: OpMode,
     },
     /// `KEEL.SCAN start end|+inf [COUNT n] [LEVEL level]`: keys in `[start, end)`.
     Scan {
@@ -238,10 +248,10 @@ impl ClientCommand {
             with_version: false,
         };
         let operations = match self {
-            ClientCommand::Get { key, level, with_version } => {
+            ClientCommand::Get { key, level, with_version, .. } => {
                 Operations { with_version, ..reads(vec![Command::Get { key }], level) }
             }
-            ClientCommand::Set { key, value, durability, with_version } => {
+            ClientCommand::Set { key, value, durability, with_version, .. } => {
                 Operations { with_version, ..writes(vec![Command::Put { key, value }], durability) }
             }
             ClientCommand::Del { keys } => {
@@ -253,8 +263,10 @@ impl ClientCommand {
             ClientCommand::MGet { keys, level } => {
                 reads(keys.into_iter().map(|key| Command::Get { key }).collect(), level)
             }
-            ClientCommand::Incr { key, delta } => writes(vec![Command::Incr { key, delta }], None),
-            ClientCommand::Cas { key, expected, new, durability } => {
+            ClientCommand::Incr { key, delta, .. } => {
+                writes(vec![Command::Incr { key, delta }], None)
+            }
+            ClientCommand::Cas { key, expected, new, durability, .. } => {
                 writes(vec![Command::Cas { key, expected, new }], durability)
             }
             ClientCommand::Scan { start, end, count, level } => {
@@ -276,6 +288,17 @@ impl ClientCommand {
         Ok(operations)
     }
 
+    /// The synchronization the command asks (`ACQUIRE`, `RELEASE`, `WEAK`, `STRONG`);
+    /// [`OpMode::Plain`] for every other command.
+    pub fn mode(&self) -> OpMode {
+        match self {
+            ClientCommand::Get { mode, .. }
+            | ClientCommand::Set { mode, .. }
+            | ClientCommand::Cas { mode, .. } => *mode,
+            _ => OpMode::Plain,
+        }
+    }
+
     /// The command's name in lowercase, as metrics and errors show it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -286,6 +309,7 @@ impl ClientCommand {
             ClientCommand::Set { .. } => "set",
             ClientCommand::Del { .. } => "del",
             ClientCommand::Exists { .. } => "exists",
+            ClientCommand::Incr { fetch: true, .. } => "keel.faa",
             ClientCommand::Incr { .. } => "incr",
             ClientCommand::MGet { .. } => "mget",
             ClientCommand::Cas { .. } => "keel.cas",

@@ -2,7 +2,7 @@
 //! then options left to right; keys and values are checked against [`Limits`].
 
 use super::{
-    ClientCommand, ClientSubcommand, CommandError, CommandQuery, ERROR_ARGS_BYTES_MAX,
+    ClientCommand, ClientSubcommand, CommandError, CommandQuery, OpMode, ERROR_ARGS_BYTES_MAX,
     ERROR_NAME_BYTES_MAX, SCAN_COUNT_DEFAULT,
 };
 use crate::num::parse_i64;
@@ -60,6 +60,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "del" => keys("del", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
         "exists" => keys("exists", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
         "incr" | "decr" | "incrby" | "decrby" => incr(name, rest, count, limits),
+        "keel.faa" => faa(rest, count, limits),
         "mget" => mget(rest, count, limits),
         "keel.cas" => cas(rest, count, limits),
         "keel.scan" => scan(rest, count, limits),
@@ -217,7 +218,7 @@ fn hello(mut words: Words) -> Result<ClientCommand, CommandError> {
 fn get(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
     at_least("get", count, 1)?;
     let key = key(next(&mut words)?, limits)?;
-    let (mut level, mut with_version) = (None, false);
+    let (mut level, mut with_version, mut mode) = (None, false, OpMode::Plain);
     while let Some(option) = words.next() {
         if is(&option, "level") {
             once(level.is_some())?;
@@ -225,11 +226,14 @@ fn get(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         } else if is(&option, "withversion") {
             once(with_version)?;
             with_version = true;
+        } else if is(&option, "acquire") {
+            once(mode != OpMode::Plain)?;
+            mode = OpMode::Acquire;
         } else {
             return Err(CommandError::Syntax);
         }
     }
-    Ok(ClientCommand::Get { key, level, with_version })
+    Ok(ClientCommand::Get { key, level, with_version, mode })
 }
 
 /// Redis `SET` options Keel refuses by name rather than as a syntax error.
@@ -240,7 +244,7 @@ fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
     at_least("set", count, 2)?;
     let key = key(next(&mut words)?, limits)?;
     let value = value(next(&mut words)?, limits)?;
-    let (mut durability_asked, mut with_version) = (None, false);
+    let (mut durability_asked, mut with_version, mut mode) = (None, false, OpMode::Plain);
     while let Some(option) = words.next() {
         if is(&option, "durability") {
             once(durability_asked.is_some())?;
@@ -248,6 +252,9 @@ fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         } else if is(&option, "withversion") {
             once(with_version)?;
             with_version = true;
+        } else if is(&option, "release") {
+            once(mode != OpMode::Plain)?;
+            mode = OpMode::Release;
         } else if SET_OPTIONS_UNSUPPORTED.iter().any(|name| is(&option, name)) {
             let option = String::from_utf8_lossy(&option).to_ascii_uppercase();
             return Err(CommandError::UnsupportedOption { command: "SET", option });
@@ -255,7 +262,7 @@ fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
             return Err(CommandError::Syntax);
         }
     }
-    Ok(ClientCommand::Set { key, value, durability: durability_asked, with_version })
+    Ok(ClientCommand::Set { key, value, durability: durability_asked, with_version, mode })
 }
 
 fn keys(name: &str, words: Words, count: usize, limits: &Limits) -> Result<Vec<Key>, CommandError> {
@@ -280,7 +287,15 @@ fn incr(
     } else {
         amount
     };
-    Ok(ClientCommand::Incr { key, delta })
+    Ok(ClientCommand::Incr { key, delta, fetch: false })
+}
+
+/// `KEEL.FAA key delta`: fetch-and-add, answering the value before.
+fn faa(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    exactly("keel.faa", count, 2)?;
+    let key = key(next(&mut words)?, limits)?;
+    let delta = integer(&next(&mut words)?)?;
+    Ok(ClientCommand::Incr { key, delta, fetch: true })
 }
 
 fn mget(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
@@ -317,10 +332,22 @@ fn cas(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         None => None,
     };
     let new = value(next(&mut words)?, limits)?;
-    Ok(ClientCommand::Cas { key, expected, new, durability: durability_option(words)? })
+    let (mut durability_asked, mut mode) = (None, OpMode::Plain);
+    while let Some(option) = words.next() {
+        if is(&option, "durability") {
+            once(durability_asked.is_some())?;
+            durability_asked = Some(durability(&next(&mut words)?)?);
+        } else if is(&option, "weak") || is(&option, "strong") {
+            once(mode != OpMode::Plain)?;
+            mode = if is(&option, "weak") { OpMode::Weak } else { OpMode::Strong };
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Cas { key, expected, new, durability: durability_asked, mode })
 }
 
-/// `[DURABILITY d]`, the only option of `KEEL.CAS` and the queue writes.
+/// `[DURABILITY d]`, the only option of the queue writes.
 fn durability_option(mut words: Words) -> Result<Option<Durability>, CommandError> {
     let mut asked = None;
     while let Some(option) = words.next() {

@@ -361,7 +361,8 @@ fn read_append_reply(reader: &mut Reader<'_>) -> Result<Message, PeerError> {
 }
 
 fn put_request(out: &mut Vec<u8>, request: &ClientRequest) {
-    let ClientRequest { tag, client, request, command, durability, level, after } = request;
+    let ClientRequest { tag, client, request, command, durability, level, after, mode: _ } =
+        request;
     put_u64(out, tag.0);
     put_u64(out, client.0);
     put_u64(out, request.0);
@@ -390,6 +391,7 @@ fn read_request(reader: &mut Reader<'_>) -> Result<ClientRequest, PeerError> {
         },
         level: if reader.flag("level flag")? { Some(read_level(reader)?) } else { None },
         after: LogIndex(reader.u64("session floor")?),
+        mode: Default::default(),
     })
 }
 
@@ -744,6 +746,7 @@ pub(crate) mod strategies {
                 durability,
                 level,
                 after: LogIndex(after),
+                mode: Default::default(),
             },
         )
     }

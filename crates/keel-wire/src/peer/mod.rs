@@ -5,6 +5,7 @@
 //! - this file: the frame ([`PeerFrame`] to write, [`FrameView`] as read), its limits
 //!   ([`PeerLimits`]), its errors ([`PeerError`]), the [`PeerMessage`] trait an engine's
 //!   message type implements, [`encode_frame`] and [`decode_frame`].
+//! - `kite`: the encoding of `keel_core::kite::Message` (a format byte, then postcard).
 //! - `message`: the encoding of every `keel_core::leader::Message` variant (one file, so
 //!   that a new field is one edit; its round-trip property test names every field).
 //!
@@ -29,7 +30,10 @@
 //! allocating the body; every count and length is checked against its limit and against
 //! the bytes left before anything is reserved for it.
 
+mod kite;
 mod message;
+
+pub use kite::KITE_FORMAT_V1;
 
 use keel_types::codec::{put_u32, put_u8, CodecError, Reader};
 use keel_types::{KeyspaceId, NodeId};
@@ -187,6 +191,9 @@ pub enum PeerError {
     /// Text that is not UTF-8.
     #[error("{0} is not UTF-8")]
     InvalidUtf8(&'static str),
+    /// A message that does not decode as its engine kind's (named in the text).
+    #[error("malformed peer message: {0}")]
+    Malformed(String),
 }
 
 /// Appends `frame` to `out`. Refuses (and leaves `out` as it was) a frame over the limits.

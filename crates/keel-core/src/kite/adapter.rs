@@ -1,0 +1,277 @@
+//! Kite behind the platform's engine interface: front-door requests to Kite operations,
+//! Kite results to front-door replies, the incarnation kept on disk, the report.
+//!
+//! A front-door request maps by its command and [`OpMode`]:
+//!
+//! | command | mode | operation |
+//! |---|---|---|
+//! | `Get` | plain / acquire | relaxed read / acquire |
+//! | `Put` | plain / release | relaxed write / release |
+//! | `Incr` | plain | fetch-and-add (the reply is the value after it) |
+//! | `Cas` | plain or strong / weak | strong / weak compare-and-swap |
+//!
+//! Anything else (deletes, scans, transactions, queues, a read level or durability) is
+//! refused with a reply that names the engine; the server refuses them before they get
+//! here, so this is the second line.
+
+use super::engine::KiteEngine;
+use super::types::{
+    Config, KiteOp, KiteReply, KiteRequest, KiteResult, Message, ReplyForm, Status,
+};
+use crate::engine::{
+    BootError, ClientReply, ClientRequest, Engine, Input, Metric, OpMode, Outputs, PersistedState,
+    Report, RoleView,
+};
+use crate::time::Time;
+use keel_types::rng::SplitMix64;
+use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NodeId, Version};
+
+impl From<ClientRequest> for KiteRequest {
+    fn from(request: ClientRequest) -> KiteRequest {
+        let ClientRequest { tag, client, command, durability, level, mode, .. } = request;
+        let session = client.0;
+        let refused = |what: String| KiteRequest {
+            tag,
+            session,
+            op: KiteOp::Read { key: keel_types::Key::new() },
+            form: ReplyForm::Refused(format!("{what} has no meaning in a kite keyspace")),
+        };
+        if durability.is_some() {
+            return refused("DURABILITY".into());
+        }
+        if level.is_some() {
+            return refused("LEVEL".into());
+        }
+        let (op, form) = match (command, mode) {
+            (Command::Get { key }, OpMode::Plain) => (KiteOp::Read { key }, ReplyForm::Value),
+            (Command::Get { key }, OpMode::Acquire) => (KiteOp::Acquire { key }, ReplyForm::Value),
+            (Command::Put { key, value }, OpMode::Plain) => {
+                (KiteOp::Write { key, value }, ReplyForm::Written)
+            }
+            (Command::Put { key, value }, OpMode::Release) => {
+                (KiteOp::Release { key, value }, ReplyForm::Written)
+            }
+            (Command::Incr { key, delta }, OpMode::Plain) => {
+                (KiteOp::Faa { key, delta }, ReplyForm::Counter { delta })
+            }
+            (Command::Cas { key, expected, new }, OpMode::Plain | OpMode::Strong) => {
+                (KiteOp::Cas { key, expected, new, strong: true }, ReplyForm::Cas)
+            }
+            (Command::Cas { key, expected, new }, OpMode::Weak) => {
+                (KiteOp::Cas { key, expected, new, strong: false }, ReplyForm::Cas)
+            }
+            (command, OpMode::Plain) => return refused(command.name().to_uppercase()),
+            (command, mode) => {
+                return refused(format!("{} with {}", command.name().to_uppercase(), mode.word()))
+            }
+        };
+        KiteRequest { tag, session, op, form }
+    }
+}
+
+/// Kite's stamps are not log versions: replies carry none (`WITHVERSION` is refused in
+/// Kite keyspaces), and writes report this one.
+const NO_VERSION: Version = Version::new(0, 0);
+
+impl From<KiteReply> for ClientReply {
+    fn from(reply: KiteReply) -> ClientReply {
+        let KiteReply { tag, served_by, form, result, .. } = reply;
+        let result = result.and_then(|r| match (form, r) {
+            (_, KiteResult::Value { value, .. }) => {
+                Ok(CommandResult::Value { value, version: None })
+            }
+            (_, KiteResult::Written { .. }) => Ok(CommandResult::Written { version: NO_VERSION }),
+            (ReplyForm::Counter { delta }, KiteResult::Rmw { read, .. }) => {
+                let before = match read {
+                    None => 0,
+                    Some(v) => std::str::from_utf8(&v)
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .ok_or(KeelError::NotAnInteger)?,
+                };
+                let value = before.checked_add(delta).ok_or(KeelError::NotAnInteger)?;
+                Ok(CommandResult::Counter { value, version: NO_VERSION })
+            }
+            (_, KiteResult::Rmw { read, wrote, .. }) => {
+                Ok(CommandResult::Cas { swapped: wrote.is_some(), current: read, version: None })
+            }
+        });
+        ClientReply { tag, served_by, result, durability_round: false }
+    }
+}
+
+/// The incarnation a node boots as: one past the last one its disk recorded, or, on a
+/// disk that recorded none, a random one (so that a node whose disk was replaced does not
+/// reuse its earlier life's stamps, ballots and request ids by chance).
+fn incarnation(persisted: &HardState, seed: u64) -> Result<u32, BootError> {
+    match persisted.epoch.0 {
+        0 => {
+            let draw = SplitMix64::new(seed ^ 0x6b69_7465_696e_6361).below(1 << 31);
+            Ok(u32::try_from(draw + 1).expect("below 2^31 + 1"))
+        }
+        last => u32::try_from(last + 1)
+            .map_err(|_| BootError::Persisted(format!("incarnation {last} is the last one"))),
+    }
+}
+
+impl Engine for KiteEngine {
+    type Config = Config;
+    type Message = Message;
+    type Request = KiteRequest;
+    type Reply = KiteReply;
+    type Status = Status;
+
+    /// Boots a new incarnation that rejoins (`docs/kite.md`, Restarts) and asks for the
+    /// incarnation to be made durable before its first message. A Kite keyspace keeps no
+    /// log: a data directory holding one was not written by Kite.
+    fn boot(
+        mut config: Config,
+        persisted: PersistedState,
+        seed: u64,
+        now: Time,
+    ) -> Result<Self, BootError> {
+        if !persisted.entries.is_empty() || persisted.snapshot.is_some() {
+            return Err(BootError::Persisted(
+                "the data directory holds a log or snapshot: it belongs to another engine kind"
+                    .into(),
+            ));
+        }
+        config.incarnation = incarnation(&persisted.hard_state, seed)?;
+        config.rejoin = true;
+        let incarnation = u64::from(config.incarnation);
+        let mut engine = KiteEngine::boot(config, seed, now)?;
+        engine.persist_first(HardState {
+            epoch: Epoch(incarnation),
+            voted_for: None,
+            repair_floor: None,
+        });
+        Ok(engine)
+    }
+
+    fn step(
+        &mut self,
+        now: Time,
+        input: Input<Message, KiteRequest>,
+    ) -> Outputs<Message, KiteReply> {
+        KiteEngine::step(self, now, input)
+    }
+
+    fn check_message(message: &Message) -> Result<(), &'static str> {
+        KiteEngine::check_message(message)
+    }
+
+    fn node_id(&self) -> NodeId {
+        KiteEngine::node_id(self)
+    }
+
+    fn status(&self) -> Status {
+        KiteEngine::status(self)
+    }
+
+    fn role(&self) -> RoleView {
+        let status = KiteEngine::status(self);
+        let role = if status.rejoining { "rejoining" } else { "replica" };
+        RoleView { role, leader: None, epoch: status.epoch }
+    }
+
+    fn report(&self) -> Report {
+        report(&KiteEngine::status(self))
+    }
+
+    fn read_now(&self, request: &KiteRequest, _now: Time) -> Option<KiteReply> {
+        KiteEngine::read_now(self, request)
+    }
+}
+
+/// The status document and metrics of one Kite node.
+fn report(status: &Status) -> Report {
+    let mut doc = serde_json::to_value(status).expect("status serializes");
+    let object = doc.as_object_mut().expect("a struct serializes to an object");
+    let role = if status.rejoining { "rejoining" } else { "replica" };
+    object.insert("role".into(), role.into());
+    object.insert("engine".into(), "kite".into());
+    let c = &status.counters;
+    let delinquent = status.bits.iter().filter(|(_, b)| *b != super::Bit::Clear).count();
+    let metrics = vec![
+        Metric::gauge(
+            "keel_kite_epoch",
+            "The machine epoch (raised by each slow acquire).",
+            status.epoch,
+        ),
+        Metric::gauge(
+            "keel_kite_rejoining",
+            "1 while the node reads its peers' state after a restart.",
+            u64::from(status.rejoining),
+        ),
+        Metric::gauge("keel_kite_keys", "Keys held.", status.keys as u64),
+        Metric::gauge(
+            "keel_kite_keys_in_epoch",
+            "Keys served on the fast path.",
+            status.keys_in_epoch as u64,
+        ),
+        Metric::gauge("keel_kite_sessions", "Sessions open.", status.sessions as u64),
+        Metric::gauge(
+            "keel_kite_delinquent_bits",
+            "Nodes this node deems delinquent.",
+            delinquent as u64,
+        ),
+        Metric::counter(
+            "keel_kite_reads_fast_total",
+            "Relaxed reads served locally.",
+            c.reads_fast,
+        ),
+        Metric::counter(
+            "keel_kite_reads_slow_total",
+            "Relaxed reads that read a quorum.",
+            c.reads_slow,
+        ),
+        Metric::counter(
+            "keel_kite_writes_fast_total",
+            "Relaxed writes on the fast path.",
+            c.writes_fast,
+        ),
+        Metric::counter(
+            "keel_kite_writes_slow_total",
+            "Relaxed writes that read stamps from a quorum.",
+            c.writes_slow,
+        ),
+        Metric::counter(
+            "keel_kite_releases_fast_total",
+            "Releases whose earlier writes every node had.",
+            c.releases_fast,
+        ),
+        Metric::counter(
+            "keel_kite_releases_slow_total",
+            "Releases that timed out and sent a delinquent set.",
+            c.releases_slow,
+        ),
+        Metric::counter(
+            "keel_kite_acquires_fast_total",
+            "Acquires no replica deemed delinquent.",
+            c.acquires_fast,
+        ),
+        Metric::counter(
+            "keel_kite_acquires_slow_total",
+            "Acquires that raised the machine epoch.",
+            c.acquires_slow,
+        ),
+        Metric::counter("keel_kite_rmws_total", "Read-modify-writes completed.", c.rmws),
+        Metric::counter(
+            "keel_kite_rmw_retries_total",
+            "Paxos rounds started again.",
+            c.rmw_retries,
+        ),
+        Metric::counter(
+            "keel_kite_retransmits_total",
+            "Requests sent again after the timer.",
+            c.retransmits,
+        ),
+        Metric::counter(
+            "keel_kite_messages_rejected_total",
+            "Peer messages dropped by the gate.",
+            c.rejected,
+        ),
+        Metric::counter("keel_kite_rejoins_total", "Rejoins completed.", c.rejoins),
+    ];
+    Report { status: doc, metrics }
+}

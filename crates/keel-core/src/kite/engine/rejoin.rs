@@ -1,0 +1,297 @@
+//! Rejoining after a restart: a node that lost its memory reads the state of enough other
+//! nodes, page by page, before it serves a client or answers a quorum request.
+//!
+//! Why it is enough: a write, a promise, an acceptance or a slow release that completed
+//! did so at a quorum `Q`. If this node's earlier incarnation was in `Q`, the rest of `Q`
+//! holds it: `|Q| - 1 >= n - q` other nodes (with majority quorums, `q - 1`). Reading
+//! `n - q + 1` other nodes then always reaches one of them, since the two sets of other
+//! nodes, of sizes `q - 1` and `n - q + 1`, add up to more than the `n - 1` other nodes.
+//! What reaches this node while it rejoins is safe to take: writes are applied and
+//! acknowledged (it holds them from then on); requests whose answers vouch for older
+//! state (reads, proposes, accepts, slow releases) go unanswered until it has rejoined,
+//! and their senders send them again.
+//!
+//! Only nodes that have their memory count: when two nodes restart together, one must not
+//! count the other, whose memory is gone too. A node that is itself rejoining answers that
+//! it has nothing to vouch for, and is asked again later. When this node and the rejoining
+//! nodes it heard from are a majority, a majority lost its memory at once and what only
+//! those nodes held is lost (the in-memory keyspace's promise, `docs/kite.md`, Restarts):
+//! the node then rejoins once every other node has answered, or after a grace period, so
+//! that a cluster booting at once starts, and one with a node gone for good does too.
+
+use super::{Bit, Cursor, KiteEngine, Message, NodeId, SlotImage, PAGE_ITEMS_MAX};
+use crate::time::Time;
+use std::collections::BTreeMap;
+
+/// Roughly the most bytes of keys and values one page carries (a page holds at least
+/// one item, so one item at the limits may exceed it).
+const PAGE_BYTES_SOFT_MAX: usize = 512 * 1024;
+
+/// How many retransmission paces a node whose rejoin found a majority without memory
+/// waits for the nodes that have not answered before it rejoins without them.
+const AMNESIA_GRACE_PACES: u64 = 20;
+
+/// Where reading one other node's state stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Source {
+    /// The page starting at this cursor was asked for, last at this time; `rejoining`:
+    /// the node last said it is rejoining itself (it is asked again from the start).
+    Asking { after: Cursor, sent_at: Time, rejoining: bool },
+    /// Read to the end.
+    Done,
+}
+
+/// A rejoin in progress.
+#[derive(Clone, Debug)]
+pub(super) struct Rejoin {
+    sources: BTreeMap<NodeId, Source>,
+    /// How many other nodes with their memory must be read.
+    need: usize,
+    /// Since when this node and the rejoining nodes it heard from have been a majority.
+    amnesia_since: Option<Time>,
+}
+
+impl KiteEngine {
+    /// Starts rejoining if the configuration asks for it and there is anyone to read from.
+    pub(super) fn start_rejoin(mut self) -> KiteEngine {
+        let n = self.config.members.len();
+        let need = (n - self.quorum + 1).min(n - 1);
+        if !self.config.rejoin || self.config.unsafe_no_rejoin || need == 0 {
+            return self;
+        }
+        let mut sources = BTreeMap::new();
+        for &peer in &self.config.members {
+            if peer != self.config.node {
+                let asking =
+                    Source::Asking { after: Cursor::Start, sent_at: self.now, rejoining: false };
+                sources.insert(peer, asking);
+                let ask = Message::StateRequest { rejoin: self.writer, after: Cursor::Start };
+                self.out.messages.push((peer, ask));
+            }
+        }
+        self.rejoin = Some(Rejoin { sources, need, amnesia_since: None });
+        self
+    }
+
+    /// Whether the rejoin is complete: enough nodes with their memory read, or a majority
+    /// without memory and nobody left to wait for (or the grace period over).
+    fn rejoin_complete(&mut self) -> bool {
+        let (now, quorum) = (self.now, self.quorum);
+        let grace = crate::time::Span(self.config.retransmit.0.saturating_mul(AMNESIA_GRACE_PACES));
+        let Some(rejoin) = &mut self.rejoin else { return true };
+        let done = rejoin.sources.values().filter(|s| **s == Source::Done).count();
+        if done >= rejoin.need {
+            return true;
+        }
+        let amnesiac = rejoin
+            .sources
+            .values()
+            .filter(|s| matches!(s, Source::Asking { rejoining: true, .. }))
+            .count();
+        if amnesiac + 1 < quorum {
+            rejoin.amnesia_since = None;
+            return false;
+        }
+        let since = *rejoin.amnesia_since.get_or_insert(now);
+        let unheard =
+            rejoin.sources.values().any(|s| matches!(s, Source::Asking { rejoining: false, .. }));
+        !unheard || since + grace <= now
+    }
+
+    /// Ends the rejoin if it is complete.
+    pub(super) fn finish_rejoin_if_complete(&mut self) {
+        if self.rejoin.is_some() && self.rejoin_complete() {
+            self.rejoin = None;
+            self.counters.rejoins += 1;
+        }
+    }
+
+    /// Whether a rejoining node answers `message` (a write, which it then holds, and a
+    /// reset, which answers nothing).
+    pub(super) fn answers_while_rejoining(&self, message: &Message) -> bool {
+        matches!(message, Message::Write { .. } | Message::ResetBit { .. })
+    }
+
+    /// Asks again for the pages not answered within the retransmission pace.
+    pub(super) fn rejoin_resend_due(&mut self) {
+        let (now, pace, writer) = (self.now, self.config.retransmit, self.writer);
+        let Some(rejoin) = &mut self.rejoin else { return };
+        for (&peer, source) in rejoin.sources.iter_mut() {
+            if let Source::Asking { after, sent_at, .. } = source {
+                if *sent_at + pace <= now {
+                    *sent_at = now;
+                    let ask = Message::StateRequest { rejoin: writer, after: after.clone() };
+                    self.out.messages.push((peer, ask));
+                    self.counters.retransmits += 1;
+                }
+            }
+        }
+    }
+
+    /// When the next page request is due again.
+    pub(super) fn rejoin_wake(&self) -> Option<Time> {
+        let rejoin = self.rejoin.as_ref()?;
+        let grace = crate::time::Span(self.config.retransmit.0.saturating_mul(AMNESIA_GRACE_PACES));
+        rejoin
+            .sources
+            .values()
+            .filter_map(|s| match s {
+                Source::Asking { sent_at, .. } => Some(*sent_at + self.config.retransmit),
+                Source::Done => None,
+            })
+            .chain(rejoin.amnesia_since.map(|since| since + grace))
+            .min()
+    }
+
+    /// The page of this node's state from `after`, for the rejoin `rejoin`.
+    pub(super) fn state_page(&self, rejoin: u64, after: Cursor) -> Message {
+        let empty = |rejoining| Message::StatePage {
+            rejoin,
+            after: after.clone(),
+            rejoining,
+            slots: Vec::new(),
+            outcomes: Vec::new(),
+            bits: Vec::new(),
+            next: None,
+        };
+        if self.rejoin.is_some() {
+            return empty(true);
+        }
+        let bits = match after {
+            Cursor::Start => self
+                .bits
+                .iter()
+                .filter(|(_, b)| **b != Bit::Clear)
+                .map(|(&node, _)| (node, true, self.gens.get(&node).copied().unwrap_or(0)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut bytes = 0usize;
+        let full =
+            |bytes: usize, items: usize| items >= PAGE_ITEMS_MAX || bytes >= PAGE_BYTES_SOFT_MAX;
+        let mut slots = Vec::new();
+        let mut next = None;
+        let keys_from = match &after {
+            Cursor::Start => Some(std::ops::Bound::Unbounded),
+            Cursor::Key(k) => Some(std::ops::Bound::Excluded(k.clone())),
+            Cursor::Outcome(..) => None,
+        };
+        if let Some(from) = keys_from {
+            for (key, slot) in self.keys.range((from, std::ops::Bound::Unbounded)) {
+                if full(bytes, slots.len()) {
+                    next = Some(Cursor::Key(
+                        slots.last().map_or(key.clone(), |s: &SlotImage| s.key.clone()),
+                    ));
+                    break;
+                }
+                bytes += key.len() + slot.value.as_ref().map_or(0, |v| v.len());
+                if let Some((_, r)) = &slot.accepted {
+                    bytes += r.value.len() + r.read.as_ref().map_or(0, |v| v.len());
+                }
+                slots.push(SlotImage {
+                    key: key.clone(),
+                    value: slot.value.clone(),
+                    stamp: slot.stamp,
+                    promised: slot.promised,
+                    accepted: slot.accepted.clone(),
+                    made_by: slot.made_by.clone(),
+                });
+            }
+            if next.is_none() {
+                // Keys are done: outcomes follow, in this page if it has room.
+                if full(bytes, slots.len()) {
+                    next = Some(Cursor::Outcome(0, 0));
+                }
+            }
+        }
+        let mut outcomes = Vec::new();
+        if next.is_none() {
+            let from = match &after {
+                Cursor::Outcome(node, session) => std::ops::Bound::Excluded((*node, *session)),
+                _ => std::ops::Bound::Unbounded,
+            };
+            for (&(node, session), (key, outcome)) in
+                self.outcomes.range((from, std::ops::Bound::Unbounded))
+            {
+                if full(bytes, slots.len() + outcomes.len()) {
+                    let (n, s) = outcomes
+                        .last()
+                        .map_or((node, session), |(id, _, _): &(super::RmwId, _, _)| {
+                            (id.node, id.session)
+                        });
+                    next = Some(Cursor::Outcome(n, s));
+                    break;
+                }
+                bytes +=
+                    key.len() + outcome.value.len() + outcome.read.as_ref().map_or(0, |v| v.len());
+                let id = super::RmwId { node, session, seq: outcome.seq };
+                outcomes.push((id, key.clone(), outcome.clone()));
+            }
+        }
+        Message::StatePage { rejoin, after, rejoining: false, slots, outcomes, bits, next }
+    }
+
+    /// Merges a page into this node's state and asks for the next one; rejoins once
+    /// enough nodes were read.
+    pub(super) fn on_state_page(&mut self, from: NodeId, page: Message) {
+        let Message::StatePage { rejoin, after, rejoining, slots, outcomes, bits, next } = page
+        else {
+            return;
+        };
+        let writer = self.writer;
+        let Some(state) = &mut self.rejoin else { return };
+        let expected = matches!(state.sources.get(&from),
+            Some(Source::Asking { after: asked, .. }) if *asked == after);
+        if rejoin != writer || !expected {
+            // A late or repeated page: what it holds is still true, but the cursor has
+            // moved on; ignoring it keeps each page merged once.
+            return;
+        }
+        let now = self.now;
+        let source = match (&next, rejoining) {
+            // Asked again from the start after the pace: it may have rejoined by then.
+            (_, true) => Source::Asking { after: Cursor::Start, sent_at: now, rejoining: true },
+            (Some(cursor), false) => {
+                let ask = Message::StateRequest { rejoin: writer, after: cursor.clone() };
+                self.out.messages.push((from, ask));
+                Source::Asking { after: cursor.clone(), sent_at: now, rejoining: false }
+            }
+            (None, false) => Source::Done,
+        };
+        state.sources.insert(from, source);
+        if !rejoining {
+            self.counters.rejoin_pages += 1;
+        }
+        for slot in slots {
+            self.merge_slot(slot);
+        }
+        for (id, key, outcome) in outcomes {
+            self.record_outcome(&key, id, outcome);
+        }
+        for (node, _, gen) in bits {
+            // Conservative: a bit set or transient anywhere is set here (its node's next
+            // acquire takes the slow path and resets it with this generation).
+            if let Some(bit) = self.bits.get_mut(&node) {
+                *bit = Bit::Set;
+                let mine = self.gens.entry(node).or_default();
+                *mine = (*mine).max(gen);
+            }
+        }
+        self.finish_rejoin_if_complete();
+    }
+
+    /// Takes one key as another node holds it: the newer value, the higher promise, the
+    /// accepted record of the higher ballot. Each is what that node holds, so any quorum
+    /// argument that counted it holds here too; the key stays out of its epoch.
+    fn merge_slot(&mut self, image: SlotImage) {
+        let SlotImage { key, value, stamp, promised, accepted, made_by } = image;
+        self.apply(&key, value, stamp, made_by);
+        let slot = self.keys.entry(key).or_default();
+        slot.promised = slot.promised.max(promised);
+        if let Some((ballot, record)) = accepted {
+            if slot.accepted.as_ref().is_none_or(|(mine, _)| *mine < ballot) {
+                slot.accepted = Some((ballot, record));
+            }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! A Kite keyspace on a cluster of real processes: the commands of release consistency
+//! over RESP, the refusals that name the engine, and a node killed and restarted (a new
+//! incarnation that rejoins before it serves). The protocol itself is checked in the
+//! simulator (`keel sim run --engine kite`).
+
+mod common;
+
+use keel_server::config::KeyspaceSettings;
+use keel_server::local::status_in;
+
+const KITE: u32 = 1;
+
+fn kite_keyspaces(c: &mut keel_server::ServerConfig) {
+    c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(KITE)];
+}
+
+/// A connection in the Kite keyspace.
+fn open(addr: std::net::SocketAddr) -> common::Conn {
+    let mut conn = common::Conn::open(addr);
+    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
+    conn
+}
+
+#[test]
+fn kite_commands_barriers_and_refusals_over_resp() {
+    let (cluster, _) = common::cluster("kite-commands", kite_keyspaces);
+    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    let addrs = cluster.client_addrs();
+    let (mut a, mut b) = (open(addrs[0]), open(addrs[1]));
+    // Message passing: a relaxed write, then a release; an acquire elsewhere sees both.
+    assert_eq!(a.call(&["SET", "data", "42"]), "+OK");
+    assert_eq!(a.call(&["SET", "flag", "1", "RELEASE"]), "+OK");
+    assert_eq!(b.call(&["GET", "flag", "ACQUIRE"]), "$1");
+    assert_eq!(b.line(), "1\r\n");
+    assert_eq!(b.call(&["GET", "data"]), "$2");
+    assert_eq!(b.line(), "42\r\n");
+    // Read-modify-writes: FAA answers the value before, INCR the value after.
+    assert_eq!(a.call(&["KEEL.FAA", "c", "5"]), ":0");
+    assert_eq!(b.call(&["INCR", "c"]), ":6");
+    assert_eq!(b.call(&["KEEL.FAA", "c", "-1"]), ":6");
+    assert_eq!(a.call(&["KEEL.CAS", "c", "5", "9", "STRONG"]), "*3");
+    assert_eq!(a.line(), ":1\r\n", "swapped");
+    assert_eq!(a.line(), "$1\r\n");
+    assert_eq!(a.line(), "5\r\n");
+    assert_eq!(a.line(), "$-1\r\n", "no log version in a kite keyspace");
+    assert_eq!(b.call(&["KEEL.CAS", "c", "5", "7", "WEAK"]), "*3");
+    assert_eq!(b.line(), ":0\r\n", "not swapped: c is 9");
+    assert_eq!(b.line(), "$1\r\n");
+    assert_eq!(b.line(), "9\r\n");
+    assert_eq!(b.line(), "$-1\r\n");
+    assert_eq!(b.call(&["EXISTS", "c", "data", "nope"]), ":2");
+    // What has no meaning here is refused, naming the engine.
+    for words in [
+        &["DEL", "c"][..],
+        &["GET", "c", "LEVEL", "linearizable"],
+        &["SET", "c", "1", "DURABILITY", "durable"],
+        &["GET", "c", "WITHVERSION"],
+        &["KEEL.SCAN", "a", "+inf"],
+        &["KEEL.ENQUEUE", "q", "v"],
+        &["MULTI"],
+        &["KEEL.SESSION"],
+    ] {
+        let reply = a.call(words);
+        assert!(reply.starts_with("-ERR") && reply.contains("runs kite"), "{words:?}: {reply}");
+    }
+    // And in an ORCA keyspace, the barriers are refused the other way round.
+    let mut orca = common::Conn::open(addrs[0]);
+    let reply = orca.call(&["GET", "x", "ACQUIRE"]);
+    assert!(reply.contains("needs a kite keyspace") && reply.contains("runs orca"), "{reply}");
+    assert_eq!(orca.call(&["KEEL.FAA", "n", "2"]), ":0", "FAA works on ORCA too");
+    assert_eq!(orca.call(&["KEEL.FAA", "n", "2"]), ":2");
+    let status = status_in(addrs[2], KITE).expect("KEEL.STATUS in the kite keyspace");
+    assert_eq!(status["engine"], "kite");
+    assert_eq!(status["role"], "replica");
+    common::finish(cluster);
+}
+
+#[test]
+fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
+    let (mut cluster, _) = common::cluster("kite-restart", kite_keyspaces);
+    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    let addrs = cluster.client_addrs();
+    let before = status_in(addrs[2], KITE).expect("status")["incarnation"].as_u64().unwrap();
+    cluster.kill(2);
+    // With a node down, a release times out, takes the slow path and completes.
+    let mut a = open(addrs[0]);
+    for i in 0..20 {
+        assert_eq!(a.call(&["SET", &format!("k{i}"), &i.to_string()]), "+OK");
+        assert_eq!(a.call(&["KEEL.FAA", "total", "1"]), format!(":{i}"));
+    }
+    assert_eq!(a.call(&["SET", "flag", "done", "RELEASE"]), "+OK");
+    let slow = status_in(addrs[0], KITE).unwrap()["counters"]["releases_slow"].as_u64().unwrap();
+    assert!(slow >= 1, "the release named the dead node");
+    cluster.restart(2).expect("restart");
+    assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the new incarnation rejoined");
+    let status = status_in(addrs[2], KITE).expect("status");
+    assert_eq!(status["incarnation"].as_u64().unwrap(), before + 1, "one past the last on disk");
+    assert!(status["counters"]["rejoin_pages"].as_u64().unwrap() >= 1);
+    // The restarted node sees what was released while it was down.
+    let mut c = open(addrs[2]);
+    assert_eq!(c.call(&["GET", "flag", "ACQUIRE"]), "$4");
+    assert_eq!(c.line(), "done\r\n");
+    for i in 0..20 {
+        assert_eq!(c.call(&["GET", &format!("k{i}")]), format!("${}", i.to_string().len()));
+        assert_eq!(c.line(), format!("{i}\r\n"));
+    }
+    assert_eq!(c.call(&["KEEL.FAA", "total", "1"]), ":20", "no increment lost or repeated");
+    common::finish(cluster);
+}
