@@ -263,11 +263,19 @@ pub struct KiteSettings {
     pub retransmit_ms: u64,
     /// The most sessions (connections) a node keeps per Kite keyspace.
     pub sessions_max: u32,
+    /// The longest random pause, in microseconds, before a read-modify-write that lost to
+    /// another proposer tries again (1 to 1,000,000).
+    pub rmw_backoff_max_us: u64,
 }
 
 impl Default for KiteSettings {
     fn default() -> Self {
-        KiteSettings { release_timeout_ms: 10, retransmit_ms: 100, sessions_max: 10_000 }
+        KiteSettings {
+            release_timeout_ms: 10,
+            retransmit_ms: 100,
+            sessions_max: 10_000,
+            rmw_backoff_max_us: 1_000,
+        }
     }
 }
 
@@ -288,6 +296,9 @@ impl KiteSettings {
         }
         if self.sessions_max == 0 {
             return Err(invalid("kite.sessions_max", "must be positive"));
+        }
+        if !(1..=1_000_000).contains(&self.rmw_backoff_max_us) {
+            return Err(invalid("kite.rmw_backoff_max_us", "must be between 1 and 1000000 us"));
         }
         Ok(())
     }

@@ -301,6 +301,7 @@ fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::C
     kite.release_timeout = keel_core::time::Span::from_millis(config.kite.release_timeout_ms);
     kite.retransmit = keel_core::time::Span::from_millis(config.kite.retransmit_ms);
     kite.sessions_max = config.kite.sessions_max as usize;
+    kite.rmw_backoff_max = keel_core::time::Span::from_micros(config.kite.rmw_backoff_max_us);
     kite
 }
 

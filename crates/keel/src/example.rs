@@ -42,6 +42,12 @@ pub enum Example {
     /// Ad serving: a profile's ad references read as a Correctable, the ads fetched on
     /// the preliminary view (speculation), against a strong-only baseline.
     Ads(crate::example_ads::AdsArgs),
+    /// A Treiber stack on a Kite keyspace; every pushed item popped once.
+    KiteStack(crate::example_kite::KiteArgs),
+    /// A Michael-Scott queue on a Kite keyspace; every item dequeued once, in order.
+    KiteQueue(crate::example_kite::KiteArgs),
+    /// A Harris-Michael sorted list on a Kite keyspace; no key lost or doubled.
+    KiteList(crate::example_kite::KiteArgs),
 }
 
 /// Flags of `keel example tickets`.
@@ -77,6 +83,13 @@ pub struct TicketsArgs {
 
 /// Runs `keel example ...`.
 pub fn run(args: &ExampleArgs) -> ExitCode {
+    use crate::example_kite::Structure;
+    match &args.example {
+        Example::KiteStack(a) => return crate::example_kite::run(Structure::Stack, a),
+        Example::KiteQueue(a) => return crate::example_kite::run(Structure::Queue, a),
+        Example::KiteList(a) => return crate::example_kite::run(Structure::List, a),
+        _ => {}
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -84,6 +97,9 @@ pub fn run(args: &ExampleArgs) -> ExitCode {
         .expect("runtime");
     match &args.example {
         Example::Ads(args) => crate::example_ads::run(&runtime, args),
+        Example::KiteStack(_) | Example::KiteQueue(_) | Example::KiteList(_) => {
+            unreachable!("run above")
+        }
         Example::Tickets(args) => match runtime.block_on(tickets(args)) {
             Ok(report) => {
                 if args.json {

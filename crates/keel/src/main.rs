@@ -10,6 +10,7 @@ mod client_cmds;
 mod demo;
 mod example;
 mod example_ads;
+mod example_kite;
 mod secure;
 mod up;
 

@@ -107,3 +107,28 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
     assert_eq!(c.call(&["KEEL.FAA", "total", "1"]), ":20", "no increment lost or repeated");
     common::finish(cluster);
 }
+
+/// Runs `keel example <name>` with a node killed and restarted mid-run; its JSON report.
+fn example(name: &str) -> serde_json::Value {
+    let dir = common::test_dir(name);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["example", name, "--workers", "2", "--ops", "60", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("keel example runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "keel example {name} failed:\n{stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn the_papers_data_structures_keep_their_invariants_through_a_node_killed_and_restarted() {
+    for name in ["kite-stack", "kite-queue", "kite-list"] {
+        let report = example(name);
+        assert_eq!(report["violations"], serde_json::json!([]), "{report}");
+        assert_eq!(report["node_killed"], true, "{report}");
+        assert!(report["operations"].as_u64().unwrap() >= 200, "most operations ran: {report}");
+    }
+}

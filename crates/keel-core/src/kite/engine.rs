@@ -1296,7 +1296,7 @@ impl KiteEngine {
     ) -> Result<KiteResult, Phase> {
         self.counters.rmw_retries += 1;
         let ballot = self.next_ballot(op.key(), highest);
-        let backoff = self.rng.below(self.config.retransmit.0.max(2) / 2 + 1);
+        let backoff = self.rng.below(self.config.rmw_backoff_max.0.max(1) + 1);
         let until = self.now + Span(backoff);
         Err(Phase::Rmw {
             op,

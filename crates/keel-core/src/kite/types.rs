@@ -500,6 +500,9 @@ pub struct Config {
     /// How long a round waits before it sends its request again to the nodes that have
     /// not answered.
     pub retransmit: Span,
+    /// The longest random pause before a read-modify-write tries again after another
+    /// proposer's ballot won (dueling proposers draw different pauses).
+    pub rmw_backoff_max: Span,
     /// The most sessions a node keeps; a request of a new session beyond it is refused.
     pub sessions_max: usize,
     /// The most requests waiting in one session.
@@ -535,6 +538,7 @@ impl Config {
             incarnation: 0,
             release_timeout: Span::from_millis(5),
             retransmit: Span::from_millis(20),
+            rmw_backoff_max: Span::from_millis(10),
             sessions_max: 10_000,
             session_queue_max: 1_000,
             limits: keel_types::Limits::default(),

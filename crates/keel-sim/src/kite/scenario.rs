@@ -118,6 +118,7 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     let mut template = Config::new(NodeId(1), vec![NodeId(1)]);
     template.release_timeout = release_timeout;
     template.retransmit = Span::from_millis(10);
+    template.rmw_backoff_max = Span::from_millis(5);
     template.unsafe_no_slow_path = config.no_slow_path;
     template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
     template.unsafe_paper_reset = config.paper_reset;
