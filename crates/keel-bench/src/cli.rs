@@ -90,13 +90,15 @@ pub enum SuiteCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SuiteArgs {
     /// orca (Table 2 and Figure 10), geo, scale (1..128 clients on A and B), keyspaces,
-    /// or correctables (preliminary and final views, bandwidth, divergence).
+    /// correctables (preliminary and final views, bandwidth, divergence), or kite
+    /// (Kite's modes by write ratio, and a node frozen).
     pub name: String,
     /// Systems to include, comma-separated.
     #[arg(long, default_value = "keel,etcd,zookeeper,redis")]
     pub systems: String,
     /// Workloads, comma-separated; default: the suite's own (orca: a,b,d,f; scale: a,b;
-    /// geo: read-only,write-only,mixed-read-heavy,mixed-write-heavy).
+    /// geo: read-only,write-only,mixed-read-heavy,mixed-write-heavy; kite: write
+    /// percentages, 1,5,20,50).
     #[arg(long)]
     pub workloads: Option<String>,
     /// Common run flags.

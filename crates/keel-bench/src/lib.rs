@@ -22,6 +22,7 @@ pub mod correctables;
 pub mod driver;
 pub mod generator;
 pub mod geo;
+pub mod kite;
 pub mod plot;
 pub mod progress;
 pub mod report;

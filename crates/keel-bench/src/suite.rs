@@ -386,8 +386,11 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         "scale" | "keyspaces" => "a,b",
         "geo" => return crate::geo::run(args, exe).map(|()| Vec::new()),
         "correctables" => return crate::correctables::run(args, exe).map(|()| Vec::new()),
+        "kite" => return crate::kite::run(args, exe).map(|()| Vec::new()),
         other => {
-            return Err(format!("unknown suite {other:?}: expected orca, geo, scale or keyspaces"))
+            return Err(format!(
+            "unknown suite {other:?}: expected orca, geo, scale, keyspaces, correctables or kite"
+        ))
         }
     };
     let workloads: Vec<WorkloadName> = args

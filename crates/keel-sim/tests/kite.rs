@@ -96,6 +96,9 @@ fn pinned_seeds_stay_clean() {
         ("general", 302_925),
         ("general", 303_384),
         ("general", 304_604),
+        // 4007865: a promise sent to a node's earlier incarnation answered a round of the
+        // restarted one on another key (fixed: rounds start at a random place).
+        ("general", 4_007_865),
         ("litmus", 16),
         ("litmus", 201_077),
         ("litmus", 201_812),

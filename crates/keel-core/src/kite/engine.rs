@@ -224,6 +224,8 @@ impl KiteEngine {
         config.validate()?;
         let n = config.members.len();
         let bits = config.members.iter().map(|&m| (m, Bit::Clear)).collect();
+        let mut rng = SplitMix64::new(seed);
+        let first_round = (rng.next_u64() >> 2).max(1);
         Ok(KiteEngine {
             writer: Stamp::writer_of(config.node, config.incarnation),
             quorum: n / 2 + 1,
@@ -235,11 +237,14 @@ impl KiteEngine {
             sessions: BTreeMap::new(),
             next_seq: 0,
             rounds: BTreeMap::new(),
-            next_round: 1,
+            // Rounds start at a random place: a reply still in flight to an earlier
+            // incarnation must not match a round of this one (it would answer another
+            // key's round: found by restarts in the simulator).
+            next_round: first_round,
             // Acquire ids of a later incarnation never match an earlier life's.
             next_acquire: (u64::from(config.incarnation) << 32) + 1,
             last_round: 0,
-            rng: SplitMix64::new(seed),
+            rng,
             counters: Counters::default(),
             now,
             out: Outputs::default(),

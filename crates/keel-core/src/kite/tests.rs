@@ -563,3 +563,44 @@ fn a_majority_without_memory_rejoins_after_the_grace_even_with_a_node_gone() {
         assert!(!net.node(id).status().rejoining, "node {id} rejoined after the grace");
     }
 }
+
+#[test]
+fn a_reply_to_an_earlier_incarnation_does_not_answer_a_later_ones_round() {
+    // Node 3 proposes on key a; its promises are held back. It restarts (a new incarnation)
+    // and proposes on key b; the held promises, answering the old round, then arrive. They
+    // name another key's value and must not be taken for the new round's answers.
+    let mut net = Net::new(3, |_| {});
+    net.call(1, 1, KiteOp::Write { key: k("a"), value: v("7") });
+    net.settle(5);
+    let held: std::rc::Rc<std::cell::RefCell<Vec<(NodeId, Message)>>> = Default::default();
+    let keep = held.clone();
+    net.drop = Box::new(move |from, to, m| {
+        let promise = to == NodeId(3) && matches!(m, Message::Promise { .. });
+        if promise {
+            keep.borrow_mut().push((from, m.clone()));
+        }
+        promise
+    });
+    let tag = RequestTag(5_000);
+    let faa = KiteOp::Faa { key: k("a"), delta: 1 };
+    net.step(3, Input::Client(KiteRequest { tag, session: 1, op: faa, form: Default::default() }));
+    net.settle(2);
+    let held: Vec<(NodeId, Message)> = held.borrow().clone();
+    assert!(held.len() >= 2, "the old round's promises were held: {}", held.len());
+    let mut config = net.node(3).config().clone();
+    config.incarnation = 1;
+    config.rejoin = false;
+    net.nodes[2] = KiteEngine::boot(config, 99, net.now).unwrap();
+    net.queue.retain(|(_, to, _)| *to != NodeId(3));
+    net.drop = Box::new(|_, _, _| false);
+    let tag = RequestTag(5_001);
+    let faa = KiteOp::Faa { key: k("b"), delta: 1 };
+    net.step(3, Input::Client(KiteRequest { tag, session: 2, op: faa, form: Default::default() }));
+    for (from, message) in held {
+        net.step(3, Input::Message { from, message });
+    }
+    net.settle(20);
+    let reply = net.replies.iter().find(|r| r.tag == tag).expect("the FAA on b answered");
+    assert_eq!(value_of(reply.result.as_ref().unwrap()), None, "b was never written");
+    assert_eq!(net.node(3).local(b"b").0, Some(v("1")));
+}
