@@ -35,16 +35,21 @@ pub struct LocalCluster {
     pub credentials: Option<(String, String)>,
 }
 
-/// A base port whose whole block (clients, peers, HTTP for `nodes` nodes) is free now,
-/// drawn from a pseudo-random start in 20000..50000.
+/// A base port whose whole block (clients, peers, HTTP and TLS for `nodes` nodes) is free
+/// now, drawn from a pseudo-random start in 10000..32000: below Linux's ephemeral range
+/// (32768 and up by default), so that no outgoing connection of this machine can be given
+/// one of the block's ports as its source between the check and the nodes' bind (a test
+/// cluster once lost its TLS port that way).
 pub fn free_base_port(nodes: u32) -> Option<u16> {
     let mut seed = crate::node::fresh_seed();
     for _ in 0..PORT_SEARCH_ATTEMPTS_MAX {
         seed = seed.rotate_left(13) ^ 0x9E37_79B9_7F4A_7C15;
-        let base = 20_000 + (seed % 30_000) as u16;
+        let base = 10_000 + (seed % 22_000) as u16;
         let free = (1..=nodes).all(|id| {
             let (a, b, c) = local_addrs(base, id);
-            [a, b, c].iter().all(|addr| TcpListener::bind(addr).is_ok())
+            // The TLS port tests and `keel up --secure` put 300 above the client port.
+            let tls = std::net::SocketAddr::new(a.ip(), a.port() + 300);
+            [a, b, c, tls].iter().all(|addr| TcpListener::bind(addr).is_ok())
         });
         if free {
             return Some(base);
