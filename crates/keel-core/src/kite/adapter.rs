@@ -169,9 +169,9 @@ impl Engine for KiteEngine {
     }
 
     fn role(&self) -> RoleView {
-        let status = KiteEngine::status(self);
-        let role = if status.rejoining { "rejoining" } else { "replica" };
-        RoleView { role, leader: None, epoch: status.epoch }
+        let (epoch, rejoining) = self.epoch_and_rejoining();
+        let role = if rejoining { "rejoining" } else { "replica" };
+        RoleView { role, leader: None, epoch }
     }
 
     fn report(&self) -> Report {

@@ -265,6 +265,12 @@ impl KiteEngine {
         self.config.node
     }
 
+    /// The machine epoch and whether the node is still rejoining: what the driver reads
+    /// after every step, without building the status (which walks every key).
+    pub fn epoch_and_rejoining(&self) -> (u64, bool) {
+        (self.epoch, self.rejoin.is_some())
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
