@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Most attempts at finding a free block of ports.
-pub const PORT_SEARCH_ATTEMPTS_MAX: u32 = 64;
 /// How long a graceful stop may take before the node is killed.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between two polls of a condition.
@@ -33,29 +31,66 @@ pub struct LocalCluster {
     /// The user and password the cluster's own status queries authenticate with, when
     /// its configuration has `[[users]]`.
     pub credentials: Option<(String, String)>,
+    /// The block of ports drawn for this cluster, held while it lives (`None` when the
+    /// caller chose the base port).
+    _ports: Option<PortBlock>,
 }
 
-/// A base port whose whole block (clients, peers, HTTP and TLS for `nodes` nodes) is free
-/// now, drawn from a pseudo-random start in 10000..32000: below Linux's ephemeral range
+/// Ports between two block bases: a block holds clients (`base + 1..`), peers
+/// (`base + 101..`), HTTP (`base + 201..`) and TLS (`base + 301..`) for up to 7 nodes.
+pub const PORT_BLOCK_SPAN: u16 = 400;
+/// The first block's base. Blocks lie in 10000..32000, below Linux's ephemeral range
 /// (32768 and up by default), so that no outgoing connection of this machine can be given
-/// one of the block's ports as its source between the check and the nodes' bind (a test
-/// cluster once lost its TLS port that way).
-pub fn free_base_port(nodes: u32) -> Option<u16> {
-    let mut seed = crate::node::fresh_seed();
-    for _ in 0..PORT_SEARCH_ATTEMPTS_MAX {
-        seed = seed.rotate_left(13) ^ 0x9E37_79B9_7F4A_7C15;
-        let base = 10_000 + (seed % 22_000) as u16;
+/// one of a block's ports as its source between the check and the nodes' bind.
+pub const PORT_BLOCK_FIRST: u16 = 10_000;
+/// How many blocks there are.
+pub const PORT_BLOCKS: u16 = 55;
+
+/// A block of ports reserved for one local cluster: free when it was drawn, and held
+/// against every other process of this machine that draws blocks the same way, through
+/// an advisory lock on a file named after the block in the temporary directory, until
+/// the reservation is dropped (or its process exits).
+///
+/// Blocks are aligned, so two clusters either draw the same block, which the lock
+/// refuses, or share no port: checking that ports are free is not enough on its own,
+/// since two clusters started at once both find the same ports free before either binds
+/// them (a test cluster once lost its peer ports to another test's cluster that way).
+#[derive(Debug)]
+pub struct PortBlock {
+    base: u16,
+    _lock: std::fs::File,
+}
+
+impl PortBlock {
+    /// The block's base port (see [`local_addrs`]).
+    pub fn base(&self) -> u16 {
+        self.base
+    }
+}
+
+/// Reserves a block of ports whose every port (clients, peers, HTTP and TLS for `nodes`
+/// nodes) is free now, trying each block once from a pseudo-random start.
+pub fn reserve_port_block(nodes: u32) -> Option<PortBlock> {
+    let locks = std::env::temp_dir().join("keel-port-blocks");
+    std::fs::create_dir_all(&locks).ok()?;
+    let start = (crate::node::fresh_seed() % u64::from(PORT_BLOCKS)) as u16;
+    (0..PORT_BLOCKS).find_map(|i| {
+        let base = PORT_BLOCK_FIRST + ((start + i) % PORT_BLOCKS) * PORT_BLOCK_SPAN;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(locks.join(format!("{base}.lock")))
+            .ok()?;
+        lock.try_lock().ok()?;
         let free = (1..=nodes).all(|id| {
             let (a, b, c) = local_addrs(base, id);
             // The TLS port tests and `keel up --secure` put 300 above the client port.
             let tls = std::net::SocketAddr::new(a.ip(), a.port() + 300);
             [a, b, c, tls].iter().all(|addr| TcpListener::bind(addr).is_ok())
         });
-        if free {
-            return Some(base);
-        }
-    }
-    None
+        free.then_some(PortBlock { base, _lock: lock })
+    })
 }
 
 /// The cluster secret of a local cluster in `dir`: `dir/cluster.secret`, created (64
@@ -90,6 +125,7 @@ impl LocalCluster {
     ) -> std::io::Result<LocalCluster> {
         assert!(matches!(nodes, 3 | 5 | 7), "clusters have 3, 5 or 7 nodes");
         std::fs::create_dir_all(dir)?;
+        let mut ports = None;
         let base = match base_port {
             Some(base) => {
                 // A port already taken (another cluster on the same ports) would let the
@@ -107,7 +143,13 @@ impl LocalCluster {
                 }
                 base
             }
-            None => free_base_port(nodes).ok_or_else(|| std::io::Error::other("no free ports"))?,
+            None => {
+                let block = reserve_port_block(nodes)
+                    .ok_or_else(|| std::io::Error::other("no free block of ports"))?;
+                let base = block.base();
+                ports = Some(block);
+                base
+            }
         };
         let secret = ensure_cluster_secret(dir)?;
         let configs: Vec<ServerConfig> = (1..=nodes)
@@ -124,6 +166,7 @@ impl LocalCluster {
             configs,
             children: Vec::new(),
             credentials: None,
+            _ports: ports,
         };
         for i in 0..nodes as usize {
             let path = cluster.config_path(i);
@@ -427,8 +470,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_reserved_block_is_not_drawn_again_while_it_is_held() {
+        let blocks: Vec<PortBlock> =
+            (0..4).map(|_| reserve_port_block(7).expect("a free block")).collect();
+        let mut bases: Vec<u16> = blocks.iter().map(PortBlock::base).collect();
+        assert!(
+            bases.iter().all(|b| (b - PORT_BLOCK_FIRST).is_multiple_of(PORT_BLOCK_SPAN)),
+            "{bases:?}"
+        );
+        bases.sort_unstable();
+        bases.dedup();
+        assert_eq!(bases.len(), 4, "four held reservations, four blocks");
+        let first = blocks[0].base();
+        let lock_path = std::env::temp_dir().join("keel-port-blocks").join(format!("{first}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&lock_path)
+            .expect("the block's lock file");
+        assert!(lock.try_lock().is_err(), "a held block is locked against other draws");
+        drop(blocks);
+        assert!(lock.try_lock().is_ok(), "a dropped reservation frees its block");
+    }
+
+    #[test]
     fn a_cluster_on_taken_ports_is_refused_before_anything_starts() {
-        let base = free_base_port(3).expect("a free block");
+        let block = reserve_port_block(3).expect("a free block");
+        let base = block.base();
         let (client, _, _) = local_addrs(base, 2);
         let _taken = TcpListener::bind(client).expect("the port is free");
         let dir = std::env::temp_dir().join(format!("keel-local-taken-{}", std::process::id()));

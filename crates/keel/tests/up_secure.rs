@@ -63,7 +63,9 @@ fn https_status(ca: &Path, port: u16, token: Option<&str>) -> String {
 fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https() {
     let Some(tool) = common::tool("redis-cli") else { return };
     let dir = common::test_dir("up-secure");
-    let base = keel_server::local::free_base_port(3).expect("a free block of ports");
+    // Held until the test ends, so that no other cluster draws these ports meanwhile.
+    let block = keel_server::local::reserve_port_block(3).expect("a free block of ports");
+    let base = block.base();
     let mut up = Up(Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["up", "--secure", "--base-port", &base.to_string(), "--dir"])
         .arg(&dir)
