@@ -40,7 +40,7 @@ fn message(which: u8) -> Message {
         0 => Message::Write { round: 1, key: b("k"), value: b("v"), stamp, rmw: Some((id, outcome.clone())), applied: vec![], query: Some(7) },
         1 => Message::Read { round: 1, key: b("k"), query: Some(7) },
         2 => Message::SlowRelease { round: 1, delinquent: vec![NodeId(1), NodeId(3)] },
-        3 => Message::Propose { round: 1, key: b("k"), ballot, session: 1, query: None },
+        3 => Message::Propose { round: 1, key: b("k"), ballot, rmw: id, query: None },
         4 => Message::Accept { round: 1, key: b("k"), ballot, record, query: None },
         5 => Message::ResetBit { acquire: 7, gen: 1 },
         6 => Message::StateRequest { rejoin: 2 << 32 | 1, after: Cursor::Key(b("a")) },
@@ -65,7 +65,7 @@ fn node(rejoining: bool) -> KiteEngine {
     }
     let mut engine = KiteEngine::boot(config, 5, Time(0)).unwrap();
     let write = KiteOp::Write { key: b("k"), value: b("0") };
-    let request = KiteRequest { tag: RequestTag(1), session: 1, op: write, form: Default::default() };
+    let request = KiteRequest { tag: RequestTag(1), session: 1, op: write, form: Default::default(), named: None };
     engine.step(Time(MS), Input::Client(request));
     engine
 }

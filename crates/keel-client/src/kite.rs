@@ -2,14 +2,24 @@
 //! writes, acquires and releases, FAA and CAS.
 //!
 //! A Kite session lives on one node: the node orders its operations, and a release waits
-//! for the session's earlier writes there. So a [`KiteSession`] is pinned to the node it
-//! was opened on and names itself in every request (`KEEL.REQ <id> <seq> ...`, the id
-//! being the session on that node), whichever pooled connection carries it. It never
-//! moves to another node: if its node fails, its relaxed writes may be lost with it (as in
-//! the paper, where a session dies with its machine), and the caller opens a new session.
+//! for the session's earlier writes there. So a [`KiteSession`] runs on one node at a
+//! time and names itself and each request in every request (`KEEL.REQ <id> <seq> ...`),
+//! whichever pooled connection carries it.
 //!
-//! Nothing is retried but a refusal that says nothing was applied (`BUSY`): a retried
-//! FAA or CAS after a broken connection could be applied twice.
+//! When its node cannot be reached (the connection failed or timed out), the call fails
+//! and the session goes on at the next node, under the same id and numbering. As far as
+//! ordering goes, that is a new session: what the old node had not passed on may be lost
+//! with it (relaxed writes are answered before they leave their node, as in the paper,
+//! where a session dies with its machine).
+//!
+//! A read-modify-write whose node failed is sent again at the next node under the same
+//! number, which the nodes know it by: it is done once, and the answer is that of the
+//! attempt that did it. This is done only when the session wrote nothing since its last
+//! barrier (a release, or a read-modify-write that wrote): otherwise the retry could make
+//! the new node publish a value whose earlier writes were lost with the old one, and the
+//! call fails instead (its outcome unknown). A late retry whose own outcome the nodes no
+//! longer keep fails with `SESSIONEXPIRED`. Otherwise only a refusal that says nothing
+//! was applied (`BUSY`) is retried.
 //!
 //! [`BlockingKiteSession`] is the same for code without an async runtime.
 
@@ -31,18 +41,26 @@ pub struct KiteSession {
     node: usize,
     id: u64,
     seq: u64,
+    /// A relaxed write was sent since the last barrier that completed.
+    dirty: bool,
 }
 
 impl Client {
     /// A new Kite session on node `node` (an index into the configured nodes).
     pub fn kite_session(self: &Arc<Client>, node: usize) -> KiteSession {
         assert!(node < self.config().nodes.len(), "node {node} is not configured");
-        KiteSession { client: self.clone(), node, id: self.fresh_session_id(), seq: 0 }
+        KiteSession {
+            client: self.clone(),
+            node,
+            id: self.fresh_session_id(),
+            seq: 0,
+            dirty: false,
+        }
     }
 }
 
 impl KiteSession {
-    /// The node it runs on (an index into the configured nodes).
+    /// The node it runs on now (an index into the configured nodes).
     pub fn node(&self) -> usize {
         self.node
     }
@@ -52,13 +70,19 @@ impl KiteSession {
         self.id
     }
 
-    async fn call(&mut self, command: &[&[u8]]) -> Result<Frame, ClientError> {
+    /// Sends `command` as the session's next request. `rmw`: a read-modify-write, sent
+    /// again at the next nodes when its node cannot be reached, if the session holds no
+    /// write since its last barrier; a weak CAS is sent again as a strong one (a weak one
+    /// could fail against the new node's copy of its own first attempt's swap).
+    async fn call(&mut self, command: &[&[u8]], rmw: bool) -> Result<Frame, ClientError> {
         self.seq += 1;
         let (id, seq) = (self.id.to_string(), self.seq.to_string());
         let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", id.as_bytes(), seq.as_bytes()];
         words.extend_from_slice(command);
+        let nodes = self.client.config().nodes.len();
         let mut backoff = Duration::from_millis(5);
         let mut attempt = 1;
+        let mut moves = 0;
         loop {
             match self.client.call_node(self.node, &words).await {
                 Err(ClientError::Keel(KeelError::Busy(_))) if attempt < BUSY_ATTEMPTS => {
@@ -66,13 +90,25 @@ impl KiteSession {
                     backoff *= 2;
                     attempt += 1;
                 }
+                Err(e @ ClientError::Connection(_)) => {
+                    // Goes on at the next node, a new session as far as ordering goes.
+                    self.node = (self.node + 1) % nodes;
+                    if !rmw || self.dirty || moves + 1 >= nodes {
+                        return Err(e);
+                    }
+                    moves += 1;
+                    if let Some(last) = words.last_mut().filter(|w| w.eq_ignore_ascii_case(b"WEAK"))
+                    {
+                        *last = b"STRONG";
+                    }
+                }
                 other => return other,
             }
         }
     }
 
     async fn value(&mut self, command: &[&[u8]]) -> Result<Option<Vec<u8>>, ClientError> {
-        match self.call(command).await? {
+        match self.call(command, false).await? {
             Frame::Bulk(bytes) => Ok(Some(bytes.to_vec())),
             Frame::Null => Ok(None),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
@@ -80,7 +116,7 @@ impl KiteSession {
     }
 
     async fn ok(&mut self, command: &[&[u8]]) -> Result<(), ClientError> {
-        match self.call(command).await? {
+        match self.call(command, false).await? {
             Frame::Simple(word) if word == b"OK" => Ok(()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
@@ -99,19 +135,25 @@ impl KiteSession {
 
     /// A relaxed write: applied on the node and sent to all; answered at once.
     pub async fn write(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+        self.dirty = true;
         self.ok(&[b"SET", key, value]).await
     }
 
     /// A release: visible only after every earlier write of the session.
     pub async fn release(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
-        self.ok(&[b"SET", key, value, b"RELEASE"]).await
+        self.ok(&[b"SET", key, value, b"RELEASE"]).await?;
+        self.dirty = false;
+        Ok(())
     }
 
     /// Fetch-and-add on a decimal i64 (absent: 0); returns the value before.
     pub async fn faa(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
         let delta = delta.to_string();
-        match self.call(&[b"KEEL.FAA", key, delta.as_bytes()]).await? {
-            Frame::Integer(before) => Ok(before),
+        match self.call(&[b"KEEL.FAA", key, delta.as_bytes()], true).await? {
+            Frame::Integer(before) => {
+                self.dirty = false;
+                Ok(before)
+            }
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
@@ -127,9 +169,8 @@ impl KiteSession {
     ) -> Result<CasResult, ClientError> {
         let expected = escape_cas(expected);
         let strength: &[u8] = if strong { b"STRONG" } else { b"WEAK" };
-        let node = self.node;
-        match self.call(&[b"KEEL.CAS", key, &expected, new, strength]).await? {
-            Frame::Array(items) if items.len() == 3 => Ok(CasResult {
+        let result = match self.call(&[b"KEEL.CAS", key, &expected, new, strength], true).await? {
+            Frame::Array(items) if items.len() == 3 => CasResult {
                 swapped: matches!(items[0], Frame::Integer(1) | Frame::Boolean(true)),
                 current: match &items[1] {
                     Frame::Bulk(bytes) => Some(bytes.to_vec()),
@@ -137,10 +178,15 @@ impl KiteSession {
                     other => return Err(ClientError::Unexpected(format!("{other:?}"))),
                 },
                 version: None,
-                node,
-            }),
-            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+                node: self.node,
+            },
+            other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+        };
+        // A swap is a barrier for the session's earlier writes; a failed one is not.
+        if result.swapped {
+            self.dirty = false;
         }
+        Ok(result)
     }
 }
 
@@ -158,6 +204,11 @@ impl BlockingKiteSession {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let session = Client::new(config).kite_session(node);
         Ok(BlockingKiteSession { runtime, session })
+    }
+
+    /// [`KiteSession::node`].
+    pub fn node(&self) -> usize {
+        self.session.node()
     }
 
     /// [`KiteSession::read`].

@@ -80,6 +80,7 @@ fn request(tag: u64, command: Command) -> ClientRequest {
         level: None,
         after: keel_types::LogIndex::ZERO,
         mode: Default::default(),
+        named: false,
     }
 }
 

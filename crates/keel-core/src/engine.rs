@@ -159,6 +159,11 @@ pub struct ClientRequest {
     /// between nodes: only engines that never forward take anything else.
     #[serde(default)]
     pub mode: OpMode,
+    /// Whether the client chose `client` and `request` itself (`KEEL.REQ`) and may retry
+    /// the request at another node: engines that number requests per node then name it by
+    /// the client's pair instead. Not carried between nodes.
+    #[serde(default)]
+    pub named: bool,
 }
 
 /// The reply to one client request, as the front door turns it into bytes.

@@ -424,7 +424,7 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
         _ => match keel_wire::command::parse(words, &conn.limits) {
             Ok(command) => {
                 let pair = conn.next_pair();
-                dispatch(conn, command, pair).await
+                dispatch(conn, command, pair, false).await
             }
             Err(e) => Pending::ready(e.reply_frame(), conn.protocol),
         },
@@ -486,7 +486,7 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
     // An authenticated user's ids are its own: derived from its name, so that no other
     // user can advance or replay them.
     let client = conn.user.as_ref().map_or(ClientId(client), |user| user.client_id(client));
-    dispatch(conn, command, (client, RequestId(seq))).await
+    dispatch(conn, command, (client, RequestId(seq)), true).await
 }
 
 /// `KEEL.SESSION`: opens a deduplication session in the connection's keyspace and
@@ -522,6 +522,7 @@ async fn keel_session(conn: &mut Conn, words: &[Bytes]) -> Pending {
         level: None,
         after: conn.resolved.floor(ks),
         mode: OpMode::Plain,
+        named: false,
     });
     let reply = async move {
         match sent.answer().await.and_then(|r| r.result) {
@@ -621,8 +622,9 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
                 (Command::Enqueue { queue: queue(), value: value.clone() }, invocation.durability)
             }
         };
+        let mode = OpMode::Plain;
         let submit =
-            Submit { client, request, command, durability, level, after, mode: OpMode::Plain };
+            Submit { client, request, command, durability, level, after, mode, named: false };
         steps.push(match invocation.op {
             // A read's levels are asked one after the other, each once the one before
             // it is answered.
@@ -1040,9 +1042,14 @@ fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
     )
 }
 
-/// Runs a parsed command with the deduplication pair `pair`: sends it to the engine now
-/// and returns the future of its reply.
-async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, RequestId)) -> Pending {
+/// Runs a parsed command with the deduplication pair `pair` (`named`: chosen by the
+/// client, `KEEL.REQ`): sends it to the engine now and returns the future of its reply.
+async fn dispatch(
+    conn: &mut Conn,
+    command: ClientCommand,
+    pair: (ClientId, RequestId),
+    named: bool,
+) -> Pending {
     let protocol = conn.protocol;
     if let Err(refusal) = permitted(conn, category(&command)) {
         return Pending::ready(refusal, protocol);
@@ -1091,6 +1098,7 @@ async fn dispatch(conn: &mut Conn, command: ClientCommand, pair: (ClientId, Requ
         level: None,
         after,
         mode,
+        named,
     };
     let later = |future: ReplyFuture| Pending::later(future, protocol);
     match command {
@@ -1187,7 +1195,8 @@ fn get_submit(
     after: LogIndex,
 ) -> Submit {
     let command = Command::Get { key };
-    Submit { client, request, command, durability: None, level, after, mode: OpMode::Plain }
+    let mode = OpMode::Plain;
+    Submit { client, request, command, durability: None, level, after, mode, named: false }
 }
 
 /// Whether a keyspace of engine `kind` gives `command` a meaning; `Err` is the error
@@ -1265,8 +1274,17 @@ fn del(
         let read = node.send(get_submit(client, request, key.clone(), any, after));
         let command = Command::Delete { key };
         let (level, mode) = (None, OpMode::Plain);
-        let delete =
-            node.send(Submit { client, request, command, durability: None, level, after, mode });
+        let named = false;
+        let delete = node.send(Submit {
+            client,
+            request,
+            command,
+            durability: None,
+            level,
+            after,
+            mode,
+            named,
+        });
         sent.push((read, delete));
     }
     async move {
@@ -2146,7 +2164,8 @@ async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
     let (client, request) = conn.next_pair();
     let after = conn.resolved.floor(ks);
     let mode = OpMode::Plain;
-    let submit = Submit { client, request, command, durability, level: None, after, mode };
+    let submit =
+        Submit { client, request, command, durability, level: None, after, mode, named: false };
     let sent = conn.node.send(submit);
     let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
     Pending::later(

@@ -266,6 +266,12 @@ pub struct KiteSettings {
     /// The longest random pause, in microseconds, before a read-modify-write that lost to
     /// another proposer tries again (1 to 1,000,000).
     pub rmw_backoff_max_us: u64,
+    /// The most committed read-modify-write outcomes a node keeps per Kite keyspace (one
+    /// per session or client that made one; the oldest goes first): how far back a retry
+    /// is still known done (`docs/kite.md`, Retries).
+    pub outcomes_max: u32,
+    /// The most megabytes those outcomes take (1 to 65,536).
+    pub outcomes_mib_max: u32,
 }
 
 impl Default for KiteSettings {
@@ -275,6 +281,8 @@ impl Default for KiteSettings {
             retransmit_ms: 100,
             sessions_max: 10_000,
             rmw_backoff_max_us: 1_000,
+            outcomes_max: 100_000,
+            outcomes_mib_max: 64,
         }
     }
 }
@@ -299,6 +307,12 @@ impl KiteSettings {
         }
         if !(1..=1_000_000).contains(&self.rmw_backoff_max_us) {
             return Err(invalid("kite.rmw_backoff_max_us", "must be between 1 and 1000000 us"));
+        }
+        if self.outcomes_max == 0 {
+            return Err(invalid("kite.outcomes_max", "must be positive"));
+        }
+        if !(1..=65_536).contains(&self.outcomes_mib_max) {
+            return Err(invalid("kite.outcomes_mib_max", "must be between 1 and 65536"));
         }
         Ok(())
     }

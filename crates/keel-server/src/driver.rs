@@ -99,6 +99,8 @@ pub struct Submit {
     pub after: LogIndex,
     /// The synchronization asked (Kite keyspaces; `ClientRequest::mode`).
     pub mode: keel_core::engine::OpMode,
+    /// Whether the client chose the pair itself (`KEEL.REQ`; `ClientRequest::named`).
+    pub named: bool,
 }
 
 impl Submit {
@@ -410,6 +412,7 @@ where
             level: submit.level,
             after: submit.after,
             mode: submit.mode,
+            named: submit.named,
         };
         E::Request::from(request)
     }
@@ -665,6 +668,7 @@ impl KeyspaceHandle {
             level: submit.level,
             after: submit.after,
             mode: submit.mode,
+            named: submit.named,
         };
         let reply = view.read_now(&request)?;
         self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -803,6 +807,7 @@ mod tests {
             level: Some(ReadLevel::Linearizable),
             after: LogIndex::ZERO,
             mode: Default::default(),
+            named: false,
         };
         assert_eq!(get.label(), OpLabel { op: "get", class: "linearizable" });
         let put = Submit {

@@ -302,6 +302,8 @@ fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::C
     kite.retransmit = keel_core::time::Span::from_millis(config.kite.retransmit_ms);
     kite.sessions_max = config.kite.sessions_max as usize;
     kite.rmw_backoff_max = keel_core::time::Span::from_micros(config.kite.rmw_backoff_max_us);
+    kite.outcomes_max = config.kite.outcomes_max as usize;
+    kite.outcomes_bytes_max = (config.kite.outcomes_mib_max as usize) << 20;
     kite
 }
 

@@ -57,6 +57,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
             level: None,
             after: keel_types::LogIndex::ZERO,
             mode: Default::default(),
+            named: false,
         };
         world.submit(leader, request);
     };

@@ -135,6 +135,11 @@ pub struct RunArgs {
     /// memory, without rejoining (caught by the `faults` scenario's F14).
     #[arg(long)]
     pub no_rejoin: bool,
+    /// Negative control (`--engine kite`): a client whose connection broke sends its
+    /// read-modify-writes again as new requests, not under the numbers it gave them, so
+    /// one can be applied twice (caught by the `general` scenario's client cuts).
+    #[arg(long)]
+    pub unnamed_retries: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

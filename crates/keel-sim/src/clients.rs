@@ -325,6 +325,7 @@ impl Clients {
             command,
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
             mode: Default::default(),
+            named: false,
         };
         let retained = (write && opening.is_none()).then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
@@ -456,6 +457,7 @@ impl Clients {
                     },
                     after,
                     mode: Default::default(),
+                    named: false,
                 };
                 let tag = world.submit_to(node, ks, request);
                 self.by_tag.insert(tag, c);

@@ -50,6 +50,7 @@ impl<E: SimEngine> Driver<E> {
             level,
             after: keel_types::LogIndex::ZERO,
             mode: Default::default(),
+            named: false,
         };
         let tag = self.world.submit(node, request);
         let deadline = self.world.now_ns() + timeout_ns;

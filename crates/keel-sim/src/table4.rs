@@ -208,6 +208,7 @@ impl Run {
             level: (!write).then_some(self.level),
             after: keel_types::LogIndex::ZERO,
             mode: Default::default(),
+            named: false,
         };
         let tag = self.world.submit(node, request);
         let invoke_ns = self.world.now_ns();

@@ -281,6 +281,7 @@ impl Tickets {
             command,
             after: LogIndex::ZERO,
             mode: Default::default(),
+            named: false,
         };
         let nodes = world.node_ids();
         let node = nodes[self.rng.index(nodes.len())];
@@ -297,6 +298,7 @@ impl Tickets {
                 command: Command::QueuePeek { queue: QUEUE.into() },
                 after: LogIndex::ZERO,
                 mode: Default::default(),
+                named: false,
             };
             let tag = world.submit_to(node, self.keyspace, read);
             self.by_tag.insert(tag, actor);

@@ -54,6 +54,10 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "fault:pause",
         "fault:isolate",
         "fault:one-way",
+        "fault:client-cut",
+        "client-retry",
+        "client-retry-of-done",
+        "rmw-found-done",
     ] {
         let seeds = reports.iter().filter(|r| r.reached.contains_key(path)).count();
         assert!(
@@ -99,6 +103,10 @@ fn pinned_seeds_stay_clean() {
         // 4007865: a promise sent to a node's earlier incarnation answered a round of the
         // restarted one on another key (fixed: rounds start at a random place).
         ("general", 4_007_865),
+        // 5005170: a node that rejoined copied another's accepted record, then answered
+        // that record's Accept as its own acceptance again, so two FAAs committed on one
+        // base (fixed: only an acceptance this incarnation made is answered again).
+        ("general", 5_005_170),
         ("litmus", 16),
         ("litmus", 201_077),
         ("litmus", 201_812),
@@ -165,6 +173,20 @@ fn with_the_papers_reset_f13_reads_stale() {
             r.violations
         );
     }
+}
+
+#[test]
+fn retries_that_do_not_keep_their_clients_numbers_apply_read_modify_writes_twice() {
+    // The general scenario's clients send their unanswered read-modify-writes again at
+    // another node when their connection breaks. Under a new number, one whose first
+    // attempt was done is done again: its retry reads the value the first attempt wrote,
+    // which no operation of the history wrote (the client heard of one attempt only).
+    let reports = sweep("general", 0, 40, |c| c.unnamed_retries = true);
+    let caught = reports
+        .iter()
+        .filter(|r| r.violations.iter().any(|v| v.starts_with("rc phantom-read")))
+        .count();
+    assert!(caught >= 5, "{caught} of 40 seeds caught a read-modify-write applied twice");
 }
 
 #[test]

@@ -49,6 +49,15 @@ fn kite_commands_barriers_and_refusals_over_resp() {
     assert_eq!(b.line(), "9\r\n");
     assert_eq!(b.line(), "$-1\r\n");
     assert_eq!(b.call(&["EXISTS", "c", "data", "nope"]), ":2");
+    // A request its client named (KEEL.REQ), sent again at another node, is done once and
+    // answered as the first time; a late retry after a later request was done is refused.
+    assert_eq!(a.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]), ":0");
+    assert_eq!(b.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]), ":0");
+    assert_eq!(b.call(&["KEEL.FAA", "once", "0"]), ":5", "added once");
+    assert_eq!(a.call(&["KEEL.REQ", "4242", "2", "KEEL.FAA", "twice", "1"]), ":0");
+    let late = b.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]);
+    assert!(late.starts_with("-SESSIONEXPIRED"), "{late}");
+    assert_eq!(b.call(&["KEEL.FAA", "once", "0"]), ":5");
     // What has no meaning here is refused, naming the engine.
     for words in [
         &["DEL", "c"][..],
@@ -81,7 +90,25 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
     assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
     let addrs = cluster.client_addrs();
     let before = status_in(addrs[2], KITE).expect("status")["incarnation"].as_u64().unwrap();
+    // keel-client sessions on node 3: one that wrote nothing since its last barrier, one
+    // that did.
+    let mut config = keel_client::ClientConfig::new(addrs.clone());
+    config.keyspace = KITE;
+    let session = |config: &keel_client::ClientConfig| {
+        keel_client::BlockingKiteSession::new(config.clone(), 2).expect("a session")
+    };
+    let (mut clean, mut dirty) = (session(&config), session(&config));
+    assert_eq!(clean.faa(b"moved", 1).unwrap(), 0);
+    dirty.write(b"w", b"1").unwrap();
     cluster.kill(2);
+    // The clean one's FAA is sent again at the next node under its number; the other's
+    // fails (its write may be lost with node 3), and the session goes on at node 1.
+    assert_eq!(clean.faa(b"moved", 1).unwrap(), 1);
+    assert_eq!(clean.node(), 0);
+    let failed = dirty.faa(b"moved", 10);
+    assert!(matches!(failed, Err(keel_client::ClientError::Connection(_))), "{failed:?}");
+    assert_eq!(dirty.node(), 0);
+    assert_eq!(dirty.faa(b"moved", 100).unwrap(), 2);
     // With a node down, a release times out, takes the slow path and completes.
     let mut a = open(addrs[0]);
     for i in 0..20 {

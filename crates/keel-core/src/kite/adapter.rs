@@ -28,13 +28,16 @@ use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NodeId, Ve
 
 impl From<ClientRequest> for KiteRequest {
     fn from(request: ClientRequest) -> KiteRequest {
-        let ClientRequest { tag, client, command, durability, level, mode, .. } = request;
+        let ClientRequest { tag, client, request, command, durability, level, mode, named, .. } =
+            request;
         let session = client.0;
+        let named = named.then_some(request.0);
         let refused = |what: String| KiteRequest {
             tag,
             session,
             op: KiteOp::Read { key: keel_types::Key::new() },
             form: ReplyForm::Refused(format!("{what} has no meaning in a kite keyspace")),
+            named,
         };
         if durability.is_some() {
             return refused("DURABILITY".into());
@@ -65,7 +68,7 @@ impl From<ClientRequest> for KiteRequest {
                 return refused(format!("{} with {}", command.name().to_uppercase(), mode.word()))
             }
         };
-        KiteRequest { tag, session, op, form }
+        KiteRequest { tag, session, op, form, named }
     }
 }
 
@@ -260,6 +263,26 @@ fn report(status: &Status) -> Report {
             "keel_kite_rmw_retries_total",
             "Paxos rounds started again.",
             c.rmw_retries,
+        ),
+        Metric::counter(
+            "keel_kite_rmws_found_done_total",
+            "Read-modify-writes a quorum showed done already (helped, or a retry).",
+            c.rmws_found_done,
+        ),
+        Metric::counter(
+            "keel_kite_rmws_superseded_total",
+            "Late retries refused: a later request of their client was done.",
+            c.rmws_superseded,
+        ),
+        Metric::gauge(
+            "keel_kite_outcomes",
+            "Committed read-modify-write outcomes kept.",
+            status.outcomes as u64,
+        ),
+        Metric::counter(
+            "keel_kite_outcomes_dropped_total",
+            "Outcomes dropped to stay within the bounds.",
+            c.outcomes_dropped,
         ),
         Metric::counter(
             "keel_kite_retransmits_total",

@@ -18,7 +18,9 @@ use keel_types::rng::SplitMix64;
 use keel_types::{KeelError, Key, NodeId, Value};
 use std::collections::{BTreeMap, VecDeque};
 
+mod outcomes;
 mod rejoin;
+use outcomes::Outcomes;
 use rejoin::Rejoin;
 
 /// The replicas that deemed an acquire's node delinquent, each with the generation of
@@ -50,6 +52,10 @@ struct Slot {
     epoch: u64,
     promised: Ballot,
     accepted: Option<(Ballot, RmwRecord)>,
+    /// Whether this incarnation accepted `accepted` itself: one copied from another node
+    /// while rejoining is that node's acceptance, not this one's, and must not be counted
+    /// again as this node's when its proposer's `Accept` arrives.
+    accepted_here: bool,
     /// The read-modify-write whose commit made `value`, if one did.
     made_by: Option<Box<(RmwId, RmwOutcome)>>,
 }
@@ -145,7 +151,7 @@ enum Phase {
     },
     Rmw {
         op: KiteOp,
-        seq: u64,
+        rid: RmwId,
         id: u64,
         ballot: Ballot,
         stage: RmwStage,
@@ -156,9 +162,11 @@ enum Phase {
     /// every node waits for a barrier (a release without a value) that settles them.
     Flush {
         op: KiteOp,
-        seq: u64,
+        rid: RmwId,
         barrier: Barrier,
     },
+    /// Finished with an error (never kept: the session answers it at once).
+    Refused(KeelError),
 }
 
 #[derive(Clone, Debug)]
@@ -197,7 +205,7 @@ pub struct KiteEngine {
     /// Per node: how many slow releases named it here (its bit's generation).
     gens: BTreeMap<NodeId, u64>,
     /// The latest committed read-modify-write of each (node, session), with its key.
-    outcomes: BTreeMap<(u64, u64), (Key, RmwOutcome)>,
+    outcomes: Outcomes,
     sessions: BTreeMap<u64, Session>,
     /// The last request number given (node-wide; read-modify-write ids carry it).
     next_seq: u64,
@@ -233,7 +241,7 @@ impl KiteEngine {
             keys: BTreeMap::new(),
             bits,
             gens: BTreeMap::new(),
-            outcomes: BTreeMap::new(),
+            outcomes: Outcomes::new(config.outcomes_max, config.outcomes_bytes_max),
             sessions: BTreeMap::new(),
             next_seq: 0,
             rounds: BTreeMap::new(),
@@ -287,6 +295,7 @@ impl KiteEngine {
             keys_in_epoch: self.keys.values().filter(|s| s.epoch == self.epoch).count(),
             sessions: self.sessions.len(),
             outcomes: self.outcomes.len(),
+            outcomes_bytes: self.outcomes.bytes(),
             bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
             counters: self.counters.clone(),
         }
@@ -340,14 +349,14 @@ impl KiteEngine {
     /// the simulator, which matches a request left without a reply to its commit).
     pub fn rmws_in_progress(&self) -> Vec<(crate::engine::RequestTag, RmwId)> {
         let mut out = Vec::new();
-        for (&session, s) in &self.sessions {
+        for s in self.sessions.values() {
             if let Some(Active {
                 tag,
-                phase: Phase::Rmw { seq, .. } | Phase::Flush { seq, .. },
+                phase: Phase::Rmw { rid, .. } | Phase::Flush { rid, .. },
                 ..
             }) = &s.active
             {
-                out.push((*tag, RmwId { node: self.writer, session, seq: *seq }));
+                out.push((*tag, *rid));
             }
         }
         out
@@ -496,6 +505,15 @@ impl KiteEngine {
                             result: Ok(result),
                         });
                     }
+                    Err(Phase::Refused(error)) => {
+                        self.out.replies.push(KiteReply {
+                            tag: active.tag,
+                            session,
+                            served_by: self.config.node,
+                            form: active.form,
+                            result: Err(error),
+                        });
+                    }
                     Err(phase) => {
                         let s = self.sessions.get_mut(&session).expect("session exists");
                         s.active = Some(Active { tag: active.tag, form: active.form, phase });
@@ -511,11 +529,17 @@ impl KiteEngine {
                 return;
             };
             // Numbered node-wide, so a session forgotten and begun again never reuses a
-            // read-modify-write's id.
-            self.next_seq += 1;
-            let seq = self.next_seq;
-            match self.start(session, seq, request.op.clone()) {
+            // read-modify-write's id; or by the client, which names it for every node.
+            let rid = match request.named {
+                Some(seq) => RmwId { node: RmwId::CLIENT, session, seq },
+                None => {
+                    self.next_seq += 1;
+                    RmwId { node: self.writer, session, seq: self.next_seq }
+                }
+            };
+            match self.start(session, rid, request.op.clone()) {
                 Ok(result) => self.reply(&request, Ok(result)),
+                Err(Phase::Refused(error)) => self.reply(&request, Err(error)),
                 Err(phase) => {
                     let s = self.sessions.get_mut(&session).expect("session exists");
                     s.active = Some(Active { tag: request.tag, form: request.form, phase });
@@ -525,7 +549,7 @@ impl KiteEngine {
     }
 
     /// Starts an operation: its result at once (fast path), or the phase that will make it.
-    fn start(&mut self, session: u64, seq: u64, op: KiteOp) -> Result<KiteResult, Phase> {
+    fn start(&mut self, session: u64, rid: RmwId, op: KiteOp) -> Result<KiteResult, Phase> {
         let snapshot = self.epoch;
         match op {
             KiteOp::Read { key } => {
@@ -550,7 +574,7 @@ impl KiteEngine {
                 if self.sessions.get(&session).is_some_and(|s| s.tracked.len() >= TRACKED_MAX) =>
             {
                 self.counters.flushes += 1;
-                Err(Phase::Flush { op, seq, barrier: self.new_barrier() })
+                Err(Phase::Flush { op, rid, barrier: self.new_barrier() })
             }
             KiteOp::Write { key, value } => {
                 if self.in_epoch(&key) {
@@ -595,6 +619,8 @@ impl KiteEngine {
                 Err(Phase::Release { key, value, round, version: None, barrier, value_round: None })
             }
             KiteOp::Faa { .. } | KiteOp::Cas { .. } => {
+                // A retry of a weak one is sent as a strong one (docs/kite.md, Retries):
+                // the local value may be its own first attempt's swap.
                 if let KiteOp::Cas { key, expected, strong: false, .. } = &op {
                     let (value, stamp) = self.local(key);
                     if self.in_epoch(key) && value != *expected {
@@ -610,10 +636,10 @@ impl KiteEngine {
                 let id = self.new_acquire();
                 let barrier = self.new_barrier();
                 let ballot = self.next_ballot(op.key(), Ballot::default());
-                let round = self.propose(session, op.key().clone(), ballot, id);
+                let round = self.propose(session, op.key().clone(), ballot, id, rid);
                 Err(Phase::Rmw {
                     op,
-                    seq,
+                    rid,
                     id,
                     ballot,
                     stage: RmwStage::Proposing { round },
@@ -636,6 +662,7 @@ impl KiteEngine {
     /// Moves an operation on. `Ok`: it completed with this result; `Err`: still going.
     fn progress(&mut self, session: u64, phase: Phase) -> Result<KiteResult, Phase> {
         match phase {
+            Phase::Refused(error) => Err(Phase::Refused(error)),
             Phase::SlowRead { key, snapshot, round } => {
                 let Some((value, stamp, _, _, made_by)) = self.quorum_read(round) else {
                     return Err(Phase::SlowRead { key, snapshot, round });
@@ -775,16 +802,16 @@ impl KiteEngine {
                     _ => Err(Phase::Release { key, value, round, version, barrier, value_round }),
                 }
             }
-            Phase::Flush { op, seq, mut barrier } => {
+            Phase::Flush { op, rid, mut barrier } => {
                 self.barrier_progress(session, &mut barrier, false);
                 if barrier != Barrier::Done {
-                    return Err(Phase::Flush { op, seq, barrier });
+                    return Err(Phase::Flush { op, rid, barrier });
                 }
-                self.start(session, seq, op)
+                self.start(session, rid, op)
             }
-            Phase::Rmw { op, seq, id, ballot, stage, mut barrier, delinquent } => {
+            Phase::Rmw { op, rid, id, ballot, stage, mut barrier, delinquent } => {
                 self.barrier_progress(session, &mut barrier, false);
-                self.rmw_progress(session, op, seq, id, ballot, stage, barrier, delinquent)
+                self.rmw_progress(session, op, rid, id, ballot, stage, barrier, delinquent)
             }
         }
     }
@@ -922,7 +949,7 @@ impl KiteEngine {
         &mut self,
         session: u64,
         op: KiteOp,
-        seq: u64,
+        rid: RmwId,
         id: u64,
         mut ballot: Ballot,
         stage: RmwStage,
@@ -930,20 +957,20 @@ impl KiteEngine {
         mut delinquent: Flags,
     ) -> Result<KiteResult, Phase> {
         let key = op.key().clone();
-        let me = RmwId { node: self.writer, session, seq };
+        let me = rid;
         let pending = |stage, ballot, barrier, delinquent| {
-            Err(Phase::Rmw { op: op.clone(), seq, id, ballot, stage, barrier, delinquent })
+            Err(Phase::Rmw { op: op.clone(), rid, id, ballot, stage, barrier, delinquent })
         };
         match stage {
             RmwStage::Backoff { until } => {
                 if self.now < until {
                     return pending(RmwStage::Backoff { until }, ballot, barrier, delinquent);
                 }
-                let round = self.propose(session, key, ballot, id);
+                let round = self.propose(session, key, ballot, id, rid);
                 self.rmw_progress(
                     session,
                     op,
-                    seq,
+                    rid,
                     id,
                     ballot,
                     RmwStage::Proposing { round },
@@ -974,7 +1001,7 @@ impl KiteEngine {
                     // than wait for nodes that may be down.
                     if nacks > 0 {
                         self.close(round);
-                        return self.rmw_retry(op, seq, id, highest, barrier, delinquent);
+                        return self.rmw_retry(op, rid, id, highest, barrier, delinquent);
                     }
                     return pending(RmwStage::Proposing { round }, ballot, barrier, delinquent);
                 }
@@ -996,6 +1023,7 @@ impl KiteEngine {
                 // write covered it), it is applied before that value.
                 let mut adopted: Option<(Ballot, RmwRecord)> = None;
                 let mut done: Option<RmwOutcome> = None;
+                let mut superseded = false;
                 let mut seen_by = 0;
                 for m in &ok {
                     let Message::Promise { accepted, stamp, outcome, made_by, .. } = m else {
@@ -1004,8 +1032,10 @@ impl KiteEngine {
                     seen_by += usize::from(*stamp == base.1);
                     // Our request is done if a replica recorded its outcome or holds the
                     // value it made.
-                    if let Some(o) = outcome.as_ref().filter(|o| o.seq == seq) {
-                        done = Some(o.clone());
+                    match outcome {
+                        Some(o) if o.seq == me.seq => done = Some(o.clone()),
+                        Some(o) if o.seq > me.seq => superseded = true,
+                        _ => {}
                     }
                     if let Some(made) = made_by.as_ref().filter(|m| m.0 == me) {
                         done = Some(made.1.clone());
@@ -1017,7 +1047,18 @@ impl KiteEngine {
                     }
                 }
                 let adopted = adopted.map(|(_, r)| r);
+                if done.is_none() && superseded {
+                    // A later request of the same client was done: this one is a late
+                    // retry whose own outcome is no longer kept. It may have been done,
+                    // so it is not done again.
+                    self.counters.rmws_superseded += 1;
+                    if let Barrier::Slow { round: Some(r), .. } = &barrier {
+                        self.close(*r);
+                    }
+                    return Err(Phase::Refused(KeelError::SessionExpired));
+                }
                 if let Some(o) = done {
+                    self.counters.rmws_found_done += 1;
                     // Committed, by us or a helper. Commit it again as this session's own
                     // write: the session's next release must find it acknowledged by
                     // every node, and the helper may have reached fewer than a quorum.
@@ -1043,7 +1084,7 @@ impl KiteEngine {
                     return self.rmw_progress(
                         session,
                         op,
-                        seq,
+                        rid,
                         id,
                         ballot,
                         RmwStage::Committing { round, record, mine: true },
@@ -1070,7 +1111,7 @@ impl KiteEngine {
                         let round = self.accept(session, key, ballot, a.clone(), id);
                         let stage = RmwStage::Accepting { round, record: a, mine };
                         return self.rmw_progress(
-                            session, op, seq, id, ballot, stage, barrier, delinquent,
+                            session, op, rid, id, ballot, stage, barrier, delinquent,
                         );
                     }
                     if !known {
@@ -1107,7 +1148,7 @@ impl KiteEngine {
                         self.rmw_progress(
                             session,
                             op,
-                            seq,
+                            rid,
                             id,
                             ballot,
                             RmwStage::Ready { record },
@@ -1140,7 +1181,7 @@ impl KiteEngine {
                         self.rmw_progress(
                             session,
                             op,
-                            seq,
+                            rid,
                             id,
                             ballot,
                             RmwStage::WriteBack { round, read, read_stamp, made_by },
@@ -1175,7 +1216,7 @@ impl KiteEngine {
                 self.rmw_progress(
                     session,
                     op,
-                    seq,
+                    rid,
                     id,
                     ballot,
                     RmwStage::Accepting { round, record, mine: true },
@@ -1230,7 +1271,7 @@ impl KiteEngine {
                     return self.rmw_progress(
                         session,
                         op,
-                        seq,
+                        rid,
                         id,
                         ballot,
                         RmwStage::Committing { round, record, mine },
@@ -1240,7 +1281,7 @@ impl KiteEngine {
                 }
                 if nacks > 0 {
                     self.close(round);
-                    return self.rmw_retry(op, seq, id, highest, barrier, delinquent);
+                    return self.rmw_retry(op, rid, id, highest, barrier, delinquent);
                 }
                 pending(RmwStage::Accepting { round, record, mine }, ballot, barrier, delinquent)
             }
@@ -1257,11 +1298,11 @@ impl KiteEngine {
                     self.close(round);
                     self.counters.rmw_helped += 1;
                     ballot = self.next_ballot(&key, ballot);
-                    let round = self.propose(session, key, ballot, id);
+                    let round = self.propose(session, key, ballot, id, rid);
                     return self.rmw_progress(
                         session,
                         op,
-                        seq,
+                        rid,
                         id,
                         ballot,
                         RmwStage::Proposing { round },
@@ -1299,7 +1340,7 @@ impl KiteEngine {
     fn rmw_retry(
         &mut self,
         op: KiteOp,
-        seq: u64,
+        rid: RmwId,
         id: u64,
         highest: Ballot,
         barrier: Barrier,
@@ -1311,7 +1352,7 @@ impl KiteEngine {
         let until = self.now + Span(backoff);
         Err(Phase::Rmw {
             op,
-            seq,
+            rid,
             id,
             ballot,
             stage: RmwStage::Backoff { until },
@@ -1329,10 +1370,10 @@ impl KiteEngine {
         Ballot { round, proposer: self.writer }
     }
 
-    fn propose(&mut self, session: u64, key: Key, ballot: Ballot, id: u64) -> RoundId {
+    fn propose(&mut self, session: u64, key: Key, ballot: Ballot, id: u64, rmw: RmwId) -> RoundId {
         self.broadcast(
             session,
-            Message::Propose { round: 0, key, ballot, session, query: Some(id) },
+            Message::Propose { round: 0, key, ballot, rmw, query: Some(id) },
             false,
         )
     }
@@ -1631,8 +1672,13 @@ impl KiteEngine {
                 Err("stamp of a non-member")
             }
         };
-        let id_ok =
-            |i: &RmwId| if member(i.node) { Ok(()) } else { Err("request of a non-member") };
+        let id_ok = |i: &RmwId| {
+            if i.client_named() || member(i.node) {
+                Ok(())
+            } else {
+                Err("request of a non-member")
+            }
+        };
         let outcome_ok = |o: &RmwOutcome| -> Result<(), &'static str> {
             stamp_ok(&o.stamp)?;
             limits.check_value(&o.value).map_err(|_| "value too large")?;
@@ -1679,9 +1725,10 @@ impl KiteEngine {
                 }
             }
             Message::Read { key, .. } => sized(key, None)?,
-            Message::Propose { key, ballot, .. } => {
+            Message::Propose { key, ballot, rmw, .. } => {
                 sized(key, None)?;
                 ballot_ok(ballot)?;
+                id_ok(rmw)?;
             }
             Message::Accept { key, record, ballot, .. } => {
                 sized(key, None)?;
@@ -1807,13 +1854,7 @@ impl KiteEngine {
 
     /// Remembers that `id` was committed on `key` (the latest per session).
     fn record_outcome(&mut self, key: &Key, id: RmwId, outcome: RmwOutcome) {
-        let entry = self
-            .outcomes
-            .entry((id.node, id.session))
-            .or_insert_with(|| (key.clone(), outcome.clone()));
-        if outcome.seq >= entry.1.seq {
-            *entry = (key.clone(), outcome);
-        }
+        self.counters.outcomes_dropped += self.outcomes.record((id.node, id.session), key, outcome);
     }
 
     /// What this node does with a peer's (or its own) request; `None` for messages that
@@ -1869,12 +1910,14 @@ impl KiteEngine {
                 }
                 None
             }
-            Message::Propose { round, key, ballot, session, query } => {
+            Message::Propose { round, key, ballot, rmw, query } => {
                 let delinquent = self.query(from, query);
+                // The request's outcome if it was done here, or a later one of its session
+                // (which tells the proposer that its own is no longer kept).
                 let outcome = self
                     .outcomes
-                    .get(&(ballot.proposer, session))
-                    .filter(|(k, _)| *k == key)
+                    .get(&(rmw.node, rmw.session))
+                    .filter(|(k, o)| (**k == key && o.seq == rmw.seq) || o.seq > rmw.seq)
                     .map(|(_, o)| o.clone());
                 let slot = self.keys.entry(key).or_default();
                 let ok = ballot > slot.promised;
@@ -1895,13 +1938,16 @@ impl KiteEngine {
             }
             Message::Accept { round, key, ballot, record, query } => {
                 let slot = self.keys.entry(key.clone()).or_default();
-                let again =
-                    slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
+                // The same acceptance again (its answer was lost): answered as before, even
+                // after a higher promise, if this node made it.
+                let again = slot.accepted_here
+                    && slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
                 let ok = ballot >= slot.promised || again;
                 let base = record.base.clone();
                 if ok && !again {
                     slot.promised = ballot;
                     slot.accepted = Some((ballot, record));
+                    slot.accepted_here = true;
                 }
                 let promised = slot.promised;
                 if ok {

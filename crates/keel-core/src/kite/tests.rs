@@ -5,7 +5,7 @@
 use super::*;
 use crate::engine::{Input, RequestTag};
 use crate::time::{Span, Time};
-use keel_types::{Key, NodeId, Value};
+use keel_types::{KeelError, Key, NodeId, Value};
 use std::collections::VecDeque;
 
 /// Which messages a test loses: `(from, to, message) -> lost?`.
@@ -84,12 +84,25 @@ impl Net {
     }
 
     fn call(&mut self, id: u32, session: u64, op: KiteOp) -> KiteResult {
+        self.call_named(id, session, op, None).expect("ok")
+    }
+
+    /// Sends `op` at node `id`, named by its client `session` as request `named` when
+    /// given (`KEEL.REQ`), and waits for the reply.
+    fn call_named(
+        &mut self,
+        id: u32,
+        session: u64,
+        op: KiteOp,
+        named: Option<u64>,
+    ) -> Result<KiteResult, KeelError> {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        self.step(id, Input::Client(KiteRequest { tag, session, op, form: Default::default() }));
+        let form = Default::default();
+        self.step(id, Input::Client(KiteRequest { tag, session, op, form, named }));
         for _ in 0..2_000 {
             if let Some(i) = self.replies.iter().position(|r| r.tag == tag) {
-                return self.replies.remove(i).result.expect("ok");
+                return self.replies.remove(i).result;
             }
             self.settle(1);
         }
@@ -268,6 +281,7 @@ fn a_session_completes_in_order_and_refuses_past_its_queue_bound() {
             session: 1,
             op: KiteOp::Acquire { key: k("x") },
             form: Default::default(),
+            named: None,
         })
         .collect();
     net.step(1, Input::Clients(reqs));
@@ -366,7 +380,7 @@ mod hostile {
                     round,
                     key,
                     ballot,
-                    session,
+                    rmw: RmwId { node: session % 3, session, seq: session / 3 },
                     query
                 }),
             (
@@ -410,8 +424,8 @@ mod hostile {
         ) {
             let mut net = Net::new(3, |_| {});
             // Real work in flight, so forged replies can meet open rounds.
-            net.step(1, Input::Client(KiteRequest { tag: RequestTag(1), session: 1, op: KiteOp::Release { key: k("x"), value: v("1") }, form: Default::default() }));
-            net.step(1, Input::Client(KiteRequest { tag: RequestTag(2), session: 2, op: KiteOp::Faa { key: k("y"), delta: 1 }, form: Default::default() }));
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(1), session: 1, op: KiteOp::Release { key: k("x"), value: v("1") }, form: Default::default(), named: None }));
+            net.step(1, Input::Client(KiteRequest { tag: RequestTag(2), session: 2, op: KiteOp::Faa { key: k("y"), delta: 1 }, form: Default::default(), named: None }));
             for (from, message) in forged {
                 if from == 1 {
                     continue;
@@ -453,6 +467,7 @@ fn a_restarted_node_rejoins_over_several_pages_and_serves_only_then() {
             session: 7,
             op: KiteOp::Read { key: k("k0003") },
             form: Default::default(),
+            named: None,
         }),
     );
     assert!(net.replies.iter().all(|r| r.tag != tag), "no answer while rejoining");
@@ -583,7 +598,16 @@ fn a_reply_to_an_earlier_incarnation_does_not_answer_a_later_ones_round() {
     });
     let tag = RequestTag(5_000);
     let faa = KiteOp::Faa { key: k("a"), delta: 1 };
-    net.step(3, Input::Client(KiteRequest { tag, session: 1, op: faa, form: Default::default() }));
+    net.step(
+        3,
+        Input::Client(KiteRequest {
+            tag,
+            session: 1,
+            op: faa,
+            form: Default::default(),
+            named: None,
+        }),
+    );
     net.settle(2);
     let held: Vec<(NodeId, Message)> = held.borrow().clone();
     assert!(held.len() >= 2, "the old round's promises were held: {}", held.len());
@@ -595,7 +619,16 @@ fn a_reply_to_an_earlier_incarnation_does_not_answer_a_later_ones_round() {
     net.drop = Box::new(|_, _, _| false);
     let tag = RequestTag(5_001);
     let faa = KiteOp::Faa { key: k("b"), delta: 1 };
-    net.step(3, Input::Client(KiteRequest { tag, session: 2, op: faa, form: Default::default() }));
+    net.step(
+        3,
+        Input::Client(KiteRequest {
+            tag,
+            session: 2,
+            op: faa,
+            form: Default::default(),
+            named: None,
+        }),
+    );
     for (from, message) in held {
         net.step(3, Input::Message { from, message });
     }
@@ -603,4 +636,129 @@ fn a_reply_to_an_earlier_incarnation_does_not_answer_a_later_ones_round() {
     let reply = net.replies.iter().find(|r| r.tag == tag).expect("the FAA on b answered");
     assert_eq!(value_of(reply.result.as_ref().unwrap()), None, "b was never written");
     assert_eq!(net.node(3).local(b"b").0, Some(v("1")));
+}
+
+#[test]
+fn a_request_its_client_named_is_done_once_wherever_it_is_sent_again() {
+    let mut net = Net::new(3, |_| {});
+    let faa = |delta| KiteOp::Faa { key: k("c"), delta };
+    // Client 77's request 1, done at node 1; say its reply was lost with the connection.
+    let first = net.call_named(1, 77, faa(5), Some(1)).expect("ok");
+    // Others count on after it, so the value no longer shows who made it.
+    net.call(3, 5, faa(1));
+    net.call(2, 6, faa(1));
+    net.settle(5);
+    // The client sends request 1 again, at node 2: the same answer, not a second add.
+    let again = net.call_named(2, 77, faa(5), Some(1)).expect("ok");
+    assert_eq!(again, first);
+    assert_eq!(net.node(2).status().counters.rmws_found_done, 1);
+    let total = net.call(3, 7, KiteOp::Acquire { key: k("c") });
+    assert_eq!(value_of(&total), Some(v("7")), "5 + 1 + 1, the 5 once");
+
+    // Unnamed, the same retry is a new request: the negative control of the numbering.
+    net.call(2, 77, faa(5));
+    let total = net.call(3, 7, KiteOp::Acquire { key: k("c") });
+    assert_eq!(value_of(&total), Some(v("12")));
+}
+
+#[test]
+fn a_weak_cas_sent_again_as_a_strong_one_reports_the_swap_its_first_attempt_made() {
+    let mut net = Net::new(3, |_| {});
+    net.call(1, 1, KiteOp::Write { key: k("l"), value: v("free") });
+    net.settle(5);
+    let cas =
+        |strong| KiteOp::Cas { key: k("l"), expected: Some(v("free")), new: v("mine"), strong };
+    let first = net.call_named(1, 77, cas(false), Some(4)).expect("ok");
+    assert!(matches!(first, KiteResult::Rmw { wrote: Some(_), .. }), "{first:?}");
+    net.settle(5);
+    // At node 2 the local value is now "mine", not "free". Sent again as it was, the weak
+    // CAS fails against that copy, telling the client it did not take the lock it holds:
+    // why a retry goes as a strong one.
+    let weak = net.call_named(2, 77, cas(false), Some(4)).expect("ok");
+    assert!(matches!(weak, KiteResult::Rmw { wrote: None, local: true, .. }), "{weak:?}");
+    let again = net.call_named(3, 77, cas(true), Some(4)).expect("ok");
+    assert_eq!(again, first);
+}
+
+#[test]
+fn a_late_retry_after_a_later_request_of_its_client_is_refused_not_done_again() {
+    let mut net = Net::new(3, |_| {});
+    let faa = |key: &str| KiteOp::Faa { key: k(key), delta: 1 };
+    net.call_named(1, 77, faa("a"), Some(1)).expect("ok");
+    net.call_named(1, 77, faa("b"), Some(2)).expect("ok");
+    net.call(2, 5, faa("a"));
+    net.settle(5);
+    // Request 1's own outcome gave way to request 2's: whether 1 was done is not known
+    // from what is kept, so it is refused rather than done again.
+    let late = net.call_named(3, 77, faa("a"), Some(1));
+    assert_eq!(late, Err(KeelError::SessionExpired));
+    assert_eq!(net.node(3).status().counters.rmws_superseded, 1);
+    let a = net.call(2, 7, KiteOp::Acquire { key: k("a") });
+    assert_eq!(value_of(&a), Some(v("2")));
+}
+
+#[test]
+fn outcomes_past_their_bound_are_dropped_and_counted() {
+    let mut net = Net::new(3, |c| c.outcomes_max = 4);
+    for session in 1..=10 {
+        net.call(1 + (session % 3) as u32, session, KiteOp::Faa { key: k("c"), delta: 1 });
+    }
+    net.settle(5);
+    for id in 1..=3 {
+        let status = net.node(id).status();
+        assert_eq!(status.outcomes, 4);
+        assert!(status.counters.outcomes_dropped >= 6, "{:?}", status.counters);
+    }
+}
+
+#[test]
+fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own() {
+    // Node 1 accepted its record at ballot 126, then promised node 3's ballot 140. Node 2
+    // rejoins and copies node 1's slot. When node 1's Accept(126) reaches node 2, it must
+    // be refused: answering "accepted again" would count node 1's acceptance twice and
+    // give ballot 126 a quorum next to 140's (seed 5005170: two FAAs on one base).
+    let mut net = Net::new(3, |_| {});
+    let writer = |n: u32| Stamp::writer_of(NodeId(n), 0);
+    let record = RmwRecord {
+        id: RmwId { node: writer(1), session: 1, seq: 1 },
+        value: v("1"),
+        stamp: Stamp::ZERO.next_rmw(),
+        read: None,
+        read_stamp: Stamp::ZERO,
+        base: None,
+        skipped: Vec::new(),
+    };
+    let low = Ballot { round: 126, proposer: writer(1) };
+    let high = Ballot { round: 140, proposer: writer(3) };
+    let accept = |round| Message::Accept {
+        round,
+        key: k("c"),
+        ballot: low,
+        record: record.clone(),
+        query: None,
+    };
+    // (Delivered as if relayed by node 3: a node takes no message from itself.)
+    net.step(1, Input::Message { from: NodeId(3), message: accept(1) });
+    let rmw = RmwId { node: writer(3), session: 3, seq: 9 };
+    let propose = Message::Propose { round: 2, key: k("c"), ballot: high, rmw, query: None };
+    net.step(1, Input::Message { from: NodeId(3), message: propose });
+    net.queue.clear();
+
+    let mut config = net.node(2).config().clone();
+    config.incarnation = 1;
+    config.rejoin = true;
+    net.nodes[1] = KiteEngine::boot(config, 7, net.now).unwrap();
+    net.settle(50);
+    assert!(!net.node(2).status().rejoining);
+    net.queue.clear();
+    net.step(2, Input::Message { from: NodeId(1), message: accept(3) });
+    let answers: Vec<bool> = net
+        .queue
+        .iter()
+        .filter_map(|(from, to, m)| match m {
+            Message::Accepted { ok, .. } if *from == NodeId(2) && *to == NodeId(1) => Some(*ok),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, vec![false], "refused: node 2 promised 140 and accepted nothing itself");
 }

@@ -58,7 +58,9 @@ pub struct Ballot {
 }
 
 /// Names a read-modify-write for exactly-once execution: the node that took the request,
-/// the session and the request's place in it.
+/// the session and the request's place in it; or, for a request the client named itself
+/// (`KEEL.REQ`), [`RmwId::CLIENT`], the client's id and its request number, so that a
+/// retry of the request at any node goes by the same id.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -70,6 +72,17 @@ pub struct RmwId {
     pub session: u64,
     /// The request's sequence number within the session.
     pub seq: u64,
+}
+
+impl RmwId {
+    /// The `node` of a request its client named: no node's writer id (node ids start at
+    /// 1, so writer ids at 2^32).
+    pub const CLIENT: u64 = 0;
+
+    /// Whether the client named this request (and may retry it at another node).
+    pub fn client_named(&self) -> bool {
+        self.node == RmwId::CLIENT
+    }
 }
 
 /// The most records one record carries as applied before it.
@@ -222,6 +235,12 @@ pub struct KiteRequest {
     pub op: KiteOp,
     /// How the reply is shown, or why the request is refused.
     pub form: ReplyForm,
+    /// The client's own number for the request, when the client named it (`KEEL.REQ`,
+    /// the session then being the client's id): a read-modify-write goes by
+    /// ⟨client, number⟩ on every node, so that a retry at any node is applied at most once.
+    /// A client's numbers increase, and it retries only its latest request of a key's
+    /// session; a retry of an earlier one is refused when a later one was done.
+    pub named: Option<u64>,
 }
 
 /// What an operation returned.
@@ -355,8 +374,8 @@ pub enum Message {
         key: Key,
         /// The ballot.
         ballot: Ballot,
-        /// The proposing session (for its committed outcome).
-        session: u64,
+        /// The read-modify-write proposed (for its committed outcome).
+        rmw: RmwId,
         /// The delinquency query.
         query: Option<u64>,
     },
@@ -507,6 +526,11 @@ pub struct Config {
     pub sessions_max: usize,
     /// The most requests waiting in one session.
     pub session_queue_max: usize,
+    /// The most committed read-modify-write outcomes kept (one per session; the one
+    /// recorded longest ago goes first): how far back a retry is known done.
+    pub outcomes_max: usize,
+    /// The most bytes those outcomes take.
+    pub outcomes_bytes_max: usize,
     /// Limits on keys and values.
     pub limits: keel_types::Limits,
     /// Boot by reading the state of enough other nodes that every quorum this node's
@@ -541,6 +565,8 @@ impl Config {
             rmw_backoff_max: Span::from_millis(10),
             sessions_max: 10_000,
             session_queue_max: 1_000,
+            outcomes_max: 100_000,
+            outcomes_bytes_max: 64 << 20,
             limits: keel_types::Limits::default(),
             rejoin: false,
             unsafe_no_rejoin: false,
@@ -575,6 +601,9 @@ impl Config {
         }
         if self.sessions_max == 0 || self.session_queue_max == 0 {
             return err("sessions_max", "session bounds must be positive");
+        }
+        if self.outcomes_max == 0 || self.outcomes_bytes_max == 0 {
+            return err("outcomes_max", "outcome bounds must be positive");
         }
         Ok(())
     }
@@ -612,6 +641,8 @@ pub struct Status {
     pub sessions: usize,
     /// Committed read-modify-write outcomes kept (one per session that made one).
     pub outcomes: usize,
+    /// The bytes they take (roughly).
+    pub outcomes_bytes: usize,
     /// The delinquency bits, by node.
     pub bits: Vec<(NodeId, Bit)>,
     /// Counters.
@@ -645,6 +676,14 @@ pub struct Counters {
     pub rmw_retries: u64,
     /// Accepted read-modify-writes of others this node finished.
     pub rmw_helped: u64,
+    /// Read-modify-writes a quorum showed already done (by a helper, or by an earlier
+    /// attempt of a request its client retried), answered with that outcome.
+    pub rmws_found_done: u64,
+    /// Read-modify-writes refused because a later request of their session was done:
+    /// late retries, whose own outcome is no longer kept.
+    pub rmws_superseded: u64,
+    /// Committed outcomes dropped to stay within `outcomes_max` and `outcomes_bytes_max`.
+    pub outcomes_dropped: u64,
     /// Weak compare-and-swaps that failed locally.
     pub cas_local_failures: u64,
     /// Requests sent again after the retransmission timer.

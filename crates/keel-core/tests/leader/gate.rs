@@ -144,6 +144,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             level: Some(ReadLevel::Linearizable),
             after: LogIndex(tag % 7),
             mode: Default::default(),
+            named: false,
         },
     )
 }

@@ -395,6 +395,7 @@ impl Cluster {
             level,
             after: self.after,
             mode: Default::default(),
+            named: false,
         };
         self.step(node, Input::Client(req));
         tag
@@ -475,6 +476,7 @@ fn a_follower_behind_a_clients_own_write_sends_its_read_to_the_leader() {
         level: Some(ReadLevel::Any),
         after: LogIndex::ZERO,
         mode: Default::default(),
+        named: false,
     };
     let now = c.local(follower);
     assert!(c.engine(follower).read_now(&request, now).is_some());
@@ -1561,6 +1563,7 @@ fn a_leader_elected_with_an_inherited_durable_index_fsyncs_before_serving_above_
         level: Some(ReadLevel::Monotonic),
         after: LogIndex::ZERO,
         mode: Default::default(),
+        named: false,
     };
     let out = engine.step(now, Input::Client(read));
     assert!(out.replies.is_empty(), "served above the leader's own persisted index");

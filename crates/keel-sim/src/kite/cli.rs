@@ -39,6 +39,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         no_epoch_snapshot: args.no_epoch_snapshot,
         paper_reset: args.paper_reset,
         no_rejoin: args.no_rejoin,
+        unnamed_retries: args.unnamed_retries,
         keep_history: single && args.history.is_some(),
     };
     if !single {

@@ -72,6 +72,11 @@ fn finish(report: &mut KiteReport, world: &KiteWorld, recorder: &mut Recorder, l
     for v in &verdict.violations {
         report.violations.push(format!("{label}: rc {}: {} (ops {:?})", v.rule, v.message, v.ops));
     }
+    for (id, a, b) in &world.double_commits {
+        report
+            .violations
+            .push(format!("{label}: exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
+    }
     for (node, reason) in &world.rejections {
         report
             .violations

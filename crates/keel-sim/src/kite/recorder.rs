@@ -55,8 +55,13 @@ pub struct Recorder {
     ops: Vec<RcOp>,
     failed: Vec<bool>,
     by_tag: BTreeMap<RequestTag, usize>,
+    /// What each request asked, and the client's number for it if it named it.
+    requests: BTreeMap<RequestTag, (KiteOp, Option<u64>)>,
     seqs: BTreeMap<u64, u64>,
     machines: BTreeMap<u64, NodeId>,
+    /// The history session a client's requests go to, when it is not the client's
+    /// engine session (after its connection broke: [`Recorder::rename`]).
+    aliases: BTreeMap<u64, u64>,
 }
 
 impl Recorder {
@@ -73,7 +78,22 @@ impl Recorder {
         session: u64,
         op: KiteOp,
     ) -> RequestTag {
-        let tag = world.submit(node, session, op.clone());
+        self.submit_named(world, node, session, op, None)
+    }
+
+    /// Submits `op` as [`Recorder::submit`], named by its client as request `named` when
+    /// given ([`KiteWorld::submit_named`]).
+    pub fn submit_named(
+        &mut self,
+        world: &mut KiteWorld,
+        node: NodeId,
+        session: u64,
+        op: KiteOp,
+        named: Option<u64>,
+    ) -> RequestTag {
+        let tag = world.submit_named(node, session, op.clone(), named);
+        self.requests.insert(tag, (op.clone(), named));
+        let session = self.aliases.get(&session).copied().unwrap_or(session);
         let seq = self.seqs.entry(session).or_default();
         *seq += 1;
         self.machines.insert(session, node);
@@ -107,10 +127,64 @@ impl Recorder {
         tag
     }
 
+    /// From now on, records the requests `client` sends (in its engine session `client`)
+    /// in the history session `history`: a client whose connection broke goes on as a new
+    /// session, unordered with what it sent over the broken connection and never heard
+    /// back about.
+    pub fn rename(&mut self, client: u64, history: u64) {
+        self.aliases.insert(client, history);
+    }
+
+    /// Sends the request of `tag` again, as its client does when the connection broke
+    /// before the reply came: at `node`, in the client's engine session `session`, with
+    /// the same number if the client named it (not when it did not, or with `unnamed`: a
+    /// retry is then a new request, which may be applied a second time). Both attempts
+    /// are one operation of the history, which the first reply listened to completes; it
+    /// moves to the session the client now records in ([`Recorder::rename`]), after what
+    /// that session sent so far, keeping its first invocation time.
+    pub fn retry(
+        &mut self,
+        world: &mut KiteWorld,
+        tag: RequestTag,
+        node: NodeId,
+        session: u64,
+        unnamed: bool,
+    ) -> Option<RequestTag> {
+        let (mut op, named) = self.requests.get(&tag).cloned()?;
+        let named = named.filter(|_| !unnamed);
+        // A weak CAS goes again as a strong one, as keel-client sends it: a weak one could
+        // fail against the new node's copy of its own first attempt's swap.
+        if let KiteOp::Cas { strong, .. } = &mut op {
+            *strong = true;
+        }
+        let index = *self.by_tag.get(&tag)?;
+        let again = world.submit_named(node, session, op.clone(), named);
+        self.requests.insert(again, (op, named));
+        self.by_tag.insert(again, index);
+        let history = self.aliases.get(&session).copied().unwrap_or(session);
+        let seq = self.seqs.entry(history).or_default();
+        *seq += 1;
+        let moved = &mut self.ops[index];
+        moved.session = history;
+        moved.seq = *seq;
+        moved.machine = node.0;
+        Some(again)
+    }
+
     /// Records a reply delivered at global time `at`; returns what the step saw (`None`
-    /// for an error, which Kite returns only for requests it never started).
+    /// for an error, which Kite returns only for requests it never started, or for a late
+    /// retry whose outcome is unknown).
     pub fn complete(&mut self, at: u64, reply: &KiteReply) -> Option<Seen> {
         let index = *self.by_tag.get(&reply.tag)?;
+        if self.ops[index].complete.is_some() {
+            // Another attempt of the request answered first.
+            return None;
+        }
+        if let Err(keel_types::KeelError::SessionExpired) = &reply.result {
+            // A retry refused because a later request of its client was done: it may have
+            // been done, so it stays without a reply (its commit, if any, settles it).
+            return None;
+        }
         let op = &mut self.ops[index];
         op.complete = Some(at);
         let result = match &reply.result {

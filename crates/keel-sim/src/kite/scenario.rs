@@ -10,11 +10,12 @@
 use super::recorder::{key, value, Recorder};
 use super::world::{KiteWorld, NetConfig};
 use crate::rng::Rng;
+use keel_core::engine::RequestTag;
 use keel_core::kite::{Config, KiteOp, Stamp};
 use keel_core::time::Span;
 use keel_types::NodeId;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Keys written by relaxed writes, releases and CASes.
 pub const DATA_KEYS: u64 = 6;
@@ -34,6 +35,9 @@ pub struct KiteRunConfig {
     pub no_epoch_snapshot: bool,
     /// Negative control: the paper's reset (to every node, naming only the acquire).
     pub paper_reset: bool,
+    /// Negative control: a retry a client sends after its connection broke goes as a new
+    /// request, not under the number the client gave the first attempt.
+    pub unnamed_retries: bool,
     /// Negative control: a restarted node serves at once, without rejoining.
     pub no_rejoin: bool,
     /// Keep the history in the report.
@@ -50,6 +54,7 @@ impl KiteRunConfig {
             no_epoch_snapshot: false,
             paper_reset: false,
             no_rejoin: false,
+            unnamed_retries: false,
             keep_history: false,
         }
     }
@@ -69,6 +74,9 @@ impl KiteRunConfig {
         }
         if self.no_rejoin {
             line.push_str(" --no-rejoin");
+        }
+        if self.unnamed_retries {
+            line.push_str(" --unnamed-retries");
         }
         line
     }
@@ -150,13 +158,76 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 struct SimSession {
+    /// The client's id: its engine session, and its requests' name when it names them.
     id: u64,
+    /// The history session its requests are recorded in (a new one after its connection
+    /// broke, when it goes on under the same id).
+    hist: u64,
     node: NodeId,
     depth: usize,
     outstanding: usize,
     next_at: u64,
     /// The last value this session saw of each data key (a CAS expects it).
     seen: BTreeMap<u64, Option<u64>>,
+    /// The number of its next request, for a client that names its requests (as
+    /// `KEEL.REQ` does, its session id being its client id); `None` for one that does not.
+    named: Option<u64>,
+    /// Its requests sent and not answered yet, and whether each is a read-modify-write
+    /// (kept for clients that name their requests).
+    pending: Vec<(RequestTag, bool)>,
+}
+
+/// The clients of `node` whose connections broke (the node crashed, or only the
+/// connections did), for those that name their requests: each goes on at another live
+/// node under the same client id, as a new session of the history, and first sends its
+/// read-modify-writes still unanswered again there, under the numbers it gave them (a
+/// new number with `unnamed`, the negative control). No reply to a request sent over the
+/// broken connection is listened to any more: its other requests stay without one (they
+/// may or may not have been done). Returns the history sessions left behind.
+#[allow(clippy::too_many_arguments)]
+fn move_named_clients(
+    world: &mut KiteWorld,
+    recorder: &mut Recorder,
+    rng: &mut Rng,
+    sessions: &mut [SimSession],
+    node: NodeId,
+    next_session: &mut u64,
+    abandoned: &mut BTreeSet<RequestTag>,
+    unnamed: bool,
+    reached: &mut BTreeMap<String, u64>,
+) -> Vec<u64> {
+    let others: Vec<NodeId> =
+        world.live().into_iter().filter(|&m| m != node && world.engine(m).is_some()).collect();
+    let mut moved = Vec::new();
+    if others.is_empty() {
+        return moved;
+    }
+    for s in sessions.iter_mut().filter(|s| s.node == node && s.named.is_some()) {
+        let to = others[rng.below(others.len() as u64) as usize];
+        moved.push(s.hist);
+        *next_session += 1;
+        s.hist = *next_session;
+        recorder.rename(s.id, s.hist);
+        s.node = to;
+        s.outstanding = 0;
+        s.seen.clear();
+        for (tag, rmw) in std::mem::take(&mut s.pending) {
+            abandoned.insert(tag);
+            if rmw {
+                *reached.entry("client-retry".into()).or_default() += 1;
+                // The first attempt was done already (its reply lost with the connection):
+                // the case a retry must not do again.
+                if world.rmw_ids.get(&tag).is_some_and(|id| world.commits.contains_key(id)) {
+                    *reached.entry("client-retry-of-done".into()).or_default() += 1;
+                }
+                if let Some(again) = recorder.retry(world, tag, to, s.id, unnamed) {
+                    s.pending.push((again, true));
+                    s.outstanding += 1;
+                }
+            }
+        }
+    }
+    moved
 }
 
 #[derive(Clone, Debug)]
@@ -182,9 +253,16 @@ enum Fault {
         node: NodeId,
         ms: u64,
     },
+    /// The connections of the node's clients break (the node stays up).
+    ClientCut {
+        node: NodeId,
+    },
 }
 
 const STEP_NS: u64 = 200_000;
+/// The sessions of the final acquires and reads start here (the scenario's own sessions
+/// stay below it).
+const FINAL_SESSIONS: u64 = 10_000;
 const MS: u64 = 1_000_000;
 
 fn general(config: &KiteRunConfig) -> KiteReport {
@@ -244,8 +322,17 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         };
         schedule.push((at, fault));
     }
+    // Clients' draws (which name their requests, connection cuts) come from their own
+    // stream, so that the rest of a seed's run is drawn as before they existed.
+    let mut clients = Rng::new(config.seed ^ 0x6b69_7465_5f63_6c69);
+    for _ in 0..clients.below(4) {
+        let at = clients.below(duration * 3 / 4);
+        let node = members[clients.below(members.len() as u64) as usize];
+        schedule.push((at, Fault::ClientCut { node }));
+    }
     schedule.sort_by_key(|(at, _)| *at);
     let mut heals: Vec<u64> = Vec::new();
+    let mut abandoned: BTreeSet<RequestTag> = BTreeSet::new();
     let mut restarts: Vec<(u64, NodeId)> = Vec::new();
     // Sessions of a node that crashed: their operations may be lost (a relaxed write
     // completes before it leaves its node), so convergence does not count them.
@@ -256,13 +343,19 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     let mut sessions: Vec<SimSession> = (0..session_count)
         .map(|i| SimSession {
             id: i + 1,
+            hist: i + 1,
             node: members[(i % u64::from(n)) as usize],
             depth: if rng.below(3) == 0 { 3 } else { 1 },
             outstanding: 0,
             next_at: 0,
             seen: BTreeMap::new(),
+            named: None,
+            pending: Vec::new(),
         })
         .collect();
+    for s in sessions.iter_mut() {
+        s.named = (clients.below(2) == 0).then_some(1);
+    }
     let mut recorder = Recorder::new();
     let mut next_value: u64 = 1 << 40;
     let mut report = KiteReport {
@@ -280,6 +373,23 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         while faults.peek().is_some_and(|(at, _)| *at <= t) {
             let (_, fault) = faults.next().expect("peeked");
             report.faults.push(format!("{:.1}ms {fault:?}", t as f64 / MS as f64));
+            // The node's clients' connections break with it (or alone, in a cut).
+            if let Fault::ClientCut { node } | Fault::Crash { node } | Fault::Restart { node, .. } =
+                fault
+            {
+                let moved = move_named_clients(
+                    &mut world,
+                    &mut recorder,
+                    &mut clients,
+                    &mut sessions,
+                    node,
+                    &mut next_session,
+                    &mut abandoned,
+                    config.unnamed_retries,
+                    &mut report.reached,
+                );
+                dead_sessions.extend(moved);
+            }
             match fault {
                 Fault::Pause { node, ms } => {
                     *report.reached.entry("fault:pause".into()).or_default() += 1;
@@ -295,10 +405,14 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                     world.cut(from, to);
                     heals.push(t + ms * MS);
                 }
+                Fault::ClientCut { .. } => {
+                    *report.reached.entry("fault:client-cut".into()).or_default() += 1;
+                }
                 Fault::Crash { node } => {
                     *report.reached.entry("fault:crash".into()).or_default() += 1;
                     world.crash(node);
-                    dead_sessions.extend(sessions.iter().filter(|s| s.node == node).map(|s| s.id));
+                    dead_sessions
+                        .extend(sessions.iter().filter(|s| s.node == node).map(|s| s.hist));
                 }
                 Fault::Restart { node, ms } => {
                     *report.reached.entry("fault:restart".into()).or_default() += 1;
@@ -306,9 +420,10 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                     restarts.push((t + ms * MS, node));
                     // Its clients' connections broke: they come back as new sessions.
                     for s in sessions.iter_mut().filter(|s| s.node == node) {
-                        dead_sessions.push(s.id);
+                        dead_sessions.push(s.hist);
                         next_session += 1;
                         s.id = next_session;
+                        s.hist = next_session;
                         s.outstanding = 0;
                         s.seen.clear();
                     }
@@ -327,11 +442,15 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         }
         world.run_until(t);
         for (at, _, reply) in world.take_replies() {
+            if abandoned.contains(&reply.tag) {
+                continue;
+            }
             let session = recorder.session_of(reply.tag);
             let k = recorder.key_of(reply.tag);
             let seen = recorder.complete(at, &reply);
-            if let Some(s) = sessions.iter_mut().find(|s| Some(s.id) == session) {
+            if let Some(s) = sessions.iter_mut().find(|s| Some(s.hist) == session) {
                 s.outstanding -= 1;
+                s.pending.retain(|&(t, _)| t != reply.tag);
                 // Remember what the session saw of the key, for its next CAS.
                 if let (Some(seen), Some(k)) = (seen, k) {
                     s.seen.insert(k, seen.written.or(seen.read));
@@ -343,7 +462,15 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 continue;
             }
             let op = random_op(&mut rng, s, &mut next_value);
-            recorder.submit(&mut world, s.node, s.id, op);
+            let rmw = matches!(op, KiteOp::Faa { .. } | KiteOp::Cas { .. });
+            let named = s.named;
+            if let Some(n) = s.named.as_mut() {
+                *n += 1;
+            }
+            let tag = recorder.submit_named(&mut world, s.node, s.id, op, named);
+            if named.is_some() {
+                s.pending.push((tag, rmw));
+            }
             s.outstanding += 1;
             s.next_at = t + rng.below(2 * MS);
         }
@@ -356,14 +483,16 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     let quiet = duration + 4_000 * MS;
     world.run_until(quiet);
     for (at, _, reply) in world.take_replies() {
-        recorder.complete(at, &reply);
+        if !abandoned.contains(&reply.tag) {
+            recorder.complete(at, &reply);
+        }
     }
 
     // Every live node acquires, then reads every key.
     let live = world.live();
     let mut finals: Vec<(NodeId, u64, keel_core::engine::RequestTag)> = Vec::new();
     for (i, &node) in live.iter().enumerate() {
-        let session = 10_000 + i as u64;
+        let session = FINAL_SESSIONS + i as u64;
         recorder.submit(
             &mut world,
             node,
@@ -378,18 +507,31 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     world.run_until(quiet + 2_000 * MS);
     let mut final_reads: BTreeMap<keel_core::engine::RequestTag, Stamp> = BTreeMap::new();
     for (at, _, reply) in world.take_replies() {
+        if abandoned.contains(&reply.tag) {
+            continue;
+        }
         if let Some(seen) = recorder.complete(at, &reply) {
             final_reads.insert(reply.tag, seen.read_stamp);
         }
     }
     report.virtual_ms = world.now() / MS;
 
-    // Convergence: a final read is at least every write a live node's session completed.
+    // Convergence: a final read is at least every write a live node's session completed
+    // before the final reads began. (One still running then, such as read-modify-writes of
+    // several sessions of one node dueling on a key while a majority barely answers, may
+    // complete after them; such are counted.)
     recorder.settle_rmws(&world.commits, &world.rmw_ids);
     let history = recorder.history();
     let mut newest: BTreeMap<u64, keel_check::rc::Stamp> = BTreeMap::new();
+    let late = history
+        .iter()
+        .filter(|op| op.session < FINAL_SESSIONS && op.complete.is_some_and(|c| c > quiet))
+        .count() as u64;
+    if late > 0 {
+        *report.reached.entry("done-after-quiesce".into()).or_default() += late;
+    }
     for op in &history {
-        if op.complete.is_none()
+        if op.complete.is_none_or(|c| c > quiet)
             || !live.contains(&NodeId(op.machine))
             || dead_sessions.contains(&op.session)
         {
@@ -413,6 +555,11 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 report.violations.push(format!("convergence: node {} reads k{k} at {got:?} after an acquire, older than the completed write {want:?}", node.0));
             }
         }
+    }
+    for (id, a, b) in &world.double_commits {
+        report
+            .violations
+            .push(format!("exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
     }
     for (node, reason) in &world.rejections {
         report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
@@ -480,6 +627,9 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("rmw", c.rmws);
         add("rmw-retry", c.rmw_retries);
         add("rmw-helped", c.rmw_helped);
+        add("rmw-found-done", c.rmws_found_done);
+        add("rmw-superseded", c.rmws_superseded);
+        add("outcomes-dropped", c.outcomes_dropped);
         add("cas-local-failure", c.cas_local_failures);
         add("self-delinquent", c.self_delinquent);
         add("reset-bit", c.resets);

@@ -122,6 +122,8 @@ pub struct KiteWorld {
     /// record was chosen), by request: what a request whose node crashed before it could
     /// answer did, for the history.
     pub commits: BTreeMap<RmwId, RmwOutcome>,
+    /// Requests committed twice with different stamps (applied twice): must stay empty.
+    pub double_commits: Vec<(RmwId, keel_core::kite::Stamp, keel_core::kite::Stamp)>,
     /// The id each read-modify-write request went by, once started.
     pub rmw_ids: BTreeMap<RequestTag, RmwId>,
     /// What every node booted with (restarts boot a later incarnation of it).
@@ -181,6 +183,7 @@ impl KiteWorld {
             counters: NetCounters::default(),
             rejections: Vec::new(),
             commits: BTreeMap::new(),
+            double_commits: Vec::new(),
             rmw_ids: BTreeMap::new(),
             template: template.clone(),
             incarnations: BTreeMap::new(),
@@ -293,9 +296,21 @@ impl KiteWorld {
 
     /// Submits `op` in `session` at `node` now; returns the tag its reply will carry.
     pub fn submit(&mut self, node: NodeId, session: u64, op: KiteOp) -> RequestTag {
+        self.submit_named(node, session, op, None)
+    }
+
+    /// Submits `op` as [`KiteWorld::submit`], named by its client (`session` being the
+    /// client's id) as request `named` when given, as `KEEL.REQ` does.
+    pub fn submit_named(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        op: KiteOp,
+        named: Option<u64>,
+    ) -> RequestTag {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        let request = KiteRequest { tag, session, op, form: Default::default() };
+        let request = KiteRequest { tag, session, op, form: Default::default(), named };
         self.schedule(self.now, Event::Client { node, request });
         tag
     }
@@ -435,7 +450,12 @@ impl KiteWorld {
         self.counters.sent += 1;
         if let Message::Write { rmw: Some(commit), applied, .. } = &message {
             for (id, outcome) in std::iter::once(commit).chain(applied) {
-                self.commits.entry(*id).or_insert_with(|| outcome.clone());
+                let first = self.commits.entry(*id).or_insert_with(|| outcome.clone());
+                if first.stamp != outcome.stamp
+                    && !self.double_commits.iter().any(|(i, _, _)| i == id)
+                {
+                    self.double_commits.push((*id, first.stamp, outcome.stamp));
+                }
             }
         }
         let mut extra = 0;

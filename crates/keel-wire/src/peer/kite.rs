@@ -135,7 +135,7 @@ mod tests {
                     round,
                     key,
                     ballot,
-                    session,
+                    rmw: RmwId { node: session >> 32, session, seq: session.rotate_left(7) },
                     query
                 }
             ),

@@ -361,8 +361,17 @@ fn read_append_reply(reader: &mut Reader<'_>) -> Result<Message, PeerError> {
 }
 
 fn put_request(out: &mut Vec<u8>, request: &ClientRequest) {
-    let ClientRequest { tag, client, request, command, durability, level, after, mode: _ } =
-        request;
+    let ClientRequest {
+        tag,
+        client,
+        request,
+        command,
+        durability,
+        level,
+        after,
+        mode: _,
+        named: _,
+    } = request;
     put_u64(out, tag.0);
     put_u64(out, client.0);
     put_u64(out, request.0);
@@ -392,6 +401,7 @@ fn read_request(reader: &mut Reader<'_>) -> Result<ClientRequest, PeerError> {
         level: if reader.flag("level flag")? { Some(read_level(reader)?) } else { None },
         after: LogIndex(reader.u64("session floor")?),
         mode: Default::default(),
+        named: false,
     })
 }
 
@@ -747,6 +757,7 @@ pub(crate) mod strategies {
                 level,
                 after: LogIndex(after),
                 mode: Default::default(),
+                named: false,
             },
         )
     }

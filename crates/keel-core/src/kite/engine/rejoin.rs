@@ -210,9 +210,7 @@ impl KiteEngine {
                 Cursor::Outcome(node, session) => std::ops::Bound::Excluded((*node, *session)),
                 _ => std::ops::Bound::Unbounded,
             };
-            for (&(node, session), (key, outcome)) in
-                self.outcomes.range((from, std::ops::Bound::Unbounded))
-            {
+            for ((node, session), key, outcome) in self.outcomes.range(from) {
                 if full(bytes, slots.len() + outcomes.len()) {
                     let (n, s) = outcomes
                         .last()
@@ -291,6 +289,7 @@ impl KiteEngine {
         if let Some((ballot, record)) = accepted {
             if slot.accepted.as_ref().is_none_or(|(mine, _)| *mine < ballot) {
                 slot.accepted = Some((ballot, record));
+                slot.accepted_here = false;
             }
         }
     }
