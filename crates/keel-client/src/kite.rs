@@ -12,14 +12,16 @@
 //! with it (relaxed writes are answered before they leave their node, as in the paper,
 //! where a session dies with its machine).
 //!
-//! A read-modify-write whose node failed is sent again at the next node under the same
-//! number, which the nodes know it by: it is done once, and the answer is that of the
-//! attempt that did it. This is done only when the session wrote nothing since its last
-//! barrier (a release, or a read-modify-write that wrote): otherwise the retry could make
-//! the new node publish a value whose earlier writes were lost with the old one, and the
-//! call fails instead (its outcome unknown). A late retry whose own outcome the nodes no
-//! longer keep fails with `SESSIONEXPIRED`. Otherwise only a refusal that says nothing
-//! was applied (`BUSY`) is retried.
+//! An FAA whose node failed is sent again at the next node under the same number, which
+//! the nodes know it by: it is done once, and the answer is that of the attempt that did
+//! it. This is done only when the session wrote nothing since its last barrier (a
+//! release, or a read-modify-write that wrote): otherwise the retry could make the new
+//! node publish a value whose earlier writes were lost with the old one, and the call
+//! fails instead (its outcome unknown). A late retry whose own outcome the nodes no longer
+//! keep fails with `SESSIONEXPIRED`. A CAS is not sent again: a retry that fails its
+//! comparison records nothing, so a first attempt still running at the old node could
+//! swap afterwards, and the caller would have been told it did not. Otherwise only a
+//! refusal that says nothing was applied (`BUSY`) is retried.
 //!
 //! [`BlockingKiteSession`] is the same for code without an async runtime.
 
@@ -70,10 +72,9 @@ impl KiteSession {
         self.id
     }
 
-    /// Sends `command` as the session's next request. `rmw`: a read-modify-write, sent
-    /// again at the next nodes when its node cannot be reached, if the session holds no
-    /// write since its last barrier; a weak CAS is sent again as a strong one (a weak one
-    /// could fail against the new node's copy of its own first attempt's swap).
+    /// Sends `command` as the session's next request. `rmw`: an FAA, sent again at the
+    /// next nodes when its node cannot be reached, if the session holds no write since its
+    /// last barrier.
     async fn call(&mut self, command: &[&[u8]], rmw: bool) -> Result<Frame, ClientError> {
         self.seq += 1;
         let (id, seq) = (self.id.to_string(), self.seq.to_string());
@@ -97,10 +98,6 @@ impl KiteSession {
                         return Err(e);
                     }
                     moves += 1;
-                    if let Some(last) = words.last_mut().filter(|w| w.eq_ignore_ascii_case(b"WEAK"))
-                    {
-                        *last = b"STRONG";
-                    }
                 }
                 other => return other,
             }
@@ -169,7 +166,8 @@ impl KiteSession {
     ) -> Result<CasResult, ClientError> {
         let expected = escape_cas(expected);
         let strength: &[u8] = if strong { b"STRONG" } else { b"WEAK" };
-        let result = match self.call(&[b"KEEL.CAS", key, &expected, new, strength], true).await? {
+        // Not sent again when its node fails (see the module documentation).
+        let result = match self.call(&[b"KEEL.CAS", key, &expected, new, strength], false).await? {
             Frame::Array(items) if items.len() == 3 => CasResult {
                 swapped: matches!(items[0], Frame::Integer(1) | Frame::Boolean(true)),
                 current: match &items[1] {

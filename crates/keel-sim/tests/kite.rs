@@ -58,6 +58,7 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "client-retry",
         "client-retry-of-done",
         "rmw-found-done",
+        "rmw-queued",
     ] {
         let seeds = reports.iter().filter(|r| r.reached.contains_key(path)).count();
         assert!(

@@ -87,6 +87,10 @@ enum Barrier {
 
 #[derive(Clone, Debug)]
 enum RmwStage {
+    /// Waits while another session of this node runs a read-modify-write on the same key:
+    /// a node runs one at a time per key, so that its own sessions do not preempt each
+    /// other's ballots (each new proposal would nack the one before).
+    Queued,
     Proposing {
         round: RoundId,
     },
@@ -207,6 +211,8 @@ pub struct KiteEngine {
     /// The latest committed read-modify-write of each (node, session), with its key.
     outcomes: Outcomes,
     sessions: BTreeMap<u64, Session>,
+    /// The session running a read-modify-write on each key, at this node.
+    rmw_keys: BTreeMap<Key, u64>,
     /// The last request number given (node-wide; read-modify-write ids carry it).
     next_seq: u64,
     rounds: BTreeMap<RoundId, Round>,
@@ -243,6 +249,7 @@ impl KiteEngine {
             gens: BTreeMap::new(),
             outcomes: Outcomes::new(config.outcomes_max, config.outcomes_bytes_max),
             sessions: BTreeMap::new(),
+            rmw_keys: BTreeMap::new(),
             next_seq: 0,
             rounds: BTreeMap::new(),
             // Rounds start at a random place: a reply still in flight to an earlier
@@ -495,7 +502,17 @@ impl KiteEngine {
         loop {
             let Some(s) = self.sessions.get_mut(&session) else { return };
             if let Some(active) = s.active.take() {
-                match self.progress(session, active.phase) {
+                let rmw_key = match &active.phase {
+                    Phase::Rmw { op, .. } | Phase::Flush { op, .. } if op.is_rmw() => {
+                        Some(op.key().clone())
+                    }
+                    _ => None,
+                };
+                let outcome = self.progress(session, active.phase);
+                if let (Some(key), Ok(_) | Err(Phase::Refused(_))) = (&rmw_key, &outcome) {
+                    self.rmw_key_free(key, session);
+                }
+                match outcome {
                     Ok(result) => {
                         self.out.replies.push(KiteReply {
                             tag: active.tag,
@@ -537,7 +554,11 @@ impl KiteEngine {
                     RmwId { node: self.writer, session, seq: self.next_seq }
                 }
             };
-            match self.start(session, rid, request.op.clone()) {
+            let started = self.start(session, rid, request.op.clone());
+            if request.op.is_rmw() && matches!(started, Ok(_) | Err(Phase::Refused(_))) {
+                self.rmw_key_free(request.op.key(), session);
+            }
+            match started {
                 Ok(result) => self.reply(&request, Ok(result)),
                 Err(Phase::Refused(error)) => self.reply(&request, Err(error)),
                 Err(phase) => {
@@ -545,6 +566,26 @@ impl KiteEngine {
                     s.active = Some(Active { tag: request.tag, form: request.form, phase });
                 }
             }
+        }
+    }
+
+    /// `session`'s read-modify-write on `key` is over: the next session of this node
+    /// waiting to run one on the key starts it.
+    fn rmw_key_free(&mut self, key: &Key, session: u64) {
+        if self.rmw_keys.get(key) != Some(&session) {
+            return;
+        }
+        self.rmw_keys.remove(key);
+        let waiting = self.sessions.iter().find_map(|(&s, state)| match &state.active {
+            Some(Active { phase: Phase::Rmw { op, stage: RmwStage::Queued, .. }, .. })
+                if op.key() == key =>
+            {
+                Some(s)
+            }
+            _ => None,
+        });
+        if let Some(next) = waiting {
+            self.advance(next);
         }
     }
 
@@ -635,17 +676,19 @@ impl KiteEngine {
                 }
                 let id = self.new_acquire();
                 let barrier = self.new_barrier();
-                let ballot = self.next_ballot(op.key(), Ballot::default());
-                let round = self.propose(session, op.key().clone(), ballot, id, rid);
-                Err(Phase::Rmw {
+                if self.rmw_keys.get(op.key()).is_some_and(|&s| s != session) {
+                    self.counters.rmws_queued += 1;
+                }
+                self.rmw_progress(
+                    session,
                     op,
                     rid,
                     id,
-                    ballot,
-                    stage: RmwStage::Proposing { round },
+                    Ballot::default(),
+                    RmwStage::Queued,
                     barrier,
-                    delinquent: Flags::new(),
-                })
+                    Flags::new(),
+                )
             }
         }
     }
@@ -962,10 +1005,21 @@ impl KiteEngine {
             Err(Phase::Rmw { op: op.clone(), rid, id, ballot, stage, barrier, delinquent })
         };
         match stage {
-            RmwStage::Backoff { until } => {
-                if self.now < until {
-                    return pending(RmwStage::Backoff { until }, ballot, barrier, delinquent);
-                }
+            RmwStage::Queued if self.rmw_keys.get(&key).is_some_and(|&s| s != session) => {
+                pending(RmwStage::Queued, ballot, barrier, delinquent)
+            }
+            RmwStage::Backoff { until } if self.now < until => {
+                pending(RmwStage::Backoff { until }, ballot, barrier, delinquent)
+            }
+            RmwStage::Queued | RmwStage::Backoff { .. } => {
+                // A queued request takes the key and its first ballot; one that backed off
+                // holds the key and its ballot already.
+                let ballot = if matches!(stage, RmwStage::Queued) {
+                    self.rmw_keys.insert(key.clone(), session);
+                    self.next_ballot(&key, ballot)
+                } else {
+                    ballot
+                };
                 let round = self.propose(session, key, ballot, id, rid);
                 self.rmw_progress(
                     session,

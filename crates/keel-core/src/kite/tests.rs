@@ -762,3 +762,35 @@ fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own
         .collect();
     assert_eq!(answers, vec![false], "refused: node 2 promised 140 and accepted nothing itself");
 }
+
+#[test]
+fn sessions_of_one_node_run_their_read_modify_writes_on_a_key_one_at_a_time() {
+    // Four sessions of node 1 add to one key at once. Run together, each new proposal
+    // would nack the one before (ballots above the highest seen); the node runs them one
+    // after another instead, so none is retried and each is done once.
+    let mut net = Net::new(3, |_| {});
+    for session in 1..=4 {
+        let request = KiteRequest {
+            tag: RequestTag(100 + session),
+            session,
+            op: KiteOp::Faa { key: k("c"), delta: 1 },
+            form: Default::default(),
+            named: None,
+        };
+        net.step(1, Input::Client(request));
+    }
+    net.settle(20);
+    let mut before: Vec<Option<Value>> = (1..=4)
+        .map(|s| {
+            net.replies
+                .iter()
+                .find(|r| r.tag == RequestTag(100 + s))
+                .map(|r| value_of(r.result.as_ref().unwrap()))
+        })
+        .map(|v| v.expect("answered"))
+        .collect();
+    before.sort();
+    assert_eq!(before, vec![None, Some(v("1")), Some(v("2")), Some(v("3"))]);
+    let counters = net.node(1).status().counters;
+    assert_eq!((counters.rmws_queued, counters.rmw_retries), (3, 0), "{counters:?}");
+}

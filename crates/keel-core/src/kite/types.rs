@@ -188,6 +188,11 @@ impl KiteOp {
         }
     }
 
+    /// Whether it is a read-modify-write (FAA or CAS).
+    pub fn is_rmw(&self) -> bool {
+        matches!(self, KiteOp::Faa { .. } | KiteOp::Cas { .. })
+    }
+
     /// The operation's name, as reports and errors show it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -674,6 +679,9 @@ pub struct Counters {
     pub rmws: u64,
     /// Paxos rounds started again (a nack or a helped record).
     pub rmw_retries: u64,
+    /// Read-modify-writes that waited for another session of this node to finish one on
+    /// the same key.
+    pub rmws_queued: u64,
     /// Accepted read-modify-writes of others this node finished.
     pub rmw_helped: u64,
     /// Read-modify-writes a quorum showed already done (by a helper, or by an earlier

@@ -150,13 +150,8 @@ impl Recorder {
         session: u64,
         unnamed: bool,
     ) -> Option<RequestTag> {
-        let (mut op, named) = self.requests.get(&tag).cloned()?;
+        let (op, named) = self.requests.get(&tag).cloned()?;
         let named = named.filter(|_| !unnamed);
-        // A weak CAS goes again as a strong one, as keel-client sends it: a weak one could
-        // fail against the new node's copy of its own first attempt's swap.
-        if let KiteOp::Cas { strong, .. } = &mut op {
-            *strong = true;
-        }
         let index = *self.by_tag.get(&tag)?;
         let again = world.submit_named(node, session, op.clone(), named);
         self.requests.insert(again, (op, named));

@@ -462,7 +462,9 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 continue;
             }
             let op = random_op(&mut rng, s, &mut next_value);
-            let rmw = matches!(op, KiteOp::Faa { .. } | KiteOp::Cas { .. });
+            // Only FAAs are sent again (as keel-client does): a CAS retried while its first
+            // attempt still runs could fail, and the first attempt swap afterwards.
+            let rmw = matches!(op, KiteOp::Faa { .. });
             let named = s.named;
             if let Some(n) = s.named.as_mut() {
                 *n += 1;
@@ -628,6 +630,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("rmw-retry", c.rmw_retries);
         add("rmw-helped", c.rmw_helped);
         add("rmw-found-done", c.rmws_found_done);
+        add("rmw-queued", c.rmws_queued);
         add("rmw-superseded", c.rmws_superseded);
         add("outcomes-dropped", c.outcomes_dropped);
         add("cas-local-failure", c.cas_local_failures);
