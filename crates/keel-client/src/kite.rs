@@ -67,7 +67,8 @@ impl KiteSession {
         self.node
     }
 
-    /// Its id (the session's name on its node).
+    /// Its id: the client id its requests carry (`KEEL.REQ`), the same on every node it
+    /// runs on.
     pub fn id(&self) -> u64 {
         self.id
     }
