@@ -25,11 +25,12 @@ fn b(s: &str) -> Bytes {
 fn message(which: u8) -> Message {
     let stamp = Stamp { version: 3, writer: 2 << 32, rmw: 0 };
     let id = RmwId { node: 2 << 32, session: 1, seq: 1 };
-    let outcome = RmwOutcome { seq: 1, read: None, read_stamp: Stamp::ZERO, value: b("1"), stamp: Stamp::ZERO.next_rmw() };
+    let outcome = RmwOutcome { seq: 1, read: None, read_stamp: Stamp::ZERO, value: b("1"), stamp: Stamp::ZERO.next_rmw(), digest: 9 };
     let record = RmwRecord {
         id,
         value: b("2"),
         stamp: stamp.next_rmw(),
+        digest: 9,
         read: Some(b("1")),
         read_stamp: stamp,
         base: Some(Box::new((id, outcome.clone()))),

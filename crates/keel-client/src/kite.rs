@@ -12,16 +12,17 @@
 //! with it (relaxed writes are answered before they leave their node, as in the paper,
 //! where a session dies with its machine).
 //!
-//! An FAA whose node failed is sent again at the next node under the same number, which
-//! the nodes know it by: it is done once, and the answer is that of the attempt that did
-//! it. This is done only when the session wrote nothing since its last barrier (a
-//! release, or a read-modify-write that wrote): otherwise the retry could make the new
-//! node publish a value whose earlier writes were lost with the old one, and the call
-//! fails instead (its outcome unknown). A late retry whose own outcome the nodes no longer
-//! keep fails with `SESSIONEXPIRED`. A CAS is not sent again: a retry that fails its
-//! comparison records nothing, so a first attempt still running at the old node could
-//! swap afterwards, and the caller would have been told it did not. Otherwise only a
-//! refusal that says nothing was applied (`BUSY`) is retried.
+//! An FAA or CAS whose node failed is sent again at the next node under the same number,
+//! which the nodes know it by: it is done once, and the answer is that of the attempt
+//! that did it (a failed comparison included: the nodes commit it like a write, so a
+//! first attempt still running at the old node finds it and cannot swap afterwards). A
+//! weak CAS goes again as a strong one, since a weak one could fail against the new
+//! node's copy without learning that its first attempt swapped. This is done only when
+//! the session wrote nothing since its last barrier (a release, or a read-modify-write
+//! that wrote): otherwise the retry could make the new node publish a value whose earlier
+//! writes were lost with the old one, and the call fails instead (its outcome unknown). A
+//! late retry whose own outcome the nodes no longer keep fails with `SESSIONEXPIRED`.
+//! Otherwise only a refusal that says nothing was applied (`BUSY`) is retried.
 //!
 //! [`BlockingKiteSession`] is the same for code without an async runtime.
 
@@ -73,10 +74,14 @@ impl KiteSession {
         self.id
     }
 
-    /// Sends `command` as the session's next request. `rmw`: an FAA, sent again at the
-    /// next nodes when its node cannot be reached, if the session holds no write since its
-    /// last barrier.
-    async fn call(&mut self, command: &[&[u8]], rmw: bool) -> Result<Frame, ClientError> {
+    /// Sends `command` as the session's next request. `again`: for a read-modify-write,
+    /// what is sent at the next nodes when its node cannot be reached, if the session
+    /// holds no write since its last barrier.
+    async fn call(
+        &mut self,
+        command: &[&[u8]],
+        again: Option<&[&[u8]]>,
+    ) -> Result<Frame, ClientError> {
         self.seq += 1;
         let (id, seq) = (self.id.to_string(), self.seq.to_string());
         let mut words: Vec<&[u8]> = vec![b"KEEL.REQ", id.as_bytes(), seq.as_bytes()];
@@ -95,9 +100,11 @@ impl KiteSession {
                 Err(e @ ClientError::Connection(_)) => {
                     // Goes on at the next node, a new session as far as ordering goes.
                     self.node = (self.node + 1) % nodes;
-                    if !rmw || self.dirty || moves + 1 >= nodes {
+                    let Some(again) = again.filter(|_| !self.dirty && moves + 1 < nodes) else {
                         return Err(e);
-                    }
+                    };
+                    words.truncate(3);
+                    words.extend_from_slice(again);
                     moves += 1;
                 }
                 other => return other,
@@ -106,7 +113,7 @@ impl KiteSession {
     }
 
     async fn value(&mut self, command: &[&[u8]]) -> Result<Option<Vec<u8>>, ClientError> {
-        match self.call(command, false).await? {
+        match self.call(command, None).await? {
             Frame::Bulk(bytes) => Ok(Some(bytes.to_vec())),
             Frame::Null => Ok(None),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
@@ -114,7 +121,7 @@ impl KiteSession {
     }
 
     async fn ok(&mut self, command: &[&[u8]]) -> Result<(), ClientError> {
-        match self.call(command, false).await? {
+        match self.call(command, None).await? {
             Frame::Simple(word) if word == b"OK" => Ok(()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
@@ -147,7 +154,8 @@ impl KiteSession {
     /// Fetch-and-add on a decimal i64 (absent: 0); returns the value before.
     pub async fn faa(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
         let delta = delta.to_string();
-        match self.call(&[b"KEEL.FAA", key, delta.as_bytes()], true).await? {
+        let command: &[&[u8]] = &[b"KEEL.FAA", key, delta.as_bytes()];
+        match self.call(command, Some(command)).await? {
             Frame::Integer(before) => {
                 self.dirty = false;
                 Ok(before)
@@ -167,8 +175,10 @@ impl KiteSession {
     ) -> Result<CasResult, ClientError> {
         let expected = escape_cas(expected);
         let strength: &[u8] = if strong { b"STRONG" } else { b"WEAK" };
-        // Not sent again when its node fails (see the module documentation).
-        let result = match self.call(&[b"KEEL.CAS", key, &expected, new, strength], false).await? {
+        // Sent again as a strong one when its node fails (see the module documentation).
+        let command: &[&[u8]] = &[b"KEEL.CAS", key, &expected, new, strength];
+        let again: &[&[u8]] = &[b"KEEL.CAS", key, &expected, new, b"STRONG"];
+        let result = match self.call(command, Some(again)).await? {
             Frame::Array(items) if items.len() == 3 => CasResult {
                 swapped: matches!(items[0], Frame::Integer(1) | Frame::Boolean(true)),
                 current: match &items[1] {

@@ -140,6 +140,17 @@ pub struct RunArgs {
     /// one can be applied twice (caught by the `general` scenario's client cuts).
     #[arg(long)]
     pub unnamed_retries: bool,
+    /// Negative control (`--engine kite`): a read-modify-write its client named that fails
+    /// answers at once without committing its failure, so its first attempt, still
+    /// running at the node the client left, can swap after the retry answered that it
+    /// failed (caught by the `general` scenario's client cuts).
+    #[arg(long)]
+    pub uncommitted_failures: bool,
+    /// Negative control (`--engine kite`): proposers ignore the outcomes and makers a
+    /// quorum shows, so a request done already is done again under its id (caught by the
+    /// simulator's watch on commits: one request committed at two stamps).
+    #[arg(long)]
+    pub forget_outcomes: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

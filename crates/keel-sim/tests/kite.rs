@@ -108,6 +108,10 @@ fn pinned_seeds_stay_clean() {
         // that record's Accept as its own acceptance again, so two FAAs committed on one
         // base (fixed: only an acceptance this incarnation made is answered again).
         ("general", 5_005_170),
+        // 6007052: a CAS whose client retried it at another node failed there, and its
+        // first attempt swapped afterwards (fixed: a named request's failure is committed
+        // like a write; `--uncommitted-failures` below reopens it).
+        ("general", 6_007_052),
         ("litmus", 16),
         ("litmus", 201_077),
         ("litmus", 201_812),
@@ -188,6 +192,30 @@ fn retries_that_do_not_keep_their_clients_numbers_apply_read_modify_writes_twice
         .filter(|r| r.violations.iter().any(|v| v.starts_with("rc phantom-read")))
         .count();
     assert!(caught >= 5, "{caught} of 40 seeds caught a read-modify-write applied twice");
+}
+
+#[test]
+fn uncommitted_failures_let_a_first_attempt_swap_after_its_retry_failed() {
+    // Seed 6007052: a CAS sent again at another node after its client's connection broke
+    // fails there; its first attempt, still running, swaps later. Others read the swapped
+    // value, and no operation of the history wrote it.
+    let mut c = config("general", 6_007_052);
+    c.uncommitted_failures = true;
+    let r = run_one(&c);
+    assert!(r.violations.iter().any(|v| v.starts_with("rc phantom-read")), "{:?}", r.violations);
+}
+
+#[test]
+fn proposers_that_forget_outcomes_commit_one_request_twice() {
+    // The simulator watches every commit for one request committed at two stamps: with
+    // proposers ignoring the outcomes a quorum shows, retried and helped requests are
+    // done again under their ids, and the watch fires (90 of the first 200 seeds).
+    let reports = sweep("general", 0, 20, |c| c.forget_outcomes = true);
+    let caught = reports
+        .iter()
+        .filter(|r| r.violations.iter().any(|v| v.starts_with("exactly-once: request")))
+        .count();
+    assert!(caught >= 3, "{caught} of 20 seeds caught a request committed twice");
 }
 
 #[test]

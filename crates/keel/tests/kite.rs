@@ -49,11 +49,34 @@ fn kite_commands_barriers_and_refusals_over_resp() {
     assert_eq!(b.line(), "9\r\n");
     assert_eq!(b.line(), "$-1\r\n");
     assert_eq!(b.call(&["EXISTS", "c", "data", "nope"]), ":2");
+    // A named CAS that failed is committed as failed: sent again after c came to hold
+    // what it expects, it is answered as the first time and swaps nothing.
+    let cas_failed = |conn: &mut common::Conn| {
+        assert_eq!(
+            conn.call(&["KEEL.REQ", "4243", "1", "KEEL.CAS", "c", "5", "7", "STRONG"]),
+            "*3"
+        );
+        assert_eq!(conn.line(), ":0\r\n", "not swapped: c is 9");
+        assert_eq!(conn.line(), "$1\r\n");
+        assert_eq!(conn.line(), "9\r\n");
+        assert_eq!(conn.line(), "$-1\r\n");
+    };
+    cas_failed(&mut a);
+    assert_eq!(b.call(&["KEEL.CAS", "c", "9", "5", "STRONG"]), "*3");
+    assert_eq!(b.line(), ":1\r\n");
+    for _ in 0..3 {
+        b.line();
+    }
+    cas_failed(&mut b);
+    assert_eq!(b.call(&["GET", "c", "ACQUIRE"]), "$1");
+    assert_eq!(b.line(), "5\r\n", "the retry swapped nothing");
     // A request its client named (KEEL.REQ), sent again at another node, is done once and
     // answered as the first time; a late retry after a later request was done is refused.
     assert_eq!(a.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]), ":0");
     assert_eq!(b.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]), ":0");
     assert_eq!(b.call(&["KEEL.FAA", "once", "0"]), ":5", "added once");
+    let reused = b.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "6"]);
+    assert!(reused.contains("already used for another command"), "{reused}");
     assert_eq!(a.call(&["KEEL.REQ", "4242", "2", "KEEL.FAA", "twice", "1"]), ":0");
     let late = b.call(&["KEEL.REQ", "4242", "1", "KEEL.FAA", "once", "5"]);
     assert!(late.starts_with("-SESSIONEXPIRED"), "{late}");
@@ -98,6 +121,7 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
         keel_client::BlockingKiteSession::new(config.clone(), 2).expect("a session")
     };
     let (mut clean, mut dirty) = (session(&config), session(&config));
+    let mut locker = session(&config);
     assert_eq!(clean.faa(b"moved", 1).unwrap(), 0);
     dirty.write(b"w", b"1").unwrap();
     cluster.kill(2);
@@ -109,6 +133,10 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
     assert!(matches!(failed, Err(keel_client::ClientError::Connection(_))), "{failed:?}");
     assert_eq!(dirty.node(), 0);
     assert_eq!(dirty.faa(b"moved", 100).unwrap(), 2);
+    // A weak CAS is sent again at the next node as a strong one.
+    let taken = locker.cas(b"lock", None, b"mine", false).unwrap();
+    assert!(taken.swapped, "{taken:?}");
+    assert_eq!(locker.node(), 0);
     // With a node down, a release times out, takes the slow path and completes.
     let mut a = open(addrs[0]);
     for i in 0..20 {

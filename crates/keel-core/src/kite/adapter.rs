@@ -270,6 +270,16 @@ fn report(status: &Status) -> Report {
             c.rmws_found_done,
         ),
         Metric::counter(
+            "keel_kite_failures_committed_total",
+            "Failed read-modify-writes of named requests committed, keeping the value.",
+            c.failures_committed,
+        ),
+        Metric::counter(
+            "keel_kite_rmws_reused_total",
+            "Requests refused: their client had used their number for another command.",
+            c.rmws_reused,
+        ),
+        Metric::counter(
             "keel_kite_rmws_superseded_total",
             "Late retries refused: a later request of their client was done.",
             c.rmws_superseded,

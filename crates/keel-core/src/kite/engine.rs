@@ -420,7 +420,7 @@ impl KiteEngine {
 
     /// The stateless half of the validation gate.
     pub fn check_message(message: &Message) -> Result<(), &'static str> {
-        let record_ok = |r: &RmwRecord| r.stamp == r.read_stamp.next_rmw();
+        let record_ok = |r: &RmwRecord| r.well_formed();
         match message {
             Message::SlowRelease { delinquent, .. } if delinquent.len() > 63 => {
                 Err("delinquent set larger than any cluster")
@@ -1079,11 +1079,15 @@ impl KiteEngine {
                 let mut done: Option<RmwOutcome> = None;
                 let mut superseded = false;
                 let mut seen_by = 0;
+                let digest = op.rmw_digest();
                 for m in &ok {
                     let Message::Promise { accepted, stamp, outcome, made_by, .. } = m else {
                         continue;
                     };
                     seen_by += usize::from(*stamp == base.1);
+                    if self.config.unsafe_forget_outcomes {
+                        continue;
+                    }
                     // Our request is done if a replica recorded its outcome or holds the
                     // value it made.
                     match outcome {
@@ -1101,6 +1105,20 @@ impl KiteEngine {
                     }
                 }
                 let adopted = adopted.map(|(_, r)| r);
+                let reused = done.as_ref().is_some_and(|o| o.digest != digest)
+                    || adopted.as_ref().is_some_and(|a| a.id == me && a.digest != digest);
+                if reused {
+                    // The client numbered another command with this request's number: not
+                    // a retry, so neither answered with that outcome nor done.
+                    self.counters.rmws_reused += 1;
+                    if let Barrier::Slow { round: Some(r), .. } = &barrier {
+                        self.close(*r);
+                    }
+                    return Err(Phase::Refused(KeelError::InvalidArgument(format!(
+                        "request {} of client {} was already used for another command",
+                        me.seq, me.session
+                    ))));
+                }
                 if done.is_none() && superseded {
                     // A later request of the same client was done: this one is a late
                     // retry whose own outcome is no longer kept. It may have been done,
@@ -1120,6 +1138,7 @@ impl KiteEngine {
                         id: me,
                         value: o.value.clone(),
                         stamp: o.stamp,
+                        digest: o.digest,
                         read: o.read.clone(),
                         read_stamp: o.read_stamp,
                         base: None,
@@ -1188,12 +1207,21 @@ impl KiteEngine {
                     KiteOp::Cas { expected, new, .. } => (read == *expected).then(|| new.clone()),
                     _ => unreachable!("a read-modify-write"),
                 };
-                match new {
-                    Some(value) => {
+                // A request its client named that fails is chosen like one that writes,
+                // as a record keeping the value it read: a first attempt still running
+                // elsewhere must not swap after its retry answered that it failed.
+                let keep = me.client_named() && !self.config.unsafe_uncommitted_failures;
+                let failure_kept = (new.is_none() && keep).then(|| {
+                    self.counters.failures_committed += 1;
+                    (read.clone().unwrap_or_default(), read_stamp)
+                });
+                match new.map(|value| (value, read_stamp.next_rmw())).or(failure_kept) {
+                    Some((value, stamp)) => {
                         let record = RmwRecord {
                             id: me,
                             value,
-                            stamp: read_stamp.next_rmw(),
+                            stamp,
+                            digest,
                             read,
                             read_stamp,
                             base: made_by,
@@ -1263,7 +1291,9 @@ impl KiteEngine {
                 Ok(self.rmw_failed(&barrier, read, read_stamp))
             }
             RmwStage::Ready { record } => {
-                if barrier != Barrier::Done {
+                // A failure kept as a record publishes nothing: it does not wait for the
+                // release barrier (it is an acquire only, as any failed comparison).
+                if barrier != Barrier::Done && record.wrote().is_some() {
                     return pending(RmwStage::Ready { record }, ballot, barrier, delinquent);
                 }
                 let round = self.accept(session, key, ballot, record.clone(), id);
@@ -1300,13 +1330,7 @@ impl KiteEngine {
                 delinquent.extend(flags);
                 if oks >= self.quorum {
                     self.close(round);
-                    let outcome = RmwOutcome {
-                        seq: record.id.seq,
-                        read: record.read.clone(),
-                        read_stamp: record.read_stamp,
-                        value: record.value.clone(),
-                        stamp: record.stamp,
-                    };
+                    let outcome = outcome_of(&record);
                     // The commit also declares what the record built on done: that value
                     // may be held, so far, by the one replica its proposer read it from.
                     let mut applied = record.skipped.clone();
@@ -1366,10 +1390,14 @@ impl KiteEngine {
                 }
                 self.acquired(id, delinquent);
                 self.counters.rmws += 1;
+                if record.wrote().is_none() {
+                    // Wrote nothing: its release barrier is dropped, as `rmw_failed` does.
+                    return Ok(self.rmw_failed(&barrier, record.read, record.read_stamp));
+                }
                 Ok(KiteResult::Rmw {
+                    wrote: record.wrote(),
                     read: record.read,
                     read_stamp: record.read_stamp,
-                    wrote: Some(record.stamp),
                     local: false,
                 })
             }
@@ -1845,7 +1873,7 @@ impl KiteEngine {
                     if let Some((b, r)) = &s.accepted {
                         ballot_ok(b)?;
                         record_ok(r)?;
-                        if r.stamp != r.read_stamp.next_rmw() {
+                        if !r.well_formed() {
                             return Err("read-modify-write not right after its base");
                         }
                     }
@@ -1917,12 +1945,15 @@ impl KiteEngine {
         match message {
             Message::Write { round, key, value, stamp, rmw, applied, query } => {
                 let slot = self.keys.entry(key.clone()).or_default();
+                // A failure kept as a record (nothing written) did not make the value it
+                // carries back.
+                let maker = rmw.clone().filter(|(_, o)| o.wrote().is_some()).map(Box::new);
                 if stamp > slot.stamp {
                     slot.value = Some(value);
                     slot.stamp = stamp;
-                    slot.made_by = rmw.clone().map(Box::new);
+                    slot.made_by = maker;
                 } else if stamp == slot.stamp && slot.made_by.is_none() {
-                    slot.made_by = rmw.clone().map(Box::new);
+                    slot.made_by = maker;
                 }
                 // An accepted record stays: a later proposer ignores it once its quorum
                 // holds a value at least as new, and until then it is evidence that the
@@ -1968,10 +1999,12 @@ impl KiteEngine {
                 let delinquent = self.query(from, query);
                 // The request's outcome if it was done here, or a later one of its session
                 // (which tells the proposer that its own is no longer kept).
+                // (On another key with the same number: the client used the number for
+                // another command, which the proposer tells by the digest.)
                 let outcome = self
                     .outcomes
                     .get(&(rmw.node, rmw.session))
-                    .filter(|(k, o)| (**k == key && o.seq == rmw.seq) || o.seq > rmw.seq)
+                    .filter(|(_, o)| o.seq >= rmw.seq)
                     .map(|(_, o)| o.clone());
                 let slot = self.keys.entry(key).or_default();
                 let ok = ballot > slot.promised;
@@ -2035,6 +2068,7 @@ fn outcome_of(record: &RmwRecord) -> RmwOutcome {
         read_stamp: record.read_stamp,
         value: record.value.clone(),
         stamp: record.stamp,
+        digest: record.digest,
     }
 }
 

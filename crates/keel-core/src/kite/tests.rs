@@ -246,6 +246,7 @@ fn the_gate_drops_forged_messages_with_a_reason() {
             id: RmwId::default(),
             value: v("1"),
             stamp: Stamp { version: 9, writer: 1 << 32, rmw: 0 },
+            digest: 0,
             read: None,
             read_stamp: Stamp::ZERO,
             base: None,
@@ -333,6 +334,7 @@ mod hostile {
                 id: RmwId { node: u64::from(node), session, seq },
                 value,
                 stamp: read_stamp.next_rmw(),
+                digest: seq.rotate_left(17),
                 read,
                 read_stamp,
                 base: None,
@@ -723,6 +725,7 @@ fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own
         id: RmwId { node: writer(1), session: 1, seq: 1 },
         value: v("1"),
         stamp: Stamp::ZERO.next_rmw(),
+        digest: 0,
         read: None,
         read_stamp: Stamp::ZERO,
         base: None,
@@ -793,4 +796,87 @@ fn sessions_of_one_node_run_their_read_modify_writes_on_a_key_one_at_a_time() {
     assert_eq!(before, vec![None, Some(v("1")), Some(v("2")), Some(v("3"))]);
     let counters = net.node(1).status().counters;
     assert_eq!((counters.rmws_queued, counters.rmw_retries), (3, 0), "{counters:?}");
+}
+
+/// Client 77's strong CAS x: "a" -> "b" (request 1) starts at node 1, whose proposals are
+/// held back; x becomes "c"; the client, its connection gone, sends the request again at
+/// node 2, where it fails; x becomes "a" again; then node 1's proposals go out. Returns
+/// the first attempt's answer, the retry's, and x at the end.
+fn cas_retry_race(uncommitted: bool) -> (KiteResult, KiteResult, Option<Value>) {
+    let mut net = Net::new(3, |c| c.unsafe_uncommitted_failures = uncommitted);
+    net.call(3, 1, KiteOp::Write { key: k("x"), value: v("a") });
+    net.settle(5);
+    let held: std::rc::Rc<std::cell::RefCell<Vec<(NodeId, Message)>>> = Default::default();
+    let keep = held.clone();
+    net.drop = Box::new(move |from, to, m| {
+        let proposal = from == NodeId(1) && matches!(m, Message::Propose { .. });
+        if proposal {
+            keep.borrow_mut().push((to, m.clone()));
+        }
+        proposal
+    });
+    let cas = KiteOp::Cas { key: k("x"), expected: Some(v("a")), new: v("b"), strong: true };
+    let first = RequestTag(9_000);
+    let form = Default::default();
+    net.step(
+        1,
+        Input::Client(KiteRequest {
+            tag: first,
+            session: 77,
+            op: cas.clone(),
+            form,
+            named: Some(1),
+        }),
+    );
+    net.settle(1);
+    assert!(!held.borrow().is_empty(), "the first attempt's proposals are held");
+    net.drop = Box::new(|_, _, _| false);
+    net.call(3, 2, KiteOp::Release { key: k("x"), value: v("c") });
+    let retry = net.call_named(2, 77, cas, Some(1)).expect("ok");
+    net.call(3, 2, KiteOp::Release { key: k("x"), value: v("a") });
+    for (to, message) in held.borrow_mut().drain(..) {
+        net.step(to.0, Input::Message { from: NodeId(1), message });
+    }
+    net.settle(100);
+    let i = net.replies.iter().position(|r| r.tag == first).expect("the first attempt answered");
+    let first = net.replies.remove(i).result.expect("ok");
+    let x = value_of(&net.call(2, 3, KiteOp::Acquire { key: k("x") }));
+    (first, retry, x)
+}
+
+#[test]
+fn a_named_request_that_fails_is_committed_so_its_first_attempt_cannot_swap_later() {
+    let (first, retry, x) = cas_retry_race(false);
+    assert!(matches!(retry, KiteResult::Rmw { wrote: None, .. }), "the retry failed: {retry:?}");
+    assert_eq!(value_of(&retry), Some(v("c")));
+    assert_eq!(first, retry, "the first attempt finds the retry's outcome");
+    assert_eq!(x, Some(v("a")), "nobody swapped");
+
+    // Negative control: uncommitted, the failure leaves nothing for the first attempt to
+    // find, and it swaps after the client was told that the request failed.
+    let (first, retry, x) = cas_retry_race(true);
+    assert!(matches!(retry, KiteResult::Rmw { wrote: None, .. }), "{retry:?}");
+    assert!(matches!(first, KiteResult::Rmw { wrote: Some(_), .. }), "{first:?}");
+    assert_eq!(x, Some(v("b")), "the request failed and swapped");
+}
+
+#[test]
+fn a_request_number_used_again_for_another_command_is_refused() {
+    let mut net = Net::new(3, |_| {});
+    let faa = |key: &str, delta| KiteOp::Faa { key: k(key), delta };
+    assert_eq!(value_of(&net.call_named(1, 77, faa("a", 5), Some(1)).unwrap()), None);
+    net.settle(5);
+    let reused = |r: Result<KiteResult, KeelError>| matches!(r, Err(KeelError::InvalidArgument(ref m)) if m.contains("another command"));
+    // Another delta, another key, another kind: not retries of request 1.
+    assert!(reused(net.call_named(2, 77, faa("a", 7), Some(1))));
+    assert!(reused(net.call_named(3, 77, faa("b", 5), Some(1))));
+    let cas = KiteOp::Cas { key: k("a"), expected: Some(v("5")), new: v("0"), strong: true };
+    assert!(reused(net.call_named(2, 77, cas, Some(1))));
+    assert_eq!(net.node(2).status().counters.rmws_reused, 2);
+    // The same command is a retry, answered as the first time.
+    assert_eq!(value_of(&net.call_named(3, 77, faa("a", 5), Some(1)).unwrap()), None);
+    let a = net.call(1, 9, KiteOp::Acquire { key: k("a") });
+    assert_eq!(value_of(&a), Some(v("5")), "done once, the others not at all");
+    let b = net.call(1, 9, KiteOp::Acquire { key: k("b") });
+    assert_eq!(value_of(&b), None);
 }

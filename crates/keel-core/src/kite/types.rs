@@ -97,6 +97,8 @@ pub struct RmwRecord {
     pub value: Value,
     /// The stamp it writes (its base's stamp, `next_rmw`).
     pub stamp: Stamp,
+    /// What the request does ([`KiteOp::rmw_digest`]).
+    pub digest: u64,
     /// The value it read (its base), returned to its client.
     pub read: Option<Value>,
     /// The stamp of the value it read.
@@ -113,6 +115,11 @@ pub struct RmwRecord {
 
 /// What a committed read-modify-write returned, kept per session by every replica so a
 /// proposer that lost track of its own request learns it was done.
+///
+/// A request its client named that failed (a compare-and-swap whose comparison failed,
+/// an FAA on a value that is not a number) is committed too, as a record that keeps the
+/// value it read: `stamp == read_stamp`, nothing written. So a retry and the first
+/// attempt agree on one outcome (see `docs/kite.md`, Retries).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RmwOutcome {
     /// The request's sequence number in its session.
@@ -125,6 +132,33 @@ pub struct RmwOutcome {
     pub value: Value,
     /// The stamp written.
     pub stamp: Stamp,
+    /// What the request did ([`KiteOp::rmw_digest`]).
+    pub digest: u64,
+}
+
+impl RmwOutcome {
+    /// The stamp the request wrote; `None` for a failure committed as a record that
+    /// keeps the value it read.
+    pub fn wrote(&self) -> Option<Stamp> {
+        (self.stamp != self.read_stamp).then_some(self.stamp)
+    }
+}
+
+impl RmwRecord {
+    /// The stamp the record writes; `None` for a failure that keeps the value it read
+    /// (see [`RmwOutcome`]).
+    pub fn wrote(&self) -> Option<Stamp> {
+        (self.stamp != self.read_stamp).then_some(self.stamp)
+    }
+
+    /// Whether the record writes right after its base, or is a failure of a named request
+    /// that keeps the value it read (the validation gate drops any other).
+    pub fn well_formed(&self) -> bool {
+        let kept = self.stamp == self.read_stamp
+            && self.id.client_named()
+            && self.read.as_ref().map_or(self.value.is_empty(), |read| *read == self.value);
+        self.stamp == self.read_stamp.next_rmw() || kept
+    }
 }
 
 /// One operation of a session (the paper's Table 1).
@@ -191,6 +225,41 @@ impl KiteOp {
     /// Whether it is a read-modify-write (FAA or CAS).
     pub fn is_rmw(&self) -> bool {
         matches!(self, KiteOp::Faa { .. } | KiteOp::Cas { .. })
+    }
+
+    /// A digest of what a read-modify-write does (its kind, key and arguments; not a
+    /// CAS's strength, since a weak one is sent again as a strong one), kept with its
+    /// outcome: a request number its client used again for another command is refused,
+    /// not answered with the first command's outcome. FNV-1a, fixed across versions.
+    pub fn rmw_digest(&self) -> u64 {
+        let mut bytes: Vec<u8> = Vec::with_capacity(64);
+        let mut field = |b: &[u8]| {
+            bytes.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(b);
+        };
+        match self {
+            KiteOp::Faa { key, delta } => {
+                field(b"faa");
+                field(key);
+                field(&delta.to_le_bytes());
+            }
+            KiteOp::Cas { key, expected, new, .. } => {
+                field(b"cas");
+                field(key);
+                match expected {
+                    None => field(b"absent"),
+                    Some(e) => {
+                        field(b"value");
+                        field(e);
+                    }
+                }
+                field(new);
+            }
+            other => field(other.name().as_bytes()),
+        }
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+        })
     }
 
     /// The operation's name, as reports and errors show it.
@@ -556,6 +625,15 @@ pub struct Config {
     /// acquire, so a query that arrives after the acquire ended lets it erase a later
     /// slow release. Unsafe; for tests and `keel sim` only.
     pub unsafe_paper_reset: bool,
+    /// Negative control: a named request that fails (its comparison, or an FAA on a value
+    /// that is not a number) answers at once without committing its failure, so a first
+    /// attempt still running elsewhere can swap after its retry answered that it failed.
+    /// Unsafe; for tests and `keel sim` only.
+    pub unsafe_uncommitted_failures: bool,
+    /// Negative control: a proposer ignores the outcomes and makers a quorum shows, so a
+    /// request done already (by an earlier attempt, or a helper) is done again under the
+    /// same id. Unsafe; for tests and `keel sim` only.
+    pub unsafe_forget_outcomes: bool,
 }
 
 impl Config {
@@ -578,6 +656,8 @@ impl Config {
             unsafe_no_slow_path: false,
             unsafe_no_epoch_snapshot: false,
             unsafe_paper_reset: false,
+            unsafe_uncommitted_failures: false,
+            unsafe_forget_outcomes: false,
         }
     }
 
@@ -687,6 +767,11 @@ pub struct Counters {
     /// Read-modify-writes a quorum showed already done (by a helper, or by an earlier
     /// attempt of a request its client retried), answered with that outcome.
     pub rmws_found_done: u64,
+    /// Failures of requests their clients named (a comparison that failed, an FAA on a
+    /// value that is not a number) committed as records that keep the value they read.
+    pub failures_committed: u64,
+    /// Requests refused because their client had used their number for another command.
+    pub rmws_reused: u64,
     /// Read-modify-writes refused because a later request of their session was done:
     /// late retries, whose own outcome is no longer kept.
     pub rmws_superseded: u64,

@@ -40,6 +40,8 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         paper_reset: args.paper_reset,
         no_rejoin: args.no_rejoin,
         unnamed_retries: args.unnamed_retries,
+        uncommitted_failures: args.uncommitted_failures,
+        forget_outcomes: args.forget_outcomes,
         keep_history: single && args.history.is_some(),
     };
     if !single {

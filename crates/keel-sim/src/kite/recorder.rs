@@ -150,8 +150,13 @@ impl Recorder {
         session: u64,
         unnamed: bool,
     ) -> Option<RequestTag> {
-        let (op, named) = self.requests.get(&tag).cloned()?;
+        let (mut op, named) = self.requests.get(&tag).cloned()?;
         let named = named.filter(|_| !unnamed);
+        // A weak CAS goes again as a strong one: a weak one could fail locally on this
+        // node's copy without learning that its first attempt swapped.
+        if let KiteOp::Cas { strong, .. } = &mut op {
+            *strong = true;
+        }
         let index = *self.by_tag.get(&tag)?;
         let again = world.submit_named(node, session, op.clone(), named);
         self.requests.insert(again, (op, named));
@@ -240,7 +245,8 @@ impl Recorder {
                 continue;
             }
             if let Some(outcome) = ids.get(&tag).and_then(|id| commits.get(id)) {
-                op.wrote = Some((stamp(outcome.stamp), number(&outcome.value)));
+                // A failure committed as a record keeping the value wrote nothing.
+                op.wrote = outcome.wrote().map(|s| (stamp(s), number(&outcome.value)));
             }
         }
     }

@@ -40,6 +40,10 @@ pub struct KiteRunConfig {
     pub unnamed_retries: bool,
     /// Negative control: a restarted node serves at once, without rejoining.
     pub no_rejoin: bool,
+    /// Negative control: a named request's failure is answered without being committed.
+    pub uncommitted_failures: bool,
+    /// Negative control: proposers ignore the outcomes a quorum shows.
+    pub forget_outcomes: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -55,6 +59,8 @@ impl KiteRunConfig {
             paper_reset: false,
             no_rejoin: false,
             unnamed_retries: false,
+            uncommitted_failures: false,
+            forget_outcomes: false,
             keep_history: false,
         }
     }
@@ -77,6 +83,12 @@ impl KiteRunConfig {
         }
         if self.unnamed_retries {
             line.push_str(" --unnamed-retries");
+        }
+        if self.uncommitted_failures {
+            line.push_str(" --uncommitted-failures");
+        }
+        if self.forget_outcomes {
+            line.push_str(" --forget-outcomes");
         }
         line
     }
@@ -130,6 +142,8 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.unsafe_no_slow_path = config.no_slow_path;
     template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
     template.unsafe_paper_reset = config.paper_reset;
+    template.unsafe_uncommitted_failures = config.uncommitted_failures;
+    template.unsafe_forget_outcomes = config.forget_outcomes;
     template.unsafe_no_rejoin = config.no_rejoin;
     template
 }
@@ -462,9 +476,9 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 continue;
             }
             let op = random_op(&mut rng, s, &mut next_value);
-            // Only FAAs are sent again (as keel-client does): a CAS retried while its first
-            // attempt still runs could fail, and the first attempt swap afterwards.
-            let rmw = matches!(op, KiteOp::Faa { .. });
+            // Read-modify-writes are sent again (as keel-client does): a failure is
+            // committed like a write, so a retry and its first attempt agree.
+            let rmw = matches!(op, KiteOp::Faa { .. } | KiteOp::Cas { .. });
             let named = s.named;
             if let Some(n) = s.named.as_mut() {
                 *n += 1;
@@ -632,6 +646,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("rmw-found-done", c.rmws_found_done);
         add("rmw-queued", c.rmws_queued);
         add("rmw-superseded", c.rmws_superseded);
+        add("failure-committed", c.failures_committed);
         add("outcomes-dropped", c.outcomes_dropped);
         add("cas-local-failure", c.cas_local_failures);
         add("self-delinquent", c.self_delinquent);

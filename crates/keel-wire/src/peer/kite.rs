@@ -10,12 +10,13 @@
 use super::{PeerError, PeerLimits};
 use keel_core::kite::Message;
 
-/// The only Kite message format this version writes and reads.
-pub const KITE_FORMAT_V1: u8 = 1;
+/// The only Kite message format this version writes and reads (2: read-modify-write
+/// records and outcomes carry the digest of their command; 1 had none).
+pub const KITE_FORMAT_V2: u8 = 2;
 
 impl super::PeerMessage for Message {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(KITE_FORMAT_V1);
+        out.push(KITE_FORMAT_V2);
         let bytes = postcard::to_allocvec(self).expect("a kite message always serializes");
         out.extend_from_slice(&bytes);
     }
@@ -23,7 +24,7 @@ impl super::PeerMessage for Message {
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
         let (&format, body) =
             bytes.split_first().ok_or(PeerError::Malformed("empty kite message".into()))?;
-        if format != KITE_FORMAT_V1 {
+        if format != KITE_FORMAT_V2 {
             return Err(PeerError::UnknownVersion(format));
         }
         if body.len() as u64 > u64::from(limits.frame_bytes_max) {
@@ -63,10 +64,13 @@ mod tests {
     }
 
     fn outcome() -> impl Strategy<Value = (RmwId, RmwOutcome)> {
-        (any::<(u64, u64, u64)>(), proptest::option::of(bytes()), stamp(), bytes(), stamp())
-            .prop_map(|((node, session, seq), read, read_stamp, value, stamp)| {
-                (RmwId { node, session, seq }, RmwOutcome { seq, read, read_stamp, value, stamp })
-            })
+        let id = any::<(u64, u64, u64, u64)>();
+        (id, proptest::option::of(bytes()), stamp(), bytes(), stamp()).prop_map(
+            |((node, session, seq, digest), read, read_stamp, value, stamp)| {
+                let outcome = RmwOutcome { seq, read, read_stamp, value, stamp, digest };
+                (RmwId { node, session, seq }, outcome)
+            },
+        )
     }
 
     fn record() -> impl Strategy<Value = RmwRecord> {
@@ -75,6 +79,7 @@ mod tests {
                 id,
                 value: o.value,
                 stamp: o.stamp,
+                digest: o.digest,
                 read: o.read,
                 read_stamp: o.read_stamp,
                 base: base.map(Box::new),

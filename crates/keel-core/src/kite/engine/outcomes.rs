@@ -127,6 +127,7 @@ mod tests {
             read_stamp: Stamp::ZERO,
             value: value.to_vec().into(),
             stamp: Stamp::ZERO,
+            digest: 0,
         }
     }
 
