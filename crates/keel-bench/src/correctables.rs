@@ -410,26 +410,17 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
                 let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
                 let until = record_from + Duration::from_secs(args.common.duration);
                 let recent = Arc::new(Mutex::new(VecDeque::new()));
-                let tallies = runtime.block_on(async {
-                    let tasks: Vec<_> = (0..CLIENTS)
-                        .map(|c| {
-                            tokio::spawn(client(Job {
-                                addr: follower,
-                                workload,
-                                distribution,
-                                mode,
-                                record_from,
-                                until,
-                                seed: args.common.seed ^ (c as u64 + 1) << 20,
-                                recent: recent.clone(),
-                            }))
-                        })
-                        .collect();
-                    let mut tallies = Vec::new();
-                    for task in tasks {
-                        tallies.push(task.await.map_err(|e| e.to_string())??);
-                    }
-                    Ok::<_, String>(tallies)
+                let tallies = crate::runner::run_clients(&runtime, CLIENTS, |c| {
+                    client(Job {
+                        addr: follower,
+                        workload,
+                        distribution,
+                        mode,
+                        record_from,
+                        until,
+                        seed: args.common.seed ^ (c as u64 + 1) << 20,
+                        recent: recent.clone(),
+                    })
                 })?;
                 let record = record(workload.0, distribution, mode, &tallies, args.common.duration);
                 eprintln!(

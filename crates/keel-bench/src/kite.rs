@@ -209,29 +209,20 @@ fn measure(
     let Point { mode, write_pct, sync_pct, rmw_pct, warmup, duration, seed, buckets } = point;
     let record_from = Instant::now() + warmup;
     let until = record_from + duration;
-    let tallies = runtime.block_on(async {
-        let tasks: Vec<_> = (0..CLIENTS)
-            .map(|c| {
-                tokio::spawn(client(Job {
-                    addr: addrs[c % addrs.len()],
-                    mode,
-                    write_pct,
-                    sync_pct,
-                    rmw_pct,
-                    record_from,
-                    until,
-                    seed: seed ^ ((c as u64 + 1) << 20),
-                    // Only the clients of the nodes that stay up are counted (node 3's
-                    // stall with it).
-                    buckets: buckets.clone().filter(|_| c % addrs.len() != addrs.len() - 1),
-                }))
-            })
-            .collect();
-        let mut tallies = Vec::new();
-        for task in tasks {
-            tallies.push(task.await.map_err(|e| e.to_string())??);
-        }
-        Ok::<_, String>(tallies)
+    let tallies = crate::runner::run_clients(runtime, CLIENTS, |c| {
+        client(Job {
+            addr: addrs[c % addrs.len()],
+            mode,
+            write_pct,
+            sync_pct,
+            rmw_pct,
+            record_from,
+            until,
+            seed: seed ^ ((c as u64 + 1) << 20),
+            // Only the clients of the nodes that stay up are counted (node 3's stall with
+            // it).
+            buckets: buckets.clone().filter(|_| c % addrs.len() != addrs.len() - 1),
+        })
     })?;
     let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 2).expect("bounds");
     for t in &tallies {
@@ -298,22 +289,21 @@ fn suite(args: &SuiteArgs, ratios: &[u64], cluster: &mut LocalCluster) -> Result
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let warmup = Duration::from_secs(args.common.warmup);
     let duration = Duration::from_secs(args.common.duration);
+    let point = |mode, write_pct, sync_pct, rmw_pct| Point {
+        mode,
+        write_pct,
+        sync_pct,
+        rmw_pct,
+        warmup,
+        duration,
+        seed: args.common.seed,
+        buckets: None,
+    };
     let mut records = Vec::new();
     for &write_pct in ratios {
         for mode in MODES {
-            let seed = args.common.seed;
             let sync_pct = if mode == "kite" { SYNC_PERCENT } else { 0 };
-            let point = Point {
-                mode,
-                write_pct,
-                sync_pct,
-                rmw_pct: 0,
-                warmup,
-                duration,
-                seed,
-                buckets: None,
-            };
-            let record = measure(&runtime, &addrs, point)?;
+            let record = measure(&runtime, &addrs, point(mode, write_pct, sync_pct, 0))?;
             eprintln!(
                 "keel bench kite: {:>3}% writes {:<12} {:>8.0} ops/s  p50 {:>6} µs  p99 {:>7} µs  errors {}",
                 record.write_pct, record.mode, record.ops_s, record.p50_us, record.p99_us, record.errors
@@ -325,18 +315,7 @@ fn suite(args: &SuiteArgs, ratios: &[u64], cluster: &mut LocalCluster) -> Result
     let mut sweeps = Vec::new();
     let shares = SYNC_SWEEP.iter().map(|&s| (s, 0)).chain(RMW_SWEEP.iter().map(|&r| (0, r)));
     for (sync_pct, rmw_pct) in shares {
-        let seed = args.common.seed;
-        let point = Point {
-            mode: "kite",
-            write_pct: 100,
-            sync_pct,
-            rmw_pct,
-            warmup,
-            duration,
-            seed,
-            buckets: None,
-        };
-        let record = measure(&runtime, &addrs, point)?;
+        let record = measure(&runtime, &addrs, point("kite", 100, sync_pct, rmw_pct))?;
         eprintln!(
             "keel bench kite: write-only, {:>3}% releases {:>3}% RMWs {:>8.0} ops/s  p50 {:>6} µs",
             sync_pct, rmw_pct, record.ops_s, record.p50_us
@@ -354,17 +333,12 @@ fn suite(args: &SuiteArgs, ratios: &[u64], cluster: &mut LocalCluster) -> Result
         std::thread::sleep(PAUSE);
         stopped.and(signal(pid, "-CONT"))
     });
-    let point = Point {
-        mode: "kite",
-        write_pct: 5,
-        sync_pct: SYNC_PERCENT,
-        rmw_pct: 0,
-        warmup,
+    let frozen = Point {
         duration: PAUSE_RUN,
-        seed: args.common.seed,
         buckets: Some(buckets.clone()),
+        ..point("kite", 5, SYNC_PERCENT, 0)
     };
-    let paused = measure(&runtime, &addrs, point)?;
+    let paused = measure(&runtime, &addrs, frozen)?;
     freezer.join().map_err(|_| "the freezer thread panicked")??;
     let series: Vec<u64> = buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
     let summary = pause_summary(&series);

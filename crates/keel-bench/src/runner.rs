@@ -17,6 +17,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Runs `clients` client tasks, the `c`-th made by `make(c)`, on `runtime`, and gathers
+/// their results in order; the first failure (or a task's panic) fails the run.
+pub fn run_clients<T, F, Fut>(
+    runtime: &tokio::runtime::Runtime,
+    clients: usize,
+    mut make: F,
+) -> Result<Vec<T>, String>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>> + Send + 'static,
+    T: Send + 'static,
+{
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(make(c))).collect();
+        let mut results = Vec::with_capacity(clients);
+        for task in tasks {
+            results.push(task.await.map_err(|e| e.to_string())??);
+        }
+        Ok(results)
+    })
+}
+
 /// Most clients one run may have.
 pub const CLIENTS_MAX: usize = 1024;
 /// Connections the load phase uses.

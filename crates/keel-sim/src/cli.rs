@@ -169,6 +169,14 @@ pub struct BenchArgs {
     /// One JSON object per measurement.
     #[arg(long)]
     pub json: bool,
+    /// `orca` (engine steps per second and seeds per second, on this machine) or `kite`
+    /// (the Kite paper's throughput figures in virtual time, which do not depend on the
+    /// machine).
+    #[arg(long, default_value = "orca", value_parser = ["orca", "kite"])]
+    pub engine: String,
+    /// The seed of the `kite` model's network delays and accesses.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Runs `keel sim`; exit 0 when everything held, 1 when something failed, 2 on bad input.
@@ -177,6 +185,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
         SimCommand::Run(run) => run_seeds(run),
         SimCommand::Table3(t) => crate::table3::run_cli(t),
         SimCommand::Table4(t) => crate::table4::run_cli(t),
+        SimCommand::Bench(b) if b.engine == "kite" => crate::kite::bench::run_cli(b.json, b.seed),
         SimCommand::Bench(b) => crate::bench::run_cli(b),
     }
 }

@@ -8,7 +8,10 @@
 //! - [`script`]: scripted sessions.
 //! - [`litmus`]: `litmus` (L1 to L11) and `faults` (F1, F5 to F13, with L12).
 //! - [`cli`]: `keel sim run --engine kite`.
+//! - [`bench`]: `keel sim bench --engine kite`, the paper's throughput figures in virtual
+//!   time, with a processor per node.
 
+pub mod bench;
 pub mod cli;
 pub mod litmus;
 pub mod recorder;

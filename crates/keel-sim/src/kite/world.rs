@@ -85,6 +85,18 @@ struct SimNode {
     resume_scheduled: bool,
 }
 
+/// A node's processor, for throughput in virtual time (`keel sim bench --engine kite`):
+/// each step occupies the node for `step_ns` plus `message_ns` per message it sends, and
+/// what it sends and answers leaves when the step is over. Inputs that arrive meanwhile
+/// wait, in arrival order. `None` (the default): steps take no time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuCost {
+    /// Each step (a message handled, a request taken, a timer).
+    pub step_ns: u64,
+    /// Each message sent.
+    pub message_ns: u64,
+}
+
 /// What the network did, for reports and coverage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct NetCounters {
@@ -131,6 +143,8 @@ pub struct KiteWorld {
     incarnations: BTreeMap<NodeId, u32>,
     /// Restarts so far.
     pub restarts: u64,
+    /// The processor model, if steps take time ([`CpuCost`]).
+    pub cpu: Option<CpuCost>,
 }
 
 impl KiteWorld {
@@ -188,6 +202,7 @@ impl KiteWorld {
             template: template.clone(),
             incarnations: BTreeMap::new(),
             restarts: 0,
+            cpu: None,
         }
     }
 
@@ -315,6 +330,16 @@ impl KiteWorld {
         tag
     }
 
+    /// Submits `op` as [`KiteWorld::submit`], arriving at global time `at` (or now, if
+    /// that has passed).
+    pub fn submit_at(&mut self, at: u64, node: NodeId, session: u64, op: KiteOp) -> RequestTag {
+        let tag = RequestTag(self.next_tag);
+        self.next_tag += 1;
+        let request = KiteRequest { tag, session, op, form: Default::default(), named: None };
+        self.schedule(at.max(self.now), Event::Client { node, request });
+        tag
+    }
+
     /// Replies delivered so far (global time, node, reply), emptied.
     pub fn take_replies(&mut self) -> Vec<(u64, NodeId, KiteReply)> {
         std::mem::take(&mut self.replies)
@@ -438,15 +463,23 @@ impl KiteWorld {
                 self.schedule(at, Event::Wake { node });
             }
         }
+        // With a processor model the node is busy for the step, and what it sends and
+        // answers leaves at the step's end.
+        let busy = self.cpu.map_or(0, |c| c.step_ns + c.message_ns * out.messages.len() as u64);
+        if busy > 0 {
+            let now = self.now;
+            let n = self.nodes.get_mut(&node).expect("node");
+            n.paused_until = n.paused_until.max(now + busy);
+        }
         for reply in out.replies {
-            self.replies.push((self.now, node, reply));
+            self.replies.push((self.now + busy, node, reply));
         }
         for (to, message) in out.messages {
-            self.send(node, to, message);
+            self.send_after(node, to, message, busy);
         }
     }
 
-    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+    fn send_after(&mut self, from: NodeId, to: NodeId, message: Message, busy: u64) {
         self.counters.sent += 1;
         if let Message::Write { rmw: Some(commit), applied, .. } = &message {
             for (id, outcome) in std::iter::once(commit).chain(applied) {
@@ -458,7 +491,7 @@ impl KiteWorld {
                 }
             }
         }
-        let mut extra = 0;
+        let mut extra = busy;
         if let Some(rule) = self.drop_rule.as_mut() {
             match rule(from, to, &message) {
                 Fate::Pass => {}
@@ -466,7 +499,7 @@ impl KiteWorld {
                     self.counters.scripted += 1;
                     return;
                 }
-                Fate::Delay(ns) => extra = ns,
+                Fate::Delay(ns) => extra += ns,
             }
         }
         if self.cuts.contains(&(from, to)) {
