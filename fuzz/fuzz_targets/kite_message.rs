@@ -35,6 +35,7 @@ fn message(which: u8) -> Message {
         read_stamp: stamp,
         base: Some(Box::new((id, outcome.clone()))),
         skipped: vec![(id, outcome.clone())],
+        settled: vec![(id, outcome.clone())],
     };
     let ballot = Ballot { round: 2, proposer: 2 << 32 };
     match which % 8 {

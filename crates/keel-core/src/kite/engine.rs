@@ -1143,6 +1143,7 @@ impl KiteEngine {
                         read_stamp: o.read_stamp,
                         base: None,
                         skipped: Vec::new(),
+                        settled: Vec::new(),
                     };
                     let msg = Message::Write {
                         round: 0,
@@ -1169,8 +1170,12 @@ impl KiteEngine {
                 // (accepted at our ballot, its acceptors record what it builds on; then
                 // committed, every replica of a quorum records it done), then start over.
                 // One covered by a newer value is carried along as applied before it,
-                // with what it built on (unless the value is its own).
+                // with what it built on and carried. One whose value is in place was
+                // committed: ours builds on it (its base), and what it carried is settled
+                // by ours: committed with it, so chosen, but perhaps recorded only by
+                // nodes its commit reached, which may be gone. Our acceptors record both.
                 let mut skipped = Vec::new();
+                let mut settled = Vec::new();
                 if let Some(a) = adopted {
                     let known = base.2.as_ref().is_some_and(|m| m.0 == a.id);
                     let carries_ours = a.base.as_ref().is_some_and(|b| b.0 == me)
@@ -1187,7 +1192,9 @@ impl KiteEngine {
                             session, op, rid, id, ballot, stage, barrier, delinquent,
                         );
                     }
-                    if !known {
+                    if known {
+                        settled = a.skipped.clone();
+                    } else {
                         skipped.push((a.id, outcome_of(&a)));
                         skipped.extend(a.base.as_deref().cloned());
                         skipped.extend(a.skipped.iter().cloned());
@@ -1226,6 +1233,7 @@ impl KiteEngine {
                             read_stamp,
                             base: made_by,
                             skipped,
+                            settled,
                         };
                         self.rmw_progress(
                             session,
@@ -1775,11 +1783,12 @@ impl KiteEngine {
             if let Some(v) = &r.read {
                 limits.check_value(v).map_err(|_| "value too large")?;
             }
-            if r.skipped.len() > SKIPPED_MAX {
+            if r.skipped.len() > SKIPPED_MAX || r.settled.len() > SKIPPED_MAX {
                 return Err("too many records carried");
             }
             id_ok(&r.id)?;
-            for (i, o) in r.skipped.iter().chain(r.base.iter().map(|b| &**b)) {
+            let carried = r.skipped.iter().chain(&r.settled);
+            for (i, o) in carried.chain(r.base.iter().map(|b| &**b)) {
                 id_ok(i)?;
                 outcome_ok(o)?;
             }
@@ -2031,6 +2040,7 @@ impl KiteEngine {
                     && slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
                 let ok = ballot >= slot.promised || again;
                 let base = record.base.clone();
+                let settled = record.settled.clone();
                 if ok && !again {
                     slot.promised = ballot;
                     slot.accepted = Some((ballot, record));
@@ -2043,6 +2053,11 @@ impl KiteEngine {
                     // reached only the replica the proposer read it from).
                     if let Some(base) = base {
                         let (id, outcome) = *base;
+                        self.record_outcome(&key, id, outcome);
+                    }
+                    // So are the records that one carried: chosen with it (the record
+                    // names them as `settled`).
+                    for (id, outcome) in settled {
                         self.record_outcome(&key, id, outcome);
                     }
                 }

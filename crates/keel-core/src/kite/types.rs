@@ -111,6 +111,10 @@ pub struct RmwRecord {
     /// covered by a newer value, with what that record built on and carried (at most
     /// [`SKIPPED_MAX`]). The commit makes every receiver record them done.
     pub skipped: Vec<(RmwId, RmwOutcome)>,
+    /// What the committed record this one builds on (`base`) carried as `skipped`:
+    /// chosen with it, so acceptors record them done on Accept, as they record `base`
+    /// (at most [`SKIPPED_MAX`]). Its commit may have reached only nodes since gone.
+    pub settled: Vec<(RmwId, RmwOutcome)>,
 }
 
 /// What a committed read-modify-write returned, kept per session by every replica so a

@@ -11,7 +11,8 @@ use super::{PeerError, PeerLimits};
 use keel_core::kite::Message;
 
 /// The only Kite message format this version writes and reads (2: read-modify-write
-/// records and outcomes carry the digest of their command; 1 had none).
+/// records and outcomes carry the digest of their command, and records what they settle;
+/// 1 had neither).
 pub const KITE_FORMAT_V2: u8 = 2;
 
 impl super::PeerMessage for Message {
@@ -74,8 +75,9 @@ mod tests {
     }
 
     fn record() -> impl Strategy<Value = RmwRecord> {
-        (outcome(), proptest::option::of(outcome()), proptest::collection::vec(outcome(), 0..3))
-            .prop_map(|((id, o), base, skipped)| RmwRecord {
+        let carried = || proptest::collection::vec(outcome(), 0..3);
+        (outcome(), proptest::option::of(outcome()), carried(), carried()).prop_map(
+            |((id, o), base, skipped, settled)| RmwRecord {
                 id,
                 value: o.value,
                 stamp: o.stamp,
@@ -84,7 +86,9 @@ mod tests {
                 read_stamp: o.read_stamp,
                 base: base.map(Box::new),
                 skipped,
-            })
+                settled,
+            },
+        )
     }
 
     fn ballot() -> impl Strategy<Value = Ballot> {
