@@ -49,8 +49,10 @@ pub struct RunArgs {
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
     /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),
-    /// `correctables` (half the stronger reads invoked as Correctables, views checked) or
-    /// `tickets` (ticket selling on a replicated queue beside the general workload).
+    /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
+    /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
+    /// as Correctables, views checked) or `tickets` (ticket selling on a replicated queue
+    /// beside the general workload).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -93,7 +95,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub unchecked_view_reads: bool,
     /// Negative control: a node that moves to a higher epoch forgets when it last heard
-    /// a leader, so a late reply can free its vote while that leader's lease runs.
+    /// a leader, so a late reply can free its vote while that leader's lease runs
+    /// (caught by `--scenario lease-overlap`).
     #[arg(long)]
     pub forget_leader_contact: bool,
     /// After the sweep, print the share of seeds that reached each rare path and fault
@@ -196,7 +199,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, correctables or tickets)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables or tickets)",
             args.scenario
         );
         return ExitCode::from(2);

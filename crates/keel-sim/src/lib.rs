@@ -23,6 +23,8 @@
 //!   record, the per-key oracle, and the final log's surviving writes.
 //! - [`nemesis`]: the fault schedule.
 //! - [`scenario`]: randomized scenarios (`general`).
+//! - [`lease_overlap`]: a scripted nemesis that drives five nodes into two leader leases
+//!   under the negative control `forget_leader_contact` (`lease-overlap`).
 //! - [`driver`]: synchronous requests over a world, for scripted scenarios.
 //! - [`table3`], [`table4`]: the ORCA paper's experiments.
 //! - [`bench`]: measurements, not tests.
@@ -40,6 +42,7 @@ pub mod engine;
 pub mod history;
 pub mod invariants;
 pub mod kite;
+pub mod lease_overlap;
 pub mod nemesis;
 pub mod net;
 pub mod rng;

@@ -110,6 +110,10 @@ pub struct GeneralConfig {
     /// The `tickets` scenario: beside the general workload, the Correctables paper's
     /// ticket selling on a replicated queue (`tickets.rs`), its queue checked.
     pub tickets: bool,
+    /// The `lease-overlap` scenario: a scripted nemesis (`lease_overlap.rs`) that drives
+    /// five nodes into the lease overlap of `docs/protocol.md` §4, which only the negative
+    /// control `forget_leader_contact` turns into two valid leader leases.
+    pub lease_overlap: bool,
 }
 
 impl GeneralConfig {
@@ -139,6 +143,7 @@ impl GeneralConfig {
             correctables: false,
             stale_final_view: false,
             tickets: false,
+            lease_overlap: false,
         }
     }
 
@@ -155,6 +160,11 @@ impl GeneralConfig {
     /// The `lease-race` run for `seed` (see [`GeneralConfig::lease_race`]).
     pub fn lease_race(seed: u64) -> GeneralConfig {
         GeneralConfig { lease_race: true, ..GeneralConfig::new(seed) }
+    }
+
+    /// The `lease-overlap` run for `seed` (see [`GeneralConfig::lease_overlap`]).
+    pub fn lease_overlap(seed: u64) -> GeneralConfig {
+        GeneralConfig { lease_overlap: true, ..GeneralConfig::new(seed) }
     }
 
     /// The default `wide-area` run for `seed`: three times the load phase, since WAN
@@ -179,6 +189,7 @@ impl GeneralConfig {
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
             "correctables" => Some(GeneralConfig::correctables(seed)),
             "tickets" => Some(GeneralConfig::tickets(seed)),
+            "lease-overlap" => Some(GeneralConfig::lease_overlap(seed)),
             _ => None,
         }
     }
@@ -189,6 +200,8 @@ impl GeneralConfig {
             "wide-area"
         } else if self.lease_race {
             "lease-race"
+        } else if self.lease_overlap {
+            "lease-overlap"
         } else if self.correctables {
             "correctables"
         } else if self.tickets {
@@ -458,6 +471,10 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
 
 /// Runs one seed of the general scenario, catching panics into the report.
 pub fn run_general<E: SimEngine<Config = Config>>(config: &GeneralConfig) -> RunReport {
+    if config.lease_overlap {
+        // Scripted on the leader engine's messages, whatever engine the caller names.
+        return crate::lease_overlap::run(config);
+    }
     let mut report =
         RunReport { scenario: config.scenario().into(), seed: config.seed, ..RunReport::default() };
     let mut world: Option<World<E>> = None;
@@ -610,7 +627,7 @@ fn general_body<E: SimEngine<Config = Config>>(
 }
 
 /// The rare paths the run's engines took and the faults injected, counted by name.
-fn reached<E: SimEngine>(
+pub(crate) fn reached<E: SimEngine>(
     world: &World<E>,
     nemesis: &Nemesis,
     client_retries: u64,
@@ -651,7 +668,7 @@ pub fn make_wide_area(world: &mut WorldConfig, rng: &mut Rng) {
 /// After healing, every follower must hold an active-set lease again within
 /// [`LEASES_NS_MAX`]: a healthy node left out of the set for good (or never granted a
 /// lease it accepts) is a liveness failure, `lease-liveness`.
-fn await_leases<E: SimEngine>(
+pub(crate) fn await_leases<E: SimEngine>(
     world: &mut World<E>,
     clients: &mut Clients,
     nemesis: &mut Nemesis,
@@ -735,7 +752,7 @@ fn run_phase<E: SimEngine>(
 }
 
 /// Waits for the cluster to converge after healing; false if it does not in time.
-fn converge<E: SimEngine>(
+pub(crate) fn converge<E: SimEngine>(
     world: &mut World<E>,
     clients: &mut Clients,
     nemesis: &mut Nemesis,
@@ -815,7 +832,7 @@ pub fn check_history<E: SimEngine>(world: &mut World<E>, history: &KeelHistory) 
     verdict
 }
 
-fn finish<E: SimEngine>(
+pub(crate) fn finish<E: SimEngine>(
     world: &mut World<E>,
     clients: &Clients,
     converged: bool,

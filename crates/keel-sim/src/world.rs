@@ -110,6 +110,20 @@ pub const CORRUPT_PER_CRASH_PPM: u32 = 250_000;
 /// Most fsynced entries at the log's tail one corruption may cost.
 pub const CORRUPT_DEPTH_MAX: u64 = 8;
 
+/// What a scripted message rule ([`World::set_message_rule`]) does with one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// The network's ordinary treatment.
+    Pass,
+    /// Lost before it reaches the network (counted in [`WorldStats::scripted_drops`]).
+    Drop,
+    /// Held back this many ns more than the network would.
+    Delay(u64),
+}
+
+/// A scripted rule on every message as it is sent: `(from, to, message) -> fate`.
+pub type MessageRule<M> = Box<dyn FnMut(NodeId, NodeId, &M) -> Fate + Send>;
+
 /// Something the world reports to whoever drives it (clients, scenarios).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
@@ -253,6 +267,8 @@ pub struct WorldStats {
     /// Crashes between an fsync completing and the engine learning of it
     /// ([`World::add_storage_faults`]).
     pub crashes_after_fsync: u64,
+    /// Messages a scripted rule dropped ([`World::set_message_rule`]).
+    pub scripted_drops: u64,
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -292,6 +308,8 @@ pub struct World<E: SimEngine> {
     /// Crashes after an fsync still to inject, and their chance (ppm) per fsync.
     crashes_after_fsync_left: u32,
     crash_after_fsync_ppm: u32,
+    /// A scripted nemesis's rule on messages as they are sent (none unless set).
+    message_rule: Option<MessageRule<E::Message>>,
 }
 
 impl<E: SimEngine> World<E> {
@@ -346,6 +364,7 @@ impl<E: SimEngine> World<E> {
             storage_rng: Rng::new(0),
             crashes_after_fsync_left: 0,
             crash_after_fsync_ppm: 0,
+            message_rule: None,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -477,6 +496,14 @@ impl<E: SimEngine> World<E> {
         }
         self.seq += 1;
         self.events.insert((at_ns, self.seq), event);
+    }
+
+    /// Sets (or, with `None`, removes) a scripted rule that decides, as each message is
+    /// sent, whether it passes, is lost or is held back longer (a targeted nemesis). Off
+    /// by default; the rule draws nothing from the world's generators, and a dropped
+    /// message draws nothing from the network's.
+    pub fn set_message_rule(&mut self, rule: Option<MessageRule<E::Message>>) {
+        self.message_rule = rule;
     }
 
     /// Sets a timer that fires as [`Notice::Timer`] at virtual time `at_ns`.
@@ -936,9 +963,23 @@ impl<E: SimEngine> World<E> {
                 self.push(self.now_ns, Event::Crash { node: from, restart_at_ns });
             }
         }
+        let mut extra_ns = 0;
+        if let Some(rule) = self.message_rule.as_mut() {
+            match rule(from, to, &message) {
+                Fate::Pass => {}
+                Fate::Drop => {
+                    self.stats.scripted_drops += 1;
+                    if self.trace {
+                        eprintln!("{:>12} {from}->{to} dropped by rule: {message:?}", self.now_ns);
+                    }
+                    return;
+                }
+                Fate::Delay(ns) => extra_ns = ns,
+            }
+        }
         let stalled_until = self.net.link_stalled_until(from, to, self.now_ns);
         for delay in self.net.send(from, to) {
-            let at = stalled_until.map_or(self.now_ns, |until| until) + delay;
+            let at = stalled_until.map_or(self.now_ns, |until| until) + delay + extra_ns;
             let message = message.clone();
             self.push(at, Event::Deliver { from, to, ks, message, arrived: false });
         }
