@@ -265,6 +265,11 @@ fn report(status: &Status) -> Report {
             c.rmw_retries,
         ),
         Metric::counter(
+            "keel_kite_rmws_finished_covered_total",
+            "Covered records that carried too much, finished rather than carried.",
+            c.rmws_finished_covered,
+        ),
+        Metric::counter(
             "keel_kite_rmws_found_done_total",
             "Read-modify-writes a quorum showed done already (helped, or a retry).",
             c.rmws_found_done,

@@ -58,6 +58,10 @@ struct Slot {
     accepted_here: bool,
     /// The read-modify-write whose commit made `value`, if one did.
     made_by: Option<Box<(RmwId, RmwOutcome)>>,
+    /// The last record this incarnation finished for another (accepted again at its own
+    /// ballot and committed with what it carries, acknowledged by a quorum): a quorum's
+    /// outcome tables hold it and what it carried, so it need not be carried on.
+    finished: Option<RmwId>,
 }
 
 /// A broadcast waiting for answers.
@@ -1192,13 +1196,33 @@ impl KiteEngine {
                             session, op, rid, id, ballot, stage, barrier, delinquent,
                         );
                     }
+                    let finished = self.keys.get(&key).is_some_and(|s| s.finished == Some(a.id));
                     if known {
                         settled = a.skipped.clone();
-                    } else {
-                        skipped.push((a.id, outcome_of(&a)));
-                        skipped.extend(a.base.as_deref().cloned());
-                        skipped.extend(a.skipped.iter().cloned());
-                        skipped.truncate(SKIPPED_MAX);
+                    } else if !finished {
+                        // What it carries, each request once (a run of failures kept as
+                        // records all name the same base).
+                        let mut carried: Vec<(RmwId, RmwOutcome)> = Vec::new();
+                        let all = std::iter::once((a.id, outcome_of(&a)))
+                            .chain(a.base.as_deref().cloned())
+                            .chain(a.skipped.iter().cloned());
+                        for (i, o) in all {
+                            if !carried.iter().any(|(c, _)| *c == i) {
+                                carried.push((i, o));
+                            }
+                        }
+                        if carried.len() > SKIPPED_MAX {
+                            // More than a record may carry: finish it instead (accepted at
+                            // our ballot, committed with what it carries, acknowledged by a
+                            // quorum), so that nothing it carries is dropped.
+                            self.counters.rmws_finished_covered += 1;
+                            let round = self.accept(session, key, ballot, a.clone(), id);
+                            let stage = RmwStage::Accepting { round, record: a, mine: false };
+                            return self.rmw_progress(
+                                session, op, rid, id, ballot, stage, barrier, delinquent,
+                            );
+                        }
+                        skipped = carried;
                     }
                 }
                 let (read, read_stamp, made_by) = base;
@@ -1383,6 +1407,9 @@ impl KiteEngine {
                 if !mine {
                     self.close(round);
                     self.counters.rmw_helped += 1;
+                    if let Some(slot) = self.keys.get_mut(&key) {
+                        slot.finished = Some(record.id);
+                    }
                     ballot = self.next_ballot(&key, ballot);
                     let round = self.propose(session, key, ballot, id, rid);
                     return self.rmw_progress(

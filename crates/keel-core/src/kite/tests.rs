@@ -1086,9 +1086,8 @@ fn a_chosen_failure_carried_only_as_skipped_is_not_turned_into_a_swap_after_two_
 }
 
 /// Shape (c): more than `SKIPPED_MAX` records, through the `!known` branch alone (each
-/// carrier adds the record it adopts and everything that record carried). This test FAILS
-/// on the current engine and is ignored (a known limit, `docs/kite.md`, Retries). Only
-/// nodes 1 and 2 ever crash, one at a time.
+/// carrier adds the record it adopts and everything that record carried). Only nodes 1 and
+/// 2 ever crash, one at a time.
 ///
 /// Client 77's FAA (request 1, R1) runs at node 1. Every node accepts it; its commit
 /// reaches node 1 only, and node 1 crashes and rejoins. Then, 17 times, a relaxed write
@@ -1101,13 +1100,13 @@ fn a_chosen_failure_carried_only_as_skipped_is_not_turned_into_a_swap_after_two_
 /// nowhere stays in Committing and proposes nothing more on the key), so 17 crashes,
 /// spread over two nodes.
 ///
-/// `settled` does not close this, since no record here is built on its carrier's value. Finishing an adopted record before building on it does:
-/// accept it at the new ballot if it is not known committed, then commit it with its
-/// `applied` list, waiting for a quorum's acknowledgements as a helper does for a newer
-/// record. The attempt must remember that it did, or it would loop: after a covered
-/// record is finished it is still the highest-ballot record. Once every carried id is
-/// in a quorum's outcome tables before anything is built on its carrier, `skipped` and
-/// its bound are not needed as evidence.
+/// Before the fix, R1 was truncated out of `skipped` at R_18 and the retry built it again
+/// (committed at (17,w4,2)). `settled` does not close this, since no record here is built
+/// on its carrier's value. Now a proposer that would carry more than `SKIPPED_MAX` records
+/// finishes the covered record instead: accepted at its ballot and committed with what it
+/// carries, acknowledged by a quorum, whose outcome tables then hold all of it; the
+/// proposer remembers the record it finished (`Slot::finished`), so it does not finish it
+/// again when it finds it once more as the highest-ballot record.
 /// Runs shape (c) with `levels` records in all (R1 and the carriers after it), then the
 /// retry at node 5. Returns the stamps request 1 was committed at, and the retry's answer.
 fn covered_carriers(levels: u64) -> (Vec<Stamp>, KiteResult) {
@@ -1159,7 +1158,6 @@ fn a_chosen_request_carried_through_skipped_max_covered_carriers_is_found_done()
 }
 
 #[test]
-#[ignore = "fails: a chosen request truncated out of `skipped` after 17 covered carriers is applied again"]
 fn a_chosen_request_is_not_lost_past_skipped_max_covered_carriers() {
     let (stamps, again) = covered_carriers(18);
     assert_eq!(stamps.len(), 1, "request 1 committed at two stamps: {stamps:?}");

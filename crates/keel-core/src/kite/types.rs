@@ -768,6 +768,9 @@ pub struct Counters {
     pub rmws_queued: u64,
     /// Accepted read-modify-writes of others this node finished.
     pub rmw_helped: u64,
+    /// Of those, records covered by a newer value that carried too much to be carried on
+    /// (more than `SKIPPED_MAX` records): finished rather than carried.
+    pub rmws_finished_covered: u64,
     /// Read-modify-writes a quorum showed already done (by a helper, or by an earlier
     /// attempt of a request its client retried), answered with that outcome.
     pub rmws_found_done: u64,

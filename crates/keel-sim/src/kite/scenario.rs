@@ -643,6 +643,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("rmw", c.rmws);
         add("rmw-retry", c.rmw_retries);
         add("rmw-helped", c.rmw_helped);
+        add("rmw-finished-covered", c.rmws_finished_covered);
         add("rmw-found-done", c.rmws_found_done);
         add("rmw-queued", c.rmws_queued);
         add("rmw-superseded", c.rmws_superseded);
