@@ -3,7 +3,10 @@
 # starts the compose file given (default deploy/compose.yaml), and checks that `keel
 # status` and redis-cli reach every node. Then, for each node in turn: a write, the node
 # killed with SIGKILL, a durable write and every earlier write read back through another
-# node, and the node started again, serving what was written. Everything the run created
+# node, and the node started again, serving what was written. Then the leader frozen
+# (docker pause) and, apart, cut from its peers (iptables inside its network namespace,
+# through nsenter), each while another node takes a durable write that it serves once
+# back. Everything the run created
 # (containers, network, volumes) is removed at the end, on failure and on Ctrl-C too.
 #
 #   deploy/smoke.sh [deploy/compose.yaml | deploy/compose.5.yaml]
@@ -65,5 +68,34 @@ for i in $(seq 1 "$nodes"); do
     await_reply x "$port" GET "after$i"
     echo "node $i: killed and started again; the others served meanwhile, and it kept every write"
 done
+# The node `keel status` names leader.
+leader() { "$keel" status "${addrs[@]}" 2>/dev/null | awk '/^leader n/ { sub("n", "", $2); print $2 }'; }
+subnet=$(docker network inspect -f '{{(index .IPAM.Config 0).Subnet}}' "${project}_keel")
+
+# The leader frozen (docker pause: its clock runs on), then thawed.
+await_leader
+l=$(leader)
+other=$((7378 + l % nodes + 1))
+dc pause "keel$l" >/dev/null 2>&1
+await_reply OK "$other" SET paused x DURABILITY durable
+[ "$(leader)" != "$l" ] || { echo "node $l still leads while frozen" >&2; exit 1; }
+dc unpause "keel$l" >/dev/null 2>&1
+await_reply x "$((7378 + l))" GET paused
+echo "leader $l frozen: the others elected another and took a durable write; thawed, it serves it"
+
+# The leader cut off from every peer inside its own network namespace, then healed.
+await_leader
+l=$(leader)
+other=$((7378 + l % nodes + 1))
+pid=$(docker inspect -f '{{.State.Pid}}' "$(dc ps -q "keel$l")")
+cut() { nsenter --net="/proc/$pid/ns/net" iptables "$1" INPUT -s "$subnet" -j DROP &&
+    nsenter --net="/proc/$pid/ns/net" iptables "$1" OUTPUT -d "$subnet" -j DROP; }
+cut -A
+await_reply OK "$other" SET partitioned x DURABILITY durable
+[ "$(leader)" != "$l" ] || { echo "node $l still leads while cut off" >&2; exit 1; }
+cut -D
+await_reply x "$((7378 + l))" GET partitioned
+echo "leader $l partitioned: the others elected another and took a durable write; healed, it serves it"
+
 "$keel" status "${addrs[@]}"
-echo "compose smoke ($file): $nodes nodes, each killed with SIGKILL and restarted; no write lost"
+echo "compose smoke ($file): $nodes nodes, each killed with SIGKILL and restarted, the leader frozen and partitioned; no write lost"
