@@ -15,6 +15,7 @@
 //! - [`kite`]: the Kite engine (release consistency on a leaderless store).
 
 pub mod engine;
+mod fnv;
 pub mod kite;
 pub mod leader;
 pub mod time;

@@ -266,7 +266,7 @@ fn report(status: &Status) -> Report {
         ),
         Metric::counter(
             "keel_kite_rmws_finished_covered_total",
-            "Covered records that carried too much, finished rather than carried.",
+            "Covered records that carried too much, set out to be finished, not carried.",
             c.rmws_finished_covered,
         ),
         Metric::counter(

@@ -15,7 +15,7 @@ use super::types::{
 use crate::engine::{BootError, Input, Outputs, Rejection};
 use crate::time::{Span, Time};
 use keel_types::rng::SplitMix64;
-use keel_types::{KeelError, Key, NodeId, Value};
+use keel_types::{ClientId, KeelError, Key, NodeId, RequestId, Value};
 use std::collections::{BTreeMap, VecDeque};
 
 mod outcomes;
@@ -1115,22 +1115,16 @@ impl KiteEngine {
                     // The client numbered another command with this request's number: not
                     // a retry, so neither answered with that outcome nor done.
                     self.counters.rmws_reused += 1;
-                    if let Barrier::Slow { round: Some(r), .. } = &barrier {
-                        self.close(*r);
-                    }
-                    return Err(Phase::Refused(KeelError::InvalidArgument(format!(
-                        "request {} of client {} was already used for another command",
-                        me.seq, me.session
-                    ))));
+                    self.drop_barrier(&barrier);
+                    let (client, request) = (ClientId(me.session), RequestId(me.seq));
+                    return Err(Phase::Refused(crate::leader::kv::reused_request(client, request)));
                 }
                 if done.is_none() && superseded {
                     // A later request of the same client was done: this one is a late
                     // retry whose own outcome is no longer kept. It may have been done,
                     // so it is not done again.
                     self.counters.rmws_superseded += 1;
-                    if let Barrier::Slow { round: Some(r), .. } = &barrier {
-                        self.close(*r);
-                    }
+                    self.drop_barrier(&barrier);
                     return Err(Phase::Refused(KeelError::SessionExpired));
                 }
                 if let Some(o) = done {
@@ -1242,10 +1236,8 @@ impl KiteEngine {
                 // as a record keeping the value it read: a first attempt still running
                 // elsewhere must not swap after its retry answered that it failed.
                 let keep = me.client_named() && !self.config.unsafe_uncommitted_failures;
-                let failure_kept = (new.is_none() && keep).then(|| {
-                    self.counters.failures_committed += 1;
-                    (read.clone().unwrap_or_default(), read_stamp)
-                });
+                let failure_kept =
+                    (new.is_none() && keep).then(|| (read.clone().unwrap_or_default(), read_stamp));
                 match new.map(|value| (value, read_stamp.next_rmw())).or(failure_kept) {
                     Some((value, stamp)) => {
                         let record = RmwRecord {
@@ -1425,12 +1417,13 @@ impl KiteEngine {
                 }
                 self.acquired(id, delinquent);
                 self.counters.rmws += 1;
-                if record.wrote().is_none() {
-                    // Wrote nothing: its release barrier is dropped, as `rmw_failed` does.
+                let Some(wrote) = record.wrote() else {
+                    // A failure kept as a record: its release barrier is dropped.
+                    self.counters.failures_committed += 1;
                     return Ok(self.rmw_failed(&barrier, record.read, record.read_stamp));
-                }
+                };
                 Ok(KiteResult::Rmw {
-                    wrote: record.wrote(),
+                    wrote: Some(wrote),
                     read: record.read,
                     read_stamp: record.read_stamp,
                     local: false,
@@ -1448,10 +1441,16 @@ impl KiteEngine {
         read: Option<Value>,
         read_stamp: Stamp,
     ) -> KiteResult {
+        self.drop_barrier(barrier);
+        KiteResult::Rmw { read, read_stamp, wrote: None, local: false }
+    }
+
+    /// Drops a read-modify-write's release barrier unfinished: the request ends without
+    /// publishing anything, so its slow release round, if one is out, is closed.
+    fn drop_barrier(&mut self, barrier: &Barrier) {
         if let Barrier::Slow { round: Some(r), .. } = barrier {
             self.close(*r);
         }
-        KiteResult::Rmw { read, read_stamp, wrote: None, local: false }
     }
 
     fn rmw_retry(

@@ -804,8 +804,9 @@ fn sessions_of_one_node_run_their_read_modify_writes_on_a_key_one_at_a_time() {
 /// Client 77's strong CAS x: "a" -> "b" (request 1) starts at node 1, whose proposals are
 /// held back; x becomes "c"; the client, its connection gone, sends the request again at
 /// node 2, where it fails; x becomes "a" again; then node 1's proposals go out. Returns
-/// the first attempt's answer, the retry's, and x at the end.
-fn cas_retry_race(uncommitted: bool) -> (KiteResult, KiteResult, Option<Value>) {
+/// the first attempt's answer, the retry's, x at the end, and how many failures node 2
+/// committed as records.
+fn cas_retry_race(uncommitted: bool) -> (KiteResult, KiteResult, Option<Value>, u64) {
     let mut net = Net::new(3, |c| c.unsafe_uncommitted_failures = uncommitted);
     net.call(3, 1, KiteOp::Write { key: k("x"), value: v("a") });
     net.settle(5);
@@ -844,12 +845,13 @@ fn cas_retry_race(uncommitted: bool) -> (KiteResult, KiteResult, Option<Value>) 
     let i = net.replies.iter().position(|r| r.tag == first).expect("the first attempt answered");
     let first = net.replies.remove(i).result.expect("ok");
     let x = value_of(&net.call(2, 3, KiteOp::Acquire { key: k("x") }));
-    (first, retry, x)
+    (first, retry, x, net.node(2).status().counters.failures_committed)
 }
 
 #[test]
 fn a_named_request_that_fails_is_committed_so_its_first_attempt_cannot_swap_later() {
-    let (first, retry, x) = cas_retry_race(false);
+    let (first, retry, x, kept) = cas_retry_race(false);
+    assert_eq!(kept, 1, "the retry's failure was committed as a record");
     assert!(matches!(retry, KiteResult::Rmw { wrote: None, .. }), "the retry failed: {retry:?}");
     assert_eq!(value_of(&retry), Some(v("c")));
     assert_eq!(first, retry, "the first attempt finds the retry's outcome");
@@ -857,7 +859,8 @@ fn a_named_request_that_fails_is_committed_so_its_first_attempt_cannot_swap_late
 
     // Negative control: uncommitted, the failure leaves nothing for the first attempt to
     // find, and it swaps after the client was told that the request failed.
-    let (first, retry, x) = cas_retry_race(true);
+    let (first, retry, x, kept) = cas_retry_race(true);
+    assert_eq!(kept, 0);
     assert!(matches!(retry, KiteResult::Rmw { wrote: None, .. }), "{retry:?}");
     assert!(matches!(first, KiteResult::Rmw { wrote: Some(_), .. }), "{first:?}");
     assert_eq!(x, Some(v("b")), "the request failed and swapped");

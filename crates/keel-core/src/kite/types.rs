@@ -236,34 +236,28 @@ impl KiteOp {
     /// outcome: a request number its client used again for another command is refused,
     /// not answered with the first command's outcome. FNV-1a, fixed across versions.
     pub fn rmw_digest(&self) -> u64 {
-        let mut bytes: Vec<u8> = Vec::with_capacity(64);
-        let mut field = |b: &[u8]| {
-            bytes.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            bytes.extend_from_slice(b);
-        };
+        let mut hash = crate::fnv::Fnv::new();
         match self {
             KiteOp::Faa { key, delta } => {
-                field(b"faa");
-                field(key);
-                field(&delta.to_le_bytes());
+                hash.write_bytes(b"faa");
+                hash.write_bytes(key);
+                hash.write_bytes(&delta.to_le_bytes());
             }
             KiteOp::Cas { key, expected, new, .. } => {
-                field(b"cas");
-                field(key);
+                hash.write_bytes(b"cas");
+                hash.write_bytes(key);
                 match expected {
-                    None => field(b"absent"),
+                    None => hash.write_bytes(b"absent"),
                     Some(e) => {
-                        field(b"value");
-                        field(e);
+                        hash.write_bytes(b"value");
+                        hash.write_bytes(e);
                     }
                 }
-                field(new);
+                hash.write_bytes(new);
             }
-            other => field(other.name().as_bytes()),
+            other => hash.write_bytes(other.name().as_bytes()),
         }
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
-            (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-        })
+        hash.0
     }
 
     /// The operation's name, as reports and errors show it.
@@ -768,14 +762,15 @@ pub struct Counters {
     pub rmws_queued: u64,
     /// Accepted read-modify-writes of others this node finished.
     pub rmw_helped: u64,
-    /// Of those, records covered by a newer value that carried too much to be carried on
-    /// (more than `SKIPPED_MAX` records): finished rather than carried.
+    /// Records covered by a newer value that carried too much to be carried on (more
+    /// than `SKIPPED_MAX` records), which this node set out to finish instead.
     pub rmws_finished_covered: u64,
     /// Read-modify-writes a quorum showed already done (by a helper, or by an earlier
     /// attempt of a request its client retried), answered with that outcome.
     pub rmws_found_done: u64,
     /// Failures of requests their clients named (a comparison that failed, an FAA on a
-    /// value that is not a number) committed as records that keep the value they read.
+    /// value that is not a number) this node completed as committed records that keep the
+    /// value they read (a retry that found one committed counts it again).
     pub failures_committed: u64,
     /// Requests refused because their client had used their number for another command.
     pub rmws_reused: u64,

@@ -17,6 +17,7 @@
 //! Deletes leave tombstones that carry the delete's version, so a key's update index
 //! survives its deletion (`docs/protocol.md` §12 item 13); a key never written has update index 0.
 
+use crate::fnv::Fnv;
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
@@ -989,27 +990,6 @@ fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
         }
     };
     base.checked_add(delta).ok_or(KeelError::NotAnInteger)
-}
-
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    fn write_bytes(&mut self, bytes: &[u8]) {
-        self.write_u64(bytes.len() as u64);
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, value: u64) {
-        for b in value.to_le_bytes() {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -323,20 +323,27 @@ impl KiteWorld {
         op: KiteOp,
         named: Option<u64>,
     ) -> RequestTag {
-        let tag = RequestTag(self.next_tag);
-        self.next_tag += 1;
-        let request = KiteRequest { tag, session, op, form: Default::default(), named };
-        self.schedule(self.now, Event::Client { node, request });
-        tag
+        self.submit_request(self.now, node, session, op, named)
     }
 
     /// Submits `op` as [`KiteWorld::submit`], arriving at global time `at` (or now, if
     /// that has passed).
     pub fn submit_at(&mut self, at: u64, node: NodeId, session: u64, op: KiteOp) -> RequestTag {
+        self.submit_request(at.max(self.now), node, session, op, None)
+    }
+
+    fn submit_request(
+        &mut self,
+        at: u64,
+        node: NodeId,
+        session: u64,
+        op: KiteOp,
+        named: Option<u64>,
+    ) -> RequestTag {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        let request = KiteRequest { tag, session, op, form: Default::default(), named: None };
-        self.schedule(at.max(self.now), Event::Client { node, request });
+        let request = KiteRequest { tag, session, op, form: Default::default(), named };
+        self.schedule(at, Event::Client { node, request });
         tag
     }
 
