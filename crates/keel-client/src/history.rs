@@ -121,9 +121,22 @@ impl Recording<'_> {
         key: &str,
         level: ReadLevel,
     ) -> Result<Option<Vec<u8>>, ClientError> {
+        self.get_recorded_as(key, level, level).await
+    }
+
+    /// A read at `level` recorded as if it had been at `recorded`: only for a harness's
+    /// negative control (`keel torture --control any-as-monotonic`), which must then find
+    /// the weaker read breaking the stronger level's promise.
+    pub async fn get_recorded_as(
+        &mut self,
+        key: &str,
+        level: ReadLevel,
+        recorded: ReadLevel,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
         let invoke = self.recorder.now_ns();
         let result = self.session.get(key.as_bytes(), Some(level)).await;
-        let kind = |result: Option<String>| OpKind::Get { key: key.to_string(), level, result };
+        let kind =
+            |result: Option<String>| OpKind::Get { key: key.to_string(), level: recorded, result };
         let op = match &result {
             Ok(read) => Op {
                 version: read.version,

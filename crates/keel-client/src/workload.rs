@@ -40,6 +40,9 @@ pub struct WorkloadConfig {
     pub duration: Duration,
     /// Seeds each session's choices.
     pub seed: u64,
+    /// Negative control: reads at `any` are recorded as `monotonic`, so the checks must
+    /// find them breaking that level's promise under faults. Off in every real run.
+    pub any_as_monotonic: bool,
 }
 
 /// Shared progress and stop flag.
@@ -53,10 +56,13 @@ pub struct Progress {
     pub stop: AtomicBool,
 }
 
-struct Rng(u64);
+/// SplitMix64: the workload's choices, and a fault harness's schedules, from a seed.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next draw.
+    pub fn draw(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -64,9 +70,10 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    /// A draw in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0, "a choice among none");
-        self.next() % n
+        self.draw() % n
     }
 }
 
@@ -93,7 +100,7 @@ pub async fn run(
             let mut n = 0u64;
             while Instant::now() < deadline && !progress.stop.load(Ordering::Relaxed) {
                 n += 1;
-                let ok = one_op(&mut rec, &mut rng, config.keys as u64, n).await;
+                let ok = one_op(&mut rec, &mut rng, &config, n).await;
                 progress.ops.fetch_add(1, Ordering::Relaxed);
                 if !ok {
                     progress.errors.fetch_add(1, Ordering::Relaxed);
@@ -108,7 +115,8 @@ pub async fn run(
 }
 
 /// One random operation; `false` if it failed.
-async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, keys: u64, n: u64) -> bool {
+async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, config: &WorkloadConfig, n: u64) -> bool {
+    let keys = config.keys as u64;
     let durable_family = rng.below(2) == 0;
     let key = format!("{}{}", if durable_family { 'd' } else { 'm' }, rng.below(keys));
     let value = format!("{}-{n}", rec.session.id() % 100_000);
@@ -120,6 +128,9 @@ async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, keys: u64, n: u64) -> bo
             let levels: Vec<ReadLevel> =
                 ReadLevel::ALL.into_iter().filter(|l| *l <= level).collect();
             return rec.invoke(&key, &levels).await.is_ok();
+        }
+        if level == ReadLevel::Any && config.any_as_monotonic {
+            return rec.get_recorded_as(&key, level, ReadLevel::Monotonic).await.is_ok();
         }
         return rec.get(&key, level).await.is_ok();
     }
@@ -144,6 +155,9 @@ pub struct Verdicts {
     pub views: keel_check::views::Report,
     /// Linearizability of the `d` keys.
     pub linearizable: linearizability::Report,
+    /// Acknowledged `durable` writes (puts, and CASes that swapped) missing from the
+    /// surviving log: how many, and the first few as `key=value`.
+    pub durable_lost: (usize, Vec<String>),
 }
 
 impl Verdicts {
@@ -152,13 +166,14 @@ impl Verdicts {
     pub fn hold(&self) -> bool {
         self.monotonic.violations_total == 0
             && self.views.violations_total == 0
+            && self.durable_lost.0 == 0
             && matches!(self.linearizable.verdict, Verdict::Linearizable)
     }
 
     /// Violations found: monotonic ones plus one per non-linearizable history.
     pub fn violations(&self) -> usize {
         let lin = usize::from(matches!(self.linearizable.verdict, Verdict::NotLinearizable(_)));
-        self.monotonic.violations_total + self.views.violations_total + lin
+        self.monotonic.violations_total + self.views.violations_total + self.durable_lost.0 + lin
     }
 }
 
@@ -172,7 +187,33 @@ pub fn check(ops: &[Op], survivors: &[Survivor]) -> Verdicts {
     let lin_ops = keel_check::keel::lin_ops(&durable);
     let linearizable =
         linearizability::check(Model::Keel, &lin_ops, linearizability::Config::default());
-    Verdicts { monotonic, views, linearizable }
+    let durable_lost = durable_lost(ops, survivors);
+    Verdicts { monotonic, views, linearizable, durable_lost }
+}
+
+/// Most lost writes named in [`Verdicts::durable_lost`].
+pub const LOST_SHOWN_MAX: usize = 5;
+
+/// Acknowledged `durable` writes whose value is not among the survivors of their key.
+fn durable_lost(ops: &[Op], survivors: &[Survivor]) -> (usize, Vec<String>) {
+    use keel_check::history::Outcome;
+    let kept: std::collections::BTreeSet<(&str, &str)> =
+        survivors.iter().filter_map(|s| Some((s.key.as_str(), s.value.as_deref()?))).collect();
+    let mut lost = (0, Vec::new());
+    for op in ops.iter().filter(|op| op.outcome == Outcome::Ok) {
+        let (OpKind::Put { key, value, durability } | OpKind::Cas { key, value, durability, .. }) =
+            &op.kind
+        else {
+            continue;
+        };
+        if *durability == Durability::Durable && !kept.contains(&(key.as_str(), value.as_str())) {
+            lost.0 += 1;
+            if lost.1.len() < LOST_SHOWN_MAX {
+                lost.1.push(format!("{key}={value}"));
+            }
+        }
+    }
+    lost
 }
 
 /// The latency label of an op: `get/monotonic`, `put/durable`, ...
@@ -196,6 +237,41 @@ mod tests {
         let draws: Vec<u64> = (0..100).map(|_| rng.below(3)).collect();
         assert!(draws.iter().all(|d| *d < 3));
         assert!(draws.contains(&0) && draws.contains(&2));
+    }
+
+    #[test]
+    fn an_acknowledged_durable_write_missing_from_the_log_is_a_violation() {
+        use keel_check::history::Outcome;
+        let put = |value: &str, durability, outcome| Op {
+            id: 0,
+            client: 1,
+            kind: OpKind::Put { key: "d0".into(), value: value.into(), durability },
+            invoke_ns: 1,
+            complete_ns: Some(2),
+            outcome,
+            node: Some(1),
+            version: None,
+            views: Vec::new(),
+        };
+        let ops = [
+            put("kept", Durability::Durable, Outcome::Ok),
+            put("gone", Durability::Durable, Outcome::Ok),
+            // Not promised: a `memory` write, and a durable one never acknowledged.
+            put("volatile", Durability::Memory, Outcome::Ok),
+            put("unacked", Durability::Durable, Outcome::Unknown),
+        ];
+        let survivors = [Survivor {
+            version: keel_types::Version {
+                index: keel_types::LogIndex(1),
+                epoch: keel_types::Epoch(1),
+            },
+            key: "d0".into(),
+            value: Some("kept".into()),
+        }];
+        let verdicts = check(&ops, &survivors);
+        assert_eq!(verdicts.durable_lost, (1, vec!["d0=gone".to_string()]));
+        assert!(!verdicts.hold());
+        assert!(verdicts.violations() >= 1);
     }
 
     #[test]

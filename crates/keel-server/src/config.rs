@@ -363,12 +363,37 @@ pub struct TestingSettings {
     /// against it must fail `keel check`.
     #[serde(default)]
     pub unsafe_stale_invoke: bool,
+    /// `durable` writes are acknowledged as `replicated` ones (before any fsync), yet
+    /// answered as durable: a fault harness must find them lost.
+    #[serde(default)]
+    pub unsafe_ack_durable_before_fsync: bool,
+    /// Fault injection, safe in itself: appends stay in the process until their file is
+    /// synced, so that killing the process loses what a power loss would.
+    #[serde(default)]
+    pub power_loss_on_kill: bool,
+    /// Fault injection, safe in itself: `SIGUSR1` makes the next fsync fail with `EIO`
+    /// (the node stops, as on a real storage error).
+    #[serde(default)]
+    pub eio_on_sigusr1: bool,
+    /// Fault injection, safe in itself: the node's clock runs this many parts per million
+    /// fast (negative: slow), within the engine's drift bound (`CLOCK_RATE_PPM_MAX`).
+    #[serde(default)]
+    pub clock_rate_ppm: i32,
+    /// Fault injection, safe in itself: the node's clock starts this many milliseconds
+    /// ahead of the host's (`CLOCK_OFFSET_MS_MAX`; never behind: it counts since boot).
+    #[serde(default)]
+    pub clock_offset_ms: u64,
 }
+
+/// Largest `testing.clock_rate_ppm`, either way: the engine's default drift bound.
+pub const CLOCK_RATE_PPM_MAX: i32 = 100;
+/// Largest `testing.clock_offset_ms` (a day).
+pub const CLOCK_OFFSET_MS_MAX: u64 = 86_400_000;
 
 impl TestingSettings {
     /// Whether nothing is on (the default; the section is then not written).
     pub fn is_off(&self) -> bool {
-        !self.unsafe_stale_invoke
+        *self == TestingSettings::default()
     }
 }
 
@@ -709,6 +734,18 @@ impl ServerConfig {
         }
         self.validate_geo()?;
         self.validate_keyspaces()?;
+        if self.testing.clock_rate_ppm.abs() > CLOCK_RATE_PPM_MAX {
+            return Err(invalid(
+                "testing.clock_rate_ppm",
+                format!("must be within ±{CLOCK_RATE_PPM_MAX}"),
+            ));
+        }
+        if self.testing.clock_offset_ms > CLOCK_OFFSET_MS_MAX {
+            return Err(invalid(
+                "testing.clock_offset_ms",
+                format!("must be at most {CLOCK_OFFSET_MS_MAX}"),
+            ));
+        }
         if self.storage.emulated_fsync_delay_us > EMULATED_FSYNC_DELAY_US_MAX {
             return Err(invalid(
                 "storage.emulated_fsync_delay_us",
@@ -1002,6 +1039,20 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_clock_outside_the_drift_bound_is_refused() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        config.testing.clock_rate_ppm = -CLOCK_RATE_PPM_MAX;
+        config.testing.clock_offset_ms = CLOCK_OFFSET_MS_MAX;
+        config.validate().unwrap();
+        assert!(!config.testing.is_off());
+        config.testing.clock_rate_ppm = CLOCK_RATE_PPM_MAX + 1;
+        assert!(config.validate().unwrap_err().to_string().contains("clock_rate_ppm"));
+        config.testing.clock_rate_ppm = 0;
+        config.testing.clock_offset_ms = CLOCK_OFFSET_MS_MAX + 1;
+        assert!(config.validate().unwrap_err().to_string().contains("clock_offset_ms"));
+    }
 
     #[test]
     fn local_config_round_trips_through_toml_and_validates() {

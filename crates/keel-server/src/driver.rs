@@ -72,14 +72,61 @@ pub const HELD_MESSAGES_MAX: usize = STORAGE_QUEUE_MAX;
 
 /// The host's clock since boot (`CLOCK_BOOTTIME`): monotonic, running while the host is
 /// suspended, continuous across restarts of the process (not across reboots, which
-/// outlast every lease).
+/// outlast every lease). Skewed only by the test-only [`skew_clock`].
 pub fn monotonic_now() -> Time {
+    let raw = boottime_nanos();
+    match CLOCK_SKEW.get() {
+        None => Time(raw),
+        Some(skew) => Time(skew.apply(raw)),
+    }
+}
+
+fn boottime_nanos() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .expect("CLOCK_BOOTTIME is readable");
     let nanos = u64::try_from(ts.tv_sec()).expect("non-negative") * 1_000_000_000
         + u64::try_from(ts.tv_nsec()).expect("non-negative");
     assert!(nanos > 0, "the monotonic clock has started");
-    Time(nanos)
+    nanos
+}
+
+/// A test-only clock: ahead by `offset` and running `rate_ppm` fast (or slow) since `start`.
+#[derive(Debug)]
+struct ClockSkew {
+    start: u64,
+    offset: u64,
+    rate_ppm: i32,
+}
+
+impl ClockSkew {
+    fn apply(&self, raw: u64) -> u64 {
+        let elapsed = raw.saturating_sub(self.start);
+        let drift = i128::from(elapsed) * i128::from(self.rate_ppm) / 1_000_000;
+        let skewed = i128::from(self.start) + i128::from(self.offset) + i128::from(elapsed) + drift;
+        // Monotonic still: |rate| ≤ 100 ppm keeps the slope positive.
+        u64::try_from(skewed.max(1)).unwrap_or(u64::MAX)
+    }
+}
+
+static CLOCK_SKEW: std::sync::OnceLock<ClockSkew> = std::sync::OnceLock::new();
+
+/// Test-only (`[testing] clock_rate_ppm`, `clock_offset_ms`): from now on this process's
+/// engines see a clock `offset_ms` ahead of the host's that runs `rate_ppm` parts per
+/// million fast (negative: slow). Once per process; a second call changes nothing.
+pub fn skew_clock(rate_ppm: i32, offset_ms: u64) {
+    assert!(rate_ppm.abs() <= 1_000_000, "a clock that runs forwards");
+    let skew = ClockSkew { start: boottime_nanos(), offset: offset_ms * 1_000_000, rate_ppm };
+    let _ = CLOCK_SKEW.set(skew);
+}
+
+/// Test-only (`[testing] unsafe_ack_durable_before_fsync`): `durable` writes are handed
+/// to the engine as `replicated` ones.
+static DURABLE_AS_REPLICATED: AtomicBool = AtomicBool::new(false);
+
+/// Turns on the negative control `[testing] unsafe_ack_durable_before_fsync` for this
+/// process: its `durable` writes are acknowledged before any fsync.
+pub fn ack_durable_before_fsync() {
+    DURABLE_AS_REPLICATED.store(true, Ordering::Relaxed);
 }
 
 /// A client operation before the engine loop gives it a tag.
@@ -408,7 +455,12 @@ where
             client: submit.client,
             request: submit.request,
             command: submit.command,
-            durability: submit.durability,
+            durability: match submit.durability {
+                Some(Durability::Durable) if DURABLE_AS_REPLICATED.load(Ordering::Relaxed) => {
+                    Some(Durability::Replicated)
+                }
+                other => other,
+            },
             level: submit.level,
             after: submit.after,
             mode: submit.mode,
@@ -796,6 +848,17 @@ mod tests {
         assert_eq!(page_within_budget(&small), 100);
     }
     use super::*;
+
+    #[test]
+    fn a_skewed_test_clock_is_ahead_by_its_offset_and_drifts_at_its_rate() {
+        let second = 1_000_000_000;
+        let fast = ClockSkew { start: 7 * second, offset: 3_000_000, rate_ppm: 100 };
+        assert_eq!(fast.apply(7 * second), 7 * second + 3_000_000);
+        assert_eq!(fast.apply(17 * second), 17 * second + 3_000_000 + 1_000_000);
+        let slow = ClockSkew { start: 7 * second, offset: 0, rate_ppm: -100 };
+        assert_eq!(slow.apply(17 * second), 17 * second - 1_000_000);
+        assert!(slow.apply(17 * second + 1) >= slow.apply(17 * second), "still monotonic");
+    }
 
     #[test]
     fn submit_labels_name_the_level_or_durability() {

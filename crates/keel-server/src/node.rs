@@ -175,6 +175,7 @@ pub async fn run(
     let tls = config.tls_acceptor()?;
     let http_access =
         crate::http::Access::new(config.http_token()?.as_deref(), config.http_tls_acceptor()?);
+    apply_testing(&config.testing);
     if config.testing.unsafe_stale_invoke {
         tracing::error!(
             "[testing] unsafe_stale_invoke is on: KEEL.INVOKE final views are NOT coordinated (negative-control mode, never for real use)"
@@ -293,6 +294,41 @@ pub async fn run(
 /// The Kite engine's configuration for keyspace `spec` on this node: the members, the
 /// node's key and value limits and its Kite timers. Every boot is a new incarnation that
 /// rejoins (the engine reads its last incarnation from the keyspace's hard state).
+/// Turns on the `[testing]` fault injections and controls the configuration asks for,
+/// each logged as an error (none is for real use).
+fn apply_testing(testing: &crate::config::TestingSettings) {
+    if testing.unsafe_ack_durable_before_fsync {
+        crate::driver::ack_durable_before_fsync();
+        tracing::error!("[testing] unsafe_ack_durable_before_fsync is on: durable writes are acknowledged before any fsync (negative-control mode, never for real use)");
+    }
+    if testing.power_loss_on_kill {
+        keel_storage::disk::hold_unsynced_appends();
+        tracing::error!("[testing] power_loss_on_kill is on: unsynced appends stay in this process (fault injection, never for real use)");
+    }
+    if testing.clock_rate_ppm != 0 || testing.clock_offset_ms != 0 {
+        crate::driver::skew_clock(testing.clock_rate_ppm, testing.clock_offset_ms);
+        tracing::error!(
+            rate_ppm = testing.clock_rate_ppm,
+            offset_ms = testing.clock_offset_ms,
+            "[testing] this node's clock is skewed (fault injection, never for real use)"
+        );
+    }
+    if testing.eio_on_sigusr1 {
+        tracing::error!("[testing] eio_on_sigusr1 is on: SIGUSR1 fails the next fsync with EIO (fault injection, never for real use)");
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()) {
+            Ok(mut usr1) => {
+                tokio::spawn(async move {
+                    while usr1.recv().await.is_some() {
+                        tracing::error!("[testing] SIGUSR1: the next fsync fails with EIO");
+                        keel_storage::disk::fail_next_sync();
+                    }
+                });
+            }
+            Err(e) => tracing::error!("[testing] eio_on_sigusr1: cannot listen for SIGUSR1: {e}"),
+        }
+    }
+}
+
 fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::Config {
     let mut members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
     members.sort_unstable();

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Most files [`FileDisk`] keeps open for writing at once (the active segment, the one
 /// before it until the next fsync, and a temporary file).
@@ -18,6 +19,30 @@ pub const WRITERS_OPEN_MAX: usize = 4;
 /// Buffer size of each open writer: appends reach the kernel in chunks of this size or
 /// at the next fsync, whichever is first.
 pub const WRITER_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Buffer size of each open writer while [`hold_unsynced_appends`] is on: appends stay in
+/// the process until their file is synced (up to this much).
+pub const HELD_BUFFER_BYTES: usize = 64 << 20;
+
+/// Test-only (`[testing] power_loss_on_kill`): whether appends stay in the process until
+/// their file is synced, so that killing the process loses them as a power loss would.
+static HOLD_UNSYNCED: AtomicBool = AtomicBool::new(false);
+/// Test-only (`[testing] eio_on_sigusr1`): whether the next fsync fails with `EIO`.
+static FAIL_NEXT_SYNC: AtomicBool = AtomicBool::new(false);
+
+/// Test-only, for fault harnesses: from now on, appends stay in the process until their
+/// file is synced (or closed, read, cut or renamed), not only until the writer's buffer
+/// fills, so that `SIGKILL` loses every unsynced append as a power loss would. Affects
+/// writers opened after the call: call it before opening any storage.
+pub fn hold_unsynced_appends() {
+    HOLD_UNSYNCED.store(true, Ordering::Relaxed);
+}
+
+/// Test-only, for fault harnesses: the next [`Disk::sync`] of any [`FileDisk`] in this
+/// process fails with `EIO` (the node must then stop, losing nothing it acknowledged).
+pub fn fail_next_sync() {
+    FAIL_NEXT_SYNC.store(true, Ordering::Relaxed);
+}
 
 /// File operations within one directory, by name. Names are plain file names (no path
 /// separators). Durability follows POSIX: data is durable after [`Disk::sync`] of the
@@ -86,7 +111,12 @@ impl FileDisk {
                 }
             }
             let file = OpenOptions::new().append(true).open(self.path(name))?;
-            let writer = BufWriter::with_capacity(WRITER_BUFFER_BYTES, file);
+            let capacity = if HOLD_UNSYNCED.load(Ordering::Relaxed) {
+                HELD_BUFFER_BYTES
+            } else {
+                WRITER_BUFFER_BYTES
+            };
+            let writer = BufWriter::with_capacity(capacity, file);
             self.writers.insert(name.to_string(), writer);
         }
         assert!(self.writers.len() <= WRITERS_OPEN_MAX);
@@ -126,6 +156,9 @@ impl Disk for FileDisk {
     }
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
+        if FAIL_NEXT_SYNC.swap(false, Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(5)); // EIO, injected
+        }
         match self.writers.get_mut(name) {
             Some(writer) => {
                 writer.flush()?;

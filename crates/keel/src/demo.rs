@@ -95,6 +95,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
         keys: 5,
         duration: Duration::from_secs(args.seconds),
         seed,
+        any_as_monotonic: false,
     };
     let work =
         tokio::spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
@@ -249,6 +250,8 @@ fn print_table(ops: &[Op], rounds: u64, verdicts: &Verdicts) {
     for violation in &v.violations {
         println!("  {violation}");
     }
+    let (lost, named) = &verdicts.durable_lost;
+    println!("acknowledged durable writes lost: {lost} {}", named.join(" "));
     let l = &verdicts.linearizable;
     println!("linearizability of durable keys ({} ops): {}", l.ops, l.verdict.name());
 }

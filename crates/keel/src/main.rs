@@ -12,6 +12,7 @@ mod example;
 mod example_ads;
 mod example_kite;
 mod secure;
+mod torture;
 mod up;
 
 /// Keel: a replicated key-value store where every operation chooses its consistency.
@@ -52,6 +53,9 @@ enum Command {
     Bench(keel_bench::cli::BenchArgs),
     /// Hash a password (read from standard input) for a `[[users]]` entry.
     Passwd(PasswdArgs),
+    /// Fault schedules on a cluster of containers (kills, pauses, partitions, restarts),
+    /// each run's history checked (docs/testing.md).
+    Torture(torture::TortureArgs),
 }
 
 /// `keel passwd`.
@@ -100,5 +104,6 @@ fn main() -> ExitCode {
         Command::Status(args) => client_cmds::status(&args),
         Command::Bench(args) => keel_bench::cli::run(&args),
         Command::Passwd(args) => passwd(&args),
+        Command::Torture(args) => torture::run(&args),
     }
 }

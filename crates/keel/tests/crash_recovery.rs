@@ -30,8 +30,13 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
     let client = Client::new(ClientConfig::new(cluster.client_addrs()));
     let recorder = Arc::new(Recorder::default());
     let progress = Arc::new(Progress::default());
-    let config =
-        WorkloadConfig { sessions: 6, keys: 4, duration: Duration::from_secs(120), seed: 7 };
+    let config = WorkloadConfig {
+        sessions: 6,
+        keys: 4,
+        duration: Duration::from_secs(120),
+        seed: 7,
+        any_as_monotonic: false,
+    };
     let work =
         runtime.spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
 
