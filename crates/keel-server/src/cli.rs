@@ -40,12 +40,16 @@ pub struct ServerArgs {
     /// outlives them).
     #[arg(long)]
     pub exit_with_stdin: bool,
+    /// Check the configuration (as `keel server` would at start, files it names not read)
+    /// and exit: 0 when valid, 1 with the reason when not.
+    #[arg(long)]
+    pub check: bool,
 }
 
 fn parse_member(text: &str) -> Result<Member, String> {
     let (id, addr) = text.split_once('=').ok_or("expected ID=PEER_ADDR")?;
     let id = id.parse().map_err(|e| format!("member id: {e}"))?;
-    let peer_addr = addr.parse().map_err(|e| format!("member address: {e}"))?;
+    let peer_addr = addr.parse().map_err(|e: String| format!("member address: {e}"))?;
     Ok(Member { id, peer_addr })
 }
 
@@ -126,6 +130,9 @@ pub fn main(args: &ServerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.check {
+        return ExitCode::SUCCESS;
+    }
     // Each keyspace's engine loop is a task: as many workers as cores, so that several
     // keyspaces use several cores. Engine loops and peer links have a runtime of their
     // own, so that client work cannot hold back heartbeats (see `node`).

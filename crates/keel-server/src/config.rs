@@ -128,8 +128,129 @@ fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
 pub struct Member {
     /// Its node id (stable across restarts).
     pub id: u32,
-    /// Its peer-to-peer listen address.
-    pub peer_addr: SocketAddr,
+    /// Its peer-to-peer address: where the others dial it.
+    pub peer_addr: PeerAddr,
+}
+
+/// Longest host name a [`PeerAddr`] may hold (DNS's limit).
+pub const HOST_NAME_BYTES_MAX: usize = 253;
+
+/// A member's peer address: an IP address and port, or a DNS name and port (Kubernetes'
+/// `keel-0.keel.ns.svc.cluster.local:7479`). A name is resolved each time a link dials
+/// it, so a member whose address changes across restarts is found again. A node listens
+/// on its own entry's address when that is an IP address, and on every interface at its
+/// port when it is a name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PeerAddr {
+    /// An IP address and port.
+    Ip(SocketAddr),
+    /// A host name and port.
+    Name(String, u16),
+}
+
+impl PeerAddr {
+    /// The IP address, when it is one.
+    pub fn ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            PeerAddr::Ip(addr) => Some(addr.ip()),
+            PeerAddr::Name(..) => None,
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match self {
+            PeerAddr::Ip(addr) => addr.port(),
+            PeerAddr::Name(_, port) => *port,
+        }
+    }
+
+    /// Whether only this host can reach it: a loopback IP address, or `localhost`.
+    pub fn is_loopback(&self) -> bool {
+        match self {
+            PeerAddr::Ip(addr) => addr.ip().is_loopback(),
+            PeerAddr::Name(host, _) => host.eq_ignore_ascii_case("localhost"),
+        }
+    }
+
+    /// Where a node with this address listens: the address itself, or every interface
+    /// at its port for a name.
+    pub fn listen_addr(&self) -> SocketAddr {
+        match self {
+            PeerAddr::Ip(addr) => *addr,
+            PeerAddr::Name(_, port) => SocketAddr::from(([0, 0, 0, 0], *port)),
+        }
+    }
+
+    /// Dials it (resolving a name now).
+    pub async fn connect(&self) -> std::io::Result<tokio::net::TcpStream> {
+        match self {
+            PeerAddr::Ip(addr) => tokio::net::TcpStream::connect(addr).await,
+            PeerAddr::Name(host, port) => {
+                tokio::net::TcpStream::connect((host.as_str(), *port)).await
+            }
+        }
+    }
+}
+
+impl From<SocketAddr> for PeerAddr {
+    fn from(addr: SocketAddr) -> PeerAddr {
+        PeerAddr::Ip(addr)
+    }
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Ip(addr) => write!(f, "{addr}"),
+            PeerAddr::Name(host, port) => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl From<PeerAddr> for String {
+    fn from(addr: PeerAddr) -> String {
+        addr.to_string()
+    }
+}
+
+impl TryFrom<String> for PeerAddr {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<PeerAddr, String> {
+        text.parse()
+    }
+}
+
+impl std::str::FromStr for PeerAddr {
+    type Err = String;
+
+    /// `IP:PORT` (`[IPv6]:PORT`) or `NAME:PORT`, a name of letters, digits, `-` and `.`
+    /// (labels of 1 to 63, at most 253 bytes), a port other than 0.
+    fn from_str(text: &str) -> Result<PeerAddr, String> {
+        let addr = if let Ok(addr) = text.parse::<SocketAddr>() {
+            PeerAddr::Ip(addr)
+        } else {
+            let (host, port) =
+                text.rsplit_once(':').ok_or_else(|| format!("`{text}` is not HOST:PORT"))?;
+            let port: u16 = port.parse().map_err(|_| format!("`{text}`: bad port"))?;
+            let label_ok = |l: &str| {
+                (1..=63).contains(&l.len())
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            };
+            if host.len() > HOST_NAME_BYTES_MAX || !host.split('.').all(label_ok) {
+                return Err(format!("`{text}`: `{host}` is neither an IP address nor a host name"));
+            }
+            PeerAddr::Name(host.to_ascii_lowercase(), port)
+        };
+        if addr.port() == 0 {
+            return Err(format!("`{text}`: port 0"));
+        }
+        Ok(addr)
+    }
 }
 
 /// Engine settings a server exposes (milliseconds for times). Missing fields take the
@@ -527,6 +648,23 @@ pub struct ServerConfig {
     pub keyspaces: Vec<KeyspaceSettings>,
 }
 
+/// Whether a file holding a secret is private enough: no permission for others, and for
+/// its group at most reading, and that only when root owns it (how Kubernetes mounts a
+/// Secret for a non-root process: owned by root, group-readable by the pod's `fsGroup`).
+pub(crate) fn private_file(meta: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = meta.permissions().mode();
+        mode & 0o077 == 0 || (meta.uid() == 0 && mode & 0o037 == 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        true
+    }
+}
+
 /// Reads a secret from `path` (the `field`'s file): readable by its owner only, and
 /// [`crate::handshake::SECRET_BYTES_MIN`] to [`crate::handshake::SECRET_BYTES_MAX`] bytes
 /// once surrounding whitespace is trimmed.
@@ -537,13 +675,9 @@ fn read_secret_file(field: &str, path: &std::path::Path) -> Result<Vec<u8>, Conf
     if meta.len() > SECRET_BYTES_MAX as u64 * 2 {
         return Err(invalid(field, format!("{} is too large for a secret", path.display())));
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if meta.permissions().mode() & 0o077 != 0 {
-            let reason = format!("{} is readable by others (chmod 600 it)", path.display());
-            return Err(invalid(field, reason));
-        }
+    if !private_file(&meta) {
+        let reason = format!("{} is readable by others (chmod 600 it)", path.display());
+        return Err(invalid(field, reason));
     }
     let bytes = std::fs::read(path)
         .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
@@ -626,8 +760,9 @@ impl ServerConfig {
     /// [`local_addrs`]), its data under `dir/n<id>`.
     pub fn local(nodes: u32, id: u32, base_port: u16, dir: &Path) -> ServerConfig {
         assert!(id >= 1 && id <= nodes, "node {id} outside 1..={nodes}");
-        let members =
-            (1..=nodes).map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1 }).collect();
+        let members = (1..=nodes)
+            .map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1.into() })
+            .collect();
         let (client_addr, _, http_addr) = local_addrs(base_port, id);
         ServerConfig {
             node_id: id,
@@ -692,10 +827,15 @@ impl ServerConfig {
         toml::to_string(self).expect("a server config always serializes")
     }
 
-    /// This node's peer address.
-    pub fn peer_addr(&self) -> SocketAddr {
+    /// This node's peer address, as its peers dial it.
+    pub fn peer_addr(&self) -> &PeerAddr {
         let me = self.members.iter().find(|m| m.id == self.node_id);
-        me.expect("validated: node_id is a member").peer_addr
+        &me.expect("validated: node_id is a member").peer_addr
+    }
+
+    /// Where this node listens for peers ([`PeerAddr::listen_addr`]).
+    pub fn peer_listen_addr(&self) -> SocketAddr {
+        self.peer_addr().listen_addr()
     }
 
     /// Checks every field, then the engine configuration it produces.
@@ -726,7 +866,7 @@ impl ServerConfig {
         if self.partial_request_timeout_ms < 100 {
             return Err(invalid("partial_request_timeout_ms", "must be at least 100"));
         }
-        let mut addrs: Vec<SocketAddr> = self.members.iter().map(|m| m.peer_addr).collect();
+        let mut addrs: Vec<&PeerAddr> = self.members.iter().map(|m| &m.peer_addr).collect();
         addrs.sort();
         addrs.dedup();
         if addrs.len() != self.members.len() {
@@ -771,7 +911,7 @@ impl ServerConfig {
     /// Checks the peer links' security settings: a secret wherever a peer port is
     /// reachable from another host (unless explicitly waived), and bounded timeouts.
     fn validate_peer_security(&self) -> Result<(), ConfigError> {
-        let exposed = self.members.iter().any(|m| !m.peer_addr.ip().is_loopback());
+        let exposed = self.members.iter().any(|m| !m.peer_addr.is_loopback());
         if exposed && self.cluster_secret_file.is_none() && !self.allow_unauthenticated_peers {
             return Err(invalid(
                 "cluster_secret_file",
@@ -799,7 +939,7 @@ impl ServerConfig {
             if !files {
                 return Err(invalid("client_tls_addr", "needs tls_cert_file and tls_key_file"));
             }
-            let others = [Some(self.client_addr), Some(self.peer_addr()), self.http_addr];
+            let others = [Some(self.client_addr), Some(self.peer_listen_addr()), self.http_addr];
             if others.contains(&Some(addr)) {
                 return Err(invalid("client_tls_addr", "is another listener's address"));
             }
@@ -1039,6 +1179,54 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_file_is_private_to_its_owner_or_group_readable_under_root() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let path = std::env::temp_dir().join(format!("keel-private-{}", std::process::id()));
+        std::fs::write(&path, "secret").unwrap();
+        let with_mode = |mode: u32| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::metadata(&path).unwrap()
+        };
+        assert!(private_file(&with_mode(0o600)));
+        assert!(private_file(&with_mode(0o400)));
+        assert!(!private_file(&with_mode(0o604)), "others may read");
+        assert!(!private_file(&with_mode(0o660)), "the group may write");
+        let meta = with_mode(0o640);
+        assert_eq!(private_file(&meta), meta.uid() == 0, "group-readable only under root");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_peer_address_is_an_ip_or_a_dns_name_with_a_port() {
+        let parse = |t: &str| t.parse::<PeerAddr>();
+        let named = parse("keel-0.keel.default.svc.cluster.local:7479").unwrap();
+        assert_eq!(named, PeerAddr::Name("keel-0.keel.default.svc.cluster.local".into(), 7479));
+        assert_eq!(named.ip(), None);
+        assert_eq!(named.listen_addr(), "0.0.0.0:7479".parse().unwrap());
+        assert!(!named.is_loopback() && parse("LocalHost:1").unwrap().is_loopback());
+        let ip = parse("[::1]:7479").unwrap();
+        assert_eq!(ip, PeerAddr::Ip("[::1]:7479".parse().unwrap()));
+        assert_eq!(ip.listen_addr(), "[::1]:7479".parse().unwrap());
+        for bad in ["keel-0", "keel-0:", "keel-0:0", "-keel:1", "ke_el:1", "a..b:1", "a/b:1", ":1"]
+        {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse(&format!("{}:1", "a".repeat(64))).is_err(), "a label past 63 bytes");
+        // Named members: the secret is required (they are not loopback), and the
+        // configuration round-trips through TOML.
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        for m in &mut config.members {
+            m.peer_addr = parse(&format!("keel-{}.keel:7479", m.id)).unwrap();
+        }
+        assert!(config.validate().unwrap_err().to_string().contains("cluster_secret_file"));
+        config.cluster_secret_file = Some("/etc/keel/cluster.secret".into());
+        config.validate().unwrap();
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+        assert!(config.to_toml().contains("peer_addr = \"keel-1.keel:7479\""));
+    }
 
     #[test]
     fn a_test_clock_outside_the_drift_bound_is_refused() {

@@ -217,7 +217,7 @@ pub async fn run(
             .await
             .map_err(|e| NodeError::Startup(format!("cannot listen on {addr}: {e}")))
     };
-    let peer_listener = bind(config.peer_addr()).await?;
+    let peer_listener = bind(config.peer_listen_addr()).await?;
     let client_listener = match config.client_plaintext {
         true => Some(bind(config.client_addr).await?),
         false => None,
@@ -234,7 +234,7 @@ pub async fn run(
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     let member_ips =
-        config.members.iter().filter(|m| m.id != me.0).map(|m| m.peer_addr.ip()).collect();
+        config.members.iter().filter(|m| m.id != me.0).filter_map(|m| m.peer_addr.ip()).collect();
     control.spawn(crate::peer::listener(
         me,
         peer_listener,
@@ -380,7 +380,7 @@ fn start_peer_senders(
         control.spawn(crate::peer::sender(
             me,
             NodeId(member.id),
-            member.peer_addr,
+            member.peer_addr.clone(),
             rx,
             config.peer_batch_max as usize,
             config.peer_delay(member.id),

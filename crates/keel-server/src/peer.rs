@@ -46,7 +46,6 @@ use keel_types::rng::SplitMix64;
 use keel_types::{KeyspaceId, NodeId};
 use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -290,7 +289,7 @@ pub type Inboxes = BTreeMap<KeyspaceId, Box<dyn Inbox>>;
 pub async fn sender(
     me: NodeId,
     to: NodeId,
-    addr: SocketAddr,
+    addr: crate::config::PeerAddr,
     mut queue: mpsc::Receiver<Outgoing>,
     batch_max: usize,
     delay: Duration,
@@ -304,8 +303,7 @@ pub async fn sender(
         Jitter::new(u64::from(me.0) << 32 | u64::from(to.0) ^ std::process::id() as u64);
     let mut backoff = BACKOFF_MIN;
     loop {
-        let connected = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await
-        {
+        let connected = match tokio::time::timeout(CONNECT_TIMEOUT, addr.connect()).await {
             Ok(Ok(mut stream)) => {
                 let _ = stream.set_nodelay(true);
                 let dialed = dial(&settings.key, me, to, &mut stream);

@@ -52,14 +52,10 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 }
 
 fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Err(format!("{} is readable by others (chmod 600 it)", path.display()));
-        }
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !crate::config::private_file(&meta) {
+        return Err(format!("{} is readable by others (chmod 600 it)", path.display()));
     }
     let pem = read_pem(path)?;
     PrivateKeyDer::from_pem_slice(&pem)

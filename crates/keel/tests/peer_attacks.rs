@@ -72,7 +72,7 @@ fn forged_votes_huge_frames_and_idle_floods_do_not_move_the_leader() {
     let (epoch, role) = epoch_and_role(&cluster, leader);
     let leader_id = leader as u32 + 1;
     let member = if leader == 0 { 2 } else { 1 }; // a follower's id, claimed by the attacker
-    let peer = cluster.configs[leader].peer_addr();
+    let peer = cluster.configs[leader].peer_listen_addr();
     let secret = std::fs::read(cluster.dir().join("cluster.secret")).unwrap();
     let key = ClusterKey::new(secret.trim_ascii());
 
@@ -222,10 +222,10 @@ fn a_member_reconnects_while_outsiders_hold_every_shared_handshake_slot() {
     let (mut cluster, leader) = common::cluster("peer-slots", |c| {
         c.peer_pending_max = 4;
         for member in &mut c.members {
-            member.peer_addr = SocketAddr::new(ip, member.peer_addr.port());
+            member.peer_addr = SocketAddr::new(ip, member.peer_addr.port()).into();
         }
     });
-    let peer = cluster.configs[leader].peer_addr();
+    let peer = cluster.configs[leader].peer_listen_addr();
     let follower = (leader + 1) % 3;
     let stop = Arc::new(AtomicBool::new(false));
     let flooding = stop.clone();
