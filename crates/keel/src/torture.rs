@@ -57,7 +57,7 @@ const FLAKY_DROP: f64 = 0.3;
 /// Flags of `keel torture`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TortureArgs {
-    /// `ci`: 26 schedules of 10 s (every fault kind twice first, about 6 minutes);
+    /// `ci`: 28 schedules of 10 s (every fault kind twice first, about 6 minutes);
     /// `soak`: 1,000 schedules of 15 s (about 5 hours).
     #[arg(long, value_enum, default_value_t = Profile::Ci)]
     pub profile: Profile,
@@ -98,7 +98,7 @@ pub struct TortureArgs {
 /// A run's length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
-    /// 26 schedules of 10 s.
+    /// 28 schedules of 10 s.
     Ci,
     /// 1,000 schedules of 15 s.
     Soak,
@@ -107,7 +107,7 @@ pub enum Profile {
 impl Profile {
     fn schedules(self) -> u64 {
         match self {
-            Profile::Ci => 26,
+            Profile::Ci => 28,
             Profile::Soak => 1000,
         }
     }
@@ -159,11 +159,13 @@ pub enum Kind {
     RollingRestart,
     /// The next fsync of the leader or of a follower fails with `EIO`: the node stops.
     DiskEio,
+    /// The leader's or a follower's file system fills up: its next write fails.
+    DiskFull,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::KillLeader,
         Kind::KillFollower,
         Kind::KillMajority,
@@ -177,6 +179,7 @@ impl Kind {
         Kind::Flaky,
         Kind::RollingRestart,
         Kind::DiskEio,
+        Kind::DiskFull,
     ];
 
     /// Its name in reports.
@@ -195,6 +198,7 @@ impl Kind {
             Kind::Flaky => "flaky",
             Kind::RollingRestart => "rolling-restart",
             Kind::DiskEio => "disk-eio",
+            Kind::DiskFull => "disk-full",
         }
     }
 }
@@ -213,7 +217,7 @@ pub struct Planned {
 }
 
 /// The faults of the schedule with `seed`, within `seconds` of workload: the first of kind
-/// `Kind::ALL[seed % 13]`, then as many as fit, drawn at random, each healed before the
+/// `Kind::ALL[seed % 14]`, then as many as fit, drawn at random, each healed before the
 /// next starts.
 pub fn plan(seed: u64, seconds: u64) -> Vec<Planned> {
     let mut rng = Rng(seed ^ 0x7047_7572_6521_u64);
@@ -254,7 +258,7 @@ pub fn run(args: &TortureArgs) -> ExitCode {
     let run_id = format!("kt{}", std::process::id());
     let dir = args.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(&run_id));
     let stop = Arc::new(AtomicBool::new(false));
-    let guard = Cleanup { run: run_id.clone() };
+    let guard = Cleanup { run: run_id.clone(), dir: dir.clone() };
     let result = runtime.block_on(torture(args, &run_id, &dir, stop));
     drop(guard);
     match result {
@@ -332,7 +336,7 @@ async fn torture(
         }
         let seed = first + k;
         let schedule_dir = dir.join(format!("schedule-{seed}"));
-        let cluster = Cluster::new(
+        let mut cluster = Cluster::new(
             run_id,
             &subnet,
             seed,
@@ -341,6 +345,10 @@ async fn torture(
             &schedule_dir,
             args.control,
         )?;
+        // A disk that can fill up: each node's /data on a small file system of its own.
+        if plan(seed, seconds).iter().any(|f| f.kind == Kind::DiskFull) {
+            cluster.mount_disks().await?;
+        }
         let report = schedule(args, &cluster, seed, seconds, &stop).await;
         cluster.remove().await;
         if stop.load(Ordering::Relaxed) {
@@ -576,7 +584,16 @@ struct Cluster {
     nodes: Vec<Node>,
     /// Each node's clock: (rate in ppm, offset in ms).
     clocks: Vec<(i32, u64)>,
+    /// The size of each node's own file system, when they have one (`disk-full`).
+    disks: Option<u64>,
 }
+
+/// The file system each node gets in a schedule with `disk-full`.
+const DISK_BYTES: u64 = 256 << 20;
+/// What `disk-full` leaves free: less than a segment, so the log soon needs more.
+const DISK_LEFT_BYTES: u64 = 16 << 10;
+/// The file that fills a node's file system.
+const FILLER: &str = "torture-filler";
 
 impl Cluster {
     /// Writes the configurations for `nodes` nodes on `subnet` (its first three octets).
@@ -641,6 +658,7 @@ impl Cluster {
             dir: dir.to_path_buf(),
             nodes,
             clocks,
+            disks: None,
         })
     }
 
@@ -660,6 +678,10 @@ impl Cluster {
                 "{}:/etc/keel/cluster.secret:ro",
                 self.dir.join("cluster.secret").display()
             );
+            let data = match &self.disks {
+                Some(_) => format!("{}:/data", self.data_dir(i).display()),
+                None => "/data".to_string(), // a volume of its own
+            };
             docker(&[
                 "run",
                 "-d",
@@ -674,7 +696,7 @@ impl Cluster {
                 "--hostname",
                 &node.name,
                 "-v",
-                "/data",
+                &data,
                 "-v",
                 &config,
                 "-v",
@@ -686,12 +708,59 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removes the containers and their volumes.
+    /// Removes the containers and their volumes (and unmounts their file systems).
     async fn remove(&self) {
         let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
         let mut argv = vec!["rm", "-f", "-v"];
         argv.extend(names);
         let _ = docker(&argv).await;
+        if self.disks.is_some() {
+            for i in 0..self.nodes.len() {
+                let _ = command("umount", &[&self.data_dir(i).display().to_string()]).await;
+            }
+        }
+    }
+
+    fn data_dir(&self, node: usize) -> PathBuf {
+        self.dir.join(format!("data{}", node + 1))
+    }
+
+    /// Gives each node a data directory on a file system of its own, [`DISK_BYTES`] in a
+    /// sparse file mounted through a loop device (needs root and `mkfs.ext4`), so that
+    /// `disk-full` can fill it.
+    async fn mount_disks(&mut self) -> anyhow::Result<()> {
+        for i in 0..self.nodes.len() {
+            let image = self.dir.join(format!("disk{}.img", i + 1));
+            std::fs::File::create(&image)?.set_len(DISK_BYTES)?;
+            let image = image.display().to_string();
+            // No blocks reserved for root: the node runs as root in its container.
+            command("mkfs.ext4", &["-q", "-F", "-m", "0", &image])
+                .await
+                .context("disk-full needs mkfs.ext4")?;
+            let dir = self.data_dir(i);
+            std::fs::create_dir_all(&dir)?;
+            command("mount", &["-o", "loop", &image, &dir.display().to_string()])
+                .await
+                .context("disk-full needs root, to mount a loop device")?;
+            self.disks = Some(DISK_BYTES);
+        }
+        Ok(())
+    }
+
+    /// Fills node `node`'s file system but for [`DISK_LEFT_BYTES`].
+    async fn fill_disk(&self, node: usize) -> anyhow::Result<String> {
+        let dir = self.data_dir(node).display().to_string();
+        let avail = command("df", &["--output=avail", "-B1", &dir]).await?;
+        let avail: u64 = avail.lines().nth(1).and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+        let fill = avail.saturating_sub(DISK_LEFT_BYTES).max(1);
+        let filler = format!("{dir}/{FILLER}");
+        command("fallocate", &["-l", &fill.to_string(), &filler]).await?;
+        Ok(format!("{} MiB of {} MiB filled", fill >> 20, DISK_BYTES >> 20))
+    }
+
+    /// Frees what [`Cluster::fill_disk`] took.
+    fn empty_disk(&self, node: usize) {
+        let _ = std::fs::remove_file(self.data_dir(node).join(FILLER));
     }
 
     /// Each node's `KEEL.STATUS`, `None` where it did not answer.
@@ -792,6 +861,9 @@ impl Cluster {
     /// Unfreezes, starts and reconnects every node.
     async fn heal_all(&self) -> anyhow::Result<()> {
         for i in 0..self.nodes.len() {
+            if self.disks.is_some() {
+                self.empty_disk(i);
+            }
             self.start_if_stopped(i).await?;
         }
         self.heal_network().await
@@ -952,6 +1024,11 @@ impl Nemesis<'_> {
                 }
                 ((0..n).collect(), format!("every peer link drops {:.0}%", FLAKY_DROP * 100.0))
             }
+            Kind::DiskFull => {
+                let node = if fault.pick.is_multiple_of(2) { leader } else { others[0] };
+                let filled = c.fill_disk(node).await?;
+                (vec![node], filled)
+            }
             Kind::DiskEio => {
                 let node = if fault.pick.is_multiple_of(2) { leader } else { others[0] };
                 docker(&["kill", "-s", "USR1", &c.nodes[node].name]).await?;
@@ -998,8 +1075,11 @@ impl Nemesis<'_> {
             | Kind::Bridge
             | Kind::OneWay
             | Kind::Flaky => c.heal_network().await?,
-            Kind::DiskEio => {
-                // The node stops at its next fsync (exit code 4); start it again.
+            Kind::DiskEio | Kind::DiskFull => {
+                // The node stops at its next fsync or write (exit code 4); start it again.
+                if kind == Kind::DiskFull {
+                    c.empty_disk(nodes[0]);
+                }
                 let name = &c.nodes[nodes[0]].name;
                 let state =
                     docker(&["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name])
@@ -1007,7 +1087,8 @@ impl Nemesis<'_> {
                 c.start_if_stopped(nodes[0]).await?;
                 return Ok(Some(match state.split_whitespace().collect::<Vec<_>>()[..] {
                     ["exited", code] => format!("it had stopped with exit code {code}"),
-                    _ => format!("it was still {}", state.trim()),
+                    [state, ..] => format!("it was still {state}"),
+                    [] => "its state was unknown".to_string(),
                 }));
             }
             Kind::RollingRestart => {}
@@ -1077,6 +1158,7 @@ async fn command(program: &str, args: &[&str]) -> anyhow::Result<String> {
 /// error or Ctrl-C).
 struct Cleanup {
     run: String,
+    dir: PathBuf,
 }
 
 impl Drop for Cleanup {
@@ -1104,6 +1186,14 @@ impl Drop for Cleanup {
         for network in list(&["network", "ls", "-q", "--filter", &label]) {
             let _ = std::process::Command::new("docker").args(["network", "rm", &network]).output();
         }
+        // The nodes' file systems of `disk-full` schedules still mounted (after an error).
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let dir = self.dir.display().to_string();
+        for point in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+            if point.starts_with(&dir) {
+                let _ = std::process::Command::new("umount").args(["-l", point]).output();
+            }
+        }
     }
 }
 
@@ -1116,7 +1206,7 @@ mod tests {
         for seed in 0..200 {
             let plan = plan(seed, 10);
             assert_eq!(plan, super::plan(seed, 10));
-            assert_eq!(plan[0].kind, Kind::ALL[(seed % 13) as usize]);
+            assert_eq!(plan[0].kind, Kind::ALL[(seed % 14) as usize]);
             for pair in plan.windows(2) {
                 assert!(pair[0].at + pair[0].hold < pair[1].at, "{plan:?}");
             }
@@ -1124,7 +1214,7 @@ mod tests {
             assert!(plan.len() == 1 || last.at + last.hold <= Duration::from_secs(9));
         }
         let kinds: std::collections::BTreeSet<&str> =
-            (0..26).map(|seed| plan(seed, 10)[0].kind.name()).collect();
-        assert_eq!(kinds.len(), Kind::ALL.len(), "26 seeds start with every kind");
+            (0..28).map(|seed| plan(seed, 10)[0].kind.name()).collect();
+        assert_eq!(kinds.len(), Kind::ALL.len(), "28 seeds start with every kind");
     }
 }
