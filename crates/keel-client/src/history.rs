@@ -231,6 +231,25 @@ impl Recording<'_> {
         result.map(|_| ())
     }
 
+    /// A recorded `INCRBY` at the server's default durability, which the caller names
+    /// (`INCRBY` takes no durability of its own).
+    pub async fn incr(
+        &mut self,
+        key: &str,
+        delta: i64,
+        durability: Durability,
+    ) -> Result<i64, ClientError> {
+        let invoke = self.recorder.now_ns();
+        let result = self.session.incr(key.as_bytes(), delta).await;
+        let kind = |result| OpKind::Incr { key: key.to_string(), delta, durability, result };
+        let op = match &result {
+            Ok(n) => self.op(kind(Some(*n)), invoke, Outcome::Ok, None),
+            Err(e) => self.op(kind(None), invoke, Self::failure(e), None),
+        };
+        self.recorder.record(op);
+        result
+    }
+
     /// A recorded compare-and-set.
     pub async fn cas(
         &mut self,

@@ -1,11 +1,13 @@
 //! A mixed, recorded workload over every durability and read level, and the checks its
 //! history must pass. `keel demo` and the black-box tests run it.
 //!
-//! Keys come in two families so that each promise can be checked:
+//! Keys come in three families so that each promise can be checked:
 //! - `d<i>`: written only `durable` (puts and cas): linearizable reads of them must be
 //!   linearizable, whatever crashes happen;
 //! - `m<i>`: written `memory` or `replicated`: those writes may be lost in a crash
-//!   (acknowledged before they were durable), so only monotonic reads are checked.
+//!   (acknowledged before they were durable), so only monotonic reads are checked;
+//! - `c<i>`: counters, changed only by `INCRBY` (at the server's default durability,
+//!   `memory`): monotonic reads are checked, as for `m`.
 //!
 //! Reads of both families use every level; a third of the reads at `monotonic` or
 //! `linearizable` are invoked as Correctables (`KEEL.INVOKE`, a view per level). Checks:
@@ -117,8 +119,15 @@ pub async fn run(
 /// One random operation; `false` if it failed.
 async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, config: &WorkloadConfig, n: u64) -> bool {
     let keys = config.keys as u64;
-    let durable_family = rng.below(2) == 0;
-    let key = format!("{}{}", if durable_family { 'd' } else { 'm' }, rng.below(keys));
+    let family = rng.below(5);
+    let durable_family = family < 2;
+    let counter_family = family == 4;
+    let prefix = match family {
+        0 | 1 => 'd',
+        4 => 'c',
+        _ => 'm',
+    };
+    let key = format!("{prefix}{}", rng.below(keys));
     let value = format!("{}-{n}", rec.session.id() % 100_000);
     let choice = rng.below(10);
     if choice < 6 {
@@ -141,6 +150,11 @@ async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, config: &WorkloadConfig,
             return rec.cas(&key, expected.as_deref(), &value, Durability::Durable).await.is_ok();
         }
         return rec.put(&key, &value, Durability::Durable).await.is_ok();
+    }
+    if counter_family {
+        // The server's default durability (`memory`, as in every cluster this runs on).
+        let delta = 1 + rng.below(3) as i64;
+        return rec.incr(&key, delta, Durability::Memory).await.is_ok();
     }
     let durability = if rng.below(2) == 0 { Durability::Memory } else { Durability::Replicated };
     rec.put(&key, &value, durability).await.is_ok()
