@@ -326,21 +326,31 @@ impl LocalCluster {
 
     fn agreed_leader(&self, keyspace: u32) -> Option<usize> {
         let creds = self.credentials.as_ref();
-        let status = |i: usize| status_in_as(self.configs[i].client_addr, keyspace, creds);
-        let mut leader = None;
+        let mut statuses = vec![None; self.configs.len()];
         for i in (0..self.configs.len()).filter(|i| self.is_running(*i)) {
-            let status = status(i)?;
-            let says = status.get("leader")?.as_u64()? as usize;
-            if leader.is_some_and(|l| l != says) {
-                return None;
-            }
-            leader = Some(says);
+            // Every running node must answer.
+            statuses[i] = Some(status_in_as(self.configs[i].client_addr, keyspace, creds)?);
         }
-        let index = leader?.checked_sub(1)?;
-        let status = status(index)?;
-        let valid = status.get("leader_lease_valid")?.as_bool()?;
-        (valid && status.get("role")?.as_str()? == "leader").then_some(index)
+        agreed_leader(&statuses)
     }
+}
+
+/// The node (an index into `statuses`, one `KEEL.STATUS` per node, `None` for a node
+/// that did not answer or is not asked) that every answering node names as leader, if it
+/// says it leads and holds a valid lease.
+pub fn agreed_leader(statuses: &[Option<serde_json::Value>]) -> Option<usize> {
+    let mut leader = None;
+    for status in statuses.iter().flatten() {
+        let says = status.get("leader")?.as_u64()? as usize;
+        if leader.is_some_and(|l| l != says) {
+            return None;
+        }
+        leader = Some(says);
+    }
+    let index = leader?.checked_sub(1)?;
+    let status = statuses.get(index)?.as_ref()?;
+    let valid = status.get("leader_lease_valid")?.as_bool()?;
+    (valid && status.get("role")?.as_str()? == "leader").then_some(index)
 }
 
 impl Drop for LocalCluster {

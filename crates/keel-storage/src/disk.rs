@@ -156,7 +156,8 @@ impl Disk for FileDisk {
     }
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
-        if FAIL_NEXT_SYNC.swap(false, Ordering::Relaxed) {
+        // A load first: the swap, a write, only when armed (every fsync passes here).
+        if FAIL_NEXT_SYNC.load(Ordering::Relaxed) && FAIL_NEXT_SYNC.swap(false, Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(5)); // EIO, injected
         }
         match self.writers.get_mut(name) {

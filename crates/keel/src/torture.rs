@@ -792,19 +792,7 @@ impl Cluster {
 
     /// The leader every answering node names, if it says it leads with a valid lease.
     async fn agreed_leader(&self) -> Option<usize> {
-        let statuses = self.statuses().await;
-        let mut leader = None;
-        for status in statuses.iter().flatten() {
-            let says = status.get("leader")?.as_u64()? as usize;
-            if leader.is_some_and(|l| l != says) {
-                return None;
-            }
-            leader = Some(says);
-        }
-        let index = leader?.checked_sub(1)?;
-        let status = statuses.get(index)?.as_ref()?;
-        let valid = status.get("leader_lease_valid")?.as_bool()?;
-        (valid && status.get("role")?.as_str()? == "leader").then_some(index)
+        keel_server::local::agreed_leader(&self.statuses().await)
     }
 
     /// The leader some node names (without waiting for agreement), else `None`.
