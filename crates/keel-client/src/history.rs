@@ -7,9 +7,10 @@
 //! effect: a lost connection or a timeout). After the run, [`fetch_survivors`] reads a
 //! node's log with `KEEL.LOG` and replays it into `survivor` records.
 
-use crate::client::{Client, Session};
+use crate::client::{Client, QueueItem, Session};
 use crate::error::ClientError;
 use keel_check::history::{HistoryWriter, Op, OpKind, Outcome, Survivor};
+use keel_check::queue;
 use keel_types::{ClientId, Command, Durability, Entry, EntryPayload, ReadLevel, RequestId};
 use keel_wire::resp::Frame;
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,11 +30,26 @@ pub const LOG_PAGES_MAX: u64 = 16 * 1024;
 pub struct Recorder {
     origin: Instant,
     ops: Mutex<Vec<Op>>,
+    /// Queue operations, checked apart (`keel_check::queue`).
+    queue: Mutex<QueueLog>,
+}
+
+/// The queue operations a [`Recorder`] holds.
+#[derive(Clone, Debug, Default)]
+pub struct QueueLog {
+    /// Enqueues, in the order they completed.
+    pub enqueues: Vec<queue::Enqueue>,
+    /// Dequeues, in the order they completed.
+    pub dequeues: Vec<queue::Dequeue>,
 }
 
 impl Default for Recorder {
     fn default() -> Self {
-        Recorder { origin: Instant::now(), ops: Mutex::new(Vec::new()) }
+        Recorder {
+            origin: Instant::now(),
+            ops: Mutex::new(Vec::new()),
+            queue: Mutex::new(QueueLog::default()),
+        }
     }
 }
 
@@ -61,6 +77,17 @@ impl Recorder {
     /// A copy of the operations so far.
     pub fn ops(&self) -> Vec<Op> {
         self.ops.lock().expect("recorder lock").clone()
+    }
+
+    /// A copy of the queue operations so far.
+    pub fn queue_ops(&self) -> QueueLog {
+        self.queue.lock().expect("recorder lock").clone()
+    }
+
+    /// Whether room is left for one more queue operation (the same bound as
+    /// [`Recorder::record`]'s).
+    fn queue_room(log: &QueueLog) -> bool {
+        log.enqueues.len() + log.dequeues.len() < RECORDED_OPS_MAX
     }
 
     /// Writes the history (operations, then `survivors`) to `path`.
@@ -279,6 +306,75 @@ impl Recording<'_> {
         };
         self.recorder.record(op);
         result.map(|c| c.swapped)
+    }
+}
+
+impl Recording<'_> {
+    /// A recorded `KEEL.ENQUEUE`; the value should be unique in the run.
+    pub async fn enqueue(
+        &mut self,
+        queue_name: &str,
+        value: &str,
+        durability: Durability,
+    ) -> Result<u64, ClientError> {
+        let invoke_ns = self.recorder.now_ns();
+        let result =
+            self.session.enqueue(queue_name.as_bytes(), value.as_bytes(), Some(durability)).await;
+        let outcome = match &result {
+            Ok((seq, _)) => queue::Enqueued::Ok { complete_ns: self.recorder.now_ns(), seq: *seq },
+            Err(e) if e.outcome_unknown() => queue::Enqueued::Unknown,
+            Err(_) => queue::Enqueued::Fail,
+        };
+        let mut log = self.recorder.queue.lock().expect("recorder lock");
+        if Recorder::queue_room(&log) {
+            log.enqueues.push(queue::Enqueue {
+                queue: queue_name.to_string(),
+                value: value.to_string(),
+                invoke_ns,
+                outcome,
+            });
+        }
+        result.map(|(seq, _)| seq)
+    }
+
+    /// A recorded `KEEL.DEQUEUE`; as a Correctable (`KEEL.INVOKE DEQUEUE`, one preliminary
+    /// view per level of `levels`, only the final one recorded) when `levels` is not
+    /// empty. Returns the element taken, if any.
+    pub async fn dequeue(
+        &mut self,
+        queue_name: &str,
+        durability: Durability,
+        levels: &[ReadLevel],
+    ) -> Result<Option<QueueItem>, ClientError> {
+        let invoke_ns = self.recorder.now_ns();
+        let result = if levels.is_empty() {
+            self.session.dequeue(queue_name.as_bytes(), Some(durability)).await
+        } else {
+            match self.session.invoke_dequeue(queue_name.as_bytes(), levels, Some(durability)).await
+            {
+                Ok(correctable) => correctable.final_view().await.map(|view| view.value),
+                Err(e) => Err(e),
+            }
+        };
+        let outcome = match &result {
+            Ok(Some(item)) => queue::Dequeued::Took { seq: item.seq, value: text(&item.value) },
+            Ok(None) => queue::Dequeued::Empty,
+            Err(e) if e.outcome_unknown() => queue::Dequeued::Unknown,
+            // Refused: certainly not applied, nothing to check.
+            Err(_) => return result,
+        };
+        let complete_ns = self.recorder.now_ns();
+        let mut log = self.recorder.queue.lock().expect("recorder lock");
+        if Recorder::queue_room(&log) {
+            log.dequeues.push(queue::Dequeue {
+                queue: queue_name.to_string(),
+                invoke_ns,
+                complete_ns,
+                outcome,
+            });
+        }
+        drop(log);
+        result
     }
 }
 

@@ -41,6 +41,7 @@ pub mod correctable;
 pub mod error;
 pub mod history;
 pub mod kite;
+pub mod kite_workload;
 pub mod tls;
 pub mod workload;
 

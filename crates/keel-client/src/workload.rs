@@ -1,13 +1,17 @@
 //! A mixed, recorded workload over every durability and read level, and the checks its
 //! history must pass. `keel demo` and the black-box tests run it.
 //!
-//! Keys come in three families so that each promise can be checked:
+//! Keys come in three families, and queues in a fourth, so that each promise can be checked:
 //! - `d<i>`: written only `durable` (puts and cas): linearizable reads of them must be
 //!   linearizable, whatever crashes happen;
 //! - `m<i>`: written `memory` or `replicated`: those writes may be lost in a crash
 //!   (acknowledged before they were durable), so only monotonic reads are checked;
 //! - `c<i>`: counters, changed only by `INCRBY` (at the server's default durability,
-//!   `memory`): monotonic reads are checked, as for `m`.
+//!   `memory`): monotonic reads are checked, as for `m`;
+//! - queues `q0` and `q1`: `durable` enqueues of unique values and `durable` dequeues (a
+//!   third of them invoked as Correctables), drained at the end by [`drain`] and checked
+//!   by `keel_check::queue` (nothing taken twice, no phantom, FIFO in real time, nothing
+//!   acknowledged lost).
 //!
 //! Reads of both families use every level; a third of the reads at `monotonic` or
 //! `linearizable` are invoked as Correctables (`KEEL.INVOKE`, a view per level). Checks:
@@ -17,7 +21,7 @@
 //! model `keel`) on the `d` keys.
 
 use crate::client::Client;
-use crate::history::{Recorder, Recording};
+use crate::history::{QueueLog, Recorder, Recording};
 use keel_check::history::{KeelHistory, Op, OpKind, Survivor};
 use keel_check::linearizability::{self, Verdict};
 use keel_check::model::Model;
@@ -119,7 +123,10 @@ pub async fn run(
 /// One random operation; `false` if it failed.
 async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, config: &WorkloadConfig, n: u64) -> bool {
     let keys = config.keys as u64;
-    let family = rng.below(5);
+    let family = rng.below(6);
+    if family == 5 {
+        return queue_op(rec, rng, n).await;
+    }
     let durable_family = family < 2;
     let counter_family = family == 4;
     let prefix = match family {
@@ -160,6 +167,51 @@ async fn one_op(rec: &mut Recording<'_>, rng: &mut Rng, config: &WorkloadConfig,
     rec.put(&key, &value, durability).await.is_ok()
 }
 
+/// Queues the workload uses (`q0`, `q1`).
+pub const QUEUES: u64 = 2;
+
+/// One operation on a queue: an enqueue of a value unique in the run, or a dequeue (a
+/// third of them invoked as Correctables with a preliminary view at `any`). Both
+/// `durable`, so that nothing acknowledged may be lost or taken twice.
+async fn queue_op(rec: &mut Recording<'_>, rng: &mut Rng, n: u64) -> bool {
+    let queue = format!("q{}", rng.below(QUEUES));
+    if rng.below(2) == 0 {
+        let value = format!("{}-{n}", rec.session.id());
+        return rec.enqueue(&queue, &value, Durability::Durable).await.is_ok();
+    }
+    let levels: &[ReadLevel] = if rng.below(3) == 0 { &[ReadLevel::Any] } else { &[] };
+    rec.dequeue(&queue, Durability::Durable, levels).await.is_ok()
+}
+
+/// Most dequeues [`drain`] sends to one queue (past it, the queue is not drained and the
+/// `queue-lost` rule has no final dequeue to judge by).
+pub const DRAIN_MAX: usize = 1_000_000;
+
+/// Dequeues every workload queue until it is found empty, recording each dequeue: the
+/// end of a run, so that the `queue-lost` rule sees every acknowledged enqueue
+/// accounted for. Gives up on a queue after a few failures in a row.
+pub async fn drain(client: &Arc<Client>, recorder: &Recorder) -> Result<(), crate::ClientError> {
+    let mut rec = Recording { session: client.session(), recorder };
+    for q in 0..QUEUES {
+        let queue = format!("q{q}");
+        let mut failures = 0;
+        for _ in 0..DRAIN_MAX {
+            match rec.dequeue(&queue, Durability::Durable, &[]).await {
+                Ok(None) => break,
+                Ok(Some(_)) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures >= 5 {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(ERROR_PAUSE * 10).await;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The verdicts on a recorded run.
 #[derive(Debug)]
 pub struct Verdicts {
@@ -172,6 +224,8 @@ pub struct Verdicts {
     /// Acknowledged `durable` writes (puts, and CASes that swapped) missing from the
     /// surviving log: how many, and the first few as `key=value`.
     pub durable_lost: (usize, Vec<String>),
+    /// The queues (`keel_check::queue`).
+    pub queue: keel_check::queue::Report,
 }
 
 impl Verdicts {
@@ -181,18 +235,23 @@ impl Verdicts {
         self.monotonic.violations_total == 0
             && self.views.violations_total == 0
             && self.durable_lost.0 == 0
+            && self.queue.violations_total == 0
             && matches!(self.linearizable.verdict, Verdict::Linearizable)
     }
 
     /// Violations found: monotonic ones plus one per non-linearizable history.
     pub fn violations(&self) -> usize {
         let lin = usize::from(matches!(self.linearizable.verdict, Verdict::NotLinearizable(_)));
-        self.monotonic.violations_total + self.views.violations_total + self.durable_lost.0 + lin
+        self.monotonic.violations_total
+            + self.views.violations_total
+            + self.durable_lost.0
+            + self.queue.violations_total
+            + lin
     }
 }
 
-/// Checks `ops` against `survivors`.
-pub fn check(ops: &[Op], survivors: &[Survivor]) -> Verdicts {
+/// Checks `ops` against `survivors`, and the queue operations `queue`.
+pub fn check(ops: &[Op], survivors: &[Survivor], queue: &QueueLog) -> Verdicts {
     let history = KeelHistory { ops: ops.to_vec(), survivors: survivors.to_vec() };
     let views = keel_check::views::check(&history);
     let monotonic = keel_check::monotonic::check(&keel_check::views::expand(&history));
@@ -202,7 +261,8 @@ pub fn check(ops: &[Op], survivors: &[Survivor]) -> Verdicts {
     let linearizable =
         linearizability::check(Model::Keel, &lin_ops, linearizability::Config::default());
     let durable_lost = durable_lost(ops, survivors);
-    Verdicts { monotonic, views, linearizable, durable_lost }
+    let queue = keel_check::queue::check(&queue.enqueues, &queue.dequeues);
+    Verdicts { monotonic, views, linearizable, durable_lost, queue }
 }
 
 /// Most lost writes named in [`Verdicts::durable_lost`].
@@ -282,7 +342,7 @@ mod tests {
             key: "d0".into(),
             value: Some("kept".into()),
         }];
-        let verdicts = check(&ops, &survivors);
+        let verdicts = check(&ops, &survivors, &QueueLog::default());
         assert_eq!(verdicts.durable_lost, (1, vec!["d0=gone".to_string()]));
         assert!(!verdicts.hold());
         assert!(verdicts.violations() >= 1);
@@ -290,7 +350,7 @@ mod tests {
 
     #[test]
     fn an_empty_history_holds() {
-        let verdicts = check(&[], &[]);
+        let verdicts = check(&[], &[], &QueueLog::default());
         assert!(verdicts.hold());
         assert_eq!(verdicts.violations(), 0);
     }

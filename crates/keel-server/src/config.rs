@@ -488,6 +488,11 @@ pub struct TestingSettings {
     /// answered as durable: a fault harness must find them lost.
     #[serde(default)]
     pub unsafe_ack_durable_before_fsync: bool,
+    /// Kite keyspaces' releases that time out waiting for every node go ahead without
+    /// marking the nodes that missed writes delinquent (no slow path): an acquire there
+    /// can then miss what the release covered, which a fault harness must find.
+    #[serde(default)]
+    pub unsafe_kite_no_slow_path: bool,
     /// Fault injection, safe in itself: appends stay in the process until their file is
     /// synced, so that killing the process loses what a power loss would.
     #[serde(default)]

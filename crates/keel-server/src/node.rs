@@ -301,6 +301,9 @@ fn apply_testing(testing: &crate::config::TestingSettings) {
         crate::driver::ack_durable_before_fsync();
         tracing::error!("[testing] unsafe_ack_durable_before_fsync is on: durable writes are acknowledged before any fsync (negative-control mode, never for real use)");
     }
+    if testing.unsafe_kite_no_slow_path {
+        tracing::error!("[testing] unsafe_kite_no_slow_path is on: Kite releases skip the slow path (negative-control mode, never for real use)");
+    }
     if testing.power_loss_on_kill {
         keel_storage::disk::hold_unsynced_appends();
         tracing::error!("[testing] power_loss_on_kill is on: unsynced appends stay in this process (fault injection, never for real use)");
@@ -340,6 +343,7 @@ fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::C
     kite.rmw_backoff_max = keel_core::time::Span::from_micros(config.kite.rmw_backoff_max_us);
     kite.outcomes_max = config.kite.outcomes_max as usize;
     kite.outcomes_bytes_max = (config.kite.outcomes_mib_max as usize) << 20;
+    kite.unsafe_no_slow_path = config.testing.unsafe_kite_no_slow_path;
     kite
 }
 

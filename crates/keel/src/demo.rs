@@ -106,13 +106,15 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     }
     let leader = wait_leader(&cluster).await.context("no leader after the restart")?;
     wait_caught_up(&cluster).await;
+    workload::drain(&client, &recorder).await.context("draining the queues")?;
     let survivors = fetch_survivors(&client, leader).await.context("reading the final log")?;
     let ops = recorder.ops();
+    let queue = recorder.queue_ops();
     let history = dir.join("history.jsonl");
     recorder.write(&history, &survivors).context("writing the history")?;
     let verdicts = tokio::task::spawn_blocking({
         let ops = ops.clone();
-        move || workload::check(&ops, &survivors)
+        move || workload::check(&ops, &survivors, &queue)
     })
     .await?;
     let rounds = (0..3)
@@ -252,6 +254,20 @@ fn print_table(ops: &[Op], rounds: u64, verdicts: &Verdicts) {
     }
     let (lost, named) = &verdicts.durable_lost;
     println!("acknowledged durable writes lost: {lost} {}", named.join(" "));
+    let q = &verdicts.queue;
+    println!(
+        "queues ({} enqueues, {} acknowledged; {} dequeues took, {} found empty, {} unknown): {} ({} violations)",
+        q.enqueues,
+        q.enqueued,
+        q.taken,
+        q.empty,
+        q.unknown,
+        q.verdict(),
+        q.violations_total
+    );
+    for violation in &q.violations {
+        println!("  {violation}");
+    }
     let l = &verdicts.linearizable;
     println!("linearizability of durable keys ({} ops): {}", l.ops, l.verdict.name());
 }

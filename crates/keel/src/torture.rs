@@ -15,11 +15,16 @@
 //! - a rolling restart of every node (`docker restart`, SIGTERM first), each node answering
 //!   `KEEL.STATUS` again before the next goes.
 //!
+//! Beside it, every cluster runs a Kite keyspace with `keel_client::kite_workload`
+//! (releases and acquires in message-passing pairs, FAAs on counters).
+//!
 //! At the end of the workload every fault is healed, the cluster must agree on a leader
-//! and catch up, the leader's log gives the writes that survived, and the history is
-//! checked (`keel_client::workload::check`): cross-client monotonic reads, the
-//! Correctables views, linearizability of the `durable` keys read `linearizable`, no
-//! acknowledged `durable` write lost and no value read at `monotonic` lost. Each schedule
+//! and catch up, the queues are drained, the leader's log gives the writes that survived,
+//! and the history is checked (`keel_client::workload::check`): cross-client monotonic
+//! reads, the Correctables views, linearizability of the `durable` keys read
+//! `linearizable`, no acknowledged `durable` write lost, no value read at `monotonic`
+//! lost, and the queues (`keel_check::queue`). Kite's checks apply when the schedule
+//! stopped at most one node (Kite keeps its data in memory only). Each schedule
 //! prints one line, or one JSON object with `--json`; a schedule replays with `--seed` and
 //! `--schedules 1` (the same faults in the same order at the same offsets; the real
 //! interleaving differs from run to run).
@@ -29,6 +34,7 @@
 
 use anyhow::{bail, Context};
 use keel_client::history::{fetch_survivors, Recorder};
+use keel_client::kite_workload::{self, KiteConfig};
 use keel_client::workload::{self, Progress, Rng, Verdicts, WorkloadConfig};
 use keel_client::{Client, ClientConfig};
 use serde_json::json;
@@ -51,6 +57,11 @@ const LEADER_WAIT: Duration = Duration::from_secs(60);
 const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 /// How long a restarted node has to answer `KEEL.STATUS` in a rolling restart.
 const RESTART_WAIT: Duration = Duration::from_secs(30);
+/// The Kite keyspace every schedule's cluster also runs (keyspace 0 runs the leader
+/// engine).
+const KITE_KEYSPACE: u32 = 1;
+/// Kite sessions per node (the first of each writes its message-passing pair).
+const KITE_SESSIONS_PER_NODE: usize = 2;
 /// The share of packets a flaky link drops.
 const FLAKY_DROP: f64 = 0.3;
 
@@ -90,7 +101,8 @@ pub struct TortureArgs {
     #[arg(long)]
     pub keep: bool,
     /// A negative control that the checks must catch: `any-as-monotonic` records reads
-    /// made at `any` as `monotonic` reads.
+    /// made at `any` as `monotonic` reads; `durable-before-fsync` and
+    /// `kite-no-slow-path` break the server's promises (`[testing]`).
     #[arg(long, value_enum)]
     pub control: Option<Control>,
 }
@@ -128,6 +140,9 @@ pub enum Control {
     /// Every node acknowledges `durable` writes before any fsync
     /// (`[testing] unsafe_ack_durable_before_fsync`).
     DurableBeforeFsync,
+    /// Kite releases that time out go ahead without the slow path
+    /// (`[testing] unsafe_kite_no_slow_path`).
+    KiteNoSlowPath,
 }
 
 /// The kinds of fault, in the order the `ci` profile starts its schedules with them.
@@ -164,6 +179,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// How many of `nodes` nodes it stops, losing what they held in memory only (a Kite
+    /// keyspace's data).
+    pub fn nodes_stopped(self, nodes: usize) -> usize {
+        match self {
+            Kind::KillLeader | Kind::KillFollower | Kind::DiskEio | Kind::DiskFull => 1,
+            Kind::KillMajority => nodes / 2 + 1,
+            Kind::KillAll | Kind::RollingRestart => nodes,
+            _ => 0,
+        }
+    }
+
     /// Every kind.
     pub const ALL: [Kind; 14] = [
         Kind::KillLeader,
@@ -428,7 +454,22 @@ async fn schedule(
     };
     let work =
         tokio::spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
+    let kite_client = Client::new(ClientConfig {
+        keyspace: KITE_KEYSPACE,
+        ..ClientConfig::new(cluster.client_addrs())
+    });
+    let kite_config = KiteConfig {
+        sessions_per_node: KITE_SESSIONS_PER_NODE,
+        duration: Duration::from_secs(seconds),
+        seed,
+    };
+    let kite_work =
+        tokio::spawn(kite_workload::run(kite_client.clone(), kite_config, progress.clone()));
     let plan = plan(seed, seconds);
+    // Kite keeps its data in memory only: its checks apply when at most one node lost
+    // its memory (kite_workload's module doc).
+    let stopped: usize = plan.iter().map(|f| f.kind.nodes_stopped(cluster.nodes.len())).sum();
+    let kite_judged = stopped <= 1;
     let nemesis = Nemesis { cluster, rng: Rng(seed ^ 0x006E_656D_6573_6973) };
     let faults = nemesis.run(&plan, stop, &progress).await;
     // Stops the workload early on Ctrl-C.
@@ -439,6 +480,7 @@ async fn schedule(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     work.await.context("the workload panicked")?;
+    let kite_log = kite_work.await.context("the kite workload panicked")?;
     let faults = faults?;
     cluster.heal_all().await?;
     let ops = recorder.ops();
@@ -472,24 +514,61 @@ async fn schedule(
         ));
         return Ok(report);
     }
+    if let Err(e) = workload::drain(&client, &recorder).await {
+        report["verdict"] = json!("unavailable");
+        report["counterexample"] = json!(format!("the queues could not be drained: {e}"));
+        return Ok(report);
+    }
+    let queue = recorder.queue_ops();
+    let kite = if kite_judged {
+        match kite_workload::finals(&kite_client).await {
+            Ok(finals) => Some(kite_workload::check(&kite_log, &finals)),
+            Err(e) => {
+                report["verdict"] = json!("unavailable");
+                report["counterexample"] =
+                    json!(format!("the kite counters could not be read after the heal: {e}"));
+                return Ok(report);
+            }
+        }
+    } else {
+        None
+    };
+    if kite.as_ref().is_some_and(|k| k.violations_total > 0) || args.keep {
+        kite_log.write_faas(&cluster.dir.join("kite-faas.jsonl")).context("writing the FAAs")?;
+    }
+    report["kite"] = json!({
+        "judged": kite_judged,
+        "nodes_stopped": stopped,
+        "ops": kite_log.ops,
+        "failed": kite_log.failed,
+        "faas": kite.as_ref().map(|k| k.faas),
+        "pairs": kite.as_ref().map(|k| k.pairs),
+        "violations": kite.as_ref().map(|k| k.violations_total),
+        "faas_refused": kite_log.faa_refused.0,
+        "faas_refused_first": kite_log.faa_refused.1,
+    });
     let survivors = survivors(cluster, leader).await?;
     recorder
         .write(&cluster.dir.join("history.jsonl"), &survivors)
         .context("writing the history")?;
     let verdicts = tokio::task::spawn_blocking({
         let ops = ops.clone();
-        move || workload::check(&ops, &survivors)
+        move || workload::check(&ops, &survivors, &queue)
     })
     .await?;
     report["checks"] = checks(&verdicts);
-    report["verdict"] = json!(if verdicts.violations() > 0 {
+    let kite_violations = kite.as_ref().map_or(0, |k| k.violations_total);
+    report["verdict"] = json!(if verdicts.violations() + kite_violations > 0 {
         "violation"
     } else if verdicts.hold() {
         "ok"
     } else {
         "unknown"
     });
-    report["counterexample"] = counterexample(&verdicts);
+    report["counterexample"] = match kite.as_ref().and_then(|k| k.violations.first()) {
+        Some(first) if verdicts.violations() == 0 => json!(first),
+        _ => counterexample(&verdicts),
+    };
     report["elapsed_s"] = json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0);
     Ok(report)
 }
@@ -521,6 +600,9 @@ fn checks(v: &Verdicts) -> serde_json::Value {
         "linearizable_ops": v.linearizable.ops,
         "linearizability": v.linearizable.verdict.name(),
         "durable_writes_lost": v.durable_lost.0,
+        "queue_enqueued": v.queue.enqueued,
+        "queue_taken": v.queue.taken,
+        "queue_violations": v.queue.violations_total,
     })
 }
 
@@ -536,6 +618,9 @@ fn counterexample(v: &Verdicts) -> serde_json::Value {
         ));
     }
     if let Some(first) = v.views.violations.first() {
+        return json!(first);
+    }
+    if let Some(first) = v.queue.violations.first() {
         return json!(first);
     }
     match &v.linearizable.verdict {
@@ -640,10 +725,10 @@ impl Cluster {
                 (rate, rng.below(10_000))
             })
             .collect();
-        let control_line = if control == Some(Control::DurableBeforeFsync) {
-            "unsafe_ack_durable_before_fsync = true\n"
-        } else {
-            ""
+        let control_line = match control {
+            Some(Control::DurableBeforeFsync) => "unsafe_ack_durable_before_fsync = true\n",
+            Some(Control::KiteNoSlowPath) => "unsafe_kite_no_slow_path = true\n",
+            _ => "",
         };
         for i in 1..=nodes.len() {
             let (rate, offset) = clocks[i - 1];
@@ -653,7 +738,9 @@ impl Cluster {
             let config = format!(
                 "node_id = {i}\ndata_dir = \"/data\"\nclient_addr = \"0.0.0.0:{CLIENT_PORT}\"\n\
                  cluster_secret_file = \"/etc/keel/cluster.secret\"\nprotected_mode = false\n\n\
-                 {members}\n[engine]\nsnapshot_entries_threshold = 10000000\n\n\
+                 {members}\n[[keyspaces]]\nid = 0\nname = \"default\"\nengine = \"orca\"\n\n\
+                 [[keyspaces]]\nid = {KITE_KEYSPACE}\nname = \"kite\"\nengine = \"kite\"\n\n\
+                 [engine]\nsnapshot_entries_threshold = 10000000\n\n\
                  [testing]\npower_loss_on_kill = true\neio_on_sigusr1 = true\n\
                  clock_rate_ppm = {rate}\nclock_offset_ms = {offset}\n{control_line}"
             );

@@ -70,9 +70,10 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
         applied.len() == 3 && applied.iter().all(|a| *a == applied[0])
     });
     assert!(converged, "the nodes did not converge");
+    runtime.block_on(workload::drain(&client, &recorder)).expect("the queues drained");
     let survivors = runtime.block_on(fetch_survivors(&client, leader)).expect("the final log");
     let ops = recorder.ops();
-    let verdicts = workload::check(&ops, &survivors);
+    let verdicts = workload::check(&ops, &survivors, &recorder.queue_ops());
     if !verdicts.hold() {
         let path =
             std::env::temp_dir().join(format!("keel-crash-history-{}.jsonl", std::process::id()));
@@ -87,6 +88,8 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
         "durable keys: {:?}",
         verdicts.linearizable.verdict
     );
+    assert_eq!(verdicts.queue.violations_total, 0, "{:?}", verdicts.queue.violations);
+    assert!(verdicts.queue.taken > 10, "too few dequeues: {:?}", verdicts.queue);
     assert!(!survivors.is_empty(), "acknowledged writes survived");
     common::finish(cluster);
 }
