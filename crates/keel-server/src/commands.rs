@@ -543,7 +543,8 @@ pub enum View {
 }
 
 /// The reply when an invocation's views stop without a final one (the node stopping).
-pub const INVOKE_ENDED: &str = "UNAVAILABLE the invocation ended without a final view";
+/// `TIMEOUT`, outcome unknown: an invoked enqueue or dequeue may have been applied.
+pub const INVOKE_ENDED: &str = "TIMEOUT the invocation ended without a final view";
 
 /// `KEEL.INVOKE GET <key> [LEVELS <level> ...] [NOCONFIRM] [WITHVERSION]`: a read as a
 /// Correctable (`docs/correctables.md`). The node reads `key` at each level, weakest

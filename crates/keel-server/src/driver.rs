@@ -778,9 +778,12 @@ impl KeyspaceHandle {
 pub struct Sent(Result<oneshot::Receiver<ClientReply>, KeelError>);
 
 impl Sent {
-    /// Waits for the reply.
+    /// Waits for the reply. A request the engine took and never answered (its loop
+    /// stopped: a storage error, a shutdown) may have been applied, by this node or by
+    /// the peers it reached, so it is answered `Timeout` (outcome unknown), never as a
+    /// refusal: a client told "unavailable" would take it for not done.
     pub async fn answer(self) -> Result<ClientReply, KeelError> {
-        self.0?.await.map_err(|_| KeelError::Unavailable("node stopping".into()))
+        self.0?.await.map_err(|_| KeelError::Timeout)
     }
 }
 
@@ -858,6 +861,17 @@ mod tests {
         let slow = ClockSkew { start: 7 * second, offset: 0, rate_ppm: -100 };
         assert_eq!(slow.apply(17 * second), 17 * second - 1_000_000);
         assert!(slow.apply(17 * second + 1) >= slow.apply(17 * second), "still monotonic");
+    }
+
+    #[tokio::test]
+    async fn a_request_taken_and_never_answered_has_an_unknown_outcome_not_a_refusal() {
+        // The engine loop took it and stopped: it may have been applied.
+        let (reply, answer) = oneshot::channel::<ClientReply>();
+        drop(reply);
+        assert_eq!(Sent(Ok(answer)).answer().await.unwrap_err(), KeelError::Timeout);
+        // Refused at the door: certainly not applied.
+        let refused = Sent(Err(KeelError::Unavailable("node stopping".into())));
+        assert!(matches!(refused.answer().await, Err(KeelError::Unavailable(_))));
     }
 
     #[test]
