@@ -4,11 +4,17 @@
 //!
 //! Sessions are spread over the nodes (a [`KiteSession`] moves to the next node when its
 //! node cannot be reached). The first session of each node is a **writer** that owns the
-//! pair `d<w>`, `f<w>`: round after round it writes `d<w> = v` relaxed and then releases
-//! `f<w> = v`, with `v` growing. The other sessions draw, half and half:
-//! - **message passing**: acquire `f<w>` of a random writer, then read `d<w>` relaxed on
-//!   the same node. Release consistency says the read sees the writes before the release
-//!   the acquire read: `d<w> >= f<w>` (`kite-message-passing` when not);
+//! pair `d<w>.<g>`, `f<w>.<g>`: round after round it writes `d = v` relaxed and then
+//! releases `f = v`, with `v` growing. When its session moves to another node it starts
+//! generation `g + 1`: a moved session is a new one as far as ordering goes, and writes of
+//! two sessions to one key are ordered by their stamps, not by when they were made (an
+//! early version of this workload kept one pair across moves and took the old session's
+//! late write, which outranked the new one's, for a violation). The other sessions draw,
+//! half and half:
+//! - **message passing**: acquire the flag of a random writer's current generation, then
+//!   read its data relaxed on the same node. Release consistency says the read sees the
+//!   writes before the release the acquire read: `d >= f` (`kite-message-passing` when
+//!   not);
 //! - **fetch-and-add** by 1 on one of the counters `k<i>`: FAAs are linearizable, so no two
 //!   acknowledged ones on a key return the same value before (`kite-faa-duplicate`), and
 //!   the counter read at the end (an acquire) is at least one past every value returned
@@ -27,7 +33,7 @@ use crate::error::ClientError;
 use crate::kite::KiteSession;
 use crate::workload::{Progress, Rng, ERROR_PAUSE};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -158,22 +164,34 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
     let log = Arc::new(Mutex::new(KiteLog::default()));
     let origin = Instant::now();
     let deadline = origin + config.duration;
+    // Each writer's generation: its pair's keys are `d<w>.<g>` and `f<w>.<g>`.
+    let generations: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| 0.into()).collect());
     let mut tasks = Vec::new();
     for s in 0..nodes * config.sessions_per_node.max(1) {
         let (client, log, progress) = (client.clone(), log.clone(), progress.clone());
+        let generations = generations.clone();
         let mut rng = Rng(config.seed ^ (s as u64 + 1).wrapping_mul(0x6B69_7465_5345_5353));
         tasks.push(tokio::spawn(async move {
             let mut session = client.kite_session(s % nodes);
             let writer = (s < nodes).then_some(s);
             let mut round = 0u64;
+            let mut on = session.node();
             while Instant::now() < deadline && !progress.stop.load(Ordering::Relaxed) {
                 let ok = match writer {
                     Some(w) => {
+                        if session.node() != on {
+                            // Moved: a new session as far as ordering goes, so a new pair.
+                            on = session.node();
+                            generations[w].fetch_add(1, Ordering::Relaxed);
+                        }
+                        let pair = Pair { w: w as u64, g: generations[w].load(Ordering::Relaxed) };
                         round += 1;
-                        write_round(&mut session, w, round, &log).await
+                        write_round(&mut session, pair, round, &log).await
                     }
                     None if rng.below(2) == 0 => {
-                        pair(&mut session, rng.below(nodes as u64), &log).await
+                        let w = rng.below(nodes as u64);
+                        let g = generations[w as usize].load(Ordering::Relaxed);
+                        pair(&mut session, Pair { w, g }, &log).await
                     }
                     None => faa(&mut session, rng.below(COUNTERS), &log, origin).await,
                 };
@@ -196,16 +214,37 @@ fn count(log: &Mutex<KiteLog>, ok: bool) {
     log.failed += u64::from(!ok);
 }
 
-/// `d<w> = v` relaxed, then `f<w> = v` released; `false` if a call failed (the round is
+/// A writer's message-passing pair in one generation: written by one session on one node
+/// only (a writer whose session moves to another node starts the next generation).
+/// Writes of different sessions to one key are ordered by their stamps, not by when they
+/// were made: an old session's write still on its way could outrank the new session's,
+/// so one pair must never span a move.
+#[derive(Clone, Copy, Debug)]
+struct Pair {
+    w: u64,
+    g: u64,
+}
+
+impl Pair {
+    fn data(self) -> String {
+        format!("d{}.{}", self.w, self.g)
+    }
+
+    fn flag(self) -> String {
+        format!("f{}.{}", self.w, self.g)
+    }
+}
+
+/// `d = v` relaxed, then `f = v` released; `false` if a call failed (the round is
 /// abandoned, the next one writes a larger `v`).
-async fn write_round(session: &mut KiteSession, w: usize, v: u64, log: &Mutex<KiteLog>) -> bool {
+async fn write_round(session: &mut KiteSession, pair: Pair, v: u64, log: &Mutex<KiteLog>) -> bool {
     let value = v.to_string();
-    let wrote = session.write(format!("d{w}").as_bytes(), value.as_bytes()).await.is_ok();
+    let wrote = session.write(pair.data().as_bytes(), value.as_bytes()).await.is_ok();
     count(log, wrote);
     if !wrote {
         return false;
     }
-    let released = session.release(format!("f{w}").as_bytes(), value.as_bytes()).await.is_ok();
+    let released = session.release(pair.flag().as_bytes(), value.as_bytes()).await.is_ok();
     count(log, released);
     released
 }
@@ -217,14 +256,14 @@ fn number(value: &Option<Vec<u8>>) -> Option<u64> {
     }
 }
 
-/// Acquires `f<w>`, then reads `d<w>` on the same node: the read must see at least what
-/// the acquire did.
-async fn pair(session: &mut KiteSession, w: u64, log: &Mutex<KiteLog>) -> bool {
+/// Acquires the pair's flag, then reads its data on the same node: the read must see at
+/// least what the acquire did.
+async fn pair(session: &mut KiteSession, pair: Pair, log: &Mutex<KiteLog>) -> bool {
     let node = session.node();
-    let flag = session.acquire(format!("f{w}").as_bytes()).await;
+    let flag = session.acquire(pair.flag().as_bytes()).await;
     count(log, flag.is_ok());
     let Ok(flag) = flag else { return false };
-    let data = session.read(format!("d{w}").as_bytes()).await;
+    let data = session.read(pair.data().as_bytes()).await;
     count(log, data.is_ok());
     let Ok(data) = data else { return false };
     if session.node() != node {
@@ -235,9 +274,11 @@ async fn pair(session: &mut KiteSession, w: u64, log: &Mutex<KiteLog>) -> bool {
     match (number(&flag), number(&data)) {
         (Some(f), Some(d)) if d >= f => {}
         _ => log.found(format!(
-            "kite-message-passing: on node {} an acquire of f{w} read {:?} and a later read of d{w} {:?}",
+            "kite-message-passing: on node {} an acquire of {} read {:?} and a later read of {} {:?}",
             node + 1,
+            pair.flag(),
             flag.as_deref().map(String::from_utf8_lossy),
+            pair.data(),
             data.as_deref().map(String::from_utf8_lossy),
         )),
     }
