@@ -90,7 +90,7 @@ pub struct Dequeue {
 pub struct Report {
     /// Queues checked.
     pub queues: usize,
-    /// Enqueues, and how many were acknowledged.
+    /// Enqueues.
     pub enqueues: usize,
     /// Acknowledged enqueues.
     pub enqueued: usize,
@@ -215,7 +215,7 @@ fn check_queue(queue: &str, enqueues: &[&Enqueue], dequeues: &[&Dequeue], report
     for d in dequeues.iter().filter(|d| d.outcome == Dequeued::Empty) {
         report.empty += 1;
         let before = acked_done.partition_point(|&c| c < d.invoke_ns);
-        let could_take = took_began.partition_point(|&i| i < d.complete_ns) + unknown;
+        let could_take = took_began.partition_point(|&i| i <= d.complete_ns) + unknown;
         if before > could_take {
             report.found(
                 "queue-lost",

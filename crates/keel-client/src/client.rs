@@ -365,6 +365,15 @@ impl Client {
                         failed = Some(e);
                     }
                     Err(e) => {
+                        // A refusal speaks for its own attempt only: after one that may
+                        // have been applied, the outcome stays unknown.
+                        let maybe_applied =
+                            failed.as_ref().is_some_and(ClientError::outcome_unknown);
+                        let e = if maybe_applied && !e.outcome_unknown() {
+                            ClientError::Exhausted { attempts: attempt + 1, last: Box::new(e) }
+                        } else {
+                            e
+                        };
                         resolver.fail(e);
                         return;
                     }

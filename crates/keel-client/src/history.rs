@@ -43,6 +43,40 @@ pub struct QueueLog {
     pub dequeues: Vec<queue::Dequeue>,
 }
 
+impl QueueLog {
+    /// Writes the queue operations as JSON Lines (enqueues, then dequeues), for a reader
+    /// of a queue violation.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for e in &self.enqueues {
+            let (complete_ns, seq) = match e.outcome {
+                queue::Enqueued::Ok { complete_ns, seq } => (Some(complete_ns), Some(seq)),
+                _ => (None, None),
+            };
+            let outcome = match e.outcome {
+                queue::Enqueued::Ok { .. } => "ok",
+                queue::Enqueued::Fail => "fail",
+                queue::Enqueued::Unknown => "unknown",
+            };
+            let line = serde_json::json!({"op": "enqueue", "queue": e.queue, "value": e.value,
+                "invoke_ns": e.invoke_ns, "complete_ns": complete_ns, "seq": seq, "outcome": outcome});
+            writeln!(file, "{line}")?;
+        }
+        for d in &self.dequeues {
+            let (outcome, seq, value) = match &d.outcome {
+                queue::Dequeued::Took { seq, value } => ("took", Some(*seq), Some(value.as_str())),
+                queue::Dequeued::Empty => ("empty", None, None),
+                queue::Dequeued::Unknown => ("unknown", None, None),
+            };
+            let line = serde_json::json!({"op": "dequeue", "queue": d.queue, "invoke_ns": d.invoke_ns,
+                "complete_ns": d.complete_ns, "outcome": outcome, "seq": seq, "value": value});
+            writeln!(file, "{line}")?;
+        }
+        file.flush()
+    }
+}
+
 impl Default for Recorder {
     fn default() -> Self {
         Recorder {

@@ -189,7 +189,7 @@ pub const DRAIN_MAX: usize = 1_000_000;
 
 /// Dequeues every workload queue until it is found empty, recording each dequeue: the
 /// end of a run, so that the `queue-lost` rule sees every acknowledged enqueue
-/// accounted for. Gives up on a queue after a few failures in a row.
+/// accounted for. Gives up (an error) after a few failures in a row on one queue.
 pub async fn drain(client: &Arc<Client>, recorder: &Recorder) -> Result<(), crate::ClientError> {
     let mut rec = Recording { session: client.session(), recorder };
     for q in 0..QUEUES {

@@ -1067,14 +1067,15 @@ impl ServerConfig {
     /// The keyspaces this node runs, resolved: ids, kinds, storage directories (keyspace
     /// 0 in `data_dir` itself, keyspace `k` in `data_dir/keyspace-k`) and engine
     /// configurations (the `[engine]` settings with each keyspace's defaults, and leaders
-    /// spread over the members when there are several keyspaces).
+    /// spread over the members when there are several leader-engine keyspaces: a Kite
+    /// keyspace, leaderless, does not make one ORCA keyspace prefer a leader).
     pub fn keyspace_specs(&self) -> Result<Vec<KeyspaceSpec>, ConfigError> {
         let settings = if self.keyspaces.is_empty() {
             vec![KeyspaceSettings::orca(0)]
         } else {
             self.keyspaces.clone()
         };
-        let several = settings.len() > 1;
+        let several = settings.iter().filter(|k| k.engine == EngineKind::Orca).count() > 1;
         let mut members: Vec<u32> = self.members.iter().map(|m| m.id).collect();
         members.sort_unstable();
         let mut specs = Vec::with_capacity(settings.len());
@@ -1361,6 +1362,10 @@ mod tests {
             specs.iter().map(|s| s.config.preferred_leader).collect();
         assert_eq!(leaders, [Some(NodeId(1)), Some(NodeId(2)), Some(NodeId(3))]);
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+        // One leader-engine keyspace beside a Kite one: still no preferred leader.
+        config.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(1)];
+        let specs = config.keyspace_specs().unwrap();
+        assert_eq!(specs[0].config.preferred_leader, None, "kite does not count");
     }
 
     #[test]

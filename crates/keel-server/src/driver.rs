@@ -701,7 +701,8 @@ pub struct KeyspaceHandle {
 
 impl KeyspaceHandle {
     /// Submits a request and waits for its reply. A full input queue is a retryable
-    /// `Busy`; a stopping node is `Unavailable`.
+    /// `Busy`; a node whose loop has stopped refuses it with `Unavailable`; one whose
+    /// loop stops after taking it answers `Timeout` (outcome unknown, [`Sent::answer`]).
     pub async fn submit(&self, submit: Submit) -> Result<ClientReply, KeelError> {
         self.send(submit).answer().await
     }

@@ -514,22 +514,24 @@ async fn schedule(
         ));
         return Ok(report);
     }
+    // What could not be done after the heal makes the verdict `unavailable`, unless a
+    // check found a violation in what was recorded: nothing hides one.
+    let mut incomplete: Vec<String> = Vec::new();
     if let Err(e) = workload::drain(&client, &recorder).await {
-        report["verdict"] = json!("unavailable");
-        report["counterexample"] = json!(format!("the queues could not be drained: {e}"));
-        return Ok(report);
+        incomplete.push(format!("the queues could not be drained: {e}"));
     }
+    report["queue_drained"] = json!(incomplete.is_empty());
     let queue = recorder.queue_ops();
     let kite = if kite_judged {
-        match kite_workload::finals(&kite_client).await {
-            Ok(finals) => Some(kite_workload::check(&kite_log, &finals)),
+        let finals = match kite_workload::finals(&kite_client).await {
+            Ok(finals) => finals,
             Err(e) => {
-                report["verdict"] = json!("unavailable");
-                report["counterexample"] =
-                    json!(format!("the kite counters could not be read after the heal: {e}"));
-                return Ok(report);
+                incomplete.push(format!("the kite counters could not be read after the heal: {e}"));
+                // The checks that need no final values still run.
+                std::collections::BTreeMap::new()
             }
-        }
+        };
+        Some(kite_workload::check(&kite_log, &finals))
     } else {
         None
     };
@@ -552,14 +554,19 @@ async fn schedule(
         .write(&cluster.dir.join("history.jsonl"), &survivors)
         .context("writing the history")?;
     let verdicts = tokio::task::spawn_blocking({
-        let ops = ops.clone();
+        let (ops, queue) = (ops.clone(), queue.clone());
         move || workload::check(&ops, &survivors, &queue)
     })
     .await?;
+    if verdicts.queue.violations_total > 0 || args.keep {
+        queue.write(&cluster.dir.join("queue.jsonl")).context("writing the queue operations")?;
+    }
     report["checks"] = checks(&verdicts);
     let kite_violations = kite.as_ref().map_or(0, |k| k.violations_total);
     report["verdict"] = json!(if verdicts.violations() + kite_violations > 0 {
         "violation"
+    } else if !incomplete.is_empty() {
+        "unavailable"
     } else if verdicts.hold() {
         "ok"
     } else {
@@ -567,6 +574,7 @@ async fn schedule(
     });
     report["counterexample"] = match kite.as_ref().and_then(|k| k.violations.first()) {
         Some(first) if verdicts.violations() == 0 => json!(first),
+        _ if verdicts.violations() == 0 && !incomplete.is_empty() => json!(incomplete.join("; ")),
         _ => counterexample(&verdicts),
     };
     report["elapsed_s"] = json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0);
