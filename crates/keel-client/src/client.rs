@@ -5,7 +5,9 @@
 //! `attempts_max` times) on a retryable error (`BUSY`, `NOTLEADER`, `NOTACTIVE`,
 //! `TIMEOUT`, `UNAVAILABLE`) and on a lost or timed-out connection, moving to the next
 //! node on connection failures and redirections. Every attempt of a write carries the
-//! same `KEEL.REQ <client> <seq>`, so the engine applies it at most once. A session
+//! same `KEEL.REQ <client> <seq>`, so the engine applies it at most once. A call that
+//! ends refused after an attempt that may have been applied ends with its outcome unknown
+//! (`ClientError::after_attempts`): a refusal speaks for its own attempt only. A session
 //! numbers its writes in order and never has two in flight: the engine refuses a request
 //! older than the client's last applied one.
 //!
@@ -345,6 +347,7 @@ impl Client {
             let attempts = if retry { client.config.attempts_max.max(1) } else { 1 };
             let mut backoff = client.config.backoff;
             let mut failed = None;
+            let mut maybe_applied = false;
             for attempt in 0..attempts {
                 if attempt > 0 {
                     tokio::time::sleep(backoff).await;
@@ -362,19 +365,11 @@ impl Client {
                         if e.moves_on() {
                             node = (node + 1) % client.config.nodes.len();
                         }
+                        maybe_applied |= e.outcome_unknown();
                         failed = Some(e);
                     }
                     Err(e) => {
-                        // A refusal speaks for its own attempt only: after one that may
-                        // have been applied, the outcome stays unknown.
-                        let maybe_applied =
-                            failed.as_ref().is_some_and(ClientError::outcome_unknown);
-                        let e = if maybe_applied && !e.outcome_unknown() {
-                            ClientError::Exhausted { attempts: attempt + 1, last: Box::new(e) }
-                        } else {
-                            e
-                        };
-                        resolver.fail(e);
+                        resolver.fail(e.after_attempts(maybe_applied, attempt + 1));
                         return;
                     }
                 }
@@ -451,6 +446,8 @@ impl Client {
         let mut node = self.preferred.load(Ordering::Relaxed) % self.config.nodes.len();
         let mut backoff = self.config.backoff;
         let mut last = None;
+        // Whether an earlier attempt may have been applied.
+        let mut maybe_applied = false;
         for attempt in 0..self.config.attempts_max {
             if attempt > 0 {
                 tokio::time::sleep(backoff).await;
@@ -461,11 +458,14 @@ impl Client {
                     self.preferred.store(node, Ordering::Relaxed);
                     return (Ok((frame, node)), attempt + 1);
                 }
-                Err(e) if !e.is_retryable() => return (Err(e), attempt + 1),
+                Err(e) if !e.is_retryable() => {
+                    return (Err(e.after_attempts(maybe_applied, attempt + 1)), attempt + 1);
+                }
                 Err(e) => {
                     if e.moves_on() {
                         node = (node + 1) % self.config.nodes.len();
                     }
+                    maybe_applied |= e.outcome_unknown();
                     last = Some(e);
                 }
             }

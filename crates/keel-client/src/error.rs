@@ -49,6 +49,17 @@ impl ClientError {
         )
     }
 
+    /// The error a call ends with when this one ends its last attempt: a refusal
+    /// speaks for its own attempt only, so after an earlier attempt that may have been
+    /// applied (`maybe_applied`) the call's outcome stays unknown.
+    pub fn after_attempts(self, maybe_applied: bool, attempts: u32) -> ClientError {
+        if maybe_applied && !self.outcome_unknown() {
+            ClientError::Exhausted { attempts, last: Box::new(self) }
+        } else {
+            self
+        }
+    }
+
     /// Whether a write that failed this way may still have taken effect.
     pub fn outcome_unknown(&self) -> bool {
         match self {
@@ -72,5 +83,14 @@ mod tests {
         assert!(ClientError::Connection(ConnError::Timeout).outcome_unknown());
         assert!(!ClientError::Keel(KeelError::Busy("q".into())).outcome_unknown());
         assert!(ClientError::Keel(KeelError::NotActive).moves_on());
+    }
+
+    #[test]
+    fn a_refusal_after_an_attempt_that_may_have_been_applied_leaves_the_outcome_unknown() {
+        let refused = ClientError::Keel(KeelError::Busy("q".into()));
+        assert!(!refused.clone().after_attempts(false, 2).outcome_unknown());
+        let after = refused.after_attempts(true, 2);
+        assert!(after.outcome_unknown());
+        assert!(matches!(after, ClientError::Exhausted { attempts: 2, .. }));
     }
 }

@@ -90,16 +90,8 @@ impl KiteSession {
         let mut backoff = Duration::from_millis(5);
         let mut attempt = 1;
         let mut moves = 0;
-        // Whether an earlier attempt may have been applied: then a later refusal does not
-        // make the outcome known.
+        // Whether an earlier attempt may have been applied.
         let mut maybe_applied = false;
-        let unknown_if = |maybe_applied: bool, attempts: u32, e: ClientError| {
-            if maybe_applied && !e.outcome_unknown() {
-                ClientError::Exhausted { attempts, last: Box::new(e) }
-            } else {
-                e
-            }
-        };
         loop {
             match self.client.call_node(self.node, &words).await {
                 Err(ClientError::Keel(KeelError::Busy(_))) if attempt < BUSY_ATTEMPTS => {
@@ -111,14 +103,14 @@ impl KiteSession {
                     // Goes on at the next node, a new session as far as ordering goes.
                     self.node = (self.node + 1) % nodes;
                     let Some(again) = again.filter(|_| !self.dirty && moves + 1 < nodes) else {
-                        return Err(unknown_if(maybe_applied, attempt + moves as u32, e));
+                        return Err(e.after_attempts(maybe_applied, attempt + moves as u32));
                     };
                     maybe_applied |= e.outcome_unknown();
                     words.truncate(3);
                     words.extend_from_slice(again);
                     moves += 1;
                 }
-                Err(e) => return Err(unknown_if(maybe_applied, attempt + moves as u32, e)),
+                Err(e) => return Err(e.after_attempts(maybe_applied, attempt + moves as u32)),
                 ok => return ok,
             }
         }

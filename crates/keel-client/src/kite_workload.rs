@@ -67,7 +67,7 @@ pub struct KiteLog {
     pub faa_unknown: BTreeMap<String, u64>,
     /// FAAs refused (certainly not applied), and the first few errors, for a reader of
     /// a `kite-faa-final` violation.
-    pub faa_refused: (u64, Vec<String>),
+    pub faa_refused: (usize, Vec<String>),
     /// Every FAA (up to [`FAAS_RECORDED_MAX`]), for a reader of a violation.
     pub faas: Vec<FaaRecord>,
     /// Acquire-then-read pairs judged.
@@ -124,10 +124,15 @@ impl KiteLog {
     }
 
     fn found(&mut self, what: String) {
-        self.violations_total += 1;
-        if self.violations.len() < VIOLATIONS_SHOWN_MAX {
-            self.violations.push(what);
-        }
+        note(&mut self.violations_total, &mut self.violations, what);
+    }
+}
+
+/// Counts a violation and describes it if fewer than [`VIOLATIONS_SHOWN_MAX`] are.
+fn note(total: &mut usize, shown: &mut Vec<String>, what: String) {
+    *total += 1;
+    if shown.len() < VIOLATIONS_SHOWN_MAX {
+        shown.push(what);
     }
 }
 
@@ -293,8 +298,9 @@ async fn faa(session: &mut KiteSession, i: u64, log: &Mutex<KiteLog>, origin: In
     let invoke_ns = origin.elapsed().as_nanos() as u64;
     let result = session.faa(key.as_bytes(), 1).await;
     let ok = result.is_ok();
-    count(log, ok);
     let mut log = log.lock().expect("kite log");
+    log.ops += 1;
+    log.failed += u64::from(!ok);
     if log.faas.len() < FAAS_RECORDED_MAX {
         let record = FaaRecord {
             key: key.clone(),
@@ -310,10 +316,8 @@ async fn faa(session: &mut KiteSession, i: u64, log: &Mutex<KiteLog>, origin: In
         Ok(before) => log.faa_before.entry(key).or_default().push(before),
         Err(e) if e.outcome_unknown() => *log.faa_unknown.entry(key).or_default() += 1,
         Err(e) => {
-            log.faa_refused.0 += 1;
-            if log.faa_refused.1.len() < VIOLATIONS_SHOWN_MAX {
-                log.faa_refused.1.push(format!("{key}: {e}"));
-            }
+            let (total, shown) = &mut log.faa_refused;
+            note(total, shown, format!("{key}: {e}"));
         }
     }
     drop(log);
@@ -363,12 +367,7 @@ pub fn check(log: &KiteLog, finals: &BTreeMap<String, i64>) -> KiteReport {
         violations_total: log.violations_total,
         violations: log.violations.clone(),
     };
-    let mut found = |what: String| {
-        report.violations_total += 1;
-        if report.violations.len() < VIOLATIONS_SHOWN_MAX {
-            report.violations.push(what);
-        }
-    };
+    let mut found = |what| note(&mut report.violations_total, &mut report.violations, what);
     let keys: std::collections::BTreeSet<&String> =
         log.faa_before.keys().chain(log.faa_unknown.keys()).chain(finals.keys()).collect();
     for key in keys {
