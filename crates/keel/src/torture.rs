@@ -65,6 +65,42 @@ const KITE_SESSIONS_PER_NODE: usize = 2;
 /// The share of packets a flaky link drops.
 const FLAKY_DROP: f64 = 0.3;
 
+/// The most a schedule of `seconds` may take, start to verdict: its workload, then the
+/// waits above with room to spare (the longest schedule of the soaks so far took twice
+/// its workload). One that takes longer is ended with the verdict `error`, naming the
+/// stage it was in (a harness or cluster that hangs must not stall a run of hundreds).
+fn schedule_bound(seconds: u64) -> Duration {
+    Duration::from_secs(3 * seconds + 240)
+}
+
+/// Where a schedule is, for the report of one that overran [`schedule_bound`].
+#[derive(Debug)]
+struct Stage(std::sync::Mutex<&'static str>);
+
+impl Stage {
+    fn new() -> Stage {
+        Stage(std::sync::Mutex::new("starting the cluster"))
+    }
+
+    fn set(&self, stage: &'static str) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = stage;
+    }
+
+    fn get(&self) -> &'static str {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A spawned task aborted when dropped: a schedule ended by its bound leaves no workload
+/// running into the next one.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Flags of `keel torture`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TortureArgs {
@@ -105,6 +141,10 @@ pub struct TortureArgs {
     /// `kite-no-slow-path` break the server's promises (`[testing]`).
     #[arg(long, value_enum)]
     pub control: Option<Control>,
+    /// The most one schedule may take, in seconds, before it is ended with the verdict
+    /// `error` naming the stage it was in (default: 3 × its workload's seconds + 240).
+    #[arg(long)]
+    pub schedule_bound: Option<u64>,
 }
 
 /// A run's length.
@@ -381,7 +421,17 @@ async fn torture(
                 cluster.disk_error = Some(format!("{e:#}"));
             }
         }
-        let report = schedule(args, &cluster, seed, seconds, &stop).await;
+        let stage = Stage::new();
+        let bound = args.schedule_bound.map_or(schedule_bound(seconds), Duration::from_secs);
+        let report = match tokio::time::timeout(
+            bound,
+            schedule(args, &cluster, seed, seconds, &stop, &stage),
+        )
+        .await
+        {
+            Ok(report) => report,
+            Err(_) => Ok(overran(&cluster, seed, bound, stage.get()).await),
+        };
         cluster.remove().await;
         if stop.load(Ordering::Relaxed) {
             summary.interrupted = true;
@@ -436,9 +486,11 @@ async fn schedule(
     seed: u64,
     seconds: u64,
     stop: &Arc<AtomicBool>,
+    stage: &Stage,
 ) -> anyhow::Result<serde_json::Value> {
     let started = Instant::now();
     cluster.start().await?;
+    stage.set("waiting for a leader at the start");
     if wait_leader(cluster, stop).await.is_none() {
         bail!("schedule {seed}: no leader within {} s of the start", LEADER_WAIT.as_secs());
     }
@@ -452,8 +504,13 @@ async fn schedule(
         seed,
         any_as_monotonic: args.control == Some(Control::AnyAsMonotonic),
     };
-    let work =
-        tokio::spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
+    stage.set("running the workloads and the faults");
+    let mut work = Aborting(tokio::spawn(workload::run(
+        client.clone(),
+        recorder.clone(),
+        config,
+        progress.clone(),
+    )));
     let kite_client = Client::new(ClientConfig {
         keyspace: KITE_KEYSPACE,
         ..ClientConfig::new(cluster.client_addrs())
@@ -463,8 +520,11 @@ async fn schedule(
         duration: Duration::from_secs(seconds),
         seed,
     };
-    let kite_work =
-        tokio::spawn(kite_workload::run(kite_client.clone(), kite_config, progress.clone()));
+    let mut kite_work = Aborting(tokio::spawn(kite_workload::run(
+        kite_client.clone(),
+        kite_config,
+        progress.clone(),
+    )));
     let plan = plan(seed, seconds);
     // Kite keeps its data in memory only: its checks apply when at most one node lost
     // its memory (kite_workload's module doc).
@@ -472,16 +532,18 @@ async fn schedule(
     let kite_judged = stopped <= 1;
     let nemesis = Nemesis { cluster, rng: Rng(seed ^ 0x006E_656D_6573_6973) };
     let faults = nemesis.run(&plan, stop, &progress).await;
-    // Stops the workload early on Ctrl-C.
-    while !work.is_finished() {
+    stage.set("waiting for the workloads to end");
+    // Stops the workloads early on Ctrl-C.
+    while !work.0.is_finished() || !kite_work.0.is_finished() {
         if stop.load(Ordering::Relaxed) {
             progress.stop.store(true, Ordering::Relaxed);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    work.await.context("the workload panicked")?;
-    let kite_log = kite_work.await.context("the kite workload panicked")?;
+    (&mut work.0).await.context("the workload panicked")?;
+    let kite_log = (&mut kite_work.0).await.context("the kite workload panicked")?;
     let faults = faults?;
+    stage.set("healing");
     cluster.heal_all().await?;
     let ops = recorder.ops();
     let count = |outcome| ops.iter().filter(|op| op.outcome == outcome).count();
@@ -500,12 +562,14 @@ async fn schedule(
     if let Some(control) = args.control {
         report["control"] = json!(format!("{control:?}"));
     }
+    stage.set("waiting for a leader after the heal");
     let Some(leader) = wait_leader(cluster, stop).await else {
         report["verdict"] = json!("unavailable");
         report["counterexample"] =
             json!(format!("no leader within {} s of the heal", LEADER_WAIT.as_secs()));
         return Ok(report);
     };
+    stage.set("waiting for the nodes to apply the same log");
     if !wait_caught_up(cluster, stop).await {
         report["verdict"] = json!("unavailable");
         report["counterexample"] = json!(format!(
@@ -517,12 +581,14 @@ async fn schedule(
     // What could not be done after the heal makes the verdict `unavailable`, unless a
     // check found a violation in what was recorded: nothing hides one.
     let mut incomplete: Vec<String> = Vec::new();
+    stage.set("draining the queues");
     if let Err(e) = workload::drain(&client, &recorder).await {
         incomplete.push(format!("the queues could not be drained: {e}"));
     }
     report["queue_drained"] = json!(incomplete.is_empty());
     let queue = recorder.queue_ops();
     let kite = if kite_judged {
+        stage.set("reading the kite counters");
         let finals = match kite_workload::finals(&kite_client).await {
             Ok(finals) => finals,
             Err(e) => {
@@ -549,10 +615,12 @@ async fn schedule(
         "faas_refused": kite_log.faa_refused.0,
         "faas_refused_first": kite_log.faa_refused.1,
     });
+    stage.set("reading the leader's log");
     let survivors = survivors(cluster, leader).await?;
     recorder
         .write(&cluster.dir.join("history.jsonl"), &survivors)
         .context("writing the history")?;
+    stage.set("checking the histories");
     let verdicts = tokio::task::spawn_blocking({
         let (ops, queue) = (ops.clone(), queue.clone());
         move || workload::check(&ops, &survivors, &queue)
@@ -579,6 +647,41 @@ async fn schedule(
     };
     report["elapsed_s"] = json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0);
     Ok(report)
+}
+
+/// The report of a schedule that overran its `bound`: verdict `error`, the stage it was
+/// in, and what each node said of itself then (its directory is kept, as for any failure).
+async fn overran(
+    cluster: &Cluster,
+    seed: u64,
+    bound: Duration,
+    stage: &'static str,
+) -> serde_json::Value {
+    let nodes: Vec<serde_json::Value> = cluster
+        .statuses()
+        .await
+        .iter()
+        .map(|status| match status {
+            Some(s) => json!({
+                "role": s["role"],
+                "leader": s["leader"],
+                "epoch": s["epoch"],
+                "applied_index": s["applied_index"],
+            }),
+            None => json!(null),
+        })
+        .collect();
+    json!({
+        "seed": seed,
+        "nodes": cluster.nodes.len(),
+        "verdict": "error",
+        "stage": stage,
+        "statuses": nodes,
+        "counterexample": format!(
+            "the schedule took over {} s (its bound) and was ended while {stage}",
+            bound.as_secs()
+        ),
+    })
 }
 
 /// The writes that survived, from the leader's log, over fresh connections (the
