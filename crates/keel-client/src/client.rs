@@ -154,7 +154,7 @@ impl Client {
         self.ids.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Reads `key` as a [`Correctable`]: one view per level of `levels`, weakest first
+    /// Reads `key` as a [`Correctable`](crate::Correctable): one view per level of `levels`, weakest first
     /// (duplicates dropped; an empty list means every level), the strongest closing it.
     /// Returns at once; the reads run in a task of their own, one after the other, each a
     /// plain `GET ... LEVEL l` (a client-side binding: each view is its own request, so a

@@ -38,13 +38,17 @@ impl ClientError {
     }
 
     /// Whether a retry should go to another node (the connection failed, or this node
-    /// may not serve the request now).
+    /// may not serve the request now: a `TIMEOUT` is also what a node whose engine loop
+    /// stopped answers what it had taken).
     pub fn moves_on(&self) -> bool {
         matches!(
             self,
             ClientError::Connection(_)
                 | ClientError::Keel(
-                    KeelError::NotLeader { .. } | KeelError::NotActive | KeelError::Unavailable(_)
+                    KeelError::NotLeader { .. }
+                        | KeelError::NotActive
+                        | KeelError::Unavailable(_)
+                        | KeelError::Timeout
                 )
         )
     }
@@ -83,6 +87,8 @@ mod tests {
         assert!(ClientError::Connection(ConnError::Timeout).outcome_unknown());
         assert!(!ClientError::Keel(KeelError::Busy("q".into())).outcome_unknown());
         assert!(ClientError::Keel(KeelError::NotActive).moves_on());
+        assert!(ClientError::Keel(KeelError::Timeout).moves_on());
+        assert!(!ClientError::Keel(KeelError::Busy("q".into())).moves_on());
     }
 
     #[test]

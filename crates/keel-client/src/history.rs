@@ -32,6 +32,12 @@ pub struct Recorder {
     ops: Mutex<Vec<Op>>,
     /// Queue operations, checked apart (`keel_check::queue`).
     queue: Mutex<QueueLog>,
+    /// Operations past the bound, not recorded: a history missing any cannot be judged
+    /// (a read of a write not recorded looks like a phantom, a dequeue not recorded
+    /// like a loss), see [`Recorder::dropped`].
+    dropped: std::sync::atomic::AtomicU64,
+    /// Most operations held ([`RECORDED_OPS_MAX`]), plain and queue ones each.
+    bound: usize,
 }
 
 /// The queue operations a [`Recorder`] holds.
@@ -83,6 +89,8 @@ impl Default for Recorder {
             origin: Instant::now(),
             ops: Mutex::new(Vec::new()),
             queue: Mutex::new(QueueLog::default()),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+            bound: RECORDED_OPS_MAX,
         }
     }
 }
@@ -94,10 +102,11 @@ impl Recorder {
     }
 
     /// Adds an operation (its id is assigned here). Past [`RECORDED_OPS_MAX`] operations
-    /// are counted out and the history is marked incomplete by returning `false`.
+    /// are counted out ([`Recorder::dropped`]) and `false` returned.
     pub fn record(&self, mut op: Op) -> bool {
         let mut ops = self.ops.lock().expect("recorder lock");
-        if ops.len() >= RECORDED_OPS_MAX {
+        if ops.len() >= self.bound {
+            self.drop_one();
             return false;
         }
         op.id = ops.len() as u64;
@@ -106,6 +115,24 @@ impl Recorder {
         }
         ops.push(op);
         true
+    }
+
+    /// Operations not recorded because the recorder was full: when not zero, the history
+    /// is incomplete and no verdict on it stands (`keel torture` reports `unknown`).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the recorder holds as many operations as it may: a workload stops there
+    /// rather than go on unrecorded.
+    pub fn full(&self) -> bool {
+        let ops = self.ops.lock().expect("recorder lock").len();
+        let queue = self.queue.lock().expect("recorder lock");
+        ops >= self.bound || !self.queue_room(&queue)
+    }
+
+    fn drop_one(&self) {
+        self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A copy of the operations so far.
@@ -120,8 +147,8 @@ impl Recorder {
 
     /// Whether room is left for one more queue operation (the same bound as
     /// [`Recorder::record`]'s).
-    fn queue_room(log: &QueueLog) -> bool {
-        log.enqueues.len() + log.dequeues.len() < RECORDED_OPS_MAX
+    fn queue_room(&self, log: &QueueLog) -> bool {
+        log.enqueues.len() + log.dequeues.len() < self.bound
     }
 
     /// Writes the history (operations, then `survivors`) to `path`.
@@ -360,13 +387,15 @@ impl Recording<'_> {
             Err(_) => queue::Enqueued::Fail,
         };
         let mut log = self.recorder.queue.lock().expect("recorder lock");
-        if Recorder::queue_room(&log) {
+        if self.recorder.queue_room(&log) {
             log.enqueues.push(queue::Enqueue {
                 queue: queue_name.to_string(),
                 value: value.to_string(),
                 invoke_ns,
                 outcome,
             });
+        } else {
+            self.recorder.drop_one();
         }
         result.map(|(seq, _)| seq)
     }
@@ -399,13 +428,15 @@ impl Recording<'_> {
         };
         let complete_ns = self.recorder.now_ns();
         let mut log = self.recorder.queue.lock().expect("recorder lock");
-        if Recorder::queue_room(&log) {
+        if self.recorder.queue_room(&log) {
             log.dequeues.push(queue::Dequeue {
                 queue: queue_name.to_string(),
                 invoke_ns,
                 complete_ns,
                 outcome,
             });
+        } else {
+            self.recorder.drop_one();
         }
         drop(log);
         result
@@ -609,8 +640,15 @@ mod tests {
             views: Vec::new(),
         };
         assert!(recorder.record(op.clone()));
-        assert!(recorder.record(op));
+        assert!(recorder.record(op.clone()));
         let ids: Vec<u64> = recorder.ops().iter().map(|o| o.id).collect();
         assert_eq!(ids, vec![0, 1]);
+        assert_eq!((recorder.dropped(), recorder.full()), (0, false));
+        // Past its bound it records nothing more and counts what it did not record.
+        let small = Recorder { bound: 2, ..Recorder::default() };
+        assert!(small.record(op.clone()) && small.record(op.clone()));
+        assert!(small.full());
+        assert!(!small.record(op));
+        assert_eq!((small.ops().len(), small.dropped()), (2, 1));
     }
 }

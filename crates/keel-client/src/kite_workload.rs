@@ -18,7 +18,15 @@
 //! - **fetch-and-add** by 1 on one of the counters `k<i>`: FAAs are linearizable, so no two
 //!   acknowledged ones on a key return the same value before (`kite-faa-duplicate`), and
 //!   the counter read at the end (an acquire) is at least one past every value returned
-//!   and at most the number of FAAs that may have been applied (`kite-faa-final`).
+//!   and at most the number of FAAs that may have been applied (`kite-faa-final`);
+//! - **compare-and-swap increments** on one of the counters `c<i>`: a strong `KEEL.CAS`
+//!   from the value the session last saw to the next one (from absent to 1 at first); a
+//!   CAS that does not swap tells the session the current value for its next try. A swap
+//!   from `v` is an increment that found `v`, so the same two rules hold
+//!   (`kite-cas-duplicate`: two acknowledged swaps from one value; `kite-cas-final`).
+//!
+//! The sessions other than the writers spend half their operations on message passing,
+//! a quarter on FAAs and a quarter on CAS increments.
 //!
 //! A relaxed write, a release, an acquire or a read whose node cannot be reached fails
 //! (only FAAs are sent again at the next node), so both calls of a round or of a pair run
@@ -40,6 +48,8 @@ use std::time::{Duration, Instant};
 
 /// Counters the FAAs go to (`k0..`).
 pub const COUNTERS: u64 = 3;
+/// Counters the CAS increments go to (`c0..`).
+pub const CAS_COUNTERS: u64 = 2;
 /// Most violations described (all are counted).
 pub const VIOLATIONS_SHOWN_MAX: usize = 5;
 
@@ -61,9 +71,10 @@ pub struct KiteLog {
     pub ops: u64,
     /// Operations that failed (their outcome unknown or refused).
     pub failed: u64,
-    /// Per counter: the values before of its acknowledged FAAs.
+    /// Per counter: the value each of its acknowledged increments found (FAAs on
+    /// `k<i>`, swaps on `c<i>`).
     pub faa_before: BTreeMap<String, Vec<i64>>,
-    /// Per counter: FAAs whose outcome is unknown.
+    /// Per counter: increments whose outcome is unknown.
     pub faa_unknown: BTreeMap<String, u64>,
     /// FAAs refused (certainly not applied), and the first few errors, for a reader of
     /// a `kite-faa-final` violation.
@@ -145,6 +156,8 @@ pub struct KiteReport {
     pub failed: u64,
     /// Acknowledged FAAs.
     pub faas: usize,
+    /// Acknowledged CAS increments (swaps).
+    pub swaps: usize,
     /// Acquire-then-read pairs judged.
     pub pairs: u64,
     /// Violations, in total.
@@ -182,6 +195,8 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
             let writer = (s < nodes).then_some(s);
             let mut round = 0u64;
             let mut on = session.node();
+            // The value of each CAS counter this session last saw (absent: none).
+            let mut seen: BTreeMap<u64, Option<i64>> = BTreeMap::new();
             while Instant::now() < deadline && !progress.stop.load(Ordering::Relaxed) {
                 let ok = match writer {
                     Some(w) => {
@@ -194,12 +209,18 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
                         round += 1;
                         write_round(&mut session, pair, round, &log).await
                     }
-                    None if rng.below(2) == 0 => {
-                        let w = rng.below(nodes as u64);
-                        let g = generations[w as usize].load(Ordering::Relaxed);
-                        pair(&mut session, Pair { w, g }, &log).await
-                    }
-                    None => faa(&mut session, rng.below(COUNTERS), &log, origin).await,
+                    None => match rng.below(4) {
+                        0 | 1 => {
+                            let w = rng.below(nodes as u64);
+                            let g = generations[w as usize].load(Ordering::Relaxed);
+                            pair(&mut session, Pair { w, g }, &log).await
+                        }
+                        2 => faa(&mut session, rng.below(COUNTERS), &log, origin).await,
+                        _ => {
+                            cas_increment(&mut session, rng.below(CAS_COUNTERS), &mut seen, &log)
+                                .await
+                        }
+                    },
                 };
                 if !ok {
                     tokio::time::sleep(ERROR_PAUSE).await;
@@ -324,13 +345,66 @@ async fn faa(session: &mut KiteSession, i: u64, log: &Mutex<KiteLog>, origin: In
     ok
 }
 
+/// A strong CAS of `c<i>` from the value this session last saw (`seen`) to the next
+/// one; `false` if it failed.
+async fn cas_increment(
+    session: &mut KiteSession,
+    i: u64,
+    seen: &mut BTreeMap<u64, Option<i64>>,
+    log: &Mutex<KiteLog>,
+) -> bool {
+    let key = format!("c{i}");
+    let expected = seen.get(&i).copied().flatten();
+    let (expected_text, new) = (expected.map(|v| v.to_string()), expected.unwrap_or(0) + 1);
+    let result = session
+        .cas(
+            key.as_bytes(),
+            expected_text.as_deref().map(str::as_bytes),
+            new.to_string().as_bytes(),
+            true,
+        )
+        .await;
+    let mut log = log.lock().expect("kite log");
+    log.ops += 1;
+    log.failed += u64::from(result.is_err());
+    match &result {
+        Ok(cas) if cas.swapped => {
+            log.faa_before.entry(key).or_default().push(expected.unwrap_or(0));
+            seen.insert(i, Some(new));
+        }
+        Ok(cas) => {
+            let current = number(&cas.current).and_then(|n| i64::try_from(n).ok());
+            if current.is_none() {
+                log.found(format!("kite-cas-value: {key} holds {:?}, not a count", cas.current));
+            }
+            seen.insert(i, current.filter(|_| cas.current.is_some()));
+        }
+        Err(e) if e.outcome_unknown() => *log.faa_unknown.entry(key).or_default() += 1,
+        Err(_) => {}
+    }
+    result.is_ok()
+}
+
+/// The counters the final check reads: `k<i>` (FAAs) and `c<i>` (CAS increments).
+fn counters() -> impl Iterator<Item = String> {
+    (0..COUNTERS).map(|i| format!("k{i}")).chain((0..CAS_COUNTERS).map(|i| format!("c{i}")))
+}
+
+/// The names of the two rules for a counter's kind of increment.
+fn rules(key: &str) -> (&'static str, &'static str, &'static str) {
+    if key.starts_with('c') {
+        ("kite-cas-duplicate", "kite-cas-final", "swaps")
+    } else {
+        ("kite-faa-duplicate", "kite-faa-final", "FAAs")
+    }
+}
+
 /// Reads every counter with an acquire at the end, trying each node in turn (a few
 /// rounds): the values the final check compares against.
 pub async fn finals(client: &Arc<Client>) -> Result<BTreeMap<String, i64>, ClientError> {
     let nodes = client.config().nodes.len();
     let mut out = BTreeMap::new();
-    for i in 0..COUNTERS {
-        let key = format!("k{i}");
+    for key in counters() {
         let mut last = None;
         for attempt in 0..3 * nodes {
             let mut session = client.kite_session(attempt % nodes);
@@ -362,7 +436,18 @@ pub fn check(log: &KiteLog, finals: &BTreeMap<String, i64>) -> KiteReport {
     let mut report = KiteReport {
         ops: log.ops,
         failed: log.failed,
-        faas: log.faa_before.values().map(Vec::len).sum(),
+        faas: log
+            .faa_before
+            .iter()
+            .filter(|(k, _)| !k.starts_with('c'))
+            .map(|(_, v)| v.len())
+            .sum(),
+        swaps: log
+            .faa_before
+            .iter()
+            .filter(|(k, _)| k.starts_with('c'))
+            .map(|(_, v)| v.len())
+            .sum(),
         pairs: log.pairs,
         violations_total: log.violations_total,
         violations: log.violations.clone(),
@@ -371,10 +456,11 @@ pub fn check(log: &KiteLog, finals: &BTreeMap<String, i64>) -> KiteReport {
     let keys: std::collections::BTreeSet<&String> =
         log.faa_before.keys().chain(log.faa_unknown.keys()).chain(finals.keys()).collect();
     for key in keys {
+        let (duplicate, final_rule, what) = rules(key);
         let mut before = log.faa_before.get(key).cloned().unwrap_or_default();
         before.sort_unstable();
         for twice in before.windows(2).filter(|w| w[0] == w[1]) {
-            found(format!("kite-faa-duplicate: two FAAs on {key} both found {}", twice[0]));
+            found(format!("{duplicate}: two {what} on {key} both found {}", twice[0]));
         }
         let Some(&last) = finals.get(key) else { continue };
         let unknown = log.faa_unknown.get(key).copied().unwrap_or(0);
@@ -382,7 +468,7 @@ pub fn check(log: &KiteLog, finals: &BTreeMap<String, i64>) -> KiteReport {
         let at_least = before.last().map_or(0, |b| b + 1);
         if last < at_least || last as u64 > at_most {
             found(format!(
-                "kite-faa-final: {key} ends at {last}, after {} acknowledged FAAs (the largest value found {}) and {unknown} unknown",
+                "{final_rule}: {key} ends at {last}, after {} acknowledged {what} (the largest value found {}) and {unknown} unknown",
                 before.len(),
                 before.last().map_or("none".to_string(), i64::to_string),
             ));
@@ -429,6 +515,24 @@ mod tests {
         assert_eq!(kinds(check(&log(&[0, 1], 0), &finals(5))), ["kite-faa-final"]);
         // A counter nobody acknowledged must still not grow by itself.
         assert_eq!(kinds(check(&log(&[], 0), &finals(1))), ["kite-faa-final"]);
+    }
+
+    #[test]
+    fn cas_increments_are_judged_by_the_same_rules_under_their_own_names() {
+        let mut log = KiteLog::default();
+        log.faa_before.insert("c0".into(), vec![0, 1, 1]);
+        log.faa_before.insert("k0".into(), vec![0]);
+        let finals = BTreeMap::from([("c0".to_string(), 1), ("k0".to_string(), 1)]);
+        let report = check(&log, &finals);
+        assert_eq!((report.faas, report.swaps), (1, 3));
+        let kinds: Vec<&str> =
+            report.violations.iter().map(|v| v.split(':').next().unwrap()).collect();
+        // Two swaps from 1, and a counter that ends below what the swaps reached.
+        assert_eq!(kinds, ["kite-cas-duplicate", "kite-cas-final"]);
+        log.faa_before.insert("c0".into(), vec![1, 0]);
+        let finals = BTreeMap::from([("c0".to_string(), 2), ("k0".to_string(), 1)]);
+        assert_eq!(check(&log, &finals).verdict(), "ok");
+        assert_eq!(counters().collect::<Vec<_>>(), ["k0", "k1", "k2", "c0", "c1"]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   retryable errors) and [`Session`] (one logical client: operations one at a time,
 //!   writes deduplicated with `KEEL.REQ <client> <seq>` so a retry is applied at most
 //!   once).
-//! - [`correctable`]: [`Correctable`], one operation's views of increasing strength (a
+//! - [`correctable`](mod@crate::correctable): [`Correctable`], one operation's views of increasing strength (a
 //!   fast preliminary one, then the final one), with callbacks, a stream of views and
 //!   speculation; [`Client::invoke`] reads a key that way with one request
 //!   (`KEEL.INVOKE`), [`Client::invoke_get`] with one request per level.

@@ -104,7 +104,10 @@ pub async fn run(
             let mut rng = Rng(config.seed ^ (s as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407));
             let mut rec = Recording { session: client.session(), recorder: &recorder };
             let mut n = 0u64;
-            while Instant::now() < deadline && !progress.stop.load(Ordering::Relaxed) {
+            while Instant::now() < deadline
+                && !progress.stop.load(Ordering::Relaxed)
+                && !recorder.full()
+            {
                 n += 1;
                 let ok = one_op(&mut rec, &mut rng, &config, n).await;
                 progress.ops.fetch_add(1, Ordering::Relaxed);

@@ -122,6 +122,13 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
         .map(|s| s["counters"]["reads_with_round"].as_u64().unwrap_or(0))
         .sum();
     print_table(&ops, rounds, &verdicts);
+    let dropped = recorder.dropped();
+    if dropped > 0 {
+        // A history missing operations cannot be judged either way.
+        println!("history incomplete: {dropped} operations past the recorder's bound were not recorded; the verdicts above do not stand");
+        cluster.stop();
+        return Ok(false);
+    }
     if args.keep {
         println!(
             "history: {} (check it again: keel check --model keel --format keel FILE)",

@@ -610,6 +610,7 @@ async fn schedule(
         "ops": kite_log.ops,
         "failed": kite_log.failed,
         "faas": kite.as_ref().map(|k| k.faas),
+        "swaps": kite.as_ref().map(|k| k.swaps),
         "pairs": kite.as_ref().map(|k| k.pairs),
         "violations": kite.as_ref().map(|k| k.violations_total),
         "faas_refused": kite_log.faa_refused.0,
@@ -631,7 +632,16 @@ async fn schedule(
     }
     report["checks"] = checks(&verdicts);
     let kite_violations = kite.as_ref().map_or(0, |k| k.violations_total);
-    report["verdict"] = json!(if verdicts.violations() + kite_violations > 0 {
+    let dropped = recorder.dropped();
+    report["dropped_ops"] = json!(dropped);
+    if dropped > 0 {
+        // A history missing operations cannot be judged either way.
+        incomplete
+            .push(format!("{dropped} operations past the recorder's bound were not recorded"));
+    }
+    report["verdict"] = json!(if dropped > 0 {
+        "unknown"
+    } else if verdicts.violations() + kite_violations > 0 {
         "violation"
     } else if !incomplete.is_empty() {
         "unavailable"
@@ -641,6 +651,7 @@ async fn schedule(
         "unknown"
     });
     report["counterexample"] = match kite.as_ref().and_then(|k| k.violations.first()) {
+        _ if dropped > 0 => json!(incomplete.join("; ")),
         Some(first) if verdicts.violations() == 0 => json!(first),
         _ if verdicts.violations() == 0 && !incomplete.is_empty() => json!(incomplete.join("; ")),
         _ => counterexample(&verdicts),
