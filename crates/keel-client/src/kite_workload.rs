@@ -9,8 +9,8 @@
 //! generation `g + 1`: a moved session is a new one as far as ordering goes, and writes of
 //! two sessions to one key are ordered by their stamps, not by when they were made (an
 //! early version of this workload kept one pair across moves and took the old session's
-//! late write, which outranked the new one's, for a violation). The other sessions draw,
-//! half and half:
+//! late write, which outranked the new one's, for a violation). The other sessions draw
+//! among:
 //! - **message passing**: acquire the flag of a random writer's current generation, then
 //!   read its data relaxed on the same node. Release consistency says the read sees the
 //!   writes before the release the acquire read: `d >= f` (`kite-message-passing` when
@@ -29,7 +29,7 @@
 //! a quarter on FAAs and a quarter on CAS increments.
 //!
 //! A relaxed write, a release, an acquire or a read whose node cannot be reached fails
-//! (only FAAs are sent again at the next node), so both calls of a round or of a pair run
+//! (only FAAs and CASes are sent again at the next node), so both calls of a round or of a pair run
 //! on one node. A pair whose acquire found no flag yet is not counted as judged.
 //!
 //! Kite keeps its data in memory only: when a majority of the nodes loses its memory at
@@ -185,12 +185,14 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
     let deadline = origin + config.duration;
     // Each writer's generation: its pair's keys are `d<w>.<g>` and `f<w>.<g>`.
     let generations: Arc<Vec<AtomicU64>> = Arc::new((0..nodes).map(|_| 0.into()).collect());
-    let mut tasks = Vec::new();
+    // Sessions end with the set: a caller that gives up on the run (drops it) leaves none
+    // running.
+    let mut tasks = tokio::task::JoinSet::new();
     for s in 0..nodes * config.sessions_per_node.max(1) {
         let (client, log, progress) = (client.clone(), log.clone(), progress.clone());
         let generations = generations.clone();
         let mut rng = Rng(config.seed ^ (s as u64 + 1).wrapping_mul(0x6B69_7465_5345_5353));
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut session = client.kite_session(s % nodes);
             let writer = (s < nodes).then_some(s);
             let mut round = 0u64;
@@ -226,10 +228,10 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
                     tokio::time::sleep(ERROR_PAUSE).await;
                 }
             }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.expect("a kite session panicked");
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a kite session panicked");
     }
     let log = log.lock().expect("kite log").clone();
     log

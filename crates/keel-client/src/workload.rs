@@ -96,11 +96,13 @@ pub async fn run(
     );
     assert!(config.keys >= 1, "at least one key per family");
     let deadline = Instant::now() + config.duration;
-    let mut tasks = Vec::with_capacity(config.sessions);
+    // Sessions end with the set: a caller that gives up on the run (drops it) leaves none
+    // running.
+    let mut tasks = tokio::task::JoinSet::new();
     for s in 0..config.sessions {
         let (client, recorder, progress, config) =
             (client.clone(), recorder.clone(), progress.clone(), config.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut rng = Rng(config.seed ^ (s as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407));
             let mut rec = Recording { session: client.session(), recorder: &recorder };
             let mut n = 0u64;
@@ -116,10 +118,10 @@ pub async fn run(
                     tokio::time::sleep(ERROR_PAUSE).await;
                 }
             }
-        }));
+        });
     }
-    for task in tasks {
-        task.await.expect("a workload session panicked");
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a workload session panicked");
     }
 }
 

@@ -423,16 +423,18 @@ async fn torture(
         }
         let stage = Stage::new();
         let bound = args.schedule_bound.map_or(schedule_bound(seconds), Duration::from_secs);
-        let report = match tokio::time::timeout(
-            bound,
-            schedule(args, &cluster, seed, seconds, &stop, &stage),
-        )
-        .await
-        {
-            Ok(report) => report,
-            Err(_) => Ok(overran(&cluster, seed, bound, stage.get()).await),
+        let timed = schedule(args, &cluster, seed, seconds, &stop, &stage);
+        let (report, overrun) = match tokio::time::timeout(bound, timed).await {
+            Ok(report) => (report, false),
+            Err(_) => (Ok(overran(&cluster, seed, bound, stage.get()).await), true),
         };
         cluster.remove().await;
+        if overrun {
+            // A `docker run` cut short may still create its container after the removal
+            // above; it would hold an address the next schedule's nodes use.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            remove_labelled(run_id).await;
+        }
         if stop.load(Ordering::Relaxed) {
             summary.interrupted = true;
             break;
@@ -635,13 +637,16 @@ async fn schedule(
     let dropped = recorder.dropped();
     report["dropped_ops"] = json!(dropped);
     if dropped > 0 {
-        // A history missing operations cannot be judged either way.
+        // A history missing operations cannot be judged either way; the Kite checks keep
+        // their own complete log, so a Kite violation still stands.
         incomplete
             .push(format!("{dropped} operations past the recorder's bound were not recorded"));
     }
-    report["verdict"] = json!(if dropped > 0 {
+    report["verdict"] = json!(if kite_violations > 0 {
+        "violation"
+    } else if dropped > 0 {
         "unknown"
-    } else if verdicts.violations() + kite_violations > 0 {
+    } else if verdicts.violations() > 0 {
         "violation"
     } else if !incomplete.is_empty() {
         "unavailable"
@@ -651,13 +656,25 @@ async fn schedule(
         "unknown"
     });
     report["counterexample"] = match kite.as_ref().and_then(|k| k.violations.first()) {
+        Some(first) if verdicts.violations() == 0 || dropped > 0 => json!(first),
         _ if dropped > 0 => json!(incomplete.join("; ")),
-        Some(first) if verdicts.violations() == 0 => json!(first),
         _ if verdicts.violations() == 0 && !incomplete.is_empty() => json!(incomplete.join("; ")),
         _ => counterexample(&verdicts),
     };
     report["elapsed_s"] = json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0);
     Ok(report)
+}
+
+/// Removes every container of run `run` (by its label).
+async fn remove_labelled(run: &str) {
+    let label = format!("label=keel.torture={run}");
+    let Ok(listed) = docker(&["ps", "-aq", "--filter", &label]).await else { return };
+    let containers: Vec<&str> = listed.split_whitespace().collect();
+    if !containers.is_empty() {
+        let mut argv = vec!["rm", "-f", "-v"];
+        argv.extend(containers);
+        let _ = docker(&argv).await;
+    }
 }
 
 /// The report of a schedule that overran its `bound`: verdict `error`, the stage it was
