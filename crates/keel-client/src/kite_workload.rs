@@ -374,13 +374,15 @@ async fn cas_increment(
             log.faa_before.entry(key).or_default().push(expected.unwrap_or(0));
             seen.insert(i, Some(new));
         }
-        Ok(cas) => {
-            let current = number(&cas.current).and_then(|n| i64::try_from(n).ok());
-            if current.is_none() {
-                log.found(format!("kite-cas-value: {key} holds {:?}, not a count", cas.current));
+        // Not swapped: the current value is the next try's expected one.
+        Ok(cas) => match (&cas.current, number(&cas.current).and_then(|n| i64::try_from(n).ok())) {
+            (None, _) => drop(seen.insert(i, None)),
+            (Some(_), Some(n)) => drop(seen.insert(i, Some(n))),
+            (Some(value), None) => {
+                log.found(format!("kite-cas-value: {key} holds {value:?}, not a count"));
+                seen.remove(&i);
             }
-            seen.insert(i, current.filter(|_| cas.current.is_some()));
-        }
+        },
         Err(e) if e.outcome_unknown() => *log.faa_unknown.entry(key).or_default() += 1,
         Err(_) => {}
     }
@@ -392,9 +394,20 @@ fn counters() -> impl Iterator<Item = String> {
     (0..COUNTERS).map(|i| format!("k{i}")).chain((0..CAS_COUNTERS).map(|i| format!("c{i}")))
 }
 
+/// Whether `key` is one of the CAS counters (else an FAA counter).
+fn is_cas_counter(key: &str) -> bool {
+    key.starts_with('c')
+}
+
+/// Acknowledged increments on the CAS counters (`cas`) or on the FAA counters.
+fn increments(log: &KiteLog, cas: bool) -> usize {
+    let counted = log.faa_before.iter().filter(|(key, _)| is_cas_counter(key) == cas);
+    counted.map(|(_, found)| found.len()).sum()
+}
+
 /// The names of the two rules for a counter's kind of increment.
 fn rules(key: &str) -> (&'static str, &'static str, &'static str) {
-    if key.starts_with('c') {
+    if is_cas_counter(key) {
         ("kite-cas-duplicate", "kite-cas-final", "swaps")
     } else {
         ("kite-faa-duplicate", "kite-faa-final", "FAAs")
@@ -438,18 +451,8 @@ pub fn check(log: &KiteLog, finals: &BTreeMap<String, i64>) -> KiteReport {
     let mut report = KiteReport {
         ops: log.ops,
         failed: log.failed,
-        faas: log
-            .faa_before
-            .iter()
-            .filter(|(k, _)| !k.starts_with('c'))
-            .map(|(_, v)| v.len())
-            .sum(),
-        swaps: log
-            .faa_before
-            .iter()
-            .filter(|(k, _)| k.starts_with('c'))
-            .map(|(_, v)| v.len())
-            .sum(),
+        faas: increments(log, false),
+        swaps: increments(log, true),
         pairs: log.pairs,
         violations_total: log.violations_total,
         violations: log.violations.clone(),

@@ -126,8 +126,6 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
     if dropped > 0 {
         // A history missing operations cannot be judged either way.
         println!("history incomplete: {dropped} operations past the recorder's bound were not recorded; the verdicts above do not stand");
-        cluster.stop();
-        return Ok(false);
     }
     if args.keep {
         println!(
@@ -136,7 +134,7 @@ async fn demo(args: &DemoArgs, dir: &Path) -> anyhow::Result<bool> {
         );
     }
     cluster.stop();
-    Ok(verdicts.violations() == 0)
+    Ok(verdicts.violations() == 0 && dropped == 0)
 }
 
 fn addrs(cluster: &LocalCluster) -> String {

@@ -432,8 +432,8 @@ async fn torture(
         if overrun {
             // A `docker run` cut short may still create its container after the removal
             // above; it would hold an address the next schedule's nodes use.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            remove_labelled(run_id).await;
+            let run = run_id.to_string();
+            let _ = tokio::task::spawn_blocking(move || remove_late_containers(&run)).await;
         }
         if stop.load(Ordering::Relaxed) {
             summary.interrupted = true;
@@ -665,16 +665,40 @@ async fn schedule(
     Ok(report)
 }
 
-/// Removes every container of run `run` (by its label).
-async fn remove_labelled(run: &str) {
-    let label = format!("label=keel.torture={run}");
-    let Ok(listed) = docker(&["ps", "-aq", "--filter", &label]).await else { return };
-    let containers: Vec<&str> = listed.split_whitespace().collect();
-    if !containers.is_empty() {
-        let mut argv = vec!["rm", "-f", "-v"];
-        argv.extend(containers);
-        let _ = docker(&argv).await;
+/// Removes the containers of run `run` until none has been there for two checks in a
+/// row, half a second apart (at most ten seconds).
+fn remove_late_containers(run: &str) {
+    let mut quiet = 0;
+    for _ in 0..20 {
+        quiet = if remove_run_containers(run) == 0 { quiet + 1 } else { 0 };
+        if quiet == 2 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Lists `docker ARGS`'s output words (none if docker fails).
+fn docker_words(args: &[&str]) -> Vec<String> {
+    std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Removes every container of run `run` (by its label), with its volumes; how many there
+/// were.
+fn remove_run_containers(run: &str) -> usize {
+    let label = format!("label=keel.torture={run}");
+    let containers = docker_words(&["ps", "-aq", "--filter", &label]);
+    if !containers.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v"])
+            .args(&containers)
+            .output();
+    }
+    containers.len()
 }
 
 /// The report of a schedule that overran its `bound`: verdict `error`, the stage it was
@@ -1396,26 +1420,8 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let label = format!("label=keel.torture={}", self.run);
-        let list = |args: &[&str]| -> Vec<String> {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let containers = list(&["ps", "-aq", "--filter", &label]);
-        if !containers.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&containers)
-                .output();
-        }
-        for network in list(&["network", "ls", "-q", "--filter", &label]) {
+        remove_run_containers(&self.run);
+        for network in docker_words(&["network", "ls", "-q", "--filter", &label]) {
             let _ = std::process::Command::new("docker").args(["network", "rm", &network]).output();
         }
         // The nodes' file systems of `disk-full` schedules still mounted (after an error).
