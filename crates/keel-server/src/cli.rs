@@ -134,28 +134,23 @@ pub fn main(args: &ServerArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // Each keyspace's engine loop is a task: as many workers as cores, so that several
-    // keyspaces use several cores. Engine loops and peer links have a runtime of their
-    // own, so that client work cannot hold back heartbeats (see `node`).
+    // keyspaces use several cores. Loops, peer links and connections share the runtime
+    // (see `node`).
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
-    let runtime = |name: &str| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .thread_name(name)
-            .enable_all()
-            .build()
-            .expect("the tokio runtime starts")
-    };
-    let (clients, control) = (runtime("keel-client"), runtime("keel-control"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("keel-worker")
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
     let exit_with_stdin = args.exit_with_stdin;
-    let handle = control.handle().clone();
-    let result = clients.block_on(async move {
+    let result = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         spawn_stop_signals(stop_tx, exit_with_stdin);
-        crate::node::run(config, stop_rx, handle).await
+        crate::node::run(config, stop_rx).await
     });
     // Connections and peer links may still be parked: do not wait for them.
-    clients.shutdown_background();
-    control.shutdown_background();
+    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

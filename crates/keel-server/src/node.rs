@@ -7,13 +7,13 @@
 //! receiver task per inbound peer connection (every keyspace's messages share them), the
 //! client and HTTP listeners and a pair of tasks per client connection.
 //!
-//! The engine loops and the peer links run on a runtime of their own (the *control*
-//! runtime, threads `keel-control`), apart from the client connections and the HTTP
-//! endpoint: a burst of client work (hundreds of connections writing large replies) keeps
-//! the client runtime's threads busy, and on a shared runtime the loops' heartbeats and
-//! acknowledgements would wait behind it for longer than an election timeout, so that a
-//! loaded leader would be deposed. Apart, the operating system schedules the control
-//! threads as soon as they have work.
+//! Everything runs on one tokio runtime with a worker thread per core (`keel-worker`):
+//! a write's path (connection, engine loop, peer links, reply) crosses no runtime. Client
+//! work cannot hold back the loops' heartbeats because no client task runs long between
+//! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, and reads
+//! of a socket yield under tokio's cooperative budget. (With the loops and peer links on
+//! a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
+//! switches per write against 0.29 on one runtime; `docs/performance.md`.)
 
 use crate::config::{KeyspaceSpec, ServerConfig};
 use crate::driver::{monotonic_now, Driver, KeyspaceHandle, Keyspaces, Wiring};
@@ -159,13 +159,9 @@ fn link_settings(
     })
 }
 
-/// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a tokio runtime
-/// (the one client connections run on); the engine loops and peer links run on `control`.
-pub async fn run(
-    config: ServerConfig,
-    shutdown: watch::Receiver<bool>,
-    control: tokio::runtime::Handle,
-) -> Result<(), NodeError> {
+/// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a multi-threaded
+/// tokio runtime: every task of the node is spawned on it.
+pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
     config.validate()?;
     ensure_descriptors(&config)?;
     let specs = config.keyspace_specs()?;
@@ -184,7 +180,7 @@ pub async fn run(
     if !links.key.is_secret() {
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
-    let peers = Arc::new(start_peer_senders(&config, me, &links, &node_metrics, &control));
+    let peers = Arc::new(start_peer_senders(&config, me, &links, &node_metrics));
     let shared = Shared {
         config: &config,
         peers,
@@ -235,7 +231,7 @@ pub async fn run(
     let metrics = node_metrics.clone();
     let member_ips =
         config.members.iter().filter(|m| m.id != me.0).filter_map(|m| m.peer_addr.ip()).collect();
-    control.spawn(crate::peer::listener(
+    tokio::spawn(crate::peer::listener(
         me,
         peer_listener,
         inboxes,
@@ -282,8 +278,7 @@ pub async fn run(
     }
     tracing::info!(node = %me, clients = ?config.client_plaintext.then_some(config.client_addr), tls = ?config.client_tls_addr, peers = %config.peer_addr(),
         http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
-    let result = control
-        .spawn(run_loops(loops))
+    let result = tokio::spawn(run_loops(loops))
         .await
         .unwrap_or_else(|e| Err(format!("the engine loops ended abnormally: {e}")))
         .map_err(NodeError::Storage);
@@ -375,13 +370,12 @@ fn start_peer_senders(
     me: NodeId,
     links: &Arc<LinkSettings>,
     metrics: &Arc<Metrics>,
-    control: &tokio::runtime::Handle,
 ) -> PeerQueues {
     let mut queues = BTreeMap::new();
     for member in config.members.iter().filter(|m| m.id != me.0) {
         let (tx, rx) = mpsc::channel(config.peer_queue_max as usize);
         queues.insert(NodeId(member.id), tx);
-        control.spawn(crate::peer::sender(
+        tokio::spawn(crate::peer::sender(
             me,
             NodeId(member.id),
             member.peer_addr.clone(),

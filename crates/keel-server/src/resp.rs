@@ -46,6 +46,13 @@ pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// Reply bytes buffered before a write even if more replies are ready.
 pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 
+/// The most of a reply written in one go before the writer yields to the runtime's other
+/// tasks. The engine loops and peer links share the runtime with the connections (see
+/// `node`): without a bound, 300 connections each writing 1 MiB replies into loopback
+/// sockets kept both worker threads busy past a 300 ms election timeout and the leader was
+/// deposed (`docs/performance.md`, *Fewer hand-offs per write*).
+pub const WRITE_SLICE_BYTES: usize = 256 * 1024;
+
 /// What every connection shares.
 #[derive(Debug)]
 pub struct FrontDoor {
@@ -325,9 +332,14 @@ async fn write_within<W: AsyncWrite + Unpin>(
     stall: std::time::Duration,
 ) -> bool {
     while !bytes.is_empty() {
-        match tokio::time::timeout(stall, writer.write(bytes)).await {
+        let slice = &bytes[..bytes.len().min(WRITE_SLICE_BYTES)];
+        match tokio::time::timeout(stall, writer.write(slice)).await {
             Ok(Ok(n)) if n > 0 => bytes = &bytes[n..],
             _ => return false,
+        }
+        if !bytes.is_empty() {
+            // The engine loops share the runtime: let them in between slices.
+            tokio::task::yield_now().await;
         }
     }
     true
