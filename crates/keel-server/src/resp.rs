@@ -50,7 +50,7 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 /// tasks. The engine loops and peer links share the runtime with the connections (see
 /// `node`): without a bound, 300 connections each writing 1 MiB replies into loopback
 /// sockets kept both worker threads busy past a 300 ms election timeout and the leader was
-/// deposed (`docs/performance.md`, *Fewer hand-offs per write*).
+/// deposed (`docs/performance.md`, *One runtime, replies written in slices*).
 pub const WRITE_SLICE_BYTES: usize = 256 * 1024;
 
 /// What every connection shares.
@@ -423,4 +423,46 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     }
     let _ = out.flush(&mut writer).await;
     let _ = writer.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// Takes every byte offered and records how many each write offered.
+    #[derive(Default)]
+    struct Recording {
+        offered: Vec<usize>,
+    }
+
+    impl AsyncWrite for Recording {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.offered.push(buf.len());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_reply_is_written_in_slices_a_small_one_whole() {
+        let stall = std::time::Duration::from_secs(1);
+        let mut writer = Recording::default();
+        let large = vec![b'v'; 2 * WRITE_SLICE_BYTES + 10];
+        assert!(write_within(&mut writer, &large, stall).await);
+        assert_eq!(writer.offered, [WRITE_SLICE_BYTES, WRITE_SLICE_BYTES, 10]);
+        let mut writer = Recording::default();
+        assert!(write_within(&mut writer, b"+OK\r\n", stall).await);
+        assert_eq!(writer.offered, [5]);
+    }
 }
