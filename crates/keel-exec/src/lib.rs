@@ -9,6 +9,8 @@
 //! - [`front`]: [`Front`], on the engine loop: outputs to numbered operations and what
 //!   may leave now (hard state before messages, truncation clamping, snapshots).
 //! - [`worker`]: [`Worker`], on the disk: operations in order, one fsync per batch.
+//! - [`hold`]: [`AppendHold`], between the two in a server: appends merged for a moment,
+//!   so that a worker on a thread of its own is woken once for many steps.
 //! - [`virtual_disk`]: [`VirtualDisk`], the worker on virtual time (simulator, tests).
 //!
 //! A driver's loop, with a simulated disk standing in for files:
@@ -51,11 +53,13 @@
 //! ```
 
 pub mod front;
+pub mod hold;
 pub mod op;
 pub mod virtual_disk;
 pub mod worker;
 
 pub use front::{Completed, Effects, Front};
+pub use hold::{AppendHold, APPEND_HOLD_ENTRIES_MAX, APPEND_HOLD_NS};
 pub use op::{Completion, DiskInput, StorageOp};
 pub use virtual_disk::VirtualDisk;
 pub use worker::{Applied, Worker};

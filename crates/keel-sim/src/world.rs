@@ -25,7 +25,7 @@ use crate::rng::Rng;
 use keel_core::engine::{Input, Outputs, PersistedState};
 use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
-use keel_exec::{Completion, Front, VirtualDisk};
+use keel_exec::{AppendHold, Completion, Front, VirtualDisk};
 use keel_storage::SimFault;
 use keel_types::{LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
@@ -215,11 +215,19 @@ impl<M> Event<M> {
     }
 }
 
+/// A replica's append hold, as a server's engine loop has it.
+fn fresh_hold() -> AppendHold {
+    AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX)
+}
+
 /// One keyspace's replica on one node.
 struct Replica<E: SimEngine> {
     engine: Option<E>,
     front: Front<E::Message, ClientReply>,
     disk: VirtualDisk<SimDisk>,
+    /// Appends not yet handed to the disk, as a server's engine loop holds them (lost at
+    /// a crash, the process's memory).
+    hold: AppendHold,
     recovered: PersistedState,
     tick_at_ns: Option<u64>,
     disk_at_ns: Option<u64>,
@@ -269,6 +277,9 @@ pub struct WorldStats {
     pub crashes_after_fsync: u64,
     /// Messages a scripted rule dropped ([`World::set_message_rule`]).
     pub scripted_drops: u64,
+    /// Crashes that lost appends still held on the loop, never handed to the disk
+    /// (`keel_exec::AppendHold`).
+    pub held_appends_lost: u64,
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -383,6 +394,7 @@ impl<E: SimEngine> World<E> {
             engine: None,
             front,
             disk: VirtualDisk::new(SimDisk::new(config.hard_state_mode)),
+            hold: fresh_hold(),
             recovered: PersistedState::default(),
             tick_at_ns: None,
             disk_at_ns: None,
@@ -722,6 +734,13 @@ impl<E: SimEngine> World<E> {
             return; // superseded by an earlier schedule
         }
         replica.disk_at_ns = None;
+        if replica.hold.due_at().is_some_and(|due| due.0 <= now) {
+            let mut ops = Vec::with_capacity(1);
+            replica.hold.release(&mut ops);
+            if let Err(e) = replica.disk.submit(ops, now, cost) {
+                return self.storage_failed(node, &e.to_string());
+            }
+        }
         let completions = match replica.disk.poll(now, cost) {
             Ok(completions) => completions,
             Err(e) => return self.storage_failed(node, &e.to_string()),
@@ -776,7 +795,9 @@ impl<E: SimEngine> World<E> {
             return self.storage_failed(node, &format!("writing a snapshot: {e}"));
         }
         let op = replica.front.prepared(meta, data.len() as u64);
-        if let Err(e) = replica.disk.submit([op], now, cost) {
+        let mut ops = Vec::with_capacity(2);
+        replica.hold.push(Time(now), op, &mut ops);
+        if let Err(e) = replica.disk.submit(ops, now, cost) {
             return self.storage_failed(node, &e.to_string());
         }
         self.stats.snapshots_prepared += 1;
@@ -786,7 +807,10 @@ impl<E: SimEngine> World<E> {
     fn schedule_disk(&mut self, node: NodeId, ks: Keyspace) {
         let incarnation = self.node(node).incarnation;
         let replica = self.replica_mut(node, ks);
-        let Some(at) = replica.disk.next_due_ns() else { return };
+        let held = replica.hold.due_at().map(|due| due.0);
+        let Some(at) = [replica.disk.next_due_ns(), held].into_iter().flatten().min() else {
+            return;
+        };
         if replica.disk_at_ns.is_some_and(|t| t <= at) {
             return; // an earlier poll is already due
         }
@@ -922,7 +946,11 @@ impl<E: SimEngine> World<E> {
         let incarnation = self.node(node).incarnation;
         let replica = self.replica_mut(node, ks);
         let effects = replica.front.carry_out(out);
-        if let Err(e) = replica.disk.submit(effects.ops, now, cost) {
+        let mut ops = Vec::with_capacity(effects.ops.len());
+        for op in effects.ops {
+            replica.hold.push(Time(now), op, &mut ops);
+        }
+        if let Err(e) = replica.disk.submit(ops, now, cost) {
             // Nothing of this step leaves the node: it stops before sending it.
             return self.storage_failed(node, &e.to_string());
         }
@@ -1118,6 +1146,10 @@ impl<E: SimEngine> World<E> {
             replica.disk_at_ns = None;
             replica.pending_tags.clear();
             replica.disk.crash();
+            if !replica.hold.is_empty() {
+                self.stats.held_appends_lost += 1;
+            }
+            replica.hold = fresh_hold();
             replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail, keep_cache);
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
             self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);

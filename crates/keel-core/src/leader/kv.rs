@@ -23,6 +23,7 @@ use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
     RequestId, Value, Version, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -137,9 +138,10 @@ pub fn reused_request(client: ClientId, request: RequestId) -> KeelError {
 struct Undo {
     index: LogIndex,
     /// Each key the entry changed and what it held before, in the order of the changes
-    /// (one for a single write; a transaction's, which may change a key twice).
-    keys: Vec<(Key, Option<Item>)>,
-    dedup: Vec<(ClientId, Option<DedupSlot>)>,
+    /// (one for a single write; a transaction's, which may change a key twice). Inline
+    /// for one, as `dedup` is: a write then allocates nothing for its undo record.
+    keys: SmallVec<[(Key, Option<Item>); 1]>,
+    dedup: SmallVec<[(ClientId, Option<DedupSlot>); 1]>,
 }
 
 /// What applying a write entry produced.
@@ -232,7 +234,7 @@ impl Kv {
     pub fn apply(&mut self, entry: &Entry) -> Applied {
         assert_eq!(entry.index, self.applied.index.next(), "apply out of order");
         assert!(entry.epoch >= self.applied.epoch, "apply epochs go backwards");
-        let mut undo = Undo { index: entry.index, keys: Vec::new(), dedup: Vec::new() };
+        let mut undo = Undo { index: entry.index, keys: SmallVec::new(), dedup: SmallVec::new() };
         let applied = match &entry.payload {
             EntryPayload::Noop => Applied::Noop,
             EntryPayload::Write { client, request, command, .. } => Applied::Write(

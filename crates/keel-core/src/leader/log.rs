@@ -104,14 +104,16 @@ impl Log {
         let dropped = if self.epoch_at(meta.last_index) == Some(meta.last_epoch) {
             let drop =
                 usize::try_from(meta.last_index.0 - self.snapshot.last_index.0).expect("fits");
-            // Keeps the (short) tail, moves the head out whole: no per-entry work here.
-            let kept = self.entries.split_off(drop);
-            let dropped = std::mem::replace(&mut self.entries, kept);
+            // Moves the head out into a buffer of its own (the entries' handles, no
+            // per-entry drop here: the caller frees it off the loop). The log keeps its
+            // buffer and capacity: had it kept only the short tail, it would grow again
+            // from there after every snapshot, reallocating and copying as it doubled.
+            let dropped = self.entries.drain(..drop).collect();
             self.bytes = self.entries.iter().map(entry_bytes).sum();
             dropped
         } else {
             self.bytes = 0;
-            std::mem::take(&mut self.entries)
+            self.entries.drain(..).collect()
         };
         self.snapshot = meta;
         assert!(self.last_index() >= meta.last_index);
@@ -159,6 +161,26 @@ mod tests {
         log.compact_through(SnapshotMeta { last_index: LogIndex(5), last_epoch: Epoch(3) });
         assert!(log.is_empty());
         assert_eq!(log.last_index(), LogIndex(5));
+    }
+
+    #[test]
+    fn a_compaction_hands_back_the_head_and_keeps_the_buffer() {
+        let mut log = Log::default();
+        for index in 1..=1000 {
+            log.append(entry(1, index));
+        }
+        let capacity = log.entries.capacity();
+        let dropped =
+            log.compact_through(SnapshotMeta { last_index: LogIndex(990), last_epoch: Epoch(1) });
+        assert_eq!(dropped.len(), 990);
+        assert_eq!(dropped.back().map(|e| e.index), Some(LogIndex(990)));
+        assert_eq!(log.len(), 10);
+        assert_eq!(log.entry(LogIndex(991)).map(|e| e.index), Some(LogIndex(991)));
+        assert_eq!(log.entries.capacity(), capacity, "the log does not grow again from 10");
+        let all =
+            log.compact_through(SnapshotMeta { last_index: LogIndex(2000), last_epoch: Epoch(2) });
+        assert_eq!((all.len(), log.len()), (10, 0));
+        assert_eq!(log.entries.capacity(), capacity);
     }
 
     #[test]
