@@ -82,12 +82,6 @@ pub fn monotonic_now() -> Time {
     }
 }
 
-/// The `Instant` at engine time `at` (now, if `at` is past).
-fn instant_at(at: Time) -> Instant {
-    let now = monotonic_now();
-    Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
-}
-
 fn boottime_nanos() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .expect("CLOCK_BOOTTIME is readable");
@@ -331,11 +325,13 @@ where
     ) -> Result<(), String> {
         self.step(Input::Tick).await?;
         loop {
-            let tick_at = self.deadline();
-            let deadline = match self.appends.due_at() {
-                Some(due) => tick_at.min(instant_at(due)),
-                None => tick_at,
-            };
+            // The engine's clock and the runtime's, read once: engine times to instants.
+            let (now, now_at) = (monotonic_now(), Instant::now());
+            let at = |time: Time| now_at + Duration::from_nanos(time.0.saturating_sub(now.0));
+            // Without a wake-up asked for, tick anyway every second (harmless, bounded).
+            let tick_at = at(self.wake_at.unwrap_or(Time(now.0 + 1_000_000_000)));
+            let release_at = self.appends.due_at().map(at);
+            let deadline = release_at.map_or(tick_at, |release| release.min(tick_at));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -357,7 +353,7 @@ where
                 Some(prepared) = self.wiring.storage.prepared.recv() => {
                     let (meta, len) = prepared?;
                     let op = self.front.prepared(meta, len);
-                    self.queue(op).await?;
+                    self.queue(monotonic_now(), op).await?;
                 }
                 Some(event) = peer_events.recv() => {
                     let input = Input::Message { from: event.from, message: event.message };
@@ -368,13 +364,14 @@ where
                     None => return Ok(()),
                 },
                 () = tokio::time::sleep_until(deadline.into()) => {
-                    if self.appends.due_at().is_some_and(|due| due <= monotonic_now()) {
+                    let fired = Instant::now();
+                    if release_at.is_some_and(|release| release <= fired) {
                         self.release_appends().await?;
                     }
-                    if Instant::now() < tick_at {
+                    if fired < tick_at {
                         continue;
                     }
-                    let late = Instant::now().saturating_duration_since(tick_at);
+                    let late = fired.saturating_duration_since(tick_at);
                     if late >= SLOW_STEP {
                         // The loop was not scheduled in time (an overloaded host, or a
                         // runtime thread blocked): timers, heartbeats and leases slip.
@@ -401,12 +398,6 @@ where
         if !self.front.holding() && !self.view.open.load(Ordering::Relaxed) {
             self.view.open.store(true, Ordering::Release);
         }
-    }
-
-    fn deadline(&self) -> Instant {
-        // Without a wake-up asked for, tick anyway every second (harmless, bounded).
-        let now = monotonic_now();
-        instant_at(self.wake_at.unwrap_or(Time(now.0 + 1_000_000_000)))
     }
 
     /// Takes every completion waiting (the first one given) and hands each to the front;
@@ -539,7 +530,7 @@ where
             out
         };
         let stepped = started.elapsed();
-        let result = self.carry_out(out).await;
+        let result = self.carry_out(now, out).await;
         let total = started.elapsed();
         if total >= SLOW_STEP {
             // Long enough to cost leases or an election: say where the time went.
@@ -566,12 +557,12 @@ where
     }
 
     /// Hands `op` to the storage thread, after the appends held before it; an append
-    /// may be held instead (`appends`).
-    async fn queue(&mut self, op: (u64, StorageOp)) -> Result<(), String> {
+    /// may be held instead (`appends`), from `now` on.
+    async fn queue(&mut self, now: Time, op: (u64, StorageOp)) -> Result<(), String> {
         if matches!(op.1, StorageOp::Sync) {
             self.sync_asked.get_or_insert_with(Instant::now);
         }
-        self.appends.push(monotonic_now(), op, &mut self.handoff);
+        self.appends.push(now, op, &mut self.handoff);
         self.hand_over().await
     }
 
@@ -590,7 +581,11 @@ where
     }
 
     /// Carries out one step's outputs through the front.
-    async fn carry_out(&mut self, out: Outputs<E::Message, E::Reply>) -> Result<(), String> {
+    async fn carry_out(
+        &mut self,
+        now: Time,
+        out: Outputs<E::Message, E::Reply>,
+    ) -> Result<(), String> {
         let keyspace = self.wiring.keyspace;
         if let Some((meta, data)) = &out.snapshot {
             tracing::info!(%keyspace, index = meta.last_index.0, bytes = data.len(),
@@ -601,7 +596,7 @@ where
             self.wiring.node_metrics.rejected(keyspace, rejection.from, rejection.reason);
         }
         for op in effects.ops {
-            self.queue(op).await?;
+            self.queue(now, op).await?;
         }
         if let Some((meta, data)) = effects.prepare {
             // A snapshot this node took is written off the storage thread; the front

@@ -234,6 +234,23 @@ struct Replica<E: SimEngine> {
     pending_tags: BTreeSet<RequestTag>,
 }
 
+impl<E: SimEngine> Replica<E> {
+    /// Hands numbered operations to the disk through the append hold, as a server's
+    /// engine loop does.
+    fn submit(
+        &mut self,
+        ops: impl IntoIterator<Item = (u64, keel_exec::StorageOp)>,
+        now: u64,
+        cost: u64,
+    ) -> keel_storage::StorageResult<()> {
+        let mut ready = Vec::new();
+        for op in ops {
+            self.hold.push(Time(now), op, &mut ready);
+        }
+        self.disk.submit(ready, now, cost)
+    }
+}
+
 struct Node<E: SimEngine> {
     replicas: Vec<Replica<E>>,
     clock: NodeClock,
@@ -735,9 +752,9 @@ impl<E: SimEngine> World<E> {
         }
         replica.disk_at_ns = None;
         if replica.hold.due_at().is_some_and(|due| due.0 <= now) {
-            let mut ops = Vec::with_capacity(1);
-            replica.hold.release(&mut ops);
-            if let Err(e) = replica.disk.submit(ops, now, cost) {
+            let mut held = Vec::with_capacity(1);
+            replica.hold.release(&mut held);
+            if let Err(e) = replica.disk.submit(held, now, cost) {
                 return self.storage_failed(node, &e.to_string());
             }
         }
@@ -795,9 +812,7 @@ impl<E: SimEngine> World<E> {
             return self.storage_failed(node, &format!("writing a snapshot: {e}"));
         }
         let op = replica.front.prepared(meta, data.len() as u64);
-        let mut ops = Vec::with_capacity(2);
-        replica.hold.push(Time(now), op, &mut ops);
-        if let Err(e) = replica.disk.submit(ops, now, cost) {
+        if let Err(e) = replica.submit([op], now, cost) {
             return self.storage_failed(node, &e.to_string());
         }
         self.stats.snapshots_prepared += 1;
@@ -946,11 +961,7 @@ impl<E: SimEngine> World<E> {
         let incarnation = self.node(node).incarnation;
         let replica = self.replica_mut(node, ks);
         let effects = replica.front.carry_out(out);
-        let mut ops = Vec::with_capacity(effects.ops.len());
-        for op in effects.ops {
-            replica.hold.push(Time(now), op, &mut ops);
-        }
-        if let Err(e) = replica.disk.submit(ops, now, cost) {
+        if let Err(e) = replica.submit(effects.ops, now, cost) {
             // Nothing of this step leaves the node: it stops before sending it.
             return self.storage_failed(node, &e.to_string());
         }
