@@ -99,7 +99,7 @@ impl Pending {
         Pending { protocol, close: false, body: Body::Ready(frame) }
     }
 
-    fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
+    pub(crate) fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
         Pending { protocol, close: false, body: Body::Later(future) }
     }
 

@@ -34,8 +34,10 @@ use crate::driver::Keyspaces;
 use bytes::Bytes;
 use keel_types::Limits;
 use keel_wire::resp::{encode_shared, DecodeMode, Decoder, Frame, Protocol, RespLimits};
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
@@ -345,7 +347,6 @@ async fn write_within<W: AsyncWrite + Unpin>(
     true
 }
 
-/// Resolves replies in order and writes them, flushing when no reply is ready.
 /// Writes a `KEEL.INVOKE`'s preliminary views as they come, each flushed at once (the
 /// point is to show them before the final one), and returns the final reply; `None` if
 /// the client went away.
@@ -369,6 +370,9 @@ async fn relay_views<W: AsyncWrite + Unpin>(
     }
 }
 
+/// Resolves replies in order and writes them, flushing whenever the next reply is not
+/// ready: when none is queued, and before waiting for one still being computed (a read
+/// waiting for a durability round), so that the replies before it leave at once.
 async fn write_replies<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut pending: mpsc::Receiver<Pending>,
@@ -410,7 +414,19 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                 Some(frame) => frame,
                 None => return,
             },
-            None => next.resolve().await,
+            None => {
+                let mut reply = std::pin::pin!(next.resolve());
+                let polled = std::future::poll_fn(|cx| Poll::Ready(reply.as_mut().poll(cx)));
+                match polled.await {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending => {
+                        if out.len() > 0 && !out.flush(&mut writer).await {
+                            return;
+                        }
+                        reply.await
+                    }
+                }
+            }
         };
         resolved.0.one_more();
         out.push(&frame, protocol);
@@ -429,12 +445,14 @@ async fn write_replies<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use std::pin::Pin;
-    use std::task::{Context, Poll};
+    use std::task::Context;
 
-    /// Takes every byte offered and records how many each write offered.
+    /// Takes every byte offered and records how many each write offered, and the bytes
+    /// (shared, for a test to read while the writer runs).
     #[derive(Default)]
     struct Recording {
         offered: Vec<usize>,
+        written: Arc<std::sync::Mutex<Vec<u8>>>,
     }
 
     impl AsyncWrite for Recording {
@@ -444,6 +462,7 @@ mod tests {
             buf: &[u8],
         ) -> Poll<std::io::Result<usize>> {
             self.offered.push(buf.len());
+            self.written.lock().expect("not poisoned").extend_from_slice(buf);
             Poll::Ready(Ok(buf.len()))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -464,5 +483,30 @@ mod tests {
         let mut writer = Recording::default();
         assert!(write_within(&mut writer, b"+OK\r\n", stall).await);
         assert_eq!(writer.offered, [5]);
+    }
+
+    #[tokio::test]
+    async fn replies_ready_leave_before_the_writer_waits_for_a_later_one() {
+        let writer = Recording::default();
+        let written = writer.written.clone();
+        let (queue, pending) = mpsc::channel(8);
+        let task = tokio::spawn(write_replies(
+            writer,
+            pending,
+            Arc::new(Resolved::default()),
+            std::time::Duration::from_secs(5),
+        ));
+        // A reply that is ready, then one that never comes (a read waiting for a round),
+        // queued together as a pipeline's reader queues them.
+        queue.send(Pending::ready(Frame::ok(), Protocol::Resp2)).await.expect("open");
+        let never: commands::ReplyFuture = Box::pin(std::future::pending());
+        queue.send(Pending::later(never, Protocol::Resp2)).await.expect("open");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+        while written.lock().expect("not poisoned").is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "the ready reply was held back");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(written.lock().expect("not poisoned").as_slice(), b"+OK\r\n");
+        task.abort();
     }
 }
