@@ -113,7 +113,9 @@ fn reads_off_the_loop_without_the_read_point_check_serve_what_a_crash_loses() {
     // Reads answered between steps must pass the same check as reads in a step: their
     // key's update index at or below the read point. Without it they serve writes not
     // yet durable on the active set, which a crash can lose or a new leader can replace.
-    let found = first_failing_seed(|c| c.unchecked_view_reads = true);
+    // About 2% of seeds fail; the first is seed 238 (since followers stopped asking for an
+    // fsync per `Append` of a round, which moved the schedules), so search past it.
+    let found = first_failing_seed_within(400, |c| c.unchecked_view_reads = true);
     let (seed, violations) = found.expect("unchecked reads off the loop went unnoticed");
     assert!(
         violations.iter().any(|v| v.contains("monotonic") || v.contains("read-lost")),

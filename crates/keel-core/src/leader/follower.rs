@@ -88,8 +88,12 @@ impl Following {
         if let Lease::Granted { anchor } = lease {
             self.accept_grant(core, anchor);
         }
+        // Flush through the tail (everything buffered goes with it), unless the fsync
+        // already asked for covers `through`: every `Append` of a round carries it, and
+        // asking again for each one's new entries would queue an fsync the round does not
+        // need behind the one under way.
         if let Some(through) = flush_through {
-            if through > core.persisted_index() {
+            if through > core.persisted_index() && through > core.sync_requested {
                 core.request_sync(core.log.last_index());
             }
         }

@@ -31,6 +31,8 @@ struct Node {
     incarnation: u64,
     wake_at: Option<Time>,
     offset: u64,
+    /// Log fsyncs its disk completed.
+    log_syncs: u64,
 }
 
 /// A blank disk; `Cluster::boot` recovers it.
@@ -97,6 +99,7 @@ impl Cluster {
                 incarnation: 0,
                 wake_at: None,
                 offset: 5_000 * MS + u64::from(id.0) * 7 * MS,
+                log_syncs: 0,
             };
             cluster.nodes.insert(id, node);
             cluster.boot(id);
@@ -337,6 +340,9 @@ impl Cluster {
         let n = self.nodes.get_mut(&id).unwrap();
         if n.engine.is_none() {
             return;
+        }
+        if matches!(completion, Completion::Synced { .. }) {
+            n.log_syncs += 1;
         }
         let done = n.front.complete(completion);
         self.release(id, done.messages, done.replies);
@@ -849,6 +855,33 @@ fn concurrent_reads_share_one_durability_round() {
     );
     let again = c.get(leader, "c", ReadLevel::Monotonic);
     assert!(!c.reply(again).expect("served at once").durability_round, "only the first read pays");
+}
+
+#[test]
+fn a_follower_fsyncs_once_for_a_round_not_once_per_append_during_it() {
+    // No background flush in the window: every fsync counted is the round's.
+    let mut c = Cluster::new(3, 5, |config| config.flush_interval = Span::from_millis(60_000));
+    let leader = c.await_leader();
+    c.run_for(100);
+    c.fsync = 30 * MS;
+    c.put(leader, "a", "1", Durability::Memory);
+    let followers: Vec<NodeId> = ids(3).into_iter().filter(|id| *id != leader).collect();
+    let syncs =
+        |c: &Cluster| -> Vec<u64> { followers.iter().map(|f| c.nodes[f].log_syncs).collect() };
+    let before = syncs(&c);
+    let read = c.get(leader, "a", ReadLevel::Monotonic);
+    // While the round's fsyncs are under way, more writes reach the followers, each in an
+    // `Append` that carries the round's `flush_through`.
+    for i in 0..5 {
+        c.run_for(3);
+        c.put(leader, &format!("k{i}"), "1", Durability::Memory);
+    }
+    assert!(c.await_reply(read, 500).durability_round);
+    c.run_for(100);
+    let after = syncs(&c);
+    for (f, (b, a)) in followers.iter().zip(before.iter().zip(&after)) {
+        assert_eq!(a - b, 1, "follower {f}: one fsync for the round");
+    }
 }
 
 #[test]
