@@ -448,11 +448,12 @@ mod tests {
     use std::task::Context;
 
     /// Takes every byte offered and records how many each write offered, and the bytes
-    /// (shared, for a test to read while the writer runs).
+    /// (shared, for a test to read while the writer runs; `wrote` is notified per write).
     #[derive(Default)]
     struct Recording {
         offered: Vec<usize>,
         written: Arc<std::sync::Mutex<Vec<u8>>>,
+        wrote: Arc<tokio::sync::Notify>,
     }
 
     impl AsyncWrite for Recording {
@@ -463,6 +464,7 @@ mod tests {
         ) -> Poll<std::io::Result<usize>> {
             self.offered.push(buf.len());
             self.written.lock().expect("not poisoned").extend_from_slice(buf);
+            self.wrote.notify_one();
             Poll::Ready(Ok(buf.len()))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -488,7 +490,7 @@ mod tests {
     #[tokio::test]
     async fn replies_ready_leave_before_the_writer_waits_for_a_later_one() {
         let writer = Recording::default();
-        let written = writer.written.clone();
+        let (written, wrote) = (writer.written.clone(), writer.wrote.clone());
         let (queue, pending) = mpsc::channel(8);
         let task = tokio::spawn(write_replies(
             writer,
@@ -501,11 +503,8 @@ mod tests {
         queue.send(Pending::ready(Frame::ok(), Protocol::Resp2)).await.expect("open");
         let never: commands::ReplyFuture = Box::pin(std::future::pending());
         queue.send(Pending::later(never, Protocol::Resp2)).await.expect("open");
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
-        while written.lock().expect("not poisoned").is_empty() {
-            assert!(tokio::time::Instant::now() < deadline, "the ready reply was held back");
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let bound = std::time::Duration::from_secs(2);
+        tokio::time::timeout(bound, wrote.notified()).await.expect("the ready reply was held back");
         assert_eq!(written.lock().expect("not poisoned").as_slice(), b"+OK\r\n");
         task.abort();
     }

@@ -88,14 +88,11 @@ impl Following {
         if let Lease::Granted { anchor } = lease {
             self.accept_grant(core, anchor);
         }
-        // Flush through the tail (everything buffered goes with it), unless the fsync
-        // already asked for covers `through`: every `Append` of a round carries it, and
-        // asking again for each one's new entries would queue an fsync the round does not
-        // need behind the one under way.
+        // An fsync through `through` (it flushes everything written before it). Every
+        // `Append` of a round carries the same `through`: one already asked for covers
+        // it, and `request_sync` asks no second one behind it.
         if let Some(through) = flush_through {
-            if through > core.persisted_index() && through > core.sync_requested {
-                core.request_sync(core.log.last_index());
-            }
+            core.request_sync(through);
         }
         self.send_reply(core, true);
     }
