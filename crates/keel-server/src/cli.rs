@@ -133,10 +133,11 @@ pub fn main(args: &ServerArgs) -> ExitCode {
     if args.check {
         return ExitCode::SUCCESS;
     }
-    // Each keyspace's engine loop is a task: as many workers as cores, so that several
-    // keyspaces use several cores. Loops, peer links and connections share the runtime
-    // (see `node`).
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    // Each keyspace's engine loop is a task: as many workers as cores unless configured,
+    // so that several keyspaces use several cores. Loops, peer links and connections
+    // share the runtime (see `node`).
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let workers = config.worker_threads.map_or(cores, |n| n as usize);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("keel-worker")

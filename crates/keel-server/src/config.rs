@@ -575,6 +575,11 @@ pub struct ServerConfig {
     /// would go past it is answered with `BUSY` instead.
     #[serde(default = "forwarded_replies_bytes_max_default")]
     pub forwarded_replies_bytes_max: u64,
+    /// Threads of the node's runtime, which runs its engine loops, peer links and client
+    /// connections; `None`: one per core. Nodes sharing a machine (a local cluster) each
+    /// take their share of its cores: more threads than cores cost wake-ups across them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_threads: Option<u32>,
     /// Whether connections answer reads that need no step themselves, off the engine
     /// loop (`docs/protocol.md` §7); `false` sends every request through the loop.
     #[serde(default = "reads_off_loop_default")]
@@ -785,6 +790,7 @@ impl ServerConfig {
             client_output_timeout_ms: client_output_timeout_ms_default(),
             client_request_buffers_bytes_max: client_request_buffers_bytes_max_default(),
             forwarded_replies_bytes_max: forwarded_replies_bytes_max_default(),
+            worker_threads: None,
             reads_off_loop: true,
             protected_mode: true,
             users: Vec::new(),
@@ -932,6 +938,9 @@ impl ServerConfig {
         }
         if self.peer_pending_max == 0 || self.peer_pending_max > 1024 {
             return Err(invalid("peer_pending_max", "must be in 1..=1024"));
+        }
+        if self.worker_threads.is_some_and(|n| n == 0 || n > 1024) {
+            return Err(invalid("worker_threads", "must be in 1..=1024"));
         }
         Ok(())
     }
@@ -1232,6 +1241,21 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
         assert!(config.to_toml().contains("peer_addr = \"keel-1.keel:7479\""));
+    }
+
+    #[test]
+    fn worker_threads_are_one_per_core_unless_set_and_at_least_one() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        assert_eq!(config.worker_threads, None);
+        assert!(!config.to_toml().contains("worker_threads"), "absent: one per core");
+        config.cluster_secret_file = Some("/etc/keel/cluster.secret".into());
+        for bad in [0, 1025] {
+            config.worker_threads = Some(bad);
+            assert!(config.validate().unwrap_err().to_string().contains("worker_threads"));
+        }
+        config.worker_threads = Some(1);
+        config.validate().unwrap();
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }
 
     #[test]

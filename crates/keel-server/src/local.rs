@@ -113,6 +113,15 @@ pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Runtime threads for each of `nodes` nodes sharing this machine: its cores divided
+/// among them, at least one. A node alone on a machine takes a thread per core; here that
+/// would run several times as many threads as cores, and they would wake each other
+/// across cores for every message (measured in `docs/performance.md`).
+pub fn worker_threads_each(nodes: u32) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (u32::try_from(cores).unwrap_or(u32::MAX) / nodes.max(1)).max(1)
+}
+
 impl LocalCluster {
     /// Writes a configuration per node under `dir` (tweaked by `tweak`) and starts
     /// every node. `base_port`: `None` finds a free block.
@@ -152,10 +161,12 @@ impl LocalCluster {
             }
         };
         let secret = ensure_cluster_secret(dir)?;
+        let workers = worker_threads_each(nodes);
         let configs: Vec<ServerConfig> = (1..=nodes)
             .map(|id| {
                 let mut config = ServerConfig::local(nodes, id, base, dir);
                 config.cluster_secret_file = Some(secret.clone());
+                config.worker_threads = Some(workers);
                 tweak(&mut config);
                 config
             })
@@ -500,6 +511,17 @@ mod tests {
         assert!(lock.try_lock().is_err(), "a held block is locked against other draws");
         drop(blocks);
         assert!(lock.try_lock().is_ok(), "a dropped reservation frees its block");
+    }
+
+    #[test]
+    fn nodes_sharing_a_machine_divide_its_cores_each_keeping_one() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        for nodes in [3, 5, 7] {
+            let each = worker_threads_each(nodes);
+            assert!(each >= 1, "{nodes} nodes");
+            assert!(each * nodes <= cores.max(nodes), "{nodes} nodes, {each} each, {cores} cores");
+            assert!((each + 1) * nodes > cores, "no core left over");
+        }
     }
 
     #[test]
