@@ -81,6 +81,9 @@ pub const PEER_DELAY_MS_MAX: u64 = 10_000;
 pub const EMULATED_FSYNC_DELAY_US_MAX: u64 = 1_000_000;
 /// Most keyspaces one node hosts (each has an engine loop, a storage thread and files).
 pub const KEYSPACES_MAX: usize = 64;
+/// Fewest runtime threads a node runs (`worker_threads`): with one, a flood of large
+/// replies held a leader's peer links past the election timeout.
+pub const WORKER_THREADS_MIN: u32 = 2;
 /// Highest keyspace id (what `SELECT` takes; Redis clients use small numbers).
 pub const KEYSPACE_ID_MAX: u32 = 1023;
 /// Longest keyspace name.
@@ -576,8 +579,9 @@ pub struct ServerConfig {
     #[serde(default = "forwarded_replies_bytes_max_default")]
     pub forwarded_replies_bytes_max: u64,
     /// Threads of the node's runtime, which runs its engine loops, peer links and client
-    /// connections; `None`: one per core. Nodes sharing a machine (a local cluster) each
-    /// take their share of its cores: more threads than cores cost wake-ups across them.
+    /// connections, at least [`WORKER_THREADS_MIN`]; `None`: one per core. Nodes sharing a
+    /// machine (a local cluster) each take their share of its cores: more threads than
+    /// cores cost wake-ups across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_threads: Option<u32>,
     /// Whether connections answer reads that need no step themselves, off the engine
@@ -939,8 +943,11 @@ impl ServerConfig {
         if self.peer_pending_max == 0 || self.peer_pending_max > 1024 {
             return Err(invalid("peer_pending_max", "must be in 1..=1024"));
         }
-        if self.worker_threads.is_some_and(|n| n == 0 || n > 1024) {
-            return Err(invalid("worker_threads", "must be in 1..=1024"));
+        if self.worker_threads.is_some_and(|n| !(WORKER_THREADS_MIN..=1024).contains(&n)) {
+            return Err(invalid(
+                "worker_threads",
+                format!("must be in {WORKER_THREADS_MIN}..=1024"),
+            ));
         }
         Ok(())
     }
@@ -1244,16 +1251,16 @@ mod tests {
     }
 
     #[test]
-    fn worker_threads_are_one_per_core_unless_set_and_at_least_one() {
+    fn worker_threads_are_one_per_core_unless_set_and_at_least_two() {
         let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
         assert_eq!(config.worker_threads, None);
         assert!(!config.to_toml().contains("worker_threads"), "absent: one per core");
         config.cluster_secret_file = Some("/etc/keel/cluster.secret".into());
-        for bad in [0, 1025] {
+        for bad in [0, 1, 1025] {
             config.worker_threads = Some(bad);
             assert!(config.validate().unwrap_err().to_string().contains("worker_threads"));
         }
-        config.worker_threads = Some(1);
+        config.worker_threads = Some(2);
         config.validate().unwrap();
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }

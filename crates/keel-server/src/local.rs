@@ -7,7 +7,7 @@
 //! SIGKILL, the pipes close and every node stops, so no node outlives its cluster.
 //! Dropping a [`LocalCluster`] kills what is still running.
 
-use crate::config::{local_addrs, ServerConfig};
+use crate::config::{local_addrs, ServerConfig, WORKER_THREADS_MIN};
 use keel_wire::Frame;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -114,12 +114,14 @@ pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Runtime threads for each of `nodes` nodes sharing this machine: its cores divided
-/// among them, at least one. A node alone on a machine takes a thread per core; here that
-/// would run several times as many threads as cores, and they would wake each other
-/// across cores for every message (measured in `docs/performance.md`).
+/// among them, at least two each. A node alone on a machine takes a thread per core; here
+/// that would run several times as many threads as cores, which wake each other across
+/// cores for every message. Not fewer than two: with one, a flood of large replies held
+/// the peer links past the election timeout (`docs/performance.md`, "One runtime thread
+/// per node's share of the cores").
 pub fn worker_threads_each(nodes: u32) -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (u32::try_from(cores).unwrap_or(u32::MAX) / nodes.max(1)).max(1)
+    (u32::try_from(cores).unwrap_or(u32::MAX) / nodes.max(1)).max(WORKER_THREADS_MIN)
 }
 
 impl LocalCluster {
@@ -514,12 +516,15 @@ mod tests {
     }
 
     #[test]
-    fn nodes_sharing_a_machine_divide_its_cores_each_keeping_one() {
+    fn nodes_sharing_a_machine_divide_its_cores_each_keeping_two() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         for nodes in [3, 5, 7] {
             let each = worker_threads_each(nodes);
-            assert!(each >= 1, "{nodes} nodes");
-            assert!(each * nodes <= cores.max(nodes), "{nodes} nodes, {each} each, {cores} cores");
+            assert!(each >= WORKER_THREADS_MIN, "{nodes} nodes");
+            assert!(
+                each * nodes <= cores.max(WORKER_THREADS_MIN * nodes),
+                "{nodes} nodes, {each} each, {cores} cores"
+            );
             assert!((each + 1) * nodes > cores, "no core left over");
         }
     }

@@ -8,7 +8,8 @@
 //! client and HTTP listeners and a pair of tasks per client connection.
 //!
 //! Everything runs on one tokio runtime with a worker thread per core (`keel-worker`;
-//! `worker_threads` sets how many, and a local cluster gives each node its share):
+//! `worker_threads` sets how many, at least two, and a local cluster gives each node its
+//! share of the cores):
 //! a write's path (connection, engine loop, peer links, reply) crosses no runtime. Client
 //! work cannot hold back the loops' heartbeats because no client task runs long between
 //! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, and reads
