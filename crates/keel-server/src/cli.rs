@@ -136,9 +136,8 @@ pub fn main(args: &ServerArgs) -> ExitCode {
     // Each keyspace's engine loop is a task: as many workers as cores unless configured,
     // so that several keyspaces use several cores. Loops, peer links and connections
     // share the runtime (see `node`).
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
-    let cores = cores.max(crate::config::WORKER_THREADS_MIN) as usize;
-    let workers = config.worker_threads.map_or(cores, |n| n as usize);
+    let workers = config.worker_threads.unwrap_or(crate::config::machine_cores());
+    let workers = workers.max(crate::config::WORKER_THREADS_MIN) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("keel-worker")

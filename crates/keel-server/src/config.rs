@@ -84,6 +84,10 @@ pub const KEYSPACES_MAX: usize = 64;
 /// Fewest runtime threads a node runs (`worker_threads`): with one, a flood of large
 /// replies held a leader's peer links past the election timeout.
 pub const WORKER_THREADS_MIN: u32 = 2;
+/// This machine's cores, as the runtime counts them (1 when it cannot tell).
+pub fn machine_cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+}
 /// Highest keyspace id (what `SELECT` takes; Redis clients use small numbers).
 pub const KEYSPACE_ID_MAX: u32 = 1023;
 /// Longest keyspace name.

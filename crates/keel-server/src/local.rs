@@ -7,7 +7,7 @@
 //! SIGKILL, the pipes close and every node stops, so no node outlives its cluster.
 //! Dropping a [`LocalCluster`] kills what is still running.
 
-use crate::config::{local_addrs, ServerConfig, WORKER_THREADS_MIN};
+use crate::config::{local_addrs, machine_cores, ServerConfig, WORKER_THREADS_MIN};
 use keel_wire::Frame;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -120,8 +120,7 @@ pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
 /// the peer links past the election timeout (`docs/performance.md`, "One runtime thread
 /// per node's share of the cores").
 pub fn worker_threads_each(nodes: u32) -> u32 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (u32::try_from(cores).unwrap_or(u32::MAX) / nodes.max(1)).max(WORKER_THREADS_MIN)
+    (machine_cores() / nodes.max(1)).max(WORKER_THREADS_MIN)
 }
 
 impl LocalCluster {
@@ -517,7 +516,7 @@ mod tests {
 
     #[test]
     fn nodes_sharing_a_machine_divide_its_cores_each_keeping_two() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let cores = machine_cores();
         for nodes in [3, 5, 7] {
             let each = worker_threads_each(nodes);
             assert!(each >= WORKER_THREADS_MIN, "{nodes} nodes");

@@ -10,10 +10,11 @@
 //! Everything runs on one tokio runtime with a worker thread per core (`keel-worker`;
 //! `worker_threads` sets how many, at least two, and a local cluster gives each node its
 //! share of the cores):
-//! a write's path (connection, engine loop, peer links, reply) crosses no runtime. Client
-//! work cannot hold back the loops' heartbeats because no client task runs long between
+//! a write's path (connection, engine loop, peer links, reply) crosses no runtime. So that
+//! client work does not hold back the loops' heartbeats, no client task runs long between
 //! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, and reads
-//! of a socket yield under tokio's cooperative budget. (With the loops and peer links on
+//! of a socket yield under tokio's cooperative budget (a flood of unread 1 MiB replies
+//! still deposed a leader in 1 run of 9; `docs/performance.md`). (With the loops and peer links on
 //! a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
 //! switches per write against 0.29 on one runtime; `docs/performance.md`.)
 
