@@ -5,16 +5,19 @@
 //! Tasks and threads of a node with `k` keyspaces: `k` engine loops (tasks, so several
 //! keyspaces use several cores), `k` storage threads, one sender task per peer and one
 //! receiver task per inbound peer connection (every keyspace's messages share them), the
-//! client and HTTP listeners and a pair of tasks per client connection.
+//! client and HTTP listeners, a pair of tasks per client connection, and the bulk
+//! runtime's threads.
 //!
 //! Everything runs on one tokio runtime with a worker thread per core (`keel-worker`;
 //! `worker_threads` sets how many, at least two, and a local cluster gives each node its
 //! share of the cores):
 //! a write's path (connection, engine loop, peer links, reply) crosses no runtime. So that
 //! client work does not hold back the loops' heartbeats, no client task runs long between
-//! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, and reads
-//! of a socket yield under tokio's cooperative budget (a flood of unread 1 MiB replies
-//! still deposed a leader in 1 run of 9; `docs/performance.md`). (With the loops and peer links on
+//! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, reads
+//! of a socket yield under tokio's cooperative budget, and a flush longer than
+//! `resp::BULK_WRITE_MIN` is written from a small runtime of its own ([`BulkRuntime`],
+//! `keel-bulk`), so that a flood of large replies does not queue ahead of the loops
+//! (with slices alone it deposed a leader in 1 run of 9; `docs/performance.md`). (With the loops and peer links on
 //! a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
 //! switches per write against 0.29 on one runtime; `docs/performance.md`.)
 
@@ -68,6 +71,43 @@ impl NodeError {
 pub fn fresh_seed() -> u64 {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     Jitter::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
+}
+
+/// The runtime that writes clients' long flushes (`resp::BULK_WRITE_MIN`), apart from
+/// the runtime of the engine loops, peer links and connections: a quarter of the node's
+/// runtime threads, at least one. Shut down without waiting when the node stops (a
+/// runtime may not be dropped from another's task).
+struct BulkRuntime(Option<tokio::runtime::Runtime>);
+
+impl BulkRuntime {
+    fn start(config: &ServerConfig) -> BulkRuntime {
+        let workers = config.worker_threads.unwrap_or_else(crate::config::machine_cores);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads((workers as usize / 4).max(1))
+            .thread_name("keel-bulk")
+            .enable_all()
+            .build();
+        match runtime {
+            Ok(runtime) => BulkRuntime(Some(runtime)),
+            Err(e) => {
+                // Long flushes are then written from the connections' own tasks.
+                tracing::warn!(reason = %e, "no bulk runtime");
+                BulkRuntime(None)
+            }
+        }
+    }
+
+    fn handle(&self) -> Option<tokio::runtime::Handle> {
+        self.0.as_ref().map(|runtime| runtime.handle().clone())
+    }
+}
+
+impl Drop for BulkRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// File descriptors a node keeps beyond one per client connection: listeners, the
@@ -252,7 +292,9 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     if loopback_only && !config.client_addr.ip().is_loopback() {
         tracing::warn!("protected mode: no [[users]], so only loopback clients are served");
     }
+    let bulk = BulkRuntime::start(&config);
     let door = Arc::new(FrontDoor {
+        bulk: bulk.handle(),
         users,
         loopback_only,
         keyspaces: keyspaces.clone(),

@@ -55,6 +55,12 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 /// deposed (`docs/performance.md`, *One runtime, replies written in slices*).
 pub const WRITE_SLICE_BYTES: usize = 256 * 1024;
 
+/// A flush of more bytes than this (a large value, or several) is written from the
+/// node's bulk runtime, not from the connection's task: the engine loops and peer links
+/// share the connections' runtime, and a flood of large replies queued ahead of them
+/// there held a leader's heartbeats past the election timeout.
+pub const BULK_WRITE_MIN: usize = WRITE_SLICE_BYTES;
+
 /// What every connection shares.
 #[derive(Debug)]
 pub struct FrontDoor {
@@ -81,6 +87,9 @@ pub struct FrontDoor {
     pub slots: Arc<Semaphore>,
     /// Seeds client ids.
     pub id_seed: std::sync::Mutex<crate::peer::Jitter>,
+    /// The node's bulk runtime, which writes flushes longer than [`BULK_WRITE_MIN`]
+    /// (`None`: every write on the connection's own task).
+    pub bulk: Option<tokio::runtime::Handle>,
 }
 
 /// What one connection holds of the request buffers' budget (a connection growing its
@@ -202,8 +211,9 @@ where
 {
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
     let resolved = Arc::new(Resolved::default());
+    let sink = Sink { writer: Some(writer), bulk: door.bulk.clone() };
     let write_task =
-        tokio::spawn(write_replies(writer, pending, resolved.clone(), door.output_timeout));
+        tokio::spawn(write_replies(sink, pending, resolved.clone(), door.output_timeout));
     let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
     let (keyspaces, limits, users) =
         (door.keyspaces.clone(), door.limits.clone(), door.users.clone());
@@ -293,6 +303,11 @@ struct Output {
 }
 
 impl Output {
+    /// Nothing to write (allocates nothing).
+    fn empty(stall: std::time::Duration) -> Output {
+        Output { own: Vec::new(), shared: Vec::new(), shared_bytes: 0, stall }
+    }
+
     fn len(&self) -> usize {
         self.own.len() + self.shared_bytes
     }
@@ -347,20 +362,66 @@ async fn write_within<W: AsyncWrite + Unpin>(
     true
 }
 
+/// Where a connection's replies go: its socket's write half, written from the
+/// connection's task, or from the bulk runtime for a flush longer than
+/// [`BULK_WRITE_MIN`].
+struct Sink<W> {
+    /// `None` only after a bulk write was lost with the bulk runtime (the node stops).
+    writer: Option<W>,
+    bulk: Option<tokio::runtime::Handle>,
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Sink<W> {
+    /// Writes everything in `out`; `false` when the connection failed or stalled.
+    async fn flush(&mut self, out: &mut Output) -> bool {
+        let bulk = match &self.bulk {
+            Some(bulk) if out.len() > BULK_WRITE_MIN => bulk,
+            _ => {
+                return match self.writer.as_mut() {
+                    Some(writer) => out.flush(writer).await,
+                    None => false,
+                };
+            }
+        };
+        let Some(mut writer) = self.writer.take() else { return false };
+        let mut taken = std::mem::replace(out, Output::empty(out.stall));
+        // The task gives the writer and the buffers back; it ends within the stall bound
+        // even if this connection's task is dropped meanwhile.
+        let written = bulk.spawn(async move {
+            let ok = taken.flush(&mut writer).await;
+            (writer, taken, ok)
+        });
+        match written.await {
+            Ok((writer, taken, ok)) => {
+                self.writer = Some(writer);
+                *out = taken;
+                ok
+            }
+            Err(_) => false, // the bulk runtime is shutting down with the node
+        }
+    }
+
+    async fn shutdown(self) {
+        if let Some(mut writer) = self.writer {
+            let _ = writer.shutdown().await;
+        }
+    }
+}
+
 /// Writes a `KEEL.INVOKE`'s preliminary views as they come, each flushed at once (the
 /// point is to show them before the final one), and returns the final reply; `None` if
 /// the client went away.
-async fn relay_views<W: AsyncWrite + Unpin>(
+async fn relay_views<W: AsyncWrite + Unpin + Send + 'static>(
     mut views: mpsc::Receiver<commands::View>,
     out: &mut Output,
-    writer: &mut W,
+    sink: &mut Sink<W>,
     protocol: Protocol,
 ) -> Option<Frame> {
     loop {
         match views.recv().await {
             Some(commands::View::Push(frame)) => {
                 out.push(&frame, protocol);
-                if !out.flush(writer).await {
+                if !sink.flush(out).await {
                     return None;
                 }
             }
@@ -373,8 +434,8 @@ async fn relay_views<W: AsyncWrite + Unpin>(
 /// Resolves replies in order and writes them, flushing whenever the next reply is not
 /// ready: when none is queued, and before waiting for one still being computed (a read
 /// waiting for a durability round), so that the replies before it leave at once.
-async fn write_replies<W: AsyncWrite + Unpin>(
-    mut writer: W,
+async fn write_replies<W: AsyncWrite + Unpin + Send + 'static>(
+    mut sink: Sink<W>,
     mut pending: mpsc::Receiver<Pending>,
     resolved: Arc<Resolved>,
     stall: std::time::Duration,
@@ -396,7 +457,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         let next = match pending.try_recv() {
             Ok(next) => next,
             Err(mpsc::error::TryRecvError::Empty) => {
-                if out.len() > 0 && !out.flush(&mut writer).await {
+                if out.len() > 0 && !sink.flush(&mut out).await {
                     return;
                 }
                 match pending.recv().await {
@@ -410,7 +471,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         let close = next.close;
         let mut next = next;
         let frame: Frame = match next.take_views() {
-            Some(views) => match relay_views(views, &mut out, &mut writer, protocol).await {
+            Some(views) => match relay_views(views, &mut out, &mut sink, protocol).await {
                 Some(frame) => frame,
                 None => return,
             },
@@ -420,7 +481,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                 match polled.await {
                     Poll::Ready(frame) => frame,
                     Poll::Pending => {
-                        if out.len() > 0 && !out.flush(&mut writer).await {
+                        if out.len() > 0 && !sink.flush(&mut out).await {
                             return;
                         }
                         reply.await
@@ -433,12 +494,12 @@ async fn write_replies<W: AsyncWrite + Unpin>(
         if close {
             break;
         }
-        if out.len() >= WRITE_BUFFER_BYTES_MAX && !out.flush(&mut writer).await {
+        if out.len() >= WRITE_BUFFER_BYTES_MAX && !sink.flush(&mut out).await {
             return;
         }
     }
-    let _ = out.flush(&mut writer).await;
-    let _ = writer.shutdown().await;
+    let _ = sink.flush(&mut out).await;
+    sink.shutdown().await;
 }
 
 #[cfg(test)]
@@ -447,11 +508,13 @@ mod tests {
     use std::pin::Pin;
     use std::task::Context;
 
-    /// Takes every byte offered and records how many each write offered, and the bytes
-    /// (shared, for a test to read while the writer runs; `wrote` is notified per write).
+    /// Takes every byte offered and records how many each write offered, on which
+    /// thread, and the bytes (shared, for a test to read while the writer runs; `wrote` is
+    /// notified per write).
     #[derive(Default)]
     struct Recording {
         offered: Vec<usize>,
+        threads: Vec<String>,
         written: Arc<std::sync::Mutex<Vec<u8>>>,
         wrote: Arc<tokio::sync::Notify>,
     }
@@ -463,6 +526,8 @@ mod tests {
             buf: &[u8],
         ) -> Poll<std::io::Result<usize>> {
             self.offered.push(buf.len());
+            let thread = std::thread::current().name().unwrap_or_default().to_string();
+            self.threads.push(thread);
             self.written.lock().expect("not poisoned").extend_from_slice(buf);
             self.wrote.notify_one();
             Poll::Ready(Ok(buf.len()))
@@ -487,13 +552,49 @@ mod tests {
         assert_eq!(writer.offered, [5]);
     }
 
+    #[test]
+    fn a_flush_longer_than_a_slice_is_written_on_the_bulk_runtime_a_short_one_in_place() {
+        let bulk = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("test-bulk")
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let main =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        main.block_on(async {
+            let stall = std::time::Duration::from_secs(1);
+            let mut sink =
+                Sink { writer: Some(Recording::default()), bulk: Some(bulk.handle().clone()) };
+            let mut out = Output::empty(stall);
+            out.push(&Frame::ok(), Protocol::Resp2);
+            assert!(sink.flush(&mut out).await);
+            assert_eq!(out.len(), 0, "flushed");
+            let here = std::thread::current().name().unwrap_or_default().to_string();
+            assert_eq!(sink.writer.as_ref().expect("kept").threads, [here]);
+            let large = Frame::Bulk(Bytes::from(vec![b'v'; BULK_WRITE_MIN + 1]));
+            out.push(&large, Protocol::Resp2);
+            assert!(sink.flush(&mut out).await);
+            assert_eq!(out.len(), 0, "flushed");
+            let threads = &sink.writer.as_ref().expect("given back").threads;
+            assert!(threads.len() > 2, "{threads:?}");
+            assert!(threads[1..].iter().all(|t| t == "test-bulk"), "{threads:?}");
+            // Once the bulk runtime is gone, a long flush fails instead of hanging.
+            let mut sink =
+                Sink { writer: Some(Recording::default()), bulk: Some(bulk.handle().clone()) };
+            bulk.shutdown_background();
+            out.push(&large, Protocol::Resp2);
+            assert!(!sink.flush(&mut out).await);
+        });
+    }
+
     #[tokio::test]
     async fn replies_ready_leave_before_the_writer_waits_for_a_later_one() {
         let writer = Recording::default();
         let (written, wrote) = (writer.written.clone(), writer.wrote.clone());
         let (queue, pending) = mpsc::channel(8);
         let task = tokio::spawn(write_replies(
-            writer,
+            Sink { writer: Some(writer), bulk: None },
             pending,
             Arc::new(Resolved::default()),
             std::time::Duration::from_secs(5),

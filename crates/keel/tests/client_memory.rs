@@ -148,9 +148,25 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
     let base = rss(pid);
     let mb = |bytes: u64| bytes as f64 / MIB as f64;
 
+    let epoch = |i: usize| {
+        common::sample(
+            &common::scrape(cluster.configs[i].http_addr.unwrap()),
+            "keel_epoch{keyspace=\"0\"}",
+        )
+    };
+    let epoch_first = epoch(leader);
+
     // 1. 300 connections each pipeline 1,024 GETs of the 1 MiB value and read nothing.
     let get = command(&[b"GET", b"big"]).repeat(1024);
     let (unread, started) = flood_unread(&cluster, leader, &get);
+    // Client work must not hold back the leader's heartbeats past an election timeout.
+    if epoch(leader) != epoch_first {
+        common::dump_logs(&cluster);
+        panic!(
+            "the flood of unread replies moved leadership: epoch {epoch_first:?} -> {:?}",
+            epoch(leader)
+        );
+    }
     eprintln!(
         "unread replies: 300 connections x 1024 GETs of 1 MiB: peak +{:.0} MiB, all closed after {:?}",
         mb(unread),
@@ -162,12 +178,6 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
     // PEER_BULK_QUEUED_BYTES_MAX of them per link (a short BUSY goes instead), the
     // follower holds at most forwarded_replies_bytes_max of them for its clients.
     let follower = (leader + 1) % cluster.configs.len();
-    let epoch = |i: usize| {
-        common::sample(
-            &common::scrape(cluster.configs[i].http_addr.unwrap()),
-            "keel_epoch{keyspace=\"0\"}",
-        )
-    };
     let epoch_before = epoch(leader);
     let (forwarded, started) = flood_unread(&cluster, follower, &get);
     let shed = common::sample(
