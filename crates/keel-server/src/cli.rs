@@ -136,8 +136,7 @@ pub fn main(args: &ServerArgs) -> ExitCode {
     // Each keyspace's engine loop is a task: as many workers as cores unless configured,
     // so that several keyspaces use several cores. Loops, peer links and connections
     // share the runtime (see `node`).
-    let workers = config.worker_threads.unwrap_or(crate::config::machine_cores());
-    let workers = workers.max(crate::config::WORKER_THREADS_MIN) as usize;
+    let workers = crate::config::runtime_threads(config.worker_threads) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("keel-worker")

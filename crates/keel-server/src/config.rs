@@ -88,6 +88,18 @@ pub const WORKER_THREADS_MIN: u32 = 2;
 pub fn machine_cores() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
 }
+
+/// Threads of a node's runtime: `worker_threads`, else one per core, at least
+/// [`WORKER_THREADS_MIN`].
+pub fn runtime_threads(worker_threads: Option<u32>) -> u32 {
+    worker_threads.unwrap_or_else(machine_cores).max(WORKER_THREADS_MIN)
+}
+
+/// Threads of a node's bulk runtime (long client flushes): a quarter of its runtime's,
+/// at least one.
+pub fn bulk_threads(runtime_threads: u32) -> u32 {
+    (runtime_threads / 4).max(1)
+}
 /// Highest keyspace id (what `SELECT` takes; Redis clients use small numbers).
 pub const KEYSPACE_ID_MAX: u32 = 1023;
 /// Longest keyspace name.
@@ -1252,6 +1264,16 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
         assert!(config.to_toml().contains("peer_addr = \"keel-1.keel:7479\""));
+    }
+
+    #[test]
+    fn the_bulk_runtime_has_a_quarter_of_the_runtime_threads_and_at_least_one() {
+        assert_eq!(runtime_threads(Some(8)), 8);
+        assert_eq!(runtime_threads(Some(1)), WORKER_THREADS_MIN);
+        assert!(runtime_threads(None) >= machine_cores().max(WORKER_THREADS_MIN));
+        assert_eq!(bulk_threads(2), 1);
+        assert_eq!(bulk_threads(8), 2);
+        assert_eq!(bulk_threads(16), 4);
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! of a socket yield under tokio's cooperative budget, and a flush longer than
 //! `resp::BULK_WRITE_MIN` is written from a small runtime of its own ([`BulkRuntime`],
 //! `keel-bulk`), so that a flood of large replies does not queue ahead of the loops
-//! (with slices alone it deposed a leader in 1 run of 9; `docs/performance.md`). (With the loops and peer links on
-//! a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
+//! (with slices alone it deposed a leader in 1 run of 9; `docs/performance.md`). (With
+//! the loops and peer links on a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
 //! switches per write against 0.29 on one runtime; `docs/performance.md`.)
 
 use crate::config::{KeyspaceSpec, ServerConfig};
@@ -81,9 +81,10 @@ struct BulkRuntime(Option<tokio::runtime::Runtime>);
 
 impl BulkRuntime {
     fn start(config: &ServerConfig) -> BulkRuntime {
-        let workers = config.worker_threads.unwrap_or_else(crate::config::machine_cores);
+        let threads =
+            crate::config::bulk_threads(crate::config::runtime_threads(config.worker_threads));
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads((workers as usize / 4).max(1))
+            .worker_threads(threads as usize)
             .thread_name("keel-bulk")
             .enable_all()
             .build();

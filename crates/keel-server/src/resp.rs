@@ -374,19 +374,15 @@ struct Sink<W> {
 impl<W: AsyncWrite + Unpin + Send + 'static> Sink<W> {
     /// Writes everything in `out`; `false` when the connection failed or stalled.
     async fn flush(&mut self, out: &mut Output) -> bool {
+        let Some(writer) = self.writer.as_mut() else { return false };
         let bulk = match &self.bulk {
             Some(bulk) if out.len() > BULK_WRITE_MIN => bulk,
-            _ => {
-                return match self.writer.as_mut() {
-                    Some(writer) => out.flush(writer).await,
-                    None => false,
-                };
-            }
+            _ => return out.flush(writer).await,
         };
         let Some(mut writer) = self.writer.take() else { return false };
         let mut taken = std::mem::replace(out, Output::empty(out.stall));
-        // The task gives the writer and the buffers back; it ends within the stall bound
-        // even if this connection's task is dropped meanwhile.
+        // The task gives the writer and the buffers back. If this connection's task is
+        // dropped meanwhile it still ends: once written, or when a write stalls.
         let written = bulk.spawn(async move {
             let ok = taken.flush(&mut writer).await;
             (writer, taken, ok)

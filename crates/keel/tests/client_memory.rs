@@ -178,7 +178,6 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
     // PEER_BULK_QUEUED_BYTES_MAX of them per link (a short BUSY goes instead), the
     // follower holds at most forwarded_replies_bytes_max of them for its clients.
     let follower = (leader + 1) % cluster.configs.len();
-    let epoch_before = epoch(leader);
     let (forwarded, started) = flood_unread(&cluster, follower, &get);
     let shed = common::sample(
         &common::scrape(cluster.configs[leader].http_addr.unwrap()),
@@ -194,7 +193,7 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
         "forwarded reads: 300 connections x 1024 GETs of 1 MiB at a follower: peak +{:.0} MiB, {shed} replies shed by the leader's link, {refused} refused by the follower's budget, all closed after {:?}; leader's epoch {:?} -> {:?}",
         mb(forwarded),
         started,
-        epoch_before,
+        epoch_first,
         epoch(leader),
     );
     assert!(shed + refused > 0.0, "the bounds on forwarded replies were reached");
