@@ -67,6 +67,10 @@ pub struct CommonArgs {
     /// that much more. 0 (the default): the disk as it is. Other systems are unaffected.
     #[arg(long, default_value_t = 0)]
     pub emulated_fsync_us: u64,
+    /// Keel only: every node's background fsync period in milliseconds (`[engine]
+    /// flush_interval_ms`); absent, the server's default. Other systems are unaffected.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub flush_interval_ms: Option<u64>,
     /// Keel only: the cluster hosts this many ORCA keyspaces (leaders spread over the
     /// nodes), every record is loaded into each, and client `i` works in keyspace
     /// `i mod N`. Other systems are unaffected.
@@ -250,6 +254,7 @@ async fn execute_plan(
     );
     let keel = systems::KeelSettings {
         emulated_fsync_us: common.emulated_fsync_us,
+        flush_interval_ms: common.flush_interval_ms,
         keyspaces: plan.keyspaces,
     };
     let (running, target) =
@@ -270,6 +275,7 @@ async fn execute_plan(
         records: spec.record_count,
         emulated_fsync_us: Some(common.emulated_fsync_us)
             .filter(|us| *us > 0 && plan.system == System::Keel),
+        flush_interval_ms: common.flush_interval_ms.filter(|_| plan.system == System::Keel),
         keyspaces: Some(plan.keyspaces).filter(|k| *k > 1 && plan.system == System::Keel),
         seed: common.seed,
     };
@@ -399,5 +405,12 @@ mod tests {
             .unwrap();
         let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
         assert_eq!(suite.common.emulated_fsync_us, 1500);
+        assert_eq!(suite.common.flush_interval_ms, None, "the server's default");
+        let w = Wrapper::try_parse_from(["keel", "suite", "orca", "--flush-interval-ms", "20"])
+            .unwrap();
+        let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
+        assert_eq!(suite.common.flush_interval_ms, Some(20));
+        let zero = ["keel", "suite", "orca", "--flush-interval-ms", "0"];
+        assert!(Wrapper::try_parse_from(zero).is_err(), "a zero period is refused");
     }
 }

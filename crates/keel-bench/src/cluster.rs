@@ -360,9 +360,13 @@ pub fn start_keel(
 ) -> Result<KeelCluster, ClusterError> {
     let dir = temp_dir("keel");
     let fsync_us = settings.emulated_fsync_us;
+    let flush_interval_ms = settings.flush_interval_ms;
     let keyspaces = settings.keyspaces.max(1);
     let tweak = |config: &mut keel_server::config::ServerConfig| {
         config.storage.emulated_fsync_delay_us = fsync_us;
+        if flush_interval_ms.is_some() {
+            config.engine.flush_interval_ms = flush_interval_ms;
+        }
         if keyspaces > 1 {
             config.keyspaces =
                 (0..keyspaces).map(keel_server::config::KeyspaceSettings::orca).collect();

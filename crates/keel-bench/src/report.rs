@@ -50,6 +50,9 @@ pub struct RunRecord {
     /// Keel: the emulated delay added to each log fsync (`--emulated-fsync-us`), when on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulated_fsync_us: Option<u64>,
+    /// Keel: the background fsync period (`--flush-interval-ms`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_interval_ms: Option<u64>,
     /// Keel: the keyspaces the clients spread over (`--keyspaces`), when more than one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyspaces: Option<u32>,
@@ -72,6 +75,8 @@ pub struct RunLabel {
     pub records: u64,
     /// Keel: the emulated fsync delay, when on.
     pub emulated_fsync_us: Option<u64>,
+    /// Keel: the background fsync period, when set.
+    pub flush_interval_ms: Option<u64>,
     /// Keel: the keyspaces, when more than one.
     pub keyspaces: Option<u32>,
     /// Seed.
@@ -109,6 +114,7 @@ impl RunRecord {
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
             emulated_fsync_us: label.emulated_fsync_us,
+            flush_interval_ms: label.flush_interval_ms,
             keyspaces: label.keyspaces,
             seed: label.seed,
         }
@@ -198,6 +204,7 @@ mod tests {
             workload: "a".into(),
             records: 1000,
             emulated_fsync_us: None,
+            flush_interval_ms: None,
             keyspaces: None,
             seed: 1,
         }

@@ -449,6 +449,7 @@ mod tests {
             reads_with_durability_round_pct: None,
             server_rss_kib_max: None,
             emulated_fsync_us: None,
+            flush_interval_ms: None,
             keyspaces: None,
             seed: 1,
         }

@@ -171,6 +171,8 @@ fn unknown(system: System, config: &str) -> SetupError {
 pub struct KeelSettings {
     /// Test emulation: microseconds added to every log fsync (0: none).
     pub emulated_fsync_us: u64,
+    /// The background fsync period in milliseconds (`None`: the server's default).
+    pub flush_interval_ms: Option<u64>,
     /// ORCA keyspaces the cluster hosts (clients spread over them).
     pub keyspaces: u32,
 }

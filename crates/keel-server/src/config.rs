@@ -81,9 +81,11 @@ pub const PEER_DELAY_MS_MAX: u64 = 10_000;
 pub const EMULATED_FSYNC_DELAY_US_MAX: u64 = 1_000_000;
 /// Most keyspaces one node hosts (each has an engine loop, a storage thread and files).
 pub const KEYSPACES_MAX: usize = 64;
-/// Fewest runtime threads a node runs (`worker_threads`): with one, a flood of large
-/// replies held a leader's peer links past the election timeout.
-pub const WORKER_THREADS_MIN: u32 = 2;
+/// Fewest runtime threads a node runs (`worker_threads`). One is enough since long
+/// client flushes leave for the bulk runtime (before it, a flood of large replies held a
+/// one-thread leader's peer links past the election timeout), and on a machine its nodes
+/// share it is the fastest setting (`docs/performance.md`, *One thread per node again*).
+pub const WORKER_THREADS_MIN: u32 = 1;
 /// This machine's cores, as the runtime counts them (1 when it cannot tell).
 pub fn machine_cores() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
@@ -1269,7 +1271,7 @@ mod tests {
     #[test]
     fn the_bulk_runtime_has_a_quarter_of_the_runtime_threads_and_at_least_one() {
         assert_eq!(runtime_threads(Some(8)), 8);
-        assert_eq!(runtime_threads(Some(1)), WORKER_THREADS_MIN);
+        assert_eq!(runtime_threads(Some(1)), 1);
         assert!(runtime_threads(None) >= machine_cores().max(WORKER_THREADS_MIN));
         assert_eq!(bulk_threads(2), 1);
         assert_eq!(bulk_threads(8), 2);
@@ -1277,17 +1279,19 @@ mod tests {
     }
 
     #[test]
-    fn worker_threads_are_one_per_core_unless_set_and_at_least_two() {
+    fn worker_threads_are_one_per_core_unless_set_and_at_least_one() {
         let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
         assert_eq!(config.worker_threads, None);
         assert!(!config.to_toml().contains("worker_threads"), "absent: one per core");
         config.cluster_secret_file = Some("/etc/keel/cluster.secret".into());
-        for bad in [0, 1, 1025] {
+        for bad in [0, 1025] {
             config.worker_threads = Some(bad);
             assert!(config.validate().unwrap_err().to_string().contains("worker_threads"));
         }
-        config.worker_threads = Some(2);
-        config.validate().unwrap();
+        for good in [1, 2] {
+            config.worker_threads = Some(good);
+            config.validate().unwrap();
+        }
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }
 

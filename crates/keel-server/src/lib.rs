@@ -25,7 +25,7 @@
 //! - [`local`]: a local cluster of `keel server` processes (`keel up`, `keel demo`, tests).
 //! - [`cli`]: `keel server`'s flags, logging, signals and exit codes.
 //!
-//! Threads: the tokio runtime (a worker per core, at least two) runs every keyspace's
+//! Threads: the tokio runtime (a worker per core, or `worker_threads`) runs every keyspace's
 //! engine loop, the peer senders and receivers, the listeners and a pair of tasks per
 //! connection; each keyspace's storage thread blocks in fsync so that no worker does.
 //! `docs/operations.md` is the operator's guide.

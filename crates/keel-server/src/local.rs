@@ -114,11 +114,10 @@ pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Runtime threads for each of `nodes` nodes sharing this machine: its cores divided
-/// among them, at least two each. A node alone on a machine takes a thread per core; here
-/// that would run several times as many threads as cores, which wake each other across
-/// cores for every message. Not fewer than two: with one, a flood of large replies held
-/// the peer links past the election timeout (`docs/performance.md`, "One runtime thread
-/// per node's share of the cores").
+/// among them, at least one each (three nodes on two cores: one each). A node alone on a
+/// machine takes a thread per core; here that would run several times as many threads as
+/// cores, which wake each other across cores for every message (`docs/performance.md`,
+/// "One runtime thread per node's share of the cores" and "One thread per node again").
 pub fn worker_threads_each(nodes: u32) -> u32 {
     (machine_cores() / nodes.max(1)).max(WORKER_THREADS_MIN)
 }
@@ -515,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn nodes_sharing_a_machine_divide_its_cores_each_keeping_two() {
+    fn nodes_sharing_a_machine_divide_its_cores_each_keeping_one() {
         let cores = machine_cores();
         for nodes in [3, 5, 7] {
             let each = worker_threads_each(nodes);

@@ -9,8 +9,8 @@
 //! runtime's threads.
 //!
 //! Everything runs on one tokio runtime with a worker thread per core (`keel-worker`;
-//! `worker_threads` sets how many, at least two, and a local cluster gives each node its
-//! share of the cores):
+//! `worker_threads` sets how many, at least one, and a local cluster gives each node its
+//! share of the cores, one each for three nodes on two cores):
 //! a write's path (connection, engine loop, peer links, reply) crosses no runtime. So that
 //! client work does not hold back the loops' heartbeats, no client task runs long between
 //! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, reads
