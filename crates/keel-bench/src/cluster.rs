@@ -352,6 +352,18 @@ impl Drop for KeelCluster {
     }
 }
 
+/// Writes `settings` into one node's configuration.
+fn apply(settings: &crate::systems::KeelSettings, config: &mut keel_server::config::ServerConfig) {
+    config.storage.emulated_fsync_delay_us = settings.emulated_fsync_us;
+    if let Some(ms) = settings.flush_interval_ms {
+        config.engine.flush_interval_ms = Some(ms);
+    }
+    if settings.keyspaces > 1 {
+        config.keyspaces =
+            (0..settings.keyspaces).map(keel_server::config::KeyspaceSettings::orca).collect();
+    }
+}
+
 /// Starts a three-node Keel cluster from the binary `exe` with `settings` and waits for
 /// its leader.
 pub fn start_keel(
@@ -359,19 +371,7 @@ pub fn start_keel(
     settings: &crate::systems::KeelSettings,
 ) -> Result<KeelCluster, ClusterError> {
     let dir = temp_dir("keel");
-    let fsync_us = settings.emulated_fsync_us;
-    let flush_interval_ms = settings.flush_interval_ms;
-    let keyspaces = settings.keyspaces.max(1);
-    let tweak = |config: &mut keel_server::config::ServerConfig| {
-        config.storage.emulated_fsync_delay_us = fsync_us;
-        if flush_interval_ms.is_some() {
-            config.engine.flush_interval_ms = flush_interval_ms;
-        }
-        if keyspaces > 1 {
-            config.keyspaces =
-                (0..keyspaces).map(keel_server::config::KeyspaceSettings::orca).collect();
-        }
-    };
+    let tweak = |config: &mut keel_server::config::ServerConfig| apply(settings, config);
     let cluster = LocalCluster::start(exe, NODES as u32, &dir, None, tweak)
         .map_err(|source| ClusterError::Spawn { what: "keel".into(), source })?;
     let mut leaders = Vec::new();
@@ -569,6 +569,27 @@ mod tests {
             let _ = stream.shutdown().await;
         });
         addr
+    }
+
+    #[test]
+    fn settings_reach_every_node_configuration_and_its_engine() {
+        let mut config =
+            keel_server::config::ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        let defaults = config.engine_config().unwrap().flush_interval;
+        let keyspaces = config.keyspaces.clone();
+        apply(&crate::systems::KeelSettings::default(), &mut config);
+        assert_eq!(config.engine_config().unwrap().flush_interval, defaults, "unset: default");
+        assert_eq!(config.keyspaces, keyspaces, "one keyspace: as configured");
+        let settings = crate::systems::KeelSettings {
+            emulated_fsync_us: 1500,
+            flush_interval_ms: Some(20),
+            keyspaces: 3,
+        };
+        apply(&settings, &mut config);
+        let period_ns = config.engine_config().unwrap().flush_interval.0;
+        assert_eq!(period_ns, 20_000_000, "20 ms");
+        assert_eq!(config.storage.emulated_fsync_delay_us, 1500);
+        assert_eq!(config.keyspaces.len(), 3);
     }
 
     #[tokio::test]
