@@ -71,10 +71,6 @@ pub struct CommonArgs {
     /// flush_interval_ms`); absent, the server's default. Other systems are unaffected.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub flush_interval_ms: Option<u64>,
-    /// Keel only: every node grows its log segments by zeros ahead of their appends
-    /// (`[storage] reserve_log_space`). Other systems are unaffected.
-    #[arg(long)]
-    pub reserve_log_space: bool,
     /// Keel only: the cluster hosts this many ORCA keyspaces (leaders spread over the
     /// nodes), every record is loaded into each, and client `i` works in keyspace
     /// `i mod N`. Other systems are unaffected.
@@ -259,7 +255,6 @@ async fn execute_plan(
     let keel = systems::KeelSettings {
         emulated_fsync_us: common.emulated_fsync_us,
         flush_interval_ms: common.flush_interval_ms,
-        reserve_log_space: common.reserve_log_space,
         keyspaces: plan.keyspaces,
     };
     let (running, target) =
@@ -281,8 +276,6 @@ async fn execute_plan(
         emulated_fsync_us: Some(common.emulated_fsync_us)
             .filter(|us| *us > 0 && plan.system == System::Keel),
         flush_interval_ms: common.flush_interval_ms.filter(|_| plan.system == System::Keel),
-        reserve_log_space: Some(true)
-            .filter(|_| common.reserve_log_space && plan.system == System::Keel),
         keyspaces: Some(plan.keyspaces).filter(|k| *k > 1 && plan.system == System::Keel),
         seed: common.seed,
     };
@@ -419,9 +412,5 @@ mod tests {
         assert_eq!(suite.common.flush_interval_ms, Some(20));
         let zero = ["keel", "suite", "orca", "--flush-interval-ms", "0"];
         assert!(Wrapper::try_parse_from(zero).is_err(), "a zero period is refused");
-        assert!(!suite.common.reserve_log_space, "off by default");
-        let w = Wrapper::try_parse_from(["keel", "suite", "orca", "--reserve-log-space"]).unwrap();
-        let Some(SuiteCommand::Suite(suite)) = w.args.suite else { panic!("no suite") };
-        assert!(suite.common.reserve_log_space);
     }
 }

@@ -355,7 +355,6 @@ impl Drop for KeelCluster {
 /// Writes `settings` into one node's configuration.
 fn apply(settings: &crate::systems::KeelSettings, config: &mut keel_server::config::ServerConfig) {
     config.storage.emulated_fsync_delay_us = settings.emulated_fsync_us;
-    config.storage.reserve_log_space = settings.reserve_log_space;
     if let Some(ms) = settings.flush_interval_ms {
         config.engine.flush_interval_ms = Some(ms);
     }
@@ -584,14 +583,12 @@ mod tests {
         let settings = crate::systems::KeelSettings {
             emulated_fsync_us: 1500,
             flush_interval_ms: Some(20),
-            reserve_log_space: true,
             keyspaces: 3,
         };
         apply(&settings, &mut config);
         let period_ns = config.engine_config().unwrap().flush_interval.0;
         assert_eq!(period_ns, 20_000_000, "20 ms");
         assert_eq!(config.storage.emulated_fsync_delay_us, 1500);
-        assert!(config.storage.reserve_log_space);
         assert_eq!(config.keyspaces.len(), 3);
     }
 

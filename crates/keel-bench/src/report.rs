@@ -53,9 +53,6 @@ pub struct RunRecord {
     /// Keel: the background fsync period (`--flush-interval-ms`), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush_interval_ms: Option<u64>,
-    /// Keel: reserved log space (`--reserve-log-space`), when on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_log_space: Option<bool>,
     /// Keel: the keyspaces the clients spread over (`--keyspaces`), when more than one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyspaces: Option<u32>,
@@ -80,8 +77,6 @@ pub struct RunLabel {
     pub emulated_fsync_us: Option<u64>,
     /// Keel: the background fsync period, when set.
     pub flush_interval_ms: Option<u64>,
-    /// Keel: reserved log space, when on.
-    pub reserve_log_space: Option<bool>,
     /// Keel: the keyspaces, when more than one.
     pub keyspaces: Option<u32>,
     /// Seed.
@@ -120,7 +115,6 @@ impl RunRecord {
             server_rss_kib_max: None,
             emulated_fsync_us: label.emulated_fsync_us,
             flush_interval_ms: label.flush_interval_ms,
-            reserve_log_space: label.reserve_log_space,
             keyspaces: label.keyspaces,
             seed: label.seed,
         }
@@ -211,7 +205,6 @@ mod tests {
             records: 1000,
             emulated_fsync_us: None,
             flush_interval_ms: None,
-            reserve_log_space: None,
             keyspaces: None,
             seed: 1,
         }

@@ -450,7 +450,6 @@ mod tests {
             server_rss_kib_max: None,
             emulated_fsync_us: None,
             flush_interval_ms: None,
-            reserve_log_space: None,
             keyspaces: None,
             seed: 1,
         }

@@ -173,8 +173,6 @@ pub struct KeelSettings {
     pub emulated_fsync_us: u64,
     /// The background fsync period in milliseconds (`None`: the server's default).
     pub flush_interval_ms: Option<u64>,
-    /// Log segments grow by zeros ahead of their appends (`[storage] reserve_log_space`).
-    pub reserve_log_space: bool,
     /// ORCA keyspaces the cluster hosts (clients spread over them).
     pub keyspaces: u32,
 }

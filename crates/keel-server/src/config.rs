@@ -52,10 +52,6 @@
 //! emulated_fsync_delay_us = 1500
 //! ```
 //!
-//! The same section turns on reserved log space (off by default): log segments grow by
-//! zeros ahead of their appends, so that a log fsync commits data only (`reserve_log_space
-//! = true`; `docs/operations.md` says when to).
-//!
 //! `docs/operations.md` lists every field with its default.
 
 use keel_core::engine::EngineKind;
@@ -482,8 +478,7 @@ impl GeoSettings {
     }
 }
 
-/// Storage settings: reserved log space (off by default), and a test-only fsync delay
-/// (never for production).
+/// Test-only disk emulation (off by default; never for production).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageSettings {
@@ -491,25 +486,12 @@ pub struct StorageSettings {
     /// reporting it, as if the disk's fsync took that much longer (0: none).
     #[serde(default)]
     pub emulated_fsync_delay_us: u64,
-    /// Grow log segments by zeros ahead of their appends (`keel_storage::disk::RESERVE_BYTES`
-    /// at a time), so that a log fsync commits data and no file metadata.
-    #[serde(default)]
-    pub reserve_log_space: bool,
 }
 
 impl StorageSettings {
-    /// Whether every setting is at its default (the section is then not written).
+    /// Whether no emulation is configured (the default; the section is then not written).
     pub fn is_off(&self) -> bool {
-        self.emulated_fsync_delay_us == 0 && !self.reserve_log_space
-    }
-
-    /// Bytes a log segment grows by at a time ahead of its appends (0: none).
-    pub fn reserve_bytes(&self) -> u64 {
-        if self.reserve_log_space {
-            keel_storage::disk::RESERVE_BYTES
-        } else {
-            0
-        }
+        self.emulated_fsync_delay_us == 0
     }
 }
 
@@ -679,7 +661,7 @@ pub struct ServerConfig {
     /// Test-only wide-area emulation (off by default).
     #[serde(default, skip_serializing_if = "GeoSettings::is_off")]
     pub geo: GeoSettings,
-    /// Reserved log space and test-only disk emulation (both off by default).
+    /// Test-only disk emulation (off by default).
     #[serde(default, skip_serializing_if = "StorageSettings::is_off")]
     pub storage: StorageSettings,
     /// Test-only broken behaviours for negative controls (off by default).
@@ -1395,15 +1377,6 @@ mod tests {
         bad.storage.emulated_fsync_delay_us = EMULATED_FSYNC_DELAY_US_MAX + 1;
         let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("`storage.emulated_fsync_delay_us`"), "{err}");
-        assert_eq!(config.storage.reserve_bytes(), 0, "reserved log space is off by default");
-        let text = format!(
-            "{}\n[storage]\nreserve_log_space = true\n",
-            ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel")).to_toml()
-        );
-        let config = ServerConfig::from_toml(&text).unwrap();
-        config.validate().unwrap();
-        assert_eq!(config.storage.reserve_bytes(), keel_storage::disk::RESERVE_BYTES);
-        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }
 
     #[test]

@@ -451,13 +451,8 @@ where
     let storage_metrics = metrics.clone();
     let fsync_delay = config.emulated_fsync_delay();
     let snapshot_bytes_max = crate::storage::snapshot_bytes_max(spec.config.state_bytes_max);
-    let storage_config = keel_storage::StorageConfig {
-        snapshot_bytes_max,
-        reserve_bytes: config.storage.reserve_bytes(),
-        ..keel_storage::StorageConfig::default()
-    };
     let (recovered, storage) = tokio::task::spawn_blocking(move || {
-        crate::storage::start(&dir, storage_metrics, fsync_delay, storage_config)
+        crate::storage::start(&dir, storage_metrics, fsync_delay, snapshot_bytes_max)
     })
     .await
     .map_err(|e| NodeError::Startup(e.to_string()))?

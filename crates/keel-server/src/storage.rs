@@ -87,16 +87,16 @@ pub fn snapshot_bytes_max(state_bytes_max: u64) -> u64 {
 
 /// Opens the storage in `dir`, recovers it (blocking: call before the runtime serves),
 /// and starts the storage thread. `fsync_delay`: test-only extra time per log fsync
-/// (`[storage] emulated_fsync_delay_us`; zero in production). `config`: the storage's
-/// limits and reserved log space (`[storage] reserve_log_space`).
+/// (`[storage] emulated_fsync_delay_us`; zero in production).
 pub fn start(
     dir: &Path,
     metrics: Arc<KeyspaceMetrics>,
     fsync_delay: Duration,
-    config: StorageConfig,
+    snapshot_bytes_max: u64,
 ) -> Result<(Recovered, StorageHandle), String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+    let config = StorageConfig { snapshot_bytes_max, ..StorageConfig::default() };
     let storage = FileStorage::open(dir, config)
         .map_err(|e| format!("cannot open storage in {}: {e}", dir.display()))?;
     let (recovered, mut handle) = start_with(storage, metrics, fsync_delay)?;

@@ -30,11 +30,6 @@ pub const SEGMENT_BYTES_SIM: u64 = 16 * 1024;
 /// Most unsynced bytes per file a torn crash may keep.
 pub const TORN_BYTES_MAX: u64 = 4 * 1024;
 
-/// A crash leaves each segment followed by zeros to the next multiple of this, as the
-/// file storage's reserved space does (`keel_storage::disk::RESERVE_BYTES`, scaled down
-/// with the segments).
-pub const RESERVE_BYTES_SIM: u64 = 1024;
-
 /// How the driver persists the engine's hard state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HardStateMode {
@@ -81,7 +76,6 @@ impl SimDisk {
     /// An empty disk, already recovered (ready for writes).
     pub fn new(mode: HardStateMode) -> SimDisk {
         let mut storage = SimStorage::new_sim(StorageConfig::small_segments(SEGMENT_BYTES_SIM));
-        storage.sim_disk().reserve_segments(RESERVE_BYTES_SIM);
         let recovered = fatal(storage.recover(), "recover an empty disk");
         assert!(recovered.entries.is_empty() && recovered.snapshot.is_none());
         SimDisk {

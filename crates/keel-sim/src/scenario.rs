@@ -285,11 +285,6 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     // A crash while appends wait on the loop (at most 5 ms after a step appended):
     // about 15% of general seeds and 7% of wide-area ones.
     ("held-appends-lost", 5),
-    // A crash leaves zeros after each segment, as the file storage's reserved space does;
-    // recovery cuts them. Reading past them into a later segment
-    // (`reserved-zeros-inside`, reported, not required) takes a log of two segments at
-    // the crash: about 0.6% of general seeds.
-    ("reserved-zeros", 50),
     ("client-retry", 20),
     ("session-expired", 20),
     ("lease-expired", 50),
@@ -654,8 +649,6 @@ pub(crate) fn reached<E: SimEngine>(
     reached.insert("fault:crash-after-fsync".into(), world.stats.crashes_after_fsync);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
     reached.insert("held-appends-lost".into(), world.stats.held_appends_lost);
-    reached.insert("reserved-zeros".into(), world.stats.reserved_zeros.0);
-    reached.insert("reserved-zeros-inside".into(), world.stats.reserved_zeros.1);
     reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);
     reached

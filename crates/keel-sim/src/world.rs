@@ -297,10 +297,6 @@ pub struct WorldStats {
     /// Crashes that lost appends still held on the loop, never handed to the disk
     /// (`keel_exec::AppendHold`).
     pub held_appends_lost: u64,
-    /// Crashes after which recovery met log segments followed by reserved zeros, and a
-    /// segment followed by reserved zeros and another segment
-    /// (`keel_storage::SimDisk::reserve_segments`).
-    pub reserved_zeros: (u64, u64),
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -1165,11 +1161,7 @@ impl<E: SimEngine> World<E> {
                 self.stats.held_appends_lost += 1;
             }
             replica.hold = fresh_hold();
-            let before = replica.disk.storage_mut().raw().reserved_zeros();
             replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail, keep_cache);
-            let after = replica.disk.storage_mut().raw().reserved_zeros();
-            self.stats.reserved_zeros.0 += after.0 - before.0;
-            self.stats.reserved_zeros.1 += after.1 - before.1;
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
             self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);
         }

@@ -30,10 +30,6 @@ pub struct StorageConfig {
     pub snapshot_bytes_max: u64,
     /// Most entries one recovery may return.
     pub recovered_entries_max: u64,
-    /// The file storage grows log segments by this many bytes of zeros at a time, ahead
-    /// of their appends, for cheaper fsyncs (0: not at all; `crate::disk::RESERVE_BYTES`
-    /// when `[storage] reserve_log_space` is on).
-    pub reserve_bytes: u64,
 }
 
 impl Default for StorageConfig {
@@ -43,7 +39,6 @@ impl Default for StorageConfig {
             record_bytes_max: RECORD_BYTES_MAX_DEFAULT,
             snapshot_bytes_max: SNAPSHOT_BYTES_MAX_DEFAULT,
             recovered_entries_max: RECOVERED_ENTRIES_MAX_DEFAULT,
-            reserve_bytes: 0,
         }
     }
 }

@@ -6,15 +6,13 @@
 //! 2. read the hard state (a bad checksum is corruption: the file is replaced atomically);
 //! 3. read the newest snapshot, remove older ones;
 //! 4. scan segments in index order; the first torn or corrupt record, bad header, empty
-//!    segment or gap ends the log there (zeros after a segment's last record are reserved
-//!    space, its clean end); if intact records or seals lie past a bad record
+//!    segment or gap ends the log there; if intact records or seals lie past a bad record
 //!    in its segment, it was written whole and synced, then damaged: the greatest entry
 //!    they name becomes the hard state's repair floor, saved before anything is cut;
 //! 5. join the log to the snapshot: entries at or below the snapshot are dropped; a log
 //!    that ends before the snapshot or disagrees with it at the snapshot's index is
 //!    discarded; a log that starts after `snapshot + 1` is corruption;
-//! 6. cut the tail and reserved zeros, remove dropped segments, fsync what is kept and
-//!    the directory.
+//! 6. cut the tail, remove dropped segments, fsync what is kept and the directory.
 
 use crate::disk::Disk;
 use crate::error::{StorageError, StorageResult};
@@ -33,9 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 struct ScannedLog {
     segments: Vec<Segment>,
     entries: Vec<Entry>,
-    /// Segments to cut to a length: the one whose tail is torn or corrupt, and every one
-    /// followed by reserved zeros (so that no append ever lands after them).
-    cuts: Vec<(LogIndex, u64)>,
+    /// A segment to cut to a length (its tail is torn or corrupt).
+    cut: Option<(LogIndex, u64)>,
     /// Segments to remove: after the end of the valid prefix.
     dropped: Vec<LogIndex>,
     /// Where a bad record ended the valid prefix: the first index lacking, and why.
@@ -116,7 +113,7 @@ impl<D: Disk> Wal<D> {
         if decision == Join::Discard {
             scanned.dropped.extend(scanned.segments.drain(..).map(|s| s.first));
             scanned.entries.clear();
-            scanned.cuts.clear();
+            scanned.cut = None;
         }
         self.repair(&mut scanned)?;
         let entries = self.install(scanned, meta);
@@ -200,12 +197,7 @@ impl<D: Disk> Wal<D> {
             let name = segment_name(first);
             let bytes = self.io("read", &name, |d| d.read(&name))?;
             let scan = scan_segment(&bytes, first, epoch_floor, record_bytes_max);
-            // Zeros after the last valid record are space the file storage reserved ahead
-            // of appends: the segment ends there as cleanly as if the file did (and is cut
-            // there, so that the next append follows its last record).
-            let rest = &bytes[usize::try_from(scan.valid_bytes).expect("within the bytes")..];
-            let reserved = !rest.is_empty() && rest.iter().all(|byte| *byte == 0);
-            stopped = !rest.is_empty() && !reserved;
+            stopped = scan.valid_bytes < bytes.len() as u64;
             if stopped {
                 let at = scan.entries.last().map_or(first, |last| last.index.next());
                 let reason = format!("{name} at byte {}: {:?}", scan.valid_bytes, scan.stop);
@@ -221,8 +213,8 @@ impl<D: Disk> Wal<D> {
                 scanned.dropped.push(first);
                 continue;
             };
-            if stopped || reserved {
-                scanned.cuts.push((first, scan.valid_bytes));
+            if stopped {
+                scanned.cut = Some((first, scan.valid_bytes));
             }
             epoch_floor = last.epoch;
             expected = Some(last.index.next());
@@ -237,12 +229,11 @@ impl<D: Disk> Wal<D> {
         Ok(scanned)
     }
 
-    /// Cuts the torn tail and reserved zeros, removes dropped segments, fsyncs what is kept
-    /// (step 6).
+    /// Cuts the torn tail, removes dropped segments, fsyncs what is kept (step 6).
     fn repair(&mut self, scanned: &mut ScannedLog) -> StorageResult<()> {
-        for (first, len) in &scanned.cuts {
-            let name = segment_name(*first);
-            self.io("truncate", &name, |d| d.truncate(&name, *len))?;
+        if let Some((first, len)) = scanned.cut {
+            let name = segment_name(first);
+            self.io("truncate", &name, |d| d.truncate(&name, len))?;
         }
         // What is kept is reported synced once fsynced below, so seal its last record in
         // the same fsync (it may have had none: a torn tail cut, or unsynced records a

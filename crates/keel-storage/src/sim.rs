@@ -10,7 +10,7 @@
 //! record. Nothing here is random: every choice is an argument.
 
 use crate::disk::Disk;
-use crate::format::{parse_segment_name, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::wal::Wal;
 use std::collections::BTreeMap;
 use std::io;
@@ -70,11 +70,6 @@ pub struct SimDisk {
     fault: Option<SimFault>,
     /// Completed file and directory fsyncs (for the simulator's cost model and tests).
     sync_count: u64,
-    /// A crash leaves each log segment followed by zeros up to the next multiple of this
-    /// many bytes, as the file storage's reserved space does (0: none).
-    reserve: u64,
-    /// Crashes that left zeros after some segment, and after one that another follows.
-    reserved_zeros: (u64, u64),
 }
 
 fn not_found(name: &str) -> io::Error {
@@ -95,47 +90,6 @@ impl SimDisk {
     /// How many fsyncs (file and directory) have completed.
     pub fn sync_count(&self) -> u64 {
         self.sync_count
-    }
-
-    /// From now on a crash leaves each log segment followed by zeros up to the next
-    /// multiple of `bytes` (0: none), as [`crate::FileDisk`] reserves space ahead of
-    /// appends: recovery must take them for the segment's clean end.
-    pub fn reserve_segments(&mut self, bytes: u64) {
-        self.reserve = bytes;
-    }
-
-    /// How many crashes left zeros after some segment, and how many after a segment
-    /// that another segment follows.
-    pub fn reserved_zeros(&self) -> (u64, u64) {
-        self.reserved_zeros
-    }
-
-    /// After a crash: each segment's bytes are followed by zeros to the next multiple of
-    /// `reserve` (in both images, which a crash made equal).
-    fn leave_reserved_zeros(&mut self) {
-        if self.reserve == 0 {
-            return;
-        }
-        let segments: Vec<u64> = self
-            .names_durable
-            .iter()
-            .filter(|(name, _)| parse_segment_name(name).is_some())
-            .map(|(_, inode)| *inode)
-            .collect();
-        let (mut any, mut inside) = (false, false);
-        for (i, inode) in segments.iter().enumerate() {
-            let file = self.files.get_mut(inode).expect("named files exist");
-            let len = file.durable.len() as u64;
-            let target = len.div_ceil(self.reserve) * self.reserve;
-            if target > len {
-                file.durable.resize(usize::try_from(target).expect("in memory"), 0);
-                file.revert();
-                any = true;
-                inside |= i + 1 < segments.len();
-            }
-        }
-        self.reserved_zeros.0 += u64::from(any);
-        self.reserved_zeros.1 += u64::from(inside);
     }
 
     /// Whether any write is not yet durable (file bytes or directory changes).
@@ -164,7 +118,6 @@ impl SimDisk {
         self.names_current.clone_from(&self.names_durable);
         self.fault = None;
         self.collect_garbage();
-        self.leave_reserved_zeros();
         assert!(!self.has_unsynced());
     }
 
@@ -176,7 +129,6 @@ impl SimDisk {
         self.names_durable.clone_from(&self.names_current);
         self.fault = None;
         self.collect_garbage();
-        self.leave_reserved_zeros();
         assert!(!self.has_unsynced());
     }
 

@@ -116,7 +116,7 @@ impl Wal<FileDisk> {
         let name = dir.as_ref().display().to_string();
         let disk =
             FileDisk::open(dir).map_err(|source| StorageError::Io { op: "open", name, source })?;
-        Ok(Wal::new(disk.reserving(config.reserve_bytes), config))
+        Ok(Wal::new(disk, config))
     }
 }
 

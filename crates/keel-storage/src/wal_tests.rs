@@ -1,7 +1,6 @@
 //! Unit tests of the write-ahead log, run on the simulated disk and on real files.
 
-use crate::disk::RESERVE_BYTES;
-use crate::format::{encode_seal, segment_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEAL_BYTES};
+use crate::format::{segment_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEAL_BYTES};
 use crate::{Disk, FileStorage, SimFault, SimStorage, Storage, StorageConfig, StorageError, Wal};
 use keel_types::{
     ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
@@ -194,8 +193,7 @@ fn storage_record_end(image: &[u8], start: u64) -> (u32, u64) {
 #[test]
 fn a_torn_file_tail_is_cut_at_every_byte() {
     let dir = TempDir::new("torn");
-    let config = StorageConfig { reserve_bytes: RESERVE_BYTES, ..StorageConfig::default() };
-    let mut storage = FileStorage::open(&dir.0, config.clone()).unwrap();
+    let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
     storage.recover().unwrap();
     storage.append(&entries(1, 3, 1)).unwrap();
     storage.sync().unwrap();
@@ -204,79 +202,18 @@ fn a_torn_file_tail_is_cut_at_every_byte() {
     let path = dir.0.join(&name);
     let image = std::fs::read(&path).unwrap();
     let (_, end) = storage_record_end(&image, start);
-    let written = (end + SEAL_BYTES) as usize;
-    assert_eq!(image.len() as u64, RESERVE_BYTES, "the segment reserved space ahead");
-    assert!(image[written..].iter().all(|b| *b == 0), "record 3, then its seal, then zeros");
-    for cut in start..written as u64 {
-        // Torn in a file that grew, and torn inside space reserved ahead (zeros follow).
-        for reserved in [false, true] {
-            let mut bytes = image[..cut as usize].to_vec();
-            if reserved {
-                bytes.resize(image.len(), 0);
-            }
-            std::fs::write(&path, &bytes).unwrap();
-            let mut storage = FileStorage::open(&dir.0, config.clone()).unwrap();
-            let recovered = storage.recover().unwrap();
-            // A cut inside record 3 tears it; a cut inside its seal tears only the seal.
-            let (last, len) = if cut < end { (2, start) } else { (3, end) };
-            assert_eq!(recovered.entries, entries(1, last, 1), "cut {cut}, reserved {reserved}");
-            assert_eq!(recovered.damage, None, "a torn tail is not damage");
-            // The tail is cut away and what is kept sealed, then zeros reserved again. (A
-            // seal torn only in its last bytes, which are zeros, is whole with zeros after it.)
-            let whole =
-                reserved && cut >= end && image[cut as usize..written].iter().all(|b| *b == 0);
-            let len = if whole { written } else { len as usize };
-            let kept = std::fs::read(&path).unwrap();
-            assert_eq!(kept[..len], image[..len]);
-            let seal = encode_seal(Version { epoch: Epoch(1), index: LogIndex(last) });
-            assert_eq!(kept[len..len + SEAL_BYTES as usize], seal);
-            assert!(kept[len + SEAL_BYTES as usize..].iter().all(|b| *b == 0));
-        }
+    assert_eq!(image.len() as u64, end + SEAL_BYTES, "record 3, then its seal");
+    for cut in start..image.len() as u64 {
+        std::fs::write(&path, &image[..cut as usize]).unwrap();
+        let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
+        let recovered = storage.recover().unwrap();
+        // A cut inside record 3 tears it; a cut inside its seal tears only the seal.
+        let (last, len) = if cut < end { (2, start) } else { (3, end) };
+        assert_eq!(recovered.entries, entries(1, last, 1), "cut {cut}");
+        assert_eq!(recovered.damage, None, "a torn tail is not damage");
+        let kept = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(kept, len + SEAL_BYTES, "the tail is cut away and what is kept sealed");
     }
-}
-
-#[test]
-fn zeros_reserved_after_each_segment_are_its_clean_end() {
-    // On files: every segment ends in reserved zeros; a restart reads past them into the
-    // next segment and cuts them, so that appends after it follow the last record.
-    let dir = TempDir::new("reserved");
-    let config = StorageConfig { reserve_bytes: RESERVE_BYTES, ..config() };
-    let mut storage = FileStorage::open(&dir.0, config).unwrap();
-    storage.recover().unwrap();
-    storage.append(&entries(1, 12, 1)).unwrap();
-    storage.sync().unwrap();
-    assert!(storage.segment_count() >= 3, "200-byte segments roll");
-    for first in storage.log().segments.keys() {
-        let len = std::fs::metadata(dir.0.join(segment_name(*first))).unwrap().len();
-        assert_eq!(len, RESERVE_BYTES, "segment {first} reserved space");
-    }
-    storage.restart();
-    let recovered = storage.recover().unwrap();
-    assert_eq!((recovered.entries, recovered.damage), (entries(1, 12, 1), None));
-    storage.truncate_after(LogIndex(10)).unwrap();
-    storage.append(&entries(11, 14, 2)).unwrap();
-    storage.restart();
-    let mut expected = entries(1, 10, 1);
-    expected.extend(entries(11, 14, 2));
-    let recovered = storage.recover().unwrap();
-    assert_eq!((recovered.entries, recovered.damage), (expected, None));
-    // The simulated disk leaves such zeros after a crash of every kind.
-    let mut storage = sim();
-    storage.sim_disk().reserve_segments(64);
-    storage.append(&entries(1, 12, 1)).unwrap();
-    storage.sync().unwrap();
-    storage.append(&entries(13, 14, 1)).unwrap();
-    storage.crash();
-    assert_eq!(storage.sim_disk().reserved_zeros(), (1, 1));
-    assert_eq!(storage.recover().unwrap().entries, entries(1, 12, 1));
-    storage.append(&entries(13, 20, 1)).unwrap();
-    storage.crash_process();
-    assert_eq!(storage.recover().unwrap().entries, entries(1, 20, 1));
-    storage.append(&entries(21, 22, 1)).unwrap();
-    storage.crash_torn(30);
-    let recovered = storage.recover().unwrap();
-    assert_eq!((recovered.entries, recovered.damage), (entries(1, 20, 1), None));
-    assert_eq!(storage.sim_disk().reserved_zeros(), (3, 3));
 }
 
 #[test]
