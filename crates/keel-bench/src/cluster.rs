@@ -355,9 +355,8 @@ impl Drop for KeelCluster {
 /// Writes `settings` into one node's configuration.
 fn apply(settings: &crate::systems::KeelSettings, config: &mut keel_server::config::ServerConfig) {
     config.storage.emulated_fsync_delay_us = settings.emulated_fsync_us;
-    if let Some(ms) = settings.flush_interval_ms {
-        config.engine.flush_interval_ms = Some(ms);
-    }
+    config.engine.flush_interval_ms =
+        settings.flush_interval_ms.or(config.engine.flush_interval_ms);
     if settings.keyspaces > 1 {
         config.keyspaces =
             (0..settings.keyspaces).map(keel_server::config::KeyspaceSettings::orca).collect();
