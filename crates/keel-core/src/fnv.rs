@@ -1,6 +1,12 @@
 //! FNV-1a over length-prefixed fields: the stable, dependency-free hash the engines use
-//! for digests that nodes compare (the applied state's digest, a Kite command's digest).
-//! Fixed across versions: nodes of one cluster must agree on it.
+//! for digests kept with a command (a Kite read-modify-write's, and through the same
+//! function a leader write's). Fixed across versions: such digests are persisted and
+//! compared by nodes of one cluster.
+//!
+//! [`WordHash`]: a faster hash, a word at a time, for the applied-state digest, which is
+//! never persisted or sent (the simulator and tests compare it between nodes of one
+//! build). Every replica updates it on every write, and FNV-1a's multiply per byte made
+//! it a tenth of a follower's CPU under `SET -P 16`.
 
 /// An FNV-1a hash being built.
 pub(crate) struct Fnv(pub(crate) u64);
@@ -26,6 +32,82 @@ impl Fnv {
         for b in bytes {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A 64-bit hash over length-prefixed fields, eight bytes per multiply, finished with
+/// MurmurHash3's 64-bit mix so that every input bit reaches every output bit (the digest
+/// of a state is a sum of these, which must not cancel out for near-equal items).
+pub(crate) struct WordHash(u64);
+
+impl WordHash {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    pub(crate) fn new() -> WordHash {
+        WordHash(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A field: its length, then its bytes, the last word zero-padded (the length
+    /// tells `a` + `b\0` from `a\0` + `b`).
+    pub(crate) fn write_bytes(&mut self, bytes: &[u8]) {
+        self.write_u64(bytes.len() as u64);
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.write_u64(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(last));
+        }
+    }
+
+    pub(crate) fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value).wrapping_mul(Self::K).rotate_left(29);
+    }
+
+    pub(crate) fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+        h ^ (h >> 33)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WordHash;
+
+    fn hash(fields: &[&[u8]]) -> u64 {
+        let mut h = WordHash::new();
+        fields.iter().for_each(|f| h.write_bytes(f));
+        h.finish()
+    }
+
+    #[test]
+    fn fields_and_lengths_count() {
+        assert_ne!(hash(&[b"a", b"b"]), hash(&[b"ab"]));
+        assert_ne!(hash(&[b"a", b"b"]), hash(&[b"a\0", b"b"]));
+        assert_ne!(hash(&[b""]), hash(&[b"\0"]));
+        assert_ne!(hash(&[b"12345678"]), hash(&[b"12345678\0"]));
+        assert_eq!(hash(&[b"key", b"value"]), hash(&[b"key", b"value"]));
+    }
+
+    #[test]
+    fn one_bit_changes_about_half_the_output() {
+        // Every bit of a 20-byte field flipped in turn moves 20 to 44 of the 64 output
+        // bits: the finishing mix spreads each input bit (summed digests rely on it).
+        let base = *b"key:000000000001abcd";
+        let h0 = hash(&[&base]);
+        for bit in 0..base.len() * 8 {
+            let mut flipped = base;
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let moved = (hash(&[&flipped]) ^ h0).count_ones();
+            assert!((20..=44).contains(&moved), "bit {bit} moved {moved} output bits");
         }
     }
 }

@@ -435,13 +435,16 @@ fn request_words(frame: Frame) -> Result<Vec<Bytes>, String> {
     let Frame::Array(items) = frame else {
         return Err("ERR Protocol error: expected an array of bulk strings".into());
     };
-    items
-        .into_iter()
-        .map(|item| match item {
-            Frame::Bulk(bytes) => Ok(bytes),
-            _ => Err("ERR Protocol error: expected an array of bulk strings".into()),
-        })
-        .collect()
+    // Pushed into a new vector, not collected in place: in place, the frames' buffer
+    // was shrunk to the words' size, a reallocation (and often a copy) per request.
+    let mut words = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Frame::Bulk(bytes) => words.push(bytes),
+            _ => return Err("ERR Protocol error: expected an array of bulk strings".into()),
+        }
+    }
+    Ok(words)
 }
 
 fn parse_u64(word: &[u8]) -> Option<u64> {
@@ -1205,12 +1208,12 @@ fn get_submit(
 /// read-modify-writes with their barriers (and `EXISTS`, `MGET` as relaxed reads); ORCA
 /// keyspaces refuse the barriers and strengths, which only Kite defines.
 fn engine_permits(kind: EngineKind, ks: KeyspaceId, command: &ClientCommand) -> Result<(), String> {
-    let name = command.name().to_ascii_uppercase();
-    let runs = format!("(keyspace {} runs {kind})", ks.0);
+    // The refusals' words are built only for a refusal: this runs for every request.
+    let runs = || format!("(keyspace {} runs {kind})", ks.0);
     match kind {
         EngineKind::Orca => match command.mode() {
             OpMode::Plain => Ok(()),
-            mode => Err(format!("ERR {} needs a kite keyspace {runs}", mode.word())),
+            mode => Err(format!("ERR {} needs a kite keyspace {}", mode.word(), runs())),
         },
         EngineKind::Kite => {
             let option = match command {
@@ -1224,7 +1227,8 @@ fn engine_permits(kind: EngineKind, ks: KeyspaceId, command: &ClientCommand) -> 
             };
             if let Some(option) = option {
                 return Err(format!(
-                    "ERR {option} has no meaning in a kite keyspace {runs}: use ACQUIRE, RELEASE, WEAK or STRONG"
+                    "ERR {option} has no meaning in a kite keyspace {}: use ACQUIRE, RELEASE, WEAK or STRONG",
+                    runs()
                 ));
             }
             match command {
@@ -1239,7 +1243,8 @@ fn engine_permits(kind: EngineKind, ks: KeyspaceId, command: &ClientCommand) -> 
                 | ClientCommand::Enqueue { .. }
                 | ClientCommand::Dequeue { .. }
                 | ClientCommand::QueuePeek { .. } => {
-                    Err(format!("ERR {name} has no meaning in a kite keyspace {runs}"))
+                    let name = command.name().to_ascii_uppercase();
+                    Err(format!("ERR {name} has no meaning in a kite keyspace {}", runs()))
                 }
                 _ => Ok(()),
             }

@@ -17,7 +17,7 @@
 //! Deletes leave tombstones that carry the delete's version, so a key's update index
 //! survives its deletion (`docs/protocol.md` §12 item 13); a key never written has update index 0.
 
-use crate::fnv::Fnv;
+use crate::fnv::{Fnv, WordHash};
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
@@ -855,7 +855,7 @@ impl Kv {
         Ok(kv)
     }
 
-    /// A deterministic 64-bit digest of the items as of `index` (FNV-1a per item, summed,
+    /// A deterministic 64-bit digest of the items as of `index` (`fnv::WordHash` per item, summed,
     /// mixed with the index). Equal states at equal indexes give equal digests.
     pub fn digest_at(&self, index: LogIndex) -> u64 {
         if index == self.applied.index {
@@ -962,7 +962,7 @@ fn encoded_item_bytes(key: &[u8], item: &Item) -> usize {
 }
 
 fn item_hash(key: &[u8], item: &Item) -> u64 {
-    let mut hash = Fnv::new();
+    let mut hash = WordHash::new();
     hash.write_bytes(key);
     hash.write_u64(item.version.epoch.0);
     hash.write_u64(item.version.index.0);
@@ -973,7 +973,7 @@ fn item_hash(key: &[u8], item: &Item) -> u64 {
         }
         None => hash.write_u64(0),
     }
-    hash.0
+    hash.finish()
 }
 
 fn combine(index: LogIndex, sum: u64) -> u64 {
