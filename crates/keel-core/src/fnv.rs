@@ -1,7 +1,7 @@
-//! FNV-1a over length-prefixed fields: the stable, dependency-free hash the engines use
-//! for digests kept with a command (a Kite read-modify-write's, and through the same
-//! function a leader write's). Fixed across versions: such digests are persisted and
-//! compared by nodes of one cluster.
+//! FNV-1a over length-prefixed fields: the stable, dependency-free hash of the digest a
+//! Kite read-modify-write keeps with its outcome (a leader write's command digest is
+//! FNV-1a too, over the command's log encoding, in `leader::kv`). Fixed across versions:
+//! such digests are persisted and compared by nodes of one cluster.
 //!
 //! [`WordHash`]: a faster hash, a word at a time, for the applied-state digest, which is
 //! never persisted or sent (the simulator and tests compare it between nodes of one
