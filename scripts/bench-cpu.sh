@@ -26,6 +26,8 @@ for tool in redis-benchmark redis-cli ss; do
 done
 shift 4
 port_base="${KEEL_BENCH_PORT:-27379}"
+# shellcheck source=scripts/cluster-lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/cluster-lib.sh"
 hz="$(getconf CLK_TCK)"
 
 ticks() { # pid: user + system clock ticks
@@ -42,7 +44,7 @@ cleanup() {
 trap cleanup EXIT
 
 run_one() { # keel_bin
-    local keel="$1" leader port rps ready=0 pids=() before=() after=()
+    local keel="$1" leader port rps pids=() before=() after=()
     for n in 0 1 2; do
         if [[ -n "$(ss -ltnH "sport = :$((port_base + n))")" ]]; then
             echo "port $((port_base + n)) is in use: another cluster? (KEEL_BENCH_PORT)" >&2
@@ -52,16 +54,8 @@ run_one() { # keel_bin
     dir="$(mktemp -d)"
     "$keel" up --dir "$dir/keel" --base-port "$port_base" >"$dir/up.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 300); do
-        if [[ "$(redis-cli -p "$port_base" SET bench:warmup 1 2>/dev/null)" == "OK" ]]; then
-            ready=1
-            break
-        fi
-        sleep 0.1
-    done
-    [[ "$ready" == 1 ]] || { echo "$keel: the cluster never took a write" >&2; exit 1; }
-    leader="$(redis-cli -p "$port_base" KEEL.STATUS | sed -nE 's/.*"leader":([0-9]+).*/\1/p')"
-    [[ "$leader" =~ ^[123]$ ]] || { echo "$keel: no leader in KEEL.STATUS" >&2; exit 1; }
+    wait_write "$port_base"
+    leader="$(leader_of "$port_base")"
     port=$((port_base + leader - 1))
     for n in 1 2 3; do
         pids+=("$(ss -ltnpH "sport = :$((port_base + n - 1))" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)")

@@ -41,23 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_ping() { # port
-    for _ in $(seq 1 300); do
-        [[ "$(redis-cli -p "$1" PING 2>/dev/null)" == "PONG" ]] && return 0
-        sleep 0.1
-    done
-    echo "no answer on port $1" >&2
-    return 1
-}
-
-wait_write() { # port: until the cluster has a leader and takes a write
-    for _ in $(seq 1 300); do
-        [[ "$(redis-cli -p "$1" SET bench:warmup 1 2>/dev/null)" == "OK" ]] && return 0
-        sleep 0.1
-    done
-    echo "the cluster on port $1 never took a write" >&2
-    return 1
-}
+# shellcheck source=scripts/cluster-lib.sh
+source "$root/scripts/cluster-lib.sh"
 
 pipelines="${PIPELINES:-1 16}"
 rounds="${ROUNDS:-1}"
@@ -77,7 +62,7 @@ bench() { # label port: each test's summary line at each depth, kept in $results
 keel_pid=$!
 wait_ping "$keel_port"
 wait_write "$keel_port"
-leader="$(redis-cli -p "$keel_port" KEEL.STATUS | sed -E 's/.*"leader":([0-9]+).*/\1/')"
+leader="$(leader_of "$keel_port")"
 node="$leader"
 if [[ "${TARGET:-leader}" == "follower" ]]; then node=$(( leader % 3 + 1 )); fi
 port=$(( keel_port + node - 1 ))

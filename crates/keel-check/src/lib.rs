@@ -22,7 +22,7 @@
 //! Checkers are pure: no I/O, no clock, no randomness; only [`cli`] reads files and times.
 pub mod cli;
 pub mod error;
-pub mod fasthash;
+pub use keel_types::fasthash;
 pub mod generate;
 pub mod history;
 pub mod jepsen;

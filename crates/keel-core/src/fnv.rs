@@ -5,8 +5,8 @@
 //!
 //! [`WordHash`]: a faster hash, a word at a time, for the applied-state digest, which is
 //! never persisted or sent (the simulator and tests compare it between nodes of one
-//! build). Every replica updates it on every write, and FNV-1a's multiply per byte made
-//! it a tenth of a follower's CPU under `SET -P 16`.
+//! build). Every replica updates it on every write; FNV-1a multiplies once per byte
+//! (`docs/performance.md`, *Work per request*).
 
 /// An FNV-1a hash being built.
 pub(crate) struct Fnv(pub(crate) u64);
@@ -52,15 +52,10 @@ impl WordHash {
     /// tells `a` + `b\0` from `a\0` + `b`).
     pub(crate) fn write_bytes(&mut self, bytes: &[u8]) {
         self.write_u64(bytes.len() as u64);
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            self.write_u64(u64::from_le_bytes(word.try_into().expect("eight bytes")));
-        }
-        let rest = words.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.write_u64(u64::from_le_bytes(last));
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
     }
 

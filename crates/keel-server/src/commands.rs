@@ -436,7 +436,7 @@ fn request_words(frame: Frame) -> Result<Vec<Bytes>, String> {
         return Err("ERR Protocol error: expected an array of bulk strings".into());
     };
     // Pushed into a new vector, not collected in place: in place, the frames' buffer
-    // was shrunk to the words' size, a reallocation (and often a copy) per request.
+    // was shrunk to the words' size, a reallocation per request.
     let mut words = Vec::with_capacity(items.len());
     for item in items {
         match item {

@@ -42,13 +42,13 @@ use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
 use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, Outputs, Report, RoleView};
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Completion, DiskInput, Front, StorageOp};
+use keel_types::fasthash::FastHash;
 use keel_types::{
     ClientId, Command, Durability, Entry, KeelError, KeyspaceId, LogIndex, NodeId, ReadLevel,
     RequestId,
 };
 use keel_wire::peer::{Outgoing, PeerMessage};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -207,28 +207,6 @@ pub struct PeerEvent<M> {
     pub message: M,
 }
 
-/// The hasher of the waiting requests' tags: a multiply by the golden ratio (Fibonacci
-/// hashing) spreads the counted-up tags over the whole word, high bits included.
-#[derive(Default)]
-struct TagHasher(u64);
-
-impl std::hash::Hasher for TagHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Not reached for `RequestTag` (a `u64`); correct for anything else.
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// A request inside the engine, waiting for its reply.
 struct Waiting {
     reply: oneshot::Sender<ClientReply>,
@@ -299,9 +277,9 @@ pub struct Driver<E: Engine> {
     front: Front<E::Message, E::Reply>,
     wiring: Wiring,
     tag_next: u64,
-    /// Keyed by tag, a number the driver counts up: a hash map with a multiplicative hash
-    /// (a B-tree's inserts and removes were 2.5% of a leader's CPU under `SET -P 16`).
-    waiting: HashMap<keel_core::engine::RequestTag, Waiting, BuildHasherDefault<TagHasher>>,
+    /// Keyed by tag, a number the driver counts up, and never iterated: a hash map
+    /// (`docs/performance.md`, *Work per request*).
+    waiting: HashMap<keel_core::engine::RequestTag, Waiting, FastHash>,
     wake_at: Option<Time>,
     /// When the oldest log sync not yet reported was asked for (for the sync-wait
     /// histogram).

@@ -16,6 +16,7 @@
 pub mod codec;
 pub mod command;
 pub mod error;
+pub mod fasthash;
 pub mod ids;
 pub mod level;
 pub mod limits;

@@ -1,5 +1,6 @@
-//! A fast, deterministic hasher (FxHash-style multiply-rotate) for the checkers' maps
-//! and sets, which are only ever asked for membership, never iterated.
+//! A fast, deterministic hasher (FxHash-style multiply-rotate) for maps and sets that are
+//! only ever asked for membership, never iterated: the checkers' models, and the requests
+//! a server's engine loop holds by tag.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
