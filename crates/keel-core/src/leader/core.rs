@@ -31,6 +31,10 @@ pub enum Origin {
 pub struct Counters {
     /// Durability rounds started by this node as leader.
     pub durability_rounds: u64,
+    /// Time from the start of each durability round this node finished as leader to its
+    /// end (engine time, nanoseconds; a round cut short by losing leadership is not
+    /// counted).
+    pub durability_round_nanos: u64,
     /// Reads that waited for a durability round.
     pub reads_with_round: u64,
     /// Requests this node forwarded to the leader.

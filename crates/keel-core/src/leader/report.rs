@@ -26,6 +26,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
         "counters".into(),
         serde_json::json!({
             "durability_rounds": c.durability_rounds,
+            "durability_round_nanos": c.durability_round_nanos,
             "reads_with_round": c.reads_with_round,
             "forwarded": c.forwarded,
             "elections": c.elections,
@@ -101,6 +102,12 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_durability_rounds_total",
             "Durability rounds started as leader.",
             c.durability_rounds,
+        ),
+        Metric::counter(
+            "keel_durability_round_microseconds_total",
+            "Time durability rounds took, from start to end, summed over the rounds finished \
+             as leader (divide by keel_durability_rounds_total for a mean).",
+            c.durability_round_nanos / 1_000,
         ),
         Metric::counter(
             "keel_reads_with_durability_round_total",

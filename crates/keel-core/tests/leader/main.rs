@@ -841,18 +841,19 @@ fn concurrent_reads_share_one_durability_round() {
     for key in ["a", "b", "c"] {
         c.put(leader, key, "1", Durability::Memory);
     }
-    let rounds_before = c.engine(leader).counters().durability_rounds;
+    let before = c.engine(leader).counters();
     let tags: Vec<RequestTag> =
         ["a", "b", "c"].iter().map(|k| c.get(leader, k, ReadLevel::Monotonic)).collect();
     for tag in &tags {
         let reply = c.await_reply(*tag, 500);
         assert!(reply.durability_round);
     }
-    assert_eq!(
-        c.engine(leader).counters().durability_rounds - rounds_before,
-        1,
-        "one round for all three"
-    );
+    let after = c.engine(leader).counters();
+    assert_eq!(after.durability_rounds - before.durability_rounds, 1, "one round for all three");
+    // The round's time counts from its start to its end: at least the fsyncs (30 ms, the
+    // followers' in parallel with the leader's), within the 500 ms the reads were given.
+    let round = after.durability_round_nanos - before.durability_round_nanos;
+    assert!((30 * MS..500 * MS).contains(&round), "round took {round} ns");
     let again = c.get(leader, "c", ReadLevel::Monotonic);
     assert!(!c.reply(again).expect("served at once").durability_round, "only the first read pays");
 }

@@ -103,6 +103,8 @@ pub(super) struct Leading {
     pub append_due: bool,
     /// The log tail a durability round in flight makes durable.
     pub round: Option<LogIndex>,
+    /// When the round in flight started (engine time; for the round-time counter).
+    pub round_started: Time,
     /// Highest current-epoch index persisted on a majority.
     pub persisted_majority: LogIndex,
     /// Highest index a waiting `durable` write needs fsynced (asked of every follower).
@@ -152,6 +154,7 @@ impl Leading {
             reads_placed: Waitlist::default(),
             append_due: false,
             round: None,
+            round_started: now,
             persisted_majority: LogIndex::ZERO,
             flush_for_writes: LogIndex::ZERO,
             since: now,

@@ -275,9 +275,10 @@ impl Leading {
         self.answer_reads(core);
     }
 
-    fn finish_round(&mut self, core: &Core) {
+    fn finish_round(&mut self, core: &mut Core) {
         if self.round.is_some_and(|target| target <= core.durable_index) {
             self.round = None;
+            core.counters.durability_round_nanos += (core.now - self.round_started).0;
         }
     }
 
@@ -292,6 +293,7 @@ impl Leading {
         }
         let target = core.log.last_index();
         self.round = Some(target);
+        self.round_started = core.now;
         core.counters.durability_rounds += 1;
         core.request_sync(target);
         self.broadcast_append(core, true);
