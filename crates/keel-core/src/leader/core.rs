@@ -31,9 +31,11 @@ pub enum Origin {
 pub struct Counters {
     /// Durability rounds started by this node as leader.
     pub durability_rounds: u64,
-    /// Time from the start of each durability round this node finished as leader to its
-    /// end (engine time, nanoseconds; a round cut short by losing leadership is not
-    /// counted).
+    /// Durability rounds this node finished as leader (a round cut short by losing
+    /// leadership is started but not finished).
+    pub durability_rounds_finished: u64,
+    /// The finished rounds' time, each from its start to its end (engine time,
+    /// nanoseconds).
     pub durability_round_nanos: u64,
     /// Reads that waited for a durability round.
     pub reads_with_round: u64,

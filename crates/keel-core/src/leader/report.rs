@@ -26,6 +26,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
         "counters".into(),
         serde_json::json!({
             "durability_rounds": c.durability_rounds,
+            "durability_rounds_finished": c.durability_rounds_finished,
             "durability_round_nanos": c.durability_round_nanos,
             "reads_with_round": c.reads_with_round,
             "forwarded": c.forwarded,
@@ -104,9 +105,15 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             c.durability_rounds,
         ),
         Metric::counter(
+            "keel_durability_rounds_finished_total",
+            "Durability rounds finished as leader.",
+            c.durability_rounds_finished,
+        ),
+        // In microseconds, not the base unit: these metrics carry whole numbers.
+        Metric::counter(
             "keel_durability_round_microseconds_total",
-            "Time durability rounds took, from start to end, summed over the rounds finished \
-             as leader (divide by keel_durability_rounds_total for a mean).",
+            "Time the finished durability rounds took, each from its start to its end \
+             (divided by keel_durability_rounds_finished_total: a round's mean time).",
             c.durability_round_nanos / 1_000,
         ),
         Metric::counter(

@@ -101,10 +101,8 @@ pub(super) struct Leading {
     pub reads_placed: Waitlist<PendingRead>,
     /// Entries were appended in this step and are not yet sent (one broadcast per step).
     pub append_due: bool,
-    /// The log tail a durability round in flight makes durable.
-    pub round: Option<LogIndex>,
-    /// When the round in flight started (engine time; for the round-time counter).
-    pub round_started: Time,
+    /// The log tail a durability round in flight makes durable, and when it started.
+    pub round: Option<(LogIndex, Time)>,
     /// Highest current-epoch index persisted on a majority.
     pub persisted_majority: LogIndex,
     /// Highest index a waiting `durable` write needs fsynced (asked of every follower).
@@ -154,7 +152,6 @@ impl Leading {
             reads_placed: Waitlist::default(),
             append_due: false,
             round: None,
-            round_started: now,
             persisted_majority: LogIndex::ZERO,
             flush_for_writes: LogIndex::ZERO,
             since: now,

@@ -74,7 +74,7 @@ impl Leading {
         let prev_epoch = core.log.epoch_at(prev_index).expect("prev entry is held");
         let lease = self.lease_for(core, to);
         let in_set = self.active.contains(&to);
-        let round = self.round.filter(|_| in_set);
+        let round = self.round.map(|(target, _)| target).filter(|_| in_set);
         let writes = Some(self.flush_for_writes).filter(|i| *i > p.persisted_point);
         let flush_through = round.max(writes);
         let progress = self.progress.get_mut(&to).expect("a member");
@@ -276,9 +276,11 @@ impl Leading {
     }
 
     fn finish_round(&mut self, core: &mut Core) {
-        if self.round.is_some_and(|target| target <= core.durable_index) {
+        let Some((target, started)) = self.round else { return };
+        if target <= core.durable_index {
             self.round = None;
-            core.counters.durability_round_nanos += (core.now - self.round_started).0;
+            core.counters.durability_rounds_finished += 1;
+            core.counters.durability_round_nanos += (core.now - started).0;
         }
     }
 
@@ -292,8 +294,7 @@ impl Leading {
             return;
         }
         let target = core.log.last_index();
-        self.round = Some(target);
-        self.round_started = core.now;
+        self.round = Some((target, core.now));
         core.counters.durability_rounds += 1;
         core.request_sync(target);
         self.broadcast_append(core, true);

@@ -154,7 +154,7 @@ impl Leading {
         if own > read_point {
             core.request_sync(own);
         }
-        if needed > core.durable_index && self.round.is_none_or(|target| target < needed) {
+        if needed > core.durable_index && self.round.is_none_or(|(target, _)| target < needed) {
             self.ensure_round(core, needed);
         }
     }
