@@ -8,6 +8,9 @@
 //! build). Every replica updates it on every write; FNV-1a multiplies once per byte
 //! (`docs/performance.md`, *Work per request*).
 
+use keel_types::fasthash::FxHasher;
+use std::hash::Hasher;
+
 /// An FNV-1a hash being built.
 pub(crate) struct Fnv(pub(crate) u64);
 
@@ -36,35 +39,30 @@ impl Fnv {
     }
 }
 
-/// A 64-bit hash over length-prefixed fields, eight bytes per multiply, finished with
-/// MurmurHash3's 64-bit mix so that every input bit reaches every output bit (the digest
-/// of a state is a sum of these, which must not cancel out for near-equal items).
-pub(crate) struct WordHash(u64);
+/// A 64-bit hash over length-prefixed fields: `keel_types::fasthash::FxHasher`'s word at a
+/// time, finished with MurmurHash3's 64-bit mix so that every input bit reaches every
+/// output bit (the digest of a state is a sum of these, which must not cancel out for
+/// near-equal items).
+pub(crate) struct WordHash(FxHasher);
 
 impl WordHash {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-
     pub(crate) fn new() -> WordHash {
-        WordHash(0x2545_F491_4F6C_DD1D)
+        WordHash(FxHasher::default())
     }
 
     /// A field: its length, then its bytes, the last word zero-padded (the length
     /// tells `a` + `b\0` from `a\0` + `b`).
     pub(crate) fn write_bytes(&mut self, bytes: &[u8]) {
-        self.write_u64(bytes.len() as u64);
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
+        self.0.write_u64(bytes.len() as u64);
+        self.0.write(bytes);
     }
 
     pub(crate) fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0 ^ value).wrapping_mul(Self::K).rotate_left(29);
+        self.0.write_u64(value);
     }
 
     pub(crate) fn finish(&self) -> u64 {
-        let mut h = self.0;
+        let mut h = self.0.finish();
         h ^= h >> 33;
         h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
         h ^= h >> 33;
