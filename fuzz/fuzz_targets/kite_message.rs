@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use keel_core::engine::{Engine, Input, RequestTag};
 use keel_core::kite::{
-    Ballot, Config, Cursor, KiteEngine, KiteOp, KiteRequest, Message, RmwId, RmwOutcome,
-    RmwRecord, SlotImage, Stamp,
+    Ballot, Config, Cursor, KiteEngine, KiteOp, KiteRequest, Message, Origin, RmwId, RmwOutcome,
+    RmwRecord, SlotImage, Stamp, View,
 };
 use keel_core::time::Time;
 use keel_types::NodeId;
@@ -38,7 +38,9 @@ fn message(which: u8) -> Message {
         settled: vec![(id, outcome.clone())],
     };
     let ballot = Ballot { round: 2, proposer: 2 << 32 };
-    match which % 8 {
+    let view = View { gen: 3, incarnations: vec![(NodeId(2), 1), (NodeId(3), 0)] };
+    let by = Origin { incarnation: 1, view: Some(Box::new(view)) };
+    match which % 11 {
         0 => Message::Write { round: 1, key: b("k"), value: b("v"), stamp, rmw: Some((id, outcome.clone())), applied: vec![], query: Some(7) },
         1 => Message::Read { round: 1, key: b("k"), query: Some(7) },
         2 => Message::SlowRelease { round: 1, delinquent: vec![NodeId(1), NodeId(3)] },
@@ -46,7 +48,10 @@ fn message(which: u8) -> Message {
         4 => Message::Accept { round: 1, key: b("k"), ballot, record, query: None },
         5 => Message::ResetBit { acquire: 7, gen: 1 },
         6 => Message::StateRequest { rejoin: 2 << 32 | 1, after: Cursor::Key(b("a")) },
-        _ => Message::StatePage {
+        8 => Message::WriteAck { round: 1, by, delinquent: Some(1) },
+        9 => Message::Accepted { round: 1, by, ok: true, promised: ballot, delinquent: None },
+        10 => Message::ViewAck { incarnation: 0, gen: 1 },
+        7 => Message::StatePage {
             rejoin: 1 << 32 | 1,
             after: Cursor::Start,
             rejoining: false,
@@ -55,6 +60,7 @@ fn message(which: u8) -> Message {
             bits: vec![(NodeId(3), true, 2)],
             next: Some(Cursor::Outcome(2 << 32, 1)),
         },
+        _ => unreachable!("which % 11"),
     }
 }
 

@@ -126,6 +126,16 @@ pub struct RunArgs {
     /// slow release, so a node that missed a write is never told.
     #[arg(long)]
     pub no_slow_path: bool,
+    /// Negative control (`--engine kite`): a release (or read-modify-write) sends its
+    /// value before any acknowledgement of its session's earlier writes, so another node
+    /// can see it before them (caught by the `general` scenario's histories).
+    #[arg(long)]
+    pub release_before_acks: bool,
+    /// Negative control (`--engine kite`): a release's value and a read-modify-write's
+    /// commit count as done once sent, without a quorum's acknowledgements (caught by the
+    /// `general` scenario's histories).
+    #[arg(long)]
+    pub complete_without_quorum: bool,
     /// Negative control (`--engine kite`): an out-of-epoch access puts its key in the
     /// machine's current epoch, not the one it started in.
     #[arg(long)]
@@ -138,6 +148,12 @@ pub struct RunArgs {
     /// memory, without rejoining (caught by the `faults` scenario's F14).
     #[arg(long)]
     pub no_rejoin: bool,
+    /// Negative control (`--engine kite`): the rejoin without its fence, the rule before
+    /// it: a round may count a reply the restarted node's memory lost together with one
+    /// sent after the rejoin read its sender (caught by the `general` scenario's late
+    /// acknowledgements on 5 and 7 nodes).
+    #[arg(long)]
+    pub unfenced_rejoin: bool,
     /// Negative control (`--engine kite`): a client whose connection broke sends its
     /// read-modify-writes again as new requests, not under the numbers it gave them, so
     /// one can be applied twice (caught by the `general` scenario's client cuts).

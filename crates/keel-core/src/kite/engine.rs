@@ -10,7 +10,8 @@
 
 use super::types::{
     Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Message,
-    RmwId, RmwOutcome, RmwRecord, RoundId, SlotImage, Stamp, Status, PAGE_ITEMS_MAX, SKIPPED_MAX,
+    Origin, RmwId, RmwOutcome, RmwRecord, RoundId, SlotImage, Stamp, Status, PAGE_ITEMS_MAX,
+    SKIPPED_MAX,
 };
 use crate::engine::{BootError, Input, Outputs, Rejection};
 use crate::time::{Span, Time};
@@ -18,6 +19,8 @@ use keel_types::rng::SplitMix64;
 use keel_types::{ClientId, KeelError, Key, NodeId, RequestId, Value};
 use std::collections::{BTreeMap, VecDeque};
 
+mod fence;
+mod invariants;
 mod outcomes;
 mod rejoin;
 use outcomes::Outcomes;
@@ -230,6 +233,13 @@ pub struct KiteEngine {
     out: Outputs<Message, KiteReply>,
     /// While rejoining after a restart: whose state has been read.
     rejoin: Option<Rejoin>,
+    /// The highest incarnation known of each member heard of, this node's own included
+    /// (the rejoin's fence, `engine/fence.rs`).
+    incarnations: BTreeMap<NodeId, u32>,
+    /// How many times `incarnations` changed.
+    view_gen: u64,
+    /// The generation of this node's view each peer acknowledged having merged.
+    view_told: BTreeMap<NodeId, u64>,
     /// The incarnation to make durable before the first message (server drivers).
     hard_state: Option<keel_types::HardState>,
 }
@@ -268,6 +278,9 @@ impl KiteEngine {
             now,
             out: Outputs::default(),
             rejoin: None,
+            incarnations: BTreeMap::from([(config.node, config.incarnation)]),
+            view_gen: 0,
+            view_told: BTreeMap::new(),
             hard_state: None,
             config,
         }
@@ -373,6 +386,19 @@ impl KiteEngine {
         out
     }
 
+    /// The keys of read-modify-writes whose proposals wait for a quorum's promises: their
+    /// accepts go out once the promises come. For the simulator's targeted faults.
+    pub fn proposals_in_flight(&self) -> Vec<&Key> {
+        self.rounds
+            .values()
+            .filter(|r| r.replies.len() < self.quorum)
+            .filter_map(|r| match &r.msg {
+                Message::Propose { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether a relaxed access to `key` would take the fast path now.
     pub fn in_epoch(&self, key: &[u8]) -> bool {
         self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
@@ -419,6 +445,9 @@ impl KiteEngine {
             self.advance(session);
         }
         self.out.wake_at = self.next_wake();
+        // The simulator checks every step of every node; a debug build checks here too.
+        #[cfg(debug_assertions)]
+        self.check_invariants();
         std::mem::take(&mut self.out)
     }
 
@@ -436,6 +465,12 @@ impl KiteEngine {
                 Err("read-modify-write not right after its base")
             }
             Message::Write { stamp, .. } if *stamp == Stamp::ZERO => Err("write with no stamp"),
+            _ if reply_origin(message)
+                .and_then(|o| o.view.as_ref())
+                .is_some_and(|v| v.incarnations.len() > 63) =>
+            {
+                Err("view larger than any cluster")
+            }
             _ => Ok(()),
         }
     }
@@ -939,6 +974,11 @@ impl KiteEngine {
     /// The release barrier: every earlier write of the session acknowledged by every
     /// node, or, after the time-out, by a quorum and the slow release done.
     fn barrier_progress(&mut self, session: u64, barrier: &mut Barrier, release: bool) {
+        if self.config.unsafe_release_before_acks && *barrier != Barrier::Done {
+            self.untrack_all(session);
+            *barrier = Barrier::Done;
+            return;
+        }
         let tracked = self.sessions.get(&session).map(|s| s.tracked.clone()).unwrap_or_default();
         if let Barrier::Waiting { deadline } = *barrier {
             let all = (1u64 << self.config.members.len()) - 1;
@@ -1592,7 +1632,8 @@ impl KiteEngine {
     /// Whether a write's round has a quorum's acknowledgements. A tracked round is
     /// removed once every node acknowledged it, so a missing round counts as written.
     fn written(&self, round: RoundId) -> bool {
-        self.rounds.get(&round).is_none_or(|r| r.replies.len() >= self.quorum)
+        let unsafe_done = self.config.unsafe_complete_without_quorum;
+        unsafe_done || self.rounds.get(&round).is_none_or(|r| r.replies.len() >= self.quorum)
     }
 
     /// A quorum's acknowledgements, with the replicas that deemed this node delinquent.
@@ -1733,16 +1774,26 @@ impl KiteEngine {
             self.reject(from, "sender is not a peer");
             return None;
         }
-        if let Err(reason) = Self::check_message(&message).and_then(|()| self.check_state(&message))
+        if let Err(reason) =
+            Self::check_message(&message).and_then(|()| self.check_state(from, &message))
         {
             self.reject(from, reason);
             return None;
         }
-        if reply_round(&message).is_some() {
+        if let Some(origin) = reply_origin(&message) {
+            let origin = origin.clone();
+            if !self.admit_reply(from, &origin) {
+                return None;
+            }
             return self.record_reply(from, message);
         }
         match message {
+            Message::ViewAck { incarnation, gen } => {
+                self.on_view_ack(from, incarnation, gen);
+                return None;
+            }
             Message::StateRequest { rejoin, after } => {
+                self.on_fence(from, rejoin);
                 let page = self.state_page(rejoin, after);
                 self.out.messages.push((from, page));
                 return None;
@@ -1769,7 +1820,7 @@ impl KiteEngine {
     }
 
     /// The half of the gate that needs the configuration: sizes and members.
-    fn check_state(&self, message: &Message) -> Result<(), &'static str> {
+    fn check_state(&self, from: NodeId, message: &Message) -> Result<(), &'static str> {
         let limits = &self.config.limits;
         let member = |writer: u64| self.index_of(NodeId((writer >> 32) as u32)).is_some();
         // A stamp names a member, or is the initial one (writer 0, version 0), which
@@ -1829,6 +1880,11 @@ impl KiteEngine {
             limits.check_key(key).map_err(|_| "key too large")?;
             value.map_or(Ok(()), |v| limits.check_value(v).map_err(|_| "value too large"))
         };
+        if let Some(view) = reply_origin(message).and_then(|o| o.view.as_ref()) {
+            if view.incarnations.iter().any(|(node, _)| self.index_of(*node).is_none()) {
+                return Err("view names a non-member");
+            }
+        }
         match message {
             Message::Write { key, value, stamp, rmw, applied, .. } => {
                 sized(key, Some(value))?;
@@ -1889,7 +1945,22 @@ impl KiteEngine {
             Message::Accepted { promised, .. } if *promised != Ballot::default() => {
                 ballot_ok(promised)?
             }
-            Message::StateRequest { after: Cursor::Key(key), .. } => sized(key, None)?,
+            Message::StateRequest { rejoin, after } => {
+                if *rejoin >> 32 != u64::from(from.0) {
+                    return Err("state request of another node's rejoin");
+                }
+                if let Cursor::Key(key) = after {
+                    sized(key, None)?;
+                }
+            }
+            Message::ViewAck { incarnation, gen } => {
+                if *incarnation > self.config.incarnation {
+                    return Err("acknowledges a view of a later incarnation");
+                }
+                if *incarnation == self.config.incarnation && *gen > self.view_gen {
+                    return Err("acknowledges a view never sent");
+                }
+            }
             Message::StatePage { after, slots, outcomes, bits, next, .. } => {
                 if slots.len() + outcomes.len() > PAGE_ITEMS_MAX || bits.len() > 63 {
                     return Err("state page too large");
@@ -1977,6 +2048,7 @@ impl KiteEngine {
     /// What this node does with a peer's (or its own) request; `None` for messages that
     /// are not answered.
     fn serve(&mut self, from: NodeId, message: Message) -> Option<Message> {
+        let by = self.origin_for(from);
         match message {
             Message::Write { round, key, value, stamp, rmw, applied, query } => {
                 let slot = self.keys.entry(key.clone()).or_default();
@@ -1997,7 +2069,7 @@ impl KiteEngine {
                     self.record_outcome(&key, id, outcome);
                 }
                 let delinquent = self.query(from, query);
-                Some(Message::WriteAck { round, delinquent })
+                Some(Message::WriteAck { round, by, delinquent })
             }
             Message::Read { round, key, query } => {
                 let delinquent = self.query(from, query);
@@ -2005,7 +2077,7 @@ impl KiteEngine {
                 let (value, stamp) =
                     slot.map_or((None, Stamp::ZERO), |s| (s.value.clone(), s.stamp));
                 let made_by = slot.and_then(|s| s.made_by.clone());
-                Some(Message::ReadReply { round, value, stamp, made_by, delinquent })
+                Some(Message::ReadReply { round, by, value, stamp, made_by, delinquent })
             }
             Message::SlowRelease { round, delinquent } => {
                 for node in delinquent {
@@ -2016,7 +2088,7 @@ impl KiteEngine {
                     let gen = self.gens.entry(node).or_default();
                     *gen = gen.saturating_add(1);
                 }
-                Some(Message::SlowReleaseAck { round })
+                Some(Message::SlowReleaseAck { round, by })
             }
             Message::ResetBit { acquire, gen } => {
                 let current = self.gens.get(&from).copied().unwrap_or(0);
@@ -2048,6 +2120,7 @@ impl KiteEngine {
                 }
                 Some(Message::Promise {
                     round,
+                    by,
                     ok,
                     promised: slot.promised,
                     accepted: slot.accepted.clone(),
@@ -2088,13 +2161,14 @@ impl KiteEngine {
                     }
                 }
                 let delinquent = if ok { self.query(from, query) } else { None };
-                Some(Message::Accepted { round, ok, promised, delinquent })
+                Some(Message::Accepted { round, by, ok, promised, delinquent })
             }
             Message::WriteAck { .. }
             | Message::ReadReply { .. }
             | Message::SlowReleaseAck { .. }
             | Message::Promise { .. }
             | Message::Accepted { .. }
+            | Message::ViewAck { .. }
             | Message::StateRequest { .. }
             | Message::StatePage { .. } => None,
         }
@@ -2142,9 +2216,21 @@ fn reply_round(msg: &Message) -> Option<RoundId> {
     match msg {
         Message::WriteAck { round, .. }
         | Message::ReadReply { round, .. }
-        | Message::SlowReleaseAck { round }
+        | Message::SlowReleaseAck { round, .. }
         | Message::Promise { round, .. }
         | Message::Accepted { round, .. } => Some(*round),
+        _ => None,
+    }
+}
+
+/// Who sent a reply (`None` for requests).
+fn reply_origin(msg: &Message) -> Option<&Origin> {
+    match msg {
+        Message::WriteAck { by, .. }
+        | Message::ReadReply { by, .. }
+        | Message::SlowReleaseAck { by, .. }
+        | Message::Promise { by, .. }
+        | Message::Accepted { by, .. } => Some(by),
         _ => None,
     }
 }

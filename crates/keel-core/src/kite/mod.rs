@@ -27,5 +27,5 @@ pub mod types;
 pub use engine::KiteEngine;
 pub use types::{
     Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Message,
-    ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status,
+    Origin, ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status, View,
 };

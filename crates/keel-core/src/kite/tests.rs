@@ -8,6 +8,8 @@ use crate::time::{Span, Time};
 use keel_types::{KeelError, Key, NodeId, Value};
 use std::collections::VecDeque;
 
+mod fence;
+
 /// Which messages a test loses: `(from, to, message) -> lost?`.
 type DropRule = Box<dyn FnMut(NodeId, NodeId, &Message) -> bool>;
 
@@ -56,6 +58,7 @@ impl Net {
     fn step(&mut self, id: u32, input: Input<Message, KiteRequest>) {
         let now = self.now;
         let out = self.node(id).step(now, input);
+        self.node(id).check_invariants();
         assert!(out.rejected.is_empty(), "{:?}", out.rejected);
         self.replies.extend(out.replies);
         for (to, m) in out.messages {
@@ -344,6 +347,20 @@ mod hostile {
             })
     }
 
+    fn origin() -> impl Strategy<Value = super::super::types::Origin> {
+        use super::super::types::{Origin, View};
+        let node = prop_oneof![
+            Just(NodeId(1)),
+            Just(NodeId(2)),
+            Just(NodeId(9)),
+            any::<u32>().prop_map(NodeId)
+        ];
+        let view = (any::<u64>(), prop::collection::vec((node, 0u32..3), 0..70))
+            .prop_map(|(gen, incarnations)| Box::new(View { gen, incarnations }));
+        (prop_oneof![Just(0u32), Just(1), any::<u32>()], prop::option::of(view))
+            .prop_map(|(incarnation, view)| Origin { incarnation, view })
+    }
+
     fn message() -> impl Strategy<Value = Message> {
         let key = prop_oneof![Just(k("x")), Just(k("y")), bytes()];
         let ballot = (any::<u64>(), prop_oneof![Just(1u64 << 32), Just(3u64 << 32), any::<u64>()])
@@ -360,17 +377,25 @@ mod hostile {
                     query
                 }
             ),
-            (any::<u64>(), prop::option::of(any::<u64>()))
-                .prop_map(|(round, delinquent)| Message::WriteAck { round, delinquent }),
+            (any::<u64>(), origin(), prop::option::of(any::<u64>()))
+                .prop_map(|(round, by, delinquent)| Message::WriteAck { round, by, delinquent }),
             (any::<u64>(), key.clone(), prop::option::of(any::<u64>()))
                 .prop_map(|(round, key, query)| Message::Read { round, key, query }),
-            (any::<u64>(), prop::option::of(bytes()), stamp(), prop::option::of(any::<u64>()))
-                .prop_map(|(round, value, stamp, delinquent)| {
-                    Message::ReadReply { round, value, stamp, made_by: None, delinquent }
+            (
+                any::<u64>(),
+                origin(),
+                prop::option::of(bytes()),
+                stamp(),
+                prop::option::of(any::<u64>())
+            )
+                .prop_map(|(round, by, value, stamp, delinquent)| {
+                    Message::ReadReply { round, by, value, stamp, made_by: None, delinquent }
                 }),
             (any::<u64>(), prop::collection::vec(any::<u32>().prop_map(NodeId), 0..70))
                 .prop_map(|(round, delinquent)| Message::SlowRelease { round, delinquent }),
-            any::<u64>().prop_map(|round| Message::SlowReleaseAck { round }),
+            (any::<u64>(), origin()).prop_map(|(round, by)| Message::SlowReleaseAck { round, by }),
+            (0u32..3, any::<u64>())
+                .prop_map(|(incarnation, gen)| Message::ViewAck { incarnation, gen }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(acquire, gen)| Message::ResetBit { acquire, gen }),
             (
@@ -388,22 +413,25 @@ mod hostile {
                     query
                 }),
             (
-                any::<u64>(),
+                (any::<u64>(), origin()),
                 any::<bool>(),
                 ballot.clone(),
                 prop::option::of((ballot.clone(), record())),
                 stamp()
             )
-                .prop_map(|(round, ok, promised, accepted, stamp)| Message::Promise {
-                    round,
-                    ok,
-                    promised,
-                    accepted,
-                    value: None,
-                    stamp,
-                    outcome: None,
-                    made_by: None,
-                    delinquent: None,
+                .prop_map(|((round, by), ok, promised, accepted, stamp)| {
+                    Message::Promise {
+                        round,
+                        by,
+                        ok,
+                        promised,
+                        accepted,
+                        value: None,
+                        stamp,
+                        outcome: None,
+                        made_by: None,
+                        delinquent: None,
+                    }
                 }),
             (any::<u64>(), key, ballot.clone(), record(), prop::option::of(any::<u64>())).prop_map(
                 |(round, key, ballot, record, query)| Message::Accept {
@@ -414,9 +442,11 @@ mod hostile {
                     query
                 }
             ),
-            (any::<u64>(), any::<bool>(), ballot).prop_map(|(round, ok, promised)| {
-                Message::Accepted { round, ok, promised, delinquent: Some(0) }
-            }),
+            (any::<u64>(), origin(), any::<bool>(), ballot).prop_map(
+                |(round, by, ok, promised)| {
+                    Message::Accepted { round, by, ok, promised, delinquent: Some(0) }
+                }
+            ),
         ]
     }
 

@@ -389,6 +389,8 @@ pub enum Message {
     WriteAck {
         /// The round.
         round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
         /// The query's answer: when the sender deems the asker delinquent, the
         /// generation of its bit (how many slow releases named the asker there).
         delinquent: Option<u64>,
@@ -407,6 +409,8 @@ pub enum Message {
     ReadReply {
         /// The round.
         round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
         /// The value.
         value: Option<Value>,
         /// Its stamp.
@@ -427,6 +431,8 @@ pub enum Message {
     SlowReleaseAck {
         /// The round.
         round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
     },
     /// The sender's acquire `acquire` bumped its epoch: clear its bit if that acquire
     /// moved it to transient and no slow release named the sender since (`gen` is the
@@ -455,6 +461,8 @@ pub enum Message {
     Promise {
         /// The round.
         round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
         /// Whether the ballot was promised.
         ok: bool,
         /// The highest ballot the sender has promised.
@@ -489,6 +497,8 @@ pub enum Message {
     Accepted {
         /// The round.
         round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
         /// Whether the sender accepted.
         ok: bool,
         /// The highest ballot the sender has promised.
@@ -496,7 +506,18 @@ pub enum Message {
         /// The query's answer (the bit's generation when delinquent).
         delinquent: Option<u64>,
     },
+    /// The sender merged the view of generation `gen` that a reply of the receiver
+    /// carried: the receiver's replies to the sender need not carry it any more.
+    ViewAck {
+        /// The incarnation of the receiver whose view was merged (a restarted node
+        /// counts its generations anew).
+        incarnation: u32,
+        /// The generation merged.
+        gen: u64,
+    },
     /// A rejoining node (a new incarnation) asks for the sender's state from `after` on.
+    /// The first one a node receives from an incarnation is that incarnation's fence at
+    /// the node (see [`Origin`]).
     StateRequest {
         /// The rejoin (the asker's incarnation's writer id); the page echoes it.
         rejoin: u64,
@@ -522,6 +543,39 @@ pub enum Message {
         /// Where the next page starts; `None`: this was the last.
         next: Option<Cursor>,
     },
+}
+
+/// Who answered a round: the replier's incarnation and, until the asker acknowledged it,
+/// every member's incarnation as the replier knows it.
+///
+/// This is the rejoin's fence (`docs/kite.md`, Restarts). A node that restarted lost what
+/// its earlier incarnation acknowledged, and replies that incarnation sent before it
+/// crashed may still be on their way. A round must never count such a reply together
+/// with a reply sent by a node after the new incarnation read that node's state: the
+/// reply then vouches for something the rejoin did not see. So a node that learns of a
+/// newer incarnation (from the new incarnation's state request, its replies, or another
+/// node's view) takes the earlier incarnation's replies out of its open rounds and
+/// refuses those still on their way; and every reply carries the replier's view until
+/// the asker has merged it, so that the asker learns of every incarnation the replier
+/// knows before it counts the reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The replier's incarnation.
+    pub incarnation: u32,
+    /// The replier's view, while the asker may not have merged it (boxed: rare, and
+    /// replies stay small).
+    pub view: Option<Box<View>>,
+}
+
+/// Every member's incarnation as one node knows it, with the node's count of changes to
+/// it in its current incarnation (its generation), which the receiver acknowledges with
+/// [`Message::ViewAck`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    /// How many times the sender's view changed.
+    pub gen: u64,
+    /// The highest incarnation the sender knows of each member it has heard of.
+    pub incarnations: Vec<(NodeId, u32)>,
 }
 
 /// Where a page of a node's state starts.
@@ -570,6 +624,7 @@ impl Message {
             Message::Promise { .. } => "promise",
             Message::Accept { .. } => "accept",
             Message::Accepted { .. } => "accepted",
+            Message::ViewAck { .. } => "view-ack",
             Message::StateRequest { .. } => "state-request",
             Message::StatePage { .. } => "state-page",
         }
@@ -613,9 +668,22 @@ pub struct Config {
     /// Negative control: a rejoining node serves and answers at once, as if it had not
     /// lost its memory. Unsafe; for tests and `keel sim` only.
     pub unsafe_no_rejoin: bool,
+    /// Negative control: the rejoin without its fence (the rule before it): rounds keep
+    /// and accept replies of an earlier incarnation after learning of a later one, so a
+    /// round may count a reply the restarted node's memory lost together with one sent
+    /// after the rejoin read its sender. Unsafe; for tests and `keel sim` only.
+    pub unsafe_unfenced_rejoin: bool,
     /// Negative control: a release that times out goes on without the slow release (no
     /// delinquent set is broadcast). Unsafe; for tests and `keel sim` only.
     pub unsafe_no_slow_path: bool,
+    /// Negative control: a release (or read-modify-write) goes on at once, before any
+    /// acknowledgement of the session's earlier writes: its value can be seen before
+    /// them. Unsafe; for tests and `keel sim` only.
+    pub unsafe_release_before_acks: bool,
+    /// Negative control: a release's value round and a read-modify-write's commit count
+    /// as done once sent, without a quorum's acknowledgements. Unsafe; for tests and
+    /// `keel sim` only.
+    pub unsafe_complete_without_quorum: bool,
     /// Negative control: an out-of-epoch access puts its key back in the machine's
     /// current epoch, not the epoch it started in. Unsafe; for tests and `keel sim` only.
     pub unsafe_no_epoch_snapshot: bool,
@@ -651,7 +719,10 @@ impl Config {
             limits: keel_types::Limits::default(),
             rejoin: false,
             unsafe_no_rejoin: false,
+            unsafe_unfenced_rejoin: false,
             unsafe_no_slow_path: false,
+            unsafe_release_before_acks: false,
+            unsafe_complete_without_quorum: false,
             unsafe_no_epoch_snapshot: false,
             unsafe_paper_reset: false,
             unsafe_uncommitted_failures: false,
@@ -798,4 +869,13 @@ pub struct Counters {
     pub rejoins: u64,
     /// Requests a rejoining node left unanswered (quorum requests it cannot vouch for).
     pub unanswered_rejoining: u64,
+    /// Replies of an earlier incarnation taken out of open rounds on learning of a later
+    /// one (the rejoin's fence at work: a round was in flight across a restart).
+    pub replies_fenced: u64,
+    /// Replies of an earlier incarnation refused on arrival (late replies from a node
+    /// that has restarted since).
+    pub replies_stale: u64,
+    /// Newer incarnations of other nodes learned (from their state requests, their
+    /// replies, or another node's view).
+    pub incarnations_learned: u64,
 }

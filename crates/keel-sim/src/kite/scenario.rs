@@ -11,7 +11,7 @@ use super::recorder::{key, value, Recorder};
 use super::world::{KiteWorld, NetConfig};
 use crate::rng::Rng;
 use keel_core::engine::RequestTag;
-use keel_core::kite::{Config, KiteOp, Stamp};
+use keel_core::kite::{Config, KiteOp, KiteResult, Stamp};
 use keel_core::time::Span;
 use keel_types::NodeId;
 use serde::Serialize;
@@ -31,6 +31,11 @@ pub struct KiteRunConfig {
     pub scenario: String,
     /// Negative control: releases never take the slow path.
     pub no_slow_path: bool,
+    /// Negative control: releases and read-modify-writes go on before any acknowledgement
+    /// of their session's earlier writes.
+    pub release_before_acks: bool,
+    /// Negative control: releases and read-modify-write commits complete once sent.
+    pub complete_without_quorum: bool,
     /// Negative control: out-of-epoch accesses settle their key in the current epoch.
     pub no_epoch_snapshot: bool,
     /// Negative control: the paper's reset (to every node, naming only the acquire).
@@ -40,6 +45,9 @@ pub struct KiteRunConfig {
     pub unnamed_retries: bool,
     /// Negative control: a restarted node serves at once, without rejoining.
     pub no_rejoin: bool,
+    /// Negative control: the rejoin without its fence (rounds count replies of an
+    /// earlier incarnation after learning of a later one).
+    pub unfenced_rejoin: bool,
     /// Negative control: a named request's failure is answered without being committed.
     pub uncommitted_failures: bool,
     /// Negative control: proposers ignore the outcomes a quorum shows.
@@ -55,9 +63,12 @@ impl KiteRunConfig {
             seed,
             scenario: "general".into(),
             no_slow_path: false,
+            release_before_acks: false,
+            complete_without_quorum: false,
             no_epoch_snapshot: false,
             paper_reset: false,
             no_rejoin: false,
+            unfenced_rejoin: false,
             unnamed_retries: false,
             uncommitted_failures: false,
             forget_outcomes: false,
@@ -72,6 +83,12 @@ impl KiteRunConfig {
         if self.no_slow_path {
             line.push_str(" --no-slow-path");
         }
+        if self.release_before_acks {
+            line.push_str(" --release-before-acks");
+        }
+        if self.complete_without_quorum {
+            line.push_str(" --complete-without-quorum");
+        }
         if self.no_epoch_snapshot {
             line.push_str(" --no-epoch-snapshot");
         }
@@ -80,6 +97,9 @@ impl KiteRunConfig {
         }
         if self.no_rejoin {
             line.push_str(" --no-rejoin");
+        }
+        if self.unfenced_rejoin {
+            line.push_str(" --unfenced-rejoin");
         }
         if self.unnamed_retries {
             line.push_str(" --unnamed-retries");
@@ -140,11 +160,14 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.retransmit = Span::from_millis(10);
     template.rmw_backoff_max = Span::from_millis(5);
     template.unsafe_no_slow_path = config.no_slow_path;
+    template.unsafe_release_before_acks = config.release_before_acks;
+    template.unsafe_complete_without_quorum = config.complete_without_quorum;
     template.unsafe_no_epoch_snapshot = config.no_epoch_snapshot;
     template.unsafe_paper_reset = config.paper_reset;
     template.unsafe_uncommitted_failures = config.uncommitted_failures;
     template.unsafe_forget_outcomes = config.forget_outcomes;
     template.unsafe_no_rejoin = config.no_rejoin;
+    template.unsafe_unfenced_rejoin = config.unfenced_rejoin;
     template
 }
 
@@ -183,6 +206,10 @@ struct SimSession {
     next_at: u64,
     /// The last value this session saw of each data key (a CAS expects it).
     seen: BTreeMap<u64, Option<u64>>,
+    /// The data key this session wrote last: half its CASes go to it (a lock taken
+    /// where it was last released), so that a CAS often expects a value its own node
+    /// may not have passed on yet.
+    last_written: Option<u64>,
     /// The number of its next request, for a client that names its requests (as
     /// `KEEL.REQ` does, its session id being its client id); `None` for one that does not.
     named: Option<u64>,
@@ -225,14 +252,19 @@ fn move_named_clients(
         s.node = to;
         s.outstanding = 0;
         s.seen.clear();
+        s.last_written = None;
         for (tag, rmw) in std::mem::take(&mut s.pending) {
             abandoned.insert(tag);
             if rmw {
                 *reached.entry("client-retry".into()).or_default() += 1;
                 // The first attempt was done already (its reply lost with the connection):
                 // the case a retry must not do again.
-                if world.rmw_ids.get(&tag).is_some_and(|id| world.commits.contains_key(id)) {
+                let first = world.rmw_ids.get(&tag);
+                if first.is_some_and(|id| world.commits.contains_key(id)) {
                     *reached.entry("client-retry-of-done".into()).or_default() += 1;
+                } else if first.is_some() {
+                    // Started and not committed: the first attempt may still go on.
+                    *reached.entry("client-retry-of-running".into()).or_default() += 1;
                 }
                 if let Some(again) = recorder.retry(world, tag, to, s.id, unnamed) {
                     s.pending.push((again, true));
@@ -271,6 +303,34 @@ enum Fault {
     ClientCut {
         node: NodeId,
     },
+    /// `side` and the other members split, every other cut restored; everyone on one
+    /// side when `side` holds every member (a heal).
+    Partition {
+        side: Vec<NodeId>,
+    },
+    /// A restart with a late acknowledgement ([`LateAck`]): armed now, it goes on by
+    /// itself.
+    LateAck(LateAck),
+    /// The links from `from` to each of `to` are cut (until a partition or a heal).
+    Cut {
+        from: NodeId,
+        to: Vec<NodeId>,
+    },
+    /// The links from `from` to each of `to` are restored.
+    Uncut {
+        from: NodeId,
+        to: Vec<NodeId>,
+    },
+    /// The link `from -> to` holds what is sent on it, until released.
+    Hold {
+        from: NodeId,
+        to: NodeId,
+    },
+    /// The link `from -> to` delivers what it held.
+    Release {
+        from: NodeId,
+        to: NodeId,
+    },
 }
 
 const STEP_NS: u64 = 200_000;
@@ -281,7 +341,16 @@ const MS: u64 = 1_000_000;
 
 fn general(config: &KiteRunConfig) -> KiteReport {
     let mut rng = Rng::new(config.seed ^ 0x6b69_7465_5f67_656e);
-    let n: u32 = if rng.below(10) < 7 { 3 } else { 5 };
+    // Cluster sizes and the late acknowledgement come from their own stream, so that the
+    // rest of a seed's run is drawn as before they existed: 3 nodes in half the seeds, 5
+    // in 40%, 7 in 10%.
+    let mut topology = Rng::new(config.seed ^ 0x6b69_7465_5f74_6f70);
+    let n: u32 = match (rng.below(10) < 7, topology.below(21)) {
+        (true, 0..=5) => 5,
+        (true, _) => 3,
+        (false, 0..=6) => 7,
+        (false, _) => 5,
+    };
     let timeout = match rng.below(4) {
         0 => Span(1_000),
         1 => Span::from_micros(500),
@@ -344,6 +413,25 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         let node = members[clients.below(members.len() as u64) as usize];
         schedule.push((at, Fault::ClientCut { node }));
     }
+    // A slow node whose clients move: what it sends is held back for a while, and its
+    // clients' connections break meanwhile. A client naming its requests sends its
+    // unanswered read-modify-writes again at another node, which has not seen the slow
+    // node's latest writes; the first attempts go on once the node's messages leave.
+    let mut slow = Rng::new(config.seed ^ 0x6b69_7465_5f73_6c6f);
+    if slow.below(2) == 0 {
+        let node = members[slow.below(members.len() as u64) as usize];
+        let at = slow.below(duration * 3 / 4);
+        let cut = at + slow.range(2, 30) * MS;
+        let release = cut + slow.range(2, 30) * MS;
+        for &to in members.iter().filter(|&&m| m != node) {
+            schedule.push((at, Fault::Hold { from: node, to }));
+            schedule.push((release, Fault::Release { from: node, to }));
+        }
+        schedule.push((cut, Fault::ClientCut { node }));
+    }
+    if topology.below(10) < 6 && crashes < (n - 1) / 2 {
+        schedule.extend(late_ack(&mut topology, &members, &crashed, duration));
+    }
     schedule.sort_by_key(|(at, _)| *at);
     let mut heals: Vec<u64> = Vec::new();
     let mut abandoned: BTreeSet<RequestTag> = BTreeSet::new();
@@ -363,6 +451,7 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             outstanding: 0,
             next_at: 0,
             seen: BTreeMap::new(),
+            last_written: None,
             named: None,
             pending: Vec::new(),
         })
@@ -370,6 +459,8 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     for s in sessions.iter_mut() {
         s.named = (clients.below(2) == 0).then_some(1);
     }
+    let mut bias = Rng::new(config.seed ^ 0x6b69_7465_5f62_6961);
+    let mut failed_named: Vec<keel_core::kite::RmwId> = Vec::new();
     let mut recorder = Recorder::new();
     let mut next_value: u64 = 1 << 40;
     let mut report = KiteReport {
@@ -379,13 +470,23 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         replay: config.replay(),
         ..KiteReport::default()
     };
+    if schedule.iter().any(|(_, f)| matches!(f, Fault::LateAck(_))) {
+        report.reached.insert("fault:late-ack".into(), 1);
+    }
 
     let mut t = 0;
-    let mut faults = schedule.into_iter().peekable();
+    let mut faults: std::collections::VecDeque<(u64, Fault)> = schedule.into();
+    let mut late: Option<LateAck> = None;
     while t < duration {
         t += STEP_NS;
-        while faults.peek().is_some_and(|(at, _)| *at <= t) {
-            let (_, fault) = faults.next().expect("peeked");
+        if let Some(plan) = late.as_mut() {
+            // The late acknowledgement's next steps, due now, ahead of the rest.
+            for step in plan.next(&world, t, &mut report.reached).into_iter().rev() {
+                faults.push_front((t, step));
+            }
+        }
+        while faults.front().is_some_and(|(at, _)| *at <= t) {
+            let (_, fault) = faults.pop_front().expect("peeked");
             report.faults.push(format!("{:.1}ms {fault:?}", t as f64 / MS as f64));
             // The node's clients' connections break with it (or alone, in a cut).
             if let Fault::ClientCut { node } | Fault::Crash { node } | Fault::Restart { node, .. } =
@@ -422,6 +523,23 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 Fault::ClientCut { .. } => {
                     *report.reached.entry("fault:client-cut".into()).or_default() += 1;
                 }
+                Fault::Partition { side } => {
+                    *report.reached.entry("fault:partition".into()).or_default() += 1;
+                    world.partition(&side);
+                }
+                Fault::LateAck(plan) => late = Some(plan),
+                Fault::Cut { from, to } => {
+                    for to in to {
+                        world.cut(from, to);
+                    }
+                }
+                Fault::Uncut { from, to } => {
+                    for to in to {
+                        world.uncut(from, to);
+                    }
+                }
+                Fault::Hold { from, to } => world.hold(from, to),
+                Fault::Release { from, to } => world.release(from, to),
                 Fault::Crash { node } => {
                     *report.reached.entry("fault:crash".into()).or_default() += 1;
                     world.crash(node);
@@ -440,6 +558,7 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                         s.hist = next_session;
                         s.outstanding = 0;
                         s.seen.clear();
+                        s.last_written = None;
                     }
                 }
             }
@@ -461,6 +580,11 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             }
             let session = recorder.session_of(reply.tag);
             let k = recorder.key_of(reply.tag);
+            if let Ok(KiteResult::Rmw { wrote: None, local: false, .. }) = &reply.result {
+                if let Some(id) = world.rmw_ids.get(&reply.tag).filter(|id| id.client_named()) {
+                    failed_named.push(*id);
+                }
+            }
             let seen = recorder.complete(at, &reply);
             if let Some(s) = sessions.iter_mut().find(|s| Some(s.hist) == session) {
                 s.outstanding -= 1;
@@ -468,6 +592,9 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 // Remember what the session saw of the key, for its next CAS.
                 if let (Some(seen), Some(k)) = (seen, k) {
                     s.seen.insert(k, seen.written.or(seen.read));
+                    if seen.written.is_some() && k < DATA_KEYS {
+                        s.last_written = Some(k);
+                    }
                 }
             }
         }
@@ -475,7 +602,7 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             if s.outstanding >= s.depth || s.next_at > t || world.engine(s.node).is_none() {
                 continue;
             }
-            let op = random_op(&mut rng, s, &mut next_value);
+            let op = random_op(&mut rng, &mut bias, s, &mut next_value);
             // Read-modify-writes are sent again (as keel-client does): a failure is
             // committed like a write, so a retry and its first attempt agree.
             let rmw = matches!(op, KiteOp::Faa { .. } | KiteOp::Cas { .. });
@@ -572,6 +699,15 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             }
         }
     }
+    // A named request answered as failed must never be committed as a swap (its first
+    // attempt, still running elsewhere, must find the failure).
+    for id in &failed_named {
+        if world.commits.get(id).is_some_and(|o| o.wrote().is_some()) {
+            report.violations.push(format!(
+                "exactly-once: request {id:?} answered failed, then committed a write"
+            ));
+        }
+    }
     for (id, a, b) in &world.double_commits {
         report
             .violations
@@ -601,7 +737,149 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     report
 }
 
-fn random_op(rng: &mut Rng, s: &mut SimSession, next_value: &mut u64) -> KiteOp {
+/// A restart with a late acknowledgement, the fault the rejoin's fence is for
+/// (`docs/kite.md`, Restarts), on a coordinator `C`, a node `R` that restarts, and `C`'s
+/// side `X` (a quorum less two other nodes). Armed at a random time, it goes on by itself,
+/// each stage when the world is ready for it:
+/// 1. **cut**, once `C` has an FAA's proposal in flight (promises on their way): what `R`
+///    sends `C` and what `C` sends `X` is held back, `C`'s and `R`'s other links are cut
+///    one way, and `X`'s links to the rest but `R` both ways. The accept that follows the
+///    promises reaches only `R`'s earlier incarnation, which can pass it on to nobody.
+/// 2. **crash**: `R` crashes (`C`'s link to it cut, its own links restored) and restarts
+///    after a moment; it rejoins from the others, `X` among them.
+/// 3. **split**, once `R` rejoined: the holds end (`R`'s earlier incarnation's replies reach
+///    `C`, and `X` answers `C`'s accept only now), and `C` and `X` are split from the rest
+///    (a quorum, with the new `R`), which go on serving.
+/// 4. **heal**.
+///
+/// Without the fence `C`'s accept is chosen on {`C`, `R`'s earlier incarnation, `X`},
+/// and an FAA of the rest on the same counter never sees it: both write the same stamp.
+#[derive(Clone, Debug)]
+struct LateAck {
+    c: NodeId,
+    r: NodeId,
+    /// `C`'s side in the split.
+    xs: Vec<NodeId>,
+    /// The others.
+    others: Vec<NodeId>,
+    crash_ms: u64,
+    down_ms: u64,
+    heal_ms: u64,
+    stage: LateStage,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LateStage {
+    Armed { since: u64 },
+    Cut { crash_at: u64 },
+    Down { since: u64 },
+    Split { heal_at: u64 },
+    Done,
+}
+
+/// The longest a [`LateAck`] stage waits for the world: a proposal in flight at `C`, or
+/// `R`'s rejoin.
+const LATE_ACK_WAIT_NS: u64 = 300 * MS;
+
+/// Draws a [`LateAck`], armed at a random time; `None` when no node may crash.
+fn late_ack(
+    rng: &mut Rng,
+    members: &[NodeId],
+    crashed: &[NodeId],
+    duration: u64,
+) -> Option<(u64, Fault)> {
+    let n = members.len();
+    let c = members[rng.below(n as u64) as usize];
+    let candidates: Vec<NodeId> =
+        members.iter().copied().filter(|m| *m != c && !crashed.contains(m)).collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let r = candidates[rng.below(candidates.len() as u64) as usize];
+    let mut others: Vec<NodeId> = members.iter().copied().filter(|m| *m != c && *m != r).collect();
+    let mut xs = Vec::new();
+    for _ in 0..(n / 2 + 1).saturating_sub(2) {
+        xs.push(others.remove(rng.below(others.len() as u64) as usize));
+    }
+    let armed = duration / 10 + rng.below(duration * 2 / 5);
+    let (crash_ms, down_ms, heal_ms) = (rng.range(5, 40), rng.range(1, 40), rng.range(100, 500));
+    let stage = LateStage::Armed { since: armed };
+    let plan = LateAck { c, r, xs, others, crash_ms, down_ms, heal_ms, stage };
+    Some((armed, Fault::LateAck(plan)))
+}
+
+impl LateAck {
+    /// The faults of the stage that is due now, if one is.
+    fn next(
+        &mut self,
+        world: &KiteWorld,
+        now: u64,
+        reached: &mut BTreeMap<String, u64>,
+    ) -> Vec<Fault> {
+        let (c, r) = (self.c, self.r);
+        let mut count = |name: &str| *reached.entry(format!("late-ack:{name}")).or_default() += 1;
+        match self.stage {
+            LateStage::Armed { since } => {
+                // An FAA's (on a counter key): the rest's FAAs on it meet it.
+                let counters: Vec<_> = (DATA_KEYS..DATA_KEYS + COUNTER_KEYS).map(key).collect();
+                let proposing = world.engine(c).is_some_and(|e| {
+                    e.proposals_in_flight().into_iter().any(|k| counters.contains(k))
+                });
+                if !proposing && now < since + LATE_ACK_WAIT_NS {
+                    return Vec::new();
+                }
+                count(if proposing { "cut-proposing" } else { "cut" });
+                self.stage = LateStage::Cut { crash_at: now + self.crash_ms * MS };
+                let r_out: Vec<NodeId> = self.xs.iter().chain(&self.others).copied().collect();
+                let mut faults = vec![
+                    Fault::Hold { from: r, to: c },
+                    Fault::Cut { from: c, to: self.others.clone() },
+                    Fault::Cut { from: r, to: r_out },
+                ];
+                for &x in &self.xs {
+                    faults.push(Fault::Hold { from: c, to: x });
+                    faults.push(Fault::Cut { from: x, to: self.others.clone() });
+                    faults.extend(self.others.iter().map(|&o| Fault::Cut { from: o, to: vec![x] }));
+                }
+                faults
+            }
+            LateStage::Cut { crash_at } if now >= crash_at => {
+                self.stage = LateStage::Down { since: now };
+                let r_out: Vec<NodeId> = self.xs.iter().chain(&self.others).copied().collect();
+                vec![
+                    Fault::Restart { node: r, ms: self.down_ms },
+                    Fault::Cut { from: c, to: vec![r] },
+                    Fault::Uncut { from: r, to: r_out },
+                ]
+            }
+            LateStage::Down { since } => {
+                let rejoined = world.engine(r).is_some_and(|e| !e.epoch_and_rejoining().1)
+                    && now > since + self.down_ms * MS;
+                if !rejoined && now < since + LATE_ACK_WAIT_NS {
+                    return Vec::new();
+                }
+                count(if rejoined { "split-rejoined" } else { "split" });
+                self.stage = LateStage::Split { heal_at: now + self.heal_ms * MS };
+                let mut faults = vec![Fault::Release { from: r, to: c }];
+                faults.extend(self.xs.iter().map(|&x| Fault::Release { from: c, to: x }));
+                let side = std::iter::once(c).chain(self.xs.iter().copied()).collect();
+                faults.push(Fault::Partition { side });
+                faults
+            }
+            LateStage::Split { heal_at } if now >= heal_at => {
+                self.stage = LateStage::Done;
+                let mut all = vec![c, r];
+                all.extend(self.xs.iter().chain(&self.others));
+                vec![Fault::Partition { side: all }]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A random operation of session `s`; `bias` (a stream of its own, so that `rng` draws
+/// as before it existed) sends half of its CASes to the key it wrote last.
+fn random_op(rng: &mut Rng, bias: &mut Rng, s: &mut SimSession, next_value: &mut u64) -> KiteOp {
     let data = |rng: &mut Rng| rng.below(DATA_KEYS);
     let any = |rng: &mut Rng| rng.below(DATA_KEYS + COUNTER_KEYS);
     let mut fresh = || {
@@ -618,7 +896,11 @@ fn random_op(rng: &mut Rng, s: &mut SimSession, next_value: &mut u64) -> KiteOp 
             delta: rng.range(1, 4) as i64,
         },
         _ => {
-            let k = data(rng);
+            let drawn = data(rng);
+            let k = match s.last_written {
+                Some(k) if bias.below(2) == 0 => k,
+                _ => drawn,
+            };
             let expected = s.seen.get(&k).copied().flatten().map(value);
             KiteOp::Cas { key: key(k), expected, new: fresh(), strong: rng.below(2) == 0 }
         }
@@ -654,10 +936,16 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("reset-bit", c.resets);
         add("rejoin", c.rejoins);
         add("rejoin-unanswered", c.unanswered_rejoining);
+        add("rejoin-round-in-flight", c.replies_fenced);
+        add("reply-stale", c.replies_stale);
+        add("incarnation-learned", c.incarnations_learned);
         add("retransmit", c.retransmits);
         add("flush", c.flushes);
     }
     add("net:dropped", world.counters.dropped);
     add("net:stalled", world.counters.stalled);
     add("net:cut", world.counters.cut);
+    add("net:held", world.counters.held);
+    add("late-reply", world.counters.late_replies);
+    add(&format!("nodes:{}", world.members().len()), 1);
 }

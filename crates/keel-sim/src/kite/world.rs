@@ -54,6 +54,8 @@ enum Event {
     Deliver {
         to: NodeId,
         from: NodeId,
+        /// The sender's incarnation when it sent the message.
+        incarnation: u32,
         message: Box<Message>,
     },
     Wake {
@@ -110,6 +112,12 @@ pub struct NetCounters {
     pub scripted: u64,
     /// Held back long.
     pub stalled: u64,
+    /// Held on a held link ([`KiteWorld::hold`]).
+    pub held: u64,
+    /// Delivered after their sender restarted: sent by an earlier incarnation.
+    pub late_from_earlier_incarnation: u64,
+    /// Of those, replies (they answer a round of the receiver: a late acknowledgement).
+    pub late_replies: u64,
 }
 
 /// The cluster.
@@ -122,6 +130,9 @@ pub struct KiteWorld {
     /// The network's behaviour (may change during a run).
     pub net: NetConfig,
     cuts: BTreeSet<(NodeId, NodeId)>,
+    /// Held links, each with what was sent on it since it was held (with the sender's
+    /// incarnation then), delivered in order when it is released.
+    holds: BTreeMap<(NodeId, NodeId), Vec<(u32, Message)>>,
     drop_rule: Option<DropRule>,
     replies: Vec<(u64, NodeId, KiteReply)>,
     next_tag: u64,
@@ -191,6 +202,7 @@ impl KiteWorld {
             rng,
             net,
             cuts: BTreeSet::new(),
+            holds: BTreeMap::new(),
             drop_rule: None,
             replies: Vec::new(),
             next_tag: 1,
@@ -241,6 +253,11 @@ impl KiteWorld {
         self.cuts.insert((from, to));
     }
 
+    /// Restores the directed link `from -> to`.
+    pub fn uncut(&mut self, from: NodeId, to: NodeId) {
+        self.cuts.remove(&(from, to));
+    }
+
     /// Cuts every link between `node` and the others, both ways.
     pub fn isolate(&mut self, node: NodeId) {
         for other in self.members() {
@@ -251,9 +268,55 @@ impl KiteWorld {
         }
     }
 
-    /// Restores every link.
+    /// Restores every link, and ends every hold.
     pub fn heal(&mut self) {
         self.cuts.clear();
+        let held: Vec<(NodeId, NodeId)> = self.holds.keys().copied().collect();
+        for (from, to) in held {
+            self.release(from, to);
+        }
+    }
+
+    /// Splits the cluster in two: `side` and the other members, every link between them
+    /// cut both ways, every other link restored.
+    pub fn partition(&mut self, side: &[NodeId]) {
+        self.cuts.clear();
+        for a in self.members() {
+            for b in self.members() {
+                if side.contains(&a) != side.contains(&b) {
+                    self.cut(a, b);
+                }
+            }
+        }
+    }
+
+    /// Holds the directed link `from -> to`: what is sent on it from now on waits until
+    /// [`KiteWorld::release`], even if `from` crashes and restarts in between (then it is
+    /// a late message of an earlier incarnation). Messages already on their way arrive.
+    pub fn hold(&mut self, from: NodeId, to: NodeId) {
+        self.holds.entry((from, to)).or_default();
+    }
+
+    /// Ends the hold of `from -> to`: what it held leaves now, in the order it was sent
+    /// (each after the network's ordinary delay, unless the link is cut by then).
+    pub fn release(&mut self, from: NodeId, to: NodeId) {
+        let Some(held) = self.holds.remove(&(from, to)) else { return };
+        let base =
+            self.rng.range(self.net.delay_min, self.net.delay_max.max(self.net.delay_min + 1));
+        for (i, (incarnation, message)) in held.into_iter().enumerate() {
+            if self.cuts.contains(&(from, to)) {
+                self.counters.cut += 1;
+                continue;
+            }
+            let at = self.now + base + i as u64;
+            let message = Box::new(message);
+            self.schedule(at, Event::Deliver { to, from, incarnation, message });
+        }
+    }
+
+    /// The current incarnation of `node` (0 until it restarts).
+    pub fn incarnation(&self, node: NodeId) -> u32 {
+        self.incarnations.get(&node).copied().unwrap_or(0)
     }
 
     /// Puts `node` to sleep until `until` (global ns): it handles nothing meanwhile; what
@@ -436,7 +499,15 @@ impl KiteWorld {
             return;
         }
         let input = match event {
-            Event::Deliver { from, message, .. } => Input::Message { from, message: *message },
+            Event::Deliver { from, message, incarnation, .. } => {
+                if incarnation < self.incarnation(from) {
+                    self.counters.late_from_earlier_incarnation += 1;
+                    if is_reply(&message) {
+                        self.counters.late_replies += 1;
+                    }
+                }
+                Input::Message { from, message: *message }
+            }
             Event::Wake { .. } => {
                 let n = self.nodes.get_mut(&node).expect("node");
                 if n.wake.is_some_and(|w| w > self.now) {
@@ -457,6 +528,7 @@ impl KiteWorld {
         let n = self.nodes.get_mut(&node).expect("node");
         let engine = n.engine.as_mut().expect("live");
         let out = engine.step(local, input);
+        engine.check_invariants();
         for (tag, id) in engine.rmws_in_progress() {
             self.rmw_ids.insert(tag, id);
         }
@@ -524,6 +596,25 @@ impl KiteWorld {
             delay += self.rng.below(self.net.stall_max.max(1));
         }
         let at = self.now + delay + extra;
-        self.schedule(at, Event::Deliver { to, from, message: Box::new(message) });
+        let incarnation = self.incarnation(from);
+        if let Some(held) = self.holds.get_mut(&(from, to)) {
+            self.counters.held += 1;
+            held.push((incarnation, message));
+            return;
+        }
+        let message = Box::new(message);
+        self.schedule(at, Event::Deliver { to, from, incarnation, message });
     }
+}
+
+/// Whether `message` answers a round (an acknowledgement, a read's or a proposal's reply).
+fn is_reply(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::WriteAck { .. }
+            | Message::ReadReply { .. }
+            | Message::SlowReleaseAck { .. }
+            | Message::Promise { .. }
+            | Message::Accepted { .. }
+    )
 }

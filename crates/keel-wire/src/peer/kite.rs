@@ -10,14 +10,16 @@
 use super::{PeerError, PeerLimits};
 use keel_core::kite::Message;
 
-/// The only Kite message format this version writes and reads (2: read-modify-write
-/// records and outcomes carry the digest of their command, and records what they settle;
-/// 1 had neither).
-pub const KITE_FORMAT_V2: u8 = 2;
+/// The only Kite message format this version writes and reads (3: replies carry who
+/// answered, its incarnation and view, and `ViewAck` exists, for the rejoin's fence; 2:
+/// read-modify-write records and outcomes carry the digest of their command, and records
+/// what they settle; 1 had neither). A node refuses every other format by name, so a
+/// cluster never mixes nodes with and without the fence.
+pub const KITE_FORMAT_V3: u8 = 3;
 
 impl super::PeerMessage for Message {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(KITE_FORMAT_V2);
+        out.push(KITE_FORMAT_V3);
         let bytes = postcard::to_allocvec(self).expect("a kite message always serializes");
         out.extend_from_slice(&bytes);
     }
@@ -25,7 +27,7 @@ impl super::PeerMessage for Message {
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
         let (&format, body) =
             bytes.split_first().ok_or(PeerError::Malformed("empty kite message".into()))?;
-        if format != KITE_FORMAT_V2 {
+        if format != KITE_FORMAT_V3 {
             return Err(PeerError::UnknownVersion(format));
         }
         if body.len() as u64 > u64::from(limits.frame_bytes_max) {
@@ -48,7 +50,9 @@ mod tests {
     use super::super::PeerMessage;
     use super::*;
     use bytes::Bytes;
-    use keel_core::kite::{Ballot, Cursor, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp};
+    use keel_core::kite::{
+        Ballot, Cursor, Origin, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, View,
+    };
     use keel_types::NodeId;
     use proptest::prelude::*;
 
@@ -95,6 +99,14 @@ mod tests {
         (any::<u64>(), any::<u64>()).prop_map(|(round, proposer)| Ballot { round, proposer })
     }
 
+    fn origin() -> impl Strategy<Value = Origin> {
+        let entry = (any::<u32>(), any::<u32>()).prop_map(|(n, i)| (NodeId(n), i));
+        let view = (any::<u64>(), proptest::collection::vec(entry, 0..4))
+            .prop_map(|(gen, incarnations)| Box::new(View { gen, incarnations }));
+        (any::<u32>(), proptest::option::of(view))
+            .prop_map(|(incarnation, view)| Origin { incarnation, view })
+    }
+
     fn message() -> impl Strategy<Value = Message> {
         let gen = proptest::option::of(any::<u64>());
         prop_oneof![
@@ -110,23 +122,24 @@ mod tests {
                 .prop_map(|(round, key, value, stamp, rmw, applied, query)| {
                     Message::Write { round, key, value, stamp, rmw, applied, query }
                 }),
-            (any::<u64>(), gen.clone())
-                .prop_map(|(round, delinquent)| Message::WriteAck { round, delinquent }),
+            (any::<u64>(), origin(), gen.clone())
+                .prop_map(|(round, by, delinquent)| Message::WriteAck { round, by, delinquent }),
             (any::<u64>(), bytes(), gen.clone()).prop_map(|(round, key, query)| Message::Read {
                 round,
                 key,
                 query
             }),
             (
-                any::<u64>(),
+                (any::<u64>(), origin()),
                 proptest::option::of(bytes()),
                 stamp(),
                 proptest::option::of(outcome()),
                 gen.clone()
             )
-                .prop_map(|(round, value, stamp, made_by, delinquent)| {
+                .prop_map(|((round, by), value, stamp, made_by, delinquent)| {
                     Message::ReadReply {
                         round,
+                        by,
                         value,
                         stamp,
                         made_by: made_by.map(Box::new),
@@ -136,7 +149,9 @@ mod tests {
             (any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4)).prop_map(|(round, d)| {
                 Message::SlowRelease { round, delinquent: d.into_iter().map(NodeId).collect() }
             }),
-            any::<u64>().prop_map(|round| Message::SlowReleaseAck { round }),
+            (any::<u64>(), origin()).prop_map(|(round, by)| Message::SlowReleaseAck { round, by }),
+            (any::<u32>(), any::<u64>())
+                .prop_map(|(incarnation, gen)| Message::ViewAck { incarnation, gen }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(acquire, gen)| Message::ResetBit { acquire, gen }),
             (any::<u64>(), bytes(), ballot(), any::<u64>(), gen.clone()).prop_map(
@@ -149,7 +164,7 @@ mod tests {
                 }
             ),
             (
-                any::<(u64, bool)>(),
+                (any::<(u64, bool)>(), origin()),
                 ballot(),
                 proptest::option::of((ballot(), record())),
                 proptest::option::of(bytes()),
@@ -158,9 +173,10 @@ mod tests {
                 gen.clone()
             )
                 .prop_map(
-                    |((round, ok), promised, accepted, value, stamp, o, delinquent)| {
+                    |(((round, ok), by), promised, accepted, value, stamp, o, delinquent)| {
                         Message::Promise {
                             round,
+                            by,
                             ok,
                             promised,
                             accepted,
@@ -181,9 +197,10 @@ mod tests {
                     query
                 }
             ),
-            (any::<(u64, bool)>(), ballot(), gen.clone()).prop_map(
-                |((round, ok), promised, delinquent)| Message::Accepted {
+            (any::<(u64, bool)>(), origin(), ballot(), gen.clone()).prop_map(
+                |((round, ok), by, promised, delinquent)| Message::Accepted {
                     round,
+                    by,
                     ok,
                     promised,
                     delinquent

@@ -33,7 +33,7 @@
 mod kite;
 mod message;
 
-pub use kite::KITE_FORMAT_V2;
+pub use kite::KITE_FORMAT_V3;
 
 use keel_types::codec::{put_u32, put_u8, CodecError, Reader};
 use keel_types::{KeyspaceId, NodeId};

@@ -1,0 +1,204 @@
+//! What must hold between any two steps of a Kite node: the round bookkeeping, the
+//! sessions and their phases, the read-modify-write bookkeeping, the rejoin's fence, and
+//! the bounds. The simulator checks it after every step of every node (and a debug build
+//! after every step); each check costs what the node has in flight (its rounds and its
+//! sessions' operations), never what it stores.
+
+use super::{Active, Ballot, Barrier, Bit, KiteEngine, Message, Phase, RmwId, RmwRecord};
+use super::{RmwStage, Round, RoundId, Session, TRACKED_MAX, TRANSIENT_IDS_MAX};
+use keel_types::Key;
+
+impl KiteEngine {
+    /// Panics, naming the rule, if the node's state breaks an invariant.
+    pub fn check_invariants(&self) {
+        self.check_identity();
+        for (&id, round) in &self.rounds {
+            self.check_round(id, round);
+        }
+        assert!(self.sessions.len() <= self.config.sessions_max, "more sessions than allowed");
+        for (&id, session) in &self.sessions {
+            self.check_session(id, session);
+        }
+        for (key, &session) in &self.rmw_keys {
+            let runs =
+                self.sessions.get(&session).and_then(|s| s.active.as_ref()).is_some_and(|a| {
+                    matches!(&a.phase, Phase::Rmw { op, stage, .. }
+                    if op.key() == key && !matches!(stage, RmwStage::Queued))
+                });
+            assert!(runs, "key {key:?} held for session {session}, which runs no RMW on it");
+        }
+        if self.rejoin.is_some() {
+            // A rejoining node starts nothing: no operation runs, no round is open.
+            assert!(self.rounds.is_empty(), "a round open while rejoining");
+            assert!(self.sessions.values().all(|s| s.active.is_none()), "served while rejoining");
+        }
+    }
+
+    /// The node's identity, bits and bounded tables.
+    fn check_identity(&self) {
+        let me = self.config.node;
+        assert_eq!(self.incarnations.get(&me), Some(&self.config.incarnation), "own incarnation");
+        assert!(
+            self.incarnations.keys().all(|n| self.index_of(*n).is_some()),
+            "view of a stranger"
+        );
+        assert!(self.view_told.values().all(|&g| g <= self.view_gen), "view told ahead of sent");
+        assert_eq!(self.quorum, self.config.members.len() / 2 + 1, "majority quorums");
+        assert!(self.config.incarnation == 0 || self.epoch >= 1, "a later incarnation's epoch");
+        assert_eq!(self.bits.len(), self.config.members.len(), "one bit per member");
+        for bit in self.bits.values() {
+            if let Bit::Transient(ids) = bit {
+                assert!(!ids.is_empty() && ids.len() <= TRANSIENT_IDS_MAX, "transient ids");
+            }
+        }
+        assert!(self.outcomes.len() <= self.config.outcomes_max.max(1), "outcomes past bound");
+    }
+
+    /// One open round: who answered, how, and whose it is.
+    fn check_round(&self, id: RoundId, round: &Round) {
+        let n = self.config.members.len();
+        let all = (1u64 << n) - 1;
+        assert_eq!(round.pending & !all, 0, "round {id} waits for a non-member");
+        let answered = (all & !round.pending).count_ones() as usize;
+        assert_eq!(round.replies.len(), answered, "round {id}: one reply per member answered");
+        let me = self.index_of(self.config.node).expect("a member");
+        // A round is served here first, in the step that opens it.
+        assert_eq!(round.pending & (1 << me), 0, "round {id} lacks this node's own answer");
+        for (from, reply) in &round.replies {
+            let index = self.index_of(*from).expect("replies come from members");
+            assert_eq!(round.pending & (1 << index), 0, "round {id}: a reply from a pending node");
+            assert!(super::reply_matches(&round.msg, reply), "round {id}: a reply of another kind");
+            let by = super::reply_origin(reply).expect("a reply");
+            let known = self.incarnations.get(from).copied();
+            // The fence: no open round holds a reply of an incarnation known to be gone.
+            assert!(
+                self.config.unsafe_unfenced_rejoin || known == Some(by.incarnation),
+                "round {id} holds a reply of {from:?}'s incarnation {}, {known:?} known",
+                by.incarnation
+            );
+        }
+        let pending_all = round.tracked && round.pending & all == 0;
+        assert!(!pending_all, "round {id}: a tracked round acknowledged by all stays open");
+        let session = self.sessions.get(&round.session);
+        if round.tracked {
+            let listed = session.is_some_and(|s| s.tracked.contains(&id));
+            assert!(listed, "tracked round {id} not listed by its session {}", round.session);
+            assert!(matches!(round.msg, Message::Write { .. }), "tracked round {id} not a write");
+        }
+    }
+
+    /// One session: its queue, its tracked writes, and the operation it runs.
+    fn check_session(&self, id: u64, session: &Session) {
+        assert!(session.queue.len() <= self.config.session_queue_max, "session {id} queue");
+        // A session's next operation settles its writes once it holds the bound; writes an
+        // operation makes on its own way (an acquire's spread, a commit) may pass it a little.
+        assert!(session.tracked.len() <= TRACKED_MAX + 4, "session {id} tracks too many writes");
+        for round in &session.tracked {
+            let open = self.rounds.get(round).is_some_and(|r| r.tracked && r.session == id);
+            assert!(open, "session {id} tracks round {round}, which is not its open write");
+        }
+        if let Some(active) = &session.active {
+            self.check_phase(id, active);
+        }
+    }
+
+    /// The rounds an operation waits on are open, and what it holds is well formed.
+    fn check_phase(&self, session: u64, active: &Active) {
+        let open = |round: &RoundId, kind: &str| {
+            let r = self.rounds.get(round);
+            assert!(
+                r.is_some_and(|r| r.session == session && r.msg.kind() == kind),
+                "session {session} waits on round {round}, not an open {kind} of its own"
+            );
+        };
+        match &active.phase {
+            Phase::SlowRead { round, snapshot, .. } | Phase::SlowWrite { round, snapshot, .. } => {
+                open(round, "read");
+                assert!(*snapshot <= self.epoch, "an epoch snapshot from the future");
+            }
+            Phase::Acquire { round, write_back, snapshot, .. } => {
+                match write_back {
+                    None => open(round, "read"),
+                    Some((wb, ..)) => open(wb, "write"),
+                }
+                assert!(*snapshot <= self.epoch, "an epoch snapshot from the future");
+            }
+            Phase::Release { round, version, barrier, value_round, .. } => {
+                if version.is_none() {
+                    open(round, "read");
+                }
+                if value_round.is_some() {
+                    assert_eq!(*barrier, Barrier::Done, "a release's value before its barrier");
+                    assert!(version.is_some(), "a release's value before its first round");
+                }
+                self.check_barrier(session, barrier);
+            }
+            Phase::Flush { barrier, .. } => self.check_barrier(session, barrier),
+            Phase::Rmw { op, rid, ballot, stage, barrier, .. } => {
+                self.check_barrier(session, barrier);
+                self.check_rmw(session, op.key(), *rid, *ballot, stage);
+            }
+            Phase::Refused(_) => panic!("session {session} keeps a refused operation"),
+        }
+    }
+
+    fn check_barrier(&self, session: u64, barrier: &Barrier) {
+        if let Barrier::Slow { round: Some(round), delinquent } = barrier {
+            let r = self.rounds.get(round);
+            let ok = r.is_some_and(|r| r.session == session && r.msg.kind() == "slow-release");
+            assert!(ok, "session {session}'s slow release {round} is not open");
+            assert!(!delinquent.is_empty(), "a slow release names nobody");
+        }
+    }
+
+    /// A read-modify-write's stage: its round is open and of the right kind, its ballot
+    /// is this node's own, its record well formed.
+    fn check_rmw(&self, session: u64, key: &Key, rid: RmwId, ballot: Ballot, stage: &RmwStage) {
+        let holds_key = self.rmw_keys.get(key) == Some(&session);
+        let round_of = |round: &RoundId, kind: &str| {
+            let r = self.rounds.get(round);
+            assert!(
+                r.is_some_and(|r| r.session == session && r.msg.kind() == kind),
+                "session {session}'s read-modify-write waits on round {round}, not its open {kind}"
+            );
+            r.expect("checked")
+        };
+        let record_ok = |record: &RmwRecord, mine: bool| {
+            assert!(record.well_formed(), "a record not right after its base");
+            assert!(
+                !mine || record.id == rid,
+                "session {session} finishes another's record as its own"
+            );
+        };
+        if !matches!(stage, RmwStage::Queued) {
+            assert!(holds_key, "session {session} runs a read-modify-write without its key");
+            assert_eq!(ballot.proposer, self.writer, "a ballot of another node");
+            assert!(ballot.round <= self.last_round, "a ballot above the highest proposed");
+        }
+        match stage {
+            RmwStage::Queued | RmwStage::Backoff { .. } => {}
+            RmwStage::Proposing { round } => {
+                let r = round_of(round, "propose");
+                let ok = matches!(&r.msg, Message::Propose { ballot: b, rmw, .. } if *b == ballot && *rmw == rid);
+                assert!(ok, "session {session} proposes under another ballot or id");
+            }
+            RmwStage::Accepting { round, record, mine } => {
+                let r = round_of(round, "accept");
+                let ok = matches!(&r.msg, Message::Accept { ballot: b, record: sent, .. } if *b == ballot && sent == record);
+                assert!(ok, "session {session} accepts another record or ballot");
+                record_ok(record, *mine);
+            }
+            RmwStage::WriteBack { round, .. } => {
+                round_of(round, "write");
+            }
+            RmwStage::Committing { round, record, mine } => {
+                // Its own commit is tracked, and gone once every node acknowledged it.
+                if !*mine || self.rounds.contains_key(round) {
+                    round_of(round, "write");
+                }
+                record_ok(record, *mine);
+            }
+            RmwStage::Ready { record } => record_ok(record, true),
+        }
+    }
+}
