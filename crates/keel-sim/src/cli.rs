@@ -107,6 +107,10 @@ pub struct RunArgs {
     /// reading and rate).
     #[arg(long)]
     pub no_clock_reboots: bool,
+    /// Negative control: every drift change during a run speeds the clock up to 90% fast,
+    /// far past the engine's drift bound (changes within it go both ways).
+    #[arg(long)]
+    pub fast_clocks: bool,
     /// Negative control: writes skip the deduplication table, so a retried or duplicated
     /// write is applied twice.
     #[arg(long)]
@@ -216,6 +220,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.unchecked_view_reads = args.unchecked_view_reads;
         config.forget_leader_contact = args.forget_leader_contact;
         config.clock_reboots = !args.no_clock_reboots;
+        config.fast_clocks = args.fast_clocks;
         config.skip_dedup = args.skip_dedup;
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.ignore_repair_floor = args.ignore_repair_floor;

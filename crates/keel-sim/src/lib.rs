@@ -12,7 +12,8 @@
 //!
 //! Layout:
 //! - [`rng`]: the splitmix64 generator every random choice comes from.
-//! - [`clock`]: node clocks that drift within the engine's stated bound.
+//! - [`clock`]: node clocks that drift within the engine's stated bound, at rates that
+//!   change during a run, faster or slower.
 //! - [`net`]: the network model (latency, loss, duplication, reordering, partitions).
 //! - [`disk`]: one node's disk: the real write-ahead log (`keel_storage::SimStorage`)
 //!   over an in-memory disk; crashes, torn tails, bit rot.

@@ -2,7 +2,7 @@
 //! time and ends after a random duration: crash then restart (restart recovers from the
 //! disk, losing unsynced writes), pause (a stalled process whose events wait), slow disk
 //! (fsync latency multiplied), and network partitions (a node isolated, a majority/
-//! minority split, or a one-way cut). Clock drift is static per node (see `clock`).
+//! minority split, or a one-way cut). Clock rates change at crashes (see `world`).
 
 use crate::clients::{timer_id, TIMER_CLASS_SHIFT, TIMER_NEMESIS};
 use crate::engine::SimEngine;

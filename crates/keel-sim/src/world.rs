@@ -83,8 +83,8 @@ pub struct WorldConfig<C = Config> {
     /// Of the power losses, the share (ppm) that also reboot the host: its clock starts
     /// over from a new reading (lower or higher) and a new rate within the bound.
     pub clock_reboot_ppm: u32,
-    /// The chance (ppm), at each crash, that a running node's clock is slowed to another
-    /// rate within the bound (drift that changes during a run).
+    /// The chance (ppm), at each crash, that a running node's clock changes to another
+    /// rate within the bound, faster or slower (drift that changes during a run).
     pub drift_change_ppm: u32,
     /// Seeds the generator behind the three faults above, apart from every other draw.
     pub fault_seed: u64,
@@ -285,8 +285,12 @@ pub struct WorldStats {
     pub process_crashes: u64,
     /// Power losses that rebooted the host's clock ([`WorldConfig::clock_reboot_ppm`]).
     pub clock_reboots: u64,
-    /// Clocks slowed during the run ([`WorldConfig::drift_change_ppm`]).
+    /// Clocks whose rate changed during the run ([`WorldConfig::drift_change_ppm`]).
     pub drift_changes: u64,
+    /// Of `drift_changes`, those that sped a clock up.
+    pub drift_faster: u64,
+    /// Of `drift_changes`, those that slowed a clock down.
+    pub drift_slower: u64,
     /// Nodes stopped by a storage write or fsync error ([`World::add_storage_faults`]).
     pub storage_errors: u64,
     /// Crashes between an fsync completing and the engine learning of it
@@ -318,6 +322,10 @@ pub struct World<E: SimEngine> {
     next_tag: u64,
     /// Counters.
     pub stats: WorldStats,
+    /// Negative control: every drift change ([`WorldConfig::drift_change_ppm`]) sets the
+    /// clock to this rate, faster than the engine's bound allows (`None` in every honest
+    /// run).
+    pub unsafe_fast_drift_ppm: Option<i32>,
     /// Print every step's input and outputs to stderr (for replaying a failing seed).
     pub trace: bool,
     /// Whether crashes may corrupt fsynced records (off unless a scenario arms it).
@@ -383,6 +391,7 @@ impl<E: SimEngine> World<E> {
             violations: Vec::new(),
             next_tag: 1,
             stats: WorldStats::default(),
+            unsafe_fast_drift_ppm: None,
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             corruption: Corruption::Off,
             corrupted: None,
@@ -1170,8 +1179,10 @@ impl<E: SimEngine> World<E> {
     }
 
     /// At a crash of `node`: with `reboot`, its clock starts over at a new reading and
-    /// rate; and, by chance, another running node's clock is slowed. Both stay within
-    /// the drift bound the engine states.
+    /// rate; and, by chance, another running node's clock changes rate, faster or slower.
+    /// Both stay within the drift bound the engine states (each node within half of it
+    /// of virtual time, so any two within it), unless the negative control
+    /// [`World::unsafe_fast_drift_ppm`] speeds the clock past it.
     fn change_clocks(&mut self, node: NodeId, reboot: bool) {
         let drift_max = i64::from(E::drift_bound_ppm(&self.config.engine) / 2);
         if reboot {
@@ -1191,12 +1202,20 @@ impl<E: SimEngine> World<E> {
             }
             let other = running[self.fault_rng.index(running.len())];
             let current = i64::from(self.nodes[Self::slot(other)].clock.drift_ppm);
-            if current <= -drift_max {
+            let drift = match self.unsafe_fast_drift_ppm {
+                Some(fast) => i64::from(fast),
+                None => draw_drift(&mut self.fault_rng, drift_max),
+            };
+            if drift == current {
                 return;
             }
-            let slower = -drift_max + self.fault_rng.range(0, (current + drift_max) as u64) as i64;
-            self.slow_clock(other, slower as i32);
+            self.set_clock_drift(other, drift as i32);
             self.stats.drift_changes += 1;
+            if drift > current {
+                self.stats.drift_faster += 1;
+            } else {
+                self.stats.drift_slower += 1;
+            }
         }
     }
 
@@ -1275,13 +1294,28 @@ impl<E: SimEngine> World<E> {
         n.paused_until_ns = n.paused_until_ns.max(until_ns);
     }
 
-    /// Slows a node's clock to `drift_ppm` from now on (its reading now is unchanged).
-    /// Beyond the engine's drift bound this is a fault the protocol does not tolerate;
-    /// negative tests use it.
-    pub fn slow_clock(&mut self, node: NodeId, drift_ppm: i32) {
+    /// Sets a node's clock rate to `drift_ppm` from now on, faster or slower (its reading
+    /// now is unchanged). Beyond the engine's drift bound this is a fault the protocol
+    /// does not tolerate; negative tests use it. A pending wake-up was placed where the
+    /// old rate reached its reading, which a faster clock reaches sooner: it moves there.
+    pub fn set_clock_drift(&mut self, node: NodeId, drift_ppm: i32) {
         let now = self.now_ns;
         let n = &mut self.nodes[Self::slot(node)];
-        n.clock = n.clock.with_drift_from(now, drift_ppm);
+        let old = n.clock;
+        n.clock = old.with_drift_from(now, drift_ppm);
+        let mut moved = Vec::new();
+        for (ks, replica) in n.replicas.iter_mut().enumerate() {
+            let Some(at) = replica.tick_at_ns.filter(|at| *at > now) else { continue };
+            let sooner = n.clock.virtual_at(old.local(at)).max(now);
+            if sooner < at {
+                replica.tick_at_ns = Some(sooner);
+                moved.push((sooner, ks as Keyspace));
+            }
+        }
+        let incarnation = n.incarnation;
+        for (at, ks) in moved {
+            self.push(at, Event::Tick { node, ks, incarnation });
+        }
     }
 
     /// Ends a node's pause now; its deferred events run at their deferred times.
