@@ -48,7 +48,8 @@ pub struct RunArgs {
     /// durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
-    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),
+    /// (five nodes, bridge partitions, long stalls and the lease race, an aimed fault
+    /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
     /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
     /// as Correctables, views checked) or `tickets` (ticket selling on a replicated queue
@@ -96,7 +97,7 @@ pub struct RunArgs {
     pub unchecked_view_reads: bool,
     /// Negative control: a node that moves to a higher epoch forgets when it last heard
     /// a leader, so a late reply can free its vote while that leader's lease runs
-    /// (caught by `--scenario lease-overlap`).
+    /// (caught by `--scenario lease-race` and `--scenario lease-overlap`).
     #[arg(long)]
     pub forget_leader_contact: bool,
     /// After the sweep, print the share of seeds that reached each rare path and fault

@@ -23,6 +23,9 @@
 //! - [`clients`], [`history`], [`survivors`]: simulated clients, the history they
 //!   record, the per-key oracle, and the final log's surviving writes.
 //! - [`nemesis`]: the fault schedule.
+//! - [`race`]: the `lease-race` scenario's aimed fault sequence, which random seeds ride
+//!   into the lease overlap that the negative control `forget_leader_contact` turns into
+//!   two leader leases.
 //! - [`scenario`]: randomized scenarios (`general`).
 //! - [`lease_overlap`]: a scripted nemesis that drives five nodes into two leader leases
 //!   under the negative control `forget_leader_contact` (`lease-overlap`).
@@ -46,6 +49,7 @@ pub mod kite;
 pub mod lease_overlap;
 pub mod nemesis;
 pub mod net;
+pub mod race;
 pub mod rng;
 pub mod scenario;
 pub mod survivors;

@@ -107,8 +107,9 @@ pub struct GeneralConfig {
     pub stale_final_view: bool,
     /// The `lease-race` scenario: aimed at two leader leases at once. Five nodes, most
     /// partitions bridges (a node that reaches both halves), a third of the others
-    /// isolating the leader, and one message in twenty stalled for up to 3 s, so that a
-    /// former leader's `Append` reaches a node of a newer epoch long after it was sent.
+    /// isolating the leader, one message in twenty stalled for up to 3 s, and the lease
+    /// race (`race.rs`), an aimed fault sequence that drives a follower of a live leader
+    /// to a higher epoch by a former leader's late `Append`, started at a random time.
     pub lease_race: bool,
     /// The `tickets` scenario: beside the general workload, the Correctables paper's
     /// ticket selling on a replicated queue (`tickets.rs`), its queue checked.
@@ -163,13 +164,18 @@ impl GeneralConfig {
 
     /// The `lease-race` run for `seed` (see [`GeneralConfig::lease_race`]).
     pub fn lease_race(seed: u64) -> GeneralConfig {
-        GeneralConfig { lease_race: true, ..GeneralConfig::new(seed) }
+        let load_ns = GeneralConfig::LEASE_RACE_LOAD_NS;
+        GeneralConfig { lease_race: true, load_ns, ..GeneralConfig::new(seed) }
     }
 
     /// The `lease-overlap` run for `seed` (see [`GeneralConfig::lease_overlap`]).
     pub fn lease_overlap(seed: u64) -> GeneralConfig {
         GeneralConfig { lease_overlap: true, ..GeneralConfig::new(seed) }
     }
+
+    /// The `lease-race` scenario's load phase: long enough for its race (`race.rs`), which
+    /// starts 0.5 to 1.5 s in and lasts at most 7.1 s.
+    pub const LEASE_RACE_LOAD_NS: u64 = 9_000_000_000;
 
     /// The default `wide-area` run for `seed`: three times the load phase, since WAN
     /// timeouts make everything (elections, mark-outs, faults) slower.
@@ -615,9 +621,16 @@ fn general_body<E: SimEngine<Config = Config>>(
         clients.tickets = Some(crate::tickets::Tickets::new(sale, 0));
     }
     let mut nemesis = Nemesis::new(faults, rng.fork());
+    if config.lease_race {
+        // Drawn apart, like the stalls.
+        nemesis.race = Some(crate::race::LeaseRace::new(config.seed ^ 0x1EA5_E7AC_0000_0008));
+    }
     clients.start(world);
     if config.faults {
         nemesis.start(world);
+        if let Some(race) = nemesis.race.as_mut() {
+            race.start(world);
+        }
     }
     run_phase(world, &mut clients, &mut nemesis, config.load_ns);
     nemesis.heal_all(world);
@@ -664,6 +677,8 @@ pub(crate) fn reached<E: SimEngine>(
     reached.insert("fault:crash-after-fsync".into(), world.stats.crashes_after_fsync);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
     reached.insert("held-appends-lost".into(), world.stats.held_appends_lost);
+    reached.insert("fault:vote-request-crash".into(), world.stats.vote_request_crashes);
+    reached.insert("fault:clients-cut".into(), world.stats.client_requests_cut);
     reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);
     reached

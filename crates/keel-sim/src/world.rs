@@ -301,6 +301,10 @@ pub struct WorldStats {
     /// Crashes that lost appends still held on the loop, never handed to the disk
     /// (`keel_exec::AppendHold`).
     pub held_appends_lost: u64,
+    /// Candidates that crashed as their vote requests left ([`World::arm_vote_request_crash`]).
+    pub vote_request_crashes: u64,
+    /// Client requests lost while clients were cut off ([`World::cut_clients_until`]).
+    pub client_requests_cut: u64,
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -346,6 +350,11 @@ pub struct World<E: SimEngine> {
     crash_after_fsync_ppm: u32,
     /// A scripted nemesis's rule on messages as they are sent (none unless set).
     message_rule: Option<MessageRule<E::Message>>,
+    /// Nodes armed to crash as their vote requests leave, and whether that crash is
+    /// already queued ([`World::arm_vote_request_crash`]).
+    vote_request_crash: BTreeMap<NodeId, bool>,
+    /// Until when client requests are lost ([`World::cut_clients_until`]).
+    clients_cut_until_ns: u64,
 }
 
 impl<E: SimEngine> World<E> {
@@ -402,6 +411,8 @@ impl<E: SimEngine> World<E> {
             crashes_after_fsync_left: 0,
             crash_after_fsync_ppm: 0,
             message_rule: None,
+            vote_request_crash: BTreeMap::new(),
+            clients_cut_until_ns: 0,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -536,6 +547,31 @@ impl<E: SimEngine> World<E> {
         self.events.insert((at_ns, self.seq), event);
     }
 
+    /// Arms (or disarms) `node` to crash as its next vote requests leave: they are lost
+    /// with it, its vote for itself already durable (the contract checks that before a
+    /// request leaves), and it restarts 20 to 300 ms later, a candidate in an epoch that
+    /// nobody heard of (a power loss right after the vote's fsync). A targeted fault
+    /// (`race.rs`); no other scenario arms it.
+    pub fn arm_vote_request_crash(&mut self, node: NodeId, armed: bool) {
+        if armed {
+            self.vote_request_crash.entry(node).or_insert(false);
+        } else {
+            self.vote_request_crash.remove(&node);
+        }
+    }
+
+    /// A vote request of an armed node: lost, and the node's crash queued (once).
+    fn crash_at_vote_request(&mut self, node: NodeId) {
+        let queued = self.vote_request_crash.get_mut(&node).expect("armed");
+        if std::mem::replace(queued, true) {
+            return;
+        }
+        let rng = &mut self.nodes[Self::slot(node)].rng;
+        let restart_at_ns = self.now_ns + rng.range(20_000_000, 300_000_000);
+        self.stats.vote_request_crashes += 1;
+        self.push(self.now_ns, Event::Crash { node, restart_at_ns });
+    }
+
     /// Sets (or, with `None`, removes) a scripted rule that decides, as each message is
     /// sent, whether it passes, is lost or is held back longer (a targeted nemesis). Off
     /// by default; the rule draws nothing from the world's generators, and a dropped
@@ -567,9 +603,20 @@ impl<E: SimEngine> World<E> {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
         request.tag = tag;
+        if self.now_ns < self.clients_cut_until_ns {
+            self.stats.client_requests_cut += 1;
+            return tag; // lost on the way: no reply ever comes
+        }
         let at = self.now_ns + self.config.client_latency_ns;
         self.push(at, Event::Request { node, ks, request });
         tag
+    }
+
+    /// Cuts every client off the cluster until `until_ns`: requests sent meanwhile are
+    /// lost, and their clients time out (a client-side network outage, or an idle spell:
+    /// no node gets new work). A targeted fault (`race.rs`); no other scenario cuts them.
+    pub fn cut_clients_until(&mut self, until_ns: u64) {
+        self.clients_cut_until_ns = self.clients_cut_until_ns.max(until_ns);
     }
 
     /// The time of the next event, if any.
@@ -1011,6 +1058,9 @@ impl<E: SimEngine> World<E> {
                 self.push(self.now_ns, Event::Crash { node: from, restart_at_ns });
             }
         }
+        if E::facts(&message).asks_vote && self.vote_request_crash.contains_key(&from) {
+            return self.crash_at_vote_request(from);
+        }
         let mut extra_ns = 0;
         if let Some(rule) = self.message_rule.as_mut() {
             match rule(from, to, &message) {
@@ -1176,6 +1226,9 @@ impl<E: SimEngine> World<E> {
         }
         self.stats.crashes += 1;
         self.stats.process_crashes += u64::from(keep_cache);
+        if let Some(queued) = self.vote_request_crash.get_mut(&node) {
+            *queued = false;
+        }
     }
 
     /// At a crash of `node`: with `reboot`, its clock starts over at a new reading and
