@@ -5,7 +5,7 @@
 //! keel check --model register|kv|keel --format jepsen-register|jepsen-kv|keel
 //!            [--property linearizable|monotonic|views] [--budget STEPS] [--json] FILE...
 //! keel check [--model rc] [--format keel-rc] [--json] FILE...
-//! keel check --bench [--shared-dir DIR] [--runs N]
+//! keel check --bench [--data-dir DIR] [--runs N]
 //! ```
 //!
 //! `--model rc` checks release consistency (RC_Lin, [`crate::rc`]) on `keel-rc`
@@ -111,9 +111,10 @@ pub struct CheckArgs {
     /// 100,000-operation Keel history, instead of checking FILEs.
     #[arg(long)]
     pub bench: bool,
-    /// The shared folder holding `data/linearizability/` (for `--bench`).
-    #[arg(long, default_value = "../shared")]
-    pub shared_dir: PathBuf,
+    /// The folder holding the reference histories, `etcd-jepsen/` and `kv/` (for
+    /// `--bench`; the default is the repository's copy, from the repository's root).
+    #[arg(long, default_value = "crates/keel-check/tests/data/linearizability")]
+    pub data_dir: PathBuf,
     /// Runs per benchmark item; the median is reported (for `--bench`).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,

@@ -1,5 +1,6 @@
-//! Every reference history in `shared/data/linearizability/*/verdicts.tsv` (beside the
-//! repository) gets the verdict listed there.
+//! Every reference history in `tests/data/linearizability/*/verdicts.tsv` (copies of
+//! Porcupine's test data, with their source and licence in the folder's README) gets the
+//! verdict listed there.
 
 use keel_check::cli::lin_result;
 use keel_check::jepsen::{parse_kv_log, parse_register_log};
@@ -8,12 +9,8 @@ use keel_check::model::Model;
 use std::path::{Path, PathBuf};
 
 fn shared_data() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/linearizability");
-    assert!(
-        dir.is_dir(),
-        "reference histories not found at {} (expected the shared folder beside the repository)",
-        dir.display()
-    );
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/linearizability");
+    assert!(dir.is_dir(), "reference histories not found at {}", dir.display());
     dir
 }
 

@@ -48,7 +48,8 @@ pub struct RunArgs {
     /// durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
-    /// (five nodes, bridge partitions and long stalls, aimed at two leader leases),
+    /// (five nodes, bridge partitions, long stalls and the lease race, an aimed fault
+    /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
     /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
     /// as Correctables, views checked) or `tickets` (ticket selling on a replicated queue
@@ -96,7 +97,7 @@ pub struct RunArgs {
     pub unchecked_view_reads: bool,
     /// Negative control: a node that moves to a higher epoch forgets when it last heard
     /// a leader, so a late reply can free its vote while that leader's lease runs
-    /// (caught by `--scenario lease-overlap`).
+    /// (caught by `--scenario lease-race` and `--scenario lease-overlap`).
     #[arg(long)]
     pub forget_leader_contact: bool,
     /// After the sweep, print the share of seeds that reached each rare path and fault
@@ -107,6 +108,10 @@ pub struct RunArgs {
     /// reading and rate).
     #[arg(long)]
     pub no_clock_reboots: bool,
+    /// Negative control: every drift change during a run speeds the clock up to 90% fast,
+    /// far past the engine's drift bound (changes within it go both ways).
+    #[arg(long)]
+    pub fast_clocks: bool,
     /// Negative control: writes skip the deduplication table, so a retried or duplicated
     /// write is applied twice.
     #[arg(long)]
@@ -232,6 +237,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.unchecked_view_reads = args.unchecked_view_reads;
         config.forget_leader_contact = args.forget_leader_contact;
         config.clock_reboots = !args.no_clock_reboots;
+        config.fast_clocks = args.fast_clocks;
         config.skip_dedup = args.skip_dedup;
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.ignore_repair_floor = args.ignore_repair_floor;

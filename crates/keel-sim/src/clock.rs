@@ -1,64 +1,76 @@
-//! Node clocks: each node's local clock runs at its own rate off virtual time,
-//! `local = offset + virtual × (1 + drift_ppm / 10⁶)`, with drift within the bound the
-//! engine's configuration states (`Config::clock_drift_ppm_max`).
+//! Node clocks: each node's local clock runs at its own rate off virtual time, piecewise
+//! linear: from an anchor `(virtual, local)` on, `local = anchor_local + (virtual −
+//! anchor_virtual) × (1 + drift_ppm / 10⁶)`. A clock's rate may change during a run, either
+//! way, from its reading at that moment (the new piece starts there), so it stays
+//! monotonic; the world keeps rates within the bound the engine's configuration states
+//! (`Config::clock_drift_ppm_max`) except in negative controls.
 
 use keel_core::time::Time;
 
 /// Parts per million in one.
 const PPM_ONE: i128 = 1_000_000;
-/// The largest drift a clock may have, either way (90%).
+/// The largest drift a clock may have, either way (90%): a slow clock still advances.
 pub const DRIFT_PPM_LIMIT: i32 = 900_000;
+/// The largest drift a fast clock may have (ten times as fast as virtual time), for
+/// negative controls that speed clocks up past the engine's bound.
+pub const FAST_DRIFT_PPM_LIMIT: i32 = 9_000_000;
 
 /// One node's local clock as a function of virtual time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeClock {
-    /// The local reading at virtual time zero.
-    pub offset_ns: u64,
+    /// The virtual time at which the current rate took effect (0 for a clock's first).
+    anchor_virtual_ns: u64,
+    /// The local reading at `anchor_virtual_ns`.
+    anchor_local_ns: u64,
     /// How fast the clock runs relative to virtual time, in parts per million
     /// (positive: fast). Bounded well below 10⁶ so the clock stays strictly increasing.
     pub drift_ppm: i32,
 }
 
 impl NodeClock {
-    /// A clock; `drift_ppm` must be within ±900,000 (90%), far beyond any real bound
-    /// (negative tests use the extremes).
+    /// A clock reading `offset_ns` at virtual time zero; `drift_ppm` must be within
+    /// −900,000 (a tenth of the speed) and +9,000,000 (ten times it), far beyond any real
+    /// bound (negative tests use the extremes).
     pub fn new(offset_ns: u64, drift_ppm: i32) -> NodeClock {
-        assert!(drift_ppm.abs() <= DRIFT_PPM_LIMIT, "drift {drift_ppm} ppm is not a clock");
-        NodeClock { offset_ns, drift_ppm }
+        let range = -DRIFT_PPM_LIMIT..=FAST_DRIFT_PPM_LIMIT;
+        assert!(range.contains(&drift_ppm), "drift {drift_ppm} ppm is not a clock");
+        NodeClock { anchor_virtual_ns: 0, anchor_local_ns: offset_ns, drift_ppm }
     }
 
-    /// The same clock from virtual time `now_ns` on, running at `drift_ppm` instead: the
-    /// reading at `now_ns` is unchanged, so the clock stays monotonic. The new rate may
-    /// not be faster than the old one (the offset would have to go negative).
+    /// The same clock from virtual time `now_ns` on, running at `drift_ppm` instead,
+    /// faster or slower: the reading at `now_ns` is unchanged, so the clock stays
+    /// monotonic. `now_ns` may not precede the current rate's start.
     pub fn with_drift_from(&self, now_ns: u64, drift_ppm: i32) -> NodeClock {
-        assert!(drift_ppm <= self.drift_ppm, "a clock may only be slowed down");
-        let reading = self.local(now_ns).0;
-        let scaled = i128::from(now_ns) + i128::from(now_ns) * i128::from(drift_ppm) / PPM_ONE;
-        let offset = i128::from(reading) - scaled;
-        assert!(offset >= 0, "offset went negative");
-        let clock = NodeClock::new(offset as u64, drift_ppm);
+        assert!(now_ns >= self.anchor_virtual_ns, "a rate change before the current one");
+        let clock = NodeClock {
+            anchor_virtual_ns: now_ns,
+            anchor_local_ns: self.local(now_ns).0,
+            ..NodeClock::new(0, drift_ppm)
+        };
         debug_assert_eq!(clock.local(now_ns), self.local(now_ns));
         clock
     }
 
-    /// The node's local reading at virtual time `virtual_ns`.
+    /// The node's local reading at virtual time `virtual_ns`. Before the current rate's
+    /// start the reading is extrapolated back at that rate (floored at zero): only the
+    /// inverse, [`NodeClock::virtual_at`], looks there.
     pub fn local(&self, virtual_ns: u64) -> Time {
-        let v = i128::from(virtual_ns);
-        let scaled = v + v * i128::from(self.drift_ppm) / PPM_ONE;
-        let local = i128::from(self.offset_ns) + scaled;
-        assert!(local >= 0 && local <= i128::from(u64::MAX), "clock overflow");
+        let elapsed = i128::from(virtual_ns) - i128::from(self.anchor_virtual_ns);
+        let scaled = elapsed + elapsed * i128::from(self.drift_ppm) / PPM_ONE;
+        let local = (i128::from(self.anchor_local_ns) + scaled).max(0);
+        assert!(local <= i128::from(u64::MAX), "clock overflow");
         Time(local as u64)
     }
 
     /// The earliest virtual time at which the local clock reads at least `local`.
     pub fn virtual_at(&self, local: Time) -> u64 {
-        let target = i128::from(local.0) - i128::from(self.offset_ns);
-        if target <= 0 {
+        if self.local(0) >= local {
             return 0;
         }
+        let target = i128::from(local.0) - i128::from(self.anchor_local_ns);
         let rate = PPM_ONE + i128::from(self.drift_ppm);
         // The exact inverse, then correct the integer rounding of `local()` by stepping.
-        let mut v = (target * PPM_ONE / rate).max(0) as u64;
+        let mut v = (i128::from(self.anchor_virtual_ns) + target * PPM_ONE / rate).max(0) as u64;
         // A slow clock reads the same value for up to 10⁶/rate virtual nanoseconds.
         let steps_max = PPM_ONE / rate + 8;
         let mut steps = 0;
@@ -101,6 +113,28 @@ mod tests {
     }
 
     #[test]
+    fn speeding_a_clock_up_keeps_its_reading_even_from_offset_zero() {
+        // With a single offset this could not be expressed: the offset would go negative.
+        let clock = NodeClock::new(0, -50);
+        let now = 5_000_000_000;
+        let fast = clock.with_drift_from(now, 50);
+        assert_eq!(fast.local(now), clock.local(now));
+        assert_eq!(fast.local(now + 1_000_000_000).0 - fast.local(now).0, 1_000_050_000);
+        // Back and forth: each piece starts at the reading where the one before ends, so
+        // the clock's readings over the whole run never go down.
+        let slow = fast.with_drift_from(now + 1_000_000_000, -900_000);
+        let again = slow.with_drift_from(now + 2_000_000_000, 900_000);
+        let pieces =
+            [(0, clock), (now, fast), (now + 1_000_000_000, slow), (now + 2_000_000_000, again)];
+        let reading = |v: u64| pieces.iter().rev().find(|(from, _)| v >= *from).unwrap().1.local(v);
+        let mut last = Time(0);
+        for v in (0..now + 3_000_000_000).step_by(7_777_777) {
+            assert!(reading(v) >= last, "the clock went back at {v}");
+            last = reading(v);
+        }
+    }
+
+    #[test]
     fn inverse_is_the_earliest_virtual_time_reaching_the_reading() {
         let clocks = [
             NodeClock::new(17, 30),
@@ -109,8 +143,12 @@ mod tests {
             NodeClock::new(5, -900_000),
             NodeClock::new(5, 900_000),
         ];
-        for clock in clocks {
-            for local in [0u64, 1, 1_000, 123_456_789, 5_000_000_000] {
+        let changed = [
+            NodeClock::new(17, 30).with_drift_from(3_000_000_000, 900_000),
+            NodeClock::new(0, 50).with_drift_from(3_000_000_000, -900_000),
+        ];
+        for clock in clocks.into_iter().chain(changed) {
+            for local in [0u64, 1, 1_000, 123_456_789, 5_000_000_000, 9_000_000_000] {
                 let v = clock.virtual_at(Time(local));
                 assert!(clock.local(v) >= Time(local));
                 assert!(v == 0 || clock.local(v - 1) < Time(local));

@@ -19,6 +19,8 @@ pub struct MessageFacts<'a> {
     pub grants_vote: bool,
     /// A vote request in `epoch` (the candidate's own vote must be durable).
     pub asks_vote: bool,
+    /// A pre-vote probe (nothing durable; targeted nemeses tell it apart).
+    pub asks_pre_vote: bool,
     /// An index the sender claims is on its disk.
     pub claims_persisted: Option<LogIndex>,
     /// Log entries carried (each must be in the sender's log).
@@ -90,12 +92,14 @@ pub fn leader_facts(message: &Message) -> MessageFacts<'_> {
         epoch: message_epoch(message),
         grants_vote: false,
         asks_vote: false,
+        asks_pre_vote: false,
         claims_persisted: None,
         entries: &[],
     };
     match message {
         Message::Vote { granted, .. } => facts.grants_vote = *granted,
         Message::RequestVote { .. } => facts.asks_vote = true,
+        Message::PreVote { .. } => facts.asks_pre_vote = true,
         Message::AppendReply { persisted_index, .. } => {
             facts.claims_persisted = Some(*persisted_index)
         }

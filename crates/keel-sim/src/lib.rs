@@ -12,7 +12,8 @@
 //!
 //! Layout:
 //! - [`rng`]: the splitmix64 generator every random choice comes from.
-//! - [`clock`]: node clocks that drift within the engine's stated bound.
+//! - [`clock`]: node clocks that drift within the engine's stated bound, at rates that
+//!   change during a run, faster or slower.
 //! - [`net`]: the network model (latency, loss, duplication, reordering, partitions).
 //! - [`disk`]: one node's disk: the real write-ahead log (`keel_storage::SimStorage`)
 //!   over an in-memory disk; crashes, torn tails, bit rot.
@@ -22,6 +23,9 @@
 //! - [`clients`], [`history`], [`survivors`]: simulated clients, the history they
 //!   record, the per-key oracle, and the final log's surviving writes.
 //! - [`nemesis`]: the fault schedule.
+//! - [`race`]: the `lease-race` scenario's aimed fault sequence, which random seeds ride
+//!   into the lease overlap that the negative control `forget_leader_contact` turns into
+//!   two leader leases.
 //! - [`scenario`]: randomized scenarios (`general`).
 //! - [`lease_overlap`]: a scripted nemesis that drives five nodes into two leader leases
 //!   under the negative control `forget_leader_contact` (`lease-overlap`).
@@ -45,6 +49,7 @@ pub mod kite;
 pub mod lease_overlap;
 pub mod nemesis;
 pub mod net;
+pub mod race;
 pub mod rng;
 pub mod scenario;
 pub mod survivors;

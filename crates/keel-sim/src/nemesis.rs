@@ -2,10 +2,11 @@
 //! time and ends after a random duration: crash then restart (restart recovers from the
 //! disk, losing unsynced writes), pause (a stalled process whose events wait), slow disk
 //! (fsync latency multiplied), and network partitions (a node isolated, a majority/
-//! minority split, or a one-way cut). Clock drift is static per node (see `clock`).
+//! minority split, or a one-way cut). Clock rates change at crashes (see `world`).
 
 use crate::clients::{timer_id, TIMER_CLASS_SHIFT, TIMER_NEMESIS};
 use crate::engine::SimEngine;
+use crate::race::{LeaseRace, RACE_TIMER};
 use crate::rng::Rng;
 use crate::world::World;
 use keel_types::NodeId;
@@ -88,6 +89,9 @@ pub struct Nemesis {
     pub counts: BTreeMap<&'static str, u64>,
     /// Decides which partitions isolate the leader (`NemesisConfig::aim_leader_ppm`).
     aim: Rng,
+    /// The `lease-race` scenario's aimed fault sequence (`race.rs`); while it holds the
+    /// network, no other fault starts.
+    pub race: Option<LeaseRace>,
 }
 
 /// Payload of the timer that starts the next fault.
@@ -112,6 +116,7 @@ impl Nemesis {
             log: Vec::new(),
             counts: BTreeMap::new(),
             aim,
+            race: None,
         }
     }
 
@@ -127,7 +132,11 @@ impl Nemesis {
             return false;
         }
         let payload = id & ((1 << TIMER_CLASS_SHIFT) - 1);
-        if payload == NEXT_FAULT {
+        if payload == RACE_TIMER {
+            if let Some(race) = self.race.as_mut().filter(|_| !self.stopped) {
+                race.on_timer(world);
+            }
+        } else if payload == NEXT_FAULT {
             if !self.stopped {
                 self.inject(world);
                 self.start(world);
@@ -135,7 +144,12 @@ impl Nemesis {
         } else if let Some(ending) = self.pending.remove(&payload) {
             match ending {
                 Ending::Restart(node) => world.restart(node),
-                Ending::Heal => world.net.heal(),
+                Ending::Heal => {
+                    world.net.heal();
+                    if let Some(race) = &self.race {
+                        race.restore(world);
+                    }
+                }
             }
         }
         true
@@ -144,6 +158,13 @@ impl Nemesis {
     /// Stops injecting and ends every fault now: heal, restart, unpause.
     pub fn heal_all<E: SimEngine>(&mut self, world: &mut World<E>) {
         self.stopped = true;
+        if let Some(race) = &mut self.race {
+            race.end(world);
+            for (kind, count) in std::mem::take(&mut race.counts) {
+                *self.counts.entry(kind).or_default() += count;
+            }
+            self.log.append(&mut race.log);
+        }
         self.pending.clear();
         world.net.heal();
         for node in world.node_ids() {
@@ -161,6 +182,9 @@ impl Nemesis {
     }
 
     fn inject<E: SimEngine>(&mut self, world: &mut World<E>) {
+        if self.race.as_ref().is_some_and(|race| race.active()) {
+            return;
+        }
         let nodes = world.node_ids();
         if self.config.link_stall_ppm > 0 && self.aim.chance(self.config.link_stall_ppm) {
             let from = nodes[self.aim.index(nodes.len())];

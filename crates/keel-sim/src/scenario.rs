@@ -82,6 +82,9 @@ pub struct GeneralConfig {
     pub forget_leader_contact: bool,
     /// Power losses may reboot the host's clock (on by default).
     pub clock_reboots: bool,
+    /// Negative control: every drift change sets the clock [`FAST_CLOCK_PPM`] fast, far
+    /// past the engine's drift bound (`World::unsafe_fast_drift_ppm`).
+    pub fast_clocks: bool,
     /// Negative control: writes skip the deduplication table (the engine's
     /// `unsafe_skip_dedup`), so retries and duplicated forwards apply twice.
     pub skip_dedup: bool,
@@ -104,8 +107,9 @@ pub struct GeneralConfig {
     pub stale_final_view: bool,
     /// The `lease-race` scenario: aimed at two leader leases at once. Five nodes, most
     /// partitions bridges (a node that reaches both halves), a third of the others
-    /// isolating the leader, and one message in twenty stalled for up to 3 s, so that a
-    /// former leader's `Append` reaches a node of a newer epoch long after it was sent.
+    /// isolating the leader, one message in twenty stalled for up to 3 s, and the lease
+    /// race (`race.rs`), an aimed fault sequence that drives a follower of a live leader
+    /// to a higher epoch by a former leader's late `Append`, started at a random time.
     pub lease_race: bool,
     /// The `tickets` scenario: beside the general workload, the Correctables paper's
     /// ticket selling on a replicated queue (`tickets.rs`), its queue checked.
@@ -135,6 +139,7 @@ impl GeneralConfig {
             unchecked_view_reads: false,
             forget_leader_contact: false,
             clock_reboots: true,
+            fast_clocks: false,
             skip_dedup: false,
             accept_expired_sessions: false,
             ignore_repair_floor: false,
@@ -159,13 +164,18 @@ impl GeneralConfig {
 
     /// The `lease-race` run for `seed` (see [`GeneralConfig::lease_race`]).
     pub fn lease_race(seed: u64) -> GeneralConfig {
-        GeneralConfig { lease_race: true, ..GeneralConfig::new(seed) }
+        let load_ns = GeneralConfig::LEASE_RACE_LOAD_NS;
+        GeneralConfig { lease_race: true, load_ns, ..GeneralConfig::new(seed) }
     }
 
     /// The `lease-overlap` run for `seed` (see [`GeneralConfig::lease_overlap`]).
     pub fn lease_overlap(seed: u64) -> GeneralConfig {
         GeneralConfig { lease_overlap: true, ..GeneralConfig::new(seed) }
     }
+
+    /// The `lease-race` scenario's load phase: long enough for its race (`race.rs`), which
+    /// starts 0.5 to 1.5 s in and lasts at most 7.1 s.
+    pub const LEASE_RACE_LOAD_NS: u64 = 9_000_000_000;
 
     /// The default `wide-area` run for `seed`: three times the load phase, since WAN
     /// timeouts make everything (elections, mark-outs, faults) slower.
@@ -281,6 +291,8 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     ("fault:stall", 20),
     ("fault:process-crash", 20),
     ("fault:drift-change", 20),
+    ("fault:drift-faster", 20),
+    ("fault:drift-slower", 20),
     ("reads-off-loop", 20),
     // A crash while appends wait on the loop (at most 5 ms after a step appended):
     // about 15% of general seeds and 7% of wide-area ones.
@@ -441,14 +453,20 @@ fn add_stalls(world: &mut WorldConfig, seed: u64) {
     }
 }
 
+/// The rate a clock runs at after a drift change under the negative control
+/// [`GeneralConfig::fast_clocks`]: 3.4 times as fast as virtual time, so that a voter's
+/// `election_timeout_min` (300 ms on its clock) passes in less than the 175 ms leader
+/// lease of a leader whose clock keeps time.
+pub const FAST_CLOCK_PPM: i32 = 2_400_000;
+
 /// Crashes of other kinds, drawn apart like the stalls: a third of crashes are process
 /// crashes that keep every write (the rest power losses); with `clock_reboots` (the
-/// default), a third of power losses reboot the host's clock; each crash has a
-/// one-in-four chance to slow another node's clock within the drift bound.
+/// default), a third of power losses reboot the host's clock; each crash changes another
+/// running node's clock to another rate within the drift bound, faster or slower.
 fn add_crash_kinds(world: &mut WorldConfig, seed: u64, clock_reboots: bool) {
     world.process_crash_ppm = 333_333;
     world.clock_reboot_ppm = if clock_reboots { 333_333 } else { 0 };
-    world.drift_change_ppm = 250_000;
+    world.drift_change_ppm = 1_000_000;
     world.fault_seed = seed ^ 0xC4A5_4000_0000_0003;
 }
 
@@ -550,6 +568,7 @@ fn general_body<E: SimEngine<Config = Config>>(
     }
     let world: &mut World<E> = slot.insert(World::new(world_config, rng.next_u64()));
     world.corruption = config.corruption;
+    world.unsafe_fast_drift_ppm = config.fast_clocks.then_some(FAST_CLOCK_PPM);
     if config.faults && !config.partitioned_reads {
         world.add_storage_faults(config.seed ^ 0x5709_A6E0_0000_0006, config.load_ns);
     }
@@ -602,9 +621,16 @@ fn general_body<E: SimEngine<Config = Config>>(
         clients.tickets = Some(crate::tickets::Tickets::new(sale, 0));
     }
     let mut nemesis = Nemesis::new(faults, rng.fork());
+    if config.lease_race {
+        // Drawn apart, like the stalls.
+        nemesis.race = Some(crate::race::LeaseRace::new(config.seed ^ 0x1EA5_E7AC_0000_0008));
+    }
     clients.start(world);
     if config.faults {
         nemesis.start(world);
+        if let Some(race) = nemesis.race.as_mut() {
+            race.start(world);
+        }
     }
     run_phase(world, &mut clients, &mut nemesis, config.load_ns);
     nemesis.heal_all(world);
@@ -645,10 +671,14 @@ pub(crate) fn reached<E: SimEngine>(
     reached.insert("fault:process-crash".into(), world.stats.process_crashes);
     reached.insert("fault:clock-reboot".into(), world.stats.clock_reboots);
     reached.insert("fault:drift-change".into(), world.stats.drift_changes);
+    reached.insert("fault:drift-faster".into(), world.stats.drift_faster);
+    reached.insert("fault:drift-slower".into(), world.stats.drift_slower);
     reached.insert("fault:storage-error".into(), world.stats.storage_errors);
     reached.insert("fault:crash-after-fsync".into(), world.stats.crashes_after_fsync);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
     reached.insert("held-appends-lost".into(), world.stats.held_appends_lost);
+    reached.insert("fault:vote-request-crash".into(), world.stats.vote_request_crashes);
+    reached.insert("fault:clients-cut".into(), world.stats.client_requests_cut);
     reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);
     reached

@@ -83,8 +83,8 @@ pub struct WorldConfig<C = Config> {
     /// Of the power losses, the share (ppm) that also reboot the host: its clock starts
     /// over from a new reading (lower or higher) and a new rate within the bound.
     pub clock_reboot_ppm: u32,
-    /// The chance (ppm), at each crash, that a running node's clock is slowed to another
-    /// rate within the bound (drift that changes during a run).
+    /// The chance (ppm), at each crash, that a running node's clock changes to another
+    /// rate within the bound, faster or slower (drift that changes during a run).
     pub drift_change_ppm: u32,
     /// Seeds the generator behind the three faults above, apart from every other draw.
     pub fault_seed: u64,
@@ -285,8 +285,12 @@ pub struct WorldStats {
     pub process_crashes: u64,
     /// Power losses that rebooted the host's clock ([`WorldConfig::clock_reboot_ppm`]).
     pub clock_reboots: u64,
-    /// Clocks slowed during the run ([`WorldConfig::drift_change_ppm`]).
+    /// Clocks whose rate changed during the run ([`WorldConfig::drift_change_ppm`]).
     pub drift_changes: u64,
+    /// Of `drift_changes`, those that sped a clock up.
+    pub drift_faster: u64,
+    /// Of `drift_changes`, those that slowed a clock down.
+    pub drift_slower: u64,
     /// Nodes stopped by a storage write or fsync error ([`World::add_storage_faults`]).
     pub storage_errors: u64,
     /// Crashes between an fsync completing and the engine learning of it
@@ -297,6 +301,10 @@ pub struct WorldStats {
     /// Crashes that lost appends still held on the loop, never handed to the disk
     /// (`keel_exec::AppendHold`).
     pub held_appends_lost: u64,
+    /// Candidates that crashed as their vote requests left ([`World::arm_vote_request_crash`]).
+    pub vote_request_crashes: u64,
+    /// Client requests lost while clients were cut off ([`World::cut_clients_until`]).
+    pub client_requests_cut: u64,
 }
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
@@ -318,6 +326,10 @@ pub struct World<E: SimEngine> {
     next_tag: u64,
     /// Counters.
     pub stats: WorldStats,
+    /// Negative control: every drift change ([`WorldConfig::drift_change_ppm`]) sets the
+    /// clock to this rate, faster than the engine's bound allows (`None` in every honest
+    /// run).
+    pub unsafe_fast_drift_ppm: Option<i32>,
     /// Print every step's input and outputs to stderr (for replaying a failing seed).
     pub trace: bool,
     /// Whether crashes may corrupt fsynced records (off unless a scenario arms it).
@@ -338,6 +350,11 @@ pub struct World<E: SimEngine> {
     crash_after_fsync_ppm: u32,
     /// A scripted nemesis's rule on messages as they are sent (none unless set).
     message_rule: Option<MessageRule<E::Message>>,
+    /// Nodes armed to crash as their vote requests leave, and whether that crash is
+    /// already queued ([`World::arm_vote_request_crash`]).
+    vote_request_crash: BTreeMap<NodeId, bool>,
+    /// Until when client requests are lost ([`World::cut_clients_until`]).
+    clients_cut_until_ns: u64,
 }
 
 impl<E: SimEngine> World<E> {
@@ -383,6 +400,7 @@ impl<E: SimEngine> World<E> {
             violations: Vec::new(),
             next_tag: 1,
             stats: WorldStats::default(),
+            unsafe_fast_drift_ppm: None,
             trace: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             corruption: Corruption::Off,
             corrupted: None,
@@ -393,6 +411,8 @@ impl<E: SimEngine> World<E> {
             crashes_after_fsync_left: 0,
             crash_after_fsync_ppm: 0,
             message_rule: None,
+            vote_request_crash: BTreeMap::new(),
+            clients_cut_until_ns: 0,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -527,6 +547,31 @@ impl<E: SimEngine> World<E> {
         self.events.insert((at_ns, self.seq), event);
     }
 
+    /// Arms (or disarms) `node` to crash as its next vote requests leave: they are lost
+    /// with it, its vote for itself already durable (the contract checks that before a
+    /// request leaves), and it restarts 20 to 300 ms later, a candidate in an epoch that
+    /// nobody heard of (a power loss right after the vote's fsync). A targeted fault
+    /// (`race.rs`); no other scenario arms it.
+    pub fn arm_vote_request_crash(&mut self, node: NodeId, armed: bool) {
+        if armed {
+            self.vote_request_crash.entry(node).or_insert(false);
+        } else {
+            self.vote_request_crash.remove(&node);
+        }
+    }
+
+    /// A vote request of an armed node: lost, and the node's crash queued (once).
+    fn crash_at_vote_request(&mut self, node: NodeId) {
+        let queued = self.vote_request_crash.get_mut(&node).expect("armed");
+        if std::mem::replace(queued, true) {
+            return;
+        }
+        let rng = &mut self.nodes[Self::slot(node)].rng;
+        let restart_at_ns = self.now_ns + rng.range(20_000_000, 300_000_000);
+        self.stats.vote_request_crashes += 1;
+        self.push(self.now_ns, Event::Crash { node, restart_at_ns });
+    }
+
     /// Sets (or, with `None`, removes) a scripted rule that decides, as each message is
     /// sent, whether it passes, is lost or is held back longer (a targeted nemesis). Off
     /// by default; the rule draws nothing from the world's generators, and a dropped
@@ -558,9 +603,20 @@ impl<E: SimEngine> World<E> {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
         request.tag = tag;
+        if self.now_ns < self.clients_cut_until_ns {
+            self.stats.client_requests_cut += 1;
+            return tag; // lost on the way: no reply ever comes
+        }
         let at = self.now_ns + self.config.client_latency_ns;
         self.push(at, Event::Request { node, ks, request });
         tag
+    }
+
+    /// Cuts every client off the cluster until `until_ns`: requests sent meanwhile are
+    /// lost, and their clients time out (a client-side network outage, or an idle spell:
+    /// no node gets new work). A targeted fault (`race.rs`); no other scenario cuts them.
+    pub fn cut_clients_until(&mut self, until_ns: u64) {
+        self.clients_cut_until_ns = self.clients_cut_until_ns.max(until_ns);
     }
 
     /// The time of the next event, if any.
@@ -1002,6 +1058,9 @@ impl<E: SimEngine> World<E> {
                 self.push(self.now_ns, Event::Crash { node: from, restart_at_ns });
             }
         }
+        if E::facts(&message).asks_vote && self.vote_request_crash.contains_key(&from) {
+            return self.crash_at_vote_request(from);
+        }
         let mut extra_ns = 0;
         if let Some(rule) = self.message_rule.as_mut() {
             match rule(from, to, &message) {
@@ -1167,11 +1226,16 @@ impl<E: SimEngine> World<E> {
         }
         self.stats.crashes += 1;
         self.stats.process_crashes += u64::from(keep_cache);
+        if let Some(queued) = self.vote_request_crash.get_mut(&node) {
+            *queued = false;
+        }
     }
 
     /// At a crash of `node`: with `reboot`, its clock starts over at a new reading and
-    /// rate; and, by chance, another running node's clock is slowed. Both stay within
-    /// the drift bound the engine states.
+    /// rate; and, by chance, another running node's clock changes rate, faster or slower.
+    /// Both stay within the drift bound the engine states (each node within half of it
+    /// of virtual time, so any two within it), unless the negative control
+    /// [`World::unsafe_fast_drift_ppm`] speeds the clock past it.
     fn change_clocks(&mut self, node: NodeId, reboot: bool) {
         let drift_max = i64::from(E::drift_bound_ppm(&self.config.engine) / 2);
         if reboot {
@@ -1191,12 +1255,20 @@ impl<E: SimEngine> World<E> {
             }
             let other = running[self.fault_rng.index(running.len())];
             let current = i64::from(self.nodes[Self::slot(other)].clock.drift_ppm);
-            if current <= -drift_max {
+            let drift = match self.unsafe_fast_drift_ppm {
+                Some(fast) => i64::from(fast),
+                None => draw_drift(&mut self.fault_rng, drift_max),
+            };
+            if drift == current {
                 return;
             }
-            let slower = -drift_max + self.fault_rng.range(0, (current + drift_max) as u64) as i64;
-            self.slow_clock(other, slower as i32);
+            self.set_clock_drift(other, drift as i32);
             self.stats.drift_changes += 1;
+            if drift > current {
+                self.stats.drift_faster += 1;
+            } else {
+                self.stats.drift_slower += 1;
+            }
         }
     }
 
@@ -1275,13 +1347,28 @@ impl<E: SimEngine> World<E> {
         n.paused_until_ns = n.paused_until_ns.max(until_ns);
     }
 
-    /// Slows a node's clock to `drift_ppm` from now on (its reading now is unchanged).
-    /// Beyond the engine's drift bound this is a fault the protocol does not tolerate;
-    /// negative tests use it.
-    pub fn slow_clock(&mut self, node: NodeId, drift_ppm: i32) {
+    /// Sets a node's clock rate to `drift_ppm` from now on, faster or slower (its reading
+    /// now is unchanged). Beyond the engine's drift bound this is a fault the protocol
+    /// does not tolerate; negative tests use it. A pending wake-up was placed where the
+    /// old rate reached its reading, which a faster clock reaches sooner: it moves there.
+    pub fn set_clock_drift(&mut self, node: NodeId, drift_ppm: i32) {
         let now = self.now_ns;
         let n = &mut self.nodes[Self::slot(node)];
-        n.clock = n.clock.with_drift_from(now, drift_ppm);
+        let old = n.clock;
+        n.clock = old.with_drift_from(now, drift_ppm);
+        let mut moved = Vec::new();
+        for (ks, replica) in n.replicas.iter_mut().enumerate() {
+            let Some(at) = replica.tick_at_ns.filter(|at| *at > now) else { continue };
+            let sooner = n.clock.virtual_at(old.local(at)).max(now);
+            if sooner < at {
+                replica.tick_at_ns = Some(sooner);
+                moved.push((sooner, ks as Keyspace));
+            }
+        }
+        let incarnation = n.incarnation;
+        for (at, ks) in moved {
+            self.push(at, Event::Tick { node, ks, incarnation });
+        }
     }
 
     /// Ends a node's pause now; its deferred events run at their deferred times.

@@ -218,7 +218,7 @@ fn figure_5i_with(engine: Config, s5_drift_ppm: Option<i32>) -> (Vec<Option<Vers
     let all = driver.world.node_ids();
     driver.world.net.isolate(s5, &all);
     if let Some(drift) = s5_drift_ppm {
-        driver.world.slow_clock(s5, drift);
+        driver.world.set_clock_drift(s5, drift);
     }
     driver.put(s1, "k", "a2", Durability::Memory, 5 * SECOND).expect("a2");
     let started = driver.world.now_ns();

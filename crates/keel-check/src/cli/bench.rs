@@ -1,7 +1,7 @@
 //! `keel check --bench`: times the checkers; a benchmark, not a test (figures go to
 //! `docs/performance.md`, section "Checkers").
 //!
-//! Items: every history listed in `DIR/data/linearizability/*/verdicts.tsv` (read + check,
+//! Items: every history listed in `DIR/*/verdicts.tsv` (read + check,
 //! verdict compared with the listed one), then a generated Keel history of 100,000
 //! operations over 1,000 keys by 10 clients: writing and reading it back, the
 //! linearizability check and the monotonic-reads check. Each item runs `--runs` times;
@@ -32,9 +32,9 @@ pub const GENERATED: Shape = Shape {
 
 pub(super) fn run(args: &CheckArgs) -> ExitCode {
     let runs = args.runs.clamp(1, RUNS_MAX);
-    let base = args.shared_dir.join("data").join("linearizability");
+    let base = &args.data_dir;
     if !base.is_dir() {
-        eprintln!("keel check --bench: {} is not a folder (give --shared-dir)", base.display());
+        eprintln!("keel check --bench: {} is not a folder (give --data-dir)", base.display());
         return ExitCode::from(2);
     }
     let mut all_agree = true;

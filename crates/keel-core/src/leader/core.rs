@@ -76,9 +76,10 @@ pub struct Counters {
     pub campaigns_withheld: u64,
     /// Repair floors cleared: the log became durable again through the floor.
     pub logs_repaired: u64,
-    /// Times a follower that had heard a live leader moved to a higher epoch without
-    /// hearing its leader (a late reply or forward): it keeps refusing votes until its
-    /// promise to the old leader runs out (`docs/protocol.md` §4).
+    /// Times a follower of a live leader (one it knows and heard within
+    /// `election_timeout_min`) moved to a higher epoch without hearing its leader (a late
+    /// reply or forward): it keeps refusing votes until its promise to the old leader runs
+    /// out (`docs/protocol.md` §4).
     pub epochs_raised_under_live_leader: u64,
 }
 

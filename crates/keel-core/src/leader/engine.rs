@@ -340,7 +340,9 @@ impl LeaderEngine {
             self.step_down();
         }
         if epoch > self.core.hard.epoch {
-            let following = matches!(self.role, RoleState::Follower(_));
+            // A follower of a known leader, not a leader that just stepped down (whose
+            // own contact time may still look live) nor a follower without a leader.
+            let following = matches!(&self.role, RoleState::Follower(f) if f.leader.is_some());
             if following && leader.is_none() && self.leader_is_live() {
                 // A higher epoch from a reply or forward while a live leader's lease may
                 // still count on this node: the case the kept contact is for.
