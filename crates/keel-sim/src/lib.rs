@@ -52,4 +52,5 @@ pub mod table3;
 pub mod table4;
 pub mod tickets;
 pub mod toy;
+pub mod txns;
 pub mod world;
