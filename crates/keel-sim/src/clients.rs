@@ -347,22 +347,12 @@ impl Clients {
         let write = !matches!(kind, OpKind::Get { .. });
         let state = &mut self.clients[c];
         state.next_request += 1;
-        let mut client = ClientId(c as u64 + 1);
-        let mut opening = None;
-        if self.config.sessions && write {
-            match state.sessions.get(&ks) {
-                Some(session) => client = *session,
-                None => {
-                    // Open a session first; the drawn write is dropped.
-                    state.sessions_opened += 1;
-                    let id =
-                        ClientId(ClientId::SESSION_BIT | state.sessions_opened << 8 | client.0);
-                    opening = Some(id);
-                    client = id;
-                }
-            }
-        }
-        let command = if opening.is_some() { Command::OpenSession } else { command };
+        let client = match (self.config.sessions && write, state.sessions.get(&ks)) {
+            (true, Some(session)) => *session,
+            // Open a session first; the drawn write is dropped.
+            (true, None) => return self.open_session(world, c, node, ks, durability_of(&kind)),
+            (false, _) => ClientId(c as u64 + 1),
+        };
         let invocation = match &kind {
             OpKind::Get { level, .. }
                 if recorded
@@ -379,7 +369,7 @@ impl Clients {
         let request = ClientRequest {
             tag: RequestTag(0),
             client,
-            request: RequestId(if opening.is_some() { 0 } else { state.next_request }),
+            request: RequestId(state.next_request),
             durability: durability_of(&kind),
             level: match (&kind, &invocation) {
                 (_, Some((first, _, _))) => Some(*first),
@@ -391,7 +381,7 @@ impl Clients {
             mode: Default::default(),
             named: false,
         };
-        let retained = (write && opening.is_none()).then(|| request.clone());
+        let retained = write.then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
         let op = Op {
             id: self.next_op_id,
@@ -412,10 +402,10 @@ impl Clients {
             op,
             keyspace: ks,
             tags: vec![tag],
-            recorded: recorded && opening.is_none(),
+            recorded,
             request: retained,
             retries: 0,
-            opening,
+            opening: None,
             invocation,
             txn: None,
         });
@@ -457,7 +447,7 @@ impl Clients {
         let state = &mut self.clients[c];
         state.next_request += 1;
         if self.config.sessions && !state.sessions.contains_key(&ks) {
-            return self.open_session(world, c, node, ks);
+            return self.open_session(world, c, node, ks, None);
         }
         let several = self.config.keyspaces > 1;
         let suffix = keyspace_suffix(several, ks);
@@ -637,14 +627,15 @@ impl Clients {
         state.txns.push(txn);
     }
 
-    /// Opens a deduplication session for client `c` in keyspace `ks` at `node` (the
-    /// operation drawn is dropped).
+    /// Opens a deduplication session for client `c` in keyspace `ks` at `node`, at
+    /// `durability` (the operation drawn is dropped).
     fn open_session<E: SimEngine>(
         &mut self,
         world: &mut World<E>,
         c: usize,
         node: NodeId,
         ks: Keyspace,
+        durability: Option<Durability>,
     ) {
         let state = &mut self.clients[c];
         state.sessions_opened += 1;
@@ -653,7 +644,7 @@ impl Clients {
             tag: RequestTag(0),
             client: id,
             request: RequestId(0),
-            durability: None,
+            durability,
             level: None,
             command: Command::OpenSession,
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),

@@ -903,27 +903,7 @@ impl Kv {
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }
-        let bound = match with_bound {
-            true => {
-                let settings = keel_types::ApplySettings {
-                    dedup_clients_max: reader.u32("dedup bound").map_err(err)?,
-                };
-                if !settings.valid() {
-                    return Err(format!("a dedup bound of {}", settings.dedup_clients_max));
-                }
-                Some(settings.dedup_clients_max as usize)
-            }
-            false => None,
-        };
-        let slots = reader.u32("dedup count").map_err(err)?;
-        if slots > keel_types::limits::DEDUP_CLIENTS_CEILING {
-            return Err(format!("{slots} dedup slots, more than any bound allows"));
-        }
-        kv.dedup_clients_max = bound.unwrap_or(configured.max(slots as usize));
-        if slots as usize > kv.dedup_clients_max {
-            let bound = kv.dedup_clients_max;
-            return Err(format!("{slots} dedup slots, more than the snapshot's bound {bound}"));
-        }
+        let slots = kv.decode_dedup_bound(&mut reader, with_bound, configured)?;
         for _ in 0..slots {
             let client = ClientId(reader.u64("client").map_err(err)?);
             let request = RequestId(reader.u64("request").map_err(err)?);
@@ -951,6 +931,39 @@ impl Kv {
         kv.applied = at;
         kv.undo_floor = at.index;
         Ok(kv)
+    }
+
+    /// Reads a snapshot's deduplication bound (format v3; before it, `configured` raised
+    /// to the slot count) and its slot count, which the bound must hold; sets the bound.
+    fn decode_dedup_bound(
+        &mut self,
+        reader: &mut Reader<'_>,
+        with_bound: bool,
+        configured: usize,
+    ) -> Result<u32, String> {
+        let err = |e: keel_types::codec::CodecError| e.to_string();
+        let bound = match with_bound {
+            true => {
+                let settings = keel_types::ApplySettings {
+                    dedup_clients_max: reader.u32("dedup bound").map_err(err)?,
+                };
+                if !settings.valid() {
+                    return Err(format!("a dedup bound of {}", settings.dedup_clients_max));
+                }
+                Some(settings.dedup_clients_max as usize)
+            }
+            false => None,
+        };
+        let slots = reader.u32("dedup count").map_err(err)?;
+        if slots > keel_types::limits::DEDUP_CLIENTS_CEILING {
+            return Err(format!("{slots} dedup slots, more than any bound allows"));
+        }
+        self.dedup_clients_max = bound.unwrap_or(configured.max(slots as usize));
+        if slots as usize > self.dedup_clients_max {
+            let bound = self.dedup_clients_max;
+            return Err(format!("{slots} dedup slots, more than the snapshot's bound {bound}"));
+        }
+        Ok(slots)
     }
 
     /// A deterministic 64-bit digest of the items as of `index` (`fnv::WordHash` per item, summed,
