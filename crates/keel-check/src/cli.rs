@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! keel check --model register|kv|keel --format jepsen-register|jepsen-kv|keel
-//!            [--property linearizable|monotonic|views] [--budget STEPS] [--json] FILE...
+//!            [--property linearizable|monotonic|views|transactions] [--budget STEPS]
+//!            [--json] FILE...
 //! keel check [--model rc] [--format keel-rc] [--json] FILE...
 //! keel check --bench [--data-dir DIR] [--runs N]
 //! ```
@@ -28,7 +29,7 @@ mod bench;
 use crate::error::InputError;
 use crate::linearizability::{self, Verdict, BUDGET_STEPS_DEFAULT};
 use crate::model::{LinOp, Model};
-use crate::{history, jepsen, keel, monotonic, rc, views};
+use crate::{history, jepsen, keel, monotonic, rc, txn, views};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,9 @@ pub enum Property {
     /// The views of reads invoked as Correctables: in level order, no final view older
     /// than a `monotonic` one, and each view's level checked (`--format keel` only).
     Views,
+    /// Transactions, each all or nothing and isolated, against the final log's replay
+    /// (`--format keel` only).
+    Transactions,
 }
 
 /// Flags of `keel check`.
@@ -220,8 +224,10 @@ fn validate(args: &CheckArgs) -> Result<(), String> {
         Property::Linearizable if model.is_none() => {
             Err("--model is required for --property linearizable".to_string())
         }
-        Property::Monotonic | Property::Views if format != Format::Keel => {
-            Err("--property monotonic and views need --format keel".to_string())
+        Property::Monotonic | Property::Views | Property::Transactions
+            if format != Format::Keel =>
+        {
+            Err("--property monotonic, views and transactions need --format keel".to_string())
         }
         _ => Ok(()),
     }
@@ -241,6 +247,10 @@ pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputErro
     if args.property == Property::Views {
         let history = history::parse_history(reader, &name)?;
         return Ok(views_result(&history));
+    }
+    if args.property == Property::Transactions {
+        let history = history::parse_history(reader, &name)?;
+        return Ok(txn_result(&history));
     }
     let Some(model) = model.expect("validated: --model given").sequential() else {
         return Ok(rc_result(&rc::parse_jsonl(reader, &name)?));
@@ -362,6 +372,43 @@ pub fn views_result(history: &history::KeelHistory) -> FileResult {
         verdict: if holds { "ok" } else { "violation" },
         holds: Some(holds),
         ops: history.ops.len(),
+        steps: 0,
+        details,
+        human,
+    }
+}
+
+/// Checks the transactions of a Keel history ([`crate::txn`]).
+pub fn txn_result(history: &history::KeelHistory) -> FileResult {
+    let report = txn::check(history);
+    let holds = report.violations_total == 0;
+    let details = if holds {
+        serde_json::Value::Null
+    } else {
+        json!({
+            "txns": report.txns,
+            "violations_total": report.violations_total,
+            "violations": report.violations.iter().map(|v| json!({
+                "rule": v.rule.name(),
+                "txn": v.txn,
+                "message": v.message,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    let mut human = String::new();
+    if !holds {
+        human.push_str(&format!(
+            "{} violations in {} transactions\n",
+            report.violations_total, report.txns
+        ));
+        for v in &report.violations {
+            human.push_str(&format!("{v}\n"));
+        }
+    }
+    FileResult {
+        verdict: report.verdict(),
+        holds: Some(holds),
+        ops: report.txns,
         steps: 0,
         details,
         human,

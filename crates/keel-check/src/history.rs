@@ -29,8 +29,11 @@ use std::path::Path;
 
 /// The format's name in the header.
 pub const FORMAT_NAME: &str = "keel-history";
-/// The format version this crate writes; readers accept exactly this one.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this crate writes: 2 adds transactions (`txn` and `txn-entry`
+/// records). Readers accept it and version 1 (which holds no transactions).
+pub const FORMAT_VERSION: u32 = 2;
+/// The first version, still read.
+pub const FORMAT_VERSION_V1: u32 = 1;
 
 /// One line of a history file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +51,123 @@ pub enum Record {
     /// One write that survived in the cluster's final log, in log order. Written after
     /// every `op` record, once the run has ended and the cluster has converged.
     Survivor(Survivor),
+    /// One transaction (`MULTI` ... `EXEC`, with what `WATCH` read); among the `op`
+    /// records (version 2).
+    Txn(Txn),
+    /// One transaction's entry in the final log, in log order among the survivors, before
+    /// the survivors of its writes (version 2).
+    #[serde(rename = "txn-entry")]
+    TxnEntry(TxnEntry),
 }
+
+/// One transaction: its watched keys, its operations (applied in order, all or none) and,
+/// once committed, what they returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    /// Unique within the history, among op and txn ids alike.
+    pub id: u64,
+    /// The client (process) that issued it.
+    pub client: u64,
+    /// The keys `WATCH` read, with the version each had (`None`: never written).
+    #[serde(default)]
+    pub watch: Vec<Watched>,
+    /// The operations, in order.
+    pub ops: Vec<TxnOp>,
+    /// The durability asked for.
+    pub durability: Durability,
+    /// Invocation time (the `WATCH` reads' start), nanoseconds on the recorder's clock.
+    pub invoke_ns: u64,
+    /// Completion time; `None` when the outcome is unknown.
+    #[serde(default)]
+    pub complete_ns: Option<u64>,
+    /// `ok`: committed, its results as recorded; `fail`: applied nothing (aborted by
+    /// `WATCH`, or an operation failed); `unknown`: may or may not have been applied.
+    pub outcome: Outcome,
+    /// For `fail`: whether `WATCH` aborted it (a watched key had changed).
+    #[serde(default)]
+    pub aborted: bool,
+    /// The node that served it, when known.
+    #[serde(default)]
+    pub node: Option<u32>,
+    /// When committed: the version of its log entry (every write of it has this version).
+    #[serde(default)]
+    pub version: Option<Version>,
+}
+
+/// A key `WATCH` read, and the version it had then.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched {
+    /// The key.
+    pub key: String,
+    /// Its version when read (`None`: never written).
+    #[serde(default)]
+    pub version: Option<Version>,
+}
+
+/// One operation of a transaction, with its result once committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum TxnOp {
+    /// A read: it sees the state before the transaction and the transaction's own
+    /// writes before it.
+    Get {
+        /// The key.
+        key: String,
+        /// The value read (`None`: absent).
+        #[serde(default)]
+        result: Option<String>,
+        /// The version of the write it read (`None`: never written).
+        #[serde(default)]
+        version: Option<Version>,
+    },
+    /// A write.
+    Put {
+        /// The key.
+        key: String,
+        /// The value written.
+        value: String,
+    },
+    /// A delete.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// An increment (a value that is no integer fails the whole transaction).
+    Incr {
+        /// The key.
+        key: String,
+        /// The amount added.
+        delta: i64,
+        /// The value after it, once committed.
+        #[serde(default)]
+        result: Option<i64>,
+    },
+}
+
+impl TxnOp {
+    /// The key the operation touches.
+    pub fn key(&self) -> &str {
+        match self {
+            TxnOp::Get { key, .. }
+            | TxnOp::Put { key, .. }
+            | TxnOp::Delete { key }
+            | TxnOp::Incr { key, .. } => key,
+        }
+    }
+}
+
+/// A transaction's entry in the final log: whether replaying the log applied it (its
+/// watched keys unchanged and no operation failing) or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnEntry {
+    /// Its version.
+    pub version: Version,
+    /// Whether it applied (then its writes follow as survivors of this version).
+    pub applied: bool,
+}
+
+/// Most operations (and most watched keys) one transaction may hold.
+pub const TXN_OPS_MAX: usize = 1024;
 
 /// One client operation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,7 +339,8 @@ impl OpKind {
     }
 }
 
-/// Writes a history: the header at once, then `op` records, then `survivor` records.
+/// Writes a history: the header at once, then `op` and `txn` records, then `txn-entry`
+/// and `survivor` records.
 ///
 /// Recorders (simulator, server tests, benchmarks) use it over any `io::Write`. Writing
 /// an op after a survivor is a programmer error and panics, because readers reject it.
@@ -254,6 +374,19 @@ impl<W: Write> HistoryWriter<W> {
         self.record(&Record::Survivor(survivor.clone()))
     }
 
+    /// Appends one transaction. Panics if a survivor was already written.
+    pub fn txn(&mut self, txn: &Txn) -> std::io::Result<()> {
+        assert!(!self.survivors_started, "txn record written after survivor records");
+        self.record(&Record::Txn(txn.clone()))
+    }
+
+    /// Appends one transaction entry of the final log, before the survivors of its
+    /// writes.
+    pub fn txn_entry(&mut self, entry: &TxnEntry) -> std::io::Result<()> {
+        self.survivors_started = true;
+        self.record(&Record::TxnEntry(*entry))
+    }
+
     /// Flushes and returns the underlying writer.
     pub fn finish(mut self) -> std::io::Result<W> {
         self.out.flush()?;
@@ -275,8 +408,13 @@ impl<W: Write> HistoryWriter<W> {
 pub struct KeelHistory {
     /// Operations, in file order.
     pub ops: Vec<Op>,
-    /// Surviving writes, in log order (strictly increasing versions).
+    /// Surviving writes, in log order (increasing versions; several survivors share a
+    /// version only as the writes of one transaction, each of another key).
     pub survivors: Vec<Survivor>,
+    /// Transactions, in file order.
+    pub txns: Vec<Txn>,
+    /// Transactions' entries in the final log, in log order.
+    pub txn_entries: Vec<TxnEntry>,
 }
 
 /// Streams the records of a history, checking the header, the record order and each
@@ -291,6 +429,10 @@ pub struct HistoryReader<R> {
     op_ids: HashSet<u64>,
     survivor_count: usize,
     survivor_last: Option<Version>,
+    /// The version the header names.
+    version: u32,
+    /// The last `txn-entry` that applied, and the keys its survivors named so far.
+    txn_open: Option<(Version, HashSet<String>)>,
 }
 
 impl<R: BufRead> HistoryReader<R> {
@@ -304,6 +446,8 @@ impl<R: BufRead> HistoryReader<R> {
             op_ids: HashSet::new(),
             survivor_count: 0,
             survivor_last: None,
+            version: FORMAT_VERSION,
+            txn_open: None,
         }
     }
 
@@ -334,31 +478,95 @@ impl<R: BufRead> HistoryReader<R> {
                 if self.header_seen {
                     return Err(self.lines.error("a second header record"));
                 }
-                if format != FORMAT_NAME || *version != FORMAT_VERSION {
+                let known = [FORMAT_VERSION_V1, FORMAT_VERSION];
+                if format != FORMAT_NAME || !known.contains(version) {
                     return Err(self.lines.error(format!(
                         "header names format '{format}' version {version}; \
-                         expected '{FORMAT_NAME}' version {FORMAT_VERSION}"
+                         expected '{FORMAT_NAME}' version {FORMAT_VERSION_V1} or {FORMAT_VERSION}"
                     )));
                 }
                 self.header_seen = true;
+                self.version = *version;
                 Ok(())
             }
             _ if !self.header_seen => Err(self.lines.error("the first record must be the header")),
             Record::Op(op) => self.validate_op(op),
             Record::Survivor(survivor) => self.validate_survivor(survivor),
+            Record::Txn(_) | Record::TxnEntry(_) if self.version < FORMAT_VERSION => {
+                Err(self.lines.error(format!("transactions need format version {FORMAT_VERSION}")))
+            }
+            Record::Txn(txn) => self.validate_txn(txn),
+            Record::TxnEntry(entry) => self.validate_txn_entry(entry),
         }
     }
 
-    fn validate_op(&mut self, op: &Op) -> Result<(), InputError> {
+    /// An op or txn id: before any survivor, unique, within the bound.
+    fn new_op_id(&mut self, id: u64, what: &str) -> Result<(), InputError> {
         if self.survivors_started {
-            return Err(self.lines.error("op record after survivor records"));
+            return Err(self.lines.error(format!("{what} record after survivor records")));
         }
         if self.op_ids.len() >= OPS_MAX {
             return Err(self.lines.error(format!("more than {OPS_MAX} operations")));
         }
-        if !self.op_ids.insert(op.id) {
-            return Err(self.lines.error(format!("duplicate op id {}", op.id)));
+        if !self.op_ids.insert(id) {
+            return Err(self.lines.error(format!("duplicate op id {id}")));
         }
+        Ok(())
+    }
+
+    /// `complete_ns` present for `ok` and `fail`, never before `invoke_ns`.
+    fn check_times(
+        &self,
+        id: u64,
+        outcome: Outcome,
+        invoke_ns: u64,
+        complete_ns: Option<u64>,
+    ) -> Result<(), InputError> {
+        match (outcome, complete_ns) {
+            (Outcome::Ok | Outcome::Fail, None) => {
+                Err(self.lines.error(format!("op {id} has outcome {outcome:?} but no complete_ns")))
+            }
+            (_, Some(complete_ns)) if complete_ns < invoke_ns => Err(self.lines.error(format!(
+                "op {id} completes ({complete_ns}) before it is invoked ({invoke_ns})"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn validate_txn(&mut self, txn: &Txn) -> Result<(), InputError> {
+        self.new_op_id(txn.id, "txn")?;
+        let id = txn.id;
+        if txn.ops.is_empty() || txn.ops.len() > TXN_OPS_MAX || txn.watch.len() > TXN_OPS_MAX {
+            return Err(self.lines.error(format!(
+                "txn {id} has {} operations and {} watched keys: 1 to {TXN_OPS_MAX} and at most {TXN_OPS_MAX}",
+                txn.ops.len(),
+                txn.watch.len()
+            )));
+        }
+        if txn.aborted && txn.outcome != Outcome::Fail {
+            return Err(self.lines.error(format!("txn {id} is aborted but not failed")));
+        }
+        if txn.outcome == Outcome::Ok && txn.version.is_none() {
+            return Err(self.lines.error(format!("txn {id} committed without a version")));
+        }
+        self.check_times(id, txn.outcome, txn.invoke_ns, txn.complete_ns)
+    }
+
+    fn validate_txn_entry(&mut self, entry: &TxnEntry) -> Result<(), InputError> {
+        self.survivors_started = true;
+        if self.survivor_last.is_some_and(|last| entry.version <= last) {
+            return Err(self.lines.error(format!(
+                "txn-entry version {} is not after the previous survivor: survivors must be in log order",
+                entry.version
+            )));
+        }
+        self.survivor_last = Some(entry.version);
+        self.txn_open = entry.applied.then(|| (entry.version, HashSet::new()));
+        Ok(())
+    }
+
+    fn validate_op(&mut self, op: &Op) -> Result<(), InputError> {
+        self.new_op_id(op.id, "op")?;
         if !op.views.is_empty() && !matches!(op.kind, OpKind::Get { .. }) {
             return Err(self.lines.error(format!("op {} has views but is not a get", op.id)));
         }
@@ -368,22 +576,7 @@ impl<R: BufRead> HistoryReader<R> {
                 .lines
                 .error(format!("op {} has {n} views; at most {VIEWS_MAX}", op.id)));
         }
-        match (op.outcome, op.complete_ns) {
-            (Outcome::Ok | Outcome::Fail, None) => {
-                return Err(self.lines.error(format!(
-                    "op {} has outcome {:?} but no complete_ns",
-                    op.id, op.outcome
-                )));
-            }
-            (_, Some(complete_ns)) if complete_ns < op.invoke_ns => {
-                return Err(self.lines.error(format!(
-                    "op {} completes ({complete_ns}) before it is invoked ({})",
-                    op.id, op.invoke_ns
-                )));
-            }
-            _ => {}
-        }
-        Ok(())
+        self.check_times(op.id, op.outcome, op.invoke_ns, op.complete_ns)
     }
 
     fn validate_survivor(&mut self, survivor: &Survivor) -> Result<(), InputError> {
@@ -391,7 +584,20 @@ impl<R: BufRead> HistoryReader<R> {
         if self.survivor_count >= SURVIVORS_MAX {
             return Err(self.lines.error(format!("more than {SURVIVORS_MAX} survivors")));
         }
-        if let Some(last) = self.survivor_last {
+        // A transaction's writes share its entry's version, each of another key.
+        let of_txn = match &mut self.txn_open {
+            Some((version, keys)) if *version == survivor.version => {
+                if !keys.insert(survivor.key.clone()) {
+                    return Err(self.lines.error(format!(
+                        "two survivors of key {:?} at version {}",
+                        survivor.key, survivor.version
+                    )));
+                }
+                true
+            }
+            _ => false,
+        };
+        if let Some(last) = self.survivor_last.filter(|_| !of_txn) {
             if survivor.version <= last {
                 return Err(self.lines.error(format!(
                     "survivor version {} is not after the previous one {last}: \
@@ -399,6 +605,9 @@ impl<R: BufRead> HistoryReader<R> {
                     survivor.version
                 )));
             }
+        }
+        if !of_txn {
+            self.txn_open = None;
         }
         self.survivor_last = Some(survivor.version);
         self.survivor_count += 1;
@@ -428,6 +637,8 @@ pub fn parse_history<R: BufRead>(reader: R, file: &str) -> Result<KeelHistory, I
         match record? {
             Record::Op(op) => history.ops.push(op),
             Record::Survivor(survivor) => history.survivors.push(survivor),
+            Record::Txn(txn) => history.txns.push(txn),
+            Record::TxnEntry(entry) => history.txn_entries.push(entry),
             Record::Header { .. } => unreachable!("the reader does not yield headers"),
         }
     }
@@ -442,14 +653,26 @@ pub fn read_history(path: &Path) -> Result<KeelHistory, InputError> {
     parse_history(std::io::BufReader::new(file), &name)
 }
 
-/// Writes a whole history (header, ops, survivors) to `out`.
+/// Writes a whole history (header, ops and txns, then txn entries and survivors in log
+/// order) to `out`.
 pub fn write_history<W: Write>(out: W, history: &KeelHistory) -> std::io::Result<W> {
     let mut writer = HistoryWriter::new(out)?;
     for op in &history.ops {
         writer.op(op)?;
     }
+    for txn in &history.txns {
+        writer.txn(txn)?;
+    }
+    // A transaction's entry goes before the survivors of its version.
+    let mut entries = history.txn_entries.iter().peekable();
     for survivor in &history.survivors {
+        while let Some(entry) = entries.next_if(|e| e.version <= survivor.version) {
+            writer.txn_entry(entry)?;
+        }
         writer.survivor(survivor)?;
+    }
+    for entry in entries {
+        writer.txn_entry(entry)?;
     }
     writer.finish()
 }
@@ -487,8 +710,57 @@ mod tests {
     fn writer_output_reads_back() {
         let history = parse(&[HEADER, GET, SURVIVOR]).unwrap();
         let bytes = write_history(Vec::new(), &history).unwrap();
-        assert!(bytes.starts_with(HEADER.as_bytes()));
+        assert!(bytes.starts_with(HEADER_V2.as_bytes()));
         assert_eq!(parse_history(&bytes[..], "mem").unwrap(), history);
+        let history = parse(&[HEADER_V2, GET, TXN, SURVIVOR, TXN_ENTRY, TXN_A, TXN_B]).unwrap();
+        let bytes = write_history(Vec::new(), &history).unwrap();
+        assert_eq!(parse_history(&bytes[..], "mem").unwrap(), history);
+    }
+
+    const HEADER_V2: &str = r#"{"type":"header","format":"keel-history","version":2}"#;
+    const TXN: &str = r#"{"type":"txn","id":2,"client":5,"watch":[{"key":"a","version":null}],"ops":[{"op":"get","key":"a","result":null,"version":null},{"op":"put","key":"a","value":"x"},{"op":"incr","key":"b","delta":2,"result":2}],"durability":"memory","invoke_ns":400,"complete_ns":500,"outcome":"ok","node":1,"version":{"epoch":1,"index":6}}"#;
+    const TXN_ENTRY: &str =
+        r#"{"type":"txn-entry","version":{"epoch":1,"index":6},"applied":true}"#;
+    const TXN_A: &str =
+        r#"{"type":"survivor","version":{"epoch":1,"index":6},"key":"a","value":"x"}"#;
+    const TXN_B: &str =
+        r#"{"type":"survivor","version":{"epoch":1,"index":6},"key":"b","value":"2"}"#;
+
+    #[test]
+    fn transactions_and_their_entries_read_in_version_2() {
+        let history = parse(&[HEADER_V2, GET, TXN, SURVIVOR, TXN_ENTRY, TXN_A, TXN_B]).unwrap();
+        assert_eq!((history.txns.len(), history.txn_entries.len()), (1, 1));
+        assert_eq!(history.survivors.len(), 3, "two survivors share the transaction's version");
+        assert_eq!(
+            history.txns[0].ops[2],
+            TxnOp::Incr { key: "b".into(), delta: 2, result: Some(2) }
+        );
+        // Version 1 holds no transactions.
+        let (line, message) = error_at(&[HEADER, TXN]);
+        assert_eq!(line, 2);
+        assert!(message.contains("format version 2"), "{message}");
+        // Survivors of one version: only after an applied txn-entry, each of another key.
+        let (line, message) = error_at(&[HEADER_V2, TXN_ENTRY, TXN_A, TXN_A]);
+        assert_eq!(line, 4);
+        assert!(message.contains("two survivors of key"), "{message}");
+        let (line, _) = error_at(&[HEADER_V2, TXN_A, TXN_B]);
+        assert_eq!(line, 3, "a shared version without a txn-entry");
+        let not_applied = TXN_ENTRY.replace("true", "false");
+        assert_eq!(error_at(&[HEADER_V2, &not_applied, TXN_A]).0, 3);
+        assert_eq!(error_at(&[HEADER_V2, TXN_A, TXN_ENTRY]).0, 3, "an entry out of log order");
+        assert_eq!(error_at(&[HEADER_V2, SURVIVOR, TXN]).0, 3, "a txn after survivors");
+        assert_eq!(error_at(&[HEADER_V2, GET, &TXN.replace("\"id\":2", "\"id\":1")]).0, 3);
+        let uncommitted = TXN.replace(",\"version\":{\"epoch\":1,\"index\":6}}", "}");
+        assert!(error_at(&[HEADER_V2, &uncommitted]).1.contains("without a version"));
+        let aborted_ok = TXN.replace("\"outcome\":\"ok\"", "\"outcome\":\"ok\",\"aborted\":true");
+        assert!(error_at(&[HEADER_V2, &aborted_ok]).1.contains("aborted but not failed"));
+        let empty = TXN.replace(
+            r#""ops":[{"op":"get","key":"a","result":null,"version":null},{"op":"put","key":"a","value":"x"},{"op":"incr","key":"b","delta":2,"result":2}]"#,
+            r#""ops":[]"#,
+        );
+        assert!(error_at(&[HEADER_V2, &empty]).1.contains("0 operations"));
+        let early = TXN.replace("\"complete_ns\":500", "\"complete_ns\":300");
+        assert!(error_at(&[HEADER_V2, &early]).1.contains("before it is invoked"));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`monotonic`]: the cross-client monotonic-reads checker over reads and survivors.
 //! - [`views`]: the rules for the views of reads invoked as Correctables, and the
 //!   expansion that lets the other checkers judge each view as a read.
+//! - [`txn`]: transactions, each all or nothing and isolated, against the final log's
+//!   replay.
 //! - [`queue`]: the replicated queue's checker (at-most-once, no phantoms, FIFO in real
 //!   time, nothing acknowledged lost) on a client-recorded history.
 //! - [`rc`]: release consistency (RC_Lin, Kite's model): the `keel-rc` history format and
@@ -32,4 +34,5 @@ pub mod model;
 pub mod monotonic;
 pub mod queue;
 pub mod rc;
+pub mod txn;
 pub mod views;

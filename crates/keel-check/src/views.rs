@@ -98,7 +98,8 @@ pub fn check(history: &KeelHistory) -> Report {
 /// a fresh id. Other checkers then judge the views as reads.
 pub fn expand(history: &KeelHistory) -> KeelHistory {
     let mut expanded = history.clone();
-    let mut next_id = history.ops.iter().map(|op| op.id).max().map_or(0, |id| id + 1);
+    let ids = history.ops.iter().map(|op| op.id).chain(history.txns.iter().map(|t| t.id));
+    let mut next_id = ids.max().map_or(0, |id| id + 1);
     for op in history.ops.iter().filter(|op| !op.views.is_empty()) {
         let OpKind::Get { key, .. } = &op.kind else { continue };
         for view in &op.views {
@@ -184,7 +185,7 @@ mod tests {
                 value: Some(format!("v{i}")),
             })
             .to_vec();
-        KeelHistory { ops, survivors }
+        KeelHistory { ops, survivors, ..KeelHistory::default() }
     }
 
     #[test]

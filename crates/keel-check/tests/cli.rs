@@ -104,6 +104,49 @@ fn keel_histories_check_both_properties() {
 }
 
 #[test]
+fn transactions_are_checked_from_a_file_and_a_commit_over_a_delete_is_rejected() {
+    // `a` set at 1 and deleted at 2; a transaction watched it never written and wrote
+    // `b`: committed at 3 is a violation, aborted is not.
+    let lines = |outcome: &str, applied: bool| {
+        let txn = format!(
+            r#"{{"type":"txn","id":5,"client":2,"watch":[{{"key":"a","version":null}}],"ops":[{{"op":"put","key":"b","value":"x"}}],"durability":"memory","invoke_ns":1,"complete_ns":9,{outcome}}}"#
+        );
+        let mut text = vec![
+            r#"{"type":"header","format":"keel-history","version":2}"#.to_string(),
+            txn,
+            r#"{"type":"survivor","version":{"epoch":1,"index":1},"key":"a","value":"v"}"#.into(),
+            r#"{"type":"survivor","version":{"epoch":1,"index":2},"key":"a","value":null}"#.into(),
+            format!(
+                r#"{{"type":"txn-entry","version":{{"epoch":1,"index":3}},"applied":{applied}}}"#
+            ),
+        ];
+        if applied {
+            text.push(
+                r#"{"type":"survivor","version":{"epoch":1,"index":3},"key":"b","value":"x"}"#
+                    .into(),
+            );
+        }
+        text.join("\n")
+    };
+    let committed = r#""outcome":"ok","version":{"epoch":1,"index":3}"#;
+    let bad = temp_file("txn-bad.jsonl", lines(committed, true).as_bytes());
+    let good =
+        temp_file("txn-good.jsonl", lines(r#""outcome":"fail","aborted":true"#, false).as_bytes());
+    let check = |path: &PathBuf| {
+        let file = path.display().to_string();
+        let a = args(&["--format", "keel", "--property", "transactions", &file]);
+        (check_file(&a, path).unwrap(), code(run(&a)))
+    };
+    let (result, exit) = check(&bad);
+    assert_eq!((result.verdict, exit), ("violation", code(ExitCode::from(1))));
+    assert!(result.human.contains("txn-watch"), "{}", result.human);
+    let (result, exit) = check(&good);
+    assert_eq!((result.verdict, result.ops, exit), ("ok", 1, code(ExitCode::from(0))));
+    let wrong = args(&["--format", "jepsen-kv", "--property", "transactions", "x"]);
+    assert_eq!(code(run(&wrong)), code(ExitCode::from(2)));
+}
+
+#[test]
 fn a_tiny_budget_gives_unknown_and_exit_2() {
     let history = keel_history(&Shape { ops: 500, keys: 1, ..Shape::default() });
     let path = temp_file("h2.jsonl", &write_history(Vec::new(), &history).unwrap());

@@ -257,7 +257,8 @@ impl Verdicts {
 
 /// Checks `ops` against `survivors`, and the queue operations `queue`.
 pub fn check(ops: &[Op], survivors: &[Survivor], queue: &QueueLog) -> Verdicts {
-    let history = KeelHistory { ops: ops.to_vec(), survivors: survivors.to_vec() };
+    let history =
+        KeelHistory { ops: ops.to_vec(), survivors: survivors.to_vec(), ..KeelHistory::default() };
     let views = keel_check::views::check(&history);
     let monotonic = keel_check::monotonic::check(&keel_check::views::expand(&history));
     let durable: Vec<Op> =

@@ -3,9 +3,9 @@
 //! reply frames.
 //!
 //! Server-side commands (not in `keel_wire`):
-//! - `KEEL.REQ <client> <seq> <command ...>`: runs a single-key command with the given
-//!   deduplication pair instead of the connection's. A retried write carries the same
-//!   pair and is applied at most once. `<client>` is a non-zero u64: below 2^63 a plain
+//! - `KEEL.REQ <client> <seq> <command ...>`: runs a single-key command (or, inside
+//!   `MULTI`, `EXEC`) with the given deduplication pair instead of the connection's. A
+//!   retried write carries the same pair and is applied at most once. `<client>` is a non-zero u64: below 2^63 a plain
 //!   id (taken for a new client once the deduplication table forgets it), else a session
 //!   from `KEEL.SESSION`.
 //! - `KEEL.SESSION`: opens a deduplication session and answers its id, for `KEEL.REQ`:
@@ -451,22 +451,31 @@ fn parse_u64(word: &[u8]) -> Option<u64> {
     std::str::from_utf8(word).ok()?.parse().ok()
 }
 
-async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
-    let protocol = conn.protocol;
+/// The deduplication pair `KEEL.REQ <client> <seq> ...` names, as the engine sees it: an
+/// authenticated user's ids are its own (derived from its name, so that no other user
+/// can advance or replay them).
+fn req_pair(conn: &Conn, words: &[Bytes]) -> Result<(ClientId, RequestId), Frame> {
     if words.len() < 4 {
-        return Pending::ready(
-            Frame::error("ERR wrong number of arguments for 'keel.req' command"),
-            protocol,
-        );
+        return Err(Frame::error("ERR wrong number of arguments for 'keel.req' command"));
     }
     let client = parse_u64(&words[1]).filter(|c| *c != 0 && *c != ClientId::SESSION_BIT);
     let seq = parse_u64(&words[2]).filter(|s| *s != 0);
     let (Some(client), Some(seq)) = (client, seq) else {
-        return Pending::ready(
-            Frame::error("ERR KEEL.REQ client and seq must be positive integers"),
-            protocol,
-        );
+        return Err(Frame::error("ERR KEEL.REQ client and seq must be positive integers"));
     };
+    let client = conn.user.as_ref().map_or(ClientId(client), |user| user.client_id(client));
+    Ok((client, RequestId(seq)))
+}
+
+async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
+    let protocol = conn.protocol;
+    let (client, request) = match req_pair(conn, &words) {
+        Ok(pair) => pair,
+        Err(refusal) => return Pending::ready(refusal, protocol),
+    };
+    if words[3].eq_ignore_ascii_case(b"exec") {
+        return Pending::ready(Frame::error("ERR EXEC without MULTI"), protocol);
+    }
     let rest = words.split_off(3);
     let command = match keel_wire::command::parse(rest, &conn.limits) {
         Ok(command) => command,
@@ -484,12 +493,10 @@ async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending {
             | ClientCommand::QueuePeek { .. }
     ) || matches!(&command, ClientCommand::Del { keys } if keys.len() == 1);
     if !single_key {
-        return Pending::ready(Frame::error("ERR KEEL.REQ takes one single-key command"), protocol);
+        let text = "ERR KEEL.REQ takes one single-key command (or EXEC inside MULTI)";
+        return Pending::ready(Frame::error(text), protocol);
     }
-    // An authenticated user's ids are its own: derived from its name, so that no other
-    // user can advance or replay them.
-    let client = conn.user.as_ref().map_or(ClientId(client), |user| user.client_id(client));
-    dispatch(conn, command, (client, RequestId(seq)), true).await
+    dispatch(conn, command, (client, request), true).await
 }
 
 /// `KEEL.SESSION`: opens a deduplication session in the connection's keyspace and
@@ -1760,6 +1767,27 @@ mod tests {
         assert!(rx.try_recv().is_ok(), "after DISCARD, commands run again");
     }
 
+    #[tokio::test]
+    async fn keel_req_exec_sends_the_transaction_under_the_named_pair() {
+        let (mut c, mut rx, _resolved) = conn();
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "7", "3", "EXEC"])).await);
+        assert_eq!(text, "ERR EXEC without MULTI");
+        let ok = format!("{:?}", Frame::Simple(b"OK".to_vec()));
+        assert_eq!(ready_text(handle(&mut c, words(&["MULTI"])).await), ok);
+        let _ = handle(&mut c, words(&["INCR", "n"])).await;
+        let text = ready_text(handle(&mut c, words(&["KEEL.REQ", "0", "3", "EXEC"])).await);
+        assert!(text.starts_with("ERR KEEL.REQ client and seq"), "{text}");
+        let text = ready_text(handle(&mut c, words(&["EXEC", "now"])).await);
+        assert!(text.starts_with("ERR wrong number of arguments"), "{text}");
+        assert!(rx.try_recv().is_err(), "still queuing");
+        let _exec = handle(&mut c, words(&["keel.req", "7", "3", "exec"])).await;
+        let s = submitted(&mut rx).await;
+        assert_eq!((s.client, s.request), (ClientId(7), RequestId(3)));
+        assert!(matches!(s.command, Command::Multi { .. }));
+        let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
+        assert_eq!(text, "ERR EXEC without MULTI", "the transaction was sent");
+    }
+
     #[test]
     fn info_answers_the_sections_asked_for() {
         let sections = [("Server", "a:1\r\n".to_string()), ("Replication", "b:2\r\n".to_string())];
@@ -1908,8 +1936,21 @@ async fn transaction(conn: &mut Conn, words: Vec<Bytes>) -> Result<Pending, Vec<
     let ready = |frame: Frame| Ok(Pending::ready(frame, protocol));
     if conn.transaction.is_some() {
         if is("exec") {
+            if words.len() != 1 {
+                return ready(Frame::error("ERR wrong number of arguments for 'exec' command"));
+            }
             let queued = conn.transaction.take().expect("checked");
-            return Ok(exec(conn, queued).await);
+            return Ok(exec(conn, queued, None).await);
+        }
+        // `KEEL.REQ <client> <seq> EXEC`: the transaction under a pair the client chose,
+        // so that a retry (on a new connection, after a timeout) is applied once.
+        if is("keel.req") && words.len() == 4 && words[3].eq_ignore_ascii_case(b"exec") {
+            let pair = match req_pair(conn, &words) {
+                Ok(pair) => pair,
+                Err(refusal) => return ready(refusal),
+            };
+            let queued = conn.transaction.take().expect("checked");
+            return Ok(exec(conn, queued, Some(pair)).await);
         }
         if is("discard") {
             conn.transaction = None;
@@ -2092,8 +2133,16 @@ impl Shape {
 }
 
 /// `EXEC`: the queued commands as one transaction, sent as one write with the strongest
-/// durability any of them asked for.
-async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
+/// durability any of them asked for, under the connection's next pair or (`KEEL.REQ
+/// <client> <seq> EXEC`) the one the client named: its retry with the same pair and the
+/// same commands, wherever it is sent, is answered with the first attempt's result and
+/// not applied again (the engine's deduplication compares a transaction's operations,
+/// not what its `WATCH` read).
+async fn exec(
+    conn: &mut Conn,
+    queued: Transaction,
+    pair: Option<(ClientId, RequestId)>,
+) -> Pending {
     let protocol = conn.protocol;
     let ks = conn.node.id;
     // After the watch reads: `EXEC` is a write, so `order` waits for them.
@@ -2167,11 +2216,11 @@ async fn exec(conn: &mut Conn, queued: Transaction) -> Pending {
     if let Err(e) = command.validate(&conn.limits) {
         return Pending::ready(error_frame(&e), protocol);
     }
-    let (client, request) = conn.next_pair();
+    let named = pair.is_some();
+    let (client, request) = pair.unwrap_or_else(|| conn.next_pair());
     let after = conn.resolved.floor(ks);
     let mode = OpMode::Plain;
-    let submit =
-        Submit { client, request, command, durability, level: None, after, mode, named: false };
+    let submit = Submit { client, request, command, durability, level: None, after, mode, named };
     let sent = conn.node.send(submit);
     let floor = Floor { resolved: conn.resolved.clone(), keyspace: ks };
     Pending::later(

@@ -120,6 +120,10 @@ pub struct RunArgs {
     /// one, so a retry after its eviction is applied twice.
     #[arg(long)]
     pub accept_expired_sessions: bool,
+    /// Negative control: `WATCH` ignores deletes (a watched key deleted since it was
+    /// read counts as unchanged), so a transaction commits over a delete.
+    #[arg(long)]
+    pub watch_ignores_deletes: bool,
     /// Negative control: nodes ignore the repair floor recovery sets when it cuts
     /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
     #[arg(long)]
@@ -240,6 +244,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.fast_clocks = args.fast_clocks;
         config.skip_dedup = args.skip_dedup;
         config.accept_expired_sessions = args.accept_expired_sessions;
+        config.watch_ignores_deletes = args.watch_ignores_deletes;
         config.ignore_repair_floor = args.ignore_repair_floor;
         config.aim_leader_ppm = args.aim_leader_ppm;
         config.stale_final_view = args.stale_final_view;

@@ -8,6 +8,10 @@
 //! `d*` keys are written only `durable` (linearizability of `linearizable` reads),
 //! `m*` keys with every durability (monotonic reads), `c*` keys are counters (`incr`).
 //!
+//! With [`WorkloadConfig::txn_ppm`], a share of operations goes to a fourth class, `t*`
+//! keys, written by transactions (`WATCH`, then `MULTI` ... `EXEC`; `txns.rs`) and by plain
+//! reads, writes and deletes alike; each transaction is recorded as a `txn` record.
+//!
 //! With several keyspaces, each operation goes to a keyspace drawn at random, under the
 //! same key names in every keyspace. Each keyspace has its own history and oracle (their
 //! versions are independent), and every value written names its keyspace, so a read that
@@ -32,6 +36,8 @@ pub const TIMER_CLIENT_WAKE: u64 = 1;
 pub const TIMER_CLIENT_DEADLINE: u64 = 2;
 /// Timer class: the nemesis acts.
 pub const TIMER_NEMESIS: u64 = 3;
+/// Timer class: a client's transaction is done watching and thinking; `EXEC` goes out.
+pub const TIMER_TXN_EXEC: u64 = 4;
 /// Most clients in one run.
 pub const CLIENTS_MAX: u32 = 64;
 /// Most writes with unknown outcome one `d*` key takes before clients move on to a fresh
@@ -90,6 +96,11 @@ pub struct WorkloadConfig {
     /// preliminary view (a binding that never coordinated), so the final view can be
     /// stale; the views and monotonic checkers must catch it.
     pub unsafe_stale_final_view: bool,
+    /// The share (ppm) of operations on `t*` keys: transactions (`txns.rs`) and plain
+    /// reads, writes and deletes of those keys.
+    pub txn_ppm: u32,
+    /// Seeds the `t*` draws, apart from the clients' other draws.
+    pub txn_seed: u64,
 }
 
 /// Most retries of one write.
@@ -109,6 +120,19 @@ struct Inflight {
     /// For a read invoked as a Correctable: the level being read now, the stronger ones
     /// still to read, and the node that serves them all.
     invocation: Option<(ReadLevel, Vec<ReadLevel>, NodeId)>,
+    /// For a transaction: its record and the keys still to watch (`op` then only names
+    /// it: its id and node).
+    txn: Option<Box<TxnInflight>>,
+}
+
+/// A transaction in flight: watching its keys one after the other, thinking, then
+/// waiting for `EXEC`'s reply.
+struct TxnInflight {
+    txn: keel_check::history::Txn,
+    /// Keys still to watch, in order (the first is being read while `exec` is false).
+    watch: Vec<String>,
+    /// Whether `EXEC` was sent (or its timer set).
+    exec: bool,
 }
 
 #[derive(Default)]
@@ -131,6 +155,8 @@ struct ClientState {
 struct KeyspaceState {
     /// Completed operations, in completion order.
     ops: Vec<Op>,
+    /// Completed transactions, in completion order.
+    txns: Vec<keel_check::history::Txn>,
     oracle: Oracle,
     /// Per `d*` key slot: its generation (which key name is current) and how many writes
     /// on that key ended `unknown`.
@@ -145,6 +171,11 @@ pub struct Clients {
     retry_rng: Rng,
     /// Invocation draws ([`WorkloadConfig::invoke_seed`]).
     invoke_rng: Rng,
+    /// `t*` draws ([`WorkloadConfig::txn_seed`]).
+    txn_rng: Rng,
+    /// Transactions by how they ended (`txn-committed`, `txn-aborted`, `txn-failed`,
+    /// `txn-unknown`), for the run's coverage.
+    pub txn_outcomes: BTreeMap<&'static str, u64>,
     /// Writes retried with the same pair.
     pub retries: u64,
     /// Reads invoked as Correctables that completed with at least one preliminary view.
@@ -177,6 +208,8 @@ impl Clients {
         Clients {
             retry_rng: Rng::new(config.retry_seed),
             invoke_rng: Rng::new(config.invoke_seed),
+            txn_rng: Rng::new(config.txn_seed),
+            txn_outcomes: BTreeMap::new(),
             retries: 0,
             invocations: 0,
             config,
@@ -196,6 +229,11 @@ impl Clients {
         &self.keyspaces[ks as usize].ops
     }
 
+    /// Keyspace `ks`'s completed transactions, in completion order.
+    pub fn txns(&self, ks: Keyspace) -> &[keel_check::history::Txn] {
+        &self.keyspaces[ks as usize].txns
+    }
+
     /// Completed operations over every keyspace.
     pub fn ops_total(&self) -> usize {
         self.keyspaces.iter().map(|k| k.ops.len()).sum()
@@ -213,6 +251,22 @@ impl Clients {
                     op.kind.rename_key(format!("{}@{ks}", op.kind.key()));
                 }
                 all.push(op);
+            }
+        }
+        all
+    }
+
+    /// Every keyspace's transactions, keys renamed as [`Clients::combined_history`] does.
+    pub fn combined_txns(&self) -> Vec<keel_check::history::Txn> {
+        let several = self.keyspaces.len() > 1;
+        let mut all = Vec::new();
+        for (ks, state) in self.keyspaces.iter().enumerate() {
+            for txn in &state.txns {
+                let mut txn = txn.clone();
+                if several {
+                    crate::txns::rename_keys(&mut txn, &format!("@{ks}"));
+                }
+                all.push(txn);
             }
         }
         all
@@ -261,6 +315,9 @@ impl Clients {
                 TIMER_CLIENT_DEADLINE => {
                     self.on_deadline(world, id & ((1 << TIMER_CLASS_SHIFT) - 1))
                 }
+                TIMER_TXN_EXEC => {
+                    self.send_exec(world, (id & ((1 << TIMER_CLASS_SHIFT) - 1)) as usize)
+                }
                 _ => return false,
             },
         }
@@ -272,6 +329,7 @@ impl Clients {
             return;
         }
         assert!(self.clients[c].inflight.is_none(), "client {c} woke with an op in flight");
+        let t_class = self.config.txn_ppm > 0 && self.txn_rng.chance(self.config.txn_ppm);
         let nodes = world.node_ids();
         let node = nodes[self.rng.index(nodes.len())];
         let ks = if self.config.keyspaces > 1 {
@@ -279,26 +337,22 @@ impl Clients {
         } else {
             0
         };
-        let (kind, command, recorded) = self.next_operation(c, ks);
+        if t_class && self.txn_rng.chance(crate::txns::TXN_SHARE_PPM) {
+            return self.start_txn(world, c, node, ks);
+        }
+        let (kind, command, recorded) = match t_class {
+            true => self.next_t_operation(c, ks),
+            false => self.next_operation(c, ks),
+        };
         let write = !matches!(kind, OpKind::Get { .. });
         let state = &mut self.clients[c];
         state.next_request += 1;
-        let mut client = ClientId(c as u64 + 1);
-        let mut opening = None;
-        if self.config.sessions && write {
-            match state.sessions.get(&ks) {
-                Some(session) => client = *session,
-                None => {
-                    // Open a session first; the drawn write is dropped.
-                    state.sessions_opened += 1;
-                    let id =
-                        ClientId(ClientId::SESSION_BIT | state.sessions_opened << 8 | client.0);
-                    opening = Some(id);
-                    client = id;
-                }
-            }
-        }
-        let command = if opening.is_some() { Command::OpenSession } else { command };
+        let client = match (self.config.sessions && write, state.sessions.get(&ks)) {
+            (true, Some(session)) => *session,
+            // Open a session first; the drawn write is dropped.
+            (true, None) => return self.open_session(world, c, node, ks, durability_of(&kind)),
+            (false, _) => ClientId(c as u64 + 1),
+        };
         let invocation = match &kind {
             OpKind::Get { level, .. }
                 if recorded
@@ -315,7 +369,7 @@ impl Clients {
         let request = ClientRequest {
             tag: RequestTag(0),
             client,
-            request: RequestId(if opening.is_some() { 0 } else { state.next_request }),
+            request: RequestId(state.next_request),
             durability: durability_of(&kind),
             level: match (&kind, &invocation) {
                 (_, Some((first, _, _))) => Some(*first),
@@ -327,7 +381,7 @@ impl Clients {
             mode: Default::default(),
             named: false,
         };
-        let retained = (write && opening.is_none()).then(|| request.clone());
+        let retained = write.then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
         let op = Op {
             id: self.next_op_id,
@@ -348,11 +402,281 @@ impl Clients {
             op,
             keyspace: ks,
             tags: vec![tag],
-            recorded: recorded && opening.is_none(),
+            recorded,
             request: retained,
             retries: 0,
-            opening,
+            opening: None,
             invocation,
+            txn: None,
+        });
+    }
+
+    /// A plain operation on a `t*` key, drawn from the `t*` generator: a read at a drawn
+    /// level, a write or a delete (the keys transactions watch change under them).
+    fn next_t_operation(&mut self, c: usize, ks: Keyspace) -> (OpKind, Command, bool) {
+        let rng = &mut self.txn_rng;
+        let key = crate::txns::key_name(rng.range(0, u64::from(self.config.keys_per_class.max(1))));
+        let bytes = key.clone().into_bytes().into();
+        let durability = self.config.durabilities[rng.index(self.config.durabilities.len())];
+        match rng.range(0, 3) {
+            0 => {
+                let level = self.config.levels[rng.index(self.config.levels.len())];
+                (OpKind::Get { key, level, result: None }, Command::Get { key: bytes }, true)
+            }
+            1 => (OpKind::Delete { key, durability }, Command::Delete { key: bytes }, true),
+            _ => {
+                let request = self.clients[c].next_request + 1;
+                let several = self.config.keyspaces > 1;
+                let value = format!("c{}r{request}t{}", c + 1, keyspace_suffix(several, ks));
+                let command = Command::Put { key: bytes, value: value.clone().into_bytes().into() };
+                (OpKind::Put { key, value, durability }, command, true)
+            }
+        }
+    }
+
+    /// Starts a transaction: its `WATCH` reads one after the other (or, watching nothing,
+    /// `EXEC` after a think). Under sessions, a client without one opens it first and
+    /// drops the transaction, as it does a write.
+    fn start_txn<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        c: usize,
+        node: NodeId,
+        ks: Keyspace,
+    ) {
+        let state = &mut self.clients[c];
+        state.next_request += 1;
+        if self.config.sessions && !state.sessions.contains_key(&ks) {
+            return self.open_session(world, c, node, ks, None);
+        }
+        let several = self.config.keyspaces > 1;
+        let suffix = keyspace_suffix(several, ks);
+        let keys = u64::from(self.config.keys_per_class.max(1));
+        let plan = crate::txns::draw(
+            &mut self.txn_rng,
+            c as u64 + 1,
+            state.next_request,
+            keys,
+            &self.config.durabilities,
+            &suffix,
+        );
+        let mut txn = plan.txn;
+        txn.id = self.next_op_id;
+        txn.invoke_ns = world.now_ns();
+        txn.node = Some(node.0);
+        let op = Op {
+            id: self.next_op_id,
+            client: c as u64 + 1,
+            kind: OpKind::Get {
+                key: txn.ops[0].key().to_string(),
+                level: ReadLevel::Linearizable,
+                result: None,
+            },
+            invoke_ns: world.now_ns(),
+            complete_ns: None,
+            outcome: Outcome::Unknown,
+            node: Some(node.0),
+            version: None,
+            views: Vec::new(),
+        };
+        self.next_op_id += 1;
+        let pending = TxnInflight { txn, watch: plan.watch, exec: false };
+        self.clients[c].inflight = Some(Inflight {
+            op,
+            keyspace: ks,
+            tags: Vec::new(),
+            recorded: false,
+            request: None,
+            retries: 0,
+            opening: None,
+            invocation: None,
+            txn: Some(Box::new(pending)),
+        });
+        self.watch_next(world, c);
+    }
+
+    /// Sends the next `WATCH` read of client `c`'s transaction, or, all read, sets the
+    /// timer after which `EXEC` goes out.
+    fn watch_next<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+        let inflight = self.clients[c].inflight.as_mut().expect("a transaction in flight");
+        let pending = inflight.txn.as_mut().expect("a transaction");
+        let Some(key) = pending.watch.first().cloned() else {
+            pending.exec = true;
+            let at = world.now_ns() + self.txn_rng.range(0, self.config.think_ns_max.max(1));
+            world.set_timer(at, timer_id(TIMER_TXN_EXEC, c as u64));
+            return;
+        };
+        let ks = inflight.keyspace;
+        let node = NodeId(inflight.op.node.expect("set"));
+        let request = ClientRequest {
+            tag: RequestTag(0),
+            client: ClientId(c as u64 + 1),
+            request: RequestId(self.clients[c].next_request),
+            durability: None,
+            level: Some(ReadLevel::Linearizable),
+            command: Command::Get { key: key.into_bytes().into() },
+            after: self.clients[c].floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
+            mode: Default::default(),
+            named: false,
+        };
+        let tag = world.submit_to(node, ks, request);
+        self.by_tag.insert(tag, c);
+        let inflight = self.clients[c].inflight.as_mut().expect("checked");
+        inflight.tags.push(tag);
+        let deadline = world.now_ns() + self.config.op_timeout_ns;
+        world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, inflight.op.id));
+    }
+
+    /// `EXEC`: client `c`'s transaction as one `Command::Multi` under a new op id (so the
+    /// watch phase's deadline no longer applies), retried like any write.
+    fn send_exec<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+        let state = &self.clients[c];
+        let Some(inflight) = state.inflight.as_ref() else { return };
+        let thinking = inflight.txn.as_ref().is_some_and(|p| p.exec) && inflight.request.is_none();
+        if !thinking {
+            return; // a timer of a transaction given up on
+        }
+        let ks = inflight.keyspace;
+        let client = match self.config.sessions {
+            true => *state.sessions.get(&ks).expect("a transaction starts with a session"),
+            false => ClientId(c as u64 + 1),
+        };
+        let (request, after) = (state.next_request, state.floor.get(&ks).copied());
+        let id = self.next_op_id;
+        self.next_op_id += 1;
+        let inflight = self.clients[c].inflight.as_mut().expect("checked");
+        let pending = inflight.txn.as_mut().expect("checked");
+        let request = ClientRequest {
+            tag: RequestTag(0),
+            client,
+            request: RequestId(request),
+            durability: Some(pending.txn.durability),
+            level: None,
+            command: crate::txns::command(&pending.txn),
+            after: after.unwrap_or(LogIndex::ZERO),
+            mode: Default::default(),
+            named: false,
+        };
+        pending.txn.id = id;
+        inflight.op.id = id;
+        inflight.request = Some(request.clone());
+        let node = NodeId(inflight.op.node.expect("set"));
+        let tag = world.submit_to(node, ks, request);
+        self.by_tag.insert(tag, c);
+        self.clients[c].inflight.as_mut().expect("checked").tags.push(tag);
+        let deadline = world.now_ns() + self.config.op_timeout_ns;
+        world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, id));
+    }
+
+    /// A reply to client `c`'s transaction: a `WATCH` read (its version recorded, or the
+    /// transaction dropped if it failed: nothing was sent that could apply) or `EXEC`'s.
+    fn on_txn_reply<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        c: usize,
+        mut inflight: Inflight,
+        reply: &ClientReply,
+    ) {
+        let ks = inflight.keyspace;
+        let mut pending = inflight.txn.take().expect("a transaction");
+        if inflight.request.is_none() {
+            let Ok(CommandResult::Value { version, .. }) = &reply.result else {
+                return self.schedule_wake(world, c); // no watch, no transaction
+            };
+            let key = pending.watch.remove(0);
+            pending.txn.watch.push(crate::txns::watched(key, *version));
+            inflight.txn = Some(pending);
+            inflight.tags.clear();
+            self.clients[c].inflight = Some(inflight);
+            return self.watch_next(world, c);
+        }
+        if reply.result == Err(KeelError::SessionExpired) {
+            self.clients[c].sessions.remove(&ks);
+        }
+        if let Some(version) = reply.result.as_ref().ok().and_then(|r| r.written_version()) {
+            let floor = self.clients[c].floor.entry(ks).or_insert(LogIndex::ZERO);
+            *floor = (*floor).max(version.index);
+        }
+        let mut txn = pending.txn;
+        txn.complete_ns = Some(world.now_ns());
+        txn.node = Some(reply.served_by.0);
+        let outcome = crate::txns::complete(&mut txn, &reply.result);
+        self.record_txn(world, ks, txn, outcome);
+        self.schedule_wake(world, c);
+    }
+
+    /// Records a transaction that ended (`outcome`: how, for the coverage counts).
+    fn record_txn<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        ks: Keyspace,
+        mut txn: keel_check::history::Txn,
+        outcome: &'static str,
+    ) {
+        *self.txn_outcomes.entry(outcome).or_default() += 1;
+        if txn.outcome == Outcome::Unknown {
+            txn.complete_ns = None;
+        }
+        let state = &mut self.keyspaces[ks as usize];
+        for (kind, detail) in state.oracle.complete_txn(&txn) {
+            let detail =
+                if self.config.keyspaces > 1 { format!("keyspace {ks}: {detail}") } else { detail };
+            world.violate(kind, detail.clone());
+            self.findings.push((kind, detail));
+        }
+        state.txns.push(txn);
+    }
+
+    /// Opens a deduplication session for client `c` in keyspace `ks` at `node`, at
+    /// `durability` (the operation drawn is dropped).
+    fn open_session<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        c: usize,
+        node: NodeId,
+        ks: Keyspace,
+        durability: Option<Durability>,
+    ) {
+        let state = &mut self.clients[c];
+        state.sessions_opened += 1;
+        let id = ClientId(ClientId::SESSION_BIT | state.sessions_opened << 8 | (c as u64 + 1));
+        let request = ClientRequest {
+            tag: RequestTag(0),
+            client: id,
+            request: RequestId(0),
+            durability,
+            level: None,
+            command: Command::OpenSession,
+            after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
+            mode: Default::default(),
+            named: false,
+        };
+        let tag = world.submit_to(node, ks, request);
+        let op = Op {
+            id: self.next_op_id,
+            client: c as u64 + 1,
+            kind: OpKind::Get { key: String::new(), level: ReadLevel::Any, result: None },
+            invoke_ns: world.now_ns(),
+            complete_ns: None,
+            outcome: Outcome::Unknown,
+            node: Some(node.0),
+            version: None,
+            views: Vec::new(),
+        };
+        let deadline = world.now_ns() + self.config.op_timeout_ns;
+        world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
+        self.next_op_id += 1;
+        self.by_tag.insert(tag, c);
+        self.clients[c].inflight = Some(Inflight {
+            op,
+            keyspace: ks,
+            tags: vec![tag],
+            recorded: false,
+            request: None,
+            retries: 0,
+            opening: Some(id),
+            invocation: None,
+            txn: None,
         });
     }
 
@@ -431,6 +755,9 @@ impl Clients {
         }
         let ks = inflight.keyspace;
         let mut inflight = inflight;
+        if inflight.txn.is_some() {
+            return self.on_txn_reply(world, c, inflight, reply);
+        }
         if let Some((level, mut stronger, node)) = inflight.invocation.take() {
             if let (Ok(CommandResult::Value { value, version }), false) =
                 (&reply.result, stronger.is_empty())
@@ -616,6 +943,13 @@ impl Clients {
             return; // completed in time
         };
         let mut inflight = self.clients[c].inflight.take().expect("found above");
+        if inflight.txn.as_ref().is_some_and(|t| inflight.request.is_none() || !t.exec) {
+            // Watching, or thinking: nothing was sent that could apply.
+            for tag in &inflight.tags {
+                self.by_tag.remove(tag);
+            }
+            return self.schedule_wake(world, c);
+        }
         let retry = !self.stopped
             && inflight.retries < RETRIES_MAX
             && self.retry_rng.chance(self.config.retry_ppm);
@@ -637,7 +971,11 @@ impl Clients {
         for tag in &inflight.tags {
             self.by_tag.remove(tag);
         }
-        if inflight.recorded {
+        if let Some(pending) = inflight.txn {
+            let mut txn = pending.txn;
+            txn.outcome = Outcome::Unknown;
+            self.record_txn(world, inflight.keyspace, txn, "txn-unknown");
+        } else if inflight.recorded {
             debug_assert_eq!(inflight.op.outcome, Outcome::Unknown);
             self.record(world, inflight.keyspace, inflight.op);
         }
@@ -679,6 +1017,15 @@ impl Clients {
     }
 }
 
+/// What ends every value written in keyspace `ks` (`k<ks>`) when there are several.
+fn keyspace_suffix(several: bool, ks: Keyspace) -> String {
+    if several {
+        format!("k{ks}")
+    } else {
+        String::new()
+    }
+}
+
 /// The name of generation `generation` of `d*` key slot `slot`: `d0`, `d0g1`, ...
 fn durable_key_name(slot: usize, generation: u32) -> String {
     if generation == 0 {
@@ -708,6 +1055,8 @@ mod tests {
             invoke_ppm: 0,
             invoke_seed: 0,
             unsafe_stale_final_view: false,
+            txn_ppm: 0,
+            txn_seed: 0,
         }
     }
 

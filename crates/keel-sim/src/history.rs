@@ -36,14 +36,7 @@ pub fn durability_of(kind: &OpKind) -> Option<Durability> {
 
 /// The history as JSON Lines: header, ops, survivors.
 pub fn to_jsonl(history: &KeelHistory) -> Vec<u8> {
-    let mut writer = keel_check::history::HistoryWriter::new(Vec::new()).expect("memory writes");
-    for op in &history.ops {
-        writer.op(op).expect("memory writes");
-    }
-    for survivor in &history.survivors {
-        writer.survivor(survivor).expect("memory writes");
-    }
-    writer.finish().expect("memory writes")
+    keel_check::history::write_history(Vec::new(), history).expect("memory writes")
 }
 
 /// A finding of the oracle: the invariant's name and the evidence.
@@ -56,8 +49,9 @@ pub struct Oracle {
     reads: BTreeMap<String, Vec<(u64, Version)>>,
     /// Per key: `(complete_ns, version)` of ok writes (for durable-only keys).
     writes: BTreeMap<String, Vec<(u64, Version)>>,
-    /// The value each acknowledged write left, by version.
-    written: BTreeMap<Version, (String, Option<String>)>,
+    /// The value each acknowledged write left, by version and key (a transaction's
+    /// writes share its version).
+    written: BTreeMap<(Version, String), Option<String>>,
     /// Keys written only `durable` so far.
     durable_only: BTreeMap<String, bool>,
 }
@@ -126,20 +120,48 @@ impl Oracle {
             OpKind::Incr { result, .. } => result.map(|r| r.to_string()),
             OpKind::Delete { .. } | OpKind::Get { .. } => None,
         };
-        self.written.insert(version, (key.to_string(), value));
+        self.written.insert((version, key.to_string()), value);
         self.writes.entry(key.to_string()).or_default().push((complete, version));
+    }
+
+    /// Remembers a committed transaction's writes, as [`Oracle::complete`] does a write's
+    /// (its reads are `keel_check::txn`'s to judge, against the final log).
+    pub fn complete_txn(&mut self, txn: &keel_check::history::Txn) -> Vec<Finding> {
+        for (key, _) in crate::txns::net_writes(txn) {
+            let only = self.durable_only.entry(key).or_insert(true);
+            *only &= txn.durability == Durability::Durable;
+        }
+        let (Outcome::Ok, Some(complete), Some(version)) =
+            (txn.outcome, txn.complete_ns, txn.version)
+        else {
+            return Vec::new();
+        };
+        for (key, value) in crate::txns::net_writes(txn) {
+            self.writes.entry(key.clone()).or_default().push((complete, version));
+            self.written.insert((version, key), value);
+        }
+        Vec::new()
     }
 
     fn check_value(&self, op: &Op, key: &str, result: Option<&String>, out: &mut Vec<Finding>) {
         let Some(version) = op.version else { return };
-        if let Some((k, value)) = self.written.get(&version) {
-            if k != key || value.as_ref() != result {
-                let detail = format!(
-                    "op {} read {key}={result:?} at {version}, but {version} wrote {k}={value:?}",
-                    op.id
-                );
-                out.push(("read-value-mismatch", detail));
-            }
+        let start = (version, String::new());
+        let mut at = self.written.range(start..).take_while(|((v, _), _)| *v == version);
+        let Some(((_, first), first_value)) = at.next() else { return };
+        let found = std::iter::once((first, first_value))
+            .chain(at.map(|((_, k), value)| (k, value)))
+            .find(|(k, _)| *k == key);
+        let wrong = match found {
+            Some((_, value)) => value.as_ref() != result,
+            None => true,
+        };
+        if wrong {
+            let (k, value) = found.unwrap_or((first, first_value));
+            let detail = format!(
+                "op {} read {key}={result:?} at {version}, but {version} wrote {k}={value:?}",
+                op.id
+            );
+            out.push(("read-value-mismatch", detail));
         }
     }
 
@@ -307,13 +329,13 @@ mod tests {
     fn history_lines_match_the_keel_format() {
         let history = KeelHistory {
             ops: vec![put(0, 1, Version::new(1, 1), Durability::Durable)],
-            survivors: vec![],
+            ..KeelHistory::default()
         };
         let text = String::from_utf8(to_jsonl(&history)).unwrap();
         let mut lines = text.lines();
         assert_eq!(
             lines.next().unwrap(),
-            r#"{"type":"header","format":"keel-history","version":1}"#
+            r#"{"type":"header","format":"keel-history","version":2}"#
         );
         let op = lines.next().unwrap();
         assert!(op.contains(r#""op":"put""#) && op.contains(r#""durability":"durable""#));

@@ -358,6 +358,9 @@ pub fn entry_hash(entry: &Entry) -> u64 {
     let head = mix(entry.epoch.0, entry.index.0);
     match &entry.payload {
         EntryPayload::Noop => mix(head, 1),
+        EntryPayload::Settings(settings) => {
+            mix(head, mix(2, u64::from(settings.dedup_clients_max)))
+        }
         EntryPayload::Write { client, request, durability, command } => {
             let h = mix(mix(head, client.0), mix(request.0, *durability as u64));
             mix(h, command_hash(command))
@@ -418,6 +421,7 @@ mod tests {
             snapshot_held_bytes: 0,
             leader_lease_valid: false,
             repair_floor: None,
+            dedup_clients_max: 1,
         }
     }
 

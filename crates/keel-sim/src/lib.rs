@@ -57,4 +57,5 @@ pub mod table3;
 pub mod table4;
 pub mod tickets;
 pub mod toy;
+pub mod txns;
 pub mod world;

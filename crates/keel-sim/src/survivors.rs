@@ -1,17 +1,44 @@
 //! The final log's effect, key by key: replays the surviving entries on a reference
-//! key-value model (with the engine's deduplication of retried writes) to produce the
-//! history's `survivor` records.
+//! key-value model (with the engine's deduplication of retried writes, and its
+//! transactions: nothing if a watched key's version changed, a delete included, or if an
+//! operation fails; else every operation at the entry's version) to produce the history's
+//! `survivor` and `txn-entry` records.
+//!
+//! The model is the specification, written apart from the engine's state machine: it
+//! keeps each key's value and the version of its last write (a delete's too, as the
+//! version a `WATCH` of a deleted key reads), and nothing else.
 
 use crate::history::Survivor;
+use keel_check::history::TxnEntry;
 use keel_types::{ClientId, Command, Entry, EntryPayload, Key, RequestId, Value, Version};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The reference model's state: each key's value (`None`: deleted) and last version.
+type State = BTreeMap<Key, (Option<Value>, Version)>;
+
+/// What replaying a log found.
+#[derive(Clone, Debug, Default)]
+pub struct Replayed {
+    /// Every write that took effect, with the value it left, in log order.
+    pub survivors: Vec<Survivor>,
+    /// Every transaction's entry (applied or not), in log order.
+    pub txn_entries: Vec<TxnEntry>,
+    /// Transactions whose `WATCH` failed on a key deleted since (a tombstone of another
+    /// version): the path the negative control `watch_ignores_deletes` breaks.
+    pub watch_aborts_over_delete: u64,
+}
 
 /// Replays `entries` (a log, in order) and returns every write that took effect, with
 /// the value it left, in log order.
 pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
-    let mut state: BTreeMap<Key, Value> = BTreeMap::new();
+    replay(entries).survivors
+}
+
+/// Replays `entries` (a log, in order): see [`Replayed`].
+pub fn replay(entries: &[Entry]) -> Replayed {
+    let mut state = State::new();
     let mut seen: BTreeSet<(ClientId, RequestId)> = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut out = Replayed::default();
     let mut last = Version::default();
     for entry in entries {
         assert!(entry.version() > last || last == Version::default(), "log out of order");
@@ -22,9 +49,22 @@ pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
         if !seen.insert((*client, *request)) {
             continue; // a retry: applied once
         }
-        if let Some((key, value)) = apply(&mut state, command) {
-            out.push(Survivor {
-                version: entry.version(),
+        let version = entry.version();
+        let written = match command {
+            Command::Multi { ops, watch } => {
+                let over_delete = watch.iter().any(|(key, seen)| {
+                    state.get(key).is_some_and(|(value, v)| value.is_none() && Some(*v) != *seen)
+                });
+                let applied = apply_multi(&mut state, version, ops, watch);
+                out.watch_aborts_over_delete += u64::from(over_delete);
+                out.txn_entries.push(TxnEntry { version, applied: applied.is_some() });
+                applied.unwrap_or_default()
+            }
+            command => apply(&mut state, version, command).into_iter().collect(),
+        };
+        for (key, value) in written {
+            out.survivors.push(Survivor {
+                version,
                 key: String::from_utf8_lossy(&key).into_owned(),
                 value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
             });
@@ -33,32 +73,51 @@ pub fn survivors(entries: &[Entry]) -> Vec<Survivor> {
     out
 }
 
-/// Applies one write; returns the key and the value it left if it took effect.
-fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Option<Value>)> {
-    match command {
-        Command::Put { key, value } => {
-            state.insert(key.clone(), value.clone());
-            Some((key.clone(), Some(value.clone())))
+/// A transaction: `None` if a watched key's version differs or an operation fails (the
+/// state untouched); else the value each key it wrote was left with (one per key, in
+/// the order of their last writes).
+fn apply_multi(
+    state: &mut State,
+    version: Version,
+    ops: &[Command],
+    watch: &[(Key, Option<Version>)],
+) -> Option<Vec<(Key, Option<Value>)>> {
+    if watch.iter().any(|(key, seen)| state.get(key).map(|(_, v)| *v) != *seen) {
+        return None;
+    }
+    let mut scratch = state.clone();
+    let mut written: Vec<(Key, Option<Value>)> = Vec::new();
+    for op in ops {
+        if matches!(op, Command::Get { .. }) {
+            continue;
         }
-        Command::Delete { key } => {
-            state.remove(key);
-            Some((key.clone(), None))
-        }
+        let (key, value) = apply(&mut scratch, version, op)?;
+        written.retain(|(k, _)| *k != key);
+        written.push((key, value));
+    }
+    *state = scratch;
+    Some(written)
+}
+
+/// Applies one write; returns the key and the value it left if it took effect (`None`
+/// also for an increment of a value that is no integer, which fails).
+fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key, Option<Value>)> {
+    let current = |state: &State, key: &Key| state.get(key).and_then(|(v, _)| v.clone());
+    let (key, value) = match command {
+        Command::Put { key, value } => (key, Some(value.clone())),
+        Command::Delete { key } => (key, None),
         Command::Cas { key, expected, new } => {
-            if state.get(key) != expected.as_ref() {
+            if current(state, key) != *expected {
                 return None;
             }
-            state.insert(key.clone(), new.clone());
-            Some((key.clone(), Some(new.clone())))
+            (key, Some(new.clone()))
         }
         Command::Incr { key, delta } => {
-            let current = match state.get(key) {
+            let base = match current(state, key) {
                 None => 0,
-                Some(bytes) => std::str::from_utf8(bytes).ok()?.parse::<i64>().ok()?,
+                Some(bytes) => std::str::from_utf8(&bytes).ok()?.parse::<i64>().ok()?,
             };
-            let value = current.checked_add(*delta)?.to_string().into_bytes();
-            state.insert(key.clone(), value.clone().into());
-            Some((key.clone(), Some(value.into())))
+            (key, Some(base.checked_add(*delta)?.to_string().into_bytes().into()))
         }
         // Queues are checked by their own checker (`queues.rs`), not as keys.
         Command::Get { .. }
@@ -66,9 +125,11 @@ fn apply(state: &mut BTreeMap<Key, Value>, command: &Command) -> Option<(Key, Op
         | Command::OpenSession
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
-        | Command::QueuePeek { .. } => None,
-        Command::Multi { .. } => unreachable!("the simulator's clients send no transactions"),
-    }
+        | Command::QueuePeek { .. } => return None,
+        Command::Multi { .. } => unreachable!("the codec refuses a transaction inside one"),
+    };
+    state.insert(key.clone(), (value.clone(), version));
+    Some((key.clone(), value))
 }
 
 #[cfg(test)]
@@ -126,5 +187,61 @@ mod tests {
             summary,
             vec![(2, "k", Some("a")), (5, "k", Some("c")), (6, "n", Some("2")), (7, "k", None)]
         );
+    }
+
+    #[test]
+    fn a_transaction_applies_whole_or_not_at_all_and_a_delete_aborts_its_watch() {
+        let key = |k: &str| -> Key { k.as_bytes().to_vec().into() };
+        let put =
+            |k: &str, v: &str| Command::Put { key: key(k), value: v.as_bytes().to_vec().into() };
+        let multi = |ops, watch| Command::Multi { ops, watch };
+        let log = vec![
+            write(1, 1, 1, put("a", "x")),
+            write(2, 1, 2, Command::Delete { key: key("a") }),
+            // Watched "a" as never written: it was set and deleted since.
+            write(3, 2, 1, multi(vec![put("b", "1")], vec![(key("a"), None)])),
+            // Watched "a" at its delete: applied; "b" written twice, left once.
+            write(
+                4,
+                2,
+                2,
+                multi(
+                    vec![
+                        put("b", "2"),
+                        Command::Get { key: key("b") },
+                        put("b", "3"),
+                        put("c", "w"),
+                    ],
+                    vec![(key("a"), Some(Version::new(1, 2)))],
+                ),
+            ),
+            // An increment of a word fails: nothing of it applies.
+            write(
+                5,
+                2,
+                3,
+                multi(
+                    vec![
+                        put("d", "5"),
+                        Command::Incr { key: key("c"), delta: 1 },
+                        Command::Incr { key: key("b"), delta: 1 },
+                    ],
+                    vec![],
+                ),
+            ),
+            write(6, 2, 3, multi(vec![put("d", "5")], vec![])), // a retry of request 3
+        ];
+        let replayed = replay(&log);
+        let (out, txns) = (&replayed.survivors, &replayed.txn_entries);
+        assert_eq!(replayed.watch_aborts_over_delete, 1);
+        let summary: Vec<(u64, &str, Option<&str>)> =
+            out.iter().map(|s| (s.version.index.0, s.key.as_str(), s.value.as_deref())).collect();
+        assert_eq!(
+            summary,
+            vec![(1, "a", Some("x")), (2, "a", None), (4, "b", Some("3")), (4, "c", Some("w"))]
+        );
+        let entries: Vec<(u64, bool)> =
+            txns.iter().map(|t| (t.version.index.0, t.applied)).collect();
+        assert_eq!(entries, vec![(3, false), (4, true), (5, false)]);
     }
 }

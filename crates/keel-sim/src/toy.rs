@@ -85,9 +85,40 @@ impl ToyEngine {
                 unreachable!("the toy engine runs no queues")
             }
             Command::OpenSession => {}
-            Command::Multi { .. } => unreachable!("the toy engine runs no transactions"),
+            Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }
         CommandResult::Written { version }
+    }
+
+    /// A transaction: nothing if a watched key's version changed or an increment meets a
+    /// value that is no integer (the toy reports both as an abort); else every operation.
+    fn apply_multi(
+        &mut self,
+        ops: &[Command],
+        watch: &[(Key, Option<Version>)],
+        version: Version,
+    ) -> CommandResult {
+        let changed = watch.iter().any(|(key, seen)| self.kv.get(key).map(|(_, v)| *v) != *seen);
+        let before = self.kv.clone();
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops.iter().filter(|_| !changed) {
+            if let Command::Incr { key, .. } = op {
+                let word = self.kv.get(key).and_then(|(v, _)| v.as_ref());
+                if word.is_some_and(|v| String::from_utf8_lossy(v).parse::<i64>().is_err()) {
+                    self.kv = before;
+                    return CommandResult::Multi { results: None };
+                }
+            }
+            results.push(match op {
+                Command::Get { key } => {
+                    let (value, version) =
+                        self.kv.get(key).cloned().map_or((None, None), |(v, ver)| (v, Some(ver)));
+                    CommandResult::Value { value, version }
+                }
+                write => self.apply(write, version),
+            });
+        }
+        CommandResult::Multi { results: (!changed).then_some(results) }
     }
 
     fn client(&mut self, request: ClientRequest, out: &mut Outputs) {
@@ -357,6 +388,7 @@ impl Engine for ToyEngine {
             snapshot_held_bytes: 0,
             leader_lease_valid: self.is_leader(),
             repair_floor: None,
+            dedup_clients_max: self.config.dedup_clients_max,
         }
     }
 }

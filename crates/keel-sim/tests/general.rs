@@ -170,6 +170,14 @@ fn recorded_history_is_valid_keel_format_and_passes_the_checkers() {
     assert_eq!(parsed.ops.len(), history.ops.len());
     assert_eq!(parsed.survivors, history.survivors);
     assert_eq!(keel_check::monotonic::check(&parsed).verdict(), "ok");
+    // Its transactions and their entries in the final log, read back and judged.
+    assert!(!history.txns.is_empty() && !history.txn_entries.is_empty());
+    assert_eq!(
+        (parsed.txns.len(), &parsed.txn_entries),
+        (history.txns.len(), &history.txn_entries)
+    );
+    let txns = keel_check::txn::check(&parsed);
+    assert!(txns.committed > 0 && txns.verdict() == "ok", "{txns:?}");
 }
 
 /// Seeds of the wide-area scenario every test run covers: peer round trips of 20 to 80 ms,
@@ -205,5 +213,7 @@ const KEYSPACES_SEEDS: u64 = 300;
 
 #[test]
 fn several_keyspaces_at_once_with_every_fault_pass() {
-    sweep(KEYSPACES_SEEDS, GeneralConfig::keyspaces);
+    let reaching = sweep(KEYSPACES_SEEDS, GeneralConfig::keyspaces);
+    let committed = reaching.get("txn-committed").copied().unwrap_or(0);
+    assert!(committed * 100 >= 90 * KEYSPACES_SEEDS, "{reaching:?}");
 }

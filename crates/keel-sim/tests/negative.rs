@@ -209,3 +209,15 @@ fn ticket_writes_that_skip_deduplication_are_caught_by_the_queue_checks() {
     let report = run_general::<LeaderEngine>(&GeneralConfig::tickets(seed));
     assert!(report.passed(), "seed {seed} fails honestly: {:?}", report.violations);
 }
+
+#[test]
+fn watch_ignoring_deletes_commits_over_a_delete_and_the_transaction_checker_notices() {
+    // The engine's unsafe flag: a watched key deleted since `WATCH` counts as unchanged.
+    // About a quarter of general seeds commit a transaction over a delete; the final
+    // log's replay aborts it, and the transaction checker rejects the commit.
+    let found = first_failing_seed(|c| c.watch_ignores_deletes = true);
+    let (seed, violations) = found.expect("a commit over a delete went unnoticed");
+    assert!(violations.iter().any(|v| v.contains("txn-checker")), "seed {seed}: {violations:?}");
+    let clean = run_general::<LeaderEngine>(&GeneralConfig::new(seed));
+    assert!(clean.passed(), "seed {seed} without the flag: {:?}", clean.violations);
+}

@@ -18,8 +18,8 @@
 use crate::limits::VALUE_BYTES_CEILING;
 use crate::Version;
 use crate::{
-    ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
-    RequestId, SnapshotMeta,
+    ApplySettings, ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex,
+    NodeId, RequestId, SnapshotMeta,
 };
 
 /// The longest byte string (key or value) the decoder accepts.
@@ -37,6 +37,7 @@ pub const SNAPSHOT_META_FORMAT_V1: u8 = 1;
 
 const PAYLOAD_NOOP: u8 = 0;
 const PAYLOAD_WRITE: u8 = 1;
+const PAYLOAD_SETTINGS: u8 = 2;
 
 const COMMAND_GET: u8 = 1;
 const COMMAND_PUT: u8 = 2;
@@ -84,6 +85,16 @@ pub enum CodecError {
         /// The length found.
         len: u64,
         /// The limit.
+        max: u64,
+    },
+    /// A number outside the range its field allows.
+    #[error("{what} {value} is outside 1..={max}")]
+    OutOfRange {
+        /// The field being read.
+        what: &'static str,
+        /// The number found.
+        value: u64,
+        /// The largest allowed.
         max: u64,
     },
     /// Bytes left over after a complete value.
@@ -453,6 +464,10 @@ impl Encode for EntryPayload {
     fn encode_to(&self, out: &mut Vec<u8>) {
         match self {
             EntryPayload::Noop => put_u8(out, PAYLOAD_NOOP),
+            EntryPayload::Settings(settings) => {
+                put_u8(out, PAYLOAD_SETTINGS);
+                put_u32(out, settings.dedup_clients_max);
+            }
             EntryPayload::Write { client, request, durability, command } => {
                 put_u8(out, PAYLOAD_WRITE);
                 put_u64(out, client.0);
@@ -468,6 +483,18 @@ impl Decode for EntryPayload {
     fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
         match reader.u8("entry payload")? {
             PAYLOAD_NOOP => Ok(EntryPayload::Noop),
+            PAYLOAD_SETTINGS => {
+                let settings =
+                    ApplySettings { dedup_clients_max: reader.u32("dedup clients max")? };
+                if !settings.valid() {
+                    return Err(CodecError::OutOfRange {
+                        what: "dedup clients max",
+                        value: u64::from(settings.dedup_clients_max),
+                        max: u64::from(crate::limits::DEDUP_CLIENTS_CEILING),
+                    });
+                }
+                Ok(EntryPayload::Settings(settings))
+            }
             PAYLOAD_WRITE => Ok(EntryPayload::Write {
                 client: ClientId(reader.u64("client id")?),
                 request: RequestId(reader.u64("request id")?),
@@ -619,6 +646,24 @@ mod tests {
             index: LogIndex(1),
             payload: EntryPayload::Noop,
         });
+    }
+
+    #[test]
+    fn a_settings_entry_round_trips_and_out_of_range_settings_are_refused() {
+        let settings = |n| Entry {
+            epoch: Epoch(4),
+            index: LogIndex(9),
+            payload: EntryPayload::Settings(ApplySettings { dedup_clients_max: n }),
+        };
+        let bytes = round_trip(&settings(7));
+        assert_eq!(bytes[17..], [PAYLOAD_SETTINGS, 7, 0, 0, 0]);
+        round_trip(&settings(crate::limits::DEDUP_CLIENTS_CEILING));
+        for n in [0, crate::limits::DEDUP_CLIENTS_CEILING + 1, u32::MAX] {
+            let mut bytes = Vec::new();
+            encode(&settings(n), &mut bytes);
+            let refused = decode::<Entry>(&bytes);
+            assert!(matches!(refused, Err(CodecError::OutOfRange { .. })), "{n}: {refused:?}");
+        }
     }
 
     #[test]

@@ -205,6 +205,10 @@ impl CommandResult {
             | CommandResult::Enqueued { version, .. }
             | CommandResult::Dequeued { version, .. } => Some(*version),
             CommandResult::Cas { swapped: true, version, .. } => *version,
+            // A transaction's writes all carry its entry's version.
+            CommandResult::Multi { results: Some(results) } => {
+                results.iter().filter_map(CommandResult::written_version).max()
+            }
             _ => None,
         }
     }

@@ -20,6 +20,10 @@ pub const EPOCH_MAX: u64 = 1 << 62;
 /// Highest log index a node accepts in a message or on disk (same reasoning).
 pub const LOG_INDEX_MAX: u64 = 1 << 62;
 
+/// Ceiling on the deduplication table's bound (`dedup_clients_max`): a leader's settings
+/// entry or a snapshot naming more is refused, so no input makes a replica keep more.
+pub const DEDUP_CLIENTS_CEILING: u32 = 1 << 20;
+
 const _: () = assert!(KEY_BYTES_MAX_DEFAULT <= VALUE_BYTES_CEILING);
 const _: () = assert!(EPOCH_MAX < u64::MAX / 2 && LOG_INDEX_MAX < u64::MAX / 2);
 const _: () = assert!(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_CEILING);

@@ -19,8 +19,14 @@ pub struct Entry {
 /// What an entry does when applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EntryPayload {
-    /// A new leader's first entry; commits earlier epochs' entries (Raft §5.4.2).
+    /// A new leader's first entry, as leaders before [`EntryPayload::Settings`] wrote it;
+    /// commits earlier epochs' entries (Raft §5.4.2). Still read, no longer written.
     Noop,
+    /// A new leader's first entry: commits earlier epochs' entries (Raft §5.4.2), and
+    /// states the settings every replica applies the log with from this index on, so that
+    /// they are the cluster's, not each node's (`docs/protocol.md` §6, *Settings in the
+    /// log*).
+    Settings(ApplySettings),
     /// A client write. `(client, request)` deduplicates retries: applying the same pair
     /// twice returns the first result and changes nothing.
     Write {
@@ -33,6 +39,24 @@ pub enum EntryPayload {
         /// The operation; never a `Get` or `Scan`.
         command: Command,
     },
+}
+
+/// The settings that decide how a replica applies the log: every replica must apply an
+/// entry with the same ones, so they travel in the log ([`EntryPayload::Settings`]) and in
+/// snapshots, never from a node's own configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplySettings {
+    /// Most clients whose last write result is kept for deduplication (oldest out): which
+    /// retry is answered from the table and which is applied again depends on it. In
+    /// `1..=`[`crate::limits::DEDUP_CLIENTS_CEILING`].
+    pub dedup_clients_max: u32,
+}
+
+impl ApplySettings {
+    /// Whether every setting is in range (what a decoder and the engine's gate accept).
+    pub fn valid(&self) -> bool {
+        (1..=crate::limits::DEDUP_CLIENTS_CEILING).contains(&self.dedup_clients_max)
+    }
 }
 
 impl Entry {

@@ -1,7 +1,9 @@
 //! `MULTI` ... `EXEC` against real `keel server` processes: the queued commands apply as
-//! one log entry, all or none; `WATCH` aborts a transaction whose key changed; and
-//! redis-py's transaction pipeline, `WatchError` and `transaction()` helper work
-//! unmodified (skipped without Python's `redis` package, unless `KEEL_REQUIRE_REDIS_PY=1`).
+//! one log entry, all or none; `WATCH` aborts a transaction whose key changed, a delete
+//! included; `KEEL.REQ <client> <seq> EXEC` makes a transaction retried on a new
+//! connection apply once; and redis-py's transaction pipeline, `WatchError` and
+//! `transaction()` helper work unmodified (skipped without Python's `redis` package,
+//! unless `KEEL_REQUIRE_REDIS_PY=1`).
 
 mod common;
 
@@ -126,4 +128,76 @@ print("redis-py transactions ok")
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Queues `INCR key` in a new transaction on `conn` and runs it as `KEEL.REQ <client> 1
+/// EXEC`, reading the reply if `read`.
+fn named_incr(conn: &mut Conn, key: &str, client: &str, read: bool) -> Option<Vec<String>> {
+    assert_eq!(conn.call(&["MULTI"]), "+OK");
+    assert_eq!(conn.call(&["INCR", key]), "+QUEUED");
+    let words = ["KEEL.REQ", client, "1", "EXEC"];
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+    }
+    conn.send(&out);
+    read.then(|| (0..2).map(|_| conn.line().trim_end_matches("\r\n").to_string()).collect())
+}
+
+/// The value of `key` read at `linearizable` on `conn`.
+fn linearizable(conn: &mut Conn, key: &str) -> String {
+    let header = conn.call(&["GET", key, "LEVEL", "linearizable"]);
+    assert!(header.starts_with('$'), "{header}");
+    conn.line().trim_end_matches("\r\n").to_string()
+}
+
+#[test]
+fn a_delete_aborts_a_watch_and_a_retried_exec_is_applied_once() {
+    let (cluster, _) = common::cluster("transactions-retry", |_| {});
+    let addrs = cluster.client_addrs();
+    let mut a = Conn::open(addrs[0]);
+    let settled = common::wait_until(common::LEADER_WAIT, || a.call(&["SET", "r:a", "0"]) == "+OK");
+    assert!(settled, "the cluster never accepted a write");
+
+    // WATCH of a key never written; another client sets it and deletes it: the key is
+    // absent again, and still EXEC applies nothing (Redis's rule: any write aborts).
+    let mut b = Conn::open(addrs[1]);
+    assert_eq!(a.call(&["WATCH", "r:w"]), "+OK");
+    assert_eq!(b.call(&["SET", "r:w", "theirs"]), "+OK");
+    assert_eq!(b.call(&["DEL", "r:w"]), ":1");
+    assert_eq!(a.call(&["MULTI"]), "+OK");
+    assert_eq!(a.call(&["SET", "r:w", "mine"]), "+QUEUED");
+    assert_eq!(exec(&mut a, 1), ["*-1"]);
+    assert_eq!(a.call(&["EXISTS", "r:w"]), ":0");
+
+    // A transaction under `KEEL.REQ`, answered; its retry on another connection at
+    // another node (after a timeout, say), watching again: the first result, not applied
+    // again.
+    assert_eq!(named_incr(&mut a, "r:n", "9001", true).unwrap(), ["*1", ":1"]);
+    assert_eq!(b.call(&["WATCH", "r:n"]), "+OK");
+    assert_eq!(named_incr(&mut b, "r:n", "9001", true).unwrap(), ["*1", ":1"]);
+    assert_eq!(linearizable(&mut a, "r:n"), "1");
+
+    // The client gives up on its connection before the reply; a retry on a new one, at
+    // yet another node, applies it once whichever of the two the cluster saw first.
+    let mut gone = Conn::open(addrs[2]);
+    named_incr(&mut gone, "r:m", "9002", false);
+    drop(gone);
+    let mut again = Conn::open(addrs[1]);
+    assert_eq!(named_incr(&mut again, "r:m", "9002", true).unwrap(), ["*1", ":1"]);
+    assert_eq!(linearizable(&mut a, "r:m"), "1");
+    // Other commands under the same pair are another request: refused, nothing applied.
+    assert_eq!(again.call(&["MULTI"]), "+OK");
+    assert_eq!(again.call(&["INCR", "r:other"]), "+QUEUED");
+    let reused = again.call(&["KEEL.REQ", "9002", "1", "EXEC"]);
+    assert!(reused.contains("request 1 of client 9002 was already used"), "{reused}");
+    assert_eq!(a.call(&["EXISTS", "r:other"]), ":0");
+    // A plain EXEC sent twice is two transactions: what `KEEL.REQ` prevents.
+    for _ in 0..2 {
+        assert_eq!(a.call(&["MULTI"]), "+OK");
+        assert_eq!(a.call(&["INCR", "r:plain"]), "+QUEUED");
+        exec(&mut a, 2);
+    }
+    assert_eq!(linearizable(&mut a, "r:plain"), "2");
+    common::finish(cluster);
 }

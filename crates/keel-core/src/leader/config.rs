@@ -17,7 +17,8 @@ use keel_types::{Durability, Limits, NodeId, ReadLevel};
 pub const MEMBERS_MAX: usize = 7;
 /// Ceiling on `append_entries_max` (bounds one message).
 pub const APPEND_ENTRIES_CEILING: usize = 65_536;
-/// Ceiling on `pending_requests_max` and `dedup_clients_max` (bounds memory).
+/// Ceiling on `pending_requests_max` (bounds memory; `dedup_clients_max` has
+/// `keel_types::limits::DEDUP_CLIENTS_CEILING`).
 pub const QUEUE_CEILING: usize = 1 << 20;
 /// Default ceiling on the applied state: 2 GiB (a node holds up to about three times it).
 pub const STATE_BYTES_MAX_DEFAULT: u64 = 2 << 30;
@@ -96,6 +97,7 @@ impl Config {
             unsafe_forget_leader_contact: false,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
+            unsafe_watch_ignores_deletes: false,
             unsafe_ignore_repair_floor: false,
         }
     }
@@ -241,8 +243,9 @@ impl Config {
         if self.pending_requests_max == 0 || self.pending_requests_max > QUEUE_CEILING {
             return fail("pending_requests_max", format!("must be in 1..={QUEUE_CEILING}"));
         }
-        if self.dedup_clients_max == 0 || self.dedup_clients_max > QUEUE_CEILING {
-            return fail("dedup_clients_max", format!("must be in 1..={QUEUE_CEILING}"));
+        let dedup_ceiling = keel_types::limits::DEDUP_CLIENTS_CEILING as usize;
+        if self.dedup_clients_max == 0 || self.dedup_clients_max > dedup_ceiling {
+            return fail("dedup_clients_max", format!("must be in 1..={dedup_ceiling}"));
         }
         if self.state_bytes_max
             < u64::from(self.limits.value_bytes_max) + u64::from(self.limits.key_bytes_max)

@@ -455,6 +455,7 @@ impl Core {
         let mut kv = Kv::decode(data, at, self.config.dedup_clients_max)?;
         kv.unsafe_skip_dedup = self.config.unsafe_skip_dedup;
         kv.unsafe_accept_expired_sessions = self.config.unsafe_accept_expired_sessions;
+        kv.unsafe_watch_ignores_deletes = self.config.unsafe_watch_ignores_deletes;
         Ok(kv)
     }
 }

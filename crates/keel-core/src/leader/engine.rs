@@ -26,8 +26,8 @@ use crate::engine::{BootError, Rejection};
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
 use keel_types::{
-    Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId, SnapshotMeta, Value,
-    Version,
+    ApplySettings, Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId,
+    SnapshotMeta, Value, Version,
 };
 
 /// The role a node plays now, with that role's state.
@@ -76,6 +76,7 @@ impl LeaderEngine {
         };
         kv.unsafe_skip_dedup = config.unsafe_skip_dedup;
         kv.unsafe_accept_expired_sessions = config.unsafe_accept_expired_sessions;
+        kv.unsafe_watch_ignores_deletes = config.unsafe_watch_ignores_deletes;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
             kv.apply(&entry);
@@ -390,7 +391,13 @@ impl LeaderEngine {
         let next = core.log.last_index().next();
         let mut leading = Leading::new(&followers, next, core.now);
         leading.next_heartbeat_at = core.now + core.config.heartbeat_interval;
-        let entry = Entry { epoch: core.hard.epoch, index: next, payload: EntryPayload::Noop };
+        // The epoch's first entry states the settings every replica applies the log with
+        // from here on (`docs/protocol.md` §6, *Settings in the log*).
+        let dedup_clients_max =
+            u32::try_from(core.config.dedup_clients_max).expect("validated under its ceiling");
+        let settings = ApplySettings { dedup_clients_max };
+        let payload = EntryPayload::Settings(settings);
+        let entry = Entry { epoch: core.hard.epoch, index: next, payload };
         core.append_entry(entry);
         leading.noop_index = next;
         // An inherited durable index may lie above this node's own disk (learned outside
@@ -592,6 +599,7 @@ impl LeaderEngine {
             snapshot_held_bytes: core.snapshots.held.as_ref().map_or(0, |(_, d)| d.len() as u64),
             leader_lease_valid: self.leader_lease_valid(),
             repair_floor: self.core.hard.repair_floor,
+            dedup_clients_max: core.kv.dedup_clients_max(),
         }
     }
 

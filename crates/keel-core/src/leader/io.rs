@@ -223,9 +223,12 @@ pub struct Config {
     /// past it writes that add bytes get `Unavailable`. A node holds about three times
     /// this at most: the state, its newest snapshot, and the log since that snapshot.
     pub state_bytes_max: u64,
-    /// Most clients whose last write result is kept for deduplication (oldest out). The
-    /// same on every member: which retry is deduplicated is part of the replicated state,
-    /// and a snapshot with more slots than a node keeps does not decode there.
+    /// Most clients whose last write result is kept for deduplication (oldest out), as
+    /// this node proposes it: which retry is deduplicated is part of the replicated state,
+    /// so the bound in force is the cluster's, stated in the log by each leader's first
+    /// entry of its epoch ([`keel_types::EntryPayload::Settings`]) and carried in
+    /// snapshots. This node's value takes effect when it next becomes leader; before the
+    /// log states one (an empty log, or one written before settings entries), it applies.
     pub dedup_clients_max: usize,
     /// Snapshot once the durable index is this many entries past the last snapshot ...
     pub snapshot_entries_threshold: u64,
@@ -272,6 +275,10 @@ pub struct Config {
     /// is taken for a new one, so a retry after its eviction is applied again. Shows that
     /// the simulator's checkers catch what session expiry prevents.
     pub unsafe_accept_expired_sessions: bool,
+    /// For negative-control tests only: `WATCH` ignores deletes (a watched key deleted
+    /// since it was read counts as unchanged), so a transaction commits over a delete.
+    /// Shows that the simulator's transaction checker catches it.
+    pub unsafe_watch_ignores_deletes: bool,
     /// For negative-control tests only: the repair floor is ignored (a node whose
     /// recovery cut damaged records votes by its cut log and campaigns). Shows that the
     /// simulator catches the acknowledged writes damage then loses.
@@ -328,6 +335,10 @@ pub struct Status {
     /// The repair floor, while recovery's cut of damaged records is not yet repaired:
     /// the node votes as if its log reached it and does not campaign.
     pub repair_floor: Option<Version>,
+    /// The deduplication bound in force at the applied index: the cluster's, from the
+    /// log's latest settings entry (`Config::dedup_clients_max` is what this node
+    /// proposes when it leads).
+    pub dedup_clients_max: usize,
 }
 
 impl Default for Status {
@@ -350,6 +361,7 @@ impl Default for Status {
             snapshot_held_bytes: 0,
             leader_lease_valid: false,
             repair_floor: None,
+            dedup_clients_max: 0,
         }
     }
 }

@@ -84,8 +84,11 @@ fn queue_item_key(queue: &[u8], seq: u64) -> Key {
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-/// The snapshot format written: v2 carries each dedup slot's command digest.
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV02";
+/// The snapshot format written: v3 carries the deduplication bound in force at the
+/// snapshot's index (the cluster's, from the log: `docs/protocol.md` §6).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV03";
+/// The second format, still read: each dedup slot's command digest, no bound.
+const SNAPSHOT_MAGIC_V2: &[u8; 8] = b"KEELKV02";
 /// The first format, still read: dedup slots without a command digest.
 const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"KEELKV01";
 /// What one key costs in a snapshot beyond its key and value bytes (lengths, version,
@@ -117,10 +120,19 @@ pub struct DedupSlot {
 }
 
 /// A deterministic 64-bit digest (FNV-1a) of a command's log encoding: two commands
-/// with the same digest are, for deduplication's purpose, the same command.
+/// with the same digest are, for deduplication's purpose, the same command. A
+/// transaction's digest covers its operations, not its watched keys and versions: a
+/// retried `EXEC` on a new connection follows a new `WATCH` (which may read other
+/// versions, its first attempt's writes among them) and is still the same request.
 pub fn command_digest(command: &Command) -> u64 {
     let mut bytes = Vec::with_capacity(64);
-    keel_types::codec::Encode::encode_to(command, &mut bytes);
+    match command {
+        Command::Multi { ops, .. } => {
+            let ops_only = Command::Multi { ops: ops.clone(), watch: Vec::new() };
+            keel_types::codec::Encode::encode_to(&ops_only, &mut bytes);
+        }
+        _ => keel_types::codec::Encode::encode_to(command, &mut bytes),
+    }
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -142,6 +154,8 @@ struct Undo {
     /// for one, as `dedup` is: a write then allocates nothing for its undo record.
     keys: SmallVec<[(Key, Option<Item>); 1]>,
     dedup: SmallVec<[(ClientId, Option<DedupSlot>); 1]>,
+    /// The deduplication bound before a settings entry changed it.
+    dedup_clients_max: Option<usize>,
 }
 
 /// What applying a write entry produced.
@@ -178,6 +192,8 @@ pub struct Kv {
     undo: VecDeque<Undo>,
     undo_floor: LogIndex,
     applied: Version,
+    /// The deduplication bound in force: part of the replicated state, set by the log's
+    /// settings entries (before the first one, the node's configured bound).
     dedup_clients_max: usize,
     /// Wrapping sum of `item_hash` over `items`, kept current so that the digest of the
     /// applied state costs O(1) (the simulator asks after every step).
@@ -193,6 +209,9 @@ pub struct Kv {
     /// For negative-control tests only (`Config::unsafe_accept_expired_sessions`): a
     /// session the table no longer holds is taken for a new one, as a plain client is.
     pub unsafe_accept_expired_sessions: bool,
+    /// For negative-control tests only (`Config::unsafe_watch_ignores_deletes`): a
+    /// watched key deleted since (a tombstone now) counts as unchanged.
+    pub unsafe_watch_ignores_deletes: bool,
 }
 
 impl Kv {
@@ -212,7 +231,13 @@ impl Kv {
             snapshot: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
+            unsafe_watch_ignores_deletes: false,
         }
+    }
+
+    /// The deduplication bound in force at the applied index.
+    pub fn dedup_clients_max(&self) -> usize {
+        self.dedup_clients_max
     }
 
     /// The last applied entry's index.
@@ -234,9 +259,18 @@ impl Kv {
     pub fn apply(&mut self, entry: &Entry) -> Applied {
         assert_eq!(entry.index, self.applied.index.next(), "apply out of order");
         assert!(entry.epoch >= self.applied.epoch, "apply epochs go backwards");
-        let mut undo = Undo { index: entry.index, keys: SmallVec::new(), dedup: SmallVec::new() };
+        let mut undo = Undo {
+            index: entry.index,
+            keys: SmallVec::new(),
+            dedup: SmallVec::new(),
+            dedup_clients_max: None,
+        };
         let applied = match &entry.payload {
             EntryPayload::Noop => Applied::Noop,
+            EntryPayload::Settings(settings) => {
+                self.apply_settings(*settings, &mut undo);
+                Applied::Noop
+            }
             EntryPayload::Write { client, request, command, .. } => Applied::Write(
                 self.apply_write(entry.version(), *client, *request, command, &mut undo),
             ),
@@ -244,6 +278,23 @@ impl Kv {
         self.applied = entry.version();
         self.undo.push_back(undo);
         applied
+    }
+
+    /// A leader's settings entry: from here on, every replica keeps at most the bound it
+    /// names, evicting its oldest slots at once if the table holds more (recorded for
+    /// rollback, as any eviction).
+    fn apply_settings(&mut self, settings: keel_types::ApplySettings, undo: &mut Undo) {
+        assert!(settings.valid(), "settings out of range: {settings:?}");
+        let bound = settings.dedup_clients_max as usize;
+        undo.dedup_clients_max = Some(self.dedup_clients_max);
+        self.dedup_clients_max = bound;
+        while self.dedup.len() > bound {
+            let (_, oldest) = self.dedup_order.pop_first().expect("order mirrors the table");
+            let evicted = self.dedup.remove(&oldest);
+            assert!(evicted.is_some(), "order mirrors the table");
+            undo.dedup.push((oldest, evicted));
+        }
+        assert_eq!(self.dedup.len(), self.dedup_order.len());
     }
 
     fn apply_write(
@@ -447,7 +498,7 @@ impl Kv {
         watch: &[(Key, Option<Version>)],
         undo: &mut Undo,
     ) -> WriteResult {
-        if watch.iter().any(|(key, seen)| self.items.get(key).map(|i| i.version) != *seen) {
+        if watch.iter().any(|(key, seen)| !self.watch_holds(key, *seen)) {
             return Ok(CommandResult::Multi { results: None });
         }
         let start = undo.keys.len();
@@ -472,6 +523,17 @@ impl Kv {
             }
         }
         Ok(CommandResult::Multi { results: Some(results) })
+    }
+
+    /// Whether `key` still has the version `WATCH` saw (`None`: never written). Any write
+    /// since changed it, a delete included: a delete leaves a tombstone with its own
+    /// version, and tombstones are never collected (`docs/protocol.md` §6, *Transactions*).
+    fn watch_holds(&self, key: &[u8], seen: Option<Version>) -> bool {
+        let now = self.items.get(key);
+        if self.unsafe_watch_ignores_deletes && now.is_some_and(|item| item.value.is_none()) {
+            return true;
+        }
+        now.map(|item| item.version) == seen
     }
 
     /// Puts `previous` back as `key`'s item (`None`: removes it), undoing one change.
@@ -537,6 +599,9 @@ impl Kv {
                 self.dedup_order.insert((previous.index, client));
                 self.dedup.insert(client, previous);
             }
+        }
+        if let Some(bound) = undo.dedup_clients_max {
+            self.dedup_clients_max = bound;
         }
         let prior = self.undo.back().map(|u| u.index).unwrap_or(self.undo_floor);
         // The epoch is set by `rollback_after` once the target is reached.
@@ -668,6 +733,13 @@ impl Kv {
         (key_overlay, slots)
     }
 
+    /// The deduplication bound in force at `index` (between the undo floor and the
+    /// applied index): the bound before the oldest settings entry above it, if any.
+    fn dedup_clients_max_at(&self, index: LogIndex) -> usize {
+        let above = self.undo.iter().rev().take_while(|u| u.index > index);
+        above.filter_map(|u| u.dedup_clients_max).last().unwrap_or(self.dedup_clients_max)
+    }
+
     /// Visits the items as of the state `overlay` describes, in key order: a merge of the
     /// applied items with the overlay (an overlay entry replaces or hides the applied one).
     fn visit_items_at<'a>(
@@ -761,6 +833,8 @@ impl Kv {
             }
         }
         let mut tail = Vec::new();
+        let bound = self.dedup_clients_max_at(index);
+        put_u32(&mut tail, u32::try_from(bound).expect("the bound is under its ceiling"));
         put_u32(&mut tail, u32::try_from(slots.len()).expect("dedup table is bounded"));
         for (client, slot) in &slots {
             put_u64(&mut tail, client.0);
@@ -785,16 +859,23 @@ impl Kv {
         (cursor, header)
     }
 
-    /// Rebuilds the state a snapshot at `meta_index` describes. Corrupt bytes are a
-    /// storage failure: the caller stops the node.
-    pub fn decode(bytes: &[u8], at: Version, dedup_clients_max: usize) -> Result<Kv, String> {
+    /// Rebuilds the state a snapshot at `at` describes. Corrupt bytes are a storage
+    /// failure: the caller stops the node (or, for a leader's snapshot, drops it).
+    ///
+    /// The deduplication bound is the snapshot's own (format v3), whatever this node is
+    /// configured with: it is the cluster's, from the log. A snapshot of an older format
+    /// carries none; it decodes with `configured`, raised to its slot count if that is
+    /// larger, so that no node's configuration makes a snapshot undecodable.
+    pub fn decode(bytes: &[u8], at: Version, configured: usize) -> Result<Kv, String> {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
         let magic = reader.take("magic", 8).map_err(err)?;
-        let with_digests = if magic == SNAPSHOT_MAGIC {
-            true
+        let (with_digests, with_bound) = if magic == SNAPSHOT_MAGIC {
+            (true, true)
+        } else if magic == SNAPSHOT_MAGIC_V2 {
+            (true, false)
         } else if magic == SNAPSHOT_MAGIC_V1 {
-            false
+            (false, false)
         } else {
             return Err("not a Keel state snapshot".into());
         };
@@ -802,7 +883,7 @@ impl Kv {
         if index != at.index.0 {
             return Err(format!("snapshot encodes index {index}, meta says {}", at.index));
         }
-        let mut kv = Kv::new(dedup_clients_max);
+        let mut kv = Kv::new(configured);
         let count = reader.u64("item count").map_err(err)?;
         for _ in 0..count.min(reader.remaining()) {
             let key = reader.bytes("key", u32::MAX).map_err(err)?;
@@ -822,10 +903,7 @@ impl Kv {
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }
-        let slots = reader.u32("dedup count").map_err(err)?;
-        if slots as usize > dedup_clients_max {
-            return Err(format!("{slots} dedup slots, more than the {dedup_clients_max} kept"));
-        }
+        let slots = kv.decode_dedup_bound(&mut reader, with_bound, configured)?;
         for _ in 0..slots {
             let client = ClientId(reader.u64("client").map_err(err)?);
             let request = RequestId(reader.u64("request").map_err(err)?);
@@ -853,6 +931,39 @@ impl Kv {
         kv.applied = at;
         kv.undo_floor = at.index;
         Ok(kv)
+    }
+
+    /// Reads a snapshot's deduplication bound (format v3; before it, `configured` raised
+    /// to the slot count) and its slot count, which the bound must hold; sets the bound.
+    fn decode_dedup_bound(
+        &mut self,
+        reader: &mut Reader<'_>,
+        with_bound: bool,
+        configured: usize,
+    ) -> Result<u32, String> {
+        let err = |e: keel_types::codec::CodecError| e.to_string();
+        let bound = match with_bound {
+            true => {
+                let settings = keel_types::ApplySettings {
+                    dedup_clients_max: reader.u32("dedup bound").map_err(err)?,
+                };
+                if !settings.valid() {
+                    return Err(format!("a dedup bound of {}", settings.dedup_clients_max));
+                }
+                Some(settings.dedup_clients_max as usize)
+            }
+            false => None,
+        };
+        let slots = reader.u32("dedup count").map_err(err)?;
+        if slots > keel_types::limits::DEDUP_CLIENTS_CEILING {
+            return Err(format!("{slots} dedup slots, more than any bound allows"));
+        }
+        self.dedup_clients_max = bound.unwrap_or(configured.max(slots as usize));
+        if slots as usize > self.dedup_clients_max {
+            let bound = self.dedup_clients_max;
+            return Err(format!("{slots} dedup slots, more than the snapshot's bound {bound}"));
+        }
+        Ok(slots)
     }
 
     /// A deterministic 64-bit digest of the items as of `index` (`fnv::WordHash` per item, summed,
@@ -1124,6 +1235,109 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_absent_key_set_and_deleted_since_aborts_the_transaction() {
+        let mut kv = Kv::new(10);
+        let multi = |watch| Command::Multi { ops: vec![put("w", "mine")], watch };
+        // WATCH read "w" never written (`None`); another client sets it, then deletes it.
+        kv.apply(&write(1, 2, 1, put("w", "theirs")));
+        kv.apply(&write(2, 2, 2, Command::Delete { key: "w".into() }));
+        assert_eq!(kv.get(b"w"), (None, Some(Version::new(1, 2))), "a tombstone");
+        let r = kv.apply(&write(3, 1, 1, multi(vec![("w".into(), None)])));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Multi { results: None })));
+        // A delete alone (of a key WATCH saw live) aborts it too.
+        kv.apply(&write(4, 2, 3, put("w", "back")));
+        kv.apply(&write(5, 2, 4, Command::Delete { key: "w".into() }));
+        let r = kv.apply(&write(6, 1, 2, multi(vec![("w".into(), Some(Version::new(1, 4)))])));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Multi { results: None })));
+        // Unchanged since WATCH read the tombstone: applied.
+        let r = kv.apply(&write(7, 1, 3, multi(vec![("w".into(), Some(Version::new(1, 5)))])));
+        assert!(matches!(r, Applied::Write(Ok(CommandResult::Multi { results: Some(_) }))));
+        // The negative control takes a tombstone for "unchanged" and commits over a delete.
+        let mut unsafe_kv = Kv::new(10);
+        unsafe_kv.unsafe_watch_ignores_deletes = true;
+        unsafe_kv.apply(&write(1, 2, 1, put("w", "theirs")));
+        unsafe_kv.apply(&write(2, 2, 2, Command::Delete { key: "w".into() }));
+        let r = unsafe_kv.apply(&write(3, 1, 1, multi(vec![("w".into(), None)])));
+        assert!(matches!(r, Applied::Write(Ok(CommandResult::Multi { results: Some(_) }))));
+    }
+
+    #[test]
+    fn a_retried_transaction_is_answered_once_whatever_its_watch_read() {
+        let mut kv = Kv::new(10);
+        let incr = || Command::Incr { key: "n".into(), delta: 1 };
+        let multi = |watch| Command::Multi { ops: vec![incr()], watch };
+        let Applied::Write(first) = kv.apply(&write(1, 7, 1, multi(vec![("n".into(), None)])))
+        else {
+            panic!("a write")
+        };
+        assert!(matches!(first, Ok(CommandResult::Multi { results: Some(_) })));
+        // The retry on a new connection watched again and saw the first attempt's write.
+        let rewatched = multi(vec![("n".into(), Some(Version::new(1, 1)))]);
+        let Applied::Write(retry) = kv.apply(&write(2, 7, 1, rewatched)) else { panic!() };
+        assert_eq!(retry, first, "answered from the table");
+        let Applied::Write(unwatched) = kv.apply(&write(3, 7, 1, multi(vec![]))) else { panic!() };
+        assert_eq!(unwatched, first);
+        assert_eq!(kv.get(b"n").0, Some(Value::from_static(b"1")), "applied once");
+        // Other operations under the same pair are another request: refused.
+        let other = Command::Multi { ops: vec![incr(), incr()], watch: vec![] };
+        let Applied::Write(refused) = kv.apply(&write(4, 7, 1, other)) else { panic!() };
+        assert_eq!(refused, Err(reused_request(ClientId(7), RequestId(1))));
+    }
+
+    #[test]
+    fn a_settings_entry_sets_the_bound_evicting_the_oldest_and_rolls_back() {
+        let settings = |index: u64, n: u32| Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Settings(keel_types::ApplySettings { dedup_clients_max: n }),
+        };
+        let mut kv = Kv::new(10);
+        for client in 1..=4 {
+            kv.apply(&write(client, client, 1, put("k", "v")));
+        }
+        let before = kv.encode_at(LogIndex(4));
+        assert_eq!(kv.apply(&settings(5, 2)), Applied::Noop);
+        assert_eq!(kv.dedup_clients_max(), 2);
+        assert!(kv.dedup(ClientId(1)).is_none() && kv.dedup(ClientId(2)).is_none());
+        assert!(kv.dedup(ClientId(3)).is_some() && kv.dedup(ClientId(4)).is_some());
+        kv.apply(&write(6, 5, 1, put("k", "w")));
+        assert!(kv.dedup(ClientId(3)).is_none(), "the new bound evicts on");
+        // The state as of 4 still has the old bound and every slot.
+        assert_eq!(kv.encode_at(LogIndex(4)), before);
+        let at5 = Kv::decode(&kv.encode_at(LogIndex(5)), Version::new(1, 5), 1000).unwrap();
+        assert_eq!(at5.dedup_clients_max(), 2, "a snapshot carries the bound, not the node's");
+        kv.rollback_after(LogIndex(4), Epoch(1));
+        assert_eq!(kv.dedup_clients_max(), 10);
+        assert_eq!(kv.encode_at(LogIndex(4)), before);
+        assert!(kv.dedup(ClientId(1)).is_some());
+    }
+
+    #[test]
+    fn a_snapshot_decodes_whatever_bound_the_node_is_configured_with() {
+        let mut kv = Kv::new(10);
+        for client in 1..=5 {
+            kv.apply(&write(client, client, 1, put("k", "v")));
+        }
+        let bytes = kv.encode_at(LogIndex(5));
+        // A node configured to keep 2 installs a snapshot of 5 slots under a bound of 10.
+        let small = Kv::decode(&bytes, Version::new(1, 5), 2).expect("decodes");
+        assert_eq!(small.dedup_clients_max(), 10);
+        assert!((1..=5).all(|c| small.dedup(ClientId(c)).is_some()));
+        // A snapshot of the format before bounds: the node's bound, raised to its slots.
+        let v2 = forged_in(SNAPSHOT_MAGIC_V2, &[("a", 1)], &[(1, 2), (2, 3), (3, 4)]);
+        let old = Kv::decode(&v2, Version::new(1, 5), 2).expect("an older format decodes");
+        assert_eq!(old.dedup_clients_max(), 3);
+        let old = Kv::decode(&v2, Version::new(1, 5), 50).unwrap();
+        assert_eq!(old.dedup_clients_max(), 50);
+        // A bound out of range, or more slots than the snapshot's own bound: refused.
+        for (bound, slots) in [(0, 0), (keel_types::limits::DEDUP_CLIENTS_CEILING + 1, 0), (1, 2)] {
+            let slots: Vec<(u64, u64)> = (1..=slots).map(|c| (c, c + 1)).collect();
+            let bytes = forged_bound(bound, &[], &slots);
+            assert!(Kv::decode(&bytes, Version::new(1, 5), 10).is_err(), "{bound}");
+        }
+    }
+
+    #[test]
     fn retried_writes_apply_once() {
         let mut kv = Kv::new(10);
         let first = kv.apply(&write(1, 9, 1, Command::Incr { key: "c".into(), delta: 1 }));
@@ -1272,12 +1486,24 @@ mod tests {
     }
 
     /// A snapshot encoding at index 5 written by hand: `items` as (key, index) and dedup
-    /// slots as (client, index).
+    /// slots as (client, index), under a bound of 2.
     fn forged(items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
-        forged_in(SNAPSHOT_MAGIC, items, slots)
+        forged_bound(2, items, slots)
     }
 
-    /// As [`forged`], in the format `magic` names (v1: slots without digests).
+    /// As [`forged`], under the bound `bound`.
+    fn forged_bound(bound: u32, items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
+        let bytes = forged_in(SNAPSHOT_MAGIC_V2, items, slots);
+        let slots_at = bytes.len() - forged_in(SNAPSHOT_MAGIC_V2, &[], slots).len() + 24;
+        let mut out = SNAPSHOT_MAGIC.to_vec();
+        out.extend_from_slice(&bytes[8..slots_at]);
+        put_u32(&mut out, bound);
+        out.extend_from_slice(&bytes[slots_at..]);
+        out
+    }
+
+    /// As [`forged`], in the format `magic` names before v3 (v1: slots without digests;
+    /// neither with a bound).
     fn forged_in(magic: &[u8; 8], items: &[(&str, u64)], slots: &[(u64, u64)]) -> Vec<u8> {
         let mut out = magic.to_vec();
         put_u64(&mut out, 5);
@@ -1296,7 +1522,7 @@ mod tests {
             let result: WriteResult =
                 Ok(CommandResult::Written { version: Version::new(1, *index) });
             put_bytes(&mut out, &serde_json::to_vec(&result).unwrap());
-            if magic == SNAPSHOT_MAGIC {
+            if magic == SNAPSHOT_MAGIC_V2 {
                 put_u8(&mut out, 0);
             }
         }
@@ -1412,6 +1638,13 @@ mod tests {
     }
 
     fn random_entry(index: u64, op: u8, key: u8, arg: i8) -> Entry {
+        if op == 6 {
+            // A new leader's settings entry: a bound of 1 to 4, evicting at once.
+            let dedup_clients_max = u32::from(arg.unsigned_abs() % 4 + 1);
+            let settings = keel_types::ApplySettings { dedup_clients_max };
+            let payload = EntryPayload::Settings(settings);
+            return Entry { epoch: Epoch(1), index: LogIndex(index), payload };
+        }
         let key = vec![b'a' + key];
         let command = match op {
             0 => Command::Put { key: key.into(), value: arg.to_string().into_bytes().into() },
@@ -1456,7 +1689,7 @@ mod tests {
         /// point (through undo records) encodes like the replayed prefix.
         #[test]
         fn rollback_equals_replaying_the_prefix(
-            ops in proptest::collection::vec((0u8..6, 0u8..4, proptest::num::i8::ANY), 1..40),
+            ops in proptest::collection::vec((0u8..7, 0u8..4, proptest::num::i8::ANY), 1..40),
             cut in 0usize..40,
         ) {
             let entries: Vec<Entry> = ops
@@ -1490,7 +1723,7 @@ mod tests {
         /// rolled back between slices, equals the state as of its index encoded at once.
         #[test]
         fn sliced_snapshot_equals_the_state_when_it_began(
-            ops in proptest::collection::vec((0u8..6, 0u8..6, proptest::num::i8::ANY), 1..60),
+            ops in proptest::collection::vec((0u8..7, 0u8..6, proptest::num::i8::ANY), 1..60),
             at in 0usize..60,
             budget in 1usize..64,
             steps in proptest::collection::vec((0u8..3, 1u8..5), 0..30),

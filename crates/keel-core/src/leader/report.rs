@@ -95,6 +95,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             u64::from(status.active),
         ),
         Metric::gauge(
+            "keel_dedup_clients_max",
+            "The deduplication bound in force: the cluster's, from the log's latest settings entry.",
+            status.dedup_clients_max as u64,
+        ),
+        Metric::gauge(
             "keel_leader_lease_valid",
             "1 while this node leads under a valid lease.",
             u64::from(status.leader_lease_valid),

@@ -63,6 +63,9 @@ fn command() -> impl Strategy<Value = Command> {
 fn payload() -> impl Strategy<Value = EntryPayload> {
     prop_oneof![
         1 => Just(EntryPayload::Noop),
+        1 => (1..=keel_types::limits::DEDUP_CLIENTS_CEILING).prop_map(|dedup_clients_max| {
+            EntryPayload::Settings(keel_types::ApplySettings { dedup_clients_max })
+        }),
         3 => (any::<u64>(), any::<u64>(), command()).prop_map(|(client, request, command)| {
             EntryPayload::Write {
                 client: ClientId(client),

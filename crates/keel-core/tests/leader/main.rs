@@ -1081,6 +1081,61 @@ fn catch_up_by_snapshot(chunk_bytes: u64) -> u64 {
     chunks
 }
 
+/// Nodes configured with different deduplication bounds: the bound in force is the one
+/// the leader of the epoch stated in the log, on every node; a follower configured to keep
+/// fewer slots installs a snapshot holding more, and restarts from it (it used to refuse
+/// such a snapshot, forever, and to fail to boot from one).
+#[test]
+fn nodes_configured_with_other_dedup_bounds_apply_the_leaders_and_install_its_snapshots() {
+    let mut c = Cluster::new(3, 14, |config| {
+        config.snapshot_entries_threshold = 20;
+        config.dedup_clients_max = 50;
+    });
+    let leader = c.await_leader();
+    c.run_for(100);
+    let small = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    c.crash(small);
+    c.config.dedup_clients_max = 2;
+    c.boot(small);
+    c.config.dedup_clients_max = 50;
+    c.isolate(&[small]);
+    c.run_for(600);
+    for client in 1..=30 {
+        let put = Command::Put { key: format!("k{client}").into_bytes().into(), value: "v".into() };
+        c.request(leader, put, Some(Durability::Memory), None, client, 1);
+        c.run_for(5);
+    }
+    assert!(c.run_until_cond(1_000, |c| c.status(leader).snapshot_index >= LogIndex(20)));
+    c.heal();
+    assert!(c.run_until_cond(3_000, |c| c.engine(small).counters().snapshots_installed >= 1));
+    let same = |c: &Cluster| {
+        c.status(small).last_index == c.status(leader).last_index
+            && c.engine(small).applied_digest() == c.engine(leader).applied_digest()
+    };
+    assert!(c.run_until_cond(3_000, same));
+    assert!(c.nodes.keys().all(|n| c.status(*n).dedup_clients_max == 50));
+    // A retry of the oldest client is answered from the table on every replica alike.
+    let retry = Command::Put { key: "k1".into(), value: "v".into() };
+    let tag = c.request(small, retry, Some(Durability::Replicated), None, 1, 1);
+    assert!(c.await_reply(tag, 1_000).result.is_ok());
+    assert_eq!(c.engine(leader).counters().retries_deduplicated, 1);
+    // A restart from the installed snapshot (30 slots, configured for 2).
+    c.run_for(300);
+    c.crash(small);
+    c.boot(small);
+    assert!(c.run_until_cond(3_000, same));
+    // A new leader states its own bound, and every node applies it from there.
+    c.crash(leader);
+    assert!(c.run_until_cond(5_000, |c| c.leader().is_some_and(|l| l != leader)));
+    let next = c.leader().unwrap();
+    let expected = if next == small { 2 } else { 50 };
+    let live: Vec<NodeId> = c.nodes.keys().copied().filter(|n| *n != leader).collect();
+    assert!(c.run_until_cond(3_000, |c| live.iter().all(|n| {
+        c.status(*n).dedup_clients_max == expected
+            && c.status(*n).applied_index == c.status(next).last_index
+    })));
+}
+
 #[test]
 fn appends_hold_at_most_their_byte_budget_and_a_lagging_follower_still_catches_up() {
     // 1 KiB values, a budget of about four of them: an `Append` carries at most five

@@ -723,6 +723,9 @@ pub(crate) mod strategies {
     fn entry() -> impl Strategy<Value = Entry> {
         let payload = prop_oneof![
             Just(EntryPayload::Noop),
+            (1..=keel_types::limits::DEDUP_CLIENTS_CEILING).prop_map(|dedup_clients_max| {
+                EntryPayload::Settings(keel_types::ApplySettings { dedup_clients_max })
+            }),
             (any::<u64>(), any::<u64>(), durability(), command()).prop_map(
                 |(c, r, durability, command)| {
                     EntryPayload::Write {
