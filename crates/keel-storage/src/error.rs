@@ -29,10 +29,26 @@ pub enum StorageError {
         /// The first failure, as text.
         cause: String,
     },
-    /// Recovery found damage that is not a torn log tail: a bad hard-state or snapshot
-    /// checksum, or a log that does not join its snapshot.
+    /// Recovery found damage it cannot repair by itself that is not the hard state's: a
+    /// log that starts after its snapshot's end.
     #[error("storage corrupt: {name}: {reason}")]
     Corrupt {
+        /// The damaged file.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The hard-state file is damaged. It held the node's vote, which nothing else on the
+    /// disk records: a node that started without it could vote twice in one epoch. The
+    /// node must not start until an operator rebuilds the file from what the other
+    /// members know (`docs/operations.md`, "Damaged hard state").
+    #[error(
+        "storage corrupt: {name}: {reason}; the node may have lost its vote and will not \
+         start. Stop it, read the greatest epoch every other member reports for this keyspace \
+         (`keel status`), then run `keel repair-hard-state --dir <this keyspace's directory> \
+         --epoch <that epoch>` and start it again (docs/operations.md, \"Damaged hard state\")"
+    )]
+    HardStateDamaged {
         /// The damaged file.
         name: String,
         /// What is wrong with it.

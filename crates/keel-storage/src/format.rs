@@ -45,6 +45,8 @@ pub const SNAPSHOT_META_BYTES_MAX: u32 = 64;
 pub const HARD_STATE_NAME: &str = "hard-state";
 /// Suffix of files being written before their atomic rename.
 pub const TEMP_SUFFIX: &str = ".tmp";
+/// Suffix recovery gives a snapshot file it found damaged (kept for inspection, never read).
+pub const DAMAGED_SUFFIX: &str = ".damaged";
 
 const SEGMENT_PREFIX: &str = "wal-";
 const SEGMENT_SUFFIX: &str = ".log";
@@ -411,12 +413,9 @@ pub fn snapshot_file_frame(meta: &SnapshotMeta, data: &[u8]) -> (Vec<u8>, [u8; 4
     (header, crc32c::crc32c(data).to_le_bytes())
 }
 
-/// Reads a snapshot file; any damage is an error. `data_bytes_max` bounds the data
-/// length, checked before allocating.
-pub fn decode_snapshot_file(
-    bytes: &[u8],
-    data_bytes_max: u64,
-) -> Result<(SnapshotMeta, Vec<u8>), String> {
+/// Reads a snapshot file's header: its meta, the data length and where the data starts.
+/// A header whose checksum holds is trusted even when the data after it is damaged.
+pub fn decode_snapshot_header(bytes: &[u8]) -> Result<(SnapshotMeta, u64, usize), String> {
     let mut reader = Reader::new(bytes);
     read_magic(&mut reader, SNAPSHOT_MAGIC, SNAPSHOT_FILE_V1)?;
     let meta_bytes =
@@ -427,10 +426,21 @@ pub fn decode_snapshot_file(
     if crc32c::crc32c(&bytes[..header_len as usize]) != header_crc {
         return Err("header checksum mismatch".into());
     }
+    let meta: SnapshotMeta = codec::decode(meta_bytes).map_err(|e| e.to_string())?;
+    Ok((meta, data_len, bytes.len() - reader.remaining() as usize))
+}
+
+/// Reads a snapshot file; any damage is an error. `data_bytes_max` bounds the data
+/// length, checked before allocating.
+pub fn decode_snapshot_file(
+    bytes: &[u8],
+    data_bytes_max: u64,
+) -> Result<(SnapshotMeta, Vec<u8>), String> {
+    let (meta, data_len, data_at) = decode_snapshot_header(bytes)?;
     if data_len > data_bytes_max {
         return Err(format!("snapshot of {data_len} bytes exceeds the limit of {data_bytes_max}"));
     }
-    let meta: SnapshotMeta = codec::decode(meta_bytes).map_err(|e| e.to_string())?;
+    let mut reader = Reader::new(&bytes[data_at..]);
     let data = reader.take("snapshot data", data_len).map_err(|e| e.to_string())?;
     let data_crc = reader.u32("data checksum").map_err(|e| e.to_string())?;
     reader.finish().map_err(|e| e.to_string())?;

@@ -3,8 +3,12 @@
 //!
 //! Steps (see `docs/format.md`, "Recovery"):
 //! 1. remove temporary files (an interrupted atomic replace);
-//! 2. read the hard state (a bad checksum is corruption: the file is replaced atomically);
-//! 3. read the newest snapshot, remove older ones;
+//! 2. read the hard state (a bad checksum stops recovery: the file held the node's vote,
+//!    which only an operator can rebuild, `StorageError::HardStateDamaged`);
+//! 3. read the newest snapshot, remove older ones; a damaged newest snapshot is set aside
+//!    (renamed `*.damaged`) with the whole log, which cannot join anything without it:
+//!    the greatest entry they held becomes the repair floor, and the node is repaired
+//!    from a leader's snapshot;
 //! 4. scan segments in index order; the first torn or corrupt record, bad header, empty
 //!    segment or gap ends the log there; if intact records or seals lie past a bad record
 //!    in its segment, it was written whole and synced, then damaged: the greatest entry
@@ -17,9 +21,10 @@
 use crate::disk::Disk;
 use crate::error::{StorageError, StorageResult};
 use crate::format::{
-    decode_hard_state_file, decode_snapshot_file, encode_hard_state_file, encode_seal,
-    parse_segment_name, parse_snapshot_name, scan_segment, segment_name, snapshot_name,
-    versions_past, HARD_STATE_NAME, SEAL_BYTES, SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
+    decode_hard_state_file, decode_snapshot_file, decode_snapshot_header, encode_hard_state_file,
+    encode_seal, parse_segment_name, parse_snapshot_name, scan_segment, segment_name,
+    snapshot_name, versions_past, DAMAGED_SUFFIX, HARD_STATE_NAME, SEAL_BYTES,
+    SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
 use crate::storage::{LogDamage, Recovered};
 use crate::wal::{write_synced, LogState, Segment, Wal};
@@ -41,6 +46,8 @@ struct ScannedLog {
     past: Option<Version>,
     /// The greatest entry intact records or seals of later segments name.
     later: Option<Version>,
+    /// A damaged snapshot to rename, once the segments are gone: `(name, new name)`.
+    set_aside: Option<(String, String)>,
 }
 
 impl ScannedLog {
@@ -50,6 +57,21 @@ impl ScannedLog {
         let past = self.past.filter(|past| past.index >= at)?;
         Some(LogDamage { at, through: past.max(self.later.unwrap_or(past)), reason })
     }
+}
+
+/// The newest snapshot file as recovery found it.
+enum FoundSnapshot {
+    None,
+    Intact(SnapshotMeta, Vec<u8>),
+    Damaged(LostSnapshot),
+}
+
+/// A damaged newest snapshot: what its name and (if intact) its header still say.
+struct LostSnapshot {
+    name: String,
+    index: LogIndex,
+    epoch: Option<Epoch>,
+    reason: String,
 }
 
 /// Whether the scanned log survives joining the snapshot.
@@ -82,6 +104,24 @@ fn join(entries: &[Entry], snapshot: Option<SnapshotMeta>) -> Result<Join, Strin
     Ok(Join::Keep)
 }
 
+/// Sets aside a damaged snapshot and the whole log with it (step 3): renames the
+/// snapshot `*.damaged`, drops every segment, and returns the damage, through the
+/// greatest entry either held. Without the snapshot's epoch (its header is damaged
+/// too) and with no log entry past it, the hard state's epoch stands in for it: at
+/// least the epoch of every entry the node held, so the floor only errs upward.
+fn set_aside(scanned: &mut ScannedLog, lost: LostSnapshot, hard_epoch: Epoch) -> LogDamage {
+    let held = Version { epoch: lost.epoch.unwrap_or(hard_epoch), index: lost.index };
+    let past = [scanned.entries.last().map(Entry::version), scanned.past, scanned.later];
+    let through = past.into_iter().flatten().fold(held, Version::max);
+    let aside = format!("{}{DAMAGED_SUFFIX}", lost.name);
+    scanned.set_aside = Some((lost.name.clone(), aside.clone()));
+    scanned.dropped.extend(scanned.segments.drain(..).map(|s| s.first));
+    scanned.entries.clear();
+    scanned.cut = None;
+    let reason = format!("{}: {}; set aside as {aside} with the log", lost.name, lost.reason);
+    LogDamage { at: LogIndex::ZERO.next(), through, reason }
+}
+
 impl<D: Disk> Wal<D> {
     /// [`crate::Storage::recover`]'s implementation.
     pub(crate) fn recover_from_disk(&mut self) -> StorageResult<Recovered> {
@@ -91,10 +131,17 @@ impl<D: Disk> Wal<D> {
             self.io("remove", temp, |d| d.remove(temp))?;
         }
         let mut hard_state = self.recover_hard_state(&names)?;
-        let snapshot = self.recover_snapshot(&names)?;
+        let (snapshot, lost) = match self.recover_snapshot(&names)? {
+            FoundSnapshot::None => (None, None),
+            FoundSnapshot::Intact(meta, data) => (Some((meta, data)), None),
+            FoundSnapshot::Damaged(lost) => (None, Some(lost)),
+        };
         let meta = snapshot.as_ref().map(|(meta, _)| *meta);
         let mut scanned = self.scan_log(&names)?;
-        let damage = scanned.damage();
+        let damage = match lost {
+            Some(lost) => Some(set_aside(&mut scanned, lost, hard_state.epoch)),
+            None => scanned.damage(),
+        };
         let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
         if let Some(damage) = damage.as_ref().filter(|damage| damage.through.index > floor) {
             // The promise first: once the floor is durable, the cut below may happen.
@@ -123,6 +170,35 @@ impl<D: Disk> Wal<D> {
         Ok(Recovered { hard_state, snapshot, entries, damage })
     }
 
+    /// Rebuilds a damaged hard-state file (the operator's repair, `keel repair-hard-state`;
+    /// `docs/operations.md`, "Damaged hard state"). `seen` is the greatest epoch any other
+    /// member reports: every vote this node may have cast is in an epoch at most `seen`, or
+    /// in one only this node reached (a campaign of its own nobody answered). The new hard
+    /// state takes the epoch after `seen` (or the log's or snapshot's last epoch, if later)
+    /// with no vote, so the node votes only in epochs it cannot have voted in before.
+    /// Its repair floor, if it had one, is gone with the file: the log it guarded is kept
+    /// as recovery finds it. Call instead of [`crate::Storage::recover`], before it.
+    pub fn rebuild_hard_state(&mut self, seen: Epoch) -> StorageResult<HardState> {
+        assert!(self.log.is_none(), "the hard state is rebuilt before recovery");
+        let names = self.io("list", "directory", |d| d.list())?;
+        let scanned = self.scan_log(&names)?;
+        let mut epoch = Epoch(seen.0.saturating_add(1));
+        if let Some(last) = scanned.entries.last() {
+            epoch = epoch.max(last.epoch);
+        }
+        let newest = names.iter().filter_map(|name| parse_snapshot_name(name)).max();
+        if let Some(newest) = newest {
+            let name = snapshot_name(newest);
+            let bytes = self.io("read", &name, |d| d.read(&name))?;
+            if let Ok((meta, ..)) = decode_snapshot_header(&bytes) {
+                epoch = epoch.max(meta.last_epoch);
+            }
+        }
+        let hard_state = HardState { epoch, voted_for: None, repair_floor: None };
+        self.save_recovered_hard_state(&hard_state)?;
+        Ok(hard_state)
+    }
+
     /// Replaces the hard state during recovery (before the log state exists).
     fn save_recovered_hard_state(&mut self, hard_state: &HardState) -> StorageResult<()> {
         let temp = format!("{HARD_STATE_NAME}{TEMP_SUFFIX}");
@@ -138,34 +214,40 @@ impl<D: Disk> Wal<D> {
         }
         let bytes = self.io("read", HARD_STATE_NAME, |d| d.read(HARD_STATE_NAME))?;
         decode_hard_state_file(&bytes).or_else(|reason| {
-            self.fail(StorageError::Corrupt { name: HARD_STATE_NAME.to_string(), reason })
+            self.fail(StorageError::HardStateDamaged { name: HARD_STATE_NAME.to_string(), reason })
         })
     }
 
-    /// Reads the newest snapshot and removes older ones.
-    fn recover_snapshot(
-        &mut self,
-        names: &[String],
-    ) -> StorageResult<Option<(SnapshotMeta, Vec<u8>)>> {
+    /// Reads the newest snapshot and removes older ones (a log compacted through the
+    /// newest cannot join them).
+    fn recover_snapshot(&mut self, names: &[String]) -> StorageResult<FoundSnapshot> {
         let indexes: BTreeSet<LogIndex> =
             names.iter().filter_map(|name| parse_snapshot_name(name)).collect();
-        let Some(newest) = indexes.last().copied() else { return Ok(None) };
+        let Some(newest) = indexes.last().copied() else { return Ok(FoundSnapshot::None) };
         let name = snapshot_name(newest);
         let bytes = self.io("read", &name, |d| d.read(&name))?;
         let decoded = decode_snapshot_file(&bytes, self.config_ref().snapshot_bytes_max);
-        let (meta, data) = match decoded {
-            Ok((meta, _)) if meta.last_index != newest => {
-                let reason = format!("names index {newest} but holds {}", meta.last_index);
-                return self.fail(StorageError::Corrupt { name, reason });
+        let found = match decoded {
+            Ok((meta, data)) if meta.last_index == newest => FoundSnapshot::Intact(meta, data),
+            Ok((meta, _)) => FoundSnapshot::Damaged(LostSnapshot {
+                name,
+                index: newest,
+                epoch: None,
+                reason: format!("names index {newest} but holds {}", meta.last_index),
+            }),
+            Err(reason) => {
+                // A header whose checksum holds still says the snapshot's last epoch.
+                let header = decode_snapshot_header(&bytes).ok();
+                let epoch = header.filter(|(meta, ..)| meta.last_index == newest);
+                let epoch = epoch.map(|(meta, ..)| meta.last_epoch);
+                FoundSnapshot::Damaged(LostSnapshot { name, index: newest, epoch, reason })
             }
-            Ok(snapshot) => snapshot,
-            Err(reason) => return self.fail(StorageError::Corrupt { name, reason }),
         };
         for older in indexes.range(..newest) {
             let name = snapshot_name(*older);
             self.io("remove", &name, |d| d.remove(&name))?;
         }
-        Ok(Some((meta, data)))
+        Ok(found)
     }
 
     /// Scans segments in index order, keeping the longest valid prefix (step 4).
@@ -247,6 +329,12 @@ impl<D: Disk> Wal<D> {
         for first in &scanned.dropped {
             let name = segment_name(*first);
             self.io("remove", &name, |d| d.remove(&name))?;
+        }
+        // A damaged snapshot goes last, once the log it compacted is gone for good: a
+        // crash before then finds it again (and the floor already saved).
+        if let Some((name, aside)) = scanned.set_aside.take() {
+            self.io("fsync", "directory", |d| d.sync_dir())?;
+            self.io("rename", &name, |d| d.rename(&name, &aside))?;
         }
         // Bytes read back may have been in the page cache only (a process crash): make
         // them durable before reporting them synced.

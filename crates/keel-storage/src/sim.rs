@@ -287,6 +287,44 @@ impl Wal<SimDisk> {
         self.disk_mut_unchecked().corrupt(&name, offset + byte)
     }
 
+    /// Flips a bit in the seal that follows the record of entry `index`, if one does (bit
+    /// rot of a seal). Returns whether it found one.
+    pub fn corrupt_seal_after(&mut self, index: keel_types::LogIndex, byte: u64) -> bool {
+        let Some((name, start)) = self.record_offset(index) else { return false };
+        let bytes = self.disk_mut_unchecked().durable_bytes(&name);
+        let Some(len) = bytes.get(start as usize..start as usize + 4) else { return false };
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+        let seal = start + RECORD_HEADER_BYTES + u64::from(len);
+        let marker = bytes.get(seal as usize..seal as usize + 4);
+        if marker != Some(&crate::format::SEAL_LEN.to_le_bytes()[..]) {
+            return false;
+        }
+        self.disk_mut_unchecked().corrupt(&name, seal + byte % crate::format::SEAL_BYTES)
+    }
+
+    /// Flips a bit in byte `byte` (modulo its length) of the newest snapshot file.
+    /// Returns false if there is none.
+    pub fn corrupt_snapshot(&mut self, byte: u64) -> bool {
+        let Some(meta) = self.log.as_ref().and_then(|log| log.snapshot) else { return false };
+        let name = crate::format::snapshot_name(meta.last_index);
+        let len = self.disk_mut_unchecked().durable_bytes(&name).len() as u64;
+        len > 0 && self.disk_mut_unchecked().corrupt(&name, byte % len)
+    }
+
+    /// Flips a bit in byte `byte` (modulo its length) of the hard-state file. Returns
+    /// false if there is none.
+    pub fn corrupt_hard_state(&mut self, byte: u64) -> bool {
+        let name = crate::format::HARD_STATE_NAME;
+        let len = self.disk_mut_unchecked().durable_bytes(name).len() as u64;
+        len > 0 && self.disk_mut_unchecked().corrupt(name, byte % len)
+    }
+
+    /// Forgets a failed recovery (a storage error poisons it), to run it again after an
+    /// operator's repair ([`Wal::rebuild_hard_state`]).
+    pub fn reset(&mut self) {
+        self.forget();
+    }
+
     /// The simulated disk, to arm faults or inspect it.
     pub fn sim_disk(&mut self) -> &mut SimDisk {
         self.disk_mut_unchecked()

@@ -15,7 +15,7 @@ pub struct Recovered {
     /// at the snapshot's last index + 1 (or 1 without a snapshot).
     pub entries: Vec<Entry>,
     /// Damage found inside the log, if recovery cut it before records that had been
-    /// written whole (not a torn tail). `hard_state.repair_floor` then holds the promise
+    /// written whole (not a torn tail), or a damaged snapshot set aside with the log. `hard_state.repair_floor` then holds the promise
     /// the cut entries carried, unless the snapshot covers them.
     pub damage: Option<LogDamage>,
 }
@@ -54,8 +54,12 @@ pub trait Storage {
     /// is cut too, but first the hard state gets a repair floor, saved durably, and
     /// [`Recovered::damage`] says where (`docs/format.md`, "Seals and damage").
     ///
-    /// Fails with [`crate::StorageError::Corrupt`] when damage cannot be cut away: a bad
-    /// hard-state or snapshot checksum, or a log that starts after its snapshot's end.
+    /// A damaged newest snapshot is set aside (renamed `*.damaged`) with the whole log,
+    /// under a repair floor through the greatest entry they held; the node recovers from a
+    /// leader's snapshot. Fails with [`crate::StorageError::HardStateDamaged`] when the
+    /// hard-state file is damaged (the vote it held is lost: an operator rebuilds it,
+    /// [`crate::Wal::rebuild_hard_state`]), and with [`crate::StorageError::Corrupt`] when
+    /// the log starts after its snapshot's end.
     fn recover(&mut self) -> StorageResult<Recovered>;
 
     /// Appends entries after the last one; they are written to a buffer, not durable

@@ -1,7 +1,9 @@
 //! Unit tests of the write-ahead log, run on the simulated disk and on real files.
 
 use crate::format::{segment_name, HARD_STATE_NAME, RECORD_HEADER_BYTES, SEAL_BYTES};
-use crate::{Disk, FileStorage, SimFault, SimStorage, Storage, StorageConfig, StorageError, Wal};
+use crate::{
+    Disk, FileStorage, Recovered, SimFault, SimStorage, Storage, StorageConfig, StorageError, Wal,
+};
 use keel_types::{
     ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex, NodeId,
     RequestId, SnapshotMeta, Version,
@@ -402,7 +404,7 @@ fn a_failed_hard_state_write_keeps_the_old_one() {
 }
 
 #[test]
-fn a_damaged_hard_state_file_is_corruption() {
+fn a_damaged_hard_state_file_stops_recovery_until_it_is_rebuilt() {
     let dir = TempDir::new("hard-state");
     let mut storage = file(&dir);
     storage
@@ -414,8 +416,88 @@ fn a_damaged_hard_state_file_is_corruption() {
     bytes[9] ^= 1;
     std::fs::write(&path, bytes).unwrap();
     let mut storage = FileStorage::open(&dir.0, config()).unwrap();
-    assert!(matches!(storage.recover(), Err(StorageError::Corrupt { .. })));
+    let err = storage.recover().unwrap_err();
+    assert!(matches!(err, StorageError::HardStateDamaged { .. }));
+    assert!(err.to_string().contains("keel repair-hard-state"), "{err}");
     assert!(storage.is_poisoned());
+    // The operator's repair: the epoch after the greatest one the other members report.
+    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let rebuilt = storage.rebuild_hard_state(Epoch(9)).unwrap();
+    assert_eq!(rebuilt, HardState { epoch: Epoch(10), voted_for: None, repair_floor: None });
+    assert_eq!(storage.recover().unwrap().hard_state, rebuilt);
+}
+
+#[test]
+fn a_rebuilt_hard_state_is_never_older_than_the_log() {
+    let mut storage = sim();
+    storage.append(&entries(1, 12, 5)).unwrap();
+    storage.sync().unwrap();
+    storage
+        .save_hard_state(&HardState { epoch: Epoch(5), voted_for: None, repair_floor: None })
+        .unwrap();
+    assert!(storage.corrupt_hard_state(9));
+    storage.crash();
+    assert!(matches!(storage.recover(), Err(StorageError::HardStateDamaged { .. })));
+    storage.reset();
+    assert_eq!(storage.rebuild_hard_state(Epoch(2)).unwrap().epoch, Epoch(5));
+    let recovered = storage.recover().unwrap();
+    assert_eq!(recovered.entries, entries(1, 12, 5), "the log is kept");
+}
+
+/// Saves a snapshot at 30 over a log of 1..=40 (epoch 2), damages the snapshot's byte
+/// `byte`, and recovers.
+fn recover_with_damaged_snapshot(byte: u64) -> Recovered {
+    let mut storage = sim();
+    storage
+        .save_hard_state(&HardState { epoch: Epoch(3), voted_for: None, repair_floor: None })
+        .unwrap();
+    storage.append(&entries(1, 40, 2)).unwrap();
+    storage.sync().unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(30), last_epoch: Epoch(2) };
+    storage.save_snapshot(meta, b"the state through 30").unwrap();
+    storage.compact_through(LogIndex(30)).unwrap();
+    assert!(storage.corrupt_snapshot(byte));
+    storage.crash();
+    let recovered = storage.recover().unwrap();
+    // Set aside, not read again: a second recovery finds the same empty log and floor.
+    let names = storage.sim_disk().list().unwrap();
+    assert!(names.iter().any(|n| n.ends_with(".damaged")), "{names:?}");
+    storage.crash();
+    let again = storage.recover().unwrap();
+    assert_eq!(again.hard_state, recovered.hard_state);
+    assert!(again.snapshot.is_none() && again.entries.is_empty());
+    recovered
+}
+
+#[test]
+fn a_damaged_snapshot_is_set_aside_with_the_log_under_a_repair_floor() {
+    // In the data: the header still names the snapshot's epoch; the log reaches 40.
+    let recovered = recover_with_damaged_snapshot(60);
+    assert!(recovered.snapshot.is_none() && recovered.entries.is_empty());
+    let floor = recovered.hard_state.repair_floor.expect("a floor");
+    assert_eq!((floor.epoch, floor.index), (Epoch(2), LogIndex(40)));
+    let damage = recovered.damage.expect("damage reported");
+    assert_eq!(damage.at, LogIndex(1));
+    assert!(damage.reason.contains("set aside"), "{}", damage.reason);
+}
+
+#[test]
+fn a_snapshot_damaged_in_its_header_takes_the_hard_states_epoch_when_the_log_is_gone() {
+    let mut storage = sim();
+    storage
+        .save_hard_state(&HardState { epoch: Epoch(3), voted_for: None, repair_floor: None })
+        .unwrap();
+    storage.append(&entries(1, 30, 2)).unwrap();
+    storage.sync().unwrap();
+    let meta = SnapshotMeta { last_index: LogIndex(30), last_epoch: Epoch(2) };
+    storage.save_snapshot(meta, b"the state through 30").unwrap();
+    storage.compact_through(LogIndex(30)).unwrap();
+    assert!(storage.corrupt_snapshot(9));
+    storage.crash();
+    let recovered = storage.recover().unwrap();
+    let floor = recovered.hard_state.repair_floor.expect("a floor");
+    assert!(floor >= Version { epoch: Epoch(2), index: LogIndex(30) });
+    assert_eq!(floor.index, LogIndex(30));
 }
 
 #[test]
