@@ -52,6 +52,8 @@ pub struct SimDisk {
     /// (A vote the [`HardStateMode::SkipSync`] bug only buffered counts as saved: the
     /// driver believes it is; the invariants must catch what that costs.)
     votes_saved: BTreeSet<(Epoch, NodeId)>,
+    /// Damaged hard-state files rebuilt at recovery (the operator's repair).
+    pub hard_states_rebuilt: u64,
 }
 
 impl std::fmt::Debug for SimDisk {
@@ -84,6 +86,7 @@ impl SimDisk {
             hard_state_buffered: None,
             mode,
             votes_saved: BTreeSet::new(),
+            hard_states_rebuilt: 0,
         }
     }
 
@@ -116,6 +119,27 @@ impl SimDisk {
         self.storage.corrupt_record_byte(index, byte)
     }
 
+    /// Flips a bit in the seal after entry `index`'s record, if a seal follows it.
+    pub fn corrupt_seal_after(&mut self, index: LogIndex, byte: u64) -> bool {
+        assert!(index <= self.synced_index(), "corrupting a seal that is not durable");
+        self.storage.corrupt_seal_after(index, byte)
+    }
+
+    /// Whether the log has a snapshot under it.
+    pub fn has_snapshot(&self) -> bool {
+        self.storage.snapshot_meta().is_some()
+    }
+
+    /// Flips a bit in the newest snapshot file, if there is one.
+    pub fn corrupt_snapshot(&mut self, byte: u64) -> bool {
+        self.storage.corrupt_snapshot(byte)
+    }
+
+    /// Flips a bit in the hard-state file, if there is one.
+    pub fn corrupt_hard_state(&mut self, byte: u64) -> bool {
+        self.storage.corrupt_hard_state(byte)
+    }
+
     /// The crash: everything not fsynced is lost, except that with `torn_tail` a random
     /// prefix of each file's unsynced bytes may survive. Runs recovery and returns what
     /// a restart boots from.
@@ -123,7 +147,17 @@ impl SimDisk {
     /// With `keep_cache` it is a process crash instead: the kernel keeps every write,
     /// synced or not (recovery fsyncs what it keeps before reporting it synced), and only
     /// what the process held is lost (a hard state the skip mode buffered).
-    pub fn crash(&mut self, rng: &mut Rng, torn_tail: bool, keep_cache: bool) -> PersistedState {
+    ///
+    /// A damaged hard-state file stops recovery; the world then does what an operator
+    /// does (`docs/operations.md`, "Damaged hard state"): rebuilds it from `seen`, the
+    /// greatest epoch the other members hold, and recovers again.
+    pub fn crash(
+        &mut self,
+        rng: &mut Rng,
+        torn_tail: bool,
+        keep_cache: bool,
+        seen: Epoch,
+    ) -> PersistedState {
         // A torn tail never outlives a buffered hard state: the skip mode forgets votes,
         // it does not keep entries of an epoch whose hard state it lost. Nor does a kept
         // cache: it would keep entries of an epoch whose vote the process never wrote.
@@ -137,7 +171,16 @@ impl SimDisk {
             self.storage.crash();
         }
         self.hard_state_buffered = None;
-        let recovered = fatal(self.storage.recover(), "recover");
+        let recovered = match self.storage.recover() {
+            Err(keel_storage::StorageError::HardStateDamaged { .. }) => {
+                self.storage.reset();
+                let rebuilt = fatal(self.storage.rebuild_hard_state(seen), "rebuild");
+                self.hard_state_saved = rebuilt;
+                self.hard_states_rebuilt += 1;
+                fatal(self.storage.recover(), "recover after the repair")
+            }
+            recovered => fatal(recovered, "recover"),
+        };
         // Recovery may add a repair floor (damage inside the log), nothing else.
         let saved =
             HardState { repair_floor: recovered.hard_state.repair_floor, ..self.hard_state_saved };
@@ -247,7 +290,7 @@ mod tests {
         disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
         assert_eq!(disk.sync().unwrap(), LogIndex(2));
         disk.append(&[entry(1, 3)]).unwrap();
-        let recovered = disk.crash(&mut Rng::new(1), false, false);
+        let recovered = disk.crash(&mut Rng::new(1), false, false, Epoch(0));
         assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2)]);
         assert_eq!(disk.last_index(), LogIndex(2));
     }
@@ -258,10 +301,10 @@ mod tests {
         disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
         assert_eq!(disk.sync().unwrap(), LogIndex(2));
         disk.append(&[entry(1, 3)]).unwrap();
-        let recovered = disk.crash(&mut Rng::new(1), false, true);
+        let recovered = disk.crash(&mut Rng::new(1), false, true, Epoch(0));
         assert_eq!(recovered.entries, vec![entry(1, 1), entry(1, 2), entry(1, 3)]);
         // What recovery kept is durable: a power loss now loses none of it.
-        let recovered = disk.crash(&mut Rng::new(1), false, false);
+        let recovered = disk.crash(&mut Rng::new(1), false, false, Epoch(0));
         assert_eq!(recovered.entries.len(), 3);
     }
 
@@ -273,7 +316,7 @@ mod tests {
             disk.append(&[entry(1, 1)]).unwrap();
             disk.sync().unwrap();
             disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]).unwrap();
-            let recovered = disk.crash(&mut Rng::new(seed), true, false);
+            let recovered = disk.crash(&mut Rng::new(seed), true, false, Epoch(0));
             let n = recovered.entries.len();
             assert!((1..=4).contains(&n));
             assert_eq!(recovered.entries, (1..=n as u64).map(|i| entry(1, i)).collect::<Vec<_>>());
@@ -287,11 +330,14 @@ mod tests {
         let vote = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)), repair_floor: None };
         let mut honest = SimDisk::new(HardStateMode::Sync);
         honest.save_hard_state(&vote).unwrap();
-        assert_eq!(honest.crash(&mut Rng::new(1), false, false).hard_state, vote);
+        assert_eq!(honest.crash(&mut Rng::new(1), false, false, Epoch(0)).hard_state, vote);
         let mut buggy = SimDisk::new(HardStateMode::SkipSync);
         buggy.save_hard_state(&vote).unwrap();
         assert_eq!(buggy.hard_state(), vote);
-        assert_eq!(buggy.crash(&mut Rng::new(1), false, false).hard_state, HardState::default());
+        assert_eq!(
+            buggy.crash(&mut Rng::new(1), false, false, Epoch(0)).hard_state,
+            HardState::default()
+        );
     }
 
     #[test]
@@ -314,7 +360,7 @@ mod tests {
         disk.save_snapshot(second, b"t").unwrap();
         assert_eq!(disk.last_index(), LogIndex(9));
         assert_eq!(disk.synced_index(), LogIndex(9));
-        let recovered = disk.crash(&mut Rng::new(3), false, false);
+        let recovered = disk.crash(&mut Rng::new(3), false, false, Epoch(0));
         assert!(recovered.entries.is_empty());
         assert_eq!(
             recovered.snapshot.map(|(m, d)| (m.last_index, d)),
@@ -328,7 +374,7 @@ mod tests {
         disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
         disk.sync().unwrap();
         assert!(disk.corrupt_entry(LogIndex(2)));
-        let recovered = disk.crash(&mut Rng::new(1), false, false);
+        let recovered = disk.crash(&mut Rng::new(1), false, false, Epoch(0));
         assert_eq!(recovered.entries, vec![entry(1, 1)]);
     }
 }

@@ -105,6 +105,33 @@ pub enum Corruption {
     Unguarded,
 }
 
+/// What one injected corruption damaged (`docs/simulation.md`, "Storage damage").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Damage {
+    /// A byte of a log record's header or payload (recovery cuts the log there).
+    Record,
+    /// A byte of the seal after a synced batch (costs nothing when the record after it is
+    /// intact; a damaged marker reads as a bad record).
+    Seal,
+    /// A byte of the newest snapshot file (set aside with the whole log).
+    Snapshot,
+    /// A byte of the hard-state file: the node cannot start until the operator's repair
+    /// ([`keel_storage::Wal::rebuild_hard_state`]), which the world runs at recovery.
+    HardState,
+}
+
+impl Damage {
+    /// The name `--coverage` counts it under.
+    pub fn name(self) -> &'static str {
+        match self {
+            Damage::Record => "damage:record",
+            Damage::Seal => "damage:seal",
+            Damage::Snapshot => "damage:snapshot",
+            Damage::HardState => "damage:hard-state",
+        }
+    }
+}
+
 /// Chance (ppm) that a crash corrupts fsynced records, while corruption is armed.
 pub const CORRUPT_PER_CRASH_PPM: u32 = 250_000;
 /// Most fsynced entries at the log's tail one corruption may cost.
@@ -334,8 +361,9 @@ pub struct World<E: SimEngine> {
     pub trace: bool,
     /// Whether crashes may corrupt fsynced records (off unless a scenario arms it).
     pub corruption: Corruption,
-    /// The corruption injected so far, if any: `(node, first lost index)` in keyspace 0.
-    pub corrupted: Option<(NodeId, LogIndex)>,
+    /// The corruption injected so far, if any: `(node, what, the newest fsynced index
+    /// then)` in keyspace 0.
+    pub corrupted: Option<(NodeId, Damage, LogIndex)>,
     /// Checks of the one-lease invariant that found a valid lease while another node
     /// said it led (the check's precondition).
     lease_beside_other_leader: u64,
@@ -1199,6 +1227,8 @@ impl<E: SimEngine> World<E> {
             }
         };
         let fronts: Vec<_> = (0..self.config.keyspaces).map(|_| fresh_front()).collect();
+        let seen: Vec<_> =
+            (0..self.config.keyspaces as usize).map(|ks| self.epoch_of_others(node, ks)).collect();
         let keep_cache = self.fault_rng.chance(self.config.process_crash_ppm);
         let reboot = !keep_cache && self.fault_rng.chance(self.config.clock_reboot_ppm);
         self.change_clocks(node, reboot);
@@ -1220,7 +1250,8 @@ impl<E: SimEngine> World<E> {
                 self.stats.held_appends_lost += 1;
             }
             replica.hold = fresh_hold();
-            replica.recovered = replica.disk.storage_mut().crash(&mut n.rng, torn_tail, keep_cache);
+            let disk = replica.disk.storage_mut();
+            replica.recovered = disk.crash(&mut n.rng, torn_tail, keep_cache, seen[ks]);
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
             self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);
         }
@@ -1272,30 +1303,69 @@ impl<E: SimEngine> World<E> {
         }
     }
 
-    /// With corruption armed and none injected yet, sometimes flips a bit in one of the
-    /// last fsynced records of `node` (still running) in keyspace 0, so its recovery cuts
-    /// the log there.
+    /// With corruption armed and none injected yet, sometimes flips a bit in what `node`
+    /// (still running) has on disk in keyspace 0: one of its last fsynced log records, the
+    /// seal after one, its newest snapshot or its hard-state file.
     fn maybe_corrupt(&mut self, node: NodeId) {
         if self.corruption == Corruption::Off || self.corrupted.is_some() {
             return;
         }
         let n = &mut self.nodes[Self::slot(node)];
         let synced = keel_storage::Storage::synced_index(n.replicas[0].disk.storage());
-        if synced == LogIndex::ZERO || !n.rng.chance(CORRUPT_PER_CRASH_PPM) {
+        // Unguarded, every crash that can lose what only this node holds does.
+        let chance = match self.corruption {
+            Corruption::Unguarded => 1_000_000,
+            _ => CORRUPT_PER_CRASH_PPM,
+        };
+        if synced == LogIndex::ZERO || !n.rng.chance(chance) {
             return;
         }
         let depth = n.rng.range(0, CORRUPT_DEPTH_MAX.min(synced.0));
         let index = LogIndex(synced.0 - depth);
-        if self.corruption == Corruption::Guarded && !self.held_by_majority_of_others(node, synced)
+        // A snapshot, when the node has one, in two crashes of five (most crashes come
+        // before the first); otherwise a record, a seal or the hard state.
+        let has_snapshot = n.replicas[0].disk.storage().has_snapshot();
+        // Unguarded, only what loses entries (the repair floor's control).
+        let kinds = if self.corruption == Corruption::Unguarded { 10 } else { 20 };
+        let kind = match n.rng.range(0, kinds) {
+            0..=7 if has_snapshot => Damage::Snapshot,
+            0..=9 => Damage::Record,
+            10..=15 => Damage::Seal,
+            _ => Damage::HardState,
+        };
+        // A byte of a record's header (its length field or checksum) or of its payload; of
+        // a seal; anywhere in a file.
+        let byte = n.rng.range(0, 1 << 16);
+        // Whatever is damaged, the node may lose its log through `synced`: guarded, only
+        // when the others hold it. (The hard state's repair keeps the log, but a node
+        // whose vote is lost must not also be the only copy of what it voted on.)
+        // Unguarded, aimed where it hurts: only when the others do not hold it.
+        if (self.corruption == Corruption::Guarded) != self.held_by_majority_of_others(node, synced)
         {
             return;
         }
-        // A byte of the record's header (its length field or checksum) or of its payload.
-        let byte = self.nodes[Self::slot(node)].rng.range(0, 16);
         let disk = self.nodes[Self::slot(node)].replicas[0].disk.storage_mut();
-        if disk.corrupt_record_byte(index, byte) {
-            self.corrupted = Some((node, index));
+        let hit = match kind {
+            Damage::Record => disk.corrupt_record_byte(index, byte % 16),
+            Damage::Seal => {
+                (0..=depth).any(|d| disk.corrupt_seal_after(LogIndex(synced.0 - d), byte))
+            }
+            Damage::Snapshot => disk.corrupt_snapshot(byte),
+            Damage::HardState => disk.corrupt_hard_state(byte),
+        };
+        if hit {
+            self.corrupted = Some((node, kind, index));
         }
+    }
+
+    /// The greatest epoch any node but `node` has saved in keyspace `ks`'s hard state
+    /// (what an operator reads from every other member's status before repairing a
+    /// damaged hard-state file).
+    fn epoch_of_others(&self, node: NodeId, ks: usize) -> keel_types::Epoch {
+        let others = self.node_ids().into_iter().filter(|&m| m != node);
+        let epochs =
+            others.map(|m| self.replica(m, ks as Keyspace).disk.storage().hard_state().epoch);
+        epochs.max().unwrap_or_default()
     }
 
     /// Whether, not counting `node`, a majority of the cluster durably holds `node`'s
