@@ -364,6 +364,23 @@ pub fn for_each_seed(
     failures.into_inner()
 }
 
+/// Runs seeds `first..first + count` over every core and returns their reports in seed
+/// order (what the test suite's sweeps share).
+pub fn sweep(
+    first: u64,
+    count: u64,
+    config: impl Fn(u64) -> GeneralConfig + Sync,
+) -> Vec<RunReport> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let reports = Mutex::new(Vec::new());
+    for_each_seed(first, count, threads, config, |report| {
+        reports.lock().unwrap_or_else(|e| e.into_inner()).push(report.clone());
+    });
+    let mut reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
+    reports.sort_by_key(|r| r.seed);
+    reports
+}
+
 fn print_report(report: &RunReport, json: bool, verbose: bool) {
     let mut stdout = std::io::stdout().lock();
     if json {

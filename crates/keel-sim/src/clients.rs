@@ -383,6 +383,22 @@ impl Clients {
         };
         let retained = write.then(|| request.clone());
         let tag = world.submit_to(node, ks, request);
+        let begun = self.begin(world, c, node, ks, kind, Some(tag));
+        self.clients[c].inflight =
+            Some(Inflight { recorded, request: retained, invocation, ..begun });
+    }
+
+    /// Begins client `c`'s operation `kind` at `node`: its history record and, if a
+    /// request went out (`tag`), its deadline. The caller fills in the rest.
+    fn begin<E: SimEngine>(
+        &mut self,
+        world: &mut World<E>,
+        c: usize,
+        node: NodeId,
+        ks: Keyspace,
+        kind: OpKind,
+        tag: Option<RequestTag>,
+    ) -> Inflight {
         let op = Op {
             id: self.next_op_id,
             client: c as u64 + 1,
@@ -394,21 +410,23 @@ impl Clients {
             version: None,
             views: Vec::new(),
         };
-        let deadline = world.now_ns() + self.config.op_timeout_ns;
-        world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
+        if let Some(tag) = tag {
+            let deadline = world.now_ns() + self.config.op_timeout_ns;
+            world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
+            self.by_tag.insert(tag, c);
+        }
         self.next_op_id += 1;
-        self.by_tag.insert(tag, c);
-        self.clients[c].inflight = Some(Inflight {
+        Inflight {
             op,
             keyspace: ks,
-            tags: vec![tag],
-            recorded,
-            request: retained,
+            tags: tag.into_iter().collect(),
+            recorded: false,
+            request: None,
             retries: 0,
             opening: None,
-            invocation,
+            invocation: None,
             txn: None,
-        });
+        }
     }
 
     /// A plain operation on a `t*` key, drawn from the `t*` generator: a read at a drawn
@@ -464,34 +482,11 @@ impl Clients {
         txn.id = self.next_op_id;
         txn.invoke_ns = world.now_ns();
         txn.node = Some(node.0);
-        let op = Op {
-            id: self.next_op_id,
-            client: c as u64 + 1,
-            kind: OpKind::Get {
-                key: txn.ops[0].key().to_string(),
-                level: ReadLevel::Linearizable,
-                result: None,
-            },
-            invoke_ns: world.now_ns(),
-            complete_ns: None,
-            outcome: Outcome::Unknown,
-            node: Some(node.0),
-            version: None,
-            views: Vec::new(),
-        };
-        self.next_op_id += 1;
+        let key = txn.ops[0].key().to_string();
+        let kind = OpKind::Get { key, level: ReadLevel::Linearizable, result: None };
+        let begun = self.begin(world, c, node, ks, kind, None);
         let pending = TxnInflight { txn, watch: plan.watch, exec: false };
-        self.clients[c].inflight = Some(Inflight {
-            op,
-            keyspace: ks,
-            tags: Vec::new(),
-            recorded: false,
-            request: None,
-            retries: 0,
-            opening: None,
-            invocation: None,
-            txn: Some(Box::new(pending)),
-        });
+        self.clients[c].inflight = Some(Inflight { txn: Some(Box::new(pending)), ..begun });
         self.watch_next(world, c);
     }
 
@@ -652,32 +647,9 @@ impl Clients {
             named: false,
         };
         let tag = world.submit_to(node, ks, request);
-        let op = Op {
-            id: self.next_op_id,
-            client: c as u64 + 1,
-            kind: OpKind::Get { key: String::new(), level: ReadLevel::Any, result: None },
-            invoke_ns: world.now_ns(),
-            complete_ns: None,
-            outcome: Outcome::Unknown,
-            node: Some(node.0),
-            version: None,
-            views: Vec::new(),
-        };
-        let deadline = world.now_ns() + self.config.op_timeout_ns;
-        world.set_timer(deadline, timer_id(TIMER_CLIENT_DEADLINE, self.next_op_id));
-        self.next_op_id += 1;
-        self.by_tag.insert(tag, c);
-        self.clients[c].inflight = Some(Inflight {
-            op,
-            keyspace: ks,
-            tags: vec![tag],
-            recorded: false,
-            request: None,
-            retries: 0,
-            opening: Some(id),
-            invocation: None,
-            txn: None,
-        });
+        let kind = OpKind::Get { key: String::new(), level: ReadLevel::Any, result: None };
+        let begun = self.begin(world, c, node, ks, kind, Some(tag));
+        self.clients[c].inflight = Some(Inflight { opening: Some(id), ..begun });
     }
 
     /// Draws the next operation in keyspace `ks`: its history form, its command, whether

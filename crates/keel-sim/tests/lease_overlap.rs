@@ -14,25 +14,10 @@ const SEEDS: u64 = 200;
 
 /// Runs seeds `0..SEEDS`, with or without the control, over the cores.
 fn run_seeds(forget_leader_contact: bool) -> Vec<RunReport> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    let workers: Vec<_> = (0..threads)
-        .map(|first| {
-            std::thread::spawn(move || {
-                (first..SEEDS)
-                    .step_by(threads as usize)
-                    .map(|seed| {
-                        let mut config = GeneralConfig::lease_overlap(seed);
-                        config.forget_leader_contact = forget_leader_contact;
-                        run_general::<LeaderEngine>(&config)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut reports: Vec<RunReport> =
-        workers.into_iter().flat_map(|w| w.join().expect("a seed panicked")).collect();
-    reports.sort_by_key(|r| r.seed);
-    reports
+    keel_sim::cli::sweep(0, SEEDS, |seed| GeneralConfig {
+        forget_leader_contact,
+        ..GeneralConfig::lease_overlap(seed)
+    })
 }
 
 fn reached(report: &RunReport, path: &str) -> bool {

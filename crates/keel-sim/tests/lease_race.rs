@@ -6,33 +6,17 @@
 //! same seeds must fail with two valid leader leases in at least 1% of them (31 of these
 //! 300 and 127 of 2,000 when written, `docs/simulation.md`).
 
-use keel_core::leader::LeaderEngine;
-use keel_sim::scenario::{run_general, GeneralConfig, RunReport};
+use keel_sim::scenario::{GeneralConfig, RunReport};
 
 /// Seeds each test runs (`0..SEEDS`).
 const SEEDS: u64 = 300;
 
 /// Runs seeds `0..SEEDS`, with or without the control, over the cores.
 fn run_seeds(forget_leader_contact: bool) -> Vec<RunReport> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    let workers: Vec<_> = (0..threads)
-        .map(|first| {
-            std::thread::spawn(move || {
-                (first..SEEDS)
-                    .step_by(threads as usize)
-                    .map(|seed| {
-                        let mut config = GeneralConfig::lease_race(seed);
-                        config.forget_leader_contact = forget_leader_contact;
-                        run_general::<LeaderEngine>(&config)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let mut reports: Vec<RunReport> =
-        workers.into_iter().flat_map(|w| w.join().expect("a seed panicked")).collect();
-    reports.sort_by_key(|r| r.seed);
-    reports
+    keel_sim::cli::sweep(0, SEEDS, |seed| GeneralConfig {
+        forget_leader_contact,
+        ..GeneralConfig::lease_race(seed)
+    })
 }
 
 fn seeds_reaching(reports: &[RunReport], path: &str) -> u64 {
