@@ -27,9 +27,11 @@ use crate::handshake::ClusterKey;
 use crate::metrics::{KeyspaceMetrics, Metrics};
 use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
+use crate::storage::StartError;
 use keel_core::engine::{Engine, EngineKind, PersistedState};
 use keel_core::kite::KiteEngine;
 use keel_core::leader::LeaderEngine;
+use keel_storage::StorageError;
 use keel_types::NodeId;
 use keel_wire::peer::{PeerLimits, PeerMessage};
 use std::collections::BTreeMap;
@@ -456,13 +458,24 @@ where
     })
     .await
     .map_err(|e| NodeError::Startup(e.to_string()))?
-    .map_err(NodeError::Startup)?;
+    .map_err(|e| {
+        let reason = match e {
+            StartError::Recovery(StorageError::HardStateDamaged { name, reason }) => {
+                let kite = spec.engine == EngineKind::Kite;
+                crate::storage::hard_state_damaged(&spec.data_dir, &name, &reason, kite)
+            }
+            e => e.to_string(),
+        };
+        NodeError::Startup(format!("keyspace {} ({}): {reason}", spec.id, spec.name))
+    })?;
     tracing::info!(keyspace = %spec.id, name = %spec.name, engine = %spec.engine,
         entries = recovered.entries.len(), epoch = recovered.hard_state.epoch.0, "recovered");
     if let Some(damage) = &recovered.damage {
-        tracing::error!(keyspace = %spec.id, at = damage.at.0, through = damage.through.index.0,
-            reason = %damage.reason,
-            "damaged log records cut at recovery; repairing from the leader");
+        // Damaged log records cut, or a damaged snapshot set aside with the whole log: the
+        // reason says which.
+        tracing::error!(keyspace = %spec.id, at = damage.at.0, through_epoch = damage.through.epoch.0,
+            through = damage.through.index.0, reason = %damage.reason,
+            "damaged data found at recovery and dropped; repairing from the leader");
     }
     if let Some(floor) = recovered.hard_state.repair_floor {
         tracing::warn!(keyspace = %spec.id, floor_epoch = floor.epoch.0, floor_index = floor.index.0,
@@ -476,6 +489,10 @@ where
     };
     let engine = E::boot(engine_config, persisted, fresh_seed(), monotonic_now())
         .map_err(|e| NodeError::Startup(format!("keyspace {}: {e}", spec.id)))?;
+    if let Some(incarnation) = engine.report().status.get("incarnation") {
+        // Kite: what a damaged hard state's repair needs (`docs/operations.md`).
+        tracing::info!(keyspace = %spec.id, "booted as incarnation {incarnation}");
+    }
     let queue_max = config.input_queue_max as usize;
     let (events_tx, events_rx) = mpsc::channel(queue_max);
     // Peer messages have a queue of their own, served first: a backlog of client requests

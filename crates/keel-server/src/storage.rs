@@ -19,7 +19,7 @@
 use crate::metrics::KeyspaceMetrics;
 use keel_core::engine::SnapshotBytes;
 use keel_exec::{Completion, StorageOp, Worker};
-use keel_storage::{FileDisk, FileStorage, Recovered, Storage, StorageConfig};
+use keel_storage::{FileDisk, FileStorage, Recovered, Storage, StorageConfig, StorageError};
 use keel_types::SnapshotMeta;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,6 +85,32 @@ pub fn snapshot_bytes_max(state_bytes_max: u64) -> u64 {
     state_bytes_max.saturating_mul(2).saturating_add(256 << 20)
 }
 
+/// The limits a keyspace's storage runs with: the defaults, with the snapshot size limit
+/// of its state (see [`snapshot_bytes_max`]). `keel repair-hard-state` opens a keyspace's
+/// directory with these too.
+pub fn storage_config(snapshot_bytes_max: u64) -> StorageConfig {
+    StorageConfig { snapshot_bytes_max, ..StorageConfig::default() }
+}
+
+/// Why a keyspace's storage did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Recovery failed (the storage's own error, so the caller can explain a damaged
+    /// hard state with the keyspace's directory and engine).
+    Recovery(StorageError),
+    /// Anything else: the directory or the thread.
+    Other(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Recovery(e) => write!(f, "recovery failed: {e}"),
+            StartError::Other(reason) => f.write_str(reason),
+        }
+    }
+}
+
 /// Opens the storage in `dir`, recovers it (blocking: call before the runtime serves),
 /// and starts the storage thread. `fsync_delay`: test-only extra time per log fsync
 /// (`[storage] emulated_fsync_delay_us`; zero in production).
@@ -93,12 +119,12 @@ pub fn start(
     metrics: Arc<KeyspaceMetrics>,
     fsync_delay: Duration,
     snapshot_bytes_max: u64,
-) -> Result<(Recovered, StorageHandle), String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
-    let config = StorageConfig { snapshot_bytes_max, ..StorageConfig::default() };
-    let storage = FileStorage::open(dir, config)
-        .map_err(|e| format!("cannot open storage in {}: {e}", dir.display()))?;
+) -> Result<(Recovered, StorageHandle), StartError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        StartError::Other(format!("cannot create data directory {}: {e}", dir.display()))
+    })?;
+    let storage = FileStorage::open(dir, storage_config(snapshot_bytes_max))
+        .map_err(|e| StartError::Other(format!("cannot open storage in {}: {e}", dir.display())))?;
     let (recovered, mut handle) = start_with(storage, metrics, fsync_delay)?;
     handle.prepare_dir = Some(dir.to_path_buf());
     Ok((recovered, handle))
@@ -110,8 +136,8 @@ pub fn start_with<S: Storage + Send + 'static>(
     mut storage: S,
     metrics: Arc<KeyspaceMetrics>,
     fsync_delay: Duration,
-) -> Result<(Recovered, StorageHandle), String> {
-    let recovered = storage.recover().map_err(|e| format!("recovery failed: {e}"))?;
+) -> Result<(Recovered, StorageHandle), StartError> {
+    let recovered = storage.recover().map_err(StartError::Recovery)?;
     let (ops_tx, ops_rx) = mpsc::channel(STORAGE_QUEUE_MAX);
     let (completions_tx, completions_rx) = mpsc::unbounded_channel();
     let (fatal_tx, fatal_rx) = watch::channel(None);
@@ -125,7 +151,7 @@ pub fn start_with<S: Storage + Send + 'static>(
     std::thread::Builder::new()
         .name("keel-storage".into())
         .spawn(move || thread.run(fatal_tx))
-        .map_err(|e| format!("cannot start the storage thread: {e}"))?;
+        .map_err(|e| StartError::Other(format!("cannot start the storage thread: {e}")))?;
     let (prepared_tx, prepared) = mpsc::unbounded_channel();
     let handle = StorageHandle {
         ops: ops_tx,
@@ -136,6 +162,50 @@ pub fn start_with<S: Storage + Send + 'static>(
         prepare_dir: None,
     };
     Ok((recovered, handle))
+}
+
+/// What a node that found keyspace directory `dir`'s hard-state file damaged says: what
+/// is wrong and the command that repairs it, with the directory filled in (absolute, and
+/// quoted for a shell when it needs to be). The epoch to give differs by engine: the
+/// greatest epoch the other members report for a leader keyspace; for a Kite keyspace,
+/// whose hard state holds only this node's incarnation, its last incarnation
+/// (`docs/operations.md`, "Damaged hard state").
+pub fn hard_state_damaged(dir: &Path, name: &str, reason: &str, kite: bool) -> String {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let file = dir.join(name);
+    let (read, epoch) = if kite {
+        (
+            "find this node's last incarnation in this Kite keyspace (the `incarnation` of \
+             its last `booted as incarnation` log line for this keyspace, or of its last \
+             `keel status`)",
+            "<that incarnation>",
+        )
+    } else {
+        (
+            "read the epoch every other member reports for this keyspace (`keel status`; all of \
+             them, started if they are down)",
+            "<the greatest of them>",
+        )
+    };
+    format!(
+        "recovery failed: the hard-state file {} is damaged ({reason}); the node may have lost \
+         its vote and will not start. Leave it stopped, {read}, then run `keel \
+         repair-hard-state --dir {} --epoch {epoch}` and start it again (docs/operations.md, \
+         \"Damaged hard state\")",
+        file.display(),
+        shell_word(&dir.display().to_string()),
+    )
+}
+
+/// `word` as one shell word: as is when it holds only characters no shell treats
+/// specially, in single quotes otherwise.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 struct StorageThread<S> {
@@ -268,6 +338,20 @@ mod tests {
         assert_eq!(seen.first(), Some(&Completion::HardStateSaved { seq: 1 }));
         assert_eq!(seen.last(), Some(&Completion::Synced { index: LogIndex(2), seq: 5 }));
         assert!(handle.fatal.borrow().is_none());
+    }
+
+    #[test]
+    fn a_damaged_hard_state_names_the_repair_with_the_keyspace_directory() {
+        let text = hard_state_damaged(Path::new("/data/keyspace-2"), "hard-state", "bad", false);
+        assert!(text.contains("keel repair-hard-state --dir /data/keyspace-2 --epoch"), "{text}");
+        assert!(text.contains("/data/keyspace-2/hard-state is damaged (bad)"), "{text}");
+        assert!(text.contains("every other member"), "{text}");
+        let text = hard_state_damaged(Path::new("/my data/it's"), "hard-state", "bad", true);
+        assert!(text.contains("--dir '/my data/it'\\''s' --epoch <that incarnation>"), "{text}");
+        assert!(text.contains("booted as incarnation"), "{text}");
+        let relative = hard_state_damaged(Path::new("n1"), "hard-state", "bad", false);
+        let absolute = std::env::current_dir().unwrap().join("n1");
+        assert!(relative.contains(&format!("--dir {}", absolute.display())), "{relative}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod demo;
 mod example;
 mod example_ads;
 mod example_kite;
+mod repair;
 mod secure;
 mod torture;
 mod up;
@@ -53,6 +54,9 @@ enum Command {
     Bench(keel_bench::cli::BenchArgs),
     /// Hash a password (read from standard input) for a `[[users]]` entry.
     Passwd(PasswdArgs),
+    /// Rebuild a keyspace's damaged hard-state file, as a node that refuses to start for it
+    /// says (docs/operations.md, "Damaged hard state").
+    RepairHardState(repair::RepairHardStateArgs),
     /// Fault schedules on a cluster of containers (kills, pauses, partitions, restarts),
     /// each run's history checked (docs/testing.md).
     Torture(torture::TortureArgs),
@@ -105,5 +109,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => keel_bench::cli::run(&args),
         Command::Passwd(args) => passwd(&args),
         Command::Torture(args) => torture::run(&args),
+        Command::RepairHardState(args) => repair::run(&args),
     }
 }
