@@ -1340,8 +1340,9 @@ impl<E: SimEngine> World<E> {
         // when the others hold it. (The hard state's repair keeps the log, but a node
         // whose vote is lost must not also be the only copy of what it voted on.)
         // Unguarded, aimed where it hurts: only when the others do not hold it.
-        if (self.corruption == Corruption::Guarded) != self.held_by_majority_of_others(node, synced)
-        {
+        // (A disk ahead of the model, a snapshot's adoption on its way, is left alone.)
+        let Some(held) = self.held_by_majority_of_others(node, synced) else { return };
+        if (self.corruption == Corruption::Guarded) != held {
             return;
         }
         let disk = self.nodes[Self::slot(node)].replicas[0].disk.storage_mut();
@@ -1370,10 +1371,10 @@ impl<E: SimEngine> World<E> {
 
     /// Whether, not counting `node`, a majority of the cluster durably holds `node`'s
     /// keyspace-0 entry at `index` (hence, by log matching, its whole log through it).
-    fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> bool {
+    /// `None` if the checker's model of `node` lacks that entry.
+    fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> Option<bool> {
         let checker = &self.checkers[0];
-        let epoch = checker.log(node).epoch_at(index);
-        assert!(epoch.is_some(), "{node} has synced {index} but its model lacks it");
+        let epoch = Some(checker.log(node).epoch_at(index)?);
         let holders = self
             .node_ids()
             .into_iter()
@@ -1384,7 +1385,7 @@ impl<E: SimEngine> World<E> {
             })
             .count();
         debug_assert!(holders < self.config.nodes as usize);
-        holders > self.config.nodes as usize / 2
+        Some(holders > self.config.nodes as usize / 2)
     }
 
     /// Restarts a crashed node (every keyspace) from what its disks kept. No effect on a
