@@ -7,8 +7,12 @@
 //! snapshot's last epoch if later), no vote and no floor; its doc comment says why that is
 //! safe when `--epoch` is the greatest epoch every other member reports.
 //!
+//! With `--new-disk` it writes the hard state a node must start from on a replaced or
+//! wiped disk (a directory with no keel files), for the same reason.
+//!
 //! Exit codes: 0 rebuilt, 1 the rebuild failed (an I/O error), 2 refused (bad flags, a
-//! directory that holds no keel files, or a hard state that is intact).
+//! directory that holds no keel files without `--new-disk` or some with it, or a hard
+//! state that is intact).
 
 use keel_storage::format::{
     decode_hard_state_file, parse_segment_name, parse_snapshot_name, DAMAGED_SUFFIX,
@@ -31,6 +35,11 @@ pub struct RepairHardStateArgs {
     /// this keyspace (`keel status`). For a Kite keyspace: this node's last incarnation.
     #[arg(long)]
     epoch: u64,
+    /// The directory is new or empty (a replaced or wiped disk): write the hard state the
+    /// node must start from, so it neither votes again in an epoch it may have voted in
+    /// nor (Kite) comes back as an incarnation its peers already saw.
+    #[arg(long)]
+    new_disk: bool,
 }
 
 /// What the directory holds, as far as the repair cares.
@@ -79,6 +88,11 @@ pub fn run(args: &RepairHardStateArgs) -> ExitCode {
     if args.epoch >= EPOCH_MAX {
         return refuse(format!("--epoch must be below {EPOCH_MAX}"));
     }
+    if args.new_disk {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return refuse(format!("cannot create {}: {e}", dir.display()));
+        }
+    }
     if !dir.is_dir() {
         return refuse(format!("{} is not a directory", dir.display()));
     }
@@ -86,13 +100,16 @@ pub fn run(args: &RepairHardStateArgs) -> ExitCode {
         Ok(found) => found,
         Err(e) => return refuse(format!("cannot read {}: {e}", dir.display())),
     };
-    if found.keel_files == 0 {
+    if found.keel_files == 0 && !args.new_disk {
         return refuse(format!(
             "{} holds no keel files (hard-state, log segments, snapshots): give the keyspace's \
              directory the node named (keyspace 0's is the node's data_dir, keyspace k's is \
-             data_dir/keyspace-k)",
+             data_dir/keyspace-k), or --new-disk for a replaced or wiped disk",
             dir.display()
         ));
+    }
+    if found.keel_files > 0 && args.new_disk {
+        return refuse(format!("{} holds keel files: it is not a new disk", dir.display()));
     }
     let file = dir.join(HARD_STATE_NAME);
     let damage = match std::fs::read(&file) {

@@ -109,11 +109,16 @@ fn wait_exit(cluster: &mut LocalCluster, i: usize, timeout: Duration) -> Option<
 
 /// Runs `keel repair-hard-state --dir dir --epoch epoch`: exit code, stdout, stderr.
 fn repair(dir: &Path, epoch: u64) -> (Option<i32>, String, String) {
+    repair_with(dir, epoch, &[])
+}
+
+fn repair_with(dir: &Path, epoch: u64, flags: &[&str]) -> (Option<i32>, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("repair-hard-state")
         .arg("--dir")
         .arg(dir)
         .args(["--epoch", &epoch.to_string()])
+        .args(flags)
         .output()
         .expect("keel runs");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -286,5 +291,39 @@ fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
     assert_eq!(other.call(&["SELECT", &KITE.to_string()]), "+OK");
     assert_eq!(other.call(&["GET", "after", "ACQUIRE"]), "$1");
     assert_eq!(other.line(), "2\r\n");
+    common::finish(cluster);
+}
+
+#[test]
+fn a_kite_node_on_a_new_disk_starts_past_its_last_incarnation() {
+    const KITE: u32 = 1;
+    let (mut cluster, _) = common::cluster("new-disk-kite", |c| {
+        c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(KITE)];
+    });
+    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    let addrs = cluster.client_addrs();
+    let node = 1;
+    let last = status_in(addrs[node], KITE).expect("status")["incarnation"].as_u64().unwrap();
+    let mut conn = common::Conn::open(addrs[0]);
+    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
+    assert_eq!(conn.call(&["SET", "kept", "1", "RELEASE"]), "+OK");
+    cluster.kill(node);
+    let dir = cluster.configs[node].data_dir.join(format!("keyspace-{KITE}"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Without --new-disk an empty directory is refused; with it, the hard state is written.
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_eq!(repair(&dir, last).0, Some(2), "an empty directory is not repaired by default");
+    let (code, stdout, stderr) = repair_with(&dir, last, &["--new-disk"]);
+    assert_eq!(code, Some(0), "the new disk's hard state is written:\n{stdout}\n{stderr}");
+    assert_eq!(repair_with(&dir, last, &["--new-disk"]).0, Some(2), "not twice");
+    cluster.restart(node).unwrap();
+    assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the node rejoined");
+    let status = status_in(addrs[node], KITE).expect("status");
+    assert_eq!(status["incarnation"].as_u64(), Some(last + 2), "past every earlier one");
+    let mut conn = common::Conn::open(addrs[node]);
+    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
+    assert_eq!(conn.call(&["GET", "kept", "ACQUIRE"]), "$1");
+    assert_eq!(conn.line(), "1\r\n");
+    assert_eq!(conn.call(&["SET", "after", "2", "RELEASE"]), "+OK");
     common::finish(cluster);
 }
