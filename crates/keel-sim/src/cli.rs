@@ -85,7 +85,9 @@ pub struct RunArgs {
     /// Opt-in fault: a crash may flip a bit in the crashing node's last fsynced records
     /// (at most once per run). `guarded`: only when a majority of the other nodes hold
     /// those entries (must pass); `unguarded`: whatever they hold (may lose writes).
-    #[arg(long, value_parser = ["guarded", "unguarded"])]
+    /// `hard-states`: every crash damages the hard-state file, which is rebuilt as an
+    /// operator would, and a fifth of the voters crash right after voting (must pass).
+    #[arg(long, value_parser = ["guarded", "unguarded", "hard-states"])]
     pub corrupt: Option<String>,
     /// Negative control: the effect executor reports each fsync without clamping it below
     /// the truncations queued after it.
@@ -257,6 +259,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.corruption = match args.corrupt.as_deref() {
             Some("guarded") => Corruption::Guarded,
             Some("unguarded") => Corruption::Unguarded,
+            Some("hard-states") => Corruption::HardStates,
             _ => Corruption::Off,
         };
         config

@@ -585,6 +585,10 @@ fn general_body<E: SimEngine<Config = Config>>(
         world_config.reads_off_loop_ppm = 1_000_000;
         world_config.engine.unsafe_view_reads_unchecked = true;
     }
+    if config.corruption == Corruption::HardStates {
+        // Make the lost vote matter: a fifth of the voters crash right after voting.
+        world_config.crash_after_vote_ppm = 200_000;
+    }
     if config.hard_state_mode == HardStateMode::SkipSync {
         // Make the skipped fsync matter: voters crash right after voting, often.
         world_config.crash_after_vote_ppm = 1_000_000;
@@ -710,6 +714,7 @@ pub(crate) fn reached<E: SimEngine>(
     reached.insert("fault:drift-slower".into(), world.stats.drift_slower);
     reached.insert("fault:storage-error".into(), world.stats.storage_errors);
     reached.insert("fault:crash-after-fsync".into(), world.stats.crashes_after_fsync);
+    reached.insert("damage:hard-state-every-crash".into(), world.stats.hard_states_damaged);
     reached.insert("reads-off-loop".into(), world.stats.reads_off_loop);
     reached.insert("held-appends-lost".into(), world.stats.held_appends_lost);
     reached.insert("fault:vote-request-crash".into(), world.stats.vote_request_crashes);
@@ -1045,6 +1050,17 @@ mod tests {
             }
         }
         assert_eq!(kinds.len(), 4, "not every kind of damage was injected: {kinds:?}");
+    }
+
+    #[test]
+    fn a_hard_state_damaged_at_every_crash_is_repaired_without_a_second_vote() {
+        let mut damaged = 0;
+        for seed in 0..40 {
+            let report = corrupted_run(seed, Corruption::HardStates, false);
+            assert!(report.passed(), "seed {seed}: {:?} {:?}", report.violations, report.panic);
+            damaged += usize::from(report.reached.contains_key("damage:hard-state-every-crash"));
+        }
+        assert!(damaged >= 30, "only {damaged} of 40 seeds damaged a hard state");
     }
 
     #[test]

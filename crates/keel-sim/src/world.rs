@@ -103,6 +103,11 @@ pub enum Corruption {
     /// At most once per run, corrupt the tail of a crashing node's fsynced log whatever
     /// the others hold. Outside the fault model: it may lose acknowledged writes.
     Unguarded,
+    /// Every crash damages the crashing node's hard-state file (its log is kept), and a
+    /// fifth of the voters crash right after voting: every vote is lost, and only the
+    /// repair ([`keel_storage::Wal::rebuild_hard_state`]) stands between the node and a
+    /// second vote in one epoch.
+    HardStates,
 }
 
 /// What one injected corruption damaged (`docs/simulation.md`, "Storage damage").
@@ -323,6 +328,8 @@ pub struct WorldStats {
     /// Crashes between an fsync completing and the engine learning of it
     /// ([`World::add_storage_faults`]).
     pub crashes_after_fsync: u64,
+    /// Hard-state files damaged under [`Corruption::HardStates`].
+    pub hard_states_damaged: u64,
     /// Messages a scripted rule dropped ([`World::set_message_rule`]).
     pub scripted_drops: u64,
     /// Crashes that lost appends still held on the loop, never handed to the disk
@@ -1307,6 +1314,13 @@ impl<E: SimEngine> World<E> {
     /// (still running) has on disk in keyspace 0: one of its last fsynced log records, the
     /// seal after one, its newest snapshot or its hard-state file.
     fn maybe_corrupt(&mut self, node: NodeId) {
+        if self.corruption == Corruption::HardStates {
+            let disk = self.nodes[Self::slot(node)].replicas[0].disk.storage_mut();
+            if disk.corrupt_hard_state(9) {
+                self.stats.hard_states_damaged += 1;
+            }
+            return;
+        }
         if self.corruption == Corruption::Off || self.corrupted.is_some() {
             return;
         }
