@@ -13,6 +13,7 @@ use keel_client::{Client, ClientConfig};
 use keel_server::config::KeyspaceSettings;
 use keel_server::local::{status_in, LocalCluster};
 use keel_types::{Durability, ReadLevel};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -252,21 +253,43 @@ fn a_node_whose_hard_state_rotted_refuses_to_start_until_repaired() {
     common::finish(cluster);
 }
 
-#[test]
-fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
-    const KITE: u32 = 1;
-    let (mut cluster, _) = common::cluster("damaged-kite-hard-state", |c| {
+/// The Kite keyspace of the clusters below.
+const KITE: u32 = 1;
+
+/// A cluster with an ORCA and a Kite keyspace, `kept` written in the Kite one, and node
+/// `node` stopped: the cluster, client addresses, the node's last incarnation, and its
+/// Kite keyspace's directory.
+fn kite_node_stopped(name: &str, node: usize) -> (LocalCluster, Vec<SocketAddr>, u64, PathBuf) {
+    let (mut cluster, _) = common::cluster(name, |c| {
         c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(KITE)];
     });
     assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
     let addrs = cluster.client_addrs();
-    let node = 2;
     let last = status_in(addrs[node], KITE).expect("status")["incarnation"].as_u64().unwrap();
     let mut conn = common::Conn::open(addrs[0]);
     assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
     assert_eq!(conn.call(&["SET", "kept", "1", "RELEASE"]), "+OK");
     cluster.kill(node);
     let dir = cluster.configs[node].data_dir.join(format!("keyspace-{KITE}"));
+    (cluster, addrs, last, dir)
+}
+
+/// Checks the node at `addr` came back past incarnation `last` and reads `kept`; returns
+/// a connection to it in the Kite keyspace.
+fn kite_node_back(addr: SocketAddr, last: u64) -> common::Conn {
+    let status = status_in(addr, KITE).expect("status");
+    assert_eq!(status["incarnation"].as_u64(), Some(last + 2), "past every earlier one");
+    let mut conn = common::Conn::open(addr);
+    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
+    assert_eq!(conn.call(&["GET", "kept", "ACQUIRE"]), "$1");
+    assert_eq!(conn.line(), "1\r\n");
+    conn
+}
+
+#[test]
+fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
+    let (mut cluster, addrs, last, dir) = kite_node_stopped("damaged-kite-hard-state", 2);
+    let node = 2;
     flip_middle_byte(&dir.join("hard-state"));
     cluster.restart(node).unwrap();
     assert_eq!(wait_exit(&mut cluster, node, Duration::from_secs(20)), Some(3));
@@ -279,12 +302,7 @@ fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
     assert_eq!(code, Some(0), "the repair succeeds:\n{stdout}\n{stderr}");
     cluster.restart(node).unwrap();
     assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the node rejoined");
-    let status = status_in(addrs[node], KITE).expect("status");
-    assert_eq!(status["incarnation"].as_u64(), Some(last + 2), "past every earlier one");
-    let mut conn = common::Conn::open(addrs[node]);
-    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
-    assert_eq!(conn.call(&["GET", "kept", "ACQUIRE"]), "$1");
-    assert_eq!(conn.line(), "1\r\n");
+    let mut conn = kite_node_back(addrs[node], last);
     // Its writes are taken by the others: their fence admits the new incarnation.
     assert_eq!(conn.call(&["SET", "after", "2", "RELEASE"]), "+OK");
     let mut other = common::Conn::open(addrs[0]);
@@ -296,19 +314,8 @@ fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
 
 #[test]
 fn a_kite_node_on_a_new_disk_starts_past_its_last_incarnation() {
-    const KITE: u32 = 1;
-    let (mut cluster, _) = common::cluster("new-disk-kite", |c| {
-        c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(KITE)];
-    });
-    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
-    let addrs = cluster.client_addrs();
+    let (mut cluster, addrs, last, dir) = kite_node_stopped("new-disk-kite", 1);
     let node = 1;
-    let last = status_in(addrs[node], KITE).expect("status")["incarnation"].as_u64().unwrap();
-    let mut conn = common::Conn::open(addrs[0]);
-    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
-    assert_eq!(conn.call(&["SET", "kept", "1", "RELEASE"]), "+OK");
-    cluster.kill(node);
-    let dir = cluster.configs[node].data_dir.join(format!("keyspace-{KITE}"));
     std::fs::remove_dir_all(&dir).unwrap();
     // Without --new-disk an empty directory is refused; with it, the hard state is written.
     std::fs::create_dir_all(&dir).unwrap();
@@ -318,12 +325,7 @@ fn a_kite_node_on_a_new_disk_starts_past_its_last_incarnation() {
     assert_eq!(repair_with(&dir, last, &["--new-disk"]).0, Some(2), "not twice");
     cluster.restart(node).unwrap();
     assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the node rejoined");
-    let status = status_in(addrs[node], KITE).expect("status");
-    assert_eq!(status["incarnation"].as_u64(), Some(last + 2), "past every earlier one");
-    let mut conn = common::Conn::open(addrs[node]);
-    assert_eq!(conn.call(&["SELECT", &KITE.to_string()]), "+OK");
-    assert_eq!(conn.call(&["GET", "kept", "ACQUIRE"]), "$1");
-    assert_eq!(conn.line(), "1\r\n");
+    let mut conn = kite_node_back(addrs[node], last);
     assert_eq!(conn.call(&["SET", "after", "2", "RELEASE"]), "+OK");
     common::finish(cluster);
 }
