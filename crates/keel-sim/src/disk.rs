@@ -54,6 +54,9 @@ pub struct SimDisk {
     votes_saved: BTreeSet<(Epoch, NodeId)>,
     /// Damaged hard-state files rebuilt at recovery (the operator's repair).
     pub hard_states_rebuilt: u64,
+    /// Whether the hard-state file was damaged since the last recovery (only then may
+    /// recovery refuse it: any other refusal is a bug).
+    hard_state_damaged: bool,
 }
 
 impl std::fmt::Debug for SimDisk {
@@ -87,6 +90,7 @@ impl SimDisk {
             mode,
             votes_saved: BTreeSet::new(),
             hard_states_rebuilt: 0,
+            hard_state_damaged: false,
         }
     }
 
@@ -137,7 +141,9 @@ impl SimDisk {
 
     /// Flips a bit in the hard-state file, if there is one.
     pub fn corrupt_hard_state(&mut self, byte: u64) -> bool {
-        self.storage.corrupt_hard_state(byte)
+        let hit = self.storage.corrupt_hard_state(byte);
+        self.hard_state_damaged |= hit;
+        hit
     }
 
     /// The crash: everything not fsynced is lost, except that with `torn_tail` a random
@@ -172,7 +178,7 @@ impl SimDisk {
         }
         self.hard_state_buffered = None;
         let recovered = match self.storage.recover() {
-            Err(keel_storage::StorageError::HardStateDamaged { .. }) => {
+            Err(keel_storage::StorageError::HardStateDamaged { .. }) if self.hard_state_damaged => {
                 self.storage.reset();
                 let rebuilt = fatal(self.storage.rebuild_hard_state(seen), "rebuild");
                 self.hard_state_saved = rebuilt;
@@ -181,6 +187,7 @@ impl SimDisk {
             }
             recovered => fatal(recovered, "recover"),
         };
+        self.hard_state_damaged = false;
         // Recovery may add a repair floor (damage inside the log), nothing else.
         let saved =
             HardState { repair_floor: recovered.hard_state.repair_floor, ..self.hard_state_saved };
@@ -280,13 +287,21 @@ mod tests {
     use super::*;
     use keel_types::{EntryPayload, Epoch, NodeId};
 
+    /// A disk with the hard state an engine saves before its first entry.
+    fn disk() -> SimDisk {
+        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let first = HardState { epoch: Epoch(1), voted_for: None, repair_floor: None };
+        disk.save_hard_state(&first).unwrap();
+        disk
+    }
+
     fn entry(epoch: u64, index: u64) -> Entry {
         Entry { epoch: Epoch(epoch), index: LogIndex(index), payload: EntryPayload::Noop }
     }
 
     #[test]
     fn crash_loses_unsynced_entries_and_keeps_synced_ones() {
-        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let mut disk = disk();
         disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
         assert_eq!(disk.sync().unwrap(), LogIndex(2));
         disk.append(&[entry(1, 3)]).unwrap();
@@ -297,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_process_crash_keeps_unsynced_entries_and_recovery_syncs_them() {
-        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let mut disk = disk();
         disk.append(&[entry(1, 1), entry(1, 2)]).unwrap();
         assert_eq!(disk.sync().unwrap(), LogIndex(2));
         disk.append(&[entry(1, 3)]).unwrap();
@@ -312,7 +327,7 @@ mod tests {
     fn torn_tail_keeps_only_a_prefix_of_unsynced_entries() {
         let mut torn = 0;
         for seed in 0..40 {
-            let mut disk = SimDisk::new(HardStateMode::Sync);
+            let mut disk = disk();
             disk.append(&[entry(1, 1)]).unwrap();
             disk.sync().unwrap();
             disk.append(&[entry(1, 2), entry(1, 3), entry(1, 4)]).unwrap();
@@ -343,13 +358,13 @@ mod tests {
     #[test]
     #[should_panic(expected = "")]
     fn gap_in_append_is_a_contract_breach() {
-        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let mut disk = disk();
         disk.append(&[entry(1, 2)]).unwrap();
     }
 
     #[test]
     fn snapshot_compacts_or_replaces_the_log() {
-        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let mut disk = disk();
         disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
         disk.sync().unwrap();
         let first = SnapshotMeta { last_index: LogIndex(2), last_epoch: Epoch(1) };
@@ -370,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_synced_entry_cuts_the_log_there() {
-        let mut disk = SimDisk::new(HardStateMode::Sync);
+        let mut disk = disk();
         disk.append(&[entry(1, 1), entry(1, 2), entry(1, 3)]).unwrap();
         disk.sync().unwrap();
         assert!(disk.corrupt_entry(LogIndex(2)));

@@ -210,6 +210,15 @@ impl<D: Disk> Wal<D> {
 
     fn recover_hard_state(&mut self, names: &[String]) -> StorageResult<HardState> {
         if !names.iter().any(|name| name == HARD_STATE_NAME) {
+            // An engine saves its epoch before the first entry or snapshot of it: a log or
+            // snapshot without a hard state means the file was lost, and the vote with it.
+            let written =
+                |n: &String| parse_segment_name(n).is_some() || parse_snapshot_name(n).is_some();
+            if names.iter().any(written) {
+                let name = HARD_STATE_NAME.to_string();
+                let reason = "missing beside a log or snapshot".to_string();
+                return self.fail(StorageError::HardStateDamaged { name, reason });
+            }
             return Ok(HardState::default());
         }
         let bytes = self.io("read", HARD_STATE_NAME, |d| d.read(HARD_STATE_NAME))?;

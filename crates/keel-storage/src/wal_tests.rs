@@ -75,15 +75,30 @@ fn entries(first: u64, last: u64, epoch: u64) -> Vec<Entry> {
     (first..=last).map(|i| entry(i, epoch)).collect()
 }
 
+/// The hard state an engine saves before the first entry of epoch 1 (recovery refuses a
+/// log without one).
+fn first_hard_state() -> HardState {
+    HardState { epoch: Epoch(1), voted_for: None, repair_floor: None }
+}
+
 fn sim() -> SimStorage {
-    let mut storage = SimStorage::new_sim(config());
+    sim_with(config())
+}
+
+/// A simulated storage, recovered blank, with its first hard state saved.
+fn sim_with(config: StorageConfig) -> SimStorage {
+    let mut storage = SimStorage::new_sim(config);
     assert_eq!(storage.recover().unwrap(), Default::default());
+    storage.save_hard_state(&first_hard_state()).unwrap();
     storage
 }
 
 fn file(dir: &TempDir) -> FileStorage {
     let mut storage = FileStorage::open(&dir.0, config()).unwrap();
-    storage.recover().unwrap();
+    let recovered = storage.recover().unwrap();
+    if recovered.hard_state == HardState::default() {
+        storage.save_hard_state(&first_hard_state()).unwrap();
+    }
     storage
 }
 
@@ -162,8 +177,7 @@ fn a_crash_loses_exactly_the_unsynced_suffix() {
 #[test]
 fn a_torn_last_record_is_cut_at_every_byte() {
     // One segment, so that the torn record's file is durable (its name was synced).
-    let mut reference = SimStorage::new_sim(StorageConfig::small_segments(4096));
-    reference.recover().unwrap();
+    let mut reference = sim_with(StorageConfig::small_segments(4096));
     reference.append(&entries(1, 5, 1)).unwrap();
     reference.sync().unwrap();
     reference.append(&[entry(6, 1)]).unwrap();
@@ -197,6 +211,7 @@ fn a_torn_file_tail_is_cut_at_every_byte() {
     let dir = TempDir::new("torn");
     let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
     storage.recover().unwrap();
+    storage.save_hard_state(&first_hard_state()).unwrap();
     storage.append(&entries(1, 3, 1)).unwrap();
     storage.sync().unwrap();
     let (name, start) = storage.record_offset(LogIndex(3)).unwrap();
@@ -265,8 +280,7 @@ fn damage_to_a_length_field_or_checksum_is_found_by_the_seals_after_it() {
     // in the middle, and of the first record after a seal.
     for index in [3u64, 4] {
         for byte in 0..8 {
-            let mut storage = SimStorage::new_sim(StorageConfig::small_segments(1 << 20));
-            storage.recover().unwrap();
+            let mut storage = sim_with(StorageConfig::small_segments(1 << 20));
             for batch in [(1, 3), (4, 6), (7, 9)] {
                 storage.append(&entries(batch.0, batch.1, 1)).unwrap();
                 storage.sync().unwrap();
@@ -284,8 +298,7 @@ fn damage_to_a_length_field_or_checksum_is_found_by_the_seals_after_it() {
 
 #[test]
 fn a_damaged_seal_before_an_intact_record_costs_nothing() {
-    let mut storage = SimStorage::new_sim(StorageConfig::small_segments(1 << 20));
-    storage.recover().unwrap();
+    let mut storage = sim_with(StorageConfig::small_segments(1 << 20));
     storage.append(&entries(1, 3, 1)).unwrap();
     storage.sync().unwrap();
     storage.append(&entries(4, 6, 1)).unwrap();
@@ -404,6 +417,21 @@ fn a_failed_hard_state_write_keeps_the_old_one() {
 }
 
 #[test]
+fn a_missing_hard_state_beside_a_log_stops_recovery_too() {
+    let mut storage = sim();
+    storage.append(&entries(1, 4, 1)).unwrap();
+    storage.sync().unwrap();
+    storage.sim_disk().remove(HARD_STATE_NAME).unwrap();
+    storage.sim_disk().sync_dir().unwrap();
+    storage.crash();
+    let err = storage.recover().unwrap_err();
+    assert!(matches!(err, StorageError::HardStateDamaged { .. }), "{err}");
+    storage.reset();
+    assert_eq!(storage.rebuild_hard_state(Epoch(3)).unwrap().epoch, Epoch(4));
+    assert_eq!(storage.recover().unwrap().entries, entries(1, 4, 1));
+}
+
+#[test]
 fn a_damaged_hard_state_file_stops_recovery_until_it_is_rebuilt() {
     let dir = TempDir::new("hard-state");
     let mut storage = file(&dir);
@@ -514,8 +542,7 @@ fn a_log_starting_after_its_snapshot_is_corruption() {
 
 #[test]
 fn an_oversized_record_is_refused() {
-    let mut storage = SimStorage::new_sim(StorageConfig { record_bytes_max: 40, ..config() });
-    storage.recover().unwrap();
+    let mut storage = sim_with(StorageConfig { record_bytes_max: 40, ..config() });
     storage
         .append(&[Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop }])
         .unwrap();
@@ -569,8 +596,7 @@ fn truncating_into_the_snapshot_panics() {
 #[test]
 fn a_snapshot_prepared_on_another_disk_handle_is_adopted_while_the_log_goes_on() {
     let dir = TempDir::new("adopt");
-    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
-    storage.recover().unwrap();
+    let mut storage = file(&dir);
     storage.append(&entries(1, 20, 1)).unwrap();
     storage.sync().unwrap();
     let meta = SnapshotMeta { last_index: LogIndex(15), last_epoch: Epoch(1) };

@@ -281,14 +281,19 @@ fn temp_dir() -> TempDir {
 fn run_workload(ops: &[Op]) {
     let config = StorageConfig::small_segments(256);
     let dir = temp_dir();
+    // An engine saves its first hard state before any entry (recovery refuses a log
+    // without one).
+    let first = HardState { epoch: Epoch(1), voted_for: None, repair_floor: None };
+    let model = Model { hard_state: first, ..Model::default() };
     let mut file = FileStorage::open(&dir.0, config.clone()).unwrap();
     file.recover().unwrap();
-    let mut file =
-        Subject { storage: file, model: Model::default(), crash_kind: CrashKind::Process };
+    file.save_hard_state(&first).unwrap();
+    let mut file = Subject { storage: file, model: model.clone(), crash_kind: CrashKind::Process };
     let sim_process = |config: &StorageConfig, kind| {
         let mut storage = SimStorage::new_sim(config.clone());
         storage.recover().unwrap();
-        Subject { storage, model: Model::default(), crash_kind: kind }
+        storage.save_hard_state(&first).unwrap();
+        Subject { storage, model: model.clone(), crash_kind: kind }
     };
     let mut process = sim_process(&config, CrashKind::Process);
     let mut power = sim_process(&config, CrashKind::Power);
