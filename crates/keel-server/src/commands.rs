@@ -1724,6 +1724,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_transaction_queues_at_most_what_one_entry_holds() {
+        let (mut c, mut rx, _resolved) = conn();
+        let simple = |text: &str| format!("{:?}", Frame::Simple(text.as_bytes().to_vec()));
+        assert_eq!(ready_text(handle(&mut c, words(&["MULTI"])).await), simple("OK"));
+        for _ in 0..keel_types::MULTI_OPS_MAX {
+            let text = ready_text(handle(&mut c, words(&["INCR", "n"])).await);
+            assert_eq!(text, simple("QUEUED"));
+        }
+        let text = ready_text(handle(&mut c, words(&["INCR", "n"])).await);
+        assert_eq!(
+            text,
+            format!("ERR a transaction holds at most {} commands", keel_types::MULTI_OPS_MAX)
+        );
+        let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
+        assert!(text.starts_with("EXECABORT"), "{text}");
+        assert!(rx.try_recv().is_err(), "nothing reached the engine");
+    }
+
+    #[tokio::test]
     async fn a_transaction_is_queued_and_sent_as_one_command_or_not_at_all() {
         let (mut c, mut rx, _resolved) = conn();
         let simple = |text: &str| format!("{:?}", Frame::Simple(text.as_bytes().to_vec()));
@@ -1993,7 +2012,15 @@ async fn transaction(conn: &mut Conn, words: Vec<Bytes>) -> Result<Pending, Vec<
             conn.transaction.as_mut().expect("checked").refused = true;
             return ready(refusal);
         }
-        conn.transaction.as_mut().expect("checked").commands.push(command);
+        let tx = conn.transaction.as_mut().expect("checked");
+        if tx.commands.len() >= keel_types::MULTI_OPS_MAX {
+            // One log entry holds at most this many operations; a longer queue is refused
+            // here, not grown without bound until `EXEC`.
+            tx.refused = true;
+            let max = keel_types::MULTI_OPS_MAX;
+            return ready(Frame::error(&format!("ERR a transaction holds at most {max} commands")));
+        }
+        tx.commands.push(command);
         return ready(Frame::Simple(b"QUEUED".to_vec()));
     }
     if is("multi") {
@@ -2154,6 +2181,13 @@ async fn exec(
     if queued.refused {
         let text = "EXECABORT Transaction discarded because of previous errors.";
         return Pending::ready(Frame::error(text), protocol);
+    }
+    // Permissions again, as they are now: `AUTH` inside `MULTI` may have switched to a
+    // user who may not run what was queued.
+    for command in &queued.commands {
+        if let Err(refusal) = permitted(conn, category(command)) {
+            return Pending::ready(refusal, protocol);
+        }
     }
     if watched.failed || watched.keyspace.is_some_and(|other| other != ks) {
         return Pending::ready(Frame::NullArray, protocol); // as if a watched key changed

@@ -63,6 +63,16 @@ fn users_authenticate_and_run_only_what_they_may() {
     assert!(reader.call(&["SET", "a", "2"]).starts_with("-NOPERM"), "a reader cannot write");
     assert_eq!(reader.call(&["GET", "a", "LEVEL", "linearizable"]), "$1");
     assert_eq!(reader.line(), "1\r\n", "and nothing was written");
+    // A write queued by the writer does not run once the connection has become the reader:
+    // EXEC checks permissions again.
+    let mut switcher = Conn::open(addr);
+    assert_eq!(switcher.call(&["AUTH", "writer", "writer-pass"]), "+OK");
+    assert_eq!(switcher.call(&["MULTI"]), "+OK");
+    assert_eq!(switcher.call(&["SET", "a", "4"]), "+QUEUED");
+    assert_eq!(switcher.call(&["AUTH", "reader", "reader-pass"]), "+OK");
+    assert!(switcher.call(&["EXEC"]).starts_with("-NOPERM"), "the queued write is refused");
+    assert_eq!(reader.call(&["GET", "a", "LEVEL", "linearizable"]), "$1");
+    assert_eq!(reader.line(), "1\r\n", "and it was not written");
 
     let mut admin = Conn::open(addr);
     assert_eq!(admin.call(&["AUTH", "admin", "admin-pass"]), "+OK");
