@@ -120,7 +120,7 @@ pub fn start(
     fsync_delay: Duration,
     snapshot_bytes_max: u64,
 ) -> Result<(Recovered, StorageHandle), StartError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
+    keel_storage::disk::create_private_dir(dir).map_err(|e| {
         StartError::Other(format!("cannot create data directory {}: {e}", dir.display()))
     })?;
     let storage = FileStorage::open(dir, storage_config(snapshot_bytes_max))

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -76,11 +77,18 @@ pub struct FileDisk {
     writers: BTreeMap<String, BufWriter<File>>,
 }
 
+/// Creates `dir` and any missing parents with mode 0700 (an existing directory keeps its
+/// mode: the operator chose it).
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 impl FileDisk {
-    /// Opens `dir`, creating it (and its parents) if missing.
+    /// Opens `dir`, creating it (and its parents) if missing, readable by its owner only
+    /// (0700; its files are 0600): it holds every stored value.
     pub fn open(dir: impl AsRef<Path>) -> io::Result<FileDisk> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
+        create_private_dir(&dir)?;
         Ok(FileDisk { dir, writers: BTreeMap::new() })
     }
 
@@ -147,7 +155,9 @@ impl Disk for FileDisk {
 
     fn create(&mut self, name: &str) -> io::Result<()> {
         self.close(name)?;
-        File::create(self.path(name))?;
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(true).mode(0o600);
+        options.open(self.path(name))?;
         Ok(())
     }
 
@@ -196,6 +206,23 @@ impl Disk for FileDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_data_directory_and_its_files_are_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("keel-storage-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let nested = dir.join("keyspace-1");
+        let mut disk = FileDisk::open(&nested).unwrap();
+        disk.create("hard-state.tmp").unwrap();
+        disk.append("hard-state.tmp", b"x").unwrap();
+        disk.sync("hard-state.tmp").unwrap();
+        let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "a parent it created");
+        assert_eq!(mode(&nested), 0o700);
+        assert_eq!(mode(&nested.join("hard-state.tmp")), 0o600);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn file_disk_buffers_truncates_renames_and_lists_files_only() {
