@@ -36,3 +36,12 @@ pub mod queue;
 pub mod rc;
 pub mod txn;
 pub mod views;
+
+/// A checker's verdict word: `ok` when nothing was violated, else `violation`.
+pub fn verdict(holds: bool) -> &'static str {
+    if holds {
+        "ok"
+    } else {
+        "violation"
+    }
+}

@@ -262,11 +262,7 @@ impl RcVerdict {
 
     /// `ok` or `violation`.
     pub fn verdict(&self) -> &'static str {
-        if self.holds() {
-            "ok"
-        } else {
-            "violation"
-        }
+        crate::verdict(self.holds())
     }
 }
 

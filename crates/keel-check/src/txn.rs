@@ -101,11 +101,7 @@ pub struct Report {
 impl Report {
     /// `ok` or `violation`.
     pub fn verdict(&self) -> &'static str {
-        if self.violations_total == 0 {
-            "ok"
-        } else {
-            "violation"
-        }
+        crate::verdict(self.violations_total == 0)
     }
 
     fn add(&mut self, rule: Rule, txn: &Txn, message: String) {

@@ -36,11 +36,7 @@ pub struct Report {
 impl Report {
     /// `ok` or `violation`.
     pub fn verdict(&self) -> &'static str {
-        if self.violations_total == 0 {
-            "ok"
-        } else {
-            "violation"
-        }
+        crate::verdict(self.violations_total == 0)
     }
 
     fn violate(&mut self, rule: &str, op: &Op, what: String) {

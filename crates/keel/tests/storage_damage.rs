@@ -15,7 +15,7 @@ use keel_server::local::{status_in, LocalCluster};
 use keel_types::{Durability, ReadLevel};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
@@ -97,15 +97,14 @@ fn wait_caught_up(cluster: &LocalCluster, i: usize, leader: usize) -> bool {
 
 /// Waits for node `i` to exit on its own; its exit code.
 fn wait_exit(cluster: &mut LocalCluster, i: usize, timeout: Duration) -> Option<i32> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Some((node, status)) = cluster.exited() {
-            assert_eq!(node, i, "only the damaged node exits");
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
+    let mut exited = None;
+    common::wait_until(timeout, || {
+        exited = exited.or_else(|| cluster.exited());
+        exited.is_some()
+    });
+    let (node, status) = exited?;
+    assert_eq!(node, i, "only the damaged node exits");
+    status.code()
 }
 
 /// Runs `keel repair-hard-state --dir dir --epoch epoch`: exit code, stdout, stderr.
