@@ -52,8 +52,6 @@ pub struct SimDisk {
     /// (A vote the [`HardStateMode::SkipSync`] bug only buffered counts as saved: the
     /// driver believes it is; the invariants must catch what that costs.)
     votes_saved: BTreeSet<(Epoch, NodeId)>,
-    /// Damaged hard-state files rebuilt at recovery (the operator's repair).
-    pub hard_states_rebuilt: u64,
     /// Whether the hard-state file was damaged since the last recovery (only then may
     /// recovery refuse it: any other refusal is a bug).
     hard_state_damaged: bool,
@@ -89,7 +87,6 @@ impl SimDisk {
             hard_state_buffered: None,
             mode,
             votes_saved: BTreeSet::new(),
-            hard_states_rebuilt: 0,
             hard_state_damaged: false,
         }
     }
@@ -182,7 +179,6 @@ impl SimDisk {
                 self.storage.reset();
                 let rebuilt = fatal(self.storage.rebuild_hard_state(seen), "rebuild");
                 self.hard_state_saved = rebuilt;
-                self.hard_states_rebuilt += 1;
                 fatal(self.storage.recover(), "recover after the repair")
             }
             recovered => fatal(recovered, "recover"),
