@@ -2165,6 +2165,26 @@ impl Shape {
 /// same commands, wherever it is sent, is answered with the first attempt's result and
 /// not applied again (the engine's deduplication compares a transaction's operations,
 /// not what its `WATCH` read).
+/// What `EXEC` answers without the engine, if anything: a transaction refused while
+/// queuing, a queued command the connection's user may no longer run (`AUTH` inside
+/// `MULTI` switches users at once), a watch that failed or spans keyspaces (as if a
+/// watched key changed), or nothing queued.
+fn exec_answered_here(conn: &Conn, queued: &Transaction, watched: &Watched) -> Option<Frame> {
+    if queued.refused {
+        let text = "EXECABORT Transaction discarded because of previous errors.";
+        return Some(Frame::error(text));
+    }
+    for command in &queued.commands {
+        if let Err(refusal) = permitted(conn, category(command)) {
+            return Some(refusal);
+        }
+    }
+    if watched.failed || watched.keyspace.is_some_and(|other| other != conn.node.id) {
+        return Some(Frame::NullArray);
+    }
+    queued.commands.is_empty().then(|| Frame::Array(Vec::new()))
+}
+
 async fn exec(
     conn: &mut Conn,
     queued: Transaction,
@@ -2178,22 +2198,8 @@ async fn exec(
     let watched = std::mem::take(
         &mut *conn.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
     );
-    if queued.refused {
-        let text = "EXECABORT Transaction discarded because of previous errors.";
-        return Pending::ready(Frame::error(text), protocol);
-    }
-    // Permissions again, as they are now: `AUTH` inside `MULTI` may have switched to a
-    // user who may not run what was queued.
-    for command in &queued.commands {
-        if let Err(refusal) = permitted(conn, category(command)) {
-            return Pending::ready(refusal, protocol);
-        }
-    }
-    if watched.failed || watched.keyspace.is_some_and(|other| other != ks) {
-        return Pending::ready(Frame::NullArray, protocol); // as if a watched key changed
-    }
-    if queued.commands.is_empty() {
-        return Pending::ready(Frame::Array(Vec::new()), protocol);
+    if let Some(answer) = exec_answered_here(conn, &queued, &watched) {
+        return Pending::ready(answer, protocol);
     }
     let mut ops = Vec::new();
     let mut shapes = Vec::with_capacity(queued.commands.len());
