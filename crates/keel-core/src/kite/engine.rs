@@ -464,7 +464,14 @@ impl KiteEngine {
             Message::Promise { accepted: Some((_, record)), .. } if !record_ok(record) => {
                 Err("read-modify-write not right after its base")
             }
-            Message::Write { stamp, .. } if *stamp == Stamp::ZERO => Err("write with no stamp"),
+            // Only the commit of a failed read-modify-write of a key never written writes
+            // the initial stamp: its record carries the stamp it read, and writes nothing.
+            Message::Write { stamp, rmw, .. }
+                if *stamp == Stamp::ZERO
+                    && rmw.as_ref().is_none_or(|(_, o)| o.stamp != o.read_stamp) =>
+            {
+                Err("write with no stamp")
+            }
             _ if reply_origin(message)
                 .and_then(|o| o.view.as_ref())
                 .is_some_and(|v| v.incarnations.len() > 63) =>
