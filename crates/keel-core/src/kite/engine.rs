@@ -1149,6 +1149,12 @@ impl KiteEngine {
                     if let Some(made) = made_by.as_ref().filter(|m| m.0 == me) {
                         done = Some(made.1.clone());
                     }
+                    // A later request of the same client started: its node ran this one
+                    // first (a session runs one request at a time), so this is a late
+                    // retry too, even before that request's outcome is recorded.
+                    let later = |id: &RmwId| id.same_client(&me) && id.seq > me.seq;
+                    superseded |= made_by.as_ref().is_some_and(|m| later(&m.0));
+                    superseded |= accepted.as_ref().is_some_and(|(_, rec)| rec.involves(later));
                     if let Some((b, rec)) = accepted {
                         if adopted.as_ref().is_none_or(|(bb, _)| b > bb) {
                             adopted = Some((*b, rec.clone()));

@@ -732,6 +732,41 @@ fn a_late_retry_after_a_later_request_of_its_client_is_refused_not_done_again() 
 }
 
 #[test]
+fn a_retry_that_finds_a_later_request_of_its_client_accepted_is_refused() {
+    // Client 77 pipelined request 1 (a weak CAS, failed locally: no trace anywhere) and
+    // request 2 (a strong CAS) at node 1, whose connection broke. Request 2 was accepted,
+    // but its commit never left node 1; then a newer value covered it. (Seed 46002379 of
+    // `keel sim run --engine kite`, in small.)
+    let mut net = Net::new(3, |_| {});
+    net.call(1, 1, KiteOp::Write { key: k("l"), value: v("x") });
+    net.settle(5);
+    net.drop = Box::new(|from, _, m| {
+        from == NodeId(1) && matches!(m, Message::Write { rmw: Some(_), .. })
+    });
+    let cas =
+        |strong| KiteOp::Cas { key: k("l"), expected: Some(v("free")), new: v("mine"), strong };
+    let tag = RequestTag(9_000);
+    let form = Default::default();
+    let request = KiteRequest { tag, session: 77, op: cas(true), form, named: Some(2) };
+    net.step(1, Input::Client(request));
+    net.settle(5);
+    assert!(net.replies.iter().all(|r| r.tag != tag), "request 2 was not committed");
+    // Node 1, which knows request 2's outcome, is cut off from now on.
+    net.drop = Box::new(|from, to, _| from == NodeId(1) || to == NodeId(1));
+    net.call(2, 5, KiteOp::Write { key: k("l"), value: v("y") });
+    net.settle(5);
+    // Request 2 started, so its node had finished request 1 (a session runs one request
+    // at a time): request 1, sent again, is a late retry and is not done a second time,
+    // which would read "y" after request 2 read "x".
+    let late = net.call_named(3, 77, cas(true), Some(1));
+    assert_eq!(late, Err(KeelError::SessionExpired));
+    assert_eq!(net.node(3).status().counters.rmws_superseded, 1);
+    let again = net.call_named(3, 77, cas(true), Some(2)).expect("ok");
+    assert!(matches!(&again, KiteResult::Rmw { wrote: None, .. }), "{again:?}");
+    assert_eq!(value_of(&again), Some(v("x")), "request 2's own outcome");
+}
+
+#[test]
 fn outcomes_past_their_bound_are_dropped_and_counted() {
     let mut net = Net::new(3, |c| c.outcomes_max = 4);
     for session in 1..=10 {

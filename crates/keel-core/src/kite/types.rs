@@ -83,6 +83,11 @@ impl RmwId {
     pub fn client_named(&self) -> bool {
         self.node == RmwId::CLIENT
     }
+
+    /// Whether both requests come from one client (one session, or one named client).
+    pub fn same_client(&self, other: &RmwId) -> bool {
+        self.node == other.node && self.session == other.session
+    }
 }
 
 /// The most records one record carries as applied before it.
@@ -115,6 +120,16 @@ pub struct RmwRecord {
     /// chosen with it, so acceptors record them done on Accept, as they record `base`
     /// (at most [`SKIPPED_MAX`]). Its commit may have reached only nodes since gone.
     pub settled: Vec<(RmwId, RmwOutcome)>,
+}
+
+impl RmwRecord {
+    /// Whether `pred` holds for the request of this record, or for one it builds on or
+    /// carries.
+    pub fn involves(&self, pred: impl Fn(&RmwId) -> bool) -> bool {
+        pred(&self.id)
+            || self.base.as_ref().is_some_and(|b| pred(&b.0))
+            || self.skipped.iter().chain(&self.settled).any(|(id, _)| pred(id))
+    }
 }
 
 /// What a committed read-modify-write returned, kept per session by every replica so a
