@@ -837,16 +837,26 @@ impl ServerConfig {
         }
     }
 
-    /// Reads a TOML file.
+    /// Reads a TOML file. One that holds password hashes (`[[users]]`) must be readable
+    /// by its owner only, as a key is ([`private_file`]): a hash lets whoever reads it
+    /// guess passwords offline, at no cost to the node.
     pub fn from_file(path: &Path) -> Result<ServerConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let read = |source| ConfigError::Read { path: path.to_path_buf(), source };
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        let config = Self::from_toml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => {
                 ConfigError::Parse { path: path.to_path_buf(), message }
             }
             other => other,
-        })
+        })?;
+        if !config.users.is_empty() && !private_file(&std::fs::metadata(path).map_err(read)?) {
+            let reason = format!(
+                "{} holds password hashes and is readable by others (chmod 600 it)",
+                path.display()
+            );
+            return Err(invalid("users", reason));
+        }
+        Ok(config)
     }
 
     /// Parses TOML text (the path in errors is empty).
@@ -1236,6 +1246,33 @@ mod tests {
         assert!(!private_file(&with_mode(0o660)), "the group may write");
         let meta = with_mode(0o640);
         assert_eq!(private_file(&meta), meta.uid() == 0, "group-readable only under root");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_configuration_with_password_hashes_readable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("keel-config-{}", std::process::id()));
+        let mut config = ServerConfig::local(3, 1, 7000, &dir);
+        let path = std::env::temp_dir().join(format!("keel-users-{}.toml", std::process::id()));
+        let write = |config: &ServerConfig, mode: u32| {
+            std::fs::write(&path, config.to_toml()).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write(&config, 0o644);
+        assert!(ServerConfig::from_file(&path).is_ok(), "no secret in it");
+        config.users.push(crate::acl::UserSettings {
+            name: "admin".into(),
+            password_hash: "pbkdf2-sha256$1000$00$00".into(),
+            permissions: vec![crate::acl::Category::Admin],
+            keyspaces: None,
+        });
+        write(&config, 0o644);
+        let refused = ServerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(refused.contains("readable by others (chmod 600 it)"), "{refused}");
+        write(&config, 0o600);
+        assert_eq!(ServerConfig::from_file(&path).unwrap().users.len(), 1);
         std::fs::remove_file(&path).unwrap();
     }
 

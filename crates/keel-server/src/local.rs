@@ -113,6 +113,27 @@ pub fn ensure_cluster_secret(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Options that create a file only its owner may read (an existing file keeps its mode).
+fn private_options() -> std::fs::OpenOptions {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+}
+
+/// Writes `bytes` to `path`, created only its owner may read, or made so if it exists.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = private_options().write(true).truncate(true).open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    file.write_all(bytes)
+}
+
 /// Runtime threads for each of `nodes` nodes sharing this machine: its cores divided
 /// among them, at least one each (three nodes on two cores: one each). A node alone on a
 /// machine takes a thread per core; here that would run several times as many threads as
@@ -133,7 +154,9 @@ impl LocalCluster {
         tweak: impl Fn(&mut ServerConfig),
     ) -> std::io::Result<LocalCluster> {
         assert!(matches!(nodes, 3 | 5 | 7), "clusters have 3, 5 or 7 nodes");
-        std::fs::create_dir_all(dir)?;
+        // Configurations (password hashes), logs (keys and values) and data: the
+        // cluster's owner's only.
+        keel_storage::disk::create_private_dir(dir)?;
         let mut ports = None;
         let base = match base_port {
             Some(base) => {
@@ -181,7 +204,7 @@ impl LocalCluster {
         };
         for i in 0..nodes as usize {
             let path = cluster.config_path(i);
-            std::fs::write(&path, cluster.configs[i].to_toml())?;
+            write_private(&path, cluster.configs[i].to_toml().as_bytes())?;
             cluster.children.push(None);
             cluster.spawn(i)?;
         }
@@ -199,7 +222,12 @@ impl LocalCluster {
 
     fn spawn(&mut self, i: usize) -> std::io::Result<()> {
         assert!(self.children[i].is_none(), "node {} is already running", i + 1);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i))?;
+        let log = private_options().append(true).open(self.log_path(i))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            log.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
         let child = Command::new(&self.exe)
             .arg("server")
             .arg("--config")

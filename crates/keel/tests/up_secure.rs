@@ -110,6 +110,21 @@ fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https()
     let without = https_status(&ca, http, None);
     assert!(without.starts_with("HTTP/1.1 401"), "{without}");
 
+    // What holds values, password hashes or keys is its owner's only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        for id in 1..=3 {
+            assert_eq!(mode(&dir.join(format!("n{id}"))), 0o700, "node {id}'s data directory");
+            for file in [format!("n{id}.toml"), format!("n{id}.log")] {
+                assert_eq!(mode(&dir.join(&file)), 0o600, "{file}");
+            }
+        }
+        for file in ["admin.password", "http.token", "cluster.secret", "tls/node.key"] {
+            assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
+        }
+    }
+
     // keel's own client: TLS trusting the cluster's CA, the admin's password.
     let node = format!("localhost:{port}");
     let keel = |args: &[&str], ca: Option<&Path>, pass: Option<&str>| {
