@@ -11,8 +11,8 @@
 //! - from its source address (IPv6: its /64): after [`FAILURES_FREE`] failures, attempts
 //!   from the address start one at a time, `delay(failures)` apart (100 ms, doubling, at
 //!   most [`FAILURE_DELAY_MAX`]), however many connections carry them; one that would
-//!   wait longer than [`ADDRESS_WAIT_MAX`] is refused at once, unchecked
-//!   ([`Failure::Throttled`]);
+//!   wait longer than [`ADDRESS_WAIT_MAX`] is refused unchecked ([`Failure::Throttled`])
+//!   after [`FAILURE_DELAY_MAX`];
 //! - for its user name, known or not (an unknown name costs a guesser the same: a hash,
 //!   and the delay): each attempt waits at least `delay(failures)` of the name, but not in
 //!   turn, so that a guesser elsewhere slows the owner's login by at most
@@ -199,9 +199,14 @@ impl FailureLog {
         }
         let [wrong_password, unknown_user, throttled, busy] = self.counts;
         let (from, user) = self.last.take().expect("a failure was noted");
-        let since = self.logged_at.map_or(0.0, |at| (now - at).as_secs_f64());
+        let since = match self.logged_at {
+            Some(at) => {
+                format!("in the {:.1} s since the last such line", (now - at).as_secs_f64())
+            }
+            None => "since the node started".to_string(),
+        };
         tracing::warn!(failures = total, wrong_password, unknown_user, throttled, busy, last_from = %from, last_user = %user,
-            "client authentication failed (counts since the last such line, {since:.1} s ago)");
+            "client authentication failed ({since})");
         self.counts = [0; Failure::ALL.len()];
         self.logged_at = Some(now);
     }
@@ -267,6 +272,9 @@ impl Login {
     ) -> Result<Arc<User>, Failure> {
         let admitted = lock(&self.throttle).admit(from, name, Instant::now());
         let Some(wait) = admitted else {
+            // Refused unchecked, but not at once: a connection gets no faster answer by
+            // being refused, so opening more connections does not speed a guesser up.
+            tokio::time::sleep(FAILURE_DELAY_MAX).await;
             return Err(self.failed(from, name, Failure::Throttled));
         };
         if !wait.is_zero() {
