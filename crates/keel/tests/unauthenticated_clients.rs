@@ -5,8 +5,9 @@
 //!   gets fewer than 10 answers a second, and the failures are logged;
 //! - its connections: 2,000 silent connections do not keep the administrator out, and are
 //!   closed by the authentication deadline;
-//! - its memory: 100 unauthenticated connections sending large requests in part grow the
-//!   node by less than 16 MiB, while the administrator's 512 KiB writes succeed.
+//! - its memory: 100 unauthenticated connections sending large requests in part (and 100
+//!   holding the largest allowed) grow the node by less than 16 MiB, while the
+//!   administrator's 512 KiB writes succeed.
 //!
 //! `KEEL_GUESS_SECONDS` sets how long the guessing lasts (8 s unless set; the issue's
 //! figure is 30). The figures are printed (`-- --nocapture`).
@@ -212,7 +213,12 @@ fn counter(cluster: &keel_server::local::LocalCluster, i: usize, name: &str) -> 
 
 #[test]
 fn silent_connections_are_closed_by_the_deadline_and_the_administrator_gets_in() {
-    let mut cluster = common::start("silent", |c| c.users = users());
+    let mut cluster = common::start("silent", |c| {
+        c.users = users();
+        // Longer than opening 2,000 connections takes here, so that the deadline does not
+        // free slots before the administrator comes: making room does.
+        c.auth_timeout_ms = 15_000;
+    });
     cluster.credentials = Some(("admin".into(), "admin-pass".into()));
     let leader = cluster.wait_for_leader(common::LEADER_WAIT).expect("a leader");
     let addr = cluster.client_addrs()[leader];
@@ -226,7 +232,8 @@ fn silent_connections_are_closed_by_the_deadline_and_the_administrator_gets_in()
     assert_eq!(admin.call(&["AUTH", "admin", "admin-pass"]), "+OK");
     assert_eq!(admin.call(&["SET", "in", "yes"]), "+OK");
     let admin_took = started.elapsed();
-    // Every silent connection is closed by the deadline (5 s from its arrival).
+    // Every silent connection is closed by the deadline (15 s from its arrival) at the
+    // latest.
     let mut last_closed = Duration::ZERO;
     for mut stream in silent {
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -240,7 +247,7 @@ fn silent_connections_are_closed_by_the_deadline_and_the_administrator_gets_in()
         "2,000 silent connections opened in {took:?}; the admin authenticated and wrote in {admin_took:?}; the last silent one closed {last_closed:?} after the first opened; {timeouts} closed at the deadline, {evicted} to make room"
     );
     assert!(admin_took < Duration::from_secs(5), "{admin_took:?}");
-    assert!(last_closed < took + Duration::from_secs(5 + 5), "{last_closed:?}");
+    assert!(last_closed < took + Duration::from_secs(15 + 5), "{last_closed:?}");
     assert!(timeouts + evicted >= 2_000.0, "{timeouts} + {evicted}");
     assert_eq!(admin.call(&["GET", "in"]), "$3", "the admin's connection was not closed");
     common::finish(cluster);
@@ -258,7 +265,8 @@ fn unauthenticated_partial_requests_hold_little_memory() {
     let base = common::rss(pid);
     let peak = common::Peak::start(pid);
     // 100 send the largest request allowed before AUTH in part, and are held (until the
-    // deadline); 100 announce a 4 MiB value and send 1 MiB of it, and are refused at the
+    // deadline); 100 send 3 MiB of a 4 MiB request (four words, the last three of 1 MiB,
+    // each within the limits of an authenticated client), refused at the first 1 MiB
     // header.
     let held: Vec<TcpStream> = (0..100)
         .map(|_| {
@@ -268,16 +276,27 @@ fn unauthenticated_partial_requests_hold_little_memory() {
             stream
         })
         .collect();
-    let header = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4194304\r\n";
+    let mut request = b"*4\r\n$3\r\nSET\r\n".to_vec();
+    for _ in 0..2 {
+        request.extend_from_slice(b"$1048576\r\n");
+        request.extend(std::iter::repeat_n(b'v', MIB as usize));
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"$1048576\r\n");
+    request.extend(std::iter::repeat_n(b'v', MIB as usize - 3));
     let partial: Vec<TcpStream> = (0..100)
         .map(|_| {
             let mut stream = TcpStream::connect(addr).unwrap();
             stream.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
-            let _ = stream.write_all(header);
-            let _ = stream.write_all(&vec![b'v'; MIB as usize]);
+            let _ = stream.write_all(&request);
             stream
         })
         .collect();
+    // The administrator's writes of 512 KiB succeed while they are held.
+    let value = "v".repeat(512 * 1024);
+    for i in 0..10 {
+        assert_eq!(admin.call(&["SET", &format!("large-{i}"), &value]), "+OK", "write {i}");
+    }
     let mut refusals = Vec::new();
     for stream in &partial {
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -285,14 +304,9 @@ fn unauthenticated_partial_requests_hold_little_memory() {
         let _ = BufReader::new(stream).read_line(&mut line);
         refusals.push(line);
     }
-    // The administrator's writes of 512 KiB succeed meanwhile.
-    let value = "v".repeat(512 * 1024);
-    for i in 0..10 {
-        assert_eq!(admin.call(&["SET", &format!("large-{i}"), &value]), "+OK", "write {i}");
-    }
     let grown = peak.highest().saturating_sub(base);
     println!(
-        "100 unauthenticated connections holding 15,000 bytes of a request, 100 announcing 4 MiB and sending 1 MiB: the leader grew {:.1} MiB at most; first refusal: {:?}",
+        "100 unauthenticated connections holding 15,000 bytes of a request, 100 sending 3 MiB of a request in 1 MiB words: the leader grew {:.1} MiB at most; first refusal: {:?}",
         grown as f64 / MIB as f64,
         refusals[0].trim()
     );
