@@ -1359,6 +1359,26 @@ mod tests {
     }
 
     #[test]
+    fn connections_before_authentication_are_bounded_below_connections_max() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        assert_eq!(config.unauthenticated_max(), 1024 - 128, "an eighth kept for the others");
+        assert_eq!(config.client_idle_timeout_ms, 300_000, "idle connections are not kept forever");
+        config.unauthenticated_connections_max = Some(config.connections_max);
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("unauthenticated_connections_max"), "{err}");
+        config.unauthenticated_connections_max = Some(10);
+        assert_eq!(config.unauthenticated_max(), 10);
+        config.auth_timeout_ms = 10;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("auth_timeout_ms"), "{err}");
+        config.auth_timeout_ms = AUTH_TIMEOUT_MS_DEFAULT;
+        config.validate().unwrap();
+        config.connections_max = 1;
+        config.unauthenticated_connections_max = None;
+        assert_eq!(config.unauthenticated_max(), 1, "never none");
+    }
+
+    #[test]
     fn tls_and_http_access_settings_go_together() {
         let base = || ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
         let field = |config: &ServerConfig| config.validate().unwrap_err().to_string();
