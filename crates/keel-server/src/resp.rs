@@ -222,7 +222,12 @@ async fn handshake(
     door: &Arc<FrontDoor>,
 ) {
     let metrics = &door.keyspaces.node_metrics;
-    let handshake = tokio::time::timeout(door.partial_request_timeout, acceptor.accept(stream));
+    // With users, the deadline to authenticate counts from the arrival: the handshake too.
+    let mut limit = door.partial_request_timeout;
+    if door.login.users().required() {
+        limit = limit.min(door.auth_timeout);
+    }
+    let handshake = tokio::time::timeout(limit, acceptor.accept(stream));
     let done = tokio::select! {
         done = handshake => done,
         () = arrival.ticket.evicted() => return,

@@ -2,7 +2,8 @@
 //! against real `keel server` processes (issue 39):
 //! - its time: four connections per node guessing the administrator's password (`keel up
 //!   --secure`) neither move the leader nor fail the administrator's writes; each guesser
-//!   gets fewer than 10 answers a second, and the failures are logged;
+//!   gets fewer than 10 answers a second, and the failures are logged; silent
+//!   connections to the TLS port are closed by the deadline to authenticate;
 //! - its connections: 2,000 silent connections do not keep the administrator out, and are
 //!   closed by the authentication deadline;
 //! - its memory: 100 unauthenticated connections sending large requests in part (and 100
@@ -136,6 +137,20 @@ fn password_guessers_are_slowed_and_logged_and_leave_the_leader_in_place() {
     }));
     let (leader_index, epoch) = before.unwrap();
 
+    // Silent connections to the TLS port (they never start the handshake): closed by the
+    // deadline to authenticate, which counts the handshake too.
+    let tls = SocketAddr::from(([127, 0, 0, 1], base + 300 + leader_index as u16));
+    let silent_opened = Instant::now();
+    let silent: Vec<TcpStream> = (0..100).map(|_| TcpStream::connect(tls).unwrap()).collect();
+    let silent = std::thread::spawn(move || {
+        // When the last of them was closed.
+        for mut stream in silent {
+            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let _ = std::io::Read::read_to_end(&mut stream, &mut Vec::new());
+        }
+        silent_opened.elapsed()
+    });
+
     let stop = Arc::new(AtomicBool::new(false));
     let guessers: Vec<_> = (0..12)
         .map(|g| {
@@ -164,6 +179,8 @@ fn password_guessers_are_slowed_and_logged_and_leave_the_leader_in_place() {
     stop.store(true, Ordering::Relaxed);
     let results: Vec<Guesses> = guessers.into_iter().map(|g| g.join().unwrap()).collect();
 
+    let silent_closed = silent.join().unwrap();
+    assert!(silent_closed < Duration::from_secs(5 + 3), "silent TLS: {silent_closed:?}");
     let after = leader(&mut admins);
     assert_eq!(after, Some((leader_index, epoch)), "the leader and its epoch stayed");
     let login = login.expect("logged in from elsewhere");
@@ -173,7 +190,7 @@ fn password_guessers_are_slowed_and_logged_and_leave_the_leader_in_place() {
     let answers: u64 = results.iter().map(|g| g.wrong + g.refused).sum();
     let connections: u64 = results.iter().map(|g| g.connections).sum();
     println!(
-        "{seconds:.1} s, 12 guessers (4 per node): {answers} answers ({checked} passwords checked) over {connections} connections; fastest guesser {:.2}/s; admin: {writes} writes, slowest {slowest:?}; a fresh admin login from 127.0.0.2 took {login:?}",
+        "{seconds:.1} s, 12 guessers (4 per node): {answers} answers ({checked} passwords checked) over {connections} connections; fastest guesser {:.2}/s; admin: {writes} writes, slowest {slowest:?}; a fresh admin login from 127.0.0.2 took {login:?}; 100 silent TLS connections all closed {silent_closed:?} after they were opened",
         rates.iter().cloned().fold(0.0, f64::max)
     );
     for (g, rate) in rates.iter().enumerate() {
