@@ -29,6 +29,7 @@
 
 use crate::acl::{category, Category, User, Users};
 use crate::driver::{KeyspaceHandle, Keyspaces, Sent, Submit};
+use crate::login::{Failure, Login, CONNECTION_FAILURES_MAX};
 use bytes::Bytes;
 use keel_core::engine::{ClientReply, EngineKind, OpMode};
 use keel_types::{
@@ -41,6 +42,7 @@ use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -234,6 +236,12 @@ pub struct Conn {
     watched: Arc<std::sync::Mutex<Watched>>,
     /// The configured users (none: no authentication, protected mode).
     users: Arc<Users>,
+    /// Checks passwords, off the runtime, with the node's delays for guessers.
+    login: Arc<Login>,
+    /// The address the connection comes from (the throttle counts failures by it).
+    from: IpAddr,
+    /// Failed attempts to authenticate on this connection.
+    auth_failures: u32,
     /// The user this connection authenticated as.
     user: Option<Arc<User>>,
 }
@@ -256,10 +264,13 @@ impl Conn {
         keyspaces: Arc<Keyspaces>,
         limits: Limits,
         resolved: Arc<Resolved>,
-        users: Arc<Users>,
+        login: Arc<Login>,
     ) -> Conn {
         Conn {
-            users,
+            users: login.users().clone(),
+            login,
+            from: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            auth_failures: 0,
             user: None,
             protocol: Protocol::Resp2,
             client: ClientId(client_id.max(1)),
@@ -275,6 +286,16 @@ impl Conn {
             transaction: None,
             watched: Arc::default(),
         }
+    }
+
+    /// Sets the address the connection comes from.
+    pub fn set_from(&mut self, from: IpAddr) {
+        self.from = from;
+    }
+
+    /// Whether the connection has authenticated (always false on a node without users).
+    pub fn authenticated(&self) -> bool {
+        self.user.is_some()
     }
 
     /// Counts a reply queued for the writer.
@@ -324,8 +345,9 @@ const NOAUTH: &str = "NOAUTH Authentication required.";
 /// The reply to a failed authentication.
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// `AUTH [user] password`.
-fn auth(conn: &mut Conn, words: &[Bytes]) -> Pending {
+/// `AUTH [user] password`. Waits for the check (on the hashing thread, after the
+/// throttle's delay) before the connection reads its next request.
+async fn auth(conn: &mut Conn, words: &[Bytes]) -> Pending {
     let protocol = conn.protocol;
     let (name, password) = match words {
         [_, password] => (crate::acl::DEFAULT_USER.as_bytes(), password),
@@ -338,13 +360,34 @@ fn auth(conn: &mut Conn, words: &[Bytes]) -> Pending {
     if !conn.users.required() {
         return Pending::ready(Frame::error(NO_AUTHENTICATION), protocol);
     }
-    match conn.users.authenticate(name, password) {
-        Some(user) => {
-            conn.user = Some(user);
-            Pending::ready(Frame::ok(), protocol)
-        }
-        None => Pending::ready(Frame::error(WRONGPASS), protocol),
+    match login(conn, name, password).await {
+        Ok(()) => Pending::ready(Frame::ok(), protocol),
+        Err(refusal) => refusal,
     }
+}
+
+/// Authenticates the connection as `name`, or the refusal to queue: `WRONGPASS` (the
+/// same for an unknown name), or an error saying to retry later when the attempt was
+/// refused unchecked; closing the connection at its [`CONNECTION_FAILURES_MAX`]th failure.
+async fn login(conn: &mut Conn, name: &[u8], password: &[u8]) -> Result<(), Pending> {
+    let failure = match conn.login.authenticate(conn.from, name, password).await {
+        Ok(user) => {
+            conn.user = Some(user);
+            return Ok(());
+        }
+        Err(failure) => failure,
+    };
+    conn.auth_failures += 1;
+    let text = match failure {
+        Failure::WrongPassword | Failure::UnknownUser => WRONGPASS,
+        Failure::Throttled => "ERR too many failed authentications from this address; retry later",
+        Failure::Busy => "BUSY too many authentications in progress; retry later",
+    };
+    let refusal = Pending::ready(Frame::error(text), conn.protocol);
+    if conn.auth_failures >= CONNECTION_FAILURES_MAX {
+        return Err(refusal.closing());
+    }
+    Err(refusal)
 }
 
 /// `ACL WHOAMI` (the only `ACL` subcommand Keel answers; users live in the configuration).
@@ -389,8 +432,13 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     };
     let first = words.first().map_or(&[][..], |w| &w[..]);
     if first.eq_ignore_ascii_case(b"auth") {
-        return auth(conn, &words);
+        return auth(conn, &words).await;
     }
+    let words = match hello_auth(conn, words).await {
+        Ok(words) => words,
+        Err(refusal) => return refusal,
+    };
+    let first = words.first().map_or(&[][..], |w| &w[..]);
     let before_auth = [&b"hello"[..], b"quit"].iter().any(|w| first.eq_ignore_ascii_case(w));
     if conn.users.required() && conn.user.is_none() && !before_auth {
         return Pending::ready(Frame::error(NOAUTH), conn.protocol);
@@ -429,6 +477,29 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
             Err(e) => Pending::ready(e.reply_frame(), conn.protocol),
         },
     }
+}
+
+/// `HELLO ... AUTH <user> <password> ...` on a node with users: authenticates first (as
+/// `AUTH`), then leaves the words to `HELLO` with its `AUTH` option answered. Other
+/// requests pass through.
+async fn hello_auth(conn: &mut Conn, words: Vec<Bytes>) -> Result<Vec<Bytes>, Pending> {
+    let first = words.first().map_or(&[][..], |w| &w[..]);
+    if !first.eq_ignore_ascii_case(b"hello") || !conn.users.required() {
+        return Ok(words);
+    }
+    let parsed = keel_wire::command::parse(words.clone(), &conn.limits);
+    let Ok(ClientCommand::Hello { protocol, auth: Some((name, password)), client_name }) = parsed
+    else {
+        return Ok(words); // without AUTH, or malformed: HELLO's own parse answers it
+    };
+    login(conn, &name, &password).await?;
+    // The same HELLO without its AUTH option, now answered.
+    let version = protocol.map_or(2, |p| p.version());
+    let mut words = vec![Bytes::from_static(b"HELLO"), Bytes::from(version.to_string())];
+    if let Some(client_name) = client_name {
+        words.extend([Bytes::from_static(b"SETNAME"), client_name]);
+    }
+    Ok(words)
 }
 
 fn request_words(frame: Frame) -> Result<Vec<Bytes>, String> {
@@ -1038,19 +1109,30 @@ fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
     Pending::later(
         Box::pin(async move {
             match node.log(LogIndex(from), count, QUERY_WAIT).await {
-                Ok(page) => {
-                    let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
-                    for entry in &page.entries {
-                        let json = serde_json::to_vec(entry).expect("entries serialize");
-                        items.push(Frame::Bulk(json.into()));
-                    }
-                    Frame::Array(items)
-                }
+                Ok(page) => log_page_frame(&page),
                 Err(e) => error_frame(&e),
             }
         }),
         protocol,
     )
+}
+
+/// A page of the log as `KEEL.LOG` answers it: the snapshot's index, then the entries
+/// as JSON while their JSON stays within [`crate::driver::LOG_PAGE_BYTES_MAX`] (at least
+/// one). The bound is on the bytes sent: JSON writes a value's bytes as an array of
+/// numbers, up to four times its size, so the driver's count of value bytes is not it.
+fn log_page_frame(page: &crate::driver::LogPage) -> Frame {
+    let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
+    let mut bytes = 0usize;
+    for entry in &page.entries {
+        let json = serde_json::to_vec(entry).expect("entries serialize");
+        bytes += json.len();
+        if bytes > crate::driver::LOG_PAGE_BYTES_MAX && items.len() > 1 {
+            break;
+        }
+        items.push(Frame::Bulk(json.into()));
+    }
+    Frame::Array(items)
 }
 
 /// Runs a parsed command with the deduplication pair `pair` (`named`: chosen by the
@@ -1457,10 +1539,11 @@ fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
                 Some(_) if !conn.users.required() => {
                     return ready(Frame::error(NO_AUTHENTICATION));
                 }
-                Some((name, password)) => match conn.users.authenticate(&name, &password) {
-                    Some(user) => conn.user = Some(user),
-                    None => return ready(Frame::error(WRONGPASS)),
-                },
+                // `hello_auth` answers a plain `HELLO ... AUTH` before this (on the hashing
+                // thread); one reaching here came another way (inside `KEEL.REQ`).
+                Some(_) => {
+                    return ready(Frame::error("ERR HELLO with AUTH must be sent on its own"))
+                }
                 None if conn.users.required() && conn.user.is_none() => {
                     return ready(Frame::error(NOAUTH));
                 }
@@ -1635,9 +1718,10 @@ mod tests {
             keel_types::NodeId(1),
         );
         let resolved = Arc::new(Resolved::default());
-        let users = Arc::new(Users::default());
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let login = Arc::new(Login::new(Arc::new(Users::default()), metrics));
         (
-            Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved.clone(), users),
+            Conn::new(42, Arc::new(keyspaces), Limits::default(), resolved.clone(), login),
             rx,
             resolved,
         )
@@ -1805,6 +1889,38 @@ mod tests {
         assert!(matches!(s.command, Command::Multi { .. }));
         let text = ready_text(handle(&mut c, words(&["EXEC"])).await);
         assert_eq!(text, "ERR EXEC without MULTI", "the transaction was sent");
+    }
+
+    #[test]
+    fn a_log_page_holds_at_most_its_cap_in_the_bytes_it_sends() {
+        use keel_types::{ClientId, Durability, EntryPayload, Epoch, LogIndex, RequestId};
+        let write = |index: u64| keel_types::Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Write {
+                client: ClientId(1),
+                request: RequestId(index),
+                durability: Durability::Memory,
+                command: Command::Put { key: "k".into(), value: vec![200u8; 300 << 10].into() },
+            },
+        };
+        // Six values of 300 KiB: 1.8 MiB of values, within the driver's count, but about
+        // 1.2 MB of JSON each: three fit in 4 MiB.
+        let entries = (1..=6).map(write).collect();
+        let page = crate::driver::LogPage { entries, snapshot_index: LogIndex(0) };
+        let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
+        assert_eq!(items.len(), 1 + 3, "the snapshot index and three entries");
+        let sent: usize =
+            items.iter().map(|f| keel_wire::resp::encode::to_bytes(f, Protocol::Resp2).len()).sum();
+        assert!(sent <= crate::driver::LOG_PAGE_BYTES_MAX + 64, "{sent}");
+        let small = (1..=3).map(|i| keel_types::Entry {
+            epoch: Epoch(1),
+            index: LogIndex(i),
+            payload: EntryPayload::Noop,
+        });
+        let page = crate::driver::LogPage { entries: small.collect(), snapshot_index: LogIndex(0) };
+        let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
+        assert_eq!(items.len(), 4, "small entries all go");
     }
 
     #[test]

@@ -65,6 +65,11 @@ use std::path::{Path, PathBuf};
 
 /// Default most open client connections.
 pub const CONNECTIONS_MAX_DEFAULT: u32 = 1024;
+/// Default time a client connection may send nothing: 5 minutes (Redis's default, 0, is
+/// never; a connection that never closes holds a slot forever).
+pub const CLIENT_IDLE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// Default time a client connection has to authenticate, with users configured.
+pub const AUTH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Default most events waiting for the engine (client requests and peer messages).
 pub const INPUT_QUEUE_MAX_DEFAULT: u32 = 16_384;
 /// Default most messages queued for one peer; more are dropped (the protocol retries).
@@ -579,9 +584,19 @@ pub struct ServerConfig {
     #[serde(default = "partial_request_timeout_ms_default")]
     pub partial_request_timeout_ms: u64,
     /// A client connection that sends nothing for this long is closed (ms; 0: never, as
-    /// Redis's `timeout 0`).
-    #[serde(default)]
+    /// Redis's `timeout 0`, which is not Keel's default: an idle connection holds a slot
+    /// of `connections_max`).
+    #[serde(default = "client_idle_timeout_ms_default")]
     pub client_idle_timeout_ms: u64,
+    /// With users configured, a client connection that has not authenticated this long
+    /// after it was accepted is closed (ms).
+    #[serde(default = "auth_timeout_ms_default")]
+    pub auth_timeout_ms: u64,
+    /// With users configured, most client connections not yet authenticated; one more
+    /// closes the oldest of them. Below `connections_max`, so that slots stay free for
+    /// clients that authenticate; `None`: `connections_max` less an eighth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unauthenticated_connections_max: Option<u32>,
     /// A client connection whose replies cannot be written (the client does not read
     /// them) for this long is closed (ms).
     #[serde(default = "client_output_timeout_ms_default")]
@@ -757,6 +772,12 @@ fn connections_max_default() -> u32 {
 fn partial_request_timeout_ms_default() -> u64 {
     10_000
 }
+fn client_idle_timeout_ms_default() -> u64 {
+    CLIENT_IDLE_TIMEOUT_MS_DEFAULT
+}
+fn auth_timeout_ms_default() -> u64 {
+    AUTH_TIMEOUT_MS_DEFAULT
+}
 
 fn reads_off_loop_default() -> bool {
     true
@@ -788,6 +809,14 @@ pub fn local_addrs(base_port: u16, id: u32) -> (SocketAddr, SocketAddr, SocketAd
 }
 
 impl ServerConfig {
+    /// Most connections not yet authenticated: `unauthenticated_connections_max`, or
+    /// `connections_max` less an eighth (at least one).
+    pub fn unauthenticated_max(&self) -> u32 {
+        let reserve = (self.connections_max / 8).max(1);
+        self.unauthenticated_connections_max
+            .unwrap_or_else(|| self.connections_max.saturating_sub(reserve).max(1))
+    }
+
     /// The configuration of node `id` of a local `nodes`-node cluster (see
     /// [`local_addrs`]), its data under `dir/n<id>`.
     pub fn local(nodes: u32, id: u32, base_port: u16, dir: &Path) -> ServerConfig {
@@ -808,7 +837,9 @@ impl ServerConfig {
             peer_batch_max: PEER_BATCH_MAX_DEFAULT,
             pipeline_depth_max: PIPELINE_DEPTH_MAX_DEFAULT,
             partial_request_timeout_ms: partial_request_timeout_ms_default(),
-            client_idle_timeout_ms: 0,
+            client_idle_timeout_ms: CLIENT_IDLE_TIMEOUT_MS_DEFAULT,
+            auth_timeout_ms: AUTH_TIMEOUT_MS_DEFAULT,
+            unauthenticated_connections_max: None,
             client_output_timeout_ms: client_output_timeout_ms_default(),
             client_request_buffers_bytes_max: client_request_buffers_bytes_max_default(),
             forwarded_replies_bytes_max: forwarded_replies_bytes_max_default(),
@@ -908,6 +939,15 @@ impl ServerConfig {
         }
         if self.partial_request_timeout_ms < 100 {
             return Err(invalid("partial_request_timeout_ms", "must be at least 100"));
+        }
+        if self.auth_timeout_ms < 100 {
+            return Err(invalid("auth_timeout_ms", "must be at least 100"));
+        }
+        if let Some(max) = self.unauthenticated_connections_max {
+            if max == 0 || max >= self.connections_max {
+                let reason = "must be at least 1 and below connections_max (the rest are kept for clients that authenticate)";
+                return Err(invalid("unauthenticated_connections_max", reason));
+            }
         }
         let mut addrs: Vec<&PeerAddr> = self.members.iter().map(|m| &m.peer_addr).collect();
         addrs.sort();
@@ -1353,6 +1393,26 @@ mod tests {
         let back = ServerConfig::from_toml(&config.to_toml()).unwrap();
         assert_eq!(back, config);
         assert_eq!(config.peer_addr().port(), 7480);
+    }
+
+    #[test]
+    fn connections_before_authentication_are_bounded_below_connections_max() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        assert_eq!(config.unauthenticated_max(), 1024 - 128, "an eighth kept for the others");
+        assert_eq!(config.client_idle_timeout_ms, 300_000, "idle connections are not kept forever");
+        config.unauthenticated_connections_max = Some(config.connections_max);
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("unauthenticated_connections_max"), "{err}");
+        config.unauthenticated_connections_max = Some(10);
+        assert_eq!(config.unauthenticated_max(), 10);
+        config.auth_timeout_ms = 10;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("auth_timeout_ms"), "{err}");
+        config.auth_timeout_ms = AUTH_TIMEOUT_MS_DEFAULT;
+        config.validate().unwrap();
+        config.connections_max = 1;
+        config.unauthenticated_connections_max = None;
+        assert_eq!(config.unauthenticated_max(), 1, "never none");
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //! - [`peer`]: peer links shared by the keyspaces: batched frames of keyspace envelopes,
 //!   bounded queues, reconnect with backoff; per-keyspace inboxes that decode and gate.
 //! - [`resp`]: the client front door (RESP2/RESP3, pipelining, connection limit).
+//! - [`login`]: password checks on a hashing thread of their own, the delays that slow
+//!   a party guessing passwords, and their counts and log.
+//! - [`unauthenticated`]: the connections not yet authenticated, at most a share of
+//!   `connections_max`, the oldest closed first to make room.
 //! - [`commands`]: one request to one reply; `SELECT`, `KEEL.REQ`, `KEEL.LOG`,
 //!   `KEEL.KEYSPACES`.
 //! - [`http`]: `/metrics` and `/status`.
@@ -39,12 +43,14 @@ pub mod driver;
 pub mod handshake;
 pub mod http;
 pub mod local;
+pub mod login;
 pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod resp;
 pub mod storage;
 pub mod tls;
+pub mod unauthenticated;
 
 pub use config::ServerConfig;
 pub use driver::{KeyspaceHandle, Keyspaces};

@@ -236,6 +236,13 @@ pub struct Metrics {
     pub peer_bulk_shed: AtomicU64,
     /// Client TLS handshakes that failed or took too long.
     pub tls_handshakes_failed: AtomicU64,
+    /// Client connections closed for not authenticating within `auth_timeout_ms`.
+    pub auth_timeouts: AtomicU64,
+    /// Unauthenticated client connections closed to make room for a newer one (over
+    /// `unauthenticated_connections_max`).
+    pub unauthenticated_evicted: AtomicU64,
+    /// Failed attempts to authenticate, by [`crate::login::Failure`] reason.
+    auth_failures: [AtomicU64; crate::login::Failure::ALL.len()],
     /// Peer connections closed or refused, by [`LinkClosed`] reason.
     links_closed: [AtomicU64; LinkClosed::ALL.len()],
     /// Peer messages the validation gate dropped, by keyspace and reason.
@@ -245,6 +252,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts a failed attempt to authenticate.
+    pub fn auth_failed(&self, failure: crate::login::Failure) {
+        self.auth_failures[failure.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed attempts to authenticate for `failure` so far.
+    pub fn auth_failures(&self, failure: crate::login::Failure) -> u64 {
+        self.auth_failures[failure.index()].load(Ordering::Relaxed)
+    }
+
     /// Counts a peer message the validation gate dropped, and logs it unless the same
     /// reason was logged within [`REJECTION_LOG_INTERVAL`].
     pub fn rejected(&self, keyspace: KeyspaceId, from: NodeId, reason: &'static str) {
@@ -461,7 +478,7 @@ impl Page {
     }
 
     fn node(families: &mut Vec<Family>, node: &Metrics) {
-        let values: [(&'static str, &'static str, bool, &AtomicU64); 9] = [
+        let values: [(&'static str, &'static str, bool, &AtomicU64); 11] = [
             (
                 "keel_peer_messages_sent",
                 "Peer messages handed to a connection.",
@@ -516,6 +533,18 @@ impl Page {
                 true,
                 &node.tls_handshakes_failed,
             ),
+            (
+                "keel_client_auth_timeouts",
+                "Client connections closed for not authenticating within auth_timeout_ms.",
+                true,
+                &node.auth_timeouts,
+            ),
+            (
+                "keel_client_unauthenticated_evicted",
+                "Unauthenticated client connections closed, oldest first, to make room for a newer one (over unauthenticated_connections_max).",
+                true,
+                &node.unauthenticated_evicted,
+            ),
         ];
         for (name, help, counter, value) in values {
             let sample = vec![(Labels::new(), value.load(Ordering::Relaxed))];
@@ -538,6 +567,15 @@ impl Page {
                 (labels, node.links_closed_count(*why))
             })
             .collect();
+        let auth = crate::login::Failure::ALL
+            .iter()
+            .map(|why| (vec![("reason", why.as_str().to_string())], node.auth_failures(*why)))
+            .collect();
+        families.push(Family {
+            name: "keel_client_auth_failures",
+            help: "Failed attempts to authenticate (AUTH, HELLO ... AUTH), by reason: wrong_password, unknown_user, throttled (refused unchecked: the address had too many attempts waiting), busy (refused unchecked: the hashing queue was full).",
+            kind: Kind::Counter(auth),
+        });
         families.push(Family {
             name: "keel_peer_connections_closed",
             help: "Peer connections closed or refused, by reason.",

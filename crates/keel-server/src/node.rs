@@ -28,6 +28,7 @@ use crate::metrics::{KeyspaceMetrics, Metrics};
 use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
 use crate::storage::StartError;
+use crate::unauthenticated::Unauthenticated;
 use keel_core::engine::{Engine, EngineKind, PersistedState};
 use keel_core::kite::KiteEngine;
 use keel_core::leader::LeaderEngine;
@@ -296,9 +297,17 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         tracing::warn!("protected mode: no [[users]], so only loopback clients are served");
     }
     let bulk = BulkRuntime::start(&config);
+    let login = Arc::new(crate::login::Login::new(users.clone(), keyspaces.node_metrics.clone()));
+    tokio::spawn(crate::login::log_failures(Arc::downgrade(&login)));
+    let unauthenticated = users.required().then(|| {
+        let max = config.unauthenticated_max() as usize;
+        Arc::new(Unauthenticated::new(max, keyspaces.node_metrics.clone()))
+    });
     let door = Arc::new(FrontDoor {
         bulk: bulk.handle(),
-        users,
+        login,
+        auth_timeout: std::time::Duration::from_millis(config.auth_timeout_ms),
+        unauthenticated,
         loopback_only,
         keyspaces: keyspaces.clone(),
         limits,

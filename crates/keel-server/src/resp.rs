@@ -16,6 +16,14 @@
 //! `-ERR Protocol error: ...` and the connection closes. Over `connections_max`, a new
 //! connection gets `-BUSY` and is closed; a full engine queue answers `-BUSY`.
 //!
+//! Before authentication (on a node with users) a connection is held tighter: requests of
+//! at most 10 words and 16 KiB (`RespLimits::unauthenticated`; a larger header is a
+//! protocol error, in Redis's words), `auth_timeout_ms` from its arrival to authenticate,
+//! and a place among at most `unauthenticated_connections_max` such connections, the
+//! oldest closed to make room (`crate::unauthenticated`). `AUTH` waits for its check
+//! (`crate::login`: a thread of its own, after the throttle's delay) before the next
+//! request is read.
+//!
 //! Memory and time: the reader holds at most one partial request (bounded by the RESP
 //! limits) and pauses past `pipeline_depth_max` unanswered requests. The writer copies
 //! no large value: a bulk string of 16 KiB or more is written from the shared bytes it
@@ -31,6 +39,8 @@
 use crate::budget::ByteBudget;
 use crate::commands::{self, Conn, Pending, Resolved};
 use crate::driver::Keyspaces;
+use crate::login::Login;
+use crate::unauthenticated::{Admission, Unauthenticated};
 use bytes::Bytes;
 use keel_types::Limits;
 use keel_wire::resp::{encode_shared, DecodeMode, Decoder, Frame, Protocol, RespLimits};
@@ -38,9 +48,10 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 /// Bytes read from a client socket at a time.
@@ -76,8 +87,13 @@ pub struct FrontDoor {
     pub idle_timeout: Option<std::time::Duration>,
     /// How long a write to a client may make no progress before it is disconnected.
     pub output_timeout: std::time::Duration,
-    /// The users clients authenticate as (none: no authentication).
-    pub users: Arc<crate::acl::Users>,
+    /// Checks passwords (the users clients authenticate as; none: no authentication).
+    pub login: Arc<Login>,
+    /// How long a connection may take to authenticate (on a node with users).
+    pub auth_timeout: std::time::Duration,
+    /// Connections not yet authenticated, at most `unauthenticated_connections_max`
+    /// (`None`: a node without users).
+    pub unauthenticated: Option<Arc<Unauthenticated>>,
     /// Serve loopback clients only (protected mode: no users configured).
     pub loopback_only: bool,
     /// Bytes every connection's request buffer may hold together past its first
@@ -132,15 +148,16 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsA
             tokio::time::sleep(crate::peer::BACKOFF_MIN).await; // out of descriptors
             continue;
         };
+        let accepted = Instant::now();
         let _ = stream.set_nodelay(true);
+        // A slot first, so that handshakes in progress count against `connections_max`
+        // too; taken (and the registry of unauthenticated connections made room in)
+        // here, before the next accept, so that a flood never holds more than its share.
+        let ticket = door.slots.clone().try_acquire_owned().ok().map(|slot| door.ticket(slot));
         let (door, tls) = (door.clone(), tls.clone());
         tokio::spawn(async move {
-            let loopback = from.ip().is_loopback();
-            let metrics = &door.keyspaces.node_metrics;
-            // A slot first, so that handshakes in progress count against
-            // `connections_max` too.
-            let Ok(slot) = door.slots.clone().try_acquire_owned() else {
-                metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            let Some(ticket) = ticket else {
+                door.keyspaces.node_metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
                 if tls.is_none() {
                     let mut stream = stream;
                     let _ = tokio::time::timeout(
@@ -151,31 +168,82 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsA
                 }
                 return;
             };
+            let arrival = Arrival { from: from.ip(), accepted, ticket };
             match tls {
                 None => {
                     let (reader, writer) = stream.into_split();
-                    admit(reader, writer, loopback, &door).await;
+                    admit(reader, writer, arrival, &door).await;
                 }
-                Some(acceptor) => {
-                    // A client that does not finish its handshake in time is cut off.
-                    let handshake = acceptor.accept(stream);
-                    match tokio::time::timeout(door.partial_request_timeout, handshake).await {
-                        Ok(Ok(stream)) => {
-                            let (reader, writer) = tokio::io::split(stream);
-                            admit(reader, writer, loopback, &door).await;
-                        }
-                        Ok(Err(e)) => {
-                            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(%from, reason = %e, "client TLS handshake failed");
-                        }
-                        Err(_) => {
-                            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
+                Some(acceptor) => handshake(acceptor, stream, arrival, &door).await,
             }
-            drop(slot);
         });
+    }
+}
+
+/// How a connection holds its slot: registered as unauthenticated (on a node with users,
+/// until it authenticates), or on its own.
+enum Ticket {
+    Waiting(Admission),
+    Slot(#[allow(dead_code)] OwnedSemaphorePermit), // held, never read
+}
+
+impl Ticket {
+    /// Resolves when the connection must close to make room for a newer one.
+    async fn evicted(&self) {
+        match self {
+            Ticket::Waiting(admission) => admission.evicted.notified().await,
+            Ticket::Slot(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// An accepted connection: where from, when, and its slot.
+struct Arrival {
+    from: std::net::IpAddr,
+    accepted: Instant,
+    ticket: Ticket,
+}
+
+impl FrontDoor {
+    fn ticket(&self, slot: OwnedSemaphorePermit) -> Ticket {
+        match &self.unauthenticated {
+            Some(registry) => Ticket::Waiting(registry.admit(slot)),
+            None => Ticket::Slot(slot),
+        }
+    }
+}
+
+/// Serves a TLS connection once its handshake is done; one that does not finish it in
+/// time (or is closed to make room) is cut off.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    arrival: Arrival,
+    door: &Arc<FrontDoor>,
+) {
+    let metrics = &door.keyspaces.node_metrics;
+    // With users, the deadline to authenticate counts from the arrival: the handshake too.
+    let mut limit = door.partial_request_timeout;
+    if door.login.users().required() {
+        limit = limit.min(door.auth_timeout);
+    }
+    let handshake = tokio::time::timeout(limit, acceptor.accept(stream));
+    let done = tokio::select! {
+        done = handshake => done,
+        () = arrival.ticket.evicted() => return,
+    };
+    match done {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = tokio::io::split(stream);
+            admit(reader, writer, arrival, door).await;
+        }
+        Ok(Err(e)) => {
+            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(from = %arrival.from, reason = %e, "client TLS handshake failed");
+        }
+        Err(_) => {
+            metrics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -184,13 +252,13 @@ const REFUSAL_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// Serves one accepted connection (its TLS handshake done), or refuses it in protected
 /// mode.
-async fn admit<R, W>(reader: R, mut writer: W, loopback: bool, door: &Arc<FrontDoor>)
+async fn admit<R, W>(reader: R, mut writer: W, arrival: Arrival, door: &Arc<FrontDoor>)
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let metrics = &door.keyspaces.node_metrics;
-    if door.loopback_only && !loopback {
+    if door.loopback_only && !arrival.from.is_loopback() {
         metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
         let refusal = async {
             writer.write_all(PROTECTED_MODE.as_bytes()).await?;
@@ -200,11 +268,62 @@ where
         return;
     }
     metrics.connections_active.fetch_add(1, Ordering::Relaxed);
-    connection(reader, writer, door).await;
+    connection(reader, writer, arrival, door).await;
     metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
 }
 
-async fn connection<R, W>(mut reader: R, writer: W, door: &Arc<FrontDoor>)
+/// What ended a connection's wait for its next bytes.
+enum Woken {
+    /// `n` bytes were read.
+    Read(usize),
+    /// The client closed, the read failed, or the writer gave up on the client.
+    Closed,
+    /// Nothing came within the idle or partial-request timeout.
+    TimedOut,
+    /// Not authenticated by the deadline (`auth_timeout_ms`).
+    AuthDeadline,
+    /// Closed to make room for a newer unauthenticated connection.
+    Evicted,
+}
+
+/// Waits for the next bytes of a connection, at most `wait`, and until `deadline` if it
+/// must authenticate by then.
+async fn next_read<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    chunk: &mut [u8],
+    queue: &mpsc::Sender<Pending>,
+    wait: Option<std::time::Duration>,
+    deadline: Option<Instant>,
+    ticket: &Ticket,
+) -> Woken {
+    if deadline.is_some_and(|at| Instant::now() >= at) {
+        return Woken::AuthDeadline; // even for a client that keeps sending
+    }
+    let timeout = async {
+        match wait {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => std::future::pending().await,
+        }
+    };
+    let deadline = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        read = reader.read(chunk) => match read {
+            Ok(0) | Err(_) => Woken::Closed,
+            Ok(n) => Woken::Read(n),
+        },
+        () = queue.closed() => Woken::Closed,
+        () = timeout => Woken::TimedOut,
+        () = deadline => Woken::AuthDeadline,
+        () = ticket.evicted() => Woken::Evicted,
+    }
+}
+
+async fn connection<R, W>(mut reader: R, writer: W, arrival: Arrival, door: &Arc<FrontDoor>)
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -214,52 +333,36 @@ where
     let sink = Sink { writer: Some(writer), bulk: door.bulk.clone() };
     let write_task =
         tokio::spawn(write_replies(sink, pending, resolved.clone(), door.output_timeout));
-    let client_id = door.id_seed.lock().expect("id lock").next_u64() >> 1;
-    let (keyspaces, limits, users) =
-        (door.keyspaces.clone(), door.limits.clone(), door.users.clone());
-    let mut conn = Conn::new(client_id, keyspaces, limits, resolved, users);
-    let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::for_server(&door.limits));
+    let mut conn = door.conn(resolved, arrival.from);
+    let full_limits = RespLimits::for_server(&door.limits);
+    // Until it authenticates (on a node with users): small requests, a deadline, a place
+    // in the registry of unauthenticated connections.
+    let mut deadline = door.login.users().required().then(|| arrival.accepted + door.auth_timeout);
+    let first_limits =
+        if deadline.is_some() { RespLimits::unauthenticated() } else { full_limits.clone() };
+    let mut decoder = Decoder::new(DecodeMode::Request, first_limits);
+    let mut ticket = arrival.ticket;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut reserved = Reserved { budget: &door.request_buffers, bytes: 0 };
     'read: loop {
         // Part of a request waits at most `partial_request_timeout`; a connection with
-        // nothing pending, `idle_timeout`.
+        // nothing pending, `idle_timeout`; one not authenticated, its deadline.
         let wait =
             if buf.is_empty() { door.idle_timeout } else { Some(door.partial_request_timeout) };
-        let read = async {
-            // The writer gave up on the client: stop reading too.
-            tokio::select! {
-                read = reader.read(&mut chunk) => read.ok(),
-                () = queue.closed() => None,
-            }
-        };
-        let n = match wait {
-            Some(wait) => match tokio::time::timeout(wait, read).await {
-                Ok(Some(n)) => n,
-                Ok(None) | Err(_) => break,
-            },
-            None => match read.await {
-                Some(n) => n,
-                None => break,
-            },
-        };
-        if n == 0 {
-            break;
-        }
-        let needed = buf.len() + n;
-        if needed > buf.capacity() {
-            // Reserve from the budget before growing, so that it bounds what is held.
-            let target = needed.max(buf.capacity() * 2);
-            if !reserved.cover(target) {
-                let metrics = &door.keyspaces.node_metrics;
-                metrics.request_budget_refused.fetch_add(1, Ordering::Relaxed);
-                let text = "ERR request buffers of all connections are full; retry later";
-                let refusal = Pending::ready(Frame::error(text), conn.protocol).closing();
-                let _ = queue.send(refusal).await;
+        let n = match next_read(&mut reader, &mut chunk, &queue, wait, deadline, &ticket).await {
+            Woken::Read(n) => n,
+            Woken::Closed | Woken::TimedOut => break,
+            woken @ (Woken::AuthDeadline | Woken::Evicted) => {
+                let _ = queue.send(door.unproven_closed(&woken, conn.protocol)).await;
                 break;
             }
-            buf.reserve_exact(target - buf.len());
+        };
+        if !reserved.grow_for(&mut buf, n) {
+            door.keyspaces.node_metrics.request_budget_refused.fetch_add(1, Ordering::Relaxed);
+            let text = "ERR request buffers of all connections are full; retry later";
+            let _ = queue.send(Pending::ready(Frame::error(text), conn.protocol).closing()).await;
+            break;
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut start = 0;
@@ -274,10 +377,16 @@ where
                         break 'read;
                     }
                     conn.queued_one();
+                    if deadline.is_some() && conn.authenticated() {
+                        // Proven: full limits from the next request, no deadline, its own slot.
+                        let Some(slot) = ticket.proven(door) else { break 'read };
+                        (ticket, deadline) = (slot, None);
+                        decoder.set_limits(full_limits.clone());
+                    }
                 }
                 Err(e) => {
-                    let reply = Pending::ready(e.reply_frame(), conn.protocol).closing();
-                    let _ = queue.send(reply).await;
+                    let frame = door.protocol_error(&e, deadline.is_some());
+                    let _ = queue.send(Pending::ready(frame, conn.protocol).closing()).await;
                     break 'read;
                 }
             }
@@ -290,6 +399,73 @@ where
     }
     drop(queue);
     let _ = write_task.await;
+}
+
+impl Ticket {
+    /// The connection's own slot once it authenticated; `None` if it was closed
+    /// meanwhile to make room for a newer one.
+    fn proven(self, door: &FrontDoor) -> Option<Ticket> {
+        match (self, &door.unauthenticated) {
+            (Ticket::Waiting(admission), Some(registry)) => {
+                registry.authenticated(admission).map(Ticket::Slot)
+            }
+            (ticket, _) => Some(ticket),
+        }
+    }
+}
+
+impl FrontDoor {
+    /// A fresh connection's state.
+    fn conn(&self, resolved: Arc<Resolved>, from: std::net::IpAddr) -> Conn {
+        let client_id = self.id_seed.lock().expect("id lock").next_u64() >> 1;
+        let (keyspaces, limits) = (self.keyspaces.clone(), self.limits.clone());
+        let mut conn = Conn::new(client_id, keyspaces, limits, resolved, self.login.clone());
+        conn.set_from(from);
+        conn
+    }
+
+    /// The last reply of a connection closed before it authenticated.
+    fn unproven_closed(&self, woken: &Woken, protocol: Protocol) -> Pending {
+        let metrics = &self.keyspaces.node_metrics;
+        let text = if matches!(woken, Woken::AuthDeadline) {
+            metrics.auth_timeouts.fetch_add(1, Ordering::Relaxed);
+            "ERR closed: not authenticated within auth_timeout_ms"
+        } else {
+            "ERR closed: too many unauthenticated connections"
+        };
+        Pending::ready(Frame::error(text), protocol).closing()
+    }
+
+    /// The reply to malformed or oversized RESP; before authentication, a request past
+    /// its limits is refused in Redis's words.
+    fn protocol_error(&self, e: &keel_wire::resp::ProtocolError, unproven: bool) -> Frame {
+        use keel_wire::resp::ProtocolError as E;
+        let text = match e {
+            E::AggregateTooLong { .. } if unproven => "unauthenticated multibulk length",
+            E::BulkTooLong { .. } | E::FrameTooLarge { .. } if unproven => {
+                "unauthenticated bulk length"
+            }
+            _ => return e.reply_frame(),
+        };
+        Frame::error(&format!("ERR Protocol error: {text}"))
+    }
+}
+
+impl Reserved<'_> {
+    /// Grows `buf` for `n` more bytes, reserving from the budget first so that it bounds
+    /// what is held; `false` when the budget cannot cover it.
+    fn grow_for(&mut self, buf: &mut Vec<u8>, n: usize) -> bool {
+        let needed = buf.len() + n;
+        if needed <= buf.capacity() {
+            return true;
+        }
+        let target = needed.max(buf.capacity() * 2);
+        if !self.cover(target) {
+            return false;
+        }
+        buf.reserve_exact(target - buf.len());
+        true
+    }
 }
 
 /// Replies encoded and not yet written: bytes of their own, and the large values they

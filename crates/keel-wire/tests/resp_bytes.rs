@@ -166,10 +166,30 @@ fn inline_commands_are_split_like_redis() {
 
 #[test]
 fn empty_requests_are_skipped() {
-    let bytes = b"\r\n\n*0\r\n*-1\r\nPING\r\n";
+    // As Redis's `processMultibulkBuffer`: a multibulk length of 0 or less (`*-5` too)
+    // is an empty request, skipped without a reply.
+    let bytes = b"\r\n\n*0\r\n*-1\r\n*-5\r\nPING\r\n";
     let (frame, used) = decode_all_ways(DecodeMode::Request, bytes).unwrap().unwrap();
     assert_eq!((frame, used), (bulks(&["PING"]), bytes.len()));
     assert_eq!(decoder(DecodeMode::Request).decode(b"\r\n   \r\n").unwrap(), None);
+}
+
+#[test]
+fn before_authentication_requests_hold_ten_words_and_16_kib() {
+    let mut decoder = Decoder::new(DecodeMode::Request, RespLimits::unauthenticated());
+    let auth = b"*3\r\n$4\r\nAUTH\r\n$5\r\nadmin\r\n$6\r\nsecret\r\n";
+    let (frame, _) = decoder.decode(auth).unwrap().unwrap();
+    assert_eq!(frame, bulks(&["AUTH", "admin", "secret"]));
+    let eleven = decoder.decode(b"*11\r\n").unwrap_err();
+    assert_eq!(eleven, ProtocolError::AggregateTooLong { len: 11, max: 10 });
+    // Refused at the header, before the bytes it announces are awaited.
+    let large = decoder.decode(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16385\r\n").unwrap_err();
+    assert!(matches!(large, ProtocolError::BulkTooLong { len: 16385, .. }), "{large:?}");
+    let long_line = vec![b'a'; 16 * 1024 + 10];
+    assert!(decoder.decode(&long_line).is_err(), "an inline request is bounded too");
+    // Authenticated: the full limits from the next frame on.
+    decoder.set_limits(RespLimits::default());
+    assert!(decoder.decode(b"*11\r\n").unwrap().is_none(), "waits for its elements");
 }
 
 #[test]

@@ -13,50 +13,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// Resident memory of process `pid` in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
-}
-
-/// Samples `pid`'s resident memory every 20 ms until dropped; the highest seen.
-struct Peak {
-    highest: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Peak {
-    fn start(pid: u32) -> Peak {
-        let (highest, stop) =
-            (Arc::new(AtomicU64::new(rss(pid))), Arc::new(AtomicBool::new(false)));
-        let (h, s) = (highest.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                h.fetch_max(rss(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        Peak { highest, stop }
-    }
-
-    fn highest(&self) -> u64 {
-        self.highest.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Peak {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
+use common::{rss, Peak};
 
 fn bulk(bytes: &[u8]) -> Vec<u8> {
     let mut out = format!("${}\r\n", bytes.len()).into_bytes();

@@ -78,6 +78,16 @@ impl Decoder {
         &self.limits
     }
 
+    /// Changes the limits for the frames after the last one returned (a connection that
+    /// authenticated moves from [`RespLimits::unauthenticated`] to its full limits).
+    /// Only between frames: after a frame was returned or an error, never while one is
+    /// half read.
+    pub fn set_limits(&mut self, limits: RespLimits) {
+        assert!(self.pos == 0 && self.stack.is_empty(), "limits change between frames only");
+        assert!(limits.depth_max >= 1 && limits.line_bytes_max >= 1);
+        self.limits = limits;
+    }
+
     /// Reads the next frame from `buf`: `Ok(None)` when more bytes are needed,
     /// `Ok(Some((frame, consumed)))` when a frame is complete.
     pub fn decode(&mut self, buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {

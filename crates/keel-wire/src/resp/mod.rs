@@ -39,9 +39,17 @@ pub const BULK_BYTES_SLACK: u64 = 64 * 1024;
 /// elements arrive, so a large length header alone never allocates much.
 pub const AGGREGATE_PREALLOCATE_MAX: u32 = 1024;
 
+/// Most elements of a request before the connection authenticates: what `AUTH` and
+/// `HELLO ... AUTH ... SETNAME ...` need, as Redis's limit for unauthenticated clients.
+pub const UNAUTHENTICATED_AGGREGATE_LEN_MAX: u32 = 10;
+/// Most bytes of a request (and so of any bulk string in it) before the connection
+/// authenticates, as Redis's 16 KiB bulk limit for unauthenticated clients.
+pub const UNAUTHENTICATED_REQUEST_BYTES_MAX: u64 = 16 * 1024;
+
 const _: () = assert!(BULK_BYTES_MAX_DEFAULT <= FRAME_BYTES_MAX_DEFAULT);
 const _: () = assert!(AGGREGATE_PREALLOCATE_MAX <= AGGREGATE_LEN_MAX_DEFAULT);
 const _: () = assert!(DEPTH_MAX_DEFAULT >= 1);
+const _: () = assert!(UNAUTHENTICATED_REQUEST_BYTES_MAX <= LINE_BYTES_MAX_DEFAULT as u64);
 
 /// One RESP value. RESP2 has the first six kinds; RESP3 adds the rest.
 ///
@@ -177,6 +185,21 @@ impl RespLimits {
         let result = RespLimits { bulk_bytes_max, frame_bytes_max, ..RespLimits::default() };
         debug_assert!(result.bulk_bytes_max <= result.frame_bytes_max);
         result
+    }
+
+    /// The limits before a connection authenticates (on a node with users): requests no
+    /// longer than [`UNAUTHENTICATED_REQUEST_BYTES_MAX`] of at most
+    /// [`UNAUTHENTICATED_AGGREGATE_LEN_MAX`] words, so that a party without credentials
+    /// holds at most one small request per connection.
+    pub fn unauthenticated() -> RespLimits {
+        let bytes = UNAUTHENTICATED_REQUEST_BYTES_MAX;
+        RespLimits {
+            bulk_bytes_max: bytes,
+            aggregate_len_max: UNAUTHENTICATED_AGGREGATE_LEN_MAX,
+            depth_max: 1,
+            line_bytes_max: u32::try_from(bytes).expect("16 KiB fits"),
+            frame_bytes_max: bytes,
+        }
     }
 }
 

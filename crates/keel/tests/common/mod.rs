@@ -7,6 +7,8 @@ use keel_server::local::LocalCluster;
 use keel_server::ServerConfig;
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Generous: the machine may be loaded (2 cores, parallel builds).
@@ -187,4 +189,90 @@ pub fn non_loopback_ip() -> Option<std::net::IpAddr> {
     socket.connect("10.255.255.255:9").ok()?;
     let ip = socket.local_addr().ok()?.ip();
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Resident memory of process `pid` in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // Zero once the process is gone (a sampler may outlive it).
+    let Some(line) = status.lines().find(|l| l.starts_with("VmRSS:")) else { return 0 };
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Samples `pid`'s resident memory every 20 ms until dropped; the highest seen.
+pub struct Peak {
+    highest: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Peak {
+    pub fn start(pid: u32) -> Peak {
+        let (highest, stop) =
+            (Arc::new(AtomicU64::new(rss(pid))), Arc::new(AtomicBool::new(false)));
+        let (h, s) = (highest.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                h.fetch_max(rss(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Peak { highest, stop }
+    }
+
+    pub fn highest(&self) -> u64 {
+        self.highest.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Peak {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `keel up --secure` in `dir` on ports from `base`, stopped with Ctrl-C (SIGINT) when
+/// dropped, killed if that takes too long.
+pub struct Up(pub std::process::Child);
+
+impl Up {
+    /// Starts it and waits until it says the cluster is up (it prints `Ctrl-C` last).
+    pub fn secure(dir: &std::path::Path, base: u16) -> Up {
+        use std::io::BufRead;
+        let mut up = Up(std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["up", "--secure", "--base-port", &base.to_string(), "--dir"])
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("keel up starts"));
+        let mut lines = std::io::BufReader::new(up.0.stdout.take().unwrap()).lines();
+        let mut printed = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.starts_with("Ctrl-C") {
+                break;
+            }
+        }
+        assert!(printed.contains("cluster up, leader"), "{printed}");
+        // Read what it prints later, so that it never writes into a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        up
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = std::process::Command::new("kill").args(["-INT", &pid]).status();
+        let stopped =
+            wait_until(Duration::from_secs(30), || self.0.try_wait().ok().flatten().is_some());
+        if !stopped {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
 }
