@@ -47,7 +47,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 /// How long a status or log query may wait for room in the engine's queue.
 pub const QUERY_WAIT: Duration = Duration::from_secs(2);
@@ -64,6 +64,9 @@ pub struct Pending {
     /// Whether the connection closes after this reply.
     pub close: bool,
     body: Body,
+    /// Its share of the node's budget of pipelined requests (`resp`), given back when
+    /// the reply is resolved.
+    charge: Option<OwnedSemaphorePermit>,
 }
 
 enum Body {
@@ -98,20 +101,25 @@ type Finish = (fn(Result<ClientReply, KeelError>, bool) -> Frame, bool);
 impl Pending {
     /// A reply known at once.
     pub fn ready(frame: Frame, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Ready(frame) }
+        Pending { protocol, close: false, body: Body::Ready(frame), charge: None }
     }
 
     pub(crate) fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Later(future) }
+        Pending { protocol, close: false, body: Body::Later(future), charge: None }
     }
 
     fn engine(sent: Sent, finish: Finish, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Engine(sent, finish, None) }
+        Pending { protocol, close: false, body: Body::Engine(sent, finish, None), charge: None }
     }
 
     /// A write's reply, whose version advances the connection's session `floor`.
     fn write(sent: Sent, finish: Finish, protocol: Protocol, floor: Floor) -> Pending {
-        Pending { protocol, close: false, body: Body::Engine(sent, finish, Some(floor)) }
+        Pending {
+            protocol,
+            close: false,
+            body: Body::Engine(sent, finish, Some(floor)),
+            charge: None,
+        }
     }
 
     /// The views of a `KEEL.INVOKE`, if this is one: the writer pushes each preliminary
@@ -124,6 +132,12 @@ impl Pending {
                 None
             }
         }
+    }
+
+    /// The same reply, holding `charge` until it is resolved.
+    pub fn charged(mut self, charge: Option<OwnedSemaphorePermit>) -> Pending {
+        self.charge = charge;
+        self
     }
 
     /// The same reply, closing the connection after it.
@@ -742,7 +756,12 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
                     let ends = matches!(view, View::Final(_));
                     let _ = tx.try_send(view);
                     if ends {
-                        return Pending { protocol, close: false, body: Body::Views(rx) };
+                        return Pending {
+                            protocol,
+                            close: false,
+                            body: Body::Views(rx),
+                            charge: None,
+                        };
                     }
                 }
                 steps.remove(0);
@@ -754,7 +773,7 @@ async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     tokio::spawn(async move {
         invoke_views(node, views, steps, done, last, floor, tx).await;
     });
-    Pending { protocol, close: false, body: Body::Views(rx) }
+    Pending { protocol, close: false, body: Body::Views(rx), charge: None }
 }
 
 /// One step of an invocation: its request, still to send, or sent.

@@ -606,6 +606,12 @@ pub struct ServerConfig {
     /// with an error and closed.
     #[serde(default = "client_request_buffers_bytes_max_default")]
     pub client_request_buffers_bytes_max: u64,
+    /// Bytes the unanswered pipelined requests of all client connections may hold
+    /// together, each counted as [`crate::resp::PIPELINED_REQUEST_BYTES`]; past it a
+    /// connection with replies still to write stops being read until some are written (a
+    /// connection with none always has one request read).
+    #[serde(default = "pipelined_requests_bytes_max_default")]
+    pub pipelined_requests_bytes_max: u64,
     /// Bytes of values in replies another node served (requests forwarded to the
     /// leader) this node may hold together until their clients read them; a reply that
     /// would go past it is answered with `BUSY` instead.
@@ -745,6 +751,9 @@ fn is_true(value: &bool) -> bool {
 fn client_request_buffers_bytes_max_default() -> u64 {
     256 << 20
 }
+fn pipelined_requests_bytes_max_default() -> u64 {
+    32 << 20
+}
 fn forwarded_replies_bytes_max_default() -> u64 {
     256 << 20
 }
@@ -842,6 +851,7 @@ impl ServerConfig {
             unauthenticated_connections_max: None,
             client_output_timeout_ms: client_output_timeout_ms_default(),
             client_request_buffers_bytes_max: client_request_buffers_bytes_max_default(),
+            pipelined_requests_bytes_max: pipelined_requests_bytes_max_default(),
             forwarded_replies_bytes_max: forwarded_replies_bytes_max_default(),
             worker_threads: None,
             reads_off_loop: true,
@@ -981,6 +991,9 @@ impl ServerConfig {
         if self.client_request_buffers_bytes_max < request_max {
             let reason = format!("must hold at least one largest request ({request_max} bytes)");
             return Err(invalid("client_request_buffers_bytes_max", reason));
+        }
+        if self.pipelined_requests_bytes_max < 1 << 20 {
+            return Err(invalid("pipelined_requests_bytes_max", "must be at least 1048576"));
         }
         self.validate_tls()?;
         let value_max = u64::from(limits.value_bytes_max);

@@ -322,6 +322,13 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         idle_timeout: (config.client_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(config.client_idle_timeout_ms)),
         slots: Arc::new(Semaphore::new(config.connections_max as usize)),
+        pipelined: Arc::new(Semaphore::new(
+            usize::try_from(
+                config.pipelined_requests_bytes_max / crate::resp::PIPELINED_REQUEST_BYTES,
+            )
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS),
+        )),
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
     });
     if let Some(listener) = client_listener {

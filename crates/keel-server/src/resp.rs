@@ -72,6 +72,16 @@ pub const WRITE_SLICE_BYTES: usize = 256 * 1024;
 /// there held a leader's heartbeats past the election timeout.
 pub const BULK_WRITE_MIN: usize = WRITE_SLICE_BYTES;
 
+/// What one unanswered pipelined request is counted as against
+/// `pipelined_requests_bytes_max`: its decoded frame, the request on its way to the
+/// engine and the reply's channel, about half a KiB as measured
+/// (`crates/keel/tests/client_memory.rs`).
+pub const PIPELINED_REQUEST_BYTES: u64 = 512;
+
+/// How often a connection waiting for the pipeline budget looks again whether its own
+/// replies are all written (then it reads one request without).
+const PIPELINE_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// What every connection shares.
 #[derive(Debug)]
 pub struct FrontDoor {
@@ -101,6 +111,9 @@ pub struct FrontDoor {
     pub request_buffers: Arc<ByteBudget>,
     /// Free connection slots (`connections_max` in all).
     pub slots: Arc<Semaphore>,
+    /// Unanswered pipelined requests all connections may hold together
+    /// (`pipelined_requests_bytes_max` / [`PIPELINED_REQUEST_BYTES`]).
+    pub pipelined: Arc<Semaphore>,
     /// Seeds client ids.
     pub id_seed: std::sync::Mutex<crate::peer::Jitter>,
     /// The node's bulk runtime, which writes flushes longer than [`BULK_WRITE_MIN`]
@@ -185,6 +198,28 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsA
 enum Ticket {
     Waiting(Admission),
     Slot(#[allow(dead_code)] OwnedSemaphorePermit), // held, never read
+}
+
+impl FrontDoor {
+    /// A request's share of the pipeline budget ([`FrontDoor::pipelined`]): at once if
+    /// free. If not, a connection with replies still to write stops reading until one
+    /// is free, as past `pipeline_depth_max` (a client that reads nothing is closed by
+    /// `output_timeout` meanwhile); one whose replies are all written reads its request
+    /// without, so that a client waiting for each reply is never held by others' budget.
+    async fn pipeline_charge(&self, queue: &mpsc::Sender<Pending>) -> Option<OwnedSemaphorePermit> {
+        loop {
+            if let Ok(charge) = self.pipelined.clone().try_acquire_owned() {
+                return Some(charge);
+            }
+            if queue.capacity() == queue.max_capacity() {
+                return None;
+            }
+            let wait = self.pipelined.clone().acquire_owned();
+            if let Ok(Ok(charge)) = tokio::time::timeout(PIPELINE_RECHECK, wait).await {
+                return Some(charge);
+            }
+        }
+    }
 }
 
 impl Ticket {
@@ -371,7 +406,8 @@ where
                 Ok(None) => break,
                 Ok(Some((frame, used))) => {
                     start += used;
-                    let reply = commands::handle(&mut conn, frame).await;
+                    let charge = door.pipeline_charge(&queue).await;
+                    let reply = commands::handle(&mut conn, frame).await.charged(charge);
                     let close = reply.close;
                     if queue.send(reply).await.is_err() || close {
                         break 'read;

@@ -231,3 +231,87 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
     assert!(common::serves(addr), "still serving");
     common::finish(cluster);
 }
+
+/// The same flood of unread replies with the default settings (`pipeline_depth_max`
+/// 1,024, `pipelined_requests_bytes_max` 32 MiB) on a machine kept busy by two spinning
+/// threads: the leader keeps its role and its memory stays within the documented bound
+/// (`docs/security.md`). `KEEL_UNREAD_RUNS` repeats it (10 for the issue's figure) and
+/// `KEEL_BUSY_LOOPS` sets how many threads spin (2).
+///
+/// Not yet met, so run by hand (`-- --ignored --nocapture`): leadership moved in some
+/// runs (`docs/security.md`, Not yet protected).
+#[test]
+#[ignore = "issue 39's measurement, not yet met: leadership moves in some runs"]
+fn unread_replies_on_a_busy_machine_keep_the_leader_and_the_bound() {
+    let runs: usize =
+        std::env::var("KEEL_UNREAD_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let loops: usize =
+        std::env::var("KEEL_BUSY_LOOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let budget = std::env::var("KEEL_PIPELINE_BYTES").ok().and_then(|v| v.parse().ok());
+    let (cluster, leader) = common::cluster("client-memory-busy", |c| {
+        c.client_output_timeout_ms = 2_000;
+        c.client_idle_timeout_ms = 3_000;
+        // By hand, the control: a budget too large to matter.
+        c.pipelined_requests_bytes_max = budget.unwrap_or(c.pipelined_requests_bytes_max);
+    });
+    let addr = cluster.client_addrs()[leader];
+    let value = vec![b'v'; MIB as usize];
+    let mut writer = connect(addr);
+    writer.write_all(&command(&[b"SET", b"big", &value])).unwrap();
+    let mut ok = [0u8; 5];
+    writer.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    drop(writer);
+    let epoch = || {
+        common::sample(
+            &common::scrape(cluster.configs[leader].http_addr.unwrap()),
+            "keel_epoch{keyspace=\"0\"}",
+        )
+    };
+    let first = epoch();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..loops)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x: u64 = 1;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    let get = command(&[b"GET", b"big"]).repeat(1024);
+    let mut peaks = Vec::new();
+    // Growth over the resident set before the first run (a later run's own start may
+    // still hold pages the allocator kept from the one before).
+    let pid = cluster.pid(leader).expect("the leader runs");
+    let start = rss(pid);
+    for run in 0..runs {
+        let before = rss(pid);
+        let (grew, closed) = flood_unread(&cluster, leader, &get);
+        let grew = (before + grew).saturating_sub(start);
+        let now = epoch();
+        eprintln!(
+            "busy machine ({loops} spinning), run {}: 300 x 1024 unread GETs of 1 MiB: peak +{:.0} MiB, closed after {closed:?}, epoch {first:?} -> {now:?}",
+            run + 1,
+            grew as f64 / MIB as f64
+        );
+        peaks.push(grew);
+        if now != first {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            common::dump_logs(&cluster);
+            panic!("run {}: the flood moved leadership: epoch {first:?} -> {now:?}", run + 1);
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    let highest = peaks.iter().copied().max().unwrap_or(0);
+    // The bound in docs/security.md: the pipeline budget (32 MiB) and each connection's
+    // buffers; the values themselves are shared with the store, never copied.
+    assert!(highest < 64 * MIB, "peak +{:.0} MiB", highest as f64 / MIB as f64);
+    common::finish(cluster);
+}
