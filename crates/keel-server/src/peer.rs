@@ -38,6 +38,8 @@
 //! and the peer reconnects. The frame limit is the largest message the configuration
 //! can send ([`LinkSettings::limits`]), not a fixed 256 MiB.
 
+pub mod slots;
+
 use crate::driver::PeerEvent;
 use crate::handshake::{self, Acceptor, ClusterKey, Dialer, HandshakeError};
 use crate::metrics::{LinkClosed, Metrics};
