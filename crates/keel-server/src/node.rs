@@ -276,17 +276,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
-    let member_ips =
-        config.members.iter().filter(|m| m.id != me.0).filter_map(|m| m.peer_addr.ip()).collect();
-    tokio::spawn(crate::peer::listener(
-        me,
-        peer_listener,
-        inboxes,
-        members,
-        member_ips,
-        links,
-        metrics,
-    ));
+    tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
     let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
     let limits = shared_limits(&config)?;
     let users = Arc::new(crate::acl::Users::new(&config.users).map_err(|reason| {
