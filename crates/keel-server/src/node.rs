@@ -119,11 +119,13 @@ impl Drop for BulkRuntime {
 pub const DESCRIPTORS_RESERVED: u64 = 256;
 
 /// File descriptors `config` may need at once: every client connection it admits, peer
-/// links both ways, and each keyspace's log segments and snapshot files.
+/// links both ways and the peer port's pool of connections without a verified hello,
+/// and each keyspace's log segments and snapshot files.
 pub fn descriptors_needed(config: &ServerConfig) -> u64 {
     let keyspaces = config.keyspaces.len().max(1) as u64;
     u64::from(config.connections_max)
         + 4 * config.members.len() as u64
+        + u64::from(config.peer_pending_max)
         + 16 * keyspaces
         + DESCRIPTORS_RESERVED
 }

@@ -762,8 +762,8 @@ fn settle(accepting: &Arc<Accepting>, pending: Pending, read: HelloRead, at: Rea
         (HelloRead::Waiting, ReadAt::Eviction) => LinkClosed::TooManyPending,
         (HelloRead::Waiting, _) => LinkClosed::HandshakeTimeout,
     };
-    // Closed with a reset: this side keeps no `TIME_WAIT` (nor a connection tracker its
-    // entry for minutes) for each connection of a flood.
+    // Closed with a reset: the node keeps no socket in `TIME_WAIT` (a minute each) for
+    // each connection of a flood.
     let _ = pending.stream.set_zero_linger();
     accepting.refuse(why, pending.from);
 }
