@@ -925,4 +925,93 @@ mod tests {
         assert_eq!(out, ['a', 'b', 'c']);
         assert!(line.is_empty());
     }
+
+    /// A listener of node 1 of {1, 2, 3} with a pool of `pending_max`, its address and
+    /// its metrics.
+    async fn listening(pending_max: usize) -> (SocketAddr, Arc<LinkSettings>, Arc<Metrics>) {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let settings = Arc::new(LinkSettings {
+            key: ClusterKey::new(b"a cluster secret of enough bytes"),
+            limits: PeerLimits::default(),
+            handshake_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            pending_max,
+        });
+        let metrics = Arc::new(Metrics::default());
+        let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+        let inboxes = Arc::new(Inboxes::new());
+        let (s, m) = (settings.clone(), metrics.clone());
+        tokio::spawn(listener(NodeId(1), socket, inboxes, members, s, m));
+        (addr, settings, metrics)
+    }
+
+    /// Waits (at most 10 s) until `metrics` counted `count` closes for `why`.
+    async fn counted(metrics: &Metrics, why: LinkClosed, count: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metrics.links_closed_count(why) < count && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        metrics.links_closed_count(why) >= count
+    }
+
+    #[tokio::test]
+    async fn a_members_handshake_finishes_through_a_flood_of_silent_and_forged_connections() {
+        let (addr, settings, metrics) = listening(4).await;
+        let mut flood = Vec::new();
+        for _ in 0..32 {
+            flood.push(TcpStream::connect(addr).await.unwrap()); // silent
+        }
+        // Member 2 dials: its hello takes it out of the full pool, its handshake finishes.
+        let mut member = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(2), NodeId(1), &mut member).await.expect("accepted");
+        for _ in 0..32 {
+            flood.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // A hello claiming member 3 made with another key, and garbage: refused at once.
+        let other = ClusterKey::new(b"another secret, of enough bytes!");
+        let (_, forged) = Dialer::new(&other, NodeId(3), NodeId(1), handshake::nonce());
+        let mut forger = TcpStream::connect(addr).await.unwrap();
+        forger.write_all(&forged).await.unwrap();
+        let mut garbage = TcpStream::connect(addr).await.unwrap();
+        garbage.write_all(&[0x5a; 16]).await.unwrap();
+        assert!(counted(&metrics, LinkClosed::TooManyPending, 60).await, "the oldest evicted");
+        assert!(counted(&metrics, LinkClosed::BadProof, 1).await);
+        assert!(counted(&metrics, LinkClosed::NotAHandshake, 1).await);
+        let mut byte = [0u8; 1];
+        assert_eq!(forger.read(&mut byte).await.map_or(0, |n| n), 0, "the forger is closed");
+        // The member's link stays open: a keepalive goes through and nothing closes it.
+        write_keepalive_to(&settings, &mut member).await;
+        let read = tokio::time::timeout(Duration::from_millis(200), member.read(&mut byte)).await;
+        assert!(read.is_err(), "the acceptor neither writes nor closes: {read:?}");
+        assert_eq!(metrics.links_closed_count(LinkClosed::HandshakeIo), 0);
+        assert_eq!(metrics.links_closed_count(LinkClosed::HandshakeTimeout), 0);
+        drop(flood);
+    }
+
+    #[tokio::test]
+    async fn a_members_newer_verified_hello_displaces_its_unfinished_handshake() {
+        let (addr, settings, metrics) = listening(4).await;
+        // A verified hello of member 2 that never answers the challenge (a stalled dial,
+        // or a copied hello)...
+        let (_, hello) = Dialer::new(&settings.key, NodeId(2), NodeId(1), handshake::nonce());
+        let mut stalled = TcpStream::connect(addr).await.unwrap();
+        stalled.write_all(&hello).await.unwrap();
+        let mut challenge = [0u8; handshake::CHALLENGE_BYTES];
+        stalled.read_exact(&mut challenge).await.expect("its hello verified: a challenge");
+        // ...is displaced by member 2's next connection, which finishes.
+        let mut member = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(2), NodeId(1), &mut member).await.expect("accepted");
+        assert!(counted(&metrics, LinkClosed::Displaced, 1).await);
+        let mut byte = [0u8; 1];
+        assert_eq!(stalled.read(&mut byte).await.map_or(0, |n| n), 0, "closed");
+    }
+
+    /// Writes an empty frame from member 2 to node 1.
+    async fn write_keepalive_to(settings: &LinkSettings, stream: &mut TcpStream) {
+        let mut buf = Vec::new();
+        let frame = PeerFrame { from: NodeId(2), to: NodeId(1), messages: &[] };
+        encode_frame(&frame, &settings.limits, &mut buf).unwrap();
+        stream.write_all(&buf).await.unwrap();
+    }
 }
