@@ -207,6 +207,15 @@ impl LinkClosed {
     }
 }
 
+// The counters are indexed by `why as usize`: `ALL` lists the reasons in declaration order.
+const _: () = {
+    let mut i = 0;
+    while i < LinkClosed::ALL.len() {
+        assert!(LinkClosed::ALL[i] as usize == i, "LinkClosed::ALL is in declaration order");
+        i += 1;
+    }
+};
+
 impl From<crate::handshake::HandshakeError> for LinkClosed {
     fn from(e: crate::handshake::HandshakeError) -> Self {
         use crate::handshake::HandshakeError as E;
