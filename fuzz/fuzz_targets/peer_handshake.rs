@@ -1,9 +1,11 @@
 //! The peer handshake on whatever bytes the other side sends, in either role: refusals
-//! are errors, and a proof the secret did not make never verifies.
+//! are errors, and a hello, challenge or proof the secret did not make never verifies
+//! (the corpus holds one hello the secret made, so that proofs after it are explored).
 #![no_main]
 
 use keel_server::handshake::{
-    Acceptor, ClusterKey, Dialer, CHALLENGE_BYTES, HELLO_BYTES, NONCE_BYTES, PROOF_BYTES,
+    verify_hello, Acceptor, ClusterKey, Dialer, CHALLENGE_BYTES, HELLO_BYTES, NONCE_BYTES,
+    PROOF_BYTES,
 };
 use keel_types::NodeId;
 use libfuzzer_sys::fuzz_target;
@@ -15,9 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let n = data.len().min(HELLO_BYTES);
     hello[..n].copy_from_slice(&data[..n]);
     let rest = &data[n..];
-    if let Ok((acceptor, _challenge)) =
-        Acceptor::new(&key, NodeId(1), &members, &hello, [3; NONCE_BYTES])
-    {
+    if let Ok(verified) = verify_hello(&key, NodeId(1), &members, &hello) {
+        let (acceptor, _challenge) = Acceptor::new(&key, verified, [3; NONCE_BYTES]);
         let mut proof = [0u8; PROOF_BYTES];
         let m = rest.len().min(PROOF_BYTES);
         proof[..m].copy_from_slice(&rest[..m]);

@@ -669,8 +669,9 @@ pub struct ServerConfig {
     /// links open with empty frames at a quarter of it.
     #[serde(default = "peer_idle_timeout_ms_default")]
     pub peer_idle_timeout_ms: u64,
-    /// Most inbound peer connections in their handshake at once; more are closed as
-    /// they arrive.
+    /// Most inbound peer connections whose hello has not verified, held at once; a new
+    /// one into a full pool evicts the oldest. More of them give a member whose hello is
+    /// late (its node is busy) longer before a flood's connections evict it.
     #[serde(default = "peer_pending_max_default")]
     pub peer_pending_max: u32,
     /// Engine settings.
@@ -773,7 +774,7 @@ fn peer_idle_timeout_ms_default() -> u64 {
     30_000
 }
 fn peer_pending_max_default() -> u32 {
-    16
+    64
 }
 fn connections_max_default() -> u32 {
     CONNECTIONS_MAX_DEFAULT

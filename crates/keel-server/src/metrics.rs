@@ -159,8 +159,12 @@ pub enum LinkClosed {
     HandshakeIo,
     /// The handshake took longer than `peer_handshake_timeout_ms`.
     HandshakeTimeout,
-    /// Refused on arrival: `peer_pending_max` connections were in their handshake.
+    /// Evicted from the full pool of `peer_pending_max` connections waiting for their
+    /// hello, the oldest, when a new one arrived.
     TooManyPending,
+    /// A newer connection with a verified hello from the same member displaced this one,
+    /// still in its handshake.
+    Displaced,
     /// A newer authenticated connection from the same member replaced it.
     Replaced,
     /// Nothing arrived for `peer_idle_timeout_ms`.
@@ -171,7 +175,7 @@ pub enum LinkClosed {
 
 impl LinkClosed {
     /// Every reason, in the order of the metric's samples.
-    pub const ALL: [LinkClosed; 10] = [
+    pub const ALL: [LinkClosed; 11] = [
         LinkClosed::NotAHandshake,
         LinkClosed::HandshakeVersion,
         LinkClosed::WrongNodes,
@@ -179,6 +183,7 @@ impl LinkClosed {
         LinkClosed::HandshakeIo,
         LinkClosed::HandshakeTimeout,
         LinkClosed::TooManyPending,
+        LinkClosed::Displaced,
         LinkClosed::Replaced,
         LinkClosed::Idle,
         LinkClosed::BadFrame,
@@ -194,12 +199,22 @@ impl LinkClosed {
             LinkClosed::HandshakeIo => "handshake io",
             LinkClosed::HandshakeTimeout => "handshake timeout",
             LinkClosed::TooManyPending => "too many pending",
+            LinkClosed::Displaced => "displaced",
             LinkClosed::Replaced => "replaced",
             LinkClosed::Idle => "idle",
             LinkClosed::BadFrame => "bad frame",
         }
     }
 }
+
+// The counters are indexed by `why as usize`: `ALL` lists the reasons in declaration order.
+const _: () = {
+    let mut i = 0;
+    while i < LinkClosed::ALL.len() {
+        assert!(LinkClosed::ALL[i] as usize == i, "LinkClosed::ALL is in declaration order");
+        i += 1;
+    }
+};
 
 impl From<crate::handshake::HandshakeError> for LinkClosed {
     fn from(e: crate::handshake::HandshakeError) -> Self {

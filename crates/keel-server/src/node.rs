@@ -119,11 +119,13 @@ impl Drop for BulkRuntime {
 pub const DESCRIPTORS_RESERVED: u64 = 256;
 
 /// File descriptors `config` may need at once: every client connection it admits, peer
-/// links both ways, and each keyspace's log segments and snapshot files.
+/// links both ways and the peer port's pool of connections without a verified hello,
+/// and each keyspace's log segments and snapshot files.
 pub fn descriptors_needed(config: &ServerConfig) -> u64 {
     let keyspaces = config.keyspaces.len().max(1) as u64;
     u64::from(config.connections_max)
         + 4 * config.members.len() as u64
+        + u64::from(config.peer_pending_max)
         + 16 * keyspaces
         + DESCRIPTORS_RESERVED
 }
@@ -276,17 +278,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
-    let member_ips =
-        config.members.iter().filter(|m| m.id != me.0).filter_map(|m| m.peer_addr.ip()).collect();
-    tokio::spawn(crate::peer::listener(
-        me,
-        peer_listener,
-        inboxes,
-        members,
-        member_ips,
-        links,
-        metrics,
-    ));
+    tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
     let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
     let limits = shared_limits(&config)?;
     let users = Arc::new(crate::acl::Users::new(&config.users).map_err(|reason| {

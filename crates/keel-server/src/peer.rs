@@ -20,14 +20,17 @@
 //! Every connection opens with the handshake of [`crate::handshake`]: the dialer proves
 //! it is the member it names and knows the cluster secret, the acceptor proves the same
 //! back, all within [`LinkSettings::handshake_timeout`]. Until then the acceptor reads
-//! nothing but the handshake's fixed-size messages, and it holds at most
-//! [`LinkSettings::pending_max`] such connections at once (more are closed as they
-//! arrive, so a flood of idle connections cannot use up descriptors); connections from a
-//! member's configured address have two slots per member of their own, so that an
-//! outsider holding every shared slot does not keep a member from reconnecting. Once authenticated,
-//! a member has one inbound connection: a newer one replaces it. A link that carries
-//! nothing for [`LinkSettings::idle_timeout`] is closed; senders keep idle links open
-//! with empty frames at a quarter of it.
+//! nothing but the handshake's fixed-size messages. A connection whose hello has not
+//! verified waits in a shared pool of [`LinkSettings::pending_max`] for at most
+//! [`slots::HELLO_TIMEOUT`], the oldest evicted when a new one arrives into a full pool
+//! (a flood of connections cannot use up descriptors, nor keep a member's new one out);
+//! a hello that verifies moves its connection into the slot of the member it names, one
+//! per member, which a connection without that member's hello cannot take
+//! ([`slots`]). Once authenticated, a member has one inbound connection: a newer one
+//! replaces it. Refused connections are counted by reason and logged, at most one
+//! summary line a second. A link that carries nothing for
+//! [`LinkSettings::idle_timeout`] is closed; senders keep idle links open with empty
+//! frames at a quarter of it.
 //!
 //! Inbound: each frame is checked (length limit, checksum, addressed to this node, from
 //! the member that authenticated) and each envelope goes to its keyspace's [`Inbox`],
@@ -38,20 +41,24 @@
 //! and the peer reconnects. The frame limit is the largest message the configuration
 //! can send ([`LinkSettings::limits`]), not a fixed 256 MiB.
 
+pub mod slots;
+
 use crate::driver::PeerEvent;
-use crate::handshake::{self, Acceptor, ClusterKey, Dialer, HandshakeError};
+use crate::handshake::{self, Acceptor, ClusterKey, Dialer, HandshakeError, VerifiedHello};
 use crate::metrics::{LinkClosed, Metrics};
 use keel_core::engine::Engine;
 use keel_types::rng::SplitMix64;
 use keel_types::{KeyspaceId, NodeId};
 use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
+use slots::{OnePerMember, Pool, RefusalLog, HELLO_TIMEOUT, REFUSAL_LOG_INTERVAL};
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
@@ -75,7 +82,7 @@ pub struct LinkSettings {
     pub handshake_timeout: Duration,
     /// A link that carries nothing for this long is closed.
     pub idle_timeout: Duration,
-    /// Most inbound connections still in their handshake.
+    /// Most inbound connections waiting for their hello (the shared pool).
     pub pending_max: usize,
 }
 
@@ -530,132 +537,298 @@ fn drop_queued(queue: &mut mpsc::Receiver<Outgoing>, metrics: &Metrics) {
     metrics.peer_dropped.fetch_add(dropped, Ordering::Relaxed);
 }
 
-/// The one authenticated inbound connection of each member: a newer one aborts the
-/// older (a peer that reconnects after a network fault must not wait for the dead
-/// connection to time out, and no member may hold more than one).
-#[derive(Debug, Default)]
-struct Inbound {
-    by_member: Mutex<BTreeMap<NodeId, (u64, AbortHandle)>>,
-}
-
-impl Inbound {
-    /// Makes `task` the connection of `from`, aborting the one it replaces.
-    fn adopt(&self, from: NodeId, id: u64, task: AbortHandle, metrics: &Metrics) {
-        let old = self.by_member.lock().expect("inbound lock").insert(from, (id, task));
-        if let Some((_, old)) = old {
-            tracing::info!(%from, "a newer connection from this member replaces its link");
-            old.abort();
-            metrics.link_closed(LinkClosed::Replaced);
-        }
-    }
-
-    /// Forgets connection `id` of `from` if it is still the current one.
-    fn forget(&self, from: NodeId, id: u64) {
-        let mut by_member = self.by_member.lock().expect("inbound lock");
-        if by_member.get(&from).is_some_and(|(current, _)| *current == id) {
-            by_member.remove(&from);
-        }
-    }
-}
-
-/// What an inbound connection task needs.
+/// What the listener and its connections' tasks share.
 struct Accepting {
     me: NodeId,
     inboxes: Arc<Inboxes>,
     members: Vec<NodeId>,
     settings: Arc<LinkSettings>,
     metrics: Arc<Metrics>,
-    inbound: Inbound,
+    /// The handshakes past a verified hello, one per member: a newer one displaces the
+    /// older (the member gave up on it, or it was a copied hello).
+    unfinished: Mutex<OnePerMember<(AbortHandle, SocketAddr)>>,
+    /// The authenticated link of each member: a newer one aborts the older (a peer that
+    /// reconnects after a network fault must not wait for the dead connection to time
+    /// out, and no member may hold more than one).
+    inbound: Mutex<OnePerMember<AbortHandle>>,
+    refusals: Mutex<RefusalLog>,
+}
+
+impl Accepting {
+    /// Counts a connection from `from` closed before it authenticated, and writes the
+    /// summary of such refusals when one is due.
+    fn refuse(&self, why: LinkClosed, from: SocketAddr) {
+        self.metrics.link_closed(why);
+        let summary = self.refusals.lock().expect("refusals lock").note(why, from, Instant::now());
+        if let Some(summary) = summary {
+            tracing::warn!("{summary}");
+        }
+    }
+
+    /// Writes the summary of the refusals held, if one is due.
+    fn flush_refusals(&self) {
+        let summary = self.refusals.lock().expect("refusals lock").flush(Instant::now());
+        if let Some(summary) = summary {
+            tracing::warn!("{summary}");
+        }
+    }
+
+    /// Makes connection `id` (`task`) the link of `from`, aborting the one it replaces.
+    fn adopt(&self, from: NodeId, id: u64, task: AbortHandle) {
+        let old = self.inbound.lock().expect("inbound lock").put(from, id, task);
+        if let Some(old) = old {
+            tracing::info!(%from, "a newer connection from this member replaces its link");
+            old.abort();
+            self.metrics.link_closed(LinkClosed::Replaced);
+        }
+    }
+}
+
+/// A connection in the pool, and what of its hello has arrived.
+struct Pending {
+    id: u64,
+    stream: TcpStream,
+    from: SocketAddr,
+    accepted: Instant,
+    hello: [u8; handshake::HELLO_BYTES],
+    filled: usize,
+}
+
+/// What reading a pooled connection's hello came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HelloRead {
+    /// Not all of it has arrived.
+    Waiting,
+    /// All of it is in.
+    Complete,
+    /// The connection ended, failed, or its first bytes are not a hello.
+    Refused(LinkClosed),
+}
+
+impl Pending {
+    /// Reads what has arrived of the hello, without waiting; never past the hello.
+    fn read_hello(&mut self) -> HelloRead {
+        while self.filled < handshake::HELLO_BYTES {
+            match self.stream.try_read(&mut self.hello[self.filled..]) {
+                Ok(0) => return HelloRead::Refused(LinkClosed::HandshakeIo),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return HelloRead::Waiting,
+                Err(_) => return HelloRead::Refused(LinkClosed::HandshakeIo),
+            }
+            let start: &[u8; 8] = self.hello[..8].try_into().expect("8 bytes");
+            if self.filled >= 8 && !handshake::opens_hello(start) {
+                return HelloRead::Refused(LinkClosed::NotAHandshake);
+            }
+        }
+        assert_eq!(self.filled, handshake::HELLO_BYTES);
+        HelloRead::Complete
+    }
+}
+
+/// When a pooled connection's hello was read in full (for the debug log).
+#[derive(Clone, Copy, Debug)]
+enum ReadAt {
+    Accept,
+    Readable,
+    Eviction,
+    Deadline,
+}
+
+/// What woke the listener.
+enum PortEvent {
+    Readable(usize),
+    Expired,
+    Tick,
+    Accepted(std::io::Result<(TcpStream, SocketAddr)>),
 }
 
 /// Accepts peer connections and feeds their messages to the keyspaces' engine loops.
-#[allow(clippy::too_many_arguments)] // each is a distinct part of the listener's setting
+///
+/// One task holds every connection that has not yet sent a verified hello (the [`Pool`],
+/// `pending_max` of them, each for at most [`HELLO_TIMEOUT`]), and reads each as soon as
+/// it is readable, before it accepts the next connection: so a connection is evicted
+/// only after its hello had its chance to be read (and it is read once more then). A
+/// verified hello moves its connection into a task of its own, in its member's slot.
 pub async fn listener(
     me: NodeId,
     listener: TcpListener,
     inboxes: Arc<Inboxes>,
     members: Vec<NodeId>,
-    member_ips: Vec<std::net::IpAddr>,
     settings: Arc<LinkSettings>,
     metrics: Arc<Metrics>,
 ) {
-    let pending = Arc::new(Semaphore::new(settings.pending_max));
-    // Slots only the members' configured addresses may take.
-    let reserved = Arc::new(Semaphore::new(2 * member_ips.len().max(1)));
+    let mut pool = Pool::new(settings.pending_max, HELLO_TIMEOUT.min(settings.handshake_timeout));
     let accepting = Arc::new(Accepting {
         me,
         inboxes,
         members,
         settings,
         metrics,
-        inbound: Inbound::default(),
+        unfinished: Mutex::new(OnePerMember::default()),
+        inbound: Mutex::new(OnePerMember::default()),
+        refusals: Mutex::new(RefusalLog::default()),
     });
+    let mut tick = tokio::time::interval(REFUSAL_LOG_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_id = 0u64;
     loop {
-        let Ok((stream, from_addr)) = listener.accept().await else {
-            tokio::time::sleep(BACKOFF_MIN).await; // out of descriptors: pause, retry
-            continue;
+        let deadline = pool.deadline();
+        let event = tokio::select! {
+            biased; // what has arrived first, then what is due, then newcomers
+            index = readable(&pool) => PortEvent::Readable(index),
+            () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
+                if deadline.is_some() => PortEvent::Expired,
+            _ = tick.tick() => PortEvent::Tick,
+            accepted = listener.accept() => PortEvent::Accepted(accepted),
         };
-        let permit = if member_ips.contains(&from_addr.ip()) {
-            reserved.clone().try_acquire_owned().or_else(|_| pending.clone().try_acquire_owned())
-        } else {
-            pending.clone().try_acquire_owned()
-        };
-        let Ok(permit) = permit else {
-            accepting.metrics.link_closed(LinkClosed::TooManyPending);
-            drop(stream); // closed at once: unauthenticated connections hold nothing
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        next_id += 1;
-        let (id, accepting) = (next_id, accepting.clone());
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<AbortHandle>();
-        let task = tokio::spawn(async move {
-            let Ok(own) = ready_rx.await else { return };
-            let shake = accept(&accepting, stream);
-            let (from, stream) =
-                match tokio::time::timeout(accepting.settings.handshake_timeout, shake).await {
-                    Ok(Ok(done)) => done,
-                    Ok(Err(reason)) => {
-                        accepting.metrics.link_closed(reason);
-                        tracing::debug!(%from_addr, reason = reason.as_str(), "peer refused");
-                        return;
-                    }
-                    Err(_) => {
-                        accepting.metrics.link_closed(LinkClosed::HandshakeTimeout);
-                        return;
-                    }
-                };
-            drop(permit);
-            accepting.inbound.adopt(from, id, own, &accepting.metrics);
-            let result = receive(&accepting, from, stream).await;
-            accepting.inbound.forget(from, id);
-            if let Err(reason) = result {
-                tracing::warn!(%from_addr, %from, %reason, "closing peer connection");
+        match event {
+            PortEvent::Readable(index) => {
+                let read = pool.get_mut(index).read_hello();
+                if read != HelloRead::Waiting {
+                    let pending = pool.take(index);
+                    settle(&accepting, pending, read, ReadAt::Readable);
+                }
             }
-        });
-        let _ = ready_tx.send(task.abort_handle());
+            PortEvent::Expired => {
+                while let Some(mut pending) = pool.expire(Instant::now()) {
+                    let read = pending.read_hello(); // a last read before it is closed
+                    settle(&accepting, pending, read, ReadAt::Deadline);
+                }
+            }
+            PortEvent::Tick => accepting.flush_refusals(),
+            PortEvent::Accepted(Ok((stream, from))) => {
+                next_id += 1;
+                let pending = Pending {
+                    id: next_id,
+                    stream,
+                    from,
+                    accepted: Instant::now(),
+                    hello: [0; handshake::HELLO_BYTES],
+                    filled: 0,
+                };
+                admit(&accepting, &mut pool, pending);
+            }
+            // Out of descriptors: pause, retry.
+            PortEvent::Accepted(Err(_)) => tokio::time::sleep(BACKOFF_MIN).await,
+        }
     }
 }
 
-/// The acceptor's half of the handshake: the member that proved itself.
-async fn accept(
-    accepting: &Accepting,
-    mut stream: TcpStream,
-) -> Result<(NodeId, TcpStream), LinkClosed> {
-    let io = |_| LinkClosed::HandshakeIo;
-    let mut hello = [0u8; handshake::HELLO_BYTES];
-    stream.read_exact(&mut hello[..8]).await.map_err(io)?;
-    if !handshake::opens_hello(hello[..8].try_into().expect("8 bytes")) {
-        return Err(LinkClosed::NotAHandshake);
+/// The index of a pooled connection with bytes (or its end) to read; pending while
+/// none has.
+fn readable(pool: &Pool<Pending>) -> impl std::future::Future<Output = usize> + '_ {
+    std::future::poll_fn(move |cx| {
+        for (index, pending) in pool.iter().enumerate() {
+            if pending.stream.poll_read_ready(cx).is_ready() {
+                return std::task::Poll::Ready(index);
+            }
+        }
+        std::task::Poll::Pending
+    })
+}
+
+/// Takes a new connection in: reads its hello at once (a member's is often there
+/// already), else pools it, evicting the oldest pooled connection if the pool is full
+/// (after a last read of it).
+fn admit(accepting: &Arc<Accepting>, pool: &mut Pool<Pending>, mut pending: Pending) {
+    let _ = pending.stream.set_nodelay(true);
+    let read = pending.read_hello();
+    if read != HelloRead::Waiting {
+        return settle(accepting, pending, read, ReadAt::Accept);
     }
-    stream.read_exact(&mut hello[8..]).await.map_err(io)?;
-    let (me, members, key) = (accepting.me, &accepting.members, &accepting.settings.key);
-    let (acceptor, challenge) = Acceptor::new(key, me, members, &hello, handshake::nonce())?;
+    if let Some(mut evicted) = pool.admit(pending.accepted, pending) {
+        let read = evicted.read_hello();
+        settle(accepting, evicted, read, ReadAt::Eviction);
+    }
+}
+
+/// Ends a connection's time in the pool: a verified hello moves it into its member's
+/// slot; anything else closes it, counted and logged.
+fn settle(accepting: &Arc<Accepting>, pending: Pending, read: HelloRead, at: ReadAt) {
+    let why = match (read, at) {
+        (HelloRead::Complete, _) => {
+            let (me, members, key) = (accepting.me, &accepting.members, &accepting.settings.key);
+            match handshake::verify_hello(key, me, members, &pending.hello) {
+                Ok(hello) => {
+                    let waited_us = pending.accepted.elapsed().as_micros() as u64;
+                    let (from, member) = (pending.from, hello.from());
+                    tracing::debug!(%from, %member, waited_us, ?at, "peer hello verified");
+                    return start_handshake(accepting, pending, hello);
+                }
+                Err(e) => LinkClosed::from(e),
+            }
+        }
+        (HelloRead::Refused(why), _) => why,
+        (HelloRead::Waiting, ReadAt::Eviction) => LinkClosed::TooManyPending,
+        (HelloRead::Waiting, _) => LinkClosed::HandshakeTimeout,
+    };
+    // Closed with a reset: the node keeps no socket in `TIME_WAIT` (a minute each) for
+    // each connection of a flood.
+    let _ = pending.stream.set_zero_linger();
+    accepting.refuse(why, pending.from);
+}
+
+/// Runs the rest of a verified hello's handshake, then the link, in a task of its own
+/// that holds the slot of the member the hello names (displacing the one that did).
+fn start_handshake(accepting: &Arc<Accepting>, pending: Pending, hello: VerifiedHello) {
+    let (id, from, member) = (pending.id, pending.from, hello.from());
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<AbortHandle>();
+    let task_accepting = accepting.clone();
+    let task = tokio::spawn(async move {
+        let Ok(own) = ready_rx.await else { return };
+        handshake_then_receive(&task_accepting, pending, hello, own).await;
+    });
+    let mut unfinished = accepting.unfinished.lock().expect("unfinished lock");
+    let displaced = unfinished.put(member, id, (task.abort_handle(), from));
+    drop(unfinished);
+    if let Some((displaced, displaced_from)) = displaced {
+        displaced.abort();
+        accepting.refuse(LinkClosed::Displaced, displaced_from);
+    }
+    let _ = ready_tx.send(task.abort_handle());
+}
+
+/// The challenge and proof of a verified hello's connection (within the handshake's
+/// deadline from its accept), then its frames until it closes.
+async fn handshake_then_receive(
+    accepting: &Accepting,
+    pending: Pending,
+    hello: VerifiedHello,
+    own: AbortHandle,
+) {
+    let Pending { id, mut stream, from: from_addr, accepted, .. } = pending;
+    let from = hello.from();
+    let deadline = accepted + accepting.settings.handshake_timeout;
+    let shake = tokio::time::timeout_at(deadline, challenge(accepting, &mut stream, hello)).await;
+    accepting.unfinished.lock().expect("unfinished lock").forget(from, id);
+    match shake {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => return accepting.refuse(why, from_addr),
+        Err(_) => return accepting.refuse(LinkClosed::HandshakeTimeout, from_addr),
+    }
+    accepting.adopt(from, id, own);
+    let result = receive(accepting, from, stream).await;
+    accepting.inbound.lock().expect("inbound lock").forget(from, id);
+    if let Err(reason) = result {
+        tracing::warn!(%from_addr, %from, %reason, "closing peer connection");
+    }
+}
+
+/// The acceptor's half of the handshake after the hello: the challenge out, the proof in.
+async fn challenge(
+    accepting: &Accepting,
+    stream: &mut TcpStream,
+    hello: VerifiedHello,
+) -> Result<(), LinkClosed> {
+    let io = |_| LinkClosed::HandshakeIo;
+    let from = hello.from();
+    let (acceptor, challenge) = Acceptor::new(&accepting.settings.key, hello, handshake::nonce());
     stream.write_all(&challenge).await.map_err(io)?;
     let mut proof = [0u8; handshake::PROOF_BYTES];
     stream.read_exact(&mut proof).await.map_err(io)?;
-    Ok((acceptor.finish(&proof)?, stream))
+    let proved = acceptor.finish(&proof)?;
+    assert_eq!(proved, from, "the proof is of the hello's member");
+    Ok(())
 }
 
 /// Reads frames from authenticated member `from` until the connection closes, breaks a
@@ -751,5 +924,94 @@ mod tests {
         line.take_due(base + ms(22), 10, &mut out);
         assert_eq!(out, ['a', 'b', 'c']);
         assert!(line.is_empty());
+    }
+
+    /// A listener of node 1 of {1, 2, 3} with a pool of `pending_max`, its address and
+    /// its metrics.
+    async fn listening(pending_max: usize) -> (SocketAddr, Arc<LinkSettings>, Arc<Metrics>) {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let settings = Arc::new(LinkSettings {
+            key: ClusterKey::new(b"a cluster secret of enough bytes"),
+            limits: PeerLimits::default(),
+            handshake_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            pending_max,
+        });
+        let metrics = Arc::new(Metrics::default());
+        let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+        let inboxes = Arc::new(Inboxes::new());
+        let (s, m) = (settings.clone(), metrics.clone());
+        tokio::spawn(listener(NodeId(1), socket, inboxes, members, s, m));
+        (addr, settings, metrics)
+    }
+
+    /// Waits (at most 10 s) until `metrics` counted `count` closes for `why`.
+    async fn counted(metrics: &Metrics, why: LinkClosed, count: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metrics.links_closed_count(why) < count && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        metrics.links_closed_count(why) >= count
+    }
+
+    #[tokio::test]
+    async fn a_members_handshake_finishes_through_a_flood_of_silent_and_forged_connections() {
+        let (addr, settings, metrics) = listening(4).await;
+        let mut flood = Vec::new();
+        for _ in 0..32 {
+            flood.push(TcpStream::connect(addr).await.unwrap()); // silent
+        }
+        // Member 2 dials: its hello takes it out of the full pool, its handshake finishes.
+        let mut member = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(2), NodeId(1), &mut member).await.expect("accepted");
+        for _ in 0..32 {
+            flood.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // A hello claiming member 3 made with another key, and garbage: refused at once.
+        let other = ClusterKey::new(b"another secret, of enough bytes!");
+        let (_, forged) = Dialer::new(&other, NodeId(3), NodeId(1), handshake::nonce());
+        let mut forger = TcpStream::connect(addr).await.unwrap();
+        forger.write_all(&forged).await.unwrap();
+        let mut garbage = TcpStream::connect(addr).await.unwrap();
+        garbage.write_all(&[0x5a; 16]).await.unwrap();
+        assert!(counted(&metrics, LinkClosed::TooManyPending, 60).await, "the oldest evicted");
+        assert!(counted(&metrics, LinkClosed::BadProof, 1).await);
+        assert!(counted(&metrics, LinkClosed::NotAHandshake, 1).await);
+        let mut byte = [0u8; 1];
+        assert_eq!(forger.read(&mut byte).await.map_or(0, |n| n), 0, "the forger is closed");
+        // The member's link stays open: a keepalive goes through and nothing closes it.
+        write_keepalive_to(&settings, &mut member).await;
+        let read = tokio::time::timeout(Duration::from_millis(200), member.read(&mut byte)).await;
+        assert!(read.is_err(), "the acceptor neither writes nor closes: {read:?}");
+        assert_eq!(metrics.links_closed_count(LinkClosed::HandshakeIo), 0);
+        assert_eq!(metrics.links_closed_count(LinkClosed::HandshakeTimeout), 0);
+        drop(flood);
+    }
+
+    #[tokio::test]
+    async fn a_members_newer_verified_hello_displaces_its_unfinished_handshake() {
+        let (addr, settings, metrics) = listening(4).await;
+        // A verified hello of member 2 that never answers the challenge (a stalled dial,
+        // or a copied hello)...
+        let (_, hello) = Dialer::new(&settings.key, NodeId(2), NodeId(1), handshake::nonce());
+        let mut stalled = TcpStream::connect(addr).await.unwrap();
+        stalled.write_all(&hello).await.unwrap();
+        let mut challenge = [0u8; handshake::CHALLENGE_BYTES];
+        stalled.read_exact(&mut challenge).await.expect("its hello verified: a challenge");
+        // ...is displaced by member 2's next connection, which finishes.
+        let mut member = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(2), NodeId(1), &mut member).await.expect("accepted");
+        assert!(counted(&metrics, LinkClosed::Displaced, 1).await);
+        let mut byte = [0u8; 1];
+        assert_eq!(stalled.read(&mut byte).await.map_or(0, |n| n), 0, "closed");
+    }
+
+    /// Writes an empty frame from member 2 to node 1.
+    async fn write_keepalive_to(settings: &LinkSettings, stream: &mut TcpStream) {
+        let mut buf = Vec::new();
+        let frame = PeerFrame { from: NodeId(2), to: NodeId(1), messages: &[] };
+        encode_frame(&frame, &settings.limits, &mut buf).unwrap();
+        stream.write_all(&buf).await.unwrap();
     }
 }

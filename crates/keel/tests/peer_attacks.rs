@@ -2,7 +2,9 @@
 //! vote messages (epoch `u64::MAX` and epoch + 1000) from outside the cluster and from a
 //! member that knows the secret, a frame declaring 250 MiB, and 600 idle connections.
 //! After each the cluster keeps its leader and its epoch and keeps serving; and a node
-//! with the wrong secret is kept out.
+//! with the wrong secret is kept out. Floods of connections that hold the handshake
+//! slots, from another address and from the members' own, do not keep a restarted
+//! member out.
 
 mod common;
 
@@ -283,5 +285,222 @@ fn a_member_reconnects_while_outsiders_hold_every_shared_handshake_slot() {
     assert!(refused >= 10.0, "the flood held the shared slots: {refused} refused");
     assert!(back, "the restarted follower's link came back: it stayed in the active set");
     assert!(caught_up, "and caught up");
+    common::finish(cluster);
+}
+
+/// Connections each flooding thread holds at once (the oldest dropped first): every one
+/// the node has not closed (a node that keeps a slot until the handshake timeout keeps it
+/// all that time), far below the descriptor limit.
+const FLOOD_HELD_MAX: usize = 2048;
+
+/// Whether the node has not closed `stream` yet.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    let peeked = stream.set_nonblocking(true).map(|()| stream.peek(&mut byte));
+    matches!(peeked, Ok(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// What a flooding connection sends once connected.
+#[derive(Clone, Copy, Debug)]
+enum Opening {
+    /// Nothing: it holds a slot until the node closes it.
+    Silence,
+    /// A well-formed hello claiming another member, its MAC made with another key, then
+    /// nothing.
+    ForgedHello,
+    /// Bytes that are not a hello.
+    Garbage,
+}
+
+/// Connects to `peer` from 127.0.0.1 (the members' own address) as fast as it can until
+/// `stop`, sending each connection's `openings` in turn; counts the connections made.
+fn flood(
+    peer: SocketAddr,
+    target: u32,
+    openings: &'static [Opening],
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    made: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    use std::sync::atomic::Ordering;
+    let wrong = ClusterKey::new(b"not this cluster's secret, but long enough");
+    std::thread::spawn(move || {
+        let mut held = std::collections::VecDeque::with_capacity(FLOOD_HELD_MAX);
+        let mut count = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(mut stream) = TcpStream::connect_timeout(&peer, Duration::from_millis(200))
+            else {
+                continue;
+            };
+            let claimed = (target + count as u32 / 16 % 2) % 3 + 1; // the other two in turn
+            match openings[count as usize % openings.len()] {
+                Opening::Silence => {}
+                Opening::ForgedHello => {
+                    let nonce = handshake::nonce();
+                    let (_, hello) = Dialer::new(&wrong, NodeId(claimed), NodeId(target), nonce);
+                    let _ = stream.write_all(&hello);
+                }
+                Opening::Garbage => {
+                    let _ = stream.write_all(&[0x5a; 52]);
+                }
+            }
+            count += 1;
+            made.fetch_add(1, Ordering::Relaxed);
+            if count & 0xff == 0 {
+                // Every 256 connections, let go of those the node closed.
+                held.retain(still_open);
+            }
+            if held.len() == FLOOD_HELD_MAX {
+                held.pop_front();
+            }
+            held.push_back(stream);
+        }
+    })
+}
+
+/// Whether node index `node` is in the active set that node index `leader` reports.
+fn in_active_set(cluster: &keel_server::local::LocalCluster, leader: usize, node: usize) -> bool {
+    let id = node as u64 + 1;
+    cluster.status(leader).is_some_and(|l| {
+        l["role"] == "leader"
+            && l["active_set"]
+                .as_array()
+                .is_some_and(|set| set.iter().any(|member| member.as_u64() == Some(id)))
+    })
+}
+
+/// Writes a key through `leader`; the index of the write (the leader's last index after it).
+fn write_through(cluster: &keel_server::local::LocalCluster, leader: usize, key: &str) -> u64 {
+    let mut client = common::Conn::open(cluster.client_addrs()[leader]);
+    assert_eq!(client.call(&["SET", key, "v"]), "+OK", "the leader takes a write");
+    cluster.status(leader).unwrap()["last_index"].as_u64().unwrap()
+}
+
+/// How long after `started` node index `node` was back: in `leader`'s active set with the
+/// write at `index` applied, and still so through `STAYED` (a node whose replies do not
+/// reach the leader drops out of its active set after the removal timeout, 500 ms) and
+/// past `started` + 2 × `STAYED`; `None` when not by `started` + `within`.
+fn rejoined_after(
+    cluster: &keel_server::local::LocalCluster,
+    leader: usize,
+    node: usize,
+    index: u64,
+    started: Instant,
+    within: Duration,
+) -> Option<Duration> {
+    const STAYED: Duration = Duration::from_secs(1);
+    let mut since: Option<Instant> = None; // the start of the current run of samples
+    while started.elapsed() < within {
+        let back = in_active_set(cluster, leader, node)
+            && cluster.status(node).is_some_and(|s| s["applied_index"].as_u64() >= Some(index));
+        since = if back { since.or_else(|| Some(Instant::now())) } else { None };
+        if let Some(since) = since {
+            if since.elapsed() >= STAYED && started.elapsed() >= 2 * STAYED {
+                return Some(since - started);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// The node index that says it leads with its lease valid and that a majority of the
+/// three nodes (itself included) names as leader, if any.
+fn elected(cluster: &keel_server::local::LocalCluster) -> Option<usize> {
+    let statuses: Vec<_> = (0..3).map(|i| cluster.status(i)).collect();
+    let named = |leader: usize| {
+        let id = leader as u64 + 1;
+        statuses.iter().flatten().filter(|s| s["leader"].as_u64() == Some(id)).count()
+    };
+    (0..3).find(|&i| {
+        statuses[i]
+            .as_ref()
+            .is_some_and(|s| s["role"] == "leader" && s["leader_lease_valid"] == true)
+            && named(i) >= 2
+    })
+}
+
+#[test]
+fn a_full_speed_flood_from_the_members_host_keeps_no_restarted_member_out() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const REJOIN_MAX: Duration = Duration::from_secs(5);
+    // A leader after 0.76 to 0.92 s of the kill without a flood here (election timeouts
+    // of 300 to 600 ms, then the old lease): three times that, for a loaded machine.
+    const ELECTION_MAX: Duration = Duration::from_secs(3);
+    // How long to wait before giving up: past the bounds, to measure how far past.
+    const GIVE_UP: Duration = Duration::from_secs(30);
+    // Members and flood both on 127.0.0.1: the source address tells them apart no more.
+    // (About 100,000 connections in all; a kernel that tracks connections keeps each
+    // entry a while: runs back to back may fill its table, which then drops new ones.)
+    let (mut cluster, leader) = common::cluster("peer-member-flood", |_| {});
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicU64::new(0));
+    let mut flooders = Vec::new();
+    for (i, config) in cluster.configs.iter().enumerate() {
+        let (peer, target) = (config.peer_listen_addr(), i as u32 + 1);
+        const SILENT: &[Opening] = &[Opening::Silence];
+        // Mostly hellos that hold a slot as long as a node lets them; one in 16 garbage,
+        // which a node refuses at once.
+        const FORGED: &[Opening] = &{
+            let mut openings = [Opening::ForgedHello; 16];
+            openings[15] = Opening::Garbage;
+            openings
+        };
+        flooders.push(flood(peer, target, SILENT, stop.clone(), made.clone()));
+        flooders.push(flood(peer, target, FORGED, stop.clone(), made.clone()));
+    }
+    let flood_started = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let rate = made.load(Ordering::Relaxed) as f64 / flood_started.elapsed().as_secs_f64();
+    eprintln!("flood: {rate:.0} connections/s over 3 nodes");
+
+    // A follower restarts during the flood.
+    let follower = (leader + 1) % 3;
+    cluster.kill(follower);
+    cluster.restart(follower).unwrap();
+    let started = Instant::now();
+    let index = write_through(&cluster, leader, "during-flood-1");
+    let follower_back = rejoined_after(&cluster, leader, follower, index, started, GIVE_UP);
+    eprintln!("restarted follower n{} back after {follower_back:?}", follower + 1);
+
+    // Then the leader restarts: a leader is elected (the restarted node may be it again),
+    // and the restarted node rejoins.
+    let killed = Instant::now();
+    cluster.kill(leader);
+    cluster.restart(leader).unwrap();
+    let started = Instant::now();
+    let mut elected_node = None;
+    common::wait_until(GIVE_UP, || {
+        elected_node = elected(&cluster);
+        elected_node.is_some()
+    });
+    let elected_after = elected_node.map(|_| killed.elapsed());
+    eprintln!(
+        "after the leader's restart, n{:?} leads after {elected_after:?}",
+        elected_node.map(|i| i + 1)
+    );
+    let old_leader_back = elected_node.and_then(|new| {
+        let index = write_through(&cluster, new, "during-flood-2");
+        rejoined_after(&cluster, new, leader, index, started, GIVE_UP)
+    });
+    eprintln!("restarted leader n{} back after {old_leader_back:?}", leader + 1);
+    let made = made.load(Ordering::Relaxed);
+    let rate = made as f64 / flood_started.elapsed().as_secs_f64();
+    eprintln!("flood: {made} connections, {rate:.0}/s");
+    let page = common::scrape(cluster.configs[follower].http_addr.unwrap());
+    for line in page.lines().filter(|l| l.starts_with("keel_peer_connections_closed_total")) {
+        eprintln!("n{}: {line}", follower + 1);
+    }
+    let pending = "keel_peer_connections_closed_total{reason=\"too many pending\"}";
+    let turned_away = common::sample(&page, pending).unwrap_or(0.0);
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.join().unwrap();
+    }
+    assert!(turned_away >= 1000.0, "the flood filled the restarted follower's slots");
+    assert!(follower_back.is_some_and(|t| t <= REJOIN_MAX), "follower: {follower_back:?}");
+    assert!(elected_after.is_some_and(|t| t <= ELECTION_MAX), "election: {elected_after:?}");
+    assert!(old_leader_back.is_some_and(|t| t <= REJOIN_MAX), "old leader: {old_leader_back:?}");
+    assert_eq!(cluster.exited(), None, "no node exited");
     common::finish(cluster);
 }
