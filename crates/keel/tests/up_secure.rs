@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,25 +66,7 @@ fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https()
     // Held until the test ends, so that no other cluster draws these ports meanwhile.
     let block = keel_server::local::reserve_port_block(3).expect("a free block of ports");
     let base = block.base();
-    let mut up = Up(Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["up", "--secure", "--base-port", &base.to_string(), "--dir"])
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("keel up starts"));
-    let mut lines = BufReader::new(up.0.stdout.take().unwrap()).lines();
-    let mut printed = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        printed.push_str(&line);
-        printed.push('\n');
-        if line.starts_with("Ctrl-C") {
-            break;
-        }
-    }
-    assert!(printed.contains("cluster up, leader"), "{printed}");
+    let (up, printed) = common::Up::secure_printing(&dir, base);
     assert!(printed.contains("redis-cli --tls --cacert"), "{printed}");
     let ca = dir.join("tls/ca.pem");
     let password = std::fs::read_to_string(dir.join("admin.password")).unwrap();
@@ -161,20 +143,4 @@ fn a_secure_local_cluster_wants_its_password_over_tls_and_its_token_over_https()
 
     drop(up);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// `keel up`, stopped with Ctrl-C (SIGINT) when dropped, killed if that takes too long.
-struct Up(std::process::Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
-        let stopped = common::wait_until(Duration::from_secs(30), || {
-            self.0.try_wait().ok().flatten().is_some()
-        });
-        if !stopped {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
 }

@@ -238,6 +238,11 @@ pub struct Up(pub std::process::Child);
 impl Up {
     /// Starts it and waits until it says the cluster is up (it prints `Ctrl-C` last).
     pub fn secure(dir: &std::path::Path, base: u16) -> Up {
+        Up::secure_printing(dir, base).0
+    }
+
+    /// [`Up::secure`], with what it printed until the cluster was up.
+    pub fn secure_printing(dir: &std::path::Path, base: u16) -> (Up, String) {
         use std::io::BufRead;
         let mut up = Up(std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
             .args(["up", "--secure", "--base-port", &base.to_string(), "--dir"])
@@ -260,7 +265,7 @@ impl Up {
         assert!(printed.contains("cluster up, leader"), "{printed}");
         // Read what it prints later, so that it never writes into a closed pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        up
+        (up, printed)
     }
 }
 
