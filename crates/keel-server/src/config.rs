@@ -612,6 +612,11 @@ pub struct ServerConfig {
     /// connection with none always has one request read).
     #[serde(default = "pipelined_requests_bytes_max_default")]
     pub pipelined_requests_bytes_max: u64,
+    /// The send buffer of each client socket (bytes; 0: the kernel sizes it, on Linux up
+    /// to `net.ipv4.tcp_wmem`'s maximum, 4 MiB by default). Each client that reads
+    /// nothing costs the node this much copying before its writes stall.
+    #[serde(default = "client_send_buffer_bytes_default")]
+    pub client_send_buffer_bytes: u64,
     /// Bytes of values in replies another node served (requests forwarded to the
     /// leader) this node may hold together until their clients read them; a reply that
     /// would go past it is answered with `BUSY` instead.
@@ -752,6 +757,9 @@ fn is_true(value: &bool) -> bool {
 fn client_request_buffers_bytes_max_default() -> u64 {
     256 << 20
 }
+fn client_send_buffer_bytes_default() -> u64 {
+    256 << 10
+}
 fn pipelined_requests_bytes_max_default() -> u64 {
     32 << 20
 }
@@ -853,6 +861,7 @@ impl ServerConfig {
             client_output_timeout_ms: client_output_timeout_ms_default(),
             client_request_buffers_bytes_max: client_request_buffers_bytes_max_default(),
             pipelined_requests_bytes_max: pipelined_requests_bytes_max_default(),
+            client_send_buffer_bytes: client_send_buffer_bytes_default(),
             forwarded_replies_bytes_max: forwarded_replies_bytes_max_default(),
             worker_threads: None,
             reads_off_loop: true,

@@ -314,6 +314,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         idle_timeout: (config.client_idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(config.client_idle_timeout_ms)),
         slots: Arc::new(Semaphore::new(config.connections_max as usize)),
+        send_buffer_bytes: usize::try_from(config.client_send_buffer_bytes).unwrap_or(usize::MAX),
         pipelined: Arc::new(Semaphore::new(
             usize::try_from(
                 config.pipelined_requests_bytes_max / crate::resp::PIPELINED_REQUEST_BYTES,

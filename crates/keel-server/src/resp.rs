@@ -111,6 +111,9 @@ pub struct FrontDoor {
     pub request_buffers: Arc<ByteBudget>,
     /// Free connection slots (`connections_max` in all).
     pub slots: Arc<Semaphore>,
+    /// Each client socket's send buffer (`client_send_buffer_bytes`; 0: the kernel's own
+    /// sizing).
+    pub send_buffer_bytes: usize,
     /// Unanswered pipelined requests all connections may hold together
     /// (`pipelined_requests_bytes_max` / [`PIPELINED_REQUEST_BYTES`]).
     pub pipelined: Arc<Semaphore>,
@@ -163,6 +166,10 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsA
         };
         let accepted = Instant::now();
         let _ = stream.set_nodelay(true);
+        if door.send_buffer_bytes > 0 {
+            // What a client that reads nothing costs in copying before its writes stall.
+            let _ = socket2::SockRef::from(&stream).set_send_buffer_size(door.send_buffer_bytes);
+        }
         // A slot first, so that handshakes in progress count against `connections_max`
         // too; taken (and the registry of unauthenticated connections made room in)
         // here, before the next accept, so that a flood never holds more than its share.
