@@ -40,6 +40,17 @@ fn connect(addr: SocketAddr) -> TcpStream {
     stream
 }
 
+/// Stores a 1 MiB value under `big` through `addr`, the value every flood reads.
+fn store_big(addr: SocketAddr) -> Vec<u8> {
+    let value = vec![b'v'; MIB as usize];
+    let mut writer = connect(addr);
+    writer.write_all(&command(&[b"SET", b"big", &value])).unwrap();
+    let mut ok = [0u8; 5];
+    writer.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    value
+}
+
 /// Client connections node `i` has open (its `/metrics`).
 fn open_connections(cluster: &keel_server::local::LocalCluster, i: usize) -> f64 {
     let page = common::scrape(cluster.configs[i].http_addr.unwrap());
@@ -93,13 +104,7 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
     });
     let addr = cluster.client_addrs()[leader];
     let pid = cluster.pid(leader).expect("the leader runs");
-    let value = vec![b'v'; MIB as usize];
-    let mut writer = connect(addr);
-    writer.write_all(&command(&[b"SET", b"big", &value])).unwrap();
-    let mut ok = [0u8; 5];
-    writer.read_exact(&mut ok).unwrap();
-    assert_eq!(&ok, b"+OK\r\n");
-    drop(writer);
+    let value = store_big(addr);
     // The start: once the resident set stops moving between two samples 20 ms apart.
     let mut last = rss(pid);
     common::wait_until(Duration::from_secs(10), || {
@@ -259,13 +264,7 @@ fn unread_replies_on_a_busy_machine_keep_the_leader_and_the_bound() {
         c.client_send_buffer_bytes = send.unwrap_or(c.client_send_buffer_bytes);
     });
     let addr = cluster.client_addrs()[leader];
-    let value = vec![b'v'; MIB as usize];
-    let mut writer = connect(addr);
-    writer.write_all(&command(&[b"SET", b"big", &value])).unwrap();
-    let mut ok = [0u8; 5];
-    writer.read_exact(&mut ok).unwrap();
-    assert_eq!(&ok, b"+OK\r\n");
-    drop(writer);
+    store_big(addr);
     let epoch = || {
         common::sample(
             &common::scrape(cluster.configs[leader].http_addr.unwrap()),
