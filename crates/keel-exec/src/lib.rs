@@ -11,6 +11,9 @@
 //! - [`worker`]: [`Worker`], on the disk: operations in order, one fsync per batch.
 //! - [`hold`]: [`AppendHold`], between the two in a server: appends merged for a moment,
 //!   so that a worker on a thread of its own is woken once for many steps.
+//! - [`replica`]: [`Replica`], the loop body every host runs (the server's engine loop and
+//!   the simulator's replicas): the engine in its [`EngineCell`], the front, the hold,
+//!   batches, completions; what leaves goes through the host's [`Io`].
 //! - [`virtual_disk`]: [`VirtualDisk`], the worker on virtual time (simulator, tests).
 //!
 //! A driver's loop, with a simulated disk standing in for files:
@@ -55,11 +58,13 @@
 pub mod front;
 pub mod hold;
 pub mod op;
+pub mod replica;
 pub mod virtual_disk;
 pub mod worker;
 
 pub use front::{Completed, Effects, Front};
 pub use hold::{AppendHold, APPEND_HOLD_ENTRIES_MAX, APPEND_HOLD_NS};
 pub use op::{Completion, DiskInput, StorageOp};
+pub use replica::{EngineCell, Io, Replica};
 pub use virtual_disk::VirtualDisk;
 pub use worker::{Applied, Worker};

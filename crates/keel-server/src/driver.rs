@@ -41,16 +41,16 @@ use crate::peer::PeerQueues;
 use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
 use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, Outputs, Report, RoleView};
 use keel_core::time::Time;
-use keel_exec::{AppendHold, Completion, DiskInput, Front, StorageOp};
+use keel_exec::{AppendHold, Completion, EngineCell, Front, Io, Replica, StorageOp};
 use keel_types::fasthash::FastHash;
 use keel_types::{
     ClientId, Command, Durability, Entry, KeelError, KeyspaceId, LogIndex, NodeId, ReadLevel,
-    RequestId,
+    RequestId, SnapshotMeta,
 };
 use keel_wire::peer::{Outgoing, PeerMessage};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -233,17 +233,6 @@ pub struct Wiring {
     pub forwarded_replies: Arc<crate::budget::ByteBudget>,
 }
 
-/// A keyspace's engine as the loop and the connections share it: the loop write-locks
-/// it to step it; connections read-lock it between steps to serve reads that need no
-/// step ([`ReadView`]).
-pub struct EngineView<E> {
-    engine: RwLock<E>,
-    /// Whether reads may be served off the loop now: not while the front holds replies
-    /// behind a hard state not yet durable. Written by the loop under the write lock
-    /// when it closes, read by connections under the read lock.
-    open: AtomicBool,
-}
-
 /// Reads served off the engine loop, whatever the engine kind.
 pub trait ReadView: Send + Sync + std::fmt::Debug {
     /// The reply `request` gets at once, if the engine would answer it without waiting
@@ -252,69 +241,178 @@ pub trait ReadView: Send + Sync + std::fmt::Debug {
     fn read_now(&self, request: ClientRequest) -> Option<(ClientReply, Time)>;
 }
 
-impl<E: Engine + Sync> ReadView for EngineView<E> {
+impl<E: Engine + Sync> ReadView for EngineCell<E> {
     fn read_now(&self, request: ClientRequest) -> Option<(ClientReply, Time)> {
-        let engine = self.engine.try_read().ok()?;
-        if !self.open.load(Ordering::Acquire) {
-            return None;
-        }
-        // Read after the lock is taken: no earlier than the last step's time.
-        let now = monotonic_now();
-        let reply = engine.read_now(&E::Request::from(request), now)?;
+        let (reply, now) = EngineCell::read_now(self, &E::Request::from(request), monotonic_now)?;
         Some((reply.into(), now))
     }
 }
 
-impl<E> std::fmt::Debug for EngineView<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineView").field("open", &self.open).finish_non_exhaustive()
-    }
-}
-
-/// A keyspace's engine loop.
+/// A keyspace's engine loop: the tokio shell around the replica (`keel_exec::Replica`),
+/// which is the loop body the simulator runs too.
 pub struct Driver<E: Engine> {
-    view: Arc<EngineView<E>>,
-    front: Front<E::Message, E::Reply>,
+    replica: Replica<E>,
     wiring: Wiring,
     tag_next: u64,
     /// Keyed by tag, a number the driver counts up, and never iterated: a hash map
     /// (`docs/performance.md`, *Work per request*).
     waiting: HashMap<keel_core::engine::RequestTag, Waiting, FastHash>,
-    wake_at: Option<Time>,
     /// When the oldest log sync not yet reported was asked for (for the sync-wait
     /// histogram).
     sync_asked: Option<Instant>,
-    /// The role last logged (role changes are logged once each).
-    seen: Option<RoleView>,
-    /// Log appends not yet handed to the storage thread: held for at most
-    /// [`keel_exec::APPEND_HOLD_NS`] and handed over merged, so that the thread is woken
-    /// a few hundred times a second under load instead of once per step. An append is
-    /// buffered either way, and a sync (like any other operation) releases the held
-    /// appends first: durability and its latency are unchanged.
-    appends: AppendHold,
     /// Operations on their way to the storage thread (kept for its allocation).
     handoff: Vec<(u64, StorageOp)>,
 }
 
-impl<E: Engine> Driver<E>
+/// What leaves the replica, carried out on the server's channels: messages to the peer
+/// queues (client values charged to the link, shed past its bound), replies to their
+/// connections (values served by another node charged to the forwarded replies' budget),
+/// snapshots written and memory freed on blocking tasks, rejections counted.
+struct ServerIo<'a> {
+    wiring: &'a Wiring,
+    waiting: &'a mut HashMap<keel_core::engine::RequestTag, Waiting, FastHash>,
+    sync_asked: &'a mut Option<Instant>,
+    /// One clock reading for the replies of a step: they leave together.
+    replied_at: Option<Instant>,
+    /// A snapshot that could not be written off the storage thread.
+    failed: Option<String>,
+}
+
+impl<E: Engine> Io<E> for ServerIo<'_>
+where
+    E::Message: PeerMessage + Send + Sync,
+{
+    fn send(&mut self, to: NodeId, message: E::Message) {
+        let (keyspace, wiring) = (self.wiring.keyspace, self.wiring);
+        let metrics = &wiring.node_metrics;
+        let bulk = message.bulk_bytes();
+        let message: Box<dyn keel_wire::peer::PeerEncode> = if bulk == 0 {
+            Box::new(message)
+        } else if let Some(hold) = wiring.peers.hold_bulk(to, bulk) {
+            Box::new(crate::peer::WithBulk { message, hold })
+        } else {
+            // The link holds all the client values it may: send a short refusal in
+            // place of this one, so that heartbeats are not held back behind them.
+            metrics.peer_bulk_shed.fetch_add(1, Ordering::Relaxed);
+            match message.shed() {
+                Some(stand_in) => Box::new(stand_in),
+                None => return,
+            }
+        };
+        if !wiring.peers.send(to, Outgoing { keyspace, message }) {
+            metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn reply(&mut self, reply: E::Reply) {
+        let now = *self.replied_at.get_or_insert_with(Instant::now);
+        let reply: ClientReply = reply.into();
+        let Some(waiting) = self.waiting.remove(&reply.tag) else {
+            // A reply to a request whose client gave up is still counted by the engine.
+            tracing::debug!(tag = reply.tag.0, "reply for an unknown tag");
+            return;
+        };
+        let outcome = match &reply.result {
+            Ok(_) => "ok",
+            Err(e) => keel_wire::reply::error_prefix(e),
+        };
+        let seconds = now.saturating_duration_since(waiting.started).as_secs_f64();
+        self.wiring.metrics.record(waiting.label, outcome, seconds);
+        if reply.durability_round {
+            self.wiring.metrics.round_read_seconds.observe(seconds);
+        }
+        let _ = waiting.reply.send(hold_forwarded(self.wiring, reply));
+    }
+
+    fn prepare(&mut self, meta: SnapshotMeta, data: keel_core::engine::SnapshotBytes) {
+        // A snapshot this node took is written off the storage thread; the front queues
+        // its adoption once it is written.
+        if self.wiring.storage.prepare_snapshot(meta, data).is_some() {
+            self.failed = Some("this storage cannot write a snapshot off its thread".into());
+        }
+    }
+
+    fn release(&mut self, release: Vec<keel_core::engine::Release>) {
+        // Freeing an encoding as large as the state takes a while: not on this loop.
+        tokio::task::spawn_blocking(move || drop(release));
+    }
+
+    fn rejected(&mut self, rejection: keel_core::engine::Rejection) {
+        self.wiring.node_metrics.rejected(self.wiring.keyspace, rejection.from, rejection.reason);
+    }
+
+    fn dropped(&mut self, messages: u64) {
+        self.wiring.node_metrics.peer_dropped.fetch_add(messages, Ordering::Relaxed);
+    }
+
+    fn stepped(&mut self, out: &Outputs<E::Message, E::Reply>) {
+        if let Some((meta, data)) = &out.snapshot {
+            tracing::info!(keyspace = %self.wiring.keyspace, index = meta.last_index.0, bytes = data.len(),
+                installed = out.snapshot_installed, "saving a snapshot");
+        }
+        if out.sync_through.is_some() {
+            self.sync_asked.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn completed(&mut self, completion: &Completion) {
+        match completion {
+            Completion::Synced { .. } => {
+                if let Some(asked) = self.sync_asked.take() {
+                    self.wiring.metrics.sync_wait_seconds.observe(asked.elapsed().as_secs_f64());
+                }
+            }
+            Completion::SnapshotSaved { meta } => {
+                tracing::info!(keyspace = %self.wiring.keyspace, index = meta.last_index.0, "snapshot saved");
+            }
+            Completion::HardStateSaved { .. } => {}
+        }
+    }
+}
+
+/// A reply another node served (a request this follower forwarded) carries a copy of its
+/// value, which this node holds until the client reads it: charged to the forwarded
+/// replies' budget, or answered `BUSY` when the budget is spent (clients that do not read
+/// their replies cannot make the node hold more). A reply served here shares the store's
+/// value and costs nothing.
+fn hold_forwarded(wiring: &Wiring, mut reply: ClientReply) -> ClientReply {
+    if reply.served_by == wiring.node_id {
+        return reply;
+    }
+    let value = match &mut reply.result {
+        Ok(keel_types::CommandResult::Value { value: Some(value), .. })
+        | Ok(keel_types::CommandResult::Cas { current: Some(value), .. }) => value,
+        _ => return reply,
+    };
+    match crate::budget::charge(&wiring.forwarded_replies, value) {
+        Some(held) => *value = held,
+        None => {
+            wiring.node_metrics.forwarded_replies_refused.fetch_add(1, Ordering::Relaxed);
+            reply.result = Err(KeelError::Busy(
+                "replies from the leader waiting for their clients to read them hold forwarded_replies_bytes_max".into(),
+            ));
+        }
+    }
+    reply
+}
+
+impl<E: Engine + Sync> Driver<E>
 where
     E::Message: PeerMessage + Send + Sync,
 {
     /// A loop for `engine` (booted at [`monotonic_now`]).
     pub fn new(engine: E, wiring: Wiring) -> Driver<E> {
         assert!(!wiring.peers.contains(engine.node_id()), "no queue to itself");
-        let view =
-            Arc::new(EngineView { engine: RwLock::new(engine), open: AtomicBool::new(true) });
+        let hold = AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX);
+        let role = engine.role();
+        tracing::info!(keyspace = %wiring.keyspace, role = role.role, epoch = role.epoch,
+            leader = ?role.leader.map(|l| l.0), "role at start");
         Driver {
-            view,
-            front: Front::new(HELD_MESSAGES_MAX),
+            replica: Replica::new(engine, Front::new(HELD_MESSAGES_MAX), hold),
             wiring,
             tag_next: 1,
             waiting: HashMap::default(),
-            wake_at: None,
             sync_asked: None,
-            seen: None,
-            appends: AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX),
             handoff: Vec::new(),
         }
     }
@@ -334,15 +432,16 @@ where
             let (now, now_at) = (monotonic_now(), Instant::now());
             let at = |time: Time| now_at + Duration::from_nanos(time.0.saturating_sub(now.0));
             // Without a wake-up asked for, tick anyway every second (harmless, bounded).
-            let tick_at = at(self.wake_at.unwrap_or(Time(now.0 + 1_000_000_000)));
-            let release_at = self.appends.due_at().map(at);
+            let tick_at = at(self.replica.wake_at().unwrap_or(Time(now.0 + 1_000_000_000)));
+            let release_at = self.replica.hold_due().map(at);
             let deadline = release_at.map_or(tick_at, |release| release.min(tick_at));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
                     // Hand over what is held, as a stop did before appends were held
                     // (still unsynced: only a sync made anything durable, then and now).
-                    let _ = self.release_appends().await;
+                    self.replica.release_held();
+                    let _ = self.hand_over().await;
                     return Ok(());
                 }
                 changed = self.wiring.storage.fatal.changed() => {
@@ -357,8 +456,8 @@ where
                 }
                 Some(prepared) = self.wiring.storage.prepared.recv() => {
                     let (meta, len) = prepared?;
-                    let op = self.front.prepared(meta, len);
-                    self.queue(monotonic_now(), op).await?;
+                    self.replica.prepared(monotonic_now(), meta, len);
+                    self.hand_over().await?;
                 }
                 Some(event) = peer_events.recv() => {
                     let input = Input::Message { from: event.from, message: event.message };
@@ -371,7 +470,8 @@ where
                 () = tokio::time::sleep_until(deadline.into()) => {
                     let fired = Instant::now();
                     if release_at.is_some_and(|release| release <= fired) {
-                        self.release_appends().await?;
+                        self.replica.release_held();
+                        self.hand_over().await?;
                     }
                     if fired < tick_at {
                         continue;
@@ -390,52 +490,41 @@ where
 
     /// The engine, read-locked (the loop is its only writer, so this never waits).
     fn engine(&self) -> std::sync::RwLockReadGuard<'_, E> {
-        self.view.engine.read().unwrap_or_else(PoisonError::into_inner)
+        self.replica.engine()
     }
 
     /// What connections hold to read this keyspace off the loop.
-    pub fn view(&self) -> Arc<EngineView<E>> {
-        self.view.clone()
+    pub fn view(&self) -> Arc<EngineCell<E>> {
+        self.replica.cell().clone()
     }
 
-    /// Opens reads off the loop again once the front holds nothing behind a hard state.
-    fn reopen_view(&self) {
-        if !self.front.holding() && !self.view.open.load(Ordering::Relaxed) {
-            self.view.open.store(true, Ordering::Release);
-        }
+    /// The server's side of the replica's outputs, for one call.
+    fn io(&mut self) -> (&mut Replica<E>, ServerIo<'_>) {
+        let io = ServerIo {
+            wiring: &self.wiring,
+            waiting: &mut self.waiting,
+            sync_asked: &mut self.sync_asked,
+            replied_at: None,
+            failed: None,
+        };
+        (&mut self.replica, io)
     }
 
-    /// Takes every completion waiting (the first one given) and hands each to the front;
-    /// of several fsync reports in a row only the last reaches the engine (it covers the
-    /// others).
+    /// Takes every completion waiting (the first one given) and hands them to the
+    /// replica.
     async fn on_completions(&mut self, first: Completion) -> Result<(), String> {
         let mut completions = vec![first];
         while let Ok(more) = self.wiring.storage.completions.try_recv() {
             completions.push(more);
         }
-        for (i, completion) in completions.iter().enumerate() {
-            let superseded = matches!(completion, Completion::Synced { .. })
-                && matches!(completions.get(i + 1), Some(Completion::Synced { .. }));
-            if matches!(completion, Completion::Synced { .. }) {
-                if let Some(asked) = self.sync_asked.take() {
-                    self.wiring.metrics.sync_wait_seconds.observe(asked.elapsed().as_secs_f64());
-                }
-            }
-            let done = self.front.complete(*completion);
-            self.reopen_view();
-            self.send_messages(done.messages);
-            self.send_replies(done.replies);
-            match done.input {
-                Some(DiskInput::LogSynced(_)) if superseded => {}
-                Some(DiskInput::SnapshotSaved(meta)) => {
-                    tracing::info!(keyspace = %self.wiring.keyspace, index = meta.last_index.0, "snapshot saved");
-                    self.step(Input::SnapshotSaved { meta }).await?;
-                }
-                Some(input) => self.step(input.into_input()).await?,
-                None => {}
-            }
-        }
-        Ok(())
+        let now = monotonic_now();
+        let keyspace = self.wiring.keyspace;
+        let (replica, mut io) = self.io();
+        let changed = replica.complete(now, &completions, &mut io);
+        let failed = io.failed.take();
+        log_role_change(keyspace, changed);
+        self.hand_over().await?;
+        failed.map_or(Ok(()), Err)
     }
 
     /// Takes `first` and the client requests queued behind it (at most
@@ -501,12 +590,11 @@ where
         E::Request::from(request)
     }
 
-    async fn step_clients(&mut self, mut batch: Vec<E::Request>) -> Result<(), String> {
-        match batch.len() {
-            0 => Ok(()),
-            1 => self.step(Input::Client(batch.pop().expect("one"))).await,
-            _ => self.step(Input::Clients(batch)).await,
+    async fn step_clients(&mut self, batch: Vec<E::Request>) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
         }
+        self.timed("clients", |replica, now, io| replica.clients(now, batch, io)).await
     }
 
     fn on_query(&mut self, event: Event) -> Result<(), String> {
@@ -527,183 +615,47 @@ where
     }
 
     async fn step(&mut self, input: Input<E::Message, E::Request>) -> Result<(), String> {
+        let what = input_name(&input);
+        self.timed(what, |replica, now, io| replica.step(now, input, io)).await
+    }
+
+    /// Runs one call into the replica at the clock's time, hands the disk its work, and
+    /// warns when it took long enough to cost leases or an election.
+    async fn timed(
+        &mut self,
+        what: &'static str,
+        call: impl FnOnce(&mut Replica<E>, Time, &mut ServerIo<'_>) -> Option<RoleView>,
+    ) -> Result<(), String> {
         let now = monotonic_now();
         let started = Instant::now();
-        let what = input_name(&input);
-        let out = {
-            let mut engine = self.view.engine.write().unwrap_or_else(PoisonError::into_inner);
-            let out = engine.step(now, input);
-            if out.hard_state.is_some() {
-                // Its replies wait for the disk: so do reads off the loop, from now on.
-                self.view.open.store(false, Ordering::Release);
-            }
-            out
-        };
-        let stepped = started.elapsed();
-        let result = self.carry_out(now, out).await;
+        let keyspace = self.wiring.keyspace;
+        let (replica, mut io) = self.io();
+        let changed = call(replica, now, &mut io);
+        let failed = io.failed.take();
+        log_role_change(keyspace, changed);
+        let result = self.hand_over().await;
         let total = started.elapsed();
         if total >= SLOW_STEP {
-            // Long enough to cost leases or an election: say where the time went.
-            tracing::warn!(
-                keyspace = %self.wiring.keyspace,
-                input = what,
-                engine_ms = stepped.as_millis() as u64,
-                outputs_ms = (total - stepped).as_millis() as u64,
-                "slow engine step"
-            );
+            tracing::warn!(%keyspace, input = what, ms = total.as_millis() as u64, "slow engine step");
         }
-        self.log_role_change();
-        result
+        failed.map_or(result, Err)
     }
 
-    fn log_role_change(&mut self) {
-        let now = self.engine().role();
-        if self.seen != Some(now) {
-            assert!(self.seen.is_none_or(|seen| now.epoch >= seen.epoch), "epochs never go back");
-            tracing::info!(keyspace = %self.wiring.keyspace, role = now.role, epoch = now.epoch,
-                leader = ?now.leader.map(|l| l.0), "role change");
-            self.seen = Some(now);
-        }
-    }
-
-    /// Hands `op` to the storage thread, after the appends held before it; an append
-    /// may be held instead (`appends`), from `now` on.
-    async fn queue(&mut self, now: Time, op: (u64, StorageOp)) -> Result<(), String> {
-        if matches!(op.1, StorageOp::Sync) {
-            self.sync_asked.get_or_insert_with(Instant::now);
-        }
-        self.appends.push(now, op, &mut self.handoff);
-        self.hand_over().await
-    }
-
-    /// Hands the held appends to the storage thread.
-    async fn release_appends(&mut self) -> Result<(), String> {
-        self.appends.release(&mut self.handoff);
-        self.hand_over().await
-    }
-
+    /// Hands the operations the replica has ready to the storage thread, in order.
     async fn hand_over(&mut self) -> Result<(), String> {
+        self.replica.take_ready(&mut self.handoff);
         let ops = &self.wiring.storage.ops;
         for op in self.handoff.drain(..) {
             ops.send(op).await.map_err(|_| "the storage thread ended".to_string())?;
         }
         Ok(())
     }
+}
 
-    /// Carries out one step's outputs through the front.
-    async fn carry_out(
-        &mut self,
-        now: Time,
-        out: Outputs<E::Message, E::Reply>,
-    ) -> Result<(), String> {
-        let keyspace = self.wiring.keyspace;
-        if let Some((meta, data)) = &out.snapshot {
-            tracing::info!(%keyspace, index = meta.last_index.0, bytes = data.len(),
-                installed = out.snapshot_installed, "saving a snapshot");
-        }
-        let effects = self.front.carry_out(out);
-        for rejection in &effects.rejected {
-            self.wiring.node_metrics.rejected(keyspace, rejection.from, rejection.reason);
-        }
-        for op in effects.ops {
-            self.queue(now, op).await?;
-        }
-        if let Some((meta, data)) = effects.prepare {
-            // A snapshot this node took is written off the storage thread; the front
-            // queues its adoption once it is written.
-            if self.wiring.storage.prepare_snapshot(meta, data).is_some() {
-                return Err("this storage cannot write a snapshot off its thread".into());
-            }
-        }
-        if !effects.release.is_empty() {
-            // Freeing an encoding as large as the state takes a while: not on this loop.
-            let release = effects.release;
-            tokio::task::spawn_blocking(move || drop(release));
-        }
-        if effects.messages_dropped > 0 {
-            let dropped = &self.wiring.node_metrics.peer_dropped;
-            dropped.fetch_add(effects.messages_dropped, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.send_messages(effects.messages);
-        self.send_replies(effects.replies);
-        self.wake_at = effects.wake_at;
-        Ok(())
-    }
-
-    fn send_messages(&mut self, messages: Vec<(NodeId, E::Message)>) {
-        let keyspace = self.wiring.keyspace;
-        let metrics = &self.wiring.node_metrics;
-        for (to, message) in messages {
-            let bulk = message.bulk_bytes();
-            let message: Box<dyn keel_wire::peer::PeerEncode> = if bulk == 0 {
-                Box::new(message)
-            } else if let Some(hold) = self.wiring.peers.hold_bulk(to, bulk) {
-                Box::new(crate::peer::WithBulk { message, hold })
-            } else {
-                // The link holds all the client values it may: send a short refusal in
-                // place of this one, so that heartbeats are not held back behind them.
-                metrics.peer_bulk_shed.fetch_add(1, Ordering::Relaxed);
-                match message.shed() {
-                    Some(stand_in) => Box::new(stand_in),
-                    None => continue,
-                }
-            };
-            if !self.wiring.peers.send(to, Outgoing { keyspace, message }) {
-                metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn send_replies(&mut self, replies: Vec<E::Reply>) {
-        if replies.is_empty() {
-            return;
-        }
-        // One clock reading for the replies of a step: they leave together.
-        let now = Instant::now();
-        for reply in replies {
-            let reply: ClientReply = reply.into();
-            let Some(waiting) = self.waiting.remove(&reply.tag) else {
-                // A reply to a request whose client gave up is still counted by the engine.
-                tracing::debug!(tag = reply.tag.0, "reply for an unknown tag");
-                continue;
-            };
-            let outcome = match &reply.result {
-                Ok(_) => "ok",
-                Err(e) => keel_wire::reply::error_prefix(e),
-            };
-            let seconds = now.saturating_duration_since(waiting.started).as_secs_f64();
-            self.wiring.metrics.record(waiting.label, outcome, seconds);
-            if reply.durability_round {
-                self.wiring.metrics.round_read_seconds.observe(seconds);
-            }
-            let _ = waiting.reply.send(self.hold_forwarded(reply));
-        }
-    }
-
-    /// A reply another node served (a request this follower forwarded) carries a copy of
-    /// its value, which this node holds until the client reads it: charged to the
-    /// forwarded replies' budget, or answered `BUSY` when the budget is spent (clients that
-    /// do not read their replies cannot make the node hold more). A reply served here
-    /// shares the store's value and costs nothing.
-    fn hold_forwarded(&self, mut reply: ClientReply) -> ClientReply {
-        if reply.served_by == self.wiring.node_id {
-            return reply;
-        }
-        let value = match &mut reply.result {
-            Ok(keel_types::CommandResult::Value { value: Some(value), .. })
-            | Ok(keel_types::CommandResult::Cas { current: Some(value), .. }) => value,
-            _ => return reply,
-        };
-        match crate::budget::charge(&self.wiring.forwarded_replies, value) {
-            Some(held) => *value = held,
-            None => {
-                self.wiring.node_metrics.forwarded_replies_refused.fetch_add(1, Ordering::Relaxed);
-                reply.result = Err(KeelError::Busy(
-                    "replies from the leader waiting for their clients to read them hold forwarded_replies_bytes_max".into(),
-                ));
-            }
-        }
-        reply
+fn log_role_change(keyspace: KeyspaceId, changed: Option<RoleView>) {
+    if let Some(now) = changed {
+        tracing::info!(%keyspace, role = now.role, epoch = now.epoch,
+            leader = ?now.leader.map(|l| l.0), "role change");
     }
 }
 

@@ -25,7 +25,7 @@ use crate::rng::Rng;
 use keel_core::engine::{Input, Outputs, PersistedState};
 use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
-use keel_exec::{AppendHold, Completion, Front, VirtualDisk};
+use keel_exec::{AppendHold, Completion, Front, Replica, VirtualDisk};
 use keel_storage::SimFault;
 use keel_types::{LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
@@ -252,39 +252,124 @@ fn fresh_hold() -> AppendHold {
     AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX)
 }
 
-/// One keyspace's replica on one node.
-struct Replica<E: SimEngine> {
-    engine: Option<E>,
-    front: Front<E::Message, ClientReply>,
+/// One keyspace's replica on one node: the loop body the server runs
+/// (`keel_exec::Replica`: the engine, the front, the append hold, whose held appends a
+/// crash loses with the process's memory) while the node is up, and its disk.
+struct Hosted<E: SimEngine> {
+    replica: Option<Replica<E>>,
     disk: VirtualDisk<SimDisk>,
-    /// Appends not yet handed to the disk, as a server's engine loop holds them (lost at
-    /// a crash, the process's memory).
-    hold: AppendHold,
     recovered: PersistedState,
     tick_at_ns: Option<u64>,
     disk_at_ns: Option<u64>,
     pending_tags: BTreeSet<RequestTag>,
 }
 
-impl<E: SimEngine> Replica<E> {
-    /// Hands numbered operations to the disk through the append hold, as a server's
-    /// engine loop does.
-    fn submit(
-        &mut self,
-        ops: impl IntoIterator<Item = (u64, keel_exec::StorageOp)>,
-        now: u64,
-        cost: u64,
-    ) -> keel_storage::StorageResult<()> {
-        let mut ready = Vec::new();
-        for op in ops {
-            self.hold.push(Time(now), op, &mut ready);
+impl<E: SimEngine> Hosted<E> {
+    /// Hands the operations the replica has ready to the disk.
+    fn submit(&mut self, now: u64, cost: u64) -> keel_storage::StorageResult<()> {
+        let Some(replica) = self.replica.as_mut() else { return Ok(()) };
+        if !replica.has_ready() {
+            return Ok(());
         }
+        let mut ready = Vec::new();
+        replica.take_ready(&mut ready);
         self.disk.submit(ready, now, cost)
     }
 }
 
+/// What leaves a replica during one call, in order, for the world to carry out after it.
+enum Left<M> {
+    Send(NodeId, M),
+    Reply(ClientReply),
+    Prepare(SnapshotMeta, Arc<Vec<u8>>),
+    /// The engine's status after a step, with its applied digest.
+    Observed(Box<Status>, Option<u64>),
+}
+
+/// The simulator's side of a replica's outputs ([`keel_exec::Io`]): the checks only a
+/// simulator can make, as the engine writes its outputs (every log write to the
+/// keyspace's checker; no message rejected; what a message claims is on disk; the
+/// entries it carries in the sender's log), and what leaves, in order.
+struct SimIo<'a, M> {
+    node: NodeId,
+    ks: Keyspace,
+    now_ns: u64,
+    checker: &'a mut Checker,
+    /// The sender's fsynced index (the disk does not move during a call).
+    synced: LogIndex,
+    left: Vec<Left<M>>,
+    violations: Vec<(&'static str, String)>,
+    trace: bool,
+}
+
+impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
+    fn send(&mut self, to: NodeId, message: E::Message) {
+        self.left.push(Left::Send(to, message));
+    }
+
+    fn reply(&mut self, reply: ClientReply) {
+        self.left.push(Left::Reply(reply));
+    }
+
+    fn prepare(&mut self, meta: SnapshotMeta, data: keel_core::engine::SnapshotBytes) {
+        self.left.push(Left::Prepare(meta, data));
+    }
+
+    fn stepped(&mut self, out: &Outputs<E::Message, ClientReply>) {
+        let (node, ks) = (self.node, self.ks);
+        if self.trace {
+            eprintln!("{:>12} {node}/{ks} -> {out:?}", "");
+        }
+        if let Some(index) = out.truncate_after {
+            self.checker.truncate(node, index);
+        }
+        for entry in &out.append {
+            self.checker.append(node, entry, self.now_ns);
+        }
+        if let (Some((meta, _)), true) = (&out.snapshot, out.snapshot_installed) {
+            self.checker.reset_to_snapshot(node, *meta);
+        }
+        for rejection in &out.rejected {
+            // Every message here was written by an engine: a rejection is a gate that
+            // refuses valid traffic, or an engine that breaks its own rules.
+            let detail = format!(
+                "{node}/{ks} rejected a message from {}: {}",
+                rejection.from, rejection.reason
+            );
+            self.violations.push(("gate-rejection", detail));
+        }
+        for (_, message) in &out.messages {
+            self.check_written::<E>(message);
+        }
+    }
+
+    fn observe(&mut self, engine: &E) {
+        self.left.push(Left::Observed(Box::new(engine.status()), engine.applied_digest()));
+    }
+}
+
+impl<M> SimIo<'_, M> {
+    /// The contract's checks on a message as its engine writes it: what it claims is on
+    /// disk is (its persisted index is fsynced) and the entries it carries are in the
+    /// sender's log. Checked when written, not when sent: a message held behind a hard
+    /// state may leave after a later truncation, as a delayed one may arrive after it.
+    fn check_written<E: SimEngine<Message = M>>(&mut self, message: &M) {
+        let (from, synced) = (self.node, self.synced);
+        let facts = E::facts(message);
+        if let Some(persisted) = facts.claims_persisted.filter(|p| *p > synced) {
+            let detail = format!("{from} claims persisted {persisted} > fsynced {synced}");
+            self.violations.push(("contract-message", format!("keyspace {}: {detail}", self.ks)));
+        }
+        let log = self.checker.log(from);
+        if let Some(e) = facts.entries.iter().find(|e| log.epoch_at(e.index) != Some(e.epoch)) {
+            let detail = format!("{from} sends entry {} not in its log", e.version());
+            self.violations.push(("contract-message", format!("keyspace {}: {detail}", self.ks)));
+        }
+    }
+}
+
 struct Node<E: SimEngine> {
-    replicas: Vec<Replica<E>>,
+    replicas: Vec<Hosted<E>>,
     clock: NodeClock,
     incarnation: u64,
     paused_until_ns: u64,
@@ -455,18 +540,10 @@ impl<E: SimEngine> World<E> {
         world
     }
 
-    fn fresh_replica(config: &WorldConfig<E::Config>) -> Replica<E> {
-        let front = Front::new(HELD_MESSAGES_MAX);
-        let front = if config.unsafe_skip_truncation_clamp {
-            front.unsafe_skip_truncation_clamp()
-        } else {
-            front
-        };
-        Replica {
-            engine: None,
-            front,
+    fn fresh_replica(config: &WorldConfig<E::Config>) -> Hosted<E> {
+        Hosted {
+            replica: None,
             disk: VirtualDisk::new(SimDisk::new(config.hard_state_mode)),
-            hold: fresh_hold(),
             recovered: PersistedState::default(),
             tick_at_ns: None,
             disk_at_ns: None,
@@ -527,12 +604,12 @@ impl<E: SimEngine> World<E> {
 
     /// A running node's status in keyspace `ks`.
     pub fn status_in(&self, node: NodeId, ks: Keyspace) -> Option<Status> {
-        self.replica(node, ks).engine.as_ref().map(|e| e.status())
+        self.replica(node, ks).replica.as_ref().map(|r| r.engine().status())
     }
 
     /// Whether the node is running (not crashed).
     pub fn is_up(&self, node: NodeId) -> bool {
-        self.replica(node, 0).engine.is_some()
+        self.replica(node, 0).replica.is_some()
     }
 
     /// The running leader of keyspace 0 with the highest epoch, if any.
@@ -551,19 +628,19 @@ impl<E: SimEngine> World<E> {
     }
 
     /// The node's keyspace-0 engine, while it runs (for scenario-specific introspection).
-    pub fn engine(&self, node: NodeId) -> Option<&E> {
-        self.replica(node, 0).engine.as_ref()
+    pub fn engine(&self, node: NodeId) -> Option<std::sync::RwLockReadGuard<'_, E>> {
+        self.replica(node, 0).replica.as_ref().map(|r| r.engine())
     }
 
     fn node(&self, node: NodeId) -> &Node<E> {
         &self.nodes[Self::slot(node)]
     }
 
-    fn replica(&self, node: NodeId, ks: Keyspace) -> &Replica<E> {
+    fn replica(&self, node: NodeId, ks: Keyspace) -> &Hosted<E> {
         &self.node(node).replicas[ks as usize]
     }
 
-    fn replica_mut(&mut self, node: NodeId, ks: Keyspace) -> &mut Replica<E> {
+    fn replica_mut(&mut self, node: NodeId, ks: Keyspace) -> &mut Hosted<E> {
         &mut self.nodes[Self::slot(node)].replicas[ks as usize]
     }
 
@@ -842,10 +919,8 @@ impl<E: SimEngine> World<E> {
             return; // superseded by an earlier schedule
         }
         replica.disk_at_ns = None;
-        if replica.hold.due_at().is_some_and(|due| due.0 <= now) {
-            let mut held = Vec::with_capacity(1);
-            replica.hold.release(&mut held);
-            if let Err(e) = replica.disk.submit(held, now, cost) {
+        if replica.replica.as_mut().is_some_and(|r| r.release_due(Time(now))) {
+            if let Err(e) = replica.submit(now, cost) {
                 return self.storage_failed(node, &e.to_string());
             }
         }
@@ -863,22 +938,12 @@ impl<E: SimEngine> World<E> {
             self.stats.crashes_after_fsync += 1;
             return self.stop_and_restart(node);
         }
-        for completion in completions {
-            self.complete(node, ks, completion);
+        if !completions.is_empty() {
+            self.drive(node, ks, |replica, local, io| {
+                replica.complete(local, &completions, io);
+            });
         }
         self.schedule_disk(node, ks);
-    }
-
-    fn complete(&mut self, node: NodeId, ks: Keyspace, completion: Completion) {
-        let replica = self.replica_mut(node, ks);
-        if replica.engine.is_none() {
-            return;
-        }
-        let done = replica.front.complete(completion);
-        self.release(node, ks, done.messages, done.replies);
-        if let Some(input) = done.input {
-            self.step_replica(node, ks, input.into_input());
-        }
     }
 
     /// A snapshot this node took is written and synced under its temporary name (as a
@@ -902,8 +967,9 @@ impl<E: SimEngine> World<E> {
         {
             return self.storage_failed(node, &format!("writing a snapshot: {e}"));
         }
-        let op = replica.front.prepared(meta, data.len() as u64);
-        if let Err(e) = replica.submit([op], now, cost) {
+        let Some(running) = replica.replica.as_mut() else { return };
+        running.prepared(Time(now), meta, data.len() as u64);
+        if let Err(e) = replica.submit(now, cost) {
             return self.storage_failed(node, &e.to_string());
         }
         self.stats.snapshots_prepared += 1;
@@ -913,7 +979,7 @@ impl<E: SimEngine> World<E> {
     fn schedule_disk(&mut self, node: NodeId, ks: Keyspace) {
         let incarnation = self.node(node).incarnation;
         let replica = self.replica_mut(node, ks);
-        let held = replica.hold.due_at().map(|due| due.0);
+        let held = replica.replica.as_ref().and_then(|r| r.hold_due()).map(|due| due.0);
         let Some(at) = [replica.disk.next_due_ns(), held].into_iter().flatten().min() else {
             return;
         };
@@ -932,29 +998,72 @@ impl<E: SimEngine> World<E> {
         ks: Keyspace,
         input: Input<E::Message, ClientRequest>,
     ) {
-        let now = self.now_ns;
-        let local = self.node(node).clock.local(now);
-        let trace = self.trace;
-        let replica = self.replica_mut(node, ks);
-        let Some(engine) = replica.engine.as_mut() else {
-            return; // crashed: the input is lost
-        };
-        let line = trace.then(|| format!("{now:>12} {node}/{ks} <- {input:?}"));
-        let outputs = engine.step(local, input);
-        if let Some(line) = line {
-            eprintln!("{line}\n{:>12} {node}/{ks} -> {outputs:?}", "");
+        if self.trace {
+            eprintln!("{:>12} {node}/{ks} <- {input:?}", self.now_ns);
         }
-        self.stats.steps += 1;
-        self.carry_out(node, ks, outputs);
-        self.observe(node, ks);
+        self.drive(node, ks, |replica, local, io| {
+            replica.step(local, input, io);
+        });
     }
 
-    fn observe(&mut self, node: NodeId, ks: Keyspace) {
-        let replica = self.replica(node, ks);
-        let Some(engine) = replica.engine.as_ref() else { return };
-        let status = engine.status();
-        let digest = engine.applied_digest();
-        let synced = keel_storage::Storage::synced_index(replica.disk.storage());
+    /// Runs one call into a running replica (`call` gets it, the node's local time and
+    /// the simulator's [`SimIo`]), then carries out what left it, in order: the disk
+    /// operations it has ready, snapshots to write, messages, replies, and the checks of
+    /// every step's status. A crashed replica takes nothing (the input is lost).
+    fn drive(
+        &mut self,
+        node: NodeId,
+        ks: Keyspace,
+        call: impl FnOnce(&mut Replica<E>, Time, &mut SimIo<'_, E::Message>),
+    ) {
+        let now = self.now_ns;
+        let local = self.node(node).clock.local(now);
+        let cost = self.fsync_cost(node);
+        let incarnation = self.node(node).incarnation;
+        let hosted = &mut self.nodes[Self::slot(node)].replicas[ks as usize];
+        let Some(replica) = hosted.replica.as_mut() else { return };
+        let synced = keel_storage::Storage::synced_index(hosted.disk.storage());
+        let mut io = SimIo {
+            node,
+            ks,
+            now_ns: now,
+            checker: &mut self.checkers[ks as usize],
+            synced,
+            left: Vec::new(),
+            violations: Vec::new(),
+            trace: self.trace,
+        };
+        let steps = replica.steps();
+        call(replica, local, &mut io);
+        self.stats.steps += replica.steps() - steps;
+        let (left, violations) = (io.left, io.violations);
+        for (kind, detail) in violations {
+            self.violate(kind, detail);
+        }
+        self.collect(ks);
+        if let Err(e) = self.replica_mut(node, ks).submit(now, cost) {
+            // Nothing of this call leaves the node: it stops before sending it.
+            return self.storage_failed(node, &e.to_string());
+        }
+        for left in left {
+            match left {
+                Left::Send(to, message) => self.send(node, ks, to, message),
+                Left::Reply(reply) => self.reply(node, ks, reply),
+                Left::Prepare(meta, data) => {
+                    // Written and synced off the log's queue, in about one fsync's time.
+                    self.push(now + cost, Event::Prepared { node, ks, incarnation, meta, data });
+                }
+                Left::Observed(status, digest) => self.observe(node, ks, &status, digest),
+            }
+        }
+        self.schedule_disk(node, ks);
+        if let Some(wake_at) = self.replica(node, ks).replica.as_ref().and_then(|r| r.wake_at()) {
+            self.schedule_tick(node, ks, wake_at);
+        }
+    }
+
+    fn observe(&mut self, node: NodeId, ks: Keyspace, status: &Status, digest: Option<u64>) {
+        let synced = keel_storage::Storage::synced_index(self.replica(node, ks).disk.storage());
         assert_eq!(status.node_id, node, "engine reports another node's id");
         if status.persisted_index > synced {
             let detail = format!(
@@ -964,7 +1073,7 @@ impl<E: SimEngine> World<E> {
             self.violate("contract-persisted", detail);
         }
         let now = self.now_ns;
-        self.checkers[ks as usize].observe(&status, digest, now);
+        self.checkers[ks as usize].observe(status, digest, now);
         self.collect(ks);
         self.check_one_lease(ks);
     }
@@ -989,7 +1098,7 @@ impl<E: SimEngine> World<E> {
         let mut paths = self.paths_of_crashed.clone();
         for node in &self.nodes {
             for replica in &node.replicas {
-                for (path, count) in replica.engine.iter().flat_map(|e| e.path_counts()) {
+                for (path, count) in replica.replica.iter().flat_map(|r| r.engine().path_counts()) {
                     *paths.entry(path).or_default() += count;
                 }
             }
@@ -1007,8 +1116,8 @@ impl<E: SimEngine> World<E> {
             .into_iter()
             .filter(|id| {
                 let local = self.node(*id).clock.local(now);
-                let engine = self.replica(*id, ks).engine.as_ref();
-                engine.is_some_and(|e| e.leader_lease_valid_at(local))
+                let replica = self.replica(*id, ks).replica.as_ref();
+                replica.is_some_and(|r| r.engine().leader_lease_valid_at(local))
             })
             .collect();
         if leased.len() > 1 {
@@ -1019,68 +1128,6 @@ impl<E: SimEngine> World<E> {
         let leading = self.checkers[ks as usize].leading();
         if leased.iter().any(|held| leading.keys().any(|other| other != held)) {
             self.lease_beside_other_leader += 1;
-        }
-    }
-
-    /// Carries out one step's outputs through the executor (see the module docs).
-    fn carry_out(&mut self, node: NodeId, ks: Keyspace, out: Outputs<E::Message, ClientReply>) {
-        let now = self.now_ns;
-        let checker = &mut self.checkers[ks as usize];
-        if let Some(index) = out.truncate_after {
-            checker.truncate(node, index);
-        }
-        for entry in &out.append {
-            checker.append(node, entry, now);
-        }
-        if let (Some((meta, _)), true) = (&out.snapshot, out.snapshot_installed) {
-            checker.reset_to_snapshot(node, *meta);
-        }
-        self.collect(ks);
-        for rejection in &out.rejected {
-            // Every message here was written by an engine: a rejection is a gate that
-            // refuses valid traffic, or an engine that breaks its own rules.
-            let detail = format!(
-                "{node}/{ks} rejected a message from {}: {}",
-                rejection.from, rejection.reason
-            );
-            self.violate("gate-rejection", detail);
-        }
-        for (_, message) in &out.messages {
-            self.check_written(node, ks, message);
-        }
-        let cost = self.fsync_cost(node);
-        let incarnation = self.node(node).incarnation;
-        let replica = self.replica_mut(node, ks);
-        let effects = replica.front.carry_out(out);
-        if let Err(e) = replica.submit(effects.ops, now, cost) {
-            // Nothing of this step leaves the node: it stops before sending it.
-            return self.storage_failed(node, &e.to_string());
-        }
-        if let Some((meta, data)) = effects.prepare {
-            // Written and synced off the log's queue, in about one fsync's time.
-            self.push(now + cost, Event::Prepared { node, ks, incarnation, meta, data });
-        }
-        drop(effects.release);
-        self.schedule_disk(node, ks);
-        self.release(node, ks, effects.messages, effects.replies);
-        if let Some(wake_at) = effects.wake_at {
-            self.schedule_tick(node, ks, wake_at);
-        }
-    }
-
-    /// Sends messages and returns replies the front let go.
-    fn release(
-        &mut self,
-        node: NodeId,
-        ks: Keyspace,
-        messages: Vec<(NodeId, E::Message)>,
-        replies: Vec<ClientReply>,
-    ) {
-        for (to, message) in messages {
-            self.send(node, ks, to, message);
-        }
-        for reply in replies {
-            self.reply(node, ks, reply);
         }
     }
 
@@ -1115,27 +1162,6 @@ impl<E: SimEngine> World<E> {
             let at = stalled_until.map_or(self.now_ns, |until| until) + delay + extra_ns;
             let message = message.clone();
             self.push(at, Event::Deliver { from, to, ks, message, arrived: false });
-        }
-    }
-
-    /// The contract's checks on a message as its engine writes it: what it claims is on
-    /// disk is (its persisted index is fsynced) and the entries it carries are in the
-    /// sender's log. Checked when written, not when sent: a message held behind a hard
-    /// state may leave after a later truncation, as a delayed one may arrive after it.
-    fn check_written(&mut self, from: NodeId, ks: Keyspace, message: &E::Message) {
-        let disk = self.replica(from, ks).disk.storage();
-        let synced = keel_storage::Storage::synced_index(disk);
-        let facts = E::facts(message);
-        let mut breaches = Vec::new();
-        if let Some(persisted) = facts.claims_persisted.filter(|p| *p > synced) {
-            breaches.push(format!("{from} claims persisted {persisted} > fsynced {synced}"));
-        }
-        let log = self.checkers[ks as usize].log(from);
-        if let Some(e) = facts.entries.iter().find(|e| log.epoch_at(e.index) != Some(e.epoch)) {
-            breaches.push(format!("{from} sends entry {} not in its log", e.version()));
-        }
-        for detail in breaches {
-            self.violate("contract-message", format!("keyspace {ks}: {detail}"));
         }
     }
 
@@ -1175,11 +1201,8 @@ impl<E: SimEngine> World<E> {
         if !self.nodes[Self::slot(node)].rng.chance(ppm) {
             return false;
         }
-        let replica = self.replica(node, ks);
-        if replica.front.holding() {
-            return false;
-        }
-        let Some(reply) = replica.engine.as_ref().and_then(|e| e.read_now(request, local)) else {
+        let Some(replica) = self.replica(node, ks).replica.as_ref() else { return false };
+        let Some((reply, _)) = replica.cell().read_now(request, || local) else {
             return false;
         };
         if self.trace {
@@ -1225,38 +1248,26 @@ impl<E: SimEngine> World<E> {
             return;
         }
         self.maybe_corrupt(node);
-        let fresh_front = || {
-            let front = Front::new(HELD_MESSAGES_MAX);
-            if self.config.unsafe_skip_truncation_clamp {
-                front.unsafe_skip_truncation_clamp()
-            } else {
-                front
-            }
-        };
-        let fronts: Vec<_> = (0..self.config.keyspaces).map(|_| fresh_front()).collect();
         let seen: Vec<_> =
             (0..self.config.keyspaces as usize).map(|ks| self.epoch_of_others(node, ks)).collect();
         let keep_cache = self.fault_rng.chance(self.config.process_crash_ppm);
         let reboot = !keep_cache && self.fault_rng.chance(self.config.clock_reboot_ppm);
         self.change_clocks(node, reboot);
         for replica in &self.nodes[Self::slot(node)].replicas {
-            for (path, count) in replica.engine.iter().flat_map(|e| e.path_counts()) {
+            for (path, count) in replica.replica.iter().flat_map(|r| r.engine().path_counts()) {
                 *self.paths_of_crashed.entry(path).or_default() += count;
             }
         }
         let n = &mut self.nodes[Self::slot(node)];
         n.incarnation += 1;
-        for (ks, (replica, front)) in n.replicas.iter_mut().zip(fronts).enumerate() {
-            replica.engine = None;
-            replica.front = front;
+        for (ks, replica) in n.replicas.iter_mut().enumerate() {
+            if replica.replica.take().is_some_and(|r| r.hold_due().is_some()) {
+                self.stats.held_appends_lost += 1;
+            }
             replica.tick_at_ns = None;
             replica.disk_at_ns = None;
             replica.pending_tags.clear();
             replica.disk.crash();
-            if !replica.hold.is_empty() {
-                self.stats.held_appends_lost += 1;
-            }
-            replica.hold = fresh_hold();
             let disk = replica.disk.storage_mut();
             replica.recovered = disk.crash(&mut n.rng, torn_tail, keep_cache, seen[ks]);
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
@@ -1418,10 +1429,17 @@ impl<E: SimEngine> World<E> {
             let local = n.clock.local(now);
             let replica = &mut n.replicas[ks as usize];
             let persisted = std::mem::take(&mut replica.recovered);
-            match E::boot(config, persisted, seed, local) {
-                Ok(engine) => replica.engine = Some(engine),
+            let engine = match E::boot(config, persisted, seed, local) {
+                Ok(engine) => engine,
                 Err(e) => panic!("{node}/{ks} cannot restart: {e}"),
-            }
+            };
+            let front = Front::new(HELD_MESSAGES_MAX);
+            let front = if self.config.unsafe_skip_truncation_clamp {
+                front.unsafe_skip_truncation_clamp()
+            } else {
+                front
+            };
+            replica.replica = Some(Replica::new(engine, front, fresh_hold()));
             self.step_replica(node, ks, Input::Tick);
         }
     }

@@ -238,7 +238,7 @@ fn prepared(seed: u64, target: u8) -> (Cluster, NodeId) {
             c.crash(leader);
             let candidate = |c: &Cluster| {
                 c.nodes.iter().find_map(|(id, n)| {
-                    let status = n.engine.as_ref()?.status();
+                    let status = n.replica.as_ref()?.engine().status();
                     (status.role == Role::Candidate).then_some(*id)
                 })
             };
@@ -261,7 +261,7 @@ proptest! {
         let (mut c, id) = prepared(seed, target);
         for (from, message) in script {
             let from = NodeId(from); // 4 is not a member
-            if from == id || c.nodes[&id].engine.is_none() {
+            if from == id || c.nodes[&id].replica.is_none() {
                 continue;
             }
             c.step(id, Input::Message { from, message });
@@ -323,10 +323,7 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
     ];
     for (to, message, reason) in cases {
         let from = if to == leader { follower } else { leader };
-        let now = c.local(to);
-        let engine = c.nodes.get_mut(&to).unwrap().engine.as_mut().unwrap();
-        let out = engine.step(now, Input::Message { from, message });
-        assert_eq!(out.rejected, vec![keel_core::engine::Rejection { from, reason }]);
+        assert_eq!(deliver(&mut c, to, from, message), vec![reason]);
     }
     // Stateful: a reply matching past the leader's log, one echoing the future.
     let now = c.local(leader);
@@ -336,13 +333,11 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
         (reply(LogIndex(last.0 + 5), now), "append reply matches past the leader's log"),
         (reply(last, future), "append reply echoes a send time from the future"),
     ] {
-        let engine = c.nodes.get_mut(&leader).unwrap().engine.as_mut().unwrap();
         let mut message = message;
         if let Message::AppendReply { last_index, .. } = &mut message {
             *last_index = last;
         }
-        let out = engine.step(now, Input::Message { from: follower, message });
-        assert_eq!(out.rejected, vec![keel_core::engine::Rejection { from: follower, reason }]);
+        assert_eq!(deliver(&mut c, leader, follower, message), vec![reason]);
     }
     assert_eq!(c.engine(leader).counters().messages_rejected, rejected_before + 2);
     assert_eq!(c.engine(leader).role_kind(), Role::Leader, "rejections change nothing");
@@ -377,10 +372,10 @@ fn follower_and_leader() -> (Cluster, NodeId, NodeId) {
 
 /// Steps `to` with a message from `from` at its current time; returns what it rejected.
 fn deliver(c: &mut Cluster, to: NodeId, from: NodeId, message: Message) -> Vec<&'static str> {
-    let now = c.local(to);
-    let engine = c.nodes.get_mut(&to).unwrap().engine.as_mut().unwrap();
-    let out = engine.step(now, Input::Message { from, message });
-    out.rejected.into_iter().map(|r| r.reason).collect()
+    c.rejected.clear();
+    c.step(to, Input::Message { from, message });
+    assert!(c.rejected.iter().all(|r| r.from == from));
+    c.rejected.drain(..).map(|r| r.reason).collect()
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! Scenario tests of the leader engine over a small cluster harness: N engines, each
-//! driven through the effect executor (`keel_exec::Front`) onto a virtual-time disk over
+//! driven by the loop body the server and the simulator run (`keel_exec::Replica`, with
+//! no append hold) onto a virtual-time disk over
 //! the real write-ahead log on a simulated disk (`keel_exec::VirtualDisk<SimStorage>`),
 //! as the simulator and the server drive them, and a network with fixed latency and
 //! partitionable links. Time is virtual; every wait is for a condition with a bound.
 
 use keel_core::leader::*;
 use keel_core::time::{Span, Time};
-use keel_exec::{Completion, Front, VirtualDisk};
+use keel_exec::{AppendHold, Completion, Front, Io, Replica, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError,
@@ -25,8 +26,7 @@ enum Event {
 }
 
 struct Node {
-    engine: Option<LeaderEngine>,
-    front: Front<Message, ClientReply>,
+    replica: Option<Replica<LeaderEngine>>,
     disk: VirtualDisk<SimStorage>,
     incarnation: u64,
     wake_at: Option<Time>,
@@ -38,6 +38,45 @@ struct Node {
 /// A blank disk; `Cluster::boot` recovers it.
 fn fresh_disk() -> VirtualDisk<SimStorage> {
     VirtualDisk::new(SimStorage::new_sim(StorageConfig::small_segments(64 * 1024)))
+}
+
+/// What leaves a replica during one call, in order.
+enum Left {
+    Send(NodeId, Message),
+    Reply(ClientReply),
+    Prepare(keel_types::SnapshotMeta, SnapshotBytes),
+}
+
+/// The harness's side of a replica's outputs: collected, carried out after the call.
+#[derive(Default)]
+struct Collect {
+    left: Vec<Left>,
+    log_syncs: u64,
+    rejected: Vec<keel_core::engine::Rejection>,
+}
+
+impl Io<LeaderEngine> for Collect {
+    fn send(&mut self, to: NodeId, message: Message) {
+        self.left.push(Left::Send(to, message));
+    }
+
+    fn reply(&mut self, reply: ClientReply) {
+        self.left.push(Left::Reply(reply));
+    }
+
+    fn prepare(&mut self, meta: keel_types::SnapshotMeta, data: SnapshotBytes) {
+        self.left.push(Left::Prepare(meta, data));
+    }
+
+    fn rejected(&mut self, rejection: keel_core::engine::Rejection) {
+        self.rejected.push(rejection);
+    }
+
+    fn completed(&mut self, completion: &Completion) {
+        if matches!(completion, Completion::Synced { .. }) {
+            self.log_syncs += 1;
+        }
+    }
 }
 
 struct Cluster {
@@ -63,6 +102,8 @@ struct Cluster {
     after: LogIndex,
     /// Nodes to which every `Append` carrying entries is lost (bare heartbeats pass).
     entries_lost_to: BTreeSet<NodeId>,
+    /// Messages the nodes' gates dropped, in order.
+    rejected: Vec<keel_core::engine::Rejection>,
 }
 
 fn ids(n: u32) -> Vec<NodeId> {
@@ -90,11 +131,11 @@ impl Cluster {
             largest_append: (0, 0),
             after: LogIndex::ZERO,
             entries_lost_to: BTreeSet::new(),
+            rejected: Vec::new(),
         };
         for id in ids(n) {
             let node = Node {
-                engine: None,
-                front: Front::new(4096),
+                replica: None,
                 disk: fresh_disk(),
                 incarnation: 0,
                 wake_at: None,
@@ -129,7 +170,7 @@ impl Cluster {
             entries: recovered.entries,
         };
         let engine = LeaderEngine::new(config, persisted, seed, now).expect("valid config");
-        node.engine = Some(engine);
+        node.replica = Some(Replica::new(engine, Front::new(4096), AppendHold::new(0, 1)));
         node.incarnation += 1;
         node.wake_at = Some(now);
     }
@@ -137,9 +178,8 @@ impl Cluster {
     /// A power loss: the engine, queued disk work and every unsynced write are lost.
     fn crash(&mut self, id: NodeId) {
         let node = self.nodes.get_mut(&id).unwrap();
-        node.engine = None;
+        node.replica = None;
         node.wake_at = None;
-        node.front = Front::new(4096);
         node.disk.crash();
         node.disk.storage_mut().crash();
         node.incarnation += 1;
@@ -150,8 +190,8 @@ impl Cluster {
         self.queue.insert((at, self.seq), event);
     }
 
-    fn engine(&self, id: NodeId) -> &LeaderEngine {
-        self.nodes[&id].engine.as_ref().expect("running")
+    fn engine(&self, id: NodeId) -> std::sync::RwLockReadGuard<'_, LeaderEngine> {
+        self.nodes[&id].replica.as_ref().expect("running").engine()
     }
 
     fn status(&self, id: NodeId) -> Status {
@@ -159,37 +199,52 @@ impl Cluster {
     }
 
     fn step(&mut self, id: NodeId, input: Input) {
-        let now = self.local(id);
-        let Some(engine) = self.nodes.get_mut(&id).unwrap().engine.as_mut() else { return };
-        let out = engine.step(now, input);
-        self.carry_out(id, out);
+        self.drive(id, |replica, now, io| {
+            replica.step(now, input, io);
+        });
+    }
+
+    /// Runs one call into a running replica, then carries out what left it: its disk
+    /// operations, snapshots to write, messages and replies; then checks the cluster.
+    fn drive(
+        &mut self,
+        id: NodeId,
+        call: impl FnOnce(&mut Replica<LeaderEngine>, Time, &mut Collect),
+    ) {
+        let (now, local, fsync) = (self.now, self.local(id), self.fsync_of(id));
+        let node = self.nodes.get_mut(&id).unwrap();
+        let Some(replica) = node.replica.as_mut() else { return };
+        let mut io = Collect::default();
+        call(replica, local, &mut io);
+        let mut ops = Vec::new();
+        replica.take_ready(&mut ops);
+        node.wake_at = replica.wake_at();
+        node.log_syncs += io.log_syncs;
+        self.rejected.extend(io.rejected);
+        node.disk.submit(ops, now, fsync).expect("the simulated WAL does not fail");
+        let incarnation = node.incarnation;
+        self.schedule_disk(id);
+        for left in io.left {
+            match left {
+                Left::Send(to, message) => self.send(id, to, message),
+                Left::Reply(reply) => self.replies.push((id, reply)),
+                Left::Prepare(meta, data) => {
+                    self.push(now + fsync, Event::Prepared { node: id, incarnation, meta, data });
+                }
+            }
+        }
         if self.check {
             self.check_global();
         }
     }
 
-    fn carry_out(&mut self, id: NodeId, out: Outputs) {
+    fn send(&mut self, id: NodeId, to: NodeId, message: Message) {
         let now = self.now;
-        let fsync = self.fsync_of(id);
-        let node = self.nodes.get_mut(&id).unwrap();
-        let effects = node.front.carry_out(out);
-        node.disk.submit(effects.ops, now, fsync).expect("the simulated WAL does not fail");
-        let incarnation = node.incarnation;
-        node.wake_at = effects.wake_at;
-        if let Some((meta, data)) = effects.prepare {
-            self.push(now + fsync, Event::Prepared { node: id, incarnation, meta, data });
-        }
-        self.schedule_disk(id);
-        self.release(id, effects.messages, effects.replies);
-    }
-
-    fn release(&mut self, id: NodeId, messages: Vec<(NodeId, Message)>, replies: Vec<ClientReply>) {
-        let now = self.now;
-        for (to, message) in messages {
+        {
             assert_ne!(to, id);
             if let Message::Append { entries, .. } = &message {
                 if !entries.is_empty() && self.entries_lost_to.contains(&to) {
-                    continue;
+                    return;
                 }
                 let bytes = entries.iter().map(|e| match &e.payload {
                     EntryPayload::Write { command: Command::Put { value, .. }, .. } => value.len(),
@@ -201,9 +256,6 @@ impl Cluster {
                 }
             }
             self.push(now + self.latency, Event::Deliver { from: id, to, message });
-        }
-        for reply in replies {
-            self.replies.push((id, reply));
         }
     }
 
@@ -218,8 +270,8 @@ impl Cluster {
     /// Cross-node invariants: one leader per epoch; at most one valid leader lease; logs
     /// agree on every index both nodes know to be durable.
     fn check_global(&self) {
-        let engines: Vec<&LeaderEngine> =
-            self.nodes.values().filter_map(|n| n.engine.as_ref()).collect();
+        let engines: Vec<_> = self.nodes.values().filter_map(|n| n.replica.as_ref()).collect();
+        let engines: Vec<_> = engines.iter().map(|r| r.engine()).collect();
         for (i, a) in engines.iter().enumerate() {
             for b in &engines[i + 1..] {
                 let (sa, sb) = (a.status(), b.status());
@@ -237,7 +289,8 @@ impl Cluster {
         let mut leaders: BTreeMap<u64, NodeId> = BTreeMap::new();
         let mut leased = Vec::new();
         for (id, node) in &self.nodes {
-            let Some(engine) = &node.engine else { continue };
+            let Some(replica) = &node.replica else { continue };
+            let engine = replica.engine();
             let status = engine.status();
             if status.role == Role::Leader {
                 if let Some(other) = leaders.insert(status.epoch.0, *id) {
@@ -316,8 +369,10 @@ impl Cluster {
                 let now = self.now;
                 let n = self.nodes.get_mut(&node).unwrap();
                 let completions = n.disk.poll(now, fsync).expect("the simulated WAL does not fail");
-                for completion in completions {
-                    self.complete(node, completion);
+                if !completions.is_empty() {
+                    self.drive(node, |replica, local, io| {
+                        replica.complete(local, &completions, io);
+                    });
                 }
                 self.schedule_disk(node);
             }
@@ -329,25 +384,13 @@ impl Cluster {
                 let n = self.nodes.get_mut(&node).unwrap();
                 keel_storage::wal::prepare_snapshot(n.disk.storage_mut().sim_disk(), meta, &data)
                     .expect("the simulated disk does not fail");
-                let op = n.front.prepared(meta, data.len() as u64);
-                n.disk.submit([op], now, fsync).expect("the simulated WAL does not fail");
+                let Some(replica) = n.replica.as_mut() else { return };
+                replica.prepared(Time(now), meta, data.len() as u64);
+                let mut ops = Vec::new();
+                replica.take_ready(&mut ops);
+                n.disk.submit(ops, now, fsync).expect("the simulated WAL does not fail");
                 self.schedule_disk(node);
             }
-        }
-    }
-
-    fn complete(&mut self, id: NodeId, completion: Completion) {
-        let n = self.nodes.get_mut(&id).unwrap();
-        if n.engine.is_none() {
-            return;
-        }
-        if matches!(completion, Completion::Synced { .. }) {
-            n.log_syncs += 1;
-        }
-        let done = n.front.complete(completion);
-        self.release(id, done.messages, done.replies);
-        if let Some(input) = done.input {
-            self.step(id, input.into_input());
         }
     }
 
@@ -370,7 +413,7 @@ impl Cluster {
     fn leader(&self) -> Option<NodeId> {
         self.nodes
             .iter()
-            .filter_map(|(id, n)| n.engine.as_ref().map(|e| (*id, e.status())))
+            .filter_map(|(id, n)| n.replica.as_ref().map(|r| (*id, r.engine().status())))
             .filter(|(_, s)| s.role == Role::Leader && s.leader_lease_valid)
             .max_by_key(|(_, s)| s.epoch)
             .map(|(id, _)| id)
@@ -1303,7 +1346,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
         for round in 0..80u64 {
             let node = NodeId(rng.range(1, 6) as u32);
             let key = format!("k{}", rng.range(0, 4)).into_bytes();
-            if c.nodes[&node].engine.is_some() {
+            if c.nodes[&node].replica.is_some() {
                 if rng.range(0, 2) == 0 {
                     let value = format!("v{round}").into_bytes();
                     let durability = Durability::ALL[rng.range(0, 3) as usize];
@@ -1333,7 +1376,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
                 1 => c.heal(),
                 3 if rng.range(0, 3) == 0 => {
                     for id in ids(5) {
-                        if c.nodes[&id].engine.is_some() {
+                        if c.nodes[&id].replica.is_some() {
                             c.crash(id);
                         }
                         c.boot(id);
@@ -1341,7 +1384,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
                 }
                 2 => {
                     let victim = NodeId(rng.range(1, 6) as u32);
-                    if c.nodes[&victim].engine.is_some() {
+                    if c.nodes[&victim].replica.is_some() {
                         c.crash(victim);
                     } else {
                         c.boot(victim);
@@ -1372,7 +1415,7 @@ fn randomized_faults_keep_reads_monotonic_and_durable_writes() {
         total_reads += reads_served;
         c.heal();
         for id in ids(5) {
-            if c.nodes[&id].engine.is_none() {
+            if c.nodes[&id].replica.is_none() {
                 c.boot(id);
             }
         }
