@@ -43,6 +43,10 @@ pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status
     /// The facts the contract checks need.
     fn facts(message: &Self::Message) -> MessageFacts<'_>;
 
+    /// The message as the receiver gets it, through the engine's peer codec and the
+    /// stateless half of its gate ([`crate::codec::across`]), with its encoded length.
+    fn across(message: &Self::Message) -> Result<(Self::Message, usize), String>;
+
     /// The clock drift between two nodes, in parts per million, the engine tolerates
     /// (the world keeps its clocks within it).
     fn drift_bound_ppm(config: &Self::Config) -> u32;
@@ -134,6 +138,10 @@ impl SimEngine for keel_core::leader::LeaderEngine {
         spread_leaders: bool,
     ) -> Config {
         configure_leader(template, node, members, keyspace, spread_leaders)
+    }
+
+    fn across(message: &Message) -> Result<(Message, usize), String> {
+        crate::codec::across::<Self>(message)
     }
 
     fn facts(message: &Message) -> MessageFacts<'_> {

@@ -40,6 +40,7 @@ pub mod bench;
 pub mod cli;
 pub mod clients;
 pub mod clock;
+pub mod codec;
 pub mod disk;
 pub mod driver;
 pub mod engine;

@@ -256,6 +256,10 @@ impl ToyEngine {
 }
 
 impl SimEngine for ToyEngine {
+    fn across(message: &Message) -> Result<(Message, usize), String> {
+        crate::codec::across::<Self>(message)
+    }
+
     fn configure(
         template: &Config,
         node: NodeId,

@@ -382,6 +382,9 @@ struct Node<E: SimEngine> {
 /// Counters for the run report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorldStats {
+    /// Bytes of peer messages encoded (each message once, however many copies the
+    /// network delivers).
+    pub message_bytes: u64,
     /// Events processed.
     pub events: u64,
     /// Engine steps.
@@ -1133,6 +1136,14 @@ impl<E: SimEngine> World<E> {
 
     fn send(&mut self, from: NodeId, ks: Keyspace, to: NodeId, message: E::Message) {
         self.check_sent(from, ks, to, &message);
+        // What the receiver gets is what the real codec makes of the sender's bytes.
+        let message = match E::across(&message) {
+            Ok((decoded, bytes)) => {
+                self.stats.message_bytes += bytes as u64;
+                decoded
+            }
+            Err(detail) => return self.violate("codec", format!("{from}/{ks} -> {to}: {detail}")),
+        };
         if E::facts(&message).grants_vote && self.config.crash_after_vote_ppm > 0 {
             let rng = &mut self.nodes[Self::slot(from)].rng;
             if rng.chance(self.config.crash_after_vote_ppm) {

@@ -77,6 +77,9 @@ fn finish(report: &mut KiteReport, world: &KiteWorld, recorder: &mut Recorder, l
             .violations
             .push(format!("{label}: exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
     }
+    for failure in &world.codec_failures {
+        report.violations.push(format!("{label}: codec: {failure}"));
+    }
     for (node, reason) in &world.rejections {
         report
             .violations

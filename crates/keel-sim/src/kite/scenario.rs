@@ -713,6 +713,9 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             .violations
             .push(format!("exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
     }
+    for failure in &world.codec_failures {
+        report.violations.push(format!("codec: {failure}"));
+    }
     for (node, reason) in &world.rejections {
         report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
     }

@@ -104,6 +104,8 @@ pub struct CpuCost {
 pub struct NetCounters {
     /// Messages sent.
     pub sent: u64,
+    /// Their encoded bytes.
+    pub bytes: u64,
     /// Lost by chance.
     pub dropped: u64,
     /// Lost to a cut link or a crashed receiver.
@@ -141,6 +143,9 @@ pub struct KiteWorld {
     /// Rejections reported by engines (must stay empty: nodes never send malformed
     /// messages).
     pub rejections: Vec<(NodeId, &'static str)>,
+    /// Messages the peer codec or the gate's stateless half did not carry through
+    /// unchanged ([`crate::codec::across`]; must stay empty).
+    pub codec_failures: Vec<String>,
     /// Every read-modify-write some node committed (a commit is sent only once the
     /// record was chosen), by request: what a request whose node crashed before it could
     /// answer did, for the history.
@@ -208,6 +213,7 @@ impl KiteWorld {
             next_tag: 1,
             counters: NetCounters::default(),
             rejections: Vec::new(),
+            codec_failures: Vec::new(),
             commits: BTreeMap::new(),
             double_commits: Vec::new(),
             rmw_ids: BTreeMap::new(),
@@ -560,6 +566,14 @@ impl KiteWorld {
 
     fn send_after(&mut self, from: NodeId, to: NodeId, message: Message, busy: u64) {
         self.counters.sent += 1;
+        // What the receiver gets is what the real codec makes of the sender's bytes.
+        let message = match crate::codec::across::<KiteEngine>(&message) {
+            Ok((decoded, bytes)) => {
+                self.counters.bytes += bytes as u64;
+                decoded
+            }
+            Err(detail) => return self.codec_failures.push(format!("{from} -> {to}: {detail}")),
+        };
         if let Message::Write { rmw: Some(commit), applied, .. } = &message {
             for (id, outcome) in std::iter::once(commit).chain(applied) {
                 let first = self.commits.entry(*id).or_insert_with(|| outcome.clone());
