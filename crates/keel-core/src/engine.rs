@@ -29,7 +29,8 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The engine kinds a keyspace may run. Named in `keel.toml` (`engine = "orca"`) and in
-/// `/status`.
+/// `/status`. What a server does for each kind is in its registry of engine packs
+/// (`keel_server::engines`), indexed by the kind: nothing matches on it elsewhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
@@ -45,12 +46,12 @@ impl EngineKind {
     /// Every kind this build knows, in the order `keel.toml` documents them.
     pub const ALL: [EngineKind; 2] = [EngineKind::Orca, EngineKind::Kite];
 
+    /// Every kind's name, in [`EngineKind::ALL`]'s order (as `keel.toml` spells it).
+    const NAMES: [&'static str; 2] = ["orca", "kite"];
+
     /// The name used in configuration and reports.
     pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Orca => "orca",
-            EngineKind::Kite => "kite",
-        }
+        Self::NAMES[self as usize]
     }
 }
 

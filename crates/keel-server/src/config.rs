@@ -440,7 +440,7 @@ impl KiteSettings {
         *self == KiteSettings::default()
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         for (field, ms) in [
             ("kite.release_timeout_ms", self.release_timeout_ms),
             ("kite.retransmit_ms", self.retransmit_ms),
@@ -1182,25 +1182,14 @@ impl ServerConfig {
         } else {
             self.keyspaces.clone()
         };
-        let several = settings.iter().filter(|k| k.engine == EngineKind::Orca).count() > 1;
+        let several = settings.iter().filter(|k| crate::engines::pack(k.engine).leader).count() > 1;
         let mut members: Vec<u32> = self.members.iter().map(|m| m.id).collect();
         members.sort_unstable();
         let mut specs = Vec::with_capacity(settings.len());
         for ks in settings {
             let mut config = self.engine_config()?;
             let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
-            if ks.engine == EngineKind::Kite {
-                self.kite.validate()?;
-                let leader_only = [
-                    ("durability_default", ks.durability_default.is_some()),
-                    ("read_level_default", ks.read_level_default.is_some()),
-                    ("preferred_leader", ks.preferred_leader.is_some()),
-                ];
-                if let Some((name, _)) = leader_only.iter().find(|(_, set)| *set) {
-                    let reason = "has no meaning for engine \"kite\" (leaderless; each operation names its barrier)";
-                    return Err(invalid(&field(name), reason));
-                }
-            }
+            (crate::engines::pack(ks.engine).check_settings)(self, &ks)?;
             config.durability_default = ks.durability_default.unwrap_or(config.durability_default);
             config.read_level_default = ks.read_level_default.unwrap_or(config.read_level_default);
             let spread = several.then(|| members[ks.id as usize % members.len()]);

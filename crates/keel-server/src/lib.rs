@@ -40,6 +40,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod driver;
+pub mod engines;
 pub mod handshake;
 pub mod http;
 pub mod local;

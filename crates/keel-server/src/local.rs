@@ -325,12 +325,11 @@ impl LocalCluster {
         self.wait_for_leader_in(0, timeout)
     }
 
-    /// Whether keyspace `keyspace` runs the Kite engine (as the first node is configured).
+    /// Whether keyspace `keyspace` runs a leaderless engine kind, Kite (as the first node
+    /// is configured).
     pub fn is_kite(&self, keyspace: u32) -> bool {
-        self.configs[0]
-            .keyspaces
-            .iter()
-            .any(|k| k.id == keyspace && k.engine == keel_core::engine::EngineKind::Kite)
+        let leaderless = |k: &crate::config::KeyspaceSettings| !crate::engines::pack(k.engine).leader;
+        self.configs[0].keyspaces.iter().any(|k| k.id == keyspace && leaderless(k))
     }
 
     /// Waits until every running node serves Kite keyspace `keyspace` (none is still

@@ -29,9 +29,7 @@ use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
 use crate::resp::FrontDoor;
 use crate::storage::StartError;
 use crate::unauthenticated::Unauthenticated;
-use keel_core::engine::{Engine, EngineKind, PersistedState};
-use keel_core::kite::KiteEngine;
-use keel_core::leader::LeaderEngine;
+use keel_core::engine::{Engine, PersistedState};
 use keel_storage::StorageError;
 use keel_types::NodeId;
 use keel_wire::peer::{PeerLimits, PeerMessage};
@@ -161,15 +159,15 @@ fn ensure_descriptors(config: &ServerConfig) -> Result<(), NodeError> {
 type Loop = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// What starting one keyspace produced.
-struct Started {
+pub(crate) struct Started {
     handle: KeyspaceHandle,
     inbox: Box<dyn Inbox>,
     run: Loop,
 }
 
 /// What every keyspace of a node shares.
-struct Shared<'a> {
-    config: &'a ServerConfig,
+pub(crate) struct Shared<'a> {
+    pub(crate) config: &'a ServerConfig,
     peers: Arc<PeerQueues>,
     limits: PeerLimits,
     node_metrics: Arc<Metrics>,
@@ -244,15 +242,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let mut inboxes: Inboxes = BTreeMap::new();
     let mut loops = Vec::new();
     for spec in specs {
-        let started = match spec.engine {
-            EngineKind::Orca => {
-                start_keyspace::<LeaderEngine>(spec.clone(), spec.config.clone(), &shared).await?
-            }
-            EngineKind::Kite => {
-                let kite = kite_config(&config, &spec);
-                start_keyspace::<KiteEngine>(spec.clone(), kite, &shared).await?
-            }
-        };
+        let started = (crate::engines::pack(spec.engine).start)(spec.clone(), &shared).await?;
         inboxes.insert(spec.id, started.inbox);
         handles.push(started.handle);
         loops.push(started.run);
@@ -384,21 +374,6 @@ fn apply_testing(testing: &crate::config::TestingSettings) {
     }
 }
 
-fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::Config {
-    let mut members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
-    members.sort_unstable();
-    let mut kite = keel_core::kite::Config::new(NodeId(config.node_id), members);
-    kite.limits = spec.config.limits.clone();
-    kite.release_timeout = keel_core::time::Span::from_millis(config.kite.release_timeout_ms);
-    kite.retransmit = keel_core::time::Span::from_millis(config.kite.retransmit_ms);
-    kite.sessions_max = config.kite.sessions_max as usize;
-    kite.rmw_backoff_max = keel_core::time::Span::from_micros(config.kite.rmw_backoff_max_us);
-    kite.outcomes_max = config.kite.outcomes_max as usize;
-    kite.outcomes_bytes_max = (config.kite.outcomes_mib_max as usize) << 20;
-    kite.unsafe_no_slow_path = config.testing.unsafe_kite_no_slow_path;
-    kite
-}
-
 /// Runs every keyspace's loop until all stop (`Ok`) or one fails (its error).
 async fn run_loops(loops: Vec<Loop>) -> Result<(), String> {
     let mut set = tokio::task::JoinSet::new();
@@ -448,9 +423,9 @@ fn start_peer_senders(
 
 /// Recovers a keyspace's storage, boots its engine of kind `E`, and builds its loop,
 /// handle and inbox.
-async fn start_keyspace<E: Engine + Sync>(
-    spec: KeyspaceSpec,
+pub(crate) async fn start_keyspace<E: Engine + Sync>(
     engine_config: E::Config,
+    spec: KeyspaceSpec,
     shared: &Shared<'_>,
 ) -> Result<Started, NodeError>
 where
@@ -470,7 +445,7 @@ where
     .map_err(|e| {
         let reason = match e {
             StartError::Recovery(StorageError::HardStateDamaged { name, reason }) => {
-                let kite = spec.engine == EngineKind::Kite;
+                let kite = !crate::engines::pack(spec.engine).leader;
                 crate::storage::hard_state_damaged(&spec.data_dir, &name, &reason, kite)
             }
             e => e.to_string(),

@@ -926,13 +926,20 @@ fn f14(config: &KiteRunConfig, rng: &mut Rng, report: &mut KiteReport) {
     let mut world = cluster(config, rng, 3, Span::from_millis(2));
     let (a, b, c) = (NodeId(1), NodeId(2), NodeId(3));
     let x = 1;
-    let phase = Rc::new(Cell::new(0u8));
+    // The cluster boots as a server's does (every node rejoining, from its disk) with
+    // every link up; the scenario starts once all have rejoined.
+    let phase = Rc::new(Cell::new(3u8));
     let p = phase.clone();
     world.set_drop_rule(Some(Box::new(move |from, to, _| match p.get() {
         0 if from == a && to == b => Fate::Drop,
         2 if from == a || to == a => Fate::Drop,
         _ => Fate::Pass,
     })));
+    let booted = world.run_while(world.now() + 2_000 * MS, |w| {
+        [a, b, c].iter().all(|&n| w.engine(n).is_some_and(|e| !e.status().rejoining))
+    });
+    expect(report, "F14", booted, "the cluster never finished booting".into());
+    phase.set(0);
     let mut recorder = Recorder::new();
     let setup = vec![Program { node: a, session: 1, steps: vec![rel(x, 21)] }];
     let (_, released) = run(&mut world, &mut recorder, setup, 1_000 * MS);

@@ -2,15 +2,23 @@
 //! cuts links, nodes that sleep (the paper's failure study) or crash for good, clocks
 //! that drift, and a hook that lets a scripted scenario drop chosen messages.
 //!
-//! Kite keeps nothing on disk, so the world has no disks: a node is an engine, a clock
-//! and its pause state.
+//! A node runs the loop body a server runs (`keel_exec::Replica`: the engine, the
+//! executor's front and its hard-state barrier) over a disk of its own
+//! (`keel_exec::VirtualDisk` over the simulated write-ahead log), which keeps what a
+//! Kite keyspace keeps: its incarnation, in the hard state. A node boots, and reboots
+//! after a crash, through the engine interface from what its disk recovered
+//! (`Engine::boot`: one incarnation past the last one on disk, rejoining), and its
+//! messages wait until that incarnation is on disk, as in a server. A crash loses the
+//! node's memory and every disk write not yet synced.
 
 use crate::rng::Rng;
-use keel_core::engine::{Input, RequestTag};
+use keel_core::engine::{Engine, Input, PersistedState, RequestTag};
 use keel_core::kite::{
     Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome,
 };
 use keel_core::time::Time;
+use keel_exec::{AppendHold, Front, Io, Replica, VirtualDisk};
+use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,6 +69,10 @@ enum Event {
     Wake {
         node: NodeId,
     },
+    /// The node's disk finished something.
+    Disk {
+        node: NodeId,
+    },
     Client {
         node: NodeId,
         request: KiteRequest,
@@ -75,8 +87,53 @@ enum Event {
     },
 }
 
+/// How long a node's fsync takes (a Kite keyspace syncs only its incarnation, once a
+/// boot).
+const FSYNC_NS: u64 = 1_000_000;
+
+/// What leaves a replica during one step, in order, for the world to carry out.
+#[derive(Default)]
+struct Left {
+    messages: Vec<(NodeId, Message)>,
+    replies: Vec<KiteReply>,
+    rejected: Vec<&'static str>,
+    rmws: Vec<(RequestTag, RmwId)>,
+}
+
+impl Io<KiteEngine> for Left {
+    fn send(&mut self, to: NodeId, message: Message) {
+        self.messages.push((to, message));
+    }
+
+    fn reply(&mut self, reply: KiteReply) {
+        self.replies.push(reply);
+    }
+
+    fn prepare(&mut self, _: keel_types::SnapshotMeta, _: keel_core::engine::SnapshotBytes) {
+        unreachable!("a Kite keyspace takes no snapshot");
+    }
+
+    fn rejected(&mut self, rejection: keel_core::engine::Rejection) {
+        self.rejected.push(rejection.reason);
+    }
+
+    fn observe(&mut self, engine: &KiteEngine) {
+        engine.check_invariants();
+        self.rmws.extend(engine.rmws_in_progress());
+    }
+}
+
+/// A node's disk: the simulated write-ahead log, on virtual time.
+fn fresh_disk() -> VirtualDisk<SimStorage> {
+    VirtualDisk::new(SimStorage::new_sim(StorageConfig::small_segments(64 * 1024)))
+}
+
 struct SimNode {
-    engine: Option<KiteEngine>,
+    /// The loop body (`None`: crashed).
+    replica: Option<Replica<KiteEngine>>,
+    disk: VirtualDisk<SimStorage>,
+    /// When its disk's next completion is due, if one is scheduled.
+    disk_at: Option<u64>,
     /// Local clock: `offset + global * (1e6 + drift_ppm) / 1e6`.
     offset: u64,
     drift_ppm: i64,
@@ -176,11 +233,9 @@ impl KiteWorld {
         let mut rng = Rng::new(seed);
         let members: Vec<NodeId> = (1..=n).map(NodeId).collect();
         let mut nodes = BTreeMap::new();
+        let mut seeds = Vec::new();
         for &node in &members {
-            let mut config = template.clone();
-            config.node = node;
-            config.members = members.clone();
-            let engine = KiteEngine::boot(config, rng.next_u64(), Time(0)).expect("valid config");
+            seeds.push((node, rng.next_u64()));
             let drift = if drift_ppm_max == 0 {
                 0
             } else {
@@ -189,7 +244,9 @@ impl KiteWorld {
             nodes.insert(
                 node,
                 SimNode {
-                    engine: Some(engine),
+                    replica: None,
+                    disk: fresh_disk(),
+                    disk_at: None,
                     offset: rng.below(1_000_000_000),
                     drift_ppm: drift,
                     paused_until: 0,
@@ -199,7 +256,7 @@ impl KiteWorld {
                 },
             );
         }
-        KiteWorld {
+        let mut world = KiteWorld {
             now: 0,
             seq: 0,
             events: BTreeMap::new(),
@@ -221,7 +278,33 @@ impl KiteWorld {
             incarnations: BTreeMap::new(),
             restarts: 0,
             cpu: None,
+        };
+        for (node, seed) in seeds {
+            world.boot(node, seed);
         }
+        world
+    }
+
+    /// Boots `node` through the engine interface from what its disk recovered, as a
+    /// server does: one incarnation past the last one on disk, rejoining.
+    fn boot(&mut self, node: NodeId, seed: u64) {
+        let mut config = self.template.clone();
+        config.node = node;
+        config.members = self.members();
+        let n = self.nodes.get_mut(&node).expect("node");
+        let recovered = n.disk.storage_mut().recover().expect("the simulated WAL recovers");
+        let persisted = PersistedState {
+            hard_state: recovered.hard_state,
+            snapshot: recovered.snapshot,
+            entries: recovered.entries,
+        };
+        let local = Self::local_at(n, self.now);
+        let engine = <KiteEngine as Engine>::boot(config, persisted, seed, local).expect("boots");
+        self.incarnations.insert(node, engine.config().incarnation);
+        let n = self.nodes.get_mut(&node).expect("node");
+        n.replica = Some(Replica::new(engine, Front::new(4096), AppendHold::new(0, 1)));
+        n.wake = Some(self.now);
+        self.schedule(self.now, Event::Wake { node });
     }
 
     /// Global virtual time, ns.
@@ -236,12 +319,12 @@ impl KiteWorld {
 
     /// The nodes not crashed.
     pub fn live(&self) -> Vec<NodeId> {
-        self.nodes.iter().filter(|(_, n)| n.engine.is_some()).map(|(&id, _)| id).collect()
+        self.nodes.iter().filter(|(_, n)| n.replica.is_some()).map(|(&id, _)| id).collect()
     }
 
     /// A node's engine (`None`: crashed).
-    pub fn engine(&self, node: NodeId) -> Option<&KiteEngine> {
-        self.nodes.get(&node).and_then(|n| n.engine.as_ref())
+    pub fn engine(&self, node: NodeId) -> Option<std::sync::RwLockReadGuard<'_, KiteEngine>> {
+        self.nodes.get(&node).and_then(|n| n.replica.as_ref()).map(|r| r.engine())
     }
 
     /// A draw from the world's generator.
@@ -346,7 +429,10 @@ impl KiteWorld {
     /// Crashes `node` for good (crash-stop): its memory and pending work are gone.
     pub fn crash(&mut self, node: NodeId) {
         if let Some(n) = self.nodes.get_mut(&node) {
-            n.engine = None;
+            n.replica = None;
+            n.disk_at = None;
+            n.disk.crash();
+            n.disk.storage_mut().crash();
         }
     }
 
@@ -354,28 +440,15 @@ impl KiteWorld {
     /// its memory, and reads its peers' state before it serves (`docs/kite.md`,
     /// Restarts). Messages already in flight to it arrive at the new incarnation.
     pub fn restart(&mut self, node: NodeId) {
-        let members = self.members();
-        let incarnation = self.incarnations.entry(node).or_insert(0);
-        *incarnation += 1;
-        let mut config = self.template.clone();
-        config.node = node;
-        config.members = members;
-        config.incarnation = *incarnation;
-        config.rejoin = true;
         let seed = self.rng.next_u64();
-        let Some(n) = self.nodes.get(&node) else { return };
-        if n.engine.is_some() {
+        let Some(n) = self.nodes.get_mut(&node) else { return };
+        if n.replica.is_some() {
             return;
         }
-        let local = self.local(n);
-        let engine = KiteEngine::boot(config, seed, local).expect("valid config");
-        let n = self.nodes.get_mut(&node).expect("node");
-        n.engine = Some(engine);
         n.paused_until = 0;
         n.deferred.clear();
-        n.wake = Some(self.now);
         self.restarts += 1;
-        self.schedule(self.now, Event::Wake { node });
+        self.boot(node, seed);
     }
 
     /// Submits `op` in `session` at `node` now; returns the tag its reply will carry.
@@ -448,8 +521,8 @@ impl KiteWorld {
         self.events.insert((at, self.seq), event);
     }
 
-    fn local(&self, node: &SimNode) -> Time {
-        let drifted = (i128::from(self.now) * i128::from(1_000_000 + node.drift_ppm)) / 1_000_000;
+    fn local_at(node: &SimNode, now: u64) -> Time {
+        let drifted = (i128::from(now) * i128::from(1_000_000 + node.drift_ppm)) / 1_000_000;
         Time(node.offset + drifted as u64)
     }
 
@@ -463,7 +536,7 @@ impl KiteWorld {
     fn handle(&mut self, event: Event) {
         let node = match &event {
             Event::Deliver { to, .. } => *to,
-            Event::Wake { node } | Event::Client { node, .. } => *node,
+            Event::Wake { node } | Event::Client { node, .. } | Event::Disk { node } => *node,
             Event::Pause { node, until } => {
                 self.pause(*node, *until);
                 return;
@@ -486,7 +559,7 @@ impl KiteWorld {
             }
         };
         let Some(n) = self.nodes.get(&node) else { return };
-        if n.engine.is_none() {
+        if n.replica.is_none() {
             if let Event::Deliver { .. } = event {
                 self.counters.cut += 1;
             }
@@ -523,43 +596,91 @@ impl KiteWorld {
                 Input::Tick
             }
             Event::Client { request, .. } => Input::Client(request),
+            Event::Disk { .. } => return self.on_disk(node),
             Event::Pause { .. } | Event::Resume { .. } => return,
         };
         self.step(node, input);
     }
 
-    fn step(&mut self, node: NodeId, input: Input<Message, KiteRequest>) {
-        let n = self.nodes.get(&node).expect("node");
-        let local = self.local(n);
+    /// The node's disk finished something: the completions go through the replica, which
+    /// releases what waited for the hard state and gives the engine its inputs.
+    fn on_disk(&mut self, node: NodeId) {
+        let now = self.now;
         let n = self.nodes.get_mut(&node).expect("node");
-        let engine = n.engine.as_mut().expect("live");
-        let out = engine.step(local, input);
-        engine.check_invariants();
-        for (tag, id) in engine.rmws_in_progress() {
-            self.rmw_ids.insert(tag, id);
+        if n.disk_at.is_none_or(|at| at > now) {
+            return; // superseded by an earlier schedule
         }
-        for r in &out.rejected {
-            self.rejections.push((node, r.reason));
+        n.disk_at = None;
+        let completions = n.disk.poll(now, FSYNC_NS).expect("the simulated WAL does not fail");
+        if !completions.is_empty() {
+            self.drive(node, |replica, local, io| {
+                replica.complete(local, &completions, io);
+            });
         }
-        if let Some(wake) = out.wake_at {
-            let at = Self::global_of(n, wake).max(self.now);
-            if n.wake.is_none_or(|w| at < w || w <= self.now) {
+        self.schedule_disk(node);
+    }
+
+    fn schedule_disk(&mut self, node: NodeId) {
+        let n = self.nodes.get_mut(&node).expect("node");
+        let Some(at) = n.disk.next_due_ns() else { return };
+        if n.disk_at.is_some_and(|t| t <= at) {
+            return; // an earlier poll is already due
+        }
+        n.disk_at = Some(at);
+        let at = at.max(self.now);
+        self.schedule(at, Event::Disk { node });
+    }
+
+    fn step(&mut self, node: NodeId, input: Input<Message, KiteRequest>) {
+        self.drive(node, |replica, local, io| {
+            replica.step(local, input, io);
+        });
+    }
+
+    /// Runs one call into a running node's replica at its local time (the engine's
+    /// invariants are checked after every step, [`Left::observe`]), then carries out
+    /// what left it: disk work, the next wake-up, replies and messages (with a processor
+    /// model, at the end of the time the steps took).
+    fn drive(
+        &mut self,
+        node: NodeId,
+        call: impl FnOnce(&mut Replica<KiteEngine>, Time, &mut Left),
+    ) {
+        let now = self.now;
+        let n = self.nodes.get_mut(&node).expect("node");
+        let local = Self::local_at(n, now);
+        let Some(replica) = n.replica.as_mut() else { return };
+        let mut left = Left::default();
+        let steps = replica.steps();
+        call(replica, local, &mut left);
+        let steps = replica.steps() - steps;
+        let mut ops = Vec::new();
+        replica.take_ready(&mut ops);
+        let wake_at = replica.wake_at();
+        n.disk.submit(ops, now, FSYNC_NS).expect("the simulated WAL does not fail");
+        self.schedule_disk(node);
+        self.rmw_ids.extend(left.rmws);
+        self.rejections.extend(left.rejected.iter().map(|reason| (node, *reason)));
+        let n = self.nodes.get_mut(&node).expect("node");
+        if let Some(wake) = wake_at {
+            let at = Self::global_of(n, wake).max(now);
+            if n.wake.is_none_or(|w| at < w || w <= now) {
                 n.wake = Some(at);
                 self.schedule(at, Event::Wake { node });
             }
         }
-        // With a processor model the node is busy for the step, and what it sends and
-        // answers leaves at the step's end.
-        let busy = self.cpu.map_or(0, |c| c.step_ns + c.message_ns * out.messages.len() as u64);
+        // With a processor model the node is busy for the steps, and what they send and
+        // answer leaves at their end.
+        let messages = left.messages.len() as u64;
+        let busy = self.cpu.map_or(0, |c| c.step_ns * steps + c.message_ns * messages);
         if busy > 0 {
-            let now = self.now;
             let n = self.nodes.get_mut(&node).expect("node");
             n.paused_until = n.paused_until.max(now + busy);
         }
-        for reply in out.replies {
-            self.replies.push((self.now + busy, node, reply));
+        for reply in left.replies {
+            self.replies.push((now + busy, node, reply));
         }
-        for (to, message) in out.messages {
+        for (to, message) in left.messages {
             self.send_after(node, to, message, busy);
         }
     }
