@@ -39,7 +39,9 @@ impl Traced for KiteEngine {
         for (key, value) in options {
             let ms: u64 = value.parse().map_err(|_| format!("{key}: milliseconds"))?;
             match key.as_str() {
-                "release-timeout" => config.release_timeout = keel_core::time::Span::from_millis(ms),
+                "release-timeout" => {
+                    config.release_timeout = keel_core::time::Span::from_millis(ms)
+                }
                 "retransmit" => config.retransmit = keel_core::time::Span::from_millis(ms),
                 other => return Err(format!("unknown kite option {other}")),
             }
@@ -91,7 +93,9 @@ impl Traced for KiteEngine {
             Message::Propose { key: k, ballot: b, query: q, .. } => {
                 format!("Propose {} ballot={}{}", key(k), ballot(b), query(q))
             }
-            Message::Promise { ok, promised, accepted, value: v, stamp: s, delinquent: d, .. } => {
+            Message::Promise {
+                ok, promised, accepted, value: v, stamp: s, delinquent: d, ..
+            } => {
                 format!(
                     "Promise {} promised={} {} {}{}{}",
                     if *ok { "ok" } else { "nack" },
@@ -143,7 +147,11 @@ impl Traced for KiteEngine {
             s.incarnation,
             s.keys,
             s.keys_in_epoch,
-            if bits.is_empty() { String::new() } else { format!(" delinquent=[{}]", bits.join(",")) },
+            if bits.is_empty() {
+                String::new()
+            } else {
+                format!(" delinquent=[{}]", bits.join(","))
+            },
         )
     }
 }

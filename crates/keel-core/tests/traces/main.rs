@@ -86,7 +86,11 @@ fn load(path: &Path) -> Script {
 
 fn name(path: &Path) -> String {
     let parent = path.parent().and_then(Path::parent).and_then(Path::file_name);
-    format!("{}/{}", parent.unwrap_or_default().to_string_lossy(), path.file_name().unwrap_or_default().to_string_lossy())
+    format!(
+        "{}/{}",
+        parent.unwrap_or_default().to_string_lossy(),
+        path.file_name().unwrap_or_default().to_string_lossy()
+    )
 }
 
 #[test]

@@ -109,13 +109,20 @@ impl Traced for LeaderEngine {
                 epoch.0, meta.last_index.0
             ),
             Message::InstallSnapshotReply { epoch, last_index, received } => {
-                format!("InstallSnapshotReply e{} last={} received={received}", epoch.0, last_index.0)
+                format!(
+                    "InstallSnapshotReply e{} last={} received={received}",
+                    epoch.0, last_index.0
+                )
             }
             Message::Forward { epoch, request } => format!(
                 "Forward e{} {}{}",
                 epoch.0,
                 crate::world::command_line(&request.command),
-                if request.after.0 > 0 { format!(" after={}", request.after.0) } else { String::new() }
+                if request.after.0 > 0 {
+                    format!(" after={}", request.after.0)
+                } else {
+                    String::new()
+                }
             ),
             Message::ForwardReply { epoch, reply } => {
                 format!("ForwardReply e{} {}", epoch.0, result_line(reply))
@@ -132,7 +139,11 @@ impl Traced for LeaderEngine {
         };
         let leader = s.leader.map_or(String::new(), |l| format!(" of {l}"));
         let active: Vec<String> = s.active_set.iter().map(|n| n.to_string()).collect();
-        let active = if active.is_empty() { String::new() } else { format!(" active=[{}]", active.join(",")) };
+        let active = if active.is_empty() {
+            String::new()
+        } else {
+            format!(" active=[{}]", active.join(","))
+        };
         format!(
             "{role}{leader} e{} last={} commit={} durable={} persisted={} applied={}{active}{}",
             s.epoch.0,

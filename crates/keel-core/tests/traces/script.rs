@@ -156,7 +156,10 @@ mod tests {
         assert_eq!(expected, ["a\nb", "ok"]);
         assert_eq!(script.render(&expected), text);
         let changed = script.render(&["c".into(), "d".into()]);
-        assert_eq!(changed, "# about\n# breaks-with: x\n\ntick n1\n----\nc\n\nstatus n1\n----\nd\n");
+        assert_eq!(
+            changed,
+            "# about\n# breaks-with: x\n\ntick n1\n----\nc\n\nstatus n1\n----\nd\n"
+        );
         assert!(Script::parse("tick n1\nstatus\n").is_err());
     }
 

@@ -135,7 +135,8 @@ impl<E: Traced> Io<E> for Collect<'_, E> {
     }
 
     fn rejected(&mut self, rejection: keel_core::engine::Rejection) {
-        let line = format!("{} rejected a message of {}: {}", self.me, rejection.from, rejection.reason);
+        let line =
+            format!("{} rejected a message of {}: {}", self.me, rejection.from, rejection.reason);
         self.left.push(Left::Line(line));
     }
 
@@ -159,7 +160,9 @@ impl<E: Traced> Io<E> for Collect<'_, E> {
     fn completed(&mut self, completion: &Completion) {
         let line = match completion {
             Completion::HardStateSaved { .. } => format!("{} disk: hard state saved", self.me),
-            Completion::Synced { index, .. } => format!("{} disk: synced through {}", self.me, index.0),
+            Completion::Synced { index, .. } => {
+                format!("{} disk: synced through {}", self.me, index.0)
+            }
             Completion::SnapshotSaved { meta } => {
                 format!("{} disk: snapshot through {} saved", self.me, meta.last_index.0)
             }
@@ -315,8 +318,12 @@ impl<E: Traced> World<E> {
             out: Vec::new(),
         };
         for id in members {
-            let node =
-                Node { replica: None, disk: blank_disk(), early: Vec::new(), early_replies: Vec::new() };
+            let node = Node {
+                replica: None,
+                disk: blank_disk(),
+                early: Vec::new(),
+                early_replies: Vec::new(),
+            };
             world.nodes.insert(id, node);
             world.boot(id)?;
         }
@@ -476,8 +483,12 @@ impl<E: Traced> World<E> {
                 Left::Reply(reply) => self.reply(id, reply.into()),
                 Left::Prepare(meta, data) => {
                     let node = self.nodes.get_mut(&id).expect("a node");
-                    keel_storage::wal::prepare_snapshot(node.disk.storage_mut().sim_disk(), meta, &data)
-                        .expect("the simulated disk does not fail");
+                    keel_storage::wal::prepare_snapshot(
+                        node.disk.storage_mut().sim_disk(),
+                        meta,
+                        &data,
+                    )
+                    .expect("the simulated disk does not fail");
                     let replica = node.replica.as_mut().expect("running");
                     replica.prepared(Time(now), meta, data.len() as u64);
                     let mut ops = Vec::new();
@@ -643,7 +654,8 @@ impl<E: Traced> World<E> {
         };
         let name = cmd.args.get("c").cloned().unwrap_or_else(|| "c1".into());
         let count = self.clients.len() as u64;
-        let entry = self.clients.entry(name.clone()).or_insert((ClientId(count + 1), 0, LogIndex::ZERO));
+        let entry =
+            self.clients.entry(name.clone()).or_insert((ClientId(count + 1), 0, LogIndex::ZERO));
         entry.1 += 1;
         let (client_id, request, floor) = (entry.0, RequestId(entry.1), entry.2);
         let after = if self.controls.on("floor-dropped") { LogIndex::ZERO } else { floor };
