@@ -50,20 +50,19 @@ impl Traced for KiteEngine {
     }
 
     fn control(config: &mut Config, name: &str) -> bool {
-        let flag = match name {
-            "unsafe_no_rejoin" => &mut config.unsafe_no_rejoin,
-            "unsafe_unfenced_rejoin" => &mut config.unsafe_unfenced_rejoin,
-            "unsafe_no_slow_path" => &mut config.unsafe_no_slow_path,
-            "unsafe_release_before_acks" => &mut config.unsafe_release_before_acks,
-            "unsafe_complete_without_quorum" => &mut config.unsafe_complete_without_quorum,
-            "unsafe_no_epoch_snapshot" => &mut config.unsafe_no_epoch_snapshot,
-            "unsafe_paper_reset" => &mut config.unsafe_paper_reset,
-            "unsafe_uncommitted_failures" => &mut config.unsafe_uncommitted_failures,
-            "unsafe_forget_outcomes" => &mut config.unsafe_forget_outcomes,
-            _ => return false,
-        };
-        *flag = true;
-        true
+        let c = config;
+        let flags = vec![
+            ("unsafe_no_rejoin", &mut c.unsafe_no_rejoin),
+            ("unsafe_unfenced_rejoin", &mut c.unsafe_unfenced_rejoin),
+            ("unsafe_no_slow_path", &mut c.unsafe_no_slow_path),
+            ("unsafe_release_before_acks", &mut c.unsafe_release_before_acks),
+            ("unsafe_complete_without_quorum", &mut c.unsafe_complete_without_quorum),
+            ("unsafe_no_epoch_snapshot", &mut c.unsafe_no_epoch_snapshot),
+            ("unsafe_paper_reset", &mut c.unsafe_paper_reset),
+            ("unsafe_uncommitted_failures", &mut c.unsafe_uncommitted_failures),
+            ("unsafe_forget_outcomes", &mut c.unsafe_forget_outcomes),
+        ];
+        crate::world::turn_on(flags, name)
     }
 
     fn message(message: &Message) -> String {

@@ -29,19 +29,18 @@ impl Traced for LeaderEngine {
     }
 
     fn control(config: &mut Config, name: &str) -> bool {
-        let flag = match name {
-            "unsafe_allow_hasty_removal" => &mut config.unsafe_allow_hasty_removal,
-            "unsafe_release_unasked" => &mut config.unsafe_release_unasked,
-            "unsafe_view_reads_unchecked" => &mut config.unsafe_view_reads_unchecked,
-            "unsafe_forget_leader_contact" => &mut config.unsafe_forget_leader_contact,
-            "unsafe_skip_dedup" => &mut config.unsafe_skip_dedup,
-            "unsafe_accept_expired_sessions" => &mut config.unsafe_accept_expired_sessions,
-            "unsafe_watch_ignores_deletes" => &mut config.unsafe_watch_ignores_deletes,
-            "unsafe_ignore_repair_floor" => &mut config.unsafe_ignore_repair_floor,
-            _ => return false,
-        };
-        *flag = true;
-        true
+        let c = config;
+        let flags = vec![
+            ("unsafe_allow_hasty_removal", &mut c.unsafe_allow_hasty_removal),
+            ("unsafe_release_unasked", &mut c.unsafe_release_unasked),
+            ("unsafe_view_reads_unchecked", &mut c.unsafe_view_reads_unchecked),
+            ("unsafe_forget_leader_contact", &mut c.unsafe_forget_leader_contact),
+            ("unsafe_skip_dedup", &mut c.unsafe_skip_dedup),
+            ("unsafe_accept_expired_sessions", &mut c.unsafe_accept_expired_sessions),
+            ("unsafe_watch_ignores_deletes", &mut c.unsafe_watch_ignores_deletes),
+            ("unsafe_ignore_repair_floor", &mut c.unsafe_ignore_repair_floor),
+        ];
+        crate::world::turn_on(flags, name)
     }
 
     fn message(message: &Message) -> String {

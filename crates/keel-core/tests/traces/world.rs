@@ -195,6 +195,18 @@ fn duration(word: &str) -> Result<u64, String> {
     Err(bad())
 }
 
+/// The argument `key`, parsed (absent: `None`).
+fn parsed<T: std::str::FromStr>(cmd: &Cmd, key: &str) -> Result<Option<T>, String> {
+    let parse = |w: &String| w.parse().map_err(|_| format!("unknown {key} {w}"));
+    cmd.args.get(key).map(parse).transpose()
+}
+
+/// Turns on the flag named `name` among `flags`; whether there is one.
+pub fn turn_on(flags: Vec<(&str, &mut bool)>, name: &str) -> bool {
+    let found = flags.into_iter().find(|(n, _)| *n == name);
+    found.map(|(_, flag)| *flag = true).is_some()
+}
+
 pub fn quoted(value: &[u8]) -> String {
     format!("{:?}", String::from_utf8_lossy(value))
 }
@@ -638,20 +650,8 @@ impl<E: Traced> World<E> {
             },
             other => return Err(format!("unknown client command {other}")),
         };
-        let durability = match cmd.args.get("durability").map(String::as_str) {
-            None => None,
-            Some("memory") => Some(Durability::Memory),
-            Some("replicated") => Some(Durability::Replicated),
-            Some("durable") => Some(Durability::Durable),
-            Some(other) => return Err(format!("unknown durability {other}")),
-        };
-        let level = match cmd.args.get("level").map(String::as_str) {
-            None => None,
-            Some("any") => Some(ReadLevel::Any),
-            Some("monotonic") => Some(ReadLevel::Monotonic),
-            Some("linearizable") => Some(ReadLevel::Linearizable),
-            Some(other) => return Err(format!("unknown level {other}")),
-        };
+        let durability = parsed::<Durability>(cmd, "durability")?;
+        let level = parsed::<ReadLevel>(cmd, "level")?;
         let name = cmd.args.get("c").cloned().unwrap_or_else(|| "c1".into());
         let count = self.clients.len() as u64;
         let entry =
