@@ -50,7 +50,9 @@ pub fn pack(kind: EngineKind) -> &'static Pack {
 const ORCA: Pack = Pack {
     kind: EngineKind::Orca,
     leader: true,
-    start: |spec, shared| Box::pin(start_keyspace::<LeaderEngine>(spec.config.clone(), spec, shared)),
+    start: |spec, shared| {
+        Box::pin(start_keyspace::<LeaderEngine>(spec.config.clone(), spec, shared))
+    },
     check_settings: |_, _| Ok(()),
     permits: |command, runs| match command.mode() {
         OpMode::Plain => Ok(()),
@@ -96,7 +98,8 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
         ("preferred_leader", ks.preferred_leader.is_some()),
     ];
     if let Some((name, _)) = leader_only.iter().find(|(_, set)| *set) {
-        let reason = "has no meaning for engine \"kite\" (leaderless; each operation names its barrier)";
+        let reason =
+            "has no meaning for engine \"kite\" (leaderless; each operation names its barrier)";
         return Err(ConfigError::Invalid {
             field: format!("keyspaces.{}.{name}", ks.id),
             reason: reason.into(),

@@ -328,7 +328,8 @@ impl LocalCluster {
     /// Whether keyspace `keyspace` runs a leaderless engine kind, Kite (as the first node
     /// is configured).
     pub fn is_kite(&self, keyspace: u32) -> bool {
-        let leaderless = |k: &crate::config::KeyspaceSettings| !crate::engines::pack(k.engine).leader;
+        let leaderless =
+            |k: &crate::config::KeyspaceSettings| !crate::engines::pack(k.engine).leader;
         self.configs[0].keyspaces.iter().any(|k| k.id == keyspace && leaderless(k))
     }
 

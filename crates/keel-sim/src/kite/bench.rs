@@ -136,6 +136,7 @@ pub fn measure(
         stall_max: 0,
     };
     let mut world = KiteWorld::new(NODES, &template, seed, net, 0);
+    world.settle_boot();
     world.cpu = Some(CpuCost { step_ns: model.step_ns, message_ns: model.message_ns });
     let mut rng = Rng::new(seed ^ 0xB3_4C4E);
     // Each session's node, by session id.

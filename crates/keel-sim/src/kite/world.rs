@@ -285,6 +285,19 @@ impl KiteWorld {
         world
     }
 
+    /// Runs until every node has rejoined after the cluster's boot (a cluster booting at
+    /// once, every node rejoining with nothing to read, starts after a grace period,
+    /// `docs/kite.md`, Restarts), at most 10 s: for scenarios about a cluster already
+    /// serving. Whether it did.
+    pub fn settle_boot(&mut self) -> bool {
+        let serving = |w: &KiteWorld| {
+            w.nodes
+                .values()
+                .all(|n| n.replica.as_ref().is_none_or(|r| !r.engine().epoch_and_rejoining().1))
+        };
+        self.run_while(self.now + 10_000_000_000, serving)
+    }
+
     /// Boots `node` through the engine interface from what its disk recovered, as a
     /// server does: one incarnation past the last one on disk, rejoining.
     fn boot(&mut self, node: NodeId, seed: u64) {
