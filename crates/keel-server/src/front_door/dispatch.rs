@@ -5,7 +5,9 @@
 //! among the connection's requests and handed to its family with its [`Turn`].
 
 use super::commands::acl::{self, permitted, NOAUTH};
-use super::commands::{correctables, keys, queues, server, sessions, strings, transactions};
+use super::commands::{
+    correctables, keys, plain_submit, queues, server, sessions, strings, transactions,
+};
 use super::conn::{Conn, Kind, Pending};
 use super::engines::{engine_terms, Asked, Terms};
 use crate::acl::category;
@@ -104,17 +106,8 @@ impl Turn {
     /// its own.
     pub(crate) fn submit(&self, command: Command) -> Submit {
         let (client, request) = self.pair;
-        let (durability, level, after) = (None, None, self.after);
-        Submit {
-            client,
-            request,
-            command,
-            durability,
-            level,
-            after,
-            mode: self.mode,
-            named: self.named,
-        }
+        let plain = plain_submit(client, request, command, None, self.after);
+        Submit { mode: self.mode, named: self.named, ..plain }
     }
 
     /// One `(client, request, key)` per key: the first key takes the turn's pair, the
