@@ -33,8 +33,8 @@ pub struct Pending {
     /// Whether the connection closes after this reply.
     pub close: bool,
     pub(super) body: Body,
-    /// Its share of the node's budget of pipelined requests (`resp`), given back when
-    /// the reply is resolved.
+    /// Its share of the node's budget of pipelined requests (`connection`), given back
+    /// when the reply is resolved.
     charge: Option<OwnedSemaphorePermit>,
 }
 
