@@ -2,12 +2,12 @@
 //! salted, stretched password hash, permissions by command category (read, write, admin)
 //! and the keyspaces it may use; the category of every command; and the deduplication
 //! ids of an authenticated user, derived from its name so that no other user can reach
-//! them. Pure apart from the clock-free hashing: the connection code (`commands`) asks.
+//! them. Pure apart from the clock-free hashing: the front door (`front_door`) asks.
 //!
 //! Passwords are stored as `pbkdf2-sha256$<iterations>$<salt hex>$<hash hex>`
 //! (PBKDF2-HMAC-SHA256, a 32-byte hash), made by `keel passwd`; they are checked in
-//! constant time. Without any user the node runs in protected mode (`resp`): it serves
-//! loopback clients only, as Redis does.
+//! constant time. Without any user the node runs in protected mode
+//! (`front_door::connection`): it serves loopback clients only, as Redis does.
 
 use keel_types::{ClientId, KeyspaceId};
 use keel_wire::command::ClientCommand;

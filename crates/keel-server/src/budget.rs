@@ -1,6 +1,6 @@
 //! Node-wide byte budgets for what clients make a node hold: the request buffers of
-//! large requests (`client_request_buffers_bytes_max`, in `resp`) and the values of
-//! replies another node served, held until their client reads them
+//! large requests (`client_request_buffers_bytes_max`, in `front_door::connection`) and
+//! the values of replies another node served, held until their client reads them
 //! (`forwarded_replies_bytes_max`, in `driver`). Whatever would go past a budget is
 //! refused (an error to that client) instead of allocated.
 

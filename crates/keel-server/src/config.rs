@@ -607,7 +607,7 @@ pub struct ServerConfig {
     #[serde(default = "client_request_buffers_bytes_max_default")]
     pub client_request_buffers_bytes_max: u64,
     /// Bytes the unanswered pipelined requests of all client connections may hold
-    /// together, each counted as [`crate::resp::PIPELINED_REQUEST_BYTES`]; past it a
+    /// together, each counted as [`crate::front_door::PIPELINED_REQUEST_BYTES`]; past it a
     /// connection with replies still to write stops being read until some are written (a
     /// connection with none always has one request read).
     #[serde(default = "pipelined_requests_bytes_max_default")]

@@ -2,7 +2,13 @@
 //! table ([`PACKS`]), so that nothing else in the server matches on the kind. A keyspace's
 //! kind names its pack ([`pack`]); the pack starts the keyspace (its engine's
 //! configuration from the node's, its loop, its inbox), checks its settings, and says
-//! which front-door commands have a meaning there.
+//! which front-door requests have a meaning there and how they are ordered ([`terms`]).
+//!
+//! Kite keyspaces take single-key reads, writes and read-modify-writes with their
+//! barriers (and `EXISTS`, `MGET` as relaxed reads), each sent at once (a Kite session
+//! orders its requests itself); they refuse transactions, sessions, Correctables and the
+//! log, and the options only ORCA defines. ORCA keyspaces refuse the barriers and
+//! strengths, which only Kite defines.
 //!
 //! Adding an engine kind: its variant in `keel_core::engine::EngineKind`, its pack here
 //! (one line in [`PACKS`], in the variant's order), and what the pack names.
@@ -12,7 +18,7 @@ use crate::node::{start_keyspace, NodeError, Shared, Started};
 use keel_core::engine::{EngineKind, OpMode};
 use keel_core::kite::KiteEngine;
 use keel_core::leader::LeaderEngine;
-use keel_types::NodeId;
+use keel_types::{KeyspaceId, NodeId};
 use keel_wire::ClientCommand;
 use std::future::Future;
 use std::pin::Pin;
@@ -31,10 +37,36 @@ pub struct Pack {
     pub(crate) start: for<'a> fn(KeyspaceSpec, &'a Shared<'a>) -> Start<'a>,
     /// Checks a keyspace's settings against what the kind gives a meaning to.
     pub check_settings: fn(&ServerConfig, &KeyspaceSettings) -> Result<(), ConfigError>,
-    /// Whether a front-door command has a meaning in a keyspace of the kind; `Err` is the
-    /// refusal's text, naming the keyspace with what `runs` says (`(keyspace 1 runs
-    /// orca)`, built only for a refusal: this runs for every request).
-    pub permits: fn(&ClientCommand, runs: &dyn Fn() -> String) -> Result<(), String>,
+    /// Whether a front-door request has a meaning in a keyspace of the kind, and how it is
+    /// ordered; `Err` is the refusal's text, naming the keyspace with what `runs` says
+    /// (`(keyspace 1 runs orca)`, built only for a refusal: this runs for every request).
+    pub(crate) terms: fn(Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String>,
+}
+
+/// A request as the engine check sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Asked<'a> {
+    /// A request by its first word, before it is parsed (server-side commands such as
+    /// `MULTI` or `KEEL.INVOKE` are never parsed into a [`ClientCommand`]).
+    Word(&'a [u8]),
+    /// A parsed command, before it is sent.
+    Command(&'a ClientCommand),
+}
+
+/// How a request the engine takes is ordered among its connection's requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Terms {
+    /// By the front door (`Conn::order`): a request of another kind than the one before
+    /// it waits for every earlier reply.
+    FrontDoor,
+    /// By the engine: every request is sent at once (a Kite session orders its own).
+    Engine,
+}
+
+/// Whether a keyspace of engine `kind` (keyspace `ks`) gives the request `asked` a
+/// meaning, and how its requests are ordered; `Err` is the error text, naming the engine.
+pub(crate) fn terms(kind: EngineKind, ks: KeyspaceId, asked: Asked<'_>) -> Result<Terms, String> {
+    (pack(kind).terms)(asked, &|| format!("(keyspace {} runs {kind})", ks.0))
 }
 
 /// Every engine kind this build hosts, in `EngineKind`'s order.
@@ -54,9 +86,12 @@ const ORCA: Pack = Pack {
         Box::pin(start_keyspace::<LeaderEngine>(spec.config.clone(), spec, shared))
     },
     check_settings: |_, _| Ok(()),
-    permits: |command, runs| match command.mode() {
-        OpMode::Plain => Ok(()),
-        mode => Err(format!("ERR {} needs a kite keyspace {}", mode.word(), runs())),
+    terms: |asked, runs| match asked {
+        Asked::Word(_) => Ok(Terms::FrontDoor),
+        Asked::Command(command) => match command.mode() {
+            OpMode::Plain => Ok(Terms::FrontDoor),
+            mode => Err(format!("ERR {} needs a kite keyspace {}", mode.word(), runs())),
+        },
     },
 };
 
@@ -68,7 +103,7 @@ const KITE: Pack = Pack {
         Box::pin(start_keyspace::<KiteEngine>(kite, spec, shared))
     },
     check_settings: kite_settings,
-    permits: kite_permits,
+    terms: kite_terms,
 };
 
 /// A Kite keyspace's engine configuration, from the node's `[kite]` section and the
@@ -108,11 +143,52 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
     Ok(())
 }
 
-/// Kite keyspaces take single-key reads, writes and read-modify-writes with their
-/// barriers (and `EXISTS`, `MGET` as relaxed reads); the leader engine's options (levels,
-/// durabilities, versions) and its other commands have no meaning there.
-fn kite_permits(command: &ClientCommand, runs: &dyn Fn() -> String) -> Result<(), String> {
-    let option = match command {
+/// The first words of the requests a Kite keyspace has no meaning for.
+const KITE_REFUSED_WORDS: [&str; 7] =
+    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log"];
+
+/// What a Kite keyspace makes of a request (see the module's docs).
+fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
+    let no_meaning =
+        |name: &str| format!("ERR {name} has no meaning in a kite keyspace {}", runs());
+    let command = match asked {
+        Asked::Word(first) => {
+            return match KITE_REFUSED_WORDS
+                .iter()
+                .find(|w| first.eq_ignore_ascii_case(w.as_bytes()))
+            {
+                Some(name) => Err(no_meaning(&name.to_ascii_uppercase())),
+                None => Ok(Terms::FrontDoor),
+            }
+        }
+        Asked::Command(command) => command,
+    };
+    if let Some(option) = orca_option(command) {
+        return Err(format!(
+            "ERR {option} has no meaning in a kite keyspace {}: use ACQUIRE, RELEASE, WEAK or STRONG",
+            runs()
+        ));
+    }
+    match command {
+        ClientCommand::Get { .. }
+        | ClientCommand::Set { .. }
+        | ClientCommand::Incr { .. }
+        | ClientCommand::Cas { .. }
+        | ClientCommand::Exists { .. }
+        | ClientCommand::MGet { .. } => Ok(Terms::Engine),
+        ClientCommand::Del { .. }
+        | ClientCommand::Scan { .. }
+        | ClientCommand::Enqueue { .. }
+        | ClientCommand::Dequeue { .. }
+        | ClientCommand::QueuePeek { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),
+        _ => Ok(Terms::FrontDoor),
+    }
+}
+
+/// The option of `command` only ORCA defines (a read level, a version, a durability), if
+/// it carries one.
+fn orca_option(command: &ClientCommand) -> Option<&'static str> {
+    match command {
         ClientCommand::Get { level: Some(_), .. } | ClientCommand::MGet { level: Some(_), .. } => {
             Some("LEVEL")
         }
@@ -121,23 +197,6 @@ fn kite_permits(command: &ClientCommand, runs: &dyn Fn() -> String) -> Result<()
         ClientCommand::Set { durability: Some(_), .. }
         | ClientCommand::Cas { durability: Some(_), .. } => Some("DURABILITY"),
         _ => None,
-    };
-    if let Some(option) = option {
-        return Err(format!(
-            "ERR {option} has no meaning in a kite keyspace {}: use ACQUIRE, RELEASE, WEAK or STRONG",
-            runs()
-        ));
-    }
-    match command {
-        ClientCommand::Del { .. }
-        | ClientCommand::Scan { .. }
-        | ClientCommand::Enqueue { .. }
-        | ClientCommand::Dequeue { .. }
-        | ClientCommand::QueuePeek { .. } => {
-            let name = command.name().to_ascii_uppercase();
-            Err(format!("ERR {name} has no meaning in a kite keyspace {}", runs()))
-        }
-        _ => Ok(()),
     }
 }
 

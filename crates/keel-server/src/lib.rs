@@ -17,13 +17,15 @@
 //! - [`handshake`]: the peer handshake (mutual proof of the cluster secret).
 //! - [`peer`]: peer links shared by the keyspaces: batched frames of keyspace envelopes,
 //!   bounded queues, reconnect with backoff; per-keyspace inboxes that decode and gate.
-//! - [`resp`]: the client front door (RESP2/RESP3, pipelining, connection limit).
+//! - [`front_door`]: the client front door: RESP2/RESP3 connections (pipelining, budgets,
+//!   connection limit) in `front_door/connection/`, and one request to one reply by
+//!   command family in `front_door/commands/` (strings, keys, queues, transactions,
+//!   sessions and `KEEL.REQ`, Correctables' `KEEL.INVOKE`, server commands such as
+//!   `SELECT`, `INFO` and `KEEL.LOG`, `AUTH` and `ACL`).
 //! - [`login`]: password checks on a hashing thread of their own, the delays that slow
 //!   a party guessing passwords, and their counts and log.
 //! - [`unauthenticated`]: the connections not yet authenticated, at most a share of
 //!   `connections_max`, the oldest closed first to make room.
-//! - [`commands`]: one request to one reply; `SELECT`, `KEEL.REQ`, `KEEL.LOG`,
-//!   `KEEL.KEYSPACES`.
 //! - [`http`]: `/metrics` and `/status`.
 //! - [`metrics`]: counters and histograms in the Prometheus text format.
 //! - [`local`]: a local cluster of `keel server` processes (`keel up`, `keel demo`, tests).
@@ -37,10 +39,10 @@
 pub mod acl;
 pub mod budget;
 pub mod cli;
-pub mod commands;
 pub mod config;
 pub mod driver;
 pub mod engines;
+pub mod front_door;
 pub mod handshake;
 pub mod http;
 pub mod local;
@@ -48,7 +50,6 @@ pub mod login;
 pub mod metrics;
 pub mod node;
 pub mod peer;
-pub mod resp;
 pub mod storage;
 pub mod tls;
 pub mod unauthenticated;

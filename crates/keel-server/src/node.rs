@@ -13,9 +13,9 @@
 //! share of the cores, one each for three nodes on two cores):
 //! a write's path (connection, engine loop, peer links, reply) crosses no runtime. So that
 //! client work does not hold back the loops' heartbeats, no client task runs long between
-//! two yields: a reply is written at most `resp::WRITE_SLICE_BYTES` at a time, reads
+//! two yields: a reply is written at most `front_door::WRITE_SLICE_BYTES` at a time, reads
 //! of a socket yield under tokio's cooperative budget, and a flush longer than
-//! `resp::BULK_WRITE_MIN` is written from a small runtime of its own ([`BulkRuntime`],
+//! `front_door::BULK_WRITE_MIN` is written from a small runtime of its own ([`BulkRuntime`],
 //! `keel-bulk`), so that a flood of large replies does not queue ahead of the loops
 //! (with slices alone it deposed a leader in 1 run of 9; `docs/performance.md`). (With
 //! the loops and peer links on a runtime of their own, as until 2026-11-28, a leader under `SET` made 0.75 context
@@ -23,10 +23,10 @@
 
 use crate::config::{KeyspaceSpec, ServerConfig};
 use crate::driver::{monotonic_now, Driver, KeyspaceHandle, Keyspaces, Wiring};
+use crate::front_door::FrontDoor;
 use crate::handshake::ClusterKey;
 use crate::metrics::{KeyspaceMetrics, Metrics};
 use crate::peer::{Inbox, Inboxes, Jitter, LinkSettings, PeerQueues, TypedInbox};
-use crate::resp::FrontDoor;
 use crate::storage::StartError;
 use crate::unauthenticated::Unauthenticated;
 use keel_core::engine::{Engine, PersistedState};
@@ -74,7 +74,7 @@ pub fn fresh_seed() -> u64 {
     Jitter::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
 }
 
-/// The runtime that writes clients' long flushes (`resp::BULK_WRITE_MIN`), apart from
+/// The runtime that writes clients' long flushes (`front_door::BULK_WRITE_MIN`), apart from
 /// the runtime of the engine loops, peer links and connections: a quarter of the node's
 /// runtime threads, at least one. Shut down without waiting when the node stops (a
 /// runtime may not be dropped from another's task).
@@ -307,7 +307,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         send_buffer_bytes: usize::try_from(config.client_send_buffer_bytes).unwrap_or(usize::MAX),
         pipelined: Arc::new(Semaphore::new(
             usize::try_from(
-                config.pipelined_requests_bytes_max / crate::resp::PIPELINED_REQUEST_BYTES,
+                config.pipelined_requests_bytes_max / crate::front_door::PIPELINED_REQUEST_BYTES,
             )
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS),
@@ -315,10 +315,10 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
     });
     if let Some(listener) = client_listener {
-        tokio::spawn(crate::resp::serve(listener, door.clone(), None));
+        tokio::spawn(crate::front_door::serve(listener, door.clone(), None));
     }
     if let Some(listener) = tls_listener {
-        tokio::spawn(crate::resp::serve(listener, door, tls));
+        tokio::spawn(crate::front_door::serve(listener, door, tls));
     }
     if let Some(listener) = http_listener {
         tokio::spawn(crate::http::serve(listener, keyspaces.clone(), http_access));

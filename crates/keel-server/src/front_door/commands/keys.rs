@@ -1,0 +1,82 @@
+//! The key family: `DEL`, `EXISTS` and `KEEL.SCAN` (an array of `[key, value,
+//! "epoch.index"]`), each mapped onto the engine's commands.
+
+use super::strings::{get_submit, values_reply};
+use super::{plain_submit, result_reply};
+use crate::driver::{KeyspaceHandle, Submit};
+use crate::front_door::conn::{Conn, Floor, Pending};
+use crate::front_door::dispatch::Turn;
+use bytes::Bytes;
+use keel_core::engine::ClientReply;
+use keel_types::{ClientId, Command, CommandResult, LogIndex, ReadLevel, RequestId, Value};
+use keel_wire::reply::error_frame;
+use keel_wire::resp::Frame;
+use keel_wire::ClientCommand;
+use std::future::Future;
+
+/// Sends a key command its [`Turn`] has come for.
+pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pending {
+    let protocol = conn.protocol;
+    match command {
+        ClientCommand::Del { keys } => {
+            let floor = conn.floor();
+            let subs = turn.per_key(conn, keys);
+            Pending::later(Box::pin(del(&conn.node, subs, turn.after, floor)), protocol)
+        }
+        ClientCommand::Exists { keys } => {
+            let subs = turn.per_key(conn, keys);
+            let reply = values_reply(&conn.node, subs, None, turn.after, exists_frame);
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::Scan { start, end, count, level } => {
+            let command = Command::Scan { start, end, limit: count };
+            let sent = conn.node.send(Submit { level, ..turn.submit(command) });
+            Pending::engine(sent, (result_reply, false), protocol)
+        }
+        other => unreachable!("{} is not a key command", other.name()),
+    }
+}
+
+/// `DEL`: reads each key at level `any` to count the ones that existed, then deletes it;
+/// every read and delete is sent at once, in that order. The count is advisory under
+/// concurrent writers; the deletes are not.
+fn del(
+    node: &KeyspaceHandle,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
+    after: LogIndex,
+    floor: Floor,
+) -> impl Future<Output = Frame> + Send + 'static {
+    let mut sent = Vec::with_capacity(keys.len());
+    for (client, request, key) in keys {
+        // The read shares the delete's pair: reads never enter the dedup table.
+        let any = Some(ReadLevel::Any);
+        let read = node.send(get_submit(client, request, key.clone(), any, after));
+        let delete = node.send(plain_submit(client, request, Command::Delete { key }, None, after));
+        sent.push((read, delete));
+    }
+    async move {
+        let mut existed = 0;
+        let mut failed = None;
+        for (read, delete) in sent {
+            if let Ok(ClientReply {
+                result: Ok(CommandResult::Value { value: Some(_), .. }), ..
+            }) = read.answer().await
+            {
+                existed += 1;
+            }
+            let answer = delete.answer().await;
+            floor.note(&answer);
+            if let Err(e) = answer.and_then(|r| r.result) {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => error_frame(&e),
+            None => Frame::Integer(existed),
+        }
+    }
+}
+
+fn exists_frame(values: &[Option<Value>]) -> Frame {
+    Frame::Integer(values.iter().filter(|v| v.is_some()).count() as i64)
+}

@@ -1,0 +1,348 @@
+//! Connection and introspection commands: `PING`, `ECHO`, `HELLO`, `CLIENT`, `COMMAND`,
+//! `CONFIG GET`, `SELECT`, `QUIT`, `INFO`, `KEEL.STATUS`, `KEEL.KEYSPACES` and `KEEL.LOG`.
+//!
+//! - `KEEL.STATUS`: a bulk string of JSON (the connection's keyspace's entry of the
+//!   `/status` document);
+//! - `KEEL.KEYSPACES`: an array of `[id, name, engine]`, one per keyspace;
+//! - `KEEL.LOG <from> <count>`: up to `count` log entries from index `from`, each a bulk
+//!   string of JSON (for recording which writes survived), preceded by the snapshot's
+//!   last index as an integer: `[snapshot_index, entry, entry, ...]`.
+//!
+//! Keyspaces: a connection starts in keyspace 0; `SELECT n` moves it to keyspace `n`
+//! (Redis's `-ERR DB index is out of range` if the node does not host it), and every
+//! later command of the connection goes there.
+
+use super::acl::{permitted, NOAUTH, NO_AUTHENTICATION};
+use super::parse_u64;
+use crate::acl::Category;
+use crate::driver::{KeyspaceHandle, Keyspaces};
+use crate::front_door::conn::{Conn, Pending};
+use bytes::Bytes;
+use keel_types::{KeyspaceId, LogIndex};
+use keel_wire::command::{ClientSubcommand, CommandQuery};
+use keel_wire::reply::error_frame;
+use keel_wire::resp::{Frame, Protocol};
+use keel_wire::ClientCommand;
+use std::time::Duration;
+
+/// How long a status or log query may wait for room in the engine's queue.
+pub const QUERY_WAIT: Duration = Duration::from_secs(2);
+/// The server name `HELLO` and `INFO` report.
+pub const SERVER_NAME: &str = "keel";
+
+/// `KEEL.LOG <from> <count>`, for users with the admin permission.
+pub(crate) fn keel_log(conn: &Conn, words: &[Bytes]) -> Pending {
+    let protocol = conn.protocol;
+    if let Err(refusal) = permitted(conn, Some(Category::Admin)) {
+        return Pending::ready(refusal, protocol);
+    }
+    let (Some(from), Some(count)) =
+        (words.get(1).and_then(|w| parse_u64(w)), words.get(2).and_then(|w| parse_u64(w)))
+    else {
+        return Pending::ready(Frame::error("ERR usage: KEEL.LOG <from> <count>"), protocol);
+    };
+    if words.len() != 3 {
+        return Pending::ready(
+            Frame::error("ERR wrong number of arguments for 'keel.log' command"),
+            protocol,
+        );
+    }
+    let node = conn.node.clone();
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
+    Pending::later(
+        Box::pin(async move {
+            match node.log(LogIndex(from), count, QUERY_WAIT).await {
+                Ok(page) => log_page_frame(&page),
+                Err(e) => error_frame(&e),
+            }
+        }),
+        protocol,
+    )
+}
+
+/// A page of the log as `KEEL.LOG` answers it: the snapshot's index, then the entries
+/// as JSON while their JSON stays within [`crate::driver::LOG_PAGE_BYTES_MAX`] (at least
+/// one). The bound is on the bytes sent: JSON writes a value's bytes as an array of
+/// numbers, up to four times its size, so the driver's count of value bytes is not it.
+fn log_page_frame(page: &crate::driver::LogPage) -> Frame {
+    let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
+    let mut bytes = 0usize;
+    for entry in &page.entries {
+        let json = serde_json::to_vec(entry).expect("entries serialize");
+        bytes += json.len();
+        if bytes > crate::driver::LOG_PAGE_BYTES_MAX && items.len() > 1 {
+            break;
+        }
+        items.push(Frame::Bulk(json.into()));
+    }
+    Frame::Array(items)
+}
+
+/// Connection and introspection commands.
+pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
+    let protocol = conn.protocol;
+    let ready = |frame: Frame| Pending::ready(frame, protocol);
+    match command {
+        ClientCommand::Ping { message: None } => ready(Frame::simple("PONG")),
+        ClientCommand::Ping { message: Some(m) } | ClientCommand::Echo { message: m } => {
+            ready(Frame::Bulk(m))
+        }
+        ClientCommand::Hello { protocol: asked, client_name, auth } => {
+            hello(conn, asked, client_name, auth.is_some())
+        }
+        ClientCommand::Status => {
+            let node = conn.node.clone();
+            Pending::later(Box::pin(async move { status_frame(&node).await }), protocol)
+        }
+        ClientCommand::Keyspaces => ready(keyspaces_frame(&conn.keyspaces)),
+        ClientCommand::Info { sections } => {
+            let node = conn.node.clone();
+            Pending::later(Box::pin(async move { info_frame(&node, &sections).await }), protocol)
+        }
+        ClientCommand::Client(sub) => ready(client_frame(conn, sub)),
+        ClientCommand::Command(query) => ready(match query {
+            CommandQuery::All => Frame::Array(Vec::new()),
+            CommandQuery::Count => Frame::Integer(0),
+            CommandQuery::Docs(_) => Frame::Map(Vec::new()),
+            CommandQuery::Info(names) => {
+                Frame::Array(names.iter().map(|_| Frame::NullArray).collect())
+            }
+        }),
+        ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
+        ClientCommand::Select { index }
+            if conn.user.as_ref().is_some_and(|u| !u.may_use(KeyspaceId(index))) =>
+        {
+            let text = format!("NOPERM this user has no permissions to use keyspace {index}");
+            ready(Frame::error(&text))
+        }
+        ClientCommand::Select { index } => match conn.keyspaces.get(KeyspaceId(index)) {
+            Some(handle) => {
+                conn.node = handle.clone();
+                ready(Frame::ok())
+            }
+            None => ready(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
+        },
+        ClientCommand::Quit => ready(Frame::ok()).closing(),
+        data => unreachable!("data command {} reached admin", data.name()),
+    }
+}
+
+/// `HELLO [protocol] [SETNAME name]`: switches the protocol, for its own reply too. With
+/// `AUTH` (`with_auth`) it is refused here: `acl::hello_auth` answers it before dispatch.
+fn hello(
+    conn: &mut Conn,
+    asked: Option<Protocol>,
+    client_name: Option<Bytes>,
+    with_auth: bool,
+) -> Pending {
+    let refusal = match with_auth {
+        // No user is configured: a password cannot be checked, so it is not accepted (as
+        // Redis answers AUTH when no password is set).
+        true if !conn.users.required() => Some(NO_AUTHENTICATION),
+        // `hello_auth` answers a plain `HELLO ... AUTH` before this (on the hashing
+        // thread); one reaching here came another way (inside `KEEL.REQ`).
+        true => Some("ERR HELLO with AUTH must be sent on its own"),
+        false if conn.users.required() && conn.user.is_none() => Some(NOAUTH),
+        false => None,
+    };
+    if let Some(text) = refusal {
+        return Pending::ready(Frame::error(text), conn.protocol);
+    }
+    if let Some(asked) = asked {
+        conn.protocol = asked;
+    }
+    if client_name.is_some() {
+        conn.name = client_name;
+    }
+    Pending::ready(hello_frame(conn), conn.protocol)
+}
+
+fn hello_frame(conn: &Conn) -> Frame {
+    let pair = |k: &str, v: Frame| (Frame::bulk(k), v);
+    Frame::Map(vec![
+        pair("server", Frame::bulk(SERVER_NAME)),
+        pair("version", Frame::bulk(env!("CARGO_PKG_VERSION"))),
+        pair("proto", Frame::Integer(i64::from(conn.protocol.version()))),
+        pair("id", Frame::Integer(conn.client.0 as i64)),
+        pair("mode", Frame::bulk("cluster")),
+        pair("role", Frame::bulk("master")),
+        pair("modules", Frame::Array(Vec::new())),
+    ])
+}
+
+/// Most characters of an unknown subcommand quoted back in its error.
+const ERROR_NAME_CHARS_MAX: usize = 64;
+
+fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
+    match sub {
+        ClientSubcommand::SetName(name) => {
+            conn.name = Some(name);
+            Frame::ok()
+        }
+        ClientSubcommand::GetName => conn.name.clone().map_or(Frame::Null, Frame::Bulk),
+        ClientSubcommand::Id => Frame::Integer(conn.client.0 as i64),
+        ClientSubcommand::SetInfo { .. } => Frame::ok(),
+        // Not pretended: `CLIENT LIST`, `KILL` and the rest are refused as Redis refuses
+        // a subcommand it does not know.
+        ClientSubcommand::Other(sub) => {
+            let shown: String = sub.chars().take(ERROR_NAME_CHARS_MAX).collect();
+            Frame::error(&format!("ERR unknown subcommand '{shown}'. Try CLIENT HELP."))
+        }
+    }
+}
+
+async fn status_frame(node: &KeyspaceHandle) -> Frame {
+    match node.report(QUERY_WAIT).await {
+        Ok(report) => {
+            let doc = crate::http::keyspace_status(node, &report);
+            Frame::Bulk(doc.to_string().into_bytes().into())
+        }
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// `KEEL.KEYSPACES`: `[id, name, engine]` per keyspace, by id.
+fn keyspaces_frame(keyspaces: &Keyspaces) -> Frame {
+    let rows = keyspaces.iter().map(|k| {
+        Frame::Array(vec![
+            Frame::Integer(i64::from(k.id.0)),
+            Frame::bulk(k.name.as_bytes()),
+            Frame::bulk(k.kind.name()),
+        ])
+    });
+    Frame::Array(rows.collect())
+}
+
+/// The sections of an `INFO` reply asked for (none, `all`, `everything` or `default`: every
+/// section; names Keel does not have: nothing, as Redis answers them).
+fn info_text(asked: &[String], sections: &[(&str, String)]) -> String {
+    let every = asked.is_empty()
+        || asked.iter().any(|a| matches!(a.as_str(), "all" | "everything" | "default"));
+    let chosen: Vec<String> = sections
+        .iter()
+        .filter(|(name, _)| every || asked.iter().any(|a| a == &name.to_ascii_lowercase()))
+        .map(|(name, body)| format!("# {name}\r\n{body}"))
+        .collect();
+    chosen.join("\r\n")
+}
+
+async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
+    match node.report(QUERY_WAIT).await {
+        Ok(report) => {
+            let s = &report.status;
+            let field = |name: &str| s.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+            let role = if s.get("role").and_then(|v| v.as_str()) == Some("leader") {
+                "master"
+            } else {
+                "slave"
+            };
+            let server = format!(
+                "redis_version:7.0.0\r\nkeel_version:{}\r\nkeel_node:{}\r\nkeel_keyspace:{}\r\n",
+                env!("CARGO_PKG_VERSION"),
+                node.node_id.0,
+                node.id.0,
+            );
+            let replication = format!(
+                "role:{role}\r\nkeel_epoch:{}\r\nkeel_leader:{}\r\nkeel_durable_index:{}\r\nkeel_applied_index:{}\r\n",
+                field("epoch"),
+                field("leader"),
+                field("durable_index"),
+                field("applied_index"),
+            );
+            let sections = [("Server", server), ("Replication", replication)];
+            Frame::bulk(info_text(asked, &sections))
+        }
+        Err(e) => error_frame(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{info_text, log_page_frame};
+    use crate::front_door::handle;
+    use crate::front_door::tests::{conn, ready_text, words};
+    use keel_types::{Command, KeyspaceId};
+    use keel_wire::resp::{Frame, Protocol};
+
+    #[test]
+    fn a_log_page_holds_at_most_its_cap_in_the_bytes_it_sends() {
+        use keel_types::{ClientId, Durability, EntryPayload, Epoch, LogIndex, RequestId};
+        let write = |index: u64| keel_types::Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Write {
+                client: ClientId(1),
+                request: RequestId(index),
+                durability: Durability::Memory,
+                command: Command::Put { key: "k".into(), value: vec![200u8; 300 << 10].into() },
+            },
+        };
+        // Six values of 300 KiB: 1.8 MiB of values, within the driver's count, but about
+        // 1.2 MB of JSON each: three fit in 4 MiB.
+        let entries = (1..=6).map(write).collect();
+        let page = crate::driver::LogPage { entries, snapshot_index: LogIndex(0) };
+        let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
+        assert_eq!(items.len(), 1 + 3, "the snapshot index and three entries");
+        let sent: usize =
+            items.iter().map(|f| keel_wire::resp::encode::to_bytes(f, Protocol::Resp2).len()).sum();
+        assert!(sent <= crate::driver::LOG_PAGE_BYTES_MAX + 64, "{sent}");
+        let small = (1..=3).map(|i| keel_types::Entry {
+            epoch: Epoch(1),
+            index: LogIndex(i),
+            payload: EntryPayload::Noop,
+        });
+        let page = crate::driver::LogPage { entries: small.collect(), snapshot_index: LogIndex(0) };
+        let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
+        assert_eq!(items.len(), 4, "small entries all go");
+    }
+
+    #[test]
+    fn info_answers_the_sections_asked_for() {
+        let sections = [("Server", "a:1\r\n".to_string()), ("Replication", "b:2\r\n".to_string())];
+        let ask = |names: &[&str]| {
+            let asked: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            info_text(&asked, &sections)
+        };
+        let every = "# Server\r\na:1\r\n\r\n# Replication\r\nb:2\r\n";
+        assert_eq!(ask(&[]), every);
+        assert_eq!(ask(&["all"]), every);
+        assert_eq!(ask(&["replication"]), "# Replication\r\nb:2\r\n");
+        assert_eq!(ask(&["server", "replication"]), every);
+        assert_eq!(ask(&["keyspace"]), "", "a section Keel does not have: nothing");
+    }
+
+    #[tokio::test]
+    async fn client_subcommands_keel_does_not_have_are_refused_not_pretended() {
+        let (mut c, _rx, _resolved) = conn();
+        for sub in ["LIST", "KILL", "NO-EVICT"] {
+            let text = ready_text(handle(&mut c, words(&["CLIENT", sub])).await);
+            let want = format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", sub.to_lowercase());
+            assert_eq!(text, want);
+        }
+        let ok = ready_text(handle(&mut c, words(&["CLIENT", "SETINFO", "LIB-NAME", "x"])).await);
+        assert_eq!(ok, format!("{:?}", Frame::ok()), "what client libraries send at start");
+    }
+
+    #[tokio::test]
+    async fn select_moves_the_connection_to_a_hosted_keyspace_only() {
+        let (mut c, _rx, _resolved) = conn();
+        assert_eq!(c.keyspace(), KeyspaceId(0));
+        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])).await);
+        assert_eq!(text, "ERR DB index is out of range");
+        assert_eq!(c.keyspace(), KeyspaceId(0));
+        assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "2"])).await), "Simple([79, 75])");
+        assert_eq!(c.keyspace(), KeyspaceId(2));
+        let listed = ready_text(handle(&mut c, words(&["KEEL.KEYSPACES"])).await);
+        assert!(listed.contains("Integer(2)"), "{listed}");
+    }
+
+    #[tokio::test]
+    async fn hello_switches_the_protocol_for_its_own_reply() {
+        let (mut c, _rx, _resolved) = conn();
+        let pending = handle(&mut c, words(&["HELLO", "3"])).await;
+        assert_eq!(pending.protocol, Protocol::Resp3);
+        assert_eq!(c.protocol, Protocol::Resp3);
+        let quit = handle(&mut c, words(&["QUIT"])).await;
+        assert!(quit.close, "QUIT closes after its reply");
+    }
+}

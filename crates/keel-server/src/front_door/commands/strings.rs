@@ -1,0 +1,169 @@
+//! The string family: `GET`, `MGET`, `SET`, `INCR`/`INCRBY`/`DECR`/`DECRBY`, `KEEL.FAA`
+//! and `KEEL.CAS`, each mapped onto the engine's commands; their replies.
+//!
+//! Reply shapes of Keel's own forms:
+//! - `GET k WITHVERSION` / `SET k v WITHVERSION`: `[reply, "epoch.index" | null]`;
+//! - `KEEL.CAS`: `[swapped (1|0), current value | null, "epoch.index" | null]`;
+//! - `KEEL.FAA`: the value before the addition.
+
+use super::{mismatched, plain_submit, result_reply};
+use crate::driver::{KeyspaceHandle, Submit};
+use crate::front_door::conn::{Conn, Pending};
+use crate::front_door::dispatch::Turn;
+use bytes::Bytes;
+use keel_core::engine::ClientReply;
+use keel_types::{
+    ClientId, Command, CommandResult, KeelError, LogIndex, ReadLevel, RequestId, Value,
+};
+use keel_wire::reply::{error_frame, value_frame, with_version_frame};
+use keel_wire::resp::Frame;
+use keel_wire::ClientCommand;
+use std::future::Future;
+
+/// Sends a string command its [`Turn`] has come for; a plain `GET` the node can answer at
+/// once is answered here, off the engine loop.
+pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pending {
+    let protocol = conn.protocol;
+    match command {
+        ClientCommand::Get { key, level, with_version, .. } => {
+            let submit = Submit { level, ..turn.submit(Command::Get { key }) };
+            if let Some(reply) = turn.loop_idle.then(|| conn.node.read_now(&submit)).flatten() {
+                conn.last_looped = turn.looped_before;
+                return Pending::ready(get_reply(Ok(reply), with_version), protocol);
+            }
+            let sent = conn.node.send(submit);
+            Pending::engine(sent, (get_reply, with_version), protocol)
+        }
+        ClientCommand::MGet { keys, level } => {
+            let subs = turn.per_key(conn, keys);
+            let reply = values_reply(&conn.node, subs, level, turn.after, mget_frame);
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::Set { key, value, durability, with_version, .. } => {
+            let sent =
+                conn.node.send(Submit { durability, ..turn.submit(Command::Put { key, value }) });
+            Pending::write(sent, (set_reply, with_version), protocol, conn.floor())
+        }
+        ClientCommand::Incr { key, delta, fetch: false } => {
+            let sent = conn.node.send(turn.submit(Command::Incr { key, delta }));
+            Pending::write(sent, (result_reply, false), protocol, conn.floor())
+        }
+        ClientCommand::Incr { key, delta, fetch: true } => {
+            let sent = conn.node.send(turn.submit(Command::Incr { key, delta }));
+            let floor = conn.floor();
+            let reply = async move {
+                let answer = sent.answer().await;
+                floor.note(&answer);
+                faa_reply(answer, delta)
+            };
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::Cas { key, expected, new, durability, .. } => {
+            let command = Command::Cas { key, expected, new };
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
+            Pending::write(sent, (result_reply, false), protocol, conn.floor())
+        }
+        other => unreachable!("{} is not a string command", other.name()),
+    }
+}
+
+/// A plain get of `key` at `level` (reads never enter the deduplication table).
+pub(crate) fn get_submit(
+    client: ClientId,
+    request: RequestId,
+    key: Bytes,
+    level: Option<ReadLevel>,
+    after: LogIndex,
+) -> Submit {
+    plain_submit(client, request, Command::Get { key }, level, after)
+}
+
+/// `KEEL.FAA`: the value before the addition (the engine answers the value after it).
+fn faa_reply(reply: Result<ClientReply, KeelError>, delta: i64) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Counter { value, .. }) => match value.checked_sub(delta) {
+            Some(before) => Frame::Integer(before),
+            None => mismatched("fetch-and-add"),
+        },
+        Ok(_) => mismatched("fetch-and-add"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// Sends a get per key at once; the values in key order, or the first error.
+fn values(
+    node: &KeyspaceHandle,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
+    level: Option<ReadLevel>,
+    after: LogIndex,
+) -> impl Future<Output = Result<Vec<Option<Bytes>>, KeelError>> + Send + 'static {
+    let sent: Vec<_> = keys
+        .into_iter()
+        .map(|(client, request, key)| node.send(get_submit(client, request, key, level, after)))
+        .collect();
+    async move {
+        let mut values = Vec::with_capacity(sent.len());
+        for one in sent {
+            match one.answer().await.and_then(|r| r.result)? {
+                CommandResult::Value { value, .. } => values.push(value),
+                // A reply of another kind (a peer's forwarded answer that breaks the
+                // protocol) is refused, not trusted.
+                other => {
+                    let kind = format!("a get was answered with {other:?}");
+                    return Err(KeelError::Unavailable(kind));
+                }
+            }
+        }
+        Ok(values)
+    }
+}
+
+/// `EXISTS` and `MGET`: a get per key, sent at once, and `frame` of their values.
+pub(crate) fn values_reply(
+    node: &KeyspaceHandle,
+    keys: Vec<(ClientId, RequestId, Bytes)>,
+    level: Option<ReadLevel>,
+    after: LogIndex,
+    frame: fn(&[Option<Value>]) -> Frame,
+) -> impl Future<Output = Frame> + Send + 'static {
+    let values = values(node, keys, level, after);
+    async move {
+        match values.await {
+            Ok(values) => frame(&values),
+            Err(e) => error_frame(&e),
+        }
+    }
+}
+
+fn mget_frame(values: &[Option<Value>]) -> Frame {
+    Frame::Array(values.iter().map(|v| value_frame(v.as_ref())).collect())
+}
+
+fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Value { value, version }) => {
+            let frame = value_frame(value.as_ref());
+            if with_version {
+                with_version_frame(frame, version)
+            } else {
+                frame
+            }
+        }
+        Ok(_) => mismatched("get"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+fn set_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Written { version }) => {
+            if with_version {
+                with_version_frame(Frame::ok(), Some(version))
+            } else {
+                Frame::ok()
+            }
+        }
+        Ok(_) => mismatched("put"),
+        Err(e) => error_frame(&e),
+    }
+}
