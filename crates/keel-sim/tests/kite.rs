@@ -63,6 +63,11 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "fault:late-ack",
         "late-reply",
         "incarnation-learned",
+        // The executor's hard-state barrier (each boot's incarnation on disk before its
+        // first message) and boots from what a disk kept.
+        "exec:held-behind-hard-state",
+        "exec:hard-state-saved",
+        "exec:boot-from-disk",
     ] {
         let seeds = reports.iter().filter(|r| r.reached.contains_key(path)).count();
         assert!(

@@ -950,5 +950,8 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
     add("net:cut", world.counters.cut);
     add("net:held", world.counters.held);
     add("late-reply", world.counters.late_replies);
+    add("exec:held-behind-hard-state", world.counters.held_behind_hard_state);
+    add("exec:hard-state-saved", world.counters.hard_states_saved);
+    add("exec:boot-from-disk", world.counters.boots_from_disk);
     add(&format!("nodes:{}", world.members().len()), 1);
 }

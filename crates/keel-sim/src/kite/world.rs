@@ -159,6 +159,13 @@ pub struct CpuCost {
 /// What the network did, for reports and coverage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct NetCounters {
+    /// Steps after which a node's messages and replies waited behind a hard state (its
+    /// incarnation) not yet on disk: the executor's barrier at work.
+    pub held_behind_hard_state: u64,
+    /// Hard states (incarnations) saved.
+    pub hard_states_saved: u64,
+    /// Boots from a disk that had recorded an earlier incarnation.
+    pub boots_from_disk: u64,
     /// Messages sent.
     pub sent: u64,
     /// Their encoded bytes.
@@ -312,6 +319,7 @@ impl KiteWorld {
             entries: recovered.entries,
         };
         let local = Self::local_at(n, self.now);
+        self.counters.boots_from_disk += u64::from(persisted.hard_state.epoch.0 > 0);
         let engine = <KiteEngine as Engine>::boot(config, persisted, seed, local).expect("boots");
         self.incarnations.insert(node, engine.config().incarnation);
         let n = self.nodes.get_mut(&node).expect("node");
@@ -625,6 +633,10 @@ impl KiteWorld {
         }
         n.disk_at = None;
         let completions = n.disk.poll(now, FSYNC_NS).expect("the simulated WAL does not fail");
+        let saved = completions
+            .iter()
+            .filter(|c| matches!(c, keel_exec::Completion::HardStateSaved { .. }));
+        self.counters.hard_states_saved += saved.count() as u64;
         if !completions.is_empty() {
             self.drive(node, |replica, local, io| {
                 replica.complete(local, &completions, io);
@@ -667,6 +679,7 @@ impl KiteWorld {
         let steps = replica.steps();
         call(replica, local, &mut left);
         let steps = replica.steps() - steps;
+        self.counters.held_behind_hard_state += u64::from(replica.holding());
         let mut ops = Vec::new();
         replica.take_ready(&mut ops);
         let wake_at = replica.wake_at();
