@@ -68,6 +68,7 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "exec:held-behind-hard-state",
         "exec:hard-state-saved",
         "exec:boot-from-disk",
+        "net:duplicated",
     ] {
         let seeds = reports.iter().filter(|r| r.reached.contains_key(path)).count();
         assert!(

@@ -134,6 +134,7 @@ pub fn measure(
         drop_ppm: 0,
         stall_ppm: 0,
         stall_max: 0,
+        dup_ppm: 0,
     };
     let mut world = KiteWorld::new(NODES, &template, seed, net, 0);
     world.settle_boot();

@@ -108,6 +108,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
         drop_ppm: [0, 5_000, 30_000][rng.below(3) as usize],
         stall_ppm: if rng.below(3) == 0 { 3_000 } else { 0 },
         stall_max: 100 * MS,
+        dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();
@@ -396,6 +397,7 @@ fn cluster(config: &KiteRunConfig, rng: &mut Rng, n: u32, timeout: Span) -> Kite
         drop_ppm: 0,
         stall_ppm: 0,
         stall_max: 0,
+        dup_ppm: 0,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();

@@ -363,6 +363,7 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         drop_ppm: [0, 1_000, 10_000, 50_000][rng.below(4) as usize],
         stall_ppm: if rng.below(3) == 0 { 2_000 } else { 0 },
         stall_max: 300 * MS,
+        dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
     };
     let duration = (800 + rng.below(1_200)) * MS;
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
@@ -947,6 +948,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
     }
     add("net:dropped", world.counters.dropped);
     add("net:stalled", world.counters.stalled);
+    add("net:duplicated", world.counters.duplicated);
     add("net:cut", world.counters.cut);
     add("net:held", world.counters.held);
     add("late-reply", world.counters.late_replies);

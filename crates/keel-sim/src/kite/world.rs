@@ -49,11 +49,20 @@ pub struct NetConfig {
     pub stall_ppm: u32,
     /// The longest such stall, ns.
     pub stall_max: u64,
+    /// Chance a message is delivered twice (the second copy after a delay of its own), ppm.
+    pub dup_ppm: u32,
 }
 
 impl Default for NetConfig {
     fn default() -> Self {
-        NetConfig { delay_min: 50_000, delay_max: 400_000, drop_ppm: 0, stall_ppm: 0, stall_max: 0 }
+        NetConfig {
+            delay_min: 50_000,
+            delay_max: 400_000,
+            drop_ppm: 0,
+            stall_ppm: 0,
+            stall_max: 0,
+            dup_ppm: 0,
+        }
     }
 }
 
@@ -178,6 +187,8 @@ pub struct NetCounters {
     pub scripted: u64,
     /// Held back long.
     pub stalled: u64,
+    /// Delivered twice.
+    pub duplicated: u64,
     /// Held on a held link ([`KiteWorld::hold`]).
     pub held: u64,
     /// Delivered after their sender restarted: sent by an earlier incarnation.
@@ -762,6 +773,16 @@ impl KiteWorld {
             self.counters.held += 1;
             held.push((incarnation, message));
             return;
+        }
+        if self.net.dup_ppm > 0 && self.rng.below(1_000_000) < u64::from(self.net.dup_ppm) {
+            self.counters.duplicated += 1;
+            let again =
+                self.rng.range(self.net.delay_min, self.net.delay_max.max(self.net.delay_min + 1));
+            let copy = Box::new(message.clone());
+            self.schedule(
+                self.now + again + extra,
+                Event::Deliver { to, from, incarnation, message: copy },
+            );
         }
         let message = Box::new(message);
         self.schedule(at, Event::Deliver { to, from, incarnation, message });
