@@ -120,6 +120,8 @@ pub struct Replica<E: Engine> {
     role: RoleView,
     /// Steps taken (every input, disk completions included).
     steps: u64,
+    /// Fsync reports covered by a later one of the same batch, never given to the engine.
+    coalesced: u64,
 }
 
 impl<E: Engine> std::fmt::Debug for Replica<E> {
@@ -139,7 +141,16 @@ impl<E: Engine> Replica<E> {
         let role = engine.role();
         let cell =
             Arc::new(EngineCell { engine: RwLock::new(engine), open: AtomicBool::new(true) });
-        Replica { cell, front, hold, ready: Vec::new(), wake_at: None, role, steps: 0 }
+        Replica {
+            cell,
+            front,
+            hold,
+            ready: Vec::new(),
+            wake_at: None,
+            role,
+            steps: 0,
+            coalesced: 0,
+        }
     }
 
     /// What reads off the loop hold.
@@ -209,7 +220,7 @@ impl<E: Engine> Replica<E> {
             self.reopen();
             self.leave(done.messages, done.replies, io);
             match done.input {
-                Some(DiskInput::LogSynced(_)) if superseded => {}
+                Some(DiskInput::LogSynced(_)) if superseded => self.coalesced += 1,
                 Some(input) => changed = self.step(now, input.into_input(), io).or(changed),
                 None => {}
             }
@@ -270,6 +281,11 @@ impl<E: Engine> Replica<E> {
     /// How many steps the engine took.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// How many fsync reports a later one of the same batch covered.
+    pub fn coalesced(&self) -> u64 {
+        self.coalesced
     }
 
     fn carry_out(&mut self, now: Time, out: Outputs<E::Message, E::Reply>, io: &mut impl Io<E>) {

@@ -423,6 +423,10 @@ pub struct WorldStats {
     /// Crashes that lost appends still held on the loop, never handed to the disk
     /// (`keel_exec::AppendHold`).
     pub held_appends_lost: u64,
+    /// Fsync reports a later one of the same batch covered (`keel_exec::Replica::complete`).
+    pub syncs_coalesced: u64,
+    /// Calls into a replica after which its messages and replies waited for a hard state.
+    pub held_behind_hard_state: u64,
     /// Candidates that crashed as their vote requests left ([`World::arm_vote_request_crash`]).
     pub vote_request_crashes: u64,
     /// Client requests lost while clients were cut off ([`World::cut_clients_until`]).
@@ -1036,9 +1040,11 @@ impl<E: SimEngine> World<E> {
             violations: Vec::new(),
             trace: self.trace,
         };
-        let steps = replica.steps();
+        let (steps, coalesced) = (replica.steps(), replica.coalesced());
         call(replica, local, &mut io);
         self.stats.steps += replica.steps() - steps;
+        self.stats.syncs_coalesced += replica.coalesced() - coalesced;
+        self.stats.held_behind_hard_state += u64::from(replica.holding());
         let (left, violations) = (io.left, io.violations);
         for (kind, detail) in violations {
             self.violate(kind, detail);
