@@ -367,6 +367,10 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     };
     let duration = (800 + rng.below(1_200)) * MS;
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
+    // Faults start once the cluster serves: every node boots rejoining, as in a server,
+    // and a node cut off through the whole boot while another is gone for good has no
+    // majority to read (docs/kite.md, Restarts).
+    world.settle_boot();
     let members = world.members();
 
     // The fault schedule: 2 to 6 faults; crashes and restarts of at most a minority in

@@ -17,11 +17,14 @@
 //! nodes it heard from are a majority, a majority lost its memory at once and what only
 //! those nodes held is lost (the in-memory keyspace's promise, `docs/kite.md`, Restarts):
 //! the node then rejoins once every other node has answered, or after a grace period, so
-//! that a cluster booting at once starts, and one with a node gone for good does too.
+//! that a cluster booting at once starts, and one with a node gone for good does too. A
+//! node heard rejoining still counts among those without memory after it has rejoined:
+//! otherwise, of two nodes booting beside a third gone for good, the one that rejoined
+//! first left the other waiting for the dead node forever.
 
 use super::{Bit, Cursor, KiteEngine, Message, NodeId, SlotImage, PAGE_ITEMS_MAX};
 use crate::time::Time;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Roughly the most bytes of keys and values one page carries (a page holds at least
 /// one item, so one item at the limits may exceed it).
@@ -49,6 +52,11 @@ pub(super) struct Rejoin {
     need: usize,
     /// Since when this node and the rejoining nodes it heard from have been a majority.
     amnesia_since: Option<Time>,
+    /// The other nodes heard to be rejoining during this rejoin: they lost their memory
+    /// in the same event as this node, and still count among those without it once they
+    /// have rejoined (a node that rejoined without the state a majority lost holds no
+    /// more of it than before).
+    amnesiac: BTreeSet<NodeId>,
 }
 
 impl KiteEngine {
@@ -69,7 +77,7 @@ impl KiteEngine {
                 self.out.messages.push((peer, ask));
             }
         }
-        self.rejoin = Some(Rejoin { sources, need, amnesia_since: None });
+        self.rejoin = Some(Rejoin { sources, need, amnesia_since: None, amnesiac: BTreeSet::new() });
         self
     }
 
@@ -83,11 +91,8 @@ impl KiteEngine {
         if done >= rejoin.need {
             return true;
         }
-        let amnesiac = rejoin
-            .sources
-            .values()
-            .filter(|s| matches!(s, Source::Asking { rejoining: true, .. }))
-            .count();
+        let amnesiac = rejoin.amnesiac.len();
+        debug_assert!(amnesiac < rejoin.sources.len() + 1, "only other members are counted");
         if amnesiac + 1 < quorum {
             rejoin.amnesia_since = None;
             return false;
@@ -257,6 +262,9 @@ impl KiteEngine {
             (None, false) => Source::Done,
         };
         state.sources.insert(from, source);
+        if rejoining {
+            state.amnesiac.insert(from);
+        }
         if !rejoining {
             self.counters.rejoin_pages += 1;
         }
