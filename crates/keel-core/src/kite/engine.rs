@@ -1170,7 +1170,7 @@ impl KiteEngine {
                     self.counters.rmws_reused += 1;
                     self.drop_barrier(&barrier);
                     let (client, request) = (ClientId(me.session), RequestId(me.seq));
-                    return Err(Phase::Refused(crate::leader::kv::reused_request(client, request)));
+                    return Err(Phase::Refused(crate::engine::reused_request(client, request)));
                 }
                 if done.is_none() && superseded {
                     // A later request of the same client was done: this one is a late
