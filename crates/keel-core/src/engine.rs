@@ -479,6 +479,15 @@ pub trait Engine: Sized + Send + 'static {
     }
 }
 
+/// The error for a client's request number used again with another command: every engine
+/// that deduplicates requests by their client's numbers refuses it with these words.
+pub fn reused_request(client: ClientId, request: keel_types::RequestId) -> KeelError {
+    KeelError::InvalidArgument(format!(
+        "request {} of client {} was already used for another command",
+        request.0, client.0
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

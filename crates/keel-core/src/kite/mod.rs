@@ -9,10 +9,14 @@
 //!   status.
 //! - `adapter`: the platform's `Engine` interface: front-door requests and replies, the
 //!   incarnation kept on disk, the report.
-//! - `engine`: [`KiteEngine`]: the replica's handlers, rounds with retransmission, and
-//!   sessions running one operation at a time (the Eventual Store fast path, ABD for
-//!   releases and acquires, per-key leaderless Paxos for read-modify-writes, the release
-//!   and acquire barriers with the delinquency bits and epochs).
+//! - `engine`: [`KiteEngine`], cut by protocol piece (its `mod.rs` has the table): the
+//!   replica and its step (`replica.rs`), the validation gate (`gate.rs`), answering peers
+//!   (`serve.rs`), rounds with retransmission and their timer index (`rounds.rs`),
+//!   sessions running one operation at a time (`sessions.rs`), the Eventual Store fast
+//!   path and ABD for releases and acquires (`ops.rs`), the release and acquire barriers
+//!   with the delinquency bits and epochs (`barrier.rs`), per-key leaderless Paxos for
+//!   read-modify-writes (`rmw/`), restarts (`rejoin.rs`, `fence.rs`), the outcome table
+//!   (`outcomes.rs`) and the invariants (`invariants.rs`).
 //!
 //! Like the leader engine it is a deterministic state machine driven by
 //! [`crate::engine::Input`]s; it asks for no disk work, only messages, replies and

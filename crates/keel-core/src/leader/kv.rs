@@ -17,6 +17,7 @@
 //! Deletes leave tombstones that carry the delete's version, so a key's update index
 //! survives its deletion (`docs/protocol.md` §12 item 13); a key never written has update index 0.
 
+use crate::engine::reused_request;
 use crate::fnv::{Fnv, WordHash};
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
@@ -136,14 +137,6 @@ pub fn command_digest(command: &Command) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// The error for a request id reused with another command.
-pub fn reused_request(client: ClientId, request: RequestId) -> KeelError {
-    KeelError::InvalidArgument(format!(
-        "request {} of client {} was already used for another command",
-        request.0, client.0
-    ))
 }
 
 #[derive(Clone, Debug)]

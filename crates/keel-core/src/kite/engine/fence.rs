@@ -63,6 +63,8 @@ impl KiteEngine {
             return;
         }
         self.incarnations.insert(node, incarnation);
+        // Incarnations only move up: a later life never reuses an earlier one's stamps.
+        assert!(known.is_none_or(|k| k < incarnation), "an incarnation went back");
         self.view_gen += 1;
         if known.is_some() {
             self.counters.incarnations_learned += 1;
@@ -75,26 +77,9 @@ impl KiteEngine {
     /// but left in place, under the negative control.)
     fn fence(&mut self, node: NodeId) {
         let Some(index) = self.index_of(node) else { return };
-        let bit = 1u64 << index;
+        assert_ne!(node, self.config.node, "a node fences itself");
         let (now, unfenced) = (self.now, self.config.unsafe_unfenced_rejoin);
-        let mut fenced = 0;
-        for round in self.rounds.values_mut() {
-            let counted = round.replies.iter().filter(|(from, _)| *from == node).count();
-            // A member answers a round at most once, and its bit is pending until it has.
-            assert!(counted <= 1, "{counted} replies of {node:?} in one round");
-            assert_eq!(counted == 1, round.pending & bit == 0, "pending bit of {node:?}");
-            if counted == 0 {
-                continue;
-            }
-            fenced += 1;
-            if unfenced {
-                continue;
-            }
-            round.replies.retain(|(from, _)| *from != node);
-            round.pending |= bit;
-            round.next_send = round.next_send.min(now);
-        }
-        self.counters.replies_fenced += fenced;
+        self.counters.replies_fenced += self.rounds.fence(index, node, now, unfenced);
     }
 
     /// The origin this node's replies to `to` carry: its incarnation, and its view until

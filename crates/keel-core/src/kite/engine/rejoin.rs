@@ -30,6 +30,14 @@ use std::collections::{BTreeMap, BTreeSet};
 /// one item, so one item at the limits may exceed it).
 const PAGE_BYTES_SOFT_MAX: usize = 512 * 1024;
 
+/// An outcome as a state page carries it: the request, its key, its outcome.
+type PagedOutcome = (super::RmwId, super::Key, super::RmwOutcome);
+
+/// Whether a page holding `items` items of `bytes` bytes is full.
+fn page_full(bytes: usize, items: usize) -> bool {
+    items >= PAGE_ITEMS_MAX || bytes >= PAGE_BYTES_SOFT_MAX
+}
+
 /// How many retransmission paces a node whose rejoin found a majority without memory
 /// waits for the nodes that have not answered before it rejoins without them.
 const AMNESIA_GRACE_PACES: u64 = 20;
@@ -148,19 +156,21 @@ impl KiteEngine {
             .min()
     }
 
-    /// The page of this node's state from `after`, for the rejoin `rejoin`.
+    /// The page of this node's state from `after`, for the rejoin `rejoin`: keys first,
+    /// then outcomes, each page within [`PAGE_ITEMS_MAX`] items and about
+    /// [`PAGE_BYTES_SOFT_MAX`] bytes.
     pub(super) fn state_page(&self, rejoin: u64, after: Cursor) -> Message {
-        let empty = |rejoining| Message::StatePage {
-            rejoin,
-            after: after.clone(),
-            rejoining,
-            slots: Vec::new(),
-            outcomes: Vec::new(),
-            bits: Vec::new(),
-            next: None,
-        };
         if self.rejoin.is_some() {
-            return empty(true);
+            let (slots, outcomes, bits) = (Vec::new(), Vec::new(), Vec::new());
+            return Message::StatePage {
+                rejoin,
+                after,
+                rejoining: true,
+                slots,
+                outcomes,
+                bits,
+                next: None,
+            };
         }
         let bits = match after {
             Cursor::Start => self
@@ -172,66 +182,71 @@ impl KiteEngine {
             _ => Vec::new(),
         };
         let mut bytes = 0usize;
-        let full =
-            |bytes: usize, items: usize| items >= PAGE_ITEMS_MAX || bytes >= PAGE_BYTES_SOFT_MAX;
-        let mut slots = Vec::new();
-        let mut next = None;
-        let keys_from = match &after {
-            Cursor::Start => Some(std::ops::Bound::Unbounded),
-            Cursor::Key(k) => Some(std::ops::Bound::Excluded(k.clone())),
-            Cursor::Outcome(..) => None,
-        };
-        if let Some(from) = keys_from {
-            for (key, slot) in self.keys.range((from, std::ops::Bound::Unbounded)) {
-                if full(bytes, slots.len()) {
-                    next = Some(Cursor::Key(
-                        slots.last().map_or(key.clone(), |s: &SlotImage| s.key.clone()),
-                    ));
-                    break;
-                }
-                bytes += key.len() + slot.value.as_ref().map_or(0, |v| v.len());
-                if let Some((_, r)) = &slot.accepted {
-                    bytes += r.value.len() + r.read.as_ref().map_or(0, |v| v.len());
-                }
-                slots.push(SlotImage {
-                    key: key.clone(),
-                    value: slot.value.clone(),
-                    stamp: slot.stamp,
-                    promised: slot.promised,
-                    accepted: slot.accepted.clone(),
-                    made_by: slot.made_by.clone(),
-                });
-            }
-            if next.is_none() {
-                // Keys are done: outcomes follow, in this page if it has room.
-                if full(bytes, slots.len()) {
-                    next = Some(Cursor::Outcome(0, 0));
-                }
-            }
-        }
+        let (slots, mut next) = self.page_slots(&after, &mut bytes);
         let mut outcomes = Vec::new();
         if next.is_none() {
-            let from = match &after {
-                Cursor::Outcome(node, session) => std::ops::Bound::Excluded((*node, *session)),
-                _ => std::ops::Bound::Unbounded,
-            };
-            for ((node, session), key, outcome) in self.outcomes.range(from) {
-                if full(bytes, slots.len() + outcomes.len()) {
-                    let (n, s) = outcomes
-                        .last()
-                        .map_or((node, session), |(id, _, _): &(super::RmwId, _, _)| {
-                            (id.node, id.session)
-                        });
-                    next = Some(Cursor::Outcome(n, s));
-                    break;
-                }
-                bytes +=
-                    key.len() + outcome.value.len() + outcome.read.as_ref().map_or(0, |v| v.len());
-                let id = super::RmwId { node, session, seq: outcome.seq };
-                outcomes.push((id, key.clone(), outcome.clone()));
-            }
+            (outcomes, next) = self.page_outcomes(&after, bytes, slots.len());
         }
+        assert!(slots.len() + outcomes.len() <= PAGE_ITEMS_MAX, "a state page past its bound");
         Message::StatePage { rejoin, after, rejoining: false, slots, outcomes, bits, next }
+    }
+
+    /// The keys of a page from `after` (none when it starts among the outcomes), and the
+    /// cursor of the next page if the keys fill this one.
+    fn page_slots(&self, after: &Cursor, bytes: &mut usize) -> (Vec<SlotImage>, Option<Cursor>) {
+        let from = match after {
+            Cursor::Start => std::ops::Bound::Unbounded,
+            Cursor::Key(k) => std::ops::Bound::Excluded(k.clone()),
+            Cursor::Outcome(..) => return (Vec::new(), None),
+        };
+        let mut slots = Vec::new();
+        for (key, slot) in self.keys.range((from, std::ops::Bound::Unbounded)) {
+            if page_full(*bytes, slots.len()) {
+                let last = slots.last().map_or(key.clone(), |s: &SlotImage| s.key.clone());
+                return (slots, Some(Cursor::Key(last)));
+            }
+            *bytes += key.len() + slot.value.as_ref().map_or(0, |v| v.len());
+            if let Some((_, r)) = &slot.accepted {
+                *bytes += r.value.len() + r.read.as_ref().map_or(0, |v| v.len());
+            }
+            slots.push(SlotImage {
+                key: key.clone(),
+                value: slot.value.clone(),
+                stamp: slot.stamp,
+                promised: slot.promised,
+                accepted: slot.accepted.clone(),
+                made_by: slot.made_by.clone(),
+            });
+        }
+        // Keys are done: outcomes follow, in this page if it has room.
+        let next = page_full(*bytes, slots.len()).then_some(Cursor::Outcome(0, 0));
+        (slots, next)
+    }
+
+    /// The outcomes of a page from `after`, after `items` keys that took `bytes`, and the
+    /// cursor of the next page if they fill this one.
+    fn page_outcomes(
+        &self,
+        after: &Cursor,
+        mut bytes: usize,
+        items: usize,
+    ) -> (Vec<PagedOutcome>, Option<Cursor>) {
+        let from = match after {
+            Cursor::Outcome(node, session) => std::ops::Bound::Excluded((*node, *session)),
+            _ => std::ops::Bound::Unbounded,
+        };
+        let mut outcomes: Vec<PagedOutcome> = Vec::new();
+        for ((node, session), key, outcome) in self.outcomes.range(from) {
+            if page_full(bytes, items + outcomes.len()) {
+                let (n, s) =
+                    outcomes.last().map_or((node, session), |(id, _, _)| (id.node, id.session));
+                return (outcomes, Some(Cursor::Outcome(n, s)));
+            }
+            bytes += key.len() + outcome.value.len() + outcome.read.as_ref().map_or(0, |v| v.len());
+            let id = super::RmwId { node, session, seq: outcome.seq };
+            outcomes.push((id, key.clone(), outcome.clone()));
+        }
+        (outcomes, None)
     }
 
     /// Merges a page into this node's state and asks for the next one; rejoins once

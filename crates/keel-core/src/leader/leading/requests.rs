@@ -9,11 +9,10 @@
 //! | `linearizable` | lease and the epoch's no-op committed; then as `monotonic` |
 
 use super::{Leading, PendingRead, PendingWrite};
+use crate::engine::reused_request;
 use crate::leader::core::{Core, Origin};
 use crate::leader::io::{ClientReply, ClientRequest, RequestTag};
-use crate::leader::kv::{
-    command_digest, reused_request, Applied, WriteResult, ITEM_OVERHEAD_BYTES,
-};
+use crate::leader::kv::{command_digest, Applied, WriteResult, ITEM_OVERHEAD_BYTES};
 use keel_types::{Command, Durability, Entry, EntryPayload, KeelError, LogIndex, ReadLevel};
 
 impl Leading {

@@ -1,0 +1,284 @@
+//! The replica: boot, the step every input goes through, and the store (values by stamp,
+//! key epochs, the outcome table), with what the drivers read of it.
+//!
+//! A step: the input is taken (a tick resends what is due, a peer's message goes through
+//! `serve.rs`, a client's request is admitted into its session), then every session the
+//! input touched moves on as far as it goes (`sessions.rs`), then the next wake-up is
+//! read from the timer indexes. Nothing here waits: every wait is a round or a timer.
+
+use super::{
+    Active, Bit, Config, Counters, KiteEngine, KiteOp, KiteReply, KiteRequest, KiteResult, Maker,
+    Message, Outcomes, Phase, RmwId, RmwOutcome, Rounds, Stamp, Status, MEMBERS_MAX,
+};
+use crate::engine::{BootError, Input, Outputs};
+use crate::time::Time;
+use keel_types::rng::SplitMix64;
+use keel_types::{Key, NodeId, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+impl KiteEngine {
+    /// Starts a node with an empty store at local time `now`. A node of a later
+    /// incarnation (one that lost its memory) starts with every key out of its epoch, so
+    /// that nothing is served from the fast path before it was read from a quorum.
+    pub fn boot(config: Config, seed: u64, now: Time) -> Result<KiteEngine, BootError> {
+        config.validate()?;
+        let n = config.members.len();
+        assert!((1..=MEMBERS_MAX).contains(&n), "validated: 1 to {MEMBERS_MAX} members");
+        let bits = config.members.iter().map(|&m| (m, Bit::Clear)).collect();
+        let mut rng = SplitMix64::new(seed);
+        // Rounds start at a random place: a reply still in flight to an earlier
+        // incarnation must not match a round of this one (it would answer another key's
+        // round: found by restarts in the simulator).
+        let first_round = (rng.next_u64() >> 2).max(1);
+        let quorum = n / 2 + 1;
+        // Any two quorums meet: what one acknowledged, the other reads.
+        assert!(2 * quorum > n && quorum <= n, "majority quorums");
+        Ok(KiteEngine {
+            writer: Stamp::writer_of(config.node, config.incarnation),
+            quorum,
+            epoch: u64::from(config.incarnation > 0),
+            keys: BTreeMap::new(),
+            bits,
+            gens: BTreeMap::new(),
+            outcomes: Outcomes::new(config.outcomes_max, config.outcomes_bytes_max),
+            sessions: BTreeMap::new(),
+            waits: BTreeSet::new(),
+            rmw_keys: BTreeMap::new(),
+            next_seq: 0,
+            rounds: Rounds::new(first_round),
+            // Acquire ids of a later incarnation never match an earlier life's.
+            next_acquire: (u64::from(config.incarnation) << 32) + 1,
+            last_round: 0,
+            rng,
+            counters: Counters::default(),
+            now,
+            out: Outputs::default(),
+            rejoin: None,
+            incarnations: BTreeMap::from([(config.node, config.incarnation)]),
+            view_gen: 0,
+            view_told: BTreeMap::new(),
+            hard_state: None,
+            config,
+        }
+        .start_rejoin())
+    }
+
+    /// Asks that `hard_state` (the incarnation) be made durable before any message.
+    pub(in crate::kite) fn persist_first(&mut self, hard_state: keel_types::HardState) {
+        self.hard_state = Some(hard_state);
+    }
+
+    /// This node.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// The machine epoch and whether the node is still rejoining: what the driver reads
+    /// after every step, without building the status (which walks every key).
+    pub fn epoch_and_rejoining(&self) -> (u64, bool) {
+        (self.epoch, self.rejoin.is_some())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The typed status.
+    pub fn status(&self) -> Status {
+        Status {
+            node: self.config.node,
+            epoch: self.epoch,
+            incarnation: self.config.incarnation,
+            rejoining: self.rejoin.is_some(),
+            keys: self.keys.len(),
+            keys_in_epoch: self.keys.values().filter(|s| s.epoch == self.epoch).count(),
+            sessions: self.sessions.len(),
+            outcomes: self.outcomes.len(),
+            outcomes_bytes: self.outcomes.bytes(),
+            bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// The local copy of `key`: its value and stamp (for tests and the simulator's
+    /// convergence check).
+    pub fn local(&self, key: &[u8]) -> (Option<Value>, Stamp) {
+        self.keys.get(key).map_or((None, Stamp::ZERO), |s| (s.value.clone(), s.stamp))
+    }
+
+    /// Every key held, with its value and stamp, in key order.
+    pub fn contents(&self) -> Vec<(Key, Option<Value>, Stamp)> {
+        self.keys.iter().map(|(k, s)| (k.clone(), s.value.clone(), s.stamp)).collect()
+    }
+
+    /// Whether this replica holds an accepted read-modify-write of `key` it has not seen
+    /// committed.
+    pub fn accepted_rmw(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some_and(|s| s.accepted.is_some())
+    }
+
+    /// The reply a relaxed read would get at once, alone in a step: when it is a relaxed
+    /// read of a key in its epoch, its session has nothing before it, and the node is not
+    /// rejoining (`None` otherwise). Changes nothing.
+    pub fn read_now(&self, request: &KiteRequest) -> Option<KiteReply> {
+        let KiteOp::Read { key } = &request.op else { return None };
+        let idle = self
+            .sessions
+            .get(&request.session)
+            .is_none_or(|s| s.active.is_none() && s.queue.is_empty());
+        if self.rejoin.is_some() || !idle || !self.in_epoch(key) {
+            return None;
+        }
+        if self.config.limits.check_key(key).is_err()
+            || matches!(request.form, super::super::types::ReplyForm::Refused(_))
+        {
+            return None;
+        }
+        let (value, stamp) = self.local(key);
+        Some(KiteReply {
+            tag: request.tag,
+            session: request.session,
+            served_by: self.config.node,
+            form: request.form.clone(),
+            result: Ok(KiteResult::Value { value, stamp }),
+        })
+    }
+
+    /// The read-modify-writes in progress, by request tag, with the id each goes by (for
+    /// the simulator, which matches a request left without a reply to its commit).
+    pub fn rmws_in_progress(&self) -> Vec<(crate::engine::RequestTag, RmwId)> {
+        let mut out = Vec::new();
+        for s in self.sessions.values() {
+            match &s.active {
+                Some(Active { tag, phase: Phase::Rmw(rmw, _), .. }) => out.push((*tag, rmw.rid)),
+                Some(Active { tag, phase: Phase::Flush { rid, .. }, .. }) => out.push((*tag, *rid)),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The keys of read-modify-writes whose proposals wait for a quorum's promises: their
+    /// accepts go out once the promises come. For the simulator's targeted faults.
+    pub fn proposals_in_flight(&self) -> Vec<&Key> {
+        self.rounds
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| r.replies.len() < self.quorum)
+            .filter_map(|r| match &r.msg {
+                Message::Propose { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether a relaxed access to `key` would take the fast path now.
+    pub fn in_epoch(&self, key: &[u8]) -> bool {
+        self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
+    }
+
+    /// Handles one input at local time `now`.
+    pub fn step(
+        &mut self,
+        now: Time,
+        input: Input<Message, KiteRequest>,
+    ) -> Outputs<Message, KiteReply> {
+        assert!(now >= self.now, "time went backwards: {:?} after {:?}", now, self.now);
+        let epoch = self.epoch;
+        self.now = now;
+        self.out.hard_state = self.hard_state.take();
+        let rejoining = self.rejoin.is_some();
+        let mut touched = self.take_input(input);
+        if rejoining && self.rejoin.is_none() {
+            // Rejoined in this step: every session held back may start.
+            touched.extend(self.sessions.keys().copied());
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for session in touched {
+            self.advance(session);
+        }
+        self.out.wake_at = self.next_wake();
+        assert!(self.epoch >= epoch, "the machine epoch went back");
+        // The simulator checks every step of every node; a debug build checks here too.
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        std::mem::take(&mut self.out)
+    }
+
+    /// Takes one input; answers the sessions it touched (in any order, repeats allowed).
+    fn take_input(&mut self, input: Input<Message, KiteRequest>) -> Vec<u64> {
+        let mut touched: Vec<u64> = Vec::new();
+        match input {
+            Input::Tick => {
+                self.resend_due();
+                self.rejoin_resend_due();
+                self.finish_rejoin_if_complete();
+                touched.extend(self.sessions.keys().copied());
+            }
+            Input::Message { from, message } => {
+                touched.extend(self.on_message(from, message));
+            }
+            Input::Client(request) => touched.push(self.admit(request)),
+            Input::Clients(requests) => {
+                for request in requests {
+                    touched.push(self.admit(request));
+                }
+            }
+            Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        touched
+    }
+
+    /// Applies a value read or written, if its stamp is newer than the one held
+    /// (last-writer-wins by stamp): a late, older write never overwrites a newer one.
+    pub(super) fn apply(&mut self, key: &Key, value: Option<Value>, stamp: Stamp, made_by: Maker) {
+        let slot = self.keys.entry(key.clone()).or_default();
+        let held = slot.stamp;
+        if stamp > slot.stamp {
+            slot.value = value;
+            slot.stamp = stamp;
+            slot.made_by = made_by;
+        } else if stamp == slot.stamp && slot.made_by.is_none() {
+            slot.made_by = made_by;
+        }
+        assert!(slot.stamp >= held && slot.stamp >= stamp, "a key's stamp went back");
+    }
+
+    /// An out-of-epoch access that read a quorum puts its key in the epoch it started in.
+    pub(super) fn settle_epoch(&mut self, key: &Key, snapshot: u64) {
+        assert!(snapshot <= self.epoch, "an epoch snapshot from the future");
+        let epoch = if self.config.unsafe_no_epoch_snapshot { self.epoch } else { snapshot };
+        let slot = self.keys.entry(key.clone()).or_default();
+        slot.epoch = slot.epoch.max(epoch);
+        assert!(slot.epoch <= self.epoch, "a key in an epoch the machine has not reached");
+    }
+
+    /// Remembers that `id` was committed on `key` (the latest per session).
+    pub(super) fn record_outcome(&mut self, key: &Key, id: RmwId, outcome: RmwOutcome) {
+        self.counters.outcomes_dropped += self.outcomes.record((id.node, id.session), key, outcome);
+    }
+
+    /// The index of `node` among the members.
+    pub(super) fn index_of(&self, node: NodeId) -> Option<usize> {
+        self.config.members.iter().position(|&m| m == node)
+    }
+
+    /// The members whose bits `mask` sets.
+    pub(super) fn members_of(&self, mask: u64) -> Vec<NodeId> {
+        assert_eq!(mask & !self.all_members(), 0, "a mask naming a non-member");
+        self.config
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, &m)| m)
+            .collect()
+    }
+
+    /// The mask of every member.
+    pub(super) fn all_members(&self) -> u64 {
+        (1u64 << self.config.members.len()) - 1
+    }
+}
