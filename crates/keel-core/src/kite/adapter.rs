@@ -195,7 +195,15 @@ fn report(status: &Status) -> Report {
     object.insert("engine".into(), "kite".into());
     let c = &status.counters;
     let delinquent = status.bits.iter().filter(|(_, b)| *b != super::Bit::Clear).count();
-    let metrics = vec![
+    let mut metrics = state_gauges(status, delinquent as u64);
+    metrics.extend(path_counters(c));
+    metrics.extend(table_metrics(status, c));
+    Report { status: doc, metrics }
+}
+
+/// The node's state: its epoch, whether it rejoins, its keys, sessions and delinquents.
+fn state_gauges(status: &Status, delinquent: u64) -> Vec<Metric> {
+    vec![
         Metric::gauge(
             "keel_kite_epoch",
             "The machine epoch (raised by each slow acquire).",
@@ -213,11 +221,13 @@ fn report(status: &Status) -> Report {
             status.keys_in_epoch as u64,
         ),
         Metric::gauge("keel_kite_sessions", "Sessions open.", status.sessions as u64),
-        Metric::gauge(
-            "keel_kite_delinquent_bits",
-            "Nodes this node deems delinquent.",
-            delinquent as u64,
-        ),
+        Metric::gauge("keel_kite_delinquent_bits", "Nodes this node deems delinquent.", delinquent),
+    ]
+}
+
+/// How often each path of the protocol was taken.
+fn path_counters(c: &super::Counters) -> Vec<Metric> {
+    vec![
         Metric::counter(
             "keel_kite_reads_fast_total",
             "Relaxed reads served locally.",
@@ -289,6 +299,12 @@ fn report(status: &Status) -> Report {
             "Late retries refused: a later request of their client was done.",
             c.rmws_superseded,
         ),
+    ]
+}
+
+/// The outcomes table, retransmissions, rejections and rejoins.
+fn table_metrics(status: &Status, c: &super::Counters) -> Vec<Metric> {
+    vec![
         Metric::gauge(
             "keel_kite_outcomes",
             "Committed read-modify-write outcomes kept.",
@@ -310,6 +326,5 @@ fn report(status: &Status) -> Report {
             c.rejected,
         ),
         Metric::counter("keel_kite_rejoins_total", "Rejoins completed.", c.rejoins),
-    ];
-    Report { status: doc, metrics }
+    ]
 }

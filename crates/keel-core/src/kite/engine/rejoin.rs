@@ -85,7 +85,8 @@ impl KiteEngine {
                 self.out.messages.push((peer, ask));
             }
         }
-        self.rejoin = Some(Rejoin { sources, need, amnesia_since: None, amnesiac: BTreeSet::new() });
+        self.rejoin =
+            Some(Rejoin { sources, need, amnesia_since: None, amnesiac: BTreeSet::new() });
         self
     }
 
