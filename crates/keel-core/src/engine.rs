@@ -180,6 +180,34 @@ pub struct ClientReply {
     pub durability_round: bool,
 }
 
+/// A reply as a replica's budgets see it: a client value this node holds only because
+/// another node served the request (the reply to a forwarded request), from the moment
+/// the reply leaves the engine until its client reads it.
+pub trait HeldValue {
+    /// That value, when `node` (this node) did not serve the reply; `None`: the reply
+    /// holds nothing of another node's.
+    fn forwarded_value(&mut self, node: NodeId) -> Option<&mut keel_types::Value>;
+    /// Makes the reply a `BUSY` refusal saying `why`.
+    fn refuse_busy(&mut self, why: &str);
+}
+
+impl HeldValue for ClientReply {
+    fn forwarded_value(&mut self, node: NodeId) -> Option<&mut keel_types::Value> {
+        if self.served_by == node {
+            return None;
+        }
+        match &mut self.result {
+            Ok(CommandResult::Value { value: Some(value), .. })
+            | Ok(CommandResult::Cas { current: Some(value), .. }) => Some(value),
+            _ => None,
+        }
+    }
+
+    fn refuse_busy(&mut self, why: &str) {
+        self.result = Err(KeelError::Busy(why.into()));
+    }
+}
+
 /// Everything a node recovered from its disk at start-up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PersistedState {
@@ -422,7 +450,7 @@ pub trait Engine: Sized + Send + 'static {
     /// What its clients ask.
     type Request: Clone + fmt::Debug + Send + 'static + From<ClientRequest>;
     /// What its clients are told.
-    type Reply: Clone + fmt::Debug + Send + 'static + Into<ClientReply>;
+    type Reply: Clone + fmt::Debug + Send + 'static + Into<ClientReply> + HeldValue;
     /// Its externally visible state, typed (for tests and the simulator's checks).
     type Status: Clone + fmt::Debug + Send + 'static;
 

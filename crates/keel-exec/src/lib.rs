@@ -15,6 +15,9 @@
 //!   the simulator's replicas): the engine in its [`EngineCell`], the front, the hold,
 //!   batches, completions; what leaves goes through the host's [`Io`].
 //! - [`virtual_disk`]: [`VirtualDisk`], the worker on virtual time (simulator, tests).
+//! - [`budget`]: the byte budgets a replica spends on what clients make it hold
+//!   ([`ByteBudget`] for forwarded replies, [`LinkAllowance`] for client values queued to
+//!   a peer).
 //!
 //! A driver's loop, with a simulated disk standing in for files:
 //!
@@ -55,6 +58,7 @@
 //! assert_eq!(effects.messages.len(), 2, "pre-votes to both peers, sent at once");
 //! ```
 
+pub mod budget;
 pub mod front;
 pub mod hold;
 pub mod op;
@@ -62,9 +66,12 @@ pub mod replica;
 pub mod virtual_disk;
 pub mod worker;
 
+pub use budget::{
+    ByteBudget, LinkAllowance, LinkHold, FORWARDED_REPLIES_BYTES_MAX, LINK_BULK_BYTES_MAX,
+};
 pub use front::{Completed, Effects, Front};
 pub use hold::{AppendHold, APPEND_HOLD_ENTRIES_MAX, APPEND_HOLD_NS};
 pub use op::{Completion, DiskInput, StorageOp};
-pub use replica::{EngineCell, Io, Replica};
+pub use replica::{EngineCell, Io, Refusal, Replica};
 pub use virtual_disk::VirtualDisk;
 pub use worker::{Applied, Worker};

@@ -18,14 +18,22 @@
 //!   role change once.
 //!
 //! What leaves (messages, replies, snapshots to write, memory to free, rejections) goes
-//! through the host's [`Io`], in the contract's order, when the front lets it go.
+//! through the host's [`Io`], in the contract's order, when the front lets it go. On the
+//! way it spends the budgets of what clients make a node hold ([`crate::budget`]): a
+//! message carrying client values goes only within its link's allowance (a short
+//! refusal goes in its place otherwise), and a reply another node served holds its value
+//! against the forwarded replies' budget until its client reads it (`BUSY` when spent).
 
+use crate::budget::ByteBudget;
 use crate::front::Front;
 use crate::hold::AppendHold;
 use crate::op::{Completion, DiskInput, StorageOp};
-use keel_core::engine::{Engine, Input, Outputs, Rejection, Release, RoleView, SnapshotBytes};
+use keel_core::engine::{
+    Engine, HeldValue, Input, Outputs, Rejection, Release, RoleView, SnapshotBytes,
+};
 use keel_core::time::Time;
 use keel_types::{NodeId, SnapshotMeta};
+use keel_wire::peer::PeerMessage;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
@@ -35,8 +43,26 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 pub trait Io<E: Engine> {
     /// A peer message may leave now (best effort).
     fn send(&mut self, to: NodeId, message: E::Message);
+    /// A peer message carrying `bulk` bytes of client values may leave now, if the link to
+    /// `to` can queue them within its allowance ([`crate::LinkAllowance`]); `Err` gives
+    /// the message back when it cannot (the replica then sheds it). A host without
+    /// allowances queues everything.
+    fn send_bulk(
+        &mut self,
+        to: NodeId,
+        message: E::Message,
+        bulk: usize,
+    ) -> Result<(), E::Message> {
+        let _ = bulk;
+        self.send(to, message);
+        Ok(())
+    }
     /// A client reply may leave now.
     fn reply(&mut self, reply: E::Reply);
+    /// Something the replica refused for want of a budget (for a host's metrics).
+    fn refused(&mut self, refusal: Refusal) {
+        let _ = refusal;
+    }
     /// A snapshot this node took, to write and sync under its temporary name off the
     /// worker; then call [`Replica::prepared`].
     fn prepare(&mut self, meta: SnapshotMeta, data: SnapshotBytes);
@@ -65,6 +91,20 @@ pub trait Io<E: Engine> {
     fn completed(&mut self, completion: &Completion) {
         let _ = completion;
     }
+}
+
+/// What a replica refused on the way out, for want of a budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A message carrying client values to `to` did not fit the link's allowance: its
+    /// stand-in (a short refusal to the same request) went instead, or nothing.
+    Shed {
+        /// The peer.
+        to: NodeId,
+    },
+    /// A reply another node served did not fit the forwarded replies' budget: its client
+    /// is answered `BUSY` instead.
+    ForwardedReplyBusy,
 }
 
 /// A keyspace's engine as the loop and the reads off the loop share it: the loop
@@ -122,6 +162,14 @@ pub struct Replica<E: Engine> {
     steps: u64,
     /// Fsync reports covered by a later one of the same batch, never given to the engine.
     coalesced: u64,
+    /// This node (replies it served itself cost no budget).
+    node: NodeId,
+    /// What replies another node served may hold until their clients read them (`None`:
+    /// no bound).
+    forwarded_replies: Option<Arc<ByteBudget>>,
+    /// Refusals so far: messages shed, replies answered `BUSY`.
+    shed: u64,
+    busy: u64,
 }
 
 impl<E: Engine> std::fmt::Debug for Replica<E> {
@@ -134,11 +182,15 @@ impl<E: Engine> std::fmt::Debug for Replica<E> {
     }
 }
 
-impl<E: Engine> Replica<E> {
+impl<E: Engine> Replica<E>
+where
+    E::Message: PeerMessage,
+{
     /// A replica around a booted `engine`, with `front` (its bound on messages held
     /// behind a hard state) and `hold` (its append hold; one of 0 ns holds nothing).
     pub fn new(engine: E, front: Front<E::Message, E::Reply>, hold: AppendHold) -> Replica<E> {
         let role = engine.role();
+        let node = engine.node_id();
         let cell =
             Arc::new(EngineCell { engine: RwLock::new(engine), open: AtomicBool::new(true) });
         Replica {
@@ -150,7 +202,18 @@ impl<E: Engine> Replica<E> {
             role,
             steps: 0,
             coalesced: 0,
+            node,
+            forwarded_replies: None,
+            shed: 0,
+            busy: 0,
         }
+    }
+
+    /// Bounds what the replies another node served hold until their clients read them, by
+    /// `budget` (shared by the node's keyspaces).
+    pub fn with_forwarded_replies(mut self, budget: Arc<ByteBudget>) -> Replica<E> {
+        self.forwarded_replies = Some(budget);
+        self
     }
 
     /// What reads off the loop hold.
@@ -288,6 +351,12 @@ impl<E: Engine> Replica<E> {
         self.coalesced
     }
 
+    /// How many messages carrying client values were shed, and how many forwarded
+    /// replies answered `BUSY`, for want of room.
+    pub fn refusals(&self) -> (u64, u64) {
+        (self.shed, self.busy)
+    }
+
     fn carry_out(&mut self, now: Time, out: Outputs<E::Message, E::Reply>, io: &mut impl Io<E>) {
         io.stepped(&out);
         let effects = self.front.carry_out(out);
@@ -317,11 +386,46 @@ impl<E: Engine> Replica<E> {
         io: &mut impl Io<E>,
     ) {
         for (to, message) in messages {
-            io.send(to, message);
+            let bulk = message.bulk_bytes();
+            if bulk == 0 {
+                io.send(to, message);
+                continue;
+            }
+            let Err(message) = io.send_bulk(to, message, bulk) else { continue };
+            // The link holds all the client values it may: a short refusal goes in this
+            // one's place, so that heartbeats are not held back behind them.
+            self.shed += 1;
+            io.refused(Refusal::Shed { to });
+            if let Some(stand_in) = message.shed() {
+                assert_eq!(stand_in.bulk_bytes(), 0, "a stand-in carries no client value");
+                io.send(to, stand_in);
+            }
         }
         for reply in replies {
+            let reply = self.hold_forwarded(reply, io);
             io.reply(reply);
         }
+    }
+
+    /// A reply another node served (a request this follower forwarded) carries a copy of
+    /// its value, which this node holds until the client reads it: charged to the
+    /// forwarded replies' budget, or answered `BUSY` when the budget is spent (clients
+    /// that do not read their replies cannot make the node hold more). A reply served
+    /// here shares the store's value and costs nothing.
+    fn hold_forwarded(&mut self, mut reply: E::Reply, io: &mut impl Io<E>) -> E::Reply {
+        let Some(budget) = &self.forwarded_replies else { return reply };
+        let Some(value) = reply.forwarded_value(self.node) else { return reply };
+        match crate::budget::charge(budget, value) {
+            Some(held) => *value = held,
+            None => {
+                self.busy += 1;
+                io.refused(Refusal::ForwardedReplyBusy);
+                reply.refuse_busy(
+                    "replies from the leader waiting for their clients to read them hold forwarded_replies_bytes_max",
+                );
+            }
+        }
+        reply
     }
 
     /// Opens reads off the loop again once the front holds nothing behind a hard state.

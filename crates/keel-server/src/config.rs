@@ -764,7 +764,7 @@ fn pipelined_requests_bytes_max_default() -> u64 {
     32 << 20
 }
 fn forwarded_replies_bytes_max_default() -> u64 {
-    256 << 20
+    keel_exec::FORWARDED_REPLIES_BYTES_MAX as u64
 }
 fn client_output_timeout_ms_default() -> u64 {
     60_000

@@ -41,7 +41,7 @@ use crate::peer::PeerQueues;
 use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
 use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, Outputs, Report, RoleView};
 use keel_core::time::Time;
-use keel_exec::{AppendHold, Completion, EngineCell, Front, Io, Replica, StorageOp};
+use keel_exec::{AppendHold, Completion, EngineCell, Front, Io, Refusal, Replica, StorageOp};
 use keel_types::fasthash::FastHash;
 use keel_types::{
     ClientId, Command, Durability, Entry, KeelError, KeyspaceId, LogIndex, NodeId, ReadLevel,
@@ -230,7 +230,7 @@ pub struct Wiring {
     pub node_id: NodeId,
     /// What the values of replies the leader served may hold on this node until their
     /// clients read them (`forwarded_replies_bytes_max`, shared by every keyspace).
-    pub forwarded_replies: Arc<crate::budget::ByteBudget>,
+    pub forwarded_replies: Arc<keel_exec::ByteBudget>,
 }
 
 /// Reads served off the engine loop, whatever the engine kind.
@@ -283,25 +283,34 @@ where
     E::Message: PeerMessage + Send + Sync,
 {
     fn send(&mut self, to: NodeId, message: E::Message) {
-        let (keyspace, wiring) = (self.wiring.keyspace, self.wiring);
-        let metrics = &wiring.node_metrics;
-        let bulk = message.bulk_bytes();
-        let message: Box<dyn keel_wire::peer::PeerEncode> = if bulk == 0 {
-            Box::new(message)
-        } else if let Some(hold) = wiring.peers.hold_bulk(to, bulk) {
-            Box::new(crate::peer::WithBulk { message, hold })
-        } else {
-            // The link holds all the client values it may: send a short refusal in
-            // place of this one, so that heartbeats are not held back behind them.
-            metrics.peer_bulk_shed.fetch_add(1, Ordering::Relaxed);
-            match message.shed() {
-                Some(stand_in) => Box::new(stand_in),
-                None => return,
+        let outgoing = Outgoing { keyspace: self.wiring.keyspace, message: Box::new(message) };
+        if !self.wiring.peers.send(to, outgoing) {
+            self.wiring.node_metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn send_bulk(
+        &mut self,
+        to: NodeId,
+        message: E::Message,
+        bulk: usize,
+    ) -> Result<(), E::Message> {
+        let Some(hold) = self.wiring.peers.hold_bulk(to, bulk) else { return Err(message) };
+        let message = Box::new(crate::peer::WithBulk { message, hold });
+        if !self.wiring.peers.send(to, Outgoing { keyspace: self.wiring.keyspace, message }) {
+            self.wiring.node_metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn refused(&mut self, refusal: Refusal) {
+        let metrics = &self.wiring.node_metrics;
+        match refusal {
+            Refusal::Shed { .. } => metrics.peer_bulk_shed.fetch_add(1, Ordering::Relaxed),
+            Refusal::ForwardedReplyBusy => {
+                metrics.forwarded_replies_refused.fetch_add(1, Ordering::Relaxed)
             }
         };
-        if !wiring.peers.send(to, Outgoing { keyspace, message }) {
-            metrics.peer_dropped.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     fn reply(&mut self, reply: E::Reply) {
@@ -321,7 +330,7 @@ where
         if reply.durability_round {
             self.wiring.metrics.round_read_seconds.observe(seconds);
         }
-        let _ = waiting.reply.send(hold_forwarded(self.wiring, reply));
+        let _ = waiting.reply.send(reply);
     }
 
     fn prepare(&mut self, meta: SnapshotMeta, data: keel_core::engine::SnapshotBytes) {
@@ -370,32 +379,6 @@ where
     }
 }
 
-/// A reply another node served (a request this follower forwarded) carries a copy of its
-/// value, which this node holds until the client reads it: charged to the forwarded
-/// replies' budget, or answered `BUSY` when the budget is spent (clients that do not read
-/// their replies cannot make the node hold more). A reply served here shares the store's
-/// value and costs nothing.
-fn hold_forwarded(wiring: &Wiring, mut reply: ClientReply) -> ClientReply {
-    if reply.served_by == wiring.node_id {
-        return reply;
-    }
-    let value = match &mut reply.result {
-        Ok(keel_types::CommandResult::Value { value: Some(value), .. })
-        | Ok(keel_types::CommandResult::Cas { current: Some(value), .. }) => value,
-        _ => return reply,
-    };
-    match crate::budget::charge(&wiring.forwarded_replies, value) {
-        Some(held) => *value = held,
-        None => {
-            wiring.node_metrics.forwarded_replies_refused.fetch_add(1, Ordering::Relaxed);
-            reply.result = Err(KeelError::Busy(
-                "replies from the leader waiting for their clients to read them hold forwarded_replies_bytes_max".into(),
-            ));
-        }
-    }
-    reply
-}
-
 impl<E: Engine + Sync> Driver<E>
 where
     E::Message: PeerMessage + Send + Sync,
@@ -408,7 +391,8 @@ where
         tracing::info!(keyspace = %wiring.keyspace, role = role.role, epoch = role.epoch,
             leader = ?role.leader.map(|l| l.0), "role at start");
         Driver {
-            replica: Replica::new(engine, Front::new(HELD_MESSAGES_MAX), hold),
+            replica: Replica::new(engine, Front::new(HELD_MESSAGES_MAX), hold)
+                .with_forwarded_replies(wiring.forwarded_replies.clone()),
             wiring,
             tag_next: 1,
             waiting: HashMap::default(),

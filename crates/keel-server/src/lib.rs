@@ -37,7 +37,6 @@
 //! `docs/operations.md` is the operator's guide.
 
 pub mod acl;
-pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod driver;

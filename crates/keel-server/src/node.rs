@@ -171,7 +171,7 @@ pub(crate) struct Shared<'a> {
     peers: Arc<PeerQueues>,
     limits: PeerLimits,
     node_metrics: Arc<Metrics>,
-    forwarded_replies: Arc<crate::budget::ByteBudget>,
+    forwarded_replies: Arc<keel_exec::ByteBudget>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -233,7 +233,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         peers,
         limits: links.limits.clone(),
         node_metrics: node_metrics.clone(),
-        forwarded_replies: Arc::new(crate::budget::ByteBudget::new(
+        forwarded_replies: Arc::new(keel_exec::ByteBudget::new(
             usize::try_from(config.forwarded_replies_bytes_max).unwrap_or(usize::MAX),
         )),
         shutdown,
@@ -298,7 +298,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
             config.partial_request_timeout_ms,
         ),
         output_timeout: std::time::Duration::from_millis(config.client_output_timeout_ms),
-        request_buffers: Arc::new(crate::budget::ByteBudget::new(
+        request_buffers: Arc::new(keel_exec::ByteBudget::new(
             usize::try_from(config.client_request_buffers_bytes_max).unwrap_or(usize::MAX),
         )),
         idle_timeout: (config.client_idle_timeout_ms > 0)

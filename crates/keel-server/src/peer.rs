@@ -47,13 +47,14 @@ use crate::driver::PeerEvent;
 use crate::handshake::{self, Acceptor, ClusterKey, Dialer, HandshakeError, VerifiedHello};
 use crate::metrics::{LinkClosed, Metrics};
 use keel_core::engine::Engine;
+use keel_exec::{LinkAllowance, LinkHold, LINK_BULK_BYTES_MAX};
 use keel_types::rng::SplitMix64;
 use keel_types::{KeyspaceId, NodeId};
 use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
 use slots::{OnePerMember, Pool, RefusalLog, HELLO_TIMEOUT, REFUSAL_LOG_INTERVAL};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -175,19 +176,15 @@ impl<T> DelayLine<T> {
 #[derive(Debug, Default)]
 pub struct PeerQueues {
     queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>,
-    /// Bytes of client values queued for each peer ([`PeerMessage::bulk_bytes`]).
-    bulk: BTreeMap<NodeId, Arc<AtomicUsize>>,
+    /// Client values queued for each peer ([`PeerMessage::bulk_bytes`]), within
+    /// [`LINK_BULK_BYTES_MAX`].
+    bulk: BTreeMap<NodeId, LinkAllowance>,
 }
-
-/// Client values a link queues at most (more when one value alone is larger): about
-/// 70 ms of a 1 Gbit/s link, so that a heartbeat queued behind them is not late by an
-/// election timeout, however many forwarded reads of large values are answered at once.
-pub const PEER_BULK_QUEUED_BYTES_MAX: usize = 8 << 20;
 
 impl PeerQueues {
     /// Queues for the given peers.
     pub fn new(queues: BTreeMap<NodeId, mpsc::Sender<Outgoing>>) -> PeerQueues {
-        let bulk = queues.keys().map(|&to| (to, Arc::new(AtomicUsize::new(0)))).collect();
+        let bulk = queues.keys().map(|&to| (to, LinkAllowance::new(LINK_BULK_BYTES_MAX))).collect();
         PeerQueues { queues, bulk }
     }
 
@@ -205,27 +202,10 @@ impl PeerQueues {
 
     /// A hold on `bytes` of `to`'s bulk allowance, given back when dropped (with the
     /// message it travels with, once written or dropped); `None` when the link already
-    /// holds [`PEER_BULK_QUEUED_BYTES_MAX`] (one value alone always fits).
-    pub fn hold_bulk(&self, to: NodeId, bytes: usize) -> Option<BulkHold> {
-        let gauge = self.bulk.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
-        gauge
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                (held == 0 || held + bytes <= PEER_BULK_QUEUED_BYTES_MAX).then_some(held + bytes)
-            })
-            .ok()?;
-        Some(BulkHold { bytes, gauge: gauge.clone() })
-    }
-}
-
-/// Part of a link's bulk allowance, held by one queued message.
-pub struct BulkHold {
-    bytes: usize,
-    gauge: Arc<AtomicUsize>,
-}
-
-impl Drop for BulkHold {
-    fn drop(&mut self) {
-        self.gauge.fetch_sub(self.bytes, Ordering::AcqRel);
+    /// holds [`LINK_BULK_BYTES_MAX`] (one value alone always fits).
+    pub fn hold_bulk(&self, to: NodeId, bytes: usize) -> Option<LinkHold> {
+        let link = self.bulk.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        link.hold(bytes)
     }
 }
 
@@ -234,7 +214,7 @@ pub struct WithBulk<M> {
     /// The message.
     pub message: M,
     /// Its hold, given back when the message is dropped.
-    pub hold: BulkHold,
+    pub hold: LinkHold,
 }
 
 impl<M: PeerMessage + Send + Sync> keel_wire::peer::PeerEncode for WithBulk<M> {

@@ -28,7 +28,14 @@ pub struct MessageFacts<'a> {
 }
 
 /// An engine the simulator can drive.
-pub trait SimEngine: Engine<Request = ClientRequest, Reply = ClientReply, Status = Status> {
+pub trait SimEngine:
+    Engine<
+    Request = ClientRequest,
+    Reply = ClientReply,
+    Status = Status,
+    Message: keel_wire::peer::PeerMessage,
+>
+{
     /// The configuration of `node` in a cluster of `members`, for keyspace `keyspace`,
     /// from a template. With `spread_leaders`, each keyspace prefers another leader (as
     /// a server spreads them).

@@ -314,6 +314,12 @@ pub const COVERAGE_GOALS: &[(&str, u32)] = &[
     // one completed with them, never given to the engine (about 14% of general seeds).
     ("exec:held-behind-hard-state", 50),
     ("exec:sync-reports-coalesced", 5),
+    // The replica's budgets for what clients make a node hold, under the tight budgets of
+    // a third of seeds (`add_tight_budgets`): a message carrying a forwarded reply's value
+    // shed on a full link (about 16% of general seeds), a forwarded reply answered `BUSY`
+    // past the node's budget (about 18%).
+    ("exec:bulk-shed", 5),
+    ("exec:forwarded-reply-busy", 5),
     ("client-retry", 20),
     ("session-expired", 20),
     ("lease-expired", 50),
@@ -401,6 +407,8 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         clock_reboot_ppm: 0,
         drift_change_ppm: 0,
         fault_seed: 0,
+        link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
     }
 }
 
@@ -474,6 +482,19 @@ fn add_stalls(world: &mut WorldConfig, seed: u64) {
     if rng.chance(STALL_SEEDS_PPM) {
         world.net.stall_ppm = rng.range(1_000, 20_000) as u32;
         world.net.stall_ns_max = rng.range(150_000_000, 1_500_000_000);
+    }
+}
+
+/// Tight budgets for what clients make a node hold, drawn apart like the stalls: in a
+/// third of seeds, each link queues a few values at most (the replica sheds the rest:
+/// the follower's client is told `BUSY`) and each node holds a few forwarded replies'
+/// values until their clients take them (`BUSY` past that), as a server under a flood
+/// of forwarded reads of large values does.
+fn add_tight_budgets(world: &mut WorldConfig, seed: u64) {
+    let mut rng = Rng::new(seed ^ 0xB0D9_E750_0000_0009);
+    if rng.chance(333_333) {
+        world.link_bulk_bytes_max = rng.range(1, 12) as usize;
+        world.forwarded_replies_bytes_max = rng.range(1, 12) as usize;
     }
 }
 
@@ -576,6 +597,7 @@ fn general_body<E: SimEngine<Config = Config>>(
     world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
     let sessions = add_sessions(&mut world_config, config.seed);
     add_stalls(&mut world_config, config.seed);
+    add_tight_budgets(&mut world_config, config.seed);
     if config.lease_race {
         world_config.net.stall_ppm = 50_000;
         world_config.net.stall_ns_max = 3_000_000_000;
@@ -723,6 +745,8 @@ pub(crate) fn reached<E: SimEngine>(
     reached.insert("held-appends-lost".into(), world.stats.held_appends_lost);
     reached.insert("exec:sync-reports-coalesced".into(), world.stats.syncs_coalesced);
     reached.insert("exec:held-behind-hard-state".into(), world.stats.held_behind_hard_state);
+    reached.insert("exec:bulk-shed".into(), world.stats.bulk_shed);
+    reached.insert("exec:forwarded-reply-busy".into(), world.stats.forwarded_replies_busy);
     reached.insert("fault:vote-request-crash".into(), world.stats.vote_request_crashes);
     reached.insert("fault:clients-cut".into(), world.stats.client_requests_cut);
     reached.insert("client-retry".into(), client_retries);

@@ -160,6 +160,8 @@ fn table4_world() -> WorldConfig {
         clock_reboot_ppm: 0,
         drift_change_ppm: 0,
         fault_seed: 0,
+        link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
     }
 }
 

@@ -25,7 +25,9 @@ use crate::rng::Rng;
 use keel_core::engine::{Input, Outputs, PersistedState};
 use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
-use keel_exec::{AppendHold, Completion, Front, Replica, VirtualDisk};
+use keel_exec::{
+    AppendHold, ByteBudget, Completion, Front, LinkAllowance, LinkHold, Replica, VirtualDisk,
+};
 use keel_storage::SimFault;
 use keel_types::{LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +90,15 @@ pub struct WorldConfig<C = Config> {
     pub drift_change_ppm: u32,
     /// Seeds the generator behind the three faults above, apart from every other draw.
     pub fault_seed: u64,
+    /// The bytes of client values each link queues at most before the replica sheds
+    /// them ([`keel_exec::LinkAllowance`]; a server's is
+    /// [`keel_exec::LINK_BULK_BYTES_MAX`]): held from send until delivery or loss.
+    pub link_bulk_bytes_max: usize,
+    /// The bytes of forwarded replies' values a node holds until its clients read them
+    /// (a server's `forwarded_replies_bytes_max`, by default
+    /// [`keel_exec::FORWARDED_REPLIES_BYTES_MAX`]): held from the reply until its client
+    /// takes it.
+    pub forwarded_replies_bytes_max: usize,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -183,6 +194,9 @@ enum Event<M> {
         ks: Keyspace,
         message: M,
         arrived: bool,
+        /// The message's hold on its link's allowance, given back once every copy is
+        /// delivered or lost.
+        hold: Option<Arc<LinkHold>>,
     },
     Tick {
         node: NodeId,
@@ -279,7 +293,8 @@ impl<E: SimEngine> Hosted<E> {
 
 /// What leaves a replica during one call, in order, for the world to carry out after it.
 enum Left<M> {
-    Send(NodeId, M),
+    /// A message, with its hold on the link's allowance if it carries client values.
+    Send(NodeId, M, Option<LinkHold>),
     Reply(ClientReply),
     Prepare(SnapshotMeta, Arc<Vec<u8>>),
     /// The engine's status after a step, with its applied digest.
@@ -300,11 +315,25 @@ struct SimIo<'a, M> {
     left: Vec<Left<M>>,
     violations: Vec<(&'static str, String)>,
     trace: bool,
+    /// The sender's links to its peers.
+    links: &'a BTreeMap<NodeId, LinkAllowance>,
 }
 
 impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
     fn send(&mut self, to: NodeId, message: E::Message) {
-        self.left.push(Left::Send(to, message));
+        self.left.push(Left::Send(to, message, None));
+    }
+
+    fn send_bulk(
+        &mut self,
+        to: NodeId,
+        message: E::Message,
+        bulk: usize,
+    ) -> Result<(), E::Message> {
+        let link = self.links.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        let Some(hold) = link.hold(bulk) else { return Err(message) };
+        self.left.push(Left::Send(to, message, Some(hold)));
+        Ok(())
     }
 
     fn reply(&mut self, reply: ClientReply) {
@@ -370,6 +399,10 @@ impl<M> SimIo<'_, M> {
 
 struct Node<E: SimEngine> {
     replicas: Vec<Hosted<E>>,
+    /// Its links' allowances, shared by its keyspaces, as a server's peer queues are.
+    links: BTreeMap<NodeId, LinkAllowance>,
+    /// What its forwarded replies hold, shared by its keyspaces.
+    forwarded_replies: Arc<ByteBudget>,
     clock: NodeClock,
     incarnation: u64,
     paused_until_ns: u64,
@@ -425,6 +458,10 @@ pub struct WorldStats {
     pub held_appends_lost: u64,
     /// Fsync reports a later one of the same batch covered (`keel_exec::Replica::complete`).
     pub syncs_coalesced: u64,
+    /// Messages carrying client values shed for want of room on their link.
+    pub bulk_shed: u64,
+    /// Forwarded replies answered `BUSY` for want of room in the node's budget.
+    pub forwarded_replies_busy: u64,
     /// Calls into a replica after which its messages and replies waited for a hard state.
     pub held_behind_hard_state: u64,
     /// Candidates that crashed as their vote requests left ([`World::arm_vote_request_crash`]).
@@ -494,7 +531,7 @@ impl<E: SimEngine> World<E> {
         let net = Network::new(config.net.clone(), rng.fork());
         let drift_bound = E::drift_bound_ppm(&config.engine);
         let mut nodes = Vec::new();
-        for _ in 0..config.nodes {
+        for me in 1..=config.nodes {
             let mut node_rng = rng.fork();
             let offset = node_rng.range(0, config.clock_offset_ns_max.max(1));
             // The engine's bound is on drift between any two nodes, so each node drifts
@@ -504,8 +541,15 @@ impl<E: SimEngine> World<E> {
             let drift = draw_drift(&mut node_rng, drift_max);
             let fsync_ns = node_rng.range(config.fsync_ns_min, config.fsync_ns_max);
             let replicas = (0..config.keyspaces).map(|_| Self::fresh_replica(&config)).collect();
+            let links = (1..=config.nodes)
+                .filter(|&peer| peer != me)
+                .map(|peer| (NodeId(peer), LinkAllowance::new(config.link_bulk_bytes_max)))
+                .collect();
+            let forwarded_replies = Arc::new(ByteBudget::new(config.forwarded_replies_bytes_max));
             nodes.push(Node {
                 replicas,
+                links,
+                forwarded_replies,
                 clock: NodeClock::new(offset, drift as i32),
                 incarnation: 0,
                 paused_until_ns: 0,
@@ -755,11 +799,11 @@ impl<E: SimEngine> World<E> {
             if paused_until > at_ns {
                 self.stats.deferred += 1;
                 let event = match event {
-                    Event::Deliver { from, to, ks, message, arrived: false } => {
+                    Event::Deliver { from, to, ks, message, arrived: false, hold } => {
                         if !self.net.arrived(from, to) {
                             return None;
                         }
-                        Event::Deliver { from, to, ks, message, arrived: true }
+                        Event::Deliver { from, to, ks, message, arrived: true, hold }
                     }
                     other => other,
                 };
@@ -794,7 +838,7 @@ impl<E: SimEngine> World<E> {
 
     fn dispatch(&mut self, event: Event<E::Message>) -> Option<Notice> {
         match event {
-            Event::Deliver { from, to, ks, message, arrived } => {
+            Event::Deliver { from, to, ks, message, arrived, hold: _ } => {
                 if arrived || self.net.arrived(from, to) {
                     self.step_replica(to, ks, Input::Message { from, message });
                 }
@@ -1027,10 +1071,12 @@ impl<E: SimEngine> World<E> {
         let local = self.node(node).clock.local(now);
         let cost = self.fsync_cost(node);
         let incarnation = self.node(node).incarnation;
-        let hosted = &mut self.nodes[Self::slot(node)].replicas[ks as usize];
+        let n = &mut self.nodes[Self::slot(node)];
+        let hosted = &mut n.replicas[ks as usize];
         let Some(replica) = hosted.replica.as_mut() else { return };
         let synced = keel_storage::Storage::synced_index(hosted.disk.storage());
         let mut io = SimIo {
+            links: &n.links,
             node,
             ks,
             now_ns: now,
@@ -1040,10 +1086,13 @@ impl<E: SimEngine> World<E> {
             violations: Vec::new(),
             trace: self.trace,
         };
-        let (steps, coalesced) = (replica.steps(), replica.coalesced());
+        let (steps, coalesced, refusals) =
+            (replica.steps(), replica.coalesced(), replica.refusals());
         call(replica, local, &mut io);
         self.stats.steps += replica.steps() - steps;
         self.stats.syncs_coalesced += replica.coalesced() - coalesced;
+        self.stats.bulk_shed += replica.refusals().0 - refusals.0;
+        self.stats.forwarded_replies_busy += replica.refusals().1 - refusals.1;
         self.stats.held_behind_hard_state += u64::from(replica.holding());
         let (left, violations) = (io.left, io.violations);
         for (kind, detail) in violations {
@@ -1056,7 +1105,7 @@ impl<E: SimEngine> World<E> {
         }
         for left in left {
             match left {
-                Left::Send(to, message) => self.send(node, ks, to, message),
+                Left::Send(to, message, hold) => self.send(node, ks, to, message, hold),
                 Left::Reply(reply) => self.reply(node, ks, reply),
                 Left::Prepare(meta, data) => {
                     // Written and synced off the log's queue, in about one fsync's time.
@@ -1140,7 +1189,14 @@ impl<E: SimEngine> World<E> {
         }
     }
 
-    fn send(&mut self, from: NodeId, ks: Keyspace, to: NodeId, message: E::Message) {
+    fn send(
+        &mut self,
+        from: NodeId,
+        ks: Keyspace,
+        to: NodeId,
+        message: E::Message,
+        hold: Option<LinkHold>,
+    ) {
         self.check_sent(from, ks, to, &message);
         // What the receiver gets is what the real codec makes of the sender's bytes.
         let message = match E::across(&message) {
@@ -1175,10 +1231,12 @@ impl<E: SimEngine> World<E> {
             }
         }
         let stalled_until = self.net.link_stalled_until(from, to, self.now_ns);
+        // Every copy holds the link's allowance until the last is delivered or lost.
+        let hold = hold.map(Arc::new);
         for delay in self.net.send(from, to) {
             let at = stalled_until.map_or(self.now_ns, |until| until) + delay + extra_ns;
-            let message = message.clone();
-            self.push(at, Event::Deliver { from, to, ks, message, arrived: false });
+            let (message, hold) = (message.clone(), hold.clone());
+            self.push(at, Event::Deliver { from, to, ks, message, arrived: false, hold });
         }
     }
 
@@ -1456,7 +1514,9 @@ impl<E: SimEngine> World<E> {
             } else {
                 front
             };
-            replica.replica = Some(Replica::new(engine, front, fresh_hold()));
+            let budget = n.forwarded_replies.clone();
+            let running = Replica::new(engine, front, fresh_hold()).with_forwarded_replies(budget);
+            replica.replica = Some(running);
             self.step_replica(node, ks, Input::Tick);
         }
     }

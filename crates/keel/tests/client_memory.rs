@@ -141,7 +141,7 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
 
     // 1b. The same against a follower: each read is forwarded to the leader, whose reply
     // carries a copy of the value over the peer link; the leader queues at most
-    // PEER_BULK_QUEUED_BYTES_MAX of them per link (a short BUSY goes instead), the
+    // LINK_BULK_BYTES_MAX of them per link (a short BUSY goes instead), the
     // follower holds at most forwarded_replies_bytes_max of them for its clients.
     let follower = (leader + 1) % cluster.configs.len();
     let (forwarded, started) = flood_unread(&cluster, follower, &get);

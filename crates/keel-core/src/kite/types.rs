@@ -374,6 +374,18 @@ pub struct KiteReply {
     pub result: Result<KiteResult, KeelError>,
 }
 
+/// Every Kite node serves its own clients' requests (none is forwarded): a reply holds no
+/// other node's value.
+impl crate::engine::HeldValue for KiteReply {
+    fn forwarded_value(&mut self, _node: NodeId) -> Option<&mut keel_types::Value> {
+        None
+    }
+
+    fn refuse_busy(&mut self, why: &str) {
+        self.result = Err(KeelError::Busy(why.into()));
+    }
+}
+
 /// Identifies one round of one operation at its origin (the sender of the request
 /// message): replies carry it back.
 pub type RoundId = u64;

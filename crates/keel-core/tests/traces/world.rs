@@ -43,7 +43,7 @@ impl Controls {
 
 /// What a trace needs of an engine beyond [`Engine`]: its configuration, its negative
 /// controls, and one-line forms of its messages and status.
-pub trait Traced: Engine {
+pub trait Traced: Engine<Message: keel_wire::peer::PeerMessage> {
     /// The configuration of `node` among `members`, with the `cluster` command's options
     /// (those the runner does not take itself).
     fn configure(

@@ -44,10 +44,10 @@
 mod reader;
 mod writer;
 
-use crate::budget::ByteBudget;
 use crate::driver::Keyspaces;
 use crate::login::Login;
 use crate::unauthenticated::{Admission, Unauthenticated};
+use keel_exec::ByteBudget;
 use keel_types::Limits;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -5,9 +5,9 @@
 
 use super::writer::{write_replies, Sink};
 use super::{Arrival, FrontDoor, Ticket, READ_CHUNK_BYTES};
-use crate::budget::ByteBudget;
 use crate::front_door::conn::{Conn, Pending, Resolved};
 use crate::front_door::dispatch::handle;
+use keel_exec::ByteBudget;
 use keel_wire::resp::{DecodeMode, Decoder, Frame, Protocol, RespLimits};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
