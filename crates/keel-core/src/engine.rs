@@ -180,6 +180,15 @@ pub struct ClientReply {
     pub durability_round: bool,
 }
 
+/// An engine's request as built from the front door's [`ClientRequest`]: what the engine
+/// kind gives no meaning to (an option of another kind's, a command it does not serve) is
+/// refused with the error its client is told, and never reaches a step. The host answers
+/// a refusal at once, under the request's tag.
+pub trait FromClient: Sized {
+    /// The engine's request, or why the engine kind refuses it.
+    fn from_client(request: ClientRequest) -> Result<Self, KeelError>;
+}
+
 /// A reply as a replica's budgets see it: a client value this node holds only because
 /// another node served the request (the reply to a forwarded request), from the moment
 /// the reply leaves the engine until its client reads it.
@@ -448,7 +457,7 @@ pub trait Engine: Sized + Send + 'static {
     /// What its nodes send each other.
     type Message: Clone + fmt::Debug + PartialEq + Send + 'static;
     /// What its clients ask.
-    type Request: Clone + fmt::Debug + Send + 'static + From<ClientRequest>;
+    type Request: Clone + fmt::Debug + Send + 'static + FromClient;
     /// What its clients are told.
     type Reply: Clone + fmt::Debug + Send + 'static + Into<ClientReply> + HeldValue;
     /// Its externally visible state, typed (for tests and the simulator's checks).

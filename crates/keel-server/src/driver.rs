@@ -39,7 +39,9 @@
 use crate::metrics::{KeyspaceMetrics, Metrics, OpLabel};
 use crate::peer::PeerQueues;
 use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
-use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, Outputs, Report, RoleView};
+use keel_core::engine::{
+    ClientReply, ClientRequest, Engine, FromClient, Input, Outputs, Report, RoleView,
+};
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Completion, EngineCell, Front, Io, Refusal, Replica, StorageOp};
 use keel_types::fasthash::FastHash;
@@ -243,7 +245,9 @@ pub trait ReadView: Send + Sync + std::fmt::Debug {
 
 impl<E: Engine + Sync> ReadView for EngineCell<E> {
     fn read_now(&self, request: ClientRequest) -> Option<(ClientReply, Time)> {
-        let (reply, now) = EngineCell::read_now(self, &E::Request::from(request), monotonic_now)?;
+        // A request the engine kind refuses goes to the loop, which answers it.
+        let request = E::Request::from_client(request).ok()?;
+        let (reply, now) = EngineCell::read_now(self, &request, monotonic_now)?;
         Some((reply.into(), now))
     }
 }
@@ -527,7 +531,7 @@ where
                 Event::Client { submit, reply, queued_at } => {
                     // One clock reading for the batch: it is admitted at once.
                     let now = *admitted_at.get_or_insert_with(Instant::now);
-                    batch.push(self.admit(submit, reply, queued_at, now));
+                    batch.extend(self.admit(submit, reply, queued_at, now));
                     if batch.len() < CLIENT_BATCH_MAX {
                         next = events.try_recv().ok();
                     }
@@ -541,20 +545,20 @@ where
         self.step_clients(batch).await
     }
 
-    /// Gives a client request its tag and remembers where its reply goes.
+    /// Gives a client request its tag and remembers where its reply goes; a request the
+    /// engine kind refuses ([`FromClient`]) is answered at once instead.
     fn admit(
         &mut self,
         submit: Submit,
         reply: oneshot::Sender<ClientReply>,
         queued_at: Instant,
         now: Instant,
-    ) -> E::Request {
+    ) -> Option<E::Request> {
         let tag = keel_core::engine::RequestTag(self.tag_next);
         self.tag_next += 1;
         let label = submit.label();
         let waited = now.saturating_duration_since(queued_at);
         self.wiring.metrics.input_wait_seconds.observe(waited.as_secs_f64());
-        self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
         let request = ClientRequest {
             tag,
             client: submit.client,
@@ -571,7 +575,21 @@ where
             mode: submit.mode,
             named: submit.named,
         };
-        E::Request::from(request)
+        match E::Request::from_client(request) {
+            Ok(request) => {
+                self.waiting.insert(tag, Waiting { reply, started: queued_at, label });
+                Some(request)
+            }
+            Err(error) => {
+                let outcome = keel_wire::reply::error_prefix(&error);
+                self.wiring.metrics.record(label, outcome, waited.as_secs_f64());
+                let served_by = self.wiring.node_id;
+                let refusal =
+                    ClientReply { tag, served_by, result: Err(error), durability_round: false };
+                let _ = reply.send(refusal);
+                None
+            }
+        }
     }
 
     async fn step_clients(&mut self, batch: Vec<E::Request>) -> Result<(), String> {

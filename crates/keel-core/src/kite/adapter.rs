@@ -19,25 +19,23 @@ use super::types::{
     Config, KiteOp, KiteReply, KiteRequest, KiteResult, Message, ReplyForm, Status,
 };
 use crate::engine::{
-    BootError, ClientReply, ClientRequest, Engine, Input, Metric, OpMode, Outputs, PersistedState,
-    Report, RoleView,
+    BootError, ClientReply, ClientRequest, Engine, FromClient, Input, Metric, OpMode, Outputs,
+    PersistedState, Report, RoleView,
 };
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
 use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NodeId, Version};
 
-impl From<ClientRequest> for KiteRequest {
-    fn from(request: ClientRequest) -> KiteRequest {
+impl FromClient for KiteRequest {
+    /// Kite's operations by command and synchronization; durability and read levels (the
+    /// leader engine's options) and every other command are refused.
+    fn from_client(request: ClientRequest) -> Result<KiteRequest, KeelError> {
         let ClientRequest { tag, client, request, command, durability, level, mode, named, .. } =
             request;
         let session = client.0;
         let named = named.then_some(request.0);
-        let refused = |what: String| KiteRequest {
-            tag,
-            session,
-            op: KiteOp::Read { key: keel_types::Key::new() },
-            form: ReplyForm::Refused(format!("{what} has no meaning in a kite keyspace")),
-            named,
+        let refused = |what: String| {
+            Err(KeelError::InvalidArgument(format!("{what} has no meaning in a kite keyspace")))
         };
         if durability.is_some() {
             return refused("DURABILITY".into());
@@ -68,7 +66,7 @@ impl From<ClientRequest> for KiteRequest {
                 return refused(format!("{} with {}", command.name().to_uppercase(), mode.word()))
             }
         };
-        KiteRequest { tag, session, op, form, named }
+        Ok(KiteRequest { tag, session, op, form, named })
     }
 }
 

@@ -1354,3 +1354,37 @@ fn a_chosen_request_whose_helpers_crash_is_finished_not_built_upon() {
     let total = net.call(5, 9, KiteOp::Acquire { key: k("c") });
     assert_eq!(value_of(&total), Some(v("5")), "the helpers' own FAAs died with them");
 }
+
+/// The front door's request becomes an engine's by a conversion that refuses what the
+/// engine kind gives no meaning to, before any step.
+#[test]
+fn requests_of_another_engine_kind_are_refused_before_any_step() {
+    use crate::engine::{ClientRequest, FromClient, OpMode};
+    use keel_types::{ClientId, Command, Durability, RequestId};
+    let get = |mode: OpMode, durability: Option<Durability>| ClientRequest {
+        tag: RequestTag(9),
+        client: ClientId(3),
+        request: RequestId(1),
+        command: Command::Get { key: Key::from_static(b"k") },
+        durability,
+        level: None,
+        after: keel_types::LogIndex::ZERO,
+        mode,
+        named: false,
+    };
+    let acquire = KiteRequest::from_client(get(OpMode::Acquire, None)).expect("an acquire");
+    assert!(matches!(acquire.op, KiteOp::Acquire { .. }));
+    assert_eq!((acquire.tag, acquire.session), (RequestTag(9), 3));
+    let refused = KiteRequest::from_client(get(OpMode::Plain, Some(Durability::Durable)));
+    assert!(
+        matches!(&refused, Err(KeelError::InvalidArgument(why)) if why.contains("DURABILITY")),
+        "{refused:?}"
+    );
+    let plain = ClientRequest::from_client(get(OpMode::Plain, None)).expect("the leader's own");
+    assert_eq!(plain, get(OpMode::Plain, None));
+    let orca = ClientRequest::from_client(get(OpMode::Acquire, None));
+    assert!(
+        matches!(&orca, Err(KeelError::InvalidArgument(why)) if why.contains("ACQUIRE")),
+        "{orca:?}"
+    );
+}

@@ -307,8 +307,6 @@ pub enum ReplyForm {
     },
     /// A compare-and-swap: whether it swapped, and the value found.
     Cas,
-    /// Refused before running, with the reason (a command this engine has no meaning for).
-    Refused(String),
 }
 
 /// A client request to a Kite keyspace.

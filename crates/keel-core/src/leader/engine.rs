@@ -670,6 +670,20 @@ impl Core {
     }
 }
 
+/// The leader engine takes the front door's request as it is, but for a synchronization
+/// (Kite's `ACQUIRE`, `RELEASE`, `STRONG`, `WEAK`), which it has no meaning for.
+impl crate::engine::FromClient for super::io::ClientRequest {
+    fn from_client(request: Self) -> Result<Self, KeelError> {
+        if request.mode != crate::engine::OpMode::Plain {
+            let word = request.mode.word();
+            return Err(KeelError::InvalidArgument(format!(
+                "{word} has no meaning in an orca keyspace"
+            )));
+        }
+        Ok(request)
+    }
+}
+
 impl crate::engine::Engine for LeaderEngine {
     type Config = Config;
     type Message = Message;

@@ -6,7 +6,7 @@
 
 use crate::script::Cmd;
 use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, OpMode, PersistedState};
-use keel_core::engine::{Outputs, RequestTag, RoleView};
+use keel_core::engine::{FromClient, Outputs, RequestTag, RoleView};
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Completion, Front, Io, Replica, StorageOp, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
@@ -673,7 +673,13 @@ impl<E: Traced> World<E> {
             mode,
             named: false,
         };
-        let request = E::Request::from(request);
+        let request = match E::Request::from_client(request) {
+            Ok(request) => request,
+            Err(error) => {
+                self.out.push(format!("{at} refuses {what}: {error}"));
+                return Ok(());
+            }
+        };
         self.asked.insert(tag, Asked { client: name, what });
         let replica = self.nodes[&at].replica.as_ref().ok_or_else(|| format!("{at} is down"))?;
         let now = Time(self.now);

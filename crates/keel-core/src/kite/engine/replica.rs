@@ -130,9 +130,7 @@ impl KiteEngine {
         if self.rejoin.is_some() || !idle || !self.in_epoch(key) {
             return None;
         }
-        if self.config.limits.check_key(key).is_err()
-            || matches!(request.form, super::super::types::ReplyForm::Refused(_))
-        {
+        if self.config.limits.check_key(key).is_err() {
             return None;
         }
         let (value, stamp) = self.local(key);

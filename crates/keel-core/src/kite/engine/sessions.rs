@@ -25,11 +25,6 @@ impl KiteEngine {
     /// answers the session.
     pub(super) fn admit(&mut self, request: KiteRequest) -> u64 {
         let session = request.session;
-        if let ReplyForm::Refused(reason) = &request.form {
-            let err = KeelError::InvalidArgument(reason.clone());
-            self.reply(&request, Err(err));
-            return session;
-        }
         if let Err(err) = self.check_request(&request.op) {
             self.reply(&request, Err(err));
             return session;
