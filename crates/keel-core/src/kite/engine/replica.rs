@@ -213,7 +213,11 @@ impl KiteEngine {
                 self.resend_due();
                 self.rejoin_resend_due();
                 self.finish_rejoin_if_complete();
-                touched.extend(self.sessions.keys().copied());
+                // Only the operations that wait for the time (a barrier's deadline, a
+                // back-off) move on with it: the timer index names those now due. (A
+                // rejoin finished here opens every session: see `step`.)
+                let due = self.waits.range(..=(self.now, u64::MAX));
+                touched.extend(due.map(|&(_, session)| session));
             }
             Input::Message { from, message } => {
                 touched.extend(self.on_message(from, message));
