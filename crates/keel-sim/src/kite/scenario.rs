@@ -10,6 +10,7 @@
 use super::recorder::{key, value, Recorder};
 use super::world::{KiteWorld, NetConfig};
 use crate::rng::Rng;
+use keel_check::rc::RcOp;
 use keel_core::engine::RequestTag;
 use keel_core::kite::{Config, KiteOp, KiteResult, Stamp};
 use keel_core::time::Span;
@@ -342,9 +343,63 @@ const MS: u64 = 1_000_000;
 fn general(config: &KiteRunConfig) -> KiteReport {
     let mut rng = Rng::new(config.seed ^ 0x6b69_7465_5f67_656e);
     // Cluster sizes and the late acknowledgement come from their own stream, so that the
-    // rest of a seed's run is drawn as before they existed: 3 nodes in half the seeds, 5
-    // in 40%, 7 in 10%.
+    // rest of a seed's run is drawn as before they existed.
     let mut topology = Rng::new(config.seed ^ 0x6b69_7465_5f74_6f70);
+    // Clients' draws (which name their requests, connection cuts) come from their own
+    // stream, so that the rest of a seed's run is drawn as before they existed.
+    let mut clients = Rng::new(config.seed ^ 0x6b69_7465_5f63_6c69);
+    let (world, duration) = draw_cluster(config, &mut rng, &mut topology);
+    let n = world.members().len() as u32;
+    let schedule = draw_schedule(
+        config.seed,
+        &world.members(),
+        duration,
+        &mut rng,
+        &mut topology,
+        &mut clients,
+    );
+    let sessions = draw_sessions(&world.members(), &mut rng, &mut clients);
+    let mut report = KiteReport {
+        seed: config.seed,
+        scenario: config.scenario.clone(),
+        nodes: n,
+        replay: config.replay(),
+        ..KiteReport::default()
+    };
+    if schedule.iter().any(|(_, f)| matches!(f, Fault::LateAck(_))) {
+        report.reached.insert("fault:late-ack".into(), 1);
+    }
+    let mut run = GeneralRun {
+        unnamed_retries: config.unnamed_retries,
+        world,
+        rng,
+        clients,
+        bias: Rng::new(config.seed ^ 0x6b69_7465_5f62_6961),
+        sessions,
+        recorder: Recorder::new(),
+        report,
+        heals: Vec::new(),
+        abandoned: BTreeSet::new(),
+        restarts: Vec::new(),
+        dead_sessions: Vec::new(),
+        next_session: 1_000,
+        failed_named: Vec::new(),
+        next_value: 1 << 40,
+    };
+    run.load(schedule, duration);
+    let quiet = duration + 4_000 * MS;
+    let finals = run.quiesce_and_read(quiet);
+    run.check(quiet, &finals);
+    reached(&run.world, &mut run.report);
+    if config.keep_history {
+        run.report.history = Some(run.recorder.history());
+    }
+    run.report
+}
+
+/// The cluster of a `general` run (3 nodes in half the seeds, 5 in 40%, 7 in 10%), its
+/// release timeout and network, booted and serving; and how long the load lasts.
+fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (KiteWorld, u64) {
     let n: u32 = match (rng.below(10) < 7, topology.below(21)) {
         (true, 0..=5) => 5,
         (true, _) => 3,
@@ -371,25 +426,31 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     // and a node cut off through the whole boot while another is gone for good has no
     // majority to read (docs/kite.md, Restarts).
     world.settle_boot();
-    let members = world.members();
+    (world, duration)
+}
 
-    // The fault schedule: 2 to 6 faults; crashes and restarts of at most a minority in
-    // all (so a majority never loses its memory at once), each node at most once.
+/// The fault schedule, in time order: 2 to 6 faults, with crashes and restarts of at
+/// most a minority in all (so a majority never loses its memory at once), each node at
+/// most once; connection cuts; in half the seeds a slow node whose clients move; in 60%
+/// a late acknowledgement, when a node may still crash.
+fn draw_schedule(
+    seed: u64,
+    members: &[NodeId],
+    duration: u64,
+    rng: &mut Rng,
+    topology: &mut Rng,
+    clients: &mut Rng,
+) -> Vec<(u64, Fault)> {
+    let n = members.len() as u32;
     let mut schedule: Vec<(u64, Fault)> = Vec::new();
-    let mut crashes = 0;
     let mut crashed: Vec<NodeId> = Vec::new();
+    let minority = (n as usize - 1) / 2;
     for _ in 0..rng.range(2, 7) {
         let at = rng.below(duration * 3 / 4);
         let node = members[rng.below(members.len() as u64) as usize];
+        let may_crash = crashed.len() < minority && !crashed.contains(&node);
         let fault = match rng.below(12) {
-            9 | 10 => {
-                if crashes >= (n - 1) / 2 || crashed.contains(&node) {
-                    continue;
-                }
-                crashes += 1;
-                crashed.push(node);
-                Fault::Restart { node, ms: rng.range(1, 300) }
-            }
+            9 | 10 if may_crash => Fault::Restart { node, ms: rng.range(1, 300) },
             0..=3 => Fault::Pause { node, ms: rng.range(20, 600) },
             4..=6 => Fault::Isolate { node, ms: rng.range(50, 800) },
             7 | 8 => {
@@ -399,20 +460,14 @@ fn general(config: &KiteRunConfig) -> KiteReport {
                 }
                 Fault::OneWay { from: node, to, ms: rng.range(50, 800) }
             }
-            _ => {
-                if crashes >= (n - 1) / 2 || crashed.contains(&node) {
-                    continue;
-                }
-                crashes += 1;
-                crashed.push(node);
-                Fault::Crash { node }
-            }
+            11 if may_crash => Fault::Crash { node },
+            _ => continue,
         };
+        if matches!(fault, Fault::Restart { .. } | Fault::Crash { .. }) {
+            crashed.push(node);
+        }
         schedule.push((at, fault));
     }
-    // Clients' draws (which name their requests, connection cuts) come from their own
-    // stream, so that the rest of a seed's run is drawn as before they existed.
-    let mut clients = Rng::new(config.seed ^ 0x6b69_7465_5f63_6c69);
     for _ in 0..clients.below(4) {
         let at = clients.below(duration * 3 / 4);
         let node = members[clients.below(members.len() as u64) as usize];
@@ -422,7 +477,7 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     // clients' connections break meanwhile. A client naming its requests sends its
     // unanswered read-modify-writes again at another node, which has not seen the slow
     // node's latest writes; the first attempts go on once the node's messages leave.
-    let mut slow = Rng::new(config.seed ^ 0x6b69_7465_5f73_6c6f);
+    let mut slow = Rng::new(seed ^ 0x6b69_7465_5f73_6c6f);
     if slow.below(2) == 0 {
         let node = members[slow.below(members.len() as u64) as usize];
         let at = slow.below(duration * 3 / 4);
@@ -434,24 +489,23 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         }
         schedule.push((cut, Fault::ClientCut { node }));
     }
-    if topology.below(10) < 6 && crashes < (n - 1) / 2 {
-        schedule.extend(late_ack(&mut topology, &members, &crashed, duration));
+    if topology.below(10) < 6 && crashed.len() < minority {
+        schedule.extend(late_ack(topology, members, &crashed, duration));
     }
     schedule.sort_by_key(|(at, _)| *at);
-    let mut heals: Vec<u64> = Vec::new();
-    let mut abandoned: BTreeSet<RequestTag> = BTreeSet::new();
-    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
-    // Sessions of a node that crashed: their operations may be lost (a relaxed write
-    // completes before it leaves its node), so convergence does not count them.
-    let mut dead_sessions: Vec<u64> = Vec::new();
-    let mut next_session = 1_000;
+    schedule
+}
 
-    let session_count = rng.range(u64::from(n), u64::from(n) * 3 + 1);
-    let mut sessions: Vec<SimSession> = (0..session_count)
+/// The clients: `n` to `3n` sessions spread over the nodes, a third of them with three
+/// requests in flight, half of them naming their requests.
+fn draw_sessions(members: &[NodeId], rng: &mut Rng, clients: &mut Rng) -> Vec<SimSession> {
+    let n = members.len() as u64;
+    let count = rng.range(n, n * 3 + 1);
+    let mut sessions: Vec<SimSession> = (0..count)
         .map(|i| SimSession {
             id: i + 1,
             hist: i + 1,
-            node: members[(i % u64::from(n)) as usize],
+            node: members[(i % n) as usize],
             depth: if rng.below(3) == 0 { 3 } else { 1 },
             outstanding: 0,
             next_at: 0,
@@ -464,150 +518,192 @@ fn general(config: &KiteRunConfig) -> KiteReport {
     for s in sessions.iter_mut() {
         s.named = (clients.below(2) == 0).then_some(1);
     }
-    let mut bias = Rng::new(config.seed ^ 0x6b69_7465_5f62_6961);
-    let mut failed_named: Vec<keel_core::kite::RmwId> = Vec::new();
-    let mut recorder = Recorder::new();
-    let mut next_value: u64 = 1 << 40;
-    let mut report = KiteReport {
-        seed: config.seed,
-        scenario: config.scenario.clone(),
-        nodes: n,
-        replay: config.replay(),
-        ..KiteReport::default()
-    };
-    if schedule.iter().any(|(_, f)| matches!(f, Fault::LateAck(_))) {
-        report.reached.insert("fault:late-ack".into(), 1);
+    sessions
+}
+
+/// A `general` run under way: the world, its clients, and what the checks at the end
+/// need.
+struct GeneralRun {
+    unnamed_retries: bool,
+    world: KiteWorld,
+    /// The run's main stream (operations and their pacing).
+    rng: Rng,
+    clients: Rng,
+    bias: Rng,
+    sessions: Vec<SimSession>,
+    recorder: Recorder,
+    report: KiteReport,
+    /// When the cut links heal (all at once, at the last).
+    heals: Vec<u64>,
+    /// Requests whose connection broke: their replies are not listened to.
+    abandoned: BTreeSet<RequestTag>,
+    restarts: Vec<(u64, NodeId)>,
+    /// Sessions of a node that crashed: their operations may be lost (a relaxed write
+    /// completes before it leaves its node), so convergence does not count them.
+    dead_sessions: Vec<u64>,
+    next_session: u64,
+    /// Named read-modify-writes answered as failed.
+    failed_named: Vec<keel_core::kite::RmwId>,
+    next_value: u64,
+}
+
+/// The live nodes at the end, and the final reads: at which node, of which key, under
+/// which tag.
+struct Finals {
+    live: Vec<NodeId>,
+    reads: Vec<(NodeId, u64, RequestTag)>,
+}
+
+impl GeneralRun {
+    /// Runs the load for `duration`, with the faults of `schedule` as they come due.
+    fn load(&mut self, schedule: Vec<(u64, Fault)>, duration: u64) {
+        let mut t = 0;
+        let mut faults: std::collections::VecDeque<(u64, Fault)> = schedule.into();
+        let mut late: Option<LateAck> = None;
+        while t < duration {
+            t += STEP_NS;
+            if let Some(plan) = late.as_mut() {
+                // The late acknowledgement's next steps, due now, ahead of the rest.
+                for step in plan.next(&self.world, t, &mut self.report.reached).into_iter().rev() {
+                    faults.push_front((t, step));
+                }
+            }
+            while faults.front().is_some_and(|(at, _)| *at <= t) {
+                let (_, fault) = faults.pop_front().expect("peeked");
+                if let Some(plan) = self.inject(t, fault) {
+                    late = Some(plan);
+                }
+            }
+            self.restart_and_heal(t);
+            self.world.run_until(t);
+            self.take_replies();
+            self.submit(t);
+        }
     }
 
-    let mut t = 0;
-    let mut faults: std::collections::VecDeque<(u64, Fault)> = schedule.into();
-    let mut late: Option<LateAck> = None;
-    while t < duration {
-        t += STEP_NS;
-        if let Some(plan) = late.as_mut() {
-            // The late acknowledgement's next steps, due now, ahead of the rest.
-            for step in plan.next(&world, t, &mut report.reached).into_iter().rev() {
-                faults.push_front((t, step));
-            }
+    /// Injects `fault` at `t`; a late acknowledgement's plan is returned to be followed.
+    fn inject(&mut self, t: u64, fault: Fault) -> Option<LateAck> {
+        self.report.faults.push(format!("{:.1}ms {fault:?}", t as f64 / MS as f64));
+        // The node's clients' connections break with it (or alone, in a cut).
+        if let Fault::ClientCut { node } | Fault::Crash { node } | Fault::Restart { node, .. } =
+            fault
+        {
+            let moved = move_named_clients(
+                &mut self.world,
+                &mut self.recorder,
+                &mut self.clients,
+                &mut self.sessions,
+                node,
+                &mut self.next_session,
+                &mut self.abandoned,
+                self.unnamed_retries,
+                &mut self.report.reached,
+            );
+            self.dead_sessions.extend(moved);
         }
-        while faults.front().is_some_and(|(at, _)| *at <= t) {
-            let (_, fault) = faults.pop_front().expect("peeked");
-            report.faults.push(format!("{:.1}ms {fault:?}", t as f64 / MS as f64));
-            // The node's clients' connections break with it (or alone, in a cut).
-            if let Fault::ClientCut { node } | Fault::Crash { node } | Fault::Restart { node, .. } =
-                fault
-            {
-                let moved = move_named_clients(
-                    &mut world,
-                    &mut recorder,
-                    &mut clients,
-                    &mut sessions,
-                    node,
-                    &mut next_session,
-                    &mut abandoned,
-                    config.unnamed_retries,
-                    &mut report.reached,
-                );
-                dead_sessions.extend(moved);
+        let world = &mut self.world;
+        let mut count = |name: &str| *self.report.reached.entry(name.into()).or_default() += 1;
+        match fault {
+            Fault::Pause { node, ms } => {
+                count("fault:pause");
+                world.pause(node, t + ms * MS);
             }
-            match fault {
-                Fault::Pause { node, ms } => {
-                    *report.reached.entry("fault:pause".into()).or_default() += 1;
-                    world.pause(node, t + ms * MS);
-                }
-                Fault::Isolate { node, ms } => {
-                    *report.reached.entry("fault:isolate".into()).or_default() += 1;
-                    world.isolate(node);
-                    heals.push(t + ms * MS);
-                }
-                Fault::OneWay { from, to, ms } => {
-                    *report.reached.entry("fault:one-way".into()).or_default() += 1;
-                    world.cut(from, to);
-                    heals.push(t + ms * MS);
-                }
-                Fault::ClientCut { .. } => {
-                    *report.reached.entry("fault:client-cut".into()).or_default() += 1;
-                }
-                Fault::Partition { side } => {
-                    *report.reached.entry("fault:partition".into()).or_default() += 1;
-                    world.partition(&side);
-                }
-                Fault::LateAck(plan) => late = Some(plan),
-                Fault::Cut { from, to } => {
-                    for to in to {
-                        world.cut(from, to);
-                    }
-                }
-                Fault::Uncut { from, to } => {
-                    for to in to {
-                        world.uncut(from, to);
-                    }
-                }
-                Fault::Hold { from, to } => world.hold(from, to),
-                Fault::Release { from, to } => world.release(from, to),
-                Fault::Crash { node } => {
-                    *report.reached.entry("fault:crash".into()).or_default() += 1;
-                    world.crash(node);
-                    dead_sessions
-                        .extend(sessions.iter().filter(|s| s.node == node).map(|s| s.hist));
-                }
-                Fault::Restart { node, ms } => {
-                    *report.reached.entry("fault:restart".into()).or_default() += 1;
-                    world.crash(node);
-                    restarts.push((t + ms * MS, node));
-                    // Its clients' connections broke: they come back as new sessions.
-                    for s in sessions.iter_mut().filter(|s| s.node == node) {
-                        dead_sessions.push(s.hist);
-                        next_session += 1;
-                        s.id = next_session;
-                        s.hist = next_session;
-                        s.outstanding = 0;
-                        s.seen.clear();
-                        s.last_written = None;
-                    }
+            Fault::Isolate { node, ms } => {
+                count("fault:isolate");
+                world.isolate(node);
+                self.heals.push(t + ms * MS);
+            }
+            Fault::OneWay { from, to, ms } => {
+                count("fault:one-way");
+                world.cut(from, to);
+                self.heals.push(t + ms * MS);
+            }
+            Fault::ClientCut { .. } => count("fault:client-cut"),
+            Fault::Partition { side } => {
+                count("fault:partition");
+                world.partition(&side);
+            }
+            Fault::LateAck(plan) => return Some(plan),
+            Fault::Cut { from, to } => to.into_iter().for_each(|to| world.cut(from, to)),
+            Fault::Uncut { from, to } => to.into_iter().for_each(|to| world.uncut(from, to)),
+            Fault::Hold { from, to } => world.hold(from, to),
+            Fault::Release { from, to } => world.release(from, to),
+            Fault::Crash { node } => {
+                count("fault:crash");
+                world.crash(node);
+                let gone = self.sessions.iter().filter(|s| s.node == node).map(|s| s.hist);
+                self.dead_sessions.extend(gone);
+            }
+            Fault::Restart { node, ms } => {
+                count("fault:restart");
+                world.crash(node);
+                self.restarts.push((t + ms * MS, node));
+                // Its clients' connections broke: they come back as new sessions.
+                for s in self.sessions.iter_mut().filter(|s| s.node == node) {
+                    self.dead_sessions.push(s.hist);
+                    self.next_session += 1;
+                    s.id = self.next_session;
+                    s.hist = self.next_session;
+                    s.outstanding = 0;
+                    s.seen.clear();
+                    s.last_written = None;
                 }
             }
         }
-        for &(_, node) in restarts.iter().filter(|(at, _)| *at <= t) {
-            world.restart(node);
+        None
+    }
+
+    /// Restarts the nodes whose time came; heals the network once every cut is due.
+    fn restart_and_heal(&mut self, t: u64) {
+        for &(_, node) in self.restarts.iter().filter(|(at, _)| *at <= t) {
+            self.world.restart(node);
         }
-        restarts.retain(|(at, _)| *at > t);
-        if heals.iter().any(|&h| h <= t) {
-            heals.retain(|&h| h > t);
-            if heals.is_empty() {
-                world.heal();
+        self.restarts.retain(|(at, _)| *at > t);
+        if self.heals.iter().any(|&h| h <= t) {
+            self.heals.retain(|&h| h > t);
+            if self.heals.is_empty() {
+                self.world.heal();
             }
         }
-        world.run_until(t);
-        for (at, _, reply) in world.take_replies() {
-            if abandoned.contains(&reply.tag) {
+    }
+
+    /// Records the replies that came, and what each session saw of its keys.
+    fn take_replies(&mut self) {
+        for (at, _, reply) in self.world.take_replies() {
+            if self.abandoned.contains(&reply.tag) {
                 continue;
             }
-            let session = recorder.session_of(reply.tag);
-            let k = recorder.key_of(reply.tag);
+            let session = self.recorder.session_of(reply.tag);
+            let k = self.recorder.key_of(reply.tag);
             if let Ok(KiteResult::Rmw { wrote: None, local: false, .. }) = &reply.result {
-                if let Some(id) = world.rmw_ids.get(&reply.tag).filter(|id| id.client_named()) {
-                    failed_named.push(*id);
+                let named = self.world.rmw_ids.get(&reply.tag).filter(|id| id.client_named());
+                if let Some(id) = named {
+                    self.failed_named.push(*id);
                 }
             }
-            let seen = recorder.complete(at, &reply);
-            if let Some(s) = sessions.iter_mut().find(|s| Some(s.hist) == session) {
-                s.outstanding -= 1;
-                s.pending.retain(|&(t, _)| t != reply.tag);
-                // Remember what the session saw of the key, for its next CAS.
-                if let (Some(seen), Some(k)) = (seen, k) {
-                    s.seen.insert(k, seen.written.or(seen.read));
-                    if seen.written.is_some() && k < DATA_KEYS {
-                        s.last_written = Some(k);
-                    }
+            let seen = self.recorder.complete(at, &reply);
+            let Some(s) = self.sessions.iter_mut().find(|s| Some(s.hist) == session) else {
+                continue;
+            };
+            s.outstanding -= 1;
+            s.pending.retain(|&(t, _)| t != reply.tag);
+            // Remember what the session saw of the key, for its next CAS.
+            if let (Some(seen), Some(k)) = (seen, k) {
+                s.seen.insert(k, seen.written.or(seen.read));
+                if seen.written.is_some() && k < DATA_KEYS {
+                    s.last_written = Some(k);
                 }
             }
         }
-        for s in sessions.iter_mut() {
-            if s.outstanding >= s.depth || s.next_at > t || world.engine(s.node).is_none() {
+    }
+
+    /// Sends the next request of every session with room for one, at `t`.
+    fn submit(&mut self, t: u64) {
+        for s in self.sessions.iter_mut() {
+            if s.outstanding >= s.depth || s.next_at > t || self.world.engine(s.node).is_none() {
                 continue;
             }
-            let op = random_op(&mut rng, &mut bias, s, &mut next_value);
+            let op = random_op(&mut self.rng, &mut self.bias, s, &mut self.next_value);
             // Read-modify-writes are sent again (as keel-client does): a failure is
             // committed like a write, so a retry and its first attempt agree.
             let rmw = matches!(op, KiteOp::Faa { .. } | KiteOp::Cas { .. });
@@ -615,134 +711,145 @@ fn general(config: &KiteRunConfig) -> KiteReport {
             if let Some(n) = s.named.as_mut() {
                 *n += 1;
             }
-            let tag = recorder.submit_named(&mut world, s.node, s.id, op, named);
+            let tag = self.recorder.submit_named(&mut self.world, s.node, s.id, op, named);
             if named.is_some() {
                 s.pending.push((tag, rmw));
             }
             s.outstanding += 1;
-            s.next_at = t + rng.below(2 * MS);
+            s.next_at = t + self.rng.below(2 * MS);
         }
     }
 
-    // Heal and quiesce: no new requests, the network reliable again.
-    world.heal();
-    world.net.drop_ppm = 0;
-    world.net.stall_ppm = 0;
-    let quiet = duration + 4_000 * MS;
-    world.run_until(quiet);
-    for (at, _, reply) in world.take_replies() {
-        if !abandoned.contains(&reply.tag) {
-            recorder.complete(at, &reply);
+    /// Heals and quiesces until `quiet` (no new requests, the network reliable again);
+    /// then every live node acquires and reads every key. Returns those reads.
+    fn quiesce_and_read(&mut self, quiet: u64) -> Finals {
+        let world = &mut self.world;
+        world.heal();
+        world.net.drop_ppm = 0;
+        world.net.stall_ppm = 0;
+        world.run_until(quiet);
+        for (at, _, reply) in world.take_replies() {
+            if !self.abandoned.contains(&reply.tag) {
+                self.recorder.complete(at, &reply);
+            }
+        }
+        let (live, mut reads) = (world.live(), Vec::new());
+        for (i, &node) in live.iter().enumerate() {
+            let session = FINAL_SESSIONS + i as u64;
+            let barrier = KiteOp::Acquire { key: key(DATA_KEYS + COUNTER_KEYS) };
+            self.recorder.submit(world, node, session, barrier);
+            for k in 0..DATA_KEYS + COUNTER_KEYS {
+                let tag = self.recorder.submit(world, node, session, KiteOp::Read { key: key(k) });
+                reads.push((node, k, tag));
+            }
+        }
+        world.run_until(quiet + 2_000 * MS);
+        Finals { live, reads }
+    }
+
+    /// The checks: convergence of the final reads, exactly-once of named requests, the
+    /// codec and the gate, and the whole history against release consistency.
+    fn check(&mut self, quiet: u64, finals: &Finals) {
+        let mut final_reads: BTreeMap<RequestTag, Stamp> = BTreeMap::new();
+        for (at, _, reply) in self.world.take_replies() {
+            if self.abandoned.contains(&reply.tag) {
+                continue;
+            }
+            if let Some(seen) = self.recorder.complete(at, &reply) {
+                final_reads.insert(reply.tag, seen.read_stamp);
+            }
+        }
+        self.report.virtual_ms = self.world.now() / MS;
+        self.recorder.settle_rmws(&self.world.commits, &self.world.rmw_ids);
+        let history = self.recorder.history();
+        self.check_convergence(&history, quiet, finals, &final_reads);
+        self.check_exactly_once();
+        let report = &mut self.report;
+        let verdict = keel_check::rc::check(&history);
+        report.ops = self.recorder.started();
+        report.ok = self.recorder.completed();
+        report.sync_ops = verdict.sync_ops;
+        for v in verdict.violations.iter() {
+            report.violations.push(format!("rc {}: {} (ops {:?})", v.rule, v.message, v.ops));
+        }
+        if verdict.violation_count > verdict.violations.len() {
+            let more = verdict.violation_count - verdict.violations.len();
+            report.violations.push(format!("rc: {more} more violations"));
         }
     }
 
-    // Every live node acquires, then reads every key.
-    let live = world.live();
-    let mut finals: Vec<(NodeId, u64, keel_core::engine::RequestTag)> = Vec::new();
-    for (i, &node) in live.iter().enumerate() {
-        let session = FINAL_SESSIONS + i as u64;
-        recorder.submit(
-            &mut world,
-            node,
-            session,
-            KiteOp::Acquire { key: key(DATA_KEYS + COUNTER_KEYS) },
-        );
-        for k in 0..DATA_KEYS + COUNTER_KEYS {
-            let tag = recorder.submit(&mut world, node, session, KiteOp::Read { key: key(k) });
-            finals.push((node, k, tag));
+    /// Convergence: a final read is at least every write a live node's session completed
+    /// before the final reads began. (One still running then, such as read-modify-writes
+    /// of several sessions of one node dueling on a key while a majority barely answers,
+    /// may complete after them; such are counted.)
+    fn check_convergence(
+        &mut self,
+        history: &[RcOp],
+        quiet: u64,
+        finals: &Finals,
+        final_reads: &BTreeMap<RequestTag, Stamp>,
+    ) {
+        let (live, report) = (&finals.live, &mut self.report);
+        let late = history
+            .iter()
+            .filter(|op| op.session < FINAL_SESSIONS && op.complete.is_some_and(|c| c > quiet))
+            .count() as u64;
+        if late > 0 {
+            *report.reached.entry("done-after-quiesce".into()).or_default() += late;
         }
-    }
-    world.run_until(quiet + 2_000 * MS);
-    let mut final_reads: BTreeMap<keel_core::engine::RequestTag, Stamp> = BTreeMap::new();
-    for (at, _, reply) in world.take_replies() {
-        if abandoned.contains(&reply.tag) {
-            continue;
+        let mut newest: BTreeMap<u64, keel_check::rc::Stamp> = BTreeMap::new();
+        for op in history {
+            if op.complete.is_none_or(|c| c > quiet)
+                || !live.contains(&NodeId(op.machine))
+                || self.dead_sessions.contains(&op.session)
+            {
+                continue;
+            }
+            if let Some((s, _)) = op.wrote {
+                let e = newest.entry(op.key).or_default();
+                *e = (*e).max(s);
+            }
         }
-        if let Some(seen) = recorder.complete(at, &reply) {
-            final_reads.insert(reply.tag, seen.read_stamp);
-        }
-    }
-    report.virtual_ms = world.now() / MS;
-
-    // Convergence: a final read is at least every write a live node's session completed
-    // before the final reads began. (One still running then, such as read-modify-writes of
-    // several sessions of one node dueling on a key while a majority barely answers, may
-    // complete after them; such are counted.)
-    recorder.settle_rmws(&world.commits, &world.rmw_ids);
-    let history = recorder.history();
-    let mut newest: BTreeMap<u64, keel_check::rc::Stamp> = BTreeMap::new();
-    let late = history
-        .iter()
-        .filter(|op| op.session < FINAL_SESSIONS && op.complete.is_some_and(|c| c > quiet))
-        .count() as u64;
-    if late > 0 {
-        *report.reached.entry("done-after-quiesce".into()).or_default() += late;
-    }
-    for op in &history {
-        if op.complete.is_none_or(|c| c > quiet)
-            || !live.contains(&NodeId(op.machine))
-            || dead_sessions.contains(&op.session)
-        {
-            continue;
-        }
-        if let Some((s, _)) = op.wrote {
-            let e = newest.entry(op.key).or_default();
-            *e = (*e).max(s);
-        }
-    }
-    for (node, k, tag) in &finals {
-        let Some(got) = final_reads.get(tag) else {
-            report
-                .violations
-                .push(format!("convergence: final read of k{k} at node {} never answered", node.0));
-            continue;
-        };
-        let got = keel_check::rc::Stamp { version: got.version, writer: got.writer, rmw: got.rmw };
-        if let Some(want) = newest.get(k) {
-            if got < *want {
+        for (node, k, tag) in &finals.reads {
+            let Some(got) = final_reads.get(tag) else {
+                let node = node.0;
+                report
+                    .violations
+                    .push(format!("convergence: final read of k{k} at node {node} never answered"));
+                continue;
+            };
+            let got =
+                keel_check::rc::Stamp { version: got.version, writer: got.writer, rmw: got.rmw };
+            if let Some(want) = newest.get(k).filter(|want| got < **want) {
                 report.violations.push(format!("convergence: node {} reads k{k} at {got:?} after an acquire, older than the completed write {want:?}", node.0));
             }
         }
     }
-    // A named request answered as failed must never be committed as a swap (its first
-    // attempt, still running elsewhere, must find the failure).
-    for id in &failed_named {
-        if world.commits.get(id).is_some_and(|o| o.wrote().is_some()) {
-            report.violations.push(format!(
-                "exactly-once: request {id:?} answered failed, then committed a write"
-            ));
+
+    /// A named request answered as failed is never committed as a swap (its first
+    /// attempt, still running elsewhere, must find the failure), and no request commits
+    /// twice; no message failed the codec or the gate.
+    fn check_exactly_once(&mut self) {
+        let (world, report) = (&self.world, &mut self.report);
+        for id in &self.failed_named {
+            if world.commits.get(id).is_some_and(|o| o.wrote().is_some()) {
+                report.violations.push(format!(
+                    "exactly-once: request {id:?} answered failed, then committed a write"
+                ));
+            }
+        }
+        for (id, a, b) in &world.double_commits {
+            report
+                .violations
+                .push(format!("exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
+        }
+        for failure in &world.codec_failures {
+            report.violations.push(format!("codec: {failure}"));
+        }
+        for (node, reason) in &world.rejections {
+            report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
         }
     }
-    for (id, a, b) in &world.double_commits {
-        report
-            .violations
-            .push(format!("exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
-    }
-    for failure in &world.codec_failures {
-        report.violations.push(format!("codec: {failure}"));
-    }
-    for (node, reason) in &world.rejections {
-        report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
-    }
-
-    let verdict = keel_check::rc::check(&history);
-    report.ops = recorder.started();
-    report.ok = recorder.completed();
-    report.sync_ops = verdict.sync_ops;
-    for v in verdict.violations.iter() {
-        report.violations.push(format!("rc {}: {} (ops {:?})", v.rule, v.message, v.ops));
-    }
-    if verdict.violation_count > verdict.violations.len() {
-        report.violations.push(format!(
-            "rc: {} more violations",
-            verdict.violation_count - verdict.violations.len()
-        ));
-    }
-    reached(&world, &mut report);
-    if config.keep_history {
-        report.history = Some(history);
-    }
-    report
 }
 
 /// A restart with a late acknowledgement, the fault the rejoin's fence is for
