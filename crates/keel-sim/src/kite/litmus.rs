@@ -112,225 +112,26 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();
-    let members = world.members();
-    let pick = |rng: &mut Rng, avoid: &[NodeId]| -> NodeId {
-        loop {
-            let node = members[rng.below(members.len() as u64) as usize];
-            if !avoid.contains(&node) || avoid.len() >= members.len() {
-                return node;
-            }
-        }
-    };
-    if rng.below(3) == 0 {
-        let node = pick(&mut rng, &[]);
-        let at = rng.below(20 * MS);
-        let len = rng.range(10, 200) * MS;
+    let mut tests = Litmus::new(world.members(), rng);
+    if tests.rng.below(3) == 0 {
+        let node = tests.pick(&[]);
+        let at = tests.rng.below(20 * MS);
+        let len = tests.rng.range(10, 200) * MS;
         report.faults.push(format!("node {} asleep {}ms from {}ms", node.0, len / MS, at / MS));
         world.pause_later(node, at, at + len);
     }
-    let mut programs: Vec<Program> = Vec::new();
-    let mut next_session = 1u64;
-    let mut next_value = 1u64 << 40;
-    let mut fresh = || {
-        next_value += 1;
-        next_value
-    };
-    let mut add = |programs: &mut Vec<Program>, node: NodeId, steps: Vec<Step>| -> usize {
-        programs.push(Program { node, session: next_session, steps });
-        next_session += 1;
-        programs.len() - 1
-    };
-    // Each test gets keys base..base+40.
-    let mut checks: Vec<Check> = Vec::new();
-
-    // L1: message passing.
-    {
-        let (x, f) = (100, 101);
-        let (vx, vf) = (fresh(), fresh());
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        add(&mut programs, a, vec![w(x, vx), rel(f, vf)]);
-        let p = add(&mut programs, b, vec![await_acq(f, vf), r(x)]);
-        checks.push(Box::new(move |res, _| {
-            (done(res, p, 1) && read(res, p, 1) != Some(vx)).then(|| {
-                format!("L1: acquired the flag, then read x={:?}, not {vx}", read(res, p, 1))
-            })
-        }));
-    }
-    // L2: message passing with many fields.
-    {
-        let f = 240;
-        let fields: Vec<(u64, u64)> = (200..220).map(|k| (k, fresh())).collect();
-        let vf = fresh();
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let mut writer: Vec<Step> = fields.iter().map(|&(k, v)| w(k, v)).collect();
-        writer.push(rel(f, vf));
-        add(&mut programs, a, writer);
-        let mut reader = vec![await_acq(f, vf)];
-        reader.extend(fields.iter().map(|&(k, _)| r(k)));
-        let p = add(&mut programs, b, reader);
-        checks.push(Box::new(move |res, _| {
-            fields
-                .iter()
-                .enumerate()
-                .find(|(i, (_, v))| done(res, p, i + 1) && read(res, p, i + 1) != Some(*v))
-                .map(|(i, (k, v))| {
-                    format!("L2: field k{k} read {:?} after the flag, not {v}", read(res, p, i + 1))
-                })
-        }));
-    }
-    // L3: a transitive chain over three nodes.
-    {
-        let (x, f1, f2) = (300, 301, 302);
-        let (vx, v1, v2) = (fresh(), fresh(), fresh());
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let c = pick(&mut rng, &[a, b]);
-        add(&mut programs, a, vec![w(x, vx), rel(f1, v1)]);
-        add(&mut programs, b, vec![await_acq(f1, v1), rel(f2, v2)]);
-        let p = add(&mut programs, c, vec![await_acq(f2, v2), r(x)]);
-        checks.push(Box::new(move |res, _| {
-            (done(res, p, 1) && read(res, p, 1) != Some(vx))
-                .then(|| format!("L3: end of the chain read x={:?}, not {vx}", read(res, p, 1)))
-        }));
-    }
-    // L4: a release orders earlier reads, an acquire later writes.
-    {
-        let (x, f) = (400, 401);
-        let (vx, vf) = (fresh(), fresh());
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let p = add(&mut programs, a, vec![r(x), rel(f, vf)]);
-        add(&mut programs, b, vec![await_acq(f, vf), w(x, vx)]);
-        checks.push(Box::new(move |res, _| {
-            (read(res, p, 0) == Some(vx))
-                .then(|| "L4: a read before the release saw a write after the acquire".to_string())
-        }));
-    }
-    // L5: store buffering on synchronization.
-    {
-        let (x, y) = (500, 501);
-        let (vx, vy) = (fresh(), fresh());
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let p = add(&mut programs, a, vec![rel(x, vx), acq(y)]);
-        let q = add(&mut programs, b, vec![rel(y, vy), acq(x)]);
-        checks.push(Box::new(move |res, _| {
-            (done(res, p, 1)
-                && done(res, q, 1)
-                && read(res, p, 1).is_none()
-                && read(res, q, 1).is_none())
-            .then(|| "L5: both acquires read the initial value".to_string())
-        }));
-    }
-    // L6: IRIW on releases and acquires.
-    {
-        let (x, y) = (600, 601);
-        let (vx, vy) = (fresh(), fresh());
-        let nodes: Vec<NodeId> = (0..4).map(|_| pick(&mut rng, &[])).collect();
-        add(&mut programs, nodes[0], vec![rel(x, vx)]);
-        add(&mut programs, nodes[1], vec![rel(y, vy)]);
-        let p = add(&mut programs, nodes[2], vec![acq(x), acq(y)]);
-        let q = add(&mut programs, nodes[3], vec![acq(y), acq(x)]);
-        checks.push(Box::new(move |res, _| {
-            let all = done(res, p, 1) && done(res, q, 1);
-            let p_saw = read(res, p, 0) == Some(vx) && read(res, p, 1).is_none();
-            let q_saw = read(res, q, 0) == Some(vy) && read(res, q, 1).is_none();
-            (all && p_saw && q_saw)
-                .then(|| "L6: the two readers disagree on the order of the releases".to_string())
-        }));
-    }
-    // L7: real time between releases and acquires.
-    {
-        let x = 700;
-        let vx = fresh();
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let writer = add(&mut programs, a, vec![rel(x, vx)]);
-        let p = add(&mut programs, b, vec![Step::After { program: writer, step: 0 }, acq(x)]);
-        checks.push(Box::new(move |res, _| {
-            (done(res, p, 1) && read(res, p, 1) != Some(vx)).then(|| {
-                format!("L7: an acquire after the release completed read {:?}", read(res, p, 1))
-            })
-        }));
-    }
-    // L8: per-key coherence, and convergence once quiet (checked after the run).
-    {
-        let x = 800;
-        let values: Vec<u64> = (0..4).map(|_| fresh()).collect();
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        add(&mut programs, a, values.iter().map(|&v| w(x, v)).collect());
-        add(&mut programs, b, (0..6).map(|_| r(x)).collect());
-    }
-    // L9: FAA totals, and one winner among CASes from absent.
-    {
-        let (c, lock) = (900, 901);
-        let per = 4;
-        let mut faas = Vec::new();
-        let mut cases = Vec::new();
-        for node in members.clone() {
-            faas.push(add(&mut programs, node, (0..per).map(|_| faa(c, 1)).collect()));
-            let v = fresh();
-            cases.push(add(
-                &mut programs,
-                node,
-                vec![Step::Op(KiteOp::Cas {
-                    key: key(lock),
-                    expected: None,
-                    new: value(v),
-                    strong: true,
-                })],
-            ));
-        }
-        let total = per * members.len() as u64;
-        let check_node = members[0];
-        let reader = add(&mut programs, check_node, {
-            let mut steps: Vec<Step> =
-                faas.iter().map(|&p| Step::After { program: p, step: per as usize - 1 }).collect();
-            steps.push(acq(c));
-            steps
-        });
-        checks.push(Box::new(move |res, _| {
-            let final_step = faas.len();
-            if done(res, reader, final_step) && read(res, reader, final_step) != Some(total) {
-                return Some(format!(
-                    "L9: {total} FAAs, counter reads {:?}",
-                    read(res, reader, final_step)
-                ));
-            }
-            let winners = cases
-                .iter()
-                .filter(|&&p| res[p][0].as_ref().is_some_and(|s| s.wrote.is_some()))
-                .count();
-            let all = cases.iter().all(|&p| done(res, p, 0));
-            (all && winners != 1).then(|| format!("L9: {winners} CASes from absent succeeded"))
-        }));
-    }
-    // L10: message passing with RMWs as the release and the acquire.
-    {
-        let (x, f) = (1000, 1001);
-        let vx = fresh();
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        add(&mut programs, a, vec![w(x, vx), faa(f, 1)]);
-        let p = add(&mut programs, b, vec![Step::AwaitFaa { key: f, at_least: 1 }, r(x)]);
-        checks.push(Box::new(move |res, _| {
-            (done(res, p, 1) && read(res, p, 1) != Some(vx))
-                .then(|| format!("L10: after the FAA flag, x={:?}, not {vx}", read(res, p, 1)))
-        }));
-    }
-    // L11: RMWs, relaxed writes and releases on one key (replicas agree; checked after).
-    {
-        let k = 1100;
-        let a = pick(&mut rng, &[]);
-        let b = pick(&mut rng, &[a]);
-        let c = pick(&mut rng, &[a, b]);
-        add(&mut programs, a, vec![faa(k, 1), faa(k, 1), faa(k, 1)]);
-        add(&mut programs, b, vec![w(k, fresh()), rel(k, fresh()), w(k, fresh())]);
-        add(&mut programs, c, vec![faa(k, 1), faa(k, 1)]);
-    }
+    tests.l1_message_passing();
+    tests.l2_many_fields();
+    tests.l3_transitive_chain();
+    tests.l4_release_orders_reads();
+    tests.l5_store_buffering();
+    tests.l6_iriw();
+    tests.l7_real_time();
+    tests.l8_coherence();
+    tests.l9_faa_and_cas();
+    tests.l10_rmw_flags();
+    tests.l11_mixed_key();
+    let Litmus { programs, checks, .. } = tests;
 
     let mut recorder = Recorder::new();
     let (results, finished) = run(&mut world, &mut recorder, programs, 20_000 * MS);
@@ -361,6 +162,239 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
     finish(report, &world, &mut recorder, "litmus");
     if config.keep_history {
         report.history = Some(recorder.history());
+    }
+}
+
+/// The litmus tests as they are laid out: their programs, each on its own keys
+/// (L`n` on keys `100n` and up), and their forbidden-outcome checks.
+struct Litmus {
+    members: Vec<NodeId>,
+    rng: Rng,
+    programs: Vec<Program>,
+    checks: Vec<Check>,
+    next_session: u64,
+    next_value: u64,
+}
+
+impl Litmus {
+    fn new(members: Vec<NodeId>, rng: Rng) -> Litmus {
+        let (programs, checks) = (Vec::new(), Vec::new());
+        Litmus { members, rng, programs, checks, next_session: 1, next_value: 1 << 40 }
+    }
+
+    /// A random node, not one of `avoid` unless every node is.
+    fn pick(&mut self, avoid: &[NodeId]) -> NodeId {
+        loop {
+            let node = self.members[self.rng.below(self.members.len() as u64) as usize];
+            if !avoid.contains(&node) || avoid.len() >= self.members.len() {
+                return node;
+            }
+        }
+    }
+
+    /// A value no other write writes.
+    fn fresh(&mut self) -> u64 {
+        self.next_value += 1;
+        self.next_value
+    }
+
+    /// A program of a new session at `node`; its index.
+    fn add(&mut self, node: NodeId, steps: Vec<Step>) -> usize {
+        self.programs.push(Program { node, session: self.next_session, steps });
+        self.next_session += 1;
+        self.programs.len() - 1
+    }
+
+    /// L1: message passing.
+    fn l1_message_passing(&mut self) {
+        let (x, f) = (100, 101);
+        let (vx, vf) = (self.fresh(), self.fresh());
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        self.add(a, vec![w(x, vx), rel(f, vf)]);
+        let p = self.add(b, vec![await_acq(f, vf), r(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            (done(res, p, 1) && read(res, p, 1) != Some(vx)).then(|| {
+                format!("L1: acquired the flag, then read x={:?}, not {vx}", read(res, p, 1))
+            })
+        }));
+    }
+
+    /// L2: message passing with many fields.
+    fn l2_many_fields(&mut self) {
+        let f = 240;
+        let fields: Vec<(u64, u64)> = (200..220).map(|k| (k, self.fresh())).collect();
+        let vf = self.fresh();
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let mut writer: Vec<Step> = fields.iter().map(|&(k, v)| w(k, v)).collect();
+        writer.push(rel(f, vf));
+        self.add(a, writer);
+        let mut reader = vec![await_acq(f, vf)];
+        reader.extend(fields.iter().map(|&(k, _)| r(k)));
+        let p = self.add(b, reader);
+        self.checks.push(Box::new(move |res, _| {
+            fields
+                .iter()
+                .enumerate()
+                .find(|(i, (_, v))| done(res, p, i + 1) && read(res, p, i + 1) != Some(*v))
+                .map(|(i, (k, v))| {
+                    format!("L2: field k{k} read {:?} after the flag, not {v}", read(res, p, i + 1))
+                })
+        }));
+    }
+
+    /// L3: a transitive chain over three nodes.
+    fn l3_transitive_chain(&mut self) {
+        let (x, f1, f2) = (300, 301, 302);
+        let (vx, v1, v2) = (self.fresh(), self.fresh(), self.fresh());
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let c = self.pick(&[a, b]);
+        self.add(a, vec![w(x, vx), rel(f1, v1)]);
+        self.add(b, vec![await_acq(f1, v1), rel(f2, v2)]);
+        let p = self.add(c, vec![await_acq(f2, v2), r(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            (done(res, p, 1) && read(res, p, 1) != Some(vx))
+                .then(|| format!("L3: end of the chain read x={:?}, not {vx}", read(res, p, 1)))
+        }));
+    }
+
+    /// L4: a release orders earlier reads, an acquire later writes.
+    fn l4_release_orders_reads(&mut self) {
+        let (x, f) = (400, 401);
+        let (vx, vf) = (self.fresh(), self.fresh());
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let p = self.add(a, vec![r(x), rel(f, vf)]);
+        self.add(b, vec![await_acq(f, vf), w(x, vx)]);
+        self.checks.push(Box::new(move |res, _| {
+            (read(res, p, 0) == Some(vx))
+                .then(|| "L4: a read before the release saw a write after the acquire".to_string())
+        }));
+    }
+
+    /// L5: store buffering on synchronization.
+    fn l5_store_buffering(&mut self) {
+        let (x, y) = (500, 501);
+        let (vx, vy) = (self.fresh(), self.fresh());
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let p = self.add(a, vec![rel(x, vx), acq(y)]);
+        let q = self.add(b, vec![rel(y, vy), acq(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            (done(res, p, 1)
+                && done(res, q, 1)
+                && read(res, p, 1).is_none()
+                && read(res, q, 1).is_none())
+            .then(|| "L5: both acquires read the initial value".to_string())
+        }));
+    }
+
+    /// L6: IRIW on releases and acquires.
+    fn l6_iriw(&mut self) {
+        let (x, y) = (600, 601);
+        let (vx, vy) = (self.fresh(), self.fresh());
+        let nodes: Vec<NodeId> = (0..4).map(|_| self.pick(&[])).collect();
+        self.add(nodes[0], vec![rel(x, vx)]);
+        self.add(nodes[1], vec![rel(y, vy)]);
+        let p = self.add(nodes[2], vec![acq(x), acq(y)]);
+        let q = self.add(nodes[3], vec![acq(y), acq(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            let all = done(res, p, 1) && done(res, q, 1);
+            let p_saw = read(res, p, 0) == Some(vx) && read(res, p, 1).is_none();
+            let q_saw = read(res, q, 0) == Some(vy) && read(res, q, 1).is_none();
+            (all && p_saw && q_saw)
+                .then(|| "L6: the two readers disagree on the order of the releases".to_string())
+        }));
+    }
+
+    /// L7: real time between releases and acquires.
+    fn l7_real_time(&mut self) {
+        let x = 700;
+        let vx = self.fresh();
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let writer = self.add(a, vec![rel(x, vx)]);
+        let p = self.add(b, vec![Step::After { program: writer, step: 0 }, acq(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            (done(res, p, 1) && read(res, p, 1) != Some(vx)).then(|| {
+                format!("L7: an acquire after the release completed read {:?}", read(res, p, 1))
+            })
+        }));
+    }
+
+    /// L8: per-key coherence, and convergence once quiet (checked after the run).
+    fn l8_coherence(&mut self) {
+        let x = 800;
+        let values: Vec<u64> = (0..4).map(|_| self.fresh()).collect();
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        self.add(a, values.iter().map(|&v| w(x, v)).collect());
+        self.add(b, (0..6).map(|_| r(x)).collect());
+    }
+
+    /// L9: FAA totals, and one winner among CASes from absent.
+    fn l9_faa_and_cas(&mut self) {
+        let (c, lock) = (900, 901);
+        let per = 4;
+        let mut faas = Vec::new();
+        let mut cases = Vec::new();
+        for node in self.members.clone() {
+            faas.push(self.add(node, (0..per).map(|_| faa(c, 1)).collect()));
+            let v = self.fresh();
+            let cas = KiteOp::Cas { key: key(lock), expected: None, new: value(v), strong: true };
+            cases.push(self.add(node, vec![Step::Op(cas)]));
+        }
+        let total = per * self.members.len() as u64;
+        let check_node = self.members[0];
+        let reader = self.add(check_node, {
+            let mut steps: Vec<Step> =
+                faas.iter().map(|&p| Step::After { program: p, step: per as usize - 1 }).collect();
+            steps.push(acq(c));
+            steps
+        });
+        self.checks.push(Box::new(move |res, _| {
+            let final_step = faas.len();
+            if done(res, reader, final_step) && read(res, reader, final_step) != Some(total) {
+                return Some(format!(
+                    "L9: {total} FAAs, counter reads {:?}",
+                    read(res, reader, final_step)
+                ));
+            }
+            let winners = cases
+                .iter()
+                .filter(|&&p| res[p][0].as_ref().is_some_and(|s| s.wrote.is_some()))
+                .count();
+            let all = cases.iter().all(|&p| done(res, p, 0));
+            (all && winners != 1).then(|| format!("L9: {winners} CASes from absent succeeded"))
+        }));
+    }
+
+    /// L10: message passing with RMWs as the release and the acquire.
+    fn l10_rmw_flags(&mut self) {
+        let (x, f) = (1000, 1001);
+        let vx = self.fresh();
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        self.add(a, vec![w(x, vx), faa(f, 1)]);
+        let p = self.add(b, vec![Step::AwaitFaa { key: f, at_least: 1 }, r(x)]);
+        self.checks.push(Box::new(move |res, _| {
+            (done(res, p, 1) && read(res, p, 1) != Some(vx))
+                .then(|| format!("L10: after the FAA flag, x={:?}, not {vx}", read(res, p, 1)))
+        }));
+    }
+
+    /// L11: RMWs, relaxed writes and releases on one key (replicas agree; checked after).
+    fn l11_mixed_key(&mut self) {
+        let k = 1100;
+        let a = self.pick(&[]);
+        let b = self.pick(&[a]);
+        let c = self.pick(&[a, b]);
+        self.add(a, vec![faa(k, 1), faa(k, 1), faa(k, 1)]);
+        let (v1, v2, v3) = (self.fresh(), self.fresh(), self.fresh());
+        self.add(b, vec![w(k, v1), rel(k, v2), w(k, v3)]);
+        self.add(c, vec![faa(k, 1), faa(k, 1)]);
     }
 }
 
