@@ -578,92 +578,16 @@ fn general_body<E: SimEngine<Config = Config>>(
     slot: &mut Option<World<E>>,
 ) {
     let mut rng = Rng::new(config.seed);
-    let mut world_config = world_config(&mut rng, config.hard_state_mode);
-    let variety = add_variety(&mut world_config, config.seed);
-    if config.lease_race && world_config.nodes != 5 {
-        world_config.nodes = 5;
-        world_config.engine = engine_config(5);
-    }
-    if config.wide_area {
-        make_wide_area(&mut world_config, &mut rng);
-    }
-    if config.hasty_removal {
-        make_removal_hasty(&mut world_config.engine);
-    }
-    world_config.engine.unsafe_release_unasked = config.release_unasked;
-    world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
-    world_config.engine.unsafe_skip_dedup = config.skip_dedup;
-    world_config.engine.unsafe_accept_expired_sessions = config.accept_expired_sessions;
-    world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
-    world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
-    let sessions = add_sessions(&mut world_config, config.seed);
-    add_stalls(&mut world_config, config.seed);
-    add_tight_budgets(&mut world_config, config.seed);
-    if config.lease_race {
-        world_config.net.stall_ppm = 50_000;
-        world_config.net.stall_ns_max = 3_000_000_000;
-    }
-    add_crash_kinds(&mut world_config, config.seed, config.clock_reboots);
+    let (world_config, variety, sessions) = general_world(config, &mut rng);
     let active_set_target = world_config.engine.active_set_target;
-    world_config.keyspaces = config.keyspaces;
-    world_config.spread_leaders = config.keyspaces > 1;
-    world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
-    if config.unchecked_view_reads {
-        world_config.reads_off_loop_ppm = 1_000_000;
-        world_config.engine.unsafe_view_reads_unchecked = true;
-    }
-    if config.corruption == Corruption::HardStates {
-        // Make the lost vote matter: a fifth of the voters crash right after voting.
-        world_config.crash_after_vote_ppm = 200_000;
-    }
-    if config.hard_state_mode == HardStateMode::SkipSync {
-        // Make the skipped fsync matter: voters crash right after voting, often.
-        world_config.crash_after_vote_ppm = 1_000_000;
-    }
     let world: &mut World<E> = slot.insert(World::new(world_config, rng.next_u64()));
     world.corruption = config.corruption;
     world.unsafe_fast_drift_ppm = config.fast_clocks.then_some(FAST_CLOCK_PPM);
     if config.faults && !config.partitioned_reads {
         world.add_storage_faults(config.seed ^ 0x5709_A6E0_0000_0006, config.load_ns);
     }
-    let mut workload = general_workload(&mut rng);
-    workload.keyspaces = config.keyspaces;
-    // Half of the writes that reach their deadline are retried with the same pair at
-    // another node (drawn apart, so the rest of the seed is unchanged).
-    workload.retry_ppm = 500_000;
-    workload.retry_seed = config.seed ^ 0x2E72_1E50_0000_0004;
+    let (mut workload, faults) = general_load(config, &mut rng);
     workload.sessions = sessions;
-    if config.transactions {
-        workload.txn_ppm = TXN_OPS_PPM;
-        workload.txn_seed = config.seed ^ 0x7A2_5AC7_0000_0008;
-    }
-    if config.correctables {
-        workload.invoke_ppm = 500_000;
-        workload.invoke_seed = config.seed ^ 0xC0_44EC_7AB1_0000;
-        workload.unsafe_stale_final_view = config.stale_final_view;
-    }
-    let mut faults = NemesisConfig::all();
-    faults.aim_leader_ppm = config.aim_leader_ppm;
-    if config.lease_race {
-        faults.bridge_ppm = 700_000;
-        faults.link_stall_ppm = 600_000;
-        faults.aim_leader_ppm = 333_333;
-    }
-    faults.aim_seed = config.seed ^ 0xA1_3ED0_0000_0005;
-    if config.partitioned_reads {
-        // Aim at the hole hasty removal opens: partitioned followers serving reads.
-        workload.levels = vec![ReadLevel::Monotonic];
-        workload.durabilities = vec![Durability::Memory];
-        faults = NemesisConfig { crash: false, pause: false, slow_disk: false, ..faults };
-    }
-    if config.wide_area {
-        // Faults and client patience on the scale of WAN elections (1 to 2 s).
-        faults.gap_ns_min *= 5;
-        faults.gap_ns_max *= 5;
-        faults.duration_ns_min *= 3;
-        faults.duration_ns_max *= 3;
-        workload.op_timeout_ns *= 3;
-    }
     let op_timeout_ns = workload.op_timeout_ns;
     let mut clients = Clients::new(workload, rng.fork());
     if config.tickets {
@@ -698,13 +622,114 @@ fn general_body<E: SimEngine<Config = Config>>(
         await_leases(world, &mut clients, &mut nemesis, active_set_target);
     }
     finish(world, &clients, converged, config.keep_history, report);
+    report_faults_and_paths(world, &clients, &mut nemesis, variety, report);
+}
+
+/// The general scenario's cluster, drawn from the seed (with the variety, stalls, tight
+/// budgets and crash kinds drawn apart) and the run's options and negative controls; with
+/// the variety drawn and whether clients write under sessions.
+fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<String>, bool) {
+    let mut world_config = world_config(rng, config.hard_state_mode);
+    let variety = add_variety(&mut world_config, config.seed);
+    if config.lease_race && world_config.nodes != 5 {
+        world_config.nodes = 5;
+        world_config.engine = engine_config(5);
+    }
+    if config.wide_area {
+        make_wide_area(&mut world_config, rng);
+    }
+    if config.hasty_removal {
+        make_removal_hasty(&mut world_config.engine);
+    }
+    world_config.engine.unsafe_release_unasked = config.release_unasked;
+    world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
+    world_config.engine.unsafe_skip_dedup = config.skip_dedup;
+    world_config.engine.unsafe_accept_expired_sessions = config.accept_expired_sessions;
+    world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
+    world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
+    let sessions = add_sessions(&mut world_config, config.seed);
+    add_stalls(&mut world_config, config.seed);
+    add_tight_budgets(&mut world_config, config.seed);
+    if config.lease_race {
+        world_config.net.stall_ppm = 50_000;
+        world_config.net.stall_ns_max = 3_000_000_000;
+    }
+    add_crash_kinds(&mut world_config, config.seed, config.clock_reboots);
+    world_config.keyspaces = config.keyspaces;
+    world_config.spread_leaders = config.keyspaces > 1;
+    world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
+    if config.unchecked_view_reads {
+        world_config.reads_off_loop_ppm = 1_000_000;
+        world_config.engine.unsafe_view_reads_unchecked = true;
+    }
+    if config.corruption == Corruption::HardStates {
+        // Make the lost vote matter: a fifth of the voters crash right after voting.
+        world_config.crash_after_vote_ppm = 200_000;
+    }
+    if config.hard_state_mode == HardStateMode::SkipSync {
+        // Make the skipped fsync matter: voters crash right after voting, often.
+        world_config.crash_after_vote_ppm = 1_000_000;
+    }
+    (world_config, variety, sessions)
+}
+
+/// The general scenario's workload and faults, with the run's options.
+fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, NemesisConfig) {
+    let mut workload = general_workload(rng);
+    workload.keyspaces = config.keyspaces;
+    // Half of the writes that reach their deadline are retried with the same pair at
+    // another node (drawn apart, so the rest of the seed is unchanged).
+    workload.retry_ppm = 500_000;
+    workload.retry_seed = config.seed ^ 0x2E72_1E50_0000_0004;
+    if config.transactions {
+        workload.txn_ppm = TXN_OPS_PPM;
+        workload.txn_seed = config.seed ^ 0x7A2_5AC7_0000_0008;
+    }
+    if config.correctables {
+        workload.invoke_ppm = 500_000;
+        workload.invoke_seed = config.seed ^ 0xC0_44EC_7AB1_0000;
+        workload.unsafe_stale_final_view = config.stale_final_view;
+    }
+    let mut faults = NemesisConfig::all();
+    faults.aim_leader_ppm = config.aim_leader_ppm;
+    if config.lease_race {
+        faults.bridge_ppm = 700_000;
+        faults.link_stall_ppm = 600_000;
+        faults.aim_leader_ppm = 333_333;
+    }
+    faults.aim_seed = config.seed ^ 0xA1_3ED0_0000_0005;
+    if config.partitioned_reads {
+        // Aim at the hole hasty removal opens: partitioned followers serving reads.
+        workload.levels = vec![ReadLevel::Monotonic];
+        workload.durabilities = vec![Durability::Memory];
+        faults = NemesisConfig { crash: false, pause: false, slow_disk: false, ..faults };
+    }
+    if config.wide_area {
+        // Faults and client patience on the scale of WAN elections (1 to 2 s).
+        faults.gap_ns_min *= 5;
+        faults.gap_ns_max *= 5;
+        faults.duration_ns_min *= 3;
+        faults.duration_ns_max *= 3;
+        workload.op_timeout_ns *= 3;
+    }
+    (workload, faults)
+}
+
+/// What the run injected and reached, into its report.
+fn report_faults_and_paths<E: SimEngine>(
+    world: &World<E>,
+    clients: &Clients,
+    nemesis: &mut Nemesis,
+    variety: Vec<String>,
+    report: &mut RunReport,
+) {
     report.faults = std::mem::take(&mut nemesis.log);
     report.faults.extend(variety);
     if let Some((node, damage, index)) = world.corrupted {
         report.faults.push(format!("corrupt {node}: {} (synced through {index})", damage.name()));
     }
     let from_finish = std::mem::take(&mut report.reached);
-    report.reached = reached(world, &nemesis, clients.retries);
+    report.reached = reached(world, nemesis, clients.retries);
     report.reached.extend(from_finish);
     report.reached.insert("invocation".into(), clients.invocations);
     for (outcome, n) in &clients.txn_outcomes {
