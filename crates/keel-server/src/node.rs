@@ -270,7 +270,36 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
     let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
-    let limits = shared_limits(&config)?;
+    let bulk = BulkRuntime::start(&config);
+    let door = front_door(&config, &keyspaces, bulk.handle())?;
+    if let Some(listener) = client_listener {
+        tokio::spawn(crate::front_door::serve(listener, door.clone(), None));
+    }
+    if let Some(listener) = tls_listener {
+        tokio::spawn(crate::front_door::serve(listener, door, tls));
+    }
+    if let Some(listener) = http_listener {
+        tokio::spawn(crate::http::serve(listener, keyspaces.clone(), http_access));
+    }
+    tracing::info!(node = %me, clients = ?config.client_plaintext.then_some(config.client_addr), tls = ?config.client_tls_addr, peers = %config.peer_addr(),
+        http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
+    let result = tokio::spawn(run_loops(loops))
+        .await
+        .unwrap_or_else(|e| Err(format!("the engine loops ended abnormally: {e}")))
+        .map_err(NodeError::Storage);
+    tracing::info!(node = %me, ok = result.is_ok(), "stopped");
+    result
+}
+
+/// The client front door of a node serving `keyspaces`: its users and logins, its bounds
+/// on connections, requests and replies, and the runtime (`bulk`) large replies are
+/// encoded on.
+fn front_door(
+    config: &ServerConfig,
+    keyspaces: &Arc<Keyspaces>,
+    bulk: Option<tokio::runtime::Handle>,
+) -> Result<Arc<FrontDoor>, NodeError> {
+    let limits = shared_limits(config)?;
     let users = Arc::new(crate::acl::Users::new(&config.users).map_err(|reason| {
         NodeError::Config(crate::config::ConfigError::Invalid { field: "users".into(), reason })
     })?);
@@ -278,15 +307,14 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     if loopback_only && !config.client_addr.ip().is_loopback() {
         tracing::warn!("protected mode: no [[users]], so only loopback clients are served");
     }
-    let bulk = BulkRuntime::start(&config);
     let login = Arc::new(crate::login::Login::new(users.clone(), keyspaces.node_metrics.clone()));
     tokio::spawn(crate::login::log_failures(Arc::downgrade(&login)));
     let unauthenticated = users.required().then(|| {
         let max = config.unauthenticated_max() as usize;
         Arc::new(Unauthenticated::new(max, keyspaces.node_metrics.clone()))
     });
-    let door = Arc::new(FrontDoor {
-        bulk: bulk.handle(),
+    Ok(Arc::new(FrontDoor {
+        bulk,
         login,
         auth_timeout: std::time::Duration::from_millis(config.auth_timeout_ms),
         unauthenticated,
@@ -313,24 +341,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
             .min(Semaphore::MAX_PERMITS),
         )),
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
-    });
-    if let Some(listener) = client_listener {
-        tokio::spawn(crate::front_door::serve(listener, door.clone(), None));
-    }
-    if let Some(listener) = tls_listener {
-        tokio::spawn(crate::front_door::serve(listener, door, tls));
-    }
-    if let Some(listener) = http_listener {
-        tokio::spawn(crate::http::serve(listener, keyspaces.clone(), http_access));
-    }
-    tracing::info!(node = %me, clients = ?config.client_plaintext.then_some(config.client_addr), tls = ?config.client_tls_addr, peers = %config.peer_addr(),
-        http = ?config.http_addr, keyspaces = keyspaces.iter().count(), "serving");
-    let result = tokio::spawn(run_loops(loops))
-        .await
-        .unwrap_or_else(|e| Err(format!("the engine loops ended abnormally: {e}")))
-        .map_err(NodeError::Storage);
-    tracing::info!(node = %me, ok = result.is_ok(), "stopped");
-    result
+    }))
 }
 
 /// The Kite engine's configuration for keyspace `spec` on this node: the members, the
