@@ -110,8 +110,10 @@ fn incarnation(persisted: &HardState, seed: u64) -> Result<u32, BootError> {
             let draw = SplitMix64::new(seed ^ 0x6b69_7465_696e_6361).below(1 << 31);
             Ok(u32::try_from(draw + 1).expect("below 2^31 + 1"))
         }
-        last => u32::try_from(last + 1)
-            .map_err(|_| BootError::Persisted(format!("incarnation {last} is the last one"))),
+        last => last
+            .checked_add(1)
+            .and_then(|next| u32::try_from(next).ok())
+            .ok_or_else(|| BootError::Persisted(format!("incarnation {last} is the last one"))),
     }
 }
 

@@ -274,6 +274,30 @@ fn the_gate_drops_forged_messages_with_a_reason() {
     };
     let out = net.node(1).step(Time(0), Input::Message { from: NodeId(2), message: huge });
     assert_eq!(out.rejected[0].reason, "key too large");
+    // An outcome no record makes: written four read-modify-writes past what it read.
+    let read_stamp = Stamp { version: 1, writer: 2 << 32, rmw: 5 };
+    let outcome = RmwOutcome {
+        seq: 1,
+        read: None,
+        read_stamp,
+        value: v("1"),
+        stamp: Stamp { rmw: 9, ..read_stamp },
+        digest: 0,
+    };
+    let promise = Message::Promise {
+        round: 1,
+        by: Origin { incarnation: 0, view: None },
+        ok: true,
+        promised: Ballot { round: 1, proposer: 1 << 32 },
+        accepted: None,
+        value: None,
+        stamp: Stamp::ZERO,
+        outcome: Some(outcome),
+        made_by: None,
+        delinquent: None,
+    };
+    let out = net.node(1).step(Time(0), Input::Message { from: NodeId(2), message: promise });
+    assert_eq!(out.rejected[0].reason, "outcome not written after what it read");
     assert!(net.node(1).status().keys == 0, "nothing applied");
 }
 
@@ -1387,4 +1411,20 @@ fn requests_of_another_engine_kind_are_refused_before_any_step() {
         matches!(&orca, Err(KeelError::InvalidArgument(why)) if why.contains("ACQUIRE")),
         "{orca:?}"
     );
+}
+
+/// A hard state that says the last incarnation was the last one there can be (a damaged
+/// disk) refuses to boot instead of starting over at incarnation 0.
+#[test]
+fn a_persisted_incarnation_with_no_successor_refuses_to_boot() {
+    use crate::engine::{BootError, Engine, PersistedState};
+    let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+    for last in [u64::from(u32::MAX), u64::MAX] {
+        let hard_state =
+            keel_types::HardState { epoch: keel_types::Epoch(last), ..Default::default() };
+        let persisted = PersistedState { hard_state, ..Default::default() };
+        let config = Config::new(NodeId(1), members.clone());
+        let booted = <KiteEngine as Engine>::boot(config, persisted, 7, Time(0));
+        assert!(matches!(booted, Err(BootError::Persisted(_))), "{last}");
+    }
 }

@@ -179,8 +179,14 @@ impl Rules<'_> {
         }
     }
 
+    /// An outcome as a record makes it ([`RmwRecord::well_formed`]): written right after
+    /// the stamp it read, or keeping it (a failure).
     fn outcome(&self, o: &RmwOutcome) -> Check {
         self.stamp(&o.stamp)?;
+        self.stamp(&o.read_stamp)?;
+        if o.stamp != o.read_stamp && o.stamp != o.read_stamp.next_rmw() {
+            return Err("outcome not written after what it read");
+        }
         self.value(&o.value)?;
         self.value_opt(o.read.as_ref())
     }
@@ -193,6 +199,7 @@ impl Rules<'_> {
 
     fn record(&self, r: &RmwRecord) -> Check {
         self.stamp(&r.stamp)?;
+        self.stamp(&r.read_stamp)?;
         self.value(&r.value)?;
         self.value_opt(r.read.as_ref())?;
         if r.skipped.len() > SKIPPED_MAX || r.settled.len() > SKIPPED_MAX {
