@@ -20,8 +20,8 @@
 
 use crate::time::Time;
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, Entry, HardState, KeelError, LogIndex, NodeId,
-    ReadLevel, RequestId, SnapshotMeta,
+    ClientId, Command, CommandResult, Durability, Entry, HardState, KeelError, LogIndex, LogRecord,
+    NodeId, ReadLevel, RequestId, SnapshotMeta,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -217,27 +217,36 @@ impl HeldValue for ClientReply {
     }
 }
 
-/// Everything a node recovered from its disk at start-up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PersistedState {
-    /// The epoch and vote.
+/// Everything a node recovered from its disk at start-up: its hard state, its newest
+/// snapshot and its log of records `L`, the engine's [`Engine::Record`] (the leader
+/// engine's log entries; none for an engine that keeps no log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistedState<L = Entry> {
+    /// The epoch (a leader engine's term, a leaderless engine's incarnation), the vote if
+    /// the engine elects, and the repair floor storage set if it cut a damaged log.
     pub hard_state: HardState,
     /// The newest valid snapshot, with its bytes as produced by the engine.
     pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    /// The longest valid prefix of log entries after the snapshot, in order.
-    pub entries: Vec<Entry>,
+    /// The longest valid prefix of log records after the snapshot, in order.
+    pub entries: Vec<L>,
+}
+
+impl<L> Default for PersistedState<L> {
+    fn default() -> Self {
+        PersistedState { hard_state: HardState::default(), snapshot: None, entries: Vec::new() }
+    }
 }
 
 /// A snapshot's encoding, shared between the engine and its driver without a copy.
 pub type SnapshotBytes = Arc<Vec<u8>>;
 
-/// Something large the engine let go of (see [`Outputs::release`]).
+/// Something large the engine let go of (see [`Outputs::release`]); `L` is its log record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Release {
+pub enum Release<L = Entry> {
     /// A snapshot encoding (the last reference, unless the driver still holds one).
     Snapshot(SnapshotBytes),
-    /// Log entries a snapshot now covers.
-    Entries(VecDeque<Entry>),
+    /// Log records a snapshot now covers.
+    Entries(VecDeque<L>),
 }
 
 /// A peer message the validation gate dropped: who sent it and why. Drivers count these
@@ -286,7 +295,9 @@ pub enum Input<M, Q> {
 }
 
 /// What an engine asks its driver to do, in the order the driver must do it. `M` is the
-/// engine's peer message, `R` its client reply.
+/// engine's peer message, `R` its client reply, `L` its log record ([`Engine::Record`]).
+/// The log fields (2 to 4) are every engine's: an engine that keeps no log leaves them
+/// empty.
 ///
 /// 1. `hard_state`: make durable **before** sending any message in `messages` (of this
 ///    step or any later one). Replies wait with the messages.
@@ -309,13 +320,13 @@ pub enum Input<M, Q> {
 /// 8. `rejected`: count and log.
 /// 9. Call [`Input::Tick`] no later than `wake_at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outputs<M, R> {
+pub struct Outputs<M, R, L = Entry> {
     /// Hard state to make durable before any message is sent.
     pub hard_state: Option<HardState>,
     /// Remove every log entry after this index (conflicting suffix).
     pub truncate_after: Option<LogIndex>,
-    /// Entries to append to the log, in index order, contiguous with what is there.
-    pub append: Vec<Entry>,
+    /// Records to append to the log, in index order, contiguous with what is there.
+    pub append: Vec<L>,
     /// Fsync the log through this index, then report [`Input::LogSynced`].
     pub sync_through: Option<LogIndex>,
     /// A snapshot to persist, with the engine's encoding of the state (shared with the
@@ -326,7 +337,7 @@ pub struct Outputs<M, R> {
     /// Memory the engine no longer holds: snapshot encodings and compacted log entries.
     /// Freeing it can take as long as the state is large, which a driver may do off its
     /// loop (or simply drop it).
-    pub release: Vec<Release>,
+    pub release: Vec<Release<L>>,
     /// Messages to peers.
     pub messages: Vec<(NodeId, M)>,
     /// Replies to clients of this node.
@@ -337,7 +348,11 @@ pub struct Outputs<M, R> {
     pub wake_at: Option<Time>,
 }
 
-impl<M, R> Default for Outputs<M, R> {
+/// The outputs of engine `E`'s steps.
+pub type OutputsOf<E> =
+    Outputs<<E as Engine>::Message, <E as Engine>::Reply, <E as Engine>::Record>;
+
+impl<M, R, L> Default for Outputs<M, R, L> {
     fn default() -> Self {
         Outputs {
             hard_state: None,
@@ -355,7 +370,7 @@ impl<M, R> Default for Outputs<M, R> {
     }
 }
 
-impl<M, R> Outputs<M, R> {
+impl<M, R, L> Outputs<M, R, L> {
     /// Whether nothing was asked for but (perhaps) a wake-up: the state an engine's
     /// output buffer must be in between two steps.
     pub fn is_empty(&self) -> bool {
@@ -462,13 +477,16 @@ pub trait Engine: Sized + Send + 'static {
     type Reply: Clone + fmt::Debug + Send + 'static + Into<ClientReply> + HeldValue;
     /// Its externally visible state, typed (for tests and the simulator's checks).
     type Status: Clone + fmt::Debug + Send + 'static;
+    /// What its log holds on disk (the leader engine: its log entries); an engine that
+    /// keeps no log names `keel_types::NoRecord`. Storage is generic over it.
+    type Record: LogRecord;
 
     /// Starts a node from what its disk recovered, at local time `now`; `seed` feeds all
     /// of its randomness. Fails on an invalid configuration, or on persisted state the
     /// engine cannot have written.
     fn boot(
         config: Self::Config,
-        persisted: PersistedState,
+        persisted: PersistedState<Self::Record>,
         seed: u64,
         now: Time,
     ) -> Result<Self, BootError>;
@@ -479,7 +497,12 @@ pub trait Engine: Sized + Send + 'static {
         &mut self,
         now: Time,
         input: Input<Self::Message, Self::Request>,
-    ) -> Outputs<Self::Message, Self::Reply>;
+    ) -> Outputs<Self::Message, Self::Reply, Self::Record>;
+
+    /// Panics if the engine's state breaks an invariant its code relies on. Cheap enough
+    /// to run after every step: the simulator does, for every engine, after every input
+    /// it delivers (and engines may run it themselves in debug builds).
+    fn check_invariants(&self);
 
     /// The stateless half of the validation gate: whether `message` is well formed for
     /// this engine kind whatever the receiver's state (epochs and indexes in range,
@@ -508,9 +531,9 @@ pub trait Engine: Sized + Send + 'static {
         None
     }
 
-    /// Up to `count` log entries from `from` (none below the snapshot), and the index the
+    /// Up to `count` log records from `from` (none below the snapshot), and the index the
     /// newest snapshot covers; engines without a log return none.
-    fn log_page(&self, from: LogIndex, count: usize) -> (Vec<Entry>, LogIndex) {
+    fn log_page(&self, from: LogIndex, count: usize) -> (Vec<Self::Record>, LogIndex) {
         let _ = (from, count);
         (Vec::new(), LogIndex::ZERO)
     }

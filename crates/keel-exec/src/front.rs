@@ -20,8 +20,9 @@
 use crate::op::{Completion, DiskInput, StorageOp};
 use keel_core::engine::{Outputs, Rejection, Release, SnapshotBytes};
 use keel_core::time::Time;
-use keel_types::{LogIndex, NodeId, SnapshotMeta};
+use keel_types::{Entry, LogIndex, NodeId, SnapshotMeta};
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 
 /// Most truncations remembered for clamping fsync reports (older ones are folded into
 /// the next: only the lowest clamp matters).
@@ -31,14 +32,14 @@ const _: () = assert!(TRUNCATIONS_TRACKED_MAX >= 2);
 
 /// What the driver does now, after one step.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Effects<M, R> {
+pub struct Effects<M, R, L = Entry> {
     /// Storage operations to hand the worker, in order (numbered).
-    pub ops: Vec<(u64, StorageOp)>,
+    pub ops: Vec<(u64, StorageOp<L>)>,
     /// A snapshot this node took, to write and sync under its temporary name off the
     /// worker; then call [`Front::prepared`].
     pub prepare: Option<(SnapshotMeta, SnapshotBytes)>,
     /// Memory to free, anywhere.
-    pub release: Vec<Release>,
+    pub release: Vec<Release<L>>,
     /// Messages that may leave now.
     pub messages: Vec<(NodeId, M)>,
     /// Replies that may leave now.
@@ -63,10 +64,10 @@ pub struct Completed<M, R> {
     pub input: Option<DiskInput>,
 }
 
-/// The executor's half on the engine loop, for engines whose messages are `M` and
-/// replies `R`.
+/// The executor's half on the engine loop, for engines whose messages are `M`, replies
+/// `R` and log records `L`.
 #[derive(Debug)]
-pub struct Front<M, R> {
+pub struct Front<M, R, L = Entry> {
     seq_next: u64,
     /// Truncations queued and not yet covered by a reported fsync, `(seq, index)`.
     truncations: VecDeque<(u64, LogIndex)>,
@@ -81,13 +82,14 @@ pub struct Front<M, R> {
     /// drops them (the protocol retries).
     held_messages_max: usize,
     clamp_truncations: bool,
+    record: PhantomData<fn() -> L>,
 }
 
-impl<M, R> Front<M, R> {
+impl<M, R, L> Front<M, R, L> {
     /// A front whose first operation is numbered 1. `held_messages_max` bounds how many
     /// messages wait behind an unsynced hard state (more are dropped, as a lossy network
     /// would: the protocol retries).
-    pub fn new(held_messages_max: usize) -> Front<M, R> {
+    pub fn new(held_messages_max: usize) -> Front<M, R, L> {
         assert!(held_messages_max >= 1);
         Front {
             seq_next: 1,
@@ -97,17 +99,18 @@ impl<M, R> Front<M, R> {
             held_replies: Vec::new(),
             held_messages_max,
             clamp_truncations: true,
+            record: PhantomData,
         }
     }
 
     /// For negative-control tests only: report fsyncs unclamped by the truncations that
     /// followed them, so a simulator can show that the clamp is needed. Never in a server.
-    pub fn unsafe_skip_truncation_clamp(mut self) -> Front<M, R> {
+    pub fn unsafe_skip_truncation_clamp(mut self) -> Front<M, R, L> {
         self.clamp_truncations = false;
         self
     }
 
-    fn number(&mut self, op: StorageOp, ops: &mut Vec<(u64, StorageOp)>) -> u64 {
+    fn number(&mut self, op: StorageOp<L>, ops: &mut Vec<(u64, StorageOp<L>)>) -> u64 {
         let seq = self.seq_next;
         self.seq_next += 1;
         ops.push((seq, op));
@@ -115,7 +118,7 @@ impl<M, R> Front<M, R> {
     }
 
     /// Turns one step's outputs into what the driver does now.
-    pub fn carry_out(&mut self, out: Outputs<M, R>) -> Effects<M, R> {
+    pub fn carry_out(&mut self, out: Outputs<M, R, L>) -> Effects<M, R, L> {
         let mut ops = Vec::new();
         if let Some(hard_state) = out.hard_state {
             let seq = self.number(StorageOp::HardState(hard_state), &mut ops);
@@ -184,7 +187,7 @@ impl<M, R> Front<M, R> {
 
     /// The snapshot handed out in [`Effects::prepare`] is written and synced under its
     /// temporary name (`len` data bytes): the operation that puts it in place.
-    pub fn prepared(&mut self, meta: SnapshotMeta, len: u64) -> (u64, StorageOp) {
+    pub fn prepared(&mut self, meta: SnapshotMeta, len: u64) -> (u64, StorageOp<L>) {
         let mut ops = Vec::with_capacity(1);
         self.number(StorageOp::Adopt(meta, len), &mut ops);
         ops.pop().expect("one operation")

@@ -30,28 +30,28 @@ pub const APPEND_HOLD_ENTRIES_MAX: usize = 1024;
 
 /// Appends held until a time, a count or another operation releases them.
 #[derive(Debug)]
-pub struct AppendHold {
+pub struct AppendHold<L = Entry> {
     /// How long the first held append waits at most, in nanoseconds (0: none is held).
     hold_ns: u64,
     /// Most entries held; the append that reaches it is released with the rest.
     entries_max: usize,
     /// The held entries, in log order, with the last append's sequence number.
-    held: Option<(u64, Vec<Entry>)>,
+    held: Option<(u64, Vec<L>)>,
     /// When the hold ends (set by the first held append).
     due: Option<Time>,
 }
 
-impl AppendHold {
+impl<L> AppendHold<L> {
     /// A hold of at most `hold_ns` nanoseconds and `entries_max` entries; with `hold_ns`
     /// 0 every operation passes at once.
-    pub fn new(hold_ns: u64, entries_max: usize) -> AppendHold {
+    pub fn new(hold_ns: u64, entries_max: usize) -> AppendHold<L> {
         assert!(entries_max >= 1, "an append holds at least one entry");
         AppendHold { hold_ns, entries_max, held: None, due: None }
     }
 
     /// Takes the next numbered operation (numbers increase) and puts in `out`, in order,
     /// what is to be handed to the worker now: nothing when the append is held.
-    pub fn push(&mut self, now: Time, op: (u64, StorageOp), out: &mut Vec<(u64, StorageOp)>) {
+    pub fn push(&mut self, now: Time, op: (u64, StorageOp<L>), out: &mut Vec<(u64, StorageOp<L>)>) {
         let (seq, op) = op;
         match op {
             StorageOp::Append(entries) if self.hold_ns > 0 => {
@@ -77,7 +77,7 @@ impl AppendHold {
     }
 
     /// Puts the held appends, merged into one, in `out` (nothing when none is held).
-    pub fn release(&mut self, out: &mut Vec<(u64, StorageOp)>) {
+    pub fn release(&mut self, out: &mut Vec<(u64, StorageOp<L>)>) {
         self.due = None;
         if let Some((seq, entries)) = self.held.take() {
             out.push((seq, StorageOp::Append(entries)));

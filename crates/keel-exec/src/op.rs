@@ -7,13 +7,13 @@ use keel_types::{Entry, HardState, LogIndex, SnapshotMeta};
 /// One piece of disk work. The front numbers them; the worker carries them out in that
 /// order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StorageOp {
+pub enum StorageOp<L = Entry> {
     /// Write and fsync the hard state; reported as [`Completion::HardStateSaved`].
     HardState(HardState),
     /// Remove every entry after the index (durably).
     TruncateAfter(LogIndex),
-    /// Append entries (buffered).
-    Append(Vec<Entry>),
+    /// Append log records (buffered): the engine's records, [`Entry`] for the leader engine.
+    Append(Vec<L>),
     /// Fsync the log, coalesced with every other sync of the batch (group commit);
     /// reported as [`Completion::Synced`].
     Sync,
@@ -26,7 +26,7 @@ pub enum StorageOp {
     Adopt(SnapshotMeta, u64),
 }
 
-impl StorageOp {
+impl<L> StorageOp<L> {
     /// Whether carrying the operation out ends with an fsync of its own (hard state,
     /// truncation, snapshots): what a virtual-time disk charges a sync for.
     pub fn syncs(&self) -> bool {

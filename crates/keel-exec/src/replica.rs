@@ -29,7 +29,7 @@ use crate::front::Front;
 use crate::hold::AppendHold;
 use crate::op::{Completion, DiskInput, StorageOp};
 use keel_core::engine::{
-    Engine, HeldValue, Input, Outputs, Rejection, Release, RoleView, SnapshotBytes,
+    Engine, HeldValue, Input, OutputsOf, Rejection, Release, RoleView, SnapshotBytes,
 };
 use keel_core::time::Time;
 use keel_types::{NodeId, SnapshotMeta};
@@ -67,7 +67,7 @@ pub trait Io<E: Engine> {
     /// worker; then call [`Replica::prepared`].
     fn prepare(&mut self, meta: SnapshotMeta, data: SnapshotBytes);
     /// Memory the engine let go of, to free anywhere.
-    fn release(&mut self, release: Vec<Release>) {
+    fn release(&mut self, release: Vec<Release<E::Record>>) {
         drop(release);
     }
     /// A peer message the engine's gate dropped.
@@ -80,7 +80,7 @@ pub trait Io<E: Engine> {
     }
     /// A step's outputs as the engine wrote them, before the front carries them out (for
     /// a host's checks and logs).
-    fn stepped(&mut self, outputs: &Outputs<E::Message, E::Reply>) {
+    fn stepped(&mut self, outputs: &OutputsOf<E>) {
         let _ = outputs;
     }
     /// The engine after a step and the carrying out of its outputs (for a host's checks).
@@ -151,10 +151,10 @@ impl<E> std::fmt::Debug for EngineCell<E> {
 /// One keyspace's engine on one node with the executor's loop-side state.
 pub struct Replica<E: Engine> {
     cell: Arc<EngineCell<E>>,
-    front: Front<E::Message, E::Reply>,
-    hold: AppendHold,
+    front: Front<E::Message, E::Reply, E::Record>,
+    hold: AppendHold<E::Record>,
     /// Disk operations the host is to hand its worker, in order.
-    ready: Vec<(u64, StorageOp)>,
+    ready: Vec<(u64, StorageOp<E::Record>)>,
     wake_at: Option<Time>,
     /// The role after the last step.
     role: RoleView,
@@ -188,7 +188,11 @@ where
 {
     /// A replica around a booted `engine`, with `front` (its bound on messages held
     /// behind a hard state) and `hold` (its append hold; one of 0 ns holds nothing).
-    pub fn new(engine: E, front: Front<E::Message, E::Reply>, hold: AppendHold) -> Replica<E> {
+    pub fn new(
+        engine: E,
+        front: Front<E::Message, E::Reply, E::Record>,
+        hold: AppendHold<E::Record>,
+    ) -> Replica<E> {
         let role = engine.role();
         let node = engine.node_id();
         let cell =
@@ -312,7 +316,7 @@ where
     }
 
     /// Moves the disk operations ready for the worker, in order, into `into`.
-    pub fn take_ready(&mut self, into: &mut Vec<(u64, StorageOp)>) {
+    pub fn take_ready(&mut self, into: &mut Vec<(u64, StorageOp<E::Record>)>) {
         into.append(&mut self.ready);
     }
 
@@ -357,7 +361,7 @@ where
         (self.shed, self.busy)
     }
 
-    fn carry_out(&mut self, now: Time, out: Outputs<E::Message, E::Reply>, io: &mut impl Io<E>) {
+    fn carry_out(&mut self, now: Time, out: OutputsOf<E>, io: &mut impl Io<E>) {
         io.stepped(&out);
         let effects = self.front.carry_out(out);
         for rejection in effects.rejected {

@@ -27,9 +27,9 @@ struct Busy {
 
 /// The worker over a storage, in virtual time (nanoseconds).
 #[derive(Debug)]
-pub struct VirtualDisk<S> {
+pub struct VirtualDisk<S: Storage> {
     worker: Worker<S>,
-    queue: VecDeque<(u64, StorageOp)>,
+    queue: VecDeque<(u64, StorageOp<S::Record>)>,
     busy: Option<Busy>,
     /// Completions with the time they are due, in order.
     due: VecDeque<(u64, Completion)>,
@@ -61,7 +61,7 @@ impl<S: Storage> VirtualDisk<S> {
     /// taking `fsync_ns`.
     pub fn submit(
         &mut self,
-        ops: impl IntoIterator<Item = (u64, StorageOp)>,
+        ops: impl IntoIterator<Item = (u64, StorageOp<S::Record>)>,
         now_ns: u64,
         fsync_ns: u64,
     ) -> StorageResult<()> {

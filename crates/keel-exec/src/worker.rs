@@ -62,7 +62,7 @@ impl<S: Storage> Worker<S> {
     /// completes; returns whether the batch asked for a log sync.
     pub fn apply(
         &mut self,
-        batch: impl IntoIterator<Item = (u64, StorageOp)>,
+        batch: impl IntoIterator<Item = (u64, StorageOp<S::Record>)>,
         done: &mut impl FnMut(Completion),
     ) -> StorageResult<Applied> {
         let mut sync_wanted = false;
@@ -113,7 +113,7 @@ impl<S: Storage> Worker<S> {
     /// [`Worker::apply`] then, if asked, [`Worker::sync`]: one whole batch.
     pub fn run(
         &mut self,
-        batch: impl IntoIterator<Item = (u64, StorageOp)>,
+        batch: impl IntoIterator<Item = (u64, StorageOp<S::Record>)>,
         done: &mut impl FnMut(Completion),
     ) -> StorageResult<()> {
         let applied = self.apply(batch, done)?;

@@ -40,13 +40,13 @@ use crate::metrics::{KeyspaceMetrics, Metrics, OpLabel};
 use crate::peer::PeerQueues;
 use crate::storage::{StorageHandle, STORAGE_QUEUE_MAX};
 use keel_core::engine::{
-    ClientReply, ClientRequest, Engine, FromClient, Input, Outputs, Report, RoleView,
+    ClientReply, ClientRequest, Engine, FromClient, Input, OutputsOf, Report, RoleView,
 };
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Completion, EngineCell, Front, Io, Refusal, Replica, StorageOp};
 use keel_types::fasthash::FastHash;
 use keel_types::{
-    ClientId, Command, Durability, Entry, KeelError, KeyspaceId, LogIndex, NodeId, ReadLevel,
+    ClientId, Command, Durability, KeelError, KeyspaceId, LogIndex, LogRecord, NodeId, ReadLevel,
     RequestId, SnapshotMeta,
 };
 use keel_wire::peer::{Outgoing, PeerMessage};
@@ -166,11 +166,23 @@ impl Submit {
     }
 }
 
+/// A log record as `KEEL.LOG` shows it, whatever the engine's record type.
+pub trait ShownRecord: std::fmt::Debug + Send {
+    /// The record as JSON.
+    fn to_json(&self) -> Vec<u8>;
+}
+
+impl<R: LogRecord> ShownRecord for R {
+    fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("log records serialize")
+    }
+}
+
 /// One page of the log, for `KEEL.LOG`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LogPage {
-    /// The entries held from the index asked for, in order (none below the snapshot).
-    pub entries: Vec<Entry>,
+    /// The records held from the index asked for, in order (none below the snapshot).
+    pub entries: Vec<Box<dyn ShownRecord>>,
     /// The last index covered by the node's snapshot (entries at or below it are gone).
     pub snapshot_index: LogIndex,
 }
@@ -217,11 +229,11 @@ struct Waiting {
 }
 
 /// The channels and counters a keyspace's loop talks through.
-pub struct Wiring {
+pub struct Wiring<R> {
     /// This keyspace.
     pub keyspace: KeyspaceId,
     /// The keyspace's storage thread.
-    pub storage: StorageHandle,
+    pub storage: StorageHandle<R>,
     /// The per-peer send queues, shared by every keyspace of the node.
     pub peers: Arc<PeerQueues>,
     /// The keyspace's metrics.
@@ -256,7 +268,7 @@ impl<E: Engine + Sync> ReadView for EngineCell<E> {
 /// which is the loop body the simulator runs too.
 pub struct Driver<E: Engine> {
     replica: Replica<E>,
-    wiring: Wiring,
+    wiring: Wiring<E::Record>,
     tag_next: u64,
     /// Keyed by tag, a number the driver counts up, and never iterated: a hash map
     /// (`docs/performance.md`, *Work per request*).
@@ -265,15 +277,15 @@ pub struct Driver<E: Engine> {
     /// histogram).
     sync_asked: Option<Instant>,
     /// Operations on their way to the storage thread (kept for its allocation).
-    handoff: Vec<(u64, StorageOp)>,
+    handoff: Vec<(u64, StorageOp<E::Record>)>,
 }
 
 /// What leaves the replica, carried out on the server's channels: messages to the peer
 /// queues (client values charged to the link, shed past its bound), replies to their
 /// connections (values served by another node charged to the forwarded replies' budget),
 /// snapshots written and memory freed on blocking tasks, rejections counted.
-struct ServerIo<'a> {
-    wiring: &'a Wiring,
+struct ServerIo<'a, R> {
+    wiring: &'a Wiring<R>,
     waiting: &'a mut HashMap<keel_core::engine::RequestTag, Waiting, FastHash>,
     sync_asked: &'a mut Option<Instant>,
     /// One clock reading for the replies of a step: they leave together.
@@ -282,7 +294,7 @@ struct ServerIo<'a> {
     failed: Option<String>,
 }
 
-impl<E: Engine> Io<E> for ServerIo<'_>
+impl<E: Engine> Io<E> for ServerIo<'_, E::Record>
 where
     E::Message: PeerMessage + Send + Sync,
 {
@@ -345,7 +357,7 @@ where
         }
     }
 
-    fn release(&mut self, release: Vec<keel_core::engine::Release>) {
+    fn release(&mut self, release: Vec<keel_core::engine::Release<E::Record>>) {
         // Freeing an encoding as large as the state takes a while: not on this loop.
         tokio::task::spawn_blocking(move || drop(release));
     }
@@ -358,7 +370,7 @@ where
         self.wiring.node_metrics.peer_dropped.fetch_add(messages, Ordering::Relaxed);
     }
 
-    fn stepped(&mut self, out: &Outputs<E::Message, E::Reply>) {
+    fn stepped(&mut self, out: &OutputsOf<E>) {
         if let Some((meta, data)) = &out.snapshot {
             tracing::info!(keyspace = %self.wiring.keyspace, index = meta.last_index.0, bytes = data.len(),
                 installed = out.snapshot_installed, "saving a snapshot");
@@ -388,7 +400,7 @@ where
     E::Message: PeerMessage + Send + Sync,
 {
     /// A loop for `engine` (booted at [`monotonic_now`]).
-    pub fn new(engine: E, wiring: Wiring) -> Driver<E> {
+    pub fn new(engine: E, wiring: Wiring<E::Record>) -> Driver<E> {
         assert!(!wiring.peers.contains(engine.node_id()), "no queue to itself");
         let hold = AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX);
         let role = engine.role();
@@ -487,7 +499,7 @@ where
     }
 
     /// The server's side of the replica's outputs, for one call.
-    fn io(&mut self) -> (&mut Replica<E>, ServerIo<'_>) {
+    fn io(&mut self) -> (&mut Replica<E>, ServerIo<'_, E::Record>) {
         let io = ServerIo {
             wiring: &self.wiring,
             waiting: &mut self.waiting,
@@ -610,6 +622,7 @@ where
                 let count = count.clamp(1, LOG_PAGE_ENTRIES_MAX) as usize;
                 let (mut entries, snapshot_index) = self.engine().log_page(from, count);
                 entries.truncate(page_within_budget(&entries));
+                let entries = entries.into_iter().map(|r| Box::new(r) as Box<_>).collect();
                 let _ = reply.send(LogPage { entries, snapshot_index });
                 Ok(())
             }
@@ -626,7 +639,7 @@ where
     async fn timed(
         &mut self,
         what: &'static str,
-        call: impl FnOnce(&mut Replica<E>, Time, &mut ServerIo<'_>) -> Option<RoleView>,
+        call: impl FnOnce(&mut Replica<E>, Time, &mut ServerIo<'_, E::Record>) -> Option<RoleView>,
     ) -> Result<(), String> {
         let now = monotonic_now();
         let started = Instant::now();
@@ -662,12 +675,10 @@ fn log_role_change(keyspace: KeyspaceId, changed: Option<RoleView>) {
 }
 
 /// How many of `entries`, from the first, fit in [`LOG_PAGE_BYTES_MAX`] (at least one).
-fn page_within_budget(entries: &[Entry]) -> usize {
+fn page_within_budget(entries: &[impl LogRecord]) -> usize {
     let mut bytes = 0usize;
     for (i, entry) in entries.iter().enumerate() {
-        if let keel_types::EntryPayload::Write { command, .. } = &entry.payload {
-            bytes += command.payload_bytes();
-        }
+        bytes += entry.payload_bytes();
         if bytes > LOG_PAGE_BYTES_MAX && i > 0 {
             return i;
         }
@@ -844,7 +855,7 @@ mod tests {
 
     #[test]
     fn a_log_page_stops_at_its_byte_budget_but_never_at_zero_entries() {
-        use keel_types::{ClientId, EntryPayload, Epoch, RequestId};
+        use keel_types::{ClientId, Entry, EntryPayload, Epoch, RequestId};
         let write = |index: u64, bytes: usize| Entry {
             epoch: Epoch(1),
             index: LogIndex(index),

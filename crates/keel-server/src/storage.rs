@@ -20,7 +20,7 @@ use crate::metrics::KeyspaceMetrics;
 use keel_core::engine::SnapshotBytes;
 use keel_exec::{Completion, StorageOp, Worker};
 use keel_storage::{FileDisk, FileStorage, Recovered, Storage, StorageConfig, StorageError};
-use keel_types::SnapshotMeta;
+use keel_types::{Entry, LogRecord, SnapshotMeta};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,10 +37,11 @@ const _: () = assert!(STORAGE_BATCH_MAX <= STORAGE_QUEUE_MAX);
 /// its data length, or why that failed.
 pub type Prepared = Result<(SnapshotMeta, u64), String>;
 
-/// The engine loop's side of the storage thread.
-pub struct StorageHandle {
+/// The engine loop's side of the storage thread, whose log holds records `R` (the
+/// engine's).
+pub struct StorageHandle<R = Entry> {
     /// Operations with their sequence numbers (from the executor's front).
-    pub ops: mpsc::Sender<(u64, StorageOp)>,
+    pub ops: mpsc::Sender<(u64, StorageOp<R>)>,
     /// Completions, in order. Unbounded because each operation yields at most one and the
     /// operations are bounded by `ops`.
     pub completions: mpsc::UnboundedReceiver<Completion>,
@@ -54,7 +55,7 @@ pub struct StorageHandle {
     prepare_dir: Option<PathBuf>,
 }
 
-impl StorageHandle {
+impl<R> StorageHandle<R> {
     /// Starts writing a snapshot this node took (one inside its durable log) on a blocking
     /// task of its own; [`StorageHandle::prepared`] yields it once synced, and the front
     /// then queues its adoption. Call inside the runtime. Returns the snapshot back if
@@ -92,6 +93,9 @@ pub fn storage_config(snapshot_bytes_max: u64) -> StorageConfig {
     StorageConfig { snapshot_bytes_max, ..StorageConfig::default() }
 }
 
+/// What a started storage hands its keyspace: what recovery found, and the thread's handle.
+pub type Started<R> = Result<(Recovered<R>, StorageHandle<R>), StartError>;
+
 /// Why a keyspace's storage did not start.
 #[derive(Debug)]
 pub enum StartError {
@@ -114,16 +118,16 @@ impl std::fmt::Display for StartError {
 /// Opens the storage in `dir`, recovers it (blocking: call before the runtime serves),
 /// and starts the storage thread. `fsync_delay`: test-only extra time per log fsync
 /// (`[storage] emulated_fsync_delay_us`; zero in production).
-pub fn start(
+pub fn start<R: LogRecord>(
     dir: &Path,
     metrics: Arc<KeyspaceMetrics>,
     fsync_delay: Duration,
     snapshot_bytes_max: u64,
-) -> Result<(Recovered, StorageHandle), StartError> {
+) -> Started<R> {
     keel_storage::disk::create_private_dir(dir).map_err(|e| {
         StartError::Other(format!("cannot create data directory {}: {e}", dir.display()))
     })?;
-    let storage = FileStorage::open(dir, storage_config(snapshot_bytes_max))
+    let storage = FileStorage::<R>::open(dir, storage_config(snapshot_bytes_max))
         .map_err(|e| StartError::Other(format!("cannot open storage in {}: {e}", dir.display())))?;
     let (recovered, mut handle) = start_with(storage, metrics, fsync_delay)?;
     handle.prepare_dir = Some(dir.to_path_buf());
@@ -136,7 +140,7 @@ pub fn start_with<S: Storage + Send + 'static>(
     mut storage: S,
     metrics: Arc<KeyspaceMetrics>,
     fsync_delay: Duration,
-) -> Result<(Recovered, StorageHandle), StartError> {
+) -> Started<S::Record> {
     let recovered = storage.recover().map_err(StartError::Recovery)?;
     let (ops_tx, ops_rx) = mpsc::channel(STORAGE_QUEUE_MAX);
     let (completions_tx, completions_rx) = mpsc::unbounded_channel();
@@ -208,9 +212,9 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-struct StorageThread<S> {
+struct StorageThread<S: Storage> {
     worker: Worker<S>,
-    ops: mpsc::Receiver<(u64, StorageOp)>,
+    ops: mpsc::Receiver<(u64, StorageOp<S::Record>)>,
     completions: mpsc::UnboundedSender<Completion>,
     metrics: Arc<KeyspaceMetrics>,
     /// Test-only emulation of a slower disk: slept after every log fsync.
@@ -241,7 +245,7 @@ impl<S: Storage> StorageThread<S> {
     }
 
     /// Carries out `batch` in order, then fsyncs once if any operation asked for it.
-    fn carry_out(&mut self, batch: &mut Vec<(u64, StorageOp)>) -> Result<(), String> {
+    fn carry_out(&mut self, batch: &mut Vec<(u64, StorageOp<S::Record>)>) -> Result<(), String> {
         let completions = &self.completions;
         let mut report = |completion| {
             let _ = completions.send(completion); // the loop is gone: shutting down
@@ -271,6 +275,8 @@ mod tests {
     struct FailingSync(SimStorage);
 
     impl Storage for FailingSync {
+        type Record = Entry;
+
         fn recover(&mut self) -> StorageResult<Recovered> {
             let recovered = self.0.recover();
             self.0.sim_disk().fail_next(SimFault::Sync);

@@ -21,7 +21,7 @@
 use crate::rng::Rng;
 use keel_core::engine::PersistedState;
 use keel_storage::{Recovered, SimStorage, Storage, StorageConfig, StorageResult};
-use keel_types::{Entry, Epoch, HardState, LogIndex, NodeId, SnapshotMeta};
+use keel_types::{Entry, Epoch, HardState, LogIndex, LogRecord, NodeId, SnapshotMeta};
 use std::collections::BTreeSet;
 
 /// Segment size of a simulated log: small, so runs roll over segments and compact them.
@@ -39,9 +39,9 @@ pub enum HardStateMode {
     SkipSync,
 }
 
-/// One keyspace's simulated disk on one node.
-pub struct SimDisk {
-    storage: SimStorage,
+/// One keyspace's simulated disk on one node, whose log holds records `R` (the engine's).
+pub struct SimDisk<R = Entry> {
+    storage: SimStorage<R>,
     /// The hard state last saved to the storage (what a restart recovers).
     hard_state_saved: HardState,
     /// A hard state held back by [`HardStateMode::SkipSync`].
@@ -57,7 +57,7 @@ pub struct SimDisk {
     hard_state_damaged: bool,
 }
 
-impl std::fmt::Debug for SimDisk {
+impl<R: LogRecord> std::fmt::Debug for SimDisk<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimDisk")
             .field("hard_state_saved", &self.hard_state_saved)
@@ -75,9 +75,9 @@ fn fatal<T>(result: StorageResult<T>, what: &str) -> T {
     }
 }
 
-impl SimDisk {
+impl<R: LogRecord> SimDisk<R> {
     /// An empty disk, already recovered (ready for writes).
-    pub fn new(mode: HardStateMode) -> SimDisk {
+    pub fn new(mode: HardStateMode) -> SimDisk<R> {
         let mut storage = SimStorage::new_sim(StorageConfig::small_segments(SEGMENT_BYTES_SIM));
         let recovered = fatal(storage.recover(), "recover an empty disk");
         assert!(recovered.entries.is_empty() && recovered.snapshot.is_none());
@@ -160,7 +160,7 @@ impl SimDisk {
         torn_tail: bool,
         keep_cache: bool,
         seen: Epoch,
-    ) -> PersistedState {
+    ) -> PersistedState<R> {
         // A torn tail never outlives a buffered hard state: the skip mode forgets votes,
         // it does not keep entries of an epoch whose hard state it lost. Nor does a kept
         // cache: it would keep entries of an epoch whose vote the process never wrote.
@@ -190,7 +190,7 @@ impl SimDisk {
         assert_eq!(recovered.hard_state, saved, "the saved hard state survives");
         assert!(recovered.hard_state.repair_floor >= self.hard_state_saved.repair_floor);
         self.hard_state_saved = recovered.hard_state;
-        let last = recovered.entries.last().map(|e| e.index);
+        let last = recovered.entries.last().map(|e| e.version().index);
         let last = last.or(recovered.snapshot.as_ref().map(|(m, _)| m.last_index));
         assert_eq!(last.unwrap_or(LogIndex::ZERO), self.last_index());
         PersistedState {
@@ -220,12 +220,14 @@ impl SimDisk {
     }
 }
 
-impl Storage for SimDisk {
-    fn recover(&mut self) -> StorageResult<Recovered> {
+impl<R: LogRecord> Storage for SimDisk<R> {
+    type Record = R;
+
+    fn recover(&mut self) -> StorageResult<Recovered<R>> {
         self.storage.recover()
     }
 
-    fn append(&mut self, entries: &[Entry]) -> StorageResult<()> {
+    fn append(&mut self, entries: &[R]) -> StorageResult<()> {
         self.storage.append(entries)
     }
 
@@ -339,10 +341,10 @@ mod tests {
     #[test]
     fn skipped_hard_state_sync_forgets_the_vote() {
         let vote = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)), repair_floor: None };
-        let mut honest = SimDisk::new(HardStateMode::Sync);
+        let mut honest = <SimDisk>::new(HardStateMode::Sync);
         honest.save_hard_state(&vote).unwrap();
         assert_eq!(honest.crash(&mut Rng::new(1), false, false, Epoch(0)).hard_state, vote);
-        let mut buggy = SimDisk::new(HardStateMode::SkipSync);
+        let mut buggy = <SimDisk>::new(HardStateMode::SkipSync);
         buggy.save_hard_state(&vote).unwrap();
         assert_eq!(buggy.hard_state(), vote);
         assert_eq!(

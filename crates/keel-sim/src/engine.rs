@@ -3,8 +3,9 @@
 //! contract checks read off a message, and optionally a digest of the applied state.
 //!
 //! The simulator drives any engine whose clients speak the front door's requests and
-//! replies and whose status is the leader engine's (its invariant checks read roles,
-//! epochs and indexes); the Kite and geo engines will bring checks of their own.
+//! replies, whose status is the leader engine's and whose log holds the leader engine's
+//! entries (its invariant checks read roles, epochs, indexes and entries); Kite's world
+//! (`crate::kite`) brings checks of its own.
 
 use keel_core::engine::{ClientReply, ClientRequest, Engine};
 use keel_core::leader::{Config, Message, Status};
@@ -33,6 +34,7 @@ pub trait SimEngine:
     Request = ClientRequest,
     Reply = ClientReply,
     Status = Status,
+    Record = Entry,
     Message: keel_wire::peer::PeerMessage,
 >
 {

@@ -285,6 +285,7 @@ impl Engine for ToyEngine {
     type Request = ClientRequest;
     type Reply = ClientReply;
     type Status = Status;
+    type Record = Entry;
 
     fn boot(
         config: Config,
@@ -314,6 +315,12 @@ impl Engine for ToyEngine {
 
     fn check_message(_message: &Message) -> Result<(), &'static str> {
         Ok(()) // the toy trusts its peers
+    }
+
+    fn check_invariants(&self) {
+        assert!(self.persisted <= self.last(), "fsynced past the log's end");
+        assert!(self.commit <= self.last(), "committed past the log's end");
+        assert!(self.log.iter().enumerate().all(|(i, e)| e.index.0 == i as u64 + 1));
     }
 
     fn node_id(&self) -> NodeId {

@@ -22,7 +22,7 @@ use crate::engine::SimEngine;
 use crate::invariants::{Checker, Violation};
 use crate::net::{NetConfig, Network};
 use crate::rng::Rng;
-use keel_core::engine::{Input, Outputs, PersistedState};
+use keel_core::engine::{Input, PersistedState};
 use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
 use keel_core::time::Time;
 use keel_exec::{
@@ -344,7 +344,7 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
         self.left.push(Left::Prepare(meta, data));
     }
 
-    fn stepped(&mut self, out: &Outputs<E::Message, ClientReply>) {
+    fn stepped(&mut self, out: &keel_core::engine::OutputsOf<E>) {
         let (node, ks) = (self.node, self.ks);
         if self.trace {
             eprintln!("{:>12} {node}/{ks} -> {out:?}", "");

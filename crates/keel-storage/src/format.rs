@@ -13,7 +13,7 @@
 //! storage use it, so their recovery behaviour is the same by construction.
 
 use keel_types::codec::{self, put_u32, put_u64, Reader};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
+use keel_types::{Epoch, HardState, LogIndex, LogRecord, SnapshotMeta, Version};
 
 /// Magic bytes opening a segment file.
 pub const SEGMENT_MAGIC: [u8; 4] = *b"KWAL";
@@ -124,10 +124,17 @@ pub fn encode_seal(last: Version) -> [u8; SEAL_BYTES as usize] {
 
 /// Whether the bytes after a damaged seal at the start of `rest` hold the record the
 /// scan expects next (so the seal can be stepped over).
-fn seal_skippable(rest: &[u8], expected: LogIndex, epoch_floor: Epoch, max: u32) -> bool {
+fn seal_skippable<R: LogRecord>(
+    rest: &[u8],
+    expected: LogIndex,
+    epoch_floor: Epoch,
+    max: u32,
+) -> bool {
     let Some(after) = rest.get(SEAL_BYTES as usize..) else { return false };
-    read_record(after, max)
-        .is_ok_and(|(entry, _)| entry.index == expected && entry.epoch >= epoch_floor)
+    read_record::<R>(after, max).is_ok_and(|(record, _)| {
+        let version = record.version();
+        version.index == expected && version.epoch >= epoch_floor
+    })
 }
 
 /// Reads the seal at the start of `rest`: the entry it names.
@@ -142,11 +149,12 @@ fn read_seal(rest: &[u8]) -> Result<Version, ScanStop> {
     Ok(Version { epoch, index })
 }
 
-/// Appends one log record for `entry`; returns the record's size in bytes.
-pub fn encode_record(entry: &Entry, out: &mut Vec<u8>) -> u64 {
+/// Appends one log record for `record` (an engine's log record: the leader engine's
+/// entry); returns the record's size in bytes.
+pub fn encode_record<R: LogRecord>(record: &R, out: &mut Vec<u8>) -> u64 {
     let start = out.len();
     out.extend_from_slice(&[0; RECORD_HEADER_BYTES as usize]);
-    codec::encode(entry, out);
+    codec::encode(record, out);
     let payload_len = u32::try_from(out.len() - start - RECORD_HEADER_BYTES as usize)
         .expect("an entry's encoding fits a u32 (values are capped by the limits)");
     let len_bytes = payload_len.to_le_bytes();
@@ -182,11 +190,11 @@ pub enum ScanStop {
     },
 }
 
-/// The longest valid prefix of one segment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SegmentScan {
-    /// The valid entries, in order.
-    pub entries: Vec<Entry>,
+/// The longest valid prefix of one segment (of records `R`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentScan<R> {
+    /// The valid records, in order.
+    pub entries: Vec<R>,
     /// For each valid entry, the byte offset just past its record.
     pub record_ends: Vec<u64>,
     /// Bytes of the valid prefix (header included; 0 if the header is bad).
@@ -198,13 +206,14 @@ pub struct SegmentScan {
 /// Scans the records of a segment named for `first`, keeping the longest valid prefix.
 ///
 /// `epoch_floor` is the epoch of the entry before `first` (entries never go back in epoch).
-pub fn scan_segment(
+pub fn scan_segment<R: LogRecord>(
     bytes: &[u8],
     first: LogIndex,
     epoch_floor: Epoch,
     record_bytes_max: u32,
-) -> SegmentScan {
-    let mut scan = SegmentScan::default();
+) -> SegmentScan<R> {
+    let mut scan =
+        SegmentScan { entries: Vec::new(), record_ends: Vec::new(), valid_bytes: 0, stop: None };
     if let Err(reason) = check_segment_header(bytes, first) {
         scan.stop = Some(ScanStop::BadHeader(reason));
         return scan;
@@ -223,7 +232,7 @@ pub fn scan_segment(
                     continue;
                 }
                 // A damaged seal costs no entry when the record it precedes is intact.
-                Err(_) if seal_skippable(rest, expected, epoch_floor, record_bytes_max) => {
+                Err(_) if seal_skippable::<R>(rest, expected, epoch_floor, record_bytes_max) => {
                     scan.valid_bytes += SEAL_BYTES;
                     continue;
                 }
@@ -234,20 +243,21 @@ pub fn scan_segment(
             }
             break;
         }
-        let (entry, record_bytes) = match read_record(rest, record_bytes_max) {
+        let (entry, record_bytes) = match read_record::<R>(rest, record_bytes_max) {
             Ok(read) => read,
             Err(stop) => {
                 scan.stop = Some(stop);
                 break;
             }
         };
-        if entry.index != expected || entry.epoch < epoch_floor {
-            scan.stop = Some(ScanStop::OutOfOrder { expected, found: entry.index });
+        let version = entry.version();
+        if version.index != expected || version.epoch < epoch_floor {
+            scan.stop = Some(ScanStop::OutOfOrder { expected, found: version.index });
             break;
         }
         scan.valid_bytes += record_bytes;
         scan.record_ends.push(scan.valid_bytes);
-        epoch_floor = entry.epoch;
+        epoch_floor = version.epoch;
         expected = expected.next();
         scan.entries.push(entry);
     }
@@ -257,7 +267,7 @@ pub fn scan_segment(
 }
 
 /// Reads the record at the start of `rest`: the entry and the record's size in bytes.
-fn read_record(rest: &[u8], record_bytes_max: u32) -> Result<(Entry, u64), ScanStop> {
+fn read_record<R: LogRecord>(rest: &[u8], record_bytes_max: u32) -> Result<(R, u64), ScanStop> {
     if (rest.len() as u64) < RECORD_HEADER_BYTES {
         return Err(ScanStop::TornRecord);
     }
@@ -274,7 +284,7 @@ fn read_record(rest: &[u8], record_bytes_max: u32) -> Result<(Entry, u64), ScanS
     if record_crc(len_bytes, payload) != crc {
         return Err(ScanStop::BadChecksum);
     }
-    let entry = codec::decode::<Entry>(payload).map_err(|e| ScanStop::BadPayload(e.to_string()))?;
+    let entry = codec::decode::<R>(payload).map_err(|e| ScanStop::BadPayload(e.to_string()))?;
     Ok((entry, RECORD_HEADER_BYTES + u64::from(len)))
 }
 
@@ -301,7 +311,11 @@ pub fn record_start(bytes: &[u8], first: LogIndex, index: LogIndex) -> Option<u6
 /// The greatest entry that intact records or seals name in `bytes` from `offset` on,
 /// skipping damaged records by their length while it is plausible: what the log held
 /// past a damaged record (`None` if nothing intact follows it).
-pub fn versions_past(bytes: &[u8], offset: u64, record_bytes_max: u32) -> Option<Version> {
+pub fn versions_past<R: LogRecord>(
+    bytes: &[u8],
+    offset: u64,
+    record_bytes_max: u32,
+) -> Option<Version> {
     let mut best = None;
     let from = offset;
     let mut offset = offset;
@@ -318,7 +332,7 @@ pub fn versions_past(bytes: &[u8], offset: u64, record_bytes_max: u32) -> Option
         let Some(item) = rest.get(..size as usize) else { break };
         let found = match len {
             SEAL_LEN => read_seal(item).ok(),
-            _ => read_record(item, record_bytes_max).ok().map(|(entry, _)| entry.version()),
+            _ => read_record::<R>(item, record_bytes_max).ok().map(|(record, _)| record.version()),
         };
         best = best.max(found);
         offset += size;
@@ -453,7 +467,7 @@ pub fn decode_snapshot_file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_types::EntryPayload;
+    use keel_types::{Entry, EntryPayload};
 
     fn noop(epoch: u64, index: u64) -> Entry {
         Entry { epoch: Epoch(epoch), index: LogIndex(index), payload: EntryPayload::Noop }
@@ -480,7 +494,7 @@ mod tests {
     fn a_clean_segment_scans_whole() {
         let entries = [noop(1, 5), noop(1, 6), noop(2, 7)];
         let bytes = segment(5, &entries);
-        let scan = scan_segment(&bytes, LogIndex(5), Epoch(1), 1024);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(5), Epoch(1), 1024);
         assert_eq!(scan.entries, entries);
         assert_eq!(scan.valid_bytes, bytes.len() as u64);
         assert_eq!(scan.stop, None);
@@ -490,9 +504,10 @@ mod tests {
     fn a_cut_at_every_byte_of_the_last_record_keeps_the_prefix() {
         let entries = [noop(1, 1), noop(1, 2)];
         let bytes = segment(1, &entries);
-        let whole_first = scan_segment(&segment(1, &entries[..1]), LogIndex(1), Epoch(0), 1024);
+        let whole_first =
+            scan_segment::<Entry>(&segment(1, &entries[..1]), LogIndex(1), Epoch(0), 1024);
         for cut in whole_first.valid_bytes as usize..bytes.len() {
-            let scan = scan_segment(&bytes[..cut], LogIndex(1), Epoch(0), 1024);
+            let scan = scan_segment::<Entry>(&bytes[..cut], LogIndex(1), Epoch(0), 1024);
             assert_eq!(scan.entries, entries[..1], "cut at {cut}");
             assert_eq!(scan.valid_bytes, whole_first.valid_bytes);
             assert!(cut == whole_first.valid_bytes as usize || scan.stop.is_some());
@@ -503,9 +518,9 @@ mod tests {
     fn a_flipped_bit_ends_the_valid_prefix_there() {
         let entries = [noop(1, 1), noop(1, 2), noop(1, 3)];
         let mut bytes = segment(1, &entries);
-        let ends = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024).record_ends;
+        let ends = scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 1024).record_ends;
         bytes[ends[0] as usize + 9] ^= 0x40;
-        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 1024);
         assert_eq!(scan.entries, entries[..1]);
         assert_eq!(scan.stop, Some(ScanStop::BadChecksum));
     }
@@ -513,12 +528,12 @@ mod tests {
     #[test]
     fn wrong_index_lower_epoch_and_bad_header_stop_the_scan() {
         let bytes = segment(1, &[noop(1, 1), noop(1, 3)]);
-        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 1024);
         assert_eq!(scan.entries.len(), 1);
         assert!(matches!(scan.stop, Some(ScanStop::OutOfOrder { .. })));
         let bytes = segment(1, &[noop(2, 1), noop(1, 2)]);
-        assert_eq!(scan_segment(&bytes, LogIndex(1), Epoch(0), 1024).entries.len(), 1);
-        let scan = scan_segment(&bytes, LogIndex(2), Epoch(0), 1024);
+        assert_eq!(scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 1024).entries.len(), 1);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(2), Epoch(0), 1024);
         assert!(matches!(scan.stop, Some(ScanStop::BadHeader(_))));
         assert_eq!(scan.valid_bytes, 0);
     }
@@ -527,10 +542,10 @@ mod tests {
     fn zeroed_tail_and_oversized_lengths_stop_the_scan() {
         let mut bytes = segment(1, &[noop(1, 1)]);
         bytes.extend_from_slice(&[0; 32]);
-        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 1024);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 1024);
         assert_eq!((scan.entries.len(), scan.stop), (1, Some(ScanStop::BadLength(0))));
         let bytes = segment(1, &[noop(1, 1)]);
-        let scan = scan_segment(&bytes, LogIndex(1), Epoch(0), 4);
+        let scan = scan_segment::<Entry>(&bytes, LogIndex(1), Epoch(0), 4);
         assert!(matches!(scan.stop, Some(ScanStop::BadLength(_))));
     }
 

@@ -23,7 +23,7 @@
 //! use keel_storage::{SimStorage, Storage, StorageConfig};
 //! use keel_types::{Entry, EntryPayload, Epoch, HardState, LogIndex};
 //!
-//! let mut storage = SimStorage::new_sim(StorageConfig::default());
+//! let mut storage = <SimStorage>::new_sim(StorageConfig::default());
 //! let recovered = storage.recover().unwrap();
 //! assert!(recovered.entries.is_empty());
 //! storage.save_hard_state(&HardState { epoch: Epoch(1), voted_for: None, repair_floor: None }).unwrap();

@@ -28,14 +28,14 @@ use crate::format::{
 };
 use crate::storage::{LogDamage, Recovered};
 use crate::wal::{write_synced, LogState, Segment, Wal};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
+use keel_types::{Epoch, HardState, LogIndex, LogRecord, SnapshotMeta, Version};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The valid prefix of the log as found on disk, before joining it to the snapshot.
-#[derive(Debug, Default)]
-struct ScannedLog {
+#[derive(Debug)]
+struct ScannedLog<R> {
     segments: Vec<Segment>,
-    entries: Vec<Entry>,
+    entries: Vec<R>,
     /// A segment to cut to a length (its tail is torn or corrupt).
     cut: Option<(LogIndex, u64)>,
     /// Segments to remove: after the end of the valid prefix.
@@ -50,7 +50,20 @@ struct ScannedLog {
     set_aside: Option<(String, String)>,
 }
 
-impl ScannedLog {
+impl<R: LogRecord> ScannedLog<R> {
+    fn new() -> Self {
+        ScannedLog {
+            segments: Vec::new(),
+            entries: Vec::new(),
+            cut: None,
+            dropped: Vec::new(),
+            stop: None,
+            past: None,
+            later: None,
+            set_aside: None,
+        }
+    }
+
     /// Damage, not a torn tail: something intact follows the bad record.
     fn damage(&self) -> Option<LogDamage> {
         let (at, reason) = self.stop.clone()?;
@@ -82,10 +95,11 @@ enum Join {
 }
 
 /// Decides how the log joins the snapshot (step 5).
-fn join(entries: &[Entry], snapshot: Option<SnapshotMeta>) -> Result<Join, String> {
+fn join<R: LogRecord>(entries: &[R], snapshot: Option<SnapshotMeta>) -> Result<Join, String> {
     let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
         return Ok(Join::Keep);
     };
+    let (first, last) = (first.version(), last.version());
     let floor = snapshot.map_or(LogIndex::ZERO, |meta| meta.last_index);
     if first.index > floor.next() {
         return Err(format!("log starts at {} but the snapshot ends at {floor}", first.index));
@@ -95,7 +109,7 @@ fn join(entries: &[Entry], snapshot: Option<SnapshotMeta>) -> Result<Join, Strin
         return Ok(Join::Discard);
     }
     if first.index <= meta.last_index {
-        let at = &entries[(meta.last_index.0 - first.index.0) as usize];
+        let at = entries[(meta.last_index.0 - first.index.0) as usize].version();
         assert_eq!(at.index, meta.last_index);
         if at.epoch != meta.last_epoch {
             return Ok(Join::Discard);
@@ -109,9 +123,13 @@ fn join(entries: &[Entry], snapshot: Option<SnapshotMeta>) -> Result<Join, Strin
 /// greatest entry either held. Without the snapshot's epoch (its header is damaged
 /// too) and with no log entry past it, the hard state's epoch stands in for it: at
 /// least the epoch of every entry the node held, so the floor only errs upward.
-fn set_aside(scanned: &mut ScannedLog, lost: LostSnapshot, hard_epoch: Epoch) -> LogDamage {
+fn set_aside<R: LogRecord>(
+    scanned: &mut ScannedLog<R>,
+    lost: LostSnapshot,
+    hard_epoch: Epoch,
+) -> LogDamage {
     let held = Version { epoch: lost.epoch.unwrap_or(hard_epoch), index: lost.index };
-    let past = [scanned.entries.last().map(Entry::version), scanned.past, scanned.later];
+    let past = [scanned.entries.last().map(R::version), scanned.past, scanned.later];
     let through = past.into_iter().flatten().fold(held, Version::max);
     let aside = format!("{}{DAMAGED_SUFFIX}", lost.name);
     scanned.set_aside = Some((lost.name.clone(), aside.clone()));
@@ -122,9 +140,9 @@ fn set_aside(scanned: &mut ScannedLog, lost: LostSnapshot, hard_epoch: Epoch) ->
     LogDamage { at: LogIndex::ZERO.next(), through, reason }
 }
 
-impl<D: Disk> Wal<D> {
+impl<D: Disk, R: LogRecord> Wal<D, R> {
     /// [`crate::Storage::recover`]'s implementation.
-    pub(crate) fn recover_from_disk(&mut self) -> StorageResult<Recovered> {
+    pub(crate) fn recover_from_disk(&mut self) -> StorageResult<Recovered<R>> {
         assert!(self.log.is_none(), "recover runs once, before any other call");
         let names = self.io("list", "directory", |d| d.list())?;
         for temp in names.iter().filter(|name| name.ends_with(TEMP_SUFFIX)) {
@@ -165,8 +183,10 @@ impl<D: Disk> Wal<D> {
         self.repair(&mut scanned)?;
         let entries = self.install(scanned, meta);
         let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
-        assert!(entries.first().is_none_or(|entry| entry.index == floor.next()));
-        assert!(entries.windows(2).all(|pair| pair[1].index == pair[0].index.next()));
+        assert!(entries.first().is_none_or(|entry| entry.version().index == floor.next()));
+        assert!(entries
+            .windows(2)
+            .all(|pair| pair[1].version().index == pair[0].version().index.next()));
         Ok(Recovered { hard_state, snapshot, entries, damage })
     }
 
@@ -184,7 +204,7 @@ impl<D: Disk> Wal<D> {
         let scanned = self.scan_log(&names)?;
         let mut epoch = Epoch(seen.0.saturating_add(1));
         if let Some(last) = scanned.entries.last() {
-            epoch = epoch.max(last.epoch);
+            epoch = epoch.max(last.version().epoch);
         }
         let newest = names.iter().filter_map(|name| parse_snapshot_name(name)).max();
         if let Some(newest) = newest {
@@ -260,10 +280,17 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Scans segments in index order, keeping the longest valid prefix (step 4).
-    fn scan_log(&mut self, names: &[String]) -> StorageResult<ScannedLog> {
+    fn scan_log(&mut self, names: &[String]) -> StorageResult<ScannedLog<R>> {
         let firsts: BTreeSet<LogIndex> =
             names.iter().filter_map(|n| parse_segment_name(n)).collect();
-        let mut scanned = ScannedLog::default();
+        if let Some(first) = firsts.first().filter(|_| !R::KEEPS_LOG) {
+            let name = segment_name(*first);
+            let reason = "a log segment in the directory of an engine that keeps no log: it \
+                          belongs to another engine kind"
+                .to_string();
+            return self.fail(StorageError::Corrupt { name, reason });
+        }
+        let mut scanned = ScannedLog::new();
         let mut expected: Option<LogIndex> = None;
         let mut epoch_floor = Epoch::default();
         let mut stopped = false;
@@ -278,7 +305,7 @@ impl<D: Disk> Wal<D> {
                 if scanned.stop.is_some() {
                     let name = segment_name(first);
                     let bytes = self.io("read", &name, |d| d.read(&name))?;
-                    let past = versions_past(&bytes, SEGMENT_HEADER_BYTES, record_bytes_max);
+                    let past = versions_past::<R>(&bytes, SEGMENT_HEADER_BYTES, record_bytes_max);
                     scanned.later = scanned.later.max(past);
                 }
                 stopped = true;
@@ -287,17 +314,17 @@ impl<D: Disk> Wal<D> {
             }
             let name = segment_name(first);
             let bytes = self.io("read", &name, |d| d.read(&name))?;
-            let scan = scan_segment(&bytes, first, epoch_floor, record_bytes_max);
+            let scan = scan_segment::<R>(&bytes, first, epoch_floor, record_bytes_max);
             stopped = scan.valid_bytes < bytes.len() as u64;
             if stopped {
-                let at = scan.entries.last().map_or(first, |last| last.index.next());
+                let at = scan.entries.last().map_or(first, |last| last.version().index.next());
                 let reason = format!("{name} at byte {}: {:?}", scan.valid_bytes, scan.stop);
                 scanned.stop = Some((at, reason));
                 // Within one file, writes reach the disk in order up to the first one
                 // lost (a torn tail keeps a prefix): what is intact past a bad record
                 // was written after it, and synced with or after it.
                 let from = scan.valid_bytes.max(SEGMENT_HEADER_BYTES);
-                scanned.past = versions_past(&bytes, from, record_bytes_max);
+                scanned.past = versions_past::<R>(&bytes, from, record_bytes_max);
             }
             let Some(last) = scan.entries.last() else {
                 stopped = true; // nothing may follow an empty segment: its index is taken
@@ -307,6 +334,7 @@ impl<D: Disk> Wal<D> {
             if stopped {
                 scanned.cut = Some((first, scan.valid_bytes));
             }
+            let last = last.version();
             epoch_floor = last.epoch;
             expected = Some(last.index.next());
             scanned.entries.extend(scan.entries);
@@ -321,7 +349,7 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Cuts the torn tail, removes dropped segments, fsyncs what is kept (step 6).
-    fn repair(&mut self, scanned: &mut ScannedLog) -> StorageResult<()> {
+    fn repair(&mut self, scanned: &mut ScannedLog<R>) -> StorageResult<()> {
         if let Some((first, len)) = scanned.cut {
             let name = segment_name(first);
             self.io("truncate", &name, |d| d.truncate(&name, len))?;
@@ -355,17 +383,17 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Builds the in-memory state; returns the entries after the snapshot.
-    fn install(&mut self, scanned: ScannedLog, meta: Option<SnapshotMeta>) -> Vec<Entry> {
+    fn install(&mut self, scanned: ScannedLog<R>, meta: Option<SnapshotMeta>) -> Vec<R> {
         let floor = meta.map_or(LogIndex::ZERO, |meta| meta.last_index);
         let mut epoch_runs = BTreeMap::new();
         let mut run_epoch = None;
-        for entry in &scanned.entries {
+        for entry in scanned.entries.iter().map(R::version) {
             if run_epoch != Some(entry.epoch) {
                 epoch_runs.insert(entry.index, entry.epoch);
                 run_epoch = Some(entry.epoch);
             }
         }
-        let (last_index, last_epoch) = match scanned.entries.last() {
+        let (last_index, last_epoch) = match scanned.entries.last().map(R::version) {
             Some(last) => (last.index, last.epoch),
             None => (floor, meta.map_or(Epoch::default(), |meta| meta.last_epoch)),
         };
@@ -383,7 +411,7 @@ impl<D: Disk> Wal<D> {
             unsealed: true,
         });
         let mut entries = scanned.entries;
-        let skip = entries.iter().take_while(|entry| entry.index <= floor).count();
+        let skip = entries.iter().take_while(|entry| entry.version().index <= floor).count();
         entries.drain(..skip);
         entries
     }
@@ -392,7 +420,7 @@ impl<D: Disk> Wal<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_types::EntryPayload;
+    use keel_types::{Entry, EntryPayload};
 
     fn log(first: u64, last: u64, epoch: u64) -> Vec<Entry> {
         (first..=last)
@@ -409,7 +437,7 @@ mod tests {
         assert_eq!(join(&log(1, 5, 1), None), Ok(Join::Keep));
         assert_eq!(join(&log(1, 5, 1), meta(3, 1)), Ok(Join::Keep));
         assert_eq!(join(&log(4, 5, 1), meta(3, 1)), Ok(Join::Keep));
-        assert_eq!(join(&[], meta(3, 1)), Ok(Join::Keep));
+        assert_eq!(join::<Entry>(&[], meta(3, 1)), Ok(Join::Keep));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::io;
 
 /// The write-ahead log over a simulated disk, for the deterministic simulator.
-pub type SimStorage = Wal<SimDisk>;
+pub type SimStorage<R = keel_types::Entry> = Wal<SimDisk, R>;
 
 /// Most files a simulated disk holds; a log that needs more has not been compacted.
 pub const SIM_FILES_MAX: usize = 1 << 16;
@@ -246,10 +246,10 @@ impl Disk for SimDisk {
     }
 }
 
-impl Wal<SimDisk> {
+impl<R: keel_types::LogRecord> Wal<SimDisk, R> {
     /// A fresh simulated storage with the given limits; call [`crate::Storage::recover`]
     /// before anything else.
-    pub fn new_sim(config: crate::StorageConfig) -> SimStorage {
+    pub fn new_sim(config: crate::StorageConfig) -> SimStorage<R> {
         Wal::new(SimDisk::new(), config)
     }
 

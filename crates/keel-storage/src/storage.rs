@@ -1,23 +1,35 @@
 //! The one trait drivers persist through, and what recovery hands back.
 
 use crate::error::StorageResult;
-use keel_types::{Entry, HardState, LogIndex, SnapshotMeta, Version};
+use keel_types::{Entry, HardState, LogIndex, LogRecord, SnapshotMeta, Version};
 
-/// Everything a node recovered from its disk at start-up. The same fields as the leader
-/// engine's `PersistedState`, so a driver converts field by field.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recovered {
+/// Everything a node recovered from its disk at start-up, its log of records `R` (the
+/// engine's log record). The same fields as the engine contract's `PersistedState`, so a
+/// driver converts field by field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered<R = Entry> {
     /// The epoch and vote (default if never saved).
     pub hard_state: HardState,
     /// The newest snapshot, with its bytes as the engine produced them.
     pub snapshot: Option<(SnapshotMeta, Vec<u8>)>,
     /// The longest valid prefix of log entries after the snapshot, contiguous, starting
     /// at the snapshot's last index + 1 (or 1 without a snapshot).
-    pub entries: Vec<Entry>,
+    pub entries: Vec<R>,
     /// Damage found inside the log, if recovery cut it before records that had been
     /// written whole (not a torn tail), or a damaged snapshot set aside with the log. `hard_state.repair_floor` then holds the promise
     /// the cut entries carried, unless the snapshot covers them.
     pub damage: Option<LogDamage>,
+}
+
+impl<R> Default for Recovered<R> {
+    fn default() -> Self {
+        Recovered {
+            hard_state: HardState::default(),
+            snapshot: None,
+            entries: Vec::new(),
+            damage: None,
+        }
+    }
 }
 
 /// Records recovery found damaged inside the log: intact records or seals follow the
@@ -46,6 +58,10 @@ pub struct LogDamage {
 /// below (gaps in indexes, truncating into the snapshot, using the storage before
 /// `recover`) are programmer errors and panic.
 pub trait Storage {
+    /// What the log holds: the engine's log record (its position and epoch are all the
+    /// storage reads of it).
+    type Record: LogRecord;
+
     /// Reads the disk and repairs it: removes temporary files, cuts a torn or corrupt log
     /// tail (the longest valid prefix stays), drops log entries the snapshot replaces,
     /// fsyncs what it keeps. Call exactly once, before any other call.
@@ -60,12 +76,12 @@ pub trait Storage {
     /// hard-state file is damaged (the vote it held is lost: an operator rebuilds it,
     /// [`crate::Wal::rebuild_hard_state`]), and with [`crate::StorageError::Corrupt`] when
     /// the log starts after its snapshot's end.
-    fn recover(&mut self) -> StorageResult<Recovered>;
+    fn recover(&mut self) -> StorageResult<Recovered<Self::Record>>;
 
     /// Appends entries after the last one; they are written to a buffer, not durable
     /// until [`Storage::sync`] returns. Indexes must continue the log without a gap and
     /// epochs must not decrease (panics otherwise). An empty slice does nothing.
-    fn append(&mut self, entries: &[Entry]) -> StorageResult<()>;
+    fn append(&mut self, entries: &[Self::Record]) -> StorageResult<()>;
 
     /// Removes every entry after `index` (a conflicting suffix), durably: on return the
     /// removed entries can no longer reappear after a crash. `index` at or past the last

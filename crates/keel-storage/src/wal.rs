@@ -14,13 +14,14 @@ use crate::format::{
     SEGMENT_HEADER_BYTES, TEMP_SUFFIX,
 };
 use crate::storage::{Recovered, Storage};
-use keel_types::{Entry, Epoch, HardState, LogIndex, SnapshotMeta, Version};
+use keel_types::{Entry, Epoch, HardState, LogIndex, LogRecord, SnapshotMeta, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::marker::PhantomData;
 use std::path::Path;
 
-/// The write-ahead log over the host file system.
-pub type FileStorage = Wal<FileDisk>;
+/// The write-ahead log over the host file system, of records `R` (the engine's).
+pub type FileStorage<R = Entry> = Wal<FileDisk, R>;
 
 /// One segment file: its first index, the byte offset just past each of its records, and
 /// its length (records and the seals between them).
@@ -97,22 +98,24 @@ impl LogState {
     }
 }
 
-/// A segmented write-ahead log with a hard-state file and snapshot files, over a
-/// [`Disk`]. Implements [`Storage`]; see there for the contract and failure behaviour.
+/// A segmented write-ahead log of records `R` with a hard-state file and snapshot files,
+/// over a [`Disk`]. Implements [`Storage`]; see there for the contract and failure
+/// behaviour.
 #[derive(Clone, Debug)]
-pub struct Wal<D: Disk> {
+pub struct Wal<D: Disk, R = Entry> {
     disk: D,
     config: StorageConfig,
     /// `None` until `recover` ran.
     pub(crate) log: Option<LogState>,
     /// The first failure; once set, every call fails.
     poison: Option<String>,
+    record: PhantomData<fn() -> R>,
 }
 
-impl Wal<FileDisk> {
+impl<R: LogRecord> Wal<FileDisk, R> {
     /// Opens (creating if needed) the storage directory `dir`. Call
     /// [`Storage::recover`] before anything else.
-    pub fn open(dir: impl AsRef<Path>, config: StorageConfig) -> StorageResult<FileStorage> {
+    pub fn open(dir: impl AsRef<Path>, config: StorageConfig) -> StorageResult<FileStorage<R>> {
         let name = dir.as_ref().display().to_string();
         let disk =
             FileDisk::open(dir).map_err(|source| StorageError::Io { op: "open", name, source })?;
@@ -120,11 +123,11 @@ impl Wal<FileDisk> {
     }
 }
 
-impl<D: Disk> Wal<D> {
+impl<D: Disk, R: LogRecord> Wal<D, R> {
     /// A log over `disk`; call [`Storage::recover`] before anything else.
-    pub fn new(disk: D, config: StorageConfig) -> Wal<D> {
+    pub fn new(disk: D, config: StorageConfig) -> Wal<D, R> {
         config.assert_valid();
-        Wal { disk, config, log: None, poison: None }
+        Wal { disk, config, log: None, poison: None, record: PhantomData }
     }
 
     /// The limits this log enforces.
@@ -263,7 +266,8 @@ impl<D: Disk> Wal<D> {
         Ok(())
     }
 
-    fn append_record(&mut self, entry: &Entry, record: &[u8]) -> StorageResult<()> {
+    fn append_record(&mut self, entry: &R, record: &[u8]) -> StorageResult<()> {
+        let entry = entry.version();
         let log = self.log();
         assert_eq!(entry.index, log.last_index.next(), "appends must continue the log");
         assert!(entry.epoch >= log.last_epoch, "epochs never decrease along the log");
@@ -367,12 +371,14 @@ pub fn prepare_snapshot(disk: &mut impl Disk, meta: SnapshotMeta, data: &[u8]) -
 /// How many snapshot bytes [`prepare_snapshot`] writes between two syncs.
 pub const SNAPSHOT_SYNC_BYTES: usize = 8 << 20;
 
-impl<D: Disk> Storage for Wal<D> {
-    fn recover(&mut self) -> StorageResult<Recovered> {
+impl<D: Disk, R: LogRecord> Storage for Wal<D, R> {
+    type Record = R;
+
+    fn recover(&mut self) -> StorageResult<Recovered<R>> {
         self.recover_from_disk()
     }
 
-    fn append(&mut self, entries: &[Entry]) -> StorageResult<()> {
+    fn append(&mut self, entries: &[R]) -> StorageResult<()> {
         self.ready()?;
         let record_bytes_max = u64::from(self.config.record_bytes_max);
         let mut record = Vec::new();
@@ -390,7 +396,7 @@ impl<D: Disk> Storage for Wal<D> {
             }
             self.append_record(entry, &record)?;
         }
-        assert!(entries.last().is_none_or(|e| e.index == self.log().last_index));
+        assert!(entries.last().is_none_or(|e| e.version().index == self.log().last_index));
         Ok(())
     }
 

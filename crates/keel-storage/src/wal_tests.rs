@@ -32,7 +32,7 @@ impl Drop for TempDir {
 }
 
 /// A storage a test can restart as after a process crash (the kernel keeps writes).
-trait Restart: Storage {
+trait Restart: Storage<Record = Entry> {
     fn restart(&mut self);
 }
 
@@ -94,7 +94,7 @@ fn sim_with(config: StorageConfig) -> SimStorage {
 }
 
 fn file(dir: &TempDir) -> FileStorage {
-    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let mut storage = <FileStorage>::open(&dir.0, config()).unwrap();
     let recovered = storage.recover().unwrap();
     if recovered.hard_state == HardState::default() {
         storage.save_hard_state(&first_hard_state()).unwrap();
@@ -209,7 +209,7 @@ fn storage_record_end(image: &[u8], start: u64) -> (u32, u64) {
 #[test]
 fn a_torn_file_tail_is_cut_at_every_byte() {
     let dir = TempDir::new("torn");
-    let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
+    let mut storage = <FileStorage>::open(&dir.0, StorageConfig::default()).unwrap();
     storage.recover().unwrap();
     storage.save_hard_state(&first_hard_state()).unwrap();
     storage.append(&entries(1, 3, 1)).unwrap();
@@ -222,7 +222,7 @@ fn a_torn_file_tail_is_cut_at_every_byte() {
     assert_eq!(image.len() as u64, end + SEAL_BYTES, "record 3, then its seal");
     for cut in start..image.len() as u64 {
         std::fs::write(&path, &image[..cut as usize]).unwrap();
-        let mut storage = FileStorage::open(&dir.0, StorageConfig::default()).unwrap();
+        let mut storage = <FileStorage>::open(&dir.0, StorageConfig::default()).unwrap();
         let recovered = storage.recover().unwrap();
         // A cut inside record 3 tears it; a cut inside its seal tears only the seal.
         let (last, len) = if cut < end { (2, start) } else { (3, end) };
@@ -443,13 +443,13 @@ fn a_damaged_hard_state_file_stops_recovery_until_it_is_rebuilt() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[9] ^= 1;
     std::fs::write(&path, bytes).unwrap();
-    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let mut storage = <FileStorage>::open(&dir.0, config()).unwrap();
     let err = storage.recover().unwrap_err();
     assert!(matches!(err, StorageError::HardStateDamaged { .. }));
     assert!(err.to_string().contains("keel repair-hard-state"), "{err}");
     assert!(storage.is_poisoned());
     // The operator's repair: the epoch after the greatest one the other members report.
-    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let mut storage = <FileStorage>::open(&dir.0, config()).unwrap();
     let rebuilt = storage.rebuild_hard_state(Epoch(9)).unwrap();
     assert_eq!(rebuilt, HardState { epoch: Epoch(10), voted_for: None, repair_floor: None });
     assert_eq!(storage.recover().unwrap().hard_state, rebuilt);
@@ -572,7 +572,7 @@ fn an_empty_segment_left_by_a_crash_is_removed() {
 #[test]
 #[should_panic(expected = "storage used before recover")]
 fn use_before_recover_panics() {
-    let mut storage = SimStorage::new_sim(config());
+    let mut storage = <SimStorage>::new_sim(config());
     let _ = storage.sync();
 }
 
@@ -622,11 +622,43 @@ fn a_snapshot_prepared_on_another_disk_handle_is_adopted_while_the_log_goes_on()
     assert!(!storage.adopt_snapshot(older, 11).unwrap());
     assert!(!dir.0.join("snapshot-00000000000000000012.snap.tmp").exists());
     drop(storage);
-    let mut storage = FileStorage::open(&dir.0, config()).unwrap();
+    let mut storage = <FileStorage>::open(&dir.0, config()).unwrap();
     let recovered = storage.recover().unwrap();
     assert_eq!(recovered.snapshot, Some((meta, b"state at 15".to_vec())));
     assert_eq!(recovered.entries, entries(16, 25, 1));
     // Adopting a snapshot nobody prepared fails and poisons the storage.
     assert!(matches!(storage.adopt_snapshot(missing, 11), Err(StorageError::Io { .. })));
     assert!(storage.is_poisoned());
+}
+
+#[test]
+fn an_engine_without_a_log_keeps_its_hard_state_and_refuses_another_kinds_log() {
+    use keel_types::NoRecord;
+    let dir = TempDir::new("no-record");
+    let mut storage = FileStorage::<NoRecord>::open(&dir.0, config()).unwrap();
+    assert_eq!(storage.recover().unwrap(), Recovered::default());
+    let hard = HardState { epoch: Epoch(7), voted_for: None, repair_floor: None };
+    storage.save_hard_state(&hard).unwrap();
+    storage.append(&[]).unwrap();
+    assert_eq!(storage.sync().unwrap(), LogIndex::ZERO);
+    drop(storage);
+    let mut storage = FileStorage::<NoRecord>::open(&dir.0, config()).unwrap();
+    let recovered = storage.recover().unwrap();
+    assert_eq!((recovered.hard_state, recovered.entries.len()), (hard, 0));
+    drop(storage);
+    // A leader keyspace's directory: read as this engine's, it is refused, and nothing of
+    // it is cut or removed (a record it cannot decode is not damage of its own log).
+    let other = TempDir::new("no-record-other");
+    let mut leader = file(&other);
+    leader.append(&entries(1, 5, 1)).unwrap();
+    leader.sync().unwrap();
+    drop(leader);
+    let before = std::fs::read(other.0.join(segment_name(LogIndex(1)))).unwrap();
+    let mut storage = FileStorage::<NoRecord>::open(&other.0, config()).unwrap();
+    let refused = storage.recover().unwrap_err();
+    assert!(matches!(refused, StorageError::Corrupt { .. }), "{refused}");
+    assert!(refused.to_string().contains("another engine kind"), "{refused}");
+    assert_eq!(std::fs::read(other.0.join(segment_name(LogIndex(1)))).unwrap(), before);
+    let mut leader = <FileStorage>::open(&other.0, config()).unwrap();
+    assert_eq!(leader.recover().unwrap().entries, entries(1, 5, 1));
 }

@@ -88,7 +88,7 @@ proptest! {
         let _ = decode::<Command>(&input);
         let _ = decode_hard_state_file(&input);
         let _ = decode_snapshot_file(&input, 1 << 20);
-        let scan = scan_segment(&input, LogIndex(1), Epoch(0), 1 << 20);
+        let scan = scan_segment::<Entry>(&input, LogIndex(1), Epoch(0), 1 << 20);
         prop_assert!(scan.valid_bytes <= input.len() as u64);
     }
 
@@ -189,7 +189,7 @@ fn value_entry(index: LogIndex, epoch: Epoch, value_bytes: usize) -> Entry {
     }
 }
 
-impl<S: Storage> Subject<S> {
+impl<S: Storage<Record = Entry>> Subject<S> {
     fn apply(&mut self, op: &Op, epoch: Epoch, crash: &mut dyn FnMut(&mut S, u64)) {
         let model = &mut self.model;
         match *op {

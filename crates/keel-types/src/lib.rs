@@ -31,4 +31,4 @@ pub use error::{KeelError, KeelResult};
 pub use ids::{ClientId, Epoch, KeyspaceId, LogIndex, NodeId, RequestId, Version};
 pub use level::{Durability, ReadLevel};
 pub use limits::Limits;
-pub use log::{ApplySettings, Entry, EntryPayload, HardState, SnapshotMeta};
+pub use log::{ApplySettings, Entry, EntryPayload, HardState, LogRecord, NoRecord, SnapshotMeta};

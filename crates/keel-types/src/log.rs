@@ -2,8 +2,10 @@
 //! storage (which persists them). The byte layout is `keel-storage`'s business
 //! (`docs/format.md`); these are the values.
 
+use crate::codec::{CodecError, Decode, Encode, Reader};
 use crate::{ClientId, Command, Durability, Epoch, LogIndex, NodeId, RequestId, Version};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// One log entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +65,71 @@ impl Entry {
     /// The entry's version.
     pub fn version(&self) -> Version {
         Version { epoch: self.epoch, index: self.index }
+    }
+}
+
+/// A record of an engine's durable log: what storage appends, syncs, recovers in order and
+/// compacts under a snapshot, whatever the engine puts in it. Each engine kind names its
+/// own (`Engine::Record`): the leader engine's is [`Entry`]; an engine that keeps no log
+/// names [`NoRecord`].
+///
+/// Storage relies on the version alone: records are appended at consecutive indexes from
+/// the snapshot's end, their epochs never decrease along the log, and a seal names the
+/// version of the record it follows. Everything else is the engine's.
+pub trait LogRecord:
+    Clone + fmt::Debug + PartialEq + Eq + Encode + Decode + Serialize + Send + Sync + 'static
+{
+    /// Whether the engine keeps a log at all: storage of an engine that keeps none refuses
+    /// a directory holding log segments (another engine kind's) rather than reading them.
+    const KEEPS_LOG: bool = true;
+
+    /// Its position in the log and the epoch it was written in.
+    fn version(&self) -> Version;
+
+    /// The bytes of client keys and values it carries (what bounds a page of the log a
+    /// node hands out for inspection).
+    fn payload_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl LogRecord for Entry {
+    fn version(&self) -> Version {
+        Entry::version(self)
+    }
+
+    fn payload_bytes(&self) -> usize {
+        match &self.payload {
+            EntryPayload::Write { command, .. } => command.payload_bytes(),
+            EntryPayload::Noop | EntryPayload::Settings(_) => 0,
+        }
+    }
+}
+
+/// The record of an engine that keeps no log: there is none. Its storage holds the hard
+/// state (and snapshots, if the engine takes them) and an always-empty log; a record that
+/// claims to be one never decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NoRecord {}
+
+impl LogRecord for NoRecord {
+    const KEEPS_LOG: bool = false;
+
+    fn version(&self) -> Version {
+        match *self {}
+    }
+}
+
+impl Encode for NoRecord {
+    fn encode_to(&self, _out: &mut Vec<u8>) {
+        match *self {}
+    }
+}
+
+impl Decode for NoRecord {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let tag = reader.u8("record")?;
+        Err(CodecError::UnknownTag { what: "record of an engine without a log", tag })
     }
 }
 

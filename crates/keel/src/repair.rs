@@ -130,8 +130,10 @@ pub fn run(args: &RepairHardStateArgs) -> ExitCode {
     // the log's record limit matters here (the segments are scanned with it); the
     // snapshot's limit does not, since the rebuild reads a snapshot's header alone, and
     // so it needs no keyspace's `state_bytes_max`: the largest is taken.
+    // The log is read as the leader engine's (the only engine kind that keeps one: a
+    // Kite keyspace's directory holds none, and reads as an empty log).
     let config = keel_server::storage::storage_config(u64::MAX);
-    let rebuilt = FileStorage::open(dir, config)
+    let rebuilt = <FileStorage>::open(dir, config)
         .and_then(|mut storage| storage.rebuild_hard_state(Epoch(args.epoch)));
     let hard_state = match rebuilt {
         Ok(hard_state) => hard_state,

@@ -24,7 +24,7 @@ use crate::engine::{
 };
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
-use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NodeId, Version};
+use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NoRecord, NodeId, Version};
 
 impl FromClient for KiteRequest {
     /// Kite's operations by command and synchronization; durability and read levels (the
@@ -123,20 +123,21 @@ impl Engine for KiteEngine {
     type Request = KiteRequest;
     type Reply = KiteReply;
     type Status = Status;
+    type Record = NoRecord;
 
     /// Boots a new incarnation that rejoins (`docs/kite.md`, Restarts) and asks for the
     /// incarnation to be made durable before its first message. A Kite keyspace keeps no
-    /// log: a data directory holding one was not written by Kite.
+    /// log (its record is `NoRecord`: storage refuses a directory holding log segments)
+    /// and takes no snapshot: a data directory holding one was not written by Kite.
     fn boot(
         mut config: Config,
-        persisted: PersistedState,
+        persisted: PersistedState<NoRecord>,
         seed: u64,
         now: Time,
     ) -> Result<Self, BootError> {
-        if !persisted.entries.is_empty() || persisted.snapshot.is_some() {
+        if persisted.snapshot.is_some() {
             return Err(BootError::Persisted(
-                "the data directory holds a log or snapshot: it belongs to another engine kind"
-                    .into(),
+                "the data directory holds a snapshot: it belongs to another engine kind".into(),
             ));
         }
         config.incarnation = incarnation(&persisted.hard_state, seed)?;
@@ -155,12 +156,16 @@ impl Engine for KiteEngine {
         &mut self,
         now: Time,
         input: Input<Message, KiteRequest>,
-    ) -> Outputs<Message, KiteReply> {
+    ) -> Outputs<Message, KiteReply, NoRecord> {
         KiteEngine::step(self, now, input)
     }
 
     fn check_message(message: &Message) -> Result<(), &'static str> {
         KiteEngine::check_message(message)
+    }
+
+    fn check_invariants(&self) {
+        KiteEngine::check_invariants(self)
     }
 
     fn node_id(&self) -> NodeId {

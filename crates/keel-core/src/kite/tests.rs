@@ -1427,4 +1427,10 @@ fn a_persisted_incarnation_with_no_successor_refuses_to_boot() {
         let booted = <KiteEngine as Engine>::boot(config, persisted, 7, Time(0));
         assert!(matches!(booted, Err(BootError::Persisted(_))), "{last}");
     }
+    // A snapshot is another engine kind's: Kite takes none.
+    let snapshot = Some((keel_types::SnapshotMeta::default(), vec![1]));
+    let persisted = PersistedState { snapshot, ..Default::default() };
+    let booted =
+        <KiteEngine as Engine>::boot(Config::new(NodeId(1), members), persisted, 7, Time(0));
+    assert!(matches!(&booted, Err(BootError::Persisted(why)) if why.contains("snapshot")));
 }

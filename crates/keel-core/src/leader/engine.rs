@@ -690,6 +690,7 @@ impl crate::engine::Engine for LeaderEngine {
     type Request = super::io::ClientRequest;
     type Reply = ClientReply;
     type Status = Status;
+    type Record = keel_types::Entry;
 
     fn boot(
         config: Config,
@@ -706,6 +707,10 @@ impl crate::engine::Engine for LeaderEngine {
 
     fn check_message(message: &Message) -> Result<(), &'static str> {
         gate::check(message)
+    }
+
+    fn check_invariants(&self) {
+        LeaderEngine::check_invariants(self)
     }
 
     fn node_id(&self) -> NodeId {

@@ -6,13 +6,13 @@
 
 use crate::script::Cmd;
 use keel_core::engine::{ClientReply, ClientRequest, Engine, Input, OpMode, PersistedState};
-use keel_core::engine::{FromClient, Outputs, RequestTag, RoleView};
+use keel_core::engine::{FromClient, OutputsOf, RequestTag, RoleView};
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Completion, Front, Io, Replica, StorageOp, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, Entry, HardState, Key, LogIndex, NodeId,
-    ReadLevel, RequestId, SnapshotMeta, Value,
+    ClientId, Command, CommandResult, Durability, Entry, HardState, Key, LogIndex, LogRecord,
+    NodeId, ReadLevel, RequestId, SnapshotMeta, Value,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,14 +61,14 @@ pub trait Traced: Engine<Message: keel_wire::peer::PeerMessage> {
 
 struct Node<E: Engine> {
     replica: Option<Replica<E>>,
-    disk: VirtualDisk<SimStorage>,
+    disk: VirtualDisk<SimStorage<E::Record>>,
     /// Messages the `hard-state-unwaited` host sent early, which the front will let go
     /// of later (sent once only).
     early: Vec<(NodeId, E::Message)>,
     early_replies: Vec<RequestTag>,
 }
 
-fn blank_disk() -> VirtualDisk<SimStorage> {
+fn blank_disk<R: LogRecord>() -> VirtualDisk<SimStorage<R>> {
     VirtualDisk::new(SimStorage::new_sim(StorageConfig::small_segments(64 * 1024)))
 }
 
@@ -144,7 +144,7 @@ impl<E: Traced> Io<E> for Collect<'_, E> {
         self.left.push(Left::Line(format!("{} dropped {messages} held messages", self.me)));
     }
 
-    fn stepped(&mut self, outputs: &Outputs<E::Message, E::Reply>) {
+    fn stepped(&mut self, outputs: &OutputsOf<E>) {
         if self.unwaited && outputs.hard_state.is_some() {
             for (to, message) in &outputs.messages {
                 self.node_early.push((*to, message.clone()));
@@ -274,13 +274,15 @@ fn hard_state_line(hard: &HardState) -> String {
     format!("hard state e{}{vote}", hard.epoch.0)
 }
 
-fn op_line(op: &StorageOp) -> String {
+fn op_line<R: LogRecord>(op: &StorageOp<R>) -> String {
     match op {
         StorageOp::HardState(hard) => hard_state_line(hard),
         StorageOp::TruncateAfter(index) => format!("truncate after {}", index.0),
         StorageOp::Append(entries) => match (entries.first(), entries.last()) {
-            (Some(a), Some(b)) if a.index == b.index => format!("append {}", a.index.0),
-            (Some(a), Some(b)) => format!("append {}..{}", a.index.0, b.index.0),
+            (Some(a), Some(b)) => match (a.version().index, b.version().index) {
+                (a, b) if a == b => format!("append {}", a.0),
+                (a, b) => format!("append {}..{}", a.0, b.0),
+            },
             _ => "append nothing".into(),
         },
         StorageOp::Sync => "sync".into(),
@@ -411,7 +413,7 @@ impl<E: Traced> World<E> {
             entries: recovered.entries,
         };
         let log = match (persisted.entries.first(), persisted.entries.last()) {
-            (Some(a), Some(b)) => format!("log {}..{}", a.index.0, b.index.0),
+            (Some(a), Some(b)) => format!("log {}..{}", a.version().index.0, b.version().index.0),
             _ => "empty log".into(),
         };
         let seed = self.seed.wrapping_mul(31).wrapping_add(u64::from(id.0));

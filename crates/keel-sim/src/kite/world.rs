@@ -19,7 +19,7 @@ use keel_core::kite::{
 use keel_core::time::Time;
 use keel_exec::{AppendHold, Front, Io, Replica, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
-use keel_types::NodeId;
+use keel_types::{NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a scripted rule does with one message.
@@ -133,14 +133,14 @@ impl Io<KiteEngine> for Left {
 }
 
 /// A node's disk: the simulated write-ahead log, on virtual time.
-fn fresh_disk() -> VirtualDisk<SimStorage> {
+fn fresh_disk() -> VirtualDisk<SimStorage<NoRecord>> {
     VirtualDisk::new(SimStorage::new_sim(StorageConfig::small_segments(64 * 1024)))
 }
 
 struct SimNode {
     /// The loop body (`None`: crashed).
     replica: Option<Replica<KiteEngine>>,
-    disk: VirtualDisk<SimStorage>,
+    disk: VirtualDisk<SimStorage<NoRecord>>,
     /// When its disk's next completion is due, if one is scheduled.
     disk_at: Option<u64>,
     /// Local clock: `offset + global * (1e6 + drift_ppm) / 1e6`.

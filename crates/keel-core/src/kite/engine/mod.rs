@@ -36,7 +36,7 @@ use super::types::{
 use crate::engine::Outputs;
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
-use keel_types::{KeelError, Key, NodeId, Value};
+use keel_types::{KeelError, Key, NoRecord, NodeId, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod barrier;
@@ -235,7 +235,7 @@ pub struct KiteEngine {
     rng: SplitMix64,
     counters: Counters,
     now: Time,
-    out: Outputs<Message, KiteReply>,
+    out: Outputs<Message, KiteReply, NoRecord>,
     /// While rejoining after a restart: whose state has been read.
     rejoin: Option<Rejoin>,
     /// The highest incarnation known of each member heard of, this node's own included

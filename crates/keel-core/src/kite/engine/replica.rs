@@ -13,7 +13,7 @@ use super::{
 use crate::engine::{BootError, Input, Outputs};
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
-use keel_types::{Key, NodeId, Value};
+use keel_types::{Key, NoRecord, NodeId, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl KiteEngine {
@@ -181,7 +181,7 @@ impl KiteEngine {
         &mut self,
         now: Time,
         input: Input<Message, KiteRequest>,
-    ) -> Outputs<Message, KiteReply> {
+    ) -> Outputs<Message, KiteReply, NoRecord> {
         assert!(now >= self.now, "time went backwards: {:?} after {:?}", now, self.now);
         let epoch = self.epoch;
         self.now = now;

@@ -68,7 +68,7 @@ fn log_page_frame(page: &crate::driver::LogPage) -> Frame {
     let mut items = vec![Frame::Integer(page.snapshot_index.0 as i64)];
     let mut bytes = 0usize;
     for entry in &page.entries {
-        let json = serde_json::to_vec(entry).expect("entries serialize");
+        let json = entry.to_json();
         bytes += json.len();
         if bytes > crate::driver::LOG_PAGE_BYTES_MAX && items.len() > 1 {
             break;
@@ -279,7 +279,7 @@ mod tests {
         };
         // Six values of 300 KiB: 1.8 MiB of values, within the driver's count, but about
         // 1.2 MB of JSON each: three fit in 4 MiB.
-        let entries = (1..=6).map(write).collect();
+        let entries = (1..=6).map(|i| Box::new(write(i)) as Box<_>).collect();
         let page = crate::driver::LogPage { entries, snapshot_index: LogIndex(0) };
         let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
         assert_eq!(items.len(), 1 + 3, "the snapshot index and three entries");
@@ -291,7 +291,8 @@ mod tests {
             index: LogIndex(i),
             payload: EntryPayload::Noop,
         });
-        let page = crate::driver::LogPage { entries: small.collect(), snapshot_index: LogIndex(0) };
+        let entries = small.map(|e| Box::new(e) as Box<_>).collect();
+        let page = crate::driver::LogPage { entries, snapshot_index: LogIndex(0) };
         let Frame::Array(items) = log_page_frame(&page) else { panic!("an array") };
         assert_eq!(items.len(), 4, "small entries all go");
     }
