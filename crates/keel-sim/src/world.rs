@@ -1335,6 +1335,12 @@ impl<E: SimEngine> World<E> {
         }
         let n = &mut self.nodes[Self::slot(node)];
         n.incarnation += 1;
+        // The process's peer queues and its clients' connections are gone with it: so is
+        // what they held of its budgets (messages still on the wire keep their old holds).
+        for link in n.links.values_mut() {
+            *link = LinkAllowance::new(self.config.link_bulk_bytes_max);
+        }
+        n.forwarded_replies = Arc::new(ByteBudget::new(self.config.forwarded_replies_bytes_max));
         for (ks, replica) in n.replicas.iter_mut().enumerate() {
             if replica.replica.take().is_some_and(|r| r.hold_due().is_some()) {
                 self.stats.held_appends_lost += 1;

@@ -654,6 +654,54 @@ impl Message {
             Message::StatePage { .. } => "state-page",
         }
     }
+
+    /// The bytes of client values the message carries (values, values read, outcomes'
+    /// and records' values): what a link's allowance charges it. Every message carrying
+    /// any is one the protocol sends again when it is lost (a round's request or reply, a
+    /// state page asked for again), so a host may shed it as a lossy link would.
+    pub fn value_bytes(&self) -> usize {
+        let outcome = |o: &RmwOutcome| o.value.len() + o.read.as_ref().map_or(0, |r| r.len());
+        let pair = |p: &(RmwId, RmwOutcome)| outcome(&p.1);
+        let made = |m: &Option<Box<(RmwId, RmwOutcome)>>| m.as_deref().map_or(0, pair);
+        let record = |r: &RmwRecord| {
+            r.value.len()
+                + r.read.as_ref().map_or(0, |v| v.len())
+                + made(&r.base)
+                + r.skipped.iter().chain(&r.settled).map(pair).sum::<usize>()
+        };
+        let value = |v: &Option<Value>| v.as_ref().map_or(0, |v| v.len());
+        match self {
+            Message::Write { value, rmw, applied, .. } => {
+                value.len() + rmw.as_ref().map_or(0, pair) + applied.iter().map(pair).sum::<usize>()
+            }
+            Message::ReadReply { value: v, made_by, .. } => value(v) + made(made_by),
+            Message::Promise { accepted, value: v, outcome: o, made_by, .. } => {
+                accepted.as_ref().map_or(0, |(_, r)| record(r))
+                    + value(v)
+                    + o.as_ref().map_or(0, outcome)
+                    + made(made_by)
+            }
+            Message::Accept { record: r, .. } => record(r),
+            Message::StatePage { slots, outcomes, .. } => {
+                let slot = |s: &SlotImage| {
+                    value(&s.value)
+                        + s.accepted.as_ref().map_or(0, |(_, r)| record(r))
+                        + made(&s.made_by)
+                };
+                slots.iter().map(slot).sum::<usize>()
+                    + outcomes.iter().map(|(_, _, o)| outcome(o)).sum::<usize>()
+            }
+            Message::WriteAck { .. }
+            | Message::Read { .. }
+            | Message::SlowRelease { .. }
+            | Message::SlowReleaseAck { .. }
+            | Message::ResetBit { .. }
+            | Message::Propose { .. }
+            | Message::Accepted { .. }
+            | Message::ViewAck { .. }
+            | Message::StateRequest { .. } => 0,
+        }
+    }
 }
 
 /// A Kite node's configuration.

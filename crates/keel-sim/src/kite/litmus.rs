@@ -109,6 +109,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
         stall_ppm: if rng.below(3) == 0 { 3_000 } else { 0 },
         stall_max: 100 * MS,
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
+        link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();
@@ -432,6 +433,7 @@ fn cluster(config: &KiteRunConfig, rng: &mut Rng, n: u32, timeout: Span) -> Kite
         stall_ppm: 0,
         stall_max: 0,
         dup_ppm: 0,
+        link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();

@@ -419,6 +419,7 @@ fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (K
         stall_ppm: if rng.below(3) == 0 { 2_000 } else { 0 },
         stall_max: 300 * MS,
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
+        link_bulk_bytes_max: link_bulk_bytes_max(config.seed),
     };
     let duration = (800 + rng.below(1_200)) * MS;
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
@@ -427,6 +428,19 @@ fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (K
     // majority to read (docs/kite.md, Restarts).
     world.settle_boot();
     (world, duration)
+}
+
+/// Each link's allowance for client values in flight: in a third of the seeds 1 to 11
+/// bytes, so that a node sheds what it sends while an earlier value is on the way (a
+/// value alone always goes); the server's default otherwise. Drawn from a generator of
+/// its own, so that the rest of a seed's run is drawn as before it existed.
+fn link_bulk_bytes_max(seed: u64) -> usize {
+    let mut rng = Rng::new(seed ^ 0x6b69_7465_5f62_756c);
+    if rng.chance(333_333) {
+        rng.range(1, 12) as usize
+    } else {
+        keel_exec::LINK_BULK_BYTES_MAX
+    }
 }
 
 /// The fault schedule, in time order: 2 to 6 faults, with crashes and restarts of at
@@ -1062,6 +1076,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
     add("net:duplicated", world.counters.duplicated);
     add("net:cut", world.counters.cut);
     add("net:held", world.counters.held);
+    add("exec:bulk-shed", world.counters.shed);
     add("late-reply", world.counters.late_replies);
     add("exec:held-behind-hard-state", world.counters.held_behind_hard_state);
     add("exec:hard-state-saved", world.counters.hard_states_saved);

@@ -17,10 +17,11 @@ use keel_core::kite::{
     Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome,
 };
 use keel_core::time::Time;
-use keel_exec::{AppendHold, Front, Io, Replica, VirtualDisk};
+use keel_exec::{AppendHold, Front, Io, LinkAllowance, LinkHold, Replica, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// What a scripted rule does with one message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +52,9 @@ pub struct NetConfig {
     pub stall_max: u64,
     /// Chance a message is delivered twice (the second copy after a delay of its own), ppm.
     pub dup_ppm: u32,
+    /// The client values each link holds in flight at most (`keel_exec::LinkAllowance`;
+    /// a message carrying more while it is full is shed, as a server sheds it).
+    pub link_bulk_bytes_max: usize,
 }
 
 impl Default for NetConfig {
@@ -62,6 +66,7 @@ impl Default for NetConfig {
             stall_ppm: 0,
             stall_max: 0,
             dup_ppm: 0,
+            link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         }
     }
 }
@@ -74,6 +79,9 @@ enum Event {
         /// The sender's incarnation when it sent the message.
         incarnation: u32,
         message: Box<Message>,
+        /// Its hold on the link's allowance, if it carries client values: every copy
+        /// holds it until the last is delivered or lost.
+        hold: Option<Arc<LinkHold>>,
     },
     Wake {
         node: NodeId,
@@ -101,17 +109,25 @@ enum Event {
 const FSYNC_NS: u64 = 1_000_000;
 
 /// What leaves a replica during one step, in order, for the world to carry out.
-#[derive(Default)]
-struct Left {
-    messages: Vec<(NodeId, Message)>,
+struct Left<'a> {
+    messages: Vec<(NodeId, Message, Option<LinkHold>)>,
     replies: Vec<KiteReply>,
     rejected: Vec<&'static str>,
     rmws: Vec<(RequestTag, RmwId)>,
+    /// The sender's links to its peers.
+    links: &'a BTreeMap<NodeId, LinkAllowance>,
 }
 
-impl Io<KiteEngine> for Left {
+impl Io<KiteEngine> for Left<'_> {
     fn send(&mut self, to: NodeId, message: Message) {
-        self.messages.push((to, message));
+        self.messages.push((to, message, None));
+    }
+
+    fn send_bulk(&mut self, to: NodeId, message: Message, bulk: usize) -> Result<(), Message> {
+        let link = self.links.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        let Some(hold) = link.hold(bulk) else { return Err(message) };
+        self.messages.push((to, message, Some(hold)));
+        Ok(())
     }
 
     fn reply(&mut self, reply: KiteReply) {
@@ -130,6 +146,15 @@ impl Io<KiteEngine> for Left {
         engine.check_invariants();
         self.rmws.extend(engine.rmws_in_progress());
     }
+}
+
+/// A node's allowances for its links to the other members.
+fn fresh_links(members: &[NodeId], me: NodeId, max: usize) -> BTreeMap<NodeId, LinkAllowance> {
+    members
+        .iter()
+        .filter(|&&peer| peer != me)
+        .map(|&peer| (peer, LinkAllowance::new(max)))
+        .collect()
 }
 
 /// A node's disk: the simulated write-ahead log, on virtual time.
@@ -151,6 +176,8 @@ struct SimNode {
     /// What arrived while it slept, in order.
     deferred: std::collections::VecDeque<Event>,
     resume_scheduled: bool,
+    /// Its links' allowances (new with each incarnation, as a server's peer queues are).
+    links: BTreeMap<NodeId, LinkAllowance>,
 }
 
 /// A node's processor, for throughput in virtual time (`keel sim bench --engine kite`):
@@ -191,6 +218,9 @@ pub struct NetCounters {
     pub duplicated: u64,
     /// Held on a held link ([`KiteWorld::hold`]).
     pub held: u64,
+    /// Shed at the sender: they carried client values while their link held its
+    /// allowance (`keel_exec::Replica`'s shedding).
+    pub shed: u64,
     /// Delivered after their sender restarted: sent by an earlier incarnation.
     pub late_from_earlier_incarnation: u64,
     /// Of those, replies (they answer a round of the receiver: a late acknowledgement).
@@ -209,7 +239,7 @@ pub struct KiteWorld {
     cuts: BTreeSet<(NodeId, NodeId)>,
     /// Held links, each with what was sent on it since it was held (with the sender's
     /// incarnation then), delivered in order when it is released.
-    holds: BTreeMap<(NodeId, NodeId), Vec<(u32, Message)>>,
+    holds: BTreeMap<(NodeId, NodeId), Vec<(u32, Message, Option<Arc<LinkHold>>)>>,
     drop_rule: Option<DropRule>,
     replies: Vec<(u64, NodeId, KiteReply)>,
     next_tag: u64,
@@ -271,6 +301,7 @@ impl KiteWorld {
                     wake: None,
                     deferred: Default::default(),
                     resume_scheduled: false,
+                    links: fresh_links(&members, node, net.link_bulk_bytes_max),
                 },
             );
         }
@@ -424,14 +455,14 @@ impl KiteWorld {
         let Some(held) = self.holds.remove(&(from, to)) else { return };
         let base =
             self.rng.range(self.net.delay_min, self.net.delay_max.max(self.net.delay_min + 1));
-        for (i, (incarnation, message)) in held.into_iter().enumerate() {
+        for (i, (incarnation, message, hold)) in held.into_iter().enumerate() {
             if self.cuts.contains(&(from, to)) {
                 self.counters.cut += 1;
                 continue;
             }
             let at = self.now + base + i as u64;
             let message = Box::new(message);
-            self.schedule(at, Event::Deliver { to, from, incarnation, message });
+            self.schedule(at, Event::Deliver { to, from, incarnation, message, hold });
         }
     }
 
@@ -460,7 +491,10 @@ impl KiteWorld {
 
     /// Crashes `node` for good (crash-stop): its memory and pending work are gone.
     pub fn crash(&mut self, node: NodeId) {
+        let members = self.members();
+        let max = self.net.link_bulk_bytes_max;
         if let Some(n) = self.nodes.get_mut(&node) {
+            n.links = fresh_links(&members, node, max);
             n.replica = None;
             n.disk_at = None;
             n.disk.crash();
@@ -610,7 +644,8 @@ impl KiteWorld {
             return;
         }
         let input = match event {
-            Event::Deliver { from, message, incarnation, .. } => {
+            Event::Deliver { from, message, incarnation, hold, .. } => {
+                drop(hold); // delivered: the link's allowance is given back
                 if incarnation < self.incarnation(from) {
                     self.counters.late_from_earlier_incarnation += 1;
                     if is_reply(&message) {
@@ -686,10 +721,18 @@ impl KiteWorld {
         let n = self.nodes.get_mut(&node).expect("node");
         let local = Self::local_at(n, now);
         let Some(replica) = n.replica.as_mut() else { return };
-        let mut left = Left::default();
-        let steps = replica.steps();
+        let links = n.links.clone();
+        let mut left = Left {
+            messages: Vec::new(),
+            replies: Vec::new(),
+            rejected: Vec::new(),
+            rmws: Vec::new(),
+            links: &links,
+        };
+        let (steps, shed) = (replica.steps(), replica.refusals().0);
         call(replica, local, &mut left);
         let steps = replica.steps() - steps;
+        self.counters.shed += replica.refusals().0 - shed;
         self.counters.held_behind_hard_state += u64::from(replica.holding());
         let mut ops = Vec::new();
         replica.take_ready(&mut ops);
@@ -717,12 +760,21 @@ impl KiteWorld {
         for reply in left.replies {
             self.replies.push((now + busy, node, reply));
         }
-        for (to, message) in left.messages {
-            self.send_after(node, to, message, busy);
+        for (to, message, hold) in left.messages {
+            self.send_after(node, to, message, hold, busy);
         }
     }
 
-    fn send_after(&mut self, from: NodeId, to: NodeId, message: Message, busy: u64) {
+    /// Puts a message on the network, `busy` ns late (its sender's processor); `hold`, its
+    /// share of the link's allowance, is given back with its last copy.
+    fn send_after(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        message: Message,
+        hold: Option<LinkHold>,
+        busy: u64,
+    ) {
         self.counters.sent += 1;
         // What the receiver gets is what the real codec makes of the sender's bytes.
         let message = match crate::codec::across::<KiteEngine>(&message) {
@@ -769,9 +821,10 @@ impl KiteWorld {
         }
         let at = self.now + delay + extra;
         let incarnation = self.incarnation(from);
+        let hold = hold.map(Arc::new);
         if let Some(held) = self.holds.get_mut(&(from, to)) {
             self.counters.held += 1;
-            held.push((incarnation, message));
+            held.push((incarnation, message, hold));
             return;
         }
         if self.net.dup_ppm > 0 && self.rng.below(1_000_000) < u64::from(self.net.dup_ppm) {
@@ -781,11 +834,11 @@ impl KiteWorld {
             let copy = Box::new(message.clone());
             self.schedule(
                 self.now + again + extra,
-                Event::Deliver { to, from, incarnation, message: copy },
+                Event::Deliver { to, from, incarnation, message: copy, hold: hold.clone() },
             );
         }
         let message = Box::new(message);
-        self.schedule(at, Event::Deliver { to, from, incarnation, message });
+        self.schedule(at, Event::Deliver { to, from, incarnation, message, hold });
     }
 }
 

@@ -43,6 +43,12 @@ impl super::PeerMessage for Message {
         }
         Ok(message)
     }
+
+    /// A message carrying client values is charged to its link's allowance; past it, it
+    /// is shed without a stand-in: the protocol sends it again, as after a loss.
+    fn bulk_bytes(&self) -> usize {
+        self.value_bytes()
+    }
 }
 
 #[cfg(test)]
