@@ -65,7 +65,8 @@ impl LeaderEngine {
         last_index: LogIndex,
     ) {
         let core = &self.core;
-        let granted = !self.leader_is_live()
+        let leader_heard = self.leader_is_live() && !core.config.unsafe_pre_vote_ignores_leader;
+        let granted = !leader_heard
             && epoch >= core.hard.epoch
             && !core.log_is_behind(last_epoch, last_index);
         let reply = Message::PreVoteReply { epoch: self.core.hard.epoch, granted };

@@ -99,6 +99,7 @@ impl Config {
             unsafe_accept_expired_sessions: false,
             unsafe_watch_ignores_deletes: false,
             unsafe_ignore_repair_floor: false,
+            unsafe_pre_vote_ignores_leader: false,
         }
     }
 

@@ -283,6 +283,11 @@ pub struct Config {
     /// recovery cut damaged records votes by its cut log and campaigns). Shows that the
     /// simulator catches the acknowledged writes damage then loses.
     pub unsafe_ignore_repair_floor: bool,
+    /// For negative-control tests only: a node grants pre-votes while it still hears from
+    /// a live leader, so a node cut off from the leader alone wins a pre-vote, raises the
+    /// epoch and deposes a leader the rest of the cluster still follows. Shows that the
+    /// pre-vote trace pins the rule.
+    pub unsafe_pre_vote_ignores_leader: bool,
 }
 
 /// A node's role.

@@ -39,6 +39,7 @@ impl Traced for LeaderEngine {
             ("unsafe_accept_expired_sessions", &mut c.unsafe_accept_expired_sessions),
             ("unsafe_watch_ignores_deletes", &mut c.unsafe_watch_ignores_deletes),
             ("unsafe_ignore_repair_floor", &mut c.unsafe_ignore_repair_floor),
+            ("unsafe_pre_vote_ignores_leader", &mut c.unsafe_pre_vote_ignores_leader),
         ];
         crate::world::turn_on(flags, name)
     }
