@@ -148,6 +148,10 @@ impl Io<KiteEngine> for Left<'_> {
     }
 }
 
+/// A message on a held link: the sender's incarnation, the message, its share of the
+/// link's allowance.
+type HeldMessage = (u32, Message, Option<Arc<LinkHold>>);
+
 /// A node's allowances for its links to the other members.
 fn fresh_links(members: &[NodeId], me: NodeId, max: usize) -> BTreeMap<NodeId, LinkAllowance> {
     members
@@ -239,7 +243,7 @@ pub struct KiteWorld {
     cuts: BTreeSet<(NodeId, NodeId)>,
     /// Held links, each with what was sent on it since it was held (with the sender's
     /// incarnation then), delivered in order when it is released.
-    holds: BTreeMap<(NodeId, NodeId), Vec<(u32, Message, Option<Arc<LinkHold>>)>>,
+    holds: BTreeMap<(NodeId, NodeId), Vec<HeldMessage>>,
     drop_rule: Option<DropRule>,
     replies: Vec<(u64, NodeId, KiteReply)>,
     next_tag: u64,
