@@ -87,13 +87,28 @@ pub const LINK_BULK_BYTES_MAX: usize = 8 << 20;
 pub struct LinkAllowance {
     held: Arc<AtomicUsize>,
     max: usize,
+    /// False only under the negative control [`LinkAllowance::unsafe_unbounded`].
+    bounded: bool,
 }
 
 impl LinkAllowance {
     /// An allowance of `max` bytes.
     pub fn new(max: usize) -> LinkAllowance {
         assert!(max > 0, "a link allowance of nothing would shed every value");
-        LinkAllowance { held: Arc::new(AtomicUsize::new(0)), max }
+        LinkAllowance { held: Arc::new(AtomicUsize::new(0)), max, bounded: true }
+    }
+
+    /// For negative-control tests only: the allowance counts what it holds but refuses
+    /// nothing, so a link queues client values without bound. Shows that the simulator's
+    /// check of what links hold catches a link past its allowance. Never in a server.
+    pub fn unsafe_unbounded(mut self) -> LinkAllowance {
+        self.bounded = false;
+        self
+    }
+
+    /// The allowance, in bytes.
+    pub fn max(&self) -> usize {
+        self.max
     }
 
     /// A hold on `bytes`, given back when dropped (with the message it travels with, once
@@ -102,7 +117,7 @@ impl LinkAllowance {
     pub fn hold(&self, bytes: usize) -> Option<LinkHold> {
         self.held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                (held == 0 || held + bytes <= self.max).then_some(held + bytes)
+                (held == 0 || held + bytes <= self.max || !self.bounded).then_some(held + bytes)
             })
             .ok()?;
         Some(LinkHold { bytes, held: self.held.clone() })

@@ -118,6 +118,10 @@ pub struct RunArgs {
     /// write is applied twice.
     #[arg(long)]
     pub skip_dedup: bool,
+    /// Negative control: links refuse no client values, so a node queues them to a peer
+    /// without bound (caught by the check of what each link holds).
+    #[arg(long)]
+    pub unbounded_links: bool,
     /// Negative control: a session the deduplication table forgot is taken for a new
     /// one, so a retry after its eviction is applied twice.
     #[arg(long)]
@@ -245,6 +249,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.clock_reboots = !args.no_clock_reboots;
         config.fast_clocks = args.fast_clocks;
         config.skip_dedup = args.skip_dedup;
+        config.unbounded_links = args.unbounded_links;
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.watch_ignores_deletes = args.watch_ignores_deletes;
         config.ignore_repair_floor = args.ignore_repair_floor;

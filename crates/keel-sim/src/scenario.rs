@@ -96,6 +96,8 @@ pub struct GeneralConfig {
     /// `unsafe_ignore_repair_floor`), so a node whose log lost damaged records votes
     /// and campaigns by what is left.
     pub ignore_repair_floor: bool,
+    /// Negative control: links refuse no client values (`WorldConfig::unsafe_unbounded_links`).
+    pub unbounded_links: bool,
     /// Chance (ppm) that a partition isolates the leader (`NemesisConfig::aim_leader_ppm`).
     pub aim_leader_ppm: u32,
     /// The `correctables` scenario: half the reads at `monotonic` or `linearizable` are
@@ -152,6 +154,7 @@ impl GeneralConfig {
             clock_reboots: true,
             fast_clocks: false,
             skip_dedup: false,
+            unbounded_links: false,
             accept_expired_sessions: false,
             ignore_repair_floor: false,
             aim_leader_ppm: 0,
@@ -409,6 +412,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         drift_change_ppm: 0,
         fault_seed: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
     }
 }
@@ -658,6 +662,7 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     world_config.keyspaces = config.keyspaces;
     world_config.spread_leaders = config.keyspaces > 1;
     world_config.unsafe_skip_truncation_clamp = config.skip_truncation_clamp;
+    world_config.unsafe_unbounded_links = config.unbounded_links;
     if config.unchecked_view_reads {
         world_config.reads_off_loop_ppm = 1_000_000;
         world_config.engine.unsafe_view_reads_unchecked = true;

@@ -94,6 +94,10 @@ pub struct WorldConfig<C = Config> {
     /// them ([`keel_exec::LinkAllowance`]; a server's is
     /// [`keel_exec::LINK_BULK_BYTES_MAX`]): held from send until delivery or loss.
     pub link_bulk_bytes_max: usize,
+    /// Negative control: links count the client values they hold but refuse none
+    /// ([`LinkAllowance::unsafe_unbounded`]); the world's check of what a link holds
+    /// catches it wherever two values meet on a link past its allowance.
+    pub unsafe_unbounded_links: bool,
     /// The bytes of forwarded replies' values a node holds until its clients read them
     /// (a server's `forwarded_replies_bytes_max`, by default
     /// [`keel_exec::FORWARDED_REPLIES_BYTES_MAX`]): held from the reply until its client
@@ -261,6 +265,16 @@ impl<M> Event<M> {
     }
 }
 
+/// A node's allowance for one of its links, as `config` has it.
+fn fresh_link<C>(config: &WorldConfig<C>) -> LinkAllowance {
+    let link = LinkAllowance::new(config.link_bulk_bytes_max);
+    if config.unsafe_unbounded_links {
+        link.unsafe_unbounded()
+    } else {
+        link
+    }
+}
+
 /// A replica's append hold, as a server's engine loop has it.
 fn fresh_hold() -> AppendHold {
     AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX)
@@ -331,7 +345,18 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
         bulk: usize,
     ) -> Result<(), E::Message> {
         let link = self.links.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        let before = link.held();
         let Some(hold) = link.hold(bulk) else { return Err(message) };
+        if before > 0 && before + bulk > link.max() {
+            // Past the allowance with another value already on the way: the memory a
+            // slow peer can make this node hold is no longer bounded.
+            let detail = format!(
+                "{} -> {to}: {bulk} bytes queued beside {before}, past the link's {}",
+                self.node,
+                link.max()
+            );
+            self.violations.push(("link-over-allowance", detail));
+        }
         self.left.push(Left::Send(to, message, Some(hold)));
         Ok(())
     }
@@ -543,7 +568,7 @@ impl<E: SimEngine> World<E> {
             let replicas = (0..config.keyspaces).map(|_| Self::fresh_replica(&config)).collect();
             let links = (1..=config.nodes)
                 .filter(|&peer| peer != me)
-                .map(|peer| (NodeId(peer), LinkAllowance::new(config.link_bulk_bytes_max)))
+                .map(|peer| (NodeId(peer), fresh_link(&config)))
                 .collect();
             let forwarded_replies = Arc::new(ByteBudget::new(config.forwarded_replies_bytes_max));
             nodes.push(Node {
@@ -1338,7 +1363,7 @@ impl<E: SimEngine> World<E> {
         // The process's peer queues and its clients' connections are gone with it: so is
         // what they held of its budgets (messages still on the wire keep their old holds).
         for link in n.links.values_mut() {
-            *link = LinkAllowance::new(self.config.link_bulk_bytes_max);
+            *link = fresh_link(&self.config);
         }
         n.forwarded_replies = Arc::new(ByteBudget::new(self.config.forwarded_replies_bytes_max));
         for (ks, replica) in n.replicas.iter_mut().enumerate() {

@@ -123,6 +123,15 @@ fn the_rejoin_without_its_fence_loses_completed_operations_on_random_seeds() {
 }
 
 #[test]
+fn links_that_refuse_no_client_values_are_caught_holding_past_their_allowance() {
+    // `keel_exec::LinkAllowance::unsafe_unbounded`: a link counts the values it holds but
+    // sheds none. The world checks every hold against the allowance: the seeds that draw a
+    // tight one (a third) fail, each only through that check.
+    let failed = failures(60, |c| c.unbounded_links = true, "link-over-allowance");
+    assert!(failed >= 10, "only {failed} of 60 seeds failed");
+}
+
+#[test]
 fn releases_before_their_earlier_writes_acknowledgements_are_caught() {
     // A release's value goes out before any acknowledgement of the session's earlier
     // writes: another node can acquire it and then read one of them stale.

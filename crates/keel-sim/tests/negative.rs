@@ -221,3 +221,17 @@ fn watch_ignoring_deletes_commits_over_a_delete_and_the_transaction_checker_noti
     let clean = run_general::<LeaderEngine>(&GeneralConfig::new(seed));
     assert!(clean.passed(), "seed {seed} without the flag: {:?}", clean.violations);
 }
+
+#[test]
+fn links_that_refuse_no_client_values_are_caught_holding_past_their_allowance() {
+    // `keel_exec::LinkAllowance::unsafe_unbounded`: a link counts the values it holds but
+    // sheds none, so a node queues client values to a slow peer without bound. The world
+    // checks every hold against the allowance; about 13% of general seeds (those drawing a
+    // tight allowance, with two values meeting on a link) fail, and pass without the flag.
+    let found = first_failing_seed(|c| c.unbounded_links = true);
+    let (seed, violations) = found.expect("links past their allowance went unnoticed");
+    assert!(violations.iter().any(|v| v.contains("link-over-allowance")), "{seed}: {violations:?}");
+    let report = run_general::<LeaderEngine>(&GeneralConfig::new(seed));
+    assert!(report.passed(), "seed {seed} fails without the flag: {:?}", report.violations);
+    assert!(report.reached.contains_key("exec:bulk-shed"), "seed {seed} shed nothing");
+}

@@ -136,6 +136,7 @@ pub fn measure(
         stall_max: 0,
         dup_ppm: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        unsafe_unbounded_links: false,
     };
     let mut world = KiteWorld::new(NODES, &template, seed, net, 0);
     world.settle_boot();

@@ -45,6 +45,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         unnamed_retries: args.unnamed_retries,
         uncommitted_failures: args.uncommitted_failures,
         forget_outcomes: args.forget_outcomes,
+        unbounded_links: args.unbounded_links,
         keep_history: single && args.history.is_some(),
     };
     if !single {

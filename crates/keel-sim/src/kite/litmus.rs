@@ -110,6 +110,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
         stall_max: 100 * MS,
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        unsafe_unbounded_links: false,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();
@@ -434,6 +435,7 @@ fn cluster(config: &KiteRunConfig, rng: &mut Rng, n: u32, timeout: Span) -> Kite
         stall_max: 0,
         dup_ppm: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        unsafe_unbounded_links: false,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();

@@ -53,6 +53,8 @@ pub struct KiteRunConfig {
     pub uncommitted_failures: bool,
     /// Negative control: proposers ignore the outcomes a quorum shows.
     pub forget_outcomes: bool,
+    /// Negative control: links refuse no client values (`NetConfig::unsafe_unbounded_links`).
+    pub unbounded_links: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -73,6 +75,7 @@ impl KiteRunConfig {
             unnamed_retries: false,
             uncommitted_failures: false,
             forget_outcomes: false,
+            unbounded_links: false,
             keep_history: false,
         }
     }
@@ -110,6 +113,9 @@ impl KiteRunConfig {
         }
         if self.forget_outcomes {
             line.push_str(" --forget-outcomes");
+        }
+        if self.unbounded_links {
+            line.push_str(" --unbounded-links");
         }
         line
     }
@@ -420,6 +426,7 @@ fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (K
         stall_max: 300 * MS,
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
         link_bulk_bytes_max: link_bulk_bytes_max(config.seed),
+        unsafe_unbounded_links: config.unbounded_links,
     };
     let duration = (800 + rng.below(1_200)) * MS;
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
@@ -859,6 +866,9 @@ impl GeneralRun {
         }
         for failure in &world.codec_failures {
             report.violations.push(format!("codec: {failure}"));
+        }
+        for over in &world.over_allowance {
+            report.violations.push(format!("link-over-allowance: {over}"));
         }
         for (node, reason) in &world.rejections {
             report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));

@@ -55,6 +55,9 @@ pub struct NetConfig {
     /// The client values each link holds in flight at most (`keel_exec::LinkAllowance`;
     /// a message carrying more while it is full is shed, as a server sheds it).
     pub link_bulk_bytes_max: usize,
+    /// Negative control: links refuse no client values
+    /// (`keel_exec::LinkAllowance::unsafe_unbounded`).
+    pub unsafe_unbounded_links: bool,
 }
 
 impl Default for NetConfig {
@@ -67,6 +70,7 @@ impl Default for NetConfig {
             stall_max: 0,
             dup_ppm: 0,
             link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+            unsafe_unbounded_links: false,
         }
     }
 }
@@ -116,6 +120,8 @@ struct Left<'a> {
     rmws: Vec<(RequestTag, RmwId)>,
     /// The sender's links to its peers.
     links: &'a BTreeMap<NodeId, LinkAllowance>,
+    /// Holds granted past a link's allowance beside another value on the way.
+    over_allowance: Vec<String>,
 }
 
 impl Io<KiteEngine> for Left<'_> {
@@ -125,7 +131,12 @@ impl Io<KiteEngine> for Left<'_> {
 
     fn send_bulk(&mut self, to: NodeId, message: Message, bulk: usize) -> Result<(), Message> {
         let link = self.links.get(&to).unwrap_or_else(|| panic!("message to non-member {to}"));
+        let before = link.held();
         let Some(hold) = link.hold(bulk) else { return Err(message) };
+        if before > 0 && before + bulk > link.max() {
+            let max = link.max();
+            self.over_allowance.push(format!("-> {to}: {bulk} bytes beside {before}, past {max}"));
+        }
         self.messages.push((to, message, Some(hold)));
         Ok(())
     }
@@ -153,12 +164,16 @@ impl Io<KiteEngine> for Left<'_> {
 type HeldMessage = (u32, Message, Option<Arc<LinkHold>>);
 
 /// A node's allowances for its links to the other members.
-fn fresh_links(members: &[NodeId], me: NodeId, max: usize) -> BTreeMap<NodeId, LinkAllowance> {
-    members
-        .iter()
-        .filter(|&&peer| peer != me)
-        .map(|&peer| (peer, LinkAllowance::new(max)))
-        .collect()
+fn fresh_links(members: &[NodeId], me: NodeId, net: &NetConfig) -> BTreeMap<NodeId, LinkAllowance> {
+    let link = || {
+        let link = LinkAllowance::new(net.link_bulk_bytes_max);
+        if net.unsafe_unbounded_links {
+            link.unsafe_unbounded()
+        } else {
+            link
+        }
+    };
+    members.iter().filter(|&&peer| peer != me).map(|&peer| (peer, link())).collect()
 }
 
 /// A node's disk: the simulated write-ahead log, on virtual time.
@@ -255,6 +270,9 @@ pub struct KiteWorld {
     /// Messages the peer codec or the gate's stateless half did not carry through
     /// unchanged ([`crate::codec::across`]; must stay empty).
     pub codec_failures: Vec<String>,
+    /// Client values a link took past its allowance beside another value on the way
+    /// (must stay empty: the memory a slow peer makes a node hold is bounded).
+    pub over_allowance: Vec<String>,
     /// Every read-modify-write some node committed (a commit is sent only once the
     /// record was chosen), by request: what a request whose node crashed before it could
     /// answer did, for the history.
@@ -305,7 +323,7 @@ impl KiteWorld {
                     wake: None,
                     deferred: Default::default(),
                     resume_scheduled: false,
-                    links: fresh_links(&members, node, net.link_bulk_bytes_max),
+                    links: fresh_links(&members, node, &net),
                 },
             );
         }
@@ -324,6 +342,7 @@ impl KiteWorld {
             counters: NetCounters::default(),
             rejections: Vec::new(),
             codec_failures: Vec::new(),
+            over_allowance: Vec::new(),
             commits: BTreeMap::new(),
             double_commits: Vec::new(),
             rmw_ids: BTreeMap::new(),
@@ -496,9 +515,8 @@ impl KiteWorld {
     /// Crashes `node` for good (crash-stop): its memory and pending work are gone.
     pub fn crash(&mut self, node: NodeId) {
         let members = self.members();
-        let max = self.net.link_bulk_bytes_max;
         if let Some(n) = self.nodes.get_mut(&node) {
-            n.links = fresh_links(&members, node, max);
+            n.links = fresh_links(&members, node, &self.net);
             n.replica = None;
             n.disk_at = None;
             n.disk.crash();
@@ -732,6 +750,7 @@ impl KiteWorld {
             rejected: Vec::new(),
             rmws: Vec::new(),
             links: &links,
+            over_allowance: Vec::new(),
         };
         let (steps, shed) = (replica.steps(), replica.refusals().0);
         call(replica, local, &mut left);
@@ -744,6 +763,8 @@ impl KiteWorld {
         n.disk.submit(ops, now, FSYNC_NS).expect("the simulated WAL does not fail");
         self.schedule_disk(node);
         self.rmw_ids.extend(left.rmws);
+        let over = left.over_allowance.iter().map(|o| format!("{node} {o}"));
+        self.over_allowance.extend(over);
         self.rejections.extend(left.rejected.iter().map(|reason| (node, *reason)));
         let n = self.nodes.get_mut(&node).expect("node");
         if let Some(wake) = wake_at {
