@@ -17,7 +17,7 @@
 //! versions are independent), and every value written names its keyspace, so a read that
 //! returns another keyspace's value is caught at once (`keyspace-isolation`).
 
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::history::{durability_of, Finding, Op, OpKind, Oracle, Outcome, OPS_MAX};
 use crate::rng::Rng;
 use crate::world::{Keyspace, Notice, World};
@@ -273,7 +273,7 @@ impl Clients {
     }
 
     /// Schedules every client's first operation.
-    pub fn start<E: SimEngine>(&mut self, world: &mut World<E>) {
+    pub fn start<E: LeaderSim>(&mut self, world: &mut World<E>) {
         for c in 0..self.clients.len() {
             self.schedule_wake(world, c);
         }
@@ -296,13 +296,13 @@ impl Clients {
             + self.tickets.as_ref().map_or(0, |t| t.in_flight())
     }
 
-    fn schedule_wake<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+    fn schedule_wake<E: LeaderSim>(&mut self, world: &mut World<E>, c: usize) {
         let at = world.now_ns() + self.rng.range(0, self.config.think_ns_max.max(1));
         world.set_timer(at, timer_id(TIMER_CLIENT_WAKE, c as u64));
     }
 
     /// Handles a notice meant for clients; returns false if it is not theirs.
-    pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
+    pub fn handle<E: LeaderSim>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
         if self.tickets.as_mut().is_some_and(|t| t.handle(world, notice)) {
             return true;
         }
@@ -324,7 +324,7 @@ impl Clients {
         true
     }
 
-    fn on_wake<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+    fn on_wake<E: LeaderSim>(&mut self, world: &mut World<E>, c: usize) {
         if self.stopped || self.ops_total() >= OPS_MAX {
             return;
         }
@@ -390,7 +390,7 @@ impl Clients {
 
     /// Begins client `c`'s operation `kind` at `node`: its history record and, if a
     /// request went out (`tag`), its deadline. The caller fills in the rest.
-    fn begin<E: SimEngine>(
+    fn begin<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         c: usize,
@@ -455,7 +455,7 @@ impl Clients {
     /// Starts a transaction: its `WATCH` reads one after the other (or, watching nothing,
     /// `EXEC` after a think). Under sessions, a client without one opens it first and
     /// drops the transaction, as it does a write.
-    fn start_txn<E: SimEngine>(
+    fn start_txn<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         c: usize,
@@ -492,7 +492,7 @@ impl Clients {
 
     /// Sends the next `WATCH` read of client `c`'s transaction, or, all read, sets the
     /// timer after which `EXEC` goes out.
-    fn watch_next<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+    fn watch_next<E: LeaderSim>(&mut self, world: &mut World<E>, c: usize) {
         let inflight = self.clients[c].inflight.as_mut().expect("a transaction in flight");
         let pending = inflight.txn.as_mut().expect("a transaction");
         let Some(key) = pending.watch.first().cloned() else {
@@ -524,7 +524,7 @@ impl Clients {
 
     /// `EXEC`: client `c`'s transaction as one `Command::Multi` under a new op id (so the
     /// watch phase's deadline no longer applies), retried like any write.
-    fn send_exec<E: SimEngine>(&mut self, world: &mut World<E>, c: usize) {
+    fn send_exec<E: LeaderSim>(&mut self, world: &mut World<E>, c: usize) {
         let state = &self.clients[c];
         let Some(inflight) = state.inflight.as_ref() else { return };
         let thinking = inflight.txn.as_ref().is_some_and(|p| p.exec) && inflight.request.is_none();
@@ -565,7 +565,7 @@ impl Clients {
 
     /// A reply to client `c`'s transaction: a `WATCH` read (its version recorded, or the
     /// transaction dropped if it failed: nothing was sent that could apply) or `EXEC`'s.
-    fn on_txn_reply<E: SimEngine>(
+    fn on_txn_reply<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         c: usize,
@@ -601,7 +601,7 @@ impl Clients {
     }
 
     /// Records a transaction that ended (`outcome`: how, for the coverage counts).
-    fn record_txn<E: SimEngine>(
+    fn record_txn<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         ks: Keyspace,
@@ -624,7 +624,7 @@ impl Clients {
 
     /// Opens a deduplication session for client `c` in keyspace `ks` at `node`, at
     /// `durability` (the operation drawn is dropped).
-    fn open_session<E: SimEngine>(
+    fn open_session<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         c: usize,
@@ -715,7 +715,7 @@ impl Clients {
         }
     }
 
-    fn on_reply<E: SimEngine>(&mut self, world: &mut World<E>, reply: &ClientReply) {
+    fn on_reply<E: LeaderSim>(&mut self, world: &mut World<E>, reply: &ClientReply) {
         let Some(c) = self.by_tag.remove(&reply.tag) else {
             return; // the client gave up on it already
         };
@@ -804,7 +804,7 @@ impl Clients {
 
     /// With several keyspaces every value names the keyspace it was written in: a read
     /// in `ks` that returns another keyspace's value breaks isolation.
-    fn check_isolation<E: SimEngine>(
+    fn check_isolation<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         ks: Keyspace,
@@ -835,7 +835,7 @@ impl Clients {
 
     /// Scans are not in the history (its format has no scan op); the oracle checks
     /// each returned item as a read at the scan's level instead.
-    fn check_scan<E: SimEngine>(
+    fn check_scan<E: LeaderSim>(
         &mut self,
         world: &mut World<E>,
         ks: Keyspace,
@@ -908,7 +908,7 @@ impl Clients {
         }
     }
 
-    fn on_deadline<E: SimEngine>(&mut self, world: &mut World<E>, op_id: u64) {
+    fn on_deadline<E: LeaderSim>(&mut self, world: &mut World<E>, op_id: u64) {
         let Some(c) =
             self.clients.iter().position(|s| s.inflight.as_ref().is_some_and(|i| i.op.id == op_id))
         else {
@@ -954,7 +954,7 @@ impl Clients {
         self.schedule_wake(world, c);
     }
 
-    fn record<E: SimEngine>(&mut self, world: &mut World<E>, ks: Keyspace, op: Op) {
+    fn record<E: LeaderSim>(&mut self, world: &mut World<E>, ks: Keyspace, op: Op) {
         if op.outcome == Outcome::Unknown && !matches!(op.kind, OpKind::Get { .. }) {
             self.count_unknown_write(ks, op.kind.key());
         }

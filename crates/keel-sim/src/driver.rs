@@ -2,7 +2,7 @@
 //! run the world until its reply or a deadline, and return the reply. Used by the
 //! paper's tables, the figure tests and the benchmarks.
 
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::world::{Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag, Role};
 use keel_types::{
@@ -14,7 +14,7 @@ use keel_types::{
 pub const POLL_NS: u64 = 5_000_000;
 
 /// Scripted access to a simulated cluster.
-pub struct Driver<E: SimEngine> {
+pub struct Driver<E: LeaderSim> {
     /// The cluster.
     pub world: World<E>,
     next_request: u64,
@@ -23,7 +23,7 @@ pub struct Driver<E: SimEngine> {
 /// A read's answer: the value and the version that wrote it.
 pub type ReadResult = (Option<String>, Option<Version>);
 
-impl<E: SimEngine> Driver<E> {
+impl<E: LeaderSim> Driver<E> {
     /// Wraps a world.
     pub fn new(world: World<E>) -> Driver<E> {
         Driver { world, next_request: 0 }

@@ -1,19 +1,24 @@
 //! What the simulator needs from an engine beyond the engine interface
 //! (`keel_core::engine::Engine`): a configuration per node from a template, the facts its
-//! contract checks read off a message, and optionally a digest of the applied state.
+//! contract checks read off a message, how its requests and replies carry their tags, and
+//! the watch that checks one keyspace's nodes as a run goes ([`Watch`]).
 //!
-//! The simulator drives any engine whose clients speak the front door's requests and
-//! replies, whose status is the leader engine's and whose log holds the leader engine's
-//! entries (its invariant checks read roles, epochs, indexes and entries); Kite's world
-//! (`crate::kite`) brings checks of its own.
+//! The world (`crate::world::World`) names no engine kind's types: what it checks beyond
+//! the output contract is the engine's [`SimEngine::Watch`]. The leader engines' watch is
+//! the log [`Checker`] (one leader per epoch, log matching, the durable prefix, applied
+//! agreement); their clients, nemeses and scenarios ask for [`LeaderSim`]. Kite's world
+//! (`crate::kite`) is still its own.
 
-use keel_core::engine::{ClientReply, ClientRequest, Engine};
+use crate::invariants::{Checker, Violation};
+use keel_core::engine::{ClientReply, ClientRequest, Engine, OutputsOf, RequestTag};
 use keel_core::leader::{Config, Message, Status};
-use keel_types::{Entry, Epoch, LogIndex, NodeId};
+use keel_types::{Entry, Epoch, LogIndex, NodeId, SnapshotMeta};
+use std::collections::BTreeMap;
 
-/// What the contract checks read off a message before it is sent.
+/// What the contract checks read off a message before it is sent; `L` is the engine's log
+/// record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MessageFacts<'a> {
+pub struct MessageFacts<'a, L = Entry> {
     /// The sender's epoch, which must be durable before the message leaves.
     pub epoch: Epoch,
     /// A vote granted in `epoch` (the vote must be durable).
@@ -24,20 +29,43 @@ pub struct MessageFacts<'a> {
     pub asks_pre_vote: bool,
     /// An index the sender claims is on its disk.
     pub claims_persisted: Option<LogIndex>,
-    /// Log entries carried (each must be in the sender's log).
-    pub entries: &'a [Entry],
+    /// Log records carried (each must be in the sender's log).
+    pub entries: &'a [L],
+}
+
+/// What the world checks of one keyspace's nodes, beyond the output contract, as a run
+/// goes: it sees every log write an engine asks for, what each engine shows after each
+/// step, and what each node recovers at a restart. Violations are kept until the world
+/// takes them.
+pub trait Watch<E: SimEngine>: Sized + Send {
+    /// What is read off an engine after a step, to check once its outputs are out.
+    type Seen;
+
+    /// A watch that has seen nothing.
+    fn new() -> Self;
+    /// What `engine` shows now.
+    fn see(engine: &E) -> Self::Seen;
+    /// The log writes of one step of `node`, as the engine wrote them.
+    fn stepped(&mut self, node: NodeId, out: &OutputsOf<E>, at_ns: u64);
+    /// What `node` showed after a step, with the index its disk has fsynced.
+    fn observe(&mut self, node: NodeId, seen: &Self::Seen, synced: LogIndex, at_ns: u64);
+    /// `node` restarted from `snapshot` and `entries`.
+    fn recover(&mut self, node: NodeId, snapshot: Option<SnapshotMeta>, entries: &[E::Record]);
+    /// The epoch of `node`'s record at `index`, as far as the watch knows its log.
+    fn epoch_at(&self, node: NodeId, index: LogIndex) -> Option<Epoch>;
+    /// The nodes whose last step showed them leading, with their epoch.
+    fn leading(&self) -> &BTreeMap<NodeId, Epoch>;
+    /// How often each invariant's precondition held, by coverage name.
+    fn preconditions(&self) -> &BTreeMap<&'static str, u64>;
+    /// Takes the violations found so far.
+    fn take_violations(&mut self) -> Vec<Violation>;
 }
 
 /// An engine the simulator can drive.
-pub trait SimEngine:
-    Engine<
-    Request = ClientRequest,
-    Reply = ClientReply,
-    Status = Status,
-    Record = Entry,
-    Message: keel_wire::peer::PeerMessage,
->
-{
+pub trait SimEngine: Engine<Message: keel_wire::peer::PeerMessage> {
+    /// What the world checks of one keyspace's nodes ([`Watch`]).
+    type Watch: Watch<Self>;
+
     /// The configuration of `node` in a cluster of `members`, for keyspace `keyspace`,
     /// from a template. With `spread_leaders`, each keyspace prefers another leader (as
     /// a server spreads them).
@@ -50,7 +78,7 @@ pub trait SimEngine:
     ) -> Self::Config;
 
     /// The facts the contract checks need.
-    fn facts(message: &Self::Message) -> MessageFacts<'_>;
+    fn facts(message: &Self::Message) -> MessageFacts<'_, Self::Record>;
 
     /// The message as the receiver gets it, through the engine's peer codec and the
     /// stateless half of its gate ([`crate::codec::across`]), with its encoded length.
@@ -59,6 +87,18 @@ pub trait SimEngine:
     /// The clock drift between two nodes, in parts per million, the engine tolerates
     /// (the world keeps its clocks within it).
     fn drift_bound_ppm(config: &Self::Config) -> u32;
+
+    /// Gives `request` the tag its reply will carry.
+    fn set_tag(request: &mut Self::Request, tag: RequestTag);
+
+    /// The tag `request` carries.
+    fn request_tag(request: &Self::Request) -> RequestTag;
+
+    /// The tag of the request `reply` answers.
+    fn reply_tag(reply: &Self::Reply) -> RequestTag;
+
+    /// Whether `request` writes (a read may be answered off the loop).
+    fn writes(request: &Self::Request) -> bool;
 
     /// A digest of the applied state at `status().applied_index`, when the engine
     /// offers one (used by the applied-agreement invariant).
@@ -77,6 +117,85 @@ pub trait SimEngine:
     /// (`keel sim run --coverage`), by name.
     fn path_counts(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+}
+
+/// The engines the leader scenarios drive: clients speaking the front door's requests and
+/// replies, the leader engine's status, its log entries, watched by the log [`Checker`].
+pub trait LeaderSim:
+    SimEngine<
+    Request = ClientRequest,
+    Reply = ClientReply,
+    Status = Status,
+    Record = Entry,
+    Watch = Checker,
+>
+{
+}
+
+impl<E> LeaderSim for E where
+    E: SimEngine<
+        Request = ClientRequest,
+        Reply = ClientReply,
+        Status = Status,
+        Record = Entry,
+        Watch = Checker,
+    >
+{
+}
+
+impl<E: SimEngine<Status = Status, Record = Entry>> Watch<E> for Checker {
+    type Seen = (Box<Status>, Option<u64>);
+
+    fn new() -> Checker {
+        Checker::default()
+    }
+
+    fn see(engine: &E) -> Self::Seen {
+        (Box::new(engine.status()), engine.applied_digest())
+    }
+
+    fn stepped(&mut self, node: NodeId, out: &OutputsOf<E>, at_ns: u64) {
+        if let Some(index) = out.truncate_after {
+            self.truncate(node, index);
+        }
+        for entry in &out.append {
+            self.append(node, entry, at_ns);
+        }
+        if let (Some((meta, _)), true) = (&out.snapshot, out.snapshot_installed) {
+            self.reset_to_snapshot(node, *meta);
+        }
+    }
+
+    fn observe(&mut self, node: NodeId, seen: &Self::Seen, synced: LogIndex, at_ns: u64) {
+        let (status, digest) = seen;
+        assert_eq!(status.node_id, node, "engine reports another node's id");
+        if status.persisted_index > synced {
+            let detail =
+                format!("{node} reports persisted {} > fsynced {synced}", status.persisted_index);
+            self.violate("contract-persisted", at_ns, detail);
+        }
+        Checker::observe(self, status, *digest, at_ns);
+    }
+
+    fn recover(&mut self, node: NodeId, snapshot: Option<SnapshotMeta>, entries: &[Entry]) {
+        Checker::recover(self, node, snapshot, entries);
+    }
+
+    fn epoch_at(&self, node: NodeId, index: LogIndex) -> Option<Epoch> {
+        self.log(node).epoch_at(index)
+    }
+
+    fn leading(&self) -> &BTreeMap<NodeId, Epoch> {
+        Checker::leading(self)
+    }
+
+    fn preconditions(&self) -> &BTreeMap<&'static str, u64> {
+        Checker::preconditions(self)
+    }
+
+    fn take_violations(&mut self) -> Vec<Violation> {
+        Checker::take_violations(self)
     }
 }
 
@@ -139,6 +258,8 @@ pub fn message_epoch(message: &Message) -> Epoch {
 }
 
 impl SimEngine for keel_core::leader::LeaderEngine {
+    type Watch = Checker;
+
     fn configure(
         template: &Config,
         node: NodeId,
@@ -159,6 +280,22 @@ impl SimEngine for keel_core::leader::LeaderEngine {
 
     fn drift_bound_ppm(config: &Config) -> u32 {
         config.clock_drift_ppm_max.min(100_000)
+    }
+
+    fn set_tag(request: &mut ClientRequest, tag: RequestTag) {
+        request.tag = tag;
+    }
+
+    fn request_tag(request: &ClientRequest) -> RequestTag {
+        request.tag
+    }
+
+    fn reply_tag(reply: &ClientReply) -> RequestTag {
+        reply.tag
+    }
+
+    fn writes(request: &ClientRequest) -> bool {
+        request.command.is_write()
     }
 
     fn applied_digest(&self) -> Option<u64> {

@@ -5,7 +5,7 @@
 //! minority split, or a one-way cut). Clock rates change at crashes (see `world`).
 
 use crate::clients::{timer_id, TIMER_CLASS_SHIFT, TIMER_NEMESIS};
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::race::{LeaseRace, RACE_TIMER};
 use crate::rng::Rng;
 use crate::world::World;
@@ -121,13 +121,13 @@ impl Nemesis {
     }
 
     /// Schedules the first fault.
-    pub fn start<E: SimEngine>(&mut self, world: &mut World<E>) {
+    pub fn start<E: LeaderSim>(&mut self, world: &mut World<E>) {
         let at = world.now_ns() + self.rng.range(self.config.gap_ns_min, self.config.gap_ns_max);
         world.set_timer(at, timer_id(TIMER_NEMESIS, NEXT_FAULT));
     }
 
     /// Handles a nemesis timer; false if the id is not the nemesis's.
-    pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, id: u64) -> bool {
+    pub fn handle<E: LeaderSim>(&mut self, world: &mut World<E>, id: u64) -> bool {
         if id >> TIMER_CLASS_SHIFT != TIMER_NEMESIS {
             return false;
         }
@@ -156,7 +156,7 @@ impl Nemesis {
     }
 
     /// Stops injecting and ends every fault now: heal, restart, unpause.
-    pub fn heal_all<E: SimEngine>(&mut self, world: &mut World<E>) {
+    pub fn heal_all<E: LeaderSim>(&mut self, world: &mut World<E>) {
         self.stopped = true;
         if let Some(race) = &mut self.race {
             race.end(world);
@@ -181,7 +181,7 @@ impl Nemesis {
         }
     }
 
-    fn inject<E: SimEngine>(&mut self, world: &mut World<E>) {
+    fn inject<E: LeaderSim>(&mut self, world: &mut World<E>) {
         if self.race.as_ref().is_some_and(|race| race.active()) {
             return;
         }
@@ -237,7 +237,7 @@ impl Nemesis {
         }
     }
 
-    fn partition<E: SimEngine>(&mut self, world: &mut World<E>, nodes: &[NodeId], until: u64) {
+    fn partition<E: LeaderSim>(&mut self, world: &mut World<E>, nodes: &[NodeId], until: u64) {
         let mut shuffled = nodes.to_vec();
         for i in (1..shuffled.len()).rev() {
             shuffled.swap(i, self.rng.index(i + 1));
@@ -274,7 +274,7 @@ impl Nemesis {
         self.end_at(world, until, Ending::Heal);
     }
 
-    fn end_at<E: SimEngine>(&mut self, world: &mut World<E>, at_ns: u64, ending: Ending) {
+    fn end_at<E: LeaderSim>(&mut self, world: &mut World<E>, at_ns: u64, ending: Ending) {
         let id = self.next_id;
         self.next_id += 1;
         self.pending.insert(id, ending);

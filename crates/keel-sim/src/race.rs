@@ -36,7 +36,7 @@
 //!    the stall ends, the race's cuts end and the general nemesis resumes.
 
 use crate::clients::{timer_id, TIMER_NEMESIS};
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::rng::Rng;
 use crate::world::{Fate, World};
 use keel_core::leader::Role;
@@ -131,7 +131,7 @@ impl LeaseRace {
     }
 
     /// Schedules the race's first look at the cluster.
-    pub fn start<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    pub fn start<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let at = world.now_ns() + self.rng.range(500 * MS, 1_500 * MS);
         world.set_timer(at, timer_id(TIMER_NEMESIS, RACE_TIMER));
     }
@@ -142,7 +142,7 @@ impl LeaseRace {
     }
 
     /// Puts the race's cuts back after something healed the network.
-    pub fn restore<E: SimEngine + 'static>(&self, world: &mut World<E>) {
+    pub fn restore<E: LeaderSim + 'static>(&self, world: &mut World<E>) {
         if self.active() {
             for (from, to) in &self.cuts {
                 world.net.cut_one_way(&[*from], &[*to]);
@@ -151,7 +151,7 @@ impl LeaseRace {
     }
 
     /// Ends the race where it stands: its cuts and the armed crash end.
-    pub fn end<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    pub fn end<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         if self.active() {
             world.net.heal();
             world.set_message_rule(None);
@@ -164,7 +164,7 @@ impl LeaseRace {
     }
 
     /// The race's timer fired: take the next step, and look again soon unless done.
-    pub fn on_timer<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    pub fn on_timer<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let now = world.now_ns();
         match self.phase {
             Phase::Waiting => self.begin(world),
@@ -182,7 +182,7 @@ impl LeaseRace {
         }
     }
 
-    fn note<E: SimEngine + 'static>(&mut self, world: &World<E>, what: String) {
+    fn note<E: LeaderSim + 'static>(&mut self, world: &World<E>, what: String) {
         if world.trace {
             eprintln!("{:>12} lease race: {what}", world.now_ns());
         }
@@ -193,14 +193,14 @@ impl LeaseRace {
         *self.counts.entry(what).or_default() += 1;
     }
 
-    fn give_up<E: SimEngine + 'static>(&mut self, world: &mut World<E>, why: &str) {
+    fn give_up<E: LeaderSim + 'static>(&mut self, world: &mut World<E>, why: &str) {
         self.note(world, format!("gave up: {why}"));
         self.count("lease-race:gave-up");
         self.end(world);
     }
 
     /// Replaces the race's cuts (and every other cut) with `cuts`.
-    fn set_cuts<E: SimEngine + 'static>(
+    fn set_cuts<E: LeaderSim + 'static>(
         &mut self,
         world: &mut World<E>,
         cuts: Vec<(NodeId, NodeId)>,
@@ -211,7 +211,7 @@ impl LeaseRace {
     }
 
     /// Phase 1: roles, the `V → W` stall, `W` armed to crash, and the climb's cuts.
-    fn begin<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn begin<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let now = world.now_ns();
         let leader = world.leader().filter(|v| lease_valid(world, *v));
         let Some(v) = leader else {
@@ -246,7 +246,7 @@ impl LeaseRace {
     }
 
     /// Phase 1 until `W` is [`CLIMB_EPOCHS`] up; then phase 2's cuts.
-    fn climb<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn climb<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         if world.is_up(r.w) && epoch(world, r.w) >= Epoch(r.e0.0 + CLIMB_EPOCHS) {
             self.roles = Some(Roles { e_w: epoch(world, r.w), ..r });
@@ -264,7 +264,7 @@ impl LeaseRace {
     }
 
     /// Phase 2 until one of `L`, `C` and `A` leads below `W`'s epoch; then `V` rejoins.
-    fn elect<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn elect<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         let elected = [r.l, r.c, r.a].into_iter().find(|n| lease_valid(world, *n));
         if let Some(l) = elected {
@@ -292,7 +292,7 @@ impl LeaseRace {
     }
 
     /// Phase 3 until `V` follows `L`; then phase 4 is scheduled.
-    fn rejoin<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn rejoin<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         let follows = world.status(r.v).is_some_and(|s| s.leader == Some(r.l));
         let now = world.now_ns();
@@ -310,7 +310,7 @@ impl LeaseRace {
 
     /// Phase 4 begins: clients are cut off until the stall ends, so that `L` appends
     /// nothing that `C`, about to be cut, would lack and `V` would hold.
-    fn quiet<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn quiet<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         world.cut_clients_until(r.stall_end + 100 * MS);
         self.phase = Phase::Quiet;
@@ -320,7 +320,7 @@ impl LeaseRace {
     }
 
     /// Phase 4: `C` and `W` cut from `L` and `A`.
-    fn cut_c<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn cut_c<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         if !lease_valid(world, r.l) {
             return self.give_up(world, "L lost its lease before C was cut");
@@ -334,7 +334,7 @@ impl LeaseRace {
     }
 
     /// Phase 5: `V → L` stalls just before `V`'s old `Append`s reach `W`.
-    fn stall_v_to_l<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn stall_v_to_l<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         let until = world.now_ns() + self.rng.range(1_000 * MS, 3_000 * MS);
         world.net.stall_link(r.v, r.l, until);
@@ -345,7 +345,7 @@ impl LeaseRace {
     }
 
     /// Phase 6: counts the setup and a second leader beside `L`'s lease, then ends.
-    fn watch<E: SimEngine + 'static>(&mut self, world: &mut World<E>) {
+    fn watch<E: LeaderSim + 'static>(&mut self, world: &mut World<E>) {
         let r = self.roles.expect("started");
         let lease = lease_valid(world, r.l);
         let moved =
@@ -374,22 +374,22 @@ fn both(node: NodeId, others: &[NodeId]) -> Vec<(NodeId, NodeId)> {
     others.iter().flat_map(|o| [(node, *o), (*o, node)]).collect()
 }
 
-fn epoch<E: SimEngine + 'static>(world: &World<E>, node: NodeId) -> Epoch {
+fn epoch<E: LeaderSim + 'static>(world: &World<E>, node: NodeId) -> Epoch {
     world.status(node).map_or(Epoch(0), |s| s.epoch)
 }
 
-fn role<E: SimEngine + 'static>(world: &World<E>, node: NodeId) -> Role {
+fn role<E: LeaderSim + 'static>(world: &World<E>, node: NodeId) -> Role {
     world.status(node).map_or(Role::Follower, |s| s.role)
 }
 
 /// Whether `node` leads with a valid leader lease (as of its last step).
-fn lease_valid<E: SimEngine + 'static>(world: &World<E>, node: NodeId) -> bool {
+fn lease_valid<E: LeaderSim + 'static>(world: &World<E>, node: NodeId) -> bool {
     world.status(node).is_some_and(|s| s.role == Role::Leader && s.leader_lease_valid)
 }
 
 /// How often `node`'s engine moved to a higher epoch while a leader's lease could count
 /// on it (the engine's `epochs_raised_under_live_leader`).
-fn raised_count<E: SimEngine + 'static>(world: &World<E>, node: NodeId) -> u64 {
+fn raised_count<E: LeaderSim + 'static>(world: &World<E>, node: NodeId) -> u64 {
     let paths = world.engine(node).map(|e| e.path_counts()).unwrap_or_default();
     paths.iter().find(|(p, _)| *p == "epoch-raised-under-live-leader").map_or(0, |(_, n)| *n)
 }

@@ -12,7 +12,7 @@
 
 use crate::clients::{Clients, WorkloadConfig};
 use crate::disk::HardStateMode;
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::history::{check_survival, KeelHistory, Outcome};
 use crate::invariants::Violation;
 use crate::nemesis::{Nemesis, NemesisConfig};
@@ -543,7 +543,7 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
 }
 
 /// Runs one seed of the general scenario, catching panics into the report.
-pub fn run_general<E: SimEngine<Config = Config>>(config: &GeneralConfig) -> RunReport {
+pub fn run_general<E: LeaderSim<Config = Config>>(config: &GeneralConfig) -> RunReport {
     if config.lease_overlap {
         // Scripted on the leader engine's messages, whatever engine the caller names.
         return crate::lease_overlap::run(config);
@@ -576,7 +576,7 @@ pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic without a message".into())
 }
 
-fn general_body<E: SimEngine<Config = Config>>(
+fn general_body<E: LeaderSim<Config = Config>>(
     config: &GeneralConfig,
     report: &mut RunReport,
     slot: &mut Option<World<E>>,
@@ -721,7 +721,7 @@ fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, Nemes
 }
 
 /// What the run injected and reached, into its report.
-fn report_faults_and_paths<E: SimEngine>(
+fn report_faults_and_paths<E: LeaderSim>(
     world: &World<E>,
     clients: &Clients,
     nemesis: &mut Nemesis,
@@ -749,7 +749,7 @@ fn report_faults_and_paths<E: SimEngine>(
 }
 
 /// The rare paths the run's engines took and the faults injected, counted by name.
-pub(crate) fn reached<E: SimEngine>(
+pub(crate) fn reached<E: LeaderSim>(
     world: &World<E>,
     nemesis: &Nemesis,
     client_retries: u64,
@@ -803,7 +803,7 @@ pub fn make_wide_area(world: &mut WorldConfig, rng: &mut Rng) {
 /// After healing, every follower must hold an active-set lease again within
 /// [`LEASES_NS_MAX`]: a healthy node left out of the set for good (or never granted a
 /// lease it accepts) is a liveness failure, `lease-liveness`.
-pub(crate) fn await_leases<E: SimEngine>(
+pub(crate) fn await_leases<E: LeaderSim>(
     world: &mut World<E>,
     clients: &mut Clients,
     nemesis: &mut Nemesis,
@@ -870,7 +870,7 @@ pub fn make_removal_hasty(config: &mut Config) {
 }
 
 /// Runs events until `until_ns` past now, or until the first violation.
-fn run_phase<E: SimEngine>(
+fn run_phase<E: LeaderSim>(
     world: &mut World<E>,
     clients: &mut Clients,
     nemesis: &mut Nemesis,
@@ -887,7 +887,7 @@ fn run_phase<E: SimEngine>(
 }
 
 /// Waits for the cluster to converge after healing; false if it does not in time.
-pub(crate) fn converge<E: SimEngine>(
+pub(crate) fn converge<E: LeaderSim>(
     world: &mut World<E>,
     clients: &mut Clients,
     nemesis: &mut Nemesis,
@@ -903,12 +903,12 @@ pub(crate) fn converge<E: SimEngine>(
 }
 
 /// In every keyspace, one leader whose whole log is durable and applied by every node.
-pub fn converged<E: SimEngine>(world: &World<E>) -> bool {
+pub fn converged<E: LeaderSim>(world: &World<E>) -> bool {
     (0..world.keyspaces()).all(|ks| converged_in(world, ks))
 }
 
 /// One leader of keyspace `ks` whose whole log is durable and applied by every node.
-pub fn converged_in<E: SimEngine>(world: &World<E>, ks: Keyspace) -> bool {
+pub fn converged_in<E: LeaderSim>(world: &World<E>, ks: Keyspace) -> bool {
     let Some(leader) = world.leader_in(ks) else { return false };
     let Some(lead) = world.status_in(leader, ks) else { return false };
     lead.durable_index == lead.last_index
@@ -924,7 +924,7 @@ pub fn converged_in<E: SimEngine>(world: &World<E>, ks: Keyspace) -> bool {
 /// The end-of-run checkers of `keel-check`: cross-client monotonic reads on the whole
 /// history (each preliminary view of an invoked read as a read of its own), the views
 /// checker, linearizability on the keys written only `durable` (`d*`).
-pub fn check_history<E: SimEngine>(world: &mut World<E>, history: &KeelHistory) -> &'static str {
+pub fn check_history<E: LeaderSim>(world: &mut World<E>, history: &KeelHistory) -> &'static str {
     let views = keel_check::views::check(history);
     if let Some(first) = views.violations.first() {
         let detail = format!("{} violations; first: {first}", views.violations_total);
@@ -972,7 +972,7 @@ pub fn check_history<E: SimEngine>(world: &mut World<E>, history: &KeelHistory) 
     verdict
 }
 
-pub(crate) fn finish<E: SimEngine>(
+pub(crate) fn finish<E: LeaderSim>(
     world: &mut World<E>,
     clients: &Clients,
     converged: bool,

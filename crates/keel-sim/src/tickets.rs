@@ -25,7 +25,7 @@
 //! (`revoked_sales`): a stale replica's view, which the threshold makes rare, not a
 //! violation. The final view decides.
 
-use crate::engine::SimEngine;
+use crate::engine::LeaderSim;
 use crate::rng::Rng;
 use crate::world::{Keyspace, Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag};
@@ -166,7 +166,7 @@ impl Tickets {
     }
 
     /// Starts every actor.
-    pub fn start<E: SimEngine>(&mut self, world: &mut World<E>) {
+    pub fn start<E: LeaderSim>(&mut self, world: &mut World<E>) {
         for actor in 0..self.actors.len() {
             self.wake_later(world, actor);
         }
@@ -196,13 +196,13 @@ impl Tickets {
         self.actors.iter().filter(|a| a.inflight.is_some()).count()
     }
 
-    fn wake_later<E: SimEngine>(&mut self, world: &mut World<E>, actor: usize) {
+    fn wake_later<E: LeaderSim>(&mut self, world: &mut World<E>, actor: usize) {
         let at = world.now_ns() + self.rng.range(100_000, 2_000_000);
         world.set_timer(at, crate::clients::timer_id(TIMER_TICKETS, actor as u64));
     }
 
     /// Handles a notice meant for the ticket clients; false if it is not theirs.
-    pub fn handle<E: SimEngine>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
+    pub fn handle<E: LeaderSim>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
         match notice {
             Notice::Reply { reply, .. } => {
                 let Some(actor) = self.by_tag.remove(&reply.tag) else { return false };
@@ -223,7 +223,7 @@ impl Tickets {
         }
     }
 
-    fn on_wake<E: SimEngine>(&mut self, world: &mut World<E>, actor: usize) {
+    fn on_wake<E: LeaderSim>(&mut self, world: &mut World<E>, actor: usize) {
         if self.stopped || self.actors[actor].done || self.actors[actor].inflight.is_some() {
             return;
         }
@@ -322,7 +322,7 @@ impl Tickets {
         self.set_deadline(world, attempt_id);
     }
 
-    fn set_deadline<E: SimEngine>(&mut self, world: &mut World<E>, attempt_id: u64) {
+    fn set_deadline<E: LeaderSim>(&mut self, world: &mut World<E>, attempt_id: u64) {
         let at = world.now_ns() + self.config.attempt_timeout_ns;
         let payload = attempt_id | 1 << 39;
         world.set_timer(at, crate::clients::timer_id(TIMER_TICKETS, payload));
@@ -330,7 +330,7 @@ impl Tickets {
 
     /// Sends the in-flight write of `actor` again, with the same pair, at another node;
     /// false when its retries ran out.
-    fn retry<E: SimEngine>(&mut self, world: &mut World<E>, actor: usize) -> bool {
+    fn retry<E: LeaderSim>(&mut self, world: &mut World<E>, actor: usize) -> bool {
         let inflight = self.actors[actor].inflight.as_mut().expect("in flight");
         if inflight.attempts >= RETRIES_MAX || self.stopped {
             return false;
@@ -350,7 +350,7 @@ impl Tickets {
         true
     }
 
-    fn on_deadline<E: SimEngine>(&mut self, world: &mut World<E>, attempt_id: u64) {
+    fn on_deadline<E: LeaderSim>(&mut self, world: &mut World<E>, attempt_id: u64) {
         let actor = self
             .actors
             .iter()
@@ -362,7 +362,7 @@ impl Tickets {
     }
 
     /// The in-flight write's outcome stays unknown.
-    fn give_up<E: SimEngine>(&mut self, world: &mut World<E>, actor: usize) {
+    fn give_up<E: LeaderSim>(&mut self, world: &mut World<E>, actor: usize) {
         let inflight = self.actors[actor].inflight.take().expect("in flight");
         for tag in inflight.tags.iter().chain(&inflight.peek) {
             self.by_tag.remove(tag);
@@ -385,7 +385,7 @@ impl Tickets {
         self.wake_later(world, actor);
     }
 
-    fn on_reply<E: SimEngine>(&mut self, world: &mut World<E>, actor: usize, reply: &ClientReply) {
+    fn on_reply<E: LeaderSim>(&mut self, world: &mut World<E>, actor: usize, reply: &ClientReply) {
         let Some(inflight) = self.actors[actor].inflight.as_mut() else { return };
         if inflight.peek == Some(reply.tag) {
             inflight.peek = None;

@@ -256,6 +256,24 @@ impl ToyEngine {
 }
 
 impl SimEngine for ToyEngine {
+    type Watch = crate::invariants::Checker;
+
+    fn set_tag(request: &mut ClientRequest, tag: keel_core::engine::RequestTag) {
+        request.tag = tag;
+    }
+
+    fn request_tag(request: &ClientRequest) -> keel_core::engine::RequestTag {
+        request.tag
+    }
+
+    fn reply_tag(reply: &ClientReply) -> keel_core::engine::RequestTag {
+        reply.tag
+    }
+
+    fn writes(request: &ClientRequest) -> bool {
+        request.command.is_write()
+    }
+
     fn across(message: &Message) -> Result<(Message, usize), String> {
         crate::codec::across::<Self>(message)
     }

@@ -18,18 +18,19 @@
 
 use crate::clock::NodeClock;
 use crate::disk::{HardStateMode, SimDisk};
-use crate::engine::SimEngine;
-use crate::invariants::{Checker, Violation};
+use crate::engine::{SimEngine, Watch};
+use crate::invariants::Violation;
 use crate::net::{NetConfig, Network};
 use crate::rng::Rng;
+use keel_core::engine::{ClientReply, RequestTag};
 use keel_core::engine::{Input, PersistedState};
-use keel_core::leader::{ClientReply, ClientRequest, Config, RequestTag, Status};
+use keel_core::leader::Config;
 use keel_core::time::Time;
 use keel_exec::{
     AppendHold, ByteBudget, Completion, Front, LinkAllowance, LinkHold, Replica, VirtualDisk,
 };
 use keel_storage::SimFault;
-use keel_types::{LogIndex, NodeId, SnapshotMeta};
+use keel_types::{LogIndex, LogRecord, NodeId, SnapshotMeta, Version};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -173,7 +174,7 @@ pub type MessageRule<M> = Box<dyn FnMut(NodeId, NodeId, &M) -> Fate + Send>;
 
 /// Something the world reports to whoever drives it (clients, scenarios).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Notice {
+pub enum Notice<R = ClientReply> {
     /// A reply reached the client that sent the request to `node`.
     Reply {
         /// The node the client had contacted.
@@ -181,7 +182,7 @@ pub enum Notice {
         /// The keyspace the request was for.
         keyspace: Keyspace,
         /// The reply.
-        reply: ClientReply,
+        reply: R,
     },
     /// A timer set with [`World::set_timer`] fired.
     Timer {
@@ -191,7 +192,7 @@ pub enum Notice {
 }
 
 #[derive(Clone, Debug)]
-enum Event<M> {
+enum Event<M, Q, R> {
     Deliver {
         from: NodeId,
         to: NodeId,
@@ -222,12 +223,12 @@ enum Event<M> {
     Request {
         node: NodeId,
         ks: Keyspace,
-        request: ClientRequest,
+        request: Q,
     },
     Reply {
         node: NodeId,
         ks: Keyspace,
-        reply: ClientReply,
+        reply: R,
     },
     Timer {
         id: u64,
@@ -247,7 +248,14 @@ enum Event<M> {
     },
 }
 
-impl<M> Event<M> {
+/// The events of a world of engine `E`.
+type EventOf<E> = Event<
+    <E as keel_core::engine::Engine>::Message,
+    <E as keel_core::engine::Engine>::Request,
+    <E as keel_core::engine::Engine>::Reply,
+>;
+
+impl<M, Q, R> Event<M, Q, R> {
     /// The node whose pause defers this event, if any.
     fn node(&self) -> Option<NodeId> {
         match self {
@@ -276,7 +284,7 @@ fn fresh_link<C>(config: &WorldConfig<C>) -> LinkAllowance {
 }
 
 /// A replica's append hold, as a server's engine loop has it.
-fn fresh_hold() -> AppendHold {
+fn fresh_hold<L>() -> AppendHold<L> {
     AppendHold::new(keel_exec::APPEND_HOLD_NS, keel_exec::APPEND_HOLD_ENTRIES_MAX)
 }
 
@@ -285,8 +293,8 @@ fn fresh_hold() -> AppendHold {
 /// crash loses with the process's memory) while the node is up, and its disk.
 struct Hosted<E: SimEngine> {
     replica: Option<Replica<E>>,
-    disk: VirtualDisk<SimDisk>,
-    recovered: PersistedState,
+    disk: VirtualDisk<SimDisk<E::Record>>,
+    recovered: PersistedState<E::Record>,
     tick_at_ns: Option<u64>,
     disk_at_ns: Option<u64>,
     pending_tags: BTreeSet<RequestTag>,
@@ -306,34 +314,34 @@ impl<E: SimEngine> Hosted<E> {
 }
 
 /// What leaves a replica during one call, in order, for the world to carry out after it.
-enum Left<M> {
+enum Left<E: SimEngine> {
     /// A message, with its hold on the link's allowance if it carries client values.
-    Send(NodeId, M, Option<LinkHold>),
-    Reply(ClientReply),
+    Send(NodeId, E::Message, Option<LinkHold>),
+    Reply(E::Reply),
     Prepare(SnapshotMeta, Arc<Vec<u8>>),
-    /// The engine's status after a step, with its applied digest.
-    Observed(Box<Status>, Option<u64>),
+    /// What the engine showed after a step, for its keyspace's watch.
+    Observed(<E::Watch as Watch<E>>::Seen),
 }
 
 /// The simulator's side of a replica's outputs ([`keel_exec::Io`]): the checks only a
 /// simulator can make, as the engine writes its outputs (every log write to the
 /// keyspace's checker; no message rejected; what a message claims is on disk; the
 /// entries it carries in the sender's log), and what leaves, in order.
-struct SimIo<'a, M> {
+struct SimIo<'a, E: SimEngine> {
     node: NodeId,
     ks: Keyspace,
     now_ns: u64,
-    checker: &'a mut Checker,
+    watch: &'a mut E::Watch,
     /// The sender's fsynced index (the disk does not move during a call).
     synced: LogIndex,
-    left: Vec<Left<M>>,
+    left: Vec<Left<E>>,
     violations: Vec<(&'static str, String)>,
     trace: bool,
     /// The sender's links to its peers.
     links: &'a BTreeMap<NodeId, LinkAllowance>,
 }
 
-impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
+impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E> {
     fn send(&mut self, to: NodeId, message: E::Message) {
         self.left.push(Left::Send(to, message, None));
     }
@@ -361,7 +369,7 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
         Ok(())
     }
 
-    fn reply(&mut self, reply: ClientReply) {
+    fn reply(&mut self, reply: E::Reply) {
         self.left.push(Left::Reply(reply));
     }
 
@@ -374,15 +382,7 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
         if self.trace {
             eprintln!("{:>12} {node}/{ks} -> {out:?}", "");
         }
-        if let Some(index) = out.truncate_after {
-            self.checker.truncate(node, index);
-        }
-        for entry in &out.append {
-            self.checker.append(node, entry, self.now_ns);
-        }
-        if let (Some((meta, _)), true) = (&out.snapshot, out.snapshot_installed) {
-            self.checker.reset_to_snapshot(node, *meta);
-        }
+        self.watch.stepped(node, out, self.now_ns);
         for rejection in &out.rejected {
             // Every message here was written by an engine: a rejection is a gate that
             // refuses valid traffic, or an engine that breaks its own rules.
@@ -393,30 +393,31 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E::Message> {
             self.violations.push(("gate-rejection", detail));
         }
         for (_, message) in &out.messages {
-            self.check_written::<E>(message);
+            self.check_written(message);
         }
     }
 
     fn observe(&mut self, engine: &E) {
-        self.left.push(Left::Observed(Box::new(engine.status()), engine.applied_digest()));
+        self.left.push(Left::Observed(E::Watch::see(engine)));
     }
 }
 
-impl<M> SimIo<'_, M> {
+impl<E: SimEngine> SimIo<'_, E> {
     /// The contract's checks on a message as its engine writes it: what it claims is on
     /// disk is (its persisted index is fsynced) and the entries it carries are in the
     /// sender's log. Checked when written, not when sent: a message held behind a hard
     /// state may leave after a later truncation, as a delayed one may arrive after it.
-    fn check_written<E: SimEngine<Message = M>>(&mut self, message: &M) {
+    fn check_written(&mut self, message: &E::Message) {
         let (from, synced) = (self.node, self.synced);
         let facts = E::facts(message);
         if let Some(persisted) = facts.claims_persisted.filter(|p| *p > synced) {
             let detail = format!("{from} claims persisted {persisted} > fsynced {synced}");
             self.violations.push(("contract-message", format!("keyspace {}: {detail}", self.ks)));
         }
-        let log = self.checker.log(from);
-        if let Some(e) = facts.entries.iter().find(|e| log.epoch_at(e.index) != Some(e.epoch)) {
-            let detail = format!("{from} sends entry {} not in its log", e.version());
+        let watch = &*self.watch;
+        let held = |v: Version| watch.epoch_at(from, v.index) == Some(v.epoch);
+        if let Some(v) = facts.entries.iter().map(LogRecord::version).find(|v| !held(*v)) {
+            let detail = format!("{from} sends entry {v} not in its log");
             self.violations.push(("contract-message", format!("keyspace {}: {detail}", self.ks)));
         }
     }
@@ -505,11 +506,11 @@ pub struct World<E: SimEngine> {
     config: WorldConfig<E::Config>,
     now_ns: u64,
     seq: u64,
-    events: BTreeMap<(u64, u64), Event<E::Message>>,
+    events: BTreeMap<(u64, u64), EventOf<E>>,
     nodes: Vec<Node<E>>,
     /// The network between nodes.
     pub net: Network,
-    checkers: Vec<Checker>,
+    checkers: Vec<E::Watch>,
     violations: Vec<Violation>,
     next_tag: u64,
     /// Counters.
@@ -586,7 +587,7 @@ impl<E: SimEngine> World<E> {
         }
         let fault_rng = Rng::new(config.fault_seed);
         let mut world = World {
-            checkers: (0..config.keyspaces).map(|_| Checker::new()).collect(),
+            checkers: (0..config.keyspaces).map(|_| E::Watch::new()).collect(),
             config,
             now_ns: 0,
             seq: 0,
@@ -643,12 +644,12 @@ impl<E: SimEngine> World<E> {
     }
 
     /// Keyspace 0's invariant checker (log models, the durable prefix).
-    pub fn checker(&self) -> &Checker {
+    pub fn checker(&self) -> &E::Watch {
         &self.checkers[0]
     }
 
     /// A keyspace's invariant checker.
-    pub fn checker_of(&self, ks: Keyspace) -> &Checker {
+    pub fn checker_of(&self, ks: Keyspace) -> &E::Watch {
         &self.checkers[ks as usize]
     }
 
@@ -674,12 +675,12 @@ impl<E: SimEngine> World<E> {
     }
 
     /// A running node's status in keyspace 0; `None` while it is crashed.
-    pub fn status(&self, node: NodeId) -> Option<Status> {
+    pub fn status(&self, node: NodeId) -> Option<E::Status> {
         self.status_in(node, 0)
     }
 
     /// A running node's status in keyspace `ks`.
-    pub fn status_in(&self, node: NodeId, ks: Keyspace) -> Option<Status> {
+    pub fn status_in(&self, node: NodeId, ks: Keyspace) -> Option<E::Status> {
         self.replica(node, ks).replica.as_ref().map(|r| r.engine().status())
     }
 
@@ -695,12 +696,11 @@ impl<E: SimEngine> World<E> {
 
     /// The running leader of keyspace `ks` with the highest epoch, if any.
     pub fn leader_in(&self, ks: Keyspace) -> Option<NodeId> {
-        self.node_ids()
-            .into_iter()
-            .filter_map(|id| self.status_in(id, ks))
-            .filter(|s| s.role == keel_core::leader::Role::Leader)
-            .max_by_key(|s| s.epoch)
-            .map(|s| s.node_id)
+        let roles = self.node_ids().into_iter().filter_map(|id| {
+            let replica = self.replica(id, ks).replica.as_ref()?;
+            Some((id, replica.engine().role()))
+        });
+        roles.filter(|(_, r)| r.role == "leader").max_by_key(|(_, r)| r.epoch).map(|(id, _)| id)
     }
 
     /// The node's keyspace-0 engine, while it runs (for scenario-specific introspection).
@@ -725,7 +725,7 @@ impl<E: SimEngine> World<E> {
         (node.0 - 1) as usize
     }
 
-    fn push(&mut self, at_ns: u64, event: Event<E::Message>) {
+    fn push(&mut self, at_ns: u64, event: EventOf<E>) {
         assert!(at_ns >= self.now_ns, "event scheduled in the past");
         if self.events.len() >= self.config.events_max {
             self.violate("event-queue-full", format!("{} events queued", self.events.len()));
@@ -774,23 +774,18 @@ impl<E: SimEngine> World<E> {
     }
 
     /// Sends a client request to `node` for keyspace 0 (see [`World::submit_to`]).
-    pub fn submit(&mut self, node: NodeId, request: ClientRequest) -> RequestTag {
+    pub fn submit(&mut self, node: NodeId, request: E::Request) -> RequestTag {
         self.submit_to(node, 0, request)
     }
 
     /// Sends a client request to `node` for keyspace `ks`; the reply comes back as a
     /// [`Notice::Reply`] carrying the returned tag (the node may be down: then no reply
     /// ever comes).
-    pub fn submit_to(
-        &mut self,
-        node: NodeId,
-        ks: Keyspace,
-        mut request: ClientRequest,
-    ) -> RequestTag {
+    pub fn submit_to(&mut self, node: NodeId, ks: Keyspace, mut request: E::Request) -> RequestTag {
         assert!(ks < self.config.keyspaces, "keyspace {ks} of {}", self.config.keyspaces);
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        request.tag = tag;
+        E::set_tag(&mut request, tag);
         if self.now_ns < self.clients_cut_until_ns {
             self.stats.client_requests_cut += 1;
             return tag; // lost on the way: no reply ever comes
@@ -814,7 +809,7 @@ impl<E: SimEngine> World<E> {
 
     /// Processes the next event; returns what it reports to the driver, if anything.
     /// `None` with an empty queue means the world has stopped.
-    pub fn step(&mut self) -> Option<Notice> {
+    pub fn step(&mut self) -> Option<Notice<E::Reply>> {
         let ((at_ns, _), event) = self.events.pop_first()?;
         debug_assert!(at_ns >= self.now_ns, "time went backwards");
         self.now_ns = at_ns;
@@ -841,7 +836,7 @@ impl<E: SimEngine> World<E> {
 
     /// Processes every event up to and including virtual time `until_ns`, then sets
     /// the clock there; returns the notices in order.
-    pub fn run_until(&mut self, until_ns: u64) -> Vec<Notice> {
+    pub fn run_until(&mut self, until_ns: u64) -> Vec<Notice<E::Reply>> {
         let mut notices = Vec::new();
         while self.next_event_ns().is_some_and(|t| t <= until_ns) {
             if let Some(n) = self.step() {
@@ -861,7 +856,10 @@ impl<E: SimEngine> World<E> {
         self.now_ns = self.now_ns.max(at_ns);
     }
 
-    fn dispatch(&mut self, event: Event<E::Message>) -> Option<Notice> {
+    fn dispatch(
+        &mut self,
+        event: Event<E::Message, E::Request, E::Reply>,
+    ) -> Option<Notice<E::Reply>> {
         match event {
             Event::Deliver { from, to, ks, message, arrived, hold: _ } => {
                 if arrived || self.net.arrived(from, to) {
@@ -891,7 +889,7 @@ impl<E: SimEngine> World<E> {
                         return None;
                     }
                     let replica = self.replica_mut(node, ks);
-                    replica.pending_tags.extend(requests.iter().map(|r| r.tag));
+                    replica.pending_tags.extend(requests.iter().map(E::request_tag));
                     let input = if requests.len() == 1 {
                         Input::Client(requests.pop().expect("one"))
                     } else {
@@ -1068,12 +1066,7 @@ impl<E: SimEngine> World<E> {
     }
 
     /// Steps a running replica's engine with one input and carries out the outputs.
-    fn step_replica(
-        &mut self,
-        node: NodeId,
-        ks: Keyspace,
-        input: Input<E::Message, ClientRequest>,
-    ) {
+    fn step_replica(&mut self, node: NodeId, ks: Keyspace, input: Input<E::Message, E::Request>) {
         if self.trace {
             eprintln!("{:>12} {node}/{ks} <- {input:?}", self.now_ns);
         }
@@ -1090,7 +1083,7 @@ impl<E: SimEngine> World<E> {
         &mut self,
         node: NodeId,
         ks: Keyspace,
-        call: impl FnOnce(&mut Replica<E>, Time, &mut SimIo<'_, E::Message>),
+        call: impl FnOnce(&mut Replica<E>, Time, &mut SimIo<'_, E>),
     ) {
         let now = self.now_ns;
         let local = self.node(node).clock.local(now);
@@ -1105,7 +1098,7 @@ impl<E: SimEngine> World<E> {
             node,
             ks,
             now_ns: now,
-            checker: &mut self.checkers[ks as usize],
+            watch: &mut self.checkers[ks as usize],
             synced,
             left: Vec::new(),
             violations: Vec::new(),
@@ -1136,7 +1129,7 @@ impl<E: SimEngine> World<E> {
                     // Written and synced off the log's queue, in about one fsync's time.
                     self.push(now + cost, Event::Prepared { node, ks, incarnation, meta, data });
                 }
-                Left::Observed(status, digest) => self.observe(node, ks, &status, digest),
+                Left::Observed(seen) => self.observe(node, ks, &seen),
             }
         }
         self.schedule_disk(node, ks);
@@ -1145,18 +1138,10 @@ impl<E: SimEngine> World<E> {
         }
     }
 
-    fn observe(&mut self, node: NodeId, ks: Keyspace, status: &Status, digest: Option<u64>) {
+    fn observe(&mut self, node: NodeId, ks: Keyspace, seen: &<E::Watch as Watch<E>>::Seen) {
         let synced = keel_storage::Storage::synced_index(self.replica(node, ks).disk.storage());
-        assert_eq!(status.node_id, node, "engine reports another node's id");
-        if status.persisted_index > synced {
-            let detail = format!(
-                "{node}/{ks} reports persisted {} > fsynced {synced}",
-                status.persisted_index
-            );
-            self.violate("contract-persisted", detail);
-        }
         let now = self.now_ns;
-        self.checkers[ks as usize].observe(status, digest, now);
+        self.checkers[ks as usize].observe(node, seen, synced, now);
         self.collect(ks);
         self.check_one_lease(ks);
     }
@@ -1292,9 +1277,9 @@ impl<E: SimEngine> World<E> {
 
     /// Offers `request` to the engine between steps, as a server's connection does
     /// (drawn at [`WorldConfig::reads_off_loop_ppm`]); whether it was answered.
-    fn read_off_loop(&mut self, node: NodeId, ks: Keyspace, request: &ClientRequest) -> bool {
+    fn read_off_loop(&mut self, node: NodeId, ks: Keyspace, request: &E::Request) -> bool {
         let ppm = self.config.reads_off_loop_ppm;
-        if ppm == 0 || request.command.is_write() {
+        if ppm == 0 || E::writes(request) {
             return false;
         }
         let local = self.node(node).clock.local(self.now_ns);
@@ -1309,17 +1294,17 @@ impl<E: SimEngine> World<E> {
             eprintln!("{:>12} {node}/{ks} off the loop: {request:?} -> {reply:?}", self.now_ns);
         }
         self.stats.reads_off_loop += 1;
-        self.replica_mut(node, ks).pending_tags.insert(request.tag);
-        self.reply(node, ks, ClientReply { tag: request.tag, ..reply });
+        // Answered under the request's tag, as a server's connection answers it.
+        debug_assert_eq!(E::reply_tag(&reply), E::request_tag(request));
+        self.replica_mut(node, ks).pending_tags.insert(E::request_tag(request));
+        self.reply(node, ks, reply);
         true
     }
 
-    fn reply(&mut self, node: NodeId, ks: Keyspace, reply: ClientReply) {
-        if !self.replica_mut(node, ks).pending_tags.remove(&reply.tag) {
-            self.violate(
-                "contract-reply",
-                format!("{node}/{ks} answers unknown tag {:?}", reply.tag),
-            );
+    fn reply(&mut self, node: NodeId, ks: Keyspace, reply: E::Reply) {
+        let tag = E::reply_tag(&reply);
+        if !self.replica_mut(node, ks).pending_tags.remove(&tag) {
+            self.violate("contract-reply", format!("{node}/{ks} answers unknown tag {tag:?}"));
             return;
         }
         let at = self.now_ns + self.config.client_latency_ns;
@@ -1505,14 +1490,14 @@ impl<E: SimEngine> World<E> {
     /// `None` if the checker's model of `node` lacks that entry.
     fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> Option<bool> {
         let checker = &self.checkers[0];
-        let epoch = Some(checker.log(node).epoch_at(index)?);
+        let epoch = Some(checker.epoch_at(node, index)?);
         let holders = self
             .node_ids()
             .into_iter()
             .filter(|&m| m != node)
             .filter(|&m| {
                 let synced = keel_storage::Storage::synced_index(self.replica(m, 0).disk.storage());
-                synced >= index && checker.log(m).epoch_at(index) == epoch
+                synced >= index && checker.epoch_at(m, index) == epoch
             })
             .count();
         debug_assert!(holders < self.config.nodes as usize);

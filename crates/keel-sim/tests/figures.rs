@@ -37,6 +37,7 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         drift_change_ppm: 0,
         fault_seed: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+        unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
     };
     Driver::new(World::new(config, 7))

@@ -3,6 +3,8 @@
 //! the paper's litmus tests and fault scenarios, scripted.
 //!
 //! - [`world`]: the cluster on virtual time, the network, sleeps, crashes, scripted drops.
+//! - [`sim`]: Kite in the one world every engine runs in (`crate::world::World`): its
+//!   `SimEngine` and its watch. The scenarios below still run in [`world`].
 //! - [`recorder`]: sessions' requests and replies as a history for `keel_check::rc`.
 //! - [`scenario`]: the `general` scenario.
 //! - [`script`]: scripted sessions.
@@ -17,4 +19,5 @@ pub mod litmus;
 pub mod recorder;
 pub mod scenario;
 pub mod script;
+pub mod sim;
 pub mod world;
