@@ -100,6 +100,23 @@ pub trait SimEngine: Engine<Message: keel_wire::peer::PeerMessage> {
     /// Whether `request` writes (a read may be answered off the loop).
     fn writes(request: &Self::Request) -> bool;
 
+    /// The client connection (or session) `request` came on, when its requests are
+    /// ordered by the engine rather than by the front door: a read is then answered off
+    /// the loop only while no earlier request of it waits in the loop, as a server's
+    /// connection does (`Conn::loop_idle`). `None`: each request stands alone.
+    fn connection(request: &Self::Request) -> Option<u64> {
+        let _ = request;
+        None
+    }
+
+    /// Whether `message` answers a request of its receiver (an acknowledgement, a read's
+    /// reply): one sent by an earlier incarnation of its sender and delivered after the
+    /// sender restarted is counted as a late reply (`WorldStats::late_replies`).
+    fn answers(message: &Self::Message) -> bool {
+        let _ = message;
+        false
+    }
+
     /// A digest of the applied state at `status().applied_index`, when the engine
     /// offers one (used by the applied-agreement invariant).
     fn applied_digest(&self) -> Option<u64> {

@@ -172,6 +172,25 @@ impl Network {
         self.partition(&[node], all);
     }
 
+    /// Restores the one directed link `from -> to`.
+    pub fn uncut(&mut self, from: NodeId, to: NodeId) {
+        self.cut.remove(&(from, to));
+    }
+
+    /// A message's ordinary delay on `from -> to` (the link's latency and a jitter), for
+    /// one the network already took and delivers whatever happens to the link meanwhile
+    /// (a held link's, let go: bytes already in the receiver's socket).
+    pub fn delay(&mut self, from: NodeId, to: NodeId) -> u64 {
+        self.link_latency(from, to) + self.rng.range(0, self.config.jitter_ns_max)
+    }
+
+    /// Loses nothing and stalls nothing more from now on (a run's quiet end, before its
+    /// final reads); duplication and latency stay.
+    pub fn calm(&mut self) {
+        self.config.loss_ppm = 0;
+        self.config.stall_ppm = 0;
+    }
+
     /// Restores every link (stalled links run out by themselves).
     pub fn heal(&mut self) {
         self.cut.clear();

@@ -170,7 +170,7 @@ pub enum Fate {
 }
 
 /// A scripted rule on every message as it is sent: `(from, to, message) -> fate`.
-pub type MessageRule<M> = Box<dyn FnMut(NodeId, NodeId, &M) -> Fate + Send>;
+pub type MessageRule<M> = Box<dyn FnMut(NodeId, NodeId, &M) -> Fate>;
 
 /// Something the world reports to whoever drives it (clients, scenarios).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,6 +198,8 @@ enum Event<M, Q, R> {
         to: NodeId,
         ks: Keyspace,
         message: M,
+        /// The sender's incarnation when it sent the message.
+        incarnation: u64,
         arrived: bool,
         /// The message's hold on its link's allowance, given back once every copy is
         /// delivered or lost.
@@ -494,7 +496,34 @@ pub struct WorldStats {
     pub vote_request_crashes: u64,
     /// Client requests lost while clients were cut off ([`World::cut_clients_until`]).
     pub client_requests_cut: u64,
+    /// Messages sent on a held link ([`World::hold`]), delivered once it is let go.
+    pub held_messages: u64,
+    /// Hard states saved (every incarnation's, every vote's).
+    pub hard_states_saved: u64,
+    /// Boots from a disk that had saved a hard state (restarts that kept their disk).
+    pub boots_from_disk: u64,
+    /// Messages delivered after their sender restarted: sent by an earlier incarnation.
+    pub late_deliveries: u64,
+    /// Of those, answers to a request of the receiver ([`SimEngine::answers`]).
+    pub late_replies: u64,
 }
+
+/// A node's processor, for throughput in virtual time: each call into a replica occupies
+/// the node for `step_ns` per step (per request, for requests taken together in one step)
+/// plus `message_ns` per message it sends, and what it sends and answers leaves when
+/// that time is over; inputs that arrive meanwhile wait, in arrival order
+/// ([`World::cpu`]; `None`, the default: steps take no time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuCost {
+    /// Each step (a message handled, a request taken, a timer).
+    pub step_ns: u64,
+    /// Each message sent.
+    pub message_ns: u64,
+}
+
+/// A message sent on a held link: its keyspace, the sender's incarnation then, the
+/// message, its share of the link's allowance.
+type Held<M> = (Keyspace, u64, M, Option<Arc<LinkHold>>);
 
 /// A clock rate uniform in `[-drift_max, drift_max]` ppm.
 fn draw_drift(rng: &mut Rng, drift_max: i64) -> i64 {
@@ -545,6 +574,16 @@ pub struct World<E: SimEngine> {
     vote_request_crash: BTreeMap<NodeId, bool>,
     /// Until when client requests are lost ([`World::cut_clients_until`]).
     clients_cut_until_ns: u64,
+    /// Held links and what was sent on them, in order ([`World::hold`]).
+    holds: BTreeMap<(NodeId, NodeId), Vec<Held<E::Message>>>,
+    /// The processor model ([`CpuCost`]; `None`: steps take no time).
+    pub cpu: Option<CpuCost>,
+    /// How long after now what the current call into a replica sends and answers leaves
+    /// (its processor time, under [`World::cpu`]).
+    leave_after_ns: u64,
+    /// Requests beyond the first in the step under way (charged as steps of their own
+    /// under [`World::cpu`]).
+    batched: u64,
 }
 
 impl<E: SimEngine> World<E> {
@@ -610,6 +649,10 @@ impl<E: SimEngine> World<E> {
             message_rule: None,
             vote_request_crash: BTreeMap::new(),
             clients_cut_until_ns: 0,
+            holds: BTreeMap::new(),
+            cpu: None,
+            leave_after_ns: 0,
+            batched: 0,
         };
         for id in world.node_ids() {
             world.restart(id);
@@ -783,16 +826,32 @@ impl<E: SimEngine> World<E> {
     /// ever comes).
     pub fn submit_to(&mut self, node: NodeId, ks: Keyspace, mut request: E::Request) -> RequestTag {
         assert!(ks < self.config.keyspaces, "keyspace {ks} of {}", self.config.keyspaces);
+        let tag = self.reserve_tag();
+        E::set_tag(&mut request, tag);
+        self.send_request(node, ks, request);
+        tag
+    }
+
+    /// A tag no request has had, for one to be sent later with [`World::submit_tagged`].
+    pub fn reserve_tag(&mut self) -> RequestTag {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
-        E::set_tag(&mut request, tag);
+        tag
+    }
+
+    /// Sends a client request to `node` for keyspace 0 under the tag it carries (one from
+    /// [`World::reserve_tag`]).
+    pub fn submit_tagged(&mut self, node: NodeId, request: E::Request) {
+        self.send_request(node, 0, request);
+    }
+
+    fn send_request(&mut self, node: NodeId, ks: Keyspace, request: E::Request) {
         if self.now_ns < self.clients_cut_until_ns {
             self.stats.client_requests_cut += 1;
-            return tag; // lost on the way: no reply ever comes
+            return; // lost on the way: no reply ever comes
         }
         let at = self.now_ns + self.config.client_latency_ns;
         self.push(at, Event::Request { node, ks, request });
-        tag
     }
 
     /// Cuts every client off the cluster until `until_ns`: requests sent meanwhile are
@@ -819,11 +878,11 @@ impl<E: SimEngine> World<E> {
             if paused_until > at_ns {
                 self.stats.deferred += 1;
                 let event = match event {
-                    Event::Deliver { from, to, ks, message, arrived: false, hold } => {
+                    Event::Deliver { from, to, ks, message, incarnation, arrived: false, hold } => {
                         if !self.net.arrived(from, to) {
                             return None;
                         }
-                        Event::Deliver { from, to, ks, message, arrived: true, hold }
+                        Event::Deliver { from, to, ks, message, incarnation, arrived: true, hold }
                     }
                     other => other,
                 };
@@ -861,8 +920,12 @@ impl<E: SimEngine> World<E> {
         event: Event<E::Message, E::Request, E::Reply>,
     ) -> Option<Notice<E::Reply>> {
         match event {
-            Event::Deliver { from, to, ks, message, arrived, hold: _ } => {
+            Event::Deliver { from, to, ks, message, incarnation, arrived, hold: _ } => {
                 if arrived || self.net.arrived(from, to) {
+                    if incarnation < self.node(from).incarnation && self.is_up(to) {
+                        self.stats.late_deliveries += 1;
+                        self.stats.late_replies += u64::from(E::answers(&message));
+                    }
                     self.step_replica(to, ks, Input::Message { from, message });
                 }
             }
@@ -884,12 +947,27 @@ impl<E: SimEngine> World<E> {
                     requests.push(request);
                 }
                 if self.is_up(node) {
-                    requests.retain(|request| !self.read_off_loop(node, ks, request));
+                    // A read goes off the loop only while no earlier request of its
+                    // connection waits in the loop (engines that order a connection's
+                    // requests themselves name it).
+                    let mut looped = BTreeSet::new();
+                    requests.retain(|request| {
+                        let connection = E::connection(request);
+                        if connection.is_some_and(|c| looped.contains(&c)) {
+                            return true;
+                        }
+                        let answered = self.read_off_loop(node, ks, request);
+                        if !answered {
+                            looped.extend(connection);
+                        }
+                        !answered
+                    });
                     if requests.is_empty() {
                         return None;
                     }
                     let replica = self.replica_mut(node, ks);
                     replica.pending_tags.extend(requests.iter().map(E::request_tag));
+                    self.batched = requests.len() as u64 - 1;
                     let input = if requests.len() == 1 {
                         Input::Client(requests.pop().expect("one"))
                     } else {
@@ -897,6 +975,7 @@ impl<E: SimEngine> World<E> {
                         Input::Clients(requests)
                     };
                     self.step_replica(node, ks, input);
+                    self.batched = 0;
                 }
             }
             Event::Reply { node, ks, reply } => {
@@ -1002,6 +1081,8 @@ impl<E: SimEngine> World<E> {
             Ok(completions) => completions,
             Err(e) => return self.storage_failed(node, &e.to_string()),
         };
+        let saved = completions.iter().filter(|c| matches!(c, Completion::HardStateSaved { .. }));
+        self.stats.hard_states_saved += saved.count() as u64;
         let synced = completions.iter().any(|c| matches!(c, Completion::Synced { .. }));
         if synced
             && self.crashes_after_fsync_left > 0
@@ -1112,6 +1193,7 @@ impl<E: SimEngine> World<E> {
         self.stats.bulk_shed += replica.refusals().0 - refusals.0;
         self.stats.forwarded_replies_busy += replica.refusals().1 - refusals.1;
         self.stats.held_behind_hard_state += u64::from(replica.holding());
+        let steps = replica.steps() - steps;
         let (left, violations) = (io.left, io.violations);
         for (kind, detail) in violations {
             self.violate(kind, detail);
@@ -1120,6 +1202,14 @@ impl<E: SimEngine> World<E> {
         if let Err(e) = self.replica_mut(node, ks).submit(now, cost) {
             // Nothing of this call leaves the node: it stops before sending it.
             return self.storage_failed(node, &e.to_string());
+        }
+        // With a processor model the node is busy for the steps, and what they send and
+        // answer leaves at their end.
+        let messages = left.iter().filter(|l| matches!(l, Left::Send(..))).count() as u64;
+        let steps = steps + std::mem::take(&mut self.batched);
+        self.leave_after_ns = self.cpu.map_or(0, |c| c.step_ns * steps + c.message_ns * messages);
+        if self.leave_after_ns > 0 {
+            self.pause(node, now + self.leave_after_ns);
         }
         for left in left {
             match left {
@@ -1132,6 +1222,7 @@ impl<E: SimEngine> World<E> {
                 Left::Observed(seen) => self.observe(node, ks, &seen),
             }
         }
+        self.leave_after_ns = 0;
         self.schedule_disk(node, ks);
         if let Some(wake_at) = self.replica(node, ks).replica.as_ref().and_then(|r| r.wake_at()) {
             self.schedule_tick(node, ks, wake_at);
@@ -1240,13 +1331,49 @@ impl<E: SimEngine> World<E> {
                 Fate::Delay(ns) => extra_ns = ns,
             }
         }
-        let stalled_until = self.net.link_stalled_until(from, to, self.now_ns);
         // Every copy holds the link's allowance until the last is delivered or lost.
         let hold = hold.map(Arc::new);
+        let incarnation = self.node(from).incarnation;
+        if let Some(held) = self.holds.get_mut(&(from, to)) {
+            self.stats.held_messages += 1;
+            held.push((ks, incarnation, message, hold));
+            return;
+        }
+        let stalled_until = self.net.link_stalled_until(from, to, self.now_ns);
+        let extra_ns = extra_ns + self.leave_after_ns;
         for delay in self.net.send(from, to) {
             let at = stalled_until.map_or(self.now_ns, |until| until) + delay + extra_ns;
             let (message, hold) = (message.clone(), hold.clone());
-            self.push(at, Event::Deliver { from, to, ks, message, arrived: false, hold });
+            let arrived = false;
+            self.push(at, Event::Deliver { from, to, ks, message, incarnation, arrived, hold });
+        }
+    }
+
+    /// Holds the link `from -> to`: what is sent on it from now on waits (a connection
+    /// whose segments are queued), until [`World::release`].
+    pub fn hold(&mut self, from: NodeId, to: NodeId) {
+        self.holds.entry((from, to)).or_default();
+    }
+
+    /// The links held now ([`World::hold`]).
+    pub fn held_links(&self) -> Vec<(NodeId, NodeId)> {
+        self.holds.keys().copied().collect()
+    }
+
+    /// Lets go of a held link: what it held arrives after the link's ordinary delay, in
+    /// the order it was sent, whatever happens to the link meanwhile (it was on its way;
+    /// lost only if the link is cut now).
+    pub fn release(&mut self, from: NodeId, to: NodeId) {
+        let Some(held) = self.holds.remove(&(from, to)) else { return };
+        if self.net.is_cut(from, to) {
+            self.net.stats.partitioned += held.len() as u64;
+            return;
+        }
+        let base = self.net.delay(from, to);
+        for (i, (ks, incarnation, message, hold)) in held.into_iter().enumerate() {
+            let at = self.now_ns + base + i as u64;
+            let arrived = true;
+            self.push(at, Event::Deliver { from, to, ks, message, incarnation, arrived, hold });
         }
     }
 
@@ -1307,7 +1434,7 @@ impl<E: SimEngine> World<E> {
             self.violate("contract-reply", format!("{node}/{ks} answers unknown tag {tag:?}"));
             return;
         }
-        let at = self.now_ns + self.config.client_latency_ns;
+        let at = self.now_ns + self.leave_after_ns + self.config.client_latency_ns;
         self.push(at, Event::Reply { node, ks, reply });
     }
 
@@ -1520,6 +1647,7 @@ impl<E: SimEngine> World<E> {
             let local = n.clock.local(now);
             let replica = &mut n.replicas[ks as usize];
             let persisted = std::mem::take(&mut replica.recovered);
+            self.stats.boots_from_disk += u64::from(persisted.hard_state != Default::default());
             let engine = match E::boot(config, persisted, seed, local) {
                 Ok(engine) => engine,
                 Err(e) => panic!("{node}/{ks} cannot restart: {e}"),

@@ -137,10 +137,11 @@ pub fn measure(
         dup_ppm: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
+        reads_off_loop_ppm: 0,
     };
     let mut world = KiteWorld::new(NODES, &template, seed, net, 0);
     world.settle_boot();
-    world.cpu = Some(CpuCost { step_ns: model.step_ns, message_ns: model.message_ns });
+    world.set_cpu(CpuCost { step_ns: model.step_ns, message_ns: model.message_ns });
     let mut rng = Rng::new(seed ^ 0xB3_4C4E);
     // Each session's node, by session id.
     let mut node_of: BTreeMap<u64, NodeId> = BTreeMap::new();
@@ -163,7 +164,7 @@ pub fn measure(
         t += 10_000;
         world.run_until(t);
         if sent_at_start.is_none() && t >= model.warmup_ns {
-            sent_at_start = Some(world.counters.sent);
+            sent_at_start = Some(world.counters().sent);
         }
         for (at, _, reply) in world.take_replies() {
             let Some(session) = session_of.remove(&reply.tag) else { continue };
@@ -176,7 +177,7 @@ pub fn measure(
             session_of.insert(tag, session);
         }
     }
-    let messages = world.counters.sent - sent_at_start.unwrap_or(0);
+    let messages = world.counters().sent - sent_at_start.unwrap_or(0);
     Point {
         mode,
         write_pct,

@@ -63,7 +63,7 @@ fn guarded(config: &KiteRunConfig, f: impl FnOnce(&mut KiteReport)) -> KiteRepor
 
 /// Checks a history and adds what the run reached.
 fn finish(report: &mut KiteReport, world: &KiteWorld, recorder: &mut Recorder, label: &str) {
-    recorder.settle_rmws(&world.commits, &world.rmw_ids);
+    recorder.settle_rmws(world.watch().commits(), world.watch().rmw_ids());
     let history = recorder.history();
     let verdict = keel_check::rc::check(&history);
     report.ops += recorder.started();
@@ -72,18 +72,10 @@ fn finish(report: &mut KiteReport, world: &KiteWorld, recorder: &mut Recorder, l
     for v in &verdict.violations {
         report.violations.push(format!("{label}: rc {}: {} (ops {:?})", v.rule, v.message, v.ops));
     }
-    for (id, a, b) in &world.double_commits {
-        report
-            .violations
-            .push(format!("{label}: exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
-    }
-    for failure in &world.codec_failures {
-        report.violations.push(format!("{label}: codec: {failure}"));
-    }
-    for (node, reason) in &world.rejections {
-        report
-            .violations
-            .push(format!("{label}: node {} rejected a peer message: {reason}", node.0));
+    // The world's checks: the contract's, the codec's, the gate's, the links', and the
+    // watch's (every request committed at one stamp).
+    for violation in world.violations() {
+        report.violations.push(format!("{label}: {violation}"));
     }
     reached(world, report);
     report.virtual_ms += world.now() / MS;
@@ -111,6 +103,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
+        reads_off_loop_ppm: 0,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();
@@ -149,8 +142,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
     }
     // Quiet: the network reliable, every write delivered; replicas agree (L8, L11).
     world.heal();
-    world.net.drop_ppm = 0;
-    world.net.stall_ppm = 0;
+    world.calm_network();
     world.run_until(world.now() + 3_000 * MS);
     for k in [800u64, 1100] {
         let copies: Vec<_> =
@@ -436,6 +428,7 @@ fn cluster(config: &KiteRunConfig, rng: &mut Rng, n: u32, timeout: Span) -> Kite
         dup_ppm: 0,
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
+        reads_off_loop_ppm: 0,
     };
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
     world.settle_boot();

@@ -266,8 +266,8 @@ fn move_named_clients(
                 *reached.entry("client-retry".into()).or_default() += 1;
                 // The first attempt was done already (its reply lost with the connection):
                 // the case a retry must not do again.
-                let first = world.rmw_ids.get(&tag);
-                if first.is_some_and(|id| world.commits.contains_key(id)) {
+                let first = world.watch().rmw_ids().get(&tag);
+                if first.is_some_and(|id| world.watch().commits().contains_key(id)) {
                     *reached.entry("client-retry-of-done".into()).or_default() += 1;
                 } else if first.is_some() {
                     // Started and not committed: the first attempt may still go on.
@@ -427,6 +427,7 @@ fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (K
         dup_ppm: [0, 2_000, 20_000][rng.below(3) as usize],
         link_bulk_bytes_max: link_bulk_bytes_max(config.seed),
         unsafe_unbounded_links: config.unbounded_links,
+        reads_off_loop_ppm: 250_000,
     };
     let duration = (800 + rng.below(1_200)) * MS;
     let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
@@ -697,7 +698,7 @@ impl GeneralRun {
             let session = self.recorder.session_of(reply.tag);
             let k = self.recorder.key_of(reply.tag);
             if let Ok(KiteResult::Rmw { wrote: None, local: false, .. }) = &reply.result {
-                let named = self.world.rmw_ids.get(&reply.tag).filter(|id| id.client_named());
+                let named = self.world.watch().rmw_ids().get(&reply.tag).filter(|id| id.client_named());
                 if let Some(id) = named {
                     self.failed_named.push(*id);
                 }
@@ -746,8 +747,7 @@ impl GeneralRun {
     fn quiesce_and_read(&mut self, quiet: u64) -> Finals {
         let world = &mut self.world;
         world.heal();
-        world.net.drop_ppm = 0;
-        world.net.stall_ppm = 0;
+        world.calm_network();
         world.run_until(quiet);
         for (at, _, reply) in world.take_replies() {
             if !self.abandoned.contains(&reply.tag) {
@@ -781,7 +781,7 @@ impl GeneralRun {
             }
         }
         self.report.virtual_ms = self.world.now() / MS;
-        self.recorder.settle_rmws(&self.world.commits, &self.world.rmw_ids);
+        self.recorder.settle_rmws(self.world.watch().commits(), self.world.watch().rmw_ids());
         let history = self.recorder.history();
         self.check_convergence(&history, quiet, finals, &final_reads);
         self.check_exactly_once();
@@ -853,25 +853,16 @@ impl GeneralRun {
     fn check_exactly_once(&mut self) {
         let (world, report) = (&self.world, &mut self.report);
         for id in &self.failed_named {
-            if world.commits.get(id).is_some_and(|o| o.wrote().is_some()) {
+            if world.watch().commits().get(id).is_some_and(|o| o.wrote().is_some()) {
                 report.violations.push(format!(
                     "exactly-once: request {id:?} answered failed, then committed a write"
                 ));
             }
         }
-        for (id, a, b) in &world.double_commits {
-            report
-                .violations
-                .push(format!("exactly-once: request {id:?} committed at {a:?} and at {b:?}"));
-        }
-        for failure in &world.codec_failures {
-            report.violations.push(format!("codec: {failure}"));
-        }
-        for over in &world.over_allowance {
-            report.violations.push(format!("link-over-allowance: {over}"));
-        }
-        for (node, reason) in &world.rejections {
-            report.violations.push(format!("node {} rejected a peer message: {reason}", node.0));
+        // The world's checks: the contract's, the codec's, the gate's, the links', and
+        // the watch's (every request committed at one stamp).
+        for violation in world.violations() {
+            report.violations.push(violation.to_string());
         }
     }
 }
@@ -1081,15 +1072,15 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("retransmit", c.retransmits);
         add("flush", c.flushes);
     }
-    add("net:dropped", world.counters.dropped);
-    add("net:stalled", world.counters.stalled);
-    add("net:duplicated", world.counters.duplicated);
-    add("net:cut", world.counters.cut);
-    add("net:held", world.counters.held);
-    add("exec:bulk-shed", world.counters.shed);
-    add("late-reply", world.counters.late_replies);
-    add("exec:held-behind-hard-state", world.counters.held_behind_hard_state);
-    add("exec:hard-state-saved", world.counters.hard_states_saved);
-    add("exec:boot-from-disk", world.counters.boots_from_disk);
+    add("net:dropped", world.counters().dropped);
+    add("net:stalled", world.counters().stalled);
+    add("net:duplicated", world.counters().duplicated);
+    add("net:cut", world.counters().cut);
+    add("net:held", world.counters().held);
+    add("exec:bulk-shed", world.counters().shed);
+    add("late-reply", world.counters().late_replies);
+    add("exec:held-behind-hard-state", world.counters().held_behind_hard_state);
+    add("exec:hard-state-saved", world.counters().hard_states_saved);
+    add("exec:boot-from-disk", world.counters().boots_from_disk);
     add(&format!("nodes:{}", world.members().len()), 1);
 }

@@ -12,17 +12,27 @@
 use crate::engine::{MessageFacts, SimEngine, Watch};
 use crate::invariants::{Violation, VIOLATIONS_MAX};
 use keel_core::engine::{OutputsOf, RequestTag};
-use keel_core::kite::{Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, Stamp};
+use keel_core::kite::{
+    Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome, Stamp,
+};
 use keel_types::{Epoch, LogIndex, NoRecord, NodeId, SnapshotMeta};
 use std::collections::BTreeMap;
 
 /// What the world checks of a Kite keyspace: a read-modify-write is committed at one
 /// stamp, whichever node commits it and however often (a commit at a second stamp is a
-/// request applied twice, the exactly-once rule of `docs/kite.md`, Retries).
+/// request applied twice, the exactly-once rule of `docs/kite.md`, Retries). It also
+/// keeps what the scenarios' histories need: every commit sent, and the id each started
+/// request went by.
 #[derive(Debug, Default)]
 pub struct KiteWatch {
-    /// The stamp each request was first committed at.
-    commits: BTreeMap<RmwId, Stamp>,
+    /// Every read-modify-write some node committed (a commit is sent only once the record
+    /// was chosen), as first committed: what a request whose node crashed before it could
+    /// answer did.
+    commits: BTreeMap<RmwId, RmwOutcome>,
+    /// Requests committed twice with different stamps (applied twice).
+    double_commits: Vec<(RmwId, Stamp, Stamp)>,
+    /// The id each read-modify-write request went by, once started.
+    rmw_ids: BTreeMap<RequestTag, RmwId>,
     violations: Vec<Violation>,
     /// Kite has no leaders: always empty.
     leading: BTreeMap<NodeId, Epoch>,
@@ -30,40 +40,59 @@ pub struct KiteWatch {
 }
 
 impl KiteWatch {
-    /// Requests committed so far.
-    pub fn commits(&self) -> usize {
-        self.commits.len()
+    /// Every request committed so far, as first committed.
+    pub fn commits(&self) -> &BTreeMap<RmwId, RmwOutcome> {
+        &self.commits
     }
 
-    fn committed(&mut self, node: NodeId, id: RmwId, stamp: Stamp, at_ns: u64) {
-        let first = *self.commits.entry(id).or_insert(stamp);
-        if first != stamp && self.violations.len() < VIOLATIONS_MAX {
-            let detail = format!("{node} commits {id:?} at {stamp:?}, committed at {first:?}");
+    /// Requests committed at two stamps.
+    pub fn double_commits(&self) -> &[(RmwId, Stamp, Stamp)] {
+        &self.double_commits
+    }
+
+    /// The id each started read-modify-write request went by.
+    pub fn rmw_ids(&self) -> &BTreeMap<RequestTag, RmwId> {
+        &self.rmw_ids
+    }
+
+    fn committed(&mut self, node: NodeId, id: RmwId, outcome: &RmwOutcome, at_ns: u64) {
+        let first = self.commits.entry(id).or_insert_with(|| outcome.clone()).stamp;
+        if first == outcome.stamp || self.double_commits.iter().any(|(i, _, _)| *i == id) {
+            return;
+        }
+        self.double_commits.push((id, first, outcome.stamp));
+        if self.violations.len() < VIOLATIONS_MAX {
+            let stamp = outcome.stamp;
+            let detail = format!("request {id:?} committed at {first:?} and at {stamp:?} ({node})");
             self.violations.push(Violation { kind: "exactly-once", at_ns, detail });
         }
     }
 }
 
 impl Watch<KiteEngine> for KiteWatch {
-    type Seen = ();
+    type Seen = Vec<(RequestTag, RmwId)>;
 
     fn new() -> KiteWatch {
         KiteWatch::default()
     }
 
-    fn see(_engine: &KiteEngine) {}
+    fn see(engine: &KiteEngine) -> Self::Seen {
+        engine.rmws_in_progress()
+    }
 
     fn stepped(&mut self, node: NodeId, out: &OutputsOf<KiteEngine>, at_ns: u64) {
         for (_, message) in &out.messages {
             if let Message::Write { rmw: Some(commit), applied, .. } = message {
                 for (id, outcome) in std::iter::once(commit).chain(applied) {
-                    self.committed(node, *id, outcome.stamp, at_ns);
+                    self.committed(node, *id, outcome, at_ns);
                 }
             }
         }
     }
 
-    fn observe(&mut self, _node: NodeId, _seen: &(), _synced: LogIndex, _at_ns: u64) {}
+    fn observe(&mut self, _node: NodeId, seen: &Self::Seen, _synced: LogIndex, _at_ns: u64) {
+        self.rmw_ids.extend(seen.iter().copied());
+    }
 
     fn recover(&mut self, _node: NodeId, _snapshot: Option<SnapshotMeta>, _entries: &[NoRecord]) {}
 
@@ -117,10 +146,10 @@ impl SimEngine for KiteEngine {
         crate::codec::across::<Self>(message)
     }
 
-    /// Kite's safety reads no clock; its timeouts (retransmission, release) tolerate any
-    /// drift the world draws. The leader engine's ceiling keeps the clocks comparable.
+    /// Kite's safety reads no clock; its timeouts (retransmission, release) run on
+    /// clocks within 200 ppm of each other's rate, as crystal oscillators are.
     fn drift_bound_ppm(_config: &Config) -> u32 {
-        100_000
+        400
     }
 
     fn set_tag(request: &mut KiteRequest, tag: RequestTag) {
@@ -137,6 +166,21 @@ impl SimEngine for KiteEngine {
 
     fn writes(request: &KiteRequest) -> bool {
         !matches!(request.op, KiteOp::Read { .. })
+    }
+
+    fn connection(request: &KiteRequest) -> Option<u64> {
+        Some(request.session)
+    }
+
+    fn answers(message: &Message) -> bool {
+        matches!(
+            message,
+            Message::WriteAck { .. }
+                | Message::ReadReply { .. }
+                | Message::SlowReleaseAck { .. }
+                | Message::Promise { .. }
+                | Message::Accepted { .. }
+        )
     }
 
     fn path_counts(&self) -> Vec<(&'static str, u64)> {
