@@ -6,8 +6,8 @@
 //! The world (`crate::world::World`) names no engine kind's types: what it checks beyond
 //! the output contract is the engine's [`SimEngine::Watch`]. The leader engines' watch is
 //! the log [`Checker`] (one leader per epoch, log matching, the durable prefix, applied
-//! agreement); their clients, nemeses and scenarios ask for [`LeaderSim`]. Kite's world
-//! (`crate::kite`) is still its own.
+//! agreement); their clients, nemeses and scenarios ask for [`LeaderSim`]. Kite's is
+//! `crate::kite::sim::KiteWatch`.
 
 use crate::invariants::{Checker, Violation};
 use keel_core::engine::{ClientReply, ClientRequest, Engine, OutputsOf, RequestTag};

@@ -1,10 +1,11 @@
-//! The Kite engine in the simulator: its own world (no disks: Kite keeps its store in
-//! memory), a recorder of `keel-rc` histories, the randomized `general` scenario, and
-//! the paper's litmus tests and fault scenarios, scripted.
+//! The Kite engine in the simulator, in the world every engine runs in
+//! (`crate::world::World`): its `SimEngine`, a recorder of `keel-rc` histories, the
+//! randomized `general` scenario, and the paper's litmus tests and fault scenarios,
+//! scripted.
 //!
-//! - [`world`]: the cluster on virtual time, the network, sleeps, crashes, scripted drops.
-//! - [`sim`]: Kite in the one world every engine runs in (`crate::world::World`): its
-//!   `SimEngine` and its watch. The scenarios below still run in [`world`].
+//! - [`sim`]: Kite's `SimEngine` and its watch (every request committed at one stamp).
+//! - [`world`]: the scenarios' view of `World<KiteEngine>`: sessions' requests at a time
+//!   to come, replies with their time, sleeps, crashes, held links, scripted drops.
 //! - [`recorder`]: sessions' requests and replies as a history for `keel_check::rc`.
 //! - [`scenario`]: the `general` scenario.
 //! - [`script`]: scripted sessions.

@@ -698,7 +698,8 @@ impl GeneralRun {
             let session = self.recorder.session_of(reply.tag);
             let k = self.recorder.key_of(reply.tag);
             if let Ok(KiteResult::Rmw { wrote: None, local: false, .. }) = &reply.result {
-                let named = self.world.watch().rmw_ids().get(&reply.tag).filter(|id| id.client_named());
+                let named =
+                    self.world.watch().rmw_ids().get(&reply.tag).filter(|id| id.client_named());
                 if let Some(id) = named {
                     self.failed_named.push(*id);
                 }

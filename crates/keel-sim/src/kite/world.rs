@@ -320,7 +320,8 @@ impl KiteWorld {
         op: KiteOp,
         named: Option<u64>,
     ) -> RequestTag {
-        let request = KiteRequest { tag: RequestTag(0), session, op, form: Default::default(), named };
+        let request =
+            KiteRequest { tag: RequestTag(0), session, op, form: Default::default(), named };
         self.world.submit(node, request)
     }
 
