@@ -88,8 +88,29 @@ fn passwd(args: &PasswdArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Whether `command` runs servers in this process (a node, a local cluster, a benchmark's
+/// or a torture run's): those keep the runtime's `SIGPIPE` ignored, so that a socket or a
+/// child's pipe closed under a write is an error to handle, never a signal that stops
+/// every node. The other commands print and exit, and a closed standard output
+/// (`keel status | head`) stops them quietly as it stops any Unix tool, instead of a
+/// panic on the failed print.
+fn hosts_servers(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Server(_)
+            | Command::Up(_)
+            | Command::Demo(_)
+            | Command::Example(_)
+            | Command::Bench(_)
+            | Command::Torture(_)
+    )
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !hosts_servers(&cli.command) {
+        sigpipe::reset();
+    }
     match cli.command {
         Command::Check(args) => keel_check::cli::run(&args),
         Command::Sim(args) => keel_sim::cli::run(&args),
