@@ -500,8 +500,8 @@ pub trait Engine: Sized + Send + 'static {
     ) -> Outputs<Self::Message, Self::Reply, Self::Record>;
 
     /// Panics if the engine's state breaks an invariant its code relies on. Cheap enough
-    /// to run after every step: the simulator does, for every engine, after every input
-    /// it delivers (and engines may run it themselves in debug builds).
+    /// to run after every step, and every engine runs it at the end of each of its steps,
+    /// so the simulator checks it after every input it delivers (a panic fails the seed).
     fn check_invariants(&self);
 
     /// The stateless half of the validation gate: whether `message` is well formed for

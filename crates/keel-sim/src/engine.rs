@@ -49,14 +49,27 @@ pub trait Watch<E: SimEngine>: Sized + Send {
     fn stepped(&mut self, node: NodeId, out: &OutputsOf<E>, at_ns: u64);
     /// What `node` showed after a step, with the index its disk has fsynced.
     fn observe(&mut self, node: NodeId, seen: &Self::Seen, synced: LogIndex, at_ns: u64);
-    /// `node` restarted from `snapshot` and `entries`.
-    fn recover(&mut self, node: NodeId, snapshot: Option<SnapshotMeta>, entries: &[E::Record]);
-    /// The epoch of `node`'s record at `index`, as far as the watch knows its log.
-    fn epoch_at(&self, node: NodeId, index: LogIndex) -> Option<Epoch>;
-    /// The nodes whose last step showed them leading, with their epoch.
-    fn leading(&self) -> &BTreeMap<NodeId, Epoch>;
+    /// `node` restarted from `snapshot` and `entries` (a watch of a log keeps its model).
+    fn recover(&mut self, node: NodeId, snapshot: Option<SnapshotMeta>, entries: &[E::Record]) {
+        let _ = (node, snapshot, entries);
+    }
+    /// The epoch of `node`'s record at `index`, as far as the watch knows its log (`None`:
+    /// it keeps no model of logs).
+    fn epoch_at(&self, node: NodeId, index: LogIndex) -> Option<Epoch> {
+        let _ = (node, index);
+        None
+    }
+    /// The nodes whose last step showed them leading, with their epoch (none, for engines
+    /// without leaders).
+    fn leading(&self) -> &BTreeMap<NodeId, Epoch> {
+        static NONE: BTreeMap<NodeId, Epoch> = BTreeMap::new();
+        &NONE
+    }
     /// How often each invariant's precondition held, by coverage name.
-    fn preconditions(&self) -> &BTreeMap<&'static str, u64>;
+    fn preconditions(&self) -> &BTreeMap<&'static str, u64> {
+        static NONE: BTreeMap<&'static str, u64> = BTreeMap::new();
+        &NONE
+    }
     /// Takes the violations found so far.
     fn take_violations(&mut self) -> Vec<Violation>;
 }

@@ -397,6 +397,7 @@ impl Engine for ToyEngine {
                 _ => {}
             },
         }
+        self.check_invariants();
         out
     }
 

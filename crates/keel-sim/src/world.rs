@@ -539,7 +539,7 @@ pub struct World<E: SimEngine> {
     nodes: Vec<Node<E>>,
     /// The network between nodes.
     pub net: Network,
-    checkers: Vec<E::Watch>,
+    watches: Vec<E::Watch>,
     violations: Vec<Violation>,
     next_tag: u64,
     /// Counters.
@@ -626,7 +626,7 @@ impl<E: SimEngine> World<E> {
         }
         let fault_rng = Rng::new(config.fault_seed);
         let mut world = World {
-            checkers: (0..config.keyspaces).map(|_| E::Watch::new()).collect(),
+            watches: (0..config.keyspaces).map(|_| E::Watch::new()).collect(),
             config,
             now_ns: 0,
             seq: 0,
@@ -688,12 +688,12 @@ impl<E: SimEngine> World<E> {
 
     /// Keyspace 0's invariant checker (log models, the durable prefix).
     pub fn checker(&self) -> &E::Watch {
-        &self.checkers[0]
+        &self.watches[0]
     }
 
     /// A keyspace's invariant checker.
     pub fn checker_of(&self, ks: Keyspace) -> &E::Watch {
-        &self.checkers[ks as usize]
+        &self.watches[ks as usize]
     }
 
     /// Violations found so far, first first (every keyspace's).
@@ -710,7 +710,7 @@ impl<E: SimEngine> World<E> {
 
     /// Moves what keyspace `ks`'s checker found into the run's violations.
     fn collect(&mut self, ks: Keyspace) {
-        for violation in self.checkers[ks as usize].take_violations() {
+        for violation in self.watches[ks as usize].take_violations() {
             if self.violations.len() < crate::invariants::VIOLATIONS_MAX {
                 self.violations.push(violation);
             }
@@ -915,10 +915,7 @@ impl<E: SimEngine> World<E> {
         self.now_ns = self.now_ns.max(at_ns);
     }
 
-    fn dispatch(
-        &mut self,
-        event: Event<E::Message, E::Request, E::Reply>,
-    ) -> Option<Notice<E::Reply>> {
+    fn dispatch(&mut self, event: EventOf<E>) -> Option<Notice<E::Reply>> {
         match event {
             Event::Deliver { from, to, ks, message, incarnation, arrived, hold: _ } => {
                 if arrived || self.net.arrived(from, to) {
@@ -967,7 +964,6 @@ impl<E: SimEngine> World<E> {
                     }
                     let replica = self.replica_mut(node, ks);
                     replica.pending_tags.extend(requests.iter().map(E::request_tag));
-                    self.batched = requests.len() as u64 - 1;
                     let input = if requests.len() == 1 {
                         Input::Client(requests.pop().expect("one"))
                     } else {
@@ -975,7 +971,6 @@ impl<E: SimEngine> World<E> {
                         Input::Clients(requests)
                     };
                     self.step_replica(node, ks, input);
-                    self.batched = 0;
                 }
             }
             Event::Reply { node, ks, reply } => {
@@ -1151,9 +1146,13 @@ impl<E: SimEngine> World<E> {
         if self.trace {
             eprintln!("{:>12} {node}/{ks} <- {input:?}", self.now_ns);
         }
+        if let Input::Clients(requests) = &input {
+            self.batched = requests.len() as u64 - 1;
+        }
         self.drive(node, ks, |replica, local, io| {
             replica.step(local, input, io);
         });
+        self.batched = 0; // taken by `drive`, unless the call stopped before its charge
     }
 
     /// Runs one call into a running replica (`call` gets it, the node's local time and
@@ -1179,7 +1178,7 @@ impl<E: SimEngine> World<E> {
             node,
             ks,
             now_ns: now,
-            watch: &mut self.checkers[ks as usize],
+            watch: &mut self.watches[ks as usize],
             synced,
             left: Vec::new(),
             violations: Vec::new(),
@@ -1232,7 +1231,7 @@ impl<E: SimEngine> World<E> {
     fn observe(&mut self, node: NodeId, ks: Keyspace, seen: &<E::Watch as Watch<E>>::Seen) {
         let synced = keel_storage::Storage::synced_index(self.replica(node, ks).disk.storage());
         let now = self.now_ns;
-        self.checkers[ks as usize].observe(node, seen, synced, now);
+        self.watches[ks as usize].observe(node, seen, synced, now);
         self.collect(ks);
         self.check_one_lease(ks);
     }
@@ -1242,7 +1241,7 @@ impl<E: SimEngine> World<E> {
     /// lease while another node said it led (what the one-lease check is about).
     pub fn preconditions(&self) -> BTreeMap<&'static str, u64> {
         let mut counts = BTreeMap::new();
-        for checker in &self.checkers {
+        for checker in &self.watches {
             for (name, count) in checker.preconditions() {
                 *counts.entry(*name).or_default() += count;
             }
@@ -1284,7 +1283,7 @@ impl<E: SimEngine> World<E> {
             self.violate("one-leader-lease", detail);
         }
         // The check's precondition: a lease is valid while another node says it leads.
-        let leading = self.checkers[ks as usize].leading();
+        let leading = self.watches[ks as usize].leading();
         if leased.iter().any(|held| leading.keys().any(|other| other != held)) {
             self.lease_beside_other_leader += 1;
         }
@@ -1489,7 +1488,7 @@ impl<E: SimEngine> World<E> {
             let disk = replica.disk.storage_mut();
             replica.recovered = disk.crash(&mut n.rng, torn_tail, keep_cache, seen[ks]);
             let snapshot = replica.recovered.snapshot.as_ref().map(|(m, _)| *m);
-            self.checkers[ks].recover(node, snapshot, &replica.recovered.entries);
+            self.watches[ks].recover(node, snapshot, &replica.recovered.entries);
         }
         self.stats.crashes += 1;
         self.stats.process_crashes += u64::from(keep_cache);
@@ -1616,7 +1615,7 @@ impl<E: SimEngine> World<E> {
     /// keyspace-0 entry at `index` (hence, by log matching, its whole log through it).
     /// `None` if the checker's model of `node` lacks that entry.
     fn held_by_majority_of_others(&self, node: NodeId, index: LogIndex) -> Option<bool> {
-        let checker = &self.checkers[0];
+        let checker = &self.watches[0];
         let epoch = Some(checker.epoch_at(node, index)?);
         let holders = self
             .node_ids()

@@ -139,7 +139,7 @@ pub fn measure(
         unsafe_unbounded_links: false,
         reads_off_loop_ppm: 0,
     };
-    let mut world = KiteWorld::new(NODES, &template, seed, net, 0);
+    let mut world = KiteWorld::new(NODES, &template, seed, net, false);
     world.settle_boot();
     world.set_cpu(CpuCost { step_ns: model.step_ns, message_ns: model.message_ns });
     let mut rng = Rng::new(seed ^ 0xB3_4C4E);
@@ -164,7 +164,7 @@ pub fn measure(
         t += 10_000;
         world.run_until(t);
         if sent_at_start.is_none() && t >= model.warmup_ns {
-            sent_at_start = Some(world.counters().sent);
+            sent_at_start = Some(world.stats().1.sent);
         }
         for (at, _, reply) in world.take_replies() {
             let Some(session) = session_of.remove(&reply.tag) else { continue };
@@ -177,7 +177,7 @@ pub fn measure(
             session_of.insert(tag, session);
         }
     }
-    let messages = world.counters().sent - sent_at_start.unwrap_or(0);
+    let messages = world.stats().1.sent - sent_at_start.unwrap_or(0);
     Point {
         mode,
         write_pct,

@@ -105,7 +105,7 @@ fn litmus(config: &KiteRunConfig, report: &mut KiteReport) {
         unsafe_unbounded_links: false,
         reads_off_loop_ppm: 0,
     };
-    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
+    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, true);
     world.settle_boot();
     let mut tests = Litmus::new(world.members(), rng);
     if tests.rng.below(3) == 0 {
@@ -430,7 +430,7 @@ fn cluster(config: &KiteRunConfig, rng: &mut Rng, n: u32, timeout: Span) -> Kite
         unsafe_unbounded_links: false,
         reads_off_loop_ppm: 0,
     };
-    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
+    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, true);
     world.settle_boot();
     world
 }

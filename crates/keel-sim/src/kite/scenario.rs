@@ -430,7 +430,7 @@ fn draw_cluster(config: &KiteRunConfig, rng: &mut Rng, topology: &mut Rng) -> (K
         reads_off_loop_ppm: 250_000,
     };
     let duration = (800 + rng.below(1_200)) * MS;
-    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, 200);
+    let mut world = KiteWorld::new(n, &template(config, timeout), rng.next_u64(), net, true);
     // Faults start once the cluster serves: every node boots rejoining, as in a server,
     // and a node cut off through the whole boot while another is gone for good has no
     // majority to read (docs/kite.md, Restarts).
@@ -1073,15 +1073,17 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("retransmit", c.retransmits);
         add("flush", c.flushes);
     }
-    add("net:dropped", world.counters().dropped);
-    add("net:stalled", world.counters().stalled);
-    add("net:duplicated", world.counters().duplicated);
-    add("net:cut", world.counters().cut);
-    add("net:held", world.counters().held);
-    add("exec:bulk-shed", world.counters().shed);
-    add("late-reply", world.counters().late_replies);
-    add("exec:held-behind-hard-state", world.counters().held_behind_hard_state);
-    add("exec:hard-state-saved", world.counters().hard_states_saved);
-    add("exec:boot-from-disk", world.counters().boots_from_disk);
+    let (stats, net) = world.stats();
+    add("net:dropped", net.dropped);
+    add("net:stalled", net.stalled);
+    add("net:duplicated", net.duplicated);
+    add("net:cut", net.partitioned);
+    add("net:held", stats.held_messages);
+    add("exec:bulk-shed", stats.bulk_shed);
+    add("exec:read-off-loop", stats.reads_off_loop);
+    add("late-reply", stats.late_replies);
+    add("exec:held-behind-hard-state", stats.held_behind_hard_state);
+    add("exec:hard-state-saved", stats.hard_states_saved);
+    add("exec:boot-from-disk", stats.boots_from_disk);
     add(&format!("nodes:{}", world.members().len()), 1);
 }

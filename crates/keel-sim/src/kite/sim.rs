@@ -13,10 +13,10 @@ use crate::engine::{MessageFacts, SimEngine, Watch};
 use crate::invariants::{Violation, VIOLATIONS_MAX};
 use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::kite::{
-    Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome, Stamp,
+    Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome,
 };
-use keel_types::{Epoch, LogIndex, NoRecord, NodeId, SnapshotMeta};
-use std::collections::BTreeMap;
+use keel_types::{Epoch, LogIndex, NoRecord, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the world checks of a Kite keyspace: a read-modify-write is committed at one
 /// stamp, whichever node commits it and however often (a commit at a second stamp is a
@@ -29,25 +29,17 @@ pub struct KiteWatch {
     /// was chosen), as first committed: what a request whose node crashed before it could
     /// answer did.
     commits: BTreeMap<RmwId, RmwOutcome>,
-    /// Requests committed twice with different stamps (applied twice).
-    double_commits: Vec<(RmwId, Stamp, Stamp)>,
+    /// Requests found committed at a second stamp (applied twice), each reported once.
+    double_commits: BTreeSet<RmwId>,
     /// The id each read-modify-write request went by, once started.
     rmw_ids: BTreeMap<RequestTag, RmwId>,
     violations: Vec<Violation>,
-    /// Kite has no leaders: always empty.
-    leading: BTreeMap<NodeId, Epoch>,
-    preconditions: BTreeMap<&'static str, u64>,
 }
 
 impl KiteWatch {
     /// Every request committed so far, as first committed.
     pub fn commits(&self) -> &BTreeMap<RmwId, RmwOutcome> {
         &self.commits
-    }
-
-    /// Requests committed at two stamps.
-    pub fn double_commits(&self) -> &[(RmwId, Stamp, Stamp)] {
-        &self.double_commits
     }
 
     /// The id each started read-modify-write request went by.
@@ -57,10 +49,9 @@ impl KiteWatch {
 
     fn committed(&mut self, node: NodeId, id: RmwId, outcome: &RmwOutcome, at_ns: u64) {
         let first = self.commits.entry(id).or_insert_with(|| outcome.clone()).stamp;
-        if first == outcome.stamp || self.double_commits.iter().any(|(i, _, _)| *i == id) {
+        if first == outcome.stamp || !self.double_commits.insert(id) {
             return;
         }
-        self.double_commits.push((id, first, outcome.stamp));
         if self.violations.len() < VIOLATIONS_MAX {
             let stamp = outcome.stamp;
             let detail = format!("request {id:?} committed at {first:?} and at {stamp:?} ({node})");
@@ -92,20 +83,6 @@ impl Watch<KiteEngine> for KiteWatch {
 
     fn observe(&mut self, _node: NodeId, seen: &Self::Seen, _synced: LogIndex, _at_ns: u64) {
         self.rmw_ids.extend(seen.iter().copied());
-    }
-
-    fn recover(&mut self, _node: NodeId, _snapshot: Option<SnapshotMeta>, _entries: &[NoRecord]) {}
-
-    fn epoch_at(&self, _node: NodeId, _index: LogIndex) -> Option<Epoch> {
-        None
-    }
-
-    fn leading(&self) -> &BTreeMap<NodeId, Epoch> {
-        &self.leading
-    }
-
-    fn preconditions(&self) -> &BTreeMap<&'static str, u64> {
-        &self.preconditions
     }
 
     fn take_violations(&mut self) -> Vec<Violation> {
@@ -147,7 +124,8 @@ impl SimEngine for KiteEngine {
     }
 
     /// Kite's safety reads no clock; its timeouts (retransmission, release) run on
-    /// clocks within 200 ppm of each other's rate, as crystal oscillators are.
+    /// clocks within 200 ppm of true time (so within 400 ppm of each other), as crystal
+    /// oscillators are.
     fn drift_bound_ppm(_config: &Config) -> u32 {
         400
     }

@@ -17,7 +17,8 @@
 use super::sim::KiteWatch;
 use crate::disk::HardStateMode;
 use crate::invariants::Violation;
-use crate::world::{Notice, World, WorldConfig};
+use crate::net::NetStats;
+use crate::world::{Notice, World, WorldConfig, WorldStats};
 use keel_core::engine::RequestTag;
 use keel_core::kite::{Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message};
 use keel_types::NodeId;
@@ -95,43 +96,6 @@ impl NetConfig {
 /// boot).
 const FSYNC_NS: u64 = 1_000_000;
 
-/// What the network and the hosts did, for reports and coverage.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct NetCounters {
-    /// Steps after which a node's messages and replies waited behind a hard state (its
-    /// incarnation) not yet on disk: the executor's barrier at work.
-    pub held_behind_hard_state: u64,
-    /// Hard states (incarnations) saved.
-    pub hard_states_saved: u64,
-    /// Boots from a disk that had recorded an earlier incarnation.
-    pub boots_from_disk: u64,
-    /// Messages sent.
-    pub sent: u64,
-    /// Their encoded bytes.
-    pub bytes: u64,
-    /// Lost by chance.
-    pub dropped: u64,
-    /// Lost to a cut link.
-    pub cut: u64,
-    /// Dropped by a scripted rule.
-    pub scripted: u64,
-    /// Held back long.
-    pub stalled: u64,
-    /// Delivered twice.
-    pub duplicated: u64,
-    /// Held on a held link ([`KiteWorld::hold`]).
-    pub held: u64,
-    /// Shed at the sender: they carried client values while their link held its
-    /// allowance (`keel_exec::Replica`'s shedding).
-    pub shed: u64,
-    /// Delivered after their sender restarted: sent by an earlier incarnation.
-    pub late_from_earlier_incarnation: u64,
-    /// Of those, replies (they answer a round of the receiver: a late acknowledgement).
-    pub late_replies: u64,
-    /// Reads answered off the engine loop, as a server's connection answers them.
-    pub reads_off_loop: u64,
-}
-
 /// Something a scripted scenario asked to happen later.
 enum Later {
     Request(NodeId, KiteRequest),
@@ -144,21 +108,19 @@ pub struct KiteWorld {
     replies: Vec<(u64, NodeId, KiteReply)>,
     later: BTreeMap<u64, Later>,
     next_later: u64,
-    /// Restarts so far.
-    pub restarts: u64,
 }
 
 impl KiteWorld {
     /// A cluster of nodes 1..=n booted with `template` (its `node` and `members` are set
-    /// per node), clocks drifting within `drift_ppm_max` of true time (at most 200).
+    /// per node), clocks drifting within 200 ppm of true time when `clocks_drift`
+    /// (`SimEngine::drift_bound_ppm`), keeping it otherwise.
     pub fn new(
         n: u32,
         template: &Config,
         seed: u64,
         net: NetConfig,
-        drift_ppm_max: u32,
+        clocks_drift: bool,
     ) -> KiteWorld {
-        assert!(drift_ppm_max <= 200, "Kite's clocks drift within 200 ppm");
         let config = WorldConfig {
             engine: template.clone(),
             nodes: n,
@@ -184,12 +146,12 @@ impl KiteWorld {
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
         };
         let mut world = World::new(config, seed);
-        if drift_ppm_max == 0 {
+        if !clocks_drift {
             for node in world.node_ids() {
                 world.set_clock_drift(node, 0);
             }
         }
-        KiteWorld { world, replies: Vec::new(), later: BTreeMap::new(), next_later: 1, restarts: 0 }
+        KiteWorld { world, replies: Vec::new(), later: BTreeMap::new(), next_later: 1 }
     }
 
     /// Runs until every node has rejoined after the cluster's boot (a cluster booting at
@@ -302,7 +264,6 @@ impl KiteWorld {
             return;
         }
         self.world.unpause(node);
-        self.restarts += 1;
         self.world.restart(node);
     }
 
@@ -402,25 +363,8 @@ impl KiteWorld {
         self.world.violations()
     }
 
-    /// What the network and the hosts did.
-    pub fn counters(&self) -> NetCounters {
-        let (stats, net) = (&self.world.stats, &self.world.net.stats);
-        NetCounters {
-            held_behind_hard_state: stats.held_behind_hard_state,
-            hard_states_saved: stats.hard_states_saved,
-            boots_from_disk: stats.boots_from_disk,
-            sent: net.sent + stats.scripted_drops + stats.held_messages,
-            bytes: stats.message_bytes,
-            dropped: net.dropped,
-            cut: net.partitioned,
-            scripted: stats.scripted_drops,
-            stalled: net.stalled,
-            duplicated: net.duplicated,
-            held: stats.held_messages,
-            shed: stats.bulk_shed,
-            late_from_earlier_incarnation: stats.late_deliveries,
-            late_replies: stats.late_replies,
-            reads_off_loop: stats.reads_off_loop,
-        }
+    /// What the world and its network did (for reports and coverage).
+    pub fn stats(&self) -> (&WorldStats, &NetStats) {
+        (&self.world.stats, &self.world.net.stats)
     }
 }

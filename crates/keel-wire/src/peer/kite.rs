@@ -113,7 +113,14 @@ mod tests {
             .prop_map(|(incarnation, view)| Origin { incarnation, view })
     }
 
+    /// Every message kind: the store's and barriers', Paxos's, the rejoin's, in proportion
+    /// to how many kinds each family has.
     fn message() -> impl Strategy<Value = Message> {
+        prop_oneof![8 => store_message(), 4 => paxos_message(), 2 => rejoin_message()]
+    }
+
+    /// Writes, reads, their answers, and the release barrier's messages.
+    fn store_message() -> impl Strategy<Value = Message> {
         let gen = proptest::option::of(any::<u64>());
         prop_oneof![
             (
@@ -160,6 +167,13 @@ mod tests {
                 .prop_map(|(incarnation, gen)| Message::ViewAck { incarnation, gen }),
             (any::<u64>(), any::<u64>())
                 .prop_map(|(acquire, gen)| Message::ResetBit { acquire, gen }),
+        ]
+    }
+
+    /// A read-modify-write's Paxos stages.
+    fn paxos_message() -> impl Strategy<Value = Message> {
+        let gen = proptest::option::of(any::<u64>());
+        prop_oneof![
             (any::<u64>(), bytes(), ballot(), any::<u64>(), gen.clone()).prop_map(
                 |(round, key, ballot, session, query)| Message::Propose {
                     round,
@@ -212,6 +226,12 @@ mod tests {
                     delinquent
                 }
             ),
+        ]
+    }
+
+    /// A rejoining node's requests for state and their pages.
+    fn rejoin_message() -> impl Strategy<Value = Message> {
+        prop_oneof![
             (any::<u64>(), bytes())
                 .prop_map(|(rejoin, k)| Message::StateRequest { rejoin, after: Cursor::Key(k) }),
             (
@@ -265,6 +285,33 @@ mod tests {
         fn hostile_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Message::decode(&bytes, &PeerLimits::default());
         }
+    }
+
+    #[test]
+    fn messages_carrying_client_values_are_charged_their_bytes_and_the_others_nothing() {
+        let outcome = RmwOutcome {
+            seq: 1,
+            read: Some(Bytes::from_static(b"old")),
+            read_stamp: Stamp::default(),
+            value: Bytes::from_static(b"new!"),
+            stamp: Stamp::default(),
+            digest: 0,
+        };
+        let id = RmwId { node: 1, session: 1, seq: 1 };
+        let write = Message::Write {
+            round: 1,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from(vec![7u8; 10]),
+            stamp: Stamp::default(),
+            rmw: Some((id, outcome.clone())),
+            applied: vec![(id, outcome)],
+            query: None,
+        };
+        // The value, and each outcome's value and value read (keys are not client values).
+        assert_eq!(write.bulk_bytes(), 10 + 2 * (4 + 3));
+        let ack = Message::Read { round: 1, key: Bytes::from(vec![1u8; 100]), query: None };
+        assert_eq!(ack.bulk_bytes(), 0, "a read carries a key, no value");
+        assert!(write.shed().is_none(), "shed like a loss: the round sends it again");
     }
 
     #[test]
