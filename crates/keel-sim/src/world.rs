@@ -869,7 +869,7 @@ impl<E: SimEngine> World<E> {
     /// Processes the next event; returns what it reports to the driver, if anything.
     /// `None` with an empty queue means the world has stopped.
     pub fn step(&mut self) -> Option<Notice<E::Reply>> {
-        let ((at_ns, _), event) = self.events.pop_first()?;
+        let ((at_ns, seq), event) = self.events.pop_first()?;
         debug_assert!(at_ns >= self.now_ns, "time went backwards");
         self.now_ns = at_ns;
         self.stats.events += 1;
@@ -886,7 +886,9 @@ impl<E: SimEngine> World<E> {
                     }
                     other => other,
                 };
-                self.push(paused_until, event);
+                // Under its first sequence number: what arrived while the node slept is
+                // handled in arrival order, however often the sleep is extended.
+                self.events.insert((paused_until, seq), event);
                 return None;
             }
         }
