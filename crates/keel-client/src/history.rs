@@ -565,8 +565,21 @@ fn effect(
             let n = current.and_then(|c| c.checked_add(*delta)).ok_or(())?;
             Some((key.clone(), Some(n.to_string().into())))
         }
-        // Queues are not keys: their elements survive or not as the queue's own order.
+        // Redis's SET, its expiry aside (an expiry already past when the entry applies
+        // deletes the key: the workloads recorded here never set one).
+        Command::Set { key, value, cond, .. } => {
+            let write = match cond {
+                keel_types::SetCond::Always => true,
+                keel_types::SetCond::IfAbsent => !state.contains_key(key),
+                keel_types::SetCond::IfPresent => state.contains_key(key),
+            };
+            write.then(|| (key.clone(), Some(value.clone())))
+        }
+        // Queues are not keys: their elements survive or not as the queue's own order. An
+        // expiry changes no value until the leader's expiry entry deletes the key.
         Command::Get { .. }
+        | Command::Expire { .. }
+        | Command::Inspect { .. }
         | Command::Scan { .. }
         | Command::Multi { .. }
         | Command::OpenSession

@@ -48,8 +48,10 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::MGet { .. }
         | ClientCommand::Exists { .. }
         | ClientCommand::Scan { .. }
+        | ClientCommand::Ttl { .. }
         | ClientCommand::QueuePeek { .. } => Some(Category::Read),
         ClientCommand::Set { .. }
+        | ClientCommand::Expire { .. }
         | ClientCommand::Del { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. }

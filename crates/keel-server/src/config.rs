@@ -1273,6 +1273,7 @@ impl ServerConfig {
         config.snapshot_slice_interval =
             ms(e.snapshot_slice_interval_ms, config.snapshot_slice_interval);
         config.pending_requests_max = e.pending_requests_max.unwrap_or(config.pending_requests_max);
+        config.wall_clock_origin_ms = crate::driver::wall_clock_origin_ms();
         config.validate().map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
         Ok(config)
     }

@@ -85,6 +85,19 @@ pub fn monotonic_now() -> Time {
     }
 }
 
+/// The system's wall clock, unix milliseconds (what `TTL` and its kin count down to).
+pub fn wall_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The unix time, in milliseconds, at which [`monotonic_now`] read 0: the engine's wall
+/// clock is this plus its monotonic clock (`keel_core::leader::Config::wall_clock_origin_ms`),
+/// read once at boot, so that a step of the system clock later does not move expiries.
+pub fn wall_clock_origin_ms() -> u64 {
+    wall_ms().saturating_sub(monotonic_now().0 / 1_000_000)
+}
+
 fn boottime_nanos() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .expect("CLOCK_BOOTTIME is readable");

@@ -170,6 +170,9 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         ));
     }
     match command {
+        ClientCommand::Set { options, .. } if *options != keel_wire::command::SetOptions::PLAIN => {
+            Err(no_meaning("SET with NX, XX, GET or an expiry"))
+        }
         ClientCommand::Get { .. }
         | ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }
@@ -178,6 +181,8 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::MGet { .. } => Ok(Terms::Engine),
         ClientCommand::Del { .. }
         | ClientCommand::Scan { .. }
+        | ClientCommand::Expire { .. }
+        | ClientCommand::Ttl { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),

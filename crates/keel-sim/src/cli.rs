@@ -52,8 +52,9 @@ pub struct RunArgs {
     /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
     /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
-    /// as Correctables, views checked) or `tickets` (ticket selling on a replicated queue
-    /// beside the general workload).
+    /// as Correctables, views checked), `tickets` (ticket selling on a replicated queue
+    /// beside the general workload) or `expiry` (half the `m*` puts with a TTL of 1 to
+    /// 400 ms, wall clocks skewed by up to 2 s, every read checked against the final log).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -130,6 +131,10 @@ pub struct RunArgs {
     /// read counts as unchanged), so a transaction commits over a delete.
     #[arg(long)]
     pub watch_ignores_deletes: bool,
+    /// Negative control (with `--scenario expiry`): every node treats a key past its
+    /// time on its own clock as absent, before the leader's expiry entry deletes it.
+    #[arg(long)]
+    pub local_expiry: bool,
     /// Negative control: nodes ignore the repair floor recovery sets when it cuts
     /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
     #[arg(long)]
@@ -230,7 +235,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables or tickets)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables, tickets or expiry)",
             args.scenario
         );
         return ExitCode::from(2);
@@ -252,6 +257,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.unbounded_links = args.unbounded_links;
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.watch_ignores_deletes = args.watch_ignores_deletes;
+        config.local_expiry = args.local_expiry;
         config.ignore_repair_floor = args.ignore_repair_floor;
         config.aim_leader_ppm = args.aim_leader_ppm;
         config.stale_final_view = args.stale_final_view;

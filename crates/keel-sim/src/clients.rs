@@ -101,7 +101,16 @@ pub struct WorkloadConfig {
     pub txn_ppm: u32,
     /// Seeds the `t*` draws, apart from the clients' other draws.
     pub txn_seed: u64,
+    /// The share (ppm) of `m*` puts sent as Redis's `SET ... PX ttl`, with a TTL of 1 to
+    /// [`TTL_MS_MAX`] ms (recorded as puts: the value written; the key then leaves by the
+    /// leader's expiry entry, which reads see as a delete at that entry's version).
+    pub ttl_ppm: u32,
+    /// Seeds the TTL draws, apart from the clients' other draws.
+    pub ttl_seed: u64,
 }
+
+/// The longest TTL the clients' expiring writes ask for.
+pub const TTL_MS_MAX: u64 = 400;
 
 /// Most retries of one write.
 pub const RETRIES_MAX: u32 = 3;
@@ -173,6 +182,10 @@ pub struct Clients {
     invoke_rng: Rng,
     /// `t*` draws ([`WorkloadConfig::txn_seed`]).
     txn_rng: Rng,
+    /// TTL draws ([`WorkloadConfig::ttl_seed`]).
+    ttl_rng: Rng,
+    /// Writes sent with a TTL.
+    pub expiring_writes: u64,
     /// Transactions by how they ended (`txn-committed`, `txn-aborted`, `txn-failed`,
     /// `txn-unknown`), for the run's coverage.
     pub txn_outcomes: BTreeMap<&'static str, u64>,
@@ -209,6 +222,8 @@ impl Clients {
             retry_rng: Rng::new(config.retry_seed),
             invoke_rng: Rng::new(config.invoke_seed),
             txn_rng: Rng::new(config.txn_seed),
+            ttl_rng: Rng::new(config.ttl_seed),
+            expiring_writes: 0,
             txn_outcomes: BTreeMap::new(),
             retries: 0,
             invocations: 0,
@@ -705,6 +720,17 @@ impl Clients {
                 };
                 (OpKind::Cas { key, expected, value, durability }, command, true)
             }
+            _ if class == 1 && self.ttl_rng.chance(self.config.ttl_ppm) => {
+                self.expiring_writes += 1;
+                let command = Command::Set {
+                    key: key.clone().into_bytes().into(),
+                    value: value.clone().into_bytes().into(),
+                    cond: keel_types::SetCond::Always,
+                    ttl: keel_types::Ttl::After(self.ttl_rng.range(1, TTL_MS_MAX + 1)),
+                    now_ms: 0,
+                };
+                (OpKind::Put { key, value, durability }, command, true)
+            }
             _ => {
                 let command = Command::Put {
                     key: key.clone().into_bytes().into(),
@@ -880,6 +906,11 @@ impl Clients {
                 op.version = Some(*version);
                 Outcome::Ok
             }
+            // An expiring put (Redis's `SET`, which answers as a cas; it always writes).
+            (Ok(CommandResult::Cas { swapped: true, version, .. }), OpKind::Put { .. }) => {
+                op.version = *version;
+                Outcome::Ok
+            }
             (Ok(CommandResult::Cas { swapped, current, version }), OpKind::Cas { value, .. }) => {
                 op.version = *version;
                 let seen = if *swapped { Some(value.clone()) } else { text(current) };
@@ -1029,6 +1060,8 @@ mod tests {
             unsafe_stale_final_view: false,
             txn_ppm: 0,
             txn_seed: 0,
+            ttl_ppm: 0,
+            ttl_seed: 0,
         }
     }
 

@@ -90,6 +90,12 @@ pub trait SimEngine: Engine<Message: keel_wire::peer::PeerMessage> {
         spread_leaders: bool,
     ) -> Self::Config;
 
+    /// Sets the unix time, in milliseconds, at which the node's local clock read 0 (its
+    /// wall clock, for engines that read one); engines without one ignore it.
+    fn set_wall_clock(config: &mut Self::Config, origin_ms: u64) {
+        let _ = (config, origin_ms);
+    }
+
     /// The facts the contract checks need.
     fn facts(message: &Self::Message) -> MessageFacts<'_, Self::Record>;
 
@@ -298,6 +304,10 @@ impl SimEngine for keel_core::leader::LeaderEngine {
         spread_leaders: bool,
     ) -> Config {
         configure_leader(template, node, members, keyspace, spread_leaders)
+    }
+
+    fn set_wall_clock(config: &mut Config, origin_ms: u64) {
+        config.wall_clock_origin_ms = origin_ms;
     }
 
     fn across(message: &Message) -> Result<(Message, usize), String> {

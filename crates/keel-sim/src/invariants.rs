@@ -365,6 +365,18 @@ pub fn entry_hash(entry: &Entry) -> u64 {
             let h = mix(mix(head, client.0), mix(request.0, *durability as u64));
             mix(h, command_hash(command))
         }
+        EntryPayload::Reap { now_ms, keys } => {
+            keys.iter().fold(mix(head, mix(3, *now_ms)), |h, key| mix(h, bytes_hash(key)))
+        }
+    }
+}
+
+fn ttl_hash(ttl: keel_types::Ttl) -> u64 {
+    match ttl {
+        keel_types::Ttl::Keep => 1,
+        keel_types::Ttl::Clear => 2,
+        keel_types::Ttl::After(ms) => mix(3, ms),
+        keel_types::Ttl::At(ms) => mix(4, ms),
     }
 }
 
@@ -386,6 +398,15 @@ fn command_hash(command: &Command) -> u64 {
         Command::Enqueue { queue, value } => mix(mix(18, bytes_hash(queue)), bytes_hash(value)),
         Command::Dequeue { queue } => mix(19, bytes_hash(queue)),
         Command::QueuePeek { queue } => mix(20, bytes_hash(queue)),
+        Command::Set { key, value, cond, ttl, now_ms } => {
+            let h = mix(mix(21, bytes_hash(key)), bytes_hash(value));
+            mix(mix(h, *cond as u64), mix(ttl_hash(*ttl), *now_ms))
+        }
+        Command::Expire { key, ttl, cond, now_ms } => {
+            let h = mix(mix(22, bytes_hash(key)), *cond as u64);
+            mix(h, mix(ttl_hash(*ttl), *now_ms))
+        }
+        Command::Inspect { key } => mix(23, bytes_hash(key)),
         Command::Multi { ops, watch } => {
             let ops = ops.iter().fold(16, |h, op| mix(h, command_hash(op)));
             watch.iter().fold(ops, |h, (key, version)| {

@@ -18,7 +18,7 @@ use crate::invariants::Violation;
 use crate::nemesis::{Nemesis, NemesisConfig};
 use crate::net::NetConfig;
 use crate::rng::Rng;
-use crate::survivors::replay;
+use crate::survivors::{check_reads_against_log, replay};
 use crate::world::{Corruption, Keyspace, Notice, World, WorldConfig};
 use keel_check::linearizability::{Config as LinConfig, Verdict};
 use keel_check::model::Model;
@@ -127,7 +127,19 @@ pub struct GeneralConfig {
     /// `unsafe_watch_ignores_deletes`), so a transaction commits over a delete of a key it
     /// watched.
     pub watch_ignores_deletes: bool,
+    /// The `expiry` scenario: half the `m*` puts carry a TTL of 1 to 400 ms (Redis's
+    /// `SET ... PX`), and each node's wall clock is off true time by up to 2 s, besides
+    /// the drift and reboots every run has; every read is checked against the final log,
+    /// expiry entries included (`read-against-log`).
+    pub expiry: bool,
+    /// Negative control for `expiry`: every node treats a key past its time on its own
+    /// clock as absent before the leader's expiry entry (the engine's
+    /// `unsafe_expire_on_local_clock`).
+    pub local_expiry: bool,
 }
+
+/// The `expiry` scenario's bound on each node's wall-clock skew from true time.
+pub const EXPIRY_WALL_SKEW_MS_MAX: u64 = 2_000;
 
 /// Share (ppm) of client operations on `t*` keys where transactions run
 /// ([`GeneralConfig::transactions`]); of them, `txns::TXN_SHARE_PPM` are transactions.
@@ -165,7 +177,14 @@ impl GeneralConfig {
             lease_overlap: false,
             transactions: true,
             watch_ignores_deletes: false,
+            expiry: false,
+            local_expiry: false,
         }
+    }
+
+    /// The `expiry` run for `seed` (see [`GeneralConfig::expiry`]).
+    pub fn expiry(seed: u64) -> GeneralConfig {
+        GeneralConfig { expiry: true, ..GeneralConfig::new(seed) }
     }
 
     /// The `tickets` run for `seed` (see [`GeneralConfig::tickets`]).
@@ -216,6 +235,7 @@ impl GeneralConfig {
             "correctables" => Some(GeneralConfig::correctables(seed)),
             "tickets" => Some(GeneralConfig::tickets(seed)),
             "lease-overlap" => Some(GeneralConfig::lease_overlap(seed)),
+            "expiry" => Some(GeneralConfig::expiry(seed)),
             _ => None,
         }
     }
@@ -232,6 +252,8 @@ impl GeneralConfig {
             "correctables"
         } else if self.tickets {
             "tickets"
+        } else if self.expiry {
+            "expiry"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -414,6 +436,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+        wall_skew_ms_max: 0,
     }
 }
 
@@ -539,6 +562,8 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
         unsafe_stale_final_view: false,
         txn_ppm: 0,
         txn_seed: 0,
+        ttl_ppm: 0,
+        ttl_seed: 0,
     }
 }
 
@@ -651,6 +676,10 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     world_config.engine.unsafe_accept_expired_sessions = config.accept_expired_sessions;
     world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
     world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
+    world_config.engine.unsafe_expire_on_local_clock = config.local_expiry;
+    if config.expiry {
+        world_config.wall_skew_ms_max = EXPIRY_WALL_SKEW_MS_MAX;
+    }
     let sessions = add_sessions(&mut world_config, config.seed);
     add_stalls(&mut world_config, config.seed);
     add_tight_budgets(&mut world_config, config.seed);
@@ -689,6 +718,10 @@ fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, Nemes
     if config.transactions {
         workload.txn_ppm = TXN_OPS_PPM;
         workload.txn_seed = config.seed ^ 0x7A2_5AC7_0000_0008;
+    }
+    if config.expiry {
+        workload.ttl_ppm = 500_000;
+        workload.ttl_seed = config.seed ^ 0x77_1E00_0000_000A;
     }
     if config.correctables {
         workload.invoke_ppm = 500_000;
@@ -737,6 +770,7 @@ fn report_faults_and_paths<E: LeaderSim>(
     report.reached = reached(world, nemesis, clients.retries);
     report.reached.extend(from_finish);
     report.reached.insert("invocation".into(), clients.invocations);
+    report.reached.insert("expiry:expiring-writes".into(), clients.expiring_writes);
     for (outcome, n) in &clients.txn_outcomes {
         report.reached.insert((*outcome).into(), *n);
     }
@@ -1019,6 +1053,11 @@ pub(crate) fn finish<E: LeaderSim>(
                 world.violate(kind, format!("keyspace {ks}: {detail}"));
             }
             let replayed = replay(&entries);
+            for (kind, detail) in check_reads_against_log(&history.ops, &versions, &replayed) {
+                world.violate(kind, format!("keyspace {ks}: {detail}"));
+            }
+            *report.reached.entry("expiry:keys-expired".into()).or_default() +=
+                replayed.keys_expired;
             *report.reached.entry("txn-watch-over-delete".into()).or_default() +=
                 replayed.watch_aborts_over_delete;
             (history.survivors, history.txn_entries) = (replayed.survivors, replayed.txn_entries);

@@ -5,16 +5,18 @@
 //! `survivor` and `txn-entry` records.
 //!
 //! The model is the specification, written apart from the engine's state machine: it
-//! keeps each key's value and the version of its last write (a delete's too, as the
-//! version a `WATCH` of a deleted key reads), and nothing else.
+//! keeps each key's value, the version of its last write (a delete's too, as the
+//! version a `WATCH` of a deleted key reads) and its expiry, and nothing else. An expiry
+//! entry deletes the keys it names whose expiry is at or before its time.
 
 use crate::history::Survivor;
 use keel_check::history::TxnEntry;
 use keel_types::{ClientId, Command, Entry, EntryPayload, Key, RequestId, Value, Version};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The reference model's state: each key's value (`None`: deleted) and last version.
-type State = BTreeMap<Key, (Option<Value>, Version)>;
+/// The reference model's state: each key's value (`None`: deleted), last version and
+/// expiry (unix milliseconds).
+type State = BTreeMap<Key, (Option<Value>, Version, Option<u64>)>;
 
 /// What replaying a log found.
 #[derive(Clone, Debug, Default)]
@@ -26,6 +28,8 @@ pub struct Replayed {
     /// Transactions whose `WATCH` failed on a key deleted since (a tombstone of another
     /// version): the path the negative control `watch_ignores_deletes` breaks.
     pub watch_aborts_over_delete: u64,
+    /// Keys the leaders' expiry entries deleted.
+    pub keys_expired: u64,
 }
 
 /// Replays `entries` (a log, in order) and returns every write that took effect, with
@@ -43,6 +47,21 @@ pub fn replay(entries: &[Entry]) -> Replayed {
     for entry in entries {
         assert!(entry.version() > last || last == Version::default(), "log out of order");
         last = entry.version();
+        if let EntryPayload::Reap { now_ms, keys } = &entry.payload {
+            for key in keys {
+                let due = state.get(key).and_then(|(_, _, at)| *at).is_some_and(|at| at <= *now_ms);
+                if due {
+                    out.keys_expired += 1;
+                    state.insert(key.clone(), (None, entry.version(), None));
+                    out.survivors.push(Survivor {
+                        version: entry.version(),
+                        key: String::from_utf8_lossy(key).into_owned(),
+                        value: None,
+                    });
+                }
+            }
+            continue;
+        }
         let EntryPayload::Write { client, request, command, .. } = &entry.payload else {
             continue;
         };
@@ -53,7 +72,7 @@ pub fn replay(entries: &[Entry]) -> Replayed {
         let written = match command {
             Command::Multi { ops, watch } => {
                 let over_delete = watch.iter().any(|(key, seen)| {
-                    state.get(key).is_some_and(|(value, v)| value.is_none() && Some(*v) != *seen)
+                    state.get(key).is_some_and(|(value, v, _)| value.is_none() && Some(*v) != *seen)
                 });
                 let applied = apply_multi(&mut state, version, ops, watch);
                 out.watch_aborts_over_delete += u64::from(over_delete);
@@ -73,6 +92,41 @@ pub fn replay(entries: &[Entry]) -> Replayed {
     out
 }
 
+/// Every `ok` read that returned a version the final log holds must have read what that
+/// version left of its key (`read-against-log`): a value its write wrote, or absence
+/// that its delete or expiry entry left. A read that finds a key absent at the version
+/// of a write that left it present is one that expired (or lost) the key on its own.
+pub fn check_reads_against_log(
+    ops: &[keel_check::history::Op],
+    versions: &BTreeSet<Version>,
+    replayed: &Replayed,
+) -> Vec<(&'static str, String)> {
+    use keel_check::history::{OpKind, Outcome};
+    let left: BTreeMap<(Version, &str), Option<&str>> = replayed
+        .survivors
+        .iter()
+        .map(|s| ((s.version, s.key.as_str()), s.value.as_deref()))
+        .collect();
+    let mut found = Vec::new();
+    for op in ops.iter().filter(|op| op.outcome == Outcome::Ok) {
+        let (OpKind::Get { key, result, .. }, Some(version)) = (&op.kind, op.version) else {
+            continue;
+        };
+        if !versions.contains(&version) || op.kind.key().is_empty() {
+            continue;
+        }
+        let Some(was) = left.get(&(version, key.as_str())) else { continue };
+        if *was != result.as_deref() {
+            let detail = format!(
+                "op {} read {key}={result:?} at {version}, where the final log left {was:?}",
+                op.id
+            );
+            found.push(("read-against-log", detail));
+        }
+    }
+    found
+}
+
 /// A transaction: `None` if a watched key's version differs or an operation fails (the
 /// state untouched); else the value each key it wrote was left with (one per key, in
 /// the order of their last writes).
@@ -82,7 +136,7 @@ fn apply_multi(
     ops: &[Command],
     watch: &[(Key, Option<Version>)],
 ) -> Option<Vec<(Key, Option<Value>)>> {
-    if watch.iter().any(|(key, seen)| state.get(key).map(|(_, v)| *v) != *seen) {
+    if watch.iter().any(|(key, seen)| state.get(key).map(|(_, v, _)| *v) != *seen) {
         return None;
     }
     let mut scratch = state.clone();
@@ -102,7 +156,9 @@ fn apply_multi(
 /// Applies one write; returns the key and the value it left if it took effect (`None`
 /// also for an increment of a value that is no integer, which fails).
 fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key, Option<Value>)> {
-    let current = |state: &State, key: &Key| state.get(key).and_then(|(v, _)| v.clone());
+    let current = |state: &State, key: &Key| state.get(key).and_then(|(v, _, _)| v.clone());
+    let expiry = |state: &State, key: &Key| state.get(key).and_then(|(_, _, at)| *at);
+    let mut expires_at = None;
     let (key, value) = match command {
         Command::Put { key, value } => (key, Some(value.clone())),
         Command::Delete { key } => (key, None),
@@ -117,7 +173,40 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
                 None => 0,
                 Some(bytes) => std::str::from_utf8(&bytes).ok()?.parse::<i64>().ok()?,
             };
+            expires_at = expiry(state, key);
             (key, Some(base.checked_add(*delta)?.to_string().into_bytes().into()))
+        }
+        Command::Set { key, value, cond, ttl, now_ms } => {
+            let present = current(state, key).is_some();
+            let write = match cond {
+                keel_types::SetCond::Always => true,
+                keel_types::SetCond::IfAbsent => !present,
+                keel_types::SetCond::IfPresent => present,
+            };
+            if !write {
+                return None;
+            }
+            expires_at = ttl.resolve(*now_ms, expiry(state, key));
+            if expires_at.is_some_and(|at| at <= *now_ms) {
+                expires_at = None;
+                (key, None)
+            } else {
+                (key, Some(value.clone()))
+            }
+        }
+        Command::Expire { key, ttl, cond, now_ms } => {
+            let value = current(state, key)?;
+            let before = expiry(state, key);
+            let after = ttl.resolve(*now_ms, before);
+            if !cond.holds(before, after) || after == before {
+                return None;
+            }
+            if after.is_some_and(|at| at <= *now_ms) {
+                (key, None)
+            } else {
+                expires_at = after;
+                (key, Some(value))
+            }
         }
         // Queues are checked by their own checker (`queues.rs`), not as keys.
         Command::Get { .. }
@@ -125,10 +214,11 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::OpenSession
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
-        | Command::QueuePeek { .. } => return None,
+        | Command::QueuePeek { .. }
+        | Command::Inspect { .. } => return None,
         Command::Multi { .. } => unreachable!("the codec refuses a transaction inside one"),
     };
-    state.insert(key.clone(), (value.clone(), version));
+    state.insert(key.clone(), (value.clone(), version, expires_at));
     Some((key.clone(), value))
 }
 

@@ -84,6 +84,9 @@ impl ToyEngine {
             Command::Enqueue { .. } | Command::Dequeue { .. } => {
                 unreachable!("the toy engine runs no queues")
             }
+            Command::Set { .. } | Command::Expire { .. } | Command::Inspect { .. } => {
+                unreachable!("the toy engine runs no expiry")
+            }
             Command::OpenSession => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }

@@ -104,6 +104,11 @@ pub struct WorldConfig<C = Config> {
     /// [`keel_exec::FORWARDED_REPLIES_BYTES_MAX`]): held from the reply until its client
     /// takes it.
     pub forwarded_replies_bytes_max: usize,
+    /// Each node's wall clock (the unix time its engine reads, for expiry) is off true
+    /// time by a fixed skew drawn from `[-wall_skew_ms_max, wall_skew_ms_max]`, and runs
+    /// at its local clock's rate (drift); a reboot of the local clock keeps the wall
+    /// clock's reading.
+    pub wall_skew_ms_max: u64,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -535,6 +540,8 @@ pub struct World<E: SimEngine> {
     config: WorldConfig<E::Config>,
     now_ns: u64,
     seq: u64,
+    /// Seeds each node's wall-clock skew ([`World::wall_ms`]).
+    seed_for_walls: u64,
     events: BTreeMap<(u64, u64), EventOf<E>>,
     nodes: Vec<Node<E>>,
     /// The network between nodes.
@@ -630,6 +637,7 @@ impl<E: SimEngine> World<E> {
             config,
             now_ns: 0,
             seq: 0,
+            seed_for_walls: seed ^ 0x3A11_C10C_0000_0009,
             events: BTreeMap::new(),
             nodes,
             net,
@@ -1632,6 +1640,17 @@ impl<E: SimEngine> World<E> {
         Some(holders > self.config.nodes as usize / 2)
     }
 
+    /// Node `node`'s wall clock now, unix milliseconds: true time (from a fixed epoch in
+    /// 2026) plus the node's skew ([`WorldConfig::wall_skew_ms_max`], drawn apart from
+    /// every other draw so that it changes no seed's run).
+    pub fn wall_ms(&self, node: NodeId) -> u64 {
+        const EPOCH_MS: u64 = 1_780_000_000_000;
+        let max = self.config.wall_skew_ms_max;
+        let mut rng = Rng::new(self.seed_for_walls ^ u64::from(node.0).wrapping_mul(0x9E37_79B9));
+        let skew = rng.range(0, 2 * max + 1) as i64 - max as i64;
+        (EPOCH_MS + self.now_ns / 1_000_000).saturating_add_signed(skew)
+    }
+
     /// Restarts a crashed node (every keyspace) from what its disks kept. No effect on a
     /// running node.
     pub fn restart(&mut self, node: NodeId) {
@@ -1642,10 +1661,12 @@ impl<E: SimEngine> World<E> {
         let members = self.node_ids();
         for ks in 0..self.config.keyspaces {
             let spread = self.config.spread_leaders;
-            let config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
+            let mut config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
+            let wall_now_ms = self.wall_ms(node);
             let n = &mut self.nodes[Self::slot(node)];
             let seed = n.rng.next_u64();
             let local = n.clock.local(now);
+            E::set_wall_clock(&mut config, wall_now_ms.saturating_sub(local.0 / 1_000_000));
             let replica = &mut n.replicas[ks as usize];
             let persisted = std::mem::take(&mut replica.recovered);
             self.stats.boots_from_disk += u64::from(persisted.hard_state != Default::default());

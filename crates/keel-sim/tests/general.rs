@@ -99,6 +99,18 @@ fn correctables_seeds_pass_with_their_views_checked() {
 }
 
 #[test]
+fn expiry_seeds_pass_with_skewed_clocks_and_every_read_checked_against_the_log() {
+    // Half the `m*` puts expire after 1 to 400 ms, wall clocks are skewed by up to 2 s;
+    // most seeds see the leaders' expiry entries delete keys.
+    let count = 100;
+    let reaching = sweep(count, GeneralConfig::expiry);
+    let expired = reaching.get("expiry:keys-expired").copied().unwrap_or(0);
+    assert!(expired >= count / 2, "keys expired in only {expired} of {count} seeds");
+    let writes = reaching.get("expiry:expiring-writes").copied().unwrap_or(0);
+    assert!(writes * 100 >= 95 * count, "expiring writes in only {writes} of {count} seeds");
+}
+
+#[test]
 fn tickets_seeds_sell_under_faults_and_never_oversell() {
     // The Correctables paper's ticket selling on the replicated queue, beside the general
     // workload, under every fault: the queue checks (`tickets.rs`) run on every seed.

@@ -357,6 +357,7 @@ fn kite_runs_in_the_one_world_every_engine_runs_in() {
             link_bulk_bytes_max: 4,
             unsafe_unbounded_links: false,
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+            wall_skew_ms_max: 0,
         };
         let mut world = World::<KiteEngine>::new(config, seed);
         world.run_until(2_000 * MS); // every node rejoins at boot, then serves

@@ -223,6 +223,27 @@ fn watch_ignoring_deletes_commits_over_a_delete_and_the_transaction_checker_noti
 }
 
 #[test]
+fn nodes_expiring_keys_on_their_own_clocks_are_caught_by_the_read_checks() {
+    // `Config::unsafe_expire_on_local_clock`: each node hides a key once its own clock
+    // passes the key's time, before the leader's expiry entry. With wall clocks skewed by
+    // up to 2 s, about a quarter of `expiry` seeds read a key absent at the version of a
+    // write that left it present; they pass without the flag.
+    let found = (0..SEEDS_MAX).find_map(|seed| {
+        let config = GeneralConfig { local_expiry: true, ..GeneralConfig::expiry(seed) };
+        let report = run_general::<LeaderEngine>(&config);
+        (!report.violations.is_empty()).then_some((seed, report.violations))
+    });
+    let (seed, violations) = found.expect("nodes expiring on their own clocks went unnoticed");
+    let caught = ["read-value-mismatch", "read-against-log", "monotonic"];
+    assert!(
+        violations.iter().any(|v| caught.iter().any(|c| v.contains(c))),
+        "{seed}: {violations:?}"
+    );
+    let clean = run_general::<LeaderEngine>(&GeneralConfig::expiry(seed));
+    assert!(clean.passed(), "seed {seed} without the flag: {:?}", clean.violations);
+}
+
+#[test]
 fn links_that_refuse_no_client_values_are_caught_holding_past_their_allowance() {
     // `keel_exec::LinkAllowance::unsafe_unbounded`: a link counts the values it holds but
     // sheds none, so a node queues client values to a slow peer without bound. The world

@@ -18,8 +18,8 @@
 use crate::limits::VALUE_BYTES_CEILING;
 use crate::Version;
 use crate::{
-    ApplySettings, ClientId, Command, Durability, Entry, EntryPayload, Epoch, HardState, LogIndex,
-    NodeId, RequestId, SnapshotMeta,
+    ApplySettings, ClientId, Command, Durability, Entry, EntryPayload, Epoch, ExpireCond,
+    HardState, LogIndex, NodeId, RequestId, SetCond, SnapshotMeta, Ttl,
 };
 
 /// The longest byte string (key or value) the decoder accepts.
@@ -38,6 +38,7 @@ pub const SNAPSHOT_META_FORMAT_V1: u8 = 1;
 const PAYLOAD_NOOP: u8 = 0;
 const PAYLOAD_WRITE: u8 = 1;
 const PAYLOAD_SETTINGS: u8 = 2;
+const PAYLOAD_REAP: u8 = 3;
 
 const COMMAND_GET: u8 = 1;
 const COMMAND_PUT: u8 = 2;
@@ -50,6 +51,14 @@ const COMMAND_OPEN_SESSION: u8 = 8;
 const COMMAND_ENQUEUE: u8 = 9;
 const COMMAND_DEQUEUE: u8 = 10;
 const COMMAND_QUEUE_PEEK: u8 = 11;
+const COMMAND_SET: u8 = 12;
+const COMMAND_EXPIRE: u8 = 13;
+const COMMAND_INSPECT: u8 = 14;
+
+const TTL_KEEP: u8 = 0;
+const TTL_CLEAR: u8 = 1;
+const TTL_AFTER: u8 = 2;
+const TTL_AT: u8 = 3;
 
 const DURABILITY_MEMORY: u8 = 0;
 const DURABILITY_REPLICATED: u8 = 1;
@@ -366,8 +375,80 @@ impl Encode for Command {
                 put_u8(out, COMMAND_QUEUE_PEEK);
                 put_bytes(out, queue);
             }
+            Command::Set { key, value, cond, ttl, now_ms } => {
+                put_u8(out, COMMAND_SET);
+                put_bytes(out, key);
+                put_bytes(out, value);
+                put_u8(out, *cond as u8);
+                ttl.encode_to(out);
+                put_u64(out, *now_ms);
+            }
+            Command::Expire { key, ttl, cond, now_ms } => {
+                put_u8(out, COMMAND_EXPIRE);
+                put_bytes(out, key);
+                ttl.encode_to(out);
+                put_u8(out, *cond as u8);
+                put_u64(out, *now_ms);
+            }
+            Command::Inspect { key } => {
+                put_u8(out, COMMAND_INSPECT);
+                put_bytes(out, key);
+            }
         }
     }
+}
+
+impl Encode for Ttl {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Ttl::Keep => put_u8(out, TTL_KEEP),
+            Ttl::Clear => put_u8(out, TTL_CLEAR),
+            Ttl::After(ms) => {
+                put_u8(out, TTL_AFTER);
+                put_u64(out, *ms);
+            }
+            Ttl::At(ms) => {
+                put_u8(out, TTL_AT);
+                put_u64(out, *ms);
+            }
+        }
+    }
+}
+
+impl Decode for Ttl {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match reader.u8("ttl")? {
+            TTL_KEEP => Ok(Ttl::Keep),
+            TTL_CLEAR => Ok(Ttl::Clear),
+            TTL_AFTER => Ok(Ttl::After(reader.u64("ttl milliseconds")?)),
+            TTL_AT => Ok(Ttl::At(reader.u64("expiry time")?)),
+            tag => Err(CodecError::UnknownTag { what: "ttl", tag }),
+        }
+    }
+}
+
+fn decode_set_cond(reader: &mut Reader<'_>) -> Result<SetCond, CodecError> {
+    const CONDS: [SetCond; 3] = [SetCond::Always, SetCond::IfAbsent, SetCond::IfPresent];
+    let tag = reader.u8("set condition")?;
+    CONDS
+        .get(usize::from(tag))
+        .copied()
+        .ok_or(CodecError::UnknownTag { what: "set condition", tag })
+}
+
+fn decode_expire_cond(reader: &mut Reader<'_>) -> Result<ExpireCond, CodecError> {
+    const CONDS: [ExpireCond; 5] = [
+        ExpireCond::Always,
+        ExpireCond::IfNone,
+        ExpireCond::IfSome,
+        ExpireCond::IfLater,
+        ExpireCond::IfEarlier,
+    ];
+    let tag = reader.u8("expire condition")?;
+    CONDS
+        .get(usize::from(tag))
+        .copied()
+        .ok_or(CodecError::UnknownTag { what: "expire condition", tag })
 }
 
 /// Decodes a transaction's body: its operations (single-key, never another transaction)
@@ -454,6 +535,20 @@ impl Decode for Command {
             COMMAND_QUEUE_PEEK => {
                 Command::QueuePeek { queue: reader.bytes("queue", BYTES_LEN_MAX)? }
             }
+            COMMAND_SET => Command::Set {
+                key: key(reader)?,
+                value: reader.bytes("value", BYTES_LEN_MAX)?,
+                cond: decode_set_cond(reader)?,
+                ttl: Ttl::decode_from(reader)?,
+                now_ms: reader.u64("command time")?,
+            },
+            COMMAND_EXPIRE => Command::Expire {
+                key: key(reader)?,
+                ttl: Ttl::decode_from(reader)?,
+                cond: decode_expire_cond(reader)?,
+                now_ms: reader.u64("command time")?,
+            },
+            COMMAND_INSPECT => Command::Inspect { key: key(reader)? },
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)
@@ -474,6 +569,14 @@ impl Encode for EntryPayload {
                 put_u64(out, request.0);
                 durability.encode_to(out);
                 command.encode_to(out);
+            }
+            EntryPayload::Reap { now_ms, keys } => {
+                put_u8(out, PAYLOAD_REAP);
+                put_u64(out, *now_ms);
+                put_u32(out, keys.len() as u32);
+                for key in keys {
+                    put_bytes(out, key);
+                }
             }
         }
     }
@@ -501,6 +604,22 @@ impl Decode for EntryPayload {
                 durability: Durability::decode_from(reader)?,
                 command: Command::decode_from(reader)?,
             }),
+            PAYLOAD_REAP => {
+                let now_ms = reader.u64("reap time")?;
+                let n = reader.u32("reaped keys")?;
+                if n == 0 || n as usize > crate::REAP_KEYS_MAX {
+                    return Err(CodecError::OutOfRange {
+                        what: "reaped keys",
+                        value: u64::from(n),
+                        max: crate::REAP_KEYS_MAX as u64,
+                    });
+                }
+                let mut keys = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    keys.push(reader.bytes("reaped key", BYTES_LEN_MAX)?);
+                }
+                Ok(EntryPayload::Reap { now_ms, keys })
+            }
             tag => Err(CodecError::UnknownTag { what: "entry payload", tag }),
         }
     }
@@ -637,10 +756,45 @@ mod tests {
                 end: Some(b"z".to_vec().into()),
                 limit: u32::MAX,
             },
+            Command::Set {
+                key: b"k".to_vec().into(),
+                value: b"v".to_vec().into(),
+                cond: SetCond::IfPresent,
+                ttl: Ttl::After(1500),
+                now_ms: 1_700_000_000_000,
+            },
+            Command::Set {
+                key: b"k".to_vec().into(),
+                value: vec![].into(),
+                cond: SetCond::IfAbsent,
+                ttl: Ttl::Keep,
+                now_ms: 0,
+            },
+            Command::Expire {
+                key: b"k".to_vec().into(),
+                ttl: Ttl::At(u64::MAX),
+                cond: ExpireCond::IfEarlier,
+                now_ms: 7,
+            },
+            Command::Expire {
+                key: b"k".to_vec().into(),
+                ttl: Ttl::Clear,
+                cond: ExpireCond::Always,
+                now_ms: 7,
+            },
+            Command::Inspect { key: b"k".to_vec().into() },
         ];
         for command in commands {
             round_trip(&write_entry(command));
         }
+        round_trip(&Entry {
+            epoch: Epoch(3),
+            index: LogIndex(9),
+            payload: EntryPayload::Reap {
+                now_ms: 1_700_000_000_000,
+                keys: vec![b"a".to_vec().into(), b"b".to_vec().into()],
+            },
+        });
         round_trip(&Entry {
             epoch: Epoch(u64::MAX),
             index: LogIndex(1),

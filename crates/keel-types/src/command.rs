@@ -93,7 +93,113 @@ pub enum Command {
         /// The queue's name.
         queue: Key,
     },
+    /// Redis's `SET` with its options: writes `value` when `cond` holds, with the expiry
+    /// `ttl` says; answers whether it wrote and (for `GET`) the value it found. The
+    /// result is [`CommandResult::Cas`]: `swapped` is whether it wrote.
+    Set {
+        /// The key written.
+        key: Key,
+        /// The new value.
+        value: Value,
+        /// When to write: always, only if absent (`NX`), only if present (`XX`).
+        cond: SetCond,
+        /// The key's expiry after the write ([`Ttl::Clear`]: none, as a plain `SET`).
+        ttl: Ttl,
+        /// The leader's clock when it appended the command (unix milliseconds): the time
+        /// a relative `ttl` counts from. Clients send 0; the leader fills it in, so every
+        /// replica applies the entry with the same time.
+        now_ms: u64,
+    },
+    /// Sets or clears a key's expiry (`EXPIRE` and its kin, `PERSIST`, `GETEX`'s options)
+    /// when `cond` holds; an expiry at or before `now_ms` deletes the key. The result is
+    /// [`CommandResult::Cas`]: `swapped` is whether the expiry changed (or the key was
+    /// deleted), `current` the value the key held.
+    Expire {
+        /// The key.
+        key: Key,
+        /// The new expiry: [`Ttl::After`] or [`Ttl::At`], or [`Ttl::Clear`] (`PERSIST`).
+        ttl: Ttl,
+        /// When to change it (`NX`, `XX`, `GT`, `LT`).
+        cond: ExpireCond,
+        /// As [`Command::Set`]'s: the leader's clock, filled in by the leader.
+        now_ms: u64,
+    },
+    /// Reads a key with its expiry: [`CommandResult::Held`] (a read).
+    Inspect {
+        /// The key read.
+        key: Key,
+    },
 }
+
+/// A key's expiry as a write states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Ttl {
+    /// Keeps the expiry the key has (`SET ... KEEPTTL`).
+    Keep,
+    /// No expiry: the key persists (a plain `SET`, `PERSIST`).
+    Clear,
+    /// Expires this many milliseconds after the command's time (`EX`, `PX`, `EXPIRE`).
+    After(u64),
+    /// Expires at this unix time in milliseconds (`EXAT`, `PXAT`, `EXPIREAT`).
+    At(u64),
+}
+
+impl Ttl {
+    /// The unix time in milliseconds a key expires at when this is applied at `now_ms` to
+    /// a key whose expiry is `current` (`None`: no expiry).
+    pub fn resolve(self, now_ms: u64, current: Option<u64>) -> Option<u64> {
+        match self {
+            Ttl::Keep => current,
+            Ttl::Clear => None,
+            Ttl::After(ms) => Some(now_ms.saturating_add(ms)),
+            Ttl::At(at) => Some(at),
+        }
+    }
+}
+
+/// When a [`Command::Set`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SetCond {
+    /// Always.
+    Always,
+    /// Only if the key is absent (`NX`).
+    IfAbsent,
+    /// Only if the key is present (`XX`).
+    IfPresent,
+}
+
+/// When a [`Command::Expire`] changes the expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ExpireCond {
+    /// Always (the key must exist).
+    Always,
+    /// Only if the key has no expiry (`NX`).
+    IfNone,
+    /// Only if the key has one (`XX`).
+    IfSome,
+    /// Only if the new one is later (`GT`; no expiry counts as infinitely late).
+    IfLater,
+    /// Only if the new one is earlier (`LT`; no expiry counts as infinitely late).
+    IfEarlier,
+}
+
+impl ExpireCond {
+    /// Whether the condition lets `new` replace `current` (`None`: no expiry).
+    pub fn holds(self, current: Option<u64>, new: Option<u64>) -> bool {
+        let late = |t: Option<u64>| t.unwrap_or(u64::MAX);
+        match self {
+            ExpireCond::Always => true,
+            ExpireCond::IfNone => current.is_none(),
+            ExpireCond::IfSome => current.is_some(),
+            ExpireCond::IfLater => current.is_some() && late(new) > late(current),
+            ExpireCond::IfEarlier => late(new) < late(current),
+        }
+    }
+}
+
+/// Most keys one expiry entry ([`crate::EntryPayload::Reap`]) deletes: the leader's
+/// active expiry does at most this much work per step.
+pub const REAP_KEYS_MAX: usize = 64;
 
 /// The first bytes of every key the state machine keeps for itself (a queue's elements
 /// and its head and tail): no client key may begin with them, so queues and keys never
@@ -188,6 +294,15 @@ pub enum CommandResult {
         /// The version of the last operation on the queue (`None`: never used).
         version: Option<Version>,
     },
+    /// A key read with its expiry ([`Command::Inspect`]).
+    Held {
+        /// The value (`None`: absent).
+        value: Option<Value>,
+        /// The version of the write that set it (`None`: never written).
+        version: Option<Version>,
+        /// When it expires, in unix milliseconds (`None`: never, or absent).
+        expires_at: Option<u64>,
+    },
     /// A scan: items in key order, each with the version that produced it.
     Items {
         /// `(key, value, version)` in ascending key order.
@@ -223,7 +338,10 @@ impl Command {
             | Command::Put { key, .. }
             | Command::Delete { key }
             | Command::Cas { key, .. }
-            | Command::Incr { key, .. } => key,
+            | Command::Incr { key, .. }
+            | Command::Set { key, .. }
+            | Command::Expire { key, .. }
+            | Command::Inspect { key } => key,
             Command::Enqueue { queue, .. }
             | Command::Dequeue { queue }
             | Command::QueuePeek { queue } => queue,
@@ -235,7 +353,9 @@ impl Command {
     /// Bytes of keys and values the operation carries (what it may add to the state).
     pub fn payload_bytes(&self) -> usize {
         match self {
-            Command::Put { key, value } => key.len() + value.len(),
+            Command::Put { key, value } | Command::Set { key, value, .. } => {
+                key.len() + value.len()
+            }
             Command::Enqueue { queue, value } => queue.len() + value.len(),
             Command::Cas { key, expected, new } => {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
@@ -250,7 +370,13 @@ impl Command {
 
     /// Whether the operation changes state (and so must go through the log).
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. })
+        !matches!(
+            self,
+            Command::Get { .. }
+                | Command::Scan { .. }
+                | Command::QueuePeek { .. }
+                | Command::Inspect { .. }
+        )
     }
 
     /// The operation's name as users and histories see it.
@@ -267,6 +393,9 @@ impl Command {
             Command::Enqueue { .. } => "enqueue",
             Command::Dequeue { .. } => "dequeue",
             Command::QueuePeek { .. } => "queue-peek",
+            Command::Set { .. } => "set",
+            Command::Expire { .. } => "expire",
+            Command::Inspect { .. } => "inspect",
         }
     }
 
@@ -280,6 +409,9 @@ impl Command {
                 | Command::Delete { .. }
                 | Command::Cas { .. }
                 | Command::Incr { .. }
+                | Command::Set { .. }
+                | Command::Expire { .. }
+                | Command::Inspect { .. }
         ) {
             check_not_reserved(self.key())?;
         }
@@ -300,6 +432,7 @@ impl Command {
                             | Command::Enqueue { .. }
                             | Command::Dequeue { .. }
                             | Command::QueuePeek { .. }
+                            | Command::Inspect { .. }
                     ) {
                         return invalid(format!("a {} inside a transaction", op.name()));
                     }
@@ -318,8 +451,11 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::Put { value, .. } | Command::Enqueue { value, .. } => {
-                limits.check_value(value)
+            Command::Put { value, .. }
+            | Command::Enqueue { value, .. }
+            | Command::Set { value, .. } => limits.check_value(value),
+            Command::Expire { ttl: Ttl::Keep, .. } => {
+                Err(KeelError::InvalidArgument("an expire that keeps the expiry".into()))
             }
             Command::OpenSession => Ok(()),
             Command::Cas { expected, new, .. } => {
@@ -344,7 +480,9 @@ impl Command {
             | Command::Delete { .. }
             | Command::Incr { .. }
             | Command::Dequeue { .. }
-            | Command::QueuePeek { .. } => Ok(()),
+            | Command::QueuePeek { .. }
+            | Command::Expire { .. }
+            | Command::Inspect { .. } => Ok(()),
         }
     }
 }

@@ -24,8 +24,8 @@ pub mod log;
 pub mod rng;
 
 pub use command::{
-    check_not_reserved, Command, CommandResult, Key, Value, MULTI_OPS_MAX, RESERVED_KEY_END,
-    RESERVED_KEY_PREFIX,
+    check_not_reserved, Command, CommandResult, ExpireCond, Key, SetCond, Ttl, Value,
+    MULTI_OPS_MAX, REAP_KEYS_MAX, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
 pub use error::{KeelError, KeelResult};
 pub use ids::{ClientId, Epoch, KeyspaceId, LogIndex, NodeId, RequestId, Version};

@@ -41,6 +41,16 @@ pub enum EntryPayload {
         /// The operation; never a `Get` or `Scan`.
         command: Command,
     },
+    /// The leader's expiry: deletes each of `keys` whose expiry is at or before `now_ms`
+    /// (a key given a later expiry or none since is left alone). Expired keys leave the
+    /// state only through these entries, so an expiry is ordered, replicated and made
+    /// durable as every other write is (`docs/protocol.md` §6, *Expiry*).
+    Reap {
+        /// The leader's clock, unix milliseconds.
+        now_ms: u64,
+        /// The keys, in increasing order, 1 to [`crate::REAP_KEYS_MAX`].
+        keys: Vec<crate::Key>,
+    },
 }
 
 /// The settings that decide how a replica applies the log: every replica must apply an
@@ -101,6 +111,7 @@ impl LogRecord for Entry {
     fn payload_bytes(&self) -> usize {
         match &self.payload {
             EntryPayload::Write { command, .. } => command.payload_bytes(),
+            EntryPayload::Reap { keys, .. } => keys.iter().map(|key| key.len()).sum(),
             EntryPayload::Noop | EntryPayload::Settings(_) => 0,
         }
     }

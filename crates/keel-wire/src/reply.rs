@@ -126,7 +126,9 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 /// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
     let (reply, version) = match result {
-        CommandResult::Value { value, version } => (value_frame(value.as_ref()), *version),
+        CommandResult::Value { value, version } | CommandResult::Held { value, version, .. } => {
+            (value_frame(value.as_ref()), *version)
+        }
         CommandResult::Written { version } => (Frame::ok(), Some(*version)),
         CommandResult::Counter { value, version } => (Frame::Integer(*value), Some(*version)),
         CommandResult::Enqueued { seq, length, version } => {

@@ -1,8 +1,10 @@
 //! Black-box command tests: request bytes in, a typed command or the exact error line out.
 
 use bytes::Bytes;
-use keel_types::{Durability, KeelError, Limits, ReadLevel};
-use keel_wire::command::{parse_frame, ClientSubcommand, CommandQuery, OpMode};
+use keel_types::{Durability, ExpireCond, KeelError, Limits, ReadLevel, SetCond, Ttl};
+use keel_wire::command::{
+    parse_frame, ClientSubcommand, CommandQuery, OpMode, SetOptions, TtlForm,
+};
 use keel_wire::resp::encode::to_bytes;
 use keel_wire::{ClientCommand, DecodeMode, Decoder, Protocol, RespLimits};
 
@@ -54,6 +56,7 @@ fn get_and_set_take_keel_options() {
         durability: Some(Durability::Durable),
         with_version: false,
         mode: OpMode::Plain,
+        options: SetOptions::PLAIN,
     };
     assert_eq!(parse("SeT k \"v w\" durability DURABLE"), Ok(set));
 }
@@ -89,17 +92,66 @@ fn kite_barriers_and_strengths_are_option_words_and_faa_fetches() {
     assert_eq!(error("GET k RELEASE"), "-ERR syntax error\r\n");
 }
 
+/// The Redis options of `SET` (and the short forms) parse into the engine's `SET`.
 #[test]
-fn redis_set_options_are_refused_by_name() {
-    assert_eq!(error("SET k v EX 10"), "-ERR SET option 'EX' is not supported by Keel\r\n");
-    assert_eq!(error("SET k v nx"), "-ERR SET option 'NX' is not supported by Keel\r\n");
-    for option in ["PX 1", "EXAT 1", "PXAT 1", "XX", "GET", "KEEPTTL"] {
-        assert!(
-            error(&format!("SET k v {option}")).contains("is not supported by Keel"),
-            "{option}"
-        );
+fn redis_set_options_parse_and_their_errors_are_worded_as_redis() {
+    let options = |text: &str| match parse(text) {
+        Ok(ClientCommand::Set { options, .. }) => options,
+        other => panic!("{text}: {other:?}"),
+    };
+    let set = |cond, ttl, get| SetOptions { cond, ttl, get, integer_reply: false };
+    assert_eq!(options("SET k v"), SetOptions::PLAIN);
+    assert_eq!(options("SET k v EX 10 nx"), set(SetCond::IfAbsent, Ttl::After(10_000), false));
+    assert_eq!(options("SET k v px 5 XX GET"), set(SetCond::IfPresent, Ttl::After(5), true));
+    assert_eq!(options("SET k v EXAT 7"), set(SetCond::Always, Ttl::At(7_000), false));
+    assert_eq!(options("SET k v KEEPTTL"), set(SetCond::Always, Ttl::Keep, false));
+    assert_eq!(options("SETEX k 3 v"), set(SetCond::Always, Ttl::After(3_000), false));
+    assert_eq!(options("PSETEX k 3 v"), set(SetCond::Always, Ttl::After(3), false));
+    assert_eq!(options("GETSET k v"), set(SetCond::Always, Ttl::Clear, true));
+    assert!(options("SETNX k v").integer_reply);
+    assert_eq!(error("SET k v EX 0"), "-ERR invalid expire time in 'set' command\r\n");
+    assert_eq!(error("SET k v PX -1"), "-ERR invalid expire time in 'set' command\r\n");
+    let big = "SET k v EX 10000000000000000";
+    assert_eq!(error(big), "-ERR invalid expire time in 'set' command\r\n");
+    assert_eq!(error("SETEX k 0 v"), "-ERR invalid expire time in 'setex' command\r\n");
+    for twice in ["SET k v NX XX", "SET k v EX 1 PX 1", "SET k v EX 1 KEEPTTL", "SET k v BOGUS"] {
+        assert_eq!(error(twice), "-ERR syntax error\r\n", "{twice}");
     }
-    assert_eq!(error("SET k v BOGUS"), "-ERR syntax error\r\n");
+}
+
+/// `EXPIRE` and its kin: units, conditions, `PERSIST`, and Redis's errors.
+#[test]
+fn expire_and_ttl_commands_parse_with_their_conditions() {
+    let expire = |text: &str| match parse(text) {
+        Ok(ClientCommand::Expire { ttl, cond, .. }) => (ttl, cond),
+        other => panic!("{text}: {other:?}"),
+    };
+    assert_eq!(expire("EXPIRE k 2"), (Ttl::After(2_000), ExpireCond::Always));
+    assert_eq!(expire("pexpire k 2 nx"), (Ttl::After(2), ExpireCond::IfNone));
+    assert_eq!(expire("EXPIREAT k 2 XX"), (Ttl::At(2_000), ExpireCond::IfSome));
+    assert_eq!(expire("PEXPIREAT k 2 gt"), (Ttl::At(2), ExpireCond::IfLater));
+    assert_eq!(expire("EXPIRE k 2 XX LT"), (Ttl::After(2_000), ExpireCond::IfEarlier));
+    assert_eq!(expire("EXPIRE k -5"), (Ttl::At(0), ExpireCond::Always), "past: deletes");
+    assert_eq!(expire("PERSIST k"), (Ttl::Clear, ExpireCond::IfSome));
+    let nx = "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n";
+    assert_eq!(error("EXPIRE k 1 NX XX"), nx);
+    assert_eq!(error("EXPIRE k 1 NX GT"), nx);
+    let gt = "-ERR GT and LT options at the same time are not compatible\r\n";
+    assert_eq!(error("EXPIRE k 1 GT LT"), gt);
+    assert_eq!(error("EXPIRE k 1 FOO"), "-ERR Unsupported option FOO\r\n");
+    let overflow = "EXPIRE k 9223370399119966";
+    assert_eq!(error(overflow), "-ERR invalid expire time in 'expire' command\r\n");
+    assert!(error("EXPIRE k x").contains("not an integer"));
+    match parse("PTTL k LEVEL any") {
+        Ok(ClientCommand::Ttl { form: TtlForm::Millis, level: Some(ReadLevel::Any), .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(TtlForm::Seconds.answer(false, None, 0), -2);
+    assert_eq!(TtlForm::Seconds.answer(true, None, 0), -1);
+    assert_eq!(TtlForm::Seconds.answer(true, Some(10_400), 0), 10);
+    assert_eq!(TtlForm::Seconds.answer(true, Some(10_600), 0), 11);
+    assert_eq!(TtlForm::Millis.answer(true, Some(10), 20), 0, "past, not yet expired");
+    assert_eq!(TtlForm::UnixSeconds.answer(true, Some(10_600), 0), 10);
 }
 
 #[test]

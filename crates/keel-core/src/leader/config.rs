@@ -100,6 +100,8 @@ impl Config {
             unsafe_watch_ignores_deletes: false,
             unsafe_ignore_repair_floor: false,
             unsafe_pre_vote_ignores_leader: false,
+            wall_clock_origin_ms: 0,
+            unsafe_expire_on_local_clock: false,
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Counters {
     /// Writes answered from the deduplication table (a retry of a request already
     /// applied).
     pub retries_deduplicated: u64,
+    /// Keys this node, as leader, expired by active expiry (its expiry entries).
+    pub keys_expired: u64,
     /// Writes refused because their session was no longer in the deduplication table
     /// (`KeelError::SessionExpired`).
     pub sessions_expired: u64,
@@ -222,9 +224,21 @@ impl Core {
     /// durable before it may be served at `monotonic` or above.
     pub fn execute_read(&self, command: &Command) -> (CommandResult, LogIndex) {
         match command {
+            Command::Get { key } if self.expired_here(key) => {
+                let version = self.kv.get(key).1;
+                (CommandResult::Value { value: None, version }, self.kv.update_index(key))
+            }
             Command::Get { key } => {
                 let (value, version) = self.kv.get(key);
                 (CommandResult::Value { value, version }, self.kv.update_index(key))
+            }
+            Command::Inspect { key } => {
+                let (mut value, version) = self.kv.get(key);
+                let mut expires_at = self.kv.expires_at(key);
+                if self.expired_here(key) {
+                    (value, expires_at) = (None, None);
+                }
+                (CommandResult::Held { value, version, expires_at }, self.kv.update_index(key))
             }
             Command::Scan { start, end, limit } => {
                 let (items, needed) = self.kv.scan(start, end.as_deref(), *limit);
@@ -233,6 +247,26 @@ impl Core {
             Command::QueuePeek { queue } => self.kv.queue_peek(queue),
             _ => panic!("execute_read on a write"),
         }
+    }
+
+    /// Whether the log above the durable index has room for another entry
+    /// ([`super::Config::undurable_entries_max`]).
+    pub fn log_has_room(&self) -> bool {
+        let backlog = self.log.last_index().0.saturating_sub(self.durable_index.0);
+        backlog < self.config.undurable_entries_max
+    }
+
+    /// This node's wall clock, unix milliseconds ([`super::Config::wall_clock_origin_ms`]).
+    pub fn wall_ms(&self) -> u64 {
+        self.config.wall_clock_origin_ms.saturating_add(self.now.0 / 1_000_000)
+    }
+
+    /// Negative control only ([`super::Config::unsafe_expire_on_local_clock`]): whether
+    /// `key`'s expiry has passed on this node's own clock. Always false otherwise: a key
+    /// is present until the leader's expiry entry deletes it.
+    fn expired_here(&self, key: &[u8]) -> bool {
+        self.config.unsafe_expire_on_local_clock
+            && self.kv.expires_at(key).is_some_and(|at| at <= self.wall_ms())
     }
 
     // ----- persistence --------------------------------------------------------------

@@ -471,6 +471,12 @@ impl LeaderEngine {
         match &self.role {
             RoleState::Leader(leading) => {
                 at = at.min(leading.next_heartbeat_at);
+                // The next key's time; one already due waits for room in the log (at the
+                // next heartbeat) rather than waking the engine at once, again and again.
+                let expiry = leading.next_expiry_at(core);
+                if let Some(expiry) = expiry.filter(|t| *t > core.now || core.log_has_room()) {
+                    at = at.min(expiry);
+                }
                 if let Some(deadline) = leading.deadline_min() {
                     at = at.min(deadline);
                 }

@@ -146,10 +146,18 @@ fn check_entries<'a>(
             return Err("entry epochs go back or past the sender's epoch");
         }
         last_epoch = entry.epoch;
-        if let EntryPayload::Write { command, .. } = &entry.payload {
-            if !command.is_write() {
+        match &entry.payload {
+            EntryPayload::Write { command, .. } if !command.is_write() => {
                 return Err("a read inside a log entry");
             }
+            EntryPayload::Reap { keys, .. }
+                if keys.is_empty()
+                    || keys.len() > keel_types::REAP_KEYS_MAX
+                    || keys.windows(2).any(|pair| pair[0] >= pair[1]) =>
+            {
+                return Err("an expiry entry's keys are not 1 to 64 in increasing order");
+            }
+            _ => {}
         }
     }
     Ok(())

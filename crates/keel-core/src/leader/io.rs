@@ -288,6 +288,18 @@ pub struct Config {
     /// epoch and deposes a leader the rest of the cluster still follows. Shows that the
     /// pre-vote trace pins the rule.
     pub unsafe_pre_vote_ignores_leader: bool,
+    /// The unix time, in milliseconds, at which this node's clock read 0: the engine's
+    /// wall clock is this plus its clock (the host sets it at boot: a server from the
+    /// system clock, the simulator from each node's skewed clock). Only the leader reads
+    /// it, to put times in the log: relative expiries become absolute there, and a key
+    /// leaves the state by an expiry entry the leader appends once its time has passed.
+    #[serde(default)]
+    pub wall_clock_origin_ms: u64,
+    /// For negative-control tests only: every node's reads treat a key whose expiry has
+    /// passed on the node's own clock as absent, before any expiry entry deletes it
+    /// (each node expiring on its own clock, as some replicated Redis stores do).
+    #[serde(default)]
+    pub unsafe_expire_on_local_clock: bool,
 }
 
 /// A node's role.

@@ -21,8 +21,8 @@ use crate::engine::reused_request;
 use crate::fnv::{Fnv, WordHash};
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
-    ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, KeelError, Key, LogIndex,
-    RequestId, Value, Version, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
+    ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, ExpireCond, KeelError, Key,
+    LogIndex, RequestId, SetCond, Ttl, Value, Version, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -85,9 +85,11 @@ fn queue_item_key(queue: &[u8], seq: u64) -> Key {
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-/// The snapshot format written: v3 carries the deduplication bound in force at the
+/// The snapshot format written: v4 adds an item form with an expiry (flag 2).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV04";
+/// The third format, still read: v3 carries the deduplication bound in force at the
 /// snapshot's index (the cluster's, from the log: `docs/protocol.md` §6).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV03";
+const SNAPSHOT_MAGIC_V3: &[u8; 8] = b"KEELKV03";
 /// The second format, still read: each dedup slot's command digest, no bound.
 const SNAPSHOT_MAGIC_V2: &[u8; 8] = b"KEELKV02";
 /// The first format, still read: dedup slots without a command digest.
@@ -97,13 +99,24 @@ const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"KEELKV01";
 pub const ITEM_OVERHEAD_BYTES: u64 = 32;
 const RESULT_BYTES_MAX: u32 = 64 * 1024 * 1024;
 
-/// A key's current value (`None`: a tombstone) and the version of the write that set it.
+/// A key's current value (`None`: a tombstone), the version of the write that set it,
+/// and when it expires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {
     /// The value, or `None` once deleted.
     pub value: Option<Value>,
     /// The last write to the key.
     pub version: Version,
+    /// When the leader deletes the key, in unix milliseconds (`None`: never; always
+    /// `None` on a tombstone). The key stays until that deletion's entry is applied.
+    pub expires_at: Option<u64>,
+}
+
+impl Item {
+    /// A live value with no expiry, or a tombstone (`value: None`).
+    fn plain(value: Option<Value>, version: Version) -> Item {
+        Item { value, version, expires_at: None }
+    }
 }
 
 /// The last write result remembered for one client.
@@ -126,6 +139,9 @@ pub struct DedupSlot {
 /// retried `EXEC` on a new connection follows a new `WATCH` (which may read other
 /// versions, its first attempt's writes among them) and is still the same request.
 pub fn command_digest(command: &Command) -> u64 {
+    if let Some(timeless) = super::leading::timeless(command) {
+        return command_digest(&timeless);
+    }
     let mut bytes = Vec::with_capacity(64);
     match command {
         Command::Multi { ops, .. } => {
@@ -188,6 +204,9 @@ pub struct Kv {
     /// The deduplication bound in force: part of the replicated state, set by the log's
     /// settings entries (before the first one, the node's configured bound).
     dedup_clients_max: usize,
+    /// `(expires_at, key)` of every live key with an expiry: what the leader's active
+    /// expiry walks in time order, kept with `items` by [`Kv::account`].
+    expiries: BTreeSet<(u64, Key)>,
     /// Wrapping sum of `item_hash` over `items`, kept current so that the digest of the
     /// applied state costs O(1) (the simulator asks after every step).
     items_hash: u64,
@@ -219,6 +238,7 @@ impl Kv {
             undo_floor: LogIndex::ZERO,
             applied: Version::default(),
             dedup_clients_max,
+            expiries: BTreeSet::new(),
             items_hash: 0,
             state_bytes: 0,
             snapshot: None,
@@ -267,6 +287,10 @@ impl Kv {
             EntryPayload::Write { client, request, command, .. } => Applied::Write(
                 self.apply_write(entry.version(), *client, *request, command, &mut undo),
             ),
+            EntryPayload::Reap { now_ms, keys } => {
+                self.reap(entry.version(), *now_ms, keys, &mut undo);
+                Applied::Noop
+            }
         };
         self.applied = entry.version();
         self.undo.push_back(undo);
@@ -353,10 +377,19 @@ impl Kv {
                 return Ok(self.enqueue(version, queue, value, undo));
             }
             Command::Dequeue { queue } => return self.dequeue(version, queue, undo),
+            Command::Set { key, value, cond, ttl, now_ms } => {
+                return Ok(self.set(version, key, value, *cond, *ttl, *now_ms, undo));
+            }
+            Command::Expire { key, ttl, cond, now_ms } => {
+                return Ok(self.expire(version, key, *ttl, *cond, *now_ms, undo));
+            }
             _ => {}
         }
         let current = self.items.get(command.key());
         let current_value = current.and_then(|i| i.value.clone());
+        // A write of a new value clears the key's expiry, as Redis's does; an increment
+        // keeps it.
+        let mut expires_at = None;
         let (new_value, result) = match command {
             Command::Put { value, .. } => (Some(value.clone()), CommandResult::Written { version }),
             Command::Delete { .. } => (None, CommandResult::Written { version }),
@@ -378,36 +411,149 @@ impl Kv {
             }
             Command::Incr { delta, .. } => {
                 let value = incremented(current_value.as_deref(), *delta)?;
+                expires_at = current.and_then(|i| i.expires_at);
                 (Some(value.to_string().into()), CommandResult::Counter { value, version })
             }
-            Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. } => {
+            Command::Get { .. }
+            | Command::Scan { .. }
+            | Command::QueuePeek { .. }
+            | Command::Inspect { .. } => {
                 panic!("a read command in the log")
             }
             Command::Multi { .. }
             | Command::OpenSession
             | Command::Enqueue { .. }
-            | Command::Dequeue { .. } => unreachable!("executed above"),
+            | Command::Dequeue { .. }
+            | Command::Set { .. }
+            | Command::Expire { .. } => unreachable!("executed above"),
         };
-        let item = Item { value: new_value, version };
+        let item = Item { value: new_value, version, expires_at };
         self.change(command.key().clone(), Some(item), undo);
         Ok(result)
+    }
+
+    /// `SET` with its options. An expiry at or before the command's time leaves a
+    /// tombstone: the key was written and expired at once.
+    #[allow(clippy::too_many_arguments)]
+    fn set(
+        &mut self,
+        version: Version,
+        key: &Key,
+        value: &Value,
+        cond: SetCond,
+        ttl: Ttl,
+        now_ms: u64,
+        undo: &mut Undo,
+    ) -> CommandResult {
+        let current = self.items.get(key);
+        let previous = current.and_then(|item| item.value.clone());
+        let write = match cond {
+            SetCond::Always => true,
+            SetCond::IfAbsent => previous.is_none(),
+            SetCond::IfPresent => previous.is_some(),
+        };
+        if !write {
+            let found = current.map(|item| item.version);
+            return CommandResult::Cas { swapped: false, current: previous, version: found };
+        }
+        let expires_at = ttl.resolve(now_ms, current.and_then(|item| item.expires_at));
+        let item = match expires_at {
+            Some(at) if at <= now_ms => Item::plain(None, version),
+            _ => Item { value: Some(value.clone()), version, expires_at },
+        };
+        self.change(key.clone(), Some(item), undo);
+        CommandResult::Cas { swapped: true, current: previous, version: Some(version) }
+    }
+
+    /// `EXPIRE` and its kin: a new expiry (or none) for a live key when `cond` holds; one
+    /// at or before the command's time deletes the key.
+    fn expire(
+        &mut self,
+        version: Version,
+        key: &Key,
+        ttl: Ttl,
+        cond: ExpireCond,
+        now_ms: u64,
+        undo: &mut Undo,
+    ) -> CommandResult {
+        let Some(current) = self.items.get(key).filter(|item| item.value.is_some()) else {
+            let found = self.items.get(key).map(|item| item.version);
+            return CommandResult::Cas { swapped: false, current: None, version: found };
+        };
+        let value = current.value.clone();
+        let new = ttl.resolve(now_ms, current.expires_at);
+        let changes = cond.holds(current.expires_at, new) && new != current.expires_at;
+        if !changes {
+            // An unchanged expiry that `cond` allows still counts as set (Redis answers 1).
+            let set = cond.holds(current.expires_at, new);
+            let found = Some(current.version);
+            return CommandResult::Cas { swapped: set, current: value, version: found };
+        }
+        let item = match new {
+            Some(at) if at <= now_ms => Item::plain(None, version),
+            _ => Item { value: value.clone(), version, expires_at: new },
+        };
+        self.change(key.clone(), Some(item), undo);
+        CommandResult::Cas { swapped: true, current: value, version: Some(version) }
+    }
+
+    /// The leader's expiry entry: each key still due at `now_ms` becomes a tombstone.
+    fn reap(&mut self, version: Version, now_ms: u64, keys: &[Key], undo: &mut Undo) {
+        for key in keys {
+            let due = self.items.get(key).and_then(|item| item.expires_at);
+            if due.is_some_and(|at| at <= now_ms) {
+                self.change(key.clone(), Some(Item::plain(None, version)), undo);
+            }
+        }
+    }
+
+    /// The earliest expiry of a live key, if any.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.expiries.first().map(|(at, _)| *at)
+    }
+
+    /// Up to `max` keys whose expiry is at or before `now_ms`, earliest first.
+    pub fn due_keys(&self, now_ms: u64, max: usize) -> Vec<Key> {
+        let due = self.expiries.iter().take_while(|(at, _)| *at <= now_ms);
+        due.take(max).map(|(_, key)| key.clone()).collect()
+    }
+
+    /// A key's expiry (`None`: none, or the key is absent).
+    pub fn expires_at(&self, key: &[u8]) -> Option<u64> {
+        self.items.get(key).and_then(|item| item.expires_at)
     }
 
     /// Sets `key`'s item (`None`: removes the key, leaving no tombstone), recording
     /// what it held for the undo record.
     fn change(&mut self, key: Key, item: Option<Item>, undo: &mut Undo) {
-        self.before_change(&key);
-        if let Some(item) = &item {
-            self.account(&key, item, true);
-        }
-        let previous = match item {
-            Some(item) => self.items.insert(key.clone(), item),
-            None => self.items.remove(&key),
-        };
-        if let Some(previous) = &previous {
-            self.account(&key, previous, false);
-        }
+        let previous = self.replace(key.clone(), item);
         undo.keys.push((key, previous));
+    }
+
+    /// Sets `key`'s item (`None`: removes it) and returns what it held, keeping the
+    /// digest, byte count and expiry index with the items (the old item's share out
+    /// before the new one's in: the two may share an expiry).
+    fn replace(&mut self, key: Key, item: Option<Item>) -> Option<Item> {
+        self.before_change(&key);
+        let previous = match item {
+            Some(item) => {
+                let previous = self.items.insert(key.clone(), item);
+                if let Some(previous) = &previous {
+                    self.account(&key, previous, false);
+                }
+                let inserted = self.items.get(&key).expect("just inserted").clone();
+                self.account(&key, &inserted, true);
+                previous
+            }
+            None => {
+                let previous = self.items.remove(&key);
+                if let Some(previous) = &previous {
+                    self.account(&key, previous, false);
+                }
+                previous
+            }
+        };
+        previous
     }
 
     /// A queue's head and next sequence numbers, from its meta key (a queue never used
@@ -419,7 +565,7 @@ impl Kv {
     }
 
     fn set_queue_meta(&mut self, queue: &[u8], meta: QueueMeta, version: Version, undo: &mut Undo) {
-        let item = Item { value: Some(meta.encode()), version };
+        let item = Item::plain(Some(meta.encode()), version);
         self.change(queue_meta_key(queue), Some(item), undo);
     }
 
@@ -432,7 +578,7 @@ impl Kv {
     ) -> CommandResult {
         let meta = self.queue_meta(queue);
         let seq = meta.next;
-        let item = Item { value: Some(value.clone()), version };
+        let item = Item::plain(Some(value.clone()), version);
         self.change(queue_item_key(queue, seq), Some(item), undo);
         let meta = QueueMeta { head: meta.head, next: seq.saturating_add(1) };
         self.set_queue_meta(queue, meta, version, undo);
@@ -531,18 +677,9 @@ impl Kv {
 
     /// Puts `previous` back as `key`'s item (`None`: removes it), undoing one change.
     fn put_back(&mut self, key: Key, previous: Option<Item>) {
-        self.before_change(&key);
-        if let Some(previous) = &previous {
-            self.account(&key, previous, true);
-        }
-        let current = match previous {
-            Some(item) => self.items.insert(key.clone(), item),
-            None => self.items.remove(&key),
-        };
-        // Absent when the change undone removed the key (a dequeued element).
-        if let Some(current) = current {
-            self.account(&key, &current, false);
-        }
+        // The current item is absent when the change undone removed the key (a dequeued
+        // element).
+        self.replace(key, previous);
     }
 
     fn remember(&mut self, client: ClientId, slot: DedupSlot, undo: &mut Undo) {
@@ -618,6 +755,12 @@ impl Kv {
         let bytes = key.len() as u64
             + item.value.as_ref().map_or(0, |v| v.len() as u64)
             + ITEM_OVERHEAD_BYTES;
+        if let Some(at) = item.expires_at {
+            let entry = (at, Key::copy_from_slice(key));
+            let changed =
+                if add { self.expiries.insert(entry) } else { self.expiries.remove(&entry) };
+            assert!(changed, "the expiry index mirrors the items");
+        }
         if add {
             self.items_hash = self.items_hash.wrapping_add(hash);
             self.state_bytes += bytes;
@@ -863,7 +1006,7 @@ impl Kv {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
         let magic = reader.take("magic", 8).map_err(err)?;
-        let (with_digests, with_bound) = if magic == SNAPSHOT_MAGIC {
+        let (with_digests, with_bound) = if magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V3 {
             (true, true)
         } else if magic == SNAPSHOT_MAGIC_V2 {
             (true, false)
@@ -882,7 +1025,15 @@ impl Kv {
             let key = reader.bytes("key", u32::MAX).map_err(err)?;
             let version =
                 Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
-            let value = reader.option_bytes("value", u32::MAX).map_err(err)?;
+            let (value, expires_at) = match reader.u8("item flag").map_err(err)? {
+                0 => (None, None),
+                1 => (Some(reader.bytes("value", u32::MAX).map_err(err)?), None),
+                2 if magic == SNAPSHOT_MAGIC => {
+                    let value = reader.bytes("value", u32::MAX).map_err(err)?;
+                    (Some(value), Some(reader.u64("expiry").map_err(err)?))
+                }
+                flag => return Err(format!("item flag {flag}")),
+            };
             if version.index > at.index
                 || version.epoch > at.epoch
                 || version.index == LogIndex::ZERO
@@ -892,7 +1043,7 @@ impl Kv {
             if kv.items.last_key_value().is_some_and(|(last, _)| *last >= key) {
                 return Err("items are not in strictly increasing key order".into());
             }
-            let item = Item { value, version };
+            let item = Item { value, version, expires_at };
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }
@@ -1050,19 +1201,25 @@ fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
     put_bytes(out, key);
     put_u64(out, item.version.epoch.0);
     put_u64(out, item.version.index.0);
-    match &item.value {
-        Some(value) => {
+    match (&item.value, item.expires_at) {
+        (Some(value), None) => {
             put_u8(out, 1);
             put_bytes(out, value);
         }
-        None => put_u8(out, 0),
+        (Some(value), Some(at)) => {
+            put_u8(out, 2);
+            put_bytes(out, value);
+            put_u64(out, at);
+        }
+        (None, _) => put_u8(out, 0),
     }
 }
 
-/// What one item takes in the snapshot encoding: key (length-prefixed), version, flag and
-/// value (length-prefixed) if live.
+/// What one item takes in the snapshot encoding: key (length-prefixed), version, flag,
+/// value (length-prefixed) if live, and expiry if it has one.
 fn encoded_item_bytes(key: &[u8], item: &Item) -> usize {
-    4 + key.len() + 8 + 8 + 1 + item.value.as_ref().map_or(0, |v| 4 + v.len())
+    let expiry = if item.expires_at.is_some() { 8 } else { 0 };
+    4 + key.len() + 8 + 8 + 1 + item.value.as_ref().map_or(0, |v| 4 + v.len() + expiry)
 }
 
 fn item_hash(key: &[u8], item: &Item) -> u64 {
@@ -1076,6 +1233,11 @@ fn item_hash(key: &[u8], item: &Item) -> u64 {
             hash.write_bytes(value);
         }
         None => hash.write_u64(0),
+    }
+    // Only an expiry adds to the hash: items without one hash as they always did.
+    if let Some(at) = item.expires_at {
+        hash.write_u64(2);
+        hash.write_u64(at);
     }
     hash.finish()
 }
@@ -1097,6 +1259,10 @@ fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
     };
     base.checked_add(delta).ok_or(KeelError::NotAnInteger)
 }
+
+#[cfg(test)]
+#[path = "kv_expiry_tests.rs"]
+mod expiry_tests;
 
 #[cfg(test)]
 mod tests {

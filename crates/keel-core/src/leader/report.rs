@@ -41,6 +41,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "forced_mark_outs": c.forced_mark_outs,
             "released_removals": c.released_removals,
             "retries_deduplicated": c.retries_deduplicated,
+            "keys_expired": c.keys_expired,
             "sessions_expired": c.sessions_expired,
             "leases_expired": c.leases_expired,
             "campaigns_withheld": c.campaigns_withheld,
@@ -168,6 +169,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_retries_deduplicated_total",
             "Write retries answered from the deduplication table.",
             c.retries_deduplicated,
+        ),
+        Metric::counter(
+            "keel_keys_expired_total",
+            "Keys this node, as leader, expired by active expiry.",
+            c.keys_expired,
         ),
         Metric::counter(
             "keel_sessions_expired_total",

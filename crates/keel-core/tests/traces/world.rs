@@ -236,6 +236,7 @@ pub fn entry_line(entry: &Entry) -> String {
         EntryPayload::Noop => "noop".to_string(),
         EntryPayload::Settings(_) => "settings".to_string(),
         EntryPayload::Write { command, .. } => command_line(command),
+        EntryPayload::Reap { keys, .. } => format!("reap {}", keys.len()),
     };
     format!("{}.{} {what}", entry.epoch.0, entry.index.0)
 }

@@ -164,9 +164,11 @@ pub(crate) async fn dispatch(
         | ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. } => strings::send(conn, command, turn),
-        ClientCommand::Del { .. } | ClientCommand::Exists { .. } | ClientCommand::Scan { .. } => {
-            keys::send(conn, command, turn)
-        }
+        ClientCommand::Del { .. }
+        | ClientCommand::Exists { .. }
+        | ClientCommand::Scan { .. }
+        | ClientCommand::Expire { .. }
+        | ClientCommand::Ttl { .. } => keys::send(conn, command, turn),
         ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => queues::send(conn, command, turn),
@@ -192,12 +194,14 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         ClientCommand::Get { level, .. }
         | ClientCommand::Scan { level, .. }
         | ClientCommand::MGet { level, .. }
+        | ClientCommand::Ttl { level, .. }
         | ClientCommand::QueuePeek { level, .. } => Kind::Read(ks, *level),
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. }
         | ClientCommand::Del { .. }
+        | ClientCommand::Expire { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. } => Kind::Write(ks),
         _ => return None,

@@ -25,7 +25,7 @@ use crate::resp::{Frame, Protocol};
 use bytes::Bytes;
 pub use keel_core::engine::OpMode;
 use keel_types::level::UnknownName;
-use keel_types::{Command, Durability, KeelError, Key, ReadLevel, Value};
+use keel_types::{Command, Durability, ExpireCond, KeelError, Key, ReadLevel, SetCond, Ttl, Value};
 
 /// Items a `KEEL.SCAN` returns when it names no `COUNT`.
 pub const SCAN_COUNT_DEFAULT: u32 = 10;
@@ -79,6 +79,29 @@ pub enum ClientCommand {
         with_version: bool,
         /// [`OpMode::Release`] with `RELEASE` (Kite keyspaces), else plain.
         mode: OpMode,
+        /// Redis's options (`NX`, `XX`, `GET`, `EX` and its kin, `KEEPTTL`), and the
+        /// forms `SETNX`, `SETEX`, `PSETEX` and `GETSET` stand for.
+        options: SetOptions,
+    },
+    /// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT key time [NX|XX|GT|LT]`; `PERSIST key`
+    /// (`ttl` clear, only if one is set): `1` if the expiry was set (or cleared).
+    Expire {
+        /// The key.
+        key: Key,
+        /// The new expiry (milliseconds, relative or unix time) or none.
+        ttl: Ttl,
+        /// When to set it.
+        cond: ExpireCond,
+    },
+    /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME key [LEVEL level]`: `-2` for an absent
+    /// key, `-1` for one without an expiry, else the time left or the time it expires.
+    Ttl {
+        /// The key read.
+        key: Key,
+        /// Which of the four answers.
+        form: TtlForm,
+        /// The read level; `None`: the keyspace default.
+        level: Option<ReadLevel>,
     },
     /// `DEL key [key ...]`: the number of keys that existed.
     Del {
@@ -187,6 +210,68 @@ pub enum ClientCommand {
     Quit,
 }
 
+/// `SET`'s Redis options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetOptions {
+    /// `NX`, `XX` (`SETNX`: `NX`).
+    pub cond: SetCond,
+    /// `EX`, `PX`, `EXAT`, `PXAT`, `KEEPTTL`; [`Ttl::Clear`] when none is named.
+    pub ttl: Ttl,
+    /// `GET` (and `GETSET`): the reply is the value before.
+    pub get: bool,
+    /// `SETNX`: the reply is `1` if it wrote, else `0`.
+    pub integer_reply: bool,
+}
+
+impl SetOptions {
+    /// A plain `SET`: no condition, no expiry, `+OK`.
+    pub const PLAIN: SetOptions =
+        SetOptions { cond: SetCond::Always, ttl: Ttl::Clear, get: false, integer_reply: false };
+}
+
+impl SetOptions {
+    /// The engine command: a plain `SET` is a put (what every engine kind knows); one
+    /// with options is Redis's `SET`, its time left for the leader to fill in.
+    pub fn command(self, key: Key, value: Value) -> Command {
+        if self == SetOptions::PLAIN {
+            return Command::Put { key, value };
+        }
+        let SetOptions { cond, ttl, .. } = self;
+        Command::Set { key, value, cond, ttl, now_ms: 0 }
+    }
+}
+
+/// What a TTL query answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlForm {
+    /// `TTL`: seconds left, rounded.
+    Seconds,
+    /// `PTTL`: milliseconds left.
+    Millis,
+    /// `EXPIRETIME`: the unix time in seconds.
+    UnixSeconds,
+    /// `PEXPIRETIME`: the unix time in milliseconds.
+    UnixMillis,
+}
+
+impl TtlForm {
+    /// The reply for a key `held` (absent: `-2`), whose expiry is `expires_at` (none:
+    /// `-1`), read when the clock says `now_ms` (unix milliseconds).
+    pub fn answer(self, held: bool, expires_at: Option<u64>, now_ms: u64) -> i64 {
+        let Some(at) = expires_at.filter(|_| held) else {
+            return if held { -1 } else { -2 };
+        };
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let left = at.saturating_sub(i64::try_from(now_ms).unwrap_or(i64::MAX)).max(0);
+        match self {
+            TtlForm::Seconds => (left + 500) / 1000,
+            TtlForm::Millis => left,
+            TtlForm::UnixSeconds => at / 1000,
+            TtlForm::UnixMillis => at,
+        }
+    }
+}
+
 /// The `CLIENT` subcommands Keel tells apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientSubcommand {
@@ -251,9 +336,14 @@ impl ClientCommand {
             ClientCommand::Get { key, level, with_version, .. } => {
                 Operations { with_version, ..reads(vec![Command::Get { key }], level) }
             }
-            ClientCommand::Set { key, value, durability, with_version, .. } => {
-                Operations { with_version, ..writes(vec![Command::Put { key, value }], durability) }
+            ClientCommand::Set { key, value, durability, with_version, options, .. } => {
+                let command = options.command(key, value);
+                Operations { with_version, ..writes(vec![command], durability) }
             }
+            ClientCommand::Expire { key, ttl, cond } => {
+                writes(vec![Command::Expire { key, ttl, cond, now_ms: 0 }], None)
+            }
+            ClientCommand::Ttl { key, level, .. } => reads(vec![Command::Inspect { key }], level),
             ClientCommand::Del { keys } => {
                 writes(keys.into_iter().map(|key| Command::Delete { key }).collect(), None)
             }
@@ -306,7 +396,10 @@ impl ClientCommand {
             ClientCommand::Echo { .. } => "echo",
             ClientCommand::Hello { .. } => "hello",
             ClientCommand::Get { .. } => "get",
+            ClientCommand::Set { options, .. } if options.integer_reply => "setnx",
             ClientCommand::Set { .. } => "set",
+            ClientCommand::Expire { .. } => "expire",
+            ClientCommand::Ttl { .. } => "ttl",
             ClientCommand::Del { .. } => "del",
             ClientCommand::Exists { .. } => "exists",
             ClientCommand::Incr { fetch: true, .. } => "keel.faa",
@@ -360,6 +453,15 @@ pub enum CommandError {
     /// An argument that should be an integer (or a count) and is not.
     #[error("ERR value is not an integer or out of range")]
     NotAnInteger,
+    /// An expiry that is not positive where it must be, or too large.
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpireTime(String),
+    /// An `EXPIRE` option that is not `NX`, `XX`, `GT` or `LT`.
+    #[error("ERR Unsupported option {0}")]
+    UnsupportedExpireOption(String),
+    /// `EXPIRE` options that exclude each other.
+    #[error("ERR {0} options at the same time are not compatible")]
+    IncompatibleExpireOptions(&'static str),
     /// `DECRBY key -9223372036854775808`.
     #[error("ERR decrement would overflow")]
     DecrementOverflow,

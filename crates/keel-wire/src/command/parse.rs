@@ -5,10 +5,11 @@ use super::{
     ClientCommand, ClientSubcommand, CommandError, CommandQuery, OpMode, ERROR_ARGS_BYTES_MAX,
     ERROR_NAME_BYTES_MAX, SCAN_COUNT_DEFAULT,
 };
+use super::{SetOptions, TtlForm};
 use crate::num::parse_i64;
 use crate::resp::{Frame, Protocol};
 use bytes::Bytes;
-use keel_types::{Durability, Key, Limits, ReadLevel, Value};
+use keel_types::{Durability, ExpireCond, Key, Limits, ReadLevel, SetCond, Ttl, Value};
 
 /// Longest command name Keel knows (`keel.status`); longer names are unknown.
 const NAME_BYTES_MAX: usize = 16;
@@ -57,6 +58,11 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "hello" => hello(rest),
         "get" => get(rest, count, limits),
         "set" => set(rest, count, limits),
+        "setnx" | "getset" => set_short(name, rest, count, limits),
+        "setex" | "psetex" => setex(name, rest, count, limits),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(name, rest, count, limits),
+        "persist" => persist(rest, count, limits),
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => ttl_query(name, rest, count, limits),
         "del" => keys("del", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
         "exists" => keys("exists", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
         "incr" | "decr" | "incrby" | "decrby" => incr(name, rest, count, limits),
@@ -236,17 +242,26 @@ fn get(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
     Ok(ClientCommand::Get { key, level, with_version, mode })
 }
 
-/// Redis `SET` options Keel refuses by name rather than as a syntax error.
-const SET_OPTIONS_UNSUPPORTED: [&str; 8] =
-    ["ex", "px", "exat", "pxat", "nx", "xx", "get", "keepttl"];
-
 fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
     at_least("set", count, 2)?;
     let key = key(next(&mut words)?, limits)?;
     let value = value(next(&mut words)?, limits)?;
     let (mut durability_asked, mut with_version, mut mode) = (None, false, OpMode::Plain);
+    let (mut cond, mut ttl, mut get) = (None, None, false);
     while let Some(option) = words.next() {
-        if is(&option, "durability") {
+        if let Some(asked) = ["nx", "xx"].iter().position(|name| is(&option, name)) {
+            once(cond.is_some())?;
+            cond = Some([SetCond::IfAbsent, SetCond::IfPresent][asked]);
+        } else if is(&option, "get") {
+            once(get)?;
+            get = true;
+        } else if is(&option, "keepttl") {
+            once(ttl.is_some())?;
+            ttl = Some(Ttl::Keep);
+        } else if let Some(unit) = TtlUnit::of(&option) {
+            once(ttl.is_some())?;
+            ttl = Some(unit.positive(integer(&next(&mut words)?)?, "set")?);
+        } else if is(&option, "durability") {
             once(durability_asked.is_some())?;
             durability_asked = Some(durability(&next(&mut words)?)?);
         } else if is(&option, "withversion") {
@@ -255,14 +270,181 @@ fn set(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand,
         } else if is(&option, "release") {
             once(mode != OpMode::Plain)?;
             mode = OpMode::Release;
-        } else if SET_OPTIONS_UNSUPPORTED.iter().any(|name| is(&option, name)) {
-            let option = String::from_utf8_lossy(&option).to_ascii_uppercase();
-            return Err(CommandError::UnsupportedOption { command: "SET", option });
         } else {
             return Err(CommandError::Syntax);
         }
     }
-    Ok(ClientCommand::Set { key, value, durability: durability_asked, with_version, mode })
+    let (cond, ttl) = (cond.unwrap_or(SetCond::Always), ttl.unwrap_or(Ttl::Clear));
+    let options = SetOptions { cond, ttl, get, integer_reply: false };
+    let durability = durability_asked;
+    Ok(ClientCommand::Set { key, value, durability, with_version, mode, options })
+}
+
+/// `SETNX key value` (`1` if it wrote) and `GETSET key value` (the value before).
+fn set_short(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    exactly(name, count, 2)?;
+    let key = key(next(&mut words)?, limits)?;
+    let value = value(next(&mut words)?, limits)?;
+    let options = match name {
+        "setnx" => {
+            SetOptions { cond: SetCond::IfAbsent, ttl: Ttl::Clear, get: false, integer_reply: true }
+        }
+        _ => SetOptions { cond: SetCond::Always, ttl: Ttl::Clear, get: true, integer_reply: false },
+    };
+    let (durability, with_version, mode) = (None, false, OpMode::Plain);
+    Ok(ClientCommand::Set { key, value, durability, with_version, mode, options })
+}
+
+/// `SETEX key seconds value`, `PSETEX key milliseconds value`.
+fn setex(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    exactly(name, count, 3)?;
+    let key = key(next(&mut words)?, limits)?;
+    let amount = integer(&next(&mut words)?)?;
+    let unit = if name == "setex" { TtlUnit::Seconds } else { TtlUnit::Millis };
+    let ttl = unit.positive(amount, name)?;
+    let value = value(next(&mut words)?, limits)?;
+    let options = SetOptions { cond: SetCond::Always, ttl, get: false, integer_reply: false };
+    let (durability, with_version, mode) = (None, false, OpMode::Plain);
+    Ok(ClientCommand::Set { key, value, durability, with_version, mode, options })
+}
+
+/// The units a TTL comes in, relative or absolute.
+#[derive(Clone, Copy)]
+enum TtlUnit {
+    Seconds,
+    Millis,
+    UnixSeconds,
+    UnixMillis,
+}
+
+impl TtlUnit {
+    /// `EX`, `PX`, `EXAT`, `PXAT`.
+    fn of(word: &[u8]) -> Option<TtlUnit> {
+        let units = [TtlUnit::Seconds, TtlUnit::Millis, TtlUnit::UnixSeconds, TtlUnit::UnixMillis];
+        ["ex", "px", "exat", "pxat"].iter().position(|name| is(word, name)).map(|at| units[at])
+    }
+
+    /// `amount` of this unit as a TTL, which must be positive (`SET`, `SETEX`, `GETEX`).
+    fn positive(self, amount: i64, command: &str) -> Result<Ttl, CommandError> {
+        if amount <= 0 {
+            return Err(CommandError::InvalidExpireTime(command.to_string()));
+        }
+        self.ttl(amount, command)
+    }
+
+    /// `amount` of this unit as a TTL; a negative one is already past (`EXPIRE`). Refused
+    /// when it does not fit in milliseconds with room for the clock added to it.
+    fn ttl(self, amount: i64, command: &str) -> Result<Ttl, CommandError> {
+        let invalid = || CommandError::InvalidExpireTime(command.to_string());
+        let ms = match self {
+            TtlUnit::Seconds | TtlUnit::UnixSeconds => {
+                amount.checked_mul(1000).ok_or_else(invalid)?
+            }
+            TtlUnit::Millis | TtlUnit::UnixMillis => amount,
+        };
+        match self {
+            _ if ms < 0 => Ok(Ttl::At(0)),
+            TtlUnit::Seconds | TtlUnit::Millis if ms > RELATIVE_TTL_MS_MAX => Err(invalid()),
+            TtlUnit::Seconds | TtlUnit::Millis => Ok(Ttl::After(ms as u64)),
+            TtlUnit::UnixSeconds | TtlUnit::UnixMillis => Ok(Ttl::At(ms as u64)),
+        }
+    }
+}
+
+/// The longest relative TTL: one that, added to any clock reading before the year
+/// 2100, still fits a signed 64-bit count of milliseconds (Redis refuses the same).
+const RELATIVE_TTL_MS_MAX: i64 = i64::MAX - (1 << 42);
+
+/// `EXPIRE key seconds [NX|XX|GT|LT]` and `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`.
+fn expire(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    at_least(name, count, 2)?;
+    let key = key(next(&mut words)?, limits)?;
+    let amount = integer(&next(&mut words)?)?;
+    let (mut exists, mut order) = (None, None);
+    for option in words {
+        let conds =
+            [ExpireCond::IfNone, ExpireCond::IfSome, ExpireCond::IfLater, ExpireCond::IfEarlier];
+        let Some(at) = ["nx", "xx", "gt", "lt"].iter().position(|word| is(&option, word)) else {
+            let option = String::from_utf8_lossy(&option).into_owned();
+            return Err(CommandError::UnsupportedExpireOption(option));
+        };
+        let slot = if at < 2 { &mut exists } else { &mut order };
+        if slot.is_some_and(|seen| seen != conds[at]) {
+            let which = if at < 2 { "NX and XX, GT or LT" } else { "GT and LT" };
+            return Err(CommandError::IncompatibleExpireOptions(which));
+        }
+        *slot = Some(conds[at]);
+        let nx_with_other = exists == Some(ExpireCond::IfNone) && order.is_some();
+        if nx_with_other {
+            return Err(CommandError::IncompatibleExpireOptions("NX and XX, GT or LT"));
+        }
+    }
+    let cond = match (exists, order) {
+        (Some(exists), None) => exists,
+        (None, Some(order)) => order,
+        // `XX GT`: a later expiry than an existing one, which `GT` alone already asks.
+        (Some(ExpireCond::IfSome), Some(order)) => order,
+        (Some(_), Some(_)) => {
+            return Err(CommandError::IncompatibleExpireOptions("NX and XX, GT or LT"))
+        }
+        (None, None) => ExpireCond::Always,
+    };
+    let unit = match name {
+        "expire" => TtlUnit::Seconds,
+        "pexpire" => TtlUnit::Millis,
+        "expireat" => TtlUnit::UnixSeconds,
+        _ => TtlUnit::UnixMillis,
+    };
+    let ttl = unit.ttl(amount, name)?;
+    Ok(ClientCommand::Expire { key, ttl, cond })
+}
+
+/// `PERSIST key`: clears an expiry (`1` if there was one).
+fn persist(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    exactly("persist", count, 1)?;
+    let key = key(next(&mut words)?, limits)?;
+    Ok(ClientCommand::Expire { key, ttl: Ttl::Clear, cond: ExpireCond::IfSome })
+}
+
+/// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME` `key [LEVEL level]`.
+fn ttl_query(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    at_least(name, count, 1)?;
+    let key = key(next(&mut words)?, limits)?;
+    let level = match (words.next(), words.next()) {
+        (None, _) => None,
+        (Some(option), Some(level)) if is(&option, "level") => Some(read_level(&level)?),
+        _ => return Err(arity(name)),
+    };
+    if words.next().is_some() {
+        return Err(arity(name));
+    }
+    let form = match name {
+        "ttl" => TtlForm::Seconds,
+        "pttl" => TtlForm::Millis,
+        "expiretime" => TtlForm::UnixSeconds,
+        _ => TtlForm::UnixMillis,
+    };
+    Ok(ClientCommand::Ttl { key, form, level })
 }
 
 fn keys(name: &str, words: Words, count: usize, limits: &Limits) -> Result<Vec<Key>, CommandError> {

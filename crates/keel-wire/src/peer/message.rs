@@ -497,6 +497,15 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
             put_u64(out, *next);
             put_option_version(out, *version);
         }
+        CommandResult::Held { value, version, expires_at } => {
+            put_u8(out, 10);
+            put_option_bytes(out, value.as_deref());
+            put_option_version(out, *version);
+            put_flag(out, expires_at.is_some());
+            if let Some(at) = expires_at {
+                put_u64(out, *at);
+            }
+        }
         CommandResult::Multi { results } => {
             put_u8(out, 6);
             put_flag(out, results.is_some());
@@ -585,6 +594,14 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
             length: reader.u64("queue length")?,
             next: reader.u64("queue next")?,
             version: read_option_version(reader)?,
+        },
+        10 => CommandResult::Held {
+            value: reader.option_bytes("value", BYTES_LEN_MAX)?,
+            version: read_option_version(reader)?,
+            expires_at: match reader.flag("expiry flag")? {
+                true => Some(reader.u64("expiry")?),
+                false => None,
+            },
         },
         tag => return Err(CodecError::UnknownTag { what: "command result", tag }.into()),
     };

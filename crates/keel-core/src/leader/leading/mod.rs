@@ -14,10 +14,12 @@
 //! Every handler borrows the [`Core`] and this role's state only; one that ends the
 //! leadership says so in its return value and the engine steps down.
 
+mod expiry;
 mod replication;
 mod requests;
 mod waitlist;
 
+pub(crate) use self::expiry::timeless;
 use self::waitlist::Waitlist;
 use super::config::MEMBERS_MAX;
 use super::core::{Core, Origin};
@@ -240,6 +242,7 @@ impl Leading {
             self.rewind_stalled_followers(core);
             self.broadcast_append(core, true);
         }
+        self.reap_due(core);
         Leadership::Kept
     }
 

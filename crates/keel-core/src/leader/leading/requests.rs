@@ -8,7 +8,7 @@
 //! | `monotonic` | lease; then serve if `update_index ≤` the read point (`min(durable, persisted)`), wait for the own fsync if only `≤ durable_index`, else a round |
 //! | `linearizable` | lease and the epoch's no-op committed; then as `monotonic` |
 
-use super::{Leading, PendingRead, PendingWrite};
+use super::{expiry, Leading, PendingRead, PendingWrite};
 use crate::engine::reused_request;
 use crate::leader::core::{Core, Origin};
 use crate::leader::io::{ClientReply, ClientRequest, RequestTag};
@@ -46,12 +46,13 @@ impl Leading {
         if let Err(error) = admit_write(core, &request.command) {
             return core.reply_result(origin, request.tag, Err(error), false);
         }
+        self.reap_touched(core, &request.command);
         let index = core.log.last_index().next();
         let payload = EntryPayload::Write {
             client: request.client,
             request: request.request,
             durability,
-            command: request.command,
+            command: expiry::stamp_time(request.command, core.wall_ms()),
         };
         let entry = Entry { epoch: core.hard.epoch, index, payload };
         let Applied::Write(result) = core.append_entry(entry) else {
@@ -181,9 +182,9 @@ impl Leading {
 /// the log above the durable index (whose undo records are kept) is not too long.
 fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
     let grows = match command {
-        Command::Put { key, value } | Command::Cas { key, new: value, .. } => {
-            (key.len() + value.len()) as u64
-        }
+        Command::Put { key, value }
+        | Command::Cas { key, new: value, .. }
+        | Command::Set { key, value, .. } => (key.len() + value.len()) as u64,
         Command::Incr { key, .. } => key.len() as u64 + 20,
         // The element's key (reserved prefix, name, sequence) and value, and the meta
         // key of a new queue.

@@ -2,13 +2,15 @@
 //! "epoch.index"]`), each mapped onto the engine's commands.
 
 use super::strings::{get_submit, values_reply};
-use super::{plain_submit, result_reply};
+use super::{mismatched, plain_submit, result_reply};
 use crate::driver::{KeyspaceHandle, Submit};
 use crate::front_door::conn::{Conn, Floor, Pending};
 use crate::front_door::dispatch::Turn;
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
+use keel_types::KeelError;
 use keel_types::{ClientId, Command, CommandResult, LogIndex, ReadLevel, RequestId, Value};
+use keel_wire::command::TtlForm;
 use keel_wire::reply::error_frame;
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -26,6 +28,15 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         ClientCommand::Exists { keys } => {
             let subs = turn.per_key(conn, keys);
             let reply = values_reply(&conn.node, subs, None, turn.after, exists_frame);
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::Expire { key, ttl, cond } => {
+            let sent = conn.node.send(turn.submit(Command::Expire { key, ttl, cond, now_ms: 0 }));
+            Pending::write(sent, (expire_reply, false), protocol, conn.floor())
+        }
+        ClientCommand::Ttl { key, form, level } => {
+            let sent = conn.node.send(Submit { level, ..turn.submit(Command::Inspect { key }) });
+            let reply = async move { ttl_reply(sent.answer().await, form) };
             Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Scan { start, end, count, level } => {
@@ -74,6 +85,27 @@ fn del(
             Some(e) => error_frame(&e),
             None => Frame::Integer(existed),
         }
+    }
+}
+
+/// `EXPIRE` and its kin, `PERSIST`: `1` if the expiry was set or cleared, else `0`.
+fn expire_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Cas { swapped, .. }) => Frame::Integer(i64::from(swapped)),
+        Ok(_) => mismatched("expire"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// `TTL` and its kin, against this node's wall clock (the time left is the leader's to
+/// keep: the key stays until its expiry entry, which the leader appends at its time).
+fn ttl_reply(reply: Result<ClientReply, KeelError>, form: TtlForm) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Held { value, expires_at, .. }) => {
+            Frame::Integer(form.answer(value.is_some(), expires_at, crate::driver::wall_ms()))
+        }
+        Ok(_) => mismatched("ttl"),
+        Err(e) => error_frame(&e),
     }
 }
 

@@ -71,7 +71,9 @@ pub(crate) fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Fr
                 .collect(),
         ),
         Ok(CommandResult::Written { .. }) => Frame::ok(),
-        Ok(CommandResult::Value { value, .. }) => value_frame(value.as_ref()),
+        Ok(CommandResult::Value { value, .. } | CommandResult::Held { value, .. }) => {
+            value_frame(value.as_ref())
+        }
         Ok(
             result @ (CommandResult::Enqueued { .. }
             | CommandResult::Dequeued { .. }

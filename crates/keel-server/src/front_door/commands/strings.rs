@@ -15,6 +15,7 @@ use keel_core::engine::ClientReply;
 use keel_types::{
     ClientId, Command, CommandResult, KeelError, LogIndex, ReadLevel, RequestId, Value,
 };
+use keel_wire::command::SetOptions;
 use keel_wire::reply::{error_frame, value_frame, with_version_frame};
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -39,10 +40,19 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let reply = values_reply(&conn.node, subs, level, turn.after, mget_frame);
             Pending::later(Box::pin(reply), protocol)
         }
-        ClientCommand::Set { key, value, durability, with_version, .. } => {
-            let sent =
-                conn.node.send(Submit { durability, ..turn.submit(Command::Put { key, value }) });
-            Pending::write(sent, (set_reply, with_version), protocol, conn.floor())
+        ClientCommand::Set { key, value, durability, with_version, options, .. } => {
+            let command = options.command(key, value);
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
+            if options == SetOptions::PLAIN {
+                return Pending::write(sent, (set_reply, with_version), protocol, conn.floor());
+            }
+            let floor = conn.floor();
+            let reply = async move {
+                let answer = sent.answer().await;
+                floor.note(&answer);
+                set_options_reply(answer, options)
+            };
+            Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Incr { key, delta, fetch: false } => {
             let sent = conn.node.send(turn.submit(Command::Incr { key, delta }));
@@ -150,6 +160,21 @@ fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
             }
         }
         Ok(_) => mismatched("get"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// `SET` with Redis's options: `+OK`, or null when `NX`/`XX` kept it from writing; with
+/// `GET`, the value before; `SETNX`: `1` or `0`.
+fn set_options_reply(reply: Result<ClientReply, KeelError>, options: SetOptions) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Cas { swapped, current, .. }) => match options {
+            SetOptions { integer_reply: true, .. } => Frame::Integer(i64::from(swapped)),
+            SetOptions { get: true, .. } => value_frame(current.as_ref()),
+            _ if swapped => Frame::ok(),
+            _ => Frame::Null,
+        },
+        Ok(_) => mismatched("set"),
         Err(e) => error_frame(&e),
     }
 }
