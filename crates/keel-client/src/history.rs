@@ -580,6 +580,10 @@ fn effect(
         Command::Get { .. }
         | Command::Expire { .. }
         | Command::Inspect { .. }
+        | Command::Flush { .. }
+        | Command::Count { .. }
+        | Command::Modify { .. }
+        | Command::Transfer { .. }
         | Command::Scan { .. }
         | Command::Multi { .. }
         | Command::OpenSession

@@ -49,8 +49,15 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::Exists { .. }
         | ClientCommand::Scan { .. }
         | ClientCommand::Ttl { .. }
+        | ClientCommand::DbSize
+        | ClientCommand::Keys { .. }
+        | ClientCommand::ReadString { .. }
         | ClientCommand::QueuePeek { .. } => Some(Category::Read),
+        ClientCommand::Flush { .. } | ClientCommand::FunctionFlush => Some(Category::Admin),
         ClientCommand::Set { .. }
+        | ClientCommand::MSet { .. }
+        | ClientCommand::Modify { .. }
+        | ClientCommand::Transfer { .. }
         | ClientCommand::Expire { .. }
         | ClientCommand::Del { .. }
         | ClientCommand::Incr { .. }

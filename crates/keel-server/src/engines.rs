@@ -183,6 +183,13 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::Scan { .. }
         | ClientCommand::Expire { .. }
         | ClientCommand::Ttl { .. }
+        | ClientCommand::MSet { .. }
+        | ClientCommand::Modify { .. }
+        | ClientCommand::Transfer { .. }
+        | ClientCommand::ReadString { .. }
+        | ClientCommand::Flush { .. }
+        | ClientCommand::DbSize
+        | ClientCommand::Keys { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),

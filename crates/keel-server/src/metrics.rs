@@ -119,6 +119,29 @@ pub struct KeyspaceMetrics {
 }
 
 impl KeyspaceMetrics {
+    /// Per operation (`get`, `put`, ...): requests that succeeded and those that failed,
+    /// over every class (what `INFO commandstats` shows).
+    pub fn calls_by_op(&self) -> Vec<(&'static str, u64, u64)> {
+        let mut calls: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+        for (op, row) in OPS.iter().zip(&self.slots.ok) {
+            let ok: u64 = row.iter().map(|n| n.load(Ordering::Relaxed)).sum();
+            calls.entry(op).or_default().0 += ok;
+        }
+        for ((label, outcome), n) in self.requests.lock().expect("metrics lock").iter() {
+            let entry = calls.entry(label.op).or_default();
+            if *outcome == "ok" {
+                entry.0 += n;
+            } else {
+                entry.1 += n;
+            }
+        }
+        calls
+            .into_iter()
+            .filter(|(_, (ok, failed))| ok + failed > 0)
+            .map(|(op, (ok, failed))| (op, ok, failed))
+            .collect()
+    }
+
     /// Records a finished request.
     pub fn record(&self, label: OpLabel, outcome: &'static str, seconds: f64) {
         let slot = RequestSlots::slot(label);

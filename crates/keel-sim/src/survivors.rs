@@ -215,7 +215,11 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
         | Command::QueuePeek { .. }
-        | Command::Inspect { .. } => return None,
+        | Command::Inspect { .. }
+        | Command::Count { .. } => return None,
+        Command::Flush { .. } | Command::Modify { .. } | Command::Transfer { .. } => {
+            unreachable!("the simulator's clients send none of these")
+        }
         Command::Multi { .. } => unreachable!("the codec refuses a transaction inside one"),
     };
     state.insert(key.clone(), (value.clone(), version, expires_at));

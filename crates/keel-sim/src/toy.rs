@@ -84,9 +84,13 @@ impl ToyEngine {
             Command::Enqueue { .. } | Command::Dequeue { .. } => {
                 unreachable!("the toy engine runs no queues")
             }
-            Command::Set { .. } | Command::Expire { .. } | Command::Inspect { .. } => {
-                unreachable!("the toy engine runs no expiry")
-            }
+            Command::Set { .. }
+            | Command::Expire { .. }
+            | Command::Inspect { .. }
+            | Command::Flush { .. }
+            | Command::Count { .. }
+            | Command::Modify { .. }
+            | Command::Transfer { .. } => unreachable!("the toy engine runs no Redis commands"),
             Command::OpenSession => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }

@@ -19,7 +19,7 @@ use crate::limits::VALUE_BYTES_CEILING;
 use crate::Version;
 use crate::{
     ApplySettings, ClientId, Command, Durability, Entry, EntryPayload, Epoch, ExpireCond,
-    HardState, LogIndex, NodeId, RequestId, SetCond, SnapshotMeta, Ttl,
+    HardState, LogIndex, Modify, NodeId, RequestId, SetCond, SnapshotMeta, Ttl,
 };
 
 /// The longest byte string (key or value) the decoder accepts.
@@ -54,6 +54,17 @@ const COMMAND_QUEUE_PEEK: u8 = 11;
 const COMMAND_SET: u8 = 12;
 const COMMAND_EXPIRE: u8 = 13;
 const COMMAND_INSPECT: u8 = 14;
+const COMMAND_FLUSH: u8 = 15;
+const COMMAND_COUNT: u8 = 16;
+const COMMAND_MODIFY: u8 = 17;
+const COMMAND_TRANSFER: u8 = 18;
+
+const MODIFY_APPEND: u8 = 0;
+const MODIFY_SET_RANGE: u8 = 1;
+const MODIFY_SET_BIT: u8 = 2;
+const MODIFY_INCR_BY_FLOAT: u8 = 3;
+const MODIFY_GET_DEL: u8 = 4;
+const MODIFY_GET_EX: u8 = 5;
 
 const TTL_KEEP: u8 = 0;
 const TTL_CLEAR: u8 = 1;
@@ -394,6 +405,52 @@ impl Encode for Command {
                 put_u8(out, COMMAND_INSPECT);
                 put_bytes(out, key);
             }
+            Command::Flush { db } => {
+                put_u8(out, COMMAND_FLUSH);
+                put_u8(out, u8::from(db.is_some()));
+                put_u8(out, db.unwrap_or(0));
+            }
+            Command::Count { db } => {
+                put_u8(out, COMMAND_COUNT);
+                put_u8(out, *db);
+            }
+            Command::Modify { key, op, now_ms } => {
+                put_u8(out, COMMAND_MODIFY);
+                put_bytes(out, key);
+                match op {
+                    Modify::Append(value) => {
+                        put_u8(out, MODIFY_APPEND);
+                        put_bytes(out, value);
+                    }
+                    Modify::SetRange { offset, value } => {
+                        put_u8(out, MODIFY_SET_RANGE);
+                        put_u64(out, *offset);
+                        put_bytes(out, value);
+                    }
+                    Modify::SetBit { offset, on } => {
+                        put_u8(out, MODIFY_SET_BIT);
+                        put_u64(out, *offset);
+                        put_u8(out, u8::from(*on));
+                    }
+                    Modify::IncrByFloat(bits) => {
+                        put_u8(out, MODIFY_INCR_BY_FLOAT);
+                        put_u64(out, *bits);
+                    }
+                    Modify::GetDel => put_u8(out, MODIFY_GET_DEL),
+                    Modify::GetEx(ttl) => {
+                        put_u8(out, MODIFY_GET_EX);
+                        ttl.encode_to(out);
+                    }
+                }
+                put_u64(out, *now_ms);
+            }
+            Command::Transfer { from, to, replace, remove_source } => {
+                put_u8(out, COMMAND_TRANSFER);
+                put_bytes(out, from);
+                put_bytes(out, to);
+                put_u8(out, u8::from(*replace));
+                put_u8(out, u8::from(*remove_source));
+            }
         }
     }
 }
@@ -549,6 +606,37 @@ impl Decode for Command {
                 now_ms: reader.u64("command time")?,
             },
             COMMAND_INSPECT => Command::Inspect { key: key(reader)? },
+            COMMAND_FLUSH => {
+                let all = !reader.flag("flush database flag")?;
+                let db = reader.u8("flushed database")?;
+                Command::Flush { db: (!all).then_some(db) }
+            }
+            COMMAND_COUNT => Command::Count { db: reader.u8("counted database")? },
+            COMMAND_MODIFY => {
+                let key = key(reader)?;
+                let op = match reader.u8("modification")? {
+                    MODIFY_APPEND => Modify::Append(reader.bytes("appended", BYTES_LEN_MAX)?),
+                    MODIFY_SET_RANGE => Modify::SetRange {
+                        offset: reader.u64("range offset")?,
+                        value: reader.bytes("range value", BYTES_LEN_MAX)?,
+                    },
+                    MODIFY_SET_BIT => Modify::SetBit {
+                        offset: reader.u64("bit offset")?,
+                        on: reader.flag("bit")?,
+                    },
+                    MODIFY_INCR_BY_FLOAT => Modify::IncrByFloat(reader.u64("float increment")?),
+                    MODIFY_GET_DEL => Modify::GetDel,
+                    MODIFY_GET_EX => Modify::GetEx(Ttl::decode_from(reader)?),
+                    tag => return Err(CodecError::UnknownTag { what: "modification", tag }),
+                };
+                Command::Modify { key, op, now_ms: reader.u64("command time")? }
+            }
+            COMMAND_TRANSFER => Command::Transfer {
+                from: key(reader)?,
+                to: key(reader)?,
+                replace: reader.flag("replace")?,
+                remove_source: reader.flag("remove source")?,
+            },
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)
@@ -783,6 +871,41 @@ mod tests {
                 now_ms: 7,
             },
             Command::Inspect { key: b"k".to_vec().into() },
+            Command::Flush { db: None },
+            Command::Flush { db: Some(9) },
+            Command::Count { db: 0 },
+            Command::Modify {
+                key: b"k".to_vec().into(),
+                op: Modify::Append(b"v".to_vec().into()),
+                now_ms: 0,
+            },
+            Command::Modify {
+                key: b"k".to_vec().into(),
+                op: Modify::SetRange { offset: 9, value: b"v".to_vec().into() },
+                now_ms: 0,
+            },
+            Command::Modify {
+                key: b"k".to_vec().into(),
+                op: Modify::SetBit { offset: 7, on: true },
+                now_ms: 0,
+            },
+            Command::Modify {
+                key: b"k".to_vec().into(),
+                op: Modify::IncrByFloat(1.5f64.to_bits()),
+                now_ms: 0,
+            },
+            Command::Modify { key: b"k".to_vec().into(), op: Modify::GetDel, now_ms: 0 },
+            Command::Modify {
+                key: b"k".to_vec().into(),
+                op: Modify::GetEx(Ttl::After(5)),
+                now_ms: 3,
+            },
+            Command::Transfer {
+                from: b"a".to_vec().into(),
+                to: b"b".to_vec().into(),
+                replace: true,
+                remove_source: false,
+            },
         ];
         for command in commands {
             round_trip(&write_entry(command));

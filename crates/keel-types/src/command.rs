@@ -129,6 +129,122 @@ pub enum Command {
         /// The key read.
         key: Key,
     },
+    /// Deletes every live key of database `db` of the keyspace (`FLUSHDB`), or of every
+    /// database, queues included (`None`: `FLUSHALL`). Each key leaves a tombstone, as a
+    /// delete does. [`CommandResult::Count`]: how many keys it deleted.
+    Flush {
+        /// The database, or `None` for all of them.
+        db: Option<u8>,
+    },
+    /// Counts the live keys of database `db` (`DBSIZE`): [`CommandResult::Count`] (a read).
+    Count {
+        /// The database.
+        db: u8,
+    },
+    /// Changes one key's value in place (`APPEND`, `SETRANGE`, `SETBIT`, `INCRBYFLOAT`,
+    /// `GETDEL`, `GETEX`): [`CommandResult::Modified`]. Keeps the key's expiry unless the
+    /// change says otherwise.
+    Modify {
+        /// The key changed.
+        key: Key,
+        /// The change.
+        op: Modify,
+        /// As [`Command::Set`]'s: the leader's clock, filled in by the leader.
+        now_ms: u64,
+    },
+    /// Copies `from`'s value and expiry to `to` (`COPY`, `RENAME`, `RENAMENX`):
+    /// [`CommandResult::Modified`] with `number` 1 if it did, 0 if `to` existed and
+    /// `replace` is false or `from` is absent (for a rename, an absent `from` is an error).
+    Transfer {
+        /// The source.
+        from: Key,
+        /// The destination.
+        to: Key,
+        /// Whether an existing `to` is overwritten.
+        replace: bool,
+        /// Whether `from` is deleted (a rename) or kept (a copy).
+        remove_source: bool,
+    },
+}
+
+/// The in-place changes of [`Command::Modify`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Modify {
+    /// Appends bytes; `number`: the new length.
+    Append(Value),
+    /// Writes bytes at an offset, zero-padding before it; `number`: the new length.
+    SetRange {
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes.
+        value: Value,
+    },
+    /// Sets or clears one bit (bit 0 is the most significant of byte 0), zero-padding;
+    /// `number`: the bit before.
+    SetBit {
+        /// The bit's position.
+        offset: u64,
+        /// Its new value.
+        on: bool,
+    },
+    /// Adds a float (its IEEE-754 bits) to the value read as a float; `value`: the new
+    /// value as text.
+    IncrByFloat(u64),
+    /// Deletes the key; `value`: what it held.
+    GetDel,
+    /// Sets the expiry (`Ttl::Keep`: unchanged, `Ttl::Clear`: `PERSIST`); `value`: the
+    /// key's value.
+    GetEx(Ttl),
+}
+
+impl Eq for Modify {}
+
+/// The longest string `SETRANGE` and `SETBIT` may grow a value to: 512 MiB, as Redis's
+/// `proto-max-bulk-len` default.
+pub const STRING_BYTES_MAX: u64 = 512 << 20;
+
+/// The first bytes of every key of a database other than 0 of a keyspace: this prefix,
+/// the database's number as one byte, then the client's key. Database 0's keys are the
+/// client's keys as they are; none may begin with this prefix.
+pub const DB_KEY_PREFIX: &[u8] = b"\xff\xffkeel\x02";
+/// The first key past every database's keys.
+pub const DB_KEYS_END: &[u8] = b"\xff\xffkeel\x03";
+
+/// `key` of database `db` as the state machine holds it.
+pub fn db_key(db: u8, key: &[u8]) -> Key {
+    if db == 0 {
+        return Key::copy_from_slice(key);
+    }
+    let mut out = Vec::with_capacity(DB_KEY_PREFIX.len() + 1 + key.len());
+    out.extend_from_slice(DB_KEY_PREFIX);
+    out.push(db);
+    out.extend_from_slice(key);
+    out.into()
+}
+
+/// The database a key the state machine holds belongs to, and the client's key in it
+/// (`None`: a key of a queue's, in no database).
+pub fn db_of(key: &[u8]) -> Option<(u8, &[u8])> {
+    if key.starts_with(RESERVED_KEY_PREFIX) {
+        return None;
+    }
+    match key.strip_prefix(DB_KEY_PREFIX) {
+        Some([db, rest @ ..]) if *db > 0 => Some((*db, rest)),
+        Some(_) => None,
+        None => Some((0, key)),
+    }
+}
+
+/// The keys of database `db > 0`: `[start, end)`.
+pub fn db_range(db: u8) -> (Key, Key) {
+    assert!(db > 0, "database 0 is every key outside the reserved ranges");
+    let start = db_key(db, b"");
+    let mut end = start.to_vec();
+    match db {
+        u8::MAX => end = DB_KEYS_END.to_vec(),
+        _ => *end.last_mut().expect("not empty") += 1,
+    }
+    (start, end.into())
 }
 
 /// A key's expiry as a write states it.
@@ -303,6 +419,22 @@ pub enum CommandResult {
         /// When it expires, in unix milliseconds (`None`: never, or absent).
         expires_at: Option<u64>,
     },
+    /// An in-place change or a transfer: the value it reports and a number, by its kind
+    /// ([`Modify`], [`Command::Transfer`]), and the version it created (`None`: it
+    /// changed nothing).
+    Modified {
+        /// The value reported (the value before, or the new one), if any.
+        value: Option<Value>,
+        /// The number reported (a length, a bit, 1 or 0).
+        number: i64,
+        /// The version created, if it changed the state.
+        version: Option<Version>,
+    },
+    /// A count of keys (`DBSIZE`), or of keys deleted (`FLUSHDB`, `FLUSHALL`).
+    Count {
+        /// How many.
+        keys: u64,
+    },
     /// A scan: items in key order, each with the version that produced it.
     Items {
         /// `(key, value, version)` in ascending key order.
@@ -319,7 +451,8 @@ impl CommandResult {
             | CommandResult::Counter { version, .. }
             | CommandResult::Enqueued { version, .. }
             | CommandResult::Dequeued { version, .. } => Some(*version),
-            CommandResult::Cas { swapped: true, version, .. } => *version,
+            CommandResult::Cas { swapped: true, version, .. }
+            | CommandResult::Modified { version, .. } => *version,
             // A transaction's writes all carry its entry's version.
             CommandResult::Multi { results: Some(results) } => {
                 results.iter().filter_map(CommandResult::written_version).max()
@@ -341,21 +474,31 @@ impl Command {
             | Command::Incr { key, .. }
             | Command::Set { key, .. }
             | Command::Expire { key, .. }
+            | Command::Modify { key, .. }
+            | Command::Transfer { from: key, .. }
             | Command::Inspect { key } => key,
             Command::Enqueue { queue, .. }
             | Command::Dequeue { queue }
             | Command::QueuePeek { queue } => queue,
             Command::Scan { start, .. } => start,
-            Command::Multi { .. } | Command::OpenSession => &NO_KEY,
+            Command::Multi { .. }
+            | Command::OpenSession
+            | Command::Flush { .. }
+            | Command::Count { .. } => &NO_KEY,
         }
     }
 
     /// Bytes of keys and values the operation carries (what it may add to the state).
     pub fn payload_bytes(&self) -> usize {
         match self {
-            Command::Put { key, value } | Command::Set { key, value, .. } => {
-                key.len() + value.len()
-            }
+            Command::Put { key, value }
+            | Command::Set { key, value, .. }
+            | Command::Modify {
+                key,
+                op: Modify::Append(value) | Modify::SetRange { value, .. },
+                ..
+            } => key.len() + value.len(),
+            Command::Transfer { from, to, .. } => from.len() + to.len(),
             Command::Enqueue { queue, value } => queue.len() + value.len(),
             Command::Cas { key, expected, new } => {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
@@ -376,6 +519,7 @@ impl Command {
                 | Command::Scan { .. }
                 | Command::QueuePeek { .. }
                 | Command::Inspect { .. }
+                | Command::Count { .. }
         )
     }
 
@@ -396,6 +540,10 @@ impl Command {
             Command::Set { .. } => "set",
             Command::Expire { .. } => "expire",
             Command::Inspect { .. } => "inspect",
+            Command::Flush { .. } => "flush",
+            Command::Modify { .. } => "modify",
+            Command::Transfer { .. } => "transfer",
+            Command::Count { .. } => "count",
         }
     }
 
@@ -412,6 +560,8 @@ impl Command {
                 | Command::Set { .. }
                 | Command::Expire { .. }
                 | Command::Inspect { .. }
+                | Command::Modify { .. }
+                | Command::Transfer { .. }
         ) {
             check_not_reserved(self.key())?;
         }
@@ -433,6 +583,8 @@ impl Command {
                             | Command::Dequeue { .. }
                             | Command::QueuePeek { .. }
                             | Command::Inspect { .. }
+                            | Command::Flush { .. }
+                            | Command::Count { .. }
                     ) {
                         return invalid(format!("a {} inside a transaction", op.name()));
                     }
@@ -482,7 +634,17 @@ impl Command {
             | Command::Dequeue { .. }
             | Command::QueuePeek { .. }
             | Command::Expire { .. }
-            | Command::Inspect { .. } => Ok(()),
+            | Command::Inspect { .. }
+            | Command::Flush { .. }
+            | Command::Count { .. } => Ok(()),
+            Command::Modify {
+                op: Modify::Append(value) | Modify::SetRange { value, .. }, ..
+            } => limits.check_value(value),
+            Command::Modify { .. } => Ok(()),
+            Command::Transfer { to, .. } => {
+                limits.check_key(to)?;
+                check_not_reserved(to)
+            }
         }
     }
 }

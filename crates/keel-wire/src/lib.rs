@@ -49,6 +49,7 @@
 //! ```
 
 pub mod command;
+pub mod glob;
 mod num;
 pub mod peer;
 pub mod reply;

@@ -130,6 +130,13 @@ pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
             (value_frame(value.as_ref()), *version)
         }
         CommandResult::Written { version } => (Frame::ok(), Some(*version)),
+        CommandResult::Count { keys } => (integer(*keys), None),
+        CommandResult::Modified { value: Some(value), version, .. } => {
+            (Frame::Bulk(value.clone()), *version)
+        }
+        CommandResult::Modified { value: None, number, version } => {
+            (Frame::Integer(*number), *version)
+        }
         CommandResult::Counter { value, version } => (Frame::Integer(*value), Some(*version)),
         CommandResult::Enqueued { seq, length, version } => {
             (Frame::Array(vec![integer(*seq), integer(*length)]), Some(*version))

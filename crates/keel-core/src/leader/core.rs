@@ -245,6 +245,10 @@ impl Core {
                 (CommandResult::Items { items }, needed)
             }
             Command::QueuePeek { queue } => self.kv.queue_peek(queue),
+            // Counted over the applied state: what must be durable is all of it.
+            Command::Count { db } => {
+                (CommandResult::Count { keys: self.kv.count(*db) }, self.kv.applied_index())
+            }
             _ => panic!("execute_read on a write"),
         }
     }

@@ -22,7 +22,8 @@ use crate::fnv::{Fnv, WordHash};
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, ExpireCond, KeelError, Key,
-    LogIndex, RequestId, SetCond, Ttl, Value, Version, RESERVED_KEY_END, RESERVED_KEY_PREFIX,
+    LogIndex, RequestId, SetCond, Ttl, Value, Version, DB_KEYS_END, DB_KEY_PREFIX,
+    RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -114,7 +115,7 @@ pub struct Item {
 
 impl Item {
     /// A live value with no expiry, or a tombstone (`value: None`).
-    fn plain(value: Option<Value>, version: Version) -> Item {
+    pub(super) fn plain(value: Option<Value>, version: Version) -> Item {
         Item { value, version, expires_at: None }
     }
 }
@@ -156,7 +157,7 @@ pub fn command_digest(command: &Command) -> u64 {
 }
 
 #[derive(Clone, Debug)]
-struct Undo {
+pub(super) struct Undo {
     index: LogIndex,
     /// Each key the entry changed and what it held before, in the order of the changes
     /// (one for a single write; a transaction's, which may change a key twice). Inline
@@ -207,6 +208,8 @@ pub struct Kv {
     /// `(expires_at, key)` of every live key with an expiry: what the leader's active
     /// expiry walks in time order, kept with `items` by [`Kv::account`].
     expiries: BTreeSet<(u64, Key)>,
+    /// Live keys per database (`DBSIZE`), kept with `items` by [`Kv::account`].
+    live_by_db: BTreeMap<u8, u64>,
     /// Wrapping sum of `item_hash` over `items`, kept current so that the digest of the
     /// applied state costs O(1) (the simulator asks after every step).
     items_hash: u64,
@@ -239,6 +242,7 @@ impl Kv {
             applied: Version::default(),
             dedup_clients_max,
             expiries: BTreeSet::new(),
+            live_by_db: BTreeMap::new(),
             items_hash: 0,
             state_bytes: 0,
             snapshot: None,
@@ -383,6 +387,21 @@ impl Kv {
             Command::Expire { key, ttl, cond, now_ms } => {
                 return Ok(self.expire(version, key, *ttl, *cond, *now_ms, undo));
             }
+            Command::Flush { db } => return Ok(self.flush(version, *db, undo)),
+            Command::Modify { key, op, now_ms } => {
+                return super::kv_strings::modify(self, version, key, op, *now_ms, undo);
+            }
+            Command::Transfer { from, to, replace, remove_source } => {
+                return super::kv_strings::transfer(
+                    self,
+                    version,
+                    from,
+                    to,
+                    *replace,
+                    *remove_source,
+                    undo,
+                );
+            }
             _ => {}
         }
         let current = self.items.get(command.key());
@@ -417,7 +436,8 @@ impl Kv {
             Command::Get { .. }
             | Command::Scan { .. }
             | Command::QueuePeek { .. }
-            | Command::Inspect { .. } => {
+            | Command::Inspect { .. }
+            | Command::Count { .. } => {
                 panic!("a read command in the log")
             }
             Command::Multi { .. }
@@ -425,7 +445,10 @@ impl Kv {
             | Command::Enqueue { .. }
             | Command::Dequeue { .. }
             | Command::Set { .. }
-            | Command::Expire { .. } => unreachable!("executed above"),
+            | Command::Expire { .. }
+            | Command::Flush { .. }
+            | Command::Modify { .. }
+            | Command::Transfer { .. } => unreachable!("executed above"),
         };
         let item = Item { value: new_value, version, expires_at };
         self.change(command.key().clone(), Some(item), undo);
@@ -507,6 +530,44 @@ impl Kv {
         }
     }
 
+    /// `FLUSHDB` (`db`) or `FLUSHALL` (`None`: every database and queue): every live key
+    /// of it becomes a tombstone.
+    fn flush(&mut self, version: Version, db: Option<u8>, undo: &mut Undo) -> CommandResult {
+        let (start, end): (Key, Option<Key>) = match db {
+            None | Some(0) => (Key::new(), None),
+            Some(db) => {
+                let (start, end) = keel_types::db_range(db);
+                (start, Some(end))
+            }
+        };
+        let range =
+            (Bound::Included(&start[..]), end.as_deref().map_or(Bound::Unbounded, Bound::Excluded));
+        let doomed: Vec<Key> = self
+            .items
+            .range::<[u8], _>(range)
+            .filter(|(key, item)| {
+                item.value.is_some()
+                    && (db.is_none() || keel_types::db_of(key).map(|(d, _)| d) == db)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let keys = doomed.len() as u64;
+        for key in doomed {
+            self.change(key, Some(Item::plain(None, version)), undo);
+        }
+        CommandResult::Count { keys }
+    }
+
+    /// A key's item, tombstones included.
+    pub(super) fn item(&self, key: &[u8]) -> Option<&Item> {
+        self.items.get(key)
+    }
+
+    /// Live keys of database `db`.
+    pub fn count(&self, db: u8) -> u64 {
+        self.live_by_db.get(&db).copied().unwrap_or(0)
+    }
+
     /// The earliest expiry of a live key, if any.
     pub fn next_expiry(&self) -> Option<u64> {
         self.expiries.first().map(|(at, _)| *at)
@@ -525,7 +586,7 @@ impl Kv {
 
     /// Sets `key`'s item (`None`: removes the key, leaving no tombstone), recording
     /// what it held for the undo record.
-    fn change(&mut self, key: Key, item: Option<Item>, undo: &mut Undo) {
+    pub(super) fn change(&mut self, key: Key, item: Option<Item>, undo: &mut Undo) {
         let previous = self.replace(key.clone(), item);
         undo.keys.push((key, previous));
     }
@@ -755,6 +816,11 @@ impl Kv {
         let bytes = key.len() as u64
             + item.value.as_ref().map_or(0, |v| v.len() as u64)
             + ITEM_OVERHEAD_BYTES;
+        if let Some(db) = item.value.as_ref().and(keel_types::db_of(key)).map(|(db, _)| db) {
+            let live = self.live_by_db.entry(db).or_default();
+            *live =
+                if add { *live + 1 } else { live.checked_sub(1).expect("counts mirror the items") };
+        }
         if let Some(at) = item.expires_at {
             let entry = (at, Key::copy_from_slice(key));
             let changed =
@@ -818,6 +884,12 @@ impl Kv {
             if key.starts_with(RESERVED_KEY_PREFIX) {
                 // Queues' keys are never scanned: on past them.
                 let from = Bound::Included(RESERVED_KEY_END);
+                range = self.items.range::<[u8], _>((from, Bound::Unbounded));
+                continue;
+            }
+            if key.starts_with(DB_KEY_PREFIX) && !start.starts_with(DB_KEY_PREFIX) {
+                // A scan of database 0 passes over the other databases' keys.
+                let from = Bound::Included(DB_KEYS_END);
                 range = self.items.range::<[u8], _>((from, Bound::Unbounded));
                 continue;
             }

@@ -144,3 +144,52 @@ fn snapshots_keep_expiries_and_digests_count_them() {
         plain.applied_digest()
     );
 }
+
+fn modify(key: &str, op: keel_types::Modify) -> Command {
+    Command::Modify { key: Key::copy_from_slice(key.as_bytes()), op, now_ms: NOW }
+}
+
+/// Applies `command` at `index`; its `Modified` result as `(value, number, changed)`.
+fn changed(kv: &mut Kv, index: u64, command: Command) -> (Option<String>, i64, bool) {
+    match kv.apply(&write(index, command)) {
+        Applied::Write(Ok(CommandResult::Modified { value, number, version })) => {
+            let text = value.map(|v| String::from_utf8_lossy(&v).into_owned());
+            (text, number, version.is_some())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn in_place_changes_keep_the_expiry_and_transfers_carry_it() {
+    use keel_types::Modify;
+    let mut kv = Kv::new(10);
+    run(&mut kv, 1, set("k", "ab", SetCond::Always, Ttl::At(NOW + 50)));
+    let append = modify("k", Modify::Append(Value::from_static(b"cd")));
+    assert_eq!(changed(&mut kv, 2, append), (None, 4, true));
+    assert_eq!(kv.expires_at(b"k"), Some(NOW + 50), "APPEND keeps the expiry");
+    let bit = modify("k", Modify::SetBit { offset: 39, on: true });
+    assert_eq!(changed(&mut kv, 3, bit), (None, 0, true));
+    assert_eq!(kv.get(b"k").0.unwrap().len(), 5, "grown by a zero byte, then the bit set");
+    let getex = modify("k", Modify::GetEx(Ttl::After(10)));
+    assert!(changed(&mut kv, 4, getex).2);
+    assert_eq!(kv.expires_at(b"k"), Some(NOW + 10));
+    let float = modify("f", Modify::IncrByFloat(2.5f64.to_bits()));
+    assert_eq!(changed(&mut kv, 5, float), (Some("2.5".into()), 0, true));
+    let rename = Command::Transfer {
+        from: Key::from_static(b"k"),
+        to: Key::from_static(b"r"),
+        replace: true,
+        remove_source: true,
+    };
+    let digest = kv.applied_digest();
+    assert_eq!(changed(&mut kv, 6, rename), (None, 1, true));
+    assert_eq!(kv.expires_at(b"r"), Some(NOW + 10), "the expiry moved with the value");
+    assert_eq!((kv.get(b"k").0, kv.next_expiry()), (None, Some(NOW + 10)));
+    kv.rollback_after(LogIndex(5), Epoch(1));
+    assert_eq!(kv.applied_digest(), digest, "a rolled-back rename leaves no trace");
+    assert_eq!(kv.get(b"r").0, None);
+    let getdel = modify("k", Modify::GetDel);
+    assert!(changed(&mut kv, 6, getdel).0.is_some());
+    assert_eq!(kv.next_expiry(), None);
+}

@@ -32,6 +32,7 @@ mod follower;
 mod gate;
 pub mod io;
 pub mod kv;
+mod kv_strings;
 mod leading;
 pub mod log;
 mod report;

@@ -208,6 +208,8 @@ pub struct Conn {
     pub(super) keyspaces: Arc<Keyspaces>,
     /// The keyspace `SELECT` chose (keyspace 0 at first).
     pub(super) node: KeyspaceHandle,
+    /// The database of that keyspace `SELECT` chose (`commands::databases`).
+    pub(super) db: u8,
     pub(super) limits: Limits,
     /// Replies the connection's writer has resolved so far (every reply, in order).
     pub(super) resolved: Arc<Resolved>,
@@ -265,6 +267,7 @@ impl Conn {
             seq_next: 1,
             name: None,
             node: keyspaces.first().clone(),
+            db: 0,
             keyspaces,
             limits,
             resolved,

@@ -6,7 +6,7 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    correctables, keys, plain_submit, queues, server, sessions, strings, transactions,
+    correctables, databases, keys, plain_submit, queues, server, sessions, strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -136,6 +136,10 @@ pub(crate) async fn dispatch(
     named: bool,
 ) -> Pending {
     let protocol = conn.protocol;
+    let command = match databases::in_database(command, conn) {
+        Ok(command) => command,
+        Err(refusal) => return Pending::ready(refusal, protocol),
+    };
     if let Err(refusal) = permitted(conn, category(&command)) {
         return Pending::ready(refusal, protocol);
     }
@@ -162,6 +166,10 @@ pub(crate) async fn dispatch(
         ClientCommand::Get { .. }
         | ClientCommand::MGet { .. }
         | ClientCommand::Set { .. }
+        | ClientCommand::MSet { .. }
+        | ClientCommand::Modify { .. }
+        | ClientCommand::Transfer { .. }
+        | ClientCommand::ReadString { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. } => strings::send(conn, command, turn),
         ClientCommand::Del { .. }
@@ -169,6 +177,9 @@ pub(crate) async fn dispatch(
         | ClientCommand::Scan { .. }
         | ClientCommand::Expire { .. }
         | ClientCommand::Ttl { .. } => keys::send(conn, command, turn),
+        ClientCommand::Flush { .. } | ClientCommand::DbSize | ClientCommand::Keys { .. } => {
+            databases::send(conn, command, turn)
+        }
         ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => queues::send(conn, command, turn),
@@ -196,12 +207,19 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         | ClientCommand::MGet { level, .. }
         | ClientCommand::Ttl { level, .. }
         | ClientCommand::QueuePeek { level, .. } => Kind::Read(ks, *level),
+        ClientCommand::DbSize | ClientCommand::Keys { .. } | ClientCommand::ReadString { .. } => {
+            Kind::Read(ks, None)
+        }
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. }
         | ClientCommand::Del { .. }
         | ClientCommand::Expire { .. }
+        | ClientCommand::MSet { .. }
+        | ClientCommand::Modify { .. }
+        | ClientCommand::Transfer { .. }
+        | ClientCommand::Flush { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. } => Kind::Write(ks),
         _ => return None,

@@ -103,6 +103,42 @@ pub enum ClientCommand {
         /// The read level; `None`: the keyspace default.
         level: Option<ReadLevel>,
     },
+    /// `APPEND`, `SETRANGE`, `SETBIT`, `INCRBYFLOAT`, `GETDEL`, `GETEX`: one key changed in
+    /// place by the state machine.
+    Modify {
+        /// The key changed.
+        key: Key,
+        /// The change.
+        op: keel_types::Modify,
+    },
+    /// `RENAME` (`+OK`), `RENAMENX` and `COPY` (`1` or `0`).
+    Transfer {
+        /// The source.
+        from: Key,
+        /// The destination.
+        to: Key,
+        /// Whether an existing destination is overwritten (`RENAME`, `COPY ... REPLACE`).
+        replace: bool,
+        /// Whether the source goes (a rename).
+        remove_source: bool,
+        /// `RENAME`: the reply is `+OK`.
+        ok_reply: bool,
+        /// `COPY ... DB n`: the destination's database (`None`: the connection's).
+        to_db: Option<u32>,
+    },
+    /// `STRLEN`, `GETRANGE`/`SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`: one key read, the reply
+    /// computed from its value.
+    ReadString {
+        /// The key read.
+        key: Key,
+        /// What is computed.
+        op: StringRead,
+    },
+    /// `MSET key value [key value ...]`: every pair written as one transaction.
+    MSet {
+        /// The pairs, at least one, at most `keel_types::MULTI_OPS_MAX`.
+        pairs: Vec<(Key, Value)>,
+    },
     /// `DEL key [key ...]`: the number of keys that existed.
     Del {
         /// The keys removed, at least one.
@@ -181,6 +217,23 @@ pub enum ClientCommand {
         /// The read level; `None`: the keyspace default.
         level: Option<ReadLevel>,
     },
+    /// `FLUSHDB [ASYNC|SYNC]` (`all: false`) and `FLUSHALL [ASYNC|SYNC]`: deletes every
+    /// key of the connection's database, or of every database of its keyspace.
+    Flush {
+        /// `FLUSHALL`.
+        all: bool,
+    },
+    /// `DBSIZE`: the live keys of the connection's database.
+    DbSize,
+    /// `KEYS pattern`: every key of the connection's database that matches.
+    Keys {
+        /// A glob pattern (`keel_wire::glob`).
+        pattern: Bytes,
+    },
+    /// `FUNCTION FLUSH [ASYNC|SYNC]`: Keel runs no functions, so there are none to remove.
+    FunctionFlush,
+    /// `UNWATCH` (what it parses to inside `MULTI`, where it is queued and answers `OK`).
+    Unwatch,
     /// `KEEL.STATUS`: this node's view of the cluster, in the connection's keyspace.
     Status,
     /// `INFO [section ...]`: server information, as Redis's `INFO`.
@@ -208,6 +261,74 @@ pub enum ClientCommand {
     Keyspaces,
     /// `QUIT`: reply `+OK` and close.
     Quit,
+}
+
+/// What a [`ClientCommand::ReadString`] computes from a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StringRead {
+    /// `STRLEN`: its length.
+    Strlen,
+    /// `GETRANGE key start end` (`SUBSTR`): the bytes from `start` to `end` inclusive,
+    /// negative counting from the end.
+    GetRange(i64, i64),
+    /// `GETBIT key offset`.
+    GetBit(u64),
+    /// `BITCOUNT key [start end [BYTE|BIT]]`: `(start, end, in bits)`.
+    BitCount(Option<(i64, i64, bool)>),
+    /// `TYPE`: `string` or `none`.
+    Type,
+}
+
+impl StringRead {
+    /// The reply for a key holding `value` (`None`: absent).
+    pub fn answer(self, value: Option<&[u8]>) -> Frame {
+        let bytes = value.unwrap_or(&[]);
+        match self {
+            StringRead::Strlen => Frame::Integer(bytes.len() as i64),
+            StringRead::Type => {
+                Frame::Simple(if value.is_some() { b"string".to_vec() } else { b"none".to_vec() })
+            }
+            StringRead::GetRange(start, end) => match span(bytes.len() as i64, start, end) {
+                Some((a, b)) => Frame::Bulk(Bytes::copy_from_slice(&bytes[a..=b])),
+                None => Frame::Bulk(Bytes::new()),
+            },
+            StringRead::GetBit(offset) => {
+                let byte = usize::try_from(offset / 8).ok().and_then(|at| bytes.get(at));
+                Frame::Integer(byte.map_or(0, |b| i64::from(b & (0x80 >> (offset % 8)) != 0)))
+            }
+            StringRead::BitCount(None) => {
+                Frame::Integer(bytes.iter().map(|b| i64::from(b.count_ones())).sum())
+            }
+            StringRead::BitCount(Some((start, end, false))) => {
+                match span(bytes.len() as i64, start, end) {
+                    Some((a, b)) => {
+                        Frame::Integer(bytes[a..=b].iter().map(|b| i64::from(b.count_ones())).sum())
+                    }
+                    None => Frame::Integer(0),
+                }
+            }
+            StringRead::BitCount(Some((start, end, true))) => {
+                let bits = bytes.len() as i64 * 8;
+                match span(bits, start, end) {
+                    Some((a, b)) => Frame::Integer(
+                        (a..=b).filter(|i| bytes[i / 8] & (0x80 >> (i % 8)) != 0).count() as i64,
+                    ),
+                    None => Frame::Integer(0),
+                }
+            }
+        }
+    }
+}
+
+/// Redis's range arithmetic over `len` units: negative positions count from the end,
+/// both ends clamped; `None` when the range is empty.
+fn span(len: i64, start: i64, end: i64) -> Option<(usize, usize)> {
+    let fix = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (fix(start), fix(end).min(len - 1));
+    if len == 0 || start > end || start >= len {
+        return None;
+    }
+    Some((start as usize, end as usize))
 }
 
 /// `SET`'s Redis options.
@@ -343,6 +464,11 @@ impl ClientCommand {
             ClientCommand::Expire { key, ttl, cond } => {
                 writes(vec![Command::Expire { key, ttl, cond, now_ms: 0 }], None)
             }
+            ClientCommand::MSet { pairs } => {
+                let ops =
+                    pairs.into_iter().map(|(key, value)| Command::Put { key, value }).collect();
+                writes(vec![Command::Multi { ops, watch: Vec::new() }], None)
+            }
             ClientCommand::Ttl { key, level, .. } => reads(vec![Command::Inspect { key }], level),
             ClientCommand::Del { keys } => {
                 writes(keys.into_iter().map(|key| Command::Delete { key }).collect(), None)
@@ -401,6 +527,10 @@ impl ClientCommand {
             ClientCommand::Expire { .. } => "expire",
             ClientCommand::Ttl { .. } => "ttl",
             ClientCommand::Del { .. } => "del",
+            ClientCommand::MSet { .. } => "mset",
+            ClientCommand::Modify { .. } => "modify",
+            ClientCommand::Transfer { .. } => "transfer",
+            ClientCommand::ReadString { .. } => "strread",
             ClientCommand::Exists { .. } => "exists",
             ClientCommand::Incr { fetch: true, .. } => "keel.faa",
             ClientCommand::Incr { .. } => "incr",
@@ -411,6 +541,12 @@ impl ClientCommand {
             ClientCommand::Dequeue { .. } => "keel.dequeue",
             ClientCommand::QueuePeek { .. } => "keel.qpeek",
             ClientCommand::Status => "keel.status",
+            ClientCommand::Flush { all: false } => "flushdb",
+            ClientCommand::Flush { all: true } => "flushall",
+            ClientCommand::DbSize => "dbsize",
+            ClientCommand::Keys { .. } => "keys",
+            ClientCommand::FunctionFlush => "function",
+            ClientCommand::Unwatch => "unwatch",
             ClientCommand::Info { .. } => "info",
             ClientCommand::Client(_) => "client",
             ClientCommand::Command(_) => "command",
@@ -453,6 +589,18 @@ pub enum CommandError {
     /// An argument that should be an integer (or a count) and is not.
     #[error("ERR value is not an integer or out of range")]
     NotAnInteger,
+    /// A bit offset out of range.
+    #[error("ERR bit offset is not an integer or out of range")]
+    BitOffset,
+    /// A bit that is not 0 or 1.
+    #[error("ERR bit is not an integer or out of range")]
+    BitValue,
+    /// A `SETRANGE` offset out of range.
+    #[error("ERR offset is out of range")]
+    OffsetOutOfRange,
+    /// An argument that should be a float and is not.
+    #[error("ERR value is not a valid float")]
+    NotAFloat,
     /// An expiry that is not positive where it must be, or too large.
     #[error("ERR invalid expire time in '{0}' command")]
     InvalidExpireTime(String),

@@ -62,6 +62,22 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "setex" | "psetex" => setex(name, rest, count, limits),
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(name, rest, count, limits),
         "persist" => persist(rest, count, limits),
+        "mset" => mset(rest, count, limits),
+        "append" | "setrange" | "setbit" | "incrbyfloat" | "getdel" | "getex" => {
+            modify(name, rest, count, limits)
+        }
+        "rename" | "renamenx" | "copy" => transfer(name, rest, count, limits),
+        "strlen" | "getrange" | "substr" | "getbit" | "bitcount" | "type" => {
+            string_read(name, rest, count, limits)
+        }
+        "unlink" => keys("unlink", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
+        "touch" => keys("touch", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
+        "flushdb" | "flushall" => flush(name, rest, count),
+        "dbsize" => exactly("dbsize", count, 0).map(|()| ClientCommand::DbSize),
+        "keys" => exactly("keys", count, 1)
+            .and_then(|()| Ok(ClientCommand::Keys { pattern: next(&mut rest)? })),
+        "function" => function(rest, count),
+        "unwatch" => exactly("unwatch", count, 0).map(|()| ClientCommand::Unwatch),
         "ttl" | "pttl" | "expiretime" | "pexpiretime" => ttl_query(name, rest, count, limits),
         "del" => keys("del", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
         "exists" => keys("exists", rest, count, limits).map(|keys| ClientCommand::Exists { keys }),
@@ -412,6 +428,193 @@ fn expire(
     };
     let ttl = unit.ttl(amount, name)?;
     Ok(ClientCommand::Expire { key, ttl, cond })
+}
+
+/// An offset of `SETRANGE`, `SETBIT`, `GETBIT`: a non-negative integer, within 512 MiB
+/// (of bytes, or of bits for the bit commands).
+fn offset(word: &[u8], bits: bool) -> Result<u64, CommandError> {
+    let max = keel_types::STRING_BYTES_MAX * if bits { 8 } else { 1 };
+    match parse_i64(word) {
+        Some(n) if n >= 0 && (n as u64) < max => Ok(n as u64),
+        _ if bits => Err(CommandError::BitOffset),
+        _ => Err(CommandError::OffsetOutOfRange),
+    }
+}
+
+/// `APPEND`, `SETRANGE`, `SETBIT`, `INCRBYFLOAT`, `GETDEL`, `GETEX`.
+fn modify(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    use keel_types::Modify;
+    let arity = match name {
+        "append" | "incrbyfloat" => 2,
+        "setrange" | "setbit" => 3,
+        "getdel" => 1,
+        _ => 0,
+    };
+    if arity > 0 {
+        exactly(name, count, arity)?;
+    } else {
+        at_least(name, count, 1)?;
+    }
+    let key = key(next(&mut words)?, limits)?;
+    let op = match name {
+        "append" => Modify::Append(value(next(&mut words)?, limits)?),
+        "setrange" => {
+            let offset = offset(&next(&mut words)?, false)?;
+            Modify::SetRange { offset, value: value(next(&mut words)?, limits)? }
+        }
+        "setbit" => {
+            let offset = offset(&next(&mut words)?, true)?;
+            let on = match &next(&mut words)?[..] {
+                b"1" => true,
+                b"0" => false,
+                _ => return Err(CommandError::BitValue),
+            };
+            Modify::SetBit { offset, on }
+        }
+        "incrbyfloat" => {
+            let word = next(&mut words)?;
+            let by = std::str::from_utf8(&word)
+                .ok()
+                .filter(|t| !t.is_empty() && t.trim() == *t)
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|f| f.is_finite())
+                .ok_or(CommandError::NotAFloat)?;
+            Modify::IncrByFloat(by.to_bits())
+        }
+        "getdel" => Modify::GetDel,
+        _ => {
+            let ttl = match (words.next(), words.next(), words.next()) {
+                (None, _, _) => Ttl::Keep,
+                (Some(w), None, _) if is(&w, "persist") => Ttl::Clear,
+                (Some(w), Some(amount), None) => match TtlUnit::of(&w) {
+                    Some(unit) => unit.positive(integer(&amount)?, "getex")?,
+                    None => return Err(CommandError::Syntax),
+                },
+                _ => return Err(CommandError::Syntax),
+            };
+            Modify::GetEx(ttl)
+        }
+    };
+    Ok(ClientCommand::Modify { key, op })
+}
+
+/// `RENAME`, `RENAMENX`, `COPY source destination [REPLACE]`.
+fn transfer(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    if name == "copy" {
+        at_least(name, count, 2)?
+    } else {
+        exactly(name, count, 2)?
+    }
+    let from = key(next(&mut words)?, limits)?;
+    let to = key(next(&mut words)?, limits)?;
+    let (mut replace, mut to_db) = (name == "rename", None);
+    while let Some(option) = words.next() {
+        if name == "copy" && is(&option, "replace") {
+            replace = true;
+        } else if name == "copy" && is(&option, "db") {
+            let db = integer(&next(&mut words)?)?;
+            to_db = Some(u32::try_from(db).map_err(|_| CommandError::DbIndexOutOfRange)?);
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    let (remove_source, ok_reply) = (name != "copy", name == "rename");
+    Ok(ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, to_db })
+}
+
+/// `STRLEN`, `GETRANGE`, `SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`.
+fn string_read(
+    name: &str,
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    use super::StringRead;
+    match name {
+        "strlen" | "type" => exactly(name, count, 1)?,
+        "getrange" | "substr" => exactly(name, count, 3)?,
+        "getbit" => exactly(name, count, 2)?,
+        _ => at_least(name, count, 1)?,
+    }
+    let key = key(next(&mut words)?, limits)?;
+    let op = match name {
+        "strlen" => StringRead::Strlen,
+        "type" => StringRead::Type,
+        "getrange" | "substr" => {
+            StringRead::GetRange(integer(&next(&mut words)?)?, integer(&next(&mut words)?)?)
+        }
+        "getbit" => StringRead::GetBit(offset(&next(&mut words)?, true)?),
+        _ => match count {
+            1 => StringRead::BitCount(None),
+            3 | 4 => {
+                let (start, end) = (integer(&next(&mut words)?)?, integer(&next(&mut words)?)?);
+                let bits = match words.next() {
+                    None => false,
+                    Some(w) if is(&w, "byte") => false,
+                    Some(w) if is(&w, "bit") => true,
+                    Some(_) => return Err(CommandError::Syntax),
+                };
+                StringRead::BitCount(Some((start, end, bits)))
+            }
+            _ => return Err(CommandError::Syntax),
+        },
+    };
+    Ok(ClientCommand::ReadString { key, op })
+}
+
+/// `MSET key value [key value ...]`.
+fn mset(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    if count == 0 || !count.is_multiple_of(2) {
+        return Err(arity("mset"));
+    }
+    if count / 2 > keel_types::MULTI_OPS_MAX {
+        let reason = format!("MSET writes at most {} keys at once", keel_types::MULTI_OPS_MAX);
+        return Err(CommandError::Invalid(keel_types::KeelError::InvalidArgument(reason)));
+    }
+    let mut pairs = Vec::with_capacity(count / 2);
+    let mut words = words;
+    while let (Some(k), Some(v)) = (words.next(), words.next()) {
+        pairs.push((key(k, limits)?, value(v, limits)?));
+    }
+    Ok(ClientCommand::MSet { pairs })
+}
+
+/// `FLUSHDB`, `FLUSHALL` `[ASYNC|SYNC]` (both flush at once: the deletion is one entry).
+fn flush(name: &str, mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    if count > 1 {
+        return Err(CommandError::Syntax);
+    }
+    if let Some(mode) = words.next() {
+        if !is(&mode, "async") && !is(&mode, "sync") {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::Flush { all: name == "flushall" })
+}
+
+/// `FUNCTION FLUSH [ASYNC|SYNC]`; other `FUNCTION` subcommands are refused by name.
+fn function(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    at_least("function", count, 1)?;
+    let sub = next(&mut words)?;
+    if !is(&sub, "flush") {
+        let subcommand = String::from_utf8_lossy(&sub).into_owned();
+        return Err(CommandError::UnknownSubcommand { command: "FUNCTION", subcommand });
+    }
+    match words.next() {
+        Some(mode) if !is(&mode, "async") && !is(&mode, "sync") => Err(CommandError::Syntax),
+        _ if count > 2 => Err(CommandError::Syntax),
+        _ => Ok(ClientCommand::FunctionFlush),
+    }
 }
 
 /// `PERSIST key`: clears an expiry (`1` if there was one).

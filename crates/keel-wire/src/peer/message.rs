@@ -506,6 +506,16 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
                 put_u64(out, *at);
             }
         }
+        CommandResult::Count { keys } => {
+            put_u8(out, 11);
+            put_u64(out, *keys);
+        }
+        CommandResult::Modified { value, number, version } => {
+            put_u8(out, 12);
+            put_option_bytes(out, value.as_deref());
+            put_i64(out, *number);
+            put_option_version(out, *version);
+        }
         CommandResult::Multi { results } => {
             put_u8(out, 6);
             put_flag(out, results.is_some());
@@ -602,6 +612,12 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
                 true => Some(reader.u64("expiry")?),
                 false => None,
             },
+        },
+        11 => CommandResult::Count { keys: reader.u64("key count")? },
+        12 => CommandResult::Modified {
+            value: reader.option_bytes("modified value", BYTES_LEN_MAX)?,
+            number: reader.i64("modified number")?,
+            version: read_option_version(reader)?,
         },
         tag => return Err(CodecError::UnknownTag { what: "command result", tag }.into()),
     };

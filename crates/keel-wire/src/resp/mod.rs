@@ -214,7 +214,7 @@ pub enum ProtocolError {
     #[error("invalid bulk length")]
     InvalidBulkLength,
     /// An aggregate longer than the limit.
-    #[error("aggregate of {len} elements exceeds the limit of {max}")]
+    #[error("invalid multibulk length ({len} elements, more than the limit of {max})")]
     AggregateTooLong {
         /// The length announced.
         len: u64,
@@ -222,7 +222,7 @@ pub enum ProtocolError {
         max: u32,
     },
     /// A bulk string longer than the limit.
-    #[error("bulk string of {len} bytes exceeds the limit of {max} bytes")]
+    #[error("invalid bulk length ({len} bytes, more than the limit of {max})")]
     BulkTooLong {
         /// The length announced.
         len: u64,

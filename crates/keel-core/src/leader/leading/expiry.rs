@@ -24,6 +24,7 @@ pub(crate) fn stamp_time(command: Command, now_ms: u64) -> Command {
             Command::Set { key, value, cond, ttl, now_ms }
         }
         Command::Expire { key, ttl, cond, .. } => Command::Expire { key, ttl, cond, now_ms },
+        Command::Modify { key, op, .. } => Command::Modify { key, op, now_ms },
         Command::Multi { ops, watch } => {
             let ops = ops.into_iter().map(|op| stamp_time(op, now_ms)).collect();
             Command::Multi { ops, watch }
@@ -36,8 +37,12 @@ pub(crate) fn stamp_time(command: Command, now_ms: u64) -> Command {
 /// command whatever time the leader stamped into its first attempt).
 pub(crate) fn timeless(command: &Command) -> Option<Command> {
     match command {
-        Command::Set { now_ms: 0, .. } | Command::Expire { now_ms: 0, .. } => None,
-        Command::Set { .. } | Command::Expire { .. } => Some(stamp_time(command.clone(), 0)),
+        Command::Set { now_ms: 0, .. }
+        | Command::Expire { now_ms: 0, .. }
+        | Command::Modify { now_ms: 0, .. } => None,
+        Command::Set { .. } | Command::Expire { .. } | Command::Modify { .. } => {
+            Some(stamp_time(command.clone(), 0))
+        }
         Command::Multi { ops, .. } if ops.iter().any(|op| timeless(op).is_some()) => {
             Some(stamp_time(command.clone(), 0))
         }
@@ -51,7 +56,8 @@ fn touched(command: &Command) -> Vec<&Key> {
         Command::Multi { ops, watch } => {
             ops.iter().map(Command::key).chain(watch.iter().map(|(key, _)| key)).collect()
         }
-        Command::OpenSession => Vec::new(),
+        Command::OpenSession | Command::Flush { .. } => Vec::new(),
+        Command::Transfer { from, to, .. } => vec![from, to],
         other => vec![other.key()],
     }
 }

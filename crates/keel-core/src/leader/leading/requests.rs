@@ -186,12 +186,43 @@ fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
         | Command::Cas { key, new: value, .. }
         | Command::Set { key, value, .. } => (key.len() + value.len()) as u64,
         Command::Incr { key, .. } => key.len() as u64 + 20,
+        // What an in-place change may add: its bytes, or the zeros before its offset.
+        Command::Modify { key, op, .. } => {
+            key.len() as u64
+                + match op {
+                    keel_types::Modify::Append(value) => value.len() as u64,
+                    keel_types::Modify::SetRange { offset, value } => {
+                        offset.saturating_add(value.len() as u64)
+                    }
+                    keel_types::Modify::SetBit { offset, .. } => offset / 8 + 1,
+                    _ => 32,
+                }
+        }
+        Command::Transfer { from, to, .. } => {
+            to.len() as u64 + core.kv.get(from).0.map_or(0, |v| v.len() as u64)
+        }
         // The element's key (reserved prefix, name, sequence) and value, and the meta
         // key of a new queue.
         Command::Enqueue { queue, value } => 2 * queue.len() as u64 + value.len() as u64 + 64,
         Command::Multi { ops, .. } => ops.iter().map(|op| op.payload_bytes() as u64 + 20).sum(),
         _ => 0,
     };
+    if let Command::Modify { key, op, .. } = command {
+        // A value changed in place stays within the value limit, as a written one does.
+        let len = core.kv.get(key).0.map_or(0, |v| v.len() as u64);
+        let grown = match op {
+            keel_types::Modify::Append(more) => len + more.len() as u64,
+            keel_types::Modify::SetRange { offset, value } if !value.is_empty() => {
+                len.max(offset.saturating_add(value.len() as u64))
+            }
+            keel_types::Modify::SetBit { offset, .. } => len.max(offset / 8 + 1),
+            _ => 0,
+        };
+        let max = core.config.limits.value_bytes_max;
+        if grown > u64::from(max) {
+            return Err(KeelError::ValueTooLarge { len: grown, max });
+        }
+    }
     if grows > 0
         && core.kv.state_bytes() + grows + ITEM_OVERHEAD_BYTES > core.config.state_bytes_max
     {

@@ -88,6 +88,57 @@ fn del(
     }
 }
 
+/// Keys one page of `KEYS` reads.
+const KEYS_PAGE: u32 = 1_000;
+
+/// `KEYS`: every key of database `db` that matches `pattern` (every key with `None`),
+/// read a page at a time at the keyspace's default level (each page is a state of the
+/// log; together they are not one, as a `SCAN` is not in Redis).
+pub(crate) fn keys_of(
+    node: &KeyspaceHandle,
+    db: u8,
+    after: LogIndex,
+    pattern: Option<Bytes>,
+    scan_items_max: u32,
+) -> impl Future<Output = Frame> + Send + 'static {
+    let node = node.clone();
+    async move {
+        let (mut start, end) = match db {
+            0 => (Bytes::new(), None),
+            db => {
+                let (start, end) = keel_types::db_range(db);
+                (start, Some(end))
+            }
+        };
+        let limit = KEYS_PAGE.min(scan_items_max);
+        let mut found = Vec::new();
+        loop {
+            let scan = Command::Scan { start: start.clone(), end: end.clone(), limit };
+            let submit = plain_submit(ClientId(1), RequestId(1), scan, None, after);
+            let items = match node.send(submit).answer().await.and_then(|r| r.result) {
+                Ok(CommandResult::Items { items }) => items,
+                Ok(_) => return mismatched("keys"),
+                Err(e) => return error_frame(&e),
+            };
+            let full = items.len() as u32 >= limit;
+            for (key, _, _) in &items {
+                let Some((_, name)) = keel_types::db_of(key) else { continue };
+                if pattern.as_ref().is_none_or(|p| keel_wire::glob::matches(p, name)) {
+                    found.push(Frame::Bulk(Bytes::copy_from_slice(name)));
+                }
+            }
+            match items.last() {
+                Some((last, _, _)) if full => {
+                    let mut next = last.to_vec();
+                    next.push(0);
+                    start = next.into();
+                }
+                _ => return Frame::Array(found),
+            }
+        }
+    }
+}
+
 /// `EXPIRE` and its kin, `PERSIST`: `1` if the expiry was set or cleared, else `0`.
 fn expire_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
     match reply.and_then(|r| r.result) {

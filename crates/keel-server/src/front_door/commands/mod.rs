@@ -15,6 +15,7 @@
 
 pub(crate) mod acl;
 pub(crate) mod correctables;
+pub(crate) mod databases;
 pub(crate) mod keys;
 pub(crate) mod queues;
 pub(crate) mod server;
@@ -71,6 +72,9 @@ pub(crate) fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Fr
                 .collect(),
         ),
         Ok(CommandResult::Written { .. }) => Frame::ok(),
+        Ok(CommandResult::Count { keys }) => Frame::Integer(keys as i64),
+        Ok(CommandResult::Modified { value: Some(value), .. }) => Frame::Bulk(value),
+        Ok(CommandResult::Modified { number, .. }) => Frame::Integer(number),
         Ok(CommandResult::Value { value, .. } | CommandResult::Held { value, .. }) => {
             value_frame(value.as_ref())
         }

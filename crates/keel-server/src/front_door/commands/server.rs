@@ -18,7 +18,7 @@ use crate::acl::Category;
 use crate::driver::{KeyspaceHandle, Keyspaces};
 use crate::front_door::conn::{Conn, Pending};
 use bytes::Bytes;
-use keel_types::{KeyspaceId, LogIndex};
+use keel_types::LogIndex;
 use keel_wire::command::{ClientSubcommand, CommandQuery};
 use keel_wire::reply::error_frame;
 use keel_wire::resp::{Frame, Protocol};
@@ -109,19 +109,19 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             }
         }),
         ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
-        ClientCommand::Select { index }
-            if conn.user.as_ref().is_some_and(|u| !u.may_use(KeyspaceId(index))) =>
-        {
-            let text = format!("NOPERM this user has no permissions to use keyspace {index}");
-            ready(Frame::error(&text))
-        }
-        ClientCommand::Select { index } => match conn.keyspaces.get(KeyspaceId(index)) {
-            Some(handle) => {
-                conn.node = handle.clone();
+        ClientCommand::Select { index } => match super::databases::select(conn, index) {
+            Some((ks, _)) if conn.user.as_ref().is_some_and(|u| !u.may_use(ks)) => {
+                let text = format!("NOPERM this user has no permissions to use keyspace {}", ks.0);
+                ready(Frame::error(&text))
+            }
+            Some((ks, db)) => {
+                conn.node = conn.keyspaces.get(ks).expect("select found it").clone();
+                conn.db = db;
                 ready(Frame::ok())
             }
             None => ready(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
         },
+        ClientCommand::FunctionFlush | ClientCommand::Unwatch => ready(Frame::ok()),
         ClientCommand::Quit => ready(Frame::ok()).closing(),
         data => unreachable!("data command {} reached admin", data.name()),
     }
@@ -215,15 +215,55 @@ fn keyspaces_frame(keyspaces: &Keyspaces) -> Frame {
 
 /// The sections of an `INFO` reply asked for (none, `all`, `everything` or `default`: every
 /// section; names Keel does not have: nothing, as Redis answers them).
-fn info_text(asked: &[String], sections: &[(&str, String)]) -> String {
-    let every = asked.is_empty()
-        || asked.iter().any(|a| matches!(a.as_str(), "all" | "everything" | "default"));
+/// The sections `asked` names, in their order of `sections`, each once: by name, or
+/// `default` (none asked: the same), `all` or `everything` (`all` and `everything` add
+/// the sections not in the default, as Redis's `commandstats`).
+fn info_text(asked: &[String], sections: &[(&str, String, bool)]) -> String {
+    let any = |word: &str| asked.iter().any(|a| a == word);
+    let every = any("all") || any("everything");
+    let default = asked.is_empty() || any("default");
     let chosen: Vec<String> = sections
         .iter()
-        .filter(|(name, _)| every || asked.iter().any(|a| a == &name.to_ascii_lowercase()))
-        .map(|(name, body)| format!("# {name}\r\n{body}"))
+        .filter(|(name, _, in_default)| {
+            every || (default && *in_default) || any(&name.to_ascii_lowercase())
+        })
+        .map(|(name, body, _)| format!("# {name}\r\n{body}"))
         .collect();
     chosen.join("\r\n")
+}
+
+/// Redis's `Memory`, `CPU` and `Commandstats` sections from this process: its resident
+/// memory (as `used_memory`, which in Redis is what its allocator holds), its CPU time,
+/// and the keyspace's requests per engine operation.
+fn process_sections(node: &KeyspaceHandle) -> (String, String, String) {
+    let page = 4096u64;
+    let resident = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * page);
+    let memory = format!("used_memory:{resident}\r\nused_memory_rss:{resident}\r\n");
+    let seconds = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+    let usage = |who| nix::sys::resource::getrusage(who).ok();
+    let (own, children) = (
+        usage(nix::sys::resource::UsageWho::RUSAGE_SELF),
+        usage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN),
+    );
+    let times = |u: Option<nix::sys::resource::Usage>| {
+        u.map_or((0.0, 0.0), |u| (seconds(u.system_time()), seconds(u.user_time())))
+    };
+    let ((sys, user), (sys_c, user_c)) = (times(own), times(children));
+    let cpu = format!(
+        "used_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_c:.6}\r\nused_cpu_user_children:{user_c:.6}\r\n"
+    );
+    let commandstats = node
+        .metrics
+        .calls_by_op()
+        .into_iter()
+        .map(|(op, ok, failed)| {
+            format!("cmdstat_{op}:calls={},rejected_calls=0,failed_calls={failed}\r\n", ok + failed)
+        })
+        .collect();
+    (memory, cpu, commandstats)
 }
 
 async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
@@ -249,7 +289,16 @@ async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
                 field("durable_index"),
                 field("applied_index"),
             );
-            let sections = [("Server", server), ("Replication", replication)];
+            let replication =
+                format!("{replication}master_repl_offset:{}\r\n", field("applied_index"));
+            let (memory, cpu, commandstats) = process_sections(node);
+            let sections = [
+                ("Server", server, true),
+                ("Memory", memory, true),
+                ("Replication", replication, true),
+                ("CPU", cpu, true),
+                ("Commandstats", commandstats, false),
+            ];
             Frame::bulk(info_text(asked, &sections))
         }
         Err(e) => error_frame(&e),
@@ -299,17 +348,25 @@ mod tests {
 
     #[test]
     fn info_answers_the_sections_asked_for() {
-        let sections = [("Server", "a:1\r\n".to_string()), ("Replication", "b:2\r\n".to_string())];
+        let sections = [
+            ("Server", "a:1\r\n".to_string(), true),
+            ("Replication", "b:2\r\n".to_string(), true),
+            ("Commandstats", "c:3\r\n".to_string(), false),
+        ];
         let ask = |names: &[&str]| {
             let asked: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             info_text(&asked, &sections)
         };
         let every = "# Server\r\na:1\r\n\r\n# Replication\r\nb:2\r\n";
         assert_eq!(ask(&[]), every);
-        assert_eq!(ask(&["all"]), every);
         assert_eq!(ask(&["replication"]), "# Replication\r\nb:2\r\n");
         assert_eq!(ask(&["server", "replication"]), every);
         assert_eq!(ask(&["keyspace"]), "", "a section Keel does not have: nothing");
+        let all = format!("{every}\r\n# Commandstats\r\nc:3\r\n");
+        assert_eq!(ask(&["all"]), all, "all adds the sections not in the default");
+        assert_eq!(ask(&["everything"]), all);
+        assert_eq!(ask(&["default"]), every);
+        assert_eq!(ask(&["commandstats"]), "# Commandstats\r\nc:3\r\n");
     }
 
     #[tokio::test]

@@ -46,13 +46,34 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             if options == SetOptions::PLAIN {
                 return Pending::write(sent, (set_reply, with_version), protocol, conn.floor());
             }
-            let floor = conn.floor();
+            noted(conn, sent, move |answer| set_options_reply(answer, options))
+        }
+        ClientCommand::Modify { key, op } => {
+            let kind = ModifyReply::of(&op);
+            let sent = conn.node.send(turn.submit(Command::Modify { key, op, now_ms: 0 }));
+            noted(conn, sent, move |answer| modify_reply(answer, kind))
+        }
+        ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, .. } => {
+            let command = Command::Transfer { from, to, replace, remove_source };
+            let sent = conn.node.send(turn.submit(command));
+            let kind = if ok_reply { ModifyReply::Ok } else { ModifyReply::Number };
+            noted(conn, sent, move |answer| modify_reply(answer, kind))
+        }
+        ClientCommand::ReadString { key, op } => {
+            let sent = conn.node.send(turn.submit(Command::Get { key }));
             let reply = async move {
-                let answer = sent.answer().await;
-                floor.note(&answer);
-                set_options_reply(answer, options)
+                match sent.answer().await.and_then(|r| r.result) {
+                    Ok(CommandResult::Value { value, .. }) => op.answer(value.as_deref()),
+                    Ok(_) => mismatched("get"),
+                    Err(e) => error_frame(&e),
+                }
             };
             Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::MSet { pairs } => {
+            let ops = pairs.into_iter().map(|(key, value)| Command::Put { key, value }).collect();
+            let sent = conn.node.send(turn.submit(Command::Multi { ops, watch: Vec::new() }));
+            Pending::write(sent, (mset_reply, false), protocol, conn.floor())
         }
         ClientCommand::Incr { key, delta, fetch: false } => {
             let sent = conn.node.send(turn.submit(Command::Incr { key, delta }));
@@ -60,13 +81,7 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         }
         ClientCommand::Incr { key, delta, fetch: true } => {
             let sent = conn.node.send(turn.submit(Command::Incr { key, delta }));
-            let floor = conn.floor();
-            let reply = async move {
-                let answer = sent.answer().await;
-                floor.note(&answer);
-                faa_reply(answer, delta)
-            };
-            Pending::later(Box::pin(reply), protocol)
+            noted(conn, sent, move |answer| faa_reply(answer, delta))
         }
         ClientCommand::Cas { key, expected, new, durability, .. } => {
             let command = Command::Cas { key, expected, new };
@@ -75,6 +90,22 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         }
         other => unreachable!("{} is not a string command", other.name()),
     }
+}
+
+/// A write's reply made by `frame` from its answer, once the connection's session floor
+/// has noted it (for replies that need more than a [`Pending::write`] finisher carries).
+fn noted(
+    conn: &Conn,
+    sent: crate::driver::Sent,
+    frame: impl FnOnce(Result<ClientReply, KeelError>) -> Frame + Send + 'static,
+) -> Pending {
+    let floor = conn.floor();
+    let reply = async move {
+        let answer = sent.answer().await;
+        floor.note(&answer);
+        frame(answer)
+    };
+    Pending::later(Box::pin(reply), conn.protocol)
 }
 
 /// A plain get of `key` at `level` (reads never enter the deduplication table).
@@ -175,6 +206,51 @@ fn set_options_reply(reply: Result<ClientReply, KeelError>, options: SetOptions)
             _ => Frame::Null,
         },
         Ok(_) => mismatched("set"),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// How an in-place change or a transfer answers.
+#[derive(Clone, Copy, Debug)]
+enum ModifyReply {
+    /// `APPEND`, `SETRANGE`, `SETBIT`, `RENAMENX`, `COPY`: the number.
+    Number,
+    /// `INCRBYFLOAT`, `GETDEL`, `GETEX`: the value, or null.
+    Value,
+    /// `RENAME`: `+OK`.
+    Ok,
+}
+
+impl ModifyReply {
+    fn of(op: &keel_types::Modify) -> ModifyReply {
+        use keel_types::Modify;
+        match op {
+            Modify::IncrByFloat(_) | Modify::GetDel | Modify::GetEx(_) => ModifyReply::Value,
+            Modify::Append(_) | Modify::SetRange { .. } | Modify::SetBit { .. } => {
+                ModifyReply::Number
+            }
+        }
+    }
+}
+
+fn modify_reply(reply: Result<ClientReply, KeelError>, kind: ModifyReply) -> Frame {
+    match (reply.and_then(|r| r.result), kind) {
+        (Ok(CommandResult::Modified { number, .. }), ModifyReply::Number) => Frame::Integer(number),
+        (Ok(CommandResult::Modified { value, .. }), ModifyReply::Value) => {
+            value_frame(value.as_ref())
+        }
+        (Ok(CommandResult::Modified { .. }), ModifyReply::Ok) => Frame::ok(),
+        (Ok(_), _) => mismatched("modify"),
+        (Err(KeelError::InvalidArgument(why)), _) => Frame::error(&format!("ERR {why}")),
+        (Err(e), _) => error_frame(&e),
+    }
+}
+
+/// `MSET`: `OK` once its transaction applied.
+fn mset_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Frame {
+    match reply.and_then(|r| r.result) {
+        Ok(CommandResult::Multi { results: Some(_) }) => Frame::ok(),
+        Ok(_) => mismatched("mset"),
         Err(e) => error_frame(&e),
     }
 }

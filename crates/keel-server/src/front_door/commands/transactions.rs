@@ -126,6 +126,7 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
     let first = words.first().map_or(&[][..], |w| &w[..]);
     let name = String::from_utf8_lossy(first).to_ascii_uppercase();
     let command = keel_wire::command::parse(words, &conn.limits).map_err(|e| e.reply_frame())?;
+    let command = super::databases::in_database(command, conn)?;
     let allowed = matches!(
         command,
         ClientCommand::Get { .. }
@@ -135,6 +136,10 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
             | ClientCommand::Del { .. }
             | ClientCommand::Incr { fetch: false, .. }
             | ClientCommand::Cas { .. }
+            | ClientCommand::Expire { .. }
+            | ClientCommand::Ping { .. }
+            | ClientCommand::Echo { .. }
+            | ClientCommand::Unwatch
     ) && command.mode() == OpMode::Plain;
     if !allowed {
         let text = format!(
@@ -175,7 +180,9 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let level = Some(ReadLevel::Linearizable);
     conn.order_through_loop(Kind::Read(ks, level)).await;
     let after = conn.resolved.floor(ks);
-    let keys: Vec<Bytes> = words.into_iter().skip(1).collect();
+    let db = conn.db;
+    let keys: Vec<Bytes> =
+        words.into_iter().skip(1).map(|key| keel_types::db_key(db, &key)).collect();
     let sent: Vec<_> = keys
         .iter()
         .map(|key| {
@@ -216,8 +223,15 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
 }
 
 /// How one queued command's reply is made from its operations' results.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Shape {
+    /// `PING`, `ECHO`, `UNWATCH`: a reply of their own, with no operation.
+    Reply(Frame),
+    /// `SET` with Redis's options: `OK` or null, the value before (`GET`), `1`/`0`
+    /// (`SETNX`).
+    SetWith(keel_wire::command::SetOptions),
+    /// `EXPIRE` and its kin: `1` if set.
+    Expire,
     /// `GET`: the value (with its version if asked).
     Value { with_version: bool },
     /// `SET`: `OK` (with the version if asked).
@@ -243,10 +257,24 @@ impl Shape {
                 ops.push(Command::Get { key });
                 (Shape::Value { with_version }, None)
             }
-            ClientCommand::Set { key, value, durability, with_version, .. } => {
-                ops.push(Command::Put { key, value });
-                (Shape::Written { with_version }, durability)
+            ClientCommand::Set { key, value, durability, with_version, options, .. } => {
+                ops.push(options.command(key, value));
+                match options == keel_wire::command::SetOptions::PLAIN {
+                    true => (Shape::Written { with_version }, durability),
+                    false => (Shape::SetWith(options), durability),
+                }
             }
+            ClientCommand::Expire { key, ttl, cond } => {
+                ops.push(Command::Expire { key, ttl, cond, now_ms: 0 });
+                (Shape::Expire, None)
+            }
+            ClientCommand::Ping { message: None } => {
+                (Shape::Reply(Frame::Simple(b"PONG".to_vec())), None)
+            }
+            ClientCommand::Ping { message: Some(message) } | ClientCommand::Echo { message } => {
+                (Shape::Reply(Frame::Bulk(message)), None)
+            }
+            ClientCommand::Unwatch => (Shape::Reply(Frame::ok()), None),
             ClientCommand::Incr { key, delta, .. } => {
                 ops.push(Command::Incr { key, delta });
                 (Shape::Counter, None)
@@ -278,10 +306,11 @@ impl Shape {
     }
 
     /// How many operations the command took.
-    fn ops(self) -> usize {
+    fn ops(&self) -> usize {
         match self {
             Shape::Del(n) => 2 * n,
-            Shape::Exists(n) | Shape::MGet(n) => n,
+            Shape::Exists(n) | Shape::MGet(n) => *n,
+            Shape::Reply(_) => 0,
             _ => 1,
         }
     }
@@ -293,6 +322,20 @@ impl Shape {
             _ => None,
         };
         match self {
+            Shape::Reply(frame) => frame,
+            Shape::SetWith(options) => match &results[0] {
+                CommandResult::Cas { swapped, current, .. } => match options {
+                    o if o.integer_reply => Frame::Integer(i64::from(*swapped)),
+                    o if o.get => value_frame(current.as_ref()),
+                    _ if *swapped => Frame::ok(),
+                    _ => Frame::Null,
+                },
+                _ => mismatched("set"),
+            },
+            Shape::Expire => match &results[0] {
+                CommandResult::Cas { swapped, .. } => Frame::Integer(i64::from(*swapped)),
+                _ => mismatched("expire"),
+            },
             Shape::Value { with_version } | Shape::Written { with_version } => {
                 keel_wire::reply::result_frame(&results[0], with_version)
             }
@@ -352,6 +395,11 @@ async fn exec(
         return Pending::ready(answer, protocol);
     }
     let (ops, shapes, durability) = exec_ops(queued.commands);
+    if ops.is_empty() {
+        // Only replies of their own (`PING`, `ECHO`, `UNWATCH`): nothing for the engine.
+        let frames = shapes.into_iter().map(|shape| shape.frame(&[])).collect();
+        return Pending::ready(Frame::Array(frames), protocol);
+    }
     let command = Command::Multi { ops, watch: watched.keys };
     if let Err(e) = command.validate(&conn.limits) {
         return Pending::ready(error_frame(&e), protocol);
@@ -392,11 +440,12 @@ async fn exec_reply(sent: Sent, floor: Floor, shapes: Vec<Shape>) -> Frame {
             let mut frames = Vec::with_capacity(shapes.len());
             let mut at = 0;
             for shape in shapes {
-                let Some(part) = results.get(at..at + shape.ops()) else {
+                let n = shape.ops();
+                let Some(part) = results.get(at..at + n) else {
                     return mismatched("transaction");
                 };
                 frames.push(shape.frame(part));
-                at += shape.ops();
+                at += n;
             }
             Frame::Array(frames)
         }
