@@ -51,6 +51,7 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::Ttl { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
+        | ClientCommand::ScanKeys { .. }
         | ClientCommand::ReadString { .. }
         | ClientCommand::QueuePeek { .. } => Some(Category::Read),
         ClientCommand::Flush { .. } | ClientCommand::FunctionFlush => Some(Category::Admin),

@@ -190,6 +190,7 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::Flush { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
+        | ClientCommand::ScanKeys { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),

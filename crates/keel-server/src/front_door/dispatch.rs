@@ -177,9 +177,10 @@ pub(crate) async fn dispatch(
         | ClientCommand::Scan { .. }
         | ClientCommand::Expire { .. }
         | ClientCommand::Ttl { .. } => keys::send(conn, command, turn),
-        ClientCommand::Flush { .. } | ClientCommand::DbSize | ClientCommand::Keys { .. } => {
-            databases::send(conn, command, turn)
-        }
+        ClientCommand::Flush { .. }
+        | ClientCommand::DbSize
+        | ClientCommand::Keys { .. }
+        | ClientCommand::ScanKeys { .. } => databases::send(conn, command, turn),
         ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => queues::send(conn, command, turn),
@@ -207,9 +208,10 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         | ClientCommand::MGet { level, .. }
         | ClientCommand::Ttl { level, .. }
         | ClientCommand::QueuePeek { level, .. } => Kind::Read(ks, *level),
-        ClientCommand::DbSize | ClientCommand::Keys { .. } | ClientCommand::ReadString { .. } => {
-            Kind::Read(ks, None)
-        }
+        ClientCommand::DbSize
+        | ClientCommand::Keys { .. }
+        | ClientCommand::ScanKeys { .. }
+        | ClientCommand::ReadString { .. } => Kind::Read(ks, None),
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }

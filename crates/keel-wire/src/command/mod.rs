@@ -230,6 +230,19 @@ pub enum ClientCommand {
         /// A glob pattern (`keel_wire::glob`).
         pattern: Bytes,
     },
+    /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: a page of the connection's
+    /// database's keys from where `cursor` left off (0: the start), and the next cursor
+    /// (0: done).
+    ScanKeys {
+        /// Where the last page left off (0: the start).
+        cursor: u64,
+        /// Only keys matching this glob.
+        pattern: Option<Bytes>,
+        /// Keys examined per page (Redis's hint), at least 1.
+        count: u32,
+        /// Only keys of this type (`string`: all of them; any other: none).
+        type_name: Option<Bytes>,
+    },
     /// `FUNCTION FLUSH [ASYNC|SYNC]`: Keel runs no functions, so there are none to remove.
     FunctionFlush,
     /// `UNWATCH` (what it parses to inside `MULTI`, where it is queued and answers `OK`).
@@ -545,6 +558,7 @@ impl ClientCommand {
             ClientCommand::Flush { all: true } => "flushall",
             ClientCommand::DbSize => "dbsize",
             ClientCommand::Keys { .. } => "keys",
+            ClientCommand::ScanKeys { .. } => "scan",
             ClientCommand::FunctionFlush => "function",
             ClientCommand::Unwatch => "unwatch",
             ClientCommand::Info { .. } => "info",
@@ -589,6 +603,9 @@ pub enum CommandError {
     /// An argument that should be an integer (or a count) and is not.
     #[error("ERR value is not an integer or out of range")]
     NotAnInteger,
+    /// A `SCAN` cursor that is not a number, or one this node did not hand out.
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
     /// A bit offset out of range.
     #[error("ERR bit offset is not an integer or out of range")]
     BitOffset,

@@ -63,6 +63,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(name, rest, count, limits),
         "persist" => persist(rest, count, limits),
         "mset" => mset(rest, count, limits),
+        "scan" => scan_keys(rest, count),
         "append" | "setrange" | "setbit" | "incrbyfloat" | "getdel" | "getex" => {
             modify(name, rest, count, limits)
         }
@@ -570,6 +571,31 @@ fn string_read(
         },
     };
     Ok(ClientCommand::ReadString { key, op })
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
+fn scan_keys(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    at_least("scan", count, 1)?;
+    let cursor = std::str::from_utf8(&next(&mut words)?)
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or(CommandError::InvalidCursor)?;
+    let (mut pattern, mut page, mut type_name) = (None, SCAN_COUNT_DEFAULT, None);
+    while let Some(option) = words.next() {
+        if is(&option, "match") {
+            pattern = Some(next(&mut words)?);
+        } else if is(&option, "count") {
+            page = match integer(&next(&mut words)?)? {
+                n if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+                _ => return Err(CommandError::Syntax),
+            };
+        } else if is(&option, "type") {
+            type_name = Some(next(&mut words)?);
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(ClientCommand::ScanKeys { cursor, pattern, count: page, type_name })
 }
 
 /// `MSET key value [key value ...]`.

@@ -15,7 +15,9 @@ use crate::driver::Submit;
 use crate::front_door::conn::{Conn, Pending};
 use crate::front_door::dispatch::Turn;
 use keel_core::engine::ClientReply;
-use keel_types::{db_key, Command, CommandResult, KeelError, KeyspaceId, DB_KEY_PREFIX};
+use keel_types::{
+    db_key, ClientId, Command, CommandResult, KeelError, KeyspaceId, RequestId, DB_KEY_PREFIX,
+};
 use keel_wire::reply::error_frame;
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -138,6 +140,7 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             };
             Pending::later(Box::pin(reply), protocol)
         }
+        command @ ClientCommand::ScanKeys { .. } => scan_page(conn, command, turn.after),
         ClientCommand::Keys { pattern } => {
             let limit = conn.limits.scan_items_max;
             let reply = keys_of(&conn.node, db, turn.after, Some(pattern), limit);
@@ -145,6 +148,104 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         }
         other => unreachable!("{} is not a database command", other.name()),
     }
+}
+
+/// Most `SCAN` cursors a process keeps (oldest forgotten first): a client that resumes
+/// one forgotten is told `invalid cursor` and starts over.
+const CURSORS_MAX: usize = 65_536;
+
+/// Where `SCAN` cursors left off: the keyspace, the database, and the first key of the
+/// next page. A cursor lives at the node that handed it out, not at the leader, so a
+/// scan goes on across leader changes; it is checked against the connection's keyspace and
+/// database before use.
+#[derive(Default)]
+struct Cursors {
+    next_id: u64,
+    open: std::collections::BTreeMap<u64, (KeyspaceId, u8, bytes::Bytes)>,
+}
+
+static CURSORS: std::sync::Mutex<Option<Cursors>> = std::sync::Mutex::new(None);
+
+/// Keeps `(keyspace, db, next)` under a new cursor, forgetting the oldest past the bound.
+fn open_cursor(keyspace: KeyspaceId, db: u8, next: bytes::Bytes) -> u64 {
+    let mut guard = CURSORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cursors = guard.get_or_insert_with(|| Cursors {
+        // Ids start apart per process, so that one from another node is rarely valid.
+        next_id: 1 + (crate::driver::wall_ms() << 16),
+        ..Cursors::default()
+    });
+    let id = cursors.next_id;
+    cursors.next_id += 1;
+    cursors.open.insert(id, (keyspace, db, next));
+    while cursors.open.len() > CURSORS_MAX {
+        cursors.open.pop_first();
+    }
+    id
+}
+
+/// The next key of cursor `id` if it was handed out for `keyspace` and `db`. Kept, not
+/// taken: a page that failed (during an election) is asked again with the same cursor.
+fn resume_cursor(id: u64, keyspace: KeyspaceId, db: u8) -> Option<bytes::Bytes> {
+    let guard = CURSORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (ks, d, next) = guard.as_ref()?.open.get(&id)?;
+    (*ks == keyspace && *d == db).then(|| next.clone())
+}
+
+/// `SCAN`: one page of the connection's database from where the cursor left off.
+fn scan_page(conn: &Conn, command: ClientCommand, after: keel_types::LogIndex) -> Pending {
+    let ClientCommand::ScanKeys { cursor, pattern, count, type_name } = command else {
+        unreachable!("a SCAN")
+    };
+    let (keyspace, db) = (conn.node.id, conn.db);
+    let (range_start, end) = match db {
+        0 => (bytes::Bytes::new(), None),
+        db => {
+            let (start, end) = keel_types::db_range(db);
+            (start, Some(end))
+        }
+    };
+    let start = match cursor {
+        0 => range_start,
+        id => match resume_cursor(id, keyspace, db) {
+            Some(next) => next,
+            None => {
+                return Pending::ready(
+                    keel_wire::CommandError::InvalidCursor.reply_frame(),
+                    conn.protocol,
+                )
+            }
+        },
+    };
+    let limit = count.clamp(1, conn.limits.scan_items_max);
+    let node = conn.node.clone();
+    let strings_only = type_name.as_ref().is_none_or(|t| t.eq_ignore_ascii_case(b"string"));
+    let reply = async move {
+        let scan = Command::Scan { start, end, limit };
+        let submit = super::plain_submit(ClientId(1), RequestId(1), scan, None, after);
+        let items = match node.send(submit).answer().await.and_then(|r| r.result) {
+            Ok(CommandResult::Items { items }) => items,
+            Ok(_) => return mismatched("scan"),
+            Err(e) => return error_frame(&e),
+        };
+        let next = match items.last() {
+            Some((last, _, _)) if items.len() as u32 >= limit => {
+                let mut next = last.to_vec();
+                next.push(0);
+                open_cursor(keyspace, db, next.into())
+            }
+            _ => 0,
+        };
+        let keys = items
+            .iter()
+            .filter_map(|(key, _, _)| keel_types::db_of(key).map(|(_, name)| name))
+            .filter(|name| {
+                strings_only && pattern.as_ref().is_none_or(|p| keel_wire::glob::matches(p, name))
+            })
+            .map(|name| Frame::Bulk(bytes::Bytes::copy_from_slice(name)))
+            .collect();
+        Frame::Array(vec![Frame::Bulk(next.to_string().into()), Frame::Array(keys)])
+    };
+    Pending::later(Box::pin(reply), conn.protocol)
 }
 
 fn flush_reply(reply: Result<ClientReply, KeelError>) -> Frame {
