@@ -34,7 +34,11 @@ fn users_authenticate_and_run_only_what_they_may() {
         user("writer", "writer-pass", &[Read, Write], Some(vec![0])),
         user("reader", "reader-pass", &[Read], Some(vec![0])),
     ];
-    let mut cluster = common::start("client-auth", |c| c.users = users.clone());
+    let mut cluster = common::start("client-auth", |c| {
+        c.users = users.clone();
+        // Keyspace 1 exists, so `SELECT 1` names it (not database 1 of keyspace 0).
+        c.keyspaces = (0..2).map(keel_server::config::KeyspaceSettings::orca).collect();
+    });
     cluster.credentials = Some(("admin".into(), "admin-pass".into()));
     let leader = cluster.wait_for_leader(common::LEADER_WAIT).expect("a leader");
     let addr = cluster.client_addrs()[leader];
@@ -53,6 +57,8 @@ fn users_authenticate_and_run_only_what_they_may() {
     assert_eq!(writer.call(&["SET", "a", "1"]), "+OK");
     assert!(writer.call(&["KEEL.LOG", "1", "10"]).starts_with("-NOPERM"), "admin only");
     assert!(writer.call(&["SELECT", "1"]).starts_with("-NOPERM"), "not its keyspace");
+    assert_eq!(writer.call(&["SELECT", "2"]), "+OK", "database 2 of keyspace 0, which it may use");
+    assert_eq!(writer.call(&["SELECT", "0"]), "+OK");
 
     let mut reader = Conn::open(addr);
     // HELLO 3 AUTH authenticates and switches to RESP3 in one command.

@@ -382,14 +382,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn select_moves_the_connection_to_a_hosted_keyspace_only() {
+    async fn select_moves_the_connection_to_a_hosted_keyspace_or_a_database_of_keyspace_0() {
         let (mut c, _rx, _resolved) = conn();
         assert_eq!(c.keyspace(), KeyspaceId(0));
-        let text = ready_text(handle(&mut c, words(&["SELECT", "1"])).await);
+        let text = ready_text(handle(&mut c, words(&["SELECT", "16"])).await);
         assert_eq!(text, "ERR DB index is out of range");
         assert_eq!(c.keyspace(), KeyspaceId(0));
+        // No keyspace 1: database 1 of keyspace 0.
+        assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "1"])).await), "Simple([79, 75])");
+        assert_eq!((c.keyspace(), c.db), (KeyspaceId(0), 1));
         assert_eq!(ready_text(handle(&mut c, words(&["SELECT", "2"])).await), "Simple([79, 75])");
-        assert_eq!(c.keyspace(), KeyspaceId(2));
+        assert_eq!((c.keyspace(), c.db), (KeyspaceId(2), 0));
         let listed = ready_text(handle(&mut c, words(&["KEEL.KEYSPACES"])).await);
         assert!(listed.contains("Integer(2)"), "{listed}");
     }
