@@ -68,6 +68,10 @@ impl Leading {
     /// gone.
     pub(super) fn reap_touched(&mut self, core: &mut Core, command: &Command) {
         let now_ms = core.wall_ms();
+        if core.kv.next_expiry().is_none_or(|at| at > now_ms) {
+            // No key is due at all (the common case): nothing to look up per key.
+            return;
+        }
         let mut keys: Vec<Key> = touched(command)
             .into_iter()
             .filter(|key| core.kv.expires_at(key).is_some_and(|at| at <= now_ms))
