@@ -417,31 +417,7 @@ impl Encode for Command {
             Command::Modify { key, op, now_ms } => {
                 put_u8(out, COMMAND_MODIFY);
                 put_bytes(out, key);
-                match op {
-                    Modify::Append(value) => {
-                        put_u8(out, MODIFY_APPEND);
-                        put_bytes(out, value);
-                    }
-                    Modify::SetRange { offset, value } => {
-                        put_u8(out, MODIFY_SET_RANGE);
-                        put_u64(out, *offset);
-                        put_bytes(out, value);
-                    }
-                    Modify::SetBit { offset, on } => {
-                        put_u8(out, MODIFY_SET_BIT);
-                        put_u64(out, *offset);
-                        put_u8(out, u8::from(*on));
-                    }
-                    Modify::IncrByFloat(bits) => {
-                        put_u8(out, MODIFY_INCR_BY_FLOAT);
-                        put_u64(out, *bits);
-                    }
-                    Modify::GetDel => put_u8(out, MODIFY_GET_DEL),
-                    Modify::GetEx(ttl) => {
-                        put_u8(out, MODIFY_GET_EX);
-                        ttl.encode_to(out);
-                    }
-                }
+                op.encode_to(out);
                 put_u64(out, *now_ms);
             }
             Command::Transfer { from, to, replace, remove_source } => {
@@ -450,6 +426,36 @@ impl Encode for Command {
                 put_bytes(out, to);
                 put_u8(out, u8::from(*replace));
                 put_u8(out, u8::from(*remove_source));
+            }
+        }
+    }
+}
+
+impl Encode for Modify {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Modify::Append(value) => {
+                put_u8(out, MODIFY_APPEND);
+                put_bytes(out, value);
+            }
+            Modify::SetRange { offset, value } => {
+                put_u8(out, MODIFY_SET_RANGE);
+                put_u64(out, *offset);
+                put_bytes(out, value);
+            }
+            Modify::SetBit { offset, on } => {
+                put_u8(out, MODIFY_SET_BIT);
+                put_u64(out, *offset);
+                put_u8(out, u8::from(*on));
+            }
+            Modify::IncrByFloat(bits) => {
+                put_u8(out, MODIFY_INCR_BY_FLOAT);
+                put_u64(out, *bits);
+            }
+            Modify::GetDel => put_u8(out, MODIFY_GET_DEL),
+            Modify::GetEx(ttl) => {
+                put_u8(out, MODIFY_GET_EX);
+                ttl.encode_to(out);
             }
         }
     }

@@ -68,14 +68,7 @@ print(f"ok {pages} pages", flush=True)
 
 #[test]
 fn a_redis_py_application_survives_a_leader_kill() {
-    let has_redis_py = Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_redis_py {
-        let required = std::env::var("KEEL_REQUIRE_REDIS_PY").is_ok_and(|v| v == "1");
-        assert!(!required, "python3 with redis-py is missing and KEEL_REQUIRE_REDIS_PY=1");
-        eprintln!("skipping redis-py: python3 -c 'import redis' fails (pip install redis)");
+    if !common::redis_py() {
         return;
     }
     let (mut cluster, _) = common::cluster("redis-py-app", |_| {});

@@ -71,14 +71,7 @@ fn transactions_apply_all_or_nothing_and_watch_aborts_them() {
 
 /// redis-py's transactions against the node on `port`.
 fn redis_py(port: u16) {
-    let has_redis_py = Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_redis_py {
-        let required = std::env::var("KEEL_REQUIRE_REDIS_PY").is_ok_and(|v| v == "1");
-        assert!(!required, "python3 with redis-py is missing and KEEL_REQUIRE_REDIS_PY=1");
-        eprintln!("skipping redis-py: python3 -c 'import redis' fails (pip install redis)");
+    if !common::redis_py() {
         return;
     }
     let script = r#"

@@ -31,41 +31,19 @@ pub(super) fn modify(
             let len = bytes.len() as i64;
             (Some(Value::from(bytes)), done(None, len))
         }
+        Modify::SetRange { value, .. } if value.is_empty() => {
+            // Nothing to write: the length, and no change (no key created).
+            let number = before.as_ref().map_or(0, |b| b.len() as i64);
+            return Ok(CommandResult::Modified { value: None, number, version: None });
+        }
         Modify::SetRange { offset, value } => {
-            let len = before.as_ref().map_or(0, |b| b.len() as u64);
-            if value.is_empty() {
-                // Nothing to write: the length, and no change (no key created).
-                let number = len as i64;
-                return Ok(CommandResult::Modified { value: None, number, version: None });
-            }
-            let end = offset.checked_add(value.len() as u64).ok_or_else(too_large)?;
-            grown_to(end)?;
-            let mut bytes = before.map_or_else(Vec::new, |b| b.to_vec());
-            let end = usize::try_from(end).map_err(|_| too_large())?;
-            if bytes.len() < end {
-                bytes.resize(end, 0);
-            }
-            let start = usize::try_from(*offset).map_err(|_| too_large())?;
-            bytes[start..end].copy_from_slice(value);
+            let bytes = set_range(before, *offset, value)?;
             let len = bytes.len() as i64;
-            (Some(Value::from(bytes)), done(None, len))
+            (Some(bytes), done(None, len))
         }
         Modify::SetBit { offset, on } => {
-            let byte = offset / 8;
-            grown_to(byte + 1)?;
-            let mut bytes = before.map_or_else(Vec::new, |b| b.to_vec());
-            let at = usize::try_from(byte).map_err(|_| too_large())?;
-            if bytes.len() <= at {
-                bytes.resize(at + 1, 0);
-            }
-            let mask = 0x80u8 >> (offset % 8);
-            let was = i64::from(bytes[at] & mask != 0);
-            if *on {
-                bytes[at] |= mask;
-            } else {
-                bytes[at] &= !mask;
-            }
-            (Some(Value::from(bytes)), done(None, was))
+            let (bytes, was) = set_bit(before, *offset, *on)?;
+            (Some(bytes), done(None, was))
         }
         Modify::IncrByFloat(bits) => {
             let base = match &before {
@@ -153,6 +131,40 @@ pub(super) fn transfer(
         kv.change(from.clone(), Some(Item::plain(None, version)), undo);
     }
     Ok(CommandResult::Modified { value: None, number: 1, version: Some(version) })
+}
+
+/// `SETRANGE`: `value` written at `offset` of `before`, zero-padded up to it.
+fn set_range(before: Option<Value>, offset: u64, value: &[u8]) -> Result<Value, KeelError> {
+    let end = offset.checked_add(value.len() as u64).ok_or_else(too_large)?;
+    grown_to(end)?;
+    let mut bytes = before.map_or_else(Vec::new, |b| b.to_vec());
+    let end = usize::try_from(end).map_err(|_| too_large())?;
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    let start = usize::try_from(offset).map_err(|_| too_large())?;
+    bytes[start..end].copy_from_slice(value);
+    Ok(Value::from(bytes))
+}
+
+/// `SETBIT`: `before` with bit `offset` set to `on`, zero-padded up to it; and the bit
+/// before.
+fn set_bit(before: Option<Value>, offset: u64, on: bool) -> Result<(Value, i64), KeelError> {
+    let byte = offset / 8;
+    grown_to(byte + 1)?;
+    let mut bytes = before.map_or_else(Vec::new, |b| b.to_vec());
+    let at = usize::try_from(byte).map_err(|_| too_large())?;
+    if bytes.len() <= at {
+        bytes.resize(at + 1, 0);
+    }
+    let mask = 0x80u8 >> (offset % 8);
+    let was = i64::from(bytes[at] & mask != 0);
+    if on {
+        bytes[at] |= mask;
+    } else {
+        bytes[at] &= !mask;
+    }
+    Ok((Value::from(bytes), was))
 }
 
 fn grown_to(len: u64) -> Result<(), KeelError> {

@@ -76,6 +76,21 @@ pub fn finish(mut cluster: LocalCluster) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Whether python3 with redis-py is installed; its absence skips the caller (`false`),
+/// unless `KEEL_REQUIRE_REDIS_PY=1`, which makes it a failure (CI sets it).
+pub fn redis_py() -> bool {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        let required = std::env::var("KEEL_REQUIRE_REDIS_PY").is_ok_and(|v| v == "1");
+        assert!(!required, "python3 with redis-py is missing and KEEL_REQUIRE_REDIS_PY=1");
+        eprintln!("skipping redis-py: python3 -c 'import redis' fails (pip install redis)");
+    }
+    has
+}
+
 /// The redis tool `name` if installed; `None` (skip) otherwise, unless
 /// `KEEL_REQUIRE_REDIS_TOOLS=1`, which makes its absence a failure (CI sets it after
 /// installing `redis-tools`).
