@@ -53,8 +53,13 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::Keys { .. }
         | ClientCommand::ScanKeys { .. }
         | ClientCommand::ReadString { .. }
+        | ClientCommand::Lcs { .. }
+        | ClientCommand::RandomKey
         | ClientCommand::QueuePeek { .. } => Some(Category::Read),
-        ClientCommand::Flush { .. } | ClientCommand::FunctionFlush => Some(Category::Admin),
+        ClientCommand::Flush { .. }
+        | ClientCommand::FunctionFlush
+        | ClientCommand::ConfigSet { .. }
+        | ClientCommand::ConfigResetStat => Some(Category::Admin),
         ClientCommand::Set { .. }
         | ClientCommand::MSet { .. }
         | ClientCommand::Modify { .. }

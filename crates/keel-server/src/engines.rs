@@ -187,6 +187,8 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::Modify { .. }
         | ClientCommand::Transfer { .. }
         | ClientCommand::ReadString { .. }
+        | ClientCommand::Lcs { .. }
+        | ClientCommand::RandomKey
         | ClientCommand::Flush { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }

@@ -116,12 +116,34 @@ pub struct KeyspaceMetrics {
     pub busy_refusals: AtomicU64,
     /// Reads answered off the engine loop (`docs/protocol.md` §7).
     pub reads_off_loop: AtomicU64,
+    /// What `calls_by_op` counted at the last `CONFIG RESETSTAT`, subtracted from what it
+    /// shows since (the Prometheus counters never go back).
+    stats_baseline: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
 
 impl KeyspaceMetrics {
     /// Per operation (`get`, `put`, ...): requests that succeeded and those that failed,
     /// over every class (what `INFO commandstats` shows).
     pub fn calls_by_op(&self) -> Vec<(&'static str, u64, u64)> {
+        let baseline = self.stats_baseline.lock().expect("metrics lock");
+        self.calls_since_start()
+            .into_iter()
+            .map(|(op, ok, failed)| {
+                let (ok0, failed0) = baseline.get(op).copied().unwrap_or_default();
+                (op, ok.saturating_sub(ok0), failed.saturating_sub(failed0))
+            })
+            .filter(|(_, ok, failed)| ok + failed > 0)
+            .collect()
+    }
+
+    /// `CONFIG RESETSTAT`: `calls_by_op` counts from now on.
+    pub fn reset_stats(&self) {
+        let now = self.calls_since_start();
+        let mut baseline = self.stats_baseline.lock().expect("metrics lock");
+        *baseline = now.into_iter().map(|(op, ok, failed)| (op, (ok, failed))).collect();
+    }
+
+    fn calls_since_start(&self) -> Vec<(&'static str, u64, u64)> {
         let mut calls: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
         for (op, row) in OPS.iter().zip(&self.slots.ok) {
             let ok: u64 = row.iter().map(|n| n.load(Ordering::Relaxed)).sum();

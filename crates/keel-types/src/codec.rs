@@ -500,12 +500,13 @@ fn decode_set_cond(reader: &mut Reader<'_>) -> Result<SetCond, CodecError> {
 }
 
 fn decode_expire_cond(reader: &mut Reader<'_>) -> Result<ExpireCond, CodecError> {
-    const CONDS: [ExpireCond; 5] = [
+    const CONDS: [ExpireCond; 6] = [
         ExpireCond::Always,
         ExpireCond::IfNone,
         ExpireCond::IfSome,
         ExpireCond::IfLater,
         ExpireCond::IfEarlier,
+        ExpireCond::IfSomeEarlier,
     ];
     let tag = reader.u8("expire condition")?;
     CONDS

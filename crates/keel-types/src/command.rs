@@ -297,6 +297,8 @@ pub enum ExpireCond {
     IfLater,
     /// Only if the new one is earlier (`LT`; no expiry counts as infinitely late).
     IfEarlier,
+    /// Only if the key has one and the new one is earlier (`XX LT`).
+    IfSomeEarlier,
 }
 
 impl ExpireCond {
@@ -309,6 +311,7 @@ impl ExpireCond {
             ExpireCond::IfSome => current.is_some(),
             ExpireCond::IfLater => current.is_some() && late(new) > late(current),
             ExpireCond::IfEarlier => late(new) < late(current),
+            ExpireCond::IfSomeEarlier => current.is_some() && late(new) < late(current),
         }
     }
 }
@@ -336,7 +339,7 @@ pub fn check_not_reserved(key: &[u8]) -> Result<(), KeelError> {
 }
 
 /// Most operations, and most watched keys, in one transaction.
-pub const MULTI_OPS_MAX: usize = 1024;
+pub const MULTI_OPS_MAX: usize = 16_384;
 
 /// The key of a transaction as a whole (it has many).
 static NO_KEY: Key = Key::from_static(b"");
@@ -568,9 +571,12 @@ impl Command {
         match self {
             Command::Multi { ops, watch } => {
                 let invalid = |reason: String| Err(KeelError::InvalidArgument(reason));
-                if ops.is_empty() || ops.len() > MULTI_OPS_MAX || watch.len() > MULTI_OPS_MAX {
+                // No operation is allowed only with watched keys: `WATCH k`, `MULTI`,
+                // `PING`, `EXEC` asks whether `k` changed, and answers null if it did.
+                let empty = ops.is_empty() && watch.is_empty();
+                if empty || ops.len() > MULTI_OPS_MAX || watch.len() > MULTI_OPS_MAX {
                     return invalid(format!(
-                        "a transaction has 1 to {MULTI_OPS_MAX} operations and at most {MULTI_OPS_MAX} watched keys"
+                        "a transaction has at most {MULTI_OPS_MAX} operations and {MULTI_OPS_MAX} watched keys, and at least one of either"
                     ));
                 }
                 for op in ops {

@@ -37,7 +37,7 @@ pub enum KeelError {
         max: u32,
     },
     /// The value is larger than the configured limit.
-    #[error("value of {len} bytes exceeds the limit of {max} bytes")]
+    #[error("value of {len} bytes exceeds the maximum allowed size of {max} bytes")]
     ValueTooLarge {
         /// The value's length.
         len: u64,

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 /// Default longest key: 1 KiB.
 pub const KEY_BYTES_MAX_DEFAULT: u32 = 1024;
-/// Default largest value: 1 MiB.
-pub const VALUE_BYTES_MAX_DEFAULT: u32 = 1024 * 1024;
+/// Default largest value: 16 MiB. Redis's default (`proto-max-bulk-len`) is 512 MB; a
+/// Keel value travels whole in one log entry and one peer message, and a request of one
+/// is held up to four times over in the request buffers (`docs/redis-compatibility.md`).
+pub const VALUE_BYTES_MAX_DEFAULT: u32 = 16 * 1024 * 1024;
 /// Default most items one scan returns.
 pub const SCAN_ITEMS_MAX_DEFAULT: u32 = 10_000;
 /// Hard ceiling on any configured value size: a log record must fit a u32 length.

@@ -130,7 +130,7 @@ fn expire_and_ttl_commands_parse_with_their_conditions() {
     assert_eq!(expire("pexpire k 2 nx"), (Ttl::After(2), ExpireCond::IfNone));
     assert_eq!(expire("EXPIREAT k 2 XX"), (Ttl::At(2_000), ExpireCond::IfSome));
     assert_eq!(expire("PEXPIREAT k 2 gt"), (Ttl::At(2), ExpireCond::IfLater));
-    assert_eq!(expire("EXPIRE k 2 XX LT"), (Ttl::After(2_000), ExpireCond::IfEarlier));
+    assert_eq!(expire("EXPIRE k 2 XX LT"), (Ttl::After(2_000), ExpireCond::IfSomeEarlier));
     assert_eq!(expire("EXPIRE k -5"), (Ttl::At(0), ExpireCond::Always), "past: deletes");
     assert_eq!(expire("PERSIST k"), (Ttl::Clear, ExpireCond::IfSome));
     let nx = "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n";
@@ -418,4 +418,54 @@ fn data_commands_become_engine_operations() {
         parse("PING").unwrap().into_operations(),
         Err(ClientCommand::Ping { message: None })
     );
+}
+
+#[test]
+fn bitpos_and_object_encoding_compute_what_redis_answers() {
+    use keel_wire::command::StringRead;
+    use keel_wire::resp::Frame;
+    let bitpos =
+        |bit, range, value: Option<&[u8]>| match StringRead::BitPos(bit, range).answer(value) {
+            Frame::Integer(n) => n,
+            other => panic!("{other:?}"),
+        };
+    let v: &[u8] = &[0xff, 0xf0, 0x00];
+    assert_eq!(bitpos(false, None, Some(v)), 12);
+    assert_eq!(bitpos(true, Some((1, None, false)), Some(v)), 8);
+    assert_eq!(bitpos(true, Some((2, None, false)), Some(v)), -1);
+    assert_eq!(bitpos(false, None, Some(&[0xff])), 8, "clear bits past the end, no end given");
+    assert_eq!(bitpos(false, Some((0, Some(-1), false)), Some(&[0xff])), -1, "end given");
+    assert_eq!(bitpos(true, Some((9, Some(15), true)), Some(v)), 9, "in bits");
+    assert_eq!(bitpos(false, Some((2, Some(1), false)), Some(v)), -1, "empty range");
+    assert_eq!(bitpos(false, None, None), 0);
+    assert_eq!(bitpos(true, None, None), -1);
+    let encoding = |value: &[u8]| StringRead::Encoding.answer(Some(value));
+    assert_eq!(encoding(b"1234"), Frame::Bulk(Bytes::from_static(b"int")));
+    assert_eq!(encoding(b"01234"), Frame::Bulk(Bytes::from_static(b"embstr")));
+    assert_eq!(encoding(&[b'x'; 45]), Frame::Bulk(Bytes::from_static(b"raw")));
+    assert_eq!(StringRead::Encoding.answer(None), Frame::Null);
+}
+
+#[test]
+fn msetnx_move_lcs_and_config_parse_as_redis() {
+    use keel_wire::command::CommandError;
+    let limits = Limits::default();
+    let parse = |text: &str| {
+        let words = text.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect();
+        keel_wire::command::parse(words, &limits)
+    };
+    assert!(matches!(parse("MSETNX a 1 b 2"), Ok(ClientCommand::MSet { only_new: true, .. })));
+    assert!(matches!(parse("MSETNX a"), Err(CommandError::WrongArity { .. })));
+    assert!(matches!(
+        parse("MOVE k 3"),
+        Ok(ClientCommand::Transfer { to_db: Some(3), remove_source: true, replace: false, .. })
+    ));
+    assert!(matches!(parse("MOVE k x"), Err(CommandError::NotAnInteger)));
+    assert!(matches!(parse("LCS a b LEN IDX"), Err(CommandError::LcsLenAndIdx)));
+    assert!(matches!(parse("CONFIG SET a"), Err(CommandError::WrongArity { .. })));
+    assert!(
+        matches!(parse("CONFIG SET A 1 b 2"), Ok(ClientCommand::ConfigSet { pairs }) if pairs[0].0 == "a")
+    );
+    assert!(matches!(parse("INCRBYFLOAT k +inf"), Err(CommandError::NotFinite)));
+    assert!(matches!(parse("SWAPDB 0 1"), Err(CommandError::Unsupported(_))));
 }

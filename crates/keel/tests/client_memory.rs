@@ -94,6 +94,8 @@ fn unread_replies_partial_requests_and_stalled_connections_stay_within_bounds() 
         // answers -BUSY at once) are not stalled but idle: this closes those.
         c.client_idle_timeout_ms = 3_000;
         c.client_request_buffers_bytes_max = budget;
+        // Values of at most 1 MiB, so that the budget holds a few largest requests.
+        c.engine.value_bytes_max = Some(MIB as u32);
         // Each request waiting in a pipeline costs about half a KiB (its decoded frame,
         // the engine request, the reply channel): 128 deep keeps that part of the bound
         // at 300 x 128 x 0.5 KiB, so that what the test measures is the replies' values.

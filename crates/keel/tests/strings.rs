@@ -2,7 +2,9 @@
 //! the in-place changes (`APPEND`, `SETRANGE`, `SETBIT`, `INCRBYFLOAT`, `GETDEL`, `GETEX`)
 //! as one log entry each, the transfers (`RENAME`, `RENAMENX`, `COPY`) carrying the
 //! expiry, the reads computed from a value (`STRLEN`, `GETRANGE`, `GETBIT`, `BITCOUNT`,
-//! `TYPE`), `MSET`, `UNLINK` and `TOUCH`, answered as Redis answers them.
+//! `TYPE`), `MSET`, `UNLINK` and `TOUCH`, answered as Redis answers them; and the rest of
+//! Redis's key and server commands (`MSETNX`, `LCS`, `BITPOS`, `OBJECT`, `MOVE`,
+//! `RANDOMKEY`, `TIME`, `CONFIG`), what `MULTI` queues, and values of several MiB.
 
 mod common;
 
@@ -76,5 +78,133 @@ fn string_commands_answer_as_redis() {
     assert_eq!(c.call(&["EXISTS", "m1", "m2"]), ":0");
     assert!(c.call(&["SETBIT", "b", "-1", "1"]).contains("bit offset"));
     assert!(c.call(&["SETBIT", "b", "1", "2"]).contains("bit is not"));
+    common::finish(cluster);
+}
+
+/// The next `n` lines of a reply, without their CRLF.
+fn lines(conn: &mut Conn, n: usize) -> Vec<String> {
+    (0..n).map(|_| conn.line().trim_end_matches("\r\n").to_string()).collect()
+}
+
+#[test]
+fn key_and_server_commands_answer_as_redis() {
+    let (cluster, _) = common::cluster("keys-server", |_| {});
+    let mut c = Conn::open(cluster.client_addrs()[1]);
+    let settled = common::wait_until(common::LEADER_WAIT, || c.call(&["SET", "x1", "a"]) == "+OK");
+    assert!(settled, "the cluster never accepted a write");
+
+    // MSETNX: all or nothing, as one transaction.
+    assert_eq!(c.call(&["MSETNX", "x1", "b", "y1", "c"]), ":0", "x1 exists: nothing set");
+    assert_eq!(c.call(&["EXISTS", "y1"]), ":0");
+    assert_eq!(c.call(&["MSETNX", "y1", "c", "z1", "d", "y1", "e"]), ":1");
+    assert_eq!(bulk(&mut c, &["GET", "y1"]).as_deref(), Some("e"), "the last pair wins");
+    assert_eq!(c.call(&["DEL", "y1"]), ":1");
+    assert_eq!(c.call(&["MSETNX", "y1", "f"]), ":1", "a deleted key is absent");
+    assert!(c.call(&["MSETNX", "y1"]).contains("wrong number of arguments"));
+
+    // LCS, in its three forms.
+    assert_eq!(c.call(&["MSET", "l1", "ohmytext", "l2", "mynewtext"]), "+OK");
+    assert_eq!(bulk(&mut c, &["LCS", "l1", "l2"]).as_deref(), Some("mytext"));
+    assert_eq!(c.call(&["LCS", "l1", "l2", "LEN"]), ":6");
+    assert_eq!(c.call(&["LCS", "l1", "l2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"]), "*4");
+    let idx = lines(&mut c, 14).join(" ");
+    assert_eq!(idx, "$7 matches *1 *3 *2 :4 :7 *2 :5 :8 :4 $3 len :6");
+    assert!(c.call(&["LCS", "l1", "l2", "LEN", "IDX"]).contains("just use IDX"));
+
+    // BITPOS and OBJECT.
+    assert_eq!(c.call(&["SET", "bits", "\x00\x0f"]), "+OK");
+    assert_eq!(c.call(&["BITPOS", "bits", "1"]), ":12");
+    assert_eq!(c.call(&["BITPOS", "bits", "0", "1"]), ":8");
+    assert_eq!(c.call(&["BITPOS", "nobits", "0"]), ":0");
+    assert_eq!(c.call(&["BITPOS", "nobits", "1"]), ":-1");
+    assert_eq!(c.call(&["SET", "n", "1234"]), "+OK");
+    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "n"]).as_deref(), Some("int"));
+    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "l2"]).as_deref(), Some("embstr"));
+    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "nope"]), None);
+    assert_eq!(c.call(&["OBJECT", "REFCOUNT", "n"]), ":1");
+    assert!(c.call(&["OBJECT", "FREQ", "n"]).contains("LFU"));
+
+    // MOVE to another database, RANDOMKEY, TIME.
+    assert_eq!(c.call(&["MOVE", "n", "3"]), ":1");
+    assert_eq!(c.call(&["MOVE", "n", "3"]), ":0", "gone from this database");
+    assert_eq!(c.call(&["SELECT", "3"]), "+OK");
+    assert_eq!(bulk(&mut c, &["GET", "n"]).as_deref(), Some("1234"));
+    assert_eq!(bulk(&mut c, &["RANDOMKEY"]).as_deref(), Some("n"), "the only key of db 3");
+    assert_eq!(c.call(&["SET", "n2", "x"]), "+OK");
+    assert_eq!(c.call(&["MOVE", "n2", "0"]), ":1");
+    assert!(c.call(&["MOVE", "n", "3"]).contains("the same"));
+    assert_eq!(c.call(&["SELECT", "4"]), "+OK");
+    assert_eq!(bulk(&mut c, &["RANDOMKEY"]), None, "db 4 has no keys");
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK");
+    assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
+    assert!(c.call(&["SWAPDB", "0", "1"]).contains("not supported"));
+    assert_eq!(c.call(&["TIME"]), "*2");
+    let now = lines(&mut c, 4);
+    let seconds: u64 = now[1].parse().unwrap();
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    assert!(seconds.abs_diff(unix.as_secs()) < 5, "{now:?}");
+
+    // CONFIG: layout knobs accepted and read back, Keel's own settings refused, all or none.
+    assert_eq!(c.call(&["CONFIG", "SET", "hash-max-listpack-entries", "7"]), "+OK");
+    assert_eq!(c.call(&["CONFIG", "GET", "hash-max-listpack-*"]), "*4");
+    let got = lines(&mut c, 8).join(" ");
+    assert_eq!(got, "$25 hash-max-listpack-entries $1 7 $23 hash-max-listpack-value $2 64");
+    assert!(c.call(&["CONFIG", "SET", "maxmemory", "1"]).contains("CONFIG SET failed"));
+    let mixed = c.call(&["CONFIG", "SET", "hz", "50", "no-such-thing", "1"]);
+    assert!(mixed.contains("Unknown option"), "{mixed}");
+    assert_eq!(c.call(&["CONFIG", "GET", "hz"]), "*2");
+    assert_eq!(lines(&mut c, 4)[3], "10", "nothing of a refused CONFIG SET applies");
+    assert_eq!(c.call(&["CONFIG", "GET", "proto-max-bulk-len"]), "*2");
+    assert_eq!(lines(&mut c, 4)[3], "16777216");
+    assert_eq!(c.call(&["CONFIG", "RESETSTAT"]), "+OK");
+
+    // MULTI: a watch checked with nothing but PING queued; in-place changes queued.
+    assert_eq!(c.call(&["WATCH", "x1"]), "+OK");
+    assert_eq!(c.call(&["SET", "x1", "changed"]), "+OK");
+    assert_eq!(c.call(&["MULTI"]), "+OK");
+    assert_eq!(c.call(&["PING"]), "+QUEUED");
+    assert_eq!(c.call(&["EXEC"]), "*-1", "the watched key changed");
+    assert_eq!(c.call(&["WATCH", "x1"]), "+OK");
+    assert_eq!(c.call(&["MULTI"]), "+OK");
+    for words in [
+        &["PING"][..],
+        &["INCRBYFLOAT", "fl", "1.5"],
+        &["APPEND", "x1", "!"],
+        &["STRLEN", "x1"],
+        &["CONFIG", "SET", "hz", "20"],
+        &["SAVE"],
+    ] {
+        let reply = c.call(words);
+        if words[0] == "SAVE" {
+            assert!(reply.contains("not allowed inside a transaction"), "{reply}");
+        } else {
+            assert_eq!(reply, "+QUEUED", "{words:?}");
+        }
+    }
+    assert!(c.call(&["EXEC"]).starts_with("-EXECABORT"), "SAVE discarded it");
+    assert_eq!(c.call(&["CONFIG", "GET", "hz"]), "*2");
+    assert_eq!(lines(&mut c, 4)[3], "10", "a discarded CONFIG SET never applies");
+    assert_eq!(c.call(&["MULTI"]), "+OK");
+    for words in [&["INCRBYFLOAT", "fl", "1.5"][..], &["APPEND", "x1", "!"], &["STRLEN", "x1"]] {
+        assert_eq!(c.call(words), "+QUEUED");
+    }
+    assert_eq!(c.call(&["EXEC"]), "*3");
+    assert_eq!(lines(&mut c, 4).join(" "), "$3 1.5 :8 :8");
+    assert_eq!(
+        c.call(&["INCRBYFLOAT", "fl", "+inf"]),
+        "-ERR increment would produce NaN or Infinity"
+    );
+    assert_eq!(c.call(&["SET", "k", "v", "EX", "100"]), "+OK");
+    assert_eq!(c.call(&["EXPIRE", "k", "200", "LT", "XX"]), ":0", "XX LT: not later");
+    assert_eq!(c.call(&["EXPIRE", "k", "50", "LT", "XX"]), ":1");
+    assert_eq!(c.call(&["SET", "p", "v"]), "+OK");
+    assert_eq!(c.call(&["EXPIRE", "p", "50", "LT", "XX"]), ":0", "XX LT: none to shorten");
+
+    // A value of 4 MB, as Redis's suite sends, written and read back whole.
+    let big = "abcd".repeat(1_000_000);
+    assert_eq!(c.call(&["SET", "big", &big]), "+OK");
+    assert_eq!(c.call(&["GET", "big"]), "$4000000");
+    assert_eq!(c.line().len(), 4_000_002);
+    assert!(c.call(&["SETRANGE", "big", "536870000", "x"]).contains("maximum allowed size"));
     common::finish(cluster);
 }

@@ -92,6 +92,14 @@ fn expire_conditions_follow_redis() {
     assert!(run(&mut kv, 10, expire("k", Ttl::At(0), ExpireCond::Always)).0);
     assert_eq!(value(&kv, "k"), None);
     assert_eq!(kv.update_index(b"k"), LogIndex(10), "a tombstone at the expiry");
+    // `XX LT`: only a key with an expiry, only to an earlier one.
+    let xx_lt = ExpireCond::IfSomeEarlier;
+    run(&mut kv, 11, set("k", "v", SetCond::Always, Ttl::Clear));
+    assert!(!run(&mut kv, 12, expire("k", Ttl::After(100), xx_lt)).0, "XX LT vs none");
+    run(&mut kv, 13, expire("k", Ttl::After(200), ExpireCond::Always));
+    assert!(!run(&mut kv, 14, expire("k", Ttl::After(300), xx_lt)).0, "XX LT, later");
+    assert!(run(&mut kv, 15, expire("k", Ttl::After(150), xx_lt)).0, "XX LT, earlier");
+    assert_eq!(kv.expires_at(b"k"), Some(NOW + 150));
 }
 
 #[test]

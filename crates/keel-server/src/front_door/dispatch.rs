@@ -170,6 +170,7 @@ pub(crate) async fn dispatch(
         | ClientCommand::Modify { .. }
         | ClientCommand::Transfer { .. }
         | ClientCommand::ReadString { .. }
+        | ClientCommand::Lcs { .. }
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. } => strings::send(conn, command, turn),
         ClientCommand::Del { .. }
@@ -180,6 +181,7 @@ pub(crate) async fn dispatch(
         ClientCommand::Flush { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
+        | ClientCommand::RandomKey
         | ClientCommand::ScanKeys { .. } => databases::send(conn, command, turn),
         ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
@@ -211,6 +213,7 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::ScanKeys { .. }
+        | ClientCommand::RandomKey
         | ClientCommand::ReadString { .. } => Kind::Read(ks, None),
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
@@ -221,6 +224,7 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         | ClientCommand::MSet { .. }
         | ClientCommand::Modify { .. }
         | ClientCommand::Transfer { .. }
+        | ClientCommand::Lcs { .. }
         | ClientCommand::Flush { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. } => Kind::Write(ks),

@@ -111,7 +111,7 @@ pub enum ClientCommand {
         /// The change.
         op: keel_types::Modify,
     },
-    /// `RENAME` (`+OK`), `RENAMENX` and `COPY` (`1` or `0`).
+    /// `RENAME` (`+OK`), `RENAMENX`, `COPY` and `MOVE` (`1` or `0`).
     Transfer {
         /// The source.
         from: Key,
@@ -121,9 +121,10 @@ pub enum ClientCommand {
         replace: bool,
         /// Whether the source goes (a rename).
         remove_source: bool,
-        /// `RENAME`: the reply is `+OK`.
-        ok_reply: bool,
-        /// `COPY ... DB n`: the destination's database (`None`: the connection's).
+        /// Which command: the reply's form, and what an absent source answers.
+        form: TransferForm,
+        /// `COPY ... DB n`, `MOVE key n`: the destination's database (`None`: the
+        /// connection's).
         to_db: Option<u32>,
     },
     /// `STRLEN`, `GETRANGE`/`SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`: one key read, the reply
@@ -134,11 +135,28 @@ pub enum ClientCommand {
         /// What is computed.
         op: StringRead,
     },
-    /// `MSET key value [key value ...]`: every pair written as one transaction.
+    /// `MSET key value [key value ...]`: every pair written as one transaction;
+    /// `MSETNX`: all of them only if none of the keys exists (`1`), else none (`0`).
     MSet {
         /// The pairs, at least one, at most `keel_types::MULTI_OPS_MAX`.
         pairs: Vec<(Key, Value)>,
+        /// `MSETNX`.
+        only_new: bool,
     },
+    /// `LCS key1 key2 [LEN] [IDX [MINMATCHLEN n] [WITHMATCHLEN]]`: the longest common
+    /// subsequence of two strings, or its length, or the matching ranges.
+    Lcs {
+        /// The first key read.
+        a: Key,
+        /// The second key read.
+        b: Key,
+        /// What is answered.
+        form: LcsForm,
+    },
+    /// `RANDOMKEY`: a key of the connection's database, or null when it has none.
+    RandomKey,
+    /// `TIME`: the serving node's clock, `[seconds, microseconds]`.
+    Time,
     /// `DEL key [key ...]`: the number of keys that existed.
     Del {
         /// The keys removed, at least one.
@@ -264,6 +282,13 @@ pub enum ClientCommand {
         /// The parameters asked for.
         parameters: Vec<Bytes>,
     },
+    /// `CONFIG SET parameter value [parameter value ...]`: names lowercased.
+    ConfigSet {
+        /// The parameters and their new values, in order.
+        pairs: Vec<(String, Bytes)>,
+    },
+    /// `CONFIG RESETSTAT`: the node's command statistics start again from zero.
+    ConfigResetStat,
     /// `SELECT index`: the connection's keyspace from now on (a keyspace the node does
     /// not host is refused by the server with Redis's error).
     Select {
@@ -290,6 +315,41 @@ pub enum StringRead {
     BitCount(Option<(i64, i64, bool)>),
     /// `TYPE`: `string` or `none`.
     Type,
+    /// `BITPOS key bit [start [end [BYTE|BIT]]]`: `(bit, start, end, in bits)`.
+    BitPos(bool, Option<(i64, Option<i64>, bool)>),
+    /// `OBJECT ENCODING`: what Redis would name the value's encoding after a `SET` of it
+    /// (`int`, `embstr`, `raw`); Keel keeps every value as bytes.
+    Encoding,
+    /// `OBJECT REFCOUNT`: always 1 (no value is shared between keys).
+    RefCount,
+    /// `OBJECT IDLETIME`: always 0 (Keel tracks no access times).
+    IdleTime,
+}
+
+/// What a [`ClientCommand::Transfer`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferForm {
+    /// `RENAME`: `+OK`; an absent source is an error.
+    Rename,
+    /// `RENAMENX`: `1` or `0`; an absent source is an error.
+    RenameNx,
+    /// `COPY`: `1` or `0` (`0` for an absent source).
+    Copy,
+    /// `MOVE`: `1` or `0` (`0` for an absent source).
+    Move,
+}
+
+/// What `LCS` answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LcsForm {
+    /// `LEN`: only the length.
+    pub len: bool,
+    /// `IDX`: the matching ranges, from the strings' ends backwards (as Redis).
+    pub idx: bool,
+    /// `MINMATCHLEN n`: only ranges at least this long (with `IDX`).
+    pub min_match_len: u64,
+    /// `WITHMATCHLEN`: each range with its length (with `IDX`).
+    pub with_match_len: bool,
 }
 
 impl StringRead {
@@ -329,7 +389,61 @@ impl StringRead {
                     None => Frame::Integer(0),
                 }
             }
+            StringRead::BitPos(bit, range) => Frame::Integer(match value {
+                None => -i64::from(bit),
+                Some(bytes) => bit_pos(bytes, bit, range),
+            }),
+            _ if value.is_none() => Frame::Null,
+            StringRead::Encoding => Frame::Bulk(Bytes::from_static(encoding(bytes).as_bytes())),
+            StringRead::RefCount => Frame::Integer(1),
+            StringRead::IdleTime => Frame::Integer(0),
         }
+    }
+}
+
+/// The first `bit` in `bytes` within `range` (`(start, end, in bits)`, Redis's
+/// arithmetic), or -1. Looking for a clear bit with no end given finds the one just past
+/// the value (Redis pads the right with zeros), with an end given -1.
+fn bit_pos(bytes: &[u8], bit: bool, range: Option<(i64, Option<i64>, bool)>) -> i64 {
+    let (start, end, in_bits) = range.unwrap_or((0, None, false));
+    let unit = if in_bits { 1 } else { 8 };
+    let total = bytes.len() as i64 * 8 / unit;
+    let fix = |i: i64| if i < 0 { (total + i).max(0) } else { i };
+    let (first, last) = (fix(start), fix(end.unwrap_or(-1)).min(total - 1));
+    if first > last {
+        return -1;
+    }
+    let (first_bit, last_bit) = (first * unit, last * unit + unit - 1);
+    // Whole bytes holding none of the bits sought are skipped at once.
+    let none_sought = if bit { 0x00 } else { 0xff };
+    let mut i = first_bit;
+    while i <= last_bit {
+        let byte = bytes[(i / 8) as usize];
+        if i % 8 == 0 && i + 7 <= last_bit && byte == none_sought {
+            i += 8;
+            continue;
+        }
+        if (byte & (0x80 >> (i % 8)) != 0) == bit {
+            return i;
+        }
+        i += 1;
+    }
+    if !bit && end.is_none() {
+        bytes.len() as i64 * 8
+    } else {
+        -1
+    }
+}
+
+/// The encoding Redis gives a string value just written: `int` for a canonical 64-bit
+/// integer, `embstr` up to 44 bytes, else `raw`.
+fn encoding(bytes: &[u8]) -> &'static str {
+    let canonical_integer = bytes.len() <= 20
+        && crate::num::parse_i64(bytes).is_some_and(|n| n.to_string().as_bytes() == bytes);
+    match bytes.len() {
+        _ if canonical_integer => "int",
+        0..=44 => "embstr",
+        _ => "raw",
     }
 }
 
@@ -477,7 +591,7 @@ impl ClientCommand {
             ClientCommand::Expire { key, ttl, cond } => {
                 writes(vec![Command::Expire { key, ttl, cond, now_ms: 0 }], None)
             }
-            ClientCommand::MSet { pairs } => {
+            ClientCommand::MSet { pairs, only_new: false } => {
                 let ops =
                     pairs.into_iter().map(|(key, value)| Command::Put { key, value }).collect();
                 writes(vec![Command::Multi { ops, watch: Vec::new() }], None)
@@ -540,7 +654,11 @@ impl ClientCommand {
             ClientCommand::Expire { .. } => "expire",
             ClientCommand::Ttl { .. } => "ttl",
             ClientCommand::Del { .. } => "del",
-            ClientCommand::MSet { .. } => "mset",
+            ClientCommand::MSet { only_new: false, .. } => "mset",
+            ClientCommand::MSet { only_new: true, .. } => "msetnx",
+            ClientCommand::Lcs { .. } => "lcs",
+            ClientCommand::RandomKey => "randomkey",
+            ClientCommand::Time => "time",
             ClientCommand::Modify { .. } => "modify",
             ClientCommand::Transfer { .. } => "transfer",
             ClientCommand::ReadString { .. } => "strread",
@@ -564,7 +682,9 @@ impl ClientCommand {
             ClientCommand::Info { .. } => "info",
             ClientCommand::Client(_) => "client",
             ClientCommand::Command(_) => "command",
-            ClientCommand::ConfigGet { .. } => "config",
+            ClientCommand::ConfigGet { .. }
+            | ClientCommand::ConfigSet { .. }
+            | ClientCommand::ConfigResetStat => "config",
             ClientCommand::Select { .. } => "select",
             ClientCommand::Keyspaces => "keel.keyspaces",
             ClientCommand::Quit => "quit",
@@ -627,6 +747,9 @@ pub enum CommandError {
     /// `EXPIRE` options that exclude each other.
     #[error("ERR {0} options at the same time are not compatible")]
     IncompatibleExpireOptions(&'static str),
+    /// `INCRBYFLOAT key +inf`.
+    #[error("ERR increment would produce NaN or Infinity")]
+    NotFinite,
     /// `DECRBY key -9223372036854775808`.
     #[error("ERR decrement would overflow")]
     DecrementOverflow,
@@ -661,6 +784,15 @@ pub enum CommandError {
         /// The subcommand as sent.
         subcommand: String,
     },
+    /// `LCS` with both `LEN` and `IDX`.
+    #[error("ERR If you want both the length and indexes, please just use IDX.")]
+    LcsLenAndIdx,
+    /// `OBJECT FREQ`: Keel evicts nothing, so it counts no accesses.
+    #[error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Keel evicts no keys.")]
+    NoLfu,
+    /// A Redis command or form Keel does not support, with the reason.
+    #[error("ERR {0}")]
+    Unsupported(&'static str),
     /// An argument outside Keel's limits (key or value too large, scan count).
     #[error("ERR {0}")]
     Invalid(KeelError),

@@ -62,7 +62,19 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "setex" | "psetex" => setex(name, rest, count, limits),
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(name, rest, count, limits),
         "persist" => persist(rest, count, limits),
-        "mset" => mset(rest, count, limits),
+        "mset" | "msetnx" => mset(name, rest, count, limits),
+        "lcs" => lcs(rest, count, limits),
+        "object" => object(rest, count, limits),
+        "bitpos" => bitpos(rest, count, limits),
+        "move" => move_key(rest, count, limits),
+        "randomkey" => exactly("randomkey", count, 0).map(|()| ClientCommand::RandomKey),
+        "time" => exactly("time", count, 0).map(|()| ClientCommand::Time),
+        "swapdb" => exactly("swapdb", count, 2).and_then(|()| {
+            Err(CommandError::Unsupported(
+                "SWAPDB is not supported: a database is a namespace of keys, and swapping two \
+                 would rewrite every key of both in one entry",
+            ))
+        }),
         "scan" => scan_keys(rest, count),
         "append" | "setrange" | "setbit" | "incrbyfloat" | "getdel" | "getex" => {
             modify(name, rest, count, limits)
@@ -415,7 +427,10 @@ fn expire(
         (Some(exists), None) => exists,
         (None, Some(order)) => order,
         // `XX GT`: a later expiry than an existing one, which `GT` alone already asks.
-        (Some(ExpireCond::IfSome), Some(order)) => order,
+        (Some(ExpireCond::IfSome), Some(ExpireCond::IfLater)) => ExpireCond::IfLater,
+        // `XX LT`: an earlier expiry than an existing one (`LT` alone counts none as
+        // infinitely late, so it sets one on a key without).
+        (Some(ExpireCond::IfSome), Some(_)) => ExpireCond::IfSomeEarlier,
         (Some(_), Some(_)) => {
             return Err(CommandError::IncompatibleExpireOptions("NX and XX, GT or LT"))
         }
@@ -483,8 +498,12 @@ fn modify(
                 .ok()
                 .filter(|t| !t.is_empty() && t.trim() == *t)
                 .and_then(|t| t.parse::<f64>().ok())
-                .filter(|f| f.is_finite())
+                .filter(|f| !f.is_nan())
                 .ok_or(CommandError::NotAFloat)?;
+            if by.is_infinite() {
+                // Redis reads `+inf` as a float, then finds the sum infinite.
+                return Err(CommandError::NotFinite);
+            }
             Modify::IncrByFloat(by.to_bits())
         }
         "getdel" => Modify::GetDel,
@@ -529,8 +548,13 @@ fn transfer(
             return Err(CommandError::Syntax);
         }
     }
-    let (remove_source, ok_reply) = (name != "copy", name == "rename");
-    Ok(ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, to_db })
+    let form = match name {
+        "rename" => super::TransferForm::Rename,
+        "renamenx" => super::TransferForm::RenameNx,
+        _ => super::TransferForm::Copy,
+    };
+    let remove_source = name != "copy";
+    Ok(ClientCommand::Transfer { from, to, replace, remove_source, form, to_db })
 }
 
 /// `STRLEN`, `GETRANGE`, `SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`.
@@ -559,13 +583,7 @@ fn string_read(
             1 => StringRead::BitCount(None),
             3 | 4 => {
                 let (start, end) = (integer(&next(&mut words)?)?, integer(&next(&mut words)?)?);
-                let bits = match words.next() {
-                    None => false,
-                    Some(w) if is(&w, "byte") => false,
-                    Some(w) if is(&w, "bit") => true,
-                    Some(_) => return Err(CommandError::Syntax),
-                };
-                StringRead::BitCount(Some((start, end, bits)))
+                StringRead::BitCount(Some((start, end, in_bits(words.next())?)))
             }
             _ => return Err(CommandError::Syntax),
         },
@@ -598,13 +616,19 @@ fn scan_keys(mut words: Words, count: usize) -> Result<ClientCommand, CommandErr
     Ok(ClientCommand::ScanKeys { cursor, pattern, count: page, type_name })
 }
 
-/// `MSET key value [key value ...]`.
-fn mset(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+/// `MSET`, `MSETNX key value [key value ...]`.
+fn mset(
+    name: &str,
+    words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
     if count == 0 || !count.is_multiple_of(2) {
-        return Err(arity("mset"));
+        return Err(arity(name));
     }
     if count / 2 > keel_types::MULTI_OPS_MAX {
-        let reason = format!("MSET writes at most {} keys at once", keel_types::MULTI_OPS_MAX);
+        let (upper, max) = (name.to_ascii_uppercase(), keel_types::MULTI_OPS_MAX);
+        let reason = format!("{upper} writes at most {max} keys at once");
         return Err(CommandError::Invalid(keel_types::KeelError::InvalidArgument(reason)));
     }
     let mut pairs = Vec::with_capacity(count / 2);
@@ -612,7 +636,107 @@ fn mset(words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, Co
     while let (Some(k), Some(v)) = (words.next(), words.next()) {
         pairs.push((key(k, limits)?, value(v, limits)?));
     }
-    Ok(ClientCommand::MSet { pairs })
+    Ok(ClientCommand::MSet { pairs, only_new: name == "msetnx" })
+}
+
+/// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]`.
+fn lcs(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("lcs", count, 2)?;
+    let a = key(next(&mut words)?, limits)?;
+    let b = key(next(&mut words)?, limits)?;
+    let mut form = super::LcsForm::default();
+    while let Some(option) = words.next() {
+        if is(&option, "len") {
+            form.len = true;
+        } else if is(&option, "idx") {
+            form.idx = true;
+        } else if is(&option, "withmatchlen") {
+            form.with_match_len = true;
+        } else if is(&option, "minmatchlen") {
+            form.min_match_len = u64::try_from(integer(&next(&mut words)?)?).unwrap_or(0);
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    if form.len && form.idx {
+        return Err(CommandError::LcsLenAndIdx);
+    }
+    Ok(ClientCommand::Lcs { a, b, form })
+}
+
+/// `OBJECT ENCODING|REFCOUNT|IDLETIME|FREQ key`, `OBJECT HELP`.
+fn object(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    use super::StringRead;
+    at_least("object", count, 1)?;
+    let sub = next(&mut words)?;
+    let op = match lowercase(&sub).as_str() {
+        "encoding" => StringRead::Encoding,
+        "refcount" => StringRead::RefCount,
+        "idletime" => StringRead::IdleTime,
+        "freq" => return Err(CommandError::NoLfu),
+        "help" => {
+            return Err(CommandError::Unsupported("OBJECT HELP: ENCODING, REFCOUNT, IDLETIME"))
+        }
+        _ => {
+            let subcommand = String::from_utf8_lossy(&sub).into_owned();
+            return Err(CommandError::UnknownSubcommand { command: "OBJECT", subcommand });
+        }
+    };
+    exactly(&format!("object|{}", lowercase(&sub)), count, 2)?;
+    Ok(ClientCommand::ReadString { key: key(next(&mut words)?, limits)?, op })
+}
+
+/// `BITPOS key bit [start [end [BYTE|BIT]]]`.
+fn bitpos(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    if !(2..=5).contains(&count) {
+        return Err(arity("bitpos"));
+    }
+    let key = key(next(&mut words)?, limits)?;
+    let bit = match &next(&mut words)?[..] {
+        b"0" => false,
+        b"1" => true,
+        _ => return Err(CommandError::BitValue),
+    };
+    let range = match words.next() {
+        None => None,
+        Some(start) => {
+            let start = integer(&start)?;
+            let end = words.next().map(|w| integer(&w)).transpose()?;
+            Some((start, end, in_bits(words.next())?))
+        }
+    };
+    Ok(ClientCommand::ReadString { key, op: super::StringRead::BitPos(bit, range) })
+}
+
+/// The unit word of `BITCOUNT` and `BITPOS` ranges: `BIT` (true) or `BYTE`, the default.
+fn in_bits(word: Option<Bytes>) -> Result<bool, CommandError> {
+    match word {
+        None => Ok(false),
+        Some(w) if is(&w, "byte") => Ok(false),
+        Some(w) if is(&w, "bit") => Ok(true),
+        Some(_) => Err(CommandError::Syntax),
+    }
+}
+
+/// `MOVE key db`: to another database of the same keyspace.
+fn move_key(
+    mut words: Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    exactly("move", count, 2)?;
+    let from = key(next(&mut words)?, limits)?;
+    let db = integer(&next(&mut words)?)?;
+    let db = u32::try_from(db).map_err(|_| CommandError::DbIndexOutOfRange)?;
+    let (to, form) = (from.clone(), super::TransferForm::Move);
+    Ok(ClientCommand::Transfer {
+        from,
+        to,
+        replace: false,
+        remove_source: true,
+        form,
+        to_db: Some(db),
+    })
 }
 
 /// `FLUSHDB`, `FLUSHALL` `[ASYNC|SYNC]` (both flush at once: the deletion is one entry).
@@ -877,12 +1001,26 @@ fn command(mut words: Words) -> Result<ClientCommand, CommandError> {
 fn config(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
     at_least("config", count, 1)?;
     let subcommand = next(&mut words)?;
-    if !is(&subcommand, "get") {
-        let subcommand = String::from_utf8_lossy(&subcommand).into_owned();
-        return Err(CommandError::UnknownSubcommand { command: "CONFIG", subcommand });
+    if is(&subcommand, "get") {
+        at_least("config|get", count, 2)?;
+        return Ok(ClientCommand::ConfigGet { parameters: words.collect() });
     }
-    at_least("config|get", count, 2)?;
-    Ok(ClientCommand::ConfigGet { parameters: words.collect() })
+    if is(&subcommand, "set") {
+        if count < 3 || count.is_multiple_of(2) {
+            return Err(arity("config|set"));
+        }
+        let mut pairs = Vec::with_capacity(count / 2);
+        while let (Some(name), Some(value)) = (words.next(), words.next()) {
+            pairs.push((lowercase(&name), value));
+        }
+        return Ok(ClientCommand::ConfigSet { pairs });
+    }
+    if is(&subcommand, "resetstat") {
+        exactly("config|resetstat", count, 1)?;
+        return Ok(ClientCommand::ConfigResetStat);
+    }
+    let subcommand = String::from_utf8_lossy(&subcommand).into_owned();
+    Err(CommandError::UnknownSubcommand { command: "CONFIG", subcommand })
 }
 
 fn select(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {

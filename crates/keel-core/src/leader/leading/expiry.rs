@@ -54,7 +54,7 @@ pub(crate) fn timeless(command: &Command) -> Option<Command> {
 fn touched(command: &Command) -> Vec<&Key> {
     match command {
         Command::Multi { ops, watch } => {
-            ops.iter().map(Command::key).chain(watch.iter().map(|(key, _)| key)).collect()
+            ops.iter().flat_map(touched).chain(watch.iter().map(|(key, _)| key)).collect()
         }
         Command::OpenSession | Command::Flush { .. } => Vec::new(),
         Command::Transfer { from, to, .. } => vec![from, to],

@@ -18,6 +18,7 @@ use keel_core::engine::ClientReply;
 use keel_types::{
     db_key, ClientId, Command, CommandResult, KeelError, KeyspaceId, RequestId, DB_KEY_PREFIX,
 };
+use keel_wire::command::TransferForm;
 use keel_wire::reply::error_frame;
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -60,29 +61,34 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
         ClientCommand::Del { keys } => ClientCommand::Del { keys: many(keys)? },
         ClientCommand::Modify { key, op } => ClientCommand::Modify { key: map(key)?, op },
         ClientCommand::ReadString { key, op } => ClientCommand::ReadString { key: map(key)?, op },
-        ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, to_db } => {
+        ClientCommand::Transfer { from, to, replace, remove_source, form, to_db } => {
             let to = match to_db {
                 None => map(to)?,
                 // Another database of the same keyspace: one log, so still one entry.
                 Some(index) => match select(conn, index) {
+                    Some((_, other)) if form == TransferForm::Move && other == db => {
+                        return Err(Frame::error("ERR source and destination objects are the same"))
+                    }
                     Some((ks, other)) if ks == conn.node.id => db_key(other, &to),
                     Some(_) => {
                         return Err(Frame::error(
-                            "ERR COPY between keyspaces is not supported: they are separate logs",
+                            "ERR COPY and MOVE between keyspaces are not supported: they are separate logs",
                         ))
                     }
                     None => return Err(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
                 },
             };
             let from = map(from)?;
-            ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, to_db: None }
+            ClientCommand::Transfer { from, to, replace, remove_source, form, to_db: None }
         }
-        ClientCommand::MSet { pairs } => ClientCommand::MSet {
+        ClientCommand::MSet { pairs, only_new } => ClientCommand::MSet {
             pairs: pairs
                 .into_iter()
                 .map(|(k, v)| Ok((map(k)?, v)))
                 .collect::<Result<_, Frame>>()?,
+            only_new,
         },
+        ClientCommand::Lcs { a, b, form } => ClientCommand::Lcs { a: map(a)?, b: map(b)?, form },
         ClientCommand::Exists { keys } => ClientCommand::Exists { keys: many(keys)? },
         ClientCommand::MGet { keys, level } => ClientCommand::MGet { keys: many(keys)?, level },
         ClientCommand::Incr { key, delta, fetch } => {
@@ -144,6 +150,10 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         ClientCommand::Keys { pattern } => {
             let limit = conn.limits.scan_items_max;
             let reply = keys_of(&conn.node, db, turn.after, Some(pattern), limit);
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::RandomKey => {
+            let reply = random_key(conn.node.clone(), db, turn.after);
             Pending::later(Box::pin(reply), protocol)
         }
         other => unreachable!("{} is not a database command", other.name()),
@@ -246,6 +256,44 @@ fn scan_page(conn: &Conn, command: ClientCommand, after: keel_types::LogIndex) -
         Frame::Array(vec![Frame::Bulk(next.to_string().into()), Frame::Array(keys)])
     };
     Pending::later(Box::pin(reply), conn.protocol)
+}
+
+/// `RANDOMKEY`: the first key of database `db` at or after a random point of its range,
+/// else its first key; null when it has none. Not uniform over the keys (the gaps between
+/// keys weigh them), as Redis's is not over its hash table's buckets.
+async fn random_key(
+    node: crate::driver::KeyspaceHandle,
+    db: u8,
+    after: keel_types::LogIndex,
+) -> Frame {
+    use std::hash::{BuildHasher, Hasher};
+    let (range_start, end) = match db {
+        0 => (bytes::Bytes::new(), None),
+        db => {
+            let (start, end) = keel_types::db_range(db);
+            (start, Some(end))
+        }
+    };
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(crate::driver::wall_ms());
+    let mut point = range_start.to_vec();
+    point.extend_from_slice(&hasher.finish().to_be_bytes()[..3]);
+    for start in [bytes::Bytes::from(point), range_start] {
+        let scan = Command::Scan { start, end: end.clone(), limit: 1 };
+        let submit = super::plain_submit(ClientId(1), RequestId(1), scan, None, after);
+        match node.send(submit).answer().await.and_then(|r| r.result) {
+            Ok(CommandResult::Items { items }) => {
+                let found = items.first().and_then(|(key, _, _)| keel_types::db_of(key));
+                if let Some((in_db, name)) = found.filter(|(in_db, _)| *in_db == db) {
+                    debug_assert_eq!(in_db, db);
+                    return Frame::Bulk(bytes::Bytes::copy_from_slice(name));
+                }
+            }
+            Ok(_) => return mismatched("randomkey"),
+            Err(e) => return error_frame(&e),
+        }
+    }
+    Frame::Null
 }
 
 fn flush_reply(reply: Result<ClientReply, KeelError>) -> Frame {

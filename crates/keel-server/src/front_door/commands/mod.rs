@@ -4,8 +4,10 @@
 //! - [`acl`]: `AUTH`, `HELLO ... AUTH`, `ACL WHOAMI`, and the permission check;
 //! - [`strings`]: `GET`, `MGET`, `SET`, `INCR` and its kin, `KEEL.FAA`, `KEEL.CAS`;
 //! - [`keys`]: `DEL`, `EXISTS`, `KEEL.SCAN`;
+//! - [`lcs`]: `LCS`, the longest common subsequence;
 //! - [`queues`]: `KEEL.ENQUEUE`, `KEEL.DEQUEUE`, `KEEL.QPEEK`;
 //! - [`transactions`]: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`;
+//! - [`settings`]: `CONFIG GET`, `CONFIG SET`, `CONFIG RESETSTAT`;
 //! - [`sessions`]: `KEEL.REQ` and `KEEL.SESSION`, deduplication under client-chosen pairs;
 //! - [`correctables`]: `KEEL.INVOKE`, an operation as a Correctable, its views;
 //! - [`server`]: connection and introspection commands (`PING`, `HELLO`, `CLIENT`,
@@ -17,9 +19,11 @@ pub(crate) mod acl;
 pub(crate) mod correctables;
 pub(crate) mod databases;
 pub(crate) mod keys;
+pub(crate) mod lcs;
 pub(crate) mod queues;
 pub(crate) mod server;
 pub(crate) mod sessions;
+pub(crate) mod settings;
 pub(crate) mod strings;
 pub(crate) mod transactions;
 

@@ -96,8 +96,13 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
         }
         ClientCommand::Keyspaces => ready(keyspaces_frame(&conn.keyspaces)),
         ClientCommand::Info { sections } => {
-            let node = conn.node.clone();
-            Pending::later(Box::pin(async move { info_frame(&node, &sections).await }), protocol)
+            let (node, keyspaces) = (conn.node.clone(), conn.keyspaces.clone());
+            let after = conn.resolved.floor(node.id);
+            let reply = async move {
+                let keyspace = keyspace_section(&node, after, &sections).await;
+                info_frame(&node, &keyspaces, keyspace, &sections).await
+            };
+            Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Client(sub) => ready(client_frame(conn, sub)),
         ClientCommand::Command(query) => ready(match query {
@@ -108,7 +113,10 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
                 Frame::Array(names.iter().map(|_| Frame::NullArray).collect())
             }
         }),
-        ClientCommand::ConfigGet { .. } => ready(Frame::Map(Vec::new())),
+        ClientCommand::ConfigGet { parameters } => ready(super::settings::get(conn, &parameters)),
+        ClientCommand::ConfigSet { pairs } => ready(super::settings::set(conn, pairs)),
+        ClientCommand::ConfigResetStat => ready(super::settings::reset_stat(conn)),
+        ClientCommand::Time => ready(time_frame()),
         ClientCommand::Select { index } => match super::databases::select(conn, index) {
             Some((ks, _)) if conn.user.as_ref().is_some_and(|u| !u.may_use(ks)) => {
                 let text = format!("NOPERM this user has no permissions to use keyspace {}", ks.0);
@@ -125,6 +133,16 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
         ClientCommand::Quit => ready(Frame::ok()).closing(),
         data => unreachable!("data command {} reached admin", data.name()),
     }
+}
+
+/// `TIME`: the node's clock as `[unix seconds, microseconds]`.
+pub(crate) fn time_frame() -> Frame {
+    let since_epoch =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Frame::Array(vec![
+        Frame::bulk(since_epoch.as_secs().to_string()),
+        Frame::bulk(since_epoch.subsec_micros().to_string()),
+    ])
 }
 
 /// `HELLO [protocol] [SETNAME name]`: switches the protocol, for its own reply too. With
@@ -266,7 +284,43 @@ fn process_sections(node: &KeyspaceHandle) -> (String, String, String) {
     (memory, cpu, commandstats)
 }
 
-async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
+/// Redis's `Keyspace` section: `dbN:keys=K` for each database of the connection's
+/// keyspace holding keys (Keel counts no expiring keys per database, so the line has no
+/// `expires` or `avg_ttl`). Counted by the engine only when the section is asked for
+/// (it is in the default sections, as Redis's): one count per database.
+async fn keyspace_section(
+    node: &KeyspaceHandle,
+    after: LogIndex,
+    asked: &[String],
+) -> Option<String> {
+    let any = |word: &str| asked.iter().any(|a| a == word);
+    let wanted =
+        asked.is_empty() || ["default", "all", "everything", "keyspace"].iter().any(|w| any(w));
+    if !wanted || node.kind != keel_core::engine::EngineKind::Orca {
+        return None;
+    }
+    let mut lines = String::new();
+    for db in 0..super::databases::DATABASES as u8 {
+        let count = keel_types::Command::Count { db };
+        let (client, request) = (keel_types::ClientId(1), keel_types::RequestId(1));
+        let submit = super::plain_submit(client, request, count, None, after);
+        match node.send(submit).answer().await.and_then(|r| r.result) {
+            Ok(keel_types::CommandResult::Count { keys }) if keys > 0 => {
+                lines.push_str(&format!("db{db}:keys={keys}\r\n"));
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(lines)
+}
+
+async fn info_frame(
+    node: &KeyspaceHandle,
+    keyspaces: &Keyspaces,
+    keyspace: Option<String>,
+    asked: &[String],
+) -> Frame {
     match node.report(QUERY_WAIT).await {
         Ok(report) => {
             let s = &report.status;
@@ -292,13 +346,33 @@ async fn info_frame(node: &KeyspaceHandle, asked: &[String]) -> Frame {
             let replication =
                 format!("{replication}master_repl_offset:{}\r\n", field("applied_index"));
             let (memory, cpu, commandstats) = process_sections(node);
-            let sections = [
+            let node_metrics = &keyspaces.node_metrics;
+            let load =
+                |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+            let clients = format!(
+                "connected_clients:{}\r\nblocked_clients:0\r\n",
+                load(&node_metrics.connections_active)
+            );
+            let calls = node.metrics.calls_by_op();
+            let processed: u64 = calls.iter().map(|(_, ok, failed)| ok + failed).sum();
+            let failed: u64 = calls.iter().map(|(_, _, failed)| failed).sum();
+            let expired = s.pointer("/counters/keys_expired").and_then(|v| v.as_u64()).unwrap_or(0);
+            let stats = format!(
+                "total_commands_processed:{processed}\r\nrejected_calls:{}\r\nfailed_calls:{failed}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\n",
+                load(&node.metrics.busy_refusals),
+            );
+            let mut sections = vec![
                 ("Server", server, true),
+                ("Clients", clients, true),
                 ("Memory", memory, true),
+                ("Stats", stats, true),
                 ("Replication", replication, true),
                 ("CPU", cpu, true),
                 ("Commandstats", commandstats, false),
             ];
+            if let Some(keyspace) = keyspace {
+                sections.push(("Keyspace", keyspace, true));
+            }
             Frame::bulk(info_text(asked, &sections))
         }
         Err(e) => error_frame(&e),

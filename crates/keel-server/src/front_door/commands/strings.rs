@@ -13,9 +13,9 @@ use crate::front_door::dispatch::Turn;
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
 use keel_types::{
-    ClientId, Command, CommandResult, KeelError, LogIndex, ReadLevel, RequestId, Value,
+    ClientId, Command, CommandResult, KeelError, Key, LogIndex, ReadLevel, RequestId, Value,
 };
-use keel_wire::command::SetOptions;
+use keel_wire::command::{SetOptions, TransferForm};
 use keel_wire::reply::{error_frame, value_frame, with_version_frame};
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -53,11 +53,15 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let sent = conn.node.send(turn.submit(Command::Modify { key, op, now_ms: 0 }));
             noted(conn, sent, move |answer| modify_reply(answer, kind))
         }
-        ClientCommand::Transfer { from, to, replace, remove_source, ok_reply, .. } => {
+        ClientCommand::Transfer { from, to, replace, remove_source, form, .. } => {
             let command = Command::Transfer { from, to, replace, remove_source };
             let sent = conn.node.send(turn.submit(command));
-            let kind = if ok_reply { ModifyReply::Ok } else { ModifyReply::Number };
-            noted(conn, sent, move |answer| modify_reply(answer, kind))
+            noted(conn, sent, move |answer| transfer_reply(answer, form))
+        }
+        ClientCommand::Lcs { a, b, form } => {
+            let ops = vec![Command::Get { key: a }, Command::Get { key: b }];
+            let sent = conn.node.send(turn.submit(Command::Multi { ops, watch: Vec::new() }));
+            Pending::later(Box::pin(super::lcs::reply(sent, form)), protocol)
         }
         ClientCommand::ReadString { key, op } => {
             let sent = conn.node.send(turn.submit(Command::Get { key }));
@@ -70,7 +74,18 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             };
             Pending::later(Box::pin(reply), protocol)
         }
-        ClientCommand::MSet { pairs } => {
+        ClientCommand::MSet { pairs, only_new: true } => {
+            let attempts: Vec<_> = match turn.named {
+                // A pair the client named is one request: one attempt under it.
+                true => vec![turn.pair],
+                false => std::iter::once(turn.pair)
+                    .chain((1..MSETNX_ATTEMPTS).map(|_| conn.next_pair()))
+                    .collect(),
+            };
+            let reply = msetnx(conn.node.clone(), pairs, attempts, turn, conn.floor());
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::MSet { pairs, only_new: false } => {
             let ops = pairs.into_iter().map(|(key, value)| Command::Put { key, value }).collect();
             let sent = conn.node.send(turn.submit(Command::Multi { ops, watch: Vec::new() }));
             Pending::write(sent, (mset_reply, false), protocol, conn.floor())
@@ -89,6 +104,78 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             Pending::write(sent, (result_reply, false), protocol, conn.floor())
         }
         other => unreachable!("{} is not a string command", other.name()),
+    }
+}
+
+/// Attempts of one `MSETNX` whose keys another write changed between its reads and its
+/// transaction, before it gives up.
+const MSETNX_ATTEMPTS: usize = 8;
+
+/// `MSETNX`: reads each key's version at `linearizable`; if one holds a value, `0`;
+/// otherwise the writes as one transaction watching those versions, `1` once applied.
+/// A transaction a concurrent write aborted starts over under the next pair, so the
+/// reply is linearized at the reads (`0`) or at the transaction (`1`), as Redis's.
+async fn msetnx(
+    node: KeyspaceHandle,
+    pairs: Vec<(Key, Value)>,
+    attempts: Vec<(ClientId, RequestId)>,
+    turn: Turn,
+    floor: crate::front_door::conn::Floor,
+) -> Frame {
+    let level = Some(ReadLevel::Linearizable);
+    let ops: Vec<Command> = pairs
+        .iter()
+        .map(|(key, value)| Command::Put { key: key.clone(), value: value.clone() })
+        .collect();
+    for (client, request) in attempts {
+        let mut watch = Vec::with_capacity(pairs.len());
+        let reads: Vec<_> = pairs
+            .iter()
+            .map(|(key, _)| {
+                let (read_client, read_request) = (ClientId(1), RequestId(1));
+                let submit = get_submit(read_client, read_request, key.clone(), level, turn.after);
+                (key.clone(), node.send(submit))
+            })
+            .collect();
+        for (key, read) in reads {
+            match read.answer().await.and_then(|r| r.result) {
+                Ok(CommandResult::Value { value: Some(_), .. }) => return Frame::Integer(0),
+                Ok(CommandResult::Value { value: None, version }) => watch.push((key, version)),
+                Ok(_) => return mismatched("get"),
+                Err(e) => return error_frame(&e),
+            }
+        }
+        let command = Command::Multi { ops: ops.clone(), watch };
+        let submit = Submit { client, request, ..turn.submit(command) };
+        let answer = node.send(submit).answer().await;
+        floor.note(&answer);
+        match answer.and_then(|r| r.result) {
+            Ok(CommandResult::Multi { results: Some(_) }) => return Frame::Integer(1),
+            Ok(CommandResult::Multi { results: None }) => continue,
+            Ok(_) => return mismatched("msetnx"),
+            Err(e) => return error_frame(&e),
+        }
+    }
+    Frame::error("TRYAGAIN MSETNX: other writes kept changing its keys; retry it")
+}
+
+/// `RENAME`: `+OK`; `RENAMENX`, `COPY`, `MOVE`: `1` or `0`, and `MOVE` of an absent key
+/// `0` (a rename's "no such key" error).
+fn transfer_reply(reply: Result<ClientReply, KeelError>, form: TransferForm) -> Frame {
+    transfer_frame(reply.and_then(|r| r.result), form)
+}
+
+/// [`transfer_reply`] from the result alone.
+pub(crate) fn transfer_frame(
+    result: Result<CommandResult, KeelError>,
+    form: TransferForm,
+) -> Frame {
+    match (result, form) {
+        (Err(KeelError::InvalidArgument(why)), TransferForm::Move) if why == "no such key" => {
+            Frame::Integer(0)
+        }
+        (result, TransferForm::Rename) => modify_frame(result, ModifyReply::Ok),
+        (result, _) => modify_frame(result, ModifyReply::Number),
     }
 }
 
@@ -212,8 +299,8 @@ fn set_options_reply(reply: Result<ClientReply, KeelError>, options: SetOptions)
 
 /// How an in-place change or a transfer answers.
 #[derive(Clone, Copy, Debug)]
-enum ModifyReply {
-    /// `APPEND`, `SETRANGE`, `SETBIT`, `RENAMENX`, `COPY`: the number.
+pub(crate) enum ModifyReply {
+    /// `APPEND`, `SETRANGE`, `SETBIT`, `RENAMENX`, `COPY`, `MOVE`: the number.
     Number,
     /// `INCRBYFLOAT`, `GETDEL`, `GETEX`: the value, or null.
     Value,
@@ -222,7 +309,7 @@ enum ModifyReply {
 }
 
 impl ModifyReply {
-    fn of(op: &keel_types::Modify) -> ModifyReply {
+    pub(crate) fn of(op: &keel_types::Modify) -> ModifyReply {
         use keel_types::Modify;
         match op {
             Modify::IncrByFloat(_) | Modify::GetDel | Modify::GetEx(_) => ModifyReply::Value,
@@ -234,7 +321,12 @@ impl ModifyReply {
 }
 
 fn modify_reply(reply: Result<ClientReply, KeelError>, kind: ModifyReply) -> Frame {
-    match (reply.and_then(|r| r.result), kind) {
+    modify_frame(reply.and_then(|r| r.result), kind)
+}
+
+/// [`modify_reply`] from the result alone.
+pub(crate) fn modify_frame(result: Result<CommandResult, KeelError>, kind: ModifyReply) -> Frame {
+    match (result, kind) {
         (Ok(CommandResult::Modified { number, .. }), ModifyReply::Number) => Frame::Integer(number),
         (Ok(CommandResult::Modified { value, .. }), ModifyReply::Value) => {
             value_frame(value.as_ref())

@@ -10,7 +10,7 @@
 use super::acl::permitted;
 use super::mismatched;
 use super::sessions::req_pair;
-use super::strings::get_submit;
+use super::strings::{get_submit, modify_frame, transfer_frame, ModifyReply};
 use crate::acl::{category, Category};
 use crate::driver::{Sent, Submit};
 use crate::front_door::conn::{Conn, Floor, Kind, Pending};
@@ -20,6 +20,7 @@ use keel_types::{
     ClientId, Command, CommandResult, Durability, KeelError, Key, KeyspaceId, ReadLevel, RequestId,
     Version,
 };
+use keel_wire::command::{LcsForm, StringRead, TransferForm};
 use keel_wire::reply::{error_frame, value_frame};
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
@@ -29,8 +30,21 @@ use keel_wire::ClientCommand;
 #[derive(Debug, Default)]
 pub(crate) struct Transaction {
     commands: Vec<ClientCommand>,
+    /// The queued commands' words, in bytes: at most one log entry's worth
+    /// ([`queued_bytes_max`]), so a queue cannot hold more than `EXEC` could send.
+    bytes: u64,
     refused: bool,
 }
+
+/// Most bytes of words one transaction may queue: what one entry may carry (the largest
+/// value) and room for the commands' names and options.
+fn queued_bytes_max(conn: &Conn) -> u64 {
+    u64::from(conn.limits.value_bytes_max) + 64 * 1024
+}
+
+/// Commands Redis never queues (`ERR Command not allowed inside a transaction`).
+const NOT_IN_TRANSACTIONS: &[&str] =
+    &["save", "shutdown", "monitor", "sync", "psync", "replconf", "failover", "reset"];
 
 /// The keys `WATCH` read and the versions it found; `failed` when a read failed (then
 /// `EXEC` aborts, since nothing says the keys are unchanged).
@@ -106,10 +120,17 @@ async fn inside(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     if is("watch") {
         return ready(Frame::error("ERR WATCH inside MULTI is not allowed"));
     }
-    let queued = queueable(conn, words);
+    let bytes: u64 = words.iter().map(|w| w.len() as u64).sum();
+    let max = queued_bytes_max(conn);
+    let fits = conn.transaction.as_ref().is_some_and(|tx| tx.bytes + bytes <= max);
+    let queued = match fits {
+        true => queueable(conn, words),
+        false => Err(Frame::error(&format!("ERR a transaction holds at most {max} bytes"))),
+    };
     let tx = conn.transaction.as_mut().expect("inside MULTI");
     match queued {
         Ok(command) => {
+            tx.bytes += bytes;
             tx.commands.push(command);
             ready(Frame::Simple(b"QUEUED".to_vec()))
         }
@@ -125,6 +146,9 @@ async fn inside(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
 fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
     let first = words.first().map_or(&[][..], |w| &w[..]);
     let name = String::from_utf8_lossy(first).to_ascii_uppercase();
+    if NOT_IN_TRANSACTIONS.iter().any(|n| first.eq_ignore_ascii_case(n.as_bytes())) {
+        return Err(Frame::error("ERR Command not allowed inside a transaction"));
+    }
     let command = keel_wire::command::parse(words, &conn.limits).map_err(|e| e.reply_frame())?;
     let command = super::databases::in_database(command, conn)?;
     let allowed = matches!(
@@ -133,13 +157,21 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
             | ClientCommand::MGet { .. }
             | ClientCommand::Exists { .. }
             | ClientCommand::Set { .. }
+            | ClientCommand::MSet { only_new: false, .. }
             | ClientCommand::Del { .. }
             | ClientCommand::Incr { fetch: false, .. }
             | ClientCommand::Cas { .. }
             | ClientCommand::Expire { .. }
+            | ClientCommand::Modify { .. }
+            | ClientCommand::Transfer { .. }
+            | ClientCommand::ReadString { .. }
+            | ClientCommand::Lcs { .. }
             | ClientCommand::Ping { .. }
             | ClientCommand::Echo { .. }
             | ClientCommand::Unwatch
+            | ClientCommand::Time
+            | ClientCommand::ConfigGet { .. }
+            | ClientCommand::ConfigSet { .. }
     ) && command.mode() == OpMode::Plain;
     if !allowed {
         let text = format!(
@@ -227,6 +259,20 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
 enum Shape {
     /// `PING`, `ECHO`, `UNWATCH`: a reply of their own, with no operation.
     Reply(Frame),
+    /// `TIME`, `CONFIG GET`, `CONFIG SET`: answered by the node at `EXEC` (never when
+    /// queued: a `DISCARD` must leave no setting changed), with no operation.
+    Deferred(ClientCommand),
+    /// `APPEND`, `SETRANGE`, `SETBIT`, `INCRBYFLOAT`, `GETDEL`, `GETEX`.
+    Modify(ModifyReply),
+    /// `RENAME`, `RENAMENX`, `COPY`, `MOVE`.
+    Transfer(TransferForm),
+    /// `STRLEN`, `GETRANGE`, `GETBIT`, `BITCOUNT`, `BITPOS`, `TYPE`, `OBJECT`: computed
+    /// from a get.
+    ReadString(StringRead),
+    /// `LCS`: computed from two gets.
+    Lcs(LcsForm),
+    /// `MSET` of `n` keys: `OK`.
+    MSet(usize),
     /// `SET` with Redis's options: `OK` or null, the value before (`GET`), `1`/`0`
     /// (`SETNX`).
     SetWith(keel_wire::command::SetOptions),
@@ -275,6 +321,31 @@ impl Shape {
                 (Shape::Reply(Frame::Bulk(message)), None)
             }
             ClientCommand::Unwatch => (Shape::Reply(Frame::ok()), None),
+            command @ (ClientCommand::Time
+            | ClientCommand::ConfigGet { .. }
+            | ClientCommand::ConfigSet { .. }) => (Shape::Deferred(command), None),
+            ClientCommand::Modify { key, op } => {
+                let kind = ModifyReply::of(&op);
+                ops.push(Command::Modify { key, op, now_ms: 0 });
+                (Shape::Modify(kind), None)
+            }
+            ClientCommand::Transfer { from, to, replace, remove_source, form, .. } => {
+                ops.push(Command::Transfer { from, to, replace, remove_source });
+                (Shape::Transfer(form), None)
+            }
+            ClientCommand::ReadString { key, op } => {
+                ops.push(Command::Get { key });
+                (Shape::ReadString(op), None)
+            }
+            ClientCommand::Lcs { a, b, form } => {
+                ops.extend([Command::Get { key: a }, Command::Get { key: b }]);
+                (Shape::Lcs(form), None)
+            }
+            ClientCommand::MSet { pairs, .. } => {
+                let n = pairs.len();
+                ops.extend(pairs.into_iter().map(|(key, value)| Command::Put { key, value }));
+                (Shape::MSet(n), None)
+            }
             ClientCommand::Incr { key, delta, .. } => {
                 ops.push(Command::Incr { key, delta });
                 (Shape::Counter, None)
@@ -309,8 +380,9 @@ impl Shape {
     fn ops(&self) -> usize {
         match self {
             Shape::Del(n) => 2 * n,
-            Shape::Exists(n) | Shape::MGet(n) => *n,
-            Shape::Reply(_) => 0,
+            Shape::Exists(n) | Shape::MGet(n) | Shape::MSet(n) => *n,
+            Shape::Lcs(_) => 2,
+            Shape::Reply(_) | Shape::Deferred(_) => 0,
             _ => 1,
         }
     }
@@ -323,6 +395,15 @@ impl Shape {
         };
         match self {
             Shape::Reply(frame) => frame,
+            Shape::Deferred(command) => unreachable!("answered at EXEC: {}", command.name()),
+            Shape::Modify(kind) => modify_frame(Ok(results[0].clone()), kind),
+            Shape::Transfer(form) => transfer_frame(Ok(results[0].clone()), form),
+            Shape::ReadString(op) => op.answer(value(&results[0]).as_deref()),
+            Shape::Lcs(form) => {
+                let (a, b) = (value(&results[0]), value(&results[1]));
+                super::lcs::lcs_frame(&a.unwrap_or_default(), &b.unwrap_or_default(), form)
+            }
+            Shape::MSet(_) => Frame::ok(),
             Shape::SetWith(options) => match &results[0] {
                 CommandResult::Cas { swapped, current, .. } => match options {
                     o if o.integer_reply => Frame::Integer(i64::from(*swapped)),
@@ -395,8 +476,17 @@ async fn exec(
         return Pending::ready(answer, protocol);
     }
     let (ops, shapes, durability) = exec_ops(queued.commands);
-    if ops.is_empty() {
-        // Only replies of their own (`PING`, `ECHO`, `UNWATCH`): nothing for the engine.
+    let shapes: Vec<Shape> = shapes
+        .into_iter()
+        .map(|shape| match shape {
+            Shape::Deferred(command) => Shape::Reply(deferred_frame(conn, command)),
+            other => other,
+        })
+        .collect();
+    if ops.is_empty() && watched.keys.is_empty() {
+        // Only replies of their own (`PING`, `ECHO`, `CONFIG`, ...) and nothing watched:
+        // nothing for the engine. With keys watched, the engine checks them (and writes
+        // nothing).
         let frames = shapes.into_iter().map(|shape| shape.frame(&[])).collect();
         return Pending::ready(Frame::Array(frames), protocol);
     }
@@ -411,6 +501,16 @@ async fn exec(
     let submit = Submit { client, request, command, durability, level: None, after, mode, named };
     let sent = conn.node.send(submit);
     Pending::later(Box::pin(exec_reply(sent, conn.floor(), shapes)), protocol)
+}
+
+/// A node command queued in the transaction, answered now (at `EXEC`).
+fn deferred_frame(conn: &Conn, command: ClientCommand) -> Frame {
+    match command {
+        ClientCommand::Time => super::server::time_frame(),
+        ClientCommand::ConfigGet { parameters } => super::settings::get(conn, &parameters),
+        ClientCommand::ConfigSet { pairs } => super::settings::set(conn, pairs),
+        other => unreachable!("{} is not deferred", other.name()),
+    }
 }
 
 /// The queued commands' operations, in order, how each command's reply is made from
