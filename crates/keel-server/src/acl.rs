@@ -59,7 +59,12 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         ClientCommand::Flush { .. }
         | ClientCommand::FunctionFlush
         | ClientCommand::ConfigSet { .. }
-        | ClientCommand::ConfigResetStat => Some(Category::Admin),
+        | ClientCommand::ConfigResetStat
+        | ClientCommand::DebugSleep(_)
+        | ClientCommand::Client(
+            keel_wire::command::ClientSubcommand::List { .. }
+            | keel_wire::command::ClientSubcommand::Kill { .. },
+        ) => Some(Category::Admin),
         ClientCommand::Set { .. }
         | ClientCommand::MSet { .. }
         | ClientCommand::Modify { .. }

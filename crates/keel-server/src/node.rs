@@ -341,6 +341,7 @@ fn front_door(
             .min(Semaphore::MAX_PERMITS),
         )),
         id_seed: std::sync::Mutex::new(Jitter::new(fresh_seed().rotate_left(17))),
+        clients: Arc::new(crate::front_door::Clients::default()),
     }))
 }
 

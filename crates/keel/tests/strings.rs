@@ -158,6 +158,37 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(lines(&mut c, 4)[3], "16777216");
     assert_eq!(c.call(&["CONFIG", "RESETSTAT"]), "+OK");
 
+    // COMMAND from Keel's table; CLIENT LIST, INFO and KILL; DEBUG SLEEP.
+    let count: i64 = c.call(&["COMMAND", "COUNT"])[1..].parse().unwrap();
+    assert!(count > 50, "{count}");
+    assert_eq!(c.call(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]), "*2");
+    assert_eq!(lines(&mut c, 4).join(" "), "$1 a $1 b");
+    assert!(c.call(&["COMMAND", "GETKEYS", "PING"]).contains("no key arguments"));
+    assert_eq!(c.call(&["COMMAND", "INFO", "get", "nosuch"]), "*2");
+    assert_eq!(lines(&mut c, 5).join(" "), "*10 $3 get :2 *2");
+    let rest: Vec<String> = lines(&mut c, 12);
+    assert_eq!(rest.last().map(String::as_str), Some("*-1"), "{rest:?}");
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "tester"]), "+OK");
+    let mut other = Conn::open(cluster.client_addrs()[1]);
+    assert_eq!(other.call(&["CLIENT", "SETNAME", "victim"]), "+OK");
+    let other_id = other.call(&["CLIENT", "ID"])[1..].to_string();
+    let info = bulk(&mut c, &["CLIENT", "INFO"]).unwrap();
+    assert!(info.contains(" name=tester ") && info.contains(" db=0 "), "{info}");
+    assert!(c.call(&["CLIENT", "LIST"]).starts_with('$'));
+    let all = c.line(); // the lines end in LF, the bulk string in CRLF
+    assert!(all.contains("name=victim") && all.contains("name=tester"), "{all}");
+    assert_eq!(c.call(&["CLIENT", "KILL", "ID", &other_id]), ":1");
+    assert!(other.closed(), "the killed connection is closed");
+    let left = std::time::Duration::from_secs(5);
+    let gone = common::wait_until(left, || c.call(&["CLIENT", "KILL", "ID", &other_id]) == ":0");
+    assert!(gone, "it left the list");
+    assert_eq!(c.call(&["CLIENT", "KILL", "127.0.0.1:1"]), "-ERR No such client");
+    assert!(c.call(&["CLIENT", "TRACKING", "on"]).contains("not supported"));
+    assert_eq!(c.call(&["CLIENT", "NO-EVICT", "on"]), "+OK");
+    let slept = std::time::Instant::now();
+    assert_eq!(c.call(&["DEBUG", "SLEEP", "0.2"]), "+OK");
+    assert!(slept.elapsed() >= std::time::Duration::from_millis(200));
+
     // MULTI: a watch checked with nothing but PING queued; in-place changes queued.
     assert_eq!(c.call(&["WATCH", "x1"]), "+OK");
     assert_eq!(c.call(&["SET", "x1", "changed"]), "+OK");

@@ -234,6 +234,9 @@ pub struct Conn {
     pub(super) auth_failures: u32,
     /// The user this connection authenticated as.
     pub(super) user: Option<Arc<User>>,
+    /// The node's open connections and this one's entry among them (`None` in unit
+    /// tests of the commands).
+    pub(super) registered: Option<(Arc<super::Clients>, Arc<super::clients::Client>)>,
 }
 
 /// What may run concurrently within one connection's pipeline: requests of one kind
@@ -262,6 +265,7 @@ impl Conn {
             from: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             auth_failures: 0,
             user: None,
+            registered: None,
             protocol: Protocol::Resp2,
             client: ClientId(client_id.max(1)),
             seq_next: 1,
@@ -282,6 +286,11 @@ impl Conn {
     /// Sets the address the connection comes from.
     pub fn set_from(&mut self, from: IpAddr) {
         self.from = from;
+    }
+
+    /// This connection's entry among the node's open connections, if registered.
+    pub(super) fn entry(&self) -> Option<&super::clients::Client> {
+        self.registered.as_ref().map(|(_, entry)| &**entry)
     }
 
     /// Whether the connection has authenticated (always false on a node without users).

@@ -21,6 +21,9 @@ use keel_wire::ClientCommand;
 /// Turns one decoded request into its reply; a request for an engine is sent to it before
 /// this returns (after the earlier requests it must follow are answered).
 pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
+    if let Some(entry) = conn.entry() {
+        entry.touch();
+    }
     let words = match request_words(frame) {
         Ok(words) => words,
         Err(text) => return Pending::ready(Frame::error(&text), conn.protocol),

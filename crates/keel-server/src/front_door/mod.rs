@@ -7,6 +7,7 @@
 //!   as a frame in and a [`Pending`] reply out.
 //! - `conn`: one connection's state ([`Conn`]), how its requests are ordered among
 //!   themselves, and its queue of replies ([`Pending`], [`Resolved`]).
+//! - `clients`: the node's open connections, for `CLIENT LIST`, `INFO` and `KILL`.
 //! - `dispatch`: [`handle`], one request to its family; `AUTH` first, the engine's
 //!   terms, the transaction being queued, then the command.
 //! - what the front door asks of a keyspace's engine kind (whether a request has a
@@ -25,6 +26,7 @@
 //! their reply shapes and engine mapping (`GET` and `MGET`, `DEL` and `EXISTS`), and a
 //! file per command would repeat them.
 
+mod clients;
 mod commands;
 mod conn;
 mod connection;
@@ -32,6 +34,7 @@ mod dispatch;
 #[cfg(test)]
 mod tests;
 
+pub use clients::Clients;
 pub use commands::correctables::{View, INVOKE_ENDED};
 pub use commands::server::{QUERY_WAIT, SERVER_NAME};
 pub use conn::{Conn, Pending, ReplyFuture, Resolved};

@@ -18,6 +18,7 @@
 //!   argument starting with `++` stands for itself less its first `+`.
 
 mod parse;
+pub mod table;
 
 pub use parse::{parse, parse_frame};
 
@@ -157,6 +158,8 @@ pub enum ClientCommand {
     RandomKey,
     /// `TIME`: the serving node's clock, `[seconds, microseconds]`.
     Time,
+    /// `DEBUG SLEEP seconds`: the connection answers `+OK` after that long.
+    DebugSleep(std::time::Duration),
     /// `DEL key [key ...]`: the number of keys that existed.
     Del {
         /// The keys removed, at least one.
@@ -536,8 +539,39 @@ pub enum ClientSubcommand {
         /// Its value.
         value: Bytes,
     },
+    /// `CLIENT LIST [TYPE normal] [ID id ...]` (empty `ids`: every connection).
+    List {
+        /// Only these connections.
+        ids: Vec<u64>,
+    },
+    /// `CLIENT INFO`: this connection's line of `CLIENT LIST`.
+    Info,
+    /// `CLIENT KILL`: closes the connections the filter picks.
+    Kill {
+        /// Which connections.
+        filter: KillFilter,
+        /// `CLIENT KILL ip:port`: `+OK` or an error, not a count.
+        old_form: bool,
+    },
+    /// `CLIENT NO-EVICT on|off`: Keel evicts no client, so either is `+OK`.
+    NoEvict,
     /// Any other subcommand, lowercased; refused with Redis's unknown-subcommand error.
     Other(String),
+}
+
+/// Which connections a `CLIENT KILL` closes: those matching every filter given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KillFilter {
+    /// `ID`.
+    pub id: Option<u64>,
+    /// `ADDR ip:port` (or the old form's argument).
+    pub addr: Option<String>,
+    /// `USER name`.
+    pub user: Option<String>,
+    /// `SKIPME yes` (the default of the new form): never the connection asking.
+    pub skip_me: bool,
+    /// `TYPE` other than `normal` (Keel has no replica or pub/sub connections): none.
+    pub none: bool,
 }
 
 /// The `COMMAND` forms Keel answers.
@@ -551,6 +585,10 @@ pub enum CommandQuery {
     Docs(Vec<Bytes>),
     /// `COMMAND INFO [name ...]`.
     Info(Vec<Bytes>),
+    /// `COMMAND LIST`: the names.
+    List,
+    /// `COMMAND GETKEYS command [arg ...]`: the keys of that request.
+    GetKeys(Vec<Bytes>),
 }
 
 /// What a data command asks of the engine: one operation per key, and its options.
@@ -659,6 +697,7 @@ impl ClientCommand {
             ClientCommand::Lcs { .. } => "lcs",
             ClientCommand::RandomKey => "randomkey",
             ClientCommand::Time => "time",
+            ClientCommand::DebugSleep(_) => "debug",
             ClientCommand::Modify { .. } => "modify",
             ClientCommand::Transfer { .. } => "transfer",
             ClientCommand::ReadString { .. } => "strread",

@@ -69,6 +69,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "move" => move_key(rest, count, limits),
         "randomkey" => exactly("randomkey", count, 0).map(|()| ClientCommand::RandomKey),
         "time" => exactly("time", count, 0).map(|()| ClientCommand::Time),
+        "debug" => debug(rest, count),
         "swapdb" => exactly("swapdb", count, 2).and_then(|()| {
             Err(CommandError::Unsupported(
                 "SWAPDB is not supported: a database is a namespace of keys, and swapping two \
@@ -708,6 +709,23 @@ fn bitpos(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComma
     Ok(ClientCommand::ReadString { key, op: super::StringRead::BitPos(bit, range) })
 }
 
+/// `DEBUG SLEEP seconds` (this connection waits; nothing else does), at most a minute.
+fn debug(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    at_least("debug", count, 1)?;
+    let sub = next(&mut words)?;
+    if !is(&sub, "sleep") {
+        let subcommand = String::from_utf8_lossy(&sub).into_owned();
+        return Err(CommandError::UnknownSubcommand { command: "DEBUG", subcommand });
+    }
+    exactly("debug|sleep", count, 2)?;
+    let seconds = std::str::from_utf8(&next(&mut words)?)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|s| (0.0..=60.0).contains(s))
+        .ok_or(CommandError::Unsupported("DEBUG SLEEP takes 0 to 60 seconds"))?;
+    Ok(ClientCommand::DebugSleep(std::time::Duration::from_secs_f64(seconds)))
+}
+
 /// The unit word of `BITCOUNT` and `BITPOS` ranges: `BIT` (true) or `BYTE`, the default.
 fn in_bits(word: Option<Bytes>) -> Result<bool, CommandError> {
     match word {
@@ -976,9 +994,74 @@ fn client(mut words: Words, count: usize) -> Result<ClientCommand, CommandError>
             let attribute = lowercase(&next(&mut words)?);
             ClientSubcommand::SetInfo { attribute, value: next(&mut words)? }
         }
+        "list" => {
+            // `CLIENT LIST [TYPE normal] [ID id ...]`: the filters Keel applies.
+            let mut ids = Vec::new();
+            while let Some(option) = words.next() {
+                if is(&option, "id") {
+                    for id in words.by_ref() {
+                        ids.push(
+                            u64::try_from(integer(&id)?).map_err(|_| CommandError::NotAnInteger)?,
+                        );
+                    }
+                } else if is(&option, "type") {
+                    if !is(&next(&mut words)?, "normal") {
+                        return Err(CommandError::Syntax);
+                    }
+                } else {
+                    return Err(CommandError::Syntax);
+                }
+            }
+            ClientSubcommand::List { ids }
+        }
+        "info" => {
+            exactly("client|info", count, 1)?;
+            ClientSubcommand::Info
+        }
+        "kill" => client_kill(words, count)?,
+        "no-evict" => {
+            exactly("client|no-evict", count, 2)?;
+            match lowercase(&next(&mut words)?).as_str() {
+                "on" | "off" => ClientSubcommand::NoEvict,
+                _ => return Err(CommandError::Syntax),
+            }
+        }
         _ => ClientSubcommand::Other(subcommand),
     };
     Ok(ClientCommand::Client(parsed))
+}
+
+/// `CLIENT KILL ip:port` (the old form), or `CLIENT KILL [ID id] [ADDR ip:port]
+/// [USER name] [SKIPME yes|no]`.
+fn client_kill(mut words: Words, count: usize) -> Result<ClientSubcommand, CommandError> {
+    at_least("client|kill", count, 2)?;
+    if count == 2 {
+        let addr = String::from_utf8_lossy(&next(&mut words)?).into_owned();
+        return Ok(ClientSubcommand::Kill {
+            filter: super::KillFilter { addr: Some(addr), ..Default::default() },
+            old_form: true,
+        });
+    }
+    if count % 2 == 0 {
+        return Err(CommandError::Syntax);
+    }
+    let mut filter = super::KillFilter { skip_me: true, ..Default::default() };
+    while let (Some(name), Some(value)) = (words.next(), words.next()) {
+        let text = || String::from_utf8_lossy(&value).into_owned();
+        match lowercase(&name).as_str() {
+            "id" => {
+                filter.id = Some(u64::try_from(integer(&value)?).map_err(|_| CommandError::Syntax)?)
+            }
+            "addr" => filter.addr = Some(text()),
+            "user" => filter.user = Some(text()),
+            "skipme" if is(&value, "yes") => filter.skip_me = true,
+            "skipme" if is(&value, "no") => filter.skip_me = false,
+            "type" if is(&value, "normal") => {}
+            "type" => filter.none = true,
+            _ => return Err(CommandError::Syntax),
+        }
+    }
+    Ok(ClientSubcommand::Kill { filter, old_form: false })
 }
 
 fn command(mut words: Words) -> Result<ClientCommand, CommandError> {
@@ -988,8 +1071,11 @@ fn command(mut words: Words) -> Result<ClientCommand, CommandError> {
     let query = match lowercase(&subcommand).as_str() {
         "count" if words.len() == 0 => CommandQuery::Count,
         "count" => return Err(arity("command|count")),
+        "list" => CommandQuery::List,
         "docs" => CommandQuery::Docs(words.collect()),
         "info" => CommandQuery::Info(words.collect()),
+        "getkeys" if words.len() == 0 => return Err(arity("command|getkeys")),
+        "getkeys" => CommandQuery::GetKeys(words.collect()),
         _ => {
             let subcommand = String::from_utf8_lossy(&subcommand).into_owned();
             return Err(CommandError::UnknownSubcommand { command: "COMMAND", subcommand });

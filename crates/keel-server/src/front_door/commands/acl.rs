@@ -42,6 +42,9 @@ pub(crate) async fn auth(conn: &mut Conn, words: &[Bytes]) -> Pending {
 async fn login(conn: &mut Conn, name: &[u8], password: &[u8]) -> Result<(), Pending> {
     let failure = match conn.login.authenticate(conn.from, name, password).await {
         Ok(user) => {
+            if let Some(entry) = conn.entry() {
+                entry.set_user(&user.name);
+            }
             conn.user = Some(user);
             return Ok(());
         }

@@ -105,14 +105,14 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Client(sub) => ready(client_frame(conn, sub)),
-        ClientCommand::Command(query) => ready(match query {
-            CommandQuery::All => Frame::Array(Vec::new()),
-            CommandQuery::Count => Frame::Integer(0),
-            CommandQuery::Docs(_) => Frame::Map(Vec::new()),
-            CommandQuery::Info(names) => {
-                Frame::Array(names.iter().map(|_| Frame::NullArray).collect())
-            }
-        }),
+        ClientCommand::Command(query) => ready(command_frame(query)),
+        ClientCommand::DebugSleep(how_long) => Pending::later(
+            Box::pin(async move {
+                tokio::time::sleep(how_long).await;
+                Frame::ok()
+            }),
+            protocol,
+        ),
         ClientCommand::ConfigGet { parameters } => ready(super::settings::get(conn, &parameters)),
         ClientCommand::ConfigSet { pairs } => ready(super::settings::set(conn, pairs)),
         ClientCommand::ConfigResetStat => ready(super::settings::reset_stat(conn)),
@@ -125,6 +125,9 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
             Some((ks, db)) => {
                 conn.node = conn.keyspaces.get(ks).expect("select found it").clone();
                 conn.db = db;
+                if let Some(entry) = conn.entry() {
+                    entry.set_db(index);
+                }
                 ready(Frame::ok())
             }
             None => ready(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
@@ -132,6 +135,58 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
         ClientCommand::FunctionFlush | ClientCommand::Unwatch => ready(Frame::ok()),
         ClientCommand::Quit => ready(Frame::ok()).closing(),
         data => unreachable!("data command {} reached admin", data.name()),
+    }
+}
+
+/// `COMMAND` and its subcommands, from `keel_wire::command::table`.
+fn command_frame(query: CommandQuery) -> Frame {
+    use keel_wire::command::table::{find, CommandSpec, COMMANDS};
+    let info = |spec: &CommandSpec| {
+        let words = |list: Vec<&str>| Frame::Array(list.into_iter().map(Frame::simple).collect());
+        let (first, last, step) = spec.keys;
+        Frame::Array(vec![
+            Frame::bulk(spec.name),
+            Frame::Integer(spec.arity),
+            words(spec.flags.to_vec()),
+            Frame::Integer(first),
+            Frame::Integer(last),
+            Frame::Integer(step),
+            words(spec.categories()),
+            Frame::Array(Vec::new()),
+            Frame::Array(Vec::new()),
+            Frame::Array(Vec::new()),
+        ])
+    };
+    match query {
+        CommandQuery::All => Frame::Array(COMMANDS.iter().map(info).collect()),
+        CommandQuery::Count => Frame::Integer(COMMANDS.len() as i64),
+        CommandQuery::List => Frame::Array(COMMANDS.iter().map(|c| Frame::bulk(c.name)).collect()),
+        CommandQuery::Info(names) if names.is_empty() => {
+            Frame::Array(COMMANDS.iter().map(info).collect())
+        }
+        CommandQuery::Info(names) => {
+            Frame::Array(names.iter().map(|n| find(n).map_or(Frame::NullArray, info)).collect())
+        }
+        CommandQuery::Docs(names) => {
+            let chosen: Vec<&CommandSpec> = match names.is_empty() {
+                true => COMMANDS.iter().collect(),
+                false => names.iter().filter_map(|n| find(n)).collect(),
+            };
+            let doc = |_: &CommandSpec| Frame::Map(Vec::new());
+            Frame::Map(chosen.into_iter().map(|c| (Frame::bulk(c.name), doc(c))).collect())
+        }
+        CommandQuery::GetKeys(words) => match find(&words[0]) {
+            None => Frame::error("ERR Invalid command specified"),
+            Some(spec) => match spec.keys_of(&words) {
+                Some(keys) if !keys.is_empty() => {
+                    Frame::Array(keys.into_iter().map(|k| Frame::Bulk(k.clone())).collect())
+                }
+                Some(_) | None if spec.keys.0 == 0 => {
+                    Frame::error("ERR The command has no key arguments")
+                }
+                _ => Frame::error("ERR Invalid number of arguments specified for command"),
+            },
+        },
     }
 }
 
@@ -170,6 +225,9 @@ fn hello(
         conn.protocol = asked;
     }
     if client_name.is_some() {
+        if let Some(entry) = conn.entry() {
+            entry.set_name(client_name.clone());
+        }
         conn.name = client_name;
     }
     Pending::ready(hello_frame(conn), conn.protocol)
@@ -194,9 +252,33 @@ const ERROR_NAME_CHARS_MAX: usize = 64;
 fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
     match sub {
         ClientSubcommand::SetName(name) => {
+            if let Some(entry) = conn.entry() {
+                entry.set_name(Some(name.clone()));
+            }
             conn.name = Some(name);
             Frame::ok()
         }
+        ClientSubcommand::List { ids } => {
+            let text = conn.registered.as_ref().map(|(c, _)| c.list(&ids)).unwrap_or_default();
+            Frame::Verbatim { format: *b"txt", text: text.into_bytes() }
+        }
+        ClientSubcommand::Info => {
+            let text = conn.entry().map(|e| e.line() + "\n").unwrap_or_default();
+            Frame::Verbatim { format: *b"txt", text: text.into_bytes() }
+        }
+        ClientSubcommand::Kill { filter, old_form } => {
+            let me = conn.client.0;
+            let killed = conn.registered.as_ref().map_or(0, |(clients, _)| clients.kill(&filter, me));
+            match (old_form, killed) {
+                (true, 0) => Frame::error("ERR No such client"),
+                (true, _) => Frame::ok(),
+                (false, n) => Frame::Integer(n as i64),
+            }
+        }
+        ClientSubcommand::NoEvict => Frame::ok(),
+        ClientSubcommand::Other(sub) if sub == "tracking" || sub == "caching" => Frame::error(
+            "ERR CLIENT TRACKING is not supported: Keel sends no invalidation messages (cache reads with LEVEL any instead)",
+        ),
         ClientSubcommand::GetName => conn.name.clone().map_or(Frame::Null, Frame::Bulk),
         ClientSubcommand::Id => Frame::Integer(conn.client.0 as i64),
         ClientSubcommand::SetInfo { .. } => Frame::ok(),

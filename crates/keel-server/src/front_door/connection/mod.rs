@@ -118,6 +118,8 @@ pub struct FrontDoor {
     pub pipelined: Arc<Semaphore>,
     /// Seeds client ids.
     pub id_seed: std::sync::Mutex<crate::peer::Jitter>,
+    /// The open connections (`CLIENT LIST`, `CLIENT KILL`).
+    pub clients: Arc<super::Clients>,
     /// The node's bulk runtime, which writes flushes longer than [`BULK_WRITE_MIN`]
     /// (`None`: every write on the connection's own task).
     pub bulk: Option<tokio::runtime::Handle>,
@@ -157,7 +159,7 @@ pub async fn serve(listener: TcpListener, door: Arc<FrontDoor>, tls: Option<TlsA
                 }
                 return;
             };
-            let arrival = Arrival { from: from.ip(), accepted, ticket };
+            let arrival = Arrival { from: from.ip(), peer: from, accepted, ticket };
             match tls {
                 None => {
                     let (reader, writer) = stream.into_split();
@@ -179,6 +181,8 @@ enum Ticket {
 /// An accepted connection: where from, when, and its slot.
 struct Arrival {
     from: std::net::IpAddr,
+    /// Its address and port (`CLIENT LIST`).
+    peer: std::net::SocketAddr,
     accepted: Instant,
     ticket: Ticket,
 }

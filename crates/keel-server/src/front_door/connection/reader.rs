@@ -94,6 +94,7 @@ async fn next_read<R: AsyncRead + Unpin>(
     wait: Option<std::time::Duration>,
     deadline: Option<Instant>,
     ticket: &Ticket,
+    killed: &tokio::sync::Notify,
 ) -> Woken {
     if deadline.is_some_and(|at| Instant::now() >= at) {
         return Woken::AuthDeadline; // even for a client that keeps sending
@@ -119,6 +120,7 @@ async fn next_read<R: AsyncRead + Unpin>(
         () = timeout => Woken::TimedOut,
         () = deadline => Woken::AuthDeadline,
         () = ticket.evicted() => Woken::Evicted,
+        () = killed.notified() => Woken::Closed,
     }
 }
 
@@ -133,6 +135,8 @@ pub(super) async fn connection<R, W>(
 {
     let (queue, write_task, resolved) = start_writer(writer, door);
     let mut conn = door.conn(resolved, arrival.from);
+    let registered = door.clients.register(conn.client.0, arrival.peer);
+    conn.registered = Some((door.clients.clone(), registered.entry.clone()));
     let full_limits = RespLimits::for_server(&door.limits);
     // Until it authenticates (on a node with users): small requests, a deadline, a place
     // in the registry of unauthenticated connections.
@@ -149,7 +153,9 @@ pub(super) async fn connection<R, W>(
         // nothing pending, `idle_timeout`; one not authenticated, its deadline.
         let wait =
             if buf.is_empty() { door.idle_timeout } else { Some(door.partial_request_timeout) };
-        let n = match next_read(&mut reader, &mut chunk, &queue, wait, deadline, &ticket).await {
+        let killed = &registered.entry.kill;
+        let woken = next_read(&mut reader, &mut chunk, &queue, wait, deadline, &ticket, killed);
+        let n = match woken.await {
             Woken::Read(n) => n,
             Woken::Closed | Woken::TimedOut => break,
             woken @ (Woken::AuthDeadline | Woken::Evicted) => {

@@ -1,0 +1,190 @@
+//! The commands Keel runs, as Redis's `COMMAND` describes them: arity, flags and where the
+//! keys are. Cluster-aware clients read it to find a request's keys (`COMMAND INFO`,
+//! `COMMAND GETKEYS`); `redis-cli` reads it for hints. A test keeps it and
+//! `docs/redis-compatibility.md` in step.
+
+/// One command: Redis's `COMMAND INFO` fields that clients use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// The name, lowercase.
+    pub name: &'static str,
+    /// Redis's arity: the exact word count (name included), or its negation for "at least".
+    pub arity: i64,
+    /// Redis's flags (`write`, `readonly`, `fast`, ...).
+    pub flags: &'static [&'static str],
+    /// Position of the first key (0: none), of the last (negative: from the end), and the
+    /// step between keys.
+    pub keys: (i64, i64, i64),
+}
+
+impl CommandSpec {
+    /// The ACL categories Redis reports for it, from its flags.
+    pub fn categories(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        for (flag, category) in [("readonly", "@read"), ("write", "@write"), ("admin", "@admin")] {
+            if self.flags.contains(&flag) {
+                out.push(category);
+            }
+        }
+        if self.flags.contains(&"fast") {
+            out.push("@fast");
+        } else {
+            out.push("@slow");
+        }
+        out
+    }
+
+    /// The keys of `words` (the name first) by [`CommandSpec::keys`]: `None` when the
+    /// command has no key arguments or the words do not fit its arity.
+    pub fn keys_of<'a, T>(&self, words: &'a [T]) -> Option<Vec<&'a T>> {
+        let n = words.len() as i64;
+        let fits = if self.arity >= 0 { n == self.arity } else { n >= -self.arity };
+        let (first, last, step) = self.keys;
+        if first == 0 || !fits {
+            return None;
+        }
+        let last = if last < 0 { n + last } else { last };
+        let mut keys = Vec::new();
+        let mut at = first;
+        while at <= last && at < n {
+            keys.push(&words[at as usize]);
+            at += step.max(1);
+        }
+        Some(keys)
+    }
+}
+
+const R: &[&str] = &["readonly"];
+const RF: &[&str] = &["readonly", "fast"];
+const W: &[&str] = &["write"];
+const WF: &[&str] = &["write", "fast"];
+const WD: &[&str] = &["write", "denyoom"];
+const WDF: &[&str] = &["write", "denyoom", "fast"];
+const CONN: &[&str] = &["loading", "stale", "fast"];
+const SLOW: &[&str] = &["loading", "stale"];
+const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+const NONE: (i64, i64, i64) = (0, 0, 0);
+const ONE: (i64, i64, i64) = (1, 1, 1);
+const ALL: (i64, i64, i64) = (1, -1, 1);
+const TWO: (i64, i64, i64) = (1, 2, 1);
+
+const fn c(
+    name: &'static str,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: (i64, i64, i64),
+) -> CommandSpec {
+    CommandSpec { name, arity, flags, keys }
+}
+
+/// Every command Keel runs, by name.
+pub const COMMANDS: &[CommandSpec] = &[
+    c("acl", -2, SLOW, NONE),
+    c("append", 3, WDF, ONE),
+    c("auth", -2, &["noscript", "loading", "stale", "fast", "no_auth"], NONE),
+    c("bitcount", -2, R, ONE),
+    c("bitpos", -3, R, ONE),
+    c("client", -2, SLOW, NONE),
+    c("command", -1, SLOW, NONE),
+    c("config", -2, ADMIN, NONE),
+    c("copy", -3, WD, TWO),
+    c("dbsize", 1, RF, NONE),
+    c("debug", -2, ADMIN, NONE),
+    c("decr", 2, WDF, ONE),
+    c("decrby", 3, WDF, ONE),
+    c("del", -2, W, ALL),
+    c("discard", 1, CONN, NONE),
+    c("echo", 2, &["fast"], NONE),
+    c("exec", 1, SLOW, NONE),
+    c("exists", -2, RF, ALL),
+    c("expire", -3, WF, ONE),
+    c("expireat", -3, WF, ONE),
+    c("expiretime", 2, RF, ONE),
+    c("flushall", -1, W, NONE),
+    c("flushdb", -1, W, NONE),
+    c("function", -2, SLOW, NONE),
+    c("get", 2, RF, ONE),
+    c("getbit", 3, RF, ONE),
+    c("getdel", 2, WF, ONE),
+    c("getex", -2, WF, ONE),
+    c("getrange", 4, R, ONE),
+    c("getset", 3, WDF, ONE),
+    c("hello", -1, &["noscript", "loading", "stale", "fast", "no_auth"], NONE),
+    c("incr", 2, WDF, ONE),
+    c("incrby", 3, WDF, ONE),
+    c("incrbyfloat", 3, WDF, ONE),
+    c("info", -1, SLOW, NONE),
+    c("keel.cas", -4, WDF, ONE),
+    c("keel.dequeue", -2, WF, ONE),
+    c("keel.enqueue", -3, WDF, ONE),
+    c("keel.faa", 3, WDF, ONE),
+    c("keel.invoke", -3, SLOW, NONE),
+    c("keel.keyspaces", 1, CONN, NONE),
+    c("keel.log", 3, ADMIN, NONE),
+    c("keel.qpeek", -2, RF, ONE),
+    c("keel.req", -4, SLOW, NONE),
+    c("keel.scan", -3, R, NONE),
+    c("keel.session", -2, SLOW, NONE),
+    c("keel.status", 1, CONN, NONE),
+    c("keys", 2, R, NONE),
+    c("lcs", -3, R, TWO),
+    c("mget", -2, RF, ALL),
+    c("move", 3, WF, ONE),
+    c("mset", -3, WD, (1, -1, 2)),
+    c("msetnx", -3, WD, (1, -1, 2)),
+    c("multi", 1, CONN, NONE),
+    c("object", -2, SLOW, NONE),
+    c("persist", 2, WF, ONE),
+    c("pexpire", -3, WF, ONE),
+    c("pexpireat", -3, WF, ONE),
+    c("pexpiretime", 2, RF, ONE),
+    c("ping", -1, &["fast"], NONE),
+    c("psetex", 4, WD, ONE),
+    c("pttl", 2, RF, ONE),
+    c("quit", -1, CONN, NONE),
+    c("randomkey", 1, R, NONE),
+    c("rename", 3, W, TWO),
+    c("renamenx", 3, WF, TWO),
+    c("scan", -2, R, NONE),
+    c("select", 2, CONN, NONE),
+    c("set", -3, WD, ONE),
+    c("setbit", 4, WD, ONE),
+    c("setex", 4, WD, ONE),
+    c("setnx", 3, WDF, ONE),
+    c("setrange", 4, WD, ONE),
+    c("strlen", 2, RF, ONE),
+    c("substr", 4, R, ONE),
+    c("time", 1, CONN, NONE),
+    c("touch", -2, RF, ALL),
+    c("ttl", 2, RF, ONE),
+    c("type", 2, RF, ONE),
+    c("unlink", -2, WF, ALL),
+    c("unwatch", 1, CONN, NONE),
+    c("watch", -2, CONN, ALL),
+];
+
+/// The spec of the command named `name` (any case).
+pub fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    COMMANDS.binary_search_by(|c| c.name.cmp(lower.as_str())).ok().map(|i| &COMMANDS[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{find, COMMANDS};
+
+    #[test]
+    fn the_table_is_sorted_and_finds_keys_as_redis() {
+        assert!(COMMANDS.windows(2).all(|w| w[0].name < w[1].name), "sorted, no repeats");
+        let words = ["MSET", "a", "1", "b", "2"];
+        assert_eq!(find(b"MSET").unwrap().keys_of(&words), Some(vec![&"a", &"b"]));
+        assert_eq!(find(b"get").unwrap().keys_of(&["GET", "k"]), Some(vec![&"k"]));
+        assert_eq!(find(b"get").unwrap().keys_of(&["GET"]), None, "arity");
+        assert_eq!(find(b"ping").unwrap().keys_of(&["PING"]), None, "no keys");
+        assert_eq!(
+            find(b"lcs").unwrap().keys_of(&["LCS", "a", "b", "LEN"]),
+            Some(vec![&"a", &"b"])
+        );
+        assert!(find(b"nope").is_none());
+    }
+}
