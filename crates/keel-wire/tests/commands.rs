@@ -469,3 +469,30 @@ fn msetnx_move_lcs_and_config_parse_as_redis() {
     assert!(matches!(parse("INCRBYFLOAT k +inf"), Err(CommandError::NotFinite)));
     assert!(matches!(parse("SWAPDB 0 1"), Err(CommandError::Unsupported(_))));
 }
+
+/// `docs/redis-compatibility.md` says "yes" of exactly the Redis commands in Keel's table
+/// (`COMMAND`): each of them has a "yes" row (itself or a subcommand), and each command a
+/// row says "yes" of is in the table.
+#[test]
+fn the_compatibility_table_matches_the_command_table() {
+    use keel_wire::command::table::{find, COMMANDS};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/redis-compatibility.md");
+    let doc = std::fs::read_to_string(path).expect("the compatibility page");
+    let yes: Vec<String> = doc
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once("` | yes |").map(|(name, _)| name.to_ascii_lowercase()))
+        .collect();
+    for spec in COMMANDS.iter().filter(|c| !c.name.starts_with("keel.")) {
+        let listed =
+            yes.iter().any(|n| n == spec.name || n.starts_with(&format!("{} ", spec.name)));
+        assert!(listed, "{} runs but the page does not say so", spec.name);
+    }
+    for name in &yes {
+        let command = name.split(' ').next().unwrap();
+        assert!(
+            find(command.as_bytes()).is_some(),
+            "the page says yes of {name}, not in the table"
+        );
+    }
+}

@@ -1493,6 +1493,51 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_of_watched_keys_alone_answers_whether_they_changed() {
+        // `WATCH k`, `MULTI`, `PING`, `EXEC`: no operation, only the check.
+        let mut kv = Kv::new(10);
+        let watch_only = |watch| Command::Multi { ops: Vec::new(), watch };
+        assert!(watch_only(Vec::new()).validate(&keel_types::Limits::default()).is_err());
+        kv.apply(&write(1, 2, 1, put("k", "v")));
+        let seen = vec![("k".into(), Some(Version::new(1, 1)))];
+        let r = kv.apply(&write(2, 1, 1, watch_only(seen.clone())));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Multi { results: Some(Vec::new()) })));
+        assert_eq!(kv.get(b"k").1, Some(Version::new(1, 1)), "nothing written");
+        kv.apply(&write(3, 2, 2, put("k", "w")));
+        let r = kv.apply(&write(4, 1, 2, watch_only(seen)));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Multi { results: None })));
+    }
+
+    #[test]
+    fn in_place_changes_and_transfers_in_a_transaction_roll_back_with_it() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 2, 1, put("k", "v")));
+        let append = Command::Modify {
+            key: "k".into(),
+            op: keel_types::Modify::Append(Value::from_static(b"+")),
+            now_ms: 0,
+        };
+        let rename = |from: &str| Command::Transfer {
+            from: from.as_bytes().to_vec().into(),
+            to: "z".into(),
+            replace: true,
+            remove_source: true,
+        };
+        // The rename of an absent key fails the transaction: the append goes with it.
+        let failed = Command::Multi { ops: vec![append.clone(), rename("absent")], watch: vec![] };
+        let Applied::Write(r) = kv.apply(&write(2, 1, 1, failed)) else { panic!() };
+        assert!(r.is_err(), "{r:?}");
+        let untouched = (Some(Value::from_static(b"v")), Some(Version::new(1, 1)));
+        assert_eq!(kv.get(b"k"), untouched, "nothing of it stayed");
+        assert_eq!(kv.get(b"z"), (None, None));
+        let both = Command::Multi { ops: vec![append, rename("k")], watch: vec![] };
+        let Applied::Write(r) = kv.apply(&write(3, 1, 2, both)) else { panic!() };
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(kv.get(b"z").0, Some(Value::from_static(b"v+")));
+        assert_eq!(kv.get(b"k").0, None);
+    }
+
+    #[test]
     fn a_retried_transaction_is_answered_once_whatever_its_watch_read() {
         let mut kv = Kv::new(10);
         let incr = || Command::Incr { key: "n".into(), delta: 1 };
