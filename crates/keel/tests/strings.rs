@@ -133,6 +133,9 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(c.call(&["SET", "n2", "x"]), "+OK");
     assert_eq!(c.call(&["MOVE", "n2", "0"]), ":1");
     assert!(c.call(&["MOVE", "n", "3"]).contains("the same"));
+    // KEEL.INVOKE reads the connection's database too.
+    let invoked = bulk(&mut c, &["KEEL.INVOKE", "GET", "n", "LEVELS", "linearizable"]);
+    assert_eq!(invoked.as_deref(), Some("1234"));
     assert_eq!(c.call(&["SELECT", "4"]), "+OK");
     assert_eq!(bulk(&mut c, &["RANDOMKEY"]), None, "db 4 has no keys");
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");

@@ -41,14 +41,7 @@ pub(crate) fn select(conn: &Conn, index: u32) -> Option<(KeyspaceId, u8)> {
 /// 0 (where none may begin with the databases' prefix), prefixed in any other.
 pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientCommand, Frame> {
     let db = conn.db;
-    let map = |key: keel_types::Key| -> Result<keel_types::Key, Frame> {
-        if db == 0 && key.starts_with(DB_KEY_PREFIX) {
-            return Err(Frame::error(
-                "ERR keys beginning with \\xff\\xffkeel\\x02 are reserved for databases",
-            ));
-        }
-        Ok(if db == 0 { key } else { db_key(db, &key) })
-    };
+    let map = |key: keel_types::Key| key_in_database(db, key);
     let many =
         |keys: Vec<keel_types::Key>| keys.into_iter().map(map).collect::<Result<Vec<_>, _>>();
     Ok(match command {
@@ -117,6 +110,17 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
         }
         other => other,
     })
+}
+
+/// `key` of database `db` as the state machine holds it: as it is in database 0 (where
+/// none may begin with the databases' prefix), prefixed in any other.
+pub(crate) fn key_in_database(db: u8, key: keel_types::Key) -> Result<keel_types::Key, Frame> {
+    if db == 0 && key.starts_with(DB_KEY_PREFIX) {
+        return Err(Frame::error(
+            "ERR keys beginning with \\xff\\xffkeel\\x02 are reserved for databases",
+        ));
+    }
+    Ok(if db == 0 { key } else { db_key(db, &key) })
 }
 
 /// Sends a whole-database command its turn has come for.

@@ -528,11 +528,13 @@ mod tests {
     #[tokio::test]
     async fn client_subcommands_keel_does_not_have_are_refused_not_pretended() {
         let (mut c, _rx, _resolved) = conn();
-        for sub in ["LIST", "KILL", "NO-EVICT"] {
+        for sub in ["PAUSE", "UNBLOCK", "REPLY"] {
             let text = ready_text(handle(&mut c, words(&["CLIENT", sub])).await);
             let want = format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", sub.to_lowercase());
             assert_eq!(text, want);
         }
+        let tracking = ready_text(handle(&mut c, words(&["CLIENT", "TRACKING", "on"])).await);
+        assert!(tracking.contains("not supported"), "{tracking}");
         let ok = ready_text(handle(&mut c, words(&["CLIENT", "SETINFO", "LIB-NAME", "x"])).await);
         assert_eq!(ok, format!("{:?}", Frame::ok()), "what client libraries send at start");
     }

@@ -51,10 +51,23 @@ pub const INVOKE_ENDED: &str = "TIMEOUT the invocation ended without a final vie
 /// operation's entry is always newer than what it read).
 pub(crate) async fn keel_invoke(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let protocol = conn.protocol;
-    let invocation = match parse_invoke(&words, &conn.limits) {
+    let mut invocation = match parse_invoke(&words, &conn.limits) {
         Ok(invocation) => invocation,
         Err(text) => return Pending::ready(Frame::error(&text), protocol),
     };
+    // The keys (or the queue) of the connection's database.
+    let db = conn.db;
+    let in_db = |key: Bytes| super::databases::key_in_database(db, key);
+    let mapped = in_db(invocation.key.clone()).and_then(|key| {
+        invocation.key = key;
+        if let InvokeOp::MGet(keys) = &mut invocation.op {
+            *keys = std::mem::take(keys).into_iter().map(in_db).collect::<Result<_, _>>()?;
+        }
+        Ok(())
+    });
+    if let Err(refusal) = mapped {
+        return Pending::ready(refusal, protocol);
+    }
     let category = if invocation.op.is_read() { Category::Read } else { Category::Write };
     if let Err(refusal) = permitted(conn, Some(category)) {
         return Pending::ready(refusal, protocol);
