@@ -440,7 +440,8 @@ async fn info_frame(
             let failed: u64 = calls.iter().map(|(_, _, failed)| failed).sum();
             let expired = s.pointer("/counters/keys_expired").and_then(|v| v.as_u64()).unwrap_or(0);
             let stats = format!(
-                "total_commands_processed:{processed}\r\nrejected_calls:{}\r\nfailed_calls:{failed}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\n",
+                "total_commands_processed:{processed}\r\ntotal_error_replies:{failed}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeel_busy_refusals:{}\r\n",
+                load(&node_metrics.connections_refused),
                 load(&node.metrics.busy_refusals),
             );
             let mut sections = vec![
