@@ -262,9 +262,14 @@ fn scan_page(conn: &Conn, command: ClientCommand, after: keel_types::LogIndex) -
     Pending::later(Box::pin(reply), conn.protocol)
 }
 
-/// `RANDOMKEY`: the first key of database `db` at or after a random point of its range,
-/// else its first key; null when it has none. Not uniform over the keys (the gaps between
-/// keys weigh them), as Redis's is not over its hash table's buckets.
+/// Keys `RANDOMKEY` reads from its random point, one of which it answers.
+const RANDOM_WINDOW: u32 = 16;
+
+/// `RANDOMKEY`: one key, drawn evenly, of the up to [`RANDOM_WINDOW`] keys of database
+/// `db` at or after a random point of its range (wrapping round to its start); null when
+/// it has none. Even over a database of at most that many keys; over a larger one, keys
+/// after a wide gap come up more often, as Redis's draw favours keys alone in their hash
+/// bucket.
 async fn random_key(
     node: crate::driver::KeyspaceHandle,
     db: u8,
@@ -280,24 +285,36 @@ async fn random_key(
     };
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(crate::driver::wall_ms());
+    let draw = hasher.finish();
     let mut point = range_start.to_vec();
-    point.extend_from_slice(&hasher.finish().to_be_bytes()[..3]);
+    point.extend_from_slice(&draw.to_be_bytes()[..3]);
+    let mut names: Vec<bytes::Bytes> = Vec::new();
     for start in [bytes::Bytes::from(point), range_start] {
-        let scan = Command::Scan { start, end: end.clone(), limit: 1 };
+        let room = RANDOM_WINDOW - names.len() as u32;
+        if room == 0 {
+            break;
+        }
+        let scan = Command::Scan { start, end: end.clone(), limit: room };
         let submit = super::plain_submit(ClientId(1), RequestId(1), scan, None, after);
         match node.send(submit).answer().await.and_then(|r| r.result) {
             Ok(CommandResult::Items { items }) => {
-                let found = items.first().and_then(|(key, _, _)| keel_types::db_of(key));
-                if let Some((in_db, name)) = found.filter(|(in_db, _)| *in_db == db) {
-                    debug_assert_eq!(in_db, db);
-                    return Frame::Bulk(bytes::Bytes::copy_from_slice(name));
+                for (key, _, _) in items {
+                    let name = keel_types::db_of(&key).filter(|(in_db, _)| *in_db == db);
+                    let name = name.map(|(_, name)| bytes::Bytes::copy_from_slice(name));
+                    // The wrap round may find again what the first scan found.
+                    if let Some(name) = name.filter(|n| !names.contains(n)) {
+                        names.push(name);
+                    }
                 }
             }
             Ok(_) => return mismatched("randomkey"),
             Err(e) => return error_frame(&e),
         }
     }
-    Frame::Null
+    match names.len() {
+        0 => Frame::Null,
+        n => Frame::Bulk(names.swap_remove((draw >> 32) as usize % n)),
+    }
 }
 
 fn flush_reply(reply: Result<ClientReply, KeelError>) -> Frame {
