@@ -1042,7 +1042,7 @@ fn client_kill(mut words: Words, count: usize) -> Result<ClientSubcommand, Comma
             old_form: true,
         });
     }
-    if count % 2 == 0 {
+    if count.is_multiple_of(2) {
         return Err(CommandError::Syntax);
     }
     let mut filter = super::KillFilter { skip_me: true, ..Default::default() };
