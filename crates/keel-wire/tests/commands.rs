@@ -358,7 +358,19 @@ fn client_subcommands() {
         value: b"redis-py".to_vec().into(),
     };
     assert_eq!(parse("CLIENT SETINFO LIB-NAME redis-py"), client(setinfo));
-    assert_eq!(parse("CLIENT NO-EVICT on"), client(ClientSubcommand::Other("no-evict".into())));
+    assert_eq!(parse("CLIENT NO-EVICT on"), client(ClientSubcommand::NoEvict));
+    assert_eq!(parse("CLIENT LIST"), client(ClientSubcommand::List { ids: Vec::new() }));
+    assert_eq!(parse("CLIENT LIST ID 3 4"), client(ClientSubcommand::List { ids: vec![3, 4] }));
+    let filter = keel_wire::command::KillFilter {
+        id: Some(7),
+        user: Some("app".into()),
+        skip_me: false,
+        ..Default::default()
+    };
+    let kill = ClientSubcommand::Kill { filter, old_form: false };
+    assert_eq!(parse("CLIENT KILL ID 7 USER app SKIPME no"), client(kill));
+    assert!(parse("CLIENT KILL ID 7 USER").is_err());
+    assert_eq!(parse("CLIENT PAUSE 10"), client(ClientSubcommand::Other("pause".into())));
 }
 
 #[test]
