@@ -508,3 +508,32 @@ fn the_compatibility_table_matches_the_command_table() {
         );
     }
 }
+
+#[test]
+fn keel_options_follow_the_redis_arguments_of_the_newer_commands() {
+    use keel_wire::command::CommandError;
+    let limits = Limits::default();
+    let parse = |text: &str| {
+        let words = text.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect();
+        keel_wire::command::parse(words, &limits)
+    };
+    let durable = Some(Durability::Durable);
+    assert!(matches!(parse("APPEND k v DURABILITY durable"),
+        Ok(ClientCommand::Modify { durability, .. }) if durability == durable));
+    assert!(matches!(parse("APPEND durability memory"),
+        Ok(ClientCommand::Modify { ref key, durability: None, .. }) if &key[..] == b"durability"));
+    assert!(matches!(parse("EXPIRE k 10 NX DURABILITY durable"),
+        Ok(ClientCommand::Expire { durability, cond: ExpireCond::IfNone, .. }) if durability == durable));
+    assert!(matches!(parse("RENAME a b DURABILITY durable"),
+        Ok(ClientCommand::Transfer { durability, .. }) if durability == durable));
+    assert!(matches!(
+        parse("GETRANGE k 0 1 LEVEL any"),
+        Ok(ClientCommand::ReadString { level: Some(ReadLevel::Any), .. })
+    ));
+    assert!(matches!(
+        parse("BITCOUNT k LEVEL linearizable"),
+        Ok(ClientCommand::ReadString { level: Some(ReadLevel::Linearizable), .. })
+    ));
+    assert!(matches!(parse("STRLEN k LEVEL nonsense"), Err(CommandError::UnknownName(_))));
+    assert!(matches!(parse("STRLEN k DURABILITY durable"), Err(CommandError::WrongArity { .. })));
+}

@@ -228,6 +228,16 @@ fn key_and_server_commands_answer_as_redis() {
         c.call(&["INCRBYFLOAT", "fl", "+inf"]),
         "-ERR increment would produce NaN or Infinity"
     );
+
+    // Keel's options after the Redis arguments: DURABILITY on writes, LEVEL on reads.
+    assert_eq!(c.call(&["APPEND", "x1", "?", "DURABILITY", "durable"]), ":9");
+    assert_eq!(c.call(&["STRLEN", "x1", "LEVEL", "any"]), ":9");
+    let tail = bulk(&mut c, &["GETRANGE", "x1", "-2", "-1", "LEVEL", "monotonic"]);
+    assert_eq!(tail.as_deref(), Some("!?"));
+    assert_eq!(c.call(&["EXPIRE", "x1", "100", "DURABILITY", "replicated"]), ":1");
+    assert_eq!(c.call(&["COPY", "x1", "x2", "DURABILITY", "durable"]), ":1");
+    assert_eq!(c.call(&["APPEND", "durability", "memory"]), ":6", "a key named durability");
+    assert!(c.call(&["STRLEN", "x1", "LEVEL", "sometimes"]).starts_with("-ERR"));
     assert_eq!(c.call(&["SET", "k", "v", "EX", "100"]), "+OK");
     assert_eq!(c.call(&["EXPIRE", "k", "200", "LT", "XX"]), ":0", "XX LT: not later");
     assert_eq!(c.call(&["EXPIRE", "k", "50", "LT", "XX"]), ":1");

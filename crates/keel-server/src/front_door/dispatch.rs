@@ -209,6 +209,7 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
             Kind::Write(ks)
         }
         ClientCommand::Get { level, .. }
+        | ClientCommand::ReadString { level, .. }
         | ClientCommand::Scan { level, .. }
         | ClientCommand::MGet { level, .. }
         | ClientCommand::Ttl { level, .. }
@@ -216,8 +217,7 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::ScanKeys { .. }
-        | ClientCommand::RandomKey
-        | ClientCommand::ReadString { .. } => Kind::Read(ks, None),
+        | ClientCommand::RandomKey => Kind::Read(ks, None),
         ClientCommand::Exists { .. } => Kind::Read(ks, None),
         ClientCommand::Set { .. }
         | ClientCommand::Incr { .. }

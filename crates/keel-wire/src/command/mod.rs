@@ -93,6 +93,8 @@ pub enum ClientCommand {
         ttl: Ttl,
         /// When to set it.
         cond: ExpireCond,
+        /// When to acknowledge (`DURABILITY`); `None`: the keyspace default.
+        durability: Option<Durability>,
     },
     /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME key [LEVEL level]`: `-2` for an absent
     /// key, `-1` for one without an expiry, else the time left or the time it expires.
@@ -111,6 +113,8 @@ pub enum ClientCommand {
         key: Key,
         /// The change.
         op: keel_types::Modify,
+        /// When to acknowledge (`DURABILITY`); `None`: the keyspace default.
+        durability: Option<Durability>,
     },
     /// `RENAME` (`+OK`), `RENAMENX`, `COPY` and `MOVE` (`1` or `0`).
     Transfer {
@@ -127,6 +131,8 @@ pub enum ClientCommand {
         /// `COPY ... DB n`, `MOVE key n`: the destination's database (`None`: the
         /// connection's).
         to_db: Option<u32>,
+        /// When to acknowledge (`DURABILITY`); `None`: the keyspace default.
+        durability: Option<Durability>,
     },
     /// `STRLEN`, `GETRANGE`/`SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`: one key read, the reply
     /// computed from its value.
@@ -135,6 +141,8 @@ pub enum ClientCommand {
         key: Key,
         /// What is computed.
         op: StringRead,
+        /// The read level (`LEVEL`); `None`: the keyspace default.
+        level: Option<ReadLevel>,
     },
     /// `MSET key value [key value ...]`: every pair written as one transaction;
     /// `MSETNX`: all of them only if none of the keys exists (`1`), else none (`0`).
@@ -626,8 +634,8 @@ impl ClientCommand {
                 let command = options.command(key, value);
                 Operations { with_version, ..writes(vec![command], durability) }
             }
-            ClientCommand::Expire { key, ttl, cond } => {
-                writes(vec![Command::Expire { key, ttl, cond, now_ms: 0 }], None)
+            ClientCommand::Expire { key, ttl, cond, durability } => {
+                writes(vec![Command::Expire { key, ttl, cond, now_ms: 0 }], durability)
             }
             ClientCommand::MSet { pairs, only_new: false } => {
                 let ops =

@@ -49,6 +49,8 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         }
         None => "",
     };
+    let mut words = words;
+    let option = keel_option(name, &mut words)?;
     let count = words.len() - 1;
     let mut rest = words.into_iter();
     let raw_name = rest.next().expect("the name is there");
@@ -114,7 +116,74 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         _ => Err(unknown_command(&raw_name, rest.as_slice())),
     };
     debug_assert!(parsed.is_err() || !name.is_empty(), "only known names parse");
-    parsed
+    match option {
+        None => parsed,
+        Some(option) => parsed.map(|command| option.apply(command)),
+    }
+}
+
+/// Keel's option on a Redis command that has none of its own in that place:
+/// `DURABILITY d` after a write's arguments, `LEVEL l` after a read's.
+#[derive(Clone, Copy, Debug)]
+enum KeelOption {
+    Durability(Durability),
+    Level(ReadLevel),
+}
+
+impl KeelOption {
+    fn apply(self, command: ClientCommand) -> ClientCommand {
+        match (command, self) {
+            (ClientCommand::Modify { key, op, .. }, KeelOption::Durability(d)) => {
+                ClientCommand::Modify { key, op, durability: Some(d) }
+            }
+            (ClientCommand::Expire { key, ttl, cond, .. }, KeelOption::Durability(d)) => {
+                ClientCommand::Expire { key, ttl, cond, durability: Some(d) }
+            }
+            (
+                ClientCommand::Transfer { from, to, replace, remove_source, form, to_db, .. },
+                KeelOption::Durability(d),
+            ) => ClientCommand::Transfer {
+                from,
+                to,
+                replace,
+                remove_source,
+                form,
+                to_db,
+                durability: Some(d),
+            },
+            (ClientCommand::ReadString { key, op, .. }, KeelOption::Level(l)) => {
+                ClientCommand::ReadString { key, op, level: Some(l) }
+            }
+            (other, _) => unreachable!("{} takes no such option", other.name()),
+        }
+    }
+}
+
+/// Takes a trailing `DURABILITY d` (the writes below) or `LEVEL l` (the reads) off
+/// `words` when the command has at least its fewest arguments without them; `APPEND k
+/// DURABILITY memory` is `APPEND` of `k` with the option, `APPEND durability memory` an
+/// append to the key `durability`.
+fn keel_option(name: &str, words: &mut Vec<Bytes>) -> Result<Option<KeelOption>, CommandError> {
+    let (word, fewest) = match name {
+        "append" | "incrbyfloat" | "rename" | "renamenx" | "copy" | "move" => ("durability", 2),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => ("durability", 2),
+        "setrange" | "setbit" => ("durability", 3),
+        "getdel" | "getex" | "persist" => ("durability", 1),
+        "strlen" | "type" | "bitcount" => ("level", 1),
+        "getbit" | "bitpos" | "object" => ("level", 2),
+        "getrange" | "substr" => ("level", 3),
+        _ => return Ok(None),
+    };
+    let n = words.len();
+    if n < 3 + fewest || !is(&words[n - 2], word) {
+        return Ok(None);
+    }
+    let value = words.pop().expect("counted");
+    words.pop();
+    Ok(Some(match word {
+        "durability" => KeelOption::Durability(durability(&value)?),
+        _ => KeelOption::Level(read_level(&value)?),
+    }))
 }
 
 /// Lowercases ASCII; other bytes become U+FFFD (a name with them is unknown anyway).
@@ -444,7 +513,7 @@ fn expire(
         _ => TtlUnit::UnixMillis,
     };
     let ttl = unit.ttl(amount, name)?;
-    Ok(ClientCommand::Expire { key, ttl, cond })
+    Ok(ClientCommand::Expire { key, ttl, cond, durability: None })
 }
 
 /// An offset of `SETRANGE`, `SETBIT`, `GETBIT`: a non-negative integer, within 512 MiB
@@ -521,7 +590,7 @@ fn modify(
             Modify::GetEx(ttl)
         }
     };
-    Ok(ClientCommand::Modify { key, op })
+    Ok(ClientCommand::Modify { key, op, durability: None })
 }
 
 /// `RENAME`, `RENAMENX`, `COPY source destination [REPLACE]`.
@@ -555,7 +624,7 @@ fn transfer(
         _ => super::TransferForm::Copy,
     };
     let remove_source = name != "copy";
-    Ok(ClientCommand::Transfer { from, to, replace, remove_source, form, to_db })
+    Ok(ClientCommand::Transfer { from, to, replace, remove_source, form, to_db, durability: None })
 }
 
 /// `STRLEN`, `GETRANGE`, `SUBSTR`, `GETBIT`, `BITCOUNT`, `TYPE`.
@@ -589,7 +658,7 @@ fn string_read(
             _ => return Err(CommandError::Syntax),
         },
     };
-    Ok(ClientCommand::ReadString { key, op })
+    Ok(ClientCommand::ReadString { key, op, level: None })
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
@@ -684,7 +753,7 @@ fn object(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComma
         }
     };
     exactly(&format!("object|{}", lowercase(&sub)), count, 2)?;
-    Ok(ClientCommand::ReadString { key: key(next(&mut words)?, limits)?, op })
+    Ok(ClientCommand::ReadString { key: key(next(&mut words)?, limits)?, op, level: None })
 }
 
 /// `BITPOS key bit [start [end [BYTE|BIT]]]`.
@@ -706,7 +775,7 @@ fn bitpos(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComma
             Some((start, end, in_bits(words.next())?))
         }
     };
-    Ok(ClientCommand::ReadString { key, op: super::StringRead::BitPos(bit, range) })
+    Ok(ClientCommand::ReadString { key, op: super::StringRead::BitPos(bit, range), level: None })
 }
 
 /// `DEBUG SLEEP seconds` (this connection waits; nothing else does), at most a minute.
@@ -754,6 +823,7 @@ fn move_key(
         remove_source: true,
         form,
         to_db: Some(db),
+        durability: None,
     })
 }
 
@@ -789,7 +859,7 @@ fn function(mut words: Words, count: usize) -> Result<ClientCommand, CommandErro
 fn persist(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
     exactly("persist", count, 1)?;
     let key = key(next(&mut words)?, limits)?;
-    Ok(ClientCommand::Expire { key, ttl: Ttl::Clear, cond: ExpireCond::IfSome })
+    Ok(ClientCommand::Expire { key, ttl: Ttl::Clear, cond: ExpireCond::IfSome, durability: None })
 }
 
 /// `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME` `key [LEVEL level]`.

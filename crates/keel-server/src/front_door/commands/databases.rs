@@ -52,9 +52,13 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
             ClientCommand::Set { key: map(key)?, value, durability, with_version, mode, options }
         }
         ClientCommand::Del { keys } => ClientCommand::Del { keys: many(keys)? },
-        ClientCommand::Modify { key, op } => ClientCommand::Modify { key: map(key)?, op },
-        ClientCommand::ReadString { key, op } => ClientCommand::ReadString { key: map(key)?, op },
-        ClientCommand::Transfer { from, to, replace, remove_source, form, to_db } => {
+        ClientCommand::Modify { key, op, durability } => {
+            ClientCommand::Modify { key: map(key)?, op, durability }
+        }
+        ClientCommand::ReadString { key, op, level } => {
+            ClientCommand::ReadString { key: map(key)?, op, level }
+        }
+        ClientCommand::Transfer { from, to, replace, remove_source, form, to_db, durability } => {
             let to = match to_db {
                 None => map(to)?,
                 // Another database of the same keyspace: one log, so still one entry.
@@ -72,7 +76,15 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
                 },
             };
             let from = map(from)?;
-            ClientCommand::Transfer { from, to, replace, remove_source, form, to_db: None }
+            ClientCommand::Transfer {
+                from,
+                to,
+                replace,
+                remove_source,
+                form,
+                to_db: None,
+                durability,
+            }
         }
         ClientCommand::MSet { pairs, only_new } => ClientCommand::MSet {
             pairs: pairs
@@ -90,8 +102,8 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
         ClientCommand::Cas { key, expected, new, durability, mode } => {
             ClientCommand::Cas { key: map(key)?, expected, new, durability, mode }
         }
-        ClientCommand::Expire { key, ttl, cond } => {
-            ClientCommand::Expire { key: map(key)?, ttl, cond }
+        ClientCommand::Expire { key, ttl, cond, durability } => {
+            ClientCommand::Expire { key: map(key)?, ttl, cond, durability }
         }
         ClientCommand::Ttl { key, form, level } => {
             ClientCommand::Ttl { key: map(key)?, form, level }

@@ -30,8 +30,9 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let reply = values_reply(&conn.node, subs, None, turn.after, exists_frame);
             Pending::later(Box::pin(reply), protocol)
         }
-        ClientCommand::Expire { key, ttl, cond } => {
-            let sent = conn.node.send(turn.submit(Command::Expire { key, ttl, cond, now_ms: 0 }));
+        ClientCommand::Expire { key, ttl, cond, durability } => {
+            let command = Command::Expire { key, ttl, cond, now_ms: 0 };
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
             Pending::write(sent, (expire_reply, false), protocol, conn.floor())
         }
         ClientCommand::Ttl { key, form, level } => {

@@ -48,14 +48,15 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             }
             noted(conn, sent, move |answer| set_options_reply(answer, options))
         }
-        ClientCommand::Modify { key, op } => {
+        ClientCommand::Modify { key, op, durability } => {
             let kind = ModifyReply::of(&op);
-            let sent = conn.node.send(turn.submit(Command::Modify { key, op, now_ms: 0 }));
+            let command = Command::Modify { key, op, now_ms: 0 };
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
             noted(conn, sent, move |answer| modify_reply(answer, kind))
         }
-        ClientCommand::Transfer { from, to, replace, remove_source, form, .. } => {
+        ClientCommand::Transfer { from, to, replace, remove_source, form, durability, .. } => {
             let command = Command::Transfer { from, to, replace, remove_source };
-            let sent = conn.node.send(turn.submit(command));
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
             noted(conn, sent, move |answer| transfer_reply(answer, form))
         }
         ClientCommand::Lcs { a, b, form } => {
@@ -63,8 +64,8 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let sent = conn.node.send(turn.submit(Command::Multi { ops, watch: Vec::new() }));
             Pending::later(Box::pin(super::lcs::reply(sent, form)), protocol)
         }
-        ClientCommand::ReadString { key, op } => {
-            let sent = conn.node.send(turn.submit(Command::Get { key }));
+        ClientCommand::ReadString { key, op, level } => {
+            let sent = conn.node.send(Submit { level, ..turn.submit(Command::Get { key }) });
             let reply = async move {
                 match sent.answer().await.and_then(|r| r.result) {
                     Ok(CommandResult::Value { value, .. }) => op.answer(value.as_deref()),

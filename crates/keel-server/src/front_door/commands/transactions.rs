@@ -310,9 +310,9 @@ impl Shape {
                     false => (Shape::SetWith(options), durability),
                 }
             }
-            ClientCommand::Expire { key, ttl, cond } => {
+            ClientCommand::Expire { key, ttl, cond, durability } => {
                 ops.push(Command::Expire { key, ttl, cond, now_ms: 0 });
-                (Shape::Expire, None)
+                (Shape::Expire, durability)
             }
             ClientCommand::Ping { message: None } => {
                 (Shape::Reply(Frame::Simple(b"PONG".to_vec())), None)
@@ -324,16 +324,19 @@ impl Shape {
             command @ (ClientCommand::Time
             | ClientCommand::ConfigGet { .. }
             | ClientCommand::ConfigSet { .. }) => (Shape::Deferred(command), None),
-            ClientCommand::Modify { key, op } => {
+            ClientCommand::Modify { key, op, durability } => {
                 let kind = ModifyReply::of(&op);
                 ops.push(Command::Modify { key, op, now_ms: 0 });
-                (Shape::Modify(kind), None)
+                (Shape::Modify(kind), durability)
             }
-            ClientCommand::Transfer { from, to, replace, remove_source, form, .. } => {
+            ClientCommand::Transfer {
+                from, to, replace, remove_source, form, durability, ..
+            } => {
                 ops.push(Command::Transfer { from, to, replace, remove_source });
-                (Shape::Transfer(form), None)
+                (Shape::Transfer(form), durability)
             }
-            ClientCommand::ReadString { key, op } => {
+            // A level has no meaning inside a transaction: it reads the entry's state.
+            ClientCommand::ReadString { key, op, .. } => {
                 ops.push(Command::Get { key });
                 (Shape::ReadString(op), None)
             }
