@@ -2,10 +2,13 @@
 //! and `KEEL.REQ <client> <seq> EXEC` inside `MULTI` (`sessions`).
 //!
 //! The queued commands become one [`Command::Multi`] whose operations apply in order, all
-//! or none, and not at all if a key `WATCH` read has another version by then. Only
-//! commands that read and write keys are queued (`GET`, `MGET`, `EXISTS`, `SET`, `DEL`,
-//! `INCR`, `KEEL.CAS`), at most [`keel_types::MULTI_OPS_MAX`]; a refused one discards the
-//! transaction at `EXEC` (`EXECABORT`, as Redis).
+//! or none, and not at all if a key `WATCH` read has another version by then. The
+//! commands that read and write keys are queued (the string family, `DEL`, `EXISTS`, the
+//! expiry commands, the transfers, `KEEL.CAS`), at most [`keel_types::MULTI_OPS_MAX`] and
+//! [`queued_bytes_max`] bytes, besides `PING`, `ECHO`, `UNWATCH` and the node's `TIME` and
+//! `CONFIG` (answered at `EXEC`); a refused one discards the transaction at `EXEC`
+//! (`EXECABORT`, as Redis). With keys watched and no operation queued, `EXEC` still sends
+//! the watch to the engine, which answers whether a key changed.
 
 use super::acl::permitted;
 use super::mismatched;
