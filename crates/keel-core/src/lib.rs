@@ -13,9 +13,11 @@
 //! - [`leader`]: the leader engine (ORCA: consistency-aware durability, active set,
 //!   cross-client monotonic reads).
 //! - [`kite`]: the Kite engine (release consistency on a leaderless store).
+//! - [`geo`]: the geo engine (UniStore's causal transactions across data centers).
 
 pub mod engine;
 mod fnv;
+pub mod geo;
 pub mod kite;
 pub mod leader;
 pub mod time;

@@ -1,0 +1,205 @@
+//! The geo engine behind the platform's engine interface (`crate::engine::Engine`).
+//!
+//! A geo keyspace's clients speak transactions (`KEEL.TX.BEGIN`, reads and updates,
+//! `KEEL.TX.COMMIT`, `KEEL.BARRIER`, `KEEL.ATTACH`): the front door's single-key commands
+//! carry no session vector, so they are refused here, naming what to use.
+
+use super::types::{Config, GeoReply, GeoRequest, GeoResult, Message, Object, Status};
+use super::GeoEngine;
+use crate::engine::{
+    BootError, ClientReply, ClientRequest, Engine, FromClient, HeldValue, Input, Metric, Outputs,
+    PersistedState, Report, RoleView,
+};
+use crate::time::Time;
+use keel_types::{CommandResult, KeelError, NoRecord, NodeId};
+
+impl FromClient for GeoRequest {
+    fn from_client(request: ClientRequest) -> Result<GeoRequest, KeelError> {
+        Err(KeelError::InvalidArgument(format!(
+            "{} has no meaning in a geo keyspace: use KEEL.TX.BEGIN, its operations and KEEL.TX.COMMIT",
+            request.command.name().to_uppercase()
+        )))
+    }
+}
+
+impl From<GeoReply> for ClientReply {
+    /// A geo reply as the front door's common reply: an object's register value as a
+    /// value, a counter or max register as a counter, the rest as done.
+    fn from(reply: GeoReply) -> ClientReply {
+        let result = reply.result.map(|r| match r {
+            GeoResult::Object(Object::Register(value)) => {
+                CommandResult::Value { value: value.map(|(v, _)| v), version: None }
+            }
+            GeoResult::Object(Object::Counter(value))
+            | GeoResult::Object(Object::Max(Some(value))) => {
+                CommandResult::Counter { value, version: keel_types::Version::new(0, 0) }
+            }
+            _ => CommandResult::Written { version: keel_types::Version::new(0, 0) },
+        });
+        ClientReply { tag: reply.tag, served_by: reply.served_by, result, durability_round: false }
+    }
+}
+
+impl HeldValue for GeoReply {
+    /// A coordinator answers its own clients: no reply holds another node's value.
+    fn forwarded_value(&mut self, _node: NodeId) -> Option<&mut keel_types::Value> {
+        None
+    }
+
+    fn refuse_busy(&mut self, why: &str) {
+        self.result = Err(KeelError::Busy(why.into()));
+    }
+}
+
+impl Engine for GeoEngine {
+    type Config = Config;
+    type Message = Message;
+    type Request = GeoRequest;
+    type Reply = GeoReply;
+    type Status = Status;
+    type Record = NoRecord;
+
+    /// Boots with nothing stored: a geo replica keeps its data in memory, and a data
+    /// directory holding a snapshot was not written by this engine kind.
+    fn boot(
+        config: Config,
+        persisted: PersistedState<NoRecord>,
+        _seed: u64,
+        now: Time,
+    ) -> Result<Self, BootError> {
+        if persisted.snapshot.is_some() {
+            return Err(BootError::Persisted(
+                "the data directory holds a snapshot: it belongs to another engine kind".into(),
+            ));
+        }
+        GeoEngine::boot(config, now)
+    }
+
+    fn step(
+        &mut self,
+        now: Time,
+        input: Input<Message, GeoRequest>,
+    ) -> Outputs<Message, GeoReply, NoRecord> {
+        GeoEngine::step(self, now, input)
+    }
+
+    fn check_invariants(&self) {
+        GeoEngine::check_invariants(self)
+    }
+
+    fn check_message(message: &Message) -> Result<(), &'static str> {
+        GeoEngine::check_message(message)
+    }
+
+    fn node_id(&self) -> NodeId {
+        self.me.node
+    }
+
+    fn status(&self) -> Status {
+        GeoEngine::status(self)
+    }
+
+    fn role(&self) -> RoleView {
+        RoleView { role: "replica", leader: None, epoch: 0 }
+    }
+
+    fn report(&self) -> Report {
+        let status = GeoEngine::status(self);
+        let mut doc = serde_json::to_value(&status).expect("status serializes");
+        let object = doc.as_object_mut().expect("a struct serializes to an object");
+        object.insert("role".into(), "replica".into());
+        object.insert("engine".into(), "geo".into());
+        let c = &status.counters;
+        let metrics = vec![
+            Metric::counter("keel_geo_begun_total", "Transactions begun here.", c.begun),
+            Metric::counter(
+                "keel_geo_committed_total",
+                "Update transactions committed here.",
+                c.committed,
+            ),
+            Metric::counter(
+                "keel_geo_committed_read_only_total",
+                "Read-only transactions committed here.",
+                c.committed_read_only,
+            ),
+            Metric::counter("keel_geo_dropped_total", "Transactions dropped.", c.dropped),
+            Metric::counter(
+                "keel_geo_reads_waited_total",
+                "Reads that waited for the snapshot.",
+                c.reads_waited,
+            ),
+            Metric::counter(
+                "keel_geo_replicated_in_total",
+                "Remote transactions applied.",
+                c.replicated_in,
+            ),
+            Metric::counter(
+                "keel_geo_forwarded_total",
+                "Transactions forwarded for suspected data centers.",
+                c.forwarded,
+            ),
+            Metric::counter(
+                "keel_geo_retransmits_total",
+                "Channel messages sent again.",
+                c.retransmits,
+            ),
+            Metric::counter(
+                "keel_geo_messages_rejected_total",
+                "Peer messages dropped by the gate.",
+                c.rejected,
+            ),
+            Metric::gauge(
+                "keel_geo_log_entries",
+                "Operation-log entries held.",
+                status.entries as u64,
+            ),
+            Metric::gauge(
+                "keel_geo_open_transactions",
+                "Transactions open here.",
+                status.open as u64,
+            ),
+        ];
+        Report { status: doc, metrics }
+    }
+}
+
+impl GeoEngine {
+    /// The node's state.
+    pub fn status(&self) -> Status {
+        Status {
+            node: self.me.node,
+            dc: self.me.dc,
+            partition: self.me.partition,
+            known: self.partition.known.clone(),
+            stable: self.uniformity.stable.clone(),
+            uniform: self.uniformity.uniform.clone(),
+            keys: self.partition.log.len(),
+            entries: self.partition.entries,
+            open: self.coordinator.txs.len(),
+            prepared: self.partition.prepared.len(),
+            suspected: self.suspected(),
+            counters: self.counters,
+        }
+    }
+
+    /// The object of `key` of `kind` this replica stores, on everything it stores
+    /// (tests and the simulator's convergence check; `None`: the key is not this
+    /// partition's).
+    pub fn stored_object(&self, key: &keel_types::Key, kind: super::types::Kind) -> Option<Object> {
+        if self.partition_of(key) != self.me.partition {
+            return None;
+        }
+        let all = super::types::Vector { dcs: vec![u64::MAX; self.dcs], strong: u64::MAX };
+        Some(self.object_at(key, kind, &all))
+    }
+
+    /// Every (key, kind) this replica's log holds.
+    pub fn stored_keys(&self) -> Vec<(keel_types::Key, super::types::Kind)> {
+        self.partition.log.keys().cloned().collect()
+    }
+
+    /// This replica's place.
+    pub fn place(&self) -> super::types::Member {
+        self.me
+    }
+}

@@ -1,0 +1,77 @@
+//! `check_invariants`: what the engine's code relies on, checked after every step.
+
+use super::super::types::PARTITION_BITS;
+use super::GeoEngine;
+
+impl GeoEngine {
+    /// Panics if a rule of `docs/geo.md` (*Invariants*) is broken.
+    pub fn check_invariants(&self) {
+        self.check_partition();
+        self.check_uniformity();
+        self.check_coordinator();
+        for (peer, channel) in &self.channels {
+            channel.check(*peer);
+        }
+    }
+
+    fn check_partition(&self) {
+        let p = &self.partition;
+        let d = self.me.dc as usize;
+        assert!(p.known.dcs[d] <= self.clock(), "known[d] ahead of the clock");
+        if let Some(&(ts, _)) = p.prepared_ts.first() {
+            assert!(p.known.dcs[d] < ts, "known[d] reaches a prepared transaction's timestamp");
+        }
+        assert_eq!(p.prepared.len(), p.prepared_ts.len(), "prepared index out of step");
+        for (ts, tx) in p.commit_waits.keys() {
+            let prepared = p.prepared.get(tx).expect("a waiting commit is prepared");
+            assert!(*ts >= prepared.ts, "a commit timestamp below its prepare timestamp");
+        }
+        assert!(
+            p.last_ts & ((1 << PARTITION_BITS) - 1) == u64::from(self.me.partition)
+                || p.last_ts == 0,
+            "a timestamp not of this partition"
+        );
+        for (&ts, tx) in &p.local_commits {
+            assert_eq!(tx.commit.dcs[d], ts, "a local commit filed under another timestamp");
+        }
+        for (j, commits) in p.remote_commits.iter().enumerate() {
+            if let Some((&ts, _)) = commits.last_key_value() {
+                assert!(ts <= p.known.dcs[j], "a remote transaction above known[{j}]");
+            }
+        }
+        for (&(ts, _), wait) in &p.waiting {
+            assert!(
+                ts == u64::MAX || ts > p.known.dcs[d],
+                "a read waits on a timestamp already stored"
+            );
+            assert!(!wait.snap.le(&p.known), "a read waits on a snapshot already stored");
+        }
+    }
+
+    fn check_uniformity(&self) {
+        let u = &self.uniformity;
+        let d = self.me.dc as usize;
+        assert!(u.stable.le(&self.partition.known), "stable above this partition's known");
+        assert_eq!(u.stable_matrix[d], u.stable, "this data center's row is its stable vector");
+        for j in 0..self.dcs {
+            assert!(u.uniform.dcs[j] <= u.stable.dcs[j], "uniform[{j}] above what is stored here");
+        }
+    }
+
+    fn check_coordinator(&self) {
+        let c = &self.coordinator;
+        assert_eq!(c.txs.len(), c.sessions.len(), "a transaction per session");
+        assert_eq!(c.txs.len(), c.deadlines.len(), "a deadline per transaction");
+        for (id, tx) in &c.txs {
+            assert_eq!(c.sessions.get(&tx.session), Some(id), "session index out of step");
+            assert!(c.deadlines.contains(&(tx.deadline, *id)), "deadline index out of step");
+        }
+        for id in c.reads.values() {
+            assert!(c.txs.contains_key(id), "a read of a closed transaction");
+        }
+        let d = self.me.dc as usize;
+        if let Some(((need, _), _)) = c.barriers.first_key_value() {
+            assert!(*need > self.uniformity.uniform.dcs[d], "a satisfied barrier still waits");
+        }
+    }
+}

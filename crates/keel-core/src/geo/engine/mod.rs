@@ -1,0 +1,213 @@
+//! [`GeoEngine`]: one replica of one partition in one data center of a geo keyspace
+//! (UniStore's causal half, `docs/geo.md`). Its state is cut by protocol piece, each an
+//! `impl GeoEngine` block in a file of its own:
+//!
+//! | file | piece | state |
+//! |---|---|---|
+//! | `step.rs` | boot, `step`, the channels, timers and `wake_at` | [`GeoEngine`]'s own fields |
+//! | `partition.rs` | the partition replica: the operation log, reads on a snapshot and their wait (1:18–25), prepare and commit (1:36–48), the known vector, geo-replication in timestamp order and heartbeats (2:1–18) | [`Partition`] |
+//! | `coordinator.rs` | client transactions: begin (1:1–8), operations (1:9–17), commit by two-phase commit in the data center (1:26–35), barriers and attaches (1:49–52), timeouts | [`Coordinator`] |
+//! | `uniform.rs` | the stable and uniform vectors (2:23–38), suspicion of failed data centers, forwarding (2:19–22), collection of remote transactions stored everywhere | [`Uniformity`] |
+//! | `gate.rs` | the validation gate | none |
+//! | `invariants.rs` | `check_invariants` | none |
+
+use super::channel::Channel;
+use super::types::{Config, Counters, GeoReply, Kind, Member, Replicated, TxId, Update, Vector};
+use crate::engine::{Outputs, RequestTag};
+use crate::time::Time;
+use keel_types::{Key, NoRecord, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+mod coordinator;
+mod gate;
+mod invariants;
+mod partition;
+mod step;
+mod uniform;
+
+/// One entry of an object's operation log: an update of a committed transaction.
+#[derive(Clone, Debug)]
+pub(crate) struct LogEntry {
+    /// The transaction.
+    pub tx: TxId,
+    /// Its data center.
+    pub origin: u32,
+    /// Its commit vector (shared by its entries).
+    pub commit: Arc<Vector>,
+    /// The update.
+    pub update: Update,
+}
+
+/// A transaction prepared on this partition, not yet committed.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared {
+    /// Its prepare timestamp.
+    pub ts: u64,
+    /// Its updates of this partition.
+    pub writes: Vec<(Key, Update)>,
+}
+
+/// A read waiting for the partition to store its snapshot (1:21).
+#[derive(Clone, Debug)]
+pub(crate) struct WaitingRead {
+    /// The coordinator.
+    pub from: NodeId,
+    /// Its number for the read.
+    pub read: u64,
+    /// The object.
+    pub key: Key,
+    /// Its kind.
+    pub kind: Kind,
+    /// The snapshot.
+    pub snap: Vector,
+}
+
+/// The partition replica's state (`partition.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Partition {
+    /// Every object's operation log, by key and kind.
+    pub log: BTreeMap<(Key, Kind), Vec<LogEntry>>,
+    /// Entries in the log.
+    pub entries: usize,
+    /// `knownVec`: per origin, the prefix of its transactions stored here.
+    pub known: Vector,
+    /// Prepared transactions.
+    pub prepared: BTreeMap<TxId, Prepared>,
+    /// Their prepare timestamps, ordered (the smallest holds `known[d]` back).
+    pub prepared_ts: BTreeSet<(u64, TxId)>,
+    /// Commits waiting for the clock to reach their timestamp (1:43), by timestamp.
+    pub commit_waits: BTreeMap<(u64, TxId), Vector>,
+    /// `committedCausal[d]`: local commits not yet sent to the siblings, by timestamp.
+    pub local_commits: BTreeMap<u64, Replicated>,
+    /// `committedCausal[i]`, `i ≠ d`: remote transactions kept for forwarding, by origin
+    /// and timestamp.
+    pub remote_commits: Vec<BTreeMap<u64, Replicated>>,
+    /// Reads waiting for `known` to cover their snapshot, by the entry they wait on.
+    pub waiting: BTreeMap<(u64, u64), WaitingRead>,
+    /// Numbers the waiting reads.
+    pub next_wait: u64,
+    /// The last timestamp this partition issued.
+    pub last_ts: u64,
+}
+
+/// One open transaction at its coordinator.
+#[derive(Clone, Debug)]
+pub(crate) struct Tx {
+    /// The session that opened it.
+    pub session: u64,
+    /// Its snapshot.
+    pub snap: Vector,
+    /// Its updates, by partition, in order (`wbuff`).
+    pub writes: BTreeMap<u32, Vec<(Key, Update)>>,
+    /// Operations so far.
+    pub ops: usize,
+    /// Bytes of updates buffered.
+    pub bytes: usize,
+    /// What it waits for.
+    pub pending: Pending,
+    /// When it is dropped if still open.
+    pub deadline: Time,
+}
+
+/// What an open transaction waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// Nothing: the next operation may come.
+    Idle,
+    /// A partition's version of an object, for an operation (`update`: `None`, a read).
+    Op {
+        /// The request to answer.
+        tag: RequestTag,
+        /// The read's number.
+        read: u64,
+        /// The key.
+        key: Key,
+        /// Its kind.
+        kind: Kind,
+        /// The update, if the operation updates.
+        update: Option<Update>,
+    },
+    /// The participants' prepare timestamps.
+    Committing {
+        /// The request to answer.
+        tag: RequestTag,
+        /// Participants yet to answer.
+        waiting: BTreeSet<u32>,
+        /// The commit vector so far.
+        commit: Vector,
+    },
+}
+
+/// The coordinator's state (`coordinator.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Coordinator {
+    /// Open transactions.
+    pub txs: BTreeMap<TxId, Tx>,
+    /// Each open transaction's session.
+    pub sessions: BTreeMap<u64, TxId>,
+    /// Open transactions by deadline.
+    pub deadlines: BTreeSet<(Time, TxId)>,
+    /// Reads sent to partitions, by number.
+    pub reads: BTreeMap<u64, TxId>,
+    /// Numbers reads.
+    pub next_read: u64,
+    /// Numbers transactions.
+    pub next_tx: u64,
+    /// Barriers waiting for `uniform[d]`, by the timestamp they need.
+    pub barriers: BTreeMap<(u64, RequestTag), ()>,
+    /// Attaches waiting, by the data center whose entry they wait on and the timestamp
+    /// they need there; each with its whole vector.
+    pub attaches: BTreeMap<(u32, u64, RequestTag), Vector>,
+}
+
+/// The uniformity tracker's state (`uniform.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Uniformity {
+    /// `localMatrix`: each partition of this data center's last known vector.
+    pub local: Vec<Vector>,
+    /// `stableVec`: what every partition of this data center stores.
+    pub stable: Vector,
+    /// `stableMatrix`: each data center's (this one's included) last stable vector.
+    pub stable_matrix: Vec<Vector>,
+    /// `globalMatrix`: each sibling's last known vector (this node's own at its data
+    /// center's index).
+    pub global: Vec<Vector>,
+    /// `uniformVec`: per origin, what is stored at f+1 data centers including this one.
+    pub uniform: Vector,
+    /// When each sibling was last heard from.
+    pub heard: Vec<Time>,
+    /// Per (destination, suspected origin): the highest timestamp forwarded there.
+    pub forwarded: BTreeMap<(u32, u32), u64>,
+}
+
+/// One geo node. See the module's documentation.
+#[derive(Debug)]
+pub struct GeoEngine {
+    pub(crate) config: Config,
+    /// This replica.
+    pub(crate) me: Member,
+    /// Data centers.
+    pub(crate) dcs: usize,
+    /// Partitions per data center.
+    pub(crate) partitions: u32,
+    /// `replicas[dc][partition]`: the node holding it.
+    pub(crate) replicas: Vec<Vec<NodeId>>,
+    /// This boot's number (the channels start over with each).
+    pub(crate) boot: u64,
+    /// The latest local time seen.
+    pub(crate) now: Time,
+    pub(crate) partition: Partition,
+    pub(crate) coordinator: Coordinator,
+    pub(crate) uniformity: Uniformity,
+    /// Each peer's channel.
+    pub(crate) channels: BTreeMap<NodeId, Channel>,
+    /// Bodies this node sent itself, handled before the step ends.
+    pub(crate) loopback: VecDeque<super::types::Body>,
+    /// When local transactions are next sent to the siblings.
+    pub(crate) next_propagate: Time,
+    /// When vectors are next exchanged.
+    pub(crate) next_broadcast: Time,
+    pub(crate) counters: Counters,
+    pub(crate) out: Outputs<super::types::Message, GeoReply, NoRecord>,
+}

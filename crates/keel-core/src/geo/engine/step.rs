@@ -1,0 +1,264 @@
+//! Boot, the step, the clock, the channels and the timers.
+
+use super::super::types::{
+    Body, Config, GeoOp, GeoReply, GeoRequest, GeoResult, Member, Message, Vector, DCS_MAX,
+    PARTITIONS_MAX, PARTITION_BITS,
+};
+use super::{Coordinator, GeoEngine, Partition, Uniformity};
+use crate::engine::{BootError, ConfigError, Input, Outputs, RequestTag};
+use crate::time::Time;
+use keel_types::{KeelError, NoRecord, NodeId};
+use std::collections::BTreeMap;
+
+/// Checks a geo configuration: `2f + 1` data centers, each holding every partition once,
+/// this node among them, timers that are not zero.
+/// A checked topology: this replica, the data centers, the partitions per data center,
+/// and the node of each replica by data center and partition.
+type Topology = (Member, usize, u32, Vec<Vec<NodeId>>);
+
+fn topology(config: &Config) -> Result<Topology, ConfigError> {
+    let bad = |field, reason: String| ConfigError { field, reason };
+    let dcs = 2 * config.f as usize + 1;
+    if dcs > DCS_MAX {
+        return Err(bad("f", format!("{dcs} data centers, at most {DCS_MAX}")));
+    }
+    let partitions = config.members.iter().map(|m| m.partition + 1).max().unwrap_or(0);
+    if partitions == 0 || partitions > PARTITIONS_MAX {
+        return Err(bad("members", format!("{partitions} partitions, 1 to {PARTITIONS_MAX}")));
+    }
+    let mut replicas = vec![vec![NodeId(0); partitions as usize]; dcs];
+    for m in &config.members {
+        let slot = replicas
+            .get_mut(m.dc as usize)
+            .and_then(|dc| dc.get_mut(m.partition as usize))
+            .ok_or_else(|| bad("members", format!("{} is in data center {}", m.node, m.dc)))?;
+        if slot.0 != 0 || m.node.0 == 0 {
+            return Err(bad("members", format!("{} doubles a replica", m.node)));
+        }
+        *slot = m.node;
+    }
+    if replicas.iter().flatten().any(|n| n.0 == 0) {
+        let reason =
+            format!("each of the {dcs} data centers holds each of {partitions} partitions");
+        return Err(bad("members", reason));
+    }
+    let me = *config
+        .members
+        .iter()
+        .find(|m| m.node == config.node)
+        .ok_or_else(|| bad("node", format!("{} is not a member", config.node)))?;
+    let timers = [config.propagate_every, config.broadcast_every, config.retransmit];
+    if timers.iter().any(|t| t.0 == 0) || config.tx_timeout.0 == 0 {
+        return Err(bad("timers", "a period of zero".into()));
+    }
+    Ok((me, dcs, partitions, replicas))
+}
+
+impl GeoEngine {
+    /// Boots a replica at local time `now` with nothing stored (a geo node keeps its data
+    /// in memory: `docs/geo.md`, *Failures*).
+    pub fn boot(config: Config, now: Time) -> Result<GeoEngine, BootError> {
+        let (me, dcs, partitions, replicas) = topology(&config)?;
+        let zero = Vector::zero(dcs);
+        let boot = config.wall_clock_origin_us.saturating_add(now.0 / 1_000).max(1);
+        let partition = Partition {
+            known: zero.clone(),
+            remote_commits: vec![BTreeMap::new(); dcs],
+            ..Partition::default()
+        };
+        let uniformity = Uniformity {
+            local: vec![zero.clone(); partitions as usize],
+            stable: zero.clone(),
+            stable_matrix: vec![zero.clone(); dcs],
+            global: vec![zero.clone(); dcs],
+            uniform: zero,
+            heard: vec![now; dcs],
+            forwarded: BTreeMap::new(),
+        };
+        let coordinator = Coordinator { next_tx: boot, ..Coordinator::default() };
+        Ok(GeoEngine {
+            config,
+            me,
+            dcs,
+            partitions,
+            replicas,
+            boot,
+            now,
+            partition,
+            coordinator,
+            uniformity,
+            channels: BTreeMap::new(),
+            loopback: Default::default(),
+            next_propagate: now,
+            next_broadcast: now,
+            counters: Default::default(),
+            out: Outputs::default(),
+        })
+    }
+
+    /// Handles one input (`crate::engine::Engine::step`).
+    pub fn step(
+        &mut self,
+        now: Time,
+        input: Input<Message, GeoRequest>,
+    ) -> Outputs<Message, GeoReply, NoRecord> {
+        self.now = self.now.max(now);
+        let tick = matches!(input, Input::Tick);
+        match input {
+            Input::Message { from, message } => self.receive(from, message),
+            Input::Client(request) => self.client(request),
+            Input::Clients(requests) => requests.into_iter().for_each(|r| self.client(r)),
+            Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        self.drain_loopback();
+        self.timers();
+        self.drain_loopback();
+        self.flush(tick);
+        self.out.wake_at = Some(self.wake_at());
+        self.check_invariants();
+        std::mem::take(&mut self.out)
+    }
+
+    /// The local clock as a timestamp of this partition (`docs/geo.md`, *Timestamps*):
+    /// the unix time in µs, shifted, with the partition in the low bits.
+    pub(crate) fn clock(&self) -> u64 {
+        let us = self.config.wall_clock_origin_us.saturating_add(self.now.0 / 1_000);
+        (us << PARTITION_BITS) | u64::from(self.me.partition)
+    }
+
+    /// The local time at which the clock reads `ts` (at least now).
+    pub(crate) fn time_of(&self, ts: u64) -> Time {
+        let us = (ts >> PARTITION_BITS).saturating_sub(self.config.wall_clock_origin_us);
+        Time(us.saturating_mul(1_000).max(self.now.0))
+    }
+
+    /// The node holding `partition` in data center `dc`.
+    pub(crate) fn replica(&self, dc: u32, partition: u32) -> NodeId {
+        self.replicas[dc as usize][partition as usize]
+    }
+
+    /// The member `node` is, if it is one.
+    pub(crate) fn member(&self, node: NodeId) -> Option<Member> {
+        self.config.members.iter().find(|m| m.node == node).copied()
+    }
+
+    /// Sends `body` to `to` on their channel (to itself: handled before the step ends).
+    pub(crate) fn send(&mut self, to: NodeId, body: Body) {
+        if to == self.me.node {
+            self.loopback.push_back(body);
+        } else {
+            self.channels.entry(to).or_default().push(body);
+        }
+    }
+
+    /// Answers the request `tag`.
+    pub(crate) fn reply(&mut self, tag: RequestTag, result: Result<GeoResult, KeelError>) {
+        self.out.replies.push(GeoReply { tag, served_by: self.me.node, result });
+    }
+
+    fn receive(&mut self, from: NodeId, message: Message) {
+        if let Err(reason) = self.check_peer(from, &message) {
+            self.counters.rejected += 1;
+            self.out.rejected.push(crate::engine::Rejection { from, reason });
+            return;
+        }
+        let Some(peer) = self.member(from) else { return };
+        if peer.partition == self.me.partition {
+            self.uniformity.heard[peer.dc as usize] = self.now;
+        }
+        let (boot, now) = (self.boot, self.now);
+        let bodies = self.channels.entry(from).or_default().receive(boot, now, message);
+        for body in bodies {
+            self.handle(from, body);
+        }
+    }
+
+    fn drain_loopback(&mut self) {
+        while let Some(body) = self.loopback.pop_front() {
+            self.handle(self.me.node, body);
+        }
+    }
+
+    /// One body from `from` (this node itself, for its own partition).
+    fn handle(&mut self, from: NodeId, body: Body) {
+        match body {
+            Body::GetVersion { read, key, kind, snap } => {
+                self.get_version(from, read, key, kind, snap)
+            }
+            Body::Version { read, object } => self.version(read, object),
+            Body::Prepare { tx, writes, snap } => self.prepare(from, tx, writes, &snap),
+            Body::PrepareAck { tx, ts } => self.prepare_ack(from, tx, ts),
+            Body::Commit { tx, commit } => self.commit(tx, commit),
+            Body::Replicate { origin, txs } => self.replicate(origin, txs),
+            Body::Heartbeat { origin, ts } => self.heartbeat(origin, ts),
+            Body::KnownLocal { known } => self.known_local(from, known),
+            Body::Vectors { stable, known } => self.vectors(from, stable, known),
+        }
+    }
+
+    fn client(&mut self, request: GeoRequest) {
+        let GeoRequest { tag, session, op } = request;
+        match op {
+            GeoOp::Begin { past } => self.begin(tag, session, past),
+            GeoOp::Read { tx, key, kind } => self.operate(tag, session, tx, key, kind, None),
+            GeoOp::Update { tx, key, update } => {
+                let kind = update.kind();
+                self.operate(tag, session, tx, key, kind, Some(update))
+            }
+            GeoOp::Commit { tx } => self.commit_tx(tag, session, tx),
+            GeoOp::Abort { tx } => self.abort(tag, session, tx),
+            GeoOp::Barrier { past } => self.barrier(tag, past),
+            GeoOp::Attach { past } => self.attach(tag, past),
+        }
+    }
+
+    /// Everything whose time has come: commits waiting for the clock, the known vector,
+    /// reads waiting for it, propagation, vectors, suspicion, timeouts.
+    fn timers(&mut self) {
+        self.apply_due_commits();
+        self.advance_known();
+        if self.now >= self.next_propagate {
+            self.next_propagate = Time(self.now.0 + self.config.propagate_every.0);
+            self.propagate();
+        }
+        if self.now >= self.next_broadcast {
+            self.next_broadcast = Time(self.now.0 + self.config.broadcast_every.0);
+            self.broadcast();
+            self.forward_for_suspected();
+            self.collect();
+        }
+        self.expire_txs();
+    }
+
+    /// Sends each channel's message, if it has one (acknowledgements alone only on a
+    /// tick: otherwise they ride on the next message).
+    fn flush(&mut self, tick: bool) {
+        let (boot, now, retransmit) = (self.boot, self.now, self.config.retransmit);
+        for (&peer, channel) in &mut self.channels {
+            let (message, resent) = channel.flush(boot, now, retransmit, tick);
+            if resent {
+                self.counters.retransmits += 1;
+            }
+            if let Some(message) = message {
+                self.out.messages.push((peer, message));
+            }
+        }
+    }
+
+    /// The next time something is due.
+    fn wake_at(&self) -> Time {
+        let mut at = self.next_propagate.min(self.next_broadcast);
+        if let Some((&(ts, _), _)) = self.partition.commit_waits.first_key_value() {
+            at = at.min(self.time_of(ts));
+        }
+        if let Some(&(deadline, _)) = self.coordinator.deadlines.first() {
+            at = at.min(deadline);
+        }
+        for channel in self.channels.values() {
+            if let Some(resend) = channel.resend_at(self.config.retransmit) {
+                at = at.min(resend);
+            }
+        }
+        at.max(Time(self.now.0 + 1))
+    }
+}

@@ -1,0 +1,506 @@
+//! The geo engine's types: vectors, transaction ids, objects and their updates, client
+//! operations and results, peer messages, configuration and status.
+
+use crate::engine::RequestTag;
+use crate::time::Span;
+use keel_types::{KeelError, Key, Limits, NodeId, Value};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most data centers a geo keyspace spans (`D = 2f + 1 ≤ 7`).
+pub const DCS_MAX: usize = 7;
+/// The most partitions a data center is cut into.
+pub const PARTITIONS_MAX: u32 = 1 << PARTITION_BITS;
+/// The low bits of a local timestamp that name the partition that issued it: two
+/// partitions never issue the same timestamp, so a data center's commit timestamps (each
+/// the largest of its participants' prepare timestamps) are unique (`docs/geo.md`,
+/// *Timestamps*).
+pub const PARTITION_BITS: u32 = 10;
+
+/// A vector clock: one timestamp per data center and the strong entry (`commitVec`,
+/// `snapVec`, `pastVec`, `knownVec`, `stableVec`; `uniformVec` leaves its strong entry
+/// at 0). Compared entry by entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Vector {
+    /// One timestamp per data center, by index.
+    pub dcs: Vec<u64>,
+    /// The strong entry (strong transactions' timestamps; 0 while none exists).
+    pub strong: u64,
+}
+
+impl Vector {
+    /// The zero vector of `dcs` data centers.
+    pub fn zero(dcs: usize) -> Vector {
+        Vector { dcs: vec![0; dcs], strong: 0 }
+    }
+
+    /// Whether every entry of `self` is at most `other`'s (vectors of one keyspace have
+    /// one length; of two lengths, never).
+    pub fn le(&self, other: &Vector) -> bool {
+        self.dcs.len() == other.dcs.len()
+            && self.strong <= other.strong
+            && self.dcs.iter().zip(&other.dcs).all(|(a, b)| a <= b)
+    }
+
+    /// Raises every entry to at least `other`'s.
+    pub fn join(&mut self, other: &Vector) {
+        debug_assert_eq!(self.dcs.len(), other.dcs.len());
+        for (a, b) in self.dcs.iter_mut().zip(&other.dcs) {
+            *a = (*a).max(*b);
+        }
+        self.strong = self.strong.max(other.strong);
+    }
+
+    /// The sum of every entry: strictly larger for a vector strictly above, so ordering
+    /// by it extends the vector order (the arbitration of `docs/geo.md`, *Values*).
+    pub fn sum(&self) -> u128 {
+        self.dcs.iter().map(|&t| u128::from(t)).sum::<u128>() + u128::from(self.strong)
+    }
+
+    /// The entries as one list, the strong entry last (the history format's vectors).
+    pub fn flat(&self) -> Vec<u64> {
+        let mut out = self.dcs.clone();
+        out.push(self.strong);
+        out
+    }
+}
+
+/// A transaction's identity: the node that coordinated it and its number there.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct TxId {
+    /// The coordinating node.
+    pub node: u32,
+    /// Its number at that node (numbers start past the node's boot time in µs, so that
+    /// a restarted node never reuses one).
+    pub seq: u64,
+}
+
+/// The type of an object: a key names one object per kind.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Kind {
+    /// A last-writer-wins register of bytes.
+    #[default]
+    Register,
+    /// A counter (sum of its additions).
+    Counter,
+    /// A max register (the largest value set).
+    Max,
+    /// A grow-only set of byte strings.
+    GSet,
+    /// An add-wins set of byte strings: a remove removes only the adds it saw.
+    AwSet,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 5] = [Kind::Register, Kind::Counter, Kind::Max, Kind::GSet, Kind::AwSet];
+}
+
+/// An update of one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Update {
+    /// Register: set the value.
+    Set(Value),
+    /// Counter: add (negative: subtract).
+    Add(i64),
+    /// Max register: raise to at least this.
+    Max(i64),
+    /// Grow-only set: add the element.
+    GAdd(Value),
+    /// Add-wins set: add the element.
+    SAdd(Value),
+    /// Add-wins set: remove the element's adds by these transactions (the ones the
+    /// remover saw; the coordinator fills them in from the state it read).
+    SRem(Value, Vec<TxId>),
+}
+
+impl Update {
+    /// The kind of object it updates.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Update::Set(_) => Kind::Register,
+            Update::Add(_) => Kind::Counter,
+            Update::Max(_) => Kind::Max,
+            Update::GAdd(_) => Kind::GSet,
+            Update::SAdd(_) | Update::SRem(..) => Kind::AwSet,
+        }
+    }
+
+    /// Bytes of client data it carries.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Update::Set(v) | Update::GAdd(v) | Update::SAdd(v) => v.len(),
+            Update::SRem(v, seen) => v.len() + 12 * seen.len(),
+            Update::Add(_) | Update::Max(_) => 8,
+        }
+    }
+}
+
+/// Where a register's value stands in the arbitration order: later wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Arbitration {
+    /// The sum of the writer's commit vector (larger for every causal successor).
+    pub sum: u128,
+    /// The writer's data center.
+    pub origin: u32,
+    /// The writer.
+    pub tx: TxId,
+}
+
+/// An object's state, as a partition rebuilds it from its operation log for a snapshot
+/// and a coordinator extends it with the transaction's own updates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Object {
+    /// A register: its value and the write that set it (`None`: never set).
+    Register(Option<(Value, Arbitration)>),
+    /// A counter.
+    Counter(i64),
+    /// A max register (`None`: never raised).
+    Max(Option<i64>),
+    /// A grow-only set.
+    GSet(BTreeSet<Value>),
+    /// An add-wins set: each element with the transactions whose adds are still in.
+    AwSet(BTreeMap<Value, BTreeSet<TxId>>),
+}
+
+/// A client's operation in a geo keyspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GeoOp {
+    /// `START_TX(past)`: open a transaction on a snapshot that includes `past`.
+    Begin {
+        /// The session's past vector.
+        past: Vector,
+    },
+    /// Read `key`'s object of `kind` in transaction `tx`.
+    Read {
+        /// The transaction.
+        tx: TxId,
+        /// The key.
+        key: Key,
+        /// Which of its objects.
+        kind: Kind,
+    },
+    /// Buffer `update` of `key` in transaction `tx`; the reply is the object after it.
+    Update {
+        /// The transaction.
+        tx: TxId,
+        /// The key.
+        key: Key,
+        /// The update.
+        update: Update,
+    },
+    /// `COMMIT_CAUSAL(tx)`.
+    Commit {
+        /// The transaction.
+        tx: TxId,
+    },
+    /// Drop transaction `tx` without committing it.
+    Abort {
+        /// The transaction.
+        tx: TxId,
+    },
+    /// `UNIFORM_BARRIER(past)`: answer once everything in `past` is uniform.
+    Barrier {
+        /// The session's past vector.
+        past: Vector,
+    },
+    /// `ATTACH(past)`: answer once this data center's uniform snapshot covers `past`'s
+    /// entries of the other data centers (a session that came from another one).
+    Attach {
+        /// The past vector the session brought.
+        past: Vector,
+    },
+}
+
+/// A client request to a geo keyspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeoRequest {
+    /// Returned with the reply.
+    pub tag: RequestTag,
+    /// The client connection (a session: one transaction at a time).
+    pub session: u64,
+    /// The operation.
+    pub op: GeoOp,
+}
+
+/// What a geo operation returns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GeoResult {
+    /// A transaction began on snapshot `snap`.
+    Began {
+        /// Its identity.
+        tx: TxId,
+        /// Its snapshot vector.
+        snap: Vector,
+    },
+    /// An object's state (after the update, for an update).
+    Object(Object),
+    /// Committed; the session's new past vector (the snapshot, for a read-only one).
+    Committed {
+        /// The vector.
+        vector: Vector,
+    },
+    /// The transaction was dropped.
+    Aborted,
+    /// The barrier or attach holds.
+    Synced,
+}
+
+/// The reply to one geo request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeoReply {
+    /// The request's tag.
+    pub tag: RequestTag,
+    /// This node.
+    pub served_by: NodeId,
+    /// The result.
+    pub result: Result<GeoResult, KeelError>,
+}
+
+/// A member of a geo keyspace: the replica of one partition in one data center.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The node.
+    pub node: NodeId,
+    /// Its data center, `0..D`.
+    pub dc: u32,
+    /// The partition it holds, `0..N`.
+    pub partition: u32,
+}
+
+/// A geo node's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This node.
+    pub node: NodeId,
+    /// Every replica: each data center holds every partition once.
+    pub members: Vec<Member>,
+    /// Data-center failures tolerated: the keyspace spans `2f + 1` data centers.
+    pub f: u32,
+    /// The unix time, µs, at which the node's local clock read 0: timestamps are this
+    /// plus the local clock, so they stay close across nodes and grow across restarts.
+    pub wall_clock_origin_us: u64,
+    /// How often local transactions are sent to the siblings (`PROPAGATE_LOCAL_TXS`).
+    pub propagate_every: Span,
+    /// How often the known and stable vectors are exchanged (`BROADCAST_VECS`).
+    pub broadcast_every: Span,
+    /// How long an unacknowledged channel message waits before it is sent again.
+    pub retransmit: Span,
+    /// How long a silent sibling data center goes before it is suspected to have failed
+    /// (this node then forwards that data center's transactions).
+    pub suspect_after: Span,
+    /// How long a transaction may stay open before it is dropped.
+    pub tx_timeout: Span,
+    /// Most transactions open at once on this node.
+    pub txs_max: usize,
+    /// Most operations in one transaction.
+    pub tx_ops_max: usize,
+    /// Most bytes of updates one transaction buffers.
+    pub tx_bytes_max: usize,
+    /// Most channel messages sent and not yet acknowledged, per peer, before the node
+    /// stops opening transactions (back-pressure).
+    pub unacked_max: usize,
+    /// Key and value bounds.
+    pub limits: Limits,
+    /// Negative control: remote transactions become visible once this data center
+    /// stores them, not once they are uniform (`docs/geo.md`, *Controls*).
+    pub unsafe_expose_non_uniform: bool,
+}
+
+impl Config {
+    /// A configuration for `node` among `members`, tolerating `f` failed data centers,
+    /// with the defaults of `docs/geo.md`.
+    pub fn new(node: NodeId, members: Vec<Member>, f: u32) -> Config {
+        Config {
+            node,
+            members,
+            f,
+            wall_clock_origin_us: 0,
+            propagate_every: Span::from_millis(5),
+            broadcast_every: Span::from_millis(5),
+            retransmit: Span::from_millis(200),
+            suspect_after: Span::from_millis(2_000),
+            tx_timeout: Span::from_millis(30_000),
+            txs_max: 10_000,
+            tx_ops_max: 1_000,
+            tx_bytes_max: 16 << 20,
+            unacked_max: 100_000,
+            limits: Limits::default(),
+            unsafe_expose_non_uniform: false,
+        }
+    }
+}
+
+/// One message of the protocol (`docs/geo.md`, *Messages*), carried in order on the
+/// channel between two replicas.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Body {
+    /// `GET_VERSION`: the object of `key` of `kind` on `snap` (coordinator → partition).
+    GetVersion {
+        /// The coordinator's number for the read.
+        read: u64,
+        /// The key.
+        key: Key,
+        /// Which object.
+        kind: Kind,
+        /// The snapshot.
+        snap: Vector,
+    },
+    /// `VERSION`: the object read (partition → coordinator).
+    Version {
+        /// The read answered.
+        read: u64,
+        /// The object on the snapshot.
+        object: Object,
+    },
+    /// `PREPARE`: the transaction's updates of the receiver's partition.
+    Prepare {
+        /// The transaction.
+        tx: TxId,
+        /// Its updates there, in order.
+        writes: Vec<(Key, Update)>,
+        /// Its snapshot.
+        snap: Vector,
+    },
+    /// `PREPARE_ACK`: the partition's prepare timestamp.
+    PrepareAck {
+        /// The transaction.
+        tx: TxId,
+        /// The prepare timestamp.
+        ts: u64,
+    },
+    /// `COMMIT`: the transaction's commit vector.
+    Commit {
+        /// The transaction.
+        tx: TxId,
+        /// Its commit vector.
+        commit: Vector,
+    },
+    /// `REPLICATE`: transactions of data center `origin`, in its timestamp order.
+    Replicate {
+        /// Their data center.
+        origin: u32,
+        /// The transactions, with their updates of this partition.
+        txs: Vec<Replicated>,
+    },
+    /// `HEARTBEAT`: data center `origin` has no transaction for this partition up to
+    /// `ts` beyond those sent.
+    Heartbeat {
+        /// The data center.
+        origin: u32,
+        /// The timestamp.
+        ts: u64,
+    },
+    /// `KNOWNVEC_LOCAL`: the sender's known vector (to the partitions of its data center).
+    KnownLocal {
+        /// Its known vector.
+        known: Vector,
+    },
+    /// `STABLEVEC` and `KNOWNVEC_GLOBAL` (to the siblings): the sender's stable and
+    /// known vectors.
+    Vectors {
+        /// Its stable vector.
+        stable: Vector,
+        /// Its known vector.
+        known: Vector,
+    },
+}
+
+/// A committed transaction's updates of one partition, as replicated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replicated {
+    /// The transaction.
+    pub tx: TxId,
+    /// Its commit vector.
+    pub commit: Vector,
+    /// Its updates of the partition, in order.
+    pub writes: Vec<(Key, Update)>,
+}
+
+/// What one replica sends another: the channel's numbered bodies and its
+/// acknowledgement of what it received (`docs/geo.md`, *Channels*).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// The sender's boot (the channel starts over with each): the receiver drops a
+    /// message of an earlier boot, and starts its receiving side over at a later one.
+    pub boot: u64,
+    /// The boot of the receiver this message acknowledges (`ack` counts its messages).
+    pub peer_boot: u64,
+    /// Every body numbered below this, of the receiver's boot `peer_boot`, arrived.
+    pub ack: u64,
+    /// The number of `bodies[0]`.
+    pub first: u64,
+    /// Bodies numbered `first..`.
+    pub bodies: Vec<Body>,
+}
+
+/// How often each path of the protocol was taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Transactions begun.
+    pub begun: u64,
+    /// Update transactions committed (as coordinator).
+    pub committed: u64,
+    /// Read-only transactions committed.
+    pub committed_read_only: u64,
+    /// Transactions dropped: aborted, timed out, or their coordinator's limits.
+    pub dropped: u64,
+    /// Reads that waited for the partition's known vector (1:21).
+    pub reads_waited: u64,
+    /// Commits that waited for the partition's clock (1:43).
+    pub commits_waited: u64,
+    /// Remote transactions applied.
+    pub replicated_in: u64,
+    /// Remote transactions received again and dropped (forwarded duplicates).
+    pub duplicates: u64,
+    /// Remote transactions forwarded for a suspected data center.
+    pub forwarded: u64,
+    /// Barriers that waited.
+    pub barriers_waited: u64,
+    /// Attaches that waited.
+    pub attaches_waited: u64,
+    /// Channel messages sent again.
+    pub retransmits: u64,
+    /// Remote transactions forgotten once stored everywhere.
+    pub collected: u64,
+    /// Peer messages the gate dropped.
+    pub rejected: u64,
+}
+
+/// A geo node's state, as `/status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node.
+    pub node: NodeId,
+    /// Its data center.
+    pub dc: u32,
+    /// Its partition.
+    pub partition: u32,
+    /// Its known vector.
+    pub known: Vector,
+    /// Its stable vector.
+    pub stable: Vector,
+    /// Its uniform vector.
+    pub uniform: Vector,
+    /// Keys in its operation log.
+    pub keys: usize,
+    /// Operation-log entries.
+    pub entries: usize,
+    /// Transactions open here.
+    pub open: usize,
+    /// Prepared transactions not yet committed.
+    pub prepared: usize,
+    /// Data centers this node suspects.
+    pub suspected: Vec<u32>,
+    /// How often each path was taken.
+    pub counters: Counters,
+}
+
+/// Refusal for an operation a geo keyspace cannot serve.
+pub fn refuse(why: impl Into<String>) -> KeelError {
+    KeelError::InvalidArgument(why.into())
+}
