@@ -6,12 +6,15 @@
 //!            [--property linearizable|monotonic|views|transactions] [--budget STEPS]
 //!            [--json] FILE...
 //! keel check [--model rc] [--format keel-rc] [--json] FILE...
+//! keel check --model causal|--format keel-causal [--json] FILE...
 //! keel check --bench [--data-dir DIR] [--runs N]
 //! ```
 //!
 //! `--model rc` checks release consistency (RC_Lin, [`crate::rc`]) on `keel-rc`
 //! histories; either flag implies the other, and with neither `--model` nor `--format`
-//! the file must be a `keel-rc` history (its header line says so).
+//! the file must be a `keel-rc` history (its header line says so). `--model causal`
+//! checks causal consistency of geo transactions ([`crate::causal`]) on `keel-causal`
+//! histories (one JSON document each); either flag implies the other.
 //!
 //! Output: `FILE<TAB>VERDICT<TAB>MILLISECONDS` per file on stdout (verdict `linearizable`,
 //! `not-linearizable`, `ok`, `violation` or `unknown`; milliseconds rounded to an integer),
@@ -29,7 +32,7 @@ mod bench;
 use crate::error::InputError;
 use crate::linearizability::{self, Verdict, BUDGET_STEPS_DEFAULT};
 use crate::model::{LinOp, Model};
-use crate::{history, jepsen, keel, monotonic, rc, txn, views};
+use crate::{causal, history, jepsen, keel, monotonic, rc, txn, views};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -48,9 +51,12 @@ pub enum Format {
     /// Release-consistency histories (JSON Lines, header `{"format":"keel-rc",...}`), for
     /// `--model rc`.
     KeelRc,
+    /// Causal geo-transaction histories (one JSON document), for `--model causal`.
+    KeelCausal,
 }
 
-/// What `--model` names: a sequential model for linearizability, or release consistency.
+/// What `--model` names: a sequential model for linearizability, release consistency, or
+/// causal consistency of geo transactions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CheckModel {
     /// read / write / cas; starts absent (Jepsen's etcd register).
@@ -61,16 +67,18 @@ pub enum CheckModel {
     Keel,
     /// Release consistency (RC_Lin, Kite's model) over `keel-rc` histories.
     Rc,
+    /// Causal consistency of geo transactions over `keel-causal` histories.
+    Causal,
 }
 
 impl CheckModel {
-    /// The sequential model, for every choice but `rc`.
+    /// The sequential model, for every choice but `rc` and `causal`.
     pub fn sequential(self) -> Option<Model> {
         match self {
             CheckModel::Register => Some(Model::Register),
             CheckModel::Kv => Some(Model::Kv),
             CheckModel::Keel => Some(Model::Keel),
-            CheckModel::Rc => None,
+            CheckModel::Rc | CheckModel::Causal => None,
         }
     }
 }
@@ -94,12 +102,12 @@ pub enum Property {
 /// Flags of `keel check`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The sequential model (needed for `--property linearizable`), or `rc` for release
-    /// consistency.
+    /// The sequential model (needed for `--property linearizable`), `rc` for release
+    /// consistency, or `causal` for causal consistency of geo transactions.
     #[arg(long, value_enum)]
     pub model: Option<CheckModel>,
     /// The format of the files (`keel-rc` goes with `--model rc`, and is assumed when
-    /// neither flag is given).
+    /// neither flag is given; `keel-causal` goes with `--model causal`).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// What to check.
@@ -196,9 +204,19 @@ pub fn run(args: &CheckArgs) -> ExitCode {
 
 /// The format and model `args` ask for, defaults applied: `--model rc` and `--format
 /// keel-rc` imply each other, and with neither flag the files are `keel-rc` histories
-/// (the reader checks their header).
+/// (the reader checks their header); `--model causal` and `--format keel-causal` imply
+/// each other.
 fn resolve(args: &CheckArgs) -> Result<(Format, Option<CheckModel>), String> {
     match (args.format, args.model) {
+        (None | Some(Format::KeelCausal), Some(CheckModel::Causal))
+        | (Some(Format::KeelCausal), None) => Ok((Format::KeelCausal, Some(CheckModel::Causal))),
+        (Some(Format::KeelCausal), Some(model)) => Err(format!(
+            "--format keel-causal is checked with --model causal, not --model {}",
+            model.sequential().map_or("rc", Model::as_str)
+        )),
+        (Some(_), Some(CheckModel::Causal)) => {
+            Err("--model causal needs --format keel-causal".to_string())
+        }
         (None | Some(Format::KeelRc), None | Some(CheckModel::Rc)) => {
             Ok((Format::KeelRc, Some(CheckModel::Rc)))
         }
@@ -252,6 +270,9 @@ pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputErro
         let history = history::parse_history(reader, &name)?;
         return Ok(txn_result(&history));
     }
+    if format == Format::KeelCausal {
+        return Ok(causal_result(&causal::parse(reader, &name)?));
+    }
     let Some(model) = model.expect("validated: --model given").sequential() else {
         return Ok(rc_result(&rc::parse_jsonl(reader, &name)?));
     };
@@ -259,7 +280,9 @@ pub fn check_file(args: &CheckArgs, path: &Path) -> Result<FileResult, InputErro
         Format::JepsenRegister => jepsen::parse_register_log(reader, &name)?,
         Format::JepsenKv => jepsen::parse_kv_log(reader, &name)?,
         Format::Keel => keel::lin_ops(&history::parse_history(reader, &name)?.ops),
-        Format::KeelRc => unreachable!("validated: keel-rc goes with --model rc"),
+        Format::KeelRc | Format::KeelCausal => {
+            unreachable!("validated: keel-rc and keel-causal go with their models")
+        }
     };
     lin_result(model, &ops, args.budget, &name)
 }
@@ -300,6 +323,48 @@ pub fn rc_result(ops: &[rc::RcOp]) -> FileResult {
         verdict: verdict.verdict(),
         holds: Some(holds),
         ops: verdict.ops,
+        steps: 0,
+        details,
+        human,
+    }
+}
+
+/// Checks a `keel-causal` history for causal consistency ([`crate::causal`]).
+pub fn causal_result(history: &causal::history::CausalHistory) -> FileResult {
+    let report = causal::check(history);
+    let holds = report.holds();
+    let mut human = String::new();
+    let details = if holds {
+        serde_json::Value::Null
+    } else {
+        human.push_str(&format!(
+            "{} violation(s) of causal consistency in {} transactions ({} committed)\n",
+            report.violations_total, report.txs, report.committed
+        ));
+        for violation in &report.violations {
+            human.push_str(&format!("{violation}\n"));
+        }
+        if report.violations_total > report.violations.len() {
+            human.push_str(&format!(
+                "... and {} more\n",
+                report.violations_total - report.violations.len()
+            ));
+        }
+        json!({
+            "txs": report.txs,
+            "committed": report.committed,
+            "violations_total": report.violations_total,
+            "counts": report.counts,
+            "violations": report.violations.iter().map(|v| json!({
+                "kind": v.kind,
+                "detail": v.detail,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    FileResult {
+        verdict: report.verdict(),
+        holds: Some(holds),
+        ops: report.txs,
         steps: 0,
         details,
         human,

@@ -17,11 +17,15 @@
 //! - [`rc`]: release consistency (RC_Lin, Kite's model): the `keel-rc` history format and
 //!   its checker (happens-before, load value, RMW atomicity, per-key coherence,
 //!   linearizability and one order of synchronization ops).
+//! - [`causal`]: causal consistency of UniStore-style geo transactions: the `keel-causal`
+//!   history format and its checker (snapshots' return values, sessions, uniformity of
+//!   remote visibility, convergence of the final states), with a saturation cross-check.
 //! - [`generate`]: deterministic generator of valid Keel histories (tests, benchmark).
 //! - [`cli`]: `keel check` (arguments, verdict lines, exit codes, `--bench`).
 //! - [`error`]: input errors naming file and line.
 //!
 //! Checkers are pure: no I/O, no clock, no randomness; only [`cli`] reads files and times.
+pub mod causal;
 pub mod cli;
 pub mod error;
 pub use keel_types::fasthash;

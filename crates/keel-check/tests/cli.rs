@@ -274,3 +274,85 @@ fn rc_flags_must_agree() {
     let e = check_file(&args(&[&keel.display().to_string()]), &keel).unwrap_err();
     assert!(e.message.contains("keel-history"), "{}", e.message);
 }
+
+/// A `keel-causal` history: Alice deposits to Bob, then notifies him; Bob, at another data
+/// center, reads the note and his balance (`balance`: 100 is right, 0 breaks causality).
+fn causal_history_text(balance: i64) -> String {
+    let tx = |node: u32,
+              seq: u64,
+              session: u64,
+              dc: u32,
+              snap: [u64; 4],
+              at: u64,
+              ops: serde_json::Value,
+              vector: [u64; 4]| {
+        serde_json::json!({
+            "id": {"node": node, "seq": seq}, "session": session, "dc": dc, "past": snap,
+            "snap": snap, "at_ns": at, "ops": ops,
+            "outcome": {"outcome": "committed", "vector": vector},
+        })
+    };
+    serde_json::json!({
+        "dcs": 3, "f": 1, "failed": [],
+        "txs": [
+            tx(0, 1, 1, 0, [0, 0, 0, 0], 10,
+               serde_json::json!([{"op": "update", "key": "bob", "update": {"type": "add", "delta": 100}}]),
+               [1, 0, 0, 0]),
+            tx(0, 2, 1, 0, [1, 0, 0, 0], 20,
+               serde_json::json!([{"op": "update", "key": "inbox", "update": {"type": "set", "value": "note"}}]),
+               [2, 0, 0, 0]),
+            tx(1, 1, 2, 1, [2, 0, 0, 0], 30,
+               serde_json::json!([
+                   {"op": "read", "key": "inbox", "kind": "register", "seen": {"type": "register", "value": "note"}},
+                   {"op": "read", "key": "bob", "kind": "counter", "seen": {"type": "counter", "value": balance}},
+               ]),
+               [2, 0, 0, 0]),
+        ],
+        "committed": [], "syncs": [],
+        "stored": [
+            {"dc": 0, "origin": 0, "through": 2, "at_ns": 21},
+            {"dc": 1, "origin": 0, "through": 2, "at_ns": 25},
+        ],
+        "finals": [],
+    })
+    .to_string()
+}
+
+#[test]
+fn causal_histories_exit_0_1_2() {
+    let good = temp_file("causal-good.json", causal_history_text(100).as_bytes());
+    let bad = temp_file("causal-bad.json", causal_history_text(0).as_bytes());
+    let broken = temp_file("causal-broken.json", b"{\"dcs\": 3,\n\"f\": 1,\n\"txs\": 7}");
+    let (good_s, bad_s, broken_s) =
+        (good.display().to_string(), bad.display().to_string(), broken.display().to_string());
+    for flags in [
+        &["--model", "causal"][..],
+        &["--format", "keel-causal"],
+        &["--model", "causal", "--format", "keel-causal"],
+    ] {
+        let with = |file: &str| {
+            let mut words = flags.to_vec();
+            words.push(file);
+            args(&words)
+        };
+        assert_eq!(code(run(&with(&good_s))), code(ExitCode::from(0)), "{flags:?}");
+        assert_eq!(code(run(&with(&bad_s))), code(ExitCode::from(1)), "{flags:?}");
+        assert_eq!(code(run(&with(&broken_s))), code(ExitCode::from(2)), "{flags:?}");
+    }
+    let result = check_file(&args(&["--model", "causal", &bad_s]), &bad).unwrap();
+    assert_eq!((result.verdict, result.holds, result.ops), ("violation", Some(false), 3));
+    assert!(result.human.contains("return-value"), "{}", result.human);
+    assert_eq!(result.details["violations"][0]["kind"], "return-value");
+    assert_eq!(result.details["counts"]["return-value"], 1);
+    let e = check_file(&args(&["--model", "causal", &broken_s]), &broken).unwrap_err();
+    assert_eq!((e.file.as_str(), e.line), (broken_s.as_str(), 3));
+    for words in [
+        &["--model", "causal", "--format", "keel", &good_s][..],
+        &["--model", "rc", "--format", "keel-causal", &good_s],
+        &["--model", "causal", "--property", "monotonic", &good_s],
+    ] {
+        assert_eq!(code(run(&args(words))), code(ExitCode::from(2)), "{words:?}");
+    }
+    // With no flags a file is read as keel-rc: this one is not.
+    assert!(check_file(&args(&[&good_s]), &good).is_err());
+}

@@ -39,8 +39,8 @@ pub enum SimCommand {
 /// `keel sim run` arguments.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The engine: `orca` (the leader engine) or `kite`.
-    #[arg(long, default_value = "orca", value_parser = ["orca", "kite"])]
+    /// The engine: `orca` (the leader engine), `kite` or `geo`.
+    #[arg(long, default_value = "orca", value_parser = ["orca", "kite", "geo"])]
     pub engine: String,
     /// The scenario. With `--engine kite`: `general`, `litmus` (the paper's litmus tests
     /// L1 to L11 under random delays and loss) or `faults` (its fault scenarios F1 and F5
@@ -194,6 +194,12 @@ pub struct RunArgs {
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]
     pub stale_final_view: bool,
+    /// Negative control (`--engine geo`): remote transactions become visible once the
+    /// reading data center stores them, before they are uniform, so a barrier's past can
+    /// be lost when two data centers fail (caught by the causal checker's
+    /// `lost-after-barrier`; every run aims the fault).
+    #[arg(long)]
+    pub expose_non_uniform: bool,
 }
 
 /// `keel sim bench` arguments.
@@ -232,6 +238,9 @@ pub fn run(args: &SimArgs) -> ExitCode {
 fn run_seeds(args: &RunArgs) -> ExitCode {
     if args.engine == "kite" {
         return crate::kite::cli::run_seeds(args);
+    }
+    if args.engine == "geo" {
+        return crate::geo::cli::run_seeds(args);
     }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(

@@ -33,6 +33,7 @@
 //! - [`table3`], [`table4`]: the ORCA paper's experiments.
 //! - [`bench`]: measurements, not tests.
 //! - [`kite`]: the Kite engine's world, recorder, scenarios and `--engine kite`.
+//! - [`geo`]: the geo engine's world, recorder, scenarios and `--engine geo`.
 //! - [`toy`]: a deliberately simple engine used to test the simulator itself.
 //! - [`cli`]: `keel sim`.
 
@@ -44,6 +45,7 @@ pub mod codec;
 pub mod disk;
 pub mod driver;
 pub mod engine;
+pub mod geo;
 pub mod history;
 pub mod invariants;
 pub mod kite;

@@ -217,6 +217,12 @@ impl Network {
         self.in_flight
     }
 
+    /// Sets the base one-way latency of the directed link `from -> to` (a wide-area
+    /// link between data centers, say), in place of a draw.
+    pub fn set_latency(&mut self, from: NodeId, to: NodeId, ns: u64) {
+        self.link_latency_ns.insert((from, to), ns);
+    }
+
     fn link_latency(&mut self, from: NodeId, to: NodeId) -> u64 {
         let (low, high) = (self.config.latency_ns_min, self.config.latency_ns_max);
         let rng = &mut self.rng;

@@ -182,15 +182,18 @@ impl GeoEngine {
         }
     }
 
-    /// The object of `key` of `kind` this replica stores, on everything it stores
-    /// (tests and the simulator's convergence check; `None`: the key is not this
-    /// partition's).
-    pub fn stored_object(&self, key: &keel_types::Key, kind: super::types::Kind) -> Option<Object> {
+    /// The object of `key` of `kind` on snapshot `snap`, as this replica stores it (tests
+    /// and the simulator's convergence check; `None`: the key is not this partition's).
+    pub fn object_on(
+        &self,
+        key: &keel_types::Key,
+        kind: super::types::Kind,
+        snap: &super::types::Vector,
+    ) -> Option<Object> {
         if self.partition_of(key) != self.me.partition {
             return None;
         }
-        let all = super::types::Vector { dcs: vec![u64::MAX; self.dcs], strong: u64::MAX };
-        Some(self.object_at(key, kind, &all))
+        Some(self.object_at(key, kind, snap))
     }
 
     /// Every (key, kind) this replica's log holds.

@@ -6,6 +6,7 @@
 //!   ([`PeerLimits`]), its errors ([`PeerError`]), the [`PeerMessage`] trait an engine's
 //!   message type implements, [`encode_frame`] and [`decode_frame`].
 //! - `kite`: the encoding of `keel_core::kite::Message` (a format byte, then postcard).
+//! - `geo`: the encoding of `keel_core::geo::Message` (a format byte, then postcard).
 //! - `message`: the encoding of every `keel_core::leader::Message` variant (one file, so
 //!   that a new field is one edit; its round-trip property test names every field).
 //!
@@ -30,9 +31,11 @@
 //! allocating the body; every count and length is checked against its limit and against
 //! the bytes left before anything is reserved for it.
 
+mod geo;
 mod kite;
 mod message;
 
+pub use geo::GEO_FORMAT_V1;
 pub use kite::KITE_FORMAT_V3;
 
 use keel_types::codec::{put_u32, put_u8, CodecError, Reader};

@@ -1,0 +1,261 @@
+//! The `keel-causal` history format: what a geo keyspace's clients and the simulator's
+//! watch record for `keel check --model causal` (`docs/geo.md`, *Checking*).
+//!
+//! A history is what clients saw (each transaction's snapshot vector, its operations with
+//! their results, the vector its commit returned, each barrier and attach) and what the
+//! cluster did (every update transaction that committed, with its commit vector and
+//! writes, as replicas exchanged it; when each data center came to store each origin's
+//! transactions). Vectors have one entry per data center and then the strong entry: a
+//! vector of `D + 1` entries, compared entry by entry.
+
+use serde::{Deserialize, Serialize};
+
+/// A transaction's identity: the node that coordinated it and its number there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxId {
+    /// The coordinating node.
+    pub node: u32,
+    /// Its number at that node.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for TxId {
+    /// `node:seq`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.node, self.seq)
+    }
+}
+
+/// A vector of `D` per-data-center timestamps followed by the strong entry.
+pub type Vector = Vec<u64>;
+
+/// Whether `a ≤ b` entry by entry (vectors of one history all have the same length).
+pub fn vector_le(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x <= y)
+}
+
+/// An update of one object, as its type defines it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Update {
+    /// Last-writer-wins register: set the value.
+    Set {
+        /// The new value.
+        value: String,
+    },
+    /// Counter: add `delta` (negative to subtract).
+    Add {
+        /// The amount added.
+        delta: i64,
+    },
+    /// Max register: raise to `value` (a lower value changes nothing).
+    Max {
+        /// The value raised to.
+        value: i64,
+    },
+    /// Grow-only set: add `elem`.
+    GAdd {
+        /// The element added.
+        elem: String,
+    },
+    /// Add-wins set: add `elem`.
+    SAdd {
+        /// The element added (tagged with the adding transaction).
+        elem: String,
+    },
+    /// Add-wins set: remove `elem`'s adds by the transactions in `seen` (the adds the
+    /// remover's snapshot and its own transaction showed); concurrent adds survive.
+    SRem {
+        /// The element removed.
+        elem: String,
+        /// The adding transactions whose tags it removes.
+        seen: Vec<TxId>,
+    },
+}
+
+/// The kind of object an operation reads: a key names one object per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Last-writer-wins register.
+    Register,
+    /// Counter.
+    Counter,
+    /// Max register.
+    Max,
+    /// Grow-only set.
+    GSet,
+    /// Add-wins set.
+    AwSet,
+}
+
+impl Update {
+    /// The kind of object it updates.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Update::Set { .. } => Kind::Register,
+            Update::Add { .. } => Kind::Counter,
+            Update::Max { .. } => Kind::Max,
+            Update::GAdd { .. } => Kind::GSet,
+            Update::SAdd { .. } | Update::SRem { .. } => Kind::AwSet,
+        }
+    }
+}
+
+/// What a read returned: the object's state as the transaction saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Seen {
+    /// A register's value (`None`: never set).
+    Register {
+        /// The value.
+        value: Option<String>,
+    },
+    /// A counter's value (0 when never updated).
+    Counter {
+        /// The value.
+        value: i64,
+    },
+    /// A max register's value (`None`: never raised).
+    Max {
+        /// The value.
+        value: Option<i64>,
+    },
+    /// A set's elements, sorted (either set kind).
+    Set {
+        /// The elements, sorted.
+        elems: Vec<String>,
+    },
+}
+
+/// One operation of a transaction, in the order the transaction ran them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TxOp {
+    /// A read of `key`'s object of `kind`, and what it returned.
+    Read {
+        /// The key.
+        key: String,
+        /// The object's kind.
+        kind: Kind,
+        /// What the read returned.
+        seen: Seen,
+    },
+    /// An update of `key` (buffered in the transaction until it commits).
+    Update {
+        /// The key.
+        key: String,
+        /// The update.
+        update: Update,
+    },
+}
+
+/// How a transaction ended, as its client learned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Committed; the vector the commit returned (the snapshot for a read-only one).
+    Committed {
+        /// The vector the commit returned.
+        vector: Vector,
+    },
+    /// The client never learned (its data center failed, its connection broke): the
+    /// updates may or may not have committed.
+    Unknown,
+    /// Abandoned before its commit (nothing of it may be seen).
+    Aborted,
+}
+
+/// One client transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientTx {
+    /// Its identity.
+    pub id: TxId,
+    /// The client session that ran it (one transaction at a time).
+    pub session: u64,
+    /// The data center of its coordinator.
+    pub dc: u32,
+    /// The session's past vector it started from.
+    pub past: Vector,
+    /// Its snapshot vector.
+    pub snap: Vector,
+    /// When it started (virtual or wall time, ns).
+    pub at_ns: u64,
+    /// Its operations.
+    pub ops: Vec<TxOp>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// An update transaction that committed, as the cluster exchanged it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// Its identity.
+    pub id: TxId,
+    /// The data center where it committed.
+    pub origin: u32,
+    /// Its commit vector.
+    pub commit: Vector,
+    /// Its updates, in the transaction's order.
+    pub writes: Vec<(String, Update)>,
+}
+
+/// A session's barrier or attach that returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sync {
+    /// The session.
+    pub session: u64,
+    /// Where it was called.
+    pub dc: u32,
+    /// The session's past vector it made uniform (a barrier) or brought (an attach).
+    pub past: Vector,
+    /// `true`: `UNIFORM_BARRIER`; `false`: `ATTACH`.
+    pub barrier: bool,
+    /// When it returned.
+    pub at_ns: u64,
+}
+
+/// From `at_ns` on, data center `dc` stored every transaction of `origin` with a local
+/// timestamp up to `through` (its `stableVec[origin]` reached it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stored {
+    /// The storing data center.
+    pub dc: u32,
+    /// The origin data center.
+    pub origin: u32,
+    /// Its timestamps up to this one.
+    pub through: u64,
+    /// Since when.
+    pub at_ns: u64,
+}
+
+/// What a data center's objects held at the end of a run, read after the cluster went
+/// quiet (for the convergence check): `(key, kind, seen)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalState {
+    /// The data center (a correct one: it did not fail).
+    pub dc: u32,
+    /// Every object's state there.
+    pub objects: Vec<(String, Kind, Seen)>,
+}
+
+/// A whole history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CausalHistory {
+    /// Data centers `0..dcs`.
+    pub dcs: u32,
+    /// Data-center failures tolerated (`dcs = 2f + 1`).
+    pub f: u32,
+    /// The data centers that failed during the run.
+    pub failed: Vec<u32>,
+    /// Client transactions.
+    pub txs: Vec<ClientTx>,
+    /// Update transactions that committed.
+    pub committed: Vec<Committed>,
+    /// Barriers and attaches that returned.
+    pub syncs: Vec<Sync>,
+    /// When data centers came to store each origin's transactions.
+    pub stored: Vec<Stored>,
+    /// The final states of the correct data centers (empty: no convergence check).
+    pub finals: Vec<FinalState>,
+}

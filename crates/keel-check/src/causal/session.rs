@@ -1,0 +1,106 @@
+//! The `session` and `snapshot-below-past` rules: within a session, each snapshot covers
+//! the session's past; a move to another data center keeps the past only through an
+//! attach there.
+
+use super::history::{vector_le, CausalHistory, ClientTx, Outcome, Sync};
+use super::{kind, Sink};
+use std::collections::BTreeMap;
+
+/// One event of a session, in the order of `at_ns` (a sync returned before a transaction
+/// that starts at the same time).
+enum Event<'a> {
+    Sync(&'a Sync),
+    Tx(&'a ClientTx),
+}
+
+/// What a session has shown so far.
+#[derive(Default)]
+struct Walk<'a> {
+    /// The session's past: what every later snapshot must cover (`None` at the start and
+    /// after a move without attach).
+    past: Option<&'a [u64]>,
+    /// What set the past, for messages.
+    from: String,
+    /// The data center of the session's last transaction.
+    dc: Option<u32>,
+    /// The data center of an attach since the last transaction.
+    attached: Option<u32>,
+}
+
+/// Checks every session of `history`.
+pub(crate) fn check(history: &CausalHistory, sink: &mut Sink) {
+    let mut sessions: BTreeMap<u64, Vec<(u64, u8, usize, Event<'_>)>> = BTreeMap::new();
+    for (i, s) in history.syncs.iter().enumerate() {
+        sessions.entry(s.session).or_default().push((s.at_ns, 0, i, Event::Sync(s)));
+    }
+    for (i, t) in history.txs.iter().enumerate() {
+        sessions.entry(t.session).or_default().push((t.at_ns, 1, i, Event::Tx(t)));
+    }
+    for (session, mut events) in sessions {
+        events.sort_unstable_by_key(|&(at, class, i, _)| (at, class, i));
+        let mut walk = Walk::default();
+        for (_, _, _, event) in &events {
+            match event {
+                Event::Sync(s) => walk.sync(session, s, sink),
+                Event::Tx(t) => walk.tx(t, sink),
+            }
+        }
+    }
+}
+
+impl<'a> Walk<'a> {
+    fn sync(&mut self, session: u64, s: &'a Sync, sink: &mut Sink) {
+        let what = if s.barrier { "barrier" } else { "attach" };
+        if let Some(past) = self.past {
+            if !vector_le(past, &s.past) {
+                sink.report(kind::SESSION, || {
+                    format!(
+                        "session {session}: the {what} at dc {} returning at {} ns carried past \
+                         {:?}, below the session's past {past:?} (from {})",
+                        s.dc, s.at_ns, s.past, self.from
+                    )
+                });
+            }
+        }
+        if !s.barrier {
+            self.past = Some(&s.past);
+            self.from = format!("the attach at dc {} returning at {} ns", s.dc, s.at_ns);
+            self.attached = Some(s.dc);
+        }
+    }
+
+    fn tx(&mut self, t: &'a ClientTx, sink: &mut Sink) {
+        if !vector_le(&t.past, &t.snap) {
+            sink.report(kind::SNAPSHOT_BELOW_PAST, || {
+                format!("tx {}: snapshot {:?} below its past {:?}", t.id, t.snap, t.past)
+            });
+        }
+        if self.dc.is_some_and(|dc| dc != t.dc) && self.attached != Some(t.dc) {
+            self.past = None;
+        }
+        if let Some(past) = self.past {
+            if !vector_le(past, &t.snap) {
+                sink.report(kind::SESSION, || {
+                    format!(
+                        "session {}: tx {} at dc {} (at {} ns) has snapshot {:?}, below the \
+                         session's past {past:?} (from {})",
+                        t.session, t.id, t.dc, t.at_ns, t.snap, self.from
+                    )
+                });
+            }
+        }
+        match &t.outcome {
+            Outcome::Committed { vector } => {
+                self.past = Some(vector);
+                self.from = format!("tx {}'s commit", t.id);
+            }
+            Outcome::Unknown => {
+                self.past = Some(&t.snap);
+                self.from = format!("tx {}'s snapshot (outcome unknown)", t.id);
+            }
+            Outcome::Aborted => {}
+        }
+        self.dc = Some(t.dc);
+        self.attached = None;
+    }
+}

@@ -1,0 +1,15 @@
+//! The geo engine's simulation (`keel sim run --engine geo`): UniStore's causal half in
+//! the one simulated world, every history checked by `keel check --model causal`'s
+//! checker.
+//!
+//! - `sim`: [`keel_core::geo::GeoEngine`] as a `crate::engine::SimEngine`, and its watch.
+//! - `world`: data centers over wide-area links, failing and cut off; the recorder.
+//! - `scenario`: the `general` scenario (random sessions, migrations, faults).
+//! - `script`: the digest's scenarios, scripted.
+//! - `cli`: `--engine geo`.
+
+pub mod cli;
+pub mod scenario;
+pub mod script;
+pub mod sim;
+pub mod world;

@@ -1,0 +1,484 @@
+//! The geo scenarios: `general` (random sessions at every data center, migrating with a
+//! barrier and an attach, under wide-area delays, loss, duplication, skewed clocks, data
+//! centers cut off and failing), and the scripted ones of `script.rs`. Every run's
+//! history goes through the causal checker (`keel_check::causal`).
+
+use super::world::{GeoShape, GeoWorld, OpenTx};
+use crate::rng::Rng;
+use keel_check::causal::history::{CausalHistory, Outcome};
+use keel_core::engine::RequestTag;
+use keel_core::geo::{GeoOp, GeoResult, Kind, Object, Update, Vector};
+use keel_types::{Key, NodeId};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct GeoRunConfig {
+    /// The seed.
+    pub seed: u64,
+    /// The scenario.
+    pub scenario: String,
+    /// Negative control: remote transactions visible before they are uniform.
+    pub expose_non_uniform: bool,
+    /// Keep the history in the report.
+    pub keep_history: bool,
+}
+
+/// One run's outcome.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GeoReport {
+    /// The seed.
+    pub seed: u64,
+    /// The scenario.
+    pub scenario: String,
+    /// Data centers.
+    pub dcs: u32,
+    /// Partitions per data center.
+    pub partitions: u32,
+    /// Client transactions.
+    pub txs: usize,
+    /// Of them, committed with updates.
+    pub updates: usize,
+    /// Barriers and attaches returned.
+    pub syncs: usize,
+    /// Data centers failed.
+    pub failed: Vec<u32>,
+    /// Virtual time, ms.
+    pub virtual_ms: u64,
+    /// The faults injected, in order.
+    pub faults: Vec<String>,
+    /// What the checks found.
+    pub violations: Vec<String>,
+    /// A panic, if the run panicked (an engine's invariant, say).
+    pub panic: Option<String>,
+    /// The rare paths the run took (coverage).
+    pub reached: BTreeMap<String, u64>,
+    /// How to run it again.
+    pub replay: String,
+    /// The history, when kept.
+    #[serde(skip)]
+    pub history: Option<CausalHistory>,
+}
+
+impl GeoReport {
+    /// Whether nothing was violated.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.panic.is_none()
+    }
+}
+
+/// Keys the workload touches: few, so that transactions meet.
+const KEYS: [&str; 6] = ["k0", "k1", "k2", "k3", "k4", "k5"];
+/// Elements of the sets.
+const ELEMS: [&str; 4] = ["a", "b", "c", "d"];
+
+/// An operation a session plans.
+#[derive(Clone, Debug)]
+enum Planned {
+    Read(Key, Kind),
+    Update(Key, Update),
+    /// A remove from an add-wins set: a read of the set first, then the remove of the
+    /// adds it showed.
+    Remove(Key, Key),
+}
+
+/// What a session waits for.
+#[derive(Clone, Debug)]
+enum Waiting {
+    Nothing,
+    Begin(NodeId),
+    Op(Planned, bool),
+    Commit,
+    Barrier(Option<u32>),
+    Attach(u32),
+}
+
+/// One client session.
+struct Session {
+    id: u64,
+    dc: u32,
+    past: Vector,
+    rng: Rng,
+    waiting: Waiting,
+    open: Option<OpenTx>,
+    plan: VecDeque<Planned>,
+    next_value: u64,
+    done: bool,
+}
+
+fn key(s: &str) -> Key {
+    Key::copy_from_slice(s.as_bytes())
+}
+
+impl Session {
+    fn plan_tx(&mut self) -> VecDeque<Planned> {
+        let n = 1 + self.rng.below(4);
+        (0..n)
+            .map(|_| {
+                let k = key(KEYS[self.rng.below(KEYS.len() as u64) as usize]);
+                let elem = key(ELEMS[self.rng.below(ELEMS.len() as u64) as usize]);
+                self.next_value += 1;
+                let value = key(&format!("s{}-{}", self.id, self.next_value));
+                match self.rng.below(12) {
+                    0..=3 => Planned::Read(k, Kind::ALL[self.rng.below(5) as usize]),
+                    4 => Planned::Update(k, Update::Set(value)),
+                    5 | 6 => Planned::Update(k, Update::Add(self.rng.range(1, 200) as i64 - 50)),
+                    7 => Planned::Update(k, Update::Max(self.rng.below(1_000) as i64)),
+                    8 => Planned::Update(k, Update::GAdd(elem)),
+                    9 | 10 => Planned::Update(k, Update::SAdd(elem)),
+                    _ => Planned::Remove(k, elem),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The run's fault plan and the session it aims at.
+struct Faults {
+    /// Data centers still to fail, each at its time.
+    fails: Vec<(u64, u32)>,
+    /// Cut-offs and their ends, in time order: `Some(dc)` cuts `dc` off, `None`
+    /// restores every link.
+    isolations: Vec<(u64, Option<u32>)>,
+    /// Whether the next barrier of a session whose past holds another data center's
+    /// transactions fails the barrier's data center and that one at once (the aimed
+    /// fault that reaches scenario 8).
+    barrier_then_fail: bool,
+}
+
+/// Draws the cluster of a `general` run.
+fn draw_shape(rng: &mut Rng, expose: bool) -> GeoShape {
+    let f = if rng.chance(400_000) || expose { 2 } else { 1 };
+    let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
+    let dcs = 2 * f + 1;
+    let mut wan_ns = BTreeMap::new();
+    for a in 0..dcs {
+        for b in a + 1..dcs {
+            wan_ns.insert((a, b), rng.range(2_000_000, 100_000_000));
+        }
+    }
+    GeoShape {
+        f,
+        partitions,
+        wan_ns,
+        loss_ppm: if rng.chance(500_000) { rng.below(30_000) as u32 } else { 0 },
+        duplicate_ppm: if rng.chance(300_000) { rng.below(20_000) as u32 } else { 0 },
+        jitter_ns: rng.range(1, 5_000_000),
+        skew_ms: if rng.chance(500_000) { rng.below(3_000) } else { 0 },
+        expose_non_uniform: expose,
+    }
+}
+
+/// How long sessions run, ns.
+const RUN_NS: u64 = 12_000_000_000;
+/// How long sessions have to finish their open transactions after `RUN_NS`, ns.
+const DRAIN_NS: u64 = 5_000_000_000;
+/// The quiet end's length, ns.
+const QUIET_NS: u64 = 15_000_000_000;
+
+/// Runs one seed of `general`.
+pub fn run_general(config: &GeoRunConfig) -> GeoReport {
+    let mut rng = Rng::new(config.seed);
+    let shape = draw_shape(&mut rng, config.expose_non_uniform);
+    let mut world = GeoWorld::new(shape, rng.next_u64());
+    let dcs = world.shape.dcs();
+    let mut faults = draw_faults(&mut rng, &world.shape, config.expose_non_uniform);
+    let mut log = Vec::new();
+    let mut sessions: Vec<Session> = (0..2 + rng.below(5))
+        .map(|i| Session {
+            id: i + 1,
+            dc: rng.below(u64::from(dcs)) as u32,
+            past: Vector::zero(dcs as usize),
+            rng: rng.fork(),
+            waiting: Waiting::Nothing,
+            open: None,
+            plan: VecDeque::new(),
+            next_value: 0,
+            done: false,
+        })
+        .collect();
+    let mut by_tag: BTreeMap<RequestTag, usize> = BTreeMap::new();
+    // Sessions start work until RUN_NS, then finish what they have open (a few seconds
+    // at most: a commit never waits for another data center).
+    while world.now() < RUN_NS + DRAIN_NS {
+        let now = world.now();
+        inject(&mut world, &mut faults, &mut log, now);
+        for (i, session) in sessions.iter_mut().enumerate() {
+            if now < RUN_NS || session.open.is_some() {
+                drive(&mut world, session, i, &mut by_tag);
+            }
+        }
+        if !world.step_until(now + 1_000_000) {
+            continue;
+        }
+        let replies: Vec<RequestTag> =
+            world.replies.keys().filter(|t| by_tag.contains_key(t)).copied().collect();
+        for tag in replies {
+            let i = by_tag.remove(&tag).expect("listed");
+            let (_, reply) = world.replies.remove(&tag).expect("listed");
+            if let Some(next) =
+                answered(&mut world, &mut sessions[i], reply.result, &mut faults, &mut log)
+            {
+                by_tag.insert(next, i);
+            }
+        }
+    }
+    for s in &mut sessions {
+        abandon(&mut world, s);
+    }
+    world.quiesce(QUIET_NS);
+    finish(world, config, log)
+}
+
+fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
+    let dcs = shape.dcs();
+    let mut fails = Vec::new();
+    let aimed = expose || rng.chance(300_000);
+    if !aimed {
+        for _ in 0..rng.below(u64::from(shape.f) + 1) {
+            let dc = rng.below(u64::from(dcs)) as u32;
+            if !fails.iter().any(|&(_, d)| d == dc) {
+                fails.push((rng.range(1_000_000_000, RUN_NS), dc));
+            }
+        }
+    }
+    let mut isolations = Vec::new();
+    for _ in 0..rng.below(3) {
+        let start = rng.range(500_000_000, RUN_NS);
+        isolations.push((start, Some(rng.below(u64::from(dcs)) as u32)));
+        isolations.push((start + rng.range(300_000_000, 4_000_000_000), None));
+    }
+    isolations.sort_by_key(|(at, _)| *at);
+    Faults { fails, isolations, barrier_then_fail: aimed }
+}
+
+/// Injects the faults whose time has come.
+fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now: u64) {
+    let due: Vec<u32> =
+        faults.fails.iter().filter(|(at, _)| *at <= now).map(|(_, dc)| *dc).collect();
+    faults.fails.retain(|(at, _)| *at > now);
+    for dc in due {
+        if world.failed.len() < world.shape.f as usize {
+            world.fail_dc(dc);
+            world.reach("dc-failed");
+            log.push(format!("{}ms: data center {dc} fails", now / 1_000_000));
+        }
+    }
+    while faults.isolations.first().is_some_and(|(at, _)| *at <= now) {
+        let (_, cut) = faults.isolations.remove(0);
+        match cut {
+            Some(dc) => {
+                world.isolate_dc(dc);
+                world.reach("dc-isolated");
+                log.push(format!("{}ms: data center {dc} cut off", now / 1_000_000));
+            }
+            None => {
+                world.heal();
+                log.push(format!("{}ms: links restored", now / 1_000_000));
+            }
+        }
+    }
+}
+
+/// Sends a session's next request, if it waits for nothing.
+fn drive(
+    world: &mut GeoWorld,
+    s: &mut Session,
+    index: usize,
+    by_tag: &mut BTreeMap<RequestTag, usize>,
+) {
+    if s.done || !matches!(s.waiting, Waiting::Nothing) {
+        return;
+    }
+    if world.failed.contains(&s.dc) {
+        s.done = true;
+        return;
+    }
+    let node = coordinator(world, s);
+    let (tag, waiting) = if let Some(open) = &s.open {
+        let tx = open.id;
+        match s.plan.pop_front() {
+            Some(Planned::Read(k, kind)) => {
+                let tag = world.submit(node, s.id, GeoOp::Read { tx, key: k.clone(), kind });
+                (tag, Waiting::Op(Planned::Read(k, kind), false))
+            }
+            Some(Planned::Update(k, u)) => {
+                let op = GeoOp::Update { tx, key: k.clone(), update: u.clone() };
+                let tag = world.submit(node, s.id, op);
+                (tag, Waiting::Op(Planned::Update(k, u), false))
+            }
+            Some(Planned::Remove(k, e)) => {
+                let op = GeoOp::Read { tx, key: k.clone(), kind: Kind::AwSet };
+                let tag = world.submit(node, s.id, op);
+                (tag, Waiting::Op(Planned::Remove(k, e), true))
+            }
+            None => {
+                let tag = world.submit(node, s.id, GeoOp::Commit { tx });
+                if let Some(open) = &mut s.open {
+                    open.committing = true;
+                }
+                (tag, Waiting::Commit)
+            }
+        }
+    } else if s.rng.chance(100_000) {
+        let migrate =
+            s.rng.chance(400_000).then(|| s.rng.below(u64::from(world.shape.dcs())) as u32);
+        let migrate = migrate.filter(|&to| to != s.dc && !world.failed.contains(&to));
+        let tag = world.submit(node, s.id, GeoOp::Barrier { past: s.past.clone() });
+        (tag, Waiting::Barrier(migrate))
+    } else {
+        s.plan = s.plan_tx();
+        let tag = world.submit(node, s.id, GeoOp::Begin { past: s.past.clone() });
+        (tag, Waiting::Begin(node))
+    };
+    s.waiting = waiting;
+    by_tag.insert(tag, index);
+}
+
+/// The node a session's next request goes to: its transaction's coordinator, or any
+/// replica of its data center.
+fn coordinator(world: &GeoWorld, s: &mut Session) -> NodeId {
+    if let Some(open) = &s.open {
+        return open.node;
+    }
+    let nodes = world.nodes_of(s.dc);
+    nodes[s.rng.below(nodes.len() as u64) as usize]
+}
+
+/// A session's reply; the tag of the request it sent next, if it did.
+fn answered(
+    world: &mut GeoWorld,
+    s: &mut Session,
+    result: Result<GeoResult, keel_types::KeelError>,
+    faults: &mut Faults,
+    log: &mut Vec<String>,
+) -> Option<RequestTag> {
+    let waiting = std::mem::replace(&mut s.waiting, Waiting::Nothing);
+    let result = match result {
+        Ok(r) => r,
+        Err(_) => {
+            world.reach("refused");
+            if let Some(open) = s.open.take() {
+                world.close(open, Outcome::Aborted);
+            }
+            return None;
+        }
+    };
+    match (waiting, result) {
+        (Waiting::Begin(node), GeoResult::Began { tx, snap }) => {
+            s.open = Some(world.began(node, s.id, &s.past.clone(), tx, &snap));
+        }
+        (Waiting::Op(planned, first_half), GeoResult::Object(object)) => {
+            op_done(s, planned, first_half, &object);
+        }
+        (Waiting::Commit, GeoResult::Committed { vector }) => {
+            let open = s.open.take().expect("a commit of an open transaction");
+            world.close(open, Outcome::Committed { vector: super::sim::history_vector(&vector) });
+            s.past = vector;
+        }
+        (Waiting::Barrier(migrate), GeoResult::Synced) => {
+            world.synced(s.id, s.dc, &s.past, true);
+            aimed_fault(world, s, faults, log);
+            if let Some(to) = migrate.filter(|to| !world.failed.contains(to)) {
+                let nodes = world.nodes_of(to);
+                let node = nodes[s.rng.below(nodes.len() as u64) as usize];
+                let tag = world.submit(node, s.id, GeoOp::Attach { past: s.past.clone() });
+                s.waiting = Waiting::Attach(to);
+                world.reach("migrated");
+                return Some(tag);
+            }
+        }
+        (Waiting::Attach(to), GeoResult::Synced) => {
+            s.dc = to;
+            world.synced(s.id, to, &s.past, false);
+        }
+        (waiting, result) => panic!("reply {result:?} to {waiting:?}"),
+    }
+    None
+}
+
+/// Records an operation's object; the first half of a remove sends its second.
+fn op_done(s: &mut Session, planned: Planned, first_half: bool, object: &Object) {
+    let Some(open) = s.open.as_mut() else { return };
+    match planned {
+        Planned::Read(k, kind) => GeoWorld::record_op(open, &k, None, kind, object),
+        Planned::Update(k, u) => GeoWorld::record_op(open, &k, Some(&u), u.kind(), object),
+        Planned::Remove(k, e) if first_half => {
+            GeoWorld::record_op(open, &k, None, Kind::AwSet, object);
+            let seen = object.adds_of(&e);
+            s.plan.push_front(Planned::Update(k, Update::SRem(e, seen)));
+        }
+        Planned::Remove(..) => unreachable!("a remove's second half is an update"),
+    }
+}
+
+/// The aimed fault: right after a barrier, the barrier's data center and the one whose
+/// transactions the session's past holds most recently fail together (as many as `f`
+/// allows).
+fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut Vec<String>) {
+    if !faults.barrier_then_fail || world.now() < 2_000_000_000 {
+        return;
+    }
+    let remote = (0..world.shape.dcs())
+        .filter(|&d| d != s.dc && s.past.dcs[d as usize] > 0 && !world.failed.contains(&d))
+        .max_by_key(|&d| s.past.dcs[d as usize]);
+    let Some(remote) = remote else { return };
+    faults.barrier_then_fail = false;
+    world.reach("barrier-then-fail");
+    for dc in [s.dc, remote] {
+        if world.failed.len() < world.shape.f as usize {
+            world.fail_dc(dc);
+            log.push(format!(
+                "{}ms: data center {dc} fails after a barrier",
+                world.now() / 1_000_000
+            ));
+        }
+    }
+}
+
+/// Closes what a session left open at the end or when its data center failed.
+fn abandon(world: &mut GeoWorld, s: &mut Session) {
+    if let Some(open) = s.open.take() {
+        let outcome = if open.committing { Outcome::Unknown } else { Outcome::Aborted };
+        world.close(open, outcome);
+    }
+}
+
+/// Checks the run and builds its report.
+pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> GeoReport {
+    let history = world.history(true);
+    let mut violations: Vec<String> =
+        world.violations().iter().map(|v| format!("{}: {}", v.kind, v.detail)).collect();
+    let report = keel_check::causal::check(&history);
+    violations.extend(report.violations.iter().map(|v| v.to_string()));
+    if report.violations_total > report.violations.len() {
+        violations.push(format!("... {} violations in all", report.violations_total));
+    }
+    let mut reached = world.reached.clone();
+    for (path, count) in world.world.path_counts() {
+        if count > 0 {
+            reached.insert(path.to_string(), count);
+        }
+    }
+    GeoReport {
+        seed: config.seed,
+        scenario: config.scenario.clone(),
+        dcs: world.shape.dcs(),
+        partitions: world.shape.partitions,
+        txs: history.txs.len(),
+        updates: history.committed.len(),
+        syncs: history.syncs.len(),
+        failed: world.failed.clone(),
+        virtual_ms: world.now() / 1_000_000,
+        faults,
+        violations,
+        panic: None,
+        reached,
+        replay: format!(
+            "keel sim run --engine geo --scenario {} --seed {}",
+            config.scenario, config.seed
+        ),
+        history: config.keep_history.then_some(history),
+    }
+}

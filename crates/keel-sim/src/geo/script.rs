@@ -1,0 +1,473 @@
+//! The digest's test scenarios for the causal half, scripted (`docs/geo.md`, *Testing*):
+//! each builds a cluster, drives sessions through one situation, checks what the scenario
+//! promises, and puts the run's history through the causal checker as every run does.
+//! The seed still draws the network's jitter, loss and the clocks.
+
+use super::scenario::{finish, GeoReport, GeoRunConfig};
+use super::world::{GeoShape, GeoWorld};
+use crate::rng::Rng;
+use keel_core::geo::{GeoOp, GeoResult, Kind, Object, Update, Vector};
+use keel_types::{Key, NodeId};
+use std::collections::BTreeMap;
+
+/// A scripted scenario: its name and its run.
+pub type Script = fn(&GeoRunConfig) -> GeoReport;
+
+/// Every scripted scenario, by name (the digest's numbers in `docs/geo.md`).
+pub static SCRIPTS: [(&str, Script); 11] = [
+    ("causality", causality),
+    ("atomic", atomic),
+    ("sessions", sessions),
+    ("convergence", convergence),
+    ("forwarding", forwarding),
+    ("barrier", barrier),
+    ("migration", migration),
+    ("unplanned", unplanned),
+    ("idle-partition", idle_partition),
+    ("skew", skew),
+    ("f-failures", f_failures),
+];
+
+/// Runs every scripted scenario on `config`'s seed; the first failure's report, else the
+/// last one's.
+pub fn run_all(config: &GeoRunConfig) -> GeoReport {
+    let mut last = GeoReport::default();
+    for (name, script) in &SCRIPTS {
+        let config = GeoRunConfig { scenario: (*name).to_string(), ..config.clone() };
+        last = script(&config);
+        if !last.passed() {
+            return last;
+        }
+    }
+    last
+}
+
+/// Runs the scripted scenario `name`.
+pub fn run_named(name: &str, config: &GeoRunConfig) -> GeoReport {
+    let (_, script) = SCRIPTS.iter().find(|(n, _)| *n == name).expect("a known scenario");
+    script(config)
+}
+
+/// A cluster of `2f + 1` data centers of `partitions` replicas, wide-area delays of 20 to
+/// 80 ms drawn from the seed, a little loss and jitter.
+fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
+    let mut rng = Rng::new(config.seed);
+    let dcs = 2 * f + 1;
+    let mut wan_ns = BTreeMap::new();
+    for a in 0..dcs {
+        for b in a + 1..dcs {
+            wan_ns.insert((a, b), rng.range(20_000_000, 80_000_000));
+        }
+    }
+    let shape = GeoShape {
+        f,
+        partitions,
+        wan_ns,
+        loss_ppm: rng.below(10_000) as u32,
+        duplicate_ppm: rng.below(10_000) as u32,
+        jitter_ns: rng.range(1, 2_000_000),
+        skew_ms: rng.below(500),
+        expose_non_uniform: config.expose_non_uniform,
+    };
+    let world = GeoWorld::new(shape, rng.next_u64());
+    (world, rng)
+}
+
+fn key(s: &str) -> Key {
+    Key::copy_from_slice(s.as_bytes())
+}
+
+fn read(k: &str, kind: Kind) -> (Key, Option<Update>, Kind) {
+    (key(k), None, kind)
+}
+
+fn write(k: &str, update: Update) -> (Key, Option<Update>, Kind) {
+    let kind = update.kind();
+    (key(k), Some(update), kind)
+}
+
+/// The node of partition 0 (or `p`) of data center `dc`.
+fn node(world: &GeoWorld, dc: u32, p: usize) -> NodeId {
+    world.nodes_of(dc)[p % world.nodes_of(dc).len()]
+}
+
+/// Ends a scripted run: quiet time, then the checks every run gets, plus `problems`.
+fn end(mut world: GeoWorld, config: &GeoRunConfig, problems: Vec<String>) -> GeoReport {
+    world.quiesce(10_000_000_000);
+    let mut report = finish(world, config, Vec::new());
+    report.violations.extend(problems.into_iter().map(|p| format!("scenario: {p}")));
+    report
+}
+
+/// Polls `done` on a fresh read-only transaction every 10 ms until it holds or `within`
+/// passes; whether it held.
+fn eventually(
+    world: &mut GeoWorld,
+    at: NodeId,
+    session: u64,
+    ops: &[(Key, Option<Update>, Kind)],
+    within_ns: u64,
+    done: impl Fn(&[Object]) -> bool,
+) -> bool {
+    let until = world.now() + within_ns;
+    while world.now() < until {
+        if let Some((_, seen)) =
+            world.tx(at, session, &Vector::zero(world.shape.dcs() as usize), ops)
+        {
+            if done(&seen) {
+                return true;
+            }
+        }
+        let next = world.now() + 10_000_000;
+        world.run_until(next);
+    }
+    false
+}
+
+/// Scenario 1: Alice deposits to Bob, then posts a notification (on another partition); Bob, at
+/// another data center, who sees the notification sees the deposit.
+fn causality(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 2);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    let (past, _) =
+        world.tx(node(&world, 0, 0), 1, &zero, &[write("bob", Update::Add(100))]).expect("deposit");
+    world
+        .tx(node(&world, 0, 1), 1, &past, &[write("inbox", Update::Set(key("paid")))])
+        .expect("note");
+    let probe = [read("inbox", Kind::Register), read("bob", Kind::Counter)];
+    for _ in 0..300 {
+        let Some((_, seen)) = world.tx(node(&world, 1, 0), 2, &zero, &probe) else { continue };
+        if matches!(&seen[0], Object::Register(Some(_))) {
+            if seen[1] != Object::Counter(100) {
+                problems.push(format!("the note without the deposit: {seen:?}"));
+            }
+            break;
+        }
+        let next = world.now() + 2_000_000;
+        world.run_until(next);
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 2: A transaction over three partitions is seen whole or not at all, everywhere.
+fn atomic(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 3);
+    let zero = Vector::zero(3);
+    let keys = ["x", "y", "z", "w", "v"];
+    let writes: Vec<_> = keys.iter().map(|k| write(k, Update::Set(key("1")))).collect();
+    let reads: Vec<_> = keys.iter().map(|k| read(k, Kind::Register)).collect();
+    world.tx(node(&world, 0, 0), 1, &zero, &writes).expect("the write");
+    let mut problems = Vec::new();
+    for i in 0..200u64 {
+        let dc = (i % 3) as u32;
+        let Some((_, seen)) = world.tx(node(&world, dc, i as usize), 2 + i % 3, &zero, &reads)
+        else {
+            continue;
+        };
+        let set = seen.iter().filter(|o| matches!(o, Object::Register(Some(_)))).count();
+        if set != 0 && set != keys.len() {
+            problems.push(format!("data center {dc} saw {set} of {} writes", keys.len()));
+        }
+        let next = world.now() + 1_000_000;
+        world.run_until(next);
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 3: A session reads its own writes within a transaction, in the next one (on another
+/// replica of its data center, at once), and after a barrier and an attach elsewhere.
+fn sessions(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 2);
+    let mut past = Vector::zero(3);
+    let mut problems = Vec::new();
+    for i in 0..20 {
+        let value = key(&format!("v{i}"));
+        let ops = [write("mine", Update::Set(value.clone())), read("mine", Kind::Register)];
+        let (next, seen) = world.tx(node(&world, 0, i), 1, &past, &ops).expect("a write");
+        if !matches!(&seen[1], Object::Register(Some((v, _))) if *v == value) {
+            problems.push(format!("read-your-writes inside a transaction: {seen:?}"));
+        }
+        past = next;
+        let (next, seen) = world
+            .tx(node(&world, 0, i + 1), 1, &past, &[read("mine", Kind::Register)])
+            .expect("a read");
+        if !matches!(&seen[0], Object::Register(Some((v, _))) if *v == value) {
+            problems.push(format!("read-your-writes across transactions: {seen:?}"));
+        }
+        past = next;
+    }
+    let synced =
+        world.call(node(&world, 0, 0), 1, GeoOp::Barrier { past: past.clone() }, 10_000_000_000);
+    world.synced(1, 0, &past, true);
+    let attached =
+        world.call(node(&world, 2, 0), 1, GeoOp::Attach { past: past.clone() }, 10_000_000_000);
+    world.synced(1, 2, &past, false);
+    if synced != Some(GeoResult::Synced) || attached != Some(GeoResult::Synced) {
+        problems.push("the barrier or the attach did not return".into());
+    }
+    let (_, seen) =
+        world.tx(node(&world, 2, 1), 1, &past, &[read("mine", Kind::Register)]).expect("a read");
+    if !matches!(&seen[0], Object::Register(Some((v, _))) if *v == "v19") {
+        problems.push(format!("read-your-writes after the move: {seen:?}"));
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 5: Concurrent deposits of 100 and 200 at two data centers (and 300 at the third) are
+/// 600 everywhere, whatever the arrival order, forwarded duplicates included.
+fn convergence(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 1);
+    let zero = Vector::zero(3);
+    for (dc, amount) in [(0, 100), (1, 200), (2, 300)] {
+        let n = node(&world, dc, 0);
+        let tag = world.submit(n, 10 + u64::from(dc), GeoOp::Begin { past: zero.clone() });
+        world.replies.remove(&tag);
+        world
+            .tx(n, u64::from(dc), &zero, &[write("acct", Update::Add(amount))])
+            .expect("a deposit");
+    }
+    let mut problems = Vec::new();
+    for dc in 0..3 {
+        let n = node(&world, dc, 0);
+        if !eventually(
+            &mut world,
+            n,
+            20 + u64::from(dc),
+            &[read("acct", Kind::Counter)],
+            5_000_000_000,
+            |s| s[0] == Object::Counter(600),
+        ) {
+            problems.push(format!("data center {dc} never reached 600"));
+        }
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 6: Figure 1: t1 commits at d1 and reaches d2 only; d1 fails; a session at d2 that saw
+/// t1 commits t2; both become visible at d3 (t1 forwarded by d2), once each.
+fn forwarding(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 1);
+    let zero = Vector::zero(3);
+    let (d1, d2, d3) = (node(&world, 0, 0), node(&world, 1, 0), node(&world, 2, 0));
+    world.world.net.cut_one_way(&[d1], &[d3]);
+    world.tx(d1, 1, &zero, &[write("t1", Update::Add(1))]).expect("t1");
+    let seen_t1 = eventually(&mut world, d2, 2, &[read("t1", Kind::Counter)], 5_000_000_000, |s| {
+        s[0] == Object::Counter(1)
+    });
+    world.fail_dc(0);
+    let mut problems = Vec::new();
+    if !seen_t1 {
+        problems.push("t1 never became visible at d2".into());
+    }
+    let past = world.tx(d2, 2, &zero, &[read("t1", Kind::Counter)]).expect("a read").0;
+    world.tx(d2, 2, &past, &[write("t2", Update::Add(1))]).expect("t2");
+    let both = [read("t1", Kind::Counter), read("t2", Kind::Counter)];
+    if !eventually(&mut world, d3, 3, &both, 10_000_000_000, |s| {
+        s[0] == Object::Counter(1) && s[1] == Object::Counter(1)
+    }) {
+        problems.push("t1 and t2 never became visible at d3".into());
+    }
+    world.reach("script-forwarding");
+    end(world, config, problems)
+}
+
+/// Scenario 8: Causal transactions at d, a barrier, d fails at once: everything the session
+/// observed (another data center's transactions included) reaches every correct one.
+/// With `f = 2`, under the negative control, the session's past can be lost.
+fn barrier(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 2, 1);
+    let zero = Vector::zero(5);
+    let (d, e) = (node(&world, 0, 0), node(&world, 1, 0));
+    // e's transaction reaches d quickly, and no other data center before both fail.
+    for other in 2..5 {
+        let far = node(&world, other, 0);
+        world.world.net.cut_one_way(&[e], &[far]);
+    }
+    world.world.net.set_latency(e, d, 1_000_000);
+    world.tx(e, 2, &zero, &[write("remote", Update::GAdd(key("r")))]).expect("e's write");
+    let mut past = zero.clone();
+    for i in 0..30 {
+        let ops = [read("remote", Kind::GSet), write("local", Update::Add(1))];
+        past = world.tx(d, 1, &past, &ops).expect("d's write").0;
+        let next = world.now() + 1_000_000 + 200_000 * i;
+        world.run_until(next);
+    }
+    let synced = world.call(d, 1, GeoOp::Barrier { past: past.clone() }, 10_000_000_000);
+    world.synced(1, 0, &past, true);
+    world.fail_dc(0);
+    world.fail_dc(1);
+    let mut problems = Vec::new();
+    if synced != Some(GeoResult::Synced) {
+        problems.push("the barrier did not return".into());
+    }
+    world.reach("script-barrier");
+    end(world, config, problems)
+}
+
+/// Scenario 9: Planned migration: a barrier at d, an attach at i, reads at i include everything
+/// the session saw at d; again with d failing right after the barrier.
+fn migration(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 2);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    for (session, fail) in [(1u64, false), (2, true)] {
+        let src = if fail { 1 } else { 0 };
+        let mut past = zero.clone();
+        for i in 0..5 {
+            let k = format!("m{session}-{i}");
+            past = world
+                .tx(node(&world, src, i), session, &past, &[write(&k, Update::Set(key("x")))])
+                .expect("a write")
+                .0;
+        }
+        let synced = world.call(
+            node(&world, src, 0),
+            session,
+            GeoOp::Barrier { past: past.clone() },
+            10_000_000_000,
+        );
+        world.synced(session, src, &past, true);
+        if fail {
+            world.fail_dc(src);
+        }
+        let attached = world.call(
+            node(&world, 2, 0),
+            session,
+            GeoOp::Attach { past: past.clone() },
+            20_000_000_000,
+        );
+        world.synced(session, 2, &past, false);
+        if synced != Some(GeoResult::Synced) || attached != Some(GeoResult::Synced) {
+            problems.push(format!("session {session}: the barrier or the attach did not return"));
+            continue;
+        }
+        let reads: Vec<_> =
+            (0..5).map(|i| read(&format!("m{session}-{i}"), Kind::Register)).collect();
+        let (_, seen) = world.tx(node(&world, 2, 1), session, &past, &reads).expect("reads");
+        if seen.iter().any(|o| matches!(o, Object::Register(None))) {
+            problems.push(format!("session {session} lost its writes in the move: {seen:?}"));
+        }
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 10: Unplanned migration: the session's data center fails before any barrier; at
+/// another, its vector's transactions are not there, and its reads wait rather than
+/// answer without them (the session must start over: `docs/geo.md`, *Migration*).
+fn unplanned(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 1);
+    let zero = Vector::zero(3);
+    let d = node(&world, 0, 0);
+    for other in [1, 2] {
+        world.world.net.cut_one_way(&[d], &world.nodes_of(other));
+    }
+    let past = world.tx(d, 1, &zero, &[write("lost", Update::Set(key("x")))]).expect("a write").0;
+    world.fail_dc(0);
+    let mut problems = Vec::new();
+    let i = node(&world, 1, 0);
+    if world.call(i, 1, GeoOp::Attach { past: past.clone() }, 3_000_000_000).is_some() {
+        problems.push("an attach returned for a past no correct data center holds".into());
+    }
+    let Some(GeoResult::Began { tx, .. }) =
+        world.call(i, 3, GeoOp::Begin { past: past.clone() }, 1_000_000_000)
+    else {
+        problems.push("the begin did not answer".into());
+        return end(world, config, problems);
+    };
+    let read = GeoOp::Read { tx, key: key("lost"), kind: Kind::Register };
+    if let Some(answer) = world.call(i, 3, read, 3_000_000_000) {
+        problems.push(format!("a read answered without the session's past: {answer:?}"));
+    }
+    world.reach("script-unplanned");
+    end(world, config, problems)
+}
+
+/// Scenario 16: Writes to one partition only: the others' heartbeats keep the stable and uniform
+/// vectors moving, so remote visibility and barriers do not stall.
+fn idle_partition(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 1, 3);
+    let zero = Vector::zero(3);
+    let mut past = zero.clone();
+    for _ in 0..10 {
+        past = world
+            .tx(node(&world, 0, 0), 1, &past, &[write("hot", Update::Add(1))])
+            .expect("a write")
+            .0;
+    }
+    let mut problems = Vec::new();
+    if world.call(node(&world, 0, 0), 1, GeoOp::Barrier { past: past.clone() }, 5_000_000_000)
+        != Some(GeoResult::Synced)
+    {
+        problems.push("the barrier stalled".into());
+    }
+    world.synced(1, 0, &past, true);
+    let far = node(&world, 2, 0);
+    if !eventually(&mut world, far, 2, &[read("hot", Kind::Counter)], 5_000_000_000, |s| {
+        s[0] == Object::Counter(10)
+    }) {
+        problems.push("remote visibility stalled".into());
+    }
+    end(world, config, problems)
+}
+
+/// Scenarios 17 and 18: Clocks far apart (one replica seconds ahead of its data center): commits
+/// wait for the slower partitions' clocks (1:43), nothing is exposed early, and
+/// everything converges; only latency suffers.
+fn skew(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, mut rng) = cluster(config, 1, 3);
+    for n in world.world.node_ids() {
+        world.world.set_clock_drift(n, (rng.below(200_000) as i32) - 100_000);
+    }
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    let mut pasts = [zero.clone(), zero.clone(), zero.clone()];
+    for i in 0..60u64 {
+        let dc = (i % 3) as u32;
+        let s = i % 3;
+        let ops = [
+            read("a", Kind::Counter),
+            write("a", Update::Add(1)),
+            write("b", Update::Add(1)),
+            read("b", Kind::Counter),
+        ];
+        match world.tx(node(&world, dc, i as usize), s, &pasts[s as usize], &ops) {
+            Some((past, _)) => pasts[s as usize] = past,
+            None => problems.push(format!("transaction {i} did not finish")),
+        }
+    }
+    let reader = node(&world, 1, 2);
+    if !eventually(&mut world, reader, 9, &[read("a", Kind::Counter)], 10_000_000_000, |s| {
+        s[0] == Object::Counter(60)
+    }) {
+        problems.push("the counters never converged".into());
+    }
+    end(world, config, problems)
+}
+
+/// Scenario 21: f data centers fail, one with transactions in flight: every transaction of the
+/// survivors becomes visible at every survivor.
+fn f_failures(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = cluster(config, 2, 1);
+    let zero = Vector::zero(5);
+    for dc in 0..5 {
+        let k = format!("from{dc}");
+        world
+            .tx(node(&world, dc, 0), u64::from(dc), &zero, &[write(&k, Update::Add(1))])
+            .expect("a write");
+    }
+    world.fail_dc(0);
+    world.fail_dc(3);
+    let mut problems = Vec::new();
+    let reads: Vec<_> =
+        [1, 2, 4].iter().map(|dc| read(&format!("from{dc}"), Kind::Counter)).collect();
+    for dc in [1, 2, 4] {
+        let reader = node(&world, dc, 0);
+        if !eventually(&mut world, reader, 10 + u64::from(dc), &reads, 10_000_000_000, |s| {
+            s.iter().all(|o| *o == Object::Counter(1))
+        }) {
+            problems.push(format!("data center {dc} misses a survivor's transaction"));
+        }
+    }
+    end(world, config, problems)
+}

@@ -1,0 +1,461 @@
+//! A geo keyspace in the one simulated world (`crate::world::World<GeoEngine>`): data
+//! centers of replicas over wide-area links, whole data centers failing and cut off, and
+//! the recorder of what clients saw, from which the causal checker's history is built.
+//!
+//! Node `dc * P + p + 1` holds partition `p` of data center `dc` (`P` partitions per data
+//! center). Links inside a data center take a fraction of a millisecond; links between
+//! two take that pair's wide-area delay, drawn once or given.
+
+use super::sim::{history_tx, history_vector, GeoWatch};
+use crate::disk::HardStateMode;
+use crate::invariants::Violation;
+use crate::world::{Notice, World, WorldConfig};
+use keel_check::causal::history::{self as h, CausalHistory, ClientTx, Outcome, Sync, TxOp};
+use keel_core::engine::RequestTag;
+use keel_core::geo::{
+    Config, GeoEngine, GeoOp, GeoReply, GeoRequest, GeoResult, Kind, Member, Object, TxId, Update,
+    Vector,
+};
+use keel_types::{Key, NodeId};
+use std::collections::BTreeMap;
+
+/// How a geo cluster is built.
+#[derive(Clone, Debug)]
+pub struct GeoShape {
+    /// Data-center failures tolerated (`2f + 1` data centers).
+    pub f: u32,
+    /// Partitions per data center.
+    pub partitions: u32,
+    /// One-way delay between each pair of data centers, ns, by `(lower, higher)` index.
+    pub wan_ns: BTreeMap<(u32, u32), u64>,
+    /// Loss on every link, ppm (the channels send again).
+    pub loss_ppm: u32,
+    /// Duplication on every link, ppm.
+    pub duplicate_ppm: u32,
+    /// Jitter on every link, ns (reorders messages).
+    pub jitter_ns: u64,
+    /// Each node's wall clock is off by up to this, ms, either way.
+    pub skew_ms: u64,
+    /// Negative control: remote transactions visible before they are uniform.
+    pub expose_non_uniform: bool,
+}
+
+impl GeoShape {
+    /// Data centers.
+    pub fn dcs(&self) -> u32 {
+        2 * self.f + 1
+    }
+
+    /// Every replica.
+    pub fn members(&self) -> Vec<Member> {
+        let p = self.partitions;
+        (0..self.dcs())
+            .flat_map(|dc| {
+                (0..p).map(move |q| Member { node: NodeId(dc * p + q + 1), dc, partition: q })
+            })
+            .collect()
+    }
+}
+
+/// A text key or value as the history writes it.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// An update in the history's terms.
+pub fn history_update(update: &Update) -> h::Update {
+    match update {
+        Update::Set(v) => h::Update::Set { value: text(v) },
+        Update::Add(d) => h::Update::Add { delta: *d },
+        Update::Max(v) => h::Update::Max { value: *v },
+        Update::GAdd(e) => h::Update::GAdd { elem: text(e) },
+        Update::SAdd(e) => h::Update::SAdd { elem: text(e) },
+        Update::SRem(e, seen) => {
+            h::Update::SRem { elem: text(e), seen: seen.iter().map(|t| history_tx(*t)).collect() }
+        }
+    }
+}
+
+/// A kind in the history's terms.
+pub fn history_kind(kind: Kind) -> h::Kind {
+    match kind {
+        Kind::Register => h::Kind::Register,
+        Kind::Counter => h::Kind::Counter,
+        Kind::Max => h::Kind::Max,
+        Kind::GSet => h::Kind::GSet,
+        Kind::AwSet => h::Kind::AwSet,
+    }
+}
+
+/// An object's state in the history's terms.
+pub fn history_seen(object: &Object) -> h::Seen {
+    match object {
+        Object::Register(v) => h::Seen::Register { value: v.as_ref().map(|(v, _)| text(v)) },
+        Object::Counter(n) => h::Seen::Counter { value: *n },
+        Object::Max(m) => h::Seen::Max { value: *m },
+        Object::GSet(s) => h::Seen::Set { elems: s.iter().map(|e| text(e)).collect() },
+        Object::AwSet(s) => h::Seen::Set { elems: s.keys().map(|e| text(e)).collect() },
+    }
+}
+
+/// A transaction a client has open, as recorded so far.
+#[derive(Clone, Debug)]
+pub struct OpenTx {
+    /// The coordinator.
+    pub node: NodeId,
+    /// The transaction.
+    pub id: TxId,
+    /// The record being built.
+    pub record: ClientTx,
+    /// Whether its commit was sent (its outcome is unknown until answered).
+    pub committing: bool,
+}
+
+/// The cluster and its recorder.
+pub struct GeoWorld {
+    /// The world.
+    pub world: World<GeoEngine>,
+    /// Its shape.
+    pub shape: GeoShape,
+    /// Data centers failed so far.
+    pub failed: Vec<u32>,
+    /// Replies not yet taken, by tag.
+    pub replies: BTreeMap<RequestTag, (u64, GeoReply)>,
+    /// Client transactions recorded.
+    pub txs: Vec<ClientTx>,
+    /// Barriers and attaches that returned.
+    pub syncs: Vec<Sync>,
+    /// Coverage of the scenario's own paths.
+    pub reached: BTreeMap<String, u64>,
+}
+
+impl GeoWorld {
+    /// Boots the cluster of `shape` from `seed`.
+    pub fn new(shape: GeoShape, seed: u64) -> GeoWorld {
+        let members = shape.members();
+        let mut template = Config::new(NodeId(0), members.clone(), shape.f);
+        template.suspect_after = keel_core::time::Span::from_millis(1_000);
+        template.retransmit = keel_core::time::Span::from_millis(300);
+        template.tx_timeout = keel_core::time::Span::from_millis(10_000);
+        template.unsafe_expose_non_uniform = shape.expose_non_uniform;
+        let net = crate::net::NetConfig {
+            latency_ns_min: 100_000,
+            latency_ns_max: 500_000,
+            jitter_ns_max: shape.jitter_ns.max(1),
+            loss_ppm: shape.loss_ppm,
+            duplicate_ppm: shape.duplicate_ppm,
+            messages_in_flight_max: 1_000_000,
+            stall_ppm: 0,
+            stall_ns_max: crate::net::STALL_NS_MIN + 1,
+        };
+        let config = WorldConfig {
+            engine: template,
+            nodes: members.len() as u32,
+            keyspaces: 1,
+            net,
+            client_latency_ns: 0,
+            fsync_ns_min: 1_000_000,
+            fsync_ns_max: 1_000_001,
+            clock_offset_ns_max: 1_000_000_000,
+            hard_state_mode: HardStateMode::Sync,
+            torn_tail: false,
+            events_max: 50_000_000,
+            crash_after_vote_ppm: 0,
+            unsafe_skip_truncation_clamp: false,
+            spread_leaders: false,
+            reads_off_loop_ppm: 0,
+            process_crash_ppm: 0,
+            clock_reboot_ppm: 0,
+            drift_change_ppm: 0,
+            fault_seed: 0,
+            link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
+            unsafe_unbounded_links: false,
+            forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+            wall_skew_ms_max: shape.skew_ms,
+        };
+        let mut world = World::new(config, seed);
+        for a in &members {
+            for b in &members {
+                if a.dc != b.dc {
+                    let pair = (a.dc.min(b.dc), a.dc.max(b.dc));
+                    let ns = shape.wan_ns.get(&pair).copied().unwrap_or(50_000_000);
+                    world.net.set_latency(a.node, b.node, ns);
+                }
+            }
+        }
+        GeoWorld {
+            world,
+            shape,
+            failed: Vec::new(),
+            replies: BTreeMap::new(),
+            txs: Vec::new(),
+            syncs: Vec::new(),
+            reached: BTreeMap::new(),
+        }
+    }
+
+    /// Virtual time, ns.
+    pub fn now(&self) -> u64 {
+        self.world.now_ns()
+    }
+
+    /// The nodes of data center `dc`.
+    pub fn nodes_of(&self, dc: u32) -> Vec<NodeId> {
+        let p = self.shape.partitions;
+        (0..p).map(|q| NodeId(dc * p + q + 1)).collect()
+    }
+
+    /// The data center of `node`.
+    pub fn dc_of(&self, node: NodeId) -> u32 {
+        (node.0 - 1) / self.shape.partitions
+    }
+
+    /// Fails data center `dc` for good: every node crashes and stays down.
+    pub fn fail_dc(&mut self, dc: u32) {
+        if self.failed.contains(&dc) {
+            return;
+        }
+        assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
+        self.failed.push(dc);
+        for node in self.nodes_of(dc) {
+            self.world.crash(node);
+        }
+    }
+
+    /// Cuts data center `dc` off from every other, both ways.
+    pub fn isolate_dc(&mut self, dc: u32) {
+        let inside = self.nodes_of(dc);
+        let outside: Vec<NodeId> =
+            self.world.node_ids().into_iter().filter(|n| !inside.contains(n)).collect();
+        self.world.net.partition(&inside, &outside);
+    }
+
+    /// Restores every link.
+    pub fn heal(&mut self) {
+        self.world.net.heal();
+    }
+
+    /// Sends `op` for `session` to `node` now.
+    pub fn submit(&mut self, node: NodeId, session: u64, op: GeoOp) -> RequestTag {
+        self.world.submit(node, GeoRequest { tag: RequestTag(0), session, op })
+    }
+
+    /// Processes the next event; whether there was one at or before `until`.
+    pub fn step_until(&mut self, until: u64) -> bool {
+        match self.world.next_event_ns() {
+            Some(at) if at <= until => {
+                if let Some(Notice::Reply { reply, .. }) = self.world.step() {
+                    self.replies.insert(reply.tag, (self.now(), reply));
+                }
+                true
+            }
+            _ => {
+                self.world.advance_to(until.max(self.now()));
+                false
+            }
+        }
+    }
+
+    /// Runs until `until`.
+    pub fn run_until(&mut self, until: u64) {
+        while self.step_until(until) {}
+    }
+
+    /// Sends `op` and runs until its reply, at most `within_ns`; `None`: none came.
+    pub fn call(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        op: GeoOp,
+        within_ns: u64,
+    ) -> Option<GeoResult> {
+        let tag = self.submit(node, session, op);
+        let until = self.now() + within_ns;
+        loop {
+            if let Some((_, reply)) = self.replies.remove(&tag) {
+                return reply.result.ok();
+            }
+            if !self.step_until(until) {
+                return None;
+            }
+        }
+    }
+
+    /// Opens a transaction's record.
+    pub fn began(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        past: &Vector,
+        tx: TxId,
+        snap: &Vector,
+    ) -> OpenTx {
+        let record = ClientTx {
+            id: history_tx(tx),
+            session,
+            dc: self.dc_of(node),
+            past: history_vector(past),
+            snap: history_vector(snap),
+            at_ns: self.now(),
+            ops: Vec::new(),
+            outcome: Outcome::Unknown,
+        };
+        OpenTx { node, id: tx, record, committing: false }
+    }
+
+    /// Records an operation's result in `open`.
+    pub fn record_op(
+        open: &mut OpenTx,
+        key: &Key,
+        update: Option<&Update>,
+        kind: Kind,
+        object: &Object,
+    ) {
+        let key = text(key);
+        open.record.ops.push(match update {
+            Some(u) => TxOp::Update { key, update: history_update(u) },
+            None => TxOp::Read { key, kind: history_kind(kind), seen: history_seen(object) },
+        });
+    }
+
+    /// Closes a transaction's record with `outcome`.
+    pub fn close(&mut self, mut open: OpenTx, outcome: Outcome) {
+        open.record.outcome = outcome;
+        self.txs.push(open.record);
+    }
+
+    /// Records a barrier or attach that returned.
+    pub fn synced(&mut self, session: u64, dc: u32, past: &Vector, barrier: bool) {
+        let at_ns = self.now();
+        self.syncs.push(Sync { session, dc, past: history_vector(past), barrier, at_ns });
+    }
+
+    /// One whole transaction of `ops` for `session` at `node` from `past`, synchronously
+    /// (scripted scenarios): the session's new past, and each operation's object; `None`
+    /// if some reply never came (its record is closed as unknown or aborted).
+    pub fn tx(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        past: &Vector,
+        ops: &[(Key, Option<Update>, Kind)],
+    ) -> Option<(Vector, Vec<Object>)> {
+        const WITHIN: u64 = 20_000_000_000;
+        let Some(GeoResult::Began { tx, snap }) =
+            self.call(node, session, GeoOp::Begin { past: past.clone() }, WITHIN)
+        else {
+            return None;
+        };
+        let mut open = self.began(node, session, past, tx, &snap);
+        let mut objects = Vec::new();
+        for (key, update, kind) in ops {
+            let op = match update {
+                Some(update) => GeoOp::Update { tx, key: key.clone(), update: update.clone() },
+                None => GeoOp::Read { tx, key: key.clone(), kind: *kind },
+            };
+            let Some(GeoResult::Object(object)) = self.call(node, session, op, WITHIN) else {
+                self.close(open, Outcome::Aborted);
+                return None;
+            };
+            Self::record_op(&mut open, key, update.as_ref(), *kind, &object);
+            objects.push(object);
+        }
+        open.committing = true;
+        match self.call(node, session, GeoOp::Commit { tx }, WITHIN) {
+            Some(GeoResult::Committed { vector }) => {
+                self.close(open, Outcome::Committed { vector: history_vector(&vector) });
+                Some((vector, objects))
+            }
+            _ => {
+                self.close(open, Outcome::Unknown);
+                None
+            }
+        }
+    }
+
+    /// Runs a quiet end: every link restored, nothing lost, `ns` more of time.
+    pub fn quiesce(&mut self, ns: u64) {
+        self.heal();
+        self.world.net.calm();
+        let until = self.now() + ns;
+        self.run_until(until);
+    }
+
+    /// Every correct data center's objects on its uniform snapshot (the smallest of its
+    /// replicas' uniform vectors): what a new transaction there reads once the run is
+    /// quiet. A fragment of a failed data center's transaction that reached only some
+    /// partitions is stored but never becomes visible, and is not part of it.
+    pub fn finals(&self) -> Vec<h::FinalState> {
+        let mut out = Vec::new();
+        for dc in (0..self.shape.dcs()).filter(|dc| !self.failed.contains(dc)) {
+            let engines: Vec<_> =
+                self.nodes_of(dc).into_iter().filter_map(|n| self.world.engine(n)).collect();
+            let mut snap = Vector { dcs: vec![u64::MAX; self.shape.dcs() as usize], strong: 0 };
+            for engine in &engines {
+                for (s, u) in snap.dcs.iter_mut().zip(&engine.status().uniform.dcs) {
+                    *s = (*s).min(*u);
+                }
+            }
+            let mut objects = Vec::new();
+            for engine in &engines {
+                for (key, kind) in engine.stored_keys() {
+                    let object = engine.object_on(&key, kind, &snap).expect("its own key");
+                    objects.push((text(&key), history_kind(kind), history_seen(&object)));
+                }
+            }
+            objects.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+            out.push(h::FinalState { dc, objects });
+        }
+        out
+    }
+
+    /// The history: what clients saw and what the cluster did.
+    pub fn history(&self, with_finals: bool) -> CausalHistory {
+        let watch: &GeoWatch = self.world.checker();
+        // The cluster's record of a transaction gathers what each partition sent on; a
+        // failed data center's transaction may have gone out from some partitions only
+        // (never to become visible elsewhere). Its client's record, when there is one,
+        // is whole: a committed one stands for itself, and an unknown one lends its
+        // updates to the cluster's record, which proves it committed.
+        let clients: BTreeMap<h::TxId, &ClientTx> = self.txs.iter().map(|t| (t.id, t)).collect();
+        let committed = watch
+            .committed
+            .values()
+            .filter_map(|c| match clients.get(&c.id) {
+                Some(t) if matches!(t.outcome, Outcome::Committed { .. }) => None,
+                Some(t) => {
+                    let writes = t
+                        .ops
+                        .iter()
+                        .filter_map(|op| match op {
+                            TxOp::Update { key, update } => Some((key.clone(), update.clone())),
+                            TxOp::Read { .. } => None,
+                        })
+                        .collect();
+                    Some(h::Committed { writes, ..c.clone() })
+                }
+                None => Some(c.clone()),
+            })
+            .collect();
+        CausalHistory {
+            dcs: self.shape.dcs(),
+            f: self.shape.f,
+            failed: self.failed.clone(),
+            txs: self.txs.clone(),
+            committed,
+            syncs: self.syncs.clone(),
+            stored: watch.stored.clone(),
+            finals: if with_finals { self.finals() } else { Vec::new() },
+        }
+    }
+
+    /// What the world's own checks found.
+    pub fn violations(&self) -> &[Violation] {
+        self.world.violations()
+    }
+
+    /// Counts a path the scenario took.
+    pub fn reach(&mut self, path: &str) {
+        *self.reached.entry(path.to_string()).or_default() += 1;
+    }
+}
