@@ -26,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check recorded histories for linearizability or cross-client monotonic reads.
+    /// Check recorded histories: linearizability, monotonic reads, views, transactions,
+    /// release consistency (`--model rc`), causal consistency (`--model causal`).
     Check(keel_check::cli::CheckArgs),
     /// Run the deterministic simulator: seeds of scenarios, the ORCA paper's tables.
     Sim(keel_sim::cli::SimArgs),

@@ -158,6 +158,11 @@ impl Engine for GeoEngine {
                 "Transactions open here.",
                 status.open as u64,
             ),
+            Metric::gauge(
+                "keel_geo_unacknowledged",
+                "Messages sent to peers and not yet acknowledged.",
+                status.unacked as u64,
+            ),
         ];
         Report { status: doc, metrics }
     }
@@ -178,6 +183,7 @@ impl GeoEngine {
             open: self.coordinator.txs.len(),
             prepared: self.partition.prepared.len(),
             suspected: self.suspected(),
+            unacked: self.channels.values().map(|c| c.unacked()).sum(),
             counters: self.counters,
         }
     }

@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, VecDeque};
 pub const WINDOW: u64 = 65_536;
 /// Bodies sent again in one message, at most.
 const RESEND_BATCH: usize = 1_024;
+/// A silent peer's resends back off, doubling the timeout up to this many times.
+const BACKOFF_DOUBLINGS_MAX: u32 = 5;
 
 /// One peer's channel, both directions.
 #[derive(Debug, Default)]
@@ -30,6 +32,10 @@ pub struct Channel {
     fresh: Vec<Body>,
     /// When the oldest unacknowledged body was last sent.
     sent_at: Option<Time>,
+    /// Resends since the peer last acknowledged anything (the backoff's exponent).
+    resends: u32,
+    /// When the peer last acknowledged something new (or the channel began).
+    acked_at: Option<Time>,
     /// The peer's boot whose bodies are received.
     peer_boot: u64,
     /// The next body number expected from the peer.
@@ -64,6 +70,7 @@ impl Channel {
                 self.base = 0;
                 self.unacked.clear();
                 self.sent_at = None;
+                self.resends = 0;
             }
             self.peer_boot = message.boot;
             self.expected = 0;
@@ -75,6 +82,8 @@ impl Channel {
             self.base += acked;
             // The peer is alive: the oldest body left waits a whole timeout again.
             self.sent_at = (!self.unacked.is_empty()).then_some(now);
+            self.resends = 0;
+            self.acked_at = Some(now);
         }
         let mut out = Vec::new();
         for (i, body) in message.bodies.into_iter().enumerate() {
@@ -101,17 +110,19 @@ impl Channel {
         retransmit: Span,
         ack_only: bool,
     ) -> (Option<Message>, bool) {
-        let due = self.sent_at.is_some_and(|at| now.0 >= at.0.saturating_add(retransmit.0));
+        let due = self.resend_at(retransmit).is_some_and(|at| now >= at);
         let (first, bodies, resent) = if due {
             self.unacked.extend(self.fresh.drain(..));
             let bodies: Vec<Body> = self.unacked.iter().take(RESEND_BATCH).cloned().collect();
             self.sent_at = Some(now);
+            self.resends = (self.resends + 1).min(BACKOFF_DOUBLINGS_MAX);
             (self.base, bodies, true)
         } else if !self.fresh.is_empty() {
             let first = self.base + self.unacked.len() as u64;
             let bodies = std::mem::take(&mut self.fresh);
             self.unacked.extend(bodies.iter().cloned());
             self.sent_at.get_or_insert(now);
+            self.acked_at.get_or_insert(now);
             (first, bodies, false)
         } else if self.ack_owed && ack_only {
             (self.base + self.unacked.len() as u64, Vec::new(), false)
@@ -124,9 +135,21 @@ impl Channel {
         (Some(message), resent)
     }
 
-    /// When the oldest unacknowledged body is next due to be sent again.
+    /// When the oldest unacknowledged body is next due to be sent again (the timeout
+    /// doubles with each resend the peer leaves unanswered).
     pub fn resend_at(&self, retransmit: Span) -> Option<Time> {
-        self.sent_at.filter(|_| !self.unacked.is_empty()).map(|at| Time(at.0 + retransmit.0))
+        let timeout = retransmit.0.saturating_mul(1 << self.resends);
+        self.sent_at
+            .filter(|_| !self.unacked.is_empty())
+            .map(|at| Time(at.0.saturating_add(timeout)))
+    }
+
+    /// Whether the peer has acknowledged nothing for `after` while bodies wait for it
+    /// (it is down or cut off): what only refreshes its view (heartbeats, vectors) is not
+    /// queued for it meanwhile, as the next one after it answers carries the news.
+    pub fn silent(&self, now: Time, after: Span) -> bool {
+        !self.unacked.is_empty()
+            && self.acked_at.is_some_and(|at| now.0 >= at.0.saturating_add(after.0))
     }
 
     /// Checks the channel's own rules.

@@ -301,9 +301,6 @@ pub struct Config {
     pub tx_ops_max: usize,
     /// Most bytes of updates one transaction buffers.
     pub tx_bytes_max: usize,
-    /// Most channel messages sent and not yet acknowledged, per peer, before the node
-    /// stops opening transactions (back-pressure).
-    pub unacked_max: usize,
     /// Key and value bounds.
     pub limits: Limits,
     /// Negative control: remote transactions become visible once this data center
@@ -328,7 +325,6 @@ impl Config {
             txs_max: 10_000,
             tx_ops_max: 1_000,
             tx_bytes_max: 16 << 20,
-            unacked_max: 100_000,
             limits: Limits::default(),
             unsafe_expose_non_uniform: false,
         }
@@ -496,6 +492,9 @@ pub struct Status {
     pub prepared: usize,
     /// Data centers this node suspects.
     pub suspected: Vec<u32>,
+    /// Messages sent to peers and not yet acknowledged (what a failed or cut-off data
+    /// center has yet to receive).
+    pub unacked: usize,
     /// How often each path was taken.
     pub counters: Counters,
 }

@@ -171,11 +171,11 @@ fn draw_shape(rng: &mut Rng, expose: bool) -> GeoShape {
 }
 
 /// How long sessions run, ns.
-const RUN_NS: u64 = 12_000_000_000;
+const RUN_NS: u64 = 8_000_000_000;
 /// How long sessions have to finish their open transactions after `RUN_NS`, ns.
-const DRAIN_NS: u64 = 5_000_000_000;
+const DRAIN_NS: u64 = 3_000_000_000;
 /// The quiet end's length, ns.
-const QUIET_NS: u64 = 15_000_000_000;
+const QUIET_NS: u64 = 8_000_000_000;
 
 /// Runs one seed of `general`.
 pub fn run_general(config: &GeoRunConfig) -> GeoReport {

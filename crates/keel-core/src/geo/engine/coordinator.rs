@@ -59,7 +59,7 @@ impl GeoEngine {
             let e = refuse(format!("the session already has transaction {} open", open.seq));
             return self.reply(tag, Err(e));
         }
-        if self.coordinator.txs.len() >= self.config.txs_max || self.backlogged() {
+        if self.coordinator.txs.len() >= self.config.txs_max {
             return self.reply(tag, Err(KeelError::Busy("too many open transactions".into())));
         }
         let mut snap = self.visible();
@@ -95,11 +95,6 @@ impl GeoEngine {
         };
         snap.strong = u.stable.strong;
         snap
-    }
-
-    /// Whether some peer has so much unacknowledged that new work must wait.
-    fn backlogged(&self) -> bool {
-        self.channels.values().any(|c| c.unacked() > self.config.unacked_max)
     }
 
     /// The open transaction `id` of `session`, idle, or the refusal.

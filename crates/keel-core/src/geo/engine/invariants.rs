@@ -25,7 +25,10 @@ impl GeoEngine {
         for (ts, tx) in p.commit_waits.keys() {
             let prepared = p.prepared.get(tx).expect("a waiting commit is prepared");
             assert!(*ts >= prepared.ts, "a commit timestamp below its prepare timestamp");
+            assert!(prepared.committing, "a waiting commit not marked");
         }
+        let marked = p.prepared.values().filter(|t| t.committing).count();
+        assert_eq!(marked, p.commit_waits.len(), "a commit marked but not waiting");
         assert!(
             p.last_ts & ((1 << PARTITION_BITS) - 1) == u64::from(self.me.partition)
                 || p.last_ts == 0,

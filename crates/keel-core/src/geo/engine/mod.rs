@@ -46,6 +46,8 @@ pub(crate) struct Prepared {
     pub ts: u64,
     /// Its updates of this partition.
     pub writes: Vec<(Key, Update)>,
+    /// Whether its commit arrived (it waits in `commit_waits`).
+    pub committing: bool,
 }
 
 /// A read waiting for the partition to store its snapshot (1:21).

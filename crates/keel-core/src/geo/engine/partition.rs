@@ -118,7 +118,7 @@ impl GeoEngine {
         let ts = self.clock().max(self.partition_ts_above(floor));
         self.partition.last_ts = ts;
         self.partition.prepared_ts.insert((ts, tx));
-        self.partition.prepared.insert(tx, Prepared { ts, writes });
+        self.partition.prepared.insert(tx, Prepared { ts, writes, committing: false });
         self.send(from, Body::PrepareAck { tx, ts });
     }
 
@@ -136,10 +136,17 @@ impl GeoEngine {
     /// `COMMIT` (1:42–48): applied once the clock reaches the commit timestamp; meanwhile
     /// the transaction stays prepared and holds the known vector below it.
     pub(crate) fn commit(&mut self, tx: TxId, commit: Vector) {
-        if !self.partition.prepared.contains_key(&tx) {
+        let ts = commit.dcs[self.me.dc as usize];
+        let Some(prepared) = self.partition.prepared.get(&tx) else { return };
+        // A commit timestamp is the largest prepare timestamp, this one's included, and a
+        // data center's commit timestamps are unique: a commit that says otherwise (or
+        // comes again) is dropped.
+        if ts < prepared.ts || prepared.committing || self.partition.local_commits.contains_key(&ts)
+        {
+            self.counters.rejected += 1;
             return;
         }
-        let ts = commit.dcs[self.me.dc as usize];
+        self.partition.prepared.get_mut(&tx).expect("looked up").committing = true;
         if ts > self.clock() {
             self.counters.commits_waited += 1;
         }

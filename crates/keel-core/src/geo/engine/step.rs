@@ -143,12 +143,23 @@ impl GeoEngine {
     }
 
     /// Sends `body` to `to` on their channel (to itself: handled before the step ends).
-    pub(crate) fn send(&mut self, to: NodeId, body: Body) {
+    /// A body that only refreshes the peer's view of this node (a heartbeat, a vector) is
+    /// not queued for a peer silent for `suspect_after`: the one sent after it answers
+    /// again carries the news, and a failed data center does not pile them up.
+    /// Whether it was queued.
+    pub(crate) fn send(&mut self, to: NodeId, body: Body) -> bool {
         if to == self.me.node {
             self.loopback.push_back(body);
-        } else {
-            self.channels.entry(to).or_default().push(body);
+            return true;
         }
+        let channel = self.channels.entry(to).or_default();
+        let refresh =
+            matches!(body, Body::Heartbeat { .. } | Body::KnownLocal { .. } | Body::Vectors { .. });
+        if refresh && channel.silent(self.now, self.config.suspect_after) {
+            return false;
+        }
+        channel.push(body);
+        true
     }
 
     /// Answers the request `tag`.

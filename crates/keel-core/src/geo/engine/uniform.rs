@@ -126,8 +126,7 @@ impl GeoEngine {
             self.counters.forwarded += txs.len() as u64;
             self.send(to, Body::Replicate { origin: j, txs });
             self.uniformity.forwarded.insert((i, j), top);
-        } else if known > floor {
-            self.send(to, Body::Heartbeat { origin: j, ts: known });
+        } else if known > floor && self.send(to, Body::Heartbeat { origin: j, ts: known }) {
             self.uniformity.forwarded.insert((i, j), known);
         }
     }
