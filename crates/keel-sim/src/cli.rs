@@ -217,7 +217,9 @@ pub struct BenchArgs {
     /// `orca` (engine steps per second and seeds per second, on this machine) or `kite`
     /// (the Kite paper's throughput figures in virtual time, which do not depend on the
     /// machine).
-    #[arg(long, default_value = "orca", value_parser = ["orca", "kite"])]
+    /// `geo`: the visibility delay uniformity adds and causal commit latency, in virtual
+    /// time (the paper's Figures 5 and 6).
+    #[arg(long, default_value = "orca", value_parser = ["orca", "kite", "geo"])]
     pub engine: String,
     /// The seed of the `kite` model's network delays and accesses.
     #[arg(long, default_value_t = 1)]
@@ -231,6 +233,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
         SimCommand::Table3(t) => crate::table3::run_cli(t),
         SimCommand::Table4(t) => crate::table4::run_cli(t),
         SimCommand::Bench(b) if b.engine == "kite" => crate::kite::bench::run_cli(b.json, b.seed),
+        SimCommand::Bench(b) if b.engine == "geo" => crate::geo::bench::run_cli(b.json, b.seed),
         SimCommand::Bench(b) => crate::bench::run_cli(b),
     }
 }

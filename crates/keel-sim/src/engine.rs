@@ -33,6 +33,20 @@ pub struct MessageFacts<'a, L = Entry> {
     pub entries: &'a [L],
 }
 
+impl<L> MessageFacts<'_, L> {
+    /// The facts of a message that carries no epoch, vote or log (engines without them).
+    pub fn none() -> Self {
+        MessageFacts {
+            epoch: Epoch(0),
+            grants_vote: false,
+            asks_vote: false,
+            asks_pre_vote: false,
+            claims_persisted: None,
+            entries: &[],
+        }
+    }
+}
+
 /// What the world checks of one keyspace's nodes, beyond the output contract, as a run
 /// goes: it sees every log write an engine asks for, what each engine shows after each
 /// step, and what each node recovers at a restart. Violations are kept until the world

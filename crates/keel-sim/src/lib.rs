@@ -35,6 +35,7 @@
 //! - [`kite`]: the Kite engine's world, recorder, scenarios and `--engine kite`.
 //! - [`geo`]: the geo engine's world, recorder, scenarios and `--engine geo`.
 //! - [`toy`]: a deliberately simple engine used to test the simulator itself.
+//! - [`seeds`]: seeds of a scenario on threads, shared by `--engine kite` and `geo`.
 //! - [`cli`]: `keel sim`.
 
 pub mod bench;
@@ -55,6 +56,7 @@ pub mod net;
 pub mod race;
 pub mod rng;
 pub mod scenario;
+pub mod seeds;
 pub mod survivors;
 pub mod table3;
 pub mod table4;

@@ -699,6 +699,11 @@ impl<E: SimEngine> World<E> {
         &self.watches[0]
     }
 
+    /// Keyspace 0's invariant checker, to set up what it records.
+    pub fn checker_mut(&mut self) -> &mut E::Watch {
+        &mut self.watches[0]
+    }
+
     /// A keyspace's invariant checker.
     pub fn checker_of(&self, ks: Keyspace) -> &E::Watch {
         &self.watches[ks as usize]

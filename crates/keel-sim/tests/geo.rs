@@ -62,6 +62,11 @@ fn remote_transactions_visible_before_uniform_lose_a_barriers_past() {
         let r = run_one(&config("barrier", seed, true));
         assert!(!r.passed(), "seed {seed}: the control went unnoticed");
         assert!(r.violations.iter().any(|v| v.starts_with("not-uniform")), "{:?}", r.violations);
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("lost-after-barrier")),
+            "the barrier's past is not reported lost: {:?}",
+            r.violations
+        );
     }
     let failed = (0..20).filter(|&seed| !run_one(&config("general", seed, true)).passed()).count();
     assert!(failed >= 8, "the control failed only {failed} of 20 random seeds");

@@ -142,7 +142,13 @@ fn classify(history: &CausalHistory, prep: &Prepared<'_>) -> Vec<Class> {
     prep.txs
         .iter()
         .map(|t| {
-            if !failed(t.origin) || sure.covers(t.commit) {
+            if !failed(t.origin) {
+                Class::Sure
+            } else if barrier.covers(t.commit) {
+                // Stored by a survivor or not, a failed data center's transaction a
+                // barrier made durable is named as such when the final states lack it.
+                Class::Promised { barrier: true }
+            } else if sure.covers(t.commit) {
                 Class::Sure
             } else if promised.covers(t.commit) {
                 Class::Promised { barrier: barrier.covers(t.commit) }
@@ -198,8 +204,8 @@ fn judge_object(
         sink.report(kind, || {
             format!(
                 "final state of {:?} ({name}) at dcs {dcs:?} is {shown}: it lacks txs {ids:?} of \
-                 failed data centers, which no surviving data center stored but a barrier, an \
-                 attach or a snapshot at a surviving data center had shown",
+                 failed data centers that a barrier, an attach or a snapshot at a surviving \
+                 data center had shown",
                 object.0
             )
         });

@@ -56,8 +56,8 @@
 //!    `stored` is empty, each failed origin's prefix of them (in timestamp order) is
 //!    tried.
 //! 6. `lost-after-barrier`: a final state that matches only without some transactions of
-//!    a failed origin that no surviving data center stored, one of which was in the past
-//!    of a barrier that returned.
+//!    a failed origin, one of which was in the past of a barrier that returned (stored by
+//!    a survivor or not).
 //!
 //! # Cost (n transactions, u updates, r reads, D data centers)
 //!

@@ -184,6 +184,7 @@ impl GeoEngine {
             prepared: self.partition.prepared.len(),
             suspected: self.suspected(),
             unacked: self.channels.values().map(|c| c.unacked()).sum(),
+            forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             counters: self.counters,
         }
     }

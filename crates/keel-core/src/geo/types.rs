@@ -495,6 +495,8 @@ pub struct Status {
     /// Messages sent to peers and not yet acknowledged (what a failed or cut-off data
     /// center has yet to receive).
     pub unacked: usize,
+    /// Remote transactions kept for forwarding (until every data center stores them).
+    pub forwardable: usize,
     /// How often each path was taken.
     pub counters: Counters,
 }

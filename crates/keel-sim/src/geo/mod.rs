@@ -6,8 +6,10 @@
 //! - `world`: data centers over wide-area links, failing and cut off; the recorder.
 //! - `scenario`: the `general` scenario (random sessions, migrations, faults).
 //! - `script`: the digest's scenarios, scripted.
+//! - `bench`: what uniformity costs, in virtual time (`keel sim bench --engine geo`).
 //! - `cli`: `--engine geo`.
 
+pub mod bench;
 pub mod cli;
 pub mod scenario;
 pub mod script;

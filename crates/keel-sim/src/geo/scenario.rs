@@ -50,6 +50,8 @@ pub struct GeoReport {
     pub faults: Vec<String>,
     /// What the checks found.
     pub violations: Vec<String>,
+    /// The causal checker's violations by kind (all of them, not only those listed).
+    pub counts: BTreeMap<String, usize>,
     /// A panic, if the run panicked (an engine's invariant, say).
     pub panic: Option<String>,
     /// The rare paths the run took (coverage).
@@ -451,6 +453,7 @@ pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> Ge
     let mut violations: Vec<String> =
         world.violations().iter().map(|v| format!("{}: {}", v.kind, v.detail)).collect();
     let report = keel_check::causal::check(&history);
+    let counts = report.counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();
     violations.extend(report.violations.iter().map(|v| v.to_string()));
     if report.violations_total > report.violations.len() {
         violations.push(format!("... {} violations in all", report.violations_total));
@@ -473,6 +476,7 @@ pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> Ge
         virtual_ms: world.now() / 1_000_000,
         faults,
         violations,
+        counts,
         panic: None,
         reached,
         replay: format!(

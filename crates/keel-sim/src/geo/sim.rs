@@ -10,7 +10,7 @@ use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::geo::{
     Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, TxId, Vector,
 };
-use keel_types::{Epoch, LogIndex, NoRecord, NodeId};
+use keel_types::{LogIndex, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the world watches of a geo keyspace.
@@ -25,6 +25,34 @@ pub struct GeoWatch {
     reached: BTreeMap<(u32, u32), u64>,
     /// When each data center came to store each origin's transactions.
     pub stored: Vec<Stored>,
+    /// Whether to keep every node's stable and uniform entries as they rise (the
+    /// benchmark of visibility; off in ordinary runs).
+    pub per_node: bool,
+    /// Per node: `(origin, through, at_ns)` each time its stable entry rose.
+    pub node_stable: BTreeMap<NodeId, Vec<(u32, u64, u64)>>,
+    /// Per node: `(origin, through, at_ns)` each time its uniform entry rose.
+    pub node_uniform: BTreeMap<NodeId, Vec<(u32, u64, u64)>>,
+    /// Per node: the last stable and uniform vectors seen.
+    last: BTreeMap<NodeId, (Vector, Vector)>,
+}
+
+impl GeoWatch {
+    fn per_node_rises(&mut self, node: NodeId, stable: &Vector, uniform: &Vector, at_ns: u64) {
+        let zero = || (Vector::zero(stable.dcs.len()), Vector::zero(stable.dcs.len()));
+        let (last_stable, last_uniform) = self.last.entry(node).or_insert_with(zero);
+        for (o, (&now, was)) in stable.dcs.iter().zip(&mut last_stable.dcs).enumerate() {
+            if now > *was {
+                *was = now;
+                self.node_stable.entry(node).or_default().push((o as u32, now, at_ns));
+            }
+        }
+        for (o, (&now, was)) in uniform.dcs.iter().zip(&mut last_uniform.dcs).enumerate() {
+            if now > *was {
+                *was = now;
+                self.node_uniform.entry(node).or_default().push((o as u32, now, at_ns));
+            }
+        }
+    }
 }
 
 /// A geo transaction id in the history's terms.
@@ -38,14 +66,15 @@ pub fn history_vector(v: &Vector) -> Vec<u64> {
 }
 
 impl Watch<GeoEngine> for GeoWatch {
-    type Seen = (Member, Vector);
+    type Seen = (Member, Vector, Vector);
 
     fn new() -> GeoWatch {
         GeoWatch::default()
     }
 
     fn see(engine: &GeoEngine) -> Self::Seen {
-        (engine.place(), engine.status().stable)
+        let status = engine.status();
+        (engine.place(), status.stable, status.uniform)
     }
 
     fn stepped(&mut self, _node: NodeId, out: &OutputsOf<GeoEngine>, _at_ns: u64) {
@@ -74,8 +103,11 @@ impl Watch<GeoEngine> for GeoWatch {
         }
     }
 
-    fn observe(&mut self, _node: NodeId, seen: &Self::Seen, _synced: LogIndex, at_ns: u64) {
-        let (member, stable) = seen;
+    fn observe(&mut self, node: NodeId, seen: &Self::Seen, _synced: LogIndex, at_ns: u64) {
+        let (member, stable, uniform) = seen;
+        if self.per_node {
+            self.per_node_rises(node, stable, uniform, at_ns);
+        }
         for (origin, &through) in stable.dcs.iter().enumerate() {
             let key = (member.dc, origin as u32);
             let reached = self.reached.entry(key).or_default();
@@ -112,14 +144,7 @@ impl SimEngine for GeoEngine {
 
     /// Geo messages carry no epoch, vote or log.
     fn facts(_message: &Message) -> MessageFacts<'_, NoRecord> {
-        MessageFacts {
-            epoch: Epoch(0),
-            grants_vote: false,
-            asks_vote: false,
-            asks_pre_vote: false,
-            claims_persisted: None,
-            entries: &[],
-        }
+        MessageFacts::none()
     }
 
     fn across(message: &Message) -> Result<(Message, usize), String> {

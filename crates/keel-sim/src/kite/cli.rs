@@ -2,11 +2,8 @@
 
 use super::scenario::{run_general, KiteReport, KiteRunConfig};
 use crate::cli::RunArgs;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// The scenarios `--engine kite` runs.
 pub const SCENARIOS: [&str; 3] = ["general", "litmus", "faults"];
@@ -26,11 +23,6 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         eprintln!("unknown kite scenario '{}' (expected: {})", args.scenario, SCENARIOS.join(", "));
         return ExitCode::from(2);
     }
-    let count = args.seeds.unwrap_or(1);
-    if count == 0 || count > crate::cli::SEEDS_MAX {
-        eprintln!("--seeds must be in 1..={}", crate::cli::SEEDS_MAX);
-        return ExitCode::from(2);
-    }
     let single = args.seeds.is_none();
     let config = |seed: u64| KiteRunConfig {
         seed,
@@ -48,47 +40,12 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         unbounded_links: args.unbounded_links,
         keep_history: single && args.history.is_some(),
     };
-    if !single {
-        std::panic::set_hook(Box::new(|_| {}));
-    }
-    let started = std::time::Instant::now();
-    let threads =
-        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let next = AtomicU64::new(0);
-    let failures = AtomicU64::new(0);
-    let reaching: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-    let out = Mutex::new(());
-    let history: Mutex<Option<Vec<keel_check::rc::RcOp>>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, 64) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count {
-                    break;
-                }
-                let mut report = run_one(&config(args.seed.wrapping_add(i)));
-                if !report.passed() {
-                    failures.fetch_add(1, Ordering::Relaxed);
-                }
-                {
-                    let mut r = reaching.lock().unwrap_or_else(|e| e.into_inner());
-                    for path in report.reached.keys() {
-                        *r.entry(path.clone()).or_default() += 1;
-                    }
-                }
-                if let Some(h) = report.history.take() {
-                    *history.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-                }
-                let _guard = out.lock().unwrap_or_else(|e| e.into_inner());
-                if !args.coverage || !report.passed() {
-                    print_report(&report, args.json, single);
-                }
-            });
-        }
-    });
-    if let (Some(path), Some(ops)) =
-        (&args.history, history.into_inner().unwrap_or_else(|e| e.into_inner()))
+    let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())
     {
+        Ok(swept) => swept,
+        Err(code) => return code,
+    };
+    if let (Some(path), Some(ops)) = (&args.history, swept.history) {
         let written = std::fs::File::create(path).and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
             keel_check::rc::write_jsonl(&mut w, &ops)?;
@@ -100,25 +57,20 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         }
         eprintln!("history of seed {} written to {}", args.seed, path.display());
     }
-    let failures = failures.into_inner();
-    if !args.json {
-        let secs = started.elapsed().as_secs_f64();
-        println!(
-            "{count} seeds, {failures} failed, {secs:.1}s ({:.1} seeds/s)",
-            count as f64 / secs.max(1e-9)
-        );
+    crate::seeds::exit(swept.failures)
+}
+
+impl crate::seeds::SeedReport for KiteReport {
+    fn passed(&self) -> bool {
+        KiteReport::passed(self)
     }
-    if args.coverage {
-        let reaching = reaching.into_inner().unwrap_or_else(|e| e.into_inner());
-        println!("{:<24} {:>8} {:>7}", "path", "seeds", "share");
-        for (name, seeds) in &reaching {
-            println!("{name:<24} {seeds:>8} {:>6.1}%", 100.0 * *seeds as f64 / count as f64);
-        }
+
+    fn paths(&self) -> Vec<String> {
+        self.reached.keys().cloned().collect()
     }
-    if failures == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+
+    fn print(&self, json: bool, verbose: bool) {
+        print_report(self, json, verbose);
     }
 }
 

@@ -15,7 +15,7 @@ use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::kite::{
     Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, RmwId, RmwOutcome,
 };
-use keel_types::{Epoch, LogIndex, NoRecord, NodeId};
+use keel_types::{LogIndex, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the world checks of a Kite keyspace: a read-modify-write is committed at one
@@ -109,14 +109,7 @@ impl SimEngine for KiteEngine {
     /// Kite's messages carry no epoch, vote or log: its incarnation (the hard state) is
     /// checked by the rejoin's fence, not by the world.
     fn facts(_message: &Message) -> MessageFacts<'_, NoRecord> {
-        MessageFacts {
-            epoch: Epoch(0),
-            grants_vote: false,
-            asks_vote: false,
-            asks_pre_vote: false,
-            claims_persisted: None,
-            entries: &[],
-        }
+        MessageFacts::none()
     }
 
     fn across(message: &Message) -> Result<(Message, usize), String> {

@@ -15,29 +15,11 @@ pub const GEO_FORMAT_V1: u8 = 1;
 
 impl super::PeerMessage for Message {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(GEO_FORMAT_V1);
-        let bytes = postcard::to_allocvec(self).expect("a geo message always serializes");
-        out.extend_from_slice(&bytes);
+        super::postcard_encode(GEO_FORMAT_V1, self, out);
     }
 
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
-        let (&format, body) =
-            bytes.split_first().ok_or(PeerError::Malformed("empty geo message".into()))?;
-        if format != GEO_FORMAT_V1 {
-            return Err(PeerError::UnknownVersion(format));
-        }
-        if body.len() as u64 > u64::from(limits.frame_bytes_max) {
-            return Err(PeerError::FrameTooLarge {
-                len: body.len() as u64,
-                max: limits.frame_bytes_max,
-            });
-        }
-        let (message, rest) = postcard::take_from_bytes::<Message>(body)
-            .map_err(|e| PeerError::Malformed(format!("geo message: {e}")))?;
-        if !rest.is_empty() {
-            return Err(PeerError::Malformed(format!("{} bytes after a geo message", rest.len())));
-        }
-        Ok(message)
+        super::postcard_decode(GEO_FORMAT_V1, "geo message", bytes, limits)
     }
 }
 

@@ -19,29 +19,11 @@ pub const KITE_FORMAT_V3: u8 = 3;
 
 impl super::PeerMessage for Message {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(KITE_FORMAT_V3);
-        let bytes = postcard::to_allocvec(self).expect("a kite message always serializes");
-        out.extend_from_slice(&bytes);
+        super::postcard_encode(KITE_FORMAT_V3, self, out);
     }
 
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
-        let (&format, body) =
-            bytes.split_first().ok_or(PeerError::Malformed("empty kite message".into()))?;
-        if format != KITE_FORMAT_V3 {
-            return Err(PeerError::UnknownVersion(format));
-        }
-        if body.len() as u64 > u64::from(limits.frame_bytes_max) {
-            return Err(PeerError::FrameTooLarge {
-                len: body.len() as u64,
-                max: limits.frame_bytes_max,
-            });
-        }
-        let (message, rest) = postcard::take_from_bytes::<Message>(body)
-            .map_err(|e| PeerError::Malformed(format!("kite message: {e}")))?;
-        if !rest.is_empty() {
-            return Err(PeerError::Malformed(format!("{} bytes after a kite message", rest.len())));
-        }
-        Ok(message)
+        super::postcard_decode(KITE_FORMAT_V3, "kite message", bytes, limits)
     }
 
     /// A message carrying client values is charged to its link's allowance; past it, it

@@ -61,6 +61,42 @@ const ENVELOPE_BYTES_MIN: u64 = 4 + 4 + 1;
 const _: () = assert!(FRAME_BYTES_MAX_DEFAULT as usize > HEADER_BYTES);
 const _: () = assert!(MESSAGES_PER_FRAME_MAX_DEFAULT <= FRAME_BYTES_MAX_DEFAULT);
 
+/// Appends `message` as its format byte, then its postcard encoding (the engines whose
+/// messages follow their serde types: Kite's, the geo engine's).
+pub(crate) fn postcard_encode<T: serde::Serialize>(format: u8, message: &T, out: &mut Vec<u8>) {
+    out.push(format);
+    let bytes = postcard::to_allocvec(message).expect("an engine message always serializes");
+    out.extend_from_slice(&bytes);
+}
+
+/// Decodes exactly `bytes` as [`postcard_encode`] wrote a message of `format` (`what`
+/// names it in errors): another format byte is refused by number, a body past the frame
+/// bound or with bytes after the message is malformed.
+pub(crate) fn postcard_decode<T: serde::de::DeserializeOwned>(
+    format: u8,
+    what: &str,
+    bytes: &[u8],
+    limits: &PeerLimits,
+) -> Result<T, PeerError> {
+    let (&found, body) =
+        bytes.split_first().ok_or_else(|| PeerError::Malformed(format!("empty {what}")))?;
+    if found != format {
+        return Err(PeerError::UnknownVersion(found));
+    }
+    if body.len() as u64 > u64::from(limits.frame_bytes_max) {
+        return Err(PeerError::FrameTooLarge {
+            len: body.len() as u64,
+            max: limits.frame_bytes_max,
+        });
+    }
+    let (message, rest) = postcard::take_from_bytes::<T>(body)
+        .map_err(|e| PeerError::Malformed(format!("{what}: {e}")))?;
+    if !rest.is_empty() {
+        return Err(PeerError::Malformed(format!("{} bytes after a {what}", rest.len())));
+    }
+    Ok(message)
+}
+
 /// An engine's peer message as it travels: every engine kind's message type implements
 /// this (the leader engine's in `message`).
 pub trait PeerMessage: Sized {
