@@ -206,3 +206,26 @@ fn a_transaction_of_another_session_or_closed_is_refused() {
     );
     assert!(c.replies.iter().any(|r| r.tag == tag && r.result.is_err()));
 }
+
+#[test]
+fn a_value_over_the_limit_is_refused_at_the_coordinator_not_by_a_partitions_gate() {
+    let mut c = Cluster::new(0, 2);
+    for node in c.nodes.values_mut() {
+        node.config.limits.value_bytes_max = 4;
+    }
+    let GeoResult::Began { tx, .. } = c.call(NodeId(1), 1, GeoOp::Begin { past: Vector::zero(1) })
+    else {
+        panic!()
+    };
+    let tag = RequestTag(77);
+    let update = Update::Set(key("too long"));
+    c.step(
+        NodeId(1),
+        Input::Client(GeoRequest {
+            tag,
+            session: 1,
+            op: GeoOp::Update { tx, key: key("k"), update },
+        }),
+    );
+    assert!(c.replies.iter().any(|r| r.tag == tag && r.result.is_err()), "{:?}", c.replies);
+}

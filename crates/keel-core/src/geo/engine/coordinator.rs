@@ -124,7 +124,14 @@ impl GeoEngine {
         kind: Kind,
         update: Option<Update>,
     ) {
-        if let Err(e) = self.config.limits.check_key(&key) {
+        // What a partition's gate refuses must be refused here: a refused message would
+        // hold its channel (it is sent again, and refused again, for ever).
+        if let Err(e) = self.config.limits.check_key(&key).and_then(|()| match &update {
+            Some(Update::Set(v) | Update::GAdd(v) | Update::SAdd(v) | Update::SRem(v, _)) => {
+                self.config.limits.check_value(v)
+            }
+            _ => Ok(()),
+        }) {
             return self.reply(tag, Err(e));
         }
         let read = self.coordinator.next_read;
@@ -287,6 +294,9 @@ impl GeoEngine {
         if self.uniformity.uniform.dcs[self.me.dc as usize] >= need {
             return self.reply(tag, Ok(GeoResult::Synced));
         }
+        if self.syncs_full() {
+            return self.reply(tag, Err(KeelError::Busy("too many barriers and attaches".into())));
+        }
         self.counters.barriers_waited += 1;
         self.coordinator.barriers.insert((need, tag), ());
     }
@@ -299,11 +309,20 @@ impl GeoEngine {
         }
         match self.attach_unmet(&past) {
             None => self.reply(tag, Ok(GeoResult::Synced)),
+            Some(_) if self.syncs_full() => {
+                self.reply(tag, Err(KeelError::Busy("too many barriers and attaches".into())))
+            }
             Some((dc, need)) => {
                 self.counters.attaches_waited += 1;
                 self.coordinator.attaches.insert((dc, need, tag), past);
             }
         }
+    }
+
+    /// Whether as many barriers and attaches wait as transactions may be open: a client
+    /// that sends a vector no data center will reach waits, and is not let pile them up.
+    fn syncs_full(&self) -> bool {
+        self.coordinator.barriers.len() + self.coordinator.attaches.len() >= self.config.txs_max
     }
 
     /// The first other data center whose uniform entry is below `past`'s.
