@@ -76,6 +76,13 @@ impl Channel {
             self.expected = 0;
             self.early.clear();
         }
+        if self.resends > 0 {
+            // The peer speaks again (a cut healed): what waits for it goes at once, with
+            // no backoff left to run out, and its refreshes are queued again.
+            self.resends = 0;
+            self.sent_at = Some(Time(0));
+            self.acked_at = Some(now);
+        }
         if message.peer_boot == my_boot && message.ack > self.base {
             let acked = (message.ack - self.base).min(self.unacked.len() as u64);
             self.unacked.drain(..acked as usize);
