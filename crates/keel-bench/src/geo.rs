@@ -36,9 +36,9 @@ pub const SITES: [usize; NODES] = [0, 0, 1, 1, 2];
 /// Clients in the suite (the paper's 24, about five beside each node).
 pub const CLIENTS: usize = 24;
 /// One-way peer delay inside a site, in ms.
-pub const PEER_ONE_WAY_MS_LOCAL: u64 = 1;
+pub const PEER_ONE_WAY_MS_LOCAL: u64 = keel_server::local::WAN_ONE_WAY_MS_LOCAL;
 /// One-way peer delay across sites, in ms (the paper's WAN round trip is ~35 ms).
-pub const PEER_ONE_WAY_MS_WAN: u64 = 17;
+pub const PEER_ONE_WAY_MS_WAN: u64 = keel_server::local::WAN_ONE_WAY_MS;
 /// Emulated client round trip to a node in its own site.
 pub const CLIENT_RTT_LOCAL: Duration = Duration::from_millis(2);
 /// Emulated client round trip to a node in another site.

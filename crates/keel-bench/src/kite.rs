@@ -282,7 +282,7 @@ fn suite(args: &SuiteArgs, ratios: &[u64], cluster: &mut LocalCluster) -> Result
     cluster
         .wait_for_leader(crate::geo::READY_TIMEOUT)
         .ok_or("the ORCA keyspace elected no leader")?;
-    if !cluster.wait_for_kite(KITE, crate::geo::READY_TIMEOUT) {
+    if !cluster.wait_for_replicas(KITE, crate::geo::READY_TIMEOUT) {
         return Err("the Kite keyspace did not start".into());
     }
     let addrs = cluster.client_addrs();

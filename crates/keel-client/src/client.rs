@@ -221,6 +221,21 @@ impl Client {
                 return Ok(least.clone());
             }
         }
+        let conn = self.dial(node, resp3).await?;
+        pools[node].lock().expect("pool lock").push(conn.clone());
+        Ok(conn)
+    }
+
+    /// A connection of its own to `node`, in no pool, authenticated and in the
+    /// configured keyspace: for a session whose state the server keeps per connection (a
+    /// geo session's past vector and open transaction).
+    pub async fn dedicated_connection(&self, node: usize) -> Result<Connection, ConnError> {
+        self.dial(node, false).await
+    }
+
+    /// Opens a connection to `node` (RESP3 when `resp3`), authenticates it and selects
+    /// the configured keyspace.
+    async fn dial(&self, node: usize, resp3: bool) -> Result<Connection, ConnError> {
         let addr = self.config.nodes[node];
         let (timeout, tls) = (self.config.attempt_timeout, self.config.tls.as_ref());
         let conn = if resp3 {
@@ -244,7 +259,6 @@ impl Client {
                 return Err(ConnError::Connect { addr, reason });
             }
         }
-        pools[node].lock().expect("pool lock").push(conn.clone());
         Ok(conn)
     }
 

@@ -12,6 +12,8 @@
 //!   (`KEEL.INVOKE`), [`Client::invoke_get`] with one request per level.
 //! - [`kite`]: [`KiteSession`] and [`BlockingKiteSession`], sessions of a Kite keyspace
 //!   (relaxed reads and writes, acquires, releases, FAA, CAS), each pinned to one node.
+//! - [`geo`]: [`GeoSession`], a session of a geo keyspace: causal transactions, the
+//!   uniform barrier, and attach at another data center with the session's past vector.
 //! - [`tls`]: [`ClientTls`], TLS to nodes' `client_tls_addr` (a cluster CA, optionally a
 //!   client certificate).
 //! - [`error`]: [`ClientError`], which says whether to retry and whether a failed write
@@ -39,6 +41,7 @@ pub mod client;
 pub mod conn;
 pub mod correctable;
 pub mod error;
+pub mod geo;
 pub mod history;
 pub mod kite;
 pub mod kite_workload;
@@ -48,6 +51,7 @@ pub mod workload;
 pub use client::{CasResult, Client, ClientConfig, QueueItem, ReadResult, Session, WriteResult};
 pub use correctable::{correctable, Correctable, Resolver, State, View, Views};
 pub use error::ClientError;
+pub use geo::GeoSession;
 pub use kite::{BlockingKiteSession, KiteSession};
 pub use tls::ClientTls;
 

@@ -40,14 +40,17 @@ pub enum EngineKind {
     /// Release consistency on a leaderless in-memory store (Kite): relaxed accesses,
     /// releases, acquires and read-modify-writes.
     Kite,
+    /// Causal transactions across data centers with uniformity, barriers and attach
+    /// (UniStore's causal half).
+    Geo,
 }
 
 impl EngineKind {
     /// Every kind this build knows, in the order `keel.toml` documents them.
-    pub const ALL: [EngineKind; 2] = [EngineKind::Orca, EngineKind::Kite];
+    pub const ALL: [EngineKind; 3] = [EngineKind::Orca, EngineKind::Kite, EngineKind::Geo];
 
     /// Every kind's name, in [`EngineKind::ALL`]'s order (as `keel.toml` spells it).
-    const NAMES: [&'static str; 2] = ["orca", "kite"];
+    const NAMES: [&'static str; 3] = ["orca", "kite", "geo"];
 
     /// The name used in configuration and reports.
     pub fn name(self) -> &'static str {

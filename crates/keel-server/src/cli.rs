@@ -26,8 +26,8 @@ pub struct ServerArgs {
     /// HTTP (/metrics, /status) listen address.
     #[arg(long)]
     pub http_addr: Option<SocketAddr>,
-    /// A member as ID=PEER_ADDR, repeated for each (this node included); replaces the
-    /// file's members.
+    /// A member as ID=PEER_ADDR, or ID=PEER_ADDR@DC with its data center's label (geo
+    /// keyspaces), repeated for each (this node included); replaces the file's members.
     #[arg(long = "member", value_parser = parse_member)]
     pub members: Vec<Member>,
     /// Durability of writes that name none.
@@ -47,10 +47,14 @@ pub struct ServerArgs {
 }
 
 fn parse_member(text: &str) -> Result<Member, String> {
-    let (id, addr) = text.split_once('=').ok_or("expected ID=PEER_ADDR")?;
+    let (id, rest) = text.split_once('=').ok_or("expected ID=PEER_ADDR[@DC]")?;
     let id = id.parse().map_err(|e| format!("member id: {e}"))?;
+    let (addr, dc) = match rest.rsplit_once('@') {
+        Some((addr, dc)) => (addr, Some(dc.to_string())),
+        None => (rest, None),
+    };
     let peer_addr = addr.parse().map_err(|e: String| format!("member address: {e}"))?;
-    Ok(Member { id, peer_addr })
+    Ok(Member { id, peer_addr, dc })
 }
 
 impl ServerArgs {

@@ -156,6 +156,11 @@ pub struct Member {
     pub id: u32,
     /// Its peer-to-peer address: where the others dial it.
     pub peer_addr: PeerAddr,
+    /// Its data center's label (letters, digits, `-`, `_`), for geo keyspaces: members
+    /// with one label are one data center, which holds every partition of a geo
+    /// keyspace, one per member (`docs/geo.md`, *Deployment*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dc: Option<String>,
 }
 
 /// Longest host name a [`PeerAddr`] may hold (DNS's limit).
@@ -371,6 +376,11 @@ impl KeyspaceSettings {
 }
 
 impl KeyspaceSettings {
+    /// Keyspace `id` of kind geo, named `geo` (what `keel up --geo` adds).
+    pub fn geo(id: u32) -> KeyspaceSettings {
+        KeyspaceSettings { name: "geo".to_string(), engine: EngineKind::Geo, ..Self::kite(id) }
+    }
+
     /// Keyspace `id` of kind Kite, named `kite` (what `keel up --kite` adds).
     pub fn kite(id: u32) -> KeyspaceSettings {
         KeyspaceSettings {
@@ -519,6 +529,11 @@ pub struct TestingSettings {
     /// can then miss what the release covered, which a fault harness must find.
     #[serde(default)]
     pub unsafe_kite_no_slow_path: bool,
+    /// Geo keyspaces show remote transactions once this data center stores them, not
+    /// once they are uniform: a session that moves after a barrier, when a data center
+    /// fails, can then miss what it observed (`docs/geo.md`, *Controls*).
+    #[serde(default)]
+    pub unsafe_geo_expose_non_uniform: bool,
     /// Fault injection, safe in itself: appends stay in the process until their file is
     /// synced, so that killing the process loses what a power loss would.
     #[serde(default)]
@@ -840,7 +855,7 @@ impl ServerConfig {
     pub fn local(nodes: u32, id: u32, base_port: u16, dir: &Path) -> ServerConfig {
         assert!(id >= 1 && id <= nodes, "node {id} outside 1..={nodes}");
         let members = (1..=nodes)
-            .map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1.into() })
+            .map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1.into(), dc: None })
             .collect();
         let (client_addr, _, http_addr) = local_addrs(base_port, id);
         ServerConfig {
@@ -974,6 +989,14 @@ impl ServerConfig {
         addrs.dedup();
         if addrs.len() != self.members.len() {
             return Err(invalid("members", "two members share a peer_addr"));
+        }
+        for member in &self.members {
+            let label = member.dc.as_deref().unwrap_or("dc");
+            let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+            if label.is_empty() || label.len() > 64 || !label.chars().all(fine) {
+                let reason = "a data center label is 1 to 64 letters, digits, '-' or '_'";
+                return Err(invalid(&format!("members.{}.dc", member.id), reason));
+            }
         }
         self.validate_geo()?;
         self.validate_keyspaces()?;
@@ -1194,7 +1217,11 @@ impl ServerConfig {
             config.read_level_default = ks.read_level_default.unwrap_or(config.read_level_default);
             let spread = several.then(|| members[ks.id as usize % members.len()]);
             config.preferred_leader = ks.preferred_leader.or(spread).map(NodeId);
-            config.validate().map_err(|e| invalid(&field(e.field), e.reason.clone()))?;
+            let checked = match crate::engines::pack(ks.engine).leader {
+                true => config.validate(),
+                false => config.validate_settings(),
+            };
+            checked.map_err(|e| invalid(&field(e.field), e.reason.clone()))?;
             let data_dir = if ks.id == 0 {
                 self.data_dir.clone()
             } else {
@@ -1274,8 +1301,22 @@ impl ServerConfig {
             ms(e.snapshot_slice_interval_ms, config.snapshot_slice_interval);
         config.pending_requests_max = e.pending_requests_max.unwrap_or(config.pending_requests_max);
         config.wall_clock_origin_ms = crate::driver::wall_clock_origin_ms();
-        config.validate().map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
+        // The members matter to leader-engine keyspaces only: a node of geo or Kite
+        // keyspaces alone may have any number of them (a geo deployment: 2f + 1 data
+        // centers of any size).
+        let checked = match self.hosts_leader_keyspace() {
+            true => config.validate(),
+            false => config.validate_settings(),
+        };
+        checked.map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
         Ok(config)
+    }
+
+    /// Whether a keyspace of this node runs a leader engine (without `[[keyspaces]]`,
+    /// keyspace 0 runs ORCA).
+    pub fn hosts_leader_keyspace(&self) -> bool {
+        self.keyspaces.is_empty()
+            || self.keyspaces.iter().any(|k| crate::engines::pack(k.engine).leader)
     }
 }
 

@@ -8,7 +8,9 @@
 //! barriers (and `EXISTS`, `MGET` as relaxed reads), each sent at once (a Kite session
 //! orders its requests itself); they refuse transactions, sessions, Correctables and the
 //! log, and the options only ORCA defines. ORCA keyspaces refuse the barriers and
-//! strengths, which only Kite defines.
+//! strengths, which only Kite defines. Geo keyspaces take only their sessions'
+//! operations (`KEEL.TX.*`, `KEEL.BARRIER`, `KEEL.ATTACH`, and reads and updates inside a
+//! transaction: `front_door::commands::geo`), ordered by the front door.
 //!
 //! Adding an engine kind: its variant in `keel_core::engine::EngineKind`, its pack here
 //! (one line in [`PACKS`], in the variant's order), and what the pack names.
@@ -16,6 +18,7 @@
 use crate::config::{ConfigError, KeyspaceSettings, KeyspaceSpec, ServerConfig};
 use crate::node::{start_keyspace, NodeError, Shared, Started};
 use keel_core::engine::{EngineKind, OpMode};
+use keel_core::geo::GeoEngine;
 use keel_core::kite::KiteEngine;
 use keel_core::leader::LeaderEngine;
 use keel_types::{KeyspaceId, NodeId};
@@ -70,7 +73,7 @@ pub(crate) fn terms(kind: EngineKind, ks: KeyspaceId, asked: Asked<'_>) -> Resul
 }
 
 /// Every engine kind this build hosts, in `EngineKind`'s order.
-pub static PACKS: [Pack; 2] = [ORCA, KITE];
+pub static PACKS: [Pack; 3] = [ORCA, KITE, GEO];
 
 /// The pack of `kind`.
 pub fn pack(kind: EngineKind) -> &'static Pack {
@@ -200,6 +203,31 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
     }
 }
 
+/// Whether `command` reads or changes a keyspace's data (the rest are the server's:
+/// connection, introspection and configuration commands).
+fn is_data(command: &ClientCommand) -> bool {
+    !matches!(
+        command,
+        ClientCommand::Ping { .. }
+            | ClientCommand::Echo { .. }
+            | ClientCommand::Hello { .. }
+            | ClientCommand::Time
+            | ClientCommand::DebugSleep(_)
+            | ClientCommand::Status
+            | ClientCommand::FunctionFlush
+            | ClientCommand::Unwatch
+            | ClientCommand::Info { .. }
+            | ClientCommand::Client(_)
+            | ClientCommand::Command(_)
+            | ClientCommand::ConfigGet { .. }
+            | ClientCommand::ConfigSet { .. }
+            | ClientCommand::ConfigResetStat
+            | ClientCommand::Select { .. }
+            | ClientCommand::Keyspaces
+            | ClientCommand::Quit
+    )
+}
+
 /// The option of `command` only ORCA defines (a read level, a version, a durability), if
 /// it carries one.
 fn orca_option(command: &ClientCommand) -> Option<&'static str> {
@@ -212,6 +240,119 @@ fn orca_option(command: &ClientCommand) -> Option<&'static str> {
         ClientCommand::Set { durability: Some(_), .. }
         | ClientCommand::Cas { durability: Some(_), .. } => Some("DURABILITY"),
         _ => None,
+    }
+}
+
+const GEO: Pack = Pack {
+    kind: EngineKind::Geo,
+    leader: false,
+    start: |spec, shared| {
+        let geo = geo_config(shared.config, &spec.config.limits).expect("checked at start");
+        Box::pin(start_keyspace::<GeoEngine>(geo, spec, shared))
+    },
+    check_settings: geo_settings,
+    terms: geo_terms,
+};
+
+/// The data centers of the members, by label in byte order (`None`: a member has no
+/// label), each with its members' ids in order: data center `d` is the `d`-th label,
+/// and partition `p` of it the `p`-th member.
+fn data_centers(config: &ServerConfig) -> Option<Vec<(String, Vec<u32>)>> {
+    let mut dcs: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for member in &config.members {
+        dcs.entry(member.dc.clone()?).or_default().push(member.id);
+    }
+    for ids in dcs.values_mut() {
+        ids.sort_unstable();
+    }
+    Some(dcs.into_iter().collect())
+}
+
+/// A geo keyspace's engine configuration, from the members' data centers, the node's
+/// clock and the keyspace's limits (`Err`: why the members make no geo deployment).
+fn geo_config(
+    config: &ServerConfig,
+    limits: &keel_types::Limits,
+) -> Result<keel_core::geo::Config, String> {
+    use keel_core::geo::{Member, DCS_MAX, PARTITIONS_MAX};
+    let Some(dcs) = data_centers(config) else {
+        return Err("every member needs a data center label (`dc`)".into());
+    };
+    let partitions = dcs[0].1.len();
+    if dcs.iter().any(|(_, ids)| ids.len() != partitions) {
+        let sizes: Vec<String> = dcs.iter().map(|(l, ids)| format!("{l}: {}", ids.len())).collect();
+        return Err(format!(
+            "every data center needs as many members (one per partition); found {}",
+            sizes.join(", ")
+        ));
+    }
+    if dcs.len() % 2 == 0 || dcs.len() > DCS_MAX {
+        return Err(format!(
+            "a geo keyspace spans an odd number of data centers, 2f + 1 of at most {DCS_MAX}; found {}",
+            dcs.len()
+        ));
+    }
+    if partitions > PARTITIONS_MAX as usize {
+        return Err(format!("at most {PARTITIONS_MAX} members per data center"));
+    }
+    let mut members = Vec::with_capacity(config.members.len());
+    for (dc, (_, ids)) in dcs.iter().enumerate() {
+        for (partition, id) in ids.iter().enumerate() {
+            let (dc, partition) = (dc as u32, partition as u32);
+            members.push(Member { node: NodeId(*id), dc, partition });
+        }
+    }
+    let f = (dcs.len() as u32 - 1) / 2;
+    let mut geo = keel_core::geo::Config::new(NodeId(config.node_id), members, f);
+    geo.wall_clock_origin_us = crate::driver::wall_clock_origin_ms().saturating_mul(1000);
+    geo.limits = limits.clone();
+    geo.unsafe_expose_non_uniform = config.testing.unsafe_geo_expose_non_uniform;
+    Ok(geo)
+}
+
+/// A geo keyspace's settings: the members a geo deployment, and none of the settings
+/// only a leader engine gives a meaning to.
+fn geo_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), ConfigError> {
+    let invalid = |field: String, reason: String| ConfigError::Invalid { field, reason };
+    let limits = config.engine_config()?.limits;
+    let geo = geo_config(config, &limits).map_err(|reason| invalid("members".into(), reason))?;
+    geo.validate().map_err(|e| invalid(format!("keyspaces.{}.{}", ks.id, e.field), e.reason))?;
+    let leader_only = [
+        ("durability_default", ks.durability_default.is_some()),
+        ("read_level_default", ks.read_level_default.is_some()),
+        ("preferred_leader", ks.preferred_leader.is_some()),
+    ];
+    if let Some((name, _)) = leader_only.iter().find(|(_, set)| *set) {
+        let reason = "has no meaning for engine \"geo\" (transactions are causal; a barrier makes what a session saw uniform)";
+        return Err(invalid(format!("keyspaces.{}.{name}", ks.id), reason.into()));
+    }
+    Ok(())
+}
+
+/// The first words of the requests a geo keyspace has no meaning for.
+const GEO_REFUSED_WORDS: [&str; 8] =
+    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log", "keel.req"];
+
+/// What a geo keyspace makes of a request: its sessions' commands, ordered by the front
+/// door; no data command outside them.
+fn geo_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
+    match asked {
+        Asked::Word(first) => {
+            match GEO_REFUSED_WORDS.iter().find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
+                Some(name) => Err(format!(
+                    "ERR {} has no meaning in a geo keyspace {}: use KEEL.TX.BEGIN ... KEEL.TX.COMMIT",
+                    name.to_ascii_uppercase(),
+                    runs()
+                )),
+                None => Ok(Terms::FrontDoor),
+            }
+        }
+        Asked::Command(command) if is_data(command) => Err(format!(
+            "ERR {} outside a transaction has no meaning in a geo keyspace {}: use KEEL.TX.BEGIN, then the command, then KEEL.TX.COMMIT",
+            command.name().to_ascii_uppercase(),
+            runs()
+        )),
+        Asked::Command(_) => Ok(Terms::FrontDoor),
     }
 }
 

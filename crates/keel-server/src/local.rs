@@ -143,6 +143,35 @@ pub fn worker_threads_each(nodes: u32) -> u32 {
     (machine_cores() / nodes.max(1)).max(WORKER_THREADS_MIN)
 }
 
+/// One-way peer delay inside an emulated site (data center), in ms: the geo suites'.
+pub const WAN_ONE_WAY_MS_LOCAL: u64 = 1;
+/// One-way peer delay across emulated sites, in ms (a ~35 ms round trip).
+pub const WAN_ONE_WAY_MS: u64 = 17;
+
+/// A geo deployment of `dcs` data centers of `per_dc` nodes each on one machine: node
+/// `id` (1-based) is in data center `dc<(id - 1) / per_dc + 1>`, every keyspace is
+/// replaced by one geo keyspace 0, and peer messages are delayed as across a wide-area
+/// network ([`WAN_ONE_WAY_MS_LOCAL`] inside a data center, [`WAN_ONE_WAY_MS`] across).
+/// For `keel up --geo`, its example and its tests.
+pub fn geo_layout(config: &mut ServerConfig, dcs: u32, per_dc: u32) {
+    assert_eq!(config.members.len() as u32, dcs * per_dc, "every node in a data center");
+    let dc_of = |id: u32| (id - 1) / per_dc;
+    for member in &mut config.members {
+        member.dc = Some(format!("dc{}", dc_of(member.id) + 1));
+    }
+    let me = dc_of(config.node_id);
+    config.geo.peer_delay_ms = config
+        .members
+        .iter()
+        .filter(|m| m.id != config.node_id)
+        .map(|m| {
+            let delay = if dc_of(m.id) == me { WAN_ONE_WAY_MS_LOCAL } else { WAN_ONE_WAY_MS };
+            (m.id.to_string(), delay)
+        })
+        .collect();
+    config.keyspaces = vec![crate::config::KeyspaceSettings::geo(0)];
+}
+
 impl LocalCluster {
     /// Writes a configuration per node under `dir` (tweaked by `tweak`) and starts
     /// every node. `base_port`: `None` finds a free block.
@@ -153,7 +182,7 @@ impl LocalCluster {
         base_port: Option<u16>,
         tweak: impl Fn(&mut ServerConfig),
     ) -> std::io::Result<LocalCluster> {
-        assert!(matches!(nodes, 3 | 5 | 7), "clusters have 3, 5 or 7 nodes");
+        assert!((1..=7).contains(&nodes), "a local cluster has at most 7 nodes");
         // Configurations (password hashes), logs (keys and values) and data: the
         // cluster's owner's only.
         keel_storage::disk::create_private_dir(dir)?;
@@ -325,17 +354,23 @@ impl LocalCluster {
         self.wait_for_leader_in(0, timeout)
     }
 
-    /// Whether keyspace `keyspace` runs a leaderless engine kind, Kite (as the first node
-    /// is configured).
-    pub fn is_kite(&self, keyspace: u32) -> bool {
+    /// Whether keyspace `keyspace` runs a leaderless engine kind, Kite or geo (as the
+    /// first node is configured).
+    pub fn is_leaderless(&self, keyspace: u32) -> bool {
         let leaderless =
             |k: &crate::config::KeyspaceSettings| !crate::engines::pack(k.engine).leader;
         self.configs[0].keyspaces.iter().any(|k| k.id == keyspace && leaderless(k))
     }
 
-    /// Waits until every running node serves Kite keyspace `keyspace` (none is still
-    /// rejoining); whether they all did within `timeout`.
-    pub fn wait_for_kite(&self, keyspace: u32, timeout: Duration) -> bool {
+    /// The engine kind of keyspace `keyspace` (as the first node is configured).
+    pub fn engine_of(&self, keyspace: u32) -> keel_core::engine::EngineKind {
+        let listed = self.configs[0].keyspaces.iter().find(|k| k.id == keyspace);
+        listed.map_or(keel_core::engine::EngineKind::Orca, |k| k.engine)
+    }
+
+    /// Waits until every running node serves leaderless keyspace `keyspace` (Kite: none
+    /// is still rejoining); whether they all did within `timeout`.
+    pub fn wait_for_replicas(&self, keyspace: u32, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let creds = self.credentials.as_ref();
         while Instant::now() < deadline {

@@ -217,7 +217,10 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::QueuePeek { .. }
         | Command::Inspect { .. }
         | Command::Count { .. } => return None,
-        Command::Flush { .. } | Command::Modify { .. } | Command::Transfer { .. } => {
+        Command::Flush { .. }
+        | Command::Modify { .. }
+        | Command::Transfer { .. }
+        | Command::Geo(_) => {
             unreachable!("the simulator's clients send none of these")
         }
         Command::Multi { .. } => unreachable!("the codec refuses a transaction inside one"),

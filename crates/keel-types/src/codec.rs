@@ -58,6 +58,9 @@ const COMMAND_FLUSH: u8 = 15;
 const COMMAND_COUNT: u8 = 16;
 const COMMAND_MODIFY: u8 = 17;
 const COMMAND_TRANSFER: u8 = 18;
+/// A geo keyspace's operation: written as its tag alone and never decoded (no log holds
+/// one: only geo keyspaces serve them, and they keep no log).
+const COMMAND_GEO: u8 = 19;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -373,6 +376,7 @@ impl Encode for Command {
                 }
             }
             Command::OpenSession => put_u8(out, COMMAND_OPEN_SESSION),
+            Command::Geo(_) => put_u8(out, COMMAND_GEO),
             Command::Enqueue { queue, value } => {
                 put_u8(out, COMMAND_ENQUEUE);
                 put_bytes(out, queue);

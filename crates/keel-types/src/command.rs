@@ -165,6 +165,9 @@ pub enum Command {
         /// Whether `from` is deleted (a rename) or kept (a copy).
         remove_source: bool,
     },
+    /// An operation of a geo keyspace's session (`crate::geo`): a transaction's step, a
+    /// barrier or an attach. Served by geo keyspaces only; never enters a log.
+    Geo(crate::geo::GeoOp),
 }
 
 /// The in-place changes of [`Command::Modify`].
@@ -443,6 +446,8 @@ pub enum CommandResult {
         /// `(key, value, version)` in ascending key order.
         items: Vec<(Key, Value, Version)>,
     },
+    /// What a geo operation returned ([`Command::Geo`]).
+    Geo(crate::geo::GeoResult),
 }
 
 impl CommandResult {
@@ -484,6 +489,7 @@ impl Command {
             | Command::Dequeue { queue }
             | Command::QueuePeek { queue } => queue,
             Command::Scan { start, .. } => start,
+            Command::Geo(op) => op.key().unwrap_or(&NO_KEY),
             Command::Multi { .. }
             | Command::OpenSession
             | Command::Flush { .. }
@@ -506,6 +512,7 @@ impl Command {
             Command::Cas { key, expected, new } => {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
             }
+            Command::Geo(op) => op.payload_bytes(),
             Command::Multi { ops, watch } => {
                 ops.iter().map(Command::payload_bytes).sum::<usize>()
                     + watch.iter().map(|(key, _)| key.len()).sum::<usize>()
@@ -523,7 +530,7 @@ impl Command {
                 | Command::QueuePeek { .. }
                 | Command::Inspect { .. }
                 | Command::Count { .. }
-        )
+        ) && !matches!(self, Command::Geo(op) if !op.is_write())
     }
 
     /// The operation's name as users and histories see it.
@@ -547,6 +554,7 @@ impl Command {
             Command::Modify { .. } => "modify",
             Command::Transfer { .. } => "transfer",
             Command::Count { .. } => "count",
+            Command::Geo(op) => op.name(),
         }
     }
 
@@ -591,6 +599,7 @@ impl Command {
                             | Command::Inspect { .. }
                             | Command::Flush { .. }
                             | Command::Count { .. }
+                            | Command::Geo(_)
                     ) {
                         return invalid(format!("a {} inside a transaction", op.name()));
                     }
@@ -616,6 +625,7 @@ impl Command {
                 Err(KeelError::InvalidArgument("an expire that keeps the expiry".into()))
             }
             Command::OpenSession => Ok(()),
+            Command::Geo(op) => op.validate(limits),
             Command::Cas { expected, new, .. } => {
                 if let Some(expected) = expected {
                     limits.check_value(expected)?;

@@ -5,6 +5,8 @@
 //!   client ids.
 //! - [`level`]: the user-visible write durabilities and read levels.
 //! - [`command`]: the operations a client asks for and what they return.
+//! - [`geo`]: geo keyspaces' vectors, transaction ids, objects with their merge rules,
+//!   and a transaction's operations and results.
 //! - [`limits`]: every named limit on keys, values, batches and queues.
 //! - [`log`]: log entries, hard state and snapshot metadata shared by engine and storage.
 //! - [`codec`]: the explicit-width binary encoding of log entries and hard state (`docs/format.md`).
@@ -17,6 +19,7 @@ pub mod codec;
 pub mod command;
 pub mod error;
 pub mod fasthash;
+pub mod geo;
 pub mod ids;
 pub mod level;
 pub mod limits;

@@ -122,10 +122,12 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 /// | enqueued | `[seq, length]` | `[[seq, length], version]` |
 /// | dequeued | `[seq, value, remaining]`, or null when the queue was empty | `[reply, version]` |
 /// | queue (peek) | `[head seq or null, head value or null, length, next seq]` | `[reply, version or null]` |
+/// | geo | [`geo_frame`] | the same |
 ///
 /// Booleans are integers (`1`/`0`) in RESP2, as the encoder writes them.
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
     let (reply, version) = match result {
+        CommandResult::Geo(result) => return geo_frame(result),
         CommandResult::Value { value, version } | CommandResult::Held { value, version, .. } => {
             (value_frame(value.as_ref()), *version)
         }
@@ -190,6 +192,41 @@ pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
         with_version_frame(reply, version)
     } else {
         reply
+    }
+}
+
+/// A vector as a reply: its data centers' entries in order, the strong entry last.
+pub fn vector_frame(vector: &keel_types::geo::Vector) -> Frame {
+    let entry = |t: u64| Frame::Integer(i64::try_from(t).unwrap_or(i64::MAX));
+    Frame::Array(vector.flat().into_iter().map(entry).collect())
+}
+
+/// The reply for a geo operation's result:
+///
+/// | result | reply |
+/// |---|---|
+/// | a register | bulk string, or null when never set |
+/// | a counter | integer |
+/// | a max register | integer, or null when never raised |
+/// | a set (grow-only, add-wins) | array of its elements in byte order |
+/// | committed | the session's new past vector ([`vector_frame`]) |
+/// | began, aborted, synced | `+OK` |
+pub fn geo_frame(result: &keel_types::geo::GeoResult) -> Frame {
+    use keel_types::geo::{GeoResult, Object};
+    match result {
+        GeoResult::Object(Object::Register(value)) => {
+            value_frame(value.as_ref().map(|(value, _)| value))
+        }
+        GeoResult::Object(Object::Counter(n)) => Frame::Integer(*n),
+        GeoResult::Object(Object::Max(n)) => n.map_or(Frame::Null, Frame::Integer),
+        GeoResult::Object(Object::GSet(set)) => {
+            Frame::Array(set.iter().map(|e| Frame::bulk(e.clone())).collect())
+        }
+        GeoResult::Object(Object::AwSet(set)) => {
+            Frame::Array(set.keys().map(|e| Frame::bulk(e.clone())).collect())
+        }
+        GeoResult::Committed { vector } => vector_frame(vector),
+        GeoResult::Began { .. } | GeoResult::Aborted | GeoResult::Synced => Frame::ok(),
     }
 }
 

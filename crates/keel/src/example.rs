@@ -1,4 +1,4 @@
-//! `keel example ...`: the Correctables paper's applications, run against a local cluster
+//! `keel example ...`: the papers' applications (`bank`: `example_bank`), run against a local cluster
 //! they start themselves (or `--connect` addresses).
 //!
 //! `keel example tickets`: an organizer puts `--tickets` tickets in a replicated queue;
@@ -42,6 +42,10 @@ pub enum Example {
     /// Ad serving: a profile's ad references read as a Correctable, the ads fetched on
     /// the preliminary view (speculation), against a strong-only baseline.
     Ads(crate::example_ads::AdsArgs),
+    /// UniStore's bank on a geo cluster: concurrent causal deposits at every data center
+    /// converge to the exact sums; a session that called KEEL.BARRIER finds what it saw
+    /// at another data center after its own fails.
+    Bank(crate::example_bank::BankArgs),
     /// A Treiber stack on a Kite keyspace; every pushed item popped once.
     KiteStack(crate::example_kite::KiteArgs),
     /// A Michael-Scott queue on a Kite keyspace; every item dequeued once, in order.
@@ -88,6 +92,7 @@ pub fn run(args: &ExampleArgs) -> ExitCode {
         Example::KiteStack(a) => return crate::example_kite::run(Structure::Stack, a),
         Example::KiteQueue(a) => return crate::example_kite::run(Structure::Queue, a),
         Example::KiteList(a) => return crate::example_kite::run(Structure::List, a),
+        Example::Bank(a) => return crate::example_bank::run(a),
         _ => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -97,7 +102,7 @@ pub fn run(args: &ExampleArgs) -> ExitCode {
         .expect("runtime");
     match &args.example {
         Example::Ads(args) => crate::example_ads::run(&runtime, args),
-        Example::KiteStack(_) | Example::KiteQueue(_) | Example::KiteList(_) => {
+        Example::KiteStack(_) | Example::KiteQueue(_) | Example::KiteList(_) | Example::Bank(_) => {
             unreachable!("run above")
         }
         Example::Tickets(args) => match runtime.block_on(tickets(args)) {

@@ -496,7 +496,7 @@ async fn example(structure: Structure, args: &KiteArgs) -> anyhow::Result<serde_
         })
         .context("starting the cluster")?;
         anyhow::ensure!(
-            cluster.wait_for_kite(KITE, Duration::from_secs(30)),
+            cluster.wait_for_replicas(KITE, Duration::from_secs(30)),
             "the Kite keyspace did not start"
         );
         let addrs = cluster.client_addrs();
@@ -586,7 +586,7 @@ async fn drive(
             cluster.restart(2).context("restarting node 3")?;
         }
         anyhow::ensure!(
-            cluster.wait_for_kite(keyspace, Duration::from_secs(30)),
+            cluster.wait_for_replicas(keyspace, Duration::from_secs(30)),
             "node 3 did not rejoin"
         );
     }

@@ -10,6 +10,7 @@ mod client_cmds;
 mod demo;
 mod example;
 mod example_ads;
+mod example_bank;
 mod example_kite;
 mod repair;
 mod secure;

@@ -30,6 +30,18 @@ pub struct UpArgs {
     /// (`redis-cli -n <id>`; `GET k ACQUIRE`, `SET k v RELEASE`, `KEEL.FAA`, `KEEL.CAS`).
     #[arg(long)]
     pub kite: bool,
+    /// A geo deployment instead: `--dcs` data centers of `--per-dc` nodes each, one geo
+    /// keyspace 0 (causal transactions: `KEEL.TX.BEGIN` ... `KEEL.TX.COMMIT`,
+    /// `KEEL.BARRIER`, `KEEL.ATTACH`), peer messages delayed as across a wide-area
+    /// network (1 ms one way inside a data center, 17 ms across).
+    #[arg(long, conflicts_with_all = ["nodes", "keyspaces", "kite"])]
+    pub geo: bool,
+    /// Data centers of `--geo`: 3 (tolerating one failed data center) or 5 (two).
+    #[arg(long, default_value_t = 3, requires = "geo")]
+    pub dcs: u32,
+    /// Nodes per data center of `--geo` (each holds one partition of the keyspace).
+    #[arg(long, default_value_t = 2, requires = "geo")]
+    pub per_dc: u32,
     /// Clients authenticate as `admin` (password in <dir>/admin.password) and may connect
     /// over TLS (ports BASE+300..; authority <dir>/tls/ca.pem); `/metrics` and `/status`
     /// over HTTPS with the token in <dir>/http.token. Made on first start, kept with --dir.
@@ -42,7 +54,12 @@ pub const TLS_PORT_OFFSET: u16 = 300;
 
 /// Runs `keel up`.
 pub fn run(args: &UpArgs) -> ExitCode {
-    if !matches!(args.nodes, 3 | 5 | 7) {
+    if args.geo && (!matches!(args.dcs, 3 | 5) || args.per_dc == 0 || args.dcs * args.per_dc > 7) {
+        eprintln!("keel up --geo: --dcs must be 3 or 5, and --dcs × --per-dc at most 7");
+        return ExitCode::from(2);
+    }
+    let nodes = if args.geo { args.dcs * args.per_dc } else { args.nodes };
+    if !args.geo && !matches!(args.nodes, 3 | 5 | 7) {
         eprintln!("keel up: --nodes must be 3, 5 or 7");
         return ExitCode::from(2);
     }
@@ -75,9 +92,12 @@ pub fn run(args: &UpArgs) -> ExitCode {
         }
     });
     let (keyspaces, kite) = (args.keyspaces, args.kite);
+    let geo = args.geo.then_some((args.dcs, args.per_dc));
     let files = secure.clone();
     let tweak = move |config: &mut keel_server::ServerConfig| {
-        if keyspaces > 1 || kite {
+        if let Some((dcs, per_dc)) = geo {
+            keel_server::local::geo_layout(config, dcs, per_dc);
+        } else if keyspaces > 1 || kite {
             config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
         }
         if kite {
@@ -94,8 +114,7 @@ pub fn run(args: &UpArgs) -> ExitCode {
             config.http_token_file = Some(secure.token_file.clone());
         }
     };
-    let mut cluster = match LocalCluster::start(&exe, args.nodes, &dir, Some(args.base_port), tweak)
-    {
+    let mut cluster = match LocalCluster::start(&exe, nodes, &dir, Some(args.base_port), tweak) {
         Ok(cluster) => cluster,
         Err(e) => {
             eprintln!("keel up: cannot start the cluster: {e}");
@@ -115,7 +134,7 @@ pub fn run(args: &UpArgs) -> ExitCode {
 
 fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> ExitCode {
     let ids = cluster.keyspace_ids();
-    if ids.len() == 1 {
+    if ids.len() == 1 && !cluster.is_leaderless(ids[0]) {
         match cluster.wait_for_leader(LEADER_WAIT) {
             Some(leader) => println!("keel: cluster up, leader n{}", leader + 1),
             None => println!("keel: no leader yet; see the node logs"),
@@ -123,10 +142,11 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
     } else {
         println!("keel: cluster up with {} keyspaces", ids.len());
         for id in ids {
-            if cluster.is_kite(id) {
-                match cluster.wait_for_kite(id, LEADER_WAIT) {
-                    true => println!("  keyspace {id}: kite, leaderless   (redis-cli -n {id})"),
-                    false => println!("  keyspace {id}: kite, still rejoining; see the node logs"),
+            if cluster.is_leaderless(id) {
+                let kind = cluster.engine_of(id);
+                match cluster.wait_for_replicas(id, LEADER_WAIT) {
+                    true => println!("  keyspace {id}: {kind}, leaderless   (redis-cli -n {id})"),
+                    false => println!("  keyspace {id}: {kind}, still starting; see the node logs"),
                 }
                 continue;
             }
@@ -161,8 +181,11 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
             _ => {
                 let http =
                     config.http_addr.map_or(String::new(), |a| format!("  http://{a}/status"));
+                let me = config.members.iter().find(|m| m.id == config.node_id);
+                let dc =
+                    me.and_then(|m| m.dc.as_ref()).map_or(String::new(), |d| format!(" ({d})"));
                 println!(
-                    "  n{}: redis-cli -p {}{http}   log: {}",
+                    "  n{}{dc}: redis-cli -p {}{http}   log: {}",
                     i + 1,
                     config.client_addr.port(),
                     log.display()

@@ -24,7 +24,7 @@ fn open(addr: std::net::SocketAddr) -> common::Conn {
 #[test]
 fn kite_commands_barriers_and_refusals_over_resp() {
     let (cluster, _) = common::cluster("kite-commands", kite_keyspaces);
-    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::LEADER_WAIT), "every node rejoined");
     let addrs = cluster.client_addrs();
     let (mut a, mut b) = (open(addrs[0]), open(addrs[1]));
     // Message passing: a relaxed write, then a release; an acquire elsewhere sees both.
@@ -123,7 +123,7 @@ fn kite_commands_barriers_and_refusals_over_resp() {
 #[test]
 fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
     let (mut cluster, _) = common::cluster("kite-restart", kite_keyspaces);
-    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::LEADER_WAIT), "every node rejoined");
     let addrs = cluster.client_addrs();
     let before = status_in(addrs[2], KITE).expect("status")["incarnation"].as_u64().unwrap();
     // keel-client sessions on node 3: one that wrote nothing since its last barrier, one
@@ -160,7 +160,7 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
     let slow = status_in(addrs[0], KITE).unwrap()["counters"]["releases_slow"].as_u64().unwrap();
     assert!(slow >= 1, "the release named the dead node");
     cluster.restart(2).expect("restart");
-    assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the new incarnation rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::CONVERGE_WAIT), "the new incarnation rejoined");
     let status = status_in(addrs[2], KITE).expect("status");
     assert_eq!(status["incarnation"].as_u64().unwrap(), before + 1, "one past the last on disk");
     assert!(status["counters"]["rejoin_pages"].as_u64().unwrap() >= 1);

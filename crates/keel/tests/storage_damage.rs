@@ -262,7 +262,7 @@ fn kite_node_stopped(name: &str, node: usize) -> (LocalCluster, Vec<SocketAddr>,
     let (mut cluster, _) = common::cluster(name, |c| {
         c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::kite(KITE)];
     });
-    assert!(cluster.wait_for_kite(KITE, common::LEADER_WAIT), "every node rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::LEADER_WAIT), "every node rejoined");
     let addrs = cluster.client_addrs();
     let last = status_in(addrs[node], KITE).expect("status")["incarnation"].as_u64().unwrap();
     let mut conn = common::Conn::open(addrs[0]);
@@ -300,7 +300,7 @@ fn a_kite_node_whose_hard_state_rotted_is_repaired_with_its_last_incarnation() {
     let (code, stdout, stderr) = repair(&dir, last);
     assert_eq!(code, Some(0), "the repair succeeds:\n{stdout}\n{stderr}");
     cluster.restart(node).unwrap();
-    assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the node rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::CONVERGE_WAIT), "the node rejoined");
     let mut conn = kite_node_back(addrs[node], last);
     // Its writes are taken by the others: their fence admits the new incarnation.
     assert_eq!(conn.call(&["SET", "after", "2", "RELEASE"]), "+OK");
@@ -323,7 +323,7 @@ fn a_kite_node_on_a_new_disk_starts_past_its_last_incarnation() {
     assert_eq!(code, Some(0), "the new disk's hard state is written:\n{stdout}\n{stderr}");
     assert_eq!(repair_with(&dir, last, &["--new-disk"]).0, Some(2), "not twice");
     cluster.restart(node).unwrap();
-    assert!(cluster.wait_for_kite(KITE, common::CONVERGE_WAIT), "the node rejoined");
+    assert!(cluster.wait_for_replicas(KITE, common::CONVERGE_WAIT), "the node rejoined");
     let mut conn = kite_node_back(addrs[node], last);
     assert_eq!(conn.call(&["SET", "after", "2", "RELEASE"]), "+OK");
     common::finish(cluster);

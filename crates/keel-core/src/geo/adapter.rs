@@ -4,38 +4,36 @@
 //! `KEEL.TX.COMMIT`, `KEEL.BARRIER`, `KEEL.ATTACH`): the front door's single-key commands
 //! carry no session vector, so they are refused here, naming what to use.
 
-use super::types::{Config, GeoReply, GeoRequest, GeoResult, Message, Object, Status};
+use super::types::{Config, GeoReply, GeoRequest, Message, Object, Status};
 use super::GeoEngine;
 use crate::engine::{
     BootError, ClientReply, ClientRequest, Engine, FromClient, HeldValue, Input, Metric, Outputs,
     PersistedState, Report, RoleView,
 };
 use crate::time::Time;
-use keel_types::{CommandResult, KeelError, NoRecord, NodeId};
+use keel_types::{Command, CommandResult, KeelError, NoRecord, NodeId};
 
 impl FromClient for GeoRequest {
+    /// A geo operation ([`Command::Geo`]) of the connection's session (its client id);
+    /// every other command is refused, naming what to use: the front door's single-key
+    /// commands carry no session vector.
     fn from_client(request: ClientRequest) -> Result<GeoRequest, KeelError> {
-        Err(KeelError::InvalidArgument(format!(
-            "{} has no meaning in a geo keyspace: use KEEL.TX.BEGIN, its operations and KEEL.TX.COMMIT",
-            request.command.name().to_uppercase()
-        )))
+        match request.command {
+            Command::Geo(op) => {
+                Ok(GeoRequest { tag: request.tag, session: request.client.0, op })
+            }
+            other => Err(KeelError::InvalidArgument(format!(
+                "{} has no meaning in a geo keyspace: use KEEL.TX.BEGIN, its operations and KEEL.TX.COMMIT",
+                other.name().to_uppercase()
+            ))),
+        }
     }
 }
 
 impl From<GeoReply> for ClientReply {
-    /// A geo reply as the front door's common reply: an object's register value as a
-    /// value, a counter or max register as a counter, the rest as done.
+    /// A geo reply as the front door's common reply.
     fn from(reply: GeoReply) -> ClientReply {
-        let result = reply.result.map(|r| match r {
-            GeoResult::Object(Object::Register(value)) => {
-                CommandResult::Value { value: value.map(|(v, _)| v), version: None }
-            }
-            GeoResult::Object(Object::Counter(value))
-            | GeoResult::Object(Object::Max(Some(value))) => {
-                CommandResult::Counter { value, version: keel_types::Version::new(0, 0) }
-            }
-            _ => CommandResult::Written { version: keel_types::Version::new(0, 0) },
-        });
+        let result = reply.result.map(CommandResult::Geo);
         ClientReply { tag: reply.tag, served_by: reply.served_by, result, durability_round: false }
     }
 }

@@ -13,14 +13,13 @@
 //! Layout:
 //! - [`types`]: vectors, ids, objects and updates, requests, replies, messages,
 //!   configuration and status.
-//! - `crdt`: the objects' merge rules.
+//! - the objects' merge rules are `keel_types::geo`'s, with the vocabulary clients share.
 //! - `channel`: the reliable FIFO channels between replicas.
 //! - `engine`: [`GeoEngine`], cut by protocol piece.
 //! - `adapter`: the engine behind the platform's engine interface.
 
 mod adapter;
 mod channel;
-mod crdt;
 mod engine;
 pub mod types;
 

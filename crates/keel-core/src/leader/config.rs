@@ -170,6 +170,12 @@ impl Config {
     /// Checks every field; the error names the first one out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_members()?;
+        self.validate_settings()
+    }
+
+    /// Checks every field but the members (what a node that hosts no leader-engine
+    /// keyspace still takes from this configuration: its limits).
+    pub fn validate_settings(&self) -> Result<(), ConfigError> {
         self.validate_timers()?;
         self.validate_limits()
     }

@@ -677,9 +677,16 @@ impl Core {
 }
 
 /// The leader engine takes the front door's request as it is, but for a synchronization
-/// (Kite's `ACQUIRE`, `RELEASE`, `STRONG`, `WEAK`), which it has no meaning for.
+/// (Kite's `ACQUIRE`, `RELEASE`, `STRONG`, `WEAK`) and a geo keyspace's operation, which
+/// it has no meaning for.
 impl crate::engine::FromClient for super::io::ClientRequest {
     fn from_client(request: Self) -> Result<Self, KeelError> {
+        if let keel_types::Command::Geo(op) = &request.command {
+            return Err(KeelError::InvalidArgument(format!(
+                "{} has no meaning in an orca keyspace: it needs a geo keyspace",
+                op.name()
+            )));
+        }
         if request.mode != crate::engine::OpMode::Plain {
             let word = request.mode.word();
             return Err(KeelError::InvalidArgument(format!(

@@ -440,6 +440,7 @@ impl Kv {
             | Command::Count { .. } => {
                 panic!("a read command in the log")
             }
+            Command::Geo(_) => panic!("a geo operation in the log (refused at the door)"),
             Command::Multi { .. }
             | Command::OpenSession
             | Command::Enqueue { .. }

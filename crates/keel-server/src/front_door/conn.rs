@@ -224,6 +224,8 @@ pub struct Conn {
     pub(super) transaction: Option<Transaction>,
     /// What `WATCH` read, for the next `EXEC` (filled as its reads are answered).
     pub(super) watched: Arc<std::sync::Mutex<Watched>>,
+    /// The geo session: past vectors and the open geo transaction.
+    pub(super) geo: super::commands::geo::GeoSession,
     /// The configured users (none: no authentication, protected mode).
     pub(super) users: Arc<Users>,
     /// Checks passwords, off the runtime, with the node's delays for guessers.
@@ -280,6 +282,7 @@ impl Conn {
             last_looped: None,
             transaction: None,
             watched: Arc::default(),
+            geo: Default::default(),
         }
     }
 

@@ -6,7 +6,8 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    correctables, databases, keys, plain_submit, queues, server, sessions, strings, transactions,
+    correctables, databases, geo, keys, plain_submit, queues, server, sessions, strings,
+    transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -53,6 +54,10 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
 /// A request outside a transaction's concern, to its family: the server-side commands by
 /// their first word, the rest parsed and dispatched.
 async fn route(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
+    let words = match geo::route(conn, words).await {
+        Ok(reply) => return reply,
+        Err(words) => words,
+    };
     let first = words.first().map_or(&[][..], |w| &w[..]);
     match first {
         w if w.eq_ignore_ascii_case(b"acl") => acl::acl(conn, &words),

@@ -38,7 +38,8 @@ pub struct GeoReport {
     pub partitions: u32,
     /// Client transactions.
     pub txs: usize,
-    /// Of them, committed with updates.
+    /// Update transactions that committed: those their clients saw commit, and those
+    /// only the cluster's record shows committed (an outcome unknown to the client).
     pub updates: usize,
     /// Barriers and attaches returned.
     pub syncs: usize,
@@ -447,6 +448,15 @@ fn abandon(world: &mut GeoWorld, s: &mut Session) {
     }
 }
 
+/// The update transactions of `history` that committed (see [`GeoReport::updates`]).
+fn committed_updates(history: &CausalHistory) -> usize {
+    let updates = |t: &&keel_check::causal::history::ClientTx| {
+        matches!(t.outcome, Outcome::Committed { .. })
+            && t.ops.iter().any(|op| matches!(op, keel_check::causal::history::TxOp::Update { .. }))
+    };
+    history.txs.iter().filter(updates).count() + history.committed.len()
+}
+
 /// Checks the run and builds its report.
 pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> GeoReport {
     let history = world.history(true);
@@ -470,7 +480,7 @@ pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> Ge
         dcs: world.shape.dcs(),
         partitions: world.shape.partitions,
         txs: history.txs.len(),
-        updates: history.committed.len(),
+        updates: committed_updates(&history),
         syncs: history.syncs.len(),
         failed: world.failed.clone(),
         virtual_ms: world.now() / 1_000_000,

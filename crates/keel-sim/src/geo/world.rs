@@ -11,7 +11,7 @@ use crate::disk::HardStateMode;
 use crate::invariants::Violation;
 use crate::world::{Notice, World, WorldConfig};
 use keel_check::causal::history::{self as h, CausalHistory, ClientTx, Outcome, Sync, TxOp};
-use keel_core::engine::RequestTag;
+use keel_core::engine::{FromClient, RequestTag};
 use keel_core::geo::{
     Config, GeoEngine, GeoOp, GeoReply, GeoRequest, GeoResult, Kind, Member, Object, TxId, Update,
     Vector,
@@ -235,9 +235,23 @@ impl GeoWorld {
         self.world.net.heal();
     }
 
-    /// Sends `op` for `session` to `node` now.
+    /// Sends `op` for `session` to `node` now, as the front door hands it to a geo
+    /// keyspace (`FromClient`: the connection's client id names the session).
     pub fn submit(&mut self, node: NodeId, session: u64, op: GeoOp) -> RequestTag {
-        self.world.submit(node, GeoRequest { tag: RequestTag(0), session, op })
+        let request = keel_core::engine::ClientRequest {
+            tag: RequestTag(0),
+            client: keel_types::ClientId(session),
+            request: keel_types::RequestId(0),
+            command: keel_types::Command::Geo(op),
+            durability: None,
+            level: None,
+            after: keel_types::LogIndex::ZERO,
+            mode: keel_core::engine::OpMode::Plain,
+            named: false,
+        };
+        let request =
+            GeoRequest::from_client(request).expect("a geo keyspace takes geo operations");
+        self.world.submit(node, request)
     }
 
     /// Processes the next event; whether there was one at or before `until`.

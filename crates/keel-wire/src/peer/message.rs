@@ -449,6 +449,9 @@ fn read_reply(reader: &mut Reader<'_>) -> Result<ClientReply, PeerError> {
 
 fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
     match result {
+        CommandResult::Geo(_) => {
+            unreachable!("only geo keyspaces answer geo operations, and they forward no reply")
+        }
         CommandResult::Value { value, version } => {
             put_u8(out, 1);
             put_option_bytes(out, value.as_deref());

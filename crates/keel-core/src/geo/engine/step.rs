@@ -54,6 +54,13 @@ fn topology(config: &Config) -> Result<Topology, ConfigError> {
     Ok((me, dcs, partitions, replicas))
 }
 
+impl Config {
+    /// Checks the configuration as [`GeoEngine::boot`] does (the topology, the timers).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        topology(self).map(|_| ())
+    }
+}
+
 impl GeoEngine {
     /// Boots a replica at local time `now` with nothing stored (a geo node keeps its data
     /// in memory: `docs/geo.md`, *Failures*).
@@ -209,8 +216,14 @@ impl GeoEngine {
 
     fn client(&mut self, request: GeoRequest) {
         let GeoRequest { tag, session, op } = request;
+        // A session with no past yet (a new connection) sends the empty vector.
+        let dcs = self.dcs;
+        let past = |past: Vector| match past.dcs.is_empty() && past.strong == 0 {
+            true => Vector::zero(dcs),
+            false => past,
+        };
         match op {
-            GeoOp::Begin { past } => self.begin(tag, session, past),
+            GeoOp::Begin { past: p } => self.begin(tag, session, past(p)),
             GeoOp::Read { tx, key, kind } => self.operate(tag, session, tx, key, kind, None),
             GeoOp::Update { tx, key, update } => {
                 let kind = update.kind();
@@ -218,8 +231,8 @@ impl GeoEngine {
             }
             GeoOp::Commit { tx } => self.commit_tx(tag, session, tx),
             GeoOp::Abort { tx } => self.abort(tag, session, tx),
-            GeoOp::Barrier { past } => self.barrier(tag, past),
-            GeoOp::Attach { past } => self.attach(tag, past),
+            GeoOp::Barrier { past: p } => self.barrier(tag, past(p)),
+            GeoOp::Attach { past: p } => self.attach(tag, past(p)),
         }
     }
 

@@ -6,6 +6,8 @@
 //! - [`keys`]: `DEL`, `EXISTS`, `KEEL.SCAN`;
 //! - [`lcs`]: `LCS`, the longest common subsequence;
 //! - [`queues`]: `KEEL.ENQUEUE`, `KEEL.DEQUEUE`, `KEEL.QPEEK`;
+//! - [`geo`]: a geo keyspace's sessions: `KEEL.TX.*`, `KEEL.BARRIER`, `KEEL.ATTACH`,
+//!   `KEEL.PAST`, and reads and updates inside a transaction;
 //! - [`transactions`]: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`;
 //! - [`settings`]: `CONFIG GET`, `CONFIG SET`, `CONFIG RESETSTAT`;
 //! - [`sessions`]: `KEEL.REQ` and `KEEL.SESSION`, deduplication under client-chosen pairs;
@@ -18,6 +20,7 @@
 pub(crate) mod acl;
 pub(crate) mod correctables;
 pub(crate) mod databases;
+pub(crate) mod geo;
 pub(crate) mod keys;
 pub(crate) mod lcs;
 pub(crate) mod queues;
@@ -87,6 +90,7 @@ pub(crate) fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Fr
             | CommandResult::Dequeued { .. }
             | CommandResult::Queue { .. }),
         ) => keel_wire::reply::result_frame(&result, false),
+        Ok(CommandResult::Geo(result)) => keel_wire::reply::geo_frame(&result),
         Ok(CommandResult::Multi { .. }) => mismatched("command"),
         Err(e) => error_frame(&e),
     }

@@ -1,0 +1,106 @@
+//! A geo keyspace on a cluster of real processes: sessions over RESP (transactions, read-your-writes, the past vector,
+//! barrier and attach at another data center), the refusals that name the engine, a geo
+//! keyspace beside an ORCA one, and `keel example bank` end to end (with the emulated
+//! wide-area delays of `keel up --geo`) (concurrent deposits
+//! converge; a session finds what it observed after its data center is killed). The
+//! protocol itself is checked in the simulator (`keel sim run --engine geo`).
+
+mod common;
+
+use keel_server::config::KeyspaceSettings;
+use std::process::Command;
+
+const GEO: u32 = 1;
+
+/// Three data centers of one node each, an ORCA keyspace 0 beside the geo keyspace 1
+/// (without the wide-area delays, which ORCA's default timers are not set for).
+fn geo_beside_orca(c: &mut keel_server::ServerConfig) {
+    keel_server::local::geo_layout(c, 3, 1);
+    c.geo.peer_delay_ms.clear();
+    c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::geo(GEO)];
+}
+
+fn open_geo(addr: std::net::SocketAddr) -> common::Conn {
+    let mut conn = common::Conn::open(addr);
+    assert_eq!(conn.call(&["SELECT", &GEO.to_string()]), "+OK");
+    conn
+}
+
+/// The integers of an array reply whose header `call` returned.
+fn integers(conn: &mut common::Conn, header: &str) -> Vec<String> {
+    let n: usize = header.strip_prefix('*').and_then(|n| n.parse().ok()).expect(header);
+    (0..n).map(|_| conn.line().trim_end().trim_start_matches(':').to_string()).collect()
+}
+
+#[test]
+fn geo_sessions_barrier_attach_and_refusals_over_resp() {
+    let (cluster, _) = common::cluster("geo-sessions", geo_beside_orca);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let mut a = open_geo(addrs[0]);
+    // Refusals that say what to use.
+    let outside = a.call(&["GET", "k"]);
+    assert!(outside.starts_with("-ERR GET outside a transaction"), "{outside}");
+    assert!(outside.contains("KEEL.TX.BEGIN"), "{outside}");
+    assert!(a.call(&["MULTI"]).contains("no meaning in a geo keyspace"));
+    assert!(a.call(&["KEEL.TX.COMMIT"]).starts_with("-ERR KEEL.TX.COMMIT without KEEL.TX.BEGIN"));
+    assert_eq!(a.call(&["KEEL.PAST"]), "*0", "a new session has no past");
+    // A transaction: its own writes read back, then committed.
+    assert_eq!(a.call(&["KEEL.TX.BEGIN", "CAUSAL"]), "+OK");
+    assert!(a.call(&["KEEL.TX.BEGIN"]).contains("already open"));
+    assert!(a.call(&["KEEL.BARRIER"]).contains("inside a transaction"));
+    assert_eq!(a.call(&["SET", "greeting", "hello"]), "+OK");
+    assert_eq!(a.call(&["INCRBY", "balance", "100"]), ":100");
+    assert_eq!(a.call(&["DECRBY", "balance", "30"]), ":70");
+    assert_eq!(a.call(&["SADD", "tags", "x", "y"]), ":2");
+    assert_eq!(a.call(&["SADD", "tags", "x"]), ":0");
+    assert_eq!(a.call(&["KEEL.TX.MAX", "high", "9"]), ":9");
+    assert_eq!(a.call(&["GET", "greeting"]), "$5");
+    assert_eq!(a.line(), "hello\r\n");
+    let commit = a.call(&["KEEL.TX.COMMIT"]);
+    let vector = integers(&mut a, &commit);
+    assert_eq!(vector.len(), 4, "three data centers and the strong entry: {vector:?}");
+    assert_eq!(vector[3], "0", "no strong transaction");
+    let past = a.call(&["KEEL.PAST"]);
+    assert_eq!(integers(&mut a, &past), vector, "the connection keeps the past");
+    // The barrier, then the session moves to another data center with its past.
+    assert_eq!(a.call(&["KEEL.BARRIER"]), "+OK");
+    let mut b = open_geo(addrs[2]);
+    let mut attach = vec!["KEEL.ATTACH"];
+    attach.extend(vector.iter().map(String::as_str));
+    assert_eq!(b.call(&attach), "+OK");
+    assert_eq!(b.call(&["KEEL.TX.BEGIN"]), "+OK");
+    assert_eq!(b.call(&["KEEL.TX.READ", "counter", "balance"]), ":70");
+    assert_eq!(b.call(&["SISMEMBER", "tags", "y"]), ":1");
+    assert_eq!(b.call(&["SREM", "tags", "y"]), ":1");
+    assert_eq!(b.call(&["SCARD", "tags"]), ":1");
+    assert_eq!(b.call(&["KEEL.TX.READ", "max", "high"]), ":9");
+    let commit = b.call(&["KEEL.TX.COMMIT"]);
+    assert_eq!(integers(&mut b, &commit).len(), 4);
+    assert!(b.call(&["KEEL.ATTACH", "1", "x"]).starts_with("-ERR KEEL.ATTACH takes a past vector"));
+    // The ORCA keyspace beside it is untouched, and refuses the geo session commands.
+    let mut orca = common::Conn::open(addrs[0]);
+    let refused = orca.call(&["KEEL.TX.BEGIN"]);
+    assert!(refused.contains("needs a geo keyspace (keyspace 0 runs orca)"), "{refused}");
+    assert_eq!(orca.call(&["SET", "k", "v"]), "+OK");
+    common::finish(cluster);
+}
+
+#[test]
+fn bank_deposits_converge_and_a_migrated_session_finds_what_it_saw() {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["example", "bank", "--deposits", "30", "--json"])
+        .output()
+        .expect("keel example bank runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "keel example bank failed:\n{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["deposits"], 180, "30 at each of 6 nodes: {report}");
+    let converged = report["convergence"].as_array().expect("per node");
+    assert_eq!(converged.len(), 6);
+    assert!(converged.iter().all(|c| c["converged_ms"].is_u64()), "{report}");
+    assert_eq!(report["migration"]["accounts_differing"], serde_json::json!([]), "{report}");
+}
