@@ -410,6 +410,10 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
         print_kite_status(rows);
         return;
     }
+    if rows.iter().filter_map(|(_, d)| d.as_ref()).any(|d| d["engine"] == "geo") {
+        print_geo_status(rows);
+        return;
+    }
     let leader_doc = rows.iter().filter_map(|(_, d)| d.as_ref()).find(|d| d["role"] == "leader");
     match leader_doc {
         Some(d) => println!(
@@ -440,6 +444,50 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
             get(d, "applied_index"),
             get(d, "durable_index"),
             get(d, "active"),
+        );
+    }
+}
+
+/// A geo keyspace's table: each node's data center and partition, keys and log entries,
+/// open transactions, messages not yet acknowledged, how far its uniform vector lags its
+/// own clock (the oldest remote transaction it may still hide, in ms), and the data
+/// centers it suspects. Data centers are numbered from 1 in their labels' byte order.
+fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
+    let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
+    println!("leaderless (geo)");
+    println!(
+        "{:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>11}  suspected",
+        "node", "id", "dc", "partition", "keys", "entries", "open", "unacked", "uniform lag"
+    );
+    for (addr, doc) in rows {
+        let Some(d) = doc else {
+            println!("{addr:<22} unreachable");
+            continue;
+        };
+        let entries = |v: &serde_json::Value| -> Vec<u64> {
+            v["dcs"].as_array().into_iter().flatten().filter_map(|t| t.as_u64()).collect()
+        };
+        let (known, uniform) = (entries(&d["known"]), entries(&d["uniform"]));
+        let own = d["dc"].as_u64().and_then(|dc| known.get(dc as usize).copied()).unwrap_or(0);
+        // Timestamps are microseconds shifted past the partition's 10 bits.
+        let lag = uniform.iter().map(|&u| own.saturating_sub(u) >> 10).max().unwrap_or(0);
+        let suspected: Vec<String> = d["suspected"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|dc| dc.as_u64().map_or("-".into(), |n| (n + 1).to_string()))
+            .collect();
+        println!(
+            "{addr:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>9}ms  {}",
+            get(d, "node_id"),
+            d["dc"].as_u64().map_or("-".to_string(), |n| (n + 1).to_string()),
+            get(d, "partition"),
+            get(d, "keys"),
+            get(d, "entries"),
+            get(d, "open"),
+            get(d, "unacked"),
+            lag / 1000,
+            if suspected.is_empty() { "-".to_string() } else { suspected.join(",") },
         );
     }
 }

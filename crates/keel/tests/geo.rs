@@ -78,6 +78,15 @@ fn geo_sessions_barrier_attach_and_refusals_over_resp() {
     let commit = b.call(&["KEEL.TX.COMMIT"]);
     assert_eq!(integers(&mut b, &commit).len(), 4);
     assert!(b.call(&["KEEL.ATTACH", "1", "x"]).starts_with("-ERR KEEL.ATTACH takes a past vector"));
+    // A connection that closes with its transaction open drops it at once.
+    let mut c = open_geo(addrs[1]);
+    assert_eq!(c.call(&["KEEL.TX.BEGIN"]), "+OK");
+    let open_txs = || {
+        keel_server::local::status_in(addrs[1], GEO).and_then(|s| s["open"].as_u64())
+    };
+    assert_eq!(open_txs(), Some(1));
+    drop(c);
+    assert!(common::wait_until(std::time::Duration::from_secs(5), || open_txs() == Some(0)));
     // The ORCA keyspace beside it is untouched, and refuses the geo session commands.
     let mut orca = common::Conn::open(addrs[0]);
     let refused = orca.call(&["KEEL.TX.BEGIN"]);

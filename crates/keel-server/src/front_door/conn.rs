@@ -250,6 +250,17 @@ pub(super) enum Kind {
     Read(KeyspaceId, Option<ReadLevel>),
 }
 
+impl Drop for Conn {
+    /// A geo transaction left open is dropped now rather than at its time-out.
+    fn drop(&mut self) {
+        if let Some((ks, tx)) = self.geo.open() {
+            if let Some(handle) = self.keyspaces.get(ks) {
+                super::commands::geo::abandon(handle, self.client, tx);
+            }
+        }
+    }
+}
+
 impl Conn {
     /// A fresh connection with client id `client_id` (random, from the accept loop), in
     /// keyspace 0.

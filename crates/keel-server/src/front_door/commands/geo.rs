@@ -40,6 +40,33 @@ pub(crate) struct GeoSession {
     open: Option<(KeyspaceId, TxId)>,
 }
 
+impl GeoSession {
+    /// The transaction the session has open, if any: its keyspace and id.
+    pub(crate) fn open(&self) -> Option<(KeyspaceId, TxId)> {
+        self.open
+    }
+}
+
+/// Drops `tx` of keyspace `handle` without waiting for the answer (a connection that
+/// closed with its transaction open: the engine's time-out would drop it too, later).
+pub(crate) fn abandon(
+    handle: &crate::driver::KeyspaceHandle,
+    client: keel_types::ClientId,
+    tx: TxId,
+) {
+    let submit = Submit {
+        client,
+        request: keel_types::RequestId(0),
+        command: Command::Geo(GeoOp::Abort { tx }),
+        durability: None,
+        level: None,
+        after: keel_types::LogIndex::ZERO,
+        mode: keel_core::engine::OpMode::Plain,
+        named: false,
+    };
+    drop(handle.send(submit));
+}
+
 /// The session commands, by first word (lowercase).
 const SESSION_WORDS: [&str; 9] = [
     "keel.tx.begin",
