@@ -94,8 +94,9 @@ pub enum SuiteCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SuiteArgs {
     /// orca (Table 2 and Figure 10), geo, scale (1..128 clients on A and B), keyspaces,
-    /// correctables (preliminary and final views, bandwidth, divergence), or kite
-    /// (Kite's modes by write ratio, and a node frozen).
+    /// correctables (preliminary and final views, bandwidth, divergence), kite (Kite's
+    /// modes by write ratio, and a node frozen), or unistore (causal commit against
+    /// strong-only across an emulated wide area).
     pub name: String,
     /// Systems to include, comma-separated.
     #[arg(long, default_value = "keel,etcd,zookeeper,redis")]

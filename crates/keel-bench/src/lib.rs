@@ -12,7 +12,9 @@
 //! - [`report`], [`plot`], [`progress`]: JSON lines, Markdown tables, PNG plots, the
 //!   progress bar.
 //! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`; [`geo`]: the
-//!   geo suite (five nodes in three emulated sites, latency CDFs).
+//!   geo suite (five nodes in three emulated sites, latency CDFs); [`kite`]: Kite's
+//!   modes; [`unistore`]: a geo keyspace's causal commit against strong-only across an
+//!   emulated wide area.
 //!
 //! Benchmarks measure; only the deterministic parts are tested.
 
@@ -30,4 +32,5 @@ pub mod rng;
 pub mod runner;
 pub mod suite;
 pub mod systems;
+pub mod unistore;
 pub mod workload;

@@ -387,9 +387,10 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         "geo" => return crate::geo::run(args, exe).map(|()| Vec::new()),
         "correctables" => return crate::correctables::run(args, exe).map(|()| Vec::new()),
         "kite" => return crate::kite::run(args, exe).map(|()| Vec::new()),
+        "unistore" => return crate::unistore::run(args, exe).map(|()| Vec::new()),
         other => {
             return Err(format!(
-            "unknown suite {other:?}: expected orca, geo, scale, keyspaces, correctables or kite"
+            "unknown suite {other:?}: expected orca, geo, scale, keyspaces, correctables, kite or unistore"
         ))
         }
     };

@@ -81,9 +81,7 @@ fn geo_sessions_barrier_attach_and_refusals_over_resp() {
     // A connection that closes with its transaction open drops it at once.
     let mut c = open_geo(addrs[1]);
     assert_eq!(c.call(&["KEEL.TX.BEGIN"]), "+OK");
-    let open_txs = || {
-        keel_server::local::status_in(addrs[1], GEO).and_then(|s| s["open"].as_u64())
-    };
+    let open_txs = || keel_server::local::status_in(addrs[1], GEO).and_then(|s| s["open"].as_u64());
     assert_eq!(open_txs(), Some(1));
     drop(c);
     assert!(common::wait_until(std::time::Duration::from_secs(5), || open_txs() == Some(0)));
