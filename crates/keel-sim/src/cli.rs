@@ -200,6 +200,12 @@ pub struct RunArgs {
     /// `lost-after-barrier`; every run aims the fault).
     #[arg(long)]
     pub expose_non_uniform: bool,
+    /// Negative control (`--engine geo`): a replica that restarts serves again, empty,
+    /// instead of staying failed; every run restarts one, and its data center's
+    /// sessions go on using it (caught by the causal checker: reads miss what their
+    /// session saw).
+    #[arg(long)]
+    pub rejoin_empty: bool,
 }
 
 /// `keel sim bench` arguments.

@@ -1,6 +1,7 @@
 //! The geo engine in the simulator: seeds of `general` pass and reach every mechanism,
-//! every scripted scenario passes, and the negative control is caught both on the
-//! `barrier` script and on random seeds.
+//! every scripted scenario passes, and the negative controls are caught: remote
+//! transactions exposed before they are uniform (on the `barrier` script and on random
+//! seeds), and a restarted replica that serves again, empty (on random seeds).
 
 use keel_sim::geo::cli::run_one;
 use keel_sim::geo::scenario::{GeoReport, GeoRunConfig};
@@ -11,6 +12,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         seed,
         scenario: scenario.into(),
         expose_non_uniform: expose,
+        rejoin_empty: false,
         keep_history: false,
     }
 }
@@ -42,6 +44,8 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "dc-isolated",
         "migrated",
         "barrier-then-fail",
+        "replica-crashed",
+        "replica-restarted-lost",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -70,4 +74,13 @@ fn remote_transactions_visible_before_uniform_lose_a_barriers_past() {
     }
     let failed = (0..20).filter(|&seed| !run_one(&config("general", seed, true)).passed()).count();
     assert!(failed >= 8, "the control failed only {failed} of 20 random seeds");
+}
+
+#[test]
+fn a_restarted_replica_that_serves_again_empty_is_caught() {
+    let control = |seed| GeoRunConfig { rejoin_empty: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 10, "the control failed only {failed} of 20 random seeds");
+    assert!(runs.iter().all(|r| !r.reached.contains_key("replica-restarted-lost")));
 }

@@ -94,6 +94,35 @@ fn geo_sessions_barrier_attach_and_refusals_over_resp() {
 }
 
 #[test]
+fn a_restarted_geo_replica_stays_failed_and_the_others_go_on() {
+    let (mut cluster, _) = common::cluster("geo-restart", geo_beside_orca);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let mut a = open_geo(addrs[0]);
+    assert_eq!(a.call(&["KEEL.TX.BEGIN"]), "+OK");
+    assert_eq!(a.call(&["INCRBY", "c", "5"]), ":5");
+    assert!(a.call(&["KEEL.TX.COMMIT"]).starts_with('*'));
+    cluster.kill(2);
+    cluster.restart(2).expect("the node restarts");
+    let role = || {
+        keel_server::local::status_in(addrs[2], GEO)
+            .and_then(|s| s["role"].as_str().map(String::from))
+    };
+    assert!(common::wait_until(common::LEADER_WAIT, || role().as_deref() == Some("lost")));
+    let refused = open_geo(addrs[2]).call(&["KEEL.TX.BEGIN"]);
+    assert!(refused.contains("restarted and lost what it stored"), "{refused}");
+    // The other data centers serve, and one sees the first's commit.
+    let mut b = open_geo(addrs[1]);
+    assert!(common::wait_until(common::CONVERGE_WAIT, || {
+        assert_eq!(b.call(&["KEEL.TX.BEGIN"]), "+OK");
+        let seen = b.call(&["KEEL.TX.READ", "counter", "c"]);
+        let _ = b.call(&["KEEL.TX.ABORT"]);
+        seen == ":5"
+    }));
+    common::finish(cluster);
+}
+
+#[test]
 fn bank_deposits_converge_and_a_migrated_session_finds_what_it_saw() {
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["example", "bank", "--deposits", "30", "--json"])

@@ -58,7 +58,8 @@ impl Engine for GeoEngine {
     type Record = NoRecord;
 
     /// Boots with nothing stored: a geo replica keeps its data in memory, and a data
-    /// directory holding a snapshot was not written by this engine kind.
+    /// directory holding a snapshot was not written by this engine kind. A replica whose
+    /// hard state shows it ran before boots lost ([`GeoEngine::is_lost`]).
     fn boot(
         config: Config,
         persisted: PersistedState<NoRecord>,
@@ -70,7 +71,21 @@ impl Engine for GeoEngine {
                 "the data directory holds a snapshot: it belongs to another engine kind".into(),
             ));
         }
-        GeoEngine::boot(config, now)
+        let rejoin_empty = config.unsafe_rejoin_empty;
+        let mut engine = GeoEngine::boot(config, now)?;
+        // A replica keeps its partition in memory: one that ran before (its hard state
+        // says so) lost what it stored, and stays failed; a fresh one marks that it ran
+        // before its first message leaves.
+        if persisted.hard_state.epoch.0 > 0 && !rejoin_empty {
+            engine.mark_lost();
+        } else {
+            engine.persist_first(keel_types::HardState {
+                epoch: keel_types::Epoch(1),
+                voted_for: None,
+                repair_floor: None,
+            });
+        }
+        Ok(engine)
     }
 
     fn step(
@@ -98,14 +113,15 @@ impl Engine for GeoEngine {
     }
 
     fn role(&self) -> RoleView {
-        RoleView { role: "replica", leader: None, epoch: 0 }
+        let role = if self.lost { "lost" } else { "replica" };
+        RoleView { role, leader: None, epoch: 0 }
     }
 
     fn report(&self) -> Report {
         let status = GeoEngine::status(self);
         let mut doc = serde_json::to_value(&status).expect("status serializes");
         let object = doc.as_object_mut().expect("a struct serializes to an object");
-        object.insert("role".into(), "replica".into());
+        object.insert("role".into(), GeoEngine::role(self).role.into());
         object.insert("engine".into(), "geo".into());
         let c = &status.counters;
         let metrics = vec![
@@ -157,6 +173,11 @@ impl Engine for GeoEngine {
                 status.open as u64,
             ),
             Metric::gauge(
+                "keel_geo_lost",
+                "1 when this replica restarted and stays failed (its partition lost here).",
+                u64::from(status.lost),
+            ),
+            Metric::gauge(
                 "keel_geo_unacknowledged",
                 "Messages sent to peers and not yet acknowledged.",
                 status.unacked as u64,
@@ -183,6 +204,7 @@ impl GeoEngine {
             suspected: self.suspected(),
             unacked: self.channels.values().map(|c| c.unacked()).sum(),
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
+            lost: self.lost,
             counters: self.counters,
         }
     }

@@ -229,3 +229,31 @@ fn a_value_over_the_limit_is_refused_at_the_coordinator_not_by_a_partitions_gate
     );
     assert!(c.replies.iter().any(|r| r.tag == tag && r.result.is_err()), "{:?}", c.replies);
 }
+
+#[test]
+fn a_replica_marks_that_it_ran_and_after_a_restart_stays_failed() {
+    use crate::engine::{Engine, PersistedState};
+    let members: Vec<Member> =
+        (0..3).map(|dc| Member { node: NodeId(dc + 1), dc, partition: 0 }).collect();
+    let config = Config::new(NodeId(1), members, 1);
+    let mut fresh =
+        <GeoEngine as Engine>::boot(config.clone(), PersistedState::default(), 7, Time(5)).unwrap();
+    let first = Engine::step(&mut fresh, Time(6), Input::Tick);
+    let mark = first.hard_state.expect("the first step marks that the replica ran");
+    assert!(mark.epoch.0 > 0);
+    assert!(Engine::step(&mut fresh, Time(7), Input::Tick).hard_state.is_none(), "once");
+    let persisted = PersistedState { hard_state: mark, ..PersistedState::default() };
+    let mut restarted = <GeoEngine as Engine>::boot(config, persisted, 8, Time(9)).unwrap();
+    assert!(restarted.is_lost() && Engine::status(&restarted).lost);
+    let begin =
+        GeoRequest { tag: RequestTag(1), session: 1, op: GeoOp::Begin { past: Vector::default() } };
+    let out = Engine::step(&mut restarted, Time(10), Input::Client(begin));
+    assert!(
+        matches!(
+            &out.replies[..],
+            [GeoReply { result: Err(keel_types::KeelError::Unavailable(_)), .. }]
+        ),
+        "{out:?}"
+    );
+    assert!(out.messages.is_empty() && out.wake_at.is_none(), "silent to its peers");
+}

@@ -84,6 +84,9 @@ pub struct Config {
     /// Negative control: remote transactions become visible once this data center
     /// stores them, not once they are uniform (`docs/geo.md`, *Controls*).
     pub unsafe_expose_non_uniform: bool,
+    /// Negative control: a replica that restarted serves again, empty, as if it had
+    /// never run, instead of staying failed (`docs/geo.md`, *Controls*).
+    pub unsafe_rejoin_empty: bool,
 }
 
 impl Config {
@@ -105,6 +108,7 @@ impl Config {
             tx_bytes_max: 16 << 20,
             limits: Limits::default(),
             unsafe_expose_non_uniform: false,
+            unsafe_rejoin_empty: false,
         }
     }
 }
@@ -243,6 +247,9 @@ pub struct Counters {
     pub collected: u64,
     /// Peer messages the gate dropped.
     pub rejected: u64,
+    /// Peer messages a lost replica (one that restarted) dropped.
+    #[serde(default)]
+    pub dropped_lost: u64,
 }
 
 /// A geo node's state, as `/status` shows it.
@@ -275,6 +282,10 @@ pub struct Status {
     pub unacked: usize,
     /// Remote transactions kept for forwarding (until every data center stores them).
     pub forwardable: usize,
+    /// Whether this replica restarted and lost what it stored: it stays failed, silent to
+    /// its peers and refusing clients (`docs/geo.md`, *Failures*).
+    #[serde(default)]
+    pub lost: bool,
     /// How often each path was taken.
     pub counters: Counters,
 }

@@ -112,6 +112,7 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         jitter_ns: 500_000,
         skew_ms: 0,
         expose_non_uniform: false,
+        rejoin_empty: false,
     };
     let mut rng = Rng::new(seed);
     let mut world = GeoWorld::new(shape, rng.next_u64());

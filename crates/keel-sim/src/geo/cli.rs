@@ -54,6 +54,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         seed,
         scenario: args.scenario.clone(),
         expose_non_uniform: args.expose_non_uniform,
+        rejoin_empty: args.rejoin_empty,
         keep_history: single && args.history.is_some(),
     };
     let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())

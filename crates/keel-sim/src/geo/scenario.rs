@@ -21,6 +21,8 @@ pub struct GeoRunConfig {
     pub scenario: String,
     /// Negative control: remote transactions visible before they are uniform.
     pub expose_non_uniform: bool,
+    /// Negative control: a restarted replica serves again, empty.
+    pub rejoin_empty: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -148,10 +150,15 @@ struct Faults {
     /// transactions fails the barrier's data center and that one at once (the aimed
     /// fault that reaches scenario 8).
     barrier_then_fail: bool,
+    /// A replica to crash and restart: when it crashes, when it restarts, its data center
+    /// and partition.
+    restart: Option<(u64, u64, u32, u32)>,
+    /// The replica crashed and waiting to restart, with the time.
+    down: Option<(u64, NodeId)>,
 }
 
 /// Draws the cluster of a `general` run.
-fn draw_shape(rng: &mut Rng, expose: bool) -> GeoShape {
+fn draw_shape(rng: &mut Rng, expose: bool, rejoin_empty: bool) -> GeoShape {
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
     let dcs = 2 * f + 1;
@@ -170,6 +177,7 @@ fn draw_shape(rng: &mut Rng, expose: bool) -> GeoShape {
         jitter_ns: rng.range(1, 5_000_000),
         skew_ms: if rng.chance(500_000) { rng.below(3_000) } else { 0 },
         expose_non_uniform: expose,
+        rejoin_empty,
     }
 }
 
@@ -183,7 +191,7 @@ const QUIET_NS: u64 = 8_000_000_000;
 /// Runs one seed of `general`.
 pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     let mut rng = Rng::new(config.seed);
-    let shape = draw_shape(&mut rng, config.expose_non_uniform);
+    let shape = draw_shape(&mut rng, config.expose_non_uniform, config.rejoin_empty);
     let mut world = GeoWorld::new(shape, rng.next_u64());
     let dcs = world.shape.dcs();
     let mut faults = draw_faults(&mut rng, &world.shape, config.expose_non_uniform);
@@ -253,7 +261,15 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
         isolations.push((start + rng.range(300_000_000, 4_000_000_000), None));
     }
     isolations.sort_by_key(|(at, _)| *at);
-    Faults { fails, isolations, barrier_then_fail: aimed }
+    // A replica restarts in half the runs (every run of the control): it crashes, comes
+    // back a little later, and (unless the control) stays failed.
+    let restart = (shape.rejoin_empty || (!aimed && rng.chance(500_000))).then(|| {
+        let at = rng.range(1_000_000_000, RUN_NS - 2_000_000_000);
+        let back = at + rng.range(100_000_000, 2_000_000_000);
+        let dc = rng.below(u64::from(shape.dcs())) as u32;
+        (at, back, dc, rng.below(u64::from(shape.partitions)) as u32)
+    });
+    Faults { fails, isolations, barrier_then_fail: aimed, restart, down: None }
 }
 
 /// Injects the faults whose time has come.
@@ -268,6 +284,7 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
             log.push(format!("{}ms: data center {dc} fails", now / 1_000_000));
         }
     }
+    restart(world, faults, log, now);
     while faults.isolations.first().is_some_and(|(at, _)| *at <= now) {
         let (_, cut) = faults.isolations.remove(0);
         match cut {
@@ -281,6 +298,31 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
                 log.push(format!("{}ms: links restored", now / 1_000_000));
             }
         }
+    }
+}
+
+/// Crashes the replica to restart, and restarts it, when their times come. Under the
+/// failure budget only (its data center counts as failed once it crashes), and never in
+/// a data center that failed.
+fn restart(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now: u64) {
+    if let Some((at, back, dc, partition)) = faults.restart {
+        let budget = world.shape.rejoin_empty || world.failed.len() < world.shape.f as usize;
+        if at <= now {
+            faults.restart = None;
+            if budget && !world.failed.contains(&dc) {
+                let node = world.crash_replica(dc, partition);
+                faults.down = Some((back, node));
+                world.reach("replica-crashed");
+                log.push(format!("{}ms: {node} (data center {dc}) crashes", now / 1_000_000));
+            }
+        }
+    }
+    if let Some((back, node)) = faults.down.filter(|(back, _)| *back <= now) {
+        faults.down = None;
+        world.restart(node);
+        let lost = world.world.engine(node).is_some_and(|e| e.is_lost());
+        world.reach(if lost { "replica-restarted-lost" } else { "replica-rejoined-empty" });
+        log.push(format!("{}ms: {node} restarts", back / 1_000_000));
     }
 }
 

@@ -69,6 +69,7 @@ fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
         jitter_ns: rng.range(1, 2_000_000),
         skew_ms: rng.below(500),
         expose_non_uniform: config.expose_non_uniform,
+        rejoin_empty: false,
     };
     let world = GeoWorld::new(shape, rng.next_u64());
     (world, rng)

@@ -38,6 +38,8 @@ pub struct GeoShape {
     pub skew_ms: u64,
     /// Negative control: remote transactions visible before they are uniform.
     pub expose_non_uniform: bool,
+    /// Negative control: a restarted replica serves again, empty.
+    pub rejoin_empty: bool,
 }
 
 impl GeoShape {
@@ -138,6 +140,7 @@ impl GeoWorld {
         template.retransmit = keel_core::time::Span::from_millis(300);
         template.tx_timeout = keel_core::time::Span::from_millis(10_000);
         template.unsafe_expose_non_uniform = shape.expose_non_uniform;
+        template.unsafe_rejoin_empty = shape.rejoin_empty;
         let net = crate::net::NetConfig {
             latency_ns_min: 100_000,
             latency_ns_max: 500_000,
@@ -220,6 +223,25 @@ impl GeoWorld {
         for node in self.nodes_of(dc) {
             self.world.crash(node);
         }
+    }
+
+    /// Crashes the replica of `partition` in data center `dc`, to restart it later
+    /// ([`GeoWorld::restart`]). A restarted replica has lost what it stored and stays
+    /// failed, so its data center counts as failed from now on (its sessions stop),
+    /// unless the negative control has it serve again.
+    pub fn crash_replica(&mut self, dc: u32, partition: u32) -> NodeId {
+        let node = self.nodes_of(dc)[partition as usize];
+        if !self.shape.rejoin_empty && !self.failed.contains(&dc) {
+            assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
+            self.failed.push(dc);
+        }
+        self.world.crash(node);
+        node
+    }
+
+    /// Restarts a crashed node from what its disk kept.
+    pub fn restart(&mut self, node: NodeId) {
+        self.world.restart(node);
     }
 
     /// Cuts data center `dc` off from every other, both ways.

@@ -212,4 +212,11 @@ pub struct GeoEngine {
     pub(crate) next_broadcast: Time,
     pub(crate) counters: Counters,
     pub(crate) out: Outputs<super::types::Message, GeoReply, NoRecord>,
+    /// A replica that restarted: it held its partition in memory, so what it stored is
+    /// gone, and it stays failed (silent, refusing clients) rather than serve or report
+    /// a state it lost (`docs/geo.md`, *Failures*).
+    pub(crate) lost: bool,
+    /// The hard state to make durable at the first step: the mark that this replica ran,
+    /// which a restart finds.
+    pub(crate) first_hard_state: Option<keel_types::HardState>,
 }

@@ -100,7 +100,40 @@ impl GeoEngine {
             next_broadcast: now,
             counters: Default::default(),
             out: Outputs::default(),
+            lost: false,
+            first_hard_state: None,
         })
+    }
+
+    /// Makes this replica one that restarted and lost what it stored (see
+    /// [`GeoEngine::lost`]).
+    pub(crate) fn mark_lost(&mut self) {
+        self.lost = true;
+    }
+
+    /// Has `hard_state` made durable before the first step's messages leave.
+    pub(crate) fn persist_first(&mut self, hard_state: keel_types::HardState) {
+        self.first_hard_state = Some(hard_state);
+    }
+
+    /// Whether this replica restarted and stays failed.
+    pub fn is_lost(&self) -> bool {
+        self.lost
+    }
+
+    /// A step of a lost replica: clients are told to go elsewhere; peers get nothing,
+    /// as from a failed data center (their suspicion then forwards its transactions).
+    fn step_lost(&mut self, input: Input<Message, GeoRequest>) {
+        let refuse = |engine: &mut GeoEngine, request: GeoRequest| {
+            let why = "this geo replica restarted and lost what it stored: its data center no longer serves this partition; attach at another data center";
+            engine.reply(request.tag, Err(KeelError::Unavailable(why.into())));
+        };
+        match input {
+            Input::Client(request) => refuse(self, request),
+            Input::Clients(requests) => requests.into_iter().for_each(|r| refuse(self, r)),
+            Input::Message { .. } => self.counters.dropped_lost += 1,
+            Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
     }
 
     /// Handles one input (`crate::engine::Engine::step`).
@@ -110,6 +143,11 @@ impl GeoEngine {
         input: Input<Message, GeoRequest>,
     ) -> Outputs<Message, GeoReply, NoRecord> {
         self.now = self.now.max(now);
+        self.out.hard_state = self.first_hard_state.take();
+        if self.lost {
+            self.step_lost(input);
+            return std::mem::take(&mut self.out);
+        }
         let tick = matches!(input, Input::Tick);
         match input {
             Input::Message { from, message } => self.receive(from, message),
