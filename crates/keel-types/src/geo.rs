@@ -165,6 +165,11 @@ pub enum Object {
     AwSet(BTreeMap<Value, BTreeSet<TxId>>),
 }
 
+/// How a geo keyspace's refusal of an operation on a transaction it no longer holds
+/// begins (dropped after its idle time-out, or never begun): the front door then forgets
+/// the connection's transaction too.
+pub const TX_GONE: &str = "no such transaction is open on this connection";
+
 /// A client's operation in a geo keyspace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GeoOp {

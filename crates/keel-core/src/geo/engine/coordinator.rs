@@ -108,7 +108,12 @@ impl GeoEngine {
             Some(tx) if tx.session == session => {
                 Err(refuse("the transaction is still running its last operation"))
             }
-            _ => Err(refuse(format!("no transaction {} is open on this connection", id.seq))),
+            _ => Err(refuse(format!(
+                "{} (transaction {}: dropped after {} s idle, or never begun)",
+                keel_types::geo::TX_GONE,
+                id.seq,
+                self.config.tx_timeout.0 / 1_000_000_000
+            ))),
         }
     }
 

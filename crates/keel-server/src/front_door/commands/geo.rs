@@ -151,7 +151,14 @@ async fn serve(conn: &mut Conn, first: &str, words: &[Bytes]) -> Result<Frame, F
             if tx_ks != conn.node.id {
                 return Err(refuse("ERR the open transaction is another keyspace's: SELECT it"));
             }
-            operate(conn, tx, first, args).await
+            let reply = operate(conn, tx, first, args).await;
+            if let Err(Frame::Error(line)) = &reply {
+                // The engine no longer holds it: the connection's is gone too.
+                if String::from_utf8_lossy(line).contains(keel_types::geo::TX_GONE) {
+                    conn.geo.open = None;
+                }
+            }
+            reply
         }
     }
 }
