@@ -20,6 +20,13 @@
 //!   center): a transaction touching both partitions commits by two-phase commit inside
 //!   its data center, as in the paper's deployment.
 //!
+//! Then the paper's Figure 5, what tracking uniformity costs in throughput: only causal
+//! transactions, 15% of them updating three items and the rest reading three, from
+//! [`CLIENTS_MIX`] closed-loop clients, on 3 and then 5 data centers of one node, each
+//! once as it is (`uniform`) and once with remote transactions exposed as soon as they are
+//! stored (`exposed`, the negative control `unsafe_geo_expose_non_uniform`, standing for
+//! the paper's baseline without uniformity).
+//!
 //! Results go to `<out>/unistore-<stamp>.{jsonl,md}`. Loopback TCP on two shared cores:
 //! the ratio between the modes, over one wide-area round trip, is the point.
 
@@ -44,6 +51,12 @@ pub const CLIENTS: usize = 6;
 pub const KEYS: u64 = 1000;
 /// The modes, in table order.
 pub const MODES: [&str; 3] = ["causal", "strong", "causal-2p"];
+/// Clients of the throughput runs (Figure 5).
+pub const CLIENTS_MIX: usize = 12;
+/// Percent of the throughput runs' transactions that update.
+pub const UPDATE_PERCENT: u64 = 15;
+/// Items each transaction of the throughput runs reads or updates.
+pub const MIX_ITEMS: usize = 3;
 /// The geo keyspace.
 const GEO: u32 = 0;
 /// The ORCA keyspace.
@@ -103,6 +116,27 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
             Ok(())
         },
     )?;
+    for dcs in [3, 5] {
+        for exposed in [false, true] {
+            let tweak = |c: &mut keel_server::ServerConfig| {
+                keel_server::local::geo_layout(c, dcs, 1);
+                c.testing.unsafe_geo_expose_non_uniform = exposed;
+            };
+            let mode = match (dcs, exposed) {
+                (3, false) => "mix-uniform-3",
+                (3, true) => "mix-exposed-3",
+                (_, false) => "mix-uniform-5",
+                (_, true) => "mix-exposed-5",
+            };
+            on_cluster(exe, dcs, tweak, |cluster| {
+                if !cluster.wait_for_replicas(GEO, crate::geo::READY_TIMEOUT) {
+                    return Err("the geo keyspace did not start".into());
+                }
+                records.push(measure(args, cluster, mode, GEO)?);
+                Ok(())
+            })?;
+        }
+    }
     write(&args.common.out, &records, leader)
 }
 
@@ -149,7 +183,8 @@ fn measure(
     let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
     let until = record_from + duration;
     let (seed, addrs) = (args.common.seed, cluster.client_addrs());
-    let tallies = crate::runner::run_clients(&runtime, CLIENTS, move |c| {
+    let clients = if mode.starts_with("mix") { CLIENTS_MIX } else { CLIENTS };
+    let tallies = crate::runner::run_clients(&runtime, clients, move |c| {
         let addr = addrs[c % addrs.len()];
         client(mode, keyspace, addr, record_from, until, seed ^ ((c as u64 + 1) << 20))
     })?;
@@ -204,6 +239,12 @@ async fn client(
         let begin = Instant::now();
         let committed = match mode {
             "strong" => strong(&mut conn, &a, &b, &amount).await,
+            mix if mix.starts_with("mix") => {
+                let update = rng.below(100) < UPDATE_PERCENT;
+                let keys: Vec<String> =
+                    (0..MIX_ITEMS).map(|_| format!("k{}", rng.below(KEYS))).collect();
+                mixed(&mut conn, &keys, update.then_some(amount.as_str())).await
+            }
             _ => causal(&mut conn, &a, &b, &amount).await,
         };
         let done = Instant::now();
@@ -237,6 +278,23 @@ async fn causal(conn: &mut RespConn, a: &str, b: &str, amount: &str) -> Result<I
     check(call(conn.call(&[b"KEEL.TX.BEGIN"]).await)?)?;
     check(call(conn.call(&[b"KEEL.TX.READ", b"counter", a.as_bytes()]).await)?)?;
     check(call(conn.call(&[b"INCRBY", b.as_bytes(), amount.as_bytes()]).await)?)?;
+    let commit = Instant::now();
+    check(call(conn.call(&[b"KEEL.TX.COMMIT"]).await)?)?;
+    Ok(commit)
+}
+
+/// One transaction of the throughput runs: three counters read, or (`add`) three
+/// increments; when its commit was sent.
+async fn mixed(conn: &mut RespConn, keys: &[String], add: Option<&str>) -> Result<Instant, String> {
+    let call = |r: Result<Frame, crate::driver::DriverError>| r.map_err(|e| e.to_string());
+    check(call(conn.call(&[b"KEEL.TX.BEGIN"]).await)?)?;
+    for key in keys {
+        let frame = match add {
+            Some(amount) => conn.call(&[b"INCRBY", key.as_bytes(), amount.as_bytes()]).await,
+            None => conn.call(&[b"KEEL.TX.READ", b"counter", key.as_bytes()]).await,
+        };
+        check(call(frame)?)?;
+    }
     let commit = Instant::now();
     check(call(conn.call(&[b"KEEL.TX.COMMIT"]).await)?)?;
     Ok(commit)
@@ -281,7 +339,9 @@ fn write(out: &Path, records: &[Record], leader: usize) -> Result<(), String> {
     let _ =
         writeln!(md, "| mode | tx/s | commit p50 | p90 | p99 | transaction p50 | p99 | errors |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-    for r in records {
+    let (latency, mix): (Vec<&Record>, Vec<&Record>) =
+        records.iter().partition(|r| !r.mode.starts_with("mix"));
+    for r in &latency {
         let _ = writeln!(
             md,
             "| {} | {:.0} | {} | {} | {} | {} | {} | {} |",
@@ -295,7 +355,7 @@ fn write(out: &Path, records: &[Record], leader: usize) -> Result<(), String> {
             r.errors
         );
     }
-    if let [causal, strong, two] = records {
+    if let [causal, strong, two] = latency[..] {
         let ratio = |c: &Record| strong.commit_p50_us as f64 / c.commit_p50_us.max(1) as f64;
         let _ = writeln!(
             md,
@@ -303,6 +363,19 @@ fn write(out: &Path, records: &[Record], leader: usize) -> Result<(), String> {
             ratio(causal),
             ratio(two)
         );
+    }
+    let _ = writeln!(
+        md,
+        "\n## Throughput (Figure 5)\n\n{CLIENTS_MIX} clients, causal transactions only, {UPDATE_PERCENT}% updating {MIX_ITEMS} counters, the rest reading {MIX_ITEMS}; one node per data center.\n"
+    );
+    let _ = writeln!(md, "| data centers | uniform tx/s | exposed tx/s | cost of uniformity |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    for dcs in [3, 5] {
+        let of = |name: &str| mix.iter().find(|r| r.mode == format!("mix-{name}-{dcs}"));
+        if let (Some(u), Some(e)) = (of("uniform"), of("exposed")) {
+            let cost = 100.0 * (1.0 - u.tx_s / e.tx_s.max(f64::MIN_POSITIVE));
+            let _ = writeln!(md, "| {dcs} | {:.0} | {:.0} | {cost:.1}% |", u.tx_s, e.tx_s);
+        }
     }
     std::fs::write(base.with_extension("md"), md).map_err(|e| e.to_string())?;
     eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
