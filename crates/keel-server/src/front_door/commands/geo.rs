@@ -22,12 +22,11 @@
 
 use super::acl::permitted;
 use crate::acl::Category;
-use crate::driver::Submit;
 use crate::front_door::conn::{Conn, Kind as Order, Pending};
 use bytes::Bytes;
 use keel_core::engine::EngineKind;
 use keel_types::geo::{GeoOp, GeoResult, Kind, Object, TxId, Update, Vector};
-use keel_types::{Command, CommandResult, KeyspaceId};
+use keel_types::{Command, CommandResult, KeyspaceId, RequestId};
 use keel_wire::reply::{error_frame, geo_frame, vector_frame};
 use keel_wire::resp::Frame;
 use std::collections::BTreeMap;
@@ -54,18 +53,12 @@ pub(crate) fn abandon(
     client: keel_types::ClientId,
     tx: TxId,
 ) {
-    let submit = Submit {
-        client,
-        request: keel_types::RequestId(0),
-        command: Command::Geo(GeoOp::Abort { tx }),
-        durability: None,
-        level: None,
-        after: keel_types::LogIndex::ZERO,
-        mode: keel_core::engine::OpMode::Plain,
-        named: false,
-    };
-    drop(handle.send(submit));
+    let abort = GeoOp::Abort { tx };
+    drop(handle.send(super::plain_submit(client, RequestId(0), Command::Geo(abort), None, ZERO)));
 }
+
+/// A geo operation carries no session floor: its session's past vector orders it.
+const ZERO: keel_types::LogIndex = keel_types::LogIndex::ZERO;
 
 /// The session commands, by first word (lowercase).
 const SESSION_WORDS: [&str; 9] = [
@@ -170,16 +163,7 @@ async fn send(conn: &mut Conn, op: GeoOp, category: Category) -> Result<GeoResul
     op.validate(&conn.limits).map_err(|e| error_frame(&e))?;
     conn.order(Order::Write(conn.node.id)).await;
     let (client, request) = conn.next_pair();
-    let submit = Submit {
-        client,
-        request,
-        command: Command::Geo(op),
-        durability: None,
-        level: None,
-        after: keel_types::LogIndex::ZERO,
-        mode: keel_core::engine::OpMode::Plain,
-        named: false,
-    };
+    let submit = super::plain_submit(client, request, Command::Geo(op), None, ZERO);
     let reply = conn.node.submit(submit).await.and_then(|r| r.result);
     match reply {
         Ok(CommandResult::Geo(result)) => Ok(result),
