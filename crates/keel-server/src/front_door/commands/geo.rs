@@ -208,7 +208,9 @@ async fn finish(conn: &mut Conn, commit: bool) -> Result<Frame, Frame> {
     }
     conn.geo.open = None;
     let op = if commit { GeoOp::Commit { tx } } else { GeoOp::Abort { tx } };
-    match send(conn, op, Category::Write).await? {
+    // Each update was checked against the user's permissions when it was made: a
+    // read-only user commits its read-only transactions.
+    match send(conn, op, Category::Read).await? {
         GeoResult::Committed { vector } => {
             let past = conn.geo.past.entry(ks).or_default();
             join(past, &vector);
