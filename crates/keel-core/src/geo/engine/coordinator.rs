@@ -167,7 +167,12 @@ impl GeoEngine {
         let Some(tx) = self.coordinator.txs.get(&id) else { return };
         let Pending::Op { tag, key, kind, update, .. } = tx.pending.clone() else { return };
         if object.kind() != kind {
-            return;
+            // A partition that breaks the protocol: the operation fails, the transaction
+            // goes on (it would otherwise wait for ever: only idle ones time out).
+            self.counters.rejected += 1;
+            self.coordinator.txs.get_mut(&id).expect("looked up").pending = Pending::Idle;
+            let why = "a partition answered with an object of another type";
+            return self.reply(tag, Err(KeelError::Unavailable(why.into())));
         }
         let own = Arbitration { sum: u128::MAX, origin: self.me.dc, tx: id };
         let partition = partition_of(self, &key);
