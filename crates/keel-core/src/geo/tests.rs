@@ -257,3 +257,42 @@ fn a_replica_marks_that_it_ran_and_after_a_restart_stays_failed() {
     );
     assert!(out.messages.is_empty() && out.wake_at.is_none(), "silent to its peers");
 }
+
+#[test]
+fn a_read_from_a_partition_that_never_answers_fails_and_the_transaction_goes_on() {
+    // One data center of two partitions; partition 1's replica never answers (lost).
+    let members: Vec<Member> =
+        (0..2).map(|p| Member { node: NodeId(p + 1), dc: 0, partition: p }).collect();
+    let mut config = Config::new(NodeId(1), members, 0);
+    config.tx_timeout = crate::time::Span::from_millis(100);
+    let mut node = GeoEngine::boot(config, Time(0)).unwrap();
+    let far = (0..100).map(|i| key(&format!("k{i}"))).find(|k| node.partition_of(k) == 1).unwrap();
+    let mut call = |node: &mut GeoEngine, at_ms: u64, tag: u64, op: GeoOp| {
+        let request = GeoRequest { tag: RequestTag(tag), session: 1, op };
+        node.step(Time(at_ms * 1_000_000), Input::Client(request)).replies
+    };
+    let began = call(&mut node, 1, 1, GeoOp::Begin { past: Vector::default() });
+    let Ok(GeoResult::Began { tx, .. }) = &began[0].result else { panic!("{began:?}") };
+    let tx = *tx;
+    assert!(
+        call(&mut node, 2, 2, GeoOp::Read { tx, key: far.clone(), kind: Kind::Counter }).is_empty()
+    );
+    let mut late = Vec::new();
+    for ms in 3..150 {
+        late.extend(node.step(Time(ms * 1_000_000), Input::Tick).replies);
+    }
+    assert!(
+        matches!(
+            &late[..],
+            [GeoReply {
+                tag: RequestTag(2),
+                result: Err(keel_types::KeelError::Unavailable(_)),
+                ..
+            }]
+        ),
+        "{late:?}"
+    );
+    // The transaction is idle again: it may go on (here, abort).
+    let aborted = call(&mut node, 150, 3, GeoOp::Abort { tx });
+    assert!(matches!(aborted[0].result, Ok(GeoResult::Aborted)), "{aborted:?}");
+}

@@ -109,10 +109,10 @@ impl GeoEngine {
                 Err(refuse("the transaction is still running its last operation"))
             }
             _ => Err(refuse(format!(
-                "{} (transaction {}: dropped after {} s idle, or never begun)",
+                "{} (transaction {}: dropped after {} ms idle, or never begun)",
                 keel_types::geo::TX_GONE,
                 id.seq,
-                self.config.tx_timeout.0 / 1_000_000_000
+                self.config.tx_timeout.0 / 1_000_000
             ))),
         }
     }
@@ -216,7 +216,7 @@ impl GeoEngine {
         let snap = tx.snap.clone();
         let prepares: Vec<(u32, Vec<(Key, Update)>)> =
             tx.writes.iter().map(|(p, w)| (*p, w.clone())).collect();
-        tx.pending = Pending::Committing { tag, waiting, commit: snap.clone() };
+        tx.pending = Pending::Committing { tag: Some(tag), waiting, commit: snap.clone() };
         for (partition, writes) in prepares {
             let to = self.replica(self.me.dc, partition);
             self.send(to, Body::Prepare { tx: id, writes, snap: snap.clone() });
@@ -249,7 +249,9 @@ impl GeoEngine {
         }
         self.close(id);
         self.counters.committed += 1;
-        self.reply(tag, Ok(GeoResult::Committed { vector: commit }));
+        if let Some(tag) = tag {
+            self.reply(tag, Ok(GeoResult::Committed { vector: commit }));
+        }
     }
 
     /// Drops transaction `id` unless it is committing (a commit, once prepares are out,
@@ -282,15 +284,31 @@ impl GeoEngine {
             }
             self.coordinator.deadlines.pop_first();
             let tx = self.coordinator.txs.get_mut(&id).expect("a deadline has its transaction");
-            if tx.pending == Pending::Idle {
-                self.coordinator
-                    .txs
-                    .remove(&id)
-                    .map(|tx| self.coordinator.sessions.remove(&tx.session));
-                self.counters.dropped += 1;
-            } else {
-                tx.deadline = Time(self.now.0 + self.config.tx_timeout.0);
-                self.coordinator.deadlines.insert((tx.deadline, id));
+            tx.deadline = Time(self.now.0 + self.config.tx_timeout.0);
+            // A partition of this data center that does not answer (its replica lost)
+            // fails the operation, or leaves the commit's outcome unknown to its client;
+            // the commit itself goes on (it never aborts).
+            let late = match &mut tx.pending {
+                Pending::Idle => {
+                    self.coordinator
+                        .txs
+                        .remove(&id)
+                        .map(|tx| self.coordinator.sessions.remove(&tx.session));
+                    self.counters.dropped += 1;
+                    continue;
+                }
+                Pending::Op { tag, read, .. } => {
+                    let (tag, read) = (*tag, *read);
+                    tx.pending = Pending::Idle;
+                    self.coordinator.reads.remove(&read);
+                    let why = "a partition of this data center did not answer: its replica may be lost (docs/geo.md, Failures)";
+                    Some((tag, KeelError::Unavailable(why.into())))
+                }
+                Pending::Committing { tag, .. } => tag.take().map(|tag| (tag, KeelError::Timeout)),
+            };
+            self.coordinator.deadlines.insert((tx.deadline, id));
+            if let Some((tag, error)) = late {
+                self.reply(tag, Err(error));
             }
         }
     }

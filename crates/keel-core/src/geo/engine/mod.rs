@@ -132,8 +132,9 @@ pub(crate) enum Pending {
     },
     /// The participants' prepare timestamps.
     Committing {
-        /// The request to answer.
-        tag: RequestTag,
+        /// The request to answer (`None`: answered already, outcome unknown, when the
+        /// commit outlasted the time-out; it still finishes).
+        tag: Option<RequestTag>,
         /// Participants yet to answer.
         waiting: BTreeSet<u32>,
         /// The commit vector so far.
