@@ -267,7 +267,7 @@ fn a_read_from_a_partition_that_never_answers_fails_and_the_transaction_goes_on(
     config.tx_timeout = crate::time::Span::from_millis(100);
     let mut node = GeoEngine::boot(config, Time(0)).unwrap();
     let far = (0..100).map(|i| key(&format!("k{i}"))).find(|k| node.partition_of(k) == 1).unwrap();
-    let mut call = |node: &mut GeoEngine, at_ms: u64, tag: u64, op: GeoOp| {
+    let call = |node: &mut GeoEngine, at_ms: u64, tag: u64, op: GeoOp| {
         let request = GeoRequest { tag: RequestTag(tag), session: 1, op };
         node.step(Time(at_ms * 1_000_000), Input::Client(request)).replies
     };
