@@ -326,6 +326,24 @@ impl Decode for Durability {
     }
 }
 
+/// A transaction: its operations, then its watched keys with the versions they must have.
+fn encode_multi(out: &mut Vec<u8>, ops: &[Command], watch: &[(crate::Key, Option<Version>)]) {
+    put_u8(out, COMMAND_MULTI);
+    put_u32(out, ops.len() as u32);
+    for op in ops {
+        op.encode_to(out);
+    }
+    put_u32(out, watch.len() as u32);
+    for (key, version) in watch {
+        put_bytes(out, key);
+        put_u8(out, u8::from(version.is_some()));
+        if let Some(version) = version {
+            put_u64(out, version.epoch.0);
+            put_u64(out, version.index.0);
+        }
+    }
+}
+
 impl Encode for Command {
     fn encode_to(&self, out: &mut Vec<u8>) {
         match self {
@@ -359,22 +377,7 @@ impl Encode for Command {
                 put_option_bytes(out, end.as_deref());
                 put_u32(out, *limit);
             }
-            Command::Multi { ops, watch } => {
-                put_u8(out, COMMAND_MULTI);
-                put_u32(out, ops.len() as u32);
-                for op in ops {
-                    op.encode_to(out);
-                }
-                put_u32(out, watch.len() as u32);
-                for (key, version) in watch {
-                    put_bytes(out, key);
-                    put_u8(out, u8::from(version.is_some()));
-                    if let Some(version) = version {
-                        put_u64(out, version.epoch.0);
-                        put_u64(out, version.index.0);
-                    }
-                }
-            }
+            Command::Multi { ops, watch } => encode_multi(out, ops, watch),
             Command::OpenSession => put_u8(out, COMMAND_OPEN_SESSION),
             Command::Geo(_) => put_u8(out, COMMAND_GEO),
             Command::Enqueue { queue, value } => {

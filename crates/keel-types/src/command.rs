@@ -577,47 +577,7 @@ impl Command {
             check_not_reserved(self.key())?;
         }
         match self {
-            Command::Multi { ops, watch } => {
-                let invalid = |reason: String| Err(KeelError::InvalidArgument(reason));
-                // No operation is allowed only with watched keys: `WATCH k`, `MULTI`,
-                // `PING`, `EXEC` asks whether `k` changed, and answers null if it did.
-                let empty = ops.is_empty() && watch.is_empty();
-                if empty || ops.len() > MULTI_OPS_MAX || watch.len() > MULTI_OPS_MAX {
-                    return invalid(format!(
-                        "a transaction has at most {MULTI_OPS_MAX} operations and {MULTI_OPS_MAX} watched keys, and at least one of either"
-                    ));
-                }
-                for op in ops {
-                    if matches!(
-                        op,
-                        Command::Multi { .. }
-                            | Command::Scan { .. }
-                            | Command::OpenSession
-                            | Command::Enqueue { .. }
-                            | Command::Dequeue { .. }
-                            | Command::QueuePeek { .. }
-                            | Command::Inspect { .. }
-                            | Command::Flush { .. }
-                            | Command::Count { .. }
-                            | Command::Geo(_)
-                    ) {
-                        return invalid(format!("a {} inside a transaction", op.name()));
-                    }
-                    op.validate(limits)?;
-                }
-                for (key, _) in watch {
-                    limits.check_key(key)?;
-                    check_not_reserved(key)?;
-                }
-                let bytes = self.payload_bytes() as u64;
-                if bytes > u64::from(limits.value_bytes_max) {
-                    return Err(KeelError::ValueTooLarge {
-                        len: bytes,
-                        max: limits.value_bytes_max,
-                    });
-                }
-                Ok(())
-            }
+            Command::Multi { ops, watch } => self.validate_multi(ops, watch, limits),
             Command::Put { value, .. }
             | Command::Enqueue { value, .. }
             | Command::Set { value, .. } => limits.check_value(value),
@@ -662,6 +622,52 @@ impl Command {
                 check_not_reserved(to)
             }
         }
+    }
+
+    /// [`Command::validate`] of a transaction: its size, what it may hold, each operation
+    /// and watched key, and its bytes in all.
+    fn validate_multi(
+        &self,
+        ops: &[Command],
+        watch: &[(Key, Option<Version>)],
+        limits: &Limits,
+    ) -> Result<(), KeelError> {
+        let invalid = |reason: String| Err(KeelError::InvalidArgument(reason));
+        // No operation is allowed only with watched keys: `WATCH k`, `MULTI`,
+        // `PING`, `EXEC` asks whether `k` changed, and answers null if it did.
+        let empty = ops.is_empty() && watch.is_empty();
+        if empty || ops.len() > MULTI_OPS_MAX || watch.len() > MULTI_OPS_MAX {
+            return invalid(format!(
+                "a transaction has at most {MULTI_OPS_MAX} operations and {MULTI_OPS_MAX} watched keys, and at least one of either"
+            ));
+        }
+        for op in ops {
+            if matches!(
+                op,
+                Command::Multi { .. }
+                    | Command::Scan { .. }
+                    | Command::OpenSession
+                    | Command::Enqueue { .. }
+                    | Command::Dequeue { .. }
+                    | Command::QueuePeek { .. }
+                    | Command::Inspect { .. }
+                    | Command::Flush { .. }
+                    | Command::Count { .. }
+                    | Command::Geo(_)
+            ) {
+                return invalid(format!("a {} inside a transaction", op.name()));
+            }
+            op.validate(limits)?;
+        }
+        for (key, _) in watch {
+            limits.check_key(key)?;
+            check_not_reserved(key)?;
+        }
+        let bytes = self.payload_bytes() as u64;
+        if bytes > u64::from(limits.value_bytes_max) {
+            return Err(KeelError::ValueTooLarge { len: bytes, max: limits.value_bytes_max });
+        }
+        Ok(())
     }
 }
 
