@@ -288,7 +288,7 @@ fn causal_history_text(balance: i64) -> String {
               vector: [u64; 4]| {
         serde_json::json!({
             "id": {"node": node, "seq": seq}, "session": session, "dc": dc, "past": snap,
-            "snap": snap, "at_ns": at, "ops": ops,
+            "snap": snap, "at_ns": at, "order": at, "ops": ops,
             "outcome": {"outcome": "committed", "vector": vector},
         })
     };

@@ -181,6 +181,9 @@ pub struct ClientTx {
     pub snap: Vector,
     /// When it started (virtual or wall time, ns).
     pub at_ns: u64,
+    /// Its place in its session: strictly increasing over the session's transactions and
+    /// syncs together (times can tie; this cannot).
+    pub order: u64,
     /// Its operations.
     pub ops: Vec<TxOp>,
     /// How it ended.
@@ -213,6 +216,8 @@ pub struct Sync {
     pub barrier: bool,
     /// When it returned.
     pub at_ns: u64,
+    /// Its place in its session (as a transaction's `order`).
+    pub order: u64,
 }
 
 /// From `at_ns` on, data center `dc` stored every transaction of `origin` with a local

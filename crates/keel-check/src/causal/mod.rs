@@ -35,8 +35,8 @@
 //!    object after the updates of the committed transactions in its snapshot (arbitration
 //!    order), then the transaction's own earlier updates. Atomic visibility and causality
 //!    follow: a snapshot is a down-closed set of whole transactions.
-//! 3. `session` and `snapshot-below-past`: in a session (transactions by `at_ns`, each
-//!    sync at its return), each snapshot is at least the session's past (the vector the
+//! 3. `session` and `snapshot-below-past`: in a session (its transactions and syncs by
+//!    `order`, which times cannot replace: they tie), each snapshot is at least the session's past (the vector the
 //!    last commit returned, or the snapshot of an unknown one; an aborted transaction
 //!    changes nothing); a move to another data center keeps the past only through an
 //!    `ATTACH` there (without one the session restarted); a barrier's or attach's past is
@@ -276,6 +276,7 @@ pub fn malformed(history: &CausalHistory) -> Vec<String> {
             format!("sync of session {}: past of {} entries, not {width}", s.session, s.past.len())
         });
     }
+    malformed_sessions(history, &mut need);
     for s in &history.stored {
         need(s.dc < dcs && s.origin < dcs, &|| format!("stored record {s:?} out of range"));
     }
@@ -333,6 +334,24 @@ fn malformed_txs(
                     )
                 });
             }
+        }
+    }
+}
+
+/// Each session's `order` values are distinct, and its times never go back along them (a
+/// transaction's time is its start, a sync's its return, and a session runs one thing at a
+/// time).
+fn malformed_sessions(history: &CausalHistory, need: &mut impl FnMut(bool, &dyn Fn() -> String)) {
+    for (session, events) in session::sessions(history) {
+        for pair in events.windows(2) {
+            let (a, b) = (pair[0].place(), pair[1].place());
+            need(a.0 != b.0, &|| format!("session {session}: order {} used twice", a.0));
+            need(a.1 <= b.1, &|| {
+                format!(
+                    "session {session}: order {} at {} ns comes after order {} at {} ns",
+                    b.0, b.1, a.0, a.1
+                )
+            });
         }
     }
 }

@@ -19,7 +19,8 @@
 //! arbitration order, not any causally consistent one), so a history this check rejects
 //! must be rejected there too.
 
-use super::history::{CausalHistory, Kind, Outcome, Seen, TxId, TxOp, Update};
+use super::history::{CausalHistory, ClientTx, Kind, Outcome, Seen, TxId, TxOp, Update};
+use super::session::{self, Event};
 use super::{has_updates, kind, Violation};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -196,25 +197,24 @@ fn collect_reads<'a>(
 /// Adds session order: consecutive transactions (not aborted) of a session, unless the
 /// later one is at another data center with no attach there in between.
 fn session_order(history: &CausalHistory, index: &HashMap<TxId, usize>, co: &mut Bits) {
-    let mut sessions: BTreeMap<u64, Vec<(u64, usize)>> = BTreeMap::new();
-    for (i, t) in history.txs.iter().enumerate() {
-        if t.outcome != Outcome::Aborted {
-            sessions.entry(t.session).or_default().push((t.at_ns, i));
-        }
-    }
-    for (session, mut list) in sessions {
-        list.sort_unstable();
-        for pair in list.windows(2) {
-            let (a, b) = (&history.txs[pair[0].1], &history.txs[pair[1].1]);
-            let attached = history.syncs.iter().any(|s| {
-                s.session == session
-                    && !s.barrier
-                    && s.dc == b.dc
-                    && (a.at_ns..=b.at_ns).contains(&s.at_ns)
-            });
-            if a.dc == b.dc || attached {
-                if let (Some(&x), Some(&y)) = (index.get(&a.id), index.get(&b.id)) {
-                    co.set(x, y);
+    for events in session::sessions(history).values() {
+        let mut last: Option<&ClientTx> = None;
+        let mut attached = None;
+        for event in events {
+            match *event {
+                Event::Sync(s) if !s.barrier => attached = Some(s.dc),
+                Event::Sync(_) => {}
+                Event::Tx(t) if t.outcome == Outcome::Aborted => {}
+                Event::Tx(b) => {
+                    if let Some(a) = last {
+                        if a.dc == b.dc || attached == Some(b.dc) {
+                            if let (Some(&x), Some(&y)) = (index.get(&a.id), index.get(&b.id)) {
+                                co.set(x, y);
+                            }
+                        }
+                    }
+                    last = Some(b);
+                    attached = None;
                 }
             }
         }

@@ -6,11 +6,40 @@ use super::history::{vector_le, CausalHistory, ClientTx, Outcome, Sync};
 use super::{kind, Sink};
 use std::collections::BTreeMap;
 
-/// One event of a session, in the order of `at_ns` (a sync returned before a transaction
-/// that starts at the same time).
-enum Event<'a> {
+/// One event of a session.
+#[derive(Clone, Copy)]
+pub(crate) enum Event<'a> {
     Sync(&'a Sync),
     Tx(&'a ClientTx),
+}
+
+impl Event<'_> {
+    fn order(&self) -> u64 {
+        self.place().0
+    }
+
+    /// Its `(order, at_ns)`.
+    pub(crate) fn place(&self) -> (u64, u64) {
+        match self {
+            Event::Sync(s) => (s.order, s.at_ns),
+            Event::Tx(t) => (t.order, t.at_ns),
+        }
+    }
+}
+
+/// Every session's transactions and syncs, in session order (`order`).
+pub(crate) fn sessions(history: &CausalHistory) -> BTreeMap<u64, Vec<Event<'_>>> {
+    let mut sessions: BTreeMap<u64, Vec<Event<'_>>> = BTreeMap::new();
+    for s in &history.syncs {
+        sessions.entry(s.session).or_default().push(Event::Sync(s));
+    }
+    for t in &history.txs {
+        sessions.entry(t.session).or_default().push(Event::Tx(t));
+    }
+    for events in sessions.values_mut() {
+        events.sort_by_key(Event::order);
+    }
+    sessions
 }
 
 /// What a session has shown so far.
@@ -29,17 +58,9 @@ struct Walk<'a> {
 
 /// Checks every session of `history`.
 pub(crate) fn check(history: &CausalHistory, sink: &mut Sink) {
-    let mut sessions: BTreeMap<u64, Vec<(u64, u8, usize, Event<'_>)>> = BTreeMap::new();
-    for (i, s) in history.syncs.iter().enumerate() {
-        sessions.entry(s.session).or_default().push((s.at_ns, 0, i, Event::Sync(s)));
-    }
-    for (i, t) in history.txs.iter().enumerate() {
-        sessions.entry(t.session).or_default().push((t.at_ns, 1, i, Event::Tx(t)));
-    }
-    for (session, mut events) in sessions {
-        events.sort_unstable_by_key(|&(at, class, i, _)| (at, class, i));
+    for (session, events) in sessions(history) {
         let mut walk = Walk::default();
-        for (_, _, _, event) in &events {
+        for event in events {
             match event {
                 Event::Sync(s) => walk.sync(session, s, sink),
                 Event::Tx(t) => walk.tx(t, sink),

@@ -65,7 +65,8 @@ fn tx(
     ops: Vec<TxOp>,
     outcome: Outcome,
 ) -> ClientTx {
-    ClientTx { id, session, dc, past: snap.to_vec(), snap: snap.to_vec(), at_ns, ops, outcome }
+    let order = at_ns;
+    ClientTx { id, session, dc, past: snap.to_vec(), snap: snap.to_vec(), at_ns, order, ops, outcome }
 }
 
 fn history(dcs: u32, f: u32, txs: Vec<ClientTx>) -> CausalHistory {
@@ -357,7 +358,7 @@ fn causal_remote_transactions_are_visible_only_once_uniform() {
 fn barrier(kept: bool, barrier: bool) -> CausalHistory {
     let mut h =
         history(3, 1, vec![tx(id(0, 1), 1, 0, &Z, 10, vec![set("x", "w")], done(&[1, 0, 0, 0]))]);
-    h.syncs = vec![Sync { session: 1, dc: 0, past: vec![1, 0, 0, 0], barrier, at_ns: 20 }];
+    h.syncs = vec![Sync { session: 1, dc: 0, past: vec![1, 0, 0, 0], barrier, at_ns: 20, order: 20 }];
     h.failed = vec![0];
     let x = [("x", Kind::Register, reg("w"))];
     h.finals = finals(&[1, 2], if kept { &x } else { &[] });
@@ -399,7 +400,7 @@ fn causal_remote_visible_before_uniform_then_lost_after_a_barrier() {
         ],
     );
     h.stored = vec![Stored { dc: 0, origin: 0, through: 1, at_ns: 5 }];
-    h.syncs = vec![Sync { session: 2, dc: 1, past: vec![1, 0, 0, 0], barrier: true, at_ns: 20 }];
+    h.syncs = vec![Sync { session: 2, dc: 1, past: vec![1, 0, 0, 0], barrier: true, at_ns: 20, order: 20 }];
     h.failed = vec![0];
     h.finals = finals(&[1, 2], &[]);
     let report = assert_flags(&h, kind::LOST_AFTER_BARRIER);
@@ -492,13 +493,14 @@ fn causal_sessions_move_through_attach() {
             ],
         );
         if let Some(past) = attach {
-            h.syncs.push(Sync { session: 1, dc: 0, past: past.to_vec(), barrier: true, at_ns: 15 });
+            h.syncs.push(Sync { session: 1, dc: 0, past: past.to_vec(), barrier: true, at_ns: 15, order: 15 });
             h.syncs.push(Sync {
                 session: 1,
                 dc: 1,
                 past: past.to_vec(),
                 barrier: false,
                 at_ns: 20,
+                order: 20,
             });
         }
         h
@@ -510,6 +512,37 @@ fn causal_sessions_move_through_attach() {
     let mut h = read_your_writes(&[1, 0, 0, 0], Some("a"));
     h.txs[1].past = vec![2, 0, 0, 0];
     assert_flags(&h, kind::SNAPSHOT_BELOW_PAST);
+}
+
+/// One session's three steps at one instant (the simulator answers local work without
+/// advancing time): an update at dc 0, an attach at dc 1 carrying its commit, a
+/// transaction at dc 1 with snapshot `snap`. Only `order` tells which came first.
+fn same_instant(snap: &[u64]) -> CausalHistory {
+    let mut h = history(
+        3,
+        1,
+        vec![
+            tx(id(0, 1), 1, 0, &Z, 10, vec![set("x", "a")], done(&[1, 0, 0, 0])),
+            tx(id(1, 1), 1, 1, snap, 10, vec![], done(snap)),
+        ],
+    );
+    h.txs[1].past = Z.to_vec();
+    h.txs[1].order = 12;
+    let past = vec![1, 0, 0, 0];
+    h.syncs.push(Sync { session: 1, dc: 1, past, barrier: false, at_ns: 10, order: 11 });
+    h
+}
+
+#[test]
+fn causal_session_order_not_time_orders_a_session() {
+    assert_holds(&same_instant(&[1, 0, 0, 0]));
+    assert_flags(&same_instant(&Z), kind::SESSION);
+    let mut h = same_instant(&[1, 0, 0, 0]);
+    h.syncs[0].order = 10;
+    assert_flags(&h, kind::MALFORMED); // order used twice
+    let mut h = same_instant(&[1, 0, 0, 0]);
+    h.syncs[0].at_ns = 5;
+    assert_flags(&h, kind::MALFORMED); // time went back along the session
 }
 
 #[test]
@@ -742,6 +775,7 @@ impl Store {
             past: past.to_vec(),
             snap,
             at_ns,
+            order: at_ns,
             ops,
             outcome,
         });
@@ -844,6 +878,7 @@ fn random_history(seed: u64, txs: usize, registers_only: bool) -> CausalHistory 
                 past: past.clone(),
                 barrier: true,
                 at_ns,
+                order: at_ns,
             });
             if store.rng.chance(50) {
                 dc_next = (dc + 1 + store.rng.below(2) as u32) % 3;
@@ -855,6 +890,7 @@ fn random_history(seed: u64, txs: usize, registers_only: bool) -> CausalHistory 
                     past: past.clone(),
                     barrier: false,
                     at_ns,
+                    order: at_ns,
                 });
             }
         }

@@ -127,6 +127,8 @@ pub struct GeoWorld {
     pub txs: Vec<ClientTx>,
     /// Barriers and attaches that returned.
     pub syncs: Vec<Sync>,
+    /// Per session, the `order` of its last transaction or sync recorded.
+    steps: BTreeMap<u64, u64>,
     /// Coverage of the scenario's own paths.
     pub reached: BTreeMap<String, u64>,
 }
@@ -193,6 +195,7 @@ impl GeoWorld {
             replies: BTreeMap::new(),
             txs: Vec::new(),
             syncs: Vec::new(),
+            steps: BTreeMap::new(),
             reached: BTreeMap::new(),
         }
     }
@@ -333,6 +336,7 @@ impl GeoWorld {
             past: history_vector(past),
             snap: history_vector(snap),
             at_ns: self.now(),
+            order: self.next_step(session),
             ops: Vec::new(),
             outcome: Outcome::Unknown,
         };
@@ -363,7 +367,16 @@ impl GeoWorld {
     /// Records a barrier or attach that returned.
     pub fn synced(&mut self, session: u64, dc: u32, past: &Vector, barrier: bool) {
         let at_ns = self.now();
-        self.syncs.push(Sync { session, dc, past: history_vector(past), barrier, at_ns });
+        let order = self.next_step(session);
+        self.syncs.push(Sync { session, dc, past: history_vector(past), barrier, at_ns, order });
+    }
+
+    /// The next `order` of `session` (a session runs one thing at a time, so the order its
+    /// records open in is its session order).
+    fn next_step(&mut self, session: u64) -> u64 {
+        let step = self.steps.entry(session).or_default();
+        *step += 1;
+        *step
     }
 
     /// One whole transaction of `ops` for `session` at `node` from `past`, synchronously
