@@ -206,6 +206,17 @@ pub struct RunArgs {
     /// session saw).
     #[arg(long)]
     pub rejoin_empty: bool,
+    /// Negative control (`--engine geo`): certification commits every strong
+    /// transaction, conflicting or not (caught by the causal checker's
+    /// `conflict-order`: two withdrawals that neither saw the other).
+    #[arg(long)]
+    pub certify_all: bool,
+    /// Negative control (`--engine geo`): a strong commit is certified without waiting
+    /// for its snapshot's local entry to be uniform; every run fails a data center right
+    /// after a strong commit there (caught by `convergence`: the strong transaction
+    /// depends on a lost one, so it never becomes visible at the survivors).
+    #[arg(long)]
+    pub skip_strong_barrier: bool,
 }
 
 /// `keel sim bench` arguments.

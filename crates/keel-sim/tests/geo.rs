@@ -1,7 +1,8 @@
 //! The geo engine in the simulator: seeds of `general` pass and reach every mechanism,
 //! every scripted scenario passes, and the negative controls are caught: remote
 //! transactions exposed before they are uniform (on the `barrier` script and on random
-//! seeds), and a restarted replica that serves again, empty (on random seeds).
+//! seeds), a restarted replica that serves again, empty, certification that commits
+//! every strong transaction, and strong commits without their barrier (on random seeds).
 
 use keel_sim::geo::cli::run_one;
 use keel_sim::geo::scenario::{GeoReport, GeoRunConfig};
@@ -13,6 +14,8 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         scenario: scenario.into(),
         expose_non_uniform: expose,
         rejoin_empty: false,
+        certify_all: false,
+        skip_strong_barrier: false,
         keep_history: false,
     }
 }
@@ -46,6 +49,12 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "barrier-then-fail",
         "replica-crashed",
         "replica-restarted-lost",
+        "strong-committed",
+        "strong-conflict",
+        "strong-aborted",
+        "strong-barrier-waited",
+        "strong-delivered",
+        "strong-then-fail",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -83,4 +92,22 @@ fn a_restarted_replica_that_serves_again_empty_is_caught() {
     let failed = runs.iter().filter(|r| !r.passed()).count();
     assert!(failed >= 10, "the control failed only {failed} of 20 random seeds");
     assert!(runs.iter().all(|r| !r.reached.contains_key("replica-restarted-lost")));
+}
+
+#[test]
+fn certification_that_commits_every_strong_transaction_is_caught() {
+    let control = |seed| GeoRunConfig { certify_all: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 10, "the control failed only {failed} of 20 random seeds");
+    assert!(runs.iter().any(|r| r.counts.contains_key("conflict-order")));
+}
+
+#[test]
+fn a_strong_commit_without_its_barrier_is_caught() {
+    let control =
+        |seed| GeoRunConfig { skip_strong_barrier: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..30).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 6, "the control failed only {failed} of 30 random seeds");
 }

@@ -56,6 +56,10 @@ pub enum KeelError {
     /// unknown.
     #[error("session expired; open a new session (earlier attempts' outcome unknown)")]
     SessionExpired,
+    /// A strong transaction's certification found a conflicting strong transaction its
+    /// snapshot does not include: it did not commit; run it again from its beginning.
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 impl KeelError {
@@ -68,6 +72,7 @@ impl KeelError {
                 | KeelError::Busy(_)
                 | KeelError::Timeout
                 | KeelError::Unavailable(_)
+                | KeelError::Conflict(_)
         )
     }
 }

@@ -63,6 +63,9 @@ impl Vector {
     }
 }
 
+/// The longest label a strong transaction may carry, in bytes.
+pub const LABEL_MAX: usize = 64;
+
 /// A transaction's identity: the node that coordinated it and its number there.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -218,6 +221,15 @@ pub enum GeoOp {
         /// The past vector the session brought.
         past: Vector,
     },
+    /// `START_TX(past)` of a strong transaction: its commit is certified against the
+    /// strong transactions it conflicts with, and aborts if it missed one.
+    BeginStrong {
+        /// The session's past vector.
+        past: Vector,
+        /// Its label in the conflict relation (`None`: it conflicts with every strong
+        /// transaction on a common key).
+        label: Option<String>,
+    },
 }
 
 impl GeoOp {
@@ -237,6 +249,9 @@ impl GeoOp {
             GeoOp::Begin { past } | GeoOp::Barrier { past } | GeoOp::Attach { past } => {
                 8 * (past.dcs.len() + 1)
             }
+            GeoOp::BeginStrong { past, label } => {
+                8 * (past.dcs.len() + 1) + label.as_ref().map_or(0, String::len)
+            }
             GeoOp::Commit { .. } | GeoOp::Abort { .. } => 0,
         }
     }
@@ -250,6 +265,7 @@ impl GeoOp {
     pub fn name(&self) -> &'static str {
         match self {
             GeoOp::Begin { .. } => "tx-begin",
+            GeoOp::BeginStrong { .. } => "tx-begin-strong",
             GeoOp::Read { .. } => "tx-read",
             GeoOp::Update { .. } => "tx-update",
             GeoOp::Commit { .. } => "tx-commit",
@@ -264,6 +280,13 @@ impl GeoOp {
     pub fn validate(&self, limits: &crate::Limits) -> Result<(), crate::KeelError> {
         if let Some(key) = self.key() {
             limits.check_key(key)?;
+        }
+        if let GeoOp::BeginStrong { label: Some(label), .. } = self {
+            if label.is_empty() || label.len() > LABEL_MAX {
+                return Err(crate::KeelError::InvalidArgument(format!(
+                    "a transaction label of 1 to {LABEL_MAX} bytes"
+                )));
+            }
         }
         match self {
             GeoOp::Update {

@@ -26,6 +26,7 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
         KeelError::NotActive => "NOTACTIVE",
         KeelError::Unavailable(_) => "UNAVAILABLE",
         KeelError::SessionExpired => "SESSIONEXPIRED",
+        KeelError::Conflict(_) => "CONFLICT",
         KeelError::KeyTooLarge { .. }
         | KeelError::ValueTooLarge { .. }
         | KeelError::NotAnInteger
@@ -37,7 +38,9 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
 pub fn error_text(error: &KeelError) -> String {
     let prefix = error_prefix(error);
     let text = match error {
-        KeelError::Busy(why) | KeelError::Unavailable(why) => format!("{prefix} {why}"),
+        KeelError::Busy(why) | KeelError::Unavailable(why) | KeelError::Conflict(why) => {
+            format!("{prefix} {why}")
+        }
         KeelError::NotLeader { leader: Some(leader) } => {
             format!("{prefix} not the leader; the leader is {leader}")
         }
@@ -68,6 +71,7 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "NOTACTIVE" => KeelError::NotActive,
         "UNAVAILABLE" => KeelError::Unavailable(rest.to_string()),
         "SESSIONEXPIRED" => KeelError::SessionExpired,
+        "CONFLICT" => KeelError::Conflict(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
         "ERR" => KeelError::InvalidArgument(rest.to_string()),
@@ -245,6 +249,7 @@ mod tests {
             KeelError::Unavailable("disk full".into()),
             KeelError::NotAnInteger,
             KeelError::SessionExpired,
+            KeelError::Conflict("withdraw 7 was certified first".into()),
         ];
         for error in errors {
             let text = error_text(&error);

@@ -65,6 +65,7 @@ pub(crate) fn check(history: &CausalHistory, prep: &Prepared<'_>, sink: &mut Sin
         .collect();
     pairwise(&finals, sink);
     let classes = classify(history, prep);
+    visible(history, prep, &classes, sink);
     let mut objects: BTreeSet<(&str, Kind)> = prep.names.iter().copied().collect();
     for (_, f) in &finals {
         objects.extend(f.keys().copied());
@@ -80,6 +81,28 @@ pub(crate) fn check(history: &CausalHistory, prep: &Prepared<'_>, sink: &mut Sin
         }
         for (got, dcs) in groups {
             judge_object(history, prep, &classes, object, got, &dcs, sink);
+        }
+    }
+}
+
+/// Reports, for final states whose snapshot is known, each transaction that must
+/// survive and is not in the snapshot (whatever its updates did to the objects).
+fn visible(history: &CausalHistory, prep: &Prepared<'_>, classes: &[Class], sink: &mut Sink) {
+    for f in &history.finals {
+        let Some(snap) = &f.snap else { continue };
+        for (t, class) in prep.txs.iter().zip(classes) {
+            if *class == Class::Sure && !vector_le(t.commit, snap) {
+                sink.report(kind::CONVERGENCE, || {
+                    format!(
+                        "tx {} (commit {:?}{}) must survive, but dc {}'s final snapshot {snap:?} \
+                         lacks it",
+                        t.id,
+                        t.commit,
+                        if t.strong { ", strong" } else { "" },
+                        f.dc
+                    )
+                });
+            }
         }
     }
 }
@@ -124,6 +147,7 @@ fn classify(history: &CausalHistory, prep: &Prepared<'_>) -> Vec<Class> {
             .iter()
             .filter(|t| {
                 !failed(t.origin)
+                    || t.strong
                     || stored[t.origin as usize].is_some_and(|s| t.commit[t.origin as usize] <= s)
             })
             .map(|t| t.commit)
@@ -142,7 +166,9 @@ fn classify(history: &CausalHistory, prep: &Prepared<'_>) -> Vec<Class> {
     prep.txs
         .iter()
         .map(|t| {
-            if !failed(t.origin) {
+            if !failed(t.origin) || t.strong {
+                // A strong transaction's certification stored it at a majority of data
+                // centers before its commit.
                 Class::Sure
             } else if barrier.covers(t.commit) {
                 // Stored by a survivor or not, a failed data center's transaction a

@@ -186,6 +186,13 @@ pub struct ClientTx {
     pub order: u64,
     /// Its operations.
     pub ops: Vec<TxOp>,
+    /// Whether it is a strong transaction (absent: causal).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strong: bool,
+    /// A strong transaction's label in the conflict relation (absent: it conflicts with
+    /// every strong transaction on a common key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
 }
@@ -201,6 +208,9 @@ pub struct Committed {
     pub commit: Vector,
     /// Its updates, in the transaction's order.
     pub writes: Vec<(String, Update)>,
+    /// Whether it is a strong transaction (absent: causal).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strong: bool,
 }
 
 /// A session's barrier or attach that returned.
@@ -242,6 +252,10 @@ pub struct FinalState {
     pub dc: u32,
     /// Every object's state there.
     pub objects: Vec<(String, Kind, Seen)>,
+    /// The snapshot the states were read on (absent: not known): every transaction that
+    /// must survive is in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snap: Option<Vec<u64>>,
 }
 
 /// A whole history.
@@ -263,4 +277,8 @@ pub struct CausalHistory {
     pub stored: Vec<Stored>,
     /// The final states of the correct data centers (empty: no convergence check).
     pub finals: Vec<FinalState>,
+    /// The conflict relation of strong transactions: pairs of labels (absent: only
+    /// unlabelled strong transactions conflict).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<(String, String)>,
 }

@@ -85,6 +85,7 @@ mod eval;
 mod prep;
 mod reads;
 mod session;
+mod strong;
 mod uniform;
 
 #[cfg(test)]
@@ -120,6 +121,9 @@ pub mod kind {
     pub const OVERFLOW: &str = "overflow";
     /// The saturation cross-check found the history not causally consistent.
     pub const NOT_CAUSAL: &str = "not-causal";
+    /// Two conflicting strong transactions not ordered by visibility and strong
+    /// timestamp alike.
+    pub const CONFLICT_ORDER: &str = "conflict-order";
 }
 
 /// The most data centers a history may have.
@@ -217,6 +221,7 @@ pub fn check(history: &CausalHistory) -> CausalReport {
     session::check(history, &mut sink);
     uniform::check(history, &prep, &mut sink);
     converge::check(history, &prep, &mut sink);
+    strong::check(history, &mut sink);
     sink.report
 }
 
@@ -281,6 +286,9 @@ pub fn malformed(history: &CausalHistory) -> Vec<String> {
         need(s.dc < dcs && s.origin < dcs, &|| format!("stored record {s:?} out of range"));
     }
     for f in &history.finals {
+        need(f.snap.as_ref().is_none_or(|s| s.len() == width), &|| {
+            format!("final state of dc {}: snapshot not of {width} entries", f.dc)
+        });
         need(f.dc < dcs && !history.failed.contains(&f.dc), &|| {
             format!("final state of dc {}: not a data center that did not fail", f.dc)
         });

@@ -19,6 +19,8 @@ pub(crate) struct Tx<'a> {
     pub sum: u128,
     /// Its updates in order.
     pub writes: Vec<(&'a str, &'a Update)>,
+    /// Whether it is strong (certified: it survives any `f` failed data centers).
+    pub strong: bool,
 }
 
 /// One update of an object by a committed transaction.
@@ -85,6 +87,7 @@ impl<'a> Prepared<'a> {
                 commit: &c.commit,
                 sum: vector_sum(&c.commit),
                 writes: c.writes.iter().map(|(k, u)| (k.as_str(), u)).collect(),
+                strong: c.strong,
             })
             .collect();
         let mut index: HashMap<TxId, usize, FastHash> =
@@ -147,7 +150,10 @@ fn merge_client<'a>(
     match index.get(&t.id) {
         Some(&i) => {
             let c = &txs[i];
-            if c.origin != t.dc || c.commit != vector.as_slice() || !same_writes(&c.writes, &writes)
+            if c.origin != t.dc
+                || c.commit != vector.as_slice()
+                || !same_writes(&c.writes, &writes)
+                || c.strong != t.strong
             {
                 sink.report(kind::COMMITTED_MISMATCH, || {
                     format!(
@@ -166,6 +172,7 @@ fn merge_client<'a>(
                 commit: vector,
                 sum: vector_sum(vector),
                 writes,
+                strong: t.strong,
             });
         }
     }

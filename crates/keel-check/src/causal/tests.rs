@@ -66,7 +66,19 @@ fn tx(
     outcome: Outcome,
 ) -> ClientTx {
     let order = at_ns;
-    ClientTx { id, session, dc, past: snap.to_vec(), snap: snap.to_vec(), at_ns, order, ops, outcome }
+    ClientTx {
+        id,
+        session,
+        dc,
+        past: snap.to_vec(),
+        snap: snap.to_vec(),
+        at_ns,
+        order,
+        ops,
+        outcome,
+        strong: false,
+        label: None,
+    }
 }
 
 fn history(dcs: u32, f: u32, txs: Vec<ClientTx>) -> CausalHistory {
@@ -77,6 +89,7 @@ fn finals(dcs: &[u32], objects: &[(&str, Kind, Seen)]) -> Vec<FinalState> {
     dcs.iter()
         .map(|&dc| FinalState {
             dc,
+            snap: None,
             objects: objects.iter().map(|(k, kind, s)| (k.to_string(), *kind, s.clone())).collect(),
         })
         .collect()
@@ -440,6 +453,7 @@ fn causal_divergent_final_states() {
 fn causal_client_and_cluster_records_must_agree() {
     let mut h = alice_bob(100);
     h.committed = vec![Committed {
+        strong: false,
         id: id(0, 1),
         origin: 0,
         commit: vec![1, 0, 0, 0],
@@ -451,7 +465,13 @@ fn causal_client_and_cluster_records_must_agree() {
     // An aborted transaction that committed.
     let mut h = alice_bob(100);
     h.committed =
-        vec![Committed { id: id(7, 7), origin: 2, commit: vec![0, 0, 1, 0], writes: vec![] }];
+        vec![Committed {
+            id: id(7, 7),
+            origin: 2,
+            commit: vec![0, 0, 1, 0],
+            writes: vec![],
+            strong: false,
+        }];
     h.txs.push(tx(id(7, 7), 9, 2, &Z, 5, vec![], Outcome::Aborted));
     assert_flags(&h, kind::COMMITTED_MISMATCH);
 }
@@ -543,6 +563,88 @@ fn causal_session_order_not_time_orders_a_session() {
     let mut h = same_instant(&[1, 0, 0, 0]);
     h.syncs[0].at_ns = 5;
     assert_flags(&h, kind::MALFORMED); // time went back along the session
+}
+
+/// Two strong withdrawals of 10 from `acct` labelled `label` (declared to conflict with
+/// itself): a at dc 0, then b at dc 1 on snapshot `b_snap`, reading `b_read`, committing
+/// `b_commit`.
+fn withdrawals(label: &str, b_snap: &[u64], b_read: i64, b_commit: &[u64]) -> CausalHistory {
+    let strong = |mut t: ClientTx| {
+        t.strong = true;
+        t.label = Some(label.to_owned());
+        t
+    };
+    let mut h = history(
+        3,
+        1,
+        vec![
+            strong(tx(
+                id(0, 1),
+                1,
+                0,
+                &Z,
+                10,
+                vec![read_counter("acct", 0), add("acct", -10)],
+                done(&[0, 0, 0, 1]),
+            )),
+            strong(tx(
+                id(1, 1),
+                2,
+                1,
+                b_snap,
+                20,
+                vec![read_counter("acct", b_read), add("acct", -10)],
+                done(b_commit),
+            )),
+        ],
+    );
+    h.conflicts = vec![("w".into(), "w".into())];
+    h
+}
+
+#[test]
+fn causal_conflicting_strong_transactions_see_each_other_in_strong_order() {
+    assert_holds(&withdrawals("w", &[0, 0, 0, 1], -10, &[0, 0, 0, 2]));
+    // Neither sees the other: both withdrew from 0 (the overdraft).
+    assert_flags(&withdrawals("w", &Z, 0, &[0, 0, 0, 2]), kind::CONFLICT_ORDER);
+    // Labels that do not conflict (deposits, say) may run so.
+    assert_holds(&withdrawals("d", &Z, 0, &[0, 0, 0, 2]));
+    // b sees a but commits at a's strong timestamp (it advanced only its own entry).
+    assert_flags(&withdrawals("w", &[0, 0, 0, 1], -10, &[0, 1, 0, 1]), kind::CONFLICT_ORDER);
+}
+
+#[test]
+fn causal_a_committed_strong_transaction_survives_its_data_center() {
+    let lost = |strong: bool| {
+        let mut h = history(
+            3,
+            1,
+            vec![tx(id(0, 1), 1, 0, &Z, 10, vec![set("x", "s")], done(&[0, 0, 0, 1]))],
+        );
+        h.txs[0].strong = strong;
+        h.failed = vec![0];
+        h.finals = finals(&[1, 2], &[]);
+        h
+    };
+    // A causal transaction of a failed data center that nothing stored may be lost.
+    assert_holds(&lost(false));
+    // A strong one was certified at a majority of data centers: it may not.
+    assert_flags(&lost(true), kind::CONVERGENCE);
+    // Known final snapshots name it even when no object shows the loss (here a register
+    // a later write overwrote).
+    let mut h = lost(true);
+    h.txs.push(tx(id(1, 1), 2, 1, &Z, 20, vec![set("x", "t")], done(&[0, 1, 0, 0])));
+    h.txs[1].outcome = done(&[0, 9, 0, 0]);
+    let snap = Some(vec![0, 9, 0, 0]);
+    h.finals = (1..3)
+        .map(|dc| FinalState { dc, objects: vec![("x".into(), Kind::Register, reg("t"))], snap: snap.clone() })
+        .collect();
+    let report = assert_flags(&h, kind::CONVERGENCE);
+    assert!(
+        report.violations.iter().any(|v| v.detail.contains("final snapshot")),
+        "{:?}",
+        report.violations
+    );
 }
 
 #[test]
@@ -778,6 +880,8 @@ impl Store {
             order: at_ns,
             ops,
             outcome,
+            strong: false,
+            label: None,
         });
         vector
     }
@@ -832,7 +936,7 @@ impl Store {
                 });
             }
         }
-        let c = Committed { id: me, origin: dc, commit: commit.clone(), writes };
+        let c = Committed { id: me, origin: dc, commit: commit.clone(), writes, strong: false };
         if self.rng.chance(70) {
             self.h.committed.push(c.clone());
         }
@@ -855,7 +959,7 @@ impl Store {
                 (k, kind, seen)
             })
             .collect();
-        self.h.finals = (0..3).map(|dc| FinalState { dc, objects: states.clone() }).collect();
+        self.h.finals = (0..3).map(|dc| FinalState { dc, objects: states.clone(), snap: None }).collect();
     }
 }
 

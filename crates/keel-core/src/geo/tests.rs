@@ -38,6 +38,7 @@ impl Cluster {
         for m in &members {
             let mut config = Config::new(m.node, members.clone(), f);
             config.wall_clock_origin_us = 1_000_000;
+            config.strong = true;
             nodes.insert(m.node, GeoEngine::boot(config, Time(0)).unwrap());
         }
         Cluster {
@@ -295,4 +296,131 @@ fn a_read_from_a_partition_that_never_answers_fails_and_the_transaction_goes_on(
     // The transaction is idle again: it may go on (here, abort).
     let aborted = call(&mut node, 150, 3, GeoOp::Abort { tx });
     assert!(matches!(aborted[0].result, Ok(GeoResult::Aborted)), "{aborted:?}");
+}
+
+impl Cluster {
+    /// Opens a strong transaction labelled `label` at `node` and runs `ops`; its id.
+    fn strong_ops(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        label: Option<&str>,
+        ops: Vec<(Key, Option<Update>, Kind)>,
+    ) -> TxId {
+        let label = label.map(str::to_owned);
+        let op = GeoOp::BeginStrong { past: Vector::default(), label };
+        let GeoResult::Began { tx, .. } = self.call(node, session, op) else { panic!() };
+        for (key, update, kind) in ops {
+            let op = match update {
+                Some(update) => GeoOp::Update { tx, key, update },
+                None => GeoOp::Read { tx, key, kind },
+            };
+            let GeoResult::Object(_) = self.call(node, session, op) else { panic!() };
+        }
+        tx
+    }
+
+    /// Sends the commits of `txs` (node, session, tx) at once and runs until all answer.
+    fn commit_all(
+        &mut self,
+        txs: &[(NodeId, u64, TxId)],
+    ) -> Vec<Result<GeoResult, keel_types::KeelError>> {
+        let tags: Vec<RequestTag> = txs
+            .iter()
+            .map(|&(node, session, tx)| {
+                let tag = RequestTag(self.next_tag);
+                self.next_tag += 1;
+                self.step(node, Input::Client(GeoRequest { tag, session, op: GeoOp::Commit { tx } }));
+                tag
+            })
+            .collect();
+        for _ in 0..5_000 {
+            if tags.iter().all(|t| self.replies.iter().any(|r| r.tag == *t)) {
+                break;
+            }
+            self.run(1);
+        }
+        tags.iter()
+            .map(|t| self.replies.iter().find(|r| r.tag == *t).expect("answered").result.clone())
+            .collect()
+    }
+
+    fn declare(&mut self, a: &str, b: &str) {
+        for node in self.nodes.values_mut() {
+            node.config.conflicts.declare(a, b);
+        }
+    }
+}
+
+fn withdraw(amount: i64) -> Vec<(Key, Option<Update>, Kind)> {
+    vec![(key("acct"), None, Kind::Counter), (key("acct"), Some(Update::Add(-amount)), Kind::Counter)]
+}
+
+#[test]
+fn a_strong_transaction_commits_and_reaches_every_data_center() {
+    let mut c = Cluster::new(1, 2);
+    let tx = c.strong_ops(NodeId(11), 1, None, withdraw(-100));
+    let results = c.commit_all(&[(NodeId(11), 1, tx)]);
+    let Ok(GeoResult::Committed { vector }) = &results[0] else { panic!("{results:?}") };
+    assert!(vector.strong > 0, "a strong timestamp: {vector:?}");
+    c.run(200);
+    for dc in 0..3u32 {
+        let node = NodeId(dc * 10 + 2);
+        let (_, seen) = c.tx(node, 9, vector, vec![(key("acct"), None, Kind::Counter)]);
+        assert_eq!(seen, vec![Object::Counter(100)], "data center {dc}");
+    }
+    for node in c.nodes.values() {
+        assert!(node.certifier.undecided.is_empty() && node.certifier.ballots.is_empty());
+    }
+}
+
+#[test]
+fn concurrent_conflicting_withdrawals_commit_one_and_deposits_all() {
+    let mut c = Cluster::new(1, 2);
+    c.declare("withdraw", "withdraw");
+    let a = c.strong_ops(NodeId(1), 1, Some("withdraw"), withdraw(100));
+    let b = c.strong_ops(NodeId(11), 2, Some("withdraw"), withdraw(100));
+    let d = c.strong_ops(NodeId(21), 3, Some("withdraw"), withdraw(100));
+    let results = c.commit_all(&[(NodeId(1), 1, a), (NodeId(11), 2, b), (NodeId(21), 3, d)]);
+    let committed = results.iter().filter(|r| r.is_ok()).count();
+    let conflicts = results
+        .iter()
+        .filter(|r| matches!(r, Err(keel_types::KeelError::Conflict(_))))
+        .count();
+    assert_eq!((committed, conflicts), (1, 2), "{results:?}");
+    // Deposits do not conflict: all commit, concurrently.
+    let deposits: Vec<(NodeId, u64, TxId)> = (0..3u32)
+        .map(|dc| {
+            let node = NodeId(dc * 10 + 1);
+            let session = 10 + u64::from(dc);
+            (node, session, c.strong_ops(node, session, Some("deposit"), withdraw(-50)))
+        })
+        .collect();
+    let results = c.commit_all(&deposits);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    c.run(200);
+    let (_, seen) = c.tx(NodeId(22), 9, &Vector::zero(3), vec![(key("acct"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(-100 + 150)]);
+}
+
+#[test]
+fn a_retry_after_a_conflict_commits_once_it_sees_the_winner() {
+    let mut c = Cluster::new(1, 2);
+    let a = c.strong_ops(NodeId(1), 1, None, withdraw(10));
+    let b = c.strong_ops(NodeId(12), 2, None, withdraw(10));
+    let results = c.commit_all(&[(NodeId(1), 1, a), (NodeId(12), 2, b)]);
+    assert!(results[0].is_ok() && results[1].is_err(), "{results:?}");
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(attempts < 100, "the retry never committed");
+        let b = c.strong_ops(NodeId(12), 2, None, withdraw(10));
+        if c.commit_all(&[(NodeId(12), 2, b)])[0].is_ok() {
+            break;
+        }
+        c.run(5);
+    }
+    c.run(200);
+    let (_, seen) = c.tx(NodeId(2), 9, &Vector::zero(3), vec![(key("acct"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(-20)]);
 }

@@ -3,7 +3,9 @@
 
 use crate::engine::RequestTag;
 use crate::time::Span;
-pub use keel_types::geo::{Arbitration, GeoOp, GeoResult, Kind, Object, TxId, Update, Vector};
+pub use keel_types::geo::{
+    Arbitration, GeoOp, GeoResult, Kind, Object, TxId, Update, Vector, LABEL_MAX,
+};
 use keel_types::{KeelError, Key, Limits, NodeId};
 use serde::{Deserialize, Serialize};
 
@@ -87,6 +89,58 @@ pub struct Config {
     /// Negative control: a replica that restarted serves again, empty, as if it had
     /// never run, instead of staying failed (`docs/geo.md`, *Controls*).
     pub unsafe_rejoin_empty: bool,
+    /// Whether the keyspace serves strong transactions. Off, nothing is certified and
+    /// the strong entry stays 0. On, the strong entry advances by the leaders' strong
+    /// heartbeats, so snapshots (causal ones too) wait on the leaders' data center, which
+    /// must not fail: leader failover is not built (`docs/geo.md`, *Strong
+    /// transactions*).
+    pub strong: bool,
+    /// The data center whose replicas lead certification, one leader per partition
+    /// (`docs/geo.md`, *Strong transactions*).
+    pub leader_dc: u32,
+    /// Which labelled strong transactions conflict.
+    pub conflicts: Conflicts,
+    /// Negative control: a strong transaction is certified without waiting for its
+    /// snapshot's local entry to be uniform (`docs/geo.md`, *Controls*).
+    pub unsafe_skip_strong_barrier: bool,
+    /// Negative control: certification commits every strong transaction, conflicting or
+    /// not (`docs/geo.md`, *Controls*).
+    pub unsafe_certify_all: bool,
+}
+
+/// The conflict relation of strong transactions, by label: two strong transactions
+/// conflict when they touch a common key and their labels conflict. A transaction with
+/// no label conflicts with every strong transaction; two labelled ones conflict only if
+/// their pair is declared (the paper's withdrawals conflict with withdrawals, deposits
+/// with nothing).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Conflicts {
+    /// Declared pairs, each with its smaller label first.
+    pairs: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Conflicts {
+    /// Declares that transactions labelled `a` conflict with those labelled `b`.
+    pub fn declare(&mut self, a: &str, b: &str) {
+        let (a, b) = if a <= b { (a, b) } else { (b, a) };
+        self.pairs.insert((a.to_owned(), b.to_owned()));
+    }
+
+    /// Whether transactions labelled `a` and `b` conflict (on a common key).
+    pub fn conflict(&self, a: Option<&str>, b: Option<&str>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                let (a, b) = if a <= b { (a, b) } else { (b, a) };
+                self.pairs.contains(&(a.to_owned(), b.to_owned()))
+            }
+            _ => true,
+        }
+    }
+
+    /// The declared pairs.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(a, b)| (a.as_str(), b.as_str()))
+    }
 }
 
 impl Config {
@@ -109,6 +163,11 @@ impl Config {
             limits: Limits::default(),
             unsafe_expose_non_uniform: false,
             unsafe_rejoin_empty: false,
+            strong: false,
+            leader_dc: 0,
+            conflicts: Conflicts::default(),
+            unsafe_skip_strong_barrier: false,
+            unsafe_certify_all: false,
         }
     }
 }
@@ -186,6 +245,93 @@ pub enum Body {
         /// Its known vector.
         known: Vector,
     },
+    /// `CERTIFY`: a strong transaction's part at the receiver's partition (coordinator
+    /// → the partition's certification leader).
+    Certify(Box<Candidate>),
+    /// A partition's durable certification vote (its leader → the coordinator and the
+    /// other participants' leaders).
+    Vote {
+        /// The transaction.
+        tx: TxId,
+        /// Commit (no conflict) or abort.
+        ok: bool,
+        /// The partition's proposed strong timestamp (0 with an abort).
+        ts: u64,
+        /// Every participant.
+        participants: Vec<u32>,
+        /// The clock reading past which the transaction aborts if undecided.
+        expiry: u64,
+    },
+    /// The certification log from `first` on (leader → its siblings), and how far it is
+    /// durable (stored at a majority of the data centers).
+    Append {
+        /// The index of `records[0]`.
+        first: u64,
+        /// Records, in log order.
+        records: Vec<Record>,
+        /// Records below this index are durable.
+        durable: u64,
+    },
+    /// The sibling stores the certification log below `through` (sibling → leader).
+    Appended {
+        /// Its log's length.
+        through: u64,
+    },
+}
+
+/// A strong transaction's part at one partition, as certification judges it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The transaction.
+    pub tx: TxId,
+    /// Its data center.
+    pub origin: u32,
+    /// Its label (`None`: it conflicts with every strong transaction).
+    pub label: Option<String>,
+    /// The keys of the partition it read or updated.
+    pub keys: Vec<Key>,
+    /// Its updates of the partition, in order.
+    pub writes: Vec<(Key, Update)>,
+    /// Whether it updates any partition (a read-only one need not be seen by later
+    /// conflicting transactions).
+    pub updates: bool,
+    /// Its snapshot.
+    pub snap: Vector,
+    /// Every partition it touched (each votes).
+    pub participants: Vec<u32>,
+    /// The timestamp (its coordinator's clock plus the transaction time-out) past which
+    /// a participant that has not voted votes abort: a coordinator that failed halfway
+    /// leaves no transaction undecided for ever.
+    pub expiry: u64,
+}
+
+/// One record of a partition's certification log, replicated from its leader to its
+/// siblings; a durable record is at a majority of data centers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// The partition's vote on a candidate (with its updates when it votes commit).
+    Vote {
+        /// The candidate.
+        candidate: Box<Candidate>,
+        /// Commit or abort.
+        ok: bool,
+        /// Its proposed strong timestamp.
+        ts: u64,
+    },
+    /// The outcome: committed at strong timestamp `ts` (the largest proposal) or not.
+    Decide {
+        /// The transaction.
+        tx: TxId,
+        /// Committed.
+        commit: bool,
+        /// Its strong timestamp.
+        ts: u64,
+    },
+    /// `HEARTBEAT_STRONG`: no vote to come proposes a timestamp at or below `ts`.
+    Promise {
+        /// The timestamp.
+        ts: u64,
+    },
 }
 
 /// A committed transaction's updates of one partition, as replicated.
@@ -250,6 +396,21 @@ pub struct Counters {
     /// Peer messages a lost replica (one that restarted) dropped.
     #[serde(default)]
     pub dropped_lost: u64,
+    /// Strong transactions committed (as coordinator).
+    #[serde(default)]
+    pub strong_committed: u64,
+    /// Strong transactions certification aborted (as coordinator).
+    #[serde(default)]
+    pub strong_aborted: u64,
+    /// Strong transactions that waited for their snapshot to be uniform.
+    #[serde(default)]
+    pub strong_barriers_waited: u64,
+    /// Votes this replica cast as a certification leader.
+    #[serde(default)]
+    pub votes: u64,
+    /// Strong transactions delivered to this partition's log.
+    #[serde(default)]
+    pub strong_delivered: u64,
 }
 
 /// A geo node's state, as `/status` shows it.

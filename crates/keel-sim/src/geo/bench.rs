@@ -113,6 +113,10 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         skew_ms: 0,
         expose_non_uniform: false,
         rejoin_empty: false,
+        strong: false,
+        certify_all: false,
+        skip_strong_barrier: false,
+        propagate_ms: 0,
     };
     let mut rng = Rng::new(seed);
     let mut world = GeoWorld::new(shape, rng.next_u64());

@@ -55,6 +55,8 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         scenario: args.scenario.clone(),
         expose_non_uniform: args.expose_non_uniform,
         rejoin_empty: args.rejoin_empty,
+        certify_all: args.certify_all,
+        skip_strong_barrier: args.skip_strong_barrier,
         keep_history: single && args.history.is_some(),
     };
     let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())

@@ -23,6 +23,10 @@ pub struct GeoRunConfig {
     pub expose_non_uniform: bool,
     /// Negative control: a restarted replica serves again, empty.
     pub rejoin_empty: bool,
+    /// Negative control: certification commits every strong transaction.
+    pub certify_all: bool,
+    /// Negative control: a strong commit skips its uniform barrier.
+    pub skip_strong_barrier: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -110,6 +114,10 @@ struct Session {
     plan: VecDeque<Planned>,
     next_value: u64,
     done: bool,
+    /// The label of the strong transaction being begun (`Some(None)`: unlabelled).
+    strong: Option<Option<String>>,
+    /// When its last causal update transaction committed.
+    last_update_at: Option<u64>,
 }
 
 fn key(s: &str) -> Key {
@@ -155,10 +163,19 @@ struct Faults {
     restart: Option<(u64, u64, u32, u32)>,
     /// The replica crashed and waiting to restart, with the time.
     down: Option<(u64, NodeId)>,
+    /// Whether the next strong commit outside the leaders' data center that follows
+    /// its session's causal update closely fails its data center a millisecond after it
+    /// is sent (the aimed fault of scenario 7: without the commit's barrier, the strong
+    /// transaction is certified while the causal one it depends on is lost).
+    strong_then_fail: bool,
+    /// A data center to fail at a time (the strong aimed fault, once armed).
+    fail_at: Option<(u64, u32)>,
 }
 
 /// Draws the cluster of a `general` run.
-fn draw_shape(rng: &mut Rng, expose: bool, rejoin_empty: bool) -> GeoShape {
+fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
+    let (expose, rejoin_empty) = (config.expose_non_uniform, config.rejoin_empty);
+    let controls_strong = config.certify_all || config.skip_strong_barrier;
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
     let dcs = 2 * f + 1;
@@ -178,6 +195,11 @@ fn draw_shape(rng: &mut Rng, expose: bool, rejoin_empty: bool) -> GeoShape {
         skew_ms: if rng.chance(500_000) { rng.below(3_000) } else { 0 },
         expose_non_uniform: expose,
         rejoin_empty,
+        strong: controls_strong || rng.chance(600_000),
+        certify_all: config.certify_all,
+        skip_strong_barrier: config.skip_strong_barrier,
+        // Replication batched over 5 ms (the default), 20 ms or 50 ms.
+        propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
     }
 }
 
@@ -191,7 +213,7 @@ const QUIET_NS: u64 = 8_000_000_000;
 /// Runs one seed of `general`.
 pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     let mut rng = Rng::new(config.seed);
-    let shape = draw_shape(&mut rng, config.expose_non_uniform, config.rejoin_empty);
+    let shape = draw_shape(&mut rng, config);
     let mut world = GeoWorld::new(shape, rng.next_u64());
     let dcs = world.shape.dcs();
     let mut faults = draw_faults(&mut rng, &world.shape, config.expose_non_uniform);
@@ -207,6 +229,8 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
             plan: VecDeque::new(),
             next_value: 0,
             done: false,
+            strong: None,
+            last_update_at: None,
         })
         .collect();
     let mut by_tag: BTreeMap<RequestTag, usize> = BTreeMap::new();
@@ -217,7 +241,7 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         inject(&mut world, &mut faults, &mut log, now);
         for (i, session) in sessions.iter_mut().enumerate() {
             if now < RUN_NS || session.open.is_some() {
-                drive(&mut world, session, i, &mut by_tag);
+                drive(&mut world, session, i, &mut by_tag, &mut faults);
             }
         }
         if !world.step_until(now + 1_000_000) {
@@ -245,11 +269,15 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
 fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
     let dcs = shape.dcs();
     let mut fails = Vec::new();
-    let aimed = expose || rng.chance(300_000);
-    if !aimed {
+    let strong_then_fail = shape.skip_strong_barrier || (shape.strong && rng.chance(300_000));
+    let aimed = expose || (!strong_then_fail && rng.chance(300_000));
+    // With strong transactions, the leaders' data center (0) never fails (failover is
+    // not built); it may still be cut off.
+    let may_fail = |dc: u32| !(shape.strong && dc == 0);
+    if !aimed && !strong_then_fail {
         for _ in 0..rng.below(u64::from(shape.f) + 1) {
             let dc = rng.below(u64::from(dcs)) as u32;
-            if !fails.iter().any(|&(_, d)| d == dc) {
+            if may_fail(dc) && !fails.iter().any(|&(_, d)| d == dc) {
                 fails.push((rng.range(1_000_000_000, RUN_NS), dc));
             }
         }
@@ -263,13 +291,23 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
     isolations.sort_by_key(|(at, _)| *at);
     // A replica restarts in half the runs (every run of the control): it crashes, comes
     // back a little later, and (unless the control) stays failed.
-    let restart = (shape.rejoin_empty || (!aimed && rng.chance(500_000))).then(|| {
-        let at = rng.range(1_000_000_000, RUN_NS - 2_000_000_000);
-        let back = at + rng.range(100_000_000, 2_000_000_000);
-        let dc = rng.below(u64::from(shape.dcs())) as u32;
-        (at, back, dc, rng.below(u64::from(shape.partitions)) as u32)
-    });
-    Faults { fails, isolations, barrier_then_fail: aimed, restart, down: None }
+    let restart =
+        (shape.rejoin_empty || (!aimed && !strong_then_fail && rng.chance(500_000))).then(|| {
+            let at = rng.range(1_000_000_000, RUN_NS - 2_000_000_000);
+            let back = at + rng.range(100_000_000, 2_000_000_000);
+            let dc = rng.below(u64::from(shape.dcs())) as u32;
+            (at, back, dc, rng.below(u64::from(shape.partitions)) as u32)
+        });
+    let restart = restart.filter(|&(_, _, dc, _)| may_fail(dc));
+    Faults {
+        fails,
+        isolations,
+        barrier_then_fail: aimed,
+        restart,
+        down: None,
+        strong_then_fail,
+        fail_at: None,
+    }
 }
 
 /// Injects the faults whose time has come.
@@ -282,6 +320,13 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
             world.fail_dc(dc);
             world.reach("dc-failed");
             log.push(format!("{}ms: data center {dc} fails", now / 1_000_000));
+        }
+    }
+    if let Some((at, dc)) = faults.fail_at.filter(|(at, _)| *at <= now) {
+        faults.fail_at = None;
+        if world.failed.len() < world.shape.f as usize && !world.failed.contains(&dc) {
+            world.fail_dc(dc);
+            log.push(format!("{}ms: data center {dc} fails after a strong commit", at / 1_000_000));
         }
     }
     restart(world, faults, log, now);
@@ -332,6 +377,7 @@ fn drive(
     s: &mut Session,
     index: usize,
     by_tag: &mut BTreeMap<RequestTag, usize>,
+    faults: &mut Faults,
 ) {
     if s.done || !matches!(s.waiting, Waiting::Nothing) {
         return;
@@ -362,6 +408,9 @@ fn drive(
                 let tag = world.submit(node, s.id, GeoOp::Commit { tx });
                 if let Some(open) = &mut s.open {
                     open.committing = true;
+                    if open.record.strong {
+                        aim_strong_fault(world, s.dc, s.last_update_at, faults);
+                    }
                 }
                 (tag, Waiting::Commit)
             }
@@ -374,7 +423,25 @@ fn drive(
         (tag, Waiting::Barrier(migrate))
     } else {
         s.plan = s.plan_tx();
-        let tag = world.submit(node, s.id, GeoOp::Begin { past: s.past.clone() });
+        let past = s.past.clone();
+        // Armed for the strong aimed fault, a session follows a causal update with a
+        // strong transaction.
+        let recent = s.last_update_at.is_some_and(|at| world.now() < at + 20_000_000);
+        let follow = faults.strong_then_fail && recent && s.dc != 0;
+        s.strong = (world.shape.strong && (follow || s.rng.chance(300_000))).then(|| {
+            match s.rng.below(4) {
+                // The aimed fault's transaction conflicts only with unlabelled ones.
+                _ if follow => Some("deposit".to_owned()),
+                0 => None,
+                1 => Some("deposit".to_owned()),
+                _ => Some(super::world::WITHDRAW.to_owned()),
+            }
+        });
+        let op = match &s.strong {
+            Some(label) => GeoOp::BeginStrong { past, label: label.clone() },
+            None => GeoOp::Begin { past },
+        };
+        let tag = world.submit(node, s.id, op);
         (tag, Waiting::Begin(node))
     };
     s.waiting = waiting;
@@ -402,25 +469,53 @@ fn answered(
     let waiting = std::mem::replace(&mut s.waiting, Waiting::Nothing);
     let result = match result {
         Ok(r) => r,
-        Err(_) => {
-            world.reach("refused");
+        Err(e) => {
+            // A commit that timed out may still finish: its outcome is unknown.
+            let outcome = match (&waiting, e) {
+                (Waiting::Commit, keel_types::KeelError::Timeout) => {
+                    world.reach("commit-timed-out");
+                    Outcome::Unknown
+                }
+                (Waiting::Commit, keel_types::KeelError::Conflict(_)) => {
+                    world.reach("strong-conflict");
+                    Outcome::Aborted
+                }
+                _ => {
+                    world.reach("refused");
+                    Outcome::Aborted
+                }
+            };
             if let Some(open) = s.open.take() {
-                world.close(open, Outcome::Aborted);
+                world.close(open, outcome);
             }
             return None;
         }
     };
     match (waiting, result) {
         (Waiting::Begin(node), GeoResult::Began { tx, snap }) => {
-            s.open = Some(world.began(node, s.id, &s.past.clone(), tx, &snap));
+            let mut open = world.began(node, s.id, &s.past.clone(), tx, &snap);
+            if let Some(label) = s.strong.take() {
+                open.record.strong = true;
+                open.record.label = label;
+            }
+            s.open = Some(open);
         }
         (Waiting::Op(planned, first_half), GeoResult::Object(object)) => {
             op_done(s, planned, first_half, &object);
         }
         (Waiting::Commit, GeoResult::Committed { vector }) => {
             let open = s.open.take().expect("a commit of an open transaction");
+            let strong = open.record.strong;
+            let open_updates = open.record.ops.iter().any(|op| {
+                matches!(op, keel_check::causal::history::TxOp::Update { .. })
+            });
             world.close(open, Outcome::Committed { vector: super::sim::history_vector(&vector) });
             s.past = vector;
+            if strong {
+                world.reach("strong-committed");
+            } else if open_updates {
+                s.last_update_at = Some(world.now());
+            }
         }
         (Waiting::Barrier(migrate), GeoResult::Synced) => {
             world.synced(s.id, s.dc, &s.past, true);
@@ -462,11 +557,14 @@ fn op_done(s: &mut Session, planned: Planned, first_half: bool, object: &Object)
 /// transactions the session's past holds most recently fail together (as many as `f`
 /// allows).
 fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut Vec<String>) {
-    if !faults.barrier_then_fail || world.now() < 2_000_000_000 {
+    // With strong transactions the leaders' data center (0) stays up.
+    let leaders = world.shape.strong.then_some(0);
+    if !faults.barrier_then_fail || world.now() < 2_000_000_000 || leaders == Some(s.dc) {
         return;
     }
     let remote = (0..world.shape.dcs())
         .filter(|&d| d != s.dc && s.past.dcs[d as usize] > 0 && !world.failed.contains(&d))
+        .filter(|&d| leaders != Some(d))
         .max_by_key(|&d| s.past.dcs[d as usize]);
     let Some(remote) = remote else { return };
     faults.barrier_then_fail = false;
@@ -479,6 +577,18 @@ fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut
                 world.now() / 1_000_000
             ));
         }
+    }
+}
+
+/// Arms the strong aimed fault at a strong commit just sent from data center `dc`, if
+/// its session's causal update committed moments ago.
+fn aim_strong_fault(world: &mut GeoWorld, dc: u32, last_update_at: Option<u64>, f: &mut Faults) {
+    let now = world.now();
+    let recent = last_update_at.is_some_and(|at| now < at + 20_000_000);
+    if f.strong_then_fail && recent && dc != 0 && now >= 1_000_000_000 {
+        f.strong_then_fail = false;
+        f.fail_at = Some((now + 1_000_000, dc));
+        world.reach("strong-then-fail");
     }
 }
 

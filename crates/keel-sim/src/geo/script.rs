@@ -70,6 +70,10 @@ fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
         skew_ms: rng.below(500),
         expose_non_uniform: config.expose_non_uniform,
         rejoin_empty: false,
+        strong: false,
+        certify_all: false,
+        skip_strong_barrier: false,
+        propagate_ms: 0,
     };
     let world = GeoWorld::new(shape, rng.next_u64());
     (world, rng)

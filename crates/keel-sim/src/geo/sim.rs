@@ -8,14 +8,30 @@ use crate::invariants::Violation;
 use keel_check::causal::history::{Committed, Stored};
 use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::geo::{
-    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, TxId, Vector,
+    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, Record, TxId, Update,
+    Vector,
 };
 use keel_types::{LogIndex, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A strong transaction as the certification logs showed it.
+#[derive(Debug, Default)]
+pub struct StrongSeen {
+    /// Its data center.
+    origin: u32,
+    /// Its snapshot.
+    snap: Option<Vector>,
+    /// Each partition's updates, by the partition's first key.
+    parts: BTreeMap<keel_types::Key, Vec<(keel_types::Key, Update)>>,
+    /// Its strong timestamp, once some leader logged it committed.
+    ts: Option<u64>,
+}
+
 /// What the world watches of a geo keyspace.
 #[derive(Debug, Default)]
 pub struct GeoWatch {
+    /// Every strong transaction some certification log voted to commit.
+    pub strong: BTreeMap<TxId, StrongSeen>,
     /// Every update transaction some replica replicated or forwarded, its updates of each
     /// partition merged.
     pub committed: BTreeMap<TxId, Committed>,
@@ -55,6 +71,54 @@ impl GeoWatch {
     }
 }
 
+impl GeoWatch {
+    /// Notes the strong transactions' votes to commit and decisions in `records`.
+    fn strong_records(&mut self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Vote { candidate, ok: true, .. } => {
+                    let Some((first, _)) = candidate.writes.first() else { continue };
+                    let seen = self.strong.entry(candidate.tx).or_default();
+                    seen.origin = candidate.origin;
+                    seen.snap = Some(candidate.snap.clone());
+                    seen.parts.entry(first.clone()).or_insert_with(|| candidate.writes.clone());
+                }
+                Record::Decide { tx, commit: true, ts } => {
+                    self.strong.entry(*tx).or_default().ts = Some(*ts);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The strong update transactions the certification logs show committed.
+    pub fn strong_committed(&self) -> Vec<Committed> {
+        self.strong
+            .iter()
+            .filter_map(|(tx, seen)| {
+                let (ts, snap) = (seen.ts?, seen.snap.as_ref()?);
+                let mut commit = snap.clone();
+                commit.strong = ts;
+                let writes = seen
+                    .parts
+                    .values()
+                    .flatten()
+                    .map(|(k, u)| {
+                        (crate::geo::world::text(k), crate::geo::world::history_update(u))
+                    })
+                    .collect();
+                Some(Committed {
+                    id: history_tx(*tx),
+                    origin: seen.origin,
+                    commit: history_vector(&commit),
+                    writes,
+                    strong: true,
+                })
+            })
+            .collect()
+    }
+}
+
 /// A geo transaction id in the history's terms.
 pub fn history_tx(tx: TxId) -> keel_check::causal::history::TxId {
     keel_check::causal::history::TxId { node: tx.node, seq: tx.seq }
@@ -80,6 +144,9 @@ impl Watch<GeoEngine> for GeoWatch {
     fn stepped(&mut self, _node: NodeId, out: &OutputsOf<GeoEngine>, _at_ns: u64) {
         for (_, message) in &out.messages {
             for body in &message.bodies {
+                if let Body::Append { records, .. } = body {
+                    self.strong_records(records);
+                }
                 let Body::Replicate { origin, txs } = body else { continue };
                 for tx in txs {
                     // A partition's updates of a transaction are the same wherever they
@@ -94,6 +161,7 @@ impl Watch<GeoEngine> for GeoWatch {
                         origin: *origin,
                         commit: history_vector(&tx.commit),
                         writes: Vec::new(),
+                        strong: false,
                     });
                     entry.writes.extend(tx.writes.iter().map(|(k, u)| {
                         (crate::geo::world::text(k), crate::geo::world::history_update(u))
@@ -185,6 +253,9 @@ impl SimEngine for GeoEngine {
             ("retransmit", c.retransmits),
             ("collected", c.collected),
             ("tx-dropped", c.dropped),
+            ("strong-aborted", c.strong_aborted),
+            ("strong-barrier-waited", c.strong_barriers_waited),
+            ("strong-delivered", c.strong_delivered),
         ]
     }
 }

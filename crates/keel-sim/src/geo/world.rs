@@ -40,7 +40,20 @@ pub struct GeoShape {
     pub expose_non_uniform: bool,
     /// Negative control: a restarted replica serves again, empty.
     pub rejoin_empty: bool,
+    /// Whether sessions run strong transactions too (then the certification leaders'
+    /// data center, 0, never fails: leader failover is not built).
+    pub strong: bool,
+    /// Negative control: certification commits every strong transaction.
+    pub certify_all: bool,
+    /// Negative control: a strong commit skips its uniform barrier.
+    pub skip_strong_barrier: bool,
+    /// How often local transactions go to the siblings, ms (0: the default).
+    pub propagate_ms: u64,
 }
+
+/// The label strong withdrawals carry in the simulations (declared to conflict with
+/// itself); other labels conflict with nothing, an unlabelled transaction with all.
+pub const WITHDRAW: &str = "withdraw";
 
 impl GeoShape {
     /// Data centers.
@@ -143,6 +156,13 @@ impl GeoWorld {
         template.tx_timeout = keel_core::time::Span::from_millis(10_000);
         template.unsafe_expose_non_uniform = shape.expose_non_uniform;
         template.unsafe_rejoin_empty = shape.rejoin_empty;
+        template.unsafe_certify_all = shape.certify_all;
+        template.unsafe_skip_strong_barrier = shape.skip_strong_barrier;
+        template.conflicts.declare(WITHDRAW, WITHDRAW);
+        template.strong = shape.strong;
+        if shape.propagate_ms > 0 {
+            template.propagate_every = keel_core::time::Span::from_millis(shape.propagate_ms);
+        }
         let net = crate::net::NetConfig {
             latency_ns_min: 100_000,
             latency_ns_max: 500_000,
@@ -339,6 +359,8 @@ impl GeoWorld {
             order: self.next_step(session),
             ops: Vec::new(),
             outcome: Outcome::Unknown,
+            strong: false,
+            label: None,
         };
         OpenTx { node, id: tx, record, committing: false }
     }
@@ -439,11 +461,14 @@ impl GeoWorld {
         for dc in (0..self.shape.dcs()).filter(|dc| !self.failed.contains(dc)) {
             let engines: Vec<_> =
                 self.nodes_of(dc).into_iter().filter_map(|n| self.world.engine(n)).collect();
-            let mut snap = Vector { dcs: vec![u64::MAX; self.shape.dcs() as usize], strong: 0 };
+            let mut snap =
+                Vector { dcs: vec![u64::MAX; self.shape.dcs() as usize], strong: u64::MAX };
             for engine in &engines {
-                for (s, u) in snap.dcs.iter_mut().zip(&engine.status().uniform.dcs) {
+                let status = engine.status();
+                for (s, u) in snap.dcs.iter_mut().zip(&status.uniform.dcs) {
                     *s = (*s).min(*u);
                 }
+                snap.strong = snap.strong.min(status.stable.strong);
             }
             let mut objects = Vec::new();
             for engine in &engines {
@@ -453,7 +478,7 @@ impl GeoWorld {
                 }
             }
             objects.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-            out.push(h::FinalState { dc, objects });
+            out.push(h::FinalState { dc, objects, snap: Some(snap.flat()) });
         }
         out
     }
@@ -467,9 +492,11 @@ impl GeoWorld {
         // is whole: a committed one stands for itself, and an unknown one lends its
         // updates to the cluster's record, which proves it committed.
         let clients: BTreeMap<h::TxId, &ClientTx> = self.txs.iter().map(|t| (t.id, t)).collect();
+        let strong = watch.strong_committed();
         let committed = watch
             .committed
             .values()
+            .chain(&strong)
             .filter_map(|c| match clients.get(&c.id) {
                 Some(t) if matches!(t.outcome, Outcome::Committed { .. }) => None,
                 Some(t) => {
@@ -495,6 +522,7 @@ impl GeoWorld {
             syncs: self.syncs.clone(),
             stored: watch.stored.clone(),
             finals: if with_finals { self.finals() } else { Vec::new() },
+            conflicts: vec![(WITHDRAW.to_owned(), WITHDRAW.to_owned())],
         }
     }
 

@@ -657,6 +657,10 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_text(out, why);
         }
         KeelError::SessionExpired => put_u8(out, 10),
+        KeelError::Conflict(why) => {
+            put_u8(out, 11);
+            put_text(out, why);
+        }
     }
 }
 
@@ -683,6 +687,7 @@ fn read_error(reader: &mut Reader<'_>) -> Result<KeelError, PeerError> {
         8 => KeelError::NotAnInteger,
         9 => KeelError::InvalidArgument(read_text(reader, "invalid argument")?),
         10 => KeelError::SessionExpired,
+        11 => KeelError::Conflict(read_text(reader, "conflict")?),
         tag => return Err(CodecError::UnknownTag { what: "error", tag }.into()),
     };
     Ok(error)
@@ -818,6 +823,7 @@ pub(crate) mod strategies {
             Just(KeelError::NotAnInteger),
             text().prop_map(KeelError::InvalidArgument),
             Just(KeelError::SessionExpired),
+            text().prop_map(KeelError::Conflict),
         ]
     }
 

@@ -39,11 +39,6 @@ impl GeoEngine {
         if past.dcs[self.me.dc as usize] > ahead {
             return Err(refuse("the vector's entry for this data center is ahead of its clocks"));
         }
-        if past.strong != 0 {
-            return Err(refuse(
-                "strong transactions are not served yet: the strong entry must be 0",
-            ));
-        }
         Ok(())
     }
 
@@ -51,9 +46,19 @@ impl GeoEngine {
     /// session's past (per transaction: a session's vector never raises what other
     /// transactions see), the local one is the larger of the session's and the uniform
     /// one, the strong one the session's.
-    pub(crate) fn begin(&mut self, tag: RequestTag, session: u64, past: Vector) {
+    pub(crate) fn begin(
+        &mut self,
+        tag: RequestTag,
+        session: u64,
+        past: Vector,
+        strong: Option<Option<String>>,
+    ) {
         if let Err(e) = self.check_past(&past) {
             return self.reply(tag, Err(e));
+        }
+        if strong.is_some() && !self.config.strong {
+            let why = "this keyspace serves no strong transactions (its `strong` setting is off)";
+            return self.reply(tag, Err(refuse(why)));
         }
         if let Some(open) = self.coordinator.sessions.get(&session) {
             let e = refuse(format!("the session already has transaction {} open", open.seq));
@@ -75,6 +80,8 @@ impl GeoEngine {
             bytes: 0,
             pending: Pending::Idle,
             deadline,
+            strong,
+            keys: Default::default(),
         };
         self.coordinator.txs.insert(id, tx);
         self.coordinator.sessions.insert(session, id);
@@ -140,6 +147,7 @@ impl GeoEngine {
             return self.reply(tag, Err(e));
         }
         let read = self.coordinator.next_read;
+        let partition = self.partition_of(&key);
         let (ops_max, bytes_max) = (self.config.tx_ops_max, self.config.tx_bytes_max);
         let added = update.as_ref().map_or(0, |u| u.bytes() + key.len());
         let tx = match self.idle_tx(session, id) {
@@ -151,11 +159,14 @@ impl GeoEngine {
         }
         tx.ops += 1;
         tx.bytes += added;
+        if tx.strong.is_some() {
+            tx.keys.entry(partition).or_default().insert(key.clone());
+        }
         let snap = tx.snap.clone();
         tx.pending = Pending::Op { tag, read, key: key.clone(), kind, update };
         self.coordinator.next_read += 1;
         self.coordinator.reads.insert(read, id);
-        let to = self.replica(self.me.dc, self.partition_of(&key));
+        let to = self.replica(self.me.dc, partition);
         self.send(to, Body::GetVersion { read, key, kind, snap });
     }
 
@@ -206,6 +217,9 @@ impl GeoEngine {
             Ok(tx) => tx,
             Err(e) => return self.reply(tag, Err(e)),
         };
+        if tx.strong.is_some() {
+            return self.commit_strong(tag, id);
+        }
         if tx.writes.is_empty() {
             let vector = tx.snap.clone();
             self.close(id);
@@ -268,8 +282,11 @@ impl GeoEngine {
     }
 
     /// Forgets transaction `id`.
-    fn close(&mut self, id: super::super::types::TxId) {
+    pub(crate) fn close(&mut self, id: super::super::types::TxId) {
         if let Some(tx) = self.coordinator.txs.remove(&id) {
+            if matches!(tx.pending, Pending::Uniforming { .. }) {
+                self.coordinator.certify_waits.remove(&(tx.snap.dcs[self.me.dc as usize], id));
+            }
             self.coordinator.sessions.remove(&tx.session);
             self.coordinator.deadlines.remove(&(tx.deadline, id));
         }
@@ -304,7 +321,9 @@ impl GeoEngine {
                     let why = "a partition of this data center did not answer: its replica may be lost (docs/geo.md, Failures)";
                     Some((tag, KeelError::Unavailable(why.into())))
                 }
-                Pending::Committing { tag, .. } => tag.take().map(|tag| (tag, KeelError::Timeout)),
+                Pending::Committing { tag, .. }
+                | Pending::Uniforming { tag }
+                | Pending::Certifying { tag, .. } => tag.take().map(|tag| (tag, KeelError::Timeout)),
             };
             self.coordinator.deadlines.insert((tx.deadline, id));
             if let Some((tag, error)) = late {
@@ -332,7 +351,7 @@ impl GeoEngine {
     /// `ATTACH(past)` (1:51–52): answered once `uniform[i] ≥ past[i]` for every other
     /// data center `i`.
     pub(crate) fn attach(&mut self, tag: RequestTag, past: Vector) {
-        if past.dcs.len() != self.dcs || past.strong != 0 {
+        if past.dcs.len() != self.dcs {
             return self.reply(tag, Err(refuse("a vector of another keyspace's shape")));
         }
         match self.attach_unmet(&past) {
@@ -364,6 +383,7 @@ impl GeoEngine {
 
     /// Answers the barriers and attaches the uniform vector now satisfies.
     pub(crate) fn wake_syncs(&mut self) {
+        self.wake_certify();
         let d = self.me.dc as usize;
         let local = self.uniformity.uniform.dcs[d];
         while let Some(entry) = self.coordinator.barriers.first_entry() {

@@ -3,7 +3,9 @@
 //! sizes) runs on the server's peer task too; the stateful half (`check_peer`) checks the
 //! sender's place in the topology against what the bodies claim.
 
-use super::super::types::{Body, Message, Update, Vector, DCS_MAX};
+use super::super::types::{
+    Body, Candidate, Message, Record, Update, Vector, DCS_MAX, LABEL_MAX, PARTITIONS_MAX,
+};
 use super::GeoEngine;
 use keel_types::NodeId;
 
@@ -16,6 +18,22 @@ fn vector_ok(v: &Vector) -> bool {
     !v.dcs.is_empty() && v.dcs.len() <= DCS_MAX
 }
 
+/// A candidate's sizes: its vector, its lists, its label.
+fn candidate_ok(c: &Candidate) -> bool {
+    vector_ok(&c.snap)
+        && c.writes.len() <= WRITES_MAX
+        && c.keys.len() <= WRITES_MAX
+        && c.participants.len() <= PARTITIONS_MAX as usize
+        && c.label.as_ref().is_none_or(|l| !l.is_empty() && l.len() <= LABEL_MAX)
+}
+
+fn record_ok(r: &Record) -> bool {
+    match r {
+        Record::Vote { candidate, .. } => candidate_ok(candidate),
+        Record::Decide { .. } | Record::Promise { .. } => true,
+    }
+}
+
 fn body_ok(body: &Body) -> Result<(), &'static str> {
     let ok = match body {
         Body::GetVersion { snap, .. } | Body::Prepare { snap, .. } => vector_ok(snap),
@@ -25,7 +43,13 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         }
         Body::KnownLocal { known } => vector_ok(known),
         Body::Vectors { stable, known } => vector_ok(stable) && vector_ok(known),
-        Body::Version { .. } | Body::PrepareAck { .. } | Body::Heartbeat { .. } => true,
+        Body::Certify(c) => candidate_ok(c),
+        Body::Vote { participants, .. } => participants.len() <= PARTITIONS_MAX as usize,
+        Body::Append { records, .. } => records.len() <= BODIES_MAX && records.iter().all(record_ok),
+        Body::Version { .. }
+        | Body::PrepareAck { .. }
+        | Body::Heartbeat { .. }
+        | Body::Appended { .. } => true,
     };
     if ok {
         Ok(())
@@ -76,12 +100,56 @@ impl GeoEngine {
                     sibling && *origin != self.me.dc && (*origin as usize) < self.dcs
                 }
                 Body::Vectors { stable, known } => sibling && shape(stable) && shape(known),
+                Body::Certify(c) => {
+                    self.leads() && c.tx.node == from.0 && c.origin == peer.dc && self.candidate_fits(c)
+                }
+                Body::Vote { participants, .. } => {
+                    self.config.strong
+                        && peer.dc == self.config.leader_dc
+                        && self.participants_ok(participants)
+                        && participants.contains(&peer.partition)
+                }
+                Body::Append { records, .. } => {
+                    self.config.strong
+                        && sibling
+                        && peer.dc == self.config.leader_dc
+                        && records.iter().all(|r| match r {
+                            Record::Vote { candidate, .. } => self.candidate_fits(candidate),
+                            Record::Decide { .. } | Record::Promise { .. } => true,
+                        })
+                }
+                Body::Appended { .. } => sibling && self.leads(),
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");
             }
         }
         Ok(())
+    }
+
+    /// Whether participants are partitions of this keyspace, sorted, without repeats.
+    fn participants_ok(&self, participants: &[u32]) -> bool {
+        participants.iter().all(|&p| p < self.partitions)
+            && participants.windows(2).all(|w| w[0] < w[1])
+    }
+
+    /// Whether a candidate is this partition's part of a transaction of this keyspace:
+    /// its snapshot's shape, its keys and updates here, every update's key among its keys
+    /// (so that conflicts see it), and this partition among the participants.
+    fn candidate_fits(&self, c: &Candidate) -> bool {
+        let limits = &self.config.limits;
+        c.snap.dcs.len() == self.dcs
+            && (c.origin as usize) < self.dcs
+            && self.owns(&c.writes)
+            && c.keys.iter().all(|k| {
+                self.partition_of(k) == self.me.partition && limits.check_key(k).is_ok()
+            })
+            && {
+                let keys: std::collections::BTreeSet<&keel_types::Key> = c.keys.iter().collect();
+                c.writes.iter().all(|(k, _)| keys.contains(k))
+            }
+            && self.participants_ok(&c.participants)
+            && c.participants.contains(&self.me.partition)
     }
 
     /// Whether every update's key belongs to this partition and its value to the limits.

@@ -1,7 +1,7 @@
 //! `check_invariants`: what the engine's code relies on, checked after every step.
 
 use super::super::types::PARTITION_BITS;
-use super::GeoEngine;
+use super::{GeoEngine, Pending};
 
 impl GeoEngine {
     /// Panics if a rule of `docs/geo.md` (*Invariants*) is broken.
@@ -9,6 +9,7 @@ impl GeoEngine {
         self.check_partition();
         self.check_uniformity();
         self.check_coordinator();
+        self.check_certifier();
         for (peer, channel) in &self.channels {
             channel.check(*peer);
         }
@@ -75,6 +76,63 @@ impl GeoEngine {
         let d = self.me.dc as usize;
         if let Some(((need, _), _)) = c.barriers.first_key_value() {
             assert!(*need > self.uniformity.uniform.dcs[d], "a satisfied barrier still waits");
+        }
+        if let Some((need, _)) = c.certify_waits.first() {
+            assert!(*need > self.uniformity.uniform.dcs[d], "a satisfied certify wait");
+        }
+        let uniforming = c.txs.values().filter(|t| matches!(t.pending, Pending::Uniforming { .. }));
+        assert_eq!(uniforming.count(), c.certify_waits.len(), "certify waits out of step");
+        for (need, id) in &c.certify_waits {
+            let tx = c.txs.get(id).expect("a certify wait has its transaction");
+            assert!(matches!(tx.pending, Pending::Uniforming { .. }), "a wait not uniforming");
+            assert_eq!(tx.snap.dcs[d], *need, "a certify wait on another entry");
+            assert!(tx.strong.is_some(), "a causal transaction waits for certification");
+        }
+    }
+
+    /// The certification log, the delivery state and (on a leader) the ballots and the
+    /// conflict index.
+    fn check_certifier(&self) {
+        let c = &self.certifier;
+        let end = self.log_end();
+        assert!(c.base <= c.applied && c.applied <= c.durable && c.durable <= end, "log indexes");
+        assert_eq!(c.undecided.len(), c.undecided_ts.len(), "undecided index out of step");
+        for (ts, id) in &c.undecided_ts {
+            assert_eq!(c.undecided.get(id).map(|v| v.ts), Some(*ts), "undecided index entry");
+        }
+        let known = self.partition.known.strong;
+        if let Some((ts, _)) = c.undecided_ts.first() {
+            assert!(known < *ts, "known.strong reaches an undecided proposal");
+        }
+        if let Some(((ts, _), _)) = c.decided.first_key_value() {
+            assert!(*ts > known, "a committed transaction below known.strong undelivered");
+        }
+        assert!(known <= c.promise, "known.strong above the strong heartbeats");
+        if !self.leads() {
+            assert!(c.ballots.is_empty() && c.pending.is_empty(), "a sibling certifies");
+            assert!(c.committed.is_empty() && c.expiries.is_empty(), "a sibling certifies");
+            return;
+        }
+        assert!(c.durable >= c.applied, "the leader's durable index behind");
+        for i in (0..self.dcs).filter(|&i| i != self.me.dc as usize) {
+            assert!(c.acked[i] <= c.sent[i] && c.sent[i] <= end, "a sibling acked past the log");
+            assert!(c.told[i] <= c.durable, "a sibling told of more than is durable");
+        }
+        for (expiry, id) in &c.expiries {
+            let ballot = c.ballots.get(id).expect("an expiry has its ballot");
+            assert!(ballot.mine.is_none() && ballot.expiry == *expiry, "an expiry of a vote cast");
+        }
+        for (id, ballot) in &c.ballots {
+            if ballot.mine.is_none() {
+                assert!(c.expiries.contains(&(ballot.expiry, *id)), "a ballot without expiry");
+            }
+        }
+        for txs in c.pending.values() {
+            assert!(!txs.is_empty(), "an empty pending entry");
+            for id in txs.keys() {
+                let ballot = c.ballots.get(id).expect("a pending transaction has its ballot");
+                assert_eq!(ballot.mine.map(|m| m.0), Some(true), "pending without a commit vote");
+            }
         }
     }
 }

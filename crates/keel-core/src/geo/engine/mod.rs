@@ -8,17 +8,21 @@
 //! | `partition.rs` | the partition replica: the operation log, reads on a snapshot and their wait (1:18–25), prepare and commit (1:36–48), the known vector, geo-replication in timestamp order and heartbeats (2:1–18) | [`Partition`] |
 //! | `coordinator.rs` | client transactions: begin (1:1–8), operations (1:9–17), commit by two-phase commit in the data center (1:26–35), barriers and attaches (1:49–52), timeouts | [`Coordinator`] |
 //! | `uniform.rs` | the stable and uniform vectors (2:23–38), suspicion of failed data centers, forwarding (2:19–22), collection of remote transactions stored everywhere | [`Uniformity`] |
+//! | `certify.rs` | strong transactions (Algorithm 3, §6.3): the coordinator's barrier and certification, each partition's certification log replicated from its leader to a majority of data centers, the leader's votes and decisions, delivery in strong-timestamp order, strong heartbeats | [`Certifier`] |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
 use super::channel::Channel;
-use super::types::{Config, Counters, GeoReply, Kind, Member, Replicated, TxId, Update, Vector};
+use super::types::{
+    Config, Counters, GeoReply, Kind, Member, Record, Replicated, TxId, Update, Vector,
+};
 use crate::engine::{Outputs, RequestTag};
 use crate::time::Time;
 use keel_types::{Key, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod certify;
 mod coordinator;
 mod gate;
 mod invariants;
@@ -110,6 +114,10 @@ pub(crate) struct Tx {
     pub pending: Pending,
     /// When it is dropped if still open.
     pub deadline: Time,
+    /// A strong transaction's label (`Some(None)`: strong, unlabelled; `None`: causal).
+    pub strong: Option<Option<String>>,
+    /// The keys it read or updated, by partition (`rset`; kept for strong ones only).
+    pub keys: BTreeMap<u32, BTreeSet<Key>>,
 }
 
 /// What an open transaction waits for.
@@ -140,6 +148,21 @@ pub(crate) enum Pending {
         /// The commit vector so far.
         commit: Vector,
     },
+    /// A strong transaction's commit waits for its snapshot's local entry to be uniform
+    /// (3:2), indexed in `Coordinator::certify_waits`.
+    Uniforming {
+        /// The request to answer (`None`: answered already, outcome unknown).
+        tag: Option<RequestTag>,
+    },
+    /// A strong transaction waits for the participants' durable votes.
+    Certifying {
+        /// The request to answer (`None`: answered already, outcome unknown).
+        tag: Option<RequestTag>,
+        /// Participants yet to vote.
+        waiting: BTreeSet<u32>,
+        /// The largest proposed strong timestamp so far.
+        ts: u64,
+    },
 }
 
 /// The coordinator's state (`coordinator.rs`).
@@ -162,6 +185,85 @@ pub(crate) struct Coordinator {
     /// Attaches waiting, by the data center whose entry they wait on and the timestamp
     /// they need there; each with its whole vector.
     pub attaches: BTreeMap<(u32, u64, RequestTag), Vector>,
+    /// Strong transactions waiting for `uniform[d]` before certification, by the
+    /// timestamp they need.
+    pub certify_waits: BTreeSet<(u64, TxId)>,
+}
+
+/// A strong transaction delivered or to be delivered to this partition.
+#[derive(Clone, Debug)]
+pub(crate) struct Voted {
+    /// Its data center.
+    pub origin: u32,
+    /// Its proposed (while undecided) or final strong timestamp.
+    pub ts: u64,
+    /// Its snapshot.
+    pub snap: Vector,
+    /// Its updates of this partition.
+    pub writes: Vec<(Key, Update)>,
+}
+
+/// What a certification leader knows of one strong transaction it certifies, until it
+/// decides.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Ballot {
+    /// Every participant (known from the candidate or a vote).
+    pub participants: Vec<u32>,
+    /// The clock reading past which the transaction is aborted if undecided.
+    pub expiry: u64,
+    /// Durable votes received, by partition (this one's own once durable).
+    pub votes: BTreeMap<u32, (bool, u64)>,
+    /// This partition's vote, once cast (durable or not).
+    pub mine: Option<(bool, u64)>,
+    /// The candidate's label and keys here (for the conflict index), and whether it
+    /// updates (only then later transactions must see it).
+    pub label: Option<String>,
+    /// Its keys here.
+    pub keys: Vec<Key>,
+    /// Whether it updates some partition.
+    pub updates: bool,
+    /// Its snapshot.
+    pub snap: Vector,
+}
+
+/// One partition's certification (`certify.rs`): the replicated log and the delivery
+/// it drives, on every replica; the conflict index and the ballots, on the leader.
+#[derive(Debug, Default)]
+pub(crate) struct Certifier {
+    /// The log from index `base` on.
+    pub log: VecDeque<Record>,
+    /// The index of `log[0]`.
+    pub base: u64,
+    /// Records below this index are durable (at a majority of data centers).
+    pub durable: u64,
+    /// Records below this index have been applied to the delivery state.
+    pub applied: u64,
+    /// Delivery state: transactions voted to commit here, undecided, by id.
+    pub undecided: BTreeMap<TxId, Voted>,
+    /// Their proposed timestamps (the smallest holds delivery back).
+    pub undecided_ts: BTreeSet<(u64, TxId)>,
+    /// Committed transactions waiting for delivery, by final timestamp.
+    pub decided: BTreeMap<(u64, TxId), Voted>,
+    /// The largest strong heartbeat applied.
+    pub promise: u64,
+    /// Leader: per data center, the log length its sibling stores.
+    pub acked: Vec<u64>,
+    /// Leader: per data center, the log length sent to its sibling.
+    pub sent: Vec<u64>,
+    /// Leader: the durable index last told to each sibling.
+    pub told: Vec<u64>,
+    /// Leader: transactions certified here and not yet decided.
+    pub ballots: BTreeMap<TxId, Ballot>,
+    /// Leader: ballots with no vote of this partition yet, by expiry.
+    pub expiries: BTreeSet<(u64, TxId)>,
+    /// Leader: per key, the undecided updating transactions voted to commit here, with
+    /// their labels.
+    pub pending: BTreeMap<Key, BTreeMap<TxId, Option<String>>>,
+    /// Leader: per key and label, the join of the commit vectors of the committed
+    /// updating transactions (a snapshot includes them all iff it is above the join).
+    pub committed: BTreeMap<Key, BTreeMap<Option<String>, Vector>>,
+    /// Leader: the largest timestamp proposed or promised.
+    pub last_proposal: u64,
 }
 
 /// The uniformity tracker's state (`uniform.rs`).
@@ -203,6 +305,7 @@ pub struct GeoEngine {
     pub(crate) partition: Partition,
     pub(crate) coordinator: Coordinator,
     pub(crate) uniformity: Uniformity,
+    pub(crate) certifier: Certifier,
     /// Each peer's channel.
     pub(crate) channels: BTreeMap<NodeId, Channel>,
     /// Bodies this node sent itself, handled before the step ends.

@@ -123,7 +123,7 @@ impl GeoEngine {
     }
 
     /// The smallest timestamp of this partition above `floor`.
-    fn partition_ts_above(&self, floor: u64) -> u64 {
+    pub(crate) fn partition_ts_above(&self, floor: u64) -> u64 {
         let p = u64::from(self.me.partition);
         let candidate = (floor & !(TICK - 1)) | p;
         if candidate > floor {
@@ -173,7 +173,7 @@ impl GeoEngine {
     }
 
     /// Appends a committed transaction's updates to the operation log.
-    fn append(&mut self, tx: TxId, origin: u32, commit: &Arc<Vector>, writes: &[(Key, Update)]) {
+    pub(crate) fn append(&mut self, tx: TxId, origin: u32, commit: &Arc<Vector>, writes: &[(Key, Update)]) {
         for (key, update) in writes {
             let entry = LogEntry { tx, origin, commit: Arc::clone(commit), update: update.clone() };
             self.partition.log.entry((key.clone(), update.kind())).or_default().push(entry);
@@ -246,7 +246,7 @@ impl GeoEngine {
 
     /// Re-examines the reads that wait on a remote or strong entry (only a session's
     /// vector from a faster coordinator makes one).
-    fn wake_reads_on_remote(&mut self) {
+    pub(crate) fn wake_reads_on_remote(&mut self) {
         let waiting: Vec<(u64, u64)> =
             self.partition.waiting.range((u64::MAX, 0)..).map(|(k, _)| *k).collect();
         for key in waiting {

@@ -4,7 +4,7 @@ use super::super::types::{
     Body, Config, GeoOp, GeoReply, GeoRequest, GeoResult, Member, Message, Vector, DCS_MAX,
     PARTITIONS_MAX, PARTITION_BITS,
 };
-use super::{Coordinator, GeoEngine, Partition, Uniformity};
+use super::{Certifier, Coordinator, GeoEngine, Partition, Uniformity};
 use crate::engine::{BootError, ConfigError, Input, Outputs, RequestTag};
 use crate::time::Time;
 use keel_types::{KeelError, NoRecord, NodeId};
@@ -47,6 +47,9 @@ fn topology(config: &Config) -> Result<Topology, ConfigError> {
         .iter()
         .find(|m| m.node == config.node)
         .ok_or_else(|| bad("node", format!("{} is not a member", config.node)))?;
+    if config.leader_dc as usize >= dcs {
+        return Err(bad("leader_dc", format!("data center {}, of {dcs}", config.leader_dc)));
+    }
     let timers = [config.propagate_every, config.broadcast_every, config.retransmit];
     if timers.iter().any(|t| t.0 == 0) || config.tx_timeout.0 == 0 {
         return Err(bad("timers", "a period of zero".into()));
@@ -83,6 +86,12 @@ impl GeoEngine {
             forwarded: BTreeMap::new(),
         };
         let coordinator = Coordinator { next_tx: boot, ..Coordinator::default() };
+        let certifier = Certifier {
+            acked: vec![0; dcs],
+            sent: vec![0; dcs],
+            told: vec![0; dcs],
+            ..Certifier::default()
+        };
         Ok(GeoEngine {
             config,
             me,
@@ -94,6 +103,7 @@ impl GeoEngine {
             partition,
             coordinator,
             uniformity,
+            certifier,
             channels: BTreeMap::new(),
             loopback: Default::default(),
             next_propagate: now,
@@ -158,6 +168,9 @@ impl GeoEngine {
         self.drain_loopback();
         self.timers();
         self.drain_loopback();
+        if self.leads() {
+            self.replicate_log();
+        }
         self.flush(tick);
         self.out.wake_at = Some(self.wake_at());
         self.check_invariants();
@@ -249,6 +262,12 @@ impl GeoEngine {
             Body::Heartbeat { origin, ts } => self.heartbeat(origin, ts),
             Body::KnownLocal { known } => self.known_local(from, known),
             Body::Vectors { stable, known } => self.vectors(from, stable, known),
+            Body::Certify(candidate) => self.certify_here(*candidate),
+            Body::Vote { tx, ok, ts, participants, expiry } => {
+                self.vote_in(from, tx, ok, ts, participants, expiry)
+            }
+            Body::Append { first, records, durable } => self.append_in(first, records, durable),
+            Body::Appended { through } => self.appended(from, through),
         }
     }
 
@@ -261,7 +280,10 @@ impl GeoEngine {
             false => past,
         };
         match op {
-            GeoOp::Begin { past: p } => self.begin(tag, session, past(p)),
+            GeoOp::Begin { past: p } => self.begin(tag, session, past(p), None),
+            GeoOp::BeginStrong { past: p, label } => {
+                self.begin(tag, session, past(p), Some(label))
+            }
             GeoOp::Read { tx, key, kind } => self.operate(tag, session, tx, key, kind, None),
             GeoOp::Update { tx, key, update } => {
                 let kind = update.kind();
@@ -288,6 +310,12 @@ impl GeoEngine {
             self.broadcast();
             self.forward_for_suspected();
             self.collect();
+            if self.leads() {
+                self.promise();
+            }
+        }
+        if self.leads() {
+            self.expire_ballots();
         }
         self.expire_txs();
     }
@@ -315,6 +343,9 @@ impl GeoEngine {
         }
         if let Some(&(deadline, _)) = self.coordinator.deadlines.first() {
             at = at.min(deadline);
+        }
+        if let Some(&(expiry, _)) = self.certifier.expiries.first() {
+            at = at.min(self.time_of(expiry.saturating_add(1 << PARTITION_BITS)));
         }
         for channel in self.channels.values() {
             if let Some(resend) = channel.resend_at(self.config.retransmit) {
