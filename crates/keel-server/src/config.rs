@@ -475,21 +475,39 @@ impl KiteSettings {
     }
 }
 
-/// Test-only wide-area emulation, off by default (an empty map delays nothing).
+/// `[geo]`: strong transactions of geo keyspaces (`docs/geo.md`, *Strong transactions*),
+/// and test-only wide-area emulation; off by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GeoSettings {
-    /// One-way delay in milliseconds of every message from this node to the member
-    /// whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named get none.
-    /// Each message leaves no earlier than its enqueue time plus this delay, in order.
+    /// Whether geo keyspaces serve strong transactions. Every node of the keyspace must
+    /// say the same; the leaders' data center must then not fail (leader failover is not
+    /// built).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strong: bool,
+    /// The data center (a members' `dc` label) whose members lead certification
+    /// (default: the first label in byte order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_dc: Option<String>,
+    /// Pairs of strong transaction labels that conflict (`[["withdraw", "withdraw"]]`);
+    /// an unlabelled strong transaction conflicts with every strong transaction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<[String; 2]>,
+    /// Test only: one-way delay in milliseconds of every message from this node to the
+    /// member whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named
+    /// get none. Each message leaves no earlier than its enqueue time plus this delay, in
+    /// order.
     #[serde(default)]
     pub peer_delay_ms: BTreeMap<String, u64>,
 }
 
 impl GeoSettings {
-    /// Whether no delay is configured (the default; the section is then not written).
+    /// Whether nothing is configured (the default; the section is then not written).
     pub fn is_off(&self) -> bool {
         self.peer_delay_ms.values().all(|&ms| ms == 0)
+            && !self.strong
+            && self.leader_dc.is_none()
+            && self.conflicts.is_empty()
     }
 }
 
@@ -1242,6 +1260,17 @@ impl ServerConfig {
     /// Checks `geo.peer_delay_ms`: keys are other members' ids, delays at most
     /// [`PEER_DELAY_MS_MAX`].
     fn validate_geo(&self) -> Result<(), ConfigError> {
+        for (i, pair) in self.geo.conflicts.iter().enumerate() {
+            if pair.iter().any(|l| l.is_empty() || l.len() > keel_types::geo::LABEL_MAX) {
+                let why = format!("labels of 1 to {} bytes", keel_types::geo::LABEL_MAX);
+                return Err(invalid(&format!("geo.conflicts[{i}]"), why));
+            }
+        }
+        if let Some(dc) = &self.geo.leader_dc {
+            if self.members.iter().all(|m| m.dc.as_ref() != Some(dc)) {
+                return Err(invalid("geo.leader_dc", format!("no member has dc = {dc:?}")));
+            }
+        }
         for (key, &ms) in &self.geo.peer_delay_ms {
             let field = format!("geo.peer_delay_ms.{key}");
             let id: u32 = key.parse().map_err(|_| invalid(&field, "key is not a member id"))?;

@@ -307,6 +307,14 @@ fn geo_config(
     geo.wall_clock_origin_us = crate::driver::wall_clock_origin_ms().saturating_mul(1000);
     geo.limits = limits.clone();
     geo.unsafe_expose_non_uniform = config.testing.unsafe_geo_expose_non_uniform;
+    geo.strong = config.geo.strong;
+    if let Some(label) = &config.geo.leader_dc {
+        let dc = dcs.iter().position(|(l, _)| l == label);
+        geo.leader_dc = dc.ok_or_else(|| format!("no member has dc = {label:?}"))? as u32;
+    }
+    for [a, b] in &config.geo.conflicts {
+        geo.conflicts.declare(a, b);
+    }
     Ok(geo)
 }
 

@@ -2,8 +2,9 @@
 //! barrier and attach at another data center), the refusals that name the engine, a geo
 //! keyspace beside an ORCA one, and `keel example bank` end to end (with the emulated
 //! wide-area delays of `keel up --geo`) (concurrent deposits
-//! converge; a session finds what it observed after its data center is killed). The
-//! protocol itself is checked in the simulator (`keel sim run --engine geo`).
+//! converge; a session finds what it observed after its data center is killed), and
+//! strong withdrawals at every data center that never overdraw. The protocol itself is
+//! checked in the simulator (`keel sim run --engine geo`).
 
 mod common;
 
@@ -139,4 +140,77 @@ fn bank_deposits_converge_and_a_migrated_session_finds_what_it_saw() {
     assert_eq!(converged.len(), 6);
     assert!(converged.iter().all(|c| c["converged_ms"].is_u64()), "{report}");
     assert_eq!(report["migration"]["accounts_differing"], serde_json::json!([]), "{report}");
+}
+
+/// The geo keyspace beside ORCA, with strong transactions on and withdrawals conflicting.
+fn geo_strong(c: &mut keel_server::ServerConfig) {
+    geo_beside_orca(c);
+    c.geo.strong = true;
+    c.geo.conflicts = vec![["withdraw".into(), "withdraw".into()]];
+}
+
+/// `words` as one RESP command.
+fn command(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+    }
+    out
+}
+
+/// The balance `conn` reads in a causal transaction.
+fn balance(conn: &mut common::Conn) -> String {
+    assert_eq!(conn.call(&["KEEL.TX.BEGIN"]), "+OK");
+    let seen = conn.call(&["KEEL.TX.READ", "counter", "alice"]);
+    assert_eq!(conn.call(&["KEEL.TX.ABORT"]), "+OK");
+    seen
+}
+
+#[test]
+fn concurrent_strong_withdrawals_of_the_whole_balance_commit_once() {
+    let (cluster, _) = common::cluster("geo-strong", geo_strong);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let mut conns: Vec<common::Conn> = addrs.iter().map(|a| open_geo(*a)).collect();
+    // A causal deposit, made uniform, then seen at every data center.
+    assert_eq!(conns[0].call(&["KEEL.TX.BEGIN"]), "+OK");
+    assert_eq!(conns[0].call(&["INCRBY", "alice", "100"]), ":100");
+    assert!(conns[0].call(&["KEEL.TX.COMMIT"]).starts_with('*'));
+    for _ in 0..4 {
+        conns[0].line();
+    }
+    assert_eq!(conns[0].call(&["KEEL.BARRIER"]), "+OK");
+    for conn in &mut conns {
+        assert!(common::wait_until(common::CONVERGE_WAIT, || balance(conn) == ":100"));
+    }
+    // Each data center withdraws the whole balance, concurrently: exactly one commits.
+    for conn in &mut conns {
+        assert_eq!(conn.call(&["KEEL.TX.BEGIN", "STRONG", "LABEL", "withdraw"]), "+OK");
+        assert_eq!(conn.call(&["KEEL.TX.READ", "counter", "alice"]), ":100");
+        assert_eq!(conn.call(&["DECRBY", "alice", "100"]), ":0");
+    }
+    for conn in &mut conns {
+        conn.send(&command(&["KEEL.TX.COMMIT"]));
+    }
+    let mut committed = 0;
+    for conn in &mut conns {
+        let reply = conn.line();
+        if reply.starts_with('*') {
+            committed += 1;
+            let strong: Vec<String> = (0..4).map(|_| conn.line()).collect();
+            assert_ne!(strong[3], ":0\r\n", "a strong timestamp: {strong:?}");
+        } else {
+            assert!(reply.starts_with("-CONFLICT"), "{reply}");
+        }
+    }
+    assert_eq!(committed, 1, "exactly one withdrawal of the whole balance");
+    // Every data center comes to show the one withdrawal, and a retry now sees it.
+    for conn in &mut conns {
+        assert!(common::wait_until(common::CONVERGE_WAIT, || balance(conn) == ":0"));
+    }
+    let retry = &mut conns[2];
+    assert_eq!(retry.call(&["KEEL.TX.BEGIN", "STRONG", "LABEL", "withdraw"]), "+OK");
+    assert_eq!(retry.call(&["KEEL.TX.READ", "counter", "alice"]), ":0");
+    assert!(retry.call(&["KEEL.TX.COMMIT"]).starts_with('*'), "a read-only strong transaction");
+    common::finish(cluster);
 }

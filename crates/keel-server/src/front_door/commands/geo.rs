@@ -2,14 +2,17 @@
 //! transactions, the uniform barrier and attach, with the session's past vector kept by
 //! the connection.
 //!
-//! - `KEEL.TX.BEGIN [CAUSAL]`: opens a transaction on a snapshot that includes the
-//!   session's past; `+OK`.
+//! - `KEEL.TX.BEGIN [CAUSAL | STRONG [LABEL name]]`: opens a transaction on a snapshot
+//!   that includes the session's past; `+OK`. A strong one (with `[geo] strong = true`)
+//!   is certified at its commit against the strong transactions its label conflicts
+//!   with, and is answered `-CONFLICT ...` if it missed one.
 //! - inside it, reads and updates of the objects a key names, each answered at once:
 //!   `GET`/`SET` (a last-writer-wins register), `INCR`/`DECR`/`INCRBY`/`DECRBY` (a
 //!   counter; the reply is its value after), `SADD`/`SREM`/`SMEMBERS`/`SISMEMBER`/`SCARD`
 //!   (an add-wins set), `KEEL.TX.MAX key n` (a max register), `KEEL.TX.GADD key element`
 //!   (a grow-only set), `KEEL.TX.READ <register|counter|max|gset|set> key` (any object);
-//! - `KEEL.TX.COMMIT`: commits (never aborts) and answers the session's new past vector;
+//! - `KEEL.TX.COMMIT`: commits (a causal one never aborts) and answers the session's new
+//!   past vector;
 //!   `KEEL.TX.ABORT` drops the transaction;
 //! - `KEEL.BARRIER`: answers once everything the session observed is uniform (survives
 //!   the failure of any f data centers);
@@ -172,21 +175,29 @@ async fn send(conn: &mut Conn, op: GeoOp, category: Category) -> Result<GeoResul
     }
 }
 
-/// `KEEL.TX.BEGIN [CAUSAL]`.
+/// `KEEL.TX.BEGIN [CAUSAL | STRONG [LABEL name]]`.
 async fn begin(conn: &mut Conn, args: &[Bytes]) -> Result<Frame, Frame> {
-    match args {
-        [] => {}
-        [mode] if mode.eq_ignore_ascii_case(b"causal") => {}
-        [mode] if mode.eq_ignore_ascii_case(b"strong") => {
-            return Err(refuse("ERR strong transactions are not available yet: use CAUSAL"));
+    let word = |a: &Bytes, w: &[u8]| a.eq_ignore_ascii_case(w);
+    let strong = match args {
+        [] => None,
+        [mode] if word(mode, b"causal") => None,
+        [mode] if word(mode, b"strong") => Some(None),
+        [mode, label, name] if word(mode, b"strong") && word(label, b"label") => {
+            let name = std::str::from_utf8(name)
+                .map_err(|_| refuse("ERR a transaction label must be UTF-8"))?;
+            Some(Some(name.to_owned()))
         }
-        _ => return Err(refuse("ERR syntax error: KEEL.TX.BEGIN [CAUSAL]")),
-    }
+        _ => return Err(refuse("ERR syntax error: KEEL.TX.BEGIN [CAUSAL | STRONG [LABEL name]]")),
+    };
     if conn.geo.open.is_some() {
         return Err(refuse("ERR a transaction is already open: KEEL.TX.COMMIT or KEEL.TX.ABORT"));
     }
     let past = conn.geo.past.get(&conn.node.id).cloned().unwrap_or_default();
-    match send(conn, GeoOp::Begin { past }, Category::Read).await? {
+    let op = match strong {
+        None => GeoOp::Begin { past },
+        Some(label) => GeoOp::BeginStrong { past, label },
+    };
+    match send(conn, op, Category::Read).await? {
         GeoResult::Began { tx, .. } => {
             conn.geo.open = Some((conn.node.id, tx));
             Ok(Frame::ok())
