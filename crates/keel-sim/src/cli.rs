@@ -217,6 +217,11 @@ pub struct RunArgs {
     /// depends on a lost one, so it never becomes visible at the survivors).
     #[arg(long)]
     pub skip_strong_barrier: bool,
+    /// Negative control (`--engine geo`): strong delivery ignores undecided votes, so a
+    /// partition's strong entry passes a transaction not yet delivered there (caught by
+    /// `return-value`: a read on a snapshot that includes it misses its updates).
+    #[arg(long)]
+    pub deliver_early: bool,
 }
 
 /// `keel sim bench` arguments.

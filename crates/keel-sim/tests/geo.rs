@@ -16,6 +16,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         rejoin_empty: false,
         certify_all: false,
         skip_strong_barrier: false,
+        deliver_early: false,
         keep_history: false,
     }
 }
@@ -110,4 +111,12 @@ fn a_strong_commit_without_its_barrier_is_caught() {
     let runs: Vec<GeoReport> = (0..30).map(|seed| run_one(&control(seed))).collect();
     let failed = runs.iter().filter(|r| !r.passed()).count();
     assert!(failed >= 6, "the control failed only {failed} of 30 random seeds");
+}
+
+#[test]
+fn strong_delivery_past_an_undecided_vote_is_caught() {
+    let control = |seed| GeoRunConfig { deliver_early: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 6, "the control failed only {failed} of 20 random seeds");
 }

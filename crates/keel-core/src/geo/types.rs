@@ -106,6 +106,10 @@ pub struct Config {
     /// Negative control: certification commits every strong transaction, conflicting or
     /// not (`docs/geo.md`, *Controls*).
     pub unsafe_certify_all: bool,
+    /// Negative control: delivery ignores undecided votes, so a strong transaction can
+    /// be delivered, and `known.strong` pass it, before one with a smaller timestamp
+    /// (`docs/geo.md`, *Controls*).
+    pub unsafe_deliver_early: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -168,6 +172,7 @@ impl Config {
             conflicts: Conflicts::default(),
             unsafe_skip_strong_barrier: false,
             unsafe_certify_all: false,
+            unsafe_deliver_early: false,
         }
     }
 }

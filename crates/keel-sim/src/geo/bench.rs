@@ -116,6 +116,7 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         strong: false,
         certify_all: false,
         skip_strong_barrier: false,
+        deliver_early: false,
         propagate_ms: 0,
     };
     let mut rng = Rng::new(seed);

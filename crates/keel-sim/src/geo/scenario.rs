@@ -27,6 +27,8 @@ pub struct GeoRunConfig {
     pub certify_all: bool,
     /// Negative control: a strong commit skips its uniform barrier.
     pub skip_strong_barrier: bool,
+    /// Negative control: strong delivery ignores undecided votes.
+    pub deliver_early: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -175,7 +177,7 @@ struct Faults {
 /// Draws the cluster of a `general` run.
 fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
     let (expose, rejoin_empty) = (config.expose_non_uniform, config.rejoin_empty);
-    let controls_strong = config.certify_all || config.skip_strong_barrier;
+    let controls_strong = config.certify_all || config.skip_strong_barrier || config.deliver_early;
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
     let dcs = 2 * f + 1;
@@ -198,6 +200,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         strong: controls_strong || rng.chance(600_000),
         certify_all: config.certify_all,
         skip_strong_barrier: config.skip_strong_barrier,
+        deliver_early: config.deliver_early,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
     }

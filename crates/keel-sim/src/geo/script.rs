@@ -73,6 +73,7 @@ fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
         strong: false,
         certify_all: false,
         skip_strong_barrier: false,
+        deliver_early: false,
         propagate_ms: 0,
     };
     let world = GeoWorld::new(shape, rng.next_u64());

@@ -47,6 +47,8 @@ pub struct GeoShape {
     pub certify_all: bool,
     /// Negative control: a strong commit skips its uniform barrier.
     pub skip_strong_barrier: bool,
+    /// Negative control: strong delivery ignores undecided votes.
+    pub deliver_early: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
 }
@@ -158,6 +160,7 @@ impl GeoWorld {
         template.unsafe_rejoin_empty = shape.rejoin_empty;
         template.unsafe_certify_all = shape.certify_all;
         template.unsafe_skip_strong_barrier = shape.skip_strong_barrier;
+        template.unsafe_deliver_early = shape.deliver_early;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         if shape.propagate_ms > 0 {

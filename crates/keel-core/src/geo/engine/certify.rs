@@ -485,8 +485,12 @@ impl GeoEngine {
     /// `DELIVER_UPDATES` (3:4–8): the committed transactions below the watermark, in
     /// strong-timestamp order, into the operation log; `known.strong` to the watermark.
     fn deliver(&mut self) {
+        let early = self.config.unsafe_deliver_early;
         let c = &mut self.certifier;
-        let held = c.undecided_ts.first().map_or(u64::MAX, |&(ts, _)| ts - 1);
+        let held = match c.undecided_ts.first() {
+            Some(&(ts, _)) if !early => ts - 1,
+            _ => u64::MAX,
+        };
         let watermark = c.promise.min(held);
         let mut delivered = Vec::new();
         while let Some(entry) = c.decided.first_entry() {
