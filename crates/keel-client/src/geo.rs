@@ -31,6 +31,8 @@ pub struct GeoSession {
     node: usize,
     conn: Option<Connection>,
     past: Vec<u64>,
+    /// Whether the open transaction is strong (its commit waits on other data centers).
+    strong: bool,
 }
 
 impl Client {
@@ -38,7 +40,7 @@ impl Client {
     /// past.
     pub fn geo_session(self: &Arc<Client>, node: usize) -> GeoSession {
         assert!(node < self.config().nodes.len(), "node {node} is not configured");
-        GeoSession { client: self.clone(), node, conn: None, past: Vec::new() }
+        GeoSession { client: self.clone(), node, conn: None, past: Vec::new(), strong: false }
     }
 }
 
@@ -90,7 +92,24 @@ impl GeoSession {
     /// Opens a causal transaction on a snapshot that includes the session's past.
     pub async fn begin(&mut self) -> Result<(), ClientError> {
         let timeout = self.client.config().attempt_timeout;
+        self.strong = false;
         self.ok(&[b"KEEL.TX.BEGIN", b"CAUSAL"], timeout).await
+    }
+
+    /// Opens a strong transaction labelled `label` (`None`: it conflicts with every strong
+    /// transaction on a common key). Its commit fails with
+    /// [`keel_types::KeelError::Conflict`] if it missed a conflicting strong transaction:
+    /// run it again from here.
+    pub async fn begin_strong(&mut self, label: Option<&str>) -> Result<(), ClientError> {
+        let timeout = self.client.config().attempt_timeout;
+        self.strong = true;
+        match label {
+            Some(label) => {
+                let words: [&[u8]; 4] = [b"KEEL.TX.BEGIN", b"STRONG", b"LABEL", label.as_bytes()];
+                self.ok(&words, timeout).await
+            }
+            None => self.ok(&[b"KEEL.TX.BEGIN", b"STRONG"], timeout).await,
+        }
     }
 
     /// Reads `key`'s register in the open transaction (`None`: never set).
@@ -145,10 +164,14 @@ impl GeoSession {
         }
     }
 
-    /// Commits the open transaction (a causal commit never aborts); the session's past
-    /// vector after it.
+    /// Commits the open transaction (a causal commit never aborts; a strong one may fail
+    /// with a conflict); the session's past vector after it.
     pub async fn commit(&mut self) -> Result<Vec<u64>, ClientError> {
-        let frame = self.step(&[b"KEEL.TX.COMMIT"]).await?;
+        let frame = match std::mem::take(&mut self.strong) {
+            // Certified across data centers, after a barrier.
+            true => self.call(&[b"KEEL.TX.COMMIT"], SYNC_TIMEOUT).await?,
+            false => self.step(&[b"KEEL.TX.COMMIT"]).await?,
+        };
         self.past = vector(frame)?;
         Ok(self.past.clone())
     }

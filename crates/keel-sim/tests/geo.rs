@@ -120,3 +120,21 @@ fn strong_delivery_past_an_undecided_vote_is_caught() {
     let failed = runs.iter().filter(|r| !r.passed()).count();
     assert!(failed >= 6, "the control failed only {failed} of 20 random seeds");
 }
+
+#[test]
+fn the_strong_scripts_catch_their_controls() {
+    let trap =
+        |seed| GeoRunConfig { skip_strong_barrier: true, ..config("liveness-trap", seed, false) };
+    let stuck = (0..8)
+        .filter(|&seed| {
+            run_one(&trap(seed)).violations.iter().any(|v| v.contains("t3 aborted on every retry"))
+        })
+        .count();
+    assert!(stuck >= 2, "without the barrier t3 stayed aborted on only {stuck} of 8 seeds");
+    for seed in 0..2 {
+        let overdraft = GeoRunConfig { certify_all: true, ..config("overdraft", seed, false) };
+        let r = run_one(&overdraft);
+        assert!(r.counts.contains_key("conflict-order"), "{:?}", r.violations);
+        assert!(r.violations.iter().any(|v| v.contains("withdrawals of the whole balance")));
+    }
+}

@@ -371,7 +371,8 @@ fn causal_remote_transactions_are_visible_only_once_uniform() {
 fn barrier(kept: bool, barrier: bool) -> CausalHistory {
     let mut h =
         history(3, 1, vec![tx(id(0, 1), 1, 0, &Z, 10, vec![set("x", "w")], done(&[1, 0, 0, 0]))]);
-    h.syncs = vec![Sync { session: 1, dc: 0, past: vec![1, 0, 0, 0], barrier, at_ns: 20, order: 20 }];
+    h.syncs =
+        vec![Sync { session: 1, dc: 0, past: vec![1, 0, 0, 0], barrier, at_ns: 20, order: 20 }];
     h.failed = vec![0];
     let x = [("x", Kind::Register, reg("w"))];
     h.finals = finals(&[1, 2], if kept { &x } else { &[] });
@@ -413,7 +414,14 @@ fn causal_remote_visible_before_uniform_then_lost_after_a_barrier() {
         ],
     );
     h.stored = vec![Stored { dc: 0, origin: 0, through: 1, at_ns: 5 }];
-    h.syncs = vec![Sync { session: 2, dc: 1, past: vec![1, 0, 0, 0], barrier: true, at_ns: 20, order: 20 }];
+    h.syncs = vec![Sync {
+        session: 2,
+        dc: 1,
+        past: vec![1, 0, 0, 0],
+        barrier: true,
+        at_ns: 20,
+        order: 20,
+    }];
     h.failed = vec![0];
     h.finals = finals(&[1, 2], &[]);
     let report = assert_flags(&h, kind::LOST_AFTER_BARRIER);
@@ -464,14 +472,13 @@ fn causal_client_and_cluster_records_must_agree() {
     assert_flags(&h, kind::COMMITTED_MISMATCH);
     // An aborted transaction that committed.
     let mut h = alice_bob(100);
-    h.committed =
-        vec![Committed {
-            id: id(7, 7),
-            origin: 2,
-            commit: vec![0, 0, 1, 0],
-            writes: vec![],
-            strong: false,
-        }];
+    h.committed = vec![Committed {
+        id: id(7, 7),
+        origin: 2,
+        commit: vec![0, 0, 1, 0],
+        writes: vec![],
+        strong: false,
+    }];
     h.txs.push(tx(id(7, 7), 9, 2, &Z, 5, vec![], Outcome::Aborted));
     assert_flags(&h, kind::COMMITTED_MISMATCH);
 }
@@ -513,7 +520,14 @@ fn causal_sessions_move_through_attach() {
             ],
         );
         if let Some(past) = attach {
-            h.syncs.push(Sync { session: 1, dc: 0, past: past.to_vec(), barrier: true, at_ns: 15, order: 15 });
+            h.syncs.push(Sync {
+                session: 1,
+                dc: 0,
+                past: past.to_vec(),
+                barrier: true,
+                at_ns: 15,
+                order: 15,
+            });
             h.syncs.push(Sync {
                 session: 1,
                 dc: 1,
@@ -637,7 +651,11 @@ fn causal_a_committed_strong_transaction_survives_its_data_center() {
     h.txs[1].outcome = done(&[0, 9, 0, 0]);
     let snap = Some(vec![0, 9, 0, 0]);
     h.finals = (1..3)
-        .map(|dc| FinalState { dc, objects: vec![("x".into(), Kind::Register, reg("t"))], snap: snap.clone() })
+        .map(|dc| FinalState {
+            dc,
+            objects: vec![("x".into(), Kind::Register, reg("t"))],
+            snap: snap.clone(),
+        })
         .collect();
     let report = assert_flags(&h, kind::CONVERGENCE);
     assert!(
@@ -959,7 +977,8 @@ impl Store {
                 (k, kind, seen)
             })
             .collect();
-        self.h.finals = (0..3).map(|dc| FinalState { dc, objects: states.clone(), snap: None }).collect();
+        self.h.finals =
+            (0..3).map(|dc| FinalState { dc, objects: states.clone(), snap: None }).collect();
     }
 }
 

@@ -330,7 +330,10 @@ impl Cluster {
             .map(|&(node, session, tx)| {
                 let tag = RequestTag(self.next_tag);
                 self.next_tag += 1;
-                self.step(node, Input::Client(GeoRequest { tag, session, op: GeoOp::Commit { tx } }));
+                self.step(
+                    node,
+                    Input::Client(GeoRequest { tag, session, op: GeoOp::Commit { tx } }),
+                );
                 tag
             })
             .collect();
@@ -353,7 +356,10 @@ impl Cluster {
 }
 
 fn withdraw(amount: i64) -> Vec<(Key, Option<Update>, Kind)> {
-    vec![(key("acct"), None, Kind::Counter), (key("acct"), Some(Update::Add(-amount)), Kind::Counter)]
+    vec![
+        (key("acct"), None, Kind::Counter),
+        (key("acct"), Some(Update::Add(-amount)), Kind::Counter),
+    ]
 }
 
 #[test]
@@ -383,10 +389,8 @@ fn concurrent_conflicting_withdrawals_commit_one_and_deposits_all() {
     let d = c.strong_ops(NodeId(21), 3, Some("withdraw"), withdraw(100));
     let results = c.commit_all(&[(NodeId(1), 1, a), (NodeId(11), 2, b), (NodeId(21), 3, d)]);
     let committed = results.iter().filter(|r| r.is_ok()).count();
-    let conflicts = results
-        .iter()
-        .filter(|r| matches!(r, Err(keel_types::KeelError::Conflict(_))))
-        .count();
+    let conflicts =
+        results.iter().filter(|r| matches!(r, Err(keel_types::KeelError::Conflict(_)))).count();
     assert_eq!((committed, conflicts), (1, 2), "{results:?}");
     // Deposits do not conflict: all commit, concurrently.
     let deposits: Vec<(NodeId, u64, TxId)> = (0..3u32)

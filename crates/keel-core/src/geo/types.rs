@@ -410,6 +410,9 @@ pub struct Counters {
     /// Strong transactions that waited for their snapshot to be uniform.
     #[serde(default)]
     pub strong_barriers_waited: u64,
+    /// Strong transactions sent to certification (as coordinator).
+    #[serde(default)]
+    pub certifying: u64,
     /// Votes this replica cast as a certification leader.
     #[serde(default)]
     pub votes: u64,

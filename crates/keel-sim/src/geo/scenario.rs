@@ -294,8 +294,8 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
     isolations.sort_by_key(|(at, _)| *at);
     // A replica restarts in half the runs (every run of the control): it crashes, comes
     // back a little later, and (unless the control) stays failed.
-    let restart =
-        (shape.rejoin_empty || (!aimed && !strong_then_fail && rng.chance(500_000))).then(|| {
+    let restart = (shape.rejoin_empty || (!aimed && !strong_then_fail && rng.chance(500_000)))
+        .then(|| {
             let at = rng.range(1_000_000_000, RUN_NS - 2_000_000_000);
             let back = at + rng.range(100_000_000, 2_000_000_000);
             let dc = rng.below(u64::from(shape.dcs())) as u32;
@@ -509,9 +509,11 @@ fn answered(
         (Waiting::Commit, GeoResult::Committed { vector }) => {
             let open = s.open.take().expect("a commit of an open transaction");
             let strong = open.record.strong;
-            let open_updates = open.record.ops.iter().any(|op| {
-                matches!(op, keel_check::causal::history::TxOp::Update { .. })
-            });
+            let open_updates = open
+                .record
+                .ops
+                .iter()
+                .any(|op| matches!(op, keel_check::causal::history::TxOp::Update { .. }));
             world.close(open, Outcome::Committed { vector: super::sim::history_vector(&vector) });
             s.past = vector;
             if strong {

@@ -1,11 +1,12 @@
-//! The digest's test scenarios for the causal half, scripted (`docs/geo.md`, *Testing*):
+//! The digest's test scenarios, scripted (`docs/geo.md`, *Testing*):
 //! each builds a cluster, drives sessions through one situation, checks what the scenario
 //! promises, and puts the run's history through the causal checker as every run does.
 //! The seed still draws the network's jitter, loss and the clocks.
 
 use super::scenario::{finish, GeoReport, GeoRunConfig};
-use super::world::{GeoShape, GeoWorld};
+use super::world::{GeoShape, GeoWorld, OpenTx, WITHDRAW};
 use crate::rng::Rng;
+use keel_check::causal::history::Outcome;
 use keel_core::geo::{GeoOp, GeoResult, Kind, Object, Update, Vector};
 use keel_types::{Key, NodeId};
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 pub type Script = fn(&GeoRunConfig) -> GeoReport;
 
 /// Every scripted scenario, by name (the digest's numbers in `docs/geo.md`).
-pub static SCRIPTS: [(&str, Script); 12] = [
+pub static SCRIPTS: [(&str, Script); 14] = [
     ("causality", causality),
     ("atomic", atomic),
     ("sessions", sessions),
@@ -27,6 +28,8 @@ pub static SCRIPTS: [(&str, Script); 12] = [
     ("skew", skew),
     ("f-failures", f_failures),
     ("collection", collection),
+    ("overdraft", overdraft),
+    ("liveness-trap", liveness_trap),
 ];
 
 /// Runs every scripted scenario on `config`'s seed; the first failure's report, else the
@@ -52,6 +55,16 @@ pub fn run_named(name: &str, config: &GeoRunConfig) -> GeoReport {
 /// A cluster of `2f + 1` data centers of `partitions` replicas, wide-area delays of 20 to
 /// 80 ms drawn from the seed, a little loss and jitter.
 fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
+    cluster_with(config, f, partitions, |_| {})
+}
+
+/// [`cluster`], its shape adjusted by `tweak` first.
+fn cluster_with(
+    config: &GeoRunConfig,
+    f: u32,
+    partitions: u32,
+    tweak: impl Fn(&mut GeoShape),
+) -> (GeoWorld, Rng) {
     let mut rng = Rng::new(config.seed);
     let dcs = 2 * f + 1;
     let mut wan_ns = BTreeMap::new();
@@ -76,6 +89,8 @@ fn cluster(config: &GeoRunConfig, f: u32, partitions: u32) -> (GeoWorld, Rng) {
         deliver_early: false,
         propagate_ms: 0,
     };
+    let mut shape = shape;
+    tweak(&mut shape);
     let world = GeoWorld::new(shape, rng.next_u64());
     (world, rng)
 }
@@ -526,5 +541,177 @@ fn collection(config: &GeoRunConfig) -> GeoReport {
         problems.push("transactions forgotten that a data center never stored".into());
     }
     world.reach("script-collection");
+    end(world, config, problems)
+}
+
+/// A strong transaction labelled `label` at `at` for `session` from `past`, its `ops` run
+/// and recorded; `None` if a reply never came.
+fn strong_ops(
+    world: &mut GeoWorld,
+    at: NodeId,
+    session: u64,
+    past: &Vector,
+    label: Option<&str>,
+    ops: &[(Key, Option<Update>, Kind)],
+) -> Option<OpenTx> {
+    const WITHIN: u64 = 20_000_000_000;
+    let label = label.map(str::to_owned);
+    let begin = GeoOp::BeginStrong { past: past.clone(), label: label.clone() };
+    let Some(GeoResult::Began { tx, snap }) = world.call(at, session, begin, WITHIN) else {
+        return None;
+    };
+    let mut open = world.began(at, session, past, tx, &snap);
+    open.record.strong = true;
+    open.record.label = label;
+    for (key, update, kind) in ops {
+        let op = match update {
+            Some(update) => GeoOp::Update { tx, key: key.clone(), update: update.clone() },
+            None => GeoOp::Read { tx, key: key.clone(), kind: *kind },
+        };
+        let Some(GeoResult::Object(object)) = world.call(at, session, op, WITHIN) else {
+            world.close(open, Outcome::Aborted);
+            return None;
+        };
+        GeoWorld::record_op(&mut open, key, update.as_ref(), *kind, &object);
+    }
+    Some(open)
+}
+
+/// Sends the commits of `open` (each at its node, for its session) at once, runs until
+/// each is answered or `within_ns` passes, and closes their records: committed, aborted
+/// (a conflict) or unknown. Each one's commit vector, if it committed.
+fn commit_all(world: &mut GeoWorld, open: Vec<OpenTx>, within_ns: u64) -> Vec<Option<Vector>> {
+    let tags: Vec<_> = open
+        .iter()
+        .map(|o| world.submit(o.node, o.record.session, GeoOp::Commit { tx: o.id }))
+        .collect();
+    let until = world.now() + within_ns;
+    while tags.iter().any(|t| !world.replies.contains_key(t)) && world.step_until(until) {}
+    open.into_iter()
+        .zip(tags)
+        .map(|(mut o, tag)| {
+            o.committing = true;
+            match world.replies.remove(&tag).map(|(_, r)| r.result) {
+                Some(Ok(GeoResult::Committed { vector })) => {
+                    let flat = super::sim::history_vector(&vector);
+                    world.close(o, Outcome::Committed { vector: flat });
+                    Some(vector)
+                }
+                Some(Err(keel_types::KeelError::Conflict(_))) => {
+                    world.close(o, Outcome::Aborted);
+                    None
+                }
+                _ => {
+                    world.close(o, Outcome::Unknown);
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Strong transactions on, withdrawals conflicting with each other.
+fn strong_cluster(config: &GeoRunConfig, partitions: u32, propagate_ms: u64) -> (GeoWorld, Rng) {
+    cluster_with(config, 1, partitions, |shape| {
+        shape.strong = true;
+        shape.skip_strong_barrier = config.skip_strong_barrier;
+        shape.certify_all = config.certify_all;
+        shape.propagate_ms = propagate_ms;
+    })
+}
+
+/// Scenario 4: the overdraft. A balance of 100, made uniform; a withdrawal of the whole
+/// balance at each data center, strong and conflicting, all committed at once while a data
+/// center (not the leaders') fails: at most one commits, and the balance never goes below
+/// zero. The same withdrawals as causal transactions both commit (the label matters).
+fn overdraft(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster(config, 2, 0);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    let deposit = [write("alice", Update::Add(100))];
+    let (past, _) = world.tx(node(&world, 0, 0), 1, &zero, &deposit).expect("the deposit");
+    world.call(node(&world, 0, 0), 1, GeoOp::Barrier { past: past.clone() }, 10_000_000_000);
+    world.synced(1, 0, &past, true);
+    let balance = [read("alice", Kind::Counter)];
+    for dc in 0..3 {
+        let at = node(&world, dc, 1);
+        let seen = |s: &[Object]| s[0] == Object::Counter(100);
+        if !eventually(&mut world, at, 10 + u64::from(dc), &balance, 5_000_000_000, seen) {
+            problems.push(format!("data center {dc} never showed the deposit"));
+        }
+    }
+    let withdraw = [read("alice", Kind::Counter), write("alice", Update::Add(-100))];
+    let open: Vec<OpenTx> = (0..3u32)
+        .filter_map(|dc| {
+            let at = node(&world, dc, 0);
+            strong_ops(&mut world, at, 20 + u64::from(dc), &zero, Some(WITHDRAW), &withdraw)
+        })
+        .collect();
+    let tags: Vec<_> = open.iter().map(|o| o.id).collect();
+    world.fail_dc(2);
+    let committed = commit_all(&mut world, open, 10_000_000_000);
+    let n = committed.iter().filter(|c| c.is_some()).count();
+    if n > 1 {
+        problems.push(format!("{n} of {} withdrawals of the whole balance committed", tags.len()));
+    }
+    let settled = |s: &[Object]| matches!(s[0], Object::Counter(b) if b >= 0);
+    let at = node(&world, 1, 1);
+    if !eventually(&mut world, at, 30, &balance, 1_000_000_000, settled) {
+        problems.push("the balance went below zero".into());
+    }
+    // As causal transactions, two withdrawals at two data centers both commit.
+    let causal: Vec<bool> = (0..2u32)
+        .map(|dc| world.tx(node(&world, dc, 0), 40 + u64::from(dc), &zero, &withdraw).is_some())
+        .collect();
+    if causal != [true, true] {
+        problems.push(format!("causal withdrawals did not both commit: {causal:?}"));
+    }
+    world.reach("script-overdraft");
+    end(world, config, problems)
+}
+
+/// Scenario 7 (Figure 2): t1 causal, then t2 strong on t1's key, at data center 1, which
+/// fails as soon as the leader voted on t2. t2 could commit only once t1 was uniform;
+/// a later strong t3 at data center 2 that conflicts with t2 commits after retries.
+/// With the barrier skipped (`--skip-strong-barrier`), t2 commits on a t1 that dies with
+/// data center 1, and t3 aborts for ever. One partition per data center (t2 runs on its
+/// coordinator's own partition, at once) and replication batched over 500 ms, so t1 has
+/// seldom left data center 1 when it fails.
+fn liveness_trap(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster(config, 1, 500);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    let d1 = node(&world, 1, 0);
+    // Links up and vectors exchanged first.
+    world.run_until(1_000_000_000);
+    let (past, _) = world.tx(d1, 1, &zero, &[write("x", Update::Add(1))]).expect("t1");
+    let t2_ops = [read("x", Kind::Counter), write("y", Update::Add(1))];
+    let t2 = strong_ops(&mut world, d1, 1, &past, None, &t2_ops).expect("t2 runs");
+    // Data center 1 fails once the leader voted on t2: in flight, t2's certification
+    // reached the leaders' data center.
+    let leader = node(&world, 0, 0);
+    let votes = |w: &GeoWorld| w.world.engine(leader).expect("up").status().counters.votes;
+    let before = votes(&world);
+    world.submit(t2.node, 1, GeoOp::Commit { tx: t2.id });
+    let until = world.now() + 5_000_000_000;
+    while votes(&world) == before && world.step_until(until) {}
+    world.close(OpenTx { committing: true, ..t2 }, Outcome::Unknown);
+    world.fail_dc(1);
+    let d3 = node(&world, 2, 0);
+    let t3_ops = [read("y", Kind::Counter), write("y", Update::Add(10))];
+    let mut committed = false;
+    for attempt in 0..50u64 {
+        let Some(t3) = strong_ops(&mut world, d3, 2, &zero, None, &t3_ops) else { continue };
+        if commit_all(&mut world, vec![t3], 10_000_000_000)[0].is_some() {
+            committed = true;
+            break;
+        }
+        let next = world.now() + 100_000_000 * (1 + attempt.min(5));
+        world.run_until(next);
+    }
+    if !committed {
+        problems.push("t3 aborted on every retry for 10 s and more".into());
+    }
+    world.reach("script-liveness-trap");
     end(world, config, problems)
 }

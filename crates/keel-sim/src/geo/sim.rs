@@ -8,8 +8,7 @@ use crate::invariants::Violation;
 use keel_check::causal::history::{Committed, Stored};
 use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::geo::{
-    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, Record, TxId, Update,
-    Vector,
+    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, Record, TxId, Update, Vector,
 };
 use keel_types::{LogIndex, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};

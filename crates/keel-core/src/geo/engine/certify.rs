@@ -78,6 +78,7 @@ impl GeoEngine {
         let timeout_us = self.config.tx_timeout.0 / 1_000;
         let expiry = self.clock().saturating_add(timeout_us << PARTITION_BITS);
         let (origin, leader_dc) = (self.me.dc, self.config.leader_dc);
+        self.counters.certifying += 1;
         let tx = self.coordinator.txs.get_mut(&id).expect("certifying an open transaction");
         let participants: Vec<u32> = tx.keys.keys().copied().collect();
         tx.pending =
@@ -193,11 +194,8 @@ impl GeoEngine {
             return;
         }
         let clock = self.clock();
-        let told_abort = self
-            .certifier
-            .ballots
-            .get(&id)
-            .is_some_and(|b| b.votes.values().any(|(ok, _)| !ok));
+        let told_abort =
+            self.certifier.ballots.get(&id).is_some_and(|b| b.votes.values().any(|(ok, _)| !ok));
         let ok = !told_abort
             && clock <= candidate.expiry
             && (self.config.unsafe_certify_all || !self.conflicts(&candidate));
@@ -230,11 +228,12 @@ impl GeoEngine {
         candidate.keys.iter().any(|key| {
             let pending = self.certifier.pending.get(key).into_iter().flatten();
             let committed = self.certifier.committed.get(key).into_iter().flatten();
-            pending.into_iter().any(|(tx, other)| {
-                *tx != candidate.tx && rel.conflict(label, other.as_deref())
-            }) || committed.into_iter().any(|(other, joined)| {
-                rel.conflict(label, other.as_deref()) && !joined.le(&candidate.snap)
-            })
+            pending
+                .into_iter()
+                .any(|(tx, other)| *tx != candidate.tx && rel.conflict(label, other.as_deref()))
+                || committed.into_iter().any(|(other, joined)| {
+                    rel.conflict(label, other.as_deref()) && !joined.le(&candidate.snap)
+                })
         })
     }
 

@@ -323,7 +323,9 @@ impl GeoEngine {
                 }
                 Pending::Committing { tag, .. }
                 | Pending::Uniforming { tag }
-                | Pending::Certifying { tag, .. } => tag.take().map(|tag| (tag, KeelError::Timeout)),
+                | Pending::Certifying { tag, .. } => {
+                    tag.take().map(|tag| (tag, KeelError::Timeout))
+                }
             };
             self.coordinator.deadlines.insert((tx.deadline, id));
             if let Some((tag, error)) = late {

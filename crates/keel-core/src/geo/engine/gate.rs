@@ -45,7 +45,9 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         Body::Vectors { stable, known } => vector_ok(stable) && vector_ok(known),
         Body::Certify(c) => candidate_ok(c),
         Body::Vote { participants, .. } => participants.len() <= PARTITIONS_MAX as usize,
-        Body::Append { records, .. } => records.len() <= BODIES_MAX && records.iter().all(record_ok),
+        Body::Append { records, .. } => {
+            records.len() <= BODIES_MAX && records.iter().all(record_ok)
+        }
         Body::Version { .. }
         | Body::PrepareAck { .. }
         | Body::Heartbeat { .. }
@@ -101,7 +103,10 @@ impl GeoEngine {
                 }
                 Body::Vectors { stable, known } => sibling && shape(stable) && shape(known),
                 Body::Certify(c) => {
-                    self.leads() && c.tx.node == from.0 && c.origin == peer.dc && self.candidate_fits(c)
+                    self.leads()
+                        && c.tx.node == from.0
+                        && c.origin == peer.dc
+                        && self.candidate_fits(c)
                 }
                 Body::Vote { participants, .. } => {
                     self.config.strong
@@ -141,9 +146,9 @@ impl GeoEngine {
         c.snap.dcs.len() == self.dcs
             && (c.origin as usize) < self.dcs
             && self.owns(&c.writes)
-            && c.keys.iter().all(|k| {
-                self.partition_of(k) == self.me.partition && limits.check_key(k).is_ok()
-            })
+            && c.keys
+                .iter()
+                .all(|k| self.partition_of(k) == self.me.partition && limits.check_key(k).is_ok())
             && {
                 let keys: std::collections::BTreeSet<&keel_types::Key> = c.keys.iter().collect();
                 c.writes.iter().all(|(k, _)| keys.contains(k))

@@ -173,7 +173,13 @@ impl GeoEngine {
     }
 
     /// Appends a committed transaction's updates to the operation log.
-    pub(crate) fn append(&mut self, tx: TxId, origin: u32, commit: &Arc<Vector>, writes: &[(Key, Update)]) {
+    pub(crate) fn append(
+        &mut self,
+        tx: TxId,
+        origin: u32,
+        commit: &Arc<Vector>,
+        writes: &[(Key, Update)],
+    ) {
         for (key, update) in writes {
             let entry = LogEntry { tx, origin, commit: Arc::clone(commit), update: update.clone() };
             self.partition.log.entry((key.clone(), update.kind())).or_default().push(entry);

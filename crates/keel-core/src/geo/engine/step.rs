@@ -281,9 +281,7 @@ impl GeoEngine {
         };
         match op {
             GeoOp::Begin { past: p } => self.begin(tag, session, past(p), None),
-            GeoOp::BeginStrong { past: p, label } => {
-                self.begin(tag, session, past(p), Some(label))
-            }
+            GeoOp::BeginStrong { past: p, label } => self.begin(tag, session, past(p), Some(label)),
             GeoOp::Read { tx, key, kind } => self.operate(tag, session, tx, key, kind, None),
             GeoOp::Update { tx, key, update } => {
                 let kind = update.kind();
