@@ -428,3 +428,22 @@ fn a_retry_after_a_conflict_commits_once_it_sees_the_winner() {
     let (_, seen) = c.tx(NodeId(2), 9, &Vector::zero(3), vec![(key("acct"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(-20)]);
 }
+
+#[test]
+fn the_gate_refuses_a_commit_without_a_strong_timestamp() {
+    use super::types::{Body, Message, Record};
+    let message =
+        |body: Body| Message { boot: 1, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] };
+    let tx = TxId { node: 1, seq: 1 };
+    let vote = |ok, ts| Body::Vote { tx, ok, ts, participants: vec![0], expiry: 9 };
+    assert!(GeoEngine::check_message(&message(vote(true, 0))).is_err());
+    assert!(GeoEngine::check_message(&message(vote(false, 0))).is_ok());
+    assert!(GeoEngine::check_message(&message(vote(true, 7))).is_ok());
+    let append = |commit, ts| Body::Append {
+        first: 0,
+        records: vec![Record::Decide { tx, commit, ts }],
+        durable: 1,
+    };
+    assert!(GeoEngine::check_message(&message(append(true, 0))).is_err());
+    assert!(GeoEngine::check_message(&message(append(false, 0))).is_ok());
+}

@@ -119,11 +119,20 @@ impl GeoEngine {
         }
         let tag = *tag;
         let mut vector = tx.snap.clone();
+        let broken = ok && !tx.writes.is_empty() && *top <= vector.strong;
         if ok && !tx.writes.is_empty() {
-            assert!(*top > vector.strong, "a strong timestamp not above the snapshot's");
             vector.strong = *top;
         }
         self.close(id);
+        if broken {
+            // A leader proposed no timestamp above the snapshot: it broke the protocol,
+            // and what its partition decided is not known here.
+            self.counters.rejected += 1;
+            if let Some(tag) = tag {
+                self.reply(tag, Err(KeelError::Timeout));
+            }
+            return;
+        }
         let result = if ok {
             self.counters.strong_committed += 1;
             Ok(GeoResult::Committed { vector })
@@ -472,7 +481,10 @@ impl GeoEngine {
                 if let Some(voted) = c.undecided.remove(&tx) {
                     c.undecided_ts.remove(&(voted.ts, tx));
                     if commit {
-                        assert!(ts >= voted.ts, "a strong timestamp below this partition's");
+                        // A decision is at the largest proposal, this partition's
+                        // included: a leader that says otherwise broke the protocol, and
+                        // the transaction goes at its proposal here.
+                        let ts = ts.max(voted.ts);
                         c.decided.insert((ts, tx), Voted { ts, ..voted });
                     }
                 }
@@ -487,7 +499,7 @@ impl GeoEngine {
         let early = self.config.unsafe_deliver_early;
         let c = &mut self.certifier;
         let held = match c.undecided_ts.first() {
-            Some(&(ts, _)) if !early => ts - 1,
+            Some(&(ts, _)) if !early => ts.saturating_sub(1),
             _ => u64::MAX,
         };
         let watermark = c.promise.min(held);

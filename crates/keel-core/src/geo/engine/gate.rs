@@ -29,8 +29,10 @@ fn candidate_ok(c: &Candidate) -> bool {
 
 fn record_ok(r: &Record) -> bool {
     match r {
-        Record::Vote { candidate, .. } => candidate_ok(candidate),
-        Record::Decide { .. } | Record::Promise { .. } => true,
+        // A commit's strong timestamp is above its snapshot's, so never 0.
+        Record::Vote { candidate, ok, ts } => candidate_ok(candidate) && (!ok || *ts > 0),
+        Record::Decide { commit, ts, .. } => !commit || *ts > 0,
+        Record::Promise { .. } => true,
     }
 }
 
@@ -44,7 +46,9 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         Body::KnownLocal { known } => vector_ok(known),
         Body::Vectors { stable, known } => vector_ok(stable) && vector_ok(known),
         Body::Certify(c) => candidate_ok(c),
-        Body::Vote { participants, .. } => participants.len() <= PARTITIONS_MAX as usize,
+        Body::Vote { participants, ok, ts, .. } => {
+            participants.len() <= PARTITIONS_MAX as usize && (!ok || *ts > 0)
+        }
         Body::Append { records, .. } => {
             records.len() <= BODIES_MAX && records.iter().all(record_ok)
         }
