@@ -554,27 +554,8 @@ fn strong_ops(
     label: Option<&str>,
     ops: &[(Key, Option<Update>, Kind)],
 ) -> Option<OpenTx> {
-    const WITHIN: u64 = 20_000_000_000;
-    let label = label.map(str::to_owned);
-    let begin = GeoOp::BeginStrong { past: past.clone(), label: label.clone() };
-    let Some(GeoResult::Began { tx, snap }) = world.call(at, session, begin, WITHIN) else {
-        return None;
-    };
-    let mut open = world.began(at, session, past, tx, &snap);
-    open.record.strong = true;
-    open.record.label = label;
-    for (key, update, kind) in ops {
-        let op = match update {
-            Some(update) => GeoOp::Update { tx, key: key.clone(), update: update.clone() },
-            None => GeoOp::Read { tx, key: key.clone(), kind: *kind },
-        };
-        let Some(GeoResult::Object(object)) = world.call(at, session, op, WITHIN) else {
-            world.close(open, Outcome::Aborted);
-            return None;
-        };
-        GeoWorld::record_op(&mut open, key, update.as_ref(), *kind, &object);
-    }
-    Some(open)
+    let strong = Some(label.map(str::to_owned));
+    world.open_tx(at, session, past, strong, ops).map(|(open, _)| open)
 }
 
 /// Sends the commits of `open` (each at its node, for its session) at once, runs until

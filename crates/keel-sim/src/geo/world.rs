@@ -415,12 +415,46 @@ impl GeoWorld {
         ops: &[(Key, Option<Update>, Kind)],
     ) -> Option<(Vector, Vec<Object>)> {
         const WITHIN: u64 = 20_000_000_000;
-        let Some(GeoResult::Began { tx, snap }) =
-            self.call(node, session, GeoOp::Begin { past: past.clone() }, WITHIN)
-        else {
+        let (mut open, objects) = self.open_tx(node, session, past, None, ops)?;
+        let tx = open.id;
+        open.committing = true;
+        match self.call(node, session, GeoOp::Commit { tx }, WITHIN) {
+            Some(GeoResult::Committed { vector }) => {
+                self.close(open, Outcome::Committed { vector: history_vector(&vector) });
+                Some((vector, objects))
+            }
+            _ => {
+                self.close(open, Outcome::Unknown);
+                None
+            }
+        }
+    }
+
+    /// Begins a transaction for `session` at `node` from `past` (strong with its label
+    /// when `strong` is `Some`) and runs `ops`, recording them: the open record and each
+    /// operation's object; `None` if some reply never came (the record is then closed
+    /// as aborted).
+    pub fn open_tx(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        past: &Vector,
+        strong: Option<Option<String>>,
+        ops: &[(Key, Option<Update>, Kind)],
+    ) -> Option<(OpenTx, Vec<Object>)> {
+        const WITHIN: u64 = 20_000_000_000;
+        let begin = match &strong {
+            Some(label) => GeoOp::BeginStrong { past: past.clone(), label: label.clone() },
+            None => GeoOp::Begin { past: past.clone() },
+        };
+        let Some(GeoResult::Began { tx, snap }) = self.call(node, session, begin, WITHIN) else {
             return None;
         };
         let mut open = self.began(node, session, past, tx, &snap);
+        if let Some(label) = strong {
+            open.record.strong = true;
+            open.record.label = label;
+        }
         let mut objects = Vec::new();
         for (key, update, kind) in ops {
             let op = match update {
@@ -434,17 +468,7 @@ impl GeoWorld {
             Self::record_op(&mut open, key, update.as_ref(), *kind, &object);
             objects.push(object);
         }
-        open.committing = true;
-        match self.call(node, session, GeoOp::Commit { tx }, WITHIN) {
-            Some(GeoResult::Committed { vector }) => {
-                self.close(open, Outcome::Committed { vector: history_vector(&vector) });
-                Some((vector, objects))
-            }
-            _ => {
-                self.close(open, Outcome::Unknown);
-                None
-            }
-        }
+        Some((open, objects))
     }
 
     /// Runs a quiet end: every link restored, nothing lost, `ns` more of time.
