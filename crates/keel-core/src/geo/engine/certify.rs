@@ -295,6 +295,13 @@ impl GeoEngine {
             }
         }
         self.append_record(Record::Decide { tx: id, commit, ts });
+        if commit && ts > self.certifier.last_proposal {
+            // The decision is at another partition's larger proposal: this leader's
+            // clock catches up with it (a hybrid clock's receive rule), so that its next
+            // promise does not hold the transaction back by the clocks' skew.
+            self.certifier.last_proposal = ts;
+            self.append_record(Record::Promise { ts });
+        }
     }
 
     /// Ballots past their expiry with no vote here: this partition votes abort.
