@@ -481,12 +481,12 @@ impl KiteSettings {
 #[serde(deny_unknown_fields)]
 pub struct GeoSettings {
     /// Whether geo keyspaces serve strong transactions. Every node of the keyspace must
-    /// say the same; the leaders' data center must then not fail (leader failover is not
-    /// built).
+    /// say the same.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strong: bool,
-    /// The data center (a members' `dc` label) whose members lead certification
-    /// (default: the first label in byte order).
+    /// The data center (a members' `dc` label) whose members lead certification first
+    /// (default: the first label in byte order); when it is suspected, leadership moves
+    /// to the next data center in label order (`docs/geo.md`, *Failover*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_dc: Option<String>,
     /// Pairs of strong transaction labels that conflict (`[["withdraw", "withdraw"]]`);

@@ -222,6 +222,12 @@ pub struct RunArgs {
     /// `return-value`: a read on a snapshot that includes it misses its updates).
     #[arg(long)]
     pub deliver_early: bool,
+    /// Negative control (`--engine geo`): a certification candidate that a majority
+    /// joined leads with its own log, not the most advanced of theirs (caught by
+    /// `conflict-order` and `convergence`: a new leader that lacks durable votes and
+    /// decisions commits a conflicting transaction, or never delivers a committed one).
+    #[arg(long)]
+    pub skip_recovery: bool,
 }
 
 /// `keel sim bench` arguments.

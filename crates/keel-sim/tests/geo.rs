@@ -2,7 +2,8 @@
 //! every scripted scenario passes, and the negative controls are caught: remote
 //! transactions exposed before they are uniform (on the `barrier` script and on random
 //! seeds), a restarted replica that serves again, empty, certification that commits
-//! every strong transaction, and strong commits without their barrier (on random seeds).
+//! every strong transaction, strong commits without their barrier, delivery past an
+//! undecided vote, and a new certification leader that skips recovery (on random seeds).
 
 use keel_sim::geo::cli::run_one;
 use keel_sim::geo::scenario::{GeoReport, GeoRunConfig};
@@ -17,6 +18,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         certify_all: false,
         skip_strong_barrier: false,
         deliver_early: false,
+        skip_recovery: false,
         keep_history: false,
     }
 }
@@ -56,6 +58,10 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "strong-barrier-waited",
         "strong-delivered",
         "strong-then-fail",
+        "leaders-failed",
+        "certification-election",
+        "certification-takeover",
+        "resent-to-new-leader",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -119,6 +125,14 @@ fn strong_delivery_past_an_undecided_vote_is_caught() {
     let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
     let failed = runs.iter().filter(|r| !r.passed()).count();
     assert!(failed >= 6, "the control failed only {failed} of 20 random seeds");
+}
+
+#[test]
+fn a_new_leader_without_a_majoritys_log_is_caught() {
+    let control = |seed| GeoRunConfig { skip_recovery: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..60).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 4, "the control failed only {failed} of 60 random seeds");
 }
 
 #[test]

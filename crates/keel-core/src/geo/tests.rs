@@ -435,15 +435,55 @@ fn the_gate_refuses_a_commit_without_a_strong_timestamp() {
     let message =
         |body: Body| Message { boot: 1, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] };
     let tx = TxId { node: 1, seq: 1 };
-    let vote = |ok, ts| Body::Vote { tx, ok, ts, participants: vec![0], expiry: 9 };
+    let vote = |ok, ts| Body::Vote {
+        tx,
+        ok,
+        ts,
+        participants: vec![0],
+        expiry: 9,
+        ballot: 0,
+        answer: false,
+    };
     assert!(GeoEngine::check_message(&message(vote(true, 0))).is_err());
     assert!(GeoEngine::check_message(&message(vote(false, 0))).is_ok());
     assert!(GeoEngine::check_message(&message(vote(true, 7))).is_ok());
     let append = |commit, ts| Body::Append {
+        ballot: 0,
         first: 0,
         records: vec![Record::Decide { tx, commit, ts }],
         durable: 1,
+        everywhere: 0,
     };
     assert!(GeoEngine::check_message(&message(append(true, 0))).is_err());
     assert!(GeoEngine::check_message(&message(append(false, 0))).is_ok());
+}
+
+#[test]
+fn the_leaders_data_center_fails_and_a_sibling_takes_certification_over() {
+    let mut c = Cluster::new(1, 2);
+    let a = c.strong_ops(NodeId(11), 1, None, withdraw(10));
+    assert!(c.commit_all(&[(NodeId(11), 1, a)])[0].is_ok());
+    // Data center 0 (the leaders of ballot 0) fails; after the suspicion time-out data
+    // center 1 (ballot 1's) stands and a majority (itself and data center 2) elects it.
+    c.down.push(0);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(attempts < 100, "no strong transaction committed after the failover");
+        let b = c.strong_ops(NodeId(21), 2, None, withdraw(10));
+        if c.commit_all(&[(NodeId(21), 2, b)])[0].is_ok() {
+            break;
+        }
+        c.run(5);
+    }
+    for node in [NodeId(11), NodeId(12)] {
+        let engine = &c.nodes[&node];
+        assert!(engine.leads(), "{node} does not lead after the failover");
+        assert_eq!(engine.certifier.ballot, 1);
+        assert_eq!(engine.counters.takeovers, 1);
+    }
+    // Both withdrawals are delivered at the survivors.
+    c.run(500);
+    let (_, seen) = c.tx(NodeId(22), 3, &Vector::zero(3), vec![(key("acct"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(-20)]);
 }

@@ -91,12 +91,12 @@ pub struct Config {
     pub unsafe_rejoin_empty: bool,
     /// Whether the keyspace serves strong transactions. Off, nothing is certified and
     /// the strong entry stays 0. On, the strong entry advances by the leaders' strong
-    /// heartbeats, so snapshots (causal ones too) wait on the leaders' data center, which
-    /// must not fail: leader failover is not built (`docs/geo.md`, *Strong
-    /// transactions*).
+    /// heartbeats; when a leader's data center is suspected, a sibling takes over
+    /// (`docs/geo.md`, *Strong transactions*, *Failover*).
     pub strong: bool,
-    /// The data center whose replicas lead certification, one leader per partition
-    /// (`docs/geo.md`, *Strong transactions*).
+    /// The data center whose replicas lead certification first, one leader per
+    /// partition; ballot `b` is led by data center `leader_dc + b` modulo the data
+    /// centers (`docs/geo.md`, *Failover*).
     pub leader_dc: u32,
     /// Which labelled strong transactions conflict.
     pub conflicts: Conflicts,
@@ -110,6 +110,9 @@ pub struct Config {
     /// be delivered, and `known.strong` pass it, before one with a smaller timestamp
     /// (`docs/geo.md`, *Controls*).
     pub unsafe_deliver_early: bool,
+    /// Negative control: a candidate that a majority joined leads with its own log, not
+    /// the most advanced of theirs (`docs/geo.md`, *Controls*).
+    pub unsafe_skip_recovery: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -173,6 +176,7 @@ impl Config {
             unsafe_skip_strong_barrier: false,
             unsafe_certify_all: false,
             unsafe_deliver_early: false,
+            unsafe_skip_recovery: false,
         }
     }
 }
@@ -237,10 +241,15 @@ pub enum Body {
         /// The timestamp.
         ts: u64,
     },
-    /// `KNOWNVEC_LOCAL`: the sender's known vector (to the partitions of its data center).
+    /// `KNOWNVEC_LOCAL`: the sender's known vector (to the partitions of its data center),
+    /// and the ballot of the certification leader whose log it follows (so that
+    /// coordinators find each partition's leader: a candidate's ballot counts only once it
+    /// leads).
     KnownLocal {
         /// Its known vector.
         known: Vector,
+        /// The ballot its partition's certification log follows.
+        ballot: u64,
     },
     /// `STABLEVEC` and `KNOWNVEC_GLOBAL` (to the siblings): the sender's stable and
     /// known vectors.
@@ -266,21 +275,67 @@ pub enum Body {
         participants: Vec<u32>,
         /// The clock reading past which the transaction aborts if undecided.
         expiry: u64,
+        /// The ballot the sender leads in.
+        ballot: u64,
+        /// An answer to a vote that found the transaction decided here (the vote is
+        /// then the decision: commit at the final timestamp, or abort); not answered.
+        answer: bool,
     },
-    /// The certification log from `first` on (leader → its siblings), and how far it is
-    /// durable (stored at a majority of the data centers).
+    /// The certification log from `first` on (leader of `ballot` → its siblings), and
+    /// how far it is durable (stored at a majority of the data centers).
     Append {
+        /// The leader's ballot.
+        ballot: u64,
         /// The index of `records[0]`.
         first: u64,
         /// Records, in log order.
         records: Vec<Record>,
         /// Records below this index are durable.
         durable: u64,
+        /// Records below this index are stored at every data center (a sibling may
+        /// forget those it applied).
+        everywhere: u64,
     },
-    /// The sibling stores the certification log below `through` (sibling → leader).
+    /// The sibling stores the certification log of `ballot`'s leader below `through`
+    /// (`ok`), or could not take the last append and asks for the log from `through`,
+    /// its durable index (sibling → leader).
     Appended {
-        /// Its log's length.
+        /// The leader's ballot.
+        ballot: u64,
+        /// Its log's length, or where it needs the log from.
         through: u64,
+        /// Whether the append was taken.
+        ok: bool,
+    },
+    /// A candidate for the leadership of its partition's certification in `ballot`
+    /// asks its siblings to join it and to send their logs from `from` (its durable
+    /// index) on (the first phase of Paxos).
+    Elect {
+        /// The ballot.
+        ballot: u64,
+        /// The candidate's durable index.
+        from: u64,
+    },
+    /// A sibling joins `ballot`: it follows no leader of a smaller ballot any more,
+    /// and sends its log from `first` on, with the ballot of the leader it was last
+    /// following and its durable index.
+    Elected {
+        /// The ballot joined.
+        ballot: u64,
+        /// The ballot of the leader whose log this sibling's log follows.
+        accepted: u64,
+        /// Its durable index.
+        durable: u64,
+        /// The index of `records[0]`.
+        first: u64,
+        /// Its records from `first` to the end of its log.
+        records: Vec<Record>,
+    },
+    /// A sibling is in a larger ballot than the message it answers (sibling → a stale
+    /// leader or candidate, which steps down).
+    Outvoted {
+        /// The sibling's ballot.
+        ballot: u64,
     },
 }
 
@@ -419,6 +474,18 @@ pub struct Counters {
     /// Strong transactions delivered to this partition's log.
     #[serde(default)]
     pub strong_delivered: u64,
+    /// Elections this replica started for its partition's certification.
+    #[serde(default)]
+    pub elections: u64,
+    /// Elections this replica won: it leads its partition's certification.
+    #[serde(default)]
+    pub takeovers: u64,
+    /// Times this replica stopped leading or standing for a larger ballot.
+    #[serde(default)]
+    pub stepped_down: u64,
+    /// Candidates and votes sent again to a partition's new leader.
+    #[serde(default)]
+    pub resent_to_new_leader: u64,
 }
 
 /// A geo node's state, as `/status` shows it.

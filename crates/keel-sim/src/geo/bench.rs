@@ -117,6 +117,7 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         certify_all: false,
         skip_strong_barrier: false,
         deliver_early: false,
+        skip_recovery: false,
         propagate_ms: 0,
     };
     let mut rng = Rng::new(seed);

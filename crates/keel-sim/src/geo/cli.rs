@@ -58,6 +58,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         certify_all: args.certify_all,
         skip_strong_barrier: args.skip_strong_barrier,
         deliver_early: args.deliver_early,
+        skip_recovery: args.skip_recovery,
         keep_history: single && args.history.is_some(),
     };
     let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())

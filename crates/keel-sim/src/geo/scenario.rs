@@ -29,6 +29,9 @@ pub struct GeoRunConfig {
     pub skip_strong_barrier: bool,
     /// Negative control: strong delivery ignores undecided votes.
     pub deliver_early: bool,
+    /// Negative control: a certification candidate leads without recovering a
+    /// majority's log.
+    pub skip_recovery: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -172,12 +175,19 @@ struct Faults {
     strong_then_fail: bool,
     /// A data center to fail at a time (the strong aimed fault, once armed).
     fail_at: Option<(u64, u32)>,
+    /// Whether the next strong commit fails the leaders' first data center (0) a few
+    /// milliseconds after it is sent (the aimed fault of scenario 20: certification in
+    /// flight when its leaders fail, then carried on by the new leaders).
+    leaders_then_fail: bool,
 }
 
 /// Draws the cluster of a `general` run.
 fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
     let (expose, rejoin_empty) = (config.expose_non_uniform, config.rejoin_empty);
-    let controls_strong = config.certify_all || config.skip_strong_barrier || config.deliver_early;
+    let controls_strong = config.certify_all
+        || config.skip_strong_barrier
+        || config.deliver_early
+        || config.skip_recovery;
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
     let dcs = 2 * f + 1;
@@ -201,6 +211,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         certify_all: config.certify_all,
         skip_strong_barrier: config.skip_strong_barrier,
         deliver_early: config.deliver_early,
+        skip_recovery: config.skip_recovery,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
     }
@@ -273,11 +284,11 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
     let dcs = shape.dcs();
     let mut fails = Vec::new();
     let strong_then_fail = shape.skip_strong_barrier || (shape.strong && rng.chance(300_000));
-    let aimed = expose || (!strong_then_fail && rng.chance(300_000));
-    // With strong transactions, the leaders' data center (0) never fails (failover is
-    // not built); it may still be cut off.
-    let may_fail = |dc: u32| !(shape.strong && dc == 0);
-    if !aimed && !strong_then_fail {
+    let leaders_then_fail =
+        !strong_then_fail && shape.strong && (shape.skip_recovery || rng.chance(400_000));
+    let aimed = expose || (!strong_then_fail && !leaders_then_fail && rng.chance(300_000));
+    let may_fail = |_: u32| true;
+    if !aimed && !strong_then_fail && !leaders_then_fail {
         for _ in 0..rng.below(u64::from(shape.f) + 1) {
             let dc = rng.below(u64::from(dcs)) as u32;
             if may_fail(dc) && !fails.iter().any(|&(_, d)| d == dc) {
@@ -310,6 +321,7 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
         down: None,
         strong_then_fail,
         fail_at: None,
+        leaders_then_fail,
     }
 }
 
@@ -330,6 +342,9 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
         if world.failed.len() < world.shape.f as usize && !world.failed.contains(&dc) {
             world.fail_dc(dc);
             log.push(format!("{}ms: data center {dc} fails after a strong commit", at / 1_000_000));
+            if dc == 0 && world.shape.strong {
+                world.reach("leaders-failed");
+            }
         }
     }
     restart(world, faults, log, now);
@@ -409,10 +424,11 @@ fn drive(
             }
             None => {
                 let tag = world.submit(node, s.id, GeoOp::Commit { tx });
+                let delay = if faults.leaders_then_fail { s.rng.below(40_000_000) } else { 0 };
                 if let Some(open) = &mut s.open {
                     open.committing = true;
                     if open.record.strong {
-                        aim_strong_fault(world, s.dc, s.last_update_at, faults);
+                        aim_strong_fault(world, s.dc, s.last_update_at, faults, delay);
                     }
                 }
                 (tag, Waiting::Commit)
@@ -430,7 +446,7 @@ fn drive(
         // Armed for the strong aimed fault, a session follows a causal update with a
         // strong transaction.
         let recent = s.last_update_at.is_some_and(|at| world.now() < at + 20_000_000);
-        let follow = faults.strong_then_fail && recent && s.dc != 0;
+        let follow = faults.strong_then_fail && recent;
         s.strong = (world.shape.strong && (follow || s.rng.chance(300_000))).then(|| {
             match s.rng.below(4) {
                 // The aimed fault's transaction conflicts only with unlabelled ones.
@@ -562,14 +578,11 @@ fn op_done(s: &mut Session, planned: Planned, first_half: bool, object: &Object)
 /// transactions the session's past holds most recently fail together (as many as `f`
 /// allows).
 fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut Vec<String>) {
-    // With strong transactions the leaders' data center (0) stays up.
-    let leaders = world.shape.strong.then_some(0);
-    if !faults.barrier_then_fail || world.now() < 2_000_000_000 || leaders == Some(s.dc) {
+    if !faults.barrier_then_fail || world.now() < 2_000_000_000 {
         return;
     }
     let remote = (0..world.shape.dcs())
         .filter(|&d| d != s.dc && s.past.dcs[d as usize] > 0 && !world.failed.contains(&d))
-        .filter(|&d| leaders != Some(d))
         .max_by_key(|&d| s.past.dcs[d as usize]);
     let Some(remote) = remote else { return };
     faults.barrier_then_fail = false;
@@ -586,14 +599,24 @@ fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut
 }
 
 /// Arms the strong aimed fault at a strong commit just sent from data center `dc`, if
-/// its session's causal update committed moments ago.
-fn aim_strong_fault(world: &mut GeoWorld, dc: u32, last_update_at: Option<u64>, f: &mut Faults) {
+/// its session's causal update committed moments ago; or the leaders' aimed fault, `delay`
+/// after the commit.
+fn aim_strong_fault(
+    world: &mut GeoWorld,
+    dc: u32,
+    last_update_at: Option<u64>,
+    f: &mut Faults,
+    delay: u64,
+) {
     let now = world.now();
     let recent = last_update_at.is_some_and(|at| now < at + 20_000_000);
-    if f.strong_then_fail && recent && dc != 0 && now >= 1_000_000_000 {
+    if f.strong_then_fail && recent && now >= 1_000_000_000 {
         f.strong_then_fail = false;
         f.fail_at = Some((now + 1_000_000, dc));
         world.reach("strong-then-fail");
+    } else if f.leaders_then_fail && f.fail_at.is_none() && now >= 1_000_000_000 {
+        f.leaders_then_fail = false;
+        f.fail_at = Some((now + 1_000_000 + delay, 0));
     }
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 pub type Script = fn(&GeoRunConfig) -> GeoReport;
 
 /// Every scripted scenario, by name (the digest's numbers in `docs/geo.md`).
-pub static SCRIPTS: [(&str, Script); 14] = [
+pub static SCRIPTS: [(&str, Script); 18] = [
     ("causality", causality),
     ("atomic", atomic),
     ("sessions", sessions),
@@ -30,6 +30,10 @@ pub static SCRIPTS: [(&str, Script); 14] = [
     ("collection", collection),
     ("overdraft", overdraft),
     ("liveness-trap", liveness_trap),
+    ("no-false-conflicts", no_false_conflicts),
+    ("isolated-dc", isolated_dc),
+    ("leader-failover", leader_failover),
+    ("strong-f-failures", strong_f_failures),
 ];
 
 /// Runs every scripted scenario on `config`'s seed; the first failure's report, else the
@@ -87,6 +91,7 @@ fn cluster_with(
         certify_all: false,
         skip_strong_barrier: false,
         deliver_early: false,
+        skip_recovery: false,
         propagate_ms: 0,
     };
     let mut shape = shape;
@@ -593,17 +598,55 @@ fn commit_all(world: &mut GeoWorld, open: Vec<OpenTx>, within_ns: u64) -> Vec<Op
 
 /// Strong transactions on, withdrawals conflicting with each other.
 fn strong_cluster(config: &GeoRunConfig, partitions: u32, propagate_ms: u64) -> (GeoWorld, Rng) {
-    cluster_with(config, 1, partitions, |shape| {
+    strong_cluster_f(config, 1, partitions, propagate_ms)
+}
+
+/// [`strong_cluster`] of `2f + 1` data centers.
+fn strong_cluster_f(
+    config: &GeoRunConfig,
+    f: u32,
+    partitions: u32,
+    propagate_ms: u64,
+) -> (GeoWorld, Rng) {
+    cluster_with(config, f, partitions, |shape| {
         shape.strong = true;
         shape.skip_strong_barrier = config.skip_strong_barrier;
         shape.certify_all = config.certify_all;
+        shape.skip_recovery = config.skip_recovery;
         shape.propagate_ms = propagate_ms;
     })
 }
 
+/// Runs strong transaction `ops` at `at` (on the empty past), again after each abort,
+/// until it commits or `within_ns` passes: its commit vector, and how many runs it took.
+fn strong_until_committed(
+    world: &mut GeoWorld,
+    at: NodeId,
+    session: u64,
+    label: Option<&str>,
+    ops: &[(Key, Option<Update>, Kind)],
+    within_ns: u64,
+) -> Option<(Vector, u32)> {
+    let zero = Vector::zero(world.shape.dcs() as usize);
+    let until = world.now() + within_ns;
+    let mut runs = 0;
+    while world.now() < until {
+        runs += 1;
+        if let Some(open) = strong_ops(world, at, session, &zero, label, ops) {
+            let left = until.saturating_sub(world.now()).max(1);
+            if let Some(vector) = commit_all(world, vec![open], left).remove(0) {
+                return Some((vector, runs));
+            }
+        }
+        let next = world.now() + 50_000_000;
+        world.run_until(next);
+    }
+    None
+}
+
 /// Scenario 4: the overdraft. A balance of 100, made uniform; a withdrawal of the whole
-/// balance at each data center, strong and conflicting, all committed at once while a data
-/// center (not the leaders') fails: at most one commits, and the balance never goes below
+/// balance at each data center, strong and conflicting, all committed at once while the
+/// leaders' data center fails: at most one commits, and the balance never goes below
 /// zero. The same withdrawals as causal transactions both commit (the label matters).
 fn overdraft(config: &GeoRunConfig) -> GeoReport {
     let (mut world, _) = strong_cluster(config, 2, 0);
@@ -629,8 +672,8 @@ fn overdraft(config: &GeoRunConfig) -> GeoReport {
         })
         .collect();
     let tags: Vec<_> = open.iter().map(|o| o.id).collect();
-    world.fail_dc(2);
-    let committed = commit_all(&mut world, open, 10_000_000_000);
+    world.fail_dc(0);
+    let committed = commit_all(&mut world, open, 30_000_000_000);
     let n = committed.iter().filter(|c| c.is_some()).count();
     if n > 1 {
         problems.push(format!("{n} of {} withdrawals of the whole balance committed", tags.len()));
@@ -641,7 +684,7 @@ fn overdraft(config: &GeoRunConfig) -> GeoReport {
         problems.push("the balance went below zero".into());
     }
     // As causal transactions, two withdrawals at two data centers both commit.
-    let causal: Vec<bool> = (0..2u32)
+    let causal: Vec<bool> = (1..3u32)
         .map(|dc| world.tx(node(&world, dc, 0), 40 + u64::from(dc), &zero, &withdraw).is_some())
         .collect();
     if causal != [true, true] {
@@ -694,5 +737,204 @@ fn liveness_trap(config: &GeoRunConfig) -> GeoReport {
         problems.push("t3 aborted on every retry for 10 s and more".into());
     }
     world.reach("script-liveness-trap");
+    end(world, config, problems)
+}
+
+/// Scenario 14: strong transactions that do not conflict under the relation do not abort
+/// each other: deposits (which conflict with nothing) of one balance at every data
+/// center at once, and unlabelled strong transactions on distinct keys, all commit.
+fn no_false_conflicts(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster(config, 2, 0);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    world.run_until(1_000_000_000);
+    let deposit = [read("bob", Kind::Counter), write("bob", Update::Add(10))];
+    let open: Vec<OpenTx> = (0..3u32)
+        .filter_map(|dc| {
+            let at = node(&world, dc, 0);
+            strong_ops(&mut world, at, 1 + u64::from(dc), &zero, Some("deposit"), &deposit)
+        })
+        .collect();
+    let n = commit_all(&mut world, open, 10_000_000_000).iter().filter(|c| c.is_some()).count();
+    if n != 3 {
+        problems.push(format!("{n} of 3 concurrent strong deposits committed"));
+    }
+    let open: Vec<OpenTx> = (0..3u32)
+        .filter_map(|dc| {
+            let k = format!("item{dc}");
+            let ops = [read(&k, Kind::Counter), write(&k, Update::Add(1))];
+            let at = node(&world, dc, 1);
+            strong_ops(&mut world, at, 10 + u64::from(dc), &zero, None, &ops)
+        })
+        .collect();
+    let n = commit_all(&mut world, open, 10_000_000_000).iter().filter(|c| c.is_some()).count();
+    if n != 3 {
+        problems
+            .push(format!("{n} of 3 unlabelled strong transactions on distinct keys committed"));
+    }
+    let at = node(&world, 2, 0);
+    let seen = |s: &[Object]| s[0] == Object::Counter(30);
+    if !eventually(&mut world, at, 20, &[read("bob", Kind::Counter)], 5_000_000_000, seen) {
+        problems.push("the three deposits are not all visible".into());
+    }
+    world.reach("script-no-false-conflicts");
+    end(world, config, problems)
+}
+
+/// Scenario 19: a data center cut off keeps committing causal transactions; its strong
+/// transactions (which need the leaders) wait or time out; once the links are back,
+/// its strong transactions commit again and every replica converges.
+fn isolated_dc(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster(config, 1, 0);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    world.run_until(1_000_000_000);
+    world.isolate_dc(2);
+    let at = node(&world, 2, 0);
+    let mut past = zero.clone();
+    for i in 0..5u64 {
+        let ops = [write("local", Update::Add(1))];
+        match world.tx(at, 1, &past, &ops) {
+            Some((commit, _)) => past = commit,
+            None => {
+                problems.push(format!("causal transaction {i} at the cut-off data center failed"))
+            }
+        }
+    }
+    let strong = [read("acct", Kind::Counter), write("acct", Update::Add(1))];
+    if let Some(open) = strong_ops(&mut world, at, 2, &zero, Some(WITHDRAW), &strong) {
+        if commit_all(&mut world, vec![open], 1_000_000_000)[0].is_some() {
+            problems.push("a strong transaction committed without reaching the leaders".into());
+        }
+    }
+    world.heal();
+    match strong_until_committed(&mut world, at, 3, Some(WITHDRAW), &strong, 20_000_000_000) {
+        Some(_) => {}
+        None => problems.push("no strong transaction committed after the links came back".into()),
+    }
+    let seen = |s: &[Object]| s[0] == Object::Counter(5);
+    let reader = node(&world, 0, 0);
+    if !eventually(&mut world, reader, 4, &[read("local", Kind::Counter)], 10_000_000_000, seen) {
+        problems.push("the cut-off data center's causal transactions never arrived".into());
+    }
+    world.reach("script-isolated-dc");
+    end(world, config, problems)
+}
+
+/// Scenario 20: the leaders' data center (0) fails while a strong transaction of data
+/// center 1 that touches both partitions is in certification. The siblings elect new
+/// leaders; conflicting strong withdrawals at data centers 1 and 2 then commit one after
+/// another, and every committed transaction (the one in flight, if it committed) becomes
+/// visible at both survivors.
+fn leader_failover(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster(config, 2, 0);
+    let zero = Vector::zero(3);
+    let mut problems = Vec::new();
+    let (past, _) = world
+        .tx(node(&world, 1, 0), 1, &zero, &[write("acct", Update::Add(100))])
+        .expect("the deposit");
+    world.call(node(&world, 1, 0), 1, GeoOp::Barrier { past }, 10_000_000_000);
+    // In flight: certification at both partitions' leaders when they fail.
+    let both = [
+        read("acct", Kind::Counter),
+        write("acct", Update::Add(-10)),
+        write("bob", Update::Add(10)),
+    ];
+    let at = node(&world, 1, 0);
+    if let Some(open) = strong_ops(&mut world, at, 2, &zero, Some(WITHDRAW), &both) {
+        let tag = world.submit(open.node, open.record.session, GeoOp::Commit { tx: open.id });
+        let next = world.now() + 1_000_000 + world.shape.wan_ns[&(0, 1)] / 2;
+        world.run_until(next);
+        world.fail_dc(0);
+        let until = world.now() + 30_000_000_000;
+        while !world.replies.contains_key(&tag) && world.step_until(until) {}
+        let outcome = match world.replies.remove(&tag).map(|(_, r)| r.result) {
+            Some(Ok(GeoResult::Committed { vector })) => {
+                Outcome::Committed { vector: super::sim::history_vector(&vector) }
+            }
+            Some(Err(keel_types::KeelError::Conflict(_))) => Outcome::Aborted,
+            Some(_) => Outcome::Unknown,
+            None => {
+                problems.push("the strong transaction in flight got no answer in 30 s".into());
+                Outcome::Unknown
+            }
+        };
+        world.close(OpenTx { committing: true, ..open }, outcome);
+    }
+    let withdraw = [read("acct", Kind::Counter), write("acct", Update::Add(-30))];
+    for round in 0..3u64 {
+        for dc in [1u32, 2] {
+            let at = node(&world, dc, 0);
+            let session = 10 + round * 2 + u64::from(dc);
+            if strong_until_committed(
+                &mut world,
+                at,
+                session,
+                Some(WITHDRAW),
+                &withdraw,
+                20_000_000_000,
+            )
+            .is_none()
+            {
+                problems.push(format!(
+                    "round {round}: no strong withdrawal at data center {dc} committed"
+                ));
+            }
+        }
+    }
+    // 100, less the six withdrawals of 30, less 10 if the one in flight committed.
+    let settled = |s: &[Object]| matches!(s[0], Object::Counter(-80 | -90));
+    let reader = node(&world, 2, 0);
+    if !eventually(&mut world, reader, 30, &[read("acct", Kind::Counter)], 10_000_000_000, settled)
+    {
+        problems.push("the six withdrawals after the failover are not all visible".into());
+    }
+    world.reach("script-leader-failover");
+    end(world, config, problems)
+}
+
+/// Scenario 21 with strong transactions: five data centers (f = 2); the leaders' one and
+/// the origin of a strong transaction in flight fail together. Strong transactions of the
+/// survivors commit after the failover, and every transaction of the survivors, and the
+/// one in flight if it committed, becomes visible at every survivor.
+fn strong_f_failures(config: &GeoRunConfig) -> GeoReport {
+    let (mut world, _) = strong_cluster_f(config, 2, 1, 0);
+    let zero = Vector::zero(5);
+    let mut problems = Vec::new();
+    world.run_until(1_000_000_000);
+    for dc in 0..5 {
+        let k = format!("from{dc}");
+        world
+            .tx(node(&world, dc, 0), u64::from(dc), &zero, &[write(&k, Update::Add(1))])
+            .expect("a write");
+    }
+    let ops = [read("acct", Kind::Counter), write("acct", Update::Add(1))];
+    let origin = node(&world, 3, 0);
+    if let Some(open) = strong_ops(&mut world, origin, 10, &zero, None, &ops) {
+        world.submit(open.node, open.record.session, GeoOp::Commit { tx: open.id });
+        let next = world.now() + 2_000_000 + world.shape.wan_ns[&(0, 3)] / 2;
+        world.run_until(next);
+        world.close(OpenTx { committing: true, ..open }, Outcome::Unknown);
+    }
+    world.fail_dc(0);
+    world.fail_dc(3);
+    for dc in [1u32, 2, 4] {
+        let at = node(&world, dc, 0);
+        let session = 20 + u64::from(dc);
+        if strong_until_committed(&mut world, at, session, None, &ops, 20_000_000_000).is_none() {
+            problems.push(format!("no strong transaction at data center {dc} committed"));
+        }
+    }
+    let reads: Vec<_> =
+        [1, 2, 4].iter().map(|dc| read(&format!("from{dc}"), Kind::Counter)).collect();
+    for dc in [1, 2, 4] {
+        let reader = node(&world, dc, 0);
+        if !eventually(&mut world, reader, 30 + u64::from(dc), &reads, 10_000_000_000, |s| {
+            s.iter().all(|o| *o == Object::Counter(1))
+        }) {
+            problems.push(format!("data center {dc} misses a survivor's transaction"));
+        }
+    }
+    world.reach("script-strong-f-failures");
     end(world, config, problems)
 }

@@ -255,6 +255,10 @@ impl SimEngine for GeoEngine {
             ("strong-aborted", c.strong_aborted),
             ("strong-barrier-waited", c.strong_barriers_waited),
             ("strong-delivered", c.strong_delivered),
+            ("certification-election", c.elections),
+            ("certification-takeover", c.takeovers),
+            ("certification-stepped-down", c.stepped_down),
+            ("resent-to-new-leader", c.resent_to_new_leader),
         ]
     }
 }

@@ -40,8 +40,8 @@ pub struct GeoShape {
     pub expose_non_uniform: bool,
     /// Negative control: a restarted replica serves again, empty.
     pub rejoin_empty: bool,
-    /// Whether sessions run strong transactions too (then the certification leaders'
-    /// data center, 0, never fails: leader failover is not built).
+    /// Whether sessions run strong transactions too (data center 0 leads certification
+    /// first).
     pub strong: bool,
     /// Negative control: certification commits every strong transaction.
     pub certify_all: bool,
@@ -49,6 +49,9 @@ pub struct GeoShape {
     pub skip_strong_barrier: bool,
     /// Negative control: strong delivery ignores undecided votes.
     pub deliver_early: bool,
+    /// Negative control: a certification candidate leads without recovering a
+    /// majority's log.
+    pub skip_recovery: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
 }
@@ -161,6 +164,7 @@ impl GeoWorld {
         template.unsafe_certify_all = shape.certify_all;
         template.unsafe_skip_strong_barrier = shape.skip_strong_barrier;
         template.unsafe_deliver_early = shape.deliver_early;
+        template.unsafe_skip_recovery = shape.skip_recovery;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         if shape.propagate_ms > 0 {

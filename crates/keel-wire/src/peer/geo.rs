@@ -91,7 +91,11 @@ mod tests {
                 }
             ),
             (any::<u32>(), any::<u64>()).prop_map(|(origin, ts)| Body::Heartbeat { origin, ts }),
-            vector().prop_map(|known| Body::KnownLocal { known }),
+            (vector(), any::<u64>()).prop_map(|(known, ballot)| Body::KnownLocal { known, ballot }),
+            (any::<u64>(), any::<u64>()).prop_map(|(ballot, from)| Body::Elect { ballot, from }),
+            any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
+            (any::<u64>(), any::<u64>(), any::<bool>())
+                .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),
             (vector(), vector()).prop_map(|(stable, known)| Body::Vectors { stable, known }),
         ]
     }

@@ -6,7 +6,8 @@
 //!   each partition it touched to that partition's certification leader, and waits for
 //!   their durable votes: it commits, at the largest proposed strong timestamp, if all
 //!   vote commit.
-//! - **Leader** (the partition's replica in `Config::leader_dc`). It votes commit if no
+//! - **Leader** (the partition's replica in the data center of its ballot,
+//!   `failover.rs`). It votes commit if no
 //!   conflicting strong transaction is undecided here and every committed conflicting
 //!   one is in the candidate's snapshot. It appends the vote to the partition's
 //!   certification log, and sends it, once durable, to the coordinator and the other
@@ -22,16 +23,35 @@
 //!   follows the watermark.
 
 use super::super::types::{Body, Candidate, GeoResult, Record, TxId, Vector, PARTITION_BITS};
-use super::{Ballot, GeoEngine, Pending, Voted};
+use super::{Ballot, GeoEngine, Pending, Role, Voted};
 use crate::engine::RequestTag;
 use keel_types::KeelError;
 use std::sync::Arc;
+
+/// A `VOTE` body's fields.
+#[derive(Clone, Debug)]
+pub(crate) struct VoteIn {
+    pub tx: TxId,
+    pub ok: bool,
+    pub ts: u64,
+    pub participants: Vec<u32>,
+    pub expiry: u64,
+    pub ballot: u64,
+    pub answer: bool,
+}
+
+impl VoteIn {
+    fn body(self) -> Body {
+        let VoteIn { tx, ok, ts, participants, expiry, ballot, answer } = self;
+        Body::Vote { tx, ok, ts, participants, expiry, ballot, answer }
+    }
+}
 
 impl GeoEngine {
     /// Whether this replica leads its partition's certification (in a keyspace that
     /// serves strong transactions).
     pub(crate) fn leads(&self) -> bool {
-        self.config.strong && self.me.dc == self.config.leader_dc
+        matches!(self.certifier.role, Role::Leader)
     }
 
     /// `COMMIT_STRONG` (3:1–3) of the idle strong transaction `id`.
@@ -77,39 +97,41 @@ impl GeoEngine {
     fn certify(&mut self, id: TxId, tag: Option<RequestTag>) {
         let timeout_us = self.config.tx_timeout.0 / 1_000;
         let expiry = self.clock().saturating_add(timeout_us << PARTITION_BITS);
-        let (origin, leader_dc) = (self.me.dc, self.config.leader_dc);
         self.counters.certifying += 1;
         let tx = self.coordinator.txs.get_mut(&id).expect("certifying an open transaction");
         let participants: Vec<u32> = tx.keys.keys().copied().collect();
-        tx.pending =
-            Pending::Certifying { tag, waiting: participants.iter().copied().collect(), ts: 0 };
-        let updates = !tx.writes.is_empty();
-        let label = tx.strong.clone().flatten();
-        let candidates: Vec<Candidate> = participants
-            .iter()
-            .map(|p| Candidate {
-                tx: id,
-                origin,
-                label: label.clone(),
-                keys: tx.keys[p].iter().cloned().collect(),
-                writes: tx.writes.get(p).cloned().unwrap_or_default(),
-                updates,
-                snap: tx.snap.clone(),
-                participants: participants.clone(),
-                expiry,
-            })
-            .collect();
-        for (p, candidate) in participants.into_iter().zip(candidates) {
-            let to = self.replica(leader_dc, p);
-            self.send(to, Body::Certify(Box::new(candidate)));
+        let waiting = participants.iter().copied().collect();
+        tx.pending = Pending::Certifying { tag, waiting, ts: 0, expiry };
+        for p in participants {
+            self.send_candidate(id, p, expiry);
         }
+    }
+
+    /// Sends open strong transaction `id`'s part at partition `p` to that partition's
+    /// leader (as this node knows it).
+    pub(crate) fn send_candidate(&mut self, id: TxId, p: u32, expiry: u64) {
+        let tx = &self.coordinator.txs[&id];
+        let participants: Vec<u32> = tx.keys.keys().copied().collect();
+        let candidate = Candidate {
+            tx: id,
+            origin: self.me.dc,
+            label: tx.strong.clone().flatten(),
+            keys: tx.keys[&p].iter().cloned().collect(),
+            writes: tx.writes.get(&p).cloned().unwrap_or_default(),
+            updates: !tx.writes.is_empty(),
+            snap: tx.snap.clone(),
+            participants,
+            expiry,
+        };
+        let to = self.leader_of_partition(p);
+        self.send(to, Body::Certify(Box::new(candidate)));
     }
 
     /// A participant's durable vote, at the coordinator: an abort ends the transaction at
     /// once; the last commit vote commits it.
     fn coordinator_vote(&mut self, partition: u32, id: TxId, ok: bool, ts: u64) {
         let Some(tx) = self.coordinator.txs.get_mut(&id) else { return };
-        let Pending::Certifying { tag, waiting, ts: top } = &mut tx.pending else { return };
+        let Pending::Certifying { tag, waiting, ts: top, .. } = &mut tx.pending else { return };
         if !waiting.remove(&partition) {
             return;
         }
@@ -150,41 +172,50 @@ impl GeoEngine {
     }
 
     /// A `VOTE` body: for the coordinator, and for this leader if it is a participant.
-    pub(crate) fn vote_in(
-        &mut self,
-        from: keel_types::NodeId,
-        id: TxId,
-        ok: bool,
-        ts: u64,
-        participants: Vec<u32>,
-        expiry: u64,
-    ) {
+    pub(crate) fn vote_in(&mut self, from: keel_types::NodeId, vote: VoteIn) {
         let Some(member) = self.member(from) else { return };
-        if id.node == self.me.node.0 {
-            self.coordinator_vote(member.partition, id, ok, ts);
+        self.learn_ballot(member.partition, vote.ballot);
+        if vote.tx.node == self.me.node.0 {
+            self.coordinator_vote(member.partition, vote.tx, vote.ok, vote.ts);
         }
-        if from != self.me.node && self.leads() && participants.contains(&self.me.partition) {
-            self.leader_vote(member.partition, id, ok, ts, participants, expiry);
+        if from != self.me.node && vote.participants.contains(&self.me.partition) {
+            if self.leads() {
+                self.leader_vote(from, member.partition, vote);
+            } else {
+                self.hold(from, vote.body());
+            }
         }
     }
 
     /// Another participant's durable vote, at this leader.
-    fn leader_vote(
-        &mut self,
-        partition: u32,
-        id: TxId,
-        ok: bool,
-        ts: u64,
-        participants: Vec<u32>,
-        expiry: u64,
-    ) {
+    fn leader_vote(&mut self, from: keel_types::NodeId, partition: u32, vote: VoteIn) {
+        let VoteIn { tx: id, ok, ts, participants, expiry, answer, .. } = vote;
         let past = self.clock() > expiry;
+        if let Some(&(commit, final_ts)) = self.certifier.outcomes.get(&id) {
+            // Decided here: a sender that still votes lacks this partition's vote (it is
+            // a new leader); the decision answers for it.
+            if !answer {
+                self.counters.resent_to_new_leader += 1;
+                let ballot = self.certifier.accepted;
+                let body = Body::Vote {
+                    tx: id,
+                    ok: commit,
+                    ts: final_ts,
+                    participants,
+                    expiry,
+                    ballot,
+                    answer: true,
+                };
+                self.send(from, body);
+            }
+            return;
+        }
         let c = &mut self.certifier;
         match c.ballots.get_mut(&id) {
             Some(ballot) => {
                 ballot.votes.insert(partition, (ok, ts));
             }
-            // Decided here already, or to be aborted when its candidate comes.
+            // To be aborted when its candidate comes.
             None if past && !ok => return,
             None => {
                 let mut ballot = Ballot { participants, expiry, ..Ballot::default() };
@@ -196,10 +227,32 @@ impl GeoEngine {
         self.try_decide(id);
     }
 
-    /// `CERTIFY` at this partition's leader: the vote, appended to the log.
-    pub(crate) fn certify_here(&mut self, candidate: Candidate) {
+    /// `CERTIFY` at this partition's leader: the vote, appended to the log. A candidate
+    /// voted on already (sent again to a new leader) gets the vote again, or the
+    /// decision.
+    pub(crate) fn certify_here(&mut self, from: keel_types::NodeId, candidate: Candidate) {
+        if !self.leads() {
+            return self.hold(from, Body::Certify(Box::new(candidate)));
+        }
         let id = candidate.tx;
-        if self.certifier.ballots.get(&id).is_some_and(|b| b.mine.is_some()) {
+        let me = self.me.partition;
+        let known = match self.certifier.outcomes.get(&id) {
+            Some(&(commit, ts)) => Some(Some((commit, ts))),
+            None => match self.certifier.ballots.get(&id) {
+                Some(b) if b.mine.is_some() => Some(b.votes.get(&me).copied()),
+                _ => None,
+            },
+        };
+        if let Some(vote) = known {
+            if let Some((ok, ts)) = vote {
+                self.counters.resent_to_new_leader += 1;
+                let ballot = self.certifier.accepted;
+                let participants = candidate.participants;
+                let expiry = candidate.expiry;
+                let answer = true;
+                let body = Body::Vote { tx: id, ok, ts, participants, expiry, ballot, answer };
+                self.send(from, body);
+            }
             return;
         }
         let clock = self.clock();
@@ -215,15 +268,6 @@ impl GeoEngine {
         ballot.participants.clone_from(&candidate.participants);
         ballot.expiry = candidate.expiry;
         ballot.mine = Some((ok, ts));
-        ballot.label.clone_from(&candidate.label);
-        ballot.keys.clone_from(&candidate.keys);
-        ballot.updates = candidate.updates;
-        ballot.snap.clone_from(&candidate.snap);
-        if ok && candidate.updates {
-            for key in &candidate.keys {
-                c.pending.entry(key.clone()).or_default().insert(id, candidate.label.clone());
-            }
-        }
         self.counters.votes += 1;
         self.append_record(Record::Vote { candidate: Box::new(candidate), ok, ts });
         self.try_decide(id);
@@ -255,45 +299,25 @@ impl GeoEngine {
         ts
     }
 
-    /// Decides `id` once a vote is abort or every participant's vote is in (this
-    /// partition's own, durable, among them), and forgets its ballot.
-    fn try_decide(&mut self, id: TxId) {
+    /// Decides `id` once this partition's own vote is durable and some vote is abort or
+    /// every participant's is in, and forgets its ballot. Every vote counted is durable,
+    /// so the decision is one every later leader reaches too, logged or not.
+    pub(crate) fn try_decide(&mut self, id: TxId) {
         let c = &mut self.certifier;
         let Some(ballot) = c.ballots.get(&id) else { return };
-        let Some((mine_ok, _)) = ballot.mine else { return };
-        let aborted = ballot.votes.values().any(|(ok, _)| !ok) || !mine_ok;
+        if !ballot.votes.contains_key(&self.me.partition) {
+            return;
+        }
+        let aborted = ballot.votes.values().any(|(ok, _)| !ok);
         let all_in = ballot.participants.iter().all(|p| ballot.votes.contains_key(p));
         if !aborted && !all_in {
             return;
         }
         let ballot = c.ballots.remove(&id).expect("looked up");
         c.expiries.remove(&(ballot.expiry, id));
-        if !mine_ok {
-            return;
-        }
         let commit = !aborted;
-        let ts = ballot.votes.values().map(|(_, ts)| *ts).max().unwrap_or(0);
-        if ballot.updates {
-            for key in &ballot.keys {
-                if let Some(txs) = c.pending.get_mut(key) {
-                    txs.remove(&id);
-                    if txs.is_empty() {
-                        c.pending.remove(key);
-                    }
-                }
-                if commit {
-                    let mut vector = ballot.snap.clone();
-                    vector.strong = ts;
-                    let by_label = c.committed.entry(key.clone()).or_default();
-                    match by_label.get_mut(&ballot.label) {
-                        Some(joined) => joined.join(&vector),
-                        None => {
-                            by_label.insert(ballot.label.clone(), vector);
-                        }
-                    }
-                }
-            }
-        }
+        let ts =
+            if commit { ballot.votes.values().map(|(_, ts)| *ts).max().unwrap_or(0) } else { 0 };
         self.append_record(Record::Decide { tx: id, commit, ts });
         if commit && ts > self.certifier.last_proposal {
             // The decision is at another partition's larger proposal: this leader's
@@ -324,13 +348,16 @@ impl GeoEngine {
                 participants,
                 expiry,
             };
-            self.certify_here(candidate);
+            self.certify_here(self.me.node, candidate);
         }
     }
 
-    /// Appends `record` to this leader's log.
+    /// Appends `record` to this leader's log and its conflict index.
     fn append_record(&mut self, record: Record) {
-        self.certifier.log.push_back(record);
+        debug_assert_eq!(self.certifier.indexed, self.log_end(), "a leader indexes its log");
+        self.index_record(&record);
+        self.certifier.indexed += 1;
+        self.store_record(record);
         self.advance_durable();
     }
 
@@ -342,7 +369,7 @@ impl GeoEngine {
     /// Leader: the durable index is the largest stored at `f + 1` data centers (this one
     /// and the `f` best siblings); newly durable votes go out, and the delivery state
     /// follows.
-    fn advance_durable(&mut self) {
+    pub(crate) fn advance_durable(&mut self) {
         let end = self.log_end();
         let f = self.config.f as usize;
         let mut others: Vec<u64> = (0..self.dcs)
@@ -353,6 +380,7 @@ impl GeoEngine {
         let durable = if f == 0 { end } else { others[f - 1].min(end) };
         let from = self.certifier.durable;
         if durable <= from {
+            self.maybe_reannounce();
             return;
         }
         self.certifier.durable = durable;
@@ -365,23 +393,38 @@ impl GeoEngine {
             }
         }
         self.apply_durable();
+        self.maybe_reannounce();
     }
 
     /// A durable vote of this partition: to the coordinator and the other participants'
     /// leaders, and into this leader's own ballot.
-    fn send_vote(&mut self, id: TxId, ok: bool, ts: u64, participants: Vec<u32>, expiry: u64) {
+    pub(crate) fn send_vote(
+        &mut self,
+        id: TxId,
+        ok: bool,
+        ts: u64,
+        participants: Vec<u32>,
+        expiry: u64,
+    ) {
         let me = self.me.partition;
+        let ballot = self.certifier.accepted;
         let coordinator = keel_types::NodeId(id.node);
+        let vote = |participants: &Vec<u32>| Body::Vote {
+            tx: id,
+            ok,
+            ts,
+            participants: participants.clone(),
+            expiry,
+            ballot,
+            answer: false,
+        };
         if self.member(coordinator).is_some() {
-            let body = Body::Vote { tx: id, ok, ts, participants: participants.clone(), expiry };
-            self.send(coordinator, body);
+            self.send(coordinator, vote(&participants));
         }
         for &p in participants.iter().filter(|&&p| p != me) {
-            let to = self.replica(self.config.leader_dc, p);
+            let to = self.leader_of_partition(p);
             if to != coordinator {
-                let body =
-                    Body::Vote { tx: id, ok, ts, participants: participants.clone(), expiry };
-                self.send(to, body);
+                self.send(to, vote(&participants));
             }
         }
         if let Some(ballot) = self.certifier.ballots.get_mut(&id) {
@@ -400,75 +443,16 @@ impl GeoEngine {
         }
     }
 
-    /// Leader: each sibling's missing records and the durable index, if either moved.
-    pub(crate) fn replicate_log(&mut self) {
-        let end = self.log_end();
-        let durable = self.certifier.durable;
-        let me = self.me.dc;
-        for dc in (0..self.dcs as u32).filter(|&i| i != me) {
-            let i = dc as usize;
-            let (sent, told) = (self.certifier.sent[i], self.certifier.told[i]);
-            if sent == end && told == durable {
-                continue;
-            }
-            let base = self.certifier.base;
-            let records: Vec<Record> =
-                self.certifier.log.range((sent - base) as usize..).cloned().collect();
-            let to = self.replica(dc, self.me.partition);
-            self.send(to, Body::Append { first: sent, records, durable });
-            self.certifier.sent[i] = end;
-            self.certifier.told[i] = durable;
-        }
-    }
-
-    /// Leader: sibling `from` stores the log below `through`.
-    pub(crate) fn appended(&mut self, from: keel_types::NodeId, through: u64) {
-        let Some(member) = self.member(from) else { return };
-        let acked = &mut self.certifier.acked[member.dc as usize];
-        *acked = (*acked).max(through.min(self.certifier.sent[member.dc as usize]));
-        self.advance_durable();
-        self.trim_log();
-    }
-
-    /// Sibling: the leader's records from `first` on, and its durable index.
-    pub(crate) fn append_in(&mut self, first: u64, records: Vec<Record>, durable: u64) {
-        let end = self.log_end();
-        if first > end {
-            // A gap: the channel delivers in order, so only a broken leader makes one.
-            self.counters.rejected += 1;
-            return;
-        }
-        let skip = (end - first) as usize;
-        self.certifier.log.extend(records.into_iter().skip(skip));
-        let end = self.log_end();
-        self.certifier.durable = self.certifier.durable.max(durable.min(end));
-        self.apply_durable();
-        self.trim_log();
-        let to = self.replica(self.config.leader_dc, self.me.partition);
-        self.send(to, Body::Appended { through: end });
-    }
-
-    /// Forgets the records every replica that needs them has: on the leader, those every
-    /// sibling stores and this one applied; on a sibling, those it applied.
-    fn trim_log(&mut self) {
-        let c = &mut self.certifier;
-        let mut below = c.applied;
-        if self.me.dc == self.config.leader_dc {
-            let me = self.me.dc as usize;
-            let least = c.acked.iter().enumerate().filter(|(i, _)| *i != me).map(|(_, a)| *a);
-            below = below.min(least.min().unwrap_or(below));
-        }
-        while c.base < below {
-            c.log.pop_front();
-            c.base += 1;
-        }
-    }
-
-    /// Applies the durable records not yet applied to the delivery state, then delivers.
-    fn apply_durable(&mut self) {
+    /// Applies the durable records not yet applied to the delivery state (and, on a
+    /// follower, to the conflict index), then delivers.
+    pub(crate) fn apply_durable(&mut self) {
         while self.certifier.applied < self.certifier.durable {
             let at = (self.certifier.applied - self.certifier.base) as usize;
             let record = self.certifier.log[at].clone();
+            if self.certifier.indexed == self.certifier.applied {
+                self.index_record(&record);
+                self.certifier.indexed += 1;
+            }
             self.certifier.applied += 1;
             self.apply_record(record);
         }

@@ -43,19 +43,21 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         Body::Replicate { txs, .. } => {
             txs.iter().all(|t| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
         }
-        Body::KnownLocal { known } => vector_ok(known),
+        Body::KnownLocal { known, .. } => vector_ok(known),
         Body::Vectors { stable, known } => vector_ok(stable) && vector_ok(known),
         Body::Certify(c) => candidate_ok(c),
         Body::Vote { participants, ok, ts, .. } => {
             participants.len() <= PARTITIONS_MAX as usize && (!ok || *ts > 0)
         }
-        Body::Append { records, .. } => {
+        Body::Append { records, .. } | Body::Elected { records, .. } => {
             records.len() <= BODIES_MAX && records.iter().all(record_ok)
         }
         Body::Version { .. }
         | Body::PrepareAck { .. }
         | Body::Heartbeat { .. }
-        | Body::Appended { .. } => true,
+        | Body::Appended { .. }
+        | Body::Elect { .. }
+        | Body::Outvoted { .. } => true,
     };
     if ok {
         Ok(())
@@ -92,7 +94,7 @@ impl GeoEngine {
                 Body::Prepare { snap, writes, .. } => same_dc && shape(snap) && self.owns(writes),
                 Body::Commit { commit, .. } => same_dc && shape(commit),
                 Body::Version { .. } | Body::PrepareAck { .. } => same_dc,
-                Body::KnownLocal { known } => same_dc && shape(known),
+                Body::KnownLocal { known, .. } => same_dc && shape(known),
                 Body::Replicate { origin, txs } => {
                     sibling
                         && *origin != self.me.dc
@@ -107,33 +109,46 @@ impl GeoEngine {
                 }
                 Body::Vectors { stable, known } => sibling && shape(stable) && shape(known),
                 Body::Certify(c) => {
-                    self.leads()
+                    self.config.strong
                         && c.tx.node == from.0
                         && c.origin == peer.dc
                         && self.candidate_fits(c)
                 }
                 Body::Vote { participants, .. } => {
                     self.config.strong
-                        && peer.dc == self.config.leader_dc
                         && self.participants_ok(participants)
                         && participants.contains(&peer.partition)
                 }
-                Body::Append { records, .. } => {
+                Body::Append { ballot, records, .. } => {
                     self.config.strong
                         && sibling
-                        && peer.dc == self.config.leader_dc
-                        && records.iter().all(|r| match r {
-                            Record::Vote { candidate, .. } => self.candidate_fits(candidate),
-                            Record::Decide { .. } | Record::Promise { .. } => true,
-                        })
+                        && self.leader_dc_of(*ballot) == peer.dc
+                        && self.records_fit(records)
                 }
-                Body::Appended { .. } => sibling && self.leads(),
+                Body::Elect { ballot, .. } => {
+                    self.config.strong && sibling && self.leader_dc_of(*ballot) == peer.dc
+                }
+                Body::Elected { ballot, records, .. } => {
+                    self.config.strong
+                        && sibling
+                        && self.leader_dc_of(*ballot) == self.me.dc
+                        && self.records_fit(records)
+                }
+                Body::Appended { .. } | Body::Outvoted { .. } => self.config.strong && sibling,
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");
             }
         }
         Ok(())
+    }
+
+    /// Whether every vote among `records` fits this partition.
+    fn records_fit(&self, records: &[Record]) -> bool {
+        records.iter().all(|r| match r {
+            Record::Vote { candidate, .. } => self.candidate_fits(candidate),
+            Record::Decide { .. } | Record::Promise { .. } => true,
+        })
     }
 
     /// Whether participants are partitions of this keyspace, sorted, without repeats.

@@ -1,7 +1,7 @@
 //! `check_invariants`: what the engine's code relies on, checked after every step.
 
 use super::super::types::PARTITION_BITS;
-use super::{GeoEngine, Pending};
+use super::{GeoEngine, Pending, Role};
 
 impl GeoEngine {
     /// Panics if a rule of `docs/geo.md` (*Invariants*) is broken.
@@ -109,14 +109,32 @@ impl GeoEngine {
             assert!(*ts > known, "a committed transaction below known.strong undelivered");
         }
         assert!(known <= c.promise, "known.strong above the strong heartbeats");
+        assert!(c.accepted <= c.ballot, "a log following a ballot not joined");
+        assert_eq!(
+            c.views[self.me.partition as usize], 0,
+            "a view of this partition (its ballot stands for it)"
+        );
+        self.check_conflict_index();
         if !self.leads() {
-            assert!(c.ballots.is_empty() && c.pending.is_empty(), "a sibling certifies");
-            assert!(c.committed.is_empty() && c.expiries.is_empty(), "a sibling certifies");
+            assert_eq!(
+                c.indexed, c.applied,
+                "a replica that does not lead indexes what it applied"
+            );
+            assert!(c.ballots.is_empty() && c.expiries.is_empty(), "a ballot off the leader");
+            assert!(c.reannounce.is_none(), "a replica that does not lead announces");
+            if matches!(c.role, Role::Follower) {
+                assert_eq!(c.applied, c.durable, "a follower behind its durable index");
+            }
             return;
         }
-        assert!(c.durable >= c.applied, "the leader's durable index behind");
+        assert_eq!(self.leader_dc_of(c.ballot), self.me.dc, "a leader of another's ballot");
+        assert_eq!(c.accepted, c.ballot, "a leader's log follows an old ballot");
+        assert_eq!(c.indexed, end, "a leader indexes its whole log");
         for i in (0..self.dcs).filter(|&i| i != self.me.dc as usize) {
-            assert!(c.acked[i] <= c.sent[i] && c.sent[i] <= end, "a sibling acked past the log");
+            if let Some(sent) = c.sent[i] {
+                assert!(c.base <= sent && sent <= end, "a sibling sent past the log");
+                assert!(c.acked[i] <= sent, "a sibling acked past what it was sent");
+            }
             assert!(c.told[i] <= c.durable, "a sibling told of more than is durable");
         }
         for (expiry, id) in &c.expiries {
@@ -124,16 +142,43 @@ impl GeoEngine {
             assert!(ballot.mine.is_none() && ballot.expiry == *expiry, "an expiry of a vote cast");
         }
         for (id, ballot) in &c.ballots {
-            if ballot.mine.is_none() {
-                assert!(c.expiries.contains(&(ballot.expiry, *id)), "a ballot without expiry");
+            match ballot.mine {
+                None => {
+                    assert!(c.expiries.contains(&(ballot.expiry, *id)), "a ballot without expiry");
+                    assert!(!c.open.contains_key(id), "a vote logged but not in its ballot");
+                }
+                Some((ok, ts)) => {
+                    let open = c.open.get(id).expect("a ballot's vote is in the conflict index");
+                    assert_eq!(
+                        (open.ok, open.ts),
+                        (ok, ts),
+                        "a ballot's vote is not the logged one"
+                    );
+                }
             }
+            assert!(!c.outcomes.contains_key(id), "a decided transaction's ballot");
         }
+        for id in c.open.keys() {
+            assert!(
+                c.ballots.get(id).is_some_and(|b| b.mine.is_some()),
+                "an open vote without ballot"
+            );
+        }
+    }
+
+    /// The conflict index: pending transactions are open commit votes that update, and
+    /// no transaction is both open and decided.
+    fn check_conflict_index(&self) {
+        let c = &self.certifier;
         for txs in c.pending.values() {
             assert!(!txs.is_empty(), "an empty pending entry");
             for id in txs.keys() {
-                let ballot = c.ballots.get(id).expect("a pending transaction has its ballot");
-                assert_eq!(ballot.mine.map(|m| m.0), Some(true), "pending without a commit vote");
+                let open = c.open.get(id).expect("a pending transaction is open");
+                assert!(open.ok && open.updates, "pending without an updating commit vote");
             }
+        }
+        for id in c.open.keys() {
+            assert!(!c.outcomes.contains_key(id), "a transaction open and decided");
         }
     }
 }

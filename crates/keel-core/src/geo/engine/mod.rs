@@ -9,6 +9,7 @@
 //! | `coordinator.rs` | client transactions: begin (1:1–8), operations (1:9–17), commit by two-phase commit in the data center (1:26–35), barriers and attaches (1:49–52), timeouts | [`Coordinator`] |
 //! | `uniform.rs` | the stable and uniform vectors (2:23–38), suspicion of failed data centers, forwarding (2:19–22), collection of remote transactions stored everywhere | [`Uniformity`] |
 //! | `certify.rs` | strong transactions (Algorithm 3, §6.3): the coordinator's barrier and certification, each partition's certification log replicated from its leader to a majority of data centers, the leader's votes and decisions, delivery in strong-timestamp order, strong heartbeats | [`Certifier`] |
+//! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
@@ -24,6 +25,7 @@ use std::sync::Arc;
 
 mod certify;
 mod coordinator;
+mod failover;
 mod gate;
 mod invariants;
 mod partition;
@@ -162,6 +164,8 @@ pub(crate) enum Pending {
         waiting: BTreeSet<u32>,
         /// The largest proposed strong timestamp so far.
         ts: u64,
+        /// Its candidates' expiry (a candidate sent again to a new leader keeps it).
+        expiry: u64,
     },
 }
 
@@ -215,21 +219,95 @@ pub(crate) struct Ballot {
     pub votes: BTreeMap<u32, (bool, u64)>,
     /// This partition's vote, once cast (durable or not).
     pub mine: Option<(bool, u64)>,
-    /// The candidate's label and keys here (for the conflict index), and whether it
-    /// updates (only then later transactions must see it).
+}
+
+/// A vote in the certification log with no decision after it yet (the conflict index).
+#[derive(Clone, Debug)]
+pub(crate) struct OpenVote {
+    /// Commit or abort.
+    pub ok: bool,
+    /// The proposed strong timestamp.
+    pub ts: u64,
+    /// The candidate's label.
     pub label: Option<String>,
     /// Its keys here.
     pub keys: Vec<Key>,
-    /// Whether it updates some partition.
+    /// Whether it updates some partition (only then later transactions must see it).
     pub updates: bool,
     /// Its snapshot.
     pub snap: Vector,
+    /// Every participant.
+    pub participants: Vec<u32>,
+    /// Its expiry.
+    pub expiry: u64,
 }
 
-/// One partition's certification (`certify.rs`): the replicated log and the delivery
-/// it drives, on every replica; the conflict index and the ballots, on the leader.
+/// A replica's part in its partition's certification (`docs/geo.md`, *Failover*).
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Role {
+    /// It stores the log of its ballot's leader.
+    #[default]
+    Follower,
+    /// It stands for leader in its ballot and gathers its siblings' logs.
+    Candidate(Election),
+    /// It leads its ballot: it certifies, logs and replicates.
+    Leader,
+}
+
+/// A candidate's election: the siblings that joined its ballot, with their logs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Election {
+    /// Per data center that joined: the ballot its log follows, its durable index, and
+    /// its log from `first` on.
+    pub joined: BTreeMap<u32, Joined>,
+    /// Certification bodies that came while the election ran, handled once it is won.
+    pub held: Vec<(NodeId, super::types::Body)>,
+}
+
+/// One sibling's answer to an election.
+#[derive(Clone, Debug)]
+pub(crate) struct Joined {
+    /// The ballot of the leader whose log it follows.
+    pub accepted: u64,
+    /// Its durable index.
+    pub durable: u64,
+    /// The index of `records[0]`.
+    pub first: u64,
+    /// Its log from `first` to its end.
+    pub records: Vec<Record>,
+}
+
+/// One partition's certification (`certify.rs`, `failover.rs`): the replicated log,
+/// the delivery and the conflict index it drives, on every replica; the ballots, on the
+/// leader.
 #[derive(Debug, Default)]
 pub(crate) struct Certifier {
+    /// This replica's part.
+    pub role: Role,
+    /// The largest ballot this replica joined (its leader: `leader_of(ballot)`).
+    pub ballot: u64,
+    /// The ballot of the leader whose log this replica's log follows (from the first
+    /// append of that leader taken on).
+    pub accepted: u64,
+    /// Per partition, the largest ballot known (whose leader coordinators and leaders
+    /// send to); this partition's is `ballot`.
+    pub views: Vec<u64>,
+    /// Records below this index are in the conflict index (the leader's whole log; a
+    /// follower's applied prefix).
+    pub indexed: u64,
+    /// The conflict index: votes with no decision after them yet, by transaction.
+    pub open: BTreeMap<TxId, OpenVote>,
+    /// The conflict index: each decided transaction's outcome (commit, final strong
+    /// timestamp), for a new leader of another partition that asks again.
+    pub outcomes: BTreeMap<TxId, (bool, u64)>,
+    /// The largest timestamp in any record this replica stored.
+    pub top: u64,
+    /// Records below this index are stored at every data center (as the leader last
+    /// said): a follower forgets those it applied.
+    pub everywhere: u64,
+    /// Leader: once the log is durable to here, its open votes go out again (a new
+    /// leader's, whose predecessor may not have sent them all).
+    pub reannounce: Option<u64>,
     /// The log from index `base` on.
     pub log: VecDeque<Record>,
     /// The index of `log[0]`.
@@ -248,19 +326,21 @@ pub(crate) struct Certifier {
     pub promise: u64,
     /// Leader: per data center, the log length its sibling stores.
     pub acked: Vec<u64>,
-    /// Leader: per data center, the log length sent to its sibling.
-    pub sent: Vec<u64>,
+    /// Leader: per data center, the log length sent to its sibling (`None`: not known
+    /// yet, until the sibling joins the ballot).
+    pub sent: Vec<Option<u64>>,
     /// Leader: the durable index last told to each sibling.
     pub told: Vec<u64>,
     /// Leader: transactions certified here and not yet decided.
     pub ballots: BTreeMap<TxId, Ballot>,
     /// Leader: ballots with no vote of this partition yet, by expiry.
     pub expiries: BTreeSet<(u64, TxId)>,
-    /// Leader: per key, the undecided updating transactions voted to commit here, with
-    /// their labels.
+    /// The conflict index: per key, the undecided updating transactions voted to commit
+    /// here, with their labels.
     pub pending: BTreeMap<Key, BTreeMap<TxId, Option<String>>>,
-    /// Leader: per key and label, the join of the commit vectors of the committed
-    /// updating transactions (a snapshot includes them all iff it is above the join).
+    /// The conflict index: per key and label, the join of the commit vectors of the
+    /// committed updating transactions (a snapshot includes them all iff it is above the
+    /// join).
     pub committed: BTreeMap<Key, BTreeMap<Option<String>, Vector>>,
     /// Leader: the largest timestamp proposed or promised.
     pub last_proposal: u64,

@@ -4,7 +4,8 @@ use super::super::types::{
     Body, Config, GeoOp, GeoReply, GeoRequest, GeoResult, Member, Message, Vector, DCS_MAX,
     PARTITIONS_MAX, PARTITION_BITS,
 };
-use super::{Certifier, Coordinator, GeoEngine, Partition, Uniformity};
+use super::certify::VoteIn;
+use super::{Certifier, Coordinator, GeoEngine, Joined, Partition, Role, Uniformity};
 use crate::engine::{BootError, ConfigError, Input, Outputs, RequestTag};
 use crate::time::Time;
 use keel_types::{KeelError, NoRecord, NodeId};
@@ -86,9 +87,12 @@ impl GeoEngine {
             forwarded: BTreeMap::new(),
         };
         let coordinator = Coordinator { next_tx: boot, ..Coordinator::default() };
+        let leads = config.strong && me.dc == config.leader_dc;
         let certifier = Certifier {
+            role: if leads { Role::Leader } else { Role::Follower },
+            views: vec![0; partitions as usize],
             acked: vec![0; dcs],
-            sent: vec![0; dcs],
+            sent: vec![Some(0); dcs],
             told: vec![0; dcs],
             ..Certifier::default()
         };
@@ -249,7 +253,7 @@ impl GeoEngine {
     }
 
     /// One body from `from` (this node itself, for its own partition).
-    fn handle(&mut self, from: NodeId, body: Body) {
+    pub(crate) fn handle(&mut self, from: NodeId, body: Body) {
         match body {
             Body::GetVersion { read, key, kind, snap } => {
                 self.get_version(from, read, key, kind, snap)
@@ -260,14 +264,23 @@ impl GeoEngine {
             Body::Commit { tx, commit } => self.commit(tx, commit),
             Body::Replicate { origin, txs } => self.replicate(origin, txs),
             Body::Heartbeat { origin, ts } => self.heartbeat(origin, ts),
-            Body::KnownLocal { known } => self.known_local(from, known),
+            Body::KnownLocal { known, ballot } => self.known_local(from, known, ballot),
             Body::Vectors { stable, known } => self.vectors(from, stable, known),
-            Body::Certify(candidate) => self.certify_here(*candidate),
-            Body::Vote { tx, ok, ts, participants, expiry } => {
-                self.vote_in(from, tx, ok, ts, participants, expiry)
+            Body::Certify(candidate) => self.certify_here(from, *candidate),
+            Body::Vote { tx, ok, ts, participants, expiry, ballot, answer } => {
+                let vote = VoteIn { tx, ok, ts, participants, expiry, ballot, answer };
+                self.vote_in(from, vote)
             }
-            Body::Append { first, records, durable } => self.append_in(first, records, durable),
-            Body::Appended { through } => self.appended(from, through),
+            Body::Append { ballot, first, records, durable, everywhere } => {
+                self.append_in(from, ballot, first, records, durable, everywhere)
+            }
+            Body::Appended { ballot, through, ok } => self.appended(from, ballot, through, ok),
+            Body::Elect { ballot, from: index } => self.elect_in(from, ballot, index),
+            Body::Elected { ballot, accepted, durable, first, records } => {
+                let joined = Joined { accepted, durable, first, records };
+                self.elected_in(from, ballot, joined)
+            }
+            Body::Outvoted { ballot } => self.outvoted(ballot),
         }
     }
 
@@ -311,6 +324,7 @@ impl GeoEngine {
             if self.leads() {
                 self.promise();
             }
+            self.elect_if_leader_suspected();
         }
         if self.leads() {
             self.expire_ballots();

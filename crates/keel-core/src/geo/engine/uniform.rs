@@ -15,9 +15,10 @@ impl GeoEngine {
         self.uniformity.local[self.me.partition as usize] = known.clone();
         self.recompute_stable();
         let me = self.me;
+        let ballot = self.certifier.accepted;
         for p in (0..self.partitions).filter(|&p| p != me.partition) {
             let to = self.replica(self.me.dc, p);
-            self.send(to, Body::KnownLocal { known: known.clone() });
+            self.send(to, Body::KnownLocal { known: known.clone(), ballot });
         }
         let stable = self.uniformity.stable.clone();
         for dc in (0..self.dcs as u32).filter(|&i| i != me.dc) {
@@ -27,8 +28,9 @@ impl GeoEngine {
     }
 
     /// `KNOWNVEC_LOCAL` (2:27–30) from another partition of this data center.
-    pub(crate) fn known_local(&mut self, from: NodeId, known: Vector) {
+    pub(crate) fn known_local(&mut self, from: NodeId, known: Vector, ballot: u64) {
         let Some(member) = self.member(from) else { return };
+        self.learn_ballot(member.partition, ballot);
         let slot = &mut self.uniformity.local[member.partition as usize];
         slot.join(&known);
         self.recompute_stable();
