@@ -95,8 +95,9 @@ pub enum SuiteCommand {
 pub struct SuiteArgs {
     /// orca (Table 2 and Figure 10), geo, scale (1..128 clients on A and B), keyspaces,
     /// correctables (preliminary and final views, bandwidth, divergence), kite (Kite's
-    /// modes by write ratio, and a node frozen), or unistore (causal commit against
-    /// strong-only across an emulated wide area).
+    /// modes by write ratio, and a node frozen), unistore (causal commit against
+    /// strong-only across an emulated wide area), or rubis (UniStore's RUBiS bidding mix
+    /// in the UniStore, RedBlue, Strong and Causal modes).
     pub name: String,
     /// Systems to include, comma-separated.
     #[arg(long, default_value = "keel,etcd,zookeeper,redis")]

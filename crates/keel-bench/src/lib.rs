@@ -14,7 +14,8 @@
 //! - [`cli`], [`suite`]: `keel bench` and `keel bench suite orca|geo|scale`; [`geo`]: the
 //!   geo suite (five nodes in three emulated sites, latency CDFs); [`kite`]: Kite's
 //!   modes; [`unistore`]: a geo keyspace's causal commit against strong-only across an
-//!   emulated wide area.
+//!   emulated wide area; [`rubis`]: UniStore's RUBiS bidding mix in the paper's four
+//!   modes.
 //!
 //! Benchmarks measure; only the deterministic parts are tested.
 
@@ -29,6 +30,7 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod rng;
+pub mod rubis;
 pub mod runner;
 pub mod suite;
 pub mod systems;

@@ -388,9 +388,10 @@ pub fn run(args: &SuiteArgs, exe: &Path) -> Result<Vec<RunRecord>, String> {
         "correctables" => return crate::correctables::run(args, exe).map(|()| Vec::new()),
         "kite" => return crate::kite::run(args, exe).map(|()| Vec::new()),
         "unistore" => return crate::unistore::run(args, exe).map(|()| Vec::new()),
+        "rubis" => return crate::rubis::run(args, exe).map(|()| Vec::new()),
         other => {
             return Err(format!(
-            "unknown suite {other:?}: expected orca, geo, scale, keyspaces, correctables, kite or unistore"
+            "unknown suite {other:?}: expected orca, geo, scale, keyspaces, correctables, kite, unistore or rubis"
         ))
         }
     };

@@ -146,6 +146,9 @@ fn the_strong_scripts_catch_their_controls() {
         .count();
     assert!(stuck >= 2, "without the barrier t3 stayed aborted on only {stuck} of 8 seeds");
     for seed in 0..2 {
+        let serial = GeoRunConfig { certify_all: true, ..config("all-strong", seed, false) };
+        let r = run_one(&serial);
+        assert!(r.counts.contains_key("not-serializable"), "{:?}", r.violations);
         let overdraft = GeoRunConfig { certify_all: true, ..config("overdraft", seed, false) };
         let r = run_one(&overdraft);
         assert!(r.counts.contains_key("conflict-order"), "{:?}", r.violations);

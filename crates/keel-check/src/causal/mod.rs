@@ -84,6 +84,7 @@ mod converge;
 mod eval;
 mod prep;
 mod reads;
+mod serial;
 mod session;
 mod strong;
 mod uniform;
@@ -124,6 +125,9 @@ pub mod kind {
     /// Two conflicting strong transactions not ordered by visibility and strong
     /// timestamp alike.
     pub const CONFLICT_ORDER: &str = "conflict-order";
+    /// A history of strong transactions that all conflict, replayed in strong-timestamp
+    /// order, where a read does not return what the transactions before it wrote.
+    pub const NOT_SERIALIZABLE: &str = "not-serializable";
 }
 
 /// The most data centers a history may have.
@@ -222,6 +226,7 @@ pub fn check(history: &CausalHistory) -> CausalReport {
     uniform::check(history, &prep, &mut sink);
     converge::check(history, &prep, &mut sink);
     strong::check(history, &mut sink);
+    serial::check(history, &prep, &mut sink);
     sink.report
 }
 

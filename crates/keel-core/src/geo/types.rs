@@ -258,6 +258,9 @@ pub enum Body {
         stable: Vector,
         /// Its known vector.
         known: Vector,
+        /// The largest certification ballot it joined (a sibling that missed an election
+        /// joins it, so that it suspects a dead candidate and elects past it).
+        ballot: u64,
     },
     /// `CERTIFY`: a strong transaction's part at the receiver's partition (coordinator
     /// → the partition's certification leader).

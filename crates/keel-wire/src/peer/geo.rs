@@ -96,7 +96,11 @@ mod tests {
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
             (any::<u64>(), any::<u64>(), any::<bool>())
                 .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),
-            (vector(), vector()).prop_map(|(stable, known)| Body::Vectors { stable, known }),
+            (vector(), vector(), any::<u64>()).prop_map(|(stable, known, ballot)| Body::Vectors {
+                stable,
+                known,
+                ballot
+            }),
         ]
     }
 

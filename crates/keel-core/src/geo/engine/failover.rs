@@ -303,6 +303,16 @@ impl GeoEngine {
         self.leader_moved(self.me.partition);
     }
 
+    /// A sibling joined `ballot`: a replica in a smaller one joins it too. A replica that
+    /// missed an election (cut off while it ran) so learns of it from any sibling, and
+    /// once it suspects that ballot's leader it elects past it, rather than follow, for
+    /// ever, a leader that stepped down.
+    pub(crate) fn join_larger_ballot(&mut self, ballot: u64) {
+        if self.config.strong && ballot > self.certifier.ballot {
+            self.step_down(ballot);
+        }
+    }
+
     /// `OUTVOTED`: a sibling is in a larger ballot.
     pub(crate) fn outvoted(&mut self, ballot: u64) {
         if ballot > self.certifier.ballot {

@@ -44,7 +44,7 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
             txs.iter().all(|t| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
         }
         Body::KnownLocal { known, .. } => vector_ok(known),
-        Body::Vectors { stable, known } => vector_ok(stable) && vector_ok(known),
+        Body::Vectors { stable, known, .. } => vector_ok(stable) && vector_ok(known),
         Body::Certify(c) => candidate_ok(c),
         Body::Vote { participants, ok, ts, .. } => {
             participants.len() <= PARTITIONS_MAX as usize && (!ok || *ts > 0)
@@ -107,7 +107,7 @@ impl GeoEngine {
                 Body::Heartbeat { origin, .. } => {
                     sibling && *origin != self.me.dc && (*origin as usize) < self.dcs
                 }
-                Body::Vectors { stable, known } => sibling && shape(stable) && shape(known),
+                Body::Vectors { stable, known, .. } => sibling && shape(stable) && shape(known),
                 Body::Certify(c) => {
                     self.config.strong
                         && c.tx.node == from.0

@@ -21,9 +21,11 @@ impl GeoEngine {
             self.send(to, Body::KnownLocal { known: known.clone(), ballot });
         }
         let stable = self.uniformity.stable.clone();
+        let ballot = self.certifier.ballot;
         for dc in (0..self.dcs as u32).filter(|&i| i != me.dc) {
             let to = self.replica(dc, me.partition);
-            self.send(to, Body::Vectors { stable: stable.clone(), known: known.clone() });
+            let (stable, known) = (stable.clone(), known.clone());
+            self.send(to, Body::Vectors { stable, known, ballot });
         }
     }
 
