@@ -2,8 +2,9 @@
 //! barrier and attach at another data center), the refusals that name the engine, a geo
 //! keyspace beside an ORCA one, and `keel example bank` end to end (with the emulated
 //! wide-area delays of `keel up --geo`) (concurrent deposits
-//! converge; a session finds what it observed after its data center is killed), and
-//! strong withdrawals at every data center that never overdraw. The protocol itself is
+//! converge; a session finds what it observed after its data center is killed), strong
+//! withdrawals at every data center that never overdraw, and strong transactions that go
+//! on once the certification leaders' node is killed. The protocol itself is
 //! checked in the simulator (`keel sim run --engine geo`).
 
 mod common;
@@ -212,5 +213,46 @@ fn concurrent_strong_withdrawals_of_the_whole_balance_commit_once() {
     assert_eq!(retry.call(&["KEEL.TX.BEGIN", "STRONG", "LABEL", "withdraw"]), "+OK");
     assert_eq!(retry.call(&["KEEL.TX.READ", "counter", "alice"]), ":0");
     assert!(retry.call(&["KEEL.TX.COMMIT"]).starts_with('*'), "a read-only strong transaction");
+    common::finish(cluster);
+}
+
+/// A strong transaction at `conn` that withdraws 10, run again after each conflict until
+/// it commits or `common::CONVERGE_WAIT` passes; whether it committed.
+fn withdraw_until_committed(conn: &mut common::Conn) -> bool {
+    common::wait_until(common::CONVERGE_WAIT, || {
+        assert_eq!(conn.call(&["KEEL.TX.BEGIN", "STRONG", "LABEL", "withdraw"]), "+OK");
+        let _ = conn.call(&["KEEL.TX.READ", "counter", "alice"]);
+        let _ = conn.call(&["DECRBY", "alice", "10"]);
+        let reply = conn.call(&["KEEL.TX.COMMIT"]);
+        if reply.starts_with('*') {
+            for _ in 0..4 {
+                conn.line();
+            }
+            return true;
+        }
+        assert!(reply.starts_with("-CONFLICT") || reply.starts_with("-TIMEOUT"), "{reply}");
+        false
+    })
+}
+
+#[test]
+fn strong_transactions_go_on_after_the_leaders_node_is_killed() {
+    let (mut cluster, _) = common::cluster("geo-failover", geo_strong);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let mut b = open_geo(addrs[1]);
+    let mut c = open_geo(addrs[2]);
+    assert!(withdraw_until_committed(&mut b), "a strong withdrawal before the failure");
+    // Node 1 is data center dc1, the first label: the leader of ballot 0.
+    cluster.kill(0);
+    assert!(withdraw_until_committed(&mut b), "a strong withdrawal at dc2 after the failover");
+    assert!(withdraw_until_committed(&mut c), "a strong withdrawal at dc3 after the failover");
+    let takeovers = keel_server::local::status_in(addrs[1], GEO)
+        .and_then(|s| s["counters"]["takeovers"].as_u64())
+        .unwrap_or(0);
+    assert_eq!(takeovers, 1, "dc2 (ballot 1) leads certification");
+    for conn in [&mut b, &mut c] {
+        assert!(common::wait_until(common::CONVERGE_WAIT, || balance(conn) == ":-30"));
+    }
     common::finish(cluster);
 }

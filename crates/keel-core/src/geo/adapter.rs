@@ -182,6 +182,36 @@ impl Engine for GeoEngine {
                 "Messages sent to peers and not yet acknowledged.",
                 status.unacked as u64,
             ),
+            Metric::counter(
+                "keel_geo_strong_committed_total",
+                "Strong transactions committed (as coordinator).",
+                c.strong_committed,
+            ),
+            Metric::counter(
+                "keel_geo_strong_aborted_total",
+                "Strong transactions certification aborted (as coordinator).",
+                c.strong_aborted,
+            ),
+            Metric::counter(
+                "keel_geo_certification_elections_total",
+                "Elections this replica started for its partition's certification.",
+                c.elections,
+            ),
+            Metric::counter(
+                "keel_geo_certification_takeovers_total",
+                "Elections this replica won.",
+                c.takeovers,
+            ),
+            Metric::gauge(
+                "keel_geo_certification_leader",
+                "1 when this replica leads its partition's certification.",
+                u64::from(status.certification.as_ref().is_some_and(|c| c.leads)),
+            ),
+            Metric::gauge(
+                "keel_geo_certification_ballot",
+                "The certification ballot this replica is in.",
+                status.certification.as_ref().map_or(0, |c| c.ballot),
+            ),
         ];
         Report { status: doc, metrics }
     }
@@ -205,6 +235,14 @@ impl GeoEngine {
             unacked: self.channels.values().map(|c| c.unacked()).sum(),
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             lost: self.lost,
+            certification: self.config.strong.then(|| super::types::Certification {
+                ballot: self.certifier.ballot,
+                leader_dc: self.leader_dc_of(self.certifier.ballot),
+                leads: self.leads(),
+                log: self.certifier.log.len(),
+                durable: self.certifier.durable,
+                open_votes: self.certifier.open.len(),
+            }),
             counters: self.counters,
         }
     }

@@ -525,8 +525,28 @@ pub struct Status {
     /// its peers and refusing clients (`docs/geo.md`, *Failures*).
     #[serde(default)]
     pub lost: bool,
+    /// Its part in its partition's certification, in a keyspace with strong transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certification: Option<Certification>,
     /// How often each path was taken.
     pub counters: Counters,
+}
+
+/// A replica's part in its partition's certification (`docs/geo.md`, *Failover*).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certification {
+    /// The largest ballot it joined.
+    pub ballot: u64,
+    /// That ballot's data center.
+    pub leader_dc: u32,
+    /// Whether it leads.
+    pub leads: bool,
+    /// Records held in its certification log.
+    pub log: usize,
+    /// Its durable index.
+    pub durable: u64,
+    /// Votes in its log with no decision yet.
+    pub open_votes: usize,
 }
 
 /// Refusal for an operation a geo keyspace cannot serve.

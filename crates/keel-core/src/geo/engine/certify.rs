@@ -191,7 +191,7 @@ impl GeoEngine {
     fn leader_vote(&mut self, from: keel_types::NodeId, partition: u32, vote: VoteIn) {
         let VoteIn { tx: id, ok, ts, participants, expiry, answer, .. } = vote;
         let past = self.clock() > expiry;
-        if let Some(&(commit, final_ts)) = self.certifier.outcomes.get(&id) {
+        if let Some((commit, final_ts)) = self.certifier.outcome(id) {
             // Decided here: a sender that still votes lacks this partition's vote (it is
             // a new leader); the decision answers for it.
             if !answer {
@@ -236,8 +236,8 @@ impl GeoEngine {
         }
         let id = candidate.tx;
         let me = self.me.partition;
-        let known = match self.certifier.outcomes.get(&id) {
-            Some(&(commit, ts)) => Some(Some((commit, ts))),
+        let known = match self.certifier.outcome(id) {
+            Some((commit, ts)) => Some(Some((commit, ts))),
             None => match self.certifier.ballots.get(&id) {
                 Some(b) if b.mine.is_some() => Some(b.votes.get(&me).copied()),
                 _ => None,
@@ -318,6 +318,7 @@ impl GeoEngine {
         let commit = !aborted;
         let ts =
             if commit { ballot.votes.values().map(|(_, ts)| *ts).max().unwrap_or(0) } else { 0 };
+        c.deciding.insert(id, (commit, ts));
         self.append_record(Record::Decide { tx: id, commit, ts });
         if commit && ts > self.certifier.last_proposal {
             // The decision is at another partition's larger proposal: this leader's
@@ -355,7 +356,9 @@ impl GeoEngine {
     /// Appends `record` to this leader's log and its conflict index.
     fn append_record(&mut self, record: Record) {
         debug_assert_eq!(self.certifier.indexed, self.log_end(), "a leader indexes its log");
-        self.index_record(&record);
+        if let Record::Vote { .. } = &record {
+            self.index_vote(&record);
+        }
         self.certifier.indexed += 1;
         self.store_record(record);
         self.advance_durable();
@@ -450,9 +453,10 @@ impl GeoEngine {
             let at = (self.certifier.applied - self.certifier.base) as usize;
             let record = self.certifier.log[at].clone();
             if self.certifier.indexed == self.certifier.applied {
-                self.index_record(&record);
+                self.index_vote(&record);
                 self.certifier.indexed += 1;
             }
+            self.index_decision(&record);
             self.certifier.applied += 1;
             self.apply_record(record);
         }

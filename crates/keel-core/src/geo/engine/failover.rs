@@ -20,9 +20,12 @@
 //!   had past that point at a new leader's first append), and once the recovered log is
 //!   durable again sends its open votes out again.
 //! - **The conflict index** (`open`, `outcomes`, `pending`, `committed`) follows the log:
-//!   on a leader, every record as it is appended; on a follower, the applied prefix. A
-//!   leader that steps down takes its unapplied votes back out. Its unapplied decisions
-//!   stay: a decision counts only durable votes, so every later leader reaches it too.
+//!   votes on a leader as they are appended, on a follower as they are applied;
+//!   decisions on every replica as they are applied (until then a decided transaction
+//!   still counts as pending, which only aborts conflicting transactions that could not
+//!   have seen it yet). A leader that steps down takes its unapplied votes back out.
+//!   A decision counts only durable votes, so every later leader reaches it too, and a
+//!   new leader decides again the votes of its log with no decision after them.
 //! - **Routing.** Every node keeps the largest ballot it knows a leader of each partition
 //!   to lead (its own partition: its ballot; others: from the partitions of its data
 //!   center by `KNOWNVEC_LOCAL`, which tell the ballot their log follows, and from votes;
@@ -219,17 +222,21 @@ impl GeoEngine {
         for (dc, sent) in c.sent.iter_mut().enumerate() {
             *sent = joined.get(&(dc as u32)).map(|j| j.durable.max(base).min(end));
         }
-        // The records past the applied prefix go into the conflict index.
+        // The votes past the applied prefix go into the conflict index; the decisions
+        // there are the leader's to apply.
         let mut at = c.indexed;
         while at < end {
             let record = self.certifier.log[(at - base) as usize].clone();
-            self.index_record(&record);
+            self.index_vote(&record);
+            if let Record::Decide { tx, commit, ts } = record {
+                self.certifier.deciding.insert(tx, (commit, ts));
+            }
             at += 1;
         }
         let c = &mut self.certifier;
         c.indexed = end;
         c.last_proposal = c.last_proposal.max(c.top);
-        for (id, open) in &c.open {
+        for (id, open) in c.open.iter().filter(|(id, _)| !c.deciding.contains_key(id)) {
             let ballot = Ballot {
                 participants: open.participants.clone(),
                 expiry: open.expiry,
@@ -291,6 +298,7 @@ impl GeoEngine {
                 let c = &mut self.certifier;
                 c.ballots.clear();
                 c.expiries.clear();
+                c.deciding.clear();
                 c.reannounce = None;
                 c.acked.iter_mut().for_each(|a| *a = 0);
                 c.sent.iter_mut().for_each(|s| *s = None);
@@ -455,9 +463,9 @@ impl GeoEngine {
         c.log.push_back(record);
     }
 
-    /// Adds the record at `indexed` to the conflict index. A vote of a transaction
-    /// decided (or voted) already adds nothing.
-    pub(crate) fn index_record(&mut self, record: &Record) {
+    /// Adds the record at `indexed`, if a vote, to the conflict index. A vote of a
+    /// transaction decided (or voted) already adds nothing.
+    pub(crate) fn index_vote(&mut self, record: &Record) {
         let c = &mut self.certifier;
         match record {
             Record::Vote { candidate, ok, ts } => {
@@ -483,7 +491,16 @@ impl GeoEngine {
                 };
                 c.open.insert(id, open);
             }
+            Record::Decide { .. } | Record::Promise { .. } => {}
+        }
+    }
+
+    /// Applies the record being applied, if a decision, to the conflict index.
+    pub(crate) fn index_decision(&mut self, record: &Record) {
+        let c = &mut self.certifier;
+        match record {
             Record::Decide { tx, commit, ts } => {
+                c.deciding.remove(tx);
                 if let Some(open) = c.open.remove(tx) {
                     if open.ok && open.updates {
                         for key in &open.keys {
@@ -504,13 +521,12 @@ impl GeoEngine {
                 }
                 c.outcomes.insert(*tx, (*commit, *ts));
             }
-            Record::Promise { .. } => {}
+            Record::Vote { .. } | Record::Promise { .. } => {}
         }
     }
 
     /// A leader stepping down: the votes it logged past what it applied may not survive,
-    /// so they leave the conflict index (its decisions there stay: see the module's
-    /// documentation).
+    /// so they leave the conflict index (its decisions there were never in it).
     fn unindex_tail(&mut self) {
         let c = &mut self.certifier;
         for at in c.applied..c.indexed {

@@ -122,6 +122,7 @@ impl GeoEngine {
             );
             assert!(c.ballots.is_empty() && c.expiries.is_empty(), "a ballot off the leader");
             assert!(c.reannounce.is_none(), "a replica that does not lead announces");
+            assert!(c.deciding.is_empty(), "a replica that does not lead decides");
             if matches!(c.role, Role::Follower) {
                 assert_eq!(c.applied, c.durable, "a follower behind its durable index");
             }
@@ -159,10 +160,14 @@ impl GeoEngine {
             assert!(!c.outcomes.contains_key(id), "a decided transaction's ballot");
         }
         for id in c.open.keys() {
+            let balloted = c.ballots.get(id).is_some_and(|b| b.mine.is_some());
             assert!(
-                c.ballots.get(id).is_some_and(|b| b.mine.is_some()),
-                "an open vote without ballot"
+                balloted != c.deciding.contains_key(id),
+                "an open vote neither in its ballot nor being decided, or both"
             );
+        }
+        for id in c.deciding.keys() {
+            assert!(!c.outcomes.contains_key(id), "a decision applied and still deciding");
         }
     }
 

@@ -292,14 +292,17 @@ pub(crate) struct Certifier {
     /// Per partition, the largest ballot known (whose leader coordinators and leaders
     /// send to); this partition's is `ballot`.
     pub views: Vec<u64>,
-    /// Records below this index are in the conflict index (the leader's whole log; a
-    /// follower's applied prefix).
+    /// The votes below this index are in the conflict index (the leader's whole log; a
+    /// follower's applied prefix). Decisions enter it when they are applied, on every
+    /// replica.
     pub indexed: u64,
-    /// The conflict index: votes with no decision after them yet, by transaction.
+    /// The conflict index: votes with no applied decision yet, by transaction.
     pub open: BTreeMap<TxId, OpenVote>,
-    /// The conflict index: each decided transaction's outcome (commit, final strong
+    /// The conflict index: each transaction's applied outcome (commit, final strong
     /// timestamp), for a new leader of another partition that asks again.
     pub outcomes: BTreeMap<TxId, (bool, u64)>,
+    /// Leader: decisions logged and not yet applied, with their outcomes.
+    pub deciding: BTreeMap<TxId, (bool, u64)>,
     /// The largest timestamp in any record this replica stored.
     pub top: u64,
     /// Records below this index are stored at every data center (as the leader last
@@ -344,6 +347,13 @@ pub(crate) struct Certifier {
     pub committed: BTreeMap<Key, BTreeMap<Option<String>, Vector>>,
     /// Leader: the largest timestamp proposed or promised.
     pub last_proposal: u64,
+}
+
+impl Certifier {
+    /// The outcome of `id` here: applied, or (on a leader) logged.
+    pub(crate) fn outcome(&self, id: TxId) -> Option<(bool, u64)> {
+        self.outcomes.get(&id).or_else(|| self.deciding.get(&id)).copied()
+    }
 }
 
 /// The uniformity tracker's state (`uniform.rs`).
