@@ -245,7 +245,8 @@ impl GeoEngine {
             };
             c.ballots.insert(*id, ballot);
         }
-        c.reannounce = Some(end);
+        let recovered = c.ballots.keys().copied().collect();
+        c.reannounce = Some((end, recovered));
         self.counters.takeovers += 1;
         self.apply_durable();
         self.maybe_reannounce();
@@ -402,6 +403,7 @@ impl GeoEngine {
             return;
         }
         let Some(sent) = c.sent[i] else { return };
+        let c = &mut self.certifier;
         c.acked[i] = c.acked[i].max(through.min(sent));
         self.advance_durable();
         self.trim_log();
@@ -543,18 +545,20 @@ impl GeoEngine {
         c.indexed = c.applied;
     }
 
-    /// A new leader: once the recovered log is durable again, its open votes go out
-    /// again, to the coordinators and the other participants' leaders.
+    /// A new leader: once the recovered log is durable again, the votes it recovered
+    /// with no decision go out again, to the coordinators and the other participants'
+    /// leaders (not the votes it cast since, which go out as each becomes durable).
     pub(crate) fn maybe_reannounce(&mut self) {
         let c = &self.certifier;
-        match c.reannounce {
-            Some(end) if c.durable >= end => {}
+        let ids = match &c.reannounce {
+            Some((end, ids)) if c.durable >= *end => ids,
             _ => return,
-        }
-        let votes: Vec<(TxId, bool, u64, Vec<u32>, u64)> = c
-            .open
+        };
+        let votes: Vec<(TxId, bool, u64, Vec<u32>, u64)> = ids
             .iter()
-            .map(|(id, o)| (*id, o.ok, o.ts, o.participants.clone(), o.expiry))
+            .filter(|id| c.ballots.contains_key(id))
+            .filter_map(|id| c.open.get(id).map(|o| (*id, o)))
+            .map(|(id, o)| (id, o.ok, o.ts, o.participants.clone(), o.expiry))
             .collect();
         self.certifier.reannounce = None;
         for (id, ok, ts, participants, expiry) in votes {

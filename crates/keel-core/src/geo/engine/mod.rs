@@ -308,9 +308,9 @@ pub(crate) struct Certifier {
     /// Records below this index are stored at every data center (as the leader last
     /// said): a follower forgets those it applied.
     pub everywhere: u64,
-    /// Leader: once the log is durable to here, its open votes go out again (a new
-    /// leader's, whose predecessor may not have sent them all).
-    pub reannounce: Option<u64>,
+    /// Leader: once the log is durable to this index, these votes of the recovered log
+    /// go out again (a new leader's, whose predecessor may not have sent them all).
+    pub reannounce: Option<(u64, Vec<TxId>)>,
     /// The log from index `base` on.
     pub log: VecDeque<Record>,
     /// The index of `log[0]`.
