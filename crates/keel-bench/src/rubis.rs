@@ -424,19 +424,8 @@ async fn run_once(
 }
 
 fn write(out: &Path, records: &[Record]) -> Result<(), String> {
-    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let base = out.join(format!("rubis-{stamp}"));
-    let mut jsonl = String::new();
-    for r in records {
-        jsonl.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
-        jsonl.push('\n');
-    }
-    std::fs::write(base.with_extension("jsonl"), jsonl).map_err(|e| e.to_string())?;
+    let (stem, command) = crate::geo::write_jsonl(out, "rubis", records)?;
     let mut md = String::new();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
     let _ = writeln!(md, "# RUBiS on Keel's geo keyspace: UniStore, RedBlue, Strong, Causal\n");
     let _ = writeln!(md, "`{command}`\n");
     let _ = writeln!(
@@ -484,6 +473,7 @@ fn write(out: &Path, records: &[Record]) -> Result<(), String> {
             100.0 * (ratio(u.tx_s, c.tx_s) - 1.0),
         );
     }
+    let base = out.join(stem);
     std::fs::write(base.with_extension("md"), md).map_err(|e| e.to_string())?;
     eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
     Ok(())

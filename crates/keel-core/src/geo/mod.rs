@@ -23,7 +23,7 @@ mod channel;
 mod engine;
 pub mod types;
 
-pub use engine::GeoEngine;
+pub use engine::{GeoEngine, BALLOT_MAX};
 pub use types::*;
 
 #[cfg(test)]

@@ -487,3 +487,15 @@ fn the_leaders_data_center_fails_and_a_sibling_takes_certification_over() {
     let (_, seen) = c.tx(NodeId(22), 3, &Vector::zero(3), vec![(key("acct"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(-20)]);
 }
+
+#[test]
+fn the_gate_refuses_a_ballot_out_of_bounds() {
+    use super::types::{Body, Message};
+    use super::BALLOT_MAX;
+    let message =
+        |body: Body| Message { boot: 1, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] };
+    assert!(GeoEngine::check_message(&message(Body::Outvoted { ballot: BALLOT_MAX })).is_ok());
+    assert!(GeoEngine::check_message(&message(Body::Outvoted { ballot: u64::MAX })).is_err());
+    let elect = Body::Elect { ballot: BALLOT_MAX + 1, from: 0 };
+    assert!(GeoEngine::check_message(&message(elect)).is_err());
+}

@@ -41,7 +41,8 @@ use keel_types::NodeId;
 impl GeoEngine {
     /// The data center that leads ballot `ballot`.
     pub(crate) fn leader_dc_of(&self, ballot: u64) -> u32 {
-        ((u64::from(self.config.leader_dc) + ballot) % self.dcs as u64) as u32
+        let dcs = self.dcs as u64;
+        ((u64::from(self.config.leader_dc) + ballot % dcs) % dcs) as u32
     }
 
     /// The replica this node believes leads partition `p`'s certification.
@@ -266,10 +267,11 @@ impl GeoEngine {
         let end = self.log_end();
         let c = &self.certifier;
         let mine = (c.accepted, end);
+        let end_of = |j: &Joined| j.first.saturating_add(j.records.len() as u64);
         let best = joined
             .values()
-            .filter(|j| (j.accepted, j.first + j.records.len() as u64) > mine)
-            .max_by_key(|j| (j.accepted, j.first + j.records.len() as u64));
+            .filter(|j| (j.accepted, end_of(j)) > mine)
+            .max_by_key(|j| (j.accepted, end_of(j)));
         let durable = joined.values().map(|j| j.durable).max().unwrap_or(0).max(c.durable);
         if let Some(best) = best {
             if best.first > end || best.first < c.applied {

@@ -36,7 +36,29 @@ fn record_ok(r: &Record) -> bool {
     }
 }
 
+/// The largest certification ballot a message may carry: far beyond any run's elections,
+/// and far enough below `u64::MAX` that ballot arithmetic never overflows.
+pub const BALLOT_MAX: u64 = 1 << 48;
+
+/// The certification ballots a body carries.
+fn ballots(body: &Body) -> [u64; 2] {
+    match body {
+        Body::KnownLocal { ballot, .. }
+        | Body::Vectors { ballot, .. }
+        | Body::Vote { ballot, .. }
+        | Body::Append { ballot, .. }
+        | Body::Appended { ballot, .. }
+        | Body::Elect { ballot, .. }
+        | Body::Outvoted { ballot } => [*ballot, 0],
+        Body::Elected { ballot, accepted, .. } => [*ballot, *accepted],
+        _ => [0, 0],
+    }
+}
+
 fn body_ok(body: &Body) -> Result<(), &'static str> {
+    if ballots(body).iter().any(|&b| b > BALLOT_MAX) {
+        return Err("a certification ballot out of bounds");
+    }
     let ok = match body {
         Body::GetVersion { snap, .. } | Body::Prepare { snap, .. } => vector_ok(snap),
         Body::Commit { commit, .. } => vector_ok(commit),

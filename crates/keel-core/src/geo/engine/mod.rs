@@ -27,6 +27,7 @@ mod certify;
 mod coordinator;
 mod failover;
 mod gate;
+pub use gate::BALLOT_MAX;
 mod invariants;
 mod partition;
 mod step;
