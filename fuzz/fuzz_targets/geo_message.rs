@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use keel_core::engine::{Engine, Input, RequestTag};
 use keel_core::geo::{
-    Body, Config, GeoEngine, GeoOp, GeoRequest, Kind, Member, Message, Object, Replicated, TxId,
-    Update, Vector,
+    Body, Candidate, Config, GeoEngine, GeoOp, GeoRequest, Kind, Member, Message, Object, Record,
+    Replicated, TxId, Update, Vector,
 };
 use keel_core::time::Time;
 use keel_types::NodeId;
@@ -31,7 +31,23 @@ fn message(which: u8) -> Message {
     let v = Vector { dcs: vec![5 << 10, 7 << 10, 1 << 10], strong: 0 };
     let tx = TxId { node: 3, seq: 9 };
     let writes = vec![(b("k"), Update::Add(3)), (b("k"), Update::SRem(b("e"), vec![tx]))];
-    let body = match which % 9 {
+    let candidate = Candidate {
+        tx,
+        origin: 1,
+        label: Some("l".into()),
+        keys: vec![b("k")],
+        writes: writes.clone(),
+        updates: true,
+        snap: v.clone(),
+        participants: vec![0, 1],
+        expiry: 900 * MS,
+    };
+    let records = vec![
+        Record::Vote { candidate: Box::new(candidate.clone()), ok: true, ts: 9 << 10 },
+        Record::Decide { tx, commit: true, ts: 9 << 10 },
+        Record::Promise { ts: 10 << 10 },
+    ];
+    let body = match which % 16 {
         0 => Body::GetVersion { read: 1, key: b("k"), kind: Kind::Counter, snap: v.clone() },
         1 => Body::Version { read: 1, object: Object::Counter(4) },
         2 => Body::Prepare { tx, writes: writes.clone(), snap: v.clone() },
@@ -39,8 +55,23 @@ fn message(which: u8) -> Message {
         4 => Body::Commit { tx, commit: v.clone() },
         5 => Body::Replicate { origin: 1, txs: vec![Replicated { tx, commit: v.clone(), writes }] },
         6 => Body::Heartbeat { origin: 1, ts: 8 << 10 },
-        7 => Body::KnownLocal { known: v.clone() },
-        _ => Body::Vectors { stable: v.clone(), known: v },
+        7 => Body::KnownLocal { known: v.clone(), ballot: 1 },
+        8 => Body::Vectors { stable: v.clone(), known: v, ballot: 1 },
+        9 => Body::Certify(Box::new(candidate)),
+        10 => Body::Vote {
+            tx,
+            ok: true,
+            ts: 9 << 10,
+            participants: vec![0, 1],
+            expiry: 900 * MS,
+            ballot: 1,
+            answer: false,
+        },
+        11 => Body::Append { ballot: 1, first: 0, records, durable: 1, everywhere: 0 },
+        12 => Body::Appended { ballot: 1, through: 2, ok: true },
+        13 => Body::Elect { ballot: 2, from: 0 },
+        14 => Body::Elected { ballot: 2, accepted: 1, durable: 1, first: 0, records },
+        _ => Body::Outvoted { ballot: 3 },
     };
     Message { boot: 3, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] }
 }
