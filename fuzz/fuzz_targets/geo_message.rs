@@ -56,7 +56,7 @@ fn message(which: u8) -> Message {
         5 => Body::Replicate { origin: 1, txs: vec![Replicated { tx, commit: v.clone(), writes }] },
         6 => Body::Heartbeat { origin: 1, ts: 8 << 10 },
         7 => Body::KnownLocal { known: v.clone(), ballot: 1 },
-        8 => Body::Vectors { stable: v.clone(), known: v, ballot: 1 },
+        8 => Body::Vectors { stable: v.clone(), known: v, ballot: 1, leaders: vec![0, 1] },
         9 => Body::Certify(Box::new(candidate)),
         10 => Body::Vote {
             tx,

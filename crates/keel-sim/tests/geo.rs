@@ -67,6 +67,19 @@ fn general_seeds_pass_and_reach_every_mechanism() {
     }
 }
 
+/// Seeds of `general` that sweeps once failed, each on a bug since fixed
+/// (`docs/simulation.md`, the geo engine's sweeps).
+const FIXED_SEEDS: [u64; 8] = [
+    140000304, 180000847, 180000899, 180002473, 190007339, 210001231, 210003709, 230001176,
+];
+
+#[test]
+fn seeds_sweeps_once_failed_pass() {
+    for seed in FIXED_SEEDS {
+        assert_clean(&run_one(&config("general", seed, false)));
+    }
+}
+
 #[test]
 fn every_scripted_scenario_passes() {
     for (name, _) in &SCRIPTS {

@@ -261,6 +261,12 @@ pub enum Body {
         /// The largest certification ballot it joined (a sibling that missed an election
         /// joins it, so that it suspects a dead candidate and elects past it).
         ballot: u64,
+        /// Per partition, the largest ballot it knows that partition's certification
+        /// leader to lead (its own partition: the ballot its log follows). A replica whose
+        /// data center lost a partition's replica learns where that partition's leader
+        /// moved from its siblings, rather than send its votes to a stepped-down leader
+        /// for ever.
+        leaders: Vec<u64>,
     },
     /// `CERTIFY`: a strong transaction's part at the receiver's partition (coordinator
     /// → the partition's certification leader).
@@ -489,6 +495,10 @@ pub struct Counters {
     /// Candidates and votes sent again to a partition's new leader.
     #[serde(default)]
     pub resent_to_new_leader: u64,
+    /// Times a sibling's vectors told this replica of a partition's leader it did not
+    /// know of.
+    #[serde(default)]
+    pub leaders_learned_from_siblings: u64,
 }
 
 /// A geo node's state, as `/status` shows it.

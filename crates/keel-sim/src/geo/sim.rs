@@ -259,6 +259,7 @@ impl SimEngine for GeoEngine {
             ("certification-takeover", c.takeovers),
             ("certification-stepped-down", c.stepped_down),
             ("resent-to-new-leader", c.resent_to_new_leader),
+            ("leader-learned-from-sibling", c.leaders_learned_from_siblings),
         ]
     }
 }

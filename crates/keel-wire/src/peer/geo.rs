@@ -96,11 +96,13 @@ mod tests {
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
             (any::<u64>(), any::<u64>(), any::<bool>())
                 .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),
-            (vector(), vector(), any::<u64>()).prop_map(|(stable, known, ballot)| Body::Vectors {
-                stable,
-                known,
-                ballot
-            }),
+            (vector(), vector(), any::<u64>(), proptest::collection::vec(any::<u64>(), 0..4))
+                .prop_map(|(stable, known, ballot, leaders)| Body::Vectors {
+                    stable,
+                    known,
+                    ballot,
+                    leaders
+                }),
         ]
     }
 

@@ -59,6 +59,11 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
     if ballots(body).iter().any(|&b| b > BALLOT_MAX) {
         return Err("a certification ballot out of bounds");
     }
+    if let Body::Vectors { leaders, .. } = body {
+        if leaders.len() > PARTITIONS_MAX as usize || leaders.iter().any(|&b| b > BALLOT_MAX) {
+            return Err("a certification ballot out of bounds");
+        }
+    }
     let ok = match body {
         Body::GetVersion { snap, .. } | Body::Prepare { snap, .. } => vector_ok(snap),
         Body::Commit { commit, .. } => vector_ok(commit),
@@ -129,7 +134,12 @@ impl GeoEngine {
                 Body::Heartbeat { origin, .. } => {
                     sibling && *origin != self.me.dc && (*origin as usize) < self.dcs
                 }
-                Body::Vectors { stable, known, .. } => sibling && shape(stable) && shape(known),
+                Body::Vectors { stable, known, leaders, .. } => {
+                    sibling
+                        && shape(stable)
+                        && shape(known)
+                        && leaders.len() == self.partitions as usize
+                }
                 Body::Certify(c) => {
                     self.config.strong
                         && c.tx.node == from.0

@@ -265,9 +265,9 @@ impl GeoEngine {
             Body::Replicate { origin, txs } => self.replicate(origin, txs),
             Body::Heartbeat { origin, ts } => self.heartbeat(origin, ts),
             Body::KnownLocal { known, ballot } => self.known_local(from, known, ballot),
-            Body::Vectors { stable, known, ballot } => {
+            Body::Vectors { stable, known, ballot, leaders } => {
                 self.join_larger_ballot(ballot);
-                self.vectors(from, stable, known)
+                self.vectors(from, stable, known, &leaders)
             }
             Body::Certify(candidate) => self.certify_here(from, *candidate),
             Body::Vote { tx, ok, ts, participants, expiry, ballot, answer } => {

@@ -22,10 +22,12 @@ impl GeoEngine {
         }
         let stable = self.uniformity.stable.clone();
         let ballot = self.certifier.ballot;
+        let mut leaders = self.certifier.views.clone();
+        leaders[me.partition as usize] = self.certifier.accepted;
         for dc in (0..self.dcs as u32).filter(|&i| i != me.dc) {
             let to = self.replica(dc, me.partition);
-            let (stable, known) = (stable.clone(), known.clone());
-            self.send(to, Body::Vectors { stable, known, ballot });
+            let (stable, known, leaders) = (stable.clone(), known.clone(), leaders.clone());
+            self.send(to, Body::Vectors { stable, known, ballot, leaders });
         }
     }
 
@@ -39,9 +41,15 @@ impl GeoEngine {
     }
 
     /// `STABLEVEC` and `KNOWNVEC_GLOBAL` (2:31–38) from the sibling in another data
-    /// center.
-    pub(crate) fn vectors(&mut self, from: NodeId, stable: Vector, known: Vector) {
+    /// center, with the certification ballots it knows (`failover.rs`).
+    pub(crate) fn vectors(&mut self, from: NodeId, stable: Vector, known: Vector, leaders: &[u64]) {
         let Some(member) = self.member(from) else { return };
+        for (p, &ballot) in leaders.iter().enumerate() {
+            if p != self.me.partition as usize && ballot > self.certifier.views[p] {
+                self.counters.leaders_learned_from_siblings += 1;
+                self.learn_ballot(p as u32, ballot);
+            }
+        }
         let h = member.dc as usize;
         self.uniformity.stable_matrix[h].join(&stable);
         self.uniformity.global[h].join(&known);
