@@ -107,6 +107,10 @@ pub struct SuiteArgs {
     /// percentages, 1,5,20,50).
     #[arg(long)]
     pub workloads: Option<String>,
+    /// Client counts, comma-separated, for the suites that sweep load (rubis: each mode
+    /// at each count; default 12).
+    #[arg(long)]
+    pub clients: Option<String>,
     /// Common run flags.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -135,7 +139,7 @@ fn parse_list<T: std::str::FromStr<Err = String>>(text: &str) -> Result<Vec<T>, 
     text.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.parse()).collect()
 }
 
-fn parse_clients(text: &str) -> Result<Vec<usize>, String> {
+pub(crate) fn parse_clients(text: &str) -> Result<Vec<usize>, String> {
     let clients: Vec<usize> = text
         .split(',')
         .map(|s| s.trim().parse::<usize>().map_err(|e| format!("bad client count {s:?}: {e}")))

@@ -22,27 +22,30 @@
 //! A strong transaction aborted by a conflict runs again from the beginning; its latency
 //! is the application's, retries included.
 //!
-//! **Modes**, one server build and configuration, the client choosing how each
-//! transaction runs:
+//! **Modes**, one server build: the client chooses how each transaction runs, and
+//! REDBLUE's cluster certifies centrally (`[geo] central_certifier`, `docs/geo.md`,
+//! *Modes*):
 //! - `unistore`: as above;
 //! - `redblue`: the same transactions strong, but unlabelled, so every pair of strong
 //!   transactions on a common key conflicts (the paper's RedBlue baseline declares
-//!   conflicts between all strong transactions); certification stays distributed: the
-//!   baseline's central certifier is not a mode of the engine;
-//! - `redblue-token`: as `redblue`, and every strong transaction also increments one
-//!   token key, so all of them are certified by that key's partition leader, one central
-//!   certifier, and all conflict with each other: red operations in one total order, as
-//!   RedBlue consistency defines them (stricter than the paper's baseline, which aborted
-//!   0.12% of its transactions);
+//!   conflicts between all strong transactions), all certified by one central certifier
+//!   (the first partition's leader, replicated to one replica per data center), as the
+//!   paper's baseline;
+//! - `redblue-distributed`: RedBlue's conflicts with UniStore's distributed
+//!   certification, which separates the cost of the relation from that of the central
+//!   certifier;
 //! - `strong`: every transaction strong, unlabelled (all pairs on a common key conflict):
 //!   serializable;
 //! - `causal`: every transaction causal (an upper bound; RUBiS's invariants do not hold).
 //!
-//! [`CLIENTS`] closed-loop clients without think time, spread over the six nodes, run
-//! each mode for `--duration` seconds after `--warmup`. Results go to
-//! `<out>/rubis-<stamp>.{jsonl,md}`. Loopback TCP on two shared cores: the machine's CPU,
-//! not the certification service, bounds throughput here; the latencies over the emulated
-//! round trips are the comparable part.
+//! Closed-loop clients without think time (`--clients`, a list: each mode runs at each
+//! count, the paper's throughput–latency curve; default [`CLIENTS`]), spread over the six
+//! nodes, run each mode for `--duration` seconds after `--warmup`. Results go to
+//! `<out>/rubis-<stamp>.{jsonl,md}`; the ratios compare each mode's largest throughput
+//! (its saturation point, as the paper does) and the latencies at the largest client
+//! count. Loopback TCP on two shared cores: the machine's CPU bounds throughput here,
+//! before any certification service; the latencies over the emulated round trips are
+//! the comparable part.
 
 use crate::cli::SuiteArgs;
 use crate::driver::resp::RespConn;
@@ -74,21 +77,20 @@ pub const USERS: u64 = 1_000_000;
 /// Units of an item sold by buy-now.
 pub const UNITS: i64 = 10;
 /// The modes, in table order.
-pub const MODES: [&str; 5] = ["unistore", "redblue", "redblue-token", "strong", "causal"];
+pub const MODES: [&str; 5] = ["unistore", "redblue", "redblue-distributed", "strong", "causal"];
 /// The conflict relation, by label.
 pub const CONFLICTS: [[&str; 2]; 3] = [
     ["storeBid", "closeAuction"],
     ["storeBuyNow", "storeBuyNow"],
     ["registerUser", "registerUser"],
 ];
-/// The key every strong transaction increments in `redblue-token`.
-const TOKEN: &str = "redblue:token";
-
 /// One mode's figures.
 #[derive(Clone, Debug, Serialize)]
 pub struct Record {
     /// The mode.
     pub mode: String,
+    /// Closed-loop clients.
+    pub clients: usize,
     /// Transactions committed per second, all clients.
     pub tx_s: f64,
     /// Average latency of every transaction, µs (retries included).
@@ -142,25 +144,56 @@ fn avg((n, total): (u64, u64)) -> u64 {
     total.checked_div(n).unwrap_or(0)
 }
 
-/// Runs the suite and writes its report.
+/// Runs the suite and writes its report: the modes of distributed certification on one
+/// cluster, then REDBLUE on a cluster with a central certifier, each mode at each client
+/// count.
 pub fn run(args: &SuiteArgs, exe: &Path) -> Result<(), String> {
+    let clients = match &args.clients {
+        Some(text) => crate::cli::parse_clients(text)?,
+        None => vec![CLIENTS],
+    };
+    let distributed: Vec<&'static str> = MODES.into_iter().filter(|m| *m != "redblue").collect();
+    let mut records = Vec::new();
+    for (central, modes) in [(false, distributed), (true, vec!["redblue"])] {
+        records.extend(on_cluster(args, exe, central, &modes, &clients)?);
+    }
+    let rank = |r: &Record| MODES.iter().position(|m| *m == r.mode);
+    records.sort_by_key(|r| (rank(r), r.clients));
+    write(&args.common.out, &records)
+}
+
+/// `modes` at each client count on a fresh cluster, certifying centrally or not.
+fn on_cluster(
+    args: &SuiteArgs,
+    exe: &Path,
+    central: bool,
+    modes: &[&'static str],
+    clients: &[usize],
+) -> Result<Vec<Record>, String> {
     let dir = crate::cluster::temp_dir("keel-rubis-bench");
+    let layout = move |c: &mut keel_server::ServerConfig| layout(c, central);
     let mut cluster = LocalCluster::start(exe, DCS * PER_DC, &dir, None, layout)
         .map_err(|e| format!("cannot start the cluster: {e}"))?;
     let result = (|| {
         if !cluster.wait_for_replicas(0, crate::geo::READY_TIMEOUT) {
             return Err("the geo keyspace did not start".to_string());
         }
-        MODES.iter().map(|mode| measure(args, &cluster, mode)).collect::<Result<Vec<_>, _>>()
+        let mut records = Vec::new();
+        for mode in modes {
+            for &n in clients {
+                records.push(measure(args, &cluster, mode, n)?);
+            }
+        }
+        Ok(records)
     })();
     cluster.stop();
     let _ = std::fs::remove_dir_all(&dir);
-    write(&args.common.out, &result?)
+    result
 }
 
 /// Three data centers of two nodes, the regions' delays, strong transactions with
-/// RUBiS's conflicts.
-fn layout(c: &mut keel_server::ServerConfig) {
+/// RUBiS's conflicts, certified by one central certifier or by each partition.
+fn layout(c: &mut keel_server::ServerConfig, central: bool) {
     keel_server::local::geo_layout(c, DCS, PER_DC);
     let dc_of = |id: u32| ((id - 1) / PER_DC) as usize;
     let me = dc_of(c.node_id);
@@ -175,17 +208,23 @@ fn layout(c: &mut keel_server::ServerConfig) {
         })
         .collect();
     c.geo.strong = true;
+    c.geo.central_certifier = central;
     c.geo.conflicts = CONFLICTS.iter().map(|[a, b]| [(*a).to_owned(), (*b).to_owned()]).collect();
 }
 
-/// One mode on `cluster`.
-fn measure(args: &SuiteArgs, cluster: &LocalCluster, mode: &'static str) -> Result<Record, String> {
+/// One mode with `clients` clients on `cluster`.
+fn measure(
+    args: &SuiteArgs,
+    cluster: &LocalCluster,
+    mode: &'static str,
+    clients: usize,
+) -> Result<Record, String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let duration = Duration::from_secs(args.common.duration);
     let record_from = Instant::now() + Duration::from_secs(args.common.warmup);
     let until = record_from + duration;
     let (seed, addrs) = (args.common.seed, cluster.client_addrs());
-    let tallies = crate::runner::run_clients(&runtime, CLIENTS, move |c| {
+    let tallies = crate::runner::run_clients(&runtime, clients, move |c| {
         let node = c % addrs.len();
         let dc = node / PER_DC as usize;
         client(mode, addrs[node], dc, record_from, until, seed ^ ((c as u64 + 1) << 24))
@@ -196,6 +235,7 @@ fn measure(args: &SuiteArgs, cluster: &LocalCluster, mode: &'static str) -> Resu
     }
     let record = Record {
         mode: mode.into(),
+        clients,
         tx_s: total.all.0 as f64 / duration.as_secs_f64(),
         avg_us: avg(total.all),
         strong_avg_us: avg(total.strong),
@@ -206,8 +246,8 @@ fn measure(args: &SuiteArgs, cluster: &LocalCluster, mode: &'static str) -> Resu
         errors: total.errors,
     };
     eprintln!(
-        "keel bench rubis: {:<8} {:>6.0} tx/s  avg {:>6} µs  strong avg {:>6} µs  causal avg {:>5} µs  aborts {} errors {}",
-        record.mode, record.tx_s, record.avg_us, record.strong_avg_us, record.causal_avg_us, record.aborts, record.errors
+        "keel bench rubis: {:<19} {:>3} clients {:>6.0} tx/s  avg {:>6} µs  strong avg {:>6} µs  causal avg {:>5} µs  aborts {} errors {}",
+        record.mode, record.clients, record.tx_s, record.avg_us, record.strong_avg_us, record.causal_avg_us, record.aborts, record.errors
     );
     if let Some(e) = &total.first_error {
         eprintln!("keel bench rubis: {mode}: first error: {e}");
@@ -314,7 +354,7 @@ fn begin_args(mode: &str, label: Option<&'static str>) -> Option<Option<&'static
     match (mode, label) {
         ("causal", _) => None,
         ("strong", _) => Some(None),
-        ("redblue" | "redblue-token", Some(_)) => Some(None),
+        ("redblue" | "redblue-distributed", Some(_)) => Some(None),
         (_, Some(label)) => Some(Some(label)),
         (_, None) => None,
     }
@@ -335,11 +375,10 @@ async fn client(
     while Instant::now() < until {
         let it = interaction(&mut rng);
         let how = begin_args(mode, it.label);
-        let token = mode == "redblue-token" && how.is_some();
         let begin = Instant::now();
         let mut aborts = 0;
         let outcome = loop {
-            match run_once(&mut conn, how, token, &it.ops).await {
+            match run_once(&mut conn, how, &it.ops).await {
                 Err(e) if e.contains("CONFLICT") => aborts += 1,
                 other => break other,
             }
@@ -384,12 +423,11 @@ fn check(frame: Frame) -> Result<Frame, String> {
     }
 }
 
-/// Runs an interaction once: begin (`how`), its operations (and the token's, in
-/// `redblue-token`), commit. A conflict is an error that names `CONFLICT`.
+/// Runs an interaction once: begin (`how`), its operations, commit. A conflict is an
+/// error that names `CONFLICT`.
 async fn run_once(
     conn: &mut RespConn,
     how: Option<Option<&'static str>>,
-    token: bool,
     ops: &[Op],
 ) -> Result<(), String> {
     let call = |r: Result<Frame, crate::driver::DriverError>| r.map_err(|e| e.to_string());
@@ -399,9 +437,7 @@ async fn run_once(
         Some(Some(label)) => vec![b"KEEL.TX.BEGIN", b"STRONG", b"LABEL", label.as_bytes()],
     };
     check(call(conn.call(&begin).await)?)?;
-    let token_ops = [Op::Read("counter", TOKEN.into()), Op::Incr(TOKEN.into(), 1)];
-    let extra: &[Op] = if token { &token_ops } else { &[] };
-    for op in ops.iter().chain(extra) {
+    for op in ops {
         let frame = match op {
             Op::Read(kind, key) => {
                 conn.call(&[b"KEEL.TX.READ", kind.as_bytes(), key.as_bytes()]).await
@@ -430,7 +466,7 @@ fn write(out: &Path, records: &[Record]) -> Result<(), String> {
     let _ = writeln!(md, "`{command}`\n");
     let _ = writeln!(
         md,
-        "{DCS} data centers ({}) of {PER_DC} nodes, one way {} ms (Virginia–California), {} ms (Virginia–Frankfurt), {} ms (California–Frankfurt), {LOCAL_ONE_WAY_MS} ms inside; leaders in Virginia. {CLIENTS} closed-loop clients without think time over the {} nodes; the bidding mix (10% strong). Latencies in µs, averages, retries of aborted transactions included.\n",
+        "{DCS} data centers ({}) of {PER_DC} nodes, one way {} ms (Virginia–California), {} ms (Virginia–Frankfurt), {} ms (California–Frankfurt), {LOCAL_ONE_WAY_MS} ms inside; leaders in Virginia. Closed-loop clients without think time over the {} nodes; the bidding mix (10% strong). `redblue` runs on a cluster with one central certifier. Latencies in µs, averages, retries of aborted transactions included.\n",
         REGIONS.join(", "),
         ONE_WAY_MS[0][1],
         ONE_WAY_MS[0][2],
@@ -439,16 +475,17 @@ fn write(out: &Path, records: &[Record]) -> Result<(), String> {
     );
     let _ = writeln!(
         md,
-        "| mode | tx/s | avg | strong avg | causal avg | strong avg at {} | strong committed | aborts | errors |",
+        "| mode | clients | tx/s | avg | strong avg | causal avg | strong avg at {} | strong committed | aborts | errors |",
         REGIONS.join(" / ")
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
     for r in records {
         let by_dc: Vec<String> = r.strong_avg_us_by_dc.iter().map(u64::to_string).collect();
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
             r.mode,
+            r.clients,
             r.tx_s,
             r.avg_us,
             r.strong_avg_us,
@@ -459,22 +496,36 @@ fn write(out: &Path, records: &[Record]) -> Result<(), String> {
             r.errors
         );
     }
-    let of = |name: &str| records.iter().find(|r| r.mode == name);
-    if let (Some(u), Some(s), Some(rb), Some(c)) =
-        (of("unistore"), of("strong"), of("redblue"), of("causal"))
-    {
-        let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
-        let _ = writeln!(
-            md,
-            "\nAverage latency, STRONG / UniStore: {:.1}x (paper: 4.9x at its reported averages, 3.7x in its abstract). Throughput, UniStore / REDBLUE: {:+.0}% (paper: +72% at saturation); UniStore / STRONG: {:+.0}% (paper: +183%); UniStore / CAUSAL: {:+.0}% (paper: -45%).",
-            ratio(s.avg_us as f64, u.avg_us as f64),
-            100.0 * (ratio(u.tx_s, rb.tx_s) - 1.0),
-            100.0 * (ratio(u.tx_s, s.tx_s) - 1.0),
-            100.0 * (ratio(u.tx_s, c.tx_s) - 1.0),
-        );
+    if let Some(line) = ratios(records) {
+        let _ = writeln!(md, "\n{line}");
     }
     let base = out.join(stem);
     std::fs::write(base.with_extension("md"), md).map_err(|e| e.to_string())?;
     eprintln!("keel bench: wrote {}.jsonl and .md", base.display());
     Ok(())
+}
+
+/// The paper's comparisons: throughput at each mode's saturation point (its largest
+/// over the client counts), latency at the largest client count.
+fn ratios(records: &[Record]) -> Option<String> {
+    let most = records.iter().map(|r| r.clients).max()?;
+    let peak = |mode: &str| {
+        records
+            .iter()
+            .filter(|r| r.mode == mode)
+            .map(|r| r.tx_s)
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))))
+    };
+    let at_most = |mode: &str| records.iter().find(|r| r.mode == mode && r.clients == most);
+    let (u, s, rb, c) = (peak("unistore")?, peak("strong")?, peak("redblue")?, peak("causal")?);
+    let (lu, ls) = (at_most("unistore")?, at_most("strong")?);
+    let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
+    let gain = |a: f64, b: f64| 100.0 * (ratio(a, b) - 1.0);
+    Some(format!(
+        "Average latency at {most} clients, STRONG / UniStore: {:.1}x (paper: 4.9x at its reported averages, 3.7x in its abstract). Throughput at saturation (each mode's largest), UniStore / REDBLUE: {:+.0}% (paper: +72%); UniStore / STRONG: {:+.0}% (paper: +183%); UniStore / CAUSAL: {:+.0}% (paper: -45%).",
+        ratio(ls.avg_us as f64, lu.avg_us as f64),
+        gain(u, rb),
+        gain(u, s),
+        gain(u, c),
+    ))
 }

@@ -493,6 +493,11 @@ pub struct GeoSettings {
     /// an unlabelled strong transaction conflicts with every strong transaction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<[String; 2]>,
+    /// REDBLUE's baseline, for comparisons: one certifier (the first partition's leader)
+    /// certifies every strong transaction, instead of each partition the keys it holds
+    /// (`docs/geo.md`, *Modes*). Needs `strong`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub central_certifier: bool,
     /// Test only: one-way delay in milliseconds of every message from this node to the
     /// member whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named
     /// get none. Each message leaves no earlier than its enqueue time plus this delay, in
@@ -508,6 +513,7 @@ impl GeoSettings {
             && !self.strong
             && self.leader_dc.is_none()
             && self.conflicts.is_empty()
+            && !self.central_certifier
     }
 }
 
@@ -1266,6 +1272,9 @@ impl ServerConfig {
                 return Err(invalid(&format!("geo.conflicts[{i}]"), why));
             }
         }
+        if self.geo.central_certifier && !self.geo.strong {
+            return Err(invalid("geo.central_certifier", "needs geo.strong = true"));
+        }
         if let Some(dc) = &self.geo.leader_dc {
             if self.members.iter().all(|m| m.dc.as_ref() != Some(dc)) {
                 return Err(invalid("geo.leader_dc", format!("no member has dc = {dc:?}")));
@@ -1397,6 +1406,19 @@ mod tests {
         write(&config, 0o600);
         assert_eq!(ServerConfig::from_file(&path).unwrap().users.len(), 1);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_central_certifier_needs_strong_transactions_and_round_trips() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        crate::local::geo_layout(&mut config, 3, 1);
+        config.geo.central_certifier = true;
+        let refused = config.validate().unwrap_err().to_string();
+        assert!(refused.contains("geo.central_certifier"), "{refused}");
+        config.geo.strong = true;
+        config.validate().unwrap();
+        assert!(config.to_toml().contains("central_certifier = true"));
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }
 
     #[test]

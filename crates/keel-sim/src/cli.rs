@@ -228,6 +228,11 @@ pub struct RunArgs {
     /// decisions commits a conflicting transaction, or never delivers a committed one).
     #[arg(long)]
     pub skip_recovery: bool,
+    /// `--engine geo`: every run serves strong transactions, certified by one central
+    /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
+    /// the strong runs are.
+    #[arg(long)]
+    pub central_certifier: bool,
 }
 
 /// `keel sim bench` arguments.

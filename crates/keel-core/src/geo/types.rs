@@ -100,6 +100,12 @@ pub struct Config {
     pub leader_dc: u32,
     /// Which labelled strong transactions conflict.
     pub conflicts: Conflicts,
+    /// REDBLUE's baseline (`docs/geo.md`, *Modes*): partition 0's certification leader
+    /// certifies every strong transaction, on every key it read or updated, so all strong
+    /// transactions pass one certifier, one replica per data center; the other
+    /// partitions a transaction updates only propose timestamps and log its updates.
+    /// Off, each partition certifies the keys it holds.
+    pub central_certifier: bool,
     /// Negative control: a strong transaction is certified without waiting for its
     /// snapshot's local entry to be uniform (`docs/geo.md`, *Controls*).
     pub unsafe_skip_strong_barrier: bool,
@@ -173,6 +179,7 @@ impl Config {
             strong: false,
             leader_dc: 0,
             conflicts: Conflicts::default(),
+            central_certifier: false,
             unsafe_skip_strong_barrier: false,
             unsafe_certify_all: false,
             unsafe_deliver_early: false,

@@ -114,6 +114,7 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         expose_non_uniform: false,
         rejoin_empty: false,
         strong: false,
+        central_certifier: false,
         certify_all: false,
         skip_strong_barrier: false,
         deliver_early: false,

@@ -32,6 +32,9 @@ pub struct GeoRunConfig {
     /// Negative control: a certification candidate leads without recovering a
     /// majority's log.
     pub skip_recovery: bool,
+    /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
+    /// the strong runs are.
+    pub central_certifier: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -187,7 +190,8 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
     let controls_strong = config.certify_all
         || config.skip_strong_barrier
         || config.deliver_early
-        || config.skip_recovery;
+        || config.skip_recovery
+        || config.central_certifier;
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
     let dcs = 2 * f + 1;
@@ -197,7 +201,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
             wan_ns.insert((a, b), rng.range(2_000_000, 100_000_000));
         }
     }
-    GeoShape {
+    let mut shape = GeoShape {
         f,
         partitions,
         wan_ns,
@@ -208,13 +212,19 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         expose_non_uniform: expose,
         rejoin_empty,
         strong: controls_strong || rng.chance(600_000),
+        central_certifier: false,
         certify_all: config.certify_all,
         skip_strong_barrier: config.skip_strong_barrier,
         deliver_early: config.deliver_early,
         skip_recovery: config.skip_recovery,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
-    }
+    };
+    // A quarter of the strong runs certify centrally (REDBLUE's baseline), drawn apart so
+    // that a seed's other draws do not depend on it.
+    let mut apart = Rng::new(config.seed ^ 0x6365_6e74_7261_6c00);
+    shape.central_certifier = config.central_certifier || (shape.strong && apart.chance(250_000));
+    shape
 }
 
 /// How long sessions run, ns.
@@ -229,6 +239,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     let mut rng = Rng::new(config.seed);
     let shape = draw_shape(&mut rng, config);
     let mut world = GeoWorld::new(shape, rng.next_u64());
+    if world.shape.central_certifier {
+        world.reach("central-certifier");
+    }
     let dcs = world.shape.dcs();
     let mut faults = draw_faults(&mut rng, &world.shape, config.expose_non_uniform);
     let mut log = Vec::new();

@@ -89,6 +89,7 @@ fn cluster_with(
         expose_non_uniform: config.expose_non_uniform,
         rejoin_empty: false,
         strong: false,
+        central_certifier: false,
         certify_all: false,
         skip_strong_barrier: false,
         deliver_early: false,

@@ -43,6 +43,8 @@ pub struct GeoShape {
     /// Whether sessions run strong transactions too (data center 0 leads certification
     /// first).
     pub strong: bool,
+    /// REDBLUE's baseline: partition 0's leader certifies every strong transaction.
+    pub central_certifier: bool,
     /// Negative control: certification commits every strong transaction.
     pub certify_all: bool,
     /// Negative control: a strong commit skips its uniform barrier.
@@ -167,6 +169,7 @@ impl GeoWorld {
         template.unsafe_skip_recovery = shape.skip_recovery;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
+        template.central_certifier = shape.central_certifier;
         if shape.propagate_ms > 0 {
             template.propagate_every = keel_core::time::Span::from_millis(shape.propagate_ms);
         }

@@ -98,8 +98,8 @@ impl GeoEngine {
         let timeout_us = self.config.tx_timeout.0 / 1_000;
         let expiry = self.clock().saturating_add(timeout_us << PARTITION_BITS);
         self.counters.certifying += 1;
+        let participants = self.participants(id);
         let tx = self.coordinator.txs.get_mut(&id).expect("certifying an open transaction");
-        let participants: Vec<u32> = tx.keys.keys().copied().collect();
         let waiting = participants.iter().copied().collect();
         tx.pending = Pending::Certifying { tag, waiting, ts: 0, expiry };
         for p in participants {
@@ -107,16 +107,33 @@ impl GeoEngine {
         }
     }
 
-    /// Sends open strong transaction `id`'s part at partition `p` to that partition's
-    /// leader (as this node knows it).
-    pub(crate) fn send_candidate(&mut self, id: TxId, p: u32, expiry: u64) {
+    /// The partitions that vote on open strong transaction `id`: those it touched, and
+    /// with a central certifier, partition 0.
+    fn participants(&self, id: TxId) -> Vec<u32> {
         let tx = &self.coordinator.txs[&id];
-        let participants: Vec<u32> = tx.keys.keys().copied().collect();
+        let mut participants: Vec<u32> = tx.keys.keys().copied().collect();
+        if self.config.central_certifier && participants.first() != Some(&0) {
+            participants.insert(0, 0);
+        }
+        participants
+    }
+
+    /// Sends open strong transaction `id`'s part at partition `p` to that partition's
+    /// leader (as this node knows it): the keys it read or updated there (with a central
+    /// certifier, partition 0's part has every key) and its updates there.
+    pub(crate) fn send_candidate(&mut self, id: TxId, p: u32, expiry: u64) {
+        let participants = self.participants(id);
+        let tx = &self.coordinator.txs[&id];
+        let keys = if self.config.central_certifier && p == 0 {
+            tx.keys.values().flatten().cloned().collect()
+        } else {
+            tx.keys.get(&p).into_iter().flatten().cloned().collect()
+        };
         let candidate = Candidate {
             tx: id,
             origin: self.me.dc,
             label: tx.strong.clone().flatten(),
-            keys: tx.keys[&p].iter().cloned().collect(),
+            keys,
             writes: tx.writes.get(&p).cloned().unwrap_or_default(),
             updates: !tx.writes.is_empty(),
             snap: tx.snap.clone(),
@@ -258,9 +275,11 @@ impl GeoEngine {
         let clock = self.clock();
         let told_abort =
             self.certifier.ballots.get(&id).is_some_and(|b| b.votes.values().any(|(ok, _)| !ok));
+        // With a central certifier, only partition 0 judges conflicts.
+        let judges = !self.config.central_certifier || self.me.partition == 0;
         let ok = !told_abort
             && clock <= candidate.expiry
-            && (self.config.unsafe_certify_all || !self.conflicts(&candidate));
+            && (self.config.unsafe_certify_all || !judges || !self.conflicts(&candidate));
         let ts = if ok { self.propose(&candidate.snap) } else { 0 };
         let c = &mut self.certifier;
         let ballot = c.ballots.entry(id).or_default();

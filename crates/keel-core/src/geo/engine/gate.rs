@@ -197,9 +197,12 @@ impl GeoEngine {
         c.snap.dcs.len() == self.dcs
             && (c.origin as usize) < self.dcs
             && self.owns(&c.writes)
-            && c.keys
-                .iter()
-                .all(|k| self.partition_of(k) == self.me.partition && limits.check_key(k).is_ok())
+            && c.keys.iter().all(|k| {
+                // A central certifier (partition 0) certifies every partition's keys.
+                let central = self.config.central_certifier && self.me.partition == 0;
+                (central || self.partition_of(k) == self.me.partition)
+                    && limits.check_key(k).is_ok()
+            })
             && {
                 let keys: std::collections::BTreeSet<&keel_types::Key> = c.keys.iter().collect();
                 c.writes.iter().all(|(k, _)| keys.contains(k))
