@@ -46,8 +46,9 @@ fn message(which: u8) -> Message {
         Record::Vote { candidate: Box::new(candidate.clone()), ok: true, ts: 9 << 10 },
         Record::Decide { tx, commit: true, ts: 9 << 10 },
         Record::Promise { ts: 10 << 10 },
+        Record::Forget { below: 800 * MS },
     ];
-    let body = match which % 16 {
+    let body = match which % 19 {
         0 => Body::GetVersion { read: 1, key: b("k"), kind: Kind::Counter, snap: v.clone() },
         1 => Body::Version { read: 1, object: Object::Counter(4) },
         2 => Body::Prepare { tx, writes: writes.clone(), snap: v.clone() },
@@ -71,7 +72,10 @@ fn message(which: u8) -> Message {
         12 => Body::Appended { ballot: 1, through: 2, ok: true },
         13 => Body::Elect { ballot: 2, from: 0 },
         14 => Body::Elected { ballot: 2, accepted: 1, durable: 1, first: 0, records },
-        _ => Body::Outvoted { ballot: 3 },
+        15 => Body::Outvoted { ballot: 3 },
+        16 => Body::Settle { txs: vec![(tx, 900 * MS)] },
+        17 => Body::Settled { txs: vec![tx] },
+        _ => Body::Forgotten { tx },
     };
     Message { boot: 3, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] }
 }

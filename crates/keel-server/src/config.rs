@@ -498,6 +498,11 @@ pub struct GeoSettings {
     /// (`docs/geo.md`, *Modes*). Needs `strong`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub central_certifier: bool,
+    /// Spread the partitions' certification leaders over the data centers: partition
+    /// `p`'s leader starts in the data center `p` places after `leader_dc` in label order
+    /// (`docs/geo.md`, *Failover*). Needs `strong`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spread_leaders: bool,
     /// Test only: one-way delay in milliseconds of every message from this node to the
     /// member whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named
     /// get none. Each message leaves no earlier than its enqueue time plus this delay, in
@@ -514,6 +519,7 @@ impl GeoSettings {
             && self.leader_dc.is_none()
             && self.conflicts.is_empty()
             && !self.central_certifier
+            && !self.spread_leaders
     }
 }
 
@@ -1275,6 +1281,9 @@ impl ServerConfig {
         if self.geo.central_certifier && !self.geo.strong {
             return Err(invalid("geo.central_certifier", "needs geo.strong = true"));
         }
+        if self.geo.spread_leaders && !self.geo.strong {
+            return Err(invalid("geo.spread_leaders", "needs geo.strong = true"));
+        }
         if let Some(dc) = &self.geo.leader_dc {
             if self.members.iter().all(|m| m.dc.as_ref() != Some(dc)) {
                 return Err(invalid("geo.leader_dc", format!("no member has dc = {dc:?}")));
@@ -1418,6 +1427,19 @@ mod tests {
         config.geo.strong = true;
         config.validate().unwrap();
         assert!(config.to_toml().contains("central_certifier = true"));
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+    }
+
+    #[test]
+    fn spread_leaders_need_strong_transactions_and_round_trip() {
+        let mut config = ServerConfig::local(3, 1, 7379, Path::new("/tmp/keel"));
+        crate::local::geo_layout(&mut config, 3, 1);
+        config.geo.spread_leaders = true;
+        let refused = config.validate().unwrap_err().to_string();
+        assert!(refused.contains("geo.spread_leaders"), "{refused}");
+        config.geo.strong = true;
+        config.validate().unwrap();
+        assert!(config.to_toml().contains("spread_leaders = true"));
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
     }
 

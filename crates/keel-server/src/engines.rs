@@ -309,6 +309,7 @@ fn geo_config(
     geo.unsafe_expose_non_uniform = config.testing.unsafe_geo_expose_non_uniform;
     geo.strong = config.geo.strong;
     geo.central_certifier = config.geo.central_certifier;
+    geo.spread_leaders = config.geo.spread_leaders;
     if let Some(label) = &config.geo.leader_dc {
         let dc = dcs.iter().position(|(l, _)| l == label);
         geo.leader_dc = dc.ok_or_else(|| format!("no member has dc = {label:?}"))? as u32;

@@ -228,6 +228,12 @@ pub struct RunArgs {
     /// decisions commits a conflicting transaction, or never delivers a committed one).
     #[arg(long)]
     pub skip_recovery: bool,
+    /// Negative control (`--engine geo`): a certification leader forgets a committed
+    /// transaction once its expiry passed, before every participant decided it (caught
+    /// when a participant's new leader still waits on its vote: it takes `FORGOTTEN` as
+    /// an abort, and the transaction's updates there are never delivered).
+    #[arg(long)]
+    pub forget_unsettled: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

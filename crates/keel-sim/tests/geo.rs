@@ -19,6 +19,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         skip_strong_barrier: false,
         deliver_early: false,
         skip_recovery: false,
+        forget_unsettled: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -65,6 +66,8 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "resent-to-new-leader",
         "leader-learned-from-sibling",
         "central-certifier",
+        "outcome-forgotten",
+        "decision-reannounced",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -72,8 +75,10 @@ fn general_seeds_pass_and_reach_every_mechanism() {
 
 /// Seeds of `general` that sweeps once failed, each on a bug since fixed
 /// (`docs/simulation.md`, the geo engine's sweeps).
-const FIXED_SEEDS: [u64; 8] =
-    [140000304, 180000847, 180000899, 180002473, 190007339, 210001231, 210003709, 230001176];
+const FIXED_SEEDS: [u64; 9] = [
+    140000304, 180000847, 180000899, 180002473, 190007339, 210001231, 210003709, 230001176,
+    280006144,
+];
 
 #[test]
 fn seeds_sweeps_once_failed_pass() {

@@ -212,6 +212,16 @@ impl Engine for GeoEngine {
                 "The certification ballot this replica is in.",
                 status.certification.as_ref().map_or(0, |c| c.ballot),
             ),
+            Metric::gauge(
+                "keel_geo_certification_outcomes",
+                "Decided strong transactions this replica remembers (until settled).",
+                status.certification.as_ref().map_or(0, |c| c.outcomes as u64),
+            ),
+            Metric::counter(
+                "keel_geo_certification_outcomes_forgotten_total",
+                "Decided strong transactions this replica forgot once settled.",
+                c.outcomes_forgotten,
+            ),
         ];
         Report { status: doc, metrics }
     }
@@ -237,11 +247,12 @@ impl GeoEngine {
             lost: self.lost,
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
-                leader_dc: self.leader_dc_of(self.certifier.ballot),
+                leader_dc: self.own_leader_dc(self.certifier.ballot),
                 leads: self.leads(),
                 log: self.certifier.log.len(),
                 durable: self.certifier.durable,
                 open_votes: self.certifier.open.len(),
+                outcomes: self.certifier.outcomes.len(),
             }),
             counters: self.counters,
         }

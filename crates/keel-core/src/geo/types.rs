@@ -98,6 +98,10 @@ pub struct Config {
     /// partition; ballot `b` is led by data center `leader_dc + b` modulo the data
     /// centers (`docs/geo.md`, *Failover*).
     pub leader_dc: u32,
+    /// Partition `p`'s leaders start at data center `leader_dc + p` (modulo the data
+    /// centers) rather than all at `leader_dc`: certification leadership spread over the
+    /// data centers, so that one data center's failure moves only its partitions'.
+    pub spread_leaders: bool,
     /// Which labelled strong transactions conflict.
     pub conflicts: Conflicts,
     /// REDBLUE's baseline (`docs/geo.md`, *Modes*): partition 0's certification leader
@@ -119,6 +123,10 @@ pub struct Config {
     /// Negative control: a candidate that a majority joined leads with its own log, not
     /// the most advanced of theirs (`docs/geo.md`, *Controls*).
     pub unsafe_skip_recovery: bool,
+    /// Negative control: a certification leader forgets a committed transaction once its
+    /// expiry passed, without waiting for every participant to decide it
+    /// (`docs/geo.md`, *Controls*).
+    pub unsafe_forget_unsettled: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -178,12 +186,14 @@ impl Config {
             unsafe_rejoin_empty: false,
             strong: false,
             leader_dc: 0,
+            spread_leaders: false,
             conflicts: Conflicts::default(),
             central_certifier: false,
             unsafe_skip_strong_barrier: false,
             unsafe_certify_all: false,
             unsafe_deliver_early: false,
             unsafe_skip_recovery: false,
+            unsafe_forget_unsettled: false,
         }
     }
 }
@@ -353,6 +363,27 @@ pub enum Body {
         /// The sibling's ballot.
         ballot: u64,
     },
+    /// Has the receiver's partition decided these committed transactions, each with its
+    /// expiry (a leader → another participant's leader, before it forgets them)?
+    Settle {
+        /// The transactions and their expiries.
+        txs: Vec<(TxId, u64)>,
+    },
+    /// The receiver's partition applied a decision of each of these transactions
+    /// (answers `SETTLE`).
+    Settled {
+        /// The transactions.
+        txs: Vec<TxId>,
+    },
+    /// The sender's partition forgot the transaction (its expiry is below the horizon
+    /// of its log's last applied `Forget`): it voted on it and every participant decided
+    /// it, or it never voted and never will. A participant still undecided takes it as
+    /// an abort; a coordinator, as an unknown outcome (leader → the sender of a
+    /// candidate or a vote).
+    Forgotten {
+        /// The transaction.
+        tx: TxId,
+    },
 }
 
 /// A strong transaction's part at one partition, as certification judges it.
@@ -407,6 +438,13 @@ pub enum Record {
     Promise {
         /// The timestamp.
         ts: u64,
+    },
+    /// The partition never votes to commit a transaction it has not voted on whose
+    /// expiry is at or below `below`, and every participant decided each transaction it
+    /// decided with such an expiry: replicas forget those outcomes.
+    Forget {
+        /// The horizon.
+        below: u64,
     },
 }
 
@@ -506,6 +544,20 @@ pub struct Counters {
     /// know of.
     #[serde(default)]
     pub leaders_learned_from_siblings: u64,
+    /// Decisions a new leader sent the other participants in place of a vote it
+    /// recovered (decided before the recovered log was durable again).
+    #[serde(default)]
+    pub decisions_reannounced: u64,
+    /// Decided transactions this replica forgot, once settled (`Record::Forget`).
+    #[serde(default)]
+    pub outcomes_forgotten: u64,
+    /// Candidates and votes this leader answered `FORGOTTEN`.
+    #[serde(default)]
+    pub answered_forgotten: u64,
+    /// `FORGOTTEN` answers that decided a transaction here (as its coordinator, an
+    /// unknown outcome; as a participant, an abort).
+    #[serde(default)]
+    pub forgotten_taken: u64,
 }
 
 /// A geo node's state, as `/status` shows it.
@@ -564,6 +616,10 @@ pub struct Certification {
     pub durable: u64,
     /// Votes in its log with no decision yet.
     pub open_votes: usize,
+    /// Decided transactions it remembers (until every participant decided them and
+    /// their expiry passed).
+    #[serde(default)]
+    pub outcomes: usize,
 }
 
 /// Refusal for an operation a geo keyspace cannot serve.

@@ -111,15 +111,7 @@ pub fn measure(f: u32, partitions: u32, seed: u64) -> GeoPoint {
         duplicate_ppm: 0,
         jitter_ns: 500_000,
         skew_ms: 0,
-        expose_non_uniform: false,
-        rejoin_empty: false,
-        strong: false,
-        central_certifier: false,
-        certify_all: false,
-        skip_strong_barrier: false,
-        deliver_early: false,
-        skip_recovery: false,
-        propagate_ms: 0,
+        ..GeoShape::default()
     };
     let mut rng = Rng::new(seed);
     let mut world = GeoWorld::new(shape, rng.next_u64());

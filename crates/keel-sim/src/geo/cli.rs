@@ -59,6 +59,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         skip_strong_barrier: args.skip_strong_barrier,
         deliver_early: args.deliver_early,
         skip_recovery: args.skip_recovery,
+        forget_unsettled: args.forget_unsettled,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

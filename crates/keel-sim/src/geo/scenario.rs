@@ -32,6 +32,9 @@ pub struct GeoRunConfig {
     /// Negative control: a certification candidate leads without recovering a
     /// majority's log.
     pub skip_recovery: bool,
+    /// Negative control: a certification leader forgets a commit before every
+    /// participant decided it.
+    pub forget_unsettled: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -126,7 +129,12 @@ struct Session {
     strong: Option<Option<String>>,
     /// When its last causal update transaction committed.
     last_update_at: Option<u64>,
+    /// After a refusal, it sends nothing before this (a client backs off).
+    not_before: u64,
 }
+
+/// How long a session backs off after a refusal, ns.
+const BACKOFF_NS: u64 = 10_000_000;
 
 fn key(s: &str) -> Key {
     Key::copy_from_slice(s.as_bytes())
@@ -191,6 +199,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         || config.skip_strong_barrier
         || config.deliver_early
         || config.skip_recovery
+        || config.forget_unsettled
         || config.central_certifier;
     let f = if rng.chance(400_000) || expose { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
@@ -217,15 +226,29 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         skip_strong_barrier: config.skip_strong_barrier,
         deliver_early: config.deliver_early,
         skip_recovery: config.skip_recovery,
+        forget_unsettled: config.forget_unsettled,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
+        tx_timeout_ms: 0,
+        spread_leaders: false,
     };
     // A quarter of the strong runs certify centrally (REDBLUE's baseline), drawn apart so
     // that a seed's other draws do not depend on it.
     let mut apart = Rng::new(config.seed ^ 0x6365_6e74_7261_6c00);
     shape.central_certifier = config.central_certifier || (shape.strong && apart.chance(250_000));
+    // Half the runs time transactions out (and expire strong candidates) within 1.5 or 3
+    // seconds, not 10, so that decided strong transactions are forgotten while others
+    // are still in flight, and expiry passes during elections.
+    shape.tx_timeout_ms = [0, 2_000, 1_000, 500][apart.below(4) as usize];
+    // Half the strong runs spread the partitions' leaders over the data centers, so that
+    // a data center's failure (the leaders' fault fails data center 0) moves some
+    // partitions' leaders while the others decide.
+    shape.spread_leaders = shape.strong && shape.partitions > 1 && apart.chance(500_000);
     shape
 }
+
+/// Iterations of the session loop at one virtual instant, at most.
+const SPINS_MAX: u64 = 1_000_000;
 
 /// How long sessions run, ns.
 const RUN_NS: u64 = 8_000_000_000;
@@ -258,13 +281,22 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
             done: false,
             strong: None,
             last_update_at: None,
+            not_before: 0,
         })
         .collect();
     let mut by_tag: BTreeMap<RequestTag, usize> = BTreeMap::new();
     // Sessions start work until RUN_NS, then finish what they have open (a few seconds
     // at most: a commit never waits for another data center).
+    let mut spins = (0, 0u64);
     while world.now() < RUN_NS + DRAIN_NS {
         let now = world.now();
+        // Requests answered at once (clients sit next to their replicas) must not be
+        // sent again at once for ever: that is a replica refusing a session for good.
+        spins = if spins.0 == now { (now, spins.1 + 1) } else { (now, 0) };
+        assert!(
+            spins.1 < SPINS_MAX,
+            "sessions spin at {now} ns: a replica answers their requests at once, refusing, for ever"
+        );
         inject(&mut world, &mut faults, &mut log, now);
         for (i, session) in sessions.iter_mut().enumerate() {
             if now < RUN_NS || session.open.is_some() {
@@ -410,7 +442,7 @@ fn drive(
     by_tag: &mut BTreeMap<RequestTag, usize>,
     faults: &mut Faults,
 ) {
-    if s.done || !matches!(s.waiting, Waiting::Nothing) {
+    if s.done || !matches!(s.waiting, Waiting::Nothing) || world.now() < s.not_before {
         return;
     }
     if world.failed.contains(&s.dc) {
@@ -502,6 +534,7 @@ fn answered(
     let result = match result {
         Ok(r) => r,
         Err(e) => {
+            s.not_before = world.now() + BACKOFF_NS;
             // A commit that timed out may still finish: its outcome is unknown.
             let outcome = match (&waiting, e) {
                 (Waiting::Commit, keel_types::KeelError::Timeout) => {
@@ -517,7 +550,10 @@ fn answered(
                     Outcome::Aborted
                 }
             };
+            // What it read on its snapshot is in the session's past, as the server
+            // keeps it, whatever the outcome.
             if let Some(open) = s.open.take() {
+                s.past.join(&open.snap);
                 world.close(open, outcome);
             }
             return None;

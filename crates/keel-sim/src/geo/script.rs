@@ -87,14 +87,7 @@ fn cluster_with(
         jitter_ns: rng.range(1, 2_000_000),
         skew_ms: rng.below(500),
         expose_non_uniform: config.expose_non_uniform,
-        rejoin_empty: false,
-        strong: false,
-        central_certifier: false,
-        certify_all: false,
-        skip_strong_barrier: false,
-        deliver_early: false,
-        skip_recovery: false,
-        propagate_ms: 0,
+        ..GeoShape::default()
     };
     let mut shape = shape;
     tweak(&mut shape);

@@ -260,6 +260,10 @@ impl SimEngine for GeoEngine {
             ("certification-stepped-down", c.stepped_down),
             ("resent-to-new-leader", c.resent_to_new_leader),
             ("leader-learned-from-sibling", c.leaders_learned_from_siblings),
+            ("decision-reannounced", c.decisions_reannounced),
+            ("outcome-forgotten", c.outcomes_forgotten),
+            ("answered-forgotten", c.answered_forgotten),
+            ("forgotten-taken", c.forgotten_taken),
         ]
     }
 }

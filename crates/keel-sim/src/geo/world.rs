@@ -20,7 +20,7 @@ use keel_types::{Key, NodeId};
 use std::collections::BTreeMap;
 
 /// How a geo cluster is built.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct GeoShape {
     /// Data-center failures tolerated (`2f + 1` data centers).
     pub f: u32,
@@ -54,8 +54,15 @@ pub struct GeoShape {
     /// Negative control: a certification candidate leads without recovering a
     /// majority's log.
     pub skip_recovery: bool,
+    /// Negative control: a certification leader forgets a commit before every
+    /// participant decided it.
+    pub forget_unsettled: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
+    /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
+    pub tx_timeout_ms: u64,
+    /// Partition `p`'s certification leaders start in data center `p` (not all in 0).
+    pub spread_leaders: bool,
 }
 
 /// The label strong withdrawals carry in the simulations (declared to conflict with
@@ -131,6 +138,8 @@ pub struct OpenTx {
     pub record: ClientTx,
     /// Whether its commit was sent (its outcome is unknown until answered).
     pub committing: bool,
+    /// Its snapshot.
+    pub snap: Vector,
 }
 
 /// The cluster and its recorder.
@@ -160,16 +169,19 @@ impl GeoWorld {
         let mut template = Config::new(NodeId(0), members.clone(), shape.f);
         template.suspect_after = keel_core::time::Span::from_millis(1_000);
         template.retransmit = keel_core::time::Span::from_millis(300);
-        template.tx_timeout = keel_core::time::Span::from_millis(10_000);
+        let tx_timeout_ms = if shape.tx_timeout_ms == 0 { 10_000 } else { shape.tx_timeout_ms };
+        template.tx_timeout = keel_core::time::Span::from_millis(tx_timeout_ms);
         template.unsafe_expose_non_uniform = shape.expose_non_uniform;
         template.unsafe_rejoin_empty = shape.rejoin_empty;
         template.unsafe_certify_all = shape.certify_all;
         template.unsafe_skip_strong_barrier = shape.skip_strong_barrier;
         template.unsafe_deliver_early = shape.deliver_early;
         template.unsafe_skip_recovery = shape.skip_recovery;
+        template.unsafe_forget_unsettled = shape.forget_unsettled;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;
+        template.spread_leaders = shape.spread_leaders;
         if shape.propagate_ms > 0 {
             template.propagate_every = keel_core::time::Span::from_millis(shape.propagate_ms);
         }
@@ -372,7 +384,7 @@ impl GeoWorld {
             strong: false,
             label: None,
         };
-        OpenTx { node, id: tx, record, committing: false }
+        OpenTx { node, id: tx, record, committing: false, snap: snap.clone() }
     }
 
     /// Records an operation's result in `open`.

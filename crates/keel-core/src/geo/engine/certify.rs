@@ -227,6 +227,9 @@ impl GeoEngine {
             }
             return;
         }
+        if self.answer_forgotten(from, id, expiry, answer) {
+            return;
+        }
         let c = &mut self.certifier;
         match c.ballots.get_mut(&id) {
             Some(ballot) => {
@@ -252,6 +255,9 @@ impl GeoEngine {
             return self.hold(from, Body::Certify(Box::new(candidate)));
         }
         let id = candidate.tx;
+        if self.answer_forgotten(from, id, candidate.expiry, false) {
+            return;
+        }
         let me = self.me.partition;
         let known = match self.certifier.outcome(id) {
             Some((commit, ts)) => Some(Some((commit, ts))),
@@ -277,8 +283,10 @@ impl GeoEngine {
             self.certifier.ballots.get(&id).is_some_and(|b| b.votes.values().any(|(ok, _)| !ok));
         // With a central certifier, only partition 0 judges conflicts.
         let judges = !self.config.central_certifier || self.me.partition == 0;
+        // Below a `Forget` horizon, only aborts (`settle.rs`).
         let ok = !told_abort
             && clock <= candidate.expiry
+            && candidate.expiry > self.certifier.forgetting
             && (self.config.unsafe_certify_all || !judges || !self.conflicts(&candidate));
         let ts = if ok { self.propose(&candidate.snap) } else { 0 };
         let c = &mut self.certifier;
@@ -373,11 +381,9 @@ impl GeoEngine {
     }
 
     /// Appends `record` to this leader's log and its conflict index.
-    fn append_record(&mut self, record: Record) {
+    pub(crate) fn append_record(&mut self, record: Record) {
         debug_assert_eq!(self.certifier.indexed, self.log_end(), "a leader indexes its log");
-        if let Record::Vote { .. } = &record {
-            self.index_vote(&record);
-        }
+        self.index_record(&record);
         self.certifier.indexed += 1;
         self.store_record(record);
         self.advance_durable();
@@ -411,15 +417,15 @@ impl GeoEngine {
             if let Record::Vote { candidate, ok, ts } = &self.certifier.log[at] {
                 let (id, ok, ts) = (candidate.tx, *ok, *ts);
                 let (participants, expiry) = (candidate.participants.clone(), candidate.expiry);
-                self.send_vote(id, ok, ts, participants, expiry);
+                self.send_vote(id, ok, ts, participants, expiry, false);
             }
         }
         self.apply_durable();
         self.maybe_reannounce();
     }
 
-    /// A durable vote of this partition: to the coordinator and the other participants'
-    /// leaders, and into this leader's own ballot.
+    /// A durable vote of this partition (`answer`: its decision): to the coordinator and
+    /// the other participants' leaders, and into this leader's own ballot.
     pub(crate) fn send_vote(
         &mut self,
         id: TxId,
@@ -427,6 +433,7 @@ impl GeoEngine {
         ts: u64,
         participants: Vec<u32>,
         expiry: u64,
+        answer: bool,
     ) {
         let me = self.me.partition;
         let ballot = self.certifier.accepted;
@@ -438,7 +445,7 @@ impl GeoEngine {
             participants: participants.clone(),
             expiry,
             ballot,
-            answer: false,
+            answer,
         };
         if self.member(coordinator).is_some() {
             self.send(coordinator, vote(&participants));
@@ -472,7 +479,7 @@ impl GeoEngine {
             let at = (self.certifier.applied - self.certifier.base) as usize;
             let record = self.certifier.log[at].clone();
             if self.certifier.indexed == self.certifier.applied {
-                self.index_vote(&record);
+                self.index_record(&record);
                 self.certifier.indexed += 1;
             }
             self.index_decision(&record);
@@ -504,6 +511,7 @@ impl GeoEngine {
                 }
             }
             Record::Promise { ts } => c.promise = c.promise.max(ts),
+            Record::Forget { .. } => {}
         }
     }
 

@@ -287,7 +287,10 @@ impl GeoEngine {
             if matches!(tx.pending, Pending::Uniforming { .. }) {
                 self.coordinator.certify_waits.remove(&(tx.snap.dcs[self.me.dc as usize], id));
             }
-            self.coordinator.sessions.remove(&tx.session);
+            // A commit that timed out freed its session already (`expire_txs`).
+            if self.coordinator.sessions.get(&tx.session) == Some(&id) {
+                self.coordinator.sessions.remove(&tx.session);
+            }
             self.coordinator.deadlines.remove(&(tx.deadline, id));
         }
     }
@@ -327,6 +330,13 @@ impl GeoEngine {
                     tag.take().map(|tag| (tag, KeelError::Timeout))
                 }
             };
+            // A commit answered with a time-out goes on, but its session may begin the
+            // next transaction (whose snapshot includes this one's).
+            let session = tx.session;
+            let committing = !matches!(tx.pending, Pending::Idle | Pending::Op { .. });
+            if committing && self.coordinator.sessions.get(&session) == Some(&id) {
+                self.coordinator.sessions.remove(&session);
+            }
             self.coordinator.deadlines.insert((tx.deadline, id));
             if let Some((tag, error)) = late {
                 self.reply(tag, Err(error));

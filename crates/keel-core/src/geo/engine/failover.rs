@@ -35,14 +35,21 @@
 //!   decided with the decision, so nothing waits on a vote its old leader sent once.
 
 use super::super::types::{Body, Record, TxId};
-use super::{Ballot, Election, GeoEngine, Joined, OpenVote, Pending, Role};
+use super::{Ballot, Election, GeoEngine, Joined, OpenVote, Outcome, Pending, Role};
 use keel_types::NodeId;
 
 impl GeoEngine {
-    /// The data center that leads ballot `ballot`.
-    pub(crate) fn leader_dc_of(&self, ballot: u64) -> u32 {
+    /// The data center that leads partition `p`'s ballot `ballot`.
+    pub(crate) fn leader_dc_of(&self, p: u32, ballot: u64) -> u32 {
         let dcs = self.dcs as u64;
-        ((u64::from(self.config.leader_dc) + ballot % dcs) % dcs) as u32
+        let first = u64::from(self.config.leader_dc)
+            + if self.config.spread_leaders { u64::from(p) % dcs } else { 0 };
+        ((first + ballot % dcs) % dcs) as u32
+    }
+
+    /// The data center that leads this partition's ballot `ballot`.
+    pub(crate) fn own_leader_dc(&self, ballot: u64) -> u32 {
+        self.leader_dc_of(self.me.partition, ballot)
     }
 
     /// The replica this node believes leads partition `p`'s certification.
@@ -52,7 +59,7 @@ impl GeoEngine {
         } else {
             self.certifier.views[p as usize]
         };
-        self.replica(self.leader_dc_of(ballot), p)
+        self.replica(self.leader_dc_of(p, ballot), p)
     }
 
     /// Partition `p` (another one) is in `ballot` at least.
@@ -124,15 +131,15 @@ impl GeoEngine {
         }
         let ballot = self.certifier.ballot;
         let suspected = self.suspected();
-        if !suspected.contains(&self.leader_dc_of(ballot)) {
+        if !suspected.contains(&self.own_leader_dc(ballot)) {
             return;
         }
         // This data center is never suspected by itself, so the walk ends.
         let mut next = ballot + 1;
-        while suspected.contains(&self.leader_dc_of(next)) {
+        while suspected.contains(&self.own_leader_dc(next)) {
             next += 1;
         }
-        if self.leader_dc_of(next) == self.me.dc {
+        if self.own_leader_dc(next) == self.me.dc {
             self.stand(next);
         }
     }
@@ -228,7 +235,7 @@ impl GeoEngine {
         let mut at = c.indexed;
         while at < end {
             let record = self.certifier.log[(at - base) as usize].clone();
-            self.index_vote(&record);
+            self.index_record(&record);
             if let Record::Decide { tx, commit, ts } = record {
                 self.certifier.deciding.insert(tx, (commit, ts));
             }
@@ -246,7 +253,8 @@ impl GeoEngine {
             };
             c.ballots.insert(*id, ballot);
         }
-        let recovered = c.ballots.keys().copied().collect();
+        let recovered =
+            c.ballots.iter().map(|(id, b)| (*id, b.participants.clone(), b.expiry)).collect();
         c.reannounce = Some((end, recovered));
         self.counters.takeovers += 1;
         self.apply_durable();
@@ -461,15 +469,17 @@ impl GeoEngine {
     pub(crate) fn store_record(&mut self, record: Record) {
         let ts = match &record {
             Record::Vote { ts, .. } | Record::Decide { ts, .. } | Record::Promise { ts } => *ts,
+            Record::Forget { .. } => 0,
         };
         let c = &mut self.certifier;
         c.top = c.top.max(ts);
         c.log.push_back(record);
     }
 
-    /// Adds the record at `indexed`, if a vote, to the conflict index. A vote of a
-    /// transaction decided (or voted) already adds nothing.
-    pub(crate) fn index_vote(&mut self, record: &Record) {
+    /// Adds the record at `indexed`, if a vote, to the conflict index (a vote of a
+    /// transaction decided or voted already adds nothing); if a `Forget`, raises the
+    /// horizon below which no vote to come commits.
+    pub(crate) fn index_record(&mut self, record: &Record) {
         let c = &mut self.certifier;
         match record {
             Record::Vote { candidate, ok, ts } => {
@@ -495,17 +505,27 @@ impl GeoEngine {
                 };
                 c.open.insert(id, open);
             }
+            Record::Forget { below } => c.forgetting = c.forgetting.max(*below),
             Record::Decide { .. } | Record::Promise { .. } => {}
         }
     }
 
-    /// Applies the record being applied, if a decision, to the conflict index.
+    /// Applies the record being applied, if a decision, to the conflict index; if a
+    /// `Forget`, forgets the outcomes it covers.
     pub(crate) fn index_decision(&mut self, record: &Record) {
+        let me = self.me.partition;
         let c = &mut self.certifier;
         match record {
+            Record::Forget { below } => self.forget(*below),
             Record::Decide { tx, commit, ts } => {
                 c.deciding.remove(tx);
+                let mut remembered = None;
                 if let Some(open) = c.open.remove(tx) {
+                    let unsettled = match commit {
+                        true => open.participants.iter().copied().filter(|&p| p != me).collect(),
+                        false => Vec::new(),
+                    };
+                    remembered = Some((open.expiry, unsettled));
                     if open.ok && open.updates {
                         for key in &open.keys {
                             unpend(&mut c.pending, key, tx);
@@ -523,7 +543,16 @@ impl GeoEngine {
                         }
                     }
                 }
-                c.outcomes.insert(*tx, (*commit, *ts));
+                // A decision whose vote this replica never indexed (only a leader that
+                // broke the protocol logs one) is remembered until the next `Forget`.
+                if remembered.is_some() || !c.outcomes.contains_key(tx) {
+                    let (expiry, unsettled) = remembered.unwrap_or_default();
+                    let outcome = Outcome { commit: *commit, ts: *ts, expiry, unsettled };
+                    if let Some(old) = c.outcomes.insert(*tx, outcome) {
+                        c.remembered.remove(&(old.expiry, *tx));
+                    }
+                    c.remembered.insert((expiry, *tx));
+                }
             }
             Record::Vote { .. } | Record::Promise { .. } => {}
         }
@@ -545,26 +574,33 @@ impl GeoEngine {
             }
         }
         c.indexed = c.applied;
+        c.forgetting = c.forgotten;
     }
 
     /// A new leader: once the recovered log is durable again, the votes it recovered
     /// with no decision go out again, to the coordinators and the other participants'
-    /// leaders (not the votes it cast since, which go out as each becomes durable).
+    /// leaders (not the votes it cast since, which go out as each becomes durable). Of
+    /// those decided since (with another participant's vote that reached it), the
+    /// decision goes out instead: a participant whose leader sent its vote once, to this
+    /// one, still waits for this partition's.
     pub(crate) fn maybe_reannounce(&mut self) {
         let c = &self.certifier;
-        let ids = match &c.reannounce {
-            Some((end, ids)) if c.durable >= *end => ids,
+        match &c.reannounce {
+            Some((end, _)) if c.durable >= *end => {}
             _ => return,
-        };
-        let votes: Vec<(TxId, bool, u64, Vec<u32>, u64)> = ids
-            .iter()
-            .filter(|id| c.ballots.contains_key(id))
-            .filter_map(|id| c.open.get(id).map(|o| (*id, o)))
-            .map(|(id, o)| (id, o.ok, o.ts, o.participants.clone(), o.expiry))
-            .collect();
-        self.certifier.reannounce = None;
-        for (id, ok, ts, participants, expiry) in votes {
-            self.send_vote(id, ok, ts, participants, expiry);
+        }
+        let (_, recovered) = self.certifier.reannounce.take().expect("matched");
+        for (id, participants, expiry) in recovered {
+            let c = &self.certifier;
+            let vote = match c.ballots.contains_key(&id) {
+                true => c.open.get(&id).map(|o| (o.ok, o.ts, false)),
+                false => c.outcome(id).map(|(commit, ts)| (commit, ts, true)),
+            };
+            let Some((ok, ts, answer)) = vote else { continue };
+            if answer {
+                self.counters.decisions_reannounced += 1;
+            }
+            self.send_vote(id, ok, ts, participants, expiry, answer);
         }
     }
 }

@@ -32,7 +32,7 @@ fn record_ok(r: &Record) -> bool {
         // A commit's strong timestamp is above its snapshot's, so never 0.
         Record::Vote { candidate, ok, ts } => candidate_ok(candidate) && (!ok || *ts > 0),
         Record::Decide { commit, ts, .. } => !commit || *ts > 0,
-        Record::Promise { .. } => true,
+        Record::Promise { .. } | Record::Forget { .. } => true,
     }
 }
 
@@ -79,7 +79,10 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         Body::Append { records, .. } | Body::Elected { records, .. } => {
             records.len() <= BODIES_MAX && records.iter().all(record_ok)
         }
+        Body::Settle { txs } => txs.len() <= super::settle::SETTLE_MAX,
+        Body::Settled { txs } => txs.len() <= super::settle::SETTLE_MAX,
         Body::Version { .. }
+        | Body::Forgotten { .. }
         | Body::PrepareAck { .. }
         | Body::Heartbeat { .. }
         | Body::Appended { .. }
@@ -154,19 +157,23 @@ impl GeoEngine {
                 Body::Append { ballot, records, .. } => {
                     self.config.strong
                         && sibling
-                        && self.leader_dc_of(*ballot) == peer.dc
+                        && self.own_leader_dc(*ballot) == peer.dc
                         && self.records_fit(records)
                 }
                 Body::Elect { ballot, .. } => {
-                    self.config.strong && sibling && self.leader_dc_of(*ballot) == peer.dc
+                    self.config.strong && sibling && self.own_leader_dc(*ballot) == peer.dc
                 }
                 Body::Elected { ballot, records, .. } => {
                     self.config.strong
                         && sibling
-                        && self.leader_dc_of(*ballot) == self.me.dc
+                        && self.own_leader_dc(*ballot) == self.me.dc
                         && self.records_fit(records)
                 }
                 Body::Appended { .. } | Body::Outvoted { .. } => self.config.strong && sibling,
+                Body::Settle { .. } | Body::Settled { .. } => {
+                    self.config.strong && peer.partition != self.me.partition
+                }
+                Body::Forgotten { .. } => self.config.strong,
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");
@@ -179,7 +186,7 @@ impl GeoEngine {
     fn records_fit(&self, records: &[Record]) -> bool {
         records.iter().all(|r| match r {
             Record::Vote { candidate, .. } => self.candidate_fits(candidate),
-            Record::Decide { .. } | Record::Promise { .. } => true,
+            Record::Decide { .. } | Record::Promise { .. } | Record::Forget { .. } => true,
         })
     }
 

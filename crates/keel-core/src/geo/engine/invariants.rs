@@ -64,10 +64,22 @@ impl GeoEngine {
 
     fn check_coordinator(&self) {
         let c = &self.coordinator;
-        assert_eq!(c.txs.len(), c.sessions.len(), "a transaction per session");
         assert_eq!(c.txs.len(), c.deadlines.len(), "a deadline per transaction");
+        for (session, id) in &c.sessions {
+            let tx = c.txs.get(id).expect("a session's transaction is open");
+            assert_eq!(tx.session, *session, "session index out of step");
+        }
         for (id, tx) in &c.txs {
-            assert_eq!(c.sessions.get(&tx.session), Some(id), "session index out of step");
+            // A commit answered with a time-out goes on without its session.
+            let orphan = matches!(
+                tx.pending,
+                Pending::Committing { tag: None, .. }
+                    | Pending::Uniforming { tag: None }
+                    | Pending::Certifying { tag: None, .. }
+            );
+            if !orphan {
+                assert_eq!(c.sessions.get(&tx.session), Some(id), "session index out of step");
+            }
             assert!(c.deadlines.contains(&(tx.deadline, *id)), "deadline index out of step");
         }
         for id in c.reads.values() {
@@ -128,7 +140,7 @@ impl GeoEngine {
             }
             return;
         }
-        assert_eq!(self.leader_dc_of(c.ballot), self.me.dc, "a leader of another's ballot");
+        assert_eq!(self.own_leader_dc(c.ballot), self.me.dc, "a leader of another's ballot");
         assert_eq!(c.accepted, c.ballot, "a leader's log follows an old ballot");
         assert_eq!(c.indexed, end, "a leader indexes its whole log");
         for i in (0..self.dcs).filter(|&i| i != self.me.dc as usize) {
@@ -184,6 +196,28 @@ impl GeoEngine {
         }
         for id in c.open.keys() {
             assert!(!c.outcomes.contains_key(id), "a transaction open and decided");
+        }
+        self.check_outcomes();
+    }
+
+    /// The remembered outcomes: indexed by expiry, only commits wait on participants,
+    /// and the applied horizon never passes the indexed one (a replica that does not
+    /// lead indexes what it applied).
+    fn check_outcomes(&self) {
+        let c = &self.certifier;
+        assert_eq!(c.outcomes.len(), c.remembered.len(), "an outcome not indexed by expiry");
+        for &(expiry, id) in &c.remembered {
+            let outcome = c.outcomes.get(&id).expect("an expiry without its outcome");
+            assert_eq!(outcome.expiry, expiry, "an outcome under another expiry");
+            assert!(outcome.commit || outcome.unsettled.is_empty(), "an abort waits to settle");
+            assert!(
+                !outcome.unsettled.contains(&self.me.partition),
+                "an outcome waits on its own partition"
+            );
+        }
+        assert!(c.forgotten <= c.forgetting, "a horizon applied and not indexed");
+        if !self.leads() {
+            assert_eq!(c.forgotten, c.forgetting, "a horizon indexed and not applied");
         }
     }
 }

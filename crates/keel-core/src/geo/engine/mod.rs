@@ -10,6 +10,7 @@
 //! | `uniform.rs` | the stable and uniform vectors (2:23–38), suspicion of failed data centers, forwarding (2:19–22), collection of remote transactions stored everywhere | [`Uniformity`] |
 //! | `certify.rs` | strong transactions (Algorithm 3, §6.3): the coordinator's barrier and certification, each partition's certification log replicated from its leader to a majority of data centers, the leader's votes and decisions, delivery in strong-timestamp order, strong heartbeats | [`Certifier`] |
 //! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
+//! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
@@ -30,6 +31,7 @@ mod gate;
 pub use gate::BALLOT_MAX;
 mod invariants;
 mod partition;
+mod settle;
 mod step;
 mod uniform;
 
@@ -299,9 +301,21 @@ pub(crate) struct Certifier {
     pub indexed: u64,
     /// The conflict index: votes with no applied decision yet, by transaction.
     pub open: BTreeMap<TxId, OpenVote>,
-    /// The conflict index: each transaction's applied outcome (commit, final strong
-    /// timestamp), for a new leader of another partition that asks again.
-    pub outcomes: BTreeMap<TxId, (bool, u64)>,
+    /// The conflict index: each transaction's applied outcome, for a new leader of
+    /// another partition that asks again, until a `Forget` record forgets it.
+    pub outcomes: BTreeMap<TxId, Outcome>,
+    /// The outcomes, by expiry (the order in which they are forgotten).
+    pub remembered: BTreeSet<(u64, TxId)>,
+    /// The horizon of the last `Forget` applied: a transaction with an expiry at or
+    /// below it that is neither open nor decided here is forgotten, or was never voted
+    /// on here and never will be.
+    pub forgotten: u64,
+    /// The largest horizon of a `Forget` in the indexed log (on a leader, its whole
+    /// log): no vote to come commits a transaction with an expiry at or below it.
+    pub forgetting: u64,
+    /// Leader: when it next asks the other participants whether they decided the
+    /// committed transactions past their expiry it has not heard them decide.
+    pub next_settle: Time,
     /// Leader: decisions logged and not yet applied, with their outcomes.
     pub deciding: BTreeMap<TxId, (bool, u64)>,
     /// The largest timestamp in any record this replica stored.
@@ -311,7 +325,7 @@ pub(crate) struct Certifier {
     pub everywhere: u64,
     /// Leader: once the log is durable to this index, these votes of the recovered log
     /// go out again (a new leader's, whose predecessor may not have sent them all).
-    pub reannounce: Option<(u64, Vec<TxId>)>,
+    pub reannounce: Option<(u64, Vec<Reannounce>)>,
     /// The log from index `base` on.
     pub log: VecDeque<Record>,
     /// The index of `log[0]`.
@@ -350,10 +364,42 @@ pub(crate) struct Certifier {
     pub last_proposal: u64,
 }
 
+/// A vote a new leader recovered with no decision after it: its transaction, every
+/// participant and its expiry (`maybe_reannounce`).
+pub(crate) type Reannounce = (TxId, Vec<u32>, u64);
+
+/// A decided transaction's outcome, as a replica remembers it.
+#[derive(Clone, Debug)]
+pub(crate) struct Outcome {
+    /// Committed.
+    pub commit: bool,
+    /// Its final strong timestamp (0 if aborted).
+    pub ts: u64,
+    /// Its expiry (it is forgotten after it).
+    pub expiry: u64,
+    /// Of a commit, the other participants not yet heard to have decided it (on a
+    /// leader; a follower keeps them all): it is forgotten only once none is left, so
+    /// that a `FORGOTTEN` answer never reaches an undecided participant of a commit.
+    pub unsettled: Vec<u32>,
+}
+
 impl Certifier {
     /// The outcome of `id` here: applied, or (on a leader) logged.
     pub(crate) fn outcome(&self, id: TxId) -> Option<(bool, u64)> {
-        self.outcomes.get(&id).or_else(|| self.deciding.get(&id)).copied()
+        match self.outcomes.get(&id) {
+            Some(o) => Some((o.commit, o.ts)),
+            None => self.deciding.get(&id).copied(),
+        }
+    }
+
+    /// Whether `id`, with expiry `expiry`, is forgotten here: below the applied horizon,
+    /// neither open nor decided (nor balloted, on a leader).
+    pub(crate) fn is_forgotten(&self, id: TxId, expiry: u64) -> bool {
+        expiry <= self.forgotten
+            && !self.outcomes.contains_key(&id)
+            && !self.open.contains_key(&id)
+            && !self.deciding.contains_key(&id)
+            && !self.ballots.contains_key(&id)
     }
 }
 

@@ -87,7 +87,8 @@ impl GeoEngine {
             forwarded: BTreeMap::new(),
         };
         let coordinator = Coordinator { next_tx: boot, ..Coordinator::default() };
-        let leads = config.strong && me.dc == config.leader_dc;
+        let spread = if config.spread_leaders { me.partition % dcs as u32 } else { 0 };
+        let leads = config.strong && me.dc == (config.leader_dc + spread) % dcs as u32;
         let certifier = Certifier {
             role: if leads { Role::Leader } else { Role::Follower },
             views: vec![0; partitions as usize],
@@ -284,6 +285,9 @@ impl GeoEngine {
                 self.elected_in(from, ballot, joined)
             }
             Body::Outvoted { ballot } => self.outvoted(ballot),
+            Body::Settle { txs } => self.settle_in(from, txs),
+            Body::Settled { txs } => self.settled_in(from, txs),
+            Body::Forgotten { tx } => self.forgotten_in(from, tx),
         }
     }
 
@@ -326,6 +330,7 @@ impl GeoEngine {
             self.collect();
             if self.leads() {
                 self.promise();
+                self.settle_and_forget();
             }
             self.elect_if_leader_suspected();
         }

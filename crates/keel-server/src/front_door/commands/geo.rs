@@ -40,6 +40,9 @@ use std::collections::BTreeMap;
 pub(crate) struct GeoSession {
     past: BTreeMap<KeyspaceId, Vector>,
     open: Option<(KeyspaceId, TxId)>,
+    /// The open transaction's snapshot: what it read is in the session's past once it
+    /// ends, committed or not.
+    snap: Option<Vector>,
 }
 
 impl GeoSession {
@@ -152,6 +155,9 @@ async fn serve(conn: &mut Conn, first: &str, words: &[Bytes]) -> Result<Frame, F
                 // The engine no longer holds it: the connection's is gone too.
                 if String::from_utf8_lossy(line).contains(keel_types::geo::TX_GONE) {
                     conn.geo.open = None;
+                    if let Some(snap) = conn.geo.snap.take() {
+                        join(conn.geo.past.entry(tx_ks).or_default(), &snap);
+                    }
                 }
             }
             reply
@@ -198,8 +204,9 @@ async fn begin(conn: &mut Conn, args: &[Bytes]) -> Result<Frame, Frame> {
         Some(label) => GeoOp::BeginStrong { past, label },
     };
     match send(conn, op, Category::Read).await? {
-        GeoResult::Began { tx, .. } => {
+        GeoResult::Began { tx, snap } => {
             conn.geo.open = Some((conn.node.id, tx));
+            conn.geo.snap = Some(snap);
             Ok(Frame::ok())
         }
         _ => Err(super::mismatched("KEEL.TX.BEGIN")),
@@ -218,6 +225,11 @@ async fn finish(conn: &mut Conn, commit: bool) -> Result<Frame, Frame> {
         return Err(refuse("ERR the open transaction is another keyspace's: SELECT it"));
     }
     conn.geo.open = None;
+    // Whatever the outcome (an abort, a commit that timed out), the session read on the
+    // snapshot: its past holds it.
+    if let Some(snap) = conn.geo.snap.take() {
+        join(conn.geo.past.entry(ks).or_default(), &snap);
+    }
     let op = if commit { GeoOp::Commit { tx } } else { GeoOp::Abort { tx } };
     // Each update was checked against the user's permissions when it was made: a
     // read-only user commits its read-only transactions.
