@@ -240,10 +240,15 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
     // seconds, not 10, so that decided strong transactions are forgotten while others
     // are still in flight, and expiry passes during elections.
     shape.tx_timeout_ms = [0, 2_000, 1_000, 500][apart.below(4) as usize];
+    if config.forget_unsettled {
+        // The control's runs expire transactions before a new leader can ask.
+        shape.tx_timeout_ms = shape.tx_timeout_ms.clamp(500, 1_000);
+    }
     // Half the strong runs spread the partitions' leaders over the data centers, so that
     // a data center's failure (the leaders' fault fails data center 0) moves some
     // partitions' leaders while the others decide.
-    shape.spread_leaders = shape.strong && shape.partitions > 1 && apart.chance(500_000);
+    shape.spread_leaders =
+        shape.strong && shape.partitions > 1 && (config.forget_unsettled || apart.chance(500_000));
     shape
 }
 
@@ -329,8 +334,9 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
     let dcs = shape.dcs();
     let mut fails = Vec::new();
     let strong_then_fail = shape.skip_strong_barrier || (shape.strong && rng.chance(300_000));
-    let leaders_then_fail =
-        !strong_then_fail && shape.strong && (shape.skip_recovery || rng.chance(400_000));
+    let leaders_then_fail = !strong_then_fail
+        && shape.strong
+        && (shape.skip_recovery || shape.forget_unsettled || rng.chance(400_000));
     let aimed = expose || (!strong_then_fail && !leaders_then_fail && rng.chance(300_000));
     let may_fail = |_: u32| true;
     if !aimed && !strong_then_fail && !leaders_then_fail {
@@ -469,7 +475,10 @@ fn drive(
             }
             None => {
                 let tag = world.submit(node, s.id, GeoOp::Commit { tx });
-                let delay = if faults.leaders_then_fail { s.rng.below(40_000_000) } else { 0 };
+                // With the leaders spread, up to 400 ms: long enough for data center 0's
+                // partitions to make their votes durable while the others decide.
+                let within = if world.shape.spread_leaders { 400_000_000 } else { 40_000_000 };
+                let delay = if faults.leaders_then_fail { s.rng.below(within) } else { 0 };
                 if let Some(open) = &mut s.open {
                     open.committing = true;
                     if open.record.strong {

@@ -44,8 +44,11 @@ impl GeoEngine {
         let open = c.open.values().map(|o| o.expiry);
         let unvoted = c.expiries.first().map(|&(expiry, _)| expiry);
         let first_held = open.chain(unvoted).min().unwrap_or(u64::MAX);
-        let horizon = self.clock().saturating_sub(1).min(first_held.saturating_sub(1));
         let unsafe_forget = self.config.unsafe_forget_unsettled;
+        let mut horizon = first_held.saturating_sub(1);
+        if !unsafe_forget {
+            horizon = horizon.min(self.clock().saturating_sub(1));
+        }
         let mut below = c.forgetting;
         let mut blocked = false;
         let mut asks: BTreeMap<u32, Vec<(TxId, u64)>> = BTreeMap::new();
