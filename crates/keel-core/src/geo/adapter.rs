@@ -124,7 +124,7 @@ impl Engine for GeoEngine {
         object.insert("role".into(), GeoEngine::role(self).role.into());
         object.insert("engine".into(), "geo".into());
         let c = &status.counters;
-        let metrics = vec![
+        let mut metrics = vec![
             Metric::counter("keel_geo_begun_total", "Transactions begun here.", c.begun),
             Metric::counter(
                 "keel_geo_committed_total",
@@ -192,39 +192,47 @@ impl Engine for GeoEngine {
                 "Strong transactions certification aborted (as coordinator).",
                 c.strong_aborted,
             ),
-            Metric::counter(
-                "keel_geo_certification_elections_total",
-                "Elections this replica started for its partition's certification.",
-                c.elections,
-            ),
-            Metric::counter(
-                "keel_geo_certification_takeovers_total",
-                "Elections this replica won.",
-                c.takeovers,
-            ),
-            Metric::gauge(
-                "keel_geo_certification_leader",
-                "1 when this replica leads its partition's certification.",
-                u64::from(status.certification.as_ref().is_some_and(|c| c.leads)),
-            ),
-            Metric::gauge(
-                "keel_geo_certification_ballot",
-                "The certification ballot this replica is in.",
-                status.certification.as_ref().map_or(0, |c| c.ballot),
-            ),
-            Metric::gauge(
-                "keel_geo_certification_outcomes",
-                "Decided strong transactions this replica remembers (until settled).",
-                status.certification.as_ref().map_or(0, |c| c.outcomes as u64),
-            ),
-            Metric::counter(
-                "keel_geo_certification_outcomes_forgotten_total",
-                "Decided strong transactions this replica forgot once settled.",
-                c.outcomes_forgotten,
-            ),
         ];
+        metrics.extend(certification_metrics(&status));
         Report { status: doc, metrics }
     }
+}
+
+/// The metrics of a replica's part in its partition's certification.
+fn certification_metrics(status: &Status) -> Vec<Metric> {
+    let c = &status.counters;
+    vec![
+        Metric::counter(
+            "keel_geo_certification_elections_total",
+            "Elections this replica started for its partition's certification.",
+            c.elections,
+        ),
+        Metric::counter(
+            "keel_geo_certification_takeovers_total",
+            "Elections this replica won.",
+            c.takeovers,
+        ),
+        Metric::gauge(
+            "keel_geo_certification_leader",
+            "1 when this replica leads its partition's certification.",
+            u64::from(status.certification.as_ref().is_some_and(|c| c.leads)),
+        ),
+        Metric::gauge(
+            "keel_geo_certification_ballot",
+            "The certification ballot this replica is in.",
+            status.certification.as_ref().map_or(0, |c| c.ballot),
+        ),
+        Metric::gauge(
+            "keel_geo_certification_outcomes",
+            "Decided strong transactions this replica remembers (until settled).",
+            status.certification.as_ref().map_or(0, |c| c.outcomes as u64),
+        ),
+        Metric::counter(
+            "keel_geo_certification_outcomes_forgotten_total",
+            "Decided strong transactions this replica forgot once settled.",
+            c.outcomes_forgotten,
+        ),
+    ]
 }
 
 impl GeoEngine {
