@@ -62,13 +62,14 @@ impl GeoEngine {
         self.replica(self.leader_dc_of(p, ballot), p)
     }
 
-    /// Partition `p` (another one) is in `ballot` at least.
-    pub(crate) fn learn_ballot(&mut self, p: u32, ballot: u64) {
+    /// Partition `p` (another one) is in `ballot` at least; whether that is news.
+    pub(crate) fn learn_ballot(&mut self, p: u32, ballot: u64) -> bool {
         if p == self.me.partition || ballot <= self.certifier.views[p as usize] {
-            return;
+            return false;
         }
         self.certifier.views[p as usize] = ballot;
         self.leader_moved(p);
+        true
     }
 
     /// Partition `p`'s leader changed: candidates waiting on it go to the new one, and so

@@ -45,9 +45,8 @@ impl GeoEngine {
     pub(crate) fn vectors(&mut self, from: NodeId, stable: Vector, known: Vector, leaders: &[u64]) {
         let Some(member) = self.member(from) else { return };
         for (p, &ballot) in leaders.iter().enumerate() {
-            if p != self.me.partition as usize && ballot > self.certifier.views[p] {
+            if self.learn_ballot(p as u32, ballot) {
                 self.counters.leaders_learned_from_siblings += 1;
-                self.learn_ballot(p as u32, ballot);
             }
         }
         let h = member.dc as usize;
