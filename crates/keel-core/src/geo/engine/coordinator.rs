@@ -288,10 +288,15 @@ impl GeoEngine {
                 self.coordinator.certify_waits.remove(&(tx.snap.dcs[self.me.dc as usize], id));
             }
             // A commit that timed out freed its session already (`expire_txs`).
-            if self.coordinator.sessions.get(&tx.session) == Some(&id) {
-                self.coordinator.sessions.remove(&tx.session);
-            }
+            self.unbind_session(tx.session, id);
             self.coordinator.deadlines.remove(&(tx.deadline, id));
+        }
+    }
+
+    /// Frees `session` for its next transaction, if `id` is the one it has open.
+    fn unbind_session(&mut self, session: u64, id: super::super::types::TxId) {
+        if self.coordinator.sessions.get(&session) == Some(&id) {
+            self.coordinator.sessions.remove(&session);
         }
     }
 
@@ -332,12 +337,11 @@ impl GeoEngine {
             };
             // A commit answered with a time-out goes on, but its session may begin the
             // next transaction (whose snapshot includes this one's).
-            let session = tx.session;
-            let committing = !matches!(tx.pending, Pending::Idle | Pending::Op { .. });
-            if committing && self.coordinator.sessions.get(&session) == Some(&id) {
-                self.coordinator.sessions.remove(&session);
+            let (session, deadline) = (tx.session, tx.deadline);
+            if !matches!(tx.pending, Pending::Idle | Pending::Op { .. }) {
+                self.unbind_session(session, id);
             }
-            self.coordinator.deadlines.insert((tx.deadline, id));
+            self.coordinator.deadlines.insert((deadline, id));
             if let Some((tag, error)) = late {
                 self.reply(tag, Err(error));
             }

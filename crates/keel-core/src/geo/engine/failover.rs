@@ -585,12 +585,13 @@ impl GeoEngine {
     /// decision goes out instead: a participant whose leader sent its vote once, to this
     /// one, still waits for this partition's.
     pub(crate) fn maybe_reannounce(&mut self) {
-        let c = &self.certifier;
-        match &c.reannounce {
-            Some((end, _)) if c.durable >= *end => {}
-            _ => return,
-        }
-        let (_, recovered) = self.certifier.reannounce.take().expect("matched");
+        let recovered = match self.certifier.reannounce.take() {
+            Some((end, recovered)) if self.certifier.durable >= end => recovered,
+            waiting => {
+                self.certifier.reannounce = waiting;
+                return;
+            }
+        };
         for (id, participants, expiry) in recovered {
             let c = &self.certifier;
             let vote = match c.ballots.contains_key(&id) {

@@ -153,15 +153,12 @@ impl GeoEngine {
         let Some(member) = self.member(from) else { return };
         let p = member.partition;
         if id.node == self.me.node.0 {
-            let waits = self.coordinator.txs.get(&id).is_some_and(|tx| {
-                matches!(&tx.pending, Pending::Certifying { waiting, .. } if waiting.contains(&p))
+            let waits = self.coordinator.txs.get(&id).and_then(|tx| match &tx.pending {
+                Pending::Certifying { tag, waiting, .. } if waiting.contains(&p) => Some(*tag),
+                _ => None,
             });
-            if waits {
+            if let Some(tag) = waits {
                 self.counters.forgotten_taken += 1;
-                let tag = match &self.coordinator.txs[&id].pending {
-                    Pending::Certifying { tag, .. } => *tag,
-                    _ => None,
-                };
                 self.close(id);
                 if let Some(tag) = tag {
                     self.reply(tag, Err(KeelError::Timeout));
