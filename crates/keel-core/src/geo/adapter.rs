@@ -289,4 +289,11 @@ impl GeoEngine {
     pub fn place(&self) -> super::types::Member {
         self.me
     }
+
+    /// The local commits applied here but not yet sent on to the siblings, in timestamp
+    /// order (the simulator records them when it fails the replica: reads in its data
+    /// center may have seen them, though no other data center ever will).
+    pub fn unpropagated(&self) -> impl Iterator<Item = &super::types::Replicated> {
+        self.partition.local_commits.values()
+    }
 }

@@ -8,7 +8,8 @@ use crate::invariants::Violation;
 use keel_check::causal::history::{Committed, Stored};
 use keel_core::engine::{OutputsOf, RequestTag};
 use keel_core::geo::{
-    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, Record, TxId, Update, Vector,
+    Body, Config, GeoEngine, GeoReply, GeoRequest, Member, Message, Record, Replicated, TxId,
+    Update, Vector,
 };
 use keel_types::{LogIndex, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +72,31 @@ impl GeoWatch {
 }
 
 impl GeoWatch {
+    /// Merges one partition's updates of committed transactions of data center `origin`
+    /// into the record of what committed.
+    pub fn merge_committed(&mut self, origin: u32, txs: &[Replicated]) {
+        for tx in txs {
+            // A partition's updates of a transaction are the same wherever they are sent
+            // from, and its keys are no other partition's: the first key names them.
+            let Some((first, _)) = tx.writes.first() else { continue };
+            if !self.merged.entry(tx.tx).or_default().insert(first.clone()) {
+                continue;
+            }
+            let entry = self.committed.entry(tx.tx).or_insert_with(|| Committed {
+                id: history_tx(tx.tx),
+                origin,
+                commit: history_vector(&tx.commit),
+                writes: Vec::new(),
+                strong: false,
+            });
+            entry.writes.extend(
+                tx.writes.iter().map(|(k, u)| {
+                    (crate::geo::world::text(k), crate::geo::world::history_update(u))
+                }),
+            );
+        }
+    }
+
     /// Notes the strong transactions' votes to commit and decisions in `records`.
     fn strong_records(&mut self, records: &[Record]) {
         for record in records {
@@ -147,25 +173,7 @@ impl Watch<GeoEngine> for GeoWatch {
                     self.strong_records(records);
                 }
                 let Body::Replicate { origin, txs } = body else { continue };
-                for tx in txs {
-                    // A partition's updates of a transaction are the same wherever they
-                    // are sent from, and its keys are no other partition's: the first
-                    // key names them.
-                    let Some((first, _)) = tx.writes.first() else { continue };
-                    if !self.merged.entry(tx.tx).or_default().insert(first.clone()) {
-                        continue;
-                    }
-                    let entry = self.committed.entry(tx.tx).or_insert_with(|| Committed {
-                        id: history_tx(tx.tx),
-                        origin: *origin,
-                        commit: history_vector(&tx.commit),
-                        writes: Vec::new(),
-                        strong: false,
-                    });
-                    entry.writes.extend(tx.writes.iter().map(|(k, u)| {
-                        (crate::geo::world::text(k), crate::geo::world::history_update(u))
-                    }));
-                }
+                self.merge_committed(*origin, txs);
             }
         }
     }

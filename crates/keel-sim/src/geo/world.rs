@@ -266,8 +266,21 @@ impl GeoWorld {
         assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
         self.failed.push(dc);
         for node in self.nodes_of(dc) {
-            self.world.crash(node);
+            self.crash(node);
         }
+    }
+
+    /// Crashes `node`, recording first the local commits it had not yet sent on: reads
+    /// in its data center may have seen them, and nothing else ever will.
+    fn crash(&mut self, node: NodeId) {
+        let unsent = self
+            .world
+            .engine(node)
+            .map(|engine| (engine.place().dc, engine.unpropagated().cloned().collect::<Vec<_>>()));
+        if let Some((dc, txs)) = unsent {
+            self.world.checker_mut().merge_committed(dc, &txs);
+        }
+        self.world.crash(node);
     }
 
     /// Crashes the replica of `partition` in data center `dc`, to restart it later
@@ -280,7 +293,7 @@ impl GeoWorld {
             assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
             self.failed.push(dc);
         }
-        self.world.crash(node);
+        self.crash(node);
         node
     }
 
