@@ -61,6 +61,7 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "strong-delivered",
         "strong-then-fail",
         "leaders-failed",
+        "leaders-stalled",
         "certification-election",
         "certification-takeover",
         "resent-to-new-leader",
@@ -153,6 +154,14 @@ fn a_new_leader_without_a_majoritys_log_is_caught() {
     let runs: Vec<GeoReport> = (0..60).map(|seed| run_one(&control(seed))).collect();
     let failed = runs.iter().filter(|r| !r.passed()).count();
     assert!(failed >= 4, "the control failed only {failed} of 60 random seeds");
+}
+
+#[test]
+fn forgetting_a_commit_before_every_participant_decided_is_caught() {
+    let control = |seed| GeoRunConfig { forget_unsettled: true, ..config("general", seed, false) };
+    let runs: Vec<GeoReport> = (0..40).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= 4, "the control failed only {failed} of 40 random seeds");
 }
 
 #[test]

@@ -26,5 +26,12 @@ pub mod types;
 pub use engine::{GeoEngine, BALLOT_MAX};
 pub use types::*;
 
+/// The partition of `partitions` that holds `key`.
+pub fn key_partition(key: &[u8], partitions: u32) -> u32 {
+    let mut h = crate::fnv::Fnv::new();
+    h.write_bytes(key);
+    (h.0 % u64::from(partitions)) as u32
+}
+
 #[cfg(test)]
 mod tests;

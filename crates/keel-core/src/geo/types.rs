@@ -123,9 +123,9 @@ pub struct Config {
     /// Negative control: a candidate that a majority joined leads with its own log, not
     /// the most advanced of theirs (`docs/geo.md`, *Controls*).
     pub unsafe_skip_recovery: bool,
-    /// Negative control: a certification leader forgets a decided transaction at once,
-    /// without waiting for its expiry or for every participant to decide it
-    /// (`docs/geo.md`, *Controls*).
+    /// Negative control: a certification leader forgets a committed transaction once its
+    /// expiry passed, without waiting for every participant to decide it (`docs/geo.md`,
+    /// *Controls*).
     pub unsafe_forget_unsettled: bool,
 }
 

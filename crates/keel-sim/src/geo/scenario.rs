@@ -5,7 +5,7 @@
 
 use super::world::{GeoShape, GeoWorld, OpenTx};
 use crate::rng::Rng;
-use keel_check::causal::history::{CausalHistory, Outcome};
+use keel_check::causal::history::{CausalHistory, ClientTx, Outcome, TxOp};
 use keel_core::engine::RequestTag;
 use keel_core::geo::{GeoOp, GeoResult, Kind, Object, Update, Vector};
 use keel_types::{Key, NodeId};
@@ -190,6 +190,15 @@ struct Faults {
     /// milliseconds after it is sent (the aimed fault of scenario 20: certification in
     /// flight when its leaders fail, then carried on by the new leaders).
     leaders_then_fail: bool,
+    /// Whether, with the leaders spread, the leaders' fault first stalls the links into
+    /// data center 0's leaders from the others until it fails: its partitions vote but
+    /// stay undecided while the others decide, so their new leaders ask about decisions
+    /// the others may have forgotten.
+    stall_leaders: bool,
+    /// The stalled leaders' fault, armed: until when the links stay stalled, how long
+    /// after data center 0's first vote out it fails, and the votes sent before it was
+    /// armed.
+    vote_watch: Option<(u64, u64, usize)>,
 }
 
 /// Draws the cluster of a `general` run.
@@ -201,8 +210,12 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         || config.skip_recovery
         || config.forget_unsettled
         || config.central_certifier;
-    let f = if rng.chance(400_000) || expose { 2 } else { 1 };
+    // The control of forgetting runs on partitions whose leaders are spread (`f` = 1
+    // and two partitions at least: its fault needs a transaction of two partitions).
+    let aimed_forget = config.forget_unsettled;
+    let f = if (rng.chance(400_000) || expose) && !aimed_forget { 2 } else { 1 };
     let partitions = if f == 2 { 1 } else { 1 + rng.below(3) as u32 };
+    let partitions = if aimed_forget { partitions.max(2) } else { partitions };
     let dcs = 2 * f + 1;
     let mut wan_ns = BTreeMap::new();
     for a in 0..dcs {
@@ -251,6 +264,10 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         shape.strong && shape.partitions > 1 && (config.forget_unsettled || apart.chance(500_000));
     shape
 }
+
+/// How long the stalled leaders' fault stalls the links into data center 0's leaders
+/// at most (it fails data center 0 sooner, once one of them sent a vote out), ns.
+const STALL_LEADERS_NS: u64 = 1_500_000_000;
 
 /// Iterations of the session loop at one virtual instant, at most.
 const SPINS_MAX: u64 = 1_000_000;
@@ -364,6 +381,10 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
             (at, back, dc, rng.below(u64::from(shape.partitions)) as u32)
         });
     let restart = restart.filter(|&(_, _, dc, _)| may_fail(dc));
+    // Drawn last, and only for spread leaders, so that other runs keep their draws.
+    let stall_leaders = leaders_then_fail
+        && shape.spread_leaders
+        && (shape.forget_unsettled || rng.chance(500_000));
     Faults {
         fails,
         isolations,
@@ -373,6 +394,8 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
         strong_then_fail,
         fail_at: None,
         leaders_then_fail,
+        stall_leaders,
+        vote_watch: None,
     }
 }
 
@@ -386,6 +409,16 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
             world.fail_dc(dc);
             world.reach("dc-failed");
             log.push(format!("{}ms: data center {dc} fails", now / 1_000_000));
+        }
+    }
+    if let Some((until, delay, since)) = faults.vote_watch {
+        if let Some(voted) = world.vote_out_from(0, since) {
+            faults.vote_watch = None;
+            faults.fail_at = Some((voted + delay, 0));
+            world.reach("leaders-stalled");
+        } else if now >= until {
+            faults.vote_watch = None;
+            faults.fail_at = Some((now, 0));
         }
     }
     if let Some((at, dc)) = faults.fail_at.filter(|(at, _)| *at <= now) {
@@ -482,7 +515,8 @@ fn drive(
                 if let Some(open) = &mut s.open {
                     open.committing = true;
                     if open.record.strong {
-                        aim_strong_fault(world, s.dc, s.last_update_at, faults, delay);
+                        let spans = spans_leaders(world, &open.record);
+                        aim_strong_fault(world, s.dc, s.last_update_at, faults, delay, spans);
                     }
                 }
                 (tag, Waiting::Commit)
@@ -583,11 +617,7 @@ fn answered(
         (Waiting::Commit, GeoResult::Committed { vector }) => {
             let open = s.open.take().expect("a commit of an open transaction");
             let strong = open.record.strong;
-            let open_updates = open
-                .record
-                .ops
-                .iter()
-                .any(|op| matches!(op, keel_check::causal::history::TxOp::Update { .. }));
+            let open_updates = open.record.ops.iter().any(|op| matches!(op, TxOp::Update { .. }));
             world.close(open, Outcome::Committed { vector: super::sim::history_vector(&vector) });
             s.past = vector;
             if strong {
@@ -665,6 +695,7 @@ fn aim_strong_fault(
     last_update_at: Option<u64>,
     f: &mut Faults,
     delay: u64,
+    spans: bool,
 ) {
     let now = world.now();
     let recent = last_update_at.is_some_and(|at| now < at + 20_000_000);
@@ -672,10 +703,36 @@ fn aim_strong_fault(
         f.strong_then_fail = false;
         f.fail_at = Some((now + 1_000_000, dc));
         world.reach("strong-then-fail");
-    } else if f.leaders_then_fail && f.fail_at.is_none() && now >= 1_000_000_000 {
+    } else if f.leaders_then_fail
+        && f.fail_at.is_none()
+        && now >= 1_000_000_000
+        && (spans || !f.stall_leaders)
+    {
         f.leaders_then_fail = false;
-        f.fail_at = Some((now + 1_000_000 + delay, 0));
+        if f.stall_leaders {
+            let until = now + STALL_LEADERS_NS;
+            world.stall_into_leaders(0, until);
+            f.vote_watch = Some((until, delay, world.votes_out()));
+        } else {
+            f.fail_at = Some((now + 1_000_000 + delay, 0));
+        }
     }
+}
+
+/// Whether strong transaction `tx` updates partition 0 and votes at another partition
+/// too (the stalled leaders' fault waits for one: partition 0 stays undecided while the
+/// others decide, and its updates are lost if it then aborts).
+fn spans_leaders(world: &GeoWorld, tx: &ClientTx) -> bool {
+    let partition =
+        |key: &str| keel_core::geo::key_partition(key.as_bytes(), world.shape.partitions);
+    let updates_zero = tx.ops.iter().any(|op| match op {
+        TxOp::Update { key, .. } => partition(key) == 0,
+        TxOp::Read { .. } => false,
+    });
+    let elsewhere = tx.ops.iter().any(|op| match op {
+        TxOp::Read { key, .. } | TxOp::Update { key, .. } => partition(key) != 0,
+    });
+    updates_zero && elsewhere
 }
 
 /// Closes what a session left open at the end or when its data center failed.
@@ -690,7 +747,7 @@ fn abandon(world: &mut GeoWorld, s: &mut Session) {
 fn committed_updates(history: &CausalHistory) -> usize {
     let updates = |t: &&keel_check::causal::history::ClientTx| {
         matches!(t.outcome, Outcome::Committed { .. })
-            && t.ops.iter().any(|op| matches!(op, keel_check::causal::history::TxOp::Update { .. }))
+            && t.ops.iter().any(|op| matches!(op, TxOp::Update { .. }))
     };
     history.txs.iter().filter(updates).count() + history.committed.len()
 }

@@ -41,6 +41,14 @@ pub struct GeoWatch {
     reached: BTreeMap<(u32, u32), u64>,
     /// When each data center came to store each origin's transactions.
     pub stored: Vec<Stored>,
+    /// How some partition decided each strong transaction (commit or abort).
+    decided: BTreeMap<TxId, bool>,
+    /// Decisions that disagree.
+    violations: Vec<Violation>,
+    /// `(at_ns, sender)` of each vote to commit a transaction of several participants
+    /// that a leader sent another participant's leader (the stalled leaders' fault fails
+    /// data center 0 once one of its leaders sent one).
+    pub votes_out: Vec<(u64, NodeId)>,
     /// Whether to keep every node's stable and uniform entries as they rise (the
     /// benchmark of visibility; off in ordinary runs).
     pub per_node: bool,
@@ -97,9 +105,22 @@ impl GeoWatch {
         }
     }
 
-    /// Notes the strong transactions' votes to commit and decisions in `records`.
-    fn strong_records(&mut self, records: &[Record]) {
+    /// Notes the strong transactions' votes to commit and decisions in `records`, and
+    /// checks that every partition decides a transaction the same way (two-phase
+    /// commit's agreement: a decision needs every vote to commit, or one vote to abort,
+    /// and a vote sent is durable; so even a leader's decision lost with it agrees).
+    fn strong_records(&mut self, records: &[Record], at_ns: u64) {
         for record in records {
+            if let Record::Decide { tx, commit, .. } = record {
+                let first = *self.decided.entry(*tx).or_insert(*commit);
+                if first != *commit {
+                    self.violations.push(Violation {
+                        kind: "strong-agreement",
+                        at_ns,
+                        detail: format!("strong transaction {tx:?} decided both commit and abort"),
+                    });
+                }
+            }
             match record {
                 Record::Vote { candidate, ok: true, .. } => {
                     let Some((first, _)) = candidate.writes.first() else { continue };
@@ -166,11 +187,16 @@ impl Watch<GeoEngine> for GeoWatch {
         (engine.place(), status.stable, status.uniform)
     }
 
-    fn stepped(&mut self, _node: NodeId, out: &OutputsOf<GeoEngine>, _at_ns: u64) {
+    fn stepped(&mut self, node: NodeId, out: &OutputsOf<GeoEngine>, at_ns: u64) {
         for (_, message) in &out.messages {
             for body in &message.bodies {
                 if let Body::Append { records, .. } = body {
-                    self.strong_records(records);
+                    self.strong_records(records, at_ns);
+                }
+                if let Body::Vote { ok: true, answer: false, participants, .. } = body {
+                    if participants.len() > 1 {
+                        self.votes_out.push((at_ns, node));
+                    }
                 }
                 let Body::Replicate { origin, txs } = body else { continue };
                 self.merge_committed(*origin, txs);
@@ -194,7 +220,7 @@ impl Watch<GeoEngine> for GeoWatch {
     }
 
     fn take_violations(&mut self) -> Vec<Violation> {
-        Vec::new()
+        std::mem::take(&mut self.violations)
     }
 }
 

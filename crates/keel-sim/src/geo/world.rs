@@ -302,6 +302,40 @@ impl GeoWorld {
         self.world.restart(node);
     }
 
+    /// Stalls until `until_ns` every link into a certification leader of data center `dc`
+    /// from the leader of another partition elsewhere: the partitions `dc` leads still
+    /// vote, and their votes go out, but they hear no other partition's vote or decision.
+    /// How many links it stalled.
+    pub fn stall_into_leaders(&mut self, dc: u32, until_ns: u64) -> usize {
+        let leads = |node: NodeId| {
+            self.world.engine(node).and_then(|e| e.status().certification).is_some_and(|c| c.leads)
+        };
+        let leaders: Vec<NodeId> =
+            self.world.node_ids().into_iter().filter(|&n| leads(n)).collect();
+        let (inside, outside): (Vec<NodeId>, Vec<NodeId>) =
+            leaders.into_iter().partition(|&n| self.dc_of(n) == dc);
+        let mut stalled = 0;
+        for &from in &outside {
+            for &to in &inside {
+                self.world.net.stall_link(from, to, until_ns);
+                stalled += 1;
+            }
+        }
+        stalled
+    }
+
+    /// How many votes of several participants' transactions leaders sent so far.
+    pub fn votes_out(&self) -> usize {
+        self.world.checker().votes_out.len()
+    }
+
+    /// When a node of data center `dc` first sent one of the votes after the first
+    /// `since` ([`GeoWorld::votes_out`]).
+    pub fn vote_out_from(&self, dc: u32, since: usize) -> Option<u64> {
+        let votes = &self.world.checker().votes_out;
+        votes.get(since..)?.iter().find(|(_, node)| self.dc_of(*node) == dc).map(|(at, _)| *at)
+    }
+
     /// Cuts data center `dc` off from every other, both ways.
     pub fn isolate_dc(&mut self, dc: u32) {
         let inside = self.nodes_of(dc);

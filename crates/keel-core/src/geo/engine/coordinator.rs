@@ -20,9 +20,7 @@ const PAST_AHEAD_US_MAX: u64 = 60_000_000;
 impl GeoEngine {
     /// The partition holding `key`.
     pub(crate) fn partition_of(&self, key: &[u8]) -> u32 {
-        let mut h = crate::fnv::Fnv::new();
-        h.write_bytes(key);
-        (h.0 % u64::from(self.partitions)) as u32
+        super::super::key_partition(key, self.partitions)
     }
 
     /// Refuses a vector of another shape, or whose local entry runs far ahead of this

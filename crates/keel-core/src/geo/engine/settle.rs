@@ -45,10 +45,7 @@ impl GeoEngine {
         let unvoted = c.expiries.first().map(|&(expiry, _)| expiry);
         let first_held = open.chain(unvoted).min().unwrap_or(u64::MAX);
         let unsafe_forget = self.config.unsafe_forget_unsettled;
-        let mut horizon = first_held.saturating_sub(1);
-        if !unsafe_forget {
-            horizon = horizon.min(self.clock().saturating_sub(1));
-        }
+        let horizon = first_held.min(self.clock()).saturating_sub(1);
         let mut below = c.forgetting;
         let mut blocked = false;
         let mut asks: BTreeMap<u32, Vec<(TxId, u64)>> = BTreeMap::new();
