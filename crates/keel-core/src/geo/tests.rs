@@ -8,7 +8,7 @@ use super::types::{
 };
 use super::{Config, GeoEngine};
 use crate::engine::{Input, RequestTag};
-use crate::time::Time;
+use crate::time::{Span, Time};
 use keel_types::{Key, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -498,4 +498,48 @@ fn the_gate_refuses_a_ballot_out_of_bounds() {
     assert!(GeoEngine::check_message(&message(Body::Outvoted { ballot: u64::MAX })).is_err());
     let elect = Body::Elect { ballot: BALLOT_MAX + 1, from: 0 };
     assert!(GeoEngine::check_message(&message(elect)).is_err());
+}
+
+#[test]
+fn decided_outcomes_are_forgotten_so_memory_follows_what_is_in_flight() {
+    // Transactions expire 200 ms after certification; 1,000 strong transactions of both
+    // partitions run back to back from every data center.
+    const TXS: u64 = 1_000;
+    let mut c = Cluster::new(1, 2);
+    for node in c.nodes.values_mut() {
+        node.config.tx_timeout = Span(200_000_000);
+    }
+    let both = |amount: i64| {
+        vec![
+            (key("k0"), Some(Update::Add(amount)), Kind::Counter),
+            (key("k1"), Some(Update::Add(amount)), Kind::Counter),
+        ]
+    };
+    let (mut committed, mut held_max) = (0, 0);
+    for i in 0..TXS {
+        let node = NodeId((i % 3) as u32 * 10 + 1 + (i % 2) as u32);
+        let tx = c.strong_ops(node, 100 + i, Some("deposit"), both(1));
+        if c.commit_all(&[(node, 100 + i, tx)])[0].is_ok() {
+            committed += 1;
+        }
+        let held = c.nodes.values().map(|n| n.certifier.outcomes.len()).max().unwrap();
+        held_max = held_max.max(held);
+    }
+    assert_eq!(committed, TXS);
+    // Held at once, at most: what decides within an expiry, two settling rounds (a leader
+    // asks once per retransmission period) and the `Forget` record's round.
+    let config = &c.nodes[&NodeId(1)].config;
+    let window_ms = (config.tx_timeout.0 + 2 * config.retransmit.0) / 1_000_000 + 20;
+    let per_ms = TXS as f64 / (c.now.0 / 1_000_000) as f64;
+    let bound = (per_ms * window_ms as f64).ceil() as usize;
+    assert!(held_max <= bound, "held {held_max} outcomes at most, over {bound}");
+    assert!(bound < TXS as usize / 2, "the run is too short to tell: bound {bound}");
+    // Once every expiry passed and the participants settled, nothing is held.
+    c.run(1_000);
+    for (id, node) in &c.nodes {
+        assert_eq!(node.certifier.outcomes.len(), 0, "{id} still holds outcomes");
+        assert_eq!(node.counters.outcomes_forgotten, TXS, "{id}");
+    }
+    let (_, seen) = c.tx(NodeId(22), 9, &Vector::zero(3), vec![(key("k0"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(TXS as i64)]);
 }
