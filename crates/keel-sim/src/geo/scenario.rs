@@ -278,6 +278,9 @@ const RUN_NS: u64 = 8_000_000_000;
 const DRAIN_NS: u64 = 3_000_000_000;
 /// The quiet end's length, ns.
 const QUIET_NS: u64 = 8_000_000_000;
+/// How much longer the quiet end runs, at most, while a committed strong transaction is
+/// not yet delivered everywhere (its leader's clock ran ahead of the others'), ns.
+const STRONG_WAIT_NS: u64 = 30_000_000_000;
 
 /// Runs one seed of `general`.
 pub fn run_general(config: &GeoRunConfig) -> GeoReport {
@@ -344,6 +347,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         abandon(&mut world, s);
     }
     world.quiesce(QUIET_NS);
+    if world.await_strong_delivery(STRONG_WAIT_NS) {
+        world.reach("quiet-extended");
+    }
     finish(world, config, log)
 }
 

@@ -137,6 +137,13 @@ impl GeoWatch {
         }
     }
 
+    /// The largest strong timestamp of an update transaction some leader logged
+    /// committed (0: none).
+    pub fn last_strong_commit(&self) -> u64 {
+        let updates = self.strong.values().filter(|seen| seen.snap.is_some());
+        updates.filter_map(|seen| seen.ts).max().unwrap_or(0)
+    }
+
     /// The strong update transactions the certification logs show committed.
     pub fn strong_committed(&self) -> Vec<Committed> {
         self.strong

@@ -545,6 +545,31 @@ impl GeoWorld {
         self.run_until(until);
     }
 
+    /// Runs on, a second at a time and `max_ns` at most, while a correct data center's
+    /// strong entry is below the last committed strong transaction: a leader whose clock
+    /// runs fast commits at a timestamp the others' promises pass only as their slower
+    /// clocks catch up (clocks may drift apart by a fifth, `docs/geo.md`, *Timestamps*).
+    /// Whether it ran on.
+    pub fn await_strong_delivery(&mut self, max_ns: u64) -> bool {
+        let last = self.world.checker().last_strong_commit();
+        let until = self.now() + max_ns;
+        let mut extended = false;
+        while self.now() < until && self.strong_entry() < last {
+            extended = true;
+            let next = (self.now() + 1_000_000_000).min(until);
+            self.run_until(next);
+        }
+        extended
+    }
+
+    /// The smallest strong entry of a correct data center's replicas.
+    fn strong_entry(&self) -> u64 {
+        let correct = (0..self.shape.dcs()).filter(|dc| !self.failed.contains(dc));
+        let nodes = correct.flat_map(|dc| self.nodes_of(dc));
+        let entries = nodes.filter_map(|n| self.world.engine(n).map(|e| e.status().stable.strong));
+        entries.min().unwrap_or(u64::MAX)
+    }
+
     /// Every correct data center's objects on its uniform snapshot (the smallest of its
     /// replicas' uniform vectors): what a new transaction there reads once the run is
     /// quiet. A fragment of a failed data center's transaction that reached only some
