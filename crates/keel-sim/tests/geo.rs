@@ -113,55 +113,50 @@ fn remote_transactions_visible_before_uniform_lose_a_barriers_past() {
     assert!(failed >= 8, "the control failed only {failed} of 20 random seeds");
 }
 
+/// Runs `general` on seeds `0..seeds` with the control `set` turns on, and asserts that at
+/// least `least` of them fail; the reports.
+fn control_fails(set: fn(&mut GeoRunConfig), seeds: u64, least: usize) -> Vec<GeoReport> {
+    let control = |seed| {
+        let mut config = config("general", seed, false);
+        set(&mut config);
+        config
+    };
+    let runs: Vec<GeoReport> = (0..seeds).map(|seed| run_one(&control(seed))).collect();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    assert!(failed >= least, "the control failed only {failed} of {seeds} random seeds");
+    runs
+}
+
 #[test]
 fn a_restarted_replica_that_serves_again_empty_is_caught() {
-    let control = |seed| GeoRunConfig { rejoin_empty: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 10, "the control failed only {failed} of 20 random seeds");
+    let runs = control_fails(|c| c.rejoin_empty = true, 20, 10);
     assert!(runs.iter().all(|r| !r.reached.contains_key("replica-restarted-lost")));
 }
 
 #[test]
 fn certification_that_commits_every_strong_transaction_is_caught() {
-    let control = |seed| GeoRunConfig { certify_all: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 10, "the control failed only {failed} of 20 random seeds");
+    let runs = control_fails(|c| c.certify_all = true, 20, 10);
     assert!(runs.iter().any(|r| r.counts.contains_key("conflict-order")));
 }
 
 #[test]
 fn a_strong_commit_without_its_barrier_is_caught() {
-    let control =
-        |seed| GeoRunConfig { skip_strong_barrier: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..30).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 6, "the control failed only {failed} of 30 random seeds");
+    control_fails(|c| c.skip_strong_barrier = true, 30, 6);
 }
 
 #[test]
 fn strong_delivery_past_an_undecided_vote_is_caught() {
-    let control = |seed| GeoRunConfig { deliver_early: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..20).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 6, "the control failed only {failed} of 20 random seeds");
+    control_fails(|c| c.deliver_early = true, 20, 6);
 }
 
 #[test]
 fn a_new_leader_without_a_majoritys_log_is_caught() {
-    let control = |seed| GeoRunConfig { skip_recovery: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..60).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 4, "the control failed only {failed} of 60 random seeds");
+    control_fails(|c| c.skip_recovery = true, 60, 4);
 }
 
 #[test]
 fn forgetting_a_commit_before_every_participant_decided_is_caught() {
-    let control = |seed| GeoRunConfig { forget_unsettled: true, ..config("general", seed, false) };
-    let runs: Vec<GeoReport> = (0..40).map(|seed| run_one(&control(seed))).collect();
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    assert!(failed >= 4, "the control failed only {failed} of 40 random seeds");
+    control_fails(|c| c.forget_unsettled = true, 40, 4);
 }
 
 #[test]
