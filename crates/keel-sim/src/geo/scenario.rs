@@ -694,7 +694,9 @@ fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut
 
 /// Arms the strong aimed fault at a strong commit just sent from data center `dc`, if
 /// its session's causal update committed moments ago; or the leaders' aimed fault, `delay`
-/// after the commit.
+/// after the commit; or, when it stalls the leaders, at a commit that `spans` them: it
+/// stalls the links into data center 0's leaders now, and fails data center 0 `delay`
+/// after one of them sent a vote out ([`inject`]).
 fn aim_strong_fault(
     world: &mut GeoWorld,
     dc: u32,
