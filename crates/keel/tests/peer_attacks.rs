@@ -38,19 +38,41 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 }
 
 /// A connection to `addr` that has passed the handshake as member `from` with `key`.
+/// The real member `from` dials too (its link was replaced by an earlier one of these),
+/// and a member's newer handshake displaces its older one: when the real member dials
+/// while this one is under way, this connection is closed before the challenge, and the
+/// next attempt follows.
 fn authenticated(addr: SocketAddr, key: &ClusterKey, from: u32, to: u32) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for _ in 0..20 {
+        match try_authenticated(addr, key, from, to) {
+            Ok(stream) => return stream,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the handshake as member {from} failed: {e}"),
+        }
+    }
+    panic!("20 handshakes as member {from} were closed before the challenge");
+}
+
+fn try_authenticated(
+    addr: SocketAddr,
+    key: &ClusterKey,
+    from: u32,
+    to: u32,
+) -> std::io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     // Without it the frames after the proof wait for its delayed acknowledgement (40 ms),
     // and by then the real member may have reconnected and replaced this link.
-    stream.set_nodelay(true).unwrap();
+    stream.set_nodelay(true)?;
     let (dialer, hello) = Dialer::new(key, NodeId(from), NodeId(to), handshake::nonce());
-    stream.write_all(&hello).unwrap();
+    stream.write_all(&hello)?;
     let mut challenge = [0u8; handshake::CHALLENGE_BYTES];
-    stream.read_exact(&mut challenge).unwrap();
+    stream.read_exact(&mut challenge)?;
     let proof = dialer.answer(&challenge).expect("the node knows the same secret");
-    stream.write_all(&proof).unwrap();
-    stream
+    stream.write_all(&proof)?;
+    Ok(stream)
 }
 
 /// A value of `name` on node `i`'s `/metrics` page (0 when absent).
