@@ -41,14 +41,12 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 /// The real member `from` dials too (its link was replaced by an earlier one of these),
 /// and a member's newer handshake displaces its older one: when the real member dials
 /// while this one is under way, this connection is closed before the challenge, and the
-/// next attempt follows.
+/// next attempt follows at once (it displaces the real member's in turn).
 fn authenticated(addr: SocketAddr, key: &ClusterKey, from: u32, to: u32) -> TcpStream {
     for _ in 0..20 {
         match try_authenticated(addr, key, from, to) {
             Ok(stream) => return stream,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => continue,
             Err(e) => panic!("the handshake as member {from} failed: {e}"),
         }
     }

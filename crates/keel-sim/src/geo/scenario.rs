@@ -425,6 +425,9 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
         } else if now >= until {
             faults.vote_watch = None;
             faults.fail_at = Some((now, 0));
+        } else {
+            // The votes seen so far are none of data center 0's: look past them next time.
+            faults.vote_watch = Some((until, delay, world.votes_out()));
         }
     }
     if let Some((at, dc)) = faults.fail_at.filter(|(at, _)| *at <= now) {

@@ -305,8 +305,7 @@ impl GeoWorld {
     /// Stalls until `until_ns` every link into a certification leader of data center `dc`
     /// from the leader of another partition elsewhere: the partitions `dc` leads still
     /// vote, and their votes go out, but they hear no other partition's vote or decision.
-    /// How many links it stalled.
-    pub fn stall_into_leaders(&mut self, dc: u32, until_ns: u64) -> usize {
+    pub fn stall_into_leaders(&mut self, dc: u32, until_ns: u64) {
         let leads = |node: NodeId| {
             self.world.engine(node).and_then(|e| e.status().certification).is_some_and(|c| c.leads)
         };
@@ -314,14 +313,11 @@ impl GeoWorld {
             self.world.node_ids().into_iter().filter(|&n| leads(n)).collect();
         let (inside, outside): (Vec<NodeId>, Vec<NodeId>) =
             leaders.into_iter().partition(|&n| self.dc_of(n) == dc);
-        let mut stalled = 0;
         for &from in &outside {
             for &to in &inside {
                 self.world.net.stall_link(from, to, until_ns);
-                stalled += 1;
             }
         }
-        stalled
     }
 
     /// How many votes of several participants' transactions leaders sent so far.
