@@ -590,6 +590,9 @@ fn effect(
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
         | Command::QueuePeek { .. }
+        // Collections are checked by their own checkers (the job queue's, `keel-sim`).
+        | Command::Coll { .. }
+        | Command::CollRead { .. }
         // A geo keyspace's histories are causal ones (`keel check --model causal`).
         | Command::Geo(_) => None,
     })

@@ -55,7 +55,8 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::ReadString { .. }
         | ClientCommand::Lcs { .. }
         | ClientCommand::RandomKey
-        | ClientCommand::QueuePeek { .. } => Some(Category::Read),
+        | ClientCommand::QueuePeek { .. }
+        | ClientCommand::CollRead { .. } => Some(Category::Read),
         ClientCommand::Flush { .. }
         | ClientCommand::FunctionFlush
         | ClientCommand::ConfigSet { .. }
@@ -74,7 +75,9 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::Incr { .. }
         | ClientCommand::Cas { .. }
         | ClientCommand::Enqueue { .. }
-        | ClientCommand::Dequeue { .. } => Some(Category::Write),
+        | ClientCommand::Dequeue { .. }
+        | ClientCommand::Coll { .. }
+        | ClientCommand::Block { .. } => Some(Category::Write),
         _ => None,
     }
 }

@@ -198,7 +198,10 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::ScanKeys { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
-        | ClientCommand::QueuePeek { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),
+        | ClientCommand::QueuePeek { .. }
+        | ClientCommand::Coll { .. }
+        | ClientCommand::CollRead { .. }
+        | ClientCommand::Block { .. } => Err(no_meaning(&command.name().to_ascii_uppercase())),
         _ => Ok(Terms::FrontDoor),
     }
 }

@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
     /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
-    /// as Correctables, views checked), `tickets` (ticket selling on a replicated queue
+    /// as Correctables, views checked), `jobs` (a Redis list as a job queue: `RPUSH`,
+    /// `LMOVE`, `LREM`), `tickets` (ticket selling on a replicated queue
     /// beside the general workload) or `expiry` (half the `m*` puts with a TTL of 1 to
     /// 400 ms, wall clocks skewed by up to 2 s, every read checked against the final log).
     #[arg(long, default_value = "general")]
@@ -135,6 +136,10 @@ pub struct RunArgs {
     /// time on its own clock as absent, before the leader's expiry entry deletes it.
     #[arg(long)]
     pub local_expiry: bool,
+    /// Negative control (with `--scenario jobs`): workers' pops are acknowledged at
+    /// `memory`, before they are durable, so a crash can give a job out twice.
+    #[arg(long)]
+    pub pop_before_durable: bool,
     /// Negative control: nodes ignore the repair floor recovery sets when it cuts
     /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
     #[arg(long)]
@@ -286,7 +291,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables, tickets or expiry)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables, tickets, jobs or expiry)",
             args.scenario
         );
         return ExitCode::from(2);
@@ -309,8 +314,11 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.watch_ignores_deletes = args.watch_ignores_deletes;
         config.local_expiry = args.local_expiry;
+        config.pop_before_durable = args.pop_before_durable;
         config.ignore_repair_floor = args.ignore_repair_floor;
-        config.aim_leader_ppm = args.aim_leader_ppm;
+        if args.aim_leader_ppm > 0 {
+            config.aim_leader_ppm = args.aim_leader_ppm;
+        }
         config.stale_final_view = args.stale_final_view;
         config.keep_history = single && args.history.is_some();
         if args.skip_hard_state_sync {

@@ -411,9 +411,10 @@ fn command_hash(command: &Command) -> u64 {
         Command::Flush { db } => mix(24, db.map_or(256, u64::from)),
         Command::Count { db } => mix(25, u64::from(*db)),
         // The encoding's digest stands for the rest (as deduplication compares commands).
-        Command::Modify { .. } | Command::Transfer { .. } => {
-            mix(26, keel_core::leader::kv::command_digest(command))
-        }
+        Command::Modify { .. }
+        | Command::Transfer { .. }
+        | Command::Coll { .. }
+        | Command::CollRead { .. } => mix(26, keel_core::leader::kv::command_digest(command)),
         Command::Multi { ops, watch } => {
             let ops = ops.iter().fold(16, |h, op| mix(h, command_hash(op)));
             watch.iter().fold(ops, |h, (key, version)| {

@@ -136,6 +136,11 @@ pub struct GeneralConfig {
     /// clock as absent before the leader's expiry entry (the engine's
     /// `unsafe_expire_on_local_clock`).
     pub local_expiry: bool,
+    /// The `jobs` scenario: the `tickets` actors as a Redis job queue on a list
+    /// (`tickets::Flavor::List`), beside the general workload.
+    pub jobs: bool,
+    /// Negative control for `jobs`: pops acknowledged at `memory`.
+    pub pop_before_durable: bool,
 }
 
 /// The `expiry` scenario's bound on each node's wall-clock skew from true time.
@@ -179,7 +184,20 @@ impl GeneralConfig {
             watch_ignores_deletes: false,
             expiry: false,
             local_expiry: false,
+            jobs: false,
+            pop_before_durable: false,
         }
+    }
+
+    /// The `jobs` run for `seed` (see [`GeneralConfig::jobs`]).
+    ///
+    /// Half the partitions isolate the leader: a leader cut off from the others goes on
+    /// answering writes acknowledged at `memory` until its lease ends, which is the window
+    /// in which the negative control's pops are lost.
+    pub fn jobs(seed: u64) -> GeneralConfig {
+        let aim_leader_ppm = 500_000;
+        let base = GeneralConfig::new(seed);
+        GeneralConfig { jobs: true, tickets: true, transactions: false, aim_leader_ppm, ..base }
     }
 
     /// The `expiry` run for `seed` (see [`GeneralConfig::expiry`]).
@@ -234,6 +252,7 @@ impl GeneralConfig {
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
             "correctables" => Some(GeneralConfig::correctables(seed)),
             "tickets" => Some(GeneralConfig::tickets(seed)),
+            "jobs" => Some(GeneralConfig::jobs(seed)),
             "lease-overlap" => Some(GeneralConfig::lease_overlap(seed)),
             "expiry" => Some(GeneralConfig::expiry(seed)),
             _ => None,
@@ -250,6 +269,8 @@ impl GeneralConfig {
             "lease-overlap"
         } else if self.correctables {
             "correctables"
+        } else if self.jobs {
+            "jobs"
         } else if self.tickets {
             "tickets"
         } else if self.expiry {
@@ -623,11 +644,18 @@ fn general_body<E: LeaderSim<Config = Config>>(
         // Drawn apart, so the rest of the seed's world is the general scenario's.
         let mut draw = Rng::new(config.seed ^ 0x71C4_E750_0000_0007);
         let sale = crate::tickets::TicketsConfig {
-            tickets: draw.range(30, 150) as u32,
-            retailers: draw.range(2, 6) as u32,
+            tickets: if config.jobs { draw.range(300, 1500) } else { draw.range(30, 150) } as u32,
+            retailers: if config.jobs { draw.range(3, 9) } else { draw.range(2, 6) } as u32,
             threshold: draw.range(3, 21),
             attempt_timeout_ns: op_timeout_ns,
             seed: draw.next_u64(),
+            flavor: match config.jobs {
+                false => crate::tickets::Flavor::Queue,
+                true if config.pop_before_durable => {
+                    crate::tickets::Flavor::List { pop_durability: Durability::Memory }
+                }
+                true => crate::tickets::Flavor::List { pop_durability: Durability::Durable },
+            },
         };
         clients.tickets = Some(crate::tickets::Tickets::new(sale, 0));
     }

@@ -24,11 +24,21 @@
 //! A sale made on a preliminary view whose final view gives no ticket is taken back
 //! (`revoked_sales`): a stale replica's view, which the threshold makes rare, not a
 //! violation. The final view decides.
+//!
+//! The `jobs` scenario runs the same actors as a Redis job queue ([`Flavor::List`]): the
+//! organizers are producers that `RPUSH` jobs (`j1`, `j2`, ...) to a list, the retailers
+//! workers that take one with `LMOVE jobs processing LEFT RIGHT` (what `BLMOVE` sends once
+//! a job is there) and, once told, remove it from `processing` with `LREM`, every write
+//! `durable`. The checks are the queue's but the order one (producers push concurrently,
+//! so a job's number is not its place in the list), named `job-popped-twice`,
+//! `job-phantom` and `job-lost`. Its negative control acknowledges the pops at `memory`
+//! ([`Flavor::List::pop_durability`]): a pop a crash undoes gives its job out again.
 
 use crate::engine::LeaderSim;
 use crate::rng::Rng;
 use crate::world::{Keyspace, Notice, World};
 use keel_core::leader::{ClientReply, ClientRequest, RequestTag};
+use keel_types::coll::{Answer, CollOp, End};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, KeelError, LogIndex, ReadLevel, RequestId,
 };
@@ -40,6 +50,22 @@ pub const TIMER_TICKETS: u64 = 4;
 pub const RETRIES_MAX: u32 = 4;
 /// The queue's name.
 const QUEUE: &[u8] = b"tickets";
+/// The job list's name, and the list a worker moves its job to ([`Flavor::List`]).
+const JOBS: &[u8] = b"jobs";
+const PROCESSING: &[u8] = b"processing";
+
+/// Which queue the actors use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// Keel's replicated queue (`KEEL.ENQUEUE`, `KEEL.INVOKE DEQUEUE`): the tickets sale.
+    Queue,
+    /// A Redis list as a reliable job queue (`RPUSH`, `LMOVE`, `LREM`).
+    List {
+        /// The durability pops are acknowledged at: `durable`, or `memory` for the
+        /// negative control.
+        pop_durability: Durability,
+    },
+}
 /// Client ids of the ticket actors start here (apart from the general clients').
 const CLIENT_BASE: u64 = 1_000;
 /// Actors that enqueue the stock (the first ones); the rest are retailers.
@@ -59,6 +85,8 @@ pub struct TicketsConfig {
     pub attempt_timeout_ns: u64,
     /// Seeds the ticket clients' draws (apart from everything else's).
     pub seed: u64,
+    /// The queue: Keel's, or a Redis list.
+    pub flavor: Flavor,
 }
 
 /// What the sale came to.
@@ -86,8 +114,10 @@ enum Step {
     Open,
     /// Enqueueing this ticket.
     Enqueue(String),
-    /// A purchase.
+    /// A purchase (a job taken, [`Flavor::List`]).
     Dequeue,
+    /// Removing a job the worker took from the processing list ([`Flavor::List`]).
+    Finish(String),
 }
 
 struct Inflight {
@@ -108,6 +138,8 @@ struct Inflight {
 #[derive(Default)]
 struct Actor {
     session: Option<ClientId>,
+    /// A job taken and not yet removed from the processing list.
+    holding: Option<String>,
     sessions_opened: u64,
     next_request: u64,
     inflight: Option<Inflight>,
@@ -180,6 +212,14 @@ impl Tickets {
     /// Paths the sale reached, counted by name (for the coverage report).
     pub fn reached(&self) -> Vec<(&'static str, u64)> {
         let empty = self.dequeues.iter().filter(|d| matches!(d.taken, Some(None))).count();
+        if matches!(self.config.flavor, Flavor::List { .. }) {
+            return vec![
+                ("job-popped", self.outcome.sold),
+                ("job-retry", self.outcome.retries),
+                ("job-unknown", self.outcome.unknown),
+                ("jobs-found-empty", empty as u64),
+            ];
+        }
         vec![
             ("ticket-sold", self.outcome.sold),
             ("ticket-sold-on-preliminary", self.outcome.sold_on_preliminary),
@@ -237,15 +277,19 @@ impl Tickets {
                 }
                 return;
             }
-            let ticket = format!("t{}", self.next_ticket);
+            let prefix = if self.config.flavor == Flavor::Queue { "t" } else { "j" };
+            let ticket = format!("{prefix}{}", self.next_ticket);
             self.next_ticket += 1;
             // Known as attempted from now on: a dequeue may take it before its enqueue's
             // answer arrives.
             self.enqueued.insert(ticket.clone(), (None, None));
             Step::Enqueue(ticket)
+        } else if let Some(job) = self.actors[actor].holding.clone() {
+            Step::Finish(job)
         } else {
             Step::Dequeue
         };
+        let list = matches!(self.config.flavor, Flavor::List { .. });
         let state = &mut self.actors[actor];
         let (client, request, command) = match &step {
             Step::Open => {
@@ -259,24 +303,48 @@ impl Tickets {
             }
             Step::Enqueue(ticket) => {
                 state.next_request += 1;
-                let value = ticket.clone().into_bytes().into();
-                (
-                    state.session.expect("open"),
-                    RequestId(state.next_request),
-                    Command::Enqueue { queue: QUEUE.into(), value },
-                )
+                let value: keel_types::Value = ticket.clone().into_bytes().into();
+                let command = match list {
+                    true => coll(
+                        JOBS,
+                        CollOp::Push { end: End::Back, values: vec![value], only_existing: false },
+                    ),
+                    false => Command::Enqueue { queue: QUEUE.into(), value },
+                };
+                (state.session.expect("open"), RequestId(state.next_request), command)
             }
             Step::Dequeue => {
                 state.next_request += 1;
-                let command = Command::Dequeue { queue: QUEUE.into() };
+                let command = match list {
+                    true => coll(
+                        JOBS,
+                        CollOp::LMove {
+                            to: PROCESSING.into(),
+                            from: End::Front,
+                            to_end: End::Back,
+                        },
+                    ),
+                    false => Command::Dequeue { queue: QUEUE.into() },
+                };
                 (state.session.expect("open"), RequestId(state.next_request), command)
             }
+            Step::Finish(job) => {
+                state.next_request += 1;
+                let value = job.clone().into_bytes().into();
+                let command = coll(PROCESSING, CollOp::LRem { count: 1, value });
+                (state.session.expect("open"), RequestId(state.next_request), command)
+            }
+        };
+        let durability = match (&step, self.config.flavor) {
+            (Step::Open, _) => None,
+            (Step::Dequeue, Flavor::List { pop_durability }) => Some(pop_durability),
+            _ => Some(Durability::Durable),
         };
         let request = ClientRequest {
             tag: RequestTag(0),
             client,
             request,
-            durability: (step != Step::Open).then_some(Durability::Durable),
+            durability,
             level: None,
             command,
             after: LogIndex::ZERO,
@@ -286,7 +354,7 @@ impl Tickets {
         let nodes = world.node_ids();
         let node = nodes[self.rng.index(nodes.len())];
         let mut peek = None;
-        if step == Step::Dequeue {
+        if step == Step::Dequeue && !list {
             // The preliminary view: the node's own copy of the queue, read before the
             // dequeue reaches it (as `KEEL.INVOKE DEQUEUE` sends them).
             let read = ClientRequest {
@@ -381,6 +449,8 @@ impl Tickets {
                     taken: None,
                 });
             }
+            // Whether the job left the processing list is not checked: on to the next.
+            Step::Finish(_) => self.actors[actor].holding = None,
         }
         self.wake_later(world, actor);
     }
@@ -415,6 +485,7 @@ impl Tickets {
             self.by_tag.remove(tag);
         }
         let now = world.now_ns();
+        let result = result.map(|r| self.as_queue_result(&inflight.step, r));
         match (&inflight.step, result) {
             (Step::Open, Ok(_)) => self.actors[actor].session = Some(inflight.request.client),
             (Step::Open, Err(_)) => {}
@@ -423,9 +494,13 @@ impl Tickets {
                 self.enqueued.insert(ticket.clone(), (Some(seq), Some(now)));
             }
             (Step::Dequeue, Ok(CommandResult::Dequeued { head, .. })) => {
-                let taken = head.map(|(seq, value)| (seq, String::from_utf8_lossy(&value).into()));
+                let taken: Option<(u64, String)> =
+                    head.map(|(seq, value)| (seq, String::from_utf8_lossy(&value).into()));
                 match &taken {
-                    Some(_) => {
+                    Some((_, job)) => {
+                        if matches!(self.config.flavor, Flavor::List { .. }) {
+                            self.actors[actor].holding = Some(job.clone());
+                        }
                         self.outcome.sold += 1;
                         self.outcome.sold_on_preliminary += u64::from(inflight.speculated);
                     }
@@ -446,6 +521,7 @@ impl Tickets {
                     world.violate(kind, detail);
                 }
             }
+            (Step::Finish(_), _) => self.actors[actor].holding = None,
             (step, Ok(other)) => panic!("{other:?} does not answer {step:?}"),
             // Refused for good (not retryable): nothing was applied.
             (Step::Enqueue(ticket), Err(_)) => {
@@ -456,8 +532,48 @@ impl Tickets {
         self.wake_later(world, actor);
     }
 
+    /// A list command's answer as the queue's result it stands for ([`Flavor::List`]):
+    /// a push as an enqueue told the job's number, a move as a dequeue of the job (its
+    /// number standing for a sequence number) or of nothing.
+    fn as_queue_result(&self, step: &Step, result: CommandResult) -> CommandResult {
+        let CommandResult::Answer { answer, version } = result else { return result };
+        let version = version.unwrap_or_default();
+        match (step, answer) {
+            (Step::Enqueue(job), Answer::Int(length)) => {
+                CommandResult::Enqueued { seq: job_number(job), length: length as u64, version }
+            }
+            (Step::Dequeue, Answer::Bulk(job)) => {
+                let seq = job_number(&String::from_utf8_lossy(&job));
+                CommandResult::Dequeued { head: Some((seq, job)), remaining: 0, version }
+            }
+            (Step::Dequeue, Answer::Nil | Answer::NilArray) => {
+                CommandResult::Dequeued { head: None, remaining: 0, version }
+            }
+            (_, answer) => CommandResult::Answer { answer, version: Some(version) },
+        }
+    }
+
+    /// A violation's name in this flavor.
+    fn named(&self, queue: &'static str) -> &'static str {
+        match (self.config.flavor, queue) {
+            (Flavor::Queue, name) => name,
+            (Flavor::List { .. }, "queue-dequeued-twice") => "job-popped-twice",
+            (Flavor::List { .. }, "queue-phantom") => "job-phantom",
+            (Flavor::List { .. }, "queue-lost") => "job-lost",
+            (Flavor::List { .. }, name) => name,
+        }
+    }
+
     /// The checks of the module doc, on the last dequeue, against what completed before.
     fn check(&self) -> Vec<(&'static str, String)> {
+        let mut found = self.check_queue();
+        for (kind, _) in &mut found {
+            *kind = self.named(kind);
+        }
+        found
+    }
+
+    fn check_queue(&self) -> Vec<(&'static str, String)> {
         let Some(last) = self.dequeues.last() else { return Vec::new() };
         let mut found: Vec<(&'static str, String)> = Vec::new();
         match &last.taken {
@@ -476,7 +592,8 @@ impl Tickets {
                     )),
                     _ => {}
                 }
-                let earlier = self.dequeues.iter().find(|d| {
+                let ordered = self.config.flavor == Flavor::Queue;
+                let earlier = self.dequeues.iter().filter(|_| ordered).find(|d| {
                     d.complete_ns < last.invoke_ns
                         && matches!(&d.taken, Some(Some((s, _))) if s > seq)
                 });
@@ -531,6 +648,16 @@ impl Tickets {
     }
 }
 
+/// A collection write on `key`.
+fn coll(key: &[u8], op: CollOp) -> Command {
+    Command::Coll { key: keel_types::Key::copy_from_slice(key), op: Box::new(op) }
+}
+
+/// The number of job `jN` (0 if the name is not one).
+fn job_number(job: &str) -> u64 {
+    job.trim_start_matches(['j', 't']).parse().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,6 +675,7 @@ mod tests {
             threshold: 1,
             attempt_timeout_ns: 1,
             seed: 0,
+            flavor: Flavor::Queue,
         };
         let run = |enqueued: &[(&str, u64, u64)], dequeues: Vec<Dequeue>| {
             let mut tickets = Tickets::new(config.clone(), 0);

@@ -90,7 +90,9 @@ impl ToyEngine {
             | Command::Flush { .. }
             | Command::Count { .. }
             | Command::Modify { .. }
-            | Command::Transfer { .. } => unreachable!("the toy engine runs no Redis commands"),
+            | Command::Transfer { .. }
+            | Command::Coll { .. }
+            | Command::CollRead { .. } => unreachable!("the toy engine runs no Redis commands"),
             Command::Geo(_) => unreachable!("the toy engine runs no geo operations"),
             Command::OpenSession => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),

@@ -61,6 +61,8 @@ const COMMAND_TRANSFER: u8 = 18;
 /// A geo keyspace's operation: written as its tag alone and never decoded (no log holds
 /// one: only geo keyspaces serve them, and they keep no log).
 const COMMAND_GEO: u8 = 19;
+const COMMAND_COLL: u8 = 20;
+const COMMAND_COLL_READ: u8 = 21;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -434,8 +436,35 @@ impl Encode for Command {
                 put_u8(out, u8::from(*replace));
                 put_u8(out, u8::from(*remove_source));
             }
+            Command::Coll { key, op } => {
+                put_u8(out, COMMAND_COLL);
+                put_bytes(out, key);
+                put_serialized(out, op);
+            }
+            Command::CollRead { key, op } => {
+                put_u8(out, COMMAND_COLL_READ);
+                put_bytes(out, key);
+                put_serialized(out, op);
+            }
         }
     }
+}
+
+/// A value of the collection vocabulary (`crate::coll`), as its postcard encoding with a
+/// length prefix: compact, deterministic (a command's digest is its encoding's), and
+/// checked field by field when read back.
+pub fn put_serialized<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
+    let bytes = postcard::to_allocvec(value).expect("the collection vocabulary serializes");
+    put_bytes(out, &bytes);
+}
+
+/// Reads a value [`put_serialized`] wrote.
+pub fn read_serialized<T: serde::de::DeserializeOwned>(
+    reader: &mut Reader<'_>,
+    what: &'static str,
+) -> Result<T, CodecError> {
+    let bytes = reader.slice(what, BYTES_LEN_MAX)?;
+    postcard::from_bytes(bytes).map_err(|_| CodecError::UnknownTag { what, tag: 0 })
 }
 
 impl Encode for Modify {
@@ -650,6 +679,14 @@ impl Decode for Command {
                 to: key(reader)?,
                 replace: reader.flag("replace")?,
                 remove_source: reader.flag("remove source")?,
+            },
+            COMMAND_COLL => Command::Coll {
+                key: key(reader)?,
+                op: read_serialized(reader, "collection write")?,
+            },
+            COMMAND_COLL_READ => Command::CollRead {
+                key: key(reader)?,
+                op: read_serialized(reader, "collection read")?,
             },
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
@@ -885,6 +922,18 @@ mod tests {
                 now_ms: 7,
             },
             Command::Inspect { key: b"k".to_vec().into() },
+            Command::Coll {
+                key: b"l".to_vec().into(),
+                op: Box::new(crate::coll::CollOp::Push {
+                    end: crate::coll::End::Front,
+                    values: vec![b"v".to_vec().into()],
+                    only_existing: false,
+                }),
+            },
+            Command::CollRead {
+                key: b"z".to_vec().into(),
+                op: Box::new(crate::coll::CollRead::ZCount(crate::coll::ZBy::Rank(0, -1))),
+            },
             Command::Flush { db: None },
             Command::Flush { db: Some(9) },
             Command::Count { db: 0 },

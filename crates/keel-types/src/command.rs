@@ -168,6 +168,20 @@ pub enum Command {
     /// An operation of a geo keyspace's session (`crate::geo`): a transaction's step, a
     /// barrier or an attach. Served by geo keyspaces only; never enters a log.
     Geo(crate::geo::GeoOp),
+    /// A write to the collection at `key` (`crate::coll`): [`CommandResult::Answer`].
+    Coll {
+        /// The key written (for the multi-key forms, the first or the destination).
+        key: Key,
+        /// The write (boxed: most commands are smaller).
+        op: Box<crate::coll::CollOp>,
+    },
+    /// A read of the collection at `key` (`crate::coll`): [`CommandResult::Answer`].
+    CollRead {
+        /// The key read (for the multi-key forms, the first).
+        key: Key,
+        /// The read (boxed: most commands are smaller).
+        op: Box<crate::coll::CollRead>,
+    },
 }
 
 /// The in-place changes of [`Command::Modify`].
@@ -448,6 +462,14 @@ pub enum CommandResult {
     },
     /// What a geo operation returned ([`Command::Geo`]).
     Geo(crate::geo::GeoResult),
+    /// What a collection command answered ([`Command::Coll`], [`Command::CollRead`]), and
+    /// the version a write created (`None`: it changed nothing, or a read).
+    Answer {
+        /// The answer.
+        answer: crate::coll::Answer,
+        /// The version created.
+        version: Option<Version>,
+    },
 }
 
 impl CommandResult {
@@ -460,7 +482,8 @@ impl CommandResult {
             | CommandResult::Enqueued { version, .. }
             | CommandResult::Dequeued { version, .. } => Some(*version),
             CommandResult::Cas { swapped: true, version, .. }
-            | CommandResult::Modified { version, .. } => *version,
+            | CommandResult::Modified { version, .. }
+            | CommandResult::Answer { version, .. } => *version,
             // A transaction's writes all carry its entry's version.
             CommandResult::Multi { results: Some(results) } => {
                 results.iter().filter_map(CommandResult::written_version).max()
@@ -484,7 +507,9 @@ impl Command {
             | Command::Expire { key, .. }
             | Command::Modify { key, .. }
             | Command::Transfer { from: key, .. }
-            | Command::Inspect { key } => key,
+            | Command::Inspect { key }
+            | Command::Coll { key, .. }
+            | Command::CollRead { key, .. } => key,
             Command::Enqueue { queue, .. }
             | Command::Dequeue { queue }
             | Command::QueuePeek { queue } => queue,
@@ -513,6 +538,8 @@ impl Command {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
             }
             Command::Geo(op) => op.payload_bytes(),
+            Command::Coll { key, op } => key.len() + op.payload_bytes(),
+            Command::CollRead { key, op } => key.len() + op.payload_bytes(),
             Command::Multi { ops, watch } => {
                 ops.iter().map(Command::payload_bytes).sum::<usize>()
                     + watch.iter().map(|(key, _)| key.len()).sum::<usize>()
@@ -530,6 +557,7 @@ impl Command {
                 | Command::QueuePeek { .. }
                 | Command::Inspect { .. }
                 | Command::Count { .. }
+                | Command::CollRead { .. }
         ) && !matches!(self, Command::Geo(op) if !op.is_write())
     }
 
@@ -555,6 +583,8 @@ impl Command {
             Command::Transfer { .. } => "transfer",
             Command::Count { .. } => "count",
             Command::Geo(op) => op.name(),
+            Command::Coll { .. } => "coll",
+            Command::CollRead { .. } => "coll-read",
         }
     }
 
@@ -573,6 +603,8 @@ impl Command {
                 | Command::Inspect { .. }
                 | Command::Modify { .. }
                 | Command::Transfer { .. }
+                | Command::Coll { .. }
+                | Command::CollRead { .. }
         ) {
             check_not_reserved(self.key())?;
         }
@@ -621,6 +653,18 @@ impl Command {
                 limits.check_key(to)?;
                 check_not_reserved(to)
             }
+            Command::Coll { op, .. } => {
+                op.validate(limits)?;
+                let bytes = self.payload_bytes() as u64;
+                if bytes > u64::from(limits.value_bytes_max) {
+                    return Err(KeelError::ValueTooLarge {
+                        len: bytes,
+                        max: limits.value_bytes_max,
+                    });
+                }
+                Ok(())
+            }
+            Command::CollRead { op, .. } => op.validate(limits),
         }
     }
 

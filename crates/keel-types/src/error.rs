@@ -56,6 +56,10 @@ pub enum KeelError {
     /// unknown.
     #[error("session expired; open a new session (earlier attempts' outcome unknown)")]
     SessionExpired,
+    /// A command of one type's family on a key holding another type (a list command on a
+    /// string, `GET` on a hash), as Redis words it.
+    #[error("Operation against a key holding the wrong kind of value")]
+    WrongType,
     /// A strong transaction's certification found a conflicting strong transaction its
     /// snapshot does not include: it did not commit; run it again from its beginning.
     #[error("conflict: {0}")]

@@ -7,6 +7,8 @@
 //! - [`command`]: the operations a client asks for and what they return.
 //! - [`geo`]: geo keyspaces' vectors, transaction ids, objects with their merge rules,
 //!   and a transaction's operations and results.
+//! - [`coll`]: Redis's collections (hashes, lists, sets, sorted sets): their commands
+//!   and answers.
 //! - [`limits`]: every named limit on keys, values, batches and queues.
 //! - [`log`]: log entries, hard state and snapshot metadata shared by engine and storage.
 //! - [`codec`]: the explicit-width binary encoding of log entries and hard state (`docs/format.md`).
@@ -16,6 +18,7 @@
 //! Nothing here does I/O, reads a clock or draws randomness.
 
 pub mod codec;
+pub mod coll;
 pub mod command;
 pub mod error;
 pub mod fasthash;

@@ -27,6 +27,7 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
         KeelError::Unavailable(_) => "UNAVAILABLE",
         KeelError::SessionExpired => "SESSIONEXPIRED",
         KeelError::Conflict(_) => "CONFLICT",
+        KeelError::WrongType => "WRONGTYPE",
         KeelError::KeyTooLarge { .. }
         | KeelError::ValueTooLarge { .. }
         | KeelError::NotAnInteger
@@ -49,7 +50,7 @@ pub fn error_text(error: &KeelError) -> String {
         }
         other => format!("{prefix} {other}"),
     };
-    let fatal = prefix == "ERR" || prefix == "SESSIONEXPIRED";
+    let fatal = ["ERR", "SESSIONEXPIRED", "WRONGTYPE"].contains(&prefix);
     debug_assert!(text.starts_with(prefix) && fatal != error.is_retryable());
     text
 }
@@ -71,6 +72,7 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "NOTACTIVE" => KeelError::NotActive,
         "UNAVAILABLE" => KeelError::Unavailable(rest.to_string()),
         "SESSIONEXPIRED" => KeelError::SessionExpired,
+        "WRONGTYPE" => KeelError::WrongType,
         "CONFLICT" => KeelError::Conflict(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
@@ -132,6 +134,7 @@ pub fn with_version_frame(reply: Frame, version: Option<Version>) -> Frame {
 pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
     let (reply, version) = match result {
         CommandResult::Geo(result) => return geo_frame(result),
+        CommandResult::Answer { answer, version } => (answer_frame(answer, false), *version),
         CommandResult::Value { value, version } | CommandResult::Held { value, version, .. } => {
             (value_frame(value.as_ref()), *version)
         }
@@ -231,6 +234,35 @@ pub fn geo_frame(result: &keel_types::geo::GeoResult) -> Frame {
         }
         GeoResult::Committed { vector } => vector_frame(vector),
         GeoResult::Began { .. } | GeoResult::Aborted | GeoResult::Synced => Frame::ok(),
+    }
+}
+
+/// A collection command's answer in the connection's protocol (`resp3`): scores as
+/// doubles (RESP2 writes their text as Redis 7.0 does), `HGETALL` as a map, `ZRANGE ...
+/// WITHSCORES` as pairs (RESP2: one flat array).
+pub fn answer_frame(answer: &keel_types::coll::Answer, resp3: bool) -> Frame {
+    use keel_types::coll::{score_text, Answer};
+    let pair = |(a, b): &(Answer, Answer)| (answer_frame(a, resp3), answer_frame(b, resp3));
+    match answer {
+        Answer::Nil => Frame::Null,
+        Answer::NilArray => Frame::NullArray,
+        Answer::Ok => Frame::ok(),
+        Answer::Int(n) => Frame::Integer(*n),
+        Answer::Bulk(value) => Frame::Bulk(value.clone()),
+        Answer::Status(text) => Frame::Simple(text.clone().into_bytes()),
+        Answer::Double(bits) if resp3 => Frame::Double(f64::from_bits(*bits)),
+        Answer::Double(bits) => Frame::bulk(score_text(f64::from_bits(*bits))),
+        Answer::Array(items) => {
+            Frame::Array(items.iter().map(|a| answer_frame(a, resp3)).collect())
+        }
+        Answer::Set(items) => Frame::Set(items.iter().map(|a| answer_frame(a, resp3)).collect()),
+        Answer::Map(pairs) => Frame::Map(pairs.iter().map(pair).collect()),
+        Answer::Pairs(pairs) if resp3 => {
+            Frame::Array(pairs.iter().map(pair).map(|(a, b)| Frame::Array(vec![a, b])).collect())
+        }
+        Answer::Pairs(pairs) => {
+            Frame::Array(pairs.iter().map(pair).flat_map(|(a, b)| [a, b]).collect())
+        }
     }
 }
 

@@ -60,7 +60,7 @@ impl LeaderEngine {
         Some(ClientReply {
             tag: request.tag,
             served_by: core.config.node_id,
-            result: Ok(result),
+            result,
             durability_round: false,
         })
     }
@@ -98,13 +98,13 @@ impl LeaderEngine {
                 if !is_write && local_reads && level == ReadLevel::Any =>
             {
                 let (result, _) = core.execute_read(&request.command);
-                core.reply_result(origin, request.tag, Ok(result), false);
+                core.reply_result(origin, request.tag, result, false);
             }
             RoleState::Follower(following) if is_write => following.forward(core, origin, request),
             RoleState::Follower(following) if local_reads && level == ReadLevel::Monotonic => {
                 let (result, needed) = core.execute_read(&request.command);
                 if following.active(core) && needed <= core.read_point() {
-                    core.reply_result(origin, request.tag, Ok(result), false);
+                    core.reply_result(origin, request.tag, result, false);
                 } else {
                     following.forward(core, origin, request);
                 }

@@ -222,18 +222,20 @@ impl Core {
 
     /// Executes a read on applied state; returns the result and the index that must be
     /// durable before it may be served at `monotonic` or above.
-    pub fn execute_read(&self, command: &Command) -> (CommandResult, LogIndex) {
-        match command {
+    pub fn execute_read(&self, command: &Command) -> (super::kv::WriteResult, LogIndex) {
+        let (result, needed) = match command {
             Command::Get { key } if self.expired_here(key) => {
                 let version = self.kv.get(key).1;
                 (CommandResult::Value { value: None, version }, self.kv.update_index(key))
             }
-            Command::Get { key } => {
-                let (value, version) = self.kv.get(key);
-                (CommandResult::Value { value, version }, self.kv.update_index(key))
-            }
+            Command::Get { key } => return (self.kv.read_string(key), self.kv.update_index(key)),
+            Command::CollRead { key, op } => return self.kv.read_coll(key, op),
             Command::Inspect { key } => {
                 let (mut value, version) = self.kv.get(key);
+                if self.kv.holds_collection(key) {
+                    // Presence and expiry are what an inspection asks of a collection.
+                    value = Some(keel_types::Value::new());
+                }
                 let mut expires_at = self.kv.expires_at(key);
                 if self.expired_here(key) {
                     (value, expires_at) = (None, None);
@@ -250,7 +252,8 @@ impl Core {
                 (CommandResult::Count { keys: self.kv.count(*db) }, self.kv.applied_index())
             }
             _ => panic!("execute_read on a write"),
-        }
+        };
+        (Ok(result), needed)
     }
 
     /// Whether the log above the durable index has room for another entry

@@ -86,8 +86,10 @@ fn queue_item_key(queue: &[u8], seq: u64) -> Key {
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-/// The snapshot format written: v4 adds an item form with an expiry (flag 2).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV04";
+/// The snapshot format written: v5 adds collections (item flags 3 and 4).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV05";
+/// The fourth format, still read: v4 adds an item form with an expiry (flag 2).
+const SNAPSHOT_MAGIC_V4: &[u8; 8] = b"KEELKV04";
 /// The third format, still read: v3 carries the deduplication bound in force at the
 /// snapshot's index (the cluster's, from the log: `docs/protocol.md` §6).
 const SNAPSHOT_MAGIC_V3: &[u8; 8] = b"KEELKV03";
@@ -104,8 +106,10 @@ const RESULT_BYTES_MAX: u32 = 64 * 1024 * 1024;
 /// and when it expires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {
-    /// The value, or `None` once deleted.
+    /// The value if the key holds a string (`None`: a collection, or deleted).
     pub value: Option<Value>,
+    /// The collection the key holds, if any (then `value` is `None`; never empty).
+    pub coll: Option<super::coll::Coll>,
     /// The last write to the key.
     pub version: Version,
     /// When the leader deletes the key, in unix milliseconds (`None`: never; always
@@ -116,7 +120,26 @@ pub struct Item {
 impl Item {
     /// A live value with no expiry, or a tombstone (`value: None`).
     pub(super) fn plain(value: Option<Value>, version: Version) -> Item {
-        Item { value, version, expires_at: None }
+        Item { value, coll: None, version, expires_at: None }
+    }
+
+    /// A string value with an expiry (or none).
+    pub(super) fn string(value: Option<Value>, version: Version, expires_at: Option<u64>) -> Item {
+        Item { value, coll: None, version, expires_at }
+    }
+
+    /// Whether the key exists: it holds a string or a collection.
+    pub fn live(&self) -> bool {
+        self.value.is_some() || self.coll.is_some()
+    }
+
+    /// The string the key holds (`None`: absent or deleted), or `WRONGTYPE` if it holds
+    /// a collection.
+    pub fn string_value(&self) -> Result<Option<&Value>, KeelError> {
+        match &self.coll {
+            Some(_) => Err(KeelError::WrongType),
+            None => Ok(self.value.as_ref()),
+        }
     }
 }
 
@@ -193,6 +216,23 @@ struct SnapshotCursor {
     tail: Vec<u8>,
 }
 
+/// A counter of random reads: not part of the replicated state (a clone starts afresh).
+#[derive(Debug, Default)]
+struct Draws(std::sync::atomic::AtomicU64);
+
+impl Clone for Draws {
+    fn clone(&self) -> Draws {
+        Draws::default()
+    }
+}
+
+impl std::ops::Deref for Draws {
+    type Target = std::sync::atomic::AtomicU64;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 /// The applied state of one node.
 #[derive(Clone, Debug)]
 pub struct Kv {
@@ -218,6 +258,8 @@ pub struct Kv {
     state_bytes: u64,
     /// A snapshot being encoded, if any.
     snapshot: Option<SnapshotCursor>,
+    /// Reads that chose at random so far (`SRANDMEMBER`): the seed of the next one.
+    read_draws: Draws,
     /// For negative-control tests only (`Config::unsafe_skip_dedup`): apply every write
     /// entry, retries included.
     pub unsafe_skip_dedup: bool,
@@ -246,6 +288,7 @@ impl Kv {
             items_hash: 0,
             state_bytes: 0,
             snapshot: None,
+            read_draws: Draws::default(),
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
             unsafe_watch_ignores_deletes: false,
@@ -382,7 +425,7 @@ impl Kv {
             }
             Command::Dequeue { queue } => return self.dequeue(version, queue, undo),
             Command::Set { key, value, cond, ttl, now_ms } => {
-                return Ok(self.set(version, key, value, *cond, *ttl, *now_ms, undo));
+                return self.set(version, key, value, *cond, *ttl, *now_ms, undo);
             }
             Command::Expire { key, ttl, cond, now_ms } => {
                 return Ok(self.expire(version, key, *ttl, *cond, *now_ms, undo));
@@ -390,6 +433,9 @@ impl Kv {
             Command::Flush { db } => return Ok(self.flush(version, *db, undo)),
             Command::Modify { key, op, now_ms } => {
                 return super::kv_strings::modify(self, version, key, op, *now_ms, undo);
+            }
+            Command::Coll { key, op } => {
+                return super::kv_coll::execute(self, version, key, op, undo)
             }
             Command::Transfer { from, to, replace, remove_source } => {
                 return super::kv_strings::transfer(
@@ -405,7 +451,11 @@ impl Kv {
             _ => {}
         }
         let current = self.items.get(command.key());
-        let current_value = current.and_then(|i| i.value.clone());
+        let current_value = match command {
+            // A delete or a put replaces whatever the key holds.
+            Command::Put { .. } | Command::Delete { .. } => None,
+            _ => current.map(Item::string_value).transpose()?.flatten().cloned(),
+        };
         // A write of a new value clears the key's expiry, as Redis's does; an increment
         // keeps it.
         let mut expires_at = None;
@@ -437,7 +487,8 @@ impl Kv {
             | Command::Scan { .. }
             | Command::QueuePeek { .. }
             | Command::Inspect { .. }
-            | Command::Count { .. } => {
+            | Command::Count { .. }
+            | Command::CollRead { .. } => {
                 panic!("a read command in the log")
             }
             Command::Geo(_) => panic!("a geo operation in the log (refused at the door)"),
@@ -449,9 +500,10 @@ impl Kv {
             | Command::Expire { .. }
             | Command::Flush { .. }
             | Command::Modify { .. }
-            | Command::Transfer { .. } => unreachable!("executed above"),
+            | Command::Transfer { .. }
+            | Command::Coll { .. } => unreachable!("executed above"),
         };
-        let item = Item { value: new_value, version, expires_at };
+        let item = Item::string(new_value, version, expires_at);
         self.change(command.key().clone(), Some(item), undo);
         Ok(result)
     }
@@ -468,25 +520,28 @@ impl Kv {
         ttl: Ttl,
         now_ms: u64,
         undo: &mut Undo,
-    ) -> CommandResult {
+    ) -> WriteResult {
         let current = self.items.get(key);
+        // `SET` replaces a collection; its answer (`GET`'s) is then no string: the
+        // collection's presence is what `NX` and `XX` ask about.
+        let live = current.is_some_and(Item::live);
         let previous = current.and_then(|item| item.value.clone());
         let write = match cond {
             SetCond::Always => true,
-            SetCond::IfAbsent => previous.is_none(),
-            SetCond::IfPresent => previous.is_some(),
+            SetCond::IfAbsent => !live,
+            SetCond::IfPresent => live,
         };
         if !write {
             let found = current.map(|item| item.version);
-            return CommandResult::Cas { swapped: false, current: previous, version: found };
+            return Ok(CommandResult::Cas { swapped: false, current: previous, version: found });
         }
         let expires_at = ttl.resolve(now_ms, current.and_then(|item| item.expires_at));
         let item = match expires_at {
             Some(at) if at <= now_ms => Item::plain(None, version),
-            _ => Item { value: Some(value.clone()), version, expires_at },
+            _ => Item::string(Some(value.clone()), version, expires_at),
         };
         self.change(key.clone(), Some(item), undo);
-        CommandResult::Cas { swapped: true, current: previous, version: Some(version) }
+        Ok(CommandResult::Cas { swapped: true, current: previous, version: Some(version) })
     }
 
     /// `EXPIRE` and its kin: a new expiry (or none) for a live key when `cond` holds; one
@@ -500,7 +555,7 @@ impl Kv {
         now_ms: u64,
         undo: &mut Undo,
     ) -> CommandResult {
-        let Some(current) = self.items.get(key).filter(|item| item.value.is_some()) else {
+        let Some(current) = self.items.get(key).filter(|item| item.live()) else {
             let found = self.items.get(key).map(|item| item.version);
             return CommandResult::Cas { swapped: false, current: None, version: found };
         };
@@ -515,7 +570,9 @@ impl Kv {
         }
         let item = match new {
             Some(at) if at <= now_ms => Item::plain(None, version),
-            _ => Item { value: value.clone(), version, expires_at: new },
+            _ => {
+                Item { value: value.clone(), coll: current.coll.clone(), version, expires_at: new }
+            }
         };
         self.change(key.clone(), Some(item), undo);
         CommandResult::Cas { swapped: true, current: value, version: Some(version) }
@@ -547,8 +604,7 @@ impl Kv {
             .items
             .range::<[u8], _>(range)
             .filter(|(key, item)| {
-                item.value.is_some()
-                    && (db.is_none() || keel_types::db_of(key).map(|(d, _)| d) == db)
+                item.live() && (db.is_none() || keel_types::db_of(key).map(|(d, _)| d) == db)
             })
             .map(|(key, _)| key.clone())
             .collect();
@@ -706,9 +762,13 @@ impl Kv {
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
             let result = match op {
-                Command::Get { key } => {
-                    let (value, version) = self.get(key);
-                    Ok(CommandResult::Value { value, version })
+                // Inside a transaction, a collection reads as no string (`MGET`'s
+                // answer) rather than failing the whole entry.
+                Command::Get { key } => Ok(self.read_string(key).unwrap_or_else(|_| {
+                    CommandResult::Value { value: None, version: Some(self.items[key].version) }
+                })),
+                Command::CollRead { key, op } => {
+                    super::kv_coll::read(self, key, op, version.index.0).0
                 }
                 write => self.execute(version, write, undo),
             };
@@ -731,7 +791,7 @@ impl Kv {
     /// version, and tombstones are never collected (`docs/protocol.md` §6, *Transactions*).
     fn watch_holds(&self, key: &[u8], seen: Option<Version>) -> bool {
         let now = self.items.get(key);
-        if self.unsafe_watch_ignores_deletes && now.is_some_and(|item| item.value.is_none()) {
+        if self.unsafe_watch_ignores_deletes && now.is_some_and(|item| !item.live()) {
             return true;
         }
         now.map(|item| item.version) == seen
@@ -814,10 +874,8 @@ impl Kv {
     /// Adds (or removes) an item's share of the running digest and byte count.
     fn account(&mut self, key: &[u8], item: &Item, add: bool) {
         let hash = item_hash(key, item);
-        let bytes = key.len() as u64
-            + item.value.as_ref().map_or(0, |v| v.len() as u64)
-            + ITEM_OVERHEAD_BYTES;
-        if let Some(db) = item.value.as_ref().and(keel_types::db_of(key)).map(|(db, _)| db) {
+        let bytes = item_bytes(key, item);
+        if let Some(db) = item.live().then(|| keel_types::db_of(key)).flatten().map(|(db, _)| db) {
             let live = self.live_by_db.entry(db).or_default();
             *live =
                 if add { *live + 1 } else { live.checked_sub(1).expect("counts mirror the items") };
@@ -853,12 +911,38 @@ impl Kv {
         assert!(self.undo.front().is_none_or(|u| u.index > self.undo_floor));
     }
 
-    /// A key's value (`None`: absent or deleted) and the version that produced it.
+    /// `GET`'s answer: the key's string value and version, or `WRONGTYPE` if it holds a
+    /// collection.
+    pub fn read_string(&self, key: &[u8]) -> WriteResult {
+        match self.items.get(key) {
+            Some(item) => {
+                let value = item.string_value()?.cloned();
+                Ok(CommandResult::Value { value, version: Some(item.version) })
+            }
+            None => Ok(CommandResult::Value { value: None, version: None }),
+        }
+    }
+
+    /// Serves a collection read ([`super::kv_coll::read`]); its random picks draw from a
+    /// counter of this replica's reads, so a repeated `SRANDMEMBER` varies.
+    pub fn read_coll(&self, key: &Key, op: &keel_types::coll::CollRead) -> (WriteResult, LogIndex) {
+        let draw = self.read_draws.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed = draw ^ self.applied.index.0.rotate_left(32);
+        super::kv_coll::read(self, key, op, seed)
+    }
+
+    /// A key's value (`None`: absent, deleted or a collection) and the version that
+    /// produced it.
     pub fn get(&self, key: &[u8]) -> (Option<Value>, Option<Version>) {
         match self.items.get(key) {
             Some(item) => (item.value.clone(), Some(item.version)),
             None => (None, None),
         }
+    }
+
+    /// Whether `key` holds a collection.
+    pub fn holds_collection(&self, key: &[u8]) -> bool {
+        self.items.get(key).is_some_and(|item| item.coll.is_some())
     }
 
     /// The index of the last write to `key` (tombstones included; 0 if never written).
@@ -897,6 +981,9 @@ impl Kv {
             needed = needed.max(item.version.index);
             if let Some(value) = &item.value {
                 items.push((key.clone(), value.clone(), item.version));
+            } else if item.coll.is_some() {
+                // A collection's key is listed (`KEYS`, `SCAN`) with no value.
+                items.push((key.clone(), Value::new(), item.version));
             }
         }
         assert!(items.len() <= limit);
@@ -1079,7 +1166,8 @@ impl Kv {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
         let magic = reader.take("magic", 8).map_err(err)?;
-        let (with_digests, with_bound) = if magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V3 {
+        let with_bound = [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V4, SNAPSHOT_MAGIC_V3];
+        let (with_digests, with_bound) = if with_bound.iter().any(|m| magic == *m) {
             (true, true)
         } else if magic == SNAPSHOT_MAGIC_V2 {
             (true, false)
@@ -1098,12 +1186,20 @@ impl Kv {
             let key = reader.bytes("key", u32::MAX).map_err(err)?;
             let version =
                 Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
-            let (value, expires_at) = match reader.u8("item flag").map_err(err)? {
-                0 => (None, None),
-                1 => (Some(reader.bytes("value", u32::MAX).map_err(err)?), None),
-                2 if magic == SNAPSHOT_MAGIC => {
-                    let value = reader.bytes("value", u32::MAX).map_err(err)?;
-                    (Some(value), Some(reader.u64("expiry").map_err(err)?))
+            let expiring = magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V4;
+            let (mut value, mut coll, mut expires_at) = (None, None, None);
+            match reader.u8("item flag").map_err(err)? {
+                0 => {}
+                1 => value = Some(reader.bytes("value", u32::MAX).map_err(err)?),
+                2 if expiring => {
+                    value = Some(reader.bytes("value", u32::MAX).map_err(err)?);
+                    expires_at = Some(reader.u64("expiry").map_err(err)?);
+                }
+                flag @ (3 | 4) if magic == SNAPSHOT_MAGIC => {
+                    coll = Some(super::coll::Coll::decode(&mut reader)?);
+                    if flag == 4 {
+                        expires_at = Some(reader.u64("expiry").map_err(err)?);
+                    }
                 }
                 flag => return Err(format!("item flag {flag}")),
             };
@@ -1116,7 +1212,7 @@ impl Kv {
             if kv.items.last_key_value().is_some_and(|(last, _)| *last >= key) {
                 return Err("items are not in strictly increasing key order".into());
             }
-            let item = Item { value, version, expires_at };
+            let item = Item { value, coll, version, expires_at };
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }
@@ -1270,6 +1366,15 @@ fn advance_snapshot(
     true
 }
 
+/// What an item counts for in [`Kv::state_bytes`]: its key, its value or elements, and
+/// the overheads.
+pub fn item_bytes(key: &[u8], item: &Item) -> u64 {
+    key.len() as u64
+        + item.value.as_ref().map_or(0, |v| v.len() as u64)
+        + item.coll.as_ref().map_or(0, super::coll::Coll::bytes)
+        + ITEM_OVERHEAD_BYTES
+}
+
 fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
     put_bytes(out, key);
     put_u64(out, item.version.epoch.0);
@@ -1284,7 +1389,16 @@ fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
             put_bytes(out, value);
             put_u64(out, at);
         }
-        (None, _) => put_u8(out, 0),
+        (None, expires_at) => match &item.coll {
+            None => put_u8(out, 0),
+            Some(coll) => {
+                put_u8(out, if expires_at.is_some() { 4 } else { 3 });
+                coll.encode(out);
+                if let Some(at) = expires_at {
+                    put_u64(out, at);
+                }
+            }
+        },
     }
 }
 
@@ -1292,7 +1406,8 @@ fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
 /// value (length-prefixed) if live, and expiry if it has one.
 fn encoded_item_bytes(key: &[u8], item: &Item) -> usize {
     let expiry = if item.expires_at.is_some() { 8 } else { 0 };
-    4 + key.len() + 8 + 8 + 1 + item.value.as_ref().map_or(0, |v| 4 + v.len() + expiry)
+    let coll = item.coll.as_ref().map_or(0, |c| c.encoded_len() + expiry);
+    4 + key.len() + 8 + 8 + 1 + item.value.as_ref().map_or(0, |v| 4 + v.len() + expiry) + coll
 }
 
 fn item_hash(key: &[u8], item: &Item) -> u64 {
@@ -1306,6 +1421,10 @@ fn item_hash(key: &[u8], item: &Item) -> u64 {
             hash.write_bytes(value);
         }
         None => hash.write_u64(0),
+    }
+    if let Some(coll) = &item.coll {
+        hash.write_u64(3);
+        hash.write_u64(coll.hash());
     }
     // Only an expiry adds to the hash: items without one hash as they always did.
     if let Some(at) = item.expires_at {
@@ -1336,6 +1455,10 @@ fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
 #[cfg(test)]
 #[path = "kv_expiry_tests.rs"]
 mod expiry_tests;
+
+#[cfg(test)]
+#[path = "kv_coll_tests.rs"]
+mod coll_tests;
 
 #[cfg(test)]
 mod tests {

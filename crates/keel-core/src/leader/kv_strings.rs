@@ -15,6 +15,9 @@ pub(super) fn modify(
     now_ms: u64,
     undo: &mut Undo,
 ) -> WriteResult {
+    if kv.item(key).is_some_and(|item| item.coll.is_some()) {
+        return Err(KeelError::WrongType);
+    }
     let current = kv.item(key).filter(|item| item.value.is_some()).cloned();
     let expires_at = current.as_ref().and_then(|item| item.expires_at);
     let before = current.and_then(|item| item.value);
@@ -82,13 +85,13 @@ pub(super) fn modify(
             }
             let item = match new {
                 Some(at) if at <= now_ms => Item::plain(None, version),
-                _ => Item { value: Some(value.clone()), version, expires_at: new },
+                _ => Item::string(Some(value.clone()), version, new),
             };
             kv.change(key.clone(), Some(item), undo);
             return Ok(done(Some(value), 1));
         }
     };
-    kv.change(key.clone(), Some(Item { value: new, version, expires_at }), undo);
+    kv.change(key.clone(), Some(Item::string(new, version, expires_at)), undo);
     Ok(result)
 }
 
@@ -104,7 +107,7 @@ pub(super) fn transfer(
     undo: &mut Undo,
 ) -> WriteResult {
     let unchanged = |number| Ok(CommandResult::Modified { value: None, number, version: None });
-    let Some(source) = kv.item(from).filter(|item| item.value.is_some()).cloned() else {
+    let Some(source) = kv.item(from).filter(|item| item.live()).cloned() else {
         return match remove_source {
             true => Err(KeelError::InvalidArgument("no such key".into())),
             false => unchanged(0),
@@ -121,11 +124,11 @@ pub(super) fn transfer(
             )),
         };
     }
-    let occupied = kv.item(to).is_some_and(|item| item.value.is_some());
+    let occupied = kv.item(to).is_some_and(|item| item.live());
     if occupied && !replace {
         return unchanged(0);
     }
-    let moved = Item { value: source.value, version, expires_at: source.expires_at };
+    let moved = Item { version, ..source };
     kv.change(to.clone(), Some(moved), undo);
     if remove_source {
         kv.change(from.clone(), Some(Item::plain(None, version)), undo);

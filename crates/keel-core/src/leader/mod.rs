@@ -25,6 +25,7 @@
 
 mod candidate;
 mod client;
+mod coll;
 pub mod config;
 mod core;
 mod engine;
@@ -32,6 +33,7 @@ mod follower;
 mod gate;
 pub mod io;
 pub mod kv;
+mod kv_coll;
 mod kv_strings;
 mod leading;
 pub mod log;

@@ -248,6 +248,9 @@ pub struct Conn {
 pub(super) enum Kind {
     Write(KeyspaceId),
     Read(KeyspaceId, Option<ReadLevel>),
+    /// A request nothing overtakes and that overtakes nothing (a blocking pop): unequal
+    /// to every other by its position in the connection.
+    Alone(KeyspaceId, u64),
 }
 
 impl Drop for Conn {

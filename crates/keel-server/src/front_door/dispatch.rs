@@ -6,8 +6,8 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    correctables, databases, geo, keys, plain_submit, queues, server, sessions, strings,
-    transactions,
+    collections, correctables, databases, geo, keys, plain_submit, queues, server, sessions,
+    strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -156,7 +156,7 @@ pub(crate) async fn dispatch(
         Ok(terms) => terms,
         Err(refusal) => return Pending::ready(Frame::error(&refusal), protocol),
     };
-    let Some(kind) = order_kind(&command, ks, terms) else {
+    let Some(kind) = order_kind(&command, ks, terms, conn.queued) else {
         return server::admin(conn, command);
     };
     let mode = command.mode();
@@ -194,13 +194,21 @@ pub(crate) async fn dispatch(
         ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::QueuePeek { .. } => queues::send(conn, command, turn),
+        ClientCommand::Coll { .. }
+        | ClientCommand::CollRead { .. }
+        | ClientCommand::Block { .. } => collections::send(conn, command, turn),
         other => unreachable!("{} has no order kind", other.name()),
     }
 }
 
 /// How a data command is ordered among its connection's requests (`None`: not a data
 /// command, answered by the server family).
-fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<Kind> {
+fn order_kind(
+    command: &ClientCommand,
+    ks: KeyspaceId,
+    terms: Terms,
+    position: u64,
+) -> Option<Kind> {
     let kind = match command {
         // The engine orders the request itself: it is sent at once.
         ClientCommand::Get { .. }
@@ -218,7 +226,8 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         | ClientCommand::Scan { level, .. }
         | ClientCommand::MGet { level, .. }
         | ClientCommand::Ttl { level, .. }
-        | ClientCommand::QueuePeek { level, .. } => Kind::Read(ks, *level),
+        | ClientCommand::QueuePeek { level, .. }
+        | ClientCommand::CollRead { level, .. } => Kind::Read(ks, *level),
         ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::ScanKeys { .. }
@@ -235,7 +244,9 @@ fn order_kind(command: &ClientCommand, ks: KeyspaceId, terms: Terms) -> Option<K
         | ClientCommand::Lcs { .. }
         | ClientCommand::Flush { .. }
         | ClientCommand::Enqueue { .. }
-        | ClientCommand::Dequeue { .. } => Kind::Write(ks),
+        | ClientCommand::Dequeue { .. }
+        | ClientCommand::Coll { .. } => Kind::Write(ks),
+        ClientCommand::Block { .. } => Kind::Alone(ks, position),
         _ => return None,
     };
     Some(kind)

@@ -17,6 +17,7 @@
 //! - `KEEL.SCAN start end`: `end` is `+inf` to scan to the end of the keyspace; an
 //!   argument starting with `++` stands for itself less its first `+`.
 
+pub mod colls;
 mod parse;
 pub mod table;
 
@@ -310,6 +311,76 @@ pub enum ClientCommand {
     Keyspaces,
     /// `QUIT`: reply `+OK` and close.
     Quit,
+    /// A collection write (`HSET`, `LPUSH`, `SADD`, `ZADD` and the rest): one
+    /// `keel_types::coll::CollOp` on `key`.
+    Coll {
+        /// The command's name.
+        name: &'static str,
+        /// The key written (the destination of a `STORE` form, the source of a move).
+        key: Key,
+        /// The operation.
+        op: Box<keel_types::coll::CollOp>,
+        /// When to acknowledge (`DURABILITY`); `None`: the keyspace default.
+        durability: Option<Durability>,
+        /// How the answer is drawn, when not as the state machine gives it.
+        reshape: Reshape,
+    },
+    /// A collection read (`HGET`, `LRANGE`, `SMEMBERS`, `ZRANGE` and the rest).
+    CollRead {
+        /// The command's name.
+        name: &'static str,
+        /// The key read (the first of several).
+        key: Key,
+        /// The operation.
+        op: Box<keel_types::coll::CollRead>,
+        /// The read level (`LEVEL`); `None`: the keyspace default.
+        level: Option<ReadLevel>,
+        /// How the answer is drawn.
+        reshape: Reshape,
+    },
+    /// A blocking pop (`BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`, `BZPOPMIN`,
+    /// `BZPOPMAX`, `BZMPOP`): `op` once one of its keys holds an element, or null when
+    /// `timeout` passes first (`None`: it never does).
+    Block {
+        /// The command's name.
+        name: &'static str,
+        /// The first key.
+        key: Key,
+        /// The pop (`CollOp::MPop` or `CollOp::LMove`).
+        op: Box<keel_types::coll::CollOp>,
+        /// How long to wait.
+        timeout: Option<std::time::Duration>,
+        /// When to acknowledge the pop (`DURABILITY`); `None`: the keyspace default.
+        durability: Option<Durability>,
+        /// How the answer is drawn.
+        reshape: Reshape,
+    },
+}
+
+/// How a collection command's answer becomes its reply, when not as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reshape {
+    /// As it is.
+    None,
+    /// `+OK` (`HMSET`).
+    Ok,
+    /// A scan page filtered by `MATCH` (`pairs`: elements come with a value or score).
+    Match {
+        /// The glob.
+        pattern: Bytes,
+        /// Whether each element is followed by its value or score.
+        pairs: bool,
+    },
+    /// `BLPOP`/`BRPOP`: `[key, element]` from an `MPop`'s `[key, [element]]`.
+    PopOne,
+    /// `BZPOPMIN`/`BZPOPMAX`: `[key, member, score]` from `[key, [[member, score]]]`.
+    ZPopOne,
+    /// `OBJECT REFCOUNT` and `OBJECT IDLETIME` from a `TYPE` answer: this number if the
+    /// key exists, else null.
+    IfExists(i64),
+    /// `OBJECT ENCODING`: the encoding Redis would use for the shape
+    /// `keel_types::coll::CollRead::Encoding` answers, by the node's settings.
+    Encoding,
 }
 
 /// What a [`ClientCommand::ReadString`] computes from a value.
@@ -735,6 +806,9 @@ impl ClientCommand {
             ClientCommand::Select { .. } => "select",
             ClientCommand::Keyspaces => "keel.keyspaces",
             ClientCommand::Quit => "quit",
+            ClientCommand::Coll { name, .. }
+            | ClientCommand::CollRead { name, .. }
+            | ClientCommand::Block { name, .. } => name,
         }
     }
 }

@@ -15,7 +15,7 @@ use keel_types::{Durability, ExpireCond, Key, Limits, ReadLevel, SetCond, Ttl, V
 const NAME_BYTES_MAX: usize = 16;
 
 /// The words of one request after its name, consumed front to back.
-type Words = std::vec::IntoIter<Bytes>;
+pub(super) type Words = std::vec::IntoIter<Bytes>;
 
 /// Parses a decoded request frame: an array of bulk strings.
 pub fn parse_frame(frame: Frame, limits: &Limits) -> Result<ClientCommand, CommandError> {
@@ -67,6 +67,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "mset" | "msetnx" => mset(name, rest, count, limits),
         "lcs" => lcs(rest, count, limits),
         "object" => object(rest, count, limits),
+        "memory" => memory(rest, count, limits),
         "bitpos" => bitpos(rest, count, limits),
         "move" => move_key(rest, count, limits),
         "randomkey" => exactly("randomkey", count, 0).map(|()| ClientCommand::RandomKey),
@@ -83,7 +84,12 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
             modify(name, rest, count, limits)
         }
         "rename" | "renamenx" | "copy" => transfer(name, rest, count, limits),
-        "strlen" | "getrange" | "substr" | "getbit" | "bitcount" | "type" => {
+        "type" => exactly("type", count, 1).and_then(|()| {
+            let key = key(next(&mut rest)?, limits)?;
+            let (op, reshape) = (Box::new(keel_types::coll::CollRead::Type), super::Reshape::None);
+            Ok(ClientCommand::CollRead { name: "type", key, op, level: None, reshape })
+        }),
+        "strlen" | "getrange" | "substr" | "getbit" | "bitcount" => {
             string_read(name, rest, count, limits)
         }
         "unlink" => keys("unlink", rest, count, limits).map(|keys| ClientCommand::Del { keys }),
@@ -113,7 +119,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "config" => config(rest, count),
         "select" => select(rest, count),
         "quit" => Ok(ClientCommand::Quit),
-        _ => Err(unknown_command(&raw_name, rest.as_slice())),
+        _ => super::colls::parse(name, raw_name, rest.collect(), limits),
     };
     debug_assert!(parsed.is_err() || !name.is_empty(), "only known names parse");
     match option {
@@ -154,6 +160,9 @@ impl KeelOption {
             (ClientCommand::ReadString { key, op, .. }, KeelOption::Level(l)) => {
                 ClientCommand::ReadString { key, op, level: Some(l) }
             }
+            (ClientCommand::CollRead { name, key, op, reshape, .. }, KeelOption::Level(l)) => {
+                ClientCommand::CollRead { name, key, op, level: Some(l), reshape }
+            }
             (other, _) => unreachable!("{} takes no such option", other.name()),
         }
     }
@@ -192,7 +201,7 @@ fn lowercase(bytes: &[u8]) -> String {
 }
 
 /// Redis's "unknown command" error: the name and the first arguments, quoted.
-fn unknown_command(raw_name: &[u8], args: &[Bytes]) -> CommandError {
+pub(super) fn unknown_command(raw_name: &[u8], args: &[Bytes]) -> CommandError {
     let name_len = raw_name.len().min(ERROR_NAME_BYTES_MAX);
     let name = String::from_utf8_lossy(&raw_name[..name_len]).into_owned();
     let mut shown = String::new();
@@ -215,7 +224,7 @@ fn unknown_command(raw_name: &[u8], args: &[Bytes]) -> CommandError {
     CommandError::UnknownCommand { name, args: shown }
 }
 
-fn arity(name: &str) -> CommandError {
+pub(super) fn arity(name: &str) -> CommandError {
     CommandError::WrongArity { name: name.to_string() }
 }
 
@@ -229,7 +238,7 @@ fn once(seen: bool) -> Result<(), CommandError> {
 }
 
 /// Refuses anything but `expected` arguments.
-fn exactly(name: &str, count: usize, expected: usize) -> Result<(), CommandError> {
+pub(super) fn exactly(name: &str, count: usize, expected: usize) -> Result<(), CommandError> {
     if count == expected {
         Ok(())
     } else {
@@ -238,7 +247,7 @@ fn exactly(name: &str, count: usize, expected: usize) -> Result<(), CommandError
 }
 
 /// Refuses fewer than `min` arguments.
-fn at_least(name: &str, count: usize, min: usize) -> Result<(), CommandError> {
+pub(super) fn at_least(name: &str, count: usize, min: usize) -> Result<(), CommandError> {
     if count >= min {
         Ok(())
     } else {
@@ -247,21 +256,21 @@ fn at_least(name: &str, count: usize, min: usize) -> Result<(), CommandError> {
 }
 
 /// The next word; callers have checked the count, so a missing one is a syntax error.
-fn next(words: &mut Words) -> Result<Bytes, CommandError> {
+pub(super) fn next(words: &mut Words) -> Result<Bytes, CommandError> {
     words.next().ok_or(CommandError::Syntax)
 }
 
-fn key(bytes: Bytes, limits: &Limits) -> Result<Key, CommandError> {
+pub(super) fn key(bytes: Bytes, limits: &Limits) -> Result<Key, CommandError> {
     limits.check_key(&bytes).map_err(CommandError::Invalid)?;
     Ok(bytes)
 }
 
-fn value(bytes: Bytes, limits: &Limits) -> Result<Value, CommandError> {
+pub(super) fn value(bytes: Bytes, limits: &Limits) -> Result<Value, CommandError> {
     limits.check_value(&bytes).map_err(CommandError::Invalid)?;
     Ok(bytes)
 }
 
-fn integer(bytes: &[u8]) -> Result<i64, CommandError> {
+pub(super) fn integer(bytes: &[u8]) -> Result<i64, CommandError> {
     parse_i64(bytes).ok_or(CommandError::NotAnInteger)
 }
 
@@ -273,7 +282,7 @@ fn durability(word: &[u8]) -> Result<Durability, CommandError> {
     String::from_utf8_lossy(word).parse().map_err(CommandError::UnknownName)
 }
 
-fn is(word: &[u8], option: &str) -> bool {
+pub(super) fn is(word: &[u8], option: &str) -> bool {
     word.eq_ignore_ascii_case(option.as_bytes())
 }
 
@@ -753,7 +762,37 @@ fn object(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComma
         }
     };
     exactly(&format!("object|{}", lowercase(&sub)), count, 2)?;
-    Ok(ClientCommand::ReadString { key: key(next(&mut words)?, limits)?, op, level: None })
+    let key = key(next(&mut words)?, limits)?;
+    if op == StringRead::Encoding {
+        // Any type's: the state machine tells the type and shape, the node names it.
+        let (op, reshape) =
+            (Box::new(keel_types::coll::CollRead::Encoding), super::Reshape::Encoding);
+        return Ok(ClientCommand::CollRead { name: "object", key, op, level: None, reshape });
+    }
+    // Any type's: a constant for a key that exists.
+    let constant = if op == StringRead::RefCount { 1 } else { 0 };
+    let (op, reshape) =
+        (Box::new(keel_types::coll::CollRead::Type), super::Reshape::IfExists(constant));
+    Ok(ClientCommand::CollRead { name: "object", key, op, level: None, reshape })
+}
+
+/// `MEMORY USAGE key [SAMPLES n]`: the bytes the key takes in the state.
+fn memory(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    at_least("memory", count, 1)?;
+    let sub = next(&mut words)?;
+    if !is(&sub, "usage") {
+        let subcommand = String::from_utf8_lossy(&sub).into_owned();
+        return Err(CommandError::UnknownSubcommand { command: "MEMORY", subcommand });
+    }
+    if count != 2 && count != 4 {
+        return Err(arity("memory|usage"));
+    }
+    let key = key(next(&mut words)?, limits)?;
+    if count == 4 && !is(&next(&mut words)?, "samples") {
+        return Err(CommandError::Syntax);
+    }
+    let (op, reshape) = (Box::new(keel_types::coll::CollRead::Memory), super::Reshape::None);
+    Ok(ClientCommand::CollRead { name: "memory", key, op, level: None, reshape })
 }
 
 /// `BITPOS key bit [start [end [BYTE|BIT]]]`.

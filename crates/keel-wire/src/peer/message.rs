@@ -519,6 +519,11 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
             put_i64(out, *number);
             put_option_version(out, *version);
         }
+        CommandResult::Answer { answer, version } => {
+            put_u8(out, 13);
+            keel_types::codec::put_serialized(out, answer);
+            put_option_version(out, *version);
+        }
         CommandResult::Multi { results } => {
             put_u8(out, 6);
             put_flag(out, results.is_some());
@@ -573,6 +578,10 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
             version: read_option_version(reader)?,
         },
         2 => CommandResult::Written { version: read_version(reader)? },
+        13 => CommandResult::Answer {
+            answer: keel_types::codec::read_serialized(reader, "collection answer")?,
+            version: read_option_version(reader)?,
+        },
         3 => CommandResult::Cas {
             swapped: reader.flag("swapped")?,
             current: reader.option_bytes("current value", BYTES_LEN_MAX)?,
@@ -657,6 +666,7 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_text(out, why);
         }
         KeelError::SessionExpired => put_u8(out, 10),
+        KeelError::WrongType => put_u8(out, 12),
         KeelError::Conflict(why) => {
             put_u8(out, 11);
             put_text(out, why);
@@ -687,6 +697,7 @@ fn read_error(reader: &mut Reader<'_>) -> Result<KeelError, PeerError> {
         8 => KeelError::NotAnInteger,
         9 => KeelError::InvalidArgument(read_text(reader, "invalid argument")?),
         10 => KeelError::SessionExpired,
+        12 => KeelError::WrongType,
         11 => KeelError::Conflict(read_text(reader, "conflict")?),
         tag => return Err(CodecError::UnknownTag { what: "error", tag }.into()),
     };

@@ -95,7 +95,7 @@ impl Leading {
         let level = request.level.unwrap_or(core.config.read_level_default);
         if level == ReadLevel::Any {
             let (result, _) = core.execute_read(&request.command);
-            return core.reply_result(origin, request.tag, Ok(result), false);
+            return core.reply_result(origin, request.tag, result, false);
         }
         let deadline = core.now + core.config.request_timeout;
         // Executed once the lease holds (and, for `linearizable`, this epoch's no-op is
@@ -138,7 +138,7 @@ impl Leading {
                 if read.round {
                     core.counters.reads_with_round += 1;
                 }
-                core.reply_result(read.origin, read.request.tag, Ok(result), read.round);
+                core.reply_result(read.origin, read.request.tag, result, read.round);
                 continue;
             }
             read.round |= needed > core.durable_index;

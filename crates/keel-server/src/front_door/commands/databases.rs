@@ -117,6 +117,24 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
         ClientCommand::QueuePeek { queue, level } => {
             ClientCommand::QueuePeek { queue: map(queue)?, level }
         }
+        ClientCommand::Coll { name, key, mut op, durability, reshape } => {
+            for other in op.other_keys_mut() {
+                *other = map(std::mem::take(other))?;
+            }
+            ClientCommand::Coll { name, key: map(key)?, op, durability, reshape }
+        }
+        ClientCommand::Block { name, key, mut op, timeout, durability, reshape } => {
+            for other in op.other_keys_mut() {
+                *other = map(std::mem::take(other))?;
+            }
+            ClientCommand::Block { name, key: map(key)?, op, timeout, durability, reshape }
+        }
+        ClientCommand::CollRead { name, key, mut op, level, reshape } => {
+            for other in op.other_keys_mut() {
+                *other = map(std::mem::take(other))?;
+            }
+            ClientCommand::CollRead { name, key: map(key)?, op, level, reshape }
+        }
         ClientCommand::Scan { .. } if db != 0 => {
             return Err(Frame::error("ERR KEEL.SCAN reads database 0 of a keyspace: SELECT it"));
         }

@@ -1,13 +1,14 @@
 //! The key family: `DEL`, `EXISTS` and `KEEL.SCAN` (an array of `[key, value,
 //! "epoch.index"]`), each mapped onto the engine's commands.
 
-use super::strings::{get_submit, values_reply};
+use super::strings::values_reply;
 use super::{mismatched, plain_submit, result_reply};
 use crate::driver::{KeyspaceHandle, Submit};
 use crate::front_door::conn::{Conn, Floor, Pending};
 use crate::front_door::dispatch::Turn;
 use bytes::Bytes;
 use keel_core::engine::ClientReply;
+use keel_core::engine::EngineKind;
 use keel_types::KeelError;
 use keel_types::{ClientId, Command, CommandResult, LogIndex, ReadLevel, RequestId, Value};
 use keel_wire::command::TtlForm;
@@ -25,9 +26,26 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let subs = turn.per_key(conn, keys);
             Pending::later(Box::pin(del(&conn.node, subs, turn.after, floor)), protocol)
         }
-        ClientCommand::Exists { keys } => {
+        ClientCommand::Exists { keys } if conn.node.kind == EngineKind::Kite => {
+            // A Kite keyspace holds strings only: a get per key.
             let subs = turn.per_key(conn, keys);
             let reply = values_reply(&conn.node, subs, None, turn.after, exists_frame);
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::Exists { keys } => {
+            let subs = turn.per_key(conn, keys);
+            let sent = super::collections::types_of(&conn.node, subs, None, turn.after);
+            let reply = async move {
+                let mut count = 0;
+                for one in sent {
+                    let answer = one.answer().await;
+                    if let Err(e) = answer.as_ref().map(|r| &r.result) {
+                        return error_frame(e);
+                    }
+                    count += i64::from(super::collections::exists(&answer));
+                }
+                Frame::Integer(count)
+            };
             Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Expire { key, ttl, cond, durability } => {
@@ -62,7 +80,8 @@ fn del(
     for (client, request, key) in keys {
         // The read shares the delete's pair: reads never enter the dedup table.
         let any = Some(ReadLevel::Any);
-        let read = node.send(get_submit(client, request, key.clone(), any, after));
+        let sub = vec![(client, request, key.clone())];
+        let read = super::collections::types_of(node, sub, any, after).pop().expect("one key");
         let delete = node.send(plain_submit(client, request, Command::Delete { key }, None, after));
         sent.push((read, delete));
     }
@@ -70,12 +89,7 @@ fn del(
         let mut existed = 0;
         let mut failed = None;
         for (read, delete) in sent {
-            if let Ok(ClientReply {
-                result: Ok(CommandResult::Value { value: Some(_), .. }), ..
-            }) = read.answer().await
-            {
-                existed += 1;
-            }
+            existed += i64::from(super::collections::exists(&read.answer().await));
             let answer = delete.answer().await;
             floor.note(&answer);
             if let Err(e) = answer.and_then(|r| r.result) {

@@ -4,6 +4,7 @@
 //! - [`acl`]: `AUTH`, `HELLO ... AUTH`, `ACL WHOAMI`, and the permission check;
 //! - [`strings`]: `GET`, `MGET`, `SET`, `INCR` and its kin, `KEEL.FAA`, `KEEL.CAS`;
 //! - [`keys`]: `DEL`, `EXISTS`, `KEEL.SCAN`;
+//! - [`collections`]: hashes, lists, sets, sorted sets and the blocking pops;
 //! - [`lcs`]: `LCS`, the longest common subsequence;
 //! - [`queues`]: `KEEL.ENQUEUE`, `KEEL.DEQUEUE`, `KEEL.QPEEK`;
 //! - [`geo`]: a geo keyspace's sessions: `KEEL.TX.*`, `KEEL.BARRIER`, `KEEL.ATTACH`,
@@ -18,6 +19,7 @@
 //! Below: the few leaves several families share.
 
 pub(crate) mod acl;
+pub(crate) mod collections;
 pub(crate) mod correctables;
 pub(crate) mod databases;
 pub(crate) mod geo;
@@ -91,6 +93,7 @@ pub(crate) fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Fr
             | CommandResult::Queue { .. }),
         ) => keel_wire::reply::result_frame(&result, false),
         Ok(CommandResult::Geo(result)) => keel_wire::reply::geo_frame(&result),
+        Ok(CommandResult::Answer { answer, .. }) => keel_wire::reply::answer_frame(&answer, false),
         Ok(CommandResult::Multi { .. }) => mismatched("command"),
         Err(e) => error_frame(&e),
     }

@@ -432,8 +432,9 @@ async fn info_frame(
             let load =
                 |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
             let clients = format!(
-                "connected_clients:{}\r\nblocked_clients:0\r\n",
-                load(&node_metrics.connections_active)
+                "connected_clients:{}\r\nblocked_clients:{}\r\n",
+                load(&node_metrics.connections_active),
+                load(&super::collections::BLOCKED)
             );
             let calls = node.metrics.calls_by_op();
             let processed: u64 = calls.iter().map(|(_, ok, failed)| ok + failed).sum();

@@ -91,10 +91,22 @@ pub(crate) fn get(conn: &Conn, patterns: &[Bytes]) -> Frame {
 }
 
 /// `CONFIG SET parameter value [...]`: all of them or, if one is refused, none.
+/// An accepted setting's value as a number (its default if unset or not a number).
+pub(crate) fn number(name: &str) -> i64 {
+    let set = SET.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let default = ACCEPTED.iter().find(|(n, _)| *n == name).map_or("0", |(_, d)| d);
+    let value = set.get(name).map(|v| String::from_utf8_lossy(v).into_owned());
+    value.and_then(|v| v.parse().ok()).unwrap_or_else(|| default.parse().unwrap_or(0))
+}
+
 pub(crate) fn set(conn: &Conn, pairs: Vec<(String, Bytes)>) -> Frame {
     let fixed = reported(conn);
     let mut accepted = Vec::with_capacity(pairs.len());
     for (name, value) in pairs {
+        // A fixed setting set to what it is already (`save ""`) changes nothing.
+        if fixed.iter().any(|(n, v, _)| *n == name && v.as_bytes() == &value[..]) {
+            continue;
+        }
         if let Some((_, _, holder)) = fixed.iter().find(|(n, _, _)| *n == name) {
             let why = match holder {
                 Some(setting) => format!("Keel sets it as {setting} in the configuration file"),
@@ -114,7 +126,17 @@ pub(crate) fn set(conn: &Conn, pairs: Vec<(String, Bytes)>) -> Frame {
         accepted.push((*known, value));
     }
     let mut set = SET.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    set.extend(accepted);
+    for (name, value) in accepted {
+        // Redis's older `ziplist` names and the newer `listpack` ones are one setting.
+        let twin = match name.contains("ziplist") {
+            true => name.replace("ziplist", "listpack"),
+            false => name.replace("listpack", "ziplist"),
+        };
+        if let Some((twin, _)) = ACCEPTED.iter().find(|(n, _)| *n == twin && twin != name) {
+            set.insert(twin, value.clone());
+        }
+        set.insert(name, value);
+    }
     Frame::ok()
 }
 

@@ -233,7 +233,12 @@ fn values(
     async move {
         let mut values = Vec::with_capacity(sent.len());
         for one in sent {
-            match one.answer().await.and_then(|r| r.result)? {
+            let result = match one.answer().await.and_then(|r| r.result) {
+                // A key holding a collection is no string: `MGET` answers null for it.
+                Err(KeelError::WrongType) => CommandResult::Value { value: None, version: None },
+                other => other?,
+            };
+            match result {
                 CommandResult::Value { value, .. } => values.push(value),
                 // A reply of another kind (a peer's forwarded answer that breaks the
                 // protocol) is refused, not trusted.

@@ -12,13 +12,15 @@
 
 use super::acl::permitted;
 use super::mismatched;
+use super::plain_submit;
 use super::sessions::req_pair;
-use super::strings::{get_submit, modify_frame, transfer_frame, ModifyReply};
+use super::strings::{modify_frame, transfer_frame, ModifyReply};
 use crate::acl::{category, Category};
 use crate::driver::{Sent, Submit};
 use crate::front_door::conn::{Conn, Floor, Kind, Pending};
 use bytes::Bytes;
 use keel_core::engine::OpMode;
+use keel_types::coll::{Answer, CollRead};
 use keel_types::{
     ClientId, Command, CommandResult, Durability, KeelError, Key, KeyspaceId, ReadLevel, RequestId,
     Version,
@@ -175,6 +177,9 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
             | ClientCommand::Time
             | ClientCommand::ConfigGet { .. }
             | ClientCommand::ConfigSet { .. }
+            | ClientCommand::Coll { .. }
+            | ClientCommand::CollRead { .. }
+            | ClientCommand::Block { .. }
     ) && command.mode() == OpMode::Plain;
     if !allowed {
         let text = format!(
@@ -222,7 +227,10 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
         .iter()
         .map(|key| {
             let (client, request) = conn.next_pair();
-            (key.clone(), conn.node.send(get_submit(client, request, key.clone(), level, after)))
+            // An inspection reads the version of a key of any type (`GET` of a
+            // collection answers `WRONGTYPE`).
+            let command = Command::Inspect { key: key.clone() };
+            (key.clone(), conn.node.send(plain_submit(client, request, command, level, after)))
         })
         .collect();
     let watched = conn.watched.clone();
@@ -232,7 +240,7 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
             let mut failed = None;
             for (key, one) in sent {
                 match one.answer().await.and_then(|r| r.result) {
-                    Ok(CommandResult::Value { version, .. }) => found.push((key, version)),
+                    Ok(CommandResult::Held { version, .. }) => found.push((key, version)),
                     Ok(_) => {
                         failed = Some(KeelError::Unavailable("a watch read another kind".into()))
                     }
@@ -295,6 +303,9 @@ enum Shape {
     Exists(usize),
     /// `MGET` of `n` keys: their values.
     MGet(usize),
+    /// A collection command (a blocking pop does not block inside a transaction, as in
+    /// Redis): its answer, reshaped.
+    Coll(keel_wire::command::Reshape),
 }
 
 impl Shape {
@@ -363,20 +374,33 @@ impl Shape {
             ClientCommand::Del { keys } => {
                 let n = keys.len();
                 for key in keys {
-                    ops.push(Command::Get { key: key.clone() });
+                    ops.push(Command::CollRead { key: key.clone(), op: Box::new(CollRead::Type) });
                     ops.push(Command::Delete { key });
                 }
                 (Shape::Del(n), None)
             }
             ClientCommand::Exists { keys } => {
                 let n = keys.len();
-                ops.extend(keys.into_iter().map(|key| Command::Get { key }));
+                let op = || Box::new(CollRead::Type);
+                ops.extend(keys.into_iter().map(|key| Command::CollRead { key, op: op() }));
                 (Shape::Exists(n), None)
             }
             ClientCommand::MGet { keys, .. } => {
                 let n = keys.len();
                 ops.extend(keys.into_iter().map(|key| Command::Get { key }));
                 (Shape::MGet(n), None)
+            }
+            ClientCommand::Coll { key, op, durability, reshape, .. } => {
+                ops.push(Command::Coll { key, op });
+                (Shape::Coll(reshape), durability)
+            }
+            ClientCommand::Block { key, op, durability, reshape, .. } => {
+                ops.push(Command::Coll { key, op });
+                (Shape::Coll(reshape), durability)
+            }
+            ClientCommand::CollRead { key, op, reshape, .. } => {
+                ops.push(Command::CollRead { key, op });
+                (Shape::Coll(reshape), None)
             }
             other => unreachable!("refused when queued: {other:?}"),
         }
@@ -395,6 +419,7 @@ impl Shape {
 
     /// The command's reply from its operations' results.
     fn frame(self, results: &[CommandResult]) -> Frame {
+        let present = |r: &CommandResult| matches!(r, CommandResult::Answer { answer: Answer::Status(name), .. } if name != "none");
         let value = |r: &CommandResult| match r {
             CommandResult::Value { value, .. } => value.clone(),
             _ => None,
@@ -427,11 +452,14 @@ impl Shape {
                 keel_wire::reply::result_frame(&results[0], with_version)
             }
             Shape::Counter | Shape::Cas => keel_wire::reply::result_frame(&results[0], false),
-            Shape::Del(_) => Frame::Integer(
-                results.iter().step_by(2).filter(|r| value(r).is_some()).count() as i64,
-            ),
+            Shape::Del(_) => {
+                Frame::Integer(results.iter().step_by(2).filter(|r| present(r)).count() as i64)
+            }
             Shape::Exists(_) => {
-                Frame::Integer(results.iter().filter(|r| value(r).is_some()).count() as i64)
+                Frame::Integer(results.iter().filter(|r| present(r)).count() as i64)
+            }
+            Shape::Coll(reshape) => {
+                super::collections::reshaped(results[0].clone(), &reshape, false)
             }
             Shape::MGet(_) => {
                 Frame::Array(results.iter().map(|r| value_frame(value(r).as_ref())).collect())
@@ -604,7 +632,10 @@ mod tests {
             Ok(crate::driver::Event::Client { submit, .. }) => match submit.command {
                 Command::Multi { ops, watch } => {
                     let names: Vec<&str> = ops.iter().map(Command::name).collect();
-                    assert_eq!(names, ["put", "incr", "get", "get", "delete", "get", "delete"]);
+                    assert_eq!(
+                        names,
+                        ["put", "incr", "get", "coll-read", "delete", "coll-read", "delete"]
+                    );
                     assert!(watch.is_empty());
                 }
                 other => panic!("not a transaction: {other:?}"),
