@@ -562,8 +562,22 @@ impl CollOp {
         }
     }
 
+    /// Elements the op may add to the state (each counts its overhead there).
+    pub fn elements(&self) -> usize {
+        match self {
+            CollOp::HSet { pairs, .. } => pairs.len(),
+            CollOp::Push { values, .. } => values.len(),
+            CollOp::SAdd { members } => members.len(),
+            CollOp::ZAdd { pairs, .. } => pairs.len(),
+            _ => 1,
+        }
+    }
+
     /// Checks the op's arguments against the limits and its own rules.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
+        if self.other_keys().len() > KEYS_MAX {
+            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
+        }
         for key in self.other_keys() {
             limits.check_key(key)?;
             crate::check_not_reserved(key)?;
@@ -653,6 +667,9 @@ impl CollRead {
 
     /// Checks the read's keys against the limits.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
+        if self.other_keys().len() > KEYS_MAX {
+            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
+        }
         for key in self.other_keys() {
             limits.check_key(key)?;
             crate::check_not_reserved(key)?;
@@ -676,6 +693,10 @@ impl CollRead {
         elements + self.other_keys().iter().map(|k| k.len()).sum::<usize>()
     }
 }
+
+/// Most keys one command names besides its own (`SUNIONSTORE`, `ZUNION`, `BLPOP`):
+/// each is read in the entry's apply, on every replica.
+pub const KEYS_MAX: usize = 1024;
 
 /// Most elements one answer may hold: a larger range is refused, never built (the cost
 /// of a command is bounded; `docs/redis-compatibility.md`, *Limits*).

@@ -162,7 +162,7 @@ pub(super) fn execute(
         CollOp::ZRangeStore { source, spec } => {
             let mut coll = Coll::new(CollKind::ZSet);
             if let Some(z) = coll_of(kv, source, CollKind::ZSet)? {
-                for at in zrange_positions(z.zset(), spec) {
+                for at in zrange_positions(z.zset(), spec, usize::MAX) {
                     let (score, member) = z.zset().order()[at].clone();
                     coll.z_insert(member, score);
                 }
@@ -279,6 +279,7 @@ fn list_write(
         CollOp::Pop { count: Some(_), .. } if !existed => {
             return answered(Answer::NilArray, false, version);
         }
+        CollOp::Pop { count: Some(0), .. } => return unchanged(Answer::Array(Vec::new())),
         CollOp::Pop { end, count } => {
             let take = count.unwrap_or(1).min(coll.len() as u64) as usize;
             if take > ANSWER_ELEMENTS_MAX {
@@ -364,8 +365,8 @@ fn lmove(
     to_end: End,
     undo: &mut Undo,
 ) -> WriteResult {
+    // As Redis: a missing source answers null whatever the destination holds.
     let Some(source) = coll_of(kv, key, CollKind::List)? else {
-        coll_of(kv, to, CollKind::List)?;
         return answered(Answer::Nil, false, version);
     };
     let mut source = source.clone();
@@ -456,11 +457,16 @@ fn set_write(
             if take > ANSWER_ELEMENTS_MAX {
                 return Err(too_many());
             }
+            // One pass over the members and a partial shuffle of their positions: O(n),
+            // whatever the count.
             let mut draws = write_draws(version, key);
+            let mut members: Vec<Value> = coll.set().iter().cloned().collect();
+            for i in 0..take {
+                let j = i + draws.index(members.len() - i);
+                members.swap(i, j);
+            }
             let mut popped = Vec::with_capacity(take);
-            for _ in 0..take {
-                let at = draws.index(coll.len());
-                let member = coll.set().iter().nth(at).expect("inside the set").clone();
+            for member in members.into_iter().take(take) {
                 coll.s_remove(&member);
                 popped.push(Answer::Bulk(member));
             }
@@ -486,8 +492,12 @@ fn smove(
     member: &Value,
     undo: &mut Undo,
 ) -> WriteResult {
-    let source = coll_of(kv, key, CollKind::Set)?.cloned();
+    // As Redis: a missing source answers 0 whatever the destination holds.
+    let Some(source) = coll_of(kv, key, CollKind::Set)?.cloned() else {
+        return unchanged(Answer::Int(0));
+    };
     coll_of(kv, to, CollKind::Set)?;
+    let source = Some(source);
     let Some(mut source) = source.filter(|s| s.set().contains(member)) else {
         return unchanged(Answer::Int(0));
     };
@@ -594,7 +604,7 @@ fn zset_write(
         }
         CollOp::ZRemRange { by } => {
             let spec = ZRangeSpec { by: by.clone(), rev: false, limit: None };
-            let doomed: Vec<Value> = zrange_positions(coll.zset(), &spec)
+            let doomed: Vec<Value> = zrange_positions(coll.zset(), &spec, usize::MAX)
                 .into_iter()
                 .map(|at| coll.zset().order()[at].1.clone())
                 .collect();
@@ -694,7 +704,9 @@ fn answer_read(
         | CollRead::HStrLen(_)
         | CollRead::HAll { .. }
         | CollRead::HRandField { .. } => {
-            limited(len)?;
+            if matches!(op, CollRead::HAll { .. }) {
+                limited(len)?;
+            }
             hash_read(coll, op, draw)?
         }
         CollRead::LRange(start, stop) => {
@@ -753,9 +765,8 @@ fn answer_read(
         }
         CollRead::ZRange { spec, with_scores } => {
             let Some(coll) = coll else { return Ok(Answer::Array(Vec::new())) };
-            let (from, to) = zrange_bounds(coll.zset(), spec);
-            limited(to - from)?;
-            let positions = zrange_positions(coll.zset(), spec);
+            let positions = zrange_positions(coll.zset(), spec, ANSWER_ELEMENTS_MAX + 1);
+            limited(positions.len())?;
             zanswer(positions.iter().map(|at| &coll.zset().order()[*at]), *with_scores)
         }
         CollRead::ZRank { member, rev } => {
@@ -1006,8 +1017,8 @@ fn zrange_bounds(z: &super::coll::ZSet, spec: &ZRangeSpec) -> (usize, usize) {
 }
 
 /// The positions a range selects, in the order it answers them (`REV`: highest first),
-/// after `LIMIT`.
-fn zrange_positions(z: &super::coll::ZSet, spec: &ZRangeSpec) -> Vec<usize> {
+/// after `LIMIT`, at most `cap` of them.
+fn zrange_positions(z: &super::coll::ZSet, spec: &ZRangeSpec, cap: usize) -> Vec<usize> {
     let (from, to) = zrange_bounds(z, spec);
     let (offset, count) = match spec.limit {
         Some((offset, _)) if offset < 0 => return Vec::new(),
@@ -1016,7 +1027,7 @@ fn zrange_positions(z: &super::coll::ZSet, spec: &ZRangeSpec) -> Vec<usize> {
         }
         None => (0, usize::MAX),
     };
-    let take = |it: Box<dyn Iterator<Item = usize>>| it.skip(offset).take(count).collect();
+    let take = |it: Box<dyn Iterator<Item = usize>>| it.skip(offset).take(count.min(cap)).collect();
     match spec.rev {
         true => take(Box::new((from..to).rev())),
         false => take(Box::new(from..to)),
@@ -1026,8 +1037,14 @@ fn zrange_positions(z: &super::coll::ZSet, spec: &ZRangeSpec) -> Vec<usize> {
 /// The members of several sets combined; every source a set or absent.
 fn set_combine(kv: &Kv, sources: &[Key], how: Algebra) -> Result<BTreeSet<Value>, KeelError> {
     let mut sets = Vec::with_capacity(sources.len());
-    for source in sources {
-        sets.push(coll_of(kv, source, CollKind::Set)?.map(Coll::set));
+    let mut seen = BTreeSet::new();
+    for (i, source) in sources.iter().enumerate() {
+        let set = coll_of(kv, source, CollKind::Set)?.map(Coll::set);
+        // A key named again changes no union or intersection, nor a difference past
+        // its first source: read once (`SUNION k k k ...` costs one pass).
+        if i == 0 || seen.insert(source) {
+            sets.push(set);
+        }
     }
     let mut out: BTreeSet<Value> = BTreeSet::new();
     match how {
@@ -1054,87 +1071,98 @@ fn set_combine(kv: &Kv, sources: &[Key], how: Algebra) -> Result<BTreeSet<Value>
     Ok(out)
 }
 
-/// The members and scores of several sorted sets (or sets, scored 1) combined.
+/// One source of a sorted-set combination, borrowed: a sorted set, or a set (each
+/// member scored 1), or nothing.
+#[derive(Clone, Copy)]
+enum Scored<'a> {
+    Z(&'a super::coll::ZSet),
+    S(&'a imbl::OrdSet<Value>),
+    None,
+}
+
+impl<'a> Scored<'a> {
+    fn of(kv: &'a Kv, key: &[u8]) -> Result<Scored<'a>, KeelError> {
+        Ok(match kv.item(key) {
+            Some(Item { coll: Some(c), .. }) if c.kind() == CollKind::ZSet => Scored::Z(c.zset()),
+            Some(Item { coll: Some(c), .. }) if c.kind() == CollKind::Set => Scored::S(c.set()),
+            Some(item) if item.live() => return Err(KeelError::WrongType),
+            _ => Scored::None,
+        })
+    }
+
+    fn score(self, member: &Value) -> Option<f64> {
+        match self {
+            Scored::Z(z) => z.score(member).map(Score::get),
+            Scored::S(s) => s.contains(member).then_some(1.0),
+            Scored::None => None,
+        }
+    }
+
+    fn pairs(self) -> Box<dyn Iterator<Item = (&'a Value, f64)> + 'a> {
+        match self {
+            Scored::Z(z) => Box::new(z.order().iter().map(|(s, m)| (m, s.get()))),
+            Scored::S(s) => Box::new(s.iter().map(|m| (m, 1.0))),
+            Scored::None => Box::new(std::iter::empty()),
+        }
+    }
+}
+
+/// The members and scores of several sorted sets (or sets, scored 1) combined. The
+/// sources are read in place, never copied; only the result is built.
 fn zset_combine(
     kv: &Kv,
     first: &Key,
     combine: &ZCombine,
 ) -> Result<BTreeMap<Value, Score>, KeelError> {
-    let mut sources: Vec<Vec<(Value, f64)>> = Vec::new();
+    let mut sources = Vec::with_capacity(combine.others.len() + 1);
     for key in std::iter::once(first).chain(&combine.others) {
-        let pairs = match kv.item(key) {
-            Some(Item { coll: Some(c), .. }) if c.kind() == CollKind::ZSet => {
-                c.zset().order().iter().map(|(s, m)| (m.clone(), s.get())).collect()
-            }
-            Some(Item { coll: Some(c), .. }) if c.kind() == CollKind::Set => {
-                c.set().iter().map(|m| (m.clone(), 1.0)).collect()
-            }
-            Some(item) if item.live() => return Err(KeelError::WrongType),
-            _ => Vec::new(),
-        };
-        sources.push(pairs);
+        sources.push(Scored::of(kv, key)?);
     }
     let weight = |i: usize| combine.weights.get(i).map_or(1.0, |w| f64::from_bits(*w));
-    let weighted = |score: f64, w: f64| {
-        let product = score * w;
-        if product.is_nan() {
-            0.0
-        } else {
-            product
-        }
-    };
+    // Redis's rules: a product or an aggregate that is NaN (`inf * 0`, `inf + -inf`)
+    // counts as 0.
+    let not_nan = |x: f64| if x.is_nan() { 0.0 } else { x };
     let aggregate = |a: f64, b: f64| {
-        let out = match combine.aggregate {
+        not_nan(match combine.aggregate {
             Aggregate::Sum => a + b,
             Aggregate::Min => a.min(b),
             Aggregate::Max => a.max(b),
-        };
-        if out.is_nan() {
-            0.0
-        } else {
-            out
-        }
+        })
     };
     let mut out: BTreeMap<Value, f64> = BTreeMap::new();
     match combine.how {
         Algebra::Union => {
-            for (i, pairs) in sources.iter().enumerate() {
-                for (member, score) in pairs {
-                    let score = weighted(*score, weight(i));
-                    out.entry(member.clone())
-                        .and_modify(|s| *s = aggregate(*s, score))
-                        .or_insert(score);
+            for (i, source) in sources.iter().enumerate() {
+                for (member, score) in source.pairs() {
+                    let score = not_nan(score * weight(i));
+                    match out.get_mut(member) {
+                        Some(s) => *s = aggregate(*s, score),
+                        None => {
+                            out.insert(member.clone(), score);
+                        }
+                    }
                 }
             }
         }
         Algebra::Inter => {
-            let lookups: Vec<BTreeMap<&Value, f64>> =
-                sources.iter().map(|p| p.iter().map(|(m, s)| (m, *s)).collect()).collect();
-            for (member, score) in &sources[0] {
-                let mut total = weighted(*score, weight(0));
-                let mut everywhere = true;
-                for (i, lookup) in lookups.iter().enumerate().skip(1) {
-                    match lookup.get(member) {
-                        Some(s) => total = aggregate(total, weighted(*s, weight(i))),
-                        None => {
-                            everywhere = false;
-                            break;
-                        }
+            'members: for (member, score) in sources[0].pairs() {
+                let mut total = not_nan(score * weight(0));
+                for (i, source) in sources.iter().enumerate().skip(1) {
+                    match source.score(member) {
+                        Some(s) => total = aggregate(total, not_nan(s * weight(i))),
+                        None => continue 'members,
                     }
                 }
-                if everywhere {
-                    out.insert(member.clone(), total);
-                }
+                out.insert(member.clone(), total);
             }
         }
         Algebra::Diff => {
-            let others: BTreeSet<&Value> = sources[1..].iter().flatten().map(|(m, _)| m).collect();
-            for (member, score) in &sources[0] {
-                if !others.contains(member) {
-                    out.insert(member.clone(), *score);
+            for (member, score) in sources[0].pairs() {
+                if sources[1..].iter().all(|s| s.score(member).is_none()) {
+                    out.insert(member.clone(), score);
                 }
             }
         }
     }
-    Ok(out.into_iter().map(|(m, s)| (m, Score::new(s).expect("NaN mapped to 0"))).collect())
+    Ok(out.into_iter().map(|(m, s)| (m, Score::new(s).expect("NaN counted as 0"))).collect())
 }

@@ -25,7 +25,7 @@
 
 mod candidate;
 mod client;
-mod coll;
+pub(crate) mod coll;
 pub mod config;
 mod core;
 mod engine;

@@ -10,9 +10,10 @@
 
 use super::{expiry, Leading, PendingRead, PendingWrite};
 use crate::engine::reused_request;
+use crate::leader::coll::ELEMENT_OVERHEAD_BYTES;
 use crate::leader::core::{Core, Origin};
 use crate::leader::io::{ClientReply, ClientRequest, RequestTag};
-use crate::leader::kv::{command_digest, Applied, WriteResult, ITEM_OVERHEAD_BYTES};
+use crate::leader::kv::{command_digest, item_bytes, Applied, WriteResult, ITEM_OVERHEAD_BYTES};
 use keel_types::{Command, Durability, Entry, EntryPayload, KeelError, LogIndex, ReadLevel};
 
 impl Leading {
@@ -198,8 +199,25 @@ fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
                     _ => 32,
                 }
         }
+        // A copy of a collection adds all of it.
         Command::Transfer { from, to, .. } => {
-            to.len() as u64 + core.kv.get(from).0.map_or(0, |v| v.len() as u64)
+            to.len() as u64 + core.kv.item(from).map_or(0, |item| item_bytes(from, item))
+        }
+        // Its elements with their overhead, and for the forms that build a collection
+        // from others (`SUNIONSTORE`, `ZRANGESTORE`, ...), at most all of those.
+        Command::Coll { key, op } => {
+            let copied: u64 = match **op {
+                keel_types::coll::CollOp::SStore { .. }
+                | keel_types::coll::CollOp::ZStore { .. }
+                | keel_types::coll::CollOp::ZRangeStore { .. } => op
+                    .other_keys()
+                    .iter()
+                    .map(|k| core.kv.item(k).map_or(0, |item| item_bytes(k, item)))
+                    .sum(),
+                _ => 0,
+            };
+            let elements = op.elements() as u64 * ELEMENT_OVERHEAD_BYTES;
+            key.len() as u64 + op.payload_bytes() as u64 + elements + copied
         }
         // The element's key (reserved prefix, name, sequence) and value, and the meta
         // key of a new queue.

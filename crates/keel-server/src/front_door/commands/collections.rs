@@ -246,6 +246,21 @@ impl InLine {
         InLine { ticket, keys }
     }
 
+    /// Leaves the line of `key` (waking the others).
+    fn leave(&mut self, key: &Key) {
+        let Some(at) = self.keys.iter().position(|(_, k)| k == key) else { return };
+        let entry = self.keys.swap_remove(at);
+        let mut lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(line) = lines.get_mut(&entry) {
+            line.retain(|t| *t != self.ticket);
+            if line.is_empty() {
+                lines.remove(&entry);
+            }
+        }
+        drop(lines);
+        wake().notify_waiters();
+    }
+
     /// How many wait ahead of it in the line of `key`.
     fn ahead(&self, key: &Key) -> usize {
         let lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -291,13 +306,18 @@ impl Blocked {
         let mut attempts = 0;
         let mut pause = POLL_FIRST;
         let mut guard = None;
-        let line = InLine::join(self.node.id, &keys);
+        let mut line = InLine::join(self.node.id, &keys);
         // A key of another type answers `WRONGTYPE` when the pop comes; once it waits, a
         // key that becomes another type does not wake it (as in Redis).
         let mut first_look = true;
         loop {
-            let ready = self.ready_keys(&keys, kind, first_look).await?;
+            let (ready, wrong) = self.ready_keys(&keys, kind, first_look).await?;
             first_look = false;
+            // A key that became another type holds no place for this client: the next
+            // in line is served first.
+            for key in wrong {
+                line.leave(key);
+            }
             if ready.iter().any(|(key, held)| *held > line.ahead(key)) {
                 let request = RequestId(self.first.0 + attempts);
                 attempts += 1;
@@ -311,10 +331,16 @@ impl Blocked {
                     answer.as_ref().map(|r| &r.result),
                     Ok(Ok(CommandResult::Answer { answer: Answer::Nil | Answer::NilArray, .. }))
                 );
-                if !empty || attempts >= BLOCK_ATTEMPTS_MAX {
+                if !empty {
                     return answer;
                 }
-                pause = POLL_FIRST;
+                if attempts >= BLOCK_ATTEMPTS_MAX {
+                    // Never a null before the time-out: the client is told to try again.
+                    let why = "the blocking pop lost every race for an element; send it again";
+                    return Err(KeelError::Busy(why.into()));
+                }
+                // Another client was first, or this node's view lags: the wait goes on
+                // growing, so a lagging view does not send a pop a millisecond.
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(self.nothing());
@@ -338,8 +364,9 @@ impl Blocked {
         keys: &'a [Key],
         kind: CollKind,
         wrong_type_ready: bool,
-    ) -> Result<Vec<(&'a Key, usize)>, KeelError> {
+    ) -> Result<(Vec<(&'a Key, usize)>, Vec<&'a Key>), KeelError> {
         let mut ready = Vec::new();
+        let mut wrong = Vec::new();
         for key in keys {
             let op = match kind {
                 CollKind::ZSet => CollRead::ZCard,
@@ -357,13 +384,13 @@ impl Blocked {
                 Ok(CommandResult::Answer { answer: Answer::Int(n), .. }) => {
                     ready.push((key, usize::try_from(n).unwrap_or(0)));
                 }
-                Err(KeelError::WrongType) if !wrong_type_ready => {}
+                Err(KeelError::WrongType) if !wrong_type_ready => wrong.push(key),
                 // A key of the wrong type: the pop answers it.
                 Ok(_) | Err(KeelError::WrongType) => ready.push((key, 1)),
                 Err(e) => return Err(e),
             }
         }
-        Ok(ready)
+        Ok((ready, wrong))
     }
 
     /// The answer of a pop that timed out.
