@@ -674,6 +674,15 @@ impl CollRead {
             limits.check_key(key)?;
             crate::check_not_reserved(key)?;
         }
+        let empty = match self {
+            CollRead::HGet { fields: v, .. }
+            | CollRead::SIsMember { members: v, .. }
+            | CollRead::ZScore { members: v, .. } => v.is_empty(),
+            _ => false,
+        };
+        if empty {
+            return Err(KeelError::InvalidArgument("wrong number of arguments".into()));
+        }
         if let CollRead::ZCombine { combine, .. } = self {
             if !combine.weights.is_empty() && combine.weights.len() != combine.others.len() + 1 {
                 return Err(KeelError::InvalidArgument("syntax error".into()));

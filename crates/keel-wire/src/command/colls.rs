@@ -423,10 +423,31 @@ fn parse_named(
     limits: &Limits,
 ) -> Result<ClientCommand, CommandError> {
     let w = &mut w;
+    match name {
+        "hscan" => scan(name, CollKind::Hash, std::mem::take(w), count, limits),
+        "sscan" => scan(name, CollKind::Set, std::mem::take(w), count, limits),
+        "zscan" => scan(name, CollKind::ZSet, std::mem::take(w), count, limits),
+        // Arms shared across families live with the first: the blocking and multi-key
+        // pops with the lists, the intersection counts with the sets.
+        "bzpopmin" | "bzpopmax" | "zmpop" | "bzmpop" => parse_list(name, w, count, limits),
+        "zintercard" => parse_set(name, w, count, limits),
+        n if n.starts_with('h') => parse_hash(name, w, count, limits),
+        n if n.starts_with('s') => parse_set(name, w, count, limits),
+        n if n.starts_with('z') || n.starts_with("bz") => parse_zset(name, w, count, limits),
+        _ => parse_list(name, w, count, limits),
+    }
+}
+
+/// The hash commands.
+fn parse_hash(
+    name: &'static str,
+    w: &mut Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
     let k = |w: &mut Words| key(next(w)?, limits);
     let v = |w: &mut Words| value(next(w)?, limits);
     Ok(match name {
-        // ----- hashes
         "hset" | "hmset" => {
             if count < 3 || count.is_multiple_of(2) {
                 return Err(arity(name));
@@ -503,8 +524,20 @@ fn parse_named(
             let (count, with_values) = pick_options(w, "withvalues")?;
             read(name, key, CollRead::HRandField { count, with_values })
         }
-        "hscan" => return scan(name, CollKind::Hash, std::mem::take(w), count, limits),
-        // ----- lists
+        _ => unreachable!("{name} is a hash command"),
+    })
+}
+
+/// The list commands.
+fn parse_list(
+    name: &'static str,
+    w: &mut Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    let k = |w: &mut Words| key(next(w)?, limits);
+    let v = |w: &mut Words| value(next(w)?, limits);
+    Ok(match name {
         "lpush" | "rpush" | "lpushx" | "rpushx" => {
             at_least(name, count, 2)?;
             let key = k(w)?;
@@ -641,7 +674,20 @@ fn parse_named(
                 None => write(name, first, op),
             }
         }
-        // ----- sets
+        _ => unreachable!("{name} is a list command"),
+    })
+}
+
+/// The set commands.
+fn parse_set(
+    name: &'static str,
+    w: &mut Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    let k = |w: &mut Words| key(next(w)?, limits);
+    let v = |w: &mut Words| value(next(w)?, limits);
+    Ok(match name {
         "sadd" | "srem" => {
             at_least(name, count, 2)?;
             let key = k(w)?;
@@ -740,8 +786,20 @@ fn parse_named(
             };
             read(name, first, op)
         }
-        "sscan" => return scan(name, CollKind::Set, std::mem::take(w), count, limits),
-        // ----- sorted sets
+        _ => unreachable!("{name} is a set command"),
+    })
+}
+
+/// The sorted-set commands.
+fn parse_zset(
+    name: &'static str,
+    w: &mut Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    let k = |w: &mut Words| key(next(w)?, limits);
+    let v = |w: &mut Words| value(next(w)?, limits);
+    Ok(match name {
         "zadd" => zadd(w, count, limits)?,
         "zincrby" => {
             exactly(name, count, 3)?;
@@ -845,8 +903,7 @@ fn parse_named(
             let (count, with_scores) = pick_options(w, "withscores")?;
             read(name, key, CollRead::ZRandMember { count, with_scores })
         }
-        "zscan" => return scan(name, CollKind::ZSet, std::mem::take(w), count, limits),
-        _ => unreachable!("{name} is in NAMES"),
+        _ => unreachable!("{name} is a sorted-set command"),
     })
 }
 
