@@ -450,6 +450,120 @@ impl Encode for Command {
     }
 }
 
+/// Deepest nesting of an [`crate::coll::Answer`] [`read_answer`] accepts: the state
+/// machine's answers nest three deep at most (`ZMPOP`'s `[key, [[member, score]]]`).
+pub const ANSWER_DEPTH_MAX: u32 = 8;
+
+/// A collection command's answer, explicitly (not through serde, so that reading one
+/// back is bounded in depth, not only in bytes): a tag byte, then its content.
+pub fn put_answer(out: &mut Vec<u8>, answer: &crate::coll::Answer) {
+    use crate::coll::Answer;
+    let pairs = |out: &mut Vec<u8>, tag: u8, pairs: &[(Answer, Answer)]| {
+        put_u8(out, tag);
+        put_u32(out, u32::try_from(pairs.len()).expect("answers are bounded"));
+        for (a, b) in pairs {
+            put_answer(out, a);
+            put_answer(out, b);
+        }
+    };
+    let items = |out: &mut Vec<u8>, tag: u8, items: &[Answer]| {
+        put_u8(out, tag);
+        put_u32(out, u32::try_from(items.len()).expect("answers are bounded"));
+        items.iter().for_each(|a| put_answer(out, a));
+    };
+    match answer {
+        Answer::Nil => put_u8(out, 0),
+        Answer::NilArray => put_u8(out, 1),
+        Answer::Ok => put_u8(out, 2),
+        Answer::Int(n) => {
+            put_u8(out, 3);
+            put_i64(out, *n);
+        }
+        Answer::Bulk(value) => {
+            put_u8(out, 4);
+            put_bytes(out, value);
+        }
+        Answer::Status(text) => {
+            put_u8(out, 5);
+            put_bytes(out, text.as_bytes());
+        }
+        Answer::Double(bits) => {
+            put_u8(out, 6);
+            put_u64(out, *bits);
+        }
+        Answer::Array(list) => items(out, 7, list),
+        Answer::Set(list) => items(out, 10, list),
+        Answer::Map(list) => pairs(out, 8, list),
+        Answer::Pairs(list) => pairs(out, 9, list),
+    }
+}
+
+/// Reads what [`put_answer`] wrote, at most [`ANSWER_DEPTH_MAX`] deep.
+pub fn read_answer(reader: &mut Reader<'_>) -> Result<crate::coll::Answer, CodecError> {
+    read_answer_at(reader, 0)
+}
+
+fn read_answer_at(reader: &mut Reader<'_>, depth: u32) -> Result<crate::coll::Answer, CodecError> {
+    use crate::coll::Answer;
+    if depth > ANSWER_DEPTH_MAX {
+        return Err(CodecError::TooLong {
+            what: "answer nesting",
+            len: u64::from(depth),
+            max: u64::from(ANSWER_DEPTH_MAX),
+        });
+    }
+    let count = |reader: &mut Reader<'_>| -> Result<usize, CodecError> {
+        let n = reader.u32("answer length")? as usize;
+        // Each element takes a byte at least: a length past the input is a lie.
+        if n as u64 > reader.remaining() {
+            return Err(CodecError::TooLong {
+                what: "answer length",
+                len: n as u64,
+                max: reader.remaining(),
+            });
+        }
+        Ok(n)
+    };
+    Ok(match reader.u8("answer")? {
+        0 => Answer::Nil,
+        1 => Answer::NilArray,
+        2 => Answer::Ok,
+        3 => Answer::Int(reader.i64("answer integer")?),
+        4 => Answer::Bulk(reader.bytes("answer bulk", BYTES_LEN_MAX)?),
+        5 => {
+            let text = reader.bytes_vec("answer status", BYTES_LEN_MAX)?;
+            Answer::Status(String::from_utf8_lossy(&text).into_owned())
+        }
+        6 => Answer::Double(reader.u64("answer double")?),
+        tag @ (7 | 10) => {
+            let n = count(reader)?;
+            let mut list = Vec::with_capacity(n);
+            for _ in 0..n {
+                list.push(read_answer_at(reader, depth + 1)?);
+            }
+            if tag == 7 {
+                Answer::Array(list)
+            } else {
+                Answer::Set(list)
+            }
+        }
+        tag @ (8 | 9) => {
+            let n = count(reader)?;
+            let mut list = Vec::with_capacity(n);
+            for _ in 0..n {
+                let a = read_answer_at(reader, depth + 1)?;
+                list.push((a, read_answer_at(reader, depth + 1)?));
+            }
+            if tag == 8 {
+                Answer::Map(list)
+            } else {
+                Answer::Pairs(list)
+            }
+        }
+        tag => return Err(CodecError::UnknownTag { what: "answer", tag }),
+    })
+}
+
 /// A value of the collection vocabulary (`crate::coll`), as its postcard encoding with a
 /// length prefix: compact, deterministic (a command's digest is its encoding's), and
 /// checked field by field when read back.
@@ -875,6 +989,28 @@ mod tests {
         encode(value, &mut bytes);
         assert_eq!(&decode::<T>(&bytes).unwrap(), value);
         bytes
+    }
+
+    #[test]
+    fn answers_round_trip_and_a_deep_one_is_refused() {
+        use crate::coll::Answer;
+        let answer = Answer::Array(vec![
+            Answer::Bulk(b"k".to_vec().into()),
+            Answer::Pairs(vec![(Answer::Bulk(b"m".to_vec().into()), Answer::Double(7))]),
+            Answer::Map(vec![(Answer::Int(-1), Answer::Status("set".into()))]),
+            Answer::Set(vec![Answer::Nil, Answer::NilArray, Answer::Ok]),
+        ]);
+        let mut out = Vec::new();
+        put_answer(&mut out, &answer);
+        assert_eq!(read_answer(&mut Reader::new(&out)), Ok(answer));
+        // An array of an array of ... nine deep, and a length past the input.
+        let mut deep = Vec::new();
+        for _ in 0..=ANSWER_DEPTH_MAX {
+            deep.extend_from_slice(&[7, 1, 0, 0, 0]);
+        }
+        deep.push(0);
+        assert!(read_answer(&mut Reader::new(&deep)).is_err());
+        assert!(read_answer(&mut Reader::new(&[7, 255, 255, 255, 255])).is_err());
     }
 
     #[test]

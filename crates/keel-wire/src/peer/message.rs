@@ -521,7 +521,7 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
         }
         CommandResult::Answer { answer, version } => {
             put_u8(out, 13);
-            keel_types::codec::put_serialized(out, answer);
+            keel_types::codec::put_answer(out, answer);
             put_option_version(out, *version);
         }
         CommandResult::Multi { results } => {
@@ -579,7 +579,7 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
         },
         2 => CommandResult::Written { version: read_version(reader)? },
         13 => CommandResult::Answer {
-            answer: keel_types::codec::read_serialized(reader, "collection answer")?,
+            answer: keel_types::codec::read_answer(reader)?,
             version: read_option_version(reader)?,
         },
         3 => CommandResult::Cas {
