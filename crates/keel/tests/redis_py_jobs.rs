@@ -142,7 +142,8 @@ fn a_reliable_job_queue_survives_two_leader_kills() {
         }
         let current = cluster.wait_for_leader(common::LEADER_WAIT).unwrap_or(victim);
         cluster.kill(current);
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let down = common::wait_until(common::LEADER_WAIT, || !cluster.is_running(current));
+        assert!(down, "node {current} still runs after the kill");
         cluster.restart(current).expect("the killed node restarts");
         let stdin = child.stdin.as_mut().expect("piped");
         writeln!(stdin, "go").expect("the script reads");
