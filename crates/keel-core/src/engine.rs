@@ -321,7 +321,8 @@ pub enum Input<M, Q> {
 /// 6. `replies`: return to clients.
 /// 7. `release`: free, anywhere (it may take a while).
 /// 8. `rejected`: count and log.
-/// 9. Call [`Input::Tick`] no later than `wake_at`.
+/// 9. `events`: deliver to the node's subscribers, at once (best effort).
+/// 10. Call [`Input::Tick`] no later than `wake_at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outputs<M, R, L = Entry> {
     /// Hard state to make durable before any message is sent.
@@ -347,8 +348,46 @@ pub struct Outputs<M, R, L = Entry> {
     pub replies: Vec<R>,
     /// Peer messages the validation gate dropped.
     pub rejected: Vec<Rejection>,
+    /// What this step's applied writes did to keys, for keyspace notifications (empty
+    /// unless [`Engine::record_events`] turned them on).
+    pub events: Vec<KeyEvent>,
     /// When the engine next needs an [`Input::Tick`].
     pub wake_at: Option<Time>,
+}
+
+/// One keyspace event: what an applied write did to one key, named as Redis names it
+/// (`set`, `lpush`, `del`, `expired`, ...), for Redis's keyspace notifications. Events
+/// report what this replica applied: an entry applied and later rolled back by a leader
+/// change (a `memory` write the new leader never had) has had its events all the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEvent {
+    /// The class `notify-keyspace-events` selects it by.
+    pub class: EventClass,
+    /// The event's name.
+    pub event: &'static str,
+    /// The key as the state machine holds it (a database's prefix included).
+    pub key: keel_types::Key,
+}
+
+/// The classes of [`KeyEvent`], as `notify-keyspace-events` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventClass {
+    /// `g`: commands of any type (`del`, `expire`, `rename_from`, ...).
+    Generic,
+    /// `$`: strings.
+    String,
+    /// `l`: lists.
+    List,
+    /// `s`: sets.
+    Set,
+    /// `h`: hashes.
+    Hash,
+    /// `z`: sorted sets.
+    ZSet,
+    /// `x`: a key removed by its expiry.
+    Expired,
+    /// `n`: a key created.
+    New,
 }
 
 /// The outputs of engine `E`'s steps.
@@ -368,6 +407,7 @@ impl<M, R, L> Default for Outputs<M, R, L> {
             messages: Vec::new(),
             replies: Vec::new(),
             rejected: Vec::new(),
+            events: Vec::new(),
             wake_at: None,
         }
     }
@@ -387,6 +427,7 @@ impl<M, R, L> Outputs<M, R, L> {
             && self.messages.is_empty()
             && self.replies.is_empty()
             && self.rejected.is_empty()
+            && self.events.is_empty()
     }
 }
 
@@ -532,6 +573,13 @@ pub trait Engine: Sized + Send + 'static {
     fn read_now(&self, request: &Self::Request, now: Time) -> Option<Self::Reply> {
         let _ = (request, now);
         None
+    }
+
+    /// Turns the recording of [`KeyEvent`]s into [`Outputs::events`] on or off (off at
+    /// boot). Recording changes nothing else: replies, messages and state are the same
+    /// either way. Engines whose state has no Redis keys record nothing.
+    fn record_events(&mut self, on: bool) {
+        let _ = on;
     }
 
     /// Up to `count` log records from `from` (none below the snapshot), and the index the

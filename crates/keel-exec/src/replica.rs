@@ -91,6 +91,11 @@ pub trait Io<E: Engine> {
     fn completed(&mut self, completion: &Completion) {
         let _ = completion;
     }
+    /// Keyspace events of the step's applied writes, once its messages and replies left
+    /// (recorded only after [`Replica::record_events`]).
+    fn events(&mut self, events: Vec<keel_core::engine::KeyEvent>) {
+        drop(events);
+    }
 }
 
 /// What a replica refused on the way out, for want of a budget.
@@ -230,6 +235,13 @@ where
         self.cell.read()
     }
 
+    /// Turns the engine's recording of keyspace events on or off (`Engine::record_events`):
+    /// from the next step on, [`Io::events`] hears them.
+    pub fn record_events(&mut self, on: bool) {
+        let mut engine = self.cell.engine.write().unwrap_or_else(PoisonError::into_inner);
+        engine.record_events(on);
+    }
+
     /// Steps the engine with `input` at local time `now` and carries the outputs out.
     /// Returns the engine's role if this step changed it.
     pub fn step(
@@ -361,8 +373,9 @@ where
         (self.shed, self.busy)
     }
 
-    fn carry_out(&mut self, now: Time, out: OutputsOf<E>, io: &mut impl Io<E>) {
+    fn carry_out(&mut self, now: Time, mut out: OutputsOf<E>, io: &mut impl Io<E>) {
         io.stepped(&out);
+        let events = std::mem::take(&mut out.events);
         let effects = self.front.carry_out(out);
         for rejection in effects.rejected {
             io.rejected(rejection);
@@ -380,6 +393,9 @@ where
             io.dropped(effects.messages_dropped);
         }
         self.leave(effects.messages, effects.replies, io);
+        if !events.is_empty() {
+            io.events(events);
+        }
         self.wake_at = effects.wake_at;
     }
 

@@ -77,7 +77,11 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::Coll { .. }
-        | ClientCommand::Block { .. } => Some(Category::Write),
+        | ClientCommand::Block { .. }
+        | ClientCommand::PubSub(keel_wire::command::PubSubCommand::Publish { .. }) => {
+            Some(Category::Write)
+        }
+        ClientCommand::PubSub(_) => Some(Category::Read),
         _ => None,
     }
 }

@@ -258,6 +258,8 @@ pub struct Wiring<R> {
     /// What the values of replies the leader served may hold on this node until their
     /// clients read them (`forwarded_replies_bytes_max`, shared by every keyspace).
     pub forwarded_replies: Arc<keel_exec::ByteBudget>,
+    /// The node's pub/sub, which hears the keyspace events the replica applies.
+    pub broker: Arc<crate::pubsub::Broker>,
 }
 
 /// Reads served off the engine loop, whatever the engine kind.
@@ -291,6 +293,8 @@ pub struct Driver<E: Engine> {
     sync_asked: Option<Instant>,
     /// Operations on their way to the storage thread (kept for its allocation).
     handoff: Vec<(u64, StorageOp<E::Record>)>,
+    /// Whether the engine records keyspace events (`notify-keyspace-events`).
+    recording: bool,
 }
 
 /// What leaves the replica, carried out on the server's channels: messages to the peer
@@ -393,6 +397,10 @@ where
         }
     }
 
+    fn events(&mut self, events: Vec<keel_core::engine::KeyEvent>) {
+        self.wiring.broker.applied(self.wiring.keyspace, events);
+    }
+
     fn completed(&mut self, completion: &Completion) {
         match completion {
             Completion::Synced { .. } => {
@@ -427,6 +435,7 @@ where
             waiting: HashMap::default(),
             sync_asked: None,
             handoff: Vec::new(),
+            recording: false,
         }
     }
 
@@ -511,8 +520,13 @@ where
         self.replica.cell().clone()
     }
 
-    /// The server's side of the replica's outputs, for one call.
+    /// The server's side of the replica's outputs, for one call. Keyspace events are
+    /// recorded from this call on if `notify-keyspace-events` asks for them now.
     fn io(&mut self) -> (&mut Replica<E>, ServerIo<'_, E::Record>) {
+        if self.wiring.broker.recording() != self.recording {
+            self.recording = !self.recording;
+            self.replica.record_events(self.recording);
+        }
         let io = ServerIo {
             wiring: &self.wiring,
             waiting: &mut self.waiting,
@@ -832,6 +846,8 @@ pub struct Keyspaces {
     pub node_metrics: Arc<Metrics>,
     /// This node.
     pub node_id: NodeId,
+    /// The node's pub/sub.
+    pub broker: Arc<crate::pubsub::Broker>,
 }
 
 impl Keyspaces {
@@ -844,7 +860,14 @@ impl Keyspaces {
         let by_id: BTreeMap<KeyspaceId, KeyspaceHandle> =
             handles.into_iter().map(|h| (h.id, h)).collect();
         assert!(by_id.contains_key(&KeyspaceId(0)), "keyspace 0 always exists");
-        Keyspaces { by_id, node_metrics, node_id }
+        let broker = crate::pubsub::Broker::start(None, node_metrics.clone());
+        Keyspaces { by_id, node_metrics, node_id, broker }
+    }
+
+    /// The same keyspaces with the node's pub/sub `broker` (one that reaches the peers).
+    pub fn with_broker(mut self, broker: Arc<crate::pubsub::Broker>) -> Keyspaces {
+        self.broker = broker;
+        self
     }
 
     /// The keyspace `id`, if this node hosts it.

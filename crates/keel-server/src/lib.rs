@@ -22,6 +22,9 @@
 //!   command family in `front_door/commands/` (strings, keys, queues, transactions,
 //!   sessions and `KEEL.REQ`, Correctables' `KEEL.INVOKE`, server commands such as
 //!   `SELECT`, `INFO` and `KEEL.LOG`, `AUTH` and `ACL`).
+//! - [`pubsub`]: channels, patterns and shard channels, messages forwarded to the other
+//!   members, keyspace notifications from what the replicas apply, each connection's
+//!   bounded outbox of pushed frames.
 //! - [`login`]: password checks on a hashing thread of their own, the delays that slow
 //!   a party guessing passwords, and their counts and log.
 //! - [`unauthenticated`]: the connections not yet authenticated, at most a share of
@@ -49,6 +52,7 @@ pub mod login;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod pubsub;
 pub mod storage;
 pub mod tls;
 pub mod unauthenticated;

@@ -294,6 +294,11 @@ pub struct Metrics {
     /// Peer messages carrying client values not queued (or sent as a short error reply
     /// instead): the link already held its bulk allowance.
     pub peer_bulk_shed: AtomicU64,
+    /// Pub/sub messages or keyspace events not delivered: a peer link's allowance or the
+    /// broker's queue was full.
+    pub pubsub_dropped: AtomicU64,
+    /// Pub/sub connections closed for not reading their messages (past the outbox bound).
+    pub pubsub_overflows: AtomicU64,
     /// Client TLS handshakes that failed or took too long.
     pub tls_handshakes_failed: AtomicU64,
     /// Client connections closed for not authenticating within `auth_timeout_ms`.
@@ -538,7 +543,7 @@ impl Page {
     }
 
     fn node(families: &mut Vec<Family>, node: &Metrics) {
-        let values: [(&'static str, &'static str, bool, &AtomicU64); 11] = [
+        let values: [(&'static str, &'static str, bool, &AtomicU64); 13] = [
             (
                 "keel_peer_messages_sent",
                 "Peer messages handed to a connection.",
@@ -586,6 +591,18 @@ impl Page {
                 "Peer messages carrying client values shed (an error reply sent instead, or dropped): the link's bulk allowance was full.",
                 true,
                 &node.peer_bulk_shed,
+            ),
+            (
+                "keel_pubsub_dropped",
+                "Pub/sub messages or keyspace event batches not delivered: a peer link's allowance for client values or the broker's queue was full.",
+                true,
+                &node.pubsub_dropped,
+            ),
+            (
+                "keel_pubsub_overflows",
+                "Subscribed connections closed for not reading their messages (more than 32 MiB queued).",
+                true,
+                &node.pubsub_overflows,
             ),
             (
                 "keel_tls_handshakes_failed",

@@ -172,6 +172,7 @@ pub(crate) struct Shared<'a> {
     limits: PeerLimits,
     node_metrics: Arc<Metrics>,
     forwarded_replies: Arc<keel_exec::ByteBudget>,
+    broker: Arc<crate::pubsub::Broker>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -228,6 +229,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
     let peers = Arc::new(start_peer_senders(&config, me, &links, &node_metrics));
+    let broker = crate::pubsub::Broker::start(Some(peers.clone()), node_metrics.clone());
     let shared = Shared {
         config: &config,
         peers,
@@ -236,6 +238,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         forwarded_replies: Arc::new(keel_exec::ByteBudget::new(
             usize::try_from(config.forwarded_replies_bytes_max).unwrap_or(usize::MAX),
         )),
+        broker: broker.clone(),
         shutdown,
     };
     let mut handles = Vec::new();
@@ -247,6 +250,11 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         handles.push(started.handle);
         loops.push(started.run);
     }
+    let pubsub_inbox = crate::pubsub::PubSubInbox {
+        broker: Arc::downgrade(&broker),
+        limits: links.limits.clone(),
+    };
+    inboxes.insert(crate::pubsub::PUBSUB_KEYSPACE, Box::new(pubsub_inbox));
     let bind = |addr| async move {
         TcpListener::bind(addr)
             .await
@@ -269,7 +277,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
-    let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me));
+    let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me).with_broker(broker));
     let bulk = BulkRuntime::start(&config);
     let door = front_door(&config, &keyspaces, bulk.handle())?;
     if let Some(listener) = client_listener {
@@ -504,6 +512,7 @@ where
         node_metrics: shared.node_metrics.clone(),
         node_id: NodeId(config.node_id),
         forwarded_replies: shared.forwarded_replies.clone(),
+        broker: shared.broker.clone(),
     };
     let driver = Driver::new(engine, wiring);
     let view: Arc<dyn crate::driver::ReadView> = driver.view();

@@ -188,6 +188,11 @@ impl PeerQueues {
         PeerQueues { queues, bulk }
     }
 
+    /// Every other member, in order.
+    pub fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.queues.keys().copied()
+    }
+
     /// Whether `node` has a queue (a node has none to itself).
     pub fn contains(&self, node: NodeId) -> bool {
         self.queues.contains_key(&node)

@@ -121,6 +121,14 @@ pub trait SimEngine: Engine<Message: keel_wire::peer::PeerMessage> {
     /// (the world keeps its clocks within it).
     fn drift_bound_ppm(config: &Self::Config) -> u32;
 
+    /// Checks the keyspace events of one step against the engine after it: the last
+    /// event of each key says whether it is live (`del`, `expired` and `rename_from`
+    /// leave it absent; any other leaves it there). Engines that record none pass.
+    fn check_events(engine: &Self, events: &[keel_core::engine::KeyEvent]) -> Result<(), String> {
+        let _ = (engine, events);
+        Ok(())
+    }
+
     /// Gives `request` the tag its reply will carry.
     fn set_tag(request: &mut Self::Request, tag: RequestTag);
 
@@ -249,6 +257,29 @@ impl<E: SimEngine<Status = Status, Record = Entry>> Watch<E> for Checker {
     }
 }
 
+/// [`SimEngine::check_events`] for the leader engine, over `live` (whether a key is live
+/// after the step).
+pub fn check_leader_events(
+    events: &[keel_core::engine::KeyEvent],
+    live: impl Fn(&[u8]) -> bool,
+) -> Result<(), String> {
+    let mut last: BTreeMap<&[u8], &'static str> = BTreeMap::new();
+    for event in events {
+        last.insert(&event.key, event.event);
+    }
+    for (key, event) in last {
+        let gone = matches!(event, "del" | "expired" | "rename_from");
+        if gone == live(key) {
+            let state = if gone { "is live" } else { "is absent" };
+            return Err(format!(
+                "the last event of {:?} is {event}, but the key {state}",
+                String::from_utf8_lossy(key)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The configuration of `node` among `members` for `keyspace`, from a leader-engine
 /// template; with `spread_leaders`, keyspace `k` prefers member `k mod n` as a server's
 /// keyspaces do.
@@ -328,6 +359,10 @@ impl SimEngine for keel_core::leader::LeaderEngine {
         crate::codec::across::<Self>(message)
     }
 
+    fn check_events(engine: &Self, events: &[keel_core::engine::KeyEvent]) -> Result<(), String> {
+        check_leader_events(events, |key| engine.key_live(key))
+    }
+
     fn facts(message: &Message) -> MessageFacts<'_> {
         leader_facts(message)
     }
@@ -380,5 +415,25 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("log-repaired", c.logs_repaired),
             ("epoch-raised-under-live-leader", c.epochs_raised_under_live_leader),
         ]
+    }
+}
+
+#[cfg(test)]
+mod event_tests {
+    use super::check_leader_events;
+    use keel_core::engine::{EventClass, KeyEvent};
+
+    #[test]
+    fn the_events_check_refuses_a_last_event_the_state_contradicts() {
+        let event = |name, key: &str| KeyEvent {
+            class: EventClass::Generic,
+            event: name,
+            key: key.as_bytes().to_vec().into(),
+        };
+        let events = [event("set", "a"), event("del", "a"), event("lpush", "b")];
+        let live = |key: &[u8]| key == b"b";
+        assert!(check_leader_events(&events, live).is_ok());
+        assert!(check_leader_events(&events, |_| true).is_err(), "a said deleted, still live");
+        assert!(check_leader_events(&events, |_| false).is_err(), "b said pushed, absent");
     }
 }

@@ -346,6 +346,8 @@ struct SimIo<'a, E: SimEngine> {
     trace: bool,
     /// The sender's links to its peers.
     links: &'a BTreeMap<NodeId, LinkAllowance>,
+    /// The keyspace events of the step, checked against the engine after it.
+    events: Vec<keel_core::engine::KeyEvent>,
 }
 
 impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E> {
@@ -404,7 +406,17 @@ impl<E: SimEngine> keel_exec::Io<E> for SimIo<'_, E> {
         }
     }
 
+    fn events(&mut self, events: Vec<keel_core::engine::KeyEvent>) {
+        self.events.extend(events);
+    }
+
     fn observe(&mut self, engine: &E) {
+        if !self.events.is_empty() {
+            if let Err(detail) = E::check_events(engine, &std::mem::take(&mut self.events)) {
+                let detail = format!("{}/{}: {detail}", self.node, self.ks);
+                self.violations.push(("keyspace-events", detail));
+            }
+        }
         self.left.push(Left::Observed(E::Watch::see(engine)));
     }
 }
@@ -1198,6 +1210,7 @@ impl<E: SimEngine> World<E> {
             left: Vec::new(),
             violations: Vec::new(),
             trace: self.trace,
+            events: Vec::new(),
         };
         let (steps, coalesced, refusals) =
             (replica.steps(), replica.coalesced(), replica.refusals());
@@ -1686,7 +1699,10 @@ impl<E: SimEngine> World<E> {
                 front
             };
             let budget = n.forwarded_replies.clone();
-            let running = Replica::new(engine, front, fresh_hold()).with_forwarded_replies(budget);
+            let mut running =
+                Replica::new(engine, front, fresh_hold()).with_forwarded_replies(budget);
+            // Keyspace events are recorded and checked after every step (`SimIo`).
+            running.record_events(true);
             replica.replica = Some(running);
             self.step_replica(node, ks, Input::Tick);
         }

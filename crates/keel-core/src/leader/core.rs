@@ -474,7 +474,9 @@ impl Core {
         if self.log.last_index() > kept {
             self.truncate_after(kept);
         }
+        let recording = self.kv.recording_events();
         self.kv = kv;
+        self.kv.record_events(recording);
         self.log = Log::new(meta, Vec::new());
         self.log_synced = self.log_synced.min(kept);
         self.sync_requested = self.sync_requested.min(kept);

@@ -139,6 +139,7 @@ impl LeaderEngine {
         self.core.out.wake_at = Some(self.wake_at());
         let rejected = self.core.out.rejected.len() as u64;
         self.core.counters.messages_rejected += rejected;
+        self.core.out.events = self.core.kv.take_events();
         std::mem::take(&mut self.core.out)
     }
 
@@ -643,6 +644,12 @@ impl LeaderEngine {
         }
     }
 
+    /// Whether `key` is live in the applied state (a string or a collection, not expired
+    /// by an applied expiry entry).
+    pub fn key_live(&self, key: &[u8]) -> bool {
+        self.core.kv.item(key).is_some_and(super::kv::Item::live)
+    }
+
     /// A deterministic digest of the applied state (at the applied index).
     pub fn applied_digest(&self) -> u64 {
         self.core.kv.applied_digest()
@@ -732,6 +739,10 @@ impl crate::engine::Engine for LeaderEngine {
 
     fn read_now(&self, request: &super::io::ClientRequest, now: Time) -> Option<ClientReply> {
         LeaderEngine::read_now(self, request, now)
+    }
+
+    fn record_events(&mut self, on: bool) {
+        self.core.kv.record_events(on);
     }
 
     fn status(&self) -> Status {

@@ -191,6 +191,13 @@ pub(super) struct Undo {
     dedup_clients_max: Option<usize>,
 }
 
+impl Undo {
+    /// The keys changed from the `from`th change on, each with what it held before.
+    pub(super) fn changes_from(&self, from: usize) -> &[(Key, Option<Item>)] {
+        &self.keys[from..]
+    }
+}
+
 /// What applying a write entry produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
@@ -260,6 +267,9 @@ pub struct Kv {
     snapshot: Option<SnapshotCursor>,
     /// Reads that chose at random so far (`SRANDMEMBER`): the seed of the next one.
     read_draws: Draws,
+    /// Keyspace events recorded and not yet taken (`kv_events`); `None`: not recording.
+    /// Not replicated state: each replica records what it applies.
+    pub(super) events: Option<Vec<crate::engine::KeyEvent>>,
     /// For negative-control tests only (`Config::unsafe_skip_dedup`): apply every write
     /// entry, retries included.
     pub unsafe_skip_dedup: bool,
@@ -289,6 +299,7 @@ impl Kv {
             state_bytes: 0,
             snapshot: None,
             read_draws: Draws::default(),
+            events: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
             unsafe_watch_ignores_deletes: false,
@@ -416,7 +427,18 @@ impl Kv {
         }
     }
 
+    /// Executes one write (a transaction's operations one by one), recording its
+    /// keyspace events if it succeeded.
     fn execute(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
+        let from = undo.keys.len();
+        let result = self.execute_one(version, command, undo);
+        if result.is_ok() && !matches!(command, Command::Multi { .. }) {
+            self.note_command(command, undo, from);
+        }
+        result
+    }
+
+    fn execute_one(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
         match command {
             Command::Multi { ops, watch } => return self.execute_multi(version, ops, watch, undo),
             Command::OpenSession => return Ok(CommandResult::Written { version }),
@@ -584,6 +606,7 @@ impl Kv {
             let due = self.items.get(key).and_then(|item| item.expires_at);
             if due.is_some_and(|at| at <= now_ms) {
                 self.change(key.clone(), Some(Item::plain(None, version)), undo);
+                self.note_expired(key);
             }
         }
     }
@@ -759,6 +782,7 @@ impl Kv {
             return Ok(CommandResult::Multi { results: None });
         }
         let start = undo.keys.len();
+        let events_before = self.events_len();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
             let result = match op {
@@ -775,6 +799,7 @@ impl Kv {
             match result {
                 Ok(result) => results.push(result),
                 Err(error) => {
+                    self.truncate_events(events_before);
                     let done: Vec<_> = undo.keys.drain(start..).collect();
                     for (key, previous) in done.into_iter().rev() {
                         self.put_back(key, previous);
@@ -1459,6 +1484,10 @@ mod expiry_tests;
 #[cfg(test)]
 #[path = "kv_coll_tests.rs"]
 mod coll_tests;
+
+#[cfg(test)]
+#[path = "kv_events_tests.rs"]
+mod events_tests;
 
 #[cfg(test)]
 mod tests {

@@ -34,6 +34,7 @@ mod gate;
 pub mod io;
 pub mod kv;
 mod kv_coll;
+mod kv_events;
 mod kv_strings;
 mod leading;
 pub mod log;

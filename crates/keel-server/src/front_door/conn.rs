@@ -32,6 +32,9 @@ pub struct Pending {
     pub protocol: Protocol,
     /// Whether the connection closes after this reply.
     pub close: bool,
+    /// Whether the reply is resolved but not written (`CLIENT REPLY OFF`, a subscription
+    /// whose confirmations were pushed).
+    pub silent: bool,
     pub(super) body: Body,
     /// Its share of the node's budget of pipelined requests (`connection`), given back
     /// when the reply is resolved.
@@ -70,20 +73,21 @@ pub(super) type Finish = (fn(Result<ClientReply, KeelError>, bool) -> Frame, boo
 impl Pending {
     /// A reply known at once.
     pub fn ready(frame: Frame, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Ready(frame), charge: None }
+        Pending { protocol, close: false, silent: false, body: Body::Ready(frame), charge: None }
     }
 
     pub(crate) fn later(future: ReplyFuture, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Later(future), charge: None }
+        Pending { protocol, close: false, silent: false, body: Body::Later(future), charge: None }
     }
 
     pub(super) fn engine(sent: Sent, finish: Finish, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Engine(sent, finish, None), charge: None }
+        let body = Body::Engine(sent, finish, None);
+        Pending { protocol, close: false, silent: false, body, charge: None }
     }
 
     /// A `KEEL.INVOKE`'s reply: its views as they come, the last one the reply.
     pub(super) fn views(views: mpsc::Receiver<View>, protocol: Protocol) -> Pending {
-        Pending { protocol, close: false, body: Body::Views(views), charge: None }
+        Pending { protocol, close: false, silent: false, body: Body::Views(views), charge: None }
     }
 
     /// A write's reply, whose version advances the connection's session `floor`.
@@ -91,6 +95,7 @@ impl Pending {
         Pending {
             protocol,
             close: false,
+            silent: false,
             body: Body::Engine(sent, finish, Some(floor)),
             charge: None,
         }
@@ -111,6 +116,17 @@ impl Pending {
     /// The same reply, holding `charge` until it is resolved.
     pub fn charged(mut self, charge: Option<OwnedSemaphorePermit>) -> Pending {
         self.charge = charge;
+        self
+    }
+
+    /// A reply that is resolved but never written.
+    pub fn nothing(protocol: Protocol) -> Pending {
+        Pending::ready(Frame::Null, protocol).silenced()
+    }
+
+    /// The same reply, resolved in its turn but not written.
+    pub fn silenced(mut self) -> Pending {
+        self.silent = true;
         self
     }
 
@@ -239,6 +255,12 @@ pub struct Conn {
     /// The node's open connections and this one's entry among them (`None` in unit
     /// tests of the commands).
     pub(super) registered: Option<(Arc<super::Clients>, Arc<super::clients::Client>)>,
+    /// Where frames pushed to the connection go (pub/sub), written between replies.
+    pub(crate) outbox: Arc<crate::pubsub::Outbox>,
+    /// What the connection subscribed to.
+    pub(super) subs: super::commands::pubsub::Subscriptions,
+    /// `CLIENT REPLY`'s mode.
+    pub(super) reply: keel_wire::command::ReplyMode,
 }
 
 /// What may run concurrently within one connection's pipeline: requests of one kind
@@ -254,8 +276,10 @@ pub(super) enum Kind {
 }
 
 impl Drop for Conn {
-    /// A geo transaction left open is dropped now rather than at its time-out.
+    /// A geo transaction left open is dropped now rather than at its time-out; the
+    /// connection's subscriptions end.
     fn drop(&mut self) {
+        super::commands::pubsub::forget(self);
         if let Some((ks, tx)) = self.geo.open() {
             if let Some(handle) = self.keyspaces.get(ks) {
                 super::commands::geo::abandon(handle, self.client, tx);
@@ -297,7 +321,15 @@ impl Conn {
             transaction: None,
             watched: Arc::default(),
             geo: Default::default(),
+            outbox: crate::pubsub::Outbox::new().0,
+            subs: Default::default(),
+            reply: keel_wire::command::ReplyMode::On,
         }
+    }
+
+    /// Whether the connection is subscribed to anything.
+    pub fn subscribed(&self) -> bool {
+        self.subs.any()
     }
 
     /// Sets the address the connection comes from.

@@ -6,8 +6,8 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    collections, correctables, databases, geo, keys, plain_submit, queues, server, sessions,
-    strings, transactions,
+    collections, correctables, databases, geo, keys, plain_submit, pubsub, queues, server,
+    sessions, strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -16,12 +16,37 @@ use crate::engines::{terms as engine_terms, Asked, Terms};
 use bytes::Bytes;
 use keel_core::engine::OpMode;
 use keel_types::{ClientId, Command, KeyspaceId, LogIndex, RequestId};
+use keel_wire::command::ReplyMode;
 use keel_wire::resp::Frame;
 use keel_wire::ClientCommand;
 
 /// Turns one decoded request into its reply; a request for an engine is sent to it before
-/// this returns (after the earlier requests it must follow are answered).
+/// this returns (after the earlier requests it must follow are answered). Under `CLIENT
+/// REPLY OFF` (or after `SKIP`, once) the reply is resolved and not written.
 pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
+    let before = conn.reply;
+    let reply = handle_request(conn, frame).await;
+    if reply.silent {
+        return reply;
+    }
+    if conn.reply != before {
+        // `CLIENT REPLY` itself: its `OK` is written for `ON` only.
+        return match conn.reply {
+            ReplyMode::On => reply,
+            ReplyMode::Off | ReplyMode::Skip => reply.silenced(),
+        };
+    }
+    match before {
+        ReplyMode::On => reply,
+        ReplyMode::Off => reply.silenced(),
+        ReplyMode::Skip => {
+            conn.reply = ReplyMode::On;
+            reply.silenced()
+        }
+    }
+}
+
+async fn handle_request(conn: &mut Conn, frame: Frame) -> Pending {
     if let Some(entry) = conn.entry() {
         entry.touch();
     }
@@ -41,6 +66,9 @@ pub async fn handle(conn: &mut Conn, frame: Frame) -> Pending {
     let before_auth = [&b"hello"[..], b"quit"].iter().any(|w| first.eq_ignore_ascii_case(w));
     if conn.users.required() && conn.user.is_none() && !before_auth {
         return Pending::ready(Frame::error(NOAUTH), conn.protocol);
+    }
+    if let Some(reply) = pubsub::subscribed_context(conn, &words) {
+        return reply;
     }
     if let Err(text) = engine_terms(conn.node.kind, conn.node.id, Asked::Word(first)) {
         return Pending::ready(Frame::error(&text), conn.protocol);
@@ -155,6 +183,10 @@ pub(crate) async fn dispatch(
     let terms = match engine_terms(conn.node.kind, ks, Asked::Command(&command)) {
         Ok(terms) => terms,
         Err(refusal) => return Pending::ready(Frame::error(&refusal), protocol),
+    };
+    let command = match command {
+        ClientCommand::PubSub(command) => return pubsub::run(conn, command).await,
+        command => command,
     };
     let Some(kind) = order_kind(&command, ks, terms, conn.queued) else {
         return server::admin(conn, command);

@@ -286,6 +286,8 @@ pub enum ClientCommand {
     },
     /// `CLIENT subcommand ...`.
     Client(ClientSubcommand),
+    /// A pub/sub command: `SUBSCRIBE`, `PUBLISH`, `PUBSUB ...` and their kin.
+    PubSub(PubSubCommand),
     /// `COMMAND [COUNT | DOCS ... | INFO ...]`: what `redis-cli` asks at start-up.
     Command(CommandQuery),
     /// `CONFIG GET parameter ...`: answered with no parameters (what `redis-benchmark`
@@ -634,8 +636,120 @@ pub enum ClientSubcommand {
     },
     /// `CLIENT NO-EVICT on|off`: Keel evicts no client, so either is `+OK`.
     NoEvict,
+    /// `CLIENT REPLY ON|OFF|SKIP`: whether the connection's replies are written.
+    Reply(ReplyMode),
     /// Any other subcommand, lowercased; refused with Redis's unknown-subcommand error.
     Other(String),
+}
+
+/// `CLIENT REPLY`'s modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every reply is written (the default).
+    On,
+    /// No reply is written (pushes still are).
+    Off,
+    /// The next command's reply is not written.
+    Skip,
+}
+
+/// The three name spaces of pub/sub: channels, patterns over channels, and shard
+/// channels (Redis 7's `SSUBSCRIBE`, kept apart from the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    /// `SUBSCRIBE`: a channel's exact name.
+    Channel,
+    /// `PSUBSCRIBE`: a glob-style pattern over channel names.
+    Pattern,
+    /// `SSUBSCRIBE`: a shard channel's name.
+    Shard,
+}
+
+impl Space {
+    /// Every space, in order.
+    pub const ALL: [Space; 3] = [Space::Channel, Space::Pattern, Space::Shard];
+
+    /// The space's place in [`Space::ALL`].
+    pub fn at(self) -> usize {
+        self as usize
+    }
+
+    /// The word of a subscription's confirmation (`subscribe`, `psubscribe`, ...).
+    pub fn subscribe_word(self) -> &'static str {
+        match self {
+            Space::Channel => "subscribe",
+            Space::Pattern => "psubscribe",
+            Space::Shard => "ssubscribe",
+        }
+    }
+
+    /// The word of an unsubscription's confirmation.
+    pub fn unsubscribe_word(self) -> &'static str {
+        match self {
+            Space::Channel => "unsubscribe",
+            Space::Pattern => "punsubscribe",
+            Space::Shard => "sunsubscribe",
+        }
+    }
+}
+
+/// A pub/sub command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PubSubCommand {
+    /// `SUBSCRIBE`, `PSUBSCRIBE`, `SSUBSCRIBE` (at least one name).
+    Subscribe {
+        /// Which space.
+        space: Space,
+        /// The channels or patterns.
+        names: Vec<Bytes>,
+    },
+    /// `UNSUBSCRIBE`, `PUNSUBSCRIBE`, `SUNSUBSCRIBE` (no name: all of the space).
+    Unsubscribe {
+        /// Which space.
+        space: Space,
+        /// The channels or patterns.
+        names: Vec<Bytes>,
+    },
+    /// `PUBLISH` or `SPUBLISH`: the number of this node's connections that received it.
+    Publish {
+        /// A shard channel (`SPUBLISH`).
+        shard: bool,
+        /// The channel.
+        channel: Bytes,
+        /// The message.
+        message: Bytes,
+    },
+    /// `PUBSUB CHANNELS [pattern]` or `PUBSUB SHARDCHANNELS [pattern]`.
+    Channels {
+        /// Shard channels.
+        shard: bool,
+        /// Only the channels it matches.
+        pattern: Option<Bytes>,
+    },
+    /// `PUBSUB NUMSUB [channel ...]` or `PUBSUB SHARDNUMSUB [channel ...]`.
+    NumSub {
+        /// Shard channels.
+        shard: bool,
+        /// The channels.
+        channels: Vec<Bytes>,
+    },
+    /// `PUBSUB NUMPAT`: how many distinct patterns are subscribed to.
+    NumPat,
+    /// `PUBSUB HELP`.
+    Help,
+}
+
+impl PubSubCommand {
+    /// The command's name as `COMMAND` lists it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PubSubCommand::Subscribe { space, .. } => space.subscribe_word(),
+            PubSubCommand::Unsubscribe { space, .. } => space.unsubscribe_word(),
+            PubSubCommand::Publish { shard: false, .. } => "publish",
+            PubSubCommand::Publish { shard: true, .. } => "spublish",
+            _ => "pubsub",
+        }
+    }
 }
 
 /// Which connections a `CLIENT KILL` closes: those matching every filter given.
@@ -799,6 +913,7 @@ impl ClientCommand {
             ClientCommand::Unwatch => "unwatch",
             ClientCommand::Info { .. } => "info",
             ClientCommand::Client(_) => "client",
+            ClientCommand::PubSub(command) => command.name(),
             ClientCommand::Command(_) => "command",
             ClientCommand::ConfigGet { .. }
             | ClientCommand::ConfigSet { .. }

@@ -115,6 +115,8 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "keel.keyspaces" => exactly("keel.keyspaces", count, 0).map(|()| ClientCommand::Keyspaces),
         "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
         "client" => client(rest, count),
+        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+        | "sunsubscribe" | "publish" | "spublish" | "pubsub" => pubsub(name, rest, count),
         "command" => command(rest),
         "config" => config(rest, count),
         "select" => select(rest, count),
@@ -1135,9 +1137,68 @@ fn client(mut words: Words, count: usize) -> Result<ClientCommand, CommandError>
                 _ => return Err(CommandError::Syntax),
             }
         }
+        "reply" => {
+            exactly("client|reply", count, 2)?;
+            ClientSubcommand::Reply(match lowercase(&next(&mut words)?).as_str() {
+                "on" => super::ReplyMode::On,
+                "off" => super::ReplyMode::Off,
+                "skip" => super::ReplyMode::Skip,
+                _ => return Err(CommandError::Syntax),
+            })
+        }
         _ => ClientSubcommand::Other(subcommand),
     };
     Ok(ClientCommand::Client(parsed))
+}
+
+/// The pub/sub commands (`name` lowercased).
+fn pubsub(name: &str, mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    use super::{PubSubCommand as P, Space};
+    // `n` is the name without its `un`: `subscribe`, `psubscribe` or `ssubscribe`.
+    let space = |n: &str| match n {
+        "psubscribe" => Space::Pattern,
+        "ssubscribe" => Space::Shard,
+        _ => Space::Channel,
+    };
+    let parsed = match name {
+        "subscribe" | "psubscribe" | "ssubscribe" => {
+            at_least(name, count, 1)?;
+            P::Subscribe { space: space(name), names: words.collect() }
+        }
+        "unsubscribe" | "punsubscribe" | "sunsubscribe" => {
+            let subscribe = name.replacen("un", "", 1);
+            P::Unsubscribe { space: space(&subscribe), names: words.collect() }
+        }
+        "publish" | "spublish" => {
+            exactly(name, count, 2)?;
+            let channel = next(&mut words)?;
+            P::Publish { shard: name == "spublish", channel, message: next(&mut words)? }
+        }
+        _ => {
+            at_least("pubsub", count, 1)?;
+            let sub = lowercase(&next(&mut words)?);
+            match sub.as_str() {
+                "channels" | "shardchannels" if count <= 2 => {
+                    P::Channels { shard: sub.starts_with('s'), pattern: words.next() }
+                }
+                "numsub" | "shardnumsub" => {
+                    P::NumSub { shard: sub.starts_with('s'), channels: words.collect() }
+                }
+                "numpat" if count == 1 => P::NumPat,
+                "help" if count == 1 => P::Help,
+                "channels" | "shardchannels" | "numpat" | "help" => {
+                    return Err(arity(&format!("pubsub|{sub}")))
+                }
+                _ => {
+                    return Err(CommandError::UnknownSubcommand {
+                        command: "PUBSUB",
+                        subcommand: sub,
+                    })
+                }
+            }
+        }
+    };
+    Ok(ClientCommand::PubSub(parsed))
 }
 
 /// `CLIENT KILL ip:port` (the old form), or `CLIENT KILL [ID id] [ADDR ip:port]

@@ -63,6 +63,7 @@ const WDF: &[&str] = &["write", "denyoom", "fast"];
 const CONN: &[&str] = &["loading", "stale", "fast"];
 const SLOW: &[&str] = &["loading", "stale"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const ALL: (i64, i64, i64) = (1, -1, 1);
@@ -178,7 +179,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("pexpiretime", 2, RF, ONE),
     c("ping", -1, &["fast"], NONE),
     c("psetex", 4, WD, ONE),
+    c("psubscribe", -2, PUBSUB, NONE),
     c("pttl", 2, RF, ONE),
+    c("publish", 3, &["pubsub", "loading", "stale", "fast"], NONE),
+    c("pubsub", -2, SLOW, NONE),
+    c("punsubscribe", -1, PUBSUB, NONE),
     c("quit", -1, CONN, NONE),
     c("randomkey", 1, R, NONE),
     c("rename", 3, W, TWO),
@@ -206,18 +211,23 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("smismember", -3, RF, ONE),
     c("smove", 4, WF, TWO),
     c("spop", -2, WF, ONE),
+    c("spublish", 3, &["pubsub", "loading", "stale", "fast"], ONE),
     c("srandmember", -2, R, ONE),
     c("srem", -3, WF, ONE),
     c("sscan", -3, R, ONE),
+    c("ssubscribe", -2, PUBSUB, ALL),
     c("strlen", 2, RF, ONE),
+    c("subscribe", -2, PUBSUB, NONE),
     c("substr", 4, R, ONE),
     c("sunion", -2, R, ALL),
     c("sunionstore", -3, WD, ALL),
+    c("sunsubscribe", -1, PUBSUB, ALL),
     c("time", 1, CONN, NONE),
     c("touch", -2, RF, ALL),
     c("ttl", 2, RF, ONE),
     c("type", 2, RF, ONE),
     c("unlink", -2, WF, ALL),
+    c("unsubscribe", -1, PUBSUB, NONE),
     c("unwatch", 1, CONN, NONE),
     c("watch", -2, CONN, ALL),
     c("zadd", -4, WDF, ONE),

@@ -11,6 +11,7 @@
 //!   `KEEL.PAST`, and reads and updates inside a transaction;
 //! - [`transactions`]: `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`;
 //! - [`settings`]: `CONFIG GET`, `CONFIG SET`, `CONFIG RESETSTAT`;
+//! - [`pubsub`]: `SUBSCRIBE` and its kin, `PUBLISH`, `PUBSUB`;
 //! - [`sessions`]: `KEEL.REQ` and `KEEL.SESSION`, deduplication under client-chosen pairs;
 //! - [`correctables`]: `KEEL.INVOKE`, an operation as a Correctable, its views;
 //! - [`server`]: connection and introspection commands (`PING`, `HELLO`, `CLIENT`,
@@ -25,6 +26,7 @@ pub(crate) mod databases;
 pub(crate) mod geo;
 pub(crate) mod keys;
 pub(crate) mod lcs;
+pub(crate) mod pubsub;
 pub(crate) mod queues;
 pub(crate) mod server;
 pub(crate) mod sessions;

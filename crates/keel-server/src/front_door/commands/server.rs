@@ -223,6 +223,7 @@ fn hello(
     }
     if let Some(asked) = asked {
         conn.protocol = asked;
+        conn.outbox.set_protocol(asked);
     }
     if client_name.is_some() {
         if let Some(entry) = conn.entry() {
@@ -276,6 +277,11 @@ fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
             }
         }
         ClientSubcommand::NoEvict => Frame::ok(),
+        ClientSubcommand::Reply(mode) => {
+            // Written only for `ON`: `dispatch::handle` silences the others.
+            conn.reply = mode;
+            Frame::ok()
+        }
         ClientSubcommand::Other(sub) if sub == "tracking" || sub == "caching" => Frame::error(
             "ERR CLIENT TRACKING is not supported: Keel sends no invalidation messages (cache reads with LEVEL any instead)",
         ),
@@ -530,7 +536,7 @@ mod tests {
     #[tokio::test]
     async fn client_subcommands_keel_does_not_have_are_refused_not_pretended() {
         let (mut c, _rx, _resolved) = conn();
-        for sub in ["PAUSE", "UNBLOCK", "REPLY"] {
+        for sub in ["PAUSE", "UNBLOCK"] {
             let text = ready_text(handle(&mut c, words(&["CLIENT", sub])).await);
             let want = format!("ERR unknown subcommand '{}'. Try CLIENT HELP.", sub.to_lowercase());
             assert_eq!(text, want);

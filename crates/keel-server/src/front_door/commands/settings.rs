@@ -10,6 +10,8 @@
 //!   `*-max-listpack-*` encodings, `lua-time-limit`, `hz`, ...). Keel has no such layout,
 //!   so setting one changes nothing; it is kept per node so that `CONFIG GET` reads back
 //!   what was set, as clients and test harnesses expect.
+//! - **live**: `notify-keyspace-events`, the node's keyspace notifications
+//!   (`crate::pubsub`), which take effect at once.
 //! - every other name: refused as Redis refuses an unknown parameter.
 //!
 //! As Redis's, a `CONFIG SET` of several parameters applies all of them or none.
@@ -51,6 +53,9 @@ const ACCEPTED: &[(&str, &str)] = &[
     ("zset-max-ziplist-value", "64"),
 ];
 
+/// The keyspace notifications' parameter.
+const NOTIFY: &str = "notify-keyspace-events";
+
 /// The values `CONFIG SET` gave accepted parameters on this node.
 static SET: Mutex<BTreeMap<&'static str, Bytes>> = Mutex::new(BTreeMap::new());
 
@@ -78,6 +83,7 @@ pub(crate) fn get(conn: &Conn, patterns: &[Bytes]) -> Frame {
             set.get(name).cloned().unwrap_or_else(|| Bytes::from_static(default.as_bytes()));
         all.insert(name, value);
     }
+    all.insert(NOTIFY, Bytes::from(conn.keyspaces.broker.flags().letters()));
     let matched = all
         .into_iter()
         .filter(|(name, _)| {
@@ -102,7 +108,17 @@ pub(crate) fn number(name: &str) -> i64 {
 pub(crate) fn set(conn: &Conn, pairs: Vec<(String, Bytes)>) -> Frame {
     let fixed = reported(conn);
     let mut accepted = Vec::with_capacity(pairs.len());
+    let mut notify = None;
     for (name, value) in pairs {
+        if name == NOTIFY {
+            match crate::pubsub::Flags::parse(&value) {
+                Some(flags) => notify = Some(flags),
+                None => {
+                    return failed(&name, "Invalid event class character. Use 'Ag$lshzxeKEtmd'.")
+                }
+            }
+            continue;
+        }
         // A fixed setting set to what it is already (`save ""`) changes nothing.
         if fixed.iter().any(|(n, v, _)| *n == name && v.as_bytes() == &value[..]) {
             continue;
@@ -124,6 +140,9 @@ pub(crate) fn set(conn: &Conn, pairs: Vec<(String, Bytes)>) -> Frame {
             return failed(&name, "value too long");
         }
         accepted.push((*known, value));
+    }
+    if let Some(flags) = notify {
+        conn.keyspaces.broker.set_flags(flags);
     }
     let mut set = SET.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for (name, value) in accepted {

@@ -3,10 +3,11 @@
 //! of the pipeline budget and queues its reply for the writer; closes the connection on a
 //! timeout, a protocol error, an authentication deadline or an eviction.
 
-use super::writer::{write_replies, Sink};
+use super::writer::{write_replies, Replies, Sink};
 use super::{Arrival, FrontDoor, Ticket, READ_CHUNK_BYTES};
 use crate::front_door::conn::{Conn, Pending, Resolved};
 use crate::front_door::dispatch::handle;
+use crate::pubsub::Outbox;
 use keel_exec::ByteBudget;
 use keel_wire::resp::{DecodeMode, Decoder, Frame, Protocol, RespLimits};
 use std::sync::atomic::Ordering;
@@ -133,8 +134,9 @@ pub(super) async fn connection<R, W>(
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (queue, write_task, resolved) = start_writer(writer, door);
+    let (queue, write_task, resolved, outbox) = start_writer(writer, door);
     let mut conn = door.conn(resolved, arrival.from);
+    conn.outbox = outbox;
     let registered = door.clients.register(conn.client.0, arrival.peer);
     conn.registered = Some((door.clients.clone(), registered.entry.clone()));
     let full_limits = RespLimits::for_server(&door.limits);
@@ -151,8 +153,9 @@ pub(super) async fn connection<R, W>(
     'read: loop {
         // Part of a request waits at most `partial_request_timeout`; a connection with
         // nothing pending, `idle_timeout`; one not authenticated, its deadline.
-        let wait =
-            if buf.is_empty() { door.idle_timeout } else { Some(door.partial_request_timeout) };
+        // A subscriber waits for messages, not requests: no idle time-out (as Redis).
+        let idle = if conn.subscribed() { None } else { door.idle_timeout };
+        let wait = if buf.is_empty() { idle } else { Some(door.partial_request_timeout) };
         let killed = &registered.entry.kill;
         let woken = next_read(&mut reader, &mut chunk, &queue, wait, deadline, &ticket, killed);
         let n = match woken.await {
@@ -201,21 +204,24 @@ pub(super) async fn connection<R, W>(
     let _ = write_task.await;
 }
 
-/// Starts a connection's writer on `writer`: the queue of its replies, its task, and the
-/// count of the replies it resolved.
+/// Starts a connection's writer on `writer`: the queue of its replies, its task, the
+/// count of the replies it resolved, and the outbox of its pushed frames.
+#[allow(clippy::type_complexity)]
 fn start_writer<W>(
     writer: W,
     door: &FrontDoor,
-) -> (mpsc::Sender<Pending>, tokio::task::JoinHandle<()>, Arc<Resolved>)
+) -> (mpsc::Sender<Pending>, tokio::task::JoinHandle<()>, Arc<Resolved>, Arc<Outbox>)
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (queue, pending) = mpsc::channel(door.pipeline_depth_max);
     let resolved = Arc::new(Resolved::default());
+    let (outbox, pushes) = Outbox::new();
     let sink = Sink::new(writer, door.bulk.clone());
-    let write_task =
-        tokio::spawn(write_replies(sink, pending, resolved.clone(), door.output_timeout));
-    (queue, write_task, resolved)
+    let metrics = door.keyspaces.node_metrics.clone();
+    let replies = Replies { pending, pushes, resolved: resolved.clone(), metrics };
+    let write_task = tokio::spawn(write_replies(sink, replies, door.output_timeout));
+    (queue, write_task, resolved, outbox)
 }
 
 impl FrontDoor {

@@ -5,9 +5,12 @@
 use super::{BULK_WRITE_MIN, WRITE_BUFFER_BYTES_MAX, WRITE_SLICE_BYTES};
 use crate::front_door::commands::correctables::{View, INVOKE_ENDED};
 use crate::front_door::conn::{Pending, Resolved};
+use crate::metrics::Metrics;
+use crate::pubsub::{Pushed, Pushes};
 use bytes::Bytes;
 use keel_wire::resp::{encode_shared, Frame, Protocol};
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -153,13 +156,52 @@ async fn relay_views<W: AsyncWrite + Unpin + Send + 'static>(
     }
 }
 
+/// What a connection's writer writes: its replies in request order, the frames pushed to
+/// it (pub/sub) between them, and where it counts the replies resolved.
+pub(super) struct Replies {
+    /// The replies, in request order.
+    pub(super) pending: mpsc::Receiver<Pending>,
+    /// The pushed frames.
+    pub(super) pushes: Pushes,
+    /// Replies resolved so far.
+    pub(super) resolved: Arc<Resolved>,
+    /// The node's metrics (outboxes overflowed).
+    pub(super) metrics: Arc<Metrics>,
+}
+
+/// Moves the pushed frames queued now into `out`; `false` when the outbox overflowed
+/// (the connection must close).
+fn take_pushes(pushes: &mut Pushes, out: &mut Output, metrics: &Metrics) -> bool {
+    while let Ok(pushed) = pushes.rx.try_recv() {
+        if !put_pushed(pushed, pushes, out, metrics) {
+            return false;
+        }
+    }
+    true
+}
+
+fn put_pushed(pushed: Pushed, pushes: &Pushes, out: &mut Output, metrics: &Metrics) -> bool {
+    match pushed {
+        Pushed::Frame(frame, protocol, size) => {
+            out.push(&frame, protocol);
+            pushes.bytes.fetch_sub(size, Ordering::Relaxed);
+            true
+        }
+        Pushed::Overflow => {
+            metrics.pubsub_overflows.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
 /// Resolves replies in order and writes them, flushing whenever the next reply is not
 /// ready: when none is queued, and before waiting for one still being computed (a read
-/// waiting for a durability round), so that the replies before it leave at once.
+/// waiting for a durability round), so that the replies before it leave at once. Frames
+/// pushed to the connection are written between replies: those queued before a reply is
+/// taken, before it.
 pub(super) async fn write_replies<W: AsyncWrite + Unpin + Send + 'static>(
     mut sink: Sink<W>,
-    mut pending: mpsc::Receiver<Pending>,
-    resolved: Arc<Resolved>,
+    replies: Replies,
     stall: std::time::Duration,
 ) {
     struct Stopped(Arc<Resolved>);
@@ -168,6 +210,7 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin + Send + 'static>(
             self.0.stopped();
         }
     }
+    let Replies { mut pending, mut pushes, resolved, metrics } = replies;
     let resolved = Stopped(resolved);
     let mut out = Output {
         own: Vec::with_capacity(WRITE_BUFFER_BYTES_MAX),
@@ -175,22 +218,43 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin + Send + 'static>(
         shared_bytes: 0,
         stall,
     };
+    let mut pushes_open = true;
     loop {
+        if !take_pushes(&mut pushes, &mut out, &metrics) {
+            break;
+        }
+        if out.len() >= WRITE_BUFFER_BYTES_MAX && !sink.flush(&mut out).await {
+            return;
+        }
         let next = match pending.try_recv() {
             Ok(next) => next,
             Err(mpsc::error::TryRecvError::Empty) => {
                 if out.len() > 0 && !sink.flush(&mut out).await {
                     return;
                 }
-                match pending.recv().await {
-                    Some(next) => next,
-                    None => return,
+                tokio::select! {
+                    biased;
+                    next = pending.recv() => match next {
+                        Some(next) => next,
+                        None => return,
+                    },
+                    pushed = pushes.rx.recv(), if pushes_open => {
+                        match pushed {
+                            Some(pushed) => {
+                                if !put_pushed(pushed, &pushes, &mut out, &metrics) {
+                                    break;
+                                }
+                            }
+                            None => pushes_open = false,
+                        }
+                        continue;
+                    }
                 }
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
         let protocol: Protocol = next.protocol;
-        let close = next.close;
+        let (close, silent) = (next.close, next.silent);
         let mut next = next;
         let frame: Frame = match next.take_views() {
             Some(views) => match relay_views(views, &mut out, &mut sink, protocol).await {
@@ -212,7 +276,9 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin + Send + 'static>(
             }
         };
         resolved.0.one_more();
-        out.push(&frame, protocol);
+        if !silent {
+            out.push(&frame, protocol);
+        }
         if close {
             break;
         }
@@ -315,10 +381,16 @@ mod tests {
         let writer = Recording::default();
         let (written, wrote) = (writer.written.clone(), writer.wrote.clone());
         let (queue, pending) = mpsc::channel(8);
+        let (_outbox, pushes) = crate::pubsub::Outbox::new();
+        let replies = Replies {
+            pending,
+            pushes,
+            resolved: Arc::new(Resolved::default()),
+            metrics: Arc::new(Metrics::default()),
+        };
         let task = tokio::spawn(write_replies(
             Sink { writer: Some(writer), bulk: None },
-            pending,
-            Arc::new(Resolved::default()),
+            replies,
             std::time::Duration::from_secs(5),
         ));
         // A reply that is ready, then one that never comes (a read waiting for a round),
