@@ -586,7 +586,7 @@ fn effect(
         | Command::Transfer { .. }
         | Command::Scan { .. }
         | Command::Multi { .. }
-        | Command::OpenSession
+        | Command::OpenSession { .. }
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
         | Command::QueuePeek { .. }

@@ -30,6 +30,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
         torn_tail: false,
         events_max: 1_000_000,
         crash_after_vote_ppm: 0,
+        late_open_copy_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,

@@ -128,6 +128,11 @@ pub struct RunArgs {
     /// one, so a retry after its eviction is applied twice.
     #[arg(long)]
     pub accept_expired_sessions: bool,
+    /// Negative control: the leader appends an open stamped below the last use of an
+    /// evicted session, so a late copy of an open reopens a session whose retried
+    /// request then applies again.
+    #[arg(long)]
+    pub accept_stale_opens: bool,
     /// Negative control: `WATCH` ignores deletes (a watched key deleted since it was
     /// read counts as unchanged), so a transaction commits over a delete.
     #[arg(long)]
@@ -312,6 +317,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.skip_dedup = args.skip_dedup;
         config.unbounded_links = args.unbounded_links;
         config.accept_expired_sessions = args.accept_expired_sessions;
+        config.accept_stale_opens = args.accept_stale_opens;
         config.watch_ignores_deletes = args.watch_ignores_deletes;
         config.local_expiry = args.local_expiry;
         config.pop_before_durable = args.pop_before_durable;

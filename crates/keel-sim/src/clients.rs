@@ -656,7 +656,7 @@ impl Clients {
             request: RequestId(0),
             durability,
             level: None,
-            command: Command::OpenSession,
+            command: Command::OpenSession { seen: None },
             after: state.floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
             mode: Default::default(),
             named: false,

@@ -129,6 +129,13 @@ pub trait SimEngine: Engine<Message: keel_wire::peer::PeerMessage> {
         Ok(())
     }
 
+    /// Whether `message` carries a client's session open to another node (a forward):
+    /// the late-copy fault's target. Engines without sessions: never.
+    fn opens_session(message: &Self::Message) -> bool {
+        let _ = message;
+        false
+    }
+
     /// Gives `request` the tag its reply will carry.
     fn set_tag(request: &mut Self::Request, tag: RequestTag);
 
@@ -363,6 +370,11 @@ impl SimEngine for keel_core::leader::LeaderEngine {
         check_leader_events(events, |key| engine.key_live(key))
     }
 
+    fn opens_session(message: &Message) -> bool {
+        matches!(message, Message::Forward { request, .. }
+            if matches!(request.command, keel_types::Command::OpenSession { .. }))
+    }
+
     fn facts(message: &Message) -> MessageFacts<'_> {
         leader_facts(message)
     }
@@ -410,6 +422,7 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("write-timeout", c.writes_timed_out),
             ("retry-deduplicated", c.retries_deduplicated),
             ("session-expired", c.sessions_expired),
+            ("stale-open-refused", c.stale_opens_refused),
             ("lease-expired", c.leases_expired),
             ("campaign-withheld", c.campaigns_withheld),
             ("log-repaired", c.logs_repaired),

@@ -394,7 +394,7 @@ fn command_hash(command: &Command) -> u64 {
             let e = end.as_deref().map_or(0, bytes_hash);
             mix(mix(mix(15, bytes_hash(start)), e), u64::from(*limit))
         }
-        Command::OpenSession => 17,
+        Command::OpenSession { .. } => 17,
         Command::Geo(_) => unreachable!("no log holds a geo operation"),
         Command::Enqueue { queue, value } => mix(mix(18, bytes_hash(queue)), bytes_hash(value)),
         Command::Dequeue { queue } => mix(19, bytes_hash(queue)),

@@ -139,6 +139,13 @@ impl Network {
         delays
     }
 
+    /// One more copy on its way, scheduled by the caller (a targeted fault's late copy);
+    /// it calls [`Network::arrived`] for it as for any other.
+    pub fn add_copy(&mut self) {
+        self.in_flight += 1;
+        self.stats.duplicated += 1;
+    }
+
     /// A copy reached the far end; whether it may be delivered (its link is not cut).
     pub fn arrived(&mut self, from: NodeId, to: NodeId) -> bool {
         assert!(self.in_flight > 0, "arrival without a message in flight");

@@ -92,6 +92,10 @@ pub struct GeneralConfig {
     /// (the engine's `unsafe_accept_expired_sessions`), so a retry after its eviction
     /// applies again.
     pub accept_expired_sessions: bool,
+    /// Negative control: the leader appends an open stamped below the last use of an
+    /// evicted session (the engine's `unsafe_accept_stale_opens`), so a late copy of an
+    /// open reopens a session whose retried request then applies again.
+    pub accept_stale_opens: bool,
     /// Negative control: nodes ignore their repair floor (the engine's
     /// `unsafe_ignore_repair_floor`), so a node whose log lost damaged records votes
     /// and campaigns by what is left.
@@ -173,6 +177,7 @@ impl GeneralConfig {
             skip_dedup: false,
             unbounded_links: false,
             accept_expired_sessions: false,
+            accept_stale_opens: false,
             ignore_repair_floor: false,
             aim_leader_ppm: 0,
             lease_race: false,
@@ -446,6 +451,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         torn_tail: rng.chance(500_000),
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        late_open_copy_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,
@@ -516,6 +522,11 @@ fn add_sessions(world: &mut WorldConfig, seed: u64) -> bool {
         return false;
     }
     world.engine.dedup_clients_max = rng.range(1, 5) as usize;
+    // Half of them deliver a quarter of forwarded session opens again, late: a copy that
+    // may arrive after its session was used and evicted (`Kv::open_is_stale`).
+    if rng.chance(500_000) {
+        world.late_open_copy_ppm = 1_000_000;
+    }
     true
 }
 
@@ -702,6 +713,7 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     world_config.engine.unsafe_forget_leader_contact = config.forget_leader_contact;
     world_config.engine.unsafe_skip_dedup = config.skip_dedup;
     world_config.engine.unsafe_accept_expired_sessions = config.accept_expired_sessions;
+    world_config.engine.unsafe_accept_stale_opens = config.accept_stale_opens;
     world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
     world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
     world_config.engine.unsafe_expire_on_local_clock = config.local_expiry;
@@ -842,6 +854,7 @@ pub(crate) fn reached<E: LeaderSim>(
     reached.insert("exec:forwarded-reply-busy".into(), world.stats.forwarded_replies_busy);
     reached.insert("fault:vote-request-crash".into(), world.stats.vote_request_crashes);
     reached.insert("fault:clients-cut".into(), world.stats.client_requests_cut);
+    reached.insert("fault:late-open-copy".into(), world.stats.late_open_copies);
     reached.insert("client-retry".into(), client_retries);
     reached.retain(|_, n| *n > 0);
     reached

@@ -211,7 +211,7 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         // Queues are checked by their own checker (`queues.rs`), not as keys.
         Command::Get { .. }
         | Command::Scan { .. }
-        | Command::OpenSession
+        | Command::OpenSession { .. }
         | Command::Enqueue { .. }
         | Command::Dequeue { .. }
         | Command::QueuePeek { .. }

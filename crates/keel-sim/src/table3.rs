@@ -182,6 +182,7 @@ pub fn table3_world(rng: &mut Rng) -> WorldConfig {
         torn_tail: false,
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        late_open_copy_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,

@@ -152,6 +152,7 @@ fn table4_world() -> WorldConfig {
         torn_tail: false,
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        late_open_copy_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,

@@ -299,7 +299,7 @@ impl Tickets {
                         | state.sessions_opened << 16
                         | (CLIENT_BASE + actor as u64),
                 );
-                (id, RequestId(0), Command::OpenSession)
+                (id, RequestId(0), Command::OpenSession { seen: None })
             }
             Step::Enqueue(ticket) => {
                 state.next_request += 1;

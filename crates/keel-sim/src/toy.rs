@@ -94,7 +94,7 @@ impl ToyEngine {
             | Command::Coll { .. }
             | Command::CollRead { .. } => unreachable!("the toy engine runs no Redis commands"),
             Command::Geo(_) => unreachable!("the toy engine runs no geo operations"),
-            Command::OpenSession => {}
+            Command::OpenSession { .. } => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }
         CommandResult::Written { version }

@@ -70,6 +70,11 @@ pub struct WorldConfig<C = Config> {
     /// Targeted fault for negative controls: probability (ppm) that a node crashes right
     /// after granting a vote, restarting 1–50 ms later. Zero in normal runs.
     pub crash_after_vote_ppm: u32,
+    /// Targeted fault: probability (ppm) that a forwarded session open is delivered
+    /// again 300 ms to 1.5 s later (a copy held in the network), after its session may
+    /// have been used and forgotten: what `Kv::open_is_stale` refuses. Drawn from the
+    /// sending node's generator only when on.
+    pub late_open_copy_ppm: u32,
     /// Negative control: the executor reports fsyncs without clamping them below the
     /// truncations that followed (`Front::unsafe_skip_truncation_clamp`).
     pub unsafe_skip_truncation_clamp: bool,
@@ -513,6 +518,8 @@ pub struct WorldStats {
     pub vote_request_crashes: u64,
     /// Client requests lost while clients were cut off ([`World::cut_clients_until`]).
     pub client_requests_cut: u64,
+    /// Late copies of forwarded session opens sent (`WorldConfig::late_open_copy_ppm`).
+    pub late_open_copies: u64,
     /// Messages sent on a held link ([`World::hold`]), delivered once it is let go.
     pub held_messages: u64,
     /// Hard states saved (every incarnation's, every vote's).
@@ -1339,6 +1346,22 @@ impl<E: SimEngine> World<E> {
             if rng.chance(self.config.crash_after_vote_ppm) {
                 let restart_at_ns = self.now_ns + rng.range(1_000_000, 50_000_000);
                 self.push(self.now_ns, Event::Crash { node: from, restart_at_ns });
+            }
+        }
+        if self.config.late_open_copy_ppm > 0 && E::opens_session(&message) {
+            let rng = &mut self.nodes[Self::slot(from)].rng;
+            if rng.chance(self.config.late_open_copy_ppm) {
+                let at = self.now_ns + rng.range(500_000_000, 3_000_000_000);
+                let incarnation = self.node(from).incarnation;
+                let copy = message.clone();
+                self.net.add_copy();
+                self.stats.late_open_copies += 1;
+                let arrived = false;
+                let hold = None;
+                self.push(
+                    at,
+                    Event::Deliver { from, to, ks, message: copy, incarnation, arrived, hold },
+                );
             }
         }
         if E::facts(&message).asks_vote && self.vote_request_crash.contains_key(&from) {

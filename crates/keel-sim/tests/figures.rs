@@ -28,6 +28,7 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         torn_tail: false,
         events_max: 200_000,
         crash_after_vote_ppm: 0,
+        late_open_copy_ppm: 0,
         keyspaces: 1,
         unsafe_skip_truncation_clamp: false,
         spread_leaders: false,

@@ -135,8 +135,9 @@ fn jobs_seeds_pop_each_job_once_under_faults() {
     assert!(seeds("job-retry") * 100 >= 50 * count, "{reaching:?}");
 }
 
+/// A late copy of a producer's open, refused once its session was used and evicted
+/// (`docs/simulation.md`, *Seed 892*).
 #[test]
-#[ignore = "fails today: a late duplicate OpenSession re-opens a session the dedup table had evicted, and the session's retried push is applied twice (docs/simulation.md, *Known failing seeds*)"]
 fn jobs_seed_892_applies_a_retried_push_once() {
     let report = run_general::<LeaderEngine>(&GeneralConfig::jobs(892));
     assert!(report.passed(), "{:?}", report.violations);

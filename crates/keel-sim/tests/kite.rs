@@ -346,6 +346,7 @@ fn kite_runs_in_the_one_world_every_engine_runs_in() {
             torn_tail: true,
             events_max: 1_000_000,
             crash_after_vote_ppm: 0,
+            late_open_copy_ppm: 0,
             keyspaces: 1,
             unsafe_skip_truncation_clamp: false,
             spread_leaders: false,

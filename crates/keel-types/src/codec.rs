@@ -63,6 +63,8 @@ const COMMAND_TRANSFER: u8 = 18;
 const COMMAND_GEO: u8 = 19;
 const COMMAND_COLL: u8 = 20;
 const COMMAND_COLL_READ: u8 = 21;
+/// `OpenSession` with the stamp of the node that received it (8: without, older logs).
+const COMMAND_OPEN_SESSION_SEEN: u8 = 22;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -380,7 +382,11 @@ impl Encode for Command {
                 put_u32(out, *limit);
             }
             Command::Multi { ops, watch } => encode_multi(out, ops, watch),
-            Command::OpenSession => put_u8(out, COMMAND_OPEN_SESSION),
+            Command::OpenSession { seen: None } => put_u8(out, COMMAND_OPEN_SESSION),
+            Command::OpenSession { seen: Some(seen) } => {
+                put_u8(out, COMMAND_OPEN_SESSION_SEEN);
+                put_u64(out, seen.0);
+            }
             Command::Geo(_) => put_u8(out, COMMAND_GEO),
             Command::Enqueue { queue, value } => {
                 put_u8(out, COMMAND_ENQUEUE);
@@ -690,7 +696,7 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
         let refused = match op {
             Command::Multi { .. } => Some(COMMAND_MULTI),
             Command::Scan { .. } => Some(COMMAND_SCAN),
-            Command::OpenSession => Some(COMMAND_OPEN_SESSION),
+            Command::OpenSession { .. } => Some(COMMAND_OPEN_SESSION),
             Command::Enqueue { .. } => Some(COMMAND_ENQUEUE),
             Command::Dequeue { .. } => Some(COMMAND_DEQUEUE),
             Command::QueuePeek { .. } => Some(COMMAND_QUEUE_PEEK),
@@ -740,7 +746,10 @@ impl Decode for Command {
                 limit: reader.u32("scan limit")?,
             },
             COMMAND_MULTI => decode_multi(reader)?,
-            COMMAND_OPEN_SESSION => Command::OpenSession,
+            COMMAND_OPEN_SESSION => Command::OpenSession { seen: None },
+            COMMAND_OPEN_SESSION_SEEN => {
+                Command::OpenSession { seen: Some(LogIndex(reader.u64("open's stamp")?)) }
+            }
             COMMAND_ENQUEUE => Command::Enqueue {
                 queue: reader.bytes("queue", BYTES_LEN_MAX)?,
                 value: reader.bytes("value", BYTES_LEN_MAX)?,
@@ -1072,6 +1081,8 @@ mod tests {
             },
             Command::Flush { db: None },
             Command::Flush { db: Some(9) },
+            Command::OpenSession { seen: None },
+            Command::OpenSession { seen: Some(LogIndex(77)) },
             Command::Count { db: 0 },
             Command::Modify {
                 key: b"k".to_vec().into(),

@@ -73,7 +73,19 @@ pub enum Command {
     /// Opens the session named by the entry's client id (one with
     /// [`crate::ClientId::SESSION_BIT`]): changes no key, and gives the session a slot in the
     /// deduplication table. Applying it again changes nothing.
-    OpenSession,
+    ///
+    /// `seen` is the durable index of the node that first received it, stamped there
+    /// (whatever the client sent): the leader refuses the open (`SessionExpired`) of a
+    /// session the table does not hold when a session the table evicted was last used
+    /// after `seen`. So a late copy of an open (a retry, a duplicated message) cannot
+    /// reopen a session that was used and forgotten since: every request of a session
+    /// is sent after its open was answered, so it lies past the `seen` of every copy of
+    /// that open (`docs/protocol.md` §6, *Sessions*). `None`: an entry written before
+    /// the stamp existed, applied as then.
+    OpenSession {
+        /// The receiving node's durable index when the open arrived.
+        seen: Option<crate::LogIndex>,
+    },
     /// Appends `value` to the tail of `queue` (a replicated FIFO queue, created by its
     /// first enqueue); the element gets the queue's next sequence number.
     Enqueue {
@@ -516,7 +528,7 @@ impl Command {
             Command::Scan { start, .. } => start,
             Command::Geo(op) => op.key().unwrap_or(&NO_KEY),
             Command::Multi { .. }
-            | Command::OpenSession
+            | Command::OpenSession { .. }
             | Command::Flush { .. }
             | Command::Count { .. } => &NO_KEY,
         }
@@ -571,7 +583,7 @@ impl Command {
             Command::Incr { .. } => "incr",
             Command::Scan { .. } => "scan",
             Command::Multi { .. } => "multi",
-            Command::OpenSession => "open-session",
+            Command::OpenSession { .. } => "open-session",
             Command::Enqueue { .. } => "enqueue",
             Command::Dequeue { .. } => "dequeue",
             Command::QueuePeek { .. } => "queue-peek",
@@ -616,7 +628,7 @@ impl Command {
             Command::Expire { ttl: Ttl::Keep, .. } => {
                 Err(KeelError::InvalidArgument("an expire that keeps the expiry".into()))
             }
-            Command::OpenSession => Ok(()),
+            Command::OpenSession { .. } => Ok(()),
             Command::Geo(op) => op.validate(limits),
             Command::Cas { expected, new, .. } => {
                 if let Some(expected) = expected {
@@ -690,7 +702,7 @@ impl Command {
                 op,
                 Command::Multi { .. }
                     | Command::Scan { .. }
-                    | Command::OpenSession
+                    | Command::OpenSession { .. }
                     | Command::Enqueue { .. }
                     | Command::Dequeue { .. }
                     | Command::QueuePeek { .. }

@@ -97,6 +97,7 @@ impl Config {
             unsafe_forget_leader_contact: false,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
+            unsafe_accept_stale_opens: false,
             unsafe_watch_ignores_deletes: false,
             unsafe_ignore_repair_floor: false,
             unsafe_pre_vote_ignores_leader: false,

@@ -71,6 +71,9 @@ pub struct Counters {
     /// Writes refused because their session was no longer in the deduplication table
     /// (`KeelError::SessionExpired`).
     pub sessions_expired: u64,
+    /// Of those, opens refused as possibly late copies: stamped below the last use of a
+    /// session the table evicted (`Kv::open_is_stale`).
+    pub stale_opens_refused: u64,
     /// Active-set leases this node held as a follower that ran out without renewal.
     pub leases_expired: u64,
     /// Election timeouts at which this node did not campaign because its log is below
@@ -498,6 +501,7 @@ impl Core {
         let mut kv = Kv::decode(data, at, self.config.dedup_clients_max)?;
         kv.unsafe_skip_dedup = self.config.unsafe_skip_dedup;
         kv.unsafe_accept_expired_sessions = self.config.unsafe_accept_expired_sessions;
+        kv.unsafe_accept_stale_opens = self.config.unsafe_accept_stale_opens;
         kv.unsafe_watch_ignores_deletes = self.config.unsafe_watch_ignores_deletes;
         Ok(kv)
     }

@@ -76,6 +76,7 @@ impl LeaderEngine {
         };
         kv.unsafe_skip_dedup = config.unsafe_skip_dedup;
         kv.unsafe_accept_expired_sessions = config.unsafe_accept_expired_sessions;
+        kv.unsafe_accept_stale_opens = config.unsafe_accept_stale_opens;
         kv.unsafe_watch_ignores_deletes = config.unsafe_watch_ignores_deletes;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {

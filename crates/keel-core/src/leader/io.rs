@@ -275,6 +275,10 @@ pub struct Config {
     /// is taken for a new one, so a retry after its eviction is applied again. Shows that
     /// the simulator's checkers catch what session expiry prevents.
     pub unsafe_accept_expired_sessions: bool,
+    /// Negative control only: the leader appends an open stamped below the last use of a
+    /// session the deduplication table evicted, which may reopen a session whose
+    /// requests were applied and forgotten (so a retry of one is applied again).
+    pub unsafe_accept_stale_opens: bool,
     /// For negative-control tests only: `WATCH` ignores deletes (a watched key deleted
     /// since it was read counts as unchanged), so a transaction commits over a delete.
     /// Shows that the simulator's transaction checker catches it.

@@ -86,8 +86,11 @@ fn queue_item_key(queue: &[u8], seq: u64) -> Key {
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-/// The snapshot format written: v5 adds collections (item flags 3 and 4).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV05";
+/// The snapshot format written: v6 adds, after the deduplication slots, the last use of
+/// the newest session the table evicted (`Kv::sessions_evicted_through`).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV06";
+/// The fifth format, still read: v5 adds collections (item flags 3 and 4).
+const SNAPSHOT_MAGIC_V5: &[u8; 8] = b"KEELKV05";
 /// The fourth format, still read: v4 adds an item form with an expiry (flag 2).
 const SNAPSHOT_MAGIC_V4: &[u8; 8] = b"KEELKV04";
 /// The third format, still read: v3 carries the deduplication bound in force at the
@@ -189,6 +192,8 @@ pub(super) struct Undo {
     dedup: SmallVec<[(ClientId, Option<DedupSlot>); 1]>,
     /// The deduplication bound before a settings entry changed it.
     dedup_clients_max: Option<usize>,
+    /// `Kv::sessions_evicted_through` before an eviction raised it.
+    evicted_through: Option<LogIndex>,
 }
 
 impl Undo {
@@ -267,6 +272,10 @@ pub struct Kv {
     snapshot: Option<SnapshotCursor>,
     /// Reads that chose at random so far (`SRANDMEMBER`): the seed of the next one.
     read_draws: Draws,
+    /// The highest last-use index of any session the deduplication table evicted: an
+    /// open stamped below it may be a late copy of an open whose session was used and
+    /// forgotten since, and is refused (`Kv::open_is_stale`).
+    sessions_evicted_through: LogIndex,
     /// Keyspace events recorded and not yet taken (`kv_events`); `None`: not recording.
     /// Not replicated state: each replica records what it applies.
     pub(super) events: Option<Vec<crate::engine::KeyEvent>>,
@@ -276,6 +285,9 @@ pub struct Kv {
     /// For negative-control tests only (`Config::unsafe_accept_expired_sessions`): a
     /// session the table no longer holds is taken for a new one, as a plain client is.
     pub unsafe_accept_expired_sessions: bool,
+    /// For negative-control tests only (`Config::unsafe_accept_stale_opens`): an open
+    /// stamped below the last use of an evicted session reopens it all the same.
+    pub unsafe_accept_stale_opens: bool,
     /// For negative-control tests only (`Config::unsafe_watch_ignores_deletes`): a
     /// watched key deleted since (a tombstone now) counts as unchanged.
     pub unsafe_watch_ignores_deletes: bool,
@@ -299,9 +311,11 @@ impl Kv {
             state_bytes: 0,
             snapshot: None,
             read_draws: Draws::default(),
+            sessions_evicted_through: LogIndex::ZERO,
             events: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
+            unsafe_accept_stale_opens: false,
             unsafe_watch_ignores_deletes: false,
         }
     }
@@ -335,6 +349,7 @@ impl Kv {
             keys: SmallVec::new(),
             dedup: SmallVec::new(),
             dedup_clients_max: None,
+            evicted_through: None,
         };
         let applied = match &entry.payload {
             EntryPayload::Noop => Applied::Noop,
@@ -367,6 +382,7 @@ impl Kv {
             let (_, oldest) = self.dedup_order.pop_first().expect("order mirrors the table");
             let evicted = self.dedup.remove(&oldest);
             assert!(evicted.is_some(), "order mirrors the table");
+            self.evicted(oldest, evicted.as_ref(), undo);
             undo.dedup.push((oldest, evicted));
         }
         assert_eq!(self.dedup.len(), self.dedup_order.len());
@@ -417,7 +433,7 @@ impl Kv {
     /// and every replica again when applying.
     pub fn session_open(&self, client: ClientId, command: &Command) -> Result<(), KeelError> {
         let expired = client.is_session()
-            && !matches!(command, Command::OpenSession)
+            && !matches!(command, Command::OpenSession { .. })
             && !self.dedup.contains_key(&client)
             && !self.unsafe_accept_expired_sessions;
         if expired {
@@ -441,7 +457,7 @@ impl Kv {
     fn execute_one(&mut self, version: Version, command: &Command, undo: &mut Undo) -> WriteResult {
         match command {
             Command::Multi { ops, watch } => return self.execute_multi(version, ops, watch, undo),
-            Command::OpenSession => return Ok(CommandResult::Written { version }),
+            Command::OpenSession { .. } => return Ok(CommandResult::Written { version }),
             Command::Enqueue { queue, value } => {
                 return Ok(self.enqueue(version, queue, value, undo));
             }
@@ -515,7 +531,7 @@ impl Kv {
             }
             Command::Geo(_) => panic!("a geo operation in the log (refused at the door)"),
             Command::Multi { .. }
-            | Command::OpenSession
+            | Command::OpenSession { .. }
             | Command::Enqueue { .. }
             | Command::Dequeue { .. }
             | Command::Set { .. }
@@ -841,9 +857,32 @@ impl Kv {
             let (_, oldest) = self.dedup_order.pop_first().expect("order mirrors the table");
             let evicted = self.dedup.remove(&oldest);
             assert!(evicted.is_some() && oldest != client, "evicted the newest client");
+            self.evicted(oldest, evicted.as_ref(), undo);
             undo.dedup.push((oldest, evicted));
         }
         assert_eq!(self.dedup.len(), self.dedup_order.len());
+    }
+
+    /// Notes that `client`'s slot was evicted: a session's last use raises
+    /// [`Kv::sessions_evicted_through`] (recorded for rollback).
+    fn evicted(&mut self, client: ClientId, slot: Option<&DedupSlot>, undo: &mut Undo) {
+        let Some(slot) = slot.filter(|_| client.is_session()) else { return };
+        if slot.index > self.sessions_evicted_through {
+            undo.evicted_through.get_or_insert(self.sessions_evicted_through);
+            self.sessions_evicted_through = slot.index;
+        }
+    }
+
+    /// Whether `command` opens a session the table does not hold, stamped (`seen`) below
+    /// the last use of a session the table evicted: possibly a late copy of an open whose
+    /// session was used and forgotten since, which must not reopen it. The leader refuses
+    /// such an open before appending it (`SessionExpired`); replicas apply what the log
+    /// holds.
+    pub fn open_is_stale(&self, client: ClientId, command: &Command) -> bool {
+        let Command::OpenSession { seen: Some(seen) } = command else { return false };
+        !self.unsafe_accept_stale_opens
+            && !self.dedup.contains_key(&client)
+            && *seen < self.sessions_evicted_through
     }
 
     /// Undoes every applied entry after `index`. Panics if that reaches below the undo
@@ -879,6 +918,9 @@ impl Kv {
         }
         if let Some(bound) = undo.dedup_clients_max {
             self.dedup_clients_max = bound;
+        }
+        if let Some(through) = undo.evicted_through {
+            self.sessions_evicted_through = through;
         }
         let prior = self.undo.back().map(|u| u.index).unwrap_or(self.undo_floor);
         // The epoch is set by `rollback_after` once the target is reached.
@@ -1061,6 +1103,13 @@ impl Kv {
         above.filter_map(|u| u.dedup_clients_max).last().unwrap_or(self.dedup_clients_max)
     }
 
+    /// [`Kv::sessions_evicted_through`] at `index` (between the undo floor and the applied
+    /// index): its value before the oldest eviction above it that raised it, if any.
+    fn evicted_through_at(&self, index: LogIndex) -> LogIndex {
+        let above = self.undo.iter().rev().take_while(|u| u.index > index);
+        above.filter_map(|u| u.evicted_through).last().unwrap_or(self.sessions_evicted_through)
+    }
+
     /// Visits the items as of the state `overlay` describes, in key order: a merge of the
     /// applied items with the overlay (an overlay entry replaces or hides the applied one).
     fn visit_items_at<'a>(
@@ -1170,6 +1219,7 @@ impl Kv {
                 None => put_u8(&mut tail, 0),
             }
         }
+        put_u64(&mut tail, self.evicted_through_at(index).0);
         let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 16);
         header.extend_from_slice(SNAPSHOT_MAGIC);
         put_u64(&mut header, index.0);
@@ -1191,7 +1241,7 @@ impl Kv {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
         let magic = reader.take("magic", 8).map_err(err)?;
-        let with_bound = [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V4, SNAPSHOT_MAGIC_V3];
+        let with_bound = [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V5, SNAPSHOT_MAGIC_V4, SNAPSHOT_MAGIC_V3];
         let (with_digests, with_bound) = if with_bound.iter().any(|m| magic == *m) {
             (true, true)
         } else if magic == SNAPSHOT_MAGIC_V2 {
@@ -1211,7 +1261,8 @@ impl Kv {
             let key = reader.bytes("key", u32::MAX).map_err(err)?;
             let version =
                 Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
-            let expiring = magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V4;
+            let expiring =
+                [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V5, SNAPSHOT_MAGIC_V4].iter().any(|m| magic == *m);
             let (mut value, mut coll, mut expires_at) = (None, None, None);
             match reader.u8("item flag").map_err(err)? {
                 0 => {}
@@ -1220,7 +1271,7 @@ impl Kv {
                     value = Some(reader.bytes("value", u32::MAX).map_err(err)?);
                     expires_at = Some(reader.u64("expiry").map_err(err)?);
                 }
-                flag @ (3 | 4) if magic == SNAPSHOT_MAGIC => {
+                flag @ (3 | 4) if magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V5 => {
                     coll = Some(super::coll::Coll::decode(&mut reader)?);
                     if flag == 4 {
                         expires_at = Some(reader.u64("expiry").map_err(err)?);
@@ -1265,6 +1316,19 @@ impl Kv {
             kv.dedup_order.insert((index, client));
             kv.dedup.insert(client, DedupSlot { request, index, result, digest });
         }
+        kv.sessions_evicted_through = match magic == SNAPSHOT_MAGIC {
+            true => {
+                let through = LogIndex(reader.u64("sessions evicted through").map_err(err)?);
+                if through > at.index {
+                    return Err(format!("sessions evicted through {through}, past the snapshot"));
+                }
+                through
+            }
+            // An older snapshot does not say; every slot evicted was the oldest then, so
+            // none was used after the oldest slot held now: a bound that errs towards
+            // refusing an open.
+            false => kv.dedup_order.first().map_or(LogIndex::ZERO, |(index, _)| *index),
+        };
         reader.finish().map_err(err)?;
         kv.applied = at;
         kv.undo_floor = at.index;
@@ -1858,6 +1922,47 @@ mod tests {
     }
 
     #[test]
+    fn a_late_copy_of_an_open_is_stale_once_its_session_was_used_and_evicted() {
+        const S: u64 = ClientId::SESSION_BIT | 7;
+        const T: u64 = ClientId::SESSION_BIT | 8;
+        let open = |seen: u64| Command::OpenSession { seen: Some(LogIndex(seen)) };
+        let incr = || Command::Incr { key: "c".into(), delta: 1 };
+        let mut kv = Kv::new(1);
+        assert!(!kv.open_is_stale(ClientId(S), &open(0)), "nothing evicted yet");
+        kv.apply(&write(1, S, 0, open(0)));
+        kv.apply(&write(2, S, 1, incr()));
+        // Another session evicts S, last used at 2.
+        kv.apply(&write(3, T, 0, open(2)));
+        assert!(kv.dedup(ClientId(S)).is_none());
+        assert_eq!(kv.sessions_evicted_through, LogIndex(2));
+        assert!(kv.open_is_stale(ClientId(S), &open(0)), "the late copy, stamped before 2");
+        assert!(kv.open_is_stale(ClientId(S), &open(1)));
+        assert!(!kv.open_is_stale(ClientId(S), &open(2)), "stamped after every use");
+        assert!(!kv.open_is_stale(ClientId(T), &open(0)), "a session the table holds");
+        assert!(!kv.open_is_stale(ClientId(S), &Command::OpenSession { seen: None }));
+        // The snapshot carries it; a rollback past the eviction takes it back.
+        let snapshot = kv.encode_at(LogIndex(3));
+        let decoded = Kv::decode(&snapshot, Version::new(1, 3), 1).unwrap();
+        assert_eq!(decoded.sessions_evicted_through, LogIndex(2));
+        let mut v5 = snapshot.clone();
+        v5[..8].copy_from_slice(SNAPSHOT_MAGIC_V5);
+        v5.truncate(v5.len() - 8);
+        let decoded = Kv::decode(&v5, Version::new(1, 3), 1).unwrap();
+        assert_eq!(decoded.sessions_evicted_through, LogIndex(3), "v5: the oldest slot held");
+        let before = kv.encode_at(LogIndex(2));
+        let decoded = Kv::decode(&before, Version::new(1, 2), 1).unwrap();
+        assert_eq!(decoded.sessions_evicted_through, LogIndex::ZERO, "as of index 2");
+        kv.rollback_after(LogIndex(2), Epoch(1));
+        assert_eq!(kv.sessions_evicted_through, LogIndex::ZERO);
+        assert!(kv.dedup(ClientId(S)).is_some());
+        // A plain client's eviction does not count.
+        let mut kv = Kv::new(1);
+        kv.apply(&write(1, 5, 1, incr()));
+        kv.apply(&write(2, 6, 1, incr()));
+        assert_eq!(kv.sessions_evicted_through, LogIndex::ZERO);
+    }
+
+    #[test]
     fn a_session_forgotten_by_the_table_is_refused_not_applied_again() {
         const S: u64 = ClientId::SESSION_BIT | 7;
         let incr = || Command::Incr { key: "c".into(), delta: 1 };
@@ -1867,7 +1972,7 @@ mod tests {
         assert_eq!(early, Applied::Write(Err(KeelError::SessionExpired)));
         assert_eq!(kv.get(b"c").0, None);
         assert!(kv.dedup(ClientId(S)).is_none());
-        let opened = kv.apply(&write(2, S, 0, Command::OpenSession));
+        let opened = kv.apply(&write(2, S, 0, Command::OpenSession { seen: None }));
         assert!(matches!(opened, Applied::Write(Ok(CommandResult::Written { .. }))));
         let first = kv.apply(&write(3, S, 1, incr()));
         assert_eq!(kv.apply(&write(4, S, 1, incr())), first, "a retry in the window");
@@ -1893,7 +1998,7 @@ mod tests {
         assert_eq!(kv.get(b"p").0, Some(Value::from_static(b"1")));
         // Rolled back past the eviction, the session is held again.
         let mut kv = Kv::new(1);
-        kv.apply(&write(1, S, 0, Command::OpenSession));
+        kv.apply(&write(1, S, 0, Command::OpenSession { seen: None }));
         kv.apply(&write(2, 1, 1, put("k", "v")));
         assert_eq!(kv.session_open(ClientId(S), &incr()), Err(KeelError::SessionExpired));
         kv.rollback_after(LogIndex(1), Epoch(1));
@@ -1907,7 +2012,7 @@ mod tests {
         let incr = || Command::Incr { key: "c".into(), delta: 1 };
         let mut kv = Kv::new(1);
         kv.unsafe_accept_expired_sessions = true;
-        kv.apply(&write(1, S, 0, Command::OpenSession));
+        kv.apply(&write(1, S, 0, Command::OpenSession { seen: None }));
         kv.apply(&write(2, S, 1, incr()));
         kv.apply(&write(3, 1, 1, put("k", "v")));
         kv.apply(&write(4, S, 1, incr()));
@@ -1928,6 +2033,7 @@ mod tests {
         out.extend_from_slice(&bytes[8..slots_at]);
         put_u32(&mut out, bound);
         out.extend_from_slice(&bytes[slots_at..]);
+        put_u64(&mut out, 0); // no session evicted
         out
     }
 

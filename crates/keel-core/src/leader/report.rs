@@ -43,6 +43,7 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "retries_deduplicated": c.retries_deduplicated,
             "keys_expired": c.keys_expired,
             "sessions_expired": c.sessions_expired,
+            "stale_opens_refused": c.stale_opens_refused,
             "leases_expired": c.leases_expired,
             "campaigns_withheld": c.campaigns_withheld,
             "logs_repaired": c.logs_repaired,
@@ -179,6 +180,11 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_sessions_expired_total",
             "Writes refused because the deduplication table no longer held their session.",
             c.sessions_expired,
+        ),
+        Metric::counter(
+            "keel_stale_opens_refused_total",
+            "Session opens refused as possibly late copies: stamped below the last use of a session the deduplication table evicted.",
+            c.stale_opens_refused,
         ),
         Metric::counter(
             "keel_leases_expired_total",

@@ -37,6 +37,7 @@ impl Traced for LeaderEngine {
             ("unsafe_forget_leader_contact", &mut c.unsafe_forget_leader_contact),
             ("unsafe_skip_dedup", &mut c.unsafe_skip_dedup),
             ("unsafe_accept_expired_sessions", &mut c.unsafe_accept_expired_sessions),
+            ("unsafe_accept_stale_opens", &mut c.unsafe_accept_stale_opens),
             ("unsafe_watch_ignores_deletes", &mut c.unsafe_watch_ignores_deletes),
             ("unsafe_ignore_repair_floor", &mut c.unsafe_ignore_repair_floor),
             ("unsafe_pre_vote_ignores_leader", &mut c.unsafe_pre_vote_ignores_leader),

@@ -208,6 +208,7 @@ impl GeoWorld {
             torn_tail: false,
             events_max: 50_000_000,
             crash_after_vote_ppm: 0,
+            late_open_copy_ppm: 0,
             unsafe_skip_truncation_clamp: false,
             spread_leaders: false,
             reads_off_loop_ppm: 0,

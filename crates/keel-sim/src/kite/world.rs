@@ -133,6 +133,7 @@ impl KiteWorld {
             torn_tail: false,
             events_max: 50_000_000,
             crash_after_vote_ppm: 0,
+            late_open_copy_ppm: 0,
             keyspaces: 1,
             unsafe_skip_truncation_clamp: false,
             spread_leaders: false,

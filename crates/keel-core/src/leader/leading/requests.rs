@@ -25,6 +25,11 @@ impl Leading {
             core.counters.sessions_expired += 1;
             return core.reply_result(origin, request.tag, Err(error), false);
         }
+        if core.kv.open_is_stale(request.client, &request.command) {
+            core.counters.sessions_expired += 1;
+            core.counters.stale_opens_refused += 1;
+            return core.reply_result(origin, request.tag, Err(KeelError::SessionExpired), false);
+        }
         let skip = core.config.unsafe_skip_dedup;
         if let Some(slot) = core.kv.dedup(request.client).filter(|_| !skip) {
             if slot.request == request.request {

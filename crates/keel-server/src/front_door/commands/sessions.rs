@@ -107,8 +107,13 @@ pub(crate) async fn keel_session(conn: &mut Conn, words: &[Bytes]) -> Pending {
     let ks = conn.node.id;
     conn.order_through_loop(Kind::Write(ks)).await;
     let after = conn.resolved.floor(ks);
-    let sent =
-        conn.node.send(plain_submit(client, RequestId(0), Command::OpenSession, None, after));
+    let sent = conn.node.send(plain_submit(
+        client,
+        RequestId(0),
+        Command::OpenSession { seen: None },
+        None,
+        after,
+    ));
     let reply = async move {
         match sent.answer().await.and_then(|r| r.result) {
             Ok(_) => Frame::bulk(raw.to_string()),
