@@ -30,6 +30,10 @@ use std::time::Duration;
 /// Most connections kept per node.
 pub const CONNECTIONS_PER_NODE_MAX: usize = 64;
 
+/// How many times an open refused with `SESSIONEXPIRED` is sent again before the error is
+/// returned (waiting 10, 20, 40 ms between).
+const OPEN_REFUSALS_MAX: u32 = 3;
+
 /// Client settings.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -676,9 +680,23 @@ impl Session {
         self.server_session
     }
 
-    /// Opens a server session (`KEEL.SESSION`) and numbers writes from 1 in it.
+    /// Opens a server session (`KEEL.SESSION`) and numbers writes from 1 in it. An open
+    /// refused with `SESSIONEXPIRED` (stamped at a node that lagged the last use of a
+    /// session the table evicted: `docs/protocol.md` §6) opened nothing and is sent again,
+    /// a few times.
     async fn open(&mut self) -> Result<u64, ClientError> {
-        let (frame, _) = self.client.call(&[b"KEEL.SESSION"]).await?;
+        let mut refused = 0;
+        let (frame, _) = loop {
+            match self.client.call(&[b"KEEL.SESSION"]).await {
+                Err(ClientError::Keel(KeelError::SessionExpired))
+                    if refused < OPEN_REFUSALS_MAX =>
+                {
+                    refused += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(5 << refused)).await;
+                }
+                other => break other?,
+            }
+        };
         let id = match &frame {
             Frame::Bulk(bytes) => std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok()),
             _ => None,

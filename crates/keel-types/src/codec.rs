@@ -385,7 +385,8 @@ impl Encode for Command {
             Command::OpenSession { seen: None } => put_u8(out, COMMAND_OPEN_SESSION),
             Command::OpenSession { seen: Some(seen) } => {
                 put_u8(out, COMMAND_OPEN_SESSION_SEEN);
-                put_u64(out, seen.0);
+                put_u64(out, seen.epoch.0);
+                put_u64(out, seen.index.0);
             }
             Command::Geo(_) => put_u8(out, COMMAND_GEO),
             Command::Enqueue { queue, value } => {
@@ -748,7 +749,9 @@ impl Decode for Command {
             COMMAND_MULTI => decode_multi(reader)?,
             COMMAND_OPEN_SESSION => Command::OpenSession { seen: None },
             COMMAND_OPEN_SESSION_SEEN => {
-                Command::OpenSession { seen: Some(LogIndex(reader.u64("open's stamp")?)) }
+                let epoch = reader.u64("open's stamp")?;
+                let index = reader.u64("open's stamp")?;
+                Command::OpenSession { seen: Some(Version::new(epoch, index)) }
             }
             COMMAND_ENQUEUE => Command::Enqueue {
                 queue: reader.bytes("queue", BYTES_LEN_MAX)?,
@@ -1082,7 +1085,7 @@ mod tests {
             Command::Flush { db: None },
             Command::Flush { db: Some(9) },
             Command::OpenSession { seen: None },
-            Command::OpenSession { seen: Some(LogIndex(77)) },
+            Command::OpenSession { seen: Some(Version::new(3, 77)) },
             Command::Count { db: 0 },
             Command::Modify {
                 key: b"k".to_vec().into(),

@@ -74,17 +74,17 @@ pub enum Command {
     /// [`crate::ClientId::SESSION_BIT`]): changes no key, and gives the session a slot in the
     /// deduplication table. Applying it again changes nothing.
     ///
-    /// `seen` is the durable index of the node that first received it, stamped there
-    /// (whatever the client sent): the leader refuses the open (`SessionExpired`) of a
-    /// session the table does not hold when a session the table evicted was last used
-    /// after `seen`. So a late copy of an open (a retry, a duplicated message) cannot
-    /// reopen a session that was used and forgotten since: every request of a session
-    /// is sent after its open was answered, so it lies past the `seen` of every copy of
-    /// that open (`docs/protocol.md` §6, *Sessions*). `None`: an entry written before
-    /// the stamp existed, applied as then.
+    /// `seen` is the version of the last entry in the log of the node that first
+    /// received it, stamped there (whatever the client sent): the leader refuses the open
+    /// (`SessionExpired`) of a session the table does not hold when a session the table
+    /// evicted was last used after `seen`. So a late copy of an open (a retry, a
+    /// duplicated message) cannot reopen a session that was used and forgotten since:
+    /// every request of a session is sent after its open was answered, so it lies past
+    /// the `seen` of every copy of that open (`docs/protocol.md` §6, *Late copies of an
+    /// open*). `None`: an entry written before the stamp existed, applied as then.
     OpenSession {
-        /// The receiving node's durable index when the open arrived.
-        seen: Option<crate::LogIndex>,
+        /// The receiving node's last log entry when the open arrived.
+        seen: Option<crate::Version>,
     },
     /// Appends `value` to the tail of `queue` (a replicated FIFO queue, created by its
     /// first enqueue); the element gets the queue's next sequence number.

@@ -13,7 +13,7 @@ use super::core::Origin;
 use super::engine::{LeaderEngine, RoleState};
 use super::io::{ClientReply, ClientRequest};
 use crate::time::Time;
-use keel_types::{Command, Epoch, KeelError, NodeId, ReadLevel};
+use keel_types::{Command, Epoch, KeelError, NodeId, ReadLevel, Version};
 
 impl LeaderEngine {
     /// A read this node would answer at once from its applied state if it arrived, alone,
@@ -78,7 +78,7 @@ impl LeaderEngine {
         if let (Origin::Local, Command::OpenSession { seen }) = (origin, &mut request.command) {
             // Stamped where it arrives, once (`Kv::open_is_stale`); a forwarded copy
             // keeps the stamp of the node its client sent it to.
-            *seen = Some(core.durable_index);
+            *seen = Some(Version { epoch: core.log.last_epoch(), index: core.log.last_index() });
         }
         if let Err(error) = request.command.validate(&core.config.limits) {
             return core.reply_result(origin, request.tag, Err(error), false);

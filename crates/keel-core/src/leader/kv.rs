@@ -193,7 +193,9 @@ pub(super) struct Undo {
     /// The deduplication bound before a settings entry changed it.
     dedup_clients_max: Option<usize>,
     /// `Kv::sessions_evicted_through` before an eviction raised it.
-    evicted_through: Option<LogIndex>,
+    evicted_through: Option<Version>,
+    /// The epoch of the entry applied.
+    epoch: Epoch,
 }
 
 impl Undo {
@@ -272,10 +274,11 @@ pub struct Kv {
     snapshot: Option<SnapshotCursor>,
     /// Reads that chose at random so far (`SRANDMEMBER`): the seed of the next one.
     read_draws: Draws,
-    /// The highest last-use index of any session the deduplication table evicted: an
-    /// open stamped below it may be a late copy of an open whose session was used and
-    /// forgotten since, and is refused (`Kv::open_is_stale`).
-    sessions_evicted_through: LogIndex,
+    /// At least the version of the last use of any session the deduplication table
+    /// evicted (its index, with the epoch of the entry that evicted it: never lower than
+    /// its own): an open stamped below it may be a late copy of an open whose session
+    /// was used and forgotten since, and is refused (`Kv::open_is_stale`).
+    sessions_evicted_through: Version,
     /// Keyspace events recorded and not yet taken (`kv_events`); `None`: not recording.
     /// Not replicated state: each replica records what it applies.
     pub(super) events: Option<Vec<crate::engine::KeyEvent>>,
@@ -311,7 +314,7 @@ impl Kv {
             state_bytes: 0,
             snapshot: None,
             read_draws: Draws::default(),
-            sessions_evicted_through: LogIndex::ZERO,
+            sessions_evicted_through: Version::default(),
             events: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
@@ -350,6 +353,7 @@ impl Kv {
             dedup: SmallVec::new(),
             dedup_clients_max: None,
             evicted_through: None,
+            epoch: entry.epoch,
         };
         let applied = match &entry.payload {
             EntryPayload::Noop => Applied::Noop,
@@ -867,9 +871,10 @@ impl Kv {
     /// [`Kv::sessions_evicted_through`] (recorded for rollback).
     fn evicted(&mut self, client: ClientId, slot: Option<&DedupSlot>, undo: &mut Undo) {
         let Some(slot) = slot.filter(|_| client.is_session()) else { return };
-        if slot.index > self.sessions_evicted_through {
+        let used = Version { epoch: undo.epoch, index: slot.index };
+        if used > self.sessions_evicted_through {
             undo.evicted_through.get_or_insert(self.sessions_evicted_through);
-            self.sessions_evicted_through = slot.index;
+            self.sessions_evicted_through = used;
         }
     }
 
@@ -1105,7 +1110,7 @@ impl Kv {
 
     /// [`Kv::sessions_evicted_through`] at `index` (between the undo floor and the applied
     /// index): its value before the oldest eviction above it that raised it, if any.
-    fn evicted_through_at(&self, index: LogIndex) -> LogIndex {
+    fn evicted_through_at(&self, index: LogIndex) -> Version {
         let above = self.undo.iter().rev().take_while(|u| u.index > index);
         above.filter_map(|u| u.evicted_through).last().unwrap_or(self.sessions_evicted_through)
     }
@@ -1219,7 +1224,9 @@ impl Kv {
                 None => put_u8(&mut tail, 0),
             }
         }
-        put_u64(&mut tail, self.evicted_through_at(index).0);
+        let evicted_through = self.evicted_through_at(index);
+        put_u64(&mut tail, evicted_through.epoch.0);
+        put_u64(&mut tail, evicted_through.index.0);
         let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 16);
         header.extend_from_slice(SNAPSHOT_MAGIC);
         put_u64(&mut header, index.0);
@@ -1318,16 +1325,20 @@ impl Kv {
         }
         kv.sessions_evicted_through = match magic == SNAPSHOT_MAGIC {
             true => {
-                let through = LogIndex(reader.u64("sessions evicted through").map_err(err)?);
-                if through > at.index {
-                    return Err(format!("sessions evicted through {through}, past the snapshot"));
+                let epoch = reader.u64("sessions evicted through").map_err(err)?;
+                let through = Version::new(epoch, reader.u64("and its index").map_err(err)?);
+                if through > at {
+                    return Err(format!("sessions evicted through {through:?}, past the snapshot"));
                 }
                 through
             }
             // An older snapshot does not say; every slot evicted was the oldest then, so
-            // none was used after the oldest slot held now: a bound that errs towards
-            // refusing an open.
-            false => kv.dedup_order.first().map_or(LogIndex::ZERO, |(index, _)| *index),
+            // none was used after the oldest slot held now, nor in a later epoch than
+            // the snapshot's: a bound that errs towards refusing an open.
+            false => kv.dedup_order.first().map_or(Version::default(), |(index, _)| Version {
+                epoch: at.epoch,
+                index: *index,
+            }),
         };
         reader.finish().map_err(err)?;
         kv.applied = at;
@@ -1925,41 +1936,44 @@ mod tests {
     fn a_late_copy_of_an_open_is_stale_once_its_session_was_used_and_evicted() {
         const S: u64 = ClientId::SESSION_BIT | 7;
         const T: u64 = ClientId::SESSION_BIT | 8;
-        let open = |seen: u64| Command::OpenSession { seen: Some(LogIndex(seen)) };
+        let open = |seen: u64| Command::OpenSession { seen: Some(Version::new(1, seen)) };
         let incr = || Command::Incr { key: "c".into(), delta: 1 };
         let mut kv = Kv::new(1);
         assert!(!kv.open_is_stale(ClientId(S), &open(0)), "nothing evicted yet");
         kv.apply(&write(1, S, 0, open(0)));
         kv.apply(&write(2, S, 1, incr()));
-        // Another session evicts S, last used at 2.
+        // Another session evicts S, last used at (1, 2).
         kv.apply(&write(3, T, 0, open(2)));
         assert!(kv.dedup(ClientId(S)).is_none());
-        assert_eq!(kv.sessions_evicted_through, LogIndex(2));
+        assert_eq!(kv.sessions_evicted_through, Version::new(1, 2));
         assert!(kv.open_is_stale(ClientId(S), &open(0)), "the late copy, stamped before 2");
         assert!(kv.open_is_stale(ClientId(S), &open(1)));
         assert!(!kv.open_is_stale(ClientId(S), &open(2)), "stamped after every use");
+        let newer_epoch = Command::OpenSession { seen: Some(Version::new(2, 1)) };
+        assert!(!kv.open_is_stale(ClientId(S), &newer_epoch), "a later epoch's log");
         assert!(!kv.open_is_stale(ClientId(T), &open(0)), "a session the table holds");
         assert!(!kv.open_is_stale(ClientId(S), &Command::OpenSession { seen: None }));
         // The snapshot carries it; a rollback past the eviction takes it back.
         let snapshot = kv.encode_at(LogIndex(3));
         let decoded = Kv::decode(&snapshot, Version::new(1, 3), 1).unwrap();
-        assert_eq!(decoded.sessions_evicted_through, LogIndex(2));
+        assert_eq!(decoded.sessions_evicted_through, Version::new(1, 2));
         let mut v5 = snapshot.clone();
         v5[..8].copy_from_slice(SNAPSHOT_MAGIC_V5);
-        v5.truncate(v5.len() - 8);
+        v5.truncate(v5.len() - 16);
         let decoded = Kv::decode(&v5, Version::new(1, 3), 1).unwrap();
-        assert_eq!(decoded.sessions_evicted_through, LogIndex(3), "v5: the oldest slot held");
+        let oldest = Version::new(1, 3);
+        assert_eq!(decoded.sessions_evicted_through, oldest, "v5: the oldest slot held");
         let before = kv.encode_at(LogIndex(2));
         let decoded = Kv::decode(&before, Version::new(1, 2), 1).unwrap();
-        assert_eq!(decoded.sessions_evicted_through, LogIndex::ZERO, "as of index 2");
+        assert_eq!(decoded.sessions_evicted_through, Version::default(), "as of index 2");
         kv.rollback_after(LogIndex(2), Epoch(1));
-        assert_eq!(kv.sessions_evicted_through, LogIndex::ZERO);
+        assert_eq!(kv.sessions_evicted_through, Version::default());
         assert!(kv.dedup(ClientId(S)).is_some());
         // A plain client's eviction does not count.
         let mut kv = Kv::new(1);
         kv.apply(&write(1, 5, 1, incr()));
         kv.apply(&write(2, 6, 1, incr()));
-        assert_eq!(kv.sessions_evicted_through, LogIndex::ZERO);
+        assert_eq!(kv.sessions_evicted_through, Version::default());
     }
 
     #[test]
@@ -2033,7 +2047,8 @@ mod tests {
         out.extend_from_slice(&bytes[8..slots_at]);
         put_u32(&mut out, bound);
         out.extend_from_slice(&bytes[slots_at..]);
-        put_u64(&mut out, 0); // no session evicted
+        put_u64(&mut out, 0); // no session evicted: epoch 0,
+        put_u64(&mut out, 0); // index 0
         out
     }
 
