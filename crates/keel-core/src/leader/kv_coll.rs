@@ -506,9 +506,12 @@ fn smove(
     }
     let mut dest = coll_to_change(kv, to, CollKind::Set)?;
     source.s_remove(member);
-    dest.s_insert(member.clone());
     store(kv, key, source, version, undo);
-    store(kv, to, dest, version, undo);
+    // A member the destination holds already leaves it unchanged: no new version (a
+    // `WATCH` of it holds), no event, as Redis.
+    if dest.s_insert(member.clone()) {
+        store(kv, to, dest, version, undo);
+    }
     answered(Answer::Int(1), true, version)
 }
 

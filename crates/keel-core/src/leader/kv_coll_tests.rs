@@ -162,3 +162,16 @@ fn an_answer_past_the_bound_is_refused_before_it_is_built() {
         .unwrap();
     assert!(matches!(read(&kv, "h", huge), Err(KeelError::InvalidArgument(_))));
 }
+
+#[test]
+fn smove_of_a_member_the_destination_holds_leaves_the_destination_unchanged() {
+    let mut kv = Kv::new(10);
+    let members = |m: &[&str]| m.iter().map(|s| v(s)).collect::<Vec<_>>();
+    run(&mut kv, coll("src", CollOp::SAdd { members: members(&["a", "b"]) })).unwrap();
+    run(&mut kv, coll("dst", CollOp::SAdd { members: members(&["a"]) })).unwrap();
+    let before = kv.item(b"dst").expect("there").version;
+    let moved = run(&mut kv, coll("src", CollOp::SMove { to: v("dst"), member: v("a") }));
+    assert_eq!(moved, Ok(Answer::Int(1)));
+    assert_eq!(kv.item(b"dst").expect("there").version, before, "a WATCH of it holds");
+    assert_eq!(read(&kv, "src", CollRead::SCard), Ok(Answer::Int(1)), "left the source");
+}
