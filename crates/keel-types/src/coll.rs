@@ -515,6 +515,32 @@ impl CollOp {
         }
     }
 
+    /// How many elements a pop asks for (its count; 1 for the forms without one, and
+    /// for any other write).
+    pub fn pop_count(&self) -> u64 {
+        match self {
+            CollOp::MPop { count, .. } => *count,
+            CollOp::Pop { count: Some(count), .. } | CollOp::ZPop { count: Some(count), .. } => {
+                *count
+            }
+            _ => 1,
+        }
+    }
+
+    /// The same op, popping at most `max` elements (at least 1); the forms without a
+    /// count are unchanged.
+    pub fn at_most(&self, max: u64) -> CollOp {
+        let mut op = self.clone();
+        match &mut op {
+            CollOp::MPop { count, .. } => *count = (*count).min(max.max(1)),
+            CollOp::Pop { count: Some(count), .. } | CollOp::ZPop { count: Some(count), .. } => {
+                *count = (*count).min(max.max(1));
+            }
+            _ => {}
+        }
+        op
+    }
+
     /// The keys the op touches besides the command's.
     pub fn other_keys(&self) -> Vec<&Key> {
         match self {

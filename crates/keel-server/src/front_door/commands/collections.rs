@@ -10,10 +10,12 @@
 //! The connection sends nothing else until the pop is answered, as Redis's does.
 //! The wait is a poll of local reads ([`POLL_FIRST`] doubling up to [`POLL_MAX`]), not a
 //! wake-up on the write. Clients blocked on one key at one node are served in the order
-//! they blocked, as Redis serves them (a line per key, [`LINES`]): the `n`th in line of a
-//! key sends its pop only when the key holds more than `n` elements, so a key with enough
-//! for everyone serves them all at once, and a lone element goes to the first. A client
-//! leaving a line wakes the others to look again ([`WAKE`]). Clients at different nodes
+//! they blocked, as Redis serves them (a line per key, [`LINES`]): a client sends its pop
+//! only when the key holds more elements than those ahead of it in line ask for (the sum
+//! of their counts), and asks for no more than is left past them, so a key with enough
+//! for everyone serves them all at once, a lone element goes to the first, and a later
+//! client with a large count does not take what the first waits for. A client leaving a
+//! line wakes the others to look again ([`WAKE`]). Clients at different nodes
 //! are not ordered among themselves.
 
 use super::plain_submit;
@@ -40,7 +42,8 @@ use std::time::{Duration, Instant};
 pub(crate) static BLOCKED: AtomicU64 = AtomicU64::new(0);
 /// The blocking pops waiting on each key of each keyspace, by ticket, in the order they
 /// blocked.
-static LINES: Mutex<BTreeMap<(KeyspaceId, Key), VecDeque<u64>>> = Mutex::new(BTreeMap::new());
+static LINES: Mutex<BTreeMap<(KeyspaceId, Key), VecDeque<(u64, u64)>>> =
+    Mutex::new(BTreeMap::new());
 /// The next ticket.
 static TICKETS: AtomicU64 = AtomicU64::new(1);
 /// Wakes the waiting pops when one leaves its lines (its place frees the next one's).
@@ -63,12 +66,26 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
     let resp3 = protocol == Protocol::Resp3;
     match command {
         ClientCommand::Coll { key, op, durability, reshape, .. } => {
+            // A write that may give a list or sorted set elements wakes the clients blocked
+            // at this node once it is answered, rather than at their next look.
+            let feeds = matches!(
+                *op,
+                CollOp::Push { .. }
+                    | CollOp::LMove { .. }
+                    | CollOp::LInsert { .. }
+                    | CollOp::ZAdd { .. }
+                    | CollOp::ZStore { .. }
+                    | CollOp::ZRangeStore { .. }
+            );
             let sent =
                 conn.node.send(Submit { durability, ..turn.submit(Command::Coll { key, op }) });
             let floor = conn.floor();
             let reply = async move {
                 let answer = sent.answer().await;
                 floor.note(&answer);
+                if feeds && BLOCKED.load(Ordering::Relaxed) > 0 {
+                    wake().notify_waiters();
+                }
                 frame(answer, &reshape, resp3)
             };
             Pending::later(Box::pin(reply), protocol)
@@ -236,12 +253,13 @@ struct InLine {
 }
 
 impl InLine {
-    fn join(keyspace: KeyspaceId, keys: &[Key]) -> InLine {
+    /// Joins the line of each of `keys`, asking for `demand` elements (a pop's count).
+    fn join(keyspace: KeyspaceId, keys: &[Key], demand: u64) -> InLine {
         let ticket = TICKETS.fetch_add(1, Ordering::Relaxed);
         let keys: Vec<_> = keys.iter().map(|k| (keyspace, k.clone())).collect();
         let mut lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for key in &keys {
-            lines.entry(key.clone()).or_default().push_back(ticket);
+            lines.entry(key.clone()).or_default().push_back((ticket, demand));
         }
         InLine { ticket, keys }
     }
@@ -252,7 +270,7 @@ impl InLine {
         let entry = self.keys.swap_remove(at);
         let mut lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(line) = lines.get_mut(&entry) {
-            line.retain(|t| *t != self.ticket);
+            line.retain(|(t, _)| *t != self.ticket);
             if line.is_empty() {
                 lines.remove(&entry);
             }
@@ -261,11 +279,13 @@ impl InLine {
         wake().notify_waiters();
     }
 
-    /// How many wait ahead of it in the line of `key`.
-    fn ahead(&self, key: &Key) -> usize {
+    /// How many elements those ahead of it in the line of `key` wait for (the sum of
+    /// their counts).
+    fn ahead(&self, key: &Key) -> u64 {
         let lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let line = self.keys.iter().find(|(_, k)| k == key).and_then(|k| lines.get(k));
-        line.and_then(|l| l.iter().position(|t| *t == self.ticket)).unwrap_or(0)
+        let Some(line) = line else { return 0 };
+        line.iter().take_while(|(t, _)| *t != self.ticket).map(|(_, d)| d).sum()
     }
 }
 
@@ -274,7 +294,7 @@ impl Drop for InLine {
         let mut lines = LINES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for key in &self.keys {
             if let Some(line) = lines.get_mut(key) {
-                line.retain(|t| *t != self.ticket);
+                line.retain(|(t, _)| *t != self.ticket);
                 if line.is_empty() {
                     lines.remove(key);
                 }
@@ -306,7 +326,7 @@ impl Blocked {
         let mut attempts = 0;
         let mut pause = POLL_FIRST;
         let mut guard = None;
-        let mut line = InLine::join(self.node.id, &keys);
+        let mut line = InLine::join(self.node.id, &keys, self.op.pop_count());
         // A key of another type answers `WRONGTYPE` when the pop comes; once it waits, a
         // key that becomes another type does not wake it (as in Redis).
         let mut first_look = true;
@@ -318,11 +338,16 @@ impl Blocked {
             for key in wrong {
                 line.leave(key);
             }
-            if ready.iter().any(|(key, held)| *held > line.ahead(key)) {
+            // The elements the clients ahead wait for are theirs: this one pops only past
+            // them, and no more than is left past them.
+            let past = ready.iter().find_map(|(key, held)| {
+                let left = held.saturating_sub(line.ahead(key));
+                (left > 0).then_some((*key, left))
+            });
+            if let Some((key, left)) = past {
                 let request = RequestId(self.first.0 + attempts);
                 attempts += 1;
-                let command =
-                    Command::Coll { key: self.key.clone(), op: Box::new(self.op.clone()) };
+                let command = self.pop_from(key, left);
                 let plain = plain_submit(self.client, request, command, None, self.after);
                 let submit = Submit { durability: self.durability, ..plain };
                 let answer = self.node.send(submit).answer().await;
@@ -364,7 +389,7 @@ impl Blocked {
         keys: &'a [Key],
         kind: CollKind,
         wrong_type_ready: bool,
-    ) -> Result<(Vec<(&'a Key, usize)>, Vec<&'a Key>), KeelError> {
+    ) -> Result<(Vec<(&'a Key, u64)>, Vec<&'a Key>), KeelError> {
         let mut ready = Vec::new();
         let mut wrong = Vec::new();
         for key in keys {
@@ -382,7 +407,7 @@ impl Blocked {
             match reply?.result {
                 Ok(CommandResult::Answer { answer: Answer::Int(0), .. }) => {}
                 Ok(CommandResult::Answer { answer: Answer::Int(n), .. }) => {
-                    ready.push((key, usize::try_from(n).unwrap_or(0)));
+                    ready.push((key, u64::try_from(n).unwrap_or(0)));
                 }
                 Err(KeelError::WrongType) if !wrong_type_ready => wrong.push(key),
                 // A key of the wrong type: the pop answers it.
@@ -391,6 +416,21 @@ impl Blocked {
             }
         }
         Ok((ready, wrong))
+    }
+
+    /// The pop to send for the elements past those the clients ahead wait for: at most
+    /// `left` of them, from `key`, the first of its keys that has such elements (a
+    /// multi-key pop names that key alone: the keys before it are the clients' ahead, as
+    /// Redis, serving them first, would find them empty at this client's turn).
+    fn pop_from(&self, key: &Key, left: u64) -> Command {
+        let op = match self.op.at_most(left) {
+            CollOp::MPop { end, count, zset, .. } => {
+                let op = CollOp::MPop { others: Vec::new(), end, count, zset };
+                return Command::Coll { key: key.clone(), op: Box::new(op) };
+            }
+            op => op,
+        };
+        Command::Coll { key: self.key.clone(), op: Box::new(op) }
     }
 
     /// The answer of a pop that timed out.
