@@ -40,10 +40,11 @@ use std::time::{Duration, Instant};
 
 /// Connections waiting in a blocking pop on this node (`INFO`'s `blocked_clients`).
 pub(crate) static BLOCKED: AtomicU64 = AtomicU64::new(0);
-/// The blocking pops waiting on each key of each keyspace, by ticket, in the order they
-/// blocked.
-static LINES: Mutex<BTreeMap<(KeyspaceId, Key), VecDeque<(u64, u64)>>> =
-    Mutex::new(BTreeMap::new());
+/// One key's line: each waiting pop's ticket and the elements it asks for, in the order
+/// they blocked.
+type Line = VecDeque<(u64, u64)>;
+/// The blocking pops waiting on each key of each keyspace.
+static LINES: Mutex<BTreeMap<(KeyspaceId, Key), Line>> = Mutex::new(BTreeMap::new());
 /// The next ticket.
 static TICKETS: AtomicU64 = AtomicU64::new(1);
 /// Wakes the waiting pops when one leaves its lines (its place frees the next one's).
