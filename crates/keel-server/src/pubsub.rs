@@ -328,6 +328,11 @@ impl Broker {
     fn notify(&self, keyspace: KeyspaceId, events: &[KeyEvent]) {
         let flags = self.flags();
         let registry = self.lock();
+        if registry.spaces[Space::Channel.at()].is_empty()
+            && registry.spaces[Space::Pattern.at()].is_empty()
+        {
+            return; // no one to tell: no channel names to build
+        }
         let may = |l: &Listener| l.user.as_ref().is_none_or(|u| u.may_use(keyspace));
         for event in events.iter().filter(|e| flags.selects(e.class)) {
             let Some((db, key)) = keel_types::db_of(&event.key) else { continue };
