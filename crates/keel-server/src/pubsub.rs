@@ -626,4 +626,34 @@ mod tests {
         assert_eq!(broker.lock().count(Space::Channel, b"news"), 0);
         assert_eq!(broker.lock().distinct(Space::Pattern), 1);
     }
+
+    #[test]
+    fn keyspace_events_reach_only_listeners_whose_user_may_use_the_keyspace() {
+        use crate::acl::{hash_password, Category, UserSettings, Users};
+        let settings = UserSettings {
+            name: "one".into(),
+            password_hash: hash_password(b"p", 1_000),
+            permissions: vec![Category::Read],
+            keyspaces: Some(vec![1]),
+        };
+        let users = Users::new(&[settings]).expect("valid");
+        let user = users.authenticate(b"one", b"p").expect("the password");
+        let broker = Broker::start(None, Arc::new(Metrics::default()));
+        broker.set_flags(Flags::parse(b"KA").expect("valid"));
+        let (outbox, mut pushes) = Outbox::new();
+        let listener = Arc::new(Listener { id: 1, outbox, user: Some(user) });
+        broker.lock().add(Space::Pattern, &Bytes::from("*"), &listener);
+        let event = |key: &str| KeyEvent {
+            class: EventClass::String,
+            event: "set",
+            key: key.as_bytes().to_vec().into(),
+        };
+        broker.notify(KeyspaceId(0), &[event("a")]);
+        assert!(pushes.rx.try_recv().is_err(), "keyspace 0 is not the user's");
+        broker.notify(KeyspaceId(1), &[event("b")]);
+        let Ok(Pushed::Frame(Frame::Push(items), ..)) = pushes.rx.try_recv() else {
+            panic!("keyspace 1's event")
+        };
+        assert_eq!(items[2], Frame::bulk("__keyspace@1__:b"), "named by the keyspace's number");
+    }
 }
