@@ -581,6 +581,7 @@ fn effect(
         | Command::Expire { .. }
         | Command::Inspect { .. }
         | Command::Flush { .. }
+        | Command::SwapDb { .. }
         | Command::Count { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }

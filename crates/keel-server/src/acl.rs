@@ -58,6 +58,7 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::QueuePeek { .. }
         | ClientCommand::CollRead { .. } => Some(Category::Read),
         ClientCommand::Flush { .. }
+        | ClientCommand::SwapDb { .. }
         | ClientCommand::FunctionFlush
         | ClientCommand::ConfigSet { .. }
         | ClientCommand::ConfigResetStat

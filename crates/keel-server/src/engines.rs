@@ -193,6 +193,7 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         | ClientCommand::Lcs { .. }
         | ClientCommand::RandomKey
         | ClientCommand::Flush { .. }
+        | ClientCommand::SwapDb { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::ScanKeys { .. }

@@ -410,6 +410,7 @@ fn command_hash(command: &Command) -> u64 {
         Command::Inspect { key } => mix(23, bytes_hash(key)),
         Command::Flush { db } => mix(24, db.map_or(256, u64::from)),
         Command::Count { db } => mix(25, u64::from(*db)),
+        Command::SwapDb { a, b } => mix(mix(26, u64::from(*a)), u64::from(*b)),
         // The encoding's digest stands for the rest (as deduplication compares commands).
         Command::Modify { .. }
         | Command::Transfer { .. }

@@ -221,6 +221,7 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::Coll { .. }
         | Command::CollRead { .. } => return None,
         Command::Flush { .. }
+        | Command::SwapDb { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }
         | Command::Geo(_) => {

@@ -88,6 +88,7 @@ impl ToyEngine {
             | Command::Expire { .. }
             | Command::Inspect { .. }
             | Command::Flush { .. }
+            | Command::SwapDb { .. }
             | Command::Count { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }

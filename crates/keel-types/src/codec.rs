@@ -65,6 +65,7 @@ const COMMAND_COLL: u8 = 20;
 const COMMAND_COLL_READ: u8 = 21;
 /// `OpenSession` with the stamp of the node that received it (8: without, older logs).
 const COMMAND_OPEN_SESSION_SEEN: u8 = 22;
+const COMMAND_SWAP_DB: u8 = 23;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -426,6 +427,11 @@ impl Encode for Command {
                 put_u8(out, u8::from(db.is_some()));
                 put_u8(out, db.unwrap_or(0));
             }
+            Command::SwapDb { a, b } => {
+                put_u8(out, COMMAND_SWAP_DB);
+                put_u8(out, *a);
+                put_u8(out, *b);
+            }
             Command::Count { db } => {
                 put_u8(out, COMMAND_COUNT);
                 put_u8(out, *db);
@@ -781,6 +787,10 @@ impl Decode for Command {
                 Command::Flush { db: (!all).then_some(db) }
             }
             COMMAND_COUNT => Command::Count { db: reader.u8("counted database")? },
+            COMMAND_SWAP_DB => Command::SwapDb {
+                a: reader.u8("swapped database")?,
+                b: reader.u8("swapped database")?,
+            },
             COMMAND_MODIFY => {
                 let key = key(reader)?;
                 let op = match reader.u8("modification")? {

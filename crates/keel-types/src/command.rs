@@ -148,6 +148,18 @@ pub enum Command {
         /// The database, or `None` for all of them.
         db: Option<u8>,
     },
+    /// Exchanges the live keys of databases `a` and `b` of the keyspace (`SWAPDB`): each
+    /// key of one is written, with its value, collection and expiry, under the same name
+    /// in the other, and a name only one of them held leaves a tombstone where it was, so
+    /// every key either database held or now holds gets this entry's version (a `WATCH`
+    /// on it fails, as Redis's). One entry, like `FLUSHDB`: its cost is the two
+    /// databases' keys. [`CommandResult::Count`]: the keys written or deleted.
+    SwapDb {
+        /// One database.
+        a: u8,
+        /// The other (may equal `a`: then nothing changes).
+        b: u8,
+    },
     /// Counts the live keys of database `db` (`DBSIZE`): [`CommandResult::Count`] (a read).
     Count {
         /// The database.
@@ -530,6 +542,7 @@ impl Command {
             Command::Multi { .. }
             | Command::OpenSession { .. }
             | Command::Flush { .. }
+            | Command::SwapDb { .. }
             | Command::Count { .. } => &NO_KEY,
         }
     }
@@ -591,6 +604,7 @@ impl Command {
             Command::Expire { .. } => "expire",
             Command::Inspect { .. } => "inspect",
             Command::Flush { .. } => "flush",
+            Command::SwapDb { .. } => "swap-db",
             Command::Modify { .. } => "modify",
             Command::Transfer { .. } => "transfer",
             Command::Count { .. } => "count",
@@ -656,6 +670,7 @@ impl Command {
             | Command::Expire { .. }
             | Command::Inspect { .. }
             | Command::Flush { .. }
+            | Command::SwapDb { .. }
             | Command::Count { .. } => Ok(()),
             Command::Modify {
                 op: Modify::Append(value) | Modify::SetRange { value, .. }, ..
@@ -708,6 +723,7 @@ impl Command {
                     | Command::QueuePeek { .. }
                     | Command::Inspect { .. }
                     | Command::Flush { .. }
+                    | Command::SwapDb { .. }
                     | Command::Count { .. }
                     | Command::Geo(_)
             ) {

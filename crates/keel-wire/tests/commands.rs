@@ -479,7 +479,10 @@ fn msetnx_move_lcs_and_config_parse_as_redis() {
         matches!(parse("CONFIG SET A 1 b 2"), Ok(ClientCommand::ConfigSet { pairs }) if pairs[0].0 == "a")
     );
     assert!(matches!(parse("INCRBYFLOAT k +inf"), Err(CommandError::NotFinite)));
-    assert!(matches!(parse("SWAPDB 0 1"), Err(CommandError::Unsupported(_))));
+    assert!(matches!(parse("SWAPDB 0 1"), Ok(ClientCommand::SwapDb { a: 0, b: 1 })));
+    assert!(matches!(parse("SWAPDB x 1"), Err(CommandError::InvalidDbIndex("first"))));
+    assert!(matches!(parse("SWAPDB 1 y"), Err(CommandError::InvalidDbIndex("second"))));
+    assert!(matches!(parse("SWAPDB -1 1"), Err(CommandError::DbIndexOutOfRange)));
 }
 
 /// `docs/redis-compatibility.md` says "yes" of exactly the Redis commands in Keel's table

@@ -140,7 +140,18 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(bulk(&mut c, &["RANDOMKEY"]), None, "db 4 has no keys");
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
-    assert!(c.call(&["SWAPDB", "0", "1"]).contains("not supported"));
+    // SWAPDB: database 0 holds n2 (and more), database 3 holds n.
+    assert_eq!(c.call(&["SWAPDB", "0", "3"]), "+OK");
+    assert_eq!(c.call(&["EXISTS", "n2"]), ":0", "database 0 now holds database 3's keys");
+    assert_eq!(bulk(&mut c, &["GET", "n"]).as_deref(), Some("1234"));
+    assert_eq!(c.call(&["SELECT", "3"]), "+OK");
+    assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
+    assert_eq!(c.call(&["SWAPDB", "3", "0"]), "+OK", "and back");
+    assert_eq!(c.call(&["EXISTS", "n2"]), ":0");
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK");
+    assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
+    assert!(c.call(&["SWAPDB", "0", "16"]).contains("out of range"));
+    assert!(c.call(&["SWAPDB", "zero", "1"]).contains("invalid first DB index"));
     assert_eq!(c.call(&["TIME"]), "*2");
     let now = lines(&mut c, 4);
     let seconds: u64 = now[1].parse().unwrap();

@@ -473,6 +473,7 @@ impl Kv {
                 return Ok(self.expire(version, key, *ttl, *cond, *now_ms, undo));
             }
             Command::Flush { db } => return Ok(self.flush(version, *db, undo)),
+            Command::SwapDb { a, b } => return Ok(self.swap_db(version, *a, *b, undo)),
             Command::Modify { key, op, now_ms } => {
                 return super::kv_strings::modify(self, version, key, op, *now_ms, undo);
             }
@@ -541,6 +542,7 @@ impl Kv {
             | Command::Set { .. }
             | Command::Expire { .. }
             | Command::Flush { .. }
+            | Command::SwapDb { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }
             | Command::Coll { .. } => unreachable!("executed above"),
@@ -655,6 +657,51 @@ impl Kv {
         for key in doomed {
             self.change(key, Some(Item::plain(None, version)), undo);
         }
+        CommandResult::Count { keys }
+    }
+
+    /// The live items of database `db`, by their names in the database.
+    fn live_in_db(&self, db: u8) -> BTreeMap<Key, Item> {
+        let (start, end): (Key, Option<Key>) = match db {
+            0 => (Key::new(), None),
+            db => {
+                let (start, end) = keel_types::db_range(db);
+                (start, Some(end))
+            }
+        };
+        let range =
+            (Bound::Included(&start[..]), end.as_deref().map_or(Bound::Unbounded, Bound::Excluded));
+        self.items
+            .range::<[u8], _>(range)
+            .filter(|(_, item)| item.live())
+            .filter_map(|(key, item)| match keel_types::db_of(key) {
+                Some((d, name)) if d == db => Some((Key::copy_from_slice(name), item.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `SWAPDB a b` ([`Command::SwapDb`]): every name either database holds gets the
+    /// other's item (value, collection, expiry) or a tombstone, at `version`.
+    fn swap_db(&mut self, version: Version, a: u8, b: u8, undo: &mut Undo) -> CommandResult {
+        if a == b {
+            return CommandResult::Count { keys: 0 };
+        }
+        let (in_a, in_b) = (self.live_in_db(a), self.live_in_db(b));
+        let names: BTreeSet<&Key> = in_a.keys().chain(in_b.keys()).collect();
+        let mut keys = 0;
+        for name in names {
+            for (to, from) in [(a, &in_b), (b, &in_a)] {
+                let item = match from.get(name) {
+                    Some(item) => Item { version, ..item.clone() },
+                    None => Item::plain(None, version),
+                };
+                self.change(keel_types::db_key(to, name), Some(item), undo);
+                keys += 1;
+            }
+        }
+        debug_assert_eq!(self.count(a), in_b.len() as u64, "database {a} holds {b}'s keys");
+        debug_assert_eq!(self.count(b), in_a.len() as u64, "database {b} holds {a}'s keys");
         CommandResult::Count { keys }
     }
 
@@ -1585,6 +1632,47 @@ mod tests {
     fn put(key: &str, value: &str) -> Command {
         let (key, value) = (key.as_bytes(), value.as_bytes());
         Command::Put { key: Key::copy_from_slice(key), value: Value::copy_from_slice(value) }
+    }
+
+    #[test]
+    fn swap_db_exchanges_two_databases_and_touches_every_key_of_both() {
+        let mut kv = Kv::new(10);
+        let (one, two) = (keel_types::db_key(1, b"x"), keel_types::db_key(2, b"x"));
+        kv.apply(&write(1, 1, 1, put("x", "zero")));
+        kv.apply(&write(2, 1, 2, Command::Put { key: one.clone(), value: "one".into() }));
+        let only = keel_types::db_key(1, b"only");
+        kv.apply(&write(3, 1, 3, Command::Put { key: only.clone(), value: "1".into() }));
+        let set = Command::Set {
+            key: keel_types::db_key(1, b"ttl"),
+            value: "t".into(),
+            cond: keel_types::SetCond::Always,
+            ttl: keel_types::Ttl::At(10_000),
+            now_ms: 1,
+        };
+        kv.apply(&write(4, 1, 4, set));
+        let before = kv.digest_at(LogIndex(4));
+        let swap = |index, a, b| write(index, 1, index, Command::SwapDb { a, b });
+        let r = kv.apply(&swap(5, 0, 1));
+        let v5 = Version::new(1, 5);
+        // x in both, only and ttl in 1 alone: 3 names, 2 keys each.
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Count { keys: 6 })));
+        assert_eq!(kv.get(b"x"), (Some("one".into()), Some(v5)));
+        assert_eq!(kv.get(&one), (Some("zero".into()), Some(v5)));
+        assert_eq!(kv.get(b"only"), (Some("1".into()), Some(v5)));
+        assert_eq!(kv.get(&only), (None, Some(v5)), "a tombstone where it was");
+        assert_eq!(kv.expires_at(b"ttl"), Some(10_000), "the expiry goes with the key");
+        assert_eq!(kv.expires_at(&keel_types::db_key(1, b"ttl")), None);
+        assert_eq!((kv.count(0), kv.count(1)), (3, 1));
+        // A database with nothing: the keys move, the other is emptied.
+        kv.apply(&swap(6, 1, 2));
+        assert_eq!((kv.count(1), kv.count(2)), (0, 1));
+        assert_eq!(kv.get(&two), (Some("zero".into()), Some(Version::new(1, 6))));
+        assert_eq!(kv.apply(&swap(7, 4, 4)), Applied::Write(Ok(CommandResult::Count { keys: 0 })));
+        // Rolled back, the state is as before.
+        kv.rollback_after(LogIndex(4), Epoch(1));
+        assert_eq!(kv.digest_at(LogIndex(4)), before);
+        assert_eq!(kv.get(b"x"), (Some("zero".into()), Some(Version::new(1, 1))));
+        assert_eq!((kv.count(0), kv.count(1), kv.count(2)), (1, 3, 0));
     }
 
     #[test]

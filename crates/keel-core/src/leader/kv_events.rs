@@ -62,7 +62,10 @@ impl Kv {
     pub(super) fn note_command(&mut self, command: &Command, undo: &Undo, from: usize) {
         let silent = matches!(
             command,
-            Command::Flush { .. } | Command::Enqueue { .. } | Command::Dequeue { .. }
+            Command::Flush { .. }
+                | Command::SwapDb { .. }
+                | Command::Enqueue { .. }
+                | Command::Dequeue { .. }
         );
         if self.events.is_none() || silent {
             return;

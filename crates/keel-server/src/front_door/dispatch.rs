@@ -219,6 +219,7 @@ pub(crate) async fn dispatch(
         | ClientCommand::Expire { .. }
         | ClientCommand::Ttl { .. } => keys::send(conn, command, turn),
         ClientCommand::Flush { .. }
+        | ClientCommand::SwapDb { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::RandomKey
@@ -275,6 +276,7 @@ fn order_kind(
         | ClientCommand::Transfer { .. }
         | ClientCommand::Lcs { .. }
         | ClientCommand::Flush { .. }
+        | ClientCommand::SwapDb { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::Coll { .. } => Kind::Write(ks),

@@ -253,6 +253,13 @@ pub enum ClientCommand {
         /// `FLUSHALL`.
         all: bool,
     },
+    /// `SWAPDB a b`: exchanges two databases' keys (Redis's numbers, as `SELECT`'s).
+    SwapDb {
+        /// One database.
+        a: u32,
+        /// The other.
+        b: u32,
+    },
     /// `DBSIZE`: the live keys of the connection's database.
     DbSize,
     /// `KEYS pattern`: every key of the connection's database that matches.
@@ -906,6 +913,7 @@ impl ClientCommand {
             ClientCommand::Status => "keel.status",
             ClientCommand::Flush { all: false } => "flushdb",
             ClientCommand::Flush { all: true } => "flushall",
+            ClientCommand::SwapDb { .. } => "swapdb",
             ClientCommand::DbSize => "dbsize",
             ClientCommand::Keys { .. } => "keys",
             ClientCommand::ScanKeys { .. } => "scan",
@@ -1003,6 +1011,9 @@ pub enum CommandError {
     /// `SELECT` of any database but 0.
     #[error("ERR DB index is out of range")]
     DbIndexOutOfRange,
+    /// `SWAPDB` with an index that is no number (`first` or `second`).
+    #[error("ERR invalid {0} DB index")]
+    InvalidDbIndex(&'static str),
     /// `HELLO` with a version that is not a number.
     #[error("ERR Protocol version is not an integer or out of range")]
     ProtocolVersionNotInteger,

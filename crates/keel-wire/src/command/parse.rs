@@ -73,12 +73,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "randomkey" => exactly("randomkey", count, 0).map(|()| ClientCommand::RandomKey),
         "time" => exactly("time", count, 0).map(|()| ClientCommand::Time),
         "debug" => debug(rest, count),
-        "swapdb" => exactly("swapdb", count, 2).and_then(|()| {
-            Err(CommandError::Unsupported(
-                "SWAPDB is not supported: a database is a namespace of keys, and swapping two \
-                 would rewrite every key of both in one entry",
-            ))
-        }),
+        "swapdb" => swap_db(rest, count),
         "scan" => scan_keys(rest, count),
         "append" | "setrange" | "setbit" | "incrbyfloat" | "getdel" | "getex" => {
             modify(name, rest, count, limits)
@@ -866,6 +861,19 @@ fn move_key(
         to_db: Some(db),
         durability: None,
     })
+}
+
+/// `SWAPDB index index`, with Redis's refusals of an index that is no number.
+fn swap_db(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    exactly("swapdb", count, 2)?;
+    let mut index = |which: &'static str| -> Result<u32, CommandError> {
+        let word = next(&mut words)?;
+        let n = integer(&word).map_err(|_| CommandError::InvalidDbIndex(which))?;
+        u32::try_from(n).map_err(|_| CommandError::DbIndexOutOfRange)
+    };
+    let a = index("first")?;
+    let b = index("second")?;
+    Ok(ClientCommand::SwapDb { a, b })
 }
 
 /// `FLUSHDB`, `FLUSHALL` `[ASYNC|SYNC]` (both flush at once: the deletion is one entry).

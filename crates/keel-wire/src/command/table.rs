@@ -222,6 +222,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("sunion", -2, R, ALL),
     c("sunionstore", -3, WD, ALL),
     c("sunsubscribe", -1, PUBSUB, ALL),
+    c("swapdb", 3, WF, NONE),
     c("time", 1, CONN, NONE),
     c("touch", -2, RF, ALL),
     c("ttl", 2, RF, ONE),

@@ -56,7 +56,7 @@ fn touched(command: &Command) -> Vec<&Key> {
         Command::Multi { ops, watch } => {
             ops.iter().flat_map(touched).chain(watch.iter().map(|(key, _)| key)).collect()
         }
-        Command::OpenSession { .. } | Command::Flush { .. } => Vec::new(),
+        Command::OpenSession { .. } | Command::Flush { .. } | Command::SwapDb { .. } => Vec::new(),
         Command::Transfer { from, to, .. } => vec![from, to],
         other => vec![other.key()],
     }

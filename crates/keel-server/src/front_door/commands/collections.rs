@@ -53,6 +53,14 @@ static WAKE: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new
 fn wake() -> &'static tokio::sync::Notify {
     WAKE.get_or_init(tokio::sync::Notify::new)
 }
+/// Wakes the clients blocked at this node to look at their keys now (after a write
+/// answered here that may have given them elements), rather than at their next look.
+pub(crate) fn wake_blocked() {
+    if BLOCKED.load(Ordering::Relaxed) > 0 {
+        wake().notify_waiters();
+    }
+}
+
 /// Pops one blocking command may send (each only after a read saw an element): the
 /// deduplication pairs it reserves.
 pub(crate) const BLOCK_ATTEMPTS_MAX: u64 = 1024;
@@ -84,8 +92,8 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let reply = async move {
                 let answer = sent.answer().await;
                 floor.note(&answer);
-                if feeds && BLOCKED.load(Ordering::Relaxed) > 0 {
-                    wake().notify_waiters();
+                if feeds {
+                    wake_blocked();
                 }
                 frame(answer, &reshape, resp3)
             };

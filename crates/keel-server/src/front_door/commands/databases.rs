@@ -1,5 +1,5 @@
 //! Redis's databases (`SELECT 0..15`) on a Keel cluster, and the commands over a whole
-//! database: `FLUSHDB`, `FLUSHALL`, `DBSIZE`, `KEYS`.
+//! database: `FLUSHDB`, `FLUSHALL`, `SWAPDB`, `DBSIZE`, `KEYS`.
 //!
 //! A database is a namespace inside a keyspace, not a keyspace of its own: `SELECT d`
 //! picks keyspace `d` when the cluster has one (so `redis-cli -n d` reaches keyspace `d`
@@ -165,6 +165,30 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let reply = async move {
                 let answer = sent.answer().await;
                 floor.note(&answer);
+                flush_reply(answer)
+            };
+            Pending::later(Box::pin(reply), protocol)
+        }
+        ClientCommand::SwapDb { a, b } => {
+            let (a, b) = match (select(conn, a), select(conn, b)) {
+                (Some((ka, a)), Some((kb, b))) if ka == conn.node.id && kb == ka => (a, b),
+                (Some(_), Some(_)) => {
+                    let text = "ERR SWAPDB swaps databases of the connection's keyspace only: \
+                                keyspaces are separate logs";
+                    return Pending::ready(Frame::error(text), protocol);
+                }
+                _ => {
+                    let refusal = keel_wire::CommandError::DbIndexOutOfRange.reply_frame();
+                    return Pending::ready(refusal, protocol);
+                }
+            };
+            let sent = conn.node.send(turn.submit(Command::SwapDb { a, b }));
+            let floor = conn.floor();
+            let reply = async move {
+                let answer = sent.answer().await;
+                floor.note(&answer);
+                // Lists may have come into the databases clients block on.
+                super::collections::wake_blocked();
                 flush_reply(answer)
             };
             Pending::later(Box::pin(reply), protocol)
