@@ -582,6 +582,8 @@ fn effect(
         | Command::Inspect { .. }
         | Command::Flush { .. }
         | Command::SwapDb { .. }
+        | Command::Fetch { .. }
+        | Command::Restore { .. }
         | Command::Count { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }

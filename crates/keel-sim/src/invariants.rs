@@ -411,6 +411,8 @@ fn command_hash(command: &Command) -> u64 {
         Command::Flush { db } => mix(24, db.map_or(256, u64::from)),
         Command::Count { db } => mix(25, u64::from(*db)),
         Command::SwapDb { a, b } => mix(mix(26, u64::from(*a)), u64::from(*b)),
+        Command::Fetch { key } => mix(27, bytes_hash(key)),
+        Command::Restore { key, image } => mix(mix(28, bytes_hash(key)), bytes_hash(image)),
         // The encoding's digest stands for the rest (as deduplication compares commands).
         Command::Modify { .. }
         | Command::Transfer { .. }

@@ -222,6 +222,8 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::CollRead { .. } => return None,
         Command::Flush { .. }
         | Command::SwapDb { .. }
+        | Command::Fetch { .. }
+        | Command::Restore { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }
         | Command::Geo(_) => {

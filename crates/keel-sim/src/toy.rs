@@ -89,6 +89,8 @@ impl ToyEngine {
             | Command::Inspect { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
+            | Command::Fetch { .. }
+            | Command::Restore { .. }
             | Command::Count { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }

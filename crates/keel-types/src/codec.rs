@@ -66,6 +66,8 @@ const COMMAND_COLL_READ: u8 = 21;
 /// `OpenSession` with the stamp of the node that received it (8: without, older logs).
 const COMMAND_OPEN_SESSION_SEEN: u8 = 22;
 const COMMAND_SWAP_DB: u8 = 23;
+const COMMAND_FETCH: u8 = 24;
+const COMMAND_RESTORE: u8 = 25;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -427,6 +429,15 @@ impl Encode for Command {
                 put_u8(out, u8::from(db.is_some()));
                 put_u8(out, db.unwrap_or(0));
             }
+            Command::Fetch { key } => {
+                put_u8(out, COMMAND_FETCH);
+                put_bytes(out, key);
+            }
+            Command::Restore { key, image } => {
+                put_u8(out, COMMAND_RESTORE);
+                put_bytes(out, key);
+                put_bytes(out, image);
+            }
             Command::SwapDb { a, b } => {
                 put_u8(out, COMMAND_SWAP_DB);
                 put_u8(out, *a);
@@ -787,6 +798,11 @@ impl Decode for Command {
                 Command::Flush { db: (!all).then_some(db) }
             }
             COMMAND_COUNT => Command::Count { db: reader.u8("counted database")? },
+            COMMAND_FETCH => Command::Fetch { key: key(reader)? },
+            COMMAND_RESTORE => Command::Restore {
+                key: key(reader)?,
+                image: reader.bytes("restored image", BYTES_LEN_MAX)?,
+            },
             COMMAND_SWAP_DB => Command::SwapDb {
                 a: reader.u8("swapped database")?,
                 b: reader.u8("swapped database")?,
@@ -1080,6 +1096,9 @@ mod tests {
                 now_ms: 7,
             },
             Command::Inspect { key: b"k".to_vec().into() },
+            Command::Fetch { key: b"k".to_vec().into() },
+            Command::Restore { key: b"k".to_vec().into(), image: b"\x01image".to_vec().into() },
+            Command::SwapDb { a: 0, b: 15 },
             Command::Coll {
                 key: b"l".to_vec().into(),
                 op: Box::new(crate::coll::CollOp::Push {

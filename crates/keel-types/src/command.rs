@@ -160,6 +160,22 @@ pub enum Command {
         /// The other (may equal `a`: then nothing changes).
         b: u8,
     },
+    /// Reads a key whole, of any type: [`CommandResult::Image`] (a read). What a script
+    /// reads a key into before running commands on it (`EVAL`).
+    Fetch {
+        /// The key read.
+        key: Key,
+    },
+    /// Sets `key` to the item `image` describes (a string or a collection, and its
+    /// expiry; the encoding [`CommandResult::Image`] carries), whatever it held: how a
+    /// script's writes are applied, inside a transaction that watches every key the script
+    /// read. [`CommandResult::Written`]; an image that does not decode fails the command.
+    Restore {
+        /// The key written.
+        key: Key,
+        /// The item, encoded (at most [`Limits::value_bytes_max`] bytes).
+        image: Value,
+    },
     /// Counts the live keys of database `db` (`DBSIZE`): [`CommandResult::Count`] (a read).
     Count {
         /// The database.
@@ -454,6 +470,14 @@ pub enum CommandResult {
         /// The version of the last operation on the queue (`None`: never used).
         version: Option<Version>,
     },
+    /// A key read whole ([`Command::Fetch`]): its item encoded (`None`: absent) and the
+    /// version of the write that set it (`None`: never written).
+    Image {
+        /// The encoded item (as [`Command::Restore`] takes it).
+        image: Option<Value>,
+        /// The key's version, a tombstone's included.
+        version: Option<Version>,
+    },
     /// A key read with its expiry ([`Command::Inspect`]).
     Held {
         /// The value (`None`: absent).
@@ -532,6 +556,8 @@ impl Command {
             | Command::Modify { key, .. }
             | Command::Transfer { from: key, .. }
             | Command::Inspect { key }
+            | Command::Fetch { key }
+            | Command::Restore { key, .. }
             | Command::Coll { key, .. }
             | Command::CollRead { key, .. } => key,
             Command::Enqueue { queue, .. }
@@ -558,6 +584,7 @@ impl Command {
                 ..
             } => key.len() + value.len(),
             Command::Transfer { from, to, .. } => from.len() + to.len(),
+            Command::Restore { key, image } => key.len() + image.len(),
             Command::Enqueue { queue, value } => queue.len() + value.len(),
             Command::Cas { key, expected, new } => {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
@@ -581,6 +608,7 @@ impl Command {
                 | Command::Scan { .. }
                 | Command::QueuePeek { .. }
                 | Command::Inspect { .. }
+                | Command::Fetch { .. }
                 | Command::Count { .. }
                 | Command::CollRead { .. }
         ) && !matches!(self, Command::Geo(op) if !op.is_write())
@@ -603,6 +631,8 @@ impl Command {
             Command::Set { .. } => "set",
             Command::Expire { .. } => "expire",
             Command::Inspect { .. } => "inspect",
+            Command::Fetch { .. } => "fetch",
+            Command::Restore { .. } => "restore",
             Command::Flush { .. } => "flush",
             Command::SwapDb { .. } => "swap-db",
             Command::Modify { .. } => "modify",
@@ -669,9 +699,11 @@ impl Command {
             | Command::QueuePeek { .. }
             | Command::Expire { .. }
             | Command::Inspect { .. }
+            | Command::Fetch { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
             | Command::Count { .. } => Ok(()),
+            Command::Restore { image, .. } => limits.check_value(image),
             Command::Modify {
                 op: Modify::Append(value) | Modify::SetRange { value, .. }, ..
             } => limits.check_value(value),
@@ -722,6 +754,7 @@ impl Command {
                     | Command::Dequeue { .. }
                     | Command::QueuePeek { .. }
                     | Command::Inspect { .. }
+                    | Command::Fetch { .. }
                     | Command::Flush { .. }
                     | Command::SwapDb { .. }
                     | Command::Count { .. }

@@ -139,6 +139,7 @@ pub fn result_frame(result: &CommandResult, with_version: bool) -> Frame {
             (value_frame(value.as_ref()), *version)
         }
         CommandResult::Written { version } => (Frame::ok(), Some(*version)),
+        CommandResult::Image { image, version } => (value_frame(image.as_ref()), *version),
         CommandResult::Count { keys } => (integer(*keys), None),
         CommandResult::Modified { value: Some(value), version, .. } => {
             (Frame::Bulk(value.clone()), *version)

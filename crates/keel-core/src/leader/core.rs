@@ -250,6 +250,11 @@ impl Core {
                 (CommandResult::Items { items }, needed)
             }
             Command::QueuePeek { queue } => self.kv.queue_peek(queue),
+            Command::Fetch { key } if self.expired_here(key) => {
+                let version = self.kv.get(key).1;
+                (CommandResult::Image { image: None, version }, self.kv.update_index(key))
+            }
+            Command::Fetch { key } => (self.kv.fetch(key), self.kv.update_index(key)),
             // Counted over the applied state: what must be durable is all of it.
             Command::Count { db } => {
                 (CommandResult::Count { keys: self.kv.count(*db) }, self.kv.applied_index())

@@ -473,6 +473,11 @@ impl Kv {
                 return Ok(self.expire(version, key, *ttl, *cond, *now_ms, undo));
             }
             Command::Flush { db } => return Ok(self.flush(version, *db, undo)),
+            Command::Restore { key, image } => {
+                let item = super::kv_image::decode(image, version)?;
+                self.change(key.clone(), Some(item), undo);
+                return Ok(CommandResult::Written { version });
+            }
             Command::SwapDb { a, b } => return Ok(self.swap_db(version, *a, *b, undo)),
             Command::Modify { key, op, now_ms } => {
                 return super::kv_strings::modify(self, version, key, op, *now_ms, undo);
@@ -530,6 +535,7 @@ impl Kv {
             | Command::Scan { .. }
             | Command::QueuePeek { .. }
             | Command::Inspect { .. }
+            | Command::Fetch { .. }
             | Command::Count { .. }
             | Command::CollRead { .. } => {
                 panic!("a read command in the log")
@@ -543,6 +549,7 @@ impl Kv {
             | Command::Expire { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
+            | Command::Restore { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }
             | Command::Coll { .. } => unreachable!("executed above"),
@@ -1526,6 +1533,12 @@ fn encode_item(out: &mut Vec<u8>, key: &[u8], item: &Item) {
     put_bytes(out, key);
     put_u64(out, item.version.epoch.0);
     put_u64(out, item.version.index.0);
+    encode_body(out, item);
+}
+
+/// An item's flag, value or collection, and expiry: its snapshot encoding after the key
+/// and version, and the image [`Command::Fetch`] reads and [`Command::Restore`] writes.
+pub(super) fn encode_body(out: &mut Vec<u8>, item: &Item) {
     match (&item.value, item.expires_at) {
         (Some(value), None) => {
             put_u8(out, 1);
@@ -1597,6 +1610,32 @@ fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
         }
     };
     base.checked_add(delta).ok_or(KeelError::NotAnInteger)
+}
+
+impl Kv {
+    /// `key` read whole ([`Command::Fetch`]): its image if live, and its version.
+    pub fn fetch(&self, key: &[u8]) -> CommandResult {
+        let item = self.items.get(key);
+        let image = item.filter(|item| item.live()).map(super::kv_image::encode);
+        CommandResult::Image { image, version: item.map(|item| item.version) }
+    }
+
+    /// Sets `key` to `image` at `version`, outside the log and with no undo record: how a
+    /// script's private copy of the keys it read is filled (`EVAL`), never a replica's
+    /// state.
+    pub fn load(
+        &mut self,
+        key: Key,
+        image: Option<&[u8]>,
+        version: Version,
+    ) -> Result<(), KeelError> {
+        let item = match image {
+            Some(image) => super::kv_image::decode(image, version)?,
+            None => Item::plain(None, version),
+        };
+        self.replace(key, Some(item));
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub mod io;
 pub mod kv;
 mod kv_coll;
 mod kv_events;
+mod kv_image;
 mod kv_strings;
 mod leading;
 pub mod log;
@@ -42,6 +43,7 @@ mod report;
 
 pub use self::core::Counters;
 pub use self::core::Origin;
+pub use self::leading::stamp_time;
 pub use config::ConfigError;
 pub use engine::LeaderEngine;
 pub use io::{

@@ -6,8 +6,8 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    collections, correctables, databases, geo, keys, plain_submit, pubsub, queues, server,
-    sessions, strings, transactions,
+    collections, correctables, databases, geo, keys, plain_submit, pubsub, queues, scripting,
+    server, sessions, strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -70,6 +70,9 @@ async fn handle_request(conn: &mut Conn, frame: Frame) -> Pending {
     if let Some(reply) = pubsub::subscribed_context(conn, &words) {
         return reply;
     }
+    if let Some(reply) = scripting::busy_refusal(conn, &words) {
+        return reply;
+    }
     if let Err(text) = engine_terms(conn.node.kind, conn.node.id, Asked::Word(first)) {
         return Pending::ready(Frame::error(&text), conn.protocol);
     }
@@ -83,6 +86,10 @@ async fn handle_request(conn: &mut Conn, frame: Frame) -> Pending {
 /// their first word, the rest parsed and dispatched.
 async fn route(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let words = match geo::route(conn, words).await {
+        Ok(reply) => return reply,
+        Err(words) => words,
+    };
+    let words = match scripting::route(conn, words).await {
         Ok(reply) => return reply,
         Err(words) => words,
     };

@@ -509,6 +509,11 @@ fn put_result(out: &mut Vec<u8>, result: &CommandResult) {
                 put_u64(out, *at);
             }
         }
+        CommandResult::Image { image, version } => {
+            put_u8(out, 14);
+            put_option_bytes(out, image.as_deref());
+            put_option_version(out, *version);
+        }
         CommandResult::Count { keys } => {
             put_u8(out, 11);
             put_u64(out, *keys);
@@ -626,6 +631,10 @@ fn read_result(reader: &mut Reader<'_>) -> Result<CommandResult, PeerError> {
             },
         },
         11 => CommandResult::Count { keys: reader.u64("key count")? },
+        14 => CommandResult::Image {
+            image: reader.option_bytes("item image", BYTES_LEN_MAX)?,
+            version: read_option_version(reader)?,
+        },
         12 => CommandResult::Modified {
             value: reader.option_bytes("modified value", BYTES_LEN_MAX)?,
             number: reader.i64("modified number")?,

@@ -18,7 +18,7 @@ use keel_types::{Command, Entry, EntryPayload, Key, REAP_KEYS_MAX};
 
 /// `command` with the leader's clock `now_ms` as its time (a transaction's operations
 /// each get it): clients send 0, and whatever they send is replaced.
-pub(crate) fn stamp_time(command: Command, now_ms: u64) -> Command {
+pub fn stamp_time(command: Command, now_ms: u64) -> Command {
     match command {
         Command::Set { key, value, cond, ttl, .. } => {
             Command::Set { key, value, cond, ttl, now_ms }

@@ -19,6 +19,7 @@ mod replication;
 mod requests;
 mod waitlist;
 
+pub use self::expiry::stamp_time;
 pub(crate) use self::expiry::timeless;
 use self::waitlist::Waitlist;
 use super::config::MEMBERS_MAX;

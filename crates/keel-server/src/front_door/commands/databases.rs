@@ -40,7 +40,17 @@ pub(crate) fn select(conn: &Conn, index: u32) -> Option<(KeyspaceId, u8)> {
 /// `command` with its keys in database `db`: the client's keys as they are in database
 /// 0 (where none may begin with the databases' prefix), prefixed in any other.
 pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientCommand, Frame> {
-    let db = conn.db;
+    in_database_of(command, conn.db, conn.node.id, &|index| select(conn, index))
+}
+
+/// [`in_database`] for database `db` of keyspace `keyspace`, with `select` saying where
+/// each `SELECT` index leads (for `MOVE` and `COPY ... DB`).
+pub(crate) fn in_database_of(
+    command: ClientCommand,
+    db: u8,
+    keyspace: KeyspaceId,
+    select: &dyn Fn(u32) -> Option<(KeyspaceId, u8)>,
+) -> Result<ClientCommand, Frame> {
     let map = |key: keel_types::Key| key_in_database(db, key);
     let many =
         |keys: Vec<keel_types::Key>| keys.into_iter().map(map).collect::<Result<Vec<_>, _>>();
@@ -62,11 +72,11 @@ pub(crate) fn in_database(command: ClientCommand, conn: &Conn) -> Result<ClientC
             let to = match to_db {
                 None => map(to)?,
                 // Another database of the same keyspace: one log, so still one entry.
-                Some(index) => match select(conn, index) {
+                Some(index) => match select(index) {
                     Some((_, other)) if form == TransferForm::Move && other == db => {
                         return Err(Frame::error("ERR source and destination objects are the same"))
                     }
-                    Some((ks, other)) if ks == conn.node.id => db_key(other, &to),
+                    Some((ks, other)) if ks == keyspace => db_key(other, &to),
                     Some(_) => {
                         return Err(Frame::error(
                             "ERR COPY and MOVE between keyspaces are not supported: they are separate logs",

@@ -26,8 +26,10 @@ pub(crate) mod databases;
 pub(crate) mod geo;
 pub(crate) mod keys;
 pub(crate) mod lcs;
+pub(crate) mod lua;
 pub(crate) mod pubsub;
 pub(crate) mod queues;
+pub(crate) mod scripting;
 pub(crate) mod server;
 pub(crate) mod sessions;
 pub(crate) mod settings;
@@ -96,7 +98,7 @@ pub(crate) fn result_reply(reply: Result<ClientReply, KeelError>, _: bool) -> Fr
         ) => keel_wire::reply::result_frame(&result, false),
         Ok(CommandResult::Geo(result)) => keel_wire::reply::geo_frame(&result),
         Ok(CommandResult::Answer { answer, .. }) => keel_wire::reply::answer_frame(&answer, false),
-        Ok(CommandResult::Multi { .. }) => mismatched("command"),
+        Ok(CommandResult::Multi { .. } | CommandResult::Image { .. }) => mismatched("command"),
         Err(e) => error_frame(&e),
     }
 }

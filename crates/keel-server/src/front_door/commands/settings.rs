@@ -147,9 +147,11 @@ pub(crate) fn set(conn: &Conn, pairs: Vec<(String, Bytes)>) -> Frame {
     let mut set = SET.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for (name, value) in accepted {
         // Redis's older `ziplist` names and the newer `listpack` ones are one setting.
-        let twin = match name.contains("ziplist") {
-            true => name.replace("ziplist", "listpack"),
-            false => name.replace("listpack", "ziplist"),
+        let twin = match name {
+            "lua-time-limit" => "busy-reply-threshold".to_string(),
+            "busy-reply-threshold" => "lua-time-limit".to_string(),
+            _ if name.contains("ziplist") => name.replace("ziplist", "listpack"),
+            _ => name.replace("listpack", "ziplist"),
         };
         if let Some((twin, _)) = ACCEPTED.iter().find(|(n, _)| *n == twin && twin != name) {
             set.insert(twin, value.clone());

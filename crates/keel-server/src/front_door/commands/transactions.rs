@@ -156,7 +156,27 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
     }
     let command = keel_wire::command::parse(words, &conn.limits).map_err(|e| e.reply_frame())?;
     let command = super::databases::in_database(command, conn)?;
-    let allowed = matches!(
+    if !transactable(&command) {
+        let text = format!(
+            "ERR {name} is not allowed inside MULTI (Keel's transactions read and write keys)"
+        );
+        return Err(Frame::error(&text));
+    }
+    permitted(conn, category(&command))?;
+    let tx = conn.transaction.as_ref().expect("inside MULTI");
+    if tx.commands.len() >= keel_types::MULTI_OPS_MAX {
+        // One log entry holds at most this many operations; a longer queue is refused
+        // here, not grown without bound until `EXEC`.
+        let max = keel_types::MULTI_OPS_MAX;
+        return Err(Frame::error(&format!("ERR a transaction holds at most {max} commands")));
+    }
+    Ok(command)
+}
+
+/// Whether a transaction may hold `command` (and a script run it): the commands that
+/// read and write keys, and the few the node answers itself.
+pub(crate) fn transactable(command: &ClientCommand) -> bool {
+    matches!(
         command,
         ClientCommand::Get { .. }
             | ClientCommand::MGet { .. }
@@ -180,22 +200,14 @@ fn queueable(conn: &Conn, words: Vec<Bytes>) -> Result<ClientCommand, Frame> {
             | ClientCommand::Coll { .. }
             | ClientCommand::CollRead { .. }
             | ClientCommand::Block { .. }
-    ) && command.mode() == OpMode::Plain;
-    if !allowed {
-        let text = format!(
-            "ERR {name} is not allowed inside MULTI (Keel's transactions read and write keys)"
-        );
-        return Err(Frame::error(&text));
+    ) && command.mode() == OpMode::Plain
+}
+
+impl Transaction {
+    /// Marks the transaction refused: its `EXEC` discards it (`EXECABORT`).
+    pub(crate) fn refuse(&mut self) {
+        self.refused = true;
     }
-    permitted(conn, category(&command))?;
-    let tx = conn.transaction.as_ref().expect("inside MULTI");
-    if tx.commands.len() >= keel_types::MULTI_OPS_MAX {
-        // One log entry holds at most this many operations; a longer queue is refused
-        // here, not grown without bound until `EXEC`.
-        let max = keel_types::MULTI_OPS_MAX;
-        return Err(Frame::error(&format!("ERR a transaction holds at most {max} commands")));
-    }
-    Ok(command)
 }
 
 fn unwatch(conn: &mut Conn) {
@@ -267,7 +279,7 @@ async fn watch(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
 
 /// How one queued command's reply is made from its operations' results.
 #[derive(Clone, Debug)]
-enum Shape {
+pub(crate) enum Shape {
     /// `PING`, `ECHO`, `UNWATCH`: a reply of their own, with no operation.
     Reply(Frame),
     /// `TIME`, `CONFIG GET`, `CONFIG SET`: answered by the node at `EXEC` (never when
@@ -311,7 +323,10 @@ enum Shape {
 impl Shape {
     /// A queued command's operations, appended to `ops`; its shape and the durability it
     /// asked for.
-    fn of(command: ClientCommand, ops: &mut Vec<Command>) -> (Shape, Option<Durability>) {
+    pub(crate) fn of(
+        command: ClientCommand,
+        ops: &mut Vec<Command>,
+    ) -> (Shape, Option<Durability>) {
         match command {
             ClientCommand::Get { key, with_version, .. } => {
                 ops.push(Command::Get { key });
@@ -418,7 +433,7 @@ impl Shape {
     }
 
     /// The command's reply from its operations' results.
-    fn frame(self, results: &[CommandResult]) -> Frame {
+    pub(crate) fn frame(self, results: &[CommandResult]) -> Frame {
         let present = |r: &CommandResult| matches!(r, CommandResult::Answer { answer: Answer::Status(name), .. } if name != "none");
         let value = |r: &CommandResult| match r {
             CommandResult::Value { value, .. } => value.clone(),
