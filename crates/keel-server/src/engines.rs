@@ -147,8 +147,19 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
 }
 
 /// The first words of the requests a Kite keyspace has no meaning for.
-const KITE_REFUSED_WORDS: [&str; 7] =
-    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log"];
+const KITE_REFUSED_WORDS: [&str; 11] = [
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "keel.session",
+    "keel.invoke",
+    "keel.log",
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
 fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
@@ -344,8 +355,20 @@ fn geo_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Conf
 }
 
 /// The first words of the requests a geo keyspace has no meaning for.
-const GEO_REFUSED_WORDS: [&str; 8] =
-    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log", "keel.req"];
+const GEO_REFUSED_WORDS: [&str; 12] = [
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "keel.session",
+    "keel.invoke",
+    "keel.log",
+    "keel.req",
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+];
 
 /// What a geo keyspace makes of a request: its sessions' commands, ordered by the front
 /// door; no data command outside them.

@@ -42,7 +42,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Runs of one script before it gives up on keys that keep changing under it.
-pub(crate) const ATTEMPTS_MAX: usize = 8;
+pub(crate) const ATTEMPTS_MAX: usize = 16;
+/// The longest pause before a run again (the pause doubles from 1 ms, drawn at random
+/// below its bound, so that scripts racing from several nodes spread out).
+const BACKOFF_MAX_MS: u64 = 64;
 /// Most bytes of script text a node's cache holds (the oldest are forgotten first).
 const CACHE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Redis's refusal while a script is busy.
@@ -309,7 +312,10 @@ async fn run(
         *r = Some(Running { client: context.client, since: Instant::now(), kill: kill.clone() })
     });
     let _running = RunningGuard;
-    for pair in &context.pairs {
+    for (attempt, pair) in context.pairs.iter().enumerate() {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(attempt)).await;
+        }
         let (calls, mut asked) = tokio::sync::mpsc::channel::<Call>(1);
         let lua = tokio::task::spawn_blocking({
             let job = job(kill.clone(), calls);
@@ -486,6 +492,15 @@ impl Copy {
         }
         (ops, watch)
     }
+}
+
+/// A random pause below `min(2^attempt, BACKOFF_MAX_MS)` milliseconds.
+fn backoff(attempt: usize) -> std::time::Duration {
+    use ring::rand::SecureRandom;
+    let bound = (1u64 << attempt.min(16)).min(BACKOFF_MAX_MS);
+    let mut draw = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut draw);
+    std::time::Duration::from_micros(u64::from_le_bytes(draw) % (bound * 1000))
 }
 
 fn no_permission(what: &str) -> Frame {
