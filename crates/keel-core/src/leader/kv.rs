@@ -1715,6 +1715,48 @@ mod tests {
     }
 
     #[test]
+    fn a_fetched_image_restores_the_same_item_under_the_restoring_version() {
+        let mut kv = Kv::new(10);
+        kv.apply(&write(1, 1, 1, put("s", "text")));
+        let push = keel_types::coll::CollOp::Push {
+            end: keel_types::coll::End::Back,
+            values: vec!["a".into(), "b".into()],
+            only_existing: false,
+        };
+        kv.apply(&write(2, 1, 2, Command::Coll { key: "l".into(), op: Box::new(push) }));
+        let image = |kv: &Kv, key: &str| match kv.fetch(key.as_bytes()) {
+            CommandResult::Image { image, version } => (image, version),
+            other => panic!("{other:?}"),
+        };
+        let (string, v1) = image(&kv, "s");
+        assert_eq!(v1, Some(Version::new(1, 1)));
+        let (list, _) = image(&kv, "l");
+        assert_eq!(image(&kv, "none"), (None, None));
+        let restore = |key: &str, image: Option<Value>| Command::Restore {
+            key: Key::copy_from_slice(key.as_bytes()),
+            image: image.unwrap(),
+        };
+        let r = kv.apply(&write(3, 1, 3, restore("s2", string.clone())));
+        assert_eq!(r, Applied::Write(Ok(CommandResult::Written { version: Version::new(1, 3) })));
+        kv.apply(&write(4, 1, 4, restore("l2", list.clone())));
+        assert_eq!(kv.get(b"s2"), (Some("text".into()), Some(Version::new(1, 3))));
+        assert_eq!(image(&kv, "l2").0, list, "the list came back whole");
+        // An image that does not decode fails the command and changes nothing.
+        let before = kv.len();
+        let r = kv.apply(&write(5, 1, 5, restore("bad", Some("\x09junk".into()))));
+        assert!(matches!(r, Applied::Write(Err(KeelError::InvalidArgument(_)))), "{r:?}");
+        assert_eq!(kv.get(b"bad"), (None, None));
+        assert_eq!(kv.len(), before);
+        // A script's private copy is filled outside the log.
+        let mut copy = Kv::new(1);
+        copy.load("s".into(), string.as_deref(), Version::new(4, 4)).unwrap();
+        copy.load("gone".into(), None, Version::new(4, 5)).unwrap();
+        assert_eq!(copy.get(b"s"), (Some("text".into()), Some(Version::new(4, 4))));
+        assert_eq!(copy.get(b"gone"), (None, Some(Version::new(4, 5))));
+        assert!(copy.load("x".into(), Some(b"\x07"), Version::new(4, 6)).is_err());
+    }
+
+    #[test]
     fn operations_and_errors() {
         let mut kv = Kv::new(10);
         kv.apply(&write(1, 1, 1, put("a", "1")));

@@ -64,6 +64,8 @@ const CONN: &[&str] = &["loading", "stale", "fast"];
 const SLOW: &[&str] = &["loading", "stale"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
 const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
+const SCRIPT: &[&str] = &["noscript", "skip_monitor", "may_replicate", "no_mandatory_keys"];
+const SCRIPT_RO: &[&str] = &["noscript", "skip_monitor", "no_mandatory_keys", "readonly"];
 const NONE: (i64, i64, i64) = (0, 0, 0);
 const ONE: (i64, i64, i64) = (1, 1, 1);
 const ALL: (i64, i64, i64) = (1, -1, 1);
@@ -104,6 +106,10 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("del", -2, W, ALL),
     c("discard", 1, CONN, NONE),
     c("echo", 2, &["fast"], NONE),
+    c("eval", -3, SCRIPT, NONE),
+    c("eval_ro", -3, SCRIPT_RO, NONE),
+    c("evalsha", -3, SCRIPT, NONE),
+    c("evalsha_ro", -3, SCRIPT_RO, NONE),
     c("exec", 1, SLOW, NONE),
     c("exists", -2, RF, ALL),
     c("expire", -3, WF, ONE),
@@ -195,6 +201,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("sadd", -3, WDF, ONE),
     c("scan", -2, R, NONE),
     c("scard", 2, RF, ONE),
+    c("script", -2, SLOW, NONE),
     c("sdiff", -2, R, ALL),
     c("sdiffstore", -3, WD, ALL),
     c("select", 2, CONN, NONE),
