@@ -518,13 +518,17 @@ impl Clients {
         };
         let ks = inflight.keyspace;
         let node = NodeId(inflight.op.node.expect("set"));
+        let command = match pending.txn.client % 2 {
+            1 => Command::Fetch { key: key.into_bytes().into() },
+            _ => Command::Get { key: key.into_bytes().into() },
+        };
         let request = ClientRequest {
             tag: RequestTag(0),
             client: ClientId(c as u64 + 1),
             request: RequestId(self.clients[c].next_request),
             durability: None,
             level: Some(ReadLevel::Linearizable),
-            command: Command::Get { key: key.into_bytes().into() },
+            command,
             after: self.clients[c].floor.get(&ks).copied().unwrap_or(LogIndex::ZERO),
             mode: Default::default(),
             named: false,
@@ -590,7 +594,9 @@ impl Clients {
         let ks = inflight.keyspace;
         let mut pending = inflight.txn.take().expect("a transaction");
         if inflight.request.is_none() {
-            let Ok(CommandResult::Value { version, .. }) = &reply.result else {
+            let (Ok(CommandResult::Value { version, .. })
+            | Ok(CommandResult::Image { version, .. })) = &reply.result
+            else {
                 return self.schedule_wake(world, c); // no watch, no transaction
             };
             let key = pending.watch.remove(0);

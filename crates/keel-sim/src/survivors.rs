@@ -161,6 +161,11 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
     let mut expires_at = None;
     let (key, value) = match command {
         Command::Put { key, value } => (key, Some(value.clone())),
+        Command::Restore { key, image } => {
+            let item = keel_core::leader::kv_image::decode(image, version).ok()?;
+            expires_at = item.expires_at;
+            (key, item.value)
+        }
         Command::Delete { key } => (key, None),
         Command::Cas { key, expected, new } => {
             if current(state, key) != *expected {
@@ -216,14 +221,13 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::Dequeue { .. }
         | Command::QueuePeek { .. }
         | Command::Inspect { .. }
+        | Command::Fetch { .. }
         | Command::Count { .. }
         // The job lists of `jobs` are checked by their own checks (`tickets.rs`).
         | Command::Coll { .. }
         | Command::CollRead { .. } => return None,
         Command::Flush { .. }
         | Command::SwapDb { .. }
-        | Command::Fetch { .. }
-        | Command::Restore { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }
         | Command::Geo(_) => {

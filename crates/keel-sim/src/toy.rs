@@ -59,6 +59,11 @@ impl ToyEngine {
             Command::Delete { key } => {
                 self.kv.insert(key.clone(), (None, version)); // a tombstone
             }
+            Command::Restore { key, image } => {
+                let item = keel_core::leader::kv_image::decode(image, version);
+                let value = item.ok().and_then(|item| item.value);
+                self.kv.insert(key.clone(), (value, version));
+            }
             Command::Incr { key, delta } => {
                 let current = self
                     .kv
@@ -90,7 +95,6 @@ impl ToyEngine {
             | Command::Flush { .. }
             | Command::SwapDb { .. }
             | Command::Fetch { .. }
-            | Command::Restore { .. }
             | Command::Count { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }

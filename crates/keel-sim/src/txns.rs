@@ -4,6 +4,10 @@
 //! watched versions. The outcome becomes a `txn` record of the history
 //! (`keel_check::history::Txn`), judged by `keel_check::txn` against the final log.
 //!
+//! Clients of odd number read their watched keys as a script does (`Fetch`, the item whole
+//! with its version) and write as a script's write-back does (`Restore` of a string
+//! item, which replaces the key as a put does); the others with `Get` and `Put`.
+//!
 //! What a transaction holds: 1 to 4 operations on the `t*` keys (reads, writes, deletes,
 //! and increments, which fail on the words `t*` keys mostly hold and so make the whole
 //! transaction fail), at least one of them a write, so that a committed transaction
@@ -92,6 +96,11 @@ pub fn command(txn: &Txn) -> Command {
         .iter()
         .map(|op| match op {
             TxnOp::Get { key, .. } => Command::Get { key: bytes(key) },
+            // Clients of odd number write as a script's write-back does: the item whole.
+            TxnOp::Put { key, value } if txn.client % 2 == 1 => Command::Restore {
+                key: bytes(key),
+                image: keel_core::leader::kv_image::string(value.as_bytes()),
+            },
             TxnOp::Put { key, value } => Command::Put { key: bytes(key), value: bytes(value) },
             TxnOp::Delete { key } => Command::Delete { key: bytes(key) },
             TxnOp::Incr { key, delta, .. } => Command::Incr { key: bytes(key), delta: *delta },

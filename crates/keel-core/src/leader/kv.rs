@@ -127,7 +127,7 @@ impl Item {
     }
 
     /// A string value with an expiry (or none).
-    pub(super) fn string(value: Option<Value>, version: Version, expires_at: Option<u64>) -> Item {
+    pub fn string(value: Option<Value>, version: Version, expires_at: Option<u64>) -> Item {
         Item { value, coll: None, version, expires_at }
     }
 

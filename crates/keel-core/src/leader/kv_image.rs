@@ -11,7 +11,7 @@ use keel_types::codec::Reader;
 use keel_types::{KeelError, Value, Version};
 
 /// The image of a live item.
-pub(super) fn encode(item: &Item) -> Value {
+pub fn encode(item: &Item) -> Value {
     debug_assert!(item.live(), "a tombstone has no image");
     let mut out = Vec::new();
     encode_body(&mut out, item);
@@ -20,7 +20,7 @@ pub(super) fn encode(item: &Item) -> Value {
 
 /// The item `image` describes, at `version`; an image that is not one live item, whole,
 /// is refused.
-pub(super) fn decode(image: &[u8], version: Version) -> Result<Item, KeelError> {
+pub fn decode(image: &[u8], version: Version) -> Result<Item, KeelError> {
     let invalid = |reason: String| KeelError::InvalidArgument(format!("item image: {reason}"));
     let mut reader = Reader::new(image);
     let err = |e: keel_types::codec::CodecError| invalid(e.to_string());
@@ -41,6 +41,12 @@ pub(super) fn decode(image: &[u8], version: Version) -> Result<Item, KeelError> 
     }
     reader.finish().map_err(err)?;
     Ok(Item { value, coll, version, expires_at })
+}
+
+/// The image of a string `value` with no expiry (what a `Restore` that acts as a put
+/// carries).
+pub fn string(value: &[u8]) -> Value {
+    encode(&Item::string(Some(Value::copy_from_slice(value)), Version::new(0, 0), None))
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub mod io;
 pub mod kv;
 mod kv_coll;
 mod kv_events;
-mod kv_image;
+pub mod kv_image;
 mod kv_strings;
 mod leading;
 pub mod log;

@@ -6,12 +6,14 @@
 //!   largest value, `databases`, `maxmemory-policy noeviction`, ...). `CONFIG GET`
 //!   answers them; `CONFIG SET` refuses them, naming the setting of Keel's configuration
 //!   file that holds them.
-//! - **accepted**: tuning knobs of Redis's own data layout and scripting (the
-//!   `*-max-listpack-*` encodings, `lua-time-limit`, `hz`, ...). Keel has no such layout,
-//!   so setting one changes nothing; it is kept per node so that `CONFIG GET` reads back
-//!   what was set, as clients and test harnesses expect.
+//! - **accepted**: tuning knobs of Redis's own data layout (the
+//!   `*-max-listpack-*` encodings, `hz`, ...). Keel has no such layout, so setting one
+//!   changes nothing; it is kept per node so that `CONFIG GET` reads back what was set,
+//!   as clients and test harnesses expect.
 //! - **live**: `notify-keyspace-events`, the node's keyspace notifications
-//!   (`crate::pubsub`), which take effect at once.
+//!   (`crate::pubsub`), and `busy-reply-threshold` (twin `lua-time-limit`), when a
+//!   running script makes the node answer `BUSY` (`scripting`), which take effect at
+//!   once.
 //! - every other name: refused as Redis refuses an unknown parameter.
 //!
 //! As Redis's, a `CONFIG SET` of several parameters applies all of them or none.
