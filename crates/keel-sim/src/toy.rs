@@ -83,7 +83,10 @@ impl ToyEngine {
                 self.kv.insert(key.clone(), (Some(new.clone()), version));
                 return CommandResult::Cas { swapped: true, current, version: Some(version) };
             }
-            Command::Get { .. } | Command::Scan { .. } | Command::QueuePeek { .. } => {
+            Command::Get { .. }
+            | Command::Fetch { .. }
+            | Command::Scan { .. }
+            | Command::QueuePeek { .. } => {
                 unreachable!("reads are not logged")
             }
             Command::Enqueue { .. } | Command::Dequeue { .. } => {
@@ -94,7 +97,6 @@ impl ToyEngine {
             | Command::Inspect { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
-            | Command::Fetch { .. }
             | Command::Count { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }
@@ -155,6 +157,12 @@ impl ToyEngine {
                 let (value, version) =
                     self.kv.get(key).cloned().map_or((None, None), |(v, ver)| (v, Some(ver)));
                 Ok(CommandResult::Value { value, version })
+            }
+            Command::Fetch { key } => {
+                let (value, version) =
+                    self.kv.get(key).cloned().map_or((None, None), |(v, ver)| (v, Some(ver)));
+                let image = value.map(|v| keel_core::leader::kv_image::string(&v));
+                Ok(CommandResult::Image { image, version })
             }
             Command::Scan { .. } => Ok(CommandResult::Items { items: Vec::new() }),
             command => {

@@ -3,8 +3,9 @@
 //! `ARGV`. Each `redis.call` is handed to the connection's task, which runs it on the
 //! script's private copy of the keys and answers with the reply frame.
 //!
-//! The state holds the base, `table`, `string` and `math` libraries only (no `io`, `os`,
-//! `package`, `debug`, `dofile` or `loadfile`), at most [`MEMORY_MAX`] bytes of heap, and
+//! The state holds the base, `table`, `string` and `math` libraries, and Redis's `cjson`
+//! and `bit` (`lua_libs`), only (no `io`, `os`, `package`, `debug`, `dofile` or
+//! `loadfile`), at most [`MEMORY_MAX`] bytes of heap, and
 //! a hook that ends the script once `SCRIPT KILL` asks.
 
 use bytes::Bytes;
@@ -72,6 +73,7 @@ fn run_lua(job: Job) -> mlua::Result<Frame> {
     globals.set("KEYS", strings(&lua, &job.keys)?)?;
     globals.set("ARGV", strings(&lua, &job.args)?)?;
     globals.set("redis", redis_library(&lua, job.calls)?)?;
+    super::lua_libs::install(&lua)?;
     let chunk = lua.load(&job.source[..]).set_name(format!("@user_script:{}", job.sha));
     let function = chunk.into_function()?;
     // The script runs inside a protected call, so that an error value of any kind (the

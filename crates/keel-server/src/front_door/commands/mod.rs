@@ -27,6 +27,7 @@ pub(crate) mod geo;
 pub(crate) mod keys;
 pub(crate) mod lcs;
 pub(crate) mod lua;
+pub(crate) mod lua_libs;
 pub(crate) mod pubsub;
 pub(crate) mod queues;
 pub(crate) mod scripting;

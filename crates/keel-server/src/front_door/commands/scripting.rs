@@ -372,6 +372,9 @@ async fn run(
 /// One run's private copy of the keys it touched.
 struct Copy {
     kv: Kv,
+    /// The database the script's commands name keys in (`SELECT` inside it changes it,
+    /// not the connection's).
+    db: Option<u8>,
     /// Each key read, with its image and version as read.
     read: BTreeMap<Key, (Option<Bytes>, Option<Version>)>,
     /// The script's one time (unix milliseconds).
@@ -380,7 +383,7 @@ struct Copy {
 
 impl Copy {
     fn new(now_ms: u64) -> Copy {
-        Copy { kv: Kv::new(1), read: BTreeMap::new(), now_ms }
+        Copy { kv: Kv::new(1), db: None, read: BTreeMap::new(), now_ms }
     }
 
     /// One `redis.call`: its reply, from the copy.
@@ -391,7 +394,20 @@ impl Copy {
             Err(e) => return e.reply_frame(),
         };
         let select = |index: u32| context.selects.get(index as usize).copied().flatten();
-        let command = match in_database_of(command, context.db, context.node.id, &select) {
+        if let keel_wire::ClientCommand::Select { index } = command {
+            return match select(index) {
+                Some((ks, db)) if ks == context.node.id => {
+                    self.db = Some(db);
+                    Frame::ok()
+                }
+                Some(_) => {
+                    Frame::error("ERR SELECT inside a script stays in the connection's keyspace")
+                }
+                None => keel_wire::CommandError::DbIndexOutOfRange.reply_frame(),
+            };
+        }
+        let db = self.db.unwrap_or(context.db);
+        let command = match in_database_of(command, db, context.node.id, &select) {
             Ok(command) => command,
             Err(refusal) => return refusal,
         };
