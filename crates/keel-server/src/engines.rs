@@ -147,7 +147,7 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
 }
 
 /// The first words of the requests a Kite keyspace has no meaning for.
-const KITE_REFUSED_WORDS: [&str; 11] = [
+const KITE_REFUSED_WORDS: [&str; 13] = [
     "multi",
     "exec",
     "discard",
@@ -159,6 +159,8 @@ const KITE_REFUSED_WORDS: [&str; 11] = [
     "evalsha",
     "eval_ro",
     "evalsha_ro",
+    "dump",
+    "restore",
 ];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
@@ -355,7 +357,7 @@ fn geo_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Conf
 }
 
 /// The first words of the requests a geo keyspace has no meaning for.
-const GEO_REFUSED_WORDS: [&str; 12] = [
+const GEO_REFUSED_WORDS: [&str; 14] = [
     "multi",
     "exec",
     "discard",
@@ -368,6 +370,8 @@ const GEO_REFUSED_WORDS: [&str; 12] = [
     "evalsha",
     "eval_ro",
     "evalsha_ro",
+    "dump",
+    "restore",
 ];
 
 /// What a geo keyspace makes of a request: its sessions' commands, ordered by the front

@@ -6,7 +6,7 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    collections, correctables, databases, geo, keys, plain_submit, pubsub, queues, scripting,
+    collections, correctables, databases, dump, geo, keys, plain_submit, pubsub, queues, scripting,
     server, sessions, strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
@@ -86,6 +86,10 @@ async fn handle_request(conn: &mut Conn, frame: Frame) -> Pending {
 /// their first word, the rest parsed and dispatched.
 async fn route(conn: &mut Conn, words: Vec<Bytes>) -> Pending {
     let words = match geo::route(conn, words).await {
+        Ok(reply) => return reply,
+        Err(words) => words,
+    };
+    let words = match dump::route(conn, words).await {
         Ok(reply) => return reply,
         Err(words) => words,
     };

@@ -23,6 +23,7 @@ pub(crate) mod acl;
 pub(crate) mod collections;
 pub(crate) mod correctables;
 pub(crate) mod databases;
+pub(crate) mod dump;
 pub(crate) mod geo;
 pub(crate) mod keys;
 pub(crate) mod lcs;
