@@ -7,8 +7,8 @@ mod common;
 use common::Conn;
 use std::io::{Read, Write};
 
-/// Sends `words` (any bytes) and reads a bulk reply whole (`None`: null).
-fn bulk_bytes(c: &mut Conn, words: &[&[u8]]) -> Option<Vec<u8>> {
+/// Sends `words`, any bytes.
+fn send(c: &mut Conn, words: &[&[u8]]) {
     let mut out = format!("*{}\r\n", words.len()).into_bytes();
     for w in words {
         out.extend_from_slice(format!("${}\r\n", w.len()).as_bytes());
@@ -16,6 +16,11 @@ fn bulk_bytes(c: &mut Conn, words: &[&[u8]]) -> Option<Vec<u8>> {
         out.extend_from_slice(b"\r\n");
     }
     c.0.write_all(&out).unwrap();
+}
+
+/// Sends `words` and reads a bulk reply whole (`None`: null).
+fn bulk_bytes(c: &mut Conn, words: &[&[u8]]) -> Option<Vec<u8>> {
+    send(c, words);
     let header = c.line();
     let len: i64 = header.trim_end()[1..].parse().unwrap_or_else(|_| panic!("{header}"));
     if len < 0 {
@@ -29,13 +34,7 @@ fn bulk_bytes(c: &mut Conn, words: &[&[u8]]) -> Option<Vec<u8>> {
 
 /// Sends `words` and reads the first line of the reply.
 fn line(c: &mut Conn, words: &[&[u8]]) -> String {
-    let mut out = format!("*{}\r\n", words.len()).into_bytes();
-    for w in words {
-        out.extend_from_slice(format!("${}\r\n", w.len()).as_bytes());
-        out.extend_from_slice(w);
-        out.extend_from_slice(b"\r\n");
-    }
-    c.0.write_all(&out).unwrap();
+    send(c, words);
     c.line().trim_end().to_string()
 }
 

@@ -9,15 +9,6 @@ mod common;
 use common::Conn;
 use std::time::Duration;
 
-/// A bulk reply's text (`None` for null).
-fn bulk(conn: &mut Conn, words: &[&str]) -> Option<String> {
-    match conn.call(words).as_str() {
-        "$-1" => None,
-        header if header.starts_with('$') => Some(conn.line().trim_end_matches("\r\n").to_string()),
-        other => panic!("{words:?}: {other}"),
-    }
-}
-
 #[test]
 fn scripts_answer_as_redis_and_write_back_their_effects() {
     let (cluster, _) = common::cluster("scripting", |_| {});
@@ -26,9 +17,9 @@ fn scripts_answer_as_redis_and_write_back_their_effects() {
         common::wait_until(common::LEADER_WAIT, || c.call(&["SET", "s", "Hello"]) == "+OK");
     assert!(settled, "the cluster never accepted a write");
     let script = "redis.call('incrby', KEYS[1], ARGV[1]); return redis.call('get', KEYS[1])";
-    assert_eq!(bulk(&mut c, &["EVAL", script, "1", "n", "5"]).as_deref(), Some("5"));
-    assert_eq!(bulk(&mut c, &["EVAL", script, "1", "n", "5"]).as_deref(), Some("10"));
-    assert_eq!(bulk(&mut c, &["GET", "n"]).as_deref(), Some("10"), "written back");
+    assert_eq!(c.bulk(&["EVAL", script, "1", "n", "5"]).as_deref(), Some("5"));
+    assert_eq!(c.bulk(&["EVAL", script, "1", "n", "5"]).as_deref(), Some("10"));
+    assert_eq!(c.bulk(&["GET", "n"]).as_deref(), Some("10"), "written back");
     // Collections, and reads of what the script wrote before.
     let list =
         "redis.call('rpush', KEYS[1], 'a', 'b'); return redis.call('lrange', KEYS[1], 0, -1)";
@@ -54,10 +45,10 @@ fn scripts_answer_as_redis_and_write_back_their_effects() {
     // As Redis, a failing script keeps what it wrote before failing.
     let partial = "redis.call('set', KEYS[1], 'kept'); redis.call('incr', KEYS[2])";
     assert!(c.call(&["EVAL", partial, "2", "p", "l"]).starts_with("-WRONGTYPE"));
-    assert_eq!(bulk(&mut c, &["GET", "p"]).as_deref(), Some("kept"));
+    assert_eq!(c.bulk(&["GET", "p"]).as_deref(), Some("kept"));
     // EVALSHA, SCRIPT EXISTS/FLUSH, the read-only form.
-    let sha = bulk(&mut c, &["SCRIPT", "LOAD", "return ARGV[1]"]).unwrap();
-    assert_eq!(bulk(&mut c, &["EVALSHA", &sha, "0", "hi"]).as_deref(), Some("hi"));
+    let sha = c.bulk(&["SCRIPT", "LOAD", "return ARGV[1]"]).unwrap();
+    assert_eq!(c.bulk(&["EVALSHA", &sha, "0", "hi"]).as_deref(), Some("hi"));
     assert_eq!(c.call(&["SCRIPT", "EXISTS", &sha, "0000"]), "*2");
     assert_eq!((c.line(), c.line()), (":1\r\n".into(), ":0\r\n".into()));
     assert_eq!(c.call(&["SCRIPT", "FLUSH"]), "+OK");
@@ -71,7 +62,7 @@ fn scripts_answer_as_redis_and_write_back_their_effects() {
     // The database the connection selected.
     assert_eq!(c.call(&["SELECT", "2"]), "+OK");
     assert_eq!(c.call(&["EVAL", "return redis.call('set', KEYS[1], 'two')", "1", "d"]), "+OK");
-    assert_eq!(bulk(&mut c, &["GET", "d"]).as_deref(), Some("two"));
+    assert_eq!(c.bulk(&["GET", "d"]).as_deref(), Some("two"));
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "d"]), ":0");
     common::finish(cluster);
@@ -113,7 +104,7 @@ fn racing_read_modify_write_scripts_lose_no_update() {
     }
     incrs.join().unwrap();
     let total = scripts * each + each;
-    assert_eq!(bulk(&mut c, &["GET", "n"]), Some(total.to_string()), "no update lost");
+    assert_eq!(c.bulk(&["GET", "n"]), Some(total.to_string()), "no update lost");
     // Each script saw a value no other script saw.
     assert_eq!(c.call(&["LLEN", "seen"]), format!(":{}", scripts * each));
     let seen = c.call(&["EVAL", "return redis.call('lrange', KEYS[1], 0, -1)", "1", "seen"]);
@@ -158,7 +149,7 @@ fn a_runaway_script_makes_the_node_busy_until_it_is_killed_and_nothing_of_it_app
     let killed = runaway.join().unwrap();
     assert!(killed.contains("killed by user"), "{killed}");
     assert_eq!(
-        bulk(&mut c, &["GET", "k"]).as_deref(),
+        c.bulk(&["GET", "k"]).as_deref(),
         Some("1"),
         "the killed script's write was never applied"
     );

@@ -10,15 +10,6 @@ mod common;
 
 use common::Conn;
 
-/// A bulk reply's text (`None` for null).
-fn bulk(conn: &mut Conn, words: &[&str]) -> Option<String> {
-    match conn.call(words).as_str() {
-        "$-1" => None,
-        header if header.starts_with('$') => Some(conn.line().trim_end_matches("\r\n").to_string()),
-        other => panic!("{words:?}: {other}"),
-    }
-}
-
 #[test]
 fn string_commands_answer_as_redis() {
     let (cluster, _) = common::cluster("strings", |_| {});
@@ -28,13 +19,13 @@ fn string_commands_answer_as_redis() {
     assert!(settled, "the cluster never accepted a write");
     assert_eq!(c.call(&["APPEND", "s", " World"]), ":11");
     assert_eq!(c.call(&["STRLEN", "s"]), ":11");
-    assert_eq!(bulk(&mut c, &["GETRANGE", "s", "0", "4"]).as_deref(), Some("Hello"));
-    assert_eq!(bulk(&mut c, &["GETRANGE", "s", "-5", "-1"]).as_deref(), Some("World"));
-    assert_eq!(bulk(&mut c, &["GETRANGE", "s", "20", "30"]).as_deref(), Some(""));
+    assert_eq!(c.bulk(&["GETRANGE", "s", "0", "4"]).as_deref(), Some("Hello"));
+    assert_eq!(c.bulk(&["GETRANGE", "s", "-5", "-1"]).as_deref(), Some("World"));
+    assert_eq!(c.bulk(&["GETRANGE", "s", "20", "30"]).as_deref(), Some(""));
     assert_eq!(c.call(&["SETRANGE", "s", "6", "Redis"]), ":11");
-    assert_eq!(bulk(&mut c, &["GET", "s"]).as_deref(), Some("Hello Redis"));
+    assert_eq!(c.bulk(&["GET", "s"]).as_deref(), Some("Hello Redis"));
     assert_eq!(c.call(&["SETRANGE", "pad", "3", "x"]), ":4");
-    assert_eq!(bulk(&mut c, &["GET", "pad"]).as_deref(), Some("\0\0\0x"));
+    assert_eq!(c.bulk(&["GET", "pad"]).as_deref(), Some("\0\0\0x"));
     assert_eq!(c.call(&["SETRANGE", "none", "0", ""]), ":0");
     assert_eq!(c.call(&["EXISTS", "none"]), ":0", "an empty SETRANGE creates nothing");
     assert_eq!(c.call(&["SETBIT", "b", "7", "1"]), ":0");
@@ -45,21 +36,21 @@ fn string_commands_answer_as_redis() {
     assert_eq!(c.call(&["BITCOUNT", "s"]), ":40");
     assert_eq!(c.call(&["BITCOUNT", "s", "0", "0"]), ":2");
     assert_eq!(c.call(&["BITCOUNT", "s", "1", "3", "BIT"]), ":1");
-    assert_eq!(bulk(&mut c, &["INCRBYFLOAT", "f", "10.5"]).as_deref(), Some("10.5"));
-    assert_eq!(bulk(&mut c, &["INCRBYFLOAT", "f", "0.1"]).as_deref(), Some("10.6"));
-    assert_eq!(bulk(&mut c, &["INCRBYFLOAT", "f", "-5.0e3"]).as_deref(), Some("-4989.4"));
+    assert_eq!(c.bulk(&["INCRBYFLOAT", "f", "10.5"]).as_deref(), Some("10.5"));
+    assert_eq!(c.bulk(&["INCRBYFLOAT", "f", "0.1"]).as_deref(), Some("10.6"));
+    assert_eq!(c.bulk(&["INCRBYFLOAT", "f", "-5.0e3"]).as_deref(), Some("-4989.4"));
     assert!(c.call(&["INCRBYFLOAT", "s", "1"]).contains("not a valid float"));
     assert_eq!(c.call(&["TYPE", "s"]), "+string");
     assert_eq!(c.call(&["TYPE", "none"]), "+none");
 
     // GETEX and GETDEL.
-    assert_eq!(bulk(&mut c, &["GETEX", "s", "EX", "100"]).as_deref(), Some("Hello Redis"));
+    assert_eq!(c.bulk(&["GETEX", "s", "EX", "100"]).as_deref(), Some("Hello Redis"));
     assert!((99..=100).contains(&c.call(&["TTL", "s"])[1..].parse::<i64>().unwrap()));
-    assert_eq!(bulk(&mut c, &["GETEX", "s", "PERSIST"]).as_deref(), Some("Hello Redis"));
+    assert_eq!(c.bulk(&["GETEX", "s", "PERSIST"]).as_deref(), Some("Hello Redis"));
     assert_eq!(c.call(&["TTL", "s"]), ":-1");
-    assert_eq!(bulk(&mut c, &["GETEX", "none"]), None);
-    assert_eq!(bulk(&mut c, &["GETDEL", "pad"]).as_deref(), Some("\0\0\0x"));
-    assert_eq!(bulk(&mut c, &["GETDEL", "pad"]), None);
+    assert_eq!(c.bulk(&["GETEX", "none"]), None);
+    assert_eq!(c.bulk(&["GETDEL", "pad"]).as_deref(), Some("\0\0\0x"));
+    assert_eq!(c.bulk(&["GETDEL", "pad"]), None);
 
     // Transfers carry the value and the expiry.
     assert_eq!(c.call(&["SET", "src", "v", "EX", "100"]), "+OK");
@@ -97,14 +88,14 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(c.call(&["MSETNX", "x1", "b", "y1", "c"]), ":0", "x1 exists: nothing set");
     assert_eq!(c.call(&["EXISTS", "y1"]), ":0");
     assert_eq!(c.call(&["MSETNX", "y1", "c", "z1", "d", "y1", "e"]), ":1");
-    assert_eq!(bulk(&mut c, &["GET", "y1"]).as_deref(), Some("e"), "the last pair wins");
+    assert_eq!(c.bulk(&["GET", "y1"]).as_deref(), Some("e"), "the last pair wins");
     assert_eq!(c.call(&["DEL", "y1"]), ":1");
     assert_eq!(c.call(&["MSETNX", "y1", "f"]), ":1", "a deleted key is absent");
     assert!(c.call(&["MSETNX", "y1"]).contains("wrong number of arguments"));
 
     // LCS, in its three forms.
     assert_eq!(c.call(&["MSET", "l1", "ohmytext", "l2", "mynewtext"]), "+OK");
-    assert_eq!(bulk(&mut c, &["LCS", "l1", "l2"]).as_deref(), Some("mytext"));
+    assert_eq!(c.bulk(&["LCS", "l1", "l2"]).as_deref(), Some("mytext"));
     assert_eq!(c.call(&["LCS", "l1", "l2", "LEN"]), ":6");
     assert_eq!(c.call(&["LCS", "l1", "l2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"]), "*4");
     let idx = lines(&mut c, 14).join(" ");
@@ -118,9 +109,9 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(c.call(&["BITPOS", "nobits", "0"]), ":0");
     assert_eq!(c.call(&["BITPOS", "nobits", "1"]), ":-1");
     assert_eq!(c.call(&["SET", "n", "1234"]), "+OK");
-    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "n"]).as_deref(), Some("int"));
-    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "l2"]).as_deref(), Some("embstr"));
-    assert_eq!(bulk(&mut c, &["OBJECT", "ENCODING", "nope"]), None);
+    assert_eq!(c.bulk(&["OBJECT", "ENCODING", "n"]).as_deref(), Some("int"));
+    assert_eq!(c.bulk(&["OBJECT", "ENCODING", "l2"]).as_deref(), Some("embstr"));
+    assert_eq!(c.bulk(&["OBJECT", "ENCODING", "nope"]), None);
     assert_eq!(c.call(&["OBJECT", "REFCOUNT", "n"]), ":1");
     assert!(c.call(&["OBJECT", "FREQ", "n"]).contains("LFU"));
 
@@ -128,22 +119,22 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(c.call(&["MOVE", "n", "3"]), ":1");
     assert_eq!(c.call(&["MOVE", "n", "3"]), ":0", "gone from this database");
     assert_eq!(c.call(&["SELECT", "3"]), "+OK");
-    assert_eq!(bulk(&mut c, &["GET", "n"]).as_deref(), Some("1234"));
-    assert_eq!(bulk(&mut c, &["RANDOMKEY"]).as_deref(), Some("n"), "the only key of db 3");
+    assert_eq!(c.bulk(&["GET", "n"]).as_deref(), Some("1234"));
+    assert_eq!(c.bulk(&["RANDOMKEY"]).as_deref(), Some("n"), "the only key of db 3");
     assert_eq!(c.call(&["SET", "n2", "x"]), "+OK");
     assert_eq!(c.call(&["MOVE", "n2", "0"]), ":1");
     assert!(c.call(&["MOVE", "n", "3"]).contains("the same"));
     // KEEL.INVOKE reads the connection's database too.
-    let invoked = bulk(&mut c, &["KEEL.INVOKE", "GET", "n", "LEVELS", "linearizable"]);
+    let invoked = c.bulk(&["KEEL.INVOKE", "GET", "n", "LEVELS", "linearizable"]);
     assert_eq!(invoked.as_deref(), Some("1234"));
     assert_eq!(c.call(&["SELECT", "4"]), "+OK");
-    assert_eq!(bulk(&mut c, &["RANDOMKEY"]), None, "db 4 has no keys");
+    assert_eq!(c.bulk(&["RANDOMKEY"]), None, "db 4 has no keys");
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
     // SWAPDB: database 0 holds n2 (and more), database 3 holds n.
     assert_eq!(c.call(&["SWAPDB", "0", "3"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":0", "database 0 now holds database 3's keys");
-    assert_eq!(bulk(&mut c, &["GET", "n"]).as_deref(), Some("1234"));
+    assert_eq!(c.bulk(&["GET", "n"]).as_deref(), Some("1234"));
     assert_eq!(c.call(&["SELECT", "3"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
     assert_eq!(c.call(&["SWAPDB", "3", "0"]), "+OK", "and back");
@@ -186,7 +177,7 @@ fn key_and_server_commands_answer_as_redis() {
     let mut other = Conn::open(cluster.client_addrs()[1]);
     assert_eq!(other.call(&["CLIENT", "SETNAME", "victim"]), "+OK");
     let other_id = other.call(&["CLIENT", "ID"])[1..].to_string();
-    let info = bulk(&mut c, &["CLIENT", "INFO"]).unwrap();
+    let info = c.bulk(&["CLIENT", "INFO"]).unwrap();
     assert!(info.contains(" name=tester ") && info.contains(" db=0 "), "{info}");
     assert!(c.call(&["CLIENT", "LIST"]).starts_with('$'));
     let all = c.line(); // the lines end in LF, the bulk string in CRLF
@@ -243,7 +234,7 @@ fn key_and_server_commands_answer_as_redis() {
     // Keel's options after the Redis arguments: DURABILITY on writes, LEVEL on reads.
     assert_eq!(c.call(&["APPEND", "x1", "?", "DURABILITY", "durable"]), ":9");
     assert_eq!(c.call(&["STRLEN", "x1", "LEVEL", "any"]), ":9");
-    let tail = bulk(&mut c, &["GETRANGE", "x1", "-2", "-1", "LEVEL", "monotonic"]);
+    let tail = c.bulk(&["GETRANGE", "x1", "-2", "-1", "LEVEL", "monotonic"]);
     assert_eq!(tail.as_deref(), Some("!?"));
     assert_eq!(c.call(&["EXPIRE", "x1", "100", "DURABILITY", "replicated"]), ":1");
     assert_eq!(c.call(&["COPY", "x1", "x2", "DURABILITY", "durable"]), ":1");

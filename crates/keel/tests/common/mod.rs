@@ -187,6 +187,18 @@ impl Conn {
         matches!(self.0.read(&mut byte), Ok(0) | Err(_))
     }
 
+    /// Sends one command whose reply is a bulk string, and reads its text (`None` for
+    /// null); panics on another reply.
+    pub fn bulk(&mut self, words: &[&str]) -> Option<String> {
+        match self.call(words).as_str() {
+            "$-1" => None,
+            header if header.starts_with('$') => {
+                Some(self.line().trim_end_matches("\r\n").to_string())
+            }
+            other => panic!("{words:?}: {other}"),
+        }
+    }
+
     /// Sends one command and reads the first line of its reply, without its CRLF.
     pub fn call(&mut self, words: &[&str]) -> String {
         let mut out = format!("*{}\r\n", words.len()).into_bytes();
