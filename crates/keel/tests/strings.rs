@@ -131,6 +131,14 @@ fn key_and_server_commands_answer_as_redis() {
     assert_eq!(c.bulk(&["RANDOMKEY"]), None, "db 4 has no keys");
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":1");
+    // SET ... GET and GETSET refuse a collection and leave it, as Redis's.
+    assert_eq!(c.call(&["HSET", "hh", "f", "v"]), ":1");
+    assert!(c.call(&["SET", "hh", "x", "GET"]).starts_with("-WRONGTYPE"));
+    assert!(c.call(&["GETSET", "hh", "x"]).starts_with("-WRONGTYPE"));
+    assert_eq!(c.call(&["TYPE", "hh"]), "+hash");
+    assert_eq!(c.bulk(&["SET", "sg", "1", "GET"]), None);
+    assert_eq!(c.bulk(&["SET", "sg", "2", "GET"]).as_deref(), Some("1"));
+    assert_eq!(c.call(&["DEL", "hh", "sg"]), ":2");
     // SWAPDB: database 0 holds n2 (and more), database 3 holds n.
     assert_eq!(c.call(&["SWAPDB", "0", "3"]), "+OK");
     assert_eq!(c.call(&["EXISTS", "n2"]), ":0", "database 0 now holds database 3's keys");

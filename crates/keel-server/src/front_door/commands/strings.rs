@@ -40,6 +40,18 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             let reply = values_reply(&conn.node, subs, level, turn.after, mget_frame);
             Pending::later(Box::pin(reply), protocol)
         }
+        ClientCommand::Set { key, value, durability, options, .. } if options.get => {
+            let ops = vec![string_check(&key), options.command(key, value)];
+            let command = Command::Multi { ops, watch: Vec::new() };
+            let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
+            noted(conn, sent, move |answer| match answer.and_then(|r| r.result) {
+                Ok(CommandResult::Multi { results: Some(results) }) if results.len() == 2 => {
+                    set_options_frame(&results[1], options)
+                }
+                Ok(_) => mismatched("set"),
+                Err(e) => error_frame(&e),
+            })
+        }
         ClientCommand::Set { key, value, durability, with_version, options, .. } => {
             let command = options.command(key, value);
             let sent = conn.node.send(Submit { durability, ..turn.submit(command) });
@@ -292,14 +304,33 @@ fn get_reply(reply: Result<ClientReply, KeelError>, with_version: bool) -> Frame
 /// `GET`, the value before; `SETNX`: `1` or `0`.
 fn set_options_reply(reply: Result<ClientReply, KeelError>, options: SetOptions) -> Frame {
     match reply.and_then(|r| r.result) {
-        Ok(CommandResult::Cas { swapped, current, .. }) => match options {
-            SetOptions { integer_reply: true, .. } => Frame::Integer(i64::from(swapped)),
+        Ok(result) => set_options_frame(&result, options),
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// What goes before a `SET ... GET` in its entry: a `GETEX` that changes nothing, and
+/// fails the entry (`WRONGTYPE`, nothing written) if the key holds a collection, as Redis
+/// refuses `SET ... GET` and `GETSET` of one. (A `GET` inside a transaction reads a
+/// collection as null instead, as `MGET` does.)
+pub(crate) fn string_check(key: &Key) -> Command {
+    Command::Modify {
+        key: key.clone(),
+        op: keel_types::Modify::GetEx(keel_types::Ttl::Keep),
+        now_ms: 0,
+    }
+}
+
+/// [`set_options_reply`] of the `SET`'s result.
+pub(crate) fn set_options_frame(result: &CommandResult, options: SetOptions) -> Frame {
+    match result {
+        CommandResult::Cas { swapped, current, .. } => match options {
+            SetOptions { integer_reply: true, .. } => Frame::Integer(i64::from(*swapped)),
             SetOptions { get: true, .. } => value_frame(current.as_ref()),
-            _ if swapped => Frame::ok(),
+            _ if *swapped => Frame::ok(),
             _ => Frame::Null,
         },
-        Ok(_) => mismatched("set"),
-        Err(e) => error_frame(&e),
+        _ => mismatched("set"),
     }
 }
 

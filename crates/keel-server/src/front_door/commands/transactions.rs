@@ -333,6 +333,10 @@ impl Shape {
                 (Shape::Value { with_version }, None)
             }
             ClientCommand::Set { key, value, durability, with_version, options, .. } => {
+                if options.get {
+                    // As outside a transaction: a collection there fails it (`WRONGTYPE`).
+                    ops.push(super::strings::string_check(&key));
+                }
                 ops.push(options.command(key, value));
                 match options == keel_wire::command::SetOptions::PLAIN {
                     true => (Shape::Written { with_version }, durability),
@@ -425,6 +429,7 @@ impl Shape {
     fn ops(&self) -> usize {
         match self {
             Shape::Del(n) => 2 * n,
+            Shape::SetWith(options) if options.get => 2,
             Shape::Exists(n) | Shape::MGet(n) | Shape::MSet(n) => *n,
             Shape::Lcs(_) => 2,
             Shape::Reply(_) | Shape::Deferred(_) => 0,
@@ -450,15 +455,10 @@ impl Shape {
                 super::lcs::lcs_frame(&a.unwrap_or_default(), &b.unwrap_or_default(), form)
             }
             Shape::MSet(_) => Frame::ok(),
-            Shape::SetWith(options) => match &results[0] {
-                CommandResult::Cas { swapped, current, .. } => match options {
-                    o if o.integer_reply => Frame::Integer(i64::from(*swapped)),
-                    o if o.get => value_frame(current.as_ref()),
-                    _ if *swapped => Frame::ok(),
-                    _ => Frame::Null,
-                },
-                _ => mismatched("set"),
-            },
+            Shape::SetWith(options) => {
+                let set = if options.get { &results[1] } else { &results[0] };
+                super::strings::set_options_frame(set, options)
+            }
             Shape::Expire => match &results[0] {
                 CommandResult::Cas { swapped, .. } => Frame::Integer(i64::from(*swapped)),
                 _ => mismatched("expire"),
