@@ -550,6 +550,10 @@ pub struct TestingSettings {
     /// against it must fail `keel check`.
     #[serde(default)]
     pub unsafe_stale_invoke: bool,
+    /// A script's write-back watches none of the keys it read (`EVAL`): scripts racing on
+    /// a key then lose updates, which the scripting tests' race must find.
+    #[serde(default)]
+    pub unsafe_script_skip_watch: bool,
     /// `durable` writes are acknowledged as `replicated` ones (before any fsync), yet
     /// answered as durable: a fault harness must find them lost.
     #[serde(default)]

@@ -746,6 +746,9 @@ pub struct KeyspaceHandle {
     /// final view is read at `any`, from this node's state, yet labelled with the
     /// strongest level asked for (a binding that never coordinated).
     pub unsafe_stale_invoke: bool,
+    /// Negative control only (`[testing] unsafe_script_skip_watch`): a script's
+    /// write-back watches none of the keys it read.
+    pub unsafe_script_skip_watch: bool,
 }
 
 impl KeyspaceHandle {

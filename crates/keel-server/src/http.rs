@@ -272,6 +272,7 @@ mod tests {
             metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
             node_id: NodeId(1),
             unsafe_stale_invoke: false,
+            unsafe_script_skip_watch: false,
         };
         let node_metrics = Arc::new(crate::metrics::Metrics::default());
         let keyspaces = Arc::new(Keyspaces::new(vec![handle], node_metrics, NodeId(1)));

@@ -225,6 +225,11 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
             "[testing] unsafe_stale_invoke is on: KEEL.INVOKE final views are NOT coordinated (negative-control mode, never for real use)"
         );
     }
+    if config.testing.unsafe_script_skip_watch {
+        tracing::error!(
+            "[testing] unsafe_script_skip_watch is on: scripts' write-backs are NOT checked against what they read (negative-control mode, never for real use)"
+        );
+    }
     if !links.key.is_secret() {
         tracing::warn!("no cluster_secret_file: peer links are not authenticated");
     }
@@ -525,6 +530,7 @@ where
         metrics,
         node_id: NodeId(config.node_id),
         unsafe_stale_invoke: config.testing.unsafe_stale_invoke,
+        unsafe_script_skip_watch: config.testing.unsafe_script_skip_watch,
     };
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
     Ok(Started { handle, inbox, run })

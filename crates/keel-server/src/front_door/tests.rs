@@ -23,6 +23,7 @@ pub(crate) fn conn() -> (Conn, mpsc::Receiver<Event>, Arc<Resolved>) {
         metrics: Arc::new(crate::metrics::KeyspaceMetrics::default()),
         node_id: keel_types::NodeId(1),
         unsafe_stale_invoke: false,
+        unsafe_script_skip_watch: false,
     };
     let (other, _) = mpsc::channel(8);
     let keyspaces = Keyspaces::new(
