@@ -99,6 +99,19 @@ pub struct ZRangeSpec {
     pub limit: Option<(i64, i64)>,
 }
 
+/// How `SORT` orders a list's, set's or sorted set's elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SortSpec {
+    /// As text, byte by byte (`ALPHA`); else as numbers.
+    pub alpha: bool,
+    /// Highest first (`DESC`).
+    pub desc: bool,
+    /// No ordering at all (`BY` a pattern with no `*`): the elements as held.
+    pub unsorted: bool,
+    /// `LIMIT offset count` (a negative count: all from the offset).
+    pub limit: Option<(i64, i64)>,
+}
+
 /// `ZADD`'s options.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ZAddFlags {
@@ -301,6 +314,14 @@ pub enum CollOp {
         /// The rest and how they combine.
         combine: ZCombine,
     },
+    /// `SORT ... STORE`: the destination (a list) set to `source`'s elements in order
+    /// (deleted if none); their number.
+    SortStore {
+        /// The list, set or sorted set sorted.
+        source: Key,
+        /// The order.
+        spec: SortSpec,
+    },
     /// `ZRANGESTORE`: the destination set to a range of `source`; its size.
     ZRangeStore {
         /// The source.
@@ -412,6 +433,8 @@ pub enum CollRead {
     ZCard,
     /// `ZCOUNT` (scores) or `ZLEXCOUNT` (members): the number in the range.
     ZCount(ZBy),
+    /// `SORT` and `SORT_RO` of a list, set or sorted set: its elements in order.
+    Sort(SortSpec),
     /// `ZRANGE` and the older `ZRANGEBY*`/`ZREV*` forms.
     ZRange {
         /// The range.
@@ -498,7 +521,8 @@ impl CollOp {
             | CollOp::LInsert { .. }
             | CollOp::LRem { .. }
             | CollOp::LTrim { .. }
-            | CollOp::LMove { .. } => CollKind::List,
+            | CollOp::LMove { .. }
+            | CollOp::SortStore { .. } => CollKind::List,
             CollOp::SAdd { .. }
             | CollOp::SRem { .. }
             | CollOp::SPop { .. }
@@ -549,7 +573,7 @@ impl CollOp {
             CollOp::ZStore { first, combine } => {
                 std::iter::once(first).chain(combine.others.iter()).collect()
             }
-            CollOp::ZRangeStore { source, .. } => vec![source],
+            CollOp::ZRangeStore { source, .. } | CollOp::SortStore { source, .. } => vec![source],
             CollOp::MPop { others, .. } => others.iter().collect(),
             _ => Vec::new(),
         }
@@ -563,7 +587,7 @@ impl CollOp {
             CollOp::ZStore { first, combine } => {
                 std::iter::once(first).chain(combine.others.iter_mut()).collect()
             }
-            CollOp::ZRangeStore { source, .. } => vec![source],
+            CollOp::ZRangeStore { source, .. } | CollOp::SortStore { source, .. } => vec![source],
             CollOp::MPop { others, .. } => others.iter_mut().collect(),
             _ => Vec::new(),
         }
@@ -647,7 +671,9 @@ impl CollRead {
     /// The collection type the read is for (`None`: any, `TYPE`).
     pub fn kind(&self) -> Option<CollKind> {
         Some(match self {
-            CollRead::Type | CollRead::Encoding | CollRead::Memory => return None,
+            CollRead::Type | CollRead::Encoding | CollRead::Memory | CollRead::Sort(_) => {
+                return None
+            }
             CollRead::HGet { .. }
             | CollRead::HExists(_)
             | CollRead::HLen

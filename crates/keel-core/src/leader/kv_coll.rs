@@ -13,8 +13,8 @@
 use super::coll::{Coll, Score};
 use super::kv::{Item, Kv, Undo, WriteResult};
 use keel_types::coll::{
-    Aggregate, Algebra, Answer, CollKind, CollOp, CollRead, End, LexBound, ZAddFlags, ZBy,
-    ZCombine, ZRangeSpec, ANSWER_ELEMENTS_MAX,
+    Aggregate, Algebra, Answer, CollKind, CollOp, CollRead, End, LexBound, SortSpec, ZAddFlags,
+    ZBy, ZCombine, ZRangeSpec, ANSWER_ELEMENTS_MAX,
 };
 use keel_types::rng::SplitMix64;
 use keel_types::{CommandResult, KeelError, Key, LogIndex, Value, Version};
@@ -154,6 +154,15 @@ pub(super) fn execute(
             let mut coll = Coll::new(CollKind::ZSet);
             for (member, score) in scored {
                 coll.z_insert(member, score);
+            }
+            let len = coll.len() as i64;
+            overwrite(kv, key, coll, version, undo);
+            answered(Answer::Int(len), true, version)
+        }
+        CollOp::SortStore { source, spec } => {
+            let mut coll = Coll::new(CollKind::List);
+            for element in sorted(kv, source, spec)? {
+                coll.l_push(false, element);
             }
             let len = coll.len() as i64;
             overwrite(kv, key, coll, version, undo);
@@ -638,6 +647,15 @@ pub fn read(kv: &Kv, key: &Key, op: &CollRead, draw: u64) -> (WriteResult, LogIn
         .unwrap_or(LogIndex::ZERO);
     let answer = match op.kind() {
         None if *op == CollRead::Encoding => Ok(encoding_facts(kv, key)),
+        None if matches!(op, CollRead::Sort(_)) => {
+            let CollRead::Sort(spec) = op else { unreachable!("matched") };
+            sorted(kv, key, spec).and_then(|elements| {
+                if elements.len() > ANSWER_ELEMENTS_MAX {
+                    return Err(too_many());
+                }
+                Ok(Answer::Array(elements.iter().map(bulk).collect()))
+            })
+        }
         None if *op == CollRead::Memory => Ok(match kv.item(key).filter(|item| item.live()) {
             Some(item) => Answer::Int(super::kv::item_bytes(key, item) as i64),
             None => Answer::Nil,
@@ -646,6 +664,58 @@ pub fn read(kv: &Kv, key: &Key, op: &CollRead, draw: u64) -> (WriteResult, LogIn
         Some(kind) => coll_of(kv, key, kind).and_then(|coll| answer_read(kv, key, coll, op, draw)),
     };
     (answer.map(|answer| CommandResult::Answer { answer, version: None }), needed)
+}
+
+/// `SORT`'s elements of `key` (a list, a set or a sorted set; none if absent) in the
+/// order `spec` asks: as numbers (ties by their bytes) or, `ALPHA`, by their bytes;
+/// highest first with `DESC`; as held when unsorted (a sorted set's by score, reversed
+/// with `DESC`, as Redis's); then `LIMIT`'s slice.
+fn sorted(kv: &Kv, key: &[u8], spec: &SortSpec) -> Result<Vec<Value>, KeelError> {
+    let zset = kv
+        .item(key)
+        .and_then(|item| item.coll.as_ref())
+        .is_some_and(|c| c.kind() == CollKind::ZSet);
+    let mut elements: Vec<Value> = match kv.item(key) {
+        Some(Item { coll: Some(coll), .. }) => match coll.data() {
+            super::coll::Data::List(list) => list.iter().cloned().collect(),
+            super::coll::Data::Set(set) => set.iter().cloned().collect(),
+            super::coll::Data::ZSet(z) => z.order().iter().map(|(_, m)| m.clone()).collect(),
+            super::coll::Data::Hash(_) => return Err(KeelError::WrongType),
+        },
+        Some(item) if item.live() => return Err(KeelError::WrongType),
+        _ => Vec::new(),
+    };
+    if !spec.unsorted {
+        if spec.alpha {
+            elements.sort();
+        } else {
+            let score = |e: &Value| {
+                std::str::from_utf8(e)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<f64>().ok())
+                    .filter(|s| !s.is_nan())
+                    .ok_or_else(|| invalid("One or more scores can't be converted into double"))
+            };
+            let mut scored =
+                elements.into_iter().map(|e| Ok((score(&e)?, e))).collect::<Result<Vec<_>, _>>()?;
+            scored.sort_by(|(a, x), (b, y)| a.total_cmp(b).then_with(|| x.cmp(y)));
+            elements = scored.into_iter().map(|(_, e)| e).collect();
+        }
+        if spec.desc {
+            elements.reverse();
+        }
+    } else if spec.desc && zset {
+        elements.reverse();
+    }
+    if let Some((offset, count)) = spec.limit {
+        let start = usize::try_from(offset.max(0)).unwrap_or(usize::MAX).min(elements.len());
+        let end = match usize::try_from(count) {
+            Ok(count) => start.saturating_add(count).min(elements.len()),
+            Err(_) => elements.len(),
+        };
+        elements = elements[start..end].to_vec();
+    }
+    Ok(elements)
 }
 
 /// `OBJECT ENCODING`'s facts about a key ([`CollRead::Encoding`]).
@@ -695,7 +765,7 @@ fn answer_read(
     let len = coll.map_or(0, Coll::len);
     let limited = |n: usize| if n > ANSWER_ELEMENTS_MAX { Err(too_many()) } else { Ok(()) };
     Ok(match op {
-        CollRead::Type | CollRead::Encoding | CollRead::Memory => {
+        CollRead::Type | CollRead::Encoding | CollRead::Memory | CollRead::Sort(_) => {
             unreachable!("answered by the caller")
         }
         CollRead::HLen | CollRead::LLen | CollRead::SCard | CollRead::ZCard => {

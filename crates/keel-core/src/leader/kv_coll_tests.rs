@@ -175,3 +175,36 @@ fn smove_of_a_member_the_destination_holds_leaves_the_destination_unchanged() {
     assert_eq!(kv.item(b"dst").expect("there").version, before, "a WATCH of it holds");
     assert_eq!(read(&kv, "src", CollRead::SCard), Ok(Answer::Int(1)), "left the source");
 }
+
+#[test]
+fn sort_orders_by_number_or_bytes_and_store_replaces_the_destination() {
+    use keel_types::coll::SortSpec;
+    let mut kv = Kv::new(4);
+    let push = |values: &[&str]| CollOp::Push {
+        end: End::Back,
+        values: values.iter().map(|s| v(s)).collect(),
+        only_existing: false,
+    };
+    run(&mut kv, coll("l", push(&["3", "1", "10", "2", "1.5"]))).unwrap();
+    let bulks =
+        |values: &[&str]| Answer::Array(values.iter().map(|s| Answer::Bulk(v(s))).collect());
+    let sort = |spec: SortSpec| CollRead::Sort(spec);
+    assert_eq!(read(&kv, "l", sort(SortSpec::default())), Ok(bulks(&["1", "1.5", "2", "3", "10"])));
+    let alpha = SortSpec { alpha: true, desc: true, limit: Some((1, 2)), ..SortSpec::default() };
+    assert_eq!(read(&kv, "l", sort(alpha)), Ok(bulks(&["2", "10"])), "by bytes, highest first");
+    let unsorted = SortSpec { unsorted: true, limit: Some((3, -1)), ..SortSpec::default() };
+    assert_eq!(read(&kv, "l", sort(unsorted)), Ok(bulks(&["2", "1.5"])));
+    run(&mut kv, coll("w", push(&["x"]))).unwrap();
+    assert!(read(&kv, "w", sort(SortSpec::default())).is_err(), "no number");
+    assert_eq!(read(&kv, "none", sort(SortSpec::default())), Ok(bulks(&[])));
+    // STORE: the destination becomes the list, whatever it held; none deletes it.
+    let store = |source: &str| CollOp::SortStore { source: v(source), spec: SortSpec::default() };
+    let index = kv.applied_index().0 + 1;
+    kv.apply(&write(index, Command::Put { key: v("d"), value: v("string") }));
+    assert_eq!(run(&mut kv, coll("d", store("l"))), Ok(Answer::Int(5)));
+    let all = CollRead::LRange(0, -1);
+    assert_eq!(read(&kv, "d", all.clone()), Ok(bulks(&["1", "1.5", "2", "3", "10"])));
+    assert_eq!(run(&mut kv, coll("d", store("none"))), Ok(Answer::Int(0)));
+    assert_eq!(kv.get(b"d").0, None, "an empty result deletes the destination");
+    assert!(run(&mut kv, coll("d", store("w"))).is_err(), "no number: nothing stored");
+}

@@ -117,7 +117,13 @@ fn sets_expiry(command: &Command) -> bool {
 /// it, with only `del` to say so).
 fn stores(command: &Command) -> bool {
     let Command::Coll { op, .. } = command else { return false };
-    matches!(**op, CollOp::SStore { .. } | CollOp::ZStore { .. } | CollOp::ZRangeStore { .. })
+    matches!(
+        **op,
+        CollOp::SStore { .. }
+            | CollOp::ZStore { .. }
+            | CollOp::ZRangeStore { .. }
+            | CollOp::SortStore { .. }
+    )
 }
 
 /// The event `command` names for a change of `key`, and its class.
@@ -169,6 +175,7 @@ fn coll_event(op: &CollOp, first: bool) -> Option<(EventClass, &'static str)> {
         CollOp::LMove { from, .. } if first => (List, end(from, "lpop", "rpop")),
         CollOp::LMove { to_end, .. } => (List, end(to_end, "lpush", "rpush")),
         CollOp::SAdd { .. } => (Set, "sadd"),
+        CollOp::SortStore { .. } => (List, "sortstore"),
         CollOp::SRem { .. } => (Set, "srem"),
         CollOp::SPop { .. } => (Set, "spop"),
         CollOp::SMove { .. } if first => (Set, "srem"),

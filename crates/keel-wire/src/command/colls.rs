@@ -13,7 +13,7 @@ use super::{ClientCommand, CommandError, Reshape};
 use bytes::Bytes;
 use keel_types::coll::{
     parse_score, Aggregate, Algebra, CollKind, CollOp, CollRead, End, LexBound, ScoreBound,
-    ZAddFlags, ZBy, ZCombine, ZRangeSpec,
+    SortSpec, ZAddFlags, ZBy, ZCombine, ZRangeSpec,
 };
 use keel_types::{Durability, Key, Limits, ReadLevel, Value};
 use std::time::Duration;
@@ -120,6 +120,8 @@ pub const NAMES: &[&str] = &[
     "zrevrangebylex",
     "zrevrange",
     "zrangestore",
+    "sort",
+    "sort_ro",
     "zrank",
     "zrevrank",
     "zpopmin",
@@ -261,6 +263,52 @@ fn lex_bound(word: &Bytes) -> Result<LexBound, CommandError> {
         Some(b'(') => Ok(LexBound::Excl(word.slice(1..))),
         _ => Err(CommandError::Unsupported("min or max not valid string range item")),
     }
+}
+
+/// `SORT key [BY pattern] [LIMIT offset count] [ASC|DESC] [ALPHA] [STORE destination]`
+/// and `SORT_RO` (without `STORE`). `BY` a pattern with no `*` means no sorting; `BY` a
+/// pattern with one, and `GET`, read other keys and are refused.
+fn sort(
+    name: &'static str,
+    w: &mut Words,
+    count: usize,
+    limits: &Limits,
+) -> Result<ClientCommand, CommandError> {
+    at_least(name, count, 1)?;
+    let source = key(next(w)?, limits)?;
+    let mut spec = SortSpec::default();
+    let mut store = None;
+    while let Some(option) = w.next() {
+        if is(&option, "limit") {
+            spec.limit = Some((integer(&next(w)?)?, integer(&next(w)?)?));
+        } else if is(&option, "asc") {
+            spec.desc = false;
+        } else if is(&option, "desc") {
+            spec.desc = true;
+        } else if is(&option, "alpha") {
+            spec.alpha = true;
+        } else if is(&option, "by") {
+            let pattern = next(w)?;
+            if pattern.contains(&b'*') {
+                return Err(CommandError::Unsupported(
+                    "SORT ... BY a pattern is not supported: Keel sorts by the elements themselves",
+                ));
+            }
+            spec.unsorted = true;
+        } else if is(&option, "get") {
+            return Err(CommandError::Unsupported(
+                "SORT ... GET is not supported: Keel's SORT answers the elements themselves",
+            ));
+        } else if is(&option, "store") && name == "sort" {
+            store = Some(key(next(w)?, limits)?);
+        } else {
+            return Err(CommandError::Syntax);
+        }
+    }
+    Ok(match store {
+        Some(dest) => write(name, dest, CollOp::SortStore { source, spec }),
+        None => read(name, source, CollRead::Sort(spec)),
+    })
 }
 
 /// `[LIMIT offset count]` and `[WITHSCORES]` in any order, as the range forms allow.
@@ -424,6 +472,7 @@ fn parse_named(
 ) -> Result<ClientCommand, CommandError> {
     let w = &mut w;
     match name {
+        "sort" | "sort_ro" => sort(name, w, count, limits),
         "hscan" => scan(name, CollKind::Hash, std::mem::take(w), count, limits),
         "sscan" => scan(name, CollKind::Set, std::mem::take(w), count, limits),
         "zscan" => scan(name, CollKind::ZSet, std::mem::take(w), count, limits),

@@ -219,6 +219,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("smembers", 2, R, ONE),
     c("smismember", -3, RF, ONE),
     c("smove", 4, WF, TWO),
+    c("sort", -2, WD, ONE),
+    c("sort_ro", -2, R, ONE),
     c("spop", -2, WF, ONE),
     c("spublish", 3, &["pubsub", "loading", "stale", "fast"], ONE),
     c("srandmember", -2, R, ONE),

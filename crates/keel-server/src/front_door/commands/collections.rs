@@ -85,6 +85,7 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
                     | CollOp::ZAdd { .. }
                     | CollOp::ZStore { .. }
                     | CollOp::ZRangeStore { .. }
+                    | CollOp::SortStore { .. }
             );
             let sent =
                 conn.node.send(Submit { durability, ..turn.submit(Command::Coll { key, op }) });
