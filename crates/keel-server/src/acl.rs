@@ -65,7 +65,8 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::DebugSleep(_)
         | ClientCommand::Client(
             keel_wire::command::ClientSubcommand::List { .. }
-            | keel_wire::command::ClientSubcommand::Kill { .. },
+            | keel_wire::command::ClientSubcommand::Kill { .. }
+            | keel_wire::command::ClientSubcommand::Unblock { .. },
         ) => Some(Category::Admin),
         ClientCommand::Set { .. }
         | ClientCommand::MSet { .. }

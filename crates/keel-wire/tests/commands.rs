@@ -480,6 +480,17 @@ fn msetnx_move_lcs_and_config_parse_as_redis() {
     );
     assert!(matches!(parse("INCRBYFLOAT k +inf"), Err(CommandError::NotFinite)));
     assert!(matches!(parse("SWAPDB 0 1"), Ok(ClientCommand::SwapDb { a: 0, b: 1 })));
+    use keel_wire::command::ClientSubcommand::Unblock;
+    let unblock = |text| {
+        parse(text).map(|c| matches!(c, ClientCommand::Client(Unblock { id: 7, error: true })))
+    };
+    assert!(matches!(unblock("CLIENT UNBLOCK 7 error"), Ok(true)));
+    assert!(matches!(unblock("CLIENT UNBLOCK 7 timeout"), Ok(false)));
+    assert!(parse("CLIENT UNBLOCK 7 later").is_err());
+    assert!(parse("SORT k BY w_* GET #").is_err(), "patterns are refused");
+    assert!(matches!(parse("SORT k LIMIT 0 2 DESC ALPHA STORE d"), Ok(ClientCommand::Coll { .. })));
+    assert!(matches!(parse("SORT_RO k"), Ok(ClientCommand::CollRead { .. })));
+    assert!(parse("SORT_RO k STORE d").is_err());
     assert!(matches!(parse("SWAPDB x 1"), Err(CommandError::InvalidDbIndex("first"))));
     assert!(matches!(parse("SWAPDB 1 y"), Err(CommandError::InvalidDbIndex("second"))));
     assert!(matches!(parse("SWAPDB -1 1"), Err(CommandError::DbIndexOutOfRange)));

@@ -620,6 +620,14 @@ pub enum ClientSubcommand {
     GetName,
     /// `CLIENT ID`.
     Id,
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: ends connection `id`'s blocking pop as if it
+    /// timed out, or with an error.
+    Unblock {
+        /// The connection.
+        id: u64,
+        /// `ERROR`: answered `UNBLOCKED`; else null, as a time-out.
+        error: bool,
+    },
     /// `CLIENT SETINFO attribute value` (sent by client libraries; answered `+OK`).
     SetInfo {
         /// `LIB-NAME` or `LIB-VER`, lowercased.

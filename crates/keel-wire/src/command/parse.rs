@@ -1108,6 +1108,24 @@ fn client(mut words: Words, count: usize) -> Result<ClientCommand, CommandError>
             exactly("client|id", count, 1)?;
             ClientSubcommand::Id
         }
+        "unblock" => {
+            if !(2..=3).contains(&count) {
+                return Err(CommandError::WrongArity { name: "client|unblock".into() });
+            }
+            let id = u64::try_from(integer(&next(&mut words)?)?)
+                .map_err(|_| CommandError::NotAnInteger)?;
+            let error = match words.next() {
+                None => false,
+                Some(how) if is(&how, "timeout") => false,
+                Some(how) if is(&how, "error") => true,
+                Some(_) => {
+                    return Err(CommandError::Unsupported(
+                        "CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+                    ))
+                }
+            };
+            ClientSubcommand::Unblock { id, error }
+        }
         "setinfo" => {
             exactly("client|setinfo", count, 3)?;
             let attribute = lowercase(&next(&mut words)?);

@@ -34,8 +34,8 @@ use keel_wire::reply::{answer_frame, error_frame};
 use keel_wire::resp::{Frame, Protocol};
 use keel_wire::ClientCommand;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Connections waiting in a blocking pop on this node (`INFO`'s `blocked_clients`).
@@ -53,6 +53,47 @@ static WAKE: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new
 fn wake() -> &'static tokio::sync::Notify {
     WAKE.get_or_init(tokio::sync::Notify::new)
 }
+/// The blocking pops at this node by their connection's id, and how `CLIENT UNBLOCK`
+/// asked each to end (0: it did not; [`AS_TIMEOUT`]; [`WITH_ERROR`]).
+static UNBLOCKS: Mutex<BTreeMap<u64, Arc<AtomicU8>>> = Mutex::new(BTreeMap::new());
+const AS_TIMEOUT: u8 = 1;
+const WITH_ERROR: u8 = 2;
+
+/// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: whether connection `id` was in a blocking pop,
+/// which then ends as a time-out (null) or with `UNBLOCKED`.
+pub(crate) fn unblock(id: u64, error: bool) -> bool {
+    let guard = UNBLOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(flag) = guard.get(&id).cloned() else { return false };
+    drop(guard);
+    flag.store(if error { WITH_ERROR } else { AS_TIMEOUT }, Ordering::Relaxed);
+    wake().notify_waiters();
+    true
+}
+
+/// A blocking pop's entry in [`UNBLOCKS`], removed when the pop ends.
+struct Unblockable {
+    id: u64,
+    flag: Arc<AtomicU8>,
+}
+
+impl Unblockable {
+    fn register(id: u64) -> Unblockable {
+        let flag = Arc::new(AtomicU8::new(0));
+        let mut guard = UNBLOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.insert(id, flag.clone());
+        Unblockable { id, flag }
+    }
+}
+
+impl Drop for Unblockable {
+    fn drop(&mut self) {
+        let mut guard = UNBLOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.get(&self.id).is_some_and(|f| Arc::ptr_eq(f, &self.flag)) {
+            guard.remove(&self.id);
+        }
+    }
+}
+
 /// Wakes the clients blocked at this node to look at their keys now (after a write
 /// answered here that may have given them elements), rather than at their next look.
 pub(crate) fn wake_blocked() {
@@ -119,7 +160,9 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             for _ in 1..BLOCK_ATTEMPTS_MAX {
                 conn.next_pair();
             }
+            let unblockable = Unblockable::register(conn.client.0);
             let wait = Blocked {
+                unblocked: unblockable.flag.clone(),
                 node: conn.node.clone(),
                 floor: conn.floor(),
                 client,
@@ -132,6 +175,9 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             };
             let reply = async move {
                 let answer = wait.run().await;
+                if unblockable.flag.load(Ordering::Relaxed) == WITH_ERROR {
+                    return Frame::error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                }
                 frame(answer, &reshape, resp3)
             };
             Pending::later(Box::pin(reply), protocol)
@@ -228,6 +274,8 @@ fn encoding_frame(facts: &[Answer]) -> Frame {
 
 /// A blocking pop waiting for an element.
 struct Blocked {
+    /// Set by `CLIENT UNBLOCK`.
+    unblocked: Arc<AtomicU8>,
     node: KeyspaceHandle,
     floor: Floor,
     client: ClientId,
@@ -341,6 +389,9 @@ impl Blocked {
         // key that becomes another type does not wake it (as in Redis).
         let mut first_look = true;
         loop {
+            if self.unblocked.load(Ordering::Relaxed) != 0 {
+                return Ok(self.nothing());
+            }
             let (ready, wrong) = self.ready_keys(&keys, kind, first_look).await?;
             first_look = false;
             // A key that became another type holds no place for this client: the next
@@ -377,7 +428,9 @@ impl Blocked {
                 // Another client was first, or this node's view lags: the wait goes on
                 // growing, so a lagging view does not send a pop a millisecond.
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| Instant::now() >= d)
+                || self.unblocked.load(Ordering::Relaxed) != 0
+            {
                 return Ok(self.nothing());
             }
             guard.get_or_insert_with(BlockedGuard::new);

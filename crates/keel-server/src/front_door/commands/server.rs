@@ -287,6 +287,9 @@ fn client_frame(conn: &mut Conn, sub: ClientSubcommand) -> Frame {
         ),
         ClientSubcommand::GetName => conn.name.clone().map_or(Frame::Null, Frame::Bulk),
         ClientSubcommand::Id => Frame::Integer(conn.client.0 as i64),
+        ClientSubcommand::Unblock { id, error } => {
+            Frame::Integer(i64::from(super::collections::unblock(id, error)))
+        }
         ClientSubcommand::SetInfo { .. } => Frame::ok(),
         // Not pretended: `CLIENT LIST`, `KILL` and the rest are refused as Redis refuses
         // a subcommand it does not know.
