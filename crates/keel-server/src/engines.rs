@@ -147,21 +147,12 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
 }
 
 /// The first words of the requests a Kite keyspace has no meaning for.
-const KITE_REFUSED_WORDS: [&str; 13] = [
-    "multi",
-    "exec",
-    "discard",
-    "watch",
-    "keel.session",
-    "keel.invoke",
-    "keel.log",
-    "eval",
-    "evalsha",
-    "eval_ro",
-    "evalsha_ro",
-    "dump",
-    "restore",
-];
+const KITE_REFUSED_WORDS: [&str; 7] =
+    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log"];
+
+/// The first words of requests that read keys whole into the front door and write them
+/// back through a log (scripts, `DUMP`, `RESTORE`): an ORCA keyspace's only.
+const WHOLE_KEY_WORDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore"];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
 fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
@@ -171,6 +162,7 @@ fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, Stri
         Asked::Word(first) => {
             return match KITE_REFUSED_WORDS
                 .iter()
+                .chain(&WHOLE_KEY_WORDS)
                 .find(|w| first.eq_ignore_ascii_case(w.as_bytes()))
             {
                 Some(name) => Err(no_meaning(&name.to_ascii_uppercase())),
@@ -357,29 +349,15 @@ fn geo_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Conf
 }
 
 /// The first words of the requests a geo keyspace has no meaning for.
-const GEO_REFUSED_WORDS: [&str; 14] = [
-    "multi",
-    "exec",
-    "discard",
-    "watch",
-    "keel.session",
-    "keel.invoke",
-    "keel.log",
-    "keel.req",
-    "eval",
-    "evalsha",
-    "eval_ro",
-    "evalsha_ro",
-    "dump",
-    "restore",
-];
+const GEO_REFUSED_WORDS: [&str; 8] =
+    ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log", "keel.req"];
 
 /// What a geo keyspace makes of a request: its sessions' commands, ordered by the front
 /// door; no data command outside them.
 fn geo_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
     match asked {
         Asked::Word(first) => {
-            match GEO_REFUSED_WORDS.iter().find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
+            match GEO_REFUSED_WORDS.iter().chain(&WHOLE_KEY_WORDS).find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
                 Some(name) => Err(format!(
                     "ERR {} has no meaning in a geo keyspace {}: use KEEL.TX.BEGIN ... KEEL.TX.COMMIT",
                     name.to_ascii_uppercase(),
@@ -407,5 +385,16 @@ mod tests {
             assert_eq!(pack(kind).kind, kind);
         }
         assert_eq!(PACKS.len(), EngineKind::ALL.len());
+    }
+
+    #[test]
+    fn scripts_and_dumps_run_in_orca_keyspaces_only() {
+        for word in WHOLE_KEY_WORDS {
+            let asked = || Asked::Word(word.as_bytes());
+            assert!(terms(EngineKind::Orca, KeyspaceId(0), asked()).is_ok(), "{word}");
+            for kind in [EngineKind::Kite, EngineKind::Geo] {
+                assert!(terms(kind, KeyspaceId(1), asked()).is_err(), "{word} in {kind:?}");
+            }
+        }
     }
 }
