@@ -1615,9 +1615,15 @@ fn incremented(current: Option<&[u8]>, delta: i64) -> Result<i64, KeelError> {
 impl Kv {
     /// `key` read whole ([`Command::Fetch`]): its image if live, and its version.
     pub fn fetch(&self, key: &[u8]) -> CommandResult {
+        let (image, version) = self.image(key);
+        CommandResult::Image { image, version }
+    }
+
+    /// `key`'s image if live, and its version (a tombstone's included).
+    pub fn image(&self, key: &[u8]) -> (Option<Value>, Option<Version>) {
         let item = self.items.get(key);
         let image = item.filter(|item| item.live()).map(super::kv_image::encode);
-        CommandResult::Image { image, version: item.map(|item| item.version) }
+        (image, item.map(|item| item.version))
     }
 
     /// Sets `key` to `image` at `version`, outside the log and with no undo record: how a

@@ -645,23 +645,22 @@ pub fn read(kv: &Kv, key: &Key, op: &CollRead, draw: u64) -> (WriteResult, LogIn
         .map(|k| kv.update_index(k))
         .max()
         .unwrap_or(LogIndex::ZERO);
-    let answer = match op.kind() {
-        None if *op == CollRead::Encoding => Ok(encoding_facts(kv, key)),
-        None if matches!(op, CollRead::Sort(_)) => {
-            let CollRead::Sort(spec) = op else { unreachable!("matched") };
-            sorted(kv, key, spec).and_then(|elements| {
-                if elements.len() > ANSWER_ELEMENTS_MAX {
-                    return Err(too_many());
-                }
-                Ok(Answer::Array(elements.iter().map(bulk).collect()))
-            })
-        }
-        None if *op == CollRead::Memory => Ok(match kv.item(key).filter(|item| item.live()) {
+    let answer = match (op.kind(), op) {
+        (None, CollRead::Encoding) => Ok(encoding_facts(kv, key)),
+        (None, CollRead::Sort(spec)) => sorted(kv, key, spec).and_then(|elements| {
+            if elements.len() > ANSWER_ELEMENTS_MAX {
+                return Err(too_many());
+            }
+            Ok(Answer::Array(elements.iter().map(bulk).collect()))
+        }),
+        (None, CollRead::Memory) => Ok(match kv.item(key).filter(|item| item.live()) {
             Some(item) => Answer::Int(super::kv::item_bytes(key, item) as i64),
             None => Answer::Nil,
         }),
-        None => Ok(Answer::Status(type_name(kv, key).to_string())),
-        Some(kind) => coll_of(kv, key, kind).and_then(|coll| answer_read(kv, key, coll, op, draw)),
+        (None, _) => Ok(Answer::Status(type_name(kv, key).to_string())),
+        (Some(kind), _) => {
+            coll_of(kv, key, kind).and_then(|coll| answer_read(kv, key, coll, op, draw))
+        }
     };
     (answer.map(|answer| CommandResult::Answer { answer, version: None }), needed)
 }

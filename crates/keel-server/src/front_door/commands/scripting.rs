@@ -497,10 +497,7 @@ impl Copy {
         let mut ops = Vec::new();
         let mut watch = Vec::with_capacity(self.read.len());
         for (key, (before, version)) in self.read {
-            let after = match self.kv.fetch(&key) {
-                CommandResult::Image { image, .. } => image,
-                _ => unreachable!("a fetch answers an image"),
-            };
+            let after = self.kv.image(&key).0;
             if after != before {
                 ops.push(match after {
                     Some(image) => Command::Restore { key: key.clone(), image },
