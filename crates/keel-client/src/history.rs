@@ -597,6 +597,7 @@ fn effect(
         | Command::Coll { .. }
         | Command::CollRead { .. }
         // A geo keyspace's histories are causal ones (`keel check --model causal`).
+        | Command::Cluster(_)
         | Command::Geo(_) => None,
     })
 }

@@ -42,6 +42,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+        voters: 0,
         wall_skew_ms_max: 0,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));

@@ -54,8 +54,10 @@ pub struct RunArgs {
     /// `--forget-leader-contact` reopens), `correctables` (half the stronger reads invoked
     /// as Correctables, views checked), `jobs` (a Redis list as a job queue: `RPUSH`,
     /// `LMOVE`, `LREM`), `tickets` (ticket selling on a replicated queue
-    /// beside the general workload) or `expiry` (half the `m*` puts with a TTL of 1 to
-    /// 400 ms, wall clocks skewed by up to 2 s, every read checked against the final log).
+    /// beside the general workload), `expiry` (half the `m*` puts with a TTL of 1 to
+    /// 400 ms, wall clocks skewed by up to 2 s, every read checked against the final log)
+    /// or `membership` (two nodes outside the voters, and an operator adding, promoting
+    /// and removing nodes one at a time under every fault).
     #[arg(long, default_value = "general")]
     pub scenario: String,
     /// How many seeds to run, starting at `--seed`.
@@ -145,6 +147,14 @@ pub struct RunArgs {
     /// `memory`, before they are durable, so a crash can give a job out twice.
     #[arg(long)]
     pub pop_before_durable: bool,
+    /// Negative control (with `--scenario membership`): the leader counts a voter it
+    /// removed toward commits and `durable` writes while it is still in the active set.
+    #[arg(long)]
+    pub count_removed: bool,
+    /// Negative control (with `--scenario membership`): learners join the active set
+    /// and serve `monotonic` reads before they hold the durable index.
+    #[arg(long)]
+    pub learner_reads_early: bool,
     /// Negative control: nodes ignore the repair floor recovery sets when it cuts
     /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
     #[arg(long)]
@@ -296,7 +306,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
     }
     if GeneralConfig::named(&args.scenario, 0).is_none() {
         eprintln!(
-            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables, tickets, jobs or expiry)",
+            "unknown scenario '{}' (expected: general, wide-area, keyspaces, lease-race, lease-overlap, correctables, tickets, jobs, expiry or membership)",
             args.scenario
         );
         return ExitCode::from(2);
@@ -321,6 +331,8 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.watch_ignores_deletes = args.watch_ignores_deletes;
         config.local_expiry = args.local_expiry;
         config.pop_before_durable = args.pop_before_durable;
+        config.count_removed = args.count_removed;
+        config.learner_reads_early = args.learner_reads_early;
         config.ignore_repair_floor = args.ignore_repair_floor;
         if args.aim_leader_ppm > 0 {
             config.aim_leader_ppm = args.aim_leader_ppm;

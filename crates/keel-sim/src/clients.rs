@@ -69,6 +69,12 @@ pub struct WorkloadConfig {
     pub think_ns_max: u64,
     /// Share of reads, parts per million.
     pub read_ppm: u32,
+    /// Clients (the first ones) that only read: their session floor stays where it is, so
+    /// a follower behind the others answers them itself, as a read-only service's
+    /// clients are answered (the `membership` scenario has one or two). Half their reads
+    /// go to a node outside the voters, a learner if there is one: the read replica such
+    /// a service is pointed at.
+    pub readers: u32,
     /// Durabilities `m` and `c` writes choose from.
     pub durabilities: Vec<Durability>,
     /// Levels reads choose from.
@@ -182,6 +188,8 @@ pub struct Clients {
     invoke_rng: Rng,
     /// `t*` draws ([`WorkloadConfig::txn_seed`]).
     txn_rng: Rng,
+    /// Where read-only clients read ([`WorkloadConfig::readers`]).
+    reader_rng: Rng,
     /// TTL draws ([`WorkloadConfig::ttl_seed`]).
     ttl_rng: Rng,
     /// Writes sent with a TTL.
@@ -202,6 +210,8 @@ pub struct Clients {
     stopped: bool,
     /// The `tickets` scenario's organizer and retailers, beside the clients above.
     pub tickets: Option<crate::tickets::Tickets>,
+    /// The `membership` scenario's operator, beside the clients above.
+    pub membership: Option<crate::membership::Reconfigurer>,
 }
 
 impl Clients {
@@ -222,6 +232,7 @@ impl Clients {
             retry_rng: Rng::new(config.retry_seed),
             invoke_rng: Rng::new(config.invoke_seed),
             txn_rng: Rng::new(config.txn_seed),
+            reader_rng: Rng::new(config.retry_seed ^ 0x5EAD_E500_0000_0001),
             ttl_rng: Rng::new(config.ttl_seed),
             expiring_writes: 0,
             txn_outcomes: BTreeMap::new(),
@@ -236,6 +247,7 @@ impl Clients {
             next_op_id: 0,
             stopped: false,
             tickets: None,
+            membership: None,
         }
     }
 
@@ -295,6 +307,9 @@ impl Clients {
         if let Some(tickets) = &mut self.tickets {
             tickets.start(world);
         }
+        if let Some(membership) = &mut self.membership {
+            membership.start(world);
+        }
     }
 
     /// No new operations after this; those in flight still complete or time out.
@@ -302,6 +317,9 @@ impl Clients {
         self.stopped = true;
         if let Some(tickets) = &mut self.tickets {
             tickets.stop();
+        }
+        if let Some(membership) = &mut self.membership {
+            membership.stop();
         }
     }
 
@@ -319,6 +337,9 @@ impl Clients {
     /// Handles a notice meant for clients; returns false if it is not theirs.
     pub fn handle<E: LeaderSim>(&mut self, world: &mut World<E>, notice: &Notice) -> bool {
         if self.tickets.as_mut().is_some_and(|t| t.handle(world, notice)) {
+            return true;
+        }
+        if self.membership.as_mut().is_some_and(|m| m.handle(world, notice)) {
             return true;
         }
         match notice {
@@ -346,7 +367,13 @@ impl Clients {
         assert!(self.clients[c].inflight.is_none(), "client {c} woke with an op in flight");
         let t_class = self.config.txn_ppm > 0 && self.txn_rng.chance(self.config.txn_ppm);
         let nodes = world.node_ids();
-        let node = nodes[self.rng.index(nodes.len())];
+        let mut node = nodes[self.rng.index(nodes.len())];
+        if c < self.config.readers as usize && self.reader_rng.chance(500_000) {
+            let outside = crate::membership::outside_voters(world);
+            if !outside.is_empty() {
+                node = outside[self.reader_rng.index(outside.len())];
+            }
+        }
         let ks = if self.config.keyspaces > 1 {
             self.rng.index(self.config.keyspaces as usize) as Keyspace
         } else {
@@ -683,7 +710,7 @@ impl Clients {
             _ => format!("{}{slot}", ["d", "m", "c"][class]),
         };
         let request = self.clients[c].next_request + 1;
-        if self.rng.chance(self.config.read_ppm) {
+        if self.rng.chance(self.config.read_ppm) || c < self.config.readers as usize {
             let level = self.config.levels[self.rng.index(self.config.levels.len())];
             if self.rng.chance(20_000) {
                 let scan = Command::Scan {
@@ -1068,6 +1095,7 @@ mod tests {
             txn_seed: 0,
             ttl_ppm: 0,
             ttl_seed: 0,
+            readers: 0,
         }
     }
 

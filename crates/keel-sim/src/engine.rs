@@ -302,6 +302,7 @@ pub fn configure_leader(
     if spread_leaders {
         config.preferred_leader = Some(members[keyspace as usize % members.len()]);
     }
+    config.joining = !members.contains(&node);
     config.members = members;
     config
 }

@@ -368,6 +368,10 @@ pub fn entry_hash(entry: &Entry) -> u64 {
         EntryPayload::Reap { now_ms, keys } => {
             keys.iter().fold(mix(head, mix(3, *now_ms)), |h, key| mix(h, bytes_hash(key)))
         }
+        EntryPayload::Membership(m) => {
+            let h = m.voters.iter().fold(mix(head, 4), |h, n| mix(h, u64::from(n.0)));
+            m.learners.iter().fold(mix(h, 5), |h, n| mix(h, u64::from(n.0)))
+        }
     }
 }
 
@@ -395,6 +399,7 @@ fn command_hash(command: &Command) -> u64 {
             mix(mix(mix(15, bytes_hash(start)), e), u64::from(*limit))
         }
         Command::OpenSession { .. } => 17,
+        Command::Cluster(op) => mix(29, u64::from(op.node().0)),
         Command::Geo(_) => unreachable!("no log holds a geo operation"),
         Command::Enqueue { queue, value } => mix(mix(18, bytes_hash(queue)), bytes_hash(value)),
         Command::Dequeue { queue } => mix(19, bytes_hash(queue)),
@@ -454,6 +459,7 @@ mod tests {
             leader_lease_valid: false,
             repair_floor: None,
             dedup_clients_max: 1,
+            ..Status::default()
         }
     }
 

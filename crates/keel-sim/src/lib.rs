@@ -51,6 +51,7 @@ pub mod history;
 pub mod invariants;
 pub mod kite;
 pub mod lease_overlap;
+pub mod membership;
 pub mod nemesis;
 pub mod net;
 pub mod race;

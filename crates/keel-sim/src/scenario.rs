@@ -145,6 +145,18 @@ pub struct GeneralConfig {
     pub jobs: bool,
     /// Negative control for `jobs`: pops acknowledged at `memory`.
     pub pop_before_durable: bool,
+    /// The `membership` scenario: the world has two nodes more than its voters, and an
+    /// operator (`membership.rs`) adds, promotes and removes nodes while the workload
+    /// runs under every fault.
+    pub membership: bool,
+    /// Negative control for `membership`: the leader counts a removed voter toward
+    /// commits and `durable` writes while it is still in the active set (the engine's
+    /// `unsafe_count_removed`).
+    pub count_removed: bool,
+    /// Negative control for `membership`: learners join the active set and are granted
+    /// leases before they hold the durable index (the engine's
+    /// `unsafe_learner_reads_early`).
+    pub learner_reads_early: bool,
 }
 
 /// The `expiry` scenario's bound on each node's wall-clock skew from true time.
@@ -191,7 +203,15 @@ impl GeneralConfig {
             local_expiry: false,
             jobs: false,
             pop_before_durable: false,
+            membership: false,
+            count_removed: false,
+            learner_reads_early: false,
         }
+    }
+
+    /// The `membership` run for `seed` (see [`GeneralConfig::membership`]).
+    pub fn membership(seed: u64) -> GeneralConfig {
+        GeneralConfig { membership: true, ..GeneralConfig::new(seed) }
     }
 
     /// The `jobs` run for `seed` (see [`GeneralConfig::jobs`]).
@@ -260,6 +280,7 @@ impl GeneralConfig {
             "jobs" => Some(GeneralConfig::jobs(seed)),
             "lease-overlap" => Some(GeneralConfig::lease_overlap(seed)),
             "expiry" => Some(GeneralConfig::expiry(seed)),
+            "membership" => Some(GeneralConfig::membership(seed)),
             _ => None,
         }
     }
@@ -280,6 +301,8 @@ impl GeneralConfig {
             "tickets"
         } else if self.expiry {
             "expiry"
+        } else if self.membership {
+            "membership"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -463,6 +486,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         link_bulk_bytes_max: keel_exec::LINK_BULK_BYTES_MAX,
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+        voters: 0,
         wall_skew_ms_max: 0,
     }
 }
@@ -596,6 +620,7 @@ pub fn general_workload(rng: &mut Rng) -> WorkloadConfig {
         txn_seed: 0,
         ttl_ppm: 0,
         ttl_seed: 0,
+        readers: 0,
     }
 }
 
@@ -670,6 +695,11 @@ fn general_body<E: LeaderSim<Config = Config>>(
         };
         clients.tickets = Some(crate::tickets::Tickets::new(sale, 0));
     }
+    if config.membership {
+        // Drawn apart, so the rest of the seed's world is the general scenario's.
+        let draw = Rng::new(config.seed ^ 0x3E3B_E750_0000_000B);
+        clients.membership = Some(crate::membership::Reconfigurer::new(draw));
+    }
     let mut nemesis = Nemesis::new(faults, rng.fork());
     if config.lease_race {
         // Drawn apart, like the stalls.
@@ -706,6 +736,21 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     if config.wide_area {
         make_wide_area(&mut world_config, rng);
     }
+    if config.membership {
+        world_config.voters = world_config.nodes;
+        world_config.nodes += 2;
+        // Half the seeds send the log a few entries at a time, one or two messages in
+        // flight, and keep it whole (no snapshot before 10,000 entries), so a learner
+        // replays it over tens to hundreds of round trips (drawn apart).
+        let mut draw = Rng::new(config.seed ^ 0x3E3B_E750_0000_000C);
+        if draw.chance(500_000) {
+            world_config.engine.append_entries_max = draw.range(1, 5) as usize;
+            world_config.engine.inflight_appends_max = draw.range(1, 3) as usize;
+            world_config.engine.snapshot_entries_threshold = 10_000;
+        }
+    }
+    world_config.engine.unsafe_count_removed = config.count_removed;
+    world_config.engine.unsafe_learner_reads_early = config.learner_reads_early;
     if config.hasty_removal {
         make_removal_hasty(&mut world_config.engine);
     }
@@ -763,6 +808,10 @@ fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, Nemes
         workload.ttl_ppm = 500_000;
         workload.ttl_seed = config.seed ^ 0x77_1E00_0000_000A;
     }
+    if config.membership {
+        // Drawn apart, like the cluster's membership variety.
+        workload.readers = Rng::new(config.seed ^ 0x3E3B_E750_0000_000D).range(1, 3) as u32;
+    }
     if config.correctables {
         workload.invoke_ppm = 500_000;
         workload.invoke_seed = config.seed ^ 0xC0_44EC_7AB1_0000;
@@ -817,6 +866,11 @@ fn report_faults_and_paths<E: LeaderSim>(
     if let Some(tickets) = &clients.tickets {
         for (path, n) in tickets.reached() {
             report.reached.insert(path.into(), n);
+        }
+    }
+    if let Some(membership) = &clients.membership {
+        for (path, n) in &membership.counts {
+            report.reached.insert((*path).into(), *n);
         }
     }
     report.reached.retain(|_, n| *n > 0);
@@ -903,8 +957,19 @@ pub(crate) fn await_leases<E: LeaderSim>(
                 true => world.node_ids(),
                 false => status.active_set.clone(),
             };
-            let target = if status.active_set.is_empty() { members.len() } else { target };
-            for id in world.node_ids().into_iter().filter(|id| *id != leader) {
+            let voters = match status.voters.is_empty() {
+                true => world.node_ids(),
+                false => status.voters.clone(),
+            };
+            // The engine's target: the configured one while it names fewer than the
+            // configured voters, within a majority and every voter in force.
+            let target =
+                match (status.active_set.is_empty(), target < world.configured_voters().len()) {
+                    (true, _) => members.len(),
+                    (false, true) => target.clamp(voters.len() / 2 + 1, voters.len()),
+                    (false, false) => voters.len(),
+                };
+            for id in voters.into_iter().filter(|id| *id != leader) {
                 let holds = world.status_in(id, ks).is_some_and(|s| s.active);
                 let missing = members.len() < target && !members.contains(&id);
                 if (members.contains(&id) && !holds) || missing {
@@ -982,12 +1047,21 @@ pub fn converged<E: LeaderSim>(world: &World<E>) -> bool {
     (0..world.keyspaces()).all(|ks| converged_in(world, ks))
 }
 
-/// One leader of keyspace `ks` whose whole log is durable and applied by every node.
+/// The nodes a leader's status names as members (voters and learners), or every node for
+/// an engine that names none (the toy).
+fn members_of<E: LeaderSim>(world: &World<E>, lead: &keel_core::leader::Status) -> Vec<NodeId> {
+    match lead.voters.is_empty() {
+        true => world.node_ids(),
+        false => lead.voters.iter().chain(&lead.learners).copied().collect(),
+    }
+}
+
+/// One leader of keyspace `ks` whose whole log is durable and applied by every member.
 pub fn converged_in<E: LeaderSim>(world: &World<E>, ks: Keyspace) -> bool {
     let Some(leader) = world.leader_in(ks) else { return false };
     let Some(lead) = world.status_in(leader, ks) else { return false };
     lead.durable_index == lead.last_index
-        && world.node_ids().into_iter().all(|id| {
+        && members_of(world, &lead).into_iter().all(|id| {
             world.status_in(id, ks).is_some_and(|s| {
                 s.epoch == lead.epoch
                     && s.last_index == lead.last_index

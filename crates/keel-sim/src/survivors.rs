@@ -225,7 +225,9 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::Count { .. }
         // The job lists of `jobs` are checked by their own checks (`tickets.rs`).
         | Command::Coll { .. }
-        | Command::CollRead { .. } => return None,
+        | Command::CollRead { .. }
+        // Never a write entry: the leader logs a membership entry.
+        | Command::Cluster(_) => return None,
         Command::Flush { .. }
         | Command::SwapDb { .. }
         | Command::Modify { .. }

@@ -45,7 +45,7 @@ use keel_types::{
 use std::collections::BTreeMap;
 
 /// Timer class of the ticket clients (above the classes of `clients.rs`).
-pub const TIMER_TICKETS: u64 = 4;
+pub const TIMER_TICKETS: u64 = 5;
 /// Most attempts after the first of one write.
 pub const RETRIES_MAX: u32 = 4;
 /// The queue's name.

@@ -103,6 +103,7 @@ impl ToyEngine {
             | Command::Coll { .. }
             | Command::CollRead { .. } => unreachable!("the toy engine runs no Redis commands"),
             Command::Geo(_) => unreachable!("the toy engine runs no geo operations"),
+            Command::Cluster(_) => unreachable!("the toy engine has a fixed membership"),
             Command::OpenSession { .. } => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }
@@ -444,6 +445,9 @@ impl Engine for ToyEngine {
             leader_lease_valid: self.is_leader(),
             repair_floor: None,
             dedup_clients_max: self.config.dedup_clients_max,
+            voters: self.config.members.clone(),
+            learners: Vec::new(),
+            membership_index: LogIndex::ZERO,
         }
     }
 }

@@ -114,6 +114,10 @@ pub struct WorldConfig<C = Config> {
     /// at its local clock's rate (drift); a reboot of the local clock keeps the wall
     /// clock's reading.
     pub wall_skew_ms_max: u64,
+    /// The configured voters: nodes `1..=voters` (0: every node). The others start as
+    /// nodes joining the cluster, outside its membership until an operator (the
+    /// `membership` scenario's reconfigurer) adds them.
+    pub voters: u32,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -793,6 +797,15 @@ impl<E: SimEngine> World<E> {
 
     fn replica_mut(&mut self, node: NodeId, ks: Keyspace) -> &mut Hosted<E> {
         &mut self.nodes[Self::slot(node)].replicas[ks as usize]
+    }
+
+    /// The voters every node is configured with ([`WorldConfig::voters`]).
+    pub fn configured_voters(&self) -> Vec<NodeId> {
+        let voters = match self.config.voters {
+            0 => self.config.nodes,
+            n => n.min(self.config.nodes),
+        };
+        (1..=voters).map(NodeId).collect()
     }
 
     fn slot(node: NodeId) -> usize {
@@ -1699,7 +1712,7 @@ impl<E: SimEngine> World<E> {
             return;
         }
         let now = self.now_ns;
-        let members = self.node_ids();
+        let members = self.configured_voters();
         for ks in 0..self.config.keyspaces {
             let spread = self.config.spread_leaders;
             let mut config = E::configure(&self.config.engine, node, members.clone(), ks, spread);

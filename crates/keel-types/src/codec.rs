@@ -18,8 +18,9 @@
 use crate::limits::VALUE_BYTES_CEILING;
 use crate::Version;
 use crate::{
-    ApplySettings, ClientId, Command, Durability, Entry, EntryPayload, Epoch, ExpireCond,
-    HardState, LogIndex, Modify, NodeId, RequestId, SetCond, SnapshotMeta, Ttl,
+    ApplySettings, ClientId, ClusterOp, Command, Durability, Entry, EntryPayload, Epoch,
+    ExpireCond, HardState, LogIndex, Membership, Modify, NodeId, RequestId, SetCond, SnapshotMeta,
+    Ttl,
 };
 
 /// The longest byte string (key or value) the decoder accepts.
@@ -39,6 +40,7 @@ const PAYLOAD_NOOP: u8 = 0;
 const PAYLOAD_WRITE: u8 = 1;
 const PAYLOAD_SETTINGS: u8 = 2;
 const PAYLOAD_REAP: u8 = 3;
+const PAYLOAD_MEMBERSHIP: u8 = 4;
 
 const COMMAND_GET: u8 = 1;
 const COMMAND_PUT: u8 = 2;
@@ -68,6 +70,7 @@ const COMMAND_OPEN_SESSION_SEEN: u8 = 22;
 const COMMAND_SWAP_DB: u8 = 23;
 const COMMAND_FETCH: u8 = 24;
 const COMMAND_RESTORE: u8 = 25;
+const COMMAND_CLUSTER: u8 = 26;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -126,6 +129,14 @@ pub enum CodecError {
         value: u64,
         /// The largest allowed.
         max: u64,
+    },
+    /// A value whose fields decode but break its rules.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// The value being read.
+        what: &'static str,
+        /// The rule broken.
+        reason: &'static str,
     },
     /// Bytes left over after a complete value.
     #[error("{count} trailing bytes after a complete value")]
@@ -437,6 +448,17 @@ impl Encode for Command {
                 put_u8(out, COMMAND_RESTORE);
                 put_bytes(out, key);
                 put_bytes(out, image);
+            }
+            Command::Cluster(op) => {
+                put_u8(out, COMMAND_CLUSTER);
+                let word = match op {
+                    ClusterOp::AddLearner(_) => 0,
+                    ClusterOp::Promote(_) => 1,
+                    ClusterOp::Remove(_) => 2,
+                    ClusterOp::TransferLeader(_) => 3,
+                };
+                put_u8(out, word);
+                put_u32(out, op.node().0);
             }
             Command::SwapDb { a, b } => {
                 put_u8(out, COMMAND_SWAP_DB);
@@ -803,6 +825,17 @@ impl Decode for Command {
                 key: key(reader)?,
                 image: reader.bytes("restored image", BYTES_LEN_MAX)?,
             },
+            COMMAND_CLUSTER => {
+                let word = reader.u8("cluster change")?;
+                let node = NodeId(reader.u32("cluster change's node")?);
+                Command::Cluster(match word {
+                    0 => ClusterOp::AddLearner(node),
+                    1 => ClusterOp::Promote(node),
+                    2 => ClusterOp::Remove(node),
+                    3 => ClusterOp::TransferLeader(node),
+                    tag => return Err(CodecError::UnknownTag { what: "cluster change", tag }),
+                })
+            }
             COMMAND_SWAP_DB => Command::SwapDb {
                 a: reader.u8("swapped database")?,
                 b: reader.u8("swapped database")?,
@@ -861,6 +894,10 @@ impl Encode for EntryPayload {
                 durability.encode_to(out);
                 command.encode_to(out);
             }
+            EntryPayload::Membership(membership) => {
+                put_u8(out, PAYLOAD_MEMBERSHIP);
+                membership.encode_to(out);
+            }
             EntryPayload::Reap { now_ms, keys } => {
                 put_u8(out, PAYLOAD_REAP);
                 put_u64(out, *now_ms);
@@ -911,8 +948,39 @@ impl Decode for EntryPayload {
                 }
                 Ok(EntryPayload::Reap { now_ms, keys })
             }
+            PAYLOAD_MEMBERSHIP => Ok(EntryPayload::Membership(Membership::decode_from(reader)?)),
             tag => Err(CodecError::UnknownTag { what: "entry payload", tag }),
         }
+    }
+}
+
+impl Encode for Membership {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        for ids in [&self.voters, &self.learners] {
+            put_u8(out, ids.len() as u8);
+            for id in ids {
+                put_u32(out, id.0);
+            }
+        }
+    }
+}
+
+impl Decode for Membership {
+    fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let mut ids = || -> Result<Vec<NodeId>, CodecError> {
+            let n = reader.u8("member count")?;
+            if usize::from(n) > Membership::VOTERS_MAX {
+                let max = Membership::VOTERS_MAX as u64;
+                return Err(CodecError::OutOfRange { what: "member count", value: n.into(), max });
+            }
+            (0..n).map(|_| reader.u32("member id").map(NodeId)).collect()
+        };
+        let membership = Membership { voters: ids()?, learners: ids()? };
+        if !membership.valid() {
+            let reason = "not sorted, disjoint and in bounds";
+            return Err(CodecError::Invalid { what: "membership", reason });
+        }
+        Ok(membership)
     }
 }
 

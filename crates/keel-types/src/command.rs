@@ -5,7 +5,7 @@
 //! entry; see `docs/protocol.md`). Keys and values are opaque bytes.
 
 use crate::limits::Limits;
-use crate::{KeelError, Version};
+use crate::{KeelError, NodeId, Version};
 use serde::{Deserialize, Serialize};
 
 /// A key: opaque bytes, at most [`Limits::key_bytes_max`] long. Shared: cloning a key
@@ -176,6 +176,11 @@ pub enum Command {
         /// The item, encoded (at most [`Limits::value_bytes_max`] bytes).
         image: Value,
     },
+    /// Changes the keyspace's membership, or moves its leadership (`KEEL.NODE`,
+    /// `keel node`): the leader appends the membership entry it leads to,
+    /// [`crate::EntryPayload::Membership`], and answers [`CommandResult::Written`] once
+    /// it is committed; a transfer is answered once the target was told to campaign.
+    Cluster(ClusterOp),
     /// Counts the live keys of database `db` (`DBSIZE`): [`CommandResult::Count`] (a read).
     Count {
         /// The database.
@@ -401,6 +406,42 @@ pub const MULTI_OPS_MAX: usize = 16_384;
 /// The key of a transaction as a whole (it has many).
 static NO_KEY: Key = Key::from_static(b"");
 
+/// A change of a keyspace's members or leader ([`Command::Cluster`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ClusterOp {
+    /// Adds a node as a learner: it receives the log (a snapshot first, if the log no
+    /// longer reaches back far enough) and counts for no majority.
+    AddLearner(NodeId),
+    /// Makes a learner a voter.
+    Promote(NodeId),
+    /// Removes a voter or a learner (not the leader: transfer its leadership first).
+    Remove(NodeId),
+    /// Hands the leadership to a voter once it holds the leader's whole log.
+    TransferLeader(NodeId),
+}
+
+impl ClusterOp {
+    /// The node the change is about.
+    pub fn node(self) -> NodeId {
+        match self {
+            ClusterOp::AddLearner(n)
+            | ClusterOp::Promote(n)
+            | ClusterOp::Remove(n)
+            | ClusterOp::TransferLeader(n) => n,
+        }
+    }
+
+    /// The word that asks for it (`KEEL.NODE <word> <id>`).
+    pub fn word(self) -> &'static str {
+        match self {
+            ClusterOp::AddLearner(_) => "ADD",
+            ClusterOp::Promote(_) => "PROMOTE",
+            ClusterOp::Remove(_) => "REMOVE",
+            ClusterOp::TransferLeader(_) => "TRANSFER-LEADER",
+        }
+    }
+}
+
 /// What an operation returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommandResult {
@@ -569,6 +610,7 @@ impl Command {
             | Command::OpenSession { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
+            | Command::Cluster(_)
             | Command::Count { .. } => &NO_KEY,
         }
     }
@@ -638,6 +680,7 @@ impl Command {
             Command::Modify { .. } => "modify",
             Command::Transfer { .. } => "transfer",
             Command::Count { .. } => "count",
+            Command::Cluster(_) => "cluster",
             Command::Geo(op) => op.name(),
             Command::Coll { .. } => "coll",
             Command::CollRead { .. } => "coll-read",
@@ -702,6 +745,7 @@ impl Command {
             | Command::Fetch { .. }
             | Command::Flush { .. }
             | Command::SwapDb { .. }
+            | Command::Cluster(_)
             | Command::Count { .. } => Ok(()),
             Command::Restore { image, .. } => limits.check_value(image),
             Command::Modify {
@@ -758,6 +802,7 @@ impl Command {
                     | Command::Flush { .. }
                     | Command::SwapDb { .. }
                     | Command::Count { .. }
+                    | Command::Cluster(_)
                     | Command::Geo(_)
             ) {
                 return invalid(format!("a {} inside a transaction", op.name()));

@@ -30,12 +30,14 @@ pub mod log;
 pub mod rng;
 
 pub use command::{
-    check_not_reserved, db_key, db_of, db_range, Command, CommandResult, ExpireCond, Key, Modify,
-    SetCond, Ttl, Value, DB_KEYS_END, DB_KEY_PREFIX, MULTI_OPS_MAX, REAP_KEYS_MAX,
+    check_not_reserved, db_key, db_of, db_range, ClusterOp, Command, CommandResult, ExpireCond,
+    Key, Modify, SetCond, Ttl, Value, DB_KEYS_END, DB_KEY_PREFIX, MULTI_OPS_MAX, REAP_KEYS_MAX,
     RESERVED_KEY_END, RESERVED_KEY_PREFIX, STRING_BYTES_MAX,
 };
 pub use error::{KeelError, KeelResult};
 pub use ids::{ClientId, Epoch, KeyspaceId, LogIndex, NodeId, RequestId, Version};
 pub use level::{Durability, ReadLevel};
 pub use limits::Limits;
-pub use log::{ApplySettings, Entry, EntryPayload, HardState, LogRecord, NoRecord, SnapshotMeta};
+pub use log::{
+    ApplySettings, Entry, EntryPayload, HardState, LogRecord, Membership, NoRecord, SnapshotMeta,
+};

@@ -51,6 +51,128 @@ pub enum EntryPayload {
         /// The keys, in increasing order, 1 to [`crate::REAP_KEYS_MAX`].
         keys: Vec<crate::Key>,
     },
+    /// The keyspace's membership from this entry on: it takes effect on every replica
+    /// when the entry is appended (and so applied), and is undone with it if the log is
+    /// cut (`docs/protocol.md` §15, *Membership changes*). Each differs from the one
+    /// before by one node.
+    Membership(Membership),
+}
+
+/// Who replicates a keyspace: the voters, whose majorities commit entries, elect leaders
+/// and make writes durable, and the learners, which receive the log and count for none of
+/// it, until promoted. Both lists are sorted and disjoint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Membership {
+    /// The voting members, in id order: [`Membership::VOTERS_MIN`] to
+    /// [`Membership::VOTERS_MAX`].
+    pub voters: Vec<NodeId>,
+    /// The learners, in id order: at most [`Membership::LEARNERS_MAX`].
+    pub learners: Vec<NodeId>,
+}
+
+impl Membership {
+    /// Fewest voters a keyspace may have (one alone would elect itself without asking).
+    pub const VOTERS_MIN: usize = 2;
+    /// Most voters a keyspace may have.
+    pub const VOTERS_MAX: usize = 7;
+    /// Most learners a keyspace may have at once.
+    pub const LEARNERS_MAX: usize = 2;
+
+    /// The membership of `voters` and no learners.
+    pub fn of_voters(mut voters: Vec<NodeId>) -> Membership {
+        voters.sort();
+        Membership { voters, learners: Vec::new() }
+    }
+
+    /// Whether both lists are sorted, free of duplicates, disjoint and within bounds (what
+    /// a decoder and the engine's gate accept).
+    pub fn valid(&self) -> bool {
+        let sorted = |ids: &[NodeId]| ids.windows(2).all(|w| w[0] < w[1]);
+        (Self::VOTERS_MIN..=Self::VOTERS_MAX).contains(&self.voters.len())
+            && self.learners.len() <= Self::LEARNERS_MAX
+            && sorted(&self.voters)
+            && sorted(&self.learners)
+            && self.learners.iter().all(|l| self.voters.binary_search(l).is_err())
+    }
+
+    /// Whether `node` votes.
+    pub fn is_voter(&self, node: NodeId) -> bool {
+        self.voters.binary_search(&node).is_ok()
+    }
+
+    /// Whether `node` is a voter or a learner.
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.is_voter(node) || self.learners.binary_search(&node).is_ok()
+    }
+
+    /// A strict majority of the voters.
+    pub fn majority(&self) -> usize {
+        self.voters.len() / 2 + 1
+    }
+
+    /// Every node, voters then learners.
+    pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.voters.iter().chain(self.learners.iter()).copied()
+    }
+
+    /// The membership `op` leads to from this one, or why it may not be applied. `None`
+    /// for a change already in effect (adding a learner that is one, promoting a voter,
+    /// removing a node that is not a member), which is answered as done.
+    pub fn changed(&self, op: crate::ClusterOp) -> Result<Option<Membership>, String> {
+        let mut next = self.clone();
+        match op {
+            crate::ClusterOp::AddLearner(node) => {
+                if self.is_voter(node) {
+                    return Err(format!("node {} is already a voter", node.0));
+                }
+                if self.contains(node) {
+                    return Ok(None);
+                }
+                if self.learners.len() >= Self::LEARNERS_MAX {
+                    return Err(format!("at most {} learners at once", Self::LEARNERS_MAX));
+                }
+                next.learners.push(node);
+                next.learners.sort();
+            }
+            crate::ClusterOp::Promote(node) => {
+                if self.is_voter(node) {
+                    return Ok(None);
+                }
+                if !self.contains(node) {
+                    return Err(format!("node {} is not a learner: add it first", node.0));
+                }
+                if self.voters.len() >= Self::VOTERS_MAX {
+                    return Err(format!("at most {} voters", Self::VOTERS_MAX));
+                }
+                next.learners.retain(|l| *l != node);
+                next.voters.push(node);
+                next.voters.sort();
+            }
+            crate::ClusterOp::Remove(node) => {
+                if !self.contains(node) {
+                    return Ok(None);
+                }
+                if self.is_voter(node) && self.voters.len() <= Self::VOTERS_MIN {
+                    return Err(format!("a keyspace keeps at least {} voters", Self::VOTERS_MIN));
+                }
+                next.voters.retain(|v| *v != node);
+                next.learners.retain(|l| *l != node);
+            }
+            crate::ClusterOp::TransferLeader(_) => {
+                return Err("a leadership transfer changes no membership".into())
+            }
+        }
+        assert!(next.valid(), "a change keeps the membership valid: {next:?}");
+        Ok(Some(next))
+    }
+}
+
+impl fmt::Display for Membership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ids =
+            |ids: &[NodeId]| ids.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(",");
+        write!(f, "voters [{}] learners [{}]", ids(&self.voters), ids(&self.learners))
+    }
 }
 
 /// The settings that decide how a replica applies the log: every replica must apply an
@@ -112,7 +234,7 @@ impl LogRecord for Entry {
         match &self.payload {
             EntryPayload::Write { command, .. } => command.payload_bytes(),
             EntryPayload::Reap { keys, .. } => keys.iter().map(|key| key.len()).sum(),
-            EntryPayload::Noop | EntryPayload::Settings(_) => 0,
+            EntryPayload::Noop | EntryPayload::Settings(_) | EntryPayload::Membership(_) => 0,
         }
     }
 }

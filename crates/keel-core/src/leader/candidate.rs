@@ -25,8 +25,10 @@ pub(super) struct Campaign {
 impl Campaign {
     /// Counts a vote; returns whether it makes a majority.
     fn count(&mut self, core: &Core, from: NodeId) -> bool {
-        self.votes.insert(from);
-        self.votes.len() >= core.config.majority()
+        if core.is_voter(from) {
+            self.votes.insert(from);
+        }
+        self.votes.len() >= core.majority()
     }
 }
 
@@ -83,8 +85,8 @@ impl LeaderEngine {
             self.become_follower(epoch, None);
             return;
         }
-        let majority = self.core.config.majority();
-        let ours = epoch <= self.core.hard.epoch;
+        let majority = self.core.majority();
+        let ours = epoch <= self.core.hard.epoch && self.core.is_voter(from);
         let Some(pre_votes) = self.core.election.pre_votes.as_mut().filter(|_| granted && ours)
         else {
             return;
@@ -110,7 +112,8 @@ impl LeaderEngine {
         core.reset_election_deadline();
         core.counters.elections += 1;
         let campaign = Campaign { votes: BTreeSet::from([core.config.node_id]) };
-        assert!(campaign.votes.len() < core.config.majority(), "one vote never wins");
+        assert!(core.is_voter(core.config.node_id), "only a voter campaigns");
+        assert!(campaign.votes.len() < core.majority(), "one vote never wins");
         self.role = RoleState::Candidate(campaign);
         let request = Message::RequestVote {
             epoch: core.hard.epoch,
@@ -139,7 +142,11 @@ impl LeaderEngine {
         let core = &mut self.core;
         let up_to_date = !core.log_is_behind(last_epoch, last_index);
         let free = core.hard.voted_for.is_none_or(|v| v == from);
-        let granted = epoch == core.hard.epoch && up_to_date && free;
+        // Not in the epoch of the membership entry in force or before: a node that became
+        // a voter there (perhaps a new incarnation of a removed one, its vote of that
+        // epoch forgotten) votes only in later ones; that epoch already has its leader.
+        let after_change = epoch > core.membership_version().epoch;
+        let granted = epoch == core.hard.epoch && up_to_date && free && after_change;
         if granted {
             core.set_hard_state(HardState { epoch, voted_for: Some(from), ..core.hard });
             core.reset_election_deadline();

@@ -64,6 +64,7 @@ impl Config {
         Config {
             node_id,
             members,
+            joining: false,
             heartbeat_interval: Span::from_millis(25),
             mark_out_timeout: Span::from_millis(100),
             removal_timeout: Span::from_millis(500),
@@ -103,6 +104,8 @@ impl Config {
             unsafe_pre_vote_ignores_leader: false,
             wall_clock_origin_ms: 0,
             unsafe_expire_on_local_clock: false,
+            unsafe_count_removed: false,
+            unsafe_learner_reads_early: false,
         }
     }
 
@@ -145,7 +148,8 @@ impl Config {
         self.snapshot_chunk_bytes.max(append) + PEER_MESSAGE_OVERHEAD_BYTES
     }
 
-    /// A strict majority of the members.
+    /// A strict majority of the configured voters (the log's membership, once it names
+    /// one, decides: `Core::majority`).
     pub fn majority(&self) -> usize {
         self.members.len() / 2 + 1
     }
@@ -192,8 +196,12 @@ impl Config {
         if sorted.len() != n {
             return fail("members", "duplicate member ids");
         }
-        if !self.members.contains(&self.node_id) {
-            return fail("node_id", format!("{} is not a member", self.node_id));
+        match (self.members.contains(&self.node_id), self.joining) {
+            (false, false) => return fail("node_id", format!("{} is not a member", self.node_id)),
+            (true, true) => {
+                return fail("joining", "a member of the configured voters joins nothing")
+            }
+            _ => {}
         }
         if self.preferred_leader.is_some_and(|p| !self.members.contains(&p)) {
             return fail("preferred_leader", "must be a member");

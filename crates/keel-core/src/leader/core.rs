@@ -12,7 +12,8 @@ use crate::engine::{Release, SnapshotBytes};
 use crate::time::{Span, Time};
 use keel_types::rng::SplitMix64;
 use keel_types::{
-    Command, CommandResult, Entry, Epoch, HardState, LogIndex, NodeId, SnapshotMeta, Version,
+    Command, CommandResult, Entry, Epoch, HardState, LogIndex, Membership, NodeId, SnapshotMeta,
+    Version,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -118,6 +119,8 @@ pub(super) struct Snapshots {
 #[derive(Debug)]
 pub(super) struct Core {
     pub config: Config,
+    /// The membership in force while the log names none: the configured voters.
+    pub boot_membership: Membership,
     /// The leader lease derived from the configuration (`Config::leader_lease`).
     pub lease_span: Span,
     pub rng: SplitMix64,
@@ -146,14 +149,51 @@ pub(super) struct Core {
 }
 
 impl Core {
-    /// Every member but this node.
-    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.config.members.iter().copied().filter(|m| *m != self.config.node_id)
+    /// The membership in force: the one the log set last (it takes effect when its entry
+    /// is appended, and is undone with it), else the configured voters.
+    pub fn membership(&self) -> &Membership {
+        self.kv.membership().map_or(&self.boot_membership, |(_, m)| m)
     }
 
-    /// Sends `message` to every other member, in member order.
+    /// The version of the entry that set the membership in force (zero: none did).
+    pub fn membership_version(&self) -> Version {
+        self.kv.membership().map_or(Version::default(), |(v, _)| *v)
+    }
+
+    /// A strict majority of the voters in force.
+    pub fn majority(&self) -> usize {
+        self.membership().majority()
+    }
+
+    /// Whether `node` votes in the membership in force.
+    pub fn is_voter(&self, node: NodeId) -> bool {
+        self.membership().is_voter(node)
+    }
+
+    /// Every member (voter or learner) but this node.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.membership().nodes().filter(|m| *m != self.config.node_id)
+    }
+
+    /// Every voter but this node: whom elections ask.
+    pub fn voting_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.membership().voters.iter().copied().filter(|m| *m != self.config.node_id)
+    }
+
+    /// How many members the leader keeps in its active set, itself included: the
+    /// configured target when it names fewer than the configured voters (within a
+    /// majority and every voter in force), else every voter in force.
+    pub fn active_set_target(&self) -> usize {
+        let voters = self.membership().voters.len();
+        match self.config.active_set_target < self.config.members.len() {
+            true => self.config.active_set_target.clamp(self.majority(), voters),
+            false => voters,
+        }
+    }
+
+    /// Sends `message` to every other voter, in id order (elections).
     pub fn broadcast(&mut self, message: &Message) {
-        let peers: Vec<NodeId> = self.peers().collect();
+        let peers: Vec<NodeId> = self.voting_peers().collect();
         assert!(!peers.contains(&self.config.node_id), "a node never messages itself");
         for peer in peers {
             self.out.messages.push((peer, message.clone()));

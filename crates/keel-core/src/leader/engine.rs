@@ -26,7 +26,7 @@ use crate::engine::{BootError, Rejection};
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
 use keel_types::{
-    ApplySettings, Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, NodeId,
+    ApplySettings, Entry, EntryPayload, Epoch, HardState, KeelError, LogIndex, Membership, NodeId,
     SnapshotMeta, Value, Version,
 };
 
@@ -104,6 +104,7 @@ impl LeaderEngine {
             snapshots: Snapshots { next_slice_at: now, ..Snapshots::default() },
             counters: Counters::default(),
             out: Outputs::default(),
+            boot_membership: Membership::of_voters(config.members.clone()),
             config,
         };
         let mut engine = LeaderEngine { core, role: RoleState::Follower(Following::default()) };
@@ -148,9 +149,11 @@ impl LeaderEngine {
     /// roles first (a higher epoch, a leader heard from) or runs in the role it finds.
     fn on_message(&mut self, from: NodeId, message: Message) {
         assert_ne!(from, self.core.config.node_id, "a message from self");
-        if !self.core.config.members.contains(&from) {
-            return self.core.reject(from, "sender is not a member");
-        }
+        // Any node the peer layer authenticated may write: membership changes, so a
+        // node may hear from one it does not know yet (a new leader its log has not
+        // made a voter) or no longer counts (a removed member, late). Nothing of one
+        // outside the membership in force counts: votes and replies count only from
+        // voters and followers the leader tracks.
         if let Err(reason) = gate::check(&message) {
             return self.core.reject(from, reason);
         }
@@ -389,9 +392,9 @@ impl LeaderEngine {
     pub(super) fn become_leader(&mut self) {
         assert!(matches!(self.role, RoleState::Candidate(_)));
         let core = &mut self.core;
-        let followers: Vec<NodeId> = core.peers().collect();
+        assert!(core.is_voter(core.config.node_id), "only a voter leads");
         let next = core.log.last_index().next();
-        let mut leading = Leading::new(&followers, next, core.now);
+        let mut leading = Leading::new(core, next, core.now);
         leading.next_heartbeat_at = core.now + core.config.heartbeat_interval;
         // The epoch's first entry states the settings every replica applies the log with
         // from here on (`docs/protocol.md` §6, *Settings in the log*).
@@ -425,7 +428,11 @@ impl LeaderEngine {
         }
         self.core.clear_repair_floor_if_repaired();
         if !leading && now >= self.core.election.deadline {
-            if self.core.hard.repair_floor.is_some() && !self.core.config.unsafe_ignore_repair_floor
+            if !self.core.is_voter(self.core.config.node_id) {
+                // A learner, a node joining, or one removed: it never campaigns.
+                self.core.reset_election_deadline();
+            } else if self.core.hard.repair_floor.is_some()
+                && !self.core.config.unsafe_ignore_repair_floor
             {
                 // A log cut below what this node may have acknowledged must not lead:
                 // wait for a leader to re-replicate it (`docs/protocol.md` §12 item 18).
@@ -520,10 +527,33 @@ impl LeaderEngine {
         assert!(core.hard.epoch >= core.log.last_epoch(), "log entry from a future epoch");
         match &self.role {
             RoleState::Leader(leading) => {
+                // What the durable index needs: the active set meets every majority of
+                // the voters in force (a majority of them, but transiently after a
+                // promotion to an even count, when half of them do).
+                let voters = core.membership().voters.len();
                 assert!(
-                    leading.active.len() + 1 >= core.config.majority(),
-                    "active set below a majority"
+                    leading.active_voters(core) > voters - core.majority(),
+                    "the active set misses a majority of the voters"
                 );
+                assert!(core.is_voter(core.config.node_id), "a leader that does not vote");
+                for id in &leading.active {
+                    assert!(leading.progress.contains_key(id), "an active member untracked");
+                    let learner = core.membership().contains(*id) && !core.is_voter(*id);
+                    let leaving = leading.progress[id].marking_out;
+                    let early = core.config.unsafe_learner_reads_early;
+                    assert!(!learner || leaving || early, "a learner active, not leaving");
+                }
+                for id in core.peers() {
+                    assert!(leading.progress.contains_key(&id), "a member untracked");
+                }
+                for (id, p) in &leading.progress {
+                    let removed = !core.membership().contains(*id);
+                    let kept = core.config.unsafe_count_removed;
+                    assert!(
+                        !removed || kept || self_marking(p, leading, *id),
+                        "a removed member kept"
+                    );
+                }
                 assert_eq!(core.hard.voted_for, Some(core.config.node_id));
             }
             RoleState::Candidate(campaign) => {
@@ -608,6 +638,9 @@ impl LeaderEngine {
             leader_lease_valid: self.leader_lease_valid(),
             repair_floor: self.core.hard.repair_floor,
             dedup_clients_max: core.kv.dedup_clients_max(),
+            voters: core.membership().voters.clone(),
+            learners: core.membership().learners.clone(),
+            membership_index: core.membership_version().index,
         }
     }
 
@@ -669,6 +702,12 @@ impl LeaderEngine {
     pub(super) fn not_leader_error(&self) -> KeelError {
         KeelError::NotLeader { leader: self.leader().filter(|l| *l != self.core.config.node_id) }
     }
+}
+
+/// Whether a removed member the leader still tracks is on its way out: in the active set,
+/// being marked out.
+fn self_marking(p: &super::leading::Progress, leading: &Leading, id: NodeId) -> bool {
+    leading.active.contains(&id) && p.marking_out
 }
 
 impl Core {

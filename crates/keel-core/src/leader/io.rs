@@ -169,8 +169,16 @@ pub enum Message {
 pub struct Config {
     /// This node.
     pub node_id: NodeId,
-    /// Every member of the (static) cluster, this node included: 3, 5 or 7.
+    /// The keyspace's voters when its log names none (a new cluster's, or a log written
+    /// before membership entries): 3, 5 or 7, this node included unless it is `joining`.
+    /// Once the log holds a membership entry, the log's membership is in force
+    /// (`docs/protocol.md` §15).
     pub members: Vec<NodeId>,
+    /// This node joins a running keyspace: it is not among `members`, never campaigns
+    /// until the log makes it a voter, and takes the log (or a snapshot) from the leader
+    /// once an operator has added it as a learner.
+    #[serde(default)]
+    pub joining: bool,
     /// How often the leader sends `Append` (heartbeat, lease renewal) to each follower.
     /// Several per `mark_out_timeout` so that one late message does not mark a follower
     /// out: at most `mark_out_timeout / 3`.
@@ -299,6 +307,19 @@ pub struct Config {
     /// leaves the state by an expiry entry the leader appends once its time has passed.
     #[serde(default)]
     pub wall_clock_origin_ms: u64,
+    /// For negative-control tests only: the leader goes on replicating to a voter it
+    /// removed from the membership and counts its acknowledgements toward commits and
+    /// `durable` writes, as if the removal had not happened (for the rest of its epoch).
+    /// Shows that the simulator's checkers catch the acknowledged writes a removed
+    /// member's copy cannot keep.
+    #[serde(default)]
+    pub unsafe_count_removed: bool,
+    /// For negative-control tests only: a learner is admitted to the active set (and so
+    /// granted leases and served `monotonic` reads) as soon as the leader hears it,
+    /// before it holds the durable index. Shows that the simulator's checkers catch the
+    /// stale reads a learner that has not caught up serves.
+    #[serde(default)]
+    pub unsafe_learner_reads_early: bool,
     /// For negative-control tests only: every node's reads treat a key whose expiry has
     /// passed on the node's own clock as absent, before any expiry entry deletes it
     /// (each node expiring on its own clock, as some replicated Redis stores do).
@@ -360,6 +381,16 @@ pub struct Status {
     /// log's latest settings entry (`Config::dedup_clients_max` is what this node
     /// proposes when it leads).
     pub dedup_clients_max: usize,
+    /// The voters in force on this node (its log's last membership entry, else the
+    /// configured members).
+    #[serde(default)]
+    pub voters: Vec<NodeId>,
+    /// The learners in force on this node.
+    #[serde(default)]
+    pub learners: Vec<NodeId>,
+    /// The index of the membership entry in force (0: none; the configured members).
+    #[serde(default)]
+    pub membership_index: LogIndex,
 }
 
 impl Default for Status {
@@ -383,6 +414,9 @@ impl Default for Status {
             leader_lease_valid: false,
             repair_floor: None,
             dedup_clients_max: 0,
+            voters: Vec::new(),
+            learners: Vec::new(),
+            membership_index: LogIndex::ZERO,
         }
     }
 }

@@ -22,12 +22,13 @@ use crate::fnv::{Fnv, WordHash};
 use keel_types::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use keel_types::{
     ClientId, Command, CommandResult, Entry, EntryPayload, Epoch, ExpireCond, KeelError, Key,
-    LogIndex, RequestId, SetCond, Ttl, Value, Version, DB_KEYS_END, DB_KEY_PREFIX,
+    LogIndex, Membership, RequestId, SetCond, Ttl, Value, Version, DB_KEYS_END, DB_KEY_PREFIX,
     RESERVED_KEY_END, RESERVED_KEY_PREFIX,
 };
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// The keys whose item differs as of some index below the applied one: the item they
 /// had then (`None`: absent), from the undo records.
@@ -86,9 +87,12 @@ fn queue_item_key(queue: &[u8], seq: u64) -> Key {
 /// The outcome of a write as returned to its client.
 pub type WriteResult = Result<CommandResult, KeelError>;
 
-/// The snapshot format written: v6 adds, after the deduplication slots, the last use of
+/// The snapshot format written: v7 adds, last, the membership in force at the snapshot's
+/// index and the version of the entry that set it (`Kv::membership`).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV07";
+/// The sixth format, still read: v6 adds, after the deduplication slots, the last use of
 /// the newest session the table evicted (`Kv::sessions_evicted_through`).
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KEELKV06";
+const SNAPSHOT_MAGIC_V6: &[u8; 8] = b"KEELKV06";
 /// The fifth format, still read: v5 adds collections (item flags 3 and 4).
 const SNAPSHOT_MAGIC_V5: &[u8; 8] = b"KEELKV05";
 /// The fourth format, still read: v4 adds an item form with an expiry (flag 2).
@@ -100,6 +104,29 @@ const SNAPSHOT_MAGIC_V3: &[u8; 8] = b"KEELKV03";
 const SNAPSHOT_MAGIC_V2: &[u8; 8] = b"KEELKV02";
 /// The first format, still read: dedup slots without a command digest.
 const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"KEELKV01";
+/// A snapshot's membership (format v7): a flag, then the version of the entry that set it
+/// (within the snapshot) and the membership.
+fn decode_membership(
+    reader: &mut Reader<'_>,
+    at: Version,
+) -> Result<Option<(Version, Membership)>, String> {
+    let err = |e: keel_types::codec::CodecError| e.to_string();
+    match reader.u8("membership flag").map_err(err)? {
+        0 => Ok(None),
+        1 => {
+            let epoch = reader.u64("membership epoch").map_err(err)?;
+            let version = Version::new(epoch, reader.u64("membership index").map_err(err)?);
+            if version > at || version.index == LogIndex::ZERO {
+                return Err(format!("a membership set at {version:?}, outside the snapshot"));
+            }
+            let membership =
+                <Membership as keel_types::codec::Decode>::decode_from(reader).map_err(err)?;
+            Ok(Some((version, membership)))
+        }
+        flag => Err(format!("membership flag {flag}")),
+    }
+}
+
 /// What one key costs in a snapshot beyond its key and value bytes (lengths, version,
 /// flag), rounded up.
 pub const ITEM_OVERHEAD_BYTES: u64 = 32;
@@ -194,6 +221,8 @@ pub(super) struct Undo {
     dedup_clients_max: Option<usize>,
     /// `Kv::sessions_evicted_through` before an eviction raised it.
     evicted_through: Option<Version>,
+    /// The membership before a membership entry changed it.
+    membership: Option<Option<Arc<(Version, Membership)>>>,
     /// The epoch of the entry applied.
     epoch: Epoch,
 }
@@ -279,6 +308,10 @@ pub struct Kv {
     /// its own): an open stamped below it may be a late copy of an open whose session
     /// was used and forgotten since, and is refused (`Kv::open_is_stale`).
     sessions_evicted_through: Version,
+    /// The membership the log set last and the version of its entry: part of the
+    /// replicated state, in snapshots and undone with its entry. `None`: no entry set one,
+    /// and the node's configured members are the voters.
+    membership: Option<Arc<(Version, Membership)>>,
     /// Keyspace events recorded and not yet taken (`kv_events`); `None`: not recording.
     /// Not replicated state: each replica records what it applies.
     pub(super) events: Option<Vec<crate::engine::KeyEvent>>,
@@ -315,12 +348,18 @@ impl Kv {
             snapshot: None,
             read_draws: Draws::default(),
             sessions_evicted_through: Version::default(),
+            membership: None,
             events: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
             unsafe_accept_stale_opens: false,
             unsafe_watch_ignores_deletes: false,
         }
+    }
+
+    /// The membership the log set last, with the version of its entry (`None`: none did).
+    pub fn membership(&self) -> Option<&(Version, Membership)> {
+        self.membership.as_deref()
     }
 
     /// The deduplication bound in force at the applied index.
@@ -353,6 +392,7 @@ impl Kv {
             dedup: SmallVec::new(),
             dedup_clients_max: None,
             evicted_through: None,
+            membership: None,
             epoch: entry.epoch,
         };
         let applied = match &entry.payload {
@@ -366,6 +406,12 @@ impl Kv {
             ),
             EntryPayload::Reap { now_ms, keys } => {
                 self.reap(entry.version(), *now_ms, keys, &mut undo);
+                Applied::Noop
+            }
+            EntryPayload::Membership(membership) => {
+                assert!(membership.valid(), "an invalid membership applied: {membership:?}");
+                let set = Arc::new((entry.version(), membership.clone()));
+                undo.membership = Some(self.membership.replace(set));
                 Applied::Noop
             }
         };
@@ -541,6 +587,9 @@ impl Kv {
                 panic!("a read command in the log")
             }
             Command::Geo(_) => panic!("a geo operation in the log (refused at the door)"),
+            Command::Cluster(_) => {
+                panic!("a cluster change as a write (the leader appends its membership entry)")
+            }
             Command::Multi { .. }
             | Command::OpenSession { .. }
             | Command::Enqueue { .. }
@@ -981,6 +1030,9 @@ impl Kv {
         if let Some(through) = undo.evicted_through {
             self.sessions_evicted_through = through;
         }
+        if let Some(membership) = undo.membership {
+            self.membership = membership;
+        }
         let prior = self.undo.back().map(|u| u.index).unwrap_or(self.undo_floor);
         // The epoch is set by `rollback_after` once the target is reached.
         self.applied.index = prior;
@@ -1169,6 +1221,16 @@ impl Kv {
         above.filter_map(|u| u.evicted_through).last().unwrap_or(self.sessions_evicted_through)
     }
 
+    /// [`Kv::membership`] at `index` (between the undo floor and the applied index): the
+    /// one before the oldest membership entry above it, if any.
+    fn membership_at(&self, index: LogIndex) -> Option<&(Version, Membership)> {
+        let above = self.undo.iter().rev().take_while(|u| u.index > index);
+        match above.filter_map(|u| u.membership.as_ref()).last() {
+            Some(before) => before.as_deref(),
+            None => self.membership(),
+        }
+    }
+
     /// Visits the items as of the state `overlay` describes, in key order: a merge of the
     /// applied items with the overlay (an overlay entry replaces or hides the applied one).
     fn visit_items_at<'a>(
@@ -1281,6 +1343,15 @@ impl Kv {
         let evicted_through = self.evicted_through_at(index);
         put_u64(&mut tail, evicted_through.epoch.0);
         put_u64(&mut tail, evicted_through.index.0);
+        match self.membership_at(index) {
+            None => put_u8(&mut tail, 0),
+            Some((version, membership)) => {
+                put_u8(&mut tail, 1);
+                put_u64(&mut tail, version.epoch.0);
+                put_u64(&mut tail, version.index.0);
+                keel_types::codec::Encode::encode_to(membership, &mut tail);
+            }
+        }
         let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 16);
         header.extend_from_slice(SNAPSHOT_MAGIC);
         put_u64(&mut header, index.0);
@@ -1302,7 +1373,13 @@ impl Kv {
         let mut reader = Reader::new(bytes);
         let err = |e: keel_types::codec::CodecError| e.to_string();
         let magic = reader.take("magic", 8).map_err(err)?;
-        let with_bound = [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V5, SNAPSHOT_MAGIC_V4, SNAPSHOT_MAGIC_V3];
+        let with_bound = [
+            SNAPSHOT_MAGIC,
+            SNAPSHOT_MAGIC_V6,
+            SNAPSHOT_MAGIC_V5,
+            SNAPSHOT_MAGIC_V4,
+            SNAPSHOT_MAGIC_V3,
+        ];
         let (with_digests, with_bound) = if with_bound.iter().any(|m| magic == *m) {
             (true, true)
         } else if magic == SNAPSHOT_MAGIC_V2 {
@@ -1323,7 +1400,9 @@ impl Kv {
             let version =
                 Version::new(reader.u64("epoch").map_err(err)?, reader.u64("index").map_err(err)?);
             let expiring =
-                [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V5, SNAPSHOT_MAGIC_V4].iter().any(|m| magic == *m);
+                [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V6, SNAPSHOT_MAGIC_V5, SNAPSHOT_MAGIC_V4]
+                    .iter()
+                    .any(|m| magic == *m);
             let (mut value, mut coll, mut expires_at) = (None, None, None);
             match reader.u8("item flag").map_err(err)? {
                 0 => {}
@@ -1332,7 +1411,11 @@ impl Kv {
                     value = Some(reader.bytes("value", u32::MAX).map_err(err)?);
                     expires_at = Some(reader.u64("expiry").map_err(err)?);
                 }
-                flag @ (3 | 4) if magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V5 => {
+                flag @ (3 | 4)
+                    if [SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_V6, SNAPSHOT_MAGIC_V5]
+                        .iter()
+                        .any(|m| magic == *m) =>
+                {
                     coll = Some(super::coll::Coll::decode(&mut reader)?);
                     if flag == 4 {
                         expires_at = Some(reader.u64("expiry").map_err(err)?);
@@ -1377,7 +1460,7 @@ impl Kv {
             kv.dedup_order.insert((index, client));
             kv.dedup.insert(client, DedupSlot { request, index, result, digest });
         }
-        kv.sessions_evicted_through = match magic == SNAPSHOT_MAGIC {
+        kv.sessions_evicted_through = match magic == SNAPSHOT_MAGIC || magic == SNAPSHOT_MAGIC_V6 {
             true => {
                 let epoch = reader.u64("sessions evicted through").map_err(err)?;
                 let through = Version::new(epoch, reader.u64("and its index").map_err(err)?);
@@ -1394,6 +1477,9 @@ impl Kv {
                 index: *index,
             }),
         };
+        if magic == SNAPSHOT_MAGIC {
+            kv.membership = decode_membership(&mut reader, at)?.map(Arc::new);
+        }
         reader.finish().map_err(err)?;
         kv.applied = at;
         kv.undo_floor = at.index;
@@ -2134,7 +2220,7 @@ mod tests {
         assert_eq!(decoded.sessions_evicted_through, Version::new(1, 2));
         let mut v5 = snapshot.clone();
         v5[..8].copy_from_slice(SNAPSHOT_MAGIC_V5);
-        v5.truncate(v5.len() - 16);
+        v5.truncate(v5.len() - 17); // v6's and v7's fields
         let decoded = Kv::decode(&v5, Version::new(1, 3), 1).unwrap();
         let oldest = Version::new(1, 3);
         assert_eq!(decoded.sessions_evicted_through, oldest, "v5: the oldest slot held");
@@ -2224,6 +2310,7 @@ mod tests {
         out.extend_from_slice(&bytes[slots_at..]);
         put_u64(&mut out, 0); // no session evicted: epoch 0,
         put_u64(&mut out, 0); // index 0
+        put_u8(&mut out, 0); // no membership entry
         out
     }
 
@@ -2270,6 +2357,51 @@ mod tests {
         let v1 = forged_in(SNAPSHOT_MAGIC_V1, &[("a", 1)], &[(1, 2)]);
         let old = Kv::decode(&v1, Version::new(1, 5), 2).expect("the first format decodes");
         assert_eq!(old.dedup(ClientId(1)).unwrap().digest, None);
+    }
+
+    #[test]
+    fn a_membership_entry_is_in_force_from_its_append_rolls_back_and_travels_in_snapshots() {
+        let mut kv = Kv::new(10);
+        let members = |voters: &[u32], learners: &[u32]| keel_types::Membership {
+            voters: voters.iter().map(|n| keel_types::NodeId(*n)).collect(),
+            learners: learners.iter().map(|n| keel_types::NodeId(*n)).collect(),
+        };
+        let entry = |index: u64, m: keel_types::Membership| Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Membership(m),
+        };
+        assert_eq!(kv.membership(), None, "none before an entry names one");
+        kv.apply(&write(1, 7, 1, put("a", "1")));
+        assert_eq!(kv.apply(&entry(2, members(&[1, 2, 3], &[4]))), Applied::Noop);
+        kv.apply(&write(3, 7, 2, put("a", "2")));
+        kv.apply(&entry(4, members(&[1, 2, 3, 4], &[])));
+        assert_eq!(kv.membership().unwrap().1, members(&[1, 2, 3, 4], &[]));
+        // A snapshot carries the membership as of its index.
+        for (index, expected) in [
+            (1, None),
+            (2, Some((Version::new(1, 2), members(&[1, 2, 3], &[4])))),
+            (3, Some((Version::new(1, 2), members(&[1, 2, 3], &[4])))),
+            (4, Some((Version::new(1, 4), members(&[1, 2, 3, 4], &[])))),
+        ] {
+            let at = Version::new(1, index);
+            let decoded = Kv::decode(&kv.encode_at(LogIndex(index)), at, 10).unwrap();
+            assert_eq!(decoded.membership().cloned(), expected, "at {index}");
+        }
+        // A cut log takes its membership entries back.
+        kv.rollback_after(LogIndex(3), Epoch(1));
+        assert_eq!(kv.membership().unwrap().1, members(&[1, 2, 3], &[4]));
+        kv.rollback_after(LogIndex(1), Epoch(1));
+        assert_eq!(kv.membership(), None);
+        // A snapshot naming a membership past itself does not decode.
+        kv.apply(&entry(2, members(&[1, 2, 3], &[4])));
+        let mut bytes = kv.encode_at(LogIndex(2));
+        let len = bytes.len();
+        // The version's index comes just before the membership's 18 bytes (two counts,
+        // four ids).
+        bytes[len - 18 - 8..len - 18].copy_from_slice(&9u64.to_le_bytes());
+        let error = Kv::decode(&bytes, Version::new(1, 2), 10).unwrap_err();
+        assert!(error.contains("outside the snapshot"), "{error}");
     }
 
     #[test]

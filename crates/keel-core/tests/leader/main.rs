@@ -240,6 +240,9 @@ impl Cluster {
 
     fn send(&mut self, id: NodeId, to: NodeId, message: Message) {
         let now = self.now;
+        if !self.nodes.contains_key(&to) {
+            return; // an answer to a forged sender outside the cluster
+        }
         {
             assert_ne!(to, id);
             if let Message::Append { entries, .. } = &message {

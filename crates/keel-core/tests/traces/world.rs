@@ -237,6 +237,7 @@ pub fn entry_line(entry: &Entry) -> String {
         EntryPayload::Settings(_) => "settings".to_string(),
         EntryPayload::Write { command, .. } => command_line(command),
         EntryPayload::Reap { keys, .. } => format!("reap {}", keys.len()),
+        EntryPayload::Membership(m) => format!("membership {m}"),
     };
     format!("{}.{} {what}", entry.epoch.0, entry.index.0)
 }

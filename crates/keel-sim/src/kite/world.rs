@@ -145,6 +145,7 @@ impl KiteWorld {
             link_bulk_bytes_max: net.link_bulk_bytes_max,
             unsafe_unbounded_links: net.unsafe_unbounded_links,
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
+            voters: 0,
             wall_skew_ms_max: 0,
         };
         let mut world = World::new(config, seed);

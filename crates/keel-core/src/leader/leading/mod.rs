@@ -15,6 +15,7 @@
 //! leadership says so in its return value and the engine steps down.
 
 mod expiry;
+mod membership;
 mod replication;
 mod requests;
 mod waitlist;
@@ -123,10 +124,10 @@ pub(super) enum Leadership {
     Lost,
 }
 
-impl Leading {
-    /// Leader state for a new leader whose no-op goes at `next`.
-    pub fn new(followers: &[NodeId], next: LogIndex, now: Time) -> Leading {
-        let progress = Progress {
+impl Progress {
+    /// A follower the leader knows nothing of yet: sending starts at `next`.
+    fn fresh(next: LogIndex, now: Time) -> Progress {
+        Progress {
             next,
             match_index: LogIndex::ZERO,
             inflight: 0,
@@ -142,11 +143,20 @@ impl Leading {
             snapshot_sent_at: None,
             snapshot_sending: None,
             progress_at: now,
-        };
+        }
+    }
+}
+
+impl Leading {
+    /// Leader state for a new leader whose no-op goes at `next`: a progress for every
+    /// other member, and every other voter in the active set (learners join it only as
+    /// voters, once caught up).
+    pub fn new(core: &Core, next: LogIndex, now: Time) -> Leading {
+        let progress = Progress::fresh(next, now);
         Leading {
-            progress: followers.iter().map(|f| (*f, progress.clone())).collect(),
-            // ORCA §4.4.2: start with every member; non-responders leave after rt.
-            active: followers.iter().copied().collect(),
+            progress: core.peers().map(|f| (f, progress.clone())).collect(),
+            // ORCA §4.4.2: start with every voter; non-responders leave after rt.
+            active: core.voting_peers().collect(),
             noop_index: next,
             next_heartbeat_at: now,
             writes_replicated: Waitlist::default(),
@@ -204,14 +214,14 @@ impl Leading {
     fn lease_start(&self, core: &Core, now: Time) -> Option<Time> {
         let mut times = [Time(0); MEMBERS_MAX];
         let mut len = 0;
-        for at in std::iter::once(now).chain(self.progress.values().filter_map(|p| p.acked_sent_at))
-        {
+        let voters = self.progress.iter().filter(|(id, _)| core.is_voter(**id));
+        for at in std::iter::once(now).chain(voters.filter_map(|(_, p)| p.acked_sent_at)) {
             times[len] = at;
             len += 1;
         }
         let times = &mut times[..len];
         times.sort_unstable_by(|a, b| b.cmp(a));
-        times.get(core.config.majority() - 1).copied()
+        times.get(core.majority() - 1).copied()
     }
 
     /// Whether a majority acknowledged this leader recently enough that no other leader
@@ -291,15 +301,50 @@ impl Leading {
     }
 
     pub fn remove_from_active_set(&mut self, core: &mut Core, follower: NodeId) {
-        let majority = core.config.majority();
-        if self.active.len() < majority || !self.active.contains(&follower) {
-            return; // never below a majority (the leader counts itself)
+        let majority = core.majority();
+        let voter = core.is_voter(follower);
+        if !self.active.contains(&follower) || (voter && self.active_voters(core) <= majority) {
+            return; // never below a majority of voters (the leader counts itself)
         }
         self.active.remove(&follower);
         let progress = self.progress.get_mut(&follower).expect("a member");
         progress.marking_out = false;
-        assert!(self.active.len() + 1 >= majority);
+        if !core.membership().contains(follower) && !core.config.unsafe_count_removed {
+            // A removed member left the active set: the leader forgets it.
+            self.progress.remove(&follower);
+        }
+        assert!(self.active_voters(core) >= majority || !voter);
         core.counters.removals += 1;
+    }
+
+    /// The voters in the active set, the leader included.
+    pub fn active_voters(&self, core: &Core) -> usize {
+        1 + self.active.iter().filter(|f| core.is_voter(**f)).count()
+    }
+
+    /// Brings the followers in line with the membership in force, after this leader
+    /// appended a membership entry: a new member gets a progress (sending starts from the
+    /// log's end and backs off); a removed one leaves the active set as any member marked
+    /// out does (its acknowledgement, or `rt`), and is forgotten then, or at once if it
+    /// was not in the set. Until then it still counts toward the durable index, never
+    /// toward a commit or a `durable` write.
+    pub fn sync_membership(&mut self, core: &Core) {
+        let next = core.log.last_index();
+        for peer in core.peers() {
+            self.progress.entry(peer).or_insert_with(|| Progress::fresh(next, core.now));
+        }
+        let membership = core.membership();
+        let voting: Vec<NodeId> =
+            self.progress.keys().copied().filter(|id| !membership.is_voter(*id)).collect();
+        let keep_removed = core.config.unsafe_count_removed;
+        for id in voting {
+            // A member removed, or removed and added again as a learner at once.
+            match (self.active.contains(&id), membership.contains(id) || keep_removed) {
+                (true, _) => self.progress.get_mut(&id).expect("tracked").marking_out = true,
+                (false, false) => drop(self.progress.remove(&id)),
+                (false, true) => {}
+            }
+        }
     }
 
     /// Forced mark-out (ORCA §4.4.2): a follower whose persisted index lags the log by
@@ -316,12 +361,14 @@ impl Leading {
         let last = core.log.last_index();
         let lag_max = core.config.slow_follower_lag_max;
         let timeout = core.config.slow_follower_timeout;
-        let target = core.config.active_set_target;
+        let target = core.active_set_target();
         for (id, p) in self.progress.iter_mut() {
             let lagging = last.0.saturating_sub(p.persisted_point.0) > lag_max;
             p.lagging_since = if lagging { Some(p.lagging_since.unwrap_or(now)) } else { None };
             let slow = p.lagging_since.is_some_and(|since| now >= since + timeout);
-            if slow && self.active.contains(id) {
+            let early = core.config.unsafe_learner_reads_early && core.membership().contains(*id);
+            let voting = core.is_voter(*id) || early;
+            if (slow || !voting) && self.active.contains(id) {
                 p.marking_out = true;
             }
         }
@@ -329,7 +376,7 @@ impl Leading {
         let mut staying: Vec<(LogIndex, NodeId)> = self
             .active
             .iter()
-            .filter(|f| !self.progress[f].marking_out)
+            .filter(|f| !self.progress[f].marking_out && core.is_voter(**f))
             .map(|f| (self.progress[f].acked_point, *f))
             .collect();
         staying.sort();
@@ -342,20 +389,23 @@ impl Leading {
         // caught-up of those being marked out stay, and go on getting leases. Otherwise
         // a slow member of a majority-sized active set would be refused leases for good
         // (found by the simulator with an active-set target of a bare majority).
-        let majority = core.config.majority();
+        let majority = core.majority();
         let kept = |leading: &Leading| {
-            1 + leading.active.iter().filter(|f| !leading.progress[f].marking_out).count()
+            let staying = |f: &&NodeId| !leading.progress[f].marking_out && core.is_voter(**f);
+            1 + leading.active.iter().filter(staying).count()
         };
         if kept(self) < majority {
             let mut leaving: Vec<(LogIndex, NodeId)> = self
                 .active
                 .iter()
-                .filter(|f| self.progress[f].marking_out)
+                .filter(|f| self.progress[f].marking_out && core.is_voter(**f))
                 .map(|f| (self.progress[f].acked_point, *f))
                 .collect();
             leaving.sort();
+            // Short of a majority only just after a promotion to an even count, while
+            // the new voter is not yet admitted (`Leading::sync_membership`).
             while kept(self) < majority {
-                let (_, id) = leaving.pop().expect("the active set holds a majority");
+                let Some((_, id)) = leaving.pop() else { break };
                 self.progress.get_mut(&id).expect("a member").marking_out = false;
             }
         }
@@ -367,19 +417,26 @@ impl Leading {
     /// Admits followers that have persisted and applied the durable index (ORCA §4.4.2
     /// re-admission), are not slow, and answered within `mark_out_timeout`, up to the
     /// target size.
+    ///
+    /// Only voters are admitted: a learner counts for nothing, so it serves no
+    /// `monotonic` read until it is promoted and holds the durable index as any member.
     fn admit_followers(&mut self, core: &Core) {
         let now = core.now;
         let durable = core.durable_index;
         let recent = core.config.mark_out_timeout;
-        let target = core.config.active_set_target;
+        let target = core.active_set_target();
+        let early = core.config.unsafe_learner_reads_early;
         for (id, p) in self.progress.iter_mut() {
-            if self.active.len() + 1 >= target {
-                break;
+            let voter = core.is_voter(*id);
+            let staying = self.active.iter().filter(|f| core.is_voter(**f)).count();
+            if voter && staying + 1 >= target {
+                continue;
             }
             let heard = p.last_heard.is_some_and(|t| now < t + recent);
+            let learner_early = early && !voter && core.membership().contains(*id);
             if !self.active.contains(id)
                 && heard
-                && p.acked_point >= durable
+                && ((voter && p.acked_point >= durable) || learner_early)
                 && p.lagging_since.is_none()
             {
                 assert!(!p.marking_out);

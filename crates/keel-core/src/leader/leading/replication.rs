@@ -8,8 +8,10 @@ use crate::leader::io::{Lease, Message};
 use keel_types::{Epoch, LogIndex, NodeId};
 
 impl Leading {
+    /// Sends to every follower the leader tracks: the members, and removed members still
+    /// being marked out of the active set.
     pub fn broadcast_append(&mut self, core: &mut Core, heartbeat: bool) {
-        let peers: Vec<NodeId> = core.peers().collect();
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for peer in peers {
             self.send_append(core, peer, heartbeat);
         }
@@ -28,7 +30,9 @@ impl Leading {
         // durable in an earlier epoch: a follower that persisted and applied this epoch's
         // no-op holds them too (keyspaces seed 9820328: a restarted leader granted a lease
         // to a follower that lacked a durable write, which it then read as absent).
-        let eligible = member && p.acked_point >= core.durable_index.max(self.noop_index);
+        let caught_up = p.acked_point >= core.durable_index.max(self.noop_index);
+        let early = core.config.unsafe_learner_reads_early && !core.is_voter(follower);
+        let eligible = member && (caught_up || early);
         match p.reply_anchor {
             Some(anchor) if eligible && self.lease_valid(core) => Lease::Granted { anchor },
             _ => Lease::Withheld,
@@ -154,7 +158,9 @@ impl Leading {
             return core.reject(from, "append reply echoes a send time from the future");
         }
         let now = core.now;
-        let p = self.progress.get_mut(&from).expect("a member");
+        let Some(p) = self.progress.get_mut(&from) else {
+            return; // a member removed since, or a node never added: nothing to track
+        };
         p.last_heard = Some(now);
         p.acked_sent_at = Some(p.acked_sent_at.map_or(echo_sent_at, |t| t.max(echo_sent_at)));
         // The anchor of the next grant: the latest reply to arrive. A reordered older
@@ -190,7 +196,9 @@ impl Leading {
             core.counters.released_removals += 1;
             self.remove_from_active_set(core, from);
         }
-        self.send_append(core, from, false);
+        if self.progress.contains_key(&from) {
+            self.send_append(core, from, false); // unless it was a removed member, now gone
+        }
     }
 
     /// A follower's reply to a snapshot chunk of this epoch.
@@ -206,7 +214,7 @@ impl Leading {
         }
         let now = core.now;
         let sending = core.snapshots.held.as_ref().map(|(meta, _)| *meta);
-        let p = self.progress.get_mut(&from).expect("a member");
+        let Some(p) = self.progress.get_mut(&from) else { return };
         p.last_heard = Some(now);
         if let Some(meta) = sending.filter(|meta| last_index < meta.last_index) {
             // Still receiving: continue from what the follower holds, at once if it got
@@ -243,11 +251,18 @@ impl Leading {
         if std::mem::take(&mut self.append_due) {
             self.broadcast_append(core, false);
         }
-        let majority = core.config.majority();
-        let mut matches: Vec<LogIndex> = self.progress.values().map(|p| p.match_index).collect();
+        // Commits and `durable` writes count the voters in force only: a learner counts
+        // for nothing, a removed member no longer (`Config::unsafe_count_removed` keeps
+        // counting it while it is tracked, the negative control).
+        let majority = core.majority();
+        let counted = |id: &NodeId| {
+            core.is_voter(*id)
+                || (core.config.unsafe_count_removed && !core.membership().contains(*id))
+        };
+        let voters = || self.progress.iter().filter(|(id, _)| counted(id)).map(|(_, p)| p);
+        let mut matches: Vec<LogIndex> = voters().map(|p| p.match_index).collect();
         matches.push(core.log.last_index());
-        let mut persisted: Vec<LogIndex> =
-            self.progress.values().map(|p| p.persisted_point).collect();
+        let mut persisted: Vec<LogIndex> = voters().map(|p| p.persisted_point).collect();
         persisted.push(core.persisted_index());
         let commit = Self::kth_highest(matches, majority);
         let persisted_majority = Self::kth_highest(persisted, majority);

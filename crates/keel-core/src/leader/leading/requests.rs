@@ -20,6 +20,9 @@ impl Leading {
     /// A write: refused past the limits, answered from the dedup table when it is a
     /// retry, else appended and acknowledged at its durability point.
     pub fn write(&mut self, core: &mut Core, origin: Origin, request: ClientRequest) {
+        if let Command::Cluster(op) = request.command {
+            return self.change_membership(core, origin, request.tag, op);
+        }
         let durability = request.durability.unwrap_or(core.config.durability_default);
         if let Err(error) = core.kv.session_open(request.client, &request.command) {
             core.counters.sessions_expired += 1;
