@@ -59,6 +59,7 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         | ClientCommand::CollRead { .. } => Some(Category::Read),
         ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
+        | ClientCommand::Node { .. }
         | ClientCommand::FunctionFlush
         | ClientCommand::ConfigSet { .. }
         | ClientCommand::ConfigResetStat

@@ -611,8 +611,16 @@ pub struct ServerConfig {
     /// Where `/metrics` and `/status` are served; `None`: no HTTP endpoint.
     #[serde(default)]
     pub http_addr: Option<SocketAddr>,
-    /// Every member, this node included: 3, 5 or 7.
+    /// Every member, this node included: 3, 5 or 7 (up to 9 with `voters`): the nodes this
+    /// node knows the addresses of and connects to.
     pub members: Vec<Member>,
+    /// The voters of ORCA keyspaces while their logs name none (a new cluster): these
+    /// members (3, 5 or 7 of them); default every member. A member left out starts
+    /// outside the membership and joins once an operator adds it (`keel node add`,
+    /// `docs/operations.md`, *Membership*). Once a keyspace's log holds a membership
+    /// entry, the log decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voters: Option<Vec<u32>>,
     /// Most open client connections; more are refused with `-BUSY`.
     #[serde(default = "connections_max_default")]
     pub connections_max: u32,
@@ -898,6 +906,7 @@ impl ServerConfig {
             client_addr,
             http_addr: Some(http_addr),
             members,
+            voters: None,
             connections_max: CONNECTIONS_MAX_DEFAULT,
             input_queue_max: INPUT_QUEUE_MAX_DEFAULT,
             peer_queue_max: PEER_QUEUE_MAX_DEFAULT,
@@ -985,6 +994,11 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.members.iter().all(|m| m.id != self.node_id) {
             return Err(invalid("node_id", format!("{} is not in members", self.node_id)));
+        }
+        if let Some(voters) = &self.voters {
+            if let Some(v) = voters.iter().find(|v| self.members.iter().all(|m| m.id != **v)) {
+                return Err(invalid("voters", format!("{v} is not in members")));
+            }
         }
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
@@ -1240,7 +1254,7 @@ impl ServerConfig {
             self.keyspaces.clone()
         };
         let several = settings.iter().filter(|k| crate::engines::pack(k.engine).leader).count() > 1;
-        let mut members: Vec<u32> = self.members.iter().map(|m| m.id).collect();
+        let mut members: Vec<u32> = self.voter_ids().iter().map(|n| n.0).collect();
         members.sort_unstable();
         let mut specs = Vec::with_capacity(settings.len());
         for ks in settings {
@@ -1322,8 +1336,9 @@ impl ServerConfig {
 
     /// The engine configuration, validated by the engine's own rules.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
-        let members = self.members.iter().map(|m| NodeId(m.id)).collect();
-        let mut config = EngineConfig::new(NodeId(self.node_id), members);
+        let voters = self.voter_ids();
+        let mut config = EngineConfig::new(NodeId(self.node_id), voters.clone());
+        config.joining = !voters.contains(&NodeId(self.node_id));
         let e = &self.engine;
         let ms = |v: Option<u64>, d: Span| v.map_or(d, Span::from_millis);
         config.heartbeat_interval = ms(e.heartbeat_interval_ms, config.heartbeat_interval);
@@ -1361,6 +1376,16 @@ impl ServerConfig {
         };
         checked.map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
         Ok(config)
+    }
+
+    /// The configured voters of ORCA keyspaces (`voters`, else every member), in id order.
+    pub fn voter_ids(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = match &self.voters {
+            Some(voters) => voters.iter().copied().map(NodeId).collect(),
+            None => self.members.iter().map(|m| NodeId(m.id)).collect(),
+        };
+        ids.sort_unstable();
+        ids
     }
 
     /// Whether a keyspace of this node runs a leader engine (without `[[keyspaces]]`,

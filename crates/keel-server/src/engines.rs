@@ -150,9 +150,11 @@ fn kite_settings(config: &ServerConfig, ks: &KeyspaceSettings) -> Result<(), Con
 const KITE_REFUSED_WORDS: [&str; 7] =
     ["multi", "exec", "discard", "watch", "keel.session", "keel.invoke", "keel.log"];
 
-/// The first words of requests that read keys whole into the front door and write them
-/// back through a log (scripts, `DUMP`, `RESTORE`): an ORCA keyspace's only.
-const WHOLE_KEY_WORDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore"];
+/// The first words of requests only an ORCA keyspace has: those that read keys whole
+/// into the front door and write them back through a log (scripts, `DUMP`, `RESTORE`),
+/// and membership changes through the log (`KEEL.NODE`).
+const WHOLE_KEY_WORDS: [&str; 7] =
+    ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore", "keel.node"];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
 fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {

@@ -304,6 +304,12 @@ impl LocalCluster {
         self.spawn(i)
     }
 
+    /// Writes node index `i`'s configuration (changed in [`LocalCluster::configs`]) to its
+    /// file, for its next start.
+    pub fn rewrite_config(&self, i: usize) -> std::io::Result<()> {
+        write_private(&self.config_path(i), self.configs[i].to_toml().as_bytes())
+    }
+
     /// Checks whether any node exited on its own; returns `(index, exit status)`.
     pub fn exited(&mut self) -> Option<(usize, std::process::ExitStatus)> {
         for (i, slot) in self.children.iter_mut().enumerate() {
@@ -410,11 +416,25 @@ impl LocalCluster {
 }
 
 /// The node (an index into `statuses`, one `KEEL.STATUS` per node, `None` for a node
-/// that did not answer or is not asked) that every answering node names as leader, if it
-/// says it leads and holds a valid lease.
+/// that did not answer or is not asked) that every answering member names as leader, if
+/// it says it leads and holds a valid lease. A node outside the membership it reports (one
+/// not added yet, or removed) hears from no leader, and is not asked.
 pub fn agreed_leader(statuses: &[Option<serde_json::Value>]) -> Option<usize> {
+    let member = |status: &serde_json::Value| {
+        let Some(id) = status.get("node_id").and_then(|v| v.as_u64()) else { return true };
+        let listed = |field: &str| {
+            status
+                .get(field)
+                .and_then(|v| v.as_array())
+                .map(|ids| ids.iter().any(|v| v.as_u64() == Some(id)))
+        };
+        match (listed("voters"), listed("learners")) {
+            (Some(voter), Some(learner)) => voter || learner,
+            _ => true, // an engine that names no membership
+        }
+    };
     let mut leader = None;
-    for status in statuses.iter().flatten() {
+    for status in statuses.iter().flatten().filter(|s| member(s)) {
         let says = status.get("leader")?.as_u64()? as usize;
         if leader.is_some_and(|l| l != says) {
             return None;

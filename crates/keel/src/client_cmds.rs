@@ -101,6 +101,32 @@ pub struct GetArgs {
     target: Target,
 }
 
+/// `keel node add|promote|remove|transfer-leader ID`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// `add` (as a learner), `promote` (a learner to a voter), `remove` (a voter or a
+    /// learner), `transfer-leader`.
+    #[arg(value_parser = ["add", "promote", "remove", "transfer-leader"])]
+    pub change: String,
+    /// The node's id (as in `members`).
+    pub id: u32,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Runs `keel node`: one `KEEL.NODE` to the target node, which forwards it to the
+/// keyspace's leader; answered once the change is committed.
+pub fn node(args: &NodeArgs) -> ExitCode {
+    run(async {
+        let client = client(&args.target)?;
+        let id = args.id.to_string();
+        let words: [&[u8]; 3] = [b"KEEL.NODE", args.change.as_bytes(), id.as_bytes()];
+        client.call_node(0, &words).await?;
+        println!("OK");
+        Ok(())
+    })
+}
+
 /// `keel set KEY VALUE`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SetArgs {
@@ -417,12 +443,14 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
     let leader_doc = rows.iter().filter_map(|(_, d)| d.as_ref()).find(|d| d["role"] == "leader");
     match leader_doc {
         Some(d) => println!(
-            "leader n{}  epoch {}  commit {}  durable {}  active set {}",
+            "leader n{}  epoch {}  commit {}  durable {}  active set {}  voters {}  learners {}",
             get(d, "node_id"),
             get(d, "epoch"),
             get(d, "commit_index"),
             get(d, "durable_index"),
             get(d, "active_set"),
+            get(d, "voters"),
+            get(d, "learners"),
         ),
         None => println!("no leader reachable"),
     }

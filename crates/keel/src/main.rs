@@ -52,6 +52,9 @@ enum Command {
     Faa(client_cmds::FaaArgs),
     /// Show each node's role, epoch and indexes.
     Status(client_cmds::StatusArgs),
+    /// Change a keyspace's membership by one node, or move its leadership
+    /// (docs/operations.md, "Membership").
+    Node(client_cmds::NodeArgs),
     /// Run YCSB workloads against Keel, Redis or etcd clusters; `bench suite orca|scale`.
     Bench(keel_bench::cli::BenchArgs),
     /// Hash a password (read from standard input) for a `[[users]]` entry.
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Command::Cas(args) => client_cmds::cas(&args),
         Command::Faa(args) => client_cmds::faa(&args),
         Command::Status(args) => client_cmds::status(&args),
+        Command::Node(args) => client_cmds::node(&args),
         Command::Bench(args) => keel_bench::cli::run(&args),
         Command::Passwd(args) => passwd(&args),
         Command::Torture(args) => torture::run(&args),

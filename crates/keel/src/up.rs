@@ -13,9 +13,13 @@ pub const LEADER_WAIT: Duration = Duration::from_secs(30);
 /// Flags of `keel up`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
-    /// Number of nodes: 3, 5 or 7.
+    /// Number of nodes: 3, 5 or 7; with `--voters`, 3 to 9.
     #[arg(long, default_value_t = 3)]
     pub nodes: u32,
+    /// The first this many nodes vote (3, 5 or 7); the others start outside the
+    /// membership, for `keel node add` (docs/operations.md, "Membership"). Default: all.
+    #[arg(long, conflicts_with = "geo")]
+    pub voters: Option<u32>,
     /// Data directory (kept); default: a fresh temporary directory, removed on exit.
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -59,9 +63,17 @@ pub fn run(args: &UpArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let nodes = if args.geo { args.dcs * args.per_dc } else { args.nodes };
-    if !args.geo && !matches!(args.nodes, 3 | 5 | 7) {
-        eprintln!("keel up: --nodes must be 3, 5 or 7");
-        return ExitCode::from(2);
+    match args.voters {
+        _ if args.geo => {}
+        None if !matches!(args.nodes, 3 | 5 | 7) => {
+            eprintln!("keel up: --nodes must be 3, 5 or 7");
+            return ExitCode::from(2);
+        }
+        Some(v) if !matches!(v, 3 | 5 | 7) || v > args.nodes || args.nodes > 9 => {
+            eprintln!("keel up: --voters must be 3, 5 or 7, at most --nodes, which is at most 9");
+            return ExitCode::from(2);
+        }
+        _ => {}
     }
     if args.keyspaces == 0 || args.keyspaces as usize > keel_server::config::KEYSPACES_MAX {
         eprintln!("keel up: --keyspaces must be in 1..={}", keel_server::config::KEYSPACES_MAX);
@@ -94,7 +106,9 @@ pub fn run(args: &UpArgs) -> ExitCode {
     let (keyspaces, kite) = (args.keyspaces, args.kite);
     let geo = args.geo.then_some((args.dcs, args.per_dc));
     let files = secure.clone();
+    let voters = args.voters.filter(|v| *v < nodes);
     let tweak = move |config: &mut keel_server::ServerConfig| {
+        config.voters = voters.map(|v| (1..=v).collect());
         if let Some((dcs, per_dc)) = geo {
             keel_server::local::geo_layout(config, dcs, per_dc);
         } else if keyspaces > 1 || kite {

@@ -187,7 +187,10 @@ impl Config {
 
     fn validate_members(&self) -> Result<(), ConfigError> {
         let n = self.members.len();
-        if !matches!(n, 3 | 5 | 7) {
+        // A new keyspace starts with 3, 5 or 7 voters; a node joining one names its voters
+        // as they are now, which membership changes may have left at any count.
+        let counts = keel_types::Membership::VOTERS_MIN..=keel_types::Membership::VOTERS_MAX;
+        if !(matches!(n, 3 | 5 | 7) || (self.joining && counts.contains(&n))) {
             return fail("members", format!("need 3, 5 or 7 members, got {n}"));
         }
         let mut sorted = self.members.clone();

@@ -231,6 +231,7 @@ pub(crate) async fn dispatch(
         | ClientCommand::Ttl { .. } => keys::send(conn, command, turn),
         ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
+        | ClientCommand::Node { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::RandomKey
@@ -288,6 +289,7 @@ fn order_kind(
         | ClientCommand::Lcs { .. }
         | ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
+        | ClientCommand::Node { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::Coll { .. } => Kind::Write(ks),

@@ -253,6 +253,12 @@ pub enum ClientCommand {
         /// `FLUSHALL`.
         all: bool,
     },
+    /// `KEEL.NODE ADD|PROMOTE|REMOVE|TRANSFER-LEADER id`: changes the membership of the
+    /// connection's keyspace by one node (through its log), or moves its leadership.
+    Node {
+        /// The change.
+        op: keel_types::ClusterOp,
+    },
     /// `SWAPDB a b`: exchanges two databases' keys (Redis's numbers, as `SELECT`'s).
     SwapDb {
         /// One database.
@@ -921,6 +927,7 @@ impl ClientCommand {
             ClientCommand::Status => "keel.status",
             ClientCommand::Flush { all: false } => "flushdb",
             ClientCommand::Flush { all: true } => "flushall",
+            ClientCommand::Node { .. } => "keel.node",
             ClientCommand::SwapDb { .. } => "swapdb",
             ClientCommand::DbSize => "dbsize",
             ClientCommand::Keys { .. } => "keys",

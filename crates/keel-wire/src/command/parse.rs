@@ -106,6 +106,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "keel.enqueue" => enqueue(rest, count, limits),
         "keel.dequeue" => dequeue(rest, count, limits),
         "keel.qpeek" => queue_peek(rest, count, limits),
+        "keel.node" => node(rest, count),
         "keel.status" => exactly("keel.status", count, 0).map(|()| ClientCommand::Status),
         "keel.keyspaces" => exactly("keel.keyspaces", count, 0).map(|()| ClientCommand::Keyspaces),
         "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
@@ -874,6 +875,31 @@ fn swap_db(mut words: Words, count: usize) -> Result<ClientCommand, CommandError
     let a = index("first")?;
     let b = index("second")?;
     Ok(ClientCommand::SwapDb { a, b })
+}
+
+/// `KEEL.NODE ADD|PROMOTE|REMOVE|TRANSFER-LEADER id`.
+fn node(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
+    exactly("keel.node", count, 2)?;
+    let change = next(&mut words)?;
+    let id = next(&mut words)?;
+    let id = integer(&id).ok().and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0);
+    let Some(id) = id.map(keel_types::NodeId) else {
+        return Err(CommandError::NotAnInteger);
+    };
+    use keel_types::ClusterOp;
+    let op = if is(&change, "add") {
+        ClusterOp::AddLearner(id)
+    } else if is(&change, "promote") {
+        ClusterOp::Promote(id)
+    } else if is(&change, "remove") {
+        ClusterOp::Remove(id)
+    } else if is(&change, "transfer-leader") {
+        ClusterOp::TransferLeader(id)
+    } else {
+        let subcommand = String::from_utf8_lossy(&change).into_owned();
+        return Err(CommandError::UnknownSubcommand { command: "KEEL.NODE", subcommand });
+    };
+    Ok(ClientCommand::Node { op })
 }
 
 /// `FLUSHDB`, `FLUSHALL` `[ASYNC|SYNC]` (both flush at once: the deletion is one entry).

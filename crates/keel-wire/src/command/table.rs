@@ -153,6 +153,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("keel.invoke", -3, SLOW, NONE),
     c("keel.keyspaces", 1, CONN, NONE),
     c("keel.log", 3, ADMIN, NONE),
+    c("keel.node", 3, ADMIN, NONE),
     c("keel.qpeek", -2, RF, ONE),
     c("keel.req", -4, SLOW, NONE),
     c("keel.scan", -3, R, NONE),

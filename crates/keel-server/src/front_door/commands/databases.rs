@@ -179,6 +179,17 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             };
             Pending::later(Box::pin(reply), protocol)
         }
+        ClientCommand::Node { op } => {
+            // Through the keyspace's log, at its leader: answered once committed.
+            let sent = conn.node.send(turn.submit(Command::Cluster(op)));
+            let reply = async move {
+                match sent.answer().await.and_then(|reply| reply.result) {
+                    Ok(_) => Frame::ok(),
+                    Err(error) => error_frame(&error),
+                }
+            };
+            Pending::later(Box::pin(reply), protocol)
+        }
         ClientCommand::SwapDb { a, b } => {
             let (a, b) = match (select(conn, a), select(conn, b)) {
                 (Some((ka, a)), Some((kb, b))) if ka == conn.node.id && kb == ka => (a, b),
