@@ -111,6 +111,20 @@ fn expiry_seeds_pass_with_skewed_clocks_and_every_read_checked_against_the_log()
 }
 
 #[test]
+fn membership_seeds_add_promote_and_remove_nodes_under_faults() {
+    // An operator adds, promotes and removes nodes of keyspace 0 one at a time while the
+    // workload runs under every fault, with the aimed cuts and stalls (`membership.rs`):
+    // every check of the general scenario holds, over whatever membership results.
+    let count = 300;
+    let reaching = sweep(count, GeneralConfig::membership);
+    let seeds = |path: &str| reaching.get(path).copied().unwrap_or(0);
+    assert!(seeds("membership:added") * 100 >= 60 * count, "{reaching:?}");
+    assert!(seeds("membership:promoted") * 100 >= 20 * count, "{reaching:?}");
+    assert!(seeds("membership:removed") * 100 >= 60 * count, "{reaching:?}");
+    assert!(seeds("fault:removed-with-leader") * 100 >= 40 * count, "{reaching:?}");
+}
+
+#[test]
 fn tickets_seeds_sell_under_faults_and_never_oversell() {
     // The Correctables paper's ticket selling on the replicated queue, beside the general
     // workload, under every fault: the queue checks (`tickets.rs`) run on every seed.

@@ -5,8 +5,7 @@
 
 mod common;
 
-use keel_check::linearizability::Verdict;
-use keel_client::history::{fetch_survivors, Recorder};
+use keel_client::history::Recorder;
 use keel_client::workload::{self, Progress, WorkloadConfig};
 use keel_client::{Client, ClientConfig};
 use std::sync::atomic::Ordering;
@@ -70,26 +69,7 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
         applied.len() == 3 && applied.iter().all(|a| *a == applied[0])
     });
     assert!(converged, "the nodes did not converge");
-    runtime.block_on(workload::drain(&client, &recorder)).expect("the queues drained");
-    let survivors = runtime.block_on(fetch_survivors(&client, leader)).expect("the final log");
-    let ops = recorder.ops();
-    let verdicts = workload::check(&ops, &survivors, &recorder.queue_ops());
-    if !verdicts.hold() {
-        let path =
-            std::env::temp_dir().join(format!("keel-crash-history-{}.jsonl", std::process::id()));
-        recorder.write(&path, &survivors).unwrap();
-        common::dump_logs(&cluster);
-        eprintln!("history kept at {}", path.display());
-    }
-    assert_eq!(verdicts.monotonic.violations_total, 0, "{:?}", verdicts.monotonic.violations);
-    assert!(verdicts.monotonic.reads > 100, "too few checked reads: {}", verdicts.monotonic.reads);
-    assert!(
-        matches!(verdicts.linearizable.verdict, Verdict::Linearizable),
-        "durable keys: {:?}",
-        verdicts.linearizable.verdict
-    );
-    assert_eq!(verdicts.queue.violations_total, 0, "{:?}", verdicts.queue.violations);
+    let verdicts = common::check_history(&cluster, &runtime, &client, &recorder, leader, "crash");
     assert!(verdicts.queue.taken > 10, "too few dequeues: {:?}", verdicts.queue);
-    assert!(!survivors.is_empty(), "acknowledged writes survived");
     common::finish(cluster);
 }

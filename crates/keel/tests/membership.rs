@@ -7,8 +7,7 @@
 
 mod common;
 
-use keel_check::linearizability::Verdict;
-use keel_client::history::{fetch_survivors, Recorder};
+use keel_client::history::Recorder;
 use keel_client::workload::{self, Progress, WorkloadConfig};
 use keel_client::{Client, ClientConfig};
 use keel_server::local::LocalCluster;
@@ -157,25 +156,6 @@ fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
         applied.len() == members.len() && applied.iter().all(|a| *a == applied[0])
     });
     assert!(converged, "the members did not converge");
-    runtime.block_on(workload::drain(&client, &recorder)).expect("the queues drained");
-    let survivors = runtime.block_on(fetch_survivors(&client, at)).expect("the final log");
-    let ops = recorder.ops();
-    let verdicts = workload::check(&ops, &survivors, &recorder.queue_ops());
-    if !verdicts.hold() {
-        let path = std::env::temp_dir()
-            .join(format!("keel-membership-history-{}.jsonl", std::process::id()));
-        recorder.write(&path, &survivors).unwrap();
-        common::dump_logs(&cluster);
-        eprintln!("history kept at {}", path.display());
-    }
-    assert_eq!(verdicts.monotonic.violations_total, 0, "{:?}", verdicts.monotonic.violations);
-    assert!(verdicts.monotonic.reads > 100, "too few checked reads: {}", verdicts.monotonic.reads);
-    assert!(
-        matches!(verdicts.linearizable.verdict, Verdict::Linearizable),
-        "durable keys: {:?}",
-        verdicts.linearizable.verdict
-    );
-    assert_eq!(verdicts.queue.violations_total, 0, "{:?}", verdicts.queue.violations);
-    assert!(!survivors.is_empty(), "acknowledged writes survived");
+    common::check_history(&cluster, &runtime, &client, &recorder, at, "membership");
     common::finish(cluster);
 }

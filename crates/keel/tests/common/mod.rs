@@ -308,3 +308,42 @@ impl Drop for Up {
         let _ = self.0.wait();
     }
 }
+
+/// After a recorded workload on `cluster`: drains its queues, reads the survivors from the
+/// log of `leader` (an index), checks the history, and requires every promise the levels
+/// make (cross-client monotonic reads, over a hundred of them; linearizability of the
+/// `durable` keys read `linearizable`; each queue item taken once; some survivors). On a
+/// failure the history is kept in the temporary directory and the logs printed.
+pub fn check_history(
+    cluster: &LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    client: &Arc<keel_client::Client>,
+    recorder: &keel_client::history::Recorder,
+    leader: usize,
+    name: &str,
+) -> keel_client::workload::Verdicts {
+    use keel_client::workload;
+    runtime.block_on(workload::drain(client, recorder)).expect("the queues drained");
+    let survivors = runtime
+        .block_on(keel_client::history::fetch_survivors(client, leader))
+        .expect("the final log");
+    let ops = recorder.ops();
+    let verdicts = workload::check(&ops, &survivors, &recorder.queue_ops());
+    if !verdicts.hold() {
+        let file = format!("keel-{name}-history-{}.jsonl", std::process::id());
+        let path = std::env::temp_dir().join(file);
+        recorder.write(&path, &survivors).unwrap();
+        dump_logs(cluster);
+        eprintln!("history kept at {}", path.display());
+    }
+    assert_eq!(verdicts.monotonic.violations_total, 0, "{:?}", verdicts.monotonic.violations);
+    assert!(verdicts.monotonic.reads > 100, "too few checked reads: {}", verdicts.monotonic.reads);
+    assert!(
+        matches!(verdicts.linearizable.verdict, keel_check::linearizability::Verdict::Linearizable),
+        "durable keys: {:?}",
+        verdicts.linearizable.verdict
+    );
+    assert_eq!(verdicts.queue.violations_total, 0, "{:?}", verdicts.queue.violations);
+    assert!(!survivors.is_empty(), "acknowledged writes survived");
+    verdicts
+}
