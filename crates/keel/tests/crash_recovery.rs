@@ -5,18 +5,13 @@
 
 mod common;
 
-use keel_client::history::Recorder;
-use keel_client::workload::{self, Progress, WorkloadConfig};
-use keel_client::{Client, ClientConfig};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Operations that must finish between two faults (progress, not time, paces the test).
 const OPS_BETWEEN_FAULTS: u64 = 400;
 
-fn wait_ops(progress: &Progress, target: u64) -> bool {
-    common::wait_until(Duration::from_secs(60), || progress.ops.load(Ordering::Relaxed) >= target)
+fn wait_ops(load: &common::Workload, target: u64) -> bool {
+    common::wait_until(Duration::from_secs(60), || load.ops() >= target)
 }
 
 #[test]
@@ -24,28 +19,15 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
     let (mut cluster, leader) = common::cluster("crash", |c| {
         c.engine.snapshot_entries_threshold = Some(10_000_000);
     });
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let client = Client::new(ClientConfig::new(cluster.client_addrs()));
-    let recorder = Arc::new(Recorder::default());
-    let progress = Arc::new(Progress::default());
-    let config = WorkloadConfig {
-        sessions: 6,
-        keys: 4,
-        duration: Duration::from_secs(120),
-        seed: 7,
-        any_as_monotonic: false,
-    };
-    let work =
-        runtime.spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
+    let mut load = common::Workload::start(&cluster, Duration::from_secs(120), 7);
 
     let mut target = OPS_BETWEEN_FAULTS;
     let mut step = |cluster: &mut keel_server::local::LocalCluster, what: &str| {
-        if !wait_ops(&progress, target) {
+        if !wait_ops(&load, target) {
             common::dump_logs(cluster);
-            panic!("no progress before: {what} ({} ops)", progress.ops.load(Ordering::Relaxed));
+            panic!("no progress before: {what} ({} ops)", load.ops());
         }
-        target = progress.ops.load(Ordering::Relaxed) + OPS_BETWEEN_FAULTS;
+        target = load.ops() + OPS_BETWEEN_FAULTS;
     };
     step(&mut cluster, "killing the leader");
     cluster.kill(leader);
@@ -59,8 +41,7 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
     step(&mut cluster, "restarting the follower");
     cluster.restart(follower).unwrap();
     step(&mut cluster, "stopping the workload");
-    progress.stop.store(true, Ordering::Relaxed);
-    runtime.block_on(work).unwrap();
+    load.stop();
 
     let leader = cluster.wait_for_leader(common::LEADER_WAIT).expect("a leader at the end");
     let converged = common::wait_until(common::CONVERGE_WAIT, || {
@@ -69,7 +50,14 @@ fn kill_9_of_leader_and_follower_keeps_every_promise() {
         applied.len() == 3 && applied.iter().all(|a| *a == applied[0])
     });
     assert!(converged, "the nodes did not converge");
-    let verdicts = common::check_history(&cluster, &runtime, &client, &recorder, leader, "crash");
+    let verdicts = common::check_history(
+        &cluster,
+        &load.runtime,
+        &load.client,
+        &load.recorder,
+        leader,
+        "crash",
+    );
     assert!(verdicts.queue.taken > 10, "too few dequeues: {:?}", verdicts.queue);
     common::finish(cluster);
 }

@@ -7,12 +7,7 @@
 
 mod common;
 
-use keel_client::history::Recorder;
-use keel_client::workload::{self, Progress, WorkloadConfig};
-use keel_client::{Client, ClientConfig};
 use keel_server::local::LocalCluster;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Operations that must finish between two changes (progress, not time, paces the test).
@@ -79,30 +74,15 @@ fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
     let first = leader(&cluster);
     assert!(first < 3, "a voter leads");
     assert_eq!(membership(&cluster, 3), Some((vec![1, 2, 3], vec![])), "4 starts outside");
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let client = Client::new(ClientConfig::new(cluster.client_addrs()));
-    let recorder = Arc::new(Recorder::default());
-    let progress = Arc::new(Progress::default());
-    let config = WorkloadConfig {
-        sessions: 6,
-        keys: 4,
-        duration: Duration::from_secs(300),
-        seed: 11,
-        any_as_monotonic: false,
-    };
-    let work =
-        runtime.spawn(workload::run(client.clone(), recorder.clone(), config, progress.clone()));
+    let mut load = common::Workload::start(&cluster, Duration::from_secs(300), 11);
     let mut target = OPS_BETWEEN_CHANGES;
     let mut step = |cluster: &LocalCluster, what: &str| {
-        let ok = common::wait_until(Duration::from_secs(60), || {
-            progress.ops.load(Ordering::Relaxed) >= target
-        });
+        let ok = common::wait_until(Duration::from_secs(60), || load.ops() >= target);
         if !ok {
             common::dump_logs(cluster);
-            panic!("no progress before: {what} ({} ops)", progress.ops.load(Ordering::Relaxed));
+            panic!("no progress before: {what} ({} ops)", load.ops());
         }
-        target = progress.ops.load(Ordering::Relaxed) + OPS_BETWEEN_CHANGES;
+        target = load.ops() + OPS_BETWEEN_CHANGES;
     };
 
     // Grow: 3 → 5 voters.
@@ -142,8 +122,7 @@ fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
     step(&cluster, "promoting it");
     change(&cluster, "PROMOTE", wiped as u32 + 1);
     step(&cluster, "stopping the workload");
-    progress.stop.store(true, Ordering::Relaxed);
-    runtime.block_on(work).unwrap();
+    load.stop();
 
     let at = leader(&cluster);
     let (voters, learners) = membership(&cluster, at).expect("the leader answers");
@@ -156,6 +135,6 @@ fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
         applied.len() == members.len() && applied.iter().all(|a| *a == applied[0])
     });
     assert!(converged, "the members did not converge");
-    common::check_history(&cluster, &runtime, &client, &recorder, at, "membership");
+    common::check_history(&cluster, &load.runtime, &load.client, &load.recorder, at, "membership");
     common::finish(cluster);
 }

@@ -347,3 +347,46 @@ pub fn check_history(
     assert!(!survivors.is_empty(), "acknowledged writes survived");
     verdicts
 }
+
+/// A recorded workload running against `cluster`: six sessions over four keys per family
+/// for at most `duration`, until its progress says stop.
+pub struct Workload {
+    pub runtime: tokio::runtime::Runtime,
+    pub client: Arc<keel_client::Client>,
+    pub recorder: Arc<keel_client::history::Recorder>,
+    pub progress: Arc<keel_client::workload::Progress>,
+    pub work: tokio::task::JoinHandle<()>,
+}
+
+impl Workload {
+    /// Starts it, its choices drawn from `seed`.
+    pub fn start(cluster: &LocalCluster, duration: Duration, seed: u64) -> Workload {
+        use keel_client::workload::{self, Progress, WorkloadConfig};
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = keel_client::ClientConfig::new(cluster.client_addrs());
+        let client = keel_client::Client::new(config);
+        let recorder = Arc::new(keel_client::history::Recorder::default());
+        let progress = Arc::new(Progress::default());
+        let config =
+            WorkloadConfig { sessions: 6, keys: 4, duration, seed, any_as_monotonic: false };
+        let run = workload::run(client.clone(), recorder.clone(), config, progress.clone());
+        let work = runtime.spawn(run);
+        Workload { runtime, client, recorder, progress, work }
+    }
+
+    /// Operations finished so far.
+    pub fn ops(&self) -> u64 {
+        self.progress.ops.load(Ordering::Relaxed)
+    }
+
+    /// Stops it and waits for its sessions to end.
+    pub fn stop(&mut self) {
+        self.progress.stop.store(true, Ordering::Relaxed);
+        let work = std::mem::replace(&mut self.work, self.runtime.spawn(async {}));
+        self.runtime.block_on(work).unwrap();
+    }
+}
