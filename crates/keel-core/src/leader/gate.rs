@@ -23,7 +23,7 @@
 use super::core::Core;
 use super::io::{Message, PersistedState};
 use keel_types::limits::{EPOCH_MAX, LOG_INDEX_MAX};
-use keel_types::{Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
+use keel_types::{Command, Entry, EntryPayload, Epoch, LogIndex, SnapshotMeta};
 
 fn epoch_ok(epoch: Epoch) -> bool {
     epoch.0 <= EPOCH_MAX
@@ -150,6 +150,14 @@ fn check_entries<'a>(
             EntryPayload::Write { command, .. } if !command.is_write() => {
                 return Err("a read inside a log entry");
             }
+            // Never written so: a leader logs a membership change as its own entry, and a
+            // geo operation never reaches an ORCA log.
+            EntryPayload::Write { command: Command::Cluster(_) | Command::Geo(_), .. } => {
+                return Err("a cluster change or a geo operation inside a write entry");
+            }
+            EntryPayload::Membership(membership) if !membership.valid() => {
+                return Err("a membership that is not sorted, disjoint and in bounds");
+            }
             EntryPayload::Reap { keys, .. }
                 if keys.is_empty()
                     || keys.len() > keel_types::REAP_KEYS_MAX
@@ -229,7 +237,7 @@ pub(super) fn check_persisted(persisted: &PersistedState) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_types::{ClientId, Command, Durability, RequestId};
+    use keel_types::{ClientId, ClusterOp, Durability, NodeId, RequestId};
 
     fn write(epoch: u64, index: u64, command: Command) -> Entry {
         let payload = EntryPayload::Write {
@@ -239,6 +247,16 @@ mod tests {
             command,
         };
         Entry { epoch: Epoch(epoch), index: LogIndex(index), payload }
+    }
+
+    fn membership(epoch: u64, index: u64, voters: &[u32], learners: &[u32]) -> Entry {
+        let ids = |ids: &[u32]| ids.iter().copied().map(NodeId).collect();
+        let membership = keel_types::Membership { voters: ids(voters), learners: ids(learners) };
+        Entry {
+            epoch: Epoch(epoch),
+            index: LogIndex(index),
+            payload: EntryPayload::Membership(membership),
+        }
     }
 
     fn put(epoch: u64, index: u64) -> Entry {
@@ -262,6 +280,7 @@ mod tests {
     #[test]
     fn well_formed_appends_pass_and_each_broken_rule_is_named() {
         assert_eq!(check(&append(3, (2, 4), vec![put(2, 5), put(3, 6)])), Ok(()));
+        assert_eq!(check(&append(3, (2, 4), vec![membership(3, 5, &[1, 2, 3], &[4])])), Ok(()));
         let cases = [
             (append(3, (2, 4), vec![put(2, 6)]), "entries are not contiguous"),
             (append(3, (2, 4), vec![put(1, 5)]), "entry epochs go back or past the sender's epoch"),
@@ -269,6 +288,22 @@ mod tests {
             (
                 append(3, (2, 4), vec![write(3, 5, Command::Get { key: b"k".to_vec().into() })]),
                 "a read inside a log entry",
+            ),
+            (
+                append(
+                    3,
+                    (2, 4),
+                    vec![write(3, 5, Command::Cluster(ClusterOp::Promote(NodeId(4))))],
+                ),
+                "a cluster change or a geo operation inside a write entry",
+            ),
+            (
+                append(3, (2, 4), vec![membership(3, 5, &[1, 2, 2], &[])]),
+                "a membership that is not sorted, disjoint and in bounds",
+            ),
+            (
+                append(3, (2, 4), vec![membership(3, 5, &[1, 2, 3], &[3])]),
+                "a membership that is not sorted, disjoint and in bounds",
             ),
             (append(u64::MAX, (2, 4), vec![]), "epoch out of range"),
             (
