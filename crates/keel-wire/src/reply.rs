@@ -76,7 +76,11 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "CONFLICT" => KeelError::Conflict(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
-        "ERR" => KeelError::InvalidArgument(rest.to_string()),
+        // The server words an invalid argument as its display does: the prefix is not
+        // kept twice (`invalid argument: invalid argument: ...`).
+        "ERR" => KeelError::InvalidArgument(
+            rest.strip_prefix("invalid argument: ").unwrap_or(rest).to_string(),
+        ),
         // Another code (NOAUTH, WRONGPASS, NOPERM, EXECABORT, ...) says what went wrong:
         // kept with the text.
         _ => KeelError::InvalidArgument(line.to_string()),
@@ -283,6 +287,7 @@ mod tests {
             KeelError::NotAnInteger,
             KeelError::SessionExpired,
             KeelError::Conflict("withdraw 7 was certified first".into()),
+            KeelError::InvalidArgument("node 3 leads: transfer its leadership first".into()),
         ];
         for error in errors {
             let text = error_text(&error);
