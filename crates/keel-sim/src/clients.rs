@@ -71,9 +71,9 @@ pub struct WorkloadConfig {
     pub read_ppm: u32,
     /// Clients (the first ones) that only read: their session floor stays where it is, so
     /// a follower behind the others answers them itself, as a read-only service's
-    /// clients are answered (the `membership` scenario has one or two). Half their reads
-    /// go to a node outside the voters, a learner if there is one: the read replica such
-    /// a service is pointed at.
+    /// clients are answered (the `membership` scenario has two or three). Four in five
+    /// of their reads go to a node outside the voters, a learner if there is one: the
+    /// read replica such a service is pointed at.
     pub readers: u32,
     /// Durabilities `m` and `c` writes choose from.
     pub durabilities: Vec<Durability>,
@@ -368,7 +368,7 @@ impl Clients {
         let t_class = self.config.txn_ppm > 0 && self.txn_rng.chance(self.config.txn_ppm);
         let nodes = world.node_ids();
         let mut node = nodes[self.rng.index(nodes.len())];
-        if c < self.config.readers as usize && self.reader_rng.chance(500_000) {
+        if c < self.config.readers as usize && self.reader_rng.chance(800_000) {
             let outside = crate::membership::outside_voters(world);
             if !outside.is_empty() {
                 node = outside[self.reader_rng.index(outside.len())];

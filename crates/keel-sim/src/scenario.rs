@@ -810,7 +810,7 @@ fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, Nemes
     }
     if config.membership {
         // Drawn apart, like the cluster's membership variety.
-        workload.readers = Rng::new(config.seed ^ 0x3E3B_E750_0000_000D).range(1, 3) as u32;
+        workload.readers = Rng::new(config.seed ^ 0x3E3B_E750_0000_000D).range(2, 4) as u32;
     }
     if config.correctables {
         workload.invoke_ppm = 500_000;

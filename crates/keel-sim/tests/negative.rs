@@ -299,8 +299,8 @@ fn a_leader_that_counts_a_removed_voter_loses_acknowledged_writes() {
 fn a_learner_serving_reads_before_it_caught_up_is_caught() {
     // `Config::unsafe_learner_reads_early`: learners join the active set, and get leases,
     // before they hold the durable index. One reading what was durable before it joined,
-    // still behind, serves an older value than a client already read: about half a
-    // percent of seeds, so the search starts where one is known within reach.
+    // still behind, serves an older value than a client already read: about one seed
+    // in a hundred, so the search starts where one is known within reach.
     let caught = ["monotonic", "durable-prefix-lost"];
     let early = |c: &mut GeneralConfig| c.learner_reads_early = true;
     membership_control_caught(531_000_000, 5 * SEEDS_MAX, early, &caught);
