@@ -334,10 +334,10 @@ impl Leading {
             self.progress.entry(peer).or_insert_with(|| Progress::fresh(next, core.now));
         }
         let membership = core.membership();
-        let voting: Vec<NodeId> =
+        let not_voting: Vec<NodeId> =
             self.progress.keys().copied().filter(|id| !membership.is_voter(*id)).collect();
         let keep_removed = core.config.unsafe_count_removed;
-        for id in voting {
+        for id in not_voting {
             // A member removed, or removed and added again as a learner at once.
             match (self.active.contains(&id), membership.contains(id) || keep_removed) {
                 (true, _) => self.progress.get_mut(&id).expect("tracked").marking_out = true,
