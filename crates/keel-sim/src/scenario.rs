@@ -961,14 +961,14 @@ pub(crate) fn await_leases<E: LeaderSim>(
                 true => world.node_ids(),
                 false => status.voters.clone(),
             };
-            // The engine's target: the configured one while it names fewer than the
-            // configured voters, within a majority and every voter in force.
-            let target =
-                match (status.active_set.is_empty(), target < world.configured_voters().len()) {
-                    (true, _) => members.len(),
-                    (false, true) => target.clamp(voters.len() / 2 + 1, voters.len()),
-                    (false, false) => voters.len(),
-                };
+            // The engine's target for the voters in force.
+            let configured = world.configured_voters().len();
+            let target = match status.active_set.is_empty() {
+                true => members.len(),
+                false => {
+                    keel_core::leader::config::active_set_target(target, configured, voters.len())
+                }
+            };
             for id in voters.into_iter().filter(|id| *id != leader) {
                 let holds = world.status_in(id, ks).is_some_and(|s| s.active);
                 let missing = members.len() < target && !members.contains(&id);

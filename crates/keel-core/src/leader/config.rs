@@ -42,6 +42,17 @@ fn fail(field: &'static str, reason: impl Into<String>) -> Result<(), ConfigErro
     Err(ConfigError { field, reason: reason.into() })
 }
 
+/// How many members the leader keeps in its active set, itself included, with `voters`
+/// voters in force: the configured target (`Config::active_set_target`) while it names
+/// fewer than the `configured_voters` (`Config::members`), within a majority and every
+/// voter in force; else every voter in force.
+pub fn active_set_target(configured: usize, configured_voters: usize, voters: usize) -> usize {
+    match configured < configured_voters {
+        true => configured.clamp(voters / 2 + 1, voters),
+        false => voters,
+    }
+}
+
 /// `span · (1 + ppm/10⁶)`, rounded up.
 fn stretch(span: Span, ppm: u32) -> Span {
     let extra = (u128::from(span.0) * u128::from(ppm)).div_ceil(1_000_000);

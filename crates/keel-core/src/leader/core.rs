@@ -184,11 +184,8 @@ impl Core {
     /// configured target when it names fewer than the configured voters (within a
     /// majority and every voter in force), else every voter in force.
     pub fn active_set_target(&self) -> usize {
-        let voters = self.membership().voters.len();
-        match self.config.active_set_target < self.config.members.len() {
-            true => self.config.active_set_target.clamp(self.majority(), voters),
-            false => voters,
-        }
+        let (configured, voters) = (self.config.active_set_target, self.config.members.len());
+        super::config::active_set_target(configured, voters, self.membership().voters.len())
     }
 
     /// Sends `message` to every other voter, in id order (elections).
