@@ -155,6 +155,10 @@ pub struct RunArgs {
     /// and serve `monotonic` reads before they hold the durable index.
     #[arg(long)]
     pub learner_reads_early: bool,
+    /// Negative control (with `--scenario membership`): a leader that hands its
+    /// leadership over (`KEEL.NODE TRANSFER-LEADER`) keeps serving under its lease.
+    #[arg(long)]
+    pub transfer_keeps_lease: bool,
     /// Negative control: nodes ignore the repair floor recovery sets when it cuts
     /// damaged records, so `--corrupt unguarded` loses acknowledged writes again.
     #[arg(long)]
@@ -333,6 +337,7 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.pop_before_durable = args.pop_before_durable;
         config.count_removed = args.count_removed;
         config.learner_reads_early = args.learner_reads_early;
+        config.transfer_keeps_lease = args.transfer_keeps_lease;
         config.ignore_repair_floor = args.ignore_repair_floor;
         if args.aim_leader_ppm > 0 {
             config.aim_leader_ppm = args.aim_leader_ppm;

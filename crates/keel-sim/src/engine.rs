@@ -342,7 +342,8 @@ pub fn message_epoch(message: &Message) -> Epoch {
         | Message::InstallSnapshot { epoch, .. }
         | Message::InstallSnapshotReply { epoch, .. }
         | Message::Forward { epoch, .. }
-        | Message::ForwardReply { epoch, .. } => *epoch,
+        | Message::ForwardReply { epoch, .. }
+        | Message::TimeoutNow { epoch } => *epoch,
     }
 }
 
@@ -428,6 +429,8 @@ impl SimEngine for keel_core::leader::LeaderEngine {
             ("campaign-withheld", c.campaigns_withheld),
             ("log-repaired", c.logs_repaired),
             ("epoch-raised-under-live-leader", c.epochs_raised_under_live_leader),
+            ("transfer-handed-over", c.transfers_handed_over),
+            ("transfer-vote", c.transfer_votes),
         ]
     }
 }

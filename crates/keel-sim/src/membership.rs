@@ -1,7 +1,7 @@
 //! The `membership` scenario's operator: beside the workload and under every fault, it
 //! changes keyspace 0's membership one node at a time (adds a node outside it as a
-//! learner, promotes a learner, removes a voter or a learner), asking a random node,
-//! which forwards to the leader. The world starts with two nodes more than its voters
+//! learner, promotes a learner, removes a voter or a learner) and moves its leadership
+//! to a voter, asking a random node, which forwards to the leader. The world starts with two nodes more than its voters
 //! ([`crate::world::WorldConfig::voters`]), so there is always a node to add, and a node
 //! removed may be added again later, with the disk it kept.
 //!
@@ -17,6 +17,11 @@
 //!   is still in the active set then (it leaves it as any member marked out does): a
 //!   leader that counted it toward commits and `durable` writes would acknowledge
 //!   writes the new majority never got, and the other side elects a leader without them.
+//! - **deaf after the hand-over** (half the transfers): once the leader has handed its
+//!   leadership over (`TimeoutNow` sent), everything addressed to it stalls for 50 to
+//!   400 ms, so it hears neither its successor nor the voters that moved to the next
+//!   epoch: a leader that kept its lease past the hand-over would still hold it while
+//!   its successor holds one too.
 //! - **learner stalled** (after half the additions): just after a learner is added, the
 //!   leader's link to it stalls
 //!   for 100 ms to 1 s, so it holds only part of the log for a while: a leader that
@@ -39,6 +44,13 @@ const HEAL_BIT: u64 = 1 << 38;
 /// The payload bit that marks the start of a learner's stall (the leader's id and the
 /// learner's below it).
 const STALL_BIT: u64 = 1 << 37;
+/// The payload bit that marks a poll for a transfer's hand-over (the polls left below).
+const WATCH_BIT: u64 = 1 << 36;
+/// How often, and how many times, a transfer's hand-over is polled for.
+const WATCH_EVERY_NS: u64 = 1_000_000;
+const WATCH_POLLS: u64 = 1_000;
+/// Chance (ppm) that a transfer's old leader goes deaf once it hands over.
+const DEAF_PPM: u32 = 500_000;
 /// Chance (ppm) that an added learner's link stalls.
 const AIMED_PPM: u32 = 500_000;
 /// Chance (ppm) that a removal cuts the leader and the removed node off.
@@ -127,6 +139,8 @@ impl Reconfigurer {
                 let payload = id & ((1 << TIMER_CLASS_SHIFT) - 1);
                 if payload & HEAL_BIT != 0 {
                     world.net.heal();
+                } else if payload & WATCH_BIT != 0 {
+                    self.watch_hand_over(world, payload & !WATCH_BIT);
                 } else if payload & STALL_BIT != 0 {
                     let leader = NodeId((payload >> 16 & 0xFFFF) as u32);
                     let learner = NodeId((payload & 0xFFFF) as u32);
@@ -182,6 +196,12 @@ impl Reconfigurer {
             options.push(ClusterOp::Remove(node));
             options.push(ClusterOp::Remove(node));
         }
+        let leader = world.leader_in(0);
+        let others: Vec<NodeId> = voters.iter().copied().filter(|v| Some(*v) != leader).collect();
+        if let Some(node) = self.pick(&others) {
+            // Perhaps to a voter behind, or down: it must catch up first.
+            options.push(ClusterOp::TransferLeader(node));
+        }
         let Some(op) = self.pick(&options) else { return self.schedule(world) };
         let nodes = world.node_ids();
         let to = nodes[self.rng.index(nodes.len())];
@@ -202,6 +222,13 @@ impl Reconfigurer {
         let deadline = world.now_ns() + self.patience_ns;
         world.set_timer(deadline, timer_id(TIMER_MEMBERSHIP, DEADLINE_BIT | self.changes));
         *self.counts.entry("membership:asked").or_default() += 1;
+        let moves =
+            matches!(op, ClusterOp::TransferLeader(node) if world.leader_in(0) != Some(node));
+        if moves && self.rng.chance(DEAF_PPM) {
+            // Watched from the start: the hand-over comes before the answer.
+            let at = world.now_ns() + WATCH_EVERY_NS;
+            world.set_timer(at, timer_id(TIMER_MEMBERSHIP, WATCH_BIT | WATCH_POLLS));
+        }
     }
 
     /// The aimed faults (see the module docs), after an answered change.
@@ -229,6 +256,27 @@ impl Reconfigurer {
         }
     }
 
+    /// Polls for a leader that handed its leadership over; stalls every link into it
+    /// when one has (see the module docs), else polls again while `polls` last.
+    fn watch_hand_over<E: LeaderSim>(&mut self, world: &mut World<E>, polls: u64) {
+        let nodes = world.node_ids();
+        let handed = nodes.iter().copied().find(|id| {
+            world.status_in(*id, 0).is_some_and(|s| s.handed_over && s.transfer_to.is_some())
+        });
+        let Some(old) = handed else {
+            if polls > 1 {
+                let at = world.now_ns() + WATCH_EVERY_NS;
+                world.set_timer(at, timer_id(TIMER_MEMBERSHIP, WATCH_BIT | (polls - 1)));
+            }
+            return;
+        };
+        let until = world.now_ns() + self.rng.range(50_000_000, 400_000_000);
+        for from in nodes.into_iter().filter(|id| *id != old) {
+            world.net.stall_link(from, old, until);
+        }
+        *self.counts.entry("fault:deaf-after-hand-over").or_default() += 1;
+    }
+
     fn pick<T: Copy>(&mut self, from: &[T]) -> Option<T> {
         (!from.is_empty()).then(|| from[self.rng.index(from.len())])
     }
@@ -239,8 +287,12 @@ impl Reconfigurer {
             (Ok(_), ClusterOp::Promote(_)) => "membership:promoted",
             (Ok(_), ClusterOp::Remove(_)) => "membership:removed",
             (Ok(_), ClusterOp::TransferLeader(_)) => "membership:transferred",
+            (Err(KeelError::Busy(_)), ClusterOp::TransferLeader(_)) => "membership:transfer-busy",
             (Err(KeelError::Busy(_)), _) => "membership:busy",
             (Err(KeelError::InvalidArgument(_)), _) => "membership:refused",
+            (Err(KeelError::Timeout), ClusterOp::TransferLeader(_)) => {
+                "membership:transfer-timeout"
+            }
             (Err(KeelError::Timeout), _) => "membership:timeout",
             (Err(_), _) => "membership:no-leader",
         };

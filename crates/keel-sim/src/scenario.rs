@@ -157,6 +157,9 @@ pub struct GeneralConfig {
     /// leases before they hold the durable index (the engine's
     /// `unsafe_learner_reads_early`).
     pub learner_reads_early: bool,
+    /// Negative control for `membership`: a leader that hands its leadership over keeps
+    /// its leader lease (the engine's `unsafe_transfer_keeps_lease`).
+    pub transfer_keeps_lease: bool,
 }
 
 /// The `expiry` scenario's bound on each node's wall-clock skew from true time.
@@ -206,6 +209,7 @@ impl GeneralConfig {
             membership: false,
             count_removed: false,
             learner_reads_early: false,
+            transfer_keeps_lease: false,
         }
     }
 
@@ -751,6 +755,7 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     }
     world_config.engine.unsafe_count_removed = config.count_removed;
     world_config.engine.unsafe_learner_reads_early = config.learner_reads_early;
+    world_config.engine.unsafe_transfer_keeps_lease = config.transfer_keeps_lease;
     if config.hasty_removal {
         make_removal_hasty(&mut world_config.engine);
     }

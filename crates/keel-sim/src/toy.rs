@@ -448,6 +448,8 @@ impl Engine for ToyEngine {
             voters: self.config.members.clone(),
             learners: Vec::new(),
             membership_index: LogIndex::ZERO,
+            transfer_to: None,
+            handed_over: false,
         }
     }
 }

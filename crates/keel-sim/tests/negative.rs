@@ -307,6 +307,17 @@ fn a_learner_serving_reads_before_it_caught_up_is_caught() {
 }
 
 #[test]
+fn a_leader_keeping_its_lease_after_handing_over_is_caught() {
+    // `Config::unsafe_transfer_keeps_lease`: a leader that sent `TimeoutNow` goes on
+    // serving under its lease while voters, past their stickiness for the transfer's
+    // candidate, elect its successor. Deaf for a while after the hand-over (the aimed
+    // fault), it still holds its lease when the successor holds one: about a third of
+    // seeds.
+    let keeps = |c: &mut GeneralConfig| c.transfer_keeps_lease = true;
+    membership_control_caught(0, SEEDS_MAX, keeps, &["one-leader-lease"]);
+}
+
+#[test]
 fn nodes_expiring_keys_on_their_own_clocks_are_caught_by_the_read_checks() {
     // `Config::unsafe_expire_on_local_clock`: each node hides a key once its own clock
     // passes the key's time, before the leader's expiry entry. With wall clocks skewed by

@@ -32,7 +32,13 @@ fn corpus() -> Vec<Message> {
     vec![
         Message::PreVote { epoch: Epoch(1), last_epoch: Epoch(1), last_index: LogIndex(3) },
         Message::PreVoteReply { epoch: Epoch(1), granted: true },
-        Message::RequestVote { epoch: Epoch(2), last_epoch: Epoch(1), last_index: LogIndex(3) },
+        Message::RequestVote {
+            epoch: Epoch(2),
+            last_epoch: Epoch(1),
+            last_index: LogIndex(3),
+            transfer: false,
+        },
+        Message::TimeoutNow { epoch: Epoch(2) },
         Message::Vote { epoch: Epoch(2), granted: true },
         Message::Append {
             epoch: Epoch(2),

@@ -1,7 +1,8 @@
 //! Membership changes with real processes under a recorded workload: a keyspace of three
 //! voters grows to five (two nodes added as learners and promoted) and shrinks back to
 //! three, then a voter whose disk is wiped is replaced by the same node, empty, added
-//! again and promoted; the history passes every check the levels promise (cross-client
+//! again and promoted; the leadership moves on request twice (asked at the leader, then
+//! with the CLI at a follower); the history passes every check the levels promise (cross-client
 //! monotonic reads, no acknowledged `durable` write lost, linearizability for `durable`
 //! writes read `linearizable`).
 
@@ -34,6 +35,14 @@ fn leader(cluster: &LocalCluster) -> usize {
     }
 }
 
+/// Waits until every member agrees that node index `i` leads.
+fn assert_leads(cluster: &LocalCluster, i: usize) {
+    let led = common::wait_until(common::LEADER_WAIT, || {
+        cluster.wait_for_leader(Duration::from_secs(1)) == Some(i)
+    });
+    assert!(led, "node {} does not lead", i + 1);
+}
+
 /// `KEEL.NODE change id` at the leader, again while it is refused for now (a change not
 /// yet committed, a learner not caught up, a leader being elected); panics on any other
 /// refusal.
@@ -62,7 +71,7 @@ fn change(cluster: &LocalCluster, what: &str, id: u32) {
 }
 
 #[test]
-fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
+fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_every_promise() {
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
     let dir = common::test_dir("membership");
     let mut cluster = LocalCluster::start(&exe, 5, &dir, None, |c| {
@@ -121,6 +130,28 @@ fn a_keyspace_grows_shrinks_and_replaces_a_wiped_voter_keeping_every_promise() {
     change(&cluster, "ADD", wiped as u32 + 1);
     step(&cluster, "promoting it");
     change(&cluster, "PROMOTE", wiped as u32 + 1);
+
+    // Move the leadership on request: to the replaced node, asked at the leader; then to
+    // another voter with the CLI, asked at a follower, which forwards it.
+    step(&cluster, "moving the leadership");
+    change(&cluster, "TRANSFER-LEADER", wiped as u32 + 1);
+    assert_leads(&cluster, wiped);
+    step(&cluster, "moving it with the CLI");
+    let (voters, _) = membership(&cluster, wiped).expect("the new leader answers");
+    let next = voters.iter().map(|v| *v as usize - 1).find(|i| *i != wiped).expect("a voter");
+    let asked = voters.iter().map(|v| *v as usize - 1).find(|i| ![wiped, next].contains(i));
+    let asked = asked.expect("a third voter");
+    let moved = common::wait_until(Duration::from_secs(60), || {
+        let out = std::process::Command::new(&exe)
+            .args(["node", "transfer-leader", &(next + 1).to_string(), "--node"])
+            .arg(cluster.configs[asked].client_addr.to_string())
+            .output()
+            .expect("the CLI runs");
+        eprintln!("keel node transfer-leader {}: {out:?}", next + 1);
+        out.status.success()
+    });
+    assert!(moved, "the CLI never moved the leadership");
+    assert_leads(&cluster, next);
     step(&cluster, "stopping the workload");
     load.stop();
 

@@ -93,12 +93,14 @@ impl LeaderEngine {
         };
         pre_votes.insert(from);
         if pre_votes.len() >= majority {
-            self.start_election();
+            self.start_election(false);
         }
     }
 
-    /// Moves to the next epoch as a candidate, votes for itself and asks for votes.
-    fn start_election(&mut self) {
+    /// Moves to the next epoch as a candidate, votes for itself and asks for votes; as a
+    /// leadership transfer's candidate (`TimeoutNow`, or a leader whose target did not
+    /// take over) when `transfer`.
+    pub(super) fn start_election(&mut self, transfer: bool) {
         assert!(!matches!(self.role, RoleState::Leader(_)));
         let next = self.core.hard.epoch.next();
         self.become_follower(next, None);
@@ -119,18 +121,44 @@ impl LeaderEngine {
             epoch: core.hard.epoch,
             last_epoch: core.log.last_epoch(),
             last_index: core.log.last_index(),
+            transfer,
         };
         core.broadcast(&request);
+    }
+
+    /// A leader's `TimeoutNow`: its follower campaigns at once, skipping the pre-vote,
+    /// if that leader is the one it follows in this epoch (a late one from an earlier
+    /// epoch's leader is ignored) and it may lead.
+    pub(super) fn on_timeout_now(&mut self, from: NodeId, epoch: Epoch) {
+        let core = &self.core;
+        let following = matches!(&self.role, RoleState::Follower(f) if f.leader == Some(from));
+        let may_lead = core.is_voter(core.config.node_id) && core.hard.repair_floor.is_none();
+        if epoch == core.hard.epoch && following && may_lead {
+            self.start_election(true);
+        }
+    }
+
+    /// Whether a vote request may pass this voter's stickiness: a transfer's candidate
+    /// of exactly the next epoch, whose leader (the only one whose lease this voter's
+    /// stickiness protects) gave its lease up before sending `TimeoutNow`. Leading, this
+    /// node knows whether it did.
+    fn handed_over_to(&self, epoch: Epoch, transfer: bool) -> bool {
+        let given_up = match &self.role {
+            RoleState::Leader(leading) => leading.lease_given_up,
+            _ => true,
+        };
+        transfer && epoch == self.core.hard.epoch.next() && given_up
     }
 
     pub(super) fn on_request_vote(
         &mut self,
         from: NodeId,
         epoch: Epoch,
-        last_epoch: Epoch,
-        last_index: LogIndex,
+        (last_epoch, last_index): (Epoch, LogIndex),
+        transfer: bool,
     ) {
-        if self.leader_is_live() {
+        let live = self.leader_is_live();
+        if live && !self.handed_over_to(epoch, transfer) {
             // Stickiness: keep the epoch, refuse (ORCA §4.4.2; the leader lease needs it).
             let reply = Message::Vote { epoch: self.core.hard.epoch, granted: false };
             self.core.out.messages.push((from, reply));
@@ -150,6 +178,7 @@ impl LeaderEngine {
         if granted {
             core.set_hard_state(HardState { epoch, voted_for: Some(from), ..core.hard });
             core.reset_election_deadline();
+            core.counters.transfer_votes += u64::from(live); // past stickiness: a transfer's
         }
         assert!(!granted || core.hard.voted_for == Some(from));
         core.out.messages.push((from, Message::Vote { epoch: core.hard.epoch, granted }));

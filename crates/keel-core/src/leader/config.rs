@@ -117,6 +117,7 @@ impl Config {
             unsafe_expire_on_local_clock: false,
             unsafe_count_removed: false,
             unsafe_learner_reads_early: false,
+            unsafe_transfer_keeps_lease: false,
         }
     }
 

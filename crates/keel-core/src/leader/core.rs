@@ -12,8 +12,8 @@ use crate::engine::{Release, SnapshotBytes};
 use crate::time::{Span, Time};
 use keel_types::rng::SplitMix64;
 use keel_types::{
-    Command, CommandResult, Entry, Epoch, HardState, LogIndex, Membership, NodeId, SnapshotMeta,
-    Version,
+    Command, CommandResult, Entry, Epoch, HardState, KeelError, LogIndex, Membership, NodeId,
+    SnapshotMeta, Version,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -87,6 +87,28 @@ pub struct Counters {
     /// reply or forward): it keeps refusing votes until its promise to the old leader runs
     /// out (`docs/protocol.md` §4).
     pub epochs_raised_under_live_leader: u64,
+    /// Leadership transfers this node, as leader, handed over (`TimeoutNow` sent).
+    pub transfers_handed_over: u64,
+    /// Votes this node granted to a transfer's candidate while it had heard a leader
+    /// too recently to vote for any other.
+    pub transfer_votes: u64,
+}
+
+/// The answer owed to a leadership transfer's client: kept across the role change the
+/// transfer asks for, and given when this node hears who leads the next epoch, or at
+/// `deadline` (`docs/protocol.md` §16).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TransferWait {
+    pub origin: Origin,
+    pub tag: super::io::RequestTag,
+    /// The voter asked to lead.
+    pub target: NodeId,
+    /// The epoch the transfer was asked in.
+    pub epoch: Epoch,
+    pub deadline: Time,
+    /// Asked of this node as leader (else forwarded by it, in an epoch it may have known
+    /// late: only the target's leadership, the leader's reply or the deadline answer it).
+    pub asked_as_leader: bool,
 }
 
 /// The election timer and what elections remember between roles.
@@ -94,8 +116,8 @@ pub struct Counters {
 pub(super) struct Election {
     /// When a follower or candidate next probes for an election.
     pub deadline: Time,
-    /// When this node last heard from a live leader of its epoch (leader stickiness);
-    /// cleared when the epoch changes.
+    /// When this node last heard from a live leader (leader stickiness); kept when the
+    /// epoch changes (`docs/protocol.md` §4).
     pub contact_at: Option<Time>,
     /// Pre-votes collected while probing for an election (`None`: not probing).
     pub pre_votes: Option<BTreeSet<NodeId>>,
@@ -145,6 +167,8 @@ pub(super) struct Core {
     pub lease_floor: Option<Time>,
     pub snapshots: Snapshots,
     pub counters: Counters,
+    /// A leadership transfer's client, waiting to hear who leads next.
+    pub transfer_wait: Option<TransferWait>,
     pub out: Outputs,
 }
 
@@ -247,6 +271,43 @@ impl Core {
                 self.out.messages.push((node, message));
             }
         }
+    }
+
+    /// When a leadership transfer asked now is answered at the latest: the request
+    /// timeout, but no sooner than the transfer's own bound (its target's catch-up, then
+    /// its election).
+    pub fn transfer_deadline(&self) -> Time {
+        let bound = self.config.election_timeout_max.0 + self.config.election_timeout_min.0;
+        self.now + Span(self.config.request_timeout.0.max(bound))
+    }
+
+    /// Answers a leadership transfer's client, if one waits.
+    pub fn settle_transfer(&mut self, result: super::kv::WriteResult) {
+        if let Some(wait) = self.transfer_wait.take() {
+            self.reply_result(wait.origin, wait.tag, result, false);
+        }
+    }
+
+    /// Answers a waiting transfer once a leader of a later epoch than the one it was
+    /// asked in is known: done if it is the target, else (asked as leader) refused,
+    /// saying who leads; and at its deadline, with an unknown outcome.
+    pub fn settle_transfer_if_known(&mut self, leader: Option<NodeId>) {
+        let Some(wait) = self.transfer_wait else { return };
+        let result = match leader {
+            _ if self.now >= wait.deadline => Err(KeelError::Timeout),
+            Some(_) if self.hard.epoch <= wait.epoch => return,
+            Some(leader) if leader == wait.target => {
+                let version = Version { epoch: self.hard.epoch, index: LogIndex::ZERO };
+                Ok(CommandResult::Written { version })
+            }
+            Some(leader) if wait.asked_as_leader => Err(KeelError::Busy(format!(
+                "node {} does not lead; node {} leads",
+                wait.target.0, leader.0
+            ))),
+            Some(_) => return,
+            None => return,
+        };
+        self.settle_transfer(result);
     }
 
     pub fn reply_result(

@@ -103,6 +103,7 @@ impl LeaderEngine {
             lease_floor: Some(now),
             snapshots: Snapshots { next_slice_at: now, ..Snapshots::default() },
             counters: Counters::default(),
+            transfer_wait: None,
             out: Outputs::default(),
             boot_membership: Membership::of_voters(config.members.clone()),
             config,
@@ -158,8 +159,8 @@ impl LeaderEngine {
             return self.core.reject(from, reason);
         }
         match message {
-            Message::RequestVote { epoch, last_epoch, last_index } => {
-                self.on_request_vote(from, epoch, last_epoch, last_index)
+            Message::RequestVote { epoch, last_epoch, last_index, transfer } => {
+                self.on_request_vote(from, epoch, (last_epoch, last_index), transfer)
             }
             Message::Vote { epoch, granted } => self.on_vote(from, epoch, granted),
             Message::PreVote { epoch, last_epoch, last_index } => {
@@ -185,9 +186,14 @@ impl LeaderEngine {
                     }
                 }
             }
+            Message::TimeoutNow { epoch } => self.on_timeout_now(from, epoch),
             Message::Forward { epoch, request } => self.on_forward(from, epoch, request),
             Message::ForwardReply { epoch: _, reply } => {
-                if let RoleState::Follower(following) = &mut self.role {
+                let wait = self.core.transfer_wait;
+                if wait.is_some_and(|w| w.origin == Origin::Local && w.tag == reply.tag) {
+                    // A forwarded transfer's answer, whatever this node's role now.
+                    self.core.settle_transfer(reply.result);
+                } else if let RoleState::Follower(following) = &mut self.role {
                     following.on_forward_reply(&mut self.core, reply);
                 }
             }
@@ -319,6 +325,7 @@ impl LeaderEngine {
         };
         following.leader = Some(from);
         let core = &mut self.core;
+        core.settle_transfer_if_known(Some(from));
         core.election.pre_votes = None;
         core.election.contact_at = Some(core.now);
         core.reset_election_deadline();
@@ -410,6 +417,7 @@ impl LeaderEngine {
         core.request_sync(next);
         assert!(core.sync_requested >= core.durable_index || core.persisted_index() >= next);
         leading.broadcast_append(core, true);
+        core.settle_transfer_if_known(Some(core.config.node_id));
         self.role = RoleState::Leader(Box::new(leading));
     }
 
@@ -443,10 +451,18 @@ impl LeaderEngine {
             }
         }
         if let RoleState::Leader(leading) = &mut self.role {
-            if leading.on_timers(&mut self.core) == Leadership::Lost {
-                self.step_down();
+            match leading.on_timers(&mut self.core) {
+                Leadership::Kept => {}
+                Leadership::Lost => self.step_down(),
+                Leadership::HandedOver => {
+                    // The target did not take over; this leader gave up its lease for
+                    // good, so it campaigns as the transfer's candidate would.
+                    self.step_down();
+                    self.start_election(true);
+                }
             }
         }
+        self.core.settle_transfer_if_known(None);
         self.core.flush_if_due();
         self.expire_requests();
     }
@@ -462,6 +478,7 @@ impl LeaderEngine {
     fn after_step(&mut self) {
         if let RoleState::Leader(leading) = &mut self.role {
             leading.on_progress(&mut self.core);
+            leading.hand_over_if_caught_up(&mut self.core);
         }
         let core = &mut self.core;
         core.kv.forget_undo_through(core.durable_index);
@@ -482,7 +499,8 @@ impl LeaderEngine {
                 at = at.min(leading.next_heartbeat_at);
                 // The next key's time; one already due waits for room in the log (at the
                 // next heartbeat) rather than waking the engine at once, again and again.
-                let expiry = leading.next_expiry_at(core);
+                // None while a transfer is under way (nothing is appended then).
+                let expiry = leading.next_expiry_at(core).filter(|_| leading.transfer.is_none());
                 if let Some(expiry) = expiry.filter(|t| *t > core.now || core.log_has_room()) {
                     at = at.min(expiry);
                 }
@@ -503,6 +521,9 @@ impl LeaderEngine {
         }
         if core.snapshots.building.is_some() {
             at = at.min(core.snapshots.next_slice_at);
+        }
+        if let Some(wait) = &core.transfer_wait {
+            at = at.min(wait.deadline);
         }
         at.max(core.now)
     }
@@ -555,6 +576,18 @@ impl LeaderEngine {
                     );
                 }
                 assert_eq!(core.hard.voted_for, Some(core.config.node_id));
+                if let Some(transfer) = &leading.transfer {
+                    assert!(core.is_voter(transfer.target), "a transfer to a non-voter");
+                    assert_ne!(transfer.target, core.config.node_id, "a transfer to itself");
+                }
+                let handed_over = leading.transfer.is_some_and(|t| t.handed_over);
+                let kept = core.config.unsafe_transfer_keeps_lease;
+                assert!(handed_over || !leading.lease_given_up, "a lease given up for nothing");
+                assert!(
+                    !handed_over || leading.lease_given_up || kept,
+                    "a transfer handed over with the lease kept"
+                );
+                assert!(!leading.lease_given_up || !leading.lease_valid(core));
             }
             RoleState::Candidate(campaign) => {
                 assert_eq!(core.hard.voted_for, Some(core.config.node_id));
@@ -616,9 +649,9 @@ impl LeaderEngine {
     /// The node's externally visible state.
     pub fn status(&self) -> Status {
         let core = &self.core;
-        let active_set = match &self.role {
-            RoleState::Leader(leading) => leading.active_set(core),
-            _ => Vec::new(),
+        let (active_set, transfer) = match &self.role {
+            RoleState::Leader(leading) => (leading.active_set(core), leading.transfer),
+            _ => (Vec::new(), None),
         };
         let role = self.role_kind();
         Status {
@@ -641,6 +674,8 @@ impl LeaderEngine {
             voters: core.membership().voters.clone(),
             learners: core.membership().learners.clone(),
             membership_index: core.membership_version().index,
+            transfer_to: transfer.map(|t| t.target),
+            handed_over: transfer.is_some_and(|t| t.handed_over),
         }
     }
 

@@ -8,11 +8,11 @@
 //! epoch (`LeaderEngine::heard_from_leader`), and borrows the [`Core`] and this role's
 //! state only.
 
-use super::core::{Core, Origin};
+use super::core::{Core, Origin, TransferWait};
 use super::io::{ClientRequest, Lease, Message, RequestTag};
 use crate::engine::ClientReply;
 use crate::time::Time;
-use keel_types::{Entry, Epoch, KeelError, LogIndex, NodeId, SnapshotMeta};
+use keel_types::{ClusterOp, Command, Entry, Epoch, KeelError, LogIndex, NodeId, SnapshotMeta};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A request this follower forwarded to the leader and still waits on.
@@ -202,6 +202,9 @@ impl Following {
                     return core.reply_result(origin, request.tag, Err(error), false);
                 }
                 let deadline = core.now + core.config.request_timeout;
+                if let Command::Cluster(ClusterOp::TransferLeader(target)) = request.command {
+                    return forward_transfer(core, leader, request, target);
+                }
                 let is_write = request.command.is_write();
                 self.forwards.insert(request.tag, Forwarded { deadline, is_write });
                 self.forward_deadlines.insert((deadline, request.tag));
@@ -257,6 +260,22 @@ impl Following {
     pub fn deadline_min(&self) -> Option<Time> {
         self.forward_deadlines.first().map(|(t, _)| *t)
     }
+}
+
+/// Forwards a leadership transfer: answered by the leader's reply, or by this node once
+/// it hears who leads the next epoch (the change the transfer asks for, which would fail
+/// an ordinary forward), whatever role it holds then (`Core::settle_transfer_if_known`).
+fn forward_transfer(core: &mut Core, leader: NodeId, request: ClientRequest, target: NodeId) {
+    if core.transfer_wait.is_some() {
+        let error = KeelError::Busy("a leadership transfer is under way".into());
+        return core.reply_result(Origin::Local, request.tag, Err(error), false);
+    }
+    let (origin, tag, epoch) = (Origin::Local, request.tag, core.hard.epoch);
+    let deadline = core.transfer_deadline();
+    let wait = TransferWait { origin, tag, target, epoch, deadline, asked_as_leader: false };
+    core.transfer_wait = Some(wait);
+    core.counters.forwarded += 1;
+    core.out.messages.push((leader, Message::Forward { epoch, request }));
 }
 
 /// Log matching: returns the highest index now known to match the leader's log, or

@@ -37,7 +37,7 @@ fn index_ok(index: LogIndex) -> bool {
 pub fn check(message: &Message) -> Result<(), &'static str> {
     match message {
         Message::PreVote { epoch, last_epoch, last_index }
-        | Message::RequestVote { epoch, last_epoch, last_index } => {
+        | Message::RequestVote { epoch, last_epoch, last_index, .. } => {
             check_epoch(*epoch)?;
             check_index(*last_index)?;
             if last_epoch > epoch {
@@ -45,7 +45,9 @@ pub fn check(message: &Message) -> Result<(), &'static str> {
             }
             Ok(())
         }
-        Message::PreVoteReply { epoch, .. } | Message::Vote { epoch, .. } => check_epoch(*epoch),
+        Message::PreVoteReply { epoch, .. }
+        | Message::Vote { epoch, .. }
+        | Message::TimeoutNow { epoch } => check_epoch(*epoch),
         Message::Append { .. } => check_append(message),
         Message::AppendReply {
             epoch,
@@ -319,8 +321,12 @@ mod tests {
 
     #[test]
     fn votes_replies_and_snapshot_chunks_are_checked() {
-        let vote =
-            Message::RequestVote { epoch: Epoch(2), last_epoch: Epoch(3), last_index: LogIndex(1) };
+        let vote = Message::RequestVote {
+            epoch: Epoch(2),
+            last_epoch: Epoch(3),
+            last_index: LogIndex(1),
+            transfer: false,
+        };
         assert_eq!(check(&vote), Err("a candidate's log is newer than its epoch"));
         let reply = Message::Vote { epoch: Epoch(u64::MAX), granted: true };
         assert_eq!(check(&reply), Err("epoch out of range"));

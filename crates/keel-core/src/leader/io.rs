@@ -65,6 +65,16 @@ pub enum Message {
         last_epoch: Epoch,
         /// See `last_epoch`.
         last_index: LogIndex,
+        /// A leadership transfer: the leader of `epoch - 1` told the candidate to campaign
+        /// and serves no lease read from then on, so a voter of that epoch may vote
+        /// although it heard that leader recently (`docs/protocol.md` §16).
+        transfer: bool,
+    },
+    /// The leader hands its leadership to a caught-up voter: "campaign now, in the epoch
+    /// after `epoch`". Sent once the leader holds no lease for the rest of its epoch.
+    TimeoutNow {
+        /// The leader's epoch.
+        epoch: Epoch,
     },
     /// Vote reply.
     Vote {
@@ -320,6 +330,12 @@ pub struct Config {
     /// stale reads a learner that has not caught up serves.
     #[serde(default)]
     pub unsafe_learner_reads_early: bool,
+    /// For negative-control tests only: a leader that hands its leadership over
+    /// (`TimeoutNow`) keeps its leader lease, serving lease reads and granting follower
+    /// leases while its successor, elected past the voters' stickiness, already leads.
+    /// Shows that the simulator's one-lease check catches the overlap.
+    #[serde(default)]
+    pub unsafe_transfer_keeps_lease: bool,
     /// For negative-control tests only: every node's reads treat a key whose expiry has
     /// passed on the node's own clock as absent, before any expiry entry deletes it
     /// (each node expiring on its own clock, as some replicated Redis stores do).
@@ -391,6 +407,13 @@ pub struct Status {
     /// The index of the membership entry in force (0: none; the configured members).
     #[serde(default)]
     pub membership_index: LogIndex,
+    /// Leading: the voter a leadership transfer under way hands over to.
+    #[serde(default)]
+    pub transfer_to: Option<NodeId>,
+    /// Leading: the transfer was handed over (`TimeoutNow` sent); this node holds no
+    /// lease for the rest of its epoch.
+    #[serde(default)]
+    pub handed_over: bool,
 }
 
 impl Default for Status {
@@ -417,6 +440,8 @@ impl Default for Status {
             voters: Vec::new(),
             learners: Vec::new(),
             membership_index: LogIndex::ZERO,
+            transfer_to: None,
+            handed_over: false,
         }
     }
 }

@@ -154,9 +154,15 @@ fn request() -> impl Strategy<Value = ClientRequest> {
 
 fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
-        (epoch(), epoch(), index()).prop_map(|(epoch, last_epoch, last_index)| {
-            Message::RequestVote { epoch, last_epoch, last_index }
-        }),
+        (epoch(), epoch(), index(), any::<bool>()).prop_map(
+            |(epoch, last_epoch, last_index, transfer)| Message::RequestVote {
+                epoch,
+                last_epoch,
+                last_index,
+                transfer
+            }
+        ),
+        epoch().prop_map(|epoch| Message::TimeoutNow { epoch }),
         (epoch(), epoch(), index()).prop_map(|(epoch, last_epoch, last_index)| {
             Message::PreVote { epoch, last_epoch, last_index }
         }),
@@ -293,7 +299,12 @@ fn each_panic_found_before_the_gate_is_now_a_named_rejection() {
         (leader, reply(last, now), "log index out of range"),
         (
             leader,
-            Message::RequestVote { epoch: Epoch(u64::MAX), last_epoch: epoch, last_index: last },
+            Message::RequestVote {
+                epoch: Epoch(u64::MAX),
+                last_epoch: epoch,
+                last_index: last,
+                transfer: false,
+            },
             "epoch out of range",
         ),
         (

@@ -10,8 +10,8 @@ use keel_core::time::{Span, Time};
 use keel_exec::{AppendHold, Completion, Front, Io, Replica, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
-    ClientId, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState, KeelError,
-    Key, LogIndex, NodeId, ReadLevel, RequestId, Value, Version,
+    ClientId, ClusterOp, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState,
+    KeelError, Key, LogIndex, NodeId, ReadLevel, RequestId, Value, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,6 +196,10 @@ impl Cluster {
 
     fn status(&self, id: NodeId) -> Status {
         self.engine(id).status()
+    }
+
+    fn counters(&self, id: NodeId) -> Counters {
+        self.engine(id).counters()
     }
 
     fn step(&mut self, id: NodeId, input: Input) {
@@ -583,6 +587,7 @@ fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
         epoch: keel_types::Epoch(2),
         last_epoch: keel_types::Epoch(1),
         last_index: LogIndex(1),
+        transfer: false,
     };
     let boot_quiet = 300 * MS; // a restarted node does not vote for election_timeout_min
     let out = engine.step(Time(boot_quiet), Input::Message { from: NodeId(2), message: behind });
@@ -594,6 +599,7 @@ fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
         epoch: keel_types::Epoch(2),
         last_epoch: keel_types::Epoch(1),
         last_index: LogIndex(2),
+        transfer: false,
     };
     let out = engine.step(Time(boot_quiet + 1), Input::Message { from: NodeId(3), message: level });
     assert!(out
@@ -625,6 +631,7 @@ fn a_node_below_its_repair_floor_votes_by_the_floor_withholds_campaigns_and_clea
         epoch: epoch(2),
         last_epoch: epoch(1),
         last_index: LogIndex(last_index),
+        transfer: false,
     };
     let granted = |out: &Outputs, to: NodeId| {
         out.messages
@@ -706,8 +713,12 @@ fn a_follower_that_hears_from_a_live_leader_refuses_votes() {
     let leader = c.await_leader();
     let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
     let epoch = c.status(follower).epoch;
-    let request =
-        Message::RequestVote { epoch: epoch.next(), last_epoch: epoch, last_index: LogIndex(100) };
+    let request = Message::RequestVote {
+        epoch: epoch.next(),
+        last_epoch: epoch,
+        last_index: LogIndex(100),
+        transfer: false,
+    };
     let other = c.nodes.keys().copied().find(|n| *n != leader && *n != follower).unwrap();
     c.step(follower, Input::Message { from: other, message: request });
     assert_eq!(c.status(follower).epoch, epoch, "stickiness: the epoch does not move");
@@ -1820,4 +1831,95 @@ fn a_new_leader_grants_no_lease_to_a_follower_that_lacks_a_durable_write() {
     assert_eq!(c.leader(), Some(keeper), "the node holding the write leads");
     assert!(c.status(cut).active, "the follower gets its lease once it has caught up");
     assert_eq!(leased_without_it, 0, "ms the follower held a lease without the durable write");
+}
+
+/// Asks `node` to move keyspace 0's leadership to `target`.
+fn transfer(c: &mut Cluster, node: NodeId, target: NodeId) -> RequestTag {
+    let command = Command::Cluster(ClusterOp::TransferLeader(target));
+    let request = c.next_tag;
+    c.request(node, command, None, None, 9, request)
+}
+
+#[test]
+fn a_transfer_moves_the_leadership_after_the_old_leader_gives_up_its_lease() {
+    let mut c = cluster3(7);
+    let old = c.await_leader();
+    let put = c.put(old, "k", "v", Durability::Durable);
+    c.await_reply(put, 1_000);
+    let target = c.nodes.keys().copied().find(|n| *n != old).unwrap();
+    let asked = transfer(&mut c, old, target);
+    // No write while the leadership moves (the target must hold the log's end).
+    let refused = c.put(old, "k", "w", Durability::Memory);
+    let reply = c.reply(refused).expect("refused at once").clone();
+    assert!(matches!(reply.result, Err(KeelError::Busy(_))), "{reply:?}");
+    // From the hand-over on, the old leader holds no lease (the one-lease check runs
+    // after every event too).
+    assert!(c.run_until_cond(1_000, |c| c.status(old).handed_over), "no hand-over");
+    assert!(!c.status(old).leader_lease_valid, "the lease outlived the hand-over");
+    let reply = c.await_reply(asked, 2_000);
+    assert!(matches!(reply.result, Ok(CommandResult::Written { .. })), "{reply:?}");
+    assert_eq!(c.await_leader(), target);
+    assert_eq!(c.status(old).role, Role::Follower);
+    assert_eq!(c.status(old).leader, Some(target));
+    assert_eq!(c.counters(target).elections, 1, "one campaign, no pre-vote round lost");
+    let read = c.get(target, "k", ReadLevel::Linearizable);
+    assert_eq!(Cluster::value_of(&c.await_reply(read, 1_000)), Some(Value::from("v")));
+}
+
+#[test]
+fn a_transfer_asked_at_a_follower_is_answered_across_the_epoch_change() {
+    let mut c = cluster3(8);
+    let old = c.await_leader();
+    let target = c.nodes.keys().copied().find(|n| *n != old).unwrap();
+    // Asked at the target itself: it forwards, then campaigns, then leads.
+    let asked = transfer(&mut c, target, target);
+    let reply = c.await_reply(asked, 2_000);
+    assert!(matches!(reply.result, Ok(CommandResult::Written { .. })), "{reply:?}");
+    assert_eq!(c.await_leader(), target);
+    // Again to the node that leads now: done at once.
+    let again = transfer(&mut c, old, target);
+    let reply = c.await_reply(again, 1_000);
+    assert!(matches!(reply.result, Ok(CommandResult::Written { .. })), "{reply:?}");
+}
+
+#[test]
+fn a_transfer_to_a_voter_that_cannot_catch_up_is_given_up_and_the_leader_stays() {
+    let mut c = cluster3(9);
+    let leader = c.await_leader();
+    let target = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    cut(&mut c, &[leader], &[target]);
+    let put = c.put(leader, "k", "v", Durability::Replicated);
+    c.await_reply(put, 1_000);
+    let asked = transfer(&mut c, leader, target);
+    let reply = c.await_reply(asked, 2_000);
+    assert!(matches!(&reply.result, Err(KeelError::Busy(why)) if why.contains("catch up")));
+    assert!(!c.status(leader).handed_over);
+    assert_eq!(c.leader(), Some(leader), "it goes on leading, its lease intact");
+    let put = c.put(leader, "k", "w", Durability::Replicated);
+    assert!(c.await_reply(put, 1_000).result.is_ok(), "writes again");
+}
+
+#[test]
+fn a_voter_passes_its_stickiness_only_for_a_transfer_of_its_next_epoch() {
+    let mut c = cluster3(2);
+    let leader = c.await_leader();
+    let follower = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    let other = c.nodes.keys().copied().find(|n| *n != leader && *n != follower).unwrap();
+    let epoch = c.status(follower).epoch;
+    let ask = |epoch: Epoch| Message::RequestVote {
+        epoch,
+        last_epoch: epoch,
+        last_index: LogIndex(100),
+        transfer: true,
+    };
+    let (from, skipping) = (other, ask(epoch.next().next()));
+    c.step(follower, Input::Message { from, message: skipping });
+    assert_eq!(c.status(follower).epoch, epoch, "two epochs ahead: stickiness holds");
+    c.step(follower, Input::Message { from, message: ask(epoch.next()) });
+    assert_eq!(c.status(follower).epoch, epoch.next(), "the next epoch: voted");
+    assert_eq!(c.counters(follower).transfer_votes, 1);
+    // The leader, which handed nothing over, refuses the same request.
+    let before = c.status(leader).epoch;
+    c.step(leader, Input::Message { from: other, message: ask(before.next()) });
+    assert_eq!(c.status(leader).role, Role::Leader, "a leader that kept its lease refuses");
 }

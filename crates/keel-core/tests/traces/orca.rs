@@ -54,9 +54,11 @@ impl Traced for LeaderEngine {
             Message::PreVoteReply { epoch, granted: g } => {
                 format!("PreVoteReply e{} {}", epoch.0, granted(g))
             }
-            Message::RequestVote { epoch, last_epoch, last_index } => {
-                format!("RequestVote e{} last={}.{}", epoch.0, last_epoch.0, last_index.0)
+            Message::RequestVote { epoch, last_epoch, last_index, transfer } => {
+                let kind = if *transfer { " transfer" } else { "" };
+                format!("RequestVote e{} last={}.{}{kind}", epoch.0, last_epoch.0, last_index.0)
             }
+            Message::TimeoutNow { epoch } => format!("TimeoutNow e{}", epoch.0),
             Message::Vote { epoch, granted: g } => format!("Vote e{} {}", epoch.0, granted(g)),
             Message::Append {
                 epoch,

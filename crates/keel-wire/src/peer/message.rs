@@ -7,7 +7,9 @@
 //!
 //! Message tags: 1 `RequestVote`, 2 `Vote`, 3 `Append`, 4 `AppendReply`,
 //! 5 `InstallSnapshot`, 6 `InstallSnapshotReply`, 7 `Forward`, 8 `ForwardReply`,
-//! 9 `PreVote`, 10 `PreVoteReply`. Tags are never reused.
+//! 9 `PreVote`, 10 `PreVoteReply`, 11 `TimeoutNow`, 12 `RequestVote` of a leadership
+//! transfer (so a vote request that is not one keeps tag 1's bytes). Tags are never
+//! reused.
 //! Entries, commands, durabilities and snapshot metadata use `keel_types::codec`.
 
 use super::{PeerError, PeerLimits, TEXT_BYTES_MAX};
@@ -32,6 +34,8 @@ const TAG_FORWARD: u8 = 7;
 const TAG_FORWARD_REPLY: u8 = 8;
 const TAG_PRE_VOTE: u8 = 9;
 const TAG_PRE_VOTE_REPLY: u8 = 10;
+const TAG_TIMEOUT_NOW: u8 = 11;
+const TAG_REQUEST_TRANSFER_VOTE: u8 = 12;
 
 /// Fewest bytes a log entry takes (format, epoch, index, payload tag).
 const ENTRY_BYTES_MIN: u64 = 1 + 8 + 8 + 1;
@@ -148,11 +152,15 @@ pub(super) fn put_message(out: &mut Vec<u8>, message: &Message) {
             put_u64(out, epoch.0);
             put_flag(out, *granted);
         }
-        Message::RequestVote { epoch, last_epoch, last_index } => {
-            put_u8(out, TAG_REQUEST_VOTE);
+        Message::RequestVote { epoch, last_epoch, last_index, transfer } => {
+            put_u8(out, if *transfer { TAG_REQUEST_TRANSFER_VOTE } else { TAG_REQUEST_VOTE });
             put_u64(out, epoch.0);
             put_u64(out, last_epoch.0);
             put_u64(out, last_index.0);
+        }
+        Message::TimeoutNow { epoch } => {
+            put_u8(out, TAG_TIMEOUT_NOW);
+            put_u64(out, epoch.0);
         }
         Message::Vote { epoch, granted } => {
             put_u8(out, TAG_VOTE);
@@ -291,11 +299,13 @@ pub(super) fn read_message(
         TAG_PRE_VOTE_REPLY => {
             Message::PreVoteReply { epoch: epoch(reader)?, granted: reader.flag("granted")? }
         }
-        TAG_REQUEST_VOTE => Message::RequestVote {
+        tag @ (TAG_REQUEST_VOTE | TAG_REQUEST_TRANSFER_VOTE) => Message::RequestVote {
             epoch: epoch(reader)?,
             last_epoch: Epoch(reader.u64("last epoch")?),
             last_index: LogIndex(reader.u64("last index")?),
+            transfer: tag == TAG_REQUEST_TRANSFER_VOTE,
         },
+        TAG_TIMEOUT_NOW => Message::TimeoutNow { epoch: epoch(reader)? },
         TAG_VOTE => Message::Vote { epoch: epoch(reader)?, granted: reader.flag("granted")? },
         TAG_APPEND => read_append(reader, limits)?,
         TAG_APPEND_REPLY => read_append_reply(reader)?,
@@ -951,11 +961,15 @@ pub(crate) mod strategies {
             }),
             (any::<u64>(), any::<bool>())
                 .prop_map(|(e, granted)| Message::PreVoteReply { epoch: Epoch(e), granted }),
-            any::<[u64; 3]>().prop_map(|[e, le, li]| Message::RequestVote {
-                epoch: Epoch(e),
-                last_epoch: Epoch(le),
-                last_index: LogIndex(li),
+            (any::<[u64; 3]>(), any::<bool>()).prop_map(|([e, le, li], transfer)| {
+                Message::RequestVote {
+                    epoch: Epoch(e),
+                    last_epoch: Epoch(le),
+                    last_index: LogIndex(li),
+                    transfer,
+                }
             }),
+            any::<u64>().prop_map(|e| Message::TimeoutNow { epoch: Epoch(e) }),
             (any::<u64>(), any::<bool>())
                 .prop_map(|(e, granted)| Message::Vote { epoch: Epoch(e), granted }),
             append(),

@@ -18,10 +18,13 @@ mod expiry;
 mod membership;
 mod replication;
 mod requests;
+mod transfer;
 mod waitlist;
 
 pub use self::expiry::stamp_time;
 pub(crate) use self::expiry::timeless;
+use self::transfer::Transfer;
+pub(super) use self::transfer::TransferDue;
 use self::waitlist::Waitlist;
 use super::config::MEMBERS_MAX;
 use super::core::{Core, Origin};
@@ -113,6 +116,11 @@ pub(super) struct Leading {
     pub flush_for_writes: LogIndex,
     /// When this node became leader.
     pub since: Time,
+    /// A leadership transfer under way (`transfer.rs`).
+    pub transfer: Option<Transfer>,
+    /// This leader handed its leadership over: it holds no lease for the rest of its
+    /// epoch (a transfer's vote may reach a voter of this epoch at any later time).
+    pub lease_given_up: bool,
 }
 
 /// Whether the leader keeps leading after its timers ran.
@@ -122,6 +130,9 @@ pub(super) enum Leadership {
     Kept,
     /// No majority heard from within an election timeout: step down (same epoch).
     Lost,
+    /// A transfer's target did not take over in time: step down and campaign in the
+    /// next epoch as the transfer's candidate would.
+    HandedOver,
 }
 
 impl Progress {
@@ -168,6 +179,8 @@ impl Leading {
             persisted_majority: LogIndex::ZERO,
             flush_for_writes: LogIndex::ZERO,
             since: now,
+            transfer: None,
+            lease_given_up: false,
         }
     }
 
@@ -178,6 +191,7 @@ impl Leading {
             self.writes_durable.deadline_min(),
             self.reads_unplaced.deadline_min(),
             self.reads_placed.deadline_min(),
+            self.transfer.map(|t| t.deadline),
         ]
         .into_iter()
         .flatten()
@@ -232,7 +246,8 @@ impl Leading {
 
     /// [`Leading::lease_valid`] at local time `now` (not before the last step's).
     pub fn lease_valid_at(&self, core: &Core, now: Time) -> bool {
-        self.lease_start(core, now).is_some_and(|start| now < start + core.lease_span)
+        !self.lease_given_up
+            && self.lease_start(core, now).is_some_and(|start| now < start + core.lease_span)
     }
 
     /// Fires the leader's timers: quorum loss, removals, mark-outs, heartbeats.
@@ -246,6 +261,9 @@ impl Leading {
         if quorum_lost && now >= since + core.config.election_timeout_min {
             return Leadership::Lost;
         }
+        if self.transfer_due(core) == TransferDue::Campaign {
+            return Leadership::HandedOver;
+        }
         self.remove_silent_followers(core);
         core.counters.forced_mark_outs += self.mark_out_slow_followers(core);
         if now >= self.next_heartbeat_at {
@@ -253,7 +271,10 @@ impl Leading {
             self.rewind_stalled_followers(core);
             self.broadcast_append(core, true);
         }
-        self.reap_due(core);
+        if self.transfer.is_none() {
+            // A transfer's target must come to hold the log's end: nothing is appended.
+            self.reap_due(core);
+        }
         Leadership::Kept
     }
 

@@ -14,12 +14,20 @@ use crate::leader::coll::ELEMENT_OVERHEAD_BYTES;
 use crate::leader::core::{Core, Origin};
 use crate::leader::io::{ClientReply, ClientRequest, RequestTag};
 use crate::leader::kv::{command_digest, item_bytes, Applied, WriteResult, ITEM_OVERHEAD_BYTES};
-use keel_types::{Command, Durability, Entry, EntryPayload, KeelError, LogIndex, ReadLevel};
+use keel_types::{
+    ClusterOp, Command, Durability, Entry, EntryPayload, KeelError, LogIndex, ReadLevel,
+};
 
 impl Leading {
     /// A write: refused past the limits, answered from the dedup table when it is a
     /// retry, else appended and acknowledged at its durability point.
     pub fn write(&mut self, core: &mut Core, origin: Origin, request: ClientRequest) {
+        if let Command::Cluster(ClusterOp::TransferLeader(target)) = request.command {
+            return self.transfer_leadership(core, origin, request.tag, target);
+        }
+        if let Some(refusal) = self.transfer_refusal() {
+            return core.reply_result(origin, request.tag, Err(refusal), false);
+        }
         if let Command::Cluster(op) = request.command {
             return self.change_membership(core, origin, request.tag, op);
         }
