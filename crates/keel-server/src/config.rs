@@ -572,6 +572,11 @@ pub struct TestingSettings {
     /// synced, so that killing the process loses what a power loss would.
     #[serde(default)]
     pub power_loss_on_kill: bool,
+    /// Upgrade tests: the peer protocol this node speaks, below this build's own
+    /// (`keel_wire::peer::PEER_PROTOCOL`): it announces nothing at protocol 1 and refuses
+    /// the messages a later protocol added, as a node of the previous version does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_protocol: Option<u8>,
     /// Fault injection, safe in itself: `SIGUSR1` makes the next fsync fail with `EIO`
     /// (the node stops, as on a real storage error).
     #[serde(default)]
@@ -1052,6 +1057,13 @@ impl ServerConfig {
             return Err(invalid(
                 "testing.clock_rate_ppm",
                 format!("must be within ±{CLOCK_RATE_PPM_MAX}"),
+            ));
+        }
+        let (oldest, newest) = (keel_wire::peer::PEER_PROTOCOL_MIN, keel_wire::peer::PEER_PROTOCOL);
+        if self.testing.peer_protocol.is_some_and(|p| !(oldest..=newest).contains(&p)) {
+            return Err(invalid(
+                "testing.peer_protocol",
+                format!("this build speaks peer protocols {oldest} to {newest}"),
             ));
         }
         if self.testing.clock_offset_ms > CLOCK_OFFSET_MS_MAX {

@@ -67,9 +67,17 @@ async fn reports(
 /// The `/status` document: the node, and each keyspace's status.
 pub fn node_status(keyspaces: &Keyspaces, reports: &[(KeyspaceHandle, Report)]) -> String {
     let docs: Vec<serde_json::Value> = reports.iter().map(|(h, r)| keyspace_status(h, r)).collect();
+    // The peer protocol of this node and of each member's latest inbound link.
+    let protocols: serde_json::Map<String, serde_json::Value> = keyspaces
+        .node_metrics
+        .peer_protocols()
+        .into_iter()
+        .map(|(node, protocol)| (node.0.to_string(), protocol.into()))
+        .collect();
     let doc = serde_json::json!({
         "node_id": keyspaces.node_id.0,
         "version": env!("CARGO_PKG_VERSION"),
+        "peer_protocols": protocols,
         "keyspaces": docs,
     });
     doc.to_string()

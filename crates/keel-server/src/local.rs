@@ -299,6 +299,12 @@ impl LocalCluster {
         }
     }
 
+    /// The `keel` executable the next [`LocalCluster::restart`] starts (a rolling
+    /// upgrade's next version).
+    pub fn set_exe(&mut self, exe: &Path) {
+        self.exe = exe.to_path_buf();
+    }
+
     /// Starts node index `i` again (after [`LocalCluster::kill`]).
     pub fn restart(&mut self, i: usize) -> std::io::Result<()> {
         self.spawn(i)

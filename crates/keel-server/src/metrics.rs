@@ -314,6 +314,9 @@ pub struct Metrics {
     rejected: Mutex<BTreeMap<(KeyspaceId, &'static str), u64>>,
     /// When each reason was last logged.
     rejection_logged: Mutex<BTreeMap<&'static str, Instant>>,
+    /// The peer protocol each member's latest inbound link announced (1: none, a node of
+    /// the previous protocol; absent: no link since this node started).
+    peer_protocols: Mutex<BTreeMap<NodeId, u8>>,
 }
 
 impl Metrics {
@@ -348,6 +351,16 @@ impl Metrics {
     /// Counts a peer connection closed or refused for `why`.
     pub fn link_closed(&self, why: LinkClosed) {
         self.links_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes the peer protocol `from`'s inbound link speaks.
+    pub fn peer_protocol_seen(&self, from: NodeId, protocol: u8) {
+        self.peer_protocols.lock().expect("metrics lock").insert(from, protocol);
+    }
+
+    /// The peer protocol each member's latest inbound link spoke, by member.
+    pub fn peer_protocols(&self) -> BTreeMap<NodeId, u8> {
+        self.peer_protocols.lock().expect("metrics lock").clone()
     }
 
     /// How many peer connections were closed or refused for `why`.
@@ -652,6 +665,16 @@ impl Page {
             name: "keel_client_auth_failures",
             help: "Failed attempts to authenticate (AUTH, HELLO ... AUTH), by reason: wrong_password, unknown_user, throttled (refused unchecked: the address had too many attempts waiting), busy (refused unchecked: the hashing queue was full).",
             kind: Kind::Counter(auth),
+        });
+        let protocols = node
+            .peer_protocols()
+            .into_iter()
+            .map(|(peer, protocol)| (vec![("peer", peer.0.to_string())], u64::from(protocol)))
+            .collect();
+        families.push(Family {
+            name: "keel_peer_protocol",
+            help: "The peer protocol each member's latest inbound link announced (1: a node of the previous protocol, which announces none); watch it reach the new protocol on every member during a rolling upgrade.",
+            kind: Kind::Gauge(protocols),
         });
         families.push(Family {
             name: "keel_peer_connections_closed",

@@ -195,6 +195,7 @@ fn link_settings(
     let frame = largest.unwrap_or(0).max(PEER_FRAME_BYTES_FLOOR);
     let limits = PeerLimits {
         frame_bytes_max: u32::try_from(frame).unwrap_or(u32::MAX),
+        protocol: config.testing.peer_protocol.unwrap_or(keel_wire::peer::PEER_PROTOCOL),
         ..PeerLimits::default()
     };
     let ms = std::time::Duration::from_millis;
@@ -216,6 +217,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let me = NodeId(config.node_id);
     let node_metrics = Arc::new(Metrics::default());
     let links = Arc::new(link_settings(&config, &specs)?);
+    node_metrics.peer_protocol_seen(me, links.limits.protocol);
     let tls = config.tls_acceptor()?;
     let http_access =
         crate::http::Access::new(config.http_token()?.as_deref(), config.http_tls_acceptor()?);

@@ -50,7 +50,10 @@ use keel_core::engine::Engine;
 use keel_exec::{LinkAllowance, LinkHold, LINK_BULK_BYTES_MAX};
 use keel_types::rng::SplitMix64;
 use keel_types::{KeyspaceId, NodeId};
-use keel_wire::peer::{decode_frame, encode_frame, Outgoing, PeerFrame, PeerLimits, PeerMessage};
+use keel_wire::peer::{
+    decode_frame, encode_frame, Announce, Outgoing, PeerFrame, PeerLimits, PeerMessage,
+    LINK_KEYSPACE, PEER_PROTOCOL_MIN,
+};
 use slots::{OnePerMember, Pool, RefusalLog, HELLO_TIMEOUT, REFUSAL_LOG_INTERVAL};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -335,6 +338,10 @@ pub async fn sender(
         tracing::debug!(%to, %addr, "peer link up");
         backoff = BACKOFF_MIN;
         let link = Link { me, to, batch_max, settings: &settings, metrics: &metrics };
+        let mut stream = stream;
+        if !announce(&link, &mut stream).await {
+            continue;
+        }
         let open = if delay.is_zero() {
             send_frames(&link, stream, &mut queue).await
         } else {
@@ -427,6 +434,22 @@ async fn send_frames(
             }
         }
     }
+}
+
+/// Writes the link's first frame: the peer protocol this node speaks (`keel_wire::peer`'s
+/// `link`), unless it speaks protocol 1, which announced nothing; `false` when the
+/// connection failed.
+async fn announce(link: &Link<'_>, stream: &mut TcpStream) -> bool {
+    let protocol = link.settings.limits.protocol;
+    if protocol <= PEER_PROTOCOL_MIN {
+        return true;
+    }
+    let message: Box<dyn keel_wire::peer::PeerEncode> = Box::new(Announce(protocol));
+    let outgoing = [Outgoing { keyspace: LINK_KEYSPACE, message }];
+    let frame = PeerFrame { from: link.me, to: link.to, messages: &outgoing };
+    let mut buf = Vec::new();
+    encode_frame(&frame, &link.settings.limits, &mut buf).expect("an announcement fits");
+    stream.write_all(&buf).await.is_ok()
 }
 
 /// Writes an empty frame, so that the receiver does not close an idle link; `false`
@@ -822,6 +845,9 @@ async fn receive(accepting: &Accepting, from: NodeId, mut stream: TcpStream) -> 
     let (me, settings, metrics) = (accepting.me, &accepting.settings, &accepting.metrics);
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // A node of protocol 1 announces nothing; a later one says so in its first frame.
+    let speaks = settings.limits.protocol;
+    metrics.peer_protocol_seen(from, PEER_PROTOCOL_MIN);
     loop {
         let read = tokio::time::timeout(settings.idle_timeout, stream.read(&mut chunk)).await;
         let Ok(read) = read else {
@@ -846,6 +872,12 @@ async fn receive(accepting: &Accepting, from: NodeId, mut stream: TcpStream) -> 
                 return Err(format!("frame from {} to {} on {from}'s link", frame.from, frame.to));
             }
             for (keyspace, bytes) in frame.envelopes {
+                if keyspace == LINK_KEYSPACE && speaks > PEER_PROTOCOL_MIN {
+                    if let Some(Announce(protocol)) = Announce::decode(bytes) {
+                        metrics.peer_protocol_seen(from, protocol);
+                    }
+                    continue;
+                }
                 route(&accepting.inboxes, metrics, from, keyspace, bytes);
             }
         }
@@ -990,6 +1022,51 @@ mod tests {
         assert!(counted(&metrics, LinkClosed::Displaced, 1).await);
         let mut byte = [0u8; 1];
         assert_eq!(stalled.read(&mut byte).await.map_or(0, |n| n), 0, "closed");
+    }
+
+    #[tokio::test]
+    async fn a_link_records_the_peer_protocol_its_member_announces_and_one_without() {
+        let (addr, settings, metrics) = listening(4).await;
+        let seen = |id: u32| metrics.peer_protocols().get(&NodeId(id)).copied();
+        let wait_for = |id: u32, protocol: u8| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            async move {
+                while seen(id) != Some(protocol) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen(id) == Some(protocol)
+            }
+        };
+        // Member 2 announces this build's protocol, as `sender` does.
+        let mut member = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(2), NodeId(1), &mut member).await.expect("accepted");
+        let link = Link {
+            me: NodeId(2),
+            to: NodeId(1),
+            batch_max: 1,
+            settings: &settings,
+            metrics: &metrics,
+        };
+        assert!(announce(&link, &mut member).await);
+        assert!(
+            wait_for(2, keel_wire::peer::PEER_PROTOCOL).await,
+            "{:?}",
+            metrics.peer_protocols()
+        );
+        // Member 3 is of protocol 1: it announces nothing; a keepalive passes and it
+        // counts as 1. A forged announcement below 2 changes nothing.
+        let mut older = TcpStream::connect(addr).await.unwrap();
+        dial(&settings.key, NodeId(3), NodeId(1), &mut older).await.expect("accepted");
+        let mut buf = Vec::new();
+        let message: Box<dyn keel_wire::peer::PeerEncode> = Box::new(Announce(1));
+        let outgoing = [Outgoing { keyspace: LINK_KEYSPACE, message }];
+        let frame = PeerFrame { from: NodeId(3), to: NodeId(1), messages: &outgoing };
+        encode_frame(&frame, &settings.limits, &mut buf).unwrap();
+        older.write_all(&buf).await.unwrap();
+        assert!(wait_for(3, 1).await, "{:?}", metrics.peer_protocols());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(seen(3), Some(1));
+        assert_eq!(seen(2), Some(keel_wire::peer::PEER_PROTOCOL), "member 2's link kept");
     }
 
     /// Writes an empty frame from member 2 to node 1.

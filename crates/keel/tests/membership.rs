@@ -23,53 +23,6 @@ fn membership(cluster: &LocalCluster, i: usize) -> Option<(Vec<u64>, Vec<u64>)> 
     Some((ids("voters")?, ids("learners")?))
 }
 
-/// The leader's index.
-fn leader(cluster: &LocalCluster) -> usize {
-    match cluster.wait_for_leader(common::LEADER_WAIT) {
-        Some(leader) => leader,
-        None => {
-            common::dump_logs(cluster);
-            let statuses: Vec<_> = (0..cluster.configs.len()).map(|i| cluster.status(i)).collect();
-            panic!("no leader: {statuses:?}");
-        }
-    }
-}
-
-/// Waits until every member agrees that node index `i` leads.
-fn assert_leads(cluster: &LocalCluster, i: usize) {
-    let led = common::wait_until(common::LEADER_WAIT, || {
-        cluster.wait_for_leader(Duration::from_secs(1)) == Some(i)
-    });
-    assert!(led, "node {} does not lead", i + 1);
-}
-
-/// `KEEL.NODE change id` at the leader, again while it is refused for now (a change not
-/// yet committed, a learner not caught up, a leader being elected); panics on any other
-/// refusal.
-fn change(cluster: &LocalCluster, what: &str, id: u32) {
-    let id = id.to_string();
-    eprintln!("KEEL.NODE {what} {id}");
-    let done = common::wait_until(Duration::from_secs(60), || {
-        let Some(at) = cluster.wait_for_leader(Duration::from_secs(1)) else { return false };
-        let at = cluster.configs[at].client_addr;
-        let reply = common::Conn::open(at).call(&["KEEL.NODE", what, &id]);
-        if reply != "+OK" {
-            eprintln!("  {reply}");
-        }
-        match reply.as_str() {
-            "+OK" => true,
-            busy if busy.starts_with("-BUSY") || busy.starts_with("-TRYAGAIN") => false,
-            moved if moved.contains("not the leader") || moved.starts_with("-MOVED") => false,
-            timeout if timeout.contains("timed out") || timeout.contains("TIMEOUT") => false,
-            other => panic!("KEEL.NODE {what} {id}: {other}"),
-        }
-    });
-    if !done {
-        common::dump_logs(cluster);
-        panic!("KEEL.NODE {what} {id} never went through");
-    }
-}
-
 #[test]
 fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_every_promise() {
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
@@ -80,7 +33,7 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
         c.engine.snapshot_entries_threshold = Some(10_000_000);
     })
     .expect("the cluster starts");
-    let first = leader(&cluster);
+    let first = common::leader(&cluster);
     assert!(first < 3, "a voter leads");
     assert_eq!(membership(&cluster, 3), Some((vec![1, 2, 3], vec![])), "4 starts outside");
     let mut load = common::Workload::start(&cluster, Duration::from_secs(300), 11);
@@ -97,20 +50,20 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     // Grow: 3 → 5 voters.
     for id in [4, 5] {
         step(&cluster, "adding a learner");
-        change(&cluster, "ADD", id);
+        common::change(&cluster, "ADD", id);
         step(&cluster, "promoting it");
-        change(&cluster, "PROMOTE", id);
+        common::change(&cluster, "PROMOTE", id);
     }
-    let at = leader(&cluster);
+    let at = common::leader(&cluster);
     assert_eq!(membership(&cluster, at), Some((vec![1, 2, 3, 4, 5], vec![])));
 
     // Shrink: 5 → 3, removing two of the first voters that do not lead.
     let removed: Vec<u32> = (1..=3u32).filter(|id| *id as usize - 1 != at).take(2).collect();
     for id in &removed {
         step(&cluster, "removing a voter");
-        change(&cluster, "REMOVE", *id);
+        common::change(&cluster, "REMOVE", *id);
     }
-    let at = leader(&cluster);
+    let at = common::leader(&cluster);
     let (voters, _) = membership(&cluster, at).expect("the leader answers");
     assert_eq!(voters.len(), 3, "back to three voters: {voters:?}");
 
@@ -119,7 +72,7 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     let wiped = voters.iter().map(|v| *v as usize - 1).find(|i| *i != at).expect("a follower");
     step(&cluster, "killing a voter");
     cluster.kill(wiped);
-    change(&cluster, "REMOVE", wiped as u32 + 1);
+    common::change(&cluster, "REMOVE", wiped as u32 + 1);
     std::fs::remove_dir_all(&cluster.configs[wiped].data_dir).expect("the disk is wiped");
     let rest: Vec<u32> =
         voters.iter().map(|v| *v as u32).filter(|v| *v != wiped as u32 + 1).collect();
@@ -127,15 +80,15 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     cluster.rewrite_config(wiped).expect("its configuration is written");
     cluster.restart(wiped).expect("it starts empty");
     step(&cluster, "adding the wiped node back");
-    change(&cluster, "ADD", wiped as u32 + 1);
+    common::change(&cluster, "ADD", wiped as u32 + 1);
     step(&cluster, "promoting it");
-    change(&cluster, "PROMOTE", wiped as u32 + 1);
+    common::change(&cluster, "PROMOTE", wiped as u32 + 1);
 
     // Move the leadership on request: to the replaced node, asked at the leader; then to
     // another voter with the CLI, asked at a follower, which forwards it.
     step(&cluster, "moving the leadership");
-    change(&cluster, "TRANSFER-LEADER", wiped as u32 + 1);
-    assert_leads(&cluster, wiped);
+    common::change(&cluster, "TRANSFER-LEADER", wiped as u32 + 1);
+    common::assert_leads(&cluster, wiped);
     step(&cluster, "moving it with the CLI");
     let (voters, _) = membership(&cluster, wiped).expect("the new leader answers");
     let next = voters.iter().map(|v| *v as usize - 1).find(|i| *i != wiped).expect("a voter");
@@ -151,11 +104,11 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
         out.status.success()
     });
     assert!(moved, "the CLI never moved the leadership");
-    assert_leads(&cluster, next);
+    common::assert_leads(&cluster, next);
     step(&cluster, "stopping the workload");
     load.stop();
 
-    let at = leader(&cluster);
+    let at = common::leader(&cluster);
     let (voters, learners) = membership(&cluster, at).expect("the leader answers");
     assert_eq!(voters.len(), 3, "{voters:?}");
     assert!(voters.contains(&(wiped as u64 + 1)) && learners.is_empty(), "{voters:?}");

@@ -290,7 +290,12 @@ pub(super) fn read_message(
     limits: &PeerLimits,
 ) -> Result<Message, PeerError> {
     let epoch = |r: &mut Reader<'_>| r.u64("epoch").map(Epoch);
-    let message = match reader.u8("message tag")? {
+    let tag = reader.u8("message tag")?;
+    if limits.protocol < 2 && [TAG_TIMEOUT_NOW, TAG_REQUEST_TRANSFER_VOTE].contains(&tag) {
+        // Peer protocol 2's: a node of protocol 1 knows no such tag.
+        return Err(CodecError::UnknownTag { what: "message tag", tag }.into());
+    }
+    let message = match tag {
         TAG_PRE_VOTE => Message::PreVote {
             epoch: epoch(reader)?,
             last_epoch: Epoch(reader.u64("last epoch")?),
@@ -1009,6 +1014,27 @@ mod tests {
         let decoded = read_message(&mut reader, &PeerLimits::default()).unwrap();
         reader.finish().unwrap();
         decoded
+    }
+
+    #[test]
+    fn a_node_of_peer_protocol_1_refuses_what_protocol_2_added_and_decodes_the_rest() {
+        let older = PeerLimits { protocol: 1, ..PeerLimits::default() };
+        let vote = |transfer| Message::RequestVote {
+            epoch: Epoch(3),
+            last_epoch: Epoch(2),
+            last_index: LogIndex(9),
+            transfer,
+        };
+        let decode = |message: &Message| {
+            let mut bytes = Vec::new();
+            put_message(&mut bytes, message);
+            read_message(&mut Reader::new(&bytes), &older)
+        };
+        assert_eq!(decode(&vote(false)), Ok(vote(false)), "tag 1's bytes are unchanged");
+        for added in [vote(true), Message::TimeoutNow { epoch: Epoch(3) }] {
+            assert!(decode(&added).is_err(), "{added:?}");
+            assert_eq!(round_trip(&added), added, "this protocol decodes it");
+        }
     }
 
     proptest! {

@@ -7,6 +7,7 @@
 //!   message type implements, [`encode_frame`] and [`decode_frame`].
 //! - `kite`: the encoding of `keel_core::kite::Message` (a format byte, then postcard).
 //! - `geo`: the encoding of `keel_core::geo::Message` (a format byte, then postcard).
+//! - `link`: the link's own envelope, the peer protocol a node speaks.
 //! - `message`: the encoding of every `keel_core::leader::Message` variant (one file, so
 //!   that a new field is one edit; its round-trip property test names every field).
 //!
@@ -33,10 +34,12 @@
 
 mod geo;
 mod kite;
+mod link;
 mod message;
 
 pub use geo::GEO_FORMAT_V1;
 pub use kite::KITE_FORMAT_V3;
+pub use link::{Announce, LINK_KEYSPACE, PEER_PROTOCOL, PEER_PROTOCOL_MIN};
 
 use keel_types::codec::{put_u32, put_u8, CodecError, Reader};
 use keel_types::{KeyspaceId, NodeId};
@@ -177,6 +180,9 @@ pub struct PeerLimits {
     pub messages_per_frame_max: u32,
     /// Most log entries in one `Append`.
     pub entries_per_message_max: u32,
+    /// The peer protocol this node speaks (`link`): a message a later protocol added is
+    /// refused as an older build would refuse it. [`PEER_PROTOCOL`] but in upgrade tests.
+    pub protocol: u8,
 }
 
 impl Default for PeerLimits {
@@ -185,6 +191,7 @@ impl Default for PeerLimits {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             messages_per_frame_max: MESSAGES_PER_FRAME_MAX_DEFAULT,
             entries_per_message_max: ENTRIES_PER_MESSAGE_MAX_DEFAULT,
+            protocol: PEER_PROTOCOL,
         }
     }
 }

@@ -390,3 +390,56 @@ impl Workload {
         self.runtime.block_on(work).unwrap();
     }
 }
+
+/// The leader's index.
+pub fn leader(cluster: &LocalCluster) -> usize {
+    match cluster.wait_for_leader(LEADER_WAIT) {
+        Some(leader) => leader,
+        None => {
+            dump_logs(cluster);
+            let statuses: Vec<_> = (0..cluster.configs.len()).map(|i| cluster.status(i)).collect();
+            panic!("no leader: {statuses:?}");
+        }
+    }
+}
+
+/// Waits until every member agrees that node index `i` leads.
+pub fn assert_leads(cluster: &LocalCluster, i: usize) {
+    let led =
+        wait_until(LEADER_WAIT, || cluster.wait_for_leader(Duration::from_secs(1)) == Some(i));
+    assert!(led, "node {} does not lead", i + 1);
+}
+
+/// `KEEL.NODE change id` at the leader, again while it is refused for now (a change not
+/// yet committed, a learner not caught up, a leader being elected); panics on any other
+/// refusal.
+pub fn change(cluster: &LocalCluster, what: &str, id: u32) {
+    change_retrying(cluster, what, id, false);
+}
+
+/// As [`change`]; `retry_older` also retries while a member still speaks an older peer
+/// protocol (just after a rolling upgrade's last restart, before every link announced).
+pub fn change_retrying(cluster: &LocalCluster, what: &str, id: u32, retry_older: bool) {
+    let id = id.to_string();
+    eprintln!("KEEL.NODE {what} {id}");
+    let done = wait_until(Duration::from_secs(60), || {
+        let Some(at) = cluster.wait_for_leader(Duration::from_secs(1)) else { return false };
+        let at = cluster.configs[at].client_addr;
+        let reply = Conn::open(at).call(&["KEEL.NODE", what, &id]);
+        if reply != "+OK" {
+            eprintln!("  {reply}");
+        }
+        match reply.as_str() {
+            "+OK" => true,
+            older if older.contains("speaks peer protocol") && retry_older => false,
+            busy if busy.starts_with("-BUSY") || busy.starts_with("-TRYAGAIN") => false,
+            moved if moved.contains("not the leader") || moved.starts_with("-MOVED") => false,
+            timeout if timeout.contains("timed out") || timeout.contains("TIMEOUT") => false,
+            other => panic!("KEEL.NODE {what} {id}: {other}"),
+        }
+    });
+    if !done {
+        dump_logs(cluster);
+        panic!("KEEL.NODE {what} {id} never went through");
+    }
+}

@@ -16,7 +16,8 @@ use crate::front_door::conn::{Conn, Pending};
 use crate::front_door::dispatch::Turn;
 use keel_core::engine::ClientReply;
 use keel_types::{
-    db_key, ClientId, Command, CommandResult, KeelError, KeyspaceId, RequestId, DB_KEY_PREFIX,
+    db_key, ClientId, ClusterOp, Command, CommandResult, KeelError, KeyspaceId, RequestId,
+    DB_KEY_PREFIX,
 };
 use keel_wire::command::TransferForm;
 use keel_wire::reply::error_frame;
@@ -163,6 +164,22 @@ pub(crate) fn key_in_database(db: u8, key: keel_types::Key) -> Result<keel_types
     Ok(if db == 0 { key } else { db_key(db, &key) })
 }
 
+/// Why a leadership transfer may not be asked now: a member (or this node) speaks a peer
+/// protocol older than the transfer's (2), and would drop its messages (`docs/operations.md`,
+/// *Rolling upgrade*).
+fn older_peer(conn: &Conn) -> Option<String> {
+    let protocols = conn.keyspaces.node_metrics.peer_protocols();
+    let (node, protocol) = protocols.into_iter().find(|(_, p)| *p < TRANSFER_PROTOCOL)?;
+    Some(format!(
+        "ERR node {} speaks peer protocol {protocol}; leadership transfer needs {TRANSFER_PROTOCOL} \
+         on every member: finish the upgrade first",
+        node.0
+    ))
+}
+
+/// The peer protocol that brought leadership transfer.
+const TRANSFER_PROTOCOL: u8 = 2;
+
 /// Sends a whole-database command its turn has come for.
 pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pending {
     let protocol = conn.protocol;
@@ -180,6 +197,9 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             Pending::later(Box::pin(reply), protocol)
         }
         ClientCommand::Node { op } => {
+            if let (ClusterOp::TransferLeader(_), Some(text)) = (op, older_peer(conn)) {
+                return Pending::ready(Frame::error(&text), protocol);
+            }
             // Through the keyspace's log, at its leader: answered once committed.
             let sent = conn.node.send(turn.submit(Command::Cluster(op)));
             let reply = async move {
