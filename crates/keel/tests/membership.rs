@@ -37,21 +37,13 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     assert!(first < 3, "a voter leads");
     assert_eq!(membership(&cluster, 3), Some((vec![1, 2, 3], vec![])), "4 starts outside");
     let mut load = common::Workload::start(&cluster, Duration::from_secs(300), 11);
-    let mut target = OPS_BETWEEN_CHANGES;
-    let mut step = |cluster: &LocalCluster, what: &str| {
-        let ok = common::wait_until(Duration::from_secs(60), || load.ops() >= target);
-        if !ok {
-            common::dump_logs(cluster);
-            panic!("no progress before: {what} ({} ops)", load.ops());
-        }
-        target = load.ops() + OPS_BETWEEN_CHANGES;
-    };
+    let mut pace = common::Pace::new(OPS_BETWEEN_CHANGES);
 
     // Grow: 3 → 5 voters.
     for id in [4, 5] {
-        step(&cluster, "adding a learner");
+        pace.step(&load, &cluster, "adding a learner");
         common::change(&cluster, "ADD", id);
-        step(&cluster, "promoting it");
+        pace.step(&load, &cluster, "promoting it");
         common::change(&cluster, "PROMOTE", id);
     }
     let at = common::leader(&cluster);
@@ -60,7 +52,7 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     // Shrink: 5 → 3, removing two of the first voters that do not lead.
     let removed: Vec<u32> = (1..=3u32).filter(|id| *id as usize - 1 != at).take(2).collect();
     for id in &removed {
-        step(&cluster, "removing a voter");
+        pace.step(&load, &cluster, "removing a voter");
         common::change(&cluster, "REMOVE", *id);
     }
     let at = common::leader(&cluster);
@@ -70,7 +62,7 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     // Replace a wiped voter: kill it, remove it, wipe its disk, start it outside the
     // membership, add it again and promote it.
     let wiped = voters.iter().map(|v| *v as usize - 1).find(|i| *i != at).expect("a follower");
-    step(&cluster, "killing a voter");
+    pace.step(&load, &cluster, "killing a voter");
     cluster.kill(wiped);
     common::change(&cluster, "REMOVE", wiped as u32 + 1);
     std::fs::remove_dir_all(&cluster.configs[wiped].data_dir).expect("the disk is wiped");
@@ -79,17 +71,17 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     cluster.configs[wiped].voters = Some(rest);
     cluster.rewrite_config(wiped).expect("its configuration is written");
     cluster.restart(wiped).expect("it starts empty");
-    step(&cluster, "adding the wiped node back");
+    pace.step(&load, &cluster, "adding the wiped node back");
     common::change(&cluster, "ADD", wiped as u32 + 1);
-    step(&cluster, "promoting it");
+    pace.step(&load, &cluster, "promoting it");
     common::change(&cluster, "PROMOTE", wiped as u32 + 1);
 
     // Move the leadership on request: to the replaced node, asked at the leader; then to
     // another voter with the CLI, asked at a follower, which forwards it.
-    step(&cluster, "moving the leadership");
+    pace.step(&load, &cluster, "moving the leadership");
     common::change(&cluster, "TRANSFER-LEADER", wiped as u32 + 1);
     common::assert_leads(&cluster, wiped);
-    step(&cluster, "moving it with the CLI");
+    pace.step(&load, &cluster, "moving it with the CLI");
     let (voters, _) = membership(&cluster, wiped).expect("the new leader answers");
     let next = voters.iter().map(|v| *v as usize - 1).find(|i| *i != wiped).expect("a voter");
     let asked = voters.iter().map(|v| *v as usize - 1).find(|i| ![wiped, next].contains(i));
@@ -105,7 +97,7 @@ fn a_keyspace_grows_shrinks_replaces_a_wiped_voter_and_moves_its_leader_keeping_
     });
     assert!(moved, "the CLI never moved the leadership");
     common::assert_leads(&cluster, next);
-    step(&cluster, "stopping the workload");
+    pace.step(&load, &cluster, "stopping the workload");
     load.stop();
 
     let at = common::leader(&cluster);

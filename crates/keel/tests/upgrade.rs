@@ -32,29 +32,21 @@ fn a_cluster_of_the_previous_protocol_upgrades_one_node_at_a_time_keeping_every_
     .expect("the cluster starts");
     let first = common::leader(&cluster);
     let mut load = common::Workload::start(&cluster, Duration::from_secs(300), 13);
-    let mut target = OPS_BETWEEN_STEPS;
-    let mut step = |cluster: &LocalCluster, what: &str| {
-        let ok = common::wait_until(Duration::from_secs(60), || load.ops() >= target);
-        if !ok {
-            common::dump_logs(cluster);
-            panic!("no progress before: {what} ({} ops)", load.ops());
-        }
-        target = load.ops() + OPS_BETWEEN_STEPS;
-    };
+    let mut pace = common::Pace::new(OPS_BETWEEN_STEPS);
 
     // Followers first, the leader last (no transfer in the previous protocol: its
     // restart costs an election).
     let order: Vec<usize> = (0..3).filter(|i| *i != first).chain([first]).collect();
     cluster.set_exe(&exe);
     for (n, i) in order.iter().copied().enumerate() {
-        step(&cluster, "upgrading a node");
+        pace.step(&load, &cluster, "upgrading a node");
         eprintln!("upgrading node {}", i + 1);
         cluster.kill(i);
         cluster.configs[i].testing.peer_protocol = None;
         cluster.rewrite_config(i).expect("its configuration is written");
         cluster.restart(i).expect("it starts as this version");
         if n == 0 {
-            step(&cluster, "asking for a transfer while mixed");
+            pace.step(&load, &cluster, "asking for a transfer while mixed");
             let refused = common::wait_until(Duration::from_secs(30), || {
                 let reply = common::Conn::open(cluster.configs[i].client_addr).call(&[
                     "KEEL.NODE",
@@ -69,12 +61,12 @@ fn a_cluster_of_the_previous_protocol_upgrades_one_node_at_a_time_keeping_every_
     }
 
     // Every member speaks this version's protocol: the leadership moves on request.
-    step(&cluster, "moving the leadership");
+    pace.step(&load, &cluster, "moving the leadership");
     let at = common::leader(&cluster);
     let to = (at + 1) % 3;
     common::change_retrying(&cluster, "TRANSFER-LEADER", to as u32 + 1, true);
     common::assert_leads(&cluster, to);
-    step(&cluster, "stopping the workload");
+    pace.step(&load, &cluster, "stopping the workload");
     load.stop();
 
     let converged = common::wait_until(common::CONVERGE_WAIT, || {

@@ -443,3 +443,26 @@ pub fn change_retrying(cluster: &LocalCluster, what: &str, id: u32, retry_older:
         panic!("KEEL.NODE {what} {id} never went through");
     }
 }
+
+/// Paces a test by progress, not time: each [`Pace::step`] waits until `every` more of
+/// the workload's operations finished since the last.
+pub struct Pace {
+    every: u64,
+    next: u64,
+}
+
+impl Pace {
+    pub fn new(every: u64) -> Pace {
+        Pace { every, next: every }
+    }
+
+    /// Waits for the next `every` operations (at most a minute) before `what`.
+    pub fn step(&mut self, load: &Workload, cluster: &LocalCluster, what: &str) {
+        let ok = wait_until(Duration::from_secs(60), || load.ops() >= self.next);
+        if !ok {
+            dump_logs(cluster);
+            panic!("no progress before: {what} ({} ops)", load.ops());
+        }
+        self.next = load.ops() + self.every;
+    }
+}
