@@ -452,7 +452,13 @@ pub async fn fetch_survivors(client: &Client, node: usize) -> Result<Vec<Survivo
     for _ in 0..LOG_PAGES_MAX {
         let from_text = from.to_string().into_bytes();
         let count = LOG_PAGE_ENTRIES.to_string().into_bytes();
-        let frame = client.call_node(node, &[b"KEEL.LOG", &from_text, &count]).await?;
+        let words: [&[u8]; 3] = [b"KEEL.LOG", &from_text, &count];
+        let frame = match client.call_node(node, &words).await {
+            // A pooled connection the node closed (it restarted) is found closed only
+            // when used: once more, on a fresh one.
+            Err(ClientError::Connection(_)) => client.call_node(node, &words).await?,
+            answer => answer?,
+        };
         let Frame::Array(items) = frame else {
             return Err(ClientError::Unexpected("KEEL.LOG reply is not an array".into()));
         };
