@@ -11,7 +11,7 @@ use keel_exec::{AppendHold, Completion, Front, Io, Replica, VirtualDisk};
 use keel_storage::{SimStorage, Storage, StorageConfig};
 use keel_types::{
     ClientId, ClusterOp, Command, CommandResult, Durability, Entry, EntryPayload, Epoch, HardState,
-    KeelError, Key, LogIndex, NodeId, ReadLevel, RequestId, Value, Version,
+    KeelError, Key, LogIndex, Membership, NodeId, ReadLevel, RequestId, Value, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1922,4 +1922,41 @@ fn a_voter_passes_its_stickiness_only_for_a_transfer_of_its_next_epoch() {
     let before = c.status(leader).epoch;
     c.step(leader, Input::Message { from: other, message: ask(before.next()) });
     assert_eq!(c.status(leader).role, Role::Leader, "a leader that kept its lease refuses");
+}
+
+#[test]
+fn a_node_made_a_voter_in_an_epoch_votes_only_in_later_ones() {
+    // Node 4 became a voter by a membership entry of epoch 5, which already has its
+    // leader; its vote of epoch 5 is forgotten (a wiped disk, added again under its id).
+    // A second vote in epoch 5 could elect a second leader there: only epoch 6 on.
+    let epoch = Epoch;
+    let voters = Membership { voters: ids(4), learners: Vec::new() };
+    let entries = vec![
+        Entry { epoch: epoch(5), index: LogIndex(1), payload: EntryPayload::Noop },
+        Entry { epoch: epoch(5), index: LogIndex(2), payload: EntryPayload::Membership(voters) },
+    ];
+    let persisted = PersistedState {
+        hard_state: HardState { epoch: epoch(5), voted_for: None, repair_floor: None },
+        snapshot: None,
+        entries,
+    };
+    let mut config = Config::new(NodeId(4), ids(3));
+    config.joining = true;
+    let mut engine = LeaderEngine::new(config, persisted, 4, Time(0)).unwrap();
+    assert_eq!(engine.status().voters, ids(4), "a voter by its log");
+    let vote = |e| Message::RequestVote {
+        epoch: epoch(e),
+        last_epoch: epoch(5),
+        last_index: LogIndex(2),
+        transfer: false,
+    };
+    let granted = |out: &Outputs| {
+        out.messages.iter().any(|(_, m)| matches!(m, Message::Vote { granted: true, .. }))
+    };
+    let quiet = 300 * MS; // past the boot stickiness
+    let out = engine.step(Time(quiet), Input::Message { from: NodeId(2), message: vote(5) });
+    assert!(!granted(&out), "a vote in the epoch of its membership entry");
+    let out = engine.step(Time(quiet + 1), Input::Message { from: NodeId(3), message: vote(6) });
+    assert!(granted(&out), "the next epoch's vote");
+    assert_eq!(engine.status().epoch, epoch(6));
 }
