@@ -326,7 +326,7 @@ pub struct Config {
     pub unsafe_count_removed: bool,
     /// For negative-control tests only: a learner is admitted to the active set (and so
     /// granted leases and served `monotonic` reads) as soon as the leader hears it,
-    /// before it holds the durable index. Shows that the simulator's checkers catch the
+    /// before it holds the durable index, and kept there however far it lags. Shows that the simulator's checkers catch the
     /// stale reads a learner that has not caught up serves.
     #[serde(default)]
     pub unsafe_learner_reads_early: bool,

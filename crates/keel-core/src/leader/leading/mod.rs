@@ -386,8 +386,10 @@ impl Leading {
         for (id, p) in self.progress.iter_mut() {
             let lagging = last.0.saturating_sub(p.persisted_point.0) > lag_max;
             p.lagging_since = if lagging { Some(p.lagging_since.unwrap_or(now)) } else { None };
-            let slow = p.lagging_since.is_some_and(|since| now >= since + timeout);
             let early = core.config.unsafe_learner_reads_early && core.membership().contains(*id);
+            // (The control keeps a learner whatever its lag, as it admits it.)
+            let slow = p.lagging_since.is_some_and(|since| now >= since + timeout)
+                && !(early && !core.is_voter(*id));
             let voting = core.is_voter(*id) || early;
             if (slow || !voting) && self.active.contains(id) {
                 p.marking_out = true;
@@ -457,8 +459,8 @@ impl Leading {
             let learner_early = early && !voter && core.membership().contains(*id);
             if !self.active.contains(id)
                 && heard
-                && ((voter && p.acked_point >= durable) || learner_early)
-                && p.lagging_since.is_none()
+                && ((voter && p.acked_point >= durable && p.lagging_since.is_none())
+                    || learner_early)
             {
                 assert!(!p.marking_out);
                 self.active.insert(*id);
