@@ -314,9 +314,9 @@ pub struct Metrics {
     rejected: Mutex<BTreeMap<(KeyspaceId, &'static str), u64>>,
     /// When each reason was last logged.
     rejection_logged: Mutex<BTreeMap<&'static str, Instant>>,
-    /// The peer protocol each member's latest inbound link announced (1: none, a node of
-    /// the previous protocol; absent: no link since this node started).
-    peer_protocols: Mutex<BTreeMap<NodeId, u8>>,
+    /// The peer protocol each member's open inbound link announced, with the link's id
+    /// (1: none, a node of the previous protocol; absent: no link open), and this node's.
+    peer_protocols: Mutex<BTreeMap<NodeId, (u64, u8)>>,
 }
 
 impl Metrics {
@@ -353,14 +353,28 @@ impl Metrics {
         self.links_closed[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Notes the peer protocol `from`'s inbound link speaks.
-    pub fn peer_protocol_seen(&self, from: NodeId, protocol: u8) {
-        self.peer_protocols.lock().expect("metrics lock").insert(from, protocol);
+    /// Notes the peer protocol `from`'s inbound link `link` speaks (this node's own with
+    /// [`Metrics::OWN_LINK`]).
+    pub fn peer_protocol_seen(&self, from: NodeId, link: u64, protocol: u8) {
+        self.peer_protocols.lock().expect("metrics lock").insert(from, (link, protocol));
     }
 
-    /// The peer protocol each member's latest inbound link spoke, by member.
+    /// Forgets what `from`'s inbound link `link` announced, once it closed (unless a newer
+    /// link of `from` announced since).
+    pub fn peer_link_closed(&self, from: NodeId, link: u64) {
+        let mut protocols = self.peer_protocols.lock().expect("metrics lock");
+        if protocols.get(&from).is_some_and(|(l, _)| *l == link) {
+            protocols.remove(&from);
+        }
+    }
+
+    /// The link id of this node's own entry in [`Metrics::peer_protocols`].
+    pub const OWN_LINK: u64 = u64::MAX;
+
+    /// The peer protocol of this node and of each member whose inbound link is open.
     pub fn peer_protocols(&self) -> BTreeMap<NodeId, u8> {
-        self.peer_protocols.lock().expect("metrics lock").clone()
+        let protocols = self.peer_protocols.lock().expect("metrics lock");
+        protocols.iter().map(|(node, (_, protocol))| (*node, *protocol)).collect()
     }
 
     /// How many peer connections were closed or refused for `why`.
@@ -673,7 +687,7 @@ impl Page {
             .collect();
         families.push(Family {
             name: "keel_peer_protocol",
-            help: "The peer protocol each member's latest inbound link announced (1: a node of the previous protocol, which announces none); watch it reach the new protocol on every member during a rolling upgrade.",
+            help: "The peer protocol each member's open inbound link announced, and this node's own (1: a node of the previous protocol, which announces none); watch it reach the new protocol on every member during a rolling upgrade.",
             kind: Kind::Gauge(protocols),
         });
         families.push(Family {

@@ -217,7 +217,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let me = NodeId(config.node_id);
     let node_metrics = Arc::new(Metrics::default());
     let links = Arc::new(link_settings(&config, &specs)?);
-    node_metrics.peer_protocol_seen(me, links.limits.protocol);
+    node_metrics.peer_protocol_seen(me, Metrics::OWN_LINK, links.limits.protocol);
     let tls = config.tls_acceptor()?;
     let http_access =
         crate::http::Access::new(config.http_token()?.as_deref(), config.http_tls_acceptor()?);

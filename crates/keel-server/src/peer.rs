@@ -815,8 +815,9 @@ async fn handshake_then_receive(
         Err(_) => return accepting.refuse(LinkClosed::HandshakeTimeout, from_addr),
     }
     accepting.adopt(from, id, own);
-    let result = receive(accepting, from, stream).await;
+    let result = receive(accepting, from, id, stream).await;
     accepting.inbound.lock().expect("inbound lock").forget(from, id);
+    accepting.metrics.peer_link_closed(from, id);
     if let Err(reason) = result {
         tracing::warn!(%from_addr, %from, %reason, "closing peer connection");
     }
@@ -841,13 +842,18 @@ async fn challenge(
 
 /// Reads frames from authenticated member `from` until the connection closes, breaks a
 /// rule or stays idle past the limit.
-async fn receive(accepting: &Accepting, from: NodeId, mut stream: TcpStream) -> Result<(), String> {
+async fn receive(
+    accepting: &Accepting,
+    from: NodeId,
+    link: u64,
+    mut stream: TcpStream,
+) -> Result<(), String> {
     let (me, settings, metrics) = (accepting.me, &accepting.settings, &accepting.metrics);
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     // A node of protocol 1 announces nothing; a later one says so in its first frame.
     let speaks = settings.limits.protocol;
-    metrics.peer_protocol_seen(from, PEER_PROTOCOL_MIN);
+    metrics.peer_protocol_seen(from, link, PEER_PROTOCOL_MIN);
     loop {
         let read = tokio::time::timeout(settings.idle_timeout, stream.read(&mut chunk)).await;
         let Ok(read) = read else {
@@ -874,7 +880,7 @@ async fn receive(accepting: &Accepting, from: NodeId, mut stream: TcpStream) -> 
             for (keyspace, bytes) in frame.envelopes {
                 if keyspace == LINK_KEYSPACE && speaks > PEER_PROTOCOL_MIN {
                     if let Some(Announce(protocol)) = Announce::decode(bytes) {
-                        metrics.peer_protocol_seen(from, protocol);
+                        metrics.peer_protocol_seen(from, link, protocol);
                     }
                     continue;
                 }
@@ -1025,7 +1031,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_link_records_the_peer_protocol_its_member_announces_and_one_without() {
+    async fn a_link_records_the_peer_protocol_its_member_announces_until_it_closes() {
         let (addr, settings, metrics) = listening(4).await;
         let seen = |id: u32| metrics.peer_protocols().get(&NodeId(id)).copied();
         let wait_for = |id: u32, protocol: u8| {
@@ -1067,6 +1073,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(seen(3), Some(1));
         assert_eq!(seen(2), Some(keel_wire::peer::PEER_PROTOCOL), "member 2's link kept");
+        // Member 3's link closes (it stops, to start again perhaps as another version):
+        // nothing is claimed for it until it dials again.
+        drop(older);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen(3).is_some() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen(3), None, "{:?}", metrics.peer_protocols());
     }
 
     /// Writes an empty frame from member 2 to node 1.

@@ -343,7 +343,7 @@ pub fn message_epoch(message: &Message) -> Epoch {
         | Message::InstallSnapshotReply { epoch, .. }
         | Message::Forward { epoch, .. }
         | Message::ForwardReply { epoch, .. }
-        | Message::TimeoutNow { epoch } => *epoch,
+        | Message::TimeoutNow { epoch, .. } => *epoch,
     }
 }
 

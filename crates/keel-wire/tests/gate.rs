@@ -38,7 +38,7 @@ fn corpus() -> Vec<Message> {
             last_index: LogIndex(3),
             transfer: false,
         },
-        Message::TimeoutNow { epoch: Epoch(2) },
+        Message::TimeoutNow { epoch: Epoch(2), last_epoch: Epoch(1), last_index: LogIndex(3) },
         Message::Vote { epoch: Epoch(2), granted: true },
         Message::Append {
             epoch: Epoch(2),

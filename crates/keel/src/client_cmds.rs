@@ -4,9 +4,9 @@
 //! `--strong` name its barrier or strength.
 
 use anyhow::bail;
-use keel_client::{Client, ClientConfig, ClientTls};
+use keel_client::{Client, ClientConfig, ClientError, ClientTls};
 use keel_server::local::{keyspace_entries, KeyspaceEntry};
-use keel_types::{Durability, ReadLevel};
+use keel_types::{Durability, KeelError, ReadLevel};
 use keel_wire::resp::Frame;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -110,21 +110,75 @@ pub struct NodeArgs {
     pub change: String,
     /// The node's id (as in `members`).
     pub id: u32,
+    /// How long to keep asking while the change may not be made yet (`BUSY`: a learner
+    /// catching up, the previous change not committed, the leadership moving), no leader
+    /// is known, or the answer was lost; 0: ask once.
+    #[arg(long, default_value_t = 30)]
+    pub wait: u64,
     #[command(flatten)]
     target: Target,
 }
 
-/// Runs `keel node`: one `KEEL.NODE` to the target node, which forwards it to the
-/// keyspace's leader; answered once the change is committed.
+/// Runs `keel node`: `KEEL.NODE` to the target node, which forwards it to the keyspace's
+/// leader; answered once the change is committed (a change asked again once in effect is
+/// answered as done, so asking again is safe). Removing the leader moves its leadership
+/// to another voter first.
 pub fn node(args: &NodeArgs) -> ExitCode {
     run(async {
         let client = client(&args.target)?;
-        let id = args.id.to_string();
-        let words: [&[u8]; 3] = [b"KEEL.NODE", args.change.as_bytes(), id.as_bytes()];
-        client.call_node(0, &words).await?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(args.wait);
+        if args.change == "remove" {
+            if let Some(to) = leader_successor(&client, args.id).await {
+                eprintln!("node {} leads: moving its leadership to node {to} first", args.id);
+                ask_until_done(&client, "transfer-leader", to, deadline).await?;
+            }
+        }
+        ask_until_done(&client, &args.change, args.id, deadline).await?;
         println!("OK");
         Ok(())
     })
+}
+
+/// If node `id` leads, as the target node sees it: another voter to take over.
+async fn leader_successor(client: &Client, id: u32) -> Option<u32> {
+    let Ok(Frame::Bulk(json)) = client.call_node(0, &[b"KEEL.STATUS"]).await else {
+        return None;
+    };
+    let status: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    if status["leader"].as_u64() != Some(u64::from(id)) {
+        return None;
+    }
+    let voters = status["voters"].as_array()?.iter().filter_map(|v| v.as_u64());
+    voters.map(|v| v as u32).find(|v| *v != id)
+}
+
+/// Asks `KEEL.NODE change id` again (every 200 ms, until `deadline`) while the change may
+/// not be made yet, no leader is known, or the answer was lost.
+async fn ask_until_done(
+    client: &Client,
+    change: &str,
+    id: u32,
+    deadline: std::time::Instant,
+) -> anyhow::Result<()> {
+    let id = id.to_string();
+    let words: [&[u8]; 3] = [b"KEEL.NODE", change.as_bytes(), id.as_bytes()];
+    loop {
+        let error = match client.call_node(0, &words).await {
+            Ok(_) => return Ok(()),
+            Err(error) => error,
+        };
+        let passing = matches!(
+            &error,
+            ClientError::Keel(
+                KeelError::Busy(_) | KeelError::NotLeader { .. } | KeelError::Timeout
+            ) | ClientError::Connection(_)
+        );
+        if !passing || std::time::Instant::now() >= deadline {
+            return Err(error.into());
+        }
+        eprintln!("not yet: {error}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `keel set KEY VALUE`.

@@ -128,12 +128,20 @@ impl LeaderEngine {
 
     /// A leader's `TimeoutNow`: its follower campaigns at once, skipping the pre-vote,
     /// if that leader is the one it follows in this epoch (a late one from an earlier
-    /// epoch's leader is ignored) and it may lead.
-    pub(super) fn on_timeout_now(&mut self, from: NodeId, epoch: Epoch) {
+    /// epoch's leader is ignored), it may lead, and its log ends where the leader's does.
+    /// The leader judged the last from this node's replies, which a crash since may have
+    /// made stale: a log cut by the crash would lose committed entries if it led.
+    pub(super) fn on_timeout_now(
+        &mut self,
+        from: NodeId,
+        epoch: Epoch,
+        (last_epoch, last_index): (Epoch, LogIndex),
+    ) {
         let core = &self.core;
         let following = matches!(&self.role, RoleState::Follower(f) if f.leader == Some(from));
         let may_lead = core.is_voter(core.config.node_id) && core.hard.repair_floor.is_none();
-        if epoch == core.hard.epoch && following && may_lead {
+        let whole = core.log.last_epoch() == last_epoch && core.log.last_index() == last_index;
+        if epoch == core.hard.epoch && following && may_lead && whole {
             self.start_election(true);
         }
     }

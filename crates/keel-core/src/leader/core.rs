@@ -300,10 +300,13 @@ impl Core {
                 let version = Version { epoch: self.hard.epoch, index: LogIndex::ZERO };
                 Ok(CommandResult::Written { version })
             }
-            Some(leader) if wait.asked_as_leader => Err(KeelError::Busy(format!(
-                "node {} does not lead; node {} leads",
-                wait.target.0, leader.0
-            ))),
+            // Asked as leader, or this node leads the later epoch itself: not the target.
+            Some(leader) if wait.asked_as_leader || leader == self.config.node_id => {
+                Err(KeelError::Busy(format!(
+                    "node {} does not lead; node {} leads",
+                    wait.target.0, leader.0
+                )))
+            }
             Some(_) => return,
             None => return,
         };

@@ -186,7 +186,9 @@ impl LeaderEngine {
                     }
                 }
             }
-            Message::TimeoutNow { epoch } => self.on_timeout_now(from, epoch),
+            Message::TimeoutNow { epoch, last_epoch, last_index } => {
+                self.on_timeout_now(from, epoch, (last_epoch, last_index))
+            }
             Message::Forward { epoch, request } => self.on_forward(from, epoch, request),
             Message::ForwardReply { epoch: _, reply } => {
                 let wait = self.core.transfer_wait;

@@ -37,7 +37,8 @@ fn index_ok(index: LogIndex) -> bool {
 pub fn check(message: &Message) -> Result<(), &'static str> {
     match message {
         Message::PreVote { epoch, last_epoch, last_index }
-        | Message::RequestVote { epoch, last_epoch, last_index, .. } => {
+        | Message::RequestVote { epoch, last_epoch, last_index, .. }
+        | Message::TimeoutNow { epoch, last_epoch, last_index } => {
             check_epoch(*epoch)?;
             check_index(*last_index)?;
             if last_epoch > epoch {
@@ -45,9 +46,7 @@ pub fn check(message: &Message) -> Result<(), &'static str> {
             }
             Ok(())
         }
-        Message::PreVoteReply { epoch, .. }
-        | Message::Vote { epoch, .. }
-        | Message::TimeoutNow { epoch } => check_epoch(*epoch),
+        Message::PreVoteReply { epoch, .. } | Message::Vote { epoch, .. } => check_epoch(*epoch),
         Message::Append { .. } => check_append(message),
         Message::AppendReply {
             epoch,

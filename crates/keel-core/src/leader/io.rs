@@ -75,6 +75,11 @@ pub enum Message {
     TimeoutNow {
         /// The leader's epoch.
         epoch: Epoch,
+        /// The leader's last log entry `(epoch, index)`: the target campaigns only if its
+        /// own log ends there too (a crash since its last reply may have cut its log).
+        last_epoch: Epoch,
+        /// See `last_epoch`.
+        last_index: LogIndex,
     },
     /// Vote reply.
     Vote {

@@ -162,7 +162,9 @@ fn message() -> impl Strategy<Value = Message> {
                 transfer
             }
         ),
-        epoch().prop_map(|epoch| Message::TimeoutNow { epoch }),
+        (epoch(), epoch(), index()).prop_map(|(epoch, last_epoch, last_index)| {
+            Message::TimeoutNow { epoch, last_epoch, last_index }
+        }),
         (epoch(), epoch(), index()).prop_map(|(epoch, last_epoch, last_index)| {
             Message::PreVote { epoch, last_epoch, last_index }
         }),

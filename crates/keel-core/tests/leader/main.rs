@@ -1960,3 +1960,22 @@ fn a_node_made_a_voter_in_an_epoch_votes_only_in_later_ones() {
     assert!(granted(&out), "the next epoch's vote");
     assert_eq!(engine.status().epoch, epoch(6));
 }
+
+#[test]
+fn a_target_whose_log_does_not_end_where_the_leaders_does_ignores_timeout_now() {
+    // The leader judges the target's log from its replies; a crash since may have cut it.
+    let mut c = cluster3(3);
+    let leader = c.await_leader();
+    let put = c.put(leader, "k", "v", Durability::Replicated);
+    c.await_reply(put, 1_000);
+    c.run_for(50);
+    let target = c.nodes.keys().copied().find(|n| *n != leader).unwrap();
+    let status = c.status(target);
+    let (epoch, last) = (status.epoch, status.last_index);
+    let timeout_now = |last_index| Message::TimeoutNow { epoch, last_epoch: epoch, last_index };
+    c.step(target, Input::Message { from: leader, message: timeout_now(last.next()) });
+    assert_eq!(c.status(target).epoch, epoch, "campaigned on a log short of the leader's");
+    c.step(target, Input::Message { from: leader, message: timeout_now(last) });
+    assert_eq!(c.status(target).epoch, epoch.next(), "its log ends there: it campaigns");
+    assert_eq!(c.status(target).role, Role::Candidate);
+}

@@ -58,7 +58,9 @@ impl Traced for LeaderEngine {
                 let kind = if *transfer { " transfer" } else { "" };
                 format!("RequestVote e{} last={}.{}{kind}", epoch.0, last_epoch.0, last_index.0)
             }
-            Message::TimeoutNow { epoch } => format!("TimeoutNow e{}", epoch.0),
+            Message::TimeoutNow { epoch, last_epoch, last_index } => {
+                format!("TimeoutNow e{} last={}.{}", epoch.0, last_epoch.0, last_index.0)
+            }
             Message::Vote { epoch, granted: g } => format!("Vote e{} {}", epoch.0, granted(g)),
             Message::Append {
                 epoch,

@@ -158,9 +158,11 @@ pub(super) fn put_message(out: &mut Vec<u8>, message: &Message) {
             put_u64(out, last_epoch.0);
             put_u64(out, last_index.0);
         }
-        Message::TimeoutNow { epoch } => {
+        Message::TimeoutNow { epoch, last_epoch, last_index } => {
             put_u8(out, TAG_TIMEOUT_NOW);
             put_u64(out, epoch.0);
+            put_u64(out, last_epoch.0);
+            put_u64(out, last_index.0);
         }
         Message::Vote { epoch, granted } => {
             put_u8(out, TAG_VOTE);
@@ -310,7 +312,11 @@ pub(super) fn read_message(
             last_index: LogIndex(reader.u64("last index")?),
             transfer: tag == TAG_REQUEST_TRANSFER_VOTE,
         },
-        TAG_TIMEOUT_NOW => Message::TimeoutNow { epoch: epoch(reader)? },
+        TAG_TIMEOUT_NOW => Message::TimeoutNow {
+            epoch: epoch(reader)?,
+            last_epoch: Epoch(reader.u64("last epoch")?),
+            last_index: LogIndex(reader.u64("last index")?),
+        },
         TAG_VOTE => Message::Vote { epoch: epoch(reader)?, granted: reader.flag("granted")? },
         TAG_APPEND => read_append(reader, limits)?,
         TAG_APPEND_REPLY => read_append_reply(reader)?,
@@ -974,7 +980,11 @@ pub(crate) mod strategies {
                     transfer,
                 }
             }),
-            any::<u64>().prop_map(|e| Message::TimeoutNow { epoch: Epoch(e) }),
+            any::<[u64; 3]>().prop_map(|[e, le, li]| Message::TimeoutNow {
+                epoch: Epoch(e),
+                last_epoch: Epoch(le),
+                last_index: LogIndex(li),
+            }),
             (any::<u64>(), any::<bool>())
                 .prop_map(|(e, granted)| Message::Vote { epoch: Epoch(e), granted }),
             append(),
@@ -1031,7 +1041,9 @@ mod tests {
             read_message(&mut Reader::new(&bytes), &older)
         };
         assert_eq!(decode(&vote(false)), Ok(vote(false)), "tag 1's bytes are unchanged");
-        for added in [vote(true), Message::TimeoutNow { epoch: Epoch(3) }] {
+        let timeout_now =
+            Message::TimeoutNow { epoch: Epoch(3), last_epoch: Epoch(3), last_index: LogIndex(9) };
+        for added in [vote(true), timeout_now] {
             assert!(decode(&added).is_err(), "{added:?}");
             assert_eq!(round_trip(&added), added, "this protocol decodes it");
         }

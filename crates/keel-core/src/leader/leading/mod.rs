@@ -388,8 +388,8 @@ impl Leading {
             p.lagging_since = if lagging { Some(p.lagging_since.unwrap_or(now)) } else { None };
             let early = core.config.unsafe_learner_reads_early && core.membership().contains(*id);
             // (The control keeps a learner whatever its lag, as it admits it.)
-            let slow = p.lagging_since.is_some_and(|since| now >= since + timeout)
-                && !(early && !core.is_voter(*id));
+            let kept_early = early && !core.is_voter(*id);
+            let slow = p.lagging_since.is_some_and(|since| now >= since + timeout) && !kept_early;
             let voting = core.is_voter(*id) || early;
             if (slow || !voting) && self.active.contains(id) {
                 p.marking_out = true;

@@ -54,13 +54,19 @@ impl Leading {
         target: NodeId,
     ) {
         let me = core.config.node_id;
-        let refusal = if target == me {
+        let same = self.transfer.is_some_and(|t| t.target == target);
+        if same && matches!(origin, Origin::Forwarded(_)) {
+            // Another copy (the network duplicates) or another node's: the node that
+            // forwarded it answers it once it hears who leads next.
+            return;
+        }
+        let refusal = if self.transfer.is_some() || core.transfer_wait.is_some() {
+            KeelError::Busy("a leadership transfer is under way".into())
+        } else if target == me {
             let version = Version { epoch: core.hard.epoch, index: Default::default() };
             return core.reply_result(origin, tag, Ok(CommandResult::Written { version }), false);
         } else if !core.is_voter(target) {
             KeelError::InvalidArgument(format!("node {} does not vote here", target.0))
-        } else if self.transfer.is_some() || core.transfer_wait.is_some() {
-            KeelError::Busy("a leadership transfer is under way".into())
         } else if core.commit_index < self.noop_index {
             KeelError::Busy("this leader's first entry is not yet committed".into())
         } else {
@@ -98,7 +104,11 @@ impl Leading {
         transfer.deadline = core.now + core.config.election_timeout_min;
         self.lease_given_up = !core.config.unsafe_transfer_keeps_lease;
         core.counters.transfers_handed_over += 1;
-        let message = Message::TimeoutNow { epoch: core.hard.epoch };
+        let message = Message::TimeoutNow {
+            epoch: core.hard.epoch,
+            last_epoch: core.log.last_epoch(),
+            last_index: core.log.last_index(),
+        };
         core.out.messages.push((transfer.target, message));
     }
 
