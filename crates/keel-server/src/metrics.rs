@@ -680,16 +680,7 @@ impl Page {
             help: "Failed attempts to authenticate (AUTH, HELLO ... AUTH), by reason: wrong_password, unknown_user, throttled (refused unchecked: the address had too many attempts waiting), busy (refused unchecked: the hashing queue was full).",
             kind: Kind::Counter(auth),
         });
-        let protocols = node
-            .peer_protocols()
-            .into_iter()
-            .map(|(peer, protocol)| (vec![("peer", peer.0.to_string())], u64::from(protocol)))
-            .collect();
-        families.push(Family {
-            name: "keel_peer_protocol",
-            help: "The peer protocol each member's open inbound link announced, and this node's own (1: a node of the previous protocol, which announces none); watch it reach the new protocol on every member during a rolling upgrade.",
-            kind: Kind::Gauge(protocols),
-        });
+        families.push(peer_protocol_family(node));
         families.push(Family {
             name: "keel_peer_connections_closed",
             help: "Peer connections closed or refused, by reason.",
@@ -746,6 +737,21 @@ impl prometheus_client::collector::Collector for Page {
             }
         }
         Ok(())
+    }
+}
+
+/// `keel_peer_protocol{peer}`: the peer protocol of each member's open inbound link and
+/// of this node.
+fn peer_protocol_family(node: &Metrics) -> Family {
+    let protocols = node
+        .peer_protocols()
+        .into_iter()
+        .map(|(peer, protocol)| (vec![("peer", peer.0.to_string())], u64::from(protocol)))
+        .collect();
+    Family {
+        name: "keel_peer_protocol",
+        help: "The peer protocol each member's open inbound link announced, and this node's own (1: a node of the previous protocol, which announces none); watch it reach the new protocol on every member during a rolling upgrade.",
+        kind: Kind::Gauge(protocols),
     }
 }
 
