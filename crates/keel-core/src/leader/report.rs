@@ -48,6 +48,8 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "campaigns_withheld": c.campaigns_withheld,
             "logs_repaired": c.logs_repaired,
             "epochs_raised_under_live_leader": c.epochs_raised_under_live_leader,
+            "transfers_handed_over": c.transfers_handed_over,
+            "transfer_votes": c.transfer_votes,
         }),
     );
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
@@ -205,6 +207,16 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "keel_epochs_raised_under_live_leader_total",
             "Higher epochs learned from a reply or forward while a live leader's lease counted on this node.",
             c.epochs_raised_under_live_leader,
+        ),
+        Metric::counter(
+            "keel_transfers_handed_over_total",
+            "Leadership transfers this node, as leader, handed over (TimeoutNow sent, its lease given up).",
+            c.transfers_handed_over,
+        ),
+        Metric::counter(
+            "keel_transfer_votes_total",
+            "Votes given to a leadership transfer's candidate past this node's stickiness.",
+            c.transfer_votes,
         ),
     ]);
     Report { status: doc, metrics }
