@@ -22,36 +22,45 @@ pub fn report(status: &Status, c: &Counters) -> Report {
     let mut doc = serde_json::to_value(status).expect("status serializes");
     let object = doc.as_object_mut().expect("a struct serializes to an object");
     object.insert("role".into(), status.role.name().into());
-    object.insert(
-        "counters".into(),
-        serde_json::json!({
-            "durability_rounds": c.durability_rounds,
-            "durability_rounds_finished": c.durability_rounds_finished,
-            "durability_round_nanos": c.durability_round_nanos,
-            "reads_with_round": c.reads_with_round,
-            "forwarded": c.forwarded,
-            "elections": c.elections,
-            "removals": c.removals,
-            "rolled_back_entries": c.rolled_back_entries,
-            "snapshots_installed": c.snapshots_installed,
-            "snapshots_taken": c.snapshots_taken,
-            "snapshot_chunks_received": c.snapshot_chunks_received,
-            "messages_rejected": c.messages_rejected,
-            "writes_timed_out": c.writes_timed_out,
-            "forced_mark_outs": c.forced_mark_outs,
-            "released_removals": c.released_removals,
-            "retries_deduplicated": c.retries_deduplicated,
-            "keys_expired": c.keys_expired,
-            "sessions_expired": c.sessions_expired,
-            "stale_opens_refused": c.stale_opens_refused,
-            "leases_expired": c.leases_expired,
-            "campaigns_withheld": c.campaigns_withheld,
-            "logs_repaired": c.logs_repaired,
-            "epochs_raised_under_live_leader": c.epochs_raised_under_live_leader,
-            "transfers_handed_over": c.transfers_handed_over,
-            "transfer_votes": c.transfer_votes,
-        }),
-    );
+    object.insert("counters".into(), counters_doc(c));
+    let mut metrics = status_gauges(status);
+    metrics.extend(counter_metrics(c));
+    Report { status: doc, metrics }
+}
+
+/// The counters as `KEEL.STATUS` shows them.
+fn counters_doc(c: &Counters) -> serde_json::Value {
+    serde_json::json!({
+        "durability_rounds": c.durability_rounds,
+        "durability_rounds_finished": c.durability_rounds_finished,
+        "durability_round_nanos": c.durability_round_nanos,
+        "reads_with_round": c.reads_with_round,
+        "forwarded": c.forwarded,
+        "elections": c.elections,
+        "removals": c.removals,
+        "rolled_back_entries": c.rolled_back_entries,
+        "snapshots_installed": c.snapshots_installed,
+        "snapshots_taken": c.snapshots_taken,
+        "snapshot_chunks_received": c.snapshot_chunks_received,
+        "messages_rejected": c.messages_rejected,
+        "writes_timed_out": c.writes_timed_out,
+        "forced_mark_outs": c.forced_mark_outs,
+        "released_removals": c.released_removals,
+        "retries_deduplicated": c.retries_deduplicated,
+        "keys_expired": c.keys_expired,
+        "sessions_expired": c.sessions_expired,
+        "stale_opens_refused": c.stale_opens_refused,
+        "leases_expired": c.leases_expired,
+        "campaigns_withheld": c.campaigns_withheld,
+        "logs_repaired": c.logs_repaired,
+        "epochs_raised_under_live_leader": c.epochs_raised_under_live_leader,
+        "transfers_handed_over": c.transfers_handed_over,
+        "transfer_votes": c.transfer_votes,
+    })
+}
+
+/// The engine state as gauges.
+fn status_gauges(status: &Status) -> Vec<Metric> {
     let mut metrics: Vec<Metric> = [Role::Leader, Role::Follower, Role::Candidate]
         .into_iter()
         .map(|role| Metric {
@@ -108,6 +117,13 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "1 while this node leads under a valid lease.",
             u64::from(status.leader_lease_valid),
         ),
+    ]);
+    metrics
+}
+
+/// The counters as metrics.
+fn counter_metrics(c: &Counters) -> Vec<Metric> {
+    vec![
         Metric::counter(
             "keel_durability_rounds_total",
             "Durability rounds started as leader.",
@@ -218,6 +234,5 @@ pub fn report(status: &Status, c: &Counters) -> Report {
             "Votes given to a leadership transfer's candidate past this node's stickiness.",
             c.transfer_votes,
         ),
-    ]);
-    Report { status: doc, metrics }
+    ]
 }
