@@ -29,9 +29,14 @@ fn message(which: u8) -> Message {
         },
     };
     let noop = Entry { epoch: Epoch(2), index: LogIndex(1), payload: EntryPayload::Noop };
-    match which % 6 {
+    match which % 8 {
         0 => Message::PreVote { epoch: Epoch(1), last_epoch: Epoch(1), last_index: LogIndex(3) },
-        1 => Message::RequestVote { epoch: Epoch(2), last_epoch: Epoch(1), last_index: LogIndex(3) },
+        1 => Message::RequestVote {
+            epoch: Epoch(2),
+            last_epoch: Epoch(1),
+            last_index: LogIndex(3),
+            transfer: false,
+        },
         2 => Message::Append {
             epoch: Epoch(2),
             prev_epoch: Epoch(0),
@@ -61,6 +66,13 @@ fn message(which: u8) -> Message {
             total: 4,
             data: vec![1, 2, 3, 4],
         },
+        5 => Message::RequestVote {
+            epoch: Epoch(2),
+            last_epoch: Epoch(1),
+            last_index: LogIndex(3),
+            transfer: true,
+        },
+        6 => Message::TimeoutNow { epoch: Epoch(1), last_epoch: Epoch(1), last_index: LogIndex(3) },
         _ => Message::Vote { epoch: Epoch(2), granted: true },
     }
 }
@@ -106,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(message) = Message::decode(&body, &limits) else { return };
     let _ = LeaderEngine::check_message(&message);
-    let mut engine = engine_in(mode / 6 % 3);
+    let mut engine = engine_in(mode / 8 % 3);
     engine.step(Time(2 * SECOND + 1), Input::Message { from: NodeId(2), message });
     engine.step(Time(3 * SECOND), Input::Tick);
 });
