@@ -54,7 +54,7 @@ fn parse_member(text: &str) -> Result<Member, String> {
         None => (rest, None),
     };
     let peer_addr = addr.parse().map_err(|e: String| format!("member address: {e}"))?;
-    Ok(Member { id, peer_addr, dc })
+    Ok(Member { id, peer_addr, dc, client_addr: None })
 }
 
 impl ServerArgs {

@@ -86,6 +86,9 @@ pub const PEER_DELAY_MS_MAX: u64 = 10_000;
 pub const EMULATED_FSYNC_DELAY_US_MAX: u64 = 1_000_000;
 /// Most keyspaces one node hosts (each has an engine loop, a storage thread and files).
 pub const KEYSPACES_MAX: usize = 64;
+/// Most members of a cluster whose keyspaces are placed on replica groups (each node
+/// keeps a peer link to every other).
+pub const CLUSTER_MEMBERS_MAX: usize = 32;
 /// Fewest runtime threads a node runs (`worker_threads`). One is enough since long
 /// client flushes leave for the bulk runtime (before it, a flood of large replies held a
 /// one-thread leader's peer links past the election timeout), and on a machine its nodes
@@ -161,6 +164,10 @@ pub struct Member {
     /// keyspace, one per member (`docs/geo.md`, *Deployment*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dc: Option<String>,
+    /// Where its clients connect (`host:port`): what a sharded cluster's `MOVED`
+    /// redirects and `CLUSTER SLOTS` name. Needed by every member of a sharded cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_addr: Option<PeerAddr>,
 }
 
 /// Longest host name a [`PeerAddr`] may hold (DNS's limit).
@@ -349,10 +356,20 @@ pub struct KeyspaceSettings {
     /// Level of reads that name none (default: `[engine] read_level_default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_level_default: Option<ReadLevel>,
-    /// The member that should lead it (default: with several keyspaces, keyspace `k`
-    /// prefers the `k mod n`-th member in id order, spreading leaders; with one, none).
+    /// The member that should lead it (default: with several keyspaces, each prefers
+    /// the replica that leads the fewest keyspaces before it in id order, spreading
+    /// leaders; with one, none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preferred_leader: Option<u32>,
+    /// The members that host it, its replica group (3, 5 or 7 of them); default every
+    /// member. A node runs only the keyspaces whose group names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<u32>>,
+    /// The hash slots it serves in a sharded cluster (`"0-8191"`, `"0-99,200-299"`): with
+    /// slots, the cluster speaks the Redis Cluster protocol, and every keyspace names
+    /// some, together each of the 16,384 once (`docs/operations.md`, *Sharding*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<String>,
 }
 
 fn engine_kind_default() -> EngineKind {
@@ -371,6 +388,8 @@ impl KeyspaceSettings {
             durability_default: None,
             read_level_default: None,
             preferred_leader: None,
+            replicas: None,
+            slots: None,
         }
     }
 }
@@ -390,6 +409,8 @@ impl KeyspaceSettings {
             durability_default: None,
             read_level_default: None,
             preferred_leader: None,
+            replicas: None,
+            slots: None,
         }
     }
 }
@@ -616,8 +637,9 @@ pub struct ServerConfig {
     /// Where `/metrics` and `/status` are served; `None`: no HTTP endpoint.
     #[serde(default)]
     pub http_addr: Option<SocketAddr>,
-    /// Every member, this node included: 3, 5 or 7 (up to 9 with `voters`): the nodes this
-    /// node knows the addresses of and connects to.
+    /// Every member, this node included: 3, 5 or 7 (up to 9 with `voters`; up to
+    /// [`CLUSTER_MEMBERS_MAX`] when every ORCA keyspace names its `replicas`): the nodes
+    /// this node knows the addresses of and connects to.
     pub members: Vec<Member>,
     /// The voters of ORCA keyspaces while their logs name none (a new cluster): these
     /// members (3, 5 or 7 of them); default every member. A member left out starts
@@ -902,7 +924,10 @@ impl ServerConfig {
     pub fn local(nodes: u32, id: u32, base_port: u16, dir: &Path) -> ServerConfig {
         assert!(id >= 1 && id <= nodes, "node {id} outside 1..={nodes}");
         let members = (1..=nodes)
-            .map(|m| Member { id: m, peer_addr: local_addrs(base_port, m).1.into(), dc: None })
+            .map(|m| {
+                let (client, peer, _) = local_addrs(base_port, m);
+                Member { id: m, peer_addr: peer.into(), dc: None, client_addr: Some(client.into()) }
+            })
             .collect();
         let (client_addr, _, http_addr) = local_addrs(base_port, id);
         ServerConfig {
@@ -1004,6 +1029,9 @@ impl ServerConfig {
             if let Some(v) = voters.iter().find(|v| self.members.iter().all(|m| m.id != **v)) {
                 return Err(invalid("voters", format!("{v} is not in members")));
             }
+        }
+        if self.members.len() > CLUSTER_MEMBERS_MAX {
+            return Err(invalid("members", format!("at most {CLUSTER_MEMBERS_MAX}")));
         }
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
@@ -1247,11 +1275,145 @@ impl ServerConfig {
             if ks.preferred_leader.is_some_and(|p| self.members.iter().all(|m| m.id != p)) {
                 return Err(invalid(&field("preferred_leader"), "not a member"));
             }
+            self.validate_placement(ks)?;
         }
         if !ids.contains(&0) {
             return Err(invalid("keyspaces", "keyspace 0 must exist (connections start there)"));
         }
+        if !self.keyspaces.iter().any(|ks| self.hosts(ks)) {
+            let reason = format!("node {} is among no keyspace's replicas", self.node_id);
+            return Err(invalid("keyspaces", reason));
+        }
+        self.validate_slots()
+    }
+
+    /// Checks one keyspace's `replicas`: members, each once, of a leader engine's
+    /// keyspace, its preferred leader among them (their count is the engine's to check).
+    fn validate_placement(&self, ks: &KeyspaceSettings) -> Result<(), ConfigError> {
+        let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
+        let leader = crate::engines::pack(ks.engine).leader;
+        if ks.slots.is_some() && !leader {
+            return Err(invalid(&field("slots"), "only ORCA keyspaces are sharded"));
+        }
+        let Some(replicas) = &ks.replicas else { return Ok(()) };
+        if !leader {
+            let reason =
+                "only ORCA keyspaces are placed on replica groups (the others run on every member)";
+            return Err(invalid(&field("replicas"), reason));
+        }
+        if let Some(r) = replicas.iter().find(|r| self.members.iter().all(|m| m.id != **r)) {
+            return Err(invalid(&field("replicas"), format!("{r} is not a member")));
+        }
+        let mut unique = replicas.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() != replicas.len() {
+            return Err(invalid(&field("replicas"), "a member named twice"));
+        }
+        if ks.preferred_leader.is_some_and(|p| !replicas.contains(&p)) {
+            return Err(invalid(&field("preferred_leader"), "not one of its replicas"));
+        }
         Ok(())
+    }
+
+    /// Checks the slots of a sharded cluster: when a keyspace names slots, every one
+    /// does, together each slot once, and every member says where its clients connect.
+    fn validate_slots(&self) -> Result<(), ConfigError> {
+        if self.keyspaces.iter().all(|ks| ks.slots.is_none()) {
+            return Ok(());
+        }
+        let mut seen = keel_wire::slots::SlotRanges::default();
+        for ks in &self.keyspaces {
+            let field = format!("keyspaces.{}.slots", ks.id);
+            let Some(text) = &ks.slots else {
+                return Err(invalid(&field, "in a sharded cluster every keyspace names its slots"));
+            };
+            let slots =
+                keel_wire::slots::SlotRanges::parse(text).map_err(|r| invalid(&field, r))?;
+            if !slots.disjoint(&seen) {
+                return Err(invalid(&field, "a slot another keyspace serves"));
+            }
+            seen = keel_wire::slots::SlotRanges::from_ranges(
+                seen.ranges().iter().chain(slots.ranges()).copied(),
+            );
+        }
+        if seen != keel_wire::slots::SlotRanges::all() {
+            let reason = format!(
+                "the keyspaces' slots leave some of the {} unserved (served: {seen})",
+                keel_wire::slots::SLOTS
+            );
+            return Err(invalid("keyspaces", reason));
+        }
+        if let Some(m) = self.members.iter().find(|m| m.client_addr.is_none()) {
+            let reason = "needed in a sharded cluster (MOVED and CLUSTER SLOTS name it)";
+            return Err(invalid(&format!("members.{}.client_addr", m.id), reason));
+        }
+        Ok(())
+    }
+
+    /// The keyspaces as configured: `keyspaces`, or one ORCA keyspace 0 without them.
+    pub fn keyspace_settings(&self) -> Vec<KeyspaceSettings> {
+        match self.keyspaces.is_empty() {
+            true => vec![KeyspaceSettings::orca(0)],
+            false => self.keyspaces.clone(),
+        }
+    }
+
+    /// The members that host keyspace `ks`, in id order: its `replicas`, else every
+    /// member.
+    pub fn replicas_of(&self, ks: &KeyspaceSettings) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = match &ks.replicas {
+            Some(replicas) => replicas.iter().copied().map(NodeId).collect(),
+            None => self.members.iter().map(|m| NodeId(m.id)).collect(),
+        };
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Whether this node hosts keyspace `ks`.
+    pub fn hosts(&self, ks: &KeyspaceSettings) -> bool {
+        ks.replicas.as_ref().is_none_or(|r| r.contains(&self.node_id))
+    }
+
+    /// The voters keyspace `ks` starts with while its log names none: its replicas that
+    /// are `voters` (all of them without `voters`); without replicas, [`Self::voter_ids`].
+    fn keyspace_voters(&self, ks: &KeyspaceSettings) -> Vec<NodeId> {
+        match &ks.replicas {
+            None => self.voter_ids(),
+            Some(_) => self
+                .replicas_of(ks)
+                .into_iter()
+                .filter(|id| self.voters.as_ref().is_none_or(|v| v.contains(&id.0)))
+                .collect(),
+        }
+    }
+
+    /// The member each leader-engine keyspace prefers as its leader, by keyspace id: its
+    /// `preferred_leader`, else, with several such keyspaces, the replica preferred by
+    /// the fewest keyspaces before it in id order (the lowest id among equals), which
+    /// spreads leaders over the members; with one, none.
+    pub fn preferred_leaders(&self) -> BTreeMap<u32, NodeId> {
+        let mut settings = self.keyspace_settings();
+        settings.retain(|k| crate::engines::pack(k.engine).leader);
+        settings.sort_by_key(|k| k.id);
+        let several = settings.len() > 1;
+        let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for ks in &settings {
+            let chosen = match ks.preferred_leader {
+                Some(p) => Some(NodeId(p)),
+                None if several => {
+                    let voters = self.keyspace_voters(ks);
+                    voters.into_iter().min_by_key(|id| (load.get(id).copied().unwrap_or(0), *id))
+                }
+                None => None,
+            };
+            if let Some(leader) = chosen {
+                *load.entry(leader).or_default() += 1;
+                out.insert(ks.id, leader);
+            }
+        }
+        out
     }
 
     /// The keyspaces this node runs, resolved: ids, kinds, storage directories (keyspace
@@ -1260,23 +1422,16 @@ impl ServerConfig {
     /// spread over the members when there are several leader-engine keyspaces: a Kite
     /// keyspace, leaderless, does not make one ORCA keyspace prefer a leader).
     pub fn keyspace_specs(&self) -> Result<Vec<KeyspaceSpec>, ConfigError> {
-        let settings = if self.keyspaces.is_empty() {
-            vec![KeyspaceSettings::orca(0)]
-        } else {
-            self.keyspaces.clone()
-        };
-        let several = settings.iter().filter(|k| crate::engines::pack(k.engine).leader).count() > 1;
-        let mut members: Vec<u32> = self.voter_ids().iter().map(|n| n.0).collect();
-        members.sort_unstable();
+        let leaders = self.preferred_leaders();
+        let settings = self.keyspace_settings();
         let mut specs = Vec::with_capacity(settings.len());
-        for ks in settings {
-            let mut config = self.engine_config()?;
+        for ks in settings.into_iter().filter(|ks| self.hosts(ks)) {
+            let mut config = self.engine_config_for(self.keyspace_voters(&ks), false)?;
             let field = |f: &str| format!("keyspaces.{}.{f}", ks.id);
             (crate::engines::pack(ks.engine).check_settings)(self, &ks)?;
             config.durability_default = ks.durability_default.unwrap_or(config.durability_default);
             config.read_level_default = ks.read_level_default.unwrap_or(config.read_level_default);
-            let spread = several.then(|| members[ks.id as usize % members.len()]);
-            config.preferred_leader = ks.preferred_leader.or(spread).map(NodeId);
+            config.preferred_leader = leaders.get(&ks.id).copied();
             let checked = match crate::engines::pack(ks.engine).leader {
                 true => config.validate(),
                 false => config.validate_settings(),
@@ -1348,7 +1503,16 @@ impl ServerConfig {
 
     /// The engine configuration, validated by the engine's own rules.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
-        let voters = self.voter_ids();
+        self.engine_config_for(self.voter_ids(), self.voters_matter())
+    }
+
+    /// [`Self::engine_config`] for a keyspace whose voters are `voters`, with them
+    /// checked (`members`: a count the engine accepts) or not.
+    fn engine_config_for(
+        &self,
+        voters: Vec<NodeId>,
+        members: bool,
+    ) -> Result<EngineConfig, ConfigError> {
         let mut config = EngineConfig::new(NodeId(self.node_id), voters.clone());
         config.joining = !voters.contains(&NodeId(self.node_id));
         let e = &self.engine;
@@ -1382,12 +1546,20 @@ impl ServerConfig {
         // The members matter to leader-engine keyspaces only: a node of geo or Kite
         // keyspaces alone may have any number of them (a geo deployment: 2f + 1 data
         // centers of any size).
-        let checked = match self.hosts_leader_keyspace() {
+        let checked = match members {
             true => config.validate(),
             false => config.validate_settings(),
         };
         checked.map_err(|e| invalid(&format!("engine.{}", e.field), e.reason.clone()))?;
         Ok(config)
+    }
+
+    /// Whether the cluster-wide voters make a leader-engine keyspace's membership: one
+    /// runs on every member (no `replicas`). Placed keyspaces take their replicas'.
+    fn voters_matter(&self) -> bool {
+        self.keyspace_settings()
+            .iter()
+            .any(|k| crate::engines::pack(k.engine).leader && k.replicas.is_none())
     }
 
     /// The configured voters of ORCA keyspaces (`voters`, else every member), in id order.
@@ -1398,13 +1570,6 @@ impl ServerConfig {
         };
         ids.sort_unstable();
         ids
-    }
-
-    /// Whether a keyspace of this node runs a leader engine (without `[[keyspaces]]`,
-    /// keyspace 0 runs ORCA).
-    pub fn hosts_leader_keyspace(&self) -> bool {
-        self.keyspaces.is_empty()
-            || self.keyspaces.iter().any(|k| crate::engines::pack(k.engine).leader)
     }
 }
 

@@ -427,6 +427,7 @@ where
         let role = engine.role();
         tracing::info!(keyspace = %wiring.keyspace, role = role.role, epoch = role.epoch,
             leader = ?role.leader.map(|l| l.0), "role at start");
+        wiring.metrics.set_leader(role.leader);
         Driver {
             replica: Replica::new(engine, Front::new(HELD_MESSAGES_MAX), hold)
                 .with_forwarded_replies(wiring.forwarded_replies.clone()),
@@ -674,6 +675,9 @@ where
         let (replica, mut io) = self.io();
         let changed = call(replica, now, &mut io);
         let failed = io.failed.take();
+        if let Some(role) = &changed {
+            self.wiring.metrics.set_leader(role.leader);
+        }
         log_role_change(keyspace, changed);
         let result = self.hand_over().await;
         let total = started.elapsed();
@@ -851,10 +855,13 @@ pub struct Keyspaces {
     pub node_id: NodeId,
     /// The node's pub/sub.
     pub broker: Arc<crate::pubsub::Broker>,
+    /// Where every keyspace of the cluster lives (`None`: every keyspace is here, and
+    /// the cluster is not sharded).
+    pub placement: Option<Arc<crate::placement::Placement>>,
 }
 
 impl Keyspaces {
-    /// The keyspaces, keyspace 0 among them.
+    /// The keyspaces this node hosts (one at least).
     pub fn new(
         handles: Vec<KeyspaceHandle>,
         node_metrics: Arc<Metrics>,
@@ -862,9 +869,31 @@ impl Keyspaces {
     ) -> Keyspaces {
         let by_id: BTreeMap<KeyspaceId, KeyspaceHandle> =
             handles.into_iter().map(|h| (h.id, h)).collect();
-        assert!(by_id.contains_key(&KeyspaceId(0)), "keyspace 0 always exists");
+        assert!(!by_id.is_empty(), "a node hosts a keyspace at least");
         let broker = crate::pubsub::Broker::start(None, node_metrics.clone());
-        Keyspaces { by_id, node_metrics, node_id, broker }
+        Keyspaces { by_id, node_metrics, node_id, broker, placement: None }
+    }
+
+    /// The same keyspaces in a cluster placed as `placement` says.
+    pub fn with_placement(mut self, placement: crate::placement::Placement) -> Keyspaces {
+        self.placement = Some(Arc::new(placement));
+        self
+    }
+
+    /// The cluster's placement, if it places keyspaces on groups or shards them.
+    pub fn placement(&self) -> Option<&crate::placement::Placement> {
+        self.placement.as_deref()
+    }
+
+    /// Whether the cluster is sharded (speaks the Redis Cluster protocol).
+    pub fn sharded(&self) -> bool {
+        self.placement.as_ref().is_some_and(|p| p.sharded())
+    }
+
+    /// Whether `node`'s peer link to this node is up (it announced itself on a link
+    /// that has not closed since), or `node` is this node.
+    pub fn reachable(&self, node: NodeId) -> bool {
+        node == self.node_id || self.node_metrics.peer_protocols().contains_key(&node)
     }
 
     /// The same keyspaces with the node's pub/sub `broker` (one that reaches the peers).
@@ -878,9 +907,10 @@ impl Keyspaces {
         self.by_id.get(&id)
     }
 
-    /// Keyspace 0, where every connection starts.
+    /// The lowest keyspace this node hosts (keyspace 0 where it hosts every keyspace),
+    /// where every connection starts.
     pub fn first(&self) -> &KeyspaceHandle {
-        &self.by_id[&KeyspaceId(0)]
+        self.by_id.values().next().expect("a node hosts a keyspace at least")
     }
 
     /// Every keyspace, by id.

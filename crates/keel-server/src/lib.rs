@@ -52,6 +52,7 @@ pub mod login;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod placement;
 pub mod pubsub;
 pub mod storage;
 pub mod tls;

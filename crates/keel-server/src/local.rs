@@ -8,6 +8,7 @@
 //! Dropping a [`LocalCluster`] kills what is still running.
 
 use crate::config::{local_addrs, machine_cores, ServerConfig, WORKER_THREADS_MIN};
+use keel_types::NodeId;
 use keel_wire::Frame;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -37,7 +38,7 @@ pub struct LocalCluster {
 }
 
 /// Ports between two block bases: a block holds clients (`base + 1..`), peers
-/// (`base + 101..`), HTTP (`base + 201..`) and TLS (`base + 301..`) for up to 7 nodes.
+/// (`base + 101..`), HTTP (`base + 201..`) and TLS (`base + 301..`) for up to 99 nodes.
 pub const PORT_BLOCK_SPAN: u16 = 400;
 /// The first block's base. Blocks lie in 10000..32000, below Linux's ephemeral range
 /// (32768 and up by default), so that no outgoing connection of this machine can be given
@@ -143,6 +144,31 @@ pub fn worker_threads_each(nodes: u32) -> u32 {
     (machine_cores() / nodes.max(1)).max(WORKER_THREADS_MIN)
 }
 
+/// `keyspaces` ORCA keyspaces (ids 0 up) for a cluster of `nodes`, each placed on a
+/// replica group of `replicas` consecutive members (keyspace `k` from member
+/// `k × replicas mod nodes + 1` on, wrapping), so that groups take turns over the
+/// members; with `sharded`, the hash slots split evenly among them in id order. With
+/// `replicas == nodes`, every keyspace is on every member (no `replicas` written).
+pub fn placed_keyspaces(
+    nodes: u32,
+    keyspaces: u32,
+    replicas: u32,
+    sharded: bool,
+) -> Vec<crate::config::KeyspaceSettings> {
+    assert!(replicas <= nodes && keyspaces > 0, "{keyspaces} groups of {replicas} on {nodes}");
+    (0..keyspaces)
+        .map(|k| {
+            let group = (0..replicas).map(|r| (k * replicas + r) % nodes + 1).collect();
+            crate::config::KeyspaceSettings {
+                replicas: (replicas < nodes).then_some(group),
+                slots: sharded
+                    .then(|| keel_wire::slots::SlotRanges::share(k, keyspaces).to_string()),
+                ..crate::config::KeyspaceSettings::orca(k)
+            }
+        })
+        .collect()
+}
+
 /// One-way peer delay inside an emulated site (data center), in ms: the geo suites'.
 pub const WAN_ONE_WAY_MS_LOCAL: u64 = 1;
 /// One-way peer delay across emulated sites, in ms (a ~35 ms round trip).
@@ -182,7 +208,8 @@ impl LocalCluster {
         base_port: Option<u16>,
         tweak: impl Fn(&mut ServerConfig),
     ) -> std::io::Result<LocalCluster> {
-        assert!((1..=7).contains(&nodes), "a local cluster has at most 7 nodes");
+        let most = crate::config::CLUSTER_MEMBERS_MAX as u32;
+        assert!((1..=most).contains(&nodes), "a local cluster has at most {most} nodes");
         // Configurations (password hashes), logs (keys and values) and data: the
         // cluster's owner's only.
         keel_storage::disk::create_private_dir(dir)?;
@@ -386,10 +413,11 @@ impl LocalCluster {
         let deadline = Instant::now() + timeout;
         let creds = self.credentials.as_ref();
         while Instant::now() < deadline {
-            let ready = (0..self.configs.len()).filter(|i| self.is_running(*i)).all(|i| {
-                status_in_as(self.configs[i].client_addr, keyspace, creds)
-                    .is_some_and(|s| s.get("role").and_then(|r| r.as_str()) == Some("replica"))
-            });
+            let ready =
+                self.hosting(keyspace).into_iter().filter(|i| self.is_running(*i)).all(|i| {
+                    status_in_as(self.configs[i].client_addr, keyspace, creds)
+                        .is_some_and(|s| s.get("role").and_then(|r| r.as_str()) == Some("replica"))
+                });
             if ready {
                 return true;
             }
@@ -410,10 +438,20 @@ impl LocalCluster {
         None
     }
 
+    /// The nodes (indices) that host keyspace `keyspace`: its replicas, as the first
+    /// node is configured.
+    pub fn hosting(&self, keyspace: u32) -> Vec<usize> {
+        let config = &self.configs[0];
+        let settings = config.keyspace_settings();
+        let Some(ks) = settings.iter().find(|k| k.id == keyspace) else { return Vec::new() };
+        let replicas = config.replicas_of(ks);
+        (0..self.configs.len()).filter(|i| replicas.contains(&NodeId(*i as u32 + 1))).collect()
+    }
+
     fn agreed_leader(&self, keyspace: u32) -> Option<usize> {
         let creds = self.credentials.as_ref();
         let mut statuses = vec![None; self.configs.len()];
-        for i in (0..self.configs.len()).filter(|i| self.is_running(*i)) {
+        for i in self.hosting(keyspace).into_iter().filter(|i| self.is_running(*i)) {
             // Every running node must answer.
             statuses[i] = Some(status_in_as(self.configs[i].client_addr, keyspace, creds)?);
         }

@@ -116,12 +116,27 @@ pub struct KeyspaceMetrics {
     pub busy_refusals: AtomicU64,
     /// Reads answered off the engine loop (`docs/protocol.md` §7).
     pub reads_off_loop: AtomicU64,
+    /// The leader this node's replica believes in (a node id; 0: none known), kept by
+    /// the engine loop at each role change: where a sharded cluster's redirects point.
+    pub leader: std::sync::atomic::AtomicU32,
     /// What `calls_by_op` counted at the last `CONFIG RESETSTAT`, subtracted from what it
     /// shows since (the Prometheus counters never go back).
     stats_baseline: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
 
 impl KeyspaceMetrics {
+    /// The leader this node's replica believes in, if any.
+    pub fn known_leader(&self) -> Option<NodeId> {
+        let id = self.leader.load(std::sync::atomic::Ordering::Relaxed);
+        (id != 0).then_some(NodeId(id))
+    }
+
+    /// Records the leader this node's replica believes in.
+    pub fn set_leader(&self, leader: Option<NodeId>) {
+        let id = leader.map_or(0, |l| l.0);
+        self.leader.store(id, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Per operation (`get`, `put`, ...): requests that succeeded and those that failed,
     /// over every class (what `INFO commandstats` shows).
     pub fn calls_by_op(&self) -> Vec<(&'static str, u64, u64)> {

@@ -284,7 +284,14 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
-    let keyspaces = Arc::new(Keyspaces::new(handles, node_metrics, me).with_broker(broker));
+    let mut keyspaces = Keyspaces::new(handles, node_metrics, me).with_broker(broker);
+    let placement = crate::placement::Placement::new(&config);
+    if placement.sharded()
+        || placement.groups.values().any(|g| g.replicas.len() < config.members.len())
+    {
+        keyspaces = keyspaces.with_placement(placement);
+    }
+    let keyspaces = Arc::new(keyspaces);
     let bulk = BulkRuntime::start(&config);
     let door = front_door(&config, &keyspaces, bulk.handle())?;
     if let Some(listener) = client_listener {

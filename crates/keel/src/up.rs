@@ -13,9 +13,20 @@ pub const LEADER_WAIT: Duration = Duration::from_secs(30);
 /// Flags of `keel up`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
-    /// Number of nodes: 3, 5 or 7; with `--voters`, 3 to 9.
+    /// Number of nodes: 3, 5 or 7; with `--voters`, 3 to 9; with keyspaces placed on
+    /// replica groups (`--replicas` below the node count, or `--sharded`), up to 32.
     #[arg(long, default_value_t = 3)]
     pub nodes: u32,
+    /// Replicas of each ORCA keyspace (3, 5 or 7): below `--nodes`, each keyspace is
+    /// placed on a group of this many, the groups taking turns over the nodes and their
+    /// leaders spread. Default: every node when `--nodes` is 3, 5 or 7, else 3.
+    #[arg(long, conflicts_with_all = ["geo", "voters"])]
+    pub replicas: Option<u32>,
+    /// A sharded cluster speaking the Redis Cluster protocol (`redis-cli -c`, redis-py's
+    /// `RedisCluster`): the 16,384 hash slots split over the keyspaces, each on its own
+    /// replica group (`--keyspaces` of them; default `--nodes` / `--replicas`).
+    #[arg(long, conflicts_with_all = ["geo", "voters", "kite"])]
+    pub sharded: bool,
     /// The first this many nodes vote (3, 5 or 7); the others start outside the
     /// membership, for `keel node add` (docs/operations.md, "Membership"). Default: all.
     #[arg(long, conflicts_with = "geo")]
@@ -27,9 +38,9 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 7379)]
     pub base_port: u16,
     /// Number of ORCA keyspaces (0 to N-1; `SELECT n` or `redis-cli -n n` picks one),
-    /// their leaders spread over the nodes.
-    #[arg(long, default_value_t = 1)]
-    pub keyspaces: u32,
+    /// their leaders spread over the nodes. Default: 1; sharded, `--nodes` / `--replicas`.
+    #[arg(long)]
+    pub keyspaces: Option<u32>,
     /// Also host a Kite keyspace (release consistency, leaderless) with the next id
     /// (`redis-cli -n <id>`; `GET k ACQUIRE`, `SET k v RELEASE`, `KEEL.FAA`, `KEEL.CAS`).
     #[arg(long)]
@@ -63,10 +74,25 @@ pub fn run(args: &UpArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let nodes = if args.geo { args.dcs * args.per_dc } else { args.nodes };
+    let whole = matches!(args.nodes, 3 | 5 | 7);
+    let replicas = args.replicas.unwrap_or(if whole { args.nodes } else { 3 });
+    let placed = !args.geo && (replicas < args.nodes || args.sharded);
+    let most = keel_server::config::CLUSTER_MEMBERS_MAX as u32;
+    if placed && (!matches!(replicas, 3 | 5 | 7) || replicas > args.nodes || args.nodes > most) {
+        eprintln!(
+            "keel up: --replicas must be 3, 5 or 7, at most --nodes, which is at most {most}"
+        );
+        return ExitCode::from(2);
+    }
+    let keyspaces = match args.keyspaces {
+        Some(k) => k,
+        None if args.sharded => (args.nodes / replicas).max(1),
+        None => 1,
+    };
     match args.voters {
-        _ if args.geo => {}
-        None if !matches!(args.nodes, 3 | 5 | 7) => {
-            eprintln!("keel up: --nodes must be 3, 5 or 7");
+        _ if args.geo || placed => {}
+        None if !whole => {
+            eprintln!("keel up: --nodes must be 3, 5 or 7 (or more with --replicas or --sharded)");
             return ExitCode::from(2);
         }
         Some(v) if !matches!(v, 3 | 5 | 7) || v > args.nodes || args.nodes > 9 => {
@@ -75,7 +101,7 @@ pub fn run(args: &UpArgs) -> ExitCode {
         }
         _ => {}
     }
-    if args.keyspaces == 0 || args.keyspaces as usize > keel_server::config::KEYSPACES_MAX {
+    if keyspaces == 0 || keyspaces as usize > keel_server::config::KEYSPACES_MAX {
         eprintln!("keel up: --keyspaces must be in 1..={}", keel_server::config::KEYSPACES_MAX);
         return ExitCode::from(2);
     }
@@ -103,7 +129,7 @@ pub fn run(args: &UpArgs) -> ExitCode {
             keyspaces: None,
         }
     });
-    let (keyspaces, kite) = (args.keyspaces, args.kite);
+    let (kite, sharded) = (args.kite, args.sharded);
     let geo = args.geo.then_some((args.dcs, args.per_dc));
     let files = secure.clone();
     let voters = args.voters.filter(|v| *v < nodes);
@@ -111,6 +137,9 @@ pub fn run(args: &UpArgs) -> ExitCode {
         config.voters = voters.map(|v| (1..=v).collect());
         if let Some((dcs, per_dc)) = geo {
             keel_server::local::geo_layout(config, dcs, per_dc);
+        } else if placed {
+            config.keyspaces =
+                keel_server::local::placed_keyspaces(nodes, keyspaces, replicas, sharded);
         } else if keyspaces > 1 || kite {
             config.keyspaces = (0..keyspaces).map(KeyspaceSettings::orca).collect();
         }
@@ -164,11 +193,26 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
                 }
                 continue;
             }
+            let settings = cluster.configs[0].keyspace_settings();
+            let ks = settings.iter().find(|k| k.id == id).expect("a configured keyspace");
+            let on = match &ks.replicas {
+                Some(_) => {
+                    let hosts: Vec<String> =
+                        cluster.hosting(id).iter().map(|i| format!("n{}", i + 1)).collect();
+                    format!(" on {}", hosts.join(" "))
+                }
+                None => String::new(),
+            };
+            let reach = match (&ks.slots, ks.replicas.is_some()) {
+                (Some(slots), _) => format!("slots {slots}; redis-cli -c"),
+                (None, true) => format!("redis-cli -p <a replica's port> -n {id}"),
+                (None, false) => format!("redis-cli -n {id}"),
+            };
             match cluster.wait_for_leader_in(id, LEADER_WAIT) {
                 Some(leader) => {
-                    println!("  keyspace {id}: leader n{}   (redis-cli -n {id})", leader + 1)
+                    println!("  keyspace {id}{on}: leader n{}   ({reach})", leader + 1)
                 }
-                None => println!("  keyspace {id}: no leader yet; see the node logs"),
+                None => println!("  keyspace {id}{on}: no leader yet; see the node logs"),
             }
         }
     }

@@ -6,8 +6,8 @@
 
 use super::commands::acl::{self, permitted, NOAUTH};
 use super::commands::{
-    collections, correctables, databases, dump, geo, keys, plain_submit, pubsub, queues, scripting,
-    server, sessions, strings, transactions,
+    cluster, collections, correctables, databases, dump, geo, keys, plain_submit, pubsub, queues,
+    scripting, server, sessions, strings, transactions,
 };
 use super::conn::{Conn, Kind, Pending};
 use crate::acl::category;
@@ -71,6 +71,9 @@ async fn handle_request(conn: &mut Conn, frame: Frame) -> Pending {
         return reply;
     }
     if let Some(reply) = scripting::busy_refusal(conn, &words) {
+        return reply;
+    }
+    if let Some(reply) = cluster::route(conn, &words) {
         return reply;
     }
     if let Err(text) = engine_terms(conn.node.kind, conn.node.id, Asked::Word(first)) {

@@ -33,6 +33,13 @@ pub fn start(name: &str, tweak: impl Fn(&mut ServerConfig)) -> LocalCluster {
     LocalCluster::start(&exe, 3, &test_dir(name), None, tweak).expect("the cluster starts")
 }
 
+/// Starts a cluster of `nodes` nodes of the built binary in a fresh directory, without
+/// waiting.
+pub fn start_n(name: &str, nodes: u32, tweak: impl Fn(&mut ServerConfig)) -> LocalCluster {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_keel"));
+    LocalCluster::start(&exe, nodes, &test_dir(name), None, tweak).expect("the cluster starts")
+}
+
 /// Starts a 3-node cluster of the built binary, waits for a leader; returns it and the
 /// leader's index.
 pub fn cluster(name: &str, tweak: impl Fn(&mut ServerConfig)) -> (LocalCluster, usize) {

@@ -29,10 +29,13 @@ use keel_wire::ClientCommand;
 pub(crate) const DATABASES: u32 = 16;
 
 /// Where `SELECT index` leads: a keyspace and a database of it (0 when the keyspace has
-/// the index's number); `None`: out of range.
+/// the index's number); `None`: out of range, or a keyspace this node does not host.
 pub(crate) fn select(conn: &Conn, index: u32) -> Option<(KeyspaceId, u8)> {
     if conn.keyspaces.get(KeyspaceId(index)).is_some() {
         return Some((KeyspaceId(index), 0));
+    }
+    if conn.keyspaces.placement().is_some_and(|p| p.groups.contains_key(&KeyspaceId(index))) {
+        return None; // a keyspace of the cluster that other nodes host
     }
     let first = conn.keyspaces.first().id;
     (index < DATABASES).then(|| (first, u8::try_from(index).expect("under 16")))

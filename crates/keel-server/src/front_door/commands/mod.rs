@@ -20,6 +20,7 @@
 //! Below: the few leaves several families share.
 
 pub(crate) mod acl;
+pub(crate) mod cluster;
 pub(crate) mod collections;
 pub(crate) mod correctables;
 pub(crate) mod databases;

@@ -130,7 +130,7 @@ pub(crate) fn admin(conn: &mut Conn, command: ClientCommand) -> Pending {
                 }
                 ready(Frame::ok())
             }
-            None => ready(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
+            None => ready(elsewhere(conn, index)),
         },
         ClientCommand::FunctionFlush | ClientCommand::Unwatch => ready(Frame::ok()),
         ClientCommand::Quit => ready(Frame::ok()).closing(),
@@ -406,6 +406,27 @@ async fn keyspace_section(
     Some(lines)
 }
 
+/// The refusal of `SELECT index` for a keyspace this node does not host: where it is
+/// served (a placed cluster), or Redis's out-of-range error.
+fn elsewhere(conn: &Conn, index: u32) -> Frame {
+    let id = keel_types::KeyspaceId(index);
+    let Some(placement) = conn.keyspaces.placement() else {
+        return keel_wire::CommandError::DbIndexOutOfRange.reply_frame();
+    };
+    let Some(group) = placement.groups.get(&id) else {
+        return keel_wire::CommandError::DbIndexOutOfRange.reply_frame();
+    };
+    let at: Vec<String> = group
+        .replicas
+        .iter()
+        .map(|n| placement.client_addr(*n).unwrap_or_else(|| format!("node {}", n.0)))
+        .collect();
+    Frame::error(&format!(
+        "ERR keyspace {index} is not on this node: its replicas serve it at {}",
+        at.join(", ")
+    ))
+}
+
 async fn info_frame(
     node: &KeyspaceHandle,
     keyspaces: &Keyspaces,
@@ -461,6 +482,7 @@ async fn info_frame(
                 ("Stats", stats, true),
                 ("Replication", replication, true),
                 ("CPU", cpu, true),
+                ("Cluster", super::cluster::info_section(keyspaces), true),
                 ("Commandstats", commandstats, false),
             ];
             if let Some(keyspace) = keyspace {

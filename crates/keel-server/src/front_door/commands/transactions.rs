@@ -41,6 +41,19 @@ pub(crate) struct Transaction {
     refused: bool,
 }
 
+/// Whether the connection is queueing a transaction that holds a command already.
+pub(crate) fn queued_any(conn: &Conn) -> bool {
+    conn.transaction.as_ref().is_some_and(|tx| !tx.commands.is_empty())
+}
+
+/// Discards the transaction the connection is queueing, if any, at its `EXEC`
+/// (`EXECABORT`): a command of it was refused.
+pub(crate) fn refuse(conn: &mut Conn) {
+    if let Some(tx) = conn.transaction.as_mut() {
+        tx.refused = true;
+    }
+}
+
 /// Most bytes of words one transaction may queue: what one entry may carry (the largest
 /// value) and room for the commands' names and options.
 fn queued_bytes_max(conn: &Conn) -> u64 {

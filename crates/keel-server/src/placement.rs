@@ -1,0 +1,213 @@
+//! Where each keyspace of the cluster lives, as every node sees it from the
+//! configuration: its replica group, the leader it prefers, and, in a sharded cluster,
+//! the hash slots it serves. A node hosts only the keyspaces whose group names it; the
+//! rest of the map is what it tells clients about the others (`MOVED`, `CLUSTER
+//! SLOTS`, a `SELECT` of a keyspace served elsewhere).
+
+use crate::config::{PeerAddr, ServerConfig};
+use keel_types::{KeyspaceId, NodeId};
+use keel_wire::slots::{SlotRanges, SLOTS};
+use std::collections::BTreeMap;
+
+/// One keyspace's place in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// Its name.
+    pub name: String,
+    /// The members that host it, in id order.
+    pub replicas: Vec<NodeId>,
+    /// The member it prefers as leader, if any.
+    pub preferred_leader: Option<NodeId>,
+    /// The slots it serves (a sharded cluster).
+    pub slots: Option<SlotRanges>,
+}
+
+/// Every keyspace's place, and where each member's clients connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// This node.
+    pub me: NodeId,
+    /// Every keyspace of the cluster, by id.
+    pub groups: BTreeMap<KeyspaceId, Group>,
+    /// Each member's client address, where the configuration gives it.
+    pub client_addrs: BTreeMap<NodeId, PeerAddr>,
+    /// The keyspace serving each slot (a sharded cluster; empty otherwise).
+    owners: Vec<KeyspaceId>,
+}
+
+impl Placement {
+    /// The placement `config` describes (validated).
+    pub fn new(config: &ServerConfig) -> Placement {
+        let leaders = config.preferred_leaders();
+        let mut groups = BTreeMap::new();
+        for ks in config.keyspace_settings() {
+            let slots = ks.slots.as_deref().map(|s| SlotRanges::parse(s).expect("validated"));
+            let group = Group {
+                name: ks.name.clone(),
+                replicas: config.replicas_of(&ks),
+                preferred_leader: leaders.get(&ks.id).copied(),
+                slots,
+            };
+            groups.insert(KeyspaceId(ks.id), group);
+        }
+        let mut client_addrs: BTreeMap<NodeId, PeerAddr> = config
+            .members
+            .iter()
+            .filter_map(|m| Some((NodeId(m.id), m.client_addr.clone()?)))
+            .collect();
+        client_addrs.entry(NodeId(config.node_id)).or_insert(PeerAddr::Ip(config.client_addr));
+        let mut owners = Vec::new();
+        if groups.values().any(|g| g.slots.is_some()) {
+            owners = vec![KeyspaceId(u32::MAX); usize::from(SLOTS)];
+            for (id, group) in &groups {
+                for &(a, b) in group.slots.as_ref().expect("validated: every one").ranges() {
+                    owners[usize::from(a)..=usize::from(b)].fill(*id);
+                }
+            }
+            assert!(owners.iter().all(|o| o.0 != u32::MAX), "validated: every slot served");
+        }
+        Placement { me: NodeId(config.node_id), groups, client_addrs, owners }
+    }
+
+    /// Whether the cluster is sharded (speaks the Redis Cluster protocol).
+    pub fn sharded(&self) -> bool {
+        !self.owners.is_empty()
+    }
+
+    /// The keyspace serving `slot` (a sharded cluster).
+    pub fn owner(&self, slot: u16) -> KeyspaceId {
+        self.owners[usize::from(slot)]
+    }
+
+    /// Whether this node hosts keyspace `id`.
+    pub fn hosted_here(&self, id: KeyspaceId) -> bool {
+        self.groups.get(&id).is_some_and(|g| g.replicas.contains(&self.me))
+    }
+
+    /// Where member `node`'s clients connect, as `host:port`.
+    pub fn client_addr(&self, node: NodeId) -> Option<String> {
+        self.client_addrs.get(&node).map(|a| a.to_string())
+    }
+
+    /// The replica of keyspace `id` a client should be sent to, as this node knows it:
+    /// the leader its own replica believes in (`known`, when it hosts the keyspace),
+    /// else the preferred leader when `reachable` says a link to it is up, else the
+    /// first replica `reachable` says is, else the preferred leader or first replica.
+    pub fn target(
+        &self,
+        id: KeyspaceId,
+        known: Option<NodeId>,
+        reachable: &dyn Fn(NodeId) -> bool,
+    ) -> Option<NodeId> {
+        let group = self.groups.get(&id)?;
+        if let Some(leader) = known.filter(|l| group.replicas.contains(l)) {
+            return Some(leader);
+        }
+        let up = |n: &NodeId| *n == self.me || reachable(*n);
+        let preferred = group.preferred_leader.filter(|p| group.replicas.contains(p));
+        preferred
+            .filter(up)
+            .or_else(|| group.replicas.iter().copied().find(up))
+            .or(preferred)
+            .or_else(|| group.replicas.first().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KeyspaceSettings;
+
+    fn sharded(nodes: u32, groups: u32, node: u32) -> ServerConfig {
+        let mut config = ServerConfig::local(nodes, node, 7000, std::path::Path::new("/tmp/x"));
+        config.keyspaces = (0..groups)
+            .map(|g| KeyspaceSettings {
+                replicas: Some((0..3).map(|r| (g * 3 + r) % nodes + 1).collect()),
+                slots: Some(SlotRanges::share(g, groups).to_string()),
+                ..KeyspaceSettings::orca(g)
+            })
+            .collect();
+        config
+    }
+
+    #[test]
+    fn six_nodes_in_two_groups_split_the_slots_and_lead_apart() {
+        let config = sharded(6, 2, 4);
+        config.validate().unwrap();
+        let specs = config.keyspace_specs().unwrap();
+        assert_eq!(specs.len(), 1, "node 4 hosts one group");
+        assert_eq!(specs[0].id, KeyspaceId(1));
+        assert_eq!(specs[0].config.members, vec![NodeId(4), NodeId(5), NodeId(6)]);
+        let placement = Placement::new(&config);
+        assert!(placement.sharded());
+        assert_eq!(placement.owner(0), KeyspaceId(0));
+        assert_eq!(placement.owner(8191), KeyspaceId(0));
+        assert_eq!(placement.owner(8192), KeyspaceId(1));
+        assert_eq!(placement.groups[&KeyspaceId(0)].preferred_leader, Some(NodeId(1)));
+        assert_eq!(placement.groups[&KeyspaceId(1)].preferred_leader, Some(NodeId(4)));
+        assert!(placement.hosted_here(KeyspaceId(1)) && !placement.hosted_here(KeyspaceId(0)));
+        assert_eq!(placement.client_addr(NodeId(2)).as_deref(), Some("127.0.0.1:7001"));
+    }
+
+    #[test]
+    fn redirects_go_to_the_known_leader_else_a_reachable_replica() {
+        let placement = Placement::new(&sharded(6, 2, 4));
+        let none = |_: NodeId| false;
+        let all = |_: NodeId| true;
+        let ks0 = KeyspaceId(0);
+        assert_eq!(placement.target(ks0, None, &all), Some(NodeId(1)), "preferred");
+        assert_eq!(placement.target(ks0, None, &|n| n != NodeId(1)), Some(NodeId(2)));
+        assert_eq!(placement.target(ks0, None, &none), Some(NodeId(1)), "none up: preferred");
+        assert_eq!(placement.target(ks0, Some(NodeId(3)), &none), Some(NodeId(3)), "known");
+        assert_eq!(placement.target(ks0, Some(NodeId(5)), &all), Some(NodeId(1)), "not a replica");
+        assert_eq!(placement.target(KeyspaceId(9), None, &all), None);
+    }
+
+    #[test]
+    fn four_keyspaces_on_six_nodes_spread_their_leaders() {
+        let mut config = ServerConfig::local(6, 1, 7000, std::path::Path::new("/tmp/x"));
+        config.keyspaces = (0..4)
+            .map(|k| KeyspaceSettings {
+                replicas: Some((0..3).map(|r| (k * 3 + r) % 6 + 1).collect()),
+                ..KeyspaceSettings::orca(k)
+            })
+            .collect();
+        config.validate().unwrap();
+        let leaders: Vec<u32> = config.preferred_leaders().values().map(|n| n.0).collect();
+        assert_eq!(leaders, vec![1, 4, 2, 5]);
+        let hosted: Vec<u32> = config.keyspace_specs().unwrap().iter().map(|s| s.id.0).collect();
+        assert_eq!(hosted, vec![0, 2], "node 1 hosts the groups that name it");
+    }
+
+    #[test]
+    fn placements_that_cannot_work_are_refused_by_field() {
+        let field = |config: &ServerConfig| match config.validate() {
+            Err(crate::config::ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        };
+        let mut gap = sharded(6, 2, 1);
+        gap.keyspaces[1].slots = Some("8192-16382".into());
+        assert_eq!(field(&gap), "keyspaces");
+        let mut overlap = sharded(6, 2, 1);
+        overlap.keyspaces[1].slots = Some("8000-16383".into());
+        assert_eq!(field(&overlap), "keyspaces.1.slots");
+        let mut unsharded = sharded(6, 2, 1);
+        unsharded.keyspaces[1].slots = None;
+        assert_eq!(field(&unsharded), "keyspaces.1.slots");
+        let mut stranger = sharded(6, 2, 1);
+        stranger.keyspaces[0].replicas = Some(vec![1, 2, 9]);
+        assert_eq!(field(&stranger), "keyspaces.0.replicas");
+        let mut pair = sharded(6, 2, 1);
+        pair.keyspaces[0].replicas = Some(vec![1, 2]);
+        assert!(field(&pair).ends_with("members"), "two replicas make no group");
+        let mut idle = sharded(7, 2, 7);
+        idle.keyspaces[1].replicas = Some(vec![4, 5, 6]);
+        assert_eq!(field(&idle), "keyspaces", "node 7 hosts nothing");
+        let mut blind = sharded(6, 2, 1);
+        blind.members[3].client_addr = None;
+        assert_eq!(field(&blind), "members.4.client_addr");
+        let mut whole = ServerConfig::local(6, 1, 7000, std::path::Path::new("/tmp/x"));
+        whole.keyspaces = vec![KeyspaceSettings::orca(0)];
+        assert!(whole.validate().is_err(), "six members cannot all vote in one keyspace");
+    }
+}

@@ -1,0 +1,241 @@
+//! Keyspaces placed on replica groups, and a sharded cluster speaking the Redis Cluster
+//! protocol, with real processes: six nodes, two groups of three splitting the hash
+//! slots (`keel up --nodes 6 --sharded`), and four keyspaces placed on groups of three
+//! (`keel up --nodes 6 --keyspaces 4 --replicas 3`).
+
+mod common;
+
+use keel_server::local::{placed_keyspaces, LocalCluster};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// Six nodes, `groups` keyspaces of three replicas, sharded or not; waits for every
+/// keyspace's leader.
+fn six(name: &str, groups: u32, sharded: bool) -> LocalCluster {
+    let cluster = common::start_n(name, 6, |c| {
+        c.keyspaces = placed_keyspaces(6, groups, 3, sharded);
+    });
+    for ks in 0..groups {
+        if cluster.wait_for_leader_in(ks, common::LEADER_WAIT).is_none() {
+            common::dump_logs(&cluster);
+            panic!("no leader in keyspace {ks}");
+        }
+    }
+    cluster
+}
+
+/// The lines of `redis-cli -p port args...`.
+fn cli(port: u16, args: &[&str]) -> Vec<String> {
+    let port = port.to_string();
+    let mut all = vec!["-p", port.as_str()];
+    all.extend_from_slice(args);
+    common::run("redis-cli", &all).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_sharded_cluster_routes_by_slot_and_describes_its_map() {
+    let Some(_) = common::tool("redis-cli") else { return };
+    let cluster = six("sharded-protocol", 2, true);
+    let addrs = cluster.client_addrs();
+    let (n1, n4) = (addrs[0], addrs[3]);
+    let mut c = common::Conn::open(n1);
+    // `foo` is in slot 12182 (keyspace 1, on n4..n6); `bar` in 5061 (keyspace 0, here).
+    assert_eq!(c.call(&["CLUSTER", "KEYSLOT", "foo"]), ":12182");
+    assert_eq!(c.call(&["SET", "foo", "1"]), format!("-MOVED 12182 {n4}"));
+    assert_eq!(c.call(&["SET", "bar", "1"]), "+OK");
+    assert_eq!(
+        c.call(&["MSET", "a", "1", "b", "2"]),
+        "-CROSSSLOT Keys in request don't hash to the same slot"
+    );
+    assert_eq!(c.call(&["MSET", "{bar}a", "1", "{bar}b", "2"]), "+OK");
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK");
+    assert!(c.call(&["SELECT", "5"]).starts_with("-ERR SELECT is not allowed in cluster mode"));
+    // A transaction with a key served elsewhere is discarded at EXEC.
+    assert_eq!(c.call(&["MULTI"]), "+OK");
+    assert_eq!(c.call(&["SET", "bar", "2"]), "+QUEUED");
+    assert_eq!(c.call(&["SET", "foo", "2"]), format!("-MOVED 12182 {n4}"));
+    assert!(c.call(&["EXEC"]).starts_with("-EXECABORT"));
+    assert_eq!(c.bulk(&["GET", "bar"]).as_deref(), Some("1"), "nothing of it applied");
+    // At the other group, `foo` is served and `bar` sent back.
+    let mut d = common::Conn::open(n4);
+    assert_eq!(d.call(&["SET", "foo", "1"]), "+OK");
+    assert_eq!(d.call(&["GET", "bar"]), format!("-MOVED 5061 {n1}"));
+    // The map, as every node describes it.
+    for (i, addr) in addrs.iter().enumerate() {
+        let info = cli(addr.port(), &["CLUSTER", "INFO"]);
+        assert!(info.contains(&"cluster_state:ok".to_string()), "n{}: {info:?}", i + 1);
+        assert!(info.contains(&"cluster_size:2".to_string()), "n{}: {info:?}", i + 1);
+        let nodes = cli(addr.port(), &["CLUSTER", "NODES"]);
+        assert_eq!(nodes.len(), 6, "n{}: {nodes:?}", i + 1);
+        let masters: Vec<&String> = nodes.iter().filter(|l| l.contains("master")).collect();
+        assert_eq!(masters.len(), 2, "n{}: {nodes:?}", i + 1);
+        assert!(masters.iter().any(|l| l.ends_with(" 0-8191")), "n{}: {nodes:?}", i + 1);
+        assert!(masters.iter().any(|l| l.ends_with(" 8192-16383")), "n{}: {nodes:?}", i + 1);
+        assert_eq!(nodes.iter().filter(|l| l.contains("myself")).count(), 1);
+        let info = cli(addr.port(), &["INFO", "cluster"]);
+        assert!(info.contains(&"cluster_enabled:1".to_string()), "{info:?}");
+    }
+    let slots = cli(n1.port(), &["CLUSTER", "SLOTS"]);
+    assert_eq!(slots.iter().filter(|l| *l == "127.0.0.1").count(), 6, "{slots:?}");
+    // redis-cli follows the redirects itself.
+    for i in 0..50 {
+        let key = format!("key:{i}");
+        assert_eq!(cli(n1.port(), &["-c", "SET", &key, &i.to_string()]), ["OK"]);
+    }
+    for i in 0..50 {
+        let key = format!("key:{i}");
+        assert_eq!(cli(addrs[5].port(), &["-c", "GET", &key]), [i.to_string()]);
+    }
+    common::finish(cluster);
+}
+
+#[test]
+fn keyspaces_placed_on_groups_serve_where_they_live_and_say_where_elsewhere() {
+    let cluster = six("placed", 4, false);
+    let addrs = cluster.client_addrs();
+    // Keyspace k on nodes 3k mod 6 + 1 .. + 3: n1 hosts 0 and 2, n4 hosts 1 and 3.
+    let mut leaders = std::collections::BTreeSet::new();
+    for ks in 0..4u32 {
+        let hosts = cluster.hosting(ks);
+        let leader = cluster.wait_for_leader_in(ks, common::LEADER_WAIT).expect("a leader");
+        assert!(hosts.contains(&leader), "keyspace {ks}: leader n{} of {hosts:?}", leader + 1);
+        leaders.insert(leader);
+        for i in hosts {
+            let mut c = common::Conn::open(addrs[i]);
+            assert_eq!(c.call(&["SELECT", &ks.to_string()]), "+OK");
+            let key = format!("k{ks}n{i}");
+            assert_eq!(c.call(&["SET", &key, "v"]), "+OK");
+            assert_eq!(c.bulk(&["GET", &key]).as_deref(), Some("v"));
+        }
+    }
+    eprintln!("leaders: {leaders:?}");
+    let mut c = common::Conn::open(addrs[0]);
+    let refusal = c.call(&["SELECT", "1"]);
+    assert!(refusal.starts_with("-ERR keyspace 1 is not on this node"), "{refusal}");
+    assert!(refusal.contains(&addrs[3].to_string()), "{refusal}");
+    assert!(c
+        .call(&["CLUSTER", "INFO"])
+        .starts_with("-ERR This instance has cluster support disabled"));
+    // Each node's status lists the keyspaces it hosts.
+    for (i, config) in cluster.configs.iter().enumerate() {
+        let hosted: Vec<u32> = config.keyspace_specs().unwrap().iter().map(|s| s.id.0).collect();
+        let expected: Vec<u32> = if i < 3 { vec![0, 2] } else { vec![1, 3] };
+        assert_eq!(hosted, expected, "n{}", i + 1);
+    }
+    common::finish(cluster);
+}
+
+/// A checked workload through redis-py's `RedisCluster`: each of four writers owns its
+/// keys (spread over both groups) and writes each an increasing number; it reads each
+/// back after its write and never sees less than it wrote (its own writes, read from the
+/// group's leader); after the run, every key holds its last acknowledged number, or the
+/// one after it when that write's outcome was unknown.
+const WORKLOAD: &str = r#"
+import sys, time, threading, redis
+from redis.cluster import RedisCluster, ClusterNode
+ports = [int(p) for p in sys.argv[1].split(",")]
+seconds = float(sys.argv[2])
+startup = [ClusterNode("127.0.0.1", p) for p in ports]
+
+def client():
+    return RedisCluster(startup_nodes=startup, socket_timeout=5, cluster_error_retry_attempts=10)
+
+RETRYABLE = ("TIMEOUT", "BUSY", "UNAVAILABLE", "NOTLEADER", "Timeout", "onnection", "MOVED", "TRYAGAIN", "CLUSTERDOWN")
+
+def retry(rc, f):
+    for attempt in range(400):
+        try:
+            return f()
+        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError):
+            time.sleep(0.05)
+        except redis.ResponseError as e:
+            if not any(w in str(e) for w in RETRYABLE):
+                raise
+            time.sleep(0.05)
+    raise SystemExit("never answered")
+
+acked, unknown, errors, ops = {}, {}, [], [0]
+lock = threading.Lock()
+
+def writer(w):
+    rc = client()
+    keys = [f"w{w}:k{i}" for i in range(32)]
+    n = 0
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        n += 1
+        for key in keys:
+            try:
+                rc.set(key, n)
+            except Exception as e:
+                with lock:
+                    unknown[key] = n
+                time.sleep(0.05)
+                continue
+            with lock:
+                acked[key] = n
+                unknown.pop(key, None)
+                ops[0] += 1
+            got = retry(rc, lambda: rc.get(key))
+            if got is None or int(got) < n:
+                errors.append(f"{key}: read {got} after writing {n}")
+
+threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+for t in threads: t.start()
+time.sleep(1.0)
+print("running", flush=True)
+for t in threads: t.join()
+rc = client()
+groups = set()
+for key, n in acked.items():
+    got = int(retry(rc, lambda: rc.get(key)))
+    allowed = {n, unknown.get(key, n)}
+    if got not in allowed:
+        errors.append(f"{key}: holds {got}, last acknowledged {n}, unknown {unknown.get(key)}")
+    groups.add(rc.keyslot(key) >= 8192)
+assert groups == {False, True}, groups
+if errors:
+    print("FAILED " + "; ".join(errors[:10]), flush=True)
+    sys.exit(1)
+print(f"ok {ops[0]} writes, {len(acked)} keys", flush=True)
+"#;
+
+#[test]
+fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
+    if !common::redis_py() {
+        return;
+    }
+    let mut cluster = six("sharded-redis-py", 2, true);
+    let ports: Vec<String> = cluster.client_addrs().iter().map(|a| a.port().to_string()).collect();
+    let mut child = Command::new("python3")
+        .args(["-c", WORKLOAD, &ports.join(","), "12"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(first, "running");
+    // Kill keyspace 1's leader mid-run, and start it again later.
+    let leader = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a leader");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    cluster.kill(leader);
+    eprintln!("killed n{}", leader + 1);
+    let next = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a new leader");
+    assert_ne!(next, leader);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    cluster.restart(leader).expect("restarts");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("the workload ends");
+    let mut stderr = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+    let _ = std::io::stdout().flush();
+    eprintln!("{rest:?}");
+    if !status.success() {
+        common::dump_logs(&cluster);
+        panic!("the workload failed: {rest:?}\n{stderr}");
+    }
+    assert!(rest.last().is_some_and(|l| l.starts_with("ok ")), "{rest:?}");
+    common::finish(cluster);
+}
