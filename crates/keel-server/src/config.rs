@@ -901,7 +901,7 @@ fn pipeline_depth_max_default() -> u32 {
 /// The addresses of node `id` (1-based) in a local cluster laid out from `base_port`:
 /// clients at `base_port + id - 1`, peers 100 higher, HTTP 200 higher.
 pub fn local_addrs(base_port: u16, id: u32) -> (SocketAddr, SocketAddr, SocketAddr) {
-    assert!((1..=7).contains(&id), "local clusters have ids 1..=7");
+    assert!((1..=99).contains(&id), "local clusters have ids 1..=99 (100 ports apart)");
     let port = |offset: u32| -> SocketAddr {
         let p = u32::from(base_port) + offset + id - 1;
         let p = u16::try_from(p).expect("base port leaves room for 3 × 100 ports");

@@ -454,11 +454,14 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let keyspaces: Vec<KeyspaceEntry> = views
-        .iter()
-        .find_map(|(_, v)| v.as_ref())
-        .map(|v| v.iter().map(|(k, _)| k.clone()).collect())
-        .unwrap_or_default();
+    // Every keyspace some node hosts (a placed cluster's nodes each list their own).
+    let mut keyspaces: Vec<KeyspaceEntry> = Vec::new();
+    for (entry, _) in views.iter().filter_map(|(_, v)| v.as_ref()).flatten() {
+        if keyspaces.iter().all(|k| k.id != entry.id) {
+            keyspaces.push(entry.clone());
+        }
+    }
+    keyspaces.sort_by_key(|k| k.id);
     if keyspaces.is_empty() {
         eprintln!("keel status: no node answered");
         return ExitCode::from(1);
@@ -470,13 +473,15 @@ pub fn status(args: &StatusArgs) -> ExitCode {
             }
             println!("keyspace {} ({}, {})", keyspace.id, keyspace.name, keyspace.engine);
         }
+        // A node that answered without this keyspace does not host it: not a row.
         let rows: Vec<(&SocketAddr, Option<serde_json::Value>)> = views
             .iter()
-            .map(|(addr, view)| {
-                let doc = view.as_ref().and_then(|v| {
-                    v.iter().find(|(k, _)| k.id == keyspace.id).and_then(|(_, d)| d.clone())
-                });
-                (*addr, doc)
+            .filter_map(|(addr, view)| match view {
+                None => Some((*addr, None)),
+                Some(v) => {
+                    let (_, doc) = v.iter().find(|(k, _)| k.id == keyspace.id)?;
+                    Some((*addr, doc.clone()))
+                }
             })
             .collect();
         print_status(&rows);

@@ -203,13 +203,14 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
                 }
                 None => String::new(),
             };
-            let reach = match (&ks.slots, ks.replicas.is_some()) {
-                (Some(slots), _) => format!("slots {slots}; redis-cli -c"),
-                (None, true) => format!("redis-cli -p <a replica's port> -n {id}"),
-                (None, false) => format!("redis-cli -n {id}"),
-            };
             match cluster.wait_for_leader_in(id, LEADER_WAIT) {
                 Some(leader) => {
+                    let port = cluster.configs[leader].client_addr.port();
+                    let reach = match (&ks.slots, ks.replicas.is_some()) {
+                        (Some(slots), _) => format!("slots {slots}; redis-cli -c -p {port}"),
+                        (None, true) => format!("redis-cli -p {port} -n {id}"),
+                        (None, false) => format!("redis-cli -n {id}"),
+                    };
                     println!("  keyspace {id}{on}: leader n{}   ({reach})", leader + 1)
                 }
                 None => println!("  keyspace {id}{on}: no leader yet; see the node logs"),
