@@ -43,6 +43,7 @@ pub fn engine_throughput(ops: u64) -> f64 {
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
         voters: 0,
+        replicas: 0,
         wall_skew_ms_max: 0,
     };
     let mut driver = Driver::new(World::<LeaderEngine>::new(config, 1));

@@ -287,6 +287,10 @@ pub struct BenchArgs {
     /// The seed of the `kite` model's network delays and accesses.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// With `orca`: how writes scale with the replica groups of a sharded cluster (1, 2,
+    /// 4 and 8 groups of three, each node a processor of its own), in virtual time.
+    #[arg(long)]
+    pub scale: bool,
 }
 
 /// Runs `keel sim`; exit 0 when everything held, 1 when something failed, 2 on bad input.
@@ -297,6 +301,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
         SimCommand::Table4(t) => crate::table4::run_cli(t),
         SimCommand::Bench(b) if b.engine == "kite" => crate::kite::bench::run_cli(b.json, b.seed),
         SimCommand::Bench(b) if b.engine == "geo" => crate::geo::bench::run_cli(b.json, b.seed),
+        SimCommand::Bench(b) if b.scale => crate::scale::run_cli(b.json, b.seed),
         SimCommand::Bench(b) => crate::bench::run_cli(b),
     }
 }

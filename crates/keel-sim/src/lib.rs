@@ -56,6 +56,7 @@ pub mod nemesis;
 pub mod net;
 pub mod race;
 pub mod rng;
+pub mod scale;
 pub mod scenario;
 pub mod seeds;
 pub mod survivors;

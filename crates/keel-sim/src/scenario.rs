@@ -491,6 +491,7 @@ pub fn world_config(rng: &mut Rng, hard_state_mode: HardStateMode) -> WorldConfi
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
         voters: 0,
+        replicas: 0,
         wall_skew_ms_max: 0,
     }
 }

@@ -165,6 +165,7 @@ fn table4_world() -> WorldConfig {
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
         voters: 0,
+        replicas: 0,
         wall_skew_ms_max: 0,
     }
 }

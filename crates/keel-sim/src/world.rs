@@ -38,6 +38,8 @@ use std::sync::Arc;
 pub const HELD_MESSAGES_MAX: usize = 4096;
 /// Most keyspaces one simulated cluster hosts.
 pub const KEYSPACES_MAX: u32 = 8;
+/// Most nodes of a simulated cluster whose keyspaces are placed on replica groups.
+pub const NODES_PLACED_MAX: u32 = 24;
 
 /// A keyspace's index in the world (its id in a server's configuration).
 pub type Keyspace = u32;
@@ -118,6 +120,10 @@ pub struct WorldConfig<C = Config> {
     /// nodes joining the cluster, outside its membership until an operator (the
     /// `membership` scenario's reconfigurer) adds them.
     pub voters: u32,
+    /// Placement: each keyspace on a replica group of this many nodes (keyspace `k` on
+    /// the nodes from `k × replicas mod nodes + 1` on, wrapping, as `keel up` places
+    /// them); 0: every keyspace on every node.
+    pub replicas: u32,
 }
 
 /// Bit rot of fsynced log records on a crashing node (see `docs/simulation.md`).
@@ -452,7 +458,10 @@ impl<E: SimEngine> SimIo<'_, E> {
 }
 
 struct Node<E: SimEngine> {
+    /// Per keyspace; a keyspace the node does not host never runs a replica here.
     replicas: Vec<Hosted<E>>,
+    /// Whether its process runs (between a restart and a crash).
+    up: bool,
     /// Its links' allowances, shared by its keyspaces, as a server's peer queues are.
     links: BTreeMap<NodeId, LinkAllowance>,
     /// What its forwarded replies hold, shared by its keyspaces.
@@ -619,7 +628,15 @@ pub struct World<E: SimEngine> {
 impl<E: SimEngine> World<E> {
     /// Builds and boots a cluster; every parameter not in `config` derives from `seed`.
     pub fn new(config: WorldConfig<E::Config>, seed: u64) -> World<E> {
-        assert!((1..=9).contains(&config.nodes), "cluster of {} nodes", config.nodes);
+        let most = if config.replicas > 0 { NODES_PLACED_MAX } else { 9 };
+        assert!((1..=most).contains(&config.nodes), "cluster of {} nodes", config.nodes);
+        assert!(
+            config.replicas <= config.nodes,
+            "groups of {} on {}",
+            config.replicas,
+            config.nodes
+        );
+        assert!(config.replicas == 0 || config.voters == 0, "placed groups: every replica votes");
         assert!((1..=KEYSPACES_MAX).contains(&config.keyspaces), "{} keyspaces", config.keyspaces);
         assert!(config.fsync_ns_max > config.fsync_ns_min, "empty fsync latency range");
         let mut rng = Rng::new(seed);
@@ -643,6 +660,7 @@ impl<E: SimEngine> World<E> {
             let forwarded_replies = Arc::new(ByteBudget::new(config.forwarded_replies_bytes_max));
             nodes.push(Node {
                 replicas,
+                up: false,
                 links,
                 forwarded_replies,
                 clock: NodeClock::new(offset, drift as i32),
@@ -765,7 +783,23 @@ impl<E: SimEngine> World<E> {
 
     /// Whether the node is running (not crashed).
     pub fn is_up(&self, node: NodeId) -> bool {
-        self.replica(node, 0).replica.is_some()
+        self.node(node).up
+    }
+
+    /// The nodes that host keyspace `ks` ([`WorldConfig::replicas`]), ascending.
+    pub fn group(&self, ks: Keyspace) -> Vec<NodeId> {
+        let (n, r) = (self.config.nodes, self.config.replicas);
+        if r == 0 {
+            return self.node_ids();
+        }
+        let mut ids: Vec<NodeId> = (0..r).map(|i| NodeId((ks * r + i) % n + 1)).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Whether `node` hosts keyspace `ks`.
+    pub fn hosts(&self, node: NodeId, ks: Keyspace) -> bool {
+        self.config.replicas == 0 || self.group(ks).contains(&node)
     }
 
     /// The running leader of keyspace 0 with the highest epoch, if any.
@@ -1534,6 +1568,7 @@ impl<E: SimEngine> World<E> {
             }
         }
         let n = &mut self.nodes[Self::slot(node)];
+        n.up = false;
         n.incarnation += 1;
         // The process's peer queues and its clients' connections are gone with it: so is
         // what they held of its budgets (messages still on the wire keep their old holds).
@@ -1712,8 +1747,14 @@ impl<E: SimEngine> World<E> {
             return;
         }
         let now = self.now_ns;
-        let members = self.configured_voters();
-        for ks in 0..self.config.keyspaces {
+        self.nodes[Self::slot(node)].up = true;
+        let hosted: Vec<Keyspace> =
+            (0..self.config.keyspaces).filter(|ks| self.hosts(node, *ks)).collect();
+        for ks in hosted {
+            let members = match self.config.replicas {
+                0 => self.configured_voters(),
+                _ => self.group(ks),
+            };
             let spread = self.config.spread_leaders;
             let mut config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
             let wall_now_ms = self.wall_ms(node);

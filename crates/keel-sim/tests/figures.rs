@@ -41,6 +41,7 @@ fn cluster(engine: Config) -> Driver<LeaderEngine> {
         unsafe_unbounded_links: false,
         forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
         voters: 0,
+        replicas: 0,
         wall_skew_ms_max: 0,
     };
     Driver::new(World::new(config, 7))

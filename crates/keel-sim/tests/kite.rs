@@ -359,6 +359,7 @@ fn kite_runs_in_the_one_world_every_engine_runs_in() {
             unsafe_unbounded_links: false,
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
             voters: 0,
+            replicas: 0,
             wall_skew_ms_max: 0,
         };
         let mut world = World::<KiteEngine>::new(config, seed);

@@ -220,6 +220,7 @@ impl GeoWorld {
             unsafe_unbounded_links: false,
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
             voters: 0,
+            replicas: 0,
             wall_skew_ms_max: shape.skew_ms,
         };
         let mut world = World::new(config, seed);

@@ -146,6 +146,7 @@ impl KiteWorld {
             unsafe_unbounded_links: net.unsafe_unbounded_links,
             forwarded_replies_bytes_max: keel_exec::FORWARDED_REPLIES_BYTES_MAX,
             voters: 0,
+            replicas: 0,
             wall_skew_ms_max: 0,
         };
         let mut world = World::new(config, seed);
