@@ -55,6 +55,10 @@ pub struct ClientConfig {
     pub durability: Option<Durability>,
     /// The keyspace every operation goes to (each connection sends `SELECT` first).
     pub keyspace: u32,
+    /// Whether each connection selects `keyspace` (default); `false` leaves it in the
+    /// node's first keyspace, for questions about the node itself (`KEEL.KEYSPACES` at a
+    /// node of a placed cluster that does not host keyspace 0).
+    pub select: bool,
     /// `(user, password)`: each connection sends `AUTH` first (nodes with `[[users]]`).
     pub credentials: Option<(String, String)>,
     /// TLS to every node (`nodes` are then their `client_tls_addr`s).
@@ -73,6 +77,7 @@ impl ClientConfig {
             read_level: None,
             durability: None,
             keyspace: 0,
+            select: true,
             credentials: None,
             tls: None,
         }
@@ -254,8 +259,11 @@ impl Client {
                 return Err(ConnError::Connect { addr, reason });
             }
         }
-        if self.config.keyspace != 0 {
+        if self.config.select {
             // Pipelined in order: every later call on this connection goes to the keyspace.
+            // Keyspace 0 too: a node of a placed cluster that does not host it refuses,
+            // naming where it lives, where a connection left in the node's first keyspace
+            // would act on another.
             let index = self.config.keyspace.to_string();
             let words: [&[u8]; 2] = [b"SELECT", index.as_bytes()];
             if let Frame::Error(line) = conn.call(&words, self.config.attempt_timeout).await? {
@@ -1052,7 +1060,9 @@ mod tests {
                         }
                         // One request per read: the client sends one and waits.
                         let request = &buf[..n];
-                        let reply = if request.windows(12).any(|w| w == b"KEEL.SESSION") {
+                        let reply = if request.windows(6).any(|w| w == b"SELECT") {
+                            "+OK\r\n".to_string() // each connection selects its keyspace
+                        } else if request.windows(12).any(|w| w == b"KEEL.SESSION") {
                             log.lock().unwrap().push("KEEL.SESSION");
                             let id = ((1u64 << 63) + 7).to_string();
                             format!("${}\r\n{id}\r\n", id.len())

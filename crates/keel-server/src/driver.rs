@@ -550,6 +550,9 @@ where
         let (replica, mut io) = self.io();
         let changed = replica.complete(now, &completions, &mut io);
         let failed = io.failed.take();
+        if let Some(role) = &changed {
+            self.wiring.metrics.set_leader(role.leader);
+        }
         log_role_change(keyspace, changed);
         self.hand_over().await?;
         failed.map_or(Ok(()), Err)
@@ -753,6 +756,8 @@ pub struct KeyspaceHandle {
     /// Negative control only (`[testing] unsafe_script_skip_watch`): a script's
     /// write-back watches none of the keys it read.
     pub unsafe_script_skip_watch: bool,
+    /// In a sharded cluster, what the keyspace takes: every request passes it.
+    pub guard: Option<Arc<crate::placement::SlotGuard>>,
 }
 
 impl KeyspaceHandle {
@@ -778,6 +783,9 @@ impl KeyspaceHandle {
             mode: submit.mode,
             named: submit.named,
         };
+        if self.guard.as_ref().is_some_and(|g| g.check(&request.command).is_err()) {
+            return None; // `send` gives the refusal
+        }
         let (reply, started) = view.read_now(request)?;
         self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // From the engine's own clock reading: a read off the loop reads the clock twice.
@@ -789,6 +797,9 @@ impl KeyspaceHandle {
     /// Puts a request in the engine loop's queue now (requests sent one after another
     /// reach the engine in that order) and returns where its reply will arrive.
     pub fn send(&self, submit: Submit) -> Sent {
+        if let Some(Err(refusal)) = self.guard.as_ref().map(|g| g.check(&submit.command)) {
+            return Sent(Err(refusal));
+        }
         let (reply, answer) = oneshot::channel();
         let event = Event::Client { submit, reply, queued_at: Instant::now() };
         match self.events.try_send(event) {
@@ -875,8 +886,8 @@ impl Keyspaces {
     }
 
     /// The same keyspaces in a cluster placed as `placement` says.
-    pub fn with_placement(mut self, placement: crate::placement::Placement) -> Keyspaces {
-        self.placement = Some(Arc::new(placement));
+    pub fn with_placement(mut self, placement: Arc<crate::placement::Placement>) -> Keyspaces {
+        self.placement = Some(placement);
         self
     }
 
@@ -890,10 +901,9 @@ impl Keyspaces {
         self.placement.as_ref().is_some_and(|p| p.sharded())
     }
 
-    /// Whether `node`'s peer link to this node is up (it announced itself on a link
-    /// that has not closed since), or `node` is this node.
+    /// Whether `node`'s peer link to this node is up, or `node` is this node.
     pub fn reachable(&self, node: NodeId) -> bool {
-        node == self.node_id || self.node_metrics.peer_protocols().contains_key(&node)
+        crate::placement::reachable(&self.node_metrics, self.node_id, node)
     }
 
     /// The same keyspaces with the node's pub/sub `broker` (one that reaches the peers).

@@ -281,6 +281,7 @@ mod tests {
             node_id: NodeId(1),
             unsafe_stale_invoke: false,
             unsafe_script_skip_watch: false,
+            guard: None,
         };
         let node_metrics = Arc::new(crate::metrics::Metrics::default());
         let keyspaces = Arc::new(Keyspaces::new(vec![handle], node_metrics, NodeId(1)));

@@ -284,11 +284,20 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
+    let placement = Arc::new(crate::placement::Placement::new(&config));
+    if placement.sharded() {
+        for handle in &mut handles {
+            let guard = crate::placement::SlotGuard::new(
+                handle.id,
+                placement.clone(),
+                node_metrics.clone(),
+            );
+            handle.guard = Some(Arc::new(guard));
+        }
+    }
+    let placed = placement.groups.values().any(|g| g.replicas.len() < config.members.len());
     let mut keyspaces = Keyspaces::new(handles, node_metrics, me).with_broker(broker);
-    let placement = crate::placement::Placement::new(&config);
-    if placement.sharded()
-        || placement.groups.values().any(|g| g.replicas.len() < config.members.len())
-    {
+    if placement.sharded() || placed {
         keyspaces = keyspaces.with_placement(placement);
     }
     let keyspaces = Arc::new(keyspaces);
@@ -540,6 +549,7 @@ where
         node_id: NodeId(config.node_id),
         unsafe_stale_invoke: config.testing.unsafe_stale_invoke,
         unsafe_script_skip_watch: config.testing.unsafe_script_skip_watch,
+        guard: None,
     };
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));
     Ok(Started { handle, inbox, run })

@@ -113,6 +113,57 @@ impl Placement {
     }
 }
 
+/// What one keyspace of a sharded cluster takes: commands whose every key's hash slot
+/// it serves. Every request a node hands the keyspace passes it (`KeyspaceHandle::send`
+/// and its reads off the loop), whatever door it came in by (a command, a transaction, a
+/// script, `WATCH`, `RESTORE`), so no key is ever written to or read from a keyspace
+/// that does not serve its slot.
+#[derive(Debug)]
+pub struct SlotGuard {
+    keyspace: KeyspaceId,
+    placement: std::sync::Arc<Placement>,
+    node_metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl SlotGuard {
+    /// The guard of keyspace `keyspace` in `placement`, which must be sharded.
+    pub fn new(
+        keyspace: KeyspaceId,
+        placement: std::sync::Arc<Placement>,
+        node_metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> SlotGuard {
+        assert!(placement.sharded(), "slot guards are for sharded clusters");
+        SlotGuard { keyspace, placement, node_metrics }
+    }
+
+    /// `Ok` when the keyspace serves every key of `command`; else `MOVED` for the first
+    /// key it does not, naming where that key's keyspace takes clients (a key of a
+    /// database other than 0, which a sharded cluster does not have, is refused).
+    pub fn check(&self, command: &keel_types::Command) -> Result<(), keel_types::KeelError> {
+        for key in command.keys() {
+            if key.starts_with(keel_types::DB_KEY_PREFIX) {
+                let why = "a sharded cluster has database 0 only".to_string();
+                return Err(keel_types::KeelError::InvalidArgument(why));
+            }
+            let slot = keel_wire::slots::key_slot(key);
+            let owner = self.placement.owner(slot);
+            if owner != self.keyspace {
+                let reachable = |n: NodeId| reachable(&self.node_metrics, self.placement.me, n);
+                let target = self.placement.target(owner, None, &reachable);
+                let addr = target.and_then(|n| self.placement.client_addr(n)).unwrap_or_default();
+                return Err(keel_types::KeelError::Moved { slot, addr });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `node`'s peer link to node `me` is up (it announced itself on a link that has
+/// not closed since), or `node` is `me`.
+pub fn reachable(node_metrics: &crate::metrics::Metrics, me: NodeId, node: NodeId) -> bool {
+    node == me || node_metrics.peer_protocols().contains_key(&node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +228,33 @@ mod tests {
         assert_eq!(leaders, vec![1, 4, 2, 5]);
         let hosted: Vec<u32> = config.keyspace_specs().unwrap().iter().map(|s| s.id.0).collect();
         assert_eq!(hosted, vec![0, 2], "node 1 hosts the groups that name it");
+    }
+
+    #[test]
+    fn a_keyspace_takes_only_keys_of_its_slots_whatever_carries_them() {
+        use keel_types::{Command, KeelError};
+        let placement = std::sync::Arc::new(Placement::new(&sharded(6, 2, 1)));
+        let guard = SlotGuard::new(KeyspaceId(0), placement, Default::default());
+        let key = |k: &str| keel_types::Key::from(k.as_bytes().to_vec());
+        let put = |k: &str| Command::Put { key: key(k), value: key("v") };
+        // `bar` is in slot 5061 (keyspace 0), `foo` in 12182 (keyspace 1, on node 4).
+        assert_eq!(guard.check(&put("bar")), Ok(()));
+        let moved = KeelError::Moved { slot: 12182, addr: "127.0.0.1:7003".into() };
+        assert_eq!(guard.check(&put("foo")), Err(moved.clone()));
+        let multi = Command::Multi { ops: vec![put("bar"), put("foo")], watch: Vec::new() };
+        assert_eq!(guard.check(&multi), Err(moved.clone()), "a transaction's every key");
+        let watch = Command::Multi { ops: vec![put("bar")], watch: vec![(key("foo"), None)] };
+        assert_eq!(guard.check(&watch), Err(moved.clone()), "the keys it watches too");
+        let renamed = Command::Transfer {
+            from: key("bar"),
+            to: key("foo"),
+            replace: true,
+            remove_source: true,
+        };
+        assert!(guard.check(&renamed).is_err(), "both keys of a transfer");
+        let hidden = Command::Put { key: keel_types::db_key(1, b"bar"), value: key("v") };
+        assert!(matches!(guard.check(&hidden), Err(KeelError::InvalidArgument(_))));
+        assert_eq!(guard.check(&Command::Count { db: 0 }), Ok(()), "no keys");
     }
 
     #[test]

@@ -615,6 +615,28 @@ impl Command {
         }
     }
 
+    /// Every key the operation reads or writes (a transaction's, its operations' and the
+    /// keys it watches); none for a scan, which reads a range, or for the operations on
+    /// the whole keyspace or none of its keys.
+    pub fn keys(&self) -> Vec<&Key> {
+        match self {
+            Command::Transfer { from, to, .. } => vec![from, to],
+            Command::Coll { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
+            Command::CollRead { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
+            Command::Multi { ops, watch } => {
+                ops.iter().flat_map(Command::keys).chain(watch.iter().map(|(k, _)| k)).collect()
+            }
+            Command::Geo(op) => op.key().into_iter().collect(),
+            Command::Scan { .. }
+            | Command::OpenSession { .. }
+            | Command::Flush { .. }
+            | Command::SwapDb { .. }
+            | Command::Cluster(_)
+            | Command::Count { .. } => Vec::new(),
+            other => vec![other.key()],
+        }
+    }
+
     /// Bytes of keys and values the operation carries (what it may add to the state).
     pub fn payload_bytes(&self) -> usize {
         match self {

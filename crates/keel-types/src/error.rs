@@ -64,6 +64,15 @@ pub enum KeelError {
     /// snapshot does not include: it did not commit; run it again from its beginning.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A sharded cluster's key whose hash slot another keyspace serves: ask `addr`
+    /// (`host:port`), as Redis Cluster's `MOVED` says.
+    #[error("{slot} {addr}")]
+    Moved {
+        /// The key's hash slot.
+        slot: u16,
+        /// Where a replica of the keyspace serving it takes clients.
+        addr: String,
+    },
 }
 
 impl KeelError {
@@ -77,6 +86,7 @@ impl KeelError {
                 | KeelError::Timeout
                 | KeelError::Unavailable(_)
                 | KeelError::Conflict(_)
+                | KeelError::Moved { .. }
         )
     }
 }

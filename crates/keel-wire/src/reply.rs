@@ -10,6 +10,7 @@
 //! | `NOTLEADER` | this node is not the leader (rare: nodes forward) | yes, elsewhere |
 //! | `NOTACTIVE` | reserved: no node sends it today | yes, later or elsewhere |
 //! | `UNAVAILABLE` | the node accepts no writes (disk full, failed fsync) | yes, elsewhere |
+//! | `MOVED` | a sharded cluster's key another keyspace serves: `MOVED slot host:port` | yes, there |
 //! | `ERR` | anything the same request would hit again | no |
 //!
 //! [`error_from_line`] reads such a line back (for Keel's own client).
@@ -27,6 +28,7 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
         KeelError::Unavailable(_) => "UNAVAILABLE",
         KeelError::SessionExpired => "SESSIONEXPIRED",
         KeelError::Conflict(_) => "CONFLICT",
+        KeelError::Moved { .. } => "MOVED",
         KeelError::WrongType => "WRONGTYPE",
         KeelError::KeyTooLarge { .. }
         | KeelError::ValueTooLarge { .. }
@@ -75,6 +77,10 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "WRONGTYPE" => KeelError::WrongType,
         "CONFLICT" => KeelError::Conflict(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
+        "MOVED" => match rest.split_once(' ').and_then(|(s, a)| Some((s.parse().ok()?, a))) {
+            Some((slot, addr)) => KeelError::Moved { slot, addr: addr.to_string() },
+            None => KeelError::InvalidArgument(line.to_string()),
+        },
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
         // The server words an invalid argument as its display does: the prefix is not
         // kept twice (`invalid argument: invalid argument: ...`).

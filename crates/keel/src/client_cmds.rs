@@ -401,6 +401,9 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Asks `node` once, in `keyspace`, for the reply to `words` (an error reply is `None`).
 async fn ask(access: &Access, node: &NodeAddr, keyspace: u32, words: &[&[u8]]) -> Option<Frame> {
     let mut config = access.config(node, keyspace).ok()?;
+    // `KEEL.KEYSPACES` is the node's own: asked without selecting keyspace 0, which a
+    // node of a placed cluster may not host.
+    config.select = words.first() != Some(&&b"KEEL.KEYSPACES"[..]);
     config.attempts_max = 1;
     config.attempt_timeout = STATUS_TIMEOUT;
     config.connections_per_node = 1;

@@ -24,7 +24,7 @@ pub struct UpArgs {
     pub replicas: Option<u32>,
     /// A sharded cluster speaking the Redis Cluster protocol (`redis-cli -c`, redis-py's
     /// `RedisCluster`): the 16,384 hash slots split over the keyspaces, each on its own
-    /// replica group (`--keyspaces` of them; default `--nodes` / `--replicas`).
+    /// replica group (`--keyspaces` of them; default `--nodes` / `--replicas`, rounded up).
     #[arg(long, conflicts_with_all = ["geo", "voters", "kite"])]
     pub sharded: bool,
     /// The first this many nodes vote (3, 5 or 7); the others start outside the
@@ -38,7 +38,8 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 7379)]
     pub base_port: u16,
     /// Number of ORCA keyspaces (0 to N-1; `SELECT n` or `redis-cli -n n` picks one),
-    /// their leaders spread over the nodes. Default: 1; sharded, `--nodes` / `--replicas`.
+    /// their leaders spread over the nodes. Default: 1; placed on groups (`--replicas`
+    /// below `--nodes`, or `--sharded`), `--nodes` / `--replicas` rounded up.
     #[arg(long)]
     pub keyspaces: Option<u32>,
     /// Also host a Kite keyspace (release consistency, leaderless) with the next id
@@ -86,9 +87,17 @@ pub fn run(args: &UpArgs) -> ExitCode {
     }
     let keyspaces = match args.keyspaces {
         Some(k) => k,
-        None if args.sharded => (args.nodes / replicas).max(1),
+        None if placed => args.nodes.div_ceil(replicas),
         None => 1,
     };
+    if placed && keyspaces * replicas < args.nodes {
+        eprintln!(
+            "keel up: {keyspaces} keyspaces of {replicas} replicas leave some of the {} nodes hosting nothing: --keyspaces at least {}",
+            args.nodes,
+            args.nodes.div_ceil(replicas)
+        );
+        return ExitCode::from(2);
+    }
     match args.voters {
         _ if args.geo || placed => {}
         None if !whole => {

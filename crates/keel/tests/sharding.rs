@@ -56,6 +56,30 @@ fn a_sharded_cluster_routes_by_slot_and_describes_its_map() {
     assert_eq!(c.call(&["SET", "foo", "2"]), format!("-MOVED 12182 {n4}"));
     assert!(c.call(&["EXEC"]).starts_with("-EXECABORT"));
     assert_eq!(c.bulk(&["GET", "bar"]).as_deref(), Some("1"), "nothing of it applied");
+    // Keel's own options after the keys, and commands whose keys Redis's positions miss.
+    assert_eq!(c.call(&["GET", "foo", "WITHVERSION"]), format!("-MOVED 12182 {n4}"));
+    assert_eq!(c.call(&["GET", "foo", "LEVEL", "linearizable"]), format!("-MOVED 12182 {n4}"));
+    assert_eq!(c.call(&["OBJECT", "ENCODING", "foo"]), format!("-MOVED 12182 {n4}"));
+    assert_eq!(c.call(&["MGET", "bar", "{bar}a", "LEVEL", "any"]), "*2");
+    let _ = (c.line(), c.line(), c.line(), c.line());
+    // A script reaches no key of another keyspace, whatever keys it declared.
+    let script = "return redis.call('get', 'foo')";
+    let refused = c.call(&["EVAL", script, "0"]);
+    assert!(refused.starts_with('-') && refused.contains("MOVED"), "{refused}");
+    // Transactions of one slot run; other databases do not exist.
+    assert_eq!(c.call(&["MULTI"]), "+OK");
+    assert_eq!(c.call(&["SET", "bar", "2"]), "+QUEUED");
+    assert_eq!(c.call(&["SET", "{bar}c", "3"]), "+QUEUED");
+    assert_eq!(c.call(&["EXEC"]), "*2");
+    let _ = (c.line(), c.line());
+    assert_eq!(c.bulk(&["GET", "{bar}c"]).as_deref(), Some("3"));
+    assert!(c
+        .call(&["SWAPDB", "0", "1"])
+        .starts_with("-ERR SWAPDB is not allowed in cluster mode"));
+    assert!(c.call(&["MOVE", "bar", "1"]).starts_with("-ERR MOVE is not allowed in cluster mode"));
+    let copy = c.call(&["COPY", "bar", "{bar}2", "DB", "1"]);
+    assert!(copy.starts_with("-ERR"), "{copy}");
+    assert_eq!(c.call(&["SET", "bar", "1"]), "+OK");
     // At the other group, `foo` is served and `bar` sent back.
     let mut d = common::Conn::open(n4);
     assert_eq!(d.call(&["SET", "foo", "1"]), "+OK");
@@ -116,6 +140,10 @@ fn keyspaces_placed_on_groups_serve_where_they_live_and_say_where_elsewhere() {
     assert!(c
         .call(&["CLUSTER", "INFO"])
         .starts_with("-ERR This instance has cluster support disabled"));
+    // A membership change names a replica of the keyspace, or is refused.
+    assert_eq!(c.call(&["SELECT", "0"]), "+OK");
+    let refused = c.call(&["KEEL.NODE", "ADD", "5"]);
+    assert!(refused.starts_with("-ERR node 5 is not a replica of keyspace 0"), "{refused}");
     // Each node's status lists the keyspaces it hosts.
     for (i, config) in cluster.configs.iter().enumerate() {
         let hosted: Vec<u32> = config.keyspace_specs().unwrap().iter().map(|s| s.id.0).collect();

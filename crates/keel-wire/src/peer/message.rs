@@ -701,6 +701,12 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_u8(out, 11);
             put_text(out, why);
         }
+        // The front door's answer for a key of another shard: no engine gives it, so no
+        // message carries it; written as the invalid argument it would read as.
+        KeelError::Moved { slot, addr } => {
+            put_u8(out, 9);
+            put_text(out, &format!("MOVED {slot} {addr}"));
+        }
     }
 }
 

@@ -39,13 +39,47 @@ const NUMKEYS: &[(&str, usize)] = &[
 /// Commands whose first key is a destination, then a key count and the sources.
 const STORE_NUMKEYS: &[&str] = &["zunionstore", "zinterstore", "zdiffstore"];
 
+/// Keel's options a request may end with: a word and its value, or a word alone.
+const TRAILING_PAIRS: &[&str] = &["level", "durability"];
+const TRAILING_WORDS: &[&str] = &["withversion", "acquire", "release"];
+
+/// `words` without the options of Keel's own a request ends with (`LEVEL l`,
+/// `DURABILITY d`, `WITHVERSION`), which Redis's key positions do not count.
+fn without_keel_options(words: &[Bytes]) -> &[Bytes] {
+    let is = |w: &Bytes, names: &[&str]| names.iter().any(|n| w.eq_ignore_ascii_case(n.as_bytes()));
+    let mut end = words.len();
+    loop {
+        if end > 3 && is(&words[end - 2], TRAILING_PAIRS) {
+            end -= 2;
+        } else if end > 2 && is(&words[end - 1], TRAILING_WORDS) {
+            end -= 1;
+        } else {
+            return &words[..end];
+        }
+    }
+}
+
 /// The keys of the request `words` (its name first), as Redis Cluster finds them: a key
-/// count's keys, or the command table's key positions; `KEEL.REQ`'s wrapped request's.
+/// count's keys, or the command table's key positions (Keel's trailing options set
+/// aside); `KEEL.REQ`'s and `KEEL.INVOKE`'s wrapped request's. A guess at worst: every
+/// keyspace refuses keys of slots it does not serve (`placement::SlotGuard`).
 pub(crate) fn request_keys(words: &[Bytes]) -> Vec<&Bytes> {
     let Some(first) = words.first() else { return Vec::new() };
     let name = String::from_utf8_lossy(first).to_ascii_lowercase();
     if name == "keel.req" {
         return words.get(3..).map_or(Vec::new(), request_keys);
+    }
+    if name == "keel.invoke" {
+        return words.get(1..).map_or(Vec::new(), request_keys);
+    }
+    if name == "object" || name == "memory" {
+        return words.get(2).into_iter().collect(); // OBJECT ENCODING key, MEMORY USAGE key
+    }
+    let words = without_keel_options(words);
+    if name == "sort" || name == "sort_ro" {
+        let store = words.iter().position(|w| w.eq_ignore_ascii_case(b"store"));
+        let dest = store.and_then(|at| words.get(at + 1));
+        return words.get(1).into_iter().chain(dest).collect();
     }
     let counted = |at: usize, from: usize| -> Vec<&Bytes> {
         let count = words.get(at).and_then(|w| std::str::from_utf8(w).ok()?.parse::<usize>().ok());
@@ -97,6 +131,11 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     if is("readonly") || is("readwrite") || is("asking") {
         return ready(Frame::ok());
     }
+    if is("swapdb") || is("move") {
+        // Redis Cluster has database 0 only (`COPY ... DB n` meets the keyspace's guard).
+        let name = String::from_utf8_lossy(first).to_ascii_uppercase();
+        return ready(Frame::error(&format!("ERR {name} is not allowed in cluster mode")));
+    }
     if is("select") {
         // Redis Cluster has database 0 only. Keel's own tools select a keyspace this
         // node hosts by its number (`KEEL.STATUS` of each), which the next request with
@@ -119,14 +158,15 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
         let addr = target.and_then(|n| placement.client_addr(n)).unwrap_or_default();
         return refuse_queued(conn, Frame::error(&format!("MOVED {slot} {addr}")));
     };
+    if super::transactions::transaction_keyspace(conn).is_some_and(|k| k != owner) {
+        // One transaction is one entry of one keyspace's log.
+        return refuse_queued(conn, Frame::error(CROSSSLOT));
+    }
     if handle.id != conn.node.id {
-        if super::transactions::queued_any(conn) {
-            // One transaction is one entry of one keyspace's log.
-            return refuse_queued(conn, Frame::error(CROSSSLOT));
-        }
         conn.node = handle.clone();
         conn.db = 0;
     }
+    super::transactions::fix_keyspace(conn, owner);
     None
 }
 
@@ -366,6 +406,15 @@ mod tests {
         assert_eq!(keys("KEEL.REQ 1 2 SET k v"), ["k"]);
         assert_eq!(keys("EVAL s 9 x"), ["x"], "a count past the words: the words there are");
         assert_eq!(keys("PING"), Vec::<String>::new());
+        assert_eq!(keys("GET k WITHVERSION"), ["k"]);
+        assert_eq!(keys("GET k LEVEL any WITHVERSION"), ["k"]);
+        assert_eq!(keys("HINCRBY h f 1 DURABILITY memory"), ["h"]);
+        assert_eq!(keys("MGET a b LEVEL linearizable"), ["a", "b"]);
+        assert_eq!(keys("BLPOP a b 0 DURABILITY durable"), ["a", "b"]);
+        assert_eq!(keys("OBJECT ENCODING k"), ["k"]);
+        assert_eq!(keys("MEMORY USAGE k"), ["k"]);
+        assert_eq!(keys("SORT s LIMIT 0 5 STORE d"), ["s", "d"]);
+        assert_eq!(keys("KEEL.INVOKE GET k LEVEL linearizable"), ["k"]);
     }
 
     #[test]

@@ -167,6 +167,27 @@ pub(crate) fn key_in_database(db: u8, key: keel_types::Key) -> Result<keel_types
     Ok(if db == 0 { key } else { db_key(db, &key) })
 }
 
+/// Why a membership change of the connection's keyspace cannot work: in a placed
+/// cluster, a node to add, promote or lead that is not among the keyspace's replicas
+/// runs no replica of it (it would never catch up). Removals are not checked: a dead
+/// node may already be gone from the configuration.
+fn not_a_replica(conn: &Conn, op: ClusterOp) -> Option<String> {
+    if matches!(op, ClusterOp::Remove(_)) {
+        return None;
+    }
+    let group = conn.keyspaces.placement()?.groups.get(&conn.node.id)?;
+    let node = op.node();
+    (!group.replicas.contains(&node)).then(|| {
+        let replicas: Vec<String> = group.replicas.iter().map(|n| n.0.to_string()).collect();
+        format!(
+            "ERR node {} is not a replica of keyspace {} (its replicas: {}); list it in the keyspace's replicas and start it first",
+            node.0,
+            conn.node.id.0,
+            replicas.join(", ")
+        )
+    })
+}
+
 /// Why a leadership transfer may not be asked now: a member (or this node) speaks a peer
 /// protocol older than the transfer's (2), and would drop its messages (`docs/operations.md`,
 /// *Rolling upgrade*).
@@ -201,6 +222,9 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
         }
         ClientCommand::Node { op } => {
             if let (ClusterOp::TransferLeader(_), Some(text)) = (op, older_peer(conn)) {
+                return Pending::ready(Frame::error(&text), protocol);
+            }
+            if let Some(text) = not_a_replica(conn, op) {
                 return Pending::ready(Frame::error(&text), protocol);
             }
             // Through the keyspace's log, at its leader: answered once committed.

@@ -39,11 +39,24 @@ pub(crate) struct Transaction {
     /// ([`queued_bytes_max`]), so a queue cannot hold more than `EXEC` could send.
     bytes: u64,
     refused: bool,
+    /// The keyspace its commands with keys run in (a sharded cluster routes each by its
+    /// keys' slot; one transaction is one entry of one keyspace's log).
+    keyspace: Option<KeyspaceId>,
 }
 
-/// Whether the connection is queueing a transaction that holds a command already.
-pub(crate) fn queued_any(conn: &Conn) -> bool {
-    conn.transaction.as_ref().is_some_and(|tx| !tx.commands.is_empty())
+/// The keyspace the transaction being queued runs in, once a command with keys (or a
+/// key it watches) fixed it; `None` outside `MULTI`.
+pub(crate) fn transaction_keyspace(conn: &Conn) -> Option<KeyspaceId> {
+    let tx = conn.transaction.as_ref()?;
+    let watched = conn.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    tx.keyspace.or(watched.keyspace)
+}
+
+/// Fixes the keyspace of the transaction being queued, if any, to `keyspace`.
+pub(crate) fn fix_keyspace(conn: &mut Conn, keyspace: KeyspaceId) {
+    if let Some(tx) = conn.transaction.as_mut() {
+        tx.keyspace = Some(keyspace);
+    }
 }
 
 /// Discards the transaction the connection is queueing, if any, at its `EXEC`
