@@ -47,7 +47,8 @@ pub struct RunArgs {
     /// to F12 with L12, and F13, scripted). With the leader engine: `general` (all
     /// durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
-    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `lease-race`
+    /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `sharded` (2 or 3
+    /// keyspaces, each on a replica group of its own three nodes), `lease-race`
     /// (five nodes, bridge partitions, long stalls and the lease race, an aimed fault
     /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap

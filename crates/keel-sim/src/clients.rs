@@ -366,19 +366,20 @@ impl Clients {
         }
         assert!(self.clients[c].inflight.is_none(), "client {c} woke with an op in flight");
         let t_class = self.config.txn_ppm > 0 && self.txn_rng.chance(self.config.txn_ppm);
-        let nodes = world.node_ids();
-        let mut node = nodes[self.rng.index(nodes.len())];
-        if c < self.config.readers as usize && self.reader_rng.chance(800_000) {
-            let outside = crate::membership::outside_voters(world);
-            if !outside.is_empty() {
-                node = outside[self.reader_rng.index(outside.len())];
-            }
-        }
         let ks = if self.config.keyspaces > 1 {
             self.rng.index(self.config.keyspaces as usize) as Keyspace
         } else {
             0
         };
+        // A node of the keyspace's group (every node, unless keyspaces are placed).
+        let nodes = world.group(ks);
+        let mut node = nodes[self.rng.index(nodes.len())];
+        if c < self.config.readers as usize && self.reader_rng.chance(800_000) {
+            let outside = crate::membership::outside_voters(world);
+            if !outside.is_empty() && nodes.len() == world.node_ids().len() {
+                node = outside[self.reader_rng.index(outside.len())];
+            }
+        }
         if t_class && self.txn_rng.chance(crate::txns::TXN_SHARE_PPM) {
             return self.start_txn(world, c, node, ks);
         }
@@ -992,7 +993,7 @@ impl Clients {
         if let (true, Some(request)) = (retry, inflight.request.clone()) {
             // Again, with the same pair, at another node: the engine must not apply it
             // twice, and the op completes with whichever attempt answers first.
-            let nodes = world.node_ids();
+            let nodes = world.group(inflight.keyspace);
             let node = nodes[self.retry_rng.index(nodes.len())];
             let tag = world.submit_to(node, inflight.keyspace, request);
             self.by_tag.insert(tag, c);

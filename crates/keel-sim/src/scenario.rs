@@ -71,6 +71,9 @@ pub struct GeneralConfig {
     /// Keyspaces the cluster hosts (each an engine instance on every node); the
     /// `keyspaces` scenario draws 2 to 4 from the seed.
     pub keyspaces: u32,
+    /// The `sharded` scenario: each keyspace on its own replica group of this many nodes
+    /// (the world has `keyspaces × replicas`); 0: every keyspace on every node.
+    pub replicas: u32,
     /// Negative control: the effect executor reports fsyncs without clamping them below
     /// the truncations queued after them.
     pub skip_truncation_clamp: bool,
@@ -184,6 +187,7 @@ impl GeneralConfig {
             wide_area: false,
             release_unasked: false,
             keyspaces: 1,
+            replicas: 0,
             skip_truncation_clamp: false,
             unchecked_view_reads: false,
             forget_leader_contact: false,
@@ -272,12 +276,21 @@ impl GeneralConfig {
         GeneralConfig { keyspaces, ..GeneralConfig::new(seed) }
     }
 
+    /// The `sharded` run for `seed`: the general scenario on 2 or 3 keyspaces (drawn from
+    /// the seed), each on its own group of three nodes, as a sharded cluster places
+    /// them; clients send each operation to a node of its keyspace's group.
+    pub fn sharded(seed: u64) -> GeneralConfig {
+        let keyspaces = 2 + (Rng::new(seed ^ 0x5A4D).next_u64() % 2) as u32;
+        GeneralConfig { keyspaces, replicas: 3, ..GeneralConfig::new(seed) }
+    }
+
     /// The config for a scenario by name: `general`, `wide-area` or `keyspaces`.
     pub fn named(scenario: &str, seed: u64) -> Option<GeneralConfig> {
         match scenario {
             "general" => Some(GeneralConfig::new(seed)),
             "wide-area" => Some(GeneralConfig::wide_area(seed)),
             "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
+            "sharded" => Some(GeneralConfig::sharded(seed)),
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
             "correctables" => Some(GeneralConfig::correctables(seed)),
             "tickets" => Some(GeneralConfig::tickets(seed)),
@@ -307,6 +320,8 @@ impl GeneralConfig {
             "expiry"
         } else if self.membership {
             "membership"
+        } else if self.replicas > 0 {
+            "sharded"
         } else if self.keyspaces > 1 {
             "keyspaces"
         } else {
@@ -741,6 +756,13 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     if config.wide_area {
         make_wide_area(&mut world_config, rng);
     }
+    if config.replicas > 0 {
+        // Each keyspace on a group of its own: the engine's members are the group's.
+        world_config.nodes = config.keyspaces * config.replicas;
+        world_config.replicas = config.replicas;
+        world_config.engine.members = (1..=config.replicas).map(NodeId).collect();
+        world_config.engine.active_set_target = config.replicas as usize;
+    }
     if config.membership {
         world_config.voters = world_config.nodes;
         world_config.nodes += 2;
@@ -968,7 +990,7 @@ pub(crate) fn await_leases<E: LeaderSim>(
                 false => status.voters.clone(),
             };
             // The engine's target for the voters in force.
-            let configured = world.configured_voters().len();
+            let configured = world.configured_voters_of(ks).len();
             let target = match status.active_set.is_empty() {
                 true => members.len(),
                 false => {

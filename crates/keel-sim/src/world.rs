@@ -842,6 +842,15 @@ impl<E: SimEngine> World<E> {
         (1..=voters).map(NodeId).collect()
     }
 
+    /// The voters keyspace `ks` is configured with: its group's nodes when keyspaces are
+    /// placed on groups, else [`World::configured_voters`].
+    pub fn configured_voters_of(&self, ks: Keyspace) -> Vec<NodeId> {
+        match self.config.replicas {
+            0 => self.configured_voters(),
+            _ => self.group(ks),
+        }
+    }
+
     fn slot(node: NodeId) -> usize {
         assert!(node.0 >= 1, "node ids start at 1");
         (node.0 - 1) as usize
@@ -1751,10 +1760,7 @@ impl<E: SimEngine> World<E> {
         let hosted: Vec<Keyspace> =
             (0..self.config.keyspaces).filter(|ks| self.hosts(node, *ks)).collect();
         for ks in hosted {
-            let members = match self.config.replicas {
-                0 => self.configured_voters(),
-                _ => self.group(ks),
-            };
+            let members = self.configured_voters_of(ks);
             let spread = self.config.spread_leaders;
             let mut config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
             let wall_now_ms = self.wall_ms(node);

@@ -267,3 +267,14 @@ fn several_keyspaces_at_once_with_every_fault_pass() {
     let committed = reaching.get("txn-committed").copied().unwrap_or(0);
     assert!(committed * 100 >= 90 * KEYSPACES_SEEDS, "{reaching:?}");
 }
+
+/// Seeds of the sharded scenario every test run covers: 2 or 3 keyspaces, each on a
+/// replica group of its own three nodes, clients at the nodes of each keyspace's group.
+const SHARDED_SEEDS: u64 = 200;
+
+#[test]
+fn keyspaces_on_groups_of_their_own_with_every_fault_pass() {
+    let reaching = sweep(SHARDED_SEEDS, GeneralConfig::sharded);
+    let committed = reaching.get("txn-committed").copied().unwrap_or(0);
+    assert!(committed * 100 >= 90 * SHARDED_SEEDS, "{reaching:?}");
+}
