@@ -26,8 +26,10 @@ pub struct ServerArgs {
     /// HTTP (/metrics, /status) listen address.
     #[arg(long)]
     pub http_addr: Option<SocketAddr>,
-    /// A member as ID=PEER_ADDR, or ID=PEER_ADDR@DC with its data center's label (geo
-    /// keyspaces), repeated for each (this node included); replaces the file's members.
+    /// A member as ID=PEER_ADDR, with `,CLIENT_ADDR` where its clients connect (a
+    /// sharded cluster's redirects name it) and `@DC` its data center's label (geo
+    /// keyspaces): ID=PEER_ADDR[,CLIENT_ADDR][@DC], repeated for each (this node
+    /// included); replaces the file's members.
     #[arg(long = "member", value_parser = parse_member)]
     pub members: Vec<Member>,
     /// Durability of writes that name none.
@@ -47,14 +49,21 @@ pub struct ServerArgs {
 }
 
 fn parse_member(text: &str) -> Result<Member, String> {
-    let (id, rest) = text.split_once('=').ok_or("expected ID=PEER_ADDR[@DC]")?;
+    let (id, rest) = text.split_once('=').ok_or("expected ID=PEER_ADDR[,CLIENT_ADDR][@DC]")?;
     let id = id.parse().map_err(|e| format!("member id: {e}"))?;
-    let (addr, dc) = match rest.rsplit_once('@') {
-        Some((addr, dc)) => (addr, Some(dc.to_string())),
+    let (addrs, dc) = match rest.rsplit_once('@') {
+        Some((addrs, dc)) => (addrs, Some(dc.to_string())),
         None => (rest, None),
     };
+    let (addr, client) = match addrs.split_once(',') {
+        Some((addr, client)) => (addr, Some(client)),
+        None => (addrs, None),
+    };
     let peer_addr = addr.parse().map_err(|e: String| format!("member address: {e}"))?;
-    Ok(Member { id, peer_addr, dc, client_addr: None })
+    let client_addr = client
+        .map(|c| c.parse().map_err(|e: String| format!("member client address: {e}")))
+        .transpose()?;
+    Ok(Member { id, peer_addr, dc, client_addr })
 }
 
 impl ServerArgs {
@@ -185,4 +194,25 @@ fn spawn_stop_signals(stop: watch::Sender<bool>, exit_with_stdin: bool) {
         }
         let _ = stop.send(true);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_member;
+
+    #[test]
+    fn a_member_flag_names_its_addresses_and_data_center() {
+        let m = parse_member("4=10.0.0.4:7479").unwrap();
+        assert_eq!(
+            (m.id, m.peer_addr.to_string(), m.client_addr, m.dc),
+            (4, "10.0.0.4:7479".into(), None, None)
+        );
+        let m = parse_member("4=10.0.0.4:7479,10.0.0.4:7379@east").unwrap();
+        assert_eq!(m.client_addr.map(|a| a.to_string()).as_deref(), Some("10.0.0.4:7379"));
+        assert_eq!(m.dc.as_deref(), Some("east"));
+        let m = parse_member("4=keel-3.keel:7479,keel-3.keel:7379").unwrap();
+        assert_eq!(m.client_addr.map(|a| a.to_string()).as_deref(), Some("keel-3.keel:7379"));
+        assert!(parse_member("4=10.0.0.4:7479,nonsense").is_err());
+        assert!(parse_member("x=10.0.0.4:7479").is_err());
+    }
 }

@@ -575,6 +575,11 @@ pub struct TestingSettings {
     /// a key then lose updates, which the scripting tests' race must find.
     #[serde(default)]
     pub unsafe_script_skip_watch: bool,
+    /// A sharded cluster's keyspaces take requests for keys of any slot (no slot guard):
+    /// a script's key of another keyspace is then written where no client finds it,
+    /// which the sharding tests must see.
+    #[serde(default)]
+    pub unsafe_no_slot_guard: bool,
     /// `durable` writes are acknowledged as `replicated` ones (before any fsync), yet
     /// answered as durable: a fault harness must find them lost.
     #[serde(default)]

@@ -285,8 +285,14 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
     let placement = Arc::new(crate::placement::Placement::new(&config));
+    if config.testing.unsafe_no_slot_guard {
+        tracing::error!(
+            "[testing] unsafe_no_slot_guard is on: keyspaces take keys of slots they do NOT serve (negative-control mode, never for real use)"
+        );
+    }
     if placement.sharded() {
-        for handle in &mut handles {
+        broker.set_sharded();
+        for handle in handles.iter_mut().filter(|_| !config.testing.unsafe_no_slot_guard) {
             let guard = crate::placement::SlotGuard::new(
                 handle.id,
                 placement.clone(),

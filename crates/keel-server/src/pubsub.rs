@@ -246,6 +246,9 @@ pub struct Broker {
     /// `notify-keyspace-events` as Redis's flag bits ([`Flags`]).
     flags: AtomicU32,
     metrics: Arc<Metrics>,
+    /// A sharded cluster's node: keyspace notifications name database 0, the only one
+    /// a cluster client knows, whichever keyspace the key is in.
+    sharded: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -268,6 +271,7 @@ impl Broker {
             deliveries,
             flags: AtomicU32::new(0),
             metrics,
+            sharded: Default::default(),
         });
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::spawn(deliver(Arc::downgrade(&broker), rx));
@@ -319,6 +323,11 @@ impl Broker {
         Flags(self.flags.load(Ordering::Relaxed))
     }
 
+    /// Makes keyspace notifications name database 0 (a sharded cluster's node).
+    pub fn set_sharded(&self) {
+        self.sharded.store(true, Ordering::Relaxed);
+    }
+
     /// Sets `notify-keyspace-events`.
     pub fn set_flags(&self, flags: Flags) {
         self.flags.store(flags.0, Ordering::Relaxed);
@@ -336,7 +345,11 @@ impl Broker {
         let may = |l: &Listener| l.user.as_ref().is_none_or(|u| u.may_use(keyspace));
         for event in events.iter().filter(|e| flags.selects(e.class)) {
             let Some((db, key)) = keel_types::db_of(&event.key) else { continue };
-            let number = if keyspace.0 == 0 { u32::from(db) } else { keyspace.0 };
+            let number = match (self.sharded.load(Ordering::Relaxed), keyspace.0) {
+                (true, _) => 0,
+                (false, 0) => u32::from(db),
+                (false, k) => k,
+            };
             let key = Bytes::copy_from_slice(key);
             let name = Bytes::from_static(event.event.as_bytes());
             if flags.has(Flags::KEYSPACE) {

@@ -12,8 +12,19 @@ use std::process::{Command, Stdio};
 /// Six nodes, `groups` keyspaces of three replicas, sharded or not; waits for every
 /// keyspace's leader.
 fn six(name: &str, groups: u32, sharded: bool) -> LocalCluster {
+    six_with(name, groups, sharded, |_| {})
+}
+
+/// [`six`] with `tweak` applied to every node's configuration.
+fn six_with(
+    name: &str,
+    groups: u32,
+    sharded: bool,
+    tweak: impl Fn(&mut keel_server::ServerConfig),
+) -> LocalCluster {
     let cluster = common::start_n(name, 6, |c| {
         c.keyspaces = placed_keyspaces(6, groups, 3, sharded);
+        tweak(c);
     });
     for ks in 0..groups {
         if cluster.wait_for_leader_in(ks, common::LEADER_WAIT).is_none() {
@@ -80,9 +91,17 @@ fn a_sharded_cluster_routes_by_slot_and_describes_its_map() {
     let copy = c.call(&["COPY", "bar", "{bar}2", "DB", "1"]);
     assert!(copy.starts_with("-ERR"), "{copy}");
     assert_eq!(c.call(&["SET", "bar", "1"]), "+OK");
-    // At the other group, `foo` is served and `bar` sent back.
+    // At the other group, `foo` is served and `bar` sent back; keyspace notifications
+    // name database 0, the only one a cluster client knows.
     let mut d = common::Conn::open(n4);
+    let mut listener = common::Conn::open(n4);
+    assert_eq!(listener.call(&["CONFIG", "SET", "notify-keyspace-events", "KA"]), "+OK");
+    assert_eq!(listener.call(&["SUBSCRIBE", "__keyspace@0__:foo"]), "*3");
+    let _ = (0..5).map(|_| listener.line()).count(); // subscribe, the channel, 1
     assert_eq!(d.call(&["SET", "foo", "1"]), "+OK");
+    let pushed: Vec<String> = (0..7).map(|_| listener.line()).collect();
+    assert_eq!(pushed[4].trim_end(), "__keyspace@0__:foo", "{pushed:?}");
+    assert_eq!(pushed[6].trim_end(), "set", "{pushed:?}");
     assert_eq!(d.call(&["GET", "bar"]), format!("-MOVED 5061 {n1}"));
     // The map, as every node describes it.
     for (i, addr) in addrs.iter().enumerate() {
@@ -110,6 +129,24 @@ fn a_sharded_cluster_routes_by_slot_and_describes_its_map() {
         let key = format!("key:{i}");
         assert_eq!(cli(addrs[5].port(), &["-c", "GET", &key]), [i.to_string()]);
     }
+    common::finish(cluster);
+}
+
+/// The negative control of the slot guard: without it, a script at a node of one group
+/// writes a key of the other group's slot into its own keyspace, where no client finds
+/// it (the guarded cluster answers `MOVED`: above).
+#[test]
+fn without_the_slot_guard_a_script_writes_where_no_client_finds_it() {
+    let cluster = six_with("sharded-unguarded", 2, true, |c| {
+        c.testing.unsafe_no_slot_guard = true;
+    });
+    let addrs = cluster.client_addrs();
+    let mut c = common::Conn::open(addrs[0]);
+    // `foo` is in slot 12182, keyspace 1's (n4 to n6); the script runs at n1.
+    let script = "return redis.call('set', 'foo', 'stray')";
+    assert_eq!(c.call(&["EVAL", script, "0"]), "+OK", "the write is taken");
+    let mut owner = common::Conn::open(addrs[3]);
+    assert_eq!(owner.bulk(&["GET", "foo"]), None, "and lost to every client");
     common::finish(cluster);
 }
 
