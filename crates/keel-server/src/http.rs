@@ -74,13 +74,35 @@ pub fn node_status(keyspaces: &Keyspaces, reports: &[(KeyspaceHandle, Report)]) 
         .into_iter()
         .map(|(node, protocol)| (node.0.to_string(), protocol.into()))
         .collect();
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "node_id": keyspaces.node_id.0,
         "version": env!("CARGO_PKG_VERSION"),
         "peer_protocols": protocols,
         "keyspaces": docs,
     });
+    if let Some(placement) = keyspaces.placement() {
+        doc["placement"] = placement_status(placement);
+    }
     doc.to_string()
+}
+
+/// Every keyspace of a placed or sharded cluster, as this node's configuration places
+/// it: its replicas, preferred leader and slots.
+fn placement_status(placement: &crate::placement::Placement) -> serde_json::Value {
+    let groups: Vec<serde_json::Value> = placement
+        .groups
+        .iter()
+        .map(|(id, group)| {
+            serde_json::json!({
+                "keyspace": id.0,
+                "name": group.name,
+                "replicas": group.replicas.iter().map(|n| n.0).collect::<Vec<_>>(),
+                "preferred_leader": group.preferred_leader.map(|n| n.0),
+                "slots": group.slots.as_ref().map(|s| s.to_string()),
+            })
+        })
+        .collect();
+    serde_json::json!({ "sharded": placement.sharded(), "keyspaces": groups })
 }
 
 /// The endpoint's bounds.

@@ -181,6 +181,19 @@ fn keyspaces_placed_on_groups_serve_where_they_live_and_say_where_elsewhere() {
     assert_eq!(c.call(&["SELECT", "0"]), "+OK");
     let refused = c.call(&["KEEL.NODE", "ADD", "5"]);
     assert!(refused.starts_with("-ERR node 5 is not a replica of keyspace 0"), "{refused}");
+    // `/status` shows the whole placement, beside the keyspaces the node hosts.
+    let http = cluster.configs[0].http_addr.expect("an HTTP port");
+    let mut stream = std::net::TcpStream::connect(http).expect("the HTTP port accepts");
+    stream.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    let _ = std::io::Read::read_to_string(&mut stream, &mut page);
+    let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let doc: serde_json::Value = serde_json::from_str(body).expect("a JSON document");
+    assert_eq!(doc["keyspaces"].as_array().map(Vec::len), Some(2), "n1 hosts two");
+    let placed = doc["placement"]["keyspaces"].as_array().expect("the placement");
+    assert_eq!(placed.len(), 4);
+    assert_eq!(placed[1]["replicas"], serde_json::json!([4, 5, 6]));
+    assert_eq!(placed[1]["preferred_leader"], 4);
     // Each node's status lists the keyspaces it hosts.
     for (i, config) in cluster.configs.iter().enumerate() {
         let hosted: Vec<u32> = config.keyspace_specs().unwrap().iter().map(|s| s.id.0).collect();
