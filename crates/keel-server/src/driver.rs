@@ -427,7 +427,7 @@ where
         let role = engine.role();
         tracing::info!(keyspace = %wiring.keyspace, role = role.role, epoch = role.epoch,
             leader = ?role.leader.map(|l| l.0), "role at start");
-        wiring.metrics.set_leader(role.leader);
+        wiring.metrics.set_leader(role.leader, role.epoch);
         Driver {
             replica: Replica::new(engine, Front::new(HELD_MESSAGES_MAX), hold)
                 .with_forwarded_replies(wiring.forwarded_replies.clone()),
@@ -551,7 +551,7 @@ where
         let changed = replica.complete(now, &completions, &mut io);
         let failed = io.failed.take();
         if let Some(role) = &changed {
-            self.wiring.metrics.set_leader(role.leader);
+            self.wiring.metrics.set_leader(role.leader, role.epoch);
         }
         log_role_change(keyspace, changed);
         self.hand_over().await?;
@@ -679,7 +679,7 @@ where
         let changed = call(replica, now, &mut io);
         let failed = io.failed.take();
         if let Some(role) = &changed {
-            self.wiring.metrics.set_leader(role.leader);
+            self.wiring.metrics.set_leader(role.leader, role.epoch);
         }
         log_role_change(keyspace, changed);
         let result = self.hand_over().await;
@@ -869,6 +869,8 @@ pub struct Keyspaces {
     /// Where every keyspace of the cluster lives (`None`: every keyspace is here, and
     /// the cluster is not sharded).
     pub placement: Option<Arc<crate::placement::Placement>>,
+    /// The leaders other members said they are (a placed cluster's leader notices).
+    pub heard: Option<Arc<crate::leaders::HeardLeaders>>,
 }
 
 impl Keyspaces {
@@ -882,13 +884,28 @@ impl Keyspaces {
             handles.into_iter().map(|h| (h.id, h)).collect();
         assert!(!by_id.is_empty(), "a node hosts a keyspace at least");
         let broker = crate::pubsub::Broker::start(None, node_metrics.clone());
-        Keyspaces { by_id, node_metrics, node_id, broker, placement: None }
+        Keyspaces { by_id, node_metrics, node_id, broker, placement: None, heard: None }
     }
 
     /// The same keyspaces in a cluster placed as `placement` says.
     pub fn with_placement(mut self, placement: Arc<crate::placement::Placement>) -> Keyspaces {
         self.placement = Some(placement);
         self
+    }
+
+    /// The same keyspaces, hearing other members' leader notices in `heard`.
+    pub fn with_heard(mut self, heard: Arc<crate::leaders::HeardLeaders>) -> Keyspaces {
+        self.heard = Some(heard);
+        self
+    }
+
+    /// The leader of `keyspace` as this node knows it: its own replica's belief when it
+    /// hosts the keyspace, else the leader a notice named lately.
+    pub fn leader_of(&self, keyspace: KeyspaceId) -> Option<NodeId> {
+        match self.get(keyspace) {
+            Some(handle) => handle.metrics.known_leader(),
+            None => self.heard.as_ref()?.leader(keyspace, Instant::now()),
+        }
     }
 
     /// The cluster's placement, if it places keyspaces on groups or shards them.

@@ -47,6 +47,7 @@ pub mod engines;
 pub mod front_door;
 pub mod handshake;
 pub mod http;
+pub mod leaders;
 pub mod local;
 pub mod login;
 pub mod metrics;

@@ -119,6 +119,8 @@ pub struct KeyspaceMetrics {
     /// The leader this node's replica believes in (a node id; 0: none known), kept by
     /// the engine loop at each role change: where a sharded cluster's redirects point.
     pub leader: std::sync::atomic::AtomicU32,
+    /// The epoch of the role the engine loop last reported.
+    pub epoch: AtomicU64,
     /// What `calls_by_op` counted at the last `CONFIG RESETSTAT`, subtracted from what it
     /// shows since (the Prometheus counters never go back).
     stats_baseline: Mutex<BTreeMap<&'static str, (u64, u64)>>,
@@ -131,9 +133,15 @@ impl KeyspaceMetrics {
         (id != 0).then_some(NodeId(id))
     }
 
-    /// Records the leader this node's replica believes in.
-    pub fn set_leader(&self, leader: Option<NodeId>) {
+    /// The epoch of the role the engine loop last reported.
+    pub fn known_epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the leader this node's replica believes in, in `epoch`.
+    pub fn set_leader(&self, leader: Option<NodeId>, epoch: u64) {
         let id = leader.map_or(0, |l| l.0);
+        self.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
         self.leader.store(id, std::sync::atomic::Ordering::Relaxed);
     }
 

@@ -239,7 +239,7 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let broker = crate::pubsub::Broker::start(Some(peers.clone()), node_metrics.clone());
     let shared = Shared {
         config: &config,
-        peers,
+        peers: peers.clone(),
         limits: links.limits.clone(),
         node_metrics: node_metrics.clone(),
         forwarded_replies: Arc::new(keel_exec::ByteBudget::new(
@@ -262,6 +262,14 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         limits: links.limits.clone(),
     };
     inboxes.insert(crate::pubsub::PUBSUB_KEYSPACE, Box::new(pubsub_inbox));
+    let placement = Arc::new(crate::placement::Placement::new(&config));
+    let placed = placement.groups.values().any(|g| g.replicas.len() < config.members.len());
+    let heard = Arc::new(crate::leaders::HeardLeaders::default());
+    if placed || placement.sharded() {
+        let inbox =
+            crate::leaders::LeadersInbox { heard: heard.clone(), placement: placement.clone() };
+        inboxes.insert(keel_wire::peer::LEADERS_KEYSPACE, Box::new(inbox));
+    }
     let bind = |addr| async move {
         TcpListener::bind(addr)
             .await
@@ -284,7 +292,6 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
-    let placement = Arc::new(crate::placement::Placement::new(&config));
     if config.testing.unsafe_no_slot_guard {
         tracing::error!(
             "[testing] unsafe_no_slot_guard is on: keyspaces take keys of slots they do NOT serve (negative-control mode, never for real use)"
@@ -297,16 +304,19 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
                 handle.id,
                 placement.clone(),
                 node_metrics.clone(),
+                heard.clone(),
             );
             handle.guard = Some(Arc::new(guard));
         }
     }
-    let placed = placement.groups.values().any(|g| g.replicas.len() < config.members.len());
     let mut keyspaces = Keyspaces::new(handles, node_metrics, me).with_broker(broker);
     if placement.sharded() || placed {
-        keyspaces = keyspaces.with_placement(placement);
+        keyspaces = keyspaces.with_placement(placement).with_heard(heard);
     }
     let keyspaces = Arc::new(keyspaces);
+    if keyspaces.placement().is_some() {
+        tokio::spawn(crate::leaders::announce(Arc::downgrade(&keyspaces), peers));
+    }
     let bulk = BulkRuntime::start(&config);
     let door = front_door(&config, &keyspaces, bulk.handle())?;
     if let Some(listener) = client_listener {

@@ -90,8 +90,8 @@ impl Placement {
     }
 
     /// The replica of keyspace `id` a client should be sent to, as this node knows it:
-    /// the leader its own replica believes in (`known`, when it hosts the keyspace),
-    /// else the preferred leader when `reachable` says a link to it is up, else the
+    /// the leader its own replica believes in, or a leader notice named (`known`), else
+    /// the preferred leader when `reachable` says a link to it is up, else the
     /// first replica `reachable` says is, else the preferred leader or first replica.
     pub fn target(
         &self,
@@ -123,17 +123,20 @@ pub struct SlotGuard {
     keyspace: KeyspaceId,
     placement: std::sync::Arc<Placement>,
     node_metrics: std::sync::Arc<crate::metrics::Metrics>,
+    heard: std::sync::Arc<crate::leaders::HeardLeaders>,
 }
 
 impl SlotGuard {
     /// The guard of keyspace `keyspace` in `placement`, which must be sharded.
+    /// `heard`: the leaders other members' notices named, where redirects point.
     pub fn new(
         keyspace: KeyspaceId,
         placement: std::sync::Arc<Placement>,
         node_metrics: std::sync::Arc<crate::metrics::Metrics>,
+        heard: std::sync::Arc<crate::leaders::HeardLeaders>,
     ) -> SlotGuard {
         assert!(placement.sharded(), "slot guards are for sharded clusters");
-        SlotGuard { keyspace, placement, node_metrics }
+        SlotGuard { keyspace, placement, node_metrics, heard }
     }
 
     /// `Ok` when the keyspace serves every key of `command`; else `MOVED` for the first
@@ -149,7 +152,8 @@ impl SlotGuard {
             let owner = self.placement.owner(slot);
             if owner != self.keyspace {
                 let reachable = |n: NodeId| reachable(&self.node_metrics, self.placement.me, n);
-                let target = self.placement.target(owner, None, &reachable);
+                let heard = self.heard.leader(owner, std::time::Instant::now());
+                let target = self.placement.target(owner, heard, &reachable);
                 let addr = target.and_then(|n| self.placement.client_addr(n)).unwrap_or_default();
                 return Err(keel_types::KeelError::Moved { slot, addr });
             }
@@ -234,7 +238,8 @@ mod tests {
     fn a_keyspace_takes_only_keys_of_its_slots_whatever_carries_them() {
         use keel_types::{Command, KeelError};
         let placement = std::sync::Arc::new(Placement::new(&sharded(6, 2, 1)));
-        let guard = SlotGuard::new(KeyspaceId(0), placement, Default::default());
+        let guard =
+            SlotGuard::new(KeyspaceId(0), placement, Default::default(), Default::default());
         let key = |k: &str| keel_types::Key::from(k.as_bytes().to_vec());
         let put = |k: &str| Command::Put { key: key(k), value: key("v") };
         // `bar` is in slot 5061 (keyspace 0), `foo` in 12182 (keyspace 1, on node 4).

@@ -315,5 +315,21 @@ fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
         panic!("the workload failed: {rest:?}\n{stderr}");
     }
     assert!(rest.last().is_some_and(|l| l.starts_with("ok ")), "{rest:?}");
+    // The old leader is back, a follower, and still keyspace 1's preferred leader: node 1,
+    // which hosts keyspace 0 only, names the leader it heard of, not the preferred one.
+    if common::tool("redis-cli").is_some() {
+        let leader = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a leader");
+        let port = cluster.client_addrs()[leader].port().to_string();
+        let n1 = cluster.client_addrs()[0].port();
+        let named = || {
+            let slots = cli(n1, &["CLUSTER", "SLOTS"]);
+            let at = slots.iter().position(|l| l == "8192");
+            at.and_then(|i| slots.get(i + 3)).cloned()
+        };
+        let heard = common::wait_until(std::time::Duration::from_secs(10), || {
+            named().as_deref() == Some(port.as_str())
+        });
+        assert!(heard, "n1 names {:?} for keyspace 1, led by n{}", named(), leader + 1);
+    }
     common::finish(cluster);
 }

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | 1 | everything before the announcement (no envelope is sent: its absence says 1) |
 //! | 2 | leadership transfer: `TimeoutNow` (message tag 11), a transfer's vote (tag 12); this announcement |
+//! | 3 | leader notices ([`LeaderNotice`], keyspace [`LEADERS_KEYSPACE`]): which keyspaces the sender leads, for the members that do not host them |
 //!
 //! The envelope goes to [`LINK_KEYSPACE`], which no engine hosts: a node of protocol 1
 //! drops it as a message for a keyspace it does not host and keeps the link, so a node of
@@ -17,7 +18,7 @@ use super::PeerEncode;
 use keel_types::KeyspaceId;
 
 /// The peer protocol this build speaks.
-pub const PEER_PROTOCOL: u8 = 2;
+pub const PEER_PROTOCOL: u8 = 3;
 /// The oldest peer protocol this build still works with (its messages decode here).
 pub const PEER_PROTOCOL_MIN: u8 = 1;
 /// The keyspace id of the link's own envelopes (the publish/subscribe fan-out has
@@ -25,6 +26,52 @@ pub const PEER_PROTOCOL_MIN: u8 = 1;
 pub const LINK_KEYSPACE: KeyspaceId = KeyspaceId(u32::MAX - 1);
 /// The announcement's first byte.
 const ANNOUNCE: u8 = b'V';
+/// The keyspace id of leader notices (protocol 3).
+pub const LEADERS_KEYSPACE: KeyspaceId = KeyspaceId(u32::MAX - 2);
+/// The first protocol whose nodes decode leader notices: none is sent to an older one.
+pub const LEADER_NOTICES_PROTOCOL: u8 = 3;
+/// Most keyspaces one leader notice names (a node hosts at most 64).
+pub const NOTICE_KEYSPACES_MAX: usize = 64;
+/// A leader notice's first byte.
+const NOTICE: u8 = b'L';
+
+/// A node's word that it leads these keyspaces, each in this epoch: how the members that
+/// do not host a keyspace learn where its clients should go (a sharded cluster's
+/// `MOVED`, `CLUSTER SLOTS`). A hint only: nothing safe depends on it. Its bytes: `b'L'`,
+/// the count as one byte, then per keyspace its id (u32) and the epoch (u64), little-endian.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderNotice(pub Vec<(KeyspaceId, u64)>);
+
+impl PeerEncode for LeaderNotice {
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        assert!(self.0.len() <= NOTICE_KEYSPACES_MAX, "{} keyspaces", self.0.len());
+        out.extend_from_slice(&[NOTICE, self.0.len() as u8]);
+        for (keyspace, epoch) in &self.0 {
+            out.extend_from_slice(&keyspace.0.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
+        }
+    }
+}
+
+impl LeaderNotice {
+    /// Reads a notice; `None` for anything else (a wrong length, too many keyspaces).
+    pub fn decode(bytes: &[u8]) -> Option<LeaderNotice> {
+        let [NOTICE, count, rest @ ..] = bytes else { return None };
+        let count = usize::from(*count);
+        if count > NOTICE_KEYSPACES_MAX || rest.len() != count * 12 {
+            return None;
+        }
+        let entries = rest
+            .chunks_exact(12)
+            .map(|c| {
+                let id = u32::from_le_bytes(c[..4].try_into().expect("4 bytes"));
+                let epoch = u64::from_le_bytes(c[4..].try_into().expect("8 bytes"));
+                (KeyspaceId(id), epoch)
+            })
+            .collect();
+        Some(LeaderNotice(entries))
+    }
+}
 
 /// The announcement of the peer protocol the sender speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +105,21 @@ mod tests {
         assert_eq!(Announce::decode(&out), Some(Announce(PEER_PROTOCOL)));
         for bytes in [&b""[..], b"V", b"V\x01", b"V\x00", b"W\x02", b"V\x02\x00"] {
             assert_eq!(Announce::decode(bytes), None, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn a_leader_notice_round_trips_and_malformed_ones_read_as_none() {
+        let notice = LeaderNotice(vec![(KeyspaceId(0), 7), (KeyspaceId(3), u64::MAX)]);
+        let mut out = Vec::new();
+        notice.encode_to(&mut out);
+        assert_eq!(out.len(), 2 + 2 * 12);
+        assert_eq!(LeaderNotice::decode(&out), Some(notice));
+        assert_eq!(LeaderNotice::decode(b"L\x00"), Some(LeaderNotice(Vec::new())));
+        let mut long = vec![NOTICE, 65];
+        long.extend(std::iter::repeat_n(0u8, 65 * 12));
+        for bytes in [&b""[..], b"L", b"L\x01", b"V\x03", &out[..out.len() - 1], &long] {
+            assert_eq!(LeaderNotice::decode(bytes), None, "{bytes:?}");
         }
     }
 }

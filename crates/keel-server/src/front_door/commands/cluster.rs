@@ -154,7 +154,8 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     };
     let owner = placement.owner(slot);
     let Some(handle) = keyspaces.get(owner) else {
-        let target = placement.target(owner, None, &|n| keyspaces.reachable(n));
+        let known = keyspaces.leader_of(owner);
+        let target = placement.target(owner, known, &|n| keyspaces.reachable(n));
         let addr = target.and_then(|n| placement.client_addr(n)).unwrap_or_default();
         return refuse_queued(conn, Frame::error(&format!("MOVED {slot} {addr}")));
     };
@@ -235,7 +236,7 @@ impl<'a> Map<'a> {
         let mut shards = Vec::new();
         for (id, group) in &placement.groups {
             let Some(slots) = &group.slots else { continue };
-            let known = keyspaces.get(*id).and_then(|h| h.metrics.known_leader());
+            let known = keyspaces.leader_of(*id);
             let target = placement.target(*id, known, &|n| keyspaces.reachable(n));
             let target = target.expect("a group has replicas");
             let (ranges, replicas) = (slots.ranges().to_vec(), group.replicas.clone());
