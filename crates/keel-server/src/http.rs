@@ -82,6 +82,11 @@ pub fn node_status(keyspaces: &Keyspaces, reports: &[(KeyspaceHandle, Report)]) 
     });
     if let Some(placement) = keyspaces.placement() {
         doc["placement"] = placement_status(placement);
+        if let Some(heard) = &keyspaces.heard {
+            let now = std::time::Instant::now();
+            let disagreeing: Vec<u32> = heard.disagreeing(now).iter().map(|n| n.0).collect();
+            doc["placement"]["disagreeing"] = disagreeing.into();
+        }
     }
     doc.to_string()
 }
@@ -102,7 +107,11 @@ fn placement_status(placement: &crate::placement::Placement) -> serde_json::Valu
             })
         })
         .collect();
-    serde_json::json!({ "sharded": placement.sharded(), "keyspaces": groups })
+    serde_json::json!({
+        "sharded": placement.sharded(),
+        "digest": placement.digest(),
+        "keyspaces": groups,
+    })
 }
 
 /// The endpoint's bounds.

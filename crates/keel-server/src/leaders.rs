@@ -20,18 +20,31 @@ pub const NOTICE_PERIOD: Duration = Duration::from_millis(500);
 /// How long a notice is believed without another (four periods).
 pub const HEARD_FOR: Duration = Duration::from_millis(2_000);
 
-/// The leaders this node heard of, by keyspace: the epoch, the leader, when.
+/// The leaders this node heard of, by keyspace: the epoch, the leader, when; and the
+/// members whose notices named another placement than this node's, with when.
 #[derive(Debug, Default)]
 pub struct HeardLeaders {
     by_keyspace: Mutex<BTreeMap<KeyspaceId, (u64, NodeId, Instant)>>,
+    disagreeing: Mutex<BTreeMap<NodeId, Instant>>,
 }
 
 impl HeardLeaders {
     /// Records `from`'s notice, for the keyspaces `placement` names it a replica of: a
-    /// keyspace's leader is replaced by one of a later epoch, or once it is stale.
+    /// keyspace's leader is replaced by one of a later epoch, or once it is stale. A
+    /// notice of another placement is not believed: its sender is recorded as
+    /// disagreeing, and logged when it starts to.
     pub fn heard(&self, from: NodeId, notice: &LeaderNotice, placement: &Placement, now: Instant) {
+        if notice.placement != placement.digest() {
+            let mut disagreeing = self.disagreeing.lock().unwrap_or_else(|e| e.into_inner());
+            let before = disagreeing.insert(from, now);
+            if before.is_none_or(|at| now.duration_since(at) > HEARD_FOR) {
+                tracing::warn!(peer = %from, theirs = notice.placement, ours = placement.digest(),
+                    "a member's configuration places keyspaces otherwise (replicas, slots or client addresses differ): its leader notices are ignored");
+            }
+            return;
+        }
         let mut by_keyspace = self.by_keyspace.lock().unwrap_or_else(|e| e.into_inner());
-        for &(keyspace, epoch) in &notice.0 {
+        for &(keyspace, epoch) in &notice.led {
             let replica =
                 placement.groups.get(&keyspace).is_some_and(|g| g.replicas.contains(&from));
             if !replica {
@@ -46,6 +59,16 @@ impl HeardLeaders {
                 by_keyspace.insert(keyspace, (epoch, from, now));
             }
         }
+    }
+
+    /// The members whose notices named another placement within [`HEARD_FOR`] of `now`.
+    pub fn disagreeing(&self, now: Instant) -> Vec<NodeId> {
+        let disagreeing = self.disagreeing.lock().unwrap_or_else(|e| e.into_inner());
+        disagreeing
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) <= HEARD_FOR)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     /// The leader of `keyspace` heard of within [`HEARD_FOR`] of `now`.
@@ -75,14 +98,14 @@ impl Inbox for LeadersInbox {
 }
 
 /// The notice of the keyspaces this node leads now (as each engine loop last reported).
-fn notice(keyspaces: &Keyspaces) -> LeaderNotice {
+fn notice(keyspaces: &Keyspaces, placement: u32) -> LeaderNotice {
     let me = keyspaces.node_id;
     let led = keyspaces
         .iter()
         .filter(|h| h.metrics.known_leader() == Some(me))
         .map(|h| (h.id, h.metrics.known_epoch()))
         .collect();
-    LeaderNotice(led)
+    LeaderNotice { placement, led }
 }
 
 /// Every [`NOTICE_PERIOD`], until the node stops (`keyspaces` dropped): the keyspaces
@@ -94,10 +117,8 @@ pub async fn announce(keyspaces: Weak<Keyspaces>, peers: Arc<PeerQueues>) {
     loop {
         tick.tick().await;
         let Some(keyspaces) = keyspaces.upgrade() else { return };
-        let notice = notice(&keyspaces);
-        if notice.0.is_empty() {
-            continue;
-        }
+        let Some(placement) = keyspaces.placement() else { return };
+        let notice = notice(&keyspaces, placement.digest());
         let protocols = keyspaces.node_metrics.peer_protocols();
         let speaks = |to: &NodeId| protocols.get(to).is_some_and(|p| *p >= LEADER_NOTICES_PROTOCOL);
         for to in peers.members().filter(speaks) {
@@ -124,7 +145,8 @@ mod tests {
     fn a_later_epoch_wins_and_a_stale_word_is_forgotten() {
         let (heard, placement, t0) = (HeardLeaders::default(), placement(), Instant::now());
         let ks1 = KeyspaceId(1);
-        let notice = |epoch| LeaderNotice(vec![(ks1, epoch)]);
+        let digest = placement.digest();
+        let notice = |epoch| LeaderNotice { placement: digest, led: vec![(ks1, epoch)] };
         heard.heard(NodeId(4), &notice(3), &placement, t0);
         assert_eq!(heard.leader(ks1, t0), Some(NodeId(4)));
         heard.heard(NodeId(5), &notice(2), &placement, t0);
@@ -137,5 +159,10 @@ mod tests {
         assert_eq!(heard.leader(ks1, later), None, "stale");
         heard.heard(NodeId(6), &notice(1), &placement, later);
         assert_eq!(heard.leader(ks1, later), Some(NodeId(6)), "a stale word gives way");
+        let other = LeaderNotice { placement: digest ^ 1, led: vec![(ks1, 99)] };
+        heard.heard(NodeId(5), &other, &placement, later);
+        assert_eq!(heard.leader(ks1, later), Some(NodeId(6)), "another placement: not believed");
+        assert_eq!(heard.disagreeing(later), vec![NodeId(5)]);
+        assert_eq!(heard.disagreeing(later + HEARD_FOR * 2), Vec::<NodeId>::new());
     }
 }

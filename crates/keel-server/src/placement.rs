@@ -69,6 +69,31 @@ impl Placement {
         Placement { me: NodeId(config.node_id), groups, client_addrs, owners }
     }
 
+    /// A digest of the placement (every keyspace's replicas, preferred leader and slots,
+    /// every member's client address), which leader notices carry: two nodes configured
+    /// alike have the same.
+    pub fn digest(&self) -> u32 {
+        let mut bytes = Vec::new();
+        for (id, group) in &self.groups {
+            bytes.extend_from_slice(&id.0.to_le_bytes());
+            bytes.extend_from_slice(&(group.replicas.len() as u32).to_le_bytes());
+            for replica in &group.replicas {
+                bytes.extend_from_slice(&replica.0.to_le_bytes());
+            }
+            bytes.extend_from_slice(&group.preferred_leader.map_or(0, |n| n.0).to_le_bytes());
+            let slots = group.slots.as_ref().map_or(String::new(), |s| s.to_string());
+            bytes.extend_from_slice(&(slots.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(slots.as_bytes());
+        }
+        for (node, addr) in &self.client_addrs {
+            let addr = addr.to_string();
+            bytes.extend_from_slice(&node.0.to_le_bytes());
+            bytes.extend_from_slice(&(addr.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(addr.as_bytes());
+        }
+        crc32c::crc32c(&bytes)
+    }
+
     /// Whether the cluster is sharded (speaks the Redis Cluster protocol).
     pub fn sharded(&self) -> bool {
         !self.owners.is_empty()
@@ -202,6 +227,12 @@ mod tests {
         assert_eq!(placement.groups[&KeyspaceId(1)].preferred_leader, Some(NodeId(4)));
         assert!(placement.hosted_here(KeyspaceId(1)) && !placement.hosted_here(KeyspaceId(0)));
         assert_eq!(placement.client_addr(NodeId(2)).as_deref(), Some("127.0.0.1:7001"));
+        let other = Placement::new(&sharded(6, 2, 1));
+        assert_eq!(placement.digest(), other.digest(), "the same on every node");
+        let mut moved = sharded(6, 2, 1);
+        moved.keyspaces[1].slots = Some("8191-16383".into());
+        moved.keyspaces[0].slots = Some("0-8190".into());
+        assert_ne!(Placement::new(&moved).digest(), placement.digest());
     }
 
     #[test]

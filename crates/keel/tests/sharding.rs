@@ -150,6 +150,36 @@ fn without_the_slot_guard_a_script_writes_where_no_client_finds_it() {
     common::finish(cluster);
 }
 
+/// A node configured with another placement is named by the others' `/status`.
+#[test]
+fn a_member_configured_otherwise_is_named_as_disagreeing() {
+    let cluster = six_with("sharded-disagreeing", 2, true, |c| {
+        if c.node_id == 6 {
+            c.keyspaces[0].slots = Some("0-8190".into());
+            c.keyspaces[1].slots = Some("8191-16383".into());
+        }
+    });
+    let named = common::wait_until(std::time::Duration::from_secs(10), || {
+        status(&cluster, 0)["placement"]["disagreeing"] == serde_json::json!([6])
+    });
+    assert!(named, "{}", status(&cluster, 0));
+    let digest = |i: usize| status(&cluster, i)["placement"]["digest"].clone();
+    assert_eq!(digest(1), digest(0));
+    assert_ne!(digest(5), digest(0));
+    common::finish(cluster);
+}
+
+/// Node `i`'s `/status` document.
+fn status(cluster: &LocalCluster, i: usize) -> serde_json::Value {
+    let http = cluster.configs[i].http_addr.expect("an HTTP port");
+    let mut stream = std::net::TcpStream::connect(http).expect("the HTTP port accepts");
+    stream.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    let _ = std::io::Read::read_to_string(&mut stream, &mut page);
+    let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).expect("a JSON document")
+}
+
 #[test]
 fn keyspaces_placed_on_groups_serve_where_they_live_and_say_where_elsewhere() {
     let cluster = six("placed", 4, false);
@@ -182,13 +212,8 @@ fn keyspaces_placed_on_groups_serve_where_they_live_and_say_where_elsewhere() {
     let refused = c.call(&["KEEL.NODE", "ADD", "5"]);
     assert!(refused.starts_with("-ERR node 5 is not a replica of keyspace 0"), "{refused}");
     // `/status` shows the whole placement, beside the keyspaces the node hosts.
-    let http = cluster.configs[0].http_addr.expect("an HTTP port");
-    let mut stream = std::net::TcpStream::connect(http).expect("the HTTP port accepts");
-    stream.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut page = String::new();
-    let _ = std::io::Read::read_to_string(&mut stream, &mut page);
-    let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let doc: serde_json::Value = serde_json::from_str(body).expect("a JSON document");
+    let doc = status(&cluster, 0);
+    assert_eq!(doc["placement"]["disagreeing"], serde_json::json!([]));
     assert_eq!(doc["keyspaces"].as_array().map(Vec::len), Some(2), "n1 hosts two");
     let placed = doc["placement"]["keyspaces"].as_array().expect("the placement");
     assert_eq!(placed.len(), 4);

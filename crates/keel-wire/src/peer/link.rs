@@ -37,16 +37,25 @@ const NOTICE: u8 = b'L';
 
 /// A node's word that it leads these keyspaces, each in this epoch: how the members that
 /// do not host a keyspace learn where its clients should go (a sharded cluster's
-/// `MOVED`, `CLUSTER SLOTS`). A hint only: nothing safe depends on it. Its bytes: `b'L'`,
-/// the count as one byte, then per keyspace its id (u32) and the epoch (u64), little-endian.
+/// `MOVED`, `CLUSTER SLOTS`), and the digest of the placement its configuration names,
+/// which a receiver compares with its own. A hint only: nothing safe depends on it. Its
+/// bytes: `b'L'`, the digest (u32), the count as one byte, then per keyspace its id (u32)
+/// and the epoch (u64), little-endian.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaderNotice(pub Vec<(KeyspaceId, u64)>);
+pub struct LeaderNotice {
+    /// The digest of the sender's placement.
+    pub placement: u32,
+    /// The keyspaces it leads, each with its epoch.
+    pub led: Vec<(KeyspaceId, u64)>,
+}
 
 impl PeerEncode for LeaderNotice {
     fn encode_to(&self, out: &mut Vec<u8>) {
-        assert!(self.0.len() <= NOTICE_KEYSPACES_MAX, "{} keyspaces", self.0.len());
-        out.extend_from_slice(&[NOTICE, self.0.len() as u8]);
-        for (keyspace, epoch) in &self.0 {
+        assert!(self.led.len() <= NOTICE_KEYSPACES_MAX, "{} keyspaces", self.led.len());
+        out.push(NOTICE);
+        out.extend_from_slice(&self.placement.to_le_bytes());
+        out.push(self.led.len() as u8);
+        for (keyspace, epoch) in &self.led {
             out.extend_from_slice(&keyspace.0.to_le_bytes());
             out.extend_from_slice(&epoch.to_le_bytes());
         }
@@ -56,7 +65,8 @@ impl PeerEncode for LeaderNotice {
 impl LeaderNotice {
     /// Reads a notice; `None` for anything else (a wrong length, too many keyspaces).
     pub fn decode(bytes: &[u8]) -> Option<LeaderNotice> {
-        let [NOTICE, count, rest @ ..] = bytes else { return None };
+        let [NOTICE, d0, d1, d2, d3, count, rest @ ..] = bytes else { return None };
+        let placement = u32::from_le_bytes([*d0, *d1, *d2, *d3]);
         let count = usize::from(*count);
         if count > NOTICE_KEYSPACES_MAX || rest.len() != count * 12 {
             return None;
@@ -69,7 +79,7 @@ impl LeaderNotice {
                 (KeyspaceId(id), epoch)
             })
             .collect();
-        Some(LeaderNotice(entries))
+        Some(LeaderNotice { placement, led: entries })
     }
 }
 
@@ -110,15 +120,19 @@ mod tests {
 
     #[test]
     fn a_leader_notice_round_trips_and_malformed_ones_read_as_none() {
-        let notice = LeaderNotice(vec![(KeyspaceId(0), 7), (KeyspaceId(3), u64::MAX)]);
+        let led = vec![(KeyspaceId(0), 7), (KeyspaceId(3), u64::MAX)];
+        let notice = LeaderNotice { placement: 0xDEAD_BEEF, led };
         let mut out = Vec::new();
         notice.encode_to(&mut out);
-        assert_eq!(out.len(), 2 + 2 * 12);
+        assert_eq!(out.len(), 6 + 2 * 12);
         assert_eq!(LeaderNotice::decode(&out), Some(notice));
-        assert_eq!(LeaderNotice::decode(b"L\x00"), Some(LeaderNotice(Vec::new())));
-        let mut long = vec![NOTICE, 65];
+        let none = LeaderNotice { placement: 1, led: Vec::new() };
+        assert_eq!(LeaderNotice::decode(b"L\x01\x00\x00\x00\x00"), Some(none));
+        let mut long = vec![NOTICE, 0, 0, 0, 0, 65];
         long.extend(std::iter::repeat_n(0u8, 65 * 12));
-        for bytes in [&b""[..], b"L", b"L\x01", b"V\x03", &out[..out.len() - 1], &long] {
+        for bytes in
+            [&b""[..], b"L", b"L\x01\x00\x00\x00\x01", b"V\x03", &out[..out.len() - 1], &long]
+        {
             assert_eq!(LeaderNotice::decode(bytes), None, "{bytes:?}");
         }
     }
