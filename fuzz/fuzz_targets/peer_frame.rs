@@ -1,7 +1,8 @@
 //! Peer frames and the leader engine's messages inside them, up to the engine: the frame
-//! decoder on raw bytes, and valid messages of every kind with bytes flipped, each put
-//! through the stateless gate and stepped into a follower, a candidate and a leader. No
-//! input panics a node (what the validation gate promises, `docs/protocol.md` §13).
+//! decoder on raw bytes (with the link's own envelopes, announcements and leader
+//! notices), and valid messages of every kind with bytes flipped, each put through the
+//! stateless gate and stepped into a follower, a candidate and a leader. No input panics
+//! a node (what the validation gate promises, `docs/protocol.md` §13).
 #![no_main]
 
 use keel_core::engine::{Engine, Input};
@@ -11,7 +12,7 @@ use keel_types::{
     ClientId, Command, Durability, Entry, EntryPayload, Epoch, LogIndex, NodeId, RequestId,
     SnapshotMeta,
 };
-use keel_wire::peer::{decode_frame, PeerLimits, PeerMessage};
+use keel_wire::peer::{decode_frame, Announce, LeaderNotice, PeerEncode, PeerLimits, PeerMessage};
 use libfuzzer_sys::fuzz_target;
 
 const SECOND: u64 = 1_000_000_000;
@@ -104,6 +105,13 @@ fuzz_target!(|data: &[u8]| {
             for (_, bytes) in view.envelopes {
                 if let Ok(message) = Message::decode(bytes, &limits) {
                     let _ = LeaderEngine::check_message(&message);
+                }
+                // The link's own envelopes: an announcement, a leader notice.
+                let _ = Announce::decode(bytes);
+                if let Some(notice) = LeaderNotice::decode(bytes) {
+                    let mut again = Vec::new();
+                    notice.encode_to(&mut again);
+                    assert_eq!(again, bytes, "a leader notice's encoding is canonical");
                 }
             }
         }
