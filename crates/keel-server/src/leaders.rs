@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+// A notice names every keyspace a node may host.
+const _: () = assert!(crate::config::KEYSPACES_MAX <= keel_wire::peer::NOTICE_KEYSPACES_MAX);
+
 /// How often a node tells the members which keyspaces it leads.
 pub const NOTICE_PERIOD: Duration = Duration::from_millis(500);
 /// How long a notice is believed without another (four periods).
@@ -102,8 +105,10 @@ fn notice(keyspaces: &Keyspaces, placement: u32) -> LeaderNotice {
     let me = keyspaces.node_id;
     let led = keyspaces
         .iter()
-        .filter(|h| h.metrics.known_leader() == Some(me))
-        .map(|h| (h.id, h.metrics.known_epoch()))
+        .filter_map(|h| match h.metrics.known_role() {
+            (Some(leader), epoch) if leader == me => Some((h.id, epoch)),
+            _ => None,
+        })
         .collect();
     LeaderNotice { placement, led }
 }

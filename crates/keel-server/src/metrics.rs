@@ -116,11 +116,10 @@ pub struct KeyspaceMetrics {
     pub busy_refusals: AtomicU64,
     /// Reads answered off the engine loop (`docs/protocol.md` §7).
     pub reads_off_loop: AtomicU64,
-    /// The leader this node's replica believes in (a node id; 0: none known), kept by
-    /// the engine loop at each role change: where a sharded cluster's redirects point.
-    pub leader: std::sync::atomic::AtomicU32,
-    /// The epoch of the role the engine loop last reported.
-    pub epoch: AtomicU64,
+    /// The leader this node's replica believes in and the epoch, kept together by the
+    /// engine loop at each role change: where a placed cluster's redirects point, and
+    /// what its leader notices say.
+    role: Mutex<(Option<NodeId>, u64)>,
     /// What `calls_by_op` counted at the last `CONFIG RESETSTAT`, subtracted from what it
     /// shows since (the Prometheus counters never go back).
     stats_baseline: Mutex<BTreeMap<&'static str, (u64, u64)>>,
@@ -129,20 +128,17 @@ pub struct KeyspaceMetrics {
 impl KeyspaceMetrics {
     /// The leader this node's replica believes in, if any.
     pub fn known_leader(&self) -> Option<NodeId> {
-        let id = self.leader.load(std::sync::atomic::Ordering::Relaxed);
-        (id != 0).then_some(NodeId(id))
+        self.known_role().0
     }
 
-    /// The epoch of the role the engine loop last reported.
-    pub fn known_epoch(&self) -> u64 {
-        self.epoch.load(std::sync::atomic::Ordering::Relaxed)
+    /// The leader this node's replica believes in, and the epoch it was reported in.
+    pub fn known_role(&self) -> (Option<NodeId>, u64) {
+        *self.role.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records the leader this node's replica believes in, in `epoch`.
     pub fn set_leader(&self, leader: Option<NodeId>, epoch: u64) {
-        let id = leader.map_or(0, |l| l.0);
-        self.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
-        self.leader.store(id, std::sync::atomic::Ordering::Relaxed);
+        *self.role.lock().unwrap_or_else(|e| e.into_inner()) = (leader, epoch);
     }
 
     /// Per operation (`get`, `put`, ...): requests that succeeded and those that failed,

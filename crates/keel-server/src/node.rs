@@ -208,6 +208,56 @@ fn link_settings(
     })
 }
 
+/// A placed or sharded cluster's placement and the leaders this node hears of (`None`:
+/// every keyspace is on every member, and nothing is sharded).
+struct Placed(Option<(Arc<crate::placement::Placement>, Arc<crate::leaders::HeardLeaders>)>);
+
+impl Placed {
+    fn new(config: &ServerConfig) -> Placed {
+        let placement = crate::placement::Placement::new(config);
+        let partial = placement.groups.values().any(|g| g.replicas.len() < config.members.len());
+        let heard = Arc::new(crate::leaders::HeardLeaders::default());
+        Placed((partial || placement.sharded()).then(|| (Arc::new(placement), heard)))
+    }
+
+    /// In a sharded cluster, gives every keyspace of `handles` its slot guard (none under
+    /// `[testing] unsafe_no_slot_guard`), and makes `broker`'s notifications name
+    /// database 0.
+    fn guard(
+        &self,
+        config: &ServerConfig,
+        handles: &mut [KeyspaceHandle],
+        node_metrics: &Arc<Metrics>,
+        broker: &Arc<crate::pubsub::Broker>,
+    ) {
+        let Some((placement, heard)) = self.0.as_ref().filter(|(p, _)| p.sharded()) else {
+            return;
+        };
+        broker.set_sharded();
+        if config.testing.unsafe_no_slot_guard {
+            tracing::error!(
+                "[testing] unsafe_no_slot_guard is on: keyspaces take keys of slots they do NOT serve (negative-control mode, never for real use)"
+            );
+            return;
+        }
+        for handle in handles {
+            let (placement, metrics) = (placement.clone(), node_metrics.clone());
+            let guard =
+                crate::placement::SlotGuard::new(handle.id, placement, metrics, heard.clone());
+            handle.guard = Some(Arc::new(guard));
+        }
+    }
+
+    /// `keyspaces` with the node's pub/sub `broker`, and the placement, if any.
+    fn keyspaces(self, keyspaces: Keyspaces, broker: Arc<crate::pubsub::Broker>) -> Keyspaces {
+        let keyspaces = keyspaces.with_broker(broker);
+        match self.0 {
+            Some((placement, heard)) => keyspaces.with_placement(placement).with_heard(heard),
+            None => keyspaces,
+        }
+    }
+}
+
 /// Runs a node until `shutdown` is set (`Ok`) or it fails. Call inside a multi-threaded
 /// tokio runtime: every task of the node is spawned on it.
 pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
@@ -262,10 +312,9 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
         limits: links.limits.clone(),
     };
     inboxes.insert(crate::pubsub::PUBSUB_KEYSPACE, Box::new(pubsub_inbox));
-    let placement = Arc::new(crate::placement::Placement::new(&config));
-    let placed = placement.groups.values().any(|g| g.replicas.len() < config.members.len());
-    let heard = Arc::new(crate::leaders::HeardLeaders::default());
-    if placed || placement.sharded() {
+    let placed = Placed::new(&config);
+    let notices = links.limits.protocol >= keel_wire::peer::LEADER_NOTICES_PROTOCOL;
+    if let Some((placement, heard)) = placed.0.as_ref().filter(|_| notices) {
         let inbox =
             crate::leaders::LeadersInbox { heard: heard.clone(), placement: placement.clone() };
         inboxes.insert(keel_wire::peer::LEADERS_KEYSPACE, Box::new(inbox));
@@ -292,29 +341,9 @@ pub async fn run(config: ServerConfig, shutdown: watch::Receiver<bool>) -> Resul
     let inboxes = Arc::new(inboxes);
     let metrics = node_metrics.clone();
     tokio::spawn(crate::peer::listener(me, peer_listener, inboxes, members, links, metrics));
-    if config.testing.unsafe_no_slot_guard {
-        tracing::error!(
-            "[testing] unsafe_no_slot_guard is on: keyspaces take keys of slots they do NOT serve (negative-control mode, never for real use)"
-        );
-    }
-    if placement.sharded() {
-        broker.set_sharded();
-        for handle in handles.iter_mut().filter(|_| !config.testing.unsafe_no_slot_guard) {
-            let guard = crate::placement::SlotGuard::new(
-                handle.id,
-                placement.clone(),
-                node_metrics.clone(),
-                heard.clone(),
-            );
-            handle.guard = Some(Arc::new(guard));
-        }
-    }
-    let mut keyspaces = Keyspaces::new(handles, node_metrics, me).with_broker(broker);
-    if placement.sharded() || placed {
-        keyspaces = keyspaces.with_placement(placement).with_heard(heard);
-    }
-    let keyspaces = Arc::new(keyspaces);
-    if keyspaces.placement().is_some() {
+    placed.guard(&config, &mut handles, &node_metrics, &broker);
+    let keyspaces = Arc::new(placed.keyspaces(Keyspaces::new(handles, node_metrics, me), broker));
+    if keyspaces.placement().is_some() && notices {
         tokio::spawn(crate::leaders::announce(Arc::downgrade(&keyspaces), peers));
     }
     let bulk = BulkRuntime::start(&config);

@@ -33,6 +33,8 @@ pub struct Placement {
     pub client_addrs: BTreeMap<NodeId, PeerAddr>,
     /// The keyspace serving each slot (a sharded cluster; empty otherwise).
     owners: Vec<KeyspaceId>,
+    /// The digest of what every member's configuration must say alike ([`Self::digest`]).
+    digest: u32,
 }
 
 impl Placement {
@@ -66,32 +68,16 @@ impl Placement {
             }
             assert!(owners.iter().all(|o| o.0 != u32::MAX), "validated: every slot served");
         }
-        Placement { me: NodeId(config.node_id), groups, client_addrs, owners }
+        let digest = configured_digest(config);
+        Placement { me: NodeId(config.node_id), groups, client_addrs, owners, digest }
     }
 
-    /// A digest of the placement (every keyspace's replicas, preferred leader and slots,
-    /// every member's client address), which leader notices carry: two nodes configured
-    /// alike have the same.
+    /// A digest of what every member's configuration must say alike (every keyspace's
+    /// replicas, slots and configured preferred leader, every member's configured client
+    /// address), which leader notices carry: two nodes configured alike have the same,
+    /// whatever their own `voters` and `client_addr`.
     pub fn digest(&self) -> u32 {
-        let mut bytes = Vec::new();
-        for (id, group) in &self.groups {
-            bytes.extend_from_slice(&id.0.to_le_bytes());
-            bytes.extend_from_slice(&(group.replicas.len() as u32).to_le_bytes());
-            for replica in &group.replicas {
-                bytes.extend_from_slice(&replica.0.to_le_bytes());
-            }
-            bytes.extend_from_slice(&group.preferred_leader.map_or(0, |n| n.0).to_le_bytes());
-            let slots = group.slots.as_ref().map_or(String::new(), |s| s.to_string());
-            bytes.extend_from_slice(&(slots.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(slots.as_bytes());
-        }
-        for (node, addr) in &self.client_addrs {
-            let addr = addr.to_string();
-            bytes.extend_from_slice(&node.0.to_le_bytes());
-            bytes.extend_from_slice(&(addr.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(addr.as_bytes());
-        }
-        crc32c::crc32c(&bytes)
+        self.digest
     }
 
     /// Whether the cluster is sharded (speaks the Redis Cluster protocol).
@@ -193,6 +179,33 @@ pub fn reachable(node_metrics: &crate::metrics::Metrics, me: NodeId, node: NodeI
     node == me || node_metrics.peer_protocols().contains_key(&node)
 }
 
+/// [`Placement::digest`] of `config`: CRC-32C of the keyspaces' ids, replicas, slots and
+/// configured preferred leaders, and the members' ids and configured client addresses.
+fn configured_digest(config: &ServerConfig) -> u32 {
+    let mut bytes = Vec::new();
+    let mut put = |text: String| {
+        bytes.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(text.as_bytes());
+    };
+    for ks in config.keyspace_settings() {
+        put(ks.id.to_string());
+        put(config.replicas_of(&ks).iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","));
+        put(ks
+            .slots
+            .as_deref()
+            .map(|s| SlotRanges::parse(s).map(|r| r.to_string()))
+            .map_or(String::new(), |r| r.unwrap_or_default()));
+        put(ks.preferred_leader.map_or(String::new(), |p| p.to_string()));
+    }
+    let mut members: Vec<_> = config.members.iter().collect();
+    members.sort_by_key(|m| m.id);
+    for m in members {
+        put(m.id.to_string());
+        put(m.client_addr.as_ref().map_or(String::new(), |a| a.to_string()));
+    }
+    crc32c::crc32c(&bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +242,22 @@ mod tests {
         assert_eq!(placement.client_addr(NodeId(2)).as_deref(), Some("127.0.0.1:7001"));
         let other = Placement::new(&sharded(6, 2, 1));
         assert_eq!(placement.digest(), other.digest(), "the same on every node");
+        // Placed, not sharded, members without client addresses, one node joining (its
+        // own `voters` without itself): the digest is still every node's.
+        let placed = |node: u32| {
+            let mut c = sharded(6, 2, node);
+            c.keyspaces.iter_mut().for_each(|k| k.slots = None);
+            c.members.iter_mut().for_each(|m| m.client_addr = None);
+            if node == 6 {
+                c.voters = Some(vec![1, 2, 3, 4, 5]);
+            }
+            Placement::new(&c).digest()
+        };
+        assert!(
+            (2..=6).all(|n| placed(n) == placed(1)),
+            "{:?}",
+            (1..=6).map(placed).collect::<Vec<_>>()
+        );
         let mut moved = sharded(6, 2, 1);
         moved.keyspaces[1].slots = Some("8191-16383".into());
         moved.keyspaces[0].slots = Some("0-8190".into());

@@ -366,14 +366,25 @@ impl Clients {
         }
         assert!(self.clients[c].inflight.is_none(), "client {c} woke with an op in flight");
         let t_class = self.config.txn_ppm > 0 && self.txn_rng.chance(self.config.txn_ppm);
-        let ks = if self.config.keyspaces > 1 {
-            self.rng.index(self.config.keyspaces as usize) as Keyspace
-        } else {
-            0
+        // The node first, then the keyspace (the draws every seed was run with), unless
+        // keyspaces are placed on groups: then the keyspace first, and a node of its group.
+        let placed = world.group(0).len() < world.node_ids().len();
+        let keyspaces = self.config.keyspaces as usize;
+        let draw_keyspace = |rng: &mut Rng| match keyspaces {
+            1 => 0,
+            n => rng.index(n) as Keyspace,
         };
-        // A node of the keyspace's group (every node, unless keyspaces are placed).
+        let (node, ks) = if placed {
+            let ks = draw_keyspace(&mut self.rng);
+            let nodes = world.group(ks);
+            (nodes[self.rng.index(nodes.len())], ks)
+        } else {
+            let nodes = world.node_ids();
+            let node = nodes[self.rng.index(nodes.len())];
+            (node, draw_keyspace(&mut self.rng))
+        };
+        let mut node = node;
         let nodes = world.group(ks);
-        let mut node = nodes[self.rng.index(nodes.len())];
         if c < self.config.readers as usize && self.reader_rng.chance(800_000) {
             let outside = crate::membership::outside_voters(world);
             if !outside.is_empty() && nodes.len() == world.node_ids().len() {

@@ -1096,6 +1096,11 @@ impl<E: SimEngine> World<E> {
                 let at = rng.range(self.now_ns, until_ns.max(self.now_ns + 1));
                 let node = nodes[rng.index(nodes.len())];
                 let ks = rng.index(self.config.keyspaces as usize) as Keyspace;
+                // Placed keyspaces: the drawn keyspace's replica at the drawn position in
+                // its group (a node that does not host it has no disk of it to fail).
+                let group = self.group(ks);
+                let node =
+                    if self.hosts(node, ks) { node } else { group[node.0 as usize % group.len()] };
                 let sync = rng.chance(500_000);
                 self.push(at, Event::StorageFault { node, ks, sync });
             }

@@ -68,52 +68,82 @@ pub struct UpArgs {
 /// How far above a node's client port its TLS port is (`keel up --secure`).
 pub const TLS_PORT_OFFSET: u16 = 300;
 
+/// The cluster `keel up`'s flags ask for: its size, each keyspace's replicas, how many
+/// keyspaces, and whether they are placed on groups (the last with `--replicas` below
+/// `--nodes`, or `--sharded`).
+struct Layout {
+    nodes: u32,
+    replicas: u32,
+    keyspaces: u32,
+    placed: bool,
+}
+
+impl Layout {
+    /// The layout of `args`, or why the flags make none (for standard error).
+    fn of(args: &UpArgs) -> Result<Layout, String> {
+        if args.geo
+            && (!matches!(args.dcs, 3 | 5) || args.per_dc == 0 || args.dcs * args.per_dc > 7)
+        {
+            return Err(
+                "keel up --geo: --dcs must be 3 or 5, and --dcs × --per-dc at most 7".into()
+            );
+        }
+        let nodes = if args.geo { args.dcs * args.per_dc } else { args.nodes };
+        let whole = matches!(args.nodes, 3 | 5 | 7);
+        let replicas = args.replicas.unwrap_or(if whole { args.nodes } else { 3 });
+        let placed = !args.geo && (replicas < args.nodes || args.sharded);
+        let most = keel_server::config::CLUSTER_MEMBERS_MAX as u32;
+        if placed && (!matches!(replicas, 3 | 5 | 7) || replicas > args.nodes || args.nodes > most)
+        {
+            return Err(format!(
+                "keel up: --replicas must be 3, 5 or 7, at most --nodes, which is at most {most}"
+            ));
+        }
+        let keyspaces = match args.keyspaces {
+            Some(k) => k,
+            None if placed => args.nodes.div_ceil(replicas),
+            None => 1,
+        };
+        if placed && keyspaces * replicas < args.nodes {
+            return Err(format!(
+                "keel up: {keyspaces} keyspaces of {replicas} replicas leave some of the {} nodes hosting nothing: --keyspaces at least {}",
+                args.nodes,
+                args.nodes.div_ceil(replicas)
+            ));
+        }
+        match args.voters {
+            _ if args.geo || placed => {}
+            None if !whole => {
+                return Err(
+                    "keel up: --nodes must be 3, 5 or 7 (or more with --replicas or --sharded)"
+                        .into(),
+                )
+            }
+            Some(v) if !matches!(v, 3 | 5 | 7) || v > args.nodes || args.nodes > 9 => {
+                return Err(
+                    "keel up: --voters must be 3, 5 or 7, at most --nodes, which is at most 9"
+                        .into(),
+                )
+            }
+            _ => {}
+        }
+        if keyspaces == 0 || keyspaces as usize > keel_server::config::KEYSPACES_MAX {
+            let max = keel_server::config::KEYSPACES_MAX;
+            return Err(format!("keel up: --keyspaces must be in 1..={max}"));
+        }
+        Ok(Layout { nodes, replicas, keyspaces, placed })
+    }
+}
+
 /// Runs `keel up`.
 pub fn run(args: &UpArgs) -> ExitCode {
-    if args.geo && (!matches!(args.dcs, 3 | 5) || args.per_dc == 0 || args.dcs * args.per_dc > 7) {
-        eprintln!("keel up --geo: --dcs must be 3 or 5, and --dcs × --per-dc at most 7");
-        return ExitCode::from(2);
-    }
-    let nodes = if args.geo { args.dcs * args.per_dc } else { args.nodes };
-    let whole = matches!(args.nodes, 3 | 5 | 7);
-    let replicas = args.replicas.unwrap_or(if whole { args.nodes } else { 3 });
-    let placed = !args.geo && (replicas < args.nodes || args.sharded);
-    let most = keel_server::config::CLUSTER_MEMBERS_MAX as u32;
-    if placed && (!matches!(replicas, 3 | 5 | 7) || replicas > args.nodes || args.nodes > most) {
-        eprintln!(
-            "keel up: --replicas must be 3, 5 or 7, at most --nodes, which is at most {most}"
-        );
-        return ExitCode::from(2);
-    }
-    let keyspaces = match args.keyspaces {
-        Some(k) => k,
-        None if placed => args.nodes.div_ceil(replicas),
-        None => 1,
+    let Layout { nodes, replicas, keyspaces, placed } = match Layout::of(args) {
+        Ok(layout) => layout,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(2);
+        }
     };
-    if placed && keyspaces * replicas < args.nodes {
-        eprintln!(
-            "keel up: {keyspaces} keyspaces of {replicas} replicas leave some of the {} nodes hosting nothing: --keyspaces at least {}",
-            args.nodes,
-            args.nodes.div_ceil(replicas)
-        );
-        return ExitCode::from(2);
-    }
-    match args.voters {
-        _ if args.geo || placed => {}
-        None if !whole => {
-            eprintln!("keel up: --nodes must be 3, 5 or 7 (or more with --replicas or --sharded)");
-            return ExitCode::from(2);
-        }
-        Some(v) if !matches!(v, 3 | 5 | 7) || v > args.nodes || args.nodes > 9 => {
-            eprintln!("keel up: --voters must be 3, 5 or 7, at most --nodes, which is at most 9");
-            return ExitCode::from(2);
-        }
-        _ => {}
-    }
-    if keyspaces == 0 || keyspaces as usize > keel_server::config::KEYSPACES_MAX {
-        eprintln!("keel up: --keyspaces must be in 1..={}", keel_server::config::KEYSPACES_MAX);
-        return ExitCode::from(2);
-    }
     let (dir, temporary) = match &args.dir {
         Some(dir) => (dir.clone(), false),
         None => (std::env::temp_dir().join(format!("keel-up-{}", std::process::id())), true),
@@ -184,6 +214,41 @@ pub fn run(args: &UpArgs) -> ExitCode {
     code
 }
 
+/// One line on keyspace `id` once it serves: its leader (or that it is leaderless), its
+/// replicas when it is placed, and how `redis-cli` reaches it.
+fn print_keyspace(cluster: &LocalCluster, id: u32) {
+    if cluster.is_leaderless(id) {
+        let kind = cluster.engine_of(id);
+        match cluster.wait_for_replicas(id, LEADER_WAIT) {
+            true => println!("  keyspace {id}: {kind}, leaderless   (redis-cli -n {id})"),
+            false => println!("  keyspace {id}: {kind}, still starting; see the node logs"),
+        }
+        return;
+    }
+    let settings = cluster.configs[0].keyspace_settings();
+    let ks = settings.iter().find(|k| k.id == id).expect("a configured keyspace");
+    let on = match &ks.replicas {
+        Some(_) => {
+            let hosts: Vec<String> =
+                cluster.hosting(id).iter().map(|i| format!("n{}", i + 1)).collect();
+            format!(" on {}", hosts.join(" "))
+        }
+        None => String::new(),
+    };
+    match cluster.wait_for_leader_in(id, LEADER_WAIT) {
+        Some(leader) => {
+            let port = cluster.configs[leader].client_addr.port();
+            let reach = match (&ks.slots, ks.replicas.is_some()) {
+                (Some(slots), _) => format!("slots {slots}; redis-cli -c -p {port}"),
+                (None, true) => format!("redis-cli -p {port} -n {id}"),
+                (None, false) => format!("redis-cli -n {id}"),
+            };
+            println!("  keyspace {id}{on}: leader n{}   ({reach})", leader + 1)
+        }
+        None => println!("  keyspace {id}{on}: no leader yet; see the node logs"),
+    }
+}
+
 fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> ExitCode {
     let ids = cluster.keyspace_ids();
     if ids.len() == 1 && !cluster.is_leaderless(ids[0]) {
@@ -194,36 +259,7 @@ fn serve(cluster: &mut LocalCluster, secure: Option<&crate::secure::Secure>) -> 
     } else {
         println!("keel: cluster up with {} keyspaces", ids.len());
         for id in ids {
-            if cluster.is_leaderless(id) {
-                let kind = cluster.engine_of(id);
-                match cluster.wait_for_replicas(id, LEADER_WAIT) {
-                    true => println!("  keyspace {id}: {kind}, leaderless   (redis-cli -n {id})"),
-                    false => println!("  keyspace {id}: {kind}, still starting; see the node logs"),
-                }
-                continue;
-            }
-            let settings = cluster.configs[0].keyspace_settings();
-            let ks = settings.iter().find(|k| k.id == id).expect("a configured keyspace");
-            let on = match &ks.replicas {
-                Some(_) => {
-                    let hosts: Vec<String> =
-                        cluster.hosting(id).iter().map(|i| format!("n{}", i + 1)).collect();
-                    format!(" on {}", hosts.join(" "))
-                }
-                None => String::new(),
-            };
-            match cluster.wait_for_leader_in(id, LEADER_WAIT) {
-                Some(leader) => {
-                    let port = cluster.configs[leader].client_addr.port();
-                    let reach = match (&ks.slots, ks.replicas.is_some()) {
-                        (Some(slots), _) => format!("slots {slots}; redis-cli -c -p {port}"),
-                        (None, true) => format!("redis-cli -p {port} -n {id}"),
-                        (None, false) => format!("redis-cli -n {id}"),
-                    };
-                    println!("  keyspace {id}{on}: leader n{}   ({reach})", leader + 1)
-                }
-                None => println!("  keyspace {id}{on}: no leader yet; see the node logs"),
-            }
+            print_keyspace(cluster, id);
         }
     }
     for (i, config) in cluster.configs.iter().enumerate() {
