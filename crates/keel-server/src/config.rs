@@ -1306,6 +1306,10 @@ impl ServerConfig {
                 "only ORCA keyspaces are placed on replica groups (the others run on every member)";
             return Err(invalid(&field("replicas"), reason));
         }
+        if replicas.is_empty() {
+            // A group this node does not host is not checked by its engine's validation.
+            return Err(invalid(&field("replicas"), "names no member"));
+        }
         if let Some(r) = replicas.iter().find(|r| self.members.iter().all(|m| m.id != **r)) {
             return Err(invalid(&field("replicas"), format!("{r} is not a member")));
         }

@@ -90,6 +90,18 @@ impl Placement {
         self.owners[usize::from(slot)]
     }
 
+    /// Where a `MOVED` for keyspace `id` sends the client: the client address of
+    /// [`Self::target`] (empty when none is configured).
+    pub fn redirect(
+        &self,
+        id: KeyspaceId,
+        known: Option<NodeId>,
+        reachable: &dyn Fn(NodeId) -> bool,
+    ) -> String {
+        let target = self.target(id, known, reachable);
+        target.and_then(|n| self.client_addr(n)).unwrap_or_default()
+    }
+
     /// Whether this node hosts keyspace `id`.
     pub fn hosted_here(&self, id: KeyspaceId) -> bool {
         self.groups.get(&id).is_some_and(|g| g.replicas.contains(&self.me))
@@ -164,8 +176,7 @@ impl SlotGuard {
             if owner != self.keyspace {
                 let reachable = |n: NodeId| reachable(&self.node_metrics, self.placement.me, n);
                 let heard = self.heard.leader(owner, std::time::Instant::now());
-                let target = self.placement.target(owner, heard, &reachable);
-                let addr = target.and_then(|n| self.placement.client_addr(n)).unwrap_or_default();
+                let addr = self.placement.redirect(owner, heard, &reachable);
                 return Err(keel_types::KeelError::Moved { slot, addr });
             }
         }
@@ -340,6 +351,9 @@ mod tests {
         let mut stranger = sharded(6, 2, 1);
         stranger.keyspaces[0].replicas = Some(vec![1, 2, 9]);
         assert_eq!(field(&stranger), "keyspaces.0.replicas");
+        let mut empty = sharded(6, 2, 1);
+        empty.keyspaces[1].replicas = Some(Vec::new());
+        assert_eq!(field(&empty), "keyspaces.1.replicas", "a group elsewhere, empty");
         let mut pair = sharded(6, 2, 1);
         pair.keyspaces[0].replicas = Some(vec![1, 2]);
         assert!(field(&pair).ends_with("members"), "two replicas make no group");

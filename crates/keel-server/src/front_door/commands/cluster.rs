@@ -155,8 +155,7 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     let owner = placement.owner(slot);
     let Some(handle) = keyspaces.get(owner) else {
         let known = keyspaces.leader_of(owner);
-        let target = placement.target(owner, known, &|n| keyspaces.reachable(n));
-        let addr = target.and_then(|n| placement.client_addr(n)).unwrap_or_default();
+        let addr = placement.redirect(owner, known, &|n| keyspaces.reachable(n));
         return refuse_queued(conn, Frame::error(&format!("MOVED {slot} {addr}")));
     };
     if super::transactions::transaction_keyspace(conn).is_some_and(|k| k != owner) {
@@ -237,8 +236,10 @@ impl<'a> Map<'a> {
         for (id, group) in &placement.groups {
             let Some(slots) = &group.slots else { continue };
             let known = keyspaces.leader_of(*id);
-            let target = placement.target(*id, known, &|n| keyspaces.reachable(n));
-            let target = target.expect("a group has replicas");
+            // Validated: every group has a replica, so there is always a target.
+            let Some(target) = placement.target(*id, known, &|n| keyspaces.reachable(n)) else {
+                continue;
+            };
             let (ranges, replicas) = (slots.ranges().to_vec(), group.replicas.clone());
             shards.push(Shard { ranges, target, replicas });
         }
