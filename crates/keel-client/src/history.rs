@@ -604,6 +604,7 @@ fn effect(
         | Command::CollRead { .. }
         // A geo keyspace's histories are causal ones (`keel check --model causal`).
         | Command::Cluster(_)
+        | Command::Slot(_)
         | Command::Geo(_) => None,
     })
 }

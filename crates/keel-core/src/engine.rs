@@ -582,6 +582,14 @@ pub trait Engine: Sized + Send + 'static {
         let _ = on;
     }
 
+    /// The hash slot states its applied state holds (`keel_types::slots`), with the
+    /// generation they are at, when that is not `since` (`None`: unchanged, or an engine
+    /// that moves no slots). Drivers ask after every step and publish what changed.
+    fn slot_states(&self, since: u64) -> Option<(u64, Vec<(u16, keel_types::slots::SlotState)>)> {
+        let _ = since;
+        None
+    }
+
     /// Up to `count` log records from `from` (none below the snapshot), and the index the
     /// newest snapshot covers; engines without a log return none.
     fn log_page(&self, from: LogIndex, count: usize) -> (Vec<Self::Record>, LogIndex) {

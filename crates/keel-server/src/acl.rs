@@ -60,6 +60,7 @@ pub fn category(command: &ClientCommand) -> Option<Category> {
         ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
         | ClientCommand::Node { .. }
+        | ClientCommand::Slots { .. }
         | ClientCommand::FunctionFlush
         | ClientCommand::ConfigSet { .. }
         | ClientCommand::ConfigResetStat

@@ -553,6 +553,7 @@ where
         if let Some(role) = &changed {
             self.wiring.metrics.set_leader(role.leader, role.epoch);
         }
+        self.publish_slots();
         log_role_change(keyspace, changed);
         self.hand_over().await?;
         failed.map_or(Ok(()), Err)
@@ -681,6 +682,7 @@ where
         if let Some(role) = &changed {
             self.wiring.metrics.set_leader(role.leader, role.epoch);
         }
+        self.publish_slots();
         log_role_change(keyspace, changed);
         let result = self.hand_over().await;
         let total = started.elapsed();
@@ -688,6 +690,15 @@ where
             tracing::warn!(%keyspace, input = what, ms = total.as_millis() as u64, "slow engine step");
         }
         failed.map_or(result, Err)
+    }
+
+    /// Publishes the replica's slot states if a step changed them (cheap otherwise: the
+    /// engine compares a generation).
+    fn publish_slots(&self) {
+        let since = self.wiring.metrics.slot_generation();
+        if let Some((generation, states)) = self.replica.engine().slot_states(since) {
+            self.wiring.metrics.set_slot_states(generation, states);
+        }
     }
 
     /// Hands the operations the replica has ready to the storage thread, in order.
@@ -786,7 +797,10 @@ impl KeyspaceHandle {
         if self.guard.as_ref().is_some_and(|g| g.check(&request.command).is_err()) {
             return None; // `send` gives the refusal
         }
-        let (reply, started) = view.read_now(request)?;
+        let (mut reply, started) = view.read_now(request)?;
+        if let (Some(guard), Err(error)) = (&self.guard, &mut reply.result) {
+            *error = guard.translate(std::mem::replace(error, KeelError::Timeout));
+        }
         self.metrics.reads_off_loop.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // From the engine's own clock reading: a read off the loop reads the clock twice.
         let took = monotonic_now().0.saturating_sub(started.0);
@@ -798,20 +812,21 @@ impl KeyspaceHandle {
     /// reach the engine in that order) and returns where its reply will arrive.
     pub fn send(&self, submit: Submit) -> Sent {
         if let Some(Err(refusal)) = self.guard.as_ref().map(|g| g.check(&submit.command)) {
-            return Sent(Err(refusal));
+            return Sent(Err(refusal), None);
         }
         let (reply, answer) = oneshot::channel();
         let event = Event::Client { submit, reply, queued_at: Instant::now() };
-        match self.events.try_send(event) {
-            Ok(()) => Sent(Ok(answer)),
+        let sent = match self.events.try_send(event) {
+            Ok(()) => Ok(answer),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.metrics.busy_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Sent(Err(KeelError::Busy("input queue full".into())))
+                Err(KeelError::Busy("input queue full".into()))
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                Sent(Err(KeelError::Unavailable("node stopping".into())))
+                Err(KeelError::Unavailable("node stopping".into()))
             }
-        }
+        };
+        Sent(sent, self.guard.clone())
     }
 
     /// The engine's report (waits for room in the queue, at most `wait`).
@@ -842,9 +857,13 @@ impl KeyspaceHandle {
     }
 }
 
-/// A request in an engine loop's queue (or refused at its door).
+/// A request in an engine loop's queue (or refused at its door), and the keyspace's slot
+/// guard, which words the engine's slot refusals for the client.
 #[derive(Debug)]
-pub struct Sent(Result<oneshot::Receiver<ClientReply>, KeelError>);
+pub struct Sent(
+    Result<oneshot::Receiver<ClientReply>, KeelError>,
+    Option<Arc<crate::placement::SlotGuard>>,
+);
 
 impl Sent {
     /// Waits for the reply. A request the engine took and never answered (its loop
@@ -852,7 +871,11 @@ impl Sent {
     /// the peers it reached, so it is answered `Timeout` (outcome unknown), never as a
     /// refusal: a client told "unavailable" would take it for not done.
     pub async fn answer(self) -> Result<ClientReply, KeelError> {
-        self.0?.await.map_err(|_| KeelError::Timeout)
+        let mut reply = self.0?.await.map_err(|_| KeelError::Timeout)?;
+        if let (Some(guard), Err(error)) = (&self.1, &mut reply.result) {
+            *error = guard.translate(std::mem::replace(error, KeelError::Timeout));
+        }
+        Ok(reply)
     }
 }
 
@@ -906,6 +929,11 @@ impl Keyspaces {
             Some(handle) => handle.metrics.known_leader(),
             None => self.heard.as_ref()?.leader(keyspace, Instant::now()),
         }
+    }
+
+    /// The hash slot states of the keyspaces this node hosts, now.
+    pub fn slot_view(&self) -> crate::placement::SlotView {
+        crate::placement::SlotView::of(self.by_id.iter().map(|(id, h)| (*id, &*h.metrics)))
     }
 
     /// The cluster's placement, if it places keyspaces on groups or shards them.
@@ -988,9 +1016,9 @@ mod tests {
         // The engine loop took it and stopped: it may have been applied.
         let (reply, answer) = oneshot::channel::<ClientReply>();
         drop(reply);
-        assert_eq!(Sent(Ok(answer)).answer().await.unwrap_err(), KeelError::Timeout);
+        assert_eq!(Sent(Ok(answer), None).answer().await.unwrap_err(), KeelError::Timeout);
         // Refused at the door: certainly not applied.
-        let refused = Sent(Err(KeelError::Unavailable("node stopping".into())));
+        let refused = Sent(Err(KeelError::Unavailable("node stopping".into())), None);
         assert!(matches!(refused.answer().await, Err(KeelError::Unavailable(_))));
     }
 

@@ -152,9 +152,9 @@ const KITE_REFUSED_WORDS: [&str; 7] =
 
 /// The first words of requests only an ORCA keyspace has: those that read keys whole
 /// into the front door and write them back through a log (scripts, `DUMP`, `RESTORE`),
-/// and membership changes through the log (`KEEL.NODE`).
-const WHOLE_KEY_WORDS: [&str; 7] =
-    ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore", "keel.node"];
+/// and membership changes and slot moves through the log (`KEEL.NODE`, `KEEL.SLOTS`).
+const WHOLE_KEY_WORDS: [&str; 8] =
+    ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore", "keel.node", "keel.slots"];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
 fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {

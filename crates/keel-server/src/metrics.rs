@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Upper bounds of the latency buckets, in seconds (a `+Inf` bucket follows).
@@ -94,6 +94,9 @@ pub struct OpLabel {
     pub class: &'static str,
 }
 
+/// A keyspace's hash slot states, by slot (`keel_types::slots`).
+pub type SlotStates = BTreeMap<u16, keel_types::slots::SlotState>;
+
 /// One keyspace's metrics.
 #[derive(Debug, Default)]
 pub struct KeyspaceMetrics {
@@ -120,6 +123,9 @@ pub struct KeyspaceMetrics {
     /// engine loop at each role change: where a placed cluster's redirects point, and
     /// what its leader notices say.
     role: Mutex<(Option<NodeId>, u64)>,
+    /// The hash slot states this node's replica applied (`keel_types::slots`), and their
+    /// generation: published by the engine loop after each step that changed them.
+    hash_slots: Mutex<(u64, Arc<SlotStates>)>,
     /// What `calls_by_op` counted at the last `CONFIG RESETSTAT`, subtracted from what it
     /// shows since (the Prometheus counters never go back).
     stats_baseline: Mutex<BTreeMap<&'static str, (u64, u64)>>,
@@ -129,6 +135,26 @@ impl KeyspaceMetrics {
     /// The leader this node's replica believes in, if any.
     pub fn known_leader(&self) -> Option<NodeId> {
         self.known_role().0
+    }
+
+    /// The slot states this node's replica applied last (the loop publishes them).
+    pub fn slot_states(&self) -> Arc<SlotStates> {
+        self.hash_slots.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// The generation of [`Self::slot_states`].
+    pub fn slot_generation(&self) -> u64 {
+        self.hash_slots.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Publishes the slot states the replica applied, at `generation`.
+    pub fn set_slot_states(
+        &self,
+        generation: u64,
+        states: Vec<(u16, keel_types::slots::SlotState)>,
+    ) {
+        let states = Arc::new(states.into_iter().collect());
+        *self.hash_slots.lock().unwrap_or_else(|e| e.into_inner()) = (generation, states);
     }
 
     /// The leader this node's replica believes in, and the epoch it was reported in.

@@ -240,10 +240,16 @@ impl Placed {
             );
             return;
         }
+        let hosted: Vec<_> = handles.iter().map(|h| (h.id, h.metrics.clone())).collect();
         for handle in handles {
             let (placement, metrics) = (placement.clone(), node_metrics.clone());
-            let guard =
-                crate::placement::SlotGuard::new(handle.id, placement, metrics, heard.clone());
+            let guard = crate::placement::SlotGuard::new(
+                handle.id,
+                placement,
+                metrics,
+                heard.clone(),
+                hosted.clone(),
+            );
             handle.guard = Some(Arc::new(guard));
         }
     }

@@ -5,9 +5,12 @@
 //! SLOTS`, a `SELECT` of a keyspace served elsewhere).
 
 use crate::config::{PeerAddr, ServerConfig};
+use crate::metrics::{KeyspaceMetrics, SlotStates};
+use keel_types::slots::SlotState;
 use keel_types::{KeyspaceId, NodeId};
 use keel_wire::slots::{SlotRanges, SLOTS};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One keyspace's place in the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,51 +139,148 @@ impl Placement {
     }
 }
 
+/// The hash slot states the keyspaces this node hosts applied (`keel_types::slots`), at
+/// one moment: where the node sends a slot's requests while slots move. A keyspace's
+/// engine decides for itself on every request it applies; this view only routes.
+#[derive(Clone, Debug, Default)]
+pub struct SlotView(Vec<(KeyspaceId, Arc<SlotStates>)>);
+
+impl SlotView {
+    /// The view of `hosted` (each keyspace with its metrics, where its loop publishes).
+    pub fn of<'a>(hosted: impl IntoIterator<Item = (KeyspaceId, &'a KeyspaceMetrics)>) -> SlotView {
+        let states = hosted.into_iter().map(|(id, m)| (id, m.slot_states()));
+        SlotView(states.filter(|(_, s)| !s.is_empty()).collect())
+    }
+
+    /// Whether no keyspace here has a slot state.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Keyspace `id`'s state of `slot`, if this node hosts it and its log set one.
+    pub fn state(&self, id: KeyspaceId, slot: u16) -> Option<&SlotState> {
+        self.0.iter().find(|(k, _)| *k == id)?.1.get(&slot)
+    }
+
+    /// The keyspace serving `slot`: one here that owns it by a move or is moving it
+    /// away, else the one a keyspace here released it to, else the source of a move
+    /// into one here, else the configured owner.
+    pub fn serving(&self, placement: &Placement, slot: u16) -> KeyspaceId {
+        let (mut released, mut importing) = (None, None);
+        for (id, states) in &self.0 {
+            match states.get(&slot) {
+                Some(SlotState::Owned | SlotState::Migrating { .. }) => return *id,
+                Some(SlotState::Released { to }) => released = Some(*to),
+                Some(SlotState::Importing { from }) => importing = Some(*from),
+                None => {}
+            }
+        }
+        released.or(importing).unwrap_or_else(|| placement.owner(slot))
+    }
+
+    /// A keyspace here importing `slot`, if any: where a request sent on by `ASK` runs.
+    pub fn importing(&self, slot: u16) -> Option<KeyspaceId> {
+        let importing = |(id, states): &(KeyspaceId, Arc<SlotStates>)| {
+            matches!(states.get(&slot), Some(SlotState::Importing { .. })).then_some(*id)
+        };
+        self.0.iter().find_map(importing)
+    }
+
+    /// The keyspace serving each slot ([`Self::serving`]), slot by slot.
+    pub fn owners(&self, placement: &Placement) -> Vec<KeyspaceId> {
+        (0..SLOTS).map(|slot| self.serving(placement, slot)).collect()
+    }
+}
+
 /// What one keyspace of a sharded cluster takes: commands whose every key's hash slot
-/// it serves. Every request a node hands the keyspace passes it (`KeyspaceHandle::send`
-/// and its reads off the loop), whatever door it came in by (a command, a transaction, a
-/// script, `WATCH`, `RESTORE`), so no key is ever written to or read from a keyspace
-/// that does not serve its slot.
+/// it serves, or imports. Every request a node hands the keyspace passes it
+/// (`KeyspaceHandle::send` and its reads off the loop), whatever door it came in by (a
+/// command, a transaction, a script, `WATCH`, `RESTORE`), so no key is ever written to
+/// or read from a keyspace that does not serve its slot. The keyspace's own engine
+/// checks the slots its log moved, in log order (`keel_core::leader::kv_slots`); its
+/// refusals come back here and are turned into `ASK` and `MOVED` with addresses.
 #[derive(Debug)]
 pub struct SlotGuard {
     keyspace: KeyspaceId,
-    placement: std::sync::Arc<Placement>,
-    node_metrics: std::sync::Arc<crate::metrics::Metrics>,
-    heard: std::sync::Arc<crate::leaders::HeardLeaders>,
+    placement: Arc<Placement>,
+    node_metrics: Arc<crate::metrics::Metrics>,
+    heard: Arc<crate::leaders::HeardLeaders>,
+    /// Every keyspace this node hosts, with its metrics (slot states, known leader).
+    hosted: Vec<(KeyspaceId, Arc<KeyspaceMetrics>)>,
 }
 
 impl SlotGuard {
     /// The guard of keyspace `keyspace` in `placement`, which must be sharded.
-    /// `heard`: the leaders other members' notices named, where redirects point.
+    /// `heard`: the leaders other members' notices named, where redirects point;
+    /// `hosted`: the keyspaces this node hosts.
     pub fn new(
         keyspace: KeyspaceId,
-        placement: std::sync::Arc<Placement>,
-        node_metrics: std::sync::Arc<crate::metrics::Metrics>,
-        heard: std::sync::Arc<crate::leaders::HeardLeaders>,
+        placement: Arc<Placement>,
+        node_metrics: Arc<crate::metrics::Metrics>,
+        heard: Arc<crate::leaders::HeardLeaders>,
+        hosted: Vec<(KeyspaceId, Arc<KeyspaceMetrics>)>,
     ) -> SlotGuard {
         assert!(placement.sharded(), "slot guards are for sharded clusters");
-        SlotGuard { keyspace, placement, node_metrics, heard }
+        SlotGuard { keyspace, placement, node_metrics, heard, hosted }
     }
 
-    /// `Ok` when the keyspace serves every key of `command`; else `MOVED` for the first
-    /// key it does not, naming where that key's keyspace takes clients (a key of a
-    /// database other than 0, which a sharded cluster does not have, is refused).
+    /// `Ok` when the keyspace serves (or imports) every key of `command`; else `MOVED`
+    /// for the first key it does not, naming where that key's keyspace takes clients (a
+    /// key of a database other than 0, which a sharded cluster does not have, is refused).
     pub fn check(&self, command: &keel_types::Command) -> Result<(), keel_types::KeelError> {
+        let mut view = None;
         for key in command.keys() {
             if key.starts_with(keel_types::DB_KEY_PREFIX) {
                 let why = "a sharded cluster has database 0 only".to_string();
                 return Err(keel_types::KeelError::InvalidArgument(why));
             }
             let slot = keel_wire::slots::key_slot(key);
-            let owner = self.placement.owner(slot);
-            if owner != self.keyspace {
-                let reachable = |n: NodeId| reachable(&self.node_metrics, self.placement.me, n);
-                let heard = self.heard.leader(owner, std::time::Instant::now());
-                let addr = self.placement.redirect(owner, heard, &reachable);
-                return Err(keel_types::KeelError::Moved { slot, addr });
+            if self.placement.owner(slot) == self.keyspace && self.unmoved() {
+                continue; // the common case: no slot moved here
+            }
+            let view = view.get_or_insert_with(|| self.view());
+            let owner = view.serving(&self.placement, slot);
+            let importing =
+                matches!(view.state(self.keyspace, slot), Some(SlotState::Importing { .. }));
+            if owner != self.keyspace && !importing {
+                return Err(keel_types::KeelError::Moved { slot, addr: self.addr(owner) });
             }
         }
         Ok(())
+    }
+
+    /// `error` as the client sees it: the engine's [`keel_types::KeelError::Redirect`]
+    /// becomes `ASK` or `MOVED`, naming where that keyspace takes clients.
+    pub fn translate(&self, error: keel_types::KeelError) -> keel_types::KeelError {
+        match error {
+            keel_types::KeelError::Redirect { slot, keyspace, ask } => {
+                let addr = self.addr(keyspace);
+                match ask {
+                    true => keel_types::KeelError::Ask { slot, addr },
+                    false => keel_types::KeelError::Moved { slot, addr },
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether no keyspace here has a slot state.
+    fn unmoved(&self) -> bool {
+        self.hosted.iter().all(|(_, m)| m.slot_states().is_empty())
+    }
+
+    fn view(&self) -> SlotView {
+        SlotView::of(self.hosted.iter().map(|(id, m)| (*id, &**m)))
+    }
+
+    /// Where keyspace `id` takes clients, as far as this node knows.
+    fn addr(&self, id: KeyspaceId) -> String {
+        let reachable = |n: NodeId| reachable(&self.node_metrics, self.placement.me, n);
+        let known = match self.hosted.iter().find(|(k, _)| *k == id) {
+            Some((_, metrics)) => metrics.known_leader(),
+            None => self.heard.leader(id, std::time::Instant::now()),
+        };
+        self.placement.redirect(id, known, &reachable)
     }
 }
 
@@ -309,8 +409,13 @@ mod tests {
     fn a_keyspace_takes_only_keys_of_its_slots_whatever_carries_them() {
         use keel_types::{Command, KeelError};
         let placement = std::sync::Arc::new(Placement::new(&sharded(6, 2, 1)));
-        let guard =
-            SlotGuard::new(KeyspaceId(0), placement, Default::default(), Default::default());
+        let guard = SlotGuard::new(
+            KeyspaceId(0),
+            placement,
+            Default::default(),
+            Default::default(),
+            Vec::new(),
+        );
         let key = |k: &str| keel_types::Key::from(k.as_bytes().to_vec());
         let put = |k: &str| Command::Put { key: key(k), value: key("v") };
         // `bar` is in slot 5061 (keyspace 0), `foo` in 12182 (keyspace 1, on node 4).

@@ -232,6 +232,7 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::SwapDb { .. }
         | Command::Modify { .. }
         | Command::Transfer { .. }
+        | Command::Slot(_)
         | Command::Geo(_) => {
             unreachable!("the simulator's clients send none of these")
         }

@@ -65,12 +65,15 @@ const COMMAND_TRANSFER: u8 = 18;
 const COMMAND_GEO: u8 = 19;
 const COMMAND_COLL: u8 = 20;
 const COMMAND_COLL_READ: u8 = 21;
+
 /// `OpenSession` with the stamp of the node that received it (8: without, older logs).
 const COMMAND_OPEN_SESSION_SEEN: u8 = 22;
 const COMMAND_SWAP_DB: u8 = 23;
 const COMMAND_FETCH: u8 = 24;
 const COMMAND_RESTORE: u8 = 25;
 const COMMAND_CLUSTER: u8 = 26;
+/// A step of moving slots (`crate::slots::SlotOp`).
+const COMMAND_SLOT: u8 = 27;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -492,6 +495,10 @@ impl Encode for Command {
                 put_bytes(out, key);
                 put_serialized(out, op);
             }
+            Command::Slot(op) => {
+                put_u8(out, COMMAND_SLOT);
+                put_serialized(out, op);
+            }
         }
     }
 }
@@ -873,6 +880,7 @@ impl Decode for Command {
                 key: key(reader)?,
                 op: read_serialized(reader, "collection read")?,
             },
+            COMMAND_SLOT => Command::Slot(read_serialized(reader, "slot op")?),
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)

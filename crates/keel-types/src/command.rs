@@ -227,6 +227,8 @@ pub enum Command {
         /// The read (boxed: most commands are smaller).
         op: Box<crate::coll::CollRead>,
     },
+    /// A step of moving hash slots between keyspaces (`crate::slots`): a write.
+    Slot(crate::slots::SlotOp),
 }
 
 /// The in-place changes of [`Command::Modify`].
@@ -611,6 +613,7 @@ impl Command {
             | Command::Flush { .. }
             | Command::SwapDb { .. }
             | Command::Cluster(_)
+            | Command::Slot(_)
             | Command::Count { .. } => &NO_KEY,
         }
     }
@@ -632,6 +635,7 @@ impl Command {
             | Command::Flush { .. }
             | Command::SwapDb { .. }
             | Command::Cluster(_)
+            | Command::Slot(_)
             | Command::Count { .. } => Vec::new(),
             other => vec![other.key()],
         }
@@ -654,6 +658,7 @@ impl Command {
                 key.len() + expected.as_ref().map_or(0, |e| e.len()) + new.len()
             }
             Command::Geo(op) => op.payload_bytes(),
+            Command::Slot(op) => op.payload_bytes(),
             Command::Coll { key, op } => key.len() + op.payload_bytes(),
             Command::CollRead { key, op } => key.len() + op.payload_bytes(),
             Command::Multi { ops, watch } => {
@@ -703,6 +708,7 @@ impl Command {
             Command::Transfer { .. } => "transfer",
             Command::Count { .. } => "count",
             Command::Cluster(_) => "cluster",
+            Command::Slot(_) => "slot",
             Command::Geo(op) => op.name(),
             Command::Coll { .. } => "coll",
             Command::CollRead { .. } => "coll-read",
@@ -790,6 +796,23 @@ impl Command {
                 Ok(())
             }
             Command::CollRead { op, .. } => op.validate(limits),
+            Command::Slot(op) => {
+                if !op.valid() {
+                    return Err(KeelError::InvalidArgument(format!(
+                        "slot {}: slots out of range, or a batch over {} keys or of another slot",
+                        op.name(),
+                        crate::slots::SLOT_BATCH_MAX
+                    )));
+                }
+                if let crate::slots::SlotOp::Fill { items, .. } = op {
+                    for (key, image) in items {
+                        limits.check_key(key)?;
+                        check_not_reserved(key)?;
+                        limits.check_value(image)?;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Errors a client can see. Each says whether retrying (possibly elsewhere) can help.
 //! Storage failures are not here: they stop the node (see `keel-storage`).
 
-use crate::NodeId;
+use crate::{KeyspaceId, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// Result of a client-visible operation.
@@ -73,6 +73,31 @@ pub enum KeelError {
         /// Where a replica of the keyspace serving it takes clients.
         addr: String,
     },
+    /// A key of a slot moving to another keyspace that this one no longer holds: ask
+    /// `addr` once, with `ASKING` first (Redis Cluster's `ASK`).
+    #[error("{slot} {addr}")]
+    Ask {
+        /// The key's hash slot.
+        slot: u16,
+        /// Where a replica of the keyspace the slot moves to takes clients.
+        addr: String,
+    },
+    /// The engine's answer for a key of a slot its log moved away (`ask`: moving now,
+    /// and the key is no longer here; else moved): the node turns it into [`Self::Ask`]
+    /// or [`Self::Moved`], naming where `keyspace` takes clients.
+    #[error("slot {slot} is served by keyspace {keyspace} (ask: {ask})")]
+    Redirect {
+        /// The key's hash slot.
+        slot: u16,
+        /// The keyspace to ask.
+        keyspace: KeyspaceId,
+        /// Whether to ask once (`ASK`) rather than for good (`MOVED`).
+        ask: bool,
+    },
+    /// Keys of a slot being moved, some of them being copied now or some of them moved
+    /// already: retry in a moment (Redis Cluster's `TRYAGAIN`).
+    #[error("{0}")]
+    TryAgain(String),
 }
 
 impl KeelError {
@@ -87,6 +112,9 @@ impl KeelError {
                 | KeelError::Unavailable(_)
                 | KeelError::Conflict(_)
                 | KeelError::Moved { .. }
+                | KeelError::Ask { .. }
+                | KeelError::Redirect { .. }
+                | KeelError::TryAgain(_)
         )
     }
 }

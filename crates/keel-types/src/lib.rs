@@ -28,6 +28,7 @@ pub mod level;
 pub mod limits;
 pub mod log;
 pub mod rng;
+pub mod slots;
 
 pub use command::{
     check_not_reserved, db_key, db_of, db_range, ClusterOp, Command, CommandResult, ExpireCond,

@@ -54,7 +54,7 @@ mod num;
 pub mod peer;
 pub mod reply;
 pub mod resp;
-pub mod slots;
+pub use keel_types::slots;
 
 pub use command::{ClientCommand, CommandError};
 pub use resp::{DecodeMode, Decoder, Frame, Protocol, ProtocolError, RespLimits};

@@ -11,6 +11,8 @@
 //! | `NOTACTIVE` | reserved: no node sends it today | yes, later or elsewhere |
 //! | `UNAVAILABLE` | the node accepts no writes (disk full, failed fsync) | yes, elsewhere |
 //! | `MOVED` | a sharded cluster's key another keyspace serves: `MOVED slot host:port` | yes, there |
+//! | `ASK` | a key of a slot being moved, gone to its new keyspace: `ASK slot host:port` | yes, there, after `ASKING` |
+//! | `TRYAGAIN` | keys of a slot being moved, being copied now | yes, after a pause |
 //! | `ERR` | anything the same request would hit again | no |
 //!
 //! [`error_from_line`] reads such a line back (for Keel's own client).
@@ -29,6 +31,8 @@ pub fn error_prefix(error: &KeelError) -> &'static str {
         KeelError::SessionExpired => "SESSIONEXPIRED",
         KeelError::Conflict(_) => "CONFLICT",
         KeelError::Moved { .. } => "MOVED",
+        KeelError::Ask { .. } => "ASK",
+        KeelError::Redirect { .. } | KeelError::TryAgain(_) => "TRYAGAIN",
         KeelError::WrongType => "WRONGTYPE",
         KeelError::KeyTooLarge { .. }
         | KeelError::ValueTooLarge { .. }
@@ -77,10 +81,16 @@ pub fn error_from_line(line: &[u8]) -> KeelError {
         "WRONGTYPE" => KeelError::WrongType,
         "CONFLICT" => KeelError::Conflict(rest.to_string()),
         "NOTLEADER" => KeelError::NotLeader { leader: leader_in(rest) },
-        "MOVED" => match rest.split_once(' ').and_then(|(s, a)| Some((s.parse().ok()?, a))) {
-            Some((slot, addr)) => KeelError::Moved { slot, addr: addr.to_string() },
-            None => KeelError::InvalidArgument(line.to_string()),
-        },
+        "MOVED" | "ASK" => {
+            match rest.split_once(' ').and_then(|(s, a)| Some((s.parse().ok()?, a))) {
+                Some((slot, addr)) if prefix == "ASK" => {
+                    KeelError::Ask { slot, addr: addr.to_string() }
+                }
+                Some((slot, addr)) => KeelError::Moved { slot, addr: addr.to_string() },
+                None => KeelError::InvalidArgument(line.to_string()),
+            }
+        }
+        "TRYAGAIN" => KeelError::TryAgain(rest.to_string()),
         _ if rest == KeelError::NotAnInteger.to_string() => KeelError::NotAnInteger,
         // The server words an invalid argument as its display does: the prefix is not
         // kept twice (`invalid argument: invalid argument: ...`).

@@ -23,7 +23,7 @@ pub struct NodeAddr {
     pub addr: SocketAddr,
 }
 
-fn resolve(text: &str) -> Result<NodeAddr, String> {
+pub(crate) fn resolve(text: &str) -> Result<NodeAddr, String> {
     use std::net::ToSocketAddrs;
     let mut addrs = text.to_socket_addrs().map_err(|e| format!("{text}: {e}"))?;
     let addr = addrs.next().ok_or_else(|| format!("{text}: no address"))?;
@@ -55,9 +55,11 @@ pub struct Access {
 }
 
 impl Access {
-    /// A client configuration for `node` in `keyspace` with these credentials and TLS.
-    fn config(&self, node: &NodeAddr, keyspace: u32) -> anyhow::Result<ClientConfig> {
-        let mut config = ClientConfig::new(vec![node.addr]);
+    /// A client configuration for `nodes` (one at least) in `keyspace` with these
+    /// credentials and TLS (the certificate's name: the first node's host by default).
+    pub(crate) fn config(&self, nodes: &[NodeAddr], keyspace: u32) -> anyhow::Result<ClientConfig> {
+        let node = nodes.first().ok_or_else(|| anyhow::anyhow!("no node"))?;
+        let mut config = ClientConfig::new(nodes.iter().map(|n| n.addr).collect());
         config.keyspace = keyspace;
         if let Some(user) = &self.user {
             let password = std::env::var("KEEL_PASSWORD").unwrap_or_default();
@@ -257,7 +259,7 @@ pub struct StatusArgs {
     access: Access,
 }
 
-fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+pub(crate) fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     match runtime.block_on(body) {
@@ -270,7 +272,7 @@ fn run(body: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode 
 }
 
 fn client(target: &Target) -> anyhow::Result<std::sync::Arc<Client>> {
-    Ok(Client::new(target.access.config(&target.node, target.keyspace)?))
+    Ok(Client::new(target.access.config(std::slice::from_ref(&target.node), target.keyspace)?))
 }
 
 /// A Kite session on the target's node, if its keyspace runs Kite (`None`: another
@@ -400,7 +402,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Asks `node` once, in `keyspace`, for the reply to `words` (an error reply is `None`).
 async fn ask(access: &Access, node: &NodeAddr, keyspace: u32, words: &[&[u8]]) -> Option<Frame> {
-    let mut config = access.config(node, keyspace).ok()?;
+    let mut config = access.config(std::slice::from_ref(node), keyspace).ok()?;
     // `KEEL.KEYSPACES` is the node's own: asked without selecting keyspace 0, which a
     // node of a placed cluster may not host.
     config.select = words.first() != Some(&&b"KEEL.KEYSPACES"[..]);
@@ -427,7 +429,7 @@ async fn node_view(access: &Access, node: &NodeAddr) -> NodeView {
 pub fn status(args: &StatusArgs) -> ExitCode {
     if let Some(node) = args.nodes.first() {
         // Settings that cannot work (an unreadable CA file, say) are said once, up front.
-        if let Err(e) = args.access.config(node, 0) {
+        if let Err(e) = args.access.config(std::slice::from_ref(node), 0) {
             eprintln!("keel status: {e:#}");
             return ExitCode::from(1);
         }

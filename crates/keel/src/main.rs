@@ -14,6 +14,7 @@ mod example_bank;
 mod example_kite;
 mod repair;
 mod secure;
+mod slots_cmd;
 mod torture;
 mod up;
 
@@ -55,6 +56,9 @@ enum Command {
     /// Change a keyspace's membership by one node, or move its leadership
     /// (docs/operations.md, "Membership").
     Node(client_cmds::NodeArgs),
+    /// Move hash slots between the keyspaces of a sharded cluster while both serve, or
+    /// show a keyspace's slot states (docs/operations.md, "Moving slots").
+    Slots(slots_cmd::SlotsArgs),
     /// Run YCSB workloads against Keel, Redis or etcd clusters; `bench suite orca|scale`.
     Bench(keel_bench::cli::BenchArgs),
     /// Hash a password (read from standard input) for a `[[users]]` entry.
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Faa(args) => client_cmds::faa(&args),
         Command::Status(args) => client_cmds::status(&args),
         Command::Node(args) => client_cmds::node(&args),
+        Command::Slots(args) => slots_cmd::slots(&args),
         Command::Bench(args) => keel_bench::cli::run(&args),
         Command::Passwd(args) => passwd(&args),
         Command::Torture(args) => torture::run(&args),

@@ -309,8 +309,47 @@ if errors:
 print(f"ok {ops[0]} writes, {len(acked)} keys", flush=True)
 "#;
 
+/// `keel slots move` of `slots` from keyspace `from` (hosted by nodes `sources`, indexes)
+/// to `to` (nodes `targets`), started now.
+fn move_slots(
+    cluster: &LocalCluster,
+    slots: &str,
+    (from, sources): (u32, &[usize]),
+    (to, targets): (u32, &[usize]),
+) -> std::process::Child {
+    let addrs = cluster.client_addrs();
+    let mut args = vec!["slots".to_string(), "move".into(), "--slots".into(), slots.into()];
+    args.extend(["--from".into(), from.to_string(), "--to".into(), to.to_string()]);
+    args.extend(["--batch".into(), "4".into()]);
+    for &i in sources {
+        args.extend(["--source".into(), addrs[i].to_string()]);
+    }
+    for &i in targets {
+        args.extend(["--target".into(), addrs[i].to_string()]);
+    }
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("keel runs")
+}
+
+/// Waits for a `keel slots move` and returns its output; panics (with the cluster's logs)
+/// if it failed.
+fn moved(cluster: &LocalCluster, child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("keel slots move ends");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        common::dump_logs(cluster);
+        panic!("keel slots move failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    text
+}
+
 #[test]
-fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
+fn redis_py_cluster_client_keeps_every_write_while_slots_move_and_a_leader_dies() {
     if !common::redis_py() {
         return;
     }
@@ -319,7 +358,7 @@ fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
     });
     let ports: Vec<String> = cluster.client_addrs().iter().map(|a| a.port().to_string()).collect();
     let mut child = Command::new("python3")
-        .args(["-c", WORKLOAD, &ports.join(","), "12"])
+        .args(["-c", WORKLOAD, &ports.join(","), "20"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -328,15 +367,23 @@ fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
     let first = lines.next().and_then(Result::ok).unwrap_or_default();
     assert_eq!(first, "running");
-    // Kill keyspace 1's leader mid-run, and start it again later.
+    // Move every slot of keyspace 0 to keyspace 1 while the workload runs; kill keyspace
+    // 1's leader mid-move, and start it again later.
+    let (group0, group1): (&[usize], &[usize]) = (&[0, 1, 2], &[3, 4, 5]);
+    let mover = move_slots(&cluster, "0-8191", (0, group0), (1, group1));
     let leader = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a leader");
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    std::thread::sleep(std::time::Duration::from_secs(1));
     cluster.kill(leader);
     eprintln!("killed n{}", leader + 1);
     let next = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a new leader");
     assert_ne!(next, leader);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    let out = moved(&cluster, mover);
+    eprintln!("{out}");
+    assert!(out.contains("moved 8192 slots"), "{out}");
     cluster.restart(leader).expect("restarts");
+    // And half of them back, the workload still running.
+    let out = moved(&cluster, move_slots(&cluster, "0-4095", (1, group1), (0, group0)));
+    assert!(out.contains("moved 4096 slots"), "{out}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().expect("the workload ends");
     let mut stderr = String::new();
@@ -348,6 +395,18 @@ fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
         panic!("the workload failed: {rest:?}\n{stderr}");
     }
     assert!(rest.last().is_some_and(|l| l.starts_with("ok ")), "{rest:?}");
+    // Every node's map shows the slots where they went.
+    if common::tool("redis-cli").is_some() {
+        for addr in cluster.client_addrs() {
+            let slots = cli(addr.port(), &["CLUSTER", "SLOTS"]);
+            let after = |start: &str| {
+                let at = slots.iter().position(|l| l == start)?;
+                slots.get(at + 1).cloned()
+            };
+            assert_eq!(after("0").as_deref(), Some("4095"), "{addr}: {slots:?}");
+            assert_eq!(after("4096").as_deref(), Some("16383"), "{addr}: {slots:?}");
+        }
+    }
     // The old leader is back, a follower, and still keyspace 1's preferred leader: node 1,
     // which hosts keyspace 0 only, names the leader it heard of, not the preferred one.
     if common::tool("redis-cli").is_some() {
@@ -356,7 +415,7 @@ fn redis_py_cluster_client_keeps_every_write_across_a_group_leader_kill() {
         let n1 = cluster.client_addrs()[0].port();
         let named = || {
             let slots = cli(n1, &["CLUSTER", "SLOTS"]);
-            let at = slots.iter().position(|l| l == "8192");
+            let at = slots.iter().position(|l| l == "4096");
             at.and_then(|i| slots.get(i + 3)).cloned()
         };
         let heard = common::wait_until(std::time::Duration::from_secs(10), || {

@@ -327,6 +327,11 @@ impl Core {
     /// Executes a read on applied state; returns the result and the index that must be
     /// durable before it may be served at `monotonic` or above.
     pub fn execute_read(&self, command: &Command) -> (super::kv::WriteResult, LogIndex) {
+        // A slot moved away, or moving: the answer rests on the states and the keys'
+        // presence, so on everything applied.
+        if let Err(refusal) = self.kv.slot_check(command) {
+            return (Err(refusal), self.kv.applied_index());
+        }
         let (result, needed) = match command {
             Command::Get { key } if self.expired_here(key) => {
                 let version = self.kv.get(key).1;

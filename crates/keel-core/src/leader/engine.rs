@@ -548,6 +548,7 @@ impl LeaderEngine {
         assert!(core.persisted_index() <= last);
         assert!(core.kv.undo_floor() <= core.durable_index.max(core.log.snapshot().last_index));
         assert!(core.hard.epoch >= core.log.last_epoch(), "log entry from a future epoch");
+        core.kv.check_slots();
         match &self.role {
             RoleState::Leader(leading) => {
                 // What the durable index needs: the active set meets every majority of
@@ -820,6 +821,11 @@ impl crate::engine::Engine for LeaderEngine {
 
     fn record_events(&mut self, on: bool) {
         self.core.kv.record_events(on);
+    }
+
+    fn slot_states(&self, since: u64) -> Option<(u64, Vec<(u16, keel_types::slots::SlotState)>)> {
+        let generation = self.core.kv.slot_generation();
+        (generation != since).then(|| (generation, self.core.kv.slot_states()))
     }
 
     fn status(&self) -> Status {

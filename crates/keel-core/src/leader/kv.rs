@@ -279,12 +279,12 @@ impl std::ops::Deref for Draws {
 /// The applied state of one node.
 #[derive(Clone, Debug)]
 pub struct Kv {
-    items: BTreeMap<Key, Item>,
+    pub(super) items: BTreeMap<Key, Item>,
     dedup: BTreeMap<ClientId, DedupSlot>,
     dedup_order: BTreeSet<(LogIndex, ClientId)>,
     undo: VecDeque<Undo>,
     undo_floor: LogIndex,
-    applied: Version,
+    pub(super) applied: Version,
     /// The deduplication bound in force: part of the replicated state, set by the log's
     /// settings entries (before the first one, the node's configured bound).
     dedup_clients_max: usize,
@@ -312,6 +312,14 @@ pub struct Kv {
     /// replicated state, in snapshots and undone with its entry. `None`: no entry set one,
     /// and the node's configured members are the voters.
     membership: Option<Arc<(Version, Membership)>>,
+    /// Live slot states under their reserved keys (`kv_slots`): 0 spares every request
+    /// the slot check.
+    pub(super) slot_states: u32,
+    /// Changes whenever a slot state's item does (`Kv::slot_generation`).
+    pub(super) slot_generation: u64,
+    /// `(slot, key)` of every live key of database 0, built on a move's first need
+    /// and kept with `items` by [`Kv::account`] from then on (derived: not in snapshots).
+    pub(super) slot_index: Option<BTreeSet<(u16, Key)>>,
     /// Keyspace events recorded and not yet taken (`kv_events`); `None`: not recording.
     /// Not replicated state: each replica records what it applies.
     pub(super) events: Option<Vec<crate::engine::KeyEvent>>,
@@ -349,6 +357,9 @@ impl Kv {
             read_draws: Draws::default(),
             sessions_evicted_through: Version::default(),
             membership: None,
+            slot_states: 0,
+            slot_generation: 0,
+            slot_index: None,
             events: None,
             unsafe_skip_dedup: false,
             unsafe_accept_expired_sessions: false,
@@ -463,6 +474,8 @@ impl Kv {
                 )));
             }
         }
+        // Refused by a move of its slots: not done, so not remembered (`kv_slots`).
+        self.slot_check(command)?;
         let result = self.execute(version, command, undo);
         self.remember(
             client,
@@ -525,6 +538,7 @@ impl Kv {
                 return Ok(CommandResult::Written { version });
             }
             Command::SwapDb { a, b } => return Ok(self.swap_db(version, *a, *b, undo)),
+            Command::Slot(op) => return self.execute_slot(version, op, undo),
             Command::Modify { key, op, now_ms } => {
                 return super::kv_strings::modify(self, version, key, op, *now_ms, undo);
             }
@@ -601,6 +615,7 @@ impl Kv {
             | Command::Restore { .. }
             | Command::Modify { .. }
             | Command::Transfer { .. }
+            | Command::Slot(_)
             | Command::Coll { .. } => unreachable!("executed above"),
         };
         let item = Item::string(new_value, version, expires_at);
@@ -797,7 +812,7 @@ impl Kv {
     /// Sets `key`'s item (`None`: removes it) and returns what it held, keeping the
     /// digest, byte count and expiry index with the items (the old item's share out
     /// before the new one's in: the two may share an expiry).
-    fn replace(&mut self, key: Key, item: Option<Item>) -> Option<Item> {
+    pub(super) fn replace(&mut self, key: Key, item: Option<Item>) -> Option<Item> {
         self.before_change(&key);
         let previous = match item {
             Some(item) => {
@@ -1051,6 +1066,7 @@ impl Kv {
 
     /// Adds (or removes) an item's share of the running digest and byte count.
     fn account(&mut self, key: &[u8], item: &Item, add: bool) {
+        self.account_slots(key, item.live(), add);
         let hash = item_hash(key, item);
         let bytes = item_bytes(key, item);
         if let Some(db) = item.live().then(|| keel_types::db_of(key)).flatten().map(|(db, _)| db) {
@@ -1433,6 +1449,12 @@ impl Kv {
                 return Err("items are not in strictly increasing key order".into());
             }
             let item = Item { value, coll, version, expires_at };
+            if key.starts_with(keel_types::slots::SLOT_STATE_PREFIX) {
+                let state = item.value.as_deref().and_then(keel_types::slots::SlotState::decode);
+                if keel_types::slots::slot_of_state_key(&key).is_none() || state.is_none() {
+                    return Err("a slot state that does not decode".into());
+                }
+            }
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }

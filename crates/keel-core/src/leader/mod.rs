@@ -36,6 +36,7 @@ pub mod kv;
 mod kv_coll;
 mod kv_events;
 pub mod kv_image;
+mod kv_slots;
 mod kv_strings;
 mod leading;
 pub mod log;

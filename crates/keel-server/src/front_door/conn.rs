@@ -226,6 +226,9 @@ pub struct Conn {
     pub(super) node: KeyspaceHandle,
     /// The database of that keyspace `SELECT` chose (`commands::databases`).
     pub(super) db: u8,
+    /// `ASKING` was the last request: the next one may run in a keyspace importing its
+    /// slot (`commands::cluster`).
+    pub(super) asking: bool,
     pub(super) limits: Limits,
     /// Replies the connection's writer has resolved so far (every reply, in order).
     pub(super) resolved: Arc<Resolved>,
@@ -312,6 +315,7 @@ impl Conn {
             name: None,
             node: keyspaces.first().clone(),
             db: 0,
+            asking: false,
             keyspaces,
             limits,
             resolved,

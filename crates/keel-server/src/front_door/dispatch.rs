@@ -235,6 +235,7 @@ pub(crate) async fn dispatch(
         ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
         | ClientCommand::Node { .. }
+        | ClientCommand::Slots { .. }
         | ClientCommand::DbSize
         | ClientCommand::Keys { .. }
         | ClientCommand::RandomKey
@@ -293,6 +294,7 @@ fn order_kind(
         | ClientCommand::Flush { .. }
         | ClientCommand::SwapDb { .. }
         | ClientCommand::Node { .. }
+        | ClientCommand::Slots { .. }
         | ClientCommand::Enqueue { .. }
         | ClientCommand::Dequeue { .. }
         | ClientCommand::Coll { .. } => Kind::Write(ks),

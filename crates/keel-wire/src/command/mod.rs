@@ -259,6 +259,13 @@ pub enum ClientCommand {
         /// The change.
         op: keel_types::ClusterOp,
     },
+    /// `KEEL.SLOTS ...`: a step of moving hash slots between keyspaces, through the
+    /// connection's keyspace's log (`None`: `STATE`, the slot states its replica here
+    /// applied).
+    Slots {
+        /// The step.
+        op: Option<keel_types::slots::SlotOp>,
+    },
     /// `SWAPDB a b`: exchanges two databases' keys (Redis's numbers, as `SELECT`'s).
     SwapDb {
         /// One database.
@@ -928,6 +935,7 @@ impl ClientCommand {
             ClientCommand::Flush { all: false } => "flushdb",
             ClientCommand::Flush { all: true } => "flushall",
             ClientCommand::Node { .. } => "keel.node",
+            ClientCommand::Slots { .. } => "keel.slots",
             ClientCommand::SwapDb { .. } => "swapdb",
             ClientCommand::DbSize => "dbsize",
             ClientCommand::Keys { .. } => "keys",

@@ -107,6 +107,7 @@ pub fn parse(words: Vec<Bytes>, limits: &Limits) -> Result<ClientCommand, Comman
         "keel.dequeue" => dequeue(rest, count, limits),
         "keel.qpeek" => queue_peek(rest, count, limits),
         "keel.node" => node(rest, count),
+        "keel.slots" => slots(rest, count, limits),
         "keel.status" => exactly("keel.status", count, 0).map(|()| ClientCommand::Status),
         "keel.keyspaces" => exactly("keel.keyspaces", count, 0).map(|()| ClientCommand::Keyspaces),
         "info" => Ok(ClientCommand::Info { sections: rest.map(|w| lowercase(&w)).collect() }),
@@ -900,6 +901,91 @@ fn node(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
         return Err(CommandError::UnknownSubcommand { command: "KEEL.NODE", subcommand });
     };
     Ok(ClientCommand::Node { op })
+}
+
+/// `KEEL.SLOTS STATE | IMPORT|MIGRATE keyspace first last | HOLD slot count | FILL slot
+/// key image [key image ...] | RELEASE slot | OWN|OCCUPIED|GIVE first last`
+/// (`keel_types::slots`).
+fn slots(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
+    use keel_types::slots::{SlotOp, SLOTS, SLOT_BATCH_MAX};
+    at_least("keel.slots", count, 1)?;
+    let sub = lowercase(&next(&mut words)?);
+    let number = |word: Bytes, max: u64| -> Result<u64, CommandError> {
+        let n = integer(&word)?;
+        u64::try_from(n).ok().filter(|n| *n <= max).ok_or(CommandError::NotAnInteger)
+    };
+    let slot = |words: &mut Words| -> Result<u16, CommandError> {
+        Ok(number(next(words)?, u64::from(SLOTS - 1))? as u16)
+    };
+    let range = |words: &mut Words| -> Result<(u16, u16), CommandError> {
+        let (first, last) = (slot(words)?, slot(words)?);
+        match first <= last {
+            true => Ok((first, last)),
+            false => Err(CommandError::Syntax),
+        }
+    };
+    let keyspace = |words: &mut Words| -> Result<keel_types::KeyspaceId, CommandError> {
+        Ok(keel_types::KeyspaceId(number(next(words)?, u64::from(u32::MAX))? as u32))
+    };
+    let op = match (sub.as_str(), count) {
+        ("state", 1) => None,
+        ("import", 4) => {
+            let from = keyspace(&mut words)?;
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Import { first, last, from })
+        }
+        ("migrate", 4) => {
+            let to = keyspace(&mut words)?;
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Migrate { first, last, to })
+        }
+        ("hold", 3) => {
+            let slot = slot(&mut words)?;
+            let count = number(next(&mut words)?, SLOT_BATCH_MAX as u64)?.max(1) as u32;
+            Some(SlotOp::Hold { slot, count })
+        }
+        ("fill", n) if n >= 2 && n % 2 == 0 && (n - 2) / 2 <= SLOT_BATCH_MAX => {
+            let slot = slot(&mut words)?;
+            let mut items = Vec::with_capacity((n - 2) / 2);
+            while let Some(key) = words.next() {
+                let image = next(&mut words)?;
+                limits.check_key(&key).map_err(CommandError::Invalid)?;
+                limits.check_value(&image).map_err(CommandError::Invalid)?;
+                items.push((key, image));
+            }
+            Some(SlotOp::Fill { slot, items })
+        }
+        ("release", 2) => Some(SlotOp::Release { slot: slot(&mut words)? }),
+        ("own", 3) => {
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Own { first, last })
+        }
+        ("occupied", 3) => {
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Occupied { first, last })
+        }
+        ("give", 3) => {
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Give { first, last })
+        }
+        (
+            "state" | "import" | "migrate" | "hold" | "fill" | "release" | "own" | "occupied"
+            | "give",
+            _,
+        ) => {
+            return Err(CommandError::WrongArity { name: format!("keel.slots|{sub}") });
+        }
+        _ => {
+            return Err(CommandError::UnknownSubcommand { command: "KEEL.SLOTS", subcommand: sub })
+        }
+    };
+    if let Some(SlotOp::Fill { slot, items }) = &op {
+        if items.iter().any(|(k, _)| keel_types::slots::key_slot(k) != *slot) {
+            let why = format!("every key of KEEL.SLOTS FILL must be of slot {slot}");
+            return Err(CommandError::Invalid(keel_types::KeelError::InvalidArgument(why)));
+        }
+    }
+    Ok(ClientCommand::Slots { op })
 }
 
 /// `FLUSHDB`, `FLUSHALL` `[ASYNC|SYNC]` (both flush at once: the deletion is one entry).

@@ -160,6 +160,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     c("keel.req", -4, SLOW, NONE),
     c("keel.scan", -3, R, NONE),
     c("keel.session", -2, SLOW, NONE),
+    c("keel.slots", -2, ADMIN, NONE),
     c("keel.status", 1, CONN, NONE),
     c("keys", 2, R, NONE),
     c("lcs", -3, R, TWO),

@@ -707,6 +707,21 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_u8(out, 9);
             put_text(out, &format!("MOVED {slot} {addr}"));
         }
+        KeelError::Ask { slot, addr } => {
+            put_u8(out, 9);
+            put_text(out, &format!("ASK {slot} {addr}"));
+        }
+        // A leader's answer to a request a follower forwarded, for a slot moved or moving.
+        KeelError::Redirect { slot, keyspace, ask } => {
+            put_u8(out, 13);
+            out.extend_from_slice(&slot.to_le_bytes());
+            put_u32(out, keyspace.0);
+            put_flag(out, *ask);
+        }
+        KeelError::TryAgain(why) => {
+            put_u8(out, 14);
+            put_text(out, why);
+        }
     }
 }
 
@@ -735,6 +750,18 @@ fn read_error(reader: &mut Reader<'_>) -> Result<KeelError, PeerError> {
         10 => KeelError::SessionExpired,
         12 => KeelError::WrongType,
         11 => KeelError::Conflict(read_text(reader, "conflict")?),
+        13 => {
+            let slot = u16::from_le_bytes([reader.u8("slot")?, reader.u8("slot")?]);
+            if slot >= keel_types::slots::SLOTS {
+                return Err(CodecError::UnknownTag { what: "slot", tag: 0 }.into());
+            }
+            KeelError::Redirect {
+                slot,
+                keyspace: keel_types::KeyspaceId(reader.u32("keyspace")?),
+                ask: reader.flag("ask flag")?,
+            }
+        }
+        14 => KeelError::TryAgain(read_text(reader, "try again")?),
         tag => return Err(CodecError::UnknownTag { what: "error", tag }.into()),
     };
     Ok(error)

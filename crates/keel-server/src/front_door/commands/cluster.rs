@@ -128,7 +128,12 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     if is("cluster") {
         return ready(cluster(conn, placement, &words[1..]));
     }
-    if is("readonly") || is("readwrite") || is("asking") {
+    let asking = std::mem::take(&mut conn.asking);
+    if is("asking") {
+        conn.asking = true;
+        return ready(Frame::ok());
+    }
+    if is("readonly") || is("readwrite") {
         return ready(Frame::ok());
     }
     if is("swapdb") || is("move") {
@@ -152,7 +157,11 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
         Ok(None) => return None,
         Err(()) => return refuse_queued(conn, Frame::error(CROSSSLOT)),
     };
-    let owner = placement.owner(slot);
+    let view = keyspaces.slot_view();
+    let mut owner = view.serving(placement, slot);
+    if let Some(importing) = view.importing(slot).filter(|_| asking) {
+        owner = importing; // sent on by the source's `ASK`
+    }
     let Some(handle) = keyspaces.get(owner) else {
         let known = keyspaces.leader_of(owner);
         let addr = placement.redirect(owner, known, &|n| keyspaces.reachable(n));
@@ -232,6 +241,7 @@ impl<'a> Map<'a> {
         let members: std::collections::BTreeSet<NodeId> =
             placement.groups.values().flat_map(|g| g.replicas.iter().copied()).collect();
         let reachable = members.into_iter().filter(|n| keyspaces.reachable(*n)).collect();
+        let moved = served_ranges(placement, &keyspaces.slot_view());
         let mut shards = Vec::new();
         for (id, group) in &placement.groups {
             let Some(slots) = &group.slots else { continue };
@@ -240,8 +250,11 @@ impl<'a> Map<'a> {
             let Some(target) = placement.target(*id, known, &|n| keyspaces.reachable(n)) else {
                 continue;
             };
-            let (ranges, replicas) = (slots.ranges().to_vec(), group.replicas.clone());
-            shards.push(Shard { ranges, target, replicas });
+            let ranges = match &moved {
+                Some(moved) => moved.get(id).cloned().unwrap_or_default(),
+                None => slots.ranges().to_vec(),
+            };
+            shards.push(Shard { ranges, target, replicas: group.replicas.clone() });
         }
         Map { placement, shards, reachable }
     }
@@ -374,6 +387,27 @@ impl<'a> Map<'a> {
         }
         text
     }
+}
+
+/// Each keyspace's slots as ranges, as this node sees them while slots move (`None`:
+/// no keyspace here has moved a slot: the configuration's).
+fn served_ranges(
+    placement: &Placement,
+    view: &crate::placement::SlotView,
+) -> Option<std::collections::BTreeMap<KeyspaceId, Vec<(u16, u16)>>> {
+    if view.is_empty() {
+        return None;
+    }
+    let mut ranges: std::collections::BTreeMap<KeyspaceId, Vec<(u16, u16)>> = Default::default();
+    for (slot, owner) in view.owners(placement).into_iter().enumerate() {
+        let slot = slot as u16;
+        let list = ranges.entry(owner).or_default();
+        match list.last_mut() {
+            Some((_, last)) if *last + 1 == slot => *last = slot,
+            _ => list.push((slot, slot)),
+        }
+    }
+    Some(ranges)
 }
 
 /// `INFO`'s `Cluster` section.

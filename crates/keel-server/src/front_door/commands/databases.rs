@@ -237,6 +237,7 @@ pub(crate) fn send(conn: &mut Conn, command: ClientCommand, turn: Turn) -> Pendi
             };
             Pending::later(Box::pin(reply), protocol)
         }
+        ClientCommand::Slots { op } => super::slots::send(conn, op, turn),
         ClientCommand::SwapDb { a, b } => {
             let (a, b) = match (select(conn, a), select(conn, b)) {
                 (Some((ka, a)), Some((kb, b))) if ka == conn.node.id && kb == ka => (a, b),

@@ -36,6 +36,7 @@ pub(crate) mod scripting;
 pub(crate) mod server;
 pub(crate) mod sessions;
 pub(crate) mod settings;
+pub(crate) mod slots;
 pub(crate) mod strings;
 pub(crate) mod transactions;
 

@@ -74,9 +74,11 @@ pub(crate) async fn keel_req(conn: &mut Conn, mut words: Vec<Bytes>) -> Pending 
             | ClientCommand::Enqueue { .. }
             | ClientCommand::Dequeue { .. }
             | ClientCommand::QueuePeek { .. }
-    ) || matches!(&command, ClientCommand::Del { keys } if keys.len() == 1);
+    ) || matches!(&command, ClientCommand::Del { keys } if keys.len() == 1)
+        || matches!(&command, ClientCommand::Slots { op: Some(_) });
     if !single_key {
-        let text = "ERR KEEL.REQ takes one single-key command (or EXEC inside MULTI)";
+        let text =
+            "ERR KEEL.REQ takes one single-key command, a KEEL.SLOTS step (or EXEC inside MULTI)";
         return Pending::ready(Frame::error(text), protocol);
     }
     dispatch(conn, command, (client, request), true).await

@@ -1,0 +1,529 @@
+//! Hash slots moving between keyspaces, in the state machine (`keel_types::slots`).
+//!
+//! A keyspace's log says where it stands with a slot only once a move touches it: the
+//! [`SlotState`] lives under a reserved key ([`slot_state_key`]), so it is replicated,
+//! rolled back, snapshotted and digested as every item is. A slot its log says nothing
+//! of is served as the node's configuration says (the node's slot guard checks that).
+//!
+//! Every request is checked against these states where it is applied or read
+//! ([`Kv::slot_check`]), in the same order as the moves' own entries, so the answer
+//! never depends on a node's view of them:
+//! - `Released`: every key of the slot is elsewhere (`MOVED`).
+//! - `Migrating`: a key still here is served here; a key not here is the target's
+//!   (`ASK`), so no key of the slot is created here again; a key being copied (held)
+//!   waits (`TRYAGAIN`), and so does a request with keys both here and gone.
+//!
+//! So each key of a moving slot has one home at any point of either log: the source
+//! while it holds the key, the target from the source's `Release` of it on. The mover
+//! copies a held key only after the source stopped changing it, and the target takes
+//! clients' requests for it only after the source let it go.
+
+use super::kv::{Kv, Undo, WriteResult};
+use keel_types::coll::Answer;
+use keel_types::slots::{key_slot, slot_state_key, SlotOp, SlotState, SLOT_STATE_PREFIX};
+use keel_types::{Command, CommandResult, KeelError, Key, Version};
+use std::collections::BTreeSet;
+
+/// The answer to a request with keys of a slot being moved both here and gone.
+const SPLIT: &str = "Multiple keys request during rehashing of slot";
+
+impl Kv {
+    /// The state of `slot` this keyspace's log set (`None`: none; the configuration's).
+    pub fn slot_state(&self, slot: u16) -> Option<SlotState> {
+        if self.slot_states == 0 {
+            return None;
+        }
+        let item = self.items.get(&slot_state_key(slot)[..])?;
+        Some(SlotState::decode(item.value.as_deref()?).expect("validated when written"))
+    }
+
+    /// Every slot state the log set, by slot.
+    pub fn slot_states(&self) -> Vec<(u16, SlotState)> {
+        if self.slot_states == 0 {
+            return Vec::new();
+        }
+        let start = Key::from_static(SLOT_STATE_PREFIX);
+        self.items
+            .range(start..)
+            .take_while(|(key, _)| key.starts_with(SLOT_STATE_PREFIX))
+            .filter_map(|(key, item)| {
+                let slot = keel_types::slots::slot_of_state_key(key)?;
+                Some((slot, SlotState::decode(item.value.as_deref()?)?))
+            })
+            .collect()
+    }
+
+    /// A number that changes whenever a slot state does (a move's step applied or
+    /// rolled back): what a node watches to republish [`Self::slot_states`].
+    pub fn slot_generation(&self) -> u64 {
+        self.slot_generation
+    }
+
+    /// Whether this keyspace takes `command` now, as its slot states say (module docs).
+    /// Applied entries and reads ask it; its refusals change nothing and are not
+    /// remembered for deduplication (the same request may be taken later).
+    pub fn slot_check(&self, command: &Command) -> Result<(), KeelError> {
+        if self.slot_states == 0 {
+            return Ok(());
+        }
+        match command {
+            Command::Slot(_) => return Ok(()),
+            Command::Flush { .. } | Command::SwapDb { .. } => {
+                let moving = self
+                    .slot_states()
+                    .iter()
+                    .any(|(_, s)| matches!(s, SlotState::Migrating { .. }));
+                return match moving {
+                    true => Err(KeelError::TryAgain("slots are being moved".into())),
+                    false => Ok(()),
+                };
+            }
+            _ => {}
+        }
+        let queue = matches!(
+            command,
+            Command::Enqueue { .. } | Command::Dequeue { .. } | Command::QueuePeek { .. }
+        );
+        let (mut here, mut gone) = (false, None);
+        for key in command.keys() {
+            let slot = key_slot(key);
+            match self.slot_state(slot) {
+                None | Some(SlotState::Importing { .. } | SlotState::Owned) => here = true,
+                Some(SlotState::Released { to }) => {
+                    return Err(KeelError::Redirect { slot, keyspace: to, ask: false });
+                }
+                Some(SlotState::Migrating { .. }) if queue => {
+                    return Err(KeelError::InvalidArgument(format!(
+                        "queue in slot {slot}, which is being moved: queues do not move"
+                    )));
+                }
+                Some(SlotState::Migrating { to, held }) => {
+                    if held.binary_search(key).is_ok() {
+                        return Err(KeelError::TryAgain(format!(
+                            "key of slot {slot} being moved now"
+                        )));
+                    }
+                    match self.items.get(key).is_some_and(|item| item.live()) {
+                        true => here = true,
+                        false => gone = gone.or(Some((slot, to))),
+                    }
+                }
+            }
+        }
+        match gone {
+            Some(_) if here => Err(KeelError::TryAgain(SPLIT.into())),
+            Some((slot, to)) => Err(KeelError::Redirect { slot, keyspace: to, ask: true }),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies one step of a move (`SlotOp`): all of it, or (an error) none of it.
+    pub(super) fn execute_slot(
+        &mut self,
+        version: Version,
+        op: &SlotOp,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        assert!(op.valid(), "an invalid slot op applied: {op:?}");
+        match op {
+            SlotOp::Import { first, last, from } => {
+                let (from, first, last) = (*from, *first, *last);
+                self.set_slots(version, first, last, undo, |state| match state {
+                    None | Some(SlotState::Released { .. }) => {
+                        Ok(Some(SlotState::Importing { from }))
+                    }
+                    Some(SlotState::Importing { from: f }) if *f == from => Ok(None),
+                    Some(SlotState::Owned) => Ok(None),
+                    Some(other) => Err(Some(other.clone())),
+                })
+            }
+            SlotOp::Migrate { first, last, to } => {
+                let (to, first, last) = (*to, *first, *last);
+                self.set_slots(version, first, last, undo, |state| match state {
+                    None | Some(SlotState::Owned) => {
+                        Ok(Some(SlotState::Migrating { to, held: Vec::new() }))
+                    }
+                    Some(SlotState::Migrating { to: t, .. } | SlotState::Released { to: t })
+                        if *t == to =>
+                    {
+                        Ok(None)
+                    }
+                    Some(other) => Err(Some(other.clone())),
+                })
+            }
+            SlotOp::Own { first, last } => {
+                self.set_slots(version, *first, *last, undo, |state| match state {
+                    Some(SlotState::Importing { .. }) => Ok(Some(SlotState::Owned)),
+                    Some(SlotState::Owned) => Ok(None),
+                    other => Err(other.cloned()),
+                })
+            }
+            SlotOp::Give { first, last } => self.give(version, *first, *last, undo),
+            SlotOp::Occupied { first, last } => {
+                let mut counts: Vec<(u16, i64)> = Vec::new();
+                for (slot, _) in self.slot_index_range(*first, *last) {
+                    match counts.last_mut() {
+                        Some((s, n)) if *s == slot => *n += 1,
+                        _ => counts.push((slot, 1)),
+                    }
+                }
+                let flat = counts.into_iter().flat_map(|(s, n)| [i64::from(s), n]);
+                let answer = Answer::Array(flat.map(Answer::Int).collect());
+                Ok(CommandResult::Answer { answer, version: None })
+            }
+            SlotOp::Hold { slot, count } => self.hold(version, *slot, *count as usize, undo),
+            SlotOp::Fill { slot, items } => {
+                match self.slot_state(*slot) {
+                    Some(SlotState::Importing { .. }) => {}
+                    other => return Err(not_now(op, *slot, other.as_ref())),
+                }
+                let decoded = items
+                    .iter()
+                    .map(|(key, image)| Ok((key, super::kv_image::decode(image, version)?)))
+                    .collect::<Result<Vec<_>, KeelError>>()?;
+                for (key, item) in decoded {
+                    self.change(key.clone(), Some(item), undo);
+                }
+                Ok(CommandResult::Count { keys: items.len() as u64 })
+            }
+            SlotOp::Release { slot } => {
+                let Some(SlotState::Migrating { to, held }) = self.slot_state(*slot) else {
+                    return Err(not_now(op, *slot, self.slot_state(*slot).as_ref()));
+                };
+                let mut deleted = 0;
+                for key in &held {
+                    if self.items.get(key).is_some_and(|item| item.live()) {
+                        let tombstone = super::kv::Item::plain(None, version);
+                        self.change(key.clone(), Some(tombstone), undo);
+                        deleted += 1;
+                    }
+                }
+                let state = SlotState::Migrating { to, held: Vec::new() };
+                self.put_slot_state(version, *slot, &state, undo);
+                Ok(CommandResult::Count { keys: deleted })
+            }
+        }
+    }
+
+    /// Sets the state of every slot of `first..=last` to what `next` says of its current
+    /// one (`Ok(None)`: left as it is; `Err`: the state that forbids the step, and
+    /// nothing changes). Answers how many slots changed.
+    fn set_slots(
+        &mut self,
+        version: Version,
+        first: u16,
+        last: u16,
+        undo: &mut Undo,
+        next: impl Fn(Option<&SlotState>) -> Result<Option<SlotState>, Option<SlotState>>,
+    ) -> WriteResult {
+        let mut changes = Vec::new();
+        for slot in first..=last {
+            let current = self.slot_state(slot);
+            match next(current.as_ref()) {
+                Ok(Some(state)) => changes.push((slot, state)),
+                Ok(None) => {}
+                Err(state) => {
+                    let (name, other) = match &state {
+                        Some(state) => (state.name(), state.other().map(|k| k.0)),
+                        None => ("served as configured", None),
+                    };
+                    let other = other.map_or(String::new(), |k| format!(" (keyspace {k})"));
+                    return Err(KeelError::InvalidArgument(format!(
+                        "slot {slot} is {name}{other}"
+                    )));
+                }
+            }
+        }
+        for (slot, state) in &changes {
+            self.put_slot_state(version, *slot, state, undo);
+        }
+        Ok(CommandResult::Count { keys: changes.len() as u64 })
+    }
+
+    /// At the source: the slots of `first..=last` that hold no key become released.
+    fn give(&mut self, version: Version, first: u16, last: u16, undo: &mut Undo) -> WriteResult {
+        for slot in first..=last {
+            match self.slot_state(slot) {
+                Some(SlotState::Migrating { held, .. }) => {
+                    if !held.is_empty() || self.slot_keys(slot, 1).next().is_some() {
+                        return Err(KeelError::TryAgain(format!("slot {slot} still holds keys")));
+                    }
+                }
+                Some(SlotState::Released { .. }) => {}
+                other => {
+                    let op = SlotOp::Give { first, last };
+                    return Err(not_now(&op, slot, other.as_ref()));
+                }
+            }
+        }
+        let mut released = 0;
+        for slot in first..=last {
+            if let Some(SlotState::Migrating { to, .. }) = self.slot_state(slot) {
+                self.put_slot_state(version, slot, &SlotState::Released { to }, undo);
+                released += 1;
+            }
+        }
+        Ok(CommandResult::Count { keys: released })
+    }
+
+    /// At the source: holds up to `count` keys of `slot` (those held already, if any,
+    /// whatever `count`) and answers their images, in key order.
+    fn hold(&mut self, version: Version, slot: u16, count: usize, undo: &mut Undo) -> WriteResult {
+        let Some(SlotState::Migrating { to, held }) = self.slot_state(slot) else {
+            let op = SlotOp::Hold { slot, count: count as u32 };
+            return Err(not_now(&op, slot, self.slot_state(slot).as_ref()));
+        };
+        let held = match held.is_empty() {
+            false => held,
+            true => {
+                let keys: Vec<Key> = self.slot_keys(slot, count).collect();
+                if !keys.is_empty() {
+                    let state = SlotState::Migrating { to, held: keys.clone() };
+                    self.put_slot_state(version, slot, &state, undo);
+                }
+                keys
+            }
+        };
+        let items = held
+            .iter()
+            .filter_map(|key| {
+                let item = self.items.get(key).filter(|item| item.live())?;
+                Some((key.clone(), super::kv_image::encode(item), item.version))
+            })
+            .collect();
+        Ok(CommandResult::Items { items })
+    }
+
+    /// Up to `count` live keys of `slot`, in key order.
+    fn slot_keys(&mut self, slot: u16, count: usize) -> impl Iterator<Item = Key> + '_ {
+        self.slot_index_range(slot, slot).take(count).map(|(_, k)| k)
+    }
+
+    /// `(slot, key)` of every live key of the slots `first..=last`, in order (builds the
+    /// slot index on first use).
+    fn slot_index_range(&mut self, first: u16, last: u16) -> impl Iterator<Item = (u16, Key)> + '_ {
+        let index = self.slot_index.get_or_insert_with(|| {
+            let items = self.items.iter().filter(|(key, item)| item.live() && indexed(key));
+            items.map(|(key, _)| (key_slot(key), key.clone())).collect::<BTreeSet<_>>()
+        });
+        let start = (first, Key::new());
+        index.range(start..).take_while(move |(s, _)| *s <= last).cloned()
+    }
+
+    fn put_slot_state(&mut self, version: Version, slot: u16, state: &SlotState, undo: &mut Undo) {
+        let item = super::kv::Item::plain(Some(state.encode()), version);
+        self.change(slot_state_key(slot), Some(item), undo);
+    }
+
+    /// Keeps the slot states' count and generation, and the slot index if built, as
+    /// an item comes (`add`) or goes: called wherever the items change.
+    pub(super) fn account_slots(&mut self, key: &[u8], live: bool, add: bool) {
+        if key.starts_with(SLOT_STATE_PREFIX) {
+            self.slot_generation += 1;
+            if live {
+                self.slot_states = match add {
+                    true => self.slot_states + 1,
+                    false => self.slot_states.checked_sub(1).expect("counts mirror the items"),
+                };
+            }
+            return;
+        }
+        let Some(index) = self.slot_index.as_mut().filter(|_| live && indexed(key)) else {
+            return;
+        };
+        let entry = (key_slot(key), Key::copy_from_slice(key));
+        let changed = if add { index.insert(entry) } else { index.remove(&entry) };
+        assert!(changed, "the slot index mirrors the items");
+    }
+
+    /// Checks the slot bookkeeping: the count of states, each migrating slot's held
+    /// keys (in order, of their slot). Costs the slot states, not the items: the
+    /// engine's invariant check runs it after every step.
+    pub fn check_slots(&self) {
+        let states = self.slot_states();
+        assert_eq!(states.len(), self.slot_states as usize, "slot state count");
+        for (slot, state) in &states {
+            if let SlotState::Migrating { held, .. } = state {
+                assert!(held.windows(2).all(|w| w[0] < w[1]), "held keys in order");
+                assert!(held.iter().all(|k| key_slot(k) == *slot), "held keys of their slot");
+            }
+        }
+    }
+
+    /// Checks the slot index, if built, against the items (walks every item: tests).
+    pub fn check_slot_index(&self) {
+        if let Some(index) = &self.slot_index {
+            let live: BTreeSet<(u16, Key)> = self
+                .items
+                .iter()
+                .filter(|(k, i)| i.live() && indexed(k))
+                .map(|(k, _)| (key_slot(k), k.clone()))
+                .collect();
+            assert_eq!(index, &live, "the slot index mirrors the live keys");
+        }
+    }
+}
+
+/// Whether the slot index holds `key`: a client's key of database 0.
+fn indexed(key: &[u8]) -> bool {
+    matches!(keel_types::db_of(key), Some((0, _)))
+}
+
+/// The refusal of `op` on `slot` in state `state`.
+fn not_now(op: &SlotOp, slot: u16, state: Option<&SlotState>) -> KeelError {
+    let state = state.map_or("served as configured", SlotState::name);
+    KeelError::InvalidArgument(format!("slot {}: slot {slot} is {state}", op.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kv::Applied;
+    use super::*;
+    use keel_types::{ClientId, Durability, Entry, EntryPayload, Epoch, KeyspaceId, LogIndex};
+    use keel_types::{RequestId, Value};
+
+    /// Applies `command` as the next entry, from a client of its own; the result.
+    fn run(kv: &mut Kv, command: Command) -> WriteResult {
+        let index = kv.applied_index().0 + 1;
+        let entry = Entry {
+            epoch: Epoch(1),
+            index: LogIndex(index),
+            payload: EntryPayload::Write {
+                client: ClientId(index),
+                request: RequestId(1),
+                durability: Durability::Memory,
+                command,
+            },
+        };
+        let Applied::Write(result) = kv.apply(&entry) else { panic!("a write") };
+        kv.check_slots();
+        kv.check_slot_index();
+        result
+    }
+
+    fn put(key: &str) -> Command {
+        Command::Put { key: Key::copy_from_slice(key.as_bytes()), value: Value::from_static(b"v") }
+    }
+
+    fn get(key: &str) -> Command {
+        Command::Get { key: Key::copy_from_slice(key.as_bytes()) }
+    }
+
+    /// Keys of slot 12182 (`foo`'s) by their hash tag.
+    fn tagged(n: u32) -> String {
+        format!("{{foo}}{n}")
+    }
+
+    #[test]
+    fn a_slot_moves_key_by_key_and_each_key_has_one_home_throughout() {
+        let slot = key_slot(b"foo");
+        let (mut source, mut target) = (Kv::new(100), Kv::new(100));
+        for n in 0..5 {
+            run(&mut source, put(&tagged(n))).unwrap();
+        }
+        run(&mut source, put("bar")).unwrap(); // another slot: never touched
+        let (a, b) = (KeyspaceId(0), KeyspaceId(1));
+        let import = SlotOp::Import { first: slot, last: slot, from: a };
+        run(&mut target, Command::Slot(import.clone())).unwrap();
+        assert_eq!(run(&mut target, Command::Slot(import)), Ok(CommandResult::Count { keys: 0 }));
+        let migrate = SlotOp::Migrate { first: slot, last: slot, to: b };
+        run(&mut source, Command::Slot(migrate)).unwrap();
+        let occupied = run(&mut source, Command::Slot(SlotOp::Occupied { first: 0, last: 16383 }));
+        let flat = vec![Answer::Int(i64::from(key_slot(b"bar"))), Answer::Int(1)];
+        let flat = [flat, vec![Answer::Int(i64::from(slot)), Answer::Int(5)]].concat();
+        assert_eq!(
+            occupied,
+            Ok(CommandResult::Answer { answer: Answer::Array(flat), version: None })
+        );
+        // Present keys are served here; new ones go to the target, once.
+        assert_eq!(source.slot_check(&get(&tagged(0))), Ok(()));
+        let ask = KeelError::Redirect { slot, keyspace: b, ask: true };
+        assert_eq!(run(&mut source, put(&tagged(9))), Err(ask.clone()));
+        assert_eq!(source.slot_check(&get(&tagged(9))), Err(ask.clone()));
+        assert_eq!(source.slot_check(&get("bar")), Ok(()));
+        // A batch of two held: they wait; the others are served.
+        let Ok(CommandResult::Items { items }) =
+            run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }))
+        else {
+            panic!("images")
+        };
+        let held: Vec<Key> = items.iter().map(|(k, _, _)| k.clone()).collect();
+        assert_eq!(held, vec![Key::from(tagged(0)), Key::from(tagged(1))]);
+        assert!(matches!(run(&mut source, put(&tagged(0))), Err(KeelError::TryAgain(_))));
+        assert_eq!(run(&mut source, put(&tagged(2))).map(|_| ()), Ok(()));
+        let again = run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }));
+        assert_eq!(again, Ok(CommandResult::Items { items: items.clone() }), "a retry");
+        let fill = items.into_iter().map(|(k, image, _)| (k, image)).collect();
+        run(&mut target, Command::Slot(SlotOp::Fill { slot, items: fill })).unwrap();
+        let released = run(&mut source, Command::Slot(SlotOp::Release { slot }));
+        assert_eq!(released, Ok(CommandResult::Count { keys: 2 }));
+        assert_eq!(run(&mut source, put(&tagged(0))), Err(ask.clone()), "gone: the target's");
+        let split = Command::Multi { ops: vec![put(&tagged(0)), put(&tagged(2))], watch: vec![] };
+        assert!(matches!(run(&mut source, split), Err(KeelError::TryAgain(_))));
+        assert_eq!(target.get(tagged(0).as_bytes()).0, Some(Value::from_static(b"v")));
+        // Giving the slot away while it holds keys is refused; the rest moves, then it is.
+        let give = Command::Slot(SlotOp::Give { first: slot, last: slot });
+        assert!(matches!(run(&mut source, give.clone()), Err(KeelError::TryAgain(_))));
+        loop {
+            let hold = run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }));
+            let Ok(CommandResult::Items { items }) = hold else { panic!("{hold:?}") };
+            if items.is_empty() {
+                break;
+            }
+            let fill = items.into_iter().map(|(k, image, _)| (k, image)).collect();
+            run(&mut target, Command::Slot(SlotOp::Fill { slot, items: fill })).unwrap();
+            run(&mut source, Command::Slot(SlotOp::Release { slot })).unwrap();
+        }
+        run(&mut target, Command::Slot(SlotOp::Own { first: slot, last: slot })).unwrap();
+        run(&mut source, give).unwrap();
+        let moved = KeelError::Redirect { slot, keyspace: b, ask: false };
+        assert_eq!(source.slot_check(&get(&tagged(3))), Err(moved));
+        assert_eq!(target.slot_check(&get(&tagged(3))), Ok(()));
+        for n in 0..5 {
+            assert!(target.get(tagged(n).as_bytes()).0.is_some(), "{n} moved");
+            assert!(source.get(tagged(n).as_bytes()).0.is_none(), "{n} left");
+        }
+        assert_eq!(source.get(b"bar").0, Some(Value::from_static(b"v")));
+        assert_eq!(source.slot_state(slot), Some(SlotState::Released { to: b }));
+        assert_eq!(target.slot_states(), vec![(slot, SlotState::Owned)]);
+    }
+
+    #[test]
+    fn slot_states_roll_back_travel_in_snapshots_and_refuse_forgeries() {
+        let slot = key_slot(b"foo");
+        let mut kv = Kv::new(100);
+        run(&mut kv, put(&tagged(1))).unwrap();
+        let at = kv.applied_index();
+        let generation = kv.slot_generation();
+        let migrate = SlotOp::Migrate { first: slot, last: slot + 1, to: KeyspaceId(3) };
+        run(&mut kv, Command::Slot(migrate)).unwrap();
+        run(&mut kv, Command::Slot(SlotOp::Hold { slot, count: 8 })).unwrap();
+        assert_ne!(kv.slot_generation(), generation);
+        let bytes = kv.encode_at(kv.applied_index());
+        let version = keel_types::Version::new(1, kv.applied_index().0);
+        let decoded = Kv::decode(&bytes, version, 100).unwrap();
+        assert_eq!(decoded.slot_states(), kv.slot_states());
+        assert_eq!(decoded.applied_digest(), kv.applied_digest());
+        kv.rollback_after(at, Epoch(1));
+        kv.check_slots();
+        kv.check_slot_index();
+        assert!(kv.slot_states().is_empty());
+        assert_eq!(kv.slot_check(&put(&tagged(9))), Ok(()));
+        // Moves that contradict the state are refused whole.
+        run(&mut kv, Command::Slot(SlotOp::Import { first: 5, last: 6, from: KeyspaceId(1) }))
+            .unwrap();
+        let wrong = SlotOp::Migrate { first: 4, last: 5, to: KeyspaceId(1) };
+        assert!(matches!(run(&mut kv, Command::Slot(wrong)), Err(KeelError::InvalidArgument(_))));
+        assert_eq!(kv.slot_state(4), None, "nothing of a refused step");
+        let unowned = SlotOp::Own { first: 7, last: 7 };
+        assert!(run(&mut kv, Command::Slot(unowned)).is_err());
+        // A snapshot holding a slot state that does not decode is refused.
+        let mut bad = Kv::new(100);
+        let one = keel_types::Version::new(1, 1);
+        let item = super::super::kv::Item::plain(Some("x".into()), one);
+        bad.replace(slot_state_key(1), Some(item));
+        bad.applied = one;
+        let bytes = bad.encode_at(LogIndex(1));
+        assert!(Kv::decode(&bytes, one, 100).unwrap_err().contains("slot state"));
+    }
+}

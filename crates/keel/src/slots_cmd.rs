@@ -1,0 +1,288 @@
+//! `keel slots move|state`: moves hash slots from one keyspace of a sharded cluster to
+//! another while both serve (`docs/operations.md`, *Moving slots*), by the steps of
+//! `KEEL.SLOTS`, each through the log of the keyspace it changes:
+//!
+//! 1. the target imports the slots, the source migrates them;
+//! 2. slot by slot, the source holds a batch of its keys and answers their images, the
+//!    target writes them, the source deletes them (until it holds none);
+//! 3. the target owns the slots, the source gives them up.
+//!
+//! Every step goes under a deduplication session of its keyspace (`KEEL.REQ`), so a
+//! step retried after a lost answer is applied once; and every step is idempotent, so a
+//! move that stopped half way is finished by running the same command again.
+
+use crate::client_cmds::{resolve, Access, NodeAddr};
+use anyhow::{bail, Context};
+use keel_client::{Client, ClientError};
+use keel_types::KeelError;
+use keel_wire::resp::Frame;
+use keel_wire::slots::SlotRanges;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `keel slots ...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SlotsArgs {
+    #[command(subcommand)]
+    pub action: SlotsAction,
+}
+
+/// What `keel slots` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum SlotsAction {
+    /// Move slots from one keyspace to another while both serve.
+    Move(MoveArgs),
+    /// Show the slot states a node's replica of a keyspace applied.
+    State(StateArgs),
+}
+
+/// `keel slots move`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MoveArgs {
+    /// The slots, as ranges: `0-99,200`.
+    #[arg(long)]
+    pub slots: String,
+    /// The keyspace that serves them now.
+    #[arg(long)]
+    pub from: u32,
+    /// The keyspace they move to.
+    #[arg(long)]
+    pub to: u32,
+    /// Client addresses of nodes hosting the source keyspace (one at least; repeat it).
+    #[arg(long = "source", required = true, value_parser = resolve)]
+    pub source: Vec<NodeAddr>,
+    /// Client addresses of nodes hosting the target keyspace (one at least; repeat it).
+    #[arg(long = "target", required = true, value_parser = resolve)]
+    pub target: Vec<NodeAddr>,
+    /// Keys moved per step.
+    #[arg(long, default_value_t = 100)]
+    pub batch: u32,
+    /// Give up after this many seconds of failed attempts in a row.
+    #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+    #[command(flatten)]
+    access: Access,
+}
+
+/// `keel slots state`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StateArgs {
+    /// A node's client address.
+    #[arg(long, default_value = "127.0.0.1:7379", value_parser = resolve)]
+    pub node: NodeAddr,
+    /// The keyspace.
+    #[arg(long, default_value_t = 0)]
+    pub keyspace: u32,
+    #[command(flatten)]
+    access: Access,
+}
+
+/// Runs `keel slots`.
+pub fn slots(args: &SlotsArgs) -> ExitCode {
+    crate::client_cmds::run(async {
+        match &args.action {
+            SlotsAction::Move(args) => move_slots(args).await,
+            SlotsAction::State(args) => {
+                let client = Client::new(
+                    args.access.config(std::slice::from_ref(&args.node), args.keyspace)?,
+                );
+                let frame = client.call_node(0, &[b"KEEL.SLOTS", b"STATE"]).await?;
+                for row in rows(&frame) {
+                    println!("{row}");
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `KEEL.SLOTS STATE`'s rows as text: `first-last state [keyspace] [held n]`.
+fn rows(frame: &Frame) -> Vec<String> {
+    let Frame::Array(rows) = frame else { return Vec::new() };
+    let int = |f: &Frame| match f {
+        Frame::Integer(n) => n.to_string(),
+        _ => "-".into(),
+    };
+    rows.iter()
+        .filter_map(|row| match row {
+            Frame::Array(f) if f.len() == 5 => {
+                let state = match &f[2] {
+                    Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "?".into(),
+                };
+                Some(format!(
+                    "{}-{} {state} {} held {}",
+                    int(&f[0]),
+                    int(&f[1]),
+                    int(&f[3]),
+                    int(&f[4])
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One keyspace's side of a move: a client of its nodes and a deduplication session.
+struct Side {
+    name: &'static str,
+    client: Arc<Client>,
+    session: u64,
+    seq: AtomicU64,
+    wait: Duration,
+}
+
+impl Side {
+    async fn open(
+        name: &'static str,
+        access: &Access,
+        nodes: &[NodeAddr],
+        keyspace: u32,
+        wait: Duration,
+    ) -> anyhow::Result<Side> {
+        let client = Client::new(access.config(nodes, keyspace)?);
+        let (frame, _) = client.call(&[b"KEEL.SESSION"]).await.context("opening a session")?;
+        let session = match frame {
+            Frame::Integer(n) if n != 0 => n as u64,
+            Frame::Bulk(b) => String::from_utf8_lossy(&b).parse().context("a session id")?,
+            other => bail!("KEEL.SESSION answered {other:?}"),
+        };
+        Ok(Side { name, client, session, seq: AtomicU64::new(1), wait })
+    }
+
+    /// `KEEL.SLOTS words...` under the session's next number, asked again (the same
+    /// number) while the answer is lost, the keyspace has no leader, or the step must
+    /// wait (`TRYAGAIN`), for at most the side's wait in a row.
+    async fn step(&self, words: &[&[u8]]) -> anyhow::Result<Frame> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).to_string();
+        let session = self.session.to_string();
+        let mut all: Vec<&[u8]> =
+            vec![b"KEEL.REQ", session.as_bytes(), seq.as_bytes(), b"KEEL.SLOTS"];
+        all.extend_from_slice(words);
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let error = match self.client.call(&all).await {
+                Ok((frame, _)) => return Ok(frame),
+                Err(error) => error,
+            };
+            let passing = matches!(
+                &error,
+                ClientError::Keel(
+                    KeelError::Busy(_)
+                        | KeelError::NotLeader { .. }
+                        | KeelError::Timeout
+                        | KeelError::TryAgain(_)
+                        | KeelError::Unavailable(_)
+                ) | ClientError::Connection(_)
+            ) || error.is_retryable();
+            if !passing || Instant::now() >= deadline {
+                let what = String::from_utf8_lossy(words[0]).to_lowercase();
+                return Err(anyhow::Error::from(error).context(format!("{} {what}", self.name)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Runs `keel slots move`.
+async fn move_slots(args: &MoveArgs) -> anyhow::Result<()> {
+    let ranges = SlotRanges::parse(&args.slots).map_err(anyhow::Error::msg)?;
+    if args.from == args.to {
+        bail!("--from and --to name the same keyspace");
+    }
+    let wait = Duration::from_secs(args.wait);
+    let source = Side::open("source", &args.access, &args.source, args.from, wait).await?;
+    let target = Side::open("target", &args.access, &args.target, args.to, wait).await?;
+    let (from, to) = (args.from.to_string(), args.to.to_string());
+    let batch = args.batch.clamp(1, keel_types::slots::SLOT_BATCH_MAX as u32).to_string();
+    let mut moved = 0u64;
+    let started = Instant::now();
+    for &(first, last) in ranges.ranges() {
+        let (a, b) = (first.to_string(), last.to_string());
+        target.step(&[b"IMPORT", from.as_bytes(), a.as_bytes(), b.as_bytes()]).await?;
+        source.step(&[b"MIGRATE", to.as_bytes(), a.as_bytes(), b.as_bytes()]).await?;
+        // Ordered after the migration: no key of these slots is created at the source
+        // from here on, so the slots holding keys now are all there is to empty.
+        let occupied = source.step(&[b"OCCUPIED", a.as_bytes(), b.as_bytes()]).await?;
+        for slot in occupied_slots(&occupied)? {
+            moved += move_keys(&source, &target, slot, batch.as_bytes()).await?;
+        }
+        target.step(&[b"OWN", a.as_bytes(), b.as_bytes()]).await?;
+        source.step(&[b"GIVE", a.as_bytes(), b.as_bytes()]).await?;
+        println!("slots {first}-{last}: keyspace {from} -> keyspace {to}");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!("moved {} slots, {moved} keys, in {secs:.1} s", ranges.count());
+    Ok(())
+}
+
+/// The slots `OCCUPIED` answered (slot, count, slot, count, ...).
+fn occupied_slots(frame: &Frame) -> anyhow::Result<Vec<u16>> {
+    let Frame::Array(list) = frame else { bail!("OCCUPIED answered {frame:?}") };
+    let mut slots = Vec::new();
+    for pair in list.chunks(2) {
+        match pair {
+            [Frame::Integer(slot), Frame::Integer(_)] => {
+                slots.push(u16::try_from(*slot).context("a slot")?);
+            }
+            _ => bail!("OCCUPIED answered {frame:?}"),
+        }
+    }
+    Ok(slots)
+}
+
+/// Most bytes of images in one `FILL`.
+const FILL_BYTES_MAX: usize = 4 << 20;
+
+/// Moves every key of `slot` from `source` to `target`, a batch at a time; how many.
+async fn move_keys(source: &Side, target: &Side, slot: u16, batch: &[u8]) -> anyhow::Result<u64> {
+    let slot_word = slot.to_string();
+    let mut moved = 0;
+    loop {
+        let held = source.step(&[b"HOLD", slot_word.as_bytes(), batch]).await?;
+        let Frame::Array(items) = held else { bail!("HOLD answered {held:?}") };
+        if items.is_empty() {
+            return Ok(moved);
+        }
+        let mut pairs = Vec::with_capacity(items.len());
+        for item in &items {
+            match item {
+                Frame::Array(pair) => match pair.as_slice() {
+                    [Frame::Bulk(key), Frame::Bulk(image)] => pairs.push((key, image)),
+                    _ => bail!("HOLD answered an item of another shape"),
+                },
+                _ => bail!("HOLD answered an item of another shape"),
+            }
+        }
+        for chunk in chunks(&pairs) {
+            let mut words: Vec<&[u8]> = vec![b"FILL", slot_word.as_bytes()];
+            for (key, image) in chunk {
+                words.push(key);
+                words.push(image);
+            }
+            target.step(&words).await?;
+        }
+        source.step(&[b"RELEASE", slot_word.as_bytes()]).await?;
+        moved += pairs.len() as u64;
+    }
+}
+
+/// `pairs` in runs of at most [`FILL_BYTES_MAX`] bytes (one pair at least each).
+fn chunks<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<&[(K, V)]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        let size = k.as_ref().len() + v.as_ref().len();
+        if i > start && bytes + size > FILL_BYTES_MAX {
+            out.push(&pairs[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < pairs.len() {
+        out.push(&pairs[start..]);
+    }
+    out
+}
