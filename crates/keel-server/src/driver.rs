@@ -769,6 +769,9 @@ pub struct KeyspaceHandle {
     pub unsafe_script_skip_watch: bool,
     /// In a sharded cluster, what the keyspace takes: every request passes it.
     pub guard: Option<Arc<crate::placement::SlotGuard>>,
+    /// The request at hand was sent on by a slot's source (`ASKING`, then `ASK`): its
+    /// command goes as `Command::Asking` (set on a connection's copy, for one request).
+    pub asking: bool,
 }
 
 impl KeyspaceHandle {
@@ -787,7 +790,7 @@ impl KeyspaceHandle {
             tag: keel_core::engine::RequestTag(0),
             client: submit.client,
             request: submit.request,
-            command: submit.command.clone(),
+            command: self.asked(submit.command.clone()),
             durability: submit.durability,
             level: submit.level,
             after: submit.after,
@@ -810,10 +813,11 @@ impl KeyspaceHandle {
 
     /// Puts a request in the engine loop's queue now (requests sent one after another
     /// reach the engine in that order) and returns where its reply will arrive.
-    pub fn send(&self, submit: Submit) -> Sent {
+    pub fn send(&self, mut submit: Submit) -> Sent {
         if let Some(Err(refusal)) = self.guard.as_ref().map(|g| g.check(&submit.command)) {
             return Sent(Err(refusal), None);
         }
+        submit.command = self.asked(submit.command);
         let (reply, answer) = oneshot::channel();
         let event = Event::Client { submit, reply, queued_at: Instant::now() };
         let sent = match self.events.try_send(event) {
@@ -853,6 +857,17 @@ impl KeyspaceHandle {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(KeelError::Unavailable("node stopping".into())),
             Err(_) => Err(KeelError::Busy("input queue full".into())),
+        }
+    }
+}
+
+impl KeyspaceHandle {
+    /// `command` as this handle sends it: sent on by a slot's source when
+    /// [`Self::asking`] (and it has keys).
+    fn asked(&self, command: keel_types::Command) -> keel_types::Command {
+        match self.asking && command.may_be_asked() {
+            true => keel_types::Command::Asking(Box::new(command)),
+            false => command,
         }
     }
 }

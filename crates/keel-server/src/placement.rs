@@ -169,9 +169,9 @@ impl SlotView {
         let (mut released, mut importing) = (None, None);
         for (id, states) in &self.0 {
             match states.get(&slot) {
-                Some(SlotState::Owned | SlotState::Migrating { .. }) => return *id,
-                Some(SlotState::Released { to }) => released = Some(*to),
-                Some(SlotState::Importing { from }) => importing = Some(*from),
+                Some(SlotState::Owned { .. } | SlotState::Migrating { .. }) => return *id,
+                Some(SlotState::Released { to, .. }) => released = Some(*to),
+                Some(SlotState::Importing { from, .. }) => importing = Some(*from),
                 None => {}
             }
         }

@@ -233,6 +233,7 @@ fn apply(state: &mut State, version: Version, command: &Command) -> Option<(Key,
         | Command::Modify { .. }
         | Command::Transfer { .. }
         | Command::Slot(_)
+        | Command::Asking(_)
         | Command::Geo(_) => {
             unreachable!("the simulator's clients send none of these")
         }

@@ -104,7 +104,9 @@ impl ToyEngine {
             | Command::CollRead { .. } => unreachable!("the toy engine runs no Redis commands"),
             Command::Geo(_) => unreachable!("the toy engine runs no geo operations"),
             Command::Cluster(_) => unreachable!("the toy engine has a fixed membership"),
-            Command::Slot(_) => unreachable!("the toy engine serves no slots"),
+            Command::Slot(_) | Command::Asking(_) => {
+                unreachable!("the toy engine serves no slots")
+            }
             Command::OpenSession { .. } => {}
             Command::Multi { ops, watch } => return self.apply_multi(ops, watch, version),
         }

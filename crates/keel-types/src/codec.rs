@@ -74,6 +74,8 @@ const COMMAND_RESTORE: u8 = 25;
 const COMMAND_CLUSTER: u8 = 26;
 /// A step of moving slots (`crate::slots::SlotOp`).
 const COMMAND_SLOT: u8 = 27;
+/// A command sent on by a slot's source (`Command::Asking`): the tag, then the command.
+const COMMAND_ASKING: u8 = 28;
 
 const MODIFY_APPEND: u8 = 0;
 const MODIFY_SET_RANGE: u8 = 1;
@@ -499,6 +501,10 @@ impl Encode for Command {
                 put_u8(out, COMMAND_SLOT);
                 put_serialized(out, op);
             }
+            Command::Asking(inner) => {
+                put_u8(out, COMMAND_ASKING);
+                inner.encode_to(out);
+            }
         }
     }
 }
@@ -747,6 +753,8 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
             Command::Enqueue { .. } => Some(COMMAND_ENQUEUE),
             Command::Dequeue { .. } => Some(COMMAND_DEQUEUE),
             Command::QueuePeek { .. } => Some(COMMAND_QUEUE_PEEK),
+            Command::Slot(_) => Some(COMMAND_SLOT),
+            Command::Asking(_) => Some(COMMAND_ASKING),
             _ => None,
         };
         if let Some(tag) = refused {
@@ -881,6 +889,17 @@ impl Decode for Command {
                 op: read_serialized(reader, "collection read")?,
             },
             COMMAND_SLOT => Command::Slot(read_serialized(reader, "slot op")?),
+            COMMAND_ASKING => {
+                // One level: what an `ASK` sends on is a command with keys, never another.
+                let inner = Command::decode_from(reader)?;
+                if !inner.may_be_asked() {
+                    return Err(CodecError::UnknownTag {
+                        what: "asked command",
+                        tag: COMMAND_ASKING,
+                    });
+                }
+                Command::Asking(Box::new(inner))
+            }
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
         Ok(command)
@@ -1224,10 +1243,32 @@ mod tests {
                 replace: true,
                 remove_source: false,
             },
+            Command::Slot(crate::slots::SlotOp::Fill {
+                slot: crate::slots::key_slot(b"k"),
+                items: vec![(b"k".to_vec().into(), b"\x01".to_vec().into())],
+                id: 3,
+            }),
+            Command::Slot(crate::slots::SlotOp::Migrate {
+                first: 1,
+                last: 9,
+                to: crate::KeyspaceId(2),
+                id: u64::MAX,
+            }),
+            Command::Asking(Box::new(Command::Put {
+                key: b"k".to_vec().into(),
+                value: b"v".to_vec().into(),
+            })),
         ];
         for command in commands {
             round_trip(&write_entry(command));
         }
+        // What an `ASK` sends on is a command with keys, one level deep.
+        let nested = Command::Asking(Box::new(Command::Asking(Box::new(Command::Get {
+            key: b"k".to_vec().into(),
+        }))));
+        let mut bytes = Vec::new();
+        encode(&nested, &mut bytes);
+        assert!(decode::<Command>(&bytes).is_err());
         round_trip(&Entry {
             epoch: Epoch(3),
             index: LogIndex(9),

@@ -229,6 +229,11 @@ pub enum Command {
     },
     /// A step of moving hash slots between keyspaces (`crate::slots`): a write.
     Slot(crate::slots::SlotOp),
+    /// The command inside, sent on by a slot's source keyspace to the keyspace importing
+    /// it (Redis Cluster's `ASKING`): only such a request may touch a key of a slot being
+    /// imported, since the source no longer holds that key. Otherwise it is the command
+    /// inside (a read if that is one).
+    Asking(Box<Command>),
 }
 
 /// The in-place changes of [`Command::Modify`].
@@ -589,6 +594,7 @@ impl Command {
     /// empty key (its operations name theirs).
     pub fn key(&self) -> &Key {
         match self {
+            Command::Asking(inner) => inner.key(),
             Command::Get { key }
             | Command::Put { key, .. }
             | Command::Delete { key }
@@ -623,6 +629,7 @@ impl Command {
     /// the whole keyspace or none of its keys.
     pub fn keys(&self) -> Vec<&Key> {
         match self {
+            Command::Asking(inner) => inner.keys(),
             Command::Transfer { from, to, .. } => vec![from, to],
             Command::Coll { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
             Command::CollRead { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
@@ -638,6 +645,27 @@ impl Command {
             | Command::Slot(_)
             | Command::Count { .. } => Vec::new(),
             other => vec![other.key()],
+        }
+    }
+
+    /// Whether a source keyspace's `ASK` may send the operation on: one with keys.
+    pub fn may_be_asked(&self) -> bool {
+        !self.keys().is_empty()
+            && !matches!(
+                self,
+                Command::Asking(_)
+                    | Command::Cluster(_)
+                    | Command::Slot(_)
+                    | Command::Geo(_)
+                    | Command::OpenSession { .. }
+            )
+    }
+
+    /// The command without its [`Command::Asking`], and whether it had one.
+    pub fn unasked(&self) -> (&Command, bool) {
+        match self {
+            Command::Asking(inner) => (inner, true),
+            other => (other, false),
         }
     }
 
@@ -659,6 +687,7 @@ impl Command {
             }
             Command::Geo(op) => op.payload_bytes(),
             Command::Slot(op) => op.payload_bytes(),
+            Command::Asking(inner) => inner.payload_bytes(),
             Command::Coll { key, op } => key.len() + op.payload_bytes(),
             Command::CollRead { key, op } => key.len() + op.payload_bytes(),
             Command::Multi { ops, watch } => {
@@ -671,6 +700,9 @@ impl Command {
 
     /// Whether the operation changes state (and so must go through the log).
     pub fn is_write(&self) -> bool {
+        if let Command::Asking(inner) = self {
+            return inner.is_write();
+        }
         !matches!(
             self,
             Command::Get { .. }
@@ -709,6 +741,7 @@ impl Command {
             Command::Count { .. } => "count",
             Command::Cluster(_) => "cluster",
             Command::Slot(_) => "slot",
+            Command::Asking(inner) => inner.name(),
             Command::Geo(op) => op.name(),
             Command::Coll { .. } => "coll",
             Command::CollRead { .. } => "coll-read",
@@ -717,6 +750,13 @@ impl Command {
 
     /// Checks the operation against the limits; the error names the limit exceeded.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
+        if let Command::Asking(inner) = self {
+            if !inner.may_be_asked() {
+                let why = format!("{} cannot be sent on by ASK", inner.name());
+                return Err(KeelError::InvalidArgument(why));
+            }
+            return inner.validate(limits);
+        }
         limits.check_key(self.key())?;
         if matches!(
             self,
@@ -796,6 +836,7 @@ impl Command {
                 Ok(())
             }
             Command::CollRead { op, .. } => op.validate(limits),
+            Command::Asking(_) => unreachable!("validated above"),
             Command::Slot(op) => {
                 if !op.valid() {
                     return Err(KeelError::InvalidArgument(format!(

@@ -4,7 +4,7 @@
 //! and how a slot moves from one keyspace to another while both serve ([`SlotOp`],
 //! [`SlotState`]; `docs/operations.md`, *Moving slots*).
 
-use crate::{Key, KeyspaceId, Value};
+use crate::{Key, KeyspaceId, Value, Version};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -131,6 +131,11 @@ impl fmt::Display for SlotRanges {
 /// keyspace to a target one in this order: the target `Importing`, the source
 /// `Migrating` (its keys moved a batch at a time, each batch `held` at the source while
 /// its copy is written at the target), the target `Owned`, the source `Released`.
+///
+/// Every state carries the id of the move that set it: a step of a move applies only
+/// to the states of that move, so a late copy of an earlier move's step (a retry, a
+/// duplicated message) changes nothing. Move ids increase from one move of a slot to the
+/// next (`keel slots move` takes the clock's microseconds).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SlotState {
     /// The target of a move: takes the slot's keys only from clients sent by the
@@ -138,6 +143,11 @@ pub enum SlotState {
     Importing {
         /// The source.
         from: KeyspaceId,
+        /// The version of the entry that began the import: an item older than it is
+        /// not a client's write of this move, and a copy may replace it.
+        since: Version,
+        /// The move.
+        id: u64,
     },
     /// The source of a move: serves the keys it still holds; a key it does not hold
     /// is the target's (`ASK`); a key `held` is being copied (`TRYAGAIN`).
@@ -146,13 +156,20 @@ pub enum SlotState {
         to: KeyspaceId,
         /// The keys being copied now, in key order (at most [`SLOT_BATCH_MAX`]).
         held: Vec<Key>,
+        /// The move.
+        id: u64,
     },
     /// The target, once the move is done: serves the slot whatever the configuration.
-    Owned,
+    Owned {
+        /// The move.
+        id: u64,
+    },
     /// The source, once the move is done: serves no key of the slot (`MOVED`).
     Released {
         /// Where the slot went.
         to: KeyspaceId,
+        /// The move.
+        id: u64,
     },
 }
 
@@ -163,24 +180,34 @@ impl SlotState {
     /// The state's bytes as the state machine keeps them under [`slot_state_key`].
     pub fn encode(&self) -> Value {
         let mut out = Vec::new();
+        let u32_be = |out: &mut Vec<u8>, n: u32| out.extend_from_slice(&n.to_be_bytes());
+        let u64_be = |out: &mut Vec<u8>, n: u64| out.extend_from_slice(&n.to_be_bytes());
         match self {
-            SlotState::Importing { from } => {
+            SlotState::Importing { from, since, id } => {
                 out.push(1);
-                out.extend_from_slice(&from.0.to_be_bytes());
+                u32_be(&mut out, from.0);
+                u64_be(&mut out, since.epoch.0);
+                u64_be(&mut out, since.index.0);
+                u64_be(&mut out, *id);
             }
-            SlotState::Migrating { to, held } => {
+            SlotState::Migrating { to, held, id } => {
                 out.push(2);
-                out.extend_from_slice(&to.0.to_be_bytes());
-                out.extend_from_slice(&(held.len() as u32).to_be_bytes());
+                u32_be(&mut out, to.0);
+                u64_be(&mut out, *id);
+                u32_be(&mut out, held.len() as u32);
                 for key in held {
-                    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+                    u32_be(&mut out, key.len() as u32);
                     out.extend_from_slice(key);
                 }
             }
-            SlotState::Owned => out.push(3),
-            SlotState::Released { to } => {
+            SlotState::Owned { id } => {
+                out.push(3);
+                u64_be(&mut out, *id);
+            }
+            SlotState::Released { to, id } => {
                 out.push(4);
-                out.extend_from_slice(&to.0.to_be_bytes());
+                u32_be(&mut out, to.0);
+                u64_be(&mut out, *id);
             }
         }
         out.into()
@@ -191,28 +218,37 @@ impl SlotState {
         let u32_at = |at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
         let state = match bytes.first()? {
-            1 if bytes.len() == 5 => SlotState::Importing { from: KeyspaceId(u32_at(1)?) },
+            1 if bytes.len() == 29 => SlotState::Importing {
+                from: KeyspaceId(u32_at(1)?),
+                since: Version::new(u64_at(5)?, u64_at(13)?),
+                id: u64_at(21)?,
+            },
             2 => {
-                let to = KeyspaceId(u32_at(1)?);
-                let count = u32_at(5)? as usize;
+                let (to, id) = (KeyspaceId(u32_at(1)?), u64_at(5)?);
+                let count = u32_at(13)? as usize;
                 if count > SLOT_BATCH_MAX {
                     return None;
                 }
-                let (mut held, mut at) = (Vec::with_capacity(count), 9);
+                let (mut held, mut at) = (Vec::with_capacity(count), 17);
                 for _ in 0..count {
                     let len = u32_at(at)? as usize;
                     let key = bytes.get(at + 4..(at + 4).checked_add(len)?)?;
                     held.push(Key::copy_from_slice(key));
                     at += 4 + len;
                 }
-                if at != bytes.len() {
+                if at != bytes.len() || held.windows(2).any(|w| w[0] >= w[1]) {
                     return None;
                 }
-                SlotState::Migrating { to, held }
+                SlotState::Migrating { to, held, id }
             }
-            3 if bytes.len() == 1 => SlotState::Owned,
-            4 if bytes.len() == 5 => SlotState::Released { to: KeyspaceId(u32_at(1)?) },
+            3 if bytes.len() == 9 => SlotState::Owned { id: u64_at(1)? },
+            4 if bytes.len() == 13 => {
+                SlotState::Released { to: KeyspaceId(u32_at(1)?), id: u64_at(5)? }
+            }
             _ => return None,
         };
         Some(state)
@@ -223,7 +259,7 @@ impl SlotState {
         match self {
             SlotState::Importing { .. } => "importing",
             SlotState::Migrating { .. } => "migrating",
-            SlotState::Owned => "owned",
+            SlotState::Owned { .. } => "owned",
             SlotState::Released { .. } => "released",
         }
     }
@@ -231,10 +267,20 @@ impl SlotState {
     /// The other keyspace of the move (`None`: owned).
     pub fn other(&self) -> Option<KeyspaceId> {
         match self {
-            SlotState::Importing { from: k }
+            SlotState::Importing { from: k, .. }
             | SlotState::Migrating { to: k, .. }
-            | SlotState::Released { to: k } => Some(*k),
-            SlotState::Owned => None,
+            | SlotState::Released { to: k, .. } => Some(*k),
+            SlotState::Owned { .. } => None,
+        }
+    }
+
+    /// The move that set the state.
+    pub fn id(&self) -> u64 {
+        match self {
+            SlotState::Importing { id, .. }
+            | SlotState::Migrating { id, .. }
+            | SlotState::Owned { id }
+            | SlotState::Released { id, .. } => *id,
         }
     }
 }
@@ -258,12 +304,12 @@ pub fn slot_of_state_key(key: &[u8]) -> Option<u16> {
 }
 
 /// A step of moving slots between keyspaces (`KEEL.SLOTS`, `keel slots move`), applied
-/// through the log of the keyspace it is sent to. Each is idempotent: the mover repeats
-/// any of them after a failure.
+/// through the log of the keyspace it is sent to. Each is idempotent, and each names
+/// its move (`id`): the mover repeats any of them after a failure, and a late copy of
+/// an earlier move's step changes nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SlotOp {
-    /// At the target: `first..=last` become [`SlotState::Importing`] from `from` (a slot
-    /// already importing from it, or owned, stays as it is).
+    /// At the target: `first..=last` become [`SlotState::Importing`] from `from`.
     Import {
         /// The first slot.
         first: u16,
@@ -271,9 +317,10 @@ pub enum SlotOp {
         last: u16,
         /// The source.
         from: KeyspaceId,
+        /// The move.
+        id: u64,
     },
-    /// At the source: `first..=last` become [`SlotState::Migrating`] to `to` (a slot
-    /// already migrating to it, or released to it, stays as it is).
+    /// At the source: `first..=last` become [`SlotState::Migrating`] to `to`.
     Migrate {
         /// The first slot.
         first: u16,
@@ -281,6 +328,8 @@ pub enum SlotOp {
         last: u16,
         /// The target.
         to: KeyspaceId,
+        /// The move.
+        id: u64,
     },
     /// At the source, migrating: holds up to `count` live keys of `slot` (the keys held
     /// already, if any) and answers each with its image ([`crate::CommandResult::Items`]).
@@ -289,18 +338,29 @@ pub enum SlotOp {
         slot: u16,
         /// Most keys held.
         count: u32,
+        /// The move.
+        id: u64,
     },
-    /// At the target, importing: writes each key's image (as `RESTORE ... REPLACE`).
+    /// At the target, importing: writes each key's image (as `RESTORE ... REPLACE`),
+    /// unless the key was written since the import began (a copy already written, or a
+    /// client's write after the source let the key go: a late copy of this step).
     Fill {
         /// The slot every key is in.
         slot: u16,
         /// Keys and images, as [`SlotOp::Hold`] answered them.
         items: Vec<(Key, Value)>,
+        /// The move.
+        id: u64,
     },
-    /// At the source, migrating: deletes the held keys (their copies are at the target).
+    /// At the source, migrating: deletes those of `keys` it holds (their copies are at
+    /// the target) and holds them no more.
     Release {
         /// The slot.
         slot: u16,
+        /// The keys, as [`SlotOp::Hold`] answered them.
+        keys: Vec<Key>,
+        /// The move.
+        id: u64,
     },
     /// At the target: `first..=last`, importing, become [`SlotState::Owned`].
     Own {
@@ -308,6 +368,8 @@ pub enum SlotOp {
         first: u16,
         /// The last slot.
         last: u16,
+        /// The move.
+        id: u64,
     },
     /// Answers the slots of `first..=last` that hold live keys, and how many each
     /// ([`crate::CommandResult::Answer`]: a flat array of slot, count, ...). Changes
@@ -327,6 +389,8 @@ pub enum SlotOp {
         first: u16,
         /// The last slot.
         last: u16,
+        /// The move.
+        id: u64,
     },
 }
 
@@ -350,18 +414,22 @@ impl SlotOp {
         match self {
             SlotOp::Import { first, last, .. }
             | SlotOp::Migrate { first, last, .. }
-            | SlotOp::Own { first, last }
+            | SlotOp::Own { first, last, .. }
             | SlotOp::Occupied { first, last }
-            | SlotOp::Give { first, last } => first <= last && *last < SLOTS,
-            SlotOp::Hold { slot, count } => {
+            | SlotOp::Give { first, last, .. } => first <= last && *last < SLOTS,
+            SlotOp::Hold { slot, count, .. } => {
                 *slot < SLOTS && *count > 0 && *count as usize <= SLOT_BATCH_MAX
             }
-            SlotOp::Fill { slot, items } => {
+            SlotOp::Fill { slot, items, .. } => {
                 *slot < SLOTS
                     && items.len() <= SLOT_BATCH_MAX
                     && items.iter().all(|(k, _)| key_slot(k) == *slot)
             }
-            SlotOp::Release { slot } => *slot < SLOTS,
+            SlotOp::Release { slot, keys, .. } => {
+                *slot < SLOTS
+                    && keys.len() <= SLOT_BATCH_MAX
+                    && keys.iter().all(|k| key_slot(k) == *slot)
+            }
         }
     }
 
@@ -369,6 +437,7 @@ impl SlotOp {
     pub fn payload_bytes(&self) -> usize {
         match self {
             SlotOp::Fill { items, .. } => items.iter().map(|(k, v)| k.len() + v.len()).sum(),
+            SlotOp::Release { keys, .. } => keys.iter().map(|k| k.len()).sum(),
             _ => 0,
         }
     }
@@ -381,11 +450,11 @@ mod tests {
     #[test]
     fn slot_states_round_trip_and_forgeries_do_not_decode() {
         let states = [
-            SlotState::Importing { from: KeyspaceId(3) },
-            SlotState::Migrating { to: KeyspaceId(1), held: vec![] },
-            SlotState::Migrating { to: KeyspaceId(1), held: vec!["a".into(), "bc".into()] },
-            SlotState::Owned,
-            SlotState::Released { to: KeyspaceId(7) },
+            SlotState::Importing { from: KeyspaceId(3), since: Version::new(2, 9), id: 7 },
+            SlotState::Migrating { to: KeyspaceId(1), held: vec![], id: 7 },
+            SlotState::Migrating { to: KeyspaceId(1), held: vec!["a".into(), "bc".into()], id: 1 },
+            SlotState::Owned { id: 4 },
+            SlotState::Released { to: KeyspaceId(7), id: u64::MAX },
         ];
         for state in states {
             let bytes = state.encode();
@@ -395,6 +464,9 @@ mod tests {
             longer.push(0);
             assert_eq!(SlotState::decode(&longer), None, "{state:?} extended");
         }
+        let unordered =
+            SlotState::Migrating { to: KeyspaceId(1), held: vec!["b".into(), "a".into()], id: 1 };
+        assert_eq!(SlotState::decode(&unordered.encode()), None, "held keys out of order");
         assert_eq!(SlotState::decode(&[9]), None);
         assert_eq!(SlotState::decode(&[]), None);
         assert_eq!(slot_of_state_key(&slot_state_key(16383)), Some(16383));

@@ -62,6 +62,10 @@ pub struct MoveArgs {
     /// Give up after this many seconds of failed attempts in a row.
     #[arg(long, default_value_t = 60)]
     pub wait: u64,
+    /// The move's id: to finish a move that stopped half way, the id it printed
+    /// (default: a new move, the clock's microseconds).
+    #[arg(long)]
+    pub id: Option<u64>,
     #[command(flatten)]
     access: Access,
 }
@@ -98,7 +102,7 @@ pub fn slots(args: &SlotsArgs) -> ExitCode {
     })
 }
 
-/// `KEEL.SLOTS STATE`'s rows as text: `first-last state [keyspace] [held n]`.
+/// `KEEL.SLOTS STATE`'s rows as text: `first-last state keyspace held n move id`.
 fn rows(frame: &Frame) -> Vec<String> {
     let Frame::Array(rows) = frame else { return Vec::new() };
     let int = |f: &Frame| match f {
@@ -107,7 +111,7 @@ fn rows(frame: &Frame) -> Vec<String> {
     };
     rows.iter()
         .filter_map(|row| match row {
-            Frame::Array(f) if f.len() == 5 => {
+            Frame::Array(f) if f.len() == 6 => {
                 let state = match &f[2] {
                     Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
                     _ => "?".into(),
@@ -197,20 +201,30 @@ async fn move_slots(args: &MoveArgs) -> anyhow::Result<()> {
     let target = Side::open("target", &args.access, &args.target, args.to, wait).await?;
     let (from, to) = (args.from.to_string(), args.to.to_string());
     let batch = args.batch.clamp(1, keel_types::slots::SLOT_BATCH_MAX as u32).to_string();
+    // Move ids increase from one move of a slot to the next: the clock's microseconds,
+    // or the id given (to finish a move that stopped half way).
+    let id = args.id.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(1, |d| d.as_micros() as u64)
+    });
+    eprintln!("move {id} (to finish it if it stops, run again with --id {id})");
+    let id = id.to_string();
     let mut moved = 0u64;
     let started = Instant::now();
     for &(first, last) in ranges.ranges() {
         let (a, b) = (first.to_string(), last.to_string());
-        target.step(&[b"IMPORT", from.as_bytes(), a.as_bytes(), b.as_bytes()]).await?;
-        source.step(&[b"MIGRATE", to.as_bytes(), a.as_bytes(), b.as_bytes()]).await?;
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        target.step(&[b"IMPORT", id.as_bytes(), from.as_bytes(), a, b]).await?;
+        source.step(&[b"MIGRATE", id.as_bytes(), to.as_bytes(), a, b]).await?;
         // Ordered after the migration: no key of these slots is created at the source
         // from here on, so the slots holding keys now are all there is to empty.
-        let occupied = source.step(&[b"OCCUPIED", a.as_bytes(), b.as_bytes()]).await?;
+        let occupied = source.step(&[b"OCCUPIED", a, b]).await?;
         for slot in occupied_slots(&occupied)? {
-            moved += move_keys(&source, &target, slot, batch.as_bytes()).await?;
+            let words = Batch { id: id.as_bytes(), slot, count: batch.as_bytes() };
+            moved += move_keys(&source, &target, words).await?;
         }
-        target.step(&[b"OWN", a.as_bytes(), b.as_bytes()]).await?;
-        source.step(&[b"GIVE", a.as_bytes(), b.as_bytes()]).await?;
+        target.step(&[b"OWN", id.as_bytes(), a, b]).await?;
+        source.step(&[b"GIVE", id.as_bytes(), a, b]).await?;
         println!("slots {first}-{last}: keyspace {from} -> keyspace {to}");
     }
     let secs = started.elapsed().as_secs_f64();
@@ -236,12 +250,21 @@ fn occupied_slots(frame: &Frame) -> anyhow::Result<Vec<u16>> {
 /// Most bytes of images in one `FILL`.
 const FILL_BYTES_MAX: usize = 4 << 20;
 
-/// Moves every key of `slot` from `source` to `target`, a batch at a time; how many.
-async fn move_keys(source: &Side, target: &Side, slot: u16, batch: &[u8]) -> anyhow::Result<u64> {
-    let slot_word = slot.to_string();
+/// What every batch of one slot's keys names: the move, the slot, how many keys.
+struct Batch<'a> {
+    id: &'a [u8],
+    slot: u16,
+    count: &'a [u8],
+}
+
+/// Moves every key of the batch's slot from `source` to `target`, a batch at a time;
+/// how many.
+async fn move_keys(source: &Side, target: &Side, batch: Batch<'_>) -> anyhow::Result<u64> {
+    let slot_word = batch.slot.to_string();
+    let slot = slot_word.as_bytes();
     let mut moved = 0;
     loop {
-        let held = source.step(&[b"HOLD", slot_word.as_bytes(), batch]).await?;
+        let held = source.step(&[b"HOLD", batch.id, slot, batch.count]).await?;
         let Frame::Array(items) = held else { bail!("HOLD answered {held:?}") };
         if items.is_empty() {
             return Ok(moved);
@@ -257,14 +280,16 @@ async fn move_keys(source: &Side, target: &Side, slot: u16, batch: &[u8]) -> any
             }
         }
         for chunk in chunks(&pairs) {
-            let mut words: Vec<&[u8]> = vec![b"FILL", slot_word.as_bytes()];
+            let mut words: Vec<&[u8]> = vec![b"FILL", batch.id, slot];
             for (key, image) in chunk {
                 words.push(key);
                 words.push(image);
             }
             target.step(&words).await?;
         }
-        source.step(&[b"RELEASE", slot_word.as_bytes()]).await?;
+        let mut words: Vec<&[u8]> = vec![b"RELEASE", batch.id, slot];
+        words.extend(pairs.iter().map(|(key, _)| key.as_ref()));
+        source.step(&words).await?;
         moved += pairs.len() as u64;
     }
 }

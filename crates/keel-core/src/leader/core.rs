@@ -332,7 +332,7 @@ impl Core {
         if let Err(refusal) = self.kv.slot_check(command) {
             return (Err(refusal), self.kv.applied_index());
         }
-        let (result, needed) = match command {
+        let (result, needed) = match command.unasked().0 {
             Command::Get { key } if self.expired_here(key) => {
                 let version = self.kv.get(key).1;
                 (CommandResult::Value { value: None, version }, self.kv.update_index(key))
@@ -614,6 +614,8 @@ impl Core {
         kv.unsafe_accept_expired_sessions = self.config.unsafe_accept_expired_sessions;
         kv.unsafe_accept_stale_opens = self.config.unsafe_accept_stale_opens;
         kv.unsafe_watch_ignores_deletes = self.config.unsafe_watch_ignores_deletes;
+        kv.unsafe_serve_held = self.config.unsafe_slots_serve_held;
+        kv.unsafe_fill_overwrites = self.config.unsafe_slots_fill_overwrites;
         Ok(kv)
     }
 }

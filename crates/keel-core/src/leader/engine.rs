@@ -78,6 +78,8 @@ impl LeaderEngine {
         kv.unsafe_accept_expired_sessions = config.unsafe_accept_expired_sessions;
         kv.unsafe_accept_stale_opens = config.unsafe_accept_stale_opens;
         kv.unsafe_watch_ignores_deletes = config.unsafe_watch_ignores_deletes;
+        kv.unsafe_serve_held = config.unsafe_slots_serve_held;
+        kv.unsafe_fill_overwrites = config.unsafe_slots_fill_overwrites;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
             kv.apply(&entry);

@@ -306,6 +306,14 @@ pub struct Config {
     /// since it was read counts as unchanged), so a transaction commits over a delete.
     /// Shows that the simulator's transaction checker catches it.
     pub unsafe_watch_ignores_deletes: bool,
+    /// For negative-control tests only: a slot's source serves writes to the keys it
+    /// holds for copying (no `TRYAGAIN`), so a write between the copy and the release is
+    /// lost. Shows that the simulator's `slots` checkers catch it.
+    pub unsafe_slots_serve_held: bool,
+    /// For negative-control tests only: a slot's target writes every copy it is sent,
+    /// even over a key written since the import began, so a late copy of a copying step
+    /// undoes a client's write.
+    pub unsafe_slots_fill_overwrites: bool,
     /// For negative-control tests only: the repair floor is ignored (a node whose
     /// recovery cut damaged records votes by its cut log and campaigns). Shows that the
     /// simulator catches the acknowledged writes damage then loses.

@@ -335,6 +335,10 @@ pub struct Kv {
     /// For negative-control tests only (`Config::unsafe_watch_ignores_deletes`): a
     /// watched key deleted since (a tombstone now) counts as unchanged.
     pub unsafe_watch_ignores_deletes: bool,
+    /// For negative-control tests only (`Config::unsafe_slots_serve_held`).
+    pub unsafe_serve_held: bool,
+    /// For negative-control tests only (`Config::unsafe_slots_fill_overwrites`).
+    pub unsafe_fill_overwrites: bool,
 }
 
 impl Kv {
@@ -365,6 +369,8 @@ impl Kv {
             unsafe_accept_expired_sessions: false,
             unsafe_accept_stale_opens: false,
             unsafe_watch_ignores_deletes: false,
+            unsafe_serve_held: false,
+            unsafe_fill_overwrites: false,
         }
     }
 
@@ -476,7 +482,7 @@ impl Kv {
         }
         // Refused by a move of its slots: not done, so not remembered (`kv_slots`).
         self.slot_check(command)?;
-        let result = self.execute(version, command, undo);
+        let result = self.execute(version, command.unasked().0, undo);
         self.remember(
             client,
             DedupSlot {
@@ -617,6 +623,7 @@ impl Kv {
             | Command::Transfer { .. }
             | Command::Slot(_)
             | Command::Coll { .. } => unreachable!("executed above"),
+            Command::Asking(_) => unreachable!("unwrapped when applied"),
         };
         let item = Item::string(new_value, version, expires_at);
         self.change(command.key().clone(), Some(item), undo);

@@ -66,6 +66,7 @@ impl Kv {
         if self.slot_states == 0 {
             return Ok(());
         }
+        let (command, asking) = command.unasked();
         match command {
             Command::Slot(_) => return Ok(()),
             Command::Flush { .. } | Command::SwapDb { .. } => {
@@ -88,8 +89,14 @@ impl Kv {
         for key in command.keys() {
             let slot = key_slot(key);
             match self.slot_state(slot) {
-                None | Some(SlotState::Importing { .. } | SlotState::Owned) => here = true,
-                Some(SlotState::Released { to }) => {
+                None | Some(SlotState::Owned { .. }) => here = true,
+                Some(SlotState::Importing { .. }) if asking => here = true,
+                // Only the source knows whether it still holds the key: whoever was not
+                // sent on by it goes there.
+                Some(SlotState::Importing { from, .. }) => {
+                    return Err(KeelError::Redirect { slot, keyspace: from, ask: false });
+                }
+                Some(SlotState::Released { to, .. }) => {
                     return Err(KeelError::Redirect { slot, keyspace: to, ask: false });
                 }
                 Some(SlotState::Migrating { .. }) if queue => {
@@ -97,8 +104,8 @@ impl Kv {
                         "queue in slot {slot}, which is being moved: queues do not move"
                     )));
                 }
-                Some(SlotState::Migrating { to, held }) => {
-                    if held.binary_search(key).is_ok() {
+                Some(SlotState::Migrating { to, held, .. }) => {
+                    if held.binary_search(key).is_ok() && !self.unsafe_serve_held {
                         return Err(KeelError::TryAgain(format!(
                             "key of slot {slot} being moved now"
                         )));
@@ -117,7 +124,8 @@ impl Kv {
         }
     }
 
-    /// Applies one step of a move (`SlotOp`): all of it, or (an error) none of it.
+    /// Applies one step of a move (`SlotOp`): all of it, or (an error) none of it. A
+    /// step of a move older than the state's (a late copy) changes nothing.
     pub(super) fn execute_slot(
         &mut self,
         version: Version,
@@ -126,39 +134,50 @@ impl Kv {
     ) -> WriteResult {
         assert!(op.valid(), "an invalid slot op applied: {op:?}");
         match op {
-            SlotOp::Import { first, last, from } => {
-                let (from, first, last) = (*from, *first, *last);
-                self.set_slots(version, first, last, undo, |state| match state {
-                    None | Some(SlotState::Released { .. }) => {
-                        Ok(Some(SlotState::Importing { from }))
+            SlotOp::Import { first, last, from, id } => {
+                let (from, id) = (*from, *id);
+                self.set_slots(version, op, *first, *last, undo, |state| match state {
+                    None => Ok(Some(SlotState::Importing { from, since: version, id })),
+                    Some(SlotState::Released { id: old, .. }) if *old < id => {
+                        Ok(Some(SlotState::Importing { from, since: version, id }))
                     }
-                    Some(SlotState::Importing { from: f }) if *f == from => Ok(None),
-                    Some(SlotState::Owned) => Ok(None),
-                    Some(other) => Err(Some(other.clone())),
-                })
-            }
-            SlotOp::Migrate { first, last, to } => {
-                let (to, first, last) = (*to, *first, *last);
-                self.set_slots(version, first, last, undo, |state| match state {
-                    None | Some(SlotState::Owned) => {
-                        Ok(Some(SlotState::Migrating { to, held: Vec::new() }))
-                    }
-                    Some(SlotState::Migrating { to: t, .. } | SlotState::Released { to: t })
-                        if *t == to =>
+                    Some(SlotState::Importing { from: f, id: old, .. })
+                        if *old == id && *f == from =>
                     {
                         Ok(None)
                     }
-                    Some(other) => Err(Some(other.clone())),
+                    Some(SlotState::Owned { id: old }) if *old == id => Ok(None),
+                    Some(other) if other.id() > id => Ok(None), // an earlier move's
+                    Some(_) => Err(()),
                 })
             }
-            SlotOp::Own { first, last } => {
-                self.set_slots(version, *first, *last, undo, |state| match state {
-                    Some(SlotState::Importing { .. }) => Ok(Some(SlotState::Owned)),
-                    Some(SlotState::Owned) => Ok(None),
-                    other => Err(other.cloned()),
+            SlotOp::Migrate { first, last, to, id } => {
+                let (to, id) = (*to, *id);
+                self.set_slots(version, op, *first, *last, undo, |state| match state {
+                    None => Ok(Some(SlotState::Migrating { to, held: Vec::new(), id })),
+                    Some(SlotState::Owned { id: old }) if *old < id => {
+                        Ok(Some(SlotState::Migrating { to, held: Vec::new(), id }))
+                    }
+                    Some(
+                        SlotState::Migrating { to: t, id: old, .. }
+                        | SlotState::Released { to: t, id: old },
+                    ) if *old == id && *t == to => Ok(None),
+                    Some(other) if other.id() > id => Ok(None),
+                    Some(_) => Err(()),
                 })
             }
-            SlotOp::Give { first, last } => self.give(version, *first, *last, undo),
+            SlotOp::Own { first, last, id } => {
+                let id = *id;
+                self.set_slots(version, op, *first, *last, undo, |state| match state {
+                    Some(SlotState::Importing { id: old, .. }) if *old == id => {
+                        Ok(Some(SlotState::Owned { id }))
+                    }
+                    Some(SlotState::Owned { id: old }) if *old == id => Ok(None),
+                    Some(other) if other.id() > id => Ok(None),
+                    _ => Err(()),
+                })
+            }
+            SlotOp::Give { first, last, id } => self.give(version, *first, *last, *id, undo),
             SlotOp::Occupied { first, last } => {
                 let mut counts: Vec<(u16, i64)> = Vec::new();
                 for (slot, _) in self.slot_index_range(*first, *last) {
@@ -171,34 +190,33 @@ impl Kv {
                 let answer = Answer::Array(flat.map(Answer::Int).collect());
                 Ok(CommandResult::Answer { answer, version: None })
             }
-            SlotOp::Hold { slot, count } => self.hold(version, *slot, *count as usize, undo),
-            SlotOp::Fill { slot, items } => {
-                match self.slot_state(*slot) {
-                    Some(SlotState::Importing { .. }) => {}
-                    other => return Err(not_now(op, *slot, other.as_ref())),
-                }
-                let decoded = items
-                    .iter()
-                    .map(|(key, image)| Ok((key, super::kv_image::decode(image, version)?)))
-                    .collect::<Result<Vec<_>, KeelError>>()?;
-                for (key, item) in decoded {
-                    self.change(key.clone(), Some(item), undo);
-                }
-                Ok(CommandResult::Count { keys: items.len() as u64 })
+            SlotOp::Hold { slot, count, id } => {
+                self.hold(version, op, *slot, *count as usize, *id, undo)
             }
-            SlotOp::Release { slot } => {
-                let Some(SlotState::Migrating { to, held }) = self.slot_state(*slot) else {
+            SlotOp::Fill { slot, items, id } => self.fill(version, op, *slot, items, *id, undo),
+            SlotOp::Release { slot, keys, id } => {
+                let Some(SlotState::Migrating { to, held, id: current }) = self.slot_state(*slot)
+                else {
                     return Err(not_now(op, *slot, self.slot_state(*slot).as_ref()));
                 };
+                if current != *id {
+                    return Err(not_now(op, *slot, self.slot_state(*slot).as_ref()));
+                }
+                let released: BTreeSet<&Key> = keys.iter().collect();
                 let mut deleted = 0;
-                for key in &held {
-                    if self.items.get(key).is_some_and(|item| item.live()) {
+                let mut kept = Vec::with_capacity(held.len());
+                for key in held {
+                    if !released.contains(&key) {
+                        kept.push(key);
+                        continue;
+                    }
+                    if self.items.get(&key).is_some_and(|item| item.live()) {
                         let tombstone = super::kv::Item::plain(None, version);
-                        self.change(key.clone(), Some(tombstone), undo);
+                        self.change(key, Some(tombstone), undo);
                         deleted += 1;
                     }
                 }
-                let state = SlotState::Migrating { to, held: Vec::new() };
+                let state = SlotState::Migrating { to, held: kept, id: *id };
                 self.put_slot_state(version, *slot, &state, undo);
                 Ok(CommandResult::Count { keys: deleted })
             }
@@ -206,15 +224,16 @@ impl Kv {
     }
 
     /// Sets the state of every slot of `first..=last` to what `next` says of its current
-    /// one (`Ok(None)`: left as it is; `Err`: the state that forbids the step, and
+    /// one (`Ok(None)`: left as it is; `Err`: the step may not be taken there, and
     /// nothing changes). Answers how many slots changed.
     fn set_slots(
         &mut self,
         version: Version,
+        op: &SlotOp,
         first: u16,
         last: u16,
         undo: &mut Undo,
-        next: impl Fn(Option<&SlotState>) -> Result<Option<SlotState>, Option<SlotState>>,
+        next: impl Fn(Option<&SlotState>) -> Result<Option<SlotState>, ()>,
     ) -> WriteResult {
         let mut changes = Vec::new();
         for slot in first..=last {
@@ -222,16 +241,7 @@ impl Kv {
             match next(current.as_ref()) {
                 Ok(Some(state)) => changes.push((slot, state)),
                 Ok(None) => {}
-                Err(state) => {
-                    let (name, other) = match &state {
-                        Some(state) => (state.name(), state.other().map(|k| k.0)),
-                        None => ("served as configured", None),
-                    };
-                    let other = other.map_or(String::new(), |k| format!(" (keyspace {k})"));
-                    return Err(KeelError::InvalidArgument(format!(
-                        "slot {slot} is {name}{other}"
-                    )));
-                }
+                Err(()) => return Err(not_now(op, slot, current.as_ref())),
             }
         }
         for (slot, state) in &changes {
@@ -241,44 +251,56 @@ impl Kv {
     }
 
     /// At the source: the slots of `first..=last` that hold no key become released.
-    fn give(&mut self, version: Version, first: u16, last: u16, undo: &mut Undo) -> WriteResult {
+    fn give(
+        &mut self,
+        version: Version,
+        first: u16,
+        last: u16,
+        id: u64,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        let op = SlotOp::Give { first, last, id };
+        let mut released = Vec::new();
         for slot in first..=last {
             match self.slot_state(slot) {
-                Some(SlotState::Migrating { held, .. }) => {
+                Some(SlotState::Migrating { held, id: current, to }) if current == id => {
                     if !held.is_empty() || self.slot_keys(slot, 1).next().is_some() {
                         return Err(KeelError::TryAgain(format!("slot {slot} still holds keys")));
                     }
+                    released.push((slot, to));
                 }
-                Some(SlotState::Released { .. }) => {}
-                other => {
-                    let op = SlotOp::Give { first, last };
-                    return Err(not_now(&op, slot, other.as_ref()));
-                }
+                Some(SlotState::Released { id: current, .. }) if current == id => {}
+                Some(other) if other.id() > id => {}
+                other => return Err(not_now(&op, slot, other.as_ref())),
             }
         }
-        let mut released = 0;
-        for slot in first..=last {
-            if let Some(SlotState::Migrating { to, .. }) = self.slot_state(slot) {
-                self.put_slot_state(version, slot, &SlotState::Released { to }, undo);
-                released += 1;
-            }
+        for (slot, to) in &released {
+            self.put_slot_state(version, *slot, &SlotState::Released { to: *to, id }, undo);
         }
-        Ok(CommandResult::Count { keys: released })
+        Ok(CommandResult::Count { keys: released.len() as u64 })
     }
 
     /// At the source: holds up to `count` keys of `slot` (those held already, if any,
     /// whatever `count`) and answers their images, in key order.
-    fn hold(&mut self, version: Version, slot: u16, count: usize, undo: &mut Undo) -> WriteResult {
-        let Some(SlotState::Migrating { to, held }) = self.slot_state(slot) else {
-            let op = SlotOp::Hold { slot, count: count as u32 };
-            return Err(not_now(&op, slot, self.slot_state(slot).as_ref()));
+    fn hold(
+        &mut self,
+        version: Version,
+        op: &SlotOp,
+        slot: u16,
+        count: usize,
+        id: u64,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        let (to, held) = match self.slot_state(slot) {
+            Some(SlotState::Migrating { to, held, id: current }) if current == id => (to, held),
+            other => return Err(not_now(op, slot, other.as_ref())),
         };
         let held = match held.is_empty() {
             false => held,
             true => {
                 let keys: Vec<Key> = self.slot_keys(slot, count).collect();
                 if !keys.is_empty() {
-                    let state = SlotState::Migrating { to, held: keys.clone() };
+                    let state = SlotState::Migrating { to, held: keys.clone(), id };
                     self.put_slot_state(version, slot, &state, undo);
                 }
                 keys
@@ -292,6 +314,36 @@ impl Kv {
             })
             .collect();
         Ok(CommandResult::Items { items })
+    }
+
+    /// At the target: writes each image whose key was not written since the import
+    /// began (a copy written already, or a client's write once the source let the key
+    /// go); answers how many it wrote.
+    fn fill(
+        &mut self,
+        version: Version,
+        op: &SlotOp,
+        slot: u16,
+        items: &[(Key, keel_types::Value)],
+        id: u64,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        let since = match self.slot_state(slot) {
+            Some(SlotState::Importing { since, id: current, .. }) if current == id => since,
+            other => return Err(not_now(op, slot, other.as_ref())),
+        };
+        let mut decoded = Vec::with_capacity(items.len());
+        for (key, image) in items {
+            let written = self.items.get(key).is_some_and(|item| item.version >= since);
+            if !written || self.unsafe_fill_overwrites {
+                decoded.push((key, super::kv_image::decode(image, version)?));
+            }
+        }
+        let count = decoded.len() as u64;
+        for (key, item) in decoded {
+            self.change(key.clone(), Some(item), undo);
+        }
+        Ok(CommandResult::Count { keys: count })
     }
 
     /// Up to `count` live keys of `slot`, in key order.
@@ -414,6 +466,21 @@ mod tests {
         format!("{{foo}}{n}")
     }
 
+    /// Moves the keys of `slot` from `source` to `target` a batch of two at a time.
+    fn empty(source: &mut Kv, target: &mut Kv, slot: u16, id: u64) {
+        loop {
+            let hold = run(source, Command::Slot(SlotOp::Hold { slot, count: 2, id }));
+            let Ok(CommandResult::Items { items }) = hold else { panic!("{hold:?}") };
+            if items.is_empty() {
+                return;
+            }
+            let keys = items.iter().map(|(k, _, _)| k.clone()).collect();
+            let fill = items.into_iter().map(|(k, image, _)| (k, image)).collect();
+            run(target, Command::Slot(SlotOp::Fill { slot, items: fill, id })).unwrap();
+            run(source, Command::Slot(SlotOp::Release { slot, keys, id })).unwrap();
+        }
+    }
+
     #[test]
     fn a_slot_moves_key_by_key_and_each_key_has_one_home_throughout() {
         let slot = key_slot(b"foo");
@@ -422,11 +489,17 @@ mod tests {
             run(&mut source, put(&tagged(n))).unwrap();
         }
         run(&mut source, put("bar")).unwrap(); // another slot: never touched
-        let (a, b) = (KeyspaceId(0), KeyspaceId(1));
-        let import = SlotOp::Import { first: slot, last: slot, from: a };
+        let (a, b, id) = (KeyspaceId(0), KeyspaceId(1), 10);
+        let import = SlotOp::Import { first: slot, last: slot, from: a, id };
         run(&mut target, Command::Slot(import.clone())).unwrap();
         assert_eq!(run(&mut target, Command::Slot(import)), Ok(CommandResult::Count { keys: 0 }));
-        let migrate = SlotOp::Migrate { first: slot, last: slot, to: b };
+        // The target takes the slot's keys only from requests the source sent on.
+        let to_source = KeelError::Redirect { slot, keyspace: a, ask: false };
+        assert_eq!(target.slot_check(&get(&tagged(0))), Err(to_source.clone()));
+        assert_eq!(run(&mut target, put(&tagged(0))), Err(to_source));
+        let asked = |c: Command| Command::Asking(Box::new(c));
+        assert_eq!(target.slot_check(&asked(get(&tagged(0)))), Ok(()));
+        let migrate = SlotOp::Migrate { first: slot, last: slot, to: b, id };
         run(&mut source, Command::Slot(migrate)).unwrap();
         let occupied = run(&mut source, Command::Slot(SlotOp::Occupied { first: 0, last: 16383 }));
         let flat = vec![Answer::Int(i64::from(key_slot(b"bar"))), Answer::Int(1)];
@@ -442,39 +515,42 @@ mod tests {
         assert_eq!(source.slot_check(&get(&tagged(9))), Err(ask.clone()));
         assert_eq!(source.slot_check(&get("bar")), Ok(()));
         // A batch of two held: they wait; the others are served.
-        let Ok(CommandResult::Items { items }) =
-            run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }))
-        else {
+        let hold = Command::Slot(SlotOp::Hold { slot, count: 2, id });
+        let Ok(CommandResult::Items { items }) = run(&mut source, hold.clone()) else {
             panic!("images")
         };
         let held: Vec<Key> = items.iter().map(|(k, _, _)| k.clone()).collect();
         assert_eq!(held, vec![Key::from(tagged(0)), Key::from(tagged(1))]);
         assert!(matches!(run(&mut source, put(&tagged(0))), Err(KeelError::TryAgain(_))));
         assert_eq!(run(&mut source, put(&tagged(2))).map(|_| ()), Ok(()));
-        let again = run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }));
+        let again = run(&mut source, hold);
         assert_eq!(again, Ok(CommandResult::Items { items: items.clone() }), "a retry");
-        let fill = items.into_iter().map(|(k, image, _)| (k, image)).collect();
-        run(&mut target, Command::Slot(SlotOp::Fill { slot, items: fill })).unwrap();
-        let released = run(&mut source, Command::Slot(SlotOp::Release { slot }));
-        assert_eq!(released, Ok(CommandResult::Count { keys: 2 }));
+        let fill: Vec<(Key, keel_types::Value)> =
+            items.into_iter().map(|(k, image, _)| (k, image)).collect();
+        let fill = Command::Slot(SlotOp::Fill { slot, items: fill, id });
+        assert_eq!(run(&mut target, fill.clone()), Ok(CommandResult::Count { keys: 2 }));
+        let release = Command::Slot(SlotOp::Release { slot, keys: held.clone(), id });
+        assert_eq!(run(&mut source, release.clone()), Ok(CommandResult::Count { keys: 2 }));
         assert_eq!(run(&mut source, put(&tagged(0))), Err(ask.clone()), "gone: the target's");
+        let asked_put = Command::Asking(Box::new(Command::Put {
+            key: Key::from(tagged(0)),
+            value: Value::from_static(b"new"),
+        }));
+        assert!(run(&mut target, asked_put).is_ok(), "sent on by the source");
+        // Late copies of the batch's steps change nothing: the copy does not undo the
+        // client's write, the release deletes none of the next batch's keys.
+        assert_eq!(run(&mut target, fill), Ok(CommandResult::Count { keys: 0 }));
+        assert_eq!(target.get(tagged(0).as_bytes()).0, Some(Value::from_static(b"new")));
         let split = Command::Multi { ops: vec![put(&tagged(0)), put(&tagged(2))], watch: vec![] };
         assert!(matches!(run(&mut source, split), Err(KeelError::TryAgain(_))));
-        assert_eq!(target.get(tagged(0).as_bytes()).0, Some(Value::from_static(b"v")));
+        run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2, id })).unwrap();
+        assert_eq!(run(&mut source, release), Ok(CommandResult::Count { keys: 0 }));
+        assert!(source.get(tagged(2).as_bytes()).0.is_some(), "the next batch kept");
         // Giving the slot away while it holds keys is refused; the rest moves, then it is.
-        let give = Command::Slot(SlotOp::Give { first: slot, last: slot });
+        let give = Command::Slot(SlotOp::Give { first: slot, last: slot, id });
         assert!(matches!(run(&mut source, give.clone()), Err(KeelError::TryAgain(_))));
-        loop {
-            let hold = run(&mut source, Command::Slot(SlotOp::Hold { slot, count: 2 }));
-            let Ok(CommandResult::Items { items }) = hold else { panic!("{hold:?}") };
-            if items.is_empty() {
-                break;
-            }
-            let fill = items.into_iter().map(|(k, image, _)| (k, image)).collect();
-            run(&mut target, Command::Slot(SlotOp::Fill { slot, items: fill })).unwrap();
-            run(&mut source, Command::Slot(SlotOp::Release { slot })).unwrap();
-        }
-        run(&mut target, Command::Slot(SlotOp::Own { first: slot, last: slot })).unwrap();
+        empty(&mut source, &mut target, slot, id);
+        run(&mut target, Command::Slot(SlotOp::Own { first: slot, last: slot, id })).unwrap();
         run(&mut source, give).unwrap();
         let moved = KeelError::Redirect { slot, keyspace: b, ask: false };
         assert_eq!(source.slot_check(&get(&tagged(3))), Err(moved));
@@ -484,8 +560,32 @@ mod tests {
             assert!(source.get(tagged(n).as_bytes()).0.is_none(), "{n} left");
         }
         assert_eq!(source.get(b"bar").0, Some(Value::from_static(b"v")));
-        assert_eq!(source.slot_state(slot), Some(SlotState::Released { to: b }));
-        assert_eq!(target.slot_states(), vec![(slot, SlotState::Owned)]);
+        assert_eq!(source.slot_state(slot), Some(SlotState::Released { to: b, id }));
+        assert_eq!(target.slot_states(), vec![(slot, SlotState::Owned { id })]);
+        // And back, by a later move; a late copy of the first move's import is ignored.
+        let late = SlotOp::Import { first: slot, last: slot, from: a, id };
+        assert_eq!(run(&mut target, Command::Slot(late)), Ok(CommandResult::Count { keys: 0 }));
+        let back = id + 1;
+        run(
+            &mut source,
+            Command::Slot(SlotOp::Import { first: slot, last: slot, from: b, id: back }),
+        )
+        .unwrap();
+        run(
+            &mut target,
+            Command::Slot(SlotOp::Migrate { first: slot, last: slot, to: a, id: back }),
+        )
+        .unwrap();
+        let stale = SlotOp::Migrate { first: slot, last: slot, to: b, id };
+        assert_eq!(run(&mut source, Command::Slot(stale)), Ok(CommandResult::Count { keys: 0 }));
+        empty(&mut target, &mut source, slot, back);
+        run(&mut source, Command::Slot(SlotOp::Own { first: slot, last: slot, id: back })).unwrap();
+        run(&mut target, Command::Slot(SlotOp::Give { first: slot, last: slot, id: back }))
+            .unwrap();
+        for n in 0..5 {
+            assert!(source.get(tagged(n).as_bytes()).0.is_some(), "{n} back");
+        }
+        assert_eq!(source.get(tagged(0).as_bytes()).0, Some(Value::from_static(b"new")));
     }
 
     #[test]
@@ -495,9 +595,9 @@ mod tests {
         run(&mut kv, put(&tagged(1))).unwrap();
         let at = kv.applied_index();
         let generation = kv.slot_generation();
-        let migrate = SlotOp::Migrate { first: slot, last: slot + 1, to: KeyspaceId(3) };
+        let migrate = SlotOp::Migrate { first: slot, last: slot + 1, to: KeyspaceId(3), id: 1 };
         run(&mut kv, Command::Slot(migrate)).unwrap();
-        run(&mut kv, Command::Slot(SlotOp::Hold { slot, count: 8 })).unwrap();
+        run(&mut kv, Command::Slot(SlotOp::Hold { slot, count: 8, id: 1 })).unwrap();
         assert_ne!(kv.slot_generation(), generation);
         let bytes = kv.encode_at(kv.applied_index());
         let version = keel_types::Version::new(1, kv.applied_index().0);
@@ -509,13 +609,13 @@ mod tests {
         kv.check_slot_index();
         assert!(kv.slot_states().is_empty());
         assert_eq!(kv.slot_check(&put(&tagged(9))), Ok(()));
-        // Moves that contradict the state are refused whole.
-        run(&mut kv, Command::Slot(SlotOp::Import { first: 5, last: 6, from: KeyspaceId(1) }))
-            .unwrap();
-        let wrong = SlotOp::Migrate { first: 4, last: 5, to: KeyspaceId(1) };
+        // Steps that contradict the state are refused whole.
+        let import = SlotOp::Import { first: 5, last: 6, from: KeyspaceId(1), id: 2 };
+        run(&mut kv, Command::Slot(import)).unwrap();
+        let wrong = SlotOp::Migrate { first: 4, last: 5, to: KeyspaceId(1), id: 3 };
         assert!(matches!(run(&mut kv, Command::Slot(wrong)), Err(KeelError::InvalidArgument(_))));
         assert_eq!(kv.slot_state(4), None, "nothing of a refused step");
-        let unowned = SlotOp::Own { first: 7, last: 7 };
+        let unowned = SlotOp::Own { first: 7, last: 7, id: 2 };
         assert!(run(&mut kv, Command::Slot(unowned)).is_err());
         // A snapshot holding a slot state that does not decode is refused.
         let mut bad = Kv::new(100);

@@ -903,16 +903,16 @@ fn node(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
     Ok(ClientCommand::Node { op })
 }
 
-/// `KEEL.SLOTS STATE | IMPORT|MIGRATE keyspace first last | HOLD slot count | FILL slot
-/// key image [key image ...] | RELEASE slot | OWN|OCCUPIED|GIVE first last`
-/// (`keel_types::slots`).
+/// `KEEL.SLOTS STATE | OCCUPIED first last | IMPORT|MIGRATE id keyspace first last |
+/// HOLD id slot count | FILL id slot key image [key image ...] | RELEASE id slot key
+/// [key ...] | OWN|GIVE id first last` (`keel_types::slots`; `id`: the move's).
 fn slots(mut words: Words, count: usize, limits: &Limits) -> Result<ClientCommand, CommandError> {
     use keel_types::slots::{SlotOp, SLOTS, SLOT_BATCH_MAX};
     at_least("keel.slots", count, 1)?;
     let sub = lowercase(&next(&mut words)?);
     let number = |word: Bytes, max: u64| -> Result<u64, CommandError> {
-        let n = integer(&word)?;
-        u64::try_from(n).ok().filter(|n| *n <= max).ok_or(CommandError::NotAnInteger)
+        let text = std::str::from_utf8(&word).map_err(|_| CommandError::NotAnInteger)?;
+        text.parse::<u64>().ok().filter(|n| *n <= max).ok_or(CommandError::NotAnInteger)
     };
     let slot = |words: &mut Words| -> Result<u16, CommandError> {
         Ok(number(next(words)?, u64::from(SLOTS - 1))? as u16)
@@ -927,46 +927,56 @@ fn slots(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComman
     let keyspace = |words: &mut Words| -> Result<keel_types::KeyspaceId, CommandError> {
         Ok(keel_types::KeyspaceId(number(next(words)?, u64::from(u32::MAX))? as u32))
     };
+    let id = |words: &mut Words| number(next(words)?, u64::MAX);
+    let key = |word: Bytes| -> Result<Bytes, CommandError> {
+        limits.check_key(&word).map_err(CommandError::Invalid)?;
+        Ok(word)
+    };
     let op = match (sub.as_str(), count) {
         ("state", 1) => None,
-        ("import", 4) => {
-            let from = keyspace(&mut words)?;
-            let (first, last) = range(&mut words)?;
-            Some(SlotOp::Import { first, last, from })
-        }
-        ("migrate", 4) => {
-            let to = keyspace(&mut words)?;
-            let (first, last) = range(&mut words)?;
-            Some(SlotOp::Migrate { first, last, to })
-        }
-        ("hold", 3) => {
-            let slot = slot(&mut words)?;
-            let count = number(next(&mut words)?, SLOT_BATCH_MAX as u64)?.max(1) as u32;
-            Some(SlotOp::Hold { slot, count })
-        }
-        ("fill", n) if n >= 2 && n % 2 == 0 && (n - 2) / 2 <= SLOT_BATCH_MAX => {
-            let slot = slot(&mut words)?;
-            let mut items = Vec::with_capacity((n - 2) / 2);
-            while let Some(key) = words.next() {
-                let image = next(&mut words)?;
-                limits.check_key(&key).map_err(CommandError::Invalid)?;
-                limits.check_value(&image).map_err(CommandError::Invalid)?;
-                items.push((key, image));
-            }
-            Some(SlotOp::Fill { slot, items })
-        }
-        ("release", 2) => Some(SlotOp::Release { slot: slot(&mut words)? }),
-        ("own", 3) => {
-            let (first, last) = range(&mut words)?;
-            Some(SlotOp::Own { first, last })
-        }
         ("occupied", 3) => {
             let (first, last) = range(&mut words)?;
             Some(SlotOp::Occupied { first, last })
         }
-        ("give", 3) => {
+        ("import", 5) => {
+            let (id, from) = (id(&mut words)?, keyspace(&mut words)?);
             let (first, last) = range(&mut words)?;
-            Some(SlotOp::Give { first, last })
+            Some(SlotOp::Import { first, last, from, id })
+        }
+        ("migrate", 5) => {
+            let (id, to) = (id(&mut words)?, keyspace(&mut words)?);
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Migrate { first, last, to, id })
+        }
+        ("hold", 4) => {
+            let (id, slot) = (id(&mut words)?, slot(&mut words)?);
+            let count = number(next(&mut words)?, SLOT_BATCH_MAX as u64)?.max(1) as u32;
+            Some(SlotOp::Hold { slot, count, id })
+        }
+        ("fill", n) if n >= 3 && n % 2 == 1 && (n - 3) / 2 <= SLOT_BATCH_MAX => {
+            let (id, slot) = (id(&mut words)?, slot(&mut words)?);
+            let mut items = Vec::with_capacity((n - 3) / 2);
+            while let Some(word) = words.next() {
+                let image = next(&mut words)?;
+                limits.check_value(&image).map_err(CommandError::Invalid)?;
+                items.push((key(word)?, image));
+            }
+            Some(SlotOp::Fill { slot, items, id })
+        }
+        ("release", n) if n >= 3 && n - 3 <= SLOT_BATCH_MAX => {
+            let (id, slot) = (id(&mut words)?, slot(&mut words)?);
+            let keys = words.map(key).collect::<Result<Vec<_>, _>>()?;
+            Some(SlotOp::Release { slot, keys, id })
+        }
+        ("own", 4) => {
+            let id = id(&mut words)?;
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Own { first, last, id })
+        }
+        ("give", 4) => {
+            let id = id(&mut words)?;
+            let (first, last) = range(&mut words)?;
+            Some(SlotOp::Give { first, last, id })
         }
         (
             "state" | "import" | "migrate" | "hold" | "fill" | "release" | "own" | "occupied"
@@ -979,11 +989,9 @@ fn slots(mut words: Words, count: usize, limits: &Limits) -> Result<ClientComman
             return Err(CommandError::UnknownSubcommand { command: "KEEL.SLOTS", subcommand: sub })
         }
     };
-    if let Some(SlotOp::Fill { slot, items }) = &op {
-        if items.iter().any(|(k, _)| keel_types::slots::key_slot(k) != *slot) {
-            let why = format!("every key of KEEL.SLOTS FILL must be of slot {slot}");
-            return Err(CommandError::Invalid(keel_types::KeelError::InvalidArgument(why)));
-        }
+    if op.as_ref().is_some_and(|op| !op.valid()) {
+        let why = "every key of a KEEL.SLOTS step must be of its slot".to_string();
+        return Err(CommandError::Invalid(keel_types::KeelError::InvalidArgument(why)));
     }
     Ok(ClientCommand::Slots { op })
 }

@@ -198,6 +198,7 @@ impl Leading {
 /// Whether the leader may append a write now: the state has room for what it adds, and
 /// the log above the durable index (whose undo records are kept) is not too long.
 fn admit_write(core: &Core, command: &Command) -> Result<(), KeelError> {
+    let command = command.unasked().0;
     let grows = match command {
         Command::Put { key, value }
         | Command::Cas { key, new: value, .. }

@@ -128,7 +128,9 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     if is("cluster") {
         return ready(cluster(conn, placement, &words[1..]));
     }
+    // `ASKING` counts for the next request alone.
     let asking = std::mem::take(&mut conn.asking);
+    conn.node.asking = false;
     if is("asking") {
         conn.asking = true;
         return ready(Frame::ok());
@@ -159,7 +161,8 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     };
     let view = keyspaces.slot_view();
     let mut owner = view.serving(placement, slot);
-    if let Some(importing) = view.importing(slot).filter(|_| asking) {
+    let asked = view.importing(slot).filter(|_| asking);
+    if let Some(importing) = asked {
         owner = importing; // sent on by the source's `ASK`
     }
     let Some(handle) = keyspaces.get(owner) else {
@@ -175,6 +178,9 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
         conn.node = handle.clone();
         conn.db = 0;
     }
+    // The engine takes a key of a slot it imports only from a request the source sent
+    // on: this one request goes as such.
+    conn.node.asking = asked.is_some();
     super::transactions::fix_keyspace(conn, owner);
     None
 }

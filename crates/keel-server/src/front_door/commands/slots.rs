@@ -59,8 +59,8 @@ fn check(
     op: &SlotOp,
 ) -> Result<(), String> {
     let (first, last, other, importing) = match op {
-        SlotOp::Import { first, last, from } => (*first, *last, *from, true),
-        SlotOp::Migrate { first, last, to } => (*first, *last, *to, false),
+        SlotOp::Import { first, last, from, .. } => (*first, *last, *from, true),
+        SlotOp::Migrate { first, last, to, .. } => (*first, *last, *to, false),
         _ => return Ok(()),
     };
     let sharded = placement.groups.get(&other).is_some_and(|g| g.slots.is_some());
@@ -83,7 +83,7 @@ fn check(
 }
 
 /// `KEEL.SLOTS STATE`: per run of slots in the same state, `[first, last, state, other
-/// keyspace or nil, keys held]`.
+/// keyspace or nil, keys held, move id]`.
 fn state_frame(states: &crate::metrics::SlotStates) -> Frame {
     let mut runs: Vec<(u16, u16, &SlotState)> = Vec::new();
     for (slot, state) in states {
@@ -103,6 +103,7 @@ fn state_frame(states: &crate::metrics::SlotStates) -> Frame {
             Frame::bulk(state.name()),
             state.other().map_or(Frame::Null, |k| Frame::Integer(i64::from(k.0))),
             Frame::Integer(held as i64),
+            Frame::bulk(state.id().to_string()),
         ])
     };
     Frame::Array(runs.into_iter().map(row).collect())
