@@ -559,7 +559,7 @@ fn effect(
     command: &Command,
 ) -> Result<Option<(keel_types::Key, Option<keel_types::Value>)>, ()> {
     Ok(match command {
-        Command::Asking(inner) => return effect(state, inner),
+        Command::Asking(_, inner) => return effect(state, inner),
         Command::Put { key, value } => Some((key.clone(), Some(value.clone()))),
         Command::Delete { key } => Some((key.clone(), None)),
         Command::Cas { key, expected, new } => {

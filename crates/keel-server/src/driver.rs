@@ -769,9 +769,10 @@ pub struct KeyspaceHandle {
     pub unsafe_script_skip_watch: bool,
     /// In a sharded cluster, what the keyspace takes: every request passes it.
     pub guard: Option<Arc<crate::placement::SlotGuard>>,
-    /// The request at hand was sent on by a slot's source (`ASKING`, then `ASK`): its
-    /// command goes as `Command::Asking` (set on a connection's copy, for one request).
-    pub asking: bool,
+    /// The request at hand was sent on by a slot's source (`ASKING`, then `ASK`) in the
+    /// move of this id: its command goes as `Command::Asking` (set on a connection's
+    /// copy, for one request).
+    pub asking: Option<u64>,
 }
 
 impl KeyspaceHandle {
@@ -865,9 +866,9 @@ impl KeyspaceHandle {
     /// `command` as this handle sends it: sent on by a slot's source when
     /// [`Self::asking`] (and it has keys).
     fn asked(&self, command: keel_types::Command) -> keel_types::Command {
-        match self.asking && command.may_be_asked() {
-            true => keel_types::Command::Asking(Box::new(command)),
-            false => command,
+        match self.asking.filter(|_| command.may_be_asked()) {
+            Some(id) => keel_types::Command::Asking(id, Box::new(command)),
+            None => command,
         }
     }
 }

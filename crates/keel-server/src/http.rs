@@ -312,7 +312,7 @@ mod tests {
             node_id: NodeId(1),
             unsafe_stale_invoke: false,
             unsafe_script_skip_watch: false,
-            asking: false,
+            asking: None,
             guard: None,
         };
         let node_metrics = Arc::new(crate::metrics::Metrics::default());

@@ -600,7 +600,7 @@ where
         node_id: NodeId(config.node_id),
         unsafe_stale_invoke: config.testing.unsafe_stale_invoke,
         unsafe_script_skip_watch: config.testing.unsafe_script_skip_watch,
-        asking: false,
+        asking: None,
         guard: None,
     };
     let run = Box::pin(driver.run(events_rx, peer_rx, shared.shutdown.clone()));

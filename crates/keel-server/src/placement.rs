@@ -178,12 +178,13 @@ impl SlotView {
         released.or(importing).unwrap_or_else(|| placement.owner(slot))
     }
 
-    /// A keyspace here importing `slot`, if any: where a request sent on by `ASK` runs.
-    pub fn importing(&self, slot: u16) -> Option<KeyspaceId> {
-        let importing = |(id, states): &(KeyspaceId, Arc<SlotStates>)| {
-            matches!(states.get(&slot), Some(SlotState::Importing { .. })).then_some(*id)
-        };
-        self.0.iter().find_map(importing)
+    /// A keyspace here importing `slot`, if any, and the move's id: where a request sent
+    /// on by `ASK` runs, and as what.
+    pub fn importing(&self, slot: u16) -> Option<(KeyspaceId, u64)> {
+        self.0.iter().find_map(|(ks, states)| match states.get(&slot) {
+            Some(SlotState::Importing { id, .. }) => Some((*ks, *id)),
+            _ => None,
+        })
     }
 
     /// The keyspace serving each slot ([`Self::serving`]), slot by slot.
@@ -256,8 +257,8 @@ impl SlotGuard {
             keel_types::KeelError::Redirect { slot, keyspace, ask } => {
                 let addr = self.addr(keyspace);
                 match ask {
-                    true => keel_types::KeelError::Ask { slot, addr },
-                    false => keel_types::KeelError::Moved { slot, addr },
+                    Some(_) => keel_types::KeelError::Ask { slot, addr },
+                    None => keel_types::KeelError::Moved { slot, addr },
                 }
             }
             other => other,

@@ -48,7 +48,9 @@ pub struct RunArgs {
     /// durabilities, read levels and faults), `wide-area`
     /// (the same with peer round trips of 20 to 80 ms and WAN engine timeouts),
     /// `keyspaces` (the general scenario on 2 to 4 keyspaces at once), `sharded` (2 or 3
-    /// keyspaces, each on a replica group of its own three nodes), `lease-race`
+    /// keyspaces, each on a replica group of its own three nodes), `slots` (the sharded
+    /// world with hash slots moving between its keyspaces while clients follow
+    /// redirects), `lease-race`
     /// (five nodes, bridge partitions, long stalls and the lease race, an aimed fault
     /// sequence started at random: two leader leases under `--forget-leader-contact`),
     /// `lease-overlap` (a scripted nemesis that drives five nodes into the lease overlap
@@ -140,6 +142,19 @@ pub struct RunArgs {
     /// read counts as unchanged), so a transaction commits over a delete.
     #[arg(long)]
     pub watch_ignores_deletes: bool,
+    /// Negative control (with `--scenario slots`): a slot's source serves writes to the
+    /// keys it holds for copying, so a write between the copy and the release is lost.
+    #[arg(long)]
+    pub slots_serve_held: bool,
+    /// Negative control (with `--scenario slots`): a slot's target takes requests its
+    /// source did not send on (`ASKING`), so a client whose map points there early
+    /// writes a key the source still holds.
+    #[arg(long)]
+    pub slots_take_unasked: bool,
+    /// Negative control (with `--scenario slots`): a slot's target writes every copy it
+    /// is sent, over keys written since the import began.
+    #[arg(long)]
+    pub slots_fill_overwrites: bool,
     /// Negative control (with `--scenario expiry`): every node treats a key past its
     /// time on its own clock as absent, before the leader's expiry entry deletes it.
     #[arg(long)]
@@ -339,6 +354,9 @@ fn run_seeds(args: &RunArgs) -> ExitCode {
         config.accept_expired_sessions = args.accept_expired_sessions;
         config.accept_stale_opens = args.accept_stale_opens;
         config.watch_ignores_deletes = args.watch_ignores_deletes;
+        config.slots_serve_held = args.slots_serve_held;
+        config.slots_take_unasked = args.slots_take_unasked;
+        config.slots_fill_overwrites = args.slots_fill_overwrites;
         config.local_expiry = args.local_expiry;
         config.pop_before_durable = args.pop_before_durable;
         config.count_removed = args.count_removed;

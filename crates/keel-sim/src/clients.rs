@@ -212,12 +212,15 @@ pub struct Clients {
     pub tickets: Option<crate::tickets::Tickets>,
     /// The `membership` scenario's operator, beside the clients above.
     pub membership: Option<crate::membership::Reconfigurer>,
+    /// The `slots` scenario's mover and its clients, beside the clients above.
+    pub slot_moves: Option<crate::slot_moves::SlotMoves>,
 }
 
 impl Clients {
     /// Clients with their own PRNG stream.
     pub fn new(config: WorkloadConfig, rng: Rng) -> Clients {
-        assert!((1..=CLIENTS_MAX).contains(&config.clients), "{} clients", config.clients);
+        // None when another workload takes their place (the `slots` scenario's).
+        assert!(config.clients <= CLIENTS_MAX, "{} clients", config.clients);
         assert!(!config.durabilities.is_empty() && !config.levels.is_empty());
         assert!((1..=KEYS_PER_CLASS_MAX).contains(&config.keys_per_class.max(1)));
         assert!(config.keyspaces >= 1, "clients need a keyspace");
@@ -248,6 +251,7 @@ impl Clients {
             stopped: false,
             tickets: None,
             membership: None,
+            slot_moves: None,
         }
     }
 
@@ -310,6 +314,9 @@ impl Clients {
         if let Some(membership) = &mut self.membership {
             membership.start(world);
         }
+        if let Some(slot_moves) = &mut self.slot_moves {
+            slot_moves.start(world);
+        }
     }
 
     /// No new operations after this; those in flight still complete or time out.
@@ -321,12 +328,16 @@ impl Clients {
         if let Some(membership) = &mut self.membership {
             membership.stop();
         }
+        if let Some(slot_moves) = &mut self.slot_moves {
+            slot_moves.stop();
+        }
     }
 
     /// Operations still in flight.
     pub fn in_flight(&self) -> usize {
         self.clients.iter().filter(|c| c.inflight.is_some()).count()
             + self.tickets.as_ref().map_or(0, |t| t.in_flight())
+            + self.slot_moves.as_ref().map_or(0, |s| s.in_flight())
     }
 
     fn schedule_wake<E: LeaderSim>(&mut self, world: &mut World<E>, c: usize) {
@@ -340,6 +351,9 @@ impl Clients {
             return true;
         }
         if self.membership.as_mut().is_some_and(|m| m.handle(world, notice)) {
+            return true;
+        }
+        if self.slot_moves.as_mut().is_some_and(|m| m.handle(world, notice)) {
             return true;
         }
         match notice {

@@ -423,7 +423,7 @@ fn command_hash(command: &Command) -> u64 {
         | Command::Transfer { .. }
         | Command::Coll { .. }
         | Command::Slot(_)
-        | Command::Asking(_)
+        | Command::Asking(..)
         | Command::CollRead { .. } => mix(26, keel_core::leader::kv::command_digest(command)),
         Command::Multi { ops, watch } => {
             let ops = ops.iter().fold(16, |h, op| mix(h, command_hash(op)));

@@ -59,6 +59,7 @@ pub mod rng;
 pub mod scale;
 pub mod scenario;
 pub mod seeds;
+pub mod slot_moves;
 pub mod survivors;
 pub mod table3;
 pub mod table4;

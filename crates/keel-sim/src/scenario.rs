@@ -130,6 +130,19 @@ pub struct GeneralConfig {
     /// Clients also run transactions (`WATCH`, `MULTI` ... `EXEC`) on `t*` keys, judged by
     /// the transaction checker (on in `general`, `wide-area` and `keyspaces`).
     pub transactions: bool,
+    /// The `slots` scenario: the sharded world of two or three keyspaces where hash
+    /// slots move between them while clients follow (`slot_moves.rs`), in place of the
+    /// general workload.
+    pub slots: bool,
+    /// Negative control for `slots`: a slot's source serves writes to the keys it holds
+    /// for copying (the engine's `unsafe_slots_serve_held`).
+    pub slots_serve_held: bool,
+    /// Negative control for `slots`: a slot's target takes requests its source did not
+    /// send on (the engine's `unsafe_slots_take_unasked`).
+    pub slots_take_unasked: bool,
+    /// Negative control for `slots`: a slot's target writes every copy it is sent, over
+    /// keys written since the import began (the engine's `unsafe_slots_fill_overwrites`).
+    pub slots_fill_overwrites: bool,
     /// Negative control: `WATCH` ignores deletes (the engine's
     /// `unsafe_watch_ignores_deletes`), so a transaction commits over a delete of a key it
     /// watched.
@@ -206,6 +219,10 @@ impl GeneralConfig {
             lease_overlap: false,
             transactions: true,
             watch_ignores_deletes: false,
+            slots: false,
+            slots_serve_held: false,
+            slots_take_unasked: false,
+            slots_fill_overwrites: false,
             expiry: false,
             local_expiry: false,
             jobs: false,
@@ -284,6 +301,18 @@ impl GeneralConfig {
         GeneralConfig { keyspaces, replicas: 3, ..GeneralConfig::new(seed) }
     }
 
+    /// The `slots` run for `seed` (see [`GeneralConfig::slots`]).
+    pub fn slots(seed: u64) -> GeneralConfig {
+        let keyspaces = 2 + u32::from(Rng::new(seed ^ 0x5107).chance(333_333));
+        GeneralConfig {
+            keyspaces,
+            replicas: 3,
+            slots: true,
+            transactions: false,
+            ..GeneralConfig::new(seed)
+        }
+    }
+
     /// The config for a scenario by name: `general`, `wide-area` or `keyspaces`.
     pub fn named(scenario: &str, seed: u64) -> Option<GeneralConfig> {
         match scenario {
@@ -291,6 +320,7 @@ impl GeneralConfig {
             "wide-area" => Some(GeneralConfig::wide_area(seed)),
             "keyspaces" => Some(GeneralConfig::keyspaces(seed)),
             "sharded" => Some(GeneralConfig::sharded(seed)),
+            "slots" => Some(GeneralConfig::slots(seed)),
             "lease-race" => Some(GeneralConfig::lease_race(seed)),
             "correctables" => Some(GeneralConfig::correctables(seed)),
             "tickets" => Some(GeneralConfig::tickets(seed)),
@@ -320,6 +350,8 @@ impl GeneralConfig {
             "expiry"
         } else if self.membership {
             "membership"
+        } else if self.slots {
+            "slots"
         } else if self.replicas > 0 {
             "sharded"
         } else if self.keyspaces > 1 {
@@ -720,6 +752,12 @@ fn general_body<E: LeaderSim<Config = Config>>(
         let draw = Rng::new(config.seed ^ 0x3E3B_E750_0000_000B);
         clients.membership = Some(crate::membership::Reconfigurer::new(draw));
     }
+    if config.slots {
+        // Drawn apart, like the membership operator.
+        let mut draw = Rng::new(config.seed ^ 0x5107_E750_0000_000E);
+        let moves = crate::slot_moves::SlotMovesConfig::draw(&mut draw, config.keyspaces);
+        clients.slot_moves = Some(crate::slot_moves::SlotMoves::new(moves, draw.fork()));
+    }
     let mut nemesis = Nemesis::new(faults, rng.fork());
     if config.lease_race {
         // Drawn apart, like the stalls.
@@ -739,8 +777,30 @@ fn general_body<E: LeaderSim<Config = Config>>(
     if converged && !config.hasty_removal {
         await_leases(world, &mut clients, &mut nemesis, active_set_target);
     }
+    if converged {
+        finish_slot_moves(world, &mut clients, &mut nemesis, report);
+    }
     finish(world, &clients, converged, config.keep_history, report);
     report_faults_and_paths(world, &clients, &mut nemesis, variety, report);
+}
+
+/// The `slots` scenario's end: every moving key read once more, then its checks.
+fn finish_slot_moves<E: LeaderSim>(
+    world: &mut World<E>,
+    clients: &mut Clients,
+    nemesis: &mut Nemesis,
+    report: &mut RunReport,
+) {
+    let Some(mut moves) = clients.slot_moves.take() else { return };
+    moves.final_reads(world);
+    clients.slot_moves = Some(moves);
+    let deadline = world.now_ns() + CONVERGE_NS_MAX;
+    while clients.in_flight() > 0 && world.now_ns() < deadline && world.violations().is_empty() {
+        run_phase(world, clients, nemesis, CONVERGE_POLL_NS);
+    }
+    let moves = clients.slot_moves.as_mut().expect("put back");
+    moves.check(world);
+    report.ops += moves.history().len();
 }
 
 /// The general scenario's cluster, drawn from the seed (with the variety, stalls, tight
@@ -789,11 +849,16 @@ fn general_world(config: &GeneralConfig, rng: &mut Rng) -> (WorldConfig, Vec<Str
     world_config.engine.unsafe_accept_stale_opens = config.accept_stale_opens;
     world_config.engine.unsafe_ignore_repair_floor = config.ignore_repair_floor;
     world_config.engine.unsafe_watch_ignores_deletes = config.watch_ignores_deletes;
+    world_config.engine.unsafe_slots_serve_held = config.slots_serve_held;
+    world_config.engine.unsafe_slots_take_unasked = config.slots_take_unasked;
+    world_config.engine.unsafe_slots_fill_overwrites = config.slots_fill_overwrites;
     world_config.engine.unsafe_expire_on_local_clock = config.local_expiry;
     if config.expiry {
         world_config.wall_skew_ms_max = EXPIRY_WALL_SKEW_MS_MAX;
     }
-    let sessions = add_sessions(&mut world_config, config.seed);
+    // The slots scenario's clients follow redirects under plain ids, which the
+    // deduplication table must not forget while their attempts may arrive.
+    let sessions = !config.slots && add_sessions(&mut world_config, config.seed);
     add_stalls(&mut world_config, config.seed);
     add_tight_budgets(&mut world_config, config.seed);
     if config.lease_race {
@@ -835,6 +900,11 @@ fn general_load(config: &GeneralConfig, rng: &mut Rng) -> (WorkloadConfig, Nemes
     if config.expiry {
         workload.ttl_ppm = 500_000;
         workload.ttl_seed = config.seed ^ 0x77_1E00_0000_000A;
+    }
+    if config.slots {
+        // The slots scenario's own clients (`slot_moves.rs`) replace the general ones,
+        // whose keys are the same in every keyspace.
+        workload.clients = 0;
     }
     if config.membership {
         // Drawn apart, like the cluster's membership variety.
@@ -898,6 +968,11 @@ fn report_faults_and_paths<E: LeaderSim>(
     }
     if let Some(membership) = &clients.membership {
         for (path, n) in &membership.counts {
+            report.reached.insert((*path).into(), *n);
+        }
+    }
+    if let Some(slot_moves) = &clients.slot_moves {
+        for (path, n) in &slot_moves.counts {
             report.reached.insert((*path).into(), *n);
         }
     }

@@ -781,6 +781,17 @@ impl<E: SimEngine> World<E> {
         self.replica(node, ks).replica.as_ref().map(|r| r.engine().status())
     }
 
+    /// The hash slot states `node`'s replica of keyspace `ks` applied (`None`: down).
+    pub fn slot_states_in(
+        &self,
+        node: NodeId,
+        ks: Keyspace,
+    ) -> Option<Vec<(u16, keel_types::slots::SlotState)>> {
+        let replica = self.replica(node, ks).replica.as_ref()?;
+        let states = replica.engine().slot_states(u64::MAX);
+        Some(states.map(|(_, states)| states).unwrap_or_default())
+    }
+
     /// Whether the node is running (not crashed).
     pub fn is_up(&self, node: NodeId) -> bool {
         self.node(node).up

@@ -278,3 +278,24 @@ fn keyspaces_on_groups_of_their_own_with_every_fault_pass() {
     let committed = reaching.get("txn-committed").copied().unwrap_or(0);
     assert!(committed * 100 >= 90 * SHARDED_SEEDS, "{reaching:?}");
 }
+
+/// Seeds of the slots scenario every test run covers: hash slots moving between the
+/// keyspaces of a sharded world while clients follow `MOVED`, `ASK` and `TRYAGAIN`.
+const SLOTS_SEEDS: u64 = 300;
+
+#[test]
+fn slots_moving_between_keyspaces_under_every_fault_pass() {
+    let reaching = sweep(SLOTS_SEEDS, GeneralConfig::slots);
+    for (path, percent) in [
+        ("slots:moves-done", 95),
+        ("slots:keys-copied", 90),
+        ("slots:ask", 80),
+        ("slots:moved", 80),
+        ("slots:tryagain", 50),
+        ("fault:late-fill-copy", 80),
+        ("fault:late-step-copy", 80),
+    ] {
+        let n = reaching.get(path).copied().unwrap_or(0);
+        assert!(n * 100 >= percent * SLOTS_SEEDS, "{path}: {n} of {SLOTS_SEEDS}: {reaching:?}");
+    }
+}

@@ -351,3 +351,46 @@ fn links_that_refuse_no_client_values_are_caught_holding_past_their_allowance() 
     assert!(report.passed(), "seed {seed} fails without the flag: {:?}", report.violations);
     assert!(report.reached.contains_key("exec:bulk-shed"), "seed {seed} shed nothing");
 }
+
+/// How many of `seeds` seeds of the `slots` scenario, from `first`, fail with
+/// `control` on; each that does must pass with it off, and name one of `caught`.
+fn slots_control_failures(
+    first: u64,
+    seeds: u64,
+    control: impl Fn(&mut GeneralConfig),
+    caught: &[&str],
+) -> u64 {
+    let mut failed = 0;
+    for seed in first..first + seeds {
+        let mut config = GeneralConfig::slots(seed);
+        control(&mut config);
+        let report = run_general::<LeaderEngine>(&config);
+        if report.passed() {
+            continue;
+        }
+        failed += 1;
+        let mut found = report.violations.clone();
+        found.extend(report.panic);
+        assert!(found.iter().any(|v| caught.iter().any(|c| v.contains(c))), "{seed}: {found:?}");
+        let clean = run_general::<LeaderEngine>(&GeneralConfig::slots(seed));
+        assert!(clean.passed(), "seed {seed} without the control: {:?}", clean.violations);
+    }
+    failed
+}
+
+#[test]
+fn each_guard_of_a_slot_move_is_caught_without_it_on_random_seeds() {
+    const SEEDS: u64 = 200;
+    // A source serving writes to the keys it holds for copying loses the writes made
+    // between the copy and the release: about 40% of seeds.
+    let held = slots_control_failures(0, SEEDS, |c| c.slots_serve_held = true, &["slots-"]);
+    assert!(held * 100 >= 20 * SEEDS, "serving held keys failed {held} of {SEEDS}");
+    // A target taking requests its source did not send on lets a client whose map
+    // points there early write a key the source still holds: about a third of seeds.
+    let unasked = slots_control_failures(0, SEEDS, |c| c.slots_take_unasked = true, &["slots-"]);
+    assert!(unasked * 100 >= 20 * SEEDS, "taking unasked failed {unasked} of {SEEDS}");
+    // A target writing every copy it is sent lets a restarted mover's late copy undo
+    // clients' writes (the aimed late copies of `Fill`): about 5% of seeds.
+    let over = slots_control_failures(0, SEEDS, |c| c.slots_fill_overwrites = true, &["slots-"]);
+    assert!(over * 100 >= SEEDS, "copies overwriting failed {over} of {SEEDS}");
+}

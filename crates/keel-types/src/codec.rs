@@ -74,7 +74,8 @@ const COMMAND_RESTORE: u8 = 25;
 const COMMAND_CLUSTER: u8 = 26;
 /// A step of moving slots (`crate::slots::SlotOp`).
 const COMMAND_SLOT: u8 = 27;
-/// A command sent on by a slot's source (`Command::Asking`): the tag, then the command.
+/// A command sent on by a slot's source (`Command::Asking`): the tag, the move's id
+/// (u64), then the command.
 const COMMAND_ASKING: u8 = 28;
 
 const MODIFY_APPEND: u8 = 0;
@@ -501,8 +502,9 @@ impl Encode for Command {
                 put_u8(out, COMMAND_SLOT);
                 put_serialized(out, op);
             }
-            Command::Asking(inner) => {
+            Command::Asking(id, inner) => {
                 put_u8(out, COMMAND_ASKING);
+                put_u64(out, *id);
                 inner.encode_to(out);
             }
         }
@@ -754,7 +756,7 @@ fn decode_multi(reader: &mut Reader<'_>) -> Result<Command, CodecError> {
             Command::Dequeue { .. } => Some(COMMAND_DEQUEUE),
             Command::QueuePeek { .. } => Some(COMMAND_QUEUE_PEEK),
             Command::Slot(_) => Some(COMMAND_SLOT),
-            Command::Asking(_) => Some(COMMAND_ASKING),
+            Command::Asking(..) => Some(COMMAND_ASKING),
             _ => None,
         };
         if let Some(tag) = refused {
@@ -891,6 +893,7 @@ impl Decode for Command {
             COMMAND_SLOT => Command::Slot(read_serialized(reader, "slot op")?),
             COMMAND_ASKING => {
                 // One level: what an `ASK` sends on is a command with keys, never another.
+                let id = reader.u64("asked move")?;
                 let inner = Command::decode_from(reader)?;
                 if !inner.may_be_asked() {
                     return Err(CodecError::UnknownTag {
@@ -898,7 +901,7 @@ impl Decode for Command {
                         tag: COMMAND_ASKING,
                     });
                 }
-                Command::Asking(Box::new(inner))
+                Command::Asking(id, Box::new(inner))
             }
             tag => return Err(CodecError::UnknownTag { what: "command", tag }),
         };
@@ -1254,18 +1257,19 @@ mod tests {
                 to: crate::KeyspaceId(2),
                 id: u64::MAX,
             }),
-            Command::Asking(Box::new(Command::Put {
-                key: b"k".to_vec().into(),
-                value: b"v".to_vec().into(),
-            })),
+            Command::Asking(
+                7,
+                Box::new(Command::Put { key: b"k".to_vec().into(), value: b"v".to_vec().into() }),
+            ),
         ];
         for command in commands {
             round_trip(&write_entry(command));
         }
         // What an `ASK` sends on is a command with keys, one level deep.
-        let nested = Command::Asking(Box::new(Command::Asking(Box::new(Command::Get {
-            key: b"k".to_vec().into(),
-        }))));
+        let nested = Command::Asking(
+            1,
+            Box::new(Command::Asking(1, Box::new(Command::Get { key: b"k".to_vec().into() }))),
+        );
         let mut bytes = Vec::new();
         encode(&nested, &mut bytes);
         assert!(decode::<Command>(&bytes).is_err());

@@ -230,10 +230,11 @@ pub enum Command {
     /// A step of moving hash slots between keyspaces (`crate::slots`): a write.
     Slot(crate::slots::SlotOp),
     /// The command inside, sent on by a slot's source keyspace to the keyspace importing
-    /// it (Redis Cluster's `ASKING`): only such a request may touch a key of a slot being
-    /// imported, since the source no longer holds that key. Otherwise it is the command
+    /// it (Redis Cluster's `ASKING`), during the move whose id it names: only such a
+    /// request may touch a key of a slot being imported, since the source no longer
+    /// holds that key (and does not again during that move). Otherwise it is the command
     /// inside (a read if that is one).
-    Asking(Box<Command>),
+    Asking(u64, Box<Command>),
 }
 
 /// The in-place changes of [`Command::Modify`].
@@ -594,7 +595,7 @@ impl Command {
     /// empty key (its operations name theirs).
     pub fn key(&self) -> &Key {
         match self {
-            Command::Asking(inner) => inner.key(),
+            Command::Asking(_, inner) => inner.key(),
             Command::Get { key }
             | Command::Put { key, .. }
             | Command::Delete { key }
@@ -629,7 +630,7 @@ impl Command {
     /// the whole keyspace or none of its keys.
     pub fn keys(&self) -> Vec<&Key> {
         match self {
-            Command::Asking(inner) => inner.keys(),
+            Command::Asking(_, inner) => inner.keys(),
             Command::Transfer { from, to, .. } => vec![from, to],
             Command::Coll { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
             Command::CollRead { key, op } => std::iter::once(key).chain(op.other_keys()).collect(),
@@ -653,7 +654,7 @@ impl Command {
         !self.keys().is_empty()
             && !matches!(
                 self,
-                Command::Asking(_)
+                Command::Asking(..)
                     | Command::Cluster(_)
                     | Command::Slot(_)
                     | Command::Geo(_)
@@ -661,11 +662,12 @@ impl Command {
             )
     }
 
-    /// The command without its [`Command::Asking`], and whether it had one.
-    pub fn unasked(&self) -> (&Command, bool) {
+    /// The command without its [`Command::Asking`], and the move it was sent on in, if
+    /// it had one.
+    pub fn unasked(&self) -> (&Command, Option<u64>) {
         match self {
-            Command::Asking(inner) => (inner, true),
-            other => (other, false),
+            Command::Asking(id, inner) => (inner, Some(*id)),
+            other => (other, None),
         }
     }
 
@@ -687,7 +689,7 @@ impl Command {
             }
             Command::Geo(op) => op.payload_bytes(),
             Command::Slot(op) => op.payload_bytes(),
-            Command::Asking(inner) => inner.payload_bytes(),
+            Command::Asking(_, inner) => inner.payload_bytes(),
             Command::Coll { key, op } => key.len() + op.payload_bytes(),
             Command::CollRead { key, op } => key.len() + op.payload_bytes(),
             Command::Multi { ops, watch } => {
@@ -700,7 +702,7 @@ impl Command {
 
     /// Whether the operation changes state (and so must go through the log).
     pub fn is_write(&self) -> bool {
-        if let Command::Asking(inner) = self {
+        if let Command::Asking(_, inner) = self {
             return inner.is_write();
         }
         !matches!(
@@ -741,7 +743,7 @@ impl Command {
             Command::Count { .. } => "count",
             Command::Cluster(_) => "cluster",
             Command::Slot(_) => "slot",
-            Command::Asking(inner) => inner.name(),
+            Command::Asking(_, inner) => inner.name(),
             Command::Geo(op) => op.name(),
             Command::Coll { .. } => "coll",
             Command::CollRead { .. } => "coll-read",
@@ -750,7 +752,7 @@ impl Command {
 
     /// Checks the operation against the limits; the error names the limit exceeded.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
-        if let Command::Asking(inner) = self {
+        if let Command::Asking(_, inner) = self {
             if !inner.may_be_asked() {
                 let why = format!("{} cannot be sent on by ASK", inner.name());
                 return Err(KeelError::InvalidArgument(why));
@@ -836,7 +838,7 @@ impl Command {
                 Ok(())
             }
             Command::CollRead { op, .. } => op.validate(limits),
-            Command::Asking(_) => unreachable!("validated above"),
+            Command::Asking(..) => unreachable!("validated above"),
             Command::Slot(op) => {
                 if !op.valid() {
                     return Err(KeelError::InvalidArgument(format!(

@@ -85,14 +85,15 @@ pub enum KeelError {
     /// The engine's answer for a key of a slot its log moved away (`ask`: moving now,
     /// and the key is no longer here; else moved): the node turns it into [`Self::Ask`]
     /// or [`Self::Moved`], naming where `keyspace` takes clients.
-    #[error("slot {slot} is served by keyspace {keyspace} (ask: {ask})")]
+    #[error("slot {slot} is served by keyspace {keyspace} (ask in move: {ask:?})")]
     Redirect {
         /// The key's hash slot.
         slot: u16,
         /// The keyspace to ask.
         keyspace: KeyspaceId,
-        /// Whether to ask once (`ASK`) rather than for good (`MOVED`).
-        ask: bool,
+        /// To ask once (`ASK`), sent on in the move of this id, rather than for good
+        /// (`MOVED`, `None`).
+        ask: Option<u64>,
     },
     /// Keys of a slot being moved, some of them being copied now or some of them moved
     /// already: retry in a moment (Redis Cluster's `TRYAGAIN`).

@@ -113,6 +113,7 @@ impl Config {
             unsafe_watch_ignores_deletes: false,
             unsafe_slots_serve_held: false,
             unsafe_slots_fill_overwrites: false,
+            unsafe_slots_take_unasked: false,
             unsafe_ignore_repair_floor: false,
             unsafe_pre_vote_ignores_leader: false,
             wall_clock_origin_ms: 0,

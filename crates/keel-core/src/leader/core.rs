@@ -616,6 +616,7 @@ impl Core {
         kv.unsafe_watch_ignores_deletes = self.config.unsafe_watch_ignores_deletes;
         kv.unsafe_serve_held = self.config.unsafe_slots_serve_held;
         kv.unsafe_fill_overwrites = self.config.unsafe_slots_fill_overwrites;
+        kv.unsafe_take_unasked = self.config.unsafe_slots_take_unasked;
         Ok(kv)
     }
 }

@@ -80,6 +80,7 @@ impl LeaderEngine {
         kv.unsafe_watch_ignores_deletes = config.unsafe_watch_ignores_deletes;
         kv.unsafe_serve_held = config.unsafe_slots_serve_held;
         kv.unsafe_fill_overwrites = config.unsafe_slots_fill_overwrites;
+        kv.unsafe_take_unasked = config.unsafe_slots_take_unasked;
         let mut log = Log::new(meta, Vec::new());
         for entry in persisted.entries.into_iter().filter(|e| e.index > meta.last_index) {
             kv.apply(&entry);

@@ -314,6 +314,10 @@ pub struct Config {
     /// even over a key written since the import began, so a late copy of a copying step
     /// undoes a client's write.
     pub unsafe_slots_fill_overwrites: bool,
+    /// For negative-control tests only: a slot's target takes requests its source did
+    /// not send on (no `ASKING`), so a client whose map points there early writes a key
+    /// the source still holds.
+    pub unsafe_slots_take_unasked: bool,
     /// For negative-control tests only: the repair floor is ignored (a node whose
     /// recovery cut damaged records votes by its cut log and campaigns). Shows that the
     /// simulator catches the acknowledged writes damage then loses.

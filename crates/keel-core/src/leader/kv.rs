@@ -339,6 +339,8 @@ pub struct Kv {
     pub unsafe_serve_held: bool,
     /// For negative-control tests only (`Config::unsafe_slots_fill_overwrites`).
     pub unsafe_fill_overwrites: bool,
+    /// For negative-control tests only (`Config::unsafe_slots_take_unasked`).
+    pub unsafe_take_unasked: bool,
 }
 
 impl Kv {
@@ -371,6 +373,7 @@ impl Kv {
             unsafe_watch_ignores_deletes: false,
             unsafe_serve_held: false,
             unsafe_fill_overwrites: false,
+            unsafe_take_unasked: false,
         }
     }
 
@@ -480,8 +483,19 @@ impl Kv {
                 )));
             }
         }
-        // Refused by a move of its slots: not done, so not remembered (`kv_slots`).
-        self.slot_check(command)?;
+        // Refused by a move of its slots (`kv_slots`): not done. A key whose home is
+        // elsewhere is refused for good under this pair, so a late copy of the request
+        // is not applied here should the slot come back; a refusal to wait
+        // (`TRYAGAIN`) is not remembered, and the same request may be taken later.
+        if let Err(refusal) = self.slot_check(command) {
+            if matches!(refusal, KeelError::Redirect { .. }) {
+                let result = Err(refusal.clone());
+                let slot =
+                    DedupSlot { request, index: version.index, result, digest: Some(digest) };
+                self.remember(client, slot, undo);
+            }
+            return Err(refusal);
+        }
         let result = self.execute(version, command.unasked().0, undo);
         self.remember(
             client,
@@ -623,7 +637,7 @@ impl Kv {
             | Command::Transfer { .. }
             | Command::Slot(_)
             | Command::Coll { .. } => unreachable!("executed above"),
-            Command::Asking(_) => unreachable!("unwrapped when applied"),
+            Command::Asking(..) => unreachable!("unwrapped when applied"),
         };
         let item = Item::string(new_value, version, expires_at);
         self.change(command.key().clone(), Some(item), undo);

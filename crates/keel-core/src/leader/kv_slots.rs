@@ -90,21 +90,26 @@ impl Kv {
             let slot = key_slot(key);
             match self.slot_state(slot) {
                 None | Some(SlotState::Owned { .. }) => here = true,
-                Some(SlotState::Importing { .. }) if asking => here = true,
+                // Sent on by the source in this move: the source no longer holds the key.
+                Some(SlotState::Importing { id, .. })
+                    if asking == Some(id) || self.unsafe_take_unasked =>
+                {
+                    here = true
+                }
                 // Only the source knows whether it still holds the key: whoever was not
                 // sent on by it goes there.
                 Some(SlotState::Importing { from, .. }) => {
-                    return Err(KeelError::Redirect { slot, keyspace: from, ask: false });
+                    return Err(KeelError::Redirect { slot, keyspace: from, ask: None });
                 }
                 Some(SlotState::Released { to, .. }) => {
-                    return Err(KeelError::Redirect { slot, keyspace: to, ask: false });
+                    return Err(KeelError::Redirect { slot, keyspace: to, ask: None });
                 }
                 Some(SlotState::Migrating { .. }) if queue => {
                     return Err(KeelError::InvalidArgument(format!(
                         "queue in slot {slot}, which is being moved: queues do not move"
                     )));
                 }
-                Some(SlotState::Migrating { to, held, .. }) => {
+                Some(SlotState::Migrating { to, held, id }) => {
                     if held.binary_search(key).is_ok() && !self.unsafe_serve_held {
                         return Err(KeelError::TryAgain(format!(
                             "key of slot {slot} being moved now"
@@ -112,14 +117,14 @@ impl Kv {
                     }
                     match self.items.get(key).is_some_and(|item| item.live()) {
                         true => here = true,
-                        false => gone = gone.or(Some((slot, to))),
+                        false => gone = gone.or(Some((slot, to, id))),
                     }
                 }
             }
         }
         match gone {
             Some(_) if here => Err(KeelError::TryAgain(SPLIT.into())),
-            Some((slot, to)) => Err(KeelError::Redirect { slot, keyspace: to, ask: true }),
+            Some((slot, to, id)) => Err(KeelError::Redirect { slot, keyspace: to, ask: Some(id) }),
             None => Ok(()),
         }
     }
@@ -494,11 +499,14 @@ mod tests {
         run(&mut target, Command::Slot(import.clone())).unwrap();
         assert_eq!(run(&mut target, Command::Slot(import)), Ok(CommandResult::Count { keys: 0 }));
         // The target takes the slot's keys only from requests the source sent on.
-        let to_source = KeelError::Redirect { slot, keyspace: a, ask: false };
+        let to_source = KeelError::Redirect { slot, keyspace: a, ask: None };
         assert_eq!(target.slot_check(&get(&tagged(0))), Err(to_source.clone()));
         assert_eq!(run(&mut target, put(&tagged(0))), Err(to_source));
-        let asked = |c: Command| Command::Asking(Box::new(c));
+        let asked = |c: Command| Command::Asking(id, Box::new(c));
         assert_eq!(target.slot_check(&asked(get(&tagged(0)))), Ok(()));
+        let earlier = Command::Asking(id - 1, Box::new(get(&tagged(0))));
+        let sent_on_before = KeelError::Redirect { slot, keyspace: a, ask: None };
+        assert_eq!(target.slot_check(&earlier), Err(sent_on_before), "sent on in another move");
         let migrate = SlotOp::Migrate { first: slot, last: slot, to: b, id };
         run(&mut source, Command::Slot(migrate)).unwrap();
         let occupied = run(&mut source, Command::Slot(SlotOp::Occupied { first: 0, last: 16383 }));
@@ -510,7 +518,7 @@ mod tests {
         );
         // Present keys are served here; new ones go to the target, once.
         assert_eq!(source.slot_check(&get(&tagged(0))), Ok(()));
-        let ask = KeelError::Redirect { slot, keyspace: b, ask: true };
+        let ask = KeelError::Redirect { slot, keyspace: b, ask: Some(id) };
         assert_eq!(run(&mut source, put(&tagged(9))), Err(ask.clone()));
         assert_eq!(source.slot_check(&get(&tagged(9))), Err(ask.clone()));
         assert_eq!(source.slot_check(&get("bar")), Ok(()));
@@ -532,10 +540,10 @@ mod tests {
         let release = Command::Slot(SlotOp::Release { slot, keys: held.clone(), id });
         assert_eq!(run(&mut source, release.clone()), Ok(CommandResult::Count { keys: 2 }));
         assert_eq!(run(&mut source, put(&tagged(0))), Err(ask.clone()), "gone: the target's");
-        let asked_put = Command::Asking(Box::new(Command::Put {
-            key: Key::from(tagged(0)),
-            value: Value::from_static(b"new"),
-        }));
+        let asked_put = Command::Asking(
+            id,
+            Box::new(Command::Put { key: Key::from(tagged(0)), value: Value::from_static(b"new") }),
+        );
         assert!(run(&mut target, asked_put).is_ok(), "sent on by the source");
         // Late copies of the batch's steps change nothing: the copy does not undo the
         // client's write, the release deletes none of the next batch's keys.
@@ -552,7 +560,7 @@ mod tests {
         empty(&mut source, &mut target, slot, id);
         run(&mut target, Command::Slot(SlotOp::Own { first: slot, last: slot, id })).unwrap();
         run(&mut source, give).unwrap();
-        let moved = KeelError::Redirect { slot, keyspace: b, ask: false };
+        let moved = KeelError::Redirect { slot, keyspace: b, ask: None };
         assert_eq!(source.slot_check(&get(&tagged(3))), Err(moved));
         assert_eq!(target.slot_check(&get(&tagged(3))), Ok(()));
         for n in 0..5 {

@@ -24,7 +24,7 @@ pub(crate) fn conn() -> (Conn, mpsc::Receiver<Event>, Arc<Resolved>) {
         node_id: keel_types::NodeId(1),
         unsafe_stale_invoke: false,
         unsafe_script_skip_watch: false,
-        asking: false,
+        asking: None,
         guard: None,
     };
     let (other, _) = mpsc::channel(8);

@@ -716,7 +716,10 @@ fn put_error(out: &mut Vec<u8>, error: &KeelError) {
             put_u8(out, 13);
             out.extend_from_slice(&slot.to_le_bytes());
             put_u32(out, keyspace.0);
-            put_flag(out, *ask);
+            put_flag(out, ask.is_some());
+            if let Some(id) = ask {
+                put_u64(out, *id);
+            }
         }
         KeelError::TryAgain(why) => {
             put_u8(out, 14);
@@ -758,7 +761,10 @@ fn read_error(reader: &mut Reader<'_>) -> Result<KeelError, PeerError> {
             KeelError::Redirect {
                 slot,
                 keyspace: keel_types::KeyspaceId(reader.u32("keyspace")?),
-                ask: reader.flag("ask flag")?,
+                ask: match reader.flag("ask flag")? {
+                    true => Some(reader.u64("asked move")?),
+                    false => None,
+                },
             }
         }
         14 => KeelError::TryAgain(read_text(reader, "try again")?),

@@ -29,7 +29,7 @@ pub fn stamp_time(command: Command, now_ms: u64) -> Command {
             let ops = ops.into_iter().map(|op| stamp_time(op, now_ms)).collect();
             Command::Multi { ops, watch }
         }
-        Command::Asking(inner) => Command::Asking(Box::new(stamp_time(*inner, now_ms))),
+        Command::Asking(id, inner) => Command::Asking(id, Box::new(stamp_time(*inner, now_ms))),
         other => other,
     }
 }
@@ -47,7 +47,7 @@ pub(crate) fn timeless(command: &Command) -> Option<Command> {
         Command::Multi { ops, .. } if ops.iter().any(|op| timeless(op).is_some()) => {
             Some(stamp_time(command.clone(), 0))
         }
-        Command::Asking(inner) => timeless(inner).map(|t| Command::Asking(Box::new(t))),
+        Command::Asking(id, inner) => timeless(inner).map(|t| Command::Asking(*id, Box::new(t))),
         _ => None,
     }
 }
@@ -60,7 +60,7 @@ fn touched(command: &Command) -> Vec<&Key> {
         }
         Command::OpenSession { .. } | Command::Flush { .. } | Command::SwapDb { .. } => Vec::new(),
         Command::Transfer { from, to, .. } => vec![from, to],
-        Command::Asking(inner) => touched(inner),
+        Command::Asking(_, inner) => touched(inner),
         other => vec![other.key()],
     }
 }

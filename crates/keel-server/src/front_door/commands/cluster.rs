@@ -130,7 +130,7 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     }
     // `ASKING` counts for the next request alone.
     let asking = std::mem::take(&mut conn.asking);
-    conn.node.asking = false;
+    conn.node.asking = None;
     if is("asking") {
         conn.asking = true;
         return ready(Frame::ok());
@@ -162,7 +162,7 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     let view = keyspaces.slot_view();
     let mut owner = view.serving(placement, slot);
     let asked = view.importing(slot).filter(|_| asking);
-    if let Some(importing) = asked {
+    if let Some((importing, _)) = asked {
         owner = importing; // sent on by the source's `ASK`
     }
     let Some(handle) = keyspaces.get(owner) else {
@@ -180,7 +180,9 @@ pub(crate) fn route(conn: &mut Conn, words: &[Bytes]) -> Option<Pending> {
     }
     // The engine takes a key of a slot it imports only from a request the source sent
     // on: this one request goes as such.
-    conn.node.asking = asked.is_some();
+    // (In the move this node's replica knows of: a request sent on in an earlier one is
+    // refused there.)
+    conn.node.asking = asked.map(|(_, id)| id);
     super::transactions::fix_keyspace(conn, owner);
     None
 }
