@@ -774,6 +774,8 @@ impl Command {
                 | Command::Transfer { .. }
                 | Command::Coll { .. }
                 | Command::CollRead { .. }
+                | Command::Restore { .. }
+                | Command::Fetch { .. }
         ) {
             check_not_reserved(self.key())?;
         }

@@ -7,9 +7,10 @@
 //!    target writes them, the source deletes them (until it holds none);
 //! 3. the target owns the slots, the source gives them up.
 //!
-//! Every step goes under a deduplication session of its keyspace (`KEEL.REQ`), so a
-//! step retried after a lost answer is applied once; and every step is idempotent, so a
-//! move that stopped half way is finished by running the same command again.
+//! Every step is idempotent and names the move (its id): a step asked again after a lost
+//! answer changes nothing more, a late copy of an earlier move's step nothing at all, and
+//! a move that stopped half way is finished by running the same command again with its
+//! id. Each step is answered once durable, whatever the keyspace's default.
 
 use crate::client_cmds::{resolve, Access, NodeAddr};
 use anyhow::{bail, Context};
@@ -18,7 +19,6 @@ use keel_types::KeelError;
 use keel_wire::resp::Frame;
 use keel_wire::slots::SlotRanges;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,12 +129,10 @@ fn rows(frame: &Frame) -> Vec<String> {
         .collect()
 }
 
-/// One keyspace's side of a move: a client of its nodes and a deduplication session.
+/// One keyspace's side of a move: a client of its nodes.
 struct Side {
     name: &'static str,
     client: Arc<Client>,
-    session: u64,
-    seq: AtomicU64,
     wait: Duration,
 }
 
@@ -147,23 +145,28 @@ impl Side {
         wait: Duration,
     ) -> anyhow::Result<Side> {
         let client = Client::new(access.config(nodes, keyspace)?);
-        let (frame, _) = client.call(&[b"KEEL.SESSION"]).await.context("opening a session")?;
-        let session = match frame {
-            Frame::Integer(n) if n != 0 => n as u64,
-            Frame::Bulk(b) => String::from_utf8_lossy(&b).parse().context("a session id")?,
-            other => bail!("KEEL.SESSION answered {other:?}"),
-        };
-        Ok(Side { name, client, session, seq: AtomicU64::new(1), wait })
+        Ok(Side { name, client, wait })
     }
 
-    /// `KEEL.SLOTS words...` under the session's next number, asked again (the same
-    /// number) while the answer is lost, the keyspace has no leader, or the step must
-    /// wait (`TRYAGAIN`), for at most the side's wait in a row.
+    /// The highest move id the slot states of the side's keyspace name, as a node of it
+    /// sees them.
+    async fn last_move(&self) -> anyhow::Result<u64> {
+        let (frame, _) = self.client.call(&[b"KEEL.SLOTS", b"STATE"]).await?;
+        let Frame::Array(rows) = frame else { bail!("STATE answered {frame:?}") };
+        let id = |row: &Frame| match row {
+            Frame::Array(f) => match f.last() {
+                Some(Frame::Bulk(b)) => String::from_utf8_lossy(b).parse::<u64>().ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        Ok(rows.iter().filter_map(id).max().unwrap_or(0))
+    }
+
+    /// `KEEL.SLOTS words...`, asked again while the answer is lost, the keyspace has no
+    /// leader, or the step must wait (`TRYAGAIN`), for at most the side's wait in a row.
     async fn step(&self, words: &[&[u8]]) -> anyhow::Result<Frame> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed).to_string();
-        let session = self.session.to_string();
-        let mut all: Vec<&[u8]> =
-            vec![b"KEEL.REQ", session.as_bytes(), seq.as_bytes(), b"KEEL.SLOTS"];
+        let mut all: Vec<&[u8]> = vec![b"KEEL.SLOTS"];
         all.extend_from_slice(words);
         let deadline = Instant::now() + self.wait;
         loop {
@@ -202,11 +205,17 @@ async fn move_slots(args: &MoveArgs) -> anyhow::Result<()> {
     let (from, to) = (args.from.to_string(), args.to.to_string());
     let batch = args.batch.clamp(1, keel_types::slots::SLOT_BATCH_MAX as u32).to_string();
     // Move ids increase from one move of a slot to the next: the clock's microseconds,
-    // or the id given (to finish a move that stopped half way).
-    let id = args.id.unwrap_or_else(|| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        now.map_or(1, |d| d.as_micros() as u64)
-    });
+    // above every id either keyspace's states name, or the id given (to finish a move
+    // that stopped half way). A step of a lower id than a slot's state is refused.
+    let id = match args.id {
+        Some(id) => id,
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let now = now.map_or(1, |d| d.as_micros() as u64);
+            let last = source.last_move().await?.max(target.last_move().await?);
+            now.max(last + 1)
+        }
+    };
     eprintln!("move {id} (to finish it if it stops, run again with --id {id})");
     let id = id.to_string();
     let mut moved = 0u64;

@@ -312,10 +312,11 @@ pub struct Kv {
     /// replicated state, in snapshots and undone with its entry. `None`: no entry set one,
     /// and the node's configured members are the voters.
     membership: Option<Arc<(Version, Membership)>>,
-    /// Live slot states under their reserved keys (`kv_slots`): 0 spares every request
-    /// the slot check.
-    pub(super) slot_states: u32,
-    /// Changes whenever a slot state's item does (`Kv::slot_generation`).
+    /// The slot states the reserved keys hold, decoded (`kv_slots`; kept with `items` by
+    /// [`Kv::account`]; derived: not in snapshots). Empty spares every request the check.
+    pub(super) slot_cache: BTreeMap<u16, keel_types::slots::SlotState>,
+    /// Changes whenever a slot state's item does (`Kv::slot_generation`); each state
+    /// machine starts from a value no other in the process had.
     pub(super) slot_generation: u64,
     /// `(slot, key)` of every live key of database 0, built on a move's first need
     /// and kept with `items` by [`Kv::account`] from then on (derived: not in snapshots).
@@ -363,8 +364,8 @@ impl Kv {
             read_draws: Draws::default(),
             sessions_evicted_through: Version::default(),
             membership: None,
-            slot_states: 0,
-            slot_generation: 0,
+            slot_cache: BTreeMap::new(),
+            slot_generation: super::kv_slots::fresh_generation(),
             slot_index: None,
             events: None,
             unsafe_skip_dedup: false,
@@ -467,7 +468,13 @@ impl Kv {
         undo: &mut Undo,
     ) -> WriteResult {
         self.session_open(client, command)?;
-        let digest = command_digest(command);
+        if let Command::Slot(_) = command {
+            // Every step is idempotent, and a late copy of one changes nothing (`kv_slots`):
+            // none is deduplicated, so no answer (a batch's images) is kept in the table.
+            return self.execute(version, command, undo);
+        }
+        // The same request whether or not it was sent on by `ASK`.
+        let digest = command_digest(command.unasked().0);
         let dedup = self.dedup.get(&client).filter(|_| !self.unsafe_skip_dedup);
         if let Some(slot) = dedup {
             if slot.request == request {
@@ -741,7 +748,11 @@ impl Kv {
             .items
             .range::<[u8], _>(range)
             .filter(|(key, item)| {
-                item.live() && (db.is_none() || keel_types::db_of(key).map(|(d, _)| d) == db)
+                // Every database's keys and the queues; never the slot states, which say
+                // where the keyspace's slots are, not what they hold.
+                item.live()
+                    && (db.is_none() || keel_types::db_of(key).map(|(d, _)| d) == db)
+                    && !key.starts_with(keel_types::slots::SLOT_STATE_PREFIX)
             })
             .map(|(key, _)| key.clone())
             .collect();
@@ -1087,7 +1098,7 @@ impl Kv {
 
     /// Adds (or removes) an item's share of the running digest and byte count.
     fn account(&mut self, key: &[u8], item: &Item, add: bool) {
-        self.account_slots(key, item.live(), add);
+        self.account_slots(key, item, add);
         let hash = item_hash(key, item);
         let bytes = item_bytes(key, item);
         if let Some(db) = item.live().then(|| keel_types::db_of(key)).flatten().map(|(db, _)| db) {
@@ -1470,12 +1481,6 @@ impl Kv {
                 return Err("items are not in strictly increasing key order".into());
             }
             let item = Item { value, coll, version, expires_at };
-            if key.starts_with(keel_types::slots::SLOT_STATE_PREFIX) {
-                let state = item.value.as_deref().and_then(keel_types::slots::SlotState::decode);
-                if keel_types::slots::slot_of_state_key(&key).is_none() || state.is_none() {
-                    return Err("a slot state that does not decode".into());
-                }
-            }
             kv.account(&key, &item, true);
             kv.items.insert(key, item);
         }

@@ -30,27 +30,12 @@ const SPLIT: &str = "Multiple keys request during rehashing of slot";
 impl Kv {
     /// The state of `slot` this keyspace's log set (`None`: none; the configuration's).
     pub fn slot_state(&self, slot: u16) -> Option<SlotState> {
-        if self.slot_states == 0 {
-            return None;
-        }
-        let item = self.items.get(&slot_state_key(slot)[..])?;
-        Some(SlotState::decode(item.value.as_deref()?).expect("validated when written"))
+        self.slot_cache.get(&slot).cloned()
     }
 
     /// Every slot state the log set, by slot.
     pub fn slot_states(&self) -> Vec<(u16, SlotState)> {
-        if self.slot_states == 0 {
-            return Vec::new();
-        }
-        let start = Key::from_static(SLOT_STATE_PREFIX);
-        self.items
-            .range(start..)
-            .take_while(|(key, _)| key.starts_with(SLOT_STATE_PREFIX))
-            .filter_map(|(key, item)| {
-                let slot = keel_types::slots::slot_of_state_key(key)?;
-                Some((slot, SlotState::decode(item.value.as_deref()?)?))
-            })
-            .collect()
+        self.slot_cache.iter().map(|(slot, state)| (*slot, state.clone())).collect()
     }
 
     /// A number that changes whenever a slot state does (a move's step applied or
@@ -63,7 +48,7 @@ impl Kv {
     /// Applied entries and reads ask it; its refusals change nothing and are not
     /// remembered for deduplication (the same request may be taken later).
     pub fn slot_check(&self, command: &Command) -> Result<(), KeelError> {
-        if self.slot_states == 0 {
+        if self.slot_cache.is_empty() {
             return Ok(());
         }
         let (command, asking) = command.unasked();
@@ -88,21 +73,21 @@ impl Kv {
         let (mut here, mut gone) = (false, None);
         for key in command.keys() {
             let slot = key_slot(key);
-            match self.slot_state(slot) {
+            match self.slot_cache.get(&slot) {
                 None | Some(SlotState::Owned { .. }) => here = true,
                 // Sent on by the source in this move: the source no longer holds the key.
                 Some(SlotState::Importing { id, .. })
-                    if asking == Some(id) || self.unsafe_take_unasked =>
+                    if asking == Some(*id) || self.unsafe_take_unasked =>
                 {
                     here = true
                 }
                 // Only the source knows whether it still holds the key: whoever was not
                 // sent on by it goes there.
                 Some(SlotState::Importing { from, .. }) => {
-                    return Err(KeelError::Redirect { slot, keyspace: from, ask: None });
+                    return Err(KeelError::Redirect { slot, keyspace: *from, ask: None });
                 }
                 Some(SlotState::Released { to, .. }) => {
-                    return Err(KeelError::Redirect { slot, keyspace: to, ask: None });
+                    return Err(KeelError::Redirect { slot, keyspace: *to, ask: None });
                 }
                 Some(SlotState::Migrating { .. }) if queue => {
                     return Err(KeelError::InvalidArgument(format!(
@@ -117,7 +102,7 @@ impl Kv {
                     }
                     match self.items.get(key).is_some_and(|item| item.live()) {
                         true => here = true,
-                        false => gone = gone.or(Some((slot, to, id))),
+                        false => gone = gone.or(Some((slot, *to, *id))),
                     }
                 }
             }
@@ -152,7 +137,6 @@ impl Kv {
                         Ok(None)
                     }
                     Some(SlotState::Owned { id: old }) if *old == id => Ok(None),
-                    Some(other) if other.id() > id => Ok(None), // an earlier move's
                     Some(_) => Err(()),
                 })
             }
@@ -167,7 +151,6 @@ impl Kv {
                         SlotState::Migrating { to: t, id: old, .. }
                         | SlotState::Released { to: t, id: old },
                     ) if *old == id && *t == to => Ok(None),
-                    Some(other) if other.id() > id => Ok(None),
                     Some(_) => Err(()),
                 })
             }
@@ -178,7 +161,6 @@ impl Kv {
                         Ok(Some(SlotState::Owned { id }))
                     }
                     Some(SlotState::Owned { id: old }) if *old == id => Ok(None),
-                    Some(other) if other.id() > id => Ok(None),
                     _ => Err(()),
                 })
             }
@@ -275,7 +257,6 @@ impl Kv {
                     released.push((slot, to));
                 }
                 Some(SlotState::Released { id: current, .. }) if current == id => {}
-                Some(other) if other.id() > id => {}
                 other => return Err(not_now(&op, slot, other.as_ref())),
             }
         }
@@ -372,20 +353,27 @@ impl Kv {
         self.change(slot_state_key(slot), Some(item), undo);
     }
 
-    /// Keeps the slot states' count and generation, and the slot index if built, as
-    /// an item comes (`add`) or goes: called wherever the items change.
-    pub(super) fn account_slots(&mut self, key: &[u8], live: bool, add: bool) {
+    /// Keeps the decoded slot states and their generation, and the slot index if built,
+    /// as an item comes (`add`) or goes: called wherever the items change. A slot state's
+    /// value that does not decode (none the steps write) counts as no state.
+    pub(super) fn account_slots(&mut self, key: &[u8], item: &super::kv::Item, add: bool) {
         if key.starts_with(SLOT_STATE_PREFIX) {
             self.slot_generation += 1;
-            if live {
-                self.slot_states = match add {
-                    true => self.slot_states + 1,
-                    false => self.slot_states.checked_sub(1).expect("counts mirror the items"),
-                };
+            let Some(slot) = keel_types::slots::slot_of_state_key(key) else { return };
+            match add {
+                true => {
+                    let state = item.value.as_deref().and_then(SlotState::decode);
+                    if let Some(state) = state.filter(|_| item.live()) {
+                        self.slot_cache.insert(slot, state);
+                    }
+                }
+                false => {
+                    self.slot_cache.remove(&slot);
+                }
             }
             return;
         }
-        let Some(index) = self.slot_index.as_mut().filter(|_| live && indexed(key)) else {
+        let Some(index) = self.slot_index.as_mut().filter(|_| item.live() && indexed(key)) else {
             return;
         };
         let entry = (key_slot(key), Key::copy_from_slice(key));
@@ -393,22 +381,30 @@ impl Kv {
         assert!(changed, "the slot index mirrors the items");
     }
 
-    /// Checks the slot bookkeeping: the count of states, each migrating slot's held
-    /// keys (in order, of their slot). Costs the slot states, not the items: the
-    /// engine's invariant check runs it after every step.
+    /// Checks what the slot bookkeeping can check cheaply (the engine's invariant check
+    /// runs it after every step): no more states than slots.
     pub fn check_slots(&self) {
-        let states = self.slot_states();
-        assert_eq!(states.len(), self.slot_states as usize, "slot state count");
-        for (slot, state) in &states {
+        assert!(self.slot_cache.len() <= usize::from(keel_types::slots::SLOTS), "slot states");
+    }
+
+    /// Checks the decoded slot states, and the slot index if built, against the items
+    /// (walks every item: tests).
+    pub fn check_slot_index(&self) {
+        let decoded: std::collections::BTreeMap<u16, SlotState> = self
+            .items
+            .iter()
+            .filter(|(_, item)| item.live())
+            .filter_map(|(key, item)| {
+                let slot = keel_types::slots::slot_of_state_key(key)?;
+                Some((slot, SlotState::decode(item.value.as_deref()?)?))
+            })
+            .collect();
+        assert_eq!(decoded, self.slot_cache, "the decoded states mirror the items");
+        for (slot, state) in &self.slot_cache {
             if let SlotState::Migrating { held, .. } = state {
-                assert!(held.windows(2).all(|w| w[0] < w[1]), "held keys in order");
                 assert!(held.iter().all(|k| key_slot(k) == *slot), "held keys of their slot");
             }
         }
-    }
-
-    /// Checks the slot index, if built, against the items (walks every item: tests).
-    pub fn check_slot_index(&self) {
         if let Some(index) = &self.slot_index {
             let live: BTreeSet<(u16, Key)> = self
                 .items
@@ -421,14 +417,24 @@ impl Kv {
     }
 }
 
+/// A generation no state machine of this process started from: a node that rebuilds its
+/// state from a snapshot publishes its states again (`Kv::slot_generation`).
+pub(super) fn fresh_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 32
+}
+
 /// Whether the slot index holds `key`: a client's key of database 0.
 fn indexed(key: &[u8]) -> bool {
     matches!(keel_types::db_of(key), Some((0, _)))
 }
 
-/// The refusal of `op` on `slot` in state `state`.
+/// The refusal of `op` on `slot` in state `state` (a step of an earlier move than the
+/// state's, a late copy, is refused too: it changes nothing).
 fn not_now(op: &SlotOp, slot: u16, state: Option<&SlotState>) -> KeelError {
-    let state = state.map_or("served as configured", SlotState::name);
+    let state = state.map_or("served as configured".to_string(), |state| {
+        format!("{} (move {})", state.name(), state.id())
+    });
     KeelError::InvalidArgument(format!("slot {}: slot {slot} is {state}", op.name()))
 }
 
@@ -584,8 +590,14 @@ mod tests {
             Command::Slot(SlotOp::Migrate { first: slot, last: slot, to: a, id: back }),
         )
         .unwrap();
+        // A step of an earlier move is refused and changes nothing.
         let stale = SlotOp::Migrate { first: slot, last: slot, to: b, id };
-        assert_eq!(run(&mut source, Command::Slot(stale)), Ok(CommandResult::Count { keys: 0 }));
+        let before = source.slot_state(slot);
+        assert!(matches!(
+            run(&mut source, Command::Slot(stale)),
+            Err(KeelError::InvalidArgument(_))
+        ));
+        assert_eq!(source.slot_state(slot), before);
         empty(&mut target, &mut source, slot, back);
         run(&mut source, Command::Slot(SlotOp::Own { first: slot, last: slot, id: back })).unwrap();
         run(&mut target, Command::Slot(SlotOp::Give { first: slot, last: slot, id: back }))
@@ -625,13 +637,24 @@ mod tests {
         assert_eq!(kv.slot_state(4), None, "nothing of a refused step");
         let unowned = SlotOp::Own { first: 7, last: 7, id: 2 };
         assert!(run(&mut kv, Command::Slot(unowned)).is_err());
-        // A snapshot holding a slot state that does not decode is refused.
+        // A slot state that does not decode (no step writes one) counts as none, in a
+        // snapshot too: nothing persisted stops a node.
         let mut bad = Kv::new(100);
         let one = keel_types::Version::new(1, 1);
         let item = super::super::kv::Item::plain(Some("x".into()), one);
         bad.replace(slot_state_key(1), Some(item));
         bad.applied = one;
+        bad.check_slot_index();
+        assert_eq!(bad.slot_state(1), None);
         let bytes = bad.encode_at(LogIndex(1));
-        assert!(Kv::decode(&bytes, one, 100).unwrap_err().contains("slot state"));
+        assert_eq!(Kv::decode(&bytes, one, 100).unwrap().slot_states(), Vec::new());
+        // FLUSHALL deletes every key and keeps every slot state.
+        let released = SlotState::Released { to: KeyspaceId(1), id: 5 };
+        let item = super::super::kv::Item::plain(Some(released.encode()), one);
+        bad.replace(slot_state_key(2), Some(item));
+        run(&mut bad, put(&tagged(1))).unwrap();
+        run(&mut bad, Command::Flush { db: None }).unwrap();
+        assert_eq!(bad.slot_state(2), Some(released));
+        assert_eq!(bad.get(tagged(1).as_bytes()).0, None);
     }
 }

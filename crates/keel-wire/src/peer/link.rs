@@ -17,8 +17,12 @@
 use super::PeerEncode;
 use keel_types::KeyspaceId;
 
-/// The peer protocol this build speaks.
-pub const PEER_PROTOCOL: u8 = 3;
+/// The peer protocol this build speaks: 2 added leadership transfer, 3 leader notices, 4
+/// slot moves (log entries of their steps and of requests sent on by `ASK`, and the slot
+/// refusals a leader answers a forwarded request with).
+pub const PEER_PROTOCOL: u8 = 4;
+/// The peer protocol that brought slot moves: `KEEL.SLOTS` waits for every member at it.
+pub const SLOTS_PROTOCOL: u8 = 4;
 /// The oldest peer protocol this build still works with (its messages decode here).
 pub const PEER_PROTOCOL_MIN: u8 = 1;
 /// The keyspace id of the link's own envelopes (the publish/subscribe fan-out has

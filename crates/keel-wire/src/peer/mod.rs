@@ -41,7 +41,7 @@ pub use geo::GEO_FORMAT_V1;
 pub use kite::KITE_FORMAT_V3;
 pub use link::{
     Announce, LeaderNotice, LEADERS_KEYSPACE, LEADER_NOTICES_PROTOCOL, LINK_KEYSPACE,
-    NOTICE_KEYSPACES_MAX, PEER_PROTOCOL, PEER_PROTOCOL_MIN,
+    NOTICE_KEYSPACES_MAX, PEER_PROTOCOL, PEER_PROTOCOL_MIN, SLOTS_PROTOCOL,
 };
 
 use keel_types::codec::{put_u32, put_u8, CodecError, Reader};

@@ -31,7 +31,12 @@ impl Leading {
         if let Command::Cluster(op) = request.command {
             return self.change_membership(core, origin, request.tag, op);
         }
-        let durability = request.durability.unwrap_or(core.config.durability_default);
+        let mut durability = request.durability.unwrap_or(core.config.durability_default);
+        if matches!(request.command, Command::Slot(_)) {
+            // A slot's move rests on every step it was answered for: none may be lost
+            // (`kv_slots`), whatever the request asked.
+            durability = Durability::Durable;
+        }
         if let Err(error) = core.kv.session_open(request.client, &request.command) {
             core.counters.sessions_expired += 1;
             return core.reply_result(origin, request.tag, Err(error), false);
@@ -41,10 +46,12 @@ impl Leading {
             core.counters.stale_opens_refused += 1;
             return core.reply_result(origin, request.tag, Err(KeelError::SessionExpired), false);
         }
-        let skip = core.config.unsafe_skip_dedup;
+        // A slot's step is idempotent and never deduplicated (`Kv::apply_write`).
+        let skip = core.config.unsafe_skip_dedup || matches!(request.command, Command::Slot(_));
         if let Some(slot) = core.kv.dedup(request.client).filter(|_| !skip) {
             if slot.request == request.request {
-                if slot.digest.is_some_and(|d| d != command_digest(&request.command)) {
+                let digest = command_digest(request.command.unasked().0);
+                if slot.digest.is_some_and(|d| d != digest) {
                     let error = reused_request(request.client, request.request);
                     return core.reply_result(origin, request.tag, Err(error), false);
                 }

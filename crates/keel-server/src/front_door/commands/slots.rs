@@ -25,6 +25,18 @@ pub(crate) fn send(conn: &mut Conn, op: Option<SlotOp>, turn: Turn) -> Pending {
     if let Err(text) = check(placement, &keyspaces.slot_view(), conn.node.id, &op) {
         return Pending::ready(Frame::error(&text), protocol);
     }
+    // Its log entries, and the refusals a leader answers forwarded requests with, decode
+    // only at protocol 4 (`docs/operations.md`, *Rolling upgrade*).
+    let protocols = keyspaces.node_metrics.peer_protocols();
+    let older = protocols.into_iter().find(|(_, p)| *p < keel_wire::peer::SLOTS_PROTOCOL);
+    if let Some((node, p)) = older {
+        let text = format!(
+            "ERR node {} speaks peer protocol {p}; moving slots needs {} on every member: finish the upgrade first",
+            node.0,
+            keel_wire::peer::SLOTS_PROTOCOL
+        );
+        return Pending::ready(Frame::error(&text), protocol);
+    }
     let sent = conn.node.send(turn.submit(Command::Slot(op)));
     let reply = async move {
         match sent.answer().await.and_then(|reply| reply.result) {
