@@ -923,6 +923,25 @@ mod tests {
     }
 
     #[test]
+    fn no_client_command_reaches_a_slot_state() {
+        let limits = Limits::default();
+        let state = crate::slots::slot_state_key(5);
+        let image: Value = b"\x01\x00\x00\x00\x01x".to_vec().into();
+        let forged = Command::Restore { key: state.clone(), image: image.clone() };
+        assert!(matches!(forged.validate(&limits), Err(KeelError::InvalidArgument(_))));
+        let read = Command::Fetch { key: state.clone() };
+        assert!(matches!(read.validate(&limits), Err(KeelError::InvalidArgument(_))));
+        let fill = Command::Slot(crate::slots::SlotOp::Fill {
+            slot: crate::slots::key_slot(&state),
+            items: vec![(state.clone(), image)],
+            id: 1,
+        });
+        assert!(fill.validate(&limits).is_err(), "a copy of a reserved key");
+        let asked = Command::Asking(1, Box::new(Command::Put { key: state, value: "v".into() }));
+        assert!(asked.validate(&limits).is_err(), "sent on by ASK");
+    }
+
+    #[test]
     fn validate_refuses_oversized_keys_and_values() {
         let limits = Limits::default();
         let big_key = vec![b'k'; limits.key_bytes_max as usize + 1];

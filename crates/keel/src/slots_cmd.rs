@@ -116,13 +116,12 @@ fn rows(frame: &Frame) -> Vec<String> {
                     Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
                     _ => "?".into(),
                 };
-                Some(format!(
-                    "{}-{} {state} {} held {}",
-                    int(&f[0]),
-                    int(&f[1]),
-                    int(&f[3]),
-                    int(&f[4])
-                ))
+                let id = match &f[5] {
+                    Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "?".into(),
+                };
+                let (first, last, other, held) = (int(&f[0]), int(&f[1]), int(&f[3]), int(&f[4]));
+                Some(format!("{first}-{last} {state} {other} held {held} move {id}"))
             }
             _ => None,
         })
