@@ -867,6 +867,22 @@ impl Kv {
         previous
     }
 
+    /// The name of a queue holding elements whose name is of a slot in `first..=last`, if
+    /// any: queues do not move with their slots (`kv_slots`). Walks the queues' keys.
+    pub(super) fn queue_in_slots(&self, first: u16, last: u16) -> Option<Key> {
+        let start = Key::from_static(RESERVED_KEY_PREFIX);
+        let end = Key::from_static(keel_types::slots::SLOT_STATE_PREFIX);
+        self.items.range(start..end).find_map(|(key, item)| {
+            let rest = &key[RESERVED_KEY_PREFIX.len()..];
+            let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+            // A meta key is the prefix, the name's length and the name: nothing after.
+            let name = rest.get(4..).filter(|name| name.len() == len)?;
+            let slot = keel_types::slots::key_slot(name);
+            let occupied = QueueMeta::of(item.value.as_deref()).len() > 0;
+            (occupied && (first..=last).contains(&slot)).then(|| Key::copy_from_slice(name))
+        })
+    }
+
     /// A queue's head and next sequence numbers, from its meta key (a queue never used
     /// starts at 1). A meta value of the wrong shape (only a damaged snapshot could hold
     /// one) reads as an empty queue at 1.

@@ -141,6 +141,12 @@ impl Kv {
                 })
             }
             SlotOp::Migrate { first, last, to, id } => {
+                if let Some(queue) = self.queue_in_slots(*first, *last) {
+                    let name = String::from_utf8_lossy(&queue);
+                    let why =
+                        format!("slot migrate: queue {name:?} holds elements: queues do not move");
+                    return Err(KeelError::InvalidArgument(why));
+                }
                 let (to, id) = (*to, *id);
                 self.set_slots(version, op, *first, *last, undo, |state| match state {
                     None => Ok(Some(SlotState::Migrating { to, held: Vec::new(), id })),
@@ -648,6 +654,17 @@ mod tests {
         assert_eq!(bad.slot_state(1), None);
         let bytes = bad.encode_at(LogIndex(1));
         assert_eq!(Kv::decode(&bytes, one, 100).unwrap().slot_states(), Vec::new());
+        // A slot holding a queue's elements is not migrated: queues do not move.
+        let queue = Key::from(tagged(7));
+        let enqueue = Command::Enqueue { queue: queue.clone(), value: Value::from_static(b"e") };
+        run(&mut kv, enqueue).unwrap();
+        let migrate = SlotOp::Migrate { first: slot, last: slot, to: KeyspaceId(2), id: 9 };
+        assert!(matches!(
+            run(&mut kv, Command::Slot(migrate.clone())),
+            Err(KeelError::InvalidArgument(_))
+        ));
+        run(&mut kv, Command::Dequeue { queue }).unwrap();
+        assert!(run(&mut kv, Command::Slot(migrate)).is_ok(), "an empty queue moves nothing");
         // FLUSHALL deletes every key and keeps every slot state.
         let released = SlotState::Released { to: KeyspaceId(1), id: 5 };
         let item = super::super::kv::Item::plain(Some(released.encode()), one);
