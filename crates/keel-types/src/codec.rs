@@ -1246,6 +1246,15 @@ mod tests {
                 replace: true,
                 remove_source: false,
             },
+        ];
+        for command in commands {
+            round_trip(&write_entry(command));
+        }
+    }
+
+    #[test]
+    fn slot_moves_round_trip_and_an_asked_command_is_one_level_deep() {
+        let commands = [
             Command::Slot(crate::slots::SlotOp::Fill {
                 slot: crate::slots::key_slot(b"k"),
                 items: vec![(b"k".to_vec().into(), b"\x01".to_vec().into())],

@@ -408,6 +408,26 @@ pub fn check_not_reserved(key: &[u8]) -> Result<(), KeelError> {
     Ok(())
 }
 
+/// Checks a slot move's step: its slots in range, its batch within bounds and of its
+/// slot, and the keys and images it copies within the limits (no reserved key).
+fn validate_slot(op: &crate::slots::SlotOp, limits: &Limits) -> Result<(), KeelError> {
+    if !op.valid() {
+        return Err(KeelError::InvalidArgument(format!(
+            "slot {}: slots out of range, or a batch over {} keys or of another slot",
+            op.name(),
+            crate::slots::SLOT_BATCH_MAX
+        )));
+    }
+    if let crate::slots::SlotOp::Fill { items, .. } = op {
+        for (key, image) in items {
+            limits.check_key(key)?;
+            check_not_reserved(key)?;
+            limits.check_value(image)?;
+        }
+    }
+    Ok(())
+}
+
 /// Most operations, and most watched keys, in one transaction.
 pub const MULTI_OPS_MAX: usize = 16_384;
 
@@ -841,23 +861,7 @@ impl Command {
             }
             Command::CollRead { op, .. } => op.validate(limits),
             Command::Asking(..) => unreachable!("validated above"),
-            Command::Slot(op) => {
-                if !op.valid() {
-                    return Err(KeelError::InvalidArgument(format!(
-                        "slot {}: slots out of range, or a batch over {} keys or of another slot",
-                        op.name(),
-                        crate::slots::SLOT_BATCH_MAX
-                    )));
-                }
-                if let crate::slots::SlotOp::Fill { items, .. } = op {
-                    for (key, image) in items {
-                        limits.check_key(key)?;
-                        check_not_reserved(key)?;
-                        limits.check_value(image)?;
-                    }
-                }
-                Ok(())
-            }
+            Command::Slot(op) => validate_slot(op, limits),
         }
     }
 

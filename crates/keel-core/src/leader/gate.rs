@@ -156,6 +156,9 @@ fn check_entries<'a>(
             EntryPayload::Write { command: Command::Cluster(_) | Command::Geo(_), .. } => {
                 return Err("a cluster change or a geo operation inside a write entry");
             }
+            EntryPayload::Write { command: Command::Slot(op), .. } if !op.valid() => {
+                return Err("a slot step out of range or with keys of another slot");
+            }
             EntryPayload::Membership(membership) if !membership.valid() => {
                 return Err("a membership that is not sorted, disjoint and in bounds");
             }

@@ -122,7 +122,12 @@ impl Kv {
         op: &SlotOp,
         undo: &mut Undo,
     ) -> WriteResult {
-        assert!(op.valid(), "an invalid slot op applied: {op:?}");
+        if !op.valid() {
+            // Refused at the door and by the gate; a log holding one (from no version of
+            // Keel) is answered with an error on every replica alike, never a panic.
+            let why = format!("slot {}: an invalid step", op.name());
+            return Err(KeelError::InvalidArgument(why));
+        }
         match op {
             SlotOp::Import { first, last, from, id } => {
                 let (from, id) = (*from, *id);
