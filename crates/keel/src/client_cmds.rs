@@ -84,7 +84,7 @@ pub struct Target {
     #[arg(long, default_value_t = 0)]
     pub keyspace: u32,
     #[command(flatten)]
-    access: Access,
+    pub(crate) access: Access,
 }
 
 /// `keel get KEY`.

@@ -70,17 +70,11 @@ pub struct MoveArgs {
     access: Access,
 }
 
-/// `keel slots state`.
+/// `keel slots state`: the node and keyspace to ask.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StateArgs {
-    /// A node's client address.
-    #[arg(long, default_value = "127.0.0.1:7379", value_parser = resolve)]
-    pub node: NodeAddr,
-    /// The keyspace.
-    #[arg(long, default_value_t = 0)]
-    pub keyspace: u32,
     #[command(flatten)]
-    access: Access,
+    target: crate::client_cmds::Target,
 }
 
 /// Runs `keel slots`.
@@ -89,9 +83,9 @@ pub fn slots(args: &SlotsArgs) -> ExitCode {
         match &args.action {
             SlotsAction::Move(args) => move_slots(args).await,
             SlotsAction::State(args) => {
-                let client = Client::new(
-                    args.access.config(std::slice::from_ref(&args.node), args.keyspace)?,
-                );
+                let target = &args.target;
+                let node = std::slice::from_ref(&target.node);
+                let client = Client::new(target.access.config(node, target.keyspace)?);
                 let frame = client.call_node(0, &[b"KEEL.SLOTS", b"STATE"]).await?;
                 for row in rows(&frame) {
                     println!("{row}");

@@ -372,7 +372,14 @@ fn redis_py_cluster_client_keeps_every_write_while_slots_move_and_a_leader_dies(
     let (group0, group1): (&[usize], &[usize]) = (&[0, 1, 2], &[3, 4, 5]);
     let mover = move_slots(&cluster, "0-8191", (0, group0), (1, group1));
     let leader = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a leader");
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // Killed once the move is under way: the source (node 1's keyspace) migrating.
+    let n1 = cluster.client_addrs()[0].port();
+    if common::tool("redis-cli").is_some() {
+        let migrating = common::wait_until(std::time::Duration::from_secs(20), || {
+            cli(n1, &["KEEL.SLOTS", "STATE"]).iter().any(|l| l == "migrating")
+        });
+        assert!(migrating, "the move never began");
+    }
     cluster.kill(leader);
     eprintln!("killed n{}", leader + 1);
     let next = cluster.wait_for_leader_in(1, common::LEADER_WAIT).expect("a new leader");

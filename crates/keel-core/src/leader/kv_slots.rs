@@ -192,33 +192,37 @@ impl Kv {
                 self.hold(version, op, *slot, *count as usize, *id, undo)
             }
             SlotOp::Fill { slot, items, id } => self.fill(version, op, *slot, items, *id, undo),
-            SlotOp::Release { slot, keys, id } => {
-                let Some(SlotState::Migrating { to, held, id: current }) = self.slot_state(*slot)
-                else {
-                    return Err(not_now(op, *slot, self.slot_state(*slot).as_ref()));
-                };
-                if current != *id {
-                    return Err(not_now(op, *slot, self.slot_state(*slot).as_ref()));
-                }
-                let released: BTreeSet<&Key> = keys.iter().collect();
-                let mut deleted = 0;
-                let mut kept = Vec::with_capacity(held.len());
-                for key in held {
-                    if !released.contains(&key) {
-                        kept.push(key);
-                        continue;
-                    }
-                    if self.items.get(&key).is_some_and(|item| item.live()) {
-                        let tombstone = super::kv::Item::plain(None, version);
-                        self.change(key, Some(tombstone), undo);
-                        deleted += 1;
-                    }
-                }
-                let state = SlotState::Migrating { to, held: kept, id: *id };
-                self.put_slot_state(version, *slot, &state, undo);
-                Ok(CommandResult::Count { keys: deleted })
+            SlotOp::Release { slot, keys, id } => self.release(version, op, *slot, keys, *id, undo),
+        }
+    }
+
+    /// At the source: deletes those of `keys` it holds (their copies are at the target)
+    /// and holds them no more; answers how many it deleted.
+    fn release(
+        &mut self,
+        version: Version,
+        op: &SlotOp,
+        slot: u16,
+        keys: &[Key],
+        id: u64,
+        undo: &mut Undo,
+    ) -> WriteResult {
+        let (to, held) = match self.slot_state(slot) {
+            Some(SlotState::Migrating { to, held, id: current }) if current == id => (to, held),
+            other => return Err(not_now(op, slot, other.as_ref())),
+        };
+        let released: BTreeSet<&Key> = keys.iter().collect();
+        let (mut deleted, mut kept) = (0, Vec::with_capacity(held.len()));
+        for key in held {
+            if !released.contains(&key) {
+                kept.push(key);
+            } else if self.items.get(&key).is_some_and(|item| item.live()) {
+                self.change(key, Some(super::kv::Item::plain(None, version)), undo);
+                deleted += 1;
             }
         }
+        self.put_slot_state(version, slot, &SlotState::Migrating { to, held: kept, id }, undo);
+        Ok(CommandResult::Count { keys: deleted })
     }
 
     /// Sets the state of every slot of `first..=last` to what `next` says of its current
