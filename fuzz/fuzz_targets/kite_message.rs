@@ -38,8 +38,8 @@ fn message(which: u8) -> Message {
         settled: vec![(id, outcome.clone())],
     };
     let ballot = Ballot { round: 2, proposer: 2 << 32 };
-    let view = View { gen: 3, incarnations: vec![(NodeId(2), 1), (NodeId(3), 0)] };
-    let by = Origin { incarnation: 1, view: Some(Box::new(view)) };
+    let view = View { gen: 3, incarnations: vec![(NodeId(2), 1), (NodeId(3), 0)], membership: Default::default() };
+    let by = Origin { incarnation: 1, epoch: 0, view: Some(Box::new(view)) };
     match which % 11 {
         0 => Message::Write { round: 1, key: b("k"), value: b("v"), stamp, rmw: Some((id, outcome.clone())), applied: vec![], query: Some(7) },
         1 => Message::Read { round: 1, key: b("k"), query: Some(7) },
@@ -47,7 +47,7 @@ fn message(which: u8) -> Message {
         3 => Message::Propose { round: 1, key: b("k"), ballot, rmw: id, query: None },
         4 => Message::Accept { round: 1, key: b("k"), ballot, record, query: None },
         5 => Message::ResetBit { acquire: 7, gen: 1 },
-        6 => Message::StateRequest { rejoin: 2 << 32 | 1, after: Cursor::Key(b("a")) },
+        6 => Message::StateRequest { rejoin: 2 << 32 | 1, after: Cursor::Key(b("a")), membership: Default::default() },
         8 => Message::WriteAck { round: 1, by, delinquent: Some(1) },
         9 => Message::Accepted { round: 1, by, ok: true, promised: ballot, delinquent: None },
         10 => Message::ViewAck { incarnation: 0, gen: 1 },
@@ -59,6 +59,7 @@ fn message(which: u8) -> Message {
             outcomes: vec![(id, b("k"), outcome)],
             bits: vec![(NodeId(3), true, 2)],
             next: Some(Cursor::Outcome(2 << 32, 1)),
+            membership: Default::default(),
         },
         _ => unreachable!("which % 11"),
     }

@@ -230,6 +230,14 @@ pub struct RunArgs {
     /// simulator's watch on commits: one request committed at two stamps).
     #[arg(long)]
     pub forget_outcomes: bool,
+    /// Negative control (Kite, `--scenario membership`): during a membership change a
+    /// quorum is a majority of the new voters alone.
+    #[arg(long)]
+    pub new_quorum_only: bool,
+    /// Negative control (Kite, `--scenario membership`): a change settles on the new
+    /// voters without a majority of them having read the old voters' state.
+    #[arg(long)]
+    pub unsynced_change: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

@@ -30,6 +30,7 @@ pub mod types;
 
 pub use engine::KiteEngine;
 pub use types::{
-    Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Message,
-    Origin, ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status, View,
+    Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Membership,
+    Message, Origin, ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status, View,
+    MEMBERSHIP_KEY,
 };

@@ -286,7 +286,7 @@ fn the_gate_drops_forged_messages_with_a_reason() {
     };
     let promise = Message::Promise {
         round: 1,
-        by: Origin { incarnation: 0, view: None },
+        by: Origin { incarnation: 0, epoch: 0, view: None },
         ok: true,
         promised: Ballot { round: 1, proposer: 1 << 32 },
         accepted: None,
@@ -379,10 +379,13 @@ mod hostile {
             Just(NodeId(9)),
             any::<u32>().prop_map(NodeId)
         ];
-        let view = (any::<u64>(), prop::collection::vec((node, 0u32..3), 0..70))
-            .prop_map(|(gen, incarnations)| Box::new(View { gen, incarnations }));
+        let view = (any::<u64>(), prop::collection::vec((node, 0u32..3), 0..70)).prop_map(
+            |(gen, incarnations)| {
+                Box::new(View { gen, incarnations, membership: Default::default() })
+            },
+        );
         (prop_oneof![Just(0u32), Just(1), any::<u32>()], prop::option::of(view))
-            .prop_map(|(incarnation, view)| Origin { incarnation, view })
+            .prop_map(|(incarnation, view)| Origin { incarnation, epoch: 0, view })
     }
 
     fn message() -> impl Strategy<Value = Message> {

@@ -226,6 +226,69 @@ pub enum KiteOp {
         /// Strong: always compares at a quorum. Weak: may fail locally.
         strong: bool,
     },
+    /// One step of a membership change towards these voters (an operator's, never a
+    /// client's): from a settled membership to the joint one, or, once a majority of the
+    /// new voters read the old voters' state, from the joint one to the new voters alone
+    /// (`engine/membership.rs`). Made by a compare-and-swap on [`MEMBERSHIP_KEY`]; the
+    /// caller asks again until [`Status::membership`] shows the voters settled.
+    Reconfigure {
+        /// [`MEMBERSHIP_KEY`] (the key whose read-modify-writes the step queues behind).
+        key: Key,
+        /// The voters wanted, sorted.
+        voters: Vec<NodeId>,
+    },
+}
+
+/// The reserved key under which a Kite keyspace keeps its membership, chosen by
+/// compare-and-swaps as any key's value is (`engine/membership.rs`). No client request
+/// reaches it: keys in `keel_types::RESERVED_KEY_PREFIX` are refused at admission.
+pub const MEMBERSHIP_KEY: &[u8] = b"\xff\xffkeel\x00kite-membership";
+
+/// A Kite keyspace's membership: its voters, and while a change is under way the voters it
+/// moves to. While `next` is set every quorum is a majority of both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Membership {
+    /// Raised by every change: the value at [`MEMBERSHIP_KEY`] of epoch `e` is replaced
+    /// only by one of epoch `e + 1`. Epoch 0 is the configured voters (the key absent).
+    pub epoch: u64,
+    /// The voters, sorted.
+    pub voters: Vec<NodeId>,
+    /// During a change: the voters it moves to, sorted.
+    pub next: Option<Vec<NodeId>>,
+}
+
+impl Membership {
+    /// The most voters a membership names on either side.
+    pub const VOTERS_MAX: usize = 63;
+
+    /// The bytes kept at [`MEMBERSHIP_KEY`].
+    pub fn encode(&self) -> Value {
+        Value::from(serde_json::to_vec(self).expect("a membership encodes"))
+    }
+
+    /// The membership kept in `bytes`, if they hold a valid one.
+    pub fn decode(bytes: &[u8]) -> Option<Membership> {
+        let m: Membership = serde_json::from_slice(bytes).ok()?;
+        m.valid().then_some(m)
+    }
+
+    /// Both sides sorted, without repeats, 1 to [`Membership::VOTERS_MAX`] voters.
+    pub fn valid(&self) -> bool {
+        let side = |v: &[NodeId]| {
+            !v.is_empty() && v.len() <= Self::VOTERS_MAX && v.windows(2).all(|w| w[0] < w[1])
+        };
+        side(&self.voters) && self.next.as_deref().is_none_or(side)
+    }
+
+    /// The voters once the change under way (if any) is done.
+    pub fn target(&self) -> &[NodeId] {
+        self.next.as_deref().unwrap_or(&self.voters)
+    }
+
+    /// Whether `node` votes on either side.
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.voters.contains(&node) || self.target().contains(&node)
+    }
 }
 
 impl KiteOp {
@@ -237,8 +300,16 @@ impl KiteOp {
             | KiteOp::Acquire { key }
             | KiteOp::Release { key, .. }
             | KiteOp::Faa { key, .. }
-            | KiteOp::Cas { key, .. } => key,
+            | KiteOp::Cas { key, .. }
+            | KiteOp::Reconfigure { key, .. } => key,
         }
+    }
+
+    /// A step of a membership change towards `voters` (sorted here).
+    pub fn reconfigure(mut voters: Vec<NodeId>) -> KiteOp {
+        voters.sort_unstable();
+        voters.dedup();
+        KiteOp::Reconfigure { key: Key::from_static(MEMBERSHIP_KEY), voters }
     }
 
     /// Whether it is a read-modify-write (FAA or CAS).
@@ -285,6 +356,7 @@ impl KiteOp {
             KiteOp::Faa { .. } => "faa",
             KiteOp::Cas { strong: true, .. } => "cas-strong",
             KiteOp::Cas { strong: false, .. } => "cas-weak",
+            KiteOp::Reconfigure { .. } => "reconfigure",
         }
     }
 }
@@ -548,6 +620,9 @@ pub enum Message {
         rejoin: u64,
         /// Where the page starts.
         after: Cursor,
+        /// The asker's membership, taken by the node asked before it cuts the page (the
+        /// fence of a membership change, `engine/membership.rs`).
+        membership: Membership,
     },
     /// One page of a node's state, in cursor order: keys, then committed outcomes.
     StatePage {
@@ -567,6 +642,27 @@ pub enum Message {
         bits: Vec<(NodeId, bool, u64)>,
         /// Where the next page starts; `None`: this was the last.
         next: Option<Cursor>,
+        /// The sender's membership, taken by the asker before it counts the page.
+        membership: Membership,
+    },
+    /// Asks a voter of the membership under way whether it read the old voters' state.
+    SyncQuery {
+        /// The round.
+        round: RoundId,
+        /// The asker's membership (a change under way), taken by the node asked.
+        membership: Membership,
+    },
+    /// Answers a [`Message::SyncQuery`] once the sender read the old voters' state.
+    Synced {
+        /// The round.
+        round: RoundId,
+        /// Who answered (see [`Origin`]).
+        by: Origin,
+    },
+    /// A node's membership, sent to a peer found behind it (or ahead of it).
+    MembershipNews {
+        /// The sender's membership.
+        membership: Membership,
     },
 }
 
@@ -587,6 +683,9 @@ pub enum Message {
 pub struct Origin {
     /// The replier's incarnation.
     pub incarnation: u32,
+    /// The epoch of the replier's membership: a round counts only replies of its own
+    /// node's epoch (`engine/membership.rs`).
+    pub epoch: u64,
     /// The replier's view, while the asker may not have merged it (boxed: rare, and
     /// replies stay small).
     pub view: Option<Box<View>>,
@@ -601,6 +700,8 @@ pub struct View {
     pub gen: u64,
     /// The highest incarnation the sender knows of each member it has heard of.
     pub incarnations: Vec<(NodeId, u32)>,
+    /// The sender's membership.
+    pub membership: Membership,
 }
 
 /// Where a page of a node's state starts.
@@ -652,6 +753,9 @@ impl Message {
             Message::ViewAck { .. } => "view-ack",
             Message::StateRequest { .. } => "state-request",
             Message::StatePage { .. } => "state-page",
+            Message::SyncQuery { .. } => "sync-query",
+            Message::Synced { .. } => "synced",
+            Message::MembershipNews { .. } => "membership-news",
         }
     }
 
@@ -694,6 +798,9 @@ impl Message {
             Message::WriteAck { .. }
             | Message::Read { .. }
             | Message::SlowRelease { .. }
+            | Message::SyncQuery { .. }
+            | Message::Synced { .. }
+            | Message::MembershipNews { .. }
             | Message::SlowReleaseAck { .. }
             | Message::ResetBit { .. }
             | Message::Propose { .. }
@@ -709,8 +816,12 @@ impl Message {
 pub struct Config {
     /// This node.
     pub node: NodeId,
-    /// Every member, this node included (3 to 9; majority quorums).
+    /// Every node that may vote, this node included (1 to 63): whom messages may come
+    /// from. The voters are a subset, changed online (`engine/membership.rs`).
     pub members: Vec<NodeId>,
+    /// The voters while the keyspace's membership was never changed (epoch 0); empty:
+    /// every member.
+    pub voters: Vec<NodeId>,
     /// This node's incarnation: a new one after every restart that lost memory.
     pub incarnation: u32,
     /// How long a release waits for every node's acknowledgements of the session's
@@ -773,6 +884,13 @@ pub struct Config {
     /// request done already (by an earlier attempt, or a helper) is done again under the
     /// same id. Unsafe; for tests and `keel sim` only.
     pub unsafe_forget_outcomes: bool,
+    /// Negative control: during a membership change a quorum is a majority of the new
+    /// voters alone, not of both the old and the new. Unsafe; for tests and `keel sim` only.
+    pub unsafe_new_quorum_only: bool,
+    /// Negative control: a change settles on the new voters without waiting for a
+    /// majority of them to read the old voters' state. Unsafe; for tests and `keel sim`
+    /// only.
+    pub unsafe_unsynced_change: bool,
 }
 
 impl Config {
@@ -781,6 +899,7 @@ impl Config {
         Config {
             node,
             members,
+            voters: Vec::new(),
             incarnation: 0,
             release_timeout: Span::from_millis(5),
             retransmit: Span::from_millis(20),
@@ -800,7 +919,17 @@ impl Config {
             unsafe_paper_reset: false,
             unsafe_uncommitted_failures: false,
             unsafe_forget_outcomes: false,
+            unsafe_new_quorum_only: false,
+            unsafe_unsynced_change: false,
         }
+    }
+
+    /// The membership of epoch 0: `voters`, or every member.
+    pub fn initial_membership(&self) -> Membership {
+        let mut voters =
+            if self.voters.is_empty() { self.members.clone() } else { self.voters.clone() };
+        voters.sort_unstable();
+        Membership { epoch: 0, voters, next: None }
     }
 
     /// Checks ranges: 1 to 63 members with no duplicates, this node among them, positive
@@ -819,6 +948,10 @@ impl Config {
         }
         if !self.members.contains(&self.node) {
             return err("node", "this node is not a member");
+        }
+        let initial = self.initial_membership();
+        if !initial.valid() || initial.voters.iter().any(|v| !self.members.contains(v)) {
+            return err("voters", "sorted, without repeats, and members");
         }
         if self.release_timeout.0 == 0 {
             return err("release_timeout", "must be positive");
@@ -872,6 +1005,10 @@ pub struct Status {
     pub outcomes_bytes: usize,
     /// The delinquency bits, by node.
     pub bits: Vec<(NodeId, Bit)>,
+    /// The membership this node knows.
+    pub membership: Membership,
+    /// The epoch of the last change for which this node read the old voters' state.
+    pub synced: u64,
     /// Counters.
     pub counters: Counters,
 }
@@ -879,6 +1016,12 @@ pub struct Status {
 /// What a Kite node has done, for metrics and the simulator's coverage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
+    /// Memberships taken (each newer one learned, by a commit, a view, a page or news).
+    pub memberships: u64,
+    /// Reads of the old voters' state finished for a membership change.
+    pub syncs: u64,
+    /// Replies not counted because their sender's membership was of another epoch.
+    pub replies_other_epoch: u64,
     /// Relaxed reads served locally.
     pub reads_fast: u64,
     /// Relaxed reads that read a quorum (out-of-epoch key).

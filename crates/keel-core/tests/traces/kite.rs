@@ -128,6 +128,13 @@ impl Traced for KiteEngine {
                 flag(*rejoining, "rejoining"),
                 flag(next.is_some(), "more")
             ),
+            Message::SyncQuery { membership, .. } => {
+                format!("SyncQuery epoch={}", membership.epoch)
+            }
+            Message::Synced { .. } => "Synced".into(),
+            Message::MembershipNews { membership } => {
+                format!("MembershipNews epoch={}", membership.epoch)
+            }
         }
     }
 

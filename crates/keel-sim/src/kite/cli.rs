@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 /// The scenarios `--engine kite` runs.
-pub const SCENARIOS: [&str; 3] = ["general", "litmus", "faults"];
+pub const SCENARIOS: [&str; 4] = ["general", "litmus", "faults", "membership"];
 
 /// Runs one seed of `scenario`.
 pub fn run_one(config: &KiteRunConfig) -> KiteReport {
@@ -38,6 +38,8 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         uncommitted_failures: args.uncommitted_failures,
         forget_outcomes: args.forget_outcomes,
         unbounded_links: args.unbounded_links,
+        new_quorum_only: args.new_quorum_only,
+        unsynced_change: args.unsynced_change,
         keep_history: single && args.history.is_some(),
     };
     let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())

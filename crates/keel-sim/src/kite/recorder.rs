@@ -106,6 +106,9 @@ impl Recorder {
             KiteOp::Cas { expected, new, strong, .. } => {
                 (RcKind::Cas, Some(number(new)), expected.as_ref().map(number), *strong)
             }
+            KiteOp::Reconfigure { .. } => {
+                unreachable!("membership changes are not clients' operations")
+            }
         };
         self.by_tag.insert(tag, self.ops.len());
         self.ops.push(RcOp {
@@ -183,6 +186,11 @@ impl Recorder {
         if let Err(keel_types::KeelError::SessionExpired) = &reply.result {
             // A retry refused because a later request of its client was done: it may have
             // been done, so it stays without a reply (its commit, if any, settles it).
+            return None;
+        }
+        if let Err(keel_types::KeelError::Unavailable(_)) = &reply.result {
+            // Refused by a node that no longer votes: a retry's earlier attempt elsewhere
+            // may have been done, so it stays without a reply too.
             return None;
         }
         let op = &mut self.ops[index];

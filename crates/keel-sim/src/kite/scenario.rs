@@ -55,6 +55,11 @@ pub struct KiteRunConfig {
     pub forget_outcomes: bool,
     /// Negative control: links refuse no client values (`NetConfig::unsafe_unbounded_links`).
     pub unbounded_links: bool,
+    /// Negative control (`membership`): during a change a quorum is a majority of the new
+    /// voters alone.
+    pub new_quorum_only: bool,
+    /// Negative control (`membership`): a change settles without the new voters' sync.
+    pub unsynced_change: bool,
     /// Keep the history in the report.
     pub keep_history: bool,
 }
@@ -76,6 +81,8 @@ impl KiteRunConfig {
             uncommitted_failures: false,
             forget_outcomes: false,
             unbounded_links: false,
+            new_quorum_only: false,
+            unsynced_change: false,
             keep_history: false,
         }
     }
@@ -116,6 +123,12 @@ impl KiteRunConfig {
         }
         if self.unbounded_links {
             line.push_str(" --unbounded-links");
+        }
+        if self.new_quorum_only {
+            line.push_str(" --new-quorum-only");
+        }
+        if self.unsynced_change {
+            line.push_str(" --unsynced-change");
         }
         line
     }
@@ -175,6 +188,8 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.unsafe_forget_outcomes = config.forget_outcomes;
     template.unsafe_no_rejoin = config.no_rejoin;
     template.unsafe_unfenced_rejoin = config.unfenced_rejoin;
+    template.unsafe_new_quorum_only = config.new_quorum_only;
+    template.unsafe_unsynced_change = config.unsynced_change;
     template
 }
 
@@ -364,6 +379,8 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         &mut topology,
         &mut clients,
     );
+    let changes = config.scenario == "membership";
+    let schedule = if changes { without_crashes(schedule) } else { schedule };
     let sessions = draw_sessions(&world.members(), &mut rng, &mut clients);
     let mut report = KiteReport {
         seed: config.seed,
@@ -391,9 +408,11 @@ fn general(config: &KiteRunConfig) -> KiteReport {
         next_session: 1_000,
         failed_named: Vec::new(),
         next_value: 1 << 40,
+        mover: changes.then(|| Mover::new(config.seed, n)),
     };
     run.load(schedule, duration);
-    let quiet = duration + 4_000 * MS;
+    let settled = run.settle_membership(duration);
+    let quiet = settled + 4_000 * MS;
     let finals = run.quiesce_and_read(quiet);
     run.check(quiet, &finals);
     reached(&run.world, &mut run.report);
@@ -567,6 +586,8 @@ struct GeneralRun {
     /// Named read-modify-writes answered as failed.
     failed_named: Vec<keel_core::kite::RmwId>,
     next_value: u64,
+    /// The `membership` scenario's changes of the voters.
+    mover: Option<Mover>,
 }
 
 /// The live nodes at the end, and the final reads: at which node, of which key, under
@@ -600,6 +621,7 @@ impl GeneralRun {
             self.world.run_until(t);
             self.take_replies();
             self.submit(t);
+            self.move_membership(t, false);
         }
     }
 
@@ -695,6 +717,10 @@ impl GeneralRun {
             if self.abandoned.contains(&reply.tag) {
                 continue;
             }
+            if let Some(mover) = self.mover.as_mut().filter(|m| m.asked == Some(reply.tag)) {
+                mover.answered(at, &reply, &mut self.report.reached);
+                continue;
+            }
             let session = self.recorder.session_of(reply.tag);
             let k = self.recorder.key_of(reply.tag);
             if let Ok(KiteResult::Rmw { wrote: None, local: false, .. }) = &reply.result {
@@ -724,6 +750,12 @@ impl GeneralRun {
     fn submit(&mut self, t: u64) {
         for s in self.sessions.iter_mut() {
             if s.outstanding >= s.depth || s.next_at > t || self.world.engine(s.node).is_none() {
+                continue;
+            }
+            // A client of a node that no longer votes waits until it does again (a
+            // client told `UNAVAILABLE` reconnects; the `membership` scenario's own).
+            let votes = self.world.engine(s.node).is_some_and(|e| e.membership().contains(s.node));
+            if !votes {
                 continue;
             }
             let op = random_op(&mut self.rng, &mut self.bias, s, &mut self.next_value);
@@ -1086,4 +1118,149 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
     add("exec:hard-state-saved", stats.hard_states_saved);
     add("exec:boot-from-disk", stats.boots_from_disk);
     add(&format!("nodes:{}", world.members().len()), 1);
+}
+
+/// The `membership` scenario's schedule: the general one without crashes and restarts
+/// (and the late acknowledgement, which restarts a node). A restarted node boots with
+/// the configured voters; keeping the membership's epoch across restarts is not built
+/// yet (`docs/kite.md`, Membership changes), so restarts are left out of this scenario.
+fn without_crashes(schedule: Vec<(u64, Fault)>) -> Vec<(u64, Fault)> {
+    let crash =
+        |f: &Fault| matches!(f, Fault::Crash { .. } | Fault::Restart { .. } | Fault::LateAck(_));
+    schedule.into_iter().filter(|(_, f)| !crash(f)).collect()
+}
+
+/// The session the mover's requests go in (no client's).
+const MOVER_SESSION: u64 = 900_000_000;
+
+/// Changes the voters of the `membership` scenario, one change at a time, as an operator
+/// does: it asks a voter for the next step towards its target until a voter shows the
+/// target settled, then waits and draws the next target (a random set of the nodes, a
+/// majority of them or more, or all of them once the load is over).
+struct Mover {
+    rng: Rng,
+    nodes: u32,
+    target: Vec<NodeId>,
+    asked: Option<RequestTag>,
+    next_at: u64,
+}
+
+impl Mover {
+    fn new(seed: u64, nodes: u32) -> Mover {
+        let mut mover = Mover {
+            rng: Rng::new(seed ^ 0x6b69_7465_5f6d_656d),
+            nodes,
+            target: Vec::new(),
+            asked: None,
+            next_at: 0,
+        };
+        mover.target = mover.draw();
+        mover.next_at = mover.rng.range(10, 200) * MS;
+        mover
+    }
+
+    /// A set of at least a majority of the nodes (at least two), sorted.
+    fn draw(&mut self) -> Vec<NodeId> {
+        let n = self.nodes as usize;
+        let least = (n / 2 + 1).max(2).min(n);
+        let size = self.rng.range(least as u64, n as u64 + 1) as usize;
+        let mut all: Vec<NodeId> = (1..=self.nodes).map(NodeId).collect();
+        while all.len() > size {
+            let i = self.rng.below(all.len() as u64) as usize;
+            all.remove(i);
+        }
+        all
+    }
+
+    /// The answer to the last step asked.
+    fn answered(
+        &mut self,
+        at: u64,
+        reply: &keel_core::kite::KiteReply,
+        reached: &mut BTreeMap<String, u64>,
+    ) {
+        self.asked = None;
+        self.next_at = at + self.rng.range(1, 5) * MS;
+        let name = match &reply.result {
+            Ok(KiteResult::Rmw { wrote: Some(_), .. }) => "membership:step",
+            Ok(_) => "membership:step-answered",
+            Err(_) => "membership:step-refused",
+        };
+        *reached.entry(name.into()).or_default() += 1;
+    }
+}
+
+impl GeneralRun {
+    /// The mover's next move at `t` (towards every node when `last`).
+    fn move_membership(&mut self, t: u64, last: bool) -> bool {
+        let Some(mover) = self.mover.as_mut() else { return true };
+        if last {
+            mover.target = self.world.members();
+        }
+        if mover.asked.is_some() || mover.next_at > t {
+            return false;
+        }
+        let voters: Vec<(NodeId, keel_core::kite::Membership)> = self
+            .world
+            .live()
+            .into_iter()
+            .filter_map(|n| self.world.engine(n).map(|e| (n, e.membership().clone())))
+            .filter(|(n, m)| m.contains(*n))
+            .collect();
+        if voters.is_empty() {
+            return false;
+        }
+        let newest = voters.iter().map(|(_, m)| m).max_by_key(|m| m.epoch).expect("a voter");
+        if newest.next.is_none() && newest.voters == mover.target {
+            if last {
+                let all_know = voters.iter().all(|(_, m)| m == newest);
+                return all_know;
+            }
+            *self.report.reached.entry("membership:changed".into()).or_default() +=
+                u64::from(newest.epoch > 0);
+            mover.target = mover.draw();
+            mover.next_at = t + mover.rng.range(20, 300) * MS;
+            return false;
+        }
+        // A change under way towards another set is finished first, as an operator does.
+        let towards = newest.next.clone().unwrap_or_else(|| mover.target.clone());
+        let (node, _) = &voters[mover.rng.below(voters.len() as u64) as usize];
+        let op = KiteOp::reconfigure(towards);
+        mover.asked = Some(self.world.submit_named(*node, MOVER_SESSION, op, None));
+        false
+    }
+
+    /// After the load: the voters changed back to every node, and every node knowing it.
+    /// Returns the time reached.
+    fn settle_membership(&mut self, from: u64) -> u64 {
+        if self.mover.is_none() {
+            return from;
+        }
+        self.world.heal();
+        self.world.calm_network();
+        let mut t = from;
+        let deadline = from + 60_000 * MS;
+        while t < deadline {
+            t += STEP_NS;
+            self.world.run_until(t);
+            self.take_replies();
+            if self.move_membership(t, true) {
+                return t;
+            }
+        }
+        let seen: Vec<String> = self
+            .world
+            .live()
+            .into_iter()
+            .filter_map(|n| {
+                let e = self.world.engine(n)?;
+                Some(format!("{}: {:?} synced {}", n.0, e.membership(), e.status().synced))
+            })
+            .collect();
+        self.report.violations.push(format!(
+            "the membership did not settle on every node in 60 s: {}",
+            seen.join("; ")
+        ));
+        t
+    }
 }

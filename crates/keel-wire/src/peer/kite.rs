@@ -10,20 +10,22 @@
 use super::{PeerError, PeerLimits};
 use keel_core::kite::Message;
 
-/// The only Kite message format this version writes and reads (3: replies carry who
+/// The only Kite message format this version writes and reads (4: memberships change
+/// online: replies carry their sender's membership epoch, views and state pages its
+/// membership, and sync queries and membership news exist; 3: replies carry who
 /// answered, its incarnation and view, and `ViewAck` exists, for the rejoin's fence; 2:
 /// read-modify-write records and outcomes carry the digest of their command, and records
 /// what they settle; 1 had neither). A node refuses every other format by name, so a
 /// cluster never mixes nodes with and without the fence.
-pub const KITE_FORMAT_V3: u8 = 3;
+pub const KITE_FORMAT_V4: u8 = 4;
 
 impl super::PeerMessage for Message {
     fn encode(&self, out: &mut Vec<u8>) {
-        super::postcard_encode(KITE_FORMAT_V3, self, out);
+        super::postcard_encode(KITE_FORMAT_V4, self, out);
     }
 
     fn decode(bytes: &[u8], limits: &PeerLimits) -> Result<Message, PeerError> {
-        super::postcard_decode(KITE_FORMAT_V3, "kite message", bytes, limits)
+        super::postcard_decode(KITE_FORMAT_V4, "kite message", bytes, limits)
     }
 
     /// A message carrying client values is charged to its link's allowance; past it, it
@@ -39,7 +41,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use keel_core::kite::{
-        Ballot, Cursor, Origin, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, View,
+        Ballot, Cursor, Membership, Origin, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, View,
     };
     use keel_types::NodeId;
     use proptest::prelude::*;
@@ -89,10 +91,17 @@ mod tests {
 
     fn origin() -> impl Strategy<Value = Origin> {
         let entry = (any::<u32>(), any::<u32>()).prop_map(|(n, i)| (NodeId(n), i));
-        let view = (any::<u64>(), proptest::collection::vec(entry, 0..4))
-            .prop_map(|(gen, incarnations)| Box::new(View { gen, incarnations }));
-        (any::<u32>(), proptest::option::of(view))
-            .prop_map(|(incarnation, view)| Origin { incarnation, view })
+        let view = (any::<u64>(), proptest::collection::vec(entry, 0..4), membership()).prop_map(
+            |(gen, incarnations, membership)| Box::new(View { gen, incarnations, membership }),
+        );
+        (any::<u32>(), any::<u64>(), proptest::option::of(view))
+            .prop_map(|(incarnation, epoch, view)| Origin { incarnation, epoch, view })
+    }
+
+    fn membership() -> impl Strategy<Value = Membership> {
+        let side = proptest::collection::vec(any::<u32>().prop_map(NodeId), 1..5);
+        (any::<u64>(), side.clone(), proptest::option::of(side))
+            .prop_map(|(epoch, voters, next)| Membership { epoch, voters, next })
     }
 
     /// Every message kind: the store's and barriers', Paxos's, the rejoin's, in proportion
@@ -214,8 +223,15 @@ mod tests {
     /// A rejoining node's requests for state and their pages.
     fn rejoin_message() -> impl Strategy<Value = Message> {
         prop_oneof![
-            (any::<u64>(), bytes())
-                .prop_map(|(rejoin, k)| Message::StateRequest { rejoin, after: Cursor::Key(k) }),
+            (any::<u64>(), bytes()).prop_map(|(rejoin, k)| Message::StateRequest {
+                rejoin,
+                after: Cursor::Key(k),
+                membership: Membership::default(),
+            }),
+            (any::<u64>(), membership())
+                .prop_map(|(round, membership)| Message::SyncQuery { round, membership }),
+            (any::<u64>(), origin()).prop_map(|(round, by)| Message::Synced { round, by }),
+            membership().prop_map(|membership| Message::MembershipNews { membership }),
             (
                 any::<(u64, bool)>(),
                 bytes(),
@@ -227,6 +243,7 @@ mod tests {
                 .prop_map(
                     |((rejoin, rejoining), key, stamp, promised, accepted, outs)| {
                         Message::StatePage {
+                            membership: Membership::default(),
                             rejoin,
                             after: Cursor::Outcome(1, 2),
                             rejoining,

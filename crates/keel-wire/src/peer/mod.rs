@@ -38,7 +38,7 @@ mod link;
 mod message;
 
 pub use geo::GEO_FORMAT_V1;
-pub use kite::KITE_FORMAT_V3;
+pub use kite::KITE_FORMAT_V4;
 pub use link::{
     Announce, LeaderNotice, LEADERS_KEYSPACE, LEADER_NOTICES_PROTOCOL, LINK_KEYSPACE,
     NOTICE_KEYSPACES_MAX, PEER_PROTOCOL, PEER_PROTOCOL_MIN, SLOTS_PROTOCOL,

@@ -62,7 +62,7 @@ impl KiteEngine {
         tracked: &[RoundId],
         release: bool,
     ) {
-        let all = self.all_members();
+        let all = self.voting_mask();
         let missing: u64 = tracked
             .iter()
             .filter_map(|r| self.rounds.get(*r))
@@ -82,6 +82,7 @@ impl KiteEngine {
         // This node acknowledges its own writes as it sends them.
         assert!(!delinquent.contains(&self.config.node), "a node delinquent to itself");
         assert!(!delinquent.is_empty() && delinquent.len() < self.config.members.len());
+        assert!(missing & !all == 0, "a delinquent node that does not vote");
         *barrier = Barrier::Slow { delinquent, round: None };
     }
 
@@ -96,7 +97,7 @@ impl KiteEngine {
     ) {
         let Barrier::Slow { delinquent, round } = barrier else { unreachable!("a slow barrier") };
         if round.is_none() {
-            let all_quorum = tracked.iter().all(|r| self.acks(*r) >= self.quorum);
+            let all_quorum = tracked.iter().all(|r| self.acked_by_quorum(*r));
             if !all_quorum {
                 return;
             }
@@ -109,7 +110,7 @@ impl KiteEngine {
             *round = Some(self.broadcast(session, msg, false));
         }
         let r = round.expect("the slow release is out");
-        if self.acks(r) >= self.quorum {
+        if self.acked_by_quorum(r) {
             self.close(r);
             self.untrack_all(session);
             if release {

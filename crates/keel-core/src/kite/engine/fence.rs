@@ -38,10 +38,14 @@ impl KiteEngine {
             for &(node, incarnation) in &view.incarnations {
                 self.learn(node, incarnation);
             }
+            self.take_membership(view.membership.clone());
             let ack = Message::ViewAck { incarnation: origin.incarnation, gen: view.gen };
             self.out.messages.push((from, ack));
         }
         self.learn(from, origin.incarnation);
+        if !self.admit_epoch(from, origin.epoch) {
+            return false;
+        }
         let current = self.incarnations.get(&from) == Some(&origin.incarnation);
         // After learning from this very reply, `from` is known at least at its incarnation.
         debug_assert!(self.incarnations.get(&from).is_some_and(|&i| i >= origin.incarnation));
@@ -88,9 +92,10 @@ impl KiteEngine {
         let told = self.view_told.get(&to).copied().unwrap_or(0);
         let view = (to != self.config.node && told < self.view_gen).then(|| {
             let incarnations = self.incarnations.iter().map(|(&n, &i)| (n, i)).collect();
-            Box::new(View { gen: self.view_gen, incarnations })
+            let membership = self.membership.clone();
+            Box::new(View { gen: self.view_gen, incarnations, membership })
         });
-        Origin { incarnation: self.config.incarnation, view }
+        Origin { incarnation: self.config.incarnation, epoch: self.membership.epoch, view }
     }
 
     /// `from` merged the view of generation `gen` of this node's `incarnation` (an earlier

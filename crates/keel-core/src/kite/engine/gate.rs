@@ -101,11 +101,15 @@ impl KiteEngine {
             Message::Accepted { promised, .. } if *promised != Ballot::default() => {
                 rules.ballot(promised)
             }
-            Message::StateRequest { rejoin, after } => {
+            Message::StateRequest { rejoin, after, membership } => {
                 if *rejoin >> 32 != u64::from(from.0) {
                     return Err("state request of another node's rejoin");
                 }
+                rules.membership(membership)?;
                 rules.cursor(after)
+            }
+            Message::SyncQuery { membership, .. } | Message::MembershipNews { membership } => {
+                rules.membership(membership)
             }
             Message::ViewAck { incarnation, gen } => self.check_view_ack(*incarnation, *gen),
             Message::StatePage { .. } => rules.state_page(message),
@@ -232,6 +236,17 @@ impl Rules<'_> {
         if view.incarnations.iter().any(|(node, _)| self.engine.index_of(*node).is_none()) {
             return Err("view names a non-member");
         }
+        self.membership(&view.membership)
+    }
+
+    /// A membership: well formed, and its voters members.
+    fn membership(&self, m: &crate::kite::types::Membership) -> Check {
+        if !m.valid() {
+            return Err("a membership not sorted, with repeats, or empty");
+        }
+        if m.voters.iter().chain(m.target()).any(|v| self.engine.index_of(*v).is_none()) {
+            return Err("a membership names a non-member");
+        }
         Ok(())
     }
 
@@ -257,9 +272,11 @@ impl Rules<'_> {
     }
 
     fn state_page(&self, message: &Message) -> Check {
-        let Message::StatePage { after, slots, outcomes, bits, next, .. } = message else {
+        let Message::StatePage { after, slots, outcomes, bits, next, membership, .. } = message
+        else {
             unreachable!("a state page")
         };
+        self.membership(membership)?;
         if slots.len() + outcomes.len() > PAGE_ITEMS_MAX || bits.len() > MEMBERS_MAX {
             return Err("state page too large");
         }

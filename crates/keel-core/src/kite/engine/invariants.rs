@@ -47,7 +47,7 @@ impl KiteEngine {
             "view of a stranger"
         );
         assert!(self.view_told.values().all(|&g| g <= self.view_gen), "view told ahead of sent");
-        assert_eq!(self.quorum, self.config.members.len() / 2 + 1, "majority quorums");
+        self.check_membership();
         assert!(self.config.incarnation == 0 || self.epoch >= 1, "a later incarnation's epoch");
         assert_eq!(self.bits.len(), self.config.members.len(), "one bit per member");
         for bit in self.bits.values() {
@@ -174,6 +174,7 @@ impl KiteEngine {
                 assert!(rmw.id < self.next_acquire, "an acquire id not given out");
                 self.check_rmw(session, rmw.op.key(), rmw.rid, rmw.ballot, stage);
             }
+            Phase::SyncWait(wait) => open(&wait.round(), "sync-query"),
             Phase::Refused(_) => panic!("session {session} keeps a refused operation"),
         }
     }
@@ -262,6 +263,7 @@ fn waits_on(phase: &Phase, id: RoundId) -> bool {
             };
             staged || slow(&rmw.barrier)
         }
+        Phase::SyncWait(wait) => wait.waits_on(id),
         Phase::Refused(_) => false,
     }
 }

@@ -13,7 +13,8 @@
 //! | `ops.rs` | reads, writes, acquires, releases and flushes: start and progress (Eventual Store and ABD) | `sessions.rs` |
 //! | `barrier.rs` | the release barrier (fast, then slow release), the end of an acquire (epoch raised, bits reset), delinquency queries | `ops.rs`, `rmw/`, `serve.rs` |
 //! | `rmw/` | read-modify-writes: per-key leaderless Paxos, one function per stage (`mod.rs` takes the key and retries, `propose.rs` reads the promises, `accept.rs`, `commit.rs`) | `ops.rs` |
-//! | `rejoin.rs` | a restarted node reading its peers' state before it serves | `boot`, `serve.rs` |
+//! | `rejoin.rs` | a restarted node reading its peers' state before it serves (and a new voter's sync) | `boot`, `serve.rs` |
+//! | `membership.rs` | membership changes: joint quorums, one epoch per round, the sync, the change's steps | `serve.rs`, `ops.rs`, `replica.rs` |
 //! | `fence.rs` | incarnations on every reply, which keep a round from counting a restarted node's lost reply | `serve.rs` |
 //! | `outcomes.rs` | the bounded table of committed read-modify-write outcomes (exactly once) | `replica.rs` |
 //! | `invariants.rs` | `check_invariants`, run by the simulator after every step | the simulator |
@@ -43,6 +44,7 @@ mod barrier;
 mod fence;
 mod gate;
 mod invariants;
+mod membership;
 mod ops;
 mod outcomes;
 mod rejoin;
@@ -149,6 +151,8 @@ enum Phase {
     },
     /// Finished with an error (never kept: the session answers it at once).
     Refused(KeelError),
+    /// A membership change waiting for a majority of its new voters to have synced.
+    SyncWait(membership::SyncWait),
 }
 
 impl Phase {
@@ -212,8 +216,16 @@ impl Session {
 pub struct KiteEngine {
     config: Config,
     writer: u64,
-    quorum: usize,
     epoch: u64,
+    /// The membership this node knows (`membership.rs`), and its two sides as masks of
+    /// member indexes (`next_mask` 0 when no change is under way).
+    membership: super::types::Membership,
+    voters_mask: u64,
+    next_mask: u64,
+    /// The epoch of the last change for which this node read the old voters' state.
+    synced: u64,
+    /// While reading the old voters' state for a change (serving meanwhile).
+    sync: Option<Rejoin>,
     keys: BTreeMap<Key, Slot>,
     bits: BTreeMap<NodeId, Bit>,
     /// Per node: how many slow releases named it here (its bit's generation).

@@ -69,6 +69,7 @@ impl KiteEngine {
             KiteOp::Acquire { key } => Err(self.start_acquire(session, key)),
             KiteOp::Release { key, value } => Err(self.start_release(session, key, value)),
             KiteOp::Faa { .. } | KiteOp::Cas { .. } => self.rmw_start(session, rid, op),
+            KiteOp::Reconfigure { voters, .. } => self.reconfigure_start(session, rid, voters),
         }
     }
 
@@ -136,6 +137,7 @@ impl KiteEngine {
                 }
                 self.start(session, rid, op)
             }
+            Phase::SyncWait(wait) => self.sync_wait_progress(session, wait),
             Phase::Rmw(mut rmw, stage) => {
                 self.barrier_progress(session, &mut rmw.barrier, false);
                 self.rmw_progress(session, rmw, stage)
@@ -192,7 +194,7 @@ impl KiteEngine {
         };
         self.close(acquire.round);
         acquire.delinquent.extend(read.flagged);
-        if read.seen_by < self.quorum {
+        if !self.is_quorum(read.seen_by) {
             // Not yet seen by a quorum: write it back, asking again, so the answers come
             // after the value was visible (the delinquent set of the release it may come
             // from has reached a quorum).
@@ -201,7 +203,8 @@ impl KiteEngine {
             acquire.write_back = Some((round, read.found));
             return Err(Phase::Acquire(acquire));
         }
-        let everywhere = read.seen_by == self.config.members.len();
+        let voting = self.voting_mask();
+        let everywhere = read.seen_by & voting == voting;
         Ok(self.finish_acquire(session, acquire, read.found, everywhere))
     }
 

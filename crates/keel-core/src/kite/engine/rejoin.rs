@@ -52,12 +52,14 @@ enum Source {
     Done,
 }
 
-/// A rejoin in progress.
+/// A rejoin in progress (after a restart), or a sync (a new voter reading the old
+/// voters' state during a membership change, `membership.rs`): the same pages.
 #[derive(Clone, Debug)]
 pub(super) struct Rejoin {
     sources: BTreeMap<NodeId, Source>,
-    /// How many other nodes with their memory must be read.
-    need: usize,
+    /// A restart: this node lost its memory (and serves nothing until done). Otherwise a
+    /// sync, while the node serves.
+    restarted: bool,
     /// Since when this node and the rejoining nodes it heard from have been a majority.
     amnesia_since: Option<Time>,
     /// The other nodes heard to be rejoining during this rejoin: they lost their memory
@@ -67,56 +69,84 @@ pub(super) struct Rejoin {
     amnesiac: BTreeSet<NodeId>,
 }
 
+impl Rejoin {
+    /// Reading `sources`, each asked for its first page at `now`.
+    pub(super) fn reading(sources: Vec<NodeId>, now: Time, restarted: bool) -> Rejoin {
+        let asking = || Source::Asking { after: Cursor::Start, sent_at: now, rejoining: false };
+        let sources = sources.into_iter().map(|p| (p, asking())).collect();
+        Rejoin { sources, restarted, amnesia_since: None, amnesiac: BTreeSet::new() }
+    }
+
+    /// Whether it is a restart's rejoin (not a sync).
+    pub(super) fn restarted(&self) -> bool {
+        self.restarted
+    }
+
+    /// The sources read to the end.
+    fn done(&self) -> Vec<NodeId> {
+        self.sources.iter().filter(|(_, s)| **s == Source::Done).map(|(&n, _)| n).collect()
+    }
+}
+
 impl KiteEngine {
-    /// Starts rejoining if the configuration asks for it and there is anyone to read from.
+    /// Starts rejoining if the configuration asks for it and there is anyone to read from:
+    /// every other member is asked (whoever votes in the membership this node learns
+    /// counts; `membership.rs`).
     pub(super) fn start_rejoin(mut self) -> KiteEngine {
-        let n = self.config.members.len();
-        let need = (n - self.quorum + 1).min(n - 1);
-        if !self.config.rejoin || self.config.unsafe_no_rejoin || need == 0 {
+        let me = self.config.node;
+        let peers: Vec<NodeId> = self.config.members.iter().copied().filter(|&p| p != me).collect();
+        if !self.config.rejoin || self.config.unsafe_no_rejoin || peers.is_empty() {
             return self;
         }
-        let mut sources = BTreeMap::new();
-        for &peer in &self.config.members {
-            if peer != self.config.node {
-                let asking =
-                    Source::Asking { after: Cursor::Start, sent_at: self.now, rejoining: false };
-                sources.insert(peer, asking);
-                let ask = Message::StateRequest { rejoin: self.writer, after: Cursor::Start };
-                self.out.messages.push((peer, ask));
-            }
+        for &peer in &peers {
+            let ask = Message::StateRequest {
+                rejoin: self.writer,
+                after: Cursor::Start,
+                membership: self.membership.clone(),
+            };
+            self.out.messages.push((peer, ask));
         }
-        self.rejoin =
-            Some(Rejoin { sources, need, amnesia_since: None, amnesiac: BTreeSet::new() });
+        self.rejoin = Some(Rejoin::reading(peers, self.now, true));
+        self.finish_rejoin_if_complete();
         self
     }
 
     /// Whether the rejoin is complete: enough nodes with their memory read, or a majority
     /// without memory and nobody left to wait for (or the grace period over).
     fn rejoin_complete(&mut self) -> bool {
-        let (now, quorum) = (self.now, self.quorum);
+        let now = self.now;
+        let quorum = super::membership::majority(self.membership.voters.len());
         let grace = crate::time::Span(self.config.retransmit.0.saturating_mul(AMNESIA_GRACE_PACES));
-        let Some(rejoin) = &mut self.rejoin else { return true };
-        let done = rejoin.sources.values().filter(|s| **s == Source::Done).count();
-        if done >= rejoin.need {
+        let Some(rejoin) = &self.rejoin else { return true };
+        if self.read_enough(&rejoin.done(), true) {
             return true;
         }
-        let amnesiac = rejoin.amnesiac.len();
-        debug_assert!(amnesiac < rejoin.sources.len() + 1, "only other members are counted");
-        if amnesiac + 1 < quorum {
+        let voters = &self.membership.voters;
+        let amnesiac = rejoin.amnesiac.iter().filter(|n| voters.contains(n)).count();
+        let me = usize::from(voters.contains(&self.config.node));
+        let rejoin = self.rejoin.as_mut().expect("rejoining");
+        if amnesiac + me < quorum || me == 0 {
             rejoin.amnesia_since = None;
             return false;
         }
         let since = *rejoin.amnesia_since.get_or_insert(now);
-        let unheard =
-            rejoin.sources.values().any(|s| matches!(s, Source::Asking { rejoining: false, .. }));
+        let unheard = rejoin.sources.iter().any(|(n, s)| {
+            voters.contains(n) && matches!(s, Source::Asking { rejoining: false, .. })
+        });
         !unheard || since + grace <= now
     }
 
-    /// Ends the rejoin if it is complete.
+    /// Ends the rejoin (or the sync) if it is complete.
     pub(super) fn finish_rejoin_if_complete(&mut self) {
         if self.rejoin.is_some() && self.rejoin_complete() {
             self.rejoin = None;
             self.counters.rejoins += 1;
+            self.synced_now();
+        }
+        let synced = self.sync.as_ref().is_some_and(|s| self.read_enough(&s.done(), false));
+        if synced {
+            self.sync = None;
+            self.synced_now();
         }
     }
 
@@ -129,12 +159,18 @@ impl KiteEngine {
     /// Asks again for the pages not answered within the retransmission pace.
     pub(super) fn rejoin_resend_due(&mut self) {
         let (now, pace, writer) = (self.now, self.config.retransmit, self.writer);
-        let Some(rejoin) = &mut self.rejoin else { return };
+        let membership = self.membership.clone();
+        let reading = if self.rejoin.is_some() { &mut self.rejoin } else { &mut self.sync };
+        let Some(rejoin) = reading else { return };
         for (&peer, source) in rejoin.sources.iter_mut() {
             if let Source::Asking { after, sent_at, .. } = source {
                 if *sent_at + pace <= now {
                     *sent_at = now;
-                    let ask = Message::StateRequest { rejoin: writer, after: after.clone() };
+                    let ask = Message::StateRequest {
+                        rejoin: writer,
+                        after: after.clone(),
+                        membership: membership.clone(),
+                    };
                     self.out.messages.push((peer, ask));
                     self.counters.retransmits += 1;
                 }
@@ -144,7 +180,7 @@ impl KiteEngine {
 
     /// When the next page request is due again.
     pub(super) fn rejoin_wake(&self) -> Option<Time> {
-        let rejoin = self.rejoin.as_ref()?;
+        let rejoin = self.rejoin.as_ref().or(self.sync.as_ref())?;
         let grace = crate::time::Span(self.config.retransmit.0.saturating_mul(AMNESIA_GRACE_PACES));
         rejoin
             .sources
@@ -171,6 +207,7 @@ impl KiteEngine {
                 outcomes,
                 bits,
                 next: None,
+                membership: self.membership.clone(),
             };
         }
         let bits = match after {
@@ -189,7 +226,17 @@ impl KiteEngine {
             (outcomes, next) = self.page_outcomes(&after, bytes, slots.len());
         }
         assert!(slots.len() + outcomes.len() <= PAGE_ITEMS_MAX, "a state page past its bound");
-        Message::StatePage { rejoin, after, rejoining: false, slots, outcomes, bits, next }
+        let membership = self.membership.clone();
+        Message::StatePage {
+            rejoin,
+            after,
+            rejoining: false,
+            slots,
+            outcomes,
+            bits,
+            next,
+            membership,
+        }
     }
 
     /// The keys of a page from `after` (none when it starts among the outcomes), and the
@@ -253,12 +300,25 @@ impl KiteEngine {
     /// Merges a page into this node's state and asks for the next one; rejoins once
     /// enough nodes were read.
     pub(super) fn on_state_page(&mut self, from: NodeId, page: Message) {
-        let Message::StatePage { rejoin, after, rejoining, slots, outcomes, bits, next } = page
+        let Message::StatePage {
+            rejoin,
+            after,
+            rejoining,
+            slots,
+            outcomes,
+            bits,
+            next,
+            membership,
+        } = page
         else {
             return;
         };
-        let writer = self.writer;
-        let Some(state) = &mut self.rejoin else { return };
+        // The sender's membership first: the page counts under it (a sync the news ends
+        // or starts again takes no page of the one before).
+        self.take_membership(membership);
+        let (writer, current) = (self.writer, self.membership.clone());
+        let reading = if self.rejoin.is_some() { &mut self.rejoin } else { &mut self.sync };
+        let Some(state) = reading else { return };
         let expected = matches!(state.sources.get(&from),
             Some(Source::Asking { after: asked, .. }) if *asked == after);
         if rejoin != writer || !expected {
@@ -271,7 +331,11 @@ impl KiteEngine {
             // Asked again from the start after the pace: it may have rejoined by then.
             (_, true) => Source::Asking { after: Cursor::Start, sent_at: now, rejoining: true },
             (Some(cursor), false) => {
-                let ask = Message::StateRequest { rejoin: writer, after: cursor.clone() };
+                let ask = Message::StateRequest {
+                    rejoin: writer,
+                    after: cursor.clone(),
+                    membership: current,
+                };
                 self.out.messages.push((from, ask));
                 Source::Asking { after: cursor.clone(), sent_at: now, rejoining: false }
             }

@@ -30,13 +30,22 @@ impl KiteEngine {
         // incarnation must not match a round of this one (it would answer another key's
         // round: found by restarts in the simulator).
         let first_round = (rng.next_u64() >> 2).max(1);
-        let quorum = n / 2 + 1;
-        // Any two quorums meet: what one acknowledged, the other reads.
-        assert!(2 * quorum > n && quorum <= n, "majority quorums");
+        let membership = config.initial_membership();
+        let mask = |voters: &[NodeId]| {
+            voters
+                .iter()
+                .map(|v| config.members.iter().position(|m| m == v))
+                .fold(0u64, |m, i| m | (1 << i.expect("validated: voters are members")))
+        };
+        let voters_mask = mask(&membership.voters);
         Ok(KiteEngine {
             writer: Stamp::writer_of(config.node, config.incarnation),
-            quorum,
             epoch: u64::from(config.incarnation > 0),
+            membership,
+            voters_mask,
+            next_mask: 0,
+            synced: 0,
+            sync: None,
             keys: BTreeMap::new(),
             bits,
             gens: BTreeMap::new(),
@@ -92,11 +101,17 @@ impl KiteEngine {
             incarnation: self.config.incarnation,
             rejoining: self.rejoin.is_some(),
             keys: self.keys.len(),
-            keys_in_epoch: self.keys.values().filter(|s| s.epoch == self.epoch).count(),
+            keys_in_epoch: if self.fast_path() {
+                self.keys.values().filter(|s| s.epoch == self.epoch).count()
+            } else {
+                0
+            },
             sessions: self.sessions.len(),
             outcomes: self.outcomes.len(),
             outcomes_bytes: self.outcomes.bytes(),
             bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
+            membership: self.membership.clone(),
+            synced: self.synced,
             counters: self.counters.clone(),
         }
     }
@@ -163,7 +178,7 @@ impl KiteEngine {
         self.rounds
             .iter()
             .map(|(_, r)| r)
-            .filter(|r| r.replies.len() < self.quorum)
+            .filter(|r| !self.is_quorum(self.replies_mask(&r.replies)))
             .filter_map(|r| match &r.msg {
                 Message::Propose { key, .. } => Some(key),
                 _ => None,
@@ -173,7 +188,7 @@ impl KiteEngine {
 
     /// Whether a relaxed access to `key` would take the fast path now.
     pub fn in_epoch(&self, key: &[u8]) -> bool {
-        self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
+        self.fast_path() && self.keys.get(key).map_or(0, |s| s.epoch) == self.epoch
     }
 
     /// Handles one input at local time `now`.
@@ -186,10 +201,11 @@ impl KiteEngine {
         let epoch = self.epoch;
         self.now = now;
         self.out.hard_state = self.hard_state.take();
-        let rejoining = self.rejoin.is_some();
+        let (rejoining, synced) = (self.rejoin.is_some(), self.synced);
         let mut touched = self.take_input(input);
-        if rejoining && self.rejoin.is_none() {
-            // Rejoined in this step: every session held back may start.
+        if (rejoining && self.rejoin.is_none()) || synced != self.synced {
+            // Rejoined in this step: every session held back may start. (Synced: a
+            // membership change waiting for this node's own sync may go on.)
             touched.extend(self.sessions.keys().copied());
         }
         touched.sort_unstable();
@@ -238,7 +254,8 @@ impl KiteEngine {
     pub(super) fn apply(&mut self, key: &Key, value: Option<Value>, stamp: Stamp, made_by: Maker) {
         let slot = self.keys.entry(key.clone()).or_default();
         let held = slot.stamp;
-        if stamp > slot.stamp {
+        let newer = stamp > slot.stamp;
+        if newer {
             slot.value = value;
             slot.stamp = stamp;
             slot.made_by = made_by;
@@ -246,6 +263,9 @@ impl KiteEngine {
             slot.made_by = made_by;
         }
         assert!(slot.stamp >= held && slot.stamp >= stamp, "a key's stamp went back");
+        if newer {
+            self.adopt_from_key(key);
+        }
     }
 
     /// An out-of-epoch access that read a quorum puts its key in the epoch it started in.
@@ -282,5 +302,10 @@ impl KiteEngine {
     /// The mask of every member.
     pub(super) fn all_members(&self) -> u64 {
         (1u64 << self.config.members.len()) - 1
+    }
+
+    /// The mask of the members that sent `replies`.
+    pub(super) fn replies_mask(&self, replies: &[(NodeId, Message)]) -> u64 {
+        replies.iter().filter_map(|(from, _)| self.index_of(*from)).fold(0, |m, i| m | 1 << i)
     }
 }

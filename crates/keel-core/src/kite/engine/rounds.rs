@@ -27,6 +27,8 @@ pub(super) struct Round {
     /// Members (by index) that have not answered.
     pub(super) pending: u64,
     pub(super) replies: Vec<(NodeId, Message)>,
+    /// The members (by index) whose replies `replies` holds.
+    pub(super) replies_bits: u64,
     pub(super) next_send: Time,
     pub(super) sends: u32,
     pub(super) session: u64,
@@ -48,7 +50,8 @@ pub(super) struct Rounds {
 /// replies had that stamp, and the replicas that deemed this node delinquent.
 pub(super) struct QuorumRead {
     pub(super) found: Found,
-    pub(super) seen_by: usize,
+    /// The members (by index) whose replies had the newest stamp.
+    pub(super) seen_by: u64,
     pub(super) flagged: Flags,
 }
 
@@ -118,6 +121,7 @@ impl Rounds {
         }
         r.pending &= !bit;
         r.replies.push((from, reply));
+        r.replies_bits |= bit;
         assert!(r.replies.len() <= super::MEMBERS_MAX, "round {id}: more replies than members");
         let (session, answered) = (r.session, r.pending == 0);
         if answered {
@@ -178,11 +182,31 @@ impl Rounds {
                 assert!(indexed, "round {id} waited unindexed");
             }
             round.replies.retain(|(from, _)| *from != node);
+            round.replies_bits &= !bit;
             round.pending |= bit;
             round.next_send = round.next_send.min(now);
             self.resends.insert((round.next_send, id));
         }
         fenced
+    }
+
+    /// Adds the members of `added` (voters just learned) to every open round's pending
+    /// members, which are asked at `now`.
+    pub(super) fn widen(&mut self, added: u64, now: Time) {
+        for (&id, round) in self.open.iter_mut() {
+            let answered: u64 = round.replies_bits;
+            let new = added & !answered & !round.pending;
+            if new == 0 {
+                continue;
+            }
+            if round.pending != 0 {
+                let indexed = self.resends.remove(&(round.next_send, id));
+                assert!(indexed, "round {id} waited unindexed");
+            }
+            round.pending |= new;
+            round.next_send = round.next_send.min(now);
+            self.resends.insert((round.next_send, id));
+        }
     }
 
     /// When the first round is due to be sent again.
@@ -208,16 +232,30 @@ impl Rounds {
 impl KiteEngine {
     /// Sends `msg` (its round field filled in) to every member, this node first (handled
     /// at once), and opens a round for the answers.
-    pub(super) fn broadcast(&mut self, session: u64, mut msg: Message, tracked: bool) -> RoundId {
+    pub(super) fn broadcast(&mut self, session: u64, msg: Message, tracked: bool) -> RoundId {
+        let voting = self.voting_mask();
+        self.open_round(session, msg, tracked, voting)
+    }
+
+    /// Sends `msg` to the members of `to` (this node first, if among them) and opens a
+    /// round for the answers.
+    pub(super) fn broadcast_to(&mut self, session: u64, msg: Message, to: u64) -> RoundId {
+        self.open_round(session, msg, false, to)
+    }
+
+    fn open_round(&mut self, session: u64, mut msg: Message, tracked: bool, to: u64) -> RoundId {
         assert!(self.rejoin.is_none(), "a round opened while rejoining");
         assert!(self.sessions.contains_key(&session), "a round of a session not open");
         assert!(!tracked || matches!(msg, Message::Write { .. }), "a tracked round not a write");
         let id = self.rounds.next_id();
         set_round(&mut msg, id);
+        let me = self.config.node;
+        let mine = self.index_of(me).map_or(0, |i| 1u64 << i);
         let round = Round {
             msg: msg.clone(),
-            pending: self.all_members(),
+            pending: to | mine,
             replies: Vec::new(),
+            replies_bits: 0,
             next_send: self.now + self.config.retransmit,
             sends: 1,
             session,
@@ -230,11 +268,10 @@ impl KiteEngine {
                 s.tracked.push(id);
             }
         }
-        let me = self.config.node;
         if let Some(reply) = self.serve(me, msg.clone()) {
             self.record_reply(me, reply);
         }
-        for &peer in &self.config.members {
+        for peer in self.members_of(to) {
             if peer != me {
                 self.out.messages.push((peer, msg.clone()));
             }
@@ -268,16 +305,16 @@ impl KiteEngine {
         self.rounds.remove(round);
     }
 
-    /// How many members answered `round` (0 once it is closed).
-    pub(super) fn acks(&self, round: RoundId) -> usize {
-        self.rounds.get(round).map_or(0, |r| r.replies.len())
-    }
-
     /// Whether a write's round has a quorum's acknowledgements. A tracked round is
     /// removed once every node acknowledged it, so a missing round counts as written.
     pub(super) fn written(&self, round: RoundId) -> bool {
         let unsafe_done = self.config.unsafe_complete_without_quorum;
-        unsafe_done || self.rounds.get(round).is_none_or(|r| r.replies.len() >= self.quorum)
+        unsafe_done || self.rounds.get(round).is_none_or(|r| self.is_quorum(r.replies_bits))
+    }
+
+    /// Whether a quorum acknowledged `round`, still open.
+    pub(super) fn acked_by_quorum(&self, round: RoundId) -> bool {
+        self.rounds.get(round).is_some_and(|r| self.is_quorum(r.replies_bits))
     }
 
     /// `session`'s open round `round`, if it is open.
@@ -290,7 +327,7 @@ impl KiteEngine {
     /// A quorum's acknowledgements, with the replicas that deemed this node delinquent.
     pub(super) fn quorum_acks(&self, session: u64, round: RoundId) -> Option<Flags> {
         let r = self.round_of(session, round)?;
-        if r.replies.len() < self.quorum {
+        if !self.is_quorum(r.replies_bits) {
             return None;
         }
         Some(
@@ -308,7 +345,7 @@ impl KiteEngine {
     /// stamp, and whether any deemed this node delinquent.
     pub(super) fn quorum_read(&self, session: u64, round: RoundId) -> Option<QuorumRead> {
         let r = self.round_of(session, round)?;
-        if r.replies.len() < self.quorum {
+        if !self.is_quorum(r.replies_bits) {
             return None;
         }
         let mut best = Found { value: None, stamp: Stamp::ZERO, made_by: None };
@@ -323,12 +360,14 @@ impl KiteEngine {
                 }
             }
         }
-        let seen_by = r
+        let seen: Vec<(NodeId, Message)> = r
             .replies
             .iter()
             .filter(|(_, m)| matches!(m, Message::ReadReply { stamp, .. } if *stamp == best.stamp))
-            .count();
-        assert!(seen_by >= 1 && seen_by <= r.replies.len(), "round {round}: the newest unseen");
+            .cloned()
+            .collect();
+        let seen_by = self.replies_mask(&seen);
+        assert!(seen_by != 0 && seen_by & !r.replies_bits == 0, "round {round}: the newest unseen");
         Some(QuorumRead { found: best, seen_by, flagged })
     }
 
@@ -374,7 +413,8 @@ fn set_round(msg: &mut Message, id: RoundId) {
         | Message::Read { round, .. }
         | Message::SlowRelease { round, .. }
         | Message::Propose { round, .. }
-        | Message::Accept { round, .. } => *round = id,
+        | Message::Accept { round, .. }
+        | Message::SyncQuery { round, .. } => *round = id,
         _ => unreachable!("only requests open rounds"),
     }
 }
@@ -386,7 +426,8 @@ fn reply_round(msg: &Message) -> Option<RoundId> {
         | Message::ReadReply { round, .. }
         | Message::SlowReleaseAck { round, .. }
         | Message::Promise { round, .. }
-        | Message::Accepted { round, .. } => Some(*round),
+        | Message::Accepted { round, .. }
+        | Message::Synced { round, .. } => Some(*round),
         _ => None,
     }
 }
@@ -398,7 +439,8 @@ pub(super) fn reply_origin(msg: &Message) -> Option<&Origin> {
         | Message::ReadReply { by, .. }
         | Message::SlowReleaseAck { by, .. }
         | Message::Promise { by, .. }
-        | Message::Accepted { by, .. } => Some(by),
+        | Message::Accepted { by, .. }
+        | Message::Synced { by, .. } => Some(by),
         _ => None,
     }
 }
@@ -413,5 +455,6 @@ pub(super) fn reply_matches(request: &Message, reply: &Message) -> bool {
             | (Message::SlowRelease { .. }, Message::SlowReleaseAck { .. })
             | (Message::Propose { .. }, Message::Promise { .. })
             | (Message::Accept { .. }, Message::Accepted { .. })
+            | (Message::SyncQuery { .. }, Message::Synced { .. })
     )
 }

@@ -40,12 +40,16 @@ impl KiteEngine {
         }
         match message {
             Message::ViewAck { incarnation, gen } => self.on_view_ack(from, incarnation, gen),
-            Message::StateRequest { rejoin, after } => {
+            Message::StateRequest { rejoin, after, membership } => {
                 self.on_fence(from, rejoin);
+                // The asker's membership first: what this node acknowledges from now on
+                // reaches a round only under it (a change's fence, `membership.rs`).
+                self.take_membership(membership);
                 let page = self.state_page(rejoin, after);
                 self.out.messages.push((from, page));
             }
             Message::StatePage { .. } => self.on_state_page(from, message),
+            Message::MembershipNews { membership } => self.on_membership_news(from, membership),
             _ if self.rejoin.is_some() && !self.answers_while_rejoining(&message) => {
                 self.counters.unanswered_rejoining += 1;
             }
@@ -90,6 +94,9 @@ impl KiteEngine {
             Message::Accept { round, key, ballot, record, query } => {
                 Some(self.serve_accept(from, round, key, ballot, record, query))
             }
+            Message::SyncQuery { round, membership } => {
+                self.serve_sync_query(from, round, membership)
+            }
             Message::WriteAck { .. }
             | Message::ReadReply { .. }
             | Message::SlowReleaseAck { .. }
@@ -97,7 +104,9 @@ impl KiteEngine {
             | Message::Accepted { .. }
             | Message::ViewAck { .. }
             | Message::StateRequest { .. }
-            | Message::StatePage { .. } => None,
+            | Message::StatePage { .. }
+            | Message::Synced { .. }
+            | Message::MembershipNews { .. } => None,
         }
     }
 

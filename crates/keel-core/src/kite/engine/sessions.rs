@@ -50,6 +50,16 @@ impl KiteEngine {
 
     /// A request's key and values within the limits.
     fn check_request(&self, op: &KiteOp) -> Result<(), KeelError> {
+        if !self.votes() {
+            let node = self.config.node.0;
+            return Err(KeelError::Unavailable(format!(
+                "node {node} is not a voter of the keyspace"
+            )));
+        }
+        let reconfigure = matches!(op, KiteOp::Reconfigure { .. });
+        if op.key().starts_with(keel_types::RESERVED_KEY_PREFIX) != reconfigure {
+            return Err(KeelError::InvalidArgument("a key in the reserved range".into()));
+        }
         let limits = &self.config.limits;
         limits.check_key(op.key())?;
         match op {
@@ -182,7 +192,7 @@ impl KiteEngine {
 
     /// `session`'s read-modify-write on `key` is over: the next session of this node
     /// waiting to run one on the key starts it.
-    fn rmw_key_free(&mut self, key: &Key, session: u64) {
+    pub(super) fn rmw_key_free(&mut self, key: &Key, session: u64) {
         if self.rmw_keys.get(key) != Some(&session) {
             return;
         }

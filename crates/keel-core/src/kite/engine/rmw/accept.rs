@@ -8,7 +8,8 @@ use crate::kite::types::RmwRecord;
 
 /// An accept round's replies so far.
 struct Acceptances {
-    accepted: usize,
+    /// The members (by index) that accepted.
+    accepted: u64,
     nacks: usize,
     /// The highest ballot any replica promised.
     highest: crate::kite::types::Ballot,
@@ -32,7 +33,7 @@ impl KiteEngine {
         let Sent { round, record, mine } = sent;
         let tally = self.acceptances(session, rmw, round);
         rmw.delinquent.extend(tally.flags);
-        if tally.accepted >= self.quorum {
+        if self.is_quorum(tally.accepted) {
             self.close(round);
             return Step::Next(self.commit(session, rmw, record, mine));
         }
@@ -52,7 +53,7 @@ impl KiteEngine {
             if let Message::Accepted { ok, promised, delinquent: flagged, .. } = m {
                 tally.highest = tally.highest.max(*promised);
                 if *ok {
-                    tally.accepted += 1;
+                    tally.accepted |= self.index_of(*from).map_or(0, |i| 1u64 << i);
                     if let Some(gen) = flagged {
                         tally.flags.insert(*from, *gen);
                     }

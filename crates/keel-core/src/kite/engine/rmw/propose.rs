@@ -15,14 +15,15 @@
 use super::{KiteEngine, Rmw, RmwStage, Step};
 use crate::kite::engine::{Found, Message, RmwId, RmwRecord, RoundId};
 use crate::kite::types::{Ballot, KiteOp, RmwOutcome, SKIPPED_MAX};
-use keel_types::{ClientId, KeelError, RequestId, Value};
+use keel_types::{ClientId, KeelError, NodeId, RequestId, Value};
 
 /// Requests a record carries along (`skipped`) or declares settled, with their outcomes.
 type Carried = Vec<(RmwId, RmwOutcome)>;
 
 /// A proposal's replies so far.
 struct Promises {
-    granted: usize,
+    /// The members (by index) that granted.
+    granted: u64,
     nacks: usize,
     /// The highest ballot any replica promised.
     highest: Ballot,
@@ -36,8 +37,8 @@ struct Findings {
     done: Option<RmwOutcome>,
     /// A later request of the same client was done or started.
     superseded: bool,
-    /// How many replicas hold the newest value.
-    seen_by: usize,
+    /// The replicas (by index) that hold the newest value.
+    seen_by: u64,
 }
 
 /// What the adopted record asks of this proposal.
@@ -52,7 +53,7 @@ impl KiteEngine {
     /// The promises of `round`: wait, retry, or decide once a quorum granted.
     pub(super) fn rmw_promised(&mut self, session: u64, rmw: &mut Rmw, round: RoundId) -> Step {
         let tally = self.promises(session, rmw, round);
-        if tally.granted < self.quorum {
+        if !self.is_quorum(tally.granted) {
             // A nack means a higher ballot is out: start over above it rather than wait
             // for nodes that may be down.
             if tally.nacks > 0 {
@@ -62,14 +63,13 @@ impl KiteEngine {
             return Step::Wait(RmwStage::Proposing { round });
         }
         let round = self.rounds.remove(round).expect("an open proposal");
-        let granted: Vec<Message> = round
+        let granted: Vec<(NodeId, Message)> = round
             .replies
             .into_iter()
-            .map(|(_, m)| m)
-            .filter(|m| matches!(m, Message::Promise { ok: true, .. }))
+            .filter(|(_, m)| matches!(m, Message::Promise { ok: true, .. }))
             .collect();
-        assert!(granted.len() >= self.quorum, "a quorum's promises");
-        let base = newest(&granted);
+        assert!(self.is_quorum(self.replies_mask(&granted)), "a quorum's promises");
+        let base = newest(granted.iter().map(|(_, m)| m));
         let found = self.findings(rmw, &granted, &base);
         self.decide(session, rmw, base, found)
     }
@@ -79,6 +79,7 @@ impl KiteEngine {
         let r = self.rounds.get(round).expect("an open proposal");
         assert_eq!(r.session, session, "session {session} reads another's proposal");
         let mut tally = Promises { granted: 0, nacks: 0, highest: rmw.ballot };
+        let bit = |from: &NodeId| self.index_of(*from).map_or(0, |i| 1u64 << i);
         for (from, m) in &r.replies {
             if let Message::Promise { ok: granted, promised, delinquent: flagged, .. } = m {
                 tally.highest = tally.highest.max(*promised);
@@ -86,7 +87,7 @@ impl KiteEngine {
                     if let Some(gen) = flagged {
                         rmw.delinquent.insert(*from, *gen);
                     }
-                    tally.granted += 1;
+                    tally.granted |= bit(from);
                 } else {
                     tally.nacks += 1;
                 }
@@ -96,15 +97,17 @@ impl KiteEngine {
     }
 
     /// Reads the granted promises for the request's fate and the record to adopt.
-    fn findings(&self, rmw: &Rmw, granted: &[Message], base: &Found) -> Findings {
+    fn findings(&self, rmw: &Rmw, granted: &[(NodeId, Message)], base: &Found) -> Findings {
         let me = rmw.rid;
         let mut found = Findings { adopted: None, done: None, superseded: false, seen_by: 0 };
         let mut adopted: Option<(Ballot, &RmwRecord)> = None;
-        for m in granted {
+        for (from, m) in granted {
             let Message::Promise { accepted, stamp, outcome, made_by, .. } = m else {
                 continue;
             };
-            found.seen_by += usize::from(*stamp == base.stamp);
+            if *stamp == base.stamp {
+                found.seen_by |= self.index_of(*from).map_or(0, |i| 1u64 << i);
+            }
             if self.config.unsafe_forget_outcomes {
                 continue;
             }
@@ -130,7 +133,7 @@ impl KiteEngine {
                 }
             }
         }
-        assert!(found.seen_by >= 1 && found.seen_by <= granted.len(), "the newest unseen");
+        assert!(found.seen_by != 0, "the newest unseen");
         found.adopted = adopted.map(|(_, r)| r.clone());
         found
     }
@@ -241,7 +244,7 @@ impl KiteEngine {
         rmw: &mut Rmw,
         base: Found,
         (skipped, settled): (Carried, Carried),
-        seen_by: usize,
+        seen_by: u64,
     ) -> Step {
         let me = rmw.rid;
         let Found { value: read, stamp: read_stamp, made_by } = base;
@@ -269,10 +272,11 @@ impl KiteEngine {
             assert!(record.well_formed(), "our record not right after its base");
             return Step::Next(RmwStage::Ready { record });
         }
-        if seen_by >= self.quorum {
+        if self.is_quorum(seen_by) {
             let key = rmw.op.key().clone();
             self.apply(&key, read.clone(), read_stamp, made_by.clone());
-            if seen_by < self.config.members.len() {
+            let voting = self.voting_mask();
+            if seen_by & voting != voting {
                 self.spread_acquired(session, &key, &read, read_stamp, made_by);
             }
             self.acquired(rmw.id, std::mem::take(&mut rmw.delinquent));
@@ -288,7 +292,7 @@ impl KiteEngine {
 }
 
 /// The newest value in the quorum, and who made it.
-fn newest(granted: &[Message]) -> Found {
+fn newest<'a>(granted: impl Iterator<Item = &'a Message>) -> Found {
     let mut base = Found { value: None, stamp: super::Stamp::ZERO, made_by: None };
     for m in granted {
         let Message::Promise { value, stamp, made_by, .. } = m else {

@@ -1,0 +1,350 @@
+//! Membership changes: the voters of a Kite keyspace change while it serves, and nothing
+//! completed is lost (`docs/kite.md`, Membership changes, gives the argument).
+//!
+//! - **Where it is decided.** The membership is the value of a reserved key
+//!   ([`MEMBERSHIP_KEY`]), changed only by a compare-and-swap from epoch `e` to `e + 1`,
+//!   through the per-key Paxos every read-modify-write uses. A node takes a membership
+//!   when it applies a newer one (a commit, a rejoin's page), or from a peer (a reply's
+//!   view, a page, a state request, a sync query, news), never going back.
+//! - **Joint quorums.** A change from voters `C` to `C'` goes through the joint
+//!   membership `(C, C')`, in which every quorum (reads, acknowledgements, promises,
+//!   acceptances, slow releases) is a majority of `C` and a majority of `C'`, and a
+//!   release's fast path waits for every voter of both.
+//! - **One epoch per round.** Every reply carries its sender's epoch. A newer one is
+//!   taken (from the view the reply carries) before the reply counts; a reply of an
+//!   older epoch never counts, and its sender is sent the news. So a reply sent after its
+//!   sender took a membership reaches a round only under that membership.
+//! - **The sync.** Every voter of `C'` reads the state of a majority of `C` (the pages a
+//!   rejoin reads; each node asked takes the joint membership before it answers: its
+//!   fence). The change settles on `C'` alone only once a majority of `C'` has: a
+//!   [`Message::SyncQuery`] round, then the second compare-and-swap. Everything completed
+//!   under `C` alone is then held by a majority of `C'`.
+//! - **The fast path.** A voter leaving (in `C`, not in `C'`) and a voter joining that has
+//!   not synced serve no key from the fast path; every node raises its machine epoch when
+//!   it takes a membership and when it finishes a sync, so keys read before come back to
+//!   the fast path only through a quorum.
+//! - **Nodes outside.** A node that votes on neither side serves no client; it still
+//!   answers its peers (only replies of the asker's epoch count).
+
+use super::rejoin::Rejoin;
+use super::{KiteEngine, KiteOp, KiteResult, Message, NodeId, Phase, RmwId, RoundId};
+use crate::kite::types::{Membership, MEMBERSHIP_KEY};
+use keel_types::{KeelError, Key};
+
+/// A membership change's step waiting for a majority of the new voters to have synced.
+#[derive(Clone, Debug)]
+pub(super) struct SyncWait {
+    round: RoundId,
+    /// The joint membership being settled.
+    joint: Membership,
+    rid: RmwId,
+}
+
+impl SyncWait {
+    /// Whether it waits on round `id`.
+    pub(super) fn waits_on(&self, id: RoundId) -> bool {
+        self.round == id
+    }
+
+    /// The round it waits on.
+    pub(super) fn round(&self) -> RoundId {
+        self.round
+    }
+}
+
+/// The smallest majority of `n` voters.
+pub(super) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+impl KiteEngine {
+    /// The membership this node knows.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// The mask (member indexes) of `nodes`; nodes outside the members name no bit.
+    pub(super) fn mask_of(&self, nodes: &[NodeId]) -> u64 {
+        nodes.iter().filter_map(|&n| self.index_of(n)).fold(0, |m, i| m | (1 << i))
+    }
+
+    /// The voters of both sides: whom rounds are sent to, and whose acknowledgements a
+    /// release's fast path waits for.
+    pub(super) fn voting_mask(&self) -> u64 {
+        self.voters_mask | self.next_mask
+    }
+
+    /// Whether the members of `mask` are a quorum: a majority of the voters and, during a
+    /// change, of the new voters too.
+    pub(super) fn is_quorum(&self, mask: u64) -> bool {
+        let majority_of = |side: u64| 2 * (mask & side).count_ones() > side.count_ones();
+        if self.next_mask != 0 && self.config.unsafe_new_quorum_only {
+            return majority_of(self.next_mask);
+        }
+        majority_of(self.voters_mask) && (self.next_mask == 0 || majority_of(self.next_mask))
+    }
+
+    /// Whether this node votes on either side.
+    pub(super) fn votes(&self) -> bool {
+        self.membership.contains(self.config.node)
+    }
+
+    /// Whether relaxed accesses may take the fast path here: not while leaving, nor while
+    /// joining and not yet synced (`docs/kite.md`, Membership changes).
+    pub(super) fn fast_path(&self) -> bool {
+        let me = self.config.node;
+        let Some(next) = &self.membership.next else {
+            return self.membership.voters.contains(&me);
+        };
+        next.contains(&me)
+            && (self.membership.voters.contains(&me) || self.synced >= self.membership.epoch)
+    }
+
+    /// Takes `m` if it is newer than the membership known: rounds open are sent on to the
+    /// voters they have not reached, the machine epoch rises, the view changes (so peers
+    /// hear of it), and a change under way that names this node starts its sync.
+    pub(super) fn take_membership(&mut self, m: Membership) {
+        if m.epoch <= self.membership.epoch || !m.valid() {
+            return;
+        }
+        // Voters are members (the gate checked what came from peers).
+        assert!(m.voters.iter().chain(m.target()).all(|&v| self.index_of(v).is_some()));
+        let before = self.voting_mask();
+        self.membership = m;
+        self.voters_mask = self.mask_of(&self.membership.voters);
+        self.next_mask = self.membership.next.as_deref().map_or(0, |n| self.mask_of(n));
+        self.counters.memberships += 1;
+        self.view_gen += 1;
+        self.epoch += 1;
+        let added = self.voting_mask() & !before;
+        if added != 0 {
+            let now = self.now;
+            self.rounds.widen(added, now);
+        }
+        self.sync = None;
+        self.start_sync();
+    }
+
+    /// Takes the membership a peer sent; answers a peer found behind with this node's.
+    pub(super) fn on_membership_news(&mut self, from: NodeId, m: Membership) {
+        if m.epoch < self.membership.epoch {
+            let news = Message::MembershipNews { membership: self.membership.clone() };
+            self.out.messages.push((from, news));
+        }
+        self.take_membership(m);
+    }
+
+    /// Whether a reply of epoch `epoch` from `from` counts: only one of this node's
+    /// epoch. (Its view was taken already.) A sender behind is sent the news; one ahead
+    /// whose view this node lacks is sent this node's membership, which it answers with
+    /// its own.
+    pub(super) fn admit_epoch(&mut self, from: NodeId, epoch: u64) -> bool {
+        if epoch == self.membership.epoch {
+            return true;
+        }
+        self.counters.replies_other_epoch += 1;
+        let news = Message::MembershipNews { membership: self.membership.clone() };
+        self.out.messages.push((from, news));
+        false
+    }
+
+    /// A membership taken from the value of [`MEMBERSHIP_KEY`] just applied.
+    pub(super) fn adopt_from_key(&mut self, key: &[u8]) {
+        if key != MEMBERSHIP_KEY {
+            return;
+        }
+        let decoded =
+            self.keys.get(key).and_then(|s| s.value.as_deref()).and_then(Membership::decode);
+        if let Some(m) = decoded {
+            self.take_membership(m);
+        }
+    }
+
+    /// Starts reading the old voters' state when a change under way names this node as a
+    /// new voter (a node rejoining after a restart reads it as part of its rejoin).
+    fn start_sync(&mut self) {
+        let me = self.config.node;
+        let Some(next) = &self.membership.next else { return };
+        if !next.contains(&me) || self.synced >= self.membership.epoch {
+            return;
+        }
+        if self.rejoin.is_some() {
+            return;
+        }
+        let sources: Vec<NodeId> =
+            self.membership.voters.iter().copied().filter(|&v| v != me).collect();
+        let ask = |after| Message::StateRequest {
+            rejoin: self.writer,
+            after,
+            membership: self.membership.clone(),
+        };
+        let asks: Vec<(NodeId, Message)> =
+            sources.iter().map(|&p| (p, ask(super::Cursor::Start))).collect();
+        self.out.messages.extend(asks);
+        self.sync = Some(Rejoin::reading(sources, self.now, false));
+        self.finish_rejoin_if_complete();
+    }
+
+    /// A sync (or a rejoin during a change) read enough: this node holds what the old
+    /// voters held at their fences. A joining voter's fast path opens from a new epoch.
+    pub(super) fn synced_now(&mut self) {
+        if self.membership.next.is_some() && self.synced < self.membership.epoch {
+            self.synced = self.membership.epoch;
+            self.counters.syncs += 1;
+            self.epoch += 1;
+        }
+    }
+
+    /// Whether the pages read from `done` (nodes with their memory, read to the end) are
+    /// enough: after a restart (`restarted`), `n - q + 1` other voters of each side this
+    /// node votes on; during a change that names it a new voter, a majority of the old
+    /// voters (itself counted if it is one and kept its memory).
+    pub(super) fn read_enough(&self, done: &[NodeId], restarted: bool) -> bool {
+        let me = self.config.node;
+        let others =
+            |side: &[NodeId]| done.iter().filter(|d| **d != me && side.contains(d)).count();
+        let m = &self.membership;
+        let sides = std::iter::once(&m.voters[..]).chain(m.next.as_deref());
+        for side in sides {
+            let n = side.len();
+            if restarted && side.contains(&me) && others(side) < n - majority(n) + 1 {
+                return false;
+            }
+        }
+        if let Some(next) = &m.next {
+            if next.contains(&me) {
+                let n = m.voters.len();
+                let mine = usize::from(m.voters.contains(&me) && !restarted);
+                if others(&m.voters) + mine < majority(n) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Starts a membership change's next step towards `voters`.
+    pub(super) fn reconfigure_start(
+        &mut self,
+        session: u64,
+        rid: RmwId,
+        voters: Vec<NodeId>,
+    ) -> Result<KiteResult, Phase> {
+        let m = self.membership.clone();
+        let refuse = |reason: String| Err(Phase::Refused(KeelError::InvalidArgument(reason)));
+        if voters.is_empty() || voters.iter().any(|&v| self.index_of(v).is_none()) {
+            return refuse(format!("voters {voters:?} are not all members"));
+        }
+        if !self.votes() {
+            return refuse(format!("node {} is not a voter", self.config.node.0));
+        }
+        match &m.next {
+            None if m.voters == voters => Ok(self.membership_result()),
+            None => {
+                let joint =
+                    Membership { epoch: m.epoch + 1, voters: m.voters.clone(), next: Some(voters) };
+                self.membership_cas(session, rid, &m, &joint)
+            }
+            Some(next) if *next == voters => {
+                let round = self.sync_query(session, &m);
+                self.sync_wait_progress(session, SyncWait { round, joint: m, rid })
+            }
+            Some(next) => Err(Phase::Refused(KeelError::Busy(format!(
+                "a change to voters {next:?} is under way: finish it first"
+            )))),
+        }
+    }
+
+    /// The membership as a result: a value at [`MEMBERSHIP_KEY`] and its stamp.
+    fn membership_result(&self) -> KiteResult {
+        let (value, stamp) = self.local(MEMBERSHIP_KEY);
+        KiteResult::Value { value: value.or_else(|| Some(self.membership.encode())), stamp }
+    }
+
+    /// The compare-and-swap of the membership from `from` to `to`.
+    fn membership_cas(
+        &mut self,
+        session: u64,
+        rid: RmwId,
+        from: &Membership,
+        to: &Membership,
+    ) -> Result<KiteResult, Phase> {
+        assert_eq!(to.epoch, from.epoch + 1, "a change moves one epoch");
+        let expected = (from.epoch > 0).then(|| from.encode());
+        let key = Key::from_static(MEMBERSHIP_KEY);
+        let op = KiteOp::Cas { key: key.clone(), expected, new: to.encode(), strong: true };
+        let started = self.rmw_start(session, rid, op);
+        if matches!(started, Ok(_) | Err(Phase::Refused(_))) {
+            self.rmw_key_free(&key, session);
+        }
+        started
+    }
+
+    /// Asks the new voters whether they synced for `joint`.
+    fn sync_query(&mut self, session: u64, joint: &Membership) -> RoundId {
+        let msg = Message::SyncQuery { round: 0, membership: joint.clone() };
+        let pending = self.next_mask;
+        self.broadcast_to(session, msg, pending)
+    }
+
+    /// Waits for a majority of the new voters to have synced, then settles the change.
+    pub(super) fn sync_wait_progress(
+        &mut self,
+        session: u64,
+        wait: SyncWait,
+    ) -> Result<KiteResult, Phase> {
+        if self.membership != wait.joint {
+            // Settled or moved on meanwhile: the caller asks again.
+            self.close(wait.round);
+            return Ok(self.membership_result());
+        }
+        let next = wait.joint.next.clone().expect("a joint membership");
+        let synced = self.rounds.get(wait.round).map_or(0, |r| {
+            r.replies.iter().filter_map(|(from, _)| self.index_of(*from)).fold(0, |m, i| m | 1 << i)
+        });
+        // This node answered its own query when the round opened; it may have synced since.
+        let mine = self.index_of(self.config.node).map_or(0, |i| 1u64 << i);
+        let synced = if self.synced >= wait.joint.epoch { synced | mine } else { synced };
+        let enough = 2 * (synced & self.next_mask).count_ones() > self.next_mask.count_ones();
+        if !enough && !self.config.unsafe_unsynced_change {
+            return Err(Phase::SyncWait(wait));
+        }
+        self.close(wait.round);
+        let settled = Membership { epoch: wait.joint.epoch + 1, voters: next, next: None };
+        self.membership_cas(session, wait.rid, &wait.joint, &settled)
+    }
+
+    /// A sync query: taken, and answered once this node synced for it.
+    pub(super) fn serve_sync_query(
+        &mut self,
+        from: NodeId,
+        round: RoundId,
+        m: Membership,
+    ) -> Option<Message> {
+        let epoch = m.epoch;
+        self.take_membership(m);
+        let synced = self.synced >= epoch || self.membership.epoch > epoch;
+        synced.then(|| Message::Synced { round, by: self.origin_for(from) })
+    }
+
+    /// The membership's invariants: well formed, its masks in step, the key's value never
+    /// ahead of it, a sync only for a change naming this node.
+    pub(super) fn check_membership(&self) {
+        let m = &self.membership;
+        assert!(m.valid(), "a membership not well formed: {m:?}");
+        assert_eq!(self.voters_mask, self.mask_of(&m.voters), "the voters' mask");
+        assert_eq!(self.next_mask, m.next.as_deref().map_or(0, |n| self.mask_of(n)), "next mask");
+        assert_eq!(self.voters_mask.count_ones() as usize, m.voters.len(), "voters are members");
+        assert!(self.synced <= m.epoch, "synced for an epoch not reached");
+        let kept = self.keys.get(MEMBERSHIP_KEY).and_then(|s| s.value.as_deref());
+        if let Some(kept) = kept.and_then(Membership::decode) {
+            assert!(kept.epoch <= m.epoch, "the membership key ahead of the membership");
+        }
+        assert!(self.rejoin.as_ref().is_none_or(|r| r.restarted()), "a rejoin not a restart's");
+        if let Some(sync) = &self.sync {
+            assert!(!sync.restarted(), "a sync kept as a restart's");
+            assert!(self.rejoin.is_none(), "a sync while rejoining");
+            assert!(m.next.as_ref().is_some_and(|n| n.contains(&self.config.node)), "a sync");
+        }
+    }
+}
