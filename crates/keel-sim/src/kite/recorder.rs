@@ -188,9 +188,11 @@ impl Recorder {
             // been done, so it stays without a reply (its commit, if any, settles it).
             return None;
         }
-        if let Err(keel_types::KeelError::Unavailable(_)) = &reply.result {
-            // Refused by a node that no longer votes: a retry's earlier attempt elsewhere
-            // may have been done, so it stays without a reply too.
+        let named = self.requests.get(&reply.tag).is_some_and(|(_, named)| named.is_some());
+        if let (Err(keel_types::KeelError::Unavailable(_)), true) = (&reply.result, named) {
+            // A named request refused by a node that no longer votes: an earlier attempt
+            // elsewhere may have been done, so it stays without a reply (its client sends
+            // it again at a voter).
             return None;
         }
         let op = &mut self.ops[index];

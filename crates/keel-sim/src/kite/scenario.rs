@@ -259,8 +259,9 @@ fn move_named_clients(
     unnamed: bool,
     reached: &mut BTreeMap<String, u64>,
 ) -> Vec<u64> {
-    let others: Vec<NodeId> =
-        world.live().into_iter().filter(|&m| m != node && world.engine(m).is_some()).collect();
+    // A client reconnects to a node that votes (as it knows): one that does not refuses it.
+    let votes = |m: NodeId| world.engine(m).is_some_and(|e| e.membership().contains(m));
+    let others: Vec<NodeId> = world.live().into_iter().filter(|&m| m != node && votes(m)).collect();
     let mut moved = Vec::new();
     if others.is_empty() {
         return moved;
@@ -713,7 +714,8 @@ impl GeneralRun {
 
     /// Records the replies that came, and what each session saw of its keys.
     fn take_replies(&mut self) {
-        for (at, _, reply) in self.world.take_replies() {
+        let mut refused_at: Vec<NodeId> = Vec::new();
+        for (at, node, reply) in self.world.take_replies() {
             if self.abandoned.contains(&reply.tag) {
                 continue;
             }
@@ -734,6 +736,13 @@ impl GeneralRun {
             let Some(s) = self.sessions.iter_mut().find(|s| Some(s.hist) == session) else {
                 continue;
             };
+            if matches!(reply.result, Err(keel_types::KeelError::Unavailable(_)))
+                && s.named.is_some()
+            {
+                // Refused by a node that stopped voting: the client reconnects to a voter
+                // and sends its unanswered requests again there.
+                refused_at.push(node);
+            }
             s.outstanding -= 1;
             s.pending.retain(|&(t, _)| t != reply.tag);
             // Remember what the session saw of the key, for its next CAS.
@@ -743,6 +752,23 @@ impl GeneralRun {
                     s.last_written = Some(k);
                 }
             }
+        }
+        refused_at.sort_unstable();
+        refused_at.dedup();
+        for node in refused_at {
+            *self.report.reached.entry("client-refused-not-voter".into()).or_default() += 1;
+            let moved = move_named_clients(
+                &mut self.world,
+                &mut self.recorder,
+                &mut self.clients,
+                &mut self.sessions,
+                node,
+                &mut self.next_session,
+                &mut self.abandoned,
+                self.unnamed_retries,
+                &mut self.report.reached,
+            );
+            self.dead_sessions.extend(moved);
         }
     }
 

@@ -104,11 +104,15 @@ impl KiteEngine {
     /// voters they have not reached, the machine epoch rises, the view changes (so peers
     /// hear of it), and a change under way that names this node starts its sync.
     pub(super) fn take_membership(&mut self, m: Membership) {
-        if m.epoch <= self.membership.epoch || !m.valid() {
+        if m.epoch <= self.membership.epoch {
             return;
         }
-        // Voters are members (the gate checked what came from peers).
-        assert!(m.voters.iter().chain(m.target()).all(|&v| self.index_of(v).is_some()));
+        // The gate checks what peers send as a membership, but a value written at the
+        // key is bytes: one that is not a membership of members is not taken.
+        if !m.valid() || m.voters.iter().chain(m.target()).any(|&v| self.index_of(v).is_none()) {
+            self.counters.rejected += 1;
+            return;
+        }
         let before = self.voting_mask();
         self.membership = m;
         self.voters_mask = self.mask_of(&self.membership.voters);
@@ -117,12 +121,24 @@ impl KiteEngine {
         self.view_gen += 1;
         self.epoch += 1;
         let added = self.voting_mask() & !before;
-        if added != 0 {
-            let now = self.now;
-            self.rounds.widen(added, now);
-        }
+        self.ask_rounds_again(added);
         self.sync = None;
         self.start_sync();
+    }
+
+    /// Every open round asked again under the membership just taken: its replies were
+    /// counted under the one before, whose quorums may not meet the new one's (a Paxos
+    /// acceptance counted under a later membership could choose a value a proposer of the
+    /// earlier one rightly never saw: found by the simulator, seed 93000463). This node
+    /// answers its own rounds again at once; a proposal it answers again is refused by
+    /// itself (its ballot is promised already), and its proposer retries above it.
+    fn ask_rounds_again(&mut self, added: u64) {
+        let (me, now) = (self.config.node, self.now);
+        for (_, msg) in self.rounds.ask_again(added, now) {
+            if let Some(reply) = self.serve(me, msg) {
+                self.record_reply(me, reply);
+            }
+        }
     }
 
     /// Takes the membership a peer sent; answers a peer found behind with this node's.
@@ -232,8 +248,9 @@ impl KiteEngine {
     ) -> Result<KiteResult, Phase> {
         let m = self.membership.clone();
         let refuse = |reason: String| Err(Phase::Refused(KeelError::InvalidArgument(reason)));
-        if voters.is_empty() || voters.iter().any(|&v| self.index_of(v).is_none()) {
-            return refuse(format!("voters {voters:?} are not all members"));
+        let wanted = Membership { epoch: 0, voters: voters.clone(), next: None };
+        if !wanted.valid() || voters.iter().any(|&v| self.index_of(v).is_none()) {
+            return refuse(format!("voters {voters:?}: sorted members without repeats"));
         }
         if !self.votes() {
             return refuse(format!("node {} is not a voter", self.config.node.0));
@@ -299,9 +316,7 @@ impl KiteEngine {
             return Ok(self.membership_result());
         }
         let next = wait.joint.next.clone().expect("a joint membership");
-        let synced = self.rounds.get(wait.round).map_or(0, |r| {
-            r.replies.iter().filter_map(|(from, _)| self.index_of(*from)).fold(0, |m, i| m | 1 << i)
-        });
+        let synced = self.rounds.get(wait.round).map_or(0, |r| r.replies_bits);
         // This node answered its own query when the round opened; it may have synced since.
         let mine = self.index_of(self.config.node).map_or(0, |i| 1u64 << i);
         let synced = if self.synced >= wait.joint.epoch { synced | mine } else { synced };

@@ -31,18 +31,11 @@ impl KiteEngine {
         // round: found by restarts in the simulator).
         let first_round = (rng.next_u64() >> 2).max(1);
         let membership = config.initial_membership();
-        let mask = |voters: &[NodeId]| {
-            voters
-                .iter()
-                .map(|v| config.members.iter().position(|m| m == v))
-                .fold(0u64, |m, i| m | (1 << i.expect("validated: voters are members")))
-        };
-        let voters_mask = mask(&membership.voters);
-        Ok(KiteEngine {
+        let mut engine = KiteEngine {
             writer: Stamp::writer_of(config.node, config.incarnation),
             epoch: u64::from(config.incarnation > 0),
             membership,
-            voters_mask,
+            voters_mask: 0,
             next_mask: 0,
             synced: 0,
             sync: None,
@@ -68,8 +61,9 @@ impl KiteEngine {
             view_told: BTreeMap::new(),
             hard_state: None,
             config,
-        }
-        .start_rejoin())
+        };
+        engine.voters_mask = engine.mask_of(&engine.membership.voters);
+        Ok(engine.start_rejoin())
     }
 
     /// Asks that `hard_state` (the incarnation) be made durable before any message.
@@ -178,7 +172,7 @@ impl KiteEngine {
         self.rounds
             .iter()
             .map(|(_, r)| r)
-            .filter(|r| !self.is_quorum(self.replies_mask(&r.replies)))
+            .filter(|r| !self.is_quorum(r.replies_bits))
             .filter_map(|r| match &r.msg {
                 Message::Propose { key, .. } => Some(key),
                 _ => None,
@@ -201,11 +195,14 @@ impl KiteEngine {
         let epoch = self.epoch;
         self.now = now;
         self.out.hard_state = self.hard_state.take();
-        let (rejoining, synced) = (self.rejoin.is_some(), self.synced);
+        let (rejoining, synced, members) =
+            (self.rejoin.is_some(), self.synced, self.membership.epoch);
         let mut touched = self.take_input(input);
-        if (rejoining && self.rejoin.is_none()) || synced != self.synced {
-            // Rejoined in this step: every session held back may start. (Synced: a
-            // membership change waiting for this node's own sync may go on.)
+        let changed = synced != self.synced || members != self.membership.epoch;
+        if (rejoining && self.rejoin.is_none()) || changed {
+            // Rejoined in this step: every session held back may start. (A membership
+            // taken or synced: rounds were asked again, and a change waiting for this
+            // node's own sync may go on.)
             touched.extend(self.sessions.keys().copied());
         }
         touched.sort_unstable();

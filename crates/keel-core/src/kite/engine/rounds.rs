@@ -190,23 +190,25 @@ impl Rounds {
         fenced
     }
 
-    /// Adds the members of `added` (voters just learned) to every open round's pending
-    /// members, which are asked at `now`.
-    pub(super) fn widen(&mut self, added: u64, now: Time) {
+    /// Forgets every open round's replies: they were counted under a membership just
+    /// replaced, and a round counts replies of one membership only (`membership.rs`).
+    /// Everyone asked before, and the members of `added` (voters just learned), are asked
+    /// again at `now`. Answers the rounds, with their requests.
+    pub(super) fn ask_again(&mut self, added: u64, now: Time) -> Vec<(RoundId, Message)> {
+        let mut again = Vec::new();
         for (&id, round) in self.open.iter_mut() {
-            let answered: u64 = round.replies_bits;
-            let new = added & !answered & !round.pending;
-            if new == 0 {
-                continue;
-            }
             if round.pending != 0 {
                 let indexed = self.resends.remove(&(round.next_send, id));
                 assert!(indexed, "round {id} waited unindexed");
             }
-            round.pending |= new;
+            round.pending |= round.replies_bits | added;
+            round.replies.clear();
+            round.replies_bits = 0;
             round.next_send = round.next_send.min(now);
             self.resends.insert((round.next_send, id));
+            again.push((id, round.msg.clone()));
         }
+        again
     }
 
     /// When the first round is due to be sent again.
@@ -360,13 +362,14 @@ impl KiteEngine {
                 }
             }
         }
-        let seen: Vec<(NodeId, Message)> = r
+        let newest =
+            |m: &Message| matches!(m, Message::ReadReply { stamp, .. } if *stamp == best.stamp);
+        let seen_by = r
             .replies
             .iter()
-            .filter(|(_, m)| matches!(m, Message::ReadReply { stamp, .. } if *stamp == best.stamp))
-            .cloned()
-            .collect();
-        let seen_by = self.replies_mask(&seen);
+            .filter(|(_, m)| newest(m))
+            .filter_map(|(from, _)| self.index_of(*from))
+            .fold(0u64, |mask, i| mask | 1 << i);
         assert!(seen_by != 0 && seen_by & !r.replies_bits == 0, "round {round}: the newest unseen");
         Some(QuorumRead { found: best, seen_by, flagged })
     }
