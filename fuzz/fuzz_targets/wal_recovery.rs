@@ -24,7 +24,7 @@ fn entry(index: u64, epoch: u64) -> Entry {
 fn build(entries: u64, snapshot_at: u64) -> SimStorage {
     let mut storage = SimStorage::new_sim(StorageConfig::small_segments(512));
     storage.recover().expect("a blank disk recovers");
-    storage.save_hard_state(&HardState { epoch: Epoch(2), voted_for: Some(NodeId(1)), repair_floor: None }).unwrap();
+    storage.save_hard_state(&HardState { epoch: Epoch(2), voted_for: Some(NodeId(1)), repair_floor: None , members_epoch: 0 }).unwrap();
     let all: Vec<Entry> = (1..=entries).map(|i| entry(i, 1 + i / 8)).collect();
     storage.append(&all).unwrap();
     storage.sync().unwrap();

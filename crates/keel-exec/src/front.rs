@@ -261,7 +261,12 @@ mod tests {
     fn messages_and_replies_wait_for_the_hard_state_then_leave_in_order() {
         let mut front = TestFront::new(8);
         let mut out = outputs();
-        out.hard_state = Some(HardState { epoch: Epoch(2), voted_for: None, repair_floor: None });
+        out.hard_state = Some(HardState {
+            epoch: Epoch(2),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        });
         out.messages = vec![(NodeId(2), "vote")];
         out.replies = vec![1];
         let fx = front.carry_out(out);
@@ -284,7 +289,12 @@ mod tests {
     fn messages_past_the_bound_behind_a_barrier_are_dropped_and_counted() {
         let mut front = TestFront::new(2);
         let mut out = outputs();
-        out.hard_state = Some(HardState { epoch: Epoch(2), voted_for: None, repair_floor: None });
+        out.hard_state = Some(HardState {
+            epoch: Epoch(2),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        });
         out.messages = vec![(NodeId(2), "a"), (NodeId(3), "b"), (NodeId(2), "c")];
         let fx = front.carry_out(out);
         assert_eq!(fx.messages_dropped, 1);
@@ -300,11 +310,20 @@ mod tests {
     fn an_older_hard_state_does_not_release_what_a_newer_one_holds() {
         let mut front = TestFront::new(8);
         let mut first = outputs();
-        first.hard_state = Some(HardState { epoch: Epoch(2), voted_for: None, repair_floor: None });
+        first.hard_state = Some(HardState {
+            epoch: Epoch(2),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        });
         let first_seq = front.carry_out(first).ops[0].0;
         let mut second = outputs();
-        second.hard_state =
-            Some(HardState { epoch: Epoch(3), voted_for: None, repair_floor: None });
+        second.hard_state = Some(HardState {
+            epoch: Epoch(3),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        });
         second.messages = vec![(NodeId(2), "vote")];
         let second_seq = front.carry_out(second).ops[0].0;
         assert!(front.complete(Completion::HardStateSaved { seq: first_seq }).messages.is_empty());

@@ -115,7 +115,8 @@ mod tests {
         assert_eq!(out, vec![append(2, 1..=3), (3, StorageOp::Sync)]);
         assert!(hold.is_empty() && hold.due_at().is_none());
 
-        let hard = HardState { epoch: Epoch(2), voted_for: None, repair_floor: None };
+        let hard =
+            HardState { epoch: Epoch(2), voted_for: None, repair_floor: None, members_epoch: 0 };
         hold.push(Time(40), append(4, 4..=4), &mut out);
         hold.push(Time(50), (5, StorageOp::HardState(hard)), &mut out);
         assert_eq!(out[2..], [append(4, 4..=4), (5, StorageOp::HardState(hard))]);

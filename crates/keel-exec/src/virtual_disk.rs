@@ -177,7 +177,8 @@ mod tests {
     #[test]
     fn a_hard_state_costs_an_fsync_and_a_crash_loses_the_unsynced_batch() {
         let mut d = disk();
-        let hard = HardState { epoch: Epoch(2), voted_for: None, repair_floor: None };
+        let hard =
+            HardState { epoch: Epoch(2), voted_for: None, repair_floor: None, members_epoch: 0 };
         d.submit([(1, StorageOp::HardState(hard)), (2, append(1)), (3, StorageOp::Sync)], 0, 50)
             .unwrap();
         assert_eq!(d.poll(50, 50).unwrap(), vec![Completion::HardStateSaved { seq: 1 }]);

@@ -150,6 +150,7 @@ mod tests {
                     epoch: Epoch(1),
                     voted_for: None,
                     repair_floor: None,
+                    members_epoch: 0,
                 }),
             ),
             (2, StorageOp::Append(vec![entry(1)])),

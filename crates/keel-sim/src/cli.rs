@@ -238,6 +238,10 @@ pub struct RunArgs {
     /// voters without a majority of them having read the old voters' state.
     #[arg(long)]
     pub unsynced_change: bool,
+    /// Negative control (Kite, `--scenario membership`): a round keeps the replies it
+    /// counted under a membership just replaced.
+    #[arg(long)]
+    pub mixed_epoch_rounds: bool,
     /// Negative control (with `--scenario correctables`): an invoked read records its
     /// first preliminary view as its final one, so the final view can be stale.
     #[arg(long)]

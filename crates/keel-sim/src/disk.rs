@@ -288,7 +288,8 @@ mod tests {
     /// A disk with the hard state an engine saves before its first entry.
     fn disk() -> SimDisk {
         let mut disk = SimDisk::new(HardStateMode::Sync);
-        let first = HardState { epoch: Epoch(1), voted_for: None, repair_floor: None };
+        let first =
+            HardState { epoch: Epoch(1), voted_for: None, repair_floor: None, members_epoch: 0 };
         disk.save_hard_state(&first).unwrap();
         disk
     }
@@ -340,7 +341,12 @@ mod tests {
 
     #[test]
     fn skipped_hard_state_sync_forgets_the_vote() {
-        let vote = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)), repair_floor: None };
+        let vote = HardState {
+            epoch: Epoch(3),
+            voted_for: Some(NodeId(2)),
+            repair_floor: None,
+            members_epoch: 0,
+        };
         let mut honest = <SimDisk>::new(HardStateMode::Sync);
         honest.save_hard_state(&vote).unwrap();
         assert_eq!(honest.crash(&mut Rng::new(1), false, false, Epoch(0)).hard_state, vote);

@@ -388,7 +388,8 @@ impl Engine for ToyEngine {
         let mut out = Outputs::default();
         if !self.hard_state_written {
             let voted_for = self.is_leader().then_some(LEADER);
-            out.hard_state = Some(HardState { epoch: EPOCH, voted_for, repair_floor: None });
+            out.hard_state =
+                Some(HardState { epoch: EPOCH, voted_for, repair_floor: None, members_epoch: 0 });
             self.hard_state_written = true;
         }
         match input {

@@ -148,6 +148,34 @@ fn releases_and_commits_completed_without_a_quorum_are_caught() {
 }
 
 #[test]
+fn membership_changes_under_faults_pass_and_settle() {
+    // The voters change between random majorities of the nodes, and in half the changes
+    // to a lagging minority and one other, under every fault with at most one restart
+    // (docs/kite.md, Membership changes); they go back to every node at the end.
+    let reports = sweep("membership", 0, 150, |_| {});
+    assert_clean(&reports);
+    for path in ["membership:changed", "membership:aimed", "membership:step"] {
+        let seen = reports.iter().filter(|r| r.reached.contains_key(path)).count();
+        assert!(seen >= 100, "only {seen} of 150 seeds reached {path}");
+    }
+}
+
+/// How many of `count` membership seeds from 0 fail with `tweak`.
+fn membership_failures(count: u64, tweak: impl Fn(&mut KiteRunConfig)) -> usize {
+    let reports = sweep("membership", 0, count, tweak);
+    assert!(reports.iter().all(|r| r.panic.is_none()), "a control panicked");
+    reports.iter().filter(|r| !r.passed()).count()
+}
+
+#[test]
+fn membership_changes_without_joint_quorums_or_the_sync_lose_completed_operations() {
+    let failed = membership_failures(100, |c| c.new_quorum_only = true);
+    assert!(failed >= 5, "only {failed} of 100 seeds failed with quorums of the new voters only");
+    let failed = membership_failures(100, |c| c.unsynced_change = true);
+    assert!(failed >= 10, "only {failed} of 100 seeds failed without the sync");
+}
+
+#[test]
 fn litmus_and_fault_scenarios_pass() {
     assert_clean(&sweep("litmus", 0, 300, |_| {}));
     assert_clean(&sweep("faults", 0, 50, |_| {}));

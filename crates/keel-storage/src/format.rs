@@ -555,6 +555,7 @@ mod tests {
             epoch: Epoch(4),
             voted_for: Some(keel_types::NodeId(2)),
             repair_floor: None,
+            members_epoch: 0,
         };
         let bytes = encode_hard_state_file(&hard_state);
         assert_eq!(decode_hard_state_file(&bytes), Ok(hard_state));

@@ -26,7 +26,7 @@
 //! let mut storage = <SimStorage>::new_sim(StorageConfig::default());
 //! let recovered = storage.recover().unwrap();
 //! assert!(recovered.entries.is_empty());
-//! storage.save_hard_state(&HardState { epoch: Epoch(1), voted_for: None, repair_floor: None }).unwrap();
+//! storage.save_hard_state(&HardState { epoch: Epoch(1), voted_for: None, repair_floor: None , members_epoch: 0 }).unwrap();
 //! let entry = Entry { epoch: Epoch(1), index: LogIndex(1), payload: EntryPayload::Noop };
 //! storage.append(&[entry.clone()]).unwrap();
 //! assert_eq!(storage.sync().unwrap(), LogIndex(1)); // now report LogSynced { index: 1 }

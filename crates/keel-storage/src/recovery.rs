@@ -214,7 +214,7 @@ impl<D: Disk, R: LogRecord> Wal<D, R> {
                 epoch = epoch.max(meta.last_epoch);
             }
         }
-        let hard_state = HardState { epoch, voted_for: None, repair_floor: None };
+        let hard_state = HardState { epoch, voted_for: None, repair_floor: None, members_epoch: 0 };
         self.save_recovered_hard_state(&hard_state)?;
         Ok(hard_state)
     }

@@ -78,7 +78,7 @@ fn entries(first: u64, last: u64, epoch: u64) -> Vec<Entry> {
 /// The hard state an engine saves before the first entry of epoch 1 (recovery refuses a
 /// log without one).
 fn first_hard_state() -> HardState {
-    HardState { epoch: Epoch(1), voted_for: None, repair_floor: None }
+    HardState { epoch: Epoch(1), voted_for: None, repair_floor: None, members_epoch: 0 }
 }
 
 fn sim() -> SimStorage {
@@ -104,7 +104,12 @@ fn file(dir: &TempDir) -> FileStorage {
 
 /// Appends, syncs, truncates and snapshots, restarting in between; checks every recovery.
 fn round_trip_scenario(storage: &mut impl Restart) {
-    let hard_state = HardState { epoch: Epoch(3), voted_for: Some(NodeId(2)), repair_floor: None };
+    let hard_state = HardState {
+        epoch: Epoch(3),
+        voted_for: Some(NodeId(2)),
+        repair_floor: None,
+        members_epoch: 0,
+    };
     storage.save_hard_state(&hard_state).unwrap();
     storage.append(&entries(1, 30, 1)).unwrap();
     assert_eq!(storage.sync().unwrap(), LogIndex(30));
@@ -406,10 +411,20 @@ fn a_failed_fsync_poisons_the_storage() {
 #[test]
 fn a_failed_hard_state_write_keeps_the_old_one() {
     let mut storage = sim();
-    let old = HardState { epoch: Epoch(1), voted_for: Some(NodeId(1)), repair_floor: None };
+    let old = HardState {
+        epoch: Epoch(1),
+        voted_for: Some(NodeId(1)),
+        repair_floor: None,
+        members_epoch: 0,
+    };
     storage.save_hard_state(&old).unwrap();
     storage.sim_disk().fail_next(SimFault::Sync);
-    let new = HardState { epoch: Epoch(2), voted_for: Some(NodeId(3)), repair_floor: None };
+    let new = HardState {
+        epoch: Epoch(2),
+        voted_for: Some(NodeId(3)),
+        repair_floor: None,
+        members_epoch: 0,
+    };
     assert!(storage.save_hard_state(&new).is_err());
     storage.crash();
     assert_eq!(storage.recover().unwrap().hard_state, old);
@@ -436,7 +451,12 @@ fn a_damaged_hard_state_file_stops_recovery_until_it_is_rebuilt() {
     let dir = TempDir::new("hard-state");
     let mut storage = file(&dir);
     storage
-        .save_hard_state(&HardState { epoch: Epoch(7), voted_for: None, repair_floor: None })
+        .save_hard_state(&HardState {
+            epoch: Epoch(7),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        })
         .unwrap();
     drop(storage);
     let path = dir.0.join(HARD_STATE_NAME);
@@ -451,7 +471,10 @@ fn a_damaged_hard_state_file_stops_recovery_until_it_is_rebuilt() {
     // The operator's repair: the epoch after the greatest one the other members report.
     let mut storage = <FileStorage>::open(&dir.0, config()).unwrap();
     let rebuilt = storage.rebuild_hard_state(Epoch(9)).unwrap();
-    assert_eq!(rebuilt, HardState { epoch: Epoch(10), voted_for: None, repair_floor: None });
+    assert_eq!(
+        rebuilt,
+        HardState { epoch: Epoch(10), voted_for: None, repair_floor: None, members_epoch: 0 }
+    );
     assert_eq!(storage.recover().unwrap().hard_state, rebuilt);
 }
 
@@ -461,7 +484,12 @@ fn a_rebuilt_hard_state_is_never_older_than_the_log() {
     storage.append(&entries(1, 12, 5)).unwrap();
     storage.sync().unwrap();
     storage
-        .save_hard_state(&HardState { epoch: Epoch(5), voted_for: None, repair_floor: None })
+        .save_hard_state(&HardState {
+            epoch: Epoch(5),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        })
         .unwrap();
     assert!(storage.corrupt_hard_state(9));
     storage.crash();
@@ -477,7 +505,12 @@ fn a_rebuilt_hard_state_is_never_older_than_the_log() {
 fn recover_with_damaged_snapshot(byte: u64) -> Recovered {
     let mut storage = sim();
     storage
-        .save_hard_state(&HardState { epoch: Epoch(3), voted_for: None, repair_floor: None })
+        .save_hard_state(&HardState {
+            epoch: Epoch(3),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        })
         .unwrap();
     storage.append(&entries(1, 40, 2)).unwrap();
     storage.sync().unwrap();
@@ -513,7 +546,12 @@ fn a_damaged_snapshot_is_set_aside_with_the_log_under_a_repair_floor() {
 fn a_snapshot_damaged_in_its_header_takes_the_hard_states_epoch_when_the_log_is_gone() {
     let mut storage = sim();
     storage
-        .save_hard_state(&HardState { epoch: Epoch(3), voted_for: None, repair_floor: None })
+        .save_hard_state(&HardState {
+            epoch: Epoch(3),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        })
         .unwrap();
     storage.append(&entries(1, 30, 2)).unwrap();
     storage.sync().unwrap();
@@ -637,7 +675,7 @@ fn an_engine_without_a_log_keeps_its_hard_state_and_refuses_another_kinds_log() 
     let dir = TempDir::new("no-record");
     let mut storage = FileStorage::<NoRecord>::open(&dir.0, config()).unwrap();
     assert_eq!(storage.recover().unwrap(), Recovered::default());
-    let hard = HardState { epoch: Epoch(7), voted_for: None, repair_floor: None };
+    let hard = HardState { epoch: Epoch(7), voted_for: None, repair_floor: None, members_epoch: 0 };
     storage.save_hard_state(&hard).unwrap();
     storage.append(&[]).unwrap();
     assert_eq!(storage.sync().unwrap(), LogIndex::ZERO);

@@ -70,7 +70,7 @@ proptest! {
     fn hard_state_and_snapshot_meta_round_trip(
         epoch in any::<u64>(), vote in proptest::option::of(any::<u32>()), index in any::<u64>()
     ) {
-        let hard_state = HardState { epoch: Epoch(epoch), voted_for: vote.map(NodeId), repair_floor: None };
+        let hard_state = HardState { epoch: Epoch(epoch), voted_for: vote.map(NodeId), repair_floor: None , members_epoch: 0 };
         let mut out = Vec::new();
         encode(&hard_state, &mut out);
         prop_assert_eq!(decode::<HardState>(&out), Ok(hard_state));
@@ -233,8 +233,12 @@ impl<S: Storage<Record = Entry>> Subject<S> {
                 model.synced_index = index;
             }
             Op::HardState { vote } => {
-                model.hard_state =
-                    HardState { epoch, voted_for: Some(NodeId(vote)), repair_floor: None };
+                model.hard_state = HardState {
+                    epoch,
+                    voted_for: Some(NodeId(vote)),
+                    repair_floor: None,
+                    members_epoch: 0,
+                };
                 self.storage.save_hard_state(&model.hard_state).unwrap();
             }
             Op::Crash { torn_bytes } => {
@@ -283,7 +287,8 @@ fn run_workload(ops: &[Op]) {
     let dir = temp_dir();
     // An engine saves its first hard state before any entry (recovery refuses a log
     // without one).
-    let first = HardState { epoch: Epoch(1), voted_for: None, repair_floor: None };
+    let first =
+        HardState { epoch: Epoch(1), voted_for: None, repair_floor: None, members_epoch: 0 };
     let model = Model { hard_state: first, ..Model::default() };
     let mut file = FileStorage::open(&dir.0, config.clone()).unwrap();
     file.recover().unwrap();

@@ -33,6 +33,9 @@ pub const HARD_STATE_FORMAT_V1: u8 = 1;
 /// Format version of a [`HardState`] with a repair floor (written only when it has one,
 /// so a hard state without one keeps the version-1 bytes).
 pub const HARD_STATE_FORMAT_V2: u8 = 2;
+/// Format version of a [`HardState`] with a Kite membership epoch: version 2's fields
+/// with the repair floor behind a flag, then the epoch (written only when it is not 0).
+pub const HARD_STATE_FORMAT_V3: u8 = 3;
 /// Format version byte that opens an encoded [`SnapshotMeta`].
 pub const SNAPSHOT_META_FORMAT_V1: u8 = 1;
 
@@ -1039,9 +1042,10 @@ impl Decode for Entry {
 
 impl Encode for HardState {
     fn encode_to(&self, out: &mut Vec<u8>) {
-        let version = match self.repair_floor {
-            None => HARD_STATE_FORMAT_V1,
-            Some(_) => HARD_STATE_FORMAT_V2,
+        let version = match (self.repair_floor, self.members_epoch) {
+            (None, 0) => HARD_STATE_FORMAT_V1,
+            (Some(_), 0) => HARD_STATE_FORMAT_V2,
+            (_, _) => HARD_STATE_FORMAT_V3,
         };
         put_u8(out, version);
         put_u64(out, self.epoch.0);
@@ -1052,9 +1056,15 @@ impl Encode for HardState {
             }
             None => put_u8(out, 0),
         }
+        if version == HARD_STATE_FORMAT_V3 {
+            put_u8(out, u8::from(self.repair_floor.is_some()));
+        }
         if let Some(floor) = self.repair_floor {
             put_u64(out, floor.epoch.0);
             put_u64(out, floor.index.0);
+        }
+        if version == HARD_STATE_FORMAT_V3 {
+            put_u64(out, self.members_epoch);
         }
     }
 }
@@ -1062,20 +1072,28 @@ impl Encode for HardState {
 impl Decode for HardState {
     fn decode_from(reader: &mut Reader<'_>) -> Result<Self, CodecError> {
         let version = reader.u8("hard state format version")?;
-        if version != HARD_STATE_FORMAT_V1 && version != HARD_STATE_FORMAT_V2 {
+        let known = [HARD_STATE_FORMAT_V1, HARD_STATE_FORMAT_V2, HARD_STATE_FORMAT_V3];
+        if !known.contains(&version) {
             return Err(CodecError::UnknownTag { what: "hard state format version", tag: version });
         }
         let epoch = Epoch(reader.u64("hard state epoch")?);
         let voted_for =
             if reader.flag("vote flag")? { Some(NodeId(reader.u32("vote")?)) } else { None };
-        let repair_floor = if version == HARD_STATE_FORMAT_V2 {
+        let floored = match version {
+            HARD_STATE_FORMAT_V1 => false,
+            HARD_STATE_FORMAT_V2 => true,
+            _ => reader.flag("repair floor flag")?,
+        };
+        let repair_floor = if floored {
             let floor_epoch = Epoch(reader.u64("repair floor epoch")?);
             let floor_index = LogIndex(reader.u64("repair floor index")?);
             Some(Version { epoch: floor_epoch, index: floor_index })
         } else {
             None
         };
-        Ok(HardState { epoch, voted_for, repair_floor })
+        let members_epoch =
+            if version == HARD_STATE_FORMAT_V3 { reader.u64("members epoch")? } else { 0 };
+        Ok(HardState { epoch, voted_for, repair_floor, members_epoch })
     }
 }
 
@@ -1346,13 +1364,23 @@ mod tests {
             epoch: Epoch(5),
             voted_for: Some(NodeId(3)),
             repair_floor: None,
+            members_epoch: 0,
         });
         assert_eq!(bytes.len(), 1 + 8 + 1 + 4);
         assert_eq!(bytes[0], HARD_STATE_FORMAT_V1, "no floor: the version-1 bytes");
         let floor = Some(Version { epoch: Epoch(4), index: LogIndex(17) });
-        let bytes =
-            round_trip(&HardState { epoch: Epoch(5), voted_for: None, repair_floor: floor });
+        let bytes = round_trip(&HardState {
+            epoch: Epoch(5),
+            voted_for: None,
+            repair_floor: floor,
+            members_epoch: 0,
+        });
         assert_eq!((bytes[0], bytes.len()), (HARD_STATE_FORMAT_V2, 1 + 8 + 1 + 16));
+        let bytes = round_trip(&HardState { members_epoch: 9, ..HardState::default() });
+        assert_eq!((bytes[0], bytes.len()), (HARD_STATE_FORMAT_V3, 1 + 8 + 1 + 1 + 8));
+        let with_floor =
+            HardState { repair_floor: floor, members_epoch: 9, ..HardState::default() };
+        round_trip(&with_floor);
         round_trip(&SnapshotMeta { last_index: LogIndex(10), last_epoch: Epoch(2) });
     }
 

@@ -281,6 +281,11 @@ pub struct HardState {
     /// entries and never campaigns (`docs/protocol.md` §12 item 18).
     #[serde(default)]
     pub repair_floor: Option<Version>,
+    /// Kite keyspaces: the epoch of the newest membership this node took (0: never
+    /// changed). A restarted node rejoins only once it learned a membership at least this
+    /// new (`docs/kite.md`, Membership changes). Leader engines keep 0.
+    #[serde(default)]
+    pub members_epoch: u64,
 }
 
 /// Describes a snapshot: the state after applying every entry up to `last_index`.

@@ -83,6 +83,7 @@ impl Engine for GeoEngine {
                 epoch: keel_types::Epoch(1),
                 voted_for: None,
                 repair_floor: None,
+                members_epoch: 0,
             });
         }
         Ok(engine)

@@ -141,13 +141,16 @@ impl Engine for KiteEngine {
             ));
         }
         config.incarnation = incarnation(&persisted.hard_state, seed)?;
+        config.members_epoch = persisted.hard_state.members_epoch;
         config.rejoin = true;
         let incarnation = u64::from(config.incarnation);
+        let members_epoch = config.members_epoch;
         let mut engine = KiteEngine::boot(config, seed, now)?;
         engine.persist_first(HardState {
             epoch: Epoch(incarnation),
             voted_for: None,
             repair_floor: None,
+            members_epoch,
         });
         Ok(engine)
     }

@@ -824,6 +824,9 @@ pub struct Config {
     pub voters: Vec<NodeId>,
     /// This node's incarnation: a new one after every restart that lost memory.
     pub incarnation: u32,
+    /// The epoch of the newest membership this node's disk recorded: a restarted node
+    /// rejoins only once it learned a membership at least this new.
+    pub members_epoch: u64,
     /// How long a release waits for every node's acknowledgements of the session's
     /// earlier writes before it takes the slow path.
     pub release_timeout: Span,
@@ -887,10 +890,14 @@ pub struct Config {
     /// Negative control: during a membership change a quorum is a majority of the new
     /// voters alone, not of both the old and the new. Unsafe; for tests and `keel sim` only.
     pub unsafe_new_quorum_only: bool,
-    /// Negative control: a change settles on the new voters without waiting for a
-    /// majority of them to read the old voters' state. Unsafe; for tests and `keel sim`
+    /// Negative control: a change settles on the new voters without their reading the
+    /// old voters' state (no sync, and no wait for one). Unsafe; for tests and `keel sim`
     /// only.
     pub unsafe_unsynced_change: bool,
+    /// Negative control: a round keeps the replies it counted under a membership just
+    /// replaced (it only asks the voters just learned). Unsafe; for tests and `keel sim`
+    /// only.
+    pub unsafe_mixed_epoch_rounds: bool,
 }
 
 impl Config {
@@ -901,6 +908,7 @@ impl Config {
             members,
             voters: Vec::new(),
             incarnation: 0,
+            members_epoch: 0,
             release_timeout: Span::from_millis(5),
             retransmit: Span::from_millis(20),
             rmw_backoff_max: Span::from_millis(10),
@@ -921,6 +929,7 @@ impl Config {
             unsafe_forget_outcomes: false,
             unsafe_new_quorum_only: false,
             unsafe_unsynced_change: false,
+            unsafe_mixed_epoch_rounds: false,
         }
     }
 

@@ -578,7 +578,12 @@ fn votes_are_refused_to_a_candidate_whose_log_is_behind() {
         payload: keel_types::EntryPayload::Noop,
     };
     let persisted = PersistedState {
-        hard_state: HardState { epoch: keel_types::Epoch(1), voted_for: None, repair_floor: None },
+        hard_state: HardState {
+            epoch: keel_types::Epoch(1),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        },
         snapshot: None,
         entries: vec![entry(1), entry(2)],
     };
@@ -620,7 +625,12 @@ fn a_node_below_its_repair_floor_votes_by_the_floor_withholds_campaigns_and_clea
     let entry = |i| Entry { epoch: epoch(1), index: LogIndex(i), payload: EntryPayload::Noop };
     let floor = Version { epoch: epoch(1), index: LogIndex(5) };
     let persisted = PersistedState {
-        hard_state: HardState { epoch: epoch(1), voted_for: None, repair_floor: Some(floor) },
+        hard_state: HardState {
+            epoch: epoch(1),
+            voted_for: None,
+            repair_floor: Some(floor),
+            members_epoch: 0,
+        },
         snapshot: None,
         entries: vec![entry(1), entry(2)],
     };
@@ -684,7 +694,12 @@ fn a_durable_entry_of_a_later_epoch_clears_the_repair_floor_before_its_index() {
     let entry = |i, e| Entry { epoch: epoch(e), index: LogIndex(i), payload: EntryPayload::Noop };
     let floor = Version { epoch: epoch(1), index: LogIndex(9) };
     let persisted = PersistedState {
-        hard_state: HardState { epoch: epoch(1), voted_for: None, repair_floor: Some(floor) },
+        hard_state: HardState {
+            epoch: epoch(1),
+            voted_for: None,
+            repair_floor: Some(floor),
+            members_epoch: 0,
+        },
         snapshot: None,
         entries: vec![entry(1, 1), entry(2, 1)],
     };
@@ -1936,7 +1951,12 @@ fn a_node_made_a_voter_in_an_epoch_votes_only_in_later_ones() {
         Entry { epoch: epoch(5), index: LogIndex(2), payload: EntryPayload::Membership(voters) },
     ];
     let persisted = PersistedState {
-        hard_state: HardState { epoch: epoch(5), voted_for: None, repair_floor: None },
+        hard_state: HardState {
+            epoch: epoch(5),
+            voted_for: None,
+            repair_floor: None,
+            members_epoch: 0,
+        },
         snapshot: None,
         entries,
     };

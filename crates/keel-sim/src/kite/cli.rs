@@ -40,6 +40,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         unbounded_links: args.unbounded_links,
         new_quorum_only: args.new_quorum_only,
         unsynced_change: args.unsynced_change,
+        mixed_epoch_rounds: args.mixed_epoch_rounds,
         keep_history: single && args.history.is_some(),
     };
     let swept = match crate::seeds::sweep(args, |seed| run_one(&config(seed)), |r| r.history.take())

@@ -118,6 +118,15 @@ impl KiteEngine {
         let quorum = super::membership::majority(self.membership.voters.len());
         let grace = crate::time::Span(self.config.retransmit.0.saturating_mul(AMNESIA_GRACE_PACES));
         let Some(rejoin) = &self.rejoin else { return true };
+        let everyone = rejoin.sources.values().all(|s| *s == Source::Done);
+        if self.membership.epoch < self.config.members_epoch && !everyone {
+            // The disk recorded a newer membership than the one known: until a peer tells
+            // of it, this node does not know whose state it must read. (Every other node
+            // read, none knowing it: it was chosen, but taken only by this node's earlier
+            // incarnation, which no reply of another epoch reached; what the others know
+            // is the membership.)
+            return false;
+        }
         if self.read_enough(&rejoin.done(), true) {
             return true;
         }

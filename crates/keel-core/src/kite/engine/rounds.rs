@@ -169,7 +169,10 @@ impl Rounds {
             let counted = round.replies.iter().filter(|(from, _)| *from == node).count();
             // A member answers a round at most once, and its bit is pending until it has.
             assert!(counted <= 1, "{counted} replies of {node:?} in one round");
-            assert_eq!(counted == 1, round.pending & bit == 0, "pending bit of {node:?}");
+            // (A node that was not a voter when the round opened is neither asked nor
+            // answered: its bit is clear with no reply.)
+            assert!(counted == 0 || round.pending & bit == 0, "pending bit of {node:?}");
+            assert_eq!(counted == 1, round.replies_bits & bit != 0, "replies mask of {node:?}");
             if counted == 0 {
                 continue;
             }
@@ -194,9 +197,28 @@ impl Rounds {
     /// replaced, and a round counts replies of one membership only (`membership.rs`).
     /// Everyone asked before, and the members of `added` (voters just learned), are asked
     /// again at `now`. Answers the rounds, with their requests.
-    pub(super) fn ask_again(&mut self, added: u64, now: Time) -> Vec<(RoundId, Message)> {
+    /// (Under the negative control, `mixed`, replies stay and only `added` is asked.)
+    pub(super) fn ask_again(
+        &mut self,
+        added: u64,
+        now: Time,
+        mixed: bool,
+    ) -> Vec<(RoundId, Message)> {
         let mut again = Vec::new();
         for (&id, round) in self.open.iter_mut() {
+            if mixed {
+                let new = added & !round.replies_bits & !round.pending;
+                if new != 0 {
+                    if round.pending != 0 {
+                        let indexed = self.resends.remove(&(round.next_send, id));
+                        assert!(indexed, "round {id} waited unindexed");
+                    }
+                    round.pending |= new;
+                    round.next_send = round.next_send.min(now);
+                    self.resends.insert((round.next_send, id));
+                }
+                continue;
+            }
             if round.pending != 0 {
                 let indexed = self.resends.remove(&(round.next_send, id));
                 assert!(indexed, "round {id} waited unindexed");

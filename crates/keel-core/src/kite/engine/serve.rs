@@ -181,7 +181,11 @@ impl KiteEngine {
             .map(|(_, o)| o.clone());
         let slot = self.keys.entry(key).or_default();
         let held = slot.promised;
-        let ok = ballot > slot.promised;
+        // This node's own proposal asked again (its rounds are asked again when it takes a
+        // membership) is granted again: a proposer's own promise is in every quorum it
+        // counts, which is how its session's earlier writes of the key reach its read.
+        let again = from == self.config.node && ballot == slot.promised;
+        let ok = ballot > slot.promised || again;
         if ok {
             slot.promised = ballot;
         }
