@@ -642,18 +642,7 @@ impl GeneralRun {
         if let Fault::ClientCut { node } | Fault::Crash { node } | Fault::Restart { node, .. } =
             fault
         {
-            let moved = move_named_clients(
-                &mut self.world,
-                &mut self.recorder,
-                &mut self.clients,
-                &mut self.sessions,
-                node,
-                &mut self.next_session,
-                &mut self.abandoned,
-                self.unnamed_retries,
-                &mut self.report.reached,
-            );
-            self.dead_sessions.extend(moved);
+            self.reconnect_clients(node);
         }
         let world = &mut self.world;
         let mut count = |name: &str| *self.report.reached.entry(name.into()).or_default() += 1;
@@ -766,19 +755,25 @@ impl GeneralRun {
         refused_at.dedup();
         for node in refused_at {
             *self.report.reached.entry("client-refused-not-voter".into()).or_default() += 1;
-            let moved = move_named_clients(
-                &mut self.world,
-                &mut self.recorder,
-                &mut self.clients,
-                &mut self.sessions,
-                node,
-                &mut self.next_session,
-                &mut self.abandoned,
-                self.unnamed_retries,
-                &mut self.report.reached,
-            );
-            self.dead_sessions.extend(moved);
+            self.reconnect_clients(node);
         }
+    }
+
+    /// The clients of `node` whose connection broke reconnect elsewhere
+    /// ([`move_named_clients`]); the history sessions they leave behind are dead.
+    fn reconnect_clients(&mut self, node: NodeId) {
+        let moved = move_named_clients(
+            &mut self.world,
+            &mut self.recorder,
+            &mut self.clients,
+            &mut self.sessions,
+            node,
+            &mut self.next_session,
+            &mut self.abandoned,
+            self.unnamed_retries,
+            &mut self.report.reached,
+        );
+        self.dead_sessions.extend(moved);
     }
 
     /// Sends the next request of every session with room for one, at `t`.
