@@ -6,8 +6,10 @@
 //! time and names itself and each request in every request (`KEEL.REQ <id> <seq> ...`),
 //! whichever pooled connection carries it.
 //!
-//! When its node cannot be reached (the connection failed or timed out), the call fails
-//! and the session goes on at the next node, under the same id and numbering. As far as
+//! When its node cannot be reached (the connection failed or timed out) or refuses as a
+//! node that does not vote (`UNAVAILABLE`: it was left out of the keyspace's voters, or
+//! a membership change removed it), the call fails and the session goes on at the next
+//! node, under the same id and numbering. As far as
 //! ordering goes, that is a new session: what the old node had not passed on may be lost
 //! with it (relaxed writes are answered before they leave their node, as in the paper,
 //! where a session dies with its machine).
@@ -99,13 +101,19 @@ impl KiteSession {
                     backoff *= 2;
                     attempt += 1;
                 }
-                Err(e @ ClientError::Connection(_)) => {
+                // Or a node that does not vote (left out, or removed by a membership
+                // change) refused it, or a node stopping dropped it (which may have
+                // been after it was applied: counted as unknown).
+                Err(
+                    e @ (ClientError::Connection(_) | ClientError::Keel(KeelError::Unavailable(_))),
+                ) => {
                     // Goes on at the next node, a new session as far as ordering goes.
                     self.node = (self.node + 1) % nodes;
                     let Some(again) = again.filter(|_| !self.dirty && moves + 1 < nodes) else {
                         return Err(e.after_attempts(maybe_applied, attempt + moves as u32));
                     };
-                    maybe_applied |= e.outcome_unknown();
+                    maybe_applied |= e.outcome_unknown()
+                        || matches!(e, ClientError::Keel(KeelError::Unavailable(_)));
                     words.truncate(3);
                     words.extend_from_slice(again);
                     moves += 1;

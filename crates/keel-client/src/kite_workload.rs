@@ -177,7 +177,9 @@ impl KiteReport {
     }
 }
 
-/// Runs the workload against `client` (whose keyspace is a Kite one, on `nodes` nodes).
+/// Runs the workload against `client` (whose keyspace is a Kite one, on `nodes` nodes),
+/// counting in `progress` each round, pair, FAA or CAS increment (and those that failed),
+/// until its deadline or `progress.stop`.
 pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress>) -> KiteLog {
     let nodes = client.config().nodes.len();
     let log = Arc::new(Mutex::new(KiteLog::default()));
@@ -224,7 +226,9 @@ pub async fn run(client: Arc<Client>, config: KiteConfig, progress: Arc<Progress
                         }
                     },
                 };
+                progress.ops.fetch_add(1, Ordering::Relaxed);
                 if !ok {
+                    progress.errors.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(ERROR_PAUSE).await;
                 }
             }

@@ -110,11 +110,13 @@ const KITE: Pack = Pack {
 };
 
 /// A Kite keyspace's engine configuration, from the node's `[kite]` section and the
-/// keyspace's limits.
+/// keyspace's limits: every member may vote, and the voters of a keyspace whose
+/// membership never changed are the cluster's `voters` (every member without it).
 fn kite_config(config: &ServerConfig, spec: &KeyspaceSpec) -> keel_core::kite::Config {
     let mut members: Vec<NodeId> = config.members.iter().map(|m| NodeId(m.id)).collect();
     members.sort_unstable();
     let mut kite = keel_core::kite::Config::new(NodeId(config.node_id), members);
+    kite.voters = config.voter_ids();
     kite.limits = spec.config.limits.clone();
     kite.release_timeout = keel_core::time::Span::from_millis(config.kite.release_timeout_ms);
     kite.retransmit = keel_core::time::Span::from_millis(config.kite.retransmit_ms);
@@ -152,9 +154,9 @@ const KITE_REFUSED_WORDS: [&str; 7] =
 
 /// The first words of requests only an ORCA keyspace has: those that read keys whole
 /// into the front door and write them back through a log (scripts, `DUMP`, `RESTORE`),
-/// and membership changes and slot moves through the log (`KEEL.NODE`, `KEEL.SLOTS`).
-const WHOLE_KEY_WORDS: [&str; 8] =
-    ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore", "keel.node", "keel.slots"];
+/// and slot moves through the log (`KEEL.SLOTS`).
+const WHOLE_KEY_WORDS: [&str; 7] =
+    ["eval", "evalsha", "eval_ro", "evalsha_ro", "dump", "restore", "keel.slots"];
 
 /// What a Kite keyspace makes of a request (see the module's docs).
 fn kite_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
@@ -359,7 +361,8 @@ const GEO_REFUSED_WORDS: [&str; 8] =
 fn geo_terms(asked: Asked<'_>, runs: &dyn Fn() -> String) -> Result<Terms, String> {
     match asked {
         Asked::Word(first) => {
-            match GEO_REFUSED_WORDS.iter().chain(&WHOLE_KEY_WORDS).find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
+            let refused = GEO_REFUSED_WORDS.iter().chain(&WHOLE_KEY_WORDS).chain(&["keel.node"]);
+            match refused.into_iter().find(|w| first.eq_ignore_ascii_case(w.as_bytes())) {
                 Some(name) => Err(format!(
                     "ERR {} has no meaning in a geo keyspace {}: use KEEL.TX.BEGIN ... KEEL.TX.COMMIT",
                     name.to_ascii_uppercase(),
@@ -398,5 +401,14 @@ mod tests {
                 assert!(terms(kind, KeyspaceId(1), asked()).is_err(), "{word} in {kind:?}");
             }
         }
+    }
+
+    #[test]
+    fn membership_changes_reach_orca_and_kite_keyspaces_not_geo_ones() {
+        let asked = || Asked::Word(b"KEEL.NODE");
+        assert_eq!(terms(EngineKind::Orca, KeyspaceId(0), asked()), Ok(Terms::FrontDoor));
+        assert_eq!(terms(EngineKind::Kite, KeyspaceId(1), asked()), Ok(Terms::FrontDoor));
+        let refused = terms(EngineKind::Geo, KeyspaceId(2), asked()).unwrap_err();
+        assert!(refused.contains("KEEL.NODE has no meaning in a geo keyspace"), "{refused}");
     }
 }

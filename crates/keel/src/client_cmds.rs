@@ -107,7 +107,9 @@ pub struct GetArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeArgs {
     /// `add` (as a learner), `promote` (a learner to a voter), `remove` (a voter or a
-    /// learner), `transfer-leader`.
+    /// learner), `transfer-leader`. In a Kite keyspace, `add` and `promote` both make
+    /// the node a voter (it reads the old voters' state first), `remove` stops its vote,
+    /// and no node leads.
     #[arg(value_parser = ["add", "promote", "remove", "transfer-leader"])]
     pub change: String,
     /// The node's id (as in `members`).
@@ -124,7 +126,9 @@ pub struct NodeArgs {
 /// Runs `keel node`: `KEEL.NODE` to the target node, which forwards it to the keyspace's
 /// leader; answered once the change is committed (a change asked again once in effect is
 /// answered as done, so asking again is safe). Removing the leader moves its leadership
-/// to another voter first.
+/// to another voter first. In a Kite keyspace each request makes one step of the change
+/// (to the joint voters, then, once the new voters have read the old ones' state, to the
+/// new voters alone) and answers `BUSY` until it is settled: this asks again.
 pub fn node(args: &NodeArgs) -> ExitCode {
     run(async {
         let client = client(&args.target)?;
@@ -588,15 +592,36 @@ fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
 /// sessions and the nodes it deems delinquent.
 fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
     let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
-    println!("leaderless (kite)");
+    let newest = rows
+        .iter()
+        .filter_map(|(_, d)| d.as_ref())
+        .max_by_key(|d| d["membership"]["epoch"].as_u64().unwrap_or(0));
+    match newest {
+        Some(d) => println!("leaderless (kite)  {}", show_membership(&d["membership"])),
+        None => println!("leaderless (kite)"),
+    }
     println!(
-        "{:<22} {:<5} {:<10} {:>6} {:>12} {:>8} {:>9} {:>9}  delinquent",
-        "node", "id", "role", "epoch", "incarnation", "keys", "in epoch", "sessions"
+        "{:<22} {:<5} {:<10} {:<8} {:>6} {:>12} {:>8} {:>9} {:>9}  delinquent",
+        "node", "id", "role", "votes", "epoch", "incarnation", "keys", "in epoch", "sessions"
     );
     for (addr, doc) in rows {
         let Some(d) = doc else {
             println!("{addr:<22} unreachable");
             continue;
+        };
+        let ids = |side: &serde_json::Value| -> Vec<u64> {
+            side.as_array().into_iter().flatten().filter_map(|v| v.as_u64()).collect()
+        };
+        let me = d["node_id"].as_u64().or(d["node"].as_u64()).unwrap_or(0);
+        let m = &d["membership"];
+        let (now, next) = (ids(&m["voters"]).contains(&me), ids(&m["next"]).contains(&me));
+        let votes = match (now, next, m["next"].is_null()) {
+            (true, _, true) => "yes",
+            (false, _, true) => "no",
+            (true, true, false) => "yes",
+            (true, false, false) => "leaving",
+            (false, true, false) => "joining",
+            (false, false, false) => "no",
         };
         let delinquent: Vec<String> = d["bits"]
             .as_array()
@@ -606,9 +631,10 @@ fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
             .map(|b| format!("n{}", b[0]))
             .collect();
         println!(
-            "{addr:<22} {:<5} {:<10} {:>6} {:>12} {:>8} {:>9} {:>9}  {}",
+            "{addr:<22} {:<5} {:<10} {:<8} {:>6} {:>12} {:>8} {:>9} {:>9}  {}",
             get(d, "node_id"),
             d["role"].as_str().unwrap_or("-"),
+            votes,
             get(d, "epoch"),
             get(d, "incarnation"),
             get(d, "keys"),
@@ -619,9 +645,36 @@ fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
     }
 }
 
+/// A Kite membership as `keel status` shows it: `membership 2: voters 1,2,3` or, during a
+/// change, `membership 3: voters 1,2,3 -> 1,2,3,4 (changing)`.
+fn show_membership(m: &serde_json::Value) -> String {
+    let ids = |side: &serde_json::Value| -> String {
+        let ids: Vec<String> =
+            side.as_array().into_iter().flatten().map(|v| v.to_string()).collect();
+        ids.join(",")
+    };
+    let epoch = m["epoch"].as_u64().unwrap_or(0);
+    match m["next"].is_null() {
+        true => format!("membership {epoch}: voters {}", ids(&m["voters"])),
+        false => format!(
+            "membership {epoch}: voters {} -> {} (changing)",
+            ids(&m["voters"]),
+            ids(&m["next"])
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kite_membership_shows_its_voters_and_a_change_under_way() {
+        let settled = serde_json::json!({"epoch": 2, "voters": [1, 2, 3], "next": null});
+        assert_eq!(show_membership(&settled), "membership 2: voters 1,2,3");
+        let changing = serde_json::json!({"epoch": 3, "voters": [1, 2, 3], "next": [1, 2, 3, 4]});
+        assert_eq!(show_membership(&changing), "membership 3: voters 1,2,3 -> 1,2,3,4 (changing)");
+    }
 
     #[test]
     fn absent_values_show_as_nil() {

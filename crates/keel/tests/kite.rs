@@ -6,7 +6,7 @@
 mod common;
 
 use keel_server::config::KeyspaceSettings;
-use keel_server::local::status_in;
+use keel_server::local::{status_in, LocalCluster};
 
 const KITE: u32 = 1;
 
@@ -173,6 +173,128 @@ fn a_killed_node_restarts_as_a_new_incarnation_that_rejoins_before_it_serves() {
         assert_eq!(c.line(), format!("{i}\r\n"));
     }
     assert_eq!(c.call(&["KEEL.FAA", "total", "1"]), ":20", "no increment lost or repeated");
+    common::finish(cluster);
+}
+
+/// The membership node index `i` reports for the Kite keyspace.
+fn kite_membership(cluster: &LocalCluster, i: usize) -> Option<serde_json::Value> {
+    Some(status_in(cluster.configs[i].client_addr, KITE)?["membership"].clone())
+}
+
+/// Kite operations that must finish between two steps of the test (progress, not time,
+/// paces it).
+const KITE_OPS_BETWEEN_CHANGES: u64 = 400;
+
+/// Waits until the workload has finished `ops` more operations, failing the test if it
+/// stalls for a minute.
+fn kite_pace(progress: &keel_client::workload::Progress, ops: u64, what: &str) {
+    let from = progress.ops.load(std::sync::atomic::Ordering::Relaxed);
+    let moved = common::wait_until(std::time::Duration::from_secs(60), || {
+        progress.ops.load(std::sync::atomic::Ordering::Relaxed) >= from + ops
+    });
+    assert!(moved, "the workload stalled before {what}");
+    eprintln!("{what}");
+}
+
+#[test]
+fn a_kite_keyspace_grows_from_three_voters_to_five_and_shrinks_to_three_others_under_a_checked_workload(
+) {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
+    let dir = common::test_dir("kite-membership");
+    let cluster = LocalCluster::start(&exe, 5, &dir, None, |c| {
+        kite_keyspaces(c);
+        c.voters = Some(vec![1, 2, 3]);
+    })
+    .expect("the cluster starts");
+    assert!(cluster.wait_for_replicas(KITE, common::LEADER_WAIT), "every node rejoined");
+    let addrs = cluster.client_addrs();
+    let voters = |m: &serde_json::Value| m["voters"].clone();
+    let settled_on =
+        |m: &serde_json::Value, want: serde_json::Value| m["next"].is_null() && m["voters"] == want;
+    let m = kite_membership(&cluster, 4).expect("node 5 answers");
+    assert_eq!(voters(&m), serde_json::json!([1, 2, 3]), "4 and 5 start outside: {m}");
+    let mut outside = open(addrs[3]);
+    let refused = outside.call(&["GET", "x"]);
+    assert!(refused.starts_with("-UNAVAILABLE node 4 is not a voter"), "{refused}");
+
+    // The checked workload: sessions on every node (those on a node that does not vote
+    // move to the next one).
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let mut config = keel_client::ClientConfig::new(addrs.clone());
+    config.keyspace = KITE;
+    let client = keel_client::Client::new(config);
+    let progress = std::sync::Arc::new(keel_client::workload::Progress::default());
+    let kite = keel_client::kite_workload::KiteConfig {
+        sessions_per_node: 2,
+        duration: std::time::Duration::from_secs(600),
+        seed: 45,
+    };
+    let work =
+        runtime.spawn(keel_client::kite_workload::run(client.clone(), kite, progress.clone()));
+
+    // 3 → 5 voters, then 5 → 3 others: each with the CLI at node 3, which votes throughout
+    // (it asks again while the change is under way).
+    let steps = [("add", 4), ("add", 5), ("remove", 1), ("remove", 2)];
+    for (i, (change, id)) in steps.iter().enumerate() {
+        kite_pace(&progress, KITE_OPS_BETWEEN_CHANGES, &format!("keel node {change} {id}"));
+        let out = std::process::Command::new(&exe)
+            .args(["node", change, &id.to_string(), "--keyspace", &KITE.to_string(), "--node"])
+            .arg(addrs[2].to_string())
+            .output()
+            .expect("the CLI runs");
+        eprintln!("keel node {change} {id}: {out:?}");
+        assert!(out.status.success(), "keel node {change} {id} failed");
+        let epoch = 2 * (i as u64 + 1);
+        let stepped = common::wait_until(common::CONVERGE_WAIT, || {
+            kite_membership(&cluster, 2).is_some_and(|m| m["epoch"] == epoch)
+        });
+        assert!(stepped, "two steps per change: {:?}", kite_membership(&cluster, 2));
+    }
+    let want = serde_json::json!([3, 4, 5]);
+    // The voters learn it; a removed node needs to learn only that it stopped voting.
+    let known = common::wait_until(common::CONVERGE_WAIT, || {
+        let voters_know = (2..5)
+            .all(|i| kite_membership(&cluster, i).is_some_and(|m| settled_on(&m, want.clone())));
+        let removed_know = (0..2).all(|i| {
+            kite_membership(&cluster, i).is_some_and(|m| {
+                let me = serde_json::json!(i + 1);
+                m["next"].is_null() && m["voters"].as_array().is_some_and(|v| !v.contains(&me))
+            })
+        });
+        voters_know && removed_know
+    });
+    let seen: Vec<_> = (0..5).map(|i| kite_membership(&cluster, i)).collect();
+    assert!(known, "the voters 3, 4, 5 in force: {seen:?}");
+    let mut status = std::process::Command::new(&exe);
+    status.arg("status");
+    for addr in &addrs {
+        status.args(["--node", &addr.to_string()]);
+    }
+    let status = status.output().expect("the CLI runs");
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("leaderless (kite)  membership 8: voters 3,4,5"), "{shown}");
+    let kite_table = shown.split("leaderless (kite)").nth(1).expect("the kite keyspace's table");
+    let row =
+        |id: u32| kite_table.lines().find(|l| l.contains(&format!("{} ", addrs[id as usize - 1])));
+    assert!(row(1).is_some_and(|r| r.contains(" no ")), "{shown}");
+    assert!(row(4).is_some_and(|r| r.contains(" yes ")), "{shown}");
+    let mut removed = open(addrs[0]);
+    let refused = removed.call(&["KEEL.FAA", "k0", "1"]);
+    assert!(refused.starts_with("-UNAVAILABLE node 1 is not a voter"), "{refused}");
+    let refused = removed.call(&["KEEL.NODE", "TRANSFER-LEADER", "3"]);
+    assert!(refused.starts_with("-ERR"), "{refused}");
+
+    kite_pace(&progress, KITE_OPS_BETWEEN_CHANGES, "stopping the workload");
+    progress.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let log = runtime.block_on(work).expect("the workload ends");
+    let finals = runtime
+        .block_on(keel_client::kite_workload::finals(&client))
+        .expect("the counters are read");
+    let report = keel_client::kite_workload::check(&log, &finals);
+    eprintln!("{report:?}");
+    assert_eq!(report.violations, Vec::<String>::new(), "{report:?}");
+    assert_eq!(report.violations_total, 0);
+    assert!(report.faas >= 100 && report.swaps >= 20 && report.pairs >= 100, "{report:?}");
     common::finish(cluster);
 }
 

@@ -9,6 +9,7 @@
 //! | `Put` | plain / release | relaxed write / release |
 //! | `Incr` | plain | fetch-and-add (the reply is the value after it) |
 //! | `Cas` | plain or strong / weak | strong / weak compare-and-swap |
+//! | `Cluster` add or promote / remove | plain | a membership change's step towards the voters with / without the node |
 //!
 //! Anything else (deletes, scans, transactions, queues, a read level or durability) is
 //! refused with a reply that names the engine; the server refuses them before they get
@@ -16,7 +17,8 @@
 
 use super::engine::KiteEngine;
 use super::types::{
-    Config, KiteOp, KiteReply, KiteRequest, KiteResult, Message, ReplyForm, Status,
+    Config, KiteOp, KiteReply, KiteRequest, KiteResult, Membership, Message, ReplyForm, Status,
+    VotersWanted,
 };
 use crate::engine::{
     BootError, ClientReply, ClientRequest, Engine, FromClient, Input, Metric, OpMode, Outputs,
@@ -24,7 +26,9 @@ use crate::engine::{
 };
 use crate::time::Time;
 use keel_types::rng::SplitMix64;
-use keel_types::{Command, CommandResult, Epoch, HardState, KeelError, NoRecord, NodeId, Version};
+use keel_types::{
+    ClusterOp, Command, CommandResult, Epoch, HardState, KeelError, NoRecord, NodeId, Version,
+};
 
 impl FromClient for KiteRequest {
     /// Kite's operations by command and synchronization; durability and read levels (the
@@ -61,6 +65,18 @@ impl FromClient for KiteRequest {
             (Command::Cas { key, expected, new }, OpMode::Weak) => {
                 (KiteOp::Cas { key, expected, new, strong: false }, ReplyForm::Cas)
             }
+            (Command::Cluster(change), OpMode::Plain) => {
+                let wanted = match change {
+                    ClusterOp::AddLearner(node) | ClusterOp::Promote(node) => {
+                        VotersWanted::With(node)
+                    }
+                    ClusterOp::Remove(node) => VotersWanted::Without(node),
+                    ClusterOp::TransferLeader(_) => {
+                        return refused("KEEL.NODE TRANSFER-LEADER (no node leads)".into())
+                    }
+                };
+                (KiteOp::reconfigure_to(wanted.clone()), ReplyForm::Membership(wanted))
+            }
             (command, OpMode::Plain) => return refused(command.name().to_uppercase()),
             (command, mode) => {
                 return refused(format!("{} with {}", command.name().to_uppercase(), mode.word()))
@@ -78,6 +94,7 @@ impl From<KiteReply> for ClientReply {
     fn from(reply: KiteReply) -> ClientReply {
         let KiteReply { tag, served_by, form, result, .. } = reply;
         let result = result.and_then(|r| match (form, r) {
+            (ReplyForm::Membership(wanted), r) => membership_step(&wanted, r),
             (_, KiteResult::Value { value, .. }) => {
                 Ok(CommandResult::Value { value, version: None })
             }
@@ -99,6 +116,40 @@ impl From<KiteReply> for ClientReply {
         });
         ClientReply { tag, served_by, result, durability_round: false }
     }
+}
+
+/// A membership change's step as a reply: done once the membership it left is settled on
+/// what is wanted, else `BUSY` naming where it stands (the caller asks again).
+fn membership_step(wanted: &VotersWanted, result: KiteResult) -> Result<CommandResult, KeelError> {
+    let (bytes, swapped) = match result {
+        KiteResult::Value { value, .. } => (value, false),
+        KiteResult::Rmw { read, wrote, .. } => (read, wrote.is_some()),
+        KiteResult::Written { .. } => (None, false),
+    };
+    let read = bytes.as_deref().and_then(Membership::decode);
+    // A swap moved the membership read (absent: epoch 0, settled) one step on: from a
+    // joint one to its new voters, from a settled one to a joint one.
+    let m = match (read, swapped) {
+        (Some(Membership { epoch, next: Some(next), .. }), true) => {
+            Membership { epoch: epoch + 1, voters: next, next: None }
+        }
+        (_, true) => {
+            return Err(KeelError::Busy("a change begun (joint voters): ask again".into()))
+        }
+        (Some(m), false) => m,
+        (None, false) => {
+            return Err(KeelError::Busy("the membership was not read: ask again".into()))
+        }
+    };
+    if wanted.met_by(&m) {
+        return Ok(CommandResult::Written { version: NO_VERSION });
+    }
+    let ids = |v: &[NodeId]| v.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(",");
+    let now = match &m.next {
+        Some(next) => format!("voters {} moving to {}", ids(&m.voters), ids(next)),
+        None => format!("voters {}", ids(&m.voters)),
+    };
+    Err(KeelError::Busy(format!("membership epoch {}: {now}; ask again", m.epoch)))
 }
 
 /// The incarnation a node boots as: one past the last one its disk recorded, or, on a
@@ -209,9 +260,26 @@ fn report(status: &Status) -> Report {
     Report { status: doc, metrics }
 }
 
-/// The node's state: its epoch, whether it rejoins, its keys, sessions and delinquents.
+/// The node's state: its epoch, whether it rejoins, its membership, keys, sessions and
+/// delinquents.
 fn state_gauges(status: &Status, delinquent: u64) -> Vec<Metric> {
+    let m = &status.membership;
     vec![
+        Metric::gauge(
+            "keel_kite_membership_epoch",
+            "The epoch of the newest membership the node knows (raised by each change's step).",
+            m.epoch,
+        ),
+        Metric::gauge(
+            "keel_kite_voter",
+            "1 while the node votes (on either side of a change under way).",
+            u64::from(m.contains(status.node)),
+        ),
+        Metric::gauge(
+            "keel_kite_membership_changing",
+            "1 while a membership change is under way (quorums of the old and new voters).",
+            u64::from(m.next.is_some()),
+        ),
         Metric::gauge(
             "keel_kite_epoch",
             "The machine epoch (raised by each slow acquire).",
@@ -334,5 +402,95 @@ fn table_metrics(status: &Status, c: &super::Counters) -> Vec<Metric> {
             c.rejected,
         ),
         Metric::counter("keel_kite_rejoins_total", "Rejoins completed.", c.rejoins),
+        Metric::counter(
+            "keel_kite_memberships_total",
+            "Newer memberships taken (by a commit, a view, a page or news).",
+            c.memberships,
+        ),
+        Metric::counter(
+            "keel_kite_syncs_total",
+            "Reads of the old voters' state finished as a new voter of a change.",
+            c.syncs,
+        ),
+        Metric::counter(
+            "keel_kite_replies_other_epoch_total",
+            "Replies not counted: their sender knew a membership of another epoch.",
+            c.replies_other_epoch,
+        ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(epoch: u64, voters: &[u32], next: Option<&[u32]>) -> Membership {
+        let ids = |v: &[u32]| v.iter().copied().map(NodeId).collect::<Vec<_>>();
+        Membership { epoch, voters: ids(voters), next: next.map(ids) }
+    }
+
+    fn value(m: &Membership) -> KiteResult {
+        KiteResult::Value { value: Some(m.encode()), stamp: super::super::Stamp::ZERO }
+    }
+
+    fn swap(read: Option<&Membership>, swapped: bool) -> KiteResult {
+        let stamp = super::super::Stamp::ZERO;
+        KiteResult::Rmw {
+            read: read.map(Membership::encode),
+            read_stamp: stamp,
+            wrote: swapped.then_some(stamp),
+            local: false,
+        }
+    }
+
+    #[test]
+    fn node_changes_map_to_a_step_towards_the_voters_with_or_without_the_node() {
+        let ask = |op| ClientRequest {
+            tag: crate::engine::RequestTag(1),
+            client: keel_types::ClientId(7),
+            request: keel_types::RequestId(1),
+            command: Command::Cluster(op),
+            durability: None,
+            level: None,
+            after: keel_types::LogIndex::ZERO,
+            mode: OpMode::Plain,
+            named: false,
+        };
+        let add = KiteRequest::from_client(ask(ClusterOp::AddLearner(NodeId(4)))).unwrap();
+        assert_eq!(add.op, KiteOp::reconfigure_to(VotersWanted::With(NodeId(4))));
+        assert_eq!(add.form, ReplyForm::Membership(VotersWanted::With(NodeId(4))));
+        let promote = KiteRequest::from_client(ask(ClusterOp::Promote(NodeId(4)))).unwrap();
+        assert_eq!(promote.op, add.op, "no learners: promoting is adding");
+        let remove = KiteRequest::from_client(ask(ClusterOp::Remove(NodeId(1)))).unwrap();
+        assert_eq!(remove.op, KiteOp::reconfigure_to(VotersWanted::Without(NodeId(1))));
+        let transfer = KiteRequest::from_client(ask(ClusterOp::TransferLeader(NodeId(1))));
+        assert!(matches!(transfer, Err(KeelError::InvalidArgument(_))), "{transfer:?}");
+    }
+
+    #[test]
+    fn a_step_is_done_only_once_the_membership_it_left_is_settled_on_what_was_wanted() {
+        let with4 = VotersWanted::With(NodeId(4));
+        let busy = |r: Result<CommandResult, KeelError>| matches!(r, Err(KeelError::Busy(_)));
+        // Already settled on it (a step asked again).
+        assert!(membership_step(&with4, value(&m(2, &[1, 2, 3, 4], None))).is_ok());
+        // The first step: from epoch 0 (the key absent) or a settled one to a joint one.
+        assert!(busy(membership_step(&with4, swap(None, true))));
+        assert!(busy(membership_step(&with4, swap(Some(&m(2, &[1, 2, 3], None)), true))));
+        // The second: from the joint one to the new voters alone.
+        let joint = m(3, &[1, 2, 3], Some(&[1, 2, 3, 4]));
+        assert!(membership_step(&with4, swap(Some(&joint), true)).is_ok());
+        // A compare that failed shows the membership found: another change's, or this one's.
+        assert!(busy(membership_step(&with4, swap(Some(&joint), false))));
+        assert!(membership_step(&with4, swap(Some(&m(4, &[1, 2, 3, 4], None)), false)).is_ok());
+        let other = m(4, &[1, 2, 3, 5], None);
+        let shown = membership_step(&with4, swap(Some(&other), false));
+        assert!(
+            matches!(&shown, Err(KeelError::Busy(why)) if why.contains("epoch 4: voters 1,2,3,5")),
+            "{shown:?}"
+        );
+        // Removing: done once the node is out.
+        let without1 = VotersWanted::Without(NodeId(1));
+        assert!(membership_step(&without1, value(&m(6, &[2, 3, 4], None))).is_ok());
+        assert!(busy(membership_step(&without1, value(&m(5, &[1, 2, 3, 4], Some(&[2, 3, 4]))))));
+    }
 }

@@ -32,5 +32,5 @@ pub use engine::KiteEngine;
 pub use types::{
     Ballot, Bit, Config, Counters, Cursor, KiteOp, KiteReply, KiteRequest, KiteResult, Membership,
     Message, Origin, ReplyForm, RmwId, RmwOutcome, RmwRecord, SlotImage, Stamp, Status, View,
-    MEMBERSHIP_KEY,
+    VotersWanted, MEMBERSHIP_KEY,
 };

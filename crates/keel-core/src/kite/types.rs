@@ -234,9 +234,42 @@ pub enum KiteOp {
     Reconfigure {
         /// [`MEMBERSHIP_KEY`] (the key whose read-modify-writes the step queues behind).
         key: Key,
-        /// The voters wanted, sorted.
-        voters: Vec<NodeId>,
+        /// The voters wanted.
+        wanted: VotersWanted,
     },
+}
+
+/// The voters a membership change asks for: a list, or one node more or fewer than the
+/// voters the membership moves to, which an operator asks by naming the node
+/// (`KEEL.NODE ADD|REMOVE id`, `keel node`), so that asking again is the same request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VotersWanted {
+    /// Exactly these, sorted, without repeats.
+    Exactly(Vec<NodeId>),
+    /// `from` with this node.
+    With(NodeId),
+    /// `from` without this node.
+    Without(NodeId),
+}
+
+impl VotersWanted {
+    /// The voters wanted, starting from `from` (sorted).
+    pub fn resolve(&self, from: &[NodeId]) -> Vec<NodeId> {
+        let mut voters = match self {
+            VotersWanted::Exactly(voters) => return voters.clone(),
+            VotersWanted::With(node) => [from, &[*node]].concat(),
+            VotersWanted::Without(node) => from.iter().copied().filter(|v| v != node).collect(),
+        };
+        voters.sort_unstable();
+        voters.dedup();
+        voters
+    }
+
+    /// Whether `m` is settled on what is wanted: no change under way, and the voters
+    /// those wanted starting from themselves.
+    pub fn met_by(&self, m: &Membership) -> bool {
+        m.next.is_none() && self.resolve(&m.voters) == m.voters
+    }
 }
 
 /// The reserved key under which a Kite keyspace keeps its membership, chosen by
@@ -309,7 +342,12 @@ impl KiteOp {
     pub fn reconfigure(mut voters: Vec<NodeId>) -> KiteOp {
         voters.sort_unstable();
         voters.dedup();
-        KiteOp::Reconfigure { key: Key::from_static(MEMBERSHIP_KEY), voters }
+        KiteOp::reconfigure_to(VotersWanted::Exactly(voters))
+    }
+
+    /// A step of a membership change towards the voters `wanted`.
+    pub fn reconfigure_to(wanted: VotersWanted) -> KiteOp {
+        KiteOp::Reconfigure { key: Key::from_static(MEMBERSHIP_KEY), wanted }
     }
 
     /// Whether it is a read-modify-write (FAA or CAS).
@@ -379,6 +417,9 @@ pub enum ReplyForm {
     },
     /// A compare-and-swap: whether it swapped, and the value found.
     Cas,
+    /// A membership change's step (`KEEL.NODE`): done once the membership it leaves is
+    /// settled on the voters wanted; otherwise `BUSY`, and the caller asks again.
+    Membership(VotersWanted),
 }
 
 /// A client request to a Kite keyspace.

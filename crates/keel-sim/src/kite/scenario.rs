@@ -12,7 +12,7 @@ use super::world::{KiteWorld, NetConfig};
 use crate::rng::Rng;
 use keel_check::rc::RcOp;
 use keel_core::engine::RequestTag;
-use keel_core::kite::{Config, KiteOp, KiteResult, Stamp};
+use keel_core::kite::{Config, KiteOp, KiteResult, ReplyForm, Stamp, VotersWanted};
 use keel_core::time::Span;
 use keel_types::NodeId;
 use serde::Serialize;
@@ -718,7 +718,12 @@ impl GeneralRun {
                 continue;
             }
             if let Some(mover) = self.mover.as_mut().filter(|m| m.asked == Some(reply.tag)) {
-                mover.answered(at, &reply, &mut self.report.reached);
+                let known = self
+                    .world
+                    .engine(node)
+                    .filter(|e| !e.epoch_and_rejoining().1)
+                    .map(|e| e.membership().clone());
+                mover.answered(at, &reply, known.as_ref(), &mut self.report.reached);
                 continue;
             }
             let session = self.recorder.session_of(reply.tag);
@@ -1198,6 +1203,8 @@ struct Mover {
     asked: Option<RequestTag>,
     /// When the step asked is given up for lost (its node restarted) and asked again.
     asked_until: u64,
+    /// A step was given up for lost (it may still be made, later).
+    gave_up: bool,
     next_at: u64,
     /// An aimed change's lagging nodes, cut off until this time.
     lagging: Option<(u64, Vec<NodeId>)>,
@@ -1214,6 +1221,7 @@ impl Mover {
             target: Vec::new(),
             asked: None,
             asked_until: 0,
+            gave_up: false,
             next_at: 0,
             lagging: None,
             single,
@@ -1259,11 +1267,34 @@ impl Mover {
         (until, lagging)
     }
 
-    /// The answer to the last step asked.
+    /// How a step towards `towards` is asked, from the newest membership's target
+    /// `from`: as the list, or (half the time, where it is one) as the node an operator
+    /// names (`KEEL.NODE ADD|REMOVE id`).
+    fn wanted(&mut self, from: &[NodeId], towards: Vec<NodeId>) -> VotersWanted {
+        let added: Vec<NodeId> = towards.iter().copied().filter(|v| !from.contains(v)).collect();
+        let removed: Vec<NodeId> = from.iter().copied().filter(|v| !towards.contains(v)).collect();
+        let by_node = match (&added[..], &removed[..]) {
+            ([node], []) => Some(VotersWanted::With(*node)),
+            ([], [node]) => Some(VotersWanted::Without(*node)),
+            ([], []) => {
+                Some(VotersWanted::With(towards[self.rng.below(towards.len() as u64) as usize]))
+            }
+            _ => None,
+        };
+        match by_node {
+            Some(wanted) if self.rng.below(2) == 0 => wanted,
+            _ => VotersWanted::Exactly(towards),
+        }
+    }
+
+    /// The answer to the last step asked, judged as the front door shows it (done, or
+    /// `BUSY`: ask again). Done means the membership the step left is settled on what
+    /// was wanted, which the node answering must then know.
     fn answered(
         &mut self,
         at: u64,
         reply: &keel_core::kite::KiteReply,
+        known: Option<&keel_core::kite::Membership>,
         reached: &mut BTreeMap<String, u64>,
     ) {
         self.asked = None;
@@ -1274,6 +1305,28 @@ impl Mover {
             Err(_) => "membership:step-refused",
         };
         *reached.entry(name.into()).or_default() += 1;
+        let ReplyForm::Membership(wanted) = &reply.form else {
+            panic!("the mover's step answered in another form: {reply:?}")
+        };
+        let shown = keel_core::engine::ClientReply::from(reply.clone());
+        match (&shown.result, &reply.result) {
+            (Ok(_), _) => {
+                *reached.entry("membership:step-done".into()).or_default() += 1;
+                // Unless a step given up for lost may have moved it on since, or the
+                // node restarted meanwhile.
+                if let Some(known) = known.filter(|_| !self.gave_up) {
+                    assert!(
+                        wanted.met_by(known),
+                        "a step shown done ({wanted:?}) by node {} whose membership is {known:?}",
+                        reply.served_by.0
+                    );
+                }
+            }
+            (Err(keel_types::KeelError::Busy(_)), Ok(_)) => {
+                *reached.entry("membership:step-busy".into()).or_default() += 1;
+            }
+            (Err(_), _) => {}
+        }
     }
 }
 
@@ -1291,6 +1344,7 @@ impl GeneralRun {
         if mover.asked.is_some() && mover.asked_until <= t {
             // Lost with its node's restart: an operator asks again.
             mover.asked = None;
+            mover.gave_up = true;
         }
         if mover.asked.is_some() || mover.next_at > t {
             return false;
@@ -1329,8 +1383,10 @@ impl GeneralRun {
         // A change under way towards another set is finished first, as an operator does.
         let towards = newest.next.clone().unwrap_or_else(|| mover.target.clone());
         let (node, _) = &voters[mover.rng.below(voters.len() as u64) as usize];
-        let op = KiteOp::reconfigure(towards);
-        mover.asked = Some(self.world.submit_named(*node, MOVER_SESSION, op, None));
+        let wanted = mover.wanted(newest.target(), towards);
+        let op = KiteOp::reconfigure_to(wanted.clone());
+        let form = ReplyForm::Membership(wanted);
+        mover.asked = Some(self.world.submit_form(*node, MOVER_SESSION, op, None, form));
         mover.asked_until = t + 3_000 * MS;
         false
     }

@@ -20,7 +20,7 @@ use crate::invariants::Violation;
 use crate::net::NetStats;
 use crate::world::{Notice, World, WorldConfig, WorldStats};
 use keel_core::engine::RequestTag;
-use keel_core::kite::{Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message};
+use keel_core::kite::{Config, KiteEngine, KiteOp, KiteReply, KiteRequest, Message, ReplyForm};
 use keel_types::NodeId;
 use std::collections::BTreeMap;
 
@@ -285,8 +285,19 @@ impl KiteWorld {
         op: KiteOp,
         named: Option<u64>,
     ) -> RequestTag {
-        let request =
-            KiteRequest { tag: RequestTag(0), session, op, form: Default::default(), named };
+        self.submit_form(node, session, op, named, ReplyForm::default())
+    }
+
+    /// Submits `op` as [`KiteWorld::submit_named`], its reply shown as `form` asks.
+    pub fn submit_form(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        op: KiteOp,
+        named: Option<u64>,
+        form: ReplyForm,
+    ) -> RequestTag {
+        let request = KiteRequest { tag: RequestTag(0), session, op, form, named };
         self.world.submit(node, request)
     }
 

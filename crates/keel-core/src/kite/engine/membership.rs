@@ -28,7 +28,7 @@
 
 use super::rejoin::Rejoin;
 use super::{KiteEngine, KiteOp, KiteResult, Message, NodeId, Phase, RmwId, RoundId};
-use crate::kite::types::{Membership, MEMBERSHIP_KEY};
+use crate::kite::types::{Membership, VotersWanted, MEMBERSHIP_KEY};
 use keel_types::{KeelError, Key};
 
 /// A membership change's step waiting for a majority of the new voters to have synced.
@@ -263,9 +263,10 @@ impl KiteEngine {
         &mut self,
         session: u64,
         rid: RmwId,
-        voters: Vec<NodeId>,
+        wanted: VotersWanted,
     ) -> Result<KiteResult, Phase> {
         let m = self.membership.clone();
+        let voters = wanted.resolve(m.target());
         let refuse = |reason: String| Err(Phase::Refused(KeelError::InvalidArgument(reason)));
         let wanted = Membership { epoch: 0, voters: voters.clone(), next: None };
         if !wanted.valid() || voters.iter().any(|&v| self.index_of(v).is_none()) {

@@ -69,7 +69,7 @@ impl KiteEngine {
             KiteOp::Acquire { key } => Err(self.start_acquire(session, key)),
             KiteOp::Release { key, value } => Err(self.start_release(session, key, value)),
             KiteOp::Faa { .. } | KiteOp::Cas { .. } => self.rmw_start(session, rid, op),
-            KiteOp::Reconfigure { voters, .. } => self.reconfigure_start(session, rid, voters),
+            KiteOp::Reconfigure { wanted, .. } => self.reconfigure_start(session, rid, wanted),
         }
     }
 
