@@ -720,9 +720,12 @@ impl GeneralRun {
             if let Some(mover) = self.mover.as_mut().filter(|m| m.asked == Some(reply.tag)) {
                 let known = self
                     .world
-                    .engine(node)
+                    .live()
+                    .into_iter()
+                    .filter_map(|n| self.world.engine(n))
                     .filter(|e| !e.epoch_and_rejoining().1)
-                    .map(|e| e.membership().clone());
+                    .map(|e| e.membership().clone())
+                    .max_by_key(|m| m.epoch);
                 mover.answered(at, &reply, known.as_ref(), &mut self.report.reached);
                 continue;
             }
@@ -1288,8 +1291,8 @@ impl Mover {
     }
 
     /// The answer to the last step asked, judged as the front door shows it (done, or
-    /// `BUSY`: ask again). Done means the membership the step left is settled on what
-    /// was wanted, which the node answering must then know.
+    /// `BUSY`: ask again). Done means the membership in force is settled on what was
+    /// wanted: the newest any node knows (`known`), since only the mover changes it.
     fn answered(
         &mut self,
         at: u64,
@@ -1317,7 +1320,7 @@ impl Mover {
                 if let Some(known) = known.filter(|_| !self.gave_up) {
                     assert!(
                         wanted.met_by(known),
-                        "a step shown done ({wanted:?}) by node {} whose membership is {known:?}",
+                        "a step shown done ({wanted:?}) by node {} while the newest membership is {known:?}",
                         reply.served_by.0
                     );
                 }

@@ -29,7 +29,11 @@
 use super::rejoin::Rejoin;
 use super::{KiteEngine, KiteOp, KiteResult, Message, NodeId, Phase, RmwId, RoundId};
 use crate::kite::types::{Membership, VotersWanted, MEMBERSHIP_KEY};
-use keel_types::{KeelError, Key};
+use keel_types::{KeelError, Key, Value};
+
+/// What a step's read of the membership compares the key with: never a membership's bytes
+/// (those are JSON), so the compare-and-swap reads and never swaps.
+const CONFIRM_EXPECTED: &[u8] = b"\0keel:membership-read";
 
 /// A membership change's step waiting for a majority of the new voters to have synced.
 #[derive(Clone, Debug)]
@@ -276,7 +280,8 @@ impl KiteEngine {
             return refuse(format!("node {} is not a voter", self.config.node.0));
         }
         match &m.next {
-            None if m.voters == voters => Ok(self.membership_result()),
+            // Settled on it as far as this node knows, which may be behind: read it.
+            None if m.voters == voters => self.membership_confirm(session, rid),
             None => {
                 let joint =
                     Membership { epoch: m.epoch + 1, voters: m.voters.clone(), next: Some(voters) };
@@ -292,10 +297,12 @@ impl KiteEngine {
         }
     }
 
-    /// The membership as a result: a value at [`MEMBERSHIP_KEY`] and its stamp.
-    fn membership_result(&self) -> KiteResult {
-        let (value, stamp) = self.local(MEMBERSHIP_KEY);
-        KiteResult::Value { value: value.or_else(|| Some(self.membership.encode())), stamp }
+    /// Reads the membership in force at a quorum, as a strong compare-and-swap that cannot
+    /// swap ([`CONFIRM_EXPECTED`] is never the key's value): a step answered done must
+    /// not go by a membership this node alone still holds.
+    fn membership_confirm(&mut self, session: u64, rid: RmwId) -> Result<KiteResult, Phase> {
+        let expected = Some(Value::from_static(CONFIRM_EXPECTED));
+        self.membership_rmw(session, rid, expected, self.membership.encode())
     }
 
     /// The compare-and-swap of the membership from `from` to `to`.
@@ -308,8 +315,19 @@ impl KiteEngine {
     ) -> Result<KiteResult, Phase> {
         assert_eq!(to.epoch, from.epoch + 1, "a change moves one epoch");
         let expected = (from.epoch > 0).then(|| from.encode());
+        self.membership_rmw(session, rid, expected, to.encode())
+    }
+
+    /// A strong compare-and-swap of [`MEMBERSHIP_KEY`] as a step's read-modify-write.
+    fn membership_rmw(
+        &mut self,
+        session: u64,
+        rid: RmwId,
+        expected: Option<Value>,
+        new: Value,
+    ) -> Result<KiteResult, Phase> {
         let key = Key::from_static(MEMBERSHIP_KEY);
-        let op = KiteOp::Cas { key: key.clone(), expected, new: to.encode(), strong: true };
+        let op = KiteOp::Cas { key: key.clone(), expected, new, strong: true };
         let started = self.rmw_start(session, rid, op);
         if matches!(started, Ok(_) | Err(Phase::Refused(_))) {
             self.rmw_key_free(&key, session);
@@ -331,9 +349,9 @@ impl KiteEngine {
         wait: SyncWait,
     ) -> Result<KiteResult, Phase> {
         if self.membership != wait.joint {
-            // Settled or moved on meanwhile: the caller asks again.
+            // Settled or moved on meanwhile: where it stands now, read at a quorum.
             self.close(wait.round);
-            return Ok(self.membership_result());
+            return self.membership_confirm(session, wait.rid);
         }
         let next = wait.joint.next.clone().expect("a joint membership");
         let synced = self.rounds.get(wait.round).map_or(0, |r| r.replies_bits);

@@ -90,6 +90,17 @@ impl KiteEngine {
         result: Result<KiteResult, KeelError>,
     ) {
         let served_by = self.config.node;
+        let result = match (&form, result) {
+            // A membership step that read the key absent read epoch 0: the configured one.
+            (
+                ReplyForm::Membership(_),
+                Ok(KiteResult::Rmw { read: None, read_stamp, wrote, local }),
+            ) => {
+                let read = Some(self.config.initial_membership().encode());
+                Ok(KiteResult::Rmw { read, read_stamp, wrote, local })
+            }
+            (_, result) => result,
+        };
         self.out.replies.push(KiteReply { tag, session, served_by, form, result });
     }
 
