@@ -154,9 +154,16 @@ fn membership_changes_under_faults_pass_and_settle() {
     // (docs/kite.md, Membership changes); they go back to every node at the end.
     let reports = sweep("membership", 0, 150, |_| {});
     assert_clean(&reports);
-    for path in ["membership:changed", "membership:aimed", "membership:step"] {
+    let paths = [
+        ("membership:changed", 100),
+        ("membership:aimed", 90),
+        ("membership:step", 100),
+        ("membership:step-done", 100),
+        ("membership:straddle", 15),
+    ];
+    for (path, least) in paths {
         let seen = reports.iter().filter(|r| r.reached.contains_key(path)).count();
-        assert!(seen >= 100, "only {seen} of 150 seeds reached {path}");
+        assert!(seen >= least, "only {seen} of 150 seeds reached {path}");
     }
 }
 
@@ -169,10 +176,20 @@ fn membership_failures(count: u64, tweak: impl Fn(&mut KiteRunConfig)) -> usize 
 
 #[test]
 fn membership_changes_without_joint_quorums_or_the_sync_lose_completed_operations() {
-    let failed = membership_failures(100, |c| c.new_quorum_only = true);
-    assert!(failed >= 5, "only {failed} of 100 seeds failed with quorums of the new voters only");
+    // 17 of these 200 fail; 91 of 1,000 from 99,100,000.
+    let failed = membership_failures(200, |c| c.new_quorum_only = true);
+    assert!(failed >= 8, "only {failed} of 200 seeds failed with quorums of the new voters only");
     let failed = membership_failures(100, |c| c.unsynced_change = true);
     assert!(failed >= 10, "only {failed} of 100 seeds failed without the sync");
+}
+
+#[test]
+fn rounds_that_keep_replies_across_memberships_choose_two_values() {
+    // The straddling change (a proposer's acceptances reach one voter only, then the
+    // voters move to the two of them and one other) reaches it: 12 of these 400 fail;
+    // 54 of 1,000 from 99,100,000.
+    let failed = membership_failures(400, |c| c.mixed_epoch_rounds = true);
+    assert!(failed >= 6, "only {failed} of 400 seeds failed with rounds across memberships");
 }
 
 #[test]

@@ -8,11 +8,11 @@
 //! malformed.
 
 use super::recorder::{key, value, Recorder};
-use super::world::{KiteWorld, NetConfig};
+use super::world::{Fate, KiteWorld, NetConfig};
 use crate::rng::Rng;
 use keel_check::rc::RcOp;
 use keel_core::engine::RequestTag;
-use keel_core::kite::{Config, KiteOp, KiteResult, ReplyForm, Stamp, VotersWanted};
+use keel_core::kite::{Config, KiteOp, KiteResult, Message, ReplyForm, Stamp, VotersWanted};
 use keel_core::time::Span;
 use keel_types::NodeId;
 use serde::Serialize;
@@ -1194,11 +1194,12 @@ const MOVER_SESSION: u64 = 900_000_000;
 /// target settled, then waits and draws the next target (a random set of the nodes, a
 /// majority of them or more, or all of them once the load is over).
 ///
-/// The aimed change (half the changes): a minority of the nodes is cut off for a while,
+/// The aimed change (a third of the changes): a minority of the nodes is cut off for a while,
 /// so that what completes meanwhile is held by the others alone; once healed, the voters
 /// move to the lagging nodes and at most one other, whose quorums need not hold a node
 /// of the earlier majority. Only the sync, and quorums of both sides during the change,
 /// keep what completed (`--unsynced-change`, `--new-quorum-only` fail without them).
+/// The straddling change (another third, with five voters or more): [`Mover::straddle`].
 struct Mover {
     rng: Rng,
     nodes: u32,
@@ -1211,6 +1212,9 @@ struct Mover {
     next_at: u64,
     /// An aimed change's lagging nodes, cut off until this time.
     lagging: Option<(u64, Vec<NodeId>)>,
+    /// A straddling change's proposer and the one voter it still reaches, until the
+    /// change settles ([`Mover::straddle`]).
+    straddling: Option<(NodeId, NodeId)>,
     /// Whether an aimed change may leave a single voter (only in a run without a
     /// restart: a lone voter restarted loses what only it held, as any in-memory store).
     single: bool,
@@ -1227,6 +1231,7 @@ impl Mover {
             gave_up: false,
             next_at: 0,
             lagging: None,
+            straddling: None,
             single,
         };
         mover.target = mover.draw();
@@ -1290,6 +1295,28 @@ impl Mover {
         }
     }
 
+    /// A straddling change from the settled `voters` (at least five): node `p`'s
+    /// acceptances reach one other voter `q` only, so that its read-modify-writes gather
+    /// `q`'s acceptance and no quorum, while the others go on, choosing other values on
+    /// the same keys with quorums that hold neither (`p` and `q` answer only each other's
+    /// proposals meanwhile). The voters move to `p`,
+    /// `q` and one other, of which `p` and `q` are a majority: `p` learns the new voters
+    /// with its rounds open, and only asking every open round again keeps it from
+    /// counting `q`'s acceptance of the old voters (`--mixed-epoch-rounds` fails without
+    /// it). Returns `(p, q)`.
+    fn straddle(&mut self, voters: &[NodeId]) -> Option<(NodeId, NodeId)> {
+        if voters.len() < 5 {
+            return None;
+        }
+        let mut pool = voters.to_vec();
+        let mut pick = |rng: &mut Rng| pool.remove(rng.below(pool.len() as u64) as usize);
+        let (p, q, r) = (pick(&mut self.rng), pick(&mut self.rng), pick(&mut self.rng));
+        let mut target = vec![p, q, r];
+        target.sort_unstable();
+        self.target = target;
+        Some((p, q))
+    }
+
     /// The answer to the last step asked, judged as the front door shows it (done, or
     /// `BUSY`: ask again). Done means the membership in force is settled on what was
     /// wanted: the newest any node knows (`known`), since only the mover changes it.
@@ -1344,6 +1371,9 @@ impl GeneralRun {
             mover.lagging = None;
             self.world.heal();
         }
+        if last && mover.straddling.take().is_some() {
+            self.world.set_drop_rule(None);
+        }
         if mover.asked.is_some() && mover.asked_until <= t {
             // Lost with its node's restart: an operator asks again.
             mover.asked = None;
@@ -1370,7 +1400,28 @@ impl GeneralRun {
             }
             *self.report.reached.entry("membership:changed".into()).or_default() +=
                 u64::from(newest.epoch > 0);
-            if mover.rng.below(2) == 0 {
+            if mover.straddling.take().is_some() {
+                self.world.set_drop_rule(None);
+            }
+            let draw = mover.rng.below(3);
+            let straddle = (draw == 1).then(|| mover.straddle(&newest.voters)).flatten();
+            if let Some((p, q)) = straddle {
+                // `p`'s acceptances go to `q` alone (retransmissions too), and the other
+                // proposers' quorums hold neither: `p` and `q` answer only each other.
+                self.world.set_drop_rule(Some(Box::new(move |from, to, m| {
+                    let reply = matches!(m, Message::Promise { .. } | Message::Accepted { .. });
+                    let accept = matches!(m, Message::Accept { .. });
+                    let pair = (from == p || from == q) && to != p && to != q;
+                    match pair && (reply || (from == p && accept)) {
+                        true => Fate::Drop,
+                        false => Fate::Pass,
+                    }
+                })));
+                mover.straddling = Some((p, q));
+                // Time for `p` to open rounds that gather `q`'s replies alone.
+                mover.next_at = t + mover.rng.range(5, 60) * MS;
+                *self.report.reached.entry("membership:straddle".into()).or_default() += 1;
+            } else if draw == 0 {
                 let (until, lagging) = mover.aim(t);
                 for &node in &lagging {
                     self.world.isolate(node);
@@ -1385,11 +1436,18 @@ impl GeneralRun {
         }
         // A change under way towards another set is finished first, as an operator does.
         let towards = newest.next.clone().unwrap_or_else(|| mover.target.clone());
-        let (node, _) = &voters[mover.rng.below(voters.len() as u64) as usize];
+        // During a straddle, `q`: only its proposals gather both its and `p`'s replies.
+        let askable: Vec<NodeId> = match mover.straddling {
+            Some((_, q)) => vec![q],
+            None => voters.iter().map(|(n, _)| *n).collect(),
+        };
+        let Some(&node) = askable.get(mover.rng.below(askable.len().max(1) as u64) as usize) else {
+            return false;
+        };
         let wanted = mover.wanted(newest.target(), towards);
         let op = KiteOp::reconfigure_to(wanted.clone());
         let form = ReplyForm::Membership(wanted);
-        mover.asked = Some(self.world.submit_form(*node, MOVER_SESSION, op, None, form));
+        mover.asked = Some(self.world.submit_form(node, MOVER_SESSION, op, None, form));
         mover.asked_until = t + 3_000 * MS;
         false
     }
