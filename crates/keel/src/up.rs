@@ -28,7 +28,8 @@ pub struct UpArgs {
     #[arg(long, conflicts_with_all = ["geo", "voters", "kite"])]
     pub sharded: bool,
     /// The first this many nodes vote (3, 5 or 7); the others start outside the
-    /// membership, for `keel node add` (docs/operations.md, "Membership"). Default: all.
+    /// membership of every keyspace (a Kite one's too), for `keel node add`
+    /// (docs/operations.md, "Membership"). Default: all.
     #[arg(long, conflicts_with = "geo")]
     pub voters: Option<u32>,
     /// Data directory (kept); default: a fresh temporary directory, removed on exit.
