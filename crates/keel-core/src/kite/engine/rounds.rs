@@ -318,10 +318,25 @@ impl KiteEngine {
     }
 
     /// Forgets the session's tracked writes (its barrier settled them).
+    /// A round still short of a quorum stays: it may be a read-modify-write's own commit,
+    /// tracked after the barrier began, whose completion waits for a quorum
+    /// ([`KiteEngine::written`] counts a missing round as written). Seed 93508577 of the
+    /// membership scenario: a failed CAS's commit, removed here when its own barrier
+    /// ended, completed while only its proposer held the value it read.
     pub(super) fn untrack_all(&mut self, session: u64) {
         let Some(s) = self.sessions.get_mut(&session) else { return };
-        for round in std::mem::take(&mut s.tracked) {
-            self.rounds.remove(round);
+        let tracked = std::mem::take(&mut s.tracked);
+        let mut short = Vec::new();
+        for round in tracked {
+            match self.rounds.get(round) {
+                Some(r) if !self.is_quorum(r.replies_bits) => short.push(round),
+                _ => {
+                    self.rounds.remove(round);
+                }
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.tracked = short;
         }
     }
 
