@@ -614,14 +614,14 @@ fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
         };
         let me = d["node_id"].as_u64().or(d["node"].as_u64()).unwrap_or(0);
         let m = &d["membership"];
-        let (now, next) = (ids(&m["voters"]).contains(&me), ids(&m["next"]).contains(&me));
-        let votes = match (now, next, m["next"].is_null()) {
-            (true, _, true) => "yes",
-            (false, _, true) => "no",
-            (true, true, false) => "yes",
-            (true, false, false) => "leaving",
-            (false, true, false) => "joining",
-            (false, false, false) => "no",
+        let now = ids(&m["voters"]).contains(&me);
+        // During a change, whether it votes once the change is done.
+        let then = (!m["next"].is_null()).then(|| ids(&m["next"]).contains(&me));
+        let votes = match (now, then) {
+            (true, None | Some(true)) => "yes",
+            (true, Some(false)) => "leaving",
+            (false, Some(true)) => "joining",
+            (false, _) => "no",
         };
         let delinquent: Vec<String> = d["bits"]
             .as_array()
