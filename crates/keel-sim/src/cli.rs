@@ -286,6 +286,12 @@ pub struct RunArgs {
     /// an abort, and the transaction's updates there are never delivered).
     #[arg(long)]
     pub forget_unsettled: bool,
+    /// Negative control (`--engine geo`): collection forgets remote transactions once
+    /// every data center neither removed nor suspected stores them, as if suspicion
+    /// removed a data center (caught when a data center cut off comes back after
+    /// another failed: nobody holds that one's transactions for it any more).
+    #[arg(long)]
+    pub collect_suspected: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

@@ -3,7 +3,8 @@
 //! transactions exposed before they are uniform (on the `barrier` script and on random
 //! seeds), a restarted replica that serves again, empty, certification that commits
 //! every strong transaction, strong commits without their barrier, delivery past an
-//! undecided vote, and a new certification leader that skips recovery (on random seeds).
+//! undecided vote, a new certification leader that skips recovery, and collection that
+//! stops waiting for a data center merely suspected rather than removed (on random seeds).
 
 use keel_sim::geo::cli::run_one;
 use keel_sim::geo::scenario::{GeoReport, GeoRunConfig};
@@ -20,6 +21,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         deliver_early: false,
         skip_recovery: false,
         forget_unsettled: false,
+        collect_suspected: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -69,6 +71,12 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "central-certifier",
         "outcome-forgotten",
         "decision-reannounced",
+        "cut-then-fail",
+        "dc-removed",
+        "dc-remove-live",
+        "removal-refused",
+        "removal-collected",
+        "removed-told",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -157,6 +165,16 @@ fn a_new_leader_without_a_majoritys_log_is_caught() {
 #[test]
 fn forgetting_a_commit_before_every_participant_decided_is_caught() {
     control_fails(|c| c.forget_unsettled = true, 40, 4);
+}
+
+#[test]
+fn collection_that_gives_up_on_a_suspected_data_center_is_caught() {
+    // Collection may stop waiting for a data center's report only once it is removed: a
+    // data center cut off and back finds nobody holding the transactions of one that
+    // failed meanwhile.
+    let runs = control_fails(|c| c.collect_suspected = true, 40, 4);
+    let aimed = |r: &&GeoReport| r.reached.contains_key("cut-then-fail");
+    assert!(runs.iter().filter(aimed).any(|r| !r.passed()), "caught only without its fault");
 }
 
 #[test]

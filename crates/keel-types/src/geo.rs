@@ -230,6 +230,13 @@ pub enum GeoOp {
         /// transaction on a common key).
         label: Option<String>,
     },
+    /// Remove the data center of `member` from the keyspace for good (`KEEL.NODE REMOVE
+    /// id`, an operator's): it counts as failed from then on, its members stop serving
+    /// once told, and the others stop keeping anything for it.
+    RemoveDc {
+        /// Any member of the data center.
+        member: crate::NodeId,
+    },
 }
 
 impl GeoOp {
@@ -252,13 +259,13 @@ impl GeoOp {
             GeoOp::BeginStrong { past, label } => {
                 8 * (past.dcs.len() + 1) + label.as_ref().map_or(0, String::len)
             }
-            GeoOp::Commit { .. } | GeoOp::Abort { .. } => 0,
+            GeoOp::Commit { .. } | GeoOp::Abort { .. } | GeoOp::RemoveDc { .. } => 0,
         }
     }
 
     /// Whether it changes state (an update, a commit).
     pub fn is_write(&self) -> bool {
-        matches!(self, GeoOp::Update { .. } | GeoOp::Commit { .. })
+        matches!(self, GeoOp::Update { .. } | GeoOp::Commit { .. } | GeoOp::RemoveDc { .. })
     }
 
     /// Its name as users and metrics see it.
@@ -272,6 +279,7 @@ impl GeoOp {
             GeoOp::Abort { .. } => "tx-abort",
             GeoOp::Barrier { .. } => "barrier",
             GeoOp::Attach { .. } => "attach",
+            GeoOp::RemoveDc { .. } => "remove-dc",
         }
     }
 

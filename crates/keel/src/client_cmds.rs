@@ -109,7 +109,8 @@ pub struct NodeArgs {
     /// `add` (as a learner), `promote` (a learner to a voter), `remove` (a voter or a
     /// learner), `transfer-leader`. In a Kite keyspace, `add` and `promote` both make
     /// the node a voter (it reads the old voters' state first), `remove` stops its vote,
-    /// and no node leads.
+    /// and no node leads. In a geo keyspace only `remove` has a meaning: it removes the
+    /// node's whole data center for good (ask a node of another data center).
     #[arg(value_parser = ["add", "promote", "remove", "transfer-leader"])]
     pub change: String,
     /// The node's id (as in `members`).
@@ -546,14 +547,35 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
 
 /// A geo keyspace's table: each node's data center and partition, keys and log entries,
 /// open transactions, messages not yet acknowledged, how far its uniform vector lags its
-/// own clock (the oldest remote transaction it may still hide, in ms), and the data
-/// centers it suspects. Data centers are numbered from 1 in their labels' byte order.
+/// own clock (the oldest remote transaction it may still hide, in ms), its role
+/// (`replica`, `lost`, `removed`) and the data centers it suspects; the header names the
+/// data centers removed. Data centers are numbered from 1 in their labels' byte order.
 fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
     let get = |d: &serde_json::Value, k: &str| d.get(k).map_or("-".to_string(), |v| v.to_string());
-    println!("leaderless (geo)");
+    let dcs = |v: &serde_json::Value| -> Vec<String> {
+        let numbers = v.as_array().into_iter().flatten().filter_map(|dc| dc.as_u64());
+        numbers.map(|n| (n + 1).to_string()).collect()
+    };
+    let mut removed: Vec<String> =
+        rows.iter().filter_map(|(_, d)| d.as_ref()).flat_map(|d| dcs(&d["removed"])).collect();
+    removed.sort();
+    removed.dedup();
+    match removed.is_empty() {
+        true => println!("leaderless (geo)"),
+        false => println!("leaderless (geo)  removed: data center {}", removed.join(",")),
+    }
     println!(
-        "{:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>11}  suspected",
-        "node", "id", "dc", "partition", "keys", "entries", "open", "unacked", "uniform lag"
+        "{:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>11} {:>8}  suspected",
+        "node",
+        "id",
+        "dc",
+        "partition",
+        "keys",
+        "entries",
+        "open",
+        "unacked",
+        "uniform lag",
+        "role"
     );
     for (addr, doc) in rows {
         let Some(d) = doc else {
@@ -567,14 +589,9 @@ fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
         let own = d["dc"].as_u64().and_then(|dc| known.get(dc as usize).copied()).unwrap_or(0);
         // Timestamps are microseconds shifted past the partition's 10 bits.
         let lag = uniform.iter().map(|&u| own.saturating_sub(u) >> 10).max().unwrap_or(0);
-        let suspected: Vec<String> = d["suspected"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|dc| dc.as_u64().map_or("-".into(), |n| (n + 1).to_string()))
-            .collect();
+        let suspected = dcs(&d["suspected"]);
         println!(
-            "{addr:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>9}ms  {}",
+            "{addr:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>9}ms {:>8}  {}",
             get(d, "node_id"),
             d["dc"].as_u64().map_or("-".to_string(), |n| (n + 1).to_string()),
             get(d, "partition"),
@@ -583,6 +600,7 @@ fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
             get(d, "open"),
             get(d, "unacked"),
             lag / 1000,
+            d["role"].as_str().unwrap_or("-"),
             if suspected.is_empty() { "-".to_string() } else { suspected.join(",") },
         );
     }

@@ -256,3 +256,96 @@ fn strong_transactions_go_on_after_the_leaders_node_is_killed() {
     }
     common::finish(cluster);
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to the process `pid`.
+fn signal(signal: &str, pid: u32) {
+    let status = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+}
+
+/// `keel node remove id` at `at` in the geo keyspace, asked once: its output.
+fn remove(at: std::net::SocketAddr, id: u32) -> std::process::Output {
+    let geo = GEO.to_string();
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["node", "remove", &id.to_string(), "--keyspace", &geo, "--wait", "0", "--node"])
+        .arg(at.to_string())
+        .output()
+        .expect("the CLI runs")
+}
+
+#[test]
+fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears() {
+    let (cluster, _) = common::cluster("geo-remove", geo_beside_orca);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let status = |i: usize| keel_server::local::status_in(addrs[i], GEO).unwrap_or_default();
+    // Data center 2 (node 3) goes silent while data center 0 commits: node 1's messages to
+    // it wait unacknowledged, and node 2 keeps node 1's transactions until node 3 reports
+    // storing them.
+    let paused = cluster.pid(2).expect("node 3 runs");
+    signal("STOP", paused);
+    let mut a = open_geo(addrs[0]);
+    for _ in 0..20 {
+        assert_eq!(a.call(&["KEEL.TX.BEGIN"]), "+OK");
+        assert!(a.call(&["INCRBY", "c", "1"]).starts_with(':'));
+        let commit = a.call(&["KEEL.TX.COMMIT"]);
+        integers(&mut a, &commit);
+    }
+    let holding = common::wait_until(common::CONVERGE_WAIT, || {
+        let (one, two) = (status(0), status(1));
+        one["suspected"] == serde_json::json!([2]) && two["forwardable"].as_u64() > Some(0)
+    });
+    assert!(holding, "no backlog for the silent data center: {} {}", status(0), status(1));
+    // Refused: this node's own data center, and a second one while the first is suspected.
+    let out = remove(addrs[0], 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("own data center"), "{stderr}");
+    let out = remove(addrs[0], 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("removed or suspected"), "{stderr}");
+    let out = remove(addrs[0], 3);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    // Both survivors know, and keep nothing for it but the one notice each.
+    let released = common::wait_until(common::CONVERGE_WAIT, || {
+        (0..2).all(|i| {
+            let s = status(i);
+            s["removed"] == serde_json::json!([2])
+                && s["forwardable"] == 0
+                && s["unacked"].as_u64() <= Some(1)
+        })
+    });
+    assert!(released, "held for a removed data center: {} {}", status(0), status(1));
+    let page = common::scrape(cluster.configs[0].http_addr.expect("an HTTP endpoint"));
+    assert_eq!(common::sample(&page, "keel_geo_removed_dcs{keyspace=\"1\"}"), Some(1.0), "{page}");
+    // Node 3 resumes: told it was removed, it refuses its clients.
+    signal("CONT", paused);
+    let told = common::wait_until(common::CONVERGE_WAIT, || status(2)["role"] == "removed");
+    assert!(told, "node 3 was not told: {}", status(2));
+    let refused = open_geo(addrs[2]).call(&["KEEL.TX.BEGIN"]);
+    assert!(refused.contains("was removed from the keyspace"), "{refused}");
+    let mut status_cli = Command::new(env!("CARGO_BIN_EXE_keel"));
+    status_cli.arg("status");
+    for addr in &addrs {
+        status_cli.args(["--node", &addr.to_string()]);
+    }
+    let shown = status_cli.output().expect("the CLI runs");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("leaderless (geo)  removed: data center 3"), "{shown}");
+    let row = shown.lines().find(|l| l.starts_with(&addrs[2].to_string()) && l.contains("ms "));
+    assert!(row.is_some_and(|r| r.contains(" removed ")), "{shown}");
+    // The survivors go on, barriers included.
+    assert_eq!(a.call(&["KEEL.TX.BEGIN"]), "+OK");
+    assert_eq!(a.call(&["INCRBY", "c", "1"]), ":21");
+    let commit = a.call(&["KEEL.TX.COMMIT"]);
+    integers(&mut a, &commit);
+    assert_eq!(a.call(&["KEEL.BARRIER"]), "+OK");
+    let mut b = open_geo(addrs[1]);
+    assert!(common::wait_until(common::CONVERGE_WAIT, || {
+        assert_eq!(b.call(&["KEEL.TX.BEGIN"]), "+OK");
+        let seen = b.call(&["KEEL.TX.READ", "counter", "c"]);
+        let _ = b.call(&["KEEL.TX.ABORT"]);
+        seen == ":21"
+    }));
+    common::finish(cluster);
+}

@@ -278,6 +278,16 @@ fn a_kite_keyspace_grows_from_three_voters_to_five_and_shrinks_to_three_others_u
         |id: u32| kite_table.lines().find(|l| l.contains(&format!("{} ", addrs[id as usize - 1])));
     assert!(row(1).is_some_and(|r| r.contains(" no ")), "{shown}");
     assert!(row(4).is_some_and(|r| r.contains(" yes ")), "{shown}");
+    // The metrics say the same: node 3 votes in membership 8, settled; node 1 does not.
+    let metric = |i: usize, name: &str| {
+        let page = common::scrape(cluster.configs[i].http_addr.expect("an HTTP endpoint"));
+        common::sample(&page, &format!("{name}{{keyspace=\"{KITE}\"}}"))
+    };
+    assert_eq!(metric(2, "keel_kite_membership_epoch"), Some(8.0));
+    assert_eq!(metric(2, "keel_kite_voter"), Some(1.0));
+    assert_eq!(metric(2, "keel_kite_membership_changing"), Some(0.0));
+    assert!(metric(2, "keel_kite_memberships_total").is_some_and(|n| n >= 1.0));
+    assert_eq!(metric(0, "keel_kite_voter"), Some(0.0));
     let mut removed = open(addrs[0]);
     let refused = removed.call(&["KEEL.FAA", "k0", "1"]);
     assert!(refused.starts_with("-UNAVAILABLE node 1 is not a voter"), "{refused}");

@@ -22,6 +22,15 @@ impl FromClient for GeoRequest {
             Command::Geo(op) => {
                 Ok(GeoRequest { tag: request.tag, session: request.client.0, op })
             }
+            Command::Cluster(keel_types::ClusterOp::Remove(member)) => Ok(GeoRequest {
+                tag: request.tag,
+                session: request.client.0,
+                op: keel_types::geo::GeoOp::RemoveDc { member },
+            }),
+            Command::Cluster(op) => Err(KeelError::InvalidArgument(format!(
+                "KEEL.NODE {} has no meaning in a geo keyspace: its data centers are fixed but for removing one (KEEL.NODE REMOVE id removes the data center of node id), and no node leads it",
+                op.word()
+            ))),
             other => Err(KeelError::InvalidArgument(format!(
                 "{} has no meaning in a geo keyspace: use KEEL.TX.BEGIN, its operations and KEEL.TX.COMMIT",
                 other.name().to_uppercase()
@@ -114,7 +123,11 @@ impl Engine for GeoEngine {
     }
 
     fn role(&self) -> RoleView {
-        let role = if self.lost { "lost" } else { "replica" };
+        let role = match (self.lost, self.is_removed()) {
+            (true, _) => "lost",
+            (false, true) => "removed",
+            (false, false) => "replica",
+        };
         RoleView { role, leader: None, epoch: 0 }
     }
 
@@ -177,6 +190,21 @@ impl Engine for GeoEngine {
                 "keel_geo_lost",
                 "1 when this replica restarted and stays failed (its partition lost here).",
                 u64::from(status.lost),
+            ),
+            Metric::gauge(
+                "keel_geo_removed_dcs",
+                "Data centers removed from the keyspace, as this replica knows.",
+                status.removed.len() as u64,
+            ),
+            Metric::counter(
+                "keel_geo_removed_dropped_total",
+                "Peer messages dropped because their sender's data center was removed.",
+                c.dropped_removed,
+            ),
+            Metric::gauge(
+                "keel_geo_forwardable",
+                "Remote transactions held until every data center not removed stores them.",
+                status.forwardable as u64,
             ),
             Metric::gauge(
                 "keel_geo_unacknowledged",
@@ -254,6 +282,7 @@ impl GeoEngine {
             unacked: self.channels.values().map(|c| c.unacked()).sum(),
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             lost: self.lost,
+            removed: (0..self.dcs as u32).filter(|&j| self.removed[j as usize]).collect(),
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
                 leader_dc: self.own_leader_dc(self.certifier.ballot),

@@ -44,12 +44,29 @@ pub struct Channel {
     early: BTreeMap<u64, Body>,
     /// Whether the peer is owed an acknowledgement.
     ack_owed: bool,
+    /// A notice channel ([`Channel::notice`]): its messages name the boot after this
+    /// node's, so that the peer starts its receiving side over and takes body 0.
+    notice: bool,
 }
 
 impl Channel {
     /// Bodies sent and not acknowledged.
     pub fn unacked(&self) -> usize {
         self.unacked.len() + self.fresh.len()
+    }
+
+    /// A channel that tells the peer one last thing, `body`, whatever was sent before:
+    /// its messages name the boot after this node's, so the peer starts that direction
+    /// over, as after a restart, and delivers `body` first (a removed data center's
+    /// members learn they were removed; nothing else is sent to them, and nothing they
+    /// send is taken).
+    pub fn notice(body: Body) -> Channel {
+        Channel { fresh: vec![body], notice: true, ..Channel::default() }
+    }
+
+    /// Whether this is a notice channel ([`Channel::notice`]).
+    pub fn is_notice(&self) -> bool {
+        self.notice
     }
 
     /// Queues `body` for the peer.
@@ -137,8 +154,9 @@ impl Channel {
             return (None, false);
         };
         self.ack_owed = false;
+        let boot = my_boot.saturating_add(u64::from(self.notice));
         let message =
-            Message { boot: my_boot, peer_boot: self.peer_boot, ack: self.expected, first, bodies };
+            Message { boot, peer_boot: self.peer_boot, ack: self.expected, first, bodies };
         (Some(message), resent)
     }
 
@@ -168,6 +186,10 @@ impl Channel {
         assert!(
             self.sent_at.is_some() || self.unacked.is_empty(),
             "{peer}: bodies unacknowledged that were never sent"
+        );
+        assert!(
+            !self.notice || self.unacked.len() + self.fresh.len() == 1,
+            "{peer}: a notice channel holding more than its notice"
         );
     }
 }
@@ -225,5 +247,26 @@ mod tests {
         assert_eq!(ts(&b.receive(2, Time(0), m(5, 0, 7))), vec![7]);
         assert_eq!(ts(&b.receive(2, Time(0), m(9, 0, 8))), vec![8], "a new boot numbers from 0");
         assert!(b.receive(2, Time(0), m(5, 1, 9)).is_empty(), "the earlier boot is stale");
+    }
+
+    #[test]
+    fn a_notice_reaches_a_peer_past_what_it_had_received_and_holds_only_itself() {
+        let (mut a, mut b) = (Channel::default(), Channel::default());
+        let retransmit = Span::from_millis(10);
+        for n in 0..3 {
+            a.push(body(n));
+        }
+        let (m, _) = a.flush(5, Time(0), retransmit, false);
+        assert_eq!(ts(&b.receive(2, Time(0), m.unwrap())).len(), 3);
+        // The sender replaces the channel with a notice: a later boot's body 0.
+        let mut notice = Channel::notice(body(99));
+        let (m, _) = notice.flush(5, Time(0), retransmit, false);
+        let m = m.unwrap();
+        assert_eq!((m.boot, m.first), (6, 0));
+        assert_eq!(ts(&b.receive(2, Time(0), m)), vec![99]);
+        // Unacknowledged, it is sent again, alone.
+        let (m, resent) = notice.flush(5, Time(20_000_000), retransmit, false);
+        assert!(resent && m.unwrap().bodies.len() == 1);
+        notice.check(NodeId(2));
     }
 }

@@ -85,12 +85,22 @@ impl Cluster {
 
     /// Sends `op` to `node` and runs until its reply comes (at most 5 s).
     fn call(&mut self, node: NodeId, session: u64, op: GeoOp) -> GeoResult {
+        self.call_result(node, session, op).unwrap()
+    }
+
+    /// As [`Cluster::call`], an error too.
+    fn call_result(
+        &mut self,
+        node: NodeId,
+        session: u64,
+        op: GeoOp,
+    ) -> Result<GeoResult, keel_types::KeelError> {
         let tag = RequestTag(self.next_tag);
         self.next_tag += 1;
         self.step(node, Input::Client(GeoRequest { tag, session, op }));
         for _ in 0..5_000 {
             if let Some(i) = self.replies.iter().position(|r| r.tag == tag) {
-                return self.replies.remove(i).result.unwrap();
+                return self.replies.remove(i).result;
             }
             self.run(1);
         }
@@ -542,4 +552,60 @@ fn decided_outcomes_are_forgotten_so_memory_follows_what_is_in_flight() {
     }
     let (_, seen) = c.tx(NodeId(22), 9, &Vector::zero(3), vec![(key("k0"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(TXS as i64)]);
+}
+
+#[test]
+fn a_removed_data_center_is_dropped_its_live_members_stop_and_nothing_is_held_for_it() {
+    let mut c = Cluster::new(1, 2);
+    let zero = Vector::zero(3);
+    let deposit = || vec![(key("acct"), Some(Update::Add(1)), Kind::Counter)];
+    // Data center 2 goes silent while data center 0 commits: what 0 sends 2 waits
+    // unacknowledged, and 1 keeps 0's transactions until 2 reports storing them.
+    c.down.push(2);
+    let mut past = zero.clone();
+    for _ in 0..20 {
+        past = c.tx(NodeId(1), 1, &past, deposit()).0;
+    }
+    c.run(2_500);
+    let status = |c: &Cluster, n: u32| c.nodes[&NodeId(n)].status();
+    assert!(status(&c, 11).forwardable > 0, "data center 1 holds 0's transactions for 2");
+    assert!(status(&c, 1).unacked > 0, "data center 0 has a backlog for 2");
+    let remove = |member: u32| GeoOp::RemoveDc { member: NodeId(member) };
+    let refused = |r: Result<GeoResult, keel_types::KeelError>| match r {
+        Err(keel_types::KeelError::InvalidArgument(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    let why = refused(c.call_result(NodeId(1), 0, remove(2)));
+    assert!(why.contains("own data center"), "{why}");
+    assert!(refused(c.call_result(NodeId(1), 0, remove(99))).contains("not a member"));
+    // Data center 2 is suspected: removing 1 too would be two of the one tolerated.
+    let why = refused(c.call_result(NodeId(1), 0, remove(11)));
+    assert!(why.contains("removed or suspected"), "{why}");
+    assert_eq!(c.call(NodeId(1), 0, remove(21)), GeoResult::Synced);
+    c.run(50);
+    for n in [1, 2, 11, 12] {
+        let s = status(&c, n);
+        assert_eq!(s.removed, vec![2], "{n} learned of the removal");
+        assert_eq!(s.forwardable, 0, "{n} still holds transactions for the removed one");
+        assert!(s.unacked <= 2, "{n} keeps a backlog beyond its two notices: {}", s.unacked);
+    }
+    // Asking again, anywhere, is the same request.
+    assert_eq!(c.call(NodeId(12), 0, remove(22)), GeoResult::Synced);
+    // Data center 2 runs again: its members are told, stop serving, and are not heard.
+    c.down.clear();
+    c.run(10_000);
+    for n in [21, 22] {
+        assert!(c.nodes[&NodeId(n)].is_removed(), "{n} was not told");
+        let why = match c.call_result(NodeId(n), 5, GeoOp::Begin { past: zero.clone() }) {
+            Err(keel_types::KeelError::Unavailable(why)) => why,
+            other => panic!("{n} serves: {other:?}"),
+        };
+        assert!(why.contains("removed"), "{why}");
+    }
+    assert!(status(&c, 1).counters.dropped_removed > 0, "nothing from 2 was dropped");
+    // The survivors go on, barriers included (uniform with one another).
+    let (past, _) = c.tx(NodeId(1), 1, &past, deposit());
+    assert_eq!(c.call(NodeId(1), 1, GeoOp::Barrier { past: past.clone() }), GeoResult::Synced);
+    let (_, seen) = c.tx(NodeId(12), 2, &past, vec![(key("acct"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(21)]);
 }

@@ -127,6 +127,10 @@ pub struct Config {
     /// expiry passed, without waiting for every participant to decide it (`docs/geo.md`,
     /// *Controls*).
     pub unsafe_forget_unsettled: bool,
+    /// Negative control: collection forgets remote transactions once every data center
+    /// neither removed nor suspected stores them, as if suspicion removed a data center
+    /// (`docs/geo.md`, *Removing a data center*).
+    pub unsafe_collect_suspected: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -194,6 +198,7 @@ impl Config {
             unsafe_deliver_early: false,
             unsafe_skip_recovery: false,
             unsafe_forget_unsettled: false,
+            unsafe_collect_suspected: false,
         }
     }
 }
@@ -384,6 +389,12 @@ pub enum Body {
         /// The transaction.
         tx: TxId,
     },
+    /// Data center `dc` is removed from the keyspace for good (an operator's `KEEL.NODE
+    /// REMOVE`): every replica that learns it tells every other one once (to any node).
+    Removed {
+        /// The data center.
+        dc: u32,
+    },
 }
 
 /// A strong transaction's part at one partition, as certification judges it.
@@ -510,6 +521,16 @@ pub struct Counters {
     /// Peer messages a lost replica (one that restarted) dropped.
     #[serde(default)]
     pub dropped_lost: u64,
+    /// Peer messages dropped because their sender's data center was removed.
+    #[serde(default)]
+    pub dropped_removed: u64,
+    /// Data centers this replica learned were removed.
+    #[serde(default)]
+    pub removals: u64,
+    /// Removals refused (this replica's own data center, or more than f removed or
+    /// suspected).
+    #[serde(default)]
+    pub removals_refused: u64,
     /// Strong transactions committed (as coordinator).
     #[serde(default)]
     pub strong_committed: u64,
@@ -594,6 +615,10 @@ pub struct Status {
     /// its peers and refusing clients (`docs/geo.md`, *Failures*).
     #[serde(default)]
     pub lost: bool,
+    /// Data centers removed from the keyspace, as this node knows (its own among them:
+    /// it stopped serving).
+    #[serde(default)]
+    pub removed: Vec<u32>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

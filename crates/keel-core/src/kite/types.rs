@@ -1043,7 +1043,7 @@ pub struct Status {
     pub incarnation: u32,
     /// Still reading the other nodes' state after a restart (serves no client yet).
     pub rejoining: bool,
-    /// Keys held.
+    /// Clients' keys held (the reserved membership key not counted).
     pub keys: usize,
     /// Keys whose epoch is the machine's (fast path).
     pub keys_in_epoch: usize,

@@ -60,6 +60,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         deliver_early: args.deliver_early,
         skip_recovery: args.skip_recovery,
         forget_unsettled: args.forget_unsettled,
+        collect_suspected: args.collect_suspected,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

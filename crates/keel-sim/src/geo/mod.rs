@@ -5,12 +5,14 @@
 //! - `sim`: [`keel_core::geo::GeoEngine`] as a `crate::engine::SimEngine`, and its watch.
 //! - `world`: data centers over wide-area links, failing and cut off; the recorder.
 //! - `scenario`: the `general` scenario (random sessions, migrations, faults).
+//! - `removal`: an operator removing a data center during `general`.
 //! - `script`: the digest's scenarios, scripted.
 //! - `bench`: what uniformity costs, in virtual time (`keel sim bench --engine geo`).
 //! - `cli`: `--engine geo`.
 
 pub mod bench;
 pub mod cli;
+pub mod removal;
 pub mod scenario;
 pub mod script;
 pub mod sim;

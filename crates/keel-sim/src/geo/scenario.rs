@@ -3,6 +3,7 @@
 //! centers cut off and failing), and the scripted ones of `script.rs`. Every run's
 //! history goes through the causal checker (`keel_check::causal`).
 
+use super::removal::Removal;
 use super::world::{GeoShape, GeoWorld, OpenTx};
 use crate::rng::Rng;
 use keel_check::causal::history::{CausalHistory, ClientTx, Outcome, TxOp};
@@ -35,6 +36,8 @@ pub struct GeoRunConfig {
     /// Negative control: a certification leader forgets a commit before every
     /// participant decided it.
     pub forget_unsettled: bool,
+    /// Negative control: collection treats a suspected data center as removed.
+    pub collect_suspected: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -199,6 +202,29 @@ struct Faults {
     /// after data center 0's first vote out it fails, and the votes sent before it was
     /// armed.
     vote_watch: Option<(u64, u64, usize)>,
+    /// Whether the run cuts a data center off, then fails another ([`cut_then_fail`]).
+    cut_then_fail: bool,
+}
+
+/// The aimed fault that reaches collection while a data center is cut off (drawn in a
+/// fifth of the runs with no other aimed fault, every such run of its control): data
+/// center `i` is cut off; once the others suspect it, another one, `j`, fails; `i` comes
+/// back later. What `i` lacks of `j`'s transactions it can get only from the third
+/// data center, which must have kept them for it.
+fn cut_then_fail(rng: &mut Rng, shape: &GeoShape, faults: &mut Faults, control: bool) {
+    let aimed = faults.barrier_then_fail || faults.strong_then_fail || faults.leaders_then_fail;
+    if aimed || !(control || rng.chance(200_000)) {
+        return;
+    }
+    let dcs = u64::from(shape.dcs());
+    let i = rng.below(dcs) as u32;
+    let j = (i + 1 + rng.below(dcs - 1) as u32) % shape.dcs();
+    let cut = rng.range(1_000_000_000, RUN_NS - 4_000_000_000);
+    let fail = cut + rng.range(1_300_000_000, 2_500_000_000);
+    faults.fails = vec![(fail, j)];
+    let heal = fail + rng.range(500_000_000, 3_000_000_000);
+    faults.isolations = vec![(cut, Some(i)), (heal, None)];
+    faults.cut_then_fail = true;
 }
 
 /// Draws the cluster of a `general` run.
@@ -240,6 +266,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         deliver_early: config.deliver_early,
         skip_recovery: config.skip_recovery,
         forget_unsettled: config.forget_unsettled,
+        collect_suspected: config.collect_suspected,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -292,6 +319,10 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     }
     let dcs = world.shape.dcs();
     let mut faults = draw_faults(&mut rng, &world.shape, config.expose_non_uniform);
+    // Drawn apart, so that a seed's other draws do not depend on them.
+    let mut apart = Rng::new(config.seed ^ 0x7265_6d6f_7661_6c00);
+    cut_then_fail(&mut apart, &world.shape, &mut faults, config.collect_suspected);
+    let mut removal = Removal::draw(apart.fork(), RUN_NS);
     let mut log = Vec::new();
     let mut sessions: Vec<Session> = (0..2 + rng.below(5))
         .map(|i| Session {
@@ -323,6 +354,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
             "sessions spin at {now} ns: a replica answers their requests at once, refusing, for ever"
         );
         inject(&mut world, &mut faults, &mut log, now);
+        if let Some(removal) = &mut removal {
+            removal.drive(&mut world, &mut log, now);
+        }
         for (i, session) in sessions.iter_mut().enumerate() {
             if now < RUN_NS || session.open.is_some() {
                 drive(&mut world, session, i, &mut by_tag, &mut faults);
@@ -345,6 +379,18 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     }
     for s in &mut sessions {
         abandon(&mut world, s);
+    }
+    // A removal not yet made goes on at the start of the quiet end (it was refused while
+    // a data center was cut off, say).
+    if let Some(removal) = &mut removal {
+        world.heal();
+        let until = world.now() + QUIET_NS;
+        while !removal.finished(&world) && world.now() < until {
+            let now = world.now();
+            removal.drive(&mut world, &mut log, now);
+            let next = world.now() + 100_000_000;
+            world.run_until(next);
+        }
     }
     world.quiesce(QUIET_NS);
     if world.await_strong_delivery(STRONG_WAIT_NS) {
@@ -402,6 +448,7 @@ fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
         leaders_then_fail,
         stall_leaders,
         vote_watch: None,
+        cut_then_fail: false,
     }
 }
 
@@ -414,6 +461,9 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
         if world.failed.len() < world.shape.f as usize {
             world.fail_dc(dc);
             world.reach("dc-failed");
+            if faults.cut_then_fail {
+                world.reach("cut-then-fail");
+            }
             log.push(format!("{}ms: data center {dc} fails", now / 1_000_000));
         }
     }
@@ -763,11 +813,52 @@ fn committed_updates(history: &CausalHistory) -> usize {
     history.txs.iter().filter(updates).count() + history.committed.len()
 }
 
+/// Once every failed data center was removed, and the quiet end ran, no replica still
+/// holds a remote transaction for forwarding (every data center left reported storing
+/// it); a removed data center's replicas that ran on learned they were removed.
+fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
+    let nodes: Vec<NodeId> = world.world.node_ids();
+    let removed: Vec<NodeId> = nodes
+        .iter()
+        .copied()
+        .filter(|&n| world.world.engine(n).is_some_and(|e| e.is_removed()))
+        .collect();
+    if !removed.is_empty() {
+        world.reach("removed-told");
+    }
+    let gone: Vec<Vec<u32>> =
+        nodes.iter().filter_map(|&n| world.world.engine(n).map(|e| e.status().removed)).collect();
+    let all_failed_removed = !world.failed.is_empty()
+        && gone.iter().any(|r| world.failed.iter().all(|dc| r.contains(dc)));
+    if !all_failed_removed {
+        return Vec::new();
+    }
+    world.reach("removal-collected");
+    let mut out = Vec::new();
+    for dc in (0..world.shape.dcs()).filter(|dc| !world.failed.contains(dc)) {
+        for node in world.nodes_of(dc) {
+            let Some(status) = world.world.engine(node).map(|e| e.status()) else { continue };
+            if status.forwardable > 0 {
+                out.push(format!(
+                    "held-after-removal: {node} holds {} remote transactions for forwarding after every failed data center {:?} was removed",
+                    status.forwardable, world.failed
+                ));
+            }
+            if world.failed.iter().any(|dc| !status.removed.contains(dc)) {
+                out.push(format!("removal-unknown: {node} never learned of the removal"));
+            }
+        }
+    }
+    out
+}
+
 /// Checks the run and builds its report.
-pub fn finish(world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> GeoReport {
+pub fn finish(mut world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> GeoReport {
+    world.record_removed_unsent();
     let history = world.history(true);
     let mut violations: Vec<String> =
         world.violations().iter().map(|v| format!("{}: {}", v.kind, v.detail)).collect();
+    violations.extend(held_after_removal(&mut world));
     let report = keel_check::causal::check(&history);
     let counts = report.counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();
     violations.extend(report.violations.iter().map(|v| v.to_string()));

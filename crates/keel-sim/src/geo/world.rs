@@ -57,6 +57,8 @@ pub struct GeoShape {
     /// Negative control: a certification leader forgets a commit before every
     /// participant decided it.
     pub forget_unsettled: bool,
+    /// Negative control: collection treats a suspected data center as removed.
+    pub collect_suspected: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -148,8 +150,11 @@ pub struct GeoWorld {
     pub world: World<GeoEngine>,
     /// Its shape.
     pub shape: GeoShape,
-    /// Data centers failed so far.
+    /// Data centers failed so far (a live one being removed among them).
     pub failed: Vec<u32>,
+    /// Live data centers being removed (failed from their removal on, though their
+    /// replicas run until told).
+    pub removed_live: Vec<u32>,
     /// Replies not yet taken, by tag.
     pub replies: BTreeMap<RequestTag, (u64, GeoReply)>,
     /// Client transactions recorded.
@@ -178,6 +183,7 @@ impl GeoWorld {
         template.unsafe_deliver_early = shape.deliver_early;
         template.unsafe_skip_recovery = shape.skip_recovery;
         template.unsafe_forget_unsettled = shape.forget_unsettled;
+        template.unsafe_collect_suspected = shape.collect_suspected;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;
@@ -237,6 +243,7 @@ impl GeoWorld {
             world,
             shape,
             failed: Vec::new(),
+            removed_live: Vec::new(),
             replies: BTreeMap::new(),
             txs: Vec::new(),
             syncs: Vec::new(),
@@ -270,6 +277,47 @@ impl GeoWorld {
         self.failed.push(dc);
         for node in self.nodes_of(dc) {
             self.crash(node);
+        }
+    }
+
+    /// Marks live data center `dc` failed, as an operator about to remove it: its
+    /// sessions stop; its replicas run on until they are told.
+    pub fn remove_live(&mut self, dc: u32) {
+        assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
+        self.failed.push(dc);
+        self.removed_live.push(dc);
+    }
+
+    /// Sends `KEEL.NODE REMOVE member` to `node`, through the front door's conversion.
+    pub fn submit_remove(&mut self, node: NodeId, member: NodeId) -> RequestTag {
+        let request = keel_core::engine::ClientRequest {
+            tag: RequestTag(0),
+            client: keel_types::ClientId(0),
+            request: keel_types::RequestId(0),
+            command: keel_types::Command::Cluster(keel_types::ClusterOp::Remove(member)),
+            durability: None,
+            level: None,
+            after: keel_types::LogIndex::ZERO,
+            mode: keel_core::engine::OpMode::Plain,
+            named: false,
+        };
+        let request = GeoRequest::from_client(request).expect("a geo keyspace removes by node");
+        self.world.submit(node, request)
+    }
+
+    /// Records the local commits the replicas of live data centers being removed never
+    /// sent on (as for a crash: reads there may have seen them).
+    pub fn record_removed_unsent(&mut self) {
+        for dc in self.removed_live.clone() {
+            for node in self.nodes_of(dc) {
+                let unsent = self
+                    .world
+                    .engine(node)
+                    .map(|engine| engine.unpropagated().cloned().collect::<Vec<_>>());
+                if let Some(txs) = unsent {
+                    self.world.checker_mut().merge_committed(dc, &txs);
+                }
+            }
         }
     }
 

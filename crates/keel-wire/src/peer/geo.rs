@@ -94,6 +94,7 @@ mod tests {
             (vector(), any::<u64>()).prop_map(|(known, ballot)| Body::KnownLocal { known, ballot }),
             (any::<u64>(), any::<u64>()).prop_map(|(ballot, from)| Body::Elect { ballot, from }),
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
+            any::<u32>().prop_map(|dc| Body::Removed { dc }),
             (any::<u64>(), any::<u64>(), any::<bool>())
                 .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),
             (vector(), vector(), any::<u64>(), proptest::collection::vec(any::<u64>(), 0..4))

@@ -443,11 +443,13 @@ impl GeoEngine {
         }
     }
 
-    /// Leader: the log length every sibling acknowledged in this ballot.
+    /// Leader: the log length every sibling acknowledged in this ballot (a removed data
+    /// center's is needed by nobody).
     fn everywhere(&self) -> u64 {
         let me = self.me.dc as usize;
         let c = &self.certifier;
-        let acked = c.acked.iter().enumerate().filter(|(i, _)| *i != me).map(|(_, a)| *a);
+        let others = c.acked.iter().enumerate().filter(|(i, _)| *i != me && !self.removed[*i]);
+        let acked = others.map(|(_, a)| *a);
         acked.min().unwrap_or_else(|| self.log_end())
     }
 

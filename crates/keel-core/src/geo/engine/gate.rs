@@ -87,7 +87,8 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         | Body::Heartbeat { .. }
         | Body::Appended { .. }
         | Body::Elect { .. }
-        | Body::Outvoted { .. } => true,
+        | Body::Outvoted { .. }
+        | Body::Removed { .. } => true,
     };
     if ok {
         Ok(())
@@ -174,6 +175,7 @@ impl GeoEngine {
                     self.config.strong && peer.partition != self.me.partition
                 }
                 Body::Forgotten { .. } => self.config.strong,
+                Body::Removed { dc } => (*dc as usize) < self.dcs,
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");

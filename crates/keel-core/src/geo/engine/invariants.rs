@@ -2,6 +2,8 @@
 
 use super::super::types::PARTITION_BITS;
 use super::{GeoEngine, Pending, Role};
+use keel_types::NodeId;
+use std::collections::BTreeSet;
 
 impl GeoEngine {
     /// Panics if a rule of `docs/geo.md` (*Invariants*) is broken.
@@ -10,8 +12,30 @@ impl GeoEngine {
         self.check_uniformity();
         self.check_coordinator();
         self.check_certifier();
+        self.check_removed();
         for (peer, channel) in &self.channels {
             channel.check(*peer);
+        }
+    }
+
+    /// A removed data center's members get only their notice, and nothing is forwarded
+    /// to them (a replica whose own data center was removed keeps nothing but refusals).
+    fn check_removed(&self) {
+        if self.is_removed() {
+            assert!(self.channels.is_empty(), "a removed replica keeps channels");
+            assert!(self.coordinator.txs.is_empty(), "a removed replica keeps transactions");
+            return;
+        }
+        let removed = (0..self.dcs).filter(|&i| self.removed[i]);
+        let nodes: BTreeSet<NodeId> =
+            removed.flat_map(|i| self.replicas[i].iter().copied()).collect();
+        assert_eq!(nodes, self.removed_nodes, "removed members out of step");
+        for node in &self.removed_nodes {
+            let notice = self.channels.get(node).is_some_and(|c| c.is_notice());
+            assert!(notice, "{node} is removed, but its channel is not its notice");
+        }
+        for &(i, _) in self.uniformity.forwarded.keys() {
+            assert!(!self.removed[i as usize], "forwarding to removed data center {i}");
         }
     }
 

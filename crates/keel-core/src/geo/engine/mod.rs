@@ -11,6 +11,7 @@
 //! | `certify.rs` | strong transactions (Algorithm 3, §6.3): the coordinator's barrier and certification, each partition's certification log replicated from its leader to a majority of data centers, the leader's votes and decisions, delivery in strong-timestamp order, strong heartbeats | [`Certifier`] |
 //! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
 //! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
+//! | `remove.rs` | removing a data center for good (an operator's) | [`GeoEngine`]'s `removed` |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
@@ -31,6 +32,7 @@ mod gate;
 pub use gate::BALLOT_MAX;
 mod invariants;
 mod partition;
+mod remove;
 mod settle;
 mod step;
 mod uniform;
@@ -457,6 +459,12 @@ pub struct GeoEngine {
     /// gone, and it stays failed (silent, refusing clients) rather than serve or report
     /// a state it lost (`docs/geo.md`, *Failures*).
     pub(crate) lost: bool,
+    /// Per data center, whether it was removed from the keyspace for good (`remove.rs`);
+    /// this replica's own: it stopped serving.
+    pub(crate) removed: Vec<bool>,
+    /// The members of the removed data centers (nothing is queued for them, and what they
+    /// send is dropped).
+    pub(crate) removed_nodes: BTreeSet<NodeId>,
     /// The hard state to make durable at the first step: the mark that this replica ran,
     /// which a restart finds.
     pub(crate) first_hard_state: Option<keel_types::HardState>,

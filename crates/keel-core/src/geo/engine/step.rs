@@ -116,6 +116,8 @@ impl GeoEngine {
             counters: Default::default(),
             out: Outputs::default(),
             lost: false,
+            removed: vec![false; dcs],
+            removed_nodes: Default::default(),
             first_hard_state: None,
         })
     }
@@ -136,12 +138,17 @@ impl GeoEngine {
         self.lost
     }
 
-    /// A step of a lost replica: clients are told to go elsewhere; peers get nothing,
-    /// as from a failed data center (their suspicion then forwards its transactions).
+    /// A step of a lost replica, or of one whose data center was removed: clients are
+    /// told to go elsewhere; peers get nothing, as from a failed data center (their
+    /// suspicion then forwards its transactions).
     fn step_lost(&mut self, input: Input<Message, GeoRequest>) {
         let refuse = |engine: &mut GeoEngine, request: GeoRequest| {
             let why = "this geo replica restarted and lost what it stored: its data center no longer serves this partition; attach at another data center";
-            engine.reply(request.tag, Err(KeelError::Unavailable(why.into())));
+            let error = match engine.lost {
+                true => KeelError::Unavailable(why.into()),
+                false => super::remove::removed_error(),
+            };
+            engine.reply(request.tag, Err(error));
         };
         match input {
             Input::Client(request) => refuse(self, request),
@@ -159,7 +166,7 @@ impl GeoEngine {
     ) -> Outputs<Message, GeoReply, NoRecord> {
         self.now = self.now.max(now);
         self.out.hard_state = self.first_hard_state.take();
-        if self.lost {
+        if self.lost || self.is_removed() {
             self.step_lost(input);
             return std::mem::take(&mut self.out);
         }
@@ -169,6 +176,10 @@ impl GeoEngine {
             Input::Client(request) => self.client(request),
             Input::Clients(requests) => requests.into_iter().for_each(|r| self.client(r)),
             Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        if self.is_removed() {
+            self.check_invariants();
+            return std::mem::take(&mut self.out);
         }
         self.drain_loopback();
         self.timers();
@@ -215,6 +226,9 @@ impl GeoEngine {
             self.loopback.push_back(body);
             return true;
         }
+        if self.removed_nodes.contains(&to) {
+            return false;
+        }
         let channel = self.channels.entry(to).or_default();
         let refresh =
             matches!(body, Body::Heartbeat { .. } | Body::KnownLocal { .. } | Body::Vectors { .. });
@@ -236,6 +250,10 @@ impl GeoEngine {
             self.out.rejected.push(crate::engine::Rejection { from, reason });
             return;
         }
+        if self.removed_nodes.contains(&from) {
+            self.counters.dropped_removed += 1;
+            return;
+        }
         let Some(peer) = self.member(from) else { return };
         if peer.partition == self.me.partition {
             self.uniformity.heard[peer.dc as usize] = self.now;
@@ -243,6 +261,10 @@ impl GeoEngine {
         let (boot, now) = (self.boot, self.now);
         let bodies = self.channels.entry(from).or_default().receive(boot, now, message);
         for body in bodies {
+            // Told that its own data center was removed, it handles nothing more.
+            if self.is_removed() {
+                break;
+            }
             self.handle(from, body);
         }
     }
@@ -288,6 +310,7 @@ impl GeoEngine {
             Body::Settle { txs } => self.settle_in(from, txs),
             Body::Settled { txs } => self.settled_in(from, txs),
             Body::Forgotten { tx } => self.forgotten_in(from, tx),
+            Body::Removed { dc } => self.learn_removed(dc),
         }
     }
 
@@ -311,6 +334,7 @@ impl GeoEngine {
             GeoOp::Abort { tx } => self.abort(tag, session, tx),
             GeoOp::Barrier { past: p } => self.barrier(tag, past(p)),
             GeoOp::Attach { past: p } => self.attach(tag, past(p)),
+            GeoOp::RemoveDc { member } => self.remove_asked(tag, member),
         }
     }
 

@@ -101,12 +101,15 @@ impl GeoEngine {
     }
 
     /// The data centers this node suspects: their sibling has been silent for
-    /// `suspect_after`.
+    /// `suspect_after`, or they were removed.
     pub(crate) fn suspected(&self) -> Vec<u32> {
         let after = self.config.suspect_after.0;
         (0..self.dcs as u32)
             .filter(|&j| j != self.me.dc)
-            .filter(|&j| self.now.0 >= self.uniformity.heard[j as usize].0.saturating_add(after))
+            .filter(|&j| {
+                self.removed[j as usize]
+                    || self.now.0 >= self.uniformity.heard[j as usize].0.saturating_add(after)
+            })
             .collect()
     }
 
@@ -117,7 +120,8 @@ impl GeoEngine {
     pub(crate) fn forward_for_suspected(&mut self) {
         let me = self.me.dc;
         for j in self.suspected() {
-            for i in (0..self.dcs as u32).filter(|&i| i != j && i != me) {
+            let to = (0..self.dcs as u32).filter(|&i| i != j && i != me);
+            for i in to.filter(|&i| !self.removed[i as usize]).collect::<Vec<_>>() {
                 self.forward(i, j);
             }
         }
@@ -144,12 +148,16 @@ impl GeoEngine {
 
     /// Forgets the remote transactions every data center stores (`globalMatrix`): none
     /// is needed for forwarding any more. A data center that never reports keeps them
-    /// (`docs/geo.md`, *Failures*).
+    /// until it is removed (`docs/geo.md`, *Failures*, *Removing a data center*).
     pub(crate) fn collect(&mut self) {
         let d = self.me.dc as usize;
+        let mut gone = self.removed.clone();
+        if self.config.unsafe_collect_suspected {
+            self.suspected().into_iter().for_each(|j| gone[j as usize] = true);
+        }
         for j in (0..self.dcs).filter(|&j| j != d) {
             let everywhere = (0..self.dcs)
-                .filter(|&i| i != j)
+                .filter(|&i| i != j && !gone[i])
                 .map(|i| {
                     if i == d {
                         self.partition.known.dcs[j]

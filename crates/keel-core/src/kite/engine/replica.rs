@@ -87,6 +87,12 @@ impl KiteEngine {
         &self.config
     }
 
+    /// The clients' keys' slots (not the reserved membership key's).
+    fn client_keys(&self) -> impl Iterator<Item = &super::Slot> {
+        let reserved = crate::kite::types::MEMBERSHIP_KEY;
+        self.keys.iter().filter(move |(k, _)| k.as_ref() != reserved).map(|(_, s)| s)
+    }
+
     /// The typed status.
     pub fn status(&self) -> Status {
         Status {
@@ -94,9 +100,9 @@ impl KiteEngine {
             epoch: self.epoch,
             incarnation: self.config.incarnation,
             rejoining: self.rejoin.is_some(),
-            keys: self.keys.len(),
+            keys: self.client_keys().count(),
             keys_in_epoch: if self.fast_path() {
-                self.keys.values().filter(|s| s.epoch == self.epoch).count()
+                self.client_keys().filter(|s| s.epoch == self.epoch).count()
             } else {
                 0
             },
