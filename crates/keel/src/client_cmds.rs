@@ -547,7 +547,8 @@ fn print_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
 
 /// A geo keyspace's table: each node's data center and partition, keys and log entries,
 /// open transactions, messages not yet acknowledged, how far its uniform vector lags its
-/// own clock (the oldest remote transaction it may still hide, in ms), its role
+/// own clock (the oldest remote transaction it may still hide, in ms; removed data
+/// centers left out), its role
 /// (`replica`, `lost`, `removed`) and the data centers it suspects; the header names the
 /// data centers removed. Data centers are numbered from 1 in their labels' byte order.
 fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
@@ -587,8 +588,11 @@ fn print_geo_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
         };
         let (known, uniform) = (entries(&d["known"]), entries(&d["uniform"]));
         let own = d["dc"].as_u64().and_then(|dc| known.get(dc as usize).copied()).unwrap_or(0);
-        // Timestamps are microseconds shifted past the partition's 10 bits.
-        let lag = uniform.iter().map(|&u| own.saturating_sub(u) >> 10).max().unwrap_or(0);
+        // Timestamps are microseconds shifted past the partition's 10 bits; a removed data
+        // center's entry stays where it was, and is left out.
+        let gone = dcs(&d["removed"]);
+        let live = uniform.iter().enumerate().filter(|(j, _)| !gone.contains(&(j + 1).to_string()));
+        let lag = live.map(|(_, &u)| own.saturating_sub(u) >> 10).max().unwrap_or(0);
         let suspected = dcs(&d["suspected"]);
         println!(
             "{addr:<22} {:<5} {:>3} {:>9} {:>8} {:>9} {:>6} {:>8} {:>9}ms {:>8}  {}",

@@ -42,7 +42,7 @@ impl GeoEngine {
             gone.dedup();
             (gone.len() > self.config.f as usize).then(|| {
                 format!(
-                    "removing data center {dc} would leave {} of {} data centers removed or suspected ({gone:?}), more than the {} this keyspace tolerates",
+                    "removing the data center of {member} would leave {} of the {} data centers removed or suspected (numbers {gone:?}, counted from 0 as /status does), more than the {} this keyspace tolerates",
                     gone.len(),
                     self.dcs,
                     self.config.f
