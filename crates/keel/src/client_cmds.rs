@@ -169,6 +169,8 @@ async fn ask_until_done(
 ) -> anyhow::Result<()> {
     let id = id.to_string();
     let words: [&[u8]; 3] = [b"KEEL.NODE", change.as_bytes(), id.as_bytes()];
+    // Each reason for waiting is printed once, not at every try.
+    let mut said = String::new();
     loop {
         let error = match client.call_node(0, &words).await {
             Ok(_) => return Ok(()),
@@ -183,7 +185,11 @@ async fn ask_until_done(
         if !passing || std::time::Instant::now() >= deadline {
             return Err(error.into());
         }
-        eprintln!("not yet: {error}");
+        let reason = error.to_string();
+        if reason != said {
+            eprintln!("not yet: {reason}");
+            said = reason;
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
