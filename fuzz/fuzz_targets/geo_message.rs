@@ -48,7 +48,7 @@ fn message(which: u8) -> Message {
         Record::Promise { ts: 10 << 10 },
         Record::Forget { below: 800 * MS },
     ];
-    let body = match which % 19 {
+    let body = match which % 20 {
         0 => Body::GetVersion { read: 1, key: b("k"), kind: Kind::Counter, snap: v.clone() },
         1 => Body::Version { read: 1, object: Object::Counter(4) },
         2 => Body::Prepare { tx, writes: writes.clone(), snap: v.clone() },
@@ -56,7 +56,7 @@ fn message(which: u8) -> Message {
         4 => Body::Commit { tx, commit: v.clone() },
         5 => Body::Replicate { origin: 1, txs: vec![Replicated { tx, commit: v.clone(), writes }] },
         6 => Body::Heartbeat { origin: 1, ts: 8 << 10 },
-        7 => Body::KnownLocal { known: v.clone(), ballot: 1 },
+        7 => Body::KnownLocal { known: v.clone(), ballot: 1, suspected: vec![2] },
         8 => Body::Vectors { stable: v.clone(), known: v, ballot: 1, leaders: vec![0, 1] },
         9 => Body::Certify(Box::new(candidate)),
         10 => Body::Vote {
@@ -75,7 +75,8 @@ fn message(which: u8) -> Message {
         15 => Body::Outvoted { ballot: 3 },
         16 => Body::Settle { txs: vec![(tx, 900 * MS)] },
         17 => Body::Settled { txs: vec![tx] },
-        _ => Body::Forgotten { tx },
+        18 => Body::Forgotten { tx },
+        _ => Body::Removed { dc: 2 },
     };
     Message { boot: 3, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] }
 }

@@ -292,6 +292,12 @@ pub struct RunArgs {
     /// another failed: nobody holds that one's transactions for it any more).
     #[arg(long)]
     pub collect_suspected: bool,
+    /// Negative control (`--engine geo`): an operator's removal of a data center is not
+    /// refused when the data centers removed or failed for some partition would be more
+    /// than `f` (caught when the simulator's mistaken removal of a live data center, asked
+    /// once `f` have failed, is made).
+    #[arg(long)]
+    pub remove_beyond_f: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

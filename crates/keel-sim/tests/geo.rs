@@ -22,6 +22,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         skip_recovery: false,
         forget_unsettled: false,
         collect_suspected: false,
+        remove_beyond_f: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -77,6 +78,7 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "removal-refused",
         "removal-collected",
         "removed-told",
+        "removal-beyond-f-refused",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -175,6 +177,22 @@ fn collection_that_gives_up_on_a_suspected_data_center_is_caught() {
     let runs = control_fails(|c| c.collect_suspected = true, 40, 4);
     let aimed = |r: &&GeoReport| r.reached.contains_key("cut-then-fail");
     assert!(runs.iter().filter(aimed).any(|r| !r.passed()), "caught only without its fault");
+}
+
+#[test]
+fn a_removal_beyond_f_is_refused_and_its_control_is_caught() {
+    // Seed 113 (three partitions): data center 0's replica of partition 1 (n2) restarts
+    // lost. The mistaken removal of data center 2 is asked at n6, data center 1's replica
+    // of partition 2, whose sibling in data center 0 is alive: only partition 1's report
+    // (`KNOWNVEC_LOCAL`) shows data center 0's failure. Before the guard counted every
+    // partition's failures, that removal was made.
+    let r = run_one(&config("general", 113, false));
+    assert_clean(&r);
+    assert!(r.reached.contains_key("removal-beyond-f-refused"), "{:?}", r.reached);
+    let runs = control_fails(|c| c.remove_beyond_f = true, 40, 4);
+    assert!(runs
+        .iter()
+        .all(|r| r.passed() || r.violations.iter().any(|v| v.starts_with("removal-beyond-f"))));
 }
 
 #[test]

@@ -131,6 +131,10 @@ pub struct Config {
     /// neither removed nor suspected stores them, as if suspicion removed a data center
     /// (`docs/geo.md`, *Removing a data center*).
     pub unsafe_collect_suspected: bool,
+    /// Negative control: an operator's removal is not refused when the data centers
+    /// removed or failed for some partition would be more than `f` (`docs/geo.md`,
+    /// *Removing a data center*).
+    pub unsafe_remove_beyond_f: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -199,6 +203,7 @@ impl Config {
             unsafe_skip_recovery: false,
             unsafe_forget_unsettled: false,
             unsafe_collect_suspected: false,
+            unsafe_remove_beyond_f: false,
         }
     }
 }
@@ -272,6 +277,10 @@ pub enum Body {
         known: Vector,
         /// The ballot its partition's certification log follows.
         ballot: u64,
+        /// The data centers it suspects (or knows removed): a data center fails
+        /// partition by partition (a lost replica), and an operator's removal must count
+        /// every partition's failures, not only the asked node's (`remove.rs`).
+        suspected: Vec<u32>,
     },
     /// `STABLEVEC` and `KNOWNVEC_GLOBAL` (to the siblings): the sender's stable and
     /// known vectors.

@@ -61,6 +61,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         skip_recovery: args.skip_recovery,
         forget_unsettled: args.forget_unsettled,
         collect_suspected: args.collect_suspected,
+        remove_beyond_f: args.remove_beyond_f,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

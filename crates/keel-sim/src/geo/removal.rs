@@ -3,7 +3,11 @@
 //! (when none failed) a live one, which then counts as failed. The request goes through
 //! the front door's conversion (`Command::Cluster`) to a node of another data center;
 //! a refusal (the node suspects too many data centers, or is itself cut off) is asked
-//! again later, elsewhere.
+//! again later, elsewhere. In half the runs with a removal, once `f` data centers have
+//! failed (or been removed) and the others had time to notice, the operator also asks,
+//! by mistake, to remove a live one: the engine must refuse it, whichever node is asked
+//! (a lost replica fails its data center for its partition only, and the node asked may
+//! hold another one).
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -16,6 +20,9 @@ const RETRY_NS: u64 = 500_000_000;
 const TRIES_MAX: u32 = 20;
 /// How long an answer may take before the removal is asked again, ns.
 const ANSWER_NS: u64 = 2_000_000_000;
+/// How long after the `f`-th failure the mistaken removal is asked, at least and at most,
+/// ns (the simulator suspects after 1 s of silence).
+const MISTAKE_AFTER_NS: (u64, u64) = (1_500_000_000, 3_000_000_000);
 
 /// The run's planned removal.
 pub struct Removal {
@@ -34,18 +41,42 @@ pub struct Removal {
     not_before: u64,
     tries: u32,
     done: bool,
+    /// The mistaken removal beyond `f`, if the run asks one: how long after the `f`-th
+    /// failure, when that was seen, the request in flight, and whether it was answered.
+    mistake: Option<Mistake>,
+    /// What went wrong: a removal beyond `f` that was made.
+    pub violations: Vec<String>,
+}
+
+/// A removal beyond `f`, asked by mistake; the engine must refuse it.
+struct Mistake {
+    rng: Rng,
+    after_ns: u64,
+    spent_at: Option<u64>,
+    asked: Option<(RequestTag, u64, u32)>,
+    tries: u32,
+    answered: bool,
 }
 
 impl Removal {
     /// Draws a run's removal from `rng` (a stream apart from the run's other draws):
     /// none in half the runs; else a live data center at a random time in a third of
-    /// them (if none failed by then), and a failed one 0.2 to 3 s after its failure.
-    pub fn draw(mut rng: Rng, run_ns: u64) -> Option<Removal> {
+    /// them (if none failed by then), and a failed one 0.2 to 3 s after its failure. The
+    /// mistaken removal beyond `f` is drawn from `apart`, its own stream.
+    pub fn draw(mut rng: Rng, mut apart: Rng, run_ns: u64) -> Option<Removal> {
         if !rng.chance(500_000) {
             return None;
         }
         let live_at = rng.chance(333_333).then(|| rng.range(1_000_000_000, run_ns - 1_000_000_000));
         let after_failure_ns = rng.range(200_000_000, 3_000_000_000);
+        let mistake = apart.chance(500_000).then(|| Mistake {
+            after_ns: apart.range(MISTAKE_AFTER_NS.0, MISTAKE_AFTER_NS.1),
+            rng: apart.fork(),
+            spent_at: None,
+            asked: None,
+            tries: 0,
+            answered: false,
+        });
         Some(Removal {
             rng,
             live_at,
@@ -56,6 +87,8 @@ impl Removal {
             not_before: 0,
             tries: 0,
             done: false,
+            mistake,
+            violations: Vec::new(),
         })
     }
 
@@ -65,9 +98,83 @@ impl Removal {
         self.done || self.tries >= TRIES_MAX || nothing
     }
 
+    /// The mistaken removal: once `f` data centers failed (none of them a live one whose
+    /// removal is not made yet) and `after_ns` passed, a live data center, at a node of
+    /// another live one. Refused, it is done; made, it is a violation.
+    fn drive_mistake(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        let pending_live = self.target.is_some() && !self.done && !world.removed_live.is_empty();
+        let f = world.shape.f as usize;
+        let Some(m) = self.mistake.as_mut().filter(|m| !m.answered && f > 0) else { return };
+        if let Some((tag, at, dc)) = m.asked {
+            match world.replies.remove(&tag) {
+                Some((_, reply)) => {
+                    m.asked = None;
+                    match reply.result {
+                        Ok(_) => {
+                            m.answered = true;
+                            world.remove_beyond_f(dc);
+                            self.violations.push(format!(
+                                "removal-beyond-f: data center {dc} removed at {}ms with {:?} failed already (f = {f})",
+                                now / 1_000_000,
+                                world.failed
+                            ));
+                        }
+                        Err(KeelError::InvalidArgument(why))
+                            if why.contains("removed or suspected") =>
+                        {
+                            m.answered = true;
+                            world.reach("removal-beyond-f-refused");
+                        }
+                        Err(_) => {}
+                    }
+                }
+                None if now >= at + ANSWER_NS => m.asked = None,
+                None => {}
+            }
+            return;
+        }
+        if world.failed.len() < f || pending_live || m.tries >= TRIES_MAX {
+            return;
+        }
+        let spent = *m.spent_at.get_or_insert(now);
+        if now < spent + m.after_ns {
+            return;
+        }
+        let live: Vec<u32> = (0..world.shape.dcs()).filter(|d| !world.failed.contains(d)).collect();
+        if live.len() < 2 {
+            return;
+        }
+        let dc = live[m.rng.below(live.len() as u64) as usize];
+        // Asked at a node that knows of every live data center's removal made so far (one
+        // made at a node then cut off may not have reached it: two removals at once at
+        // different nodes are the operator's to avoid, `docs/geo.md`).
+        let knows = |n: &NodeId| {
+            let removed = world.world.engine(*n).map(|e| e.status().removed).unwrap_or_default();
+            world.removed_live.iter().all(|d| removed.contains(d))
+        };
+        let askers: Vec<NodeId> = live
+            .iter()
+            .filter(|&&d| d != dc)
+            .flat_map(|&d| world.nodes_of(d))
+            .filter(knows)
+            .collect();
+        if askers.is_empty() {
+            return;
+        }
+        let at = askers[m.rng.below(askers.len() as u64) as usize];
+        let member = world.nodes_of(dc)[0];
+        m.tries += 1;
+        m.asked = Some((world.submit_remove(at, member), now, dc));
+        log.push(format!(
+            "{}ms: {at} asked, by mistake, to remove live data center {dc}",
+            now / 1_000_000
+        ));
+    }
+
     /// Chooses the data center, asks for its removal, and takes the answer, as their
     /// times come.
     pub fn drive(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        self.drive_mistake(world, log, now);
         if self.done {
             return;
         }
@@ -76,6 +183,9 @@ impl Removal {
                 Some((_, reply)) => self.answered(world, reply.result, log, now),
                 None if now >= at + ANSWER_NS => self.asked = None,
                 None => return,
+            }
+            if self.done {
+                return;
             }
         }
         if self.asked.is_some() || now < self.not_before || self.tries >= TRIES_MAX {

@@ -38,6 +38,8 @@ pub struct GeoRunConfig {
     pub forget_unsettled: bool,
     /// Negative control: collection treats a suspected data center as removed.
     pub collect_suspected: bool,
+    /// Negative control: an operator's removal beyond `f` is not refused.
+    pub remove_beyond_f: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -267,6 +269,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         skip_recovery: config.skip_recovery,
         forget_unsettled: config.forget_unsettled,
         collect_suspected: config.collect_suspected,
+        remove_beyond_f: config.remove_beyond_f,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -322,7 +325,8 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     // Drawn apart, so that a seed's other draws do not depend on them.
     let mut apart = Rng::new(config.seed ^ 0x7265_6d6f_7661_6c00);
     cut_then_fail(&mut apart, &world.shape, &mut faults, config.collect_suspected);
-    let mut removal = Removal::draw(apart.fork(), RUN_NS);
+    let mistakes = Rng::new(config.seed ^ 0x6d69_7374_616b_6500);
+    let mut removal = Removal::draw(apart.fork(), mistakes, RUN_NS);
     let mut log = Vec::new();
     let mut sessions: Vec<Session> = (0..2 + rng.below(5))
         .map(|i| Session {
@@ -396,7 +400,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     if world.await_strong_delivery(STRONG_WAIT_NS) {
         world.reach("quiet-extended");
     }
-    finish(world, config, log)
+    let mut report = finish(world, config, log);
+    report.violations.extend(removal.map(|r| r.violations).unwrap_or_default());
+    report
 }
 
 fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {

@@ -59,6 +59,8 @@ pub struct GeoShape {
     pub forget_unsettled: bool,
     /// Negative control: collection treats a suspected data center as removed.
     pub collect_suspected: bool,
+    /// Negative control: an operator's removal beyond `f` is not refused.
+    pub remove_beyond_f: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -184,6 +186,7 @@ impl GeoWorld {
         template.unsafe_skip_recovery = shape.skip_recovery;
         template.unsafe_forget_unsettled = shape.forget_unsettled;
         template.unsafe_collect_suspected = shape.collect_suspected;
+        template.unsafe_remove_beyond_f = shape.remove_beyond_f;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;
@@ -284,6 +287,13 @@ impl GeoWorld {
     /// sessions stop; its replicas run on until they are told.
     pub fn remove_live(&mut self, dc: u32) {
         assert!(self.failed.len() < self.shape.f as usize, "more than f data centers fail");
+        self.failed.push(dc);
+        self.removed_live.push(dc);
+    }
+
+    /// Marks data center `dc` failed beyond the `f` tolerated: a removal the engine should
+    /// have refused was made (its replicas stop once told).
+    pub fn remove_beyond_f(&mut self, dc: u32) {
         self.failed.push(dc);
         self.removed_live.push(dc);
     }

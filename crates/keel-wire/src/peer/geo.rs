@@ -91,7 +91,9 @@ mod tests {
                 }
             ),
             (any::<u32>(), any::<u64>()).prop_map(|(origin, ts)| Body::Heartbeat { origin, ts }),
-            (vector(), any::<u64>()).prop_map(|(known, ballot)| Body::KnownLocal { known, ballot }),
+            (vector(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..3)).prop_map(
+                |(known, ballot, suspected)| Body::KnownLocal { known, ballot, suspected }
+            ),
             (any::<u64>(), any::<u64>()).prop_map(|(ballot, from)| Body::Elect { ballot, from }),
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
             any::<u32>().prop_map(|dc| Body::Removed { dc }),

@@ -70,7 +70,7 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         Body::Replicate { txs, .. } => {
             txs.iter().all(|t| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
         }
-        Body::KnownLocal { known, .. } => vector_ok(known),
+        Body::KnownLocal { known, suspected, .. } => vector_ok(known) && suspected.len() <= DCS_MAX,
         Body::Vectors { stable, known, .. } => vector_ok(stable) && vector_ok(known),
         Body::Certify(c) => candidate_ok(c),
         Body::Vote { participants, ok, ts, .. } => {
@@ -125,7 +125,11 @@ impl GeoEngine {
                 Body::Prepare { snap, writes, .. } => same_dc && shape(snap) && self.owns(writes),
                 Body::Commit { commit, .. } => same_dc && shape(commit),
                 Body::Version { .. } | Body::PrepareAck { .. } => same_dc,
-                Body::KnownLocal { known, .. } => same_dc && shape(known),
+                Body::KnownLocal { known, suspected, .. } => {
+                    same_dc
+                        && shape(known)
+                        && suspected.iter().all(|&j| (j as usize) < self.dcs && j != self.me.dc)
+                }
                 Body::Replicate { origin, txs } => {
                     sibling
                         && *origin != self.me.dc

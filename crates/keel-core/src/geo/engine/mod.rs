@@ -423,6 +423,10 @@ pub(crate) struct Uniformity {
     pub heard: Vec<Time>,
     /// Per (destination, suspected origin): the highest timestamp forwarded there.
     pub forwarded: BTreeMap<(u32, u32), u64>,
+    /// When each partition of this data center was last heard from (`KNOWNVEC_LOCAL`).
+    pub local_heard: Vec<Time>,
+    /// The data centers each partition of this data center last said it suspects.
+    pub local_suspected: Vec<Vec<u32>>,
 }
 
 /// One geo node. See the module's documentation.

@@ -21,10 +21,12 @@ use keel_types::{KeelError, NodeId};
 impl GeoEngine {
     /// `GeoOp::RemoveDc`: an operator removes the data center of `member`. Refused for
     /// this node's own data center (a member of another one must ask) and when the data
-    /// centers removed or suspected would be more than `f`; answered at once otherwise
-    /// (asking again is the same request).
+    /// centers removed or failed for some partition, as this node can tell
+    /// (`failed_anywhere`), would be more than `f`; answered at once otherwise (asking
+    /// again is the same request).
     pub(crate) fn remove_asked(&mut self, tag: RequestTag, member: NodeId) {
         let Some(dc) = self.member(member).map(|m| m.dc) else {
+            self.counters.removals_refused += 1;
             let why = format!("{member} is not a member of this keyspace");
             return self.reply(tag, Err(KeelError::InvalidArgument(why)));
         };
@@ -36,11 +38,12 @@ impl GeoEngine {
                 "{member} is in this node's own data center: ask a node of another data center"
             ))
         } else {
-            let mut gone = self.suspected();
+            let mut gone = self.failed_anywhere();
             gone.push(dc);
             gone.sort_unstable();
             gone.dedup();
-            (gone.len() > self.config.f as usize).then(|| {
+            let beyond = gone.len() > self.config.f as usize;
+            (beyond && !self.config.unsafe_remove_beyond_f).then(|| {
                 format!(
                     "removing the data center of {member} would leave {} of the {} data centers removed or suspected (numbers {gone:?}, counted from 0 as /status does), more than the {} this keyspace tolerates",
                     gone.len(),

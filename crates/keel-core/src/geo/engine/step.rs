@@ -85,6 +85,8 @@ impl GeoEngine {
             uniform: zero,
             heard: vec![now; dcs],
             forwarded: BTreeMap::new(),
+            local_heard: vec![now; partitions as usize],
+            local_suspected: vec![Vec::new(); partitions as usize],
         };
         let coordinator = Coordinator { next_tx: boot, ..Coordinator::default() };
         let spread = if config.spread_leaders { me.partition % dcs as u32 } else { 0 };
@@ -287,7 +289,9 @@ impl GeoEngine {
             Body::Commit { tx, commit } => self.commit(tx, commit),
             Body::Replicate { origin, txs } => self.replicate(origin, txs),
             Body::Heartbeat { origin, ts } => self.heartbeat(origin, ts),
-            Body::KnownLocal { known, ballot } => self.known_local(from, known, ballot),
+            Body::KnownLocal { known, ballot, suspected } => {
+                self.known_local(from, known, ballot, suspected)
+            }
             Body::Vectors { stable, known, ballot, leaders } => {
                 self.join_larger_ballot(ballot);
                 self.vectors(from, stable, known, &leaders)

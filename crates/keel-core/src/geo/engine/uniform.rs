@@ -16,9 +16,11 @@ impl GeoEngine {
         self.recompute_stable();
         let me = self.me;
         let ballot = self.certifier.accepted;
+        let suspected = self.suspected();
         for p in (0..self.partitions).filter(|&p| p != me.partition) {
             let to = self.replica(self.me.dc, p);
-            self.send(to, Body::KnownLocal { known: known.clone(), ballot });
+            let (known, suspected) = (known.clone(), suspected.clone());
+            self.send(to, Body::KnownLocal { known, ballot, suspected });
         }
         let stable = self.uniformity.stable.clone();
         let ballot = self.certifier.ballot;
@@ -31,10 +33,20 @@ impl GeoEngine {
         }
     }
 
-    /// `KNOWNVEC_LOCAL` (2:27–30) from another partition of this data center.
-    pub(crate) fn known_local(&mut self, from: NodeId, known: Vector, ballot: u64) {
+    /// `KNOWNVEC_LOCAL` (2:27–30) from another partition of this data center, with the
+    /// data centers it suspects.
+    pub(crate) fn known_local(
+        &mut self,
+        from: NodeId,
+        known: Vector,
+        ballot: u64,
+        suspected: Vec<u32>,
+    ) {
         let Some(member) = self.member(from) else { return };
         self.learn_ballot(member.partition, ballot);
+        let p = member.partition as usize;
+        self.uniformity.local_heard[p] = self.now;
+        self.uniformity.local_suspected[p] = suspected;
         let slot = &mut self.uniformity.local[member.partition as usize];
         slot.join(&known);
         self.recompute_stable();
@@ -111,6 +123,26 @@ impl GeoEngine {
                     || self.now.0 >= self.uniformity.heard[j as usize].0.saturating_add(after)
             })
             .collect()
+    }
+
+    /// The data centers failed for some partition, as far as this node can tell: removed,
+    /// suspected by this replica or by another partition of its data center (as it last
+    /// reported), and its own data center when another of its partitions has been silent
+    /// for `suspect_after` (a lost replica). What an operator's removal counts (`remove.rs`).
+    pub(crate) fn failed_anywhere(&self) -> Vec<u32> {
+        let after = self.config.suspect_after.0;
+        let u = &self.uniformity;
+        let mut failed = self.suspected();
+        let others = (0..self.partitions as usize).filter(|&p| p != self.me.partition as usize);
+        for p in others {
+            failed.extend(&u.local_suspected[p]);
+            if self.now.0 >= u.local_heard[p].0.saturating_add(after) {
+                failed.push(self.me.dc);
+            }
+        }
+        failed.sort_unstable();
+        failed.dedup();
+        failed
     }
 
     /// `FORWARD_REMOTE_TXS(i, j)` (2:19–22) for every suspected `j` and every other data
