@@ -8,7 +8,7 @@ use bytes::Bytes;
 use keel_core::engine::{Engine, Input, RequestTag};
 use keel_core::geo::{
     Body, Candidate, Config, GeoEngine, GeoOp, GeoRequest, Kind, Member, Message, Object, Record,
-    Replicated, TxId, Update, Vector,
+    RemovalRefusal, Replicated, TxId, Update, Vector,
 };
 use keel_core::time::Time;
 use keel_types::NodeId;
@@ -48,7 +48,7 @@ fn message(which: u8) -> Message {
         Record::Promise { ts: 10 << 10 },
         Record::Forget { below: 800 * MS },
     ];
-    let body = match which % 20 {
+    let body = match which % 25 {
         0 => Body::GetVersion { read: 1, key: b("k"), kind: Kind::Counter, snap: v.clone() },
         1 => Body::Version { read: 1, object: Object::Counter(4) },
         2 => Body::Prepare { tx, writes: writes.clone(), snap: v.clone() },
@@ -76,7 +76,12 @@ fn message(which: u8) -> Message {
         16 => Body::Settle { txs: vec![(tx, 900 * MS)] },
         17 => Body::Settled { txs: vec![tx] },
         18 => Body::Forgotten { tx },
-        _ => Body::Removed { dc: 2 },
+        19 => Body::Removed { dc: 2 },
+        20 => Body::RemovePropose { id: 1, dc: 2 },
+        21 => Body::RemovePromised { id: 1, removed: vec![], failed: vec![2] },
+        22 => Body::RemoveRefused { id: 1, why: RemovalRefusal::Pending { dc: 1 } },
+        23 => Body::RemoveRefused { id: 1, why: RemovalRefusal::BeyondF { gone: vec![1, 2] } },
+        _ => Body::RemoveWithdrawn { id: 1, dc: 2 },
     };
     Message { boot: 3, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] }
 }

@@ -298,6 +298,12 @@ pub struct RunArgs {
     /// once `f` have failed, is made).
     #[arg(long)]
     pub remove_beyond_f: bool,
+    /// Negative control (`--engine geo`): the node an operator asks removes a data center
+    /// on its own, without the promises of a majority of the data centers' acceptors
+    /// (caught when the simulator asks two removals at once, at two nodes, where `f`
+    /// tolerates one).
+    #[arg(long)]
+    pub unagreed_removal: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

@@ -23,6 +23,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         forget_unsettled: false,
         collect_suspected: false,
         remove_beyond_f: false,
+        unagreed_removal: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -79,6 +80,11 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "removal-collected",
         "removed-told",
         "removal-beyond-f-refused",
+        "committed-while-removed",
+        "dc-remove-live-cut",
+        "pair-asked",
+        "pair-removed",
+        "pair-refused",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -193,6 +199,17 @@ fn a_removal_beyond_f_is_refused_and_its_control_is_caught() {
     assert!(runs
         .iter()
         .all(|r| r.passed() || r.violations.iter().any(|v| v.starts_with("removal-beyond-f"))));
+}
+
+#[test]
+fn removals_asked_at_once_at_different_nodes_are_agreed_and_their_control_is_caught() {
+    // `f + 1` removals of live data centers asked at once, each at a node of another data
+    // center: each passes its own node's count, and without the acceptors' promises they
+    // are all made.
+    let runs = control_fails(|c| c.unagreed_removal = true, 40, 2);
+    let made = |r: &GeoReport| r.violations.iter().any(|v| v.starts_with("removal-beyond-f"));
+    assert!(runs.iter().any(made), "no removal beyond f made");
+    assert!(runs.iter().all(|r| r.passed() || r.reached.contains_key("pair-asked")));
 }
 
 #[test]

@@ -284,6 +284,7 @@ fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears()
     // storing them.
     let paused = cluster.pid(2).expect("node 3 runs");
     signal("STOP", paused);
+    let paused_at = std::time::Instant::now();
     let mut a = open_geo(addrs[0]);
     for _ in 0..20 {
         assert_eq!(a.call(&["KEEL.TX.BEGIN"]), "+OK");
@@ -332,8 +333,23 @@ fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears()
     let shown = status_cli.output().expect("the CLI runs");
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("leaderless (geo)  removed: data center 3"), "{shown}");
-    let row = shown.lines().find(|l| l.starts_with(&addrs[2].to_string()) && l.contains("ms "));
-    assert!(row.is_some_and(|r| r.contains(" removed ")), "{shown}");
+    let row = |i: usize| {
+        let addr = addrs[i].to_string();
+        shown.lines().find(|l| l.starts_with(&addr) && l.contains("ms ")).map(str::to_owned)
+    };
+    assert!(row(2).is_some_and(|r| r.contains(" removed ")), "{shown}");
+    // A survivor's uniform lag leaves the removed data center's frozen entry out: it is
+    // the lag behind the other survivor, not the time since node 3 was paused.
+    let lag_ms = |r: &str| -> u64 {
+        let cell = r.split_whitespace().find(|w| w.ends_with("ms")).expect("a lag cell");
+        cell.trim_end_matches("ms").parse().expect("milliseconds")
+    };
+    let paused_ms = paused_at.elapsed().as_millis() as u64;
+    assert!(paused_ms > 2_000, "node 3 was paused for {paused_ms} ms only");
+    for i in 0..2 {
+        let lag = lag_ms(&row(i).expect("a survivor's row"));
+        assert!(lag < paused_ms / 2, "uniform lag {lag} ms of {paused_ms} paused: {shown}");
+    }
     // The survivors go on, barriers included.
     assert_eq!(a.call(&["KEEL.TX.BEGIN"]), "+OK");
     assert_eq!(a.call(&["INCRBY", "c", "1"]), ":21");
@@ -347,5 +363,77 @@ fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears()
         let _ = b.call(&["KEEL.TX.ABORT"]);
         seen == ":21"
     }));
+    // Node 3 restarted with its geo directory wiped boots as a new, empty replica: the
+    // survivors' notice, resent for ever, stops it before it serves.
+    let mut cluster = cluster;
+    cluster.kill(2);
+    let geo_dir = cluster.configs[2].data_dir.join(format!("keyspace-{GEO}"));
+    std::fs::remove_dir_all(&geo_dir).expect("the geo keyspace's directory");
+    cluster.restart(2).expect("node 3 starts again");
+    let told = common::wait_until(common::CONVERGE_WAIT, || status(2)["role"] == "removed");
+    assert!(told, "node 3, wiped, was not told: {}", status(2));
+    let refused = open_geo(addrs[2]).call(&["KEEL.TX.BEGIN"]);
+    assert!(refused.contains("was removed from the keyspace"), "{refused}");
+    common::finish(cluster);
+}
+
+#[test]
+fn two_removals_asked_at_once_at_two_nodes_remove_at_most_one_data_center() {
+    // Three data centers of one node each, f = 1, nothing failed: removing data center 1
+    // at node 1 and data center 2 at node 2, at once, each passes its own node's count.
+    // The acceptors' promises let at most one through. Whether the two requests meet
+    // depends on timing, so the test runs ten rounds, each on a new cluster.
+    for round in 0..10 {
+        two_removals_at_once(round);
+    }
+}
+
+fn two_removals_at_once(round: u32) {
+    let (cluster, _) = common::cluster(&format!("geo-remove-two-{round}"), geo_beside_orca);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    // Both requests wait in the sockets of two paused nodes, which resume together: each
+    // takes its request before it could hear of the other's removal.
+    let (mut a, mut b) = (open_geo(addrs[0]), open_geo(addrs[1]));
+    let pids = [cluster.pid(0).expect("node 1 runs"), cluster.pid(1).expect("node 2 runs")];
+    pids.iter().for_each(|&pid| signal("STOP", pid));
+    let encode = |id: &str| format!("*3\r\n$9\r\nKEEL.NODE\r\n$6\r\nREMOVE\r\n$1\r\n{id}\r\n");
+    let (to_a, to_b) = (encode("2"), encode("3"));
+    a.send(to_a.as_bytes());
+    b.send(to_b.as_bytes());
+    let resumed =
+        Command::new("kill").args(["-CONT", &pids[0].to_string(), &pids[1].to_string()]).status();
+    assert!(resumed.is_ok_and(|s| s.success()), "kill -CONT {pids:?}");
+    let answers = [a.line(), b.line()];
+    let made = answers.iter().filter(|l| l.starts_with("+OK")).count();
+    assert!(made <= 1, "round {round}: both removals made where f = 1: {answers:?}");
+    for why in answers.iter().filter(|l| !l.starts_with("+OK")) {
+        // Refused by the acceptors, or its asker's own data center went first.
+        let named = ["promised the removal", "removed or suspected", "was removed from"]
+            .iter()
+            .any(|w| why.contains(w));
+        assert!(named, "refused without saying why: {why}");
+    }
+    // Every node agrees on what was removed, and no promise stays held.
+    let status = |i: usize| keel_server::local::status_in(addrs[i], GEO).unwrap_or_default();
+    let settled = common::wait_until(common::CONVERGE_WAIT, || {
+        let removed: Vec<_> = (0..3).map(|i| status(i)["removed"].clone()).collect();
+        let sizes: Vec<usize> = removed.iter().filter_map(|r| r.as_array().map(Vec::len)).collect();
+        let held = (0..3).any(|i| !status(i)["removal_promised"].is_null());
+        !held && sizes.len() == 3 && sizes.iter().all(|&n| n == made)
+    });
+    assert!(settled, "{} {} {}", status(0), status(1), status(2));
+    // With one removed, a second is refused wherever it is asked.
+    let gone: Vec<u64> = (0..3)
+        .filter_map(|i| status(i)["removed"].as_array().cloned())
+        .flatten()
+        .filter_map(|d| d.as_u64())
+        .collect();
+    let live: Vec<usize> = (0..3).filter(|&d| !gone.contains(&(d as u64))).collect();
+    if made == 1 {
+        let out = remove(addrs[live[0]], live[1] as u32 + 1);
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && why.contains("removed or suspected"), "{why}");
+    }
     common::finish(cluster);
 }

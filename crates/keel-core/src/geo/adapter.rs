@@ -282,7 +282,8 @@ impl GeoEngine {
             unacked: self.channels.values().map(|c| c.unacked()).sum(),
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             lost: self.lost,
-            removed: (0..self.dcs as u32).filter(|&j| self.removed[j as usize]).collect(),
+            removed: self.removed_list(),
+            removal_promised: self.agreement.promised.as_ref().map(|(dc, _)| *dc),
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
                 leader_dc: self.own_leader_dc(self.certifier.ballot),

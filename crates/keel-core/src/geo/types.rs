@@ -135,6 +135,10 @@ pub struct Config {
     /// removed or failed for some partition would be more than `f` (`docs/geo.md`,
     /// *Removing a data center*).
     pub unsafe_remove_beyond_f: bool,
+    /// Negative control: the node asked removes a data center on its own, as if no
+    /// other node could be asked at the same time, instead of once a majority of the
+    /// data centers' acceptors promised it (`docs/geo.md`, *Removing a data center*).
+    pub unsafe_unagreed_removal: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -204,6 +208,7 @@ impl Config {
             unsafe_forget_unsettled: false,
             unsafe_collect_suspected: false,
             unsafe_remove_beyond_f: false,
+            unsafe_unagreed_removal: false,
         }
     }
 }
@@ -404,6 +409,58 @@ pub enum Body {
         /// The data center.
         dc: u32,
     },
+    /// The node an operator asked proposes removing data center `dc` (→ each data
+    /// center's acceptor, its replica of partition 0): removals are agreed, so that two
+    /// asked at once at different nodes never remove more than `f` together
+    /// (`engine/agree.rs`).
+    RemovePropose {
+        /// The proposal, numbered by its proposer.
+        id: u64,
+        /// The data center to remove.
+        dc: u32,
+    },
+    /// The acceptor promised proposal `id`: it promises the removal of no other data
+    /// center until this one is made or withdrawn. With the data centers it knows
+    /// removed and those it counts failed for some partition (acceptor → proposer).
+    RemovePromised {
+        /// The proposal.
+        id: u64,
+        /// The data centers the acceptor knows removed.
+        removed: Vec<u32>,
+        /// The data centers it counts failed for some partition.
+        failed: Vec<u32>,
+    },
+    /// The acceptor refused proposal `id` (acceptor → proposer).
+    RemoveRefused {
+        /// The proposal.
+        id: u64,
+        /// Why.
+        why: RemovalRefusal,
+    },
+    /// The proposer gave proposal `id` of the removal of `dc` up: its promise is
+    /// withdrawn (proposer → the acceptors it asked).
+    RemoveWithdrawn {
+        /// The proposal.
+        id: u64,
+        /// The data center it would have removed.
+        dc: u32,
+    },
+}
+
+/// Why an acceptor refused a proposed removal (`Body::RemoveRefused`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemovalRefusal {
+    /// It promised the removal of another data center, not yet made or withdrawn.
+    Pending {
+        /// That data center.
+        dc: u32,
+    },
+    /// The data centers removed or failed for some partition, as it counts them, the
+    /// proposed one included, would be more than `f`.
+    BeyondF {
+        /// Those data centers.
+        gone: Vec<u32>,
+    },
 }
 
 /// A strong transaction's part at one partition, as certification judges it.
@@ -540,6 +597,15 @@ pub struct Counters {
     /// suspected).
     #[serde(default)]
     pub removals_refused: u64,
+    /// Removals this replica proposed to the acceptors (as the node asked).
+    #[serde(default)]
+    pub removals_proposed: u64,
+    /// Proposed removals this replica's acceptor promised.
+    #[serde(default)]
+    pub removals_promised: u64,
+    /// Proposed removals this replica's acceptor refused, another being promised.
+    #[serde(default)]
+    pub removals_refused_pending: u64,
     /// Strong transactions committed (as coordinator).
     #[serde(default)]
     pub strong_committed: u64,
@@ -628,6 +694,10 @@ pub struct Status {
     /// it stopped serving).
     #[serde(default)]
     pub removed: Vec<u32>,
+    /// The data center whose removal this replica's acceptor (partition 0) promised and
+    /// has not yet seen made or withdrawn: it promises no other meanwhile.
+    #[serde(default)]
+    pub removal_promised: Option<u32>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

@@ -62,6 +62,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         forget_unsettled: args.forget_unsettled,
         collect_suspected: args.collect_suspected,
         remove_beyond_f: args.remove_beyond_f,
+        unagreed_removal: args.unagreed_removal,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

@@ -7,7 +7,8 @@
 //! failed (or been removed) and the others had time to notice, the operator also asks,
 //! by mistake, to remove a live one: the engine must refuse it, whichever node is asked
 //! (a lost replica fails its data center for its partition only, and the node asked may
-//! hold another one).
+//! hold another one). In half the live removals, the data center is cut off from the
+//! others for 1 to 3 s as it is asked: its sessions commit on there, untold, meanwhile.
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -41,6 +42,9 @@ pub struct Removal {
     not_before: u64,
     tries: u32,
     done: bool,
+    /// A live data center being removed is cut off from the others until then, in half
+    /// the live removals: its clients go on committing there, untold, for a while.
+    cut_until: Option<u64>,
     /// The mistaken removal beyond `f`, if the run asks one: how long after the `f`-th
     /// failure, when that was seen, the request in flight, and whether it was answered.
     mistake: Option<Mistake>,
@@ -56,6 +60,8 @@ struct Mistake {
     asked: Option<(RequestTag, u64, u32)>,
     tries: u32,
     answered: bool,
+    /// After a refusal for another reason (a removal under way), asked again from then.
+    not_before: u64,
 }
 
 impl Removal {
@@ -76,6 +82,7 @@ impl Removal {
             asked: None,
             tries: 0,
             answered: false,
+            not_before: 0,
         });
         Some(Removal {
             rng,
@@ -87,6 +94,7 @@ impl Removal {
             not_before: 0,
             tries: 0,
             done: false,
+            cut_until: None,
             mistake,
             violations: Vec::new(),
         })
@@ -125,7 +133,7 @@ impl Removal {
                             m.answered = true;
                             world.reach("removal-beyond-f-refused");
                         }
-                        Err(_) => {}
+                        Err(_) => m.not_before = now + RETRY_NS,
                     }
                 }
                 None if now >= at + ANSWER_NS => m.asked = None,
@@ -133,7 +141,7 @@ impl Removal {
             }
             return;
         }
-        if world.failed.len() < f || pending_live || m.tries >= TRIES_MAX {
+        if world.failed.len() < f || pending_live || m.tries >= TRIES_MAX || now < m.not_before {
             return;
         }
         let spent = *m.spent_at.get_or_insert(now);
@@ -145,19 +153,11 @@ impl Removal {
             return;
         }
         let dc = live[m.rng.below(live.len() as u64) as usize];
-        // Asked at a node that knows of every live data center's removal made so far (one
-        // made at a node then cut off may not have reached it: two removals at once at
-        // different nodes are the operator's to avoid, `docs/geo.md`).
-        let knows = |n: &NodeId| {
-            let removed = world.world.engine(*n).map(|e| e.status().removed).unwrap_or_default();
-            world.removed_live.iter().all(|d| removed.contains(d))
-        };
-        let askers: Vec<NodeId> = live
-            .iter()
-            .filter(|&&d| d != dc)
-            .flat_map(|&d| world.nodes_of(d))
-            .filter(knows)
-            .collect();
+        // Asked at any node of another live data center, even one that has not heard of
+        // a removal made so far (made at a node then cut off, say): removals are agreed,
+        // so the acceptors that promised that one refuse this one until they know it made.
+        let askers: Vec<NodeId> =
+            live.iter().filter(|&&d| d != dc).flat_map(|&d| world.nodes_of(d)).collect();
         if askers.is_empty() {
             return;
         }
@@ -174,6 +174,11 @@ impl Removal {
     /// Chooses the data center, asks for its removal, and takes the answer, as their
     /// times come.
     pub fn drive(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        if self.cut_until.is_some_and(|until| now >= until) {
+            self.cut_until = None;
+            world.heal();
+            log.push(format!("{}ms: the data center being removed is reachable", now / 1_000_000));
+        }
         self.drive_mistake(world, log, now);
         if self.done {
             return;
@@ -231,6 +236,12 @@ impl Removal {
         world.remove_live(dc);
         world.reach("dc-remove-live");
         log.push(format!("{}ms: data center {dc} to be removed, live", now / 1_000_000));
+        if self.rng.chance(500_000) {
+            world.isolate_dc(dc);
+            self.cut_until = Some(now + self.rng.range(1_000_000_000, 3_000_000_000));
+            world.reach("dc-remove-live-cut");
+            log.push(format!("{}ms: data center {dc} cut off", now / 1_000_000));
+        }
         self.target = Some(dc);
         Some(dc)
     }
@@ -260,5 +271,91 @@ impl Removal {
             // The node asked has failed since, or its data center was removed: elsewhere.
             Err(_) => self.not_before = now + RETRY_NS,
         }
+    }
+}
+
+/// An operator's mistake of another kind: `f + 1` removals asked at once, of live data
+/// centers, each at a node of another data center, in a run with no failure yet. Each
+/// passes its own node's count; the agreement must make at most `f` of them
+/// (`keel-core/src/geo/engine/agree.rs`). A removal made counts its data center failed
+/// from then on (its sessions go on until its replicas are told).
+pub struct Pair {
+    rng: Rng,
+    /// When the removals are asked.
+    at: u64,
+    /// The requests in flight: tag, data center, when sent.
+    asked: Vec<(RequestTag, u32, u64)>,
+    sent: bool,
+    /// What went wrong: more than `f` removals made.
+    pub violations: Vec<String>,
+}
+
+impl Pair {
+    /// Draws the mistake in a third of the runs, from `rng` (a stream of its own), at a
+    /// random time in the first half of the run.
+    pub fn draw(mut rng: Rng, run_ns: u64) -> Option<Pair> {
+        if !rng.chance(333_333) {
+            return None;
+        }
+        let at = rng.range(1_000_000_000, run_ns / 2);
+        Some(Pair { rng, at, asked: Vec::new(), sent: false, violations: Vec::new() })
+    }
+
+    /// Asks the removals when their time comes; takes the answers.
+    pub fn drive(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        let f = world.shape.f as usize;
+        let mut left = Vec::new();
+        for (tag, dc, at) in std::mem::take(&mut self.asked) {
+            match world.replies.remove(&tag) {
+                Some((_, reply)) => match reply.result {
+                    Ok(_) => {
+                        world.reach("pair-removed");
+                        if !world.failed.contains(&dc) {
+                            world.remove_beyond_f(dc);
+                        }
+                        log.push(format!("{}ms: data center {dc} removed", now / 1_000_000));
+                        if world.failed.len() > f {
+                            self.violations.push(format!(
+                                "removal-beyond-f: removals asked at once made {:?} (f = {f})",
+                                world.failed
+                            ));
+                        }
+                    }
+                    Err(_) => world.reach("pair-refused"),
+                },
+                // A proposal is made or given up within twice the suspicion time-out
+                // (2 s here): the answer comes by then.
+                None if now < at + 2 * ANSWER_NS => left.push((tag, dc, at)),
+                None => {}
+            }
+        }
+        self.asked = left;
+        world.failures_held = !self.asked.is_empty();
+        if self.sent || now < self.at {
+            return;
+        }
+        self.sent = true;
+        if !world.failed.is_empty() || f == 0 {
+            return;
+        }
+        let mut dcs: Vec<u32> = (0..world.shape.dcs()).collect();
+        for i in (1..dcs.len()).rev() {
+            dcs.swap(i, self.rng.below(i as u64 + 1) as usize);
+        }
+        world.reach("pair-asked");
+        for &dc in &dcs[..f + 1] {
+            let askers: Vec<NodeId> = (0..world.shape.dcs())
+                .filter(|&d| d != dc)
+                .flat_map(|d| world.nodes_of(d))
+                .collect();
+            let at = askers[self.rng.below(askers.len() as u64) as usize];
+            let member = world.nodes_of(dc)[0];
+            self.asked.push((world.submit_remove(at, member), dc, now));
+            log.push(format!(
+                "{}ms: {at} asked, at once with others, to remove data center {dc}",
+                now / 1_000_000
+            ));
+        }
+        world.failures_held = true;
     }
 }

@@ -3,7 +3,7 @@
 //! centers cut off and failing), and the scripted ones of `script.rs`. Every run's
 //! history goes through the causal checker (`keel_check::causal`).
 
-use super::removal::Removal;
+use super::removal::{Pair, Removal};
 use super::world::{GeoShape, GeoWorld, OpenTx};
 use crate::rng::Rng;
 use keel_check::causal::history::{CausalHistory, ClientTx, Outcome, TxOp};
@@ -40,6 +40,8 @@ pub struct GeoRunConfig {
     pub collect_suspected: bool,
     /// Negative control: an operator's removal beyond `f` is not refused.
     pub remove_beyond_f: bool,
+    /// Negative control: the node asked removes a data center on its own, unagreed.
+    pub unagreed_removal: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -270,6 +272,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         forget_unsettled: config.forget_unsettled,
         collect_suspected: config.collect_suspected,
         remove_beyond_f: config.remove_beyond_f,
+        unagreed_removal: config.unagreed_removal,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -327,6 +330,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     cut_then_fail(&mut apart, &world.shape, &mut faults, config.collect_suspected);
     let mistakes = Rng::new(config.seed ^ 0x6d69_7374_616b_6500);
     let mut removal = Removal::draw(apart.fork(), mistakes, RUN_NS);
+    // Two removals (f + 1) at once, in a third of the runs with no planned removal.
+    let pair_rng = Rng::new(config.seed ^ 0x7061_6972_0000_0000);
+    let mut pair = if removal.is_none() { Pair::draw(pair_rng, RUN_NS) } else { None };
     let mut log = Vec::new();
     let mut sessions: Vec<Session> = (0..2 + rng.below(5))
         .map(|i| Session {
@@ -360,6 +366,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         inject(&mut world, &mut faults, &mut log, now);
         if let Some(removal) = &mut removal {
             removal.drive(&mut world, &mut log, now);
+        }
+        if let Some(pair) = &mut pair {
+            pair.drive(&mut world, &mut log, now);
         }
         for (i, session) in sessions.iter_mut().enumerate() {
             if now < RUN_NS || session.open.is_some() {
@@ -402,6 +411,7 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     }
     let mut report = finish(world, config, log);
     report.violations.extend(removal.map(|r| r.violations).unwrap_or_default());
+    report.violations.extend(pair.map(|p| p.violations).unwrap_or_default());
     report
 }
 
@@ -464,7 +474,7 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
         faults.fails.iter().filter(|(at, _)| *at <= now).map(|(_, dc)| *dc).collect();
     faults.fails.retain(|(at, _)| *at > now);
     for dc in due {
-        if world.failed.len() < world.shape.f as usize {
+        if world.may_fail() {
             world.fail_dc(dc);
             world.reach("dc-failed");
             if faults.cut_then_fail {
@@ -488,7 +498,7 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
     }
     if let Some((at, dc)) = faults.fail_at.filter(|(at, _)| *at <= now) {
         faults.fail_at = None;
-        if world.failed.len() < world.shape.f as usize && !world.failed.contains(&dc) {
+        if world.may_fail() && !world.failed.contains(&dc) {
             world.fail_dc(dc);
             log.push(format!("{}ms: data center {dc} fails after a strong commit", at / 1_000_000));
             if dc == 0 && world.shape.strong {
@@ -518,7 +528,7 @@ fn inject(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now:
 /// a data center that failed.
 fn restart(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now: u64) {
     if let Some((at, back, dc, partition)) = faults.restart {
-        let budget = world.shape.rejoin_empty || world.failed.len() < world.shape.f as usize;
+        let budget = world.shape.rejoin_empty || world.may_fail();
         if at <= now {
             faults.restart = None;
             if budget && !world.failed.contains(&dc) {
@@ -549,7 +559,7 @@ fn drive(
     if s.done || !matches!(s.waiting, Waiting::Nothing) || world.now() < s.not_before {
         return;
     }
-    if world.failed.contains(&s.dc) {
+    if world.failed.contains(&s.dc) && !serves_until_told(world, s.dc) {
         s.done = true;
         return;
     }
@@ -620,6 +630,16 @@ fn drive(
     by_tag.insert(tag, index);
 }
 
+/// Whether data center `dc` is a live one being removed with a replica not yet told:
+/// its sessions go on (their clients do not know of the removal), each request to a told
+/// replica refused, until every replica there is told.
+fn serves_until_told(world: &GeoWorld, dc: u32) -> bool {
+    if !world.removed_live.contains(&dc) {
+        return false;
+    }
+    world.nodes_of(dc).into_iter().any(|n| world.world.engine(n).is_some_and(|e| !e.is_removed()))
+}
+
 /// The node a session's next request goes to: its transaction's coordinator, or any
 /// replica of its data center.
 fn coordinator(world: &GeoWorld, s: &mut Session) -> NodeId {
@@ -685,6 +705,9 @@ fn answered(
             let open_updates = open.record.ops.iter().any(|op| matches!(op, TxOp::Update { .. }));
             world.close(open, Outcome::Committed { vector: super::sim::history_vector(&vector) });
             s.past = vector;
+            if world.removed_live.contains(&s.dc) {
+                world.reach("committed-while-removed");
+            }
             if strong {
                 world.reach("strong-committed");
             } else if open_updates {
@@ -741,7 +764,7 @@ fn aimed_fault(world: &mut GeoWorld, s: &Session, faults: &mut Faults, log: &mut
     faults.barrier_then_fail = false;
     world.reach("barrier-then-fail");
     for dc in [s.dc, remote] {
-        if world.failed.len() < world.shape.f as usize {
+        if world.may_fail() {
             world.fail_dc(dc);
             log.push(format!(
                 "{}ms: data center {dc} fails after a barrier",

@@ -61,6 +61,8 @@ pub struct GeoShape {
     pub collect_suspected: bool,
     /// Negative control: an operator's removal beyond `f` is not refused.
     pub remove_beyond_f: bool,
+    /// Negative control: the node asked removes a data center on its own, unagreed.
+    pub unagreed_removal: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -157,6 +159,9 @@ pub struct GeoWorld {
     /// Live data centers being removed (failed from their removal on, though their
     /// replicas run until told).
     pub removed_live: Vec<u32>,
+    /// No data center fails meanwhile (removals asked at once are in flight: one made
+    /// spends the budget of failures the run draws from).
+    pub failures_held: bool,
     /// Replies not yet taken, by tag.
     pub replies: BTreeMap<RequestTag, (u64, GeoReply)>,
     /// Client transactions recorded.
@@ -187,6 +192,7 @@ impl GeoWorld {
         template.unsafe_forget_unsettled = shape.forget_unsettled;
         template.unsafe_collect_suspected = shape.collect_suspected;
         template.unsafe_remove_beyond_f = shape.remove_beyond_f;
+        template.unsafe_unagreed_removal = shape.unagreed_removal;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;
@@ -247,6 +253,7 @@ impl GeoWorld {
             shape,
             failed: Vec::new(),
             removed_live: Vec::new(),
+            failures_held: false,
             replies: BTreeMap::new(),
             txs: Vec::new(),
             syncs: Vec::new(),
@@ -281,6 +288,12 @@ impl GeoWorld {
         for node in self.nodes_of(dc) {
             self.crash(node);
         }
+    }
+
+    /// Whether a data center may fail now: fewer than `f` failed, and no removal asked
+    /// at once with others in flight.
+    pub fn may_fail(&self) -> bool {
+        self.failed.len() < self.shape.f as usize && !self.failures_held
     }
 
     /// Marks live data center `dc` failed, as an operator about to remove it: its

@@ -28,7 +28,7 @@ mod tests {
     use super::super::PeerMessage;
     use super::*;
     use bytes::Bytes;
-    use keel_core::geo::{Body, Kind, Object, Replicated, TxId, Update, Vector};
+    use keel_core::geo::{Body, Kind, Object, RemovalRefusal, Replicated, TxId, Update, Vector};
     use proptest::prelude::*;
 
     fn vector() -> impl Strategy<Value = Vector> {
@@ -97,6 +97,25 @@ mod tests {
             (any::<u64>(), any::<u64>()).prop_map(|(ballot, from)| Body::Elect { ballot, from }),
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
             any::<u32>().prop_map(|dc| Body::Removed { dc }),
+            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemovePropose { id, dc }),
+            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveWithdrawn { id, dc }),
+            (
+                any::<u64>(),
+                proptest::collection::vec(any::<u32>(), 0..3),
+                proptest::collection::vec(any::<u32>(), 0..3)
+            )
+                .prop_map(|(id, removed, failed)| Body::RemovePromised {
+                    id,
+                    removed,
+                    failed
+                }),
+            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveRefused {
+                id,
+                why: RemovalRefusal::Pending { dc }
+            }),
+            (any::<u64>(), proptest::collection::vec(any::<u32>(), 0..3)).prop_map(|(id, gone)| {
+                Body::RemoveRefused { id, why: RemovalRefusal::BeyondF { gone } }
+            }),
             (any::<u64>(), any::<u64>(), any::<bool>())
                 .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),
             (vector(), vector(), any::<u64>(), proptest::collection::vec(any::<u64>(), 0..4))

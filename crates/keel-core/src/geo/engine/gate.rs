@@ -4,7 +4,8 @@
 //! sender's place in the topology against what the bodies claim.
 
 use super::super::types::{
-    Body, Candidate, Message, Record, Update, Vector, DCS_MAX, LABEL_MAX, PARTITIONS_MAX,
+    Body, Candidate, Message, Record, RemovalRefusal, Update, Vector, DCS_MAX, LABEL_MAX,
+    PARTITIONS_MAX,
 };
 use super::GeoEngine;
 use keel_types::NodeId;
@@ -81,7 +82,14 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         }
         Body::Settle { txs } => txs.len() <= super::settle::SETTLE_MAX,
         Body::Settled { txs } => txs.len() <= super::settle::SETTLE_MAX,
-        Body::Version { .. }
+        Body::RemovePromised { removed, failed, .. } => {
+            removed.len() <= DCS_MAX && failed.len() <= DCS_MAX
+        }
+        Body::RemoveRefused { why: RemovalRefusal::BeyondF { gone }, .. } => gone.len() <= DCS_MAX,
+        Body::RemoveRefused { why: RemovalRefusal::Pending { .. }, .. }
+        | Body::RemovePropose { .. }
+        | Body::RemoveWithdrawn { .. }
+        | Body::Version { .. }
         | Body::Forgotten { .. }
         | Body::PrepareAck { .. }
         | Body::Heartbeat { .. }
@@ -180,6 +188,23 @@ impl GeoEngine {
                 }
                 Body::Forgotten { .. } => self.config.strong,
                 Body::Removed { dc } => (*dc as usize) < self.dcs,
+                // Proposals go to acceptors (partition 0), answers come from them.
+                Body::RemovePropose { dc, .. } | Body::RemoveWithdrawn { dc, .. } => {
+                    self.me.partition == 0 && (*dc as usize) < self.dcs
+                }
+                Body::RemovePromised { removed, failed, .. } => {
+                    peer.partition == 0
+                        && removed.iter().chain(failed).all(|&j| (j as usize) < self.dcs)
+                }
+                Body::RemoveRefused { why, .. } => {
+                    peer.partition == 0
+                        && match why {
+                            RemovalRefusal::Pending { dc } => (*dc as usize) < self.dcs,
+                            RemovalRefusal::BeyondF { gone } => {
+                                gone.iter().all(|&j| (j as usize) < self.dcs)
+                            }
+                        }
+                }
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");

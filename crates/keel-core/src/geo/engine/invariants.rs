@@ -13,6 +13,7 @@ impl GeoEngine {
         self.check_coordinator();
         self.check_certifier();
         self.check_removed();
+        self.check_agreement();
         for (peer, channel) in &self.channels {
             channel.check(*peer);
         }

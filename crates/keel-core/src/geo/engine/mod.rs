@@ -12,6 +12,7 @@
 //! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
 //! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
 //! | `remove.rs` | removing a data center for good (an operator's) | [`GeoEngine`]'s `removed` |
+//! | `agree.rs` | agreeing on a removal: the node asked proposes it, each data center's acceptor (partition 0) promises it, a majority's promises make it | [`agree::Agreement`] |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
@@ -25,6 +26,7 @@ use keel_types::{Key, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod agree;
 mod certify;
 mod coordinator;
 mod failover;
@@ -469,6 +471,8 @@ pub struct GeoEngine {
     /// The members of the removed data centers (nothing is queued for them, and what they
     /// send is dropped).
     pub(crate) removed_nodes: BTreeSet<NodeId>,
+    /// Removals proposed here, promised here (`agree.rs`).
+    pub(crate) agreement: agree::Agreement,
     /// The hard state to make durable at the first step: the mark that this replica ran,
     /// which a restart finds.
     pub(crate) first_hard_state: Option<keel_types::HardState>,

@@ -14,6 +14,7 @@
 
 use super::super::channel::Channel;
 use super::super::types::{Body, GeoResult};
+use super::agree::with;
 use super::{GeoEngine, Pending};
 use crate::engine::RequestTag;
 use keel_types::{KeelError, NodeId};
@@ -22,8 +23,9 @@ impl GeoEngine {
     /// `GeoOp::RemoveDc`: an operator removes the data center of `member`. Refused for
     /// this node's own data center (a member of another one must ask) and when the data
     /// centers removed or failed for some partition, as this node can tell
-    /// (`failed_anywhere`), would be more than `f`; answered at once otherwise (asking
-    /// again is the same request).
+    /// (`failed_anywhere`), would be more than `f`; otherwise proposed to the
+    /// acceptors, and made once a majority promised it (`agree.rs`). Asking again is the
+    /// same request; once the removal is known here, it answers at once.
     pub(crate) fn remove_asked(&mut self, tag: RequestTag, member: NodeId) {
         let Some(dc) = self.member(member).map(|m| m.dc) else {
             self.counters.removals_refused += 1;
@@ -34,30 +36,19 @@ impl GeoEngine {
             return self.reply(tag, Ok(GeoResult::Synced));
         }
         let refusal = if dc == self.me.dc {
-            Some(format!(
+            let why = format!(
                 "{member} is in this node's own data center: ask a node of another data center"
-            ))
+            );
+            Some(KeelError::InvalidArgument(why))
         } else {
-            let mut gone = self.failed_anywhere();
-            gone.push(dc);
-            gone.sort_unstable();
-            gone.dedup();
-            let beyond = gone.len() > self.config.f as usize;
-            (beyond && !self.config.unsafe_remove_beyond_f).then(|| {
-                format!(
-                    "removing the data center of {member} would leave {} of the {} data centers removed or suspected (numbers {gone:?}, counted from 0 as /status does), more than the {} this keyspace tolerates",
-                    gone.len(),
-                    self.dcs,
-                    self.config.f
-                )
-            })
+            let gone = with(self.failed_anywhere(), dc);
+            self.beyond_f(&gone).then(|| self.beyond_f_refusal(dc, &gone))
         };
-        if let Some(why) = refusal {
+        if let Some(error) = refusal {
             self.counters.removals_refused += 1;
-            return self.reply(tag, Err(KeelError::InvalidArgument(why)));
+            return self.reply(tag, Err(error));
         }
-        self.learn_removed(dc);
-        self.reply(tag, Ok(GeoResult::Synced));
+        self.propose_removal(tag, dc);
     }
 
     /// Data center `dc` is removed (asked here, or told by another node): tells every
@@ -69,6 +60,7 @@ impl GeoEngine {
         }
         self.removed[dc as usize] = true;
         self.counters.removals += 1;
+        self.agreement_learns_removed(dc);
         if dc == self.me.dc {
             return self.stop_removed();
         }
@@ -117,6 +109,12 @@ impl GeoEngine {
         let tags =
             barriers.into_keys().map(|(_, tag)| tag).chain(attaches.into_keys().map(|k| k.2));
         for tag in tags.collect::<Vec<_>>() {
+            self.reply(tag, Err(removed_error()));
+        }
+        let proposals = std::mem::take(&mut self.agreement.proposals);
+        self.agreement =
+            super::agree::Agreement { next_id: self.agreement.next_id, ..Default::default() };
+        for tag in proposals.into_values().flat_map(|p| p.tags) {
             self.reply(tag, Err(removed_error()));
         }
         let next_tx = self.coordinator.next_tx;

@@ -120,6 +120,7 @@ impl GeoEngine {
             lost: false,
             removed: vec![false; dcs],
             removed_nodes: Default::default(),
+            agreement: Default::default(),
             first_hard_state: None,
         })
     }
@@ -315,6 +316,12 @@ impl GeoEngine {
             Body::Settled { txs } => self.settled_in(from, txs),
             Body::Forgotten { tx } => self.forgotten_in(from, tx),
             Body::Removed { dc } => self.learn_removed(dc),
+            Body::RemovePropose { id, dc } => self.removal_proposed(from, id, dc),
+            Body::RemovePromised { id, removed, failed } => {
+                self.removal_promised(from, id, removed, failed)
+            }
+            Body::RemoveRefused { id, why } => self.removal_refused(from, id, why),
+            Body::RemoveWithdrawn { id, dc } => self.removal_withdrawn(from, id, dc),
         }
     }
 
@@ -366,6 +373,7 @@ impl GeoEngine {
             self.expire_ballots();
         }
         self.expire_txs();
+        self.expire_proposals();
     }
 
     /// Sends each channel's message, if it has one (acknowledgements alone only on a
@@ -390,6 +398,9 @@ impl GeoEngine {
             at = at.min(self.time_of(ts));
         }
         if let Some(&(deadline, _)) = self.coordinator.deadlines.first() {
+            at = at.min(deadline);
+        }
+        if let Some(&(deadline, _)) = self.agreement.deadlines.first() {
             at = at.min(deadline);
         }
         if let Some(&(expiry, _)) = self.certifier.expiries.first() {
