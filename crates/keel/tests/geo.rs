@@ -307,13 +307,15 @@ fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears()
     let out = remove(addrs[0], 3);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
-    // Both survivors know, and keep nothing for it but the one notice each.
+    // Both survivors know, and keep nothing for it but the one notice each: what else is
+    // unacknowledged is a vector or two in flight between them, not the 20 transactions
+    // queued for node 3.
     let released = common::wait_until(common::CONVERGE_WAIT, || {
         (0..2).all(|i| {
             let s = status(i);
             s["removed"] == serde_json::json!([2])
                 && s["forwardable"] == 0
-                && s["unacked"].as_u64() <= Some(1)
+                && s["unacked"].as_u64() < Some(8)
         })
     });
     assert!(released, "held for a removed data center: {} {}", status(0), status(1));
@@ -409,7 +411,7 @@ fn two_removals_at_once(round: u32) {
     assert!(made <= 1, "round {round}: both removals made where f = 1: {answers:?}");
     for why in answers.iter().filter(|l| !l.starts_with("+OK")) {
         // Refused by the acceptors, or its asker's own data center went first.
-        let named = ["promised the removal", "removed or suspected", "was removed from"]
+        let named = ["holds a promise for the removal", "removed or suspected", "was removed from"]
             .iter()
             .any(|w| why.contains(w));
         assert!(named, "refused without saying why: {why}");

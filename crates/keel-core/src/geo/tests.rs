@@ -646,7 +646,7 @@ fn two_removals_asked_at_once_at_two_nodes_make_at_most_one_where_f_is_one() {
     for answer in answers.iter().filter(|a| a.is_err()) {
         let why = format!("{answer:?}");
         assert!(
-            why.contains("promised the removal") || why.contains("removed or suspected"),
+            why.contains("holds a promise for the removal") || why.contains("removed or suspected"),
             "{why}"
         );
     }

@@ -83,6 +83,10 @@ impl GeoEngine {
             .filter(|&i| !self.removed[i as usize])
             .map(|i| self.replica(i, 0))
             .collect();
+        if asked.len() < self.dcs / 2 + 1 {
+            let why = "too few data centers remain to agree on a removal".to_string();
+            return self.reply(tag, Err(KeelError::Unavailable(why)));
+        }
         let proposal = Proposal {
             dc,
             tags: vec![tag],
@@ -156,13 +160,18 @@ impl GeoEngine {
         }
     }
 
-    /// `REMOVE_REFUSED` at the proposer: the proposal is given up.
+    /// `REMOVE_REFUSED` at the proposer: the proposal is given up at once, and its
+    /// promises withdrawn, so that two proposals crossing leave none held (one that went
+    /// on while a majority might still promise would hold its promises until it is made
+    /// or given up, and a proposer stopped meanwhile never withdraws them).
     pub(crate) fn removal_refused(&mut self, from: NodeId, id: u64, why: RemovalRefusal) {
         let Some(dc) = self.agreement.proposals.get(&id).map(|p| p.dc) else { return };
         let error = match why {
-            RemovalRefusal::Pending { dc: other } => KeelError::Busy(format!(
-                "{from} promised the removal of data center {other} (counted from 0), not yet made or withdrawn: ask again later, or ask that removal again to finish it"
-            )),
+            RemovalRefusal::Pending { dc: other } => {
+                KeelError::Busy(format!(
+                    "{from} holds a promise for the removal of data center {other} (counted from 0), not yet made or withdrawn: that removal is under way, or its asker failed before deciding it; asking it again finishes it if it is within f"
+                ))
+            }
             RemovalRefusal::BeyondF { gone } => self.beyond_f_refusal(dc, &gone),
         };
         self.give_up(id, error);
