@@ -239,9 +239,7 @@ impl Nemesis {
 
     fn partition<E: LeaderSim>(&mut self, world: &mut World<E>, nodes: &[NodeId], until: u64) {
         let mut shuffled = nodes.to_vec();
-        for i in (1..shuffled.len()).rev() {
-            shuffled.swap(i, self.rng.index(i + 1));
-        }
+        self.rng.shuffle(&mut shuffled);
         let split = 1 + self.rng.index(nodes.len() / 2);
         let now = world.now_ns();
         if nodes.len() >= 3 && self.config.bridge_ppm > 0 && self.aim.chance(self.config.bridge_ppm)

@@ -45,6 +45,13 @@ impl SplitMix64 {
         self.range(0, len as u64) as usize
     }
 
+    /// Shuffles `items` in place (Fisher–Yates, one draw per position from the end).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.index(i + 1));
+        }
+    }
+
     /// True with probability `per_million` / 1,000,000.
     pub fn chance(&mut self, per_million: u32) -> bool {
         assert!(per_million <= 1_000_000, "probability {per_million} ppm above 1");

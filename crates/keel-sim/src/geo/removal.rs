@@ -339,9 +339,7 @@ impl Pair {
             return;
         }
         let mut dcs: Vec<u32> = (0..world.shape.dcs()).collect();
-        for i in (1..dcs.len()).rev() {
-            dcs.swap(i, self.rng.below(i as u64 + 1) as usize);
-        }
+        self.rng.shuffle(&mut dcs);
         world.reach("pair-asked");
         for &dc in &dcs[..f + 1] {
             let askers: Vec<NodeId> = (0..world.shape.dcs())
