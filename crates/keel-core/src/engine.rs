@@ -543,9 +543,10 @@ pub trait Engine: Sized + Send + 'static {
         input: Input<Self::Message, Self::Request>,
     ) -> Outputs<Self::Message, Self::Reply, Self::Record>;
 
-    /// Panics if the engine's state breaks an invariant its code relies on. Cheap enough
-    /// to run after every step, and every engine runs it at the end of each of its steps,
-    /// so the simulator checks it after every input it delivers (a panic fails the seed).
+    /// Panics if the engine's state breaks an invariant its code relies on. Every engine
+    /// runs it at the end of each of its steps in the simulator (the leader and geo
+    /// engines always; Kite when its configuration says so, as the simulator's does), so
+    /// the simulator checks it after every input it delivers (a panic fails the seed).
     fn check_invariants(&self);
 
     /// The stateless half of the validation gate: whether `message` is well formed for

@@ -304,6 +304,11 @@ pub struct RunArgs {
     /// tolerates one).
     #[arg(long)]
     pub unagreed_removal: bool,
+    /// Negative control (`--engine geo`): a removal notice whose sends were spent while its
+    /// removed member was cut off is not sent again when that member is heard (caught by
+    /// `removed-untold`: the member runs on, untold, to the end).
+    #[arg(long)]
+    pub notice_at_rest: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

@@ -24,6 +24,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         collect_suspected: false,
         remove_beyond_f: false,
         unagreed_removal: false,
+        notice_at_rest: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -82,6 +83,8 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "removal-beyond-f-refused",
         "committed-while-removed",
         "dc-remove-live-cut",
+        "dc-remove-live-long-cut",
+        "notice-rearmed",
         "pair-asked",
         "pair-removed",
         "pair-refused",
@@ -210,6 +213,15 @@ fn removals_asked_at_once_at_different_nodes_are_agreed_and_their_control_is_cau
     let made = |r: &GeoReport| r.violations.iter().any(|v| v.starts_with("removal-beyond-f"));
     assert!(runs.iter().any(made), "no removal beyond f made");
     assert!(runs.iter().all(|r| r.passed() || r.reached.contains_key("pair-asked")));
+}
+
+#[test]
+fn a_removed_member_cut_off_past_its_notice_is_told_once_heard_and_the_control_is_caught() {
+    // A live data center being removed, cut off for 6 to 8 s (or to the quiet end): the
+    // notice's sends are spent meanwhile, and it is sent again when the member is heard.
+    let runs = control_fails(|c| c.notice_at_rest = true, 40, 1);
+    let untold = |r: &GeoReport| r.violations.iter().any(|v| v.starts_with("removed-untold"));
+    assert!(runs.iter().all(|r| r.passed() || untold(r)), "failed otherwise");
 }
 
 #[test]

@@ -486,3 +486,12 @@ fn kite_runs_in_the_one_world_every_engine_runs_in() {
         assert!(stats.message_bytes > 0, "seed {seed}: no message encoded");
     }
 }
+
+/// Every node the simulator runs checks its invariants after every step, in a release
+/// build too (before, only a debug build did, and the release sweeps ran without them).
+#[test]
+fn every_simulated_kite_node_checks_its_invariants_after_every_step() {
+    let run = KiteRunConfig::new(1);
+    let template = keel_sim::kite::scenario::template(&run, keel_core::time::Span::from_millis(1));
+    assert!(template.check_invariants);
+}

@@ -671,6 +671,25 @@ fn print_kite_status(rows: &[(&SocketAddr, Option<serde_json::Value>)]) {
             if delinquent.is_empty() { "-".to_string() } else { delinquent.join(",") },
         );
     }
+    for (addr, doc) in rows {
+        if let Some(line) = doc.as_ref().and_then(show_voters_disagree) {
+            println!("{addr}: {line}");
+        }
+    }
+}
+
+/// The warning `keel status` prints for a Kite node that found members configured with
+/// other `voters` (it serves nothing meanwhile), or `None`.
+fn show_voters_disagree(d: &serde_json::Value) -> Option<String> {
+    let others: Vec<String> =
+        d["voters_disagree"].as_array()?.iter().map(|v| v.to_string()).collect();
+    (!others.is_empty()).then(|| {
+        format!(
+            "configured with other voters than node(s) {}, and the membership was never \
+             changed: it serves nothing until every node has the same `voters` and `members`",
+            others.join(",")
+        )
+    })
 }
 
 /// A Kite membership as `keel status` shows it: `membership 2: voters 1,2,3` or, during a
@@ -702,6 +721,14 @@ mod tests {
         assert_eq!(show_membership(&settled), "membership 2: voters 1,2,3");
         let changing = serde_json::json!({"epoch": 3, "voters": [1, 2, 3], "next": [1, 2, 3, 4]});
         assert_eq!(show_membership(&changing), "membership 3: voters 1,2,3 -> 1,2,3,4 (changing)");
+    }
+
+    #[test]
+    fn a_kite_node_configured_with_other_voters_is_shown() {
+        let d = serde_json::json!({"voters_disagree": [4, 5]});
+        let line = show_voters_disagree(&d).expect("shown");
+        assert!(line.starts_with("configured with other voters than node(s) 4,5"), "{line}");
+        assert_eq!(show_voters_disagree(&serde_json::json!({"voters_disagree": []})), None);
     }
 
     #[test]

@@ -332,3 +332,49 @@ fn the_papers_data_structures_keep_their_invariants_through_a_node_killed_and_re
         assert!(report["operations"].as_u64().unwrap() >= 200, "most operations ran: {report}");
     }
 }
+
+/// Five nodes whose `keel.toml` disagree on the voters of a never-changed Kite keyspace:
+/// nodes 1 to 3 say 1, 2, 3, nodes 4 and 5 say 3, 4, 5, and each side holds a majority of
+/// its own list. The nodes compare what they announce as they boot and every one refuses
+/// its clients, naming the other list; `keel status` and `/metrics` show it.
+#[test]
+fn nodes_configured_with_other_kite_voters_refuse_clients_and_say_why() {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
+    let dir = common::test_dir("kite-voters-disagree");
+    let cluster = LocalCluster::start(&exe, 5, &dir, None, |c| {
+        kite_keyspaces(c);
+        c.voters = Some(if c.node_id <= 3 { vec![1, 2, 3] } else { vec![3, 4, 5] });
+    })
+    .expect("the cluster starts");
+    let addrs = cluster.client_addrs();
+    let disagree = |i: usize| -> Option<serde_json::Value> {
+        Some(status_in(cluster.configs[i].client_addr, KITE)?["voters_disagree"].clone())
+    };
+    let expected = |i: usize| {
+        if i < 3 {
+            serde_json::json!([4, 5])
+        } else {
+            serde_json::json!([1, 2, 3])
+        }
+    };
+    let seen = common::wait_until(common::LEADER_WAIT, || {
+        (0..5).all(|i| disagree(i).is_some_and(|d| d == expected(i)))
+    });
+    assert!(seen, "{:?}", (0..5).map(disagree).collect::<Vec<_>>());
+    for (i, mine) in [(0, "[1, 2, 3]"), (3, "[3, 4, 5]")] {
+        let refused = open(addrs[i]).call(&["KEEL.CAS", "x", "", "a", "STRONG"]);
+        let want = format!("voters than node {}'s {mine}", i + 1);
+        assert!(refused.starts_with("-UNAVAILABLE node ") && refused.contains(&want), "{refused}");
+    }
+    let page = common::scrape(cluster.configs[0].http_addr.expect("an HTTP endpoint"));
+    let gauge = format!("keel_kite_voters_disagree{{keyspace=\"{KITE}\"}}");
+    assert_eq!(common::sample(&page, &gauge), Some(2.0));
+    let mut status = std::process::Command::new(&exe);
+    status.arg("status");
+    for addr in &addrs {
+        status.args(["--node", &addr.to_string()]);
+    }
+    let shown = String::from_utf8_lossy(&status.output().expect("the CLI runs").stdout).to_string();
+    let warning = format!("{}: configured with other voters than node(s) 4,5", addrs[0]);
+    assert!(shown.contains(&warning), "{shown}");
+}

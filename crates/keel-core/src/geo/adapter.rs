@@ -201,6 +201,12 @@ impl Engine for GeoEngine {
                 "Peer messages dropped because their sender's data center was removed.",
                 c.dropped_removed,
             ),
+            Metric::counter(
+                "keel_geo_notices_rearmed_total",
+                "Removal notices sent again: their removed member was heard after the notice's \
+                 sends were spent.",
+                c.notices_rearmed,
+            ),
             Metric::gauge(
                 "keel_geo_forwardable",
                 "Remote transactions held until every data center not removed stores them.",

@@ -20,6 +20,10 @@ pub const WINDOW: u64 = 65_536;
 const RESEND_BATCH: usize = 1_024;
 /// A silent peer's resends back off, doubling the timeout up to this many times.
 const BACKOFF_DOUBLINGS_MAX: u32 = 5;
+/// A notice is sent this many times at most (the last 15 retransmission time-outs after
+/// the first, 3 s by default), then again only when its peer is heard ([`Channel::rearm_notice`]): a removed
+/// data center that stays down costs nothing for ever.
+pub const NOTICE_SENDS_MAX: u32 = 5;
 
 /// One peer's channel, both directions.
 #[derive(Debug, Default)]
@@ -47,6 +51,8 @@ pub struct Channel {
     /// A notice channel ([`Channel::notice`]): its messages name the boot after this
     /// node's, so that the peer starts its receiving side over and takes body 0.
     notice: bool,
+    /// A notice channel's sends since it was made or rearmed.
+    notice_sends: u32,
 }
 
 impl Channel {
@@ -67,6 +73,19 @@ impl Channel {
     /// Whether this is a notice channel ([`Channel::notice`]).
     pub fn is_notice(&self) -> bool {
         self.notice
+    }
+
+    /// The peer of a notice channel was heard: it is running and may not have taken the
+    /// notice, so the notice is due again now, and may be sent [`NOTICE_SENDS_MAX`] times
+    /// more. Whether it was a notice channel at rest (its sends spent).
+    pub fn rearm_notice(&mut self) -> bool {
+        if !self.notice || self.notice_sends < NOTICE_SENDS_MAX {
+            return false;
+        }
+        self.notice_sends = 0;
+        self.resends = 0;
+        self.sent_at = self.sent_at.map(|_| Time(0));
+        true
     }
 
     /// Queues `body` for the peer.
@@ -140,6 +159,7 @@ impl Channel {
             let bodies: Vec<Body> = self.unacked.iter().take(RESEND_BATCH).cloned().collect();
             self.sent_at = Some(now);
             self.resends = (self.resends + 1).min(BACKOFF_DOUBLINGS_MAX);
+            self.notice_sends += u32::from(self.notice);
             (self.base, bodies, true)
         } else if !self.fresh.is_empty() {
             let first = self.base + self.unacked.len() as u64;
@@ -147,6 +167,7 @@ impl Channel {
             self.unacked.extend(bodies.iter().cloned());
             self.sent_at.get_or_insert(now);
             self.acked_at.get_or_insert(now);
+            self.notice_sends += u32::from(self.notice);
             (first, bodies, false)
         } else if self.ack_owed && ack_only {
             (self.base + self.unacked.len() as u64, Vec::new(), false)
@@ -163,6 +184,9 @@ impl Channel {
     /// When the oldest unacknowledged body is next due to be sent again (the timeout
     /// doubles with each resend the peer leaves unanswered).
     pub fn resend_at(&self, retransmit: Span) -> Option<Time> {
+        if self.notice && self.notice_sends >= NOTICE_SENDS_MAX {
+            return None;
+        }
         let timeout = retransmit.0.saturating_mul(1 << self.resends);
         self.sent_at
             .filter(|_| !self.unacked.is_empty())
@@ -190,6 +214,10 @@ impl Channel {
         assert!(
             !self.notice || self.unacked.len() + self.fresh.len() == 1,
             "{peer}: a notice channel holding more than its notice"
+        );
+        assert!(
+            self.notice_sends <= NOTICE_SENDS_MAX && (self.notice || self.notice_sends == 0),
+            "{peer}: a notice sent past its bound, or a notice count on another channel"
         );
     }
 }
@@ -264,9 +292,21 @@ mod tests {
         let m = m.unwrap();
         assert_eq!((m.boot, m.first), (6, 0));
         assert_eq!(ts(&b.receive(2, Time(0), m)), vec![99]);
-        // Unacknowledged, it is sent again, alone.
-        let (m, resent) = notice.flush(5, Time(20_000_000), retransmit, false);
-        assert!(resent && m.unwrap().bodies.len() == 1);
+        // Unacknowledged, it is sent again, alone, with the backoff, until its sends are
+        // spent; then only once its peer is heard again.
+        let mut now = Time(0);
+        for _ in 1..NOTICE_SENDS_MAX {
+            now = notice.resend_at(retransmit).expect("due again");
+            let (m, resent) = notice.flush(5, now, retransmit, false);
+            assert!(resent && m.unwrap().bodies.len() == 1);
+            notice.check(NodeId(2));
+        }
+        assert_eq!(now, Time(Span::from_millis(10 * 15).0), "spent 15 time-outs after the first");
+        assert_eq!(notice.resend_at(retransmit), None, "at rest");
+        assert!(notice.flush(5, Time(u64::MAX / 2), retransmit, false).0.is_none());
+        assert!(notice.rearm_notice() && !notice.rearm_notice(), "rearmed once");
+        let (m, resent) = notice.flush(5, Time(u64::MAX / 2), retransmit, false);
+        assert!(resent && m.unwrap().bodies == vec![body(99)], "sent at once when rearmed");
         notice.check(NodeId(2));
     }
 }

@@ -139,6 +139,9 @@ pub struct Config {
     /// other node could be asked at the same time, instead of once a majority of the
     /// data centers' acceptors promised it (`docs/geo.md`, *Removing a data center*).
     pub unsafe_unagreed_removal: bool,
+    /// Negative control: a removal notice whose sends were spent is not sent again when
+    /// its removed member is heard, so a member cut off through them runs on untold.
+    pub unsafe_notice_at_rest: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -209,6 +212,7 @@ impl Config {
             unsafe_collect_suspected: false,
             unsafe_remove_beyond_f: false,
             unsafe_unagreed_removal: false,
+            unsafe_notice_at_rest: false,
         }
     }
 }
@@ -590,6 +594,10 @@ pub struct Counters {
     /// Peer messages dropped because their sender's data center was removed.
     #[serde(default)]
     pub dropped_removed: u64,
+    /// Notices of removal sent again because their removed peer was heard after their
+    /// sends were spent.
+    #[serde(default)]
+    pub notices_rearmed: u64,
     /// Data centers this replica learned were removed.
     #[serde(default)]
     pub removals: u64,

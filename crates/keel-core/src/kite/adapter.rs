@@ -276,6 +276,12 @@ fn state_gauges(status: &Status, delinquent: u64) -> Vec<Metric> {
             u64::from(m.contains(status.node)),
         ),
         Metric::gauge(
+            "keel_kite_voters_disagree",
+            "Members found configured with other voters while the membership was never \
+             changed: while above 0, the node serves nothing.",
+            status.voters_disagree.len() as u64,
+        ),
+        Metric::gauge(
             "keel_kite_membership_changing",
             "1 while a membership change is under way (quorums of the old and new voters).",
             u64::from(m.next.is_some()),
@@ -411,6 +417,11 @@ fn table_metrics(status: &Status, c: &super::Counters) -> Vec<Metric> {
             "keel_kite_syncs_total",
             "Reads of the old voters' state finished as a new voter of a change.",
             c.syncs,
+        ),
+        Metric::counter(
+            "keel_kite_replies_other_voters_total",
+            "Replies not counted: a member was found configured with other voters.",
+            c.replies_other_voters,
         ),
         Metric::counter(
             "keel_kite_replies_other_epoch_total",

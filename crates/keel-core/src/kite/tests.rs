@@ -1437,3 +1437,61 @@ fn a_persisted_incarnation_with_no_successor_refuses_to_boot() {
         <KiteEngine as Engine>::boot(Config::new(NodeId(1), members), persisted, 7, Time(0));
     assert!(matches!(&booted, Err(BootError::Persisted(why)) if why.contains("snapshot")));
 }
+
+/// Sends `op` at node `id` and settles for `ms`: its reply, if one came.
+fn try_call(
+    net: &mut Net,
+    id: u32,
+    session: u64,
+    op: KiteOp,
+    ms: u64,
+) -> Option<Result<KiteResult, KeelError>> {
+    let tag = RequestTag(net.next_tag);
+    net.next_tag += 1;
+    let form = Default::default();
+    net.step(id, Input::Client(KiteRequest { tag, session, op, form, named: None }));
+    net.settle(ms);
+    let i = net.replies.iter().position(|r| r.tag == tag)?;
+    Some(net.replies.remove(i).result)
+}
+
+/// Five members; nodes 1 to 3 configured with voters 1, 2, 3 and nodes 4 and 5 with 3,
+/// 4, 5 (a misconfiguration): each side holds a majority of its own voters, so two
+/// compare-and-swaps from absent, one on each side, would both swap. The nodes tell each
+/// other their membership as they boot, and every node that hears a member of the other
+/// list refuses its clients instead, naming it, until the lists agree.
+#[test]
+fn nodes_configured_with_other_voters_refuse_clients_rather_than_count_other_quorums() {
+    let mut net = Net::new(5, |c| {
+        let voters = if c.node.0 <= 3 { [1, 2, 3] } else { [3, 4, 5] };
+        c.voters = voters.into_iter().map(NodeId).collect();
+    });
+    for id in 1..=5 {
+        net.step(id, Input::Tick);
+    }
+    net.settle(2);
+    let cas = |new: &str| KiteOp::Cas { key: k("x"), expected: None, new: v(new), strong: true };
+    let first = try_call(&mut net, 1, 1, cas("a"), 50);
+    let second = try_call(&mut net, 4, 4, cas("b"), 50);
+    let swapped = [&first, &second]
+        .iter()
+        .filter(|r| matches!(r, Some(Ok(KiteResult::Rmw { wrote: Some(_), .. }))))
+        .count();
+    assert_eq!(swapped, 0, "a side swapped: {first:?} {second:?}");
+    for (id, others) in [(1, vec![4, 5]), (3, vec![4, 5]), (4, vec![1, 2, 3]), (5, vec![1, 2, 3])] {
+        let status = net.node(id).status();
+        assert_eq!(status.voters_disagree, others.into_iter().map(NodeId).collect::<Vec<_>>());
+    }
+    let Some(Err(err)) = second else { panic!("{second:?}") };
+    assert!(err.to_string().contains("configured with other voters"), "{err}");
+    // Once the lists agree (nodes 4 and 5 restarted with 1, 2, 3, say, and their news
+    // came), node 1 serves again.
+    let agreed = Membership { epoch: 0, voters: vec![NodeId(1), NodeId(2), NodeId(3)], next: None };
+    for from in [4, 5] {
+        let message = Message::MembershipNews { membership: agreed.clone() };
+        net.step(1, Input::Message { from: NodeId(from), message });
+    }
+    assert!(net.node(1).status().voters_disagree.is_empty());
+    let r = try_call(&mut net, 1, 1, cas("a"), 50);
+    assert!(matches!(r, Some(Ok(KiteResult::Rmw { wrote: Some(_), .. }))), "{r:?}");
+}

@@ -893,6 +893,10 @@ pub struct Config {
     /// a quorum request: what a node that lost its memory does (`docs/kite.md`, Restarts).
     /// Off only for the first boot of a whole new cluster in the simulator.
     pub rejoin: bool,
+    /// Checks the node's invariants after every step (`engine/invariants.rs`): the
+    /// simulator sets it; a debug build checks whatever it says. Off in servers, where a
+    /// step must cost what it answers, not the sessions and rounds in flight.
+    pub check_invariants: bool,
     /// Negative control: a rejoining node serves and answers at once, as if it had not
     /// lost its memory. Unsafe; for tests and `keel sim` only.
     pub unsafe_no_rejoin: bool,
@@ -959,6 +963,7 @@ impl Config {
             outcomes_bytes_max: 64 << 20,
             limits: keel_types::Limits::default(),
             rejoin: false,
+            check_invariants: false,
             unsafe_no_rejoin: false,
             unsafe_unfenced_rejoin: false,
             unsafe_no_slow_path: false,
@@ -1059,6 +1064,10 @@ pub struct Status {
     pub membership: Membership,
     /// The epoch of the last change for which this node read the old voters' state.
     pub synced: u64,
+    /// While the membership was never changed (epoch 0): the members configured with other
+    /// `voters` than this node: while one is, it counts no reply and refuses its clients
+    /// (`docs/kite.md`).
+    pub voters_disagree: Vec<NodeId>,
     /// Counters.
     pub counters: Counters,
 }
@@ -1072,6 +1081,12 @@ pub struct Counters {
     pub syncs: u64,
     /// Replies not counted because their sender's membership was of another epoch.
     pub replies_other_epoch: u64,
+    /// Replies not counted because, at epoch 0, a member was known configured with other
+    /// voters.
+    pub replies_other_voters: u64,
+    /// Peers found configured with other voters than this node while both were at epoch 0
+    /// (each time one started to disagree).
+    pub voters_disagreements: u64,
     /// Relaxed reads served locally.
     pub reads_fast: u64,
     /// Relaxed reads that read a quorum (out-of-epoch key).

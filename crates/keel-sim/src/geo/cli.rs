@@ -63,6 +63,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         collect_suspected: args.collect_suspected,
         remove_beyond_f: args.remove_beyond_f,
         unagreed_removal: args.unagreed_removal,
+        notice_at_rest: args.notice_at_rest,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

@@ -8,7 +8,10 @@
 //! by mistake, to remove a live one: the engine must refuse it, whichever node is asked
 //! (a lost replica fails its data center for its partition only, and the node asked may
 //! hold another one). In half the live removals, the data center is cut off from the
-//! others for 1 to 3 s as it is asked: its sessions commit on there, untold, meanwhile.
+//! others for 1 to 3 s as it is asked: its sessions commit on there, untold, meanwhile;
+//! half of those cuts last 6 to 8 s instead (or until the quiet end heals every cut),
+//! past the removal notices' sends, so that the survivors tell it only once they hear it
+//! again (`notice-rearmed`).
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -24,6 +27,8 @@ const ANSWER_NS: u64 = 2_000_000_000;
 /// How long after the `f`-th failure the mistaken removal is asked, at least and at most,
 /// ns (the simulator suspects after 1 s of silence).
 const MISTAKE_AFTER_NS: (u64, u64) = (1_500_000_000, 3_000_000_000);
+/// How long a long cut of a live data center being removed lasts.
+const LONG_CUT_NS: (u64, u64) = (6_000_000_000, 8_000_000_000);
 
 /// The run's planned removal.
 pub struct Removal {
@@ -43,7 +48,9 @@ pub struct Removal {
     tries: u32,
     done: bool,
     /// A live data center being removed is cut off from the others until then, in half
-    /// the live removals: its clients go on committing there, untold, for a while.
+    /// the live removals: its clients go on committing there, untold, for a while. Half
+    /// the cuts last 6 to 8 s (or until the quiet end heals every cut), past the notices'
+    /// sends (`NOTICE_SENDS_MAX`), so the survivors tell it again only once they hear it.
     cut_until: Option<u64>,
     /// The mistaken removal beyond `f`, if the run asks one: how long after the `f`-th
     /// failure, when that was seen, the request in flight, and whether it was answered.
@@ -238,8 +245,10 @@ impl Removal {
         log.push(format!("{}ms: data center {dc} to be removed, live", now / 1_000_000));
         if self.rng.chance(500_000) {
             world.isolate_dc(dc);
-            self.cut_until = Some(now + self.rng.range(1_000_000_000, 3_000_000_000));
-            world.reach("dc-remove-live-cut");
+            let long = self.rng.chance(500_000);
+            let (low, high) = if long { LONG_CUT_NS } else { (1_000_000_000, 3_000_000_000) };
+            self.cut_until = Some(now + self.rng.range(low, high));
+            world.reach(if long { "dc-remove-live-long-cut" } else { "dc-remove-live-cut" });
             log.push(format!("{}ms: data center {dc} cut off", now / 1_000_000));
         }
         self.target = Some(dc);

@@ -11,7 +11,7 @@ use keel_core::engine::RequestTag;
 use keel_core::geo::{GeoOp, GeoResult, Kind, Object, Update, Vector};
 use keel_types::{Key, NodeId};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One run's settings.
 #[derive(Clone, Debug)]
@@ -42,6 +42,8 @@ pub struct GeoRunConfig {
     pub remove_beyond_f: bool,
     /// Negative control: the node asked removes a data center on its own, unagreed.
     pub unagreed_removal: bool,
+    /// Negative control: a spent removal notice is not sent again when its peer is heard.
+    pub notice_at_rest: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -273,6 +275,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         collect_suspected: config.collect_suspected,
         remove_beyond_f: config.remove_beyond_f,
         unagreed_removal: config.unagreed_removal,
+        notice_at_rest: config.notice_at_rest,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -857,13 +860,25 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     }
     let gone: Vec<Vec<u32>> =
         nodes.iter().filter_map(|&n| world.world.engine(n).map(|e| e.status().removed)).collect();
+    // Every replica still running in a data center a survivor knows removed was told, by
+    // the end of the quiet end (healed): a notice whose sends were spent while it was cut
+    // off is sent again once it is heard. (Not a lost one, restarted without its state:
+    // it takes no peer message, and refuses its clients already.)
+    let mut out = Vec::new();
+    let known_removed: BTreeSet<u32> = gone.iter().flatten().copied().collect();
+    for &dc in &known_removed {
+        for node in world.nodes_of(dc) {
+            if world.world.engine(node).is_some_and(|e| !e.is_removed() && !e.is_lost()) {
+                out.push(format!("removed-untold: {node} of removed data center {dc} runs untold"));
+            }
+        }
+    }
     let all_failed_removed = !world.failed.is_empty()
         && gone.iter().any(|r| world.failed.iter().all(|dc| r.contains(dc)));
     if !all_failed_removed {
-        return Vec::new();
+        return out;
     }
     world.reach("removal-collected");
-    let mut out = Vec::new();
     for dc in (0..world.shape.dcs()).filter(|dc| !world.failed.contains(dc)) {
         for node in world.nodes_of(dc) {
             let Some(status) = world.world.engine(node).map(|e| e.status()) else { continue };

@@ -305,6 +305,7 @@ impl SimEngine for GeoEngine {
             ("outcome-forgotten", c.outcomes_forgotten),
             ("answered-forgotten", c.answered_forgotten),
             ("forgotten-taken", c.forgotten_taken),
+            ("notice-rearmed", c.notices_rearmed),
         ]
     }
 }

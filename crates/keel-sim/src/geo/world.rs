@@ -63,6 +63,8 @@ pub struct GeoShape {
     pub remove_beyond_f: bool,
     /// Negative control: the node asked removes a data center on its own, unagreed.
     pub unagreed_removal: bool,
+    /// Negative control: a spent removal notice is not sent again when its peer is heard.
+    pub notice_at_rest: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -193,6 +195,7 @@ impl GeoWorld {
         template.unsafe_collect_suspected = shape.collect_suspected;
         template.unsafe_remove_beyond_f = shape.remove_beyond_f;
         template.unsafe_unagreed_removal = shape.unagreed_removal;
+        template.unsafe_notice_at_rest = shape.notice_at_rest;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;

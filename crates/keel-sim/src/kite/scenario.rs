@@ -185,6 +185,7 @@ pub fn template(config: &KiteRunConfig, release_timeout: Span) -> Config {
     template.release_timeout = release_timeout;
     template.retransmit = Span::from_millis(10);
     template.rmw_backoff_max = Span::from_millis(5);
+    template.check_invariants = true;
     template.unsafe_no_slow_path = config.no_slow_path;
     template.unsafe_release_before_acks = config.release_before_acks;
     template.unsafe_complete_without_quorum = config.complete_without_quorum;

@@ -7,6 +7,7 @@ use super::super::types::{
 use super::certify::VoteIn;
 use super::{Certifier, Coordinator, GeoEngine, Joined, Partition, Role, Uniformity};
 use crate::engine::{BootError, ConfigError, Input, Outputs, RequestTag};
+use crate::geo::channel::Channel;
 use crate::time::Time;
 use keel_types::{KeelError, NoRecord, NodeId};
 use std::collections::BTreeMap;
@@ -254,7 +255,12 @@ impl GeoEngine {
             return;
         }
         if self.removed_nodes.contains(&from) {
+            // Heard, so running: told again if the notice's sends were spent.
             self.counters.dropped_removed += 1;
+            let rearm = !self.config.unsafe_notice_at_rest;
+            if rearm && self.channels.get_mut(&from).is_some_and(Channel::rearm_notice) {
+                self.counters.notices_rearmed += 1;
+            }
             return;
         }
         let Some(peer) = self.member(from) else { return };

@@ -38,6 +38,7 @@ impl KiteEngine {
             for &(node, incarnation) in &view.incarnations {
                 self.learn(node, incarnation);
             }
+            self.compare_configured(from, &view.membership);
             self.take_membership(view.membership.clone());
             let ack = Message::ViewAck { incarnation: origin.incarnation, gen: view.gen };
             self.out.messages.push((from, ack));

@@ -122,6 +122,8 @@ impl KiteEngine {
         self.voters_mask = self.mask_of(&self.membership.voters);
         self.next_mask = self.membership.next.as_deref().map_or(0, |n| self.mask_of(n));
         self.counters.memberships += 1;
+        // The configured voters no longer decide anything.
+        self.voters_disagree.clear();
         // On disk before any message this step sends: a restart rejoins only once it
         // learned a membership at least this new (its stale boot membership may make it
         // count the wrong voters, or none).
@@ -155,6 +157,11 @@ impl KiteEngine {
 
     /// Takes the membership a peer sent; answers a peer found behind with this node's.
     pub(super) fn on_membership_news(&mut self, from: NodeId, m: Membership) {
+        if self.compare_configured(from, &m) {
+            // Found to disagree just now: the sender is told this node's list in turn.
+            let news = Message::MembershipNews { membership: self.membership.clone() };
+            self.out.messages.push((from, news));
+        }
         if m.epoch < self.membership.epoch {
             let news = Message::MembershipNews { membership: self.membership.clone() };
             self.out.messages.push((from, news));
@@ -168,11 +175,43 @@ impl KiteEngine {
     /// its own.
     pub(super) fn admit_epoch(&mut self, from: NodeId, epoch: u64) -> bool {
         if epoch == self.membership.epoch {
-            return true;
+            return self.admit_configured();
         }
         self.counters.replies_other_epoch += 1;
         let news = Message::MembershipNews { membership: self.membership.clone() };
         self.out.messages.push((from, news));
+        false
+    }
+
+    /// Compares the membership `from` sent (in a view, a page, a state request or news)
+    /// with this node's while both are the configured one (epoch 0): two nodes configured
+    /// with other `voters` would count other quorums, so while one is known, this node
+    /// counts no reply and refuses its clients, naming it (`sessions.rs`), until it learns
+    /// a changed membership (which the nodes agreed on) or hears the member's list agree
+    /// (restarted with the same list).
+    /// `true`: `from` was found to disagree just now.
+    pub(super) fn compare_configured(&mut self, from: NodeId, m: &Membership) -> bool {
+        if m.epoch != 0 || self.membership.epoch != 0 || from == self.config.node {
+            return false;
+        }
+        if m.voters == self.membership.voters {
+            self.voters_disagree.remove(&from);
+            return false;
+        }
+        let new = self.voters_disagree.insert(from);
+        self.counters.voters_disagreements += u64::from(new);
+        new
+    }
+
+    /// Whether a reply of this node's epoch counts: not at epoch 0 while some member is
+    /// known to be configured with other voters (the node then serves nothing: its own
+    /// side of the lists may hold a majority of its voters, as the other side may of its
+    /// own).
+    pub(super) fn admit_configured(&mut self) -> bool {
+        if self.membership.epoch != 0 || self.voters_disagree.is_empty() {
+            return true;
+        }
+        self.counters.replies_other_voters += 1;
         false
     }
 

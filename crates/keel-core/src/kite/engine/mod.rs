@@ -257,6 +257,11 @@ pub struct KiteEngine {
     view_gen: u64,
     /// The generation of this node's view each peer acknowledged having merged.
     view_told: BTreeMap<NodeId, u64>,
+    /// While this node's membership is the configured one (epoch 0): the peers whose own
+    /// configured voters differ, as their last view, page, state request or news showed.
+    /// While one is known, no reply counts and clients are refused
+    /// (`engine/membership.rs`, `compare_configured`).
+    voters_disagree: BTreeSet<NodeId>,
     /// The incarnation to make durable before the first message (server drivers).
     hard_state: Option<keel_types::HardState>,
 }

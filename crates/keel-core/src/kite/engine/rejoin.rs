@@ -96,6 +96,12 @@ impl KiteEngine {
         let me = self.config.node;
         let peers: Vec<NodeId> = self.config.members.iter().copied().filter(|&p| p != me).collect();
         if !self.config.rejoin || self.config.unsafe_no_rejoin || peers.is_empty() {
+            // No state request carries the membership to the peers: news does, so that a
+            // peer configured with other voters is found before the first round.
+            for &peer in &peers {
+                let news = Message::MembershipNews { membership: self.membership.clone() };
+                self.out.messages.push((peer, news));
+            }
             return self;
         }
         for &peer in &peers {
@@ -323,8 +329,13 @@ impl KiteEngine {
             return;
         };
         // The sender's membership first: the page counts under it (a sync the news ends
-        // or starts again takes no page of the one before).
+        // or starts again takes no page of the one before). A page of a sender configured
+        // with other voters, while both memberships are the configured one, counts not.
+        self.compare_configured(from, &membership);
         self.take_membership(membership);
+        if !self.admit_configured() {
+            return;
+        }
         let (writer, current) = (self.writer, self.membership.clone());
         let reading = if self.rejoin.is_some() { &mut self.rejoin } else { &mut self.sync };
         let Some(state) = reading else { return };

@@ -57,8 +57,12 @@ impl KiteEngine {
             out: Outputs::default(),
             rejoin: None,
             incarnations: BTreeMap::from([(config.node, config.incarnation)]),
-            view_gen: 0,
+            // One, so that the first reply to every peer carries the view, and with it
+            // the membership a peer compares with its own configured voters before it
+            // counts the reply.
+            view_gen: 1,
             view_told: BTreeMap::new(),
+            voters_disagree: BTreeSet::new(),
             hard_state: None,
             config,
         };
@@ -112,6 +116,7 @@ impl KiteEngine {
             bits: self.bits.iter().map(|(&n, b)| (n, b.clone())).collect(),
             membership: self.membership.clone(),
             synced: self.synced,
+            voters_disagree: self.voters_disagree.iter().copied().collect(),
             counters: self.counters.clone(),
         }
     }
@@ -218,9 +223,10 @@ impl KiteEngine {
         }
         self.out.wake_at = self.next_wake();
         assert!(self.epoch >= epoch, "the machine epoch went back");
-        // The simulator checks every step of every node; a debug build checks here too.
-        #[cfg(debug_assertions)]
-        self.check_invariants();
+        // The simulator checks every step of every node; a debug build checks too.
+        if cfg!(debug_assertions) || self.config.check_invariants {
+            self.check_invariants();
+        }
         std::mem::take(&mut self.out)
     }
 

@@ -42,6 +42,7 @@ impl KiteEngine {
             Message::ViewAck { incarnation, gen } => self.on_view_ack(from, incarnation, gen),
             Message::StateRequest { rejoin, after, membership } => {
                 self.on_fence(from, rejoin);
+                self.compare_configured(from, &membership);
                 // The asker's membership first: what this node acknowledges from now on
                 // reaches a round only under it (a change's fence, `membership.rs`).
                 self.take_membership(membership);

@@ -56,6 +56,16 @@ impl KiteEngine {
                 "node {node} is not a voter of the keyspace"
             )));
         }
+        if let Some(&peer) = self.voters_disagree.first() {
+            let (node, voters) = (self.config.node.0, &self.membership.voters);
+            let voters: Vec<u32> = voters.iter().map(|v| v.0).collect();
+            return Err(KeelError::Unavailable(format!(
+                "node {} is configured with other voters than node {node}'s {voters:?}, and the \
+                 keyspace's membership was never changed, so each would count other quorums: \
+                 give every node the same `voters` and `members`",
+                peer.0
+            )));
+        }
         let reconfigure = matches!(op, KiteOp::Reconfigure { .. });
         if op.key().starts_with(keel_types::RESERVED_KEY_PREFIX) != reconfigure {
             return Err(KeelError::InvalidArgument("a key in the reserved range".into()));
