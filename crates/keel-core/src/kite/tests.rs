@@ -1495,3 +1495,35 @@ fn nodes_configured_with_other_voters_refuse_clients_rather_than_count_other_quo
     let r = try_call(&mut net, 1, 1, cas("a"), 50);
     assert!(matches!(r, Some(Ok(KiteResult::Rmw { wrote: Some(_), .. }))), "{r:?}");
 }
+
+/// Voters 1 to 4 remove node 4, then node 3 (each step asked until done): the removed
+/// nodes, which no round reaches, are sent each membership taken, so their own shows the
+/// one in force.
+#[test]
+fn a_removed_node_learns_the_memberships_taken_after_it_left() {
+    let mut net = Net::new(4, |_| {});
+    let key = Key::from(MEMBERSHIP_KEY.to_vec());
+    let settled = |net: &mut Net, id: u32, voters: &[u32]| {
+        let m = net.node(id).status().membership;
+        m.next.is_none() && m.voters == voters.iter().copied().map(NodeId).collect::<Vec<_>>()
+    };
+    for (gone, left) in [(4, [1, 2, 3].as_slice()), (3, [1, 2].as_slice())] {
+        let wanted = VotersWanted::Exactly(left.iter().copied().map(NodeId).collect());
+        for _ in 0..4 {
+            if settled(&mut net, 1, left) {
+                break;
+            }
+            let op = KiteOp::Reconfigure { key: key.clone(), wanted: wanted.clone() };
+            let _ = try_call(&mut net, 1, 1, op, 50);
+        }
+        assert!(settled(&mut net, 1, left), "node {gone} removed");
+    }
+    net.settle(50);
+    for id in 1..=4 {
+        assert!(
+            settled(&mut net, id, &[1, 2]),
+            "node {id}: {:?}",
+            net.node(id).status().membership
+        );
+    }
+}

@@ -24,7 +24,8 @@
 //!   it takes a membership and when it finishes a sync, so keys read before come back to
 //!   the fast path only through a quorum.
 //! - **Nodes outside.** A node that votes on neither side serves no client; it still
-//!   answers its peers (only replies of the asker's epoch count).
+//!   answers its peers (only replies of the asker's epoch count). Every node that takes a
+//!   membership sends it to the members outside it, whom no round reaches.
 
 use super::rejoin::Rejoin;
 use super::{KiteEngine, KiteOp, KiteResult, Message, NodeId, Phase, RmwId, RoundId};
@@ -135,9 +136,21 @@ impl KiteEngine {
         self.view_gen += 1;
         self.epoch += 1;
         let added = self.voting_mask() & !before;
+        self.tell_outside();
         self.ask_rounds_again(added);
         self.sync = None;
         self.start_sync();
+    }
+
+    /// The members that vote on neither side (removed, or never added) are sent the
+    /// membership just taken: no round reaches them, so they would keep the one they last
+    /// took, and show it in their status.
+    fn tell_outside(&mut self) {
+        let (me, all) = (self.config.node, (1u64 << self.config.members.len()) - 1);
+        for node in self.members_of(all & !self.voting_mask()).into_iter().filter(|&n| n != me) {
+            let news = Message::MembershipNews { membership: self.membership.clone() };
+            self.out.messages.push((node, news));
+        }
     }
 
     /// Every open round asked again under the membership just taken: its replies were
