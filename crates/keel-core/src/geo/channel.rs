@@ -21,8 +21,8 @@ const RESEND_BATCH: usize = 1_024;
 /// A silent peer's resends back off, doubling the timeout up to this many times.
 const BACKOFF_DOUBLINGS_MAX: u32 = 5;
 /// A notice is sent this many times at most (the last 15 retransmission time-outs after
-/// the first, 3 s by default), then again only when its peer is heard ([`Channel::rearm_notice`]): a removed
-/// data center that stays down costs nothing for ever.
+/// the first, 3 s by default), then again only when its peer is heard
+/// ([`Channel::rearm_notice`]): a removed data center that stays down costs nothing.
 pub const NOTICE_SENDS_MAX: u32 = 5;
 
 /// One peer's channel, both directions.

@@ -142,13 +142,18 @@ impl KiteEngine {
         self.start_sync();
     }
 
+    /// News of this node's membership, for a peer behind, outside or configured otherwise.
+    fn news(&self) -> Message {
+        Message::MembershipNews { membership: self.membership.clone() }
+    }
+
     /// The members that vote on neither side (removed, or never added) are sent the
     /// membership just taken: no round reaches them, so they would keep the one they last
     /// took, and show it in their status.
     fn tell_outside(&mut self) {
         let (me, all) = (self.config.node, (1u64 << self.config.members.len()) - 1);
         for node in self.members_of(all & !self.voting_mask()).into_iter().filter(|&n| n != me) {
-            let news = Message::MembershipNews { membership: self.membership.clone() };
+            let news = self.news();
             self.out.messages.push((node, news));
         }
     }
@@ -172,11 +177,11 @@ impl KiteEngine {
     pub(super) fn on_membership_news(&mut self, from: NodeId, m: Membership) {
         if self.compare_configured(from, &m) {
             // Found to disagree just now: the sender is told this node's list in turn.
-            let news = Message::MembershipNews { membership: self.membership.clone() };
+            let news = self.news();
             self.out.messages.push((from, news));
         }
         if m.epoch < self.membership.epoch {
-            let news = Message::MembershipNews { membership: self.membership.clone() };
+            let news = self.news();
             self.out.messages.push((from, news));
         }
         self.take_membership(m);
@@ -191,7 +196,7 @@ impl KiteEngine {
             return self.admit_configured();
         }
         self.counters.replies_other_epoch += 1;
-        let news = Message::MembershipNews { membership: self.membership.clone() };
+        let news = self.news();
         self.out.messages.push((from, news));
         false
     }
