@@ -309,6 +309,11 @@ pub struct RunArgs {
     /// `removed-untold`: the member runs on, untold, to the end).
     #[arg(long)]
     pub notice_at_rest: bool,
+    /// Negative control (`--engine geo`): an acceptor never asks about a removal vote it
+    /// holds undecided, so a promise whose proposer failed before deciding is held for
+    /// ever (caught by `promise-held` when the node asked fails with its data center).
+    #[arg(long)]
+    pub promises_held: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

@@ -207,6 +207,22 @@ impl Engine for GeoEngine {
                  sends were spent.",
                 c.notices_rearmed,
             ),
+            Metric::counter(
+                "keel_geo_removal_asks_total",
+                "Asks this acceptor sent every acceptor to abort a removal vote it held \
+                 undecided too long (its proposer failed before deciding, say).",
+                c.removal_asks,
+            ),
+            Metric::counter(
+                "keel_geo_removals_aborted_total",
+                "Removal votes this acceptor released as aborted on an ask.",
+                c.removals_aborted,
+            ),
+            Metric::counter(
+                "keel_geo_removals_found_made_total",
+                "Removals this acceptor learned were made from a majority's votes.",
+                c.removals_found_made,
+            ),
             Metric::gauge(
                 "keel_geo_forwardable",
                 "Remote transactions held until every data center not removed stores them.",
@@ -289,7 +305,8 @@ impl GeoEngine {
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             lost: self.lost,
             removed: self.removed_list(),
-            removal_promised: self.agreement.promised.as_ref().map(|(dc, _)| *dc),
+            removal_promised: self.agreement.promised_dc(),
+            removal_committed: self.agreement.committed_dcs(),
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
                 leader_dc: self.own_leader_dc(self.certifier.ballot),

@@ -671,3 +671,141 @@ fn two_removals_asked_at_once_at_two_nodes_make_at_most_one_where_f_is_one() {
         }
     }
 }
+
+/// Sends `KEEL.NODE REMOVE member` to `node` and delivers what it sends at once, but no
+/// answer back: then `node`'s data center fails, before its proposal is decided.
+fn ask_then_fail(c: &mut Cluster, node: u32, member: u32, deliver_commits: bool) {
+    let tag = RequestTag(c.next_tag);
+    c.next_tag += 1;
+    let op = GeoOp::RemoveDc { member: NodeId(member) };
+    c.step(NodeId(node), Input::Client(GeoRequest { tag, session: 0, op }));
+    // The proposals reach the acceptors; if the commit round is to go out, their
+    // promises come back and the commits reach the acceptors too. No answer after that
+    // reaches `node`.
+    for _ in 0..if deliver_commits { 3 } else { 1 } {
+        let queued: Vec<_> = c.queue.drain(..).collect();
+        for (from, to, message) in queued {
+            c.step(to, Input::Message { from, message });
+        }
+    }
+    c.queue.retain(|(_, to, _)| *to != NodeId(node));
+    c.down.push(c.dc_of(NodeId(node)));
+}
+
+fn removal_promised(c: &Cluster) -> Vec<(u32, u32)> {
+    let up = c.nodes.iter().filter(|(id, _)| !c.down.contains(&c.dc_of(**id)));
+    up.filter_map(|(id, n)| n.status().removal_promised.map(|dc| (id.0, dc))).collect()
+}
+
+#[test]
+fn a_promise_whose_proposer_failed_before_deciding_is_aborted_and_blocks_nothing() {
+    for held in [false, true] {
+        // Three data centers of one node (1, 11, 21), f = 1. Node 1 is asked to remove
+        // live data center 2; the acceptors 11 and 21 promise it, and node 1's data
+        // center fails before it hears them.
+        let mut c = Cluster::new(1, 1);
+        for node in c.nodes.values_mut() {
+            node.config.unsafe_promises_held = held;
+        }
+        c.run(50);
+        ask_then_fail(&mut c, 1, 21, false);
+        assert_eq!(removal_promised(&c), vec![(11, 2), (21, 2)]);
+        // Data center 0 is suspected after 2 s. Removing it is within f (2's removal was
+        // never made), but the acceptors hold their promise for 2: refused, naming it.
+        c.run(2_500);
+        match c.call_result(NodeId(11), 0, GeoOp::RemoveDc { member: NodeId(1) }) {
+            Err(keel_types::KeelError::Busy(why)) => {
+                assert!(why.contains("promise for the removal of data center 2"), "{why}")
+            }
+            other => panic!("not refused while the promise is held: {other:?}"),
+        }
+        // Three suspicion time-outs after promising, each acceptor asks the others to
+        // abort; both record it aborted, a majority: released.
+        c.run(4_000);
+        if held {
+            assert_eq!(removal_promised(&c), vec![(11, 2), (21, 2)], "the control released it");
+            let r = c.call_result(NodeId(11), 0, GeoOp::RemoveDc { member: NodeId(1) });
+            assert!(matches!(r, Err(keel_types::KeelError::Busy(_))), "{r:?}");
+            continue;
+        }
+        assert_eq!(removal_promised(&c), vec![], "a promise still held");
+        let counters = [11, 21].map(|n| c.nodes[&NodeId(n)].status().counters);
+        assert!(counters.iter().all(|c| c.removal_asks >= 1), "an acceptor never asked");
+        assert_eq!(c.call(NodeId(11), 0, GeoOp::RemoveDc { member: NodeId(1) }), GeoResult::Synced);
+        c.run(100);
+        for n in [11, 21] {
+            assert_eq!(c.nodes[&NodeId(n)].status().removed, vec![0], "{n}");
+        }
+        // Data center 0 was cut off, not down: back, it learns it was removed, and its
+        // old proposal of 2's removal, never made, stays unmade.
+        c.down.clear();
+        c.run(10_000);
+        assert!(c.nodes[&NodeId(1)].is_removed(), "node 1 was not told");
+        for n in [11, 21] {
+            assert_eq!(c.nodes[&NodeId(n)].status().removed, vec![0], "{n}");
+        }
+    }
+}
+
+/// Whether a majority of the acceptors recorded the commit of some proposal of `dc`'s
+/// removal (it was made, known to anyone or not).
+fn made_by_votes(c: &Cluster, dc: u32) -> bool {
+    let mut by: BTreeMap<(NodeId, u64), usize> = BTreeMap::new();
+    for n in c.nodes.values() {
+        for (ballot, r) in &n.agreement.votes {
+            if r.dc == dc && matches!(r.vote, super::engine::agree::Vote::Committed) {
+                *by.entry(*ballot).or_default() += 1;
+            }
+        }
+    }
+    by.values().any(|&v| v > n_dcs(c) / 2)
+}
+
+fn n_dcs(c: &Cluster) -> usize {
+    c.nodes.keys().map(|n| c.dc_of(*n)).collect::<std::collections::BTreeSet<_>>().len()
+}
+
+#[test]
+fn a_commit_recorded_stands_against_later_asks_so_a_removal_made_unseen_still_counts() {
+    for control in [false, true] {
+        // Node 1 is asked to remove data center 2; 1 and 11 promise and record the
+        // commit (a majority: the removal is made), and data center 0 fails before node
+        // 1 hears the votes. Nobody knows it made.
+        let mut c = Cluster::new(1, 1);
+        for node in c.nodes.values_mut() {
+            node.config.unsafe_abort_committed = control;
+        }
+        c.run(50);
+        c.down.push(2);
+        ask_then_fail(&mut c, 1, 21, true);
+        c.down.retain(|&d| d != 2);
+        let votes: Vec<_> = c.nodes.values().map(|n| format!("{:?}", n.agreement.votes)).collect();
+        assert!(made_by_votes(&c, 2), "the commit did not reach a majority: {votes:?}");
+        assert_eq!(c.nodes[&NodeId(11)].status().removal_committed, vec![2]);
+        // 11 asks about its committed vote: 21 aborts it (it never heard of it), 1 is
+        // down. Undecided, 11 counts 2 removed, so removing 0 as well is refused.
+        c.run(8_000);
+        let r = c.call_result(NodeId(21), 0, GeoOp::RemoveDc { member: NodeId(1) });
+        if control {
+            // The control lets 11 abort its own commit: released, and 0 is removed too.
+            assert_eq!(r, Ok(GeoResult::Synced), "the control refused");
+            assert!(made_by_votes(&c, 2) || c.nodes[&NodeId(11)].status().removed.contains(&0));
+            continue;
+        }
+        match r {
+            Err(keel_types::KeelError::InvalidArgument(why)) => {
+                assert!(why.contains("removed or suspected"), "{why}")
+            }
+            other => panic!("a second removal where one was made: {other:?}"),
+        }
+        assert_eq!(c.nodes[&NodeId(11)].status().removal_committed, vec![2]);
+        // Data center 0 back: 11's vote reaches node 1, which learns the removal made,
+        // and everyone with it.
+        c.down.clear();
+        c.run(10_000);
+        for n in [1, 11] {
+            assert_eq!(c.nodes[&NodeId(n)].status().removed, vec![2], "{n}");
+        }
+        assert!(c.nodes[&NodeId(21)].is_removed(), "21 was not told");
+    }
+}

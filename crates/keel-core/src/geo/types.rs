@@ -142,6 +142,12 @@ pub struct Config {
     /// Negative control: a removal notice whose sends were spent is not sent again when
     /// its removed member is heard, so a member cut off through them runs on untold.
     pub unsafe_notice_at_rest: bool,
+    /// Negative control: an acceptor never asks about a vote it holds undecided, so a
+    /// promise whose proposer failed before deciding is held for ever.
+    pub unsafe_promises_held: bool,
+    /// Negative control: an acceptor asked to abort a proposal it committed records it
+    /// aborted (the first of committed and aborted no longer stands).
+    pub unsafe_abort_committed: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -213,6 +219,8 @@ impl Config {
             unsafe_remove_beyond_f: false,
             unsafe_unagreed_removal: false,
             unsafe_notice_at_rest: false,
+            unsafe_promises_held: false,
+            unsafe_abort_committed: false,
         }
     }
 }
@@ -441,14 +449,57 @@ pub enum Body {
         /// Why.
         why: RemovalRefusal,
     },
-    /// The proposer gave proposal `id` of the removal of `dc` up: its promise is
-    /// withdrawn (proposer → the acceptors it asked).
+    /// The proposer gave proposal `id` of the removal of `dc` up, or counted the
+    /// acceptor's promise out: a promise held is recorded aborted (proposer → the
+    /// acceptors it asked).
     RemoveWithdrawn {
         /// The proposal.
         id: u64,
         /// The data center it would have removed.
         dc: u32,
     },
+    /// A majority promised proposal `id` within `f`: the acceptor records it committed
+    /// if it holds the promise, else aborted (proposer → the promisers it counted).
+    RemoveCommit {
+        /// The proposal.
+        id: u64,
+        /// The data center to remove.
+        dc: u32,
+    },
+    /// An acceptor held its vote on `proposer`'s proposal `id` undecided too long: the
+    /// acceptor asked records it aborted unless it committed it, and answers its vote
+    /// (acceptor → every acceptor).
+    RemoveAbort {
+        /// The proposer.
+        proposer: NodeId,
+        /// The proposal.
+        id: u64,
+        /// The data center it would remove.
+        dc: u32,
+    },
+    /// An acceptor's vote on `proposer`'s proposal `id`, as it recorded it (acceptor →
+    /// the proposer, for a commit; → the asker, for an abort).
+    RemoveVote {
+        /// The proposer.
+        proposer: NodeId,
+        /// The proposal.
+        id: u64,
+        /// The data center it would remove.
+        dc: u32,
+        /// The vote.
+        vote: RemovalVote,
+    },
+}
+
+/// An acceptor's vote on a proposed removal (`Body::RemoveVote`), recorded for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemovalVote {
+    /// Committed: it counts toward the majority that makes the removal.
+    Committed,
+    /// Aborted: it never commits.
+    Aborted,
+    /// The acceptor knows the data center removed (by this proposal or another).
+    Made,
 }
 
 /// Why an acceptor refused a proposed removal (`Body::RemoveRefused`).
@@ -465,6 +516,9 @@ pub enum RemovalRefusal {
         /// Those data centers.
         gone: Vec<u32>,
     },
+    /// It recorded this proposal aborted (another acceptor asked it to, the proposal's
+    /// promises having been held too long) before the proposal reached it.
+    Aborted,
 }
 
 /// A strong transaction's part at one partition, as certification judges it.
@@ -614,6 +668,19 @@ pub struct Counters {
     /// Proposed removals this replica's acceptor refused, another being promised.
     #[serde(default)]
     pub removals_refused_pending: u64,
+    /// Proposed removals this replica committed (a majority promised within `f`).
+    #[serde(default)]
+    pub removals_committing: u64,
+    /// Asks this replica's acceptor sent about a vote it held undecided too long.
+    #[serde(default)]
+    pub removal_asks: u64,
+    /// Votes this replica's acceptor released as aborted: promises an ask aborted, and
+    /// commits a majority answered aborted.
+    #[serde(default)]
+    pub removals_aborted: u64,
+    /// Removals this replica's acceptor learned were made from a majority's votes.
+    #[serde(default)]
+    pub removals_found_made: u64,
     /// Strong transactions committed (as coordinator).
     #[serde(default)]
     pub strong_committed: u64,
@@ -706,6 +773,10 @@ pub struct Status {
     /// has not yet seen made or withdrawn: it promises no other meanwhile.
     #[serde(default)]
     pub removal_promised: Option<u32>,
+    /// The data centers whose removal this replica's acceptor committed, the outcome not
+    /// yet known: it counts them removed meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removal_committed: Vec<u32>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

@@ -64,6 +64,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         remove_beyond_f: args.remove_beyond_f,
         unagreed_removal: args.unagreed_removal,
         notice_at_rest: args.notice_at_rest,
+        promises_held: args.promises_held,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

@@ -11,7 +11,12 @@
 //! others for 1 to 3 s as it is asked: its sessions commit on there, untold, meanwhile;
 //! half of those cuts last 6 to 8 s instead (or until the quiet end heals every cut),
 //! past the removal notices' sends, so that the survivors tell it only once they hear it
-//! again (`notice-rearmed`).
+//! again (`notice-rearmed`). In half the runs where a failed data center is removed and
+//! `f` leaves room for another failure, the node first asked fails, with its data
+//! center, within 300 ms of the request: its
+//! proposal's promises (or its commit) are left undecided at the acceptors, which must
+//! settle them among themselves (`promise-held` otherwise). The operator then removes the
+//! asker's data center instead.
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -29,6 +34,10 @@ const ANSWER_NS: u64 = 2_000_000_000;
 const MISTAKE_AFTER_NS: (u64, u64) = (1_500_000_000, 3_000_000_000);
 /// How long a long cut of a live data center being removed lasts.
 const LONG_CUT_NS: (u64, u64) = (6_000_000_000, 8_000_000_000);
+/// How long after the first request the node asked fails, at most, when it does, ns:
+/// the promises take one round trip between data centers (at most 200 ms here), the
+/// commits another.
+const ASKER_FAILS_NS: u64 = 300_000_000;
 
 /// The run's planned removal.
 pub struct Removal {
@@ -55,6 +64,10 @@ pub struct Removal {
     /// The mistaken removal beyond `f`, if the run asks one: how long after the `f`-th
     /// failure, when that was seen, the request in flight, and whether it was answered.
     mistake: Option<Mistake>,
+    /// Whether the node first asked fails (if `f` leaves room), drawn from a stream of
+    /// its own; once asked, when and which node.
+    asker_fails: Option<Rng>,
+    asker_crash: Option<(u64, NodeId)>,
     /// What went wrong: a removal beyond `f` that was made.
     pub violations: Vec<String>,
 }
@@ -91,6 +104,7 @@ impl Removal {
             answered: false,
             not_before: 0,
         });
+        let asker_fails = apart.chance(500_000).then(|| apart.fork());
         Some(Removal {
             rng,
             live_at,
@@ -103,6 +117,8 @@ impl Removal {
             done: false,
             cut_until: None,
             mistake,
+            asker_fails,
+            asker_crash: None,
             violations: Vec::new(),
         })
     }
@@ -187,6 +203,7 @@ impl Removal {
             log.push(format!("{}ms: the data center being removed is reachable", now / 1_000_000));
         }
         self.drive_mistake(world, log, now);
+        self.crash_asker(world, log, now);
         if self.done {
             return;
         }
@@ -219,6 +236,35 @@ impl Removal {
             "{}ms: {at} asked to remove data center {dc} ({member})",
             now / 1_000_000
         ));
+        // Only for a failed data center: a live one whose removal the failure leaves
+        // unmade is live again, which the simulator's count of failures cannot undo.
+        let failed = !world.removed_live.contains(&dc);
+        if let Some(mut rng) = self.asker_fails.take().filter(|_| world.shape.f >= 2 && failed) {
+            self.asker_crash = Some((now + rng.below(ASKER_FAILS_NS), at));
+        }
+    }
+
+    /// The node first asked fails with its data center when its time comes (if `f`
+    /// still leaves room): the operator then asks to remove that data center instead.
+    fn crash_asker(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        let Some((at, node)) = self.asker_crash.filter(|&(at, _)| at <= now) else { return };
+        self.asker_crash = None;
+        let dc = world.dc_of(node);
+        if !world.may_fail() || world.failed.contains(&dc) {
+            return;
+        }
+        for partition in 0..world.shape.partitions {
+            world.crash_replica(dc, partition);
+        }
+        world.reach("asker-failed");
+        log.push(format!(
+            "{}ms: {node}, asked to remove a data center, fails with data center {dc}",
+            at / 1_000_000
+        ));
+        self.target = Some(dc);
+        self.done = false;
+        self.asked = None;
+        self.not_before = now + RETRY_NS;
     }
 
     /// The data center to remove, once its time has come: the first failed one, or a

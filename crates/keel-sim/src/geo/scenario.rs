@@ -44,6 +44,8 @@ pub struct GeoRunConfig {
     pub unagreed_removal: bool,
     /// Negative control: a spent removal notice is not sent again when its peer is heard.
     pub notice_at_rest: bool,
+    /// Negative control: an acceptor never asks about a vote it holds undecided.
+    pub promises_held: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -276,6 +278,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         remove_beyond_f: config.remove_beyond_f,
         unagreed_removal: config.unagreed_removal,
         notice_at_rest: config.notice_at_rest,
+        promises_held: config.promises_held,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -865,6 +868,19 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     // off is sent again once it is heard. (Not a lost one, restarted without its state:
     // it takes no peer message, and refuses its clients already.)
     let mut out = Vec::new();
+    // No acceptor still running holds a promise: one whose proposer failed before
+    // deciding is asked about, and aborted, within a few suspicion time-outs.
+    for &node in &nodes {
+        let Some(engine) = world.world.engine(node).filter(|e| !e.is_removed() && !e.is_lost())
+        else {
+            continue;
+        };
+        if let Some(dc) = engine.status().removal_promised {
+            out.push(format!(
+                "promise-held: {node} still holds its promise of data center {dc}'s removal"
+            ));
+        }
+    }
     let known_removed: BTreeSet<u32> = gone.iter().flatten().copied().collect();
     for &dc in &known_removed {
         for node in world.nodes_of(dc) {

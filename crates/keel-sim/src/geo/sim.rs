@@ -306,6 +306,10 @@ impl SimEngine for GeoEngine {
             ("answered-forgotten", c.answered_forgotten),
             ("forgotten-taken", c.forgotten_taken),
             ("notice-rearmed", c.notices_rearmed),
+            ("removal-committing", c.removals_committing),
+            ("promise-asked", c.removal_asks),
+            ("promise-aborted", c.removals_aborted),
+            ("removal-found-made", c.removals_found_made),
         ]
     }
 }

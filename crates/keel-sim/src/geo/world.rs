@@ -65,6 +65,8 @@ pub struct GeoShape {
     pub unagreed_removal: bool,
     /// Negative control: a spent removal notice is not sent again when its peer is heard.
     pub notice_at_rest: bool,
+    /// Negative control: an acceptor never asks about a vote it holds undecided.
+    pub promises_held: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -196,6 +198,7 @@ impl GeoWorld {
         template.unsafe_remove_beyond_f = shape.remove_beyond_f;
         template.unsafe_unagreed_removal = shape.unagreed_removal;
         template.unsafe_notice_at_rest = shape.notice_at_rest;
+        template.unsafe_promises_held = shape.promises_held;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;

@@ -28,7 +28,10 @@ mod tests {
     use super::super::PeerMessage;
     use super::*;
     use bytes::Bytes;
-    use keel_core::geo::{Body, Kind, Object, RemovalRefusal, Replicated, TxId, Update, Vector};
+    use keel_core::geo::{
+        Body, Kind, Object, RemovalRefusal, RemovalVote, Replicated, TxId, Update, Vector,
+    };
+    use keel_types::NodeId;
     use proptest::prelude::*;
 
     fn vector() -> impl Strategy<Value = Vector> {
@@ -99,6 +102,18 @@ mod tests {
             any::<u32>().prop_map(|dc| Body::Removed { dc }),
             (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemovePropose { id, dc }),
             (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveWithdrawn { id, dc }),
+            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveCommit { id, dc }),
+            (any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(p, id, dc)| Body::RemoveAbort {
+                proposer: NodeId(p),
+                id,
+                dc
+            }),
+            (any::<u32>(), any::<u64>(), any::<u32>(), 0..3u8).prop_map(|(p, id, dc, v)| {
+                let vote =
+                    [RemovalVote::Committed, RemovalVote::Aborted, RemovalVote::Made][v as usize];
+                Body::RemoveVote { proposer: NodeId(p), id, dc, vote }
+            }),
+            any::<u64>().prop_map(|id| Body::RemoveRefused { id, why: RemovalRefusal::Aborted }),
             (
                 any::<u64>(),
                 proptest::collection::vec(any::<u32>(), 0..3),

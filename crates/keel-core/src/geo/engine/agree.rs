@@ -3,35 +3,60 @@
 //! A removal declares a failure, and the keyspace tolerates `f`. One node can refuse a
 //! removal beyond `f` that it asks itself, but two removals asked at once at two nodes
 //! each pass their own node's count. So the node asked proposes the removal to every
-//! data center's **acceptor** (its replica of partition 0) and makes it only once a
-//! majority of the data centers' acceptors promised it:
+//! data center's **acceptor** (its replica of partition 0), in two rounds:
 //!
-//! - An acceptor promises a proposal when the data centers removed or failed for some
-//!   partition, as it counts them, the proposed one included, are at most `f`, and it
-//!   holds no promise for the removal of another data center. A promise holds until the
-//!   acceptor learns the removal was made or its proposer withdraws it.
-//! - The proposer makes the removal once promises from a majority of the data centers
-//!   came in and the data centers they know removed or count failed, with its own count
-//!   and the proposed one, are at most `f`. Otherwise (a refusal, or no majority in
-//!   time) it withdraws the proposal and refuses the request.
+//! - **Promise.** An acceptor promises a proposal when the data centers removed, failed
+//!   for some partition or committed (below), as it counts them, the proposed one
+//!   included, are at most `f`, and it holds no promise for the removal of another data
+//!   center. It reports what it counts.
+//! - **Commit.** Once promises from a majority of the data centers came in, and what
+//!   they report, with the proposer's own count and the proposed data center, is at most
+//!   `f`, the proposer sends `Commit` to the acceptors whose promises it counted, and to
+//!   no other. An acceptor records each proposal's vote: *promised*, then *committed* or
+//!   *aborted*, and the first of those two it records stands. A `Commit` at an acceptor
+//!   that does not hold the promise records it aborted. A committed vote releases the
+//!   promise, but the data center counts as removed in the acceptor's later counts until
+//!   the outcome is known.
+//! - **Made** once a majority of the data centers' acceptors recorded the commit: the
+//!   proposer learns it from their votes, and so may anyone who asks them.
 //!
-//! Why two removals made at once stay within `f`: take the last removal made, `z`, and
-//! any other made, `x`. Their majorities share an acceptor. Had it promised `z` first, it
-//! would have refused `x` while `z`'s promise held, and that holds until `z` is made,
-//! which is after `x` was: so it promised `x` first, and when `z`'s proposal came, it
-//! refused it unless it knew `x` made, which it then reported. So `z`'s count held every
-//! other removal made, and `z`'s proposer checked it against `f`.
+//! Why two removals made stay within `f`: their commit majorities share an acceptor,
+//! which held their promises one after the other (a promise excludes another data
+//! center's, and is released by the commit or the abort). So the later promise there
+//! reported the earlier commit, and the later proposal's count held it, since commits go
+//! only to the promisers counted. Each proposal's promises all come before its commits,
+//! so "made after the other's commit was recorded" orders the removals made: the last
+//! one's count held every other, and its proposer checked it against `f`.
 //!
-//! The price: a proposer that fails between the promises and its decision leaves them
-//! held; the acceptors then refuse any other data center's removal until the same
-//! removal is asked again (at any node: it is promised again, and made).
+//! **No promise is held for ever.** A proposer that fails between its promises and its
+//! decision, or whose own data center is removed meanwhile, never withdraws them. An
+//! acceptor holding a vote undecided (promised, or committed with the outcome unknown)
+//! for [`ASK_AFTER_SUSPECTS`] suspicion time-outs asks every acceptor to abort it. Each
+//! records it aborted unless it recorded the commit, and answers its vote. A majority
+//! aborted means the proposal can never be made, and the vote is released; a majority
+//! committed means it was made, and the asker learns the removal. (While neither is
+//! known, say an acceptor that recorded the commit failed with its data center, a
+//! committed vote keeps counting the data center removed, and asks again.)
 
-use super::super::types::{Body, GeoResult, RemovalRefusal};
+use super::super::types::{Body, GeoResult, RemovalRefusal, RemovalVote};
 use super::GeoEngine;
 use crate::engine::RequestTag;
 use crate::time::Time;
 use keel_types::{KeelError, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// An acceptor asks every acceptor to abort a vote it held undecided for this many
+/// suspicion time-outs (a live proposer decides or withdraws within two), and asks again
+/// as often while the outcome is unknown.
+pub(crate) const ASK_AFTER_SUSPECTS: u64 = 3;
+
+/// The votes an acceptor keeps, at most. Removals are an operator's requests, so this
+/// is reached only by a flood of them; past it, the oldest decided votes go, and their
+/// proposer's lower-numbered proposals count as aborted (`Agreement::floors`).
+pub(crate) const VOTES_MAX: usize = 256;
+
+/// A proposal: its proposer and the number it gave it.
+pub(crate) type Ballot = (NodeId, u64);
 
 /// A removal this node proposes.
 #[derive(Debug)]
@@ -42,25 +67,145 @@ pub(crate) struct Proposal {
     pub tags: Vec<RequestTag>,
     /// The acceptors asked.
     pub asked: Vec<NodeId>,
-    /// Per data center whose acceptor promised: the data centers it knows removed and
-    /// those it counts failed.
+    /// Per data center whose acceptor promised: the data centers it knows removed (or
+    /// committed) and those it counts failed.
     pub promised: BTreeMap<u32, Vec<u32>>,
-    /// When it is given up if not made.
+    /// Once decided: the commit round.
+    pub commit: Option<CommitRound>,
+    /// When it is given up if not made (each round has its own).
     pub deadline: Time,
 }
 
-/// The agreement's state: an acceptor's promises, a proposer's proposals.
+/// A proposal's commit round at its proposer: by data center, the acceptors sent the
+/// commit (the promisers counted) and what they recorded.
+#[derive(Debug, Default)]
+pub(crate) struct CommitRound {
+    pub counted: BTreeSet<u32>,
+    pub committed: BTreeSet<u32>,
+    pub aborted: BTreeSet<u32>,
+}
+
+/// An acceptor's vote on one proposal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// Promised: no other data center's removal is promised meanwhile.
+    Promised,
+    /// Committed, the outcome not yet known: the data center counts as removed.
+    Committed,
+    /// Aborted: the proposal is never committed here.
+    Aborted,
+    /// Committed here, but a majority recorded it aborted: never made.
+    Abandoned,
+}
+
+impl Vote {
+    /// Whether the acceptor still waits to learn the outcome (and asks for it in time).
+    fn undecided(self) -> bool {
+        matches!(self, Vote::Promised | Vote::Committed)
+    }
+
+    /// What the acceptor answers of it.
+    fn answer(self) -> RemovalVote {
+        match self {
+            Vote::Promised | Vote::Aborted => RemovalVote::Aborted,
+            Vote::Committed | Vote::Abandoned => RemovalVote::Committed,
+        }
+    }
+}
+
+/// A vote an acceptor recorded.
+#[derive(Debug)]
+pub(crate) struct Recorded {
+    /// The data center whose removal was proposed.
+    pub dc: u32,
+    pub vote: Vote,
+    /// When the acceptor asks every acceptor to abort it, while it is undecided.
+    pub ask_at: Time,
+    /// The answers to those asks, by the data center of the acceptor answering.
+    pub committed: BTreeSet<u32>,
+    pub aborted: BTreeSet<u32>,
+}
+
+/// The agreement's state: an acceptor's votes, a proposer's proposals.
 #[derive(Debug, Default)]
 pub(crate) struct Agreement {
-    /// Acceptor: the data center whose removal it promised, with the proposals, by
-    /// proposer and number, that hold the promise.
-    pub promised: Option<(u32, BTreeSet<(NodeId, u64)>)>,
+    /// Acceptor: its votes, by proposal.
+    pub votes: BTreeMap<Ballot, Recorded>,
+    /// Acceptor: the undecided votes, by when it asks about them.
+    pub asks: BTreeSet<(Time, Ballot)>,
+    /// Acceptor: per proposer, the number below which a proposal it holds no vote on is
+    /// aborted (raised when a vote is dropped past [`VOTES_MAX`]).
+    pub floors: BTreeMap<NodeId, u64>,
     /// Proposer: its proposals, by number.
     pub proposals: BTreeMap<u64, Proposal>,
     /// The proposals, by deadline.
     pub deadlines: BTreeSet<(Time, u64)>,
     /// Numbers proposals.
     pub next_id: u64,
+}
+
+impl Agreement {
+    /// The data center whose removal the acceptor promised, if it holds a promise.
+    pub(crate) fn promised_dc(&self) -> Option<u32> {
+        self.votes.values().find(|r| r.vote == Vote::Promised).map(|r| r.dc)
+    }
+
+    /// The data centers whose removal the acceptor committed, the outcome unknown.
+    pub(crate) fn committed_dcs(&self) -> Vec<u32> {
+        let dcs = self.votes.values().filter(|r| r.vote == Vote::Committed).map(|r| r.dc);
+        dcs.collect::<BTreeSet<u32>>().into_iter().collect()
+    }
+
+    /// The vote held on `ballot`: recorded, or aborted below its proposer's floor.
+    fn vote(&self, ballot: Ballot) -> Option<Vote> {
+        match self.votes.get(&ballot) {
+            Some(r) => Some(r.vote),
+            None if self.floors.get(&ballot.0).is_some_and(|&f| ballot.1 < f) => {
+                Some(Vote::Aborted)
+            }
+            None => None,
+        }
+    }
+
+    /// Records `vote` on `ballot` (of `dc`'s removal), indexing when to ask about it.
+    fn record(&mut self, ballot: Ballot, dc: u32, vote: Vote, ask_at: Time) {
+        if let Some(old) = self.votes.get(&ballot) {
+            self.asks.remove(&(old.ask_at, ballot));
+        }
+        let recorded =
+            Recorded { dc, vote, ask_at, committed: BTreeSet::new(), aborted: BTreeSet::new() };
+        let recorded = match self.votes.remove(&ballot) {
+            Some(old) => Recorded { committed: old.committed, aborted: old.aborted, ..recorded },
+            None => recorded,
+        };
+        if vote.undecided() {
+            self.asks.insert((ask_at, ballot));
+        }
+        self.votes.insert(ballot, recorded);
+        self.evict();
+    }
+
+    /// Past [`VOTES_MAX`], drops decided votes, lowest first, raising their proposers'
+    /// floors: a proposal below a floor counts as aborted, which is always safe.
+    fn evict(&mut self) {
+        while self.votes.len() > VOTES_MAX {
+            let decided = self.votes.iter().find(|(_, r)| !r.vote.undecided()).map(|(&b, _)| b);
+            let Some(ballot) = decided else { return };
+            self.votes.remove(&ballot);
+            let floor = self.floors.entry(ballot.0).or_default();
+            *floor = (*floor).max(ballot.1 + 1);
+        }
+    }
+
+    /// Forgets every vote on `dc`'s removal (it was made).
+    fn forget_dc(&mut self, dc: u32) {
+        let ballots: Vec<Ballot> =
+            self.votes.iter().filter(|(_, r)| r.dc == dc).map(|(&b, _)| b).collect();
+        for ballot in ballots {
+            let r = self.votes.remove(&ballot).expect("listed");
+            self.asks.remove(&(r.ask_at, ballot));
+        }
+    }
 }
 
 impl GeoEngine {
@@ -78,12 +223,9 @@ impl GeoEngine {
         }
         let id = agreement.next_id;
         agreement.next_id += 1;
-        let deadline = Time(self.now.0.saturating_add(2 * self.config.suspect_after.0));
-        let asked: Vec<NodeId> = (0..self.dcs as u32)
-            .filter(|&i| !self.removed[i as usize])
-            .map(|i| self.replica(i, 0))
-            .collect();
-        if asked.len() < self.dcs / 2 + 1 {
+        let deadline = self.round_deadline();
+        let asked = self.acceptors();
+        if asked.len() < self.majority() {
             let why = "too few data centers remain to agree on a removal".to_string();
             return self.reply(tag, Err(KeelError::Unavailable(why)));
         }
@@ -92,6 +234,7 @@ impl GeoEngine {
             tags: vec![tag],
             asked: asked.clone(),
             promised: BTreeMap::new(),
+            commit: None,
             deadline,
         };
         self.agreement.proposals.insert(id, proposal);
@@ -102,16 +245,46 @@ impl GeoEngine {
         }
     }
 
+    /// The acceptors of the data centers not removed.
+    fn acceptors(&self) -> Vec<NodeId> {
+        (0..self.dcs as u32)
+            .filter(|&i| !self.removed[i as usize])
+            .map(|i| self.replica(i, 0))
+            .collect()
+    }
+
+    /// A majority of the keyspace's data centers (removed ones included: a removal
+    /// changes no quorum).
+    fn majority(&self) -> usize {
+        self.dcs / 2 + 1
+    }
+
+    /// When a round begun now is given up.
+    fn round_deadline(&self) -> Time {
+        Time(self.now.0.saturating_add(2 * self.config.suspect_after.0))
+    }
+
+    /// When an acceptor asks about a vote it recorded now, while undecided.
+    fn ask_time(&self) -> Time {
+        Time(self.now.0.saturating_add(ASK_AFTER_SUSPECTS * self.config.suspect_after.0))
+    }
+
     /// `REMOVE_PROPOSE` at an acceptor: promised unless it holds another data center's
-    /// promise, or the count would pass `f`.
+    /// promise, aborted the proposal, or the count would pass `f`.
     pub(crate) fn removal_proposed(&mut self, from: NodeId, id: u64, dc: u32) {
         let failed = self.failed_anywhere();
-        let removed = self.removed_list();
+        let mut removed = self.removed_list();
         if !self.removed[dc as usize] {
-            let refusal = match &self.agreement.promised {
-                Some((other, _)) if *other != dc => Some(RemovalRefusal::Pending { dc: *other }),
-                _ => {
-                    let gone = with(failed.clone(), dc);
+            let ballot = (from, id);
+            let held = self.agreement.vote(ballot);
+            let refusal = match (held, self.agreement.promised_dc()) {
+                (Some(Vote::Promised), _) => None,
+                (Some(_), _) => Some(RemovalRefusal::Aborted),
+                (None, Some(other)) if other != dc => Some(RemovalRefusal::Pending { dc: other }),
+                (None, _) => {
+                    let mut gone = failed.clone();
+                    gone.extend(self.agreement.committed_dcs());
+                    let gone = with(gone, dc);
                     self.beyond_f(&gone).then_some(RemovalRefusal::BeyondF { gone })
                 }
             };
@@ -122,15 +295,19 @@ impl GeoEngine {
                 self.send(from, Body::RemoveRefused { id, why });
                 return;
             }
-            let (_, holders) = self.agreement.promised.get_or_insert_with(|| (dc, BTreeSet::new()));
-            holders.insert((from, id));
-            self.counters.removals_promised += 1;
+            if held.is_none() {
+                let ask_at = self.ask_time();
+                self.agreement.record(ballot, dc, Vote::Promised, ask_at);
+                self.counters.removals_promised += 1;
+            }
+            removed.extend(self.agreement.committed_dcs());
         }
         self.send(from, Body::RemovePromised { id, removed, failed });
     }
 
     /// `REMOVE_PROMISED` at the proposer: once a majority of the data centers promised,
-    /// the removal is made if the count they report stays within `f`.
+    /// the removal is committed if the count they report stays within `f`. A promise
+    /// that comes after is not counted: it is withdrawn.
     pub(crate) fn removal_promised(
         &mut self,
         from: NodeId,
@@ -139,24 +316,174 @@ impl GeoEngine {
         failed: Vec<u32>,
     ) {
         let Some(acceptor) = self.member(from) else { return };
+        let majority = self.majority();
         let Some(proposal) = self.agreement.proposals.get_mut(&id) else { return };
+        let dc = proposal.dc;
+        if proposal.commit.is_some() {
+            self.send(from, Body::RemoveWithdrawn { id, dc });
+            return;
+        }
         let mut seen = removed;
         seen.extend(failed);
         proposal.promised.insert(acceptor.dc, seen);
-        if proposal.promised.len() < self.dcs / 2 + 1 {
+        if proposal.promised.len() < majority {
             return;
         }
-        let dc = proposal.dc;
         let mut gone: Vec<u32> = proposal.promised.values().flatten().copied().collect();
         gone.extend(self.failed_anywhere());
         let gone = with(gone, dc);
         if self.beyond_f(&gone) {
             return self.give_up(id, self.beyond_f_refusal(dc, &gone));
         }
-        let proposal = self.forget_proposal(id).expect("looked up");
-        self.learn_removed(dc);
-        for tag in proposal.tags {
-            self.reply(tag, Ok(GeoResult::Synced));
+        self.begin_commit(id);
+    }
+
+    /// Sends proposal `id`'s commit to the acceptors whose promises it counted.
+    fn begin_commit(&mut self, id: u64) {
+        let deadline = self.round_deadline();
+        let proposal = self.agreement.proposals.get_mut(&id).expect("looked up");
+        let counted: BTreeSet<u32> = proposal.promised.keys().copied().collect();
+        let dc = proposal.dc;
+        proposal.commit = Some(CommitRound { counted: counted.clone(), ..Default::default() });
+        self.agreement.deadlines.remove(&(proposal.deadline, id));
+        proposal.deadline = deadline;
+        self.agreement.deadlines.insert((deadline, id));
+        self.counters.removals_committing += 1;
+        for i in counted {
+            let to = self.replica(i, 0);
+            self.send(to, Body::RemoveCommit { id, dc });
+        }
+    }
+
+    /// `REMOVE_COMMIT` at an acceptor: recorded committed if it holds the promise,
+    /// else aborted; the vote goes back to the proposer.
+    pub(crate) fn removal_commit(&mut self, from: NodeId, id: u64, dc: u32) {
+        let vote = if self.removed[dc as usize] {
+            RemovalVote::Made
+        } else {
+            let ballot = (from, id);
+            let vote = match self.agreement.vote(ballot) {
+                Some(Vote::Promised) => Vote::Committed,
+                Some(vote) => vote,
+                None => Vote::Aborted,
+            };
+            let ask_at = self.ask_time();
+            self.agreement.record(ballot, dc, vote, ask_at);
+            vote.answer()
+        };
+        self.send(from, Body::RemoveVote { proposer: from, id, dc, vote });
+    }
+
+    /// `REMOVE_ABORT` at an acceptor (`from` asks): the proposal is recorded aborted
+    /// unless it was committed here; the vote goes back to the asker.
+    pub(crate) fn removal_abort(&mut self, from: NodeId, proposer: NodeId, id: u64, dc: u32) {
+        let vote = if self.removed[dc as usize] {
+            RemovalVote::Made
+        } else {
+            let ballot = (proposer, id);
+            let held = self.agreement.vote(ballot);
+            let vote = match held {
+                Some(Vote::Committed) if self.config.unsafe_abort_committed => Vote::Aborted,
+                Some(Vote::Promised) | None => Vote::Aborted,
+                Some(vote) => vote,
+            };
+            if held.is_some_and(Vote::undecided) && vote == Vote::Aborted {
+                self.counters.removals_aborted += 1;
+            }
+            let ask_at = self.ask_time();
+            self.agreement.record(ballot, dc, vote, ask_at);
+            vote.answer()
+        };
+        self.send(from, Body::RemoveVote { proposer, id, dc, vote });
+    }
+
+    /// `REMOVE_VOTE`: an acceptor's vote on a proposal, at its proposer (an answer to
+    /// the commit) or at an acceptor that asked about it.
+    pub(crate) fn removal_vote(
+        &mut self,
+        from: NodeId,
+        proposer: NodeId,
+        id: u64,
+        dc: u32,
+        vote: RemovalVote,
+    ) {
+        let Some(acceptor) = self.member(from) else { return };
+        if vote == RemovalVote::Made {
+            return self.learn_removed(dc);
+        }
+        if proposer == self.me.node {
+            self.commit_vote(id, acceptor.dc, vote);
+        }
+        self.asked_vote((proposer, id), acceptor.dc, vote);
+    }
+
+    /// An acceptor's vote on this node's proposal `id` in its commit round: made at a
+    /// majority committed, given up once that can no longer be.
+    fn commit_vote(&mut self, id: u64, from_dc: u32, vote: RemovalVote) {
+        let majority = self.majority();
+        let Some(proposal) = self.agreement.proposals.get_mut(&id) else { return };
+        let Some(round) = proposal.commit.as_mut().filter(|r| r.counted.contains(&from_dc)) else {
+            return;
+        };
+        match vote {
+            RemovalVote::Committed => round.committed.insert(from_dc),
+            _ => round.aborted.insert(from_dc),
+        };
+        if round.committed.len() >= majority {
+            let proposal = self.forget_proposal(id).expect("looked up");
+            self.learn_removed(proposal.dc);
+            for tag in proposal.tags {
+                self.reply(tag, Ok(GeoResult::Synced));
+            }
+        } else if round.counted.len() - round.aborted.len() < majority {
+            let aborted: Vec<u32> = round.aborted.iter().copied().collect();
+            let why = format!(
+                "the acceptors of data centers {aborted:?} (counted from 0) aborted the removal of data center {} before it was committed (its promises were held too long): ask again",
+                proposal.dc
+            );
+            self.give_up(id, KeelError::Unavailable(why));
+        }
+    }
+
+    /// An acceptor's answer to this acceptor's ask about `ballot`: a majority committed
+    /// means the removal was made, a majority aborted that it never will be.
+    fn asked_vote(&mut self, ballot: Ballot, from_dc: u32, vote: RemovalVote) {
+        let majority = self.majority();
+        let Some(r) = self.agreement.votes.get_mut(&ballot).filter(|r| r.vote.undecided()) else {
+            return;
+        };
+        match vote {
+            RemovalVote::Committed => r.committed.insert(from_dc),
+            _ => r.aborted.insert(from_dc),
+        };
+        let dc = r.dc;
+        if r.committed.len() >= majority {
+            self.counters.removals_found_made += 1;
+            self.learn_removed(dc);
+        } else if r.aborted.len() >= majority {
+            self.counters.removals_aborted += 1;
+            let vote = if r.vote == Vote::Committed { Vote::Abandoned } else { Vote::Aborted };
+            self.agreement.record(ballot, dc, vote, Time(0));
+        }
+    }
+
+    /// Asks every acceptor to abort each vote this acceptor held undecided too long.
+    pub(crate) fn ask_about_votes(&mut self) {
+        while let Some(&(at, ballot)) = self.agreement.asks.first() {
+            if at > self.now {
+                break;
+            }
+            let dc = self.agreement.votes[&ballot].dc;
+            let (again, vote) = (self.ask_time(), self.agreement.votes[&ballot].vote);
+            self.agreement.record(ballot, dc, vote, again);
+            if self.config.unsafe_promises_held {
+                continue;
+            }
+            self.counters.removal_asks += 1;
+            let (proposer, id) = ballot;
+            for to in self.acceptors() {
+                self.send(to, Body::RemoveAbort { proposer, id, dc });
+            }
         }
     }
 
@@ -165,27 +492,31 @@ impl GeoEngine {
     /// on while a majority might still promise would hold its promises until it is made
     /// or given up, and a proposer stopped meanwhile never withdraws them).
     pub(crate) fn removal_refused(&mut self, from: NodeId, id: u64, why: RemovalRefusal) {
-        let Some(dc) = self.agreement.proposals.get(&id).map(|p| p.dc) else { return };
+        let Some(p) = self.agreement.proposals.get(&id) else { return };
+        if p.commit.is_some() {
+            return;
+        }
+        let dc = p.dc;
         let error = match why {
             RemovalRefusal::Pending { dc: other } => {
                 KeelError::Busy(format!(
-                    "{from} holds a promise for the removal of data center {other} (counted from 0), not yet made or withdrawn: that removal is under way, or its asker failed before deciding it; asking it again finishes it if it is within f"
+                    "{from} holds a promise for the removal of data center {other} (counted from 0), not yet made or withdrawn: that removal is under way, or its asker failed before deciding it (the promise is released within a few suspicion time-outs); asking it again finishes it if it is within f"
                 ))
             }
             RemovalRefusal::BeyondF { gone } => self.beyond_f_refusal(dc, &gone),
+            RemovalRefusal::Aborted => KeelError::Unavailable(format!(
+                "{from} aborted this removal of data center {dc} (counted from 0) before it was promised there: ask again"
+            )),
         };
         self.give_up(id, error);
     }
 
-    /// `REMOVE_WITHDRAWN` at an acceptor: the proposal no longer holds its promise.
+    /// `REMOVE_WITHDRAWN` at an acceptor: the proposal will not commit here; a vote
+    /// still promised is recorded aborted.
     pub(crate) fn removal_withdrawn(&mut self, from: NodeId, id: u64, dc: u32) {
-        if let Some((promised, holders)) = &mut self.agreement.promised {
-            if *promised == dc {
-                holders.remove(&(from, id));
-                if holders.is_empty() {
-                    self.agreement.promised = None;
-                }
-            }
+        let ballot = (from, id);
+        if self.agreement.vote(ballot) == Some(Vote::Promised) {
+            self.agreement.record(ballot, dc, Vote::Aborted, Time(0));
         }
     }
 
@@ -207,26 +538,30 @@ impl GeoEngine {
         Some(proposal)
     }
 
-    /// Gives up the proposals whose deadline passed (too few acceptors answered).
+    /// Gives up the proposals whose round's deadline passed: too few acceptors
+    /// promised, or (committing) answered.
     pub(crate) fn expire_proposals(&mut self) {
         while let Some(&(deadline, id)) = self.agreement.deadlines.first() {
             if deadline > self.now {
                 break;
             }
-            let dc = self.agreement.proposals[&id].dc;
-            let why = format!(
-                "too few data centers answered the removal of data center {dc} (counted from 0): a majority must promise it; ask again"
-            );
-            self.give_up(id, KeelError::Unavailable(why));
+            let p = &self.agreement.proposals[&id];
+            let dc = p.dc;
+            let error = if p.commit.is_some() {
+                KeelError::Timeout
+            } else {
+                KeelError::Unavailable(format!(
+                    "too few data centers answered the removal of data center {dc} (counted from 0): a majority must promise it; ask again"
+                ))
+            };
+            self.give_up(id, error);
         }
     }
 
-    /// Data center `dc` was removed: its promise is kept no longer, and this node's
-    /// proposals of it are answered.
+    /// Data center `dc` was removed: every vote on it is forgotten (anything asked of it
+    /// later is answered `Made`), and this node's proposals of it are answered.
     pub(crate) fn agreement_learns_removed(&mut self, dc: u32) {
-        if self.agreement.promised.as_ref().is_some_and(|(d, _)| *d == dc) {
-            self.agreement.promised = None;
-        }
+        self.agreement.forget_dc(dc);
         let ids: Vec<u64> = self
             .agreement
             .proposals
@@ -267,17 +602,59 @@ impl GeoEngine {
     /// Checks the agreement's own rules.
     pub(crate) fn check_agreement(&self) {
         let a = &self.agreement;
-        if let Some((dc, holders)) = &a.promised {
-            assert!(self.me.partition == 0, "a promise held by a replica of another partition");
-            assert!(!holders.is_empty(), "a promise with no proposal holding it");
-            assert!(!self.removed[*dc as usize], "a promise of a data center already removed");
+        let majority = self.majority();
+        assert!(
+            a.votes.is_empty() || self.me.partition == 0,
+            "votes at a replica of another partition"
+        );
+        assert!(a.votes.len() <= VOTES_MAX, "{} votes kept, over {VOTES_MAX}", a.votes.len());
+        let promised: BTreeSet<u32> =
+            a.votes.values().filter(|r| r.vote == Vote::Promised).map(|r| r.dc).collect();
+        assert!(promised.len() <= 1, "promises held for the removal of {promised:?}");
+        let undecided = a.votes.values().filter(|r| r.vote.undecided()).count();
+        assert_eq!(a.asks.len(), undecided, "undecided votes and their asks differ");
+        for (ballot, r) in &a.votes {
+            assert!(!self.removed[r.dc as usize], "a vote on a data center already removed");
+            if r.vote.undecided() {
+                assert!(a.asks.contains(&(r.ask_at, *ballot)), "vote {ballot:?}'s ask unindexed");
+                assert!(r.committed.len() < majority, "vote {ballot:?} found made, kept");
+                assert!(r.aborted.len() < majority, "vote {ballot:?} found aborted, undecided");
+            }
         }
         assert_eq!(a.deadlines.len(), a.proposals.len(), "proposals and their deadlines differ");
         for (&id, p) in &a.proposals {
             assert!(a.deadlines.contains(&(p.deadline, id)), "proposal {id}'s deadline unindexed");
             assert!(!self.removed[p.dc as usize], "a proposal of a data center already removed");
             assert!(id < a.next_id, "a proposal numbered ahead");
-            assert!(p.promised.len() <= self.dcs / 2, "a proposal promised by a majority, unmade");
+            match &p.commit {
+                None => assert!(
+                    p.promised.len() < majority,
+                    "a proposal promised by a majority, undecided"
+                ),
+                Some(round) => {
+                    assert!(round.counted.len() >= majority, "a commit round of a minority");
+                    assert!(
+                        round.committed.is_subset(&round.counted),
+                        "a commit from one not counted"
+                    );
+                    assert!(
+                        round.aborted.is_subset(&round.counted),
+                        "an abort from one not counted"
+                    );
+                    assert!(
+                        round.committed.is_disjoint(&round.aborted),
+                        "an acceptor both committed and aborted"
+                    );
+                    assert!(
+                        round.committed.len() < majority,
+                        "a removal committed by a majority, unmade"
+                    );
+                    assert!(
+                        round.counted.len() - round.aborted.len() >= majority,
+                        "a commit round that can no longer succeed, kept"
+                    );
+                }
+            }
         }
     }
 }

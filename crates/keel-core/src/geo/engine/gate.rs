@@ -86,9 +86,15 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
             removed.len() <= DCS_MAX && failed.len() <= DCS_MAX
         }
         Body::RemoveRefused { why: RemovalRefusal::BeyondF { gone }, .. } => gone.len() <= DCS_MAX,
-        Body::RemoveRefused { why: RemovalRefusal::Pending { .. }, .. }
+        Body::RemoveRefused {
+            why: RemovalRefusal::Pending { .. } | RemovalRefusal::Aborted,
+            ..
+        }
         | Body::RemovePropose { .. }
         | Body::RemoveWithdrawn { .. }
+        | Body::RemoveCommit { .. }
+        | Body::RemoveAbort { .. }
+        | Body::RemoveVote { .. }
         | Body::Version { .. }
         | Body::Forgotten { .. }
         | Body::PrepareAck { .. }
@@ -189,8 +195,23 @@ impl GeoEngine {
                 Body::Forgotten { .. } => self.config.strong,
                 Body::Removed { dc } => (*dc as usize) < self.dcs,
                 // Proposals go to acceptors (partition 0), answers come from them.
-                Body::RemovePropose { dc, .. } | Body::RemoveWithdrawn { dc, .. } => {
+                Body::RemovePropose { dc, .. }
+                | Body::RemoveWithdrawn { dc, .. }
+                | Body::RemoveCommit { dc, .. } => {
                     self.me.partition == 0 && (*dc as usize) < self.dcs
+                }
+                // Asks go between acceptors; votes come from one, to a proposer or to
+                // an acceptor that asked.
+                Body::RemoveAbort { proposer, dc, .. } => {
+                    self.me.partition == 0
+                        && peer.partition == 0
+                        && (*dc as usize) < self.dcs
+                        && self.member(*proposer).is_some()
+                }
+                Body::RemoveVote { proposer, dc, .. } => {
+                    peer.partition == 0
+                        && (*dc as usize) < self.dcs
+                        && self.member(*proposer).is_some()
                 }
                 Body::RemovePromised { removed, failed, .. } => {
                     peer.partition == 0
@@ -203,6 +224,7 @@ impl GeoEngine {
                             RemovalRefusal::BeyondF { gone } => {
                                 gone.iter().all(|&j| (j as usize) < self.dcs)
                             }
+                            RemovalRefusal::Aborted => true,
                         }
                 }
             };

@@ -26,7 +26,7 @@ use keel_types::{Key, NoRecord, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-mod agree;
+pub(crate) mod agree;
 mod certify;
 mod coordinator;
 mod failover;

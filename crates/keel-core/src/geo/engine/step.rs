@@ -328,6 +328,11 @@ impl GeoEngine {
             }
             Body::RemoveRefused { id, why } => self.removal_refused(from, id, why),
             Body::RemoveWithdrawn { id, dc } => self.removal_withdrawn(from, id, dc),
+            Body::RemoveCommit { id, dc } => self.removal_commit(from, id, dc),
+            Body::RemoveAbort { proposer, id, dc } => self.removal_abort(from, proposer, id, dc),
+            Body::RemoveVote { proposer, id, dc, vote } => {
+                self.removal_vote(from, proposer, id, dc, vote)
+            }
         }
     }
 
@@ -380,6 +385,7 @@ impl GeoEngine {
         }
         self.expire_txs();
         self.expire_proposals();
+        self.ask_about_votes();
     }
 
     /// Sends each channel's message, if it has one (acknowledgements alone only on a
@@ -408,6 +414,9 @@ impl GeoEngine {
         }
         if let Some(&(deadline, _)) = self.agreement.deadlines.first() {
             at = at.min(deadline);
+        }
+        if let Some(&(ask, _)) = self.agreement.asks.first() {
+            at = at.min(ask);
         }
         if let Some(&(expiry, _)) = self.certifier.expiries.first() {
             at = at.min(self.time_of(expiry.saturating_add(1 << PARTITION_BITS)));
