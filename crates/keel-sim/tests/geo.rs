@@ -96,9 +96,9 @@ fn general_seeds_pass_and_reach_every_mechanism() {
 
 /// Seeds of `general` that sweeps once failed, each on a bug since fixed (in the engine or
 /// the simulator's record; `docs/simulation.md`, the geo engine's sweeps).
-const FIXED_SEEDS: [u64; 11] = [
+const FIXED_SEEDS: [u64; 15] = [
     140000304, 180000847, 180000899, 180002473, 190007339, 210001231, 210003709, 230001176,
-    280006144, 390001110, 410007940,
+    280006144, 390001110, 410007940, 900000335, 900000448, 900000492, 910004693,
 ];
 
 #[test]

@@ -1079,6 +1079,9 @@ pub struct Counters {
     pub memberships: u64,
     /// Reads of the old voters' state finished for a membership change.
     pub syncs: u64,
+    /// Sync queries of this node's own answered once it synced (it could not when they
+    /// opened).
+    pub own_sync_queries_answered: u64,
     /// Replies not counted because their sender's membership was of another epoch.
     pub replies_other_epoch: u64,
     /// Replies not counted because, at epoch 0, a member was known configured with other

@@ -341,6 +341,10 @@ pub struct Pair {
     /// The requests in flight: tag, data center, when sent.
     asked: Vec<(RequestTag, u32, u64)>,
     sent: bool,
+    /// Whether a removal was answered `TIMEOUT` (its outcome unknown: it may be made
+    /// later, from the acceptors' votes): no data center fails for the rest of the run,
+    /// as the count of failures no longer knows how many are removed.
+    unknown: bool,
     /// What went wrong: more than `f` removals made.
     pub violations: Vec<String>,
 }
@@ -353,7 +357,14 @@ impl Pair {
             return None;
         }
         let at = rng.range(1_000_000_000, run_ns / 2);
-        Some(Pair { rng, at, asked: Vec::new(), sent: false, violations: Vec::new() })
+        Some(Pair {
+            rng,
+            at,
+            asked: Vec::new(),
+            sent: false,
+            unknown: false,
+            violations: Vec::new(),
+        })
     }
 
     /// Asks the removals when their time comes; takes the answers.
@@ -376,16 +387,20 @@ impl Pair {
                             ));
                         }
                     }
+                    Err(KeelError::Timeout) => {
+                        world.reach("pair-unknown");
+                        self.unknown = true;
+                    }
                     Err(_) => world.reach("pair-refused"),
                 },
-                // A proposal is made or given up within twice the suspicion time-out
-                // (2 s here): the answer comes by then.
-                None if now < at + 2 * ANSWER_NS => left.push((tag, dc, at)),
+                // Each of a proposal's two rounds ends within twice the suspicion
+                // time-out (2 s here): the answer comes by then.
+                None if now < at + 3 * ANSWER_NS => left.push((tag, dc, at)),
                 None => {}
             }
         }
         self.asked = left;
-        world.failures_held = !self.asked.is_empty();
+        world.failures_held = !self.asked.is_empty() || self.unknown;
         if self.sent || now < self.at {
             return;
         }

@@ -912,12 +912,41 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     out
 }
 
+/// A removal answered `TIMEOUT` (its commit round outlasted its deadline: the outcome
+/// unknown) may have been made since, learned from the acceptors' votes. Every data
+/// center some node knows removed counts as failed from then on (as a live one removed
+/// does), and more than `f` of them is a violation.
+fn removals_found(world: &mut GeoWorld) -> Vec<String> {
+    let known: BTreeSet<u32> = world
+        .world
+        .node_ids()
+        .into_iter()
+        .filter_map(|n| world.world.engine(n).map(|e| e.status().removed))
+        .flatten()
+        .collect();
+    let mut out = Vec::new();
+    let unrecorded: Vec<u32> = known.into_iter().filter(|dc| !world.failed.contains(dc)).collect();
+    for dc in unrecorded {
+        world.reach("removal-outcome-found");
+        world.remove_beyond_f(dc);
+        if world.failed.len() > world.shape.f as usize {
+            out.push(format!(
+                "removal-beyond-f: data center {dc} found removed at the end with {:?} failed (f = {})",
+                world.failed, world.shape.f
+            ));
+        }
+    }
+    out
+}
+
 /// Checks the run and builds its report.
 pub fn finish(mut world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -> GeoReport {
+    let found = removals_found(&mut world);
     world.record_removed_unsent();
     let history = world.history(true);
     let mut violations: Vec<String> =
         world.violations().iter().map(|v| format!("{}: {}", v.kind, v.detail)).collect();
+    violations.extend(found);
     violations.extend(held_after_removal(&mut world));
     let report = keel_check::causal::check(&history);
     let counts = report.counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();

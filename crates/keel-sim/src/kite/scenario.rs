@@ -1141,6 +1141,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("self-delinquent", c.self_delinquent);
         add("reset-bit", c.resets);
         add("rejoin", c.rejoins);
+        add("membership:sync-own-answered", c.own_sync_queries_answered);
         add("rejoin-unanswered", c.unanswered_rejoining);
         add("rejoin-round-in-flight", c.replies_fenced);
         add("reply-stale", c.replies_stale);

@@ -75,10 +75,15 @@ impl KiteEngine {
         assert_eq!(round.replies.len(), answered, "round {id}: one reply per member answered");
         assert_eq!(round.replies_bits & round.pending, 0, "round {id}: answered and pending");
         let me = self.index_of(self.config.node).expect("a member");
-        // A round is served here first, in the step that opens it. (Not a sync query's: a
-        // node answers one only once synced, its own too, and its sync wait counts its own
-        // sync apart, `membership.rs`.)
-        let own_later = round.msg.kind() == "sync-query";
+        // A round is served here first, in the step that opens it. A sync query is
+        // answered only once synced, this node's own too: its answer is missing only while
+        // this node has not synced for the query's membership (`membership.rs`).
+        let own_later = match &round.msg {
+            Message::SyncQuery { membership, .. } => {
+                self.synced < membership.epoch && self.membership.epoch <= membership.epoch
+            }
+            _ => false,
+        };
         assert!(
             own_later || round.pending & (1 << me) == 0,
             "round {id} lacks this node's own answer"

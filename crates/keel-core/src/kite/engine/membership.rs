@@ -280,6 +280,26 @@ impl KiteEngine {
             self.synced = self.membership.epoch;
             self.counters.syncs += 1;
             self.epoch += 1;
+            self.answer_own_sync_queries();
+        }
+    }
+
+    /// This node synced: it answers its own sync queries still open, which it could not
+    /// when they opened, as it would a peer's.
+    fn answer_own_sync_queries(&mut self) {
+        let me = self.config.node;
+        let Some(bit) = self.index_of(me).map(|i| 1u64 << i) else { return };
+        let open: Vec<Message> = self
+            .rounds
+            .iter()
+            .filter(|(_, r)| r.pending & bit != 0 && matches!(r.msg, Message::SyncQuery { .. }))
+            .map(|(_, r)| r.msg.clone())
+            .collect();
+        for query in open {
+            if let Some(reply) = self.serve(me, query) {
+                self.record_reply(me, reply);
+                self.counters.own_sync_queries_answered += 1;
+            }
         }
     }
 
@@ -412,9 +432,6 @@ impl KiteEngine {
         }
         let next = wait.joint.next.clone().expect("a joint membership");
         let synced = self.rounds.get(wait.round).map_or(0, |r| r.replies_bits);
-        // This node answered its own query when the round opened; it may have synced since.
-        let mine = self.index_of(self.config.node).map_or(0, |i| 1u64 << i);
-        let synced = if self.synced >= wait.joint.epoch { synced | mine } else { synced };
         let enough = 2 * (synced & self.next_mask).count_ones() > self.next_mask.count_ones();
         if !enough && !self.config.unsafe_unsynced_change {
             return Err(Phase::SyncWait(wait));
