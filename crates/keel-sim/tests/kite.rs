@@ -221,6 +221,12 @@ fn pinned_seeds_stay_clean() {
         // read; an acquire at the others read an older one (fixed: ending a barrier
         // keeps the tracked rounds still short of a quorum).
         ("membership", 93_508_577),
+        // 740000321: an acceptance made under one membership was answered again, after
+        // a higher promise, under a later one, where it made a quorum; the higher
+        // proposal, promised by a quorum of the earlier membership, was chosen too: two
+        // CASes on one read (fixed: answered again only under the membership it was
+        // made in).
+        ("membership", 740_000_321),
         ("general", 81_004_445),
         ("general", 100_417),
         ("general", 23),

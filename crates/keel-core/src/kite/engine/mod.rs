@@ -90,10 +90,12 @@ struct Slot {
     epoch: u64,
     promised: Ballot,
     accepted: Option<(Ballot, RmwRecord)>,
-    /// Whether this incarnation accepted `accepted` itself: one copied from another node
-    /// while rejoining is that node's acceptance, not this one's, and must not be counted
-    /// again as this node's when its proposer's `Accept` arrives.
-    accepted_here: bool,
+    /// The membership epoch under which this incarnation accepted `accepted` itself
+    /// (`None`: copied from another node while rejoining, that node's acceptance, not
+    /// this one's, which must not be counted again as this node's when its proposer's
+    /// `Accept` arrives). An acceptance is answered again after a higher promise only
+    /// under the membership it was made in (`serve_accept`).
+    accepted_here: Option<u64>,
     /// The read-modify-write whose commit made `value`, if one did.
     made_by: Option<Box<(RmwId, RmwOutcome)>>,
     /// The last record this incarnation finished for another (accepted again at its own

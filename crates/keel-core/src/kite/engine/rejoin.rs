@@ -397,7 +397,7 @@ impl KiteEngine {
         if let Some((ballot, record)) = accepted {
             if slot.accepted.as_ref().is_none_or(|(mine, _)| *mine < ballot) {
                 slot.accepted = Some((ballot, record));
-                slot.accepted_here = false;
+                slot.accepted_here = None;
             }
         }
     }

@@ -218,11 +218,17 @@ impl KiteEngine {
         query: Option<u64>,
     ) -> Message {
         let by = self.origin_for(from);
+        let members = self.membership.epoch;
         let slot = self.keys.entry(key.clone()).or_default();
         let held = slot.promised;
         // The same acceptance again (its answer was lost): answered as before, even after
-        // a higher promise, if this node made it.
-        let again = slot.accepted_here
+        // a higher promise, if this node made it, and made it under the membership in
+        // force. One made under an earlier membership, answered again under a later one,
+        // would count towards a quorum of the later one, though a higher proposal may
+        // have been promised since by a quorum of the earlier one that holds neither the
+        // acceptance nor its proposer (the straddling change, seed 740000321: two CASes
+        // chosen on one read).
+        let again = slot.accepted_here == Some(members)
             && slot.accepted.as_ref().is_some_and(|(b, r)| *b == ballot && *r == record);
         let ok = ballot >= slot.promised || again;
         let base = record.base.clone();
@@ -230,7 +236,7 @@ impl KiteEngine {
         if ok && !again {
             slot.promised = ballot;
             slot.accepted = Some((ballot, record));
-            slot.accepted_here = true;
+            slot.accepted_here = Some(members);
         }
         let promised = slot.promised;
         assert!(promised >= held, "a promise went back");
