@@ -169,15 +169,13 @@ impl Agreement {
 
     /// Records `vote` on `ballot` (of `dc`'s removal), indexing when to ask about it.
     fn record(&mut self, ballot: Ballot, dc: u32, vote: Vote, ask_at: Time) {
-        if let Some(old) = self.votes.get(&ballot) {
+        // The answers to its asks so far stay: each is a vote recorded for good.
+        let old = self.votes.remove(&ballot);
+        if let Some(old) = &old {
             self.asks.remove(&(old.ask_at, ballot));
         }
-        let recorded =
-            Recorded { dc, vote, ask_at, committed: BTreeSet::new(), aborted: BTreeSet::new() };
-        let recorded = match self.votes.remove(&ballot) {
-            Some(old) => Recorded { committed: old.committed, aborted: old.aborted, ..recorded },
-            None => recorded,
-        };
+        let (committed, aborted) = old.map(|o| (o.committed, o.aborted)).unwrap_or_default();
+        let recorded = Recorded { dc, vote, ask_at, committed, aborted };
         if vote.undecided() {
             self.asks.insert((ask_at, ballot));
         }
@@ -473,8 +471,8 @@ impl GeoEngine {
             if at > self.now {
                 break;
             }
-            let dc = self.agreement.votes[&ballot].dc;
-            let (again, vote) = (self.ask_time(), self.agreement.votes[&ballot].vote);
+            let Recorded { dc, vote, .. } = self.agreement.votes[&ballot];
+            let again = self.ask_time();
             self.agreement.record(ballot, dc, vote, again);
             if self.config.unsafe_promises_held {
                 continue;
