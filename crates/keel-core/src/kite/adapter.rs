@@ -403,6 +403,11 @@ fn table_metrics(status: &Status, c: &super::Counters) -> Vec<Metric> {
             c.retransmits,
         ),
         Metric::counter(
+            "keel_kite_writes_hurried_total",
+            "Backed-off writes sent at once when their node answered again.",
+            c.writes_hurried,
+        ),
+        Metric::counter(
             "keel_kite_messages_rejected_total",
             "Peer messages dropped by the gate.",
             c.rejected,

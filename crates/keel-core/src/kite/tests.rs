@@ -807,16 +807,10 @@ fn outcomes_past_their_bound_are_dropped_and_counted() {
     }
 }
 
-#[test]
-fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own() {
-    // Node 1 accepted its record at ballot 126, then promised node 3's ballot 140. Node 2
-    // rejoins and copies node 1's slot. When node 1's Accept(126) reaches node 2, it must
-    // be refused: answering "accepted again" would count node 1's acceptance twice and
-    // give ballot 126 a quorum next to 140's (seed 5005170: two FAAs on one base).
-    let mut net = Net::new(3, |_| {});
-    let writer = |n: u32| Stamp::writer_of(NodeId(n), 0);
-    let record = RmwRecord {
-        id: RmwId { node: writer(1), session: 1, seq: 1 },
+/// Node `n`'s first read-modify-write record, of value "1".
+fn first_record_of(n: u32) -> RmwRecord {
+    RmwRecord {
+        id: RmwId { node: Stamp::writer_of(NodeId(n), 0), session: 1, seq: 1 },
         value: v("1"),
         stamp: Stamp::ZERO.next_rmw(),
         digest: 0,
@@ -825,16 +819,41 @@ fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own
         base: None,
         skipped: Vec::new(),
         settled: Vec::new(),
-    };
+    }
+}
+
+/// An `Accept` of `record` for key "c" at `ballot`, in round `round`.
+fn accept_of(round: u64, ballot: Ballot, record: &RmwRecord) -> Message {
+    Message::Accept { round, key: k("c"), ballot, record: record.clone(), query: None }
+}
+
+/// The `Accepted` answers queued from node `from` to node `to`, whether each accepted;
+/// the queue is emptied.
+fn accepted_answers(net: &mut Net, from: u32, to: u32) -> Vec<bool> {
+    let found = net
+        .queue
+        .iter()
+        .filter_map(|(f, t, m)| match m {
+            Message::Accepted { ok, .. } if *f == NodeId(from) && *t == NodeId(to) => Some(*ok),
+            _ => None,
+        })
+        .collect();
+    net.queue.clear();
+    found
+}
+
+#[test]
+fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own() {
+    // Node 1 accepted its record at ballot 126, then promised node 3's ballot 140. Node 2
+    // rejoins and copies node 1's slot. When node 1's Accept(126) reaches node 2, it must
+    // be refused: answering "accepted again" would count node 1's acceptance twice and
+    // give ballot 126 a quorum next to 140's (seed 5005170: two FAAs on one base).
+    let mut net = Net::new(3, |_| {});
+    let writer = |n: u32| Stamp::writer_of(NodeId(n), 0);
+    let record = first_record_of(1);
     let low = Ballot { round: 126, proposer: writer(1) };
     let high = Ballot { round: 140, proposer: writer(3) };
-    let accept = |round| Message::Accept {
-        round,
-        key: k("c"),
-        ballot: low,
-        record: record.clone(),
-        query: None,
-    };
+    let accept = |round| accept_of(round, low, &record);
     // (Delivered as if relayed by node 3: a node takes no message from itself.)
     net.step(1, Input::Message { from: NodeId(3), message: accept(1) });
     let rmw = RmwId { node: writer(3), session: 3, seq: 9 };
@@ -850,15 +869,47 @@ fn an_acceptance_copied_while_rejoining_is_not_counted_as_the_rejoined_nodes_own
     assert!(!net.node(2).status().rejoining);
     net.queue.clear();
     net.step(2, Input::Message { from: NodeId(1), message: accept(3) });
-    let answers: Vec<bool> = net
-        .queue
-        .iter()
-        .filter_map(|(from, to, m)| match m {
-            Message::Accepted { ok, .. } if *from == NodeId(2) && *to == NodeId(1) => Some(*ok),
-            _ => None,
-        })
-        .collect();
+    let answers = accepted_answers(&mut net, 2, 1);
     assert_eq!(answers, vec![false], "refused: node 2 promised 140 and accepted nothing itself");
+}
+
+#[test]
+fn an_acceptance_is_answered_again_only_under_the_membership_it_was_made_in() {
+    // Node 5 accepted node 1's record at ballot 103, then promised node 2's ballot 115.
+    // Node 1's Accept(103) sent again (its answer lost) is answered `ok` again under the
+    // same membership: 103 then counts node 5 once, as it did. Once node 5 took a later
+    // membership, it is refused: under the later voters, 103's old acceptances may make
+    // a quorum that 115's promisers of the earlier membership never saw, and both CASes
+    // would be chosen on one read (membership seed 740000321).
+    let mut net = Net::new(5, |_| {});
+    let writer = |n: u32| Stamp::writer_of(NodeId(n), 0);
+    let record = first_record_of(1);
+    let low = Ballot { round: 103, proposer: writer(1) };
+    let high = Ballot { round: 115, proposer: writer(2) };
+    let accept = |round| accept_of(round, low, &record);
+    let answers = |net: &mut Net| accepted_answers(net, 5, 1);
+    net.step(5, Input::Message { from: NodeId(1), message: accept(1) });
+    assert_eq!(answers(&mut net), vec![true], "accepted at first");
+    let rmw = RmwId { node: writer(2), session: 2, seq: 9 };
+    let propose = Message::Propose { round: 2, key: k("c"), ballot: high, rmw, query: None };
+    net.step(5, Input::Message { from: NodeId(2), message: propose });
+    net.queue.clear();
+    net.step(5, Input::Message { from: NodeId(1), message: accept(1) });
+    assert_eq!(answers(&mut net), vec![true], "the same acceptance, the same membership");
+
+    let later = Membership {
+        epoch: 1,
+        voters: (1..=5).map(NodeId).collect(),
+        next: Some(vec![NodeId(3), NodeId(4), NodeId(5)]),
+    };
+    net.step(
+        5,
+        Input::Message { from: NodeId(3), message: Message::MembershipNews { membership: later } },
+    );
+    assert_eq!(net.node(5).membership().epoch, 1, "the later membership taken");
+    net.queue.clear();
+    net.step(5, Input::Message { from: NodeId(1), message: accept(1) });
+    assert_eq!(answers(&mut net), vec![false], "refused: made under epoch 0, promised 115 since");
 }
 
 #[test]

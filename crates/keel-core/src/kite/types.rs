@@ -1138,6 +1138,9 @@ pub struct Counters {
     pub cas_local_failures: u64,
     /// Requests sent again after the retransmission timer.
     pub retransmits: u64,
+    /// Tracked writes made due at once, their back-off started over, because the node
+    /// they waited for answered another write sent again.
+    pub writes_hurried: u64,
     /// Slow releases received that named this node.
     pub self_delinquent: u64,
     /// Reset-bit messages that cleared a bit.

@@ -1147,6 +1147,7 @@ pub fn reached(world: &KiteWorld, report: &mut KiteReport) {
         add("reply-stale", c.replies_stale);
         add("incarnation-learned", c.incarnations_learned);
         add("retransmit", c.retransmits);
+        add("write-hurried", c.writes_hurried);
         add("flush", c.flushes);
     }
     let (stats, net) = world.stats();
