@@ -314,6 +314,12 @@ pub struct RunArgs {
     /// ever (caught by `promise-held` when the node asked fails with its data center).
     #[arg(long)]
     pub promises_held: bool,
+    /// Negative control (`--engine geo`): an acceptor asked to abort a removal it
+    /// committed records it aborted, so a removal made whose news was cut off is undone
+    /// at the acceptors (caught by `removal-beyond-f` when the node that made it is cut
+    /// off with its data center and the operator removes that data center too).
+    #[arg(long)]
+    pub abort_committed: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

@@ -192,38 +192,6 @@ impl Engine for GeoEngine {
                 u64::from(status.lost),
             ),
             Metric::gauge(
-                "keel_geo_removed_dcs",
-                "Data centers removed from the keyspace, as this replica knows.",
-                status.removed.len() as u64,
-            ),
-            Metric::counter(
-                "keel_geo_removed_dropped_total",
-                "Peer messages dropped because their sender's data center was removed.",
-                c.dropped_removed,
-            ),
-            Metric::counter(
-                "keel_geo_notices_rearmed_total",
-                "Removal notices sent again: their removed member was heard after the notice's \
-                 sends were spent.",
-                c.notices_rearmed,
-            ),
-            Metric::counter(
-                "keel_geo_removal_asks_total",
-                "Asks this acceptor sent every acceptor to abort a removal vote it held \
-                 undecided too long (its proposer failed before deciding, say).",
-                c.removal_asks,
-            ),
-            Metric::counter(
-                "keel_geo_removals_aborted_total",
-                "Removal votes this acceptor released as aborted on an ask.",
-                c.removals_aborted,
-            ),
-            Metric::counter(
-                "keel_geo_removals_found_made_total",
-                "Removals this acceptor learned were made from a majority's votes.",
-                c.removals_found_made,
-            ),
-            Metric::gauge(
                 "keel_geo_forwardable",
                 "Remote transactions held until every data center not removed stores them.",
                 status.forwardable as u64,
@@ -244,9 +212,49 @@ impl Engine for GeoEngine {
                 c.strong_aborted,
             ),
         ];
+        metrics.extend(removal_metrics(&status));
         metrics.extend(certification_metrics(&status));
         Report { status: doc, metrics }
     }
+}
+
+/// The metrics of data-center removal (`engine/remove.rs`, `engine/agree.rs`).
+fn removal_metrics(status: &Status) -> Vec<Metric> {
+    let c = &status.counters;
+    vec![
+        Metric::gauge(
+            "keel_geo_removed_dcs",
+            "Data centers removed from the keyspace, as this replica knows.",
+            status.removed.len() as u64,
+        ),
+        Metric::counter(
+            "keel_geo_removed_dropped_total",
+            "Peer messages dropped because their sender's data center was removed.",
+            c.dropped_removed,
+        ),
+        Metric::counter(
+            "keel_geo_notices_rearmed_total",
+            "Removal notices sent again: their removed member was heard after the notice's \
+             sends were spent.",
+            c.notices_rearmed,
+        ),
+        Metric::counter(
+            "keel_geo_removal_asks_total",
+            "Asks this acceptor sent every acceptor to abort a removal vote it held \
+             undecided too long (its proposer failed before deciding, say).",
+            c.removal_asks,
+        ),
+        Metric::counter(
+            "keel_geo_removals_aborted_total",
+            "Removal votes this acceptor released as aborted on an ask.",
+            c.removals_aborted,
+        ),
+        Metric::counter(
+            "keel_geo_removals_found_made_total",
+            "Removals this acceptor learned were made from a majority's votes.",
+            c.removals_found_made,
+        ),
+    ]
 }
 
 /// The metrics of a replica's part in its partition's certification.

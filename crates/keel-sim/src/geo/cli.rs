@@ -65,6 +65,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         unagreed_removal: args.unagreed_removal,
         notice_at_rest: args.notice_at_rest,
         promises_held: args.promises_held,
+        abort_committed: args.abort_committed,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

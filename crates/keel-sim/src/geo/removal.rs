@@ -16,7 +16,13 @@
 //! center, within 300 ms of the request: its
 //! proposal's promises (or its commit) are left undecided at the acceptors, which must
 //! settle them among themselves (`promise-held` otherwise). The operator then removes the
-//! asker's data center instead.
+//! asker's data center instead. In half the runs where a live data center is removed
+//! with `f` spent by it, and that data center is not cut off, the node that made the
+//! removal is cut off with its data center the moment it answers, before its news
+//! leaves: the acceptors that recorded the commit must keep counting the removal, made
+//! though none of them knows it, and the operator's removal of the cut-off data center,
+//! asked 3.5 to 5.5 s later (after the acceptors asked each other about their undecided
+//! votes), must be refused (`removal-beyond-f` otherwise).
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -38,6 +44,10 @@ const LONG_CUT_NS: (u64, u64) = (6_000_000_000, 8_000_000_000);
 /// the promises take one round trip between data centers (at most 200 ms here), the
 /// commits another.
 const ASKER_FAILS_NS: u64 = 300_000_000;
+/// How long after the node that made a removal is cut off the operator asks to remove
+/// its data center, at least and at most, ns: past the acceptors' asks about undecided
+/// votes (three suspicion time-outs of 1 s).
+const CUT_ASKER_REMOVED_AFTER_NS: (u64, u64) = (3_500_000_000, 5_500_000_000);
 
 /// The run's planned removal.
 pub struct Removal {
@@ -50,8 +60,8 @@ pub struct Removal {
     failed_seen: Option<(u64, u32)>,
     /// The data center being removed, once chosen.
     target: Option<u32>,
-    /// The request in flight: its tag and when it was sent.
-    asked: Option<(RequestTag, u64)>,
+    /// The request in flight: its tag, when it was sent, and the node asked.
+    asked: Option<(RequestTag, u64, NodeId)>,
     /// Not before this time is it asked (again).
     not_before: u64,
     tries: u32,
@@ -68,8 +78,27 @@ pub struct Removal {
     /// its own; once asked, when and which node.
     asker_fails: Option<Rng>,
     asker_crash: Option<(u64, NodeId)>,
+    /// Whether the node that made a live removal is cut off with its data center (if
+    /// that spent `f`), drawn from a stream of its own; once cut, the operator's removal
+    /// of its data center.
+    asker_cut: Option<Rng>,
+    cut_asker: Option<CutAsker>,
     /// What went wrong: a removal beyond `f` that was made.
     pub violations: Vec<String>,
+}
+
+/// The data center of the node that made a removal, cut off as it answered, and the
+/// operator's removal of it, which must be refused (`f` is spent).
+struct CutAsker {
+    rng: Rng,
+    dc: u32,
+    /// The cut lasts until then (or until another fault's heal).
+    until: u64,
+    /// When the operator asks to remove `dc`, and the request in flight.
+    ask_at: u64,
+    asked: Option<(RequestTag, u64)>,
+    tries: u32,
+    answered: bool,
 }
 
 /// A removal beyond `f`, asked by mistake; the engine must refuse it.
@@ -105,6 +134,7 @@ impl Removal {
             not_before: 0,
         });
         let asker_fails = apart.chance(500_000).then(|| apart.fork());
+        let asker_cut = apart.chance(500_000).then(|| apart.fork());
         Some(Removal {
             rng,
             live_at,
@@ -119,6 +149,8 @@ impl Removal {
             mistake,
             asker_fails,
             asker_crash: None,
+            asker_cut,
+            cut_asker: None,
             violations: Vec::new(),
         })
     }
@@ -140,23 +172,11 @@ impl Removal {
             match world.replies.remove(&tag) {
                 Some((_, reply)) => {
                     m.asked = None;
-                    match reply.result {
-                        Ok(_) => {
-                            m.answered = true;
-                            world.remove_beyond_f(dc);
-                            self.violations.push(format!(
-                                "removal-beyond-f: data center {dc} removed at {}ms with {:?} failed already (f = {f})",
-                                now / 1_000_000,
-                                world.failed
-                            ));
-                        }
-                        Err(KeelError::InvalidArgument(why))
-                            if why.contains("removed or suspected") =>
-                        {
-                            m.answered = true;
-                            world.reach("removal-beyond-f-refused");
-                        }
-                        Err(_) => m.not_before = now + RETRY_NS,
+                    let refused = "removal-beyond-f-refused";
+                    let violations = &mut self.violations;
+                    m.answered = settled_beyond_f(world, violations, reply.result, dc, "", refused);
+                    if !m.answered {
+                        m.not_before = now + RETRY_NS;
                     }
                 }
                 None if now >= at + ANSWER_NS => m.asked = None,
@@ -204,12 +224,13 @@ impl Removal {
         }
         self.drive_mistake(world, log, now);
         self.crash_asker(world, log, now);
+        self.drive_cut_asker(world, log, now);
         if self.done {
             return;
         }
-        if let Some((tag, at)) = self.asked {
+        if let Some((tag, at, node)) = self.asked {
             match world.replies.remove(&tag) {
-                Some((_, reply)) => self.answered(world, reply.result, log, now),
+                Some((_, reply)) => self.answered(world, reply.result, node, log, now),
                 None if now >= at + ANSWER_NS => self.asked = None,
                 None => return,
             }
@@ -231,7 +252,7 @@ impl Removal {
         let members = world.nodes_of(dc);
         let member = members[self.rng.below(members.len() as u64) as usize];
         self.tries += 1;
-        self.asked = Some((world.submit_remove(at, member), now));
+        self.asked = Some((world.submit_remove(at, member), now, at));
         log.push(format!(
             "{}ms: {at} asked to remove data center {dc} ({member})",
             now / 1_000_000
@@ -265,6 +286,95 @@ impl Removal {
         self.done = false;
         self.asked = None;
         self.not_before = now + RETRY_NS;
+    }
+
+    /// `node` made the removal of a live data center just now: in the runs drawn, if that
+    /// spent `f` and the removed data center is not cut off itself, `node`'s data center
+    /// is cut off before the removal's news leaves it (the news takes a wide-area
+    /// latency; this runs within a millisecond of the answer).
+    fn cut_the_asker(
+        &mut self,
+        world: &mut GeoWorld,
+        node: NodeId,
+        log: &mut Vec<String>,
+        now: u64,
+    ) {
+        let Some(target) = self.target else { return };
+        let live = world.removed_live.contains(&target);
+        let spent = world.failed.len() >= world.shape.f as usize;
+        if !live || !spent || self.cut_until.is_some() {
+            return;
+        }
+        let Some(mut rng) = self.asker_cut.take() else { return };
+        let dc = world.dc_of(node);
+        let (low, high) = CUT_ASKER_REMOVED_AFTER_NS;
+        let ask_at = now + rng.range(low, high);
+        let until = now + rng.range(LONG_CUT_NS.0, LONG_CUT_NS.1);
+        world.isolate_dc(dc);
+        world.reach("asker-cut");
+        log.push(format!(
+            "{}ms: {node}, which made the removal, is cut off with data center {dc}",
+            now / 1_000_000
+        ));
+        self.cut_asker =
+            Some(CutAsker { rng, dc, until, ask_at, asked: None, tries: 0, answered: false });
+    }
+
+    /// Keeps the cut-off asker's data center cut off until its time (another fault's
+    /// heal may have restored it), and asks to remove it, at a node of another live data
+    /// center, when its time comes. With `f` spent, it must be refused.
+    fn drive_cut_asker(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        let Some(c) = self.cut_asker.as_mut() else { return };
+        if now < c.until {
+            world.isolate_dc(c.dc);
+        } else if c.until != 0 {
+            c.until = 0;
+            world.heal();
+            log.push(format!("{}ms: data center {} reachable again", now / 1_000_000, c.dc));
+        }
+        if c.answered || now < c.ask_at {
+            return;
+        }
+        if let Some((tag, at)) = c.asked {
+            match world.replies.remove(&tag) {
+                Some((_, reply)) => {
+                    c.asked = None;
+                    let why = " (cut off with the node that made a removal)";
+                    let violations = &mut self.violations;
+                    let result = reply.result;
+                    c.answered =
+                        settled_beyond_f(world, violations, result, c.dc, why, "asker-cut-refused");
+                    // Busy, unavailable, or an unknown outcome: asked again later (a removal
+                    // made from an unknown outcome is caught at the end,
+                    // `removal-outcome-found`).
+                    if !c.answered {
+                        c.ask_at = now + RETRY_NS;
+                    }
+                }
+                None if now >= at + 3 * ANSWER_NS => c.asked = None,
+                None => {}
+            }
+            return;
+        }
+        if c.tries >= TRIES_MAX {
+            return;
+        }
+        let askers: Vec<NodeId> = (0..world.shape.dcs())
+            .filter(|d| *d != c.dc && !world.failed.contains(d))
+            .flat_map(|d| world.nodes_of(d))
+            .collect();
+        if askers.is_empty() {
+            return;
+        }
+        let at = askers[c.rng.below(askers.len() as u64) as usize];
+        let member = world.nodes_of(c.dc)[0];
+        c.tries += 1;
+        c.asked = Some((world.submit_remove(at, member), now));
+        log.push(format!(
+            "{}ms: {at} asked to remove data center {}, cut off with the node that made a removal",
+            now / 1_000_000,
+            c.dc
+        ));
     }
 
     /// The data center to remove, once its time has come: the first failed one, or a
@@ -305,6 +415,7 @@ impl Removal {
         &mut self,
         world: &mut GeoWorld,
         result: Result<keel_core::geo::GeoResult, KeelError>,
+        node: NodeId,
         log: &mut Vec<String>,
         now: u64,
     ) {
@@ -314,6 +425,7 @@ impl Removal {
                 self.done = true;
                 world.reach("dc-removed");
                 log.push(format!("{}ms: data center removed", now / 1_000_000));
+                self.cut_the_asker(world, node, log, now);
             }
             Err(KeelError::InvalidArgument(why)) => {
                 assert!(
@@ -326,6 +438,37 @@ impl Removal {
             // The node asked has failed since, or its data center was removed: elsewhere.
             Err(_) => self.not_before = now + RETRY_NS,
         }
+    }
+}
+
+/// The answer to a removal of data center `dc` that must be refused, as `f` is spent:
+/// whether it settled it. Made, it is a violation (`what` says more of `dc`), and `dc`
+/// counts as failed; refused as beyond `f`, the run reaches `refused`. Any other answer
+/// (busy, unavailable, an unknown outcome) settles nothing: it is asked again.
+fn settled_beyond_f(
+    world: &mut GeoWorld,
+    violations: &mut Vec<String>,
+    result: Result<keel_core::geo::GeoResult, KeelError>,
+    dc: u32,
+    what: &str,
+    refused: &str,
+) -> bool {
+    match result {
+        Ok(_) => {
+            world.remove_beyond_f(dc);
+            violations.push(format!(
+                "removal-beyond-f: data center {dc}{what} removed at {}ms with {:?} failed already (f = {})",
+                world.now() / 1_000_000,
+                world.failed,
+                world.shape.f
+            ));
+            true
+        }
+        Err(KeelError::InvalidArgument(why)) if why.contains("removed or suspected") => {
+            world.reach(refused);
+            true
+        }
+        Err(_) => false,
     }
 }
 

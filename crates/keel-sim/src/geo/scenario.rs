@@ -46,6 +46,9 @@ pub struct GeoRunConfig {
     pub notice_at_rest: bool,
     /// Negative control: an acceptor never asks about a vote it holds undecided.
     pub promises_held: bool,
+    /// Negative control: an acceptor asked to abort a proposal it committed records it
+    /// aborted.
+    pub abort_committed: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -279,6 +282,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         unagreed_removal: config.unagreed_removal,
         notice_at_rest: config.notice_at_rest,
         promises_held: config.promises_held,
+        abort_committed: config.abort_committed,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,

@@ -67,6 +67,9 @@ pub struct GeoShape {
     pub notice_at_rest: bool,
     /// Negative control: an acceptor never asks about a vote it holds undecided.
     pub promises_held: bool,
+    /// Negative control: an acceptor asked to abort a proposal it committed records it
+    /// aborted.
+    pub abort_committed: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -199,6 +202,7 @@ impl GeoWorld {
         template.unsafe_unagreed_removal = shape.unagreed_removal;
         template.unsafe_notice_at_rest = shape.notice_at_rest;
         template.unsafe_promises_held = shape.promises_held;
+        template.unsafe_abort_committed = shape.abort_committed;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;

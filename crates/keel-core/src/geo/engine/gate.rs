@@ -4,7 +4,7 @@
 //! sender's place in the topology against what the bodies claim.
 
 use super::super::types::{
-    Body, Candidate, Message, Record, RemovalRefusal, Update, Vector, DCS_MAX, LABEL_MAX,
+    Body, Candidate, Member, Message, Record, RemovalRefusal, Update, Vector, DCS_MAX, LABEL_MAX,
     PARTITIONS_MAX,
 };
 use super::GeoEngine;
@@ -193,46 +193,59 @@ impl GeoEngine {
                     self.config.strong && peer.partition != self.me.partition
                 }
                 Body::Forgotten { .. } => self.config.strong,
-                Body::Removed { dc } => (*dc as usize) < self.dcs,
-                // Proposals go to acceptors (partition 0), answers come from them.
-                Body::RemovePropose { dc, .. }
-                | Body::RemoveWithdrawn { dc, .. }
-                | Body::RemoveCommit { dc, .. } => {
-                    self.me.partition == 0 && (*dc as usize) < self.dcs
-                }
-                // Asks go between acceptors; votes come from one, to a proposer or to
-                // an acceptor that asked.
-                Body::RemoveAbort { proposer, dc, .. } => {
-                    self.me.partition == 0
-                        && peer.partition == 0
-                        && (*dc as usize) < self.dcs
-                        && self.member(*proposer).is_some()
-                }
-                Body::RemoveVote { proposer, dc, .. } => {
-                    peer.partition == 0
-                        && (*dc as usize) < self.dcs
-                        && self.member(*proposer).is_some()
-                }
-                Body::RemovePromised { removed, failed, .. } => {
-                    peer.partition == 0
-                        && removed.iter().chain(failed).all(|&j| (j as usize) < self.dcs)
-                }
-                Body::RemoveRefused { why, .. } => {
-                    peer.partition == 0
-                        && match why {
-                            RemovalRefusal::Pending { dc } => (*dc as usize) < self.dcs,
-                            RemovalRefusal::BeyondF { gone } => {
-                                gone.iter().all(|&j| (j as usize) < self.dcs)
-                            }
-                            RemovalRefusal::Aborted => true,
-                        }
-                }
+                Body::Removed { .. }
+                | Body::RemovePropose { .. }
+                | Body::RemoveWithdrawn { .. }
+                | Body::RemoveCommit { .. }
+                | Body::RemoveAbort { .. }
+                | Body::RemoveVote { .. }
+                | Body::RemovePromised { .. }
+                | Body::RemoveRefused { .. } => self.removal_body_fits(peer, body),
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");
             }
         }
         Ok(())
+    }
+
+    /// Whether a body of data-center removal (`remove.rs`, `agree.rs`) comes from the
+    /// replica that sends it, with data centers of this keyspace.
+    fn removal_body_fits(&self, peer: Member, body: &Body) -> bool {
+        match body {
+            Body::Removed { dc } => (*dc as usize) < self.dcs,
+            // Proposals go to acceptors (partition 0), answers come from them.
+            Body::RemovePropose { dc, .. }
+            | Body::RemoveWithdrawn { dc, .. }
+            | Body::RemoveCommit { dc, .. } => self.me.partition == 0 && (*dc as usize) < self.dcs,
+            // Asks go between acceptors; votes come from one, to a proposer or to
+            // an acceptor that asked.
+            Body::RemoveAbort { proposer, dc, .. } => {
+                self.me.partition == 0
+                    && peer.partition == 0
+                    && (*dc as usize) < self.dcs
+                    && self.member(*proposer).is_some()
+            }
+            Body::RemoveVote { proposer, dc, .. } => {
+                peer.partition == 0 && (*dc as usize) < self.dcs && self.member(*proposer).is_some()
+            }
+            Body::RemovePromised { removed, failed, .. } => {
+                peer.partition == 0
+                    && removed.iter().chain(failed).all(|&j| (j as usize) < self.dcs)
+            }
+            Body::RemoveRefused { why, .. } => {
+                peer.partition == 0
+                    && match why {
+                        RemovalRefusal::Pending { dc } => (*dc as usize) < self.dcs,
+                        RemovalRefusal::BeyondF { gone } => {
+                            gone.iter().all(|&j| (j as usize) < self.dcs)
+                        }
+                        RemovalRefusal::Aborted => true,
+                    }
+            }
+            // (Called for the removal bodies only.)
+            _ => false,
+        }
     }
 
     /// Whether every vote among `records` fits this partition.
