@@ -92,8 +92,9 @@ pub struct Removal {
 struct CutAsker {
     rng: Rng,
     dc: u32,
-    /// The cut lasts until then (or until another fault's heal).
-    until: u64,
+    /// The cut lasts until then (re-applied after another fault's heal); `None` once
+    /// healed.
+    until: Option<u64>,
     /// When the operator asks to remove `dc`, and the request in flight.
     ask_at: u64,
     asked: Option<(RequestTag, u64)>,
@@ -309,7 +310,7 @@ impl Removal {
         let dc = world.dc_of(node);
         let (low, high) = CUT_ASKER_REMOVED_AFTER_NS;
         let ask_at = now + rng.range(low, high);
-        let until = now + rng.range(LONG_CUT_NS.0, LONG_CUT_NS.1);
+        let until = Some(now + rng.range(LONG_CUT_NS.0, LONG_CUT_NS.1));
         world.isolate_dc(dc);
         world.reach("asker-cut");
         log.push(format!(
@@ -325,12 +326,14 @@ impl Removal {
     /// center, when its time comes. With `f` spent, it must be refused.
     fn drive_cut_asker(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
         let Some(c) = self.cut_asker.as_mut() else { return };
-        if now < c.until {
-            world.isolate_dc(c.dc);
-        } else if c.until != 0 {
-            c.until = 0;
-            world.heal();
-            log.push(format!("{}ms: data center {} reachable again", now / 1_000_000, c.dc));
+        match c.until {
+            Some(until) if now < until => world.isolate_dc(c.dc),
+            Some(_) => {
+                c.until = None;
+                world.heal();
+                log.push(format!("{}ms: data center {} reachable again", now / 1_000_000, c.dc));
+            }
+            None => {}
         }
         if c.answered || now < c.ask_at {
             return;

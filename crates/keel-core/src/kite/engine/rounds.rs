@@ -143,16 +143,14 @@ impl Rounds {
     /// node that came back while several writes had backed off to the cap took one write
     /// per cap interval through a link that passes one at a time: membership seed
     /// 740001403 of the simulator, a completed write 4.5 s late at two nodes.) It visits
-    /// the open rounds, at most the session window's writes, and only on the answer of a
-    /// write sent again, itself paced.
+    /// the open rounds (bounded by the sessions' windows), and runs only on the answer to
+    /// a write sent again, itself paced.
     fn hurry(&mut self, index: usize, now: Time) -> u64 {
         let bit = 1u64 << index;
         let mut hurried = 0;
         for (&id, round) in self.open.iter_mut() {
-            if !round.tracked || round.pending & bit == 0 || round.sends <= 1 {
-                continue;
-            }
-            if round.next_send <= now {
+            let backed_off = round.tracked && round.sends > 1 && round.next_send > now;
+            if !backed_off || round.pending & bit == 0 {
                 continue;
             }
             let indexed = self.resends.remove(&(round.next_send, id));
