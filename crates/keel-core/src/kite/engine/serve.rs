@@ -221,6 +221,12 @@ impl KiteEngine {
         let members = self.membership.epoch;
         let slot = self.keys.entry(key.clone()).or_default();
         let held = slot.promised;
+        // Memberships only move forward: an acceptance was made under one taken already.
+        assert!(
+            slot.accepted_here.is_none_or(|made| made <= members),
+            "an acceptance made under membership {:?}, ahead of {members}",
+            slot.accepted_here
+        );
         // The same acceptance again (its answer was lost): answered as before, even after
         // a higher promise, if this node made it, and made it under the membership in
         // force. One made under an earlier membership, answered again under a later one,
