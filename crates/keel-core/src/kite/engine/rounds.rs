@@ -8,7 +8,9 @@
 //! The timers are indexed: [`Rounds`] keeps `(next_send, round)` for every round still
 //! waiting for an answer, so a tick visits only the rounds due, and the next wake-up is
 //! the first entry of this index, of the waiting operations' index (`sessions.rs`) and of
-//! the rejoin's. `check_index` (run by `check_invariants`) holds the index to the rounds.
+//! the rejoin's. The tracked writes sent again are indexed by the members they still wait
+//! for, so that a member's answer hurries only those (`Rounds::hurry`). `check_index` (run
+//! by `check_invariants`) holds both indexes to the rounds.
 
 use super::{Flags, Found, KiteEngine, Message, NodeId, Origin, RoundId, Stamp};
 use super::{RmwId, RmwOutcome, Value};
@@ -42,6 +44,9 @@ pub(super) struct Rounds {
     open: BTreeMap<RoundId, Round>,
     /// `(next_send, id)` of every open round with a member yet to answer.
     resends: BTreeSet<(Time, RoundId)>,
+    /// `(member index, id)` of every tracked write sent more than once, per member it
+    /// still waits for: the writes a member's answer may hurry.
+    backed_off: BTreeSet<(usize, RoundId)>,
     /// The id the next round takes.
     next: RoundId,
 }
@@ -58,7 +63,12 @@ pub(super) struct QuorumRead {
 impl Rounds {
     /// No round open; the first takes `first`.
     pub(super) fn new(first: RoundId) -> Rounds {
-        Rounds { open: BTreeMap::new(), resends: BTreeSet::new(), next: first }
+        Rounds {
+            open: BTreeMap::new(),
+            resends: BTreeSet::new(),
+            backed_off: BTreeSet::new(),
+            next: first,
+        }
     }
 
     pub(super) fn get(&self, id: RoundId) -> Option<&Round> {
@@ -92,6 +102,7 @@ impl Rounds {
         if round.pending != 0 {
             self.resends.insert((round.next_send, id));
         }
+        index_backoff(&mut self.backed_off, id, &round);
         let old = self.open.insert(id, round);
         assert!(old.is_none(), "round {id} opened twice");
     }
@@ -101,6 +112,7 @@ impl Rounds {
         let round = self.open.remove(&id)?;
         let indexed = self.resends.remove(&(round.next_send, id));
         assert_eq!(indexed, round.pending != 0, "round {id}'s resend index");
+        unindex_backoff(&mut self.backed_off, id, &round);
         Some(round)
     }
 
@@ -121,6 +133,10 @@ impl Rounds {
             return None;
         }
         let resent_write = r.tracked && r.sends > 1;
+        if resent_write {
+            let indexed = self.backed_off.remove(&(index, id));
+            assert!(indexed, "round {id} backed off unindexed for member {index}");
+        }
         r.pending &= !bit;
         r.replies.push((from, reply));
         r.replies_bits |= bit;
@@ -143,18 +159,21 @@ impl Rounds {
     /// node that came back while several writes had backed off to the cap took one write
     /// per cap interval through a link that passes one at a time: membership seed
     /// 740001403 of the simulator, a completed write 4.5 s late at two nodes.) It visits
-    /// the open rounds (bounded by the sessions' windows), and runs only on the answer to
-    /// a write sent again, itself paced.
+    /// only the writes the back-off index holds for that member.
     fn hurry(&mut self, index: usize, now: Time) -> u64 {
-        let bit = 1u64 << index;
+        let waiting: Vec<RoundId> =
+            self.backed_off.range((index, 0)..=(index, RoundId::MAX)).map(|&(_, id)| id).collect();
         let mut hurried = 0;
-        for (&id, round) in self.open.iter_mut() {
-            let backed_off = round.tracked && round.sends > 1 && round.next_send > now;
-            if !backed_off || round.pending & bit == 0 {
-                continue;
+        for id in waiting {
+            let round = self.open.get_mut(&id).expect("a backed-off write is open");
+            let waits = round.tracked && round.sends > 1 && round.pending & (1u64 << index) != 0;
+            assert!(waits, "round {id} indexed as backed off for member {index}");
+            if round.next_send <= now {
+                continue; // due already
             }
             let indexed = self.resends.remove(&(round.next_send, id));
             assert!(indexed, "round {id} waited unindexed");
+            unindex_backoff(&mut self.backed_off, id, round);
             round.next_send = now;
             round.sends = 1;
             self.resends.insert((now, id));
@@ -177,7 +196,9 @@ impl Rounds {
         assert!(r.pending != 0 && r.next_send <= now, "round {id} is not due");
         let indexed = self.resends.remove(&(r.next_send, id));
         assert!(indexed, "round {id} due unindexed");
+        unindex_backoff(&mut self.backed_off, id, r);
         r.sends += 1;
+        index_backoff(&mut self.backed_off, id, r);
         // Quorum rounds resend at a fixed pace; writes waiting for every node back off (a
         // node down for long costs little), up to 2^WRITE_BACKOFF_SHIFT_MAX times the pace.
         let factor = if r.tracked { 1u64 << r.sends.min(WRITE_BACKOFF_SHIFT_MAX) } else { 1 };
@@ -212,9 +233,11 @@ impl Rounds {
                 let indexed = self.resends.remove(&(round.next_send, id));
                 assert!(indexed, "round {id} waited unindexed");
             }
+            unindex_backoff(&mut self.backed_off, id, round);
             round.replies.retain(|(from, _)| *from != node);
             round.replies_bits &= !bit;
             round.pending |= bit;
+            index_backoff(&mut self.backed_off, id, round);
             round.next_send = round.next_send.min(now);
             self.resends.insert((round.next_send, id));
         }
@@ -241,7 +264,9 @@ impl Rounds {
                         let indexed = self.resends.remove(&(round.next_send, id));
                         assert!(indexed, "round {id} waited unindexed");
                     }
+                    unindex_backoff(&mut self.backed_off, id, round);
                     round.pending |= new;
+                    index_backoff(&mut self.backed_off, id, round);
                     round.next_send = round.next_send.min(now);
                     self.resends.insert((round.next_send, id));
                 }
@@ -251,7 +276,9 @@ impl Rounds {
                 let indexed = self.resends.remove(&(round.next_send, id));
                 assert!(indexed, "round {id} waited unindexed");
             }
+            unindex_backoff(&mut self.backed_off, id, round);
             round.pending |= round.replies_bits | added;
+            index_backoff(&mut self.backed_off, id, round);
             round.replies.clear();
             round.replies_bits = 0;
             round.next_send = round.next_send.min(now);
@@ -267,10 +294,16 @@ impl Rounds {
     }
 
     /// Panics unless the resend index holds exactly the open rounds with a member yet to
-    /// answer, at their times, and every round's id was given out.
+    /// answer, at their times, the back-off index exactly the tracked writes sent again
+    /// by the members they wait for, and every round's id was given out.
     pub(super) fn check_index(&self) {
         let waiting = self.open.values().filter(|r| r.pending != 0).count();
         assert_eq!(self.resends.len(), waiting, "the resend index holds other rounds");
+        let mut backed_off = BTreeSet::new();
+        for (&id, round) in &self.open {
+            index_backoff(&mut backed_off, id, round);
+        }
+        assert!(backed_off == self.backed_off, "the back-off index holds other rounds");
         for (&id, round) in &self.open {
             assert!(id < self.next, "round {id} not given out");
             if round.pending != 0 {
@@ -477,6 +510,29 @@ impl KiteEngine {
         let wait = self.waits.first().map(|&(at, _)| at);
         [self.rejoin_wake(), self.rounds.next_resend(), wait].into_iter().flatten().min()
     }
+}
+
+/// Indexes `round` (`id`) in `backed_off` by each member it waits for, if it is a tracked
+/// write sent more than once.
+fn index_backoff(backed_off: &mut BTreeSet<(usize, RoundId)>, id: RoundId, round: &Round) {
+    if round.tracked && round.sends > 1 {
+        backed_off.extend(members(round.pending).map(|i| (i, id)));
+    }
+}
+
+/// Takes `round` (`id`) out of `backed_off` (its entries as `index_backoff` made them).
+fn unindex_backoff(backed_off: &mut BTreeSet<(usize, RoundId)>, id: RoundId, round: &Round) {
+    if round.tracked && round.sends > 1 {
+        for i in members(round.pending) {
+            let indexed = backed_off.remove(&(i, id));
+            assert!(indexed, "round {id} backed off unindexed for member {i}");
+        }
+    }
+}
+
+/// The member indexes set in `mask`.
+fn members(mask: u64) -> impl Iterator<Item = usize> {
+    (0..64).filter(move |i| mask & (1u64 << i) != 0)
 }
 
 fn set_round(msg: &mut Message, id: RoundId) {
