@@ -256,8 +256,8 @@ fn a_commit_recorded_outlasts_the_asks_when_its_proposer_is_cut_off_and_its_cont
     // cut-off data center. The committed votes must stand against the asks, so that
     // removal is refused. With `unsafe_abort_committed` the asks abort them, and it is
     // made: two removals where `f` is 1. These are the first three of 0 to 199 on which
-    // the control fails.
-    for seed in [50, 118, 138] {
+    // the control fails (7 of the 200 do).
+    for seed in [0, 39, 50] {
         let r = run_one(&config("general", seed, false));
         assert_clean(&r);
         for path in ["asker-cut", "asker-cut-refused"] {

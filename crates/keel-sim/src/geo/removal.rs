@@ -16,7 +16,7 @@
 //! center, within 300 ms of the request: its
 //! proposal's promises (or its commit) are left undecided at the acceptors, which must
 //! settle them among themselves (`promise-held` otherwise). The operator then removes the
-//! asker's data center instead. In half the runs where a live data center is removed
+//! asker's data center instead. In every run where a live data center is removed
 //! with `f` spent by it, and that data center is not cut off, the node that made the
 //! removal is cut off with its data center the moment it answers, before its news
 //! leaves: the acceptors that recorded the commit must keep counting the removal, made
@@ -78,9 +78,8 @@ pub struct Removal {
     /// its own; once asked, when and which node.
     asker_fails: Option<Rng>,
     asker_crash: Option<(u64, NodeId)>,
-    /// Whether the node that made a live removal is cut off with its data center (if
-    /// that spent `f`), drawn from a stream of its own; once cut, the operator's removal
-    /// of its data center.
+    /// The stream of the cut of the node that made a live removal with its data center
+    /// (if that spent `f`); once cut, the operator's removal of its data center.
     asker_cut: Option<Rng>,
     cut_asker: Option<CutAsker>,
     /// What went wrong: a removal beyond `f` that was made.
@@ -135,7 +134,7 @@ impl Removal {
             not_before: 0,
         });
         let asker_fails = apart.chance(500_000).then(|| apart.fork());
-        let asker_cut = apart.chance(500_000).then(|| apart.fork());
+        let asker_cut = Some(apart.fork());
         Some(Removal {
             rng,
             live_at,
