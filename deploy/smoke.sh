@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 file=${1:-deploy/compose.yaml}
 nodes=$(grep -c '^  keel[0-9][0-9]*:$' "$file")
 project="keelsmoke$nodes"
-keel=target/release/keel
+keel=${KEEL_BIN:-target/release/keel}
 dc() { docker-compose -p "$project" -f "$file" "$@"; }
 cleanup() { dc down -v --remove-orphans >/dev/null 2>&1 || true; }
 trap cleanup EXIT
