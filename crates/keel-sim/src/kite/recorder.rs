@@ -62,6 +62,9 @@ pub struct Recorder {
     /// The history session a client's requests go to, when it is not the client's
     /// engine session (after its connection broke: [`Recorder::rename`]).
     aliases: BTreeMap<u64, u64>,
+    /// Of each operation sent again, where it stood before ([`Recorder::retry`]): its
+    /// session, number in it and machine, to return to if the retry is refused.
+    retried_from: BTreeMap<usize, (u64, u64, u32)>,
 }
 
 impl Recorder {
@@ -168,6 +171,7 @@ impl Recorder {
         let seq = self.seqs.entry(history).or_default();
         *seq += 1;
         let moved = &mut self.ops[index];
+        self.retried_from.insert(index, (moved.session, moved.seq, moved.machine));
         moved.session = history;
         moved.seq = *seq;
         moved.machine = node.0;
@@ -185,14 +189,20 @@ impl Recorder {
         }
         if let Err(keel_types::KeelError::SessionExpired) = &reply.result {
             // A retry refused because a later request of its client was done: it may have
-            // been done, so it stays without a reply (its commit, if any, settles it).
+            // been done, so it stays without a reply (its commit, if any, settles it),
+            // back where it was sent first, unordered with the session the retry went to.
+            // (Left in that session, it was ordered before the session's later requests,
+            // which its first attempt, done or finished later, need not precede: Kite
+            // general seed 810000389, a read after the refusal older than the FAA.)
+            self.unretry(index);
             return None;
         }
         let named = self.requests.get(&reply.tag).is_some_and(|(_, named)| named.is_some());
         if let (Err(keel_types::KeelError::Unavailable(_)), true) = (&reply.result, named) {
             // A named request refused by a node that no longer votes: an earlier attempt
             // elsewhere may have been done, so it stays without a reply (its client sends
-            // it again at a voter).
+            // it again at a voter), unordered with the session it was refused in.
+            self.unretry(index);
             return None;
         }
         let op = &mut self.ops[index];
@@ -233,6 +243,15 @@ impl Recorder {
                 }
                 Some(Seen { read: read_number, read_stamp: *read_stamp, wrote: *wrote, written })
             }
+        }
+    }
+
+    /// Operation `index`, sent again and refused without an outcome, goes back to where
+    /// it stood before that retry (nothing if it was not sent again).
+    fn unretry(&mut self, index: usize) {
+        if let Some((session, seq, machine)) = self.retried_from.remove(&index) {
+            let op = &mut self.ops[index];
+            (op.session, op.seq, op.machine) = (session, seq, machine);
         }
     }
 
