@@ -205,6 +205,8 @@ impl Recorder {
             self.unretry(index);
             return None;
         }
+        // Answered: the operation stays where its last attempt put it.
+        self.retried_from.remove(&index);
         let op = &mut self.ops[index];
         op.complete = Some(at);
         let result = match &reply.result {
