@@ -8,7 +8,7 @@ use bytes::Bytes;
 use keel_core::engine::{Engine, Input, RequestTag};
 use keel_core::geo::{
     Body, Candidate, Config, GeoEngine, GeoOp, GeoRequest, Kind, Member, Message, Object, Record,
-    RemovalRefusal, Replicated, TxId, Update, Vector,
+    Change, ChangeRefusal, Replicated, TxId, Update, Vector,
 };
 use keel_core::time::Time;
 use keel_types::NodeId;
@@ -76,12 +76,15 @@ fn message(which: u8) -> Message {
         16 => Body::Settle { txs: vec![(tx, 900 * MS)] },
         17 => Body::Settled { txs: vec![tx] },
         18 => Body::Forgotten { tx },
-        19 => Body::Removed { dc: 2 },
-        20 => Body::RemovePropose { id: 1, dc: 2 },
-        21 => Body::RemovePromised { id: 1, removed: vec![], failed: vec![2] },
-        22 => Body::RemoveRefused { id: 1, why: RemovalRefusal::Pending { dc: 1 } },
-        23 => Body::RemoveRefused { id: 1, why: RemovalRefusal::BeyondF { gone: vec![1, 2] } },
-        _ => Body::RemoveWithdrawn { id: 1, dc: 2 },
+        19 => Body::Changed { change: Change { dc: 2, epoch: 1 } },
+        20 => Body::ChangePropose { id: 1, change: Change { dc: 2, epoch: 2 } },
+        21 => Body::ChangePromised { id: 1, removed: vec![], failed: vec![2] },
+        22 => Body::ChangeRefused {
+            id: 1,
+            why: ChangeRefusal::Pending { change: Change { dc: 1, epoch: 1 } },
+        },
+        23 => Body::ChangeRefused { id: 1, why: ChangeRefusal::BeyondF { gone: vec![1, 2] } },
+        _ => Body::ChangeWithdrawn { id: 1, change: Change { dc: 2, epoch: 3 } },
     };
     Message { boot: 3, peer_boot: 0, ack: 0, first: 0, bodies: vec![body] }
 }

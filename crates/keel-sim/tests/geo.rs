@@ -90,6 +90,9 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "pair-asked",
         "pair-removed",
         "pair-refused",
+        "return-made",
+        "return-abandoned",
+        "return-made-again",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }

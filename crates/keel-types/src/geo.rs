@@ -237,6 +237,13 @@ pub enum GeoOp {
         /// Any member of the data center.
         member: crate::NodeId,
     },
+    /// Take the removed data center of `member` back, with fresh replicas (an
+    /// operator's). Only the agreement is built: the return is recorded, and the data
+    /// center stays removed meanwhile (`docs/geo.md`, *Taking a data center back*).
+    ReturnDc {
+        /// Any member of the data center.
+        member: crate::NodeId,
+    },
 }
 
 impl GeoOp {
@@ -259,13 +266,22 @@ impl GeoOp {
             GeoOp::BeginStrong { past, label } => {
                 8 * (past.dcs.len() + 1) + label.as_ref().map_or(0, String::len)
             }
-            GeoOp::Commit { .. } | GeoOp::Abort { .. } | GeoOp::RemoveDc { .. } => 0,
+            GeoOp::Commit { .. }
+            | GeoOp::Abort { .. }
+            | GeoOp::RemoveDc { .. }
+            | GeoOp::ReturnDc { .. } => 0,
         }
     }
 
     /// Whether it changes state (an update, a commit).
     pub fn is_write(&self) -> bool {
-        matches!(self, GeoOp::Update { .. } | GeoOp::Commit { .. } | GeoOp::RemoveDc { .. })
+        matches!(
+            self,
+            GeoOp::Update { .. }
+                | GeoOp::Commit { .. }
+                | GeoOp::RemoveDc { .. }
+                | GeoOp::ReturnDc { .. }
+        )
     }
 
     /// Its name as users and metrics see it.
@@ -280,6 +296,7 @@ impl GeoOp {
             GeoOp::Barrier { .. } => "barrier",
             GeoOp::Attach { .. } => "attach",
             GeoOp::RemoveDc { .. } => "remove-dc",
+            GeoOp::ReturnDc { .. } => "return-dc",
         }
     }
 

@@ -313,8 +313,11 @@ impl GeoEngine {
             forwardable: self.partition.remote_commits.iter().map(|c| c.len()).sum(),
             lost: self.lost,
             removed: self.removed_list(),
-            removal_promised: self.agreement.promised_dc(),
+            removal_promised: self.agreement.promised().filter(|c| c.removes()).map(|c| c.dc),
             removal_committed: self.agreement.committed_dcs(),
+            return_promised: self.agreement.promised().filter(|c| !c.removes()).map(|c| c.dc),
+            returning: (0..self.dcs as u32).filter(|&d| self.returning[d as usize]).collect(),
+            epochs: self.epochs.clone(),
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
                 leader_dc: self.own_leader_dc(self.certifier.ballot),

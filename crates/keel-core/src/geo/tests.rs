@@ -24,6 +24,11 @@ struct Cluster {
 impl Cluster {
     /// `dcs` data centers of `partitions` nodes; node ids `dc * 10 + partition + 1`.
     fn new(f: u32, partitions: u32) -> Cluster {
+        Cluster::with_strong(f, partitions, true)
+    }
+
+    /// As [`Cluster::new`], with strong transactions or without.
+    fn with_strong(f: u32, partitions: u32, strong: bool) -> Cluster {
         let dcs = 2 * f + 1;
         let members: Vec<Member> = (0..dcs)
             .flat_map(|dc| {
@@ -38,7 +43,7 @@ impl Cluster {
         for m in &members {
             let mut config = Config::new(m.node, members.clone(), f);
             config.wall_clock_origin_us = 1_000_000;
-            config.strong = true;
+            config.strong = strong;
             nodes.insert(m.node, GeoEngine::boot(config, Time(0)).unwrap());
         }
         Cluster {
@@ -753,7 +758,7 @@ fn made_by_votes(c: &Cluster, dc: u32) -> bool {
     let mut by: BTreeMap<(NodeId, u64), usize> = BTreeMap::new();
     for n in c.nodes.values() {
         for (ballot, r) in &n.agreement.votes {
-            if r.dc == dc && matches!(r.vote, super::engine::agree::Vote::Committed) {
+            if r.change.dc == dc && matches!(r.vote, super::engine::agree::Vote::Committed) {
                 *by.entry(*ballot).or_default() += 1;
             }
         }
@@ -807,5 +812,86 @@ fn a_commit_recorded_stands_against_later_asks_so_a_removal_made_unseen_still_co
             assert_eq!(c.nodes[&NodeId(n)].status().removed, vec![2], "{n}");
         }
         assert!(c.nodes[&NodeId(21)].is_removed(), "21 was not told");
+    }
+}
+
+#[test]
+fn returns_are_agreed_one_at_a_time_from_a_removed_data_center_only() {
+    let mut strong = Cluster::new(1, 1);
+    assert_eq!(
+        strong.call(NodeId(1), 0, GeoOp::RemoveDc { member: NodeId(21) }),
+        GeoResult::Synced
+    );
+    match strong.call_result(NodeId(1), 0, GeoOp::ReturnDc { member: NodeId(21) }) {
+        Err(keel_types::KeelError::InvalidArgument(why)) => {
+            assert!(why.contains("strong"), "{why}")
+        }
+        other => panic!("a return in a strong keyspace: {other:?}"),
+    }
+    let mut c = Cluster::with_strong(2, 1, false);
+    c.run(50);
+    let remove = |member: u32| GeoOp::RemoveDc { member: NodeId(member) };
+    let back = |member: u32| GeoOp::ReturnDc { member: NodeId(member) };
+    let refused = |r: Result<GeoResult, keel_types::KeelError>| match r {
+        Err(keel_types::KeelError::InvalidArgument(why) | keel_types::KeelError::Busy(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    let why = refused(c.call_result(NodeId(1), 0, back(41)));
+    assert!(why.contains("not removed"), "{why}");
+    assert_eq!(c.call(NodeId(1), 0, remove(41)), GeoResult::Synced);
+    assert_eq!(c.call(NodeId(1), 0, remove(31)), GeoResult::Synced);
+    c.run(200);
+    // Both returns asked at once, at two nodes: one is made, the other refused (a promise
+    // for the first held, or the first under way), never both.
+    let ask = |c: &mut Cluster, node: u32, member: u32| {
+        let tag = RequestTag(c.next_tag);
+        c.next_tag += 1;
+        c.step(NodeId(node), Input::Client(GeoRequest { tag, session: 0, op: back(member) }));
+        tag
+    };
+    let tags = [ask(&mut c, 1, 31), ask(&mut c, 21, 41)];
+    c.run(200);
+    let answers: Vec<_> = tags
+        .iter()
+        .map(|tag| c.replies.iter().find(|r| r.tag == *tag).expect("answered").result.clone())
+        .collect();
+    assert!(answers.iter().filter(|a| a.is_ok()).count() <= 1, "{answers:?}");
+    let live = [1, 11, 21];
+    let returning = |c: &Cluster| -> Vec<Vec<u32>> {
+        live.iter().map(|n| c.nodes[&NodeId(*n)].status().returning).collect()
+    };
+    if answers.iter().all(|a| a.is_err()) {
+        assert_eq!(c.call(NodeId(11), 0, back(41)), GeoResult::Synced);
+        c.run(200);
+    }
+    let made = returning(&c)[0].clone();
+    assert_eq!(made.len(), 1, "{:?} {answers:?}", returning(&c));
+    assert_eq!(returning(&c), vec![made.clone(); 3], "every survivor learns the return");
+    let (dc, other) = if made == [3] { (3, 4) } else { (4, 3) };
+    for n in live {
+        let s = c.nodes[&NodeId(n)].status();
+        let mut epochs = vec![0; 5];
+        epochs[dc as usize] = 2;
+        epochs[other as usize] = 1;
+        assert_eq!(s.epochs, epochs, "{n}");
+        assert_eq!(s.removed, vec![3, 4], "{n}: a returning data center stays removed for now");
+        assert_eq!(s.return_promised, None, "{n} holds a promise");
+    }
+    // Asking again is the same request; the other data center waits for this one.
+    assert_eq!(c.call(NodeId(21), 0, back(dc * 10 + 1)), GeoResult::Synced);
+    let why = refused(c.call_result(NodeId(21), 0, back(other * 10 + 1)));
+    assert!(why.contains("one at a time"), "{why}");
+    // A returning data center still counts as removed: removing a third is beyond f.
+    let why = refused(c.call_result(NodeId(1), 0, remove(11)));
+    assert!(why.contains("removed or suspected"), "{why}");
+    // Removing it again abandons the return; then the other may come back.
+    assert_eq!(c.call(NodeId(11), 0, remove(dc * 10 + 1)), GeoResult::Synced);
+    c.run(200);
+    assert_eq!(c.call(NodeId(11), 0, back(other * 10 + 1)), GeoResult::Synced);
+    c.run(200);
+    for n in live {
+        let s = c.nodes[&NodeId(n)].status();
+        assert_eq!(s.returning, vec![other], "{n}");
+        assert_eq!((s.epochs[dc as usize], s.epochs[other as usize]), (3, 2), "{n}");
     }
 }

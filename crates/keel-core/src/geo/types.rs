@@ -415,100 +415,125 @@ pub enum Body {
         /// The transaction.
         tx: TxId,
     },
-    /// Data center `dc` is removed from the keyspace for good (an operator's `KEEL.NODE
-    /// REMOVE`): every replica that learns it tells every other one once (to any node).
-    Removed {
-        /// The data center.
-        dc: u32,
+    /// A change of a data center was made (an operator's `KEEL.NODE REMOVE`, or the
+    /// return of a removed data center): every replica that learns it tells every other
+    /// one once (to any node). A removal is also the notice its members get.
+    Changed {
+        /// The change.
+        change: Change,
     },
-    /// The node an operator asked proposes removing data center `dc` (→ each data
-    /// center's acceptor, its replica of partition 0): removals are agreed, so that two
-    /// asked at once at different nodes never remove more than `f` together
-    /// (`engine/agree.rs`).
-    RemovePropose {
+    /// The node an operator asked proposes a change of a data center (→ each data
+    /// center's acceptor, its replica of partition 0): changes are agreed, so that two
+    /// removals asked at once at different nodes never remove more than `f` together,
+    /// and changes are made one at a time (`engine/agree.rs`).
+    ChangePropose {
         /// The proposal, numbered by its proposer.
         id: u64,
-        /// The data center to remove.
-        dc: u32,
+        /// The change.
+        change: Change,
     },
-    /// The acceptor promised proposal `id`: it promises the removal of no other data
-    /// center until this one is made or withdrawn. With the data centers it knows
-    /// removed and those it counts failed for some partition (acceptor → proposer).
-    RemovePromised {
+    /// The acceptor promised proposal `id`: it promises no other change until this one
+    /// is made or withdrawn. With the data centers it knows removed and those it counts
+    /// failed for some partition (acceptor → proposer).
+    ChangePromised {
         /// The proposal.
         id: u64,
-        /// The data centers the acceptor knows removed.
+        /// The data centers the acceptor knows removed (returning ones included).
         removed: Vec<u32>,
         /// The data centers it counts failed for some partition.
         failed: Vec<u32>,
     },
     /// The acceptor refused proposal `id` (acceptor → proposer).
-    RemoveRefused {
+    ChangeRefused {
         /// The proposal.
         id: u64,
         /// Why.
-        why: RemovalRefusal,
+        why: ChangeRefusal,
     },
-    /// The proposer gave proposal `id` of the removal of `dc` up, or counted the
-    /// acceptor's promise out: a promise held is recorded aborted (proposer → the
-    /// acceptors it asked).
-    RemoveWithdrawn {
+    /// The proposer gave proposal `id` up, or counted the acceptor's promise out: a
+    /// promise held is recorded aborted (proposer → the acceptors it asked).
+    ChangeWithdrawn {
         /// The proposal.
         id: u64,
-        /// The data center it would have removed.
-        dc: u32,
+        /// The change it would have made.
+        change: Change,
     },
-    /// A majority promised proposal `id` within `f`: the acceptor records it committed
-    /// if it holds the promise, else aborted (proposer → the promisers it counted).
-    RemoveCommit {
+    /// A majority promised proposal `id` (a removal: within `f`): the acceptor records it
+    /// committed if it holds the promise, else aborted (proposer → the promisers it
+    /// counted).
+    ChangeCommit {
         /// The proposal.
         id: u64,
-        /// The data center to remove.
-        dc: u32,
+        /// The change.
+        change: Change,
     },
     /// An acceptor held its vote on `proposer`'s proposal `id` undecided too long: the
     /// acceptor asked records it aborted unless it committed it, and answers its vote
     /// (acceptor → every acceptor).
-    RemoveAbort {
+    ChangeAbort {
         /// The proposer.
         proposer: NodeId,
         /// The proposal.
         id: u64,
-        /// The data center it would remove.
-        dc: u32,
+        /// The change it would make.
+        change: Change,
     },
     /// An acceptor's vote on `proposer`'s proposal `id`, as it recorded it (acceptor →
     /// the proposer, for a commit; → the asker, for an abort).
-    RemoveVote {
+    ChangeVote {
         /// The proposer.
         proposer: NodeId,
         /// The proposal.
         id: u64,
-        /// The data center it would remove.
-        dc: u32,
+        /// The change it would make.
+        change: Change,
         /// The vote.
-        vote: RemovalVote,
+        vote: ChangeAnswer,
     },
 }
 
-/// An acceptor's vote on a proposed removal (`Body::RemoveVote`), recorded for good.
+/// A change of one data center, agreed by the acceptors (`engine/agree.rs`): the epoch
+/// it makes. Every data center starts at epoch 0; an odd epoch removes it, the even one
+/// after takes it back with fresh replicas, in life `epoch / 2` (`docs/geo.md`,
+/// *Taking a data center back*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Change {
+    /// The data center.
+    pub dc: u32,
+    /// The epoch it makes.
+    pub epoch: u32,
+}
+
+impl Change {
+    /// Whether it removes the data center (else it takes it back).
+    pub fn removes(self) -> bool {
+        self.epoch % 2 == 1
+    }
+
+    /// The life a return starts.
+    pub fn life(self) -> u32 {
+        self.epoch / 2
+    }
+}
+
+/// An acceptor's vote on a proposed change (`Body::ChangeVote`), recorded for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RemovalVote {
-    /// Committed: it counts toward the majority that makes the removal.
+pub enum ChangeAnswer {
+    /// Committed: it counts toward the majority that makes the change.
     Committed,
     /// Aborted: it never commits.
     Aborted,
-    /// The acceptor knows the data center removed (by this proposal or another).
+    /// The acceptor knows the change made (by this proposal or another).
     Made,
 }
 
-/// Why an acceptor refused a proposed removal (`Body::RemoveRefused`).
+/// Why an acceptor refused a proposed change (`Body::ChangeRefused`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RemovalRefusal {
-    /// It promised the removal of another data center, not yet made or withdrawn.
+pub enum ChangeRefusal {
+    /// It promised another change, not yet made or withdrawn.
     Pending {
-        /// That data center.
-        dc: u32,
+        /// That change.
+        change: Change,
     },
     /// The data centers removed or failed for some partition, as it counts them, the
     /// proposed one included, would be more than `f`.
@@ -519,6 +544,18 @@ pub enum RemovalRefusal {
     /// It recorded this proposal aborted (another acceptor asked it to, the proposal's
     /// promises having been held too long) before the proposal reached it.
     Aborted,
+    /// The data center is at another epoch there than the one below the change's (the
+    /// proposer or the acceptor has not heard of the last change yet).
+    Epoch {
+        /// The data center's epoch at the acceptor.
+        epoch: u32,
+    },
+    /// Another data center's return is under way there: changes that take a data
+    /// center back are made one at a time, until each is back.
+    Returning {
+        /// That data center.
+        dc: u32,
+    },
 }
 
 /// A strong transaction's part at one partition, as certification judges it.
@@ -655,6 +692,9 @@ pub struct Counters {
     /// Data centers this replica learned were removed.
     #[serde(default)]
     pub removals: u64,
+    /// Returns of a removed data center this replica learned were made.
+    #[serde(default)]
+    pub returns: u64,
     /// Removals refused (this replica's own data center, or more than f removed or
     /// suspected).
     #[serde(default)]
@@ -770,13 +810,25 @@ pub struct Status {
     #[serde(default)]
     pub removed: Vec<u32>,
     /// The data center whose removal this replica's acceptor (partition 0) promised and
-    /// has not yet seen made or withdrawn: it promises no other meanwhile.
+    /// has not yet seen made or withdrawn: it promises no other change meanwhile.
     #[serde(default)]
     pub removal_promised: Option<u32>,
     /// The data centers whose removal this replica's acceptor committed, the outcome not
     /// yet known: it counts them removed meanwhile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removal_committed: Vec<u32>,
+    /// The data center whose return this replica's acceptor promised and has not yet seen
+    /// made or withdrawn: it promises no other change meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_promised: Option<u32>,
+    /// Data centers taken back and not back yet, as this node knows (they count as
+    /// removed meanwhile: `docs/geo.md`, *Taking a data center back*).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub returning: Vec<u32>,
+    /// Each data center's epoch: the changes made of it, as this node knows (odd while it
+    /// is removed).
+    #[serde(default)]
+    pub epochs: Vec<u32>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

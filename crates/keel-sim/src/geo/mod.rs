@@ -6,10 +6,12 @@
 //! - `world`: data centers over wide-area links, failing and cut off; the recorder.
 //! - `scenario`: the `general` scenario (random sessions, migrations, faults).
 //! - `removal`: an operator removing a data center during `general`.
+//! - `back`: an operator taking the removed data center back (its agreement).
 //! - `script`: the digest's scenarios, scripted.
 //! - `bench`: what uniformity costs, in virtual time (`keel sim bench --engine geo`).
 //! - `cli`: `--engine geo`.
 
+pub mod back;
 pub mod bench;
 pub mod cli;
 pub mod removal;

@@ -66,6 +66,8 @@ pub struct Removal {
     not_before: u64,
     tries: u32,
     done: bool,
+    /// The data center removed, and when, once the removal is made.
+    made: Option<(u32, u64)>,
     /// A live data center being removed is cut off from the others until then, in half
     /// the live removals: its clients go on committing there, untold, for a while. Half
     /// the cuts last 6 to 8 s (or until the quiet end heals every cut), past the notices'
@@ -145,6 +147,7 @@ impl Removal {
             not_before: 0,
             tries: 0,
             done: false,
+            made: None,
             cut_until: None,
             mistake,
             asker_fails,
@@ -153,6 +156,11 @@ impl Removal {
             cut_asker: None,
             violations: Vec::new(),
         })
+    }
+
+    /// The data center removed, and when, once the removal is made.
+    pub fn made(&self) -> Option<(u32, u64)> {
+        self.made
     }
 
     /// Whether nothing is left to do: removed, given up, or nothing to remove.
@@ -425,6 +433,7 @@ impl Removal {
         match result {
             Ok(_) => {
                 self.done = true;
+                self.made = self.target.map(|dc| (dc, now));
                 world.reach("dc-removed");
                 log.push(format!("{}ms: data center removed", now / 1_000_000));
                 self.cut_the_asker(world, node, log, now);

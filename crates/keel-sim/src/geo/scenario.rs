@@ -3,6 +3,7 @@
 //! centers cut off and failing), and the scripted ones of `script.rs`. Every run's
 //! history goes through the causal checker (`keel_check::causal`).
 
+use super::back::Return;
 use super::removal::{Pair, Removal};
 use super::world::{GeoShape, GeoWorld, OpenTx};
 use crate::rng::Rng;
@@ -343,6 +344,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     // Two removals (f + 1) at once, in a third of the runs with no planned removal.
     let pair_rng = Rng::new(config.seed ^ 0x7061_6972_0000_0000);
     let mut pair = if removal.is_none() { Pair::draw(pair_rng, RUN_NS) } else { None };
+    // Taking the removed data center back, in half the runs with a removal.
+    let return_rng = Rng::new(config.seed ^ 0x7265_7475_726e_0000);
+    let mut back = removal.as_ref().and_then(|_| Return::draw(return_rng));
     let mut log = Vec::new();
     let mut sessions: Vec<Session> = (0..2 + rng.below(5))
         .map(|i| Session {
@@ -376,6 +380,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         inject(&mut world, &mut faults, &mut log, now);
         if let Some(removal) = &mut removal {
             removal.drive(&mut world, &mut log, now);
+            if let (Some(back), Some((dc, at))) = (&mut back, removal.made()) {
+                back.drive(&mut world, &mut log, dc, at);
+            }
         }
         if let Some(pair) = &mut pair {
             pair.drive(&mut world, &mut log, now);
@@ -408,9 +415,16 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     if let Some(removal) = &mut removal {
         world.heal();
         let until = world.now() + QUIET_NS;
-        while !removal.finished(&world) && world.now() < until {
+        let busy = |removal: &Removal, back: &Option<Return>, world: &GeoWorld| {
+            !removal.finished(world)
+                || removal.made().is_some() && back.as_ref().is_some_and(|b| !b.finished(world))
+        };
+        while busy(removal, &back, &world) && world.now() < until {
             let now = world.now();
             removal.drive(&mut world, &mut log, now);
+            if let (Some(back), Some((dc, at))) = (&mut back, removal.made()) {
+                back.drive(&mut world, &mut log, dc, at);
+            }
             let next = world.now() + 100_000_000;
             world.run_until(next);
         }
@@ -422,6 +436,7 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     let mut report = finish(world, config, log);
     report.violations.extend(removal.map(|r| r.violations).unwrap_or_default());
     report.violations.extend(pair.map(|p| p.violations).unwrap_or_default());
+    report.violations.extend(back.map(|b| b.violations).unwrap_or_default());
     report
 }
 
@@ -952,6 +967,7 @@ pub fn finish(mut world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -
         world.violations().iter().map(|v| format!("{}: {}", v.kind, v.detail)).collect();
     violations.extend(found);
     violations.extend(held_after_removal(&mut world));
+    violations.extend(super::back::changes_diverge(&world));
     let report = keel_check::causal::check(&history);
     let counts = report.counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();
     violations.extend(report.violations.iter().map(|v| v.to_string()));

@@ -29,7 +29,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use keel_core::geo::{
-        Body, Kind, Object, RemovalRefusal, RemovalVote, Replicated, TxId, Update, Vector,
+        Body, Change, ChangeAnswer, ChangeRefusal, Kind, Object, Replicated, TxId, Update, Vector,
     };
     use keel_types::NodeId;
     use proptest::prelude::*;
@@ -37,6 +37,10 @@ mod tests {
     fn vector() -> impl Strategy<Value = Vector> {
         (proptest::collection::vec(any::<u64>(), 1..6), any::<u64>())
             .prop_map(|(dcs, strong)| Vector { dcs, strong })
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        (any::<u32>(), any::<u32>()).prop_map(|(dc, epoch)| Change { dc, epoch })
     }
 
     fn bytes() -> impl Strategy<Value = Bytes> {
@@ -99,37 +103,44 @@ mod tests {
             ),
             (any::<u64>(), any::<u64>()).prop_map(|(ballot, from)| Body::Elect { ballot, from }),
             any::<u64>().prop_map(|ballot| Body::Outvoted { ballot }),
-            any::<u32>().prop_map(|dc| Body::Removed { dc }),
-            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemovePropose { id, dc }),
-            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveWithdrawn { id, dc }),
-            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveCommit { id, dc }),
-            (any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(p, id, dc)| Body::RemoveAbort {
+            change().prop_map(|change| Body::Changed { change }),
+            (any::<u64>(), change()).prop_map(|(id, change)| Body::ChangePropose { id, change }),
+            (any::<u64>(), change()).prop_map(|(id, change)| Body::ChangeWithdrawn { id, change }),
+            (any::<u64>(), change()).prop_map(|(id, change)| Body::ChangeCommit { id, change }),
+            (any::<u32>(), any::<u64>(), change()).prop_map(|(p, id, change)| Body::ChangeAbort {
                 proposer: NodeId(p),
                 id,
-                dc
+                change
             }),
-            (any::<u32>(), any::<u64>(), any::<u32>(), 0..3u8).prop_map(|(p, id, dc, v)| {
-                let vote =
-                    [RemovalVote::Committed, RemovalVote::Aborted, RemovalVote::Made][v as usize];
-                Body::RemoveVote { proposer: NodeId(p), id, dc, vote }
+            (any::<u32>(), any::<u64>(), change(), 0..3u8).prop_map(|(p, id, change, v)| {
+                let vote = [ChangeAnswer::Committed, ChangeAnswer::Aborted, ChangeAnswer::Made]
+                    [v as usize];
+                Body::ChangeVote { proposer: NodeId(p), id, change, vote }
             }),
-            any::<u64>().prop_map(|id| Body::RemoveRefused { id, why: RemovalRefusal::Aborted }),
+            any::<u64>().prop_map(|id| Body::ChangeRefused { id, why: ChangeRefusal::Aborted }),
             (
                 any::<u64>(),
                 proptest::collection::vec(any::<u32>(), 0..3),
                 proptest::collection::vec(any::<u32>(), 0..3)
             )
-                .prop_map(|(id, removed, failed)| Body::RemovePromised {
+                .prop_map(|(id, removed, failed)| Body::ChangePromised {
                     id,
                     removed,
                     failed
                 }),
-            (any::<u64>(), any::<u32>()).prop_map(|(id, dc)| Body::RemoveRefused {
+            (any::<u64>(), change()).prop_map(|(id, change)| Body::ChangeRefused {
                 id,
-                why: RemovalRefusal::Pending { dc }
+                why: ChangeRefusal::Pending { change }
             }),
             (any::<u64>(), proptest::collection::vec(any::<u32>(), 0..3)).prop_map(|(id, gone)| {
-                Body::RemoveRefused { id, why: RemovalRefusal::BeyondF { gone } }
+                Body::ChangeRefused { id, why: ChangeRefusal::BeyondF { gone } }
+            }),
+            (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(id, n, epoch)| {
+                let why = match epoch {
+                    true => ChangeRefusal::Epoch { epoch: n },
+                    false => ChangeRefusal::Returning { dc: n },
+                };
+                Body::ChangeRefused { id, why }
             }),
             (any::<u64>(), any::<u64>(), any::<bool>())
                 .prop_map(|(ballot, through, ok)| Body::Appended { ballot, through, ok }),

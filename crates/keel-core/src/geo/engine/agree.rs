@@ -1,4 +1,9 @@
-//! Agreeing on a removal (`docs/geo.md`, *Removing a data center*).
+//! Agreeing on a change of the data centers: a removal, or the return of a removed data
+//! center (`docs/geo.md`, *Removing a data center*, *Taking a data center back*). Each
+//! change names the epoch it makes for its data center ([`Change`]), one above the one
+//! the acceptor knows, and an acceptor promises one change at a time: changes are made
+//! one at a time, each from the state the one before left. A return adds no failure, so
+//! only removals are counted against `f`; the rounds below are the same for both.
 //!
 //! A removal declares a failure, and the keyspace tolerates `f`. One node can refuse a
 //! removal beyond `f` that it asks itself, but two removals asked at once at two nodes
@@ -38,7 +43,7 @@
 //! known, say an acceptor that recorded the commit failed with its data center, a
 //! committed vote keeps counting the data center removed, and asks again.)
 
-use super::super::types::{Body, GeoResult, RemovalRefusal, RemovalVote};
+use super::super::types::{Body, Change, ChangeAnswer, ChangeRefusal, GeoResult};
 use super::GeoEngine;
 use crate::engine::RequestTag;
 use crate::time::Time;
@@ -58,11 +63,11 @@ pub(crate) const VOTES_MAX: usize = 256;
 /// A proposal: its proposer and the number it gave it.
 pub(crate) type Ballot = (NodeId, u64);
 
-/// A removal this node proposes.
+/// A change this node proposes.
 #[derive(Debug)]
 pub(crate) struct Proposal {
-    /// The data center to remove.
-    pub dc: u32,
+    /// The change.
+    pub change: Change,
     /// The requests to answer.
     pub tags: Vec<RequestTag>,
     /// The acceptors asked.
@@ -88,9 +93,9 @@ pub(crate) struct CommitRound {
 /// An acceptor's vote on one proposal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Vote {
-    /// Promised: no other data center's removal is promised meanwhile.
+    /// Promised: no other change is promised meanwhile.
     Promised,
-    /// Committed, the outcome not yet known: the data center counts as removed.
+    /// Committed, the outcome not yet known: a removal's data center counts as removed.
     Committed,
     /// Aborted: the proposal is never committed here.
     Aborted,
@@ -105,10 +110,10 @@ impl Vote {
     }
 
     /// What the acceptor answers of it.
-    fn answer(self) -> RemovalVote {
+    fn answer(self) -> ChangeAnswer {
         match self {
-            Vote::Promised | Vote::Aborted => RemovalVote::Aborted,
-            Vote::Committed | Vote::Abandoned => RemovalVote::Committed,
+            Vote::Promised | Vote::Aborted => ChangeAnswer::Aborted,
+            Vote::Committed | Vote::Abandoned => ChangeAnswer::Committed,
         }
     }
 }
@@ -116,8 +121,8 @@ impl Vote {
 /// A vote an acceptor recorded.
 #[derive(Debug)]
 pub(crate) struct Recorded {
-    /// The data center whose removal was proposed.
-    pub dc: u32,
+    /// The change proposed.
+    pub change: Change,
     pub vote: Vote,
     /// When the acceptor asks every acceptor to abort it, while it is undecided.
     pub ask_at: Time,
@@ -145,15 +150,16 @@ pub(crate) struct Agreement {
 }
 
 impl Agreement {
-    /// The data center whose removal the acceptor promised, if it holds a promise.
-    pub(crate) fn promised_dc(&self) -> Option<u32> {
-        self.votes.values().find(|r| r.vote == Vote::Promised).map(|r| r.dc)
+    /// The change the acceptor promised, if it holds a promise.
+    pub(crate) fn promised(&self) -> Option<Change> {
+        self.votes.values().find(|r| r.vote == Vote::Promised).map(|r| r.change)
     }
 
     /// The data centers whose removal the acceptor committed, the outcome unknown.
     pub(crate) fn committed_dcs(&self) -> Vec<u32> {
-        let dcs = self.votes.values().filter(|r| r.vote == Vote::Committed).map(|r| r.dc);
-        dcs.collect::<BTreeSet<u32>>().into_iter().collect()
+        let votes = self.votes.values();
+        let dcs = votes.filter(|r| r.vote == Vote::Committed && r.change.removes());
+        dcs.map(|r| r.change.dc).collect::<BTreeSet<u32>>().into_iter().collect()
     }
 
     /// The vote held on `ballot`: recorded, or aborted below its proposer's floor.
@@ -167,15 +173,15 @@ impl Agreement {
         }
     }
 
-    /// Records `vote` on `ballot` (of `dc`'s removal), indexing when to ask about it.
-    fn record(&mut self, ballot: Ballot, dc: u32, vote: Vote, ask_at: Time) {
+    /// Records `vote` on `ballot` (of `change`), indexing when to ask about it.
+    fn record(&mut self, ballot: Ballot, change: Change, vote: Vote, ask_at: Time) {
         // The answers to its asks so far stay: each is a vote recorded for good.
         let old = self.votes.remove(&ballot);
         if let Some(old) = &old {
             self.asks.remove(&(old.ask_at, ballot));
         }
         let (committed, aborted) = old.map(|o| (o.committed, o.aborted)).unwrap_or_default();
-        let recorded = Recorded { dc, vote, ask_at, committed, aborted };
+        let recorded = Recorded { change, vote, ask_at, committed, aborted };
         if vote.undecided() {
             self.asks.insert((ask_at, ballot));
         }
@@ -195,10 +201,12 @@ impl Agreement {
         }
     }
 
-    /// Forgets every vote on `dc`'s removal (it was made).
-    fn forget_dc(&mut self, dc: u32) {
+    /// Forgets every vote on a change of `change`'s data center up to its epoch (it was
+    /// made).
+    fn forget_made(&mut self, change: Change) {
+        let made = |r: &Recorded| r.change.dc == change.dc && r.change.epoch <= change.epoch;
         let ballots: Vec<Ballot> =
-            self.votes.iter().filter(|(_, r)| r.dc == dc).map(|(&b, _)| b).collect();
+            self.votes.iter().filter(|(_, r)| made(r)).map(|(&b, _)| b).collect();
         for ballot in ballots {
             let r = self.votes.remove(&ballot).expect("listed");
             self.asks.remove(&(r.ask_at, ballot));
@@ -207,15 +215,15 @@ impl Agreement {
 }
 
 impl GeoEngine {
-    /// Proposes removing data center `dc` (the request `tag` passed this node's own
-    /// count), or joins this node's proposal of it already out.
-    pub(crate) fn propose_removal(&mut self, tag: RequestTag, dc: u32) {
-        if self.config.unsafe_unagreed_removal {
-            self.learn_removed(dc);
+    /// Proposes `change` (the request `tag` passed this node's own checks), or joins this
+    /// node's proposal of it already out.
+    pub(crate) fn propose_change(&mut self, tag: RequestTag, change: Change) {
+        if self.config.unsafe_unagreed_removal && change.removes() {
+            self.learn_change(change);
             return self.reply(tag, Ok(GeoResult::Synced));
         }
         let agreement = &mut self.agreement;
-        if let Some(p) = agreement.proposals.values_mut().find(|p| p.dc == dc) {
+        if let Some(p) = agreement.proposals.values_mut().find(|p| p.change == change) {
             p.tags.push(tag);
             return;
         }
@@ -224,11 +232,11 @@ impl GeoEngine {
         let deadline = self.round_deadline();
         let asked = self.acceptors();
         if asked.len() < self.majority() {
-            let why = "too few data centers remain to agree on a removal".to_string();
+            let why = "too few data centers remain to agree on a change".to_string();
             return self.reply(tag, Err(KeelError::Unavailable(why)));
         }
         let proposal = Proposal {
-            dc,
+            change,
             tags: vec![tag],
             asked: asked.clone(),
             promised: BTreeMap::new(),
@@ -239,7 +247,7 @@ impl GeoEngine {
         self.agreement.deadlines.insert((deadline, id));
         self.counters.removals_proposed += 1;
         for to in asked {
-            self.send(to, Body::RemovePropose { id, dc });
+            self.send(to, Body::ChangePropose { id, change });
         }
     }
 
@@ -267,46 +275,68 @@ impl GeoEngine {
         Time(self.now.0.saturating_add(ASK_AFTER_SUSPECTS * self.config.suspect_after.0))
     }
 
-    /// `REMOVE_PROPOSE` at an acceptor: promised unless it holds another data center's
-    /// promise, aborted the proposal, or the count would pass `f`.
-    pub(crate) fn removal_proposed(&mut self, from: NodeId, id: u64, dc: u32) {
+    /// Whether `change` is made, as this node knows: its data center is at its epoch or
+    /// past it.
+    pub(crate) fn is_made(&self, change: Change) -> bool {
+        self.epochs[change.dc as usize] >= change.epoch
+    }
+
+    /// Why this acceptor would not promise `change` it holds no vote on (`None`: it
+    /// would): another change promised, the data center at another epoch than the one
+    /// below the change's, a removal beyond `f`, a return while another is under way.
+    fn change_refusal(&self, change: Change, failed: &[u32]) -> Option<ChangeRefusal> {
+        let epoch = self.epochs[change.dc as usize];
+        if let Some(other) = self.agreement.promised().filter(|&c| c != change) {
+            return Some(ChangeRefusal::Pending { change: other });
+        }
+        if epoch + 1 != change.epoch {
+            return Some(ChangeRefusal::Epoch { epoch });
+        }
+        if !change.removes() {
+            let other = (0..self.dcs as u32).find(|&d| self.returning[d as usize]);
+            return other.map(|dc| ChangeRefusal::Returning { dc });
+        }
+        let mut gone = failed.to_vec();
+        gone.extend(self.agreement.committed_dcs());
+        let gone = with(gone, change.dc);
+        self.beyond_f(&gone).then_some(ChangeRefusal::BeyondF { gone })
+    }
+
+    /// `CHANGE_PROPOSE` at an acceptor: promised unless it holds another change's
+    /// promise, aborted the proposal, or `change_refusal` says why not. A change made
+    /// here already is promised without a vote: its commit is answered `Made`.
+    pub(crate) fn change_proposed(&mut self, from: NodeId, id: u64, change: Change) {
         let failed = self.failed_anywhere();
         let mut removed = self.removed_list();
-        if !self.removed[dc as usize] {
+        if !self.is_made(change) {
             let ballot = (from, id);
             let held = self.agreement.vote(ballot);
-            let refusal = match (held, self.agreement.promised_dc()) {
-                (Some(Vote::Promised), _) => None,
-                (Some(_), _) => Some(RemovalRefusal::Aborted),
-                (None, Some(other)) if other != dc => Some(RemovalRefusal::Pending { dc: other }),
-                (None, _) => {
-                    let mut gone = failed.clone();
-                    gone.extend(self.agreement.committed_dcs());
-                    let gone = with(gone, dc);
-                    self.beyond_f(&gone).then_some(RemovalRefusal::BeyondF { gone })
-                }
+            let refusal = match held {
+                Some(Vote::Promised) => None,
+                Some(_) => Some(ChangeRefusal::Aborted),
+                None => self.change_refusal(change, &failed),
             };
             if let Some(why) = refusal {
-                if matches!(why, RemovalRefusal::Pending { .. }) {
+                if matches!(why, ChangeRefusal::Pending { .. }) {
                     self.counters.removals_refused_pending += 1;
                 }
-                self.send(from, Body::RemoveRefused { id, why });
+                self.send(from, Body::ChangeRefused { id, why });
                 return;
             }
             if held.is_none() {
                 let ask_at = self.ask_time();
-                self.agreement.record(ballot, dc, Vote::Promised, ask_at);
+                self.agreement.record(ballot, change, Vote::Promised, ask_at);
                 self.counters.removals_promised += 1;
             }
             removed.extend(self.agreement.committed_dcs());
         }
-        self.send(from, Body::RemovePromised { id, removed, failed });
+        self.send(from, Body::ChangePromised { id, removed, failed });
     }
 
-    /// `REMOVE_PROMISED` at the proposer: once a majority of the data centers promised,
-    /// the removal is committed if the count they report stays within `f`. A promise
-    /// that comes after is not counted: it is withdrawn.
-    pub(crate) fn removal_promised(
+    /// `CHANGE_PROMISED` at the proposer: once a majority of the data centers promised,
+    /// the change is committed (a removal: if the count they report stays within `f`). A
+    /// promise that comes after is not counted: it is withdrawn.
+    pub(crate) fn change_promised(
         &mut self,
         from: NodeId,
         id: u64,
@@ -316,9 +346,9 @@ impl GeoEngine {
         let Some(acceptor) = self.member(from) else { return };
         let majority = self.majority();
         let Some(proposal) = self.agreement.proposals.get_mut(&id) else { return };
-        let dc = proposal.dc;
+        let change = proposal.change;
         if proposal.commit.is_some() {
-            self.send(from, Body::RemoveWithdrawn { id, dc });
+            self.send(from, Body::ChangeWithdrawn { id, change });
             return;
         }
         let mut seen = removed;
@@ -327,11 +357,13 @@ impl GeoEngine {
         if proposal.promised.len() < majority {
             return;
         }
-        let mut gone: Vec<u32> = proposal.promised.values().flatten().copied().collect();
-        gone.extend(self.failed_anywhere());
-        let gone = with(gone, dc);
-        if self.beyond_f(&gone) {
-            return self.give_up(id, self.beyond_f_refusal(dc, &gone));
+        if change.removes() {
+            let mut gone: Vec<u32> = proposal.promised.values().flatten().copied().collect();
+            gone.extend(self.failed_anywhere());
+            let gone = with(gone, change.dc);
+            if self.beyond_f(&gone) {
+                return self.give_up(id, self.beyond_f_refusal(change.dc, &gone));
+            }
         }
         self.begin_commit(id);
     }
@@ -341,7 +373,7 @@ impl GeoEngine {
         let deadline = self.round_deadline();
         let proposal = self.agreement.proposals.get_mut(&id).expect("looked up");
         let counted: BTreeSet<u32> = proposal.promised.keys().copied().collect();
-        let dc = proposal.dc;
+        let change = proposal.change;
         proposal.commit = Some(CommitRound { counted: counted.clone(), ..Default::default() });
         self.agreement.deadlines.remove(&(proposal.deadline, id));
         proposal.deadline = deadline;
@@ -349,15 +381,15 @@ impl GeoEngine {
         self.counters.removals_committing += 1;
         for i in counted {
             let to = self.replica(i, 0);
-            self.send(to, Body::RemoveCommit { id, dc });
+            self.send(to, Body::ChangeCommit { id, change });
         }
     }
 
-    /// `REMOVE_COMMIT` at an acceptor: recorded committed if it holds the promise,
-    /// else aborted; the vote goes back to the proposer.
-    pub(crate) fn removal_commit(&mut self, from: NodeId, id: u64, dc: u32) {
-        let vote = if self.removed[dc as usize] {
-            RemovalVote::Made
+    /// `CHANGE_COMMIT` at an acceptor: recorded committed if it holds the promise, else
+    /// aborted; the vote goes back to the proposer.
+    pub(crate) fn change_commit(&mut self, from: NodeId, id: u64, change: Change) {
+        let vote = if self.is_made(change) {
+            ChangeAnswer::Made
         } else {
             let ballot = (from, id);
             let vote = match self.agreement.vote(ballot) {
@@ -366,17 +398,17 @@ impl GeoEngine {
                 None => Vote::Aborted,
             };
             let ask_at = self.ask_time();
-            self.agreement.record(ballot, dc, vote, ask_at);
+            self.agreement.record(ballot, change, vote, ask_at);
             vote.answer()
         };
-        self.send(from, Body::RemoveVote { proposer: from, id, dc, vote });
+        self.send(from, Body::ChangeVote { proposer: from, id, change, vote });
     }
 
-    /// `REMOVE_ABORT` at an acceptor (`from` asks): the proposal is recorded aborted
+    /// `CHANGE_ABORT` at an acceptor (`from` asks): the proposal is recorded aborted
     /// unless it was committed here; the vote goes back to the asker.
-    pub(crate) fn removal_abort(&mut self, from: NodeId, proposer: NodeId, id: u64, dc: u32) {
-        let vote = if self.removed[dc as usize] {
-            RemovalVote::Made
+    pub(crate) fn change_abort(&mut self, from: NodeId, proposer: NodeId, id: u64, change: Change) {
+        let vote = if self.is_made(change) {
+            ChangeAnswer::Made
         } else {
             let ballot = (proposer, id);
             let held = self.agreement.vote(ballot);
@@ -389,25 +421,25 @@ impl GeoEngine {
                 self.counters.removals_aborted += 1;
             }
             let ask_at = self.ask_time();
-            self.agreement.record(ballot, dc, vote, ask_at);
+            self.agreement.record(ballot, change, vote, ask_at);
             vote.answer()
         };
-        self.send(from, Body::RemoveVote { proposer, id, dc, vote });
+        self.send(from, Body::ChangeVote { proposer, id, change, vote });
     }
 
-    /// `REMOVE_VOTE`: an acceptor's vote on a proposal, at its proposer (an answer to
-    /// the commit) or at an acceptor that asked about it.
-    pub(crate) fn removal_vote(
+    /// `CHANGE_VOTE`: an acceptor's vote on a proposal, at its proposer (an answer to the
+    /// commit) or at an acceptor that asked about it.
+    pub(crate) fn change_vote(
         &mut self,
         from: NodeId,
         proposer: NodeId,
         id: u64,
-        dc: u32,
-        vote: RemovalVote,
+        change: Change,
+        vote: ChangeAnswer,
     ) {
         let Some(acceptor) = self.member(from) else { return };
-        if vote == RemovalVote::Made {
-            return self.learn_removed(dc);
+        if vote == ChangeAnswer::Made {
+            return self.learn_change(change);
         }
         if proposer == self.me.node {
             self.commit_vote(id, acceptor.dc, vote);
@@ -417,51 +449,51 @@ impl GeoEngine {
 
     /// An acceptor's vote on this node's proposal `id` in its commit round: made at a
     /// majority committed, given up once that can no longer be.
-    fn commit_vote(&mut self, id: u64, from_dc: u32, vote: RemovalVote) {
+    fn commit_vote(&mut self, id: u64, from_dc: u32, vote: ChangeAnswer) {
         let majority = self.majority();
         let Some(proposal) = self.agreement.proposals.get_mut(&id) else { return };
         let Some(round) = proposal.commit.as_mut().filter(|r| r.counted.contains(&from_dc)) else {
             return;
         };
         match vote {
-            RemovalVote::Committed => round.committed.insert(from_dc),
+            ChangeAnswer::Committed => round.committed.insert(from_dc),
             _ => round.aborted.insert(from_dc),
         };
         if round.committed.len() >= majority {
             let proposal = self.forget_proposal(id).expect("looked up");
-            self.learn_removed(proposal.dc);
+            self.learn_change(proposal.change);
             for tag in proposal.tags {
                 self.reply(tag, Ok(GeoResult::Synced));
             }
         } else if round.counted.len() - round.aborted.len() < majority {
             let aborted: Vec<u32> = round.aborted.iter().copied().collect();
             let why = format!(
-                "the acceptors of data centers {aborted:?} (counted from 0) aborted the removal of data center {} before it was committed (its promises were held too long): ask again",
-                proposal.dc
+                "the acceptors of data centers {aborted:?} (counted from 0) aborted the {} before it was committed (its promises were held too long): ask again",
+                describe(proposal.change)
             );
             self.give_up(id, KeelError::Unavailable(why));
         }
     }
 
     /// An acceptor's answer to this acceptor's ask about `ballot`: a majority committed
-    /// means the removal was made, a majority aborted that it never will be.
-    fn asked_vote(&mut self, ballot: Ballot, from_dc: u32, vote: RemovalVote) {
+    /// means the change was made, a majority aborted that it never will be.
+    fn asked_vote(&mut self, ballot: Ballot, from_dc: u32, vote: ChangeAnswer) {
         let majority = self.majority();
         let Some(r) = self.agreement.votes.get_mut(&ballot).filter(|r| r.vote.undecided()) else {
             return;
         };
         match vote {
-            RemovalVote::Committed => r.committed.insert(from_dc),
+            ChangeAnswer::Committed => r.committed.insert(from_dc),
             _ => r.aborted.insert(from_dc),
         };
-        let dc = r.dc;
+        let change = r.change;
         if r.committed.len() >= majority {
             self.counters.removals_found_made += 1;
-            self.learn_removed(dc);
+            self.learn_change(change);
         } else if r.aborted.len() >= majority {
             self.counters.removals_aborted += 1;
             let vote = if r.vote == Vote::Committed { Vote::Abandoned } else { Vote::Aborted };
-            self.agreement.record(ballot, dc, vote, Time(0));
+            self.agreement.record(ballot, change, vote, Time(0));
         }
     }
 
@@ -471,50 +503,59 @@ impl GeoEngine {
             if at > self.now {
                 break;
             }
-            let Recorded { dc, vote, .. } = self.agreement.votes[&ballot];
+            let Recorded { change, vote, .. } = self.agreement.votes[&ballot];
             let again = self.ask_time();
-            self.agreement.record(ballot, dc, vote, again);
+            self.agreement.record(ballot, change, vote, again);
             if self.config.unsafe_promises_held {
                 continue;
             }
             self.counters.removal_asks += 1;
             let (proposer, id) = ballot;
             for to in self.acceptors() {
-                self.send(to, Body::RemoveAbort { proposer, id, dc });
+                self.send(to, Body::ChangeAbort { proposer, id, change });
             }
         }
     }
 
-    /// `REMOVE_REFUSED` at the proposer: the proposal is given up at once, and its
+    /// `CHANGE_REFUSED` at the proposer: the proposal is given up at once, and its
     /// promises withdrawn, so that two proposals crossing leave none held (one that went
     /// on while a majority might still promise would hold its promises until it is made
     /// or given up, and a proposer stopped meanwhile never withdraws them).
-    pub(crate) fn removal_refused(&mut self, from: NodeId, id: u64, why: RemovalRefusal) {
+    pub(crate) fn change_refused(&mut self, from: NodeId, id: u64, why: ChangeRefusal) {
         let Some(p) = self.agreement.proposals.get(&id) else { return };
         if p.commit.is_some() {
             return;
         }
-        let dc = p.dc;
+        let change = p.change;
+        let what = describe(change);
         let error = match why {
-            RemovalRefusal::Pending { dc: other } => {
+            ChangeRefusal::Pending { change: other } => {
                 KeelError::Busy(format!(
-                    "{from} holds a promise for the removal of data center {other} (counted from 0), not yet made or withdrawn: that removal is under way, or its asker failed before deciding it (the promise is released within a few suspicion time-outs); asking it again finishes it if it is within f"
+                    "{from} holds a promise for the {}, not yet made or withdrawn: that change is under way, or its asker failed before deciding it (the promise is released within a few suspicion time-outs); asking it again finishes it if it can be made",
+                    describe(other)
                 ))
             }
-            RemovalRefusal::BeyondF { gone } => self.beyond_f_refusal(dc, &gone),
-            RemovalRefusal::Aborted => KeelError::Unavailable(format!(
-                "{from} aborted this removal of data center {dc} (counted from 0) before it was promised there: ask again"
+            ChangeRefusal::BeyondF { gone } => self.beyond_f_refusal(change.dc, &gone),
+            ChangeRefusal::Aborted => KeelError::Unavailable(format!(
+                "{from} aborted this {what} before it was promised there: ask again"
+            )),
+            ChangeRefusal::Epoch { epoch } => KeelError::Unavailable(format!(
+                "{from} knows data center {} (counted from 0) at epoch {epoch}, not the one before the {what}: a change of it is not known everywhere yet; ask again",
+                change.dc
+            )),
+            ChangeRefusal::Returning { dc } => KeelError::Busy(format!(
+                "{from} knows data center {dc} (counted from 0) returning: data centers are taken back one at a time"
             )),
         };
         self.give_up(id, error);
     }
 
-    /// `REMOVE_WITHDRAWN` at an acceptor: the proposal will not commit here; a vote
-    /// still promised is recorded aborted.
-    pub(crate) fn removal_withdrawn(&mut self, from: NodeId, id: u64, dc: u32) {
+    /// `CHANGE_WITHDRAWN` at an acceptor: the proposal will not commit here; a vote still
+    /// promised is recorded aborted.
+    pub(crate) fn change_withdrawn(&mut self, from: NodeId, id: u64, change: Change) {
         let ballot = (from, id);
         if self.agreement.vote(ballot) == Some(Vote::Promised) {
-            self.agreement.record(ballot, dc, Vote::Aborted, Time(0));
+            self.agreement.record(ballot, change, Vote::Aborted, Time(0));
         }
     }
 
@@ -523,7 +564,7 @@ impl GeoEngine {
         let Some(proposal) = self.forget_proposal(id) else { return };
         self.counters.removals_refused += 1;
         for to in proposal.asked {
-            self.send(to, Body::RemoveWithdrawn { id, dc: proposal.dc });
+            self.send(to, Body::ChangeWithdrawn { id, change: proposal.change });
         }
         for tag in proposal.tags {
             self.reply(tag, Err(error.clone()));
@@ -544,29 +585,26 @@ impl GeoEngine {
                 break;
             }
             let p = &self.agreement.proposals[&id];
-            let dc = p.dc;
             let error = if p.commit.is_some() {
                 KeelError::Timeout
             } else {
                 KeelError::Unavailable(format!(
-                    "too few data centers answered the removal of data center {dc} (counted from 0): a majority must promise it; ask again"
+                    "too few data centers answered the {}: a majority must promise it; ask again",
+                    describe(p.change)
                 ))
             };
             self.give_up(id, error);
         }
     }
 
-    /// Data center `dc` was removed: every vote on it is forgotten (anything asked of it
-    /// later is answered `Made`), and this node's proposals of it are answered.
-    pub(crate) fn agreement_learns_removed(&mut self, dc: u32) {
-        self.agreement.forget_dc(dc);
-        let ids: Vec<u64> = self
-            .agreement
-            .proposals
-            .iter()
-            .filter(|(_, p)| p.dc == dc)
-            .map(|(&id, _)| id)
-            .collect();
+    /// `change` was made: every vote on it and on the changes of its data center before
+    /// it is forgotten (anything asked of them later is answered `Made`), and this node's
+    /// proposals of them are answered.
+    pub(crate) fn agreement_learns(&mut self, change: Change) {
+        self.agreement.forget_made(change);
+        let made = |p: &Proposal| p.change.dc == change.dc && p.change.epoch <= change.epoch;
+        let ids: Vec<u64> =
+            self.agreement.proposals.iter().filter(|(_, p)| made(p)).map(|(&id, _)| id).collect();
         for id in ids {
             let proposal = self.forget_proposal(id).expect("listed");
             for tag in proposal.tags {
@@ -606,13 +644,13 @@ impl GeoEngine {
             "votes at a replica of another partition"
         );
         assert!(a.votes.len() <= VOTES_MAX, "{} votes kept, over {VOTES_MAX}", a.votes.len());
-        let promised: BTreeSet<u32> =
-            a.votes.values().filter(|r| r.vote == Vote::Promised).map(|r| r.dc).collect();
-        assert!(promised.len() <= 1, "promises held for the removal of {promised:?}");
+        let promised: BTreeSet<Change> =
+            a.votes.values().filter(|r| r.vote == Vote::Promised).map(|r| r.change).collect();
+        assert!(promised.len() <= 1, "promises held for {promised:?}");
         let undecided = a.votes.values().filter(|r| r.vote.undecided()).count();
         assert_eq!(a.asks.len(), undecided, "undecided votes and their asks differ");
         for (ballot, r) in &a.votes {
-            assert!(!self.removed[r.dc as usize], "a vote on a data center already removed");
+            assert!(!self.is_made(r.change), "a vote on a change already made");
             if r.vote.undecided() {
                 assert!(a.asks.contains(&(r.ask_at, *ballot)), "vote {ballot:?}'s ask unindexed");
                 assert!(r.committed.len() < majority, "vote {ballot:?} found made, kept");
@@ -622,7 +660,7 @@ impl GeoEngine {
         assert_eq!(a.deadlines.len(), a.proposals.len(), "proposals and their deadlines differ");
         for (&id, p) in &a.proposals {
             assert!(a.deadlines.contains(&(p.deadline, id)), "proposal {id}'s deadline unindexed");
-            assert!(!self.removed[p.dc as usize], "a proposal of a data center already removed");
+            assert!(!self.is_made(p.change), "a proposal of a change already made");
             assert!(id < a.next_id, "a proposal numbered ahead");
             match &p.commit {
                 None => assert!(
@@ -645,7 +683,7 @@ impl GeoEngine {
                     );
                     assert!(
                         round.committed.len() < majority,
-                        "a removal committed by a majority, unmade"
+                        "a change committed by a majority, unmade"
                     );
                     assert!(
                         round.counted.len() - round.aborted.len() >= majority,
@@ -663,4 +701,10 @@ pub(crate) fn with(mut gone: Vec<u32>, dc: u32) -> Vec<u32> {
     gone.sort_unstable();
     gone.dedup();
     gone
+}
+
+/// How a message names `change`.
+pub(crate) fn describe(change: Change) -> String {
+    let what = if change.removes() { "removal" } else { "return" };
+    format!("{what} of data center {} (counted from 0, epoch {})", change.dc, change.epoch)
 }

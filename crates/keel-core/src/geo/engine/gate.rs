@@ -4,8 +4,8 @@
 //! sender's place in the topology against what the bodies claim.
 
 use super::super::types::{
-    Body, Candidate, Member, Message, Record, RemovalRefusal, Update, Vector, DCS_MAX, LABEL_MAX,
-    PARTITIONS_MAX,
+    Body, Candidate, Change, ChangeRefusal, Member, Message, Record, Update, Vector, DCS_MAX,
+    LABEL_MAX, PARTITIONS_MAX,
 };
 use super::GeoEngine;
 use keel_types::NodeId;
@@ -82,19 +82,23 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         }
         Body::Settle { txs } => txs.len() <= super::settle::SETTLE_MAX,
         Body::Settled { txs } => txs.len() <= super::settle::SETTLE_MAX,
-        Body::RemovePromised { removed, failed, .. } => {
+        Body::ChangePromised { removed, failed, .. } => {
             removed.len() <= DCS_MAX && failed.len() <= DCS_MAX
         }
-        Body::RemoveRefused { why: RemovalRefusal::BeyondF { gone }, .. } => gone.len() <= DCS_MAX,
-        Body::RemoveRefused {
-            why: RemovalRefusal::Pending { .. } | RemovalRefusal::Aborted,
+        Body::ChangeRefused { why: ChangeRefusal::BeyondF { gone }, .. } => gone.len() <= DCS_MAX,
+        Body::ChangeRefused {
+            why:
+                ChangeRefusal::Pending { .. }
+                | ChangeRefusal::Aborted
+                | ChangeRefusal::Epoch { .. }
+                | ChangeRefusal::Returning { .. },
             ..
         }
-        | Body::RemovePropose { .. }
-        | Body::RemoveWithdrawn { .. }
-        | Body::RemoveCommit { .. }
-        | Body::RemoveAbort { .. }
-        | Body::RemoveVote { .. }
+        | Body::ChangePropose { .. }
+        | Body::ChangeWithdrawn { .. }
+        | Body::ChangeCommit { .. }
+        | Body::ChangeAbort { .. }
+        | Body::ChangeVote { .. }
         | Body::Version { .. }
         | Body::Forgotten { .. }
         | Body::PrepareAck { .. }
@@ -102,7 +106,7 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
         | Body::Appended { .. }
         | Body::Elect { .. }
         | Body::Outvoted { .. }
-        | Body::Removed { .. } => true,
+        | Body::Changed { .. } => true,
     };
     if ok {
         Ok(())
@@ -193,14 +197,14 @@ impl GeoEngine {
                     self.config.strong && peer.partition != self.me.partition
                 }
                 Body::Forgotten { .. } => self.config.strong,
-                Body::Removed { .. }
-                | Body::RemovePropose { .. }
-                | Body::RemoveWithdrawn { .. }
-                | Body::RemoveCommit { .. }
-                | Body::RemoveAbort { .. }
-                | Body::RemoveVote { .. }
-                | Body::RemovePromised { .. }
-                | Body::RemoveRefused { .. } => self.removal_body_fits(peer, body),
+                Body::Changed { .. }
+                | Body::ChangePropose { .. }
+                | Body::ChangeWithdrawn { .. }
+                | Body::ChangeCommit { .. }
+                | Body::ChangeAbort { .. }
+                | Body::ChangeVote { .. }
+                | Body::ChangePromised { .. }
+                | Body::ChangeRefused { .. } => self.change_body_fits(peer, body),
             };
             if !ok {
                 return Err("a body from the wrong replica or of the wrong shape");
@@ -211,41 +215,51 @@ impl GeoEngine {
 
     /// Whether a body of data-center removal (`remove.rs`, `agree.rs`) comes from the
     /// replica that sends it, with data centers of this keyspace.
-    fn removal_body_fits(&self, peer: Member, body: &Body) -> bool {
+    fn change_body_fits(&self, peer: Member, body: &Body) -> bool {
         match body {
-            Body::Removed { dc } => (*dc as usize) < self.dcs,
+            Body::Changed { change } => self.change_fits(*change),
             // Proposals go to acceptors (partition 0), answers come from them.
-            Body::RemovePropose { dc, .. }
-            | Body::RemoveWithdrawn { dc, .. }
-            | Body::RemoveCommit { dc, .. } => self.me.partition == 0 && (*dc as usize) < self.dcs,
+            Body::ChangePropose { change, .. }
+            | Body::ChangeWithdrawn { change, .. }
+            | Body::ChangeCommit { change, .. } => {
+                self.me.partition == 0 && self.change_fits(*change)
+            }
             // Asks go between acceptors; votes come from one, to a proposer or to
             // an acceptor that asked.
-            Body::RemoveAbort { proposer, dc, .. } => {
+            Body::ChangeAbort { proposer, change, .. } => {
                 self.me.partition == 0
                     && peer.partition == 0
-                    && (*dc as usize) < self.dcs
+                    && self.change_fits(*change)
                     && self.member(*proposer).is_some()
             }
-            Body::RemoveVote { proposer, dc, .. } => {
-                peer.partition == 0 && (*dc as usize) < self.dcs && self.member(*proposer).is_some()
+            Body::ChangeVote { proposer, change, .. } => {
+                peer.partition == 0 && self.change_fits(*change) && self.member(*proposer).is_some()
             }
-            Body::RemovePromised { removed, failed, .. } => {
+            Body::ChangePromised { removed, failed, .. } => {
                 peer.partition == 0
                     && removed.iter().chain(failed).all(|&j| (j as usize) < self.dcs)
             }
-            Body::RemoveRefused { why, .. } => {
+            Body::ChangeRefused { why, .. } => {
                 peer.partition == 0
                     && match why {
-                        RemovalRefusal::Pending { dc } => (*dc as usize) < self.dcs,
-                        RemovalRefusal::BeyondF { gone } => {
+                        ChangeRefusal::Pending { change } => self.change_fits(*change),
+                        ChangeRefusal::BeyondF { gone } => {
                             gone.iter().all(|&j| (j as usize) < self.dcs)
                         }
-                        RemovalRefusal::Aborted => true,
+                        ChangeRefusal::Returning { dc } => (*dc as usize) < self.dcs,
+                        ChangeRefusal::Aborted | ChangeRefusal::Epoch { .. } => true,
                     }
             }
-            // (Called for the removal bodies only.)
+            // (Called for the change bodies only.)
             _ => false,
         }
+    }
+
+    /// Whether `change` names a data center of this keyspace and an epoch a change can
+    /// make (at most a removal after the last life).
+    fn change_fits(&self, change: Change) -> bool {
+        (change.dc as usize) < self.dcs
+            && (1..=2 * super::remove::LIVES_MAX + 1).contains(&change.epoch)
     }
 
     /// Whether every vote among `records` fits this partition.

@@ -27,6 +27,18 @@ impl GeoEngine {
             assert!(self.coordinator.txs.is_empty(), "a removed replica keeps transactions");
             return;
         }
+        for i in 0..self.dcs {
+            let (epoch, returning) = (self.epochs[i], self.returning[i]);
+            assert!(epoch <= 2 * super::remove::LIVES_MAX + 1, "data center {i} at epoch {epoch}");
+            assert!(
+                !returning || (epoch > 0 && epoch.is_multiple_of(2)),
+                "{i} returning at {epoch}"
+            );
+            // Until the return is built past its agreement, a returning data center stays
+            // removed.
+            let removed = epoch % 2 == 1 || returning;
+            assert_eq!(self.removed[i], removed, "data center {i} removed out of its epoch");
+        }
         let removed = (0..self.dcs).filter(|&i| self.removed[i]);
         let nodes: BTreeSet<NodeId> =
             removed.flat_map(|i| self.replicas[i].iter().copied()).collect();

@@ -11,8 +11,8 @@
 //! | `certify.rs` | strong transactions (Algorithm 3, §6.3): the coordinator's barrier and certification, each partition's certification log replicated from its leader to a majority of data centers, the leader's votes and decisions, delivery in strong-timestamp order, strong heartbeats | [`Certifier`] |
 //! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
 //! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
-//! | `remove.rs` | removing a data center for good (an operator's) | [`GeoEngine`]'s `removed` |
-//! | `agree.rs` | agreeing on a removal: the node asked proposes it, each data center's acceptor (partition 0) promises it, a majority's promises make it | [`agree::Agreement`] |
+//! | `remove.rs` | removing a data center for good (an operator's), and the first step of taking one back | [`GeoEngine`]'s `removed`, `epochs`, `returning` |
+//! | `agree.rs` | agreeing on a change (a removal, a return): the node asked proposes it, each data center's acceptor (partition 0) promises it, a majority's promises make it | [`agree::Agreement`] |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
 
@@ -468,6 +468,12 @@ pub struct GeoEngine {
     /// Per data center, whether it was removed from the keyspace for good (`remove.rs`);
     /// this replica's own: it stopped serving.
     pub(crate) removed: Vec<bool>,
+    /// Per data center, its epoch: the changes made of it (`agree.rs`); odd while it is
+    /// removed.
+    pub(crate) epochs: Vec<u32>,
+    /// Per data center, whether a return of it was made and it is not back yet (it
+    /// counts as removed meanwhile: `docs/geo.md`, *Taking a data center back*).
+    pub(crate) returning: Vec<bool>,
     /// The members of the removed data centers (nothing is queued for them, and what they
     /// send is dropped).
     pub(crate) removed_nodes: BTreeSet<NodeId>,

@@ -13,11 +13,15 @@
 //! fresh channel, so that a member still running stops serving its clients.
 
 use super::super::channel::Channel;
-use super::super::types::{Body, GeoResult};
+use super::super::types::{Body, Change, GeoResult};
 use super::agree::with;
 use super::{GeoEngine, Pending};
 use crate::engine::RequestTag;
 use keel_types::{KeelError, NodeId};
+
+/// The lives a data center may have after its first: a timestamp's two top bits name its
+/// life (`docs/geo.md`, *Taking a data center back*).
+pub(crate) const LIVES_MAX: u32 = 3;
 
 impl GeoEngine {
     /// `GeoOp::RemoveDc`: an operator removes the data center of `member`. Refused for
@@ -25,14 +29,12 @@ impl GeoEngine {
     /// centers removed or failed for some partition, as this node can tell
     /// (`failed_anywhere`), would be more than `f`; otherwise proposed to the
     /// acceptors, and made once a majority promised it (`agree.rs`). Asking again is the
-    /// same request; once the removal is known here, it answers at once.
+    /// same request; once the removal is known here, it answers at once. A data center
+    /// returning is removed again (its return abandoned) the same way.
     pub(crate) fn remove_asked(&mut self, tag: RequestTag, member: NodeId) {
-        let Some(dc) = self.member(member).map(|m| m.dc) else {
-            self.counters.removals_refused += 1;
-            let why = format!("{member} is not a member of this keyspace");
-            return self.reply(tag, Err(KeelError::InvalidArgument(why)));
-        };
-        if self.removed[dc as usize] {
+        let Some(dc) = self.asked_dc(tag, member) else { return };
+        let epoch = self.epochs[dc as usize];
+        if epoch % 2 == 1 {
             return self.reply(tag, Ok(GeoResult::Synced));
         }
         let refusal = if dc == self.me.dc {
@@ -48,34 +50,112 @@ impl GeoEngine {
             self.counters.removals_refused += 1;
             return self.reply(tag, Err(error));
         }
-        self.propose_removal(tag, dc);
+        self.propose_change(tag, Change { dc, epoch: epoch + 1 });
     }
 
-    /// Data center `dc` is removed (asked here, or told by another node): tells every
-    /// other node once, its members on a fresh channel that carries only that; drops
-    /// what was queued for them, and what was held until they report.
-    pub(crate) fn learn_removed(&mut self, dc: u32) {
-        if self.removed[dc as usize] {
+    /// `GeoOp::ReturnDc`: an operator takes the removed data center of `member` back.
+    /// Refused for a data center that is not removed, in a keyspace with strong
+    /// transactions, and past the last life timestamps can name; otherwise proposed to
+    /// the acceptors as a removal is. Only the agreement is built: a return made leaves
+    /// the data center removed meanwhile (`docs/geo.md`, *Taking a data center back*).
+    pub(crate) fn return_asked(&mut self, tag: RequestTag, member: NodeId) {
+        let Some(dc) = self.asked_dc(tag, member) else { return };
+        let next = Change { dc, epoch: self.epochs[dc as usize] + 1 };
+        let refusal = if self.returning[dc as usize] {
+            return self.reply(tag, Ok(GeoResult::Synced));
+        } else if next.removes() {
+            Some(format!("the data center of {member} is not removed: only a removed one returns"))
+        } else if self.config.strong {
+            Some(
+                "taking a data center back is not built for keyspaces with strong transactions yet"
+                    .into(),
+            )
+        } else if next.life() > LIVES_MAX {
+            Some(format!(
+                "the data center of {member} came back {LIVES_MAX} times already, as many as timestamps can tell apart"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            self.counters.removals_refused += 1;
+            return self.reply(tag, Err(KeelError::InvalidArgument(why)));
+        }
+        self.propose_change(tag, next);
+    }
+
+    /// The data center of `member`, or the refusal of `tag` if it is not a member.
+    fn asked_dc(&mut self, tag: RequestTag, member: NodeId) -> Option<u32> {
+        let dc = self.member(member).map(|m| m.dc);
+        if dc.is_none() {
+            self.counters.removals_refused += 1;
+            let why = format!("{member} is not a member of this keyspace");
+            self.reply(tag, Err(KeelError::InvalidArgument(why)));
+        }
+        dc
+    }
+
+    /// `change` was made (asked here, or told by another node): a node that learns a
+    /// change tells every other node once; one that skipped a change of the data center
+    /// (a removal it never heard of, before a return) makes it too.
+    pub(crate) fn learn_change(&mut self, change: Change) {
+        let dc = change.dc as usize;
+        if self.epochs[dc] >= change.epoch {
             return;
         }
+        self.epochs[dc] = change.epoch;
+        self.agreement_learns(change);
+        let first = !self.removed[dc];
+        self.returning[dc] = !change.removes();
+        if first {
+            self.learn_removed(change);
+        }
+        if self.is_removed() {
+            return;
+        }
+        if change.removes() {
+            self.counters.removals += 1;
+        } else {
+            self.counters.returns += 1;
+        }
+        if !first {
+            let others = self.live_others();
+            for node in others {
+                self.send(node, Body::Changed { change });
+            }
+        }
+    }
+
+    /// The members of the data centers not removed, this node's own included, but not
+    /// itself.
+    fn live_others(&self) -> Vec<NodeId> {
+        (0..self.dcs)
+            .filter(|&i| !self.removed[i])
+            .flat_map(|i| self.replicas[i].clone())
+            .filter(|&n| n != self.me.node)
+            .collect()
+    }
+
+    /// Data center `dc` of `change` is removed: tells every other node once, its members
+    /// on a fresh channel that carries only that; drops what was queued for them, and
+    /// what was held until they report.
+    fn learn_removed(&mut self, change: Change) {
+        let dc = change.dc;
         self.removed[dc as usize] = true;
-        self.counters.removals += 1;
-        self.agreement_learns_removed(dc);
         if dc == self.me.dc {
             return self.stop_removed();
         }
         let gone: Vec<NodeId> = self.replicas[dc as usize].clone();
         self.removed_nodes.extend(gone.iter().copied());
+        let notice = match change.removes() {
+            true => change,
+            false => Change { dc, epoch: change.epoch - 1 },
+        };
         for &node in &gone {
-            self.channels.insert(node, Channel::notice(Body::Removed { dc }));
+            self.channels.insert(node, Channel::notice(Body::Changed { change: notice }));
         }
-        let others: Vec<NodeId> = (0..self.dcs)
-            .filter(|&i| !self.removed[i])
-            .flat_map(|i| self.replicas[i].clone())
-            .filter(|&n| n != self.me.node)
-            .collect();
-        for node in others {
-            self.send(node, Body::Removed { dc });
+        for node in self.live_others() {
+            self.send(node, Body::Changed { change });
         }
         self.uniformity.forwarded.retain(|&(i, _), _| i != dc);
         self.collect();
@@ -112,6 +192,7 @@ impl GeoEngine {
             self.reply(tag, Err(removed_error()));
         }
         let proposals = std::mem::take(&mut self.agreement.proposals);
+        self.returning = vec![false; self.dcs];
         self.agreement =
             super::agree::Agreement { next_id: self.agreement.next_id, ..Default::default() };
         for tag in proposals.into_values().flat_map(|p| p.tags) {

@@ -120,6 +120,8 @@ impl GeoEngine {
             out: Outputs::default(),
             lost: false,
             removed: vec![false; dcs],
+            epochs: vec![0; dcs],
+            returning: vec![false; dcs],
             removed_nodes: Default::default(),
             agreement: Default::default(),
             first_hard_state: None,
@@ -321,17 +323,19 @@ impl GeoEngine {
             Body::Settle { txs } => self.settle_in(from, txs),
             Body::Settled { txs } => self.settled_in(from, txs),
             Body::Forgotten { tx } => self.forgotten_in(from, tx),
-            Body::Removed { dc } => self.learn_removed(dc),
-            Body::RemovePropose { id, dc } => self.removal_proposed(from, id, dc),
-            Body::RemovePromised { id, removed, failed } => {
-                self.removal_promised(from, id, removed, failed)
+            Body::Changed { change } => self.learn_change(change),
+            Body::ChangePropose { id, change } => self.change_proposed(from, id, change),
+            Body::ChangePromised { id, removed, failed } => {
+                self.change_promised(from, id, removed, failed)
             }
-            Body::RemoveRefused { id, why } => self.removal_refused(from, id, why),
-            Body::RemoveWithdrawn { id, dc } => self.removal_withdrawn(from, id, dc),
-            Body::RemoveCommit { id, dc } => self.removal_commit(from, id, dc),
-            Body::RemoveAbort { proposer, id, dc } => self.removal_abort(from, proposer, id, dc),
-            Body::RemoveVote { proposer, id, dc, vote } => {
-                self.removal_vote(from, proposer, id, dc, vote)
+            Body::ChangeRefused { id, why } => self.change_refused(from, id, why),
+            Body::ChangeWithdrawn { id, change } => self.change_withdrawn(from, id, change),
+            Body::ChangeCommit { id, change } => self.change_commit(from, id, change),
+            Body::ChangeAbort { proposer, id, change } => {
+                self.change_abort(from, proposer, id, change)
+            }
+            Body::ChangeVote { proposer, id, change, vote } => {
+                self.change_vote(from, proposer, id, change, vote)
             }
         }
     }
@@ -357,6 +361,7 @@ impl GeoEngine {
             GeoOp::Barrier { past: p } => self.barrier(tag, past(p)),
             GeoOp::Attach { past: p } => self.attach(tag, past(p)),
             GeoOp::RemoveDc { member } => self.remove_asked(tag, member),
+            GeoOp::ReturnDc { member } => self.return_asked(tag, member),
         }
     }
 

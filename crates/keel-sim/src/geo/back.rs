@@ -1,0 +1,182 @@
+//! An operator taking a removed data center back during `general` (`GeoOp::ReturnDc`,
+//! `docs/geo.md`, *Taking a data center back*). Only the agreement is built: the return
+//! is agreed by the acceptors, one change at a time, and recorded; the data center stays
+//! removed meanwhile. In half the runs whose removal was made (and whose keyspace has no
+//! strong transactions), the operator asks, at a node of another live data center, 0.3
+//! to 2 s later, to take the removed data center back; in half of those, once it is
+//! made, to remove it again (abandoning the return), then to take it back once more. A
+//! refusal or a lost answer is asked again later, elsewhere. At the end, every replica
+//! still serving knows the same epochs (`changes-diverge` otherwise).
+
+use super::world::GeoWorld;
+use crate::rng::Rng;
+use keel_core::engine::RequestTag;
+use keel_types::geo::GeoOp;
+use keel_types::{KeelError, NodeId};
+
+/// How long after a refusal or a lost answer the change is asked again, ns.
+const RETRY_NS: u64 = 500_000_000;
+/// How long an answer may take before the change is asked again, ns (a proposal's two
+/// rounds end within twice the suspicion time-out each).
+const ANSWER_NS: u64 = 5_000_000_000;
+/// Requests per change, at most.
+const TRIES_MAX: u32 = 20;
+
+/// A change the operator asks of the removed data center, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Take it back.
+    Return,
+    /// Remove it again: the return is abandoned.
+    Abandon,
+}
+
+/// The run's planned return.
+pub struct Return {
+    rng: Rng,
+    /// How long after the removal was made the first change is asked.
+    after_ns: u64,
+    /// The changes left to ask.
+    steps: Vec<Step>,
+    /// The request in flight: its tag, when it was sent.
+    asked: Option<(RequestTag, u64)>,
+    not_before: Option<u64>,
+    tries: u32,
+    /// Returns made so far.
+    returns: u32,
+    /// What went wrong: a change refused for a reason it should not have been.
+    pub violations: Vec<String>,
+}
+
+impl Return {
+    /// Draws a run's return from `rng` (a stream of its own), in half the runs.
+    pub fn draw(mut rng: Rng) -> Option<Return> {
+        if !rng.chance(500_000) {
+            return None;
+        }
+        let after_ns = rng.range(300_000_000, 2_000_000_000);
+        let steps = match rng.chance(500_000) {
+            true => vec![Step::Return, Step::Abandon, Step::Return],
+            false => vec![Step::Return],
+        };
+        Some(Return {
+            rng,
+            after_ns,
+            steps,
+            asked: None,
+            not_before: None,
+            tries: 0,
+            returns: 0,
+            violations: Vec::new(),
+        })
+    }
+
+    /// Whether nothing is left to ask (or nothing can be).
+    pub fn finished(&self, world: &GeoWorld) -> bool {
+        world.shape.strong || self.steps.is_empty() || self.tries >= TRIES_MAX
+    }
+
+    /// Asks the next change of data center `dc`, removed at `removed_at`, when its time
+    /// comes; takes the answer.
+    pub fn drive(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, dc: u32, removed_at: u64) {
+        let now = world.now();
+        if self.finished(world) {
+            return;
+        }
+        let step = self.steps[0];
+        if let Some((tag, at)) = self.asked {
+            match world.replies.remove(&tag) {
+                Some((_, reply)) => self.answered(world, log, step, dc, reply.result),
+                None if now >= at + ANSWER_NS => self.asked = None,
+                None => {}
+            }
+            return;
+        }
+        let not_before = *self.not_before.get_or_insert(removed_at + self.after_ns);
+        if now < not_before {
+            return;
+        }
+        let askers: Vec<NodeId> = (0..world.shape.dcs())
+            .filter(|d| *d != dc && !world.failed.contains(d))
+            .flat_map(|d| world.nodes_of(d))
+            .collect();
+        if askers.is_empty() {
+            return;
+        }
+        let at = askers[self.rng.below(askers.len() as u64) as usize];
+        let member = world.nodes_of(dc)[0];
+        let op = match step {
+            Step::Return => GeoOp::ReturnDc { member },
+            Step::Abandon => GeoOp::RemoveDc { member },
+        };
+        self.tries += 1;
+        self.asked = Some((world.submit(at, 0, op), now));
+        log.push(format!("{}ms: {at} asked to {step:?} data center {dc}", now / 1_000_000));
+    }
+
+    fn answered(
+        &mut self,
+        world: &mut GeoWorld,
+        log: &mut Vec<String>,
+        step: Step,
+        dc: u32,
+        result: Result<keel_core::geo::GeoResult, KeelError>,
+    ) {
+        let now = world.now();
+        self.asked = None;
+        match result {
+            Ok(_) => {
+                world.reach(match step {
+                    Step::Return if self.returns == 0 => "return-made",
+                    Step::Return => "return-made-again",
+                    Step::Abandon => "return-abandoned",
+                });
+                self.returns += u32::from(step == Step::Return);
+                log.push(format!("{}ms: {step:?} of data center {dc} made", now / 1_000_000));
+                self.steps.remove(0);
+                self.tries = 0;
+                self.not_before = Some(now + RETRY_NS);
+            }
+            Err(error) => {
+                // The node asked has not heard of the removal yet ("not removed"), a
+                // promise for another change is held, or the asked node lost its
+                // acceptors' answers: asked again, elsewhere. A return refused for a
+                // keyspace's strong transactions, or past the lives, is a violation here.
+                let text = error.to_string();
+                if text.contains("strong transactions") || text.contains("times already") {
+                    self.violations.push(format!("return-refused: {step:?} of {dc}: {text}"));
+                    self.steps.clear();
+                }
+                world.reach("return-refused");
+                self.not_before = Some(now + RETRY_NS);
+            }
+        }
+    }
+}
+
+/// Every replica still serving (not removed, not lost, in a data center not failed)
+/// knows the same epochs by the end of the quiet end: each change made is told to
+/// every node once, over the reliable channels.
+pub fn changes_diverge(world: &GeoWorld) -> Vec<String> {
+    let mut seen: Vec<(NodeId, Vec<u32>)> = Vec::new();
+    for dc in (0..world.shape.dcs()).filter(|d| !world.failed.contains(d)) {
+        for node in world.nodes_of(dc) {
+            let Some(engine) = world.world.engine(node) else { continue };
+            if engine.is_removed() || engine.is_lost() {
+                continue;
+            }
+            seen.push((node, engine.status().epochs));
+        }
+    }
+    let mut out = Vec::new();
+    if let Some((first, epochs)) = seen.first() {
+        for (node, other) in &seen[1..] {
+            if other != epochs {
+                out.push(format!(
+                    "changes-diverge: {node} knows epochs {other:?}, {first} knows {epochs:?}"
+                ));
+            }
+        }
+    }
+    out
+}
