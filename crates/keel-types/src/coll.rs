@@ -652,6 +652,7 @@ impl CollOp {
             CollOp::HIncrByFloat { delta, .. } if !f64::from_bits(*delta).is_finite() => {
                 return invalid("value is NaN or Infinity");
             }
+            CollOp::SStore { sources, .. } => sources.len(),
             CollOp::ZStore { combine, .. } if !combine.weights.is_empty() => {
                 if combine.weights.len() != combine.others.len() + 1 {
                     return invalid("syntax error");

@@ -159,6 +159,12 @@ fn check_entries<'a>(
             EntryPayload::Write { command: Command::Slot(op), .. } if !op.valid() => {
                 return Err("a slot step out of range or with keys of another slot");
             }
+            // Never written so: a client's store names a source (the fuzzer made one
+            // without, which the set algebra must not be handed).
+            EntryPayload::Write { command: Command::Coll { op, .. }, .. } if matches!(&**op, keel_types::coll::CollOp::SStore { sources, .. } if sources.is_empty()) =>
+            {
+                return Err("a set store with no source");
+            }
             EntryPayload::Membership(membership) if !membership.valid() => {
                 return Err("a membership that is not sorted, disjoint and in bounds");
             }
@@ -308,6 +314,24 @@ mod tests {
             (
                 append(3, (2, 4), vec![membership(3, 5, &[1, 2, 3], &[3])]),
                 "a membership that is not sorted, disjoint and in bounds",
+            ),
+            (
+                append(
+                    3,
+                    (2, 4),
+                    vec![write(
+                        3,
+                        5,
+                        Command::Coll {
+                            key: b"k".to_vec().into(),
+                            op: Box::new(keel_types::coll::CollOp::SStore {
+                                how: keel_types::coll::Algebra::Inter,
+                                sources: vec![],
+                            }),
+                        },
+                    )],
+                ),
+                "a set store with no source",
             ),
             (append(u64::MAX, (2, 4), vec![]), "epoch out of range"),
             (

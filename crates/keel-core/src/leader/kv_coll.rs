@@ -1127,7 +1127,9 @@ fn set_combine(kv: &Kv, sources: &[Key], how: Algebra) -> Result<BTreeSet<Value>
             }
             let mut sets: Vec<_> = sets.into_iter().flatten().collect();
             sets.sort_by_key(|s| s.len());
-            let (smallest, rest) = sets.split_first().expect("at least one source");
+            // No source (a client's command names one; a peer's entry is checked by
+            // `CollOp::validate`, and this stays total regardless): nothing in common.
+            let Some((smallest, rest)) = sets.split_first() else { return Ok(out) };
             out.extend(smallest.iter().filter(|m| rest.iter().all(|s| s.contains(*m))).cloned());
         }
         Algebra::Diff => {

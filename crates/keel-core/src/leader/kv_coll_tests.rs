@@ -104,6 +104,14 @@ fn each_family_writes_and_reads_and_the_wrong_type_is_refused() {
     // A set combined into another key, in one entry.
     let store = CollOp::SStore { how: Algebra::Union, sources: vec![v("s"), v("nothing")] };
     assert_eq!(run(&mut kv, coll("u", store)), Ok(Answer::Int(2)));
+    // With no source (no client sends one; the fuzzer made a peer's entry of it): refused
+    // by validation, and an empty result if applied anyway, never a panic.
+    for how in [Algebra::Inter, Algebra::Union, Algebra::Diff] {
+        let store = CollOp::SStore { how, sources: vec![] };
+        let limits = keel_types::Limits::default();
+        assert!(store.validate(&limits).is_err(), "{how:?} with no source validated");
+        assert_eq!(run(&mut kv, coll("none", store)), Ok(Answer::Int(0)), "{how:?}");
+    }
 }
 
 #[test]
