@@ -625,12 +625,19 @@ impl CollOp {
 
     /// Checks the op's arguments against the limits and its own rules.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
-        if self.other_keys().len() > KEYS_MAX {
-            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
-        }
+        self.check_shape()?;
         for key in self.other_keys() {
             limits.check_key(key)?;
             crate::check_not_reserved(key)?;
+        }
+        Ok(())
+    }
+
+    /// The op's own rules, whatever the limits: what the state machine relies on when it
+    /// applies one (the ORCA gate checks them of a peer's entries too).
+    pub fn check_shape(&self) -> Result<(), KeelError> {
+        if self.other_keys().len() > KEYS_MAX {
+            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
         }
         let invalid = |why: &str| Err(KeelError::InvalidArgument(why.to_string()));
         let elements = match self {
@@ -718,14 +725,21 @@ impl CollRead {
         }
     }
 
-    /// Checks the read's keys against the limits.
+    /// Checks the read's keys against the limits, and its own rules.
     pub fn validate(&self, limits: &Limits) -> Result<(), KeelError> {
-        if self.other_keys().len() > KEYS_MAX {
-            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
-        }
+        self.check_shape()?;
         for key in self.other_keys() {
             limits.check_key(key)?;
             crate::check_not_reserved(key)?;
+        }
+        Ok(())
+    }
+
+    /// The read's own rules, whatever the limits: what answering it relies on (the ORCA
+    /// gate checks them of the reads inside a peer's transaction entries too).
+    pub fn check_shape(&self) -> Result<(), KeelError> {
+        if self.other_keys().len() > KEYS_MAX {
+            return Err(KeelError::InvalidArgument(format!("at most {KEYS_MAX} keys")));
         }
         let empty = match self {
             CollRead::HGet { fields: v, .. }

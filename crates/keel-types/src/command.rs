@@ -865,6 +865,29 @@ impl Command {
         }
     }
 
+    /// Whether a transaction ([`Command::Multi`]) may hold this command: a string or
+    /// collection read or write, not another transaction, a scan, a session, a queue, an
+    /// inspection, a flush, a cluster change or a geo operation. The ORCA gate checks it of
+    /// a peer's entries too, as the state machine relies on it.
+    pub fn fits_in_multi(&self) -> bool {
+        !matches!(
+            self,
+            Command::Multi { .. }
+                | Command::Scan { .. }
+                | Command::OpenSession { .. }
+                | Command::Enqueue { .. }
+                | Command::Dequeue { .. }
+                | Command::QueuePeek { .. }
+                | Command::Inspect { .. }
+                | Command::Fetch { .. }
+                | Command::Flush { .. }
+                | Command::SwapDb { .. }
+                | Command::Count { .. }
+                | Command::Cluster(_)
+                | Command::Geo(_)
+        )
+    }
+
     /// [`Command::validate`] of a transaction: its size, what it may hold, each operation
     /// and watched key, and its bytes in all.
     fn validate_multi(
@@ -883,22 +906,7 @@ impl Command {
             ));
         }
         for op in ops {
-            if matches!(
-                op,
-                Command::Multi { .. }
-                    | Command::Scan { .. }
-                    | Command::OpenSession { .. }
-                    | Command::Enqueue { .. }
-                    | Command::Dequeue { .. }
-                    | Command::QueuePeek { .. }
-                    | Command::Inspect { .. }
-                    | Command::Fetch { .. }
-                    | Command::Flush { .. }
-                    | Command::SwapDb { .. }
-                    | Command::Count { .. }
-                    | Command::Cluster(_)
-                    | Command::Geo(_)
-            ) {
+            if !op.fits_in_multi() {
                 return invalid(format!("a {} inside a transaction", op.name()));
             }
             op.validate(limits)?;

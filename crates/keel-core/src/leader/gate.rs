@@ -159,11 +159,19 @@ fn check_entries<'a>(
             EntryPayload::Write { command: Command::Slot(op), .. } if !op.valid() => {
                 return Err("a slot step out of range or with keys of another slot");
             }
-            // Never written so: a client's store names a source (the fuzzer made one
-            // without, which the set algebra must not be handed).
-            EntryPayload::Write { command: Command::Coll { op, .. }, .. } if matches!(&**op, keel_types::coll::CollOp::SStore { sources, .. } if sources.is_empty()) =>
+            // Never written so: a client's transaction holds only what
+            // `Command::fits_in_multi` allows (the fuzzer made one holding a scan, which
+            // the state machine would take for a write).
+            EntryPayload::Write { command: Command::Multi { ops, .. }, .. }
+                if !ops.iter().all(Command::fits_in_multi) =>
             {
-                return Err("a set store with no source");
+                return Err("a transaction holding what no transaction may");
+            }
+            // Never written so: a collection command passed its own rules at the door
+            // (the fuzzer made a store with no source, and a transaction's `HMGET` of no
+            // field, which the state machine must not be handed).
+            EntryPayload::Write { command, .. } if !collection_shapes_hold(command) => {
+                return Err("a collection command breaking its own rules");
             }
             EntryPayload::Membership(membership) if !membership.valid() => {
                 return Err("a membership that is not sorted, disjoint and in bounds");
@@ -179,6 +187,17 @@ fn check_entries<'a>(
         }
     }
     Ok(())
+}
+
+/// Whether every collection write or read in `command` (itself, or inside a transaction)
+/// keeps its own rules (`CollOp::check_shape`, `CollRead::check_shape`).
+fn collection_shapes_hold(command: &Command) -> bool {
+    match command {
+        Command::Coll { op, .. } => op.check_shape().is_ok(),
+        Command::CollRead { op, .. } => op.check_shape().is_ok(),
+        Command::Multi { ops, .. } => ops.iter().all(collection_shapes_hold),
+        _ => true,
+    }
 }
 
 /// An `Append`'s entries against this node's log. None may replace an entry at or below
@@ -331,7 +350,40 @@ mod tests {
                         },
                     )],
                 ),
-                "a set store with no source",
+                "a collection command breaking its own rules",
+            ),
+            (
+                append(
+                    3,
+                    (2, 4),
+                    vec![write(
+                        3,
+                        5,
+                        Command::Multi { ops: vec![Command::Count { db: 0 }], watch: vec![] },
+                    )],
+                ),
+                "a transaction holding what no transaction may",
+            ),
+            (
+                append(
+                    3,
+                    (2, 4),
+                    vec![write(
+                        3,
+                        5,
+                        Command::Multi {
+                            ops: vec![Command::CollRead {
+                                key: b"h".to_vec().into(),
+                                op: Box::new(keel_types::coll::CollRead::HGet {
+                                    fields: vec![],
+                                    many: false,
+                                }),
+                            }],
+                            watch: vec![],
+                        },
+                    )],
+                ),
+                "a collection command breaking its own rules",
             ),
             (append(u64::MAX, (2, 4), vec![]), "epoch out of range"),
             (
