@@ -410,24 +410,8 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     for s in &mut sessions {
         abandon(&mut world, s);
     }
-    // A removal not yet made goes on at the start of the quiet end (it was refused while
-    // a data center was cut off, say).
     if let Some(removal) = &mut removal {
-        world.heal();
-        let until = world.now() + QUIET_NS;
-        let busy = |removal: &Removal, back: &Option<Return>, world: &GeoWorld| {
-            !removal.finished(world)
-                || removal.made().is_some() && back.as_ref().is_some_and(|b| !b.finished(world))
-        };
-        while busy(removal, &back, &world) && world.now() < until {
-            let now = world.now();
-            removal.drive(&mut world, &mut log, now);
-            if let (Some(back), Some((dc, at))) = (&mut back, removal.made()) {
-                back.drive(&mut world, &mut log, dc, at);
-            }
-            let next = world.now() + 100_000_000;
-            world.run_until(next);
-        }
+        finish_changes(&mut world, removal, &mut back, &mut log);
     }
     world.quiesce(QUIET_NS);
     if world.await_strong_delivery(STRONG_WAIT_NS) {
@@ -438,6 +422,31 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     report.violations.extend(pair.map(|p| p.violations).unwrap_or_default());
     report.violations.extend(back.map(|b| b.violations).unwrap_or_default());
     report
+}
+
+/// A removal not yet made goes on at the start of the quiet end (it was refused while a
+/// data center was cut off, say), and so does taking it back once it is made.
+fn finish_changes(
+    world: &mut GeoWorld,
+    removal: &mut Removal,
+    back: &mut Option<Return>,
+    log: &mut Vec<String>,
+) {
+    world.heal();
+    let until = world.now() + QUIET_NS;
+    let busy = |removal: &Removal, back: &Option<Return>, world: &GeoWorld| {
+        !removal.finished(world)
+            || removal.made().is_some() && back.as_ref().is_some_and(|b| !b.finished(world))
+    };
+    while busy(removal, back, world) && world.now() < until {
+        let now = world.now();
+        removal.drive(world, log, now);
+        if let (Some(back), Some((dc, at))) = (back.as_mut(), removal.made()) {
+            back.drive(world, log, dc, at);
+        }
+        let next = world.now() + 100_000_000;
+        world.run_until(next);
+    }
 }
 
 fn draw_faults(rng: &mut Rng, shape: &GeoShape, expose: bool) -> Faults {
