@@ -320,6 +320,12 @@ pub struct RunArgs {
     /// off with its data center and the operator removes that data center too).
     #[arg(long)]
     pub abort_committed: bool,
+    /// Negative control (`--engine geo`): the cut of a return is taken from the first
+    /// `N - f` survivors' answers, not every survivor's, so what only a late survivor
+    /// stored of the old life is dropped (caught by the causal checker's convergence:
+    /// a transaction a surviving data center stored is missing).
+    #[arg(long)]
+    pub cut_quorum: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

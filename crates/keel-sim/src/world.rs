@@ -487,6 +487,8 @@ pub struct WorldStats {
     pub steps: u64,
     /// Crashes injected.
     pub crashes: u64,
+    /// Nodes replaced with wiped disks.
+    pub wipes: u64,
     /// Events deferred by a pause.
     pub deferred: u64,
     /// Snapshots taken and adopted through the executor's off-worker path.
@@ -1768,6 +1770,27 @@ impl<E: SimEngine> World<E> {
     /// Restarts a crashed node (every keyspace) from what its disks kept. No effect on a
     /// running node.
     pub fn restart(&mut self, node: NodeId) {
+        self.restart_with(node, |_| {});
+    }
+
+    /// Replaces `node` with a new machine under its identity: crashed if it runs, its
+    /// disks wiped, booted with its configuration as `adjust` leaves it (a geo replica
+    /// of a data center coming back boots joining).
+    pub fn restart_wiped(&mut self, node: NodeId, adjust: impl Fn(&mut E::Config)) {
+        self.crash(node);
+        let slot = Self::slot(node);
+        for ks in 0..self.config.keyspaces as usize {
+            let fresh = Self::fresh_replica(&self.config);
+            let hosted = &mut self.nodes[slot].replicas[ks];
+            hosted.disk = fresh.disk;
+            hosted.recovered = fresh.recovered;
+        }
+        self.stats.wipes += 1;
+        self.restart_with(node, adjust);
+    }
+
+    /// [`World::restart`], with the configuration as `adjust` leaves it.
+    fn restart_with(&mut self, node: NodeId, adjust: impl Fn(&mut E::Config)) {
         if self.is_up(node) {
             return;
         }
@@ -1779,6 +1802,7 @@ impl<E: SimEngine> World<E> {
             let members = self.configured_voters_of(ks);
             let spread = self.config.spread_leaders;
             let mut config = E::configure(&self.config.engine, node, members.clone(), ks, spread);
+            adjust(&mut config);
             let wall_now_ms = self.wall_ms(node);
             let n = &mut self.nodes[Self::slot(node)];
             let seed = n.rng.next_u64();

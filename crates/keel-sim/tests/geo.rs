@@ -27,6 +27,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         notice_at_rest: false,
         promises_held: false,
         abort_committed: false,
+        cut_quorum: false,
         central_certifier: false,
         keep_history: false,
     }
@@ -93,6 +94,14 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "return-made",
         "return-abandoned",
         "return-made-again",
+        "return-welcomed",
+        "join-heard",
+        "cut-made",
+        "cut-applied",
+        "old-life-dropped",
+        "return-settled",
+        "return-settled-everywhere",
+        "late-survivor",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");
     }
@@ -237,9 +246,9 @@ fn a_removed_member_cut_off_past_its_notice_is_told_once_heard_and_the_control_i
 fn promises_left_by_an_asker_that_failed_are_released_and_their_control_is_caught() {
     // The node first asked to remove a failed data center fails with its own within 300
     // ms; the operator then removes that one. Random seeds reach it in about 5% of runs
-    // (`docs/simulation.md`), none of 0 to 39: these are the first three of 0 to 119 on
+    // (`docs/simulation.md`), none of 0 to 39: these are the first three of 0 to 199 on
     // which the control fails.
-    for seed in [69, 88, 119] {
+    for seed in [88, 158, 162] {
         let r = run_one(&config("general", seed, false));
         assert_clean(&r);
         for path in ["asker-failed", "promise-asked", "promise-aborted"] {
@@ -263,8 +272,8 @@ fn a_commit_recorded_outlasts_the_asks_when_its_proposer_is_cut_off_and_its_cont
     // cut-off data center. The committed votes must stand against the asks, so that
     // removal is refused. With `unsafe_abort_committed` the asks abort them, and it is
     // made: two removals where `f` is 1. These are the first three of 0 to 199 on which
-    // the control fails (7 of the 200 do).
-    for seed in [0, 39, 50] {
+    // the control fails.
+    for seed in [0, 50, 57] {
         let r = run_one(&config("general", seed, false));
         assert_clean(&r);
         for path in ["asker-cut", "asker-cut-refused"] {
@@ -298,5 +307,24 @@ fn the_strong_scripts_catch_their_controls() {
         let r = run_one(&overdraft);
         assert!(r.counts.contains_key("conflict-order"), "{:?}", r.violations);
         assert!(r.violations.iter().any(|v| v.contains("withdrawals of the whole balance")));
+    }
+}
+
+#[test]
+fn a_returns_cut_that_does_not_wait_for_every_survivor_is_caught() {
+    // A live data center removed with `f` = 2 while one survivor alone stores what it
+    // commits, unable to forward it; that survivor hears the return late (`late.rs`).
+    // The cut waits for its answer, so nothing it stored is dropped. With
+    // `unsafe_cut_quorum` the cut is taken from the first `N - f` answers, below what
+    // it stored, after the others were shown it: caught. These are the first two of 0
+    // to 299 on which the fault is armed, and the control fails on both.
+    for seed in [11, 83] {
+        let r = run_one(&config("general", seed, false));
+        assert_clean(&r);
+        for path in ["late-survivor", "cut-applied", "return-settled-everywhere"] {
+            assert!(r.reached.contains_key(path), "seed {seed} did not reach {path}");
+        }
+        let quorum = run_one(&GeoRunConfig { cut_quorum: true, ..config("general", seed, false) });
+        assert!(!quorum.passed(), "seed {seed}: the control went unnoticed");
     }
 }

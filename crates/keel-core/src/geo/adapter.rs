@@ -123,10 +123,11 @@ impl Engine for GeoEngine {
     }
 
     fn role(&self) -> RoleView {
-        let role = match (self.lost, self.is_removed()) {
-            (true, _) => "lost",
-            (false, true) => "removed",
-            (false, false) => "replica",
+        let role = match (self.lost, self.is_removed(), self.joining.is_some()) {
+            (true, _, _) => "lost",
+            (false, true, _) => "removed",
+            (false, false, true) => "joining",
+            (false, false, false) => "replica",
         };
         RoleView { role, leader: None, epoch: 0 }
     }
@@ -318,6 +319,14 @@ impl GeoEngine {
             return_promised: self.agreement.promised().filter(|c| !c.removes()).map(|c| c.dc),
             returning: (0..self.dcs as u32).filter(|&d| self.returning[d as usize]).collect(),
             epochs: self.epochs.clone(),
+            joining: self.joining.is_some(),
+            join: self.joining.as_ref().map(|j| super::types::JoinStatus {
+                epoch: j.epoch,
+                answered: j.answers.keys().copied().collect(),
+                cut: j.cut,
+                settled: j.settled.iter().copied().collect(),
+            }),
+            cuts: self.cuts(),
             certification: self.config.strong.then(|| super::types::Certification {
                 ballot: self.certifier.ballot,
                 leader_dc: self.own_leader_dc(self.certifier.ballot),

@@ -48,8 +48,8 @@ pub struct Channel {
     early: BTreeMap<u64, Body>,
     /// Whether the peer is owed an acknowledgement.
     ack_owed: bool,
-    /// A notice channel ([`Channel::notice`]): its messages name the boot after this
-    /// node's, so that the peer starts its receiving side over and takes body 0.
+    /// A notice channel ([`Channel::notice`]): its sends are bounded, and it holds
+    /// nothing but its notice.
     notice: bool,
     /// A notice channel's sends since it was made or rearmed.
     notice_sends: u32,
@@ -62,8 +62,9 @@ impl Channel {
     }
 
     /// A channel that tells the peer one last thing, `body`, whatever was sent before:
-    /// its messages name the boot after this node's, so the peer starts that direction
-    /// over, as after a restart, and delivers `body` first (a removed data center's
+    /// its sender names a later boot for it (its own plus the removed data center's odd
+    /// epoch, `GeoEngine::boot_to`), so the peer starts that direction over, as after a
+    /// restart, and delivers `body` first (a removed data center's
     /// members learn they were removed; nothing else is sent to them, and nothing they
     /// send is taken).
     pub fn notice(body: Body) -> Channel {
@@ -175,9 +176,8 @@ impl Channel {
             return (None, false);
         };
         self.ack_owed = false;
-        let boot = my_boot.saturating_add(u64::from(self.notice));
         let message =
-            Message { boot, peer_boot: self.peer_boot, ack: self.expected, first, bodies };
+            Message { boot: my_boot, peer_boot: self.peer_boot, ack: self.expected, first, bodies };
         (Some(message), resent)
     }
 
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(ts(&b.receive(2, Time(0), m.unwrap())).len(), 3);
         // The sender replaces the channel with a notice: a later boot's body 0.
         let mut notice = Channel::notice(body(99));
-        let (m, _) = notice.flush(5, Time(0), retransmit, false);
+        let (m, _) = notice.flush(6, Time(0), retransmit, false);
         let m = m.unwrap();
         assert_eq!((m.boot, m.first), (6, 0));
         assert_eq!(ts(&b.receive(2, Time(0), m)), vec![99]);

@@ -895,3 +895,68 @@ fn returns_are_agreed_one_at_a_time_from_a_removed_data_center_only() {
         assert_eq!((s.epochs[dc as usize], s.epochs[other as usize]), (3, 2), "{n}");
     }
 }
+
+#[test]
+fn a_returning_data_center_joins_its_survivors_agree_on_its_cut_and_settle() {
+    let mut c = Cluster::with_strong(1, 2, false);
+    let zero = Vector::zero(3);
+    let deposit = |k: &str| vec![(key(k), Some(Update::Add(1)), Kind::Counter)];
+    // Every data center writes; data center 2's transactions reach the others, then it
+    // fails and is removed.
+    let mut pasts = vec![zero.clone(); 3];
+    for _ in 0..5 {
+        for dc in 0..3u32 {
+            let node = NodeId(dc * 10 + 1);
+            pasts[dc as usize] = c.tx(node, u64::from(dc) + 1, &pasts[dc as usize], deposit("a")).0;
+        }
+    }
+    c.run(100);
+    c.down.push(2);
+    c.run(2_500);
+    assert_eq!(c.call(NodeId(1), 0, GeoOp::RemoveDc { member: NodeId(21) }), GeoResult::Synced);
+    c.run(200);
+    // New replicas of data center 2 boot joining, wiped: silent, refusing clients.
+    let members = c.nodes[&NodeId(1)].config.members.clone();
+    for n in [21, 22] {
+        let mut config = Config::new(NodeId(n), members.clone(), 1);
+        config.wall_clock_origin_us = 1_000_000;
+        config.strong = false;
+        config.joining = true;
+        c.nodes.insert(NodeId(n), GeoEngine::boot(config, c.now).unwrap());
+    }
+    c.down.clear();
+    c.run(100);
+    match c.call_result(NodeId(21), 9, GeoOp::Begin { past: zero.clone() }) {
+        Err(keel_types::KeelError::Unavailable(why)) => assert!(why.contains("joining"), "{why}"),
+        other => panic!("a joining replica serves: {other:?}"),
+    }
+    assert!(c.nodes[&NodeId(21)].joining.as_ref().unwrap().epoch.is_none());
+    // The return is made: the survivors answer, the new replicas cut, the survivors
+    // apply the cut and settle.
+    assert_eq!(c.call(NodeId(11), 0, GeoOp::ReturnDc { member: NodeId(22) }), GeoResult::Synced);
+    c.run(500);
+    let cut = c.nodes[&NodeId(21)].joining.as_ref().unwrap().cut.expect("the cut was made");
+    for n in [1, 2, 11, 12] {
+        let e = &c.nodes[&NodeId(n)];
+        let s = e.status();
+        assert_eq!(s.cuts, vec![(2, cut)], "{n} applied the cut");
+        assert!(s.uniform.dcs[2] <= cut, "{n} showed data center 2 above the cut");
+        assert_eq!(s.known.dcs[2], cut, "{n} stores the old life up to the cut");
+        assert!(e.welcomes[2].as_ref().unwrap().settled, "{n} settled");
+        assert_eq!(s.removed, vec![2], "{n}: data center 2 counts as removed until it is back");
+    }
+    for n in [21, 22] {
+        let e = &c.nodes[&NodeId(n)];
+        let j = e.joining.as_ref().unwrap();
+        assert_eq!(j.epoch, Some(2));
+        assert_eq!(j.cut, Some(cut));
+        assert_eq!(j.settled.iter().copied().collect::<Vec<_>>(), vec![0, 1], "{n}");
+        assert!(j.answers.len() >= 2, "{n}: answers {:?}", j.answers);
+        assert_eq!(e.status().epochs, vec![0, 0, 2]);
+    }
+    // Data center 2's five transactions survive at the cut: its old life is below it.
+    assert!(cut >= pasts[2].dcs[2], "the cut {cut} drops a transaction every survivor had");
+    // The survivors go on meanwhile.
+    let (_, seen) = c.tx(NodeId(12), 7, &pasts[0], vec![(key("a"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(15)]);
+}

@@ -148,6 +148,14 @@ pub struct Config {
     /// Negative control: an acceptor asked to abort a proposal it committed records it
     /// aborted (the first of committed and aborted no longer stands).
     pub unsafe_abort_committed: bool,
+    /// A new replica of a removed data center, booted to take it back: it serves no
+    /// client and sends nothing until it learns the return of its data center, then
+    /// joins (`docs/geo.md`, *Taking a data center back: the protocol*).
+    pub joining: bool,
+    /// Negative control: a new replica takes the cut from the first `N - f` survivors'
+    /// answers, not every survivor's, so what only a late survivor stored of the old life
+    /// is dropped.
+    pub unsafe_cut_quorum: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -221,6 +229,8 @@ impl Config {
             unsafe_notice_at_rest: false,
             unsafe_promises_held: false,
             unsafe_abort_committed: false,
+            joining: false,
+            unsafe_cut_quorum: false,
         }
     }
 }
@@ -422,6 +432,9 @@ pub enum Body {
         /// The change.
         change: Change,
     },
+    /// A step of a removed data center's return (`engine/back.rs`, `docs/geo.md`,
+    /// *Taking a data center back: the protocol*).
+    Back(Back),
     /// The node an operator asked proposes a change of a data center (→ each data
     /// center's acceptor, its replica of partition 0): changes are agreed, so that two
     /// removals asked at once at different nodes never remove more than `f` together,
@@ -513,6 +526,68 @@ impl Change {
     /// The life a return starts.
     pub fn life(self) -> u32 {
         self.epoch / 2
+    }
+}
+
+/// The bodies of a return (`Body::Back`): between the survivors' replicas and the new
+/// replicas of the data center taken back, each naming the epoch of the return.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Back {
+    /// The first body of every channel a new replica opens: a member of a returning
+    /// data center is heard only from the boot whose channel opened with it (the old
+    /// life never sends one).
+    Join {
+        /// The return's epoch.
+        epoch: u32,
+    },
+    /// A survivor's answer to the return (survivor → the new replica of its partition,
+    /// right after the `Changed` of the return): what it stores of the returning data
+    /// center's old life (its known entry), its own known entry as far as it propagated
+    /// it, and the epochs it knows.
+    Answer {
+        /// The return's epoch.
+        epoch: u32,
+        /// Its known entry for the returning data center.
+        stored: u64,
+        /// Its own known entry at its last propagation.
+        own: u64,
+        /// Each data center's epoch, as it knows it.
+        epochs: Vec<u32>,
+    },
+    /// The largest entry the survivors store, among a new replica's answers, one from
+    /// every survivor (new replica → the new replica of partition 0).
+    Partial {
+        /// The return's epoch.
+        epoch: u32,
+        /// The largest entry.
+        stored: u64,
+    },
+    /// The cut: what survives of the old life, the smallest partial (the new replica of
+    /// partition 0 → every replica of every survivor and of the data center).
+    Cut {
+        /// The return's epoch.
+        epoch: u32,
+        /// The cut.
+        cut: u64,
+    },
+    /// The survivor applied the cut and its known entry reached it (survivor → the new
+    /// replica of its partition).
+    Settled {
+        /// The return's epoch.
+        epoch: u32,
+    },
+}
+
+impl Back {
+    /// The epoch of the return it belongs to.
+    pub fn epoch(&self) -> u32 {
+        match self {
+            Back::Join { epoch }
+            | Back::Answer { epoch, .. }
+            | Back::Partial { epoch, .. }
+            | Back::Cut { epoch, .. }
+            | Back::Settled { epoch } => *epoch,
+        }
     }
 }
 
@@ -648,6 +723,19 @@ pub struct Message {
     pub bodies: Vec<Body>,
 }
 
+/// A joining replica's progress (`Status::join`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinStatus {
+    /// The return's epoch, once learned.
+    pub epoch: Option<u32>,
+    /// The survivor data centers whose answers it took.
+    pub answered: Vec<u32>,
+    /// The cut, once known.
+    pub cut: Option<u64>,
+    /// The survivor data centers settled for its partition.
+    pub settled: Vec<u32>,
+}
+
 /// How often each path of the protocol was taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
@@ -695,6 +783,28 @@ pub struct Counters {
     /// Returns of a removed data center this replica learned were made.
     #[serde(default)]
     pub returns: u64,
+    /// Returns this survivor learned and answered (`engine/back.rs`).
+    #[serde(default)]
+    pub returns_welcomed: u64,
+    /// Returns whose cut this survivor applied.
+    #[serde(default)]
+    pub cuts_applied: u64,
+    /// Cuts this new replica of partition 0 made.
+    #[serde(default)]
+    pub cuts_made: u64,
+    /// Returns this survivor said it settled.
+    #[serde(default)]
+    pub returns_settled: u64,
+    /// Channels of a returning member heard once they opened with `Join`.
+    #[serde(default)]
+    pub joins_heard: u64,
+    /// Operation-log entries of a returning data center's old life dropped above its cut,
+    /// and old-life transactions dropped on arrival after it.
+    #[serde(default)]
+    pub old_life_dropped: u64,
+    /// Bodies a joining replica dropped (it takes only the return's).
+    #[serde(default)]
+    pub dropped_joining: u64,
     /// Removals refused (this replica's own data center, or more than f removed or
     /// suspected).
     #[serde(default)]
@@ -829,6 +939,16 @@ pub struct Status {
     /// is removed).
     #[serde(default)]
     pub epochs: Vec<u32>,
+    /// A new replica of a data center coming back, not back yet: it serves no client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joining: bool,
+    /// A joining replica's progress: the return's epoch once learned, the survivors
+    /// that answered, the cut once known, the survivors settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinStatus>,
+    /// The cuts applied here, by returning data center: what survives of its old life.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuts: Vec<(u32, u64)>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

@@ -8,11 +8,13 @@
 //! refusal or a lost answer is asked again later, elsewhere. At the end, every replica
 //! still serving knows the same epochs (`changes-diverge` otherwise).
 
+use super::late::LateSurvivor;
 use super::world::GeoWorld;
 use crate::rng::Rng;
 use keel_core::engine::RequestTag;
 use keel_types::geo::GeoOp;
 use keel_types::{KeelError, NodeId};
+use std::collections::BTreeSet;
 
 /// How long after a refusal or a lost answer the change is asked again, ns.
 const RETRY_NS: u64 = 500_000_000;
@@ -44,6 +46,12 @@ pub struct Return {
     tries: u32,
     /// Returns made so far.
     returns: u32,
+    /// The late survivor's fault ([`LateSurvivor`]), drawn from its own stream: whether
+    /// it is planned, and once armed.
+    late_rng: Rng,
+    late_planned: bool,
+    late: Option<LateSurvivor>,
+    late_tried: bool,
     /// What went wrong: a change refused for a reason it should not have been.
     pub violations: Vec<String>,
 }
@@ -55,6 +63,8 @@ impl Return {
             return None;
         }
         let after_ns = rng.range(300_000_000, 2_000_000_000);
+        let mut late_rng = rng.fork();
+        let late_planned = late_rng.chance(500_000);
         let steps = match rng.chance(500_000) {
             true => vec![Step::Return, Step::Abandon, Step::Return],
             false => vec![Step::Return],
@@ -67,8 +77,42 @@ impl Return {
             not_before: None,
             tries: 0,
             returns: 0,
+            late_rng,
+            late_planned,
+            late: None,
+            late_tried: false,
             violations: Vec::new(),
         })
+    }
+
+    /// Arms the late survivor's fault as a live data center is to be removed (`target`
+    /// chosen), and lets its holds go when due; called at every turn of the run.
+    pub fn tend(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, target: Option<u32>) {
+        let now = world.now();
+        if let (Some(r), false, true) = (target, self.late_tried, self.plans_late(world)) {
+            self.late_tried = true;
+            self.late = LateSurvivor::arm(world, &mut self.late_rng, r, now);
+            world.failures_held = self.late.is_some();
+            if let Some(late) = &self.late {
+                log.push(format!("{}ms: data center {} learns late", now / 1_000_000, late.z));
+            }
+        }
+        if self.late.as_mut().is_some_and(|late| late.tend(world, now)) {
+            self.late = None;
+            world.failures_held = false;
+            log.push(format!("{}ms: the late data center's links let go", now / 1_000_000));
+        }
+    }
+
+    /// Whether the late survivor's fault is planned (in half the returns), for a keyspace
+    /// of `f` = 2: the removal is then of a live data center, early in the run.
+    pub fn plans_late(&self, world: &GeoWorld) -> bool {
+        self.late_planned && world.shape.f == 2 && !world.shape.strong
+    }
+
+    /// Whether the late survivor's fault still holds links.
+    pub fn holding(&self) -> bool {
+        self.late.is_some()
     }
 
     /// Whether nothing is left to ask (or nothing can be).
@@ -105,6 +149,12 @@ impl Return {
         }
         let at = askers[self.rng.below(askers.len() as u64) as usize];
         let member = world.nodes_of(dc)[0];
+        if step == Step::Return && self.tries == 0 {
+            // The operator brings new machines up first: wiped, joining, silent until
+            // they learn the return.
+            world.rebuild_dc(dc);
+            log.push(format!("{}ms: data center {dc} rebuilt, joining", now / 1_000_000));
+        }
         let op = match step {
             Step::Return => GeoOp::ReturnDc { member },
             Step::Abandon => GeoOp::RemoveDc { member },
@@ -131,6 +181,9 @@ impl Return {
                     Step::Return => "return-made-again",
                     Step::Abandon => "return-abandoned",
                 });
+                if let Some(late) = self.late.as_mut().filter(|_| step == Step::Return) {
+                    late.made(now);
+                }
                 self.returns += u32::from(step == Step::Return);
                 log.push(format!("{}ms: {step:?} of data center {dc} made", now / 1_000_000));
                 self.steps.remove(0);
@@ -176,6 +229,72 @@ pub fn changes_diverge(world: &GeoWorld) -> Vec<String> {
                     "changes-diverge: {node} knows epochs {other:?}, {first} knows {epochs:?}"
                 ));
             }
+        }
+    }
+    out
+}
+
+/// Every return under way at the end went as far as it is built: each replica of a
+/// survivor that still serves applied the cut, and each new replica of the returning data
+/// center learned the return, took the cut, and heard every such survivor settle
+/// (`return-stalled` otherwise). A return waits for every data center not removed to
+/// answer, so one with a failed data center not removed is not checked (it waits, as
+/// designed, until the operator removes that one too).
+pub fn returns_stalled(world: &mut GeoWorld) -> Vec<String> {
+    let mut out = Vec::new();
+    let serving = |world: &GeoWorld, node: NodeId| {
+        let engine = world.world.engine(node)?;
+        let status = engine.status();
+        (!engine.is_removed() && !engine.is_lost() && !status.joining).then_some(status)
+    };
+    let mut returning = BTreeSet::new();
+    let mut removed = BTreeSet::new();
+    let mut live = Vec::new();
+    for dc in (0..world.shape.dcs()).filter(|d| !world.failed.contains(d)) {
+        live.push(dc);
+        for node in world.nodes_of(dc) {
+            if let Some(status) = serving(world, node) {
+                returning.extend(status.returning);
+                removed.extend(status.removed);
+            }
+        }
+    }
+    if world.failed.iter().any(|dc| !removed.contains(dc)) {
+        if !returning.is_empty() {
+            world.reach("return-waits-for-failed");
+        }
+        return out;
+    }
+    for r in returning {
+        let epoch =
+            world.world.engine(world.nodes_of(live[0])[0]).map(|e| e.status().epochs[r as usize]);
+        for node in world.nodes_of(r) {
+            let Some(join) = world.world.engine(node).and_then(|e| e.status().join) else {
+                continue;
+            };
+            if join.epoch != epoch {
+                out.push(format!(
+                    "return-stalled: {node} never joined the return at epoch {epoch:?}"
+                ));
+                continue;
+            }
+            if join.cut.is_none() || live.iter().any(|dc| !join.settled.contains(dc)) {
+                out.push(format!(
+                    "return-stalled: {node} has the cut {:?} and settled {:?} of {live:?}",
+                    join.cut, join.settled
+                ));
+            }
+        }
+        for &dc in &live {
+            for node in world.nodes_of(dc) {
+                let Some(status) = serving(world, node) else { continue };
+                if !status.cuts.iter().any(|&(d, _)| d == r) {
+                    out.push(format!("return-stalled: {node} never applied data center {r}'s cut"));
+                }
+            }
+        }
+        if out.is_empty() {
+            world.reach("return-settled-everywhere");
         }
     }
     out

@@ -66,6 +66,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         notice_at_rest: args.notice_at_rest,
         promises_held: args.promises_held,
         abort_committed: args.abort_committed,
+        cut_quorum: args.cut_quorum,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

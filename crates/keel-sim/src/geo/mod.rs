@@ -6,7 +6,8 @@
 //! - `world`: data centers over wide-area links, failing and cut off; the recorder.
 //! - `scenario`: the `general` scenario (random sessions, migrations, faults).
 //! - `removal`: an operator removing a data center during `general`.
-//! - `back`: an operator taking the removed data center back (its agreement).
+//! - `back`: an operator taking the removed data center back.
+//! - `late`: a survivor that learns of a removal and a return late (the cap's fault).
 //! - `script`: the digest's scenarios, scripted.
 //! - `bench`: what uniformity costs, in virtual time (`keel sim bench --engine geo`).
 //! - `cli`: `--engine geo`.
@@ -14,6 +15,7 @@
 pub mod back;
 pub mod bench;
 pub mod cli;
+pub mod late;
 pub mod removal;
 pub mod scenario;
 pub mod script;

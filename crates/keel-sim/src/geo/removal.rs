@@ -158,6 +158,17 @@ impl Removal {
         })
     }
 
+    /// Removes a live data center at `at` unless one failed by then (for the late
+    /// survivor's fault, `super::late`).
+    pub fn live_at(&mut self, at: u64) {
+        self.live_at = Some(at);
+    }
+
+    /// The data center being removed, once chosen.
+    pub fn target(&self) -> Option<u32> {
+        self.target
+    }
+
     /// The data center removed, and when, once the removal is made.
     pub fn made(&self) -> Option<(u32, u64)> {
         self.made

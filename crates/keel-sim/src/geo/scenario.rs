@@ -50,6 +50,9 @@ pub struct GeoRunConfig {
     /// Negative control: an acceptor asked to abort a proposal it committed records it
     /// aborted.
     pub abort_committed: bool,
+    /// Negative control: a return's cut is taken from the first `N - f` survivors'
+    /// answers, not every survivor's.
+    pub cut_quorum: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -284,6 +287,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         notice_at_rest: config.notice_at_rest,
         promises_held: config.promises_held,
         abort_committed: config.abort_committed,
+        cut_quorum: config.cut_quorum,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -339,14 +343,7 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     // Drawn apart, so that a seed's other draws do not depend on them.
     let mut apart = Rng::new(config.seed ^ 0x7265_6d6f_7661_6c00);
     cut_then_fail(&mut apart, &world.shape, &mut faults, config.collect_suspected);
-    let mistakes = Rng::new(config.seed ^ 0x6d69_7374_616b_6500);
-    let mut removal = Removal::draw(apart.fork(), mistakes, RUN_NS);
-    // Two removals (f + 1) at once, in a third of the runs with no planned removal.
-    let pair_rng = Rng::new(config.seed ^ 0x7061_6972_0000_0000);
-    let mut pair = if removal.is_none() { Pair::draw(pair_rng, RUN_NS) } else { None };
-    // Taking the removed data center back, in half the runs with a removal.
-    let return_rng = Rng::new(config.seed ^ 0x7265_7475_726e_0000);
-    let mut back = removal.as_ref().and_then(|_| Return::draw(return_rng));
+    let (mut removal, mut pair, mut back) = draw_changes(config.seed, &mut apart, &mut world);
     let mut log = Vec::new();
     let mut sessions: Vec<Session> = (0..2 + rng.below(5))
         .map(|i| Session {
@@ -380,6 +377,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         inject(&mut world, &mut faults, &mut log, now);
         if let Some(removal) = &mut removal {
             removal.drive(&mut world, &mut log, now);
+            if let Some(back) = &mut back {
+                back.tend(&mut world, &mut log, removal.target());
+            }
             if let (Some(back), Some((dc, at))) = (&mut back, removal.made()) {
                 back.drive(&mut world, &mut log, dc, at);
             }
@@ -424,6 +424,33 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
     report
 }
 
+/// The operator's changes a run makes, each from a stream of its own: a removal (in half
+/// the runs), two at once (in a third of the runs with no removal), and taking the
+/// removed data center back (in half the runs with a removal), with the late survivor's
+/// fault planned in half of those (`late.rs`): the removal is then of a live data center
+/// early in the run, and no data center fails until the fault is over (the return needs
+/// the acceptors of the three others).
+fn draw_changes(
+    seed: u64,
+    apart: &mut Rng,
+    world: &mut GeoWorld,
+) -> (Option<Removal>, Option<Pair>, Option<Return>) {
+    let mistakes = Rng::new(seed ^ 0x6d69_7374_616b_6500);
+    let mut removal = Removal::draw(apart.fork(), mistakes, RUN_NS);
+    let pair_rng = Rng::new(seed ^ 0x7061_6972_0000_0000);
+    let pair = if removal.is_none() { Pair::draw(pair_rng, RUN_NS) } else { None };
+    let return_rng = Rng::new(seed ^ 0x7265_7475_726e_0000);
+    let back = removal.as_ref().and_then(|_| Return::draw(return_rng));
+    if let (Some(removal), Some(back)) = (&mut removal, &back) {
+        if back.plans_late(world) {
+            world.failures_held = true;
+            let mut early = Rng::new(seed ^ 0x6c61_7465_0000_0000);
+            removal.live_at(early.range(1_000_000_000, 2_500_000_000));
+        }
+    }
+    (removal, pair, back)
+}
+
 /// A removal not yet made goes on at the start of the quiet end (it was refused while a
 /// data center was cut off, say), and so does taking it back once it is made.
 fn finish_changes(
@@ -437,10 +464,14 @@ fn finish_changes(
     let busy = |removal: &Removal, back: &Option<Return>, world: &GeoWorld| {
         !removal.finished(world)
             || removal.made().is_some() && back.as_ref().is_some_and(|b| !b.finished(world))
+            || back.as_ref().is_some_and(Return::holding)
     };
     while busy(removal, back, world) && world.now() < until {
         let now = world.now();
         removal.drive(world, log, now);
+        if let Some(back) = back.as_mut() {
+            back.tend(world, log, removal.target());
+        }
         if let (Some(back), Some((dc, at))) = (back.as_mut(), removal.made()) {
             back.drive(world, log, dc, at);
         }
@@ -912,14 +943,23 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     let known_removed: BTreeSet<u32> = gone.iter().flatten().copied().collect();
     for &dc in &known_removed {
         for node in world.nodes_of(dc) {
-            if world.world.engine(node).is_some_and(|e| !e.is_removed() && !e.is_lost()) {
+            let untold = world
+                .world
+                .engine(node)
+                .is_some_and(|e| !e.is_removed() && !e.is_lost() && !e.status().joining);
+            if untold {
                 out.push(format!("removed-untold: {node} of removed data center {dc} runs untold"));
             }
         }
     }
     let all_failed_removed = !world.failed.is_empty()
         && gone.iter().any(|r| world.failed.iter().all(|dc| r.contains(dc)));
-    if !all_failed_removed {
+    // A data center coming back freezes collection until its new replicas report.
+    let coming_back = nodes
+        .iter()
+        .filter_map(|&n| world.world.engine(n))
+        .any(|e| !e.is_removed() && !e.status().returning.is_empty());
+    if !all_failed_removed || coming_back {
         return out;
     }
     world.reach("removal-collected");
@@ -977,6 +1017,7 @@ pub fn finish(mut world: GeoWorld, config: &GeoRunConfig, faults: Vec<String>) -
     violations.extend(found);
     violations.extend(held_after_removal(&mut world));
     violations.extend(super::back::changes_diverge(&world));
+    violations.extend(super::back::returns_stalled(&mut world));
     let report = keel_check::causal::check(&history);
     let counts = report.counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();
     violations.extend(report.violations.iter().map(|v| v.to_string()));

@@ -310,6 +310,12 @@ impl SimEngine for GeoEngine {
             ("promise-asked", c.removal_asks),
             ("promise-aborted", c.removals_aborted),
             ("removal-found-made", c.removals_found_made),
+            ("return-welcomed", c.returns_welcomed),
+            ("join-heard", c.joins_heard),
+            ("cut-made", c.cuts_made),
+            ("cut-applied", c.cuts_applied),
+            ("return-settled", c.returns_settled),
+            ("old-life-dropped", c.old_life_dropped),
         ]
     }
 }

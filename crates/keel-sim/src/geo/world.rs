@@ -70,6 +70,9 @@ pub struct GeoShape {
     /// Negative control: an acceptor asked to abort a proposal it committed records it
     /// aborted.
     pub abort_committed: bool,
+    /// Negative control: a return's cut is taken from the first `N - f` survivors'
+    /// answers, not every survivor's.
+    pub cut_quorum: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -203,6 +206,7 @@ impl GeoWorld {
         template.unsafe_notice_at_rest = shape.notice_at_rest;
         template.unsafe_promises_held = shape.promises_held;
         template.unsafe_abort_committed = shape.abort_committed;
+        template.unsafe_cut_quorum = shape.cut_quorum;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;
@@ -379,6 +383,15 @@ impl GeoWorld {
         }
         self.crash(node);
         node
+    }
+
+    /// Replaces every replica of data center `dc` with a new one, wiped and joining (an
+    /// operator about to take it back), recording first what the old ones never sent on.
+    pub fn rebuild_dc(&mut self, dc: u32) {
+        for node in self.nodes_of(dc) {
+            self.crash(node);
+            self.world.restart_wiped(node, |config| config.joining = true);
+        }
     }
 
     /// Restarts a crashed node from what its disk kept.

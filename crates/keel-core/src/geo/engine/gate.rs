@@ -4,7 +4,7 @@
 //! sender's place in the topology against what the bodies claim.
 
 use super::super::types::{
-    Body, Candidate, Change, ChangeRefusal, Member, Message, Record, Update, Vector, DCS_MAX,
+    Back, Body, Candidate, Change, ChangeRefusal, Member, Message, Record, Update, Vector, DCS_MAX,
     LABEL_MAX, PARTITIONS_MAX,
 };
 use super::GeoEngine;
@@ -56,6 +56,23 @@ fn ballots(body: &Body) -> [u64; 2] {
     }
 }
 
+/// The largest epoch a data center reaches: its last removal after its last life.
+const EPOCH_MAX: u32 = 2 * super::remove::LIVES_MAX + 1;
+
+/// A return's body names a return's epoch (even, within the lives), and the epochs an
+/// answer lists are within bounds.
+fn back_ok(back: &Back) -> bool {
+    let epoch = back.epoch();
+    let epoch_ok = epoch > 0 && epoch.is_multiple_of(2) && epoch < EPOCH_MAX;
+    let epochs_ok = match back {
+        Back::Answer { epochs, .. } => {
+            epochs.len() <= DCS_MAX && epochs.iter().all(|&e| e <= EPOCH_MAX)
+        }
+        _ => true,
+    };
+    epoch_ok && epochs_ok
+}
+
 fn body_ok(body: &Body) -> Result<(), &'static str> {
     if ballots(body).iter().any(|&b| b > BALLOT_MAX) {
         return Err("a certification ballot out of bounds");
@@ -86,6 +103,7 @@ fn body_ok(body: &Body) -> Result<(), &'static str> {
             removed.len() <= DCS_MAX && failed.len() <= DCS_MAX
         }
         Body::ChangeRefused { why: ChangeRefusal::BeyondF { gone }, .. } => gone.len() <= DCS_MAX,
+        Body::Back(back) => back_ok(back),
         Body::ChangeRefused {
             why:
                 ChangeRefusal::Pending { .. }
@@ -197,6 +215,13 @@ impl GeoEngine {
                     self.config.strong && peer.partition != self.me.partition
                 }
                 Body::Forgotten { .. } => self.config.strong,
+                Body::Back(back) => match back {
+                    Back::Join { .. } => true,
+                    Back::Answer { epochs, .. } => sibling && epochs.len() == self.dcs,
+                    Back::Partial { .. } => same_dc && self.me.partition == 0,
+                    Back::Cut { .. } => peer.partition == 0,
+                    Back::Settled { .. } => sibling,
+                },
                 Body::Changed { .. }
                 | Body::ChangePropose { .. }
                 | Body::ChangeWithdrawn { .. }

@@ -34,21 +34,62 @@ impl GeoEngine {
                 !returning || (epoch > 0 && epoch.is_multiple_of(2)),
                 "{i} returning at {epoch}"
             );
-            // Until the return is built past its agreement, a returning data center stays
-            // removed.
-            let removed = epoch % 2 == 1 || returning;
+            // Until it is back, a returning data center counts as removed, except at its
+            // own new replicas.
+            let own_join = i == self.me.dc as usize && self.joining.is_some();
+            let removed = (epoch % 2 == 1 || returning) && !own_join;
             assert_eq!(self.removed[i], removed, "data center {i} removed out of its epoch");
         }
-        let removed = (0..self.dcs).filter(|&i| self.removed[i]);
+        let removed = (0..self.dcs).filter(|&i| self.removed[i] && !self.returning[i]);
         let nodes: BTreeSet<NodeId> =
             removed.flat_map(|i| self.replicas[i].iter().copied()).collect();
         assert_eq!(nodes, self.removed_nodes, "removed members out of step");
-        for node in &self.removed_nodes {
+        for node in self.removed_nodes.iter().filter(|_| self.joining.is_none()) {
             let notice = self.channels.get(node).is_some_and(|c| c.is_notice());
             assert!(notice, "{node} is removed, but its channel is not its notice");
         }
+        self.check_back();
         for &(i, _) in self.uniformity.forwarded.keys() {
             assert!(!self.removed[i as usize], "forwarding to removed data center {i}");
+        }
+    }
+
+    /// A return under way (`back.rs`): a survivor welcomes each returning data center
+    /// once, and after the cut nothing of the old life above it is held or stable; a joining replica holds no data
+    /// and hears only joined members of its own data center.
+    fn check_back(&self) {
+        let d = self.me.dc as usize;
+        for r in 0..self.dcs {
+            let w = self.welcomes[r].as_ref();
+            let survivor_side = self.returning[r] && r != d;
+            assert_eq!(w.is_some(), survivor_side, "data center {r}: a welcome out of its return");
+            if let Some(w) = w {
+                assert_eq!(w.epoch, self.epochs[r], "data center {r}: a welcome of another epoch");
+                assert!(w.cut.is_some() || !w.settled, "data center {r}: settled before the cut");
+            }
+            let Some(limit) = self.limits[r] else { continue };
+            let floor = super::back::life_floor(limit.epoch);
+            let within = |v: u64| v <= limit.value || v >= floor;
+            let p = &self.partition;
+            let stable = self.uniformity.stable.dcs[r];
+            assert!(within(stable), "data center {r}: stable entry {stable} past its cut");
+            assert!(within(p.known.dcs[r]), "data center {r}: known entry past its cut");
+            let top = p.remote_commits[r].last_key_value().map_or(0, |(&ts, _)| ts);
+            assert!(within(top), "data center {r}: an old-life transaction above its cut");
+        }
+        for node in self.joined.keys() {
+            let dc = self.member(*node).expect("a member joined").dc as usize;
+            let own = dc == d && self.joining.is_some();
+            assert!(self.returning[dc] || own, "{node} heard as joined, out of a return");
+        }
+        if let Some(j) = &self.joining {
+            let p = &self.partition;
+            assert!(p.log.is_empty() && p.local_commits.is_empty(), "a joining replica holds data");
+            assert!(self.coordinator.txs.is_empty(), "a joining replica runs transactions");
+            assert_eq!(j.epoch.is_some(), self.returning[d], "a join out of its return");
+            assert!(j.epoch.is_some() || j.held.is_empty(), "held before the return");
+            assert!(self.me.partition == 0 || j.partials.is_empty(), "partials off partition 0");
+            assert!(j.partials.len() <= self.partitions as usize, "partials of unknown partitions");
         }
     }
 

@@ -12,6 +12,7 @@
 //! | `failover.rs` | the certification leader's election by ballot when its data center is suspected (Paxos's first phase), a new leader's recovery of the log and its ballots, following a leader's log, the conflict index | [`Certifier`]'s role |
 //! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
 //! | `remove.rs` | removing a data center for good (an operator's), and the first step of taking one back | [`GeoEngine`]'s `removed`, `epochs`, `returning` |
+//! | `back.rs` | taking a removed data center back once its return is agreed: the survivors' caps and answers, the new replicas' join, the cut, settling | [`back::Welcome`], [`back::Limit`], [`back::Joining`] |
 //! | `agree.rs` | agreeing on a change (a removal, a return): the node asked proposes it, each data center's acceptor (partition 0) promises it, a majority's promises make it | [`agree::Agreement`] |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
@@ -27,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 pub(crate) mod agree;
+mod back;
 mod certify;
 mod coordinator;
 mod failover;
@@ -104,6 +106,9 @@ pub(crate) struct Partition {
     pub next_wait: u64,
     /// The last timestamp this partition issued.
     pub last_ts: u64,
+    /// `known[d]` at the last propagation: its own transactions up to it went to the
+    /// siblings (a return's answer names it).
+    pub propagated: u64,
 }
 
 /// One open transaction at its coordinator.
@@ -479,6 +484,15 @@ pub struct GeoEngine {
     pub(crate) removed_nodes: BTreeSet<NodeId>,
     /// Removals proposed here, promised here (`agree.rs`).
     pub(crate) agreement: agree::Agreement,
+    /// Per data center, this survivor's part in its return under way (`back.rs`).
+    pub(crate) welcomes: Vec<Option<back::Welcome>>,
+    /// Per data center, the limit of its old life kept for good (`back.rs`).
+    pub(crate) limits: Vec<Option<back::Limit>>,
+    /// The members of returning data centers heard, with the boot that opened its
+    /// channel with `Join` (`back.rs`).
+    pub(crate) joined: BTreeMap<NodeId, u64>,
+    /// A new replica's join, until it is back (`back.rs`).
+    pub(crate) joining: Option<back::Joining>,
     /// The hard state to make durable at the first step: the mark that this replica ran,
     /// which a restart finds.
     pub(crate) first_hard_state: Option<keel_types::HardState>,

@@ -208,6 +208,7 @@ impl GeoEngine {
     pub(crate) fn propagate(&mut self) {
         let d = self.me.dc;
         let known = self.partition.known.dcs[d as usize];
+        self.partition.propagated = known;
         let rest = self.partition.local_commits.split_off(&known.saturating_add(1));
         let txs: Vec<Replicated> =
             std::mem::replace(&mut self.partition.local_commits, rest).into_values().collect();
@@ -226,10 +227,17 @@ impl GeoEngine {
     /// already stored (sent directly and forwarded) is dropped.
     pub(crate) fn replicate(&mut self, origin: u32, txs: Vec<Replicated>) {
         let i = origin as usize;
+        let old_life = self.old_life_bound(origin);
         for tx in txs {
             let ts = tx.commit.dcs[i];
             if ts <= self.partition.known.dcs[i] {
                 self.counters.duplicates += 1;
+                continue;
+            }
+            if old_life.is_some_and(|(cut, next)| ts > cut && ts < next) {
+                // Of a returning data center's old life, above its cut: never visible,
+                // and dropped everywhere (`back.rs`).
+                self.counters.old_life_dropped += 1;
                 continue;
             }
             let commit = Arc::new(tx.commit.clone());
@@ -243,6 +251,10 @@ impl GeoEngine {
 
     /// `HEARTBEAT` (2:16–18).
     pub(crate) fn heartbeat(&mut self, origin: u32, ts: u64) {
+        let ts = match self.old_life_bound(origin) {
+            Some((cut, next)) if ts > cut && ts < next => cut,
+            _ => ts,
+        };
         let known = &mut self.partition.known.dcs[origin as usize];
         if ts > *known {
             *known = ts;

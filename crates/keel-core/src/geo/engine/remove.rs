@@ -106,12 +106,18 @@ impl GeoEngine {
         self.epochs[dc] = change.epoch;
         self.agreement_learns(change);
         let first = !self.removed[dc];
+        let abandoned = self.returning[dc];
         self.returning[dc] = !change.removes();
         if first {
             self.learn_removed(change);
         }
         if self.is_removed() {
             return;
+        }
+        if !change.removes() {
+            self.welcome_return(change);
+        } else if abandoned {
+            self.abandon_welcome(change);
         }
         if change.removes() {
             self.counters.removals += 1;
@@ -126,11 +132,11 @@ impl GeoEngine {
         }
     }
 
-    /// The members of the data centers not removed, this node's own included, but not
-    /// itself.
+    /// The members of the data centers not removed or coming back, this node's own
+    /// included, but not itself.
     fn live_others(&self) -> Vec<NodeId> {
         (0..self.dcs)
-            .filter(|&i| !self.removed[i])
+            .filter(|&i| !self.removed[i] || self.returning[i])
             .flat_map(|i| self.replicas[i].clone())
             .filter(|&n| n != self.me.node)
             .collect()
@@ -170,7 +176,7 @@ impl GeoEngine {
     /// This replica's data center was removed: every request waiting here is answered
     /// (a commit's outcome unknown), and from now on it refuses clients and stays
     /// silent (`step_lost`).
-    fn stop_removed(&mut self) {
+    pub(crate) fn stop_removed(&mut self) {
         let txs = std::mem::take(&mut self.coordinator.txs);
         for tx in txs.into_values() {
             let answer = match tx.pending {

@@ -71,6 +71,7 @@ impl GeoEngine {
     /// in memory: `docs/geo.md`, *Failures*).
     pub fn boot(config: Config, now: Time) -> Result<GeoEngine, BootError> {
         let (me, dcs, partitions, replicas) = topology(&config)?;
+        let joining = config.joining;
         let zero = Vector::zero(dcs);
         let boot = config.wall_clock_origin_us.saturating_add(now.0 / 1_000).max(1);
         let partition = Partition {
@@ -124,6 +125,10 @@ impl GeoEngine {
             returning: vec![false; dcs],
             removed_nodes: Default::default(),
             agreement: Default::default(),
+            welcomes: vec![None; dcs],
+            limits: vec![None; dcs],
+            joined: BTreeMap::new(),
+            joining: joining.then(super::back::Joining::default),
             first_hard_state: None,
         })
     }
@@ -176,6 +181,9 @@ impl GeoEngine {
             self.step_lost(input);
             return std::mem::take(&mut self.out);
         }
+        if self.joining.is_some() {
+            return self.step_joining(input);
+        }
         let tick = matches!(input, Input::Tick);
         match input {
             Input::Message { from, message } => self.receive(from, message),
@@ -195,6 +203,31 @@ impl GeoEngine {
         }
         self.flush(tick);
         self.out.wake_at = Some(self.wake_at());
+        self.check_invariants();
+        std::mem::take(&mut self.out)
+    }
+
+    /// A step of a new replica joining its data center's return (`back.rs`): it takes
+    /// its peers' messages, refuses its clients, and keeps only its channels' timers.
+    fn step_joining(
+        &mut self,
+        input: Input<Message, GeoRequest>,
+    ) -> Outputs<Message, GeoReply, NoRecord> {
+        let tick = matches!(input, Input::Tick);
+        let refuse = |engine: &mut GeoEngine, r: GeoRequest| {
+            engine.reply(r.tag, Err(GeoEngine::joining_error()))
+        };
+        match input {
+            Input::Message { from, message } => self.receive(from, message),
+            Input::Client(request) => refuse(self, request),
+            Input::Clients(requests) => requests.into_iter().for_each(|r| refuse(self, r)),
+            Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
+        }
+        if !self.is_removed() {
+            self.drain_loopback();
+            self.flush(tick);
+            self.out.wake_at = Some(self.channels_wake_at(self.now + self.config.broadcast_every));
+        }
         self.check_invariants();
         std::mem::take(&mut self.out)
     }
@@ -235,6 +268,11 @@ impl GeoEngine {
         if self.removed_nodes.contains(&to) {
             return false;
         }
+        if let Some(j) = self.joining.as_mut().filter(|j| !j.joined_to.contains(&to)) {
+            // A new replica opens each channel with `Join`: what it sends before waits.
+            j.unjoined.entry(to).or_default().push(body);
+            return true;
+        }
         let channel = self.channels.entry(to).or_default();
         let refresh =
             matches!(body, Body::Heartbeat { .. } | Body::KnownLocal { .. } | Body::Vectors { .. });
@@ -266,10 +304,14 @@ impl GeoEngine {
             return;
         }
         let Some(peer) = self.member(from) else { return };
+        if !self.heard_back(from, peer.dc, &message) {
+            self.counters.dropped_removed += 1;
+            return;
+        }
         if peer.partition == self.me.partition {
             self.uniformity.heard[peer.dc as usize] = self.now;
         }
-        let (boot, now) = (self.boot, self.now);
+        let (boot, now) = (self.boot_to(from), self.now);
         let bodies = self.channels.entry(from).or_default().receive(boot, now, message);
         for body in bodies {
             // Told that its own data center was removed, it handles nothing more.
@@ -288,6 +330,9 @@ impl GeoEngine {
 
     /// One body from `from` (this node itself, for its own partition).
     pub(crate) fn handle(&mut self, from: NodeId, body: Body) {
+        if self.joining.is_some() {
+            return self.handle_joining(from, body);
+        }
         match body {
             Body::GetVersion { read, key, kind, snap } => {
                 self.get_version(from, read, key, kind, snap)
@@ -324,6 +369,7 @@ impl GeoEngine {
             Body::Settled { txs } => self.settled_in(from, txs),
             Body::Forgotten { tx } => self.forgotten_in(from, tx),
             Body::Changed { change } => self.learn_change(change),
+            Body::Back(back) => self.back_in(from, back),
             Body::ChangePropose { id, change } => self.change_proposed(from, id, change),
             Body::ChangePromised { id, removed, failed } => {
                 self.change_promised(from, id, removed, failed)
@@ -379,6 +425,7 @@ impl GeoEngine {
             self.broadcast();
             self.forward_for_suspected();
             self.collect();
+            self.settle_returns();
             if self.leads() {
                 self.promise();
                 self.settle_and_forget();
@@ -396,8 +443,9 @@ impl GeoEngine {
     /// Sends each channel's message, if it has one (acknowledgements alone only on a
     /// tick: otherwise they ride on the next message).
     fn flush(&mut self, tick: bool) {
-        let (boot, now, retransmit) = (self.boot, self.now, self.config.retransmit);
-        for (&peer, channel) in &mut self.channels {
+        let (now, retransmit) = (self.now, self.config.retransmit);
+        let boots: Vec<u64> = self.channels.keys().map(|&peer| self.boot_to(peer)).collect();
+        for ((&peer, channel), boot) in self.channels.iter_mut().zip(boots) {
             let (message, resent) = channel.flush(boot, now, retransmit, tick);
             if resent {
                 self.counters.retransmits += 1;
@@ -426,6 +474,11 @@ impl GeoEngine {
         if let Some(&(expiry, _)) = self.certifier.expiries.first() {
             at = at.min(self.time_of(expiry.saturating_add(1 << PARTITION_BITS)));
         }
+        self.channels_wake_at(at)
+    }
+
+    /// The earlier of `at` and the channels' next resend, at least a nanosecond away.
+    fn channels_wake_at(&self, mut at: Time) -> Time {
         for channel in self.channels.values() {
             if let Some(resend) = channel.resend_at(self.config.retransmit) {
                 at = at.min(resend);

@@ -77,6 +77,8 @@ impl GeoEngine {
             }
             stable.strong = stable.strong.min(v.strong);
         }
+        self.clamp_to_limits(&mut stable);
+        let u = &mut self.uniformity;
         u.stable.join(&stable);
         let d = self.me.dc as usize;
         u.stable_matrix[d] = u.stable.clone();
@@ -183,7 +185,10 @@ impl GeoEngine {
     /// until it is removed (`docs/geo.md`, *Failures*, *Removing a data center*).
     pub(crate) fn collect(&mut self) {
         let d = self.me.dc as usize;
-        let mut gone = self.removed.clone();
+        // A returning data center is not gone: its rows were forgotten, so nothing is
+        // collected until its new replicas report storing it (`back.rs`).
+        let mut gone: Vec<bool> =
+            (0..self.dcs).map(|i| self.removed[i] && !self.returning[i]).collect();
         if self.config.unsafe_collect_suspected {
             self.suspected().into_iter().for_each(|j| gone[j as usize] = true);
         }

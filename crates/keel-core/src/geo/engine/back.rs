@@ -1,0 +1,448 @@
+//! Taking a removed data center back, step 2 (`docs/geo.md`, *Taking a data center
+//! back: the protocol*): what the survivors and the new replicas do once the return is
+//! agreed (`agree.rs`, `remove.rs`).
+//!
+//! - A **survivor** that learns the return of `r` forgets `r`'s rows (so collection
+//!   stops for it), and opens a fresh channel to each member of `r`: the `Changed` of
+//!   the return first, then, to the new replica of its partition, its answer: what it
+//!   stores of `r`'s old life (its known entry). On the cut it drops what it holds of
+//!   the old life above it, and once its known entry reaches the cut it is settled.
+//! - A **new replica** boots joining ([`Joining`]): it serves nothing and sends nothing
+//!   until it learns its data center's return, then opens each channel with `Join`.
+//!   Once every survivor answered (every data center not removed), it sends the largest
+//!   entry they store to the new replica of partition 0, which takes the smallest over
+//!   the partitions, the cut, and sends it to every replica of every survivor and of
+//!   `r`: everything at or below it is stored at every partition by some survivor (and
+//!   reaches all of them by forwarding), nothing above it is stored whole anywhere.
+//! - A member of a returning data center is heard only from the boot whose channel
+//!   opened with `Join` of the return's epoch (`heard_back`): the old life never sends
+//!   one, and a new replica that restarts is lost as any.
+//!
+//! The copy, holding streams and the source's forwarding (step 3) come next: a return
+//! stops at *settled*, and the data center still counts as removed meanwhile.
+
+use super::super::channel::Channel;
+use super::super::types::{Back, Body, Change, Message};
+use super::GeoEngine;
+use keel_types::{KeelError, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Timestamps of life `l` lie at or above `l << LIFE_SHIFT`: the two top bits name the
+/// life (a wall clock in µs shifted by the partition bits stays below `1 << 62`).
+pub(crate) const LIFE_SHIFT: u32 = 62;
+
+/// The first timestamp of the life that `epoch` starts or continues.
+pub(crate) fn life_floor(epoch: u32) -> u64 {
+    u64::from(epoch / 2) << LIFE_SHIFT
+}
+
+/// A survivor's part in one data center's return.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Welcome {
+    /// The return's epoch.
+    pub epoch: u32,
+    /// Its known entry for the data center when it learned the return (its answer).
+    pub stored: u64,
+    /// The cut, once applied here.
+    pub cut: Option<u64>,
+    /// Whether it told the new replica of its partition it is settled.
+    pub settled: bool,
+}
+
+/// What a survivor keeps of a data center's old life once it applied a cut, for good:
+/// its stable entry for it never passes the cut below the next life's first timestamp
+/// (a partition of its own data center that has not applied the cut may still hold
+/// fragments above it), and what arrives of the old life above it is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limit {
+    /// The cut.
+    pub value: u64,
+    /// The epoch of the return that made it.
+    pub epoch: u32,
+}
+
+/// A new replica's state until it is back.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Joining {
+    /// The epoch of its data center's return, once it learned it.
+    pub epoch: Option<u32>,
+    /// The answers, by survivor data center: what it stores of the old life, its
+    /// propagated entry.
+    pub answers: BTreeMap<u32, (u64, u64)>,
+    /// Whether its partial went to the new replica of partition 0.
+    pub partial_sent: bool,
+    /// Partition 0: the partials (the largest entry a survivor stores), by partition.
+    pub partials: BTreeMap<u32, u64>,
+    /// The cut, once known.
+    pub cut: Option<u64>,
+    /// The survivor data centers settled for its partition.
+    pub settled: BTreeSet<u32>,
+    /// The peers its channel opened with `Join` to.
+    pub joined_to: BTreeSet<NodeId>,
+    /// What it sent to a peer before it could open their channel with `Join`.
+    pub unjoined: BTreeMap<NodeId, Vec<Body>>,
+    /// What each survivor sent after its answer (its stream: transactions and its last
+    /// heartbeat), held until the new replica is installed (step 3).
+    pub held: BTreeMap<NodeId, Vec<Body>>,
+}
+
+impl GeoEngine {
+    /// The boot this node's messages to `peer` name: its own plus the epoch of the
+    /// peer's data center, so that every change of a data center starts every direction
+    /// to its members over (a removal's notice, a return's first `Changed`).
+    pub(crate) fn boot_to(&self, peer: NodeId) -> u64 {
+        let epoch = self.member(peer).map_or(0, |m| self.epochs[m.dc as usize]);
+        self.boot.saturating_add(u64::from(epoch))
+    }
+
+    /// Whether `data center` is coming back as this node sees it: returning here, or
+    /// this replica's own while it joins.
+    fn coming_back(&self, dc: u32) -> bool {
+        self.returning[dc as usize] || (dc == self.me.dc && self.joining.is_some())
+    }
+
+    /// Whether `message` from `from`, a member of data center `dc`, is heard: a member
+    /// of a data center coming back only from the boot whose channel opened with `Join`
+    /// of the return's epoch; a new replica hears nothing of its own data center before
+    /// it learned the return.
+    pub(crate) fn heard_back(&mut self, from: NodeId, dc: u32, message: &Message) -> bool {
+        if !self.coming_back(dc) {
+            return true;
+        }
+        let epoch = self.epochs[dc as usize];
+        if dc == self.me.dc && self.joining.as_ref().is_some_and(|j| j.epoch.is_none()) {
+            return false;
+        }
+        match self.joined.get(&from) {
+            Some(&boot) => message.boot == boot,
+            None => {
+                let opens = message.first == 0
+                    && matches!(message.bodies.first(),
+                        Some(Body::Back(Back::Join { epoch: e })) if *e == epoch);
+                if opens {
+                    self.joined.insert(from, message.boot);
+                    self.counters.joins_heard += 1;
+                }
+                opens
+            }
+        }
+    }
+
+    /// A survivor learned the return of data center `dc` at `change.epoch`: it forgets
+    /// `dc`'s old rows, and opens a fresh channel to each of its members with the return,
+    /// and to the new replica of its partition its answer.
+    pub(crate) fn welcome_return(&mut self, change: Change) {
+        let dc = change.dc as usize;
+        let stored = self.partition.known.dcs[dc];
+        self.welcomes[dc] =
+            Some(Welcome { epoch: change.epoch, stored, cut: None, settled: false });
+        let zero = super::super::types::Vector::zero(self.dcs);
+        self.uniformity.global[dc] = zero.clone();
+        self.uniformity.stable_matrix[dc] = zero;
+        let members = self.replicas[dc].clone();
+        for &node in &members {
+            self.removed_nodes.remove(&node);
+            self.joined.remove(&node);
+            let mut channel = Channel::default();
+            channel.push(Body::Changed { change });
+            self.channels.insert(node, channel);
+        }
+        let own = self.partition.propagated;
+        let answer = Back::Answer { epoch: change.epoch, stored, own, epochs: self.epochs.clone() };
+        self.send(self.replica(change.dc, self.me.partition), Body::Back(answer));
+        self.counters.returns_welcomed += 1;
+    }
+
+    /// A survivor learned that the return of `dc` was abandoned (removed again): its
+    /// members get the removal's notice again and are not heard; the limit stays.
+    pub(crate) fn abandon_welcome(&mut self, change: Change) {
+        let dc = change.dc as usize;
+        self.welcomes[dc] = None;
+        for &node in &self.replicas[dc].clone() {
+            self.joined.remove(&node);
+            self.removed_nodes.insert(node);
+            self.channels.insert(node, Channel::notice(Body::Changed { change }));
+        }
+    }
+
+    /// Lowers `stable`'s entries to their data centers' limits, below each next life.
+    pub(crate) fn clamp_to_limits(&self, stable: &mut super::super::types::Vector) {
+        for (dc, limit) in self.limits.iter().enumerate() {
+            let Some(limit) = limit else { continue };
+            let entry = &mut stable.dcs[dc];
+            if *entry < life_floor(limit.epoch) {
+                *entry = (*entry).min(limit.value);
+            }
+        }
+    }
+
+    /// What a remote transaction or heartbeat of `origin` at `ts` may move the known
+    /// entry to here: once the cut of `origin`'s return is applied, nothing of its old
+    /// life above the cut (a forward sent before the sender applied it) is taken.
+    /// `None`: dropped.
+    pub(crate) fn old_life_bound(&self, origin: u32) -> Option<(u64, u64)> {
+        let limit = self.limits[origin as usize]?;
+        Some((limit.value, life_floor(limit.epoch)))
+    }
+
+    /// One body of a return, at a survivor or a new replica.
+    pub(crate) fn back_in(&mut self, from: NodeId, back: Back) {
+        let Some(peer) = self.member(from) else { return };
+        match back {
+            Back::Join { .. } => {}
+            Back::Answer { epoch, stored, own, epochs } => {
+                self.answer_in(peer.dc, epoch, stored, own, &epochs)
+            }
+            Back::Partial { epoch, stored } => self.partial_in(peer.partition, epoch, stored),
+            Back::Cut { epoch, cut } => self.cut_in(peer.dc, epoch, cut),
+            Back::Settled { epoch } => {
+                if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
+                    j.settled.insert(peer.dc);
+                }
+            }
+        }
+    }
+
+    /// A new replica takes a survivor's answer.
+    fn answer_in(&mut self, dc: u32, epoch: u32, stored: u64, own: u64, epochs: &[u32]) {
+        let d = self.me.dc as usize;
+        let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
+        j.answers.entry(dc).or_insert((stored, own));
+        self.learn_epochs(epochs, d);
+        self.send_partial();
+    }
+
+    /// Once every survivor answered (the first `N - f` with the negative control
+    /// `unsafe_cut_quorum`), a new replica sends the largest entry they store to the new
+    /// replica of partition 0.
+    fn send_partial(&mut self) {
+        let d = self.me.dc as usize;
+        let survivors: Vec<u32> = (0..self.dcs as u32)
+            .filter(|&i| i as usize != d && !self.removed[i as usize])
+            .collect();
+        let quorum = self.dcs - self.config.f as usize;
+        let Some(j) = self.joining.as_mut() else { return };
+        let (Some(epoch), false) = (j.epoch, j.partial_sent) else { return };
+        let answered = match self.config.unsafe_cut_quorum {
+            true => j.answers.len() >= quorum,
+            false => survivors.iter().all(|dc| j.answers.contains_key(dc)),
+        };
+        if !answered {
+            return;
+        }
+        j.partial_sent = true;
+        let stored = j.answers.values().map(|&(stored, _)| stored).max().unwrap_or(0);
+        let to = self.replica(self.me.dc, 0);
+        self.send(to, Body::Back(Back::Partial { epoch, stored }));
+    }
+
+    /// A new replica learns the other data centers' epochs from an answer (its own it
+    /// knows: it is the return's).
+    fn learn_epochs(&mut self, epochs: &[u32], own: usize) {
+        for (i, &e) in epochs.iter().enumerate().filter(|&(i, _)| i != own) {
+            self.note_epoch(i as u32, e);
+        }
+    }
+
+    /// A joining replica records that data center `dc` (not its own) is at `epoch`: it
+    /// tells no one, as it sends nothing but its return's bodies (one return is under
+    /// way at a time, so another data center is removed at an odd epoch, or a member).
+    fn note_epoch(&mut self, dc: u32, epoch: u32) {
+        let i = dc as usize;
+        if epoch <= self.epochs[i] {
+            return;
+        }
+        self.epochs[i] = epoch;
+        self.removed[i] = epoch % 2 == 1;
+        if self.removed[i] {
+            self.removed_nodes.extend(self.replicas[i].iter().copied());
+            for &node in &self.replicas[i] {
+                self.channels.remove(&node);
+            }
+            // A survivor removed meanwhile is not waited for.
+            self.send_partial();
+        }
+    }
+
+    /// The new replica of partition 0 takes a partition's partial; with every
+    /// partition's, it sends the smallest, the cut, to every replica of every survivor
+    /// and of its own data center.
+    fn partial_in(&mut self, partition: u32, epoch: u32, stored: u64) {
+        let partitions = self.partitions as usize;
+        let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
+        if j.partials.insert(partition, stored).is_some() || j.partials.len() < partitions {
+            return;
+        }
+        let cut = j.partials.values().copied().min().unwrap_or(0);
+        let to: Vec<NodeId> = (0..self.dcs)
+            .filter(|&i| !self.removed[i])
+            .flat_map(|i| self.replicas[i].clone())
+            .collect();
+        for node in to {
+            self.send(node, Body::Back(Back::Cut { epoch, cut }));
+        }
+        self.counters.cuts_made += 1;
+    }
+
+    /// The cut of the return of `dc`: a new replica records it; a survivor drops what
+    /// it holds of `dc`'s old life above it and lowers its rows to it.
+    fn cut_in(&mut self, dc: u32, epoch: u32, cut: u64) {
+        if dc == self.me.dc {
+            if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
+                j.cut.get_or_insert(cut);
+            }
+            return;
+        }
+        let r = dc as usize;
+        let Some(w) = self.welcomes[r].as_mut().filter(|w| w.epoch == epoch) else { return };
+        if w.cut.is_some() {
+            return;
+        }
+        w.cut = Some(cut);
+        if !self.config.unsafe_cut_quorum {
+            // Every partition of some survivor stores the old life to the cut, and none
+            // stores more of it whole: nothing above it was stable here, nor shown.
+            let stable = self.uniformity.stable.dcs[r];
+            assert!(
+                stable <= cut,
+                "data center {dc}'s entry {stable} was stable above the cut {cut}"
+            );
+        }
+        self.limits[r] = Some(Limit { value: cut, epoch });
+        self.drop_above_cut(r, cut);
+        self.counters.cuts_applied += 1;
+    }
+
+    /// Drops what this replica holds of data center `r`'s old life above `cut` and
+    /// lowers its rows for `r` to it.
+    fn drop_above_cut(&mut self, r: usize, cut: u64) {
+        let p = &mut self.partition;
+        let mut dropped = 0;
+        p.log.retain(|_, entries| {
+            let before = entries.len();
+            entries.retain(|e| e.origin as usize != r || e.commit.dcs[r] <= cut);
+            dropped += before - entries.len();
+            !entries.is_empty()
+        });
+        p.entries -= dropped;
+        p.remote_commits[r].split_off(&cut.saturating_add(1));
+        p.known.dcs[r] = p.known.dcs[r].min(cut);
+        let u = &mut self.uniformity;
+        for row in &mut u.local {
+            row.dcs[r] = row.dcs[r].min(cut);
+        }
+        u.stable.dcs[r] = u.stable.dcs[r].min(cut);
+        let d = self.me.dc as usize;
+        u.stable_matrix[d] = u.stable.clone();
+        for sent in u.forwarded.iter_mut().filter(|((_, j), _)| *j as usize == r).map(|(_, s)| s) {
+            *sent = (*sent).min(cut);
+        }
+        self.counters.old_life_dropped += dropped as u64;
+    }
+
+    /// A survivor whose known entry for a returning data center reached the applied cut
+    /// tells the new replica of its partition it is settled.
+    pub(crate) fn settle_returns(&mut self) {
+        for r in 0..self.dcs {
+            let Some(w) = self.welcomes[r].as_mut() else { continue };
+            let Some(cut) = w.cut.filter(|_| !w.settled) else { continue };
+            if self.partition.known.dcs[r] < cut {
+                continue;
+            }
+            w.settled = true;
+            let epoch = w.epoch;
+            let to = self.replica(r as u32, self.me.partition);
+            self.send(to, Body::Back(Back::Settled { epoch }));
+            self.counters.returns_settled += 1;
+        }
+    }
+
+    /// A joining replica learned a change of its own data center: a return starts its
+    /// join (it opens its channels to its own data center's new replicas with `Join`;
+    /// to a survivor, once that survivor's return reaches it); a removal after the
+    /// return it joins abandons it, and it stops.
+    pub(crate) fn own_change(&mut self, change: Change) {
+        let d = self.me.dc as usize;
+        if change.epoch <= self.epochs[d] {
+            return;
+        }
+        self.epochs[d] = change.epoch;
+        let joined = self.joining.as_ref().and_then(|j| j.epoch);
+        if change.removes() {
+            if joined.is_some() {
+                self.joining = None;
+                self.removed[d] = true;
+                self.returning[d] = false;
+                self.stop_removed();
+            }
+            return;
+        }
+        self.returning[d] = true;
+        let j = self.joining.as_mut().expect("a joining replica");
+        assert!(j.epoch.is_none(), "a second return joined");
+        j.epoch = Some(change.epoch);
+        let own: Vec<NodeId> =
+            self.replicas[d].iter().copied().filter(|&n| n != self.me.node).collect();
+        for node in own {
+            self.join_to(node);
+        }
+    }
+
+    /// Opens this new replica's channel to `node` with `Join`, once.
+    fn join_to(&mut self, node: NodeId) {
+        let Some(j) = self.joining.as_mut() else { return };
+        let Some(epoch) = j.epoch else { return };
+        if !j.joined_to.insert(node) {
+            return;
+        }
+        let waiting = j.unjoined.remove(&node).unwrap_or_default();
+        let channel = self.channels.entry(node).or_default();
+        assert_eq!(channel.unacked(), 0, "{node}: a joining replica sent before its Join");
+        channel.push(Body::Back(Back::Join { epoch }));
+        for body in waiting {
+            channel.push(body);
+        }
+    }
+
+    /// One body at a joining replica: the changes, the return's bodies, and the
+    /// survivors' streams (held); the rest is dropped.
+    pub(crate) fn handle_joining(&mut self, from: NodeId, body: Body) {
+        match body {
+            Body::Changed { change } if change.dc == self.me.dc => {
+                self.own_change(change);
+                if self.joining.as_ref().is_some_and(|j| j.epoch == Some(change.epoch)) {
+                    self.join_to(from);
+                }
+            }
+            Body::Changed { change } => self.note_epoch(change.dc, change.epoch),
+            Body::Back(back) => self.back_in(from, back),
+            Body::Replicate { .. } | Body::Heartbeat { .. } => self.hold_stream(from, body),
+            _ => self.counters.dropped_joining += 1,
+        }
+    }
+
+    /// Holds a survivor's stream body; a heartbeat replaces one held last.
+    fn hold_stream(&mut self, from: NodeId, body: Body) {
+        let Some(j) = self.joining.as_mut().filter(|j| j.epoch.is_some()) else { return };
+        let held = j.held.entry(from).or_default();
+        let heartbeat = matches!(body, Body::Heartbeat { .. });
+        if heartbeat && matches!(held.last(), Some(Body::Heartbeat { .. })) {
+            held.pop();
+        }
+        held.push(body);
+    }
+
+    /// The cuts applied here, by data center (`/status`).
+    pub(crate) fn cuts(&self) -> Vec<(u32, u64)> {
+        let cuts = self.limits.iter().enumerate();
+        cuts.filter_map(|(dc, l)| l.map(|l| (dc as u32, l.value))).collect()
+    }
+
+    /// A joining replica's refusal of its clients.
+    pub(crate) fn joining_error() -> KeelError {
+        KeelError::Unavailable(
+            "this geo replica is joining: its data center is coming back; attach at another data center"
+                .into(),
+        )
+    }
+}
