@@ -101,6 +101,7 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "old-life-dropped",
         "return-settled",
         "return-settled-everywhere",
+        "return-failed-removed",
         "late-survivor",
     ] {
         assert!(reached.contains_key(path), "no seed reached {path}: {reached:?}");

@@ -960,3 +960,38 @@ fn a_returning_data_center_joins_its_survivors_agree_on_its_cut_and_settle() {
     let (_, seen) = c.tx(NodeId(12), 7, &pasts[0], vec![(key("a"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(15)]);
 }
+
+#[test]
+fn a_return_abandoned_stops_the_new_replicas_and_the_survivors_hear_them_no_more() {
+    let mut c = Cluster::with_strong(1, 1, false);
+    c.run(50);
+    c.down.push(2);
+    c.run(2_500);
+    assert_eq!(c.call(NodeId(1), 0, GeoOp::RemoveDc { member: NodeId(21) }), GeoResult::Synced);
+    let members = c.nodes[&NodeId(1)].config.members.clone();
+    let mut config = Config::new(NodeId(21), members, 1);
+    config.wall_clock_origin_us = 1_000_000;
+    config.strong = false;
+    config.joining = true;
+    c.nodes.insert(NodeId(21), GeoEngine::boot(config, c.now).unwrap());
+    c.down.clear();
+    c.run(100);
+    // Before the return, the survivors' notices of the removal reach it: it records them
+    // and goes on waiting.
+    assert!(c.nodes[&NodeId(21)].status().joining);
+    assert_eq!(c.call(NodeId(1), 0, GeoOp::ReturnDc { member: NodeId(21) }), GeoResult::Synced);
+    c.run(300);
+    assert_eq!(c.nodes[&NodeId(21)].status().join.unwrap().epoch, Some(2));
+    assert!(c.nodes[&NodeId(1)].status().counters.joins_heard > 0);
+    // Removed again: the return is abandoned, the new replica stops, and the survivors
+    // drop what it sends.
+    assert_eq!(c.call(NodeId(11), 0, GeoOp::RemoveDc { member: NodeId(21) }), GeoResult::Synced);
+    c.run(300);
+    assert!(c.nodes[&NodeId(21)].is_removed(), "the new replica runs on");
+    for n in [1, 11] {
+        let e = &c.nodes[&NodeId(n)];
+        assert_eq!(e.status().epochs, vec![0, 0, 3], "{n}");
+        assert!(e.welcomes[2].is_none() && e.removed_nodes.contains(&NodeId(21)), "{n}");
+        assert!(e.channels[&NodeId(21)].is_notice(), "{n}");
+    }
+}

@@ -1,12 +1,15 @@
 //! An operator taking a removed data center back during `general` (`GeoOp::ReturnDc`,
-//! `docs/geo.md`, *Taking a data center back*). Only the agreement is built: the return
-//! is agreed by the acceptors, one change at a time, and recorded; the data center stays
-//! removed meanwhile. In half the runs whose removal was made (and whose keyspace has no
-//! strong transactions), the operator asks, at a node of another live data center, 0.3
-//! to 2 s later, to take the removed data center back; in half of those, once it is
-//! made, to remove it again (abandoning the return), then to take it back once more. A
-//! refusal or a lost answer is asked again later, elsewhere. At the end, every replica
-//! still serving knows the same epochs (`changes-diverge` otherwise).
+//! `docs/geo.md`, *Taking a data center back*). In half the runs whose removal was made
+//! (and whose keyspace has no strong transactions), the operator replaces the removed
+//! data center's replicas with new machines, wiped and joining, and asks, at a node of
+//! another live data center, 0.3 to 2 s after the removal, to take it back; in half of
+//! those, once it is made, to remove it again (abandoning the return: the new replicas
+//! stop), then to rebuild it and take it back once more. A data center that fails while
+//! a return is under way is removed too, as a return waits for every data center not
+//! removed. A refusal or a lost answer is asked again later, elsewhere. At the end,
+//! every replica still serving knows the same epochs (`changes-diverge` otherwise), and
+//! every return under way is settled everywhere (`return-stalled` otherwise). The late
+//! survivor's fault (`late.rs`) is armed from here.
 
 use super::late::LateSurvivor;
 use super::world::GeoWorld;
@@ -31,6 +34,9 @@ enum Step {
     Return,
     /// Remove it again: the return is abandoned.
     Abandon,
+    /// Remove another data center, failed while the return is under way: a return
+    /// waits for every data center not removed.
+    RemoveFailed(u32),
 }
 
 /// The run's planned return.
@@ -46,6 +52,8 @@ pub struct Return {
     tries: u32,
     /// Returns made so far.
     returns: u32,
+    /// The returning data center, while a return made is under way (not abandoned).
+    under_way: Option<u32>,
     /// The late survivor's fault ([`LateSurvivor`]), drawn from its own stream: whether
     /// it is planned, and once armed.
     late_rng: Rng,
@@ -77,6 +85,7 @@ impl Return {
             not_before: None,
             tries: 0,
             returns: 0,
+            under_way: None,
             late_rng,
             late_planned,
             late: None,
@@ -117,7 +126,22 @@ impl Return {
 
     /// Whether nothing is left to ask (or nothing can be).
     pub fn finished(&self, world: &GeoWorld) -> bool {
-        world.shape.strong || self.steps.is_empty() || self.tries >= TRIES_MAX
+        let idle = self.steps.is_empty() && self.failed_unremoved(world).is_none();
+        world.shape.strong || idle || self.tries >= TRIES_MAX
+    }
+
+    /// A data center other than the returning one that failed and that no replica still
+    /// serving knows removed, while a return is under way.
+    fn failed_unremoved(&self, world: &GeoWorld) -> Option<u32> {
+        let r = self.under_way?;
+        world.failed.iter().find(|&&d| d != r)?;
+        let removed: BTreeSet<u32> = (0..world.shape.dcs())
+            .filter(|d| !world.failed.contains(d))
+            .flat_map(|d| world.nodes_of(d))
+            .filter_map(|n| world.world.engine(n).map(|e| e.status().removed))
+            .flatten()
+            .collect();
+        world.failed.iter().copied().find(|&d| d != r && !removed.contains(&d))
     }
 
     /// Asks the next change of data center `dc`, removed at `removed_at`, when its time
@@ -126,6 +150,12 @@ impl Return {
         let now = world.now();
         if self.finished(world) {
             return;
+        }
+        if let Some(d) = self.failed_unremoved(world) {
+            if self.steps.first() != Some(&Step::RemoveFailed(d)) && self.asked.is_none() {
+                self.steps.insert(0, Step::RemoveFailed(d));
+                self.tries = 0;
+            }
         }
         let step = self.steps[0];
         if let Some((tag, at)) = self.asked {
@@ -158,6 +188,7 @@ impl Return {
         let op = match step {
             Step::Return => GeoOp::ReturnDc { member },
             Step::Abandon => GeoOp::RemoveDc { member },
+            Step::RemoveFailed(d) => GeoOp::RemoveDc { member: world.nodes_of(d)[0] },
         };
         self.tries += 1;
         self.asked = Some((world.submit(at, 0, op), now));
@@ -180,7 +211,13 @@ impl Return {
                     Step::Return if self.returns == 0 => "return-made",
                     Step::Return => "return-made-again",
                     Step::Abandon => "return-abandoned",
+                    Step::RemoveFailed(_) => "return-failed-removed",
                 });
+                match step {
+                    Step::Return => self.under_way = Some(dc),
+                    Step::Abandon => self.under_way = None,
+                    Step::RemoveFailed(_) => {}
+                }
                 if let Some(late) = self.late.as_mut().filter(|_| step == Step::Return) {
                     late.made(now);
                 }
