@@ -170,10 +170,18 @@ impl Return {
         if now < not_before {
             return;
         }
-        let askers: Vec<NodeId> = (0..world.shape.dcs())
+        // The operator asks a node that knows the data center's latest change, as `keel
+        // status` shows it: a node that has not heard of a return answers a removal of
+        // that data center `OK` as already made (`docs/geo.md`).
+        let epoch_at =
+            |n: NodeId| world.world.engine(n).map_or(0, |e| e.status().epochs[dc as usize]);
+        let candidates: Vec<NodeId> = (0..world.shape.dcs())
             .filter(|d| *d != dc && !world.failed.contains(d))
             .flat_map(|d| world.nodes_of(d))
             .collect();
+        let latest = candidates.iter().map(|&n| epoch_at(n)).max().unwrap_or(0);
+        let askers: Vec<NodeId> =
+            candidates.into_iter().filter(|&n| epoch_at(n) == latest).collect();
         if askers.is_empty() {
             return;
         }
