@@ -607,8 +607,12 @@ fn restart(world: &mut GeoWorld, faults: &mut Faults, log: &mut Vec<String>, now
     if let Some((back, node)) = faults.down.filter(|(back, _)| *back <= now) {
         faults.down = None;
         world.restart(node);
-        let lost = world.world.engine(node).is_some_and(|e| e.is_lost());
-        world.reach(if lost { "replica-restarted-lost" } else { "replica-rejoined-empty" });
+        // A node rebuilt for a return meanwhile runs already (joining): nothing restarts.
+        let (lost, joining) =
+            world.world.engine(node).map_or((false, false), |e| (e.is_lost(), e.status().joining));
+        if !joining {
+            world.reach(if lost { "replica-restarted-lost" } else { "replica-rejoined-empty" });
+        }
         log.push(format!("{}ms: {node} restarts", back / 1_000_000));
     }
 }
