@@ -294,20 +294,19 @@ impl GeoEngine {
             return;
         }
         let r = dc as usize;
+        // Every partition of some survivor stores the old life to the cut, and none
+        // stores more of it whole: nothing above it can be stable here. A cut below this
+        // replica's stable entry is not one its new replicas made: dropped.
+        let below = self.uniformity.stable.dcs[r] > cut && !self.config.unsafe_cut_quorum;
         let Some(w) = self.welcomes[r].as_mut().filter(|w| w.epoch == epoch) else { return };
         if w.cut.is_some() {
             return;
         }
-        w.cut = Some(cut);
-        if !self.config.unsafe_cut_quorum {
-            // Every partition of some survivor stores the old life to the cut, and none
-            // stores more of it whole: nothing above it was stable here, nor shown.
-            let stable = self.uniformity.stable.dcs[r];
-            assert!(
-                stable <= cut,
-                "data center {dc}'s entry {stable} was stable above the cut {cut}"
-            );
+        if below {
+            self.counters.rejected += 1;
+            return;
         }
+        w.cut = Some(cut);
         self.limits[r] = Some(Limit { value: cut, epoch });
         self.drop_above_cut(r, cut);
         self.counters.cuts_applied += 1;
@@ -368,18 +367,19 @@ impl GeoEngine {
         }
         self.epochs[d] = change.epoch;
         let joined = self.joining.as_ref().and_then(|j| j.epoch);
+        if joined.is_some() {
+            // Any later change (a removal, or a later return whose removal in between
+            // it missed) abandons the return it joined.
+            self.joining = None;
+            self.removed[d] = true;
+            self.returning[d] = false;
+            return self.stop_removed();
+        }
         if change.removes() {
-            if joined.is_some() {
-                self.joining = None;
-                self.removed[d] = true;
-                self.returning[d] = false;
-                self.stop_removed();
-            }
             return;
         }
         self.returning[d] = true;
-        let j = self.joining.as_mut().expect("a joining replica");
-        assert!(j.epoch.is_none(), "a second return joined");
+        let Some(j) = self.joining.as_mut() else { return };
         j.epoch = Some(change.epoch);
         let own: Vec<NodeId> =
             self.replicas[d].iter().copied().filter(|&n| n != self.me.node).collect();
