@@ -41,8 +41,6 @@ pub(crate) fn life_floor(epoch: u32) -> u64 {
 pub(crate) struct Welcome {
     /// The return's epoch.
     pub epoch: u32,
-    /// Its known entry for the data center when it learned the return (its answer).
-    pub stored: u64,
     /// The cut, once applied here.
     pub cut: Option<u64>,
     /// Whether it told the new replica of its partition it is settled.
@@ -134,8 +132,7 @@ impl GeoEngine {
     pub(crate) fn welcome_return(&mut self, change: Change) {
         let dc = change.dc as usize;
         let stored = self.partition.known.dcs[dc];
-        self.welcomes[dc] =
-            Some(Welcome { epoch: change.epoch, stored, cut: None, settled: false });
+        self.welcomes[dc] = Some(Welcome { epoch: change.epoch, cut: None, settled: false });
         let zero = super::super::types::Vector::zero(self.dcs);
         self.uniformity.global[dc] = zero.clone();
         self.uniformity.stable_matrix[dc] = zero;
