@@ -100,7 +100,12 @@ fn general_seeds_pass_and_reach_every_mechanism() {
         "cut-applied",
         "old-life-dropped",
         "return-settled",
-        "return-settled-everywhere",
+        "copy-sent",
+        "copy-installed",
+        "stream-replayed",
+        "back-heard",
+        "return-back",
+        "return-back-everywhere",
         "return-failed-removed",
         "late-survivor",
     ] {
@@ -322,7 +327,7 @@ fn a_returns_cut_that_does_not_wait_for_every_survivor_is_caught() {
     for seed in [11, 83] {
         let r = run_one(&config("general", seed, false));
         assert_clean(&r);
-        for path in ["late-survivor", "cut-applied", "return-settled-everywhere"] {
+        for path in ["late-survivor", "cut-applied", "return-back-everywhere"] {
             assert!(r.reached.contains_key(path), "seed {seed} did not reach {path}");
         }
         let quorum = run_one(&GeoRunConfig { cut_quorum: true, ..config("general", seed, false) });

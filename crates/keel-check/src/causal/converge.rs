@@ -3,7 +3,7 @@
 //! survive.
 
 use super::eval::{self, State};
-use super::history::{vector_le, CausalHistory, Kind, Seen};
+use super::history::{CausalHistory, Kind, Seen};
 use super::prep::{vector_sum, Prepared, Write};
 use super::uniform::Steps;
 use super::{kind, Sink};
@@ -32,24 +32,27 @@ type Objects<'a> = BTreeMap<(&'a str, Kind), &'a Seen>;
 
 /// The maximal vectors of a set: a vector is below one of the set iff it is below one of
 /// these.
-struct Cover<'a> {
+struct Cover<'h, 'a> {
+    history: &'h CausalHistory,
     maxima: Vec<&'a [u64]>,
 }
 
-impl<'a> Cover<'a> {
-    fn new(mut vectors: Vec<&'a [u64]>) -> Cover<'a> {
+impl<'h, 'a> Cover<'h, 'a> {
+    /// The cover of `vectors`, an entry in a data center's new life covering its old
+    /// life only up to the cut (`CausalHistory::covered`, transitive as `vector_le`).
+    fn new(history: &'h CausalHistory, mut vectors: Vec<&'a [u64]>) -> Cover<'h, 'a> {
         vectors.sort_unstable_by_key(|v| std::cmp::Reverse(vector_sum(v)));
         let mut maxima: Vec<&'a [u64]> = Vec::new();
         for v in vectors {
-            if !maxima.iter().any(|m| vector_le(v, m)) {
+            if !maxima.iter().any(|m| history.covered(v, m)) {
                 maxima.push(v);
             }
         }
-        Cover { maxima }
+        Cover { history, maxima }
     }
 
     fn covers(&self, v: &[u64]) -> bool {
-        self.maxima.iter().any(|m| vector_le(v, m))
+        self.maxima.iter().any(|m| self.history.covered(v, m))
     }
 }
 
@@ -91,7 +94,7 @@ fn visible(history: &CausalHistory, prep: &Prepared<'_>, classes: &[Class], sink
     for f in &history.finals {
         let Some(snap) = &f.snap else { continue };
         for (t, class) in prep.txs.iter().zip(classes) {
-            if *class == Class::Sure && !vector_le(t.commit, snap) {
+            if *class == Class::Sure && !history.covered(t.commit, snap) {
                 sink.report(kind::CONVERGENCE, || {
                     format!(
                         "tx {} (commit {:?}{}) must survive, but dc {}'s final snapshot {snap:?} \
@@ -135,38 +138,49 @@ fn pairwise(finals: &[(u32, Objects<'_>)], sink: &mut Sink) {
 
 /// The class of each committed transaction (by rank).
 fn classify(history: &CausalHistory, prep: &Prepared<'_>) -> Vec<Class> {
-    let failed = |o: u32| history.failed.contains(&o);
-    if history.failed.is_empty() {
+    let failed_tx =
+        |t: &super::prep::Tx<'_>| history.failed_origin(t.origin, t.commit[t.origin as usize]);
+    if history.failed.is_empty() && history.lives.is_empty() {
         return vec![Class::Sure; prep.txs.len()];
     }
     let steps = Steps::new(history);
-    let stored: Vec<Option<u64>> =
-        (0..history.dcs).map(|o| steps.highest_stored_by(o, &history.failed)).collect();
+    let stored: Vec<Vec<u64>> =
+        (0..history.dcs).map(|o| steps.highest_stored_by(o, history)).collect();
+    let stored_covers = |t: &super::prep::Tx<'_>| {
+        let ts = t.commit[t.origin as usize];
+        stored[t.origin as usize].iter().any(|&c| history.entry_covers(t.origin, ts, c))
+    };
     let sure = Cover::new(
+        history,
         prep.txs
             .iter()
-            .filter(|t| {
-                !failed(t.origin)
-                    || t.strong
-                    || stored[t.origin as usize].is_some_and(|s| t.commit[t.origin as usize] <= s)
-            })
+            .filter(|t| !failed_tx(t) || t.strong || stored_covers(t))
             .map(|t| t.commit)
             .collect(),
     );
     let promised = Cover::new(
+        history,
         history
             .syncs
             .iter()
             .map(|s| s.past.as_slice())
-            .chain(history.txs.iter().filter(|t| !failed(t.dc)).map(|t| t.snap.as_slice()))
+            .chain(
+                history
+                    .txs
+                    .iter()
+                    .filter(|t| !history.failed_at(t.dc, t.at_ns))
+                    .map(|t| t.snap.as_slice()),
+            )
             .collect(),
     );
-    let barrier =
-        Cover::new(history.syncs.iter().filter(|s| s.barrier).map(|s| s.past.as_slice()).collect());
+    let barrier = Cover::new(
+        history,
+        history.syncs.iter().filter(|s| s.barrier).map(|s| s.past.as_slice()).collect(),
+    );
     prep.txs
         .iter()
         .map(|t| {
-            if !failed(t.origin) || t.strong {
+            if !failed_tx(t) || t.strong {
                 // A strong transaction's certification stored it at a majority of data
                 // centers before its commit.
                 Class::Sure

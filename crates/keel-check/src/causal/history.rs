@@ -244,6 +244,32 @@ pub struct Stored {
     pub at_ns: u64,
 }
 
+/// A data center taken back after its removal: its earlier life failed. Its transactions
+/// stamped below `from_ts` (its own entry), its clients' transactions begun before
+/// `since_ns`, and what it stored before `since_ns` are of the failed life; the rest are
+/// of the new one, which runs as any data center not failed (what happened at `since_ns`
+/// itself is of the old life: its replicas' last reports as they were replaced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Life {
+    /// The data center.
+    pub dc: u32,
+    /// The first timestamp of the new life.
+    pub from_ts: u64,
+    /// When the new life's replicas started.
+    pub since_ns: u64,
+    /// What survived of the old life (its own entry): an entry in the new life covers
+    /// the old life's transactions only up to it.
+    pub cut: u64,
+}
+
+impl Life {
+    /// Whether an entry `covering` covers timestamp `ts` of this data center: by value,
+    /// except that a new-life entry does not cover the old life's lost tail.
+    fn covers(&self, ts: u64, covering: u64) -> bool {
+        ts <= covering && !(covering >= self.from_ts && ts > self.cut && ts < self.from_ts)
+    }
+}
+
 /// What a data center's objects held at the end of a run, read after the cluster went
 /// quiet (for the convergence check): `(key, kind, seen)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +284,44 @@ pub struct FinalState {
     pub snap: Option<Vec<u64>>,
 }
 
+impl CausalHistory {
+    /// Whether a transaction of `origin` stamped `ts` there is of a failed data center or
+    /// of a failed life of one.
+    pub fn failed_origin(&self, origin: u32, ts: u64) -> bool {
+        self.failed.contains(&origin) || self.lives.iter().any(|l| l.dc == origin && ts < l.from_ts)
+    }
+
+    /// Whether an entry `covering` of data center `dc` covers its timestamp `ts`: by
+    /// value, a new-life entry covering the old life only up to the cut.
+    pub fn entry_covers(&self, dc: u32, ts: u64, covering: u64) -> bool {
+        ts <= covering && self.lives.iter().filter(|l| l.dc == dc).all(|l| l.covers(ts, covering))
+    }
+
+    /// `a ≤ b` entry-wise, an entry of `b` in a data center's new life covering its old
+    /// life only up to the cut (`vector_le` when no data center was taken back).
+    pub fn covered(&self, a: &[u64], b: &[u64]) -> bool {
+        if !vector_le(a, b) {
+            return false;
+        }
+        self.lives.iter().all(|l| {
+            let i = l.dc as usize;
+            i >= a.len() || i >= b.len() || l.covers(a[i], b[i])
+        })
+    }
+
+    /// Whether `snap` is in a new life of a data center whose old life lost a tail: the
+    /// writers it covers are then not a prefix of their arbitration order's maxima.
+    pub fn past_a_lost_tail(&self, snap: &[u64]) -> bool {
+        self.lives.iter().any(|l| snap.get(l.dc as usize).is_some_and(|&e| e >= l.from_ts))
+    }
+
+    /// Whether what happened at data center `dc` at `at_ns` happened in a failed data
+    /// center or a failed life of one.
+    pub fn failed_at(&self, dc: u32, at_ns: u64) -> bool {
+        self.failed.contains(&dc) || self.lives.iter().any(|l| l.dc == dc && at_ns <= l.since_ns)
+    }
+}
+
 /// A whole history.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CausalHistory {
@@ -267,6 +331,9 @@ pub struct CausalHistory {
     pub f: u32,
     /// The data centers that failed during the run.
     pub failed: Vec<u32>,
+    /// The data centers taken back, each with the life it started (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lives: Vec<Life>,
     /// Client transactions.
     pub txs: Vec<ClientTx>,
     /// Update transactions that committed.

@@ -41,6 +41,17 @@ pub(crate) fn check(history: &CausalHistory, prep: &Prepared<'_>, sink: &mut Sin
             let TxOp::Read { key, kind, .. } = op else { continue };
             match prep.objects.get(&(key.as_str(), *kind)) {
                 None => judge(&cx, ti, oi, &State::empty(*kind), &[], sink),
+                Some(&object) if history.past_a_lost_tail(&t.snap) => {
+                    // Past a data center's lost tail: each writer judged on its own.
+                    let visible: Vec<&Write<'_>> = prep.writers[object]
+                        .iter()
+                        .filter(|w| {
+                            let c = &prep.txs[w.rank];
+                            c.id != t.id && history.covered(c.commit, &t.snap)
+                        })
+                        .collect();
+                    judge(&cx, ti, oi, &State::empty(*kind), &visible, sink);
+                }
                 Some(&object) => {
                     let prefix = covered_prefix(&maxima[object], width, &t.snap);
                     queries.push(Query { object, prefix, tx: ti, op: oi });
@@ -104,7 +115,7 @@ fn fringe<'w, 'h>(cx: &Cx<'h, '_>, writers: &'w [Write<'h>], q: &Query) -> Vec<&
     let end = rest.partition_point(|w| txs[w.rank].sum <= bound);
     rest[..end]
         .iter()
-        .filter(|w| txs[w.rank].id != t.id && vector_le(txs[w.rank].commit, &t.snap))
+        .filter(|w| txs[w.rank].id != t.id && cx.history.covered(txs[w.rank].commit, &t.snap))
         .collect()
 }
 

@@ -434,6 +434,42 @@ fn causal_remote_visible_before_uniform_then_lost_after_a_barrier() {
     assert_holds(&h);
 }
 
+/// dc 0's old life adds 1 (stored at dc 1) and 2 (stored nowhere else, shown to no
+/// one); dc 0 is removed and taken back: its new life, from `1 << 62`, adds 4; dc 1's
+/// stable entry for dc 0 then reaches the new life. The finals hold `value`.
+fn new_life(value: i64, with_life: bool) -> CausalHistory {
+    const LIFE: u64 = 1 << 62;
+    let mut h = history(
+        3,
+        1,
+        vec![
+            tx(id(0, 1), 1, 0, &Z, 10, vec![add("x", 1)], done(&[1, 0, 0, 0])),
+            tx(id(0, 2), 1, 0, &[1, 0, 0, 0], 20, vec![add("x", 2)], done(&[2, 0, 0, 0])),
+            tx(id(0, 3), 2, 0, &[1, 0, 0, 0], 60, vec![add("x", 4)], done(&[LIFE + 5, 0, 0, 0])),
+        ],
+    );
+    h.stored = vec![
+        Stored { dc: 1, origin: 0, through: 1, at_ns: 15 },
+        Stored { dc: 1, origin: 0, through: LIFE + 5, at_ns: 70 },
+    ];
+    if with_life {
+        h.lives = vec![Life { dc: 0, from_ts: LIFE, since_ns: 50, cut: 1 }];
+    }
+    h.finals = finals(&[0, 1, 2], &[("x", Kind::Counter, Seen::Counter { value })]);
+    h
+}
+
+#[test]
+fn causal_a_data_center_taken_back_loses_only_its_old_life_unstored() {
+    // The old life's transaction nobody else stored may be lost; the new life's may not.
+    assert_holds(&new_life(5, true));
+    assert_flags(&new_life(3, true), kind::CONVERGENCE);
+    // What survived of the old life must stay.
+    assert_flags(&new_life(4, true), kind::CONVERGENCE);
+    // Without the life, the new life's stable entry claims the old one whole.
+    assert_flags(&new_life(5, false), kind::CONVERGENCE);
+}
+
 /// Concurrent sets of x at dcs 0 and 1 (dc 1's wins: equal sums, higher origin).
 fn divergence(at_dc2: &str) -> CausalHistory {
     let mut h = history(

@@ -43,13 +43,23 @@ impl Steps {
         records.get(i).map_or(u64::MAX, |&(_, at)| at)
     }
 
-    /// The highest timestamp of `origin` that some data center not in `failed` stored.
-    pub(crate) fn highest_stored_by(&self, origin: u32, failed: &[u32]) -> Option<u64> {
-        self.by
-            .iter()
-            .filter(|((dc, o), _)| *o == origin && !failed.contains(dc))
-            .filter_map(|(_, records)| records.last().map(|&(through, _)| through))
-            .max()
+    /// Per life of `origin`, the highest of its timestamps that some data center not
+    /// failed stored (in a life not failed): an entry of a later life covers an earlier
+    /// life only up to its cut, so each life's highest is kept apart.
+    pub(crate) fn highest_stored_by(&self, origin: u32, history: &CausalHistory) -> Vec<u64> {
+        let life =
+            |ts: u64| history.lives.iter().filter(|l| l.dc == origin && ts >= l.from_ts).count();
+        let mut highest: BTreeMap<usize, u64> = BTreeMap::new();
+        for (&(dc, o), records) in &self.by {
+            if o != origin {
+                continue;
+            }
+            for &(through, _) in records.iter().filter(|&&(_, at)| !history.failed_at(dc, at)) {
+                let top = highest.entry(life(through)).or_insert(through);
+                *top = (*top).max(through);
+            }
+        }
+        highest.into_values().collect()
     }
 }
 
@@ -74,7 +84,7 @@ pub(crate) fn check(history: &CausalHistory, prep: &Prepared<'_>, sink: &mut Sin
             if o == t.dc {
                 continue;
             }
-            let Some(r) = latest_visible(prep, list, o, width, t) else { continue };
+            let Some(r) = latest_visible(history, prep, list, o, width, t) else { continue };
             check_one(history, &steps, prep, r, t, sink);
         }
     }
@@ -97,12 +107,22 @@ fn origin(prep: &Prepared<'_>, o: u32, width: usize) -> Origin {
 /// The transaction of origin `o` in `t`'s snapshot with the highest timestamp of `o`
 /// (its rank), if any: every other one of `o` in the snapshot is stored no later.
 fn latest_visible(
+    history: &CausalHistory,
     prep: &Prepared<'_>,
     list: &Origin,
     o: u32,
     width: usize,
     t: &ClientTx,
 ) -> Option<usize> {
+    if history.past_a_lost_tail(&t.snap) {
+        // Past a data center's lost tail: the latest covered, each judged on its own.
+        return list
+            .ranks
+            .iter()
+            .rev()
+            .find(|&&r| history.covered(prep.txs[r].commit, &t.snap))
+            .copied();
+    }
     let ts = |r: usize| prep.txs[r].commit[o as usize];
     let below = list.ranks.partition_point(|&r| ts(r) <= t.snap[o as usize]);
     let (mut lo, mut hi) = (0, below);

@@ -325,6 +325,7 @@ impl GeoEngine {
                 answered: j.answers.keys().copied().collect(),
                 cut: j.cut,
                 settled: j.settled.iter().copied().collect(),
+                source: j.source,
             }),
             cuts: self.cuts(),
             certification: self.config.strong.then(|| super::types::Certification {

@@ -61,6 +61,16 @@ impl Channel {
         self.unacked.len() + self.fresh.len()
     }
 
+    /// The number the next body pushed will carry.
+    pub fn next_number(&self) -> u64 {
+        self.base + (self.unacked.len() + self.fresh.len()) as u64
+    }
+
+    /// The bodies below this number were acknowledged.
+    pub fn acked(&self) -> u64 {
+        self.base
+    }
+
     /// A channel that tells the peer one last thing, `body`, whatever was sent before:
     /// its sender names a later boot for it (its own plus the removed data center's odd
     /// epoch, `GeoEngine::boot_to`), so the peer starts that direction over, as after a

@@ -19,6 +19,8 @@ struct Cluster {
     now: Time,
     next_tag: u64,
     down: Vec<u32>,
+    /// Links whose messages are dropped, (from, to).
+    blocked: Vec<(NodeId, NodeId)>,
 }
 
 impl Cluster {
@@ -53,6 +55,7 @@ impl Cluster {
             now: Time(0),
             next_tag: 1,
             down: Vec::new(),
+            blocked: Vec::new(),
         }
     }
 
@@ -80,7 +83,7 @@ impl Cluster {
                 self.step(id, Input::Tick);
             }
             while let Some((from, to, message)) = self.queue.pop_front() {
-                if self.down.contains(&self.dc_of(from)) {
+                if self.down.contains(&self.dc_of(from)) || self.blocked.contains(&(from, to)) {
                     continue;
                 }
                 self.step(to, Input::Message { from, message });
@@ -897,7 +900,7 @@ fn returns_are_agreed_one_at_a_time_from_a_removed_data_center_only() {
 }
 
 #[test]
-fn a_returning_data_center_joins_its_survivors_agree_on_its_cut_and_settle() {
+fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     let mut c = Cluster::with_strong(1, 2, false);
     let zero = Vector::zero(3);
     let deposit = |k: &str| vec![(key(k), Some(Update::Add(1)), Kind::Counter)];
@@ -935,30 +938,48 @@ fn a_returning_data_center_joins_its_survivors_agree_on_its_cut_and_settle() {
     // apply the cut and settle.
     assert_eq!(c.call(NodeId(11), 0, GeoOp::ReturnDc { member: NodeId(22) }), GeoResult::Synced);
     c.run(500);
-    let cut = c.nodes[&NodeId(21)].joining.as_ref().unwrap().cut.expect("the cut was made");
+    let cut = c.nodes[&NodeId(21)].status().cuts.first().expect("the cut was made").1;
     for n in [1, 2, 11, 12] {
         let e = &c.nodes[&NodeId(n)];
         let s = e.status();
-        assert_eq!(s.cuts, vec![(2, cut)], "{n} applied the cut");
-        assert!(s.uniform.dcs[2] <= cut, "{n} showed data center 2 above the cut");
-        assert_eq!(s.known.dcs[2], cut, "{n} stores the old life up to the cut");
-        assert!(e.welcomes[2].as_ref().unwrap().settled, "{n} settled");
-        assert_eq!(s.removed, vec![2], "{n}: data center 2 counts as removed until it is back");
+        assert_eq!(s.cuts, vec![(2, cut, 2)], "{n} applied the cut");
+        let life = 1 << 62;
+        let within = |v: u64| v <= cut || v >= life;
+        assert!(within(s.uniform.dcs[2]), "{n} showed data center 2's old life above the cut");
+        assert!(s.known.dcs[2] >= life, "{n} never heard data center 2's new life");
+        assert!(s.removed.is_empty(), "{n}: data center 2 is back");
+        assert!(s.counters.returns_back == 1, "{n} heard its new sibling back");
     }
+    // Each new replica copied its partition from a settled survivor and is back.
     for n in [21, 22] {
         let e = &c.nodes[&NodeId(n)];
-        let j = e.joining.as_ref().unwrap();
-        assert_eq!(j.epoch, Some(2));
-        assert_eq!(j.cut, Some(cut));
-        assert_eq!(j.settled.iter().copied().collect::<Vec<_>>(), vec![0, 1], "{n}");
-        assert!(j.answers.len() >= 2, "{n}: answers {:?}", j.answers);
-        assert_eq!(e.status().epochs, vec![0, 0, 2]);
+        let s = e.status();
+        assert!(!s.joining && s.counters.copies_installed == 1, "{n} is not back");
+        assert_eq!(s.epochs, vec![0, 0, 2]);
+        assert_eq!(s.cuts, vec![(2, cut, 2)], "{n} keeps its own cut");
+        assert!(e.clock() >= 1 << 62, "{n}: its clock runs in the old life");
     }
     // Data center 2's five transactions survive at the cut: its old life is below it.
     assert!(cut >= pasts[2].dcs[2], "the cut {cut} drops a transaction every survivor had");
-    // The survivors go on meanwhile.
+    // The survivors go on, and the new life serves what survived, then its own writes.
     let (_, seen) = c.tx(NodeId(12), 7, &pasts[0], vec![(key("a"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(15)]);
+    let (_, seen) = c.tx(NodeId(21), 8, &pasts[2], vec![(key("a"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(15)], "the copy lacks what survived");
+    let (after, _) = c.tx(NodeId(21), 8, &pasts[2], deposit("a"));
+    assert!(after.dcs[2] >= 1 << 62, "a new-life commit below the new life: {after:?}");
+    c.run(500);
+    let (_, seen) = c.tx(NodeId(1), 9, &after, vec![(key("a"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(16)], "the new life's write did not reach a survivor");
+    // A past naming the old life above the cut is gone: its session starts over.
+    let mut stale = pasts[2].clone();
+    stale.dcs[2] = cut + 1;
+    for n in [1, 21] {
+        match c.call_result(NodeId(n), 10, GeoOp::Begin { past: stale.clone() }) {
+            Err(keel_types::KeelError::SessionExpired) => {}
+            other => panic!("{n} took a stale past: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -979,6 +1000,8 @@ fn a_return_abandoned_stops_the_new_replicas_and_the_survivors_hear_them_no_more
     // Before the return, the survivors' notices of the removal reach it: it records them
     // and goes on waiting.
     assert!(c.nodes[&NodeId(21)].status().joining);
+    // Data center 1's answer never reaches it: the return waits for its cut.
+    c.blocked.push((NodeId(11), NodeId(21)));
     assert_eq!(c.call(NodeId(1), 0, GeoOp::ReturnDc { member: NodeId(21) }), GeoResult::Synced);
     c.run(300);
     assert_eq!(c.nodes[&NodeId(21)].status().join.unwrap().epoch, Some(2));

@@ -576,6 +576,43 @@ pub enum Back {
         /// The return's epoch.
         epoch: u32,
     },
+    /// A new replica asks the source (a survivor's replica of its partition, settled)
+    /// for its copy, once the source's known vector covers `need` (each survivor's
+    /// propagated entry, from its answer: the survivors' streams held since then connect).
+    CopyAsk {
+        /// The return's epoch.
+        epoch: u32,
+        /// Per data center, the known entry the copy must cover.
+        need: Vec<u64>,
+    },
+    /// A chunk of the copy: transactions the source stores, each with its data center
+    /// (source → the new replica).
+    Chunk {
+        /// The return's epoch.
+        epoch: u32,
+        /// The transactions, by origin.
+        txs: Vec<(u32, Replicated)>,
+    },
+    /// The copy's end: the known vector it covers, and per data center the entry above
+    /// which the source still held the transactions for forwarding.
+    Copied {
+        /// The return's epoch.
+        epoch: u32,
+        /// The source's known vector when it copied.
+        known: Vector,
+        /// Per data center, the transactions above it are kept for forwarding.
+        kept: Vec<u64>,
+        /// The cuts of earlier returns the source keeps (data center, cut, epoch).
+        limits: Vec<(u32, u64, u32)>,
+    },
+    /// The new replica installed its copy and is back (new replica → every survivor's
+    /// replica of its partition): it is heard as any sibling from then on.
+    Installed {
+        /// The return's epoch.
+        epoch: u32,
+        /// Its known vector when it installed.
+        known: Vector,
+    },
 }
 
 impl Back {
@@ -586,7 +623,11 @@ impl Back {
             | Back::Answer { epoch, .. }
             | Back::Partial { epoch, .. }
             | Back::Cut { epoch, .. }
-            | Back::Settled { epoch } => *epoch,
+            | Back::Settled { epoch }
+            | Back::CopyAsk { epoch, .. }
+            | Back::Chunk { epoch, .. }
+            | Back::Copied { epoch, .. }
+            | Back::Installed { epoch, .. } => *epoch,
         }
     }
 }
@@ -734,6 +775,9 @@ pub struct JoinStatus {
     pub cut: Option<u64>,
     /// The survivor data centers settled for its partition.
     pub settled: Vec<u32>,
+    /// The survivor data center asked for the copy, once asked.
+    #[serde(default)]
+    pub source: Option<u32>,
 }
 
 /// How often each path of the protocol was taken.
@@ -805,6 +849,25 @@ pub struct Counters {
     /// Bodies a joining replica dropped (it takes only the return's).
     #[serde(default)]
     pub dropped_joining: u64,
+    /// Copies this survivor sent a new replica of a returning data center.
+    #[serde(default)]
+    pub copies_sent: u64,
+    /// Copies this new replica installed (it is back).
+    #[serde(default)]
+    pub copies_installed: u64,
+    /// Survivors' streams a new replica replayed on installing.
+    #[serde(default)]
+    pub streams_replayed: u64,
+    /// Survivors' streams a new replica dropped on installing, as they did not connect to
+    /// its copy (their data center was removed meanwhile: forwarding brings them).
+    #[serde(default)]
+    pub streams_dropped: u64,
+    /// New replicas this survivor heard back (`Installed`).
+    #[serde(default)]
+    pub returns_back: u64,
+    /// Requests refused for a past naming a data center's old life above its cut.
+    #[serde(default)]
+    pub stale_pasts_refused: u64,
     /// Removals refused (this replica's own data center, or more than f removed or
     /// suspected).
     #[serde(default)]
@@ -946,9 +1009,10 @@ pub struct Status {
     /// that answered, the cut once known, the survivors settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<JoinStatus>,
-    /// The cuts applied here, by returning data center: what survives of its old life.
+    /// The cuts applied here, by returning data center: what survives of its old life,
+    /// with the epoch of the return that made it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cuts: Vec<(u32, u64)>,
+    pub cuts: Vec<(u32, u64, u32)>,
     /// Its part in its partition's certification, in a keyspace with strong transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certification: Option<Certification>,

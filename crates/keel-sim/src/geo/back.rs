@@ -54,6 +54,8 @@ pub struct Return {
     returns: u32,
     /// The returning data center, while a return made is under way (not abandoned).
     under_way: Option<u32>,
+    /// The data center taken back, once the first change is asked.
+    dc: Option<u32>,
     /// The late survivor's fault ([`LateSurvivor`]), drawn from its own stream: whether
     /// it is planned, and once armed.
     late_rng: Rng,
@@ -86,6 +88,7 @@ impl Return {
             tries: 0,
             returns: 0,
             under_way: None,
+            dc: None,
             late_rng,
             late_planned,
             late: None,
@@ -119,6 +122,30 @@ impl Return {
         self.late_planned && world.shape.f == 2 && !world.shape.strong
     }
 
+    /// The returning data center is back once each of its new replicas installed its
+    /// copy and every replica still serving elsewhere heard it back: it counts as live
+    /// again (its sessions go on, the checkers take its replicas), and the operator asks
+    /// nothing more of it (a removal still in flight is taken as of a live one).
+    pub fn tend_back(&mut self, world: &mut GeoWorld, log: &mut Vec<String>) {
+        let Some(r) = self.under_way else { return };
+        world.note_cuts();
+        if !is_back(world, r) {
+            return;
+        }
+        self.under_way = None;
+        world.returned(r);
+        world.reach("return-back");
+        if self.asked.is_none() {
+            self.steps.clear();
+        }
+        log.push(format!("{}ms: data center {r} is back", world.now() / 1_000_000));
+    }
+
+    /// Whether a return made is not back yet.
+    pub fn under_way(&self) -> bool {
+        self.under_way.is_some()
+    }
+
     /// Whether the late survivor's fault still holds links.
     pub fn holding(&self) -> bool {
         self.late.is_some()
@@ -147,6 +174,9 @@ impl Return {
     /// Asks the next change of data center `dc`, removed at `removed_at`, when its time
     /// comes; takes the answer.
     pub fn drive(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, dc: u32, removed_at: u64) {
+        // The data center first removed is the one taken back (the removal may go on
+        // to another, its asker's failed with it).
+        let dc = *self.dc.get_or_insert(dc);
         let now = world.now();
         if self.finished(world) {
             return;
@@ -221,10 +251,30 @@ impl Return {
                     Step::Abandon => "return-abandoned",
                     Step::RemoveFailed(_) => "return-failed-removed",
                 });
+                if step == Step::Return {
+                    let epoch =
+                        |n: NodeId| world.world.engine(n).map(|e| e.status().epochs[dc as usize]);
+                    let live =
+                        (0..world.shape.dcs()).filter(|d| *d != dc && !world.failed.contains(d));
+                    let nodes: Vec<NodeId> = live.flat_map(|d| world.nodes_of(d)).collect();
+                    let epoch = nodes.into_iter().filter_map(epoch).max().unwrap_or(0);
+                    world.return_made(dc, epoch + epoch % 2);
+                }
                 match step {
                     Step::Return => self.under_way = Some(dc),
                     Step::Abandon => self.under_way = None,
                     Step::RemoveFailed(_) => {}
+                }
+                if step == Step::Abandon && !world.failed.contains(&dc) {
+                    // Made after the data center came back: the removal of a live one.
+                    world.remove_beyond_f(dc);
+                    if world.failed.len() > world.shape.f as usize {
+                        self.violations.push(format!(
+                            "removal-beyond-f: data center {dc} removed again once back with {:?} failed",
+                            world.failed
+                        ));
+                    }
+                    self.steps.truncate(1);
                 }
                 if let Some(late) = self.late.as_mut().filter(|_| step == Step::Return) {
                     late.made(now);
@@ -279,12 +329,36 @@ pub fn changes_diverge(world: &GeoWorld) -> Vec<String> {
     out
 }
 
-/// Every return under way at the end went as far as it is built: each replica of a
-/// survivor that still serves applied the cut, and each new replica of the returning data
-/// center learned the return, took the cut, and heard every such survivor settle
-/// (`return-stalled` otherwise). A return waits for every data center not removed to
-/// answer, so one with a failed data center not removed is not checked (it waits, as
-/// designed, until the operator removes that one too).
+/// Whether every replica of data center `r` is back (installed, serving) and every
+/// replica still serving elsewhere heard it back.
+fn is_back(world: &GeoWorld, r: u32) -> bool {
+    let back = world.nodes_of(r).into_iter().all(|node| {
+        world.world.engine(node).is_some_and(|e| {
+            !e.is_removed()
+                && !e.is_lost()
+                && !e.status().joining
+                && e.status().returning.is_empty()
+        })
+    });
+    let heard = (0..world.shape.dcs()).filter(|&d| d != r && !world.failed.contains(&d)).all(|d| {
+        world.nodes_of(d).into_iter().all(|node| {
+            world.world.engine(node).is_none_or(|e| {
+                let status = e.status();
+                e.is_removed()
+                    || e.is_lost()
+                    || !status.returning.contains(&r) && !status.removed.contains(&r)
+            })
+        })
+    });
+    back && heard
+}
+
+/// Every return under way at the end finished: each new replica of the returning data
+/// center installed its copy and is back, and every replica of a survivor that still
+/// serves heard it back (`return-stalled` otherwise, with how far each got). A return
+/// waits for every data center not removed to answer, so one with a failed data center
+/// not removed is not checked (it waits, as designed, until the operator removes that
+/// one too).
 pub fn returns_stalled(world: &mut GeoWorld) -> Vec<String> {
     let mut out = Vec::new();
     let serving = |world: &GeoWorld, node: NodeId| {
@@ -304,43 +378,57 @@ pub fn returns_stalled(world: &mut GeoWorld) -> Vec<String> {
             }
         }
     }
-    if world.failed.iter().any(|dc| !removed.contains(dc)) {
+    // A new replica still joining its data center's latest return stalls it too.
+    let latest = |world: &GeoWorld, r: u32| {
+        live.iter()
+            .flat_map(|&d| world.nodes_of(d))
+            .filter_map(|n| world.world.engine(n).map(|e| e.status().epochs[r as usize]))
+            .max()
+    };
+    for r in 0..world.shape.dcs() {
+        let epoch = latest(world, r);
+        let joins = world.nodes_of(r).into_iter().any(|n| {
+            world.world.engine(n).and_then(|e| e.status().join).is_some_and(|j| {
+                j.epoch.is_some() && j.epoch == epoch && epoch.is_some_and(|e| e % 2 == 0)
+            })
+        });
+        if joins {
+            returning.insert(r);
+        }
+    }
+    if world.failed.iter().any(|dc| !removed.contains(dc) && !returning.contains(dc)) {
         if !returning.is_empty() {
             world.reach("return-waits-for-failed");
         }
         return out;
     }
-    for r in returning {
-        let epoch =
-            world.world.engine(world.nodes_of(live[0])[0]).map(|e| e.status().epochs[r as usize]);
+    for &r in &returning {
+        let epoch = latest(world, r);
         for node in world.nodes_of(r) {
             let Some(join) = world.world.engine(node).and_then(|e| e.status().join) else {
                 continue;
             };
-            if join.epoch != epoch {
-                out.push(format!(
-                    "return-stalled: {node} never joined the return at epoch {epoch:?}"
-                ));
-                continue;
-            }
-            if join.cut.is_none() || live.iter().any(|dc| !join.settled.contains(dc)) {
-                out.push(format!(
-                    "return-stalled: {node} has the cut {:?} and settled {:?} of {live:?}",
-                    join.cut, join.settled
-                ));
-            }
+            out.push(format!(
+                "return-stalled: {node} still joins at epoch {:?} of {epoch:?}, with the cut {:?}, settled {:?} of {live:?}, source {:?}",
+                join.epoch, join.cut, join.settled, join.source
+            ));
         }
-        for &dc in &live {
+        for &dc in live.iter().filter(|&&dc| dc != r) {
             for node in world.nodes_of(dc) {
                 let Some(status) = serving(world, node) else { continue };
-                if !status.cuts.iter().any(|&(d, _)| d == r) {
-                    out.push(format!("return-stalled: {node} never applied data center {r}'s cut"));
+                if status.returning.contains(&r) {
+                    out.push(format!(
+                        "return-stalled: {node} has not heard data center {r} back (its cuts: {:?})",
+                        status.cuts
+                    ));
                 }
             }
         }
-        if out.is_empty() {
-            world.reach("return-settled-everywhere");
-        }
+    }
+    // Every data center taken back is back, and heard back everywhere.
+    let back = world.lives.iter().all(|l| !world.failed.contains(&l.dc));
+    if out.is_empty() && returning.is_empty() && !world.lives.is_empty() && back {
+        world.reach("return-back-everywhere");
     }
     out
 }

@@ -203,7 +203,17 @@ impl Removal {
             }
             return;
         }
+        // Not while a failed data center is coming back: once back, `f` is no longer
+        // spent, and the removal may rightly be made.
+        let coming_back = world.lives.iter().any(|l| world.failed.contains(&l.dc));
+        if world.failed.len() < f {
+            // Not spent (any more: a data center taken back): counted from when it is.
+            m.spent_at = None;
+        }
         if world.failed.len() < f || pending_live || m.tries >= TRIES_MAX || now < m.not_before {
+            return;
+        }
+        if coming_back {
             return;
         }
         let spent = *m.spent_at.get_or_insert(now);

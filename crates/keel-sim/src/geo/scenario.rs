@@ -151,6 +151,9 @@ struct Session {
     not_before: u64,
 }
 
+/// A session that starts over takes its id plus this (ids below it are the first ones).
+const SESSION_IDS: u64 = 1_000;
+
 /// How long a session backs off after a refusal, ns.
 const BACKOFF_NS: u64 = 10_000_000;
 
@@ -375,6 +378,9 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
             "sessions spin at {now} ns: a replica answers their requests at once, refusing, for ever"
         );
         inject(&mut world, &mut faults, &mut log, now);
+        if let Some(back) = &mut back {
+            back.tend_back(&mut world, &mut log);
+        }
         if let Some(removal) = &mut removal {
             removal.drive(&mut world, &mut log, now);
             if let Some(back) = &mut back {
@@ -464,10 +470,13 @@ fn finish_changes(
     let busy = |removal: &Removal, back: &Option<Return>, world: &GeoWorld| {
         !removal.finished(world)
             || removal.made().is_some() && back.as_ref().is_some_and(|b| !b.finished(world))
-            || back.as_ref().is_some_and(Return::holding)
+            || back.as_ref().is_some_and(|b| b.holding() || b.under_way())
     };
     while busy(removal, back, world) && world.now() < until {
         let now = world.now();
+        if let Some(back) = back.as_mut() {
+            back.tend_back(world, log);
+        }
         removal.drive(world, log, now);
         if let Some(back) = back.as_mut() {
             back.tend(world, log, removal.target());
@@ -629,7 +638,10 @@ fn drive(
         return;
     }
     if world.failed.contains(&s.dc) && !serves_until_told(world, s.dc) {
-        s.done = true;
+        // Its data center is down or removed: the session waits (a removed one may be
+        // taken back), what it had open abandoned.
+        abandon(world, s);
+        s.plan.clear();
         return;
     }
     let node = coordinator(world, s);
@@ -734,6 +746,17 @@ fn answered(
             s.not_before = world.now() + BACKOFF_NS;
             // A commit that timed out may still finish: its outcome is unknown.
             let outcome = match (&waiting, e) {
+                (_, keel_types::KeelError::SessionExpired) => {
+                    // Its past names a data center's old life above the cut of its
+                    // return (lost): the client starts a new session.
+                    world.reach("session-restarted");
+                    s.id += SESSION_IDS;
+                    s.past = Vector::zero(world.shape.dcs() as usize);
+                    if let Some(open) = s.open.take() {
+                        world.close(open, Outcome::Aborted);
+                    }
+                    return None;
+                }
                 (Waiting::Commit, keel_types::KeelError::Timeout) => {
                     world.reach("commit-timed-out");
                     Outcome::Unknown
@@ -776,6 +799,9 @@ fn answered(
             s.past = vector;
             if world.removed_live.contains(&s.dc) {
                 world.reach("committed-while-removed");
+            }
+            if world.lives.iter().any(|l| l.dc == s.dc) && !world.failed.contains(&s.dc) {
+                world.reach("new-life-committed");
             }
             if strong {
                 world.reach("strong-committed");
@@ -924,8 +950,10 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     if !removed.is_empty() {
         world.reach("removed-told");
     }
-    let gone: Vec<Vec<u32>> =
-        nodes.iter().filter_map(|&n| world.world.engine(n).map(|e| e.status().removed)).collect();
+    let gone: Vec<Vec<u32>> = nodes
+        .iter()
+        .filter_map(|&n| world.world.engine(n).map(|e| removed_for_good(&e.status())))
+        .collect();
     // Every replica still running in a data center a survivor knows removed was told, by
     // the end of the quiet end (healed): a notice whose sends were spent while it was cut
     // off is sent again once it is heard. (Not a lost one, restarted without its state:
@@ -984,6 +1012,13 @@ fn held_after_removal(world: &mut GeoWorld) -> Vec<String> {
     out
 }
 
+/// The data centers a replica knows removed, and not coming back (at an odd epoch: a
+/// returning one counts as removed until it is back).
+fn removed_for_good(status: &keel_core::geo::Status) -> Vec<u32> {
+    let odd = |d: &u32| status.epochs.get(*d as usize).is_some_and(|e| e % 2 == 1);
+    status.removed.iter().copied().filter(odd).collect()
+}
+
 /// A removal answered `TIMEOUT` (its commit round outlasted its deadline: the outcome
 /// unknown) may have been made since, learned from the acceptors' votes. Every data
 /// center some node knows removed counts as failed from then on (as a live one removed
@@ -993,7 +1028,7 @@ fn removals_found(world: &mut GeoWorld) -> Vec<String> {
         .world
         .node_ids()
         .into_iter()
-        .filter_map(|n| world.world.engine(n).map(|e| e.status().removed))
+        .filter_map(|n| world.world.engine(n).map(|e| removed_for_good(&e.status())))
         .flatten()
         .collect();
     let mut out = Vec::new();

@@ -316,6 +316,12 @@ impl SimEngine for GeoEngine {
             ("cut-applied", c.cuts_applied),
             ("return-settled", c.returns_settled),
             ("old-life-dropped", c.old_life_dropped),
+            ("copy-sent", c.copies_sent),
+            ("copy-installed", c.copies_installed),
+            ("stream-replayed", c.streams_replayed),
+            ("stream-dropped", c.streams_dropped),
+            ("back-heard", c.returns_back),
+            ("stale-past-refused", c.stale_pasts_refused),
         ]
     }
 }

@@ -169,6 +169,12 @@ pub struct GeoWorld {
     /// Live data centers being removed (failed from their removal on, though their
     /// replicas run until told).
     pub removed_live: Vec<u32>,
+    /// Data centers taken back, each with the life it started (for the checker).
+    pub lives: Vec<keel_check::causal::history::Life>,
+    /// The epoch of each of `lives`.
+    life_epochs: Vec<u32>,
+    /// When each data center was last rebuilt for a return.
+    rebuilt_at: BTreeMap<u32, u64>,
     /// No data center fails meanwhile (removals asked at once are in flight: one made
     /// spends the budget of failures the run draws from).
     pub failures_held: bool,
@@ -267,6 +273,9 @@ impl GeoWorld {
             shape,
             failed: Vec::new(),
             removed_live: Vec::new(),
+            lives: Vec::new(),
+            life_epochs: Vec::new(),
+            rebuilt_at: BTreeMap::new(),
             failures_held: false,
             replies: BTreeMap::new(),
             txs: Vec::new(),
@@ -323,6 +332,37 @@ impl GeoWorld {
     pub fn remove_beyond_f(&mut self, dc: u32) {
         self.failed.push(dc);
         self.removed_live.push(dc);
+    }
+
+    /// The return of data center `dc` at `epoch` was made: its rebuilt replicas start
+    /// a new life once back, its old one failed (for the checker).
+    pub fn return_made(&mut self, dc: u32, epoch: u32) {
+        let since_ns = self.rebuilt_at.get(&dc).copied().expect("rebuilt before its return");
+        let from_ts = u64::from(epoch / 2) << 62;
+        self.lives.push(keel_check::causal::history::Life { dc, from_ts, since_ns, cut: 0 });
+        self.life_epochs.push(epoch);
+    }
+
+    /// Records the cut of each life whose return applied one (a replica keeps only the
+    /// latest of a data center's cuts, so it is noted as the run goes).
+    pub fn note_cuts(&mut self) {
+        for i in 0..self.lives.len() {
+            if self.lives[i].cut != 0 {
+                continue;
+            }
+            let (dc, epoch) = (self.lives[i].dc, self.life_epochs[i]);
+            let cut = self.world.node_ids().into_iter().find_map(|n| {
+                let cuts = self.world.engine(n)?.status().cuts;
+                cuts.into_iter().find(|&(d, _, e)| d == dc && e == epoch).map(|(_, c, _)| c)
+            });
+            self.lives[i].cut = cut.unwrap_or(0);
+        }
+    }
+
+    /// Data center `dc`, removed, is back (`back.rs`): it counts as live again.
+    pub fn returned(&mut self, dc: u32) {
+        self.failed.retain(|&d| d != dc);
+        self.removed_live.retain(|&d| d != dc);
     }
 
     /// Sends `KEEL.NODE REMOVE member` to `node`, through the front door's conversion.
@@ -388,6 +428,7 @@ impl GeoWorld {
     /// Replaces every replica of data center `dc` with a new one, wiped and joining (an
     /// operator about to take it back), recording first what the old ones never sent on.
     pub fn rebuild_dc(&mut self, dc: u32) {
+        self.rebuilt_at.insert(dc, self.now());
         for node in self.nodes_of(dc) {
             self.crash(node);
             self.world.restart_wiped(node, |config| config.joining = true);
@@ -725,6 +766,8 @@ impl GeoWorld {
             })
             .collect();
         CausalHistory {
+            // A return abandoned before its cut started no life.
+            lives: self.lives.iter().filter(|l| l.cut != 0).copied().collect(),
             dcs: self.shape.dcs(),
             f: self.shape.f,
             failed: self.failed.clone(),

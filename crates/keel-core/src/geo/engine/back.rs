@@ -22,7 +22,7 @@
 //! stops at *settled*, and the data center still counts as removed meanwhile.
 
 use super::super::channel::Channel;
-use super::super::types::{Back, Body, Change, Message};
+use super::super::types::{Back, Body, Change, Message, Replicated, Vector};
 use super::GeoEngine;
 use keel_types::{KeelError, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,6 +45,9 @@ pub(crate) struct Welcome {
     pub cut: Option<u64>,
     /// Whether it told the new replica of its partition it is settled.
     pub settled: bool,
+    /// The copy its new replica asked for, until this source's known vector covers what
+    /// it needs (`Back::CopyAsk`).
+    pub copy: Option<Vec<u64>>,
 }
 
 /// What a survivor keeps of a data center's old life once it applied a cut, for good:
@@ -80,8 +83,12 @@ pub(crate) struct Joining {
     /// What it sent to a peer before it could open their channel with `Join`.
     pub unjoined: BTreeMap<NodeId, Vec<Body>>,
     /// What each survivor sent after its answer (its stream: transactions and its last
-    /// heartbeat), held until the new replica is installed (step 3).
+    /// heartbeat), held until the new replica is installed.
     pub held: BTreeMap<NodeId, Vec<Body>>,
+    /// The survivor data center asked for the copy, once asked.
+    pub source: Option<u32>,
+    /// The copy's chunks so far.
+    pub chunks: Vec<(u32, Replicated)>,
 }
 
 impl GeoEngine {
@@ -105,7 +112,8 @@ impl GeoEngine {
     /// it learned the return.
     pub(crate) fn heard_back(&mut self, from: NodeId, dc: u32, message: &Message) -> bool {
         if !self.coming_back(dc) {
-            return true;
+            // A member that came back is heard from the boot that joined, for good.
+            return self.joined.get(&from).is_none_or(|&boot| message.boot == boot);
         }
         let epoch = self.epochs[dc as usize];
         if dc == self.me.dc && self.joining.as_ref().is_some_and(|j| j.epoch.is_none()) {
@@ -132,8 +140,9 @@ impl GeoEngine {
     pub(crate) fn welcome_return(&mut self, change: Change) {
         let dc = change.dc as usize;
         let stored = self.partition.known.dcs[dc];
-        self.welcomes[dc] = Some(Welcome { epoch: change.epoch, cut: None, settled: false });
-        let zero = super::super::types::Vector::zero(self.dcs);
+        self.welcomes[dc] =
+            Some(Welcome { epoch: change.epoch, cut: None, settled: false, copy: None });
+        let zero = Vector::zero(self.dcs);
         self.uniformity.global[dc] = zero.clone();
         self.uniformity.stable_matrix[dc] = zero;
         let members = self.replicas[dc].clone();
@@ -155,6 +164,7 @@ impl GeoEngine {
     pub(crate) fn abandon_welcome(&mut self, change: Change) {
         let dc = change.dc as usize;
         self.welcomes[dc] = None;
+        self.sending[dc] = None;
         for &node in &self.replicas[dc].clone() {
             self.joined.remove(&node);
             self.removed_nodes.insert(node);
@@ -163,12 +173,30 @@ impl GeoEngine {
     }
 
     /// Lowers `stable`'s entries to their data centers' limits, below each next life.
-    pub(crate) fn clamp_to_limits(&self, stable: &mut super::super::types::Vector) {
+    pub(crate) fn clamp_to_limits(&self, stable: &mut Vector) {
         for (dc, limit) in self.limits.iter().enumerate() {
             let Some(limit) = limit else { continue };
             let entry = &mut stable.dcs[dc];
             if *entry < life_floor(limit.epoch) {
                 *entry = (*entry).min(limit.value);
+            }
+        }
+    }
+
+    /// Keeps `stable`'s entry for a data center removed here (or returning, its cut not
+    /// applied) where it is, while another partition's row already names its next life:
+    /// the minimum over the partitions would pass fragments of the old life above the
+    /// cut that this replica has not dropped yet (`docs/geo.md`, *The cut, kept for
+    /// good*). Once this replica applies the cut, `clamp_to_limits` holds it instead.
+    pub(crate) fn hold_unknown_lives(&self, stable: &mut Vector) {
+        for j in 0..self.dcs {
+            let cut_applied = self.welcomes[j].as_ref().is_some_and(|w| w.cut.is_some());
+            if !self.removed[j] || cut_applied {
+                continue;
+            }
+            let next = life_floor(self.epochs[j] + self.epochs[j] % 2);
+            if self.uniformity.local.iter().any(|row| row.dcs[j] >= next) {
+                stable.dcs[j] = stable.dcs[j].min(self.uniformity.stable.dcs[j]);
             }
         }
     }
@@ -196,7 +224,14 @@ impl GeoEngine {
                 if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
                     j.settled.insert(peer.dc);
                 }
+                self.ask_copy();
             }
+            Back::CopyAsk { epoch, need } => self.copy_ask_in(peer.dc, epoch, need),
+            Back::Chunk { epoch, txs } => self.chunk_in(peer.dc, epoch, txs),
+            Back::Copied { epoch, known, kept, limits } => {
+                self.copied_in(peer.dc, epoch, known, &kept, &limits)
+            }
+            Back::Installed { epoch, known } => self.installed_in(peer.dc, epoch, &known),
         }
     }
 
@@ -256,8 +291,10 @@ impl GeoEngine {
             for &node in &self.replicas[i] {
                 self.channels.remove(&node);
             }
-            // A survivor removed meanwhile is not waited for.
+            // A survivor removed meanwhile is not waited for, and a source removed is
+            // replaced.
             self.send_partial();
+            self.ask_copy();
         }
     }
 
@@ -288,7 +325,7 @@ impl GeoEngine {
             if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
                 j.cut.get_or_insert(cut);
             }
-            return;
+            return self.ask_copy();
         }
         let r = dc as usize;
         // Every partition of some survivor stores the old life to the cut, and none
@@ -306,6 +343,7 @@ impl GeoEngine {
         w.cut = Some(cut);
         self.limits[r] = Some(Limit { value: cut, epoch });
         self.drop_above_cut(r, cut);
+        self.refuse_stale_attaches();
         self.counters.cuts_applied += 1;
     }
 
@@ -429,10 +467,10 @@ impl GeoEngine {
         held.push(body);
     }
 
-    /// The cuts applied here, by data center (`/status`).
-    pub(crate) fn cuts(&self) -> Vec<(u32, u64)> {
+    /// The cuts applied here, by data center, each with its return's epoch (`/status`).
+    pub(crate) fn cuts(&self) -> Vec<(u32, u64, u32)> {
         let cuts = self.limits.iter().enumerate();
-        cuts.filter_map(|(dc, l)| l.map(|l| (dc as u32, l.value))).collect()
+        cuts.filter_map(|(dc, l)| l.map(|l| (dc as u32, l.value, l.epoch))).collect()
     }
 
     /// A joining replica's refusal of its clients.

@@ -40,6 +40,15 @@ impl GeoEngine {
         Ok(())
     }
 
+    /// Refuses a vector checked by `check_past` that names a data center's old life above
+    /// its cut (`copy.rs`): what it read is gone; the session starts over.
+    fn check_fresh(&mut self, past: &Vector) -> Result<(), KeelError> {
+        match self.stale_past(past) {
+            Some(_) => Err(self.stale_error()),
+            None => Ok(()),
+        }
+    }
+
     /// `START_TX(past)` (1:1–8). The remote entries come from the uniform vector and the
     /// session's past (per transaction: a session's vector never raises what other
     /// transactions see), the local one is the larger of the session's and the uniform
@@ -51,7 +60,7 @@ impl GeoEngine {
         past: Vector,
         strong: Option<Option<String>>,
     ) {
-        if let Err(e) = self.check_past(&past) {
+        if let Err(e) = self.check_past(&past).and_then(|()| self.check_fresh(&past)) {
             return self.reply(tag, Err(e));
         }
         if strong.is_some() && !self.config.strong {
@@ -367,6 +376,9 @@ impl GeoEngine {
     pub(crate) fn attach(&mut self, tag: RequestTag, past: Vector) {
         if past.dcs.len() != self.dcs {
             return self.reply(tag, Err(refuse("a vector of another keyspace's shape")));
+        }
+        if let Err(e) = self.check_fresh(&past) {
+            return self.reply(tag, Err(e));
         }
         match self.attach_unmet(&past) {
             None => self.reply(tag, Ok(GeoResult::Synced)),

@@ -68,6 +68,18 @@ fn back_ok(back: &Back) -> bool {
         Back::Answer { epochs, .. } => {
             epochs.len() <= DCS_MAX && epochs.iter().all(|&e| e <= EPOCH_MAX)
         }
+        Back::CopyAsk { need, .. } => need.len() <= DCS_MAX,
+        Back::Chunk { txs, .. } => {
+            txs.len() <= BODIES_MAX
+                && txs.iter().all(|(_, t)| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
+        }
+        Back::Copied { known, kept, limits, .. } => {
+            vector_ok(known)
+                && kept.len() <= DCS_MAX
+                && limits.len() <= DCS_MAX
+                && limits.iter().all(|&(_, _, e)| e > 0 && e.is_multiple_of(2) && e < EPOCH_MAX)
+        }
+        Back::Installed { known, .. } => vector_ok(known),
         _ => true,
     };
     epoch_ok && epochs_ok
@@ -220,7 +232,20 @@ impl GeoEngine {
                     Back::Answer { epochs, .. } => sibling && epochs.len() == self.dcs,
                     Back::Partial { .. } => same_dc && self.me.partition == 0,
                     Back::Cut { .. } => peer.partition == 0,
-                    Back::Settled { .. } => sibling,
+                    Back::Settled { .. } | Back::CopyAsk { .. } => {
+                        sibling && self.back_vector_fits(back)
+                    }
+                    Back::Chunk { txs, .. } => {
+                        sibling
+                            && txs.iter().all(|(origin, t)| {
+                                (*origin as usize) < self.dcs
+                                    && shape(&t.commit)
+                                    && self.owns(&t.writes)
+                            })
+                    }
+                    Back::Copied { known, .. } | Back::Installed { known, .. } => {
+                        sibling && shape(known) && self.back_vector_fits(back)
+                    }
                 },
                 Body::Changed { .. }
                 | Body::ChangePropose { .. }
@@ -324,6 +349,17 @@ impl GeoEngine {
     }
 
     /// Whether every update's key belongs to this partition and its value to the limits.
+    /// Whether a return's per-data-center list has this keyspace's shape.
+    fn back_vector_fits(&self, back: &Back) -> bool {
+        match back {
+            Back::CopyAsk { need: v, .. } => v.len() == self.dcs,
+            Back::Copied { kept, limits, .. } => {
+                kept.len() == self.dcs && limits.iter().all(|&(dc, _, _)| (dc as usize) < self.dcs)
+            }
+            _ => true,
+        }
+    }
+
     fn owns(&self, writes: &[(keel_types::Key, Update)]) -> bool {
         let limits = &self.config.limits;
         writes.iter().all(|(key, update)| {

@@ -80,7 +80,12 @@ impl GeoEngine {
         for node in self.joined.keys() {
             let dc = self.member(*node).expect("a member joined").dc as usize;
             let own = dc == d && self.joining.is_some();
-            assert!(self.returning[dc] || own, "{node} heard as joined, out of a return");
+            let back = self.epochs[dc] >= 2 && !self.removed[dc];
+            assert!(self.returning[dc] || own || back, "{node} heard as joined, out of a return");
+        }
+        for (r, sending) in self.sending.iter().enumerate() {
+            let settled = self.welcomes[r].as_ref().is_some_and(|w| w.settled && w.copy.is_none());
+            assert!(sending.is_none() || settled, "data center {r}: a copy sent unsettled");
         }
         if let Some(j) = &self.joining {
             let p = &self.partition;
@@ -90,6 +95,8 @@ impl GeoEngine {
             assert!(j.epoch.is_some() || j.held.is_empty(), "held before the return");
             assert!(self.me.partition == 0 || j.partials.is_empty(), "partials off partition 0");
             assert!(j.partials.len() <= self.partitions as usize, "partials of unknown partitions");
+            assert!(j.source.is_none() || j.cut.is_some(), "a copy asked before the cut");
+            assert!(j.source.is_some() || j.chunks.is_empty(), "a copy taken unasked");
         }
     }
 

@@ -13,6 +13,7 @@
 //! | `settle.rs` | forgetting decided strong transactions once every participant decided them and their expiry passed: `SETTLE`, `Forget` records, `FORGOTTEN` answers | [`Certifier`]'s outcomes |
 //! | `remove.rs` | removing a data center for good (an operator's), and the first step of taking one back | [`GeoEngine`]'s `removed`, `epochs`, `returning` |
 //! | `back.rs` | taking a removed data center back once its return is agreed: the survivors' caps and answers, the new replicas' join, the cut, settling | [`back::Welcome`], [`back::Limit`], [`back::Joining`] |
+//! //! | `copy.rs` | a return's copy from a settled survivor, the install, the new replica back, stale pasts refused | [`copy::Sending`] |
 //! | `agree.rs` | agreeing on a change (a removal, a return): the node asked proposes it, each data center's acceptor (partition 0) promises it, a majority's promises make it | [`agree::Agreement`] |
 //! | `gate.rs` | the validation gate | none |
 //! | `invariants.rs` | `check_invariants` | none |
@@ -31,6 +32,7 @@ pub(crate) mod agree;
 mod back;
 mod certify;
 mod coordinator;
+mod copy;
 mod failover;
 mod gate;
 pub use gate::BALLOT_MAX;
@@ -493,6 +495,8 @@ pub struct GeoEngine {
     pub(crate) joined: BTreeMap<NodeId, u64>,
     /// A new replica's join, until it is back (`back.rs`).
     pub(crate) joining: Option<back::Joining>,
+    /// Per data center, the copy this source is sending its new replica (`copy.rs`).
+    pub(crate) sending: Vec<Option<copy::Sending>>,
     /// The hard state to make durable at the first step: the mark that this replica ran,
     /// which a restart finds.
     pub(crate) first_hard_state: Option<keel_types::HardState>,

@@ -50,7 +50,11 @@ impl GeoEngine {
         if snap.strong > known.strong {
             return Some(u64::MAX);
         }
-        snap.dcs.iter().zip(&known.dcs).find(|(s, k)| s > k).map(|_| u64::MAX)
+        // A snapshot naming a data center's old life above its cut is never stored
+        // here again (`copy.rs`): it waits, and its transaction times out.
+        let lost = |j: usize| self.lost_entry(j, snap.dcs[j]);
+        let mut entries = snap.dcs.iter().zip(&known.dcs).enumerate();
+        entries.find(|&(j, (s, k))| s > k || lost(j)).map(|_| u64::MAX)
     }
 
     fn answer_read(&mut self, wait: WaitingRead) {

@@ -153,6 +153,9 @@ impl GeoEngine {
         }
         let gone: Vec<NodeId> = self.replicas[dc as usize].clone();
         self.removed_nodes.extend(gone.iter().copied());
+        for node in &gone {
+            self.joined.remove(node);
+        }
         let notice = match change.removes() {
             true => change,
             false => Change { dc, epoch: change.epoch - 1 },

@@ -127,6 +127,7 @@ impl GeoEngine {
             agreement: Default::default(),
             welcomes: vec![None; dcs],
             limits: vec![None; dcs],
+            sending: vec![None; dcs],
             joined: BTreeMap::new(),
             joining: joining.then(super::back::Joining::default),
             first_hard_state: None,
@@ -233,15 +234,19 @@ impl GeoEngine {
     }
 
     /// The local clock as a timestamp of this partition (`docs/geo.md`, *Timestamps*):
-    /// the unix time in µs, shifted, with the partition in the low bits.
+    /// the unix time in µs, shifted, with the partition in the low bits, and the life of
+    /// this replica's data center in the two top bits (`back::LIFE_SHIFT`): a data center
+    /// taken back issues timestamps above everything its old life did.
     pub(crate) fn clock(&self) -> u64 {
         let us = self.config.wall_clock_origin_us.saturating_add(self.now.0 / 1_000);
-        (us << PARTITION_BITS) | u64::from(self.me.partition)
+        let life = super::back::life_floor(self.epochs[self.me.dc as usize]);
+        life | (us << PARTITION_BITS) | u64::from(self.me.partition)
     }
 
     /// The local time at which the clock reads `ts` (at least now).
     pub(crate) fn time_of(&self, ts: u64) -> Time {
-        let us = (ts >> PARTITION_BITS).saturating_sub(self.config.wall_clock_origin_us);
+        let within = ts & ((1 << super::back::LIFE_SHIFT) - 1);
+        let us = (within >> PARTITION_BITS).saturating_sub(self.config.wall_clock_origin_us);
         Time(us.saturating_mul(1_000).max(self.now.0))
     }
 
@@ -426,6 +431,7 @@ impl GeoEngine {
             self.forward_for_suspected();
             self.collect();
             self.settle_returns();
+            self.send_copies();
             if self.leads() {
                 self.promise();
                 self.settle_and_forget();

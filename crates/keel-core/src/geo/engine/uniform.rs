@@ -78,6 +78,7 @@ impl GeoEngine {
             stable.strong = stable.strong.min(v.strong);
         }
         self.clamp_to_limits(&mut stable);
+        self.hold_unknown_lives(&mut stable);
         let u = &mut self.uniformity;
         u.stable.join(&stable);
         let d = self.me.dc as usize;

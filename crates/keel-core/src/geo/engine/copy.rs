@@ -1,0 +1,325 @@
+//! Taking a removed data center back, step 3 (`docs/geo.md`, *Taking a data center back:
+//! the protocol*): the copy, the install, and the new life's stale pasts.
+//!
+//! - Once every survivor's replica of its partition is settled, a **new replica** asks
+//!   one of them, the *source*, for its copy, naming each survivor's propagated entry
+//!   from its answer (`CopyAsk`): the streams the survivors sent it since their answers
+//!   are held, and connect to a copy that covers those entries.
+//! - The **source** copies once its known vector covers them: every transaction its
+//!   known vector covers, in chunks of bounded size paced on the channel, then its known
+//!   vector and, per data center, the entry above which it still holds transactions for
+//!   forwarding (`Copied`). It learned the return before, so it collected nothing the new
+//!   replica lacks since (`back.rs`).
+//! - The new replica **installs** it: its log, known vector (its own entry at the cut),
+//!   forwarding buffers; replays each survivor's held stream that connects (one whose
+//!   data center was removed meanwhile may not: dropped, forwarding brings it); and is
+//!   back: its clock runs in the new life, it serves clients, and it tells every
+//!   survivor's replica of its partition (`Installed`), which hears it from then on as
+//!   any sibling.
+//! - A past naming a data center's old life above its cut is **stale**: what it read is
+//!   gone, and the new life's entries would otherwise let it through. It is refused at
+//!   begin and attach (`SessionExpired`: open a new session), and a read on such a
+//!   snapshot is never answered.
+
+use super::super::channel::Channel;
+use super::super::types::{Back, Body, Change, Replicated, TxId, Vector};
+use super::back::{life_floor, Limit};
+use super::GeoEngine;
+use keel_types::KeelError;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// Bytes of updates in one chunk of a copy, about.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Chunks of a copy queued on the channel at once: the source sends the next as the new
+/// replica acknowledges, so a copy never fills a peer frame.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// A copy being sent: its chunks left, then its end.
+#[derive(Clone, Debug)]
+pub(crate) struct Sending {
+    /// The chunks not yet queued, in order (the end last).
+    pub left: VecDeque<Body>,
+    /// The channel numbers of the chunks queued and not yet acknowledged.
+    pub in_flight: VecDeque<u64>,
+}
+
+impl GeoEngine {
+    /// A new replica asks for its copy once it has the cut and every survivor's replica
+    /// of its partition is settled (again, if its source was removed meanwhile).
+    pub(crate) fn ask_copy(&mut self) {
+        let d = self.me.dc as usize;
+        let survivors: Vec<u32> = (0..self.dcs as u32)
+            .filter(|&i| i as usize != d && !self.removed[i as usize])
+            .collect();
+        let dcs = self.dcs;
+        let Some(j) = self.joining.as_mut() else { return };
+        let (Some(epoch), Some(_)) = (j.epoch, j.cut) else { return };
+        if j.source.is_some_and(|s| survivors.contains(&s)) {
+            return;
+        }
+        if !survivors.iter().all(|s| j.settled.contains(s)) {
+            return;
+        }
+        let Some(&source) = survivors.first() else { return };
+        j.source = Some(source);
+        j.chunks.clear();
+        let mut need = vec![0; dcs];
+        for &s in &survivors {
+            need[s as usize] = j.answers.get(&s).map_or(0, |&(_, own)| own);
+        }
+        let to = self.replica(source, self.me.partition);
+        self.send(to, Body::Back(Back::CopyAsk { epoch, need }));
+    }
+
+    /// The source takes its new replica's ask; it copies once it covers what is needed.
+    pub(crate) fn copy_ask_in(&mut self, r: u32, epoch: u32, need: Vec<u64>) {
+        let Some(w) = self.welcomes[r as usize].as_mut().filter(|w| w.epoch == epoch) else {
+            return;
+        };
+        if !w.settled || w.copy.is_some() || self.sending[r as usize].is_some() {
+            self.counters.rejected += 1;
+            return;
+        }
+        w.copy = Some(need);
+        self.send_copies();
+    }
+
+    /// Copies for each new replica whose ask this source's known vector now covers
+    /// (removed data centers are not waited for), and paces the copies under way.
+    pub(crate) fn send_copies(&mut self) {
+        for r in 0..self.dcs {
+            let Some(w) = self.welcomes[r].as_ref() else { continue };
+            let Some(need) = &w.copy else { continue };
+            let known = &self.partition.known;
+            let covered = (0..self.dcs).all(|i| self.removed[i] || known.dcs[i] >= need[i]);
+            if !covered {
+                continue;
+            }
+            let epoch = w.epoch;
+            self.welcomes[r].as_mut().expect("looked up").copy = None;
+            self.sending[r] = Some(self.copy_of(r, epoch));
+            self.counters.copies_sent += 1;
+        }
+        for r in 0..self.dcs {
+            let to = self.replica(r as u32, self.me.partition);
+            let Some(sending) = self.sending[r].as_mut() else { continue };
+            let channel = self.channels.entry(to).or_default();
+            let acked = channel.acked();
+            while sending.in_flight.front().is_some_and(|&n| n < acked) {
+                sending.in_flight.pop_front();
+            }
+            while sending.in_flight.len() < CHUNKS_IN_FLIGHT {
+                let Some(body) = sending.left.pop_front() else { break };
+                sending.in_flight.push_back(channel.next_number());
+                channel.push(body);
+            }
+            if sending.left.is_empty() {
+                self.sending[r] = None;
+            }
+        }
+    }
+
+    /// The copy for the new replica of data center `r`: every transaction this replica's
+    /// known vector covers, in chunks, then its known vector and, per data center, the
+    /// entry above which the new replica keeps transactions for forwarding (what every
+    /// other live data center is known to store, as collection counts it).
+    fn copy_of(&self, r: usize, epoch: u32) -> Sending {
+        let known = &self.partition.known;
+        let mut txs: BTreeMap<(u32, u64, TxId), Replicated> = BTreeMap::new();
+        for ((key, _), entries) in &self.partition.log {
+            for e in entries {
+                let ts = e.commit.dcs[e.origin as usize];
+                if ts > known.dcs[e.origin as usize] {
+                    continue;
+                }
+                let tx = txs.entry((e.origin, ts, e.tx)).or_insert_with(|| Replicated {
+                    tx: e.tx,
+                    commit: (*e.commit).clone(),
+                    writes: Vec::new(),
+                });
+                tx.writes.push((key.clone(), e.update.clone()));
+            }
+        }
+        let mut left = VecDeque::new();
+        let (mut chunk, mut bytes) = (Vec::new(), 0);
+        for ((origin, _, _), tx) in txs {
+            bytes += tx.writes.iter().map(|(k, u)| k.len() + u.bytes()).sum::<usize>();
+            chunk.push((origin, tx));
+            if bytes >= CHUNK_BYTES {
+                let txs = std::mem::take(&mut chunk);
+                left.push_back(Body::Back(Back::Chunk { epoch, txs }));
+                bytes = 0;
+            }
+        }
+        if !chunk.is_empty() {
+            left.push_back(Body::Back(Back::Chunk { epoch, txs: chunk }));
+        }
+        let d = self.me.dc as usize;
+        let kept = (0..self.dcs)
+            .map(|j| {
+                let others = (0..self.dcs).filter(|&i| i != j && i != r && !self.removed[i]);
+                let stored = others.map(|i| match i == d {
+                    true => known.dcs[j],
+                    false => self.uniformity.global[i].dcs[j],
+                });
+                stored.min().unwrap_or(known.dcs[j])
+            })
+            .collect();
+        let limits = self.limits.iter().enumerate();
+        let limits = limits.filter_map(|(i, l)| l.map(|l| (i as u32, l.value, l.epoch))).collect();
+        let known = known.clone();
+        left.push_back(Body::Back(Back::Copied { epoch, known, kept, limits }));
+        Sending { left, in_flight: VecDeque::new() }
+    }
+
+    /// A new replica takes a chunk of its copy from its source.
+    pub(crate) fn chunk_in(&mut self, dc: u32, epoch: u32, txs: Vec<(u32, Replicated)>) {
+        let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
+        if j.source != Some(dc) {
+            return;
+        }
+        j.chunks.extend(txs);
+    }
+
+    /// A new replica takes its copy's end: it installs the copy and is back.
+    pub(crate) fn copied_in(
+        &mut self,
+        dc: u32,
+        epoch: u32,
+        known: Vector,
+        kept: &[u64],
+        limits: &[(u32, u64, u32)],
+    ) {
+        let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
+        let Some(cut) = j.cut.filter(|_| j.source == Some(dc)) else { return };
+        let d = self.me.dc as usize;
+        let chunks = std::mem::take(&mut j.chunks);
+        for (origin, tx) in chunks {
+            let ts = tx.commit.dcs[origin as usize];
+            let commit = Arc::new(tx.commit.clone());
+            self.append(tx.tx, origin, &commit, &tx.writes);
+            if origin as usize != d && ts > kept[origin as usize] {
+                self.partition.remote_commits[origin as usize].insert(ts, tx);
+            }
+        }
+        let p = &mut self.partition;
+        p.known = known;
+        p.known.dcs[d] = cut;
+        p.propagated = cut;
+        for &(i, value, epoch) in limits.iter().filter(|&&(i, _, _)| i as usize != d) {
+            self.limits[i as usize] = Some(Limit { value, epoch });
+        }
+        self.limits[d] = Some(Limit { value: cut, epoch });
+        self.replay_held();
+        self.back(epoch);
+    }
+
+    /// Replays each survivor's stream held since its answer, if it connects to the copy
+    /// (the copy covers the survivor's propagated entry); one that does not (its data
+    /// center was removed meanwhile) is dropped: forwarding brings it.
+    fn replay_held(&mut self) {
+        let j = self.joining.as_mut().expect("a joining replica installs");
+        let held = std::mem::take(&mut j.held);
+        let owns: BTreeMap<u32, u64> = j.answers.iter().map(|(&dc, &(_, own))| (dc, own)).collect();
+        for (node, bodies) in held {
+            let dc = self.member(node).expect("held from a member").dc;
+            let connects =
+                owns.get(&dc).is_some_and(|&own| self.partition.known.dcs[dc as usize] >= own);
+            if self.removed[dc as usize] || !connects {
+                self.counters.streams_dropped += 1;
+                continue;
+            }
+            self.counters.streams_replayed += 1;
+            for body in bodies {
+                match body {
+                    Body::Replicate { origin, txs } if origin == dc => self.replicate(origin, txs),
+                    Body::Heartbeat { origin, ts } if origin == dc => self.heartbeat(origin, ts),
+                    _ => self.counters.rejected += 1,
+                }
+            }
+        }
+    }
+
+    /// The new replica is back: it serves, its clock runs in the new life, every data
+    /// center counts as heard now, and it tells every survivor's replica of its partition.
+    fn back(&mut self, epoch: u32) {
+        let d = self.me.dc as usize;
+        self.joining = None;
+        self.returning[d] = false;
+        let now = self.now;
+        self.uniformity.heard.iter_mut().for_each(|h| *h = now);
+        self.uniformity.local_heard.iter_mut().for_each(|h| *h = now);
+        self.next_propagate = now;
+        self.next_broadcast = now;
+        // The members of data centers removed meanwhile get their notice, as from any
+        // survivor (it sent them nothing while it joined).
+        for i in (0..self.dcs).filter(|&i| self.removed[i]) {
+            let change = Change { dc: i as u32, epoch: self.epochs[i] };
+            for &node in &self.replicas[i] {
+                self.channels.insert(node, Channel::notice(Body::Changed { change }));
+            }
+        }
+        let known = self.partition.known.clone();
+        let survivors: Vec<u32> = (0..self.dcs as u32)
+            .filter(|&i| i as usize != d && !self.removed[i as usize])
+            .collect();
+        for i in survivors {
+            let to = self.replica(i, self.me.partition);
+            self.send(to, Body::Back(Back::Installed { epoch, known: known.clone() }));
+        }
+        self.counters.copies_installed += 1;
+    }
+
+    /// A survivor hears its new replica back: from then on it is a sibling as any, its
+    /// data center no longer counted failed here.
+    pub(crate) fn installed_in(&mut self, r: u32, epoch: u32, known: &Vector) {
+        let i = r as usize;
+        let settled = self.welcomes[i].as_ref().is_some_and(|w| w.epoch == epoch && w.settled);
+        if !settled {
+            self.counters.rejected += 1;
+            return;
+        }
+        self.welcomes[i] = None;
+        self.sending[i] = None;
+        self.returning[i] = false;
+        self.removed[i] = false;
+        self.uniformity.global[i].join(known);
+        self.uniformity.heard[i] = self.now;
+        self.counters.returns_back += 1;
+    }
+
+    /// Whether `ts`, an entry for data center `j`, names its old life above the cut this
+    /// replica applied: lost, never to be stored again.
+    pub(crate) fn lost_entry(&self, j: usize, ts: u64) -> bool {
+        self.limits[j].is_some_and(|l| ts > l.value && ts < life_floor(l.epoch))
+    }
+
+    /// A data center whose entry in `past` is lost (`lost_entry`).
+    pub(crate) fn stale_past(&self, past: &Vector) -> Option<usize> {
+        (0..self.dcs.min(past.dcs.len())).find(|&j| self.lost_entry(j, past.dcs[j]))
+    }
+
+    /// The refusal of a stale past.
+    pub(crate) fn stale_error(&mut self) -> KeelError {
+        self.counters.stale_pasts_refused += 1;
+        KeelError::SessionExpired
+    }
+
+    /// Refuses the attaches waiting here whose past a cut just made stale.
+    pub(crate) fn refuse_stale_attaches(&mut self) {
+        let stale: Vec<_> = self
+            .coordinator
+            .attaches
+            .iter()
+            .filter(|(_, past)| self.stale_past(past).is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in stale {
+            self.coordinator.attaches.remove(&key);
+            let e = self.stale_error();
+            self.reply(key.2, Err(e));
+        }
+    }
+}
