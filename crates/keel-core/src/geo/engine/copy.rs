@@ -90,15 +90,14 @@ impl GeoEngine {
     /// (removed data centers are not waited for), and paces the copies under way.
     pub(crate) fn send_copies(&mut self) {
         for r in 0..self.dcs {
-            let Some(w) = self.welcomes[r].as_ref() else { continue };
+            let (known, removed) = (&self.partition.known, &self.removed);
+            let Some(w) = self.welcomes[r].as_mut() else { continue };
             let Some(need) = &w.copy else { continue };
-            let known = &self.partition.known;
-            let covered = (0..self.dcs).all(|i| self.removed[i] || known.dcs[i] >= need[i]);
-            if !covered {
+            if !(0..self.dcs).all(|i| removed[i] || known.dcs[i] >= need[i]) {
                 continue;
             }
             let epoch = w.epoch;
-            self.welcomes[r].as_mut().expect("looked up").copy = None;
+            w.copy = None;
             self.sending[r] = Some(self.copy_of(r, epoch));
             self.counters.copies_sent += 1;
         }
@@ -224,7 +223,8 @@ impl GeoEngine {
         let held = std::mem::take(&mut j.held);
         let owns: BTreeMap<u32, u64> = j.answers.iter().map(|(&dc, &(_, own))| (dc, own)).collect();
         for (node, bodies) in held {
-            let dc = self.member(node).expect("held from a member").dc;
+            // Held only from members (`receive` drops the rest before handling).
+            let Some(dc) = self.member(node).map(|m| m.dc) else { continue };
             let connects =
                 owns.get(&dc).is_some_and(|&own| self.partition.known.dcs[dc as usize] >= own);
             if self.removed[dc as usize] || !connects {
