@@ -326,6 +326,23 @@ pub struct RunArgs {
     /// a transaction a surviving data center stored is missing).
     #[arg(long)]
     pub cut_quorum: bool,
+    /// Negative control (`--engine geo`): a survivor keeps a returning data center's old
+    /// rows instead of forgetting them when it learns the return, so its collection goes
+    /// on counting what the old life stored (caught when the new replicas lack what the
+    /// survivors collected: a gap never filled, a read missing a write).
+    #[arg(long)]
+    pub no_freeze: bool,
+    /// Negative control (`--engine geo`): a survivor records a return's cut but keeps the
+    /// old life above it and takes what arrives of it later, so the new life's stream
+    /// moves its entries past a fragment whose other partitions were lost (caught by the
+    /// causal checker: a transaction shown in part, or final states that differ).
+    #[arg(long)]
+    pub no_cut: bool,
+    /// Negative control (`--engine geo`): a past naming a data center's old life above
+    /// its cut is let through at begin, barrier and attach (caught when a session parked
+    /// while its data center was down goes on, its old tail lost, after the return).
+    #[arg(long)]
+    pub no_life: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

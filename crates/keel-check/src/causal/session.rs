@@ -1,8 +1,10 @@
 //! The `session` and `snapshot-below-past` rules: within a session, each snapshot covers
 //! the session's past; a move to another data center keeps the past only through an
-//! attach there.
+//! attach there. A vector covers another life-aware (`CausalHistory::covered`): a
+//! snapshot in a data center's new life does not cover a past naming its old life above
+//! what survived of it, so a session let go on with such a past is caught.
 
-use super::history::{vector_le, CausalHistory, ClientTx, Outcome, Sync};
+use super::history::{CausalHistory, ClientTx, Outcome, Sync};
 use super::{kind, Sink};
 use std::collections::BTreeMap;
 
@@ -62,18 +64,18 @@ pub(crate) fn check(history: &CausalHistory, sink: &mut Sink) {
         let mut walk = Walk::default();
         for event in events {
             match event {
-                Event::Sync(s) => walk.sync(session, s, sink),
-                Event::Tx(t) => walk.tx(t, sink),
+                Event::Sync(s) => walk.sync(history, session, s, sink),
+                Event::Tx(t) => walk.tx(history, t, sink),
             }
         }
     }
 }
 
 impl<'a> Walk<'a> {
-    fn sync(&mut self, session: u64, s: &'a Sync, sink: &mut Sink) {
+    fn sync(&mut self, history: &CausalHistory, session: u64, s: &'a Sync, sink: &mut Sink) {
         let what = if s.barrier { "barrier" } else { "attach" };
         if let Some(past) = self.past {
-            if !vector_le(past, &s.past) {
+            if !history.covered(past, &s.past) {
                 sink.report(kind::SESSION, || {
                     format!(
                         "session {session}: the {what} at dc {} returning at {} ns carried past \
@@ -90,8 +92,8 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn tx(&mut self, t: &'a ClientTx, sink: &mut Sink) {
-        if !vector_le(&t.past, &t.snap) {
+    fn tx(&mut self, history: &CausalHistory, t: &'a ClientTx, sink: &mut Sink) {
+        if !history.covered(&t.past, &t.snap) {
             sink.report(kind::SNAPSHOT_BELOW_PAST, || {
                 format!("tx {}: snapshot {:?} below its past {:?}", t.id, t.snap, t.past)
             });
@@ -100,7 +102,7 @@ impl<'a> Walk<'a> {
             self.past = None;
         }
         if let Some(past) = self.past {
-            if !vector_le(past, &t.snap) {
+            if !history.covered(past, &t.snap) {
                 sink.report(kind::SESSION, || {
                     format!(
                         "session {}: tx {} at dc {} (at {} ns) has snapshot {:?}, below the \

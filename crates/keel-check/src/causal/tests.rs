@@ -470,6 +470,22 @@ fn causal_a_data_center_taken_back_loses_only_its_old_life_unstored() {
     assert_flags(&new_life(5, false), kind::CONVERGENCE);
 }
 
+#[test]
+fn causal_a_session_let_go_on_past_its_lost_old_life_is_flagged() {
+    // Session 1 committed x + 2 in data center 0's old life above the cut (1); after the
+    // return, a transaction of the same session in the new life has a snapshot whose
+    // entry is larger but does not cover what the session wrote: it was lost.
+    const LIFE: u64 = 1 << 62;
+    let after = |session| {
+        let mut h = new_life(5, true);
+        h.txs.push(tx(id(0, 4), session, 0, &[LIFE + 5, 0, 0, 0], 65, vec![], Outcome::Aborted));
+        h
+    };
+    assert_flags(&after(1), kind::SESSION);
+    // The same session started over (the engine refused its past): nothing to flag.
+    assert_holds(&after(3));
+}
+
 /// Concurrent sets of x at dcs 0 and 1 (dc 1's wins: equal sums, higher origin).
 fn divergence(at_dc2: &str) -> CausalHistory {
     let mut h = history(

@@ -975,9 +975,15 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     let mut stale = pasts[2].clone();
     stale.dcs[2] = cut + 1;
     for n in [1, 21] {
-        match c.call_result(NodeId(n), 10, GeoOp::Begin { past: stale.clone() }) {
-            Err(keel_types::KeelError::SessionExpired) => {}
-            other => panic!("{n} took a stale past: {other:?}"),
+        for op in [
+            GeoOp::Begin { past: stale.clone() },
+            GeoOp::Barrier { past: stale.clone() },
+            GeoOp::Attach { past: stale.clone() },
+        ] {
+            match c.call_result(NodeId(n), 10, op.clone()) {
+                Err(keel_types::KeelError::SessionExpired) => {}
+                other => panic!("{n} took a stale past in {op:?}: {other:?}"),
+            }
         }
     }
 }

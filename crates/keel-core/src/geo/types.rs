@@ -156,6 +156,17 @@ pub struct Config {
     /// answers, not every survivor's, so what only a late survivor stored of the old life
     /// is dropped.
     pub unsafe_cut_quorum: bool,
+    /// Negative control: a survivor keeps the returning data center's old rows when it
+    /// learns the return instead of forgetting them, so it goes on collecting what the old
+    /// life stored and the new replicas may never receive.
+    pub unsafe_no_freeze: bool,
+    /// Negative control: a survivor records the cut of a return but neither drops the old
+    /// life above it nor caps what arrives of it later, so the new life's stream shows a
+    /// fragment whose other partitions were lost.
+    pub unsafe_no_cut: bool,
+    /// Negative control: a past naming a data center's old life above its cut is let
+    /// through at begin, barrier and attach, and reads on such a snapshot are answered.
+    pub unsafe_no_life: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -231,6 +242,9 @@ impl Config {
             unsafe_abort_committed: false,
             joining: false,
             unsafe_cut_quorum: false,
+            unsafe_no_freeze: false,
+            unsafe_no_cut: false,
+            unsafe_no_life: false,
         }
     }
 }
@@ -553,6 +567,9 @@ pub enum Back {
         own: u64,
         /// Each data center's epoch, as it knows it.
         epochs: Vec<u32>,
+        /// The cuts of the returning data center's earlier returns it applied, `(cut,
+        /// epoch)`: the ranges they lost are lost for this return's cut too.
+        cuts: Vec<(u64, u32)>,
     },
     /// The largest entry the survivors store, among a new replica's answers, one from
     /// every survivor (new replica → the new replica of partition 0).
@@ -561,6 +578,8 @@ pub enum Back {
         epoch: u32,
         /// The largest entry.
         stored: u64,
+        /// The earlier cuts its answers named (`Answer::cuts`).
+        cuts: Vec<(u64, u32)>,
     },
     /// The cut: what survives of the old life, the smallest partial (the new replica of
     /// partition 0 → every replica of every survivor and of the data center).

@@ -26,6 +26,8 @@ const RETRY_NS: u64 = 500_000_000;
 const ANSWER_NS: u64 = 5_000_000_000;
 /// Requests per change, at most.
 const TRIES_MAX: u32 = 20;
+/// How long sessions go on working once a return is back, ns.
+const WORK_AFTER_BACK_NS: u64 = 2_000_000_000;
 
 /// A change the operator asks of the removed data center, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +64,8 @@ pub struct Return {
     late_planned: bool,
     late: Option<LateSurvivor>,
     late_tried: bool,
+    /// When the last return came back.
+    back_at: Option<u64>,
     /// What went wrong: a change refused for a reason it should not have been.
     pub violations: Vec<String>,
 }
@@ -93,6 +97,7 @@ impl Return {
             late_planned,
             late: None,
             late_tried: false,
+            back_at: None,
             violations: Vec::new(),
         })
     }
@@ -133,6 +138,7 @@ impl Return {
             return;
         }
         self.under_way = None;
+        self.back_at = Some(world.now());
         world.returned(r);
         world.reach("return-back");
         if self.asked.is_none() {
@@ -144,6 +150,19 @@ impl Return {
     /// Whether a return made is not back yet.
     pub fn under_way(&self) -> bool {
         self.under_way.is_some()
+    }
+
+    /// Until when sessions start work, given `until` so far: on while a return is under
+    /// way, and for `WORK_AFTER_BACK_NS` once it is back, so that the new life serves
+    /// and the sessions parked in the old one go on (their stale pasts refused), within
+    /// `cap`.
+    pub fn work_until(&self, until: u64, now: u64, cap: u64) -> u64 {
+        let wanted = match (self.under_way, self.back_at) {
+            (Some(_), _) => now + 1,
+            (None, Some(at)) => at + WORK_AFTER_BACK_NS,
+            (None, None) => until,
+        };
+        until.max(wanted.min(cap))
     }
 
     /// Whether the late survivor's fault still holds links.

@@ -67,6 +67,9 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         promises_held: args.promises_held,
         abort_committed: args.abort_committed,
         cut_quorum: args.cut_quorum,
+        no_freeze: args.no_freeze,
+        no_cut: args.no_cut,
+        no_life: args.no_life,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

@@ -53,6 +53,12 @@ pub struct GeoRunConfig {
     /// Negative control: a return's cut is taken from the first `N - f` survivors'
     /// answers, not every survivor's.
     pub cut_quorum: bool,
+    /// Negative control: survivors keep a returning data center's old rows.
+    pub no_freeze: bool,
+    /// Negative control: survivors record a return's cut but keep the old life above it.
+    pub no_cut: bool,
+    /// Negative control: pasts naming an old life above its cut are let through.
+    pub no_life: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -291,6 +297,9 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         promises_held: config.promises_held,
         abort_committed: config.abort_committed,
         cut_quorum: config.cut_quorum,
+        no_freeze: config.no_freeze,
+        no_cut: config.no_cut,
+        no_life: config.no_life,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -325,6 +334,8 @@ const SPINS_MAX: u64 = 1_000_000;
 
 /// How long sessions run, ns.
 const RUN_NS: u64 = 8_000_000_000;
+/// How long sessions run at most, when a return is under way or just back, ns.
+const RUN_NS_MAX: u64 = 16_000_000_000;
 /// How long sessions have to finish their open transactions after `RUN_NS`, ns.
 const DRAIN_NS: u64 = 3_000_000_000;
 /// The quiet end's length, ns.
@@ -365,10 +376,12 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         })
         .collect();
     let mut by_tag: BTreeMap<RequestTag, usize> = BTreeMap::new();
-    // Sessions start work until RUN_NS, then finish what they have open (a few seconds
-    // at most: a commit never waits for another data center).
+    // Sessions start work until RUN_NS (longer while a return is under way or just
+    // back, to RUN_NS_MAX), then finish what they have open (a few seconds at most: a
+    // commit never waits for another data center).
     let mut spins = (0, 0u64);
-    while world.now() < RUN_NS + DRAIN_NS {
+    let mut work_until = RUN_NS;
+    while world.now() < work_until + DRAIN_NS {
         let now = world.now();
         // Requests answered at once (clients sit next to their replicas) must not be
         // sent again at once for ever: that is a replica refusing a session for good.
@@ -393,8 +406,11 @@ pub fn run_general(config: &GeoRunConfig) -> GeoReport {
         if let Some(pair) = &mut pair {
             pair.drive(&mut world, &mut log, now);
         }
+        if let Some(back) = back.as_ref().filter(|_| now < work_until) {
+            work_until = back.work_until(work_until, now, RUN_NS_MAX);
+        }
         for (i, session) in sessions.iter_mut().enumerate() {
-            if now < RUN_NS || session.open.is_some() {
+            if now < work_until || session.open.is_some() {
                 drive(&mut world, session, i, &mut by_tag, &mut faults);
             }
         }

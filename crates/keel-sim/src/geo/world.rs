@@ -73,6 +73,12 @@ pub struct GeoShape {
     /// Negative control: a return's cut is taken from the first `N - f` survivors'
     /// answers, not every survivor's.
     pub cut_quorum: bool,
+    /// Negative control: survivors keep a returning data center's old rows.
+    pub no_freeze: bool,
+    /// Negative control: survivors record a return's cut but keep the old life above it.
+    pub no_cut: bool,
+    /// Negative control: pasts naming an old life above its cut are let through.
+    pub no_life: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -213,6 +219,9 @@ impl GeoWorld {
         template.unsafe_promises_held = shape.promises_held;
         template.unsafe_abort_committed = shape.abort_committed;
         template.unsafe_cut_quorum = shape.cut_quorum;
+        template.unsafe_no_freeze = shape.no_freeze;
+        template.unsafe_no_cut = shape.no_cut;
+        template.unsafe_no_life = shape.no_life;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;

@@ -54,12 +54,33 @@ pub(crate) struct Welcome {
 /// its stable entry for it never passes the cut below the next life's first timestamp
 /// (a partition of its own data center that has not applied the cut may still hold
 /// fragments above it), and what arrives of the old life above it is dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Limit {
     /// The cut.
     pub value: u64,
     /// The epoch of the return that made it.
     pub epoch: u32,
+}
+
+/// `cut` lowered out of every range an earlier return's cut lost: a survivor that never
+/// applied that cut (the return was abandoned first) may store the old life above it at
+/// one partition, while every survivor that applied it dropped the other partitions'
+/// fragments (`docs/geo.md`, *Taken back again*).
+pub(crate) fn below_earlier_cuts(mut cut: u64, earlier: &BTreeSet<Limit>) -> u64 {
+    while let Some(l) = earlier.iter().find(|l| l.loses(cut)) {
+        cut = l.value;
+    }
+    cut
+}
+
+impl Limit {
+    /// Whether `ts` lies between the cut and the first timestamp of the return's life:
+    /// lost. A data center taken back twice has a limit per return, each losing its own
+    /// range (the second return's old life may be the first's, or still the one before
+    /// if that return was abandoned before its new life issued anything).
+    pub(crate) fn loses(&self, ts: u64) -> bool {
+        ts > self.value && ts < life_floor(self.epoch)
+    }
 }
 
 /// A new replica's state until it is back.
@@ -74,6 +95,9 @@ pub(crate) struct Joining {
     pub partial_sent: bool,
     /// Partition 0: the partials (the largest entry a survivor stores), by partition.
     pub partials: BTreeMap<u32, u64>,
+    /// The cuts of its data center's earlier returns that the answers (and, at partition
+    /// 0, the partials) named.
+    pub earlier_cuts: BTreeSet<Limit>,
     /// The cut, once known.
     pub cut: Option<u64>,
     /// The survivor data centers settled for its partition.
@@ -142,9 +166,11 @@ impl GeoEngine {
         let stored = self.partition.known.dcs[dc];
         self.welcomes[dc] =
             Some(Welcome { epoch: change.epoch, cut: None, settled: false, copy: None });
-        let zero = Vector::zero(self.dcs);
-        self.uniformity.global[dc] = zero.clone();
-        self.uniformity.stable_matrix[dc] = zero;
+        if !self.config.unsafe_no_freeze {
+            let zero = Vector::zero(self.dcs);
+            self.uniformity.global[dc] = zero.clone();
+            self.uniformity.stable_matrix[dc] = zero;
+        }
         let members = self.replicas[dc].clone();
         for &node in &members {
             self.removed_nodes.remove(&node);
@@ -154,7 +180,9 @@ impl GeoEngine {
             self.channels.insert(node, channel);
         }
         let own = self.partition.propagated;
-        let answer = Back::Answer { epoch: change.epoch, stored, own, epochs: self.epochs.clone() };
+        let cuts = self.limits[dc].iter().map(|l| (l.value, l.epoch)).collect();
+        let epochs = self.epochs.clone();
+        let answer = Back::Answer { epoch: change.epoch, stored, own, epochs, cuts };
         self.send(self.replica(change.dc, self.me.partition), Body::Back(answer));
         self.counters.returns_welcomed += 1;
     }
@@ -174,11 +202,12 @@ impl GeoEngine {
 
     /// Lowers `stable`'s entries to their data centers' limits, below each next life.
     pub(crate) fn clamp_to_limits(&self, stable: &mut Vector) {
-        for (dc, limit) in self.limits.iter().enumerate() {
-            let Some(limit) = limit else { continue };
-            let entry = &mut stable.dcs[dc];
-            if *entry < life_floor(limit.epoch) {
-                *entry = (*entry).min(limit.value);
+        for (dc, limits) in self.limits.iter().enumerate() {
+            for limit in limits {
+                let entry = &mut stable.dcs[dc];
+                if *entry < life_floor(limit.epoch) {
+                    *entry = (*entry).min(limit.value);
+                }
             }
         }
     }
@@ -201,13 +230,12 @@ impl GeoEngine {
         }
     }
 
-    /// What a remote transaction or heartbeat of `origin` at `ts` may move the known
-    /// entry to here: once the cut of `origin`'s return is applied, nothing of its old
-    /// life above the cut (a forward sent before the sender applied it) is taken.
-    /// `None`: dropped.
-    pub(crate) fn old_life_bound(&self, origin: u32) -> Option<(u64, u64)> {
-        let limit = self.limits[origin as usize]?;
-        Some((limit.value, life_floor(limit.epoch)))
+    /// The cut below `ts`, a timestamp of `origin`, if a cut applied here lost it: once
+    /// the cut of `origin`'s return is applied, nothing of its old life above the cut (a
+    /// forward sent before the sender applied it) is taken, and a heartbeat is lowered
+    /// to the cut.
+    pub(crate) fn lost_above(&self, origin: u32, ts: u64) -> Option<u64> {
+        self.limits[origin as usize].iter().find(|l| l.loses(ts)).map(|l| l.value)
     }
 
     /// One body of a return, at a survivor or a new replica.
@@ -215,10 +243,12 @@ impl GeoEngine {
         let Some(peer) = self.member(from) else { return };
         match back {
             Back::Join { .. } => {}
-            Back::Answer { epoch, stored, own, epochs } => {
-                self.answer_in(peer.dc, epoch, stored, own, &epochs)
+            Back::Answer { epoch, stored, own, epochs, cuts } => {
+                self.answer_in(peer.dc, epoch, (stored, own), &epochs, &cuts)
             }
-            Back::Partial { epoch, stored } => self.partial_in(peer.partition, epoch, stored),
+            Back::Partial { epoch, stored, cuts } => {
+                self.partial_in(peer.partition, epoch, stored, &cuts)
+            }
             Back::Cut { epoch, cut } => self.cut_in(peer.dc, epoch, cut),
             Back::Settled { epoch } => {
                 if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
@@ -236,10 +266,18 @@ impl GeoEngine {
     }
 
     /// A new replica takes a survivor's answer.
-    fn answer_in(&mut self, dc: u32, epoch: u32, stored: u64, own: u64, epochs: &[u32]) {
+    fn answer_in(
+        &mut self,
+        dc: u32,
+        epoch: u32,
+        stored_own: (u64, u64),
+        epochs: &[u32],
+        cuts: &[(u64, u32)],
+    ) {
         let d = self.me.dc as usize;
         let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
-        j.answers.entry(dc).or_insert((stored, own));
+        j.answers.entry(dc).or_insert(stored_own);
+        j.earlier_cuts.extend(cuts.iter().map(|&(value, epoch)| Limit { value, epoch }));
         self.learn_epochs(epochs, d);
         self.send_partial();
     }
@@ -264,8 +302,9 @@ impl GeoEngine {
         }
         j.partial_sent = true;
         let stored = j.answers.values().map(|&(stored, _)| stored).max().unwrap_or(0);
+        let cuts = j.earlier_cuts.iter().map(|l| (l.value, l.epoch)).collect();
         let to = self.replica(self.me.dc, 0);
-        self.send(to, Body::Back(Back::Partial { epoch, stored }));
+        self.send(to, Body::Back(Back::Partial { epoch, stored, cuts }));
     }
 
     /// A new replica learns the other data centers' epochs from an answer (its own it
@@ -301,13 +340,19 @@ impl GeoEngine {
     /// The new replica of partition 0 takes a partition's partial; with every
     /// partition's, it sends the smallest, the cut, to every replica of every survivor
     /// and of its own data center.
-    fn partial_in(&mut self, partition: u32, epoch: u32, stored: u64) {
+    fn partial_in(&mut self, partition: u32, epoch: u32, stored: u64, cuts: &[(u64, u32)]) {
         let partitions = self.partitions as usize;
         let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
-        if j.partials.insert(partition, stored).is_some() || j.partials.len() < partitions {
+        if j.partials.contains_key(&partition) {
             return;
         }
-        let cut = j.partials.values().copied().min().unwrap_or(0);
+        j.partials.insert(partition, stored);
+        j.earlier_cuts.extend(cuts.iter().map(|&(value, epoch)| Limit { value, epoch }));
+        if j.partials.len() < partitions {
+            return;
+        }
+        let cut =
+            below_earlier_cuts(j.partials.values().copied().min().unwrap_or(0), &j.earlier_cuts);
         let to: Vec<NodeId> = (0..self.dcs)
             .filter(|&i| !self.removed[i])
             .flat_map(|i| self.replicas[i].clone())
@@ -341,10 +386,13 @@ impl GeoEngine {
             return;
         }
         w.cut = Some(cut);
-        self.limits[r] = Some(Limit { value: cut, epoch });
-        self.drop_above_cut(r, cut);
-        self.refuse_stale_attaches();
         self.counters.cuts_applied += 1;
+        if self.config.unsafe_no_cut {
+            return;
+        }
+        self.limits[r].push(Limit { value: cut, epoch });
+        self.drop_above_cut(r, cut);
+        self.refuse_stale_syncs();
     }
 
     /// Drops what this replica holds of data center `r`'s old life above `cut` and
@@ -470,7 +518,7 @@ impl GeoEngine {
     /// The cuts applied here, by data center, each with its return's epoch (`/status`).
     pub(crate) fn cuts(&self) -> Vec<(u32, u64, u32)> {
         let cuts = self.limits.iter().enumerate();
-        cuts.filter_map(|(dc, l)| l.map(|l| (dc as u32, l.value, l.epoch))).collect()
+        cuts.flat_map(|(dc, l)| l.iter().map(move |l| (dc as u32, l.value, l.epoch))).collect()
     }
 
     /// A joining replica's refusal of its clients.

@@ -357,7 +357,7 @@ impl GeoEngine {
 
     /// `UNIFORM_BARRIER(past)` (1:49–50): answered once `uniform[d] ≥ past[d]`.
     pub(crate) fn barrier(&mut self, tag: RequestTag, past: Vector) {
-        if let Err(e) = self.check_past(&past) {
+        if let Err(e) = self.check_past(&past).and_then(|()| self.check_fresh(&past)) {
             return self.reply(tag, Err(e));
         }
         let need = past.dcs[self.me.dc as usize];

@@ -23,7 +23,7 @@
 
 use super::super::channel::Channel;
 use super::super::types::{Back, Body, Change, Replicated, TxId, Vector};
-use super::back::{life_floor, Limit};
+use super::back::Limit;
 use super::GeoEngine;
 use keel_types::KeelError;
 use std::collections::{BTreeMap, VecDeque};
@@ -166,8 +166,7 @@ impl GeoEngine {
                 stored.min().unwrap_or(known.dcs[j])
             })
             .collect();
-        let limits = self.limits.iter().enumerate();
-        let limits = limits.filter_map(|(i, l)| l.map(|l| (i as u32, l.value, l.epoch))).collect();
+        let limits = self.cuts();
         let known = known.clone();
         left.push_back(Body::Back(Back::Copied { epoch, known, kept, limits }));
         Sending { left, in_flight: VecDeque::new() }
@@ -207,10 +206,18 @@ impl GeoEngine {
         p.known = known;
         p.known.dcs[d] = cut;
         p.propagated = cut;
-        for &(i, value, epoch) in limits.iter().filter(|&&(i, _, _)| i as usize != d) {
-            self.limits[i as usize] = Some(Limit { value, epoch });
+        // The source's cuts, its own data center's earlier returns' included, with this
+        // return's (the source applied it before it settled).
+        for &(i, value, epoch) in limits {
+            self.limits[i as usize].push(Limit { value, epoch });
         }
-        self.limits[d] = Some(Limit { value: cut, epoch });
+        if !self.limits[d].contains(&Limit { value: cut, epoch }) {
+            self.limits[d].push(Limit { value: cut, epoch });
+        }
+        for limits in &mut self.limits {
+            limits.sort_by_key(|l| l.epoch);
+            limits.dedup_by_key(|l| l.epoch);
+        }
         self.replay_held();
         self.back(epoch);
     }
@@ -293,7 +300,7 @@ impl GeoEngine {
     /// Whether `ts`, an entry for data center `j`, names its old life above the cut this
     /// replica applied: lost, never to be stored again.
     pub(crate) fn lost_entry(&self, j: usize, ts: u64) -> bool {
-        self.limits[j].is_some_and(|l| ts > l.value && ts < life_floor(l.epoch))
+        self.limits[j].iter().any(|l| l.loses(ts)) && !self.config.unsafe_no_life
     }
 
     /// A data center whose entry in `past` is lost (`lost_entry`).
@@ -307,8 +314,9 @@ impl GeoEngine {
         KeelError::SessionExpired
     }
 
-    /// Refuses the attaches waiting here whose past a cut just made stale.
-    pub(crate) fn refuse_stale_attaches(&mut self) {
+    /// Refuses the attaches and barriers waiting here whose past a cut just made stale (a
+    /// barrier waits on its own data center's entry only, which is all it keeps).
+    pub(crate) fn refuse_stale_syncs(&mut self) {
         let stale: Vec<_> = self
             .coordinator
             .attaches
@@ -320,6 +328,19 @@ impl GeoEngine {
             self.coordinator.attaches.remove(&key);
             let e = self.stale_error();
             self.reply(key.2, Err(e));
+        }
+        let d = self.me.dc as usize;
+        let stale: Vec<_> = self
+            .coordinator
+            .barriers
+            .keys()
+            .filter(|(need, _)| self.lost_entry(d, *need))
+            .copied()
+            .collect();
+        for key in stale {
+            self.coordinator.barriers.remove(&key);
+            let e = self.stale_error();
+            self.reply(key.1, Err(e));
         }
     }
 }

@@ -59,15 +59,24 @@ fn ballots(body: &Body) -> [u64; 2] {
 /// The largest epoch a data center reaches: its last removal after its last life.
 const EPOCH_MAX: u32 = 2 * super::remove::LIVES_MAX + 1;
 
+/// Earlier returns' cuts: each of an even epoch below the return's, at most one per life.
+fn cuts_ok(cuts: &[(u64, u32)], epoch: u32) -> bool {
+    cuts.len() <= super::remove::LIVES_MAX as usize
+        && cuts.iter().all(|&(_, e)| e > 0 && e.is_multiple_of(2) && e < epoch)
+}
+
 /// A return's body names a return's epoch (even, within the lives), and the epochs an
 /// answer lists are within bounds.
 fn back_ok(back: &Back) -> bool {
     let epoch = back.epoch();
     let epoch_ok = epoch > 0 && epoch.is_multiple_of(2) && epoch < EPOCH_MAX;
     let epochs_ok = match back {
-        Back::Answer { epochs, .. } => {
-            epochs.len() <= DCS_MAX && epochs.iter().all(|&e| e <= EPOCH_MAX)
+        Back::Answer { epochs, cuts, .. } => {
+            epochs.len() <= DCS_MAX
+                && epochs.iter().all(|&e| e <= EPOCH_MAX)
+                && cuts_ok(cuts, epoch)
         }
+        Back::Partial { cuts, .. } => cuts_ok(cuts, epoch),
         Back::CopyAsk { need, .. } => need.len() <= DCS_MAX,
         Back::Chunk { txs, .. } => {
             txs.len() <= BODIES_MAX
@@ -76,7 +85,7 @@ fn back_ok(back: &Back) -> bool {
         Back::Copied { known, kept, limits, .. } => {
             vector_ok(known)
                 && kept.len() <= DCS_MAX
-                && limits.len() <= DCS_MAX
+                && limits.len() <= DCS_MAX * super::remove::LIVES_MAX as usize
                 && limits.iter().all(|&(_, _, e)| e > 0 && e.is_multiple_of(2) && e < EPOCH_MAX)
         }
         Back::Installed { known, .. } => vector_ok(known),

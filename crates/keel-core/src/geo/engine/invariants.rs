@@ -67,15 +67,21 @@ impl GeoEngine {
                 assert_eq!(w.epoch, self.epochs[r], "data center {r}: a welcome of another epoch");
                 assert!(w.cut.is_some() || !w.settled, "data center {r}: settled before the cut");
             }
-            let Some(limit) = self.limits[r] else { continue };
-            let floor = super::back::life_floor(limit.epoch);
-            let within = |v: u64| v <= limit.value || v >= floor;
+            let limits = &self.limits[r];
+            assert!(limits.len() <= super::remove::LIVES_MAX as usize, "data center {r}: limits");
+            assert!(limits.windows(2).all(|w| w[0].epoch < w[1].epoch), "limits out of order");
             let p = &self.partition;
             let stable = self.uniformity.stable.dcs[r];
-            assert!(within(stable), "data center {r}: stable entry {stable} past its cut");
-            assert!(within(p.known.dcs[r]), "data center {r}: known entry past its cut");
             let top = p.remote_commits[r].last_key_value().map_or(0, |(&ts, _)| ts);
-            assert!(within(top), "data center {r}: an old-life transaction above its cut");
+            for limit in limits {
+                assert!(
+                    !limit.loses(stable),
+                    "data center {r}: stable entry {stable} past {limit:?}"
+                );
+                let known = p.known.dcs[r];
+                assert!(!limit.loses(known), "data center {r}: known entry {known} past {limit:?}");
+                assert!(!limit.loses(top), "data center {r}: an old-life transaction above a cut");
+            }
         }
         for node in self.joined.keys() {
             let dc = self.member(*node).expect("a member joined").dc as usize;

@@ -488,8 +488,9 @@ pub struct GeoEngine {
     pub(crate) agreement: agree::Agreement,
     /// Per data center, this survivor's part in its return under way (`back.rs`).
     pub(crate) welcomes: Vec<Option<back::Welcome>>,
-    /// Per data center, the limit of its old life kept for good (`back.rs`).
-    pub(crate) limits: Vec<Option<back::Limit>>,
+    /// Per data center, the limit of each of its old lives kept for good, by epoch
+    /// (`back.rs`).
+    pub(crate) limits: Vec<Vec<back::Limit>>,
     /// The members of returning data centers heard, with the boot that opened its
     /// channel with `Join` (`back.rs`).
     pub(crate) joined: BTreeMap<NodeId, u64>,

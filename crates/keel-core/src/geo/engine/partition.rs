@@ -231,14 +231,13 @@ impl GeoEngine {
     /// already stored (sent directly and forwarded) is dropped.
     pub(crate) fn replicate(&mut self, origin: u32, txs: Vec<Replicated>) {
         let i = origin as usize;
-        let old_life = self.old_life_bound(origin);
         for tx in txs {
             let ts = tx.commit.dcs[i];
             if ts <= self.partition.known.dcs[i] {
                 self.counters.duplicates += 1;
                 continue;
             }
-            if old_life.is_some_and(|(cut, next)| ts > cut && ts < next) {
+            if self.lost_above(origin, ts).is_some() {
                 // Of a returning data center's old life, above its cut: never visible,
                 // and dropped everywhere (`back.rs`).
                 self.counters.old_life_dropped += 1;
@@ -255,10 +254,7 @@ impl GeoEngine {
 
     /// `HEARTBEAT` (2:16–18).
     pub(crate) fn heartbeat(&mut self, origin: u32, ts: u64) {
-        let ts = match self.old_life_bound(origin) {
-            Some((cut, next)) if ts > cut && ts < next => cut,
-            _ => ts,
-        };
+        let ts = self.lost_above(origin, ts).unwrap_or(ts);
         let known = &mut self.partition.known.dcs[origin as usize];
         if ts > *known {
             *known = ts;

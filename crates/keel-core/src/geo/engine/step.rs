@@ -126,7 +126,7 @@ impl GeoEngine {
             removed_nodes: Default::default(),
             agreement: Default::default(),
             welcomes: vec![None; dcs],
-            limits: vec![None; dcs],
+            limits: vec![Vec::new(); dcs],
             sending: vec![None; dcs],
             joined: BTreeMap::new(),
             joining: joining.then(super::back::Joining::default),
