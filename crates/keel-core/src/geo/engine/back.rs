@@ -276,8 +276,11 @@ impl GeoEngine {
     ) {
         let d = self.me.dc as usize;
         let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
-        j.answers.entry(dc).or_insert(stored_own);
-        j.earlier_cuts.extend(cuts.iter().map(|&(value, epoch)| Limit { value, epoch }));
+        if let std::collections::btree_map::Entry::Vacant(e) = j.answers.entry(dc) {
+            // One answer per survivor: its cuts taken once (the gate bounds each list).
+            e.insert(stored_own);
+            j.earlier_cuts.extend(cuts.iter().map(|&(value, epoch)| Limit { value, epoch }));
+        }
         self.learn_epochs(epochs, d);
         self.send_partial();
     }
