@@ -524,6 +524,12 @@ pub struct GeoSettings {
     /// (`docs/geo.md`, *Failover*). Needs `strong`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub spread_leaders: bool,
+    /// This node is a new machine for a removed data center: its geo replicas boot
+    /// joining (they serve nothing and wait for `keel node return`, then copy what
+    /// survived and serve in a new life; `docs/geo.md`, *Taking a data center back*).
+    /// Harmless once back: a geo replica that restarts is lost anyway.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joining: bool,
     /// Test only: one-way delay in milliseconds of every message from this node to the
     /// member whose id is the key (a string in TOML: `{ "2" = 17 }`); members not named
     /// get none. Each message leaves no earlier than its enqueue time plus this delay, in
@@ -541,6 +547,7 @@ impl GeoSettings {
             && self.conflicts.is_empty()
             && !self.central_certifier
             && !self.spread_leaders
+            && !self.joining
     }
 }
 

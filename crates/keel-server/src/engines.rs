@@ -323,6 +323,7 @@ fn geo_config(
     geo.strong = config.geo.strong;
     geo.central_certifier = config.geo.central_certifier;
     geo.spread_leaders = config.geo.spread_leaders;
+    geo.joining = config.geo.joining;
     if let Some(label) = &config.geo.leader_dc {
         let dc = dcs.iter().position(|(l, _)| l == label);
         geo.leader_dc = dc.ok_or_else(|| format!("no member has dc = {label:?}"))? as u32;

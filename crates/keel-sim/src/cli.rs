@@ -343,6 +343,16 @@ pub struct RunArgs {
     /// while its data center was down goes on, its old tail lost, after the return).
     #[arg(long)]
     pub no_life: bool,
+    /// Negative control (`--engine geo`): a return's cut is not lowered out of the ranges
+    /// its data center's earlier returns lost, and a survivor that never applied an
+    /// earlier cut (its return abandoned first) does not apply it with the next one.
+    #[arg(long)]
+    pub no_earlier_cuts: bool,
+    /// Negative control (`--engine geo`): a replica's stable entry for a removed data
+    /// center follows its partitions' rows into a life whose return's cut the replica
+    /// never applied, so its data center reports storing what its siblings dropped.
+    #[arg(long)]
+    pub no_hold: bool,
     /// `--engine geo`: every run serves strong transactions, certified by one central
     /// certifier (REDBLUE's baseline, `docs/geo.md`, *Modes*); without it a quarter of
     /// the strong runs are.

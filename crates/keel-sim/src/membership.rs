@@ -287,6 +287,8 @@ impl Reconfigurer {
             (Ok(_), ClusterOp::Promote(_)) => "membership:promoted",
             (Ok(_), ClusterOp::Remove(_)) => "membership:removed",
             (Ok(_), ClusterOp::TransferLeader(_)) => "membership:transferred",
+            // Never asked here: a leader keyspace refuses a return.
+            (Ok(_), ClusterOp::Return(_)) => "membership:returned",
             (Err(KeelError::Busy(_)), ClusterOp::TransferLeader(_)) => "membership:transfer-busy",
             (Err(KeelError::Busy(_)), _) => "membership:busy",
             (Err(KeelError::InvalidArgument(_)), _) => "membership:refused",

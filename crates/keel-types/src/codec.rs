@@ -465,6 +465,7 @@ impl Encode for Command {
                     ClusterOp::Promote(_) => 1,
                     ClusterOp::Remove(_) => 2,
                     ClusterOp::TransferLeader(_) => 3,
+                    ClusterOp::Return(_) => 4,
                 };
                 put_u8(out, word);
                 put_u32(out, op.node().0);
@@ -853,6 +854,7 @@ impl Decode for Command {
                     1 => ClusterOp::Promote(node),
                     2 => ClusterOp::Remove(node),
                     3 => ClusterOp::TransferLeader(node),
+                    4 => ClusterOp::Return(node),
                     tag => return Err(CodecError::UnknownTag { what: "cluster change", tag }),
                 })
             }

@@ -446,6 +446,9 @@ pub enum ClusterOp {
     Remove(NodeId),
     /// Hands the leadership to a voter once it holds the leader's whole log.
     TransferLeader(NodeId),
+    /// Takes the removed data center of a node back (geo keyspaces only): its new
+    /// replicas, booted joining, copy what survived of it and serve in a new life.
+    Return(NodeId),
 }
 
 impl ClusterOp {
@@ -455,7 +458,8 @@ impl ClusterOp {
             ClusterOp::AddLearner(n)
             | ClusterOp::Promote(n)
             | ClusterOp::Remove(n)
-            | ClusterOp::TransferLeader(n) => n,
+            | ClusterOp::TransferLeader(n)
+            | ClusterOp::Return(n) => n,
         }
     }
 
@@ -466,6 +470,7 @@ impl ClusterOp {
             ClusterOp::Promote(_) => "PROMOTE",
             ClusterOp::Remove(_) => "REMOVE",
             ClusterOp::TransferLeader(_) => "TRANSFER-LEADER",
+            ClusterOp::Return(_) => "RETURN",
         }
     }
 }

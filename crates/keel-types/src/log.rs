@@ -161,6 +161,9 @@ impl Membership {
             crate::ClusterOp::TransferLeader(_) => {
                 return Err("a leadership transfer changes no membership".into())
             }
+            crate::ClusterOp::Return(_) => {
+                return Err("KEEL.NODE RETURN takes a removed data center of a geo keyspace back; this keyspace has no data centers".into())
+            }
         }
         assert!(next.valid(), "a change keeps the membership valid: {next:?}");
         Ok(Some(next))

@@ -103,15 +103,17 @@ pub struct GetArgs {
     target: Target,
 }
 
-/// `keel node add|promote|remove|transfer-leader ID`.
+/// `keel node add|promote|remove|transfer-leader|return ID`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeArgs {
     /// `add` (as a learner), `promote` (a learner to a voter), `remove` (a voter or a
     /// learner), `transfer-leader`. In a Kite keyspace, `add` and `promote` both make
     /// the node a voter (it reads the old voters' state first), `remove` stops its vote,
-    /// and no node leads. In a geo keyspace only `remove` has a meaning: it removes the
-    /// node's whole data center for good (ask a node of another data center).
-    #[arg(value_parser = ["add", "promote", "remove", "transfer-leader"])]
+    /// and no node leads. In a geo keyspace only `remove` and `return` have a meaning:
+    /// `remove` removes the node's whole data center, `return` takes a removed one back
+    /// once its new machines run joining (`[geo] joining`); ask a node of another data
+    /// center (`docs/geo.md`).
+    #[arg(value_parser = ["add", "promote", "remove", "transfer-leader", "return"])]
     pub change: String,
     /// The node's id (as in `members`).
     pub id: u32,

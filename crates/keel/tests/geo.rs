@@ -22,6 +22,17 @@ fn geo_beside_orca(c: &mut keel_server::ServerConfig) {
     c.keyspaces = vec![KeyspaceSettings::orca(0), KeyspaceSettings::geo(GEO)];
 }
 
+/// Whether counter `c`, read in a transaction at `conn` again and again, reaches `want`
+/// within the convergence wait.
+fn counter_reaches(conn: &mut common::Conn, want: &str) -> bool {
+    common::wait_until(common::CONVERGE_WAIT, || {
+        assert_eq!(conn.call(&["KEEL.TX.BEGIN"]), "+OK");
+        let seen = conn.call(&["KEEL.TX.READ", "counter", "c"]);
+        let _ = conn.call(&["KEEL.TX.ABORT"]);
+        seen == want
+    })
+}
+
 fn open_geo(addr: std::net::SocketAddr) -> common::Conn {
     let mut conn = common::Conn::open(addr);
     assert_eq!(conn.call(&["SELECT", &GEO.to_string()]), "+OK");
@@ -115,12 +126,7 @@ fn a_restarted_geo_replica_stays_failed_and_the_others_go_on() {
     assert!(refused.contains("restarted and lost what it stored"), "{refused}");
     // The other data centers serve, and one sees the first's commit.
     let mut b = open_geo(addrs[1]);
-    assert!(common::wait_until(common::CONVERGE_WAIT, || {
-        assert_eq!(b.call(&["KEEL.TX.BEGIN"]), "+OK");
-        let seen = b.call(&["KEEL.TX.READ", "counter", "c"]);
-        let _ = b.call(&["KEEL.TX.ABORT"]);
-        seen == ":5"
-    }));
+    assert!(counter_reaches(&mut b, ":5"), "counter c never read :5");
     common::finish(cluster);
 }
 
@@ -265,9 +271,14 @@ fn signal(signal: &str, pid: u32) {
 
 /// `keel node remove id` at `at` in the geo keyspace, asked once: its output.
 fn remove(at: std::net::SocketAddr, id: u32) -> std::process::Output {
-    let geo = GEO.to_string();
+    node_change(at, "remove", id, 0)
+}
+
+/// `keel node <change> id` at `at` in the geo keyspace, asked for `wait` seconds.
+fn node_change(at: std::net::SocketAddr, change: &str, id: u32, wait: u32) -> std::process::Output {
+    let (geo, id, wait) = (GEO.to_string(), id.to_string(), wait.to_string());
     Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["node", "remove", &id.to_string(), "--keyspace", &geo, "--wait", "0", "--node"])
+        .args(["node", change, &id, "--keyspace", &geo, "--wait", &wait, "--node"])
         .arg(at.to_string())
         .output()
         .expect("the CLI runs")
@@ -359,12 +370,7 @@ fn an_operator_removes_a_silent_data_center_and_its_member_stops_once_it_hears()
     integers(&mut a, &commit);
     assert_eq!(a.call(&["KEEL.BARRIER"]), "+OK");
     let mut b = open_geo(addrs[1]);
-    assert!(common::wait_until(common::CONVERGE_WAIT, || {
-        assert_eq!(b.call(&["KEEL.TX.BEGIN"]), "+OK");
-        let seen = b.call(&["KEEL.TX.READ", "counter", "c"]);
-        let _ = b.call(&["KEEL.TX.ABORT"]);
-        seen == ":21"
-    }));
+    assert!(counter_reaches(&mut b, ":21"), "counter c never read :21");
     // Node 3 restarted with its geo directory wiped boots as a new, empty replica: the
     // survivors' notice, resent for ever, stops it before it serves.
     let mut cluster = cluster;
@@ -437,5 +443,62 @@ fn two_removals_at_once(round: u32) {
         let why = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && why.contains("removed or suspected"), "{why}");
     }
+    common::finish(cluster);
+}
+
+#[test]
+fn an_operator_takes_a_removed_data_center_back_on_a_new_machine_and_it_serves() {
+    let (mut cluster, _) = common::cluster("geo-return", geo_beside_orca);
+    assert!(cluster.wait_for_replicas(GEO, common::LEADER_WAIT), "the geo keyspace started");
+    let addrs = cluster.client_addrs();
+    let status = |i: usize| keel_server::local::status_in(addrs[i], GEO).unwrap_or_default();
+    let mut a = open_geo(addrs[0]);
+    let add = |conn: &mut common::Conn, n: &str| {
+        assert_eq!(conn.call(&["KEEL.TX.BEGIN"]), "+OK");
+        assert!(conn.call(&["INCRBY", "c", n]).starts_with(':'));
+        let commit = conn.call(&["KEEL.TX.COMMIT"]);
+        integers(conn, &commit);
+    };
+    for _ in 0..10 {
+        add(&mut a, "1");
+    }
+    assert_eq!(a.call(&["KEEL.BARRIER"]), "+OK");
+    // Data center 2's machine dies; the operator removes it, then brings a new machine up
+    // under the same identity, wiped and joining: it serves nothing until taken back.
+    cluster.kill(2);
+    let out = remove(addrs[0], 3);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let removed = common::wait_until(common::CONVERGE_WAIT, || {
+        (0..2).all(|i| status(i)["removed"] == serde_json::json!([2]))
+    });
+    assert!(removed, "the removal is not known: {} {}", status(0), status(1));
+    add(&mut a, "5");
+    let geo_dir = cluster.configs[2].data_dir.join(format!("keyspace-{GEO}"));
+    std::fs::remove_dir_all(&geo_dir).expect("the geo keyspace's directory");
+    cluster.configs[2].geo.joining = true;
+    cluster.rewrite_config(2).expect("node 3's configuration");
+    cluster.restart(2).expect("node 3 starts again");
+    let joining = common::wait_until(common::CONVERGE_WAIT, || status(2)["role"] == "joining");
+    assert!(joining, "node 3 does not join: {}", status(2));
+    let refused = open_geo(addrs[2]).call(&["KEEL.TX.BEGIN"]);
+    assert!(refused.contains("joining"), "{refused}");
+    // Asked at a survivor: made, then node 3 copies what survived and serves.
+    let out = node_change(addrs[1], "return", 3, 30);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let back = common::wait_until(common::CONVERGE_WAIT, || {
+        status(2)["role"] == "replica"
+            && (0..3).all(|i| status(i)["epochs"] == serde_json::json!([0, 0, 2]))
+            && (0..2).all(|i| status(i)["removed"] == serde_json::json!([]))
+    });
+    assert!(back, "not back: {} {} {}", status(0), status(1), status(2));
+    assert_eq!(status(2)["counters"]["copies_installed"], 1, "{}", status(2));
+    // The new life serves: it reads what survived (once its uniform vector caught up: a
+    // new session's first snapshot may be older), and what it commits reaches the others.
+    let mut c = open_geo(addrs[2]);
+    assert!(counter_reaches(&mut c, ":15"), "the new life never read what survived");
+    add(&mut c, "100");
+    assert_eq!(c.call(&["KEEL.BARRIER"]), "+OK");
+    let mut b = open_geo(addrs[1]);
+    assert!(counter_reaches(&mut b, ":115"), "counter c never read :115");
     common::finish(cluster);
 }

@@ -27,8 +27,13 @@ impl FromClient for GeoRequest {
                 session: request.client.0,
                 op: keel_types::geo::GeoOp::RemoveDc { member },
             }),
+            Command::Cluster(keel_types::ClusterOp::Return(member)) => Ok(GeoRequest {
+                tag: request.tag,
+                session: request.client.0,
+                op: keel_types::geo::GeoOp::ReturnDc { member },
+            }),
             Command::Cluster(op) => Err(KeelError::InvalidArgument(format!(
-                "KEEL.NODE {} has no meaning in a geo keyspace: its data centers are fixed but for removing one (KEEL.NODE REMOVE id removes the data center of node id), and no node leads it",
+                "KEEL.NODE {} has no meaning in a geo keyspace: its data centers are fixed but for removing one (KEEL.NODE REMOVE id removes the data center of node id) and taking it back (KEEL.NODE RETURN id), and no node leads it",
                 op.word()
             ))),
             other => Err(KeelError::InvalidArgument(format!(

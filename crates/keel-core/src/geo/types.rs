@@ -167,6 +167,13 @@ pub struct Config {
     /// Negative control: a past naming a data center's old life above its cut is let
     /// through at begin, barrier and attach, and reads on such a snapshot are answered.
     pub unsafe_no_life: bool,
+    /// Negative control: a return's cut is not lowered out of the ranges its data
+    /// center's earlier returns lost, and a survivor does not apply the earlier cuts a
+    /// later cut names (`docs/geo.md`, *Taken back again*).
+    pub unsafe_no_earlier_cuts: bool,
+    /// Negative control: a replica's stable entry for a removed data center follows its
+    /// partitions' rows into a life whose return's cut this replica never applied.
+    pub unsafe_no_hold: bool,
 }
 
 /// The conflict relation of strong transactions, by label: two strong transactions
@@ -245,6 +252,8 @@ impl Config {
             unsafe_no_freeze: false,
             unsafe_no_cut: false,
             unsafe_no_life: false,
+            unsafe_no_earlier_cuts: false,
+            unsafe_no_hold: false,
         }
     }
 }
@@ -588,6 +597,9 @@ pub enum Back {
         epoch: u32,
         /// The cut.
         cut: u64,
+        /// The earlier returns' cuts the partials named, `(cut, epoch)`: a survivor that
+        /// never applied one (its return was abandoned first) applies it before this one.
+        earlier: Vec<(u64, u32)>,
     },
     /// The survivor applied the cut and its known entry reached it (survivor → the new
     /// replica of its partition).
@@ -887,6 +899,13 @@ pub struct Counters {
     /// Requests refused for a past naming a data center's old life above its cut.
     #[serde(default)]
     pub stale_pasts_refused: u64,
+    /// Reads dropped for a snapshot naming a data center's old life above its cut (their
+    /// transactions time out).
+    #[serde(default)]
+    pub lost_reads_dropped: u64,
+    /// Earlier returns' cuts a survivor applied late, from a later return's cut.
+    #[serde(default)]
+    pub earlier_cuts_taken: u64,
     /// Removals refused (this replica's own data center, or more than f removed or
     /// suspected).
     #[serde(default)]

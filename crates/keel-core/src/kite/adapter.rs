@@ -74,6 +74,9 @@ impl FromClient for KiteRequest {
                     ClusterOp::TransferLeader(_) => {
                         return refused("KEEL.NODE TRANSFER-LEADER (no node leads)".into())
                     }
+                    ClusterOp::Return(_) => {
+                        return refused("KEEL.NODE RETURN (geo keyspaces only)".into())
+                    }
                 };
                 (KiteOp::reconfigure_to(wanted.clone()), ReplyForm::Membership(wanted))
             }

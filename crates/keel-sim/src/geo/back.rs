@@ -9,9 +9,11 @@
 //! removed. A refusal or a lost answer is asked again later, elsewhere. At the end,
 //! every replica still serving knows the same epochs (`changes-diverge` otherwise), and
 //! every return under way is settled everywhere (`return-stalled` otherwise). The late
-//! survivor's fault (`late.rs`) is armed from here.
+//! survivor's fault (`late.rs`) is armed from here, and so is the split cut's
+//! (`split.rs`) in half the runs that abandon a return.
 
 use super::late::LateSurvivor;
+use super::split::SplitCut;
 use super::world::GeoWorld;
 use crate::rng::Rng;
 use keel_core::engine::RequestTag;
@@ -64,6 +66,11 @@ pub struct Return {
     late_planned: bool,
     late: Option<LateSurvivor>,
     late_tried: bool,
+    /// The split cut's fault ([`SplitCut`]), from a stream of its own: whether it is
+    /// planned, and once armed.
+    split_rng: Rng,
+    split_planned: bool,
+    split: Option<SplitCut>,
     /// When the last return came back.
     back_at: Option<u64>,
     /// What went wrong: a change refused for a reason it should not have been.
@@ -71,8 +78,9 @@ pub struct Return {
 }
 
 impl Return {
-    /// Draws a run's return from `rng` (a stream of its own), in half the runs.
-    pub fn draw(mut rng: Rng) -> Option<Return> {
+    /// Draws a run's return from `rng` (a stream of its own), in half the runs; the split
+    /// cut's fault from `split_rng`, in half of those that abandon it.
+    pub fn draw(mut rng: Rng, mut split_rng: Rng) -> Option<Return> {
         if !rng.chance(500_000) {
             return None;
         }
@@ -83,6 +91,7 @@ impl Return {
             true => vec![Step::Return, Step::Abandon, Step::Return],
             false => vec![Step::Return],
         };
+        let split_planned = steps.contains(&Step::Abandon) && split_rng.chance(500_000);
         Some(Return {
             rng,
             after_ns,
@@ -97,6 +106,9 @@ impl Return {
             late_planned,
             late: None,
             late_tried: false,
+            split_rng,
+            split_planned,
+            split: None,
             back_at: None,
             violations: Vec::new(),
         })
@@ -118,6 +130,10 @@ impl Return {
             self.late = None;
             world.failures_held = false;
             log.push(format!("{}ms: the late data center's links let go", now / 1_000_000));
+        }
+        if let Some(split) = self.split.take_if(|split| split.due(world)) {
+            split.release(world);
+            log.push(format!("{}ms: the split cut's links let go", now / 1_000_000));
         }
     }
 
@@ -165,9 +181,9 @@ impl Return {
         until.max(wanted.min(cap))
     }
 
-    /// Whether the late survivor's fault still holds links.
+    /// Whether the late survivor's fault or the split cut's still holds links.
     pub fn holding(&self) -> bool {
-        self.late.is_some()
+        self.late.is_some() || self.split.is_some()
     }
 
     /// Whether nothing is left to ask (or nothing can be).
@@ -216,8 +232,12 @@ impl Return {
             return;
         }
         let not_before = *self.not_before.get_or_insert(removed_at + self.after_ns);
-        if now < not_before {
-            return;
+        match self.split.as_ref().filter(|_| step == Step::Abandon) {
+            // The split cut's abandon is asked once a survivor applied the cut.
+            Some(split) if !split.cut_applied(world) && !split.expired(now) => return,
+            Some(_) => {}
+            None if now < not_before => return,
+            None => {}
         }
         // The operator asks a node that knows the data center's latest change, as `keel
         // status` shows it: a node that has not heard of a return answers a removal of
@@ -278,6 +298,13 @@ impl Return {
                     let nodes: Vec<NodeId> = live.flat_map(|d| world.nodes_of(d)).collect();
                     let epoch = nodes.into_iter().filter_map(epoch).max().unwrap_or(0);
                     world.return_made(dc, epoch + epoch % 2);
+                    if self.split_planned && self.returns == 0 {
+                        self.split =
+                            SplitCut::arm(world, &mut self.split_rng, dc, epoch + epoch % 2);
+                    }
+                }
+                if let Some(split) = self.split.as_mut().filter(|_| step == Step::Abandon) {
+                    split.abandoned = true;
                 }
                 match step {
                     Step::Return => self.under_way = Some(dc),

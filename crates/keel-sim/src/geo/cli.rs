@@ -70,6 +70,8 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         no_freeze: args.no_freeze,
         no_cut: args.no_cut,
         no_life: args.no_life,
+        no_earlier_cuts: args.no_earlier_cuts,
+        no_hold: args.no_hold,
         central_certifier: args.central_certifier,
         keep_history: single && args.history.is_some(),
     };

@@ -8,6 +8,7 @@
 //! - `removal`: an operator removing a data center during `general`.
 //! - `back`: an operator taking the removed data center back.
 //! - `late`: a survivor that learns of a removal and a return late (the cap's fault).
+//! - `split`: a return's cut applied by some survivors, then the return abandoned.
 //! - `script`: the digest's scenarios, scripted.
 //! - `bench`: what uniformity costs, in virtual time (`keel sim bench --engine geo`).
 //! - `cli`: `--engine geo`.
@@ -20,4 +21,5 @@ pub mod removal;
 pub mod scenario;
 pub mod script;
 pub mod sim;
+pub mod split;
 pub mod world;

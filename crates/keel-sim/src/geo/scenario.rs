@@ -59,6 +59,10 @@ pub struct GeoRunConfig {
     pub no_cut: bool,
     /// Negative control: pasts naming an old life above its cut are let through.
     pub no_life: bool,
+    /// Negative control: earlier returns' cuts neither lower a cut nor are applied late.
+    pub no_earlier_cuts: bool,
+    /// Negative control: the stable entry follows rows into a life whose cut is unknown.
+    pub no_hold: bool,
     /// Every run strong, certified centrally (REDBLUE's baseline); otherwise a quarter of
     /// the strong runs are.
     pub central_certifier: bool,
@@ -300,6 +304,8 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         no_freeze: config.no_freeze,
         no_cut: config.no_cut,
         no_life: config.no_life,
+        no_earlier_cuts: config.no_earlier_cuts,
+        no_hold: config.no_hold,
         // Replication batched over 5 ms (the default), 20 ms or 50 ms.
         propagate_ms: [5, 5, 5, 20, 50][rng.below(5) as usize],
         tx_timeout_ms: 0,
@@ -462,7 +468,8 @@ fn draw_changes(
     let pair_rng = Rng::new(seed ^ 0x7061_6972_0000_0000);
     let pair = if removal.is_none() { Pair::draw(pair_rng, RUN_NS) } else { None };
     let return_rng = Rng::new(seed ^ 0x7265_7475_726e_0000);
-    let back = removal.as_ref().and_then(|_| Return::draw(return_rng));
+    let split_rng = Rng::new(seed ^ 0x7370_6c69_7400_0000);
+    let back = removal.as_ref().and_then(|_| Return::draw(return_rng, split_rng));
     if let (Some(removal), Some(back)) = (&mut removal, &back) {
         if back.plans_late(world) {
             world.failures_held = true;

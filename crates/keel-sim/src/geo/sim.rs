@@ -322,6 +322,8 @@ impl SimEngine for GeoEngine {
             ("stream-dropped", c.streams_dropped),
             ("back-heard", c.returns_back),
             ("stale-past-refused", c.stale_pasts_refused),
+            ("lost-read-dropped", c.lost_reads_dropped),
+            ("earlier-cut-taken", c.earlier_cuts_taken),
         ]
     }
 }

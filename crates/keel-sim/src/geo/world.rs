@@ -79,6 +79,10 @@ pub struct GeoShape {
     pub no_cut: bool,
     /// Negative control: pasts naming an old life above its cut are let through.
     pub no_life: bool,
+    /// Negative control: earlier returns' cuts neither lower a cut nor are applied late.
+    pub no_earlier_cuts: bool,
+    /// Negative control: the stable entry follows rows into a life whose cut is unknown.
+    pub no_hold: bool,
     /// How often local transactions go to the siblings, ms (0: the default).
     pub propagate_ms: u64,
     /// The transaction time-out (and a strong candidate's time to expiry), ms (0: 10 s).
@@ -222,6 +226,8 @@ impl GeoWorld {
         template.unsafe_no_freeze = shape.no_freeze;
         template.unsafe_no_cut = shape.no_cut;
         template.unsafe_no_life = shape.no_life;
+        template.unsafe_no_earlier_cuts = shape.no_earlier_cuts;
+        template.unsafe_no_hold = shape.no_hold;
         template.conflicts.declare(WITHDRAW, WITHDRAW);
         template.strong = shape.strong;
         template.central_certifier = shape.central_certifier;

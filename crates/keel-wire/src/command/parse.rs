@@ -878,7 +878,7 @@ fn swap_db(mut words: Words, count: usize) -> Result<ClientCommand, CommandError
     Ok(ClientCommand::SwapDb { a, b })
 }
 
-/// `KEEL.NODE ADD|PROMOTE|REMOVE|TRANSFER-LEADER id`.
+/// `KEEL.NODE ADD|PROMOTE|REMOVE|TRANSFER-LEADER|RETURN id`.
 fn node(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
     exactly("keel.node", count, 2)?;
     let change = next(&mut words)?;
@@ -896,6 +896,8 @@ fn node(mut words: Words, count: usize) -> Result<ClientCommand, CommandError> {
         ClusterOp::Remove(id)
     } else if is(&change, "transfer-leader") {
         ClusterOp::TransferLeader(id)
+    } else if is(&change, "return") {
+        ClusterOp::Return(id)
     } else {
         let subcommand = String::from_utf8_lossy(&change).into_owned();
         return Err(CommandError::UnknownSubcommand { command: "KEEL.NODE", subcommand });

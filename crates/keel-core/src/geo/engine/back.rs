@@ -41,6 +41,11 @@ pub(crate) fn life_floor(epoch: u32) -> u64 {
 pub(crate) struct Welcome {
     /// The return's epoch.
     pub epoch: u32,
+    /// What it answered it stores of the old life (its known entry then): until the cut
+    /// is applied, the row this partition reports to its siblings names no more of it
+    /// (`reported_row`), so that its data center's stable entry stays at or below the
+    /// cut, whatever a late survivor forwards meanwhile.
+    pub stored: u64,
     /// The cut, once applied here.
     pub cut: Option<u64>,
     /// Whether it told the new replica of its partition it is settled.
@@ -165,7 +170,7 @@ impl GeoEngine {
         let dc = change.dc as usize;
         let stored = self.partition.known.dcs[dc];
         self.welcomes[dc] =
-            Some(Welcome { epoch: change.epoch, cut: None, settled: false, copy: None });
+            Some(Welcome { epoch: change.epoch, stored, cut: None, settled: false, copy: None });
         if !self.config.unsafe_no_freeze {
             let zero = Vector::zero(self.dcs);
             self.uniformity.global[dc] = zero.clone();
@@ -200,6 +205,21 @@ impl GeoEngine {
         }
     }
 
+    /// The row this partition reports to its siblings: its known vector, with the entry
+    /// of each data center whose return it welcomed, its cut not applied yet, capped at
+    /// what its answer named. The cut is the smallest over the partitions of the largest
+    /// answer, so the minimum of these rows (this data center's stable entry) stays at or
+    /// below it, and the cut is never found below the stable entry (`cut_in`).
+    pub(crate) fn reported_row(&self) -> Vector {
+        let mut row = self.partition.known.clone();
+        for (r, w) in self.welcomes.iter().enumerate() {
+            if let Some(w) = w.as_ref().filter(|w| w.cut.is_none()) {
+                row.dcs[r] = row.dcs[r].min(w.stored);
+            }
+        }
+        row
+    }
+
     /// Lowers `stable`'s entries to their data centers' limits, below each next life.
     pub(crate) fn clamp_to_limits(&self, stable: &mut Vector) {
         for (dc, limits) in self.limits.iter().enumerate() {
@@ -212,20 +232,24 @@ impl GeoEngine {
         }
     }
 
-    /// Keeps `stable`'s entry for a data center removed here (or returning, its cut not
-    /// applied) where it is, while another partition's row already names its next life:
-    /// the minimum over the partitions would pass fragments of the old life above the
-    /// cut that this replica has not dropped yet (`docs/geo.md`, *The cut, kept for
-    /// good*). Once this replica applies the cut, `clamp_to_limits` holds it instead.
+    /// Keeps `stable`'s entry for a data center removed here (or returning) where it is,
+    /// while another partition's row names a later life than that entry's, one whose
+    /// return's cut this replica has not applied: the minimum over the partitions would
+    /// pass fragments of the old life above that cut, which this replica has not dropped
+    /// while its siblings did (`docs/geo.md`, *The cut, kept for good* and *Taken back
+    /// again*). Once this replica applies the cut (a later return's cut brings those of
+    /// the returns abandoned before theirs reached it), `clamp_to_limits` holds it instead.
     pub(crate) fn hold_unknown_lives(&self, stable: &mut Vector) {
-        for j in 0..self.dcs {
-            let cut_applied = self.welcomes[j].as_ref().is_some_and(|w| w.cut.is_some());
-            if !self.removed[j] || cut_applied {
+        let held_dcs = (0..self.dcs).filter(|&j| self.removed[j] && !self.config.unsafe_no_hold);
+        for j in held_dcs {
+            let held = self.uniformity.stable.dcs[j];
+            let Some(top) = self.uniformity.local.iter().map(|row| row.dcs[j] >> LIFE_SHIFT).max()
+            else {
                 continue;
-            }
-            let next = life_floor(self.epochs[j] + self.epochs[j] % 2);
-            if self.uniformity.local.iter().any(|row| row.dcs[j] >= next) {
-                stable.dcs[j] = stable.dcs[j].min(self.uniformity.stable.dcs[j]);
+            };
+            let applied = |life: u64| self.limits[j].iter().any(|l| u64::from(l.epoch) == 2 * life);
+            if ((held >> LIFE_SHIFT) + 1..=top).any(|life| !applied(life)) {
+                stable.dcs[j] = stable.dcs[j].min(held);
             }
         }
     }
@@ -249,7 +273,7 @@ impl GeoEngine {
             Back::Partial { epoch, stored, cuts } => {
                 self.partial_in(peer.partition, epoch, stored, &cuts)
             }
-            Back::Cut { epoch, cut } => self.cut_in(peer.dc, epoch, cut),
+            Back::Cut { epoch, cut, earlier } => self.cut_in(peer.dc, epoch, cut, &earlier),
             Back::Settled { epoch } => {
                 if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
                     j.settled.insert(peer.dc);
@@ -354,21 +378,26 @@ impl GeoEngine {
         if j.partials.len() < partitions {
             return;
         }
-        let cut =
-            below_earlier_cuts(j.partials.values().copied().min().unwrap_or(0), &j.earlier_cuts);
+        let least = j.partials.values().copied().min().unwrap_or(0);
+        let cut = match self.config.unsafe_no_earlier_cuts {
+            true => least,
+            false => below_earlier_cuts(least, &j.earlier_cuts),
+        };
+        let earlier: Vec<(u64, u32)> = j.earlier_cuts.iter().map(|l| (l.value, l.epoch)).collect();
         let to: Vec<NodeId> = (0..self.dcs)
             .filter(|&i| !self.removed[i])
             .flat_map(|i| self.replicas[i].clone())
             .collect();
         for node in to {
-            self.send(node, Body::Back(Back::Cut { epoch, cut }));
+            let earlier = earlier.clone();
+            self.send(node, Body::Back(Back::Cut { epoch, cut, earlier }));
         }
         self.counters.cuts_made += 1;
     }
 
     /// The cut of the return of `dc`: a new replica records it; a survivor drops what
     /// it holds of `dc`'s old life above it and lowers its rows to it.
-    fn cut_in(&mut self, dc: u32, epoch: u32, cut: u64) {
+    fn cut_in(&mut self, dc: u32, epoch: u32, cut: u64, earlier: &[(u64, u32)]) {
         if dc == self.me.dc {
             if let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) {
                 j.cut.get_or_insert(cut);
@@ -376,51 +405,74 @@ impl GeoEngine {
             return self.ask_copy();
         }
         let r = dc as usize;
+        if self.welcomes[r].as_ref().is_none_or(|w| w.epoch != epoch || w.cut.is_some()) {
+            return;
+        }
+        if !self.config.unsafe_no_cut && !self.config.unsafe_no_earlier_cuts {
+            self.take_earlier_cuts(r, epoch, earlier);
+        }
         // Every partition of some survivor stores the old life to the cut, and none
         // stores more of it whole: nothing above it can be stable here. A cut below this
         // replica's stable entry is not one its new replicas made: dropped.
-        let below = self.uniformity.stable.dcs[r] > cut && !self.config.unsafe_cut_quorum;
-        let Some(w) = self.welcomes[r].as_mut().filter(|w| w.epoch == epoch) else { return };
-        if w.cut.is_some() {
-            return;
-        }
-        if below {
+        if self.uniformity.stable.dcs[r] > cut && !self.config.unsafe_cut_quorum {
             self.counters.rejected += 1;
             return;
         }
+        let w = self.welcomes[r].as_mut().expect("checked above");
         w.cut = Some(cut);
         self.counters.cuts_applied += 1;
         if self.config.unsafe_no_cut {
             return;
         }
-        self.limits[r].push(Limit { value: cut, epoch });
-        self.drop_above_cut(r, cut);
+        self.apply_limit(r, Limit { value: cut, epoch });
         self.refuse_stale_syncs();
     }
 
-    /// Drops what this replica holds of data center `r`'s old life above `cut` and
-    /// lowers its rows for `r` to it.
-    fn drop_above_cut(&mut self, r: usize, cut: u64) {
+    /// Applies the cuts of `r`'s earlier returns that this replica never applied (each
+    /// return was abandoned before its cut reached here, while siblings of this data
+    /// center applied it): the ranges they lost are lost here too, or this data center's
+    /// stable entry would stand in one, above what those siblings dropped.
+    fn take_earlier_cuts(&mut self, r: usize, epoch: u32, earlier: &[(u64, u32)]) {
+        for &(value, e) in earlier {
+            if e < epoch && !self.limits[r].iter().any(|l| l.epoch == e) {
+                self.apply_limit(r, Limit { value, epoch: e });
+                self.counters.earlier_cuts_taken += 1;
+            }
+        }
+    }
+
+    /// Keeps `limit` of data center `r` for good, in epoch order, and drops what this
+    /// replica holds of the range it loses, lowering its rows for `r` out of it.
+    fn apply_limit(&mut self, r: usize, limit: Limit) {
+        self.limits[r].push(limit);
+        self.limits[r].sort_by_key(|l| l.epoch);
+        let lost = |ts: u64| limit.loses(ts);
+        let lower = |ts: &mut u64| {
+            if lost(*ts) {
+                *ts = limit.value;
+            }
+        };
         let p = &mut self.partition;
         let mut dropped = 0;
         p.log.retain(|_, entries| {
             let before = entries.len();
-            entries.retain(|e| e.origin as usize != r || e.commit.dcs[r] <= cut);
+            entries.retain(|e| e.origin as usize != r || !lost(e.commit.dcs[r]));
             dropped += before - entries.len();
             !entries.is_empty()
         });
         p.entries -= dropped;
-        p.remote_commits[r].split_off(&cut.saturating_add(1));
-        p.known.dcs[r] = p.known.dcs[r].min(cut);
+        let above = p.remote_commits[r].split_off(&limit.value.saturating_add(1));
+        p.remote_commits[r].extend(above.into_iter().filter(|&(ts, _)| !lost(ts)));
+        lower(&mut p.known.dcs[r]);
         let u = &mut self.uniformity;
         for row in &mut u.local {
-            row.dcs[r] = row.dcs[r].min(cut);
+            lower(&mut row.dcs[r]);
         }
-        u.stable.dcs[r] = u.stable.dcs[r].min(cut);
+        lower(&mut u.stable.dcs[r]);
         let d = self.me.dc as usize;
         u.stable_matrix[d] = u.stable.clone();
         for sent in u.forwarded.iter_mut().filter(|((_, j), _)| *j as usize == r).map(|(_, s)| s) {
-            *sent = (*sent).min(cut);
+            lower(sent);
         }
         self.counters.old_life_dropped += dropped as u64;
     }
@@ -487,6 +539,21 @@ impl GeoEngine {
         channel.push(Body::Back(Back::Join { epoch }));
         for body in waiting {
             channel.push(body);
+        }
+    }
+
+    /// Opens, with `Join`, each channel a new replica that is back never opened, with
+    /// what it sent there meanwhile: a survivor of another partition whose return's
+    /// `Changed` has not reached it yet still waits for the cut it holds (seed 299), and
+    /// hears this replica only from a channel that opened with `Join`.
+    pub(crate) fn open_unjoined(&mut self, epoch: u32, unjoined: BTreeMap<NodeId, Vec<Body>>) {
+        for (node, bodies) in unjoined {
+            let channel = self.channels.entry(node).or_default();
+            assert_eq!(channel.unacked(), 0, "{node}: a joining replica sent before its Join");
+            channel.push(Body::Back(Back::Join { epoch }));
+            for body in bodies {
+                channel.push(body);
+            }
         }
     }
 

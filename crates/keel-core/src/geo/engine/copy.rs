@@ -253,7 +253,9 @@ impl GeoEngine {
     /// center counts as heard now, and it tells every survivor's replica of its partition.
     fn back(&mut self, epoch: u32) {
         let d = self.me.dc as usize;
-        self.joining = None;
+        if let Some(j) = self.joining.take() {
+            self.open_unjoined(epoch, j.unjoined);
+        }
         self.returning[d] = false;
         let now = self.now;
         self.uniformity.heard.iter_mut().for_each(|h| *h = now);

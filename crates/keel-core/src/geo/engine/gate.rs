@@ -76,7 +76,7 @@ fn back_ok(back: &Back) -> bool {
                 && epochs.iter().all(|&e| e <= EPOCH_MAX)
                 && cuts_ok(cuts, epoch)
         }
-        Back::Partial { cuts, .. } => cuts_ok(cuts, epoch),
+        Back::Partial { cuts, .. } | Back::Cut { earlier: cuts, .. } => cuts_ok(cuts, epoch),
         Back::CopyAsk { need, .. } => need.len() <= DCS_MAX,
         Back::Chunk { txs, .. } => {
             txs.len() <= BODIES_MAX

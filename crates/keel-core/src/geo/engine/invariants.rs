@@ -55,8 +55,9 @@ impl GeoEngine {
     }
 
     /// A return under way (`back.rs`): a survivor welcomes each returning data center
-    /// once, and after the cut nothing of the old life above it is held or stable; a joining replica holds no data
-    /// and hears only joined members of its own data center.
+    /// once, reports no more of its old life than it answered until the cut, and after
+    /// the cut nothing of the old life above it is held or stable; a joining replica
+    /// holds no data and hears only joined members of its own data center.
     fn check_back(&self) {
         let d = self.me.dc as usize;
         for r in 0..self.dcs {
@@ -66,6 +67,11 @@ impl GeoEngine {
             if let Some(w) = w {
                 assert_eq!(w.epoch, self.epochs[r], "data center {r}: a welcome of another epoch");
                 assert!(w.cut.is_some() || !w.settled, "data center {r}: settled before the cut");
+                let row = self.uniformity.local[self.me.partition as usize].dcs[r];
+                assert!(
+                    w.cut.is_some() || row <= w.stored,
+                    "data center {r}: the row reported past the answer before the cut"
+                );
             }
             let limits = &self.limits[r];
             assert!(limits.len() <= super::remove::LIVES_MAX as usize, "data center {r}: limits");

@@ -25,6 +25,9 @@ impl GeoEngine {
         snap: Vector,
     ) {
         let wait = WaitingRead { from, read, key, kind, snap };
+        if self.drop_lost_read(&wait) {
+            return;
+        }
         match self.first_unmet(&wait.snap) {
             None => self.answer_read(wait),
             Some(ts) => {
@@ -50,11 +53,19 @@ impl GeoEngine {
         if snap.strong > known.strong {
             return Some(u64::MAX);
         }
-        // A snapshot naming a data center's old life above its cut is never stored
-        // here again (`copy.rs`): it waits, and its transaction times out.
-        let lost = |j: usize| self.lost_entry(j, snap.dcs[j]);
-        let mut entries = snap.dcs.iter().zip(&known.dcs).enumerate();
-        entries.find(|&(j, (s, k))| s > k || lost(j)).map(|_| u64::MAX)
+        snap.dcs.iter().zip(&known.dcs).any(|(s, k)| s > k).then_some(u64::MAX)
+    }
+
+    /// Drops a read on a snapshot that names a data center's old life above its cut:
+    /// that snapshot is never stored here again (`copy.rs`), so the read is not answered
+    /// and its transaction times out. Checked on arrival and at each wake, since a cut
+    /// can come while the read waits.
+    fn drop_lost_read(&mut self, wait: &WaitingRead) -> bool {
+        let lost = self.stale_past(&wait.snap).is_some();
+        if lost {
+            self.counters.lost_reads_dropped += 1;
+        }
+        lost
     }
 
     fn answer_read(&mut self, wait: WaitingRead) {
@@ -80,25 +91,35 @@ impl GeoEngine {
     }
 
     /// Re-examines reads waiting on timestamps the known vector now reaches.
+    /// Reads waiting on the local entry are visited in timestamp order up to the known
+    /// one; reads short of a remote or strong entry (a past from a faster coordinator,
+    /// rare) are each looked at again, since replication moves them in any order.
     pub(crate) fn wake_reads(&mut self) {
         let d = self.me.dc as usize;
         while let Some((&(ts, n), _)) = self.partition.waiting.first_key_value() {
-            let all_entries = ts == u64::MAX;
-            if !all_entries && ts > self.partition.known.dcs[d] {
+            if ts == u64::MAX || ts > self.partition.known.dcs[d] {
                 break;
             }
             let wait = self.partition.waiting.remove(&(ts, n)).expect("the first key");
-            match self.first_unmet(&wait.snap) {
-                None => self.answer_read(wait),
-                Some(again) if again == ts && all_entries => {
-                    // Still short of a remote or strong entry: nothing local moves it,
-                    // so it stays until replication does (checked at each advance).
-                    self.partition.waiting.insert((ts, n), wait);
-                    break;
-                }
-                Some(again) => {
-                    self.partition.waiting.insert((again, n), wait);
-                }
+            self.wake_read(n, wait);
+        }
+        let others: Vec<u64> =
+            self.partition.waiting.range((u64::MAX, 0)..).map(|(&(_, n), _)| n).collect();
+        for n in others {
+            let wait = self.partition.waiting.remove(&(u64::MAX, n)).expect("listed");
+            self.wake_read(n, wait);
+        }
+    }
+
+    /// A woken read: answered, dropped as lost, or filed again under what it now waits on.
+    fn wake_read(&mut self, n: u64, wait: WaitingRead) {
+        if self.drop_lost_read(&wait) {
+            return;
+        }
+        match self.first_unmet(&wait.snap) {
+            None => self.answer_read(wait),
+            Some(ts) => {
+                self.partition.waiting.insert((ts, n), wait);
             }
         }
     }
@@ -237,10 +258,15 @@ impl GeoEngine {
                 self.counters.duplicates += 1;
                 continue;
             }
-            if self.lost_above(origin, ts).is_some() {
+            if let Some(cut) = self.lost_above(origin, ts) {
                 // Of a returning data center's old life, above its cut: never visible,
-                // and dropped everywhere (`back.rs`).
+                // and dropped everywhere (`back.rs`). What the sender held below it came
+                // first, so the known entry reaches the cut, as a heartbeat's would: a
+                // sender whose last transactions below the cut lie below its answer sends
+                // no heartbeat after them (sweep seed 1130006640, a survivor never settled).
                 self.counters.old_life_dropped += 1;
+                let known = &mut self.partition.known.dcs[i];
+                *known = (*known).max(cut);
                 continue;
             }
             let commit = Arc::new(tx.commit.clone());

@@ -12,14 +12,15 @@ impl GeoEngine {
     /// center, the stable and known vectors to the siblings.
     pub(crate) fn broadcast(&mut self) {
         let known = self.partition.known.clone();
-        self.uniformity.local[self.me.partition as usize] = known.clone();
+        let row = self.reported_row();
+        self.uniformity.local[self.me.partition as usize] = row.clone();
         self.recompute_stable();
         let me = self.me;
         let ballot = self.certifier.accepted;
         let suspected = self.suspected();
         for p in (0..self.partitions).filter(|&p| p != me.partition) {
             let to = self.replica(self.me.dc, p);
-            let (known, suspected) = (known.clone(), suspected.clone());
+            let (known, suspected) = (row.clone(), suspected.clone());
             self.send(to, Body::KnownLocal { known, ballot, suspected });
         }
         let stable = self.uniformity.stable.clone();

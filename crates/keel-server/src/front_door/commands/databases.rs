@@ -170,9 +170,10 @@ pub(crate) fn key_in_database(db: u8, key: keel_types::Key) -> Result<keel_types
 /// Why a membership change of the connection's keyspace cannot work: in a placed
 /// cluster, a node to add, promote or lead that is not among the keyspace's replicas
 /// runs no replica of it (it would never catch up). Removals are not checked: a dead
-/// node may already be gone from the configuration.
+/// node may already be gone from the configuration; nor are returns (geo keyspaces only,
+/// which are not placed).
 fn not_a_replica(conn: &Conn, op: ClusterOp) -> Option<String> {
-    if matches!(op, ClusterOp::Remove(_)) {
+    if matches!(op, ClusterOp::Remove(_) | ClusterOp::Return(_)) {
         return None;
     }
     let group = conn.keyspaces.placement()?.groups.get(&conn.node.id)?;
