@@ -418,7 +418,7 @@ impl GeoEngine {
             self.counters.rejected += 1;
             return;
         }
-        let w = self.welcomes[r].as_mut().expect("checked above");
+        let Some(w) = self.welcomes[r].as_mut() else { return };
         w.cut = Some(cut);
         self.counters.cuts_applied += 1;
         if self.config.unsafe_no_cut {
@@ -534,10 +534,15 @@ impl GeoEngine {
             return;
         }
         let waiting = j.unjoined.remove(&node).unwrap_or_default();
+        self.open_with_join(node, epoch, waiting);
+    }
+
+    /// Opens this new replica's channel to `node` with `Join`, then `bodies`.
+    fn open_with_join(&mut self, node: NodeId, epoch: u32, bodies: Vec<Body>) {
         let channel = self.channels.entry(node).or_default();
         assert_eq!(channel.unacked(), 0, "{node}: a joining replica sent before its Join");
         channel.push(Body::Back(Back::Join { epoch }));
-        for body in waiting {
+        for body in bodies {
             channel.push(body);
         }
     }
@@ -548,12 +553,7 @@ impl GeoEngine {
     /// hears this replica only from a channel that opened with `Join`.
     pub(crate) fn open_unjoined(&mut self, epoch: u32, unjoined: BTreeMap<NodeId, Vec<Body>>) {
         for (node, bodies) in unjoined {
-            let channel = self.channels.entry(node).or_default();
-            assert_eq!(channel.unacked(), 0, "{node}: a joining replica sent before its Join");
-            channel.push(Body::Back(Back::Join { epoch }));
-            for body in bodies {
-                channel.push(body);
-            }
+            self.open_with_join(node, epoch, bodies);
         }
     }
 
