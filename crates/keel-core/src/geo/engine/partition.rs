@@ -103,12 +103,7 @@ impl GeoEngine {
             let wait = self.partition.waiting.remove(&(ts, n)).expect("the first key");
             self.wake_read(n, wait);
         }
-        let others: Vec<u64> =
-            self.partition.waiting.range((u64::MAX, 0)..).map(|(&(_, n), _)| n).collect();
-        for n in others {
-            let wait = self.partition.waiting.remove(&(u64::MAX, n)).expect("listed");
-            self.wake_read(n, wait);
-        }
+        self.wake_reads_on_remote();
     }
 
     /// A woken read: answered, dropped as lost, or filed again under what it now waits on.
@@ -295,12 +290,7 @@ impl GeoEngine {
             self.partition.waiting.range((u64::MAX, 0)..).map(|(k, _)| *k).collect();
         for key in waiting {
             let wait = self.partition.waiting.remove(&key).expect("listed");
-            match self.first_unmet(&wait.snap) {
-                None => self.answer_read(wait),
-                Some(ts) => {
-                    self.partition.waiting.insert((ts, key.1), wait);
-                }
-            }
+            self.wake_read(key.1, wait);
         }
     }
 }
