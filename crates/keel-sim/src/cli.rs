@@ -309,6 +309,11 @@ pub struct RunArgs {
     /// `removed-untold`: the member runs on, untold, to the end).
     #[arg(long)]
     pub notice_at_rest: bool,
+    /// Negative control (`--engine geo`): a replica whose data center was removed goes
+    /// silent without telling the survivors (caught by `removal-unknown` when it was the
+    /// only one that learned the removal).
+    #[arg(long)]
+    pub removed_silent: bool,
     /// Negative control (`--engine geo`): an acceptor never asks about a removal vote it
     /// holds undecided, so a promise whose proposer failed before deciding is held for
     /// ever (caught by `promise-held` when the node asked fails with its data center).

@@ -25,6 +25,7 @@ fn config(scenario: &str, seed: u64, expose: bool) -> GeoRunConfig {
         remove_beyond_f: false,
         unagreed_removal: false,
         notice_at_rest: false,
+        removed_silent: false,
         promises_held: false,
         abort_committed: false,
         cut_quorum: false,
@@ -120,10 +121,11 @@ fn general_seeds_pass_and_reach_every_mechanism() {
 
 /// Seeds of `general` that sweeps once failed, each on a bug since fixed (in the engine or
 /// the simulator's record; `docs/simulation.md`, the geo engine's sweeps).
-const FIXED_SEEDS: [u64; 24] = [
+const FIXED_SEEDS: [u64; 25] = [
     140000304, 180000847, 180000899, 180002473, 190007339, 210001231, 210003709, 230001176,
     280006144, 390001110, 410007940, 900000335, 900000448, 900000492, 910004693, 1064000786,
     1080002563, 1090004300, 1090006194, 1100001185, 1100002849, 1120003704, 1130006640, 299,
+    1010007639,
 ];
 
 #[test]
@@ -394,4 +396,23 @@ fn a_return_abandoned_with_its_cut_split_is_taken_back_and_its_controls_are_caug
         let c = GeoRunConfig { no_earlier_cuts: true, ..config("general", seed, false) };
         assert!(!run_one(&c).passed(), "seed {seed}: no_earlier_cuts went unnoticed");
     }
+}
+
+#[test]
+fn a_removal_only_the_removed_acceptor_learned_is_told_to_the_survivors() {
+    // Seed 1010007639 asks two removals at once; the node that asked data center 2's is
+    // cut off with its data center right after. The removal is made, but the only
+    // acceptor that finds it (by asking) is data center 2's own, which then stops; the
+    // others' asks can never reach a majority without it. Its last word (`last_word`)
+    // tells them. Silent (`removed_silent`), no survivor ever learns the removal.
+    let r = run_one(&config("general", 1010007639, false));
+    assert_clean(&r);
+    assert!(r.reached.contains_key("removal-told"), "the survivors were not told");
+    let silent =
+        run_one(&GeoRunConfig { removed_silent: true, ..config("general", 1010007639, false) });
+    assert!(
+        silent.violations.iter().any(|v| v.starts_with("removal-unknown")),
+        "removed_silent went unnoticed: {:?}",
+        silent.violations
+    );
 }

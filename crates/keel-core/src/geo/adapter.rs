@@ -245,6 +245,12 @@ fn removal_metrics(status: &Status) -> Vec<Metric> {
             c.notices_rearmed,
         ),
         Metric::counter(
+            "keel_geo_removals_told_total",
+            "Removals this replica learned from the removed data center's own member, which \
+             tells the survivors as it stops.",
+            c.removals_told,
+        ),
+        Metric::counter(
             "keel_geo_removal_asks_total",
             "Asks this acceptor sent every acceptor to abort a removal vote it held \
              undecided too long (its proposer failed before deciding, say).",

@@ -142,6 +142,9 @@ pub struct Config {
     /// Negative control: a removal notice whose sends were spent is not sent again when
     /// its removed member is heard, so a member cut off through them runs on untold.
     pub unsafe_notice_at_rest: bool,
+    /// Negative control: a replica whose data center was removed goes silent without
+    /// telling the survivors, so a removal that only it learned stays unknown to them.
+    pub unsafe_removed_silent: bool,
     /// Negative control: an acceptor never asks about a vote it holds undecided, so a
     /// promise whose proposer failed before deciding is held for ever.
     pub unsafe_promises_held: bool,
@@ -245,6 +248,7 @@ impl Config {
             unsafe_remove_beyond_f: false,
             unsafe_unagreed_removal: false,
             unsafe_notice_at_rest: false,
+            unsafe_removed_silent: false,
             unsafe_promises_held: false,
             unsafe_abort_committed: false,
             joining: false,
@@ -852,6 +856,10 @@ pub struct Counters {
     /// sends were spent.
     #[serde(default)]
     pub notices_rearmed: u64,
+    /// Removals this replica learned from the removed data center's own member, which
+    /// tells them as it stops (`GeoEngine::last_word`).
+    #[serde(default)]
+    pub removals_told: u64,
     /// Data centers this replica learned were removed.
     #[serde(default)]
     pub removals: u64,

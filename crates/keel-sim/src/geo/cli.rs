@@ -64,6 +64,7 @@ pub fn run_seeds(args: &RunArgs) -> ExitCode {
         remove_beyond_f: args.remove_beyond_f,
         unagreed_removal: args.unagreed_removal,
         notice_at_rest: args.notice_at_rest,
+        removed_silent: args.removed_silent,
         promises_held: args.promises_held,
         abort_committed: args.abort_committed,
         cut_quorum: args.cut_quorum,

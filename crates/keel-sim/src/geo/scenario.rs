@@ -45,6 +45,8 @@ pub struct GeoRunConfig {
     pub unagreed_removal: bool,
     /// Negative control: a spent removal notice is not sent again when its peer is heard.
     pub notice_at_rest: bool,
+    /// Negative control: a removed replica goes silent without telling the survivors.
+    pub removed_silent: bool,
     /// Negative control: an acceptor never asks about a vote it holds undecided.
     pub promises_held: bool,
     /// Negative control: an acceptor asked to abort a proposal it committed records it
@@ -298,6 +300,7 @@ fn draw_shape(rng: &mut Rng, config: &GeoRunConfig) -> GeoShape {
         remove_beyond_f: config.remove_beyond_f,
         unagreed_removal: config.unagreed_removal,
         notice_at_rest: config.notice_at_rest,
+        removed_silent: config.removed_silent,
         promises_held: config.promises_held,
         abort_committed: config.abort_committed,
         cut_quorum: config.cut_quorum,

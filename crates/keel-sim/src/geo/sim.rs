@@ -306,6 +306,7 @@ impl SimEngine for GeoEngine {
             ("answered-forgotten", c.answered_forgotten),
             ("forgotten-taken", c.forgotten_taken),
             ("notice-rearmed", c.notices_rearmed),
+            ("removal-told", c.removals_told),
             ("removal-committing", c.removals_committing),
             ("promise-asked", c.removal_asks),
             ("promise-aborted", c.removals_aborted),

@@ -65,6 +65,8 @@ pub struct GeoShape {
     pub unagreed_removal: bool,
     /// Negative control: a spent removal notice is not sent again when its peer is heard.
     pub notice_at_rest: bool,
+    /// Negative control: a removed replica goes silent without telling the survivors.
+    pub removed_silent: bool,
     /// Negative control: an acceptor never asks about a vote it holds undecided.
     pub promises_held: bool,
     /// Negative control: an acceptor asked to abort a proposal it committed records it
@@ -220,6 +222,7 @@ impl GeoWorld {
         template.unsafe_remove_beyond_f = shape.remove_beyond_f;
         template.unsafe_unagreed_removal = shape.unagreed_removal;
         template.unsafe_notice_at_rest = shape.notice_at_rest;
+        template.unsafe_removed_silent = shape.removed_silent;
         template.unsafe_promises_held = shape.promises_held;
         template.unsafe_abort_committed = shape.abort_committed;
         template.unsafe_cut_quorum = shape.cut_quorum;

@@ -20,10 +20,17 @@ impl GeoEngine {
     }
 
     /// A removed data center's members get only their notice, and nothing is forwarded
-    /// to them (a replica whose own data center was removed keeps nothing but refusals).
+    /// to them (a replica whose own data center was removed keeps nothing but refusals
+    /// and its last word to the members of the data centers not removed).
     fn check_removed(&self) {
         if self.is_removed() {
-            assert!(self.channels.is_empty(), "a removed replica keeps channels");
+            for (&peer, channel) in &self.channels {
+                let live = self.member(peer).is_some_and(|m| !self.removed[m.dc as usize]);
+                assert!(
+                    live && channel.is_notice() && !self.lost,
+                    "a removed replica keeps a channel to {peer} other than its last word"
+                );
+            }
             assert!(self.coordinator.txs.is_empty(), "a removed replica keeps transactions");
             return;
         }

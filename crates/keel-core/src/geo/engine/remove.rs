@@ -13,7 +13,7 @@
 //! fresh channel, so that a member still running stops serving its clients.
 
 use super::super::channel::Channel;
-use super::super::types::{Body, Change, GeoResult};
+use super::super::types::{Body, Change, GeoResult, Message};
 use super::agree::with;
 use super::{GeoEngine, Pending};
 use crate::engine::RequestTag;
@@ -211,6 +211,55 @@ impl GeoEngine {
         self.coordinator = super::Coordinator { next_tx, ..Default::default() };
         self.channels.clear();
         self.loopback.clear();
+        self.last_word();
+    }
+
+    /// This replica's data center was removed: it tells the members of every data center
+    /// not removed, each on a notice channel, before it goes silent. It may be the only
+    /// one that knows: an acceptor that found its own removal made by asking stops, and
+    /// the other acceptors' asks about the votes they committed can then never reach a
+    /// majority (it answers none).
+    fn last_word(&mut self) {
+        if self.config.unsafe_removed_silent {
+            return;
+        }
+        let change = Change { dc: self.me.dc, epoch: self.removal_epoch() };
+        let live = (0..self.dcs).filter(|&i| !self.removed[i]);
+        let nodes: Vec<NodeId> = live.flat_map(|i| self.replicas[i].clone()).collect();
+        for node in nodes {
+            self.channels.insert(node, Channel::notice(Body::Changed { change }));
+        }
+    }
+
+    /// The epoch of this replica's own data center's removal (the one before a return
+    /// it learned without the removal).
+    fn removal_epoch(&self) -> u32 {
+        let epoch = self.epochs[self.me.dc as usize];
+        epoch - u32::from(epoch.is_multiple_of(2))
+    }
+
+    /// A removed replica heard `from`: a member that tells it of its removal knows it, and
+    /// needs no last word; one that does not is told again ([`Channel::rearm_notice`]).
+    pub(crate) fn last_word_heard(&mut self, from: NodeId, message: &Message) {
+        let (own, removal) = (self.me.dc, self.removal_epoch());
+        let knows = message.bodies.iter().any(|body| {
+            matches!(body, Body::Changed { change }
+                if change.dc == own && change.removes() && change.epoch >= removal)
+        });
+        if knows {
+            self.channels.remove(&from);
+        } else if self.channels.get_mut(&from).is_some_and(Channel::rearm_notice) {
+            self.counters.notices_rearmed += 1;
+        }
+    }
+
+    /// A removed data center's member's last word (`last_word`), taken whatever its
+    /// channel's state: `message` from a member of `dc` that says `dc` was removed.
+    pub(crate) fn told_removed(message: &Message, dc: u32) -> Option<Change> {
+        message.bodies.iter().find_map(|body| match *body {
+            Body::Changed { change } if change.dc == dc && change.removes() => Some(change),
+            _ => None,
+        })
     }
 }
 

@@ -165,7 +165,12 @@ impl GeoEngine {
         match input {
             Input::Client(request) => refuse(self, request),
             Input::Clients(requests) => requests.into_iter().for_each(|r| refuse(self, r)),
-            Input::Message { .. } => self.counters.dropped_lost += 1,
+            Input::Message { from, message } => {
+                self.counters.dropped_lost += 1;
+                if !self.lost {
+                    self.last_word_heard(from, &message);
+                }
+            }
             Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
         }
     }
@@ -180,7 +185,7 @@ impl GeoEngine {
         self.out.hard_state = self.first_hard_state.take();
         if self.lost || self.is_removed() {
             self.step_lost(input);
-            return std::mem::take(&mut self.out);
+            return self.end_silent_step();
         }
         if self.joining.is_some() {
             return self.step_joining(input);
@@ -193,8 +198,7 @@ impl GeoEngine {
             Input::Tick | Input::LogSynced { .. } | Input::SnapshotSaved { .. } => {}
         }
         if self.is_removed() {
-            self.check_invariants();
-            return std::mem::take(&mut self.out);
+            return self.end_silent_step();
         }
         self.drain_loopback();
         self.timers();
@@ -204,6 +208,16 @@ impl GeoEngine {
         }
         self.flush(tick);
         self.out.wake_at = Some(self.wake_at());
+        self.check_invariants();
+        std::mem::take(&mut self.out)
+    }
+
+    /// The end of a step of a lost replica or a removed one: only a removed one's last
+    /// word goes out (`remove.rs`, `last_word`).
+    fn end_silent_step(&mut self) -> Outputs<Message, GeoReply, NoRecord> {
+        self.flush(true);
+        let retransmit = self.config.retransmit;
+        self.out.wake_at = self.channels.values().filter_map(|c| c.resend_at(retransmit)).min();
         self.check_invariants();
         std::mem::take(&mut self.out)
     }
@@ -309,6 +323,13 @@ impl GeoEngine {
             return;
         }
         let Some(peer) = self.member(from) else { return };
+        if let Some(change) = Self::told_removed(&message, peer.dc) {
+            // A removed data center's last word: nothing else it sends is taken.
+            let known = self.epochs[peer.dc as usize];
+            self.learn_change(change);
+            self.counters.removals_told += u64::from(self.epochs[peer.dc as usize] > known);
+            return;
+        }
         if !self.heard_back(from, peer.dc, &message) {
             self.counters.dropped_removed += 1;
             return;
