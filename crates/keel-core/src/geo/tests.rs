@@ -937,6 +937,22 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     // The return is made: the survivors answer, the new replicas cut, the survivors
     // apply the cut and settle.
     assert_eq!(c.call(NodeId(11), 0, GeoOp::ReturnDc { member: NodeId(22) }), GeoResult::Synced);
+    // The moment a new replica is back, a new session there sees what survived: its
+    // source's view (`Coordinator::floor`), though its own has not caught up yet.
+    for _ in 0..2_000 {
+        if c.nodes[&NodeId(21)].status().counters.copies_installed == 1 {
+            break;
+        }
+        c.run(1);
+    }
+    let GeoResult::Began { snap, tx } = c.call(NodeId(21), 11, GeoOp::Begin { past: zero.clone() })
+    else {
+        panic!("no snapshot")
+    };
+    for (dc, past) in pasts.iter().enumerate().take(2) {
+        assert!(snap.dcs[dc] >= past.dcs[dc], "a first snapshot {snap:?} misses {dc}'s past");
+    }
+    let _ = c.call_result(NodeId(21), 11, GeoOp::Abort { tx });
     c.run(500);
     let cut = c.nodes[&NodeId(21)].status().cuts.first().expect("the cut was made").1;
     for n in [1, 2, 11, 12] {

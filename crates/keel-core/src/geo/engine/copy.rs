@@ -6,7 +6,8 @@
 //!   from its answer (`CopyAsk`): the streams the survivors sent it since their answers
 //!   are held, and connect to a copy that covers those entries.
 //! - The **source** copies once its known vector covers them: every transaction its
-//!   known vector covers, in chunks of bounded size paced on the channel, then its known
+//!   known vector covers, in chunks of bounded size built from its log as the new
+//!   replica acknowledges the ones before (never a second copy of the partition), then its known
 //!   vector and, per data center, the entry above which it still holds transactions for
 //!   forwarding (`Copied`). It learned the return before, so it collected nothing the new
 //!   replica lacks since (`back.rs`).
@@ -22,25 +23,47 @@
 //!   snapshot is never answered.
 
 use super::super::channel::Channel;
-use super::super::types::{Back, Body, Change, Replicated, TxId, Vector};
+use super::super::types::{Back, Body, Change, Kind, Replicated, TxId, Vector};
 use super::back::Limit;
-use super::GeoEngine;
-use keel_types::KeelError;
+use super::{GeoEngine, LogEntry};
+use keel_types::{KeelError, Key};
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Bytes of updates in one chunk of a copy, about.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Chunks of a copy queued on the channel at once: the source sends the next as the new
-/// replica acknowledges, so a copy never fills a peer frame.
+/// Log entries in one chunk of a copy, about (a transaction's entries of one object are
+/// never split, so a chunk may pass it by one transaction's): well within the gate's
+/// bound on a chunk's transactions, however small the updates.
+const CHUNK_ENTRIES: usize = 16_384;
+
+/// Chunks of a copy queued on the channel at once: the source builds and sends the next
+/// as the new replica acknowledges, so a copy never fills a peer frame, and a step
+/// builds at most this many.
 const CHUNKS_IN_FLIGHT: usize = 4;
 
-/// A copy being sent: its chunks left, then its end.
+/// An entry's place in a copy: its data center, its timestamp there, its transaction.
+type EntryId = (u32, u64, TxId);
+
+/// Where a chunk of a copy starts: an object of the log, and the last entry of it already
+/// sent (`None`: from its first).
+type Cursor = ((Key, Kind), Option<EntryId>);
+
+/// A copy being sent, built a chunk at a time from the source's log as the new replica
+/// acknowledges (the source never holds a second copy of its partition).
 #[derive(Clone, Debug)]
 pub(crate) struct Sending {
-    /// The chunks not yet queued, in order (the end last).
-    pub left: VecDeque<Body>,
+    /// What the copy covers, as when it began: entries this known vector covers (what
+    /// arrives later is above it).
+    pub known: Vector,
+    /// The return's epoch.
+    pub epoch: u32,
+    /// Where the next chunk starts; `None` once every object was copied.
+    pub next: Option<Cursor>,
+    /// The copy's end (`Copied`), sent after the last chunk; `None` once queued.
+    pub end: Option<Body>,
     /// The channel numbers of the chunks queued and not yet acknowledged.
     pub in_flight: VecDeque<u64>,
 }
@@ -78,7 +101,10 @@ impl GeoEngine {
         let Some(w) = self.welcomes[r as usize].as_mut().filter(|w| w.epoch == epoch) else {
             return;
         };
-        if !w.settled || w.copy.is_some() || self.sending[r as usize].is_some() {
+        // Not for strong keyspaces (refused a return until step 5): the copy would send
+        // strong deliveries the certification log must bring (`docs/geo.md`).
+        let refused = self.config.strong;
+        if refused || !w.settled || w.copy.is_some() || self.sending[r as usize].is_some() {
             self.counters.rejected += 1;
             return;
         }
@@ -110,51 +136,33 @@ impl GeoEngine {
                 sending.in_flight.pop_front();
             }
             while sending.in_flight.len() < CHUNKS_IN_FLIGHT {
-                let Some(body) = sending.left.pop_front() else { break };
+                let body = match sending.next.take() {
+                    Some(from) => {
+                        let (txs, next) = chunk_from(&self.partition.log, &sending.known, from);
+                        sending.next = next;
+                        Body::Back(Back::Chunk { epoch: sending.epoch, txs })
+                    }
+                    None => match sending.end.take() {
+                        Some(end) => end,
+                        None => break,
+                    },
+                };
                 sending.in_flight.push_back(channel.next_number());
                 channel.push(body);
             }
-            if sending.left.is_empty() {
+            if sending.next.is_none() && sending.end.is_none() {
                 self.sending[r] = None;
             }
         }
     }
 
     /// The copy for the new replica of data center `r`: every transaction this replica's
-    /// known vector covers, in chunks, then its known vector and, per data center, the
-    /// entry above which the new replica keeps transactions for forwarding (what every
-    /// other live data center is known to store, as collection counts it).
+    /// known vector covers, in chunks built as they are sent, then its known vector and,
+    /// per data center, the entry above which the new replica keeps transactions for
+    /// forwarding (what every other live data center is known to store, as collection
+    /// counts it).
     fn copy_of(&self, r: usize, epoch: u32) -> Sending {
         let known = &self.partition.known;
-        let mut txs: BTreeMap<(u32, u64, TxId), Replicated> = BTreeMap::new();
-        for ((key, _), entries) in &self.partition.log {
-            for e in entries {
-                let ts = e.commit.dcs[e.origin as usize];
-                if ts > known.dcs[e.origin as usize] {
-                    continue;
-                }
-                let tx = txs.entry((e.origin, ts, e.tx)).or_insert_with(|| Replicated {
-                    tx: e.tx,
-                    commit: (*e.commit).clone(),
-                    writes: Vec::new(),
-                });
-                tx.writes.push((key.clone(), e.update.clone()));
-            }
-        }
-        let mut left = VecDeque::new();
-        let (mut chunk, mut bytes) = (Vec::new(), 0);
-        for ((origin, _, _), tx) in txs {
-            bytes += tx.writes.iter().map(|(k, u)| k.len() + u.bytes()).sum::<usize>();
-            chunk.push((origin, tx));
-            if bytes >= CHUNK_BYTES {
-                let txs = std::mem::take(&mut chunk);
-                left.push_back(Body::Back(Back::Chunk { epoch, txs }));
-                bytes = 0;
-            }
-        }
-        if !chunk.is_empty() {
-            left.push_back(Body::Back(Back::Chunk { epoch, txs: chunk }));
-        }
         let d = self.me.dc as usize;
         let kept = (0..self.dcs)
             .map(|j| {
@@ -167,9 +175,16 @@ impl GeoEngine {
             })
             .collect();
         let limits = self.cuts();
-        let known = known.clone();
-        left.push_back(Body::Back(Back::Copied { epoch, known, kept, limits }));
-        Sending { left, in_flight: VecDeque::new() }
+        let visible = self.visible();
+        let end = Back::Copied { epoch, known: known.clone(), kept, limits, visible };
+        let next = self.partition.log.keys().next().map(|object| (object.clone(), None));
+        Sending {
+            known: known.clone(),
+            epoch,
+            next,
+            end: Some(Body::Back(end)),
+            in_flight: VecDeque::new(),
+        }
     }
 
     /// A new replica takes a chunk of its copy from its source.
@@ -189,13 +204,23 @@ impl GeoEngine {
         known: Vector,
         kept: &[u64],
         limits: &[(u32, u64, u32)],
+        visible: Vector,
     ) {
         let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
         let Some(cut) = j.cut.filter(|_| j.source == Some(dc)) else { return };
         let d = self.me.dc as usize;
-        let chunks = std::mem::take(&mut j.chunks);
-        for (origin, tx) in chunks {
-            let ts = tx.commit.dcs[origin as usize];
+        // A transaction's entries come object by object: its parts are joined here.
+        let mut txs: BTreeMap<EntryId, Replicated> = BTreeMap::new();
+        for (origin, part) in std::mem::take(&mut j.chunks) {
+            let ts = part.commit.dcs[origin as usize];
+            match txs.entry((origin, ts, part.tx)) {
+                Entry::Vacant(v) => {
+                    v.insert(part);
+                }
+                Entry::Occupied(mut o) => o.get_mut().writes.extend(part.writes),
+            }
+        }
+        for ((origin, ts, _), tx) in txs {
             let commit = Arc::new(tx.commit.clone());
             self.append(tx.tx, origin, &commit, &tx.writes);
             if origin as usize != d && ts > kept[origin as usize] {
@@ -218,6 +243,7 @@ impl GeoEngine {
             limits.sort_by_key(|l| l.epoch);
             limits.dedup_by_key(|l| l.epoch);
         }
+        self.coordinator.floor = Some(visible);
         self.replay_held();
         self.back(epoch);
     }
@@ -344,5 +370,152 @@ impl GeoEngine {
             let e = self.stale_error();
             self.reply(key.1, Err(e));
         }
+    }
+}
+
+/// The chunk of a copy covering `known` that starts at `from` in `log`, and where the next
+/// one starts (`None`: this was the last). Whole objects while they fit; an object with
+/// more entries than a chunk holds is sent in its entries' order, a transaction's entries
+/// together, each chunk resuming after the last entry the one before sent (so entries a
+/// cut drops meanwhile are skipped, and none is sent twice).
+fn chunk_from(
+    log: &BTreeMap<(Key, Kind), Vec<LogEntry>>,
+    known: &Vector,
+    from: Cursor,
+) -> (Vec<(u32, Replicated)>, Option<Cursor>) {
+    let (start, mut after) = from;
+    let mut txs: BTreeMap<EntryId, Replicated> = BTreeMap::new();
+    let (mut bytes, mut entries) = (0, 0);
+    for ((key, kind), list) in log.range(start..) {
+        if bytes >= CHUNK_BYTES || entries >= CHUNK_ENTRIES {
+            return (parts(txs), Some(((key.clone(), *kind), None)));
+        }
+        let mut due: Vec<(EntryId, &LogEntry)> = list
+            .iter()
+            .map(|e| ((e.origin, e.commit.dcs[e.origin as usize], e.tx), e))
+            .filter(|&((origin, ts, _), _)| ts <= known.dcs[origin as usize])
+            .filter(|(id, _)| after.is_none_or(|a| *id > a))
+            .collect();
+        due.sort_by_key(|(id, _)| *id);
+        let mut last = None;
+        for (id, e) in due {
+            if last != Some(id) && (bytes >= CHUNK_BYTES || entries >= CHUNK_ENTRIES) {
+                return (parts(txs), Some(((key.clone(), *kind), last)));
+            }
+            let tx = txs.entry(id).or_insert_with(|| Replicated {
+                tx: e.tx,
+                commit: (*e.commit).clone(),
+                writes: Vec::new(),
+            });
+            tx.writes.push((key.clone(), e.update.clone()));
+            bytes += key.len() + e.update.bytes();
+            entries += 1;
+            last = Some(id);
+        }
+        after = None;
+    }
+    (parts(txs), None)
+}
+
+/// A chunk's transactions, each with its data center.
+fn parts(txs: BTreeMap<EntryId, Replicated>) -> Vec<(u32, Replicated)> {
+    txs.into_iter().map(|((origin, _, _), tx)| (origin, tx)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_types::geo::Update;
+
+    fn entry(origin: u32, ts: u64, seq: u64) -> LogEntry {
+        let mut commit = Vector::zero(3);
+        commit.dcs[origin as usize] = ts;
+        let tx = TxId { node: origin, seq };
+        LogEntry { tx, origin, commit: Arc::new(commit), update: Update::Add(1) }
+    }
+
+    fn object(name: &str) -> (Key, Kind) {
+        (Key::copy_from_slice(name.as_bytes()), Kind::Counter)
+    }
+
+    /// Every chunk of a copy of `log` covering `known`, with `between` run on the log
+    /// before each chunk after the first.
+    fn chunks(
+        log: &mut BTreeMap<(Key, Kind), Vec<LogEntry>>,
+        known: &Vector,
+        between: impl Fn(&mut BTreeMap<(Key, Kind), Vec<LogEntry>>),
+    ) -> Vec<Vec<(u32, Replicated)>> {
+        let mut out = Vec::new();
+        let mut next = log.keys().next().map(|o| (o.clone(), None));
+        while let Some(from) = next.take() {
+            if !out.is_empty() {
+                between(log);
+            }
+            let (txs, after) = chunk_from(log, known, from);
+            out.push(txs);
+            next = after;
+        }
+        out
+    }
+
+    #[test]
+    fn a_copy_is_built_a_bounded_chunk_at_a_time_each_entry_once() {
+        // A hot object with 70,000 one-entry transactions (tiny updates: 1 MiB of them
+        // is more transactions than the gate takes in a chunk), a transaction that
+        // updates it twice, and other objects, some entries above the known vector.
+        let mut log: BTreeMap<(Key, Kind), Vec<LogEntry>> = BTreeMap::new();
+        let hot = object("hot");
+        for seq in 0..70_000u64 {
+            log.entry(hot.clone()).or_default().push(entry((seq % 3) as u32, seq + 1, seq));
+        }
+        log.get_mut(&hot).unwrap().push(entry(1, 50, 49));
+        for name in ["a", "b", "z"] {
+            for seq in 0..10u64 {
+                log.entry(object(name)).or_default().push(entry(0, 100_000 + seq, 100_000 + seq));
+            }
+        }
+        let mut known = Vector::zero(3);
+        known.dcs = vec![100_004, 69_000, 69_000];
+        let due: usize = log
+            .values()
+            .flatten()
+            .filter(|e| e.commit.dcs[e.origin as usize] <= known.dcs[e.origin as usize])
+            .count();
+        let all = chunks(&mut log, &known, |_| {});
+        assert!(all.len() >= 5, "{} chunks", all.len());
+        let mut seen = std::collections::BTreeSet::new();
+        let mut sent = 0;
+        for chunk in &all {
+            let writes: usize = chunk.iter().map(|(_, t)| t.writes.len()).sum();
+            assert!(writes <= CHUNK_ENTRIES + 1, "a chunk of {writes} entries");
+            assert!(chunk.len() <= crate::geo::engine::gate::BODIES_MAX);
+            for (origin, t) in chunk {
+                for (key, _) in &t.writes {
+                    sent += 1;
+                    seen.insert((key.clone(), *origin, t.tx));
+                }
+            }
+        }
+        assert_eq!(sent, due, "entries sent, against those the known vector covers");
+        let twice = all.iter().flatten().filter(|(_, t)| t.tx == TxId { node: 1, seq: 49 });
+        assert_eq!(twice.map(|(_, t)| t.writes.len()).sum::<usize>(), 2, "tx 49's entries");
+        // Entries a cut drops while the copy is under way are skipped; none is sent twice.
+        let dropped = |log: &mut BTreeMap<(Key, Kind), Vec<LogEntry>>| {
+            log.get_mut(&object("hot")).unwrap().retain(|e| e.origin != 2);
+        };
+        let mut log2 = log.clone();
+        let all = chunks(&mut log2, &known, dropped);
+        let mut ids = std::collections::BTreeMap::new();
+        for (origin, t) in all.iter().flatten() {
+            for (key, _) in &t.writes {
+                *ids.entry((key.clone(), *origin, t.tx)).or_insert(0) += 1;
+            }
+        }
+        let tx49 = TxId { node: 1, seq: 49 };
+        assert!(ids.iter().all(|(id, &n)| n == 1 || (id.2 == tx49 && n == 2)), "sent twice");
+        // What the cut left is all sent.
+        let kept = seen.iter().filter(|(k, o, _)| *o != 2 || k.as_ref() != b"hot");
+        assert!(kept.clone().all(|id| ids.contains_key(id)), "an entry the cut kept is missing");
+        assert!(ids.len() < seen.len(), "the cut dropped nothing");
     }
 }

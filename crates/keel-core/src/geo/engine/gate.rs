@@ -82,8 +82,9 @@ fn back_ok(back: &Back) -> bool {
             txs.len() <= BODIES_MAX
                 && txs.iter().all(|(_, t)| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
         }
-        Back::Copied { known, kept, limits, .. } => {
+        Back::Copied { known, kept, limits, visible, .. } => {
             vector_ok(known)
+                && vector_ok(visible)
                 && kept.len() <= DCS_MAX
                 && limits.len() <= DCS_MAX * super::remove::LIVES_MAX as usize
                 && limits.iter().all(|&(_, _, e)| e > 0 && e.is_multiple_of(2) && e < EPOCH_MAX)
@@ -252,7 +253,10 @@ impl GeoEngine {
                                     && self.owns(&t.writes)
                             })
                     }
-                    Back::Copied { known, .. } | Back::Installed { known, .. } => {
+                    Back::Copied { known, visible, .. } => {
+                        sibling && shape(known) && shape(visible) && self.back_vector_fits(back)
+                    }
+                    Back::Installed { known, .. } => {
                         sibling && shape(known) && self.back_vector_fits(back)
                     }
                 },
@@ -357,7 +361,6 @@ impl GeoEngine {
             && c.participants.contains(&self.me.partition)
     }
 
-    /// Whether every update's key belongs to this partition and its value to the limits.
     /// Whether a return's per-data-center list has this keyspace's shape.
     fn back_vector_fits(&self, back: &Back) -> bool {
         match back {
@@ -369,6 +372,7 @@ impl GeoEngine {
         }
     }
 
+    /// Whether every update's key belongs to this partition and its value to the limits.
     fn owns(&self, writes: &[(keel_types::Key, Update)]) -> bool {
         let limits = &self.config.limits;
         writes.iter().all(|(key, update)| {
