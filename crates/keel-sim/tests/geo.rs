@@ -401,18 +401,26 @@ fn a_return_abandoned_with_its_cut_split_is_taken_back_and_its_controls_are_caug
 #[test]
 fn a_removal_only_the_removed_acceptor_learned_is_told_to_the_survivors() {
     // Seed 1010007639 asks two removals at once; the node that asked data center 2's is
-    // cut off with its data center right after. The removal is made, but the only
-    // acceptor that finds it (by asking) is data center 2's own, which then stops; the
-    // others' asks can never reach a majority without it. Its last word (`last_word`)
-    // tells them. Silent (`removed_silent`), no survivor ever learns the removal.
-    let r = run_one(&config("general", 1010007639, false));
-    assert_clean(&r);
-    assert!(r.reached.contains_key("removal-told"), "the survivors were not told");
-    let silent =
-        run_one(&GeoRunConfig { removed_silent: true, ..config("general", 1010007639, false) });
-    assert!(
-        silent.violations.iter().any(|v| v.starts_with("removal-unknown")),
-        "removed_silent went unnoticed: {:?}",
-        silent.violations
-    );
+    // cut off with its data center right after. Seed 1164000163 draws the aimed fault
+    // (`asker-cut-deciding`): the node asked to remove a live data center is cut off with
+    // its data center as the removed one's acceptor records the commit. In both, the
+    // removal is made, but the only acceptor that finds it (by asking) is the removed data
+    // center's own, which then stops; the others' asks can never reach a majority without
+    // it. Its last word (`last_word`) tells them. Silent (`removed_silent`), no survivor
+    // ever learns the removal.
+    for seed in [1010007639, 1164000163] {
+        let r = run_one(&config("general", seed, false));
+        assert_clean(&r);
+        assert!(r.reached.contains_key("removal-told"), "seed {seed}: the survivors were not told");
+        let silent =
+            run_one(&GeoRunConfig { removed_silent: true, ..config("general", seed, false) });
+        assert!(
+            silent.violations.iter().any(|v| v.starts_with("removal-unknown")),
+            "seed {seed}: removed_silent went unnoticed: {:?}",
+            silent.violations
+        );
+    }
+    assert!(run_one(&config("general", 1164000163, false))
+        .reached
+        .contains_key("asker-cut-deciding"));
 }

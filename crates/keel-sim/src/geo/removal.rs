@@ -22,7 +22,12 @@
 //! leaves: the acceptors that recorded the commit must keep counting the removal, made
 //! though none of them knows it, and the operator's removal of the cut-off data center,
 //! asked 3.5 to 5.5 s later (after the acceptors asked each other about their undecided
-//! votes), must be refused (`removal-beyond-f` otherwise).
+//! votes), must be refused (`removal-beyond-f` otherwise). In half the runs that remove a
+//! live data center not cut off, the node asked is cut off with its data center as the
+//! removed data center's acceptor records the commit, and the operator waits
+//! (`DecidingCut`): the acceptors settle the removal among themselves, and the removed
+//! acceptor, which may be the only one that finds it made, must tell the survivors
+//! (`removal-unknown` otherwise).
 
 use super::world::GeoWorld;
 use crate::rng::Rng;
@@ -44,6 +49,16 @@ const LONG_CUT_NS: (u64, u64) = (6_000_000_000, 8_000_000_000);
 /// the promises take one round trip between data centers (at most 200 ms here), the
 /// commits another.
 const ASKER_FAILS_NS: u64 = 300_000_000;
+/// How long the asker of a live removal is cut off once the removed data center's
+/// acceptor recorded the commit, at least: past the round's deadline (two suspicion
+/// time-outs) and the acceptors' asks (three), ns.
+const DECIDING_CUT_NS: u64 = 4_000_000_000;
+/// How long after that another acceptor may record the commit and be held, ns.
+const OTHER_COMMITS_NS: u64 = 500_000_000;
+/// When the other committed acceptor's messages to the removed one are held, after it
+/// recorded the commit: from shortly before its ask (three suspicion time-outs after
+/// its record) until past the removed one's ask has reached it and been answered, ns.
+const HELD_AROUND_ASKS_NS: (u64, u64) = (2_700_000_000, 3_700_000_000);
 /// How long after the node that made a removal is cut off the operator asks to remove
 /// its data center, at least and at most, ns: past the acceptors' asks about undecided
 /// votes (three suspicion time-outs of 1 s).
@@ -84,6 +99,9 @@ pub struct Removal {
     /// (if that spent `f`); once cut, the operator's removal of its data center.
     asker_cut: Option<Rng>,
     cut_asker: Option<CutAsker>,
+    /// A live removal's asker cut off with its data center while it decides: when, the
+    /// node, how long, and (once cut) until when.
+    deciding_cut: Option<DecidingCut>,
     /// What went wrong: a removal beyond `f` that was made.
     pub violations: Vec<String>,
 }
@@ -101,6 +119,23 @@ struct CutAsker {
     asked: Option<(RequestTag, u64)>,
     tries: u32,
     answered: bool,
+}
+
+/// The node asked to remove a live data center, cut off with its data center the moment
+/// the removed data center's own acceptor `R` records the commit (the votes not back
+/// yet), until the acceptors have asked each other about their votes; the operator waits,
+/// so the acceptors alone settle what was made. When another acceptor `X`, outside the
+/// asker's data center, recorded the commit too, `X`'s messages to `R` are held around
+/// the acceptors' asks: `X`'s ask and its answer to `R`'s reach `R` together, so `R`
+/// learns the removal from `X`'s answer and stops before its own answer to `X` leaves.
+/// `R` is then the only one that knows the removal was made: it must tell every survivor.
+struct DecidingCut {
+    node: NodeId,
+    /// `R`.
+    acceptor: NodeId,
+    /// When the cut began, and `X` with when it recorded the commit, once seen.
+    since: Option<u64>,
+    other: Option<(NodeId, u64)>,
 }
 
 /// A removal beyond `f`, asked by mistake; the engine must refuse it.
@@ -154,6 +189,7 @@ impl Removal {
             asker_crash: None,
             asker_cut,
             cut_asker: None,
+            deciding_cut: None,
             violations: Vec::new(),
         })
     }
@@ -177,7 +213,8 @@ impl Removal {
     /// Whether nothing is left to do: removed, given up, or nothing to remove.
     pub fn finished(&self, world: &GeoWorld) -> bool {
         let nothing = self.target.is_none() && self.live_at.is_none() && world.failed.is_empty();
-        self.done || self.tries >= TRIES_MAX || nothing
+        let cut = self.deciding_cut.is_some();
+        (self.done || self.tries >= TRIES_MAX || nothing) && !cut
     }
 
     /// The mistaken removal: once `f` data centers failed (none of them a live one whose
@@ -254,6 +291,7 @@ impl Removal {
         self.drive_mistake(world, log, now);
         self.crash_asker(world, log, now);
         self.drive_cut_asker(world, log, now);
+        self.drive_deciding_cut(world, log, now);
         if self.done {
             return;
         }
@@ -288,9 +326,66 @@ impl Removal {
         ));
         // Only for a failed data center: a live one whose removal the failure leaves
         // unmade is live again, which the simulator's count of failures cannot undo.
+        // A live one's asker is cut off instead, unless the live one is (it then takes
+        // no part in the votes).
         let failed = !world.removed_live.contains(&dc);
-        if let Some(mut rng) = self.asker_fails.take().filter(|_| world.shape.f >= 2 && failed) {
-            self.asker_crash = Some((now + rng.below(ASKER_FAILS_NS), at));
+        match self.asker_fails.take() {
+            Some(mut rng) if failed && world.shape.f >= 2 => {
+                self.asker_crash = Some((now + rng.below(ASKER_FAILS_NS), at));
+            }
+            Some(_) if !failed && self.cut_until.is_none() => {
+                let acceptor = world.nodes_of(dc)[0];
+                let c = DecidingCut { node: at, acceptor, since: None, other: None };
+                self.deciding_cut = Some(c);
+            }
+            _ => {}
+        }
+    }
+
+    /// Cuts the asker of a live removal off with its data center once the removed data
+    /// center's acceptor recorded the commit, if the removal is not answered yet (from
+    /// then on the operator waits: the removal is not asked again); holds the other
+    /// committed acceptor's messages to it around the asks; heals at the end.
+    fn drive_deciding_cut(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
+        let Some(c) = self.deciding_cut.as_mut() else { return };
+        let dc = world.dc_of(c.node);
+        let Some(since) = c.since else {
+            if self.done || self.asked.is_none() {
+                self.deciding_cut = None;
+            } else if committed(world, c.acceptor, world.dc_of(c.acceptor)) {
+                c.since = Some(now);
+                self.done = true;
+                world.isolate_dc(dc);
+                world.reach("asker-cut-deciding");
+                log.push(format!(
+                    "{}ms: {}, asked to remove a live data center, is cut off with data center {dc} as it decides",
+                    now / 1_000_000,
+                    c.node
+                ));
+            }
+            return;
+        };
+        let target = world.dc_of(c.acceptor);
+        if c.other.is_none() && now < since + OTHER_COMMITS_NS {
+            let others = (0..world.shape.dcs()).filter(|&d| d != dc && d != target);
+            let acceptors: Vec<NodeId> = others.map(|d| world.nodes_of(d)[0]).collect();
+            if let Some(x) = acceptors.into_iter().find(|&x| committed(world, x, target)) {
+                c.other = Some((x, now));
+                world.reach("asker-cut-deciding-other");
+            }
+        }
+        let (hold_from, hold_until) = HELD_AROUND_ASKS_NS;
+        let held = c.other.filter(|&(_, t)| now >= t + hold_from && now < t + hold_until);
+        if let Some((x, _)) = held {
+            world.world.net.cut_one_way(&[x], &[c.acceptor]);
+        }
+        let ended = c.other.map_or(since + OTHER_COMMITS_NS, |(_, t)| t + hold_until);
+        if now < ended.max(since + DECIDING_CUT_NS) {
+            world.isolate_dc(dc);
+        } else {
+            self.deciding_cut = None;
+            world.heal();
+            log.push(format!("{}ms: data center {dc} reachable again", now / 1_000_000));
         }
     }
 
@@ -601,4 +696,9 @@ impl Pair {
         }
         world.failures_held = true;
     }
+}
+
+/// Whether acceptor `node` recorded the commit of data center `dc`'s removal.
+fn committed(world: &GeoWorld, node: NodeId, dc: u32) -> bool {
+    world.world.engine(node).is_some_and(|e| e.status().removal_committed.contains(&dc))
 }
