@@ -237,29 +237,7 @@ impl GeoEngine {
                     self.config.strong && peer.partition != self.me.partition
                 }
                 Body::Forgotten { .. } => self.config.strong,
-                Body::Back(back) => match back {
-                    Back::Join { .. } => true,
-                    Back::Answer { epochs, .. } => sibling && epochs.len() == self.dcs,
-                    Back::Partial { .. } => same_dc && self.me.partition == 0,
-                    Back::Cut { .. } => peer.partition == 0,
-                    Back::Settled { .. } | Back::CopyAsk { .. } => {
-                        sibling && self.back_vector_fits(back)
-                    }
-                    Back::Chunk { txs, .. } => {
-                        sibling
-                            && txs.iter().all(|(origin, t)| {
-                                (*origin as usize) < self.dcs
-                                    && shape(&t.commit)
-                                    && self.owns(&t.writes)
-                            })
-                    }
-                    Back::Copied { known, visible, .. } => {
-                        sibling && shape(known) && shape(visible) && self.back_vector_fits(back)
-                    }
-                    Back::Installed { known, .. } => {
-                        sibling && shape(known) && self.back_vector_fits(back)
-                    }
-                },
+                Body::Back(back) => self.back_body_fits(peer, back),
                 Body::Changed { .. }
                 | Body::ChangePropose { .. }
                 | Body::ChangeWithdrawn { .. }
@@ -274,6 +252,31 @@ impl GeoEngine {
             }
         }
         Ok(())
+    }
+
+    /// Whether a body of a return (`back.rs`, `copy.rs`) comes from the replica that
+    /// sends it, with this keyspace's shape.
+    fn back_body_fits(&self, peer: Member, back: &Back) -> bool {
+        let same_dc = peer.dc == self.me.dc;
+        let sibling = peer.partition == self.me.partition && !same_dc;
+        let shape = |v: &Vector| v.dcs.len() == self.dcs;
+        match back {
+            Back::Join { .. } => true,
+            Back::Answer { epochs, .. } => sibling && epochs.len() == self.dcs,
+            Back::Partial { .. } => same_dc && self.me.partition == 0,
+            Back::Cut { .. } => peer.partition == 0,
+            Back::Settled { .. } | Back::CopyAsk { .. } => sibling && self.back_vector_fits(back),
+            Back::Chunk { txs, .. } => {
+                sibling
+                    && txs.iter().all(|(origin, t)| {
+                        (*origin as usize) < self.dcs && shape(&t.commit) && self.owns(&t.writes)
+                    })
+            }
+            Back::Copied { known, visible, .. } => {
+                sibling && shape(known) && shape(visible) && self.back_vector_fits(back)
+            }
+            Back::Installed { known, .. } => sibling && shape(known) && self.back_vector_fits(back),
+        }
     }
 
     /// Whether a body of data-center removal (`remove.rs`, `agree.rs`) comes from the
