@@ -1093,6 +1093,29 @@ impl ServerConfig {
         }
         self.validate_geo()?;
         self.validate_keyspaces()?;
+        self.validate_testing()?;
+        self.keyspace_specs()?;
+        let limits = self.engine_config()?.limits;
+        let request_max = keel_wire::resp::RespLimits::for_server(&limits).frame_bytes_max;
+        if self.client_request_buffers_bytes_max < request_max {
+            let reason = format!("must hold at least one largest request ({request_max} bytes)");
+            return Err(invalid("client_request_buffers_bytes_max", reason));
+        }
+        if self.pipelined_requests_bytes_max < 1 << 20 {
+            return Err(invalid("pipelined_requests_bytes_max", "must be at least 1048576"));
+        }
+        self.validate_tls()?;
+        let value_max = u64::from(limits.value_bytes_max);
+        if self.forwarded_replies_bytes_max < value_max {
+            let reason = format!("must hold at least one largest value ({value_max} bytes)");
+            return Err(invalid("forwarded_replies_bytes_max", reason));
+        }
+        Ok(())
+    }
+
+    /// Checks the settings for tests and measurements (`[testing]`, the emulated fsync
+    /// delay).
+    fn validate_testing(&self) -> Result<(), ConfigError> {
         if self.testing.clock_rate_ppm.abs() > CLOCK_RATE_PPM_MAX {
             return Err(invalid(
                 "testing.clock_rate_ppm",
@@ -1117,22 +1140,6 @@ impl ServerConfig {
                 "storage.emulated_fsync_delay_us",
                 format!("must be at most {EMULATED_FSYNC_DELAY_US_MAX}"),
             ));
-        }
-        self.keyspace_specs()?;
-        let limits = self.engine_config()?.limits;
-        let request_max = keel_wire::resp::RespLimits::for_server(&limits).frame_bytes_max;
-        if self.client_request_buffers_bytes_max < request_max {
-            let reason = format!("must hold at least one largest request ({request_max} bytes)");
-            return Err(invalid("client_request_buffers_bytes_max", reason));
-        }
-        if self.pipelined_requests_bytes_max < 1 << 20 {
-            return Err(invalid("pipelined_requests_bytes_max", "must be at least 1048576"));
-        }
-        self.validate_tls()?;
-        let value_max = u64::from(limits.value_bytes_max);
-        if self.forwarded_replies_bytes_max < value_max {
-            let reason = format!("must hold at least one largest value ({value_max} bytes)");
-            return Err(invalid("forwarded_replies_bytes_max", reason));
         }
         Ok(())
     }

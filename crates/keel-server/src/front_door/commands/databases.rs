@@ -75,19 +75,7 @@ pub(crate) fn in_database_of(
         ClientCommand::Transfer { from, to, replace, remove_source, form, to_db, durability } => {
             let to = match to_db {
                 None => map(to)?,
-                // Another database of the same keyspace: one log, so still one entry.
-                Some(index) => match select(index) {
-                    Some((_, other)) if form == TransferForm::Move && other == db => {
-                        return Err(Frame::error("ERR source and destination objects are the same"))
-                    }
-                    Some((ks, other)) if ks == keyspace => db_key(other, &to),
-                    Some(_) => {
-                        return Err(Frame::error(
-                            "ERR COPY and MOVE between keyspaces are not supported: they are separate logs",
-                        ))
-                    }
-                    None => return Err(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
-                },
+                Some(index) => transfer_to(&to, index, form, db, keyspace, select)?,
             };
             let from = map(from)?;
             ClientCommand::Transfer {
@@ -154,6 +142,28 @@ pub(crate) fn in_database_of(
         }
         other => other,
     })
+}
+
+/// The destination `to` of a `COPY` or `MOVE` into database `index` (`DB`): another
+/// database of the same keyspace only (one log, so still one entry).
+fn transfer_to(
+    to: &keel_types::Key,
+    index: u32,
+    form: TransferForm,
+    db: u8,
+    keyspace: KeyspaceId,
+    select: &dyn Fn(u32) -> Option<(KeyspaceId, u8)>,
+) -> Result<keel_types::Key, Frame> {
+    match select(index) {
+        Some((_, other)) if form == TransferForm::Move && other == db => {
+            Err(Frame::error("ERR source and destination objects are the same"))
+        }
+        Some((ks, other)) if ks == keyspace => Ok(db_key(other, to)),
+        Some(_) => Err(Frame::error(
+            "ERR COPY and MOVE between keyspaces are not supported: they are separate logs",
+        )),
+        None => Err(keel_wire::CommandError::DbIndexOutOfRange.reply_frame()),
+    }
 }
 
 /// `key` of database `db` as the state machine holds it: as it is in database 0 (where
