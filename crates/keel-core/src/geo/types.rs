@@ -639,9 +639,6 @@ pub enum Back {
         kept: Vec<u64>,
         /// The cuts of earlier returns the source keeps (data center, cut, epoch).
         limits: Vec<(u32, u64, u32)>,
-        /// What a new snapshot at the source showed when it copied: the new replica's
-        /// snapshots show at least that until its own view passes it.
-        visible: Vector,
     },
     /// The new replica installed its copy and is back (new replica → every survivor's
     /// replica of its partition): it is heard as any sibling from then on.

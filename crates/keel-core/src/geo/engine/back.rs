@@ -282,8 +282,8 @@ impl GeoEngine {
             }
             Back::CopyAsk { epoch, need } => self.copy_ask_in(peer.dc, epoch, need),
             Back::Chunk { epoch, txs } => self.chunk_in(peer.dc, epoch, txs),
-            Back::Copied { epoch, known, kept, limits, visible } => {
-                self.copied_in(peer.dc, epoch, known, &kept, &limits, visible)
+            Back::Copied { epoch, known, kept, limits } => {
+                self.copied_in(peer.dc, epoch, known, &kept, &limits)
             }
             Back::Installed { epoch, known } => self.installed_in(peer.dc, epoch, &known),
         }

@@ -75,10 +75,6 @@ impl GeoEngine {
             return self.reply(tag, Err(KeelError::Busy("too many open transactions".into())));
         }
         let mut snap = self.visible();
-        if let Some(floor) = self.coordinator.floor.take().filter(|f| !f.le(&snap)) {
-            snap.join(&floor);
-            self.coordinator.floor = Some(floor);
-        }
         snap.join(&past);
         let id = super::super::types::TxId { node: self.me.node.0, seq: self.coordinator.next_tx };
         self.coordinator.next_tx += 1;
@@ -104,7 +100,7 @@ impl GeoEngine {
     /// What a new snapshot shows of other transactions: the uniform vector (remote
     /// transactions only once uniform, local ones once uniform too, strong ones once
     /// stored here); under the negative control, what this data center stores.
-    pub(crate) fn visible(&self) -> Vector {
+    fn visible(&self) -> Vector {
         let u = &self.uniformity;
         let mut snap = if self.config.unsafe_expose_non_uniform {
             u.stable.clone()

@@ -175,8 +175,7 @@ impl GeoEngine {
             })
             .collect();
         let limits = self.cuts();
-        let visible = self.visible();
-        let end = Back::Copied { epoch, known: known.clone(), kept, limits, visible };
+        let end = Back::Copied { epoch, known: known.clone(), kept, limits };
         let next = self.partition.log.keys().next().map(|object| (object.clone(), None));
         Sending {
             known: known.clone(),
@@ -204,7 +203,6 @@ impl GeoEngine {
         known: Vector,
         kept: &[u64],
         limits: &[(u32, u64, u32)],
-        visible: Vector,
     ) {
         let Some(j) = self.joining.as_mut().filter(|j| j.epoch == Some(epoch)) else { return };
         let Some(cut) = j.cut.filter(|_| j.source == Some(dc)) else { return };
@@ -243,7 +241,6 @@ impl GeoEngine {
             limits.sort_by_key(|l| l.epoch);
             limits.dedup_by_key(|l| l.epoch);
         }
-        self.coordinator.floor = Some(visible);
         self.replay_held();
         self.back(epoch);
     }

@@ -82,9 +82,8 @@ fn back_ok(back: &Back) -> bool {
             txs.len() <= BODIES_MAX
                 && txs.iter().all(|(_, t)| vector_ok(&t.commit) && t.writes.len() <= WRITES_MAX)
         }
-        Back::Copied { known, kept, limits, visible, .. } => {
+        Back::Copied { known, kept, limits, .. } => {
             vector_ok(known)
-                && vector_ok(visible)
                 && kept.len() <= DCS_MAX
                 && limits.len() <= DCS_MAX * super::remove::LIVES_MAX as usize
                 && limits.iter().all(|&(_, _, e)| e > 0 && e.is_multiple_of(2) && e < EPOCH_MAX)
@@ -272,10 +271,9 @@ impl GeoEngine {
                         (*origin as usize) < self.dcs && shape(&t.commit) && self.owns(&t.writes)
                     })
             }
-            Back::Copied { known, visible, .. } => {
-                sibling && shape(known) && shape(visible) && self.back_vector_fits(back)
+            Back::Copied { known, .. } | Back::Installed { known, .. } => {
+                sibling && shape(known) && self.back_vector_fits(back)
             }
-            Back::Installed { known, .. } => sibling && shape(known) && self.back_vector_fits(back),
         }
     }
 

@@ -188,11 +188,6 @@ pub(crate) enum Pending {
 pub(crate) struct Coordinator {
     /// Open transactions.
     pub txs: BTreeMap<TxId, Tx>,
-    /// A new replica back from its copy: what a new snapshot showed at its source then.
-    /// New snapshots here show at least that, until this replica's own view passes it
-    /// (it rises only as the survivors' vectors arrive), so a new session right after
-    /// the return does not miss what survived (`copy.rs`).
-    pub floor: Option<Vector>,
     /// Each open transaction's session.
     pub sessions: BTreeMap<u64, TxId>,
     /// Open transactions by deadline.
