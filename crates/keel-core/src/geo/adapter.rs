@@ -251,6 +251,12 @@ fn removal_metrics(status: &Status) -> Vec<Metric> {
             c.removals_told,
         ),
         Metric::counter(
+            "keel_geo_joins_restarted_total",
+            "Joins this new replica started over: the return it joined was abandoned, and it \
+             waits, as a wiped machine, for the next.",
+            c.joins_restarted,
+        ),
+        Metric::counter(
             "keel_geo_removal_asks_total",
             "Asks this acceptor sent every acceptor to abort a removal vote it held \
              undecided too long (its proposer failed before deciding, say).",

@@ -989,7 +989,7 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
 }
 
 #[test]
-fn a_return_abandoned_stops_the_new_replicas_and_the_survivors_hear_them_no_more() {
+fn a_return_abandoned_starts_the_new_replicas_over_and_the_next_return_takes_them() {
     let mut c = Cluster::with_strong(1, 1, false);
     c.run(50);
     c.down.push(2);
@@ -1012,15 +1012,31 @@ fn a_return_abandoned_stops_the_new_replicas_and_the_survivors_hear_them_no_more
     c.run(300);
     assert_eq!(c.nodes[&NodeId(21)].status().join.unwrap().epoch, Some(2));
     assert!(c.nodes[&NodeId(1)].status().counters.joins_heard > 0);
-    // Removed again: the return is abandoned, the new replica stops, and the survivors
-    // drop what it sends.
+    // Removed again: the return is abandoned, the new replica starts over as a wiped one
+    // (a new boot, the epochs kept), and the survivors drop what it sends.
+    let boot = c.nodes[&NodeId(21)].boot;
     assert_eq!(c.call(NodeId(11), 0, GeoOp::RemoveDc { member: NodeId(21) }), GeoResult::Synced);
     c.run(300);
-    assert!(c.nodes[&NodeId(21)].is_removed(), "the new replica runs on");
+    let e = &c.nodes[&NodeId(21)];
+    assert!(!e.is_removed() && e.boot > boot, "the new replica did not start over");
+    let s = e.status();
+    assert_eq!(s.join.unwrap().epoch, None, "it still joins the abandoned return");
+    assert_eq!((s.epochs.clone(), s.counters.joins_restarted), (vec![0, 0, 3], 1));
     for n in [1, 11] {
         let e = &c.nodes[&NodeId(n)];
         assert_eq!(e.status().epochs, vec![0, 0, 3], "{n}");
         assert!(e.welcomes[2].is_none() && e.removed_nodes.contains(&NodeId(21)), "{n}");
         assert!(e.channels[&NodeId(21)].is_notice(), "{n}");
+    }
+    // Taken back again, the same machine joins and comes back, data center 1's answer
+    // through.
+    c.blocked.clear();
+    assert_eq!(c.call(NodeId(1), 0, GeoOp::ReturnDc { member: NodeId(21) }), GeoResult::Synced);
+    c.run(1_000);
+    let s = c.nodes[&NodeId(21)].status();
+    assert!(!s.joining && s.counters.copies_installed == 1, "not back: {:?}", s.join);
+    for n in [1, 11] {
+        let s = c.nodes[&NodeId(n)].status();
+        assert_eq!((s.epochs, s.returning), (vec![0, 0, 4], vec![]), "{n}");
     }
 }

@@ -881,6 +881,10 @@ pub struct Counters {
     /// Channels of a returning member heard once they opened with `Join`.
     #[serde(default)]
     pub joins_heard: u64,
+    /// Joins this new replica started over: the return it joined was abandoned, and it
+    /// waits, as a wiped one, for the next (`GeoEngine::rejoin`).
+    #[serde(default)]
+    pub joins_restarted: u64,
     /// Operation-log entries of a returning data center's old life dropped above its cut,
     /// and old-life transactions dropped on arrival after it.
     #[serde(default)]

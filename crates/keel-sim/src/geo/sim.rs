@@ -313,6 +313,7 @@ impl SimEngine for GeoEngine {
             ("removal-found-made", c.removals_found_made),
             ("return-welcomed", c.returns_welcomed),
             ("join-heard", c.joins_heard),
+            ("join-restarted", c.joins_restarted),
             ("cut-made", c.cuts_made),
             ("cut-applied", c.cuts_applied),
             ("return-settled", c.returns_settled),

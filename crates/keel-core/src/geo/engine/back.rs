@@ -496,22 +496,18 @@ impl GeoEngine {
 
     /// A joining replica learned a change of its own data center: a return starts its
     /// join (it opens its channels to its own data center's new replicas with `Join`;
-    /// to a survivor, once that survivor's return reaches it); a removal after the
-    /// return it joins abandons it, and it stops.
+    /// to a survivor, once that survivor's return reaches it); a later change abandons
+    /// the return it joined, and it starts over as a new replica that knows the epochs
+    /// (`rejoin`): a removal leaves it waiting for the next return, a later return (the
+    /// removal in between missed) starts its join at once.
     pub(crate) fn own_change(&mut self, change: Change) {
         let d = self.me.dc as usize;
         if change.epoch <= self.epochs[d] {
             return;
         }
         self.epochs[d] = change.epoch;
-        let joined = self.joining.as_ref().and_then(|j| j.epoch);
-        if joined.is_some() {
-            // Any later change (a removal, or a later return whose removal in between
-            // it missed) abandons the return it joined.
-            self.joining = None;
-            self.removed[d] = true;
-            self.returning[d] = false;
-            return self.stop_removed();
+        if self.joining.as_ref().is_some_and(|j| j.epoch.is_some()) {
+            self.rejoin();
         }
         if change.removes() {
             return;
@@ -524,6 +520,35 @@ impl GeoEngine {
         for node in own {
             self.join_to(node);
         }
+    }
+
+    /// A joining replica whose return was abandoned starts over, as the operator's
+    /// wiped machine would: a new boot (every channel it opened starts over at its
+    /// peers, and nothing it sent under the old one is taken as the new one's), nothing
+    /// of the join kept but the epochs it learned, so that a change it already knows,
+    /// retransmitted by a survivor that learned it late, starts nothing. Stopping
+    /// instead stalled the next return: a wiped replica built for it can take first a
+    /// late survivor's retransmitted `Changed` of the abandoned return, then the
+    /// abandon (seed 1170008548).
+    fn rejoin(&mut self) {
+        let mut fresh = match GeoEngine::boot(self.config.clone(), self.now) {
+            Ok(fresh) => fresh,
+            Err(error) => unreachable!("{}: its own configuration booted: {error:?}", self.me.node),
+        };
+        fresh.boot = fresh.boot.max(self.boot + 1);
+        fresh.coordinator.next_tx = fresh.boot;
+        fresh.epochs = std::mem::take(&mut self.epochs);
+        for (i, &epoch) in fresh.epochs.iter().enumerate() {
+            fresh.removed[i] = i != self.me.dc as usize && epoch % 2 == 1;
+            if fresh.removed[i] {
+                fresh.removed_nodes.extend(fresh.replicas[i].iter().copied());
+            }
+        }
+        fresh.counters = self.counters;
+        fresh.counters.joins_restarted += 1;
+        fresh.out = std::mem::take(&mut self.out);
+        fresh.first_hard_state = self.first_hard_state.take();
+        *self = fresh;
     }
 
     /// Opens this new replica's channel to `node` with `Join`, once.
