@@ -257,6 +257,12 @@ fn removal_metrics(status: &Status) -> Vec<Metric> {
             c.joins_restarted,
         ),
         Metric::counter(
+            "keel_geo_begins_held_total",
+            "Transactions a new replica just back refused to begin while what they would see \
+             was still below what survived.",
+            c.begins_held,
+        ),
+        Metric::counter(
             "keel_geo_removal_asks_total",
             "Asks this acceptor sent every acceptor to abort a removal vote it held \
              undecided too long (its proposer failed before deciding, say).",

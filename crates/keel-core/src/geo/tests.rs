@@ -937,6 +937,19 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     // The return is made: the survivors answer, the new replicas cut, the survivors
     // apply the cut and settle.
     assert_eq!(c.call(NodeId(11), 0, GeoOp::ReturnDc { member: NodeId(22) }), GeoResult::Synced);
+    for _ in 0..500 {
+        c.run(1);
+        if !c.nodes[&NodeId(21)].status().joining {
+            break;
+        }
+    }
+    // Just back, its view is still below what survived: a new session waits for it.
+    match c.call_result(NodeId(21), 9, GeoOp::Begin { past: zero.clone() }) {
+        Err(keel_types::KeelError::Unavailable(why)) => {
+            assert!(why.contains("catching up"), "{why}")
+        }
+        other => panic!("a new replica just back serves an old view: {other:?}"),
+    }
     c.run(500);
     let cut = c.nodes[&NodeId(21)].status().cuts.first().expect("the cut was made").1;
     for n in [1, 2, 11, 12] {
@@ -966,6 +979,9 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     assert_eq!(seen, vec![Object::Counter(15)]);
     let (_, seen) = c.tx(NodeId(21), 8, &pasts[2], vec![(key("a"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(15)], "the copy lacks what survived");
+    let (_, seen) = c.tx(NodeId(22), 11, &zero, vec![(key("a"), None, Kind::Counter)]);
+    assert_eq!(seen, vec![Object::Counter(15)], "a new session's first view lacks what survived");
+    assert!(c.nodes[&NodeId(21)].status().counters.begins_held >= 1);
     let (after, _) = c.tx(NodeId(21), 8, &pasts[2], deposit("a"));
     assert!(after.dcs[2] >= 1 << 62, "a new-life commit below the new life: {after:?}");
     c.run(500);

@@ -885,6 +885,13 @@ pub struct Counters {
     /// waits, as a wiped one, for the next (`GeoEngine::rejoin`).
     #[serde(default)]
     pub joins_restarted: u64,
+    /// Transactions a new replica just back refused to begin: what they would see was
+    /// still below what survived (`CatchUp`).
+    #[serde(default)]
+    pub begins_held: u64,
+    /// Catch-ups that ended at their time-out rather than with the view caught up.
+    #[serde(default)]
+    pub catch_ups_expired: u64,
     /// Operation-log entries of a returning data center's old life dropped above its cut,
     /// and old-life transactions dropped on arrival after it.
     #[serde(default)]

@@ -314,6 +314,8 @@ impl SimEngine for GeoEngine {
             ("return-welcomed", c.returns_welcomed),
             ("join-heard", c.joins_heard),
             ("join-restarted", c.joins_restarted),
+            ("begin-held", c.begins_held),
+            ("catch-up-expired", c.catch_ups_expired),
             ("cut-made", c.cuts_made),
             ("cut-applied", c.cuts_applied),
             ("return-settled", c.returns_settled),

@@ -76,6 +76,9 @@ impl GeoEngine {
         }
         let mut snap = self.visible();
         snap.join(&past);
+        if let Err(e) = self.caught_up(&snap) {
+            return self.reply(tag, Err(e));
+        }
         let id = super::super::types::TxId { node: self.me.node.0, seq: self.coordinator.next_tx };
         self.coordinator.next_tx += 1;
         let deadline = Time(self.now.0 + self.config.tx_timeout.0);

@@ -68,7 +68,40 @@ pub(crate) struct Sending {
     pub in_flight: VecDeque<u64>,
 }
 
+/// A new replica that is back holds its new sessions until what they would see covers
+/// what every live data center stored when it copied (the copy's `kept`: stored at every
+/// live data center but its own, so at `f + 1`, uniform), or until a suspicion time-out
+/// passed (a sibling silent that long is suspected, and its row may never come). Its
+/// uniform vector starts at zero and rises as the survivors' rows reach it; served at
+/// once, a new session's first snapshot could show nothing of what survived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CatchUp {
+    /// Per data center, the entry a new snapshot must reach (0 for its own, and for a
+    /// data center removed).
+    pub floor: Vector,
+    /// When it serves anyway.
+    pub until: crate::time::Time,
+}
+
 impl GeoEngine {
+    /// Whether a transaction may begin here on `snap`: not at a new replica just back
+    /// whose view is still below what survived (`CatchUp`); once it is, or the wait is
+    /// over, for good.
+    pub(crate) fn caught_up(&mut self, snap: &Vector) -> Result<(), KeelError> {
+        let Some(c) = &self.catch_up else { return Ok(()) };
+        let behind = (0..self.dcs).any(|i| !self.removed[i] && snap.dcs[i] < c.floor.dcs[i]);
+        if behind && self.now < c.until {
+            self.counters.begins_held += 1;
+            return Err(KeelError::Unavailable(
+                "this geo replica came back and is catching up with the survivors; retry shortly"
+                    .into(),
+            ));
+        }
+        self.counters.catch_ups_expired += u64::from(behind);
+        self.catch_up = None;
+        Ok(())
+    }
+
     /// A new replica asks for its copy once it has the cut and every survivor's replica
     /// of its partition is settled (again, if its source was removed meanwhile).
     pub(crate) fn ask_copy(&mut self) {
@@ -242,7 +275,7 @@ impl GeoEngine {
             limits.dedup_by_key(|l| l.epoch);
         }
         self.replay_held();
-        self.back(epoch);
+        self.back(epoch, kept);
     }
 
     /// Replays each survivor's stream held since its answer, if it connects to the copy
@@ -274,11 +307,17 @@ impl GeoEngine {
 
     /// The new replica is back: it serves, its clock runs in the new life, every data
     /// center counts as heard now, and it tells every survivor's replica of its partition.
-    fn back(&mut self, epoch: u32) {
+    fn back(&mut self, epoch: u32, kept: &[u64]) {
         let d = self.me.dc as usize;
         if let Some(j) = self.joining.take() {
             self.open_unjoined(epoch, j.unjoined);
         }
+        let mut floor = Vector::zero(self.dcs);
+        for i in (0..self.dcs).filter(|&i| i != d && !self.removed[i]) {
+            floor.dcs[i] = kept[i];
+        }
+        let until = crate::time::Time(self.now.0.saturating_add(self.config.suspect_after.0));
+        self.catch_up = Some(CatchUp { floor, until });
         self.returning[d] = false;
         let now = self.now;
         self.uniformity.heard.iter_mut().for_each(|h| *h = now);

@@ -14,6 +14,10 @@ impl GeoEngine {
         self.check_certifier();
         self.check_removed();
         self.check_agreement();
+        assert!(
+            self.catch_up.is_none() || self.joining.is_none() && !self.is_removed(),
+            "a replica that is not back holds sessions for a catch-up"
+        );
         for (peer, channel) in &self.channels {
             channel.check(*peer);
         }

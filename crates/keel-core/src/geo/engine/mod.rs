@@ -496,6 +496,9 @@ pub struct GeoEngine {
     pub(crate) joined: BTreeMap<NodeId, u64>,
     /// A new replica's join, until it is back (`back.rs`).
     pub(crate) joining: Option<back::Joining>,
+    /// A new replica that is back: what its new sessions' first snapshots must show
+    /// before it serves them, and until when it waits for that (`copy.rs`).
+    pub(crate) catch_up: Option<copy::CatchUp>,
     /// Per data center, the copy this source is sending its new replica (`copy.rs`).
     pub(crate) sending: Vec<Option<copy::Sending>>,
     /// The hard state to make durable at the first step: the mark that this replica ran,

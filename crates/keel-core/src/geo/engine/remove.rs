@@ -180,6 +180,7 @@ impl GeoEngine {
     /// (a commit's outcome unknown), and from now on it refuses clients and stays
     /// silent (`step_lost`).
     pub(crate) fn stop_removed(&mut self) {
+        self.catch_up = None;
         let txs = std::mem::take(&mut self.coordinator.txs);
         for tx in txs.into_values() {
             let answer = match tx.pending {

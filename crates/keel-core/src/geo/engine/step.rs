@@ -130,6 +130,7 @@ impl GeoEngine {
             sending: vec![None; dcs],
             joined: BTreeMap::new(),
             joining: joining.then(super::back::Joining::default),
+            catch_up: None,
             first_hard_state: None,
         })
     }
