@@ -987,8 +987,13 @@ fn a_returning_data_center_joins_cuts_copies_and_comes_back_in_a_new_life() {
     c.run(500);
     let (_, seen) = c.tx(NodeId(1), 9, &after, vec![(key("a"), None, Kind::Counter)]);
     assert_eq!(seen, vec![Object::Counter(16)], "the new life's write did not reach a survivor");
-    // A past naming the old life above the cut is gone: its session starts over.
-    let mut stale = pasts[2].clone();
+    stale_pasts_expire(&mut c, &pasts[2], cut);
+}
+
+/// A past naming data center 2's old life above its cut `cut` is gone: at a survivor and
+/// at the new life, its session starts over.
+fn stale_pasts_expire(c: &mut Cluster, past: &Vector, cut: u64) {
+    let mut stale = past.clone();
     stale.dcs[2] = cut + 1;
     for n in [1, 21] {
         for op in [

@@ -509,7 +509,7 @@ impl GeoEngine {
         if self.joining.as_ref().is_some_and(|j| j.epoch.is_some()) {
             self.rejoin();
         }
-        if change.removes() {
+        if change.removes() || self.is_removed() {
             return;
         }
         self.returning[d] = true;
@@ -531,9 +531,13 @@ impl GeoEngine {
     /// late survivor's retransmitted `Changed` of the abandoned return, then the
     /// abandon (seed 1170008548).
     fn rejoin(&mut self) {
-        let mut fresh = match GeoEngine::boot(self.config.clone(), self.now) {
-            Ok(fresh) => fresh,
-            Err(error) => unreachable!("{}: its own configuration booted: {error:?}", self.me.node),
+        let Ok(mut fresh) = GeoEngine::boot(self.config.clone(), self.now) else {
+            // Its own configuration booted it once, so this does not happen; if it did,
+            // the replica stops, as a removed one.
+            let d = self.me.dc as usize;
+            self.joining = None;
+            (self.removed[d], self.returning[d]) = (true, false);
+            return self.stop_removed();
         };
         fresh.boot = fresh.boot.max(self.boot + 1);
         fresh.coordinator.next_tx = fresh.boot;
