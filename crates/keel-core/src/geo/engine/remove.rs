@@ -242,12 +242,8 @@ impl GeoEngine {
     /// A removed replica heard `from`: a member that tells it of its removal knows it, and
     /// needs no last word; one that does not is told again ([`Channel::rearm_notice`]).
     pub(crate) fn last_word_heard(&mut self, from: NodeId, message: &Message) {
-        let (own, removal) = (self.me.dc, self.removal_epoch());
-        let knows = message.bodies.iter().any(|body| {
-            matches!(body, Body::Changed { change }
-                if change.dc == own && change.removes() && change.epoch >= removal)
-        });
-        if knows {
+        let removal = self.removal_epoch();
+        if Self::told_removed(message, self.me.dc).is_some_and(|c| c.epoch >= removal) {
             self.channels.remove(&from);
         } else if self.channels.get_mut(&from).is_some_and(Channel::rearm_notice) {
             self.counters.notices_rearmed += 1;
@@ -255,12 +251,14 @@ impl GeoEngine {
     }
 
     /// A removed data center's member's last word (`last_word`), taken whatever its
-    /// channel's state: `message` from a member of `dc` that says `dc` was removed.
+    /// channel's state: `message` from a member of `dc` that says `dc` was removed (the
+    /// latest such removal it names).
     pub(crate) fn told_removed(message: &Message, dc: u32) -> Option<Change> {
-        message.bodies.iter().find_map(|body| match *body {
+        let removals = message.bodies.iter().filter_map(|body| match *body {
             Body::Changed { change } if change.dc == dc && change.removes() => Some(change),
             _ => None,
-        })
+        });
+        removals.max_by_key(|change| change.epoch)
     }
 }
 
