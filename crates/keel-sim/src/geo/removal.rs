@@ -221,7 +221,6 @@ impl Removal {
     /// removal is not made yet) and `after_ns` passed, a live data center, at a node of
     /// another live one. Refused, it is done; made, it is a violation.
     fn drive_mistake(&mut self, world: &mut GeoWorld, log: &mut Vec<String>, now: u64) {
-        let pending_live = self.target.is_some() && !self.done && !world.removed_live.is_empty();
         let f = world.shape.f as usize;
         let Some(m) = self.mistake.as_mut().filter(|m| !m.answered && f > 0) else { return };
         if let Some((tag, at, dc)) = m.asked {
@@ -247,7 +246,14 @@ impl Removal {
             // Not spent (any more: a data center taken back): counted from when it is.
             m.spent_at = None;
         }
-        if world.failed.len() < f || pending_live || m.tries >= TRIES_MAX || now < m.not_before {
+        if world.failed.len() < f || m.tries >= TRIES_MAX || now < m.not_before {
+            return;
+        }
+        // A live data center whose removal no node knows made (asked and not answered,
+        // or left to the acceptors by the deciding cut, which may abort it: seed
+        // 1190004397) may be live again, so `f` is not known spent.
+        let pending_live = self.target.is_some() && !self.done && !world.removed_live.is_empty();
+        if pending_live || world.removed_live.iter().any(|&d| !known_removed(world, d)) {
             return;
         }
         if coming_back {
@@ -566,6 +572,13 @@ impl Removal {
             Err(_) => self.not_before = now + RETRY_NS,
         }
     }
+}
+
+/// Whether some node knows data center `dc`'s removal made (for good: only a return
+/// undoes it). A commit recorded with the outcome unknown may still be aborted.
+fn known_removed(world: &GeoWorld, dc: u32) -> bool {
+    let nodes = world.world.node_ids().into_iter().filter_map(|n| world.world.engine(n));
+    nodes.map(|e| e.status().epochs[dc as usize]).any(|epoch| epoch % 2 == 1)
 }
 
 /// The answer to a removal of data center `dc` that must be refused, as `f` is spent:
