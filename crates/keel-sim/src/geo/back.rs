@@ -6,11 +6,11 @@
 //! those, once it is made, to remove it again (abandoning the return: the new replicas
 //! start over, waiting), then to rebuild it and take it back once more. A data center
 //! that fails while a return is under way is removed too, as a return waits for every
-//! data center not removed. A refusal or a lost answer is asked again later, elsewhere. At the end,
-//! every replica still serving knows the same epochs (`changes-diverge` otherwise), and
-//! every return under way is settled everywhere (`return-stalled` otherwise). The late
-//! survivor's fault (`late.rs`) is armed from here, and so is the split cut's
-//! (`split.rs`) in half the runs that abandon a return.
+//! data center not removed. A refusal or a lost answer is asked again later, elsewhere.
+//! At the end, every replica still serving knows the same epochs (`changes-diverge`
+//! otherwise), and every return under way is settled everywhere (`return-stalled`
+//! otherwise). The late survivor's fault (`late.rs`) is armed from here, and so is the
+//! split cut's (`split.rs`) in half the runs that abandon a return.
 
 use super::late::LateSurvivor;
 use super::split::SplitCut;
